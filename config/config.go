@@ -1,0 +1,217 @@
+// Package config is the schema of config.toml: decoding (strict: an unknown
+// key is an error naming its line), defaults, ${ENV} expansion for secrets,
+// and validation with the key's position in every message.
+//
+// The lifecycle is Load → (decode, expand, defaults, validate); the result is
+// read-only and shared by every request built from it.
+package config
+
+import "time"
+
+// Config is the whole file.
+type Config struct {
+	Server     Server      `toml:"server"`
+	Providers  []Provider  `toml:"providers"`
+	Models     []Model     `toml:"models"`
+	Tools      []Tool      `toml:"tools"`
+	MCPServers []MCPServer `toml:"mcp_servers"`
+	ToolLoop   ToolLoop    `toml:"tool_loop"`
+	Middleware Middleware  `toml:"middleware"`
+	Keys       []Key       `toml:"keys"`
+	Policies   []Policy    `toml:"policies"`
+	Redis      *Redis      `toml:"redis"`
+
+	// Path is the file this config was read from.
+	Path string `toml:"-"`
+}
+
+// Server holds the listener and process settings.
+type Server struct {
+	Listen          string   `toml:"listen"`           // default "127.0.0.1:8080"
+	MaxBodyBytes    int      `toml:"max_body_bytes"`   // default 8 MiB
+	ReadTimeout     Duration `toml:"read_timeout"`     // reading a request; default 30s
+	IdleTimeout     Duration `toml:"idle_timeout"`     // keep-alive; default 120s
+	ShutdownTimeout Duration `toml:"shutdown_timeout"` // in-flight grace; default 30s
+	LogLevel        string   `toml:"log_level"`        // debug|info|warn|error; default info
+	LogFormat       string   `toml:"log_format"`       // json|console; default json
+	DefaultProvider string   `toml:"default_provider"` // for /v1/* pass-through without a model; default: first provider
+}
+
+// Provider is an upstream API.
+type Provider struct {
+	Name              string            `toml:"name"`
+	Kind              string            `toml:"kind"`                // openai|mock
+	BaseURL           string            `toml:"base_url"`            // e.g. https://api.openai.com/v1
+	APIKey            string            `toml:"api_key"`             // may be ${ENV}
+	Headers           map[string]string `toml:"headers"`             // values may be ${ENV}
+	Optional          bool              `toml:"optional"`            // drop this provider (and its models) when api_key expands empty
+	ConnectTimeout    Duration          `toml:"connect_timeout"`     // default 10s
+	FirstByteTimeout  Duration          `toml:"first_byte_timeout"`  // default 60s
+	StreamIdleTimeout Duration          `toml:"stream_idle_timeout"` // default 60s
+	TotalTimeout      Duration          `toml:"total_timeout"`       // default 10m
+	MaxConns          int               `toml:"max_conns"`           // default 1024
+	Retries           *int              `toml:"retries"`             // default 2
+	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
+	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none
+	PromptCacheTTL    string            `toml:"prompt_cache_ttl"`    // anthropic marker ttl ("5m"|"1h"); default unset
+	Mock              *Mock             `toml:"mock"`                // kind = "mock" only
+}
+
+// Mock configures an in-process mockllm provider.
+type Mock struct {
+	FirstByteDelay Duration `toml:"first_byte_delay"`
+	ChunkDelay     Duration `toml:"chunk_delay"`
+	ChunkSize      int      `toml:"chunk_size"` // characters of text per chunk; default 8
+}
+
+// Model maps a client-facing model name to deployments.
+type Model struct {
+	Name          string       `toml:"name"`
+	Provider      string       `toml:"provider"`       // shorthand for one deployment
+	Upstream      string       `toml:"upstream"`       // upstream model name; default Name
+	Deployments   []Deployment `toml:"deployments"`    // several deployments with weights
+	ContextWindow int          `toml:"context_window"` // tokens
+	Encoding      string       `toml:"encoding"`       // tokenizer; default o200k_base
+	Fallbacks     []string     `toml:"fallbacks"`      // other model names, in order
+	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [context_edit, prompt_cache, fallback]
+	OwnedBy       string       `toml:"owned_by"`
+}
+
+// Deployment is one provider serving a model.
+type Deployment struct {
+	Provider string `toml:"provider"`
+	Upstream string `toml:"upstream"`
+	Weight   int    `toml:"weight"` // default 1
+}
+
+// Tool is a server-side tool.
+type Tool struct {
+	Name        string            `toml:"name"`
+	Description string            `toml:"description"`
+	Parameters  string            `toml:"parameters"`  // JSON Schema, as a JSON string
+	Kind        string            `toml:"kind"`        // builtin|http|agent|mcp
+	Builtin     string            `toml:"builtin"`     // kind=builtin: which one; default Name
+	URL         string            `toml:"url"`         // kind=http
+	Headers     map[string]string `toml:"headers"`     // kind=http; values may be ${ENV}
+	Model       string            `toml:"model"`       // kind=agent
+	System      string            `toml:"system"`      // kind=agent: its system prompt
+	Timeout     Duration          `toml:"timeout"`     // default tool_loop.tool_timeout
+	Concurrency int               `toml:"concurrency"` // concurrent calls; 0 = unlimited
+	Idempotent  bool              `toml:"idempotent"`  // retried on failure; results cacheable
+	CacheTTL    Duration          `toml:"cache_ttl"`   // idempotent result cache; 0 = off
+	Models      []string          `toml:"models"`      // glob patterns of models that get it; default all
+}
+
+// MCPServer is an MCP tool server whose tools become server tools.
+type MCPServer struct {
+	Name    string            `toml:"name"`
+	Command string            `toml:"command"` // stdio
+	Args    []string          `toml:"args"`
+	Env     map[string]string `toml:"env"`
+	URL     string            `toml:"url"` // streamable HTTP
+	Headers map[string]string `toml:"headers"`
+	Prefix  string            `toml:"prefix"`
+	Allow   []string          `toml:"allow"`
+	Deny    []string          `toml:"deny"`
+	Timeout Duration          `toml:"timeout"`
+	Models  []string          `toml:"models"`
+}
+
+// ToolLoop holds the loop's budgets (DESIGN.md §5).
+type ToolLoop struct {
+	MaxIterations           int      `toml:"max_iterations"`         // default 10
+	MaxConsecutiveErrors    int      `toml:"max_consecutive_errors"` // default 3
+	Parallel                *bool    `toml:"parallel"`               // default true
+	ToolTimeout             Duration `toml:"tool_timeout"`           // default 30s
+	WallTime                Duration `toml:"wall_time"`              // default 5m
+	IncludeDetailedErrors   bool     `toml:"include_detailed_errors"`
+	TerminateOnUnknownCalls bool     `toml:"terminate_on_unknown_calls"`
+	MaxResultBytes          int      `toml:"max_result_bytes"`   // default 64 KiB
+	KeepAliveInterval       Duration `toml:"keepalive_interval"` // default 5s
+	StateTTL                Duration `toml:"state_ttl"`          // mixed-turn state; default 1h
+	StateMaxEntries         int      `toml:"state_max_entries"`  // default 10000
+}
+
+// Middleware holds the settings of each middleware.
+type Middleware struct {
+	Request     []string    `toml:"request"` // request layer order; default [policy, cache]
+	Fallback    Fallback    `toml:"fallback"`
+	Cache       Cache       `toml:"cache"`
+	ContextEdit ContextEdit `toml:"context_edit"`
+}
+
+// Fallback configures retries, backoff and circuit breaking.
+type Fallback struct {
+	BaseBackoff     Duration `toml:"base_backoff"`     // default 200ms
+	MaxBackoff      Duration `toml:"max_backoff"`      // default 5s
+	Deadline        Duration `toml:"deadline"`         // total per request; default 2m
+	BreakerFailures int      `toml:"breaker_failures"` // consecutive failures to open; default 5
+	BreakerCooldown Duration `toml:"breaker_cooldown"` // default 30s
+}
+
+// Cache configures the response cache and its store.
+type Cache struct {
+	Enabled      bool     `toml:"enabled"`
+	Store        string   `toml:"store"`      // memory|redis; default memory
+	MaxBytes     int64    `toml:"max_bytes"`  // memory store bound; default 64 MiB
+	TTL          Duration `toml:"ttl"`        // default 10m
+	Always       bool     `toml:"always"`     // also cache when temperature is not 0
+	ToolCalls    bool     `toml:"tool_calls"` // also cache client tool-call turns
+	SharedAcross bool     `toml:"shared_across_tenants"`
+}
+
+// ContextEdit configures clear-tool-uses context editing.
+type ContextEdit struct {
+	Trigger         float64  `toml:"trigger"`        // tokens (>1) or fraction of the window (<=1); default 0.8
+	Keep            int      `toml:"keep"`           // most recent tool results kept; default 3
+	ClearAtLeast    int      `toml:"clear_at_least"` // tokens; default 0
+	ExcludeTools    []string `toml:"exclude_tools"`
+	Placeholder     string   `toml:"placeholder"` // default "[tool result cleared]"
+	ClearToolInputs bool     `toml:"clear_tool_inputs"`
+	LastResort      string   `toml:"last_resort"` // error|drop_turns; default error
+}
+
+// Key is a gateway API key naming a tenant.
+type Key struct {
+	Name   string `toml:"name"`
+	Tenant string `toml:"tenant"`
+	Key    string `toml:"key"`    // the key itself, usually ${ENV}
+	SHA256 string `toml:"sha256"` // or its hex SHA-256
+}
+
+// Policy holds the rules of one tenant ("*" = defaults for all).
+type Policy struct {
+	Tenant        string   `toml:"tenant"`
+	Models        []string `toml:"models"`          // glob patterns; default all
+	Tools         []string `toml:"tools"`           // server tools allowed; default all
+	MaxBodyBytes  int      `toml:"max_body_bytes"`  // 0 = server default
+	MaxTokens     int      `toml:"max_tokens"`      // cap on max_tokens/max_completion_tokens; 0 = none
+	MaxTokensMode string   `toml:"max_tokens_mode"` // clamp|reject; default clamp
+	Cache         *bool    `toml:"cache"`           // override of middleware.cache.enabled
+	ToolTrace     bool     `toml:"tool_trace"`      // always add x_gateway to responses
+}
+
+// Redis configures shared state for replicas.
+type Redis struct {
+	Addr     string   `toml:"addr"`
+	Password string   `toml:"password"` // may be ${ENV}
+	DB       int      `toml:"db"`
+	Timeout  Duration `toml:"timeout"` // per call; default 200ms
+	Prefix   string   `toml:"prefix"`  // key prefix; default "gw:"
+}
+
+// Duration is a time.Duration written as "1.5s" in TOML.
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,176 @@
+package config
+
+import "time"
+
+func setDur(d *Duration, v time.Duration) {
+	if *d == 0 {
+		*d = Duration(v)
+	}
+}
+
+func setInt(p *int, v int) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+func setStr(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+// DefaultModelMiddleware is the model-call layer when a model lists none.
+var DefaultModelMiddleware = []string{"context_edit", "prompt_cache", "fallback"}
+
+// DefaultRequestMiddleware is the request layer when config lists none.
+var DefaultRequestMiddleware = []string{"policy", "cache"}
+
+func (c *Config) setDefaults() {
+	s := &c.Server
+	setStr(&s.Listen, "127.0.0.1:8080")
+	setInt(&s.MaxBodyBytes, 8<<20)
+	setDur(&s.ReadTimeout, 30*time.Second)
+	setDur(&s.IdleTimeout, 120*time.Second)
+	setDur(&s.ShutdownTimeout, 30*time.Second)
+	setStr(&s.LogLevel, "info")
+	setStr(&s.LogFormat, "json")
+
+	// Optional providers whose key is unset are dropped with their models.
+	kept := c.Providers[:0]
+	dropped := map[string]bool{}
+	for _, p := range c.Providers {
+		if p.Optional && p.APIKey == "" {
+			dropped[p.Name] = true
+			continue
+		}
+		kept = append(kept, p)
+	}
+	c.Providers = kept
+	if len(dropped) > 0 {
+		models := c.Models[:0]
+		for _, m := range c.Models {
+			if dropped[m.Provider] {
+				continue
+			}
+			deps := m.Deployments[:0]
+			for _, d := range m.Deployments {
+				if !dropped[d.Provider] {
+					deps = append(deps, d)
+				}
+			}
+			m.Deployments = deps
+			if m.Provider == "" && len(m.Deployments) == 0 {
+				continue
+			}
+			models = append(models, m)
+		}
+		c.Models = models
+		known := map[string]bool{}
+		for _, m := range c.Models {
+			known[m.Name] = true
+		}
+		for i := range c.Models {
+			fb := c.Models[i].Fallbacks[:0]
+			for _, f := range c.Models[i].Fallbacks {
+				if known[f] {
+					fb = append(fb, f)
+				}
+			}
+			c.Models[i].Fallbacks = fb
+		}
+	}
+	if s.DefaultProvider == "" && len(c.Providers) > 0 {
+		s.DefaultProvider = c.Providers[0].Name
+	}
+
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		setDur(&p.ConnectTimeout, 10*time.Second)
+		setDur(&p.FirstByteTimeout, 60*time.Second)
+		setDur(&p.StreamIdleTimeout, 60*time.Second)
+		setDur(&p.TotalTimeout, 10*time.Minute)
+		setDur(&p.RetryAfterCap, 10*time.Second)
+		setInt(&p.MaxConns, 1024)
+		setStr(&p.PromptCache, "none")
+		if p.Retries == nil {
+			two := 2
+			p.Retries = &two
+		}
+		if p.Kind == "mock" && p.Mock == nil {
+			p.Mock = &Mock{}
+		}
+		if p.Mock != nil {
+			setInt(&p.Mock.ChunkSize, 8)
+		}
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		setStr(&m.Upstream, m.Name)
+		setStr(&m.Encoding, "o200k_base")
+		setStr(&m.OwnedBy, "gateway")
+		if len(m.Deployments) == 0 && m.Provider != "" {
+			m.Deployments = []Deployment{{Provider: m.Provider, Upstream: m.Upstream, Weight: 1}}
+		}
+		for j := range m.Deployments {
+			setInt(&m.Deployments[j].Weight, 1)
+			setStr(&m.Deployments[j].Upstream, m.Upstream)
+		}
+		if m.Middleware == nil {
+			m.Middleware = DefaultModelMiddleware
+		}
+	}
+	l := &c.ToolLoop
+	setInt(&l.MaxIterations, 10)
+	setInt(&l.MaxConsecutiveErrors, 3)
+	if l.Parallel == nil {
+		t := true
+		l.Parallel = &t
+	}
+	setDur(&l.ToolTimeout, 30*time.Second)
+	setDur(&l.WallTime, 5*time.Minute)
+	setInt(&l.MaxResultBytes, 64<<10)
+	setDur(&l.KeepAliveInterval, 5*time.Second)
+	setDur(&l.StateTTL, time.Hour)
+	setInt(&l.StateMaxEntries, 10000)
+	for i := range c.Tools {
+		t := &c.Tools[i]
+		if t.Timeout == 0 {
+			t.Timeout = l.ToolTimeout
+		}
+		if t.Kind == "builtin" {
+			setStr(&t.Builtin, t.Name)
+		}
+	}
+
+	mw := &c.Middleware
+	if mw.Request == nil {
+		mw.Request = DefaultRequestMiddleware
+	}
+	f := &mw.Fallback
+	setDur(&f.BaseBackoff, 200*time.Millisecond)
+	setDur(&f.MaxBackoff, 5*time.Second)
+	setDur(&f.Deadline, 2*time.Minute)
+	setInt(&f.BreakerFailures, 5)
+	setDur(&f.BreakerCooldown, 30*time.Second)
+	ch := &mw.Cache
+	setStr(&ch.Store, "memory")
+	if ch.MaxBytes == 0 {
+		ch.MaxBytes = 64 << 20
+	}
+	setDur(&ch.TTL, 10*time.Minute)
+	ce := &mw.ContextEdit
+	if ce.Trigger == 0 {
+		ce.Trigger = 0.8
+	}
+	setInt(&ce.Keep, 3)
+	setStr(&ce.Placeholder, "[tool result cleared]")
+	setStr(&ce.LastResort, "error")
+	for i := range c.Policies {
+		setStr(&c.Policies[i].MaxTokensMode, "clamp")
+	}
+	if c.Redis != nil {
+		setDur(&c.Redis.Timeout, 200*time.Millisecond)
+		setStr(&c.Redis.Prefix, "gw:")
+	}
+}

@@ -1,0 +1,97 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// Load reads, decodes, expands, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Path = path
+	return c, nil
+}
+
+// Parse decodes b strictly and returns a validated config with defaults set.
+func Parse(b []byte) (*Config, error) {
+	var c Config
+	dec := toml.NewDecoder(bytes.NewReader(b)).DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		var strict *toml.StrictMissingError
+		if errors.As(err, &strict) && len(strict.Errors) > 0 {
+			e := strict.Errors[0]
+			row, _ := e.Position()
+			return nil, fmt.Errorf("line %d: unknown key %q", row, strings.Join(e.Key(), "."))
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			return nil, fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
+		}
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	c.expand()
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Expand replaces ${NAME} references with the environment's values.
+func Expand(s string) string {
+	if !strings.Contains(s, "${") {
+		return s
+	}
+	return envRef.ReplaceAllStringFunc(s, func(m string) string {
+		return os.Getenv(m[2 : len(m)-1])
+	})
+}
+
+func expandMap(m map[string]string) {
+	for k, v := range m {
+		m[k] = Expand(v)
+	}
+}
+
+// expand resolves the secret-bearing fields; other fields stay literal.
+func (c *Config) expand() {
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		p.APIKey = Expand(p.APIKey)
+		p.BaseURL = Expand(p.BaseURL)
+		expandMap(p.Headers)
+	}
+	for i := range c.Tools {
+		expandMap(c.Tools[i].Headers)
+		c.Tools[i].URL = Expand(c.Tools[i].URL)
+	}
+	for i := range c.MCPServers {
+		expandMap(c.MCPServers[i].Env)
+		expandMap(c.MCPServers[i].Headers)
+		c.MCPServers[i].URL = Expand(c.MCPServers[i].URL)
+	}
+	for i := range c.Keys {
+		c.Keys[i].Key = Expand(c.Keys[i].Key)
+		c.Keys[i].SHA256 = Expand(c.Keys[i].SHA256)
+	}
+	if c.Redis != nil {
+		c.Redis.Addr = Expand(c.Redis.Addr)
+		c.Redis.Password = Expand(c.Redis.Password)
+	}
+}

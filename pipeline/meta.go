@@ -1,0 +1,55 @@
+package pipeline
+
+import "sync"
+
+// Meta collects response headers set by the layers of one client request
+// (x-gateway-model, x-gateway-attempts, x-gateway-cache, ...). Safe for
+// concurrent use: tool calls of one turn run in parallel.
+type Meta struct {
+	mu     sync.Mutex
+	header []Header
+}
+
+// Header is one response header.
+type Header struct{ Key, Value string }
+
+// Set replaces the header named key.
+func (m *Meta) Set(key, value string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.header {
+		if m.header[i].Key == key {
+			m.header[i].Value = value
+			return
+		}
+	}
+	m.header = append(m.header, Header{key, value})
+}
+
+// Get returns the value of key, or "".
+func (m *Meta) Get(key string) string {
+	if m == nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, h := range m.header {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// Headers returns a copy of the collected headers.
+func (m *Meta) Headers() []Header {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Header(nil), m.header...)
+}

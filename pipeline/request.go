@@ -1,0 +1,87 @@
+package pipeline
+
+import "time"
+
+// Request is one chat call travelling through the layers.
+//
+// Body is the OpenAI request JSON, validated once at ingress. The pipeline owns
+// it: a middleware that edits the body stores a new slice in Body (sjson
+// returns one) and never writes into the old one, because an outer layer or a
+// retry may still read it. A Request is used by one goroutine at a time;
+// Clone before handing a copy to another.
+type Request struct {
+	ID     string    // request id (the client's x-request-id or a generated one)
+	Start  time.Time // when the gateway received the request
+	Body   []byte
+	Model  string // the model name the client asked for; every response shows this name
+	Stream bool
+
+	// IncludeUsage records whether the client asked for a usage chunk
+	// (stream_options.include_usage); the gateway may ask the upstream for one
+	// anyway and strip it.
+	IncludeUsage bool
+
+	Route  *Route  // the resolved model, set at ingress
+	Target *Target // the deployment this attempt goes to; set by fallback, else Route.Deployments[0]
+	Tenant *Tenant // the caller, resolved by the policies middleware; nil when the gateway is open
+
+	Hints Hints // per-request gateway headers
+
+	// Credential is the bearer token the client sent, for the policies
+	// middleware to check. Never log it.
+	Credential string
+
+	// Meta collects what the layers report back to the client as response
+	// headers. It is shared by the clones of one client request.
+	Meta *Meta
+}
+
+// Hints are the gateway's own request headers, copied at ingress.
+type Hints struct {
+	Cache     string // x-gateway-cache: "", "no-cache", "no-store" or "ttl=N"
+	ToolTrace bool   // x-gateway-tool-trace: 1
+}
+
+// Clone returns a shallow copy whose Body may be replaced independently.
+func (r *Request) Clone() *Request {
+	c := *r
+	return &c
+}
+
+// TargetOrDefault returns the deployment this attempt goes to.
+func (r *Request) TargetOrDefault() *Target {
+	if r.Target != nil {
+		return r.Target
+	}
+	if r.Route != nil && len(r.Route.Deployments) > 0 {
+		return &r.Route.Deployments[0]
+	}
+	return nil
+}
+
+// Route is a client-facing model resolved from config once at start.
+// Routes are immutable and shared by every request.
+type Route struct {
+	Name          string   // client-facing name
+	ContextWindow int      // tokens; 0 = unknown
+	Encoding      string   // tokenizer encoding for context editing
+	Deployments   []Target // where the model is served, with weights
+	Fallbacks     []string // other routes to try, in order
+	ModelLayer    Handler  // the model-call chain configured for this model
+}
+
+// Target is one deployment: a provider and the model name it knows.
+type Target struct {
+	Provider string
+	Upstream string // model name sent upstream
+	Weight   int
+	Model    string // the Route this deployment belongs to
+}
+
+// Tenant is the caller behind a gateway key. Policy is owned by the policies
+// package; other layers read the fields they need through small interfaces.
+type Tenant struct {
+	Name   string
+	Key    string // the key's configured name, never the secret
+	Policy any
+}
