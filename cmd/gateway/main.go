@@ -1,0 +1,121 @@
+// Command gateway runs the LLM gateway: flags, config, signals, listener.
+// The wiring of the chains lives in package gateway.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/gateway"
+	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/proxy"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	path := flag.String("config", "config.toml", "path to config.toml")
+	check := flag.Bool("check", false, "validate the config and exit (0 valid, 1 invalid)")
+	level := flag.String("log-level", "", "override server.log_level (debug, info, warn, error)")
+	format := flag.String("log-format", "", "override server.log_format (json, console)")
+	listen := flag.String("listen", "", "override server.listen")
+	flag.Parse()
+
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if *check {
+		fmt.Printf("%s: ok (%d providers, %d models, %d tools)\n", *path, len(cfg.Providers), len(cfg.Models), len(cfg.Tools))
+		return 0
+	}
+	override(cfg, *level, *format, *listen)
+	log, flush := observe.NewLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, os.Stderr)
+	defer flush()
+
+	rt, err := gateway.Build(cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start")
+		return 1
+	}
+	srv := proxy.NewServer(rt, log)
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		log.Error().Err(err).Str("listen", cfg.Server.Listen).Msg("cannot listen")
+		return 1
+	}
+	log.Info().Str("listen", ln.Addr().String()).Int("models", len(cfg.Models)).Msg("gateway started")
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	for {
+		select {
+		case err := <-served:
+			if err != nil {
+				log.Error().Err(err).Msg("server stopped")
+				return 1
+			}
+			return 0
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				reload(srv, *path, *level, *format, *listen, log)
+				continue
+			}
+			log.Info().Str("signal", sig.String()).Msg("shutting down")
+			grace := srv.Runtime().Config.Server.ShutdownTimeout.D()
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			err := srv.Shutdown(ctx)
+			cancel()
+			srv.Runtime().Close()
+			if err != nil {
+				log.Warn().Err(err).Msg("shutdown grace period ended with requests still running")
+			}
+			log.Info().Msg("stopped")
+			return 0
+		}
+	}
+}
+
+// reload builds a runtime from the file again and swaps it in. New requests
+// use it; in-flight ones finish on the old one, which is closed after the
+// shutdown grace period. An invalid file changes nothing.
+func reload(srv *proxy.Server, path, level, format, listen string, log zerolog.Logger) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		log.Error().Err(err).Msg("reload refused: the new config is invalid; keeping the old one")
+		return
+	}
+	override(cfg, level, format, listen)
+	rt, err := gateway.Build(cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("reload refused: cannot build the new config; keeping the old one")
+		return
+	}
+	old := srv.Swap(rt)
+	time.AfterFunc(old.Config.Server.ShutdownTimeout.D(), old.Close)
+	log.Info().Int("models", len(cfg.Models)).Msg("config reloaded")
+}
+
+func override(cfg *config.Config, level, format, listen string) {
+	if level != "" {
+		cfg.Server.LogLevel = level
+	}
+	if format != "" {
+		cfg.Server.LogFormat = format
+	}
+	if listen != "" {
+		cfg.Server.Listen = listen
+	}
+}

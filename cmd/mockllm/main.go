@@ -1,0 +1,92 @@
+// Command mockllm runs the scripted OpenAI-compatible model server on a TCP
+// address, for benchmarks and manual tests.
+//
+// Models named fail-<status> (e.g. fail-429, fail-503) always answer that
+// status with the OpenAI error envelope. Any other model answers like the
+// demo model, or with a fixed reply of -reply-bytes bytes when that is set.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:8090", "address to listen on")
+	firstByte := flag.Duration("first-byte-delay", 0, "delay before the first byte of each completion")
+	chunkDelay := flag.Duration("chunk-delay", 0, "delay between stream events")
+	textRunes := flag.Int("text-runes", 4, "runes per content delta")
+	replyBytes := flag.Int("reply-bytes", 0, "answer every model with a fixed reply of this many bytes (0 = demo answers)")
+	debug := flag.Bool("debug", false, "log faults and refused requests")
+	flag.Parse()
+
+	level := zerolog.InfoLevel
+	if *debug {
+		level = zerolog.DebugLevel
+	}
+	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()
+
+	srv := mockllm.New(mockllm.Options{
+		Respond:        responder(*replyBytes),
+		FirstByteDelay: *firstByte,
+		ChunkDelay:     *chunkDelay,
+		Chunking:       mockllm.Chunking{TextRunes: *textRunes},
+		MaxRecorded:    -1, // a load target must not grow
+		Logger:         &log,
+	})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mockllm:", err)
+		os.Exit(1)
+	}
+	log.Info().Str("base_url", "http://"+ln.Addr().String()+"/v1").Msg("mockllm: serving")
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	select {
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Msg("mockllm: shutting down")
+		_ = srv.Close()
+	case err := <-errc:
+		if err != nil {
+			log.Error().Err(err).Msg("mockllm: serve failed")
+			os.Exit(1)
+		}
+	}
+}
+
+// responder applies the by-model rules of the command.
+func responder(replyBytes int) func(*mockllm.Call) mockllm.Turn {
+	fixed := ""
+	if replyBytes > 0 {
+		const text = "The quick brown fox jumps over the lazy dog. "
+		fixed = strings.Repeat(text, replyBytes/len(text)+1)[:replyBytes]
+	}
+	return func(c *mockllm.Call) mockllm.Turn {
+		if rest, ok := strings.CutPrefix(c.Model, "fail-"); ok {
+			if status, err := strconv.Atoi(rest); err == nil && status >= 400 && status <= 599 {
+				f := mockllm.StatusFault(status, "", "")
+				if status == 429 || status == 503 {
+					f.RetryAfter = "1"
+				}
+				return mockllm.Turn{Fault: f}
+			}
+		}
+		if fixed != "" {
+			return mockllm.Turn{Text: fixed}
+		}
+		return mockllm.DemoResponder(c)
+	}
+}

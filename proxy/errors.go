@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// envelope is a mapped error, ready to write: the HTTP status and the OpenAI
+// error JSON {"error":{"message","type","param","code"}} with all four keys.
+type envelope struct {
+	status     int
+	body       []byte
+	retryAfter time.Duration
+	permanent  bool // x-should-retry: false
+	logStatus  int  // 499 when the client went away
+}
+
+// mapError is the one place that turns an error into HTTP. Internal error
+// text never reaches the client: only pipeline.Error messages (written for
+// clients) and the message of an upstream's own OpenAI-style envelope.
+func mapError(err error) envelope {
+	var pe *pipeline.Error
+	var ue *pipeline.UpstreamError
+	switch {
+	case errors.As(err, &pe):
+		return envelope{status: pe.Status, body: errorJSON(pe.Message, pe.Type, pe.Param, pe.Code),
+			retryAfter: pe.RetryAfter, permanent: pe.Status >= 400 && pe.Status < 500 && pe.Status != 408 && pe.Status != 409 && pe.Status != 429,
+			logStatus: pe.Status}
+	case errors.As(err, &ue):
+		return mapUpstream(ue)
+	case errors.Is(err, pipeline.ErrClientGone) || errors.Is(err, context.Canceled):
+		return envelope{status: 499, body: errorJSON("client closed request", "invalid_request_error", "", "client_closed"), logStatus: 499}
+	case errors.Is(err, context.DeadlineExceeded):
+		return envelope{status: 504, body: errorJSON("the request exceeded its deadline", "timeout_error", "", "timeout"), logStatus: 504}
+	default:
+		return envelope{status: 500, body: errorJSON("internal error", "server_error", "", "internal_error"), logStatus: 500}
+	}
+}
+
+func mapUpstream(ue *pipeline.UpstreamError) envelope {
+	switch ue.Kind {
+	case pipeline.UpstreamStatus:
+		msg, typ, param, code := "upstream error", "upstream_error", "", ""
+		if e := gjson.GetBytes(ue.Body, "error"); e.IsObject() {
+			// The upstream's envelope was written for API clients; keep its
+			// meaning-bearing fields, bounded in size.
+			msg = truncate(e.Get("message").String(), 1024)
+			typ = orDefault(truncate(e.Get("type").String(), 64), typ)
+			param = truncate(e.Get("param").String(), 64)
+			code = truncate(e.Get("code").String(), 64)
+		}
+		if msg == "" {
+			msg = "upstream returned status " + strconv.Itoa(ue.Status)
+		}
+		status := ue.Status
+		if status < 400 || status > 599 {
+			status = 502
+		}
+		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status}
+	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
+		return envelope{status: 504, body: errorJSON("upstream timed out", "server_error", "", "upstream_timeout"), logStatus: 504}
+	case pipeline.UpstreamCut:
+		return envelope{status: 502, body: errorJSON("upstream closed the connection before the response was complete", "server_error", "", "upstream_cut"), logStatus: 502}
+	case pipeline.UpstreamMalformed:
+		return envelope{status: 502, body: errorJSON("upstream sent a malformed response", "server_error", "", "upstream_malformed"), logStatus: 502}
+	default:
+		return envelope{status: 502, body: errorJSON("upstream unreachable", "server_error", "", "upstream_unreachable"), logStatus: 502}
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 { // keep whole runes
+		n--
+	}
+	return s[:n]
+}
+
+// errorJSON builds the envelope; empty param and code are written as null.
+func errorJSON(message, typ, param, code string) []byte {
+	b := []byte(`{"error":{"message":"","type":"","param":null,"code":null}}`)
+	b, _ = sjson.SetBytes(b, "error.message", message)
+	b, _ = sjson.SetBytes(b, "error.type", typ)
+	if param != "" {
+		b, _ = sjson.SetBytes(b, "error.param", param)
+	}
+	if code != "" {
+		b, _ = sjson.SetBytes(b, "error.code", code)
+	}
+	return b
+}

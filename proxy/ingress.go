@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+func init() {
+	// Request bodies are untrusted: no @modifiers in paths built from them.
+	gjson.DisableModifiers = true
+}
+
+// chatInput is what ingress reads from a chat request body.
+type chatInput struct {
+	model        string
+	stream       bool
+	includeUsage bool
+}
+
+// parseChat validates a /v1/chat/completions body once, at ingress. Later
+// layers read it with gjson without re-validating. Every failure names the
+// offending param.
+func parseChat(body []byte) (chatInput, error) {
+	var in chatInput
+	if len(body) == 0 {
+		return in, pipeline.BadRequest("", "the request body is empty; expected a JSON object")
+	}
+	if !gjson.ValidBytes(body) {
+		return in, pipeline.BadRequest("", "the request body is not valid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return in, pipeline.BadRequest("", "the request body must be a JSON object")
+	}
+	var model, messages, stream, streamOptions gjson.Result
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			model = v
+		case "messages":
+			messages = v
+		case "stream":
+			stream = v
+		case "stream_options":
+			streamOptions = v
+		}
+		return true
+	})
+	switch {
+	case !model.Exists():
+		return in, pipeline.BadRequest("model", "you must provide a model parameter")
+	case model.Type != gjson.String || model.Str == "":
+		return in, pipeline.BadRequest("model", "model must be a non-empty string")
+	}
+	in.model = model.Str
+	switch {
+	case !messages.Exists():
+		return in, pipeline.BadRequest("messages", "missing required parameter: 'messages'")
+	case !messages.IsArray():
+		return in, pipeline.BadRequest("messages", "messages must be an array")
+	}
+	n := 0
+	var bad error
+	messages.ForEach(func(_, m gjson.Result) bool {
+		if !m.IsObject() {
+			bad = pipeline.BadRequest("messages", "messages[%d] must be an object", n)
+			return false
+		}
+		if r := m.Get("role"); r.Type != gjson.String || r.Str == "" {
+			bad = pipeline.BadRequest("messages", "messages[%d].role must be a non-empty string", n)
+			return false
+		}
+		n++
+		return true
+	})
+	if bad != nil {
+		return in, bad
+	}
+	if n == 0 {
+		return in, pipeline.BadRequest("messages", "messages must contain at least one message")
+	}
+	if stream.Exists() {
+		switch stream.Type {
+		case gjson.True:
+			in.stream = true
+		case gjson.False, gjson.Null:
+		default:
+			return in, pipeline.BadRequest("stream", "stream must be a boolean")
+		}
+	}
+	if streamOptions.Exists() && streamOptions.Type != gjson.Null {
+		if !streamOptions.IsObject() {
+			return in, pipeline.BadRequest("stream_options", "stream_options must be an object")
+		}
+		if !in.stream {
+			return in, pipeline.BadRequest("stream_options", "stream_options is only allowed when stream is true")
+		}
+		in.includeUsage = streamOptions.Get("include_usage").Type == gjson.True
+	}
+	return in, nil
+}

@@ -1,0 +1,222 @@
+// Package proxy is the HTTP edge of the gateway: the fasthttp server and its
+// routes, request parsing at ingress, the one error mapper, the SSE sink, the
+// pass-through reverse proxy for other /v1 paths, and the upstream client.
+// *fasthttp.RequestCtx never leaves this package.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// Runtime is everything built from one config: routes, the request-layer
+// chain, the upstream clients. The server swaps it atomically on reload; a
+// request keeps the Runtime it started with until it ends.
+type Runtime struct {
+	Config   *config.Config
+	Routes   map[string]*pipeline.Route
+	Chat     pipeline.Handler // the request layer, ending in the tool loop
+	Upstream *Upstream
+	// Auth checks a credential for routes outside the chat pipeline
+	// (pass-through); nil means the gateway is open.
+	Auth func(credential string) (*pipeline.Tenant, error)
+	// Ready reports readiness details for /readyz; nil means ready.
+	Ready func() (ok bool, details map[string]string)
+	// Close releases what the runtime holds, after its last request.
+	Close func()
+
+	modelsJSON []byte
+	modelJSON  map[string][]byte
+}
+
+// Server serves the gateway's routes. Safe for concurrent use.
+type Server struct {
+	rt     atomic.Pointer[Runtime]
+	log    zerolog.Logger
+	srv    *fasthttp.Server
+	base   context.Context // cancelled when shutdown's grace period ends
+	cancel context.CancelFunc
+	idPfx  string
+	idSeq  atomic.Uint64
+}
+
+// NewServer returns a server for rt.
+func NewServer(rt *Runtime, log zerolog.Logger) *Server {
+	s := &Server{log: log}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	var p [6]byte
+	_, _ = rand.Read(p[:])
+	s.idPfx = "req_" + hex.EncodeToString(p[:])
+	s.Swap(rt)
+	cfg := rt.Config.Server
+	s.srv = &fasthttp.Server{
+		Handler:                       s.handle,
+		Name:                          "llmgw",
+		ReadTimeout:                   cfg.ReadTimeout.D(),
+		IdleTimeout:                   cfg.IdleTimeout.D(),
+		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		StreamRequestBody:             true,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		CloseOnShutdown:               true,
+		ReduceMemoryUsage:             false,
+		Logger:                        fasthttpLogger{log},
+	}
+	return s
+}
+
+// Swap installs rt for new requests; in-flight requests finish on the old
+// one. It returns the previous runtime.
+func (s *Server) Swap(rt *Runtime) *Runtime {
+	rt.modelsJSON, rt.modelJSON = buildModels(rt.Config)
+	return s.rt.Swap(rt)
+}
+
+// Runtime returns the runtime new requests use.
+func (s *Server) Runtime() *Runtime { return s.rt.Load() }
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting, lets in-flight requests and streams finish until
+// ctx ends, then cancels what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
+	select {
+	case err := <-done:
+		s.cancel()
+		return err
+	case <-ctx.Done():
+		s.cancel() // ends the streams still running; their writers then return
+		return <-done
+	}
+}
+
+func (s *Server) requestID(ctx *fasthttp.RequestCtx) string {
+	if v := ctx.Request.Header.Peek("X-Request-Id"); len(v) > 0 && len(v) <= 128 && printable(v) {
+		return string(v)
+	}
+	return s.idPfx + strconv.FormatUint(s.idSeq.Add(1), 36)
+}
+
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	rt := s.rt.Load()
+	id := s.requestID(ctx)
+	ctx.Response.Header.Set("X-Request-Id", id)
+	path := string(ctx.Path())
+	switch {
+	case path == "/v1/chat/completions":
+		if !ctx.IsPost() {
+			s.methodNotAllowed(ctx, rt, id, "POST")
+			return
+		}
+		s.handleChat(ctx, rt, id)
+	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
+		if !ctx.IsGet() {
+			if path == "/v1/models" {
+				s.methodNotAllowed(ctx, rt, id, "GET")
+				return
+			}
+			s.handlePassthrough(ctx, rt, id) // DELETE /v1/models/{ft model} belongs upstream
+			return
+		}
+		s.handleModels(ctx, rt, id, path)
+	case strings.HasPrefix(path, "/v1/"):
+		s.handlePassthrough(ctx, rt, id)
+	case path == "/healthz":
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case path == "/readyz":
+		s.handleReady(ctx, rt)
+	case path == "/metrics":
+		serveMetrics(ctx)
+	default:
+		s.writeError(ctx, rt, id, "", pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Unknown request URL: %s %s", ctx.Method(), truncate(path, 200)), time.Now())
+	}
+}
+
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *Runtime, id, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	s.writeError(ctx, rt, id, "", pipeline.Errorf(405, "invalid_request_error", "method_not_allowed",
+		"Method %s is not allowed on %s; use %s", ctx.Method(), ctx.Path(), allow), time.Now())
+}
+
+// bearer returns the credential from Authorization: Bearer, or api-key.
+func bearer(h *fasthttp.RequestHeader) string {
+	v := h.Peek(fasthttp.HeaderAuthorization)
+	if len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ") {
+		return strings.TrimSpace(string(v[7:]))
+	}
+	return string(h.Peek("Api-Key"))
+}
+
+// writeError writes err as the OpenAI envelope and logs the request.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, rt *Runtime, id, model string, err error, start time.Time) {
+	env := mapError(err)
+	status := env.status
+	if status == 499 { // nobody is listening; keep the log's meaning
+		status = 400
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	if env.retryAfter > 0 && (status == 429 || status == 503) {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((env.retryAfter+time.Second-1)/time.Second)))
+		ctx.Response.Header.Set("Retry-After-Ms", strconv.FormatInt(env.retryAfter.Milliseconds(), 10))
+	}
+	if env.permanent {
+		ctx.Response.Header.Set("X-Should-Retry", "false")
+	}
+	ctx.SetBody(env.body)
+	route := routeLabel(string(ctx.Path()))
+	requestsTotal.WithLabelValues(route, model, strconv.Itoa(env.logStatus)).Inc()
+	requestSeconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	ev := s.log.Info()
+	if env.logStatus >= 500 {
+		ev = s.log.Warn().AnErr("cause", err)
+	} else if s.log.GetLevel() <= zerolog.DebugLevel {
+		ev = ev.AnErr("cause", err)
+	}
+	ev.Str("request_id", id).Str("method", string(ctx.Method())).Str("path", route).Str("model", model).
+		Int("status", env.logStatus).Dur("latency", time.Since(start)).Int("bytes", len(env.body)).Msg("request")
+}
+
+// routeLabel keeps metric label cardinality bounded.
+func routeLabel(path string) string {
+	switch {
+	case path == "/v1/chat/completions", path == "/v1/models":
+		return path
+	case strings.HasPrefix(path, "/v1/models/"):
+		return "/v1/models/{id}"
+	case strings.HasPrefix(path, "/v1/"):
+		return "/v1/*"
+	default:
+		return "other"
+	}
+}
+
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) { l.log.Debug().Msgf(format, args...) }

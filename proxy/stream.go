@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/sse"
+)
+
+// upstreamStream reads an upstream chat stream event by event. Each chunk is
+// checked (one JSON object), given the client's model name, and returned in
+// a buffer reused by the next call. It owns the fasthttp request and
+// response and releases them in Close.
+type upstreamStream struct {
+	ctx      context.Context
+	pc       *providerClient
+	req      *fasthttp.Request
+	resp     *fasthttp.Response
+	conn     *trackedConn // nil when the connection could not be found
+	rd       *sse.Reader
+	model    string
+	deadline time.Time
+	idle     time.Duration
+	buf      []byte
+	done     bool
+
+	mu        sync.Mutex // held by Next while reading; Close takes it to release
+	closed    bool
+	stopAfter func() bool
+}
+
+func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Request, resp *fasthttp.Response, model string, deadline time.Time) *upstreamStream {
+	s := &upstreamStream{
+		ctx: ctx, pc: pc, req: req, resp: resp, model: model, deadline: deadline,
+		idle: pc.cfg.StreamIdleTimeout.D(),
+		conn: pc.conns.lookup(resp.LocalAddr()),
+		rd:   sse.NewReader(resp.BodyStream(), maxEventBytes),
+	}
+	if s.conn != nil {
+		// fasthttp's first-byte deadline would otherwise end long streams.
+		_ = s.conn.SetReadDeadline(time.Time{})
+		s.stopAfter = context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(past) })
+	}
+	return s
+}
+
+// Next returns the next chunk, io.EOF after [DONE], or an
+// *pipeline.UpstreamError (Cut, Idle, Malformed, Status for an upstream error
+// event) or the context's error.
+func (s *upstreamStream) Next() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, io.ErrClosedPipe
+	}
+	if s.done {
+		return nil, io.EOF
+	}
+	for {
+		if err := s.ctx.Err(); err != nil {
+			return nil, err
+		}
+		s.armDeadline()
+		ev, err := s.rd.Next()
+		if err != nil {
+			return nil, s.readError(err)
+		}
+		if len(ev.Name) > 0 && string(ev.Name) == "error" || gjson.GetBytes(ev.Data, "error").Exists() {
+			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
+				Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
+		}
+		if sse.IsDone(ev.Data) {
+			s.done = true
+			s.drain()
+			return nil, io.EOF
+		}
+		if len(ev.Data) == 0 || ev.Data[0] != '{' || !gjson.ValidBytes(ev.Data) {
+			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
+		}
+		out := setModel(s.buf, ev.Data, s.model)
+		if len(out) > 0 && &out[0] != &ev.Data[0] {
+			s.buf = out
+		}
+		return out, nil
+	}
+}
+
+// armDeadline bounds the next read by the idle timeout and the total deadline.
+func (s *upstreamStream) armDeadline() {
+	if s.conn == nil {
+		return
+	}
+	d := s.deadline
+	if s.idle > 0 {
+		if t := time.Now().Add(s.idle); t.Before(d) {
+			d = t
+		}
+	}
+	_ = s.conn.SetReadDeadline(d)
+}
+
+func (s *upstreamStream) readError(err error) error {
+	if cerr := s.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: s.pc.cfg.Name, Err: err}
+	var ne net.Error
+	switch {
+	case errors.Is(err, sse.ErrEventTooLarge):
+		ue.Kind = pipeline.UpstreamMalformed
+	case errors.As(err, &ne) && ne.Timeout():
+		ue.Kind = pipeline.UpstreamIdle
+		if !time.Now().Before(s.deadline) {
+			ue.Kind = pipeline.UpstreamTimeout
+		}
+	}
+	return ue
+}
+
+// drain reads to the end of the body after [DONE] so the connection can go
+// back to the pool; it gives up quickly on a peer that keeps it open.
+func (s *upstreamStream) drain() {
+	if s.conn != nil {
+		_ = s.conn.SetReadDeadline(time.Now().Add(time.Second))
+	}
+	for {
+		if _, err := s.rd.Next(); err != nil {
+			return
+		}
+	}
+}
+
+// Close releases the upstream request; a stream not read to its end closes
+// the connection, which the upstream sees as a cancellation.
+func (s *upstreamStream) Close() {
+	if s.conn != nil {
+		_ = s.conn.SetReadDeadline(past) // unblock a pending Next
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.stopAfter != nil {
+		s.stopAfter()
+	}
+	if s.conn != nil && s.done {
+		_ = s.conn.SetReadDeadline(time.Time{})
+	}
+	release(s.req, s.resp)
+}

@@ -1,0 +1,291 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// maxErrorBody bounds how much of an upstream error body is kept.
+const maxErrorBody = 64 << 10
+
+// maxEventBytes bounds one upstream SSE event.
+const maxEventBytes = 8 << 20
+
+// Upstream is the innermost model-call handler: it sends a chat request to
+// the deployment req.TargetOrDefault() names and returns the upstream's
+// answer, with the client's model name on the body and every chunk. Safe for
+// concurrent use; build it once per config.
+type Upstream struct {
+	providers map[string]*providerClient
+}
+
+var _ pipeline.Handler = (*Upstream)(nil)
+
+// providerClient is one provider's connection pool and settings.
+type providerClient struct {
+	cfg      config.Provider
+	hc       *fasthttp.HostClient
+	conns    connTable
+	scheme   string
+	host     string
+	basePath string // e.g. "/v1", no trailing slash
+	auth     string // "Bearer <key>" or ""
+}
+
+// NewUpstream builds a client pool per provider. Providers must have a base
+// URL (mock providers are given theirs by the caller once started).
+func NewUpstream(providers []config.Provider) (*Upstream, error) {
+	u := &Upstream{providers: make(map[string]*providerClient, len(providers))}
+	for i, p := range providers {
+		pc, err := newProviderClient(p)
+		if err != nil {
+			return nil, fmt.Errorf("providers[%d] %q: %w", i, p.Name, err)
+		}
+		u.providers[p.Name] = pc
+	}
+	return u, nil
+}
+
+func newProviderClient(p config.Provider) (*providerClient, error) {
+	base, err := url.Parse(p.BaseURL)
+	if err != nil || base.Host == "" {
+		return nil, fmt.Errorf("base_url %q is not a URL", p.BaseURL)
+	}
+	pc := &providerClient{
+		cfg:      p,
+		scheme:   base.Scheme,
+		host:     base.Host,
+		basePath: strings.TrimSuffix(base.Path, "/"),
+	}
+	if p.APIKey != "" {
+		pc.auth = "Bearer " + p.APIKey
+	}
+	addr := base.Host
+	if base.Port() == "" {
+		if base.Scheme == "https" {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	connect := p.ConnectTimeout.D()
+	pc.hc = &fasthttp.HostClient{
+		Addr:                          addr,
+		Name:                          "llmgw",
+		IsTLS:                         base.Scheme == "https",
+		TLSConfig:                     &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
+		MaxConns:                      p.MaxConns,
+		MaxIdleConnDuration:           90 * time.Second,
+		MaxConnWaitTimeout:            connect,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultUserAgentHeader:      false,
+		Dial: func(addr string) (net.Conn, error) {
+			c, err := fasthttp.DialTimeout(addr, connect)
+			if err != nil {
+				return nil, err
+			}
+			return pc.conns.wrap(c), nil
+		},
+	}
+	return pc, nil
+}
+
+// Close closes idle upstream connections.
+func (u *Upstream) Close() {
+	for _, pc := range u.providers {
+		pc.hc.CloseIdleConnections()
+	}
+}
+
+// provider returns the client for name, or nil.
+func (u *Upstream) provider(name string) *providerClient { return u.providers[name] }
+
+// Chat sends req upstream. Failures before the first body byte are
+// *pipeline.UpstreamError; a Stream's later failures come from its Next.
+func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	target := req.TargetOrDefault()
+	if target == nil {
+		return nil, &pipeline.Error{Status: 500, Type: "server_error", Message: "no deployment for model", Err: errors.New("proxy: request without target")}
+	}
+	pc := u.providers[target.Provider]
+	if pc == nil {
+		return nil, &pipeline.Error{Status: 500, Type: "server_error", Message: "no deployment for model", Err: fmt.Errorf("proxy: unknown provider %q", target.Provider)}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	body := req.Body
+	if gjson.GetBytes(body, "model").Str != target.Upstream {
+		var err error
+		if body, err = sjson.SetBytes(body, "model", target.Upstream); err != nil {
+			return nil, pipeline.BadRequest("model", "cannot route the request")
+		}
+	}
+
+	freq := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	freq.Header.SetMethod(fasthttp.MethodPost)
+	freq.SetRequestURI(pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions")
+	pc.setHeaders(&freq.Header, req.ID)
+	freq.Header.SetContentType("application/json")
+	freq.SetBodyRaw(body)
+
+	start := time.Now()
+	deadline := start.Add(pc.cfg.TotalTimeout.D())
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if req.Stream {
+		resp.StreamBody = true
+		fb := start.Add(pc.cfg.FirstByteTimeout.D())
+		if fb.After(deadline) {
+			fb = deadline
+		}
+		freq.SetTimeout(time.Until(fb))
+	} else {
+		freq.SetTimeout(time.Until(deadline))
+	}
+	err := pc.hc.Do(freq, resp)
+	upstreamSeconds.WithLabelValues(target.Provider).Observe(time.Since(start).Seconds())
+	if err != nil {
+		release(freq, resp)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, pc.transportError(err)
+	}
+	if status := resp.StatusCode(); status != fasthttp.StatusOK {
+		ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider,
+			RetryAfter: retryAfter(&resp.Header), Body: readErrorBody(resp)}
+		release(freq, resp)
+		return nil, ue
+	}
+	if !req.Stream {
+		out := resp.Body()
+		if !gjson.ValidBytes(out) {
+			release(freq, resp)
+			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errors.New("response body is not JSON")}
+		}
+		out = setModel(nil, out, req.Model)
+		release(freq, resp)
+		return &pipeline.Response{Body: out}, nil
+	}
+	return &pipeline.Response{Stream: newUpstreamStream(ctx, pc, freq, resp, req.Model, deadline)}, nil
+}
+
+// setHeaders writes the provider's own credentials and headers; nothing of
+// the client's Authorization reaches the upstream.
+func (pc *providerClient) setHeaders(h *fasthttp.RequestHeader, requestID string) {
+	if pc.auth != "" {
+		h.Set(fasthttp.HeaderAuthorization, pc.auth)
+	}
+	for k, v := range pc.cfg.Headers {
+		h.Set(k, v)
+	}
+	if requestID != "" {
+		h.Set("X-Request-Id", requestID)
+	}
+}
+
+func (pc *providerClient) transportError(err error) error {
+	kind := pipeline.UpstreamConnect
+	var ne net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
+		errors.Is(err, fasthttp.ErrNoFreeConns) || (errors.As(err, &ne) && ne.Timeout()) {
+		kind = pipeline.UpstreamTimeout
+	}
+	return &pipeline.UpstreamError{Kind: kind, Provider: pc.cfg.Name, Err: err}
+}
+
+func release(req *fasthttp.Request, resp *fasthttp.Response) {
+	_ = resp.CloseBodyStream()
+	fasthttp.ReleaseRequest(req)
+	fasthttp.ReleaseResponse(resp)
+}
+
+// readErrorBody copies at most maxErrorBody bytes of an error response.
+func readErrorBody(resp *fasthttp.Response) []byte {
+	if s := resp.BodyStream(); s != nil {
+		buf := make([]byte, 0, 4096)
+		for len(buf) < maxErrorBody {
+			if len(buf) == cap(buf) {
+				buf = append(buf, 0)[:len(buf)]
+			}
+			n, err := s.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err != nil {
+				break
+			}
+		}
+		return buf
+	}
+	b := resp.Body()
+	if len(b) > maxErrorBody {
+		b = b[:maxErrorBody]
+	}
+	return append([]byte(nil), b...)
+}
+
+// retryAfter reads retry-after-ms (preferred) or retry-after (seconds or an
+// HTTP date).
+func retryAfter(h *fasthttp.ResponseHeader) time.Duration {
+	if v := h.Peek("Retry-After-Ms"); len(v) > 0 {
+		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms >= 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := string(h.Peek(fasthttp.HeaderRetryAfter))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := time.Parse(time.RFC1123, v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// setModel appends to dst the JSON document doc with its top-level "model"
+// replaced by model. When doc already names model (or has no model field) it
+// returns doc itself.
+func setModel(dst, doc []byte, model string) []byte {
+	r := gjson.GetBytes(doc, "model")
+	if !r.Exists() || r.Type != gjson.String || r.Str == model || r.Index <= 0 {
+		return doc
+	}
+	dst = append(dst[:0], doc[:r.Index]...)
+	dst = appendJSONString(dst, model)
+	return append(dst, doc[r.Index+len(r.Raw):]...)
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
