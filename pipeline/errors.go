@@ -53,12 +53,12 @@ type UpstreamKind int
 
 // The kinds of upstream failure.
 const (
-	UpstreamStatus     UpstreamKind = iota // a non-2xx response
-	UpstreamConnect                        // refused, reset, DNS, TLS before any response
-	UpstreamTimeout                        // connect, first-byte or total timeout
-	UpstreamIdle                           // a stream stalled longer than the idle timeout
-	UpstreamCut                            // the connection ended before [DONE]
-	UpstreamMalformed                      // bytes that are not a valid SSE chunk
+	UpstreamStatus    UpstreamKind = iota // a non-2xx response
+	UpstreamConnect                       // refused, reset, DNS, TLS before any response
+	UpstreamTimeout                       // connect, first-byte or total timeout
+	UpstreamIdle                          // a stream stalled longer than the idle timeout
+	UpstreamCut                           // the connection ended before [DONE]
+	UpstreamMalformed                     // bytes that are not a valid SSE chunk
 )
 
 var kindNames = [...]string{"status", "connect", "timeout", "idle", "cut", "malformed"}

@@ -137,7 +137,7 @@ func (k *sink) run(w *bufio.Writer) {
 	for {
 		chunk, err := k.stream.Next()
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
+			if err != io.EOF { // an UpstreamError may wrap io.EOF: that is a cut, not an end
 				failure = err
 			}
 			break

@@ -38,22 +38,30 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 	}
 	provider := rt.Config.Server.DefaultProvider
 	var body []byte
-	streamed := ctx.Request.IsBodyStream()
 	model := ""
-	if !streamed {
-		body = ctx.Request.Body()
-		if bytes.HasPrefix(ctx.Request.Header.ContentType(), []byte("application/json")) {
-			if m := gjson.GetBytes(body, "model"); m.Type == gjson.String {
-				model = m.Str
-				if r := rt.Routes[m.Str]; r != nil && len(r.Deployments) > 0 {
-					d := r.Deployments[0]
-					provider = d.Provider
-					if d.Upstream != m.Str {
-						body, _ = sjson.SetBytes(body, "model", d.Upstream)
-					}
+	// A JSON body of known size is read to route it by its model; anything
+	// else (uploads, unknown sizes) streams through untouched.
+	cl := ctx.Request.Header.ContentLength()
+	streamed := true
+	if bytes.HasPrefix(ctx.Request.Header.ContentType(), []byte("application/json")) && cl >= 0 {
+		b, err := readBody(ctx, rt.Config.Server.MaxBodyBytes)
+		if err != nil {
+			s.writeError(ctx, rt, id, "", err, start)
+			return
+		}
+		body, streamed = b, false
+		if m := gjson.GetBytes(body, "model"); m.Type == gjson.String {
+			model = m.Str
+			if r := rt.Routes[m.Str]; r != nil && len(r.Deployments) > 0 {
+				d := r.Deployments[0]
+				provider = d.Provider
+				if d.Upstream != m.Str {
+					body, _ = sjson.SetBytes(body, "model", d.Upstream)
 				}
 			}
 		}
+	} else if !ctx.Request.IsBodyStream() {
+		body, streamed = ctx.Request.Body(), false
 	}
 	pc := rt.Upstream.provider(provider)
 	if pc == nil {

@@ -111,6 +111,9 @@ func (s *upstreamStream) readError(err error) error {
 	if cerr := s.ctx.Err(); cerr != nil {
 		return cerr
 	}
+	if err == io.EOF { // the body ended without [DONE]
+		err = io.ErrUnexpectedEOF
+	}
 	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: s.pc.cfg.Name, Err: err}
 	var ne net.Error
 	switch {

@@ -1,0 +1,128 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// walk tries the request's route, then its fallbacks in order, and returns
+// the answer with the route that gave it. Every error it returns is either
+// the last upstream error, an error to return as it is, or the 503 for
+// circuits that were all open.
+func (h *handler) walk(ctx context.Context, st *callState, req *pipeline.Request) (*pipeline.Response, *pipeline.Route, error) {
+	primary := req.Route
+	resp, err := h.tryRoute(ctx, st, req, primary)
+	if err == nil || len(primary.Fallbacks) == 0 || ctx.Err() != nil {
+		return resp, primary, err
+	}
+
+	// The nested layers share the bookkeeping through the context; a heap
+	// copy keeps st itself on the caller's stack on the fast path.
+	shared := new(callState)
+	*shared = *st
+	defer func() { *st = *shared }()
+	nctx := context.WithValue(ctx, nestedKey{}, shared)
+
+	var (
+		lastErr  error
+		openErr  *pipeline.Error // the shortest circuit wait seen
+		window   = -1            // after a context-length error: the prompt needs more tokens than this
+		tried    = []*pipeline.Route{primary}
+		route    = primary
+		position = 0 // next index in primary.Fallbacks
+	)
+	for {
+		var reason prometheus.Counter
+		var pe *pipeline.Error
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil, err
+		case errors.Is(err, ErrCircuitOpen) && errors.As(err, &pe):
+			if openErr == nil || pe.RetryAfter < openErr.RetryAfter {
+				openErr = pe
+			}
+			reason = fallbackOnCircuitOpen
+		default:
+			switch classify(err) {
+			case classRetryable:
+				reason = fallbackOnError
+			case classContextLength:
+				window = max(window, route.ContextWindow)
+				reason = fallbackOnContextLength
+			default:
+				return nil, nil, err
+			}
+			lastErr = err
+		}
+
+		next := h.nextFallback(primary, &position, window, tried)
+		if next == nil || !h.fits(shared, 0) {
+			break
+		}
+		tried = append(tried, next)
+		reason.Inc()
+		h.log.Warn().Str("model", route.Name).Str("fallback", next.Name).Err(err).Msg("falling back")
+		resp, err = h.callFallback(nctx, shared, req, next)
+		if err == nil {
+			return resp, next, nil
+		}
+		route = next
+	}
+	if lastErr == nil && openErr != nil {
+		return nil, nil, openErr // no attempt at all: every circuit was open
+	}
+	return nil, nil, lastErr
+}
+
+// nextFallback resolves the next usable fallback of primary from *position
+// on. After a context-length error (window >= 0) only models with a larger
+// context window qualify; the others are skipped without being called.
+func (h *handler) nextFallback(primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
+	for *position < len(primary.Fallbacks) {
+		name := primary.Fallbacks[*position]
+		*position++
+		r := h.lookup(name)
+		switch {
+		case r == nil:
+			h.log.Warn().Str("model", primary.Name).Str("fallback", name).Msg("unknown fallback model skipped")
+			continue
+		case window >= 0 && r.ContextWindow <= window:
+			h.log.Debug().Str("model", primary.Name).Str("fallback", name).Int("window", r.ContextWindow).
+				Msg("fallback skipped: context window not larger")
+			continue
+		}
+		seen := false
+		for _, t := range tried {
+			seen = seen || t == r
+		}
+		if !seen {
+			return r
+		}
+	}
+	return nil
+}
+
+// callFallback runs route's own model-call chain (its context editing runs
+// for its window) on a clone of req; the nested fallback middleware finds st
+// in ctx and only retries and picks deployments.
+func (h *handler) callFallback(ctx context.Context, st *callState, req *pipeline.Request, route *pipeline.Route) (*pipeline.Response, error) {
+	c := req.Clone()
+	c.Route = route
+	c.Target = nil
+	if route.ModelLayer == nil {
+		return h.tryRoute(ctx, st, c, route)
+	}
+	before := st.attempts
+	resp, err := route.ModelLayer.Chat(ctx, c)
+	if st.attempts == before {
+		st.attempts++ // that chain has no fallback middleware of its own
+	}
+	if err != nil {
+		return nil, err
+	}
+	return h.primeResponse(ctx, resp, "")
+}

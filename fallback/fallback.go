@@ -1,0 +1,249 @@
+// Package fallback is the model-call middleware that makes one upstream call
+// dependable: retries with exponential backoff and full jitter (honouring the
+// upstream's retry-after up to a cap), weighted choice among a model's
+// deployments, a circuit breaker per deployment, and a chain of fallback
+// models (only larger context windows after a context-length error).
+//
+// Streams follow the same rules as whole responses: a stream that fails
+// before its first content reached the client is retried or falls back
+// transparently; after that, failures reach the client as errors.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// Response headers set through Request.Meta.
+const (
+	HeaderModel    = "x-gateway-model"    // the client-facing model that answered
+	HeaderAttempts = "x-gateway-attempts" // upstream attempts made for the client request
+)
+
+var (
+	// ErrCircuitOpen is the cause inside the 503 returned when every
+	// deployment that could serve the request has its circuit open.
+	ErrCircuitOpen = errors.New("fallback: circuit open")
+	// ErrDeadline is the cause inside the UpstreamTimeout returned when the
+	// fallback deadline (config middleware.fallback.deadline) ran out.
+	ErrDeadline = errors.New("fallback: deadline exceeded")
+)
+
+// Options configures New. The slices are read during New only.
+type Options struct {
+	// Providers supplies Retries (nil = 2) and RetryAfterCap (0 = 10s) per
+	// provider name; the other fields are ignored.
+	Providers []config.Provider
+	// Models, when set, lets New build the breakers of every configured
+	// deployment up front. Deployments not listed get one on first use.
+	Models []config.Model
+	// Fallback holds backoff, deadline and breaker settings; zero fields take
+	// the config defaults.
+	Fallback config.Fallback
+	Logger   zerolog.Logger
+
+	// Sleep waits d or until ctx ends (returning its error). Default: a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Rand returns a number in [0, 1); it must be safe for concurrent use.
+	// Default: math/rand/v2.Float64.
+	Rand func() float64
+	// Now is the clock of the breakers and of the deadline bookkeeping.
+	// Default: time.Now.
+	Now func() time.Time
+}
+
+// handler is the middleware around one route's next handler. Safe for
+// concurrent use; all mutable state lives in the shared tables.
+type handler struct {
+	next     pipeline.Handler
+	t        *tables
+	lookup   func(string) *pipeline.Route
+	log      zerolog.Logger
+	base     time.Duration
+	max      time.Duration
+	deadline time.Duration
+	sleep    func(context.Context, time.Duration) error
+	rand     func() float64
+	now      func() time.Time
+}
+
+// New returns the fallback middleware. lookup resolves a fallback model name
+// to its Route at request time (nil = unknown, skipped); it must be safe for
+// concurrent use. The returned Middleware may wrap the model-call chains of
+// many routes: they share one set of breakers, so a deployment used by
+// several routes has one circuit. The Handlers it builds are safe for
+// concurrent use; they never modify the Request they are given (each attempt
+// gets a Clone) and set x-gateway-model and x-gateway-attempts on its Meta.
+func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middleware {
+	f := opts.Fallback
+	def := func(d config.Duration, v time.Duration) time.Duration {
+		if d <= 0 {
+			return v
+		}
+		return d.D()
+	}
+	t := &tables{
+		providers: make(map[string]providerPolicy, len(opts.Providers)),
+		def:       providerPolicy{retries: 2, retryAfterCap: 10 * time.Second},
+		threshold: f.BreakerFailures,
+		cooldown:  def(f.BreakerCooldown, 30*time.Second),
+		log:       opts.Logger,
+		breakers:  make(map[depKey]*breaker),
+		routes:    make(map[*pipeline.Route]*routeState),
+	}
+	if t.threshold <= 0 {
+		t.threshold = 5
+	}
+	for _, p := range opts.Providers {
+		pp := t.def
+		if p.Retries != nil {
+			pp.retries = max(*p.Retries, 0)
+		}
+		pp.retryAfterCap = def(p.RetryAfterCap, pp.retryAfterCap)
+		t.providers[p.Name] = pp
+	}
+	for _, m := range opts.Models {
+		for _, d := range m.Deployments {
+			t.breakerFor(d.Provider, d.Upstream)
+		}
+	}
+	proto := handler{
+		t:        t,
+		lookup:   lookup,
+		log:      opts.Logger,
+		base:     def(f.BaseBackoff, 200*time.Millisecond),
+		max:      def(f.MaxBackoff, 5*time.Second),
+		deadline: def(f.Deadline, 2*time.Minute),
+		sleep:    opts.Sleep,
+		rand:     opts.Rand,
+		now:      opts.Now,
+	}
+	if proto.sleep == nil {
+		proto.sleep = sleepCtx
+	}
+	if proto.rand == nil {
+		proto.rand = rand.Float64
+	}
+	if proto.now == nil {
+		proto.now = time.Now
+	}
+	if proto.lookup == nil {
+		proto.lookup = func(string) *pipeline.Route { return nil }
+	}
+	return func(next pipeline.Handler) pipeline.Handler {
+		h := proto
+		h.next = next
+		return &h
+	}
+}
+
+// callState is the bookkeeping of one model call, shared with the nested
+// fallback middleware of the fallback routes through the context. It is
+// used by one goroutine at a time (the nested call is synchronous).
+type callState struct {
+	deadline time.Time
+	attempts int
+	provider string // of the last attempt, for the deadline error
+}
+
+// nestedKey marks a context passed to a fallback route's ModelLayer: the
+// fallback middleware there retries and picks deployments but does not walk
+// a chain again.
+type nestedKey struct{}
+
+// Chat implements pipeline.Handler.
+func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	if req.Route == nil {
+		return h.next.Chat(ctx, req)
+	}
+	if st, ok := ctx.Value(nestedKey{}).(*callState); ok {
+		return h.tryRoute(ctx, st, req, req.Route)
+	}
+
+	st := &callState{deadline: h.now().Add(h.deadline)} // stays on the stack
+	actx := ctx
+	var cancel context.CancelFunc
+	var timer *time.Timer
+	switch d, ok := ctx.Deadline(); {
+	case ok && time.Until(d) <= h.deadline:
+		st.deadline = h.now().Add(time.Until(d)) // the caller's deadline comes first
+	case req.Stream:
+		// Not a context deadline: the upstream client would bound the whole
+		// stream by it. The timer only cancels while nothing was returned.
+		actx, cancel = context.WithCancel(ctx)
+		timer = time.AfterFunc(h.deadline, cancel)
+	default:
+		actx, cancel = context.WithTimeout(ctx, h.deadline)
+	}
+
+	resp, route, err := h.walk(actx, st, req)
+	if timer != nil && !timer.Stop() && err == nil && resp.Stream != nil {
+		// The deadline fired as the answer arrived and closed its stream.
+		resp.Stream.Close()
+		resp, err = nil, actx.Err()
+	}
+	if err != nil && actx.Err() != nil {
+		err = h.stopErr(ctx, st, err)
+	}
+	if cancel != nil {
+		if err == nil && resp.Stream != nil {
+			rs, ok := resp.Stream.(*replayStream)
+			if !ok {
+				rs = &replayStream{up: resp.Stream}
+				resp.Stream = rs
+			}
+			rs.onClose = cancel
+		} else {
+			cancel()
+		}
+	}
+
+	attempts := st.attempts
+	if prev := req.Meta.Get(HeaderAttempts); prev != "" { // earlier rounds of a tool loop
+		if n, perr := strconv.Atoi(prev); perr == nil {
+			attempts += n
+		}
+	}
+	req.Meta.Set(HeaderAttempts, strconv.Itoa(attempts))
+	if err != nil {
+		return nil, err
+	}
+	req.Meta.Set(HeaderModel, route.Name)
+	return resp, nil
+}
+
+// stopErr is the error for a call whose context ended: the client's own
+// cancellation as it is, any deadline as an upstream timeout (504).
+func (h *handler) stopErr(parent context.Context, st *callState, err error) error {
+	if perr := parent.Err(); perr != nil && !errors.Is(perr, context.DeadlineExceeded) {
+		if cause := context.Cause(parent); cause != nil {
+			return cause
+		}
+		return perr
+	}
+	h.log.Warn().Int("attempts", st.attempts).AnErr("last", err).Msg("fallback deadline exceeded")
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamTimeout, Provider: st.provider, Err: ErrDeadline}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

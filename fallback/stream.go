@@ -1,0 +1,132 @@
+package fallback
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// ErrNoContent is the cause of the failure reported when a stream ends
+// cleanly before any content: an empty answer is a failure, never a success.
+var ErrNoContent = errors.New("fallback: stream ended before any content")
+
+// Priming limits: a stream that sends this many chunks (or bytes) without
+// content is passed on as it is rather than buffered further.
+const (
+	maxPrimeChunks = 64
+	maxPrimeBytes  = 64 << 10
+)
+
+// prime reads s until its first chunk with content, so that a failure before
+// anything reached the client can be retried. The chunks before it (the role
+// chunk) are copied and replayed by the returned stream, which then continues
+// s. Keep-alive comments read while priming are dropped: the client has not
+// seen the response start yet. On failure prime closes s and returns the
+// error; io.EOF becomes an UpstreamCut failure wrapping ErrNoContent.
+// ctx cancellation (the deadline, the client leaving) closes s to unblock Next.
+func prime(ctx context.Context, s pipeline.Stream, provider string) (*replayStream, error) {
+	stop := context.AfterFunc(ctx, s.Close)
+	r := &replayStream{up: s}
+	buf := r.arr[:0]
+	size := 0
+	for {
+		c, err := s.Next()
+		if err != nil {
+			stop()
+			s.Close()
+			if err == io.EOF {
+				err = &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: provider, Err: ErrNoContent}
+			}
+			return nil, err
+		}
+		if len(c) > 0 && c[0] == ':' {
+			continue
+		}
+		if hasContent(c) || len(buf) >= maxPrimeChunks || size >= maxPrimeBytes {
+			if !stop() { // ctx ended meanwhile and closed s
+				return nil, context.Cause(ctx)
+			}
+			r.buf, r.first = buf, c
+			return r, nil
+		}
+		buf = append(buf, bytes.Clone(c))
+		size += len(c)
+	}
+}
+
+// hasContent reports whether a chunk carries something the client sees as
+// the answer: a non-empty content, refusal or reasoning delta, tool_calls,
+// a function_call or audio delta, or a finish_reason. chunk is only read;
+// any bytes are safe.
+func hasContent(chunk []byte) bool {
+	found := false
+	// gjson.Get on a string view: GetBytes would copy the result, and
+	// nothing read here outlives the call.
+	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
+		if fr := c.Get("finish_reason"); fr.Exists() && fr.Type != gjson.Null {
+			found = true
+			return false
+		}
+		d := c.Get("delta")
+		if !d.IsObject() {
+			return true
+		}
+		d.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "content", "refusal", "reasoning_content", "reasoning":
+				found = v.Type == gjson.String && v.Str != ""
+			case "tool_calls":
+				found = v.IsArray() && v.Get("0").Exists()
+			case "function_call", "audio":
+				found = v.IsObject()
+			}
+			return !found
+		})
+		return !found
+	})
+	return found
+}
+
+// replayStream yields the chunks buffered while priming, then the first
+// content chunk, then the rest of the upstream stream; later errors are
+// returned unchanged. Next is for one goroutine; Close may be called from
+// any, more than once.
+type replayStream struct {
+	buf   [][]byte  // owned copies
+	arr   [2][]byte // backing for buf: usually just the role chunk
+	first []byte    // owned by up; valid until up.Next is called again
+	up    pipeline.Stream
+
+	// onClose runs on every Close (it must be idempotent): it releases the
+	// fallback deadline's context. Set before the stream is handed out.
+	onClose func()
+}
+
+// Next implements pipeline.Stream.
+func (r *replayStream) Next() ([]byte, error) {
+	if len(r.buf) > 0 {
+		c := r.buf[0]
+		r.buf = r.buf[1:]
+		return c, nil
+	}
+	if r.first != nil {
+		c := r.first
+		r.first = nil
+		return c, nil
+	}
+	return r.up.Next()
+}
+
+// Close implements pipeline.Stream.
+func (r *replayStream) Close() {
+	r.up.Close()
+	if r.onClose != nil {
+		r.onClose()
+	}
+}

@@ -1,0 +1,216 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+const (
+	roleChunk    = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`
+	textA        = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}`
+	textB        = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}`
+	finishChunk  = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	toolChunk    = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}`
+	refusalChunk = `{"choices":[{"index":0,"delta":{"refusal":"no"},"finish_reason":null}]}`
+	usageChunk   = `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+)
+
+func cut() error {
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "p", Err: errors.New("eof mid-stream")}
+}
+
+func TestStreamFailureBeforeContent(t *testing.T) {
+	t.Parallel()
+	good := []string{roleChunk, textA, textB, finishChunk, usageChunk}
+	tests := []struct {
+		name    string
+		primary step
+	}{
+		{name: "cut_after_role", primary: step{chunks: []string{roleChunk}, end: cut()}},
+		{name: "idle_at_start", primary: step{chunks: []string{}, end: &pipeline.UpstreamError{Kind: pipeline.UpstreamIdle}}},
+		{name: "malformed", primary: step{chunks: []string{roleChunk, string(pipeline.KeepAlive)}, end: &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed}}},
+		{name: "clean_end_without_content", primary: step{chunks: []string{roleChunk, usageChunk}}},
+		{name: "status_before_body", primary: step{err: status(502, `{}`)}},
+	}
+	for _, tc := range tests {
+		for _, nested := range []bool{true, false} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(Options{Providers: []config.Provider{{Name: "p", Retries: intp(0)}}},
+					map[string][]step{"p/a": {tc.primary}, "q/b": {{chunks: good}}}, nested,
+					rt("a", 0, []string{"b"}, dep("p", "a", 1)), rt("b", 0, nil, dep("q", "b", 1)))
+				resp, req, err := e.chat(t, "a", true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := drain(resp.Stream)
+				if err != nil {
+					t.Fatalf("stream error %v", err)
+				}
+				if !slices.Equal(got, good) {
+					t.Fatalf("chunks =\n%q\nwant\n%q", got, good)
+				}
+				if req.Meta.Get(HeaderModel) != "b" || req.Meta.Get(HeaderAttempts) != "2" {
+					t.Fatalf("headers %v", req.Meta.Headers())
+				}
+			})
+		}
+	}
+}
+
+func TestStreamRetrySameDeployment(t *testing.T) {
+	t.Parallel()
+	good := []string{roleChunk, toolChunk, finishChunk}
+	e := newEnv(Options{}, map[string][]step{"p/a": {{chunks: []string{roleChunk}, end: cut()}, {chunks: good}}}, false,
+		rt("a", 0, nil, dep("p", "a", 1)))
+	resp, _, err := e.chat(t, "a", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := drain(resp.Stream)
+	if err != nil || !slices.Equal(got, good) {
+		t.Fatalf("chunks %q err %v", got, err)
+	}
+	if e.f.count("p/a") != 2 {
+		t.Fatalf("calls = %d", e.f.count("p/a"))
+	}
+}
+
+func TestStreamFailureAfterContent(t *testing.T) {
+	t.Parallel()
+	for _, nested := range []bool{true, false} {
+		t.Run(map[bool]string{true: "model_layer", false: "direct"}[nested], func(t *testing.T) {
+			t.Parallel()
+			fail := cut()
+			e := newEnv(Options{}, map[string][]step{"p/a": {{chunks: []string{roleChunk, textA}, end: fail}}}, nested,
+				rt("a", 0, []string{"b"}, dep("p", "a", 1)), rt("b", 0, nil, dep("q", "b", 1)))
+			resp, _, err := e.chat(t, "a", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := drain(resp.Stream)
+			if err != fail {
+				t.Fatalf("stream error = %v, want the upstream's own error", err)
+			}
+			if !slices.Equal(got, []string{roleChunk, textA}) {
+				t.Fatalf("chunks %q", got)
+			}
+			if e.f.count("p/a") != 1 || e.f.count("q/b") != 0 {
+				t.Fatalf("calls %v: no retry after content reached the client", e.f.calls)
+			}
+		})
+	}
+}
+
+func TestHasContent(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		chunk string
+		want  bool
+	}{
+		{name: "role", chunk: roleChunk, want: false},
+		{name: "text", chunk: textA, want: true},
+		{name: "finish", chunk: finishChunk, want: true},
+		{name: "tool_calls", chunk: toolChunk, want: true},
+		{name: "refusal", chunk: refusalChunk, want: true},
+		{name: "reasoning", chunk: `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, want: true},
+		{name: "usage", chunk: usageChunk, want: false},
+		{name: "null_content", chunk: `{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null}]}`, want: false},
+		{name: "empty_tool_calls", chunk: `{"choices":[{"delta":{"tool_calls":[]}}]}`, want: false},
+		{name: "second_choice", chunk: `{"choices":[{"delta":{}},{"delta":{"content":"x"}}]}`, want: true},
+		{name: "garbage", chunk: `{"choices":[{"delta":`, want: false},
+		{name: "empty", chunk: ``, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := hasContent([]byte(tc.chunk)); got != tc.want {
+				t.Fatalf("hasContent = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzHasContent(f *testing.F) {
+	for _, s := range []string{roleChunk, textA, toolChunk, usageChunk, `{"choices":[{"delta":{"content":"`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hasContent(b)
+		if hasContent(b) != hasContent(append([]byte(nil), b...)) {
+			t.Fatal("not deterministic")
+		}
+	})
+}
+
+func TestStreamOutlivesDeadline(t *testing.T) {
+	t.Parallel()
+	good := []string{roleChunk, textA, textB, finishChunk}
+	e := newEnv(Options{Fallback: config.Fallback{Deadline: config.Duration(30 * time.Millisecond)}},
+		map[string][]step{"p/a": {{chunks: good}}}, false, rt("a", 0, nil, dep("p", "a", 1)))
+	resp, _, err := e.chat(t, "a", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond) // the deadline bounds getting an answer, not reading it
+	got, err := drain(resp.Stream)
+	if err != nil || !slices.Equal(got, good) {
+		t.Fatalf("chunks %q err %v", got, err)
+	}
+}
+
+func TestCloseReleasesContext(t *testing.T) {
+	t.Parallel()
+	var upstreamCtx context.Context
+	inner := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		upstreamCtx = ctx
+		return &pipeline.Response{Stream: newFakeStream(ctx, []string{textA}, nil)}, nil
+	})
+	h := New(Options{}, nil)(inner)
+	req := &pipeline.Request{Stream: true, Route: rt("a", 0, nil, dep("p", "a", 1)), Meta: &pipeline.Meta{}}
+	resp, err := h.Chat(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upstreamCtx.Err() != nil {
+		t.Fatal("context canceled while the stream is in use")
+	}
+	resp.Stream.Close()
+	resp.Stream.Close()
+	if upstreamCtx.Err() == nil {
+		t.Fatal("Close did not release the attempt's context")
+	}
+}
+
+func TestConcurrentStreams(t *testing.T) {
+	t.Parallel()
+	good := []string{roleChunk, textA, finishChunk}
+	e := newEnv(Options{Rand: rand.Float64}, map[string][]step{
+		"p/a": {{chunks: []string{roleChunk}, end: cut()}, {chunks: good}},
+		"q/a": {{err: status(503, `{}`)}, {chunks: good}},
+		"r/b": {{chunks: good}},
+	}, true, rt("a", 0, []string{"b"}, dep("p", "a", 1), dep("q", "a", 1)), rt("b", 0, nil, dep("r", "b", 1)))
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			resp, _, err := e.chat(t, "a", true)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got, err := drain(resp.Stream); err != nil || !slices.Equal(got, good) {
+				t.Errorf("chunks %q err %v", got, err)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,161 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Middleware returns the request-layer middleware: it authenticates
+// req.Credential, sets req.Tenant, and enforces the tenant's body size limit
+// (413), model allow-list (403) and max_tokens cap (clamp, or 400) before
+// calling next. A clamped body is a new slice stored in req.Body; the old one
+// is never written. Denials return a *pipeline.Error without calling next.
+// The returned Handler is safe for concurrent use.
+func (e *Engine) Middleware() pipeline.Middleware {
+	return func(next pipeline.Handler) pipeline.Handler {
+		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			t, err := e.Authenticate(r.Credential)
+			if err != nil {
+				return nil, err
+			}
+			r.Tenant = t
+			if err := PolicyOf(t).Admit(r); err != nil {
+				return nil, err
+			}
+			return next.Chat(ctx, r)
+		})
+	}
+}
+
+// Admit applies p's request limits to r: body size, model, then max_tokens.
+// It may replace r.Body with a new slice (clamp mode) and returns a
+// *pipeline.Error for a denial. A nil Policy admits everything.
+func (p *Policy) Admit(r *pipeline.Request) error {
+	if p == nil {
+		return nil
+	}
+	if p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
+		return &pipeline.Error{
+			Status:  413,
+			Type:    "invalid_request_error",
+			Code:    "request_too_large",
+			Message: fmt.Sprintf("Request body is %d bytes, above this key's limit of %d bytes.", len(r.Body), p.MaxBodyBytes),
+		}
+	}
+	model := r.Model
+	if model == "" && r.Route != nil {
+		model = r.Route.Name
+	}
+	if !p.models.match(model) {
+		return &pipeline.Error{
+			Status:  403,
+			Type:    "invalid_request_error",
+			Code:    "model_not_allowed",
+			Param:   "model",
+			Message: fmt.Sprintf("The model `%s` is not allowed for this API key.", model),
+		}
+	}
+	if p.MaxTokens > 0 {
+		body, err := p.capTokens(r.Body)
+		if err != nil {
+			return err
+		}
+		r.Body = body
+	}
+	return nil
+}
+
+// The request fields the max_tokens cap applies to.
+const (
+	fieldMaxTokens           = "max_tokens"
+	fieldMaxCompletionTokens = "max_completion_tokens"
+)
+
+// capTokens enforces p.MaxTokens on both token-limit fields of body.
+//
+// A field above the cap is lowered to it (clamp) or rejected with a 400
+// naming the field (reject). A request that sets neither field would let the
+// model run to its own maximum and bypass the cap, so it gets
+// max_completion_tokens = cap in both modes (the field every current OpenAI
+// model accepts). A field that is not a number, appears twice or has an
+// escaped name is a 400: a lenient upstream could otherwise read a value
+// this check did not (a numeric string, the last of two duplicates).
+// body is not modified; a rewrite returns a new slice.
+func (p *Policy) capTokens(body []byte) ([]byte, error) {
+	fields := [2]string{fieldMaxTokens, fieldMaxCompletionTokens}
+	limit := float64(p.MaxTokens)
+	var count [2]int
+	var seen, over [2]bool
+	var raw [2]string
+	bad := -1
+	// One pass over the top-level keys instead of one gjson.Get per field:
+	// the messages usually come first and dominate the body. The string view
+	// aliases body, which nobody writes (pipeline.Request rules), and no
+	// Result outlives this function except raw, which is only formatted.
+	json := unsafe.String(unsafe.SliceData(body), len(body))
+	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
+		i := -1
+		switch k.Str {
+		case fieldMaxTokens:
+			i = 0
+		case fieldMaxCompletionTokens:
+			i = 1
+		default:
+			return true
+		}
+		count[i]++
+		switch {
+		case count[i] > 1 || len(k.Raw) != len(fields[i])+2:
+			bad = i
+			return false
+		case v.Type == gjson.Null:
+		case v.Type != gjson.Number:
+			bad = i
+			return false
+		default:
+			seen[i] = true
+			if v.Num > limit {
+				over[i], raw[i] = true, v.Raw
+			}
+		}
+		return true
+	})
+	if bad >= 0 {
+		return nil, pipeline.BadRequest(fields[bad], "Invalid '%s': expected one integer value.", fields[bad])
+	}
+	if p.MaxTokensMode == ModeReject {
+		for i := range over {
+			if over[i] {
+				return nil, &pipeline.Error{
+					Status: 400,
+					Type:   "invalid_request_error",
+					Code:   "integer_above_max_value",
+					Param:  fields[i],
+					Message: fmt.Sprintf("Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.",
+						fields[i], p.MaxTokens, raw[i]),
+				}
+			}
+		}
+	}
+	if !seen[0] && !seen[1] {
+		over[1] = true
+	}
+	out := body
+	for i := range over {
+		if !over[i] {
+			continue
+		}
+		b, err := sjson.SetBytes(out, fields[i], int64(p.MaxTokens))
+		if err != nil {
+			// Unreachable for a body validated at ingress; fail closed.
+			return nil, &pipeline.Error{Status: 400, Type: "invalid_request_error", Message: "The request body is not a JSON object.", Err: err}
+		}
+		out = b
+	}
+	return out, nil
+}

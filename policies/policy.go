@@ -1,0 +1,134 @@
+package policies
+
+import (
+	"fmt"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// The values of Policy.MaxTokensMode.
+const (
+	ModeClamp  = "clamp"  // lower an over-limit max_tokens to the cap
+	ModeReject = "reject" // answer 400 naming the field
+)
+
+// Policy is the merged rule set of one tenant: its own [[policies]] entry laid
+// over the tenant = "*" defaults. It is built once in New, stored in
+// pipeline.Tenant.Policy, and read-only afterwards: safe for concurrent use,
+// never modify it.
+type Policy struct {
+	Tenant        string
+	MaxBodyBytes  int    // request body limit; 0 = the server's limit only
+	MaxTokens     int    // cap on max_tokens / max_completion_tokens; 0 = none
+	MaxTokensMode string // ModeClamp or ModeReject
+	Cache         *bool  // override of middleware.cache.enabled; nil = no override
+	ToolTrace     bool   // always add x_gateway to responses
+
+	models *globs // nil = every model
+	tools  *globs // nil = every server tool
+}
+
+// AllowsModel reports whether the client-facing model name may be used.
+// A nil Policy allows everything.
+func (p *Policy) AllowsModel(name string) bool { return p == nil || p.models.match(name) }
+
+// AllowsTool reports whether the server tool name may run.
+// A nil Policy allows everything.
+func (p *Policy) AllowsTool(name string) bool { return p == nil || p.tools.match(name) }
+
+// merge lays the tenant entry t over the defaults d (either may be nil) and
+// compiles the globs.
+//
+// Merge rules, per field: a list set in t (even to []) replaces d's; a
+// non-zero number in t replaces d's; cache set in t replaces d's; tool_trace
+// is on when either sets it. max_tokens_mode travels with max_tokens, because
+// config defaults the mode to "clamp" in every entry and an unset mode cannot
+// be told from an explicit one: the entry that supplies the cap supplies its
+// mode, and a tenant entry may still tighten an inherited cap to "reject".
+func merge(tenant string, d, t *config.Policy) (*Policy, error) {
+	var z config.Policy
+	if d == nil {
+		d = &z
+	}
+	if t == nil {
+		t = &z
+	}
+	p := &Policy{
+		Tenant:        tenant,
+		MaxBodyBytes:  d.MaxBodyBytes,
+		MaxTokens:     d.MaxTokens,
+		MaxTokensMode: d.MaxTokensMode,
+		Cache:         d.Cache,
+		ToolTrace:     d.ToolTrace || t.ToolTrace,
+	}
+	models, tools := d.Models, d.Tools
+	if t.Models != nil {
+		models = t.Models
+	}
+	if t.Tools != nil {
+		tools = t.Tools
+	}
+	if t.MaxBodyBytes > 0 {
+		p.MaxBodyBytes = t.MaxBodyBytes
+	}
+	if t.MaxTokens > 0 {
+		p.MaxTokens, p.MaxTokensMode = t.MaxTokens, t.MaxTokensMode
+	} else if t.MaxTokensMode == ModeReject {
+		p.MaxTokensMode = ModeReject
+	}
+	if p.MaxTokensMode == "" {
+		p.MaxTokensMode = ModeClamp
+	}
+	if p.MaxTokensMode != ModeClamp && p.MaxTokensMode != ModeReject {
+		return nil, fmt.Errorf("max_tokens_mode: %q is not one of clamp, reject", p.MaxTokensMode)
+	}
+	if t.Cache != nil {
+		c := *t.Cache
+		p.Cache = &c
+	} else if d.Cache != nil {
+		c := *d.Cache
+		p.Cache = &c
+	}
+	var err error
+	if p.models, err = compileGlobs(models); err != nil {
+		return nil, fmt.Errorf("models%w", err)
+	}
+	if p.tools, err = compileGlobs(tools); err != nil {
+		return nil, fmt.Errorf("tools%w", err)
+	}
+	return p, nil
+}
+
+// PolicyOf returns the tenant's Policy, or nil when t is nil or carries no
+// Policy of this package.
+func PolicyOf(t *pipeline.Tenant) *Policy {
+	if t == nil {
+		return nil
+	}
+	p, _ := t.Policy.(*Policy)
+	return p
+}
+
+// ToolAllowed reports whether tenant t may run the server tool named tool.
+// A nil tenant (no policy middleware in the chain) may run every tool.
+// Allocation-free; safe for concurrent use.
+func ToolAllowed(t *pipeline.Tenant, tool string) bool {
+	return PolicyOf(t).AllowsTool(tool)
+}
+
+// CacheEnabled returns the tenant's override of response caching, or def
+// when t is nil or its policy does not set cache.
+func CacheEnabled(t *pipeline.Tenant, def bool) bool {
+	if p := PolicyOf(t); p != nil && p.Cache != nil {
+		return *p.Cache
+	}
+	return def
+}
+
+// ToolTrace reports whether responses to t always carry the x_gateway trace.
+// False for a nil tenant.
+func ToolTrace(t *pipeline.Tenant) bool {
+	p := PolicyOf(t)
+	return p != nil && p.ToolTrace
+}

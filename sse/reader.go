@@ -1,0 +1,275 @@
+// Package sse reads and writes Server-Sent Events framing as used by the
+// OpenAI chat-completion stream: a Reader that turns an upstream body into
+// events without allocating per event, and append functions that frame the
+// chunks the gateway sends to its clients.
+//
+// Nothing here parses JSON: an event's data is handed over as raw bytes.
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+// ErrEventTooLarge is returned by Reader.Next when one event (or one line)
+// exceeds the Reader's maxEventBytes. The Reader is unusable afterwards.
+var ErrEventTooLarge = errors.New("sse: event too large")
+
+// DefaultMaxEventBytes is a limit suited to chat-completion chunks: far above
+// any real chunk, far below what would let a broken upstream exhaust memory.
+const DefaultMaxEventBytes = 4 << 20
+
+const initialBufSize = 4096
+
+// Event is one dispatched SSE event.
+//
+// Name and Data alias buffers owned by the Reader that returned the Event:
+// they are valid only until the next call to Next. Copy them to keep them.
+type Event struct {
+	// Name is the value of the last "event:" line, or nil when the event had none.
+	Name []byte
+	// Data is the value of every "data:" line, joined with '\n'. It never
+	// contains '\r'. It is non-nil (possibly empty) for every returned event.
+	Data []byte
+}
+
+// Reader parses SSE events from an io.Reader, following the WHATWG event
+// stream rules: '\n', "\r\n" and a lone '\r' end a line; a line starting with
+// ':' is a comment; "field:value" and "field: value" are the same; "id:",
+// "retry:" and unknown fields are ignored; a blank line dispatches the event;
+// an event without any "data:" line is skipped; a leading UTF-8 BOM is dropped.
+//
+// The input may arrive in arbitrary pieces (split anywhere, including inside
+// a line terminator or a multi-byte character); a lone '\r' at the end of a
+// read dispatches at once, without waiting for the next byte.
+//
+// A Reader reuses its buffers, so steady-state reading allocates nothing. It
+// is not safe for concurrent use.
+type Reader struct {
+	r   io.Reader
+	max int
+
+	buf        []byte // buffered input; buf[start:end] is unread
+	start, end int
+	err        error // sticky error from r, returned once buf is drained
+
+	skipLF  bool // the previous line ended in '\r': drop a leading '\n'
+	started bool // the first line has been read (BOM handling)
+	dirty   bool // bytes of an undispatched event have been read
+
+	name    []byte
+	hasName bool
+	data    []byte
+	hasData bool
+	size    int // bytes of the current event so far
+	fatal   error
+}
+
+// NewReader returns a Reader that reads events from r. maxEventBytes bounds
+// the bytes of one event (its non-comment lines, field names included,
+// terminators excluded) and of any single line, and so the memory the Reader
+// may use; a value <= 0 means DefaultMaxEventBytes.
+func NewReader(r io.Reader, maxEventBytes int) *Reader {
+	if maxEventBytes <= 0 {
+		maxEventBytes = DefaultMaxEventBytes
+	}
+	return &Reader{r: r, max: maxEventBytes}
+}
+
+// Reset makes the Reader read from r, keeping its buffers for reuse.
+func (rd *Reader) Reset(r io.Reader) {
+	*rd = Reader{r: r, max: rd.max, buf: rd.buf, name: rd.name[:0], data: rd.data[:0]}
+}
+
+// Next returns the next event that carries data.
+//
+// It returns io.EOF when the input ends cleanly between events,
+// io.ErrUnexpectedEOF when the input ends with bytes after the last blank
+// line (a cut stream: the partial event is not returned), ErrEventTooLarge
+// when an event exceeds the limit, or the underlying reader's error. Errors
+// are sticky. The returned Event's slices are valid until the next call.
+func (rd *Reader) Next() (Event, error) {
+	if rd.fatal != nil {
+		return Event{}, rd.fatal
+	}
+	for {
+		line, err := rd.readLine()
+		if err != nil {
+			if err == io.EOF && rd.dirty {
+				err = io.ErrUnexpectedEOF
+			}
+			rd.fatal = err
+			return Event{}, err
+		}
+		if len(line) == 0 {
+			if rd.hasData {
+				ev := Event{Data: rd.data}
+				if rd.hasName {
+					ev.Name = rd.name
+				}
+				rd.clearEvent()
+				return ev, nil
+			}
+			rd.clearEvent()
+			continue
+		}
+		rd.dirty = true
+		if line[0] != ':' { // comments are dropped at once: they hold no memory
+			rd.size += len(line)
+		}
+		if rd.size > rd.max || len(line) > rd.max {
+			rd.fatal = ErrEventTooLarge
+			return Event{}, ErrEventTooLarge
+		}
+		rd.field(line)
+	}
+}
+
+func (rd *Reader) clearEvent() {
+	rd.name = rd.name[:0]
+	rd.hasName = false
+	rd.data = rd.data[:0]
+	rd.hasData = false
+	rd.size = 0
+	rd.dirty = false
+}
+
+// field applies one non-blank line to the event being built.
+func (rd *Reader) field(line []byte) {
+	if line[0] == ':' {
+		return // comment
+	}
+	name, value := line, line[len(line):]
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		name, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	switch string(name) { // no allocation: the compiler special-cases this
+	case "data":
+		if rd.hasData {
+			rd.data = append(rd.data, '\n')
+		}
+		rd.data = append(rd.data, value...)
+		rd.hasData = true
+	case "event":
+		rd.name = append(rd.name[:0], value...)
+		rd.hasName = true
+	}
+}
+
+// readLine returns the next line without its terminator. The slice aliases
+// rd.buf and is valid until the next readLine.
+func (rd *Reader) readLine() ([]byte, error) {
+	for {
+		if rd.skipLF && rd.start < rd.end {
+			if rd.buf[rd.start] == '\n' {
+				rd.start++
+			}
+			rd.skipLF = false
+		}
+		if rd.start < rd.end {
+			if line, ok := rd.scanLine(); ok {
+				return line, nil
+			}
+		}
+		if rd.err != nil {
+			if rd.start < rd.end {
+				// An unterminated last line: its bytes belong to a cut event.
+				rd.dirty = true
+				rd.start = rd.end
+			}
+			return nil, rd.err
+		}
+		if err := rd.fill(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// scanLine finds a terminated line in buf[start:end].
+func (rd *Reader) scanLine() ([]byte, bool) {
+	b := rd.buf[rd.start:rd.end]
+	i := bytes.IndexByte(b, '\n')
+	seg := b
+	if i >= 0 {
+		seg = b[:i]
+	}
+	if j := bytes.IndexByte(seg, '\r'); j >= 0 {
+		line := b[:j]
+		if j+1 < len(b) {
+			if b[j+1] == '\n' {
+				rd.start += j + 2
+			} else {
+				rd.start += j + 1
+			}
+		} else {
+			rd.start += j + 1
+			rd.skipLF = true
+		}
+		return rd.bom(line), true
+	}
+	if i < 0 {
+		return nil, false
+	}
+	rd.start += i + 1
+	return rd.bom(b[:i]), true
+}
+
+func (rd *Reader) bom(line []byte) []byte {
+	if !rd.started {
+		rd.started = true
+		line = bytes.TrimPrefix(line, []byte("\xEF\xBB\xBF"))
+	}
+	return line
+}
+
+// fill reads more input, compacting or growing the buffer first. It returns
+// an error only when the pending line exceeds the limit.
+func (rd *Reader) fill() error {
+	if rd.start > 0 {
+		n := copy(rd.buf, rd.buf[rd.start:rd.end])
+		rd.start, rd.end = 0, n
+	}
+	if rd.end == len(rd.buf) {
+		if rd.end > rd.max+3 { // the line alone (plus BOM) is past the limit
+			return ErrEventTooLarge
+		}
+		size := 2 * len(rd.buf)
+		if size < initialBufSize {
+			size = initialBufSize
+		}
+		if limit := rd.max + 4; size > limit && limit > len(rd.buf) {
+			size = limit
+		}
+		nb := make([]byte, size)
+		copy(nb, rd.buf[:rd.end])
+		rd.buf = nb
+	}
+	// Retry a few empty reads, as bufio does, before calling it an error.
+	for range 100 {
+		n, err := rd.r.Read(rd.buf[rd.end:])
+		if n < 0 || n > len(rd.buf)-rd.end {
+			rd.err = errors.New("sse: reader returned invalid count")
+			return nil
+		}
+		rd.end += n
+		if err != nil {
+			rd.err = err
+			return nil
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	rd.err = io.ErrNoProgress
+	return nil
+}
+
+// IsDone reports whether data is exactly the stream terminator "[DONE]".
+// Node's SDK compares the whole string, so nothing else counts.
+func IsDone(data []byte) bool {
+	return string(data) == "[DONE]"
+}

@@ -1,0 +1,234 @@
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// ev is a copied event for comparisons; name "-" means no event: line.
+type ev struct{ name, data string }
+
+// readAll drains rd, copying every event, and returns the final error.
+func readAll(rd *Reader) ([]ev, error) {
+	var out []ev
+	for {
+		e, err := rd.Next()
+		if err != nil {
+			return out, err
+		}
+		name := "-"
+		if e.Name != nil {
+			name = string(e.Name)
+		}
+		out = append(out, ev{name, string(e.Data)})
+	}
+}
+
+// pieceReader returns its input in pieces of the given sizes (cycling).
+type pieceReader struct {
+	b     []byte
+	sizes []int
+	i     int
+}
+
+func (p *pieceReader) Read(dst []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := p.sizes[p.i%len(p.sizes)]
+	p.i++
+	n = min(n, len(dst), len(p.b))
+	copy(dst, p.b[:n])
+	p.b = p.b[n:]
+	return n, nil
+}
+
+func TestReader(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		in      string
+		max     int
+		want    []ev
+		wantErr error
+	}{
+		{name: "empty", in: "", wantErr: io.EOF},
+		{name: "one event LF", in: "data: {\"a\":1}\n\n", want: []ev{{"-", `{"a":1}`}}, wantErr: io.EOF},
+		{name: "CRLF", in: "data: a\r\n\r\ndata: b\r\n\r\n", want: []ev{{"-", "a"}, {"-", "b"}}, wantErr: io.EOF},
+		{name: "lone CR", in: "data: a\r\rdata: b\r\r", want: []ev{{"-", "a"}, {"-", "b"}}, wantErr: io.EOF},
+		{name: "mixed endings", in: "data: a\r\ndata: b\rdata: c\n\r\n", want: []ev{{"-", "a\nb\nc"}}, wantErr: io.EOF},
+		{name: "no space after colon", in: "data:x\n\n", want: []ev{{"-", "x"}}, wantErr: io.EOF},
+		{name: "only one space stripped", in: "data:  x \n\n", want: []ev{{"-", " x "}}, wantErr: io.EOF},
+		{name: "comments skipped", in: ": keep-alive\n\n:x\ndata: a\n: mid\n\n", want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "id and retry ignored", in: "id: 7\nretry: 100\ndata: a\n\n", want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "event without data skipped", in: "event: ping\n\nid: 1\n\nretry: 5\n\ndata: a\n\n", want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "multiple data joined", in: "data: a\ndata:\ndata: c\n\n", want: []ev{{"-", "a\n\nc"}}, wantErr: io.EOF},
+		{name: "empty data dispatched", in: "data:\n\n", want: []ev{{"-", ""}}, wantErr: io.EOF},
+		{name: "field without colon", in: "data\n\n", want: []ev{{"-", ""}}, wantErr: io.EOF},
+		{name: "unknown field ignored", in: "foo: bar\ndata: a\n\n", want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "event name", in: "event: error\ndata: {\"error\":{}}\n\ndata: b\n\n", want: []ev{{"error", `{"error":{}}`}, {"-", "b"}}, wantErr: io.EOF},
+		{name: "last event name wins", in: "event: a\nevent: b\ndata: x\n\n", want: []ev{{"b", "x"}}, wantErr: io.EOF},
+		{name: "name does not leak", in: "event: a\n\ndata: x\n\n", want: []ev{{"-", "x"}}, wantErr: io.EOF},
+		{name: "BOM dropped", in: "\xEF\xBB\xBFdata: a\n\n", want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "extra blank lines", in: "\n\n\ndata: a\n\n\n\n", want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "done", in: "data: a\n\ndata: [DONE]\n\n", want: []ev{{"-", "a"}, {"-", "[DONE]"}}, wantErr: io.EOF},
+		{name: "cut after data line", in: "data: a\n\ndata: b\n", want: []ev{{"-", "a"}}, wantErr: io.ErrUnexpectedEOF},
+		{name: "cut mid line", in: "data: a\n\ndata: {\"x", want: []ev{{"-", "a"}}, wantErr: io.ErrUnexpectedEOF},
+		{name: "cut after comment", in: "data: a\n\n: ping\n", want: []ev{{"-", "a"}}, wantErr: io.ErrUnexpectedEOF},
+		{name: "utf8 kept", in: "data: {\"c\":\"héllo 世界 🎉\"}\n\n", want: []ev{{"-", `{"c":"héllo 世界 🎉"}`}}, wantErr: io.EOF},
+		{name: "too large one line", in: "data: " + strings.Repeat("x", 100) + "\n\n", max: 50, wantErr: ErrEventTooLarge},
+		{name: "too large many lines", in: strings.Repeat("data: xxxxxxxxxx\n", 10) + "\n", max: 50, wantErr: ErrEventTooLarge},
+		{name: "at limit", in: "data: " + strings.Repeat("x", 44) + "\n\n", max: 50, want: []ev{{"-", strings.Repeat("x", 44)}}, wantErr: io.EOF},
+		{name: "limit per event", in: strings.Repeat("data: "+strings.Repeat("x", 40)+"\n\n", 5), max: 50,
+			want: []ev{{"-", strings.Repeat("x", 40)}, {"-", strings.Repeat("x", 40)}, {"-", strings.Repeat("x", 40)}, {"-", strings.Repeat("x", 40)}, {"-", strings.Repeat("x", 40)}}, wantErr: io.EOF},
+		{name: "many comments do not add up", in: strings.Repeat(": keep-alive-keep-alive\n", 10) + "data: a\n\n", max: 50, want: []ev{{"-", "a"}}, wantErr: io.EOF},
+		{name: "one long comment too large", in: ": " + strings.Repeat("z", 60) + "\n\ndata: a\n\n", max: 50, wantErr: ErrEventTooLarge},
+		{name: "long line under big limit", in: "data: " + strings.Repeat("y", 100000) + "\n\n", want: []ev{{"-", strings.Repeat("y", 100000)}}, wantErr: io.EOF},
+	}
+	readers := map[string]func(string) io.Reader{
+		"whole":   func(s string) io.Reader { return strings.NewReader(s) },
+		"onebyte": func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) },
+		"pieces":  func(s string) io.Reader { return &pieceReader{b: []byte(s), sizes: []int{3, 1, 7, 2, 13}} },
+		"dataerr": func(s string) io.Reader { return iotest.DataErrReader(strings.NewReader(s)) },
+	}
+	for _, tt := range tests {
+		for rname, mk := range readers {
+			t.Run(tt.name+"/"+rname, func(t *testing.T) {
+				t.Parallel()
+				got, err := readAll(NewReader(mk(tt.in), tt.max))
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+					t.Fatalf("events = %q, want %q", got, tt.want)
+				}
+			})
+		}
+	}
+}
+
+func TestReaderLoneCRDispatchesWithoutNextByte(t *testing.T) {
+	t.Parallel()
+	// The writer blocks after "data: a\r\r": the event must come out anyway.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte("data: a\r\r")) }()
+	rd := NewReader(pr, 0)
+	e, err := rd.Next()
+	if err != nil || string(e.Data) != "a" {
+		t.Fatalf("Next = %q, %v", e.Data, err)
+	}
+	go func() { _, _ = pw.Write([]byte("\ndata: b\n\n")) }()
+	// The '\n' after the second '\r' is part of a "\r\n" terminator, not a blank line.
+	e, err = rd.Next()
+	if err != nil || string(e.Data) != "b" {
+		t.Fatalf("Next = %q, %v", e.Data, err)
+	}
+}
+
+func TestReaderStickyAndReadError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	rd := NewReader(io.MultiReader(strings.NewReader("data: a\n\ndata: b"), iotest.ErrReader(boom)), 0)
+	if e, err := rd.Next(); err != nil || string(e.Data) != "a" {
+		t.Fatalf("first = %q, %v", e.Data, err)
+	}
+	for range 2 {
+		if _, err := rd.Next(); !errors.Is(err, boom) {
+			t.Fatalf("err = %v, want boom", err)
+		}
+	}
+}
+
+func TestReaderReset(t *testing.T) {
+	t.Parallel()
+	rd := NewReader(strings.NewReader("data: a\n"), 0)
+	if _, err := rd.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("err = %v", err)
+	}
+	rd.Reset(strings.NewReader("data: b\n\n"))
+	got, err := readAll(rd)
+	if err != io.EOF || len(got) != 1 || got[0].data != "b" {
+		t.Fatalf("after reset: %q, %v", got, err)
+	}
+}
+
+func TestIsDone(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   string
+		want bool
+	}{
+		{"exact", "[DONE]", true},
+		{"trailing space", "[DONE] ", false},
+		{"prefix", "[DONE]x", false},
+		{"lower", "[done]", false},
+		{"empty", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := IsDone([]byte(tt.in)); got != tt.want {
+				t.Fatalf("IsDone(%q) = %v", tt.in, got)
+			}
+		})
+	}
+}
+
+// chunkStream builds n events of a typical ~200-byte chat chunk.
+func chunkStream(n int) []byte {
+	chunk := `{"id":"chatcmpl-gw1","object":"chat.completion.chunk","created":1767225600,"model":"gpt-x","choices":[{"index":0,"delta":{"content":"Hello there"},"logprobs":null,"finish_reason":null}],"usage":null}`
+	var b []byte
+	for range n {
+		b = AppendData(b, []byte(chunk))
+	}
+	return append(b, Done...)
+}
+
+func TestReaderZeroAllocSteadyState(t *testing.T) {
+	stream := chunkStream(100)
+	br := bytes.NewReader(stream)
+	rd := NewReader(br, 0)
+	if _, err := readAll(rd); err != io.EOF { // warm the buffers
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		br.Reset(stream)
+		rd.Reset(br)
+		for {
+			if _, err := rd.Next(); err != nil {
+				break
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("allocs per stream = %v, want 0", allocs)
+	}
+}
+
+func BenchmarkReader(b *testing.B) {
+	stream := chunkStream(100)
+	br := bytes.NewReader(stream)
+	rd := NewReader(br, 0)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(stream)))
+	for b.Loop() {
+		br.Reset(stream)
+		rd.Reset(br)
+		for {
+			if _, err := rd.Next(); err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*101), "ns/event")
+}

@@ -1,0 +1,171 @@
+package wiretest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// SchemaEnv names the environment variable that may point at
+// chat-schemas.json, overriding the search from the module root.
+const SchemaEnv = "GATEWAY_OPENAPI_SCHEMAS"
+
+// schemaID is the resource id chat-schemas.json declares.
+const schemaID = "urn:openai-chat"
+
+// Schema validates JSON documents against the normalized OpenAI chat schemas
+// (../shared/openapi/chat-schemas.json, JSON Schema 2020-12). Each named
+// schema is compiled once, on first use. A Schema is safe for concurrent use;
+// validation only reads the bytes it is given.
+type Schema struct {
+	path string
+
+	mu   sync.Mutex // guards comp and defs
+	comp *jsonschema.Compiler
+	defs map[string]*compiled
+}
+
+type compiled struct {
+	once sync.Once
+	sch  *jsonschema.Schema
+	err  error
+}
+
+// loaded caches one *Schema per file path for the whole test binary.
+var loaded sync.Map
+
+// LoadSchema returns the chat schemas, found through $GATEWAY_OPENAPI_SCHEMAS
+// or, failing that, at ../shared/openapi/chat-schemas.json next to the
+// directory holding go.mod (found by walking up from the working directory).
+// When the file is absent it calls tb.Skip: a user's checkout has no
+// ../shared. A file that exists but does not load fails the test. The result
+// is shared by every test of the binary.
+func LoadSchema(tb testing.TB) *Schema {
+	tb.Helper()
+	path, err := schemaPath()
+	if err != nil {
+		if errors.Is(err, errNoSchema) {
+			tb.Skipf("wiretest: %v; set %s to chat-schemas.json to run schema checks", err, SchemaEnv)
+		}
+		tb.Fatalf("wiretest: %v", err)
+	}
+	s, err := OpenSchema(path)
+	if err != nil {
+		tb.Fatalf("wiretest: %v", err)
+	}
+	return s
+}
+
+var errNoSchema = errors.New("chat-schemas.json not found")
+
+func schemaPath() (string, error) {
+	if p := os.Getenv(SchemaEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%q: %w", SchemaEnv, p, err)
+		}
+		return p, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%w: no go.mod above the working directory", errNoSchema)
+		}
+		dir = parent
+	}
+	p := filepath.Join(dir, "..", "shared", "openapi", "chat-schemas.json")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%w at %s", errNoSchema, p)
+	}
+	return p, nil
+}
+
+// OpenSchema loads the schema file at path (no skipping; for tools and
+// tests that carry their own copy). Loading the same path again returns the
+// same *Schema.
+func OpenSchema(path string) (*Schema, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := loaded.Load(abs); ok {
+		return s.(*Schema), nil
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", abs, err)
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource(schemaID, doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", abs, err)
+	}
+	s, _ := loaded.LoadOrStore(abs, &Schema{path: abs, comp: comp, defs: map[string]*compiled{}})
+	return s.(*Schema), nil
+}
+
+// Validate checks the JSON document b against the schema $defs/name (for
+// example "CompletionUsage"). The error, if any, names the schema and lists
+// the failing instance locations.
+func (s *Schema) Validate(name string, b []byte) error {
+	s.mu.Lock()
+	c, ok := s.defs[name]
+	if !ok {
+		c = &compiled{}
+		s.defs[name] = c
+	}
+	s.mu.Unlock()
+	c.once.Do(func() {
+		s.mu.Lock() // the Compiler is not safe for concurrent use
+		defer s.mu.Unlock()
+		c.sch, c.err = s.comp.Compile(schemaID + "#/$defs/" + name)
+	})
+	if c.err != nil {
+		return fmt.Errorf("wiretest: compile %s: %w", name, c.err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("wiretest: %s: invalid JSON: %w", name, err)
+	}
+	if err := c.sch.Validate(inst); err != nil {
+		return fmt.Errorf("wiretest: %s: %w", name, err)
+	}
+	return nil
+}
+
+// Chunk validates one stream chunk (CreateChatCompletionStreamResponse).
+func (s *Schema) Chunk(b []byte) error { return s.Validate("CreateChatCompletionStreamResponse", b) }
+
+// Completion validates a non-streamed response (CreateChatCompletionResponse).
+func (s *Schema) Completion(b []byte) error {
+	return s.Validate("CreateChatCompletionResponse", b)
+}
+
+// ErrorBody validates an error envelope (ErrorResponse), as sent in an HTTP
+// error body or in the data of a mid-stream error event.
+func (s *Schema) ErrorBody(b []byte) error { return s.Validate("ErrorResponse", b) }
+
+// Models validates a GET /v1/models body (ListModelsResponse).
+func (s *Schema) Models(b []byte) error { return s.Validate("ListModelsResponse", b) }
+
+// Model validates a GET /v1/models/{model} body (Model).
+func (s *Schema) Model(b []byte) error { return s.Validate("Model", b) }
+
+// Request validates a chat request body (CreateChatCompletionRequest).
+func (s *Schema) Request(b []byte) error { return s.Validate("CreateChatCompletionRequest", b) }
