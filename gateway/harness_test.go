@@ -25,11 +25,12 @@ import (
 // loopback ports, and an openai-go client pointed at the gateway that keeps
 // the raw bytes of the last response for the wire checker.
 type harness struct {
-	t      *testing.T
-	mock   *mockllm.Server
-	srv    *proxy.Server
-	base   string // gateway base URL, ".../v1"
-	client openai.Client
+	t       testing.TB
+	mockURL string
+	mock    *mockllm.Server
+	srv     *proxy.Server
+	base    string // gateway base URL, ".../v1"
+	client  openai.Client
 
 	mu   sync.Mutex
 	last *bytes.Buffer
@@ -54,7 +55,7 @@ upstream = "up-model"
 context_window = 1000
 `
 
-func newHarness(t *testing.T, toml string, opts mockllm.Options) *harness {
+func newHarness(t testing.TB, toml string, opts mockllm.Options) *harness {
 	t.Helper()
 	mock := mockllm.New(opts)
 	mockURL, err := mock.ListenLoopback()
@@ -66,7 +67,7 @@ func newHarness(t *testing.T, toml string, opts mockllm.Options) *harness {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	h := &harness{t: t, mock: mock}
+	h := &harness{t: t, mock: mock, mockURL: mockURL}
 	h.srv = h.start(cfg)
 	return h
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
 )
+
+var errorKey = []byte(`"error"`)
 
 // upstreamStream reads an upstream chat stream event by event. Each chunk is
 // checked (one JSON object), given the client's model name, and returned in
@@ -73,7 +76,7 @@ func (s *upstreamStream) Next() ([]byte, error) {
 		if err != nil {
 			return nil, s.readError(err)
 		}
-		if len(ev.Name) > 0 && string(ev.Name) == "error" || gjson.GetBytes(ev.Data, "error").Exists() {
+		if string(ev.Name) == "error" || bytes.Contains(ev.Data, errorKey) && gjson.GetBytes(ev.Data, "error").Exists() {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
 				Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
 		}

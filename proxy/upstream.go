@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -268,7 +269,7 @@ func retryAfter(h *fasthttp.ResponseHeader) time.Duration {
 // replaced by model. When doc already names model (or has no model field) it
 // returns doc itself.
 func setModel(dst, doc []byte, model string) []byte {
-	r := gjson.GetBytes(doc, "model")
+	r := gjson.Get(unsafe.String(unsafe.SliceData(doc), len(doc)), "model") // read-only view; no copy per chunk
 	if !r.Exists() || r.Type != gjson.String || r.Str == model || r.Index <= 0 {
 		return doc
 	}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary compiles the gateway once per test binary run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "gateway-bin"); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "gateway")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startGateway runs bin with args and waits until /healthz answers.
+func startGateway(t *testing.T, bin, addr string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"-listen", addr}, args...)...)
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=") // the offline demo, whatever the caller's shell has
+	cmd.Stderr = os.Stderr
+	if testing.Verbose() {
+		cmd.Stdout = os.Stdout
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			return cmd
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("gateway did not become healthy")
+	return nil
+}
+
+func chat(addr, model, key string) (int, string, error) {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// TestShippedConfigOffline is the README's run command: the shipped
+// config.toml, no keys, no network, the demo model answers; SIGTERM exits 0.
+func TestShippedConfigOffline(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	if out, err := exec.Command(bin, "-check", "-config", "../../config.toml").CombinedOutput(); err != nil {
+		t.Fatalf("-check: %v\n%s", err, out)
+	}
+	addr := freeAddr(t)
+	cmd := startGateway(t, bin, addr, "-config", "../../config.toml")
+	status, body, err := chat(addr, "demo", "")
+	if err != nil || status != 200 || !strings.Contains(body, `"chat.completion"`) {
+		t.Fatalf("demo: %d %v %s", status, err, body)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
+		t.Fatalf("exit after SIGTERM: %v %v", state, err)
+	}
+}
+
+func TestCheckRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	cases := map[string]string{
+		"unknown key":   "[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n",
+		"bad reference": "[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"q\"\n",
+	}
+	for name, body := range cases {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".toml")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "-check", "-config", path).CombinedOutput()
+		if err == nil {
+			t.Errorf("%s: -check accepted it", name)
+		}
+		if name == "unknown key" && !strings.Contains(string(out), `line 3: unknown key "server.lisen"`) {
+			t.Errorf("%s: message %q", name, out)
+		}
+		if name == "bad reference" && !strings.Contains(string(out), `models[0].deployments[0].provider: unknown provider "q"`) {
+			t.Errorf("%s: message %q", name, out)
+		}
+	}
+}
+
+// TestReloadOnSIGHUP: a stream in flight finishes on the old config, the next
+// request sees the new allow-list, and an invalid file keeps the old config.
+func TestReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.toml")
+	write := func(models string) {
+		body := fmt.Sprintf(`
+[server]
+log_level = "warn"
+[[providers]]
+name = "demo"
+kind = "mock"
+[providers.mock]
+chunk_delay = "30ms"
+chunk_size = 2
+[[models]]
+name = "demo"
+provider = "demo"
+[[models]]
+name = "other"
+provider = "demo"
+[[keys]]
+tenant = "team"
+key = "k-1"
+[[policies]]
+tenant = "team"
+models = [%s]
+`, models)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`"demo", "other"`)
+	addr := freeAddr(t)
+	cmd := startGateway(t, bin, addr, "-config", path)
+
+	// A slow stream starts on the old config.
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+addr+"/v1/chat/completions",
+		strings.NewReader(`{"model":"other","stream":true,"messages":[{"role":"user","content":"a long enough question"}]}`))
+	req.Header.Set("Authorization", "Bearer k-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", err, resp)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+
+	write(`"demo"`)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var status int
+	for i := 0; i < 100; i++ { // the reload is asynchronous
+		if status, _, _ = chat(addr, "other", "k-1"); status == 403 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if status != 403 {
+		t.Fatalf("after reload, a model outside the allow-list answered %d", status)
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("in-flight stream did not complete: %v %q", err, rest)
+	}
+
+	// An invalid file is refused; the last good config stays.
+	if err := os.WriteFile(path, []byte("[server]\nbogus = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond)
+	if status, body, _ := chat(addr, "demo", "k-1"); status != 200 {
+		t.Fatalf("after an invalid reload: %d %s", status, body)
+	}
+	if status, _, _ := chat(addr, "demo", ""); status != 401 {
+		t.Fatalf("without a key: %d", status)
+	}
+}

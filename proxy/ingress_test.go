@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+func TestParseChat(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, body   string
+		param        string // "" with ok = false means a 400 without param
+		ok           bool
+		stream, used bool
+	}{
+		{name: "minimal", body: `{"model":"m","messages":[{"role":"user","content":"x"}]}`, ok: true},
+		{name: "stream with usage", body: `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`, ok: true, stream: true, used: true},
+		{name: "stream null", body: `{"model":"m","stream":null,"messages":[{"role":"user","content":"x"}]}`, ok: true},
+		{name: "empty", body: ``},
+		{name: "not json", body: `{"model":"m",`},
+		{name: "array", body: `[1]`},
+		{name: "no model", body: `{"messages":[{"role":"user"}]}`, param: "model"},
+		{name: "model number", body: `{"model":1,"messages":[{"role":"user"}]}`, param: "model"},
+		{name: "empty model", body: `{"model":"","messages":[{"role":"user"}]}`, param: "model"},
+		{name: "no messages", body: `{"model":"m"}`, param: "messages"},
+		{name: "empty messages", body: `{"model":"m","messages":[]}`, param: "messages"},
+		{name: "message not object", body: `{"model":"m","messages":["x"]}`, param: "messages"},
+		{name: "message without role", body: `{"model":"m","messages":[{"content":"x"}]}`, param: "messages"},
+		{name: "stream string", body: `{"model":"m","stream":"true","messages":[{"role":"user"}]}`, param: "stream"},
+		{name: "stream_options without stream", body: `{"model":"m","stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`, param: "stream_options"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			in, err := parseChat([]byte(c.body))
+			if c.ok {
+				if err != nil || in.model != "m" || in.stream != c.stream || in.includeUsage != c.used {
+					t.Fatalf("got %+v, %v", in, err)
+				}
+				return
+			}
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != c.param {
+				t.Fatalf("got %v, want a 400 naming %q", err, c.param)
+			}
+		})
+	}
+}
+
+// FuzzParseChat: any body is either accepted with a model and at least one
+// message, or refused with a 400; never a panic.
+func FuzzParseChat(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"é"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+		`{"model":`, `[]`, `null`, `{"model":"\u0000","messages":[{"role":""}]}`, "\xff\xfe",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := parseChat(body)
+		if err != nil {
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 {
+				t.Fatalf("error %v is not a 400", err)
+			}
+			return
+		}
+		if in.model == "" {
+			t.Fatal("accepted without a model")
+		}
+		if in.includeUsage && !in.stream {
+			t.Fatal("include_usage without stream")
+		}
+	})
+}
+
+func TestMapErrorNeverLeaksCauses(t *testing.T) {
+	t.Parallel()
+	secret := errors.New("dial tcp 10.0.0.1:443: sk-live-secret")
+	cases := []error{
+		secret,
+		&pipeline.UpstreamError{Kind: pipeline.UpstreamConnect, Err: secret},
+		&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 500, Body: []byte("<html>sk-live-secret</html>")},
+		&pipeline.Error{Status: 400, Type: "invalid_request_error", Message: "bad", Err: secret},
+	}
+	for _, err := range cases {
+		env := mapError(err)
+		if string(env.body) == "" || containsAny(env.body, "sk-live-secret", "10.0.0.1") {
+			t.Fatalf("%v → %s", err, env.body)
+		}
+	}
+	if env := mapError(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 429, Body: []byte(`{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded","param":null}}`)}); env.status != 429 || !containsAny(env.body, "slow down") {
+		t.Fatalf("upstream envelope: %d %s", env.status, env.body)
+	}
+}
+
+func containsAny(b []byte, subs ...string) bool {
+	for _, s := range subs {
+		for i := 0; i+len(s) <= len(b); i++ {
+			if string(b[i:i+len(s)]) == s {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestSetModel(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, model, want string }{
+		{`{"id":"x","model":"up","choices":[]}`, "gpt-x", `{"id":"x","model":"gpt-x","choices":[]}`},
+		{`{"id":"x","model":"gpt-x"}`, "gpt-x", `{"id":"x","model":"gpt-x"}`},
+		{`{"id":"x"}`, "gpt-x", `{"id":"x"}`},
+		{`{"model":"a"}`, `we"ird/é`, `{"model":"we\"ird/é"}`},
+	}
+	for _, c := range cases {
+		if got := string(setModel(nil, []byte(c.in), c.model)); got != c.want {
+			t.Errorf("setModel(%s, %q) = %s, want %s", c.in, c.model, got, c.want)
+		}
+	}
+}
