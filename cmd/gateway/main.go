@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,7 +29,11 @@ func run() int {
 	level := flag.String("log-level", "", "override server.log_level (debug, info, warn, error)")
 	format := flag.String("log-format", "", "override server.log_format (json, console)")
 	listen := flag.String("listen", "", "override server.listen")
+	health := flag.String("healthcheck", "", "GET this URL and exit 0 on 200 (for container HEALTHCHECKs without curl)")
 	flag.Parse()
+	if *health != "" {
+		return healthcheck(*health)
+	}
 
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -118,4 +123,18 @@ func override(cfg *config.Config, level, format, listen string) {
 	if listen != "" {
 		cfg.Server.Listen = listen
 	}
+}
+
+func healthcheck(url string) int {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 1
+	}
+	return 0
 }

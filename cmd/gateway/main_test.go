@@ -113,6 +113,9 @@ func TestShippedConfigOffline(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	cmd := startGateway(t, bin, addr, "-config", "../../config.toml")
+	if err := exec.Command(bin, "-healthcheck", "http://"+addr+"/healthz").Run(); err != nil {
+		t.Fatalf("-healthcheck: %v", err)
+	}
 	status, body, err := chat(addr, "demo", "")
 	if err != nil || status != 200 || !strings.Contains(body, `"chat.completion"`) {
 		t.Fatalf("demo: %d %v %s", status, err, body)
