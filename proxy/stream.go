@@ -33,7 +33,8 @@ type upstreamStream struct {
 	deadline time.Time
 	idle     time.Duration
 	buf      []byte
-	done     bool
+	done     bool // [DONE] seen
+	clean    bool // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
@@ -139,6 +140,7 @@ func (s *upstreamStream) drain() {
 	}
 	for {
 		if _, err := s.rd.Next(); err != nil {
+			s.clean = err == io.EOF
 			return
 		}
 	}
@@ -159,8 +161,14 @@ func (s *upstreamStream) Close() {
 	if s.stopAfter != nil {
 		s.stopAfter()
 	}
-	if s.conn != nil && s.done {
-		_ = s.conn.SetReadDeadline(time.Time{})
+	if s.clean {
+		if s.conn != nil {
+			_ = s.conn.SetReadDeadline(time.Time{})
+		}
+	} else {
+		// A stream that did not end with [DONE] and a clean body end leaves
+		// the connection in an unknown state: never pool it.
+		s.resp.SetConnectionClose()
 	}
 	release(s.req, s.resp)
 }

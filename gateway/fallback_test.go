@@ -1,0 +1,267 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// fallbackConfig: "primary" (window 1000) falls back to "small" (window 500)
+// then "large" (window 100000); each is a distinct upstream model on the mock
+// so the mock's per-model call counts tell who was called.
+const fallbackConfig = `
+[server]
+log_level = "warn"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 1
+[[models]]
+name = "primary"
+provider = "up"
+upstream = "up-primary"
+context_window = 1000
+fallbacks = ["small", "large"]
+[[models]]
+name = "small"
+provider = "up"
+upstream = "up-small"
+context_window = 500
+[[models]]
+name = "large"
+provider = "up"
+upstream = "up-large"
+context_window = 100000
+[middleware.fallback]
+base_backoff = "10ms"
+max_backoff = "50ms"
+breaker_failures = 3
+breaker_cooldown = "300ms"
+`
+
+// byModel scripts each upstream model; the function gets the model's call number.
+func byModel(m map[string]func(n int) mockllm.Turn) func(*mockllm.Call) mockllm.Turn {
+	return func(c *mockllm.Call) mockllm.Turn {
+		if f := m[c.Model]; f != nil {
+			return f(c.N)
+		}
+		return mockllm.Turn{Text: "answer from " + c.Model}
+	}
+}
+
+func primaryParams() openai.ChatCompletionNewParams {
+	p := userMsg("hi")
+	p.Model = "primary"
+	return p
+}
+
+func TestRetryThenSuccess(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fallbackConfig, mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-primary": func(n int) mockllm.Turn {
+			if n == 1 {
+				return mockllm.Turn{Fault: mockllm.StatusFault(500, "", "")}
+			}
+			return mockllm.Turn{Text: "second time lucky"}
+		},
+	})})
+	resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+	if err != nil || resp.Choices[0].Message.Content != "second time lucky" {
+		t.Fatalf("%v %+v", err, resp)
+	}
+	_, hdr := h.lastRaw()
+	if h.mock.Calls("up-primary") != 2 || hdr.Get("X-Gateway-Attempts") != "2" || hdr.Get("X-Gateway-Model") != "primary" {
+		t.Fatalf("calls %d, headers %v", h.mock.Calls("up-primary"), hdr)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fallbackConfig, mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-primary": func(n int) mockllm.Turn {
+			if n == 1 {
+				return mockllm.Turn{Fault: &mockllm.Fault{Status: 429, RetryAfter: "1"}}
+			}
+			return mockllm.Turn{Text: "after waiting"}
+		},
+	})})
+	start := time.Now()
+	resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+	if err != nil || resp.Choices[0].Message.Content != "after waiting" {
+		t.Fatalf("%v %+v", err, resp)
+	}
+	// The request includes the wait: a lower bound cannot flake.
+	if took := time.Since(start); took < time.Second || h.mock.Calls("up-primary") != 2 {
+		t.Fatalf("answered after %v with %d calls; retry-after said 1s", took, h.mock.Calls("up-primary"))
+	}
+}
+
+func TestPrimaryDownFallbackAnswers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fallbackConfig, mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "")} },
+	})})
+	resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hdr := h.lastRaw()
+	if resp.Model != "primary" || resp.Choices[0].Message.Content != "answer from up-small" {
+		t.Fatalf("model %q content %q", resp.Model, resp.Choices[0].Message.Content)
+	}
+	if hdr.Get("X-Gateway-Model") != "small" {
+		t.Fatalf("x-gateway-model %q", hdr.Get("X-Gateway-Model"))
+	}
+}
+
+func TestContextLengthSkipsSmallerWindows(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fallbackConfig, mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-primary": func(int) mockllm.Turn {
+			return mockllm.Turn{Fault: &mockllm.Fault{Status: 400, Code: "context_length_exceeded", Message: "This model's maximum context length is 1000 tokens."}}
+		},
+	})})
+	for _, stream := range []bool{false, true} {
+		var content, model string
+		if stream {
+			acc, err, _ := h.streamChat(primaryParams(), wiretest.Options{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content, model = acc.Choices[0].Message.Content, acc.Model
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+			if err != nil {
+				t.Fatal(err)
+			}
+			content, model = resp.Choices[0].Message.Content, resp.Model
+		}
+		if content != "answer from up-large" || model != "primary" {
+			t.Fatalf("stream=%v: %q from %q", stream, content, model)
+		}
+	}
+	if n := h.mock.Calls("up-small"); n != 0 {
+		t.Fatalf("the smaller-window fallback was called %d times", n)
+	}
+	if n := h.mock.Calls("up-primary"); n != 2 { // a 400 is not retried
+		t.Fatalf("primary called %d times", n)
+	}
+}
+
+func TestStreamCutBeforeFirstByteFallsBack(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []*mockllm.Fault{mockllm.CutFault(1), mockllm.MalformedFault(1), mockllm.StallFault(1, 3*time.Second), mockllm.ResetFault()} {
+		h := newHarness(t, strings.Replace(fallbackConfig, `retries = 1`, "retries = 0\nstream_idle_timeout = \"500ms\"", 1), mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+			"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Text: "never seen", Fault: fault} },
+			"up-small":   func(int) mockllm.Turn { return mockllm.Turn{Text: "the fallback's complete answer"} },
+		})})
+		acc, err, sum := h.streamChat(primaryParams(), wiretest.Options{}, wiretest.LoadSchema(t))
+		if err != nil {
+			t.Fatalf("%+v: %v", fault, err)
+		}
+		if acc.Choices[0].Message.Content != "the fallback's complete answer" || sum.Model != "primary" {
+			t.Fatalf("%+v: got %q", fault, acc.Choices[0].Message.Content)
+		}
+	}
+}
+
+func TestCircuitOpensAndRecovers(t *testing.T) {
+	t.Parallel()
+	healthy := make(chan struct{})
+	h := newHarness(t, strings.Replace(fallbackConfig, `retries = 1`, `retries = 0`, 1), mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-primary": func(int) mockllm.Turn {
+			select {
+			case <-healthy:
+				return mockllm.Turn{Text: "primary is back"}
+			default:
+				return mockllm.Turn{Fault: mockllm.StatusFault(500, "", "")}
+			}
+		},
+	})})
+	for i := 0; i < 6; i++ {
+		resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+		if err != nil || resp.Choices[0].Message.Content != "answer from up-small" {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if n := h.mock.Calls("up-primary"); n != 3 {
+		t.Fatalf("primary called %d times; the breaker should open after 3 failures", n)
+	}
+	close(healthy)
+	time.Sleep(350 * time.Millisecond) // the cooldown
+	resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+	if err != nil || resp.Choices[0].Message.Content != "primary is back" {
+		t.Fatalf("half-open probe: %v %+v", err, resp)
+	}
+	resp, err = h.client.Chat.Completions.New(context.Background(), primaryParams())
+	if err != nil || resp.Choices[0].Message.Content != "primary is back" || h.mock.Calls("up-primary") != 5 {
+		t.Fatalf("closed again: %v, calls %d", err, h.mock.Calls("up-primary"))
+	}
+}
+
+const keysConfig = baseConfig + `
+[[models]]
+name = "gpt-y"
+provider = "up"
+upstream = "up-y"
+middleware = []
+fallbacks = ["gpt-x"]
+[[keys]]
+tenant = "team-a"
+key = "k-a"
+[[policies]]
+tenant = "team-a"
+models = ["gpt-x", "gpt-y"]
+[[keys]]
+tenant = "team-b"
+key = "k-b"
+[[policies]]
+tenant = "team-b"
+models = ["gpt-y"]
+`
+
+func TestKeysAndAllowLists(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, keysConfig, mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-y": func(int) mockllm.Turn { return mockllm.Turn{Fault: mockllm.StatusFault(500, "", "")} },
+	})})
+	cases := []struct {
+		name, key, model string
+		status           int
+	}{
+		{"no key", "", "gpt-x", 401},
+		{"wrong key", "k-zzz", "gpt-x", 401},
+		{"allowed", "k-a", "gpt-x", 200},
+		{"outside allow-list", "k-b", "gpt-x", 403},
+		// gpt-y lists no model-call middleware: no retry, no fallback, the 500 comes through.
+		{"per-model middleware", "k-a", "gpt-y", 500},
+	}
+	for _, c := range cases {
+		hdr := map[string]string{}
+		if c.key != "" {
+			hdr["Authorization"] = "Bearer " + c.key
+		}
+		status, _, body := h.post("/chat/completions", `{"model":"`+c.model+`","messages":[{"role":"user","content":"x"}]}`, hdr)
+		if status != c.status {
+			t.Errorf("%s: status %d, want %d: %s", c.name, status, c.status, body)
+		}
+	}
+	if n := h.mock.Calls("up-y"); n != 1 {
+		t.Errorf("gpt-y without fallback middleware was called %d times", n)
+	}
+	// The SDK sees 401/403 as typed errors.
+	_, err := h.client.Chat.Completions.New(context.Background(), userMsg("x"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("sdk: %v", err)
+	}
+}
