@@ -108,6 +108,9 @@ func (c *Config) validate() error {
 		if m.ContextWindow < 0 {
 			add("%s.context_window: must be positive", at)
 		}
+		if !oneOf(m.Encoding, "o200k_base", "cl100k_base", "p50k_base", "r50k_base") {
+			add("%s.encoding: %q is not one of o200k_base, cl100k_base, p50k_base, r50k_base", at, m.Encoding)
+		}
 	}
 
 	tools := map[string]bool{}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/pipeline"
@@ -67,7 +68,13 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	lookup := func(name string) *pipeline.Route { return routes[name] }
 
 	// The model-call layer, per route, in the order the model lists.
+	for _, m := range cfg.Models {
+		if _, err := contextedit.CounterFor(m.Encoding); err != nil { // built once, shared; fail at start
+			return nil, fmt.Errorf("models %q: encoding: %w", m.Name, err)
+		}
+	}
 	modelMW := map[string]pipeline.Middleware{
+		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log}),
 		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
 	}
 	for _, m := range cfg.Models {

@@ -20,8 +20,8 @@ func TestStatusFault(t *testing.T) {
 		extraHeader, extraVal string
 	}{
 		{
-			name:  "429 defaults with retry headers",
-			fault: &Fault{Status: 429, RetryAfter: "2", RetryAfterMs: "1500", Headers: map[string]string{"X-Should-Retry": "true"}},
+			name:   "429 defaults with retry headers",
+			fault:  &Fault{Status: 429, RetryAfter: "2", RetryAfterMs: "1500", Headers: map[string]string{"X-Should-Retry": "true"}},
 			status: 429, typ: "requests", code: "rate_limit_exceeded", message: "mock fault: Too Many Requests",
 			retryAfter: "2", retryMs: "1500", extraHeader: "x-should-retry", extraVal: "true",
 		},
@@ -31,8 +31,8 @@ func TestStatusFault(t *testing.T) {
 			status: 503, typ: "server_error", code: "", message: "overloaded",
 		},
 		{
-			name:  "custom type and code",
-			fault: &Fault{Status: 400, Type: "invalid_request_error", Code: "bad", Message: "nope"},
+			name:   "custom type and code",
+			fault:  &Fault{Status: 400, Type: "invalid_request_error", Code: "bad", Message: "nope"},
 			status: 400, typ: "invalid_request_error", code: "bad", message: "nope",
 		},
 	}

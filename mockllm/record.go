@@ -89,7 +89,8 @@ func (s *Server) noteCancelled() {
 	s.rec.cancelOnce.Do(func() { close(s.rec.cancelCh) })
 }
 
-// Calls returns how many chat completion requests named model.
+// Calls returns how many chat completion requests named model, including
+// those refused by validation or the context window.
 func (s *Server) Calls(model string) int {
 	v, ok := s.rec.perModel.Load(model)
 	if !ok {

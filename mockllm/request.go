@@ -99,33 +99,32 @@ func checkMessages(msgs gjson.Result, call *Call) *apiError {
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		i := idx
 		idx++
-		at := "messages.[" + strconv.Itoa(i) + "]"
 		if !m.IsObject() {
-			err = invalid(at, "invalid_type", "Invalid type for '"+at+"': expected an object.")
+			err = invalid(msgAt(i), "invalid_type", "Invalid type for '"+msgAt(i)+"': expected an object.")
 			return false
 		}
 		role := m.Get("role")
 		if role.Type != gjson.String {
-			err = invalid(at+".role", "missing_required_parameter", "Missing required parameter: '"+at+".role'.")
+			err = invalid(msgAt(i)+".role", "missing_required_parameter", "Missing required parameter: '"+msgAt(i)+".role'.")
 			return false
 		}
 		if !isKnownRole(role.Str) {
-			err = invalid(at+".role", "invalid_value", "Invalid value: '"+role.Str+"'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.")
+			err = invalid(msgAt(i)+".role", "invalid_value", "Invalid value: '"+role.Str+"'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.")
 			return false
 		}
 		if role.Str == "tool" {
 			id := m.Get("tool_call_id")
 			if id.Type != gjson.String || id.Str == "" {
-				err = invalid(at+".tool_call_id", "missing_required_parameter", "Missing parameter 'tool_call_id': messages with role 'tool' must have a 'tool_call_id'.")
+				err = invalid(msgAt(i)+".tool_call_id", "missing_required_parameter", "Missing parameter 'tool_call_id': messages with role 'tool' must have a 'tool_call_id'.")
 				return false
 			}
 			if pendAt < 0 {
-				err = invalid(at+".role", "", "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.")
+				err = invalid(msgAt(i)+".role", "", "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.")
 				return false
 			}
 			k := indexOf(pending, id.Str)
 			if k < 0 {
-				err = invalid(at+".tool_call_id", "", "Invalid parameter: 'tool_call_id' of '"+id.Str+"' not found in 'tool_calls' of previous message.")
+				err = invalid(msgAt(i)+".tool_call_id", "", "Invalid parameter: 'tool_call_id' of '"+id.Str+"' not found in 'tool_calls' of previous message.")
 				return false
 			}
 			pending = append(pending[:k], pending[k+1:]...)
@@ -140,12 +139,11 @@ func checkMessages(msgs gjson.Result, call *Call) *apiError {
 		pendAt = -1
 		trail = trail[:0]
 		if role.Str == "assistant" {
-			if tcs := m.Get("tool_calls"); tcs.IsArray() && len(tcs.Array()) > 0 {
-				pendAt = i
+			if tcs := m.Get("tool_calls"); tcs.IsArray() {
 				tcs.ForEach(func(_, tc gjson.Result) bool {
 					id := tc.Get("id")
 					if id.Type != gjson.String || id.Str == "" {
-						err = invalid(at+".tool_calls", "missing_required_parameter", "Missing required parameter: '"+at+".tool_calls[].id'.")
+						err = invalid(msgAt(i)+".tool_calls", "missing_required_parameter", "Missing required parameter: '"+msgAt(i)+".tool_calls[].id'.")
 						return false
 					}
 					pending = append(pending, id.Str)
@@ -153,6 +151,9 @@ func checkMessages(msgs gjson.Result, call *Call) *apiError {
 				})
 				if err != nil {
 					return false
+				}
+				if len(pending) > 0 {
+					pendAt = i
 				}
 			}
 		}
@@ -175,6 +176,9 @@ func checkMessages(msgs gjson.Result, call *Call) *apiError {
 	}
 	return nil
 }
+
+// msgAt names message i as OpenAI's param does: "messages.[i]".
+func msgAt(i int) string { return "messages.[" + strconv.Itoa(i) + "]" }
 
 func unanswered(at int, ids []string) *apiError {
 	return invalid("messages.["+strconv.Itoa(at)+"].role", "",

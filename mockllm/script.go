@@ -124,7 +124,7 @@ type Turn struct {
 	Usage *Usage
 	// Fault injects a failure instead of (or in the middle of) the answer.
 	Fault *Fault
-	// Chunking overrides Options.Chunking for this turn.
+	// Chunking replaces Options.Chunking (as a whole) for this turn.
 	Chunking *Chunking
 }
 

@@ -61,19 +61,18 @@ func New(opts Options) *Server {
 	s.rec.init(opts.MaxRecorded)
 	s.SetRespond(opts.Respond)
 	s.srv = &fasthttp.Server{
-		Handler:                      s.handle,
-		Name:                         "mockllm",
-		ReadBufferSize:               64 << 10,
-		MaxRequestBodySize:           256 << 20,
-		CloseOnShutdown:              true,
-		NoDefaultDate:                true,
-		NoDefaultContentType:         true,
-		DisableKeepalive:             false,
-		Logger:                       fasthttpLogger{s},
-		TCPKeepalive:                 true,
-		ReduceMemoryUsage:            false,
-		StreamRequestBody:            false,
-		DisablePreParseMultipartForm: true,
+		Handler:            s.handle,
+		Name:               "mockllm",
+		ReadBufferSize:     64 << 10,
+		MaxRequestBodySize: 256 << 20,
+		CloseOnShutdown:    true,
+		// No Date header: fasthttp would start a process-wide ticker goroutine.
+		NoDefaultDate:        true,
+		NoDefaultContentType: true,
+		// The worker-pool cleaner only notices shutdown after this idle period;
+		// keep it short so goleak-checked tests see no leftover goroutine.
+		MaxIdleWorkerDuration: 100 * time.Millisecond,
+		Logger:                fasthttpLogger{s},
 	}
 	return s
 }

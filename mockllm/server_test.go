@@ -318,3 +318,31 @@ func TestHandlerMount(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+func TestDelays(t *testing.T) {
+	t.Parallel()
+	const first, chunk = 150 * time.Millisecond, 30 * time.Millisecond
+	tests := []struct {
+		name    string
+		stream  bool
+		fault   *Fault
+		atLeast time.Duration
+	}{
+		{name: "non-stream first byte", atLeast: first},
+		{name: "status fault first byte", fault: StatusFault(500, "", ""), atLeast: first},
+		// role + 2 deltas + finish = 4 events: 3 chunk delays.
+		{name: "stream first byte and chunks", stream: true, atLeast: first + 3*chunk},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, addr := start(t, Options{FirstByteDelay: first, ChunkDelay: chunk,
+				Respond: func(*Call) Turn { return Turn{Text: "abcdefgh", Fault: tc.fault} }})
+			t0 := time.Now()
+			r := do(t, addr, "POST", "/v1/chat/completions", chatBody("m", tc.stream, false, userHi))
+			if el := time.Since(t0); el < tc.atLeast || r.status == 0 {
+				t.Fatalf("status %d after %v, want at least %v", r.status, el, tc.atLeast)
+			}
+		})
+	}
+}

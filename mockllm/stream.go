@@ -241,8 +241,8 @@ func (st *stream) runHijacked(conn net.Conn, reqID string) {
 	w := &chunkedConn{conn: conn, header: rawStreamHeader(reqID)}
 	out := st.run(w)
 	if out == outDone || out == outEnded {
-		// Unreachable in practice (a Cut fault is due before or at [DONE]),
-		// but end the body properly if it happens.
+		// Another ending fault (malformed, error event) came before the cut:
+		// end the body properly, as the normal path would.
 		_, _ = conn.Write([]byte("0\r\n\r\n"))
 	}
 }

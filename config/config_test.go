@@ -1,0 +1,93 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, toml, want string }{
+		{"unknown key names line", "[server]\nlisten = \"x\"\n\nlisen = 1\n", `line 4: unknown key "server.lisen"`},
+		{"unknown table", "[servr]\nlisten = \"x\"\n", `unknown key "servr`},
+		{"bad duration", "[server]\nread_timeout = \"soon\"\n", "line 2"},
+		{"bad kind", "[[providers]]\nname=\"p\"\nkind=\"grpc\"\n", `providers[0].kind: "grpc" is not one of openai, mock`},
+		{"bad base url", "[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"ftp://x\"\n", `providers[0].base_url`},
+		{"unknown provider", "[[models]]\nname=\"m\"\nprovider=\"nope\"\n", `models[0].deployments[0].provider: unknown provider "nope"`},
+		{"unknown fallback", "[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\nfallbacks=[\"x\"]\n", `models[0].fallbacks[0]: unknown model "x"`},
+		{"bad middleware", "[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\nmiddleware=[\"magic\"]\n", `models[0].middleware[0]: "magic"`},
+		{"bad tool name", "[[tools]]\nname=\"a b\"\nkind=\"builtin\"\n", `tools[0].name`},
+		{"bad tool schema", "[[tools]]\nname=\"t\"\nkind=\"builtin\"\nparameters=\"{\"\n", `tools[0].parameters: not valid JSON`},
+		{"key without secret", "[[keys]]\ntenant=\"a\"\nkey=\"${SURELY_UNSET_VAR_42}\"\n", `keys[0]: set key or sha256`},
+		{"bad sha", "[[keys]]\ntenant=\"a\"\nsha256=\"abc\"\n", `keys[0].sha256`},
+		{"redis store without redis", "[middleware.cache]\nstore=\"redis\"\n", `redis needs a [redis] section`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(c.toml))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestEnvAndOptionalProviders(t *testing.T) {
+	t.Setenv("GW_TEST_KEY", "sk-123")
+	t.Setenv("GW_TEST_EMPTY", "")
+	c, err := Parse([]byte(`
+[[providers]]
+name = "a"
+kind = "openai"
+base_url = "https://api.example.com/v1"
+api_key = "${GW_TEST_KEY}"
+headers = { X-Org = "org-${GW_TEST_KEY}" }
+[[providers]]
+name = "b"
+kind = "openai"
+base_url = "https://b.example.com/v1"
+api_key = "${GW_TEST_EMPTY}"
+optional = true
+[[models]]
+name = "ma"
+provider = "a"
+fallbacks = ["mb"]
+[[models]]
+name = "mb"
+provider = "b"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Providers[0].APIKey != "sk-123" || c.Providers[0].Headers["X-Org"] != "org-sk-123" {
+		t.Fatalf("expansion: %+v", c.Providers[0])
+	}
+	if len(c.Providers) != 1 || len(c.Models) != 1 || len(c.Models[0].Fallbacks) != 0 {
+		t.Fatalf("optional provider with an empty key should drop with its models: %+v %+v", c.Providers, c.Models)
+	}
+	m := c.Models[0]
+	if m.Upstream != "ma" || len(m.Deployments) != 1 || m.Deployments[0].Weight != 1 || m.Encoding != "o200k_base" {
+		t.Fatalf("defaults: %+v", m)
+	}
+	if *c.Providers[0].Retries != 2 || c.Server.Listen != "127.0.0.1:8080" || c.ToolLoop.MaxIterations != 10 {
+		t.Fatal("defaults not set")
+	}
+}
+
+func TestShippedConfigIsValid(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "")
+	c, err := Load("../config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Models) != 1 || c.Models[0].Name != "demo" {
+		t.Fatalf("offline, only the demo model should remain: %+v", c.Models)
+	}
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	if c, err = Load("../config.toml"); err != nil || len(c.Models) < 2 {
+		t.Fatalf("with a key, the OpenAI models appear: %v %d", err, len(c.Models))
+	}
+	_ = os.Getenv
+}

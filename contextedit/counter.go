@@ -1,0 +1,242 @@
+package contextedit
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
+	"github.com/tidwall/gjson"
+)
+
+// DefaultEncoding is the tokenizer used when a route names none.
+const DefaultEncoding = "o200k_base"
+
+// The OpenAI cookbook's accounting for chat models ("How to count tokens with
+// tiktoken"): every message costs 3 tokens of framing, a name 1 more, and the
+// reply is primed with 3. Tool calls and image parts are not in the cookbook;
+// their costs are estimates (see messageCost).
+const (
+	tokensPerMessage  = 3
+	tokensPerName     = 1
+	tokensPriming     = 3
+	tokensPerToolCall = 3
+	// tokensPerImage is the cost of a low-detail image (gpt-4o family). The
+	// real cost depends on the image size, which the gateway does not fetch.
+	tokensPerImage = 85
+)
+
+// cacheEntries bounds each Counter's cache of string token counts. A 100k-token
+// transcript holds a few thousand strings; the cache spans concurrent requests.
+const cacheEntries = 1 << 15
+
+// smallLen bounds the strings looked up in Counter.small.
+const smallLen = 9
+
+// ErrInvalidBody reports a body that is not a JSON object with a messages array.
+var ErrInvalidBody = errors.New("contextedit: body is not a chat request with a messages array")
+
+func init() {
+	// The loader embeds the .tiktoken files: no network, no cache directory.
+	// Set once here, before any goroutine can build an encoder.
+	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
+}
+
+// Counter counts the tokens of chat requests and strings for one tiktoken
+// encoding. Counts of strings are cached (keyed by a hash of the string), so
+// counting the transcript of a tool loop again after a few messages were
+// appended only tokenizes the new strings. A Counter is safe for concurrent
+// use; get one with CounterFor.
+type Counter struct {
+	name    string
+	enc     *tiktoken.Tiktoken
+	seedRaw maphash.Seed // keys of raw JSON strings (quotes and escapes included)
+	seedTxt maphash.Seed // keys of decoded text, a separate key space
+	cache   *lru.Cache[uint64, int32]
+	small   map[string]int // roles and other frequent short strings
+}
+
+type counterSlot struct {
+	once sync.Once
+	c    *Counter
+	err  error
+}
+
+var counters sync.Map // encoding name → *counterSlot
+
+// CounterFor returns the shared Counter of an encoding ("" = DefaultEncoding;
+// o200k_base, cl100k_base, p50k_base, r50k_base). Building an encoder takes a
+// few hundred milliseconds and tens of MB, so it happens once per encoding per
+// process; call CounterFor at start for every configured encoding so that a bad
+// name fails there and the first request does not pay the build. Safe for
+// concurrent use.
+func CounterFor(encoding string) (*Counter, error) {
+	if encoding == "" {
+		encoding = DefaultEncoding
+	}
+	v, _ := counters.LoadOrStore(encoding, &counterSlot{})
+	slot := v.(*counterSlot)
+	slot.once.Do(func() { slot.c, slot.err = newCounter(encoding, cacheEntries) })
+	return slot.c, slot.err
+}
+
+func newCounter(encoding string, entries int) (c *Counter, err error) {
+	defer func() {
+		// tiktoken-go panics on some malformed inputs while building; a bad
+		// encoding name must be an error, never a crash.
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("contextedit: encoding %q: %v", encoding, r)
+		}
+	}()
+	enc, err := tiktoken.GetEncoding(encoding)
+	if err != nil {
+		return nil, fmt.Errorf("contextedit: encoding %q: %w", encoding, err)
+	}
+	c = &Counter{name: encoding, enc: enc, seedRaw: maphash.MakeSeed(), seedTxt: maphash.MakeSeed()}
+	if entries > 0 {
+		c.cache, _ = lru.New[uint64, int32](entries)
+	}
+	c.small = map[string]int{}
+	for _, s := range []string{"system", "developer", "user", "assistant", "tool", "function", "{}", ""} {
+		c.small[s] = len(enc.EncodeOrdinary(s))
+	}
+	return c, nil
+}
+
+// Encoding returns the name of the Counter's encoding.
+func (c *Counter) Encoding() string { return c.name }
+
+// CountText returns the number of tokens of s. Special tokens such as
+// <|endoftext|> are counted as ordinary text, as the API treats user text.
+func (c *Counter) CountText(s string) int {
+	if len(s) <= smallLen {
+		if n, ok := c.small[s]; ok {
+			return n
+		}
+	}
+	if c.cache == nil {
+		return c.encodeLen(s)
+	}
+	key := maphash.String(c.seedTxt, s)
+	if n, ok := c.cache.Get(key); ok {
+		return int(n)
+	}
+	n := c.encodeLen(s)
+	c.cache.Add(key, int32(n))
+	return n
+}
+
+// countString counts a gjson string value, keyed by its raw JSON so that a
+// cache hit neither unescapes nor allocates. Non-strings count 0.
+func (c *Counter) countString(v gjson.Result) int {
+	if v.Type != gjson.String {
+		return 0
+	}
+	if len(v.Str) <= smallLen {
+		if n, ok := c.small[v.Str]; ok {
+			return n
+		}
+	}
+	if c.cache == nil {
+		return c.encodeLen(v.Str)
+	}
+	key := maphash.String(c.seedRaw, v.Raw)
+	if n, ok := c.cache.Get(key); ok {
+		return int(n)
+	}
+	n := c.encodeLen(v.Str)
+	c.cache.Add(key, int32(n))
+	return n
+}
+
+// Count returns the prompt tokens of an OpenAI chat request: the cookbook's
+// count of messages, plus the tokens of the tools' JSON, plus the priming.
+// body is only read and not retained. It returns ErrInvalidBody when body is
+// not an object with a messages array.
+func (c *Counter) Count(body []byte) (int, error) {
+	t, err := parse(body, c)
+	if err != nil {
+		return 0, err
+	}
+	return t.count(promptHint{}), nil
+}
+
+// toolsCost counts the tools' JSON as text: the providers render the tool
+// definitions into the prompt in a form of about that size.
+func (c *Counter) toolsCost(tools gjson.Result) int {
+	if !tools.IsArray() || len(tools.Raw) <= 2 {
+		return 0
+	}
+	if c.cache == nil {
+		return c.encodeLen(tools.Raw)
+	}
+	return c.CountText(tools.Raw)
+}
+
+// messageCost follows the cookbook: 3 tokens, then every string field (role,
+// content, name, tool_call_id, ...) as text, and 1 more for a name. Content
+// parts count their text (images a fixed estimate); each tool call counts its
+// name and arguments plus 3.
+func (c *Counter) messageCost(m gjson.Result) int {
+	n := tokensPerMessage
+	m.ForEach(func(k, v gjson.Result) bool {
+		switch v.Type {
+		case gjson.String:
+			n += c.countString(v)
+			if k.Str == "name" {
+				n += tokensPerName
+			}
+		case gjson.JSON:
+			switch k.Str {
+			case "content":
+				n += c.contentCost(v)
+			case "tool_calls":
+				v.ForEach(func(_, call gjson.Result) bool {
+					n += tokensPerToolCall + c.callCost(call)
+					return true
+				})
+			case "function_call":
+				n += c.countString(v.Get("name")) + c.countString(v.Get("arguments"))
+			}
+		}
+		return true
+	})
+	return n
+}
+
+// contentCost counts a content value: a string, or an array of parts.
+func (c *Counter) contentCost(v gjson.Result) int {
+	if v.Type == gjson.String {
+		return c.countString(v)
+	}
+	if !v.IsArray() {
+		return 0
+	}
+	n := 0
+	v.ForEach(func(_, part gjson.Result) bool {
+		switch part.Get("type").Str {
+		case "text":
+			n += c.countString(part.Get("text"))
+		case "refusal":
+			n += c.countString(part.Get("refusal"))
+		case "image_url":
+			n += tokensPerImage
+		}
+		return true
+	})
+	return n
+}
+
+// callCost counts one tool call's name and input without the framing.
+func (c *Counter) callCost(call gjson.Result) int {
+	if f := call.Get("function"); f.IsObject() {
+		return c.countString(f.Get("name")) + c.countString(f.Get("arguments"))
+	}
+	if cu := call.Get("custom"); cu.IsObject() {
+		return c.countString(cu.Get("name")) + c.countString(cu.Get("input"))
+	}
+	return 0
+}

@@ -1,0 +1,124 @@
+package contextedit
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func counter(t testing.TB, enc string) *Counter {
+	t.Helper()
+	c, err := CounterFor(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Published values: the OpenAI cookbook "How to count tokens with tiktoken"
+// (its encode and compare_encodings examples).
+func TestCountTextPublished(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, enc, text string
+		ids             []int
+		n               int
+	}{
+		{name: "o200k hello world", enc: "o200k_base", text: "hello world", n: 2},
+		{name: "cl100k hello world", enc: "cl100k_base", text: "hello world", n: 2},
+		{name: "cl100k tiktoken", enc: "cl100k_base", text: "tiktoken is great!", ids: []int{83, 1609, 5963, 374, 2294, 0}, n: 6},
+		{name: "o200k tiktoken", enc: "o200k_base", text: "tiktoken is great!", n: 6},
+		{name: "cl100k arithmetic", enc: "cl100k_base", text: "2 + 2 = 4", ids: []int{17, 489, 220, 17, 284, 220, 19}, n: 7},
+		{name: "o200k arithmetic", enc: "o200k_base", text: "2 + 2 = 4", ids: []int{17, 659, 220, 17, 314, 220, 19}, n: 7},
+		{name: "cl100k japanese", enc: "cl100k_base", text: "お誕生日おめでとう", n: 9},
+		{name: "o200k japanese", enc: "o200k_base", text: "お誕生日おめでとう", ids: []int{8930, 9697, 243, 128225, 8930, 17693, 4344, 48669}, n: 8},
+		{name: "cl100k antidis", enc: "cl100k_base", text: "antidisestablishmentarianism", n: 6},
+		{name: "default encoding", enc: "", text: "hello world", n: 2},
+		{name: "empty", enc: "o200k_base", text: "", n: 0},
+		{name: "special token is text", enc: "cl100k_base", text: "<|endoftext|>", n: 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := counter(t, tt.enc)
+			if got := c.CountText(tt.text); got != tt.n {
+				t.Errorf("CountText(%q) = %d, want %d", tt.text, got, tt.n)
+			}
+			if got := c.CountText(tt.text); got != tt.n { // cached
+				t.Errorf("cached CountText(%q) = %d, want %d", tt.text, got, tt.n)
+			}
+			if tt.ids != nil {
+				if got := c.enc.EncodeOrdinary(tt.text); !slices.Equal(got, tt.ids) {
+					t.Errorf("ids = %v, want %v", got, tt.ids)
+				}
+			}
+		})
+	}
+}
+
+// cookbookMessages is the cookbook's example_messages; it reports 129 prompt
+// tokens for gpt-4-0613 (cl100k_base) and 124 for gpt-4o (o200k_base).
+const cookbookMessages = `{"model":"gpt-4","messages":[
+{"role":"system","content":"You are a helpful, pattern-following assistant that translates corporate jargon into plain English."},
+{"role":"system","name":"example_user","content":"New synergies will help drive top-line growth."},
+{"role":"system","name":"example_assistant","content":"Things working great together will increase revenue."},
+{"role":"system","name":"example_user","content":"Let's circle back when we have more bandwidth to touch base on opportunities for increased leverage."},
+{"role":"system","name":"example_assistant","content":"Let's talk later when we're less busy about how to do better."},
+{"role":"user","content":"This late pivot means we don't have time to boil the ocean for the client deliverable."}]}`
+
+func TestCount(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, enc, body string
+		want            int
+		err             error
+	}{
+		{name: "cookbook cl100k", enc: "cl100k_base", body: cookbookMessages, want: 129},
+		{name: "cookbook o200k", enc: "o200k_base", body: cookbookMessages, want: 124},
+		// 3 priming + 3 + "user"(1) + "hello world"(2)
+		{name: "one message", enc: "o200k_base", body: `{"messages":[{"role":"user","content":"hello world"}]}`, want: 9},
+		// parts: text counted, image a fixed 85
+		{name: "parts", enc: "o200k_base", body: `{"messages":[{"role":"user","content":[{"type":"text","text":"hello world"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, want: 9 + 85},
+		// assistant: 3 + role(1) + call(3 + "f"(1) + "{}"(1)); tool: 3 + role(1) + id "c1"(2?) + "ok"(1)
+		{name: "tool round", enc: "o200k_base", body: `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`, want: 3 + 3 + 1 + 3 + 1 + 1},
+		{name: "tools json", enc: "o200k_base", body: `{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}]}`, want: 3 + len(mustEncode(t, "o200k_base", `[{"type":"function","function":{"name":"f"}}]`))},
+		{name: "not json", enc: "o200k_base", body: `nope`, err: ErrInvalidBody},
+		{name: "no messages", enc: "o200k_base", body: `{"model":"x"}`, err: ErrInvalidBody},
+		{name: "messages not array", enc: "o200k_base", body: `{"messages":{}}`, err: ErrInvalidBody},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := counter(t, tt.enc).Count([]byte(tt.body))
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if got != tt.want {
+				t.Errorf("Count = %d, want %d", got, tt.want)
+			}
+			if err == nil {
+				if b := cheapBound([]byte(tt.body)); b < got {
+					t.Errorf("cheapBound = %d < count %d", b, got)
+				}
+			}
+		})
+	}
+}
+
+func mustEncode(t testing.TB, enc, s string) []int {
+	return counter(t, enc).enc.EncodeOrdinary(s)
+}
+
+func TestCounterFor(t *testing.T) {
+	t.Parallel()
+	a, b := counter(t, "cl100k_base"), counter(t, "cl100k_base")
+	if a != b {
+		t.Error("CounterFor built a second cl100k_base counter")
+	}
+	if a.Encoding() != "cl100k_base" {
+		t.Errorf("Encoding() = %q", a.Encoding())
+	}
+	if _, err := CounterFor("nope_base"); err == nil {
+		t.Error("CounterFor(nope_base) succeeded")
+	}
+}

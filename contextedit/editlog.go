@@ -1,0 +1,179 @@
+package contextedit
+
+import (
+	"context"
+	"hash/maphash"
+	"strconv"
+	"sync"
+)
+
+// EditLog records the edits the middleware made for one client request, so
+// that every later round of the tool loop gets the same edits on the same
+// messages: the tool loop keeps its own unedited transcript, and the
+// middleware re-applies the log to it before deciding anything new. The
+// cached prompt prefix then stays byte-identical from round to round, and a
+// cleared result is never restored.
+//
+// Clears are keyed by tool_call_id and keep the placeholder they were made
+// with; dropped turns are keyed by a hash of the dropped messages' JSON. An
+// EditLog is safe for concurrent use.
+type EditLog struct {
+	mu      sync.Mutex
+	clears  []clearEntry
+	byID    map[string]int // tool_call_id → index in clears
+	drops   [][]uint64     // each drop: hashes of the dropped messages, oldest first
+	cleared int            // tool results cleared
+	saved   int            // tokens saved, as counted when decided
+	dropped int            // messages dropped
+}
+
+type clearEntry struct {
+	id          string
+	placeholder string
+	inputs      bool // the call's arguments were blanked too
+}
+
+// dropSeed hashes dropped messages; logs live no longer than the process.
+var dropSeed = maphash.MakeSeed()
+
+func hashMessage(raw string) uint64 { return maphash.String(dropSeed, raw) }
+
+type logKey struct{}
+
+type hintKey struct{}
+
+// promptHint is what the upstream reported for the previous round.
+type promptHint struct{ tokens, messages int }
+
+// WithEditLog returns ctx carrying an EditLog for one client request, and the
+// log. If ctx already carries one, it is returned unchanged, so a nested
+// caller never forks the log. The tool loop calls it once per client request.
+func WithEditLog(ctx context.Context) (context.Context, *EditLog) {
+	if l := EditLogFrom(ctx); l != nil {
+		return ctx, l
+	}
+	l := &EditLog{}
+	return context.WithValue(ctx, logKey{}, l), l
+}
+
+// EditLogFrom returns the EditLog in ctx, or nil.
+func EditLogFrom(ctx context.Context) *EditLog {
+	l, _ := ctx.Value(logKey{}).(*EditLog)
+	return l
+}
+
+// WithPromptHint returns ctx telling the middleware that the first messages
+// messages of the request's transcript were counted by the upstream as tokens
+// prompt tokens in the previous round (usage.prompt_tokens, edits included).
+// The middleware then counts only the messages appended since, which is both
+// cheaper and closer to the provider's own tokenizer. The hint is used only
+// together with an EditLog (WithEditLog), which guarantees that the prefix is
+// edited as it was in that round.
+func WithPromptHint(ctx context.Context, tokens, messages int) context.Context {
+	return context.WithValue(ctx, hintKey{}, promptHint{tokens: tokens, messages: messages})
+}
+
+func hintFrom(ctx context.Context) promptHint {
+	h, _ := ctx.Value(hintKey{}).(promptHint)
+	return h
+}
+
+// Cleared returns the tool_call_ids of the cleared tool results, in the order
+// they were cleared. The slice is the caller's.
+func (l *EditLog) Cleared() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, len(l.clears))
+	for i, e := range l.clears {
+		ids[i] = e.id
+	}
+	return ids
+}
+
+// Stats returns the tool results cleared, the tokens that saved (as counted
+// when decided) and the messages dropped so far.
+func (l *EditLog) Stats() (cleared, tokensSaved, droppedMessages int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cleared, l.saved, l.dropped
+}
+
+// Apply returns body with the logged edits applied and nothing new decided:
+// the tool loop may use it to keep its transcript edited. body is not
+// modified; when no edit changes a byte, body itself is returned. It fails
+// with ErrInvalidBody when body is not a chat request.
+func (l *EditLog) Apply(body []byte) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, err := parse(body, nil)
+	if err != nil {
+		return nil, err
+	}
+	l.reapply(t)
+	if !t.changed {
+		return body, nil
+	}
+	return t.build(body)
+}
+
+// empty reports whether nothing was logged; a nil log is empty.
+func (l *EditLog) empty() bool {
+	if l == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.clears) == 0 && len(l.drops) == 0
+}
+
+// reapply applies the logged edits to t: clears first (by tool_call_id), then
+// drops, each only where the transcript still holds the dropped messages at
+// its start. The caller holds l.mu.
+func (l *EditLog) reapply(t *transcript) {
+	if len(l.clears) > 0 {
+		for i := range t.msgs {
+			m := &t.msgs[i]
+			if m.role != "tool" || m.callID == "" {
+				continue
+			}
+			if k, ok := l.byID[m.callID]; ok {
+				e := l.clears[k]
+				t.clear(i, e.placeholder, e.inputs)
+			}
+		}
+	}
+	for _, group := range l.drops {
+		t.redrop(group)
+	}
+}
+
+// record adds new clears (tool message indexes in t) and a drop to the log.
+// The caller holds l.mu.
+func (l *EditLog) record(t *transcript, cleared []int, placeholder string, inputs bool, saved int, drop []uint64) {
+	if l.byID == nil {
+		l.byID = map[string]int{}
+	}
+	for _, i := range cleared {
+		id := t.msgs[i].callID
+		if _, ok := l.byID[id]; ok {
+			continue
+		}
+		l.byID[id] = len(l.clears)
+		l.clears = append(l.clears, clearEntry{id: id, placeholder: placeholder, inputs: inputs})
+		l.cleared++
+	}
+	l.saved += saved
+	if len(drop) > 0 {
+		l.drops = append(l.drops, drop)
+		l.dropped += len(drop)
+	}
+}
+
+// header renders the x-gateway-context-edits value. The caller holds l.mu.
+func (l *EditLog) header() string {
+	s := "cleared=" + strconv.Itoa(l.cleared) + ";tokens_saved=" + strconv.Itoa(l.saved)
+	if l.dropped > 0 {
+		s += ";dropped=" + strconv.Itoa(l.dropped)
+	}
+	return s
+}

@@ -1,0 +1,265 @@
+package contextedit
+
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// transcript is the parsed messages array of one request and the edits
+// decided for it. It reads one string copy of the body (gjson.ParseBytes) and
+// never writes it; build produces a new body. Not safe for concurrent use.
+type transcript struct {
+	c     *Counter // nil when only applying edits (EditLog.Apply)
+	root  gjson.Result
+	tools gjson.Result
+	msgs  []message
+
+	// changed reports an edit that alters bytes: clearing content that is not
+	// already the placeholder, blanking arguments that are not already blank,
+	// dropping a message.
+	changed bool
+}
+
+// message is one entry of messages with its edit state.
+type message struct {
+	raw     gjson.Result
+	role    string
+	content gjson.Result
+	calls   []call // assistant tool calls
+
+	callID    string // tool: tool_call_id
+	name      string // tool: the tool's name, from its call or the message
+	owner     int    // tool: index of the assistant message holding the call, or -1
+	ownerCall int    // tool: index in msgs[owner].calls
+
+	clear       bool // content replaced by placeholder
+	placeholder string
+	dropped     bool
+
+	cost       int // cookbook tokens of the message as received; -1 = not counted yet
+	contentTok int // tokens of the content as received; -1 = not counted yet
+	saved      int // tokens removed by the edits on this message
+}
+
+// call is one entry of an assistant message's tool_calls.
+type call struct {
+	idx    int // index in tool_calls
+	id     string
+	name   string
+	custom bool         // a custom tool call: input instead of function.arguments
+	input  gjson.Result // function.arguments or custom.input
+	blank  bool         // input replaced by "{}" (custom: "")
+}
+
+func isSystem(role string) bool { return role == "system" || role == "developer" }
+
+// parse reads body's messages. It fails with ErrInvalidBody when body is not
+// an object with a messages array.
+func parse(body []byte, c *Counter) (*transcript, error) {
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, ErrInvalidBody
+	}
+	var msgs gjson.Result
+	t := &transcript{c: c, root: root}
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "messages":
+			if !msgs.Exists() {
+				msgs = v
+			}
+		case "tools":
+			if !t.tools.Exists() {
+				t.tools = v
+			}
+		}
+		return true
+	})
+	if !msgs.IsArray() {
+		return nil, ErrInvalidBody
+	}
+	calls := map[string][2]int{} // call id → (message, call) of the latest assistant holding it
+	msgs.ForEach(func(_, v gjson.Result) bool {
+		i := len(t.msgs)
+		m := message{raw: v, owner: -1, cost: -1, contentTok: -1}
+		var toolCalls, name gjson.Result
+		v.ForEach(func(k, f gjson.Result) bool {
+			switch k.Str {
+			case "role":
+				m.role = f.Str
+			case "content":
+				m.content = f
+			case "tool_call_id":
+				m.callID = f.Str
+			case "name":
+				name = f
+			case "tool_calls":
+				toolCalls = f
+			}
+			return true
+		})
+		switch m.role {
+		case "assistant":
+			if toolCalls.IsArray() {
+				toolCalls.ForEach(func(k, tc gjson.Result) bool {
+					cl := call{idx: len(m.calls), id: tc.Get("id").Str}
+					if f := tc.Get("function"); f.IsObject() {
+						cl.name, cl.input = f.Get("name").Str, f.Get("arguments")
+					} else if cu := tc.Get("custom"); cu.IsObject() {
+						cl.name, cl.input, cl.custom = cu.Get("name").Str, cu.Get("input"), true
+					}
+					if cl.id != "" {
+						calls[cl.id] = [2]int{i, len(m.calls)}
+					}
+					m.calls = append(m.calls, cl)
+					return true
+				})
+			}
+		case "tool":
+			if loc, ok := calls[m.callID]; ok && m.callID != "" {
+				m.owner, m.ownerCall = loc[0], loc[1]
+				m.name = t.msgs[loc[0]].calls[loc[1]].name
+			}
+			if m.name == "" {
+				m.name = name.Str
+			}
+		}
+		t.msgs = append(t.msgs, m)
+		return true
+	})
+	return t, nil
+}
+
+// cost returns the tokens message i adds to the prompt with its edits.
+func (t *transcript) cost(i int) int {
+	m := &t.msgs[i]
+	if m.cost < 0 {
+		m.cost = t.c.messageCost(m.raw)
+	}
+	return m.cost - m.saved
+}
+
+// contentTokens returns the tokens of message i's content as received.
+func (t *transcript) contentTokens(i int) int {
+	m := &t.msgs[i]
+	if m.contentTok < 0 {
+		m.contentTok = t.c.contentCost(m.content)
+	}
+	return m.contentTok
+}
+
+// count returns the prompt tokens of the edited transcript. With a hint, the
+// first hint.messages messages count hint.tokens (as the upstream reported
+// them for the previous round, edits included) and only the rest is counted.
+func (t *transcript) count(h promptHint) int {
+	start, n := 0, tokensPriming+t.c.toolsCost(t.tools)
+	if h.tokens > 0 && h.messages > 0 && h.messages <= len(t.msgs) {
+		start, n = h.messages, h.tokens
+	}
+	for i := start; i < len(t.msgs); i++ {
+		if !t.msgs[i].dropped {
+			n += t.cost(i)
+		}
+	}
+	return n
+}
+
+// clearSaving returns the tokens clearing tool message i would save, without
+// clearing it. It needs a Counter.
+func (t *transcript) clearSaving(i int, placeholder string, inputs bool) int {
+	m := &t.msgs[i]
+	s := t.contentTokens(i) - t.c.CountText(placeholder)
+	if inputs && m.owner >= 0 {
+		if cl := &t.msgs[m.owner].calls[m.ownerCall]; !cl.blank {
+			s += t.c.countString(cl.input) - t.c.CountText(blankInput(cl.custom))
+		}
+	}
+	return s
+}
+
+// clear replaces tool message i's content with placeholder and, with inputs,
+// blanks the arguments of its call. With a Counter it returns the tokens
+// saved, else 0.
+func (t *transcript) clear(i int, placeholder string, inputs bool) int {
+	m := &t.msgs[i]
+	if m.clear {
+		return 0
+	}
+	saved := 0
+	m.clear, m.placeholder = true, placeholder
+	if m.content.Type != gjson.String || m.content.Str != placeholder {
+		t.changed = true
+	}
+	if t.c != nil {
+		s := t.contentTokens(i) - t.c.CountText(placeholder)
+		m.saved += s
+		saved += s
+	}
+	if !inputs || m.owner < 0 {
+		return saved
+	}
+	o := &t.msgs[m.owner]
+	cl := &o.calls[m.ownerCall]
+	if cl.blank {
+		return saved
+	}
+	cl.blank = true
+	if cl.input.Type != gjson.String || cl.input.Str != blankInput(cl.custom) {
+		t.changed = true
+	}
+	if t.c != nil {
+		s := t.c.countString(cl.input) - t.c.CountText(blankInput(cl.custom))
+		o.saved += s
+		saved += s
+	}
+	return saved
+}
+
+func blankInput(custom bool) string {
+	if custom {
+		return ""
+	}
+	return "{}"
+}
+
+// build returns a new body with the edits applied; body is not modified.
+// Only the messages array is rewritten; every other byte is kept.
+func (t *transcript) build(body []byte) ([]byte, error) {
+	arr := make([]byte, 0, len(t.root.Raw))
+	arr = append(arr, '[')
+	first := true
+	for i := range t.msgs {
+		m := &t.msgs[i]
+		if m.dropped {
+			continue
+		}
+		raw := m.raw.Raw
+		var err error
+		if m.clear {
+			if raw, err = sjson.Set(raw, "content", m.placeholder); err != nil {
+				return nil, err
+			}
+		}
+		for _, cl := range m.calls {
+			if !cl.blank {
+				continue
+			}
+			path := "tool_calls." + strconv.Itoa(cl.idx) + ".function.arguments"
+			if cl.custom {
+				path = "tool_calls." + strconv.Itoa(cl.idx) + ".custom.input"
+			}
+			if raw, err = sjson.Set(raw, path, blankInput(cl.custom)); err != nil {
+				return nil, err
+			}
+		}
+		if !first {
+			arr = append(arr, ',')
+		}
+		first = false
+		arr = append(arr, raw...)
+	}
+	arr = append(arr, ']')
+	return sjson.SetRawBytes(body, "messages", arr)
+}
