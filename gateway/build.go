@@ -6,13 +6,17 @@
 package gateway
 
 import (
-	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/fallback"
@@ -20,6 +24,7 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
+	"github.com/llmgw/gateway/toolloop"
 )
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
@@ -73,7 +78,11 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			return nil, fmt.Errorf("models %q: encoding: %w", m.Name, err)
 		}
 	}
+	store, closeStore := buildStore(cfg)
+	closers = append(closers, closeStore)
+
 	modelMW := map[string]pipeline.Middleware{
+		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log}),
 		"fallback":     fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
 	}
@@ -86,10 +95,32 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 
 	// The request layer, ending in the tool loop.
-	terminal := pipeline.HandlerFunc(func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-		return req.Route.ModelLayer.Chat(ctx, req)
+	loop, err := toolloop.New(toolloop.Options{
+		Tools:       cfg.Tools,
+		Loop:        cfg.ToolLoop,
+		Lookup:      lookup,
+		ToolAllowed: policies.ToolAllowed,
+		ToolTrace:   policies.ToolTrace,
+		ToolMiddleware: []pipeline.ToolMiddleware{
+			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
+		},
+		Logger: log,
 	})
-	requestMW := map[string]pipeline.Middleware{"policy": engine.Middleware()}
+	if err != nil {
+		return nil, err
+	}
+	requestMW := map[string]pipeline.Middleware{
+		"policy": engine.Middleware(),
+		"cache": caching.NewResponseCache(caching.Options{
+			Config:         cfg.Middleware.Cache,
+			Store:          store,
+			ToolSetVersion: toolSetVersion(cfg.Tools),
+			Logger:         log,
+			Enabled: func(r *pipeline.Request) bool {
+				return policies.CacheEnabled(r.Tenant, cfg.Middleware.Cache.Enabled)
+			},
+		}),
+	}
 	var mws []pipeline.Middleware
 	for _, name := range cfg.Middleware.Request {
 		mws = append(mws, requestMW[name])
@@ -97,7 +128,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	rt = &proxy.Runtime{
 		Config:   cfg,
 		Routes:   routes,
-		Chat:     pipeline.Chain(terminal, mws...),
+		Chat:     pipeline.Chain(loop, mws...),
 		Upstream: upstream,
 		Close: func() {
 			for i := len(closers) - 1; i >= 0; i-- {
@@ -139,4 +170,46 @@ func startMock(p config.Provider, models []config.Model, log zerolog.Logger) (st
 		}
 	}()
 	return "http://" + ln.Addr().String() + "/v1", func() { _ = srv.Close() }, nil
+}
+
+// buildStore returns the shared store of the response and tool-result
+// caches: Redis when configured for it, else memory bounded by bytes.
+func buildStore(cfg *config.Config) (caching.Store, func()) {
+	c := cfg.Middleware.Cache
+	if c.Store == "redis" && cfg.Redis != nil {
+		client := redisClient(cfg.Redis)
+		return caching.NewRedisStore(client, cfg.Redis.Prefix+"cache:", cfg.Redis.Timeout.D()), func() { _ = client.Close() }
+	}
+	return caching.NewMemoryStore(c.MaxBytes), func() {}
+}
+
+// redisClient builds a client whose every call is bounded by the config's timeout.
+func redisClient(r *config.Redis) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: r.Addr, Password: r.Password, DB: r.DB,
+		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
+		MaxRetries: -1, // fail fast: callers fail open
+	})
+}
+
+// toolTTL returns the result-cache TTL of idempotent tools.
+func toolTTL(tools []config.Tool) func(string) time.Duration {
+	ttl := map[string]time.Duration{}
+	for _, t := range tools {
+		if t.Idempotent && t.CacheTTL > 0 {
+			ttl[t.Name] = t.CacheTTL.D()
+		}
+	}
+	return func(name string) time.Duration { return ttl[name] }
+}
+
+// toolSetVersion hashes the server tool definitions: changing a tool
+// changes every response-cache key, so answers produced with other tools are
+// never served.
+func toolSetVersion(tools []config.Tool) string {
+	h := sha256.New()
+	for _, t := range tools {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00", t.Name, t.Kind, t.Description, t.Parameters, t.URL, t.Model)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -184,7 +184,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+"\n[middleware]\nrequest=[\"policy\"]\n", mockllm.Options{})
+	h := newHarness(t, strings.Replace(baseConfig, "[server]", "[server]\nmax_body_bytes = 65536", 1), mockllm.Options{})
 	schema := wiretest.LoadSchema(t)
 	cases := []struct {
 		name, body  string
@@ -197,7 +197,7 @@ func TestBadRequests(t *testing.T) {
 		{"messages not array", `{"model":"gpt-x","messages":{}}`, 400, "messages", ""},
 		{"unknown model", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, "model", "model_not_found"},
 		{"stream not bool", `{"model":"gpt-x","stream":"yes","messages":[{"role":"user","content":"x"}]}`, 400, "stream", ""},
-		{"too large", `{"model":"gpt-x","messages":[{"role":"user","content":"` + strings.Repeat("x", 9<<20) + `"}]}`, 413, "", "request_too_large"},
+		{"too large", `{"model":"gpt-x","messages":[{"role":"user","content":"` + strings.Repeat("x", 100<<10) + `"}]}`, 413, "", "request_too_large"},
 	}
 	for _, c := range cases {
 		status, hdr, body := h.post("/chat/completions", c.body, nil)

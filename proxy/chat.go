@@ -87,6 +87,13 @@ func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 	tooLarge := pipeline.Errorf(413, "invalid_request_error", "request_too_large",
 		"The request body exceeds the limit of %d bytes.", max)
 	if cl := ctx.Request.Header.ContentLength(); cl > max {
+		// Read (and drop) a moderately oversized body so the client, still
+		// sending, gets to read the 413 instead of a connection reset.
+		if cl <= 4*max && ctx.Request.IsBodyStream() {
+			_, _ = io.Copy(io.Discard, io.LimitReader(ctx.RequestBodyStream(), int64(cl)))
+		} else {
+			ctx.SetConnectionClose()
+		}
 		return nil, tooLarge
 	}
 	if ctx.Request.IsBodyStream() {

@@ -1,0 +1,264 @@
+package caching
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// canon writes JSON values in a canonical form: objects with their keys
+// sorted (by the unescaped key, duplicates kept in input order), no
+// whitespace, strings re-escaped one way, numbers normalised (1.0 → 1,
+// 1e2 → 100). Two documents that decode to the same value produce the same
+// bytes. A canon is used by one goroutine at a time; get one from canonPool.
+type canon struct {
+	buf   []byte
+	pairs []pair // a stack of object members being sorted
+}
+
+type pair struct {
+	key string
+	val gjson.Result
+}
+
+var canonPool = sync.Pool{New: func() any { return &canon{buf: make([]byte, 0, 4096)} }}
+
+func getCanon() *canon { c := canonPool.Get().(*canon); c.buf = c.buf[:0]; return c }
+
+func putCanon(c *canon) {
+	if cap(c.buf) > 1<<20 { // do not keep huge buffers alive
+		return
+	}
+	clear(c.pairs[:cap(c.pairs)])
+	c.pairs = c.pairs[:0]
+	canonPool.Put(c)
+}
+
+// appendCanonical appends the canonical form of the JSON text raw to dst.
+// Malformed input produces some output and never panics.
+func appendCanonical(dst []byte, raw []byte) []byte {
+	c := getCanon()
+	c.buf = dst
+	c.value(gjson.ParseBytes(raw))
+	out := c.buf
+	c.buf = nil
+	putCanon(c)
+	return out
+}
+
+func (c *canon) value(v gjson.Result) {
+	switch v.Type {
+	case gjson.Null:
+		c.buf = append(c.buf, "null"...)
+	case gjson.False:
+		c.buf = append(c.buf, "false"...)
+	case gjson.True:
+		c.buf = append(c.buf, "true"...)
+	case gjson.Number:
+		c.buf = appendNumber(c.buf, v.Raw)
+	case gjson.String:
+		c.buf = appendString(c.buf, unquote(v))
+	case gjson.JSON:
+		if v.IsArray() {
+			c.buf = append(c.buf, '[')
+			first := true
+			v.ForEach(func(_, e gjson.Result) bool {
+				if !first {
+					c.buf = append(c.buf, ',')
+				}
+				first = false
+				c.value(e)
+				return true
+			})
+			c.buf = append(c.buf, ']')
+			return
+		}
+		if v.IsObject() {
+			c.object(v)
+			return
+		}
+		c.buf = append(c.buf, "null"...)
+	default:
+		c.buf = append(c.buf, "null"...)
+	}
+}
+
+func (c *canon) object(v gjson.Result) {
+	start := len(c.pairs)
+	v.ForEach(func(k, e gjson.Result) bool {
+		c.pairs = append(c.pairs, pair{key: unquote(k), val: e})
+		return true
+	})
+	c.sortedMembers(start)
+}
+
+// sortedMembers writes the members pushed on c.pairs since start as one
+// object with sorted keys, then pops them.
+func (c *canon) sortedMembers(start int) {
+	members := c.pairs[start:]
+	slices.SortStableFunc(members, func(a, b pair) int { return strings.Compare(a.key, b.key) })
+	c.buf = append(c.buf, '{')
+	for i := start; i < len(c.pairs); i++ {
+		if i > start {
+			c.buf = append(c.buf, ',')
+		}
+		p := c.pairs[i] // c.pairs may grow (and move) while the value recurses
+		c.buf = appendString(c.buf, p.key)
+		c.buf = append(c.buf, ':')
+		c.value(p.val)
+	}
+	c.buf = append(c.buf, '}')
+	clear(c.pairs[start:])
+	c.pairs = c.pairs[:start]
+}
+
+// appendNumber normalises a JSON number: integers keep their digits (any
+// size), other numbers go through float64 and come out in the shortest form,
+// as an integer when they are integral and exact.
+func appendNumber(dst []byte, raw string) []byte {
+	if raw == "-0" {
+		return append(dst, '0')
+	}
+	if !strings.ContainsAny(raw, ".eE") {
+		return append(dst, raw...)
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	if err != nil {
+		return append(dst, raw...)
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+		return strconv.AppendInt(dst, int64(f), 10)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, 64)
+}
+
+// unquote returns the value of a gjson string with encoding/json's rules
+// for escapes: a lone UTF-16 surrogate becomes U+FFFD and the escape after
+// it is decoded on its own (gjson would swallow it). Strings without escapes
+// are gjson's own.
+func unquote(v gjson.Result) string {
+	raw := v.Raw
+	if v.Type != gjson.String || strings.IndexByte(raw, '\\') < 0 || len(raw) < 2 {
+		return v.Str
+	}
+	raw = raw[1 : len(raw)-1]
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		b := raw[i]
+		if b != '\\' || i+1 >= len(raw) {
+			out = append(out, b)
+			i++
+			continue
+		}
+		i++
+		switch e := raw[i]; e {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(raw[i+1:])
+			if !ok {
+				out = append(out, '\\', 'u')
+				break
+			}
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if len(raw) >= i+7 && raw[i+1] == '\\' && raw[i+2] == 'u' {
+					if r2, ok := hex4(raw[i+3:]); ok {
+						if pr := utf16.DecodeRune(r, r2); pr != utf8.RuneError {
+							out = utf8.AppendRune(out, pr)
+							i += 6
+							break
+						}
+					}
+				}
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+		default: // '"', '\\', '/' and anything gjson let through
+			out = append(out, e)
+		}
+		i++
+	}
+	return string(out)
+}
+
+func hex4(s string) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range []byte(s[:4]) {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// encoding/json does; non-ASCII runes (U+FFFD included) are written raw, so
+// the output is its own canonical form.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, "\uFFFD"...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

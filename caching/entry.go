@@ -1,0 +1,109 @@
+package caching
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// An entry is what the response cache stores: a 9-byte header (format
+// version, then the expiry as big-endian unix milliseconds) followed by a
+// chat.completion JSON document (the non-stream form, whatever form the
+// answer was produced in). The expiry is checked against Options.Now, so
+// every store honours the gateway's clock; the store's own TTL only frees
+// memory.
+const (
+	entryVersion = 1
+	entryHeader  = 9
+)
+
+func encodeEntry(completion []byte, expires time.Time) []byte {
+	out := make([]byte, entryHeader, entryHeader+len(completion))
+	out[0] = entryVersion
+	binary.BigEndian.PutUint64(out[1:], uint64(expires.UnixMilli()))
+	return append(out, completion...)
+}
+
+// decodeEntry returns the completion of an entry still fresh at now. The
+// result aliases e.
+func decodeEntry(e []byte, now time.Time) ([]byte, bool) {
+	if len(e) <= entryHeader || e[0] != entryVersion {
+		return nil, false
+	}
+	exp := int64(binary.BigEndian.Uint64(e[1:entryHeader]))
+	if now.UnixMilli() >= exp {
+		return nil, false
+	}
+	return e[entryHeader:], true
+}
+
+// storable reports whether a chat.completion is a final answer worth
+// keeping: one choice that stopped (or hit the length limit) with text, or,
+// when toolCalls is set, a turn of client function calls.
+func storable(completion []byte, toolCalls bool) bool {
+	if !gjson.ValidBytes(completion) {
+		return false
+	}
+	res := gjson.GetManyBytes(completion, "choices.#", "choices.0.finish_reason",
+		"choices.0.message.content", "choices.0.message.tool_calls", "error", "choices.0.logprobs")
+	if res[0].Int() != 1 || res[4].Exists() || (res[5].Exists() && res[5].Type != gjson.Null) {
+		return false
+	}
+	calls := res[3]
+	switch res[1].String() {
+	case "stop", "length":
+		return res[2].Type == gjson.String && res[2].Str != "" && !calls.Exists()
+	case "tool_calls":
+		if !toolCalls || !calls.IsArray() || len(calls.Array()) == 0 {
+			return false
+		}
+		ok := true
+		calls.ForEach(func(_, c gjson.Result) bool {
+			ok = c.Get("type").String() == "function" && c.Get("id").String() != "" &&
+				c.Get("function.name").String() != ""
+			return ok
+		})
+		return ok
+	}
+	return false
+}
+
+// newCompletionID returns a fresh chat completion id.
+func newCompletionID() string {
+	var b [33]byte
+	copy(b[:], "chatcmpl-")
+	x, y := rand.Uint64(), rand.Uint64()
+	for i := range 12 {
+		b[9+i] = hexDigits[x>>(i*4)&0xf]
+		b[21+i] = hexDigits[y>>(i*4)&0xf]
+	}
+	return string(b[:])
+}
+
+// renderJSON writes completion as the answer to a new request: a fresh id
+// and created, the client's model name, every other member unchanged except
+// x_gateway (a trace of the original run, not of this one).
+func renderJSON(completion []byte, id string, created int64, model string) []byte {
+	out := make([]byte, 0, len(completion)+96)
+	out = append(out, `{"id":`...)
+	out = appendString(out, id)
+	out = append(out, `,"object":"chat.completion","created":`...)
+	out = strconv.AppendInt(out, created, 10)
+	out = append(out, `,"model":`...)
+	out = appendString(out, model)
+	gjson.ParseBytes(completion).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id", "object", "created", "model", "x_gateway":
+			return true
+		}
+		out = append(out, ',')
+		out = append(out, k.Raw...)
+		out = append(out, ':')
+		out = append(out, v.Raw...)
+		return true
+	})
+	return append(out, '}')
+}

@@ -1,0 +1,86 @@
+package caching
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// keyVersion changes whenever the projection or the entry format changes, so
+// old entries in a shared Redis are never misread.
+const keyVersion = "v1"
+
+// ignoredFields are request members that never change the answer: transport
+// (stream, stream_options), attribution (user, metadata, safety_identifier),
+// provider-side caching and storage hints, and the client's model alias
+// (replaced by the resolved upstream model). Every other member, known or
+// not, is part of the key: a field we do not understand may change the
+// answer, so it must not produce a false hit.
+var ignoredFields = map[string]bool{
+	"model":                  true,
+	"stream":                 true,
+	"stream_options":         true,
+	"user":                   true,
+	"metadata":               true,
+	"safety_identifier":      true,
+	"prompt_cache_key":       true,
+	"prompt_cache_retention": true,
+	"prompt_cache_options":   true,
+	"store":                  true,
+	"service_tier":           true,
+	"request_id":             true,
+}
+
+// resolvedModel is the model the answer comes from: the deployment's provider
+// and upstream name, else the route, else the client's name.
+func resolvedModel(r *pipeline.Request) string {
+	if t := r.TargetOrDefault(); t != nil {
+		return t.Provider + "/" + t.Upstream
+	}
+	if r.Route != nil {
+		return "route/" + r.Route.Name
+	}
+	return "client/" + r.Model
+}
+
+// requestKey returns the cache key of r: a namespace ("tenant:<name>:" or
+// "shared:") and the hex SHA-256 of the canonical projection of the body.
+// The hash part has a fixed size whatever the payload.
+func requestKey(r *pipeline.Request, toolSet string, shared bool) string {
+	c := getCanon()
+	c.buf = append(c.buf, keyVersion...)
+	c.buf = append(c.buf, 0)
+	c.buf = appendString(c.buf, resolvedModel(r))
+	c.buf = append(c.buf, 0)
+	c.buf = appendString(c.buf, toolSet)
+	c.buf = append(c.buf, 0)
+	// The top-level object, minus the ignored members, canonicalised like
+	// any other object.
+	start := len(c.pairs)
+	gjson.ParseBytes(r.Body).ForEach(func(k, v gjson.Result) bool {
+		if key := k.String(); !ignoredFields[key] {
+			c.pairs = append(c.pairs, pair{key: key, val: v})
+		}
+		return true
+	})
+	c.sortedMembers(start)
+	sum := sha256.Sum256(c.buf)
+	putCanon(c)
+
+	var ns string
+	switch {
+	case shared:
+		ns = "shared:"
+	case r.Tenant != nil:
+		ns = "tenant:" + r.Tenant.Name + ":"
+	default:
+		ns = "tenant::"
+	}
+	out := make([]byte, len(ns)+hex.EncodedLen(len(sum)))
+	copy(out, ns)
+	hex.Encode(out[len(ns):], sum[:])
+	return string(out)
+}

@@ -1,0 +1,75 @@
+package caching
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+const baseBody = `{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"temperature":0,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}],"tool_choice":"auto"}`
+
+func TestRequestKey(t *testing.T) {
+	t.Parallel()
+	base := requestKey(newReq(baseBody, "acme"), "ts1", false)
+	tests := []struct {
+		name    string
+		body    string
+		tenant  string
+		toolSet string
+		route   *pipeline.Route
+		same    bool
+	}{
+		{name: "identical", body: baseBody, same: true},
+		{name: "member order and whitespace", body: `{ "tool_choice" : "auto", "temperature": 0.0,
+			"tools":[{"function":{"parameters":{"properties":{"a":{"type":"string"}},"type":"object"},"name":"f"},"type":"function"}],
+			"messages": [ {"content":"Be brief.","role":"system"}, {"role":"user","content":"Hi"} ], "model":"demo" }`, same: true},
+		{name: "stream, stream_options, user, metadata, ids ignored", body: strings.Replace(baseBody, `"temperature":0`,
+			`"temperature":0,"stream":true,"stream_options":{"include_usage":true},"user":"u1","metadata":{"k":"v"},"safety_identifier":"s","prompt_cache_key":"p","store":true`, 1), same: true},
+		{name: "client alias ignored, upstream counts", body: strings.Replace(baseBody, `"model":"demo"`, `"model":"alias"`, 1), same: true},
+		{name: "other upstream model", body: baseBody, route: &pipeline.Route{Name: "demo", Deployments: []pipeline.Target{{Provider: "mock", Upstream: "mock-2"}}}},
+		{name: "other message", body: strings.Replace(baseBody, `"Hi"`, `"Hi!"`, 1)},
+		{name: "message order", body: strings.Replace(baseBody, `{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}`, `{"role":"user","content":"Hi"},{"role":"system","content":"Be brief."}`, 1)},
+		{name: "other tools", body: strings.Replace(baseBody, `"name":"f"`, `"name":"g"`, 1)},
+		{name: "other tool_choice", body: strings.Replace(baseBody, `"tool_choice":"auto"`, `"tool_choice":"required"`, 1)},
+		{name: "response_format", body: strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"response_format":{"type":"json_object"}`, 1)},
+		{name: "max_tokens", body: strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"max_tokens":5`, 1)},
+		{name: "seed", body: strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"seed":7`, 1)},
+		{name: "unknown member counts", body: strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"verbosity":"low"`, 1)},
+		{name: "other tenant", body: baseBody, tenant: "other"},
+		{name: "other tool set", body: baseBody, toolSet: "ts2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tenant, ts := "acme", "ts1"
+			if tt.tenant != "" {
+				tenant = tt.tenant
+			}
+			if tt.toolSet != "" {
+				ts = tt.toolSet
+			}
+			r := newReq(tt.body, tenant)
+			if tt.route != nil {
+				r.Route = tt.route
+			}
+			got := requestKey(r, ts, false)
+			if (got == base) != tt.same {
+				t.Errorf("key equal = %v, want %v\n%s\n%s", got == base, tt.same, got, base)
+			}
+		})
+	}
+}
+
+func TestRequestKeyShape(t *testing.T) {
+	t.Parallel()
+	small := requestKey(newReq(`{"messages":[]}`, "acme"), "", false)
+	big := requestKey(newReq(`{"messages":[{"role":"user","content":"`+strings.Repeat("x", 1<<16)+`"}]}`, "acme"), "", false)
+	if !strings.HasPrefix(small, "tenant:acme:") || len(small) != len(big) || len(small) != len("tenant:acme:")+64 {
+		t.Errorf("keys %q / %d bytes: want tenant:acme: + 64 hex, fixed size", small, len(big))
+	}
+	if shared := requestKey(newReq(`{"messages":[]}`, "acme"), "", true); !strings.HasPrefix(shared, "shared:") ||
+		shared != requestKey(newReq(`{"messages":[]}`, "other"), "", true) {
+		t.Errorf("shared keys must not depend on the tenant: %q", shared)
+	}
+}

@@ -1,0 +1,356 @@
+package caching
+
+import (
+	"bytes"
+	"context"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// Prompt-cache modes of a provider (config.Provider.PromptCache).
+const (
+	PromptNone      = "none"      // strip cache_control markers
+	PromptOpenAI    = "openai"    // strip markers, set prompt_cache_key
+	PromptAnthropic = "anthropic" // inject cache_control breakpoints
+)
+
+// maxBreakpoints is Anthropic's limit of cache_control blocks per request.
+const maxBreakpoints = 4
+
+// PromptProvider is the prompt-cache setting of one provider.
+type PromptProvider struct {
+	Mode string // PromptNone, PromptOpenAI or PromptAnthropic; "" = none
+	TTL  string // anthropic marker ttl ("5m", "1h"); "" = the provider default
+}
+
+// PromptOptions configure NewPromptCache.
+type PromptOptions struct {
+	// Providers maps a provider name (pipeline.Target.Provider) to its
+	// setting; a provider not listed is PromptNone. Read-only after start.
+	Providers map[string]PromptProvider
+	Logger    zerolog.Logger
+}
+
+// PromptProviders builds PromptOptions.Providers from the config.
+func PromptProviders(ps []config.Provider) map[string]PromptProvider {
+	m := make(map[string]PromptProvider, len(ps))
+	for _, p := range ps {
+		m[p.Name] = PromptProvider{Mode: p.PromptCache, TTL: p.PromptCacheTTL}
+	}
+	return m
+}
+
+var cacheControlKey = []byte(`"cache_control"`)
+
+// NewPromptCache returns the model-call middleware that adds provider
+// prompt-caching hints to each upstream call, chosen by the provider of
+// r.TargetOrDefault():
+//
+//   - anthropic: cache_control {"type":"ephemeral"[,"ttl"]} on up to 4
+//     breakpoints, in prefix order: the last tool, the last system/developer
+//     message, the last message of the transcript (it moves forward every
+//     round of the tool loop). Client markers are kept, count toward the 4,
+//     and a breakpoint that already carries one is left alone.
+//   - openai: cache_control markers stripped; prompt_cache_key set to
+//     "<tenant>-<hash of tools and system prefix>" when the client sent none.
+//   - none: cache_control markers stripped.
+//
+// An edited body is a new slice on a clone of r; a request that needs no
+// edit passes through untouched. It also counts prompt, cached and
+// cache-write tokens per provider and upstream model from the response
+// usage (body or stream chunks, observed without buffering). Safe for
+// concurrent use.
+func NewPromptCache(opts PromptOptions) pipeline.Middleware {
+	markers := make(map[string][]byte, len(opts.Providers))
+	for name, p := range opts.Providers {
+		if p.Mode == PromptAnthropic {
+			m := []byte(`{"type":"ephemeral"}`)
+			if p.TTL != "" {
+				m, _ = sjson.SetBytes(m, "ttl", p.TTL)
+			}
+			markers[name] = m
+		}
+	}
+	return func(next pipeline.Handler) pipeline.Handler {
+		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			provider, model := "", r.Model
+			if t := r.TargetOrDefault(); t != nil {
+				provider, model = t.Provider, t.Upstream
+			}
+			var body []byte
+			switch opts.Providers[provider].Mode {
+			case PromptAnthropic:
+				body = addBreakpoints(r.Body, markers[provider])
+			case PromptOpenAI:
+				body = setPromptCacheKey(stripMarkers(r.Body), r)
+			default:
+				body = stripMarkers(r.Body)
+			}
+			if !sameSlice(body, r.Body) {
+				r = r.Clone()
+				r.Body = body
+			}
+			resp, err := next.Chat(ctx, r)
+			if err != nil || resp == nil {
+				return resp, err
+			}
+			if resp.Stream != nil {
+				resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
+			} else if u := gjson.GetBytes(resp.Body, "usage"); u.IsObject() {
+				observeUsage(provider, model, u)
+			}
+			return resp, nil
+		})
+	}
+}
+
+// sameSlice reports whether a and b are the same bytes in memory (an edit
+// always returns a new slice).
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// markState says what a breakpoint position holds.
+type markState int
+
+const (
+	unmarkable markState = iota // no content a marker can go on
+	marked                      // the client already put a marker there
+	markable
+)
+
+type edit struct {
+	path string
+	raw  []byte
+}
+
+// addBreakpoints returns body with Anthropic cache_control breakpoints, or
+// body itself when there is nothing to add.
+func addBreakpoints(body, marker []byte) []byte {
+	res := gjson.GetManyBytes(body, "tools", "messages", "cache_control")
+	tools, msgs := res[0], res[1]
+	free := maxBreakpoints
+	if bytes.Contains(body, cacheControlKey) {
+		free -= countMarkers(tools, msgs)
+		if res[2].Exists() {
+			free--
+		}
+	}
+	var edits []edit
+	if ts := tools.Array(); len(ts) > 0 && free > 0 {
+		if !ts[len(ts)-1].Get("cache_control").Exists() {
+			edits = append(edits, edit{"tools." + strconv.Itoa(len(ts)-1) + ".cache_control", marker})
+			free--
+		}
+	}
+	ms := msgs.Array()
+	sys := -1
+	for i, m := range ms {
+		if role := m.Get("role").String(); role == "system" || role == "developer" {
+			sys = i
+		}
+	}
+	if sys >= 0 && free > 0 {
+		if st, e := markMessage(sys, ms[sys], marker); st == markable {
+			edits = append(edits, e)
+			free--
+		}
+	}
+	for i := len(ms) - 1; i > sys && free > 0; i-- {
+		st, e := markMessage(i, ms[i], marker)
+		if st == markable {
+			edits = append(edits, e)
+			free--
+		}
+		if st != unmarkable {
+			break
+		}
+	}
+	for _, e := range edits {
+		if out, err := sjson.SetRawBytes(body, e.path, e.raw); err == nil {
+			body = out
+		}
+	}
+	return body
+}
+
+// markMessage says whether message i can take a marker and, if so, the edit:
+// string content becomes one text part carrying the marker; for list content
+// the last part gets it.
+func markMessage(i int, m gjson.Result, marker []byte) (markState, edit) {
+	if m.Get("cache_control").Exists() {
+		return marked, edit{}
+	}
+	c := m.Get("content")
+	switch {
+	case c.Type == gjson.String && c.Str != "":
+		raw := make([]byte, 0, len(c.Raw)+len(marker)+48)
+		raw = append(raw, `[{"type":"text","text":`...)
+		raw = append(raw, c.Raw...)
+		raw = append(raw, `,"cache_control":`...)
+		raw = append(raw, marker...)
+		raw = append(raw, "}]"...)
+		return markable, edit{"messages." + strconv.Itoa(i) + ".content", raw}
+	case c.IsArray():
+		parts := c.Array()
+		if len(parts) == 0 {
+			return unmarkable, edit{}
+		}
+		last := parts[len(parts)-1]
+		if last.Get("cache_control").Exists() {
+			return marked, edit{}
+		}
+		if !last.IsObject() {
+			return unmarkable, edit{}
+		}
+		return markable, edit{"messages." + strconv.Itoa(i) + ".content." + strconv.Itoa(len(parts)-1) + ".cache_control", marker}
+	}
+	return unmarkable, edit{}
+}
+
+// markerPaths lists the path of every cache_control marker in tools and
+// messages (tool, tool function, message, content part).
+func markerPaths(tools, msgs gjson.Result) []string {
+	var paths []string
+	i := 0
+	tools.ForEach(func(_, t gjson.Result) bool {
+		if t.Get("cache_control").Exists() {
+			paths = append(paths, "tools."+strconv.Itoa(i)+".cache_control")
+		}
+		if t.Get("function.cache_control").Exists() {
+			paths = append(paths, "tools."+strconv.Itoa(i)+".function.cache_control")
+		}
+		i++
+		return true
+	})
+	i = 0
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		if m.Get("cache_control").Exists() {
+			paths = append(paths, "messages."+strconv.Itoa(i)+".cache_control")
+		}
+		j := 0
+		m.Get("content").ForEach(func(_, p gjson.Result) bool {
+			if p.IsObject() && p.Get("cache_control").Exists() {
+				paths = append(paths, "messages."+strconv.Itoa(i)+".content."+strconv.Itoa(j)+".cache_control")
+			}
+			j++
+			return true
+		})
+		i++
+		return true
+	})
+	return paths
+}
+
+func countMarkers(tools, msgs gjson.Result) int { return len(markerPaths(tools, msgs)) }
+
+// stripMarkers returns body without any cache_control marker (OpenAI rejects
+// them), or body itself when it has none.
+func stripMarkers(body []byte) []byte {
+	if !bytes.Contains(body, cacheControlKey) {
+		return body
+	}
+	res := gjson.GetManyBytes(body, "tools", "messages", "cache_control")
+	paths := markerPaths(res[0], res[1])
+	if res[2].Exists() {
+		paths = append(paths, "cache_control")
+	}
+	for _, p := range paths {
+		if out, err := sjson.DeleteBytes(body, p); err == nil {
+			body = out
+		}
+	}
+	return body
+}
+
+// setPromptCacheKey sets prompt_cache_key to "<tenant>-<16 hex>" (a hash of
+// the tools and the leading system/developer messages, the stable prefix)
+// unless the client sent one.
+func setPromptCacheKey(body []byte, r *pipeline.Request) []byte {
+	res := gjson.GetManyBytes(body, "prompt_cache_key", "tools", "messages")
+	if res[0].Type == gjson.String && res[0].Str != "" {
+		return body
+	}
+	h := fnv.New64a()
+	h.Write([]byte(res[1].Raw))
+	res[2].ForEach(func(_, m gjson.Result) bool {
+		if role := m.Get("role").String(); role != "system" && role != "developer" {
+			return false
+		}
+		h.Write([]byte(m.Raw))
+		return true
+	})
+	tenant := "gw"
+	if r.Tenant != nil && r.Tenant.Name != "" {
+		tenant = r.Tenant.Name
+	}
+	if len(tenant) > 40 {
+		tenant = tenant[:40]
+	}
+	var sum [8]byte
+	key := tenant + "-" + hexString(h.Sum(sum[:0]))
+	out, err := sjson.SetBytes(body, "prompt_cache_key", key)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+func hexString(b []byte) string {
+	out := make([]byte, 2*len(b))
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hexDigits[c>>4], hexDigits[c&0xf]
+	}
+	return string(out)
+}
+
+var promptTokensKey = []byte(`"prompt_tokens"`)
+
+// usageStream passes chunks through unchanged and counts the usage chunk's
+// prompt-cache tokens. Used by one goroutine at a time; Close closes inner.
+type usageStream struct {
+	inner           pipeline.Stream
+	provider, model string
+}
+
+// Next returns inner's next chunk unchanged.
+func (s *usageStream) Next() ([]byte, error) {
+	chunk, err := s.inner.Next()
+	if err == nil && bytes.Contains(chunk, promptTokensKey) {
+		if u := gjson.GetBytes(chunk, "usage"); u.IsObject() {
+			observeUsage(s.provider, s.model, u)
+		}
+	}
+	return chunk, err
+}
+
+// Close closes inner.
+func (s *usageStream) Close() { s.inner.Close() }
+
+// observeUsage counts the prompt, cached and cache-write tokens of one
+// upstream usage object (OpenAI form, or Anthropic's top-level
+// cache_creation_input_tokens when a translator kept it).
+func observeUsage(provider, model string, u gjson.Result) {
+	r := gjson.GetMany(u.Raw, "prompt_tokens", "prompt_tokens_details.cached_tokens",
+		"prompt_tokens_details.cache_write_tokens", "cache_creation_input_tokens")
+	if p := r[0].Int(); p > 0 {
+		promptTokens.WithLabelValues(provider, model, "prompt").Add(float64(p))
+	}
+	if c := r[1].Int(); c > 0 {
+		promptTokens.WithLabelValues(provider, model, "cached").Add(float64(c))
+	}
+	w := r[2].Int()
+	if w == 0 {
+		w = r[3].Int()
+	}
+	if w > 0 {
+		promptTokens.WithLabelValues(provider, model, "cache_write").Add(float64(w))
+	}
+}

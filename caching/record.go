@@ -1,0 +1,191 @@
+package caching
+
+import (
+	"io"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// maxRecorded bounds the text a recorder assembles; a longer answer is
+// passed through and not cached.
+const maxRecorded = 4 << 20
+
+// recorder assembles a chat.completion from the chunks of a stream, on the
+// side: it copies what it needs and never holds a chunk. Used by one
+// goroutine at a time.
+type recorder struct {
+	started     bool
+	bad         bool // something we cannot replay faithfully: do not store
+	size        int
+	id, model   string
+	created     int64
+	fingerprint string
+	content     []byte
+	hasContent  bool
+	calls       []recordedCall
+	finish      string
+	usage       []byte
+}
+
+type recordedCall struct {
+	id, typ, name string
+	args          []byte
+}
+
+func (r *recorder) add(chunk []byte) {
+	if r.bad || len(chunk) == 0 || chunk[0] == ':' {
+		return
+	}
+	r.size += len(chunk)
+	if r.size > maxRecorded || !gjson.ValidBytes(chunk) {
+		r.bad = true
+		return
+	}
+	top := gjson.ParseBytes(chunk)
+	if top.Get("error").Exists() {
+		r.bad = true
+		return
+	}
+	if !r.started {
+		r.started = true
+		r.id = top.Get("id").String()
+		r.model = top.Get("model").String()
+		r.created = top.Get("created").Int()
+	}
+	if fp := top.Get("system_fingerprint"); fp.Type == gjson.String {
+		r.fingerprint = fp.Str
+	}
+	top.Get("choices").ForEach(func(_, ch gjson.Result) bool {
+		if ch.Get("index").Int() != 0 {
+			r.bad = true // n > 1 is never cached
+			return false
+		}
+		if lp := ch.Get("logprobs"); lp.Exists() && lp.Type != gjson.Null {
+			r.bad = true
+			return false
+		}
+		d := ch.Get("delta")
+		if c := d.Get("content"); c.Type == gjson.String {
+			r.content = append(r.content, c.Str...)
+			r.hasContent = true
+		}
+		if rf := d.Get("refusal"); rf.Type == gjson.String && rf.Str != "" {
+			r.bad = true
+			return false
+		}
+		d.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			i := int(tc.Get("index").Int())
+			if i < 0 || i > len(r.calls) || i >= 128 {
+				r.bad = true
+				return false
+			}
+			if i == len(r.calls) {
+				r.calls = append(r.calls, recordedCall{})
+			}
+			c := &r.calls[i]
+			if v := tc.Get("id").String(); v != "" {
+				c.id = v
+			}
+			if v := tc.Get("type").String(); v != "" {
+				c.typ = v
+			}
+			c.name += tc.Get("function.name").String()
+			c.args = append(c.args, tc.Get("function.arguments").String()...)
+			return true
+		})
+		if fr := ch.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+			r.finish = fr.Str
+		}
+		return !r.bad
+	})
+	if u := top.Get("usage"); u.IsObject() {
+		r.usage = append(r.usage[:0], u.Raw...)
+	}
+}
+
+// completion returns the assembled chat.completion, or nil when the stream
+// held something that is not replayable.
+func (r *recorder) completion() []byte {
+	if r.bad || !r.started || r.finish == "" {
+		return nil
+	}
+	out := make([]byte, 0, len(r.content)+len(r.usage)+256)
+	out = append(out, `{"id":`...)
+	out = appendString(out, r.id)
+	out = append(out, `,"object":"chat.completion","created":`...)
+	out = strconv.AppendInt(out, r.created, 10)
+	out = append(out, `,"model":`...)
+	out = appendString(out, r.model)
+	out = append(out, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	if r.hasContent && (len(r.content) > 0 || len(r.calls) == 0) {
+		out = appendString(out, string(r.content))
+	} else {
+		out = append(out, "null"...)
+	}
+	out = append(out, `,"refusal":null`...)
+	if len(r.calls) > 0 {
+		out = append(out, `,"tool_calls":[`...)
+		for i, c := range r.calls {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"id":`...)
+			out = appendString(out, c.id)
+			out = append(out, `,"type":`...)
+			out = appendString(out, c.typ)
+			out = append(out, `,"function":{"name":`...)
+			out = appendString(out, c.name)
+			out = append(out, `,"arguments":`...)
+			out = appendString(out, string(c.args))
+			out = append(out, "}}"...)
+		}
+		out = append(out, ']')
+	}
+	out = append(out, `},"logprobs":null,"finish_reason":`...)
+	out = appendString(out, r.finish)
+	out = append(out, "}]"...)
+	if len(r.usage) > 0 {
+		out = append(out, `,"usage":`...)
+		out = append(out, r.usage...)
+	}
+	if r.fingerprint != "" {
+		out = append(out, `,"system_fingerprint":`...)
+		out = appendString(out, r.fingerprint)
+	}
+	return append(out, '}')
+}
+
+// recordingStream passes every chunk of inner through the moment it arrives
+// and feeds a copy of what matters to a recorder; at a clean end (io.EOF) it
+// hands the assembled completion to done. Used by one goroutine at a time;
+// Close may be called from any goroutine (it only closes inner).
+type recordingStream struct {
+	inner pipeline.Stream
+	rec   recorder
+	done  func(completion []byte)
+	ended bool
+}
+
+// Next returns inner's next chunk unchanged.
+func (s *recordingStream) Next() ([]byte, error) {
+	chunk, err := s.inner.Next()
+	if err == nil {
+		s.rec.add(chunk)
+		return chunk, nil
+	}
+	if !s.ended {
+		s.ended = true
+		if err == io.EOF {
+			if c := s.rec.completion(); c != nil {
+				s.done(c)
+			}
+		}
+	}
+	return chunk, err
+}
+
+// Close closes inner.
+func (s *recordingStream) Close() { s.inner.Close() }

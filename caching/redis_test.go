@@ -1,0 +1,175 @@
+package caching
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const redisBinary = "/usr/bin/redis-server"
+
+// redisServer is a real redis-server on a loopback port, owned by one test.
+type redisServer struct {
+	t    testing.TB
+	port int
+	cmd  *exec.Cmd
+}
+
+// startRedis starts redis-server on a free loopback port, or skips the test
+// when the binary is absent. The server is stopped at cleanup.
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		bin = redisBinary
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skip("redis-server not installed: skipping the Redis store test (install redis-server to run it)")
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &redisServer{t: t, port: port}
+	s.start(bin)
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *redisServer) start(bin string) {
+	s.t.Helper()
+	s.cmd = exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", s.addr(), 100*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("redis-server did not listen on %s", s.addr())
+}
+
+// stop kills the server started by this test (by its own process) and waits.
+func (s *redisServer) stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+func (s *redisServer) restart() {
+	s.t.Helper()
+	bin := redisBinary
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		bin = p
+	}
+	s.start(bin)
+}
+
+func TestRedisStore(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer client.Close()
+	s := NewRedisStore(client, "test:", 500*time.Millisecond)
+	ctx := context.Background()
+
+	if _, ok, err := s.Get(ctx, "absent"); ok || err != nil {
+		t.Fatalf("absent: ok=%v err=%v", ok, err)
+	}
+	if err := s.Set(ctx, "k", []byte("v1"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := s.Get(ctx, "k"); !ok || err != nil || string(v) != "v1" {
+		t.Fatalf("get: %q %v %v", v, ok, err)
+	}
+	if ttl := client.TTL(ctx, "test:k").Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("ttl in redis = %v, want the store's prefix and ttl", ttl)
+	}
+	if err := s.Set(ctx, "short", []byte("v"), 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if _, ok, _ := s.Get(ctx, "short"); ok {
+		t.Error("entry outlived its ttl in redis")
+	}
+}
+
+// TestRedisResponseCacheSurvivesOutage kills redis mid-test: the middleware
+// keeps answering (bypass); after a restart on the same port caching resumes.
+func TestRedisResponseCacheSurvivesOutage(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer client.Close()
+	store := NewRedisStore(client, "gw:", 300*time.Millisecond)
+	up := &upstream{content: "Hello there"}
+	h, _ := newCache(up, newClock(), func(o *Options) { o.Store = store })
+
+	ask := func(step string, wantHeader string, wantCalls int64) {
+		t.Helper()
+		r := newReq(det, "acme")
+		resp, err := h.Chat(context.Background(), r)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if c, _, _, _ := checkCompletion(t, resp.Body); c != "Hello there" {
+			t.Fatalf("%s: content %q", step, c)
+		}
+		if got := r.Meta.Get(HeaderCache); got != wantHeader {
+			t.Errorf("%s: %s = %q, want %q", step, HeaderCache, got, wantHeader)
+		}
+		if got := up.calls.Load(); got != wantCalls {
+			t.Errorf("%s: upstream calls = %d, want %d", step, got, wantCalls)
+		}
+	}
+	ask("cold", "miss", 1)
+	ask("warm", "hit", 1)
+
+	srv.stop()
+	start := time.Now()
+	ask("redis down", "bypass", 2)
+	ask("redis still down", "bypass", 3)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("two requests with redis down took %v: the store deadline is not applied", d)
+	}
+
+	srv.restart() // empty: the old process kept its data in memory only
+	ok := false
+	for i := 0; i < 50 && !ok; i++ { // the pool reconnects on demand
+		ok = client.Ping(context.Background()).Err() == nil
+		if !ok {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !ok {
+		t.Fatal("redis did not come back")
+	}
+	ask("after restart", "miss", 4)
+	ask("cached again", "hit", 4)
+}
+
+func ExampleNewRedisStore() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	store := NewRedisStore(client, "gw:cache:", 200*time.Millisecond)
+	fmt.Printf("%T\n", store)
+	// Output: *caching.RedisStore
+}

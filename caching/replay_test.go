@@ -1,0 +1,249 @@
+package caching
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// checkCompletion validates a chat.completion against openai-wire.md §4.1
+// and returns its content, finish_reason and tool calls ("id name args").
+func checkCompletion(t *testing.T, body []byte) (content, finish string, calls []string, usage string) {
+	t.Helper()
+	if !gjson.ValidBytes(body) {
+		t.Fatalf("not JSON: %s", body)
+	}
+	c := gjson.ParseBytes(body)
+	for _, p := range []string{"id", "object", "created", "model", "choices", "choices.0.index", "choices.0.message",
+		"choices.0.finish_reason", "choices.0.logprobs", "choices.0.message.role", "choices.0.message.content", "choices.0.message.refusal"} {
+		if !c.Get(p).Exists() {
+			t.Fatalf("completion lacks %s: %s", p, body)
+		}
+	}
+	if c.Get("object").String() != "chat.completion" || c.Get("choices.0.message.role").String() != "assistant" {
+		t.Fatalf("bad completion: %s", body)
+	}
+	for _, tc := range c.Get("choices.0.message.tool_calls").Array() {
+		if tc.Get("type").String() != "function" {
+			t.Fatalf("tool call type: %s", tc.Raw)
+		}
+		calls = append(calls, tc.Get("id").String()+" "+tc.Get("function.name").String()+" "+tc.Get("function.arguments").String())
+	}
+	if u := c.Get("usage"); u.Exists() {
+		usage = u.Raw
+	}
+	return c.Get("choices.0.message.content").String(), c.Get("choices.0.finish_reason").String(), calls, usage
+}
+
+func TestCrossReplay(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("héllo wörld 😀 ", 20) + "end"
+	tests := []struct {
+		name          string
+		content       string
+		tools         []string
+		fillStream    bool // the entry is produced by a stream request
+		fillUsage     bool // ... that asked for usage
+		readStream    bool
+		readUsage     bool
+		wantUsageKept bool
+	}{
+		{name: "json → json", content: "Hello there", wantUsageKept: true},
+		{name: "json → stream with usage", content: long, readStream: true, readUsage: true, wantUsageKept: true},
+		{name: "json → stream without usage", content: long, readStream: true},
+		{name: "stream → json", content: long, fillStream: true, fillUsage: true, wantUsageKept: true},
+		{name: "stream without usage → json", content: "Hello there", fillStream: true},
+		{name: "stream → stream", content: long, fillStream: true, fillUsage: true, readStream: true, readUsage: true, wantUsageKept: true},
+		{name: "tool calls json → stream", tools: []string{`lookup_city:{"name":"Oslo"}`, `local_time:{"tz":"CET","note":"` + strings.Repeat("ü", 80) + `"}`}, readStream: true, readUsage: true, wantUsageKept: true},
+		{name: "tool calls stream → json", tools: []string{`lookup_city:{"name":"Oslo"}`, `local_time:{"tz":"CET"}`}, fillStream: true, fillUsage: true, wantUsageKept: true},
+		{name: "tool calls stream → stream", tools: []string{`lookup_city:{"name":"Oslo"}`}, fillStream: true, readStream: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := &upstream{content: tt.content, tools: tt.tools}
+			h, _ := newCache(up, newClock(), func(o *Options) { o.Config.ToolCalls = true })
+			body := func(stream, usage bool) string {
+				b := det
+				if tt.tools != nil {
+					b = detTools
+				}
+				if stream {
+					b = strings.Replace(b, `"temperature":0`, `"temperature":0,"stream":true`, 1)
+				}
+				if usage {
+					b = strings.Replace(b, `"stream":true`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
+				}
+				return b
+			}
+
+			// Fill.
+			fill := newReq(body(tt.fillStream, tt.fillUsage), "acme")
+			resp, err := h.Chat(context.Background(), fill)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want checkedAnswer
+			if tt.fillStream {
+				chunks, err := drain(t, resp.Stream)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = checkStream(t, chunks, tt.fillUsage)
+			} else {
+				want.Content, want.Finish, want.Calls, want.Usage = checkCompletion(t, resp.Body)
+			}
+			if fill.Meta.Get(HeaderCache) != "miss" {
+				t.Fatalf("fill: %q", fill.Meta.Get(HeaderCache))
+			}
+
+			// Read back from the cache.
+			read := newReq(body(tt.readStream, tt.readUsage), "acme")
+			resp, err = h.Chat(context.Background(), read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if read.Meta.Get(HeaderCache) != "hit" || up.calls.Load() != 1 {
+				t.Fatalf("read: header %q, upstream calls %d", read.Meta.Get(HeaderCache), up.calls.Load())
+			}
+			var got checkedAnswer
+			if tt.readStream {
+				if resp.Body != nil {
+					t.Fatal("stream request answered with a body")
+				}
+				chunks, err := drain(t, resp.Stream)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = checkStream(t, chunks, tt.readUsage)
+				sum := wiretest.CheckStreamAll(t, sseBytes(chunks), wiretest.Options{WantUsage: tt.readUsage}, chatSchema(t))
+				if sum.Content != got.Content || sum.FinishReason != got.Finish || len(sum.ToolCalls) != len(got.Calls) {
+					t.Errorf("wiretest summary %+v disagrees with %+v", sum, got)
+				}
+				if got.Model != "demo" {
+					t.Errorf("model %q", got.Model)
+				}
+				for _, c := range chunks {
+					if d := gjson.Get(c, "choices.0.delta.content").String(); len(d) > replayPiece || !utf8.ValidString(d) {
+						t.Errorf("content fragment %q: too long or split inside a rune", d)
+					}
+				}
+			} else {
+				if resp.Stream != nil {
+					t.Fatal("JSON request answered with a stream")
+				}
+				got.Content, got.Finish, got.Calls, got.Usage = checkCompletion(t, resp.Body)
+				if schema := chatSchema(t); schema != nil {
+					if err := schema.Completion(resp.Body); err != nil {
+						t.Errorf("replayed completion does not match the schema: %v\n%s", err, resp.Body)
+					}
+				}
+			}
+			if got.Content != want.Content || got.Finish != want.Finish || strings.Join(got.Calls, "|") != strings.Join(want.Calls, "|") {
+				t.Errorf("replayed answer differs:\n got %+v\nwant %+v", got, want)
+			}
+			if tt.wantUsageKept && gjson.Get(got.Usage, "total_tokens").Int() != 15 {
+				t.Errorf("usage %q, want the stored usage unchanged", got.Usage)
+			}
+		})
+	}
+}
+
+// sseBytes frames chunks as the SSE body a client receives.
+func sseBytes(chunks []string) []byte {
+	var b []byte
+	for _, c := range chunks {
+		if strings.HasPrefix(c, ":") {
+			b = append(b, c...)
+		} else {
+			b = append(append(b, "data: "...), c...)
+		}
+		b = append(b, "\n\n"...)
+	}
+	return append(b, "data: [DONE]\n\n"...)
+}
+
+// chatSchema returns the normalized OpenAPI chat schemas, or nil (schema
+// checks skipped, the contract checks still run) when the file is absent.
+func chatSchema(t *testing.T) *wiretest.Schema {
+	t.Helper()
+	p := os.Getenv(wiretest.SchemaEnv)
+	if p == "" {
+		p = filepath.Join("..", "..", "shared", "openapi", "chat-schemas.json")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Logf("no chat schemas at %s: schema checks skipped", p)
+		return nil
+	}
+	s, err := wiretest.OpenSchema(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSplitRunes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   string
+		max  int
+	}{
+		{name: "empty", in: "", max: 4},
+		{name: "ascii", in: "abcdefghij", max: 3},
+		{name: "multibyte", in: "ééééé😀😀ü", max: 5},
+		{name: "max below a rune", in: "😀😀", max: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			parts := splitRunes(tt.in, tt.max)
+			if strings.Join(parts, "") != tt.in {
+				t.Fatalf("pieces %q do not rebuild %q", parts, tt.in)
+			}
+			for _, p := range parts {
+				if p == "" || !utf8.ValidString(p) {
+					t.Errorf("bad piece %q", p)
+				}
+			}
+		})
+	}
+}
+
+// FuzzRecorder feeds arbitrary chunks to the stream recorder: it must never
+// panic, and what it assembles must be a valid completion.
+func FuzzRecorder(f *testing.F) {
+	for _, c := range (&upstream{content: "a b"}).chunks("stop", true) {
+		f.Add([]byte(c), []byte(`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}`))
+	}
+	f.Add([]byte(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{\""}}]}}]}`),
+		[]byte(`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var r recorder
+		r.add(a)
+		r.add(b)
+		if c := r.completion(); c != nil {
+			if !gjson.ValidBytes(c) {
+				t.Fatalf("assembled %q", c)
+			}
+			if storable(c, true) {
+				s := newReplayStream(c, "id", 1, "m", true)
+				chunks, err := drain(t, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = checkStream(t, chunks, true)
+			}
+		}
+	})
+}
+
+var _ pipeline.Stream = (*replayStream)(nil)

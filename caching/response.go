@@ -1,0 +1,281 @@
+package caching
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// HeaderCache is the response header that reports the cache decision:
+// "hit" (served without an upstream call of its own), "miss" (looked up, not
+// found, the model answered) or "bypass" (not looked up: the request is not
+// cacheable, the client sent no-cache, or the store is unavailable).
+const HeaderCache = "x-gateway-cache"
+
+// maxHintTTL caps the client's ttl=N hint.
+const maxHintTTL = 24 * time.Hour
+
+// Options configure NewResponseCache.
+type Options struct {
+	Config config.Cache // TTL, Always, ToolCalls, SharedAcross; Enabled when Enabled is nil
+	Store  Store
+
+	// Enabled decides per request whether the cache applies (per-tenant or
+	// per-model overrides, e.g. policies.CacheEnabled(r.Tenant,
+	// cfg.Enabled)). When nil, Config.Enabled decides. It runs after the
+	// policies middleware, so r.Tenant is set.
+	Enabled func(r *pipeline.Request) bool
+
+	// ToolSetVersion identifies the server tool set (a hash the integrator
+	// computes); answers produced with another tool set never match.
+	ToolSetVersion string
+
+	Logger zerolog.Logger
+	Now    func() time.Time // default time.Now
+}
+
+// hints are the parsed x-gateway-cache request header.
+type hints struct {
+	noCache, noStore bool
+	ttl              time.Duration
+}
+
+// parseHints reads a comma-separated list of no-cache, no-store and ttl=N
+// (seconds). Unknown or malformed tokens are ignored; ttl=0 means no-store.
+func parseHints(s string) hints {
+	var h hints
+	for s != "" {
+		var tok string
+		tok, s, _ = strings.Cut(s, ",")
+		tok = strings.ToLower(strings.TrimSpace(tok))
+		switch {
+		case tok == "no-cache":
+			h.noCache = true
+		case tok == "no-store":
+			h.noStore = true
+		case strings.HasPrefix(tok, "ttl="):
+			n, err := strconv.ParseInt(tok[4:], 10, 64)
+			switch {
+			case err != nil || n < 0:
+			case n == 0:
+				h.noStore = true
+			case n >= int64(maxHintTTL/time.Second): // cap before multiplying: no overflow
+				h.ttl = maxHintTTL
+			default:
+				h.ttl = time.Duration(n) * time.Second
+			}
+		}
+	}
+	return h
+}
+
+// cacheable reports whether the answer to body is deterministic enough to
+// reuse: temperature 0 (absent means the provider default, 1: not cacheable)
+// unless always; never n > 1, logprobs or audio output, which a replay cannot
+// reproduce.
+func cacheable(body []byte, always bool) bool {
+	res := gjson.GetManyBytes(body, "temperature", "n", "logprobs", "modalities")
+	if !always && (res[0].Type != gjson.Number || res[0].Float() != 0) {
+		return false
+	}
+	if res[1].Exists() && res[1].Type != gjson.Null && res[1].Int() != 1 {
+		return false
+	}
+	if res[2].Type == gjson.True {
+		return false
+	}
+	audio := false
+	res[3].ForEach(func(_, m gjson.Result) bool {
+		audio = m.String() == "audio"
+		return !audio
+	})
+	return !audio
+}
+
+// responseCache is the middleware's state, shared by all requests.
+type responseCache struct {
+	next   pipeline.Handler
+	opts   Options
+	flight singleflight.Group
+	errs   *errorLog
+}
+
+// flightResult is what the leader of a single flight shares: the completion
+// when it was a storable final answer (a private copy), or the error.
+type flightResult struct {
+	completion []byte
+	resp       *pipeline.Response // the leader's own response
+}
+
+// NewResponseCache returns the response-cache middleware of the request
+// layer. It runs after the policies middleware (r.Tenant is set). A hit is
+// served without calling next: JSON for a JSON request, a replayed chunk
+// stream for a stream request, whatever form the entry was produced in. A
+// stream miss is passed through chunk by chunk while a copy is assembled on
+// the side and stored at a clean end. Concurrent identical non-stream misses
+// make one upstream call (single flight); identical concurrent streams each
+// go upstream, so no stream waits a whole generation for its first byte.
+// Store failures fail open (bypass). The returned middleware is safe for
+// concurrent use.
+func NewResponseCache(opts Options) pipeline.Middleware {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Config.TTL <= 0 {
+		opts.Config.TTL = config.Duration(10 * time.Minute)
+	}
+	return func(next pipeline.Handler) pipeline.Handler {
+		if opts.Store == nil || (opts.Enabled == nil && !opts.Config.Enabled) {
+			return next
+		}
+		return &responseCache{next: next, opts: opts, errs: newErrorLog(opts.Logger)}
+	}
+}
+
+// Chat serves r from the cache or from next.
+func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+	if c.opts.Enabled != nil && !c.opts.Enabled(r) {
+		return c.next.Chat(ctx, r)
+	}
+	if !cacheable(r.Body, c.opts.Config.Always) {
+		resultBypass.Inc()
+		r.Meta.Set(HeaderCache, "bypass")
+		return c.next.Chat(ctx, r)
+	}
+	h := parseHints(r.Hints.Cache)
+	key := requestKey(r, c.opts.ToolSetVersion, c.opts.Config.SharedAcross)
+
+	if h.noCache {
+		resultBypass.Inc()
+		r.Meta.Set(HeaderCache, "bypass")
+		return c.fill(ctx, r, key, h)
+	}
+	val, ok, err := c.opts.Store.Get(ctx, key)
+	if err != nil {
+		// Fail open: answer without the cache, and do not try to store
+		// into a store that just failed.
+		storeErrors.WithLabelValues("response", "get").Inc()
+		c.errs.report("get", err)
+		resultBypass.Inc()
+		r.Meta.Set(HeaderCache, "bypass")
+		return c.next.Chat(ctx, r)
+	}
+	if ok {
+		if completion, fresh := decodeEntry(val, c.opts.Now()); fresh {
+			resultHit.Inc()
+			r.Meta.Set(HeaderCache, "hit")
+			return c.serve(r, completion), nil
+		}
+	}
+	if r.Stream {
+		resultMiss.Inc()
+		r.Meta.Set(HeaderCache, "miss")
+		return c.fill(ctx, r, key, h)
+	}
+	return c.coalesce(ctx, r, key, h)
+}
+
+// serve answers r from a cached completion in the form r asked for.
+func (c *responseCache) serve(r *pipeline.Request, completion []byte) *pipeline.Response {
+	id, created := newCompletionID(), c.opts.Now().Unix()
+	if r.Stream {
+		return &pipeline.Response{Stream: newReplayStream(completion, id, created, r.Model, r.IncludeUsage)}
+	}
+	return &pipeline.Response{Body: renderJSON(completion, id, created, r.Model)}
+}
+
+// fill calls next and stores a storable answer unless no-store.
+func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
+	resp, err := c.next.Chat(ctx, r)
+	if err != nil || h.noStore || resp == nil {
+		return resp, err
+	}
+	if resp.Stream != nil {
+		ctx := context.WithoutCancel(ctx)
+		resp.Stream = &recordingStream{inner: resp.Stream, done: func(completion []byte) {
+			c.store(ctx, key, completion, h)
+		}}
+		return resp, nil
+	}
+	c.store(ctx, key, resp.Body, h)
+	return resp, nil
+}
+
+// store writes completion (not retained) when it is a storable final answer
+// and reports whether it was storable.
+func (c *responseCache) store(ctx context.Context, key string, completion []byte, h hints) bool {
+	if !storable(completion, c.opts.Config.ToolCalls) {
+		return false
+	}
+	ttl := c.opts.Config.TTL.D()
+	if h.ttl > 0 {
+		ttl = h.ttl
+	}
+	if err := c.opts.Store.Set(ctx, key, encodeEntry(completion, c.opts.Now().Add(ttl)), ttl); err != nil {
+		storeErrors.WithLabelValues("response", "set").Inc()
+		c.errs.report("set", err)
+		return true
+	}
+	responseStores.Inc()
+	return true
+}
+
+// coalesce makes one upstream call for concurrent identical non-stream
+// misses. The leader's answer is its own; followers get a fresh rendering of
+// the shared completion when it was storable, and otherwise call next
+// themselves (a non-final answer is not shared). A leader that failed because
+// its own client left does not fail the followers.
+func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
+	leader := false
+	ch := c.flight.DoChan(key, func() (any, error) {
+		leader = true
+		resp, err := c.next.Chat(ctx, r)
+		if err != nil || resp == nil || resp.Stream != nil {
+			return flightResult{resp: resp}, err
+		}
+		fr := flightResult{resp: resp}
+		if storable(resp.Body, c.opts.Config.ToolCalls) {
+			fr.completion = append([]byte(nil), resp.Body...)
+			if !h.noStore {
+				c.store(ctx, key, fr.completion, h)
+			}
+		}
+		return fr, nil
+	})
+	var res singleflight.Result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if leader { // set before the result was sent: no race
+		resultMiss.Inc()
+		r.Meta.Set(HeaderCache, "miss")
+		fr, _ := res.Val.(flightResult)
+		return fr.resp, res.Err
+	}
+	fr, _ := res.Val.(flightResult)
+	if res.Err == nil && fr.completion != nil {
+		resultCoalesced.Inc()
+		r.Meta.Set(HeaderCache, "hit")
+		return c.serve(r, fr.completion), nil
+	}
+	if res.Err != nil && !errors.Is(res.Err, context.Canceled) &&
+		!errors.Is(res.Err, context.DeadlineExceeded) && !errors.Is(res.Err, pipeline.ErrClientGone) {
+		resultMiss.Inc()
+		r.Meta.Set(HeaderCache, "miss")
+		return nil, res.Err
+	}
+	resultMiss.Inc()
+	r.Meta.Set(HeaderCache, "miss")
+	return c.fill(ctx, r, key, h)
+}

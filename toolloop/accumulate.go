@@ -1,0 +1,162 @@
+package toolloop
+
+import (
+	"github.com/tidwall/gjson"
+)
+
+// call is one tool call of a model turn, accumulated from stream deltas or
+// read whole from a non-stream message. The loop owns it; nothing is shared.
+type call struct {
+	upIndex int    // the upstream's index (or the position for whole calls)
+	id      string // may be empty until a delta carries it
+	name    string
+	args    []byte // unescaped arguments JSON text, concatenated
+	kind    callKind
+
+	// re-streaming state of a client call (stream.go)
+	outIndex   int
+	headerSent bool
+	emitted    int  // bytes of args already sent to the client
+	closed     bool // no more fragments will be sent for this call
+}
+
+type callKind uint8
+
+const (
+	kindUnknown callKind = iota // not classified yet (name may still grow)
+	kindClient
+	kindServer
+)
+
+// accumulator merges tool-call deltas by index, in order of first appearance.
+// It never panics on any input: entries that are not objects are ignored, a
+// missing index continues the last call unless a new id starts a new one, a
+// negative index counts as 0 (a Bedrock quirk), and at most maxCalls calls
+// are tracked. Not safe for concurrent use.
+type accumulator struct {
+	calls   []*call
+	ignored int // deltas dropped (over maxCalls or not an object)
+}
+
+const maxCalls = 128
+
+func (a *accumulator) reset() {
+	a.calls = a.calls[:0]
+	a.ignored = 0
+}
+
+// add merges one tool_calls[] entry and returns the call it touched, or nil.
+// fragment reports whether the entry carried a non-empty arguments fragment.
+func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
+	if !e.IsObject() {
+		a.ignored++
+		return nil, false
+	}
+	var idx, id, name, args gjson.Result
+	e.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "index":
+			idx = v
+		case "id":
+			id = v
+		case "function":
+			if v.IsObject() {
+				name = v.Get("name")
+				args = v.Get("arguments")
+			}
+		}
+		return true
+	})
+	idStr := ""
+	if id.Type == gjson.String {
+		idStr = id.Str
+	}
+	switch {
+	case idx.Type == gjson.Number:
+		i := idx.Int()
+		if i < 0 {
+			i = 0
+		}
+		if i > 1<<20 {
+			a.ignored++
+			return nil, false
+		}
+		c = a.byIndex(int(i))
+	case len(a.calls) > 0 && (idStr == "" || idStr == a.calls[len(a.calls)-1].id):
+		c = a.calls[len(a.calls)-1]
+	default:
+		c = a.byIndex(a.nextFreeIndex())
+	}
+	if c == nil {
+		a.ignored++
+		return nil, false
+	}
+	if idStr != "" && c.id == "" {
+		c.id = idStr
+	}
+	if name.Type == gjson.String && name.Str != "" {
+		// A complete name repeated in a later delta (some upstreams do) is
+		// not appended twice; a name split across deltas is concatenated.
+		if c.name != name.Str {
+			c.name += name.Str
+		}
+	}
+	switch args.Type {
+	case gjson.String:
+		if s := args.String(); s != "" {
+			c.args = append(c.args, s...)
+			fragment = true
+		}
+	case gjson.JSON:
+		// Some upstreams send the arguments as an object, not a string.
+		c.args = append(c.args, args.Raw...)
+		fragment = true
+	}
+	return c, fragment
+}
+
+func (a *accumulator) byIndex(i int) *call {
+	for _, c := range a.calls {
+		if c.upIndex == i {
+			return c
+		}
+	}
+	if len(a.calls) >= maxCalls {
+		return nil
+	}
+	c := &call{upIndex: i}
+	a.calls = append(a.calls, c)
+	return c
+}
+
+func (a *accumulator) nextFreeIndex() int {
+	n := 0
+	for _, c := range a.calls {
+		if c.upIndex >= n {
+			n = c.upIndex + 1
+		}
+	}
+	return n
+}
+
+// callsFromMessage reads message.tool_calls of a non-stream turn.
+func callsFromMessage(tc gjson.Result) []*call {
+	if !tc.IsArray() {
+		return nil
+	}
+	var calls []*call
+	tc.ForEach(func(_, v gjson.Result) bool {
+		if len(calls) >= maxCalls || !v.IsObject() {
+			return len(calls) < maxCalls
+		}
+		c := &call{upIndex: len(calls), id: v.Get("id").String(), name: v.Get("function.name").String()}
+		if a := v.Get("function.arguments"); a.Type == gjson.String {
+			c.args = []byte(a.String())
+		} else if a.Exists() {
+			c.args = []byte(a.Raw)
+		}
+		calls = append(calls, c)
+		return true
+	})
+	return calls
+}

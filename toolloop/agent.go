@@ -1,0 +1,82 @@
+package toolloop
+
+import (
+	"context"
+	"strings"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+)
+
+const agentParams = `{"type":"object","properties":{"instruction":{"type":"string","description":"What the expert should do, with all the context it needs"}},"required":["instruction"],"additionalProperties":false}`
+
+// agentTool asks another model behind the gateway (its route's model layer,
+// non-streaming) with its own system prompt; the result is its final text.
+type agentTool struct {
+	model  string
+	system string
+	lookup func(model string) *pipeline.Route
+}
+
+func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error) {
+	var route *pipeline.Route
+	if a.lookup != nil {
+		route = a.lookup(a.model)
+	}
+	if route == nil || route.ModelLayer == nil {
+		return nil, &ToolError{Kind: "tool_error", Message: "the expert model is not available"}
+	}
+	instr := gjson.GetBytes(c.Arguments, "instruction").String()
+	body := make([]byte, 0, len(instr)+len(a.system)+128)
+	body = append(body, `{"model":`...)
+	body = appendJSONString(body, []byte(a.model))
+	body = append(body, `,"messages":[`...)
+	if a.system != "" {
+		body = append(body, `{"role":"system","content":`...)
+		body = appendJSONString(body, []byte(a.system))
+		body = append(body, "},"...)
+	}
+	body = append(body, `{"role":"user","content":`...)
+	body = appendJSONString(body, []byte(instr))
+	body = append(body, `}],"stream":false}`...)
+
+	var r pipeline.Request
+	if c.Request != nil {
+		r = *c.Request
+	}
+	r.Body, r.Model, r.Stream, r.IncludeUsage = body, a.model, false, false
+	r.Route, r.Target = route, nil
+	resp, err := route.ModelLayer.Chat(ctx, &r)
+	if err != nil {
+		return nil, &ToolError{Kind: "tool_error", Message: "the expert model failed", Detail: err}
+	}
+	// The result is always text: quote it so that an answer like "42" stays a
+	// string in the envelope.
+	if resp.Stream != nil {
+		text, err := streamText(resp.Stream)
+		if err != nil {
+			return nil, err
+		}
+		return appendJSONString(nil, text), nil
+	}
+	return appendJSONString(nil, []byte(gjson.GetBytes(resp.Body, "choices.0.message.content").String())), nil
+}
+
+// streamText drains s and returns the concatenated content deltas.
+func streamText(s pipeline.Stream) ([]byte, error) {
+	defer s.Close()
+	var sb strings.Builder
+	for {
+		ch, err := s.Next()
+		if err != nil {
+			if isEOF(err) {
+				return []byte(sb.String()), nil
+			}
+			return nil, &ToolError{Kind: "tool_error", Message: "the expert model failed", Detail: err}
+		}
+		if len(ch) > 0 && ch[0] == ':' {
+			continue
+		}
+		sb.WriteString(gjson.GetBytes(ch, "choices.0.delta.content").String())
+	}
+}

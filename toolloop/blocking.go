@@ -1,0 +1,175 @@
+package toolloop
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// runBlocking is the non-streaming loop: it returns the final
+// chat.completion with the first round's id/created, the last round's
+// message (server calls removed), and usage summed over every round.
+func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
+	for {
+		r, err := s.nextRequest()
+		if err != nil {
+			s.end("error")
+			return nil, err
+		}
+		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
+		if err != nil {
+			s.stop = failReason(ctx)
+			s.end("")
+			return nil, err
+		}
+		if resp.Stream != nil {
+			resp.Stream.Close()
+			s.end("error")
+			return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answered a non-streaming request with a stream")
+		}
+		body := resp.Body
+		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason")
+		if s.iterations == 1 {
+			s.id, s.created = res[0].String(), res[1].Int()
+		}
+		s.usage.add(res[2])
+		text := []byte(res[3].String())
+		calls := callsFromMessage(res[4])
+		f := finalEdit{finish: res[5].String()}
+		if len(calls) == 0 {
+			if f.finish == "tool_calls" {
+				f.finish = "stop"
+			}
+			s.end("answer")
+			return s.finalBody(body, f)
+		}
+		ensureIDs(calls)
+		server, client := s.split(calls)
+		if isEcho(text, calls) {
+			text = nil
+			f.text, f.setText = nil, true
+		}
+		if s.final || len(server) == 0 {
+			// The forced final call's server calls are never run: drop them.
+			f.calls, f.setCalls = client, len(server) > 0
+			f.finish = "stop"
+			if len(client) > 0 {
+				f.finish = "tool_calls"
+				s.end("client_tool_calls")
+			} else {
+				f.setText = true
+				f.text = text
+				s.end("answer")
+			}
+			return s.finalBody(body, f)
+		}
+		results, err := s.runCalls(ctx, server)
+		if err != nil {
+			s.stop = failReason(ctx)
+			s.end("")
+			return nil, err
+		}
+		stopReq := s.record(server, results)
+		if len(client) > 0 {
+			s.saveHidden(ctx, text, calls, client, server, results)
+			f.calls, f.setCalls, f.finish = client, true, "tool_calls"
+			s.end("client_tool_calls")
+			return s.finalBody(body, f)
+		}
+		if s.p.choice == choiceRequired || stopReq {
+			reason := "tool_choice"
+			if s.p.choice != choiceRequired {
+				reason = "tool_stop"
+			}
+			f.text, f.setText = resultsText(results), true
+			f.calls, f.setCalls, f.finish = nil, true, "stop"
+			s.end(reason)
+			return s.finalBody(body, f)
+		}
+		s.appendTurn(text, calls, results)
+		s.checkBudget()
+	}
+}
+
+// finalEdit says how the last round's body becomes the client's answer.
+type finalEdit struct {
+	text     []byte
+	setText  bool
+	calls    []*call // client calls kept in message.tool_calls
+	setCalls bool
+	finish   string
+}
+
+func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error) {
+	var err error
+	set := func(path string, v any) {
+		if err == nil {
+			body, err = sjson.SetBytes(body, path, v)
+		}
+	}
+	setRaw := func(path string, raw []byte) {
+		if err == nil {
+			body, err = sjson.SetRawBytes(body, path, raw)
+		}
+	}
+	if s.iterations > 1 {
+		if s.id != "" {
+			set("id", s.id)
+		}
+		if s.created != 0 {
+			setRaw("created", strconv.AppendInt(nil, s.created, 10))
+		}
+	}
+	if s.usage.seen {
+		setRaw("usage", s.usage.appendJSON(nil))
+	}
+	if f.setText {
+		if len(f.text) == 0 {
+			setRaw("choices.0.message.content", []byte("null"))
+		} else {
+			setRaw("choices.0.message.content", appendJSONString(nil, f.text))
+		}
+	}
+	if f.setCalls {
+		if len(f.calls) == 0 {
+			if err == nil {
+				body, err = sjson.DeleteBytes(body, "choices.0.message.tool_calls")
+			}
+		} else {
+			arr := []byte{'['}
+			for i, c := range f.calls {
+				if i > 0 {
+					arr = append(arr, ',')
+				}
+				arr = append(arr, `{"id":`...)
+				arr = appendJSONString(arr, []byte(c.id))
+				arr = append(arr, `,"type":"function","function":{"name":`...)
+				arr = appendJSONString(arr, []byte(c.name))
+				arr = append(arr, `,"arguments":`...)
+				arr = appendJSONString(arr, c.args)
+				arr = append(arr, "}}"...)
+			}
+			setRaw("choices.0.message.tool_calls", append(arr, ']'))
+		}
+	}
+	if f.finish != "" {
+		set("choices.0.finish_reason", f.finish)
+	}
+	if tr := s.traceJSON(); tr != nil {
+		setRaw("x_gateway", tr[len(`,"x_gateway":`):])
+	}
+	if err != nil {
+		return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answer could not be rewritten")
+	}
+	return &pipeline.Response{Body: body}, nil
+}
+
+func failReason(ctx context.Context) string {
+	if ctx.Err() != nil {
+		return "canceled"
+	}
+	return "error"
+}

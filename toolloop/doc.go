@@ -1,0 +1,16 @@
+// Package toolloop is the terminal handler of the request layer: it offers
+// the configured server-side tools to the model, runs the tool calls the
+// model makes (through the tool middleware chain, the "function layer"), and
+// calls the model again until it answers, asks for a client-side tool, or a
+// budget ends the loop. The client sees one coherent chat completion, streamed
+// or not, that follows reference/openai-wire.md §3.4.
+//
+// Files: loop.go (Loop, New, Chat, fast path), prepare.go (per-request tool
+// set, injection, tool_choice), accumulate.go (tool-call delta accumulator),
+// stream.go (the pull-based re-streamer), blocking.go (the non-streaming
+// loop), turn.go (what both share: history, budgets, running a turn's
+// calls), chunk.go (chunk encoding), usage.go, trace.go (x_gateway),
+// registry.go and the executors (builtin.go, calc.go, httptool.go,
+// agent.go), middleware.go (the tool chain), result.go (result envelopes),
+// metrics.go, state.go (the mixed-turn state hook).
+package toolloop

@@ -1,0 +1,159 @@
+package toolloop
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/rs/zerolog"
+)
+
+// Options configure a Loop. Everything is read once, in New.
+type Options struct {
+	Tools []config.Tool   // [[tools]]: kinds builtin, http, agent
+	Loop  config.ToolLoop // [tool_loop] budgets (defaults already applied by config)
+	// Lookup resolves a client-facing model name for agent tools.
+	Lookup func(model string) *pipeline.Route
+	// ToolAllowed reports whether tenant may use the server tool name; nil
+	// allows every tool.
+	ToolAllowed func(t *pipeline.Tenant, name string) bool
+	// ToolTrace reports whether responses to tenant carry x_gateway; nil = off
+	// (the x-gateway-tool-trace hint still turns it on per request).
+	ToolTrace func(t *pipeline.Tenant) bool
+	// ToolMiddleware is inserted into the function layer after the loop's
+	// own policy and validation steps and before the size cap, retry and
+	// timeout (e.g. a result cache). mws[0] is outermost.
+	ToolMiddleware []pipeline.ToolMiddleware
+	// State keeps the hidden part of mixed turns; nil = not kept (see StateStore).
+	State      StateStore
+	Logger     zerolog.Logger
+	HTTPClient *http.Client // http tools; nil = a default client. Redirects are never followed.
+}
+
+// Loop is the tool loop, the terminal handler of the request layer. Built
+// once by New; safe for concurrent use.
+type Loop struct {
+	opts  Options
+	cfg   config.ToolLoop
+	log   zerolog.Logger
+	reg   *registry
+	chain pipeline.ToolHandler
+
+	byModel      sync.Map // model name → []*tool (model globs applied)
+	byModelCount atomic.Int32
+}
+
+var _ pipeline.Handler = (*Loop)(nil)
+
+// New builds the registry (tool definitions serialised once, schemas
+// compiled, executors), and the tool middleware chain.
+func New(opts Options) (*Loop, error) {
+	cfg := opts.Loop
+	if cfg.MaxIterations <= 0 {
+		cfg.MaxIterations = 10
+	}
+	if cfg.MaxConsecutiveErrors <= 0 {
+		cfg.MaxConsecutiveErrors = 3
+	}
+	if cfg.Parallel == nil {
+		t := true
+		cfg.Parallel = &t
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = config.Duration(30 * time.Second)
+	}
+	if cfg.WallTime <= 0 {
+		cfg.WallTime = config.Duration(5 * time.Minute)
+	}
+	if cfg.KeepAliveInterval <= 0 {
+		cfg.KeepAliveInterval = config.Duration(5 * time.Second)
+	}
+	opts.Loop = cfg
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
+	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
+	if err != nil {
+		return nil, err
+	}
+	l.reg = reg
+	l.chain = l.buildChain(opts.ToolMiddleware)
+	return l, nil
+}
+
+// Tools returns the function layer (the composed tool middleware chain) for
+// callers that run a server tool outside a chat call. Safe for concurrent use.
+func (l *Loop) Tools() pipeline.ToolHandler { return l.chain }
+
+// Chat serves one client request. Without an applicable server tool, or with
+// tool_choice "none", it calls the route's model layer with req unchanged and
+// returns its Response as is (the fast path). Otherwise it runs the loop and
+// returns one chat.completion (Body) or one chunk Stream the caller must Close.
+func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	if req.Route == nil || req.Route.ModelLayer == nil {
+		return nil, pipeline.Errorf(500, "server_error", "no_route", "the model %q has no route", req.Model)
+	}
+	tools := l.applicable(req)
+	if len(tools) == 0 {
+		return req.Route.ModelLayer.Chat(ctx, req)
+	}
+	p, err := l.prepare(req, tools)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return req.Route.ModelLayer.Chat(ctx, req)
+	}
+	s := l.newSession(req, p)
+	if req.Stream {
+		return s.startStream(ctx)
+	}
+	return s.runBlocking(ctx)
+}
+
+// applicable returns the server tools for req's model and tenant.
+func (l *Loop) applicable(req *pipeline.Request) []*tool {
+	if len(l.reg.tools) == 0 {
+		return nil
+	}
+	var tools []*tool
+	if v, ok := l.byModel.Load(req.Model); ok {
+		tools = v.([]*tool)
+	} else {
+		for _, t := range l.reg.tools {
+			if t.appliesTo(req.Model) {
+				tools = append(tools, t)
+			}
+		}
+		if l.byModelCount.Load() < 4096 { // bounded: model names come from config
+			if _, loaded := l.byModel.LoadOrStore(req.Model, tools); !loaded {
+				l.byModelCount.Add(1)
+			}
+		}
+	}
+	if l.opts.ToolAllowed == nil || len(tools) == 0 {
+		return tools
+	}
+	var out []*tool
+	for i, t := range tools {
+		if !l.opts.ToolAllowed(req.Tenant, t.cfg.Name) {
+			if out == nil {
+				out = append(make([]*tool, 0, len(tools)), tools[:i]...)
+			}
+			continue
+		}
+		if out != nil {
+			out = append(out, t)
+		}
+	}
+	if out == nil {
+		return tools
+	}
+	return out
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }

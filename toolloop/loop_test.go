@@ -1,0 +1,386 @@
+package toolloop
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+)
+
+const userBody = `{"model":"gpt-x","messages":[{"role":"user","content":"what is 1+2 and the time?"}]`
+
+func TestStreamTwoServerRoundsThenAnswer(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{turns: []turnFn{
+		always(toolRound("up-1", "call_a", "calculator", `{"expression":"1+2"}`, 10, 5), ""),
+		always(toolRound("up-2", "call_b", "current_time", `{"timezone":"Europe/Oslo"}`, 20, 6), ""),
+		always(textRound("up-3", "It is 3 o'clock.", 30, 7), ""),
+	}}
+	l := newLoop(t, []config.Tool{calcTool, timeTool}, nil)
+	req := request(m, true, userBody+`,"stream":true,"stream_options":{"include_usage":true}}`)
+	req.Hints.ToolTrace = true
+	resp, err := l.Chat(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := checkStream(t, sse(t, resp.Stream), true)
+	if sum.Content != "It is 3 o'clock." {
+		t.Fatalf("content %q", sum.Content)
+	}
+	if len(sum.ToolCalls) != 0 || sum.FinishReason != "stop" {
+		t.Fatalf("tool calls %v finish %q", sum.ToolCalls, sum.FinishReason)
+	}
+	if sum.ID != "up-1" {
+		t.Fatalf("id %q, want the first round's", sum.ID)
+	}
+	u := gjson.ParseBytes(sum.Usage)
+	if u.Get("prompt_tokens").Int() != 60 || u.Get("completion_tokens").Int() != 18 || u.Get("total_tokens").Int() != 78 ||
+		u.Get("prompt_tokens_details.cached_tokens").Int() != 6 || u.Get("completion_tokens_details.reasoning_tokens").Int() != 3 {
+		t.Fatalf("usage not summed over 3 rounds: %s", sum.Usage)
+	}
+	last := sum.Chunks[len(sum.Chunks)-1]
+	xg := gjson.GetBytes(last, "x_gateway")
+	if xg.Get("iterations").Int() != 3 || xg.Get("tool_calls.#").Int() != 2 || xg.Get("stop_reason").String() != "answer" ||
+		xg.Get("tool_calls.0.name").String() != "calculator" || xg.Get("tool_calls.0.status").String() != "ok" {
+		t.Fatalf("x_gateway %s", xg.Raw)
+	}
+	if m.calls() != 3 || m.closed != m.opened {
+		t.Fatalf("model calls %d, streams closed %d of %d", m.calls(), m.closed, m.opened)
+	}
+	// Every round asks for usage and offers the server tools.
+	for i := 0; i < 3; i++ {
+		b := m.body(i)
+		if !gjson.GetBytes(b, "stream_options.include_usage").Bool() || gjson.GetBytes(b, "tools.#").Int() != 2 {
+			t.Fatalf("round %d body %s", i, b)
+		}
+	}
+	// Round 3 sees both turns: assistant+tool, assistant+tool.
+	third := m.body(2)
+	msgs := gjson.GetBytes(third, "messages").Array()
+	if len(msgs) != 5 || msgs[1].Get("tool_calls.0.id").String() != "call_a" || msgs[2].Get("tool_call_id").String() != "call_a" {
+		t.Fatalf("history %s", gjson.GetBytes(third, "messages").Raw)
+	}
+	if c := gjson.Parse(msgs[2].Get("content").String()); c.Get("status").String() != "ok" || c.Get("data.result").Float() != 3 {
+		t.Fatalf("calculator result %s", msgs[2].Get("content").String())
+	}
+	if c := gjson.Parse(msgs[4].Get("content").String()); c.Get("data.timezone").String() != "Europe/Oslo" {
+		t.Fatalf("current_time result %s", msgs[4].Get("content").String())
+	}
+}
+
+func TestBlockingTwoServerRoundsThenAnswer(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{turns: []turnFn{
+		always(nil, completion("up-1", "", `[{"id":"call_a","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"2*(3+4)\"}"}}]`, "tool_calls", 10, 5)),
+		always(nil, completion("up-2", "", `[{"id":"call_b","type":"function","function":{"name":"current_time","arguments":"{}"}}]`, "tool_calls", 20, 6)),
+		always(nil, completion("up-3", "14, at noon.", "", "stop", 30, 7)),
+	}}
+	l := newLoop(t, []config.Tool{calcTool, timeTool}, nil)
+	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gjson.ParseBytes(resp.Body)
+	if b.Get("id").String() != "up-1" || b.Get("choices.0.message.content").String() != "14, at noon." ||
+		b.Get("choices.0.finish_reason").String() != "stop" || b.Get("choices.0.message.tool_calls").Exists() {
+		t.Fatalf("body %s", resp.Body)
+	}
+	if b.Get("usage.prompt_tokens").Int() != 60 || b.Get("usage.total_tokens").Int() != 78 || b.Get("usage.prompt_tokens_details.cached_tokens").Int() != 6 {
+		t.Fatalf("usage %s", b.Get("usage").Raw)
+	}
+	if b.Get("x_gateway").Exists() {
+		t.Fatal("x_gateway without tool trace")
+	}
+	tm := toolMessages(m.body(1))
+	if len(tm) != 1 || gjson.Parse(tm[0].Get("content").String()).Get("data.result").Float() != 14 {
+		t.Fatalf("tool messages %v", tm)
+	}
+}
+
+func TestClientCallsNormalized(t *testing.T) {
+	t.Parallel()
+	// Upstream: a server call (index 0), two client calls with interleaved
+	// fragments (1, 2), a client call sent whole in one delta (3).
+	round := []string{
+		chunk("up-1", `{"role":"assistant","content":null}`, ""),
+		chunk("up-1", callWhole(0, "call_s", "calculator", `{"expression":"6/2"}`), ""),
+		chunk("up-1", callHeader(1, "call_w", "get_weather"), ""),
+		chunk("up-1", callHeader(2, "call_l", "lookup"), ""),
+		chunk("up-1", callFrag(1, `{"city":`), ""),
+		chunk("up-1", callFrag(2, `{"q":"é`), ""),
+		chunk("up-1", callFrag(1, `"Oslo"}`), ""),
+		chunk("up-1", callFrag(2, `x"}`), ""),
+		chunk("up-1", callWhole(3, "call_z", "get_weather", `{"city":"Bergen"}`), ""),
+		chunk("up-1", `{}`, "tool_calls"),
+		usageChunk("up-1", 10, 5, 0),
+	}
+	m := &fakeModel{turns: []turnFn{always(round, "")}}
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	body := userBody + `,"stream":true,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},{"type":"function","function":{"name":"lookup"}}]}`
+	resp, err := l.Chat(context.Background(), request(m, true, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := checkStream(t, sse(t, resp.Stream), false)
+	want := []struct{ id, name, args string }{
+		{"call_w", "get_weather", `{"city":"Oslo"}`},
+		{"call_l", "lookup", `{"q":"éx"}`},
+		{"call_z", "get_weather", `{"city":"Bergen"}`},
+	}
+	if len(sum.ToolCalls) != len(want) || sum.FinishReason != "tool_calls" {
+		t.Fatalf("calls %+v finish %q", sum.ToolCalls, sum.FinishReason)
+	}
+	for i, w := range want {
+		c := sum.ToolCalls[i]
+		if c.Index != i || c.ID != w.id || c.Name != w.name || c.Arguments != w.args {
+			t.Fatalf("call %d = %+v, want %+v", i, c, w)
+		}
+	}
+	if m.calls() != 1 {
+		t.Fatalf("model calls %d: a turn with client calls ends the loop", m.calls())
+	}
+	if gjson.GetBytes(m.body(0), "tools.#").Int() != 3 {
+		t.Fatalf("tools not injected: %s", m.body(0))
+	}
+}
+
+func TestToolChoiceRequiredExecutesWithoutSecondCall(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, choice string
+		stream       bool
+	}{
+		{"named stream", `{"type":"function","function":{"name":"calculator"}}`, true},
+		{"required blocking", `"required"`, false},
+		{"allowed_tools required", `{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"calculator"}}]}}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := &fakeModel{turns: []turnFn{always(
+				toolRound("up-1", "call_a", "calculator", `{"expression":"2^10"}`, 10, 5),
+				completion("up-1", "", `[{"id":"call_a","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"2^10\"}"}}]`, "tool_calls", 10, 5))}}
+			l := newLoop(t, []config.Tool{calcTool, timeTool}, nil)
+			body := userBody + `,"tool_choice":` + tc.choice
+			if tc.stream {
+				body += `,"stream":true`
+			}
+			resp, err := l.Chat(context.Background(), request(m, tc.stream, body+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var content, finish string
+			if tc.stream {
+				sum := checkStream(t, sse(t, resp.Stream), false)
+				content, finish = sum.Content, sum.FinishReason
+			} else {
+				content = gjson.GetBytes(resp.Body, "choices.0.message.content").String()
+				finish = gjson.GetBytes(resp.Body, "choices.0.finish_reason").String()
+			}
+			if m.calls() != 1 || !strings.Contains(content, "1024") || finish != "stop" {
+				t.Fatalf("calls %d content %q finish %q", m.calls(), content, finish)
+			}
+			if strings.Contains(tc.name, "allowed") && gjson.GetBytes(m.body(0), "tools.#").Int() != 1 {
+				t.Fatalf("allowed_tools: only calculator may be offered: %s", gjson.GetBytes(m.body(0), "tools").Raw)
+			}
+		})
+	}
+}
+
+func TestMaxIterationsEndsGracefully(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{turns: []turnFn{func(r *pipeline.Request) ([]string, string) {
+		if gjson.GetBytes(r.Body, "tool_choice").String() == "none" {
+			return textRound("up-x", "Final answer.", 1, 1), ""
+		}
+		return toolRound("up-x", "call_"+r.ID, "calculator", `{"expression":"1"}`, 1, 1), ""
+	}}}
+	l := newLoop(t, []config.Tool{calcTool}, func(o *Options) { o.Loop.MaxIterations = 3 })
+	req := request(m, true, userBody+`,"stream":true}`)
+	req.Hints.ToolTrace = true
+	resp, err := l.Chat(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := checkStream(t, sse(t, resp.Stream), false)
+	if sum.Content != "Final answer." || sum.FinishReason != "stop" || m.calls() != 3 {
+		t.Fatalf("content %q finish %q calls %d", sum.Content, sum.FinishReason, m.calls())
+	}
+	if gjson.GetBytes(m.body(1), "tool_choice").Exists() || gjson.GetBytes(m.body(2), "tool_choice").String() != "none" {
+		t.Fatal("only the last allowed call is forced to tool_choice none")
+	}
+	if r := gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "x_gateway.stop_reason").String(); r != "max_iterations" {
+		t.Fatalf("stop_reason %q", r)
+	}
+}
+
+func TestInvalidArgumentsThenCorrected(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{turns: []turnFn{
+		always(nil, completion("up-1", "", `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expr\":\"1+1\"}"}}]`, "tool_calls", 1, 1)),
+		always(nil, completion("up-2", "", `[{"id":"c2","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+1\"}"}}]`, "tool_calls", 1, 1)),
+		always(nil, completion("up-3", "2", "", "stop", 1, 1)),
+	}}
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gjson.GetBytes(resp.Body, "choices.0.message.content").String() != "2" {
+		t.Fatalf("body %s", resp.Body)
+	}
+	first := gjson.Parse(toolMessages(m.body(1))[0].Get("content").String())
+	if first.Get("status").String() != "error" || first.Get("error.type").String() != "invalid_arguments" ||
+		!strings.Contains(first.Get("error.message").String(), "expression") {
+		t.Fatalf("validation result %s", first.Raw)
+	}
+	second := gjson.Parse(toolMessages(m.body(2))[1].Get("content").String())
+	if second.Get("status").String() != "ok" || second.Get("data.result").Float() != 2 {
+		t.Fatalf("corrected result %s", second.Raw)
+	}
+}
+
+func TestArgumentEchoDropped(t *testing.T) {
+	t.Parallel()
+	args := `{"expression":"2*3"}`
+	echo := []string{
+		chunk("up-1", `{"role":"assistant","content":""}`, ""),
+		chunk("up-1", `{"content":"{\"expression\":"}`, ""),
+		chunk("up-1", `{"content":" \"2*3\"}"}`, ""),
+		chunk("up-1", callWhole(0, "call_a", "calculator", args), ""),
+		chunk("up-1", `{}`, "tool_calls"),
+	}
+	m := &fakeModel{turns: []turnFn{
+		always(echo, completion("up-1", args, `[{"id":"call_a","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"2*3\"}"}}]`, "tool_calls", 1, 1)),
+		always(textRound("up-2", "Six.", 1, 1), completion("up-2", "Six.", "", "stop", 1, 1)),
+	}}
+	for _, stream := range []bool{true, false} {
+		name := "blocking"
+		if stream {
+			name = "stream"
+		}
+		t.Run(name, func(t *testing.T) {
+			mm := &fakeModel{turns: m.turns}
+			l := newLoop(t, []config.Tool{calcTool}, nil)
+			body := userBody + `}`
+			if stream {
+				body = userBody + `,"stream":true}`
+			}
+			resp, err := l.Chat(context.Background(), request(mm, stream, body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			content := gjson.GetBytes(resp.Body, "choices.0.message.content").String()
+			if stream {
+				content = checkStream(t, sse(t, resp.Stream), false).Content
+			}
+			if content != "Six." {
+				t.Fatalf("content %q: the echo must be dropped", content)
+			}
+			asst := gjson.GetBytes(mm.body(1), "messages.1")
+			if asst.Get("role").String() != "assistant" || asst.Get("content").Type != gjson.Null {
+				t.Fatalf("history keeps the echo: %s", asst.Raw)
+			}
+		})
+	}
+}
+
+func TestTextBeforeToolCallsIsForwarded(t *testing.T) {
+	t.Parallel()
+	// Text that is not an echo, even when it starts with '{', reaches the client.
+	round := []string{
+		chunk("up-1", `{"role":"assistant","content":""}`, ""),
+		chunk("up-1", `{"content":"{curly} Let me compute. "}`, ""),
+		chunk("up-1", callWhole(0, "call_a", "calculator", `{"expression":"1"}`), ""),
+		chunk("up-1", `{}`, "tool_calls"),
+	}
+	m := &fakeModel{turns: []turnFn{always(round, ""), always(textRound("up-2", "Done.", 1, 1), "")}}
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	resp, err := l.Chat(context.Background(), request(m, true, userBody+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkStream(t, sse(t, resp.Stream), false).Content; got != "{curly} Let me compute. Done." {
+		t.Fatalf("content %q", got)
+	}
+}
+
+func TestFastPath(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body string
+		tools      []config.Tool
+	}{
+		{"no tools configured", userBody + `}`, nil},
+		{"model glob does not match", userBody + `}`, []config.Tool{{Name: "calculator", Kind: "builtin", Models: []string{"claude-*"}}}},
+		{"tool_choice none", userBody + `,"tool_choice":"none"}`, []config.Tool{calcTool}},
+		{"allowed_tools names only client tools", userBody + `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"x"}}]}}}`, []config.Tool{calcTool}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			want := &pipeline.Response{Body: []byte(`{"ok":1}`)}
+			var got *pipeline.Request
+			h := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				got = r
+				return want, nil
+			})
+			l := newLoop(t, tc.tools, nil)
+			req := request(h, false, tc.body)
+			resp, err := l.Chat(context.Background(), req)
+			if err != nil || resp != want || got != req {
+				t.Fatalf("fast path must pass req and the response through unchanged (err %v)", err)
+			}
+		})
+	}
+}
+
+func TestPolicyFiltersTools(t *testing.T) {
+	t.Parallel()
+	var got *pipeline.Request
+	h := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		got = r
+		return &pipeline.Response{Body: []byte(completion("up", "hi", "", "stop", 1, 1))}, nil
+	})
+	l := newLoop(t, []config.Tool{calcTool, timeTool}, func(o *Options) {
+		o.ToolAllowed = func(_ *pipeline.Tenant, name string) bool { return name == "current_time" }
+	})
+	if _, err := l.Chat(context.Background(), request(h, false, userBody+`}`)); err != nil {
+		t.Fatal(err)
+	}
+	if names := gjson.GetBytes(got.Body, "tools.#.function.name").Raw; names != `["current_time"]` {
+		t.Fatalf("offered %s", names)
+	}
+}
+
+func TestClientToolNameClash(t *testing.T) {
+	t.Parallel()
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	m := &fakeModel{turns: []turnFn{always(nil, "{}")}}
+	_, err := l.Chat(context.Background(), request(m, false, userBody+`,"tools":[{"type":"function","function":{"name":"calculator"}}]}`))
+	pe, ok := err.(*pipeline.Error)
+	if !ok || pe.Status != 400 || pe.Param != "tools" || m.calls() != 0 {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestBodyFromModelLayerInStream(t *testing.T) {
+	t.Parallel()
+	// A model layer may answer a streamed round with a body (a cache hit).
+	h := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if len(toolMessages(r.Body)) == 0 {
+			return &pipeline.Response{Body: []byte(completion("up-1", "", `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"3*3\"}"}}]`, "tool_calls", 1, 1))}, nil
+		}
+		return &pipeline.Response{Body: []byte(completion("up-2", "nine", "", "stop", 2, 2))}, nil
+	})
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	resp, err := l.Chat(context.Background(), request(h, true, userBody+`,"stream":true,"stream_options":{"include_usage":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := checkStream(t, sse(t, resp.Stream), true)
+	if sum.Content != "nine" || gjson.GetBytes(sum.Usage, "total_tokens").Int() != 6 {
+		t.Fatalf("content %q usage %s", sum.Content, sum.Usage)
+	}
+}

@@ -1,0 +1,27 @@
+package toolloop
+
+import (
+	"github.com/llmgw/gateway/observe"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	metricToolCalls = observe.Factory.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_tool_calls_total",
+		Help: "Server-side tool calls by tool and status (ok|error). Unknown names count as tool=\"unknown\".",
+	}, []string{"tool", "status"})
+	metricToolLatency = observe.Factory.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_tool_duration_seconds",
+		Help:    "Server-side tool call latency, through the whole tool chain.",
+		Buckets: []float64{.001, .005, .025, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"tool"})
+	metricIterations = observe.Factory.NewHistogram(prometheus.HistogramOpts{
+		Name:    "gateway_toolloop_iterations",
+		Help:    "Model calls per client request that entered the tool loop.",
+		Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20},
+	})
+	metricLoopEnd = observe.Factory.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_toolloop_end_total",
+		Help: "Why the tool loop ended (answer, client_tool_calls, tool_choice, tool_stop, max_iterations, wall_time, max_consecutive_errors, error, canceled).",
+	}, []string{"reason"})
+)

@@ -1,0 +1,371 @@
+package toolloop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/tidwall/gjson"
+)
+
+// toolSet is the set of server tools offered to one request (model globs,
+// tenant policy, allowed_tools). It travels in the context of the tool chain.
+type toolSet struct {
+	tools []*tool
+}
+
+func (s *toolSet) get(name string) *tool {
+	for _, t := range s.tools {
+		if t.cfg.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+type toolSetKey struct{}
+
+func withToolSet(ctx context.Context, s *toolSet) context.Context {
+	return context.WithValue(ctx, toolSetKey{}, s)
+}
+
+// offered returns the tools the request may call: the request's set when the
+// loop put one in ctx, else every configured tool.
+func (l *Loop) offered(ctx context.Context) []*tool {
+	if s, ok := ctx.Value(toolSetKey{}).(*toolSet); ok && s != nil {
+		return s.tools
+	}
+	return l.reg.tools
+}
+
+// buildChain composes the function layer once, outermost first.
+func (l *Loop) buildChain(extra []pipeline.ToolMiddleware) pipeline.ToolHandler {
+	mws := []pipeline.ToolMiddleware{l.observeMW, l.resolveMW, l.policyMW, l.validateMW}
+	mws = append(mws, extra...)
+	mws = append(mws, l.capMW, l.retryMW, l.timeoutMW)
+	return pipeline.ChainTools(pipeline.ToolHandlerFunc(l.execute), mws...)
+}
+
+func (l *Loop) errResult(c *pipeline.ToolCall, err error) *pipeline.ToolResult {
+	return &pipeline.ToolResult{CallID: c.ID, Name: c.Name, Content: errContent(err, l.cfg.IncludeDetailedErrors), IsError: true}
+}
+
+// observeMW times the call, turns chain errors into error results (a tool
+// failure is a result, not a request failure), counts and logs it.
+func (l *Loop) observeMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		start := time.Now()
+		res, err := next.CallTool(ctx, c)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			res = l.errResult(c, err)
+		}
+		if res == nil {
+			res = l.errResult(c, errors.New("no result"))
+		}
+		res.Duration = time.Since(start)
+		if res.CallID == "" {
+			res.CallID = c.ID
+		}
+		label := "unknown"
+		if l.reg.get(res.Name) != nil {
+			label = res.Name
+		}
+		status := "ok"
+		if res.IsError {
+			status = "error"
+		}
+		metricToolCalls.WithLabelValues(label, status).Inc()
+		metricToolLatency.WithLabelValues(label).Observe(res.Duration.Seconds())
+		l.log.Debug().Str("tool", c.Name).Str("call_id", c.ID).Str("status", status).
+			Dur("duration", res.Duration).Int("result_bytes", len(res.Content)).Msg("tool call")
+		return res, nil
+	})
+}
+
+// resolveMW maps the called name onto an offered tool: exact, then
+// case-insensitive, then a unique close match (edit distance <= 2).
+func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		tools := l.offered(ctx)
+		t := resolveName(tools, c.Name)
+		if t == nil {
+			names := make([]string, len(tools))
+			for i, t := range tools {
+				names[i] = t.cfg.Name
+			}
+			sort.Strings(names)
+			res := l.errResult(c, &ToolError{Kind: "unknown_tool",
+				Message: fmt.Sprintf("unknown tool %q; available tools: %s", c.Name, strings.Join(names, ", "))})
+			res.Stop = l.cfg.TerminateOnUnknownCalls
+			return res, nil
+		}
+		if t.cfg.Name != c.Name {
+			l.log.Info().Str("called", c.Name).Str("resolved", t.cfg.Name).Msg("tool name resolved to a near miss")
+			cc := *c
+			cc.Name = t.cfg.Name
+			c = &cc
+		}
+		res, err := next.CallTool(ctx, c)
+		if res != nil {
+			res.Name = t.cfg.Name
+		}
+		return res, err
+	})
+}
+
+// maxNameDistance is the largest edit distance a near-miss name may have.
+const maxNameDistance = 2
+
+func resolveName(tools []*tool, name string) *tool {
+	for _, t := range tools {
+		if t.cfg.Name == name {
+			return t
+		}
+	}
+	for _, t := range tools {
+		if strings.EqualFold(t.cfg.Name, name) {
+			return t
+		}
+	}
+	var best *tool
+	bestD, ties := maxNameDistance+1, 0
+	lname := strings.ToLower(name)
+	for _, t := range tools {
+		d := editDistance(lname, strings.ToLower(t.cfg.Name), maxNameDistance+1)
+		switch {
+		case d > maxNameDistance:
+		case d < bestD:
+			best, bestD, ties = t, d, 0
+		case d == bestD:
+			ties++
+		}
+	}
+	if ties > 0 {
+		return nil // ambiguous: let the model choose again
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit when it is
+// at least limit (names are short; the cut keeps adversarial input cheap).
+func editDistance(a, b string, limit int) int {
+	if d := len(a) - len(b); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= limit {
+			return limit
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
+}
+
+// policyMW denies tools the tenant's policy does not allow.
+func (l *Loop) policyMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		if l.opts.ToolAllowed != nil {
+			var tenant *pipeline.Tenant
+			if c.Request != nil {
+				tenant = c.Request.Tenant
+			}
+			if !l.opts.ToolAllowed(tenant, c.Name) {
+				return l.errResult(c, &ToolError{Kind: "not_allowed", Message: fmt.Sprintf("tool %q is not allowed for this caller", c.Name)}), nil
+			}
+		}
+		return next.CallTool(ctx, c)
+	})
+}
+
+// validateMW checks the arguments against the tool's JSON schema and tells
+// the model which field is wrong.
+func (l *Loop) validateMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		t := l.reg.get(c.Name)
+		if t == nil {
+			return next.CallTool(ctx, c)
+		}
+		if len(bytes.TrimSpace(c.Arguments)) == 0 {
+			cc := *c
+			cc.Arguments = []byte("{}")
+			c = &cc
+		}
+		if err := validateArgs(t.schema, c.Arguments); err != nil {
+			return l.errResult(c, err), nil
+		}
+		return next.CallTool(ctx, c)
+	})
+}
+
+func validateArgs(sch *jsonschema.Schema, args []byte) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return &ToolError{Kind: "invalid_arguments", Message: "the arguments are not valid JSON; send one JSON object"}
+	}
+	err = sch.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return &ToolError{Kind: "invalid_arguments", Message: "the arguments do not match the tool's schema"}
+	}
+	var msgs []string
+	field := ""
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			loc := "/" + strings.Join(e.InstanceLocation, "/")
+			if field == "" {
+				field = loc
+			}
+			msgs = append(msgs, e.Error()) // "at '/field': what is wrong"
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	if len(msgs) > 5 {
+		msgs = msgs[:5]
+	}
+	return &ToolError{Kind: "invalid_arguments", Field: field,
+		Message: "invalid arguments: " + strings.Join(msgs, "; ") + ". Fix them and call the tool again."}
+}
+
+// capMW truncates results above max_result_bytes, with a note.
+func (l *Loop) capMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	max := l.cfg.MaxResultBytes
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		res, err := next.CallTool(ctx, c)
+		if err != nil || res == nil || max <= 0 || len(res.Content) <= max {
+			return res, err
+		}
+		res.Content = truncateResult(res.Content, max)
+		return res, nil
+	})
+}
+
+func truncateResult(content []byte, max int) []byte {
+	r := gjson.ParseBytes(content)
+	status := r.Get("status").String()
+	var text []byte
+	if status == "error" {
+		text = []byte(r.Get("error.message").String())
+	} else if d := r.Get("data"); d.Type == gjson.String {
+		text = []byte(d.String())
+	} else {
+		text = []byte(d.Raw)
+	}
+	keep := max - 160
+	if keep < 0 {
+		keep = 0
+	}
+	if keep < len(text) {
+		for keep > 0 && !utf8.RuneStart(text[keep]) {
+			keep--
+		}
+		text = text[:keep]
+	}
+	note := fmt.Sprintf("result truncated to %d of %d bytes", keep, len(content))
+	out := make([]byte, 0, keep+len(note)+64)
+	if status == "error" {
+		out = append(out, `{"status":"error","error":{"type":"tool_error","message":`...)
+		out = appendJSONString(out, text)
+		out = append(out, '}')
+	} else {
+		out = append(out, `{"status":"ok","data":`...)
+		out = appendJSONString(out, text)
+	}
+	out = append(out, `,"truncated":true,"note":`...)
+	out = appendJSONString(out, []byte(note))
+	return append(out, '}')
+}
+
+// retryMW runs idempotent tools up to two more times after an error result
+// (not after invalid arguments: the same call would fail the same way).
+func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		t := l.reg.get(c.Name)
+		res, err := next.CallTool(ctx, c)
+		if t == nil || !t.cfg.Idempotent {
+			return res, err
+		}
+		for attempt := 1; attempt <= 2 && ctx.Err() == nil; attempt++ {
+			if err == nil && (res == nil || !res.IsError || gjson.GetBytes(res.Content, "error.type").String() == "invalid_arguments") {
+				break
+			}
+			l.log.Debug().Str("tool", c.Name).Int("attempt", attempt+1).Msg("retrying idempotent tool")
+			res, err = next.CallTool(ctx, c)
+		}
+		return res, err
+	})
+}
+
+// timeoutMW bounds one attempt by the tool's timeout.
+func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {
+	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		t := l.reg.get(c.Name)
+		if t == nil {
+			return next.CallTool(ctx, c)
+		}
+		tctx, cancel := context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+		res, err := next.CallTool(tctx, c)
+		if ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) && (err != nil || res == nil || res.IsError) {
+			return l.errResult(c, &ToolError{Kind: "timeout", Message: fmt.Sprintf("the tool timed out after %s", t.timeout)}), nil
+		}
+		return res, err
+	})
+}
+
+// execute is the terminal tool handler: it runs the executor and wraps its
+// output in the result envelope.
+func (l *Loop) execute(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+	t := l.reg.get(c.Name)
+	if t == nil {
+		return l.errResult(c, &ToolError{Kind: "unknown_tool", Message: fmt.Sprintf("unknown tool %q", c.Name)}), nil
+	}
+	if t.sem != nil {
+		select {
+		case t.sem <- struct{}{}:
+			defer func() { <-t.sem }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	data, err := t.exec.run(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return l.errResult(c, err), nil
+	}
+	return &pipeline.ToolResult{CallID: c.ID, Name: c.Name, Content: okContent(data)}, nil
+}

@@ -1,0 +1,147 @@
+package toolloop
+
+import (
+	"bytes"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// choiceMode is the request's tool_choice as far as the loop cares.
+type choiceMode uint8
+
+const (
+	choiceAuto     choiceMode = iota // auto, absent, a named client tool, custom
+	choiceRequired                   // "required", allowed_tools mode required, or a named server tool
+)
+
+// plan is the per-request result of prepare. Immutable after prepare.
+type plan struct {
+	set         *toolSet
+	body        []byte // the request body with server tools injected (and include_usage for streams)
+	messages    []byte // the original messages array, raw
+	clientNames []string
+	choice      choiceMode
+}
+
+// prepare decides whether the loop runs and builds the upstream body. It
+// returns nil, nil for the fast path (tool_choice none, n > 1, or no server
+// tool left after allowed_tools).
+func (l *Loop) prepare(req *pipeline.Request, tools []*tool) (*plan, error) {
+	res := gjson.GetManyBytes(req.Body, "tool_choice", "tools", "messages", "n")
+	tc, clientTools, msgs, n := res[0], res[1], res[2], res[3]
+	if n.Exists() && n.Int() > 1 {
+		return nil, nil // several choices: the loop follows one; offer no server tools
+	}
+	p := &plan{messages: []byte(msgs.Raw)}
+	if !msgs.IsArray() {
+		return nil, pipeline.BadRequest("messages", "messages must be an array")
+	}
+	switch {
+	case tc.Type == gjson.String:
+		switch tc.Str {
+		case "none":
+			return nil, nil
+		case "required":
+			p.choice = choiceRequired
+		}
+	case tc.IsObject():
+		switch tc.Get("type").String() {
+		case "function":
+			name := tc.Get("function.name").String()
+			for _, t := range tools {
+				if t.cfg.Name == name {
+					p.choice = choiceRequired
+				}
+			}
+		case "allowed_tools":
+			allowed := map[string]bool{}
+			tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
+				allowed[v.Get("function.name").String()] = true
+				if v.Get("custom.name").Exists() {
+					allowed[v.Get("custom.name").String()] = true
+				}
+				return true
+			})
+			var kept []*tool
+			for _, t := range tools {
+				if allowed[t.cfg.Name] {
+					kept = append(kept, t)
+				}
+			}
+			if len(kept) == 0 {
+				return nil, nil
+			}
+			tools = kept
+			if tc.Get("allowed_tools.mode").String() == "required" {
+				p.choice = choiceRequired
+			}
+		}
+	}
+	p.set = &toolSet{tools: tools}
+
+	// Client tools: a name clash with a server tool is the client's error.
+	if clientTools.Exists() && !clientTools.IsArray() {
+		return nil, pipeline.BadRequest("tools", "tools must be an array")
+	}
+	var clash string
+	clientTools.ForEach(func(_, v gjson.Result) bool {
+		name := v.Get("function.name")
+		if !name.Exists() {
+			name = v.Get("custom.name")
+		}
+		p.clientNames = append(p.clientNames, name.String())
+		for _, t := range l.reg.tools {
+			if t.cfg.Name == name.String() {
+				clash = name.String()
+				return false
+			}
+		}
+		return true
+	})
+	if clash != "" {
+		return nil, pipeline.BadRequest("tools", "the tool name %q is reserved by a server-side tool of this gateway; rename your tool", clash)
+	}
+
+	// Inject: one edit of "tools" with the pre-serialised definitions.
+	arr := make([]byte, 0, len(clientTools.Raw)+256*len(tools))
+	if clientTools.IsArray() {
+		raw := bytes.TrimRight([]byte(clientTools.Raw), " \t\r\n")
+		arr = append(arr, raw[:len(raw)-1]...) // without ']'
+		if len(bytes.TrimSpace(arr[1:])) > 0 {
+			arr = append(arr, ',')
+		}
+	} else {
+		arr = append(arr, '[')
+	}
+	for i, t := range tools {
+		if i > 0 {
+			arr = append(arr, ',')
+		}
+		arr = append(arr, t.def...)
+	}
+	arr = append(arr, ']')
+	body, err := sjson.SetRawBytes(req.Body, "tools", arr)
+	if err != nil {
+		return nil, pipeline.BadRequest("tools", "tools could not be extended")
+	}
+	if req.Stream {
+		// Usage of every round is needed for the summed usage chunk; the
+		// upstream usage chunks are never forwarded.
+		if body, err = sjson.SetBytes(body, "stream_options.include_usage", true); err != nil {
+			return nil, pipeline.BadRequest("stream_options", "stream_options must be an object")
+		}
+	}
+	p.body = body
+	return p, nil
+}
+
+func (p *plan) isClient(name string) bool {
+	for _, n := range p.clientNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}

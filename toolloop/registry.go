@@ -1,0 +1,167 @@
+package toolloop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// executor runs one tool. It returns the tool's output (JSON or text) or an
+// error, preferably a *ToolError. Safe for concurrent use.
+type executor interface {
+	run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error)
+}
+
+type execFunc func(ctx context.Context, c *pipeline.ToolCall) ([]byte, error)
+
+func (f execFunc) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error) { return f(ctx, c) }
+
+// tool is one configured server tool, built once in New. Immutable.
+type tool struct {
+	cfg     config.Tool
+	def     []byte // {"type":"function","function":{...}}, injected into requests
+	schema  *jsonschema.Schema
+	exec    executor
+	timeout time.Duration
+	sem     chan struct{} // nil = unlimited concurrency
+}
+
+// registry holds the server tools by name. Immutable after New.
+type registry struct {
+	tools  []*tool
+	byName map[string]*tool
+}
+
+func (r *registry) get(name string) *tool { return r.byName[name] }
+
+// appliesTo reports whether t is offered for model (tool.models globs).
+func (t *tool) appliesTo(model string) bool {
+	if len(t.cfg.Models) == 0 {
+		return true
+	}
+	for _, g := range t.cfg.Models {
+		if ok, _ := path.Match(g, model); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
+	r := &registry{byName: make(map[string]*tool, len(opts.Tools))}
+	for i, tc := range opts.Tools {
+		at := fmt.Sprintf("tools[%d]", i)
+		if tc.Name == "" {
+			return nil, fmt.Errorf("%s.name: required", at)
+		}
+		if r.byName[tc.Name] != nil {
+			return nil, fmt.Errorf("%s.name: %q is defined twice", at, tc.Name)
+		}
+		t := &tool{cfg: tc, timeout: tc.Timeout.D()}
+		if t.timeout <= 0 {
+			t.timeout = opts.Loop.ToolTimeout.D()
+		}
+		if t.timeout <= 0 {
+			t.timeout = 30 * time.Second
+		}
+		if tc.Concurrency > 0 {
+			t.sem = make(chan struct{}, tc.Concurrency)
+		}
+		params := tc.Parameters
+		switch tc.Kind {
+		case "builtin":
+			name := tc.Builtin
+			if name == "" {
+				name = tc.Name
+			}
+			b, ok := builtins[name]
+			if !ok {
+				return nil, fmt.Errorf("%s.builtin: unknown builtin %q (have current_time, calculator)", at, name)
+			}
+			t.exec = b.exec
+			if params == "" {
+				params = b.params
+			}
+			if t.cfg.Description == "" {
+				t.cfg.Description = b.description
+			}
+		case "http":
+			if tc.URL == "" {
+				return nil, fmt.Errorf("%s.url: required for kind http", at)
+			}
+			t.exec = &httpTool{url: tc.URL, headers: tc.Headers, client: hc, maxBytes: readCap(opts.Loop.MaxResultBytes)}
+		case "agent":
+			if tc.Model == "" {
+				return nil, fmt.Errorf("%s.model: required for kind agent", at)
+			}
+			t.exec = &agentTool{model: tc.Model, system: tc.System, lookup: opts.Lookup}
+			if params == "" {
+				params = agentParams
+			}
+		default:
+			return nil, fmt.Errorf("%s.kind: %q is not supported here (builtin, http, agent)", at, tc.Kind)
+		}
+		if params == "" {
+			params = `{"type":"object","properties":{}}`
+		}
+		sch, err := compileSchema(params)
+		if err != nil {
+			return nil, fmt.Errorf("%s.parameters: %w", at, err)
+		}
+		t.schema = sch
+		def, err := toolDef(t.cfg.Name, t.cfg.Description, params)
+		if err != nil {
+			return nil, fmt.Errorf("%s.parameters: %w", at, err)
+		}
+		t.def = def
+		r.tools = append(r.tools, t)
+		r.byName[tc.Name] = t
+	}
+	return r, nil
+}
+
+// readCap bounds what an http tool reads: enough to truncate with a note.
+func readCap(maxResult int) int64 {
+	if maxResult <= 0 {
+		return 4 << 20
+	}
+	return int64(maxResult)*4 + 1024
+}
+
+func compileSchema(params string) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(params))
+	if err != nil {
+		return nil, fmt.Errorf("not valid JSON: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("tool.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("tool.json")
+}
+
+// toolDef serialises the OpenAI tool definition once.
+func toolDef(name, desc, params string) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(`{"type":"function","function":{"name":`)
+	buf.Write(appendJSONString(nil, []byte(name)))
+	if desc != "" {
+		buf.WriteString(`,"description":`)
+		buf.Write(appendJSONString(nil, []byte(desc)))
+	}
+	buf.WriteString(`,"parameters":`)
+	var compact bytes.Buffer
+	if err := jsonCompact(&compact, []byte(params)); err != nil {
+		return nil, err
+	}
+	buf.Write(compact.Bytes())
+	buf.WriteString(`}}`)
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,117 @@
+package toolloop
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// ToolError is a tool failure whose Message is safe to show to the model
+// (and so to the client through the model). Detail is shown only when
+// tool_loop.include_detailed_errors is set. Kind is a short machine word
+// ("invalid_arguments", "timeout", "unknown_tool", ...).
+type ToolError struct {
+	Kind    string
+	Message string
+	Field   string // JSON pointer of the offending argument, "" if none
+	Detail  error
+}
+
+func (e *ToolError) Error() string {
+	if e.Detail != nil {
+		return e.Message + ": " + e.Detail.Error()
+	}
+	return e.Message
+}
+
+func (e *ToolError) Unwrap() error { return e.Detail }
+
+// okContent wraps data (the executor's output) as {"status":"ok","data":...}:
+// data that is valid JSON is embedded, anything else becomes a JSON string.
+func okContent(data []byte) []byte {
+	out := make([]byte, 0, len(data)+32)
+	out = append(out, `{"status":"ok","data":`...)
+	if len(data) > 0 && gjson.ValidBytes(data) {
+		out = append(out, data...)
+	} else {
+		out = appendJSONString(out, data)
+	}
+	return append(out, '}')
+}
+
+// errContent renders err as {"status":"error","error":{...}}. Only the safe
+// message of a *ToolError is shown unless detailed is set.
+func errContent(err error, detailed bool) []byte {
+	var te *ToolError
+	if !errors.As(err, &te) {
+		te = &ToolError{Kind: "tool_error", Message: "the tool failed", Detail: err}
+	}
+	msg := te.Message
+	if detailed && te.Detail != nil {
+		msg += ": " + te.Detail.Error()
+	}
+	out := make([]byte, 0, len(msg)+64)
+	out = append(out, `{"status":"error","error":{"type":`...)
+	out = strconv.AppendQuote(out, te.Kind)
+	out = append(out, `,"message":`...)
+	out = appendJSONString(out, []byte(msg))
+	if te.Field != "" {
+		out = append(out, `,"field":`...)
+		out = appendJSONString(out, []byte(te.Field))
+	}
+	return append(out, "}}"...)
+}
+
+// resultText is what a result says in plain text: the data of an ok result
+// (a string's value, other JSON as is) or the error message.
+func resultText(content []byte) string {
+	r := gjson.ParseBytes(content)
+	if r.Get("status").String() == "error" {
+		return r.Get("error.message").String()
+	}
+	d := r.Get("data")
+	if d.Type == gjson.String {
+		return d.String()
+	}
+	return d.Raw
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD.
+func appendJSONString(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c == '\n':
+				dst = append(dst, '\\', 'n')
+			case c == '\r':
+				dst = append(dst, '\\', 'r')
+			case c == '\t':
+				dst = append(dst, '\\', 't')
+			case c < 0x20:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			dst = append(dst, `\ufffd`...)
+		} else if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		} else {
+			dst = append(dst, s[i:i+n]...)
+		}
+		i += n
+	}
+	return append(dst, '"')
+}

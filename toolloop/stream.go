@@ -1,0 +1,546 @@
+package toolloop
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+)
+
+// loopStream is the Stream the client reads. It is pull-based: Next drives
+// the state machine (read an upstream round, run the turn's server tools,
+// call the model again). Only the blocking steps (tool calls, later model
+// calls) run in a goroutine, which Next waits for while it yields
+// keep-alives; Close cancels them and waits until they have exited, so no
+// goroutine outlives the request.
+//
+// Next's result is valid until the next call to Next or Close. Next is
+// called by one goroutine at a time; Close may be called from any goroutine,
+// more than once.
+type loopStream struct {
+	s      *session
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex // guards up, closed, and wg.Add against Close's Wait
+	up     pipeline.Stream
+	closed bool
+	once   sync.Once
+	wg     sync.WaitGroup
+	ended  atomic.Bool // loop-end metrics recorded
+
+	w     chunkWriter
+	out   []byte   // arena of queued chunks
+	queue [][2]int // offsets into out
+	qpos  int
+	delta []byte // scratch for one delta object
+
+	state int
+	err   error
+	op    chan opResult // result of the running blocking step
+	then  func(opResult)
+	ka    *time.Timer
+
+	// the current round
+	acc        accumulator
+	text       []byte // this round's text, unescaped (for the history)
+	held       []byte // text not yet shown (argument-echo protection)
+	textMode   int
+	finish     string
+	roundEnded bool
+	emitPos    int // next call to consider for re-streaming
+
+	started bool // id/created known, role sent
+	nextOut int  // next dense index for a client call
+}
+
+const (
+	stRound = iota // reading the upstream round
+	stWait         // a blocking step runs; yield keep-alives
+	stDone
+)
+
+const (
+	textUndecided = iota // only whitespace so far: held
+	textLive             // forwarded as it arrives
+	textHeld             // starts with '{': held until the round ends (echo check)
+)
+
+type opResult struct {
+	results []*pipeline.ToolResult
+	resp    *pipeline.Response
+	err     error
+}
+
+// startStream makes the first model call synchronously, so that a failure
+// before any byte becomes an HTTP error, and returns the loop's stream.
+func (s *session) startStream(ctx context.Context) (*pipeline.Response, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	r, err := s.nextRequest()
+	if err != nil {
+		cancel()
+		s.end("error")
+		return nil, err
+	}
+	resp, err := s.req.Route.ModelLayer.Chat(lctx, r)
+	if err != nil {
+		cancel()
+		s.stop = failReason(ctx)
+		s.end("")
+		return nil, err
+	}
+	st := &loopStream{s: s, ctx: lctx, cancel: cancel, up: asStream(resp), op: make(chan opResult, 1)}
+	return &pipeline.Response{Stream: st}, nil
+}
+
+// Next returns the next chunk for the client.
+func (st *loopStream) Next() ([]byte, error) {
+	if st.qpos >= len(st.queue) {
+		st.out, st.queue, st.qpos = st.out[:0], st.queue[:0], 0
+	}
+	for {
+		if st.qpos < len(st.queue) {
+			q := st.queue[st.qpos]
+			st.qpos++
+			return st.out[q[0]:q[1]:q[1]], nil
+		}
+		if st.err != nil {
+			return nil, st.err
+		}
+		switch st.state {
+		case stRound:
+			up := st.upstream()
+			if up == nil {
+				st.fail(context.Canceled)
+				continue
+			}
+			ch, err := up.Next()
+			if err != nil {
+				if isEOF(err) {
+					st.endRound()
+				} else {
+					st.fail(err)
+				}
+				continue
+			}
+			if len(ch) == 0 {
+				continue
+			}
+			if ch[0] == ':' {
+				return ch, nil // an upstream keep-alive comment
+			}
+			st.onChunk(ch)
+		case stWait:
+			select {
+			case r := <-st.op:
+				st.ka.Stop()
+				then := st.then
+				st.then = nil
+				then(r)
+			case <-st.ka.C:
+				st.push(pipeline.KeepAlive)
+				st.ka.Reset(st.s.l.cfg.KeepAliveInterval.D())
+			case <-st.ctx.Done():
+				st.fail(st.ctx.Err())
+			}
+		default:
+			return nil, io.EOF
+		}
+	}
+}
+
+// Close cancels the upstream call and every running tool, and waits for the
+// blocking step's goroutine to exit.
+func (st *loopStream) Close() {
+	st.once.Do(func() {
+		st.cancel()
+		st.mu.Lock()
+		st.closed = true
+		up := st.up
+		st.up = nil
+		st.mu.Unlock()
+		if up != nil {
+			up.Close()
+		}
+		st.wg.Wait()
+		select {
+		case r := <-st.op:
+			if r.resp != nil && r.resp.Stream != nil {
+				r.resp.Stream.Close()
+			}
+		default:
+		}
+		if st.ended.CompareAndSwap(false, true) {
+			metricLoopEnd.WithLabelValues("canceled").Inc()
+		}
+	})
+}
+
+func (st *loopStream) upstream() pipeline.Stream {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.up
+}
+
+func (st *loopStream) closeUp() {
+	st.mu.Lock()
+	up := st.up
+	st.up = nil
+	st.mu.Unlock()
+	if up != nil {
+		up.Close()
+	}
+}
+
+func (st *loopStream) fail(err error) {
+	if st.err != nil {
+		return
+	}
+	if st.ctx.Err() != nil {
+		err = st.ctx.Err()
+	}
+	st.err, st.state = err, stDone
+	st.closeUp()
+	if st.ended.CompareAndSwap(false, true) {
+		st.s.stop = failReason(st.ctx)
+		st.s.end("")
+	}
+}
+
+// push queues a chunk (copied into the arena).
+func (st *loopStream) push(b []byte) {
+	start := len(st.out)
+	st.out = append(st.out, b...)
+	st.queue = append(st.queue, [2]int{start, len(st.out)})
+}
+
+// pushDelta queues a choice chunk with st.delta.
+func (st *loopStream) pushDelta(finish string, extra []byte) {
+	start := len(st.out)
+	st.out = st.w.choice(st.out, st.delta, finish, extra)
+	st.queue = append(st.queue, [2]int{start, len(st.out)})
+}
+
+// begin fixes the id/created/model of the whole response from the first
+// upstream chunk and sends the one role delta.
+func (st *loopStream) begin(id string, created int64, model string) {
+	st.started = true
+	s := st.s
+	if id == "" {
+		id = "chatcmpl-gw" + strconv.FormatUint(uint64(time.Now().UnixNano()), 36)
+	}
+	if created == 0 {
+		created = time.Now().Unix()
+	}
+	if s.req.Model != "" {
+		model = s.req.Model
+	}
+	s.id, s.created = id, created
+	st.w = newChunkWriter(id, created, model, s.req.IncludeUsage)
+	st.delta = appendRoleDelta(st.delta[:0])
+	st.pushDelta("", nil)
+}
+
+func (st *loopStream) onChunk(ch []byte) {
+	var id, created, model, choices gjson.Result
+	gjson.ParseBytes(ch).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			id = v
+		case "created":
+			created = v
+		case "model":
+			model = v
+		case "choices":
+			choices = v
+		case "usage":
+			st.s.usage.add(v)
+		}
+		return true
+	})
+	if !st.started {
+		st.begin(id.String(), created.Int(), model.String())
+	}
+	if !choices.IsArray() {
+		return
+	}
+	var choice gjson.Result
+	choices.ForEach(func(_, c gjson.Result) bool {
+		if c.Get("index").Int() == 0 {
+			choice = c
+			return false
+		}
+		return true
+	})
+	if !choice.IsObject() {
+		return
+	}
+	if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+		st.finish = fr.Str
+	}
+	choice.Get("delta").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content":
+			if v.Type == gjson.String && v.Str != "" {
+				st.onText(v.Str)
+			}
+		case "refusal", "reasoning_content", "reasoning":
+			if v.Type == gjson.String && v.Str != "" {
+				st.delta = appendTextDelta(st.delta[:0], k.Str, appendJSONString(nil, []byte(v.Str)))
+				st.pushDelta("", nil)
+			}
+		case "tool_calls":
+			v.ForEach(func(_, e gjson.Result) bool {
+				if c, _ := st.acc.add(e); c != nil && st.textMode == textUndecided && len(st.held) > 0 {
+					// Whitespace before a tool call is not worth showing.
+					st.held, st.text = st.held[:0], st.text[:0]
+				}
+				return true
+			})
+		}
+		return true
+	})
+	st.pump()
+}
+
+func (st *loopStream) onText(t string) {
+	st.text = append(st.text, t...)
+	switch st.textMode {
+	case textLive:
+		st.emitText([]byte(t))
+	case textUndecided:
+		st.held = append(st.held, t...)
+		for _, b := range st.held {
+			switch b {
+			case ' ', '\t', '\r', '\n':
+				continue
+			case '{':
+				st.textMode = textHeld
+			default:
+				st.textMode = textLive
+				st.emitText(st.held)
+				st.held = st.held[:0]
+			}
+			return
+		}
+	case textHeld:
+		st.held = append(st.held, t...)
+	}
+}
+
+func (st *loopStream) emitText(t []byte) {
+	if len(t) == 0 {
+		return
+	}
+	st.delta = append(st.delta[:0], `{"content":`...)
+	st.delta = appendJSONString(st.delta, t)
+	st.delta = append(st.delta, '}')
+	st.pushDelta("", nil)
+}
+
+// pump re-streams client calls: each as one header delta then argument
+// fragments, one call after the other (a later call waits until the earlier
+// one is complete), dense indices from 0. Server calls are skipped.
+func (st *loopStream) pump() {
+	if st.textMode == textHeld && !st.roundEnded {
+		return // the text may be an echo of the arguments: decide first
+	}
+	calls := st.acc.calls
+	for i, c := range calls {
+		// A call is classified once its name is settled: it has argument
+		// fragments, a later call started, or the round ended.
+		if c.kind == kindUnknown && c.name != "" && (len(c.args) > 0 || i < len(calls)-1 || st.roundEnded) {
+			st.s.classify(c)
+		}
+	}
+	for st.emitPos < len(calls) {
+		c := calls[st.emitPos]
+		if c.kind == kindUnknown {
+			if !st.roundEnded {
+				return
+			}
+			st.s.classify(c)
+		}
+		if c.kind == kindServer {
+			st.emitPos++
+			continue
+		}
+		if !c.headerSent {
+			ensureIDs(calls[st.emitPos : st.emitPos+1])
+			c.outIndex, c.headerSent = st.nextOut, true
+			st.nextOut++
+			st.delta = appendCallHeader(st.delta[:0], c)
+			st.pushDelta("", nil)
+		}
+		if len(c.args) > c.emitted {
+			st.delta = appendCallArgs(st.delta[:0], c, c.args[c.emitted:])
+			st.pushDelta("", nil)
+			c.emitted = len(c.args)
+		}
+		if !st.roundEnded && !(st.emitPos < len(calls)-1 && gjson.ValidBytes(c.args)) {
+			return // more fragments may come
+		}
+		c.closed = true
+		st.emitPos++
+	}
+}
+
+// endRound runs when an upstream round reached [DONE].
+func (st *loopStream) endRound() {
+	s := st.s
+	st.closeUp()
+	if !st.started {
+		st.begin("", 0, "")
+	}
+	st.roundEnded = true
+	calls := st.acc.calls
+	switch st.textMode {
+	case textUndecided:
+		if len(calls) == 0 {
+			st.emitText(st.held)
+		} else {
+			st.text = st.text[:0]
+		}
+	case textHeld:
+		if isEcho(st.text, calls) {
+			st.text = st.text[:0]
+		} else {
+			st.emitText(st.held)
+		}
+	}
+	st.held, st.textMode = st.held[:0], textLive
+	server, client := s.split(calls)
+	ensureIDs(calls)
+	st.pump()
+
+	switch {
+	case s.final:
+		finish := st.finish
+		if len(client) > 0 {
+			finish = "tool_calls"
+		} else if finish == "" || finish == "tool_calls" {
+			finish = "stop"
+		}
+		st.finishStream(finish, "answer")
+		return
+	case len(calls) == 0:
+		finish := st.finish
+		if finish == "" || finish == "tool_calls" {
+			finish = "stop"
+		}
+		st.finishStream(finish, "answer")
+		return
+	case len(server) == 0:
+		st.finishStream("tool_calls", "client_tool_calls")
+		return
+	}
+	text := append([]byte(nil), st.text...)
+	st.startOp(func(ctx context.Context) opResult {
+		res, err := s.runCalls(ctx, server)
+		return opResult{results: res, err: err}
+	}, func(r opResult) {
+		if r.err != nil {
+			st.fail(r.err)
+			return
+		}
+		stopReq := s.record(server, r.results)
+		switch {
+		case len(client) > 0:
+			s.saveHidden(st.ctx, text, calls, client, server, r.results)
+			st.finishStream("tool_calls", "client_tool_calls")
+		case s.p.choice == choiceRequired || stopReq:
+			st.emitText(resultsText(r.results))
+			reason := "tool_choice"
+			if s.p.choice != choiceRequired {
+				reason = "tool_stop"
+			}
+			st.finishStream("stop", reason)
+		default:
+			s.appendTurn(text, calls, r.results)
+			s.checkBudget()
+			st.startModelCall()
+		}
+	})
+}
+
+// startModelCall makes the next round's model call in the background.
+func (st *loopStream) startModelCall() {
+	s := st.s
+	r, err := s.nextRequest()
+	if err != nil {
+		st.fail(err)
+		return
+	}
+	st.startOp(func(ctx context.Context) opResult {
+		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
+		return opResult{resp: resp, err: err}
+	}, func(res opResult) {
+		if res.err != nil {
+			st.fail(res.err)
+			return
+		}
+		up := asStream(res.resp)
+		st.mu.Lock()
+		if st.closed {
+			st.mu.Unlock()
+			up.Close()
+			st.fail(context.Canceled)
+			return
+		}
+		st.up = up
+		st.mu.Unlock()
+		st.acc.reset()
+		st.text, st.held, st.textMode = st.text[:0], st.held[:0], textUndecided
+		st.finish, st.roundEnded, st.emitPos = "", false, 0
+		st.state = stRound
+	})
+}
+
+// startOp runs fn in a goroutine tracked by wg; Next waits for its result
+// (yielding keep-alives) and then calls then.
+func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opResult)) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		st.fail(context.Canceled)
+		return
+	}
+	st.wg.Add(1)
+	st.mu.Unlock()
+	st.then, st.state = then, stWait
+	if st.ka == nil {
+		st.ka = time.NewTimer(st.s.l.cfg.KeepAliveInterval.D())
+	} else {
+		st.ka.Reset(st.s.l.cfg.KeepAliveInterval.D())
+	}
+	go func() {
+		defer st.wg.Done()
+		r := fn(st.ctx)
+		st.op <- r
+	}()
+}
+
+// finishStream queues the one finish chunk and, when asked for, the one
+// usage chunk; x_gateway goes on the last of them.
+func (st *loopStream) finishStream(finish, reason string) {
+	s := st.s
+	if st.ended.CompareAndSwap(false, true) {
+		s.end(reason)
+	}
+	extra := s.traceJSON()
+	st.delta = append(st.delta[:0], "{}"...)
+	if s.req.IncludeUsage {
+		st.pushDelta(finish, nil)
+		start := len(st.out)
+		st.out = st.w.usage(st.out, &s.usage, extra)
+		st.queue = append(st.queue, [2]int{start, len(st.out)})
+	} else {
+		st.pushDelta(finish, extra)
+	}
+	st.state = stDone
+}

@@ -1,0 +1,304 @@
+package toolloop
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/sjson"
+)
+
+// session is the loop state of one client request, shared by the streaming
+// and the blocking loop. Used by one goroutine at a time.
+type session struct {
+	l     *Loop
+	req   *pipeline.Request
+	p     *plan
+	start time.Time
+
+	history      []byte // messages appended by the loop, each preceded by ','
+	iterations   int    // model calls made
+	consecErrors int
+	final        bool   // the last model call was the forced final one (tool_choice none)
+	stop         string // why the loop ended
+	usage        usage
+	traceOn      bool
+	trace        trace
+
+	id      string // the first round's id and created, shown on every chunk
+	created int64
+}
+
+func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
+	s := &session{l: l, req: req, p: p, start: time.Now()}
+	s.traceOn = req.Hints.ToolTrace || (l.opts.ToolTrace != nil && l.opts.ToolTrace(req.Tenant))
+	return s
+}
+
+// nextRequest builds the next model call: the injected body with the
+// history appended, and tool_choice "none" when the call is the final one.
+func (s *session) nextRequest() (*pipeline.Request, error) {
+	body := s.p.body
+	if len(s.history) > 0 {
+		msgs := bytes.TrimRight(s.p.messages, " \t\r\n")
+		buf := make([]byte, 0, len(msgs)+len(s.history)+1)
+		buf = append(buf, msgs[:len(msgs)-1]...)
+		h := s.history
+		if len(bytes.TrimSpace(buf[1:])) == 0 {
+			h = h[1:] // no leading comma after '['
+		}
+		buf = append(buf, h...)
+		buf = append(buf, ']')
+		var err error
+		if body, err = sjson.SetRawBytes(body, "messages", buf); err != nil {
+			return nil, pipeline.Errorf(500, "server_error", "", "the tool loop could not extend messages")
+		}
+	}
+	if s.final {
+		var err error
+		if body, err = sjson.SetBytes(body, "tool_choice", "none"); err != nil {
+			return nil, pipeline.Errorf(500, "server_error", "", "the tool loop could not set tool_choice")
+		}
+	}
+	r := s.req.Clone()
+	r.Body = body
+	s.iterations++
+	return r, nil
+}
+
+// checkBudget runs before every model call after the first: when a budget
+// is spent, the call becomes the final one (tool_choice "none").
+func (s *session) checkBudget() {
+	cfg := &s.l.cfg
+	reason := ""
+	switch {
+	case s.iterations+1 >= cfg.MaxIterations:
+		reason = "max_iterations"
+	case time.Since(s.start) >= cfg.WallTime.D():
+		reason = "wall_time"
+	case s.consecErrors >= cfg.MaxConsecutiveErrors:
+		reason = "max_consecutive_errors"
+	}
+	if reason == "" {
+		return
+	}
+	s.final, s.stop = true, reason
+	s.l.log.Info().Str("request_id", s.req.ID).Str("reason", reason).Int("iterations", s.iterations).
+		Int("consecutive_errors", s.consecErrors).Msg("tool loop budget reached: final model call with tool_choice none")
+}
+
+// ensureIDs gives every call an id (the history needs one per call).
+func ensureIDs(calls []*call) {
+	for _, c := range calls {
+		if c.id == "" {
+			c.id = "call_gw" + strconv.FormatUint(rand.Uint64(), 36)
+		}
+	}
+}
+
+// split classifies calls; it returns the server and the client calls.
+func (s *session) split(calls []*call) (server, client []*call) {
+	for _, c := range calls {
+		s.classify(c)
+		if c.kind == kindClient {
+			client = append(client, c)
+		} else {
+			server = append(server, c)
+		}
+	}
+	return server, client
+}
+
+func (s *session) classify(c *call) {
+	if c.kind != kindUnknown {
+		return
+	}
+	if s.p.isClient(c.name) {
+		c.kind = kindClient
+	} else {
+		c.kind = kindServer // unknown names go to the tool chain: an error result the model can act on
+	}
+}
+
+// runCalls runs the server calls of one turn through the tool chain,
+// concurrently when tool_loop.parallel is set; results are in call order.
+// It fails only when ctx ends.
+func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.ToolResult, error) {
+	tctx := withToolSet(ctx, s.p.set)
+	results := make([]*pipeline.ToolResult, len(calls))
+	tcs := make([]pipeline.ToolCall, len(calls))
+	for i, c := range calls {
+		tcs[i] = pipeline.ToolCall{ID: c.id, Name: c.name, Arguments: c.args, Request: s.req}
+	}
+	run := func(i int) {
+		res, err := s.l.chain.CallTool(tctx, &tcs[i])
+		if err != nil || res == nil {
+			if err == nil {
+				err = errNoResult
+			}
+			res = s.l.errResult(&tcs[i], err)
+		}
+		results[i] = res
+	}
+	if *s.l.cfg.Parallel && len(calls) > 1 {
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() { run(i) })
+		}
+		wg.Wait()
+	} else {
+		for i := range calls {
+			if ctx.Err() != nil {
+				break
+			}
+			run(i)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+var errNoResult = &ToolError{Kind: "tool_error", Message: "the tool returned no result"}
+
+// record notes results in the trace and the error budget; it reports
+// whether a result asks to stop the loop.
+func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bool) {
+	for i, r := range results {
+		if r.IsError {
+			s.consecErrors++
+		} else {
+			s.consecErrors = 0
+		}
+		stop = stop || r.Stop
+		if s.traceOn {
+			status := "ok"
+			if r.IsError {
+				status = "error"
+			}
+			s.trace.calls = append(s.trace.calls, traceCall{name: calls[i].name, args: calls[i].args, status: status, duration: r.Duration})
+		}
+	}
+	return stop
+}
+
+// appendTurn adds the assistant message (its text and every call of the
+// turn) and the tool results, in call order, to the history.
+func (s *session) appendTurn(text []byte, calls []*call, results []*pipeline.ToolResult) {
+	s.history = append(s.history, ',')
+	s.history = appendAssistant(s.history, text, calls)
+	for i, r := range results {
+		s.history = append(s.history, ',')
+		s.history = appendToolMessage(s.history, calls[i].id, r.Content)
+	}
+}
+
+func appendAssistant(dst, text []byte, calls []*call) []byte {
+	dst = append(dst, `{"role":"assistant","content":`...)
+	if len(text) == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = appendJSONString(dst, text)
+	}
+	if len(calls) > 0 {
+		dst = append(dst, `,"tool_calls":[`...)
+		for i, c := range calls {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"id":`...)
+			dst = appendJSONString(dst, []byte(c.id))
+			dst = append(dst, `,"type":"function","function":{"name":`...)
+			dst = appendJSONString(dst, []byte(c.name))
+			dst = append(dst, `,"arguments":`...)
+			dst = appendJSONString(dst, c.args)
+			dst = append(dst, "}}"...)
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, '}')
+}
+
+func appendToolMessage(dst []byte, id string, content []byte) []byte {
+	dst = append(dst, `{"role":"tool","tool_call_id":`...)
+	dst = appendJSONString(dst, []byte(id))
+	dst = append(dst, `,"content":`...)
+	dst = appendJSONString(dst, content)
+	return append(dst, '}')
+}
+
+// saveHidden keeps the hidden part of a mixed turn when a StateStore is set.
+func (s *session) saveHidden(ctx context.Context, text []byte, calls, client []*call, server []*call, results []*pipeline.ToolResult) {
+	if s.l.opts.State == nil || len(client) == 0 {
+		return
+	}
+	t := &HiddenTurn{Assistant: appendAssistant(nil, text, calls), Saved: time.Now()}
+	for i, r := range results {
+		t.ToolResults = append(t.ToolResults, appendToolMessage(nil, server[i].id, r.Content))
+	}
+	for _, c := range client {
+		t.ClientIDs = append(t.ClientIDs, c.id)
+	}
+	if err := s.l.opts.State.Save(ctx, client[0].id, t); err != nil {
+		s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Msg("tool loop: saving a mixed turn failed")
+	}
+}
+
+// resultsText joins the plain text of results (the tool_choice rule and a
+// stop result make it the assistant's answer).
+func resultsText(results []*pipeline.ToolResult) []byte {
+	var b strings.Builder
+	for i, r := range results {
+		if i > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString(resultText(r.Content))
+	}
+	return []byte(b.String())
+}
+
+// isEcho reports whether text only repeats the arguments JSON of a call.
+func isEcho(text []byte, calls []*call) bool {
+	t := bytes.TrimSpace(text)
+	if len(t) == 0 || t[0] != '{' || len(calls) == 0 {
+		return false
+	}
+	var ct bytes.Buffer
+	if json.Compact(&ct, t) != nil {
+		return false
+	}
+	var ca bytes.Buffer
+	for _, c := range calls {
+		ca.Reset()
+		if json.Compact(&ca, bytes.TrimSpace(c.args)) == nil && bytes.Equal(ct.Bytes(), ca.Bytes()) {
+			return true
+		}
+	}
+	return false
+}
+
+// end records the loop's end in metrics.
+func (s *session) end(reason string) {
+	if s.stop == "" {
+		s.stop = reason
+	}
+	metricIterations.Observe(float64(s.iterations))
+	metricLoopEnd.WithLabelValues(s.stop).Inc()
+}
+
+// traceJSON returns the x_gateway member, or nil when tracing is off.
+func (s *session) traceJSON() []byte {
+	if !s.traceOn {
+		return nil
+	}
+	return s.trace.appendJSON(nil, s.iterations, s.stop)
+}
+
+func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }
