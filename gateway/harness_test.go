@@ -151,9 +151,9 @@ func (h *harness) post(path, body string, header map[string]string) (int, http.H
 // streamChat runs a streaming request through the SDK accumulator and the
 // wire checker; it returns the accumulated completion, the stream error and
 // the checker's summary.
-func (h *harness) streamChat(params openai.ChatCompletionNewParams, opt wiretest.Options, schema *wiretest.Schema) (openai.ChatCompletion, error, *wiretest.Summary) {
+func (h *harness) streamChat(params openai.ChatCompletionNewParams, opt wiretest.Options, schema *wiretest.Schema, opts ...option.RequestOption) (openai.ChatCompletion, error, *wiretest.Summary) {
 	h.t.Helper()
-	stream := h.client.Chat.Completions.NewStreaming(context.Background(), params)
+	stream := h.client.Chat.Completions.NewStreaming(context.Background(), params, opts...)
 	var acc openai.ChatCompletionAccumulator
 	for stream.Next() {
 		if !acc.AddChunk(stream.Current()) {

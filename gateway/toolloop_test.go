@@ -1,0 +1,323 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// toolConfig adds server tools to the base config; {{HTTP}} is an http tool's URL.
+const toolConfig = baseConfig + `
+[[models]]
+name = "expert"
+provider = "up"
+upstream = "up-expert"
+[[tools]]
+name = "calculator"
+kind = "builtin"
+parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"],"additionalProperties":false}'
+[[tools]]
+name = "slow_lookup"
+kind = "http"
+url = "{{HTTP}}"
+parameters = '{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}'
+timeout = "2s"
+[[tools]]
+name = "ask_expert"
+kind = "agent"
+model = "expert"
+system = "You are the expert."
+[tool_loop]
+keepalive_interval = "100ms"
+`
+
+// window is one http tool execution, recorded by the test server.
+type window struct{ start, end time.Time }
+
+type toolServer struct {
+	mu      sync.Mutex
+	windows map[string]window
+	delay   time.Duration
+}
+
+func newToolServer(t *testing.T, delay time.Duration) (*toolServer, string) {
+	ts := &toolServer{windows: map[string]window{}, delay: delay}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		b, _ := io.ReadAll(r.Body)
+		key := gjson.GetBytes(b, "key").Str
+		time.Sleep(ts.delay)
+		ts.mu.Lock()
+		ts.windows[key] = window{start, time.Now()}
+		ts.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"key":"` + key + `","value":"v-` + key + `"}`))
+	}))
+	t.Cleanup(srv.Close)
+	return ts, srv.URL
+}
+
+func toolHarness(t *testing.T, respond func(*mockllm.Call) mockllm.Turn, chunking mockllm.Chunking) (*harness, *toolServer) {
+	ts, url := newToolServer(t, 300*time.Millisecond)
+	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", url), mockllm.Options{Respond: respond, Chunking: chunking})
+	return h, ts
+}
+
+// twoRounds: round 1 calls the calculator, round 2 calls slow_lookup twice in
+// parallel, round 3 answers. Usage is fixed per round so the sum is known.
+func twoRounds(c *mockllm.Call) mockllm.Turn {
+	tools := len(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Array())
+	u := &mockllm.Usage{Prompt: 100 * (min(tools, 2) + 1), Completion: 10, Cached: 5}
+	switch tools {
+	case 0:
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: u}
+	case 1:
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{
+			{Name: "slow_lookup", Arguments: `{"key":"a"}`}, {Name: "slow_lookup", Arguments: `{"key":"b"}`},
+		}, Usage: u}
+	default:
+		return mockllm.Turn{Text: "Final: " + strings.Join(c.ToolResults, " | "), Usage: u}
+	}
+}
+
+func TestToolLoopTwoServerRounds(t *testing.T) {
+	t.Parallel()
+	h, ts := toolHarness(t, twoRounds, mockllm.Chunking{})
+	schema := wiretest.LoadSchema(t)
+	// Usage over the three rounds: prompt 100+200+300, completion 3×10, cached 3×5.
+	check := func(u openai.CompletionUsage) {
+		t.Helper()
+		if u.PromptTokens != 600 || u.CompletionTokens != 30 || u.TotalTokens != 630 || u.PromptTokensDetails.CachedTokens != 15 {
+			t.Fatalf("usage %+v", u)
+		}
+	}
+
+	p := userMsg("compute and look up")
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	acc, err, sum := h.streamChat(p, wiretest.Options{WantUsage: true}, schema, option.WithHeader("x-gateway-tool-trace", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sum.Chunks[len(sum.Chunks)-1]
+	if n := len(gjson.GetBytes(last, "x_gateway.tool_calls").Array()); n != 3 {
+		t.Fatalf("x_gateway on the last chunk lists %d tool calls: %s", n, last)
+	}
+	msg := acc.Choices[0].Message
+	if len(msg.ToolCalls) != 0 || !strings.HasPrefix(msg.Content, "Final: ") || !strings.Contains(msg.Content, "v-b") || acc.Choices[0].FinishReason != "stop" {
+		t.Fatalf("client saw %+v", msg)
+	}
+	if r := h.mock.Requests(); len(r) < 2 || !strings.Contains(gjson.GetBytes(r[1].Body, `messages.#(role=="tool").content`).Str, "42") {
+		t.Fatal("the calculator result did not reach the model in round 2")
+	}
+	check(acc.Usage)
+	if sum.KeepAlives == 0 {
+		t.Error("no keep-alive comment while the 300ms tools ran")
+	}
+	// The parallel http calls overlapped.
+	ts.mu.Lock()
+	a, b := ts.windows["a"], ts.windows["b"]
+	ts.mu.Unlock()
+	if !(a.start.Before(b.end) && b.start.Before(a.end)) {
+		t.Fatalf("tool windows do not overlap: a=%v..%v b=%v..%v", a.start, a.end, b.start, b.end)
+	}
+	// Every upstream request had a valid history (the mock checks pairing).
+	if n := h.mock.Calls("up-model"); n != 3 {
+		t.Fatalf("upstream calls %d", n)
+	}
+
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("compute and look up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.Completion(raw); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != msg.Content || len(resp.Choices[0].Message.ToolCalls) != 0 || resp.Model != "gpt-x" {
+		t.Fatalf("non-stream: %+v", resp.Choices[0].Message)
+	}
+	check(resp.Usage)
+}
+
+func TestToolLoopClientCallsNormalized(t *testing.T) {
+	t.Parallel()
+	calls := []mockllm.ToolCall{
+		{ID: "call_1", Name: "lookup_city", Arguments: `{"name":"Zürich 🎉 Ωmega"}`},
+		{ID: "call_srv", Name: "calculator", Arguments: `{"expression":"1+1"}`},
+		{ID: "call_2", Name: "local_time", Arguments: `{"tz":"Asia/東京"}`},
+	}
+	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole == "user" {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{calls[0], calls[2]}}
+		}
+		return mockllm.Turn{Text: "done"}
+	}, mockllm.Chunking{ArgBytes: 2, SplitWrites: true, InterleaveToolCalls: true})
+	p := userMsg("two client tools")
+	p.Tools = []openai.ChatCompletionToolUnionParam{
+		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup_city"}),
+		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "local_time"}),
+	}
+	acc, err, sum := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acc.Choices[0].Message.ToolCalls
+	if len(got) != 2 || sum.FinishReason != "tool_calls" {
+		t.Fatalf("got %+v", got)
+	}
+	for i, want := range []mockllm.ToolCall{calls[0], calls[2]} {
+		if got[i].ID != want.ID || got[i].Function.Name != want.Name || got[i].Function.Arguments != want.Arguments {
+			t.Fatalf("call %d: %+v want %+v", i, got[i], want)
+		}
+	}
+	// A client tool named like a server tool is refused.
+	p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "calculator"}))
+	_, err = h.client.Chat.Completions.New(context.Background(), p)
+	var apiErr *openai.Error
+	if !asAPIError(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "tools" {
+		t.Fatalf("name clash: %v", err)
+	}
+}
+
+func TestToolChoiceRequiredServerTool(t *testing.T) {
+	t.Parallel()
+	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2^10"}`}}}
+	}, mockllm.Chunking{})
+	p := userMsg("use the calculator")
+	p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{
+		Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "calculator"}}}
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(resp.Choices[0].Message.Content, "1024") || h.mock.Calls("up-model") != 1 {
+		t.Fatalf("content %q after %d model calls", resp.Choices[0].Message.Content, h.mock.Calls("up-model"))
+	}
+}
+
+func TestToolLoopBudgetsAndRecovery(t *testing.T) {
+	t.Parallel()
+	// The model keeps calling the calculator, first with bad arguments, then
+	// correctly; max_iterations ends the loop with a final tool_choice none call.
+	cfgTight := strings.Replace(strings.ReplaceAll(toolConfig, "{{HTTP}}", "http://127.0.0.1:1/"), "[tool_loop]", "[tool_loop]\nmax_iterations = 3", 1)
+	h2 := newHarness(t, cfgTight, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if gjson.GetBytes(c.Body, "tool_choice").Str == "none" {
+			return mockllm.Turn{Text: "stopping here"}
+		}
+		if c.N == 1 {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expr":"1+1"}`}}}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}}}
+	}})
+	resp, err := h2.client.Chat.Completions.New(context.Background(), userMsg("loop forever"), option.WithHeader("x-gateway-tool-trace", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != "stopping here" || resp.Choices[0].FinishReason != "stop" {
+		t.Fatalf("graceful end: %+v", resp.Choices[0])
+	}
+	raw, _ := h2.lastRaw()
+	trace := gjson.GetBytes(raw, "x_gateway")
+	if !strings.Contains(trace.Get("stop_reason").Str, "max_iterations") {
+		t.Fatalf("trace %s", trace.Raw)
+	}
+	reqs := h2.mock.Requests()
+	// Round 2 saw the validation error of round 1's bad call; round 3 the corrected result.
+	second := gjson.GetBytes(reqs[1].Body, `messages.#(role=="tool").content`).Str
+	if !strings.Contains(second, `"status":"error"`) || !strings.Contains(second, "expression") {
+		t.Fatalf("validation error result: %s", second)
+	}
+	third := gjson.GetBytes(reqs[2].Body, `messages.#(role=="tool")#.content`).Array()
+	if len(third) != 2 || !strings.Contains(third[1].Str, `"status":"ok"`) {
+		t.Fatalf("corrected call result: %v", third)
+	}
+	if n := len(reqs); n != 3 {
+		t.Fatalf("model calls %d, want 3 (the last one with tool_choice none)", n)
+	}
+}
+
+func TestToolTimeoutAndAgentTool(t *testing.T) {
+	t.Parallel()
+	ts, url := newToolServer(t, 3*time.Second) // longer than the tool's 2s timeout
+	_ = ts
+	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", url), mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.Model == "up-expert" {
+			return mockllm.Turn{Text: "expert says: " + c.LastText}
+		}
+		switch len(c.ToolResults) {
+		case 0:
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{
+				{Name: "slow_lookup", Arguments: `{"key":"t"}`},
+				{Name: "ask_expert", Arguments: `{"instruction":"is 42 right?"}`},
+			}}
+		default:
+			return mockllm.Turn{Text: "results: " + strings.Join(c.ToolResults, " | ")}
+		}
+	}})
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := resp.Choices[0].Message.Content
+	if !strings.Contains(content, `"status":"error"`) || !strings.Contains(content, "expert says: is 42 right?") {
+		t.Fatalf("content %q", content)
+	}
+	if h.mock.Calls("up-expert") != 1 {
+		t.Fatalf("expert calls %d", h.mock.Calls("up-expert"))
+	}
+}
+
+// TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
+// stream() and runTools() against a gateway with a server and a client tool.
+func TestNodeSDKToolLoop(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed (.ci/run installs it)")
+	}
+	dir, _ := filepath.Abs("../test/node")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
+	}
+	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
+		switch {
+		case c.LastRole == "user":
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+		case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
+			return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
+		default:
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
+		}
+	}, mockllm.Chunking{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "toolloop.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "stream: ok") || !strings.Contains(string(out), "runTools: ok") {
+		t.Fatalf("node output: %s", out)
+	}
+}
+
+func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }
