@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/rs/zerolog"
 )
@@ -108,6 +109,9 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	if p == nil {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
+	// One edit log per client request: context editing then re-applies
+	// earlier rounds' clears first, so every round shares the edited prefix.
+	ctx, _ = contextedit.WithEditLog(ctx)
 	s := l.newSession(req, p)
 	if req.Stream {
 		return s.startStream(ctx)
