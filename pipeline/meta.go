@@ -8,6 +8,7 @@ import "sync"
 type Meta struct {
 	mu     sync.Mutex
 	header []Header
+	inline [4]Header // the usual few headers need no allocation
 }
 
 // Header is one response header.
@@ -25,6 +26,9 @@ func (m *Meta) Set(key, value string) {
 			m.header[i].Value = value
 			return
 		}
+	}
+	if m.header == nil {
+		m.header = m.inline[:0]
 	}
 	m.header = append(m.header, Header{key, value})
 }
