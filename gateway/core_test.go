@@ -49,6 +49,24 @@ func TestNonStreamingText(t *testing.T) {
 	}
 }
 
+func TestUnknownFieldsPassUntouched(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{})
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"x","cache_hint":{"k":[1,2]}}],"verbosity":"low","prompt_cache_options":{"ttl":"30m","mode":"explicit"},"x_vendor":{"a":null}}`
+	if status, _, b := h.post("/chat/completions", body, nil); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	got := gjson.ParseBytes(h.mock.Requests()[0].Body)
+	for _, path := range []string{"verbosity", "prompt_cache_options", "x_vendor", "messages.0.cache_hint"} {
+		if got.Get(path).Raw != gjson.Get(body, path).Raw {
+			t.Errorf("%s: upstream saw %s, client sent %s", path, got.Get(path).Raw, gjson.Get(body, path).Raw)
+		}
+	}
+	if got.Get("model").Str != "up-model" {
+		t.Errorf("model %s", got.Get("model").Raw)
+	}
+}
+
 func TestStreamingTextAccumulates(t *testing.T) {
 	t.Parallel()
 	text := "Streaming works: naïve café, 日本語, emoji 🎉 and more."

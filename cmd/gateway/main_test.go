@@ -238,3 +238,52 @@ models = [%s]
 		t.Fatalf("without a key: %d", status)
 	}
 }
+
+// TestGracefulShutdownFinishesStreams: SIGTERM stops accepting, lets the
+// in-flight stream finish with [DONE], and exits 0.
+func TestGracefulShutdownFinishesStreams(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(`
+[server]
+log_level = "warn"
+shutdown_timeout = "20s"
+[[providers]]
+name = "demo"
+kind = "mock"
+[providers.mock]
+chunk_delay = "40ms"
+chunk_size = 2
+[[models]]
+name = "demo"
+provider = "demo"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := startGateway(t, bin, addr, "-config", path)
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"a question long enough to stream for a while"}]}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", err, resp)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("in-flight stream cut by shutdown: %v %q", err, rest)
+	}
+	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
+		t.Fatalf("exit: %v %v", state, err)
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("still accepting after shutdown")
+	}
+}
