@@ -170,7 +170,12 @@ func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipelin
 		return c.next.Chat(ctx, r)
 	}
 	if ok {
-		if completion, fresh := decodeEntry(val, c.opts.Now()); fresh {
+		// An entry recorded from a stream that did not ask for usage has
+		// none: it answers only another such stream. A JSON client or a
+		// stream with include_usage would get no usage or zeros, so for
+		// them it is a miss, and the refill stores an entry with usage.
+		if completion, fresh := decodeEntry(val, c.opts.Now()); fresh &&
+			(r.Stream && !r.IncludeUsage || hasUsage(completion)) {
 			resultHit.Inc()
 			r.Meta.Set(HeaderCache, "hit")
 			return c.serve(r, completion), nil
@@ -182,6 +187,11 @@ func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipelin
 		return c.fill(ctx, r, key, h)
 	}
 	return c.coalesce(ctx, r, key, h)
+}
+
+// hasUsage reports whether a cached completion carries a usage object.
+func hasUsage(completion []byte) bool {
+	return gjson.GetBytes(completion, "usage").IsObject()
 }
 
 // serve answers r from a cached completion in the form r asked for.

@@ -15,8 +15,10 @@ import (
 )
 
 const (
-	det      = `{"model":"demo","temperature":0,"messages":[{"role":"user","content":"Hi"}]}`
-	detTools = `{"model":"demo","temperature":0,"messages":[{"role":"user","content":"Weather?"}],"tools":[{"type":"function","function":{"name":"lookup"}}]}`
+	det            = `{"model":"demo","temperature":0,"messages":[{"role":"user","content":"Hi"}]}`
+	detStream      = `{"model":"demo","temperature":0,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`
+	detStreamUsage = `{"model":"demo","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hi"}]}`
+	detTools       = `{"model":"demo","temperature":0,"messages":[{"role":"user","content":"Weather?"}],"tools":[{"type":"function","function":{"name":"lookup"}}]}`
 )
 
 // step is one request of a scenario and what it must see.
@@ -97,6 +99,18 @@ func TestResponseCacheDecisions(t *testing.T) {
 			{body: det, header: "miss", calls: 1},
 			{body: det, header: "miss", calls: 2},
 		}},
+		{name: "an entry without usage answers only streams that did not ask for it", steps: []step{
+			{body: detStream, header: "miss", calls: 1},
+			{body: detStream, header: "hit", calls: 1},
+			{body: detStreamUsage, header: "miss", calls: 2}, // its refill carries usage
+			{body: det, header: "hit", calls: 2},
+			{body: detStream, header: "hit", calls: 2},
+		}},
+		{name: "an entry without usage is a miss for JSON", steps: []step{
+			{body: detStream, header: "miss", calls: 1},
+			{body: det, header: "miss", calls: 2},
+			{body: detStreamUsage, header: "hit", calls: 2},
+		}},
 		{name: "disabled for the request: untouched", mutate: func(o *Options) {
 			o.Enabled = func(r *pipeline.Request) bool { return r.Tenant.Name != "acme" }
 		}, steps: []step{
@@ -121,7 +135,15 @@ func TestResponseCacheDecisions(t *testing.T) {
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
-				if !gjson.ValidBytes(resp.Body) {
+				if resp.Stream != nil {
+					chunks, err := drain(t, resp.Stream)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if a := checkStream(t, chunks, r.IncludeUsage); r.IncludeUsage && !strings.Contains(a.Usage, `"prompt_tokens":12`) {
+						t.Fatalf("step %d: usage %q", i, a.Usage)
+					}
+				} else if !gjson.ValidBytes(resp.Body) || !gjson.GetBytes(resp.Body, "usage.prompt_tokens").Exists() {
 					t.Fatalf("step %d: body %q", i, resp.Body)
 				}
 				if got := r.Meta.Get(HeaderCache); got != s.header {

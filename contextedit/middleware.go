@@ -137,7 +137,13 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	}
 	elog := EditLogFrom(ctx)
 	if elog.empty() {
-		if bound := cheapBound(req.Body); bound >= 0 && bound <= b.target {
+		bound := cheapBound(req.Body)
+		if bound >= 0 && elog != nil {
+			// With a prompt hint, edit counts the upstream's tokens for the
+			// prefix plus ours for the rest: the body's bytes bound the rest.
+			bound += max(hintFrom(ctx).tokens, 0)
+		}
+		if bound >= 0 && bound <= b.target {
 			metricCalls.WithLabelValues(routeName(req), outcomeSkipped).Inc()
 			return h.next.Chat(ctx, req)
 		}

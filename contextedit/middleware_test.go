@@ -424,23 +424,33 @@ func TestPromptHint(t *testing.T) {
 	msgs := loop(8, 8, search)
 	body := chatBody(msgs...)
 	total := mustCount(t, body)
-	cfg := ceConfig(func(c *config.ContextEdit) { c.Trigger = float64(total + 100) })
 	for _, tt := range []struct {
 		name    string
 		hint    bool
 		log     bool
 		cleared bool
-	}{{name: "no hint"}, {name: "hint", hint: true, log: true, cleared: true}, {name: "hint without log is ignored", hint: true}} {
+		bytes   bool // the trigger is above the body's bytes: the cheap bound alone would skip
+	}{
+		{name: "no hint"},
+		{name: "hint", hint: true, log: true, cleared: true},
+		{name: "hint without log is ignored", hint: true},
+		{name: "no hint, body under the byte bound", bytes: true},
+		{name: "hint over a body under the byte bound", hint: true, log: true, cleared: true, bytes: true},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			h, next := newHandler(cfg)
+			trigger := total + 100
+			if tt.bytes {
+				trigger = len(body) + 100
+			}
+			h, next := newHandler(ceConfig(func(c *config.ContextEdit) { c.Trigger = float64(trigger) }))
 			ctx := context.Background()
 			if tt.log {
 				ctx, _ = WithEditLog(ctx)
 			}
 			if tt.hint {
-				// The provider counted the first len-2 messages as more than our count of all.
-				ctx = WithPromptHint(ctx, total+50, len(msgs)-2)
+				// The provider counted the first len-2 messages as more than the trigger.
+				ctx = WithPromptHint(ctx, trigger+50, len(msgs)-2)
 			}
 			req := request(body, 1_000_000)
 			if _, err := h.Chat(ctx, req); err != nil {
