@@ -137,6 +137,8 @@ func (c *Config) validate() error {
 			if !models[t.Model] {
 				add("%s.model: unknown model %q", at, t.Model)
 			}
+		case "mcp":
+			add("%s.kind: MCP tools are not listed one by one: add the server as [[mcp_servers]] (its tools are listed at start, with prefix, allow and deny)", at)
 		default:
 			add("%s.kind: %q is not one of builtin, http, agent", at, t.Kind)
 		}
@@ -146,13 +148,41 @@ func (c *Config) validate() error {
 			}
 		}
 	}
+	mcpNames := map[string]bool{}
 	for i, s := range c.MCPServers {
 		at := fmt.Sprintf("mcp_servers[%d]", i)
-		if s.Name == "" {
+		switch {
+		case s.Name == "":
 			add("%s.name: required", at)
+		case mcpNames[s.Name]:
+			add("%s.name: %q is defined twice", at, s.Name)
 		}
+		mcpNames[s.Name] = true
 		if (s.Command == "") == (s.URL == "") {
 			add("%s: set exactly one of command, url", at)
+		}
+		if s.URL != "" {
+			u, err := url.Parse(s.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				add("%s.url: %q is not an http(s) URL", at, s.URL)
+			}
+		}
+		if s.Command != "" && (len(s.Headers) > 0) {
+			add("%s.headers: only for url (streamable HTTP) servers", at)
+		}
+		if s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0) {
+			add("%s: args and env are only for command (stdio) servers", at)
+		}
+		if s.Prefix != "" && !toolName.MatchString(s.Prefix) {
+			add("%s.prefix: %q must match [a-zA-Z0-9_-]{1,64}", at, s.Prefix)
+		}
+		if s.Timeout < 0 {
+			add("%s.timeout: must be positive", at)
+		}
+		for j, g := range append(append(append([]string(nil), s.Allow...), s.Deny...), s.Models...) {
+			if _, err := path.Match(g, ""); err != nil {
+				add("%s: bad pattern %q (#%d of allow, deny, models)", at, g, j)
+			}
 		}
 	}
 

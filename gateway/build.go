@@ -20,6 +20,7 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/fallback"
+	"github.com/llmgw/gateway/mcpclient"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/policies"
@@ -78,8 +79,13 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			return nil, fmt.Errorf("models %q: encoding: %w", m.Name, err)
 		}
 	}
-	store, closeStore := buildStore(cfg)
-	closers = append(closers, closeStore)
+	// One Redis client for every shared store (response cache, tool-loop state).
+	var rdb *redis.Client
+	if cfg.Redis != nil {
+		rdb = redisClient(cfg.Redis)
+		closers = append(closers, func() { _ = rdb.Close() })
+	}
+	store := buildStore(cfg, rdb)
 
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
@@ -94,8 +100,16 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		routes[m.Name].ModelLayer = pipeline.Chain(upstream, mws...)
 	}
 
+	// MCP servers: connected now (bounded wait), their tools offered as
+	// server tools while they are up. Close stops their child processes.
+	var mcp *mcpclient.Manager
+	if len(cfg.MCPServers) > 0 {
+		mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, DefaultTimeout: cfg.ToolLoop.ToolTimeout.D(), Logger: log})
+		closers = append(closers, mcp.Close)
+	}
+
 	// The request layer, ending in the tool loop.
-	loop, err := toolloop.New(toolloop.Options{
+	loopOpts := toolloop.Options{
 		Tools:       cfg.Tools,
 		Loop:        cfg.ToolLoop,
 		Lookup:      lookup,
@@ -104,8 +118,13 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		ToolMiddleware: []pipeline.ToolMiddleware{
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
 		},
+		State:  buildState(cfg, rdb),
 		Logger: log,
-	})
+	}
+	if mcp != nil {
+		loopOpts.Source = mcp // never a typed nil in the interface
+	}
+	loop, err := toolloop.New(loopOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +133,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		"cache": caching.NewResponseCache(caching.Options{
 			Config:         cfg.Middleware.Cache,
 			Store:          store,
-			ToolSetVersion: toolSetVersion(cfg.Tools),
+			ToolSetVersion: toolSetVersion(cfg.Tools, cfg.MCPServers),
 			Logger:         log,
 			Enabled: func(r *pipeline.Request) bool {
 				return policies.CacheEnabled(r.Tenant, cfg.Middleware.Cache.Enabled)
@@ -138,6 +157,11 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	if !engine.Open() {
 		rt.Auth = engine.Authenticate
+	}
+	if mcp != nil {
+		// An MCP server that is down hides only its own tools; the gateway
+		// still serves, so it stays ready and /readyz names the server.
+		rt.Ready = func() (bool, map[string]string) { return true, mcp.Status() }
 	}
 	return rt, nil
 }
@@ -174,13 +198,25 @@ func startMock(p config.Provider, models []config.Model, log zerolog.Logger) (st
 
 // buildStore returns the shared store of the response and tool-result
 // caches: Redis when configured for it, else memory bounded by bytes.
-func buildStore(cfg *config.Config) (caching.Store, func()) {
+func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
 	c := cfg.Middleware.Cache
-	if c.Store == "redis" && cfg.Redis != nil {
-		client := redisClient(cfg.Redis)
-		return caching.NewRedisStore(client, cfg.Redis.Prefix+"cache:", cfg.Redis.Timeout.D()), func() { _ = client.Close() }
+	if c.Store == "redis" && rdb != nil {
+		return caching.NewRedisStore(rdb, cfg.Redis.Prefix+"cache:", cfg.Redis.Timeout.D())
 	}
-	return caching.NewMemoryStore(c.MaxBytes), func() {}
+	return caching.NewMemoryStore(c.MaxBytes)
+}
+
+// buildState returns the mixed-turn state store: Redis when [redis] is set
+// (so that any replica can continue a turn), else memory bounded by
+// tool_loop.state_max_entries; nil when no server tool can exist.
+func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
+	if len(cfg.Tools) == 0 && len(cfg.MCPServers) == 0 {
+		return nil
+	}
+	if rdb != nil {
+		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D())
+	}
+	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, 0)
 }
 
 // redisClient builds a client whose every call is bounded by the config's timeout.
@@ -206,10 +242,13 @@ func toolTTL(tools []config.Tool) func(string) time.Duration {
 // toolSetVersion hashes the server tool definitions: changing a tool
 // changes every response-cache key, so answers produced with other tools are
 // never served.
-func toolSetVersion(tools []config.Tool) string {
+func toolSetVersion(tools []config.Tool, servers []config.MCPServer) string {
 	h := sha256.New()
 	for _, t := range tools {
 		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00", t.Name, t.Kind, t.Description, t.Parameters, t.URL, t.Model)
+	}
+	for _, s := range servers {
+		fmt.Fprintf(h, "mcp\x00%s\x00%s\x00%q\x00%s\x00%s\x00%q\x00%q\x00", s.Name, s.Command, s.Args, s.URL, s.Prefix, s.Allow, s.Deny)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

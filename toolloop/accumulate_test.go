@@ -75,7 +75,7 @@ func FuzzAccumulator(f *testing.F) {
 			return true
 		})
 		ctx, cancel := context.WithCancel(context.Background())
-		st := &loopStream{s: l.newSession(request(nil, true, userBody+`}`), &plan{clientNames: []string{"get_weather"}, set: &toolSet{tools: l.reg.tools}}),
+		st := &loopStream{s: l.newSession(request(nil, true, userBody+`}`), &plan{clientNames: []string{"get_weather"}, set: &toolSet{tools: l.static.tools}}),
 			ctx: ctx, cancel: cancel, op: make(chan opResult, 1)}
 		defer st.Close()
 		st.onChunk(b)

@@ -31,6 +31,8 @@ type Options struct {
 	// own policy and validation steps and before the size cap, retry and
 	// timeout (e.g. a result cache). mws[0] is outermost.
 	ToolMiddleware []pipeline.ToolMiddleware
+	// Source adds tools that come and go at run time (MCP servers); nil = none.
+	Source ToolSource
 	// State keeps the hidden part of mixed turns; nil = not kept (see StateStore).
 	State      StateStore
 	Logger     zerolog.Logger
@@ -43,11 +45,11 @@ type Loop struct {
 	opts  Options
 	cfg   config.ToolLoop
 	log   zerolog.Logger
-	reg   *registry
 	chain pipeline.ToolHandler
 
-	byModel      sync.Map // model name → []*tool (model globs applied)
-	byModelCount atomic.Int32
+	static    *registry                // the configured tools, built once
+	cur       atomic.Pointer[registry] // static + the source's tools; see registry()
+	refreshMu sync.Mutex
 }
 
 var _ pipeline.Handler = (*Loop)(nil)
@@ -81,7 +83,11 @@ func New(opts Options) (*Loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.reg = reg
+	l.static = reg
+	l.cur.Store(reg)
+	if opts.Source != nil {
+		reg.version = opts.Source.Version() - 1 // differs: the first request builds the snapshot
+	}
 	l.chain = l.buildChain(opts.ToolMiddleware)
 	return l, nil
 }
@@ -98,11 +104,15 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	if req.Route == nil || req.Route.ModelLayer == nil {
 		return nil, pipeline.Errorf(500, "server_error", "no_route", "the model %q has no route", req.Model)
 	}
-	tools := l.applicable(req)
+	if l.opts.State != nil {
+		req = l.resume(ctx, req)
+	}
+	reg := l.registry()
+	tools := l.applicable(reg, req)
 	if len(tools) == 0 {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
-	p, err := l.prepare(req, tools)
+	p, err := l.prepare(reg, req, tools)
 	if err != nil {
 		return nil, err
 	}
@@ -119,23 +129,23 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	return s.runBlocking(ctx)
 }
 
-// applicable returns the server tools for req's model and tenant.
-func (l *Loop) applicable(req *pipeline.Request) []*tool {
-	if len(l.reg.tools) == 0 {
+// applicable returns the server tools of reg for req's model and tenant.
+func (l *Loop) applicable(reg *registry, req *pipeline.Request) []*tool {
+	if len(reg.tools) == 0 {
 		return nil
 	}
 	var tools []*tool
-	if v, ok := l.byModel.Load(req.Model); ok {
+	if v, ok := reg.byModel.Load(req.Model); ok {
 		tools = v.([]*tool)
 	} else {
-		for _, t := range l.reg.tools {
+		for _, t := range reg.tools {
 			if t.appliesTo(req.Model) {
 				tools = append(tools, t)
 			}
 		}
-		if l.byModelCount.Load() < 4096 { // bounded: model names come from config
-			if _, loaded := l.byModel.LoadOrStore(req.Model, tools); !loaded {
-				l.byModelCount.Add(1)
+		if reg.byModelCount.Load() < 4096 { // bounded: model names come from config
+			if _, loaded := reg.byModel.LoadOrStore(req.Model, tools); !loaded {
+				reg.byModelCount.Add(1)
 			}
 		}
 	}

@@ -42,7 +42,17 @@ func (l *Loop) offered(ctx context.Context) []*tool {
 	if s, ok := ctx.Value(toolSetKey{}).(*toolSet); ok && s != nil {
 		return s.tools
 	}
-	return l.reg.tools
+	return l.registry().tools
+}
+
+// lookup returns the tool named name: from the request's offered set when
+// the loop put one in ctx (a snapshot that cannot change under the call),
+// else from the current registry.
+func (l *Loop) lookup(ctx context.Context, name string) *tool {
+	if s, ok := ctx.Value(toolSetKey{}).(*toolSet); ok && s != nil {
+		return s.get(name)
+	}
+	return l.registry().byName[name]
 }
 
 // buildChain composes the function layer once, outermost first.
@@ -77,7 +87,7 @@ func (l *Loop) observeMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 			res.CallID = c.ID
 		}
 		label := "unknown"
-		if l.reg.get(res.Name) != nil {
+		if l.lookup(ctx, res.Name) != nil {
 			label = res.Name
 		}
 		status := "ok"
@@ -206,7 +216,7 @@ func (l *Loop) policyMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 // the model which field is wrong.
 func (l *Loop) validateMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-		t := l.reg.get(c.Name)
+		t := l.lookup(ctx, c.Name)
 		if t == nil {
 			return next.CallTool(ctx, c)
 		}
@@ -312,7 +322,7 @@ func truncateResult(content []byte, max int) []byte {
 // (not after invalid arguments: the same call would fail the same way).
 func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-		t := l.reg.get(c.Name)
+		t := l.lookup(ctx, c.Name)
 		res, err := next.CallTool(ctx, c)
 		if t == nil || !t.cfg.Idempotent {
 			return res, err
@@ -331,7 +341,7 @@ func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 // timeoutMW bounds one attempt by the tool's timeout.
 func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-		t := l.reg.get(c.Name)
+		t := l.lookup(ctx, c.Name)
 		if t == nil {
 			return next.CallTool(ctx, c)
 		}
@@ -348,7 +358,7 @@ func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 // execute is the terminal tool handler: it runs the executor and wraps its
 // output in the result envelope.
 func (l *Loop) execute(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-	t := l.reg.get(c.Name)
+	t := l.lookup(ctx, c.Name)
 	if t == nil {
 		return l.errResult(c, &ToolError{Kind: "unknown_tool", Message: fmt.Sprintf("unknown tool %q", c.Name)}), nil
 	}

@@ -28,7 +28,7 @@ type plan struct {
 // prepare decides whether the loop runs and builds the upstream body. It
 // returns nil, nil for the fast path (tool_choice none, n > 1, or no server
 // tool left after allowed_tools).
-func (l *Loop) prepare(req *pipeline.Request, tools []*tool) (*plan, error) {
+func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*plan, error) {
 	res := gjson.GetManyBytes(req.Body, "tool_choice", "tools", "messages", "n")
 	tc, clientTools, msgs, n := res[0], res[1], res[2], res[3]
 	if n.Exists() && n.Int() > 1 {
@@ -92,11 +92,9 @@ func (l *Loop) prepare(req *pipeline.Request, tools []*tool) (*plan, error) {
 			name = v.Get("custom.name")
 		}
 		p.clientNames = append(p.clientNames, name.String())
-		for _, t := range l.reg.tools {
-			if t.cfg.Name == name.String() {
-				clash = name.String()
-				return false
-			}
+		if reg.byName[name.String()] != nil {
+			clash = name.String()
+			return false
 		}
 		return true
 	})

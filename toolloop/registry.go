@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgw/gateway/config"
@@ -33,10 +35,16 @@ type tool struct {
 	sem     chan struct{} // nil = unlimited concurrency
 }
 
-// registry holds the server tools by name. Immutable after New.
+// registry holds the server tools by name: the configured ones, plus the
+// tools of the ToolSource at version. Immutable once published, except for
+// the byModel cache.
 type registry struct {
-	tools  []*tool
-	byName map[string]*tool
+	tools   []*tool
+	byName  map[string]*tool
+	version uint64
+
+	byModel      sync.Map // model name → []*tool (model globs applied)
+	byModelCount atomic.Int32
 }
 
 func (r *registry) get(name string) *tool { return r.byName[name] }
@@ -64,17 +72,10 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 		if r.byName[tc.Name] != nil {
 			return nil, fmt.Errorf("%s.name: %q is defined twice", at, tc.Name)
 		}
-		t := &tool{cfg: tc, timeout: tc.Timeout.D()}
-		if t.timeout <= 0 {
-			t.timeout = opts.Loop.ToolTimeout.D()
-		}
-		if t.timeout <= 0 {
-			t.timeout = 30 * time.Second
-		}
-		if tc.Concurrency > 0 {
-			t.sem = make(chan struct{}, tc.Concurrency)
-		}
-		params := tc.Parameters
+		var (
+			exec   executor
+			params = tc.Parameters
+		)
 		switch tc.Kind {
 		case "builtin":
 			name := tc.Builtin
@@ -85,46 +86,63 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s.builtin: unknown builtin %q (have current_time, calculator)", at, name)
 			}
-			t.exec = b.exec
+			exec = b.exec
 			if params == "" {
 				params = b.params
 			}
-			if t.cfg.Description == "" {
-				t.cfg.Description = b.description
+			if tc.Description == "" {
+				tc.Description = b.description
 			}
 		case "http":
 			if tc.URL == "" {
 				return nil, fmt.Errorf("%s.url: required for kind http", at)
 			}
-			t.exec = &httpTool{url: tc.URL, headers: tc.Headers, client: hc, maxBytes: readCap(opts.Loop.MaxResultBytes)}
+			exec = &httpTool{url: tc.URL, headers: tc.Headers, client: hc, maxBytes: readCap(opts.Loop.MaxResultBytes)}
 		case "agent":
 			if tc.Model == "" {
 				return nil, fmt.Errorf("%s.model: required for kind agent", at)
 			}
-			t.exec = &agentTool{model: tc.Model, system: tc.System, lookup: opts.Lookup}
+			exec = &agentTool{model: tc.Model, system: tc.System, lookup: opts.Lookup}
 			if params == "" {
 				params = agentParams
 			}
 		default:
-			return nil, fmt.Errorf("%s.kind: %q is not supported here (builtin, http, agent)", at, tc.Kind)
+			return nil, fmt.Errorf("%s.kind: %q is not supported here (builtin, http, agent; MCP tools come from [[mcp_servers]])", at, tc.Kind)
 		}
-		if params == "" {
-			params = `{"type":"object","properties":{}}`
-		}
-		sch, err := compileSchema(params)
+		t, err := newTool(tc, params, exec, opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s.parameters: %w", at, err)
 		}
-		t.schema = sch
-		def, err := toolDef(t.cfg.Name, t.cfg.Description, params)
-		if err != nil {
-			return nil, fmt.Errorf("%s.parameters: %w", at, err)
-		}
-		t.def = def
 		r.tools = append(r.tools, t)
 		r.byName[tc.Name] = t
 	}
 	return r, nil
+}
+
+// newTool compiles params and serialises the definition once.
+func newTool(tc config.Tool, params string, exec executor, opts *Options) (*tool, error) {
+	t := &tool{cfg: tc, exec: exec, timeout: tc.Timeout.D()}
+	if t.timeout <= 0 {
+		t.timeout = opts.Loop.ToolTimeout.D()
+	}
+	if t.timeout <= 0 {
+		t.timeout = 30 * time.Second
+	}
+	if tc.Concurrency > 0 {
+		t.sem = make(chan struct{}, tc.Concurrency)
+	}
+	if params == "" {
+		params = `{"type":"object","properties":{}}`
+	}
+	sch, err := compileSchema(params)
+	if err != nil {
+		return nil, err
+	}
+	t.schema = sch
+	if t.def, err = toolDef(tc.Name, tc.Description, params); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // readCap bounds what an http tool reads: enough to truncate with a note.

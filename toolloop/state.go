@@ -2,31 +2,65 @@ package toolloop
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // HiddenTurn is what the client never saw of a mixed turn (server and client
 // calls together): the assistant message with every tool call of the turn
-// and the server calls' tool messages, as raw JSON. Owned by the store once
-// saved.
+// and the server calls' tool messages, as raw JSON, and the server-only
+// rounds of the same client request before it. Owned by the store once
+// saved; read-only after Load.
 type HiddenTurn struct {
+	Prior       []byte   // earlier hidden rounds: messages separated by ',' (no brackets); may be empty
 	Assistant   []byte   // {"role":"assistant",...,"tool_calls":[all calls]}
 	ToolResults [][]byte // {"role":"tool","tool_call_id":...} of the server calls, in call order
 	ClientIDs   []string // ids of the client calls returned to the client
 	Saved       time.Time
 }
 
+// size is the turn's approximate memory footprint in bytes.
+func (t *HiddenTurn) size() int {
+	n := len(t.Prior) + len(t.Assistant) + 64
+	for _, r := range t.ToolResults {
+		n += len(r) + 24
+	}
+	for _, id := range t.ClientIDs {
+		n += len(id) + 16
+	}
+	return n
+}
+
 // StateStore keeps hidden turns so that the client's follow-up request,
-// which only carries the client calls' results, can be rebuilt into a valid
-// history before it goes upstream. Implementations are safe for concurrent
-// use. Key is the first client call id of the turn.
+// which only carries the client calls' results, can be rebuilt into the
+// history the model produced before it goes upstream (DESIGN.md §5).
 //
-// TODO(state): a memory (LRU, tool_loop.state_ttl/state_max_entries) and a
-// Redis implementation, and the rebuild of the follow-up request in Chat
-// (find an assistant message whose tool_calls ids match ClientIDs, splice the
-// hidden calls and results back in). Today Save is called when a store is
-// configured and nothing reads it.
+// Keys come from StateKey: the caller's tenant and the first client-visible
+// tool-call id of the turn. Entries expire after the store's TTL; a store
+// may also drop entries early to stay within its bounds. Implementations are
+// safe for concurrent use and own the turns they are given.
 type StateStore interface {
 	Save(ctx context.Context, key string, t *HiddenTurn) error
-	Load(ctx context.Context, key string) (*HiddenTurn, error)
+	// Load returns one turn per key, nil where none is kept (expired,
+	// evicted, never saved). A failing store returns an error; the caller
+	// then treats every key as missing.
+	Load(ctx context.Context, keys []string) ([]*HiddenTurn, error)
+}
+
+// StateKey is the store key of the turn whose first client call has id,
+// for tenant (nil when the gateway is open). The tenant is part of the key
+// so that one tenant can never splice another's hidden tool results into
+// its history by replaying a call id; hashing bounds the key's length.
+func StateKey(t *pipeline.Tenant, id string) string {
+	h := sha256.New()
+	if t != nil {
+		h.Write([]byte(t.Name))
+	}
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }

@@ -240,15 +240,21 @@ func (s *session) saveHidden(ctx context.Context, text []byte, calls, client []*
 		return
 	}
 	t := &HiddenTurn{Assistant: appendAssistant(nil, text, calls), Saved: time.Now()}
+	if len(s.history) > 1 {
+		t.Prior = append([]byte(nil), s.history[1:]...) // history starts with ','
+	}
 	for i, r := range results {
 		t.ToolResults = append(t.ToolResults, appendToolMessage(nil, server[i].id, r.Content))
 	}
 	for _, c := range client {
 		t.ClientIDs = append(t.ClientIDs, c.id)
 	}
-	if err := s.l.opts.State.Save(ctx, client[0].id, t); err != nil {
-		s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Msg("tool loop: saving a mixed turn failed")
+	if err := s.l.opts.State.Save(ctx, StateKey(s.req.Tenant, client[0].id), t); err != nil {
+		metricState.WithLabelValues("save_error").Inc()
+		s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Msg("tool loop: saving a mixed turn failed; its follow-up will lack the hidden server calls")
+		return
 	}
+	metricState.WithLabelValues("save").Inc()
 }
 
 // resultsText joins the plain text of results (the tool_choice rule and a

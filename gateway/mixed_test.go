@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// mixedConfig has one server tool (calculator); the client brings lookup_city.
+const mixedConfig = baseConfig + `
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`
+
+// mixedResponder: a user message starts a mixed turn (calculator and
+// lookup_city together); "prior" first runs a server-only round. After the
+// client's result, it answers with every trailing tool result.
+func mixedResponder(c *mockllm.Call) mockllm.Turn {
+	tools := len(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Array())
+	switch {
+	case c.LastRole == "user" && strings.Contains(c.LastText, "prior"):
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}}}
+	case c.LastRole == "user" || (tools == 1 && !hasClientResult(c)):
+		return mockllm.Turn{Text: "Checking.", ToolCalls: []mockllm.ToolCall{
+			{Name: "calculator", Arguments: `{"expression":"6*7"}`},
+			{Name: "lookup_city", Arguments: `{"name":"Zürich"}`},
+		}}
+	default:
+		return mockllm.Turn{Text: "Final: " + strings.Join(c.ToolResults, " | ")}
+	}
+}
+
+// hasClientResult reports whether the history holds a result the client sent.
+func hasClientResult(c *mockllm.Call) bool {
+	return strings.Contains(string(c.Body), "inhabitants")
+}
+
+func cityTool() []openai.ChatCompletionToolUnionParam {
+	return []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name:       "lookup_city",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}},
+	})}
+}
+
+// followUp is the client's next request: its history plus one result per
+// client call it was given.
+func followUp(first openai.ChatCompletionNewParams, msg openai.ChatCompletionMessage) openai.ChatCompletionNewParams {
+	p := first
+	p.Messages = append(append([]openai.ChatCompletionMessageParamUnion(nil), first.Messages...), msg.ToParam())
+	for _, c := range msg.ToolCalls {
+		p.Messages = append(p.Messages, openai.ToolMessage("Zürich: 420000 inhabitants", c.ID))
+	}
+	return p
+}
+
+// upstreamShape summarises the messages of an upstream request: for each
+// assistant message its tool names, for each tool message "tool".
+func upstreamShape(body []byte) string {
+	var out []string
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").Str {
+		case "assistant":
+			var names []string
+			m.Get("tool_calls.#.function.name").ForEach(func(_, v gjson.Result) bool { names = append(names, v.Str); return true })
+			out = append(out, "assistant("+strings.Join(names, ",")+")")
+		default:
+			out = append(out, m.Get("role").Str)
+		}
+		return true
+	})
+	return strings.Join(out, " ")
+}
+
+func lastUpstream(h *harness) []byte {
+	r := h.mock.Requests()
+	return r[len(r)-1].Body
+}
+
+func TestMixedTurnFollowUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig, mockllm.Options{Respond: mixedResponder})
+	schema := wiretest.LoadSchema(t)
+	cases := []struct {
+		name      string
+		stream    bool
+		prompt    string
+		wantShape string
+	}{
+		{name: "stream", stream: true, prompt: "go",
+			wantShape: "user assistant(calculator,lookup_city) tool tool"},
+		{name: "blocking", prompt: "go",
+			wantShape: "user assistant(calculator,lookup_city) tool tool"},
+		{name: "stream after a server-only round", stream: true, prompt: "prior",
+			wantShape: "user assistant(calculator) tool assistant(calculator,lookup_city) tool tool"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := userMsg(tc.prompt)
+			p.Tools = cityTool()
+			var msg openai.ChatCompletionMessage
+			var finish string
+			if tc.stream {
+				acc, err, sum := h.streamChat(p, wiretest.Options{}, schema)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msg, finish = acc.Choices[0].Message, sum.FinishReason
+			} else {
+				resp, err := h.client.Chat.Completions.New(context.Background(), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msg, finish = resp.Choices[0].Message, resp.Choices[0].FinishReason
+			}
+			// Only the client call reaches the client.
+			if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "lookup_city" || finish != "tool_calls" {
+				t.Fatalf("mixed turn returned %+v (finish %s)", msg.ToolCalls, finish)
+			}
+			// The follow-up carries only the client's result; upstream gets
+			// the full history (the mock refuses unpaired calls with 400).
+			fp := followUp(p, msg)
+			var answer string
+			if tc.stream {
+				acc, err, _ := h.streamChat(fp, wiretest.Options{}, schema)
+				if err != nil {
+					t.Fatal(err)
+				}
+				answer = acc.Choices[0].Message.Content
+			} else {
+				resp, err := h.client.Chat.Completions.New(context.Background(), fp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				answer = resp.Choices[0].Message.Content
+			}
+			if got := upstreamShape(lastUpstream(h)); got != tc.wantShape {
+				t.Fatalf("upstream history %q, want %q", got, tc.wantShape)
+			}
+			if !strings.Contains(answer, `"result":42`) || !strings.Contains(answer, "420000 inhabitants") {
+				t.Fatalf("final answer %q", answer)
+			}
+		})
+	}
+}
+
+// TestMixedTurnExpiredState: without the kept state the follow-up goes
+// upstream as the client sent it; that history is valid (the mock checks
+// it) and the request succeeds.
+func TestMixedTurnExpiredState(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig+"[tool_loop]\nstate_ttl = \"1ms\"\n", mockllm.Options{Respond: mixedResponder})
+	p := userMsg("go")
+	p.Tools = cityTool()
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	final, err := h.client.Chat.Completions.New(context.Background(), followUp(p, resp.Choices[0].Message))
+	if err != nil {
+		t.Fatalf("follow-up after expiry: %v", err)
+	}
+	if got := upstreamShape(lastUpstream(h)); got != "user assistant(lookup_city) tool" {
+		t.Fatalf("upstream history %q", got)
+	}
+	if c := final.Choices[0].Message.Content; !strings.Contains(c, "420000") || strings.Contains(c, `"result":42`) {
+		t.Fatalf("answer %q", c)
+	}
+}
+
+// TestMixedTurnsStayBounded: 200 mixed turns with state_max_entries = 50;
+// the newest turns resume, the oldest were evicted (and still get a valid
+// answer).
+func TestMixedTurnsStayBounded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig+"[tool_loop]\nstate_max_entries = 50\n", mockllm.Options{Respond: mixedResponder})
+	type turn struct {
+		p   openai.ChatCompletionNewParams
+		msg openai.ChatCompletionMessage
+	}
+	var turns []turn
+	for i := 0; i < 200; i++ {
+		p := userMsg("go " + strconv.Itoa(i))
+		p.Tools = cityTool()
+		resp, err := h.client.Chat.Completions.New(context.Background(), p)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if len(resp.Choices[0].Message.ToolCalls) != 1 {
+			t.Fatalf("turn %d: %+v", i, resp.Choices[0].Message)
+		}
+		turns = append(turns, turn{p, resp.Choices[0].Message})
+	}
+	cases := []struct {
+		name  string
+		turn  int
+		shape string
+	}{
+		{name: "newest resumes", turn: 199, shape: "user assistant(calculator,lookup_city) tool tool"},
+		{name: "150th resumes", turn: 150, shape: "user assistant(calculator,lookup_city) tool tool"},
+		{name: "149th evicted", turn: 149, shape: "user assistant(lookup_city) tool"},
+		{name: "oldest evicted", turn: 0, shape: "user assistant(lookup_city) tool"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := turns[tc.turn]
+			if _, err := h.client.Chat.Completions.New(context.Background(), followUp(tr.p, tr.msg)); err != nil {
+				t.Fatal(err)
+			}
+			if got := upstreamShape(lastUpstream(h)); got != tc.shape {
+				t.Fatalf("upstream history %q, want %q", got, tc.shape)
+			}
+		})
+	}
+}

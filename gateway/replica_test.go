@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+var (
+	gatewayBinOnce sync.Once
+	gatewayBin     string
+	gatewayBinErr  error
+)
+
+// TestMain removes the gateway binary built for the replica test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if gatewayBin != "" {
+		_ = os.RemoveAll(filepath.Dir(gatewayBin))
+	}
+	os.Exit(code)
+}
+
+// buildGateway compiles cmd/gateway once per test binary into a temporary
+// directory (removed by TestMain).
+func buildGateway(t *testing.T) string {
+	t.Helper()
+	gatewayBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "llmgw-replica")
+		if err != nil {
+			gatewayBinErr = err
+			return
+		}
+		gatewayBin = filepath.Join(dir, "gateway")
+		cmd := exec.Command("go", "build", "-o", gatewayBin, "../cmd/gateway")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			gatewayBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if gatewayBinErr != nil {
+		t.Fatal(gatewayBinErr)
+	}
+	return gatewayBin
+}
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startRedisServer runs a real redis-server on a free loopback port for the
+// test (ended by its own process handle), or skips when it is not installed.
+func startRedisServer(t *testing.T) string {
+	t.Helper()
+	bin := "/usr/bin/redis-server"
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			t.Skip("redis-server not installed: skipping the replica test (install redis-server to run it)")
+		}
+	}
+	addr := freeLoopback(t)
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitListening(t, addr)
+	return addr
+}
+
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on %s", addr)
+}
+
+// startReplica runs the gateway binary as its own OS process with cfg.
+func startReplica(t *testing.T, bin, cfg string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeLoopback(t)
+	cmd := exec.Command(bin, "-config", path, "-listen", addr)
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			return "http://" + addr + "/v1"
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica did not become healthy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMixedTurnAcrossReplicas: two gateway processes that share nothing but
+// one redis-server; a mixed turn starts on one and finishes on the other, in
+// both directions.
+func TestMixedTurnAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	redisAddr := startRedisServer(t)
+	bin := buildGateway(t)
+	mock := mockllm.New(mockllm.Options{Respond: mixedResponder})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg := strings.ReplaceAll(mixedConfig, "{{MOCK}}", mockURL) + `
+[redis]
+addr = "` + redisAddr + `"
+prefix = "replica-test:"
+`
+	urls := []string{startReplica(t, bin, cfg), startReplica(t, bin, cfg)}
+	clients := make([]openai.Client, 2)
+	for i, u := range urls {
+		clients[i] = openai.NewClient(option.WithBaseURL(u), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	}
+	last := func() []byte { r := mock.Requests(); return r[len(r)-1].Body }
+
+	for _, dir := range []struct {
+		name        string
+		start, next int
+	}{{"A to B", 0, 1}, {"B to A", 1, 0}} {
+		t.Run(dir.name, func(t *testing.T) {
+			p := userMsg("go " + dir.name)
+			p.Tools = cityTool()
+			stream := clients[dir.start].Chat.Completions.NewStreaming(context.Background(), p)
+			var acc openai.ChatCompletionAccumulator
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			msg := acc.Choices[0].Message
+			if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "lookup_city" {
+				t.Fatalf("mixed turn on replica %d returned %+v", dir.start, msg.ToolCalls)
+			}
+			resp, err := clients[dir.next].Chat.Completions.New(context.Background(), followUp(p, msg))
+			if err != nil {
+				t.Fatalf("follow-up on replica %d: %v", dir.next, err)
+			}
+			if got := upstreamShape(last()); got != "user assistant(calculator,lookup_city) tool tool" {
+				t.Fatalf("upstream history from replica %d: %q", dir.next, got)
+			}
+			if c := resp.Choices[0].Message.Content; !strings.Contains(c, `"result":42`) || !strings.Contains(c, "420000") {
+				t.Fatalf("answer %q", c)
+			}
+		})
+	}
+	// The state lives in Redis under the configured prefix, with a TTL.
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	keys, err := rdb.Keys(context.Background(), "replica-test:turn:*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("turn keys in redis: %v %v", keys, err)
+	}
+	if ttl := rdb.TTL(context.Background(), keys[0]).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("ttl %v", ttl)
+	}
+}

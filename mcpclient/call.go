@@ -1,0 +1,105 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ErrUnavailable reports a call to a tool whose server is not connected.
+var ErrUnavailable = errors.New("mcpclient: the tool's MCP server is not connected")
+
+// Call runs the tool exposed as name with args (a JSON object; empty means
+// {}). data is what the model should see: the structured content as JSON,
+// else the text of the content blocks (other blocks summarised). isError is
+// a tool-level failure (MCP isError) whose data is the server's message. err
+// is a transport failure (server down, timeout, protocol error); it also
+// makes the connection check itself with a ping. args is only read; data is
+// owned by the caller. Safe for concurrent use.
+func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []byte, isError bool, err error) {
+	t := m.Lookup(name)
+	if t == nil {
+		return nil, false, ErrUnavailable
+	}
+	var s *server
+	for _, sv := range m.servers {
+		if sv.cfg.Name == t.Server {
+			s = sv
+		}
+	}
+	sess := s.current()
+	if sess == nil {
+		return nil, false, ErrUnavailable
+	}
+	if len(strings.TrimSpace(string(args))) == 0 {
+		args = []byte("{}")
+	}
+	res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)})
+	if err != nil {
+		if ctx.Err() == nil {
+			metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
+			signal(s.probe)
+		}
+		return nil, false, err
+	}
+	if res.IsError {
+		metricCalls.WithLabelValues(s.cfg.Name, "tool_error").Inc()
+		return []byte(contentText(res.Content)), true, nil
+	}
+	metricCalls.WithLabelValues(s.cfg.Name, "ok").Inc()
+	return resultData(res), false, nil
+}
+
+// resultData maps a successful CallToolResult: structured content wins (it
+// is the machine-readable form; the text blocks usually repeat it), else the
+// text of the blocks.
+func resultData(res *mcp.CallToolResult) []byte {
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			return b
+		}
+	}
+	return []byte(contentText(res.Content))
+}
+
+// contentText joins the blocks of a result as text. Binary blocks (image,
+// audio, blob resources) are named, not inlined: the model cannot read
+// base64 and it would eat the result size cap.
+func contentText(blocks []mcp.Content) string {
+	var b strings.Builder
+	for _, c := range blocks {
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		switch v := c.(type) {
+		case *mcp.TextContent:
+			b.WriteString(v.Text)
+		case *mcp.ImageContent:
+			b.WriteString("[image " + v.MIMEType + ", " + strconv.Itoa(len(v.Data)) + " bytes]")
+		case *mcp.AudioContent:
+			b.WriteString("[audio " + v.MIMEType + ", " + strconv.Itoa(len(v.Data)) + " bytes]")
+		case *mcp.ResourceLink:
+			b.WriteString("[resource " + v.URI)
+			if v.Description != "" {
+				b.WriteString(": " + v.Description)
+			}
+			b.WriteString("]")
+		case *mcp.EmbeddedResource:
+			switch {
+			case v.Resource == nil:
+				b.WriteString("[resource]")
+			case v.Resource.Text != "":
+				b.WriteString(v.Resource.Text)
+			default:
+				b.WriteString("[resource " + v.Resource.URI + ", " + strconv.Itoa(len(v.Resource.Blob)) + " bytes]")
+			}
+		default:
+			b.WriteString("[unsupported content]")
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,5 @@
+package mcpclient
+
+import "runtime"
+
+func runtimeGOOS() string { return runtime.GOOS }

@@ -1,0 +1,271 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// goServer is an MCP server written with the Go SDK, served over
+// Streamable HTTP on a loopback port that survives a stop/start.
+type goServer struct {
+	t    *testing.T
+	mcp  *mcp.Server
+	addr string
+	srv  *http.Server
+}
+
+func newGoServer(t *testing.T) *goServer {
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	obj := json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`)
+	s.AddTool(&mcp.Tool{Name: "hello", Description: "says hello", InputSchema: obj},
+		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			x := gjson.GetBytes(r.Params.Arguments, "x").String()
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello " + x}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "broken", InputSchema: obj},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "disk on fire"}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "weather", InputSchema: obj},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{
+				Content:           []mcp.Content{&mcp.TextContent{Text: "22 degrees"}, &mcp.ImageContent{MIMEType: "image/png", Data: []byte{1, 2, 3}}},
+				StructuredContent: map[string]any{"celsius": 22},
+			}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "secret_admin", InputSchema: obj},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	g := &goServer{t: t, mcp: s}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.addr = ln.Addr().String()
+	g.serve(ln)
+	t.Cleanup(g.stop)
+	return g
+}
+
+func (g *goServer) serve(ln net.Listener) {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, nil)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test-Token") != "t0ken" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	g.srv = &http.Server{Handler: mux}
+	go func() { _ = g.srv.Serve(ln) }()
+}
+
+func (g *goServer) stop() {
+	if g.srv != nil {
+		_ = g.srv.Close()
+		g.srv = nil
+	}
+}
+
+func (g *goServer) restart() {
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ {
+		if ln, err = net.Listen("tcp", g.addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.serve(ln)
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	if testing.Verbose() {
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	}
+	return zerolog.Nop()
+}
+
+// waitFor polls ok until d has passed, calling poke (when set) between polls.
+func waitFor(t *testing.T, what string, d time.Duration, poke func(), ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		if poke != nil {
+			poke()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func toolNames(m *Manager) string {
+	var n []string
+	for _, t := range m.Tools() {
+		n = append(n, t.Name)
+	}
+	sort.Strings(n)
+	return strings.Join(n, ",")
+}
+
+func TestManagerHTTP(t *testing.T) {
+	t.Parallel()
+	g := newGoServer(t)
+	m := Start(Options{
+		Servers: []config.MCPServer{{Name: "go", URL: "http://" + g.addr + "/mcp", Prefix: "go_",
+			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}}},
+		MaxBackoff: 300 * time.Millisecond, KeepAlive: 200 * time.Millisecond, Logger: testLogger(t),
+	})
+	defer m.Close()
+	if got := toolNames(m); got != "go_broken,go_hello,go_weather" {
+		t.Fatalf("tools after start: %q (status %v)", got, m.Status())
+	}
+	if def := m.Lookup("go_hello"); def == nil || def.Remote != "hello" || def.Description != "says hello" || !gjson.Get(def.Parameters, "properties.x").Exists() {
+		t.Fatalf("definition: %+v", def)
+	}
+	cases := []struct {
+		name, tool, args string
+		want             string
+		isErr            bool
+	}{
+		{name: "text", tool: "go_hello", args: `{"x":"bob"}`, want: "hello bob"},
+		{name: "empty args", tool: "go_hello", args: ``, want: "hello "},
+		{name: "isError", tool: "go_broken", args: `{}`, want: "disk on fire", isErr: true},
+		{name: "structured wins", tool: "go_weather", args: `{}`, want: `{"celsius":22}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data, isErr, err := m.Call(context.Background(), tc.tool, []byte(tc.args))
+			if err != nil || isErr != tc.isErr || string(data) != tc.want {
+				t.Fatalf("got %q isErr=%v err=%v", data, isErr, err)
+			}
+		})
+	}
+	if _, _, err := m.Call(context.Background(), "go_secret_admin", nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("denied tool callable: %v", err)
+	}
+
+	// The server goes away: its tools disappear, /readyz says why.
+	v := m.Version()
+	g.stop()
+	waitFor(t, "tools to disappear", 10*time.Second, func() { _, _, _ = m.Call(context.Background(), "go_hello", nil) }, func() bool { return len(m.Tools()) == 0 })
+	if m.Version() == v || !strings.HasPrefix(m.Status()["mcp:go"], "down") {
+		t.Fatalf("version %d→%d status %v", v, m.Version(), m.Status())
+	}
+	// It comes back: reconnect with backoff.
+	g.restart()
+	waitFor(t, "reconnect", 10*time.Second, nil, func() bool { return len(m.Tools()) == 3 })
+	if data, _, err := m.Call(context.Background(), "go_hello", []byte(`{"x":"again"}`)); err != nil || string(data) != "hello again" {
+		t.Fatalf("after reconnect: %q %v", data, err)
+	}
+
+	// tools/list_changed: a tool added at run time shows up.
+	g.mcp.AddTool(&mcp.Tool{Name: "late", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil
+		})
+	waitFor(t, "list_changed", 10*time.Second, nil, func() bool { return m.Lookup("go_late") != nil })
+}
+
+// everything returns the entry point of @modelcontextprotocol/server-everything
+// installed by `npm ci` in test/node, or skips.
+func everything(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node not installed: skipping the test against @modelcontextprotocol/server-everything")
+	}
+	p, _ := filepath.Abs("../test/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+	if _, err := os.Stat(p); err != nil {
+		t.Skip("@modelcontextprotocol/server-everything not installed: run `npm ci` in test/node")
+	}
+	return p
+}
+
+// processesWithEnv counts live processes whose environment holds kv.
+func processesWithEnv(kv string) int {
+	n := 0
+	dirs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range strings.Split(string(b), "\x00") {
+			if e == kv {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func TestManagerStdioEverything(t *testing.T) {
+	t.Parallel()
+	entry := everything(t)
+	marker := "LLMGW_TEST_MARKER=" + strings.ReplaceAll(t.Name(), "/", "_") + time.Now().Format("150405.000000")
+	kv := strings.SplitN(marker, "=", 2)
+	m := Start(Options{
+		Servers: []config.MCPServer{{Name: "every", Command: "node", Args: []string{entry, "stdio"},
+			Env: map[string]string{kv[0]: kv[1]}, Allow: []string{"get-*", "echo"}, Deny: []string{"get-env", "get-tiny-image"}}},
+		Logger: testLogger(t),
+	})
+	closed := false
+	defer func() {
+		if !closed {
+			m.Close()
+		}
+	}()
+	tools := toolNames(m)
+	for _, want := range []string{"echo", "get-sum", "get-structured-content"} {
+		if !strings.Contains(","+tools+",", ","+want+",") {
+			t.Fatalf("tool %s missing from %q (status %v)", want, tools, m.Status())
+		}
+	}
+	if strings.Contains(tools, "get-env") || strings.Contains(tools, "trigger-") {
+		t.Fatalf("allow/deny not applied: %q", tools)
+	}
+	if data, isErr, err := m.Call(context.Background(), "get-sum", []byte(`{"a":2,"b":3}`)); err != nil || isErr || !strings.Contains(string(data), "is 5") {
+		t.Fatalf("get-sum: %q %v %v", data, isErr, err)
+	}
+	data, _, err := m.Call(context.Background(), "get-structured-content", []byte(`{"location":"Chicago"}`))
+	if err != nil || gjson.GetBytes(data, "temperature").Int() != 36 {
+		t.Fatalf("structured: %q %v", data, err)
+	}
+	if runtimeGOOS() == "linux" && processesWithEnv(marker) == 0 {
+		t.Fatal("the stdio server process was not found by its marker")
+	}
+	m.Close()
+	closed = true
+	if runtimeGOOS() == "linux" {
+		if n := processesWithEnv(marker); n != 0 {
+			t.Fatalf("%d stdio server processes left after Close", n)
+		}
+	}
+	if len(m.Tools()) != 0 {
+		t.Fatal("tools still offered after Close")
+	}
+}

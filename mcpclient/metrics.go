@@ -1,0 +1,25 @@
+package mcpclient
+
+import (
+	"github.com/llmgw/gateway/observe"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	metricUp = observe.Factory.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_mcp_server_up",
+		Help: "1 while the MCP server is connected and its tools are offered, else 0.",
+	}, []string{"server"})
+	metricTools = observe.Factory.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_mcp_server_tools",
+		Help: "Tools the MCP server currently contributes (after prefix, allow and deny).",
+	}, []string{"server"})
+	metricConnects = observe.Factory.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_mcp_connects_total",
+		Help: "MCP connection attempts by server and result (ok|error).",
+	}, []string{"server", "result"})
+	metricCalls = observe.Factory.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_mcp_calls_total",
+		Help: "MCP tools/call requests by server and result (ok|tool_error|error).",
+	}, []string{"server", "result"})
+)

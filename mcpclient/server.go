@@ -1,0 +1,249 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// server is the connection to one MCP server, driven by run.
+type server struct {
+	m       *Manager
+	cfg     config.MCPServer
+	timeout time.Duration
+	client  *mcp.Client
+	changed chan struct{} // tools/list_changed, coalesced
+	probe   chan struct{} // a call failed at the transport: ping now
+
+	mu      sync.Mutex
+	session *mcp.ClientSession // nil while down
+	tools   []*Tool
+	state   string
+}
+
+func newServer(m *Manager, cfg config.MCPServer) *server {
+	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
+		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1)}
+	if s.timeout <= 0 {
+		s.timeout = m.opts.DefaultTimeout
+	}
+	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			signal(s.changed)
+		},
+		KeepAlive: m.opts.KeepAlive,
+	})
+	metricUp.WithLabelValues(cfg.Name).Set(0)
+	return s
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *server) status() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+func (s *server) currentTools() []*Tool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tools
+}
+
+func (s *server) current() *mcp.ClientSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.session
+}
+
+// run connects, lists, waits, and reconnects with backoff until ctx ends.
+// first is called once the first attempt is over, whatever its outcome.
+func (s *server) run(ctx context.Context, first func()) {
+	backoff := s.m.opts.MinBackoff
+	defer s.setDown("down: closed", nil)
+	for {
+		err := s.connectOnce(ctx, first)
+		first()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = s.m.opts.MinBackoff // it was up: retry soon
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, s.m.opts.MaxBackoff)
+	}
+}
+
+// connectOnce runs one connection from connect to its end. It returns nil
+// when the connection was up (and has now ended), else the connect error.
+func (s *server) connectOnce(ctx context.Context, first func()) error {
+	log := s.m.log.With().Str("mcp_server", s.cfg.Name).Logger()
+	tr := transport(&s.cfg)
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	sess, err := s.client.Connect(cctx, tr, nil)
+	if err != nil {
+		cancel()
+		reapStdio(tr)
+		metricConnects.WithLabelValues(s.cfg.Name, "error").Inc()
+		s.setDown("down: connect failed", err)
+		log.Warn().Err(err).Msg("mcp: connect failed")
+		return err
+	}
+	tools, err := s.list(cctx, sess)
+	cancel()
+	if err != nil {
+		_ = sess.Close()
+		reapStdio(tr)
+		metricConnects.WithLabelValues(s.cfg.Name, "error").Inc()
+		s.setDown("down: listing tools failed", err)
+		log.Warn().Err(err).Msg("mcp: tools/list failed")
+		return err
+	}
+	metricConnects.WithLabelValues(s.cfg.Name, "ok").Inc()
+	s.setUp(sess, tools)
+	log.Info().Strs("tools", names(tools)).Msg("mcp: connected")
+	first()
+
+	ended := make(chan struct{})
+	go func() { _ = sess.Wait(); close(ended) }()
+	defer func() {
+		_ = sess.Close()
+		<-ended
+		reapStdio(tr)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ended:
+			s.setDown("down: connection lost", nil)
+			log.Warn().Msg("mcp: connection lost; reconnecting")
+			return nil
+		case <-s.changed:
+			lctx, cancel := context.WithTimeout(ctx, s.timeout)
+			tools, err := s.list(lctx, sess)
+			cancel()
+			if err != nil {
+				s.setDown("down: listing tools failed", err)
+				log.Warn().Err(err).Msg("mcp: tools/list after list_changed failed; reconnecting")
+				return nil
+			}
+			s.setUp(sess, tools)
+			log.Info().Strs("tools", names(tools)).Msg("mcp: tool list changed")
+		case <-s.probe:
+			pctx, cancel := context.WithTimeout(ctx, min(s.timeout, 5*time.Second))
+			err := sess.Ping(pctx, nil)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.setDown("down: ping failed", err)
+				log.Warn().Err(err).Msg("mcp: ping after a failed call failed; reconnecting")
+				return nil
+			}
+		}
+	}
+}
+
+// reapStdio kills what is left of a stdio server's process group.
+func reapStdio(tr mcp.Transport) {
+	if ct, ok := tr.(*mcp.CommandTransport); ok && ct.Command.Process != nil {
+		killGroup(ct.Command.Process.Pid)
+	}
+}
+
+// list pages through tools/list and applies allow, deny and prefix.
+func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, error) {
+	var out []*Tool
+	for t, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		if t == nil || !s.wanted(t.Name) {
+			continue
+		}
+		name := s.cfg.Prefix + t.Name
+		if !toolName.MatchString(name) {
+			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: tool name is not a valid OpenAI function name; skipped")
+			continue
+		}
+		params := []byte(`{"type":"object","properties":{}}`)
+		if t.InputSchema != nil {
+			b, err := json.Marshal(t.InputSchema)
+			if err != nil {
+				continue
+			}
+			params = b
+		}
+		desc := t.Description
+		if desc == "" {
+			desc = t.Title
+		}
+		out = append(out, &Tool{
+			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp",
+				Timeout: config.Duration(s.timeout), Models: s.cfg.Models},
+			Server: s.cfg.Name, Remote: t.Name,
+		})
+	}
+	return out, nil
+}
+
+// wanted applies allow (empty = all) then deny, as globs on the server's name.
+func (s *server) wanted(name string) bool {
+	if len(s.cfg.Allow) > 0 && !matchAny(s.cfg.Allow, name) {
+		return false
+	}
+	return !matchAny(s.cfg.Deny, name)
+}
+
+func matchAny(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
+	s.mu.Lock()
+	s.session, s.tools = sess, tools
+	s.state = errf("up: %d tools", len(tools))
+	s.mu.Unlock()
+	metricUp.WithLabelValues(s.cfg.Name).Set(1)
+	metricTools.WithLabelValues(s.cfg.Name).Set(float64(len(tools)))
+	s.m.publish()
+}
+
+func (s *server) setDown(state string, err error) {
+	s.mu.Lock()
+	had := s.session != nil || len(s.tools) > 0
+	s.session, s.tools, s.state = nil, nil, state
+	s.mu.Unlock()
+	if !errors.Is(err, context.Canceled) && state != "down: closed" {
+		metricUp.WithLabelValues(s.cfg.Name).Set(0)
+		metricTools.WithLabelValues(s.cfg.Name).Set(0)
+	}
+	if had {
+		s.m.publish()
+	}
+}

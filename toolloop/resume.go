@@ -1,0 +1,151 @@
+package toolloop
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// maxResumeLookups bounds the assistant messages looked up per request (the
+// most recent ones): one batched store call, whatever the history's length.
+const maxResumeLookups = 16
+
+var metricState = observe.Factory.NewCounterVec(prometheus.CounterOpts{
+	Name: "gateway_toolloop_state_total",
+	Help: "Mixed-turn state operations: save, save_error, spliced (a follow-up rebuilt), not_found (an assistant tool-call message without kept state: a client-only turn, or expired/evicted), load_error.",
+}, []string{"op"})
+
+// resume rebuilds the client's history: every assistant message whose
+// tool-call ids are exactly the client calls of a kept mixed turn is
+// replaced by the server-only rounds that preceded it in the same client
+// request, then the turn's full assistant message (server and client calls,
+// in the model's order), then the server calls' tool messages; the
+// client's own tool messages follow as the client sent them. The upstream
+// then sees the history the model produced, with every call paired with
+// its result.
+//
+// When no state is kept for a turn (expired after tool_loop.state_ttl,
+// evicted by the store's bound, or the store unreachable), the message is
+// left as the client sent it. That history is still valid, since the
+// client's assistant message lists only the client calls and the client
+// sends a result for each; the model merely no longer sees the hidden
+// server calls of that turn and may call those tools again. No request
+// fails because of missing state.
+//
+// req is not modified: a rebuilt request is a clone with a new Body.
+func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Request {
+	if !bytes.Contains(req.Body, []byte(`"tool_calls"`)) {
+		return req
+	}
+	msgs := gjson.GetBytes(req.Body, "messages")
+	if !msgs.IsArray() {
+		return req
+	}
+	type candidate struct {
+		pos int
+		ids []string
+	}
+	var (
+		items []gjson.Result
+		cands []candidate
+	)
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		items = append(items, m)
+		return true
+	})
+	for i, m := range items {
+		if m.Get("role").Str != "assistant" {
+			continue
+		}
+		var ids []string
+		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+			ids = append(ids, c.Get("id").String())
+			return true
+		})
+		if len(ids) == 0 || ids[0] == "" {
+			continue
+		}
+		cands = append(cands, candidate{pos: i, ids: ids})
+	}
+	if len(cands) == 0 {
+		return req
+	}
+	if len(cands) > maxResumeLookups {
+		cands = cands[len(cands)-maxResumeLookups:]
+	}
+	keys := make([]string, len(cands))
+	for i, c := range cands {
+		keys[i] = StateKey(req.Tenant, c.ids[0])
+	}
+	turns, err := l.opts.State.Load(ctx, keys)
+	if err != nil || len(turns) != len(keys) {
+		metricState.WithLabelValues("load_error").Inc()
+		l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: mixed-turn state unavailable; the follow-up goes upstream as sent")
+		return req
+	}
+	out := make([]byte, 0, len(msgs.Raw)+1024)
+	out = append(out, '[')
+	spliced, ci := 0, 0
+	for i, m := range items {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if ci < len(cands) && cands[ci].pos == i {
+			t, ids := turns[ci], cands[ci].ids
+			ci++
+			if t != nil && sameIDs(ids, t.ClientIDs) {
+				if len(t.Prior) > 0 {
+					out = append(out, t.Prior...)
+					out = append(out, ',')
+				}
+				out = append(out, t.Assistant...)
+				for _, r := range t.ToolResults {
+					out = append(out, ',')
+					out = append(out, r...)
+				}
+				spliced++
+				continue
+			}
+			metricState.WithLabelValues("not_found").Inc()
+		}
+		out = append(out, m.Raw...)
+	}
+	out = append(out, ']')
+	if spliced == 0 {
+		return req
+	}
+	body, err := sjson.SetRawBytes(req.Body, "messages", out)
+	if err != nil {
+		return req
+	}
+	metricState.WithLabelValues("spliced").Add(float64(spliced))
+	r := req.Clone()
+	r.Body = body
+	return r
+}
+
+// sameIDs reports whether a and b hold the same ids (order ignored; the
+// lists are a handful of calls).
+func sameIDs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			if x == y {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

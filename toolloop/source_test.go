@@ -1,0 +1,107 @@
+package toolloop
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// fakeSource is a ToolSource whose tools the test swaps.
+type fakeSource struct {
+	mu    sync.Mutex
+	v     atomic.Uint64
+	tools []config.Tool
+}
+
+func (f *fakeSource) set(tools ...config.Tool) {
+	f.mu.Lock()
+	f.tools = tools
+	f.mu.Unlock()
+	f.v.Add(1)
+}
+func (f *fakeSource) Version() uint64 { return f.v.Load() }
+func (f *fakeSource) Tools() []config.Tool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tools
+}
+func (f *fakeSource) Call(_ context.Context, name string, args []byte) ([]byte, bool, error) {
+	if name == "mcp_fail" {
+		return []byte("remote says no"), true, nil
+	}
+	return append([]byte(name+":"), args...), false, nil
+}
+
+func srcTool(name, params string) config.Tool {
+	return config.Tool{Name: name, Kind: "mcp", Parameters: params}
+}
+
+func TestToolSource(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	src.set(srcTool("mcp_echo", `{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}`),
+		srcTool("mcp_fail", `{"type":"object"}`), srcTool("bad_schema", `{"type":12}`),
+		srcTool("calculator", `{"type":"object"}`))
+	l, err := New(Options{Source: src, Tools: []config.Tool{{Name: "calculator", Kind: "builtin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := l.registry()
+	var names []string
+	for _, tl := range reg.tools {
+		names = append(names, tl.cfg.Name)
+	}
+	if strings.Join(names, ",") != "calculator,mcp_echo,mcp_fail" {
+		t.Fatalf("registry %v (a bad schema or a clash with a configured tool must be skipped)", names)
+	}
+	if reg.byName["calculator"].cfg.Kind != "builtin" {
+		t.Fatal("the configured tool lost to the dynamic one")
+	}
+	cases := []struct {
+		name, tool, args, want string
+		isErr                  bool
+	}{
+		{name: "ok", tool: "mcp_echo", args: `{"x":1}`, want: `{"status":"ok","data":"mcp_echo:{\"x\":1}"}`},
+		{name: "schema checked", tool: "mcp_echo", args: `{"x":"one"}`, want: `"invalid_arguments"`, isErr: true},
+		{name: "isError", tool: "mcp_fail", args: `{}`, want: `{"status":"error","error":{"type":"tool_error","message":"remote says no"}}`, isErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.tool, Arguments: []byte(tc.args)})
+			if err != nil || res.IsError != tc.isErr || !strings.Contains(string(res.Content), tc.want) {
+				t.Fatalf("got %s isErr=%v err=%v", res.Content, res.IsError, err)
+			}
+		})
+	}
+	// An unchanged tool keeps its compiled entry; a removed one disappears.
+	echo := reg.byName["mcp_echo"]
+	src.set(srcTool("mcp_echo", `{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}`))
+	reg2 := l.registry()
+	if reg2 == reg || reg2.byName["mcp_echo"] != echo || reg2.byName["mcp_fail"] != nil {
+		t.Fatalf("refresh: same=%v echo kept=%v fail gone=%v", reg2 == reg, reg2.byName["mcp_echo"] == echo, reg2.byName["mcp_fail"] == nil)
+	}
+	if l.registry() != reg2 {
+		t.Fatal("an unchanged version rebuilt the registry")
+	}
+}
+
+func BenchmarkRegistryFastPath(b *testing.B) {
+	src := &fakeSource{}
+	src.set(srcTool("mcp_echo", `{"type":"object"}`))
+	l, err := New(Options{Source: src})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.registry()
+	b.ReportAllocs()
+	for b.Loop() {
+		if l.registry() == nil {
+			b.Fatal("nil")
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package toolloop
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+)
+
+// MemoryState is the default StateStore: in-process, bounded by entries and
+// bytes, entries expire ttl after they were saved. When a bound is reached
+// the oldest entries go first. Safe for concurrent use.
+type MemoryState struct {
+	ttl        time.Duration
+	maxEntries int
+	maxBytes   int
+
+	mu    sync.Mutex
+	order *list.List // of *memEntry, oldest first (save order; ttl is fixed)
+	byKey map[string]*list.Element
+	bytes int
+	now   func() time.Time
+}
+
+type memEntry struct {
+	key     string
+	turn    *HiddenTurn
+	expires time.Time
+	size    int
+}
+
+var _ StateStore = (*MemoryState)(nil)
+
+// NewMemoryState returns a store keeping at most maxEntries turns (default
+// 10000) and maxBytes bytes (default 64 MiB), each for ttl (default 1h).
+func NewMemoryState(ttl time.Duration, maxEntries, maxBytes int) *MemoryState {
+	if ttl <= 0 {
+		ttl = time.Hour
+	}
+	if maxEntries <= 0 {
+		maxEntries = 10000
+	}
+	if maxBytes <= 0 {
+		maxBytes = 64 << 20
+	}
+	return &MemoryState{ttl: ttl, maxEntries: maxEntries, maxBytes: maxBytes,
+		order: list.New(), byKey: map[string]*list.Element{}, now: time.Now}
+}
+
+// Save keeps t under key, replacing an older turn with the same key.
+func (m *MemoryState) Save(_ context.Context, key string, t *HiddenTurn) error {
+	e := &memEntry{key: key, turn: t, size: t.size() + len(key) + 64}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	e.expires = now.Add(m.ttl)
+	if el, ok := m.byKey[key]; ok {
+		m.remove(el)
+	}
+	m.byKey[key] = m.order.PushBack(e)
+	m.bytes += e.size
+	for m.order.Len() > 0 {
+		front := m.order.Front()
+		fe := front.Value.(*memEntry)
+		if m.order.Len() <= m.maxEntries && m.bytes <= m.maxBytes && now.Before(fe.expires) {
+			break
+		}
+		m.remove(front)
+	}
+	return nil
+}
+
+// Load returns the live turns for keys.
+func (m *MemoryState) Load(_ context.Context, keys []string) ([]*HiddenTurn, error) {
+	out := make([]*HiddenTurn, len(keys))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for i, k := range keys {
+		el, ok := m.byKey[k]
+		if !ok {
+			continue
+		}
+		e := el.Value.(*memEntry)
+		if !now.Before(e.expires) {
+			m.remove(el)
+			continue
+		}
+		out[i] = e.turn
+	}
+	return out, nil
+}
+
+// Len returns the number of turns kept (expired ones not yet dropped
+// included) and their approximate size in bytes.
+func (m *MemoryState) Len() (entries, bytes int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.order.Len(), m.bytes
+}
+
+func (m *MemoryState) remove(el *list.Element) {
+	e := m.order.Remove(el).(*memEntry)
+	delete(m.byKey, e.key)
+	m.bytes -= e.size
+}

@@ -1,0 +1,197 @@
+package toolloop
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+)
+
+func testTurn(ids ...string) *HiddenTurn {
+	t := &HiddenTurn{
+		Prior:     []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"p1","type":"function","function":{"name":"calculator","arguments":"{}"}}]},{"role":"tool","tool_call_id":"p1","content":"1"}`),
+		Assistant: []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"s1","type":"function","function":{"name":"calculator","arguments":"{}"}}`),
+		ClientIDs: ids,
+		Saved:     time.UnixMilli(1700000000000),
+	}
+	for _, id := range ids {
+		t.Assistant = append(t.Assistant, `,{"id":"`+id+`","type":"function","function":{"name":"lookup","arguments":"{}"}}`...)
+	}
+	t.Assistant = append(t.Assistant, "]}"...)
+	t.ToolResults = [][]byte{[]byte(`{"role":"tool","tool_call_id":"s1","content":"42"}`)}
+	return t
+}
+
+func TestMemoryStateBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name        string
+		maxEntries  int
+		maxBytes    int
+		saves       int
+		wantEntries int
+	}{
+		{name: "entries bound", maxEntries: 50, saves: 200, wantEntries: 50},
+		{name: "bytes bound", maxEntries: 1000, maxBytes: 10 * testTurn("c").size(), saves: 200, wantEntries: 8},
+		{name: "under bound", maxEntries: 1000, saves: 20, wantEntries: 20},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := NewMemoryState(time.Hour, tc.maxEntries, tc.maxBytes)
+			for i := 0; i < tc.saves; i++ {
+				_ = m.Save(ctx, "k"+strconv.Itoa(i), testTurn("c"+strconv.Itoa(i)))
+				if n, b := m.Len(); n > tc.maxEntries || (tc.maxBytes > 0 && b > tc.maxBytes) {
+					t.Fatalf("after %d saves: %d entries, %d bytes", i+1, n, b)
+				}
+			}
+			n, _ := m.Len()
+			if tc.wantEntries == 8 {
+				if n < 5 || n > 10 {
+					t.Fatalf("entries %d", n)
+				}
+			} else if n != tc.wantEntries {
+				t.Fatalf("entries %d, want %d", n, tc.wantEntries)
+			}
+			got, _ := m.Load(ctx, []string{"k0", "k" + strconv.Itoa(tc.saves-1)})
+			if (got[0] != nil) != (n == tc.saves) || got[1] == nil {
+				t.Fatalf("oldest kept=%v newest kept=%v", got[0] != nil, got[1] != nil)
+			}
+		})
+	}
+}
+
+func TestMemoryStateTTL(t *testing.T) {
+	t.Parallel()
+	m := NewMemoryState(time.Minute, 10, 0)
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	ctx := context.Background()
+	_ = m.Save(ctx, "a", testTurn("x"))
+	now = now.Add(59 * time.Second)
+	if got, _ := m.Load(ctx, []string{"a"}); got[0] == nil {
+		t.Fatal("dropped before its TTL")
+	}
+	now = now.Add(2 * time.Second)
+	if got, _ := m.Load(ctx, []string{"a"}); got[0] != nil {
+		t.Fatal("served after its TTL")
+	}
+	if n, b := m.Len(); n != 0 || b != 0 {
+		t.Fatalf("expired entry kept: %d %d", n, b)
+	}
+}
+
+func TestTurnEncoding(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		turn *HiddenTurn
+	}{
+		{name: "with prior", turn: testTurn("c1", "c2")},
+		{name: "no prior", turn: func() *HiddenTurn { x := testTurn("c1"); x.Prior = nil; return x }()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := encodeTurn(tc.turn)
+			got, err := decodeTurn(b)
+			if err != nil {
+				t.Fatalf("%v: %s", err, b)
+			}
+			if string(got.Prior) != string(tc.turn.Prior) || string(got.Assistant) != string(tc.turn.Assistant) ||
+				len(got.ToolResults) != 1 || string(got.ToolResults[0]) != string(tc.turn.ToolResults[0]) ||
+				!sameIDs(got.ClientIDs, tc.turn.ClientIDs) || !got.Saved.Equal(tc.turn.Saved) {
+				t.Fatalf("round trip: %+v", got)
+			}
+		})
+	}
+}
+
+func FuzzDecodeTurn(f *testing.F) {
+	f.Add(encodeTurn(testTurn("a", "b")))
+	f.Add([]byte(`{"p":[],"a":{},"r":[],"c":["x"],"s":1}`))
+	f.Add([]byte(`{"a":1}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		turn, err := decodeTurn(b)
+		if err != nil {
+			return
+		}
+		if len(turn.ClientIDs) == 0 || !gjson.ValidBytes(turn.Assistant) {
+			t.Fatalf("accepted a turn without client ids or with an invalid assistant: %s", b)
+		}
+	})
+}
+
+type failingState struct{}
+
+func (failingState) Save(context.Context, string, *HiddenTurn) error { return errors.New("down") }
+func (failingState) Load(context.Context, []string) ([]*HiddenTurn, error) {
+	return nil, errors.New("down")
+}
+
+func TestResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	alice := &pipeline.Tenant{Name: "alice"}
+	mem := NewMemoryState(time.Hour, 100, 0)
+	_ = mem.Save(ctx, StateKey(alice, "c1"), testTurn("c1", "c2"))
+	const follow = `{"model":"m","messages":[{"role":"user","content":"hi"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"lookup","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"r1"},{"role":"tool","tool_call_id":"c2","content":"r2"}]}`
+	cases := []struct {
+		name   string
+		state  StateStore
+		tenant *pipeline.Tenant
+		body   string
+		want   []string // tool_call ids of the upstream's assistant messages, then tool message ids
+	}{
+		{name: "spliced", state: mem, tenant: alice, body: follow, want: []string{"p1", "tool:p1", "s1,c1,c2", "tool:s1", "tool:c1", "tool:c2"}},
+		{name: "other tenant", state: mem, tenant: &pipeline.Tenant{Name: "mallory"}, body: follow, want: []string{"c1,c2", "tool:c1", "tool:c2"}},
+		{name: "ids differ", state: mem, tenant: alice, body: follow[:len(follow)-len(`,{"role":"tool","tool_call_id":"c2","content":"r2"}]}`)] + `]}`,
+			want: []string{"c1,c2", "tool:c1"}},
+		{name: "store down", state: failingState{}, tenant: alice, body: follow, want: []string{"c1,c2", "tool:c1", "tool:c2"}},
+	}
+	// "ids differ": a turn is kept under c1's key, but for the client ids
+	// {c1} only; the client's message lists {c1,c2}: not spliced.
+	other := NewMemoryState(time.Hour, 100, 0)
+	_ = other.Save(ctx, StateKey(alice, "c1"), testTurn("c1"))
+	cases[2].state = other
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := New(Options{State: tc.state})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &pipeline.Request{Body: []byte(tc.body), Tenant: tc.tenant}
+			out := l.resume(ctx, req)
+			if string(req.Body) != tc.body {
+				t.Fatal("resume modified the caller's request")
+			}
+			var got []string
+			gjson.GetBytes(out.Body, "messages").ForEach(func(_, m gjson.Result) bool {
+				switch m.Get("role").Str {
+				case "assistant":
+					var ids []string
+					m.Get("tool_calls.#.id").ForEach(func(_, v gjson.Result) bool { ids = append(ids, v.Str); return true })
+					got = append(got, strings.Join(ids, ","))
+				case "tool":
+					got = append(got, "tool:"+m.Get("tool_call_id").Str)
+				}
+				return true
+			})
+			if joinIDs(got) != joinIDs(tc.want) || !gjson.ValidBytes(out.Body) {
+				t.Fatalf("got %v, want %v\n%s", got, tc.want, out.Body)
+			}
+		})
+	}
+}
+
+func joinIDs(s []string) string { return strings.Join(s, "|") }
