@@ -19,7 +19,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("error")
 			return nil, err
 		}
-		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
+		resp, err := s.req.Route.ModelLayer.Chat(s.modelCtx(ctx), r)
 		if err != nil {
 			s.stop = failReason(ctx)
 			s.end("")
@@ -36,6 +36,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.id, s.created = res[0].String(), res[1].Int()
 		}
 		s.usage.add(res[2])
+		s.noteUsage(res[2])
 		text := []byte(res[3].String())
 		calls := callsFromMessage(res[4])
 		f := finalEdit{finish: res[5].String()}

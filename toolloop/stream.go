@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
@@ -260,6 +261,7 @@ func (st *loopStream) onChunk(ch []byte) {
 			choices = v
 		case "usage":
 			st.s.usage.add(v)
+			st.s.noteUsage(v)
 		}
 		return true
 	})
@@ -476,7 +478,11 @@ func (st *loopStream) startModelCall() {
 		st.fail(err)
 		return
 	}
+	tokens, msgs := s.hintTokens, s.hintMsgs // read now, not from the background goroutine
 	st.startOp(func(ctx context.Context) opResult {
+		if tokens > 0 && msgs > 0 {
+			ctx = contextedit.WithPromptHint(ctx, tokens, msgs)
+		}
 		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
 		return opResult{resp: resp, err: err}
 	}, func(res opResult) {

@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
 
@@ -33,12 +35,38 @@ type session struct {
 
 	id      string // the first round's id and created, shown on every chunk
 	created int64
+
+	// Context editing's prompt hint (contextedit.WithPromptHint): the
+	// upstream's prompt_tokens for an earlier round and how many messages
+	// that round's request held, so later rounds count only what was added.
+	msgs       int // messages of the transcript: the client's and those appended
+	sent       int // messages in the request of the current round
+	hintTokens int
+	hintMsgs   int
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
 	s.traceOn = req.Hints.ToolTrace || (l.opts.ToolTrace != nil && l.opts.ToolTrace(req.Tenant))
+	gjson.ParseBytes(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
 	return s
+}
+
+// noteUsage keeps the round's prompt_tokens for the next rounds' context
+// editing. A round without usage leaves an older hint, which only overcounts.
+func (s *session) noteUsage(u gjson.Result) {
+	if n := u.Get("prompt_tokens").Int(); n > 0 && s.sent > 0 {
+		s.hintTokens, s.hintMsgs = int(n), s.sent
+	}
+}
+
+// modelCtx is the context of one model call. Only model calls get the hint:
+// a tool call (an agent tool's own model call) must not.
+func (s *session) modelCtx(ctx context.Context) context.Context {
+	if s.hintTokens <= 0 || s.hintMsgs <= 0 {
+		return ctx
+	}
+	return contextedit.WithPromptHint(ctx, s.hintTokens, s.hintMsgs)
 }
 
 // nextRequest builds the next model call: the injected body with the
@@ -69,6 +97,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	r := s.req.Clone()
 	r.Body = body
 	s.iterations++
+	s.sent = s.msgs
 	return r, nil
 }
 
@@ -198,6 +227,7 @@ func (s *session) appendTurn(text []byte, calls []*call, results []*pipeline.Too
 		s.history = append(s.history, ',')
 		s.history = appendToolMessage(s.history, calls[i].id, r.Content)
 	}
+	s.msgs += 1 + len(results)
 }
 
 func appendAssistant(dst, text []byte, calls []*call) []byte {
