@@ -36,7 +36,8 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	}
 	route := rt.Routes[in.model]
 	if route == nil {
-		s.writeError(ctx, rt, id, in.model, modelNotFound(in.model), start)
+		s.writeError(ctx, rt, id, "", modelNotFound(in.model), start) // no client-chosen metric labels
+
 		return
 	}
 	req := &pipeline.Request{
@@ -70,7 +71,7 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, req: req, stream: resp.Stream, cancel: cancel, conn: ctx.Conn()}
+	sk := &sink{s: s, rt: rt, req: req, stream: resp.Stream, cancel: cancel, conn: ctx.Conn()}
 	activeStreams.Inc()
 	ctx.SetBodyStreamWriter(sk.run)
 }
@@ -118,6 +119,7 @@ func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 // only its own copies.
 type sink struct {
 	s      *Server
+	rt     *Runtime
 	req    *pipeline.Request
 	stream pipeline.Stream
 	cancel context.CancelFunc
@@ -128,6 +130,7 @@ var usageKey = []byte(`"usage":{`)
 
 func (k *sink) run(w *bufio.Writer) {
 	defer activeStreams.Dec()
+	defer k.rt.inflight.Add(-1)
 	start := k.req.Start
 	stop := func() {}
 	if k.conn != nil {
@@ -173,8 +176,12 @@ func (k *sink) run(w *bufio.Writer) {
 		written += len(buf)
 	}
 	stop()
+	k.stream.Close() // before cancel: a cancel would fire the stream's AfterFunc on a pooled connection
 	k.cancel()
-	k.stream.Close()
+	if failure != nil && errors.Is(failure, context.Canceled) && k.s.base.Err() != nil {
+		// The shutdown grace period ended: tell the client, never end quietly.
+		failure = pipeline.Errorf(503, "server_error", "server_shutting_down", "the gateway is shutting down; retry the request")
+	}
 	switch {
 	case failure == nil:
 		if _, err := w.Write(sse.Done); err == nil && w.Flush() == nil {

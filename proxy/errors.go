@@ -63,6 +63,12 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		if status < 400 || status > 599 {
 			status = 502
 		}
+		if status == 401 || status == 403 || status == 407 {
+			// About the gateway's own provider key, not the client's: keep
+			// the status (clients see the upstream's verdict) but never its
+			// message, which may quote key fragments.
+			msg, typ, param, code = "the upstream provider rejected the gateway's credentials", "upstream_auth_error", "", "upstream_auth"
+		}
 		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status}
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
 		return envelope{status: 504, body: errorJSON("upstream timed out", "server_error", "", "upstream_timeout"), logStatus: 504}

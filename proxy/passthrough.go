@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -51,8 +52,8 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 		}
 		body, streamed = b, false
 		if m := gjson.GetBytes(body, "model"); m.Type == gjson.String {
-			model = m.Str
 			if r := rt.Routes[m.Str]; r != nil && len(r.Deployments) > 0 {
+				model = m.Str // only configured names become metric labels
 				d := r.Deployments[0]
 				provider = d.Provider
 				if d.Upstream != m.Str {
@@ -81,7 +82,8 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 	for _, h := range clientOnlyHeaders {
 		freq.Header.Del(h)
 	}
-	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(string(ctx.Path()), "/v1")
+	// The original path: a decoded %3F must not become a query upstream.
+	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(string(ctx.Request.URI().PathOriginal()), "/v1")
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri += "?" + string(q)
 	}
@@ -89,7 +91,9 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 	freq.Header.SetMethodBytes(ctx.Method())
 	pc.setHeaders(&freq.Header, id)
 	if streamed {
-		freq.SetBodyStream(ctx.RequestBodyStream(), ctx.Request.Header.ContentLength())
+		// Hide the server's *requestStream from the client request: fasthttp
+		// would release it when the upload ends, and the server again later.
+		freq.SetBodyStream(struct{ io.Reader }{ctx.RequestBodyStream()}, ctx.Request.Header.ContentLength())
 	} else {
 		freq.SetBodyRaw(body)
 	}
@@ -103,8 +107,14 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 	upstreamSeconds.WithLabelValues(pc.cfg.Name).Observe(time.Since(start).Seconds())
 
 	ctx.SetStatusCode(resp.StatusCode())
+	listed := strings.Split(string(resp.Header.Peek("Connection")), ",")
 	resp.Header.VisitAll(func(k, v []byte) {
 		ks := string(k)
+		for _, h := range listed {
+			if strings.EqualFold(ks, strings.TrimSpace(h)) {
+				return
+			}
+		}
 		for _, h := range hopHeaders {
 			if strings.EqualFold(ks, h) {
 				return
@@ -122,7 +132,9 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 	}
 	idle := pc.cfg.StreamIdleTimeout.D()
 	route := routeLabel(string(ctx.Path()))
+	client := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer rt.inflight.Add(-1)
 		defer release(freq, resp)
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
@@ -142,6 +154,12 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 				}
 			}
 			if err != nil {
+				if err != io.EOF {
+					// A truncated upstream body must not end with a clean final
+					// chunk: drop the client connection instead.
+					_ = client.Close()
+					status = 502
+				}
 				break
 			}
 		}

@@ -3,7 +3,9 @@
 package proxy
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -51,11 +53,14 @@ func watchPeer(conn net.Conn, gone func()) (stop func()) {
 				return
 			case err == nil:
 				return
-			case stopping.Load():
-				return
+			case stopping.Load() || !errors.Is(err, os.ErrDeadlineExceeded):
+				return // stopping, or the connection is gone for another reason
 			}
 			// A read deadline the server set for itself expired: keep watching.
 			_ = conn.SetReadDeadline(time.Time{})
+			if stopping.Load() { // stop may have set its deadline just before we cleared it
+				return
+			}
 		}
 	}()
 	return func() {

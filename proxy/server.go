@@ -39,6 +39,21 @@ type Runtime struct {
 
 	modelsJSON []byte
 	modelJSON  map[string][]byte
+	inflight   atomic.Int64 // requests (and streams) of this runtime still running
+}
+
+// Drain waits until no request that started on rt is still running, or max
+// has passed; it reports whether rt drained. Call it after the runtime was
+// swapped out, before Close.
+func (rt *Runtime) Drain(max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for rt.inflight.Load() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
 }
 
 // Server serves the gateway's routes. Safe for concurrent use.
@@ -124,6 +139,12 @@ func printable(b []byte) bool {
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	rt := s.rt.Load()
+	rt.inflight.Add(1)
+	defer func() {
+		if !ctx.Response.IsBodyStream() { // a stream writer ends the request later
+			rt.inflight.Add(-1)
+		}
+	}()
 	id := s.requestID(ctx)
 	ctx.Response.Header.Set("X-Request-Id", id)
 	path := string(ctx.Path())

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -38,6 +40,7 @@ type upstreamStream struct {
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
+	released  atomic.Bool // set once Close has started releasing
 	stopAfter func() bool
 }
 
@@ -77,20 +80,40 @@ func (s *upstreamStream) Next() ([]byte, error) {
 		if err != nil {
 			return nil, s.readError(err)
 		}
-		if string(ev.Name) == "error" || bytes.Contains(ev.Data, errorKey) && gjson.GetBytes(ev.Data, "error").Exists() {
+		data := ev.Data
+		if bytes.IndexByte(data, '\n') >= 0 {
+			// Several data lines: JSON allows whitespace between tokens, and
+			// the client's SSE framing needs one line.
+			for i, c := range data {
+				if c == '\n' {
+					data[i] = ' '
+				}
+			}
+		}
+		if bytes.Contains(data, errorKey) {
+			e := gjson.GetBytes(data, "error")
+			if e.Exists() && e.Type == gjson.Null {
+				// "error":null in a normal chunk kills openai-go's stream: drop it.
+				data, _ = sjson.DeleteBytes(data, "error")
+			} else if e.Exists() {
+				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
+					Provider: s.pc.cfg.Name, Body: append([]byte(nil), data...), Err: errors.New("error event in stream")}
+			}
+		}
+		if string(ev.Name) == "error" {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
 				Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
 		}
-		if sse.IsDone(ev.Data) {
+		if sse.IsDone(data) {
 			s.done = true
 			s.drain()
 			return nil, io.EOF
 		}
-		if len(ev.Data) == 0 || ev.Data[0] != '{' || !gjson.ValidBytes(ev.Data) {
+		if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 		}
-		out := setModel(s.buf, ev.Data, s.model)
-		if len(out) > 0 && &out[0] != &ev.Data[0] {
+		out := setModel(s.buf, data, s.model)
+		if len(out) > 0 && &out[0] != &data[0] {
 			s.buf = out
 		}
 		return out, nil
@@ -149,6 +172,9 @@ func (s *upstreamStream) drain() {
 // Close releases the upstream request; a stream not read to its end closes
 // the connection, which the upstream sees as a cancellation.
 func (s *upstreamStream) Close() {
+	if s.released.Load() {
+		return // the connection may already serve another request
+	}
 	if s.conn != nil {
 		_ = s.conn.SetReadDeadline(past) // unblock a pending Next
 	}
@@ -158,8 +184,11 @@ func (s *upstreamStream) Close() {
 		return
 	}
 	s.closed = true
-	if s.stopAfter != nil {
-		s.stopAfter()
+	s.released.Store(true)
+	if s.stopAfter != nil && !s.stopAfter() {
+		// The context was cancelled: its AfterFunc ran or is running and may
+		// still set an expired deadline. Never pool this connection.
+		s.clean = false
 	}
 	if s.clean {
 		if s.conn != nil {

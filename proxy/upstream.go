@@ -131,7 +131,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, err
 	}
 	body := req.Body
-	if gjson.GetBytes(body, "model").Str != target.Upstream {
+	if gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model").Str != target.Upstream {
 		var err error
 		if body, err = sjson.SetBytes(body, "model", target.Upstream); err != nil {
 			return nil, pipeline.BadRequest("model", "cannot route the request")
@@ -177,7 +177,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, ue
 	}
 	if !req.Stream {
-		out := resp.Body()
+		out := resp.SwapBody(nil) // own the bytes: resp goes back to its pool below
 		if !gjson.ValidBytes(out) {
 			release(freq, resp)
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errors.New("response body is not JSON")}

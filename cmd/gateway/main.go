@@ -109,8 +109,26 @@ func reload(srv *proxy.Server, path, level, format, listen string, log zerolog.L
 		return
 	}
 	old := srv.Swap(rt)
-	time.AfterFunc(old.Config.Server.ShutdownTimeout.D(), old.Close)
+	go func() {
+		// Close the old runtime (demo servers, Redis, MCP children) only
+		// after its last request, bounded by the longest upstream timeout.
+		if !old.Drain(longestRequest(old.Config)) {
+			log.Warn().Msg("closing the previous config with requests still running")
+		}
+		old.Close()
+	}()
 	log.Info().Int("models", len(cfg.Models)).Msg("config reloaded")
+}
+
+// longestRequest bounds how long a request of cfg can run.
+func longestRequest(cfg *config.Config) time.Duration {
+	d := cfg.Server.ShutdownTimeout.D()
+	for _, p := range cfg.Providers {
+		if t := p.TotalTimeout.D(); t > d {
+			d = t
+		}
+	}
+	return d + cfg.ToolLoop.WallTime.D()
 }
 
 func override(cfg *config.Config, level, format, listen string) {
