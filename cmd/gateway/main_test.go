@@ -287,3 +287,47 @@ provider = "demo"
 		t.Fatal("still accepting after shutdown")
 	}
 }
+
+// TestShutdownGraceEndsStreamsWithAnError: a stream still running when the
+// grace period ends gets event: error, never a quiet (truncated) end.
+func TestShutdownGraceEndsStreamsWithAnError(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(`
+[server]
+log_level = "error"
+shutdown_timeout = "300ms"
+[[providers]]
+name = "demo"
+kind = "mock"
+[providers.mock]
+chunk_delay = "200ms"
+chunk_size = 1
+[[models]]
+name = "demo"
+provider = "demo"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := startGateway(t, bin, addr, "-config", path)
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"a question that streams for many seconds"}]}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", err, resp)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(br)
+	if strings.Contains(string(rest), "[DONE]") || !strings.Contains(string(rest), "event: error\ndata: {\"error\"") || !strings.Contains(string(rest), "server_shutting_down") {
+		t.Fatalf("stream end after the grace period: %q", rest)
+	}
+	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
+		t.Fatalf("exit: %v %v", state, err)
+	}
+}

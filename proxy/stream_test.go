@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// rawUpstream serves body as an SSE response to every request.
+func rawUpstream(t *testing.T, body string) *Upstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyString(body)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	cfg, err := config.Parse([]byte(`
+[[providers]]
+name = "p"
+kind = "openai"
+base_url = "http://` + ln.Addr().String() + `/v1"
+[[models]]
+name = "m"
+provider = "p"
+upstream = "up"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewUpstream(cfg.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func streamAll(t *testing.T, u *Upstream) ([][]byte, error) {
+	t.Helper()
+	req := &pipeline.Request{Body: []byte(`{"model":"m","stream":true,"messages":[]}`), Model: "m", Stream: true,
+		Target: &pipeline.Target{Provider: "p", Upstream: "up"}}
+	resp, err := u.Chat(context.Background(), req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Stream.Close()
+	var out [][]byte
+	for {
+		c, err := resp.Stream.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, append([]byte(nil), c...))
+	}
+}
+
+func TestUpstreamStreamNormalizesEvents(t *testing.T) {
+	t.Parallel()
+	u := rawUpstream(t, "data: {\"id\":\"a\",\"model\":\"up\",\n"+
+		"data: \"choices\":[]}\n\n"+
+		"data: {\"id\":\"a\",\"model\":\"up\",\"error\":null,\"choices\":[]}\n\n"+
+		": comment\n\n"+
+		"data: [DONE]\n\n")
+	chunks, err := streamAll(t, u)
+	if err != nil || len(chunks) != 2 {
+		t.Fatalf("%v %q", err, chunks)
+	}
+	for _, c := range chunks {
+		if bytes := string(c); gjson.Get(bytes, "model").Str != "m" || gjson.Get(bytes, "error").Exists() || len(c) == 0 {
+			t.Fatalf("chunk %s", c)
+		}
+		for _, b := range c {
+			if b == '\n' {
+				t.Fatalf("chunk spans lines: %q", c)
+			}
+		}
+	}
+}
+
+func TestUpstreamStreamFailures(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, body string
+		kind       pipeline.UpstreamKind
+	}{
+		{"no done", "data: {\"id\":\"a\",\"choices\":[]}\n\n", pipeline.UpstreamCut},
+		{"malformed", "data: {\"id\":\"a\",\n\n", pipeline.UpstreamMalformed},
+		{"error event", "data: {\"id\":\"a\",\"choices\":[]}\n\nevent: error\ndata: {\"error\":{\"message\":\"boom\"}}\n\n", pipeline.UpstreamStatus},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := streamAll(t, rawUpstream(t, c.body))
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) || ue.Kind != c.kind {
+				t.Fatalf("got %v, want kind %v", err, c.kind)
+			}
+			if err == io.EOF || errors.Is(err, io.EOF) && c.kind != pipeline.UpstreamCut {
+				t.Fatalf("an abnormal end looks like io.EOF: %v", err)
+			}
+		})
+	}
+}
