@@ -46,6 +46,7 @@ type providerClient struct {
 	host     string
 	basePath string // e.g. "/v1", no trailing slash
 	auth     string // "Bearer <key>" or ""
+	chatURI  string // built once: every chat request goes here
 }
 
 // NewUpstream builds a client pool per provider. Providers must have a base
@@ -76,6 +77,7 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 	if p.APIKey != "" {
 		pc.auth = "Bearer " + p.APIKey
 	}
+	pc.chatURI = pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions"
 	addr := base.Host
 	if base.Port() == "" {
 		if base.Scheme == "https" {
@@ -141,7 +143,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	freq := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	freq.Header.SetMethod(fasthttp.MethodPost)
-	freq.SetRequestURI(pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions")
+	freq.SetRequestURI(pc.chatURI)
 	pc.setHeaders(&freq.Header, req.ID)
 	freq.Header.SetContentType("application/json")
 	freq.SetBodyRaw(body)
