@@ -3,22 +3,27 @@ package observe
 import (
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/diode"
 )
 
 var logDropped = Factory.NewCounter(prometheus.CounterOpts{
-	Name: "gateway_log_lines_dropped_total", Help: "Log lines dropped because the writer fell behind.",
+	Name: "gateway_log_lines_dropped_total", Help: "Log lines dropped because the log sink fell behind.",
 })
 
-// NewLogger returns the process logger. JSON lines go through a bounded,
-// non-blocking ring (zerolog's diode): a slow log sink drops lines (counted
-// in gateway_log_lines_dropped_total) instead of slowing requests or growing
-// memory. Console mode writes synchronously for people reading a terminal.
-// The returned close flushes the ring.
+// logQueue is how many lines may wait for a slow sink before new ones are
+// dropped: about a megabyte of typical access lines.
+const logQueue = 4096
+
+// NewLogger returns the process logger. JSON lines go through a bounded
+// queue drained by one goroutine: a slow or stuck log sink drops lines
+// (counted at once in gateway_log_lines_dropped_total) instead of slowing
+// requests or growing memory. Console mode writes synchronously, for people
+// reading a terminal. The returned close flushes what is queued (waiting at
+// most two seconds for a stuck sink).
 func NewLogger(level, format string, w io.Writer) (zerolog.Logger, func()) {
 	if w == nil {
 		w = os.Stderr
@@ -30,6 +35,66 @@ func NewLogger(level, format string, w io.Writer) (zerolog.Logger, func()) {
 	if format == "console" {
 		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger(), func() {}
 	}
-	d := diode.NewWriter(w, 4096, 10*time.Millisecond, func(missed int) { logDropped.Add(float64(missed)) })
-	return zerolog.New(d).Level(lvl).With().Timestamp().Logger(), func() { _ = d.Close() }
+	q := newQueueWriter(w, logQueue)
+	return zerolog.New(q).Level(lvl).With().Timestamp().Logger(), q.close
+}
+
+// queueWriter hands lines to a goroutine that writes them to out. Write
+// never blocks: a full queue drops the line and counts it. Safe for
+// concurrent use.
+type queueWriter struct {
+	mu     sync.RWMutex // Write holds it shared; close exclusively, to close ch
+	closed bool
+	ch     chan []byte
+	out    io.Writer
+	done   chan struct{}
+	bufs   sync.Pool
+}
+
+func newQueueWriter(out io.Writer, n int) *queueWriter {
+	q := &queueWriter{ch: make(chan []byte, n), out: out, done: make(chan struct{})}
+	go q.run()
+	return q
+}
+
+// Write copies p (zerolog reuses it) and queues the copy.
+func (q *queueWriter) Write(p []byte) (int, error) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed {
+		logDropped.Inc()
+		return len(p), nil
+	}
+	b, _ := q.bufs.Get().([]byte)
+	b = append(b[:0], p...)
+	select {
+	case q.ch <- b:
+	default:
+		logDropped.Inc()
+		q.bufs.Put(b) //nolint:staticcheck // a []byte header is small enough here
+	}
+	return len(p), nil
+}
+
+func (q *queueWriter) run() {
+	defer close(q.done)
+	for b := range q.ch {
+		_, _ = q.out.Write(b)
+		if cap(b) <= 4096 {
+			q.bufs.Put(b) //nolint:staticcheck
+		}
+	}
+}
+
+func (q *queueWriter) close() {
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		close(q.ch)
+	}
+	q.mu.Unlock()
+	select {
+	case <-q.done:
+	case <-time.After(2 * time.Second):
+	}
 }
