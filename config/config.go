@@ -73,7 +73,7 @@ type Model struct {
 	ContextWindow int          `toml:"context_window"` // tokens
 	Encoding      string       `toml:"encoding"`       // tokenizer; default o200k_base
 	Fallbacks     []string     `toml:"fallbacks"`      // other model names, in order
-	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [context_edit, prompt_cache, fallback]
+	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [fallback, context_edit, prompt_cache]
 	OwnedBy       string       `toml:"owned_by"`
 }
 

@@ -21,7 +21,10 @@ func setStr(p *string, v string) {
 }
 
 // DefaultModelMiddleware is the model-call layer when a model lists none.
-var DefaultModelMiddleware = []string{"context_edit", "prompt_cache", "fallback"}
+// fallback is outermost so that every attempt, including one on a fallback
+// model, is edited for the window of the model it goes to, and a prompt the
+// primary's window cannot hold still reaches a larger fallback.
+var DefaultModelMiddleware = []string{"fallback", "context_edit", "prompt_cache"}
 
 // DefaultRequestMiddleware is the request layer when config lists none.
 var DefaultRequestMiddleware = []string{"policy", "cache"}

@@ -32,6 +32,12 @@ const (
 func classify(err error) class {
 	var ue *pipeline.UpstreamError
 	if !errors.As(err, &ue) {
+		// The gateway's own refusal (context editing could not fit the
+		// prompt in this model's window) moves to a larger window too.
+		var pe *pipeline.Error
+		if errors.As(err, &pe) && pe.Code == "context_length_exceeded" {
+			return classContextLength
+		}
 		return classFatal
 	}
 	if ue.Kind != pipeline.UpstreamStatus {

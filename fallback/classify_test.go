@@ -32,6 +32,7 @@ func TestClassify(t *testing.T) {
 		{name: "connect", err: &pipeline.UpstreamError{Kind: pipeline.UpstreamConnect}, want: classRetryable},
 		{name: "wrapped", err: &pipeline.Error{Status: 502, Err: status(503, ``)}, want: classRetryable},
 		{name: "gateway", err: pipeline.BadRequest("x", "y"), want: classFatal},
+		{name: "gateway context length", err: pipeline.Errorf(400, "invalid_request_error", "context_length_exceeded", "too long"), want: classContextLength},
 		{name: "plain", err: errors.New("x"), want: classFatal},
 	}
 	for _, tc := range tests {

@@ -77,7 +77,7 @@ func BenchmarkFullChain(b *testing.B) {
 	ce := contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log})
 	pc := caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(cfg.Providers), Logger: log})
 	for _, r := range routes {
-		r.ModelLayer = pipeline.Chain(upstream, ce, pc, fb)
+		r.ModelLayer = pipeline.Chain(upstream, fb, ce, pc)
 	}
 	engine, err := policies.New(cfg, log)
 	if err != nil {

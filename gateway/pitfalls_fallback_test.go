@@ -250,12 +250,9 @@ func TestPitfall_SmallerWindowFallbackSkipped(t *testing.T) {
 				},
 			})},
 		// ~1800 tokens: over the primary's configured window, so the
-		// gateway's own context editing refuses it before any upstream call.
-		{name: "gateway's own window check", prompt: strings.Repeat(sentence, 180),
-			bug: "BUG: a prompt over the primary's configured context_window is refused with 400 context_length_exceeded " +
-				"by the primary's context_edit middleware before any upstream call, so the larger-window fallback is never tried. " +
-				"Causes: config.DefaultModelMiddleware runs context_edit outside fallback, and fallback.classify treats a " +
-				"*pipeline.Error (not an UpstreamError) with code context_length_exceeded as fatal"},
+		// primary's own context editing refuses it before any upstream
+		// call; that refusal must still move to the larger window.
+		{name: "gateway's own window check", prompt: strings.Repeat(sentence, 180)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
