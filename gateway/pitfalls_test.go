@@ -19,7 +19,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -401,12 +400,6 @@ func TestPitfall_InterleavedParallelCallsIndexed(t *testing.T) {
 			}
 			// Every other wire rule, the order of calls included.
 			if _, err := wiretest.CheckStream(raw, wiretest.Options{}); err != nil {
-				var v *wiretest.Violation
-				if c.name == "fast path" && errors.As(err, &v) && v.Rule == wiretest.RuleToolInterleave {
-					t.Skip("BUG: the fast path relays an interleaving upstream's tool-call fragments as they come " +
-						"(indices are right, but calls are not sequential as openai-wire.md §3.4.5 and DESIGN.md §4 require; " +
-						"openai-go's JustFinishedToolCall then fires with partial arguments): " + err.Error())
-				}
 				t.Fatalf("%v", err)
 			}
 			checkCalls(t, wiretest.CheckStreamAll(t, raw, wiretest.Options{}, wiretest.LoadSchema(t)), c.want)

@@ -1,6 +1,7 @@
 package toolloop
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
 	"github.com/rs/zerolog"
 )
 
@@ -109,9 +111,12 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	reg := l.registry()
 	tools := l.applicable(reg, req)
-	if len(tools) == 0 {
+	if len(tools) == 0 && !(req.Stream && offersTools(req.Body)) {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
+	// A stream offering client tools goes through the loop even without a
+	// server tool: its re-streamer normalizes the client's tool calls
+	// (sequential, one first delta each), which an upstream may interleave.
 	p, err := l.prepare(reg, req, tools)
 	if err != nil {
 		return nil, err
@@ -127,6 +132,15 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 		return s.startStream(ctx)
 	}
 	return s.runBlocking(ctx)
+}
+
+// offersTools reports whether body has a non-empty tools array.
+func offersTools(body []byte) bool {
+	if !bytes.Contains(body, []byte(`"tools"`)) {
+		return false
+	}
+	t := gjson.GetBytes(body, "tools")
+	return t.IsArray() && len(t.Raw) > 2 && bytes.ContainsRune([]byte(t.Raw), '{')
 }
 
 // applicable returns the server tools of reg for req's model and tenant.

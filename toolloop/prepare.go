@@ -102,7 +102,28 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		return nil, pipeline.BadRequest("tools", "the tool name %q is reserved by a server-side tool of this gateway; rename your tool", clash)
 	}
 
-	// Inject: one edit of "tools" with the pre-serialised definitions.
+	body := req.Body
+	if len(tools) > 0 {
+		var err error
+		if body, err = injectTools(body, clientTools, tools); err != nil {
+			return nil, err
+		}
+	}
+	if req.Stream {
+		// Usage of every round is needed for the summed usage chunk; the
+		// upstream usage chunks are never forwarded.
+		var err error
+		if body, err = sjson.SetBytes(body, "stream_options.include_usage", true); err != nil {
+			return nil, pipeline.BadRequest("stream_options", "stream_options must be an object")
+		}
+	}
+	p.body = body
+	return p, nil
+}
+
+// injectTools appends the server tools' pre-serialised definitions to the
+// client's tools, in one edit.
+func injectTools(reqBody []byte, clientTools gjson.Result, tools []*tool) ([]byte, error) {
 	arr := make([]byte, 0, len(clientTools.Raw)+256*len(tools))
 	if clientTools.IsArray() {
 		raw := bytes.TrimRight([]byte(clientTools.Raw), " \t\r\n")
@@ -120,19 +141,11 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		arr = append(arr, t.def...)
 	}
 	arr = append(arr, ']')
-	body, err := sjson.SetRawBytes(req.Body, "tools", arr)
+	body, err := sjson.SetRawBytes(reqBody, "tools", arr)
 	if err != nil {
 		return nil, pipeline.BadRequest("tools", "tools could not be extended")
 	}
-	if req.Stream {
-		// Usage of every round is needed for the summed usage chunk; the
-		// upstream usage chunks are never forwarded.
-		if body, err = sjson.SetBytes(body, "stream_options.include_usage", true); err != nil {
-			return nil, pipeline.BadRequest("stream_options", "stream_options must be an object")
-		}
-	}
-	p.body = body
-	return p, nil
+	return body, nil
 }
 
 func (p *plan) isClient(name string) bool {
