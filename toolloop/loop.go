@@ -13,8 +13,8 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/tidwall/gjson"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 )
 
 // Options configure a Loop. Everything is read once, in New.
