@@ -2,8 +2,10 @@
 // address, for benchmarks and manual tests.
 //
 // Models named fail-<status> (e.g. fail-429, fail-503) always answer that
-// status with the OpenAI error envelope. Any other model answers like the
-// demo model, or with a fixed reply of -reply-bytes bytes when that is set.
+// status with the OpenAI error envelope. Models named tools-<N> call the
+// calculator tool once per round until the history holds N tool results,
+// then answer. Any other model answers like the demo model, or with a fixed
+// reply of -reply-bytes bytes when that is set.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
 )
@@ -84,9 +87,27 @@ func responder(replyBytes int) func(*mockllm.Call) mockllm.Turn {
 				return mockllm.Turn{Fault: f}
 			}
 		}
+		if rest, ok := strings.CutPrefix(c.Model, "tools-"); ok {
+			return toolRounds(c, rest)
+		}
 		if fixed != "" {
 			return mockllm.Turn{Text: fixed}
 		}
 		return mockllm.DemoResponder(c)
 	}
+}
+
+// toolRounds is the tools-<N> rule: call the calculator once per round until
+// the history holds N tool results, then answer (the bench's tool loop).
+func toolRounds(c *mockllm.Call, n string) mockllm.Turn {
+	want, _ := strconv.Atoi(n)
+	done := int(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Get("#").Int())
+	switch {
+	case done >= want:
+		return mockllm.Turn{Text: "done after " + strconv.Itoa(done) + " tool rounds"}
+	case !c.Offers("calculator"):
+		return mockllm.Turn{Text: "no calculator tool was offered"}
+	}
+	args := `{"expression":"` + strconv.Itoa(done+1) + `*2"}`
+	return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: args}}}
 }

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+)
+
+const chatPath = "/v1/chat/completions"
+
+// target is one endpoint under load: the mock itself (direct), the floor
+// proxy, or the gateway. Its clients are safe for concurrent use.
+type target struct {
+	name     string // direct | floor | gateway
+	addr     string
+	proxy    *child // the process whose cost is measured (the mock for direct)
+	upstream *child // the mock behind a proxy; nil for direct
+	hc       *fasthttp.HostClient
+	shc      *fasthttp.HostClient // streams the response body
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // every open conn of shc, so streams can be cut at once
+}
+
+func newTarget(name string, proxy, upstream *child, maxConns int) *target {
+	t := &target{name: name, addr: proxy.addr, proxy: proxy, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	t.hc = &fasthttp.HostClient{
+		Addr: proxy.addr, MaxConns: maxConns, MaxConnWaitTimeout: 30 * time.Second,
+		ReadTimeout: 60 * time.Second, WriteTimeout: 10 * time.Second, MaxIdemponentCallAttempts: 1,
+	}
+	t.shc = &fasthttp.HostClient{
+		Addr: proxy.addr, MaxConns: maxConns, MaxConnWaitTimeout: 30 * time.Second,
+		ReadTimeout: 60 * time.Second, WriteTimeout: 10 * time.Second, MaxIdemponentCallAttempts: 1,
+		StreamResponseBody: true,
+		Dial: func(addr string) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			tc := &trackedConn{Conn: c, t: t}
+			t.mu.Lock()
+			t.conns[tc] = struct{}{}
+			t.mu.Unlock()
+			return tc, nil
+		},
+	}
+	return t
+}
+
+// cutStreams closes every streaming connection (ends held streams at once).
+func (t *target) cutStreams() {
+	t.mu.Lock()
+	cs := make([]net.Conn, 0, len(t.conns))
+	for c := range t.conns {
+		cs = append(cs, c)
+	}
+	t.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
+	t.shc.CloseIdleConnections()
+}
+
+type trackedConn struct {
+	net.Conn
+	t    *target
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.t.mu.Lock()
+		delete(c.t.conns, c)
+		c.t.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// post sends body and returns the status, a header value and a copy of the
+// response body.
+func (t *target) post(body []byte, header string) (status int, hv string, respBody []byte, err error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + t.addr + chatPath)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
+	if err := t.hc.DoTimeout(req, resp, 60*time.Second); err != nil {
+		return 0, "", nil, err
+	}
+	if header != "" {
+		hv = string(resp.Header.Peek(header))
+	}
+	return resp.StatusCode(), hv, append([]byte(nil), resp.Body()...), nil
+}
+
+// plain is one non-streaming request that must answer 200 and pass check
+// (which may be nil) on the named header's value and the body.
+func (t *target) plain(body []byte, header string, check func(hv string, body []byte) error) workload {
+	return func(start time.Time) sample {
+		status, hv, rb, err := t.post(body, header)
+		s := sample{lat: time.Since(start), err: err}
+		if err == nil && status != 200 {
+			s.err = fmt.Errorf("status %d: %.200s", status, rb)
+		} else if err == nil && check != nil {
+			s.err = check(hv, rb)
+		}
+		return s
+	}
+}
+
+// stream is one streaming request: it records the first body byte, the gap
+// between consecutive SSE events, and requires a final data: [DONE].
+func (t *target) stream(body []byte) workload {
+	return func(start time.Time) sample {
+		var s sample
+		err := t.readStream(body, func(now time.Time, events int) bool {
+			if s.ttfb == 0 {
+				s.ttfb = now.Sub(start)
+			}
+			return true
+		}, &s.gaps)
+		s.lat = time.Since(start)
+		s.err = err
+		return s
+	}
+}
+
+var done = []byte("data: [DONE]\n\n")
+
+// readStream posts body on the streaming client and reads the SSE body to its
+// end. onRead is called for every read with the number of complete events so
+// far; returning false abandons the stream. gaps, when not nil, collects the
+// time between consecutive events.
+func (t *target) readStream(body []byte, onRead func(now time.Time, events int) bool, gaps *[]time.Duration) error {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + t.addr + chatPath)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
+	if err := t.shc.Do(req, resp); err != nil {
+		return err
+	}
+	if resp.StatusCode() != 200 {
+		return fmt.Errorf("status %d: %.200s", resp.StatusCode(), resp.Body())
+	}
+	r := resp.BodyStream()
+	if r == nil {
+		return errors.New("no body stream")
+	}
+	buf := make([]byte, 4<<10)
+	var tail []byte // the last bytes seen, to find [DONE] and events split across reads
+	events := 0
+	var last time.Time
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			now := time.Now()
+			chunk := append(tail, buf[:n]...)
+			k := bytes.Count(chunk, []byte("\n\n")) - bytes.Count(tail, []byte("\n\n"))
+			for i := 0; i < k; i++ {
+				if gaps != nil && !last.IsZero() {
+					*gaps = append(*gaps, now.Sub(last))
+				}
+				last = now
+			}
+			events += k
+			if len(chunk) > len(done) {
+				chunk = chunk[len(chunk)-len(done):]
+			}
+			tail = append(tail[:0], chunk...)
+			if !onRead(now, events) {
+				return nil
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return err
+		}
+	}
+	if !bytes.HasSuffix(tail, done) {
+		return errors.New("stream ended without data: [DONE]")
+	}
+	return nil
+}
+
+// toolClient is the client-driven equivalent of a server tool loop: it offers
+// the calculator, answers each tool call itself and calls again, as an SDK
+// would against a plain upstream. It needs the "tools-<N>" mock model.
+func (t *target) toolClient(model string, rounds int) workload {
+	base := []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"compute twice"}],` +
+		`"tools":[{"type":"function","function":{"name":"calculator","description":"Evaluate an arithmetic expression.",` +
+		`"parameters":{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}}}]}`)
+	return func(start time.Time) sample {
+		body := base
+		for call := 0; call <= rounds; call++ {
+			status, _, rb, err := t.post(body, "")
+			if err != nil {
+				return sample{lat: time.Since(start), err: err}
+			}
+			if status != 200 {
+				return sample{lat: time.Since(start), err: fmt.Errorf("status %d: %.200s", status, rb)}
+			}
+			msg := gjson.GetBytes(rb, "choices.0.message")
+			calls := msg.Get("tool_calls")
+			if !calls.IsArray() || len(calls.Array()) == 0 {
+				if call != rounds {
+					return sample{lat: time.Since(start), err: fmt.Errorf("answer after %d rounds, want %d", call, rounds)}
+				}
+				return sample{lat: time.Since(start)}
+			}
+			body, _ = sjson.SetRawBytes(body, "messages.-1", []byte(msg.Raw))
+			for _, c := range calls.Array() {
+				res := `{"role":"tool","tool_call_id":` + strconv.Quote(c.Get("id").String()) + `,"content":"{\"status\":\"ok\",\"data\":2}"}`
+				body, _ = sjson.SetRawBytes(body, "messages.-1", []byte(res))
+			}
+		}
+		return sample{lat: time.Since(start), err: fmt.Errorf("no answer after %d rounds", rounds)}
+	}
+}
+
+// clientFallback is the client-driven equivalent of a gateway fallback: call
+// the failing model, see the 500, call the healthy one.
+func (t *target) clientFallback(failBody, okBody []byte) workload {
+	return func(start time.Time) sample {
+		status, _, rb, err := t.post(failBody, "")
+		if err == nil && status != 500 {
+			err = fmt.Errorf("failing model answered %d: %.200s", status, rb)
+		}
+		if err != nil {
+			return sample{lat: time.Since(start), err: err}
+		}
+		return t.plain(okBody, "", nil)(start)
+	}
+}

@@ -1,0 +1,214 @@
+// Command bench is the load benchmark suite of the gateway. One command
+// builds the gateway, the bench mock upstream and the minimal fasthttp floor
+// proxy, starts them on free loopback ports, and runs every scenario against
+// (a) the mock directly, (b) the floor proxy and (c) the gateway with the
+// shipped middleware config, interleaved, reporting the gateway's cost as
+// ratios and differences against the other two from the same run.
+//
+//	go run ./bench -mode quick          # < 60 s, for CI
+//	go run ./bench -mode full           # the published figures
+//	go run ./bench -render bench/results/full/results.json   # re-render md, chart, PERFORMANCE.md
+//
+// Exit status: 0 when every selected scenario ran and produced figures, even
+// when targets are missed (those print MISSED lines); 1 when a scenario could
+// not run; 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// settings are the knobs of one run; the mode picks the defaults.
+type settings struct {
+	Mode           string    `json:"mode"`
+	LegSeconds     float64   `json:"leg_seconds"`
+	WarmSeconds    float64   `json:"warmup_seconds"`
+	Rounds         int       `json:"interleave_rounds"`
+	Concurrency    int       `json:"closed_concurrency"`
+	StreamRate     float64   `json:"stream_rps"`
+	ToolRate       float64   `json:"tool_loop_rps"`
+	CacheRate      float64   `json:"cache_rps"`
+	FallbackRate   float64   `json:"fallback_rps"`
+	Streams        int       `json:"concurrent_streams"`
+	SweepSeconds   float64   `json:"sweep_step_seconds"`
+	SweepFractions []float64 `json:"sweep_fractions_of_direct_saturation"`
+	FirstByteMS    float64   `json:"mock_first_byte_delay_ms"`
+	ChunkDelayMS   float64   `json:"mock_chunk_delay_ms"`
+	ReplyBytes     int       `json:"mock_reply_bytes"`
+	TextRunes      int       `json:"mock_runes_per_delta"`
+	SlowChunkMS    float64   `json:"slow_stream_chunk_delay_ms"`
+	MaxInFlight    int       `json:"open_model_max_in_flight"`
+}
+
+func modeSettings(mode string) (settings, error) {
+	s := settings{Mode: mode, FirstByteMS: 20, ChunkDelayMS: 10, ReplyBytes: 120, TextRunes: 4,
+		SlowChunkMS: 1000, MaxInFlight: 8000}
+	switch mode {
+	case "quick":
+		s.LegSeconds, s.WarmSeconds, s.Rounds = 0.6, 0.15, 1
+		s.Concurrency = 512
+		s.StreamRate, s.ToolRate, s.CacheRate, s.FallbackRate = 60, 60, 300, 150
+		s.Streams, s.SlowChunkMS = 1000, 500
+		s.SweepSeconds, s.SweepFractions = 0.5, []float64{0.1, 0.25, 0.5}
+	case "full":
+		s.LegSeconds, s.WarmSeconds, s.Rounds = 6, 1, 3
+		s.Concurrency = 512
+		s.StreamRate, s.ToolRate, s.CacheRate, s.FallbackRate = 200, 200, 1000, 500
+		s.Streams = 10000
+		s.SweepSeconds = 4
+		s.SweepFractions = []float64{0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}
+	default:
+		return s, fmt.Errorf("unknown -mode %q (quick or full)", mode)
+	}
+	return s, nil
+}
+
+var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallback", "streams", "sweep"}
+
+func main() { os.Exit(realMain()) }
+
+func realMain() int {
+	mode := flag.String("mode", "quick", "quick (< 60 s, CI) or full (the published figures)")
+	out := flag.String("out", "bench/results", "results directory; files go to OUT/MODE/")
+	list := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
+	legSec := flag.Float64("duration", 0, "seconds per measured leg (0 = the mode's default)")
+	streams := flag.Int("streams", 0, "concurrent slow streams (0 = the mode's default: 1000 quick, 10000 full)")
+	perf := flag.String("performance", "", "also write the README Performance section here (default: OUT/PERFORMANCE.md in full mode)")
+	render := flag.String("render", "", "only re-render results.md, the chart and the Performance section from this results.json, then exit")
+	repo := flag.String("repo", "", "repository root (default: the nearest directory above the working one holding go.mod)")
+	flag.Parse()
+
+	if *render != "" {
+		dst := *perf
+		if dst == "" {
+			dst = filepath.Join(filepath.Dir(filepath.Dir(*render)), "PERFORMANCE.md")
+		}
+		if err := renderPerformanceFile(*render, dst); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		fmt.Println("wrote", dst)
+		return 0
+	}
+	set, err := modeSettings(*mode)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	if *legSec > 0 {
+		set.LegSeconds, set.SweepSeconds = *legSec, *legSec
+	}
+	if *streams > 0 {
+		set.Streams = *streams
+	}
+	selected, err := parseScenarios(*list)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	if *perf == "" && *mode == "full" {
+		*perf = filepath.Join(*out, "PERFORMANCE.md")
+	}
+
+	if *repo == "" {
+		if *repo, err = moduleRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b := &bench{set: set, started: time.Now()}
+	res, err := b.run(ctx, *repo, selected)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		if res == nil {
+			return 1
+		}
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: interrupted; results not written")
+		return 1
+	}
+	dir := filepath.Join(*out, *mode)
+	if werr := writeResults(res, dir); werr != nil {
+		fmt.Fprintln(os.Stderr, "bench:", werr)
+		return 1
+	}
+	fmt.Printf("\nwrote %s/{results.json,results.md,chart.svg}\n", dir)
+	if *perf != "" {
+		if werr := writeSection(*perf, renderPerformance(res, filepath.Join(dir, "chart.svg"), *perf)); werr != nil {
+			fmt.Fprintln(os.Stderr, "bench:", werr)
+			return 1
+		}
+		fmt.Println("wrote", *perf)
+	}
+	printTargets(res)
+	var ran, skipped, failed int
+	for _, s := range res.Scenarios {
+		switch s.Status {
+		case "ok":
+			ran++
+		case "skipped":
+			skipped++
+		default:
+			failed++
+		}
+	}
+	fmt.Printf("bench: %d scenarios produced figures, %d skipped, %d could not run (%.0f s)\n", ran, skipped, failed, res.WallSeconds)
+	if err != nil || res.failed() {
+		fmt.Println("FAILED: a scenario could not run (see above)")
+		return 1
+	}
+	return 0
+}
+
+func parseScenarios(list string) (map[string]bool, error) {
+	sel := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		known := false
+		for _, a := range allScenarios {
+			known = known || a == n
+		}
+		if !known {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", n, strings.Join(allScenarios, ", "))
+		}
+		sel[n] = true
+	}
+	if len(sel) == 0 {
+		return nil, errors.New("no scenario selected")
+	}
+	return sel, nil
+}
+
+// moduleRoot is the nearest directory at or above the working one that
+// holds go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory; pass -repo")
+		}
+		dir = parent
+	}
+}

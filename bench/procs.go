@@ -1,0 +1,174 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// binaries are the three programs bench runs as children.
+type binaries struct {
+	dir, gateway, mock, floor string
+}
+
+// build compiles the gateway, the bench mock and the floor proxy into a temp
+// dir with one go build (the toolchain builds them in parallel).
+func build(repo string) (*binaries, error) {
+	dir, err := os.MkdirTemp("", "llmgw-bench-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/mockllm", "./bench/floor")
+	cmd.Dir = repo
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("go build: %w", err)
+	}
+	return &binaries{
+		dir:     dir,
+		gateway: filepath.Join(dir, "gateway"),
+		mock:    filepath.Join(dir, "mockllm"),
+		floor:   filepath.Join(dir, "floor"),
+	}, nil
+}
+
+// child is one running process.
+type child struct {
+	name string
+	addr string // host:port it listens on
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Pid is the child's process id.
+func (c *child) Pid() int { return c.cmd.Process.Pid }
+
+// procs owns every child so that they all die with bench: on return, on error
+// and on a signal (Pdeathsig covers a bench that is killed outright). It is
+// safe for concurrent use.
+type procs struct {
+	logDir string
+	mu     sync.Mutex
+	kids   []*child
+}
+
+// start runs bin with args (which may contain "{addr}", replaced by a free
+// loopback address) and waits until the address accepts connections.
+func (p *procs) start(name, bin string, args ...string) (*child, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	full := make([]string, len(args))
+	for i, a := range args {
+		if a == "{addr}" {
+			a = addr
+		}
+		full[i] = a
+	}
+	logf, err := os.Create(filepath.Join(p.logDir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, full...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c := &child{name: name, addr: addr, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(c.done) }()
+	p.mu.Lock()
+	p.kids = append(p.kids, c)
+	p.mu.Unlock()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			return c, nil
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("%s exited at start (see %s)", name, logf.Name())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.stop(c)
+			return nil, fmt.Errorf("%s did not listen on %s within 15s", name, addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop ends one child: SIGTERM, then SIGKILL after a second.
+func (p *procs) stop(c *child) {
+	if c == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	p.mu.Lock()
+	for i, k := range p.kids {
+		if k == c {
+			p.kids = append(p.kids[:i], p.kids[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+}
+
+// stopAll ends every child still running.
+func (p *procs) stopAll() {
+	p.mu.Lock()
+	kids := append([]*child(nil), p.kids...)
+	p.mu.Unlock()
+	for _, c := range kids {
+		p.stop(c)
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// raiseFileLimit lifts RLIMIT_NOFILE as far as allowed (children inherit it)
+// and returns the soft limit in force.
+func raiseFileLimit(want uint64) (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	if lim.Cur >= want {
+		return lim.Cur, nil
+	}
+	// Root may raise the hard limit too; others get up to the hard limit.
+	try := syscall.Rlimit{Cur: want, Max: max(want, lim.Max)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &try); err == nil {
+		return want, nil
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, errors.Join(errors.New("setrlimit"), err)
+	}
+	return lim.Cur, nil
+}

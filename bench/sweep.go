@@ -1,0 +1,83 @@
+package main
+
+import "fmt"
+
+// addedP99Limit is the sweep's bar: the highest rate whose added p99 stays
+// under it is the saturation rate of a proxy.
+const addedP99Limit = 10000.0 // µs
+
+// sweep raises a constant arrival rate of non-streaming requests in steps
+// (fractions of the direct saturation rate) and measures each target at each
+// step, interleaved. It finds the highest rate at which the gateway's (and
+// the floor's) added p99 stays under 10 ms with no error, at every step up to
+// it, and the gateway's added p99 at half of the direct saturation rate.
+func (b *bench) sweep() *scenarioResult {
+	r := &scenarioResult{Name: "sweep", Title: "Saturation sweep, non-streaming, open model"}
+	if b.directSaturation == 0 {
+		ls := b.spec(0, b.set.Concurrency, min(b.set.LegSeconds, 1))
+		legs := b.legs([]job{{b.direct, b.direct.plain(chatBody, "", nil)}}, ls)
+		b.directSaturation = legs[0].ThroughputRPS
+	}
+	sat := b.directSaturation
+	if sat <= 0 {
+		r.Status, r.Reason = "failed", "could not measure the direct saturation rate"
+		return r
+	}
+	r.Load = fmt.Sprintf("open, steps of %.0f rps (direct saturation, closed %d) × %v", sat, b.set.Concurrency, b.set.SweepFractions)
+	best, over := map[string]float64{}, map[string]bool{}
+	wasBeyond := false
+	for _, f := range b.set.SweepFractions {
+		if b.ctx.Err() != nil {
+			break
+		}
+		ls := b.spec(round(f*sat, 0), 0, b.set.SweepSeconds)
+		legs := b.legs([]job{
+			{b.direct, b.direct.plain(chatBody, "", nil)},
+			{b.floor, b.floor.plain(chatBody, "", nil)},
+			{b.gateway, b.gateway.plain(chatBody, "", nil)},
+		}, ls)
+		beyond := true
+		for _, l := range legs {
+			l.Step = fmt.Sprintf("%.2f×sat", f)
+			if l.Target == "direct" {
+				continue
+			}
+			// The saturation rate is the last step before the first one over
+			// the bar: a later step that looks fine (because direct had a
+			// noisy tail there) does not count.
+			under := l.Errors == 0 && l.Added != nil && l.Added.P99 < addedP99Limit
+			switch {
+			case under && !over[l.Target]:
+				best[l.Target] = max(best[l.Target], ls.rate)
+			case !under:
+				over[l.Target] = true
+			}
+			if l.Added == nil || l.Added.P99 < 5*addedP99Limit {
+				beyond = false
+			}
+			if f == 0.5 && l.Added != nil {
+				r.fig(l.Target+" added p99 at half direct saturation", l.Added.P99, "µs")
+			}
+		}
+		r.Legs = append(r.Legs, legs...)
+		if beyond && wasBeyond {
+			r.Notes = append(r.Notes, fmt.Sprintf("stopped after %.2f×: both proxies past %.0f ms added p99 at two steps in a row", f, 5*addedP99Limit/1000))
+			break
+		}
+		wasBeyond = beyond
+	}
+	r.fig("direct saturation (closed model)", sat, "rps")
+	r.fig("gateway highest rate with added p99 < 10 ms", best["gateway"], "rps")
+	r.fig("floor highest rate with added p99 < 10 ms", best["floor"], "rps")
+	r.fig("gateway/floor saturation rate", ratio(best["gateway"], best["floor"]), "×")
+	r.Status = "ok"
+	for _, l := range r.Legs {
+		if l.ok() == 0 && l.Target != "direct" && l.Step == r.Legs[0].Step {
+			r.Status, r.Reason = "failed", l.Target+": no successful request at the lowest step: "+l.ErrorSample
+		}
+	}
+	if len(r.Legs) == 0 {
+		r.Status, r.Reason = "failed", "no step ran"
+	}
+	return r
+}
