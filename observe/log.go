@@ -76,14 +76,36 @@ func (q *queueWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// run writes queued lines; lines that queued up while the sink was busy go
+// out in one write (one syscall for a burst, not one per line).
 func (q *queueWriter) run() {
 	defer close(q.done)
+	batch := make([]byte, 0, 64<<10)
 	for b := range q.ch {
-		_, _ = q.out.Write(b)
-		if cap(b) <= 4096 {
-			q.bufs.Put(b) //nolint:staticcheck
+		batch = q.take(batch[:0], b)
+	drain:
+		for len(batch) < 64<<10 {
+			select {
+			case b, ok := <-q.ch:
+				if !ok {
+					break drain
+				}
+				batch = q.take(batch, b)
+			default:
+				break drain
+			}
 		}
+		_, _ = q.out.Write(batch)
 	}
+}
+
+// take appends a queued line to batch and recycles its buffer.
+func (q *queueWriter) take(batch, b []byte) []byte {
+	batch = append(batch, b...)
+	if cap(b) <= 4096 {
+		q.bufs.Put(b) //nolint:staticcheck // a slice header; fine for this pool
+	}
+	return batch
 }
 
 func (q *queueWriter) close() {
