@@ -211,6 +211,10 @@ func TestPromptCacheUsageMetric(t *testing.T) {
 				return &pipeline.Response{Body: []byte(`{"choices":[],"usage":` + usage + `}`)}, nil
 			})
 			h := pipeline.Chain(inner, NewPromptCache(PromptOptions{}))
+			before := map[string]float64{} // the counters are global: compare deltas (-count=N safe)
+			for _, kind := range []string{"prompt", "cached", "cache_write"} {
+				before[kind] = counterValue(promptTokens.WithLabelValues("p", tt.model, kind))
+			}
 			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{}`), Target: &pipeline.Target{Provider: "p", Upstream: tt.model}})
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +226,7 @@ func TestPromptCacheUsageMetric(t *testing.T) {
 				}
 			}
 			for kind, want := range map[string]float64{"prompt": 2100, "cached": 1920, "cache_write": 100} {
-				if got := counterValue(promptTokens.WithLabelValues("p", tt.model, kind)); got != want {
+				if got := counterValue(promptTokens.WithLabelValues("p", tt.model, kind)) - before[kind]; got != want {
 					t.Errorf("%s tokens = %v, want %v", kind, got, want)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -482,23 +483,27 @@ func TestWithEditLog(t *testing.T) {
 	}
 }
 
+// metricsRuns gives each TestMetrics run its own route label.
+var metricsRuns atomic.Int64
+
 func TestMetrics(t *testing.T) {
 	t.Parallel()
+	route := fmt.Sprintf("metrics-test-%d", metricsRuns.Add(1)) // the counters are global: -count=N safe
 	body := chatBody(loop(6, 8, search)...)
 	total := mustCount(t, body)
 	h, _ := newHandler(ceConfig(func(c *config.ContextEdit) { c.Trigger = float64(total - 1) }))
 	req := request(body, 1_000_000)
-	req.Route.Name = "metrics-test"
+	req.Route.Name = route
 	if _, err := h.Chat(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	small := request(chatBody(userMsg("hi")), 1_000_000)
-	small.Route.Name = "metrics-test"
+	small.Route.Name = route
 	if _, err := h.Chat(context.Background(), small); err != nil {
 		t.Fatal(err)
 	}
 	over := request(body, 100)
-	over.Route.Name = "metrics-test"
+	over.Route.Name = route
 	if _, err := h.Chat(context.Background(), over); err == nil {
 		t.Fatal("no error over the window")
 	}
@@ -507,17 +512,17 @@ func TestMetrics(t *testing.T) {
 		got  float64
 		want float64
 	}{
-		{name: "cleared", got: value(t, metricCleared.WithLabelValues("metrics-test")), want: 3},
-		{name: "calls cleared", got: value(t, metricCalls.WithLabelValues("metrics-test", outcomeCleared)), want: 1},
-		{name: "calls skipped", got: value(t, metricCalls.WithLabelValues("metrics-test", outcomeSkipped)), want: 1},
-		{name: "calls rejected", got: value(t, metricCalls.WithLabelValues("metrics-test", outcomeRejected)), want: 1},
-		{name: "last resort error", got: value(t, metricLastResort.WithLabelValues("metrics-test", "error")), want: 1},
+		{name: "cleared", got: value(t, metricCleared.WithLabelValues(route)), want: 3},
+		{name: "calls cleared", got: value(t, metricCalls.WithLabelValues(route, outcomeCleared)), want: 1},
+		{name: "calls skipped", got: value(t, metricCalls.WithLabelValues(route, outcomeSkipped)), want: 1},
+		{name: "calls rejected", got: value(t, metricCalls.WithLabelValues(route, outcomeRejected)), want: 1},
+		{name: "last resort error", got: value(t, metricLastResort.WithLabelValues(route, "error")), want: 1},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)
 		}
 	}
-	if saved := value(t, metricSaved.WithLabelValues("metrics-test")); saved <= 0 {
+	if saved := value(t, metricSaved.WithLabelValues(route)); saved <= 0 {
 		t.Errorf("tokens saved = %v", saved)
 	}
 }
