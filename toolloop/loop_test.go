@@ -1,8 +1,11 @@
 package toolloop
 
 import (
+	"bytes"
 	"context"
+	"github.com/rs/zerolog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/llmgw/gateway/config"
@@ -197,7 +200,11 @@ func TestMaxIterationsEndsGracefully(t *testing.T) {
 		}
 		return toolRound("up-x", "call_"+r.ID, "calculator", `{"expression":"1"}`, 1, 1), ""
 	}}}
-	l := newLoop(t, []config.Tool{calcTool}, func(o *Options) { o.Loop.MaxIterations = 3 })
+	var logs syncBuffer
+	l := newLoop(t, []config.Tool{calcTool}, func(o *Options) {
+		o.Loop.MaxIterations = 3
+		o.Logger = zerolog.New(&logs)
+	})
 	req := request(m, true, userBody+`,"stream":true}`)
 	req.Hints.ToolTrace = true
 	resp, err := l.Chat(context.Background(), req)
@@ -214,6 +221,27 @@ func TestMaxIterationsEndsGracefully(t *testing.T) {
 	if r := gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "x_gateway.stop_reason").String(); r != "max_iterations" {
 		t.Fatalf("stop_reason %q", r)
 	}
+	if line := logs.String(); !strings.Contains(line, "tool loop budget reached") || !strings.Contains(line, `"max_iterations"`) {
+		t.Fatalf("no log line saying why the loop ended: %q", line)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestInvalidArgumentsThenCorrected(t *testing.T) {
