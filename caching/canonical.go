@@ -1,6 +1,7 @@
 package caching
 
 import (
+	"github.com/llmgw/gateway/jsonstring"
 	"math"
 	"slices"
 	"strconv"
@@ -63,7 +64,7 @@ func (c *canon) value(v gjson.Result) {
 	case gjson.Number:
 		c.buf = appendNumber(c.buf, v.Raw)
 	case gjson.String:
-		c.buf = appendString(c.buf, unquote(v))
+		c.buf = jsonstring.Append(c.buf, unquote(v))
 	case gjson.JSON:
 		if v.IsArray() {
 			c.buf = append(c.buf, '[')
@@ -109,7 +110,7 @@ func (c *canon) sortedMembers(start int) {
 			c.buf = append(c.buf, ',')
 		}
 		p := c.pairs[i] // c.pairs may grow (and move) while the value recurses
-		c.buf = appendString(c.buf, p.key)
+		c.buf = jsonstring.Append(c.buf, p.key)
 		c.buf = append(c.buf, ':')
 		c.value(p.val)
 	}
@@ -218,47 +219,3 @@ func hex4(s string) (rune, bool) {
 }
 
 const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
-// encoding/json does; non-ASCII runes (U+FFFD included) are written raw, so
-// the output is its own canonical form.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, "\uFFFD"...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}

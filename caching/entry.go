@@ -2,6 +2,7 @@ package caching
 
 import (
 	"encoding/binary"
+	"github.com/llmgw/gateway/jsonstring"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -89,11 +90,11 @@ func newCompletionID() string {
 func renderJSON(completion []byte, id string, created int64, model string) []byte {
 	out := make([]byte, 0, len(completion)+96)
 	out = append(out, `{"id":`...)
-	out = appendString(out, id)
+	out = jsonstring.Append(out, id)
 	out = append(out, `,"object":"chat.completion","created":`...)
 	out = strconv.AppendInt(out, created, 10)
 	out = append(out, `,"model":`...)
-	out = appendString(out, model)
+	out = jsonstring.Append(out, model)
 	gjson.ParseBytes(completion).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id", "object", "created", "model", "x_gateway":

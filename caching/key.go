@@ -3,6 +3,7 @@ package caching
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/llmgw/gateway/jsonstring"
 
 	"github.com/tidwall/gjson"
 
@@ -53,9 +54,9 @@ func requestKey(r *pipeline.Request, toolSet string, shared bool) string {
 	c := getCanon()
 	c.buf = append(c.buf, keyVersion...)
 	c.buf = append(c.buf, 0)
-	c.buf = appendString(c.buf, resolvedModel(r))
+	c.buf = jsonstring.Append(c.buf, resolvedModel(r))
 	c.buf = append(c.buf, 0)
-	c.buf = appendString(c.buf, toolSet)
+	c.buf = jsonstring.Append(c.buf, toolSet)
 	c.buf = append(c.buf, 0)
 	// The top-level object, minus the ignored members, canonicalised like
 	// any other object.

@@ -1,6 +1,7 @@
 package caching
 
 import (
+	"github.com/llmgw/gateway/jsonstring"
 	"io"
 	"strconv"
 
@@ -114,14 +115,14 @@ func (r *recorder) completion() []byte {
 	}
 	out := make([]byte, 0, len(r.content)+len(r.usage)+256)
 	out = append(out, `{"id":`...)
-	out = appendString(out, r.id)
+	out = jsonstring.Append(out, r.id)
 	out = append(out, `,"object":"chat.completion","created":`...)
 	out = strconv.AppendInt(out, r.created, 10)
 	out = append(out, `,"model":`...)
-	out = appendString(out, r.model)
+	out = jsonstring.Append(out, r.model)
 	out = append(out, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	if r.hasContent && (len(r.content) > 0 || len(r.calls) == 0) {
-		out = appendString(out, string(r.content))
+		out = jsonstring.Append(out, string(r.content))
 	} else {
 		out = append(out, "null"...)
 	}
@@ -133,19 +134,19 @@ func (r *recorder) completion() []byte {
 				out = append(out, ',')
 			}
 			out = append(out, `{"id":`...)
-			out = appendString(out, c.id)
+			out = jsonstring.Append(out, c.id)
 			out = append(out, `,"type":`...)
-			out = appendString(out, c.typ)
+			out = jsonstring.Append(out, c.typ)
 			out = append(out, `,"function":{"name":`...)
-			out = appendString(out, c.name)
+			out = jsonstring.Append(out, c.name)
 			out = append(out, `,"arguments":`...)
-			out = appendString(out, string(c.args))
+			out = jsonstring.Append(out, string(c.args))
 			out = append(out, "}}"...)
 		}
 		out = append(out, ']')
 	}
 	out = append(out, `},"logprobs":null,"finish_reason":`...)
-	out = appendString(out, r.finish)
+	out = jsonstring.Append(out, r.finish)
 	out = append(out, "}]"...)
 	if len(r.usage) > 0 {
 		out = append(out, `,"usage":`...)
@@ -153,7 +154,7 @@ func (r *recorder) completion() []byte {
 	}
 	if r.fingerprint != "" {
 		out = append(out, `,"system_fingerprint":`...)
-		out = appendString(out, r.fingerprint)
+		out = jsonstring.Append(out, r.fingerprint)
 	}
 	return append(out, '}')
 }

@@ -1,6 +1,7 @@
 package caching
 
 import (
+	"github.com/llmgw/gateway/jsonstring"
 	"io"
 	"strconv"
 	"unicode/utf8"
@@ -47,14 +48,14 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 
 	var prefix []byte
 	prefix = append(prefix, `{"id":`...)
-	prefix = appendString(prefix, id)
+	prefix = jsonstring.Append(prefix, id)
 	prefix = append(prefix, `,"object":"chat.completion.chunk","created":`...)
 	prefix = strconv.AppendInt(prefix, created, 10)
 	prefix = append(prefix, `,"model":`...)
-	prefix = appendString(prefix, model)
+	prefix = jsonstring.Append(prefix, model)
 	if fp.Type == gjson.String {
 		prefix = append(prefix, `,"system_fingerprint":`...)
-		prefix = appendString(prefix, fp.Str)
+		prefix = jsonstring.Append(prefix, fp.Str)
 	}
 	suffix := `,"logprobs":null,"finish_reason":null}]}`
 	if includeUsage {
@@ -82,9 +83,9 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 				b.buf = append(b.buf, `{"tool_calls":[{"index":`...)
 				b.buf = append(b.buf, idx...)
 				b.buf = append(b.buf, `,"id":`...)
-				b.buf = appendString(b.buf, c.Get("id").String())
+				b.buf = jsonstring.Append(b.buf, c.Get("id").String())
 				b.buf = append(b.buf, `,"type":"function","function":{"name":`...)
-				b.buf = appendString(b.buf, c.Get("function.name").String())
+				b.buf = jsonstring.Append(b.buf, c.Get("function.name").String())
 				b.buf = append(b.buf, `,"arguments":""}}]}`...)
 			})
 			for _, frag := range splitRunes(c.Get("function.arguments").String(), replayPiece) {
@@ -92,7 +93,7 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 					b.buf = append(b.buf, `{"tool_calls":[{"index":`...)
 					b.buf = append(b.buf, idx...)
 					b.buf = append(b.buf, `,"function":{"arguments":`...)
-					b.buf = appendString(b.buf, frag)
+					b.buf = jsonstring.Append(b.buf, frag)
 					b.buf = append(b.buf, `}}]}`...)
 				})
 			}
@@ -104,7 +105,7 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		for _, frag := range splitRunes(content.String(), replayPiece) {
 			emit(func() {
 				b.buf = append(b.buf, `{"content":`...)
-				b.buf = appendString(b.buf, frag)
+				b.buf = jsonstring.Append(b.buf, frag)
 				b.buf = append(b.buf, '}')
 			})
 		}
@@ -114,7 +115,7 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	start := len(b.buf)
 	b.buf = append(b.buf, prefix...)
 	b.buf = append(b.buf, `,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
-	b.buf = appendString(b.buf, finish.String())
+	b.buf = jsonstring.Append(b.buf, finish.String())
 	b.buf = append(b.buf, "}]"...)
 	if includeUsage {
 		b.buf = append(b.buf, `,"usage":null`...)

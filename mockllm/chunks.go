@@ -1,6 +1,7 @@
 package mockllm
 
 import (
+	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
 	"unicode/utf8"
 )
@@ -46,11 +47,11 @@ func newChunker(a *answer) *chunker {
 	c := &chunker{a: a}
 	h := make([]byte, 0, 160+len(a.model))
 	h = append(h, `data: {"id":`...)
-	h = appendJSONString(h, a.id)
+	h = jsonstring.Append(h, a.id)
 	h = append(h, `,"object":"chat.completion.chunk","created":`...)
 	h = strconv.AppendInt(h, a.created, 10)
 	h = append(h, `,"model":`...)
-	h = appendJSONString(h, a.model)
+	h = jsonstring.Append(h, a.model)
 	h = append(h, `,"system_fingerprint":"fp_mock","choices":[`...)
 	c.head = h
 	if n := len(a.turn.ToolCalls); n > 0 {
@@ -89,7 +90,7 @@ func (c *chunker) next(dst []byte) (out []byte, ok bool) {
 			}
 			dst = append(dst, c.head...)
 			dst = append(dst, `{"index":0,"delta":{"content":`...)
-			dst = appendJSONString(dst, text[c.textPos:end])
+			dst = jsonstring.Append(dst, text[c.textPos:end])
 			dst = append(dst, '}')
 			c.textPos = end
 			return c.closeChoice(dst, "")
@@ -127,7 +128,7 @@ func (c *chunker) closeChoice(dst []byte, finish string) ([]byte, bool) {
 	if finish == "" {
 		dst = append(dst, "null"...)
 	} else {
-		dst = appendJSONString(dst, finish)
+		dst = jsonstring.Append(dst, finish)
 	}
 	dst = append(dst, "}]"...)
 	if c.a.includeUsage {
@@ -179,11 +180,11 @@ func (c *chunker) toolDelta(dst []byte, i int) []byte {
 			c.pos[i] = len(args)
 		}
 		dst = append(dst, `,"id":`...)
-		dst = appendJSONString(dst, tc.ID)
+		dst = jsonstring.Append(dst, tc.ID)
 		dst = append(dst, `,"type":"function","function":{"name":`...)
-		dst = appendJSONString(dst, tc.Name)
+		dst = jsonstring.Append(dst, tc.Name)
 		dst = append(dst, `,"arguments":`...)
-		dst = appendJSONString(dst, args)
+		dst = jsonstring.Append(dst, args)
 		return append(dst, "}}]}"...)
 	}
 	args := tc.Arguments
@@ -191,7 +192,7 @@ func (c *chunker) toolDelta(dst []byte, i int) []byte {
 	end := cutRunes(args, start, c.a.chunking.ArgBytes)
 	c.pos[i] = end
 	dst = append(dst, `,"function":{"arguments":`...)
-	dst = appendJSONString(dst, args[start:end])
+	dst = jsonstring.Append(dst, args[start:end])
 	return append(dst, "}}]}"...)
 }
 

@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"bufio"
+	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -16,11 +17,11 @@ import (
 func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 	b := make([]byte, 0, 256+len(ctx.PostBody()))
 	b = append(b, `{"method":`...)
-	b = appendJSONString(b, string(ctx.Method()))
+	b = jsonstring.Append(b, string(ctx.Method()))
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, string(ctx.Path()))
+	b = jsonstring.Append(b, string(ctx.Path()))
 	b = append(b, `,"query":`...)
-	b = appendJSONString(b, string(ctx.QueryArgs().QueryString()))
+	b = jsonstring.Append(b, string(ctx.QueryArgs().QueryString()))
 	b = append(b, `,"headers":{`...)
 	first := true
 	for k, v := range ctx.Request.Header.All() {
@@ -28,12 +29,12 @@ func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 			b = append(b, ',')
 		}
 		first = false
-		b = appendJSONString(b, string(k))
+		b = jsonstring.Append(b, string(k))
 		b = append(b, ':')
-		b = appendJSONString(b, string(v))
+		b = jsonstring.Append(b, string(v))
 	}
 	b = append(b, `},"body":`...)
-	b = appendJSONString(b, string(ctx.PostBody()))
+	b = jsonstring.Append(b, string(ctx.PostBody()))
 	b = append(b, '}')
 
 	status := fasthttp.StatusOK
@@ -92,7 +93,7 @@ func (s *Server) listModels(ctx *fasthttp.RequestCtx, path []byte) {
 
 func appendModel(dst []byte, id string) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, id)
+	dst = jsonstring.Append(dst, id)
 	dst = append(dst, `,"object":"model","created":`...)
 	dst = strconv.AppendInt(dst, modelsCreated, 10)
 	return append(dst, `,"owned_by":"mockllm"}`...)

@@ -1,64 +1,19 @@
 package mockllm
 
 import (
+	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
-	"unicode/utf8"
 )
 
 // This file appends JSON by hand: the mock is a load target, so no reflection
 // in the hot path. Every function appends to dst and returns the extended slice.
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
-// as encoding/json does, so every output is a valid JSON document.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // appendNullableString appends s as a JSON string, or null when s is empty.
 func appendNullableString(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, "null"...)
 	}
-	return appendJSONString(dst, s)
+	return jsonstring.Append(dst, s)
 }
 
 // appendUsage appends an OpenAI CompletionUsage object.
@@ -82,9 +37,9 @@ func appendUsage(dst []byte, u Usage) []byte {
 // all four keys; empty param and code are null.
 func appendErrorObject(dst []byte, e *apiError) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = appendJSONString(dst, e.message)
+	dst = jsonstring.Append(dst, e.message)
 	dst = append(dst, `,"type":`...)
-	dst = appendJSONString(dst, e.typ)
+	dst = jsonstring.Append(dst, e.typ)
 	dst = append(dst, `,"param":`...)
 	dst = appendNullableString(dst, e.param)
 	dst = append(dst, `,"code":`...)
@@ -95,27 +50,27 @@ func appendErrorObject(dst []byte, e *apiError) []byte {
 // appendToolCall appends one complete tool call of a non-stream message.
 func appendToolCall(dst []byte, tc ToolCall) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, tc.ID)
+	dst = jsonstring.Append(dst, tc.ID)
 	dst = append(dst, `,"type":"function","function":{"name":`...)
-	dst = appendJSONString(dst, tc.Name)
+	dst = jsonstring.Append(dst, tc.Name)
 	dst = append(dst, `,"arguments":`...)
-	dst = appendJSONString(dst, tc.Arguments)
+	dst = jsonstring.Append(dst, tc.Arguments)
 	return append(dst, "}}"...)
 }
 
 // appendCompletion appends a whole chat.completion object.
 func appendCompletion(dst []byte, a *answer) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, a.id)
+	dst = jsonstring.Append(dst, a.id)
 	dst = append(dst, `,"object":"chat.completion","created":`...)
 	dst = strconv.AppendInt(dst, a.created, 10)
 	dst = append(dst, `,"model":`...)
-	dst = appendJSONString(dst, a.model)
+	dst = jsonstring.Append(dst, a.model)
 	dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	if a.turn.Text == "" && len(a.turn.ToolCalls) > 0 {
 		dst = append(dst, "null"...)
 	} else {
-		dst = appendJSONString(dst, a.turn.Text)
+		dst = jsonstring.Append(dst, a.turn.Text)
 	}
 	dst = append(dst, `,"refusal":null`...)
 	if len(a.turn.ToolCalls) > 0 {
@@ -129,7 +84,7 @@ func appendCompletion(dst []byte, a *answer) []byte {
 		dst = append(dst, ']')
 	}
 	dst = append(dst, `},"logprobs":null,"finish_reason":`...)
-	dst = appendJSONString(dst, a.finish)
+	dst = jsonstring.Append(dst, a.finish)
 	dst = append(dst, `}],"usage":`...)
 	dst = appendUsage(dst, a.usage)
 	return append(dst, `,"system_fingerprint":"fp_mock"}`...)

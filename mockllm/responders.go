@@ -1,6 +1,7 @@
 package mockllm
 
 import (
+	"github.com/llmgw/gateway/jsonstring"
 	"strings"
 	"sync/atomic"
 )
@@ -57,7 +58,7 @@ func DemoResponder(c *Call) Turn {
 		}
 		if c.Offers("calculator") {
 			if expr := findExpression(c.LastText); expr != "" {
-				args := appendJSONString([]byte(`{"expression":`), expr)
+				args := jsonstring.Append([]byte(`{"expression":`), expr)
 				calls = append(calls, ToolCall{Name: "calculator", Arguments: string(append(args, '}'))})
 			}
 		}

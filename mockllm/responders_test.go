@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"encoding/json"
+	"github.com/llmgw/gateway/jsonstring"
 	"sync"
 	"testing"
 	"unicode/utf8"
@@ -151,7 +152,7 @@ func FuzzAppendJSONString(f *testing.F) {
 	f.Add("日本語 🌍 \u2028")
 	f.Add("bad \xff\xfe utf8 \xe6\x97")
 	f.Fuzz(func(t *testing.T, s string) {
-		out := appendJSONString(nil, s)
+		out := jsonstring.Append(nil, s)
 		if !gjson.ValidBytes(out) {
 			t.Fatalf("invalid JSON %q", out)
 		}

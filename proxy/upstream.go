@@ -3,9 +3,9 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/llmgw/gateway/jsonstring"
 	"net"
 	"net/url"
 	"strconv"
@@ -276,19 +276,6 @@ func setModel(dst, doc []byte, model string) []byte {
 		return doc
 	}
 	dst = append(dst[:0], doc[:r.Index]...)
-	dst = appendJSONString(dst, model)
+	dst = jsonstring.Append(dst, model)
 	return append(dst, doc[r.Index+len(r.Raw):]...)
-}
-
-// appendJSONString appends s as a JSON string literal.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			b, _ := json.Marshal(s)
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }

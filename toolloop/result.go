@@ -1,9 +1,11 @@
 package toolloop
 
 import (
+	"unsafe"
+
 	"errors"
+	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 )
@@ -78,40 +80,7 @@ func resultText(content []byte) string {
 	return d.Raw
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD.
+// appendJSONString appends s as a JSON string literal (see jsonstring.Append).
 func appendJSONString(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				dst = append(dst, '\\', c)
-			case c == '\n':
-				dst = append(dst, '\\', 'n')
-			case c == '\r':
-				dst = append(dst, '\\', 'r')
-			case c == '\t':
-				dst = append(dst, '\\', 't')
-			case c < 0x20:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				dst = append(dst, c)
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			dst = append(dst, `\ufffd`...)
-		} else if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		} else {
-			dst = append(dst, s[i:i+n]...)
-		}
-		i += n
-	}
-	return append(dst, '"')
+	return jsonstring.Append(dst, unsafe.String(unsafe.SliceData(s), len(s))) // read-only view
 }
