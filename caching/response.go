@@ -245,8 +245,11 @@ func (c *responseCache) store(ctx context.Context, key string, completion []byte
 // themselves (a non-final answer is not shared). A leader that failed because
 // its own client left does not fail the followers.
 func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
+	// Do, not DoChan: the leader runs the call in its own goroutine (no
+	// hand-off on every miss); a follower waits at most as long as the
+	// leader's request, which the upstream timeouts bound.
 	leader := false
-	ch := c.flight.DoChan(key, func() (any, error) {
+	val, err, _ := c.flight.Do(key, func() (any, error) {
 		leader = true
 		resp, err := c.next.Chat(ctx, r)
 		if err != nil || resp == nil || resp.Stream != nil {
@@ -261,12 +264,7 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 		}
 		return fr, nil
 	})
-	var res singleflight.Result
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	res := singleflight.Result{Val: val, Err: err}
 	if leader { // set before the result was sent: no race
 		resultMiss.Inc()
 		r.Meta.Set(HeaderCache, "miss")
