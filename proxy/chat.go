@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -73,7 +72,7 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	sk := &sink{s: s, rt: rt, req: req, stream: resp.Stream, cancel: cancel, conn: ctx.Conn()}
 	activeStreams.Inc()
-	ctx.SetBodyStreamWriter(sk.run)
+	ctx.SetBodyStream(sk, -1)
 }
 
 func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {
@@ -114,9 +113,12 @@ func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 	return append([]byte(nil), b...), nil
 }
 
-// sink writes a Stream to the client as SSE, flushing every event. It runs
-// in fasthttp's body-writer goroutine after the handler returned, and uses
-// only its own copies.
+// sink writes a Stream to the client as SSE. It is the response's body
+// stream: fasthttp calls WriteTo in the connection's goroutine after the
+// handler returned, and frames every Write as one flushed HTTP chunk, so each
+// event leaves at once with no pipe and no extra goroutine. The sink uses
+// only its own copies. Close (called by fasthttp when the body is done or
+// the connection failed) ends the request exactly once.
 type sink struct {
 	s      *Server
 	rt     *Runtime
@@ -124,88 +126,170 @@ type sink struct {
 	stream pipeline.Stream
 	cancel context.CancelFunc
 	conn   net.Conn
+
+	stop     func() // stops the peer watcher
+	buf      []byte // the event being written; reused
+	pending  []byte // Read's unread part of buf
+	ended    bool   // the last event was produced
+	finished bool
+	written  int
+	ttfb     time.Duration
+	usage    gjson.Result
+	failure  error
 }
+
+var (
+	_ fasthttp.BodyWriterTo = (*sink)(nil)
+	_ io.Closer             = (*sink)(nil)
+)
 
 var usageKey = []byte(`"usage":{`)
 
-func (k *sink) run(w *bufio.Writer) {
-	defer activeStreams.Dec()
-	defer k.rt.inflight.Add(-1)
-	start := k.req.Start
-	stop := func() {}
-	if k.conn != nil {
-		stop = watchPeer(k.conn, k.cancel)
-	}
-	var (
-		buf     []byte
-		written int
-		ttfb    time.Duration
-		usage   gjson.Result
-		status  = 200
-		failure error
-	)
-	for {
-		chunk, err := k.stream.Next()
+// SupportsBodyWriteTo tells fasthttp that WriteTo replaces Read.
+func (k *sink) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo writes every event to w, one Write per event.
+func (k *sink) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for !k.ended {
+		b := k.event()
+		if len(b) == 0 {
+			continue
+		}
+		m, err := w.Write(b)
+		n += int64(m)
 		if err != nil {
-			if err != io.EOF { // an UpstreamError may wrap io.EOF: that is a cut, not an end
-				failure = err
-			}
-			break
+			k.gone()
+			return n, err
 		}
-		if len(chunk) > 0 && chunk[0] == ':' {
-			buf = sse.AppendComment(buf[:0], chunk[1:])
-		} else {
-			if bytes.Contains(chunk, usageKey) {
-				if u := gjson.GetBytes(chunk, "usage"); u.IsObject() {
-					usage = u // GetBytes copies: safe after chunk is reused
-				}
-			}
-			buf = sse.AppendData(buf[:0], chunk)
-		}
-		if _, err := w.Write(buf); err != nil {
-			failure = pipeline.ErrClientGone
-			break
-		}
-		if err := w.Flush(); err != nil {
-			failure = pipeline.ErrClientGone
-			break
-		}
-		if ttfb == 0 {
-			ttfb = time.Since(start)
-		}
-		written += len(buf)
+		k.wrote(m)
 	}
-	stop()
-	k.stream.Close() // before cancel: a cancel would fire the stream's AfterFunc on a pooled connection
-	k.cancel()
-	if failure != nil && errors.Is(failure, context.Canceled) && k.s.base.Err() != nil {
+	k.finish()
+	return n, nil
+}
+
+// Read is the plain io.Reader form of WriteTo, for any caller that reads
+// the body instead.
+func (k *sink) Read(p []byte) (int, error) {
+	for len(k.pending) == 0 {
+		if k.ended {
+			k.finish()
+			return 0, io.EOF
+		}
+		k.pending = k.event()
+	}
+	n := copy(p, k.pending)
+	k.pending = k.pending[n:]
+	k.wrote(n)
+	return n, nil
+}
+
+// Close ends the request if WriteTo did not (the connection failed first).
+func (k *sink) Close() error {
+	if !k.ended && k.failure == nil {
+		k.gone()
+	}
+	k.finish()
+	return nil
+}
+
+func (k *sink) wrote(n int) {
+	if k.ttfb == 0 {
+		k.ttfb = time.Since(k.req.Start)
+	}
+	k.written += n
+}
+
+// gone records that the client went away.
+func (k *sink) gone() {
+	k.failure, k.ended = pipeline.ErrClientGone, true
+	k.release()
+}
+
+// event returns the bytes of the next SSE event (nil for nothing to write).
+// After the stream ends it returns [DONE] or the error event and sets ended.
+func (k *sink) event() []byte {
+	if k.stop == nil {
+		k.stop = func() {}
+		if k.conn != nil {
+			k.stop = watchPeer(k.conn, k.cancel)
+		}
+	}
+	chunk, err := k.stream.Next()
+	if err == nil {
+		if len(chunk) > 0 && chunk[0] == ':' {
+			k.buf = sse.AppendComment(k.buf[:0], chunk[1:])
+			return k.buf
+		}
+		if bytes.Contains(chunk, usageKey) {
+			if u := gjson.GetBytes(chunk, "usage"); u.IsObject() {
+				k.usage = u // GetBytes copies: safe after chunk is reused
+			}
+		}
+		k.buf = sse.AppendData(k.buf[:0], chunk)
+		return k.buf
+	}
+	k.ended = true
+	if err != io.EOF { // an UpstreamError may wrap io.EOF: that is a cut, not an end
+		k.failure = err
+	}
+	k.release()
+	if k.failure != nil && errors.Is(k.failure, context.Canceled) && k.s.base.Err() != nil {
 		// The shutdown grace period ended: tell the client, never end quietly.
-		failure = pipeline.Errorf(503, "server_error", "server_shutting_down", "the gateway is shutting down; retry the request")
+		k.failure = pipeline.Errorf(503, "server_error", "server_shutting_down", "the gateway is shutting down; retry the request")
 	}
 	switch {
-	case failure == nil:
-		if _, err := w.Write(sse.Done); err == nil && w.Flush() == nil {
-			written += len(sse.Done)
-		}
-	case errors.Is(failure, pipeline.ErrClientGone) || errors.Is(failure, context.Canceled):
-		status = 499
+	case k.failure == nil:
+		return sse.Done
+	case errors.Is(k.failure, pipeline.ErrClientGone) || errors.Is(k.failure, context.Canceled):
+		k.failure = pipeline.ErrClientGone
+		return nil
 	default:
-		env := mapError(failure)
-		status = env.logStatus
-		buf = sse.AppendError(buf[:0], env.body)
-		if _, err := w.Write(buf); err == nil && w.Flush() == nil {
-			written += len(buf)
-		}
-		k.s.log.Warn().Str("request_id", k.req.ID).AnErr("cause", failure).Msg("stream ended with an error")
+		k.s.log.Warn().Str("request_id", k.req.ID).AnErr("cause", k.failure).Msg("stream ended with an error")
+		return sse.AppendError(k.buf[:0], mapError(k.failure).body)
 	}
+}
+
+// release stops the watcher and closes the upstream side, once: Close
+// before cancel, since a cancel fires the upstream stream's AfterFunc,
+// which must never touch a connection already back in the pool.
+func (k *sink) release() {
+	if k.stream == nil {
+		return
+	}
+	if k.stop != nil {
+		k.stop()
+	}
+	k.stream.Close()
+	k.cancel()
+	k.stream = nil
+}
+
+// finish ends the request once: metrics, access log, in-flight count.
+func (k *sink) finish() {
+	if k.finished {
+		return
+	}
+	k.finished = true
+	k.release()
+	status := 200
+	switch {
+	case errors.Is(k.failure, pipeline.ErrClientGone):
+		status = 499
+	case k.failure != nil:
+		status = mapError(k.failure).logStatus
+	}
+	ttfb := k.ttfb
 	if ttfb == 0 {
-		ttfb = time.Since(start)
+		ttfb = time.Since(k.req.Start)
 	}
-	elapsed := time.Since(start)
+	elapsed := time.Since(k.req.Start)
 	requestsTotal.WithLabelValues(chatRoute, k.req.Model, strconv.Itoa(status)).Inc()
 	requestSeconds.WithLabelValues(chatRoute).Observe(elapsed.Seconds())
 	firstByteSeconds.WithLabelValues(chatRoute).Observe(ttfb.Seconds())
-	k.s.accessLog(k.req, status, elapsed, ttfb, written, usage)
+	k.s.accessLog(k.req, status, elapsed, ttfb, k.written, k.usage)
+	activeStreams.Dec()
+	k.rt.inflight.Add(-1)
 }
 
 // usageOf reads the usage object of a chat.completion body.
