@@ -222,3 +222,58 @@ func TestMixedTurnsStayBounded(t *testing.T) {
 		})
 	}
 }
+
+// Two conversations whose upstream reuses the same call ids (short or
+// sequential ids, or ids repeated after a restart) never share hidden
+// state: the client sees the gateway's own unguessable ids, and a follow-up
+// carrying the upstream's id resumes nothing.
+func TestMixedTurnStateNotSharedAcrossConversations(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole == "user" {
+			secret := "6*7"
+			if strings.Contains(c.LastText, "bob") {
+				secret = "2*3"
+			}
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{
+				{ID: "call_1", Name: "calculator", Arguments: `{"expression":"` + secret + `"}`},
+				{ID: "call_2", Name: "lookup_city", Arguments: `{"name":"Zürich"}`},
+			}}
+		}
+		return mockllm.Turn{Text: "done"}
+	}})
+	start := func(who string) (openai.ChatCompletionNewParams, openai.ChatCompletionMessage) {
+		p := userMsg("I am " + who)
+		p.Tools = cityTool()
+		resp, err := h.client.Chat.Completions.New(context.Background(), p)
+		if err != nil || len(resp.Choices[0].Message.ToolCalls) != 1 {
+			t.Fatalf("%s: %v %+v", who, err, resp)
+		}
+		return p, resp.Choices[0].Message
+	}
+	pa, ma := start("alice")
+	pb, mb := start("bob")
+	if ma.ToolCalls[0].ID == mb.ToolCalls[0].ID || ma.ToolCalls[0].ID == "call_2" {
+		t.Fatalf("client-visible ids %q and %q: the upstream's reused ids leak through", ma.ToolCalls[0].ID, mb.ToolCalls[0].ID)
+	}
+	n := len(h.mock.Requests())
+	if _, err := h.client.Chat.Completions.New(context.Background(), followUp(pb, mb)); err != nil {
+		t.Fatal(err)
+	}
+	bobBody := string(h.mock.Requests()[n].Body)
+	if !strings.Contains(bobBody, `2*3`) || strings.Contains(bobBody, `6*7`) || !strings.Contains(bobBody, `\"result\":6`) {
+		t.Fatalf("bob's follow-up was rebuilt with someone else's hidden turn: %s", bobBody)
+	}
+	// A follow-up naming the upstream's id resumes nothing (the history goes
+	// upstream as sent, still valid).
+	forged := ma
+	forged.ToolCalls = append([]openai.ChatCompletionMessageToolCallUnion(nil), ma.ToolCalls...)
+	forged.ToolCalls[0].ID = "call_2"
+	n = len(h.mock.Requests())
+	if _, err := h.client.Chat.Completions.New(context.Background(), followUp(pa, forged)); err != nil {
+		t.Fatal(err)
+	}
+	if body := string(h.mock.Requests()[n].Body); strings.Contains(body, "6*7") || strings.Contains(body, "calculator") && strings.Contains(body, `"tool_call_id":"call_1"`) {
+		t.Fatalf("a forged id resumed hidden state: %s", body)
+	}
+}

@@ -182,7 +182,7 @@ func TestToolLoopClientCallsNormalized(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 	for i, want := range []mockllm.ToolCall{calls[0], calls[2]} {
-		if got[i].ID != want.ID || got[i].Function.Name != want.Name || got[i].Function.Arguments != want.Arguments {
+		if !sameID(got[i].ID, want.ID) || got[i].Function.Name != want.Name || got[i].Function.Arguments != want.Arguments {
 			t.Fatalf("call %d: %+v want %+v", i, got[i], want)
 		}
 	}

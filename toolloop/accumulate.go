@@ -1,14 +1,20 @@
 package toolloop
 
 import (
+	"crypto/rand"
+
 	"github.com/tidwall/gjson"
 )
+
+// newCallID returns an unguessable tool-call id (128 random bits).
+func newCallID() string { return "call_" + rand.Text() }
 
 // call is one tool call of a model turn, accumulated from stream deltas or
 // read whole from a non-stream message. The loop owns it; nothing is shared.
 type call struct {
 	upIndex int    // the upstream's index (or the position for whole calls)
-	id      string // may be empty until a delta carries it
+	id      string // the id the client and the history see; may be empty until a delta carries it
+	upID    string // the upstream's id, used only to match deltas
 	name    string
 	args    []byte // unescaped arguments JSON text, concatenated
 	kind    callKind
@@ -36,6 +42,12 @@ const (
 type accumulator struct {
 	calls   []*call
 	ignored int // deltas dropped (over maxCalls or not an object)
+
+	// gatewayIDs gives every call an unguessable id of the gateway's own
+	// instead of the upstream's. Set when server tools run: the client's
+	// follow-up is matched to hidden state by these ids, and an upstream's
+	// ids may be short, sequential or reused across conversations.
+	gatewayIDs bool
 }
 
 const maxCalls = 128
@@ -82,7 +94,7 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 			return nil, false
 		}
 		c = a.byIndex(int(i))
-	case len(a.calls) > 0 && (idStr == "" || idStr == a.calls[len(a.calls)-1].id):
+	case len(a.calls) > 0 && (idStr == "" || idStr == a.calls[len(a.calls)-1].upID):
 		c = a.calls[len(a.calls)-1]
 	default:
 		c = a.byIndex(a.nextFreeIndex())
@@ -91,8 +103,14 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 		a.ignored++
 		return nil, false
 	}
-	if idStr != "" && c.id == "" {
-		c.id = idStr
+	if idStr != "" && c.upID == "" {
+		c.upID = idStr
+		if !a.gatewayIDs {
+			c.id = idStr
+		}
+	}
+	if a.gatewayIDs && c.id == "" {
+		c.id = newCallID()
 	}
 	if name.Type == gjson.String && name.Str != "" {
 		// A complete name repeated in a later delta (some upstreams do) is
@@ -140,7 +158,7 @@ func (a *accumulator) nextFreeIndex() int {
 }
 
 // callsFromMessage reads message.tool_calls of a non-stream turn.
-func callsFromMessage(tc gjson.Result) []*call {
+func callsFromMessage(tc gjson.Result, gatewayIDs bool) []*call {
 	if !tc.IsArray() {
 		return nil
 	}
@@ -149,7 +167,11 @@ func callsFromMessage(tc gjson.Result) []*call {
 		if len(calls) >= maxCalls || !v.IsObject() {
 			return len(calls) < maxCalls
 		}
-		c := &call{upIndex: len(calls), id: v.Get("id").String(), name: v.Get("function.name").String()}
+		c := &call{upIndex: len(calls), upID: v.Get("id").String(), name: v.Get("function.name").String()}
+		c.id = c.upID
+		if gatewayIDs {
+			c.id = newCallID()
+		}
 		if a := v.Get("function.arguments"); a.Type == gjson.String {
 			c.args = []byte(a.String())
 		} else if a.Exists() {

@@ -38,7 +38,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		s.usage.add(res[2])
 		s.noteUsage(res[2])
 		text := []byte(res[3].String())
-		calls := callsFromMessage(res[4])
+		calls := callsFromMessage(res[4], len(s.p.set.tools) > 0)
 		f := finalEdit{finish: res[5].String()}
 		if len(calls) == 0 {
 			if f.finish == "tool_calls" {

@@ -122,7 +122,7 @@ func bodyAsChunk(body []byte) []byte {
 	b = appendJSONString(b, []byte(res[2].String()))
 	b = append(b, `,"choices":[{"index":0,"delta":{"content":`...)
 	b = appendJSONString(b, []byte(res[3].String()))
-	calls := callsFromMessage(res[4])
+	calls := callsFromMessage(res[4], false) // re-read by the accumulator, which assigns ids
 	if len(calls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
 		for i, c := range calls {

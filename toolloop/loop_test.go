@@ -63,7 +63,10 @@ func TestStreamTwoServerRoundsThenAnswer(t *testing.T) {
 	// Round 3 sees both turns: assistant+tool, assistant+tool.
 	third := m.body(2)
 	msgs := gjson.GetBytes(third, "messages").Array()
-	if len(msgs) != 5 || msgs[1].Get("tool_calls.0.id").String() != "call_a" || msgs[2].Get("tool_call_id").String() != "call_a" {
+	// With server tools the gateway gives every call its own unguessable id
+	// (the upstream's "call_a" is not shown); calls and results stay paired.
+	id := msgs[1].Get("tool_calls.0.id").String()
+	if len(msgs) != 5 || !strings.HasPrefix(id, "call_") || len(id) < 20 || id == "call_a" || msgs[2].Get("tool_call_id").String() != id {
 		t.Fatalf("history %s", gjson.GetBytes(third, "messages").Raw)
 	}
 	if c := gjson.Parse(msgs[2].Get("content").String()); c.Get("status").String() != "ok" || c.Get("data.result").Float() != 3 {
@@ -138,8 +141,14 @@ func TestClientCallsNormalized(t *testing.T) {
 	}
 	for i, w := range want {
 		c := sum.ToolCalls[i]
-		if c.Index != i || c.ID != w.id || c.Name != w.name || c.Arguments != w.args {
-			t.Fatalf("call %d = %+v, want %+v", i, c, w)
+		// Server tools are configured: ids are the gateway's own, unique.
+		if c.Index != i || c.ID == w.id || len(c.ID) < 20 || c.Name != w.name || c.Arguments != w.args {
+			t.Fatalf("call %d = %+v, want %+v with a gateway id", i, c, w)
+		}
+		for _, o := range sum.ToolCalls[:i] {
+			if o.ID == c.ID {
+				t.Fatalf("duplicate id %s", c.ID)
+			}
 		}
 	}
 	if m.calls() != 1 {

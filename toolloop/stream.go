@@ -96,6 +96,7 @@ func (s *session) startStream(ctx context.Context) (*pipeline.Response, error) {
 		return nil, err
 	}
 	st := &loopStream{s: s, ctx: lctx, cancel: cancel, up: asStream(resp), op: make(chan opResult, 1)}
+	st.acc.gatewayIDs = len(s.p.set.tools) > 0
 	return &pipeline.Response{Stream: st}, nil
 }
 

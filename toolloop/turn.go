@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -126,7 +124,7 @@ func (s *session) checkBudget() {
 func ensureIDs(calls []*call) {
 	for _, c := range calls {
 		if c.id == "" {
-			c.id = "call_gw" + strconv.FormatUint(rand.Uint64(), 36)
+			c.id = newCallID()
 		}
 	}
 }
