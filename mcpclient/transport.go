@@ -20,6 +20,8 @@ var inheritedEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", 
 func transport(c *config.MCPServer) mcp.Transport {
 	if c.Command != "" {
 		cmd := exec.Command(c.Command, c.Args...)
+		// Never nil: a nil Env would inherit the gateway's whole environment.
+		cmd.Env = make([]string, 0, len(inheritedEnv)+len(c.Env))
 		for _, k := range inheritedEnv {
 			if v, ok := os.LookupEnv(k); ok {
 				cmd.Env = append(cmd.Env, k+"="+v)
@@ -31,7 +33,12 @@ func transport(c *config.MCPServer) mcp.Transport {
 		isolate(cmd)
 		return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}
-	hc := &http.Client{Transport: headerRT{base: http.DefaultTransport, headers: c.Headers}}
+	hc := &http.Client{
+		Transport: headerRT{base: http.DefaultTransport, headers: c.Headers},
+		// The configured headers (credentials) go only to the configured
+		// endpoint: redirects are not followed.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: 1}
 }
 

@@ -3,7 +3,6 @@ package toolloop
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -184,4 +183,6 @@ func (l *Loop) applicable(reg *registry, req *pipeline.Request) []*tool {
 	return out
 }
 
-func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+// isEOF reports a clean end. Only io.EOF itself: an UpstreamError may wrap
+// io.EOF, and that is a cut stream, never a complete answer.
+func isEOF(err error) bool { return err == io.EOF }

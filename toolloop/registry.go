@@ -159,6 +159,9 @@ func compileSchema(params string) (*jsonschema.Schema, error) {
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
 	c := jsonschema.NewCompiler()
+	// Schemas may come from MCP servers: never let a $ref read local files
+	// or block on one. Only the document itself is compiled.
+	c.UseLoader(jsonschema.SchemeURLLoader{})
 	if err := c.AddResource("tool.json", doc); err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 // called by one goroutine at a time; Close may be called from any goroutine,
 // more than once.
 type loopStream struct {
+	roundUsage []byte // the current round's last usage object (raw JSON)
 	s      *session
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -261,8 +262,11 @@ func (st *loopStream) onChunk(ch []byte) {
 		case "choices":
 			choices = v
 		case "usage":
-			st.s.usage.add(v)
-			st.s.noteUsage(v)
+			// Some upstreams send running totals on several chunks: keep the
+			// round's last usage and count it once, when the round ends.
+			if v.IsObject() {
+				st.roundUsage = append(st.roundUsage[:0], v.Raw...)
+			}
 		}
 		return true
 	})
@@ -397,6 +401,12 @@ func (st *loopStream) pump() {
 func (st *loopStream) endRound() {
 	s := st.s
 	st.closeUp()
+	if len(st.roundUsage) > 0 {
+		u := gjson.ParseBytes(st.roundUsage)
+		s.usage.add(u)
+		s.noteUsage(u)
+		st.roundUsage = st.roundUsage[:0]
+	}
 	if !st.started {
 		st.begin("", 0, "")
 	}
