@@ -2,9 +2,9 @@ package mcpclient
 
 import (
 	"context"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 

@@ -25,9 +25,9 @@ import (
 // more than once.
 type loopStream struct {
 	roundUsage []byte // the current round's last usage object (raw JSON)
-	s      *session
-	ctx    context.Context
-	cancel context.CancelFunc
+	s          *session
+	ctx        context.Context
+	cancel     context.CancelFunc
 
 	mu     sync.Mutex // guards up, closed, and wg.Add against Close's Wait
 	up     pipeline.Stream
