@@ -60,7 +60,11 @@ func (u *upstream) Chat(ctx context.Context, r *pipeline.Request) (*pipeline.Res
 			name, args, _ := strings.Cut(c, ":")
 			tcs = append(tcs, fmt.Sprintf(`{"id":"call_%d","type":"function","function":{"name":%q,"arguments":%q}}`, i, name, args))
 		}
-		msg = `{"role":"assistant","content":null,"refusal":null,"tool_calls":[` + strings.Join(tcs, ",") + `]}`
+		content := "null"
+		if u.content != "" {
+			content = fmt.Sprintf("%q", u.content)
+		}
+		msg = `{"role":"assistant","content":` + content + `,"refusal":null,"tool_calls":[` + strings.Join(tcs, ",") + `]}`
 	}
 	body := fmt.Sprintf(`{"id":"chatcmpl-up","object":"chat.completion","created":1767225600,"model":"up-model","choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],"usage":%s,"system_fingerprint":"fp_up"}`,
 		msg, finish, upstreamUsage)

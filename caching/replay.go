@@ -75,7 +75,20 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	calls := msg.Get("tool_calls")
 	content := msg.Get("content")
 	if calls.IsArray() && len(calls.Array()) > 0 {
-		emit(func() { b.buf = append(b.buf, `{"role":"assistant","content":null}`...) })
+		if text := content.String(); text != "" {
+			// Text before the calls: content deltas first, then the calls
+			// on chunks of their own (no content on tool-call chunks).
+			emit(func() { b.buf = append(b.buf, `{"role":"assistant","content":""}`...) })
+			for _, frag := range splitRunes(text, replayPiece) {
+				emit(func() {
+					b.buf = append(b.buf, `{"content":`...)
+					b.buf = jsonstring.Append(b.buf, frag)
+					b.buf = append(b.buf, '}')
+				})
+			}
+		} else {
+			emit(func() { b.buf = append(b.buf, `{"role":"assistant","content":null}`...) })
+		}
 		i := 0
 		calls.ForEach(func(_, c gjson.Result) bool {
 			idx := strconv.Itoa(i)

@@ -66,6 +66,7 @@ func TestCrossReplay(t *testing.T) {
 		{name: "tool calls json → stream", tools: []string{`lookup_city:{"name":"Oslo"}`, `local_time:{"tz":"CET","note":"` + strings.Repeat("ü", 80) + `"}`}, readStream: true, readUsage: true, wantUsageKept: true},
 		{name: "tool calls stream → json", tools: []string{`lookup_city:{"name":"Oslo"}`, `local_time:{"tz":"CET"}`}, fillStream: true, fillUsage: true, wantUsageKept: true},
 		{name: "tool calls stream → stream", tools: []string{`lookup_city:{"name":"Oslo"}`}, fillStream: true, readStream: true},
+		{name: "text and tool calls json → stream", content: "Let me look that up.", tools: []string{`lookup_city:{"name":"Oslo"}`}, readStream: true, readUsage: true, wantUsageKept: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,10 @@ const maxHintTTL = 24 * time.Hour
 // Options configure NewResponseCache.
 type Options struct {
 	Config config.Cache // TTL, Always, ToolCalls, SharedAcross; Enabled when Enabled is nil
-	Store  Store
+	// ServerTools reports that server tools are configured: entries are
+	// then never shared across tenants, whatever SharedAcross says.
+	ServerTools bool
+	Store       Store
 
 	// Enabled decides per request whether the cache applies (per-tenant or
 	// per-model overrides, e.g. policies.CacheEnabled(r.Tenant,
@@ -152,7 +155,9 @@ func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipelin
 		return c.next.Chat(ctx, r)
 	}
 	h := parseHints(r.Hints.Cache)
-	key := requestKey(r, c.opts.ToolSetVersion, c.opts.Config.SharedAcross)
+	// Answers may hold results of server tools a tenant is allowed and
+	// another is not: share entries across tenants only without server tools.
+	key := requestKey(r, c.opts.ToolSetVersion, c.opts.Config.SharedAcross && !c.opts.ServerTools)
 
 	if h.noCache {
 		resultBypass.Inc()

@@ -237,18 +237,22 @@ func TestResponseCacheHitRendering(t *testing.T) {
 func TestResponseCacheTenantsNeverShare(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name   string
-		shared bool
-		header string
+		name        string
+		shared      bool
+		serverTools bool
+		header      string
 	}{
 		{name: "per tenant", shared: false, header: "miss"},
 		{name: "shared_across_tenants", shared: true, header: "hit"},
+		// Answers may hold results of server tools one tenant may use and
+		// another may not: never shared when server tools exist.
+		{name: "shared but server tools", shared: true, serverTools: true, header: "miss"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			up := &upstream{content: "Hello"}
-			h, _ := newCache(up, newClock(), func(o *Options) { o.Config.SharedAcross = tt.shared })
+			h, _ := newCache(up, newClock(), func(o *Options) { o.Config.SharedAcross, o.ServerTools = tt.shared, tt.serverTools })
 			if _, err := h.Chat(context.Background(), newReq(det, "acme")); err != nil {
 				t.Fatal(err)
 			}

@@ -134,6 +134,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			Config:         cfg.Middleware.Cache,
 			Store:          store,
 			ToolSetVersion: toolSetVersion(cfg.Tools, cfg.MCPServers),
+			ServerTools:    len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0,
 			Logger:         log,
 			Enabled: func(r *pipeline.Request) bool {
 				return policies.CacheEnabled(r.Tenant, cfg.Middleware.Cache.Enabled)

@@ -282,6 +282,12 @@ func TestToolTimeoutAndAgentTool(t *testing.T) {
 	if h.mock.Calls("up-expert") != 1 {
 		t.Fatalf("expert calls %d", h.mock.Calls("up-expert"))
 	}
+	// The agent tool's own model call does not name itself as the model
+	// that answered the client.
+	if _, hdr := h.lastRaw(); hdr.Get("X-Gateway-Model") != "gpt-x" || hdr.Get("X-Gateway-Attempts") != "2" {
+		t.Fatalf("x-gateway-model %q, attempts %q after an agent tool call (the client's model made 2 calls)",
+			hdr.Get("X-Gateway-Model"), hdr.Get("X-Gateway-Attempts"))
+	}
 }
 
 // TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's

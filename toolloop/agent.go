@@ -46,6 +46,9 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	}
 	r.Body, r.Model, r.Stream, r.IncludeUsage = body, a.model, false, false
 	r.Route, r.Target = route, nil
+	// Its own headers: the agent's fallback must not name the expert model
+	// as the one that answered the client.
+	r.Meta = &pipeline.Meta{}
 	resp, err := route.ModelLayer.Chat(ctx, &r)
 	if err != nil {
 		return nil, &ToolError{Kind: "tool_error", Message: "the expert model failed", Detail: err}
