@@ -59,8 +59,11 @@ func checkTargets(res *results) []targetCheck {
 		add("stream memory", "10,000 concurrent streams in ≤ 300 MB RSS", "MB", 0, false, false, "streams did not run")
 	}
 	if s := res.scenario("toolloop"); s != nil {
-		v, have := s.figure("tool loop own latency per round (p50)")
-		add("tool loop", "tool loop's own cost ≤ 300 µs per round", "µs", v, v <= 300, have, "")
+		// CPU, not latency: the gateway runs the exchange server-side and
+		// saves the client's round trips, so its latency difference against
+		// a client-driven exchange can even be negative.
+		v, have := s.figure("tool loop own CPU per round")
+		add("tool loop", "tool loop's own cost ≤ 300 µs per round", "µs CPU", v, v <= 300, have, "")
 	} else {
 		why := "toolloop did not run"
 		for _, sc := range res.Scenarios {
