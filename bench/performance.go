@@ -212,7 +212,10 @@ func shortfalls(res *results) []string {
 		if a, ok := s.figure("gateway added TTFB p50"); ok && a > 0.5*res.Settings.ChunkDelayMS*1000 {
 			out = append(out, fmt.Sprintf("Streams: the gateway adds %s µs to the time to first byte at p50, about one gap between upstream "+
 				"events (%g ms here): it sends its first byte only when the upstream's second event arrives, where the floor proxy "+
-				"forwards the first at once.", fmtNum(a), res.Settings.ChunkDelayMS))
+				"forwards the first at once. This is by design: a stream is committed (headers and first bytes) at the upstream's first "+
+				"content, so that a failure before it falls back transparently and x-gateway-model names the model that really answers; "+
+				"the mock sends an empty role event one gap before its first token, where real providers usually send both together.",
+				fmtNum(a), res.Settings.ChunkDelayMS))
 		}
 	}
 	for _, s := range res.Scenarios {
