@@ -239,26 +239,27 @@ models = [%s]
 	}
 }
 
-// TestGracefulShutdownFinishesStreams: SIGTERM stops accepting, lets the
-// in-flight stream finish with [DONE], and exits 0.
-func TestGracefulShutdownFinishesStreams(t *testing.T) {
-	t.Parallel()
+// demoShutdownGateway starts the binary with a demo model pacing its chunks
+// by chunkDelay and the given shutdown grace, begins a streamed request,
+// reads its first line, sends SIGTERM, and returns the rest of the stream.
+func demoShutdownGateway(t *testing.T, grace, chunkDelay string) (*exec.Cmd, string, string) {
+	t.Helper()
 	bin := buildBinary(t)
 	path := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(path, []byte(`
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 [server]
-log_level = "warn"
-shutdown_timeout = "20s"
+log_level = "error"
+shutdown_timeout = %q
 [[providers]]
 name = "demo"
 kind = "mock"
 [providers.mock]
-chunk_delay = "40ms"
-chunk_size = 2
+chunk_delay = %q
+chunk_size = 1
 [[models]]
 name = "demo"
 provider = "demo"
-`), 0o600); err != nil {
+`, grace, chunkDelay)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
@@ -276,9 +277,17 @@ provider = "demo"
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	rest, err := io.ReadAll(br)
-	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
-		t.Fatalf("in-flight stream cut by shutdown: %v %q", err, rest)
+	rest, _ := io.ReadAll(br)
+	return cmd, addr, string(rest)
+}
+
+// TestGracefulShutdownFinishesStreams: SIGTERM stops accepting, lets the
+// in-flight stream finish with [DONE], and exits 0.
+func TestGracefulShutdownFinishesStreams(t *testing.T) {
+	t.Parallel()
+	cmd, addr, rest := demoShutdownGateway(t, "20s", "20ms")
+	if !strings.HasSuffix(rest, "data: [DONE]\n\n") {
+		t.Fatalf("in-flight stream cut by shutdown: %q", rest)
 	}
 	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
 		t.Fatalf("exit: %v %v", state, err)
@@ -292,39 +301,8 @@ provider = "demo"
 // grace period ends gets event: error, never a quiet (truncated) end.
 func TestShutdownGraceEndsStreamsWithAnError(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
-	path := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(path, []byte(`
-[server]
-log_level = "error"
-shutdown_timeout = "300ms"
-[[providers]]
-name = "demo"
-kind = "mock"
-[providers.mock]
-chunk_delay = "200ms"
-chunk_size = 1
-[[models]]
-name = "demo"
-provider = "demo"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cmd := startGateway(t, bin, addr, "-config", path)
-	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"a question that streams for many seconds"}]}`))
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("stream: %v %v", err, resp)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	if _, err := br.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	rest, _ := io.ReadAll(br)
-	if strings.Contains(string(rest), "[DONE]") || !strings.Contains(string(rest), "event: error\ndata: {\"error\"") || !strings.Contains(string(rest), "server_shutting_down") {
+	cmd, _, rest := demoShutdownGateway(t, "300ms", "200ms")
+	if strings.Contains(rest, "[DONE]") || !strings.Contains(rest, "event: error\ndata: {\"error\"") || !strings.Contains(rest, "server_shutting_down") {
 		t.Fatalf("stream end after the grace period: %q", rest)
 	}
 	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
