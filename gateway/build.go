@@ -159,6 +159,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	if !engine.Open() {
 		rt.Auth = engine.Authenticate
 	}
+	rt.WatchNonStream = len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0
 	if mcp != nil {
 		// An MCP server that is down hides only its own tools; the gateway
 		// still serves, so it stays ready and /readyz names the server.

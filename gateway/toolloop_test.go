@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -327,3 +329,44 @@ func TestNodeSDKToolLoop(t *testing.T) {
 }
 
 func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }
+
+// A client that leaves a non-streamed tool loop cancels the running tool
+// (and the loop): the tool server sees its request cancelled long before
+// the tool would have finished.
+func TestNonStreamDisconnectCancelsTools(t *testing.T) {
+	t.Parallel()
+	cancelled := make(chan struct{}, 1)
+	started := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http notices a closed client only once the body is read
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		case <-time.After(30 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	cfg := strings.ReplaceAll(toolConfig, "{{HTTP}}", srv.URL)
+	cfg = strings.Replace(cfg, `timeout = "2s"`, `timeout = "60s"`, 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "slow_lookup", Arguments: `{"key":"k"}`}}}
+	}})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(h.base, "/v1"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"look it up"}]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the tool never started")
+	}
+	_ = conn.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client left, but its server-side tool kept running")
+	}
+}

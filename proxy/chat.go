@@ -48,7 +48,12 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 		},
 	}
 	rctx, cancel := context.WithCancel(s.base)
+	stopWatch := func() {}
+	if !in.stream && rt.WatchNonStream {
+		stopWatch = watchPeer(ctx.Conn(), cancel)
+	}
 	resp, err := rt.Chat.Chat(rctx, req)
+	stopWatch()
 	if err != nil {
 		cancel()
 		s.setMetaHeaders(ctx, req)

@@ -34,6 +34,11 @@ type Runtime struct {
 	Auth func(credential string) (*pipeline.Tenant, error)
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
+	// WatchNonStream makes non-streamed chat requests watch their client
+	// connection too, so that a client that leaves cancels a server-side
+	// tool loop. It costs a goroutine per request: set it only when server
+	// tools can run.
+	WatchNonStream bool
 	// Close releases what the runtime holds, after its last request.
 	Close func()
 
