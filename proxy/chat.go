@@ -89,9 +89,8 @@ func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request)
 // readBody copies the request body (the pipeline outlives the handler),
 // refusing bodies over max with 413.
 func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
-	tooLarge := pipeline.Errorf(413, "invalid_request_error", "request_too_large",
-		"The request body exceeds the limit of %d bytes.", max)
-	if cl := ctx.Request.Header.ContentLength(); cl > max {
+	cl := ctx.Request.Header.ContentLength()
+	if cl > max {
 		// Read (and drop) a moderately oversized body so the client, still
 		// sending, gets to read the 413 instead of a connection reset.
 		if cl <= 4*max && ctx.Request.IsBodyStream() {
@@ -99,23 +98,35 @@ func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 		} else {
 			ctx.SetConnectionClose()
 		}
-		return nil, tooLarge
+		return nil, tooLarge(max)
 	}
 	if ctx.Request.IsBodyStream() {
+		if cl >= 0 { // known size: one exact allocation
+			b := make([]byte, cl)
+			if _, err := io.ReadFull(ctx.RequestBodyStream(), b); err != nil {
+				return nil, pipeline.BadRequest("", "could not read the request body")
+			}
+			return b, nil
+		}
 		b, err := io.ReadAll(io.LimitReader(ctx.RequestBodyStream(), int64(max)+1))
 		if err != nil {
 			return nil, pipeline.BadRequest("", "could not read the request body")
 		}
 		if len(b) > max {
-			return nil, tooLarge
+			return nil, tooLarge(max)
 		}
 		return b, nil
 	}
 	b := ctx.Request.Body()
 	if len(b) > max {
-		return nil, tooLarge
+		return nil, tooLarge(max)
 	}
 	return append([]byte(nil), b...), nil
+}
+
+func tooLarge(max int) error {
+	return pipeline.Errorf(413, "invalid_request_error", "request_too_large",
+		"The request body exceeds the limit of %d bytes.", max)
 }
 
 // sink writes a Stream to the client as SSE. It is the response's body
