@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/openai/openai-go/v3/option"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -140,7 +141,7 @@ func TestContextEditToolLoopOverflow(t *testing.T) {
 			p := userMsg("read every page")
 			p.Model = tc.model
 			if tc.stream {
-				acc, err, _ := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+				acc, err, sum := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t), option.WithHeader("x-gateway-tool-trace", "1"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -148,7 +149,12 @@ func TestContextEditToolLoopOverflow(t *testing.T) {
 					t.Fatalf("answer %q", got)
 				}
 				// The response headers left with the first round, before any
-				// edit; the upstream bodies show the edits.
+				// edit: the trace on the last chunk reports them, and the
+				// upstream bodies show them.
+				last := sum.Chunks[len(sum.Chunks)-1]
+				if n := gjson.GetBytes(last, "x_gateway.context_edits.cleared").Int(); n != loopPages-1 {
+					t.Fatalf("x_gateway.context_edits on the last chunk: %s", gjson.GetBytes(last, "x_gateway"))
+				}
 				bodies := chatBodies(h, "up-model")
 				if n := len(bodies); n != loopPages+1 {
 					t.Fatalf("%d upstream calls, want %d", n, loopPages+1)

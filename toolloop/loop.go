@@ -125,8 +125,9 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	// One edit log per client request: context editing then re-applies
 	// earlier rounds' clears first, so every round shares the edited prefix.
-	ctx, _ = contextedit.WithEditLog(ctx)
+	ctx, elog := contextedit.WithEditLog(ctx)
 	s := l.newSession(req, p)
+	s.elog = elog
 	if req.Stream {
 		return s.startStream(ctx)
 	}

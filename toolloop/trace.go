@@ -18,7 +18,10 @@ type traceCall struct {
 }
 
 // appendJSON appends `,"x_gateway":{...}` for the final response or chunk.
-func (t *trace) appendJSON(dst []byte, iterations int, stop string) []byte {
+// edits are context editing's totals for the request (see contextedit):
+// a streamed response's headers left before later rounds were edited, so
+// the trace is where a streaming client sees them.
+func (t *trace) appendJSON(dst []byte, iterations int, stop string, cleared, saved, dropped int) []byte {
 	dst = append(dst, `,"x_gateway":{"tool_calls":[`...)
 	for i, c := range t.calls {
 		if i > 0 {
@@ -38,5 +41,14 @@ func (t *trace) appendJSON(dst []byte, iterations int, stop string) []byte {
 	dst = strconv.AppendInt(dst, int64(iterations), 10)
 	dst = append(dst, `,"stop_reason":`...)
 	dst = appendJSONString(dst, []byte(stop))
+	if cleared > 0 || dropped > 0 {
+		dst = append(dst, `,"context_edits":{"cleared":`...)
+		dst = strconv.AppendInt(dst, int64(cleared), 10)
+		dst = append(dst, `,"tokens_saved":`...)
+		dst = strconv.AppendInt(dst, int64(saved), 10)
+		dst = append(dst, `,"dropped_messages":`...)
+		dst = strconv.AppendInt(dst, int64(dropped), 10)
+		dst = append(dst, '}')
+	}
 	return append(dst, '}')
 }

@@ -41,6 +41,8 @@ type session struct {
 	sent       int // messages in the request of the current round
 	hintTokens int
 	hintMsgs   int
+
+	elog *contextedit.EditLog // this request's context edits, for the trace
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
@@ -332,7 +334,11 @@ func (s *session) traceJSON() []byte {
 	if !s.traceOn {
 		return nil
 	}
-	return s.trace.appendJSON(nil, s.iterations, s.stop)
+	var cleared, saved, dropped int
+	if s.elog != nil {
+		cleared, saved, dropped = s.elog.Stats()
+	}
+	return s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped)
 }
 
 func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }
