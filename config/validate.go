@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"strings"
 )
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -240,14 +239,4 @@ func (c *Config) validate() error {
 		return errors.Join(errs...)
 	}
 	return nil
-}
-
-// HasTool reports whether a server tool named name is configured.
-func (c *Config) HasTool(name string) bool {
-	for _, t := range c.Tools {
-		if strings.EqualFold(t.Name, name) {
-			return true
-		}
-	}
-	return false
 }

@@ -82,18 +82,16 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 	s.Swap(rt)
 	cfg := rt.Config.Server
 	s.srv = &fasthttp.Server{
-		Handler:                       s.handle,
-		Name:                          "llmgw",
-		ReadTimeout:                   cfg.ReadTimeout.D(),
-		IdleTimeout:                   cfg.IdleTimeout.D(),
-		MaxRequestBodySize:            cfg.MaxBodyBytes,
-		StreamRequestBody:             true,
-		DisableHeaderNamesNormalizing: false,
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		CloseOnShutdown:               true,
-		ReduceMemoryUsage:             false,
-		Logger:                        fasthttpLogger{log},
+		Handler:               s.handle,
+		Name:                  "llmgw",
+		ReadTimeout:           cfg.ReadTimeout.D(),
+		IdleTimeout:           cfg.IdleTimeout.D(),
+		MaxRequestBodySize:    cfg.MaxBodyBytes,
+		StreamRequestBody:     true,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
 	}
 	return s
 }

@@ -88,15 +88,13 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 	}
 	connect := p.ConnectTimeout.D()
 	pc.hc = &fasthttp.HostClient{
-		Addr:                          addr,
-		Name:                          "llmgw",
-		IsTLS:                         base.Scheme == "https",
-		TLSConfig:                     &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
-		MaxConns:                      p.MaxConns,
-		MaxIdleConnDuration:           90 * time.Second,
-		MaxConnWaitTimeout:            connect,
-		DisableHeaderNamesNormalizing: false,
-		NoDefaultUserAgentHeader:      false,
+		Addr:                addr,
+		Name:                "llmgw",
+		IsTLS:               base.Scheme == "https",
+		TLSConfig:           &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
+		MaxConns:            p.MaxConns,
+		MaxIdleConnDuration: 90 * time.Second,
+		MaxConnWaitTimeout:  connect,
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := fasthttp.DialTimeout(addr, connect)
 			if err != nil {
