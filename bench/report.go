@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/llmgw/gateway/config"
 )
 
 // targetCheck is one goal of the issue, as measured in this run.
@@ -187,8 +189,9 @@ func writeMachine(b *strings.Builder, res *results) {
 		st.FirstByteMS, st.ChunkDelayMS, st.ReplyBytes, st.TextRunes, st.LegSeconds, st.WarmSeconds, st.Rounds,
 		st.Concurrency, st.Streams)
 	if len(res.Config) > 0 {
-		b.WriteString("**Gateway config:** the shipped middleware (request layer policy → cache; model layer context_edit → prompt_cache → fallback; " +
-			"memory response cache; builtin calculator and current_time tools; access log at info, JSON, to a file), except:\n")
+		fmt.Fprintf(b, "**Gateway config:** the shipped middleware (request layer %s; model layer %s, outermost first; "+
+			"memory response cache; builtin calculator and current_time tools; access log at info, JSON, to a file), except:\n",
+			strings.Join(config.DefaultRequestMiddleware, " → "), strings.Join(config.DefaultModelMiddleware, " → "))
 		for _, d := range res.Config {
 			fmt.Fprintf(b, "- %s\n", d)
 		}

@@ -35,6 +35,12 @@ type Server struct {
 	LogLevel        string   `toml:"log_level"`        // debug|info|warn|error; default info
 	LogFormat       string   `toml:"log_format"`       // json|console; default json
 	DefaultProvider string   `toml:"default_provider"` // for /v1/* pass-through without a model; default: first provider
+	// PassthroughUnknownModels lets a pass-through body name a model that is
+	// not configured (it goes to default_provider, still subject to the
+	// tenant's model allow-list). Default false: such a body gets 404.
+	PassthroughUnknownModels bool   `toml:"passthrough_unknown_models"`
+	MetricsListen            string `toml:"metrics_listen"` // separate address for /metrics, /readyz, /healthz (no key); default none
+	AdminKey                 string `toml:"admin_key"`      // bearer key for /metrics and /readyz details on the main listener; may be ${ENV}
 }
 
 // Provider is an upstream API.
@@ -189,6 +195,10 @@ type Policy struct {
 	MaxTokensMode string   `toml:"max_tokens_mode"` // clamp|reject; default clamp
 	Cache         *bool    `toml:"cache"`           // override of middleware.cache.enabled
 	ToolTrace     bool     `toml:"tool_trace"`      // always add x_gateway to responses
+	// Passthrough lists the /v1 paths (path.Match globs, "/v1/audio/*") this
+	// tenant may use besides chat completions and models; default
+	// policies.DefaultPassthrough (the stateless model endpoints).
+	Passthrough []string `toml:"passthrough"`
 }
 
 // Redis configures shared state for replicas.

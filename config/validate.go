@@ -226,7 +226,7 @@ func (c *Config) validate() error {
 		if !oneOf(p.MaxTokensMode, "clamp", "reject") {
 			add("%s.max_tokens_mode: %q is not one of clamp, reject", at, p.MaxTokensMode)
 		}
-		for j, g := range append(append([]string(nil), p.Models...), p.Tools...) {
+		for j, g := range append(append(append([]string(nil), p.Models...), p.Tools...), p.Passthrough...) {
 			if _, err := path.Match(g, ""); err != nil {
 				add("%s: bad pattern %q (#%d)", at, g, j)
 			}

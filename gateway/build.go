@@ -145,6 +145,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	for _, name := range cfg.Middleware.Request {
 		mws = append(mws, requestMW[name])
 	}
+	var _ proxy.Policy = engine // one policy engine for every route
 	rt = &proxy.Runtime{
 		Config:   cfg,
 		Routes:   routes,
@@ -156,9 +157,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			}
 		},
 	}
-	if !engine.Open() {
-		rt.Auth = engine.Authenticate
-	}
+	rt.Policy = engine
 	rt.WatchNonStream = len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0
 	if mcp != nil {
 		// An MCP server that is down hides only its own tools; the gateway

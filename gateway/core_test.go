@@ -300,7 +300,7 @@ func TestModelsAndMetrics(t *testing.T) {
 
 func TestPassthroughForwardsOtherPaths(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig, mockllm.Options{})
+	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
 	status, hdr, body := h.post("/echo?x=1", `{"model":"gpt-x","input":"hello"}`, map[string]string{
 		"Authorization": "Bearer sk-client", "Connection": "X-Hop, keep-alive", "X-Hop": "1", "X-Custom": "kept",
 	})

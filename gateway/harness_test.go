@@ -55,6 +55,14 @@ upstream = "up-model"
 context_window = 1000
 `
 
+// openPassthrough lets every tenant use every /v1 pass-through path, for
+// tests of the pass-through mechanics rather than of its allow-list.
+const openPassthrough = `
+[[policies]]
+tenant = "*"
+passthrough = ["/v1/*"]
+`
+
 func newHarness(t testing.TB, toml string, opts mockllm.Options) *harness {
 	t.Helper()
 	mock := mockllm.New(opts)

@@ -21,7 +21,7 @@ import (
 // connections ended up sharing it: "reading released body stream" panics.
 func TestPassthroughConcurrentStreamedUploads(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig, mockllm.Options{})
+	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
 	body := bytes.Repeat([]byte("0123456789abcdef"), 20<<10/16) // 20 KiB, beyond fasthttp's buffered body
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)

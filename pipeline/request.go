@@ -16,6 +16,11 @@ type Request struct {
 	Model  string // the model name the client asked for; every response shows this name
 	Stream bool
 
+	// Endpoint is the API path the body was sent to, for the policies that
+	// differ by endpoint (which fields cap output tokens). "" and
+	// ChatEndpoint both mean chat completions.
+	Endpoint string
+
 	// IncludeUsage records whether the client asked for a usage chunk
 	// (stream_options.include_usage); the gateway may ask the upstream for one
 	// anyway and strip it.
@@ -35,6 +40,9 @@ type Request struct {
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
 }
+
+// ChatEndpoint is the chat completions path, the pipeline's own endpoint.
+const ChatEndpoint = "/v1/chat/completions"
 
 // Hints are the gateway's own request headers, copied at ingress.
 type Hints struct {

@@ -20,6 +20,18 @@ type globs struct {
 	exact    map[string]struct{}
 	prefixes []string // "gpt-4o*": the part before the final '*', no other metacharacter
 	patterns []string // everything else, through path.Match
+	deep     bool     // a final '*' also crosses '/' (path allow-lists: "/v1/files/*")
+}
+
+// compilePathGlobs compiles URL path patterns: like compileGlobs, except that
+// a final '*' matches the rest of the path, slashes included, so
+// "/v1/files/*" allows /v1/files/{id}/content.
+func compilePathGlobs(pats []string) (*globs, error) {
+	g, err := compileGlobs(pats)
+	if g != nil {
+		g.deep = true
+	}
+	return g, err
 }
 
 // compileGlobs compiles pats; nil pats give a nil (allow-all) matcher.
@@ -59,7 +71,7 @@ func (g *globs) match(name string) bool {
 	}
 	for _, p := range g.prefixes {
 		// path.Match's '*' does not cross '/'; keep that rule on the fast path.
-		if strings.HasPrefix(name, p) && strings.IndexByte(name[len(p):], '/') < 0 {
+		if strings.HasPrefix(name, p) && (g.deep || strings.IndexByte(name[len(p):], '/') < 0) {
 			return true
 		}
 	}

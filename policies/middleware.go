@@ -40,12 +40,7 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 		return nil
 	}
 	if p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
-		return &pipeline.Error{
-			Status:  413,
-			Type:    "invalid_request_error",
-			Code:    "request_too_large",
-			Message: fmt.Sprintf("Request body is %d bytes, above this key's limit of %d bytes.", len(r.Body), p.MaxBodyBytes),
-		}
+		return tooLarge(len(r.Body), p.MaxBodyBytes)
 	}
 	model := r.Model
 	if model == "" && r.Route != nil {
@@ -60,34 +55,60 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 			Message: fmt.Sprintf("The model `%s` is not allowed for this API key.", model),
 		}
 	}
-	if p.MaxTokens > 0 {
-		body, err := p.capTokens(r.Body)
-		if err != nil {
-			return err
+	if p.MaxTokens > 0 && isJSONObject(r.Body) {
+		if c, ok := endpointCap(r.Endpoint); ok {
+			body, err := p.capTokens(r.Body, c)
+			if err != nil {
+				return err
+			}
+			r.Body = body
 		}
-		r.Body = body
 	}
 	return nil
+}
+
+func tooLarge(n, max int) error {
+	return &pipeline.Error{
+		Status:  413,
+		Type:    "invalid_request_error",
+		Code:    "request_too_large",
+		Message: fmt.Sprintf("Request body is %d bytes, above this key's limit of %d bytes.", n, max),
+	}
+}
+
+// isJSONObject reports whether body starts like a JSON object (a
+// multipart pass-through body has no token fields to cap).
+func isJSONObject(body []byte) bool {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '{'
+	}
+	return false
 }
 
 // The request fields the max_tokens cap applies to.
 const (
 	fieldMaxTokens           = "max_tokens"
 	fieldMaxCompletionTokens = "max_completion_tokens"
+	fieldMaxOutputTokens     = "max_output_tokens"
 )
 
-// capTokens enforces p.MaxTokens on both token-limit fields of body.
+// capTokens enforces p.MaxTokens on the token-limit fields c names (for
+// chat: max_tokens and max_completion_tokens).
 //
 // A field above the cap is lowered to it (clamp) or rejected with a 400
 // naming the field (reject). A request that sets neither field would let the
 // model run to its own maximum and bypass the cap, so it gets
-// max_completion_tokens = cap in both modes (the field every current OpenAI
-// model accepts). A field that is not a number, appears twice or has an
-// escaped name is a 400: a lenient upstream could otherwise read a value
+// c.set = cap in both modes (for chat max_completion_tokens, the field
+// every current OpenAI model accepts). A field that is not a number,
+// appears twice or has an escaped name is a 400: a lenient upstream could otherwise read a value
 // this check did not (a numeric string, the last of two duplicates).
 // body is not modified; a rewrite returns a new slice.
-func (p *Policy) capTokens(body []byte) ([]byte, error) {
-	fields := [2]string{fieldMaxTokens, fieldMaxCompletionTokens}
+func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
+	fields := c.fields
 	limit := float64(p.MaxTokens)
 	var count [2]int
 	var seen, over [2]bool
@@ -100,12 +121,12 @@ func (p *Policy) capTokens(body []byte) ([]byte, error) {
 	json := unsafe.String(unsafe.SliceData(body), len(body))
 	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
 		i := -1
-		switch k.Str {
-		case fieldMaxTokens:
-			i = 0
-		case fieldMaxCompletionTokens:
-			i = 1
-		default:
+		for j, f := range fields {
+			if k.Str == f {
+				i = j
+			}
+		}
+		if i < 0 {
 			return true
 		}
 		count[i]++
@@ -142,12 +163,13 @@ func (p *Policy) capTokens(body []byte) ([]byte, error) {
 			}
 		}
 	}
+	set := ""
 	if !seen[0] && !seen[1] {
-		over[1] = true
+		set = c.set
 	}
 	out := body
-	for i := range over {
-		if !over[i] {
+	for i, f := range fields {
+		if !over[i] && f != set {
 			continue
 		}
 		b, err := sjson.SetBytes(out, fields[i], int64(p.MaxTokens))

@@ -27,6 +27,7 @@ type Policy struct {
 
 	models *globs // nil = every model
 	tools  *globs // nil = every server tool
+	paths  *globs // pass-through paths; never nil
 }
 
 // AllowsModel reports whether the client-facing model name may be used.
@@ -62,7 +63,13 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 		Cache:         d.Cache,
 		ToolTrace:     d.ToolTrace || t.ToolTrace,
 	}
-	models, tools := d.Models, d.Tools
+	models, tools, paths := d.Models, d.Tools, d.Passthrough
+	if t.Passthrough != nil {
+		paths = t.Passthrough
+	}
+	if paths == nil {
+		paths = DefaultPassthrough
+	}
 	if t.Models != nil {
 		models = t.Models
 	}
@@ -96,6 +103,9 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 	}
 	if p.tools, err = compileGlobs(tools); err != nil {
 		return nil, fmt.Errorf("tools%w", err)
+	}
+	if p.paths, err = compilePathGlobs(paths); err != nil {
+		return nil, fmt.Errorf("passthrough%w", err)
 	}
 	return p, nil
 }

@@ -2,14 +2,11 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -26,47 +23,52 @@ var hopHeaders = []string{
 // provider gets the gateway's own.
 var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace"}
 
-// handlePassthrough forwards any other /v1/* request to a provider: the one
-// serving the body's model when it names a configured model, else the
-// default provider. Bodies stream in both directions.
-func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
+// handlePassthrough forwards any other /v1/* request to a provider, under
+// the same tenant policy as chat: the path must be on the tenant's
+// pass-through allow-list, the body is bounded by the tenant's limit, and a
+// body that names a model (JSON or a multipart form field) passes the same
+// Admit as a chat request (allow-list, body size, token caps) and goes to
+// that model's provider under its upstream name. A model that is not
+// configured is refused unless server.passthrough_unknown_models is set.
+// Other bodies (binary uploads) stream through, bounded by the same limit.
+// path is the canonical path (canonicalPath).
+func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id, path string) {
 	start := time.Now()
-	if rt.Auth != nil {
-		if _, err := rt.Auth(bearer(&ctx.Request.Header)); err != nil {
-			s.writeError(ctx, rt, id, "", err, start)
-			return
+	t, err := rt.authenticate(ctx)
+	if err != nil {
+		s.writeError(ctx, rt, id, "", err, start)
+		return
+	}
+	raw := string(ctx.Request.URI().PathOriginal())
+	if strings.EqualFold(path, chatRoute) || !strings.HasPrefix(raw, "/v1/") {
+		// A case variant of the chat route must not reach the upstream's
+		// chat endpoint around the pipeline.
+		s.writeError(ctx, rt, id, "", unknownURL(path), start)
+		return
+	}
+	if rt.Policy != nil && !rt.Policy.AllowsPath(t, path) {
+		s.writeError(ctx, rt, id, "", pipeline.Errorf(403, "invalid_request_error", "path_not_allowed",
+			"This API key may not use %s through this gateway.", truncate(path, 200)), start)
+		return
+	}
+	limit := rt.Config.Server.MaxBodyBytes
+	if rt.Policy != nil {
+		if l := rt.Policy.BodyLimit(t); l > 0 && l < limit {
+			limit = l
 		}
 	}
-	provider := rt.Config.Server.DefaultProvider
-	var body []byte
-	model := ""
-	// A JSON body of known size is read to route it by its model; anything
-	// else (uploads, unknown sizes) streams through untouched.
-	cl := ctx.Request.Header.ContentLength()
-	streamed := true
-	if bytes.HasPrefix(ctx.Request.Header.ContentType(), []byte("application/json")) && cl >= 0 {
-		b, err := readBody(ctx, rt.Config.Server.MaxBodyBytes)
-		if err != nil {
-			s.writeError(ctx, rt, id, "", err, start)
-			return
-		}
-		body, streamed = b, false
-		if m := gjson.GetBytes(body, "model"); m.Type == gjson.String {
-			if r := rt.Routes[m.Str]; r != nil && len(r.Deployments) > 0 {
-				model = m.Str // only configured names become metric labels
-				d := r.Deployments[0]
-				provider = d.Provider
-				if d.Upstream != m.Str {
-					body, _ = sjson.SetBytes(body, "model", d.Upstream)
-				}
-			}
-		}
-	} else if !ctx.Request.IsBodyStream() {
-		body, streamed = ctx.Request.Body(), false
+	pb, err := s.passthroughBody(ctx, rt, t, path, limit)
+	if err != nil {
+		s.writeError(ctx, rt, id, pb.model, err, start)
+		return
+	}
+	provider, body, model, upload := pb.provider, pb.body, pb.model, pb.upload
+	if provider == "" {
+		provider = rt.Config.Server.DefaultProvider
 	}
 	pc := rt.Upstream.provider(provider)
 	if pc == nil {
-		s.writeError(ctx, rt, id, model, pipeline.Errorf(404, "invalid_request_error", "unknown_url", "No provider serves %s", truncate(string(ctx.Path()), 200)), start)
+		s.writeError(ctx, rt, id, model, pipeline.Errorf(404, "invalid_request_error", "unknown_url", "No provider serves %s", truncate(path, 200)), start)
 		return
 	}
 
@@ -83,25 +85,36 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id str
 		freq.Header.Del(h)
 	}
 	// The original path: a decoded %3F must not become a query upstream.
-	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(string(ctx.Request.URI().PathOriginal()), "/v1")
+	// canonicalPath refused every dot segment, so it stays under basePath.
+	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(raw, "/v1")
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri += "?" + string(q)
 	}
 	freq.SetRequestURI(uri)
 	freq.Header.SetMethodBytes(ctx.Method())
 	pc.setHeaders(&freq.Header, id)
-	if streamed {
-		// Hide the server's *requestStream from the client request: fasthttp
-		// would release it when the upload ends, and the server again later.
-		freq.SetBodyStream(struct{ io.Reader }{ctx.RequestBodyStream()}, ctx.Request.Header.ContentLength())
+	timeout := pc.cfg.FirstByteTimeout.D()
+	if upload != nil {
+		// The upload is a reader the client's connection feeds (the
+		// upload owns the server's request stream; fasthttp never sees it
+		// here, so it is released once). fasthttp's one timeout covers
+		// sending it too: give it the server's read timeout on top, and
+		// tell a slow client apart from a slow upstream afterwards.
+		freq.SetBodyStream(upload, ctx.Request.Header.ContentLength())
+		timeout += rt.Config.Server.ReadTimeout.D()
 	} else {
 		freq.SetBodyRaw(body)
 	}
 	resp.StreamBody = true
-	freq.SetTimeout(pc.cfg.FirstByteTimeout.D())
+	freq.SetTimeout(timeout)
 	if err := pc.hc.Do(freq, resp); err != nil {
 		release(freq, resp)
-		s.writeError(ctx, rt, id, model, pc.transportError(err), start)
+		if upload != nil && upload.err != nil {
+			err = upload.err // the client's side failed: not the upstream's fault
+		} else {
+			err = pc.transportError(err)
+		}
+		s.writeError(ctx, rt, id, model, err, start)
 		return
 	}
 	upstreamSeconds.WithLabelValues(pc.cfg.Name).Observe(time.Since(start).Seconds())

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"sort"
 	"strings"
@@ -26,6 +28,37 @@ type modelObject struct {
 	OwnedBy string `json:"owned_by"`
 }
 
+// Policy is what the routes outside the chat pipeline need of the tenant
+// policies; the chat pipeline applies the same rules as request middleware,
+// so a body is judged the same on every route. Implementations are safe for
+// concurrent use.
+type Policy interface {
+	// Open reports whether the gateway runs without keys.
+	Open() bool
+	// Authenticate maps a credential to its tenant, or returns a 401 error.
+	Authenticate(credential string) (*pipeline.Tenant, error)
+	// Admit applies t's body size, model allow-list and token caps to r
+	// (r.Endpoint names the route); it may replace r.Body.
+	Admit(t *pipeline.Tenant, r *pipeline.Request) error
+	// AllowsPath reports whether t may use a pass-through path.
+	AllowsPath(t *pipeline.Tenant, path string) bool
+	// AllowsModel reports whether t may use a configured model.
+	AllowsModel(t *pipeline.Tenant, model string) bool
+	// RestrictsModels reports whether t may use only some models.
+	RestrictsModels(t *pipeline.Tenant) bool
+	// BodyLimit returns t's body limit in bytes; 0 = the server's.
+	BodyLimit(t *pipeline.Tenant) int
+}
+
+// authenticate resolves the caller's tenant; nil with a nil error when the
+// runtime applies no policy.
+func (rt *Runtime) authenticate(ctx *fasthttp.RequestCtx) (*pipeline.Tenant, error) {
+	if rt.Policy == nil {
+		return nil, nil
+	}
+	return rt.Policy.Authenticate(bearer(&ctx.Request.Header))
+}
+
 // buildModels renders /v1/models and each /v1/models/{id} once per config.
 func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 	list := struct {
@@ -43,21 +76,30 @@ func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 	return all, one
 }
 
+// handleModels lists the models the caller's tenant may use, and answers
+// 404 for one it may not, exactly as for a model that does not exist.
 func (s *Server) handleModels(ctx *fasthttp.RequestCtx, rt *Runtime, id, path string) {
 	start := time.Now()
-	if rt.Auth != nil {
-		if _, err := rt.Auth(bearer(&ctx.Request.Header)); err != nil {
-			s.writeError(ctx, rt, id, "", err, start)
-			return
-		}
+	t, err := rt.authenticate(ctx)
+	if err != nil {
+		s.writeError(ctx, rt, id, "", err, start)
+		return
 	}
+	restricted := rt.Policy != nil && rt.Policy.RestrictsModels(t)
 	ctx.SetContentType("application/json")
 	if path == "/v1/models" {
-		ctx.SetBody(rt.modelsJSON)
+		if !restricted {
+			ctx.SetBody(rt.modelsJSON)
+			return
+		}
+		ctx.SetBody(filterModels(rt.modelsJSON, func(name string) bool { return rt.Policy.AllowsModel(t, name) }))
 		return
 	}
 	name := strings.TrimPrefix(path, "/v1/models/")
 	b, ok := rt.modelJSON[name]
+	if ok && restricted && !rt.Policy.AllowsModel(t, name) {
+		ok = false
+	}
 	if !ok {
 		s.writeError(ctx, rt, id, "", modelNotFound(name), start)
 		return
@@ -72,10 +114,80 @@ func modelNotFound(name string) error {
 	return e
 }
 
-func (s *Server) handleReady(ctx *fasthttp.RequestCtx, rt *Runtime) {
+// filterModels returns the list body all with only the models keep accepts.
+func filterModels(all []byte, keep func(string) bool) []byte {
+	var list struct {
+		Object string        `json:"object"`
+		Data   []modelObject `json:"data"`
+	}
+	_ = json.Unmarshal(all, &list) // our own rendering
+	kept := list.Data[:0]
+	for _, m := range list.Data {
+		if keep(m.ID) {
+			kept = append(kept, m)
+		}
+	}
+	list.Data = kept
+	b, _ := json.Marshal(list)
+	return b
+}
+
+// handleOps serves the operator routes (/healthz, /readyz, /metrics) and
+// reports whether path was one of them. On the main listener (main) they
+// are guarded: /metrics needs the admin key once the gateway has keys or an
+// admin key (or is refused there when metrics_listen serves it), and
+// /readyz shows its details only to an admin; its status stays public for
+// load balancers. The separate metrics listener is trusted as a whole.
+func (s *Server) handleOps(ctx *fasthttp.RequestCtx, rt *Runtime, id, path string, main bool) bool {
+	switch path {
+	case "/healthz":
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"ok"}`)
+	case "/readyz":
+		s.handleReady(ctx, rt, !main || rt.admin(ctx) == nil)
+	case "/metrics":
+		if main {
+			if err := rt.admin(ctx); err != nil {
+				s.writeError(ctx, rt, id, "", err, time.Now())
+				return true
+			}
+		}
+		serveMetrics(ctx)
+	default:
+		return false
+	}
+	return true
+}
+
+// admin checks the admin credential for an operator route on the main
+// listener: nil when allowed.
+func (rt *Runtime) admin(ctx *fasthttp.RequestCtx) error {
+	cfg := rt.Config.Server
+	if cfg.MetricsListen != "" {
+		return pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Metrics are served on the metrics listener.")
+	}
+	if cfg.AdminKey == "" {
+		if rt.Policy == nil || rt.Policy.Open() {
+			return nil // an open gateway keeps its operator routes open
+		}
+		return pipeline.Errorf(403, "invalid_request_error", "admin_required",
+			"This gateway has keys: set server.admin_key or server.metrics_listen to read operator routes.")
+	}
+	got := sha256.Sum256([]byte(bearer(&ctx.Request.Header)))
+	want := sha256.Sum256([]byte(cfg.AdminKey))
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return pipeline.Errorf(401, "invalid_request_error", "invalid_api_key", "This route needs the gateway's admin key.")
+	}
+	return nil
+}
+
+func (s *Server) handleReady(ctx *fasthttp.RequestCtx, rt *Runtime, showDetails bool) {
 	ok, details := true, map[string]string{}
 	if rt.Ready != nil {
 		ok, details = rt.Ready()
+	}
+	if !showDetails {
+		details = nil
 	}
 	body, _ := json.Marshal(struct {
 		Ready   bool              `json:"ready"`

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,9 +30,9 @@ type Runtime struct {
 	Routes   map[string]*pipeline.Route
 	Chat     pipeline.Handler // the request layer, ending in the tool loop
 	Upstream *Upstream
-	// Auth checks a credential for routes outside the chat pipeline
-	// (pass-through); nil means the gateway is open.
-	Auth func(credential string) (*pipeline.Tenant, error)
+	// Policy applies the tenant policies to the routes outside the chat
+	// pipeline (models, pass-through); nil admits everything.
+	Policy Policy
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
 	// WatchNonStream makes non-streamed chat requests watch their client
@@ -70,6 +71,9 @@ type Server struct {
 	cancel context.CancelFunc
 	idPfx  string
 	idSeq  atomic.Uint64
+
+	adminMu sync.Mutex
+	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
 }
 
 // NewServer returns a server for rt.
@@ -112,6 +116,11 @@ func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 // Shutdown stops accepting, lets in-flight requests and streams finish until
 // ctx ends, then cancels what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.adminMu.Lock()
+	for _, a := range s.admin {
+		_ = a.Shutdown() // operator routes answer at once: nothing to drain
+	}
+	s.adminMu.Unlock()
 	done := make(chan error, 1)
 	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
 	select {
@@ -150,9 +159,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}()
 	id := s.requestID(ctx)
 	ctx.Response.Header.Set("X-Request-Id", id)
-	path := string(ctx.Path())
+	path, err := canonicalPath(string(ctx.Request.URI().PathOriginal()))
+	if err != nil {
+		s.writeError(ctx, rt, id, "", err, time.Now())
+		return
+	}
 	switch {
-	case path == "/v1/chat/completions":
+	case path == chatRoute:
 		if !ctx.IsPost() {
 			s.methodNotAllowed(ctx, rt, id, "POST")
 			return
@@ -164,21 +177,16 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 				s.methodNotAllowed(ctx, rt, id, "GET")
 				return
 			}
-			s.handlePassthrough(ctx, rt, id) // DELETE /v1/models/{ft model} belongs upstream
+			s.handlePassthrough(ctx, rt, id, path) // DELETE /v1/models/{ft model} belongs upstream
 			return
 		}
 		s.handleModels(ctx, rt, id, path)
 	case strings.HasPrefix(path, "/v1/"):
-		s.handlePassthrough(ctx, rt, id)
-	case path == "/healthz":
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case path == "/readyz":
-		s.handleReady(ctx, rt)
-	case path == "/metrics":
-		serveMetrics(ctx)
+		s.handlePassthrough(ctx, rt, id, path)
 	default:
-		s.writeError(ctx, rt, id, "", pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Unknown request URL: %s %s", ctx.Method(), truncate(path, 200)), time.Now())
+		if !s.handleOps(ctx, rt, id, path, true) {
+			s.writeError(ctx, rt, id, "", pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Unknown request URL: %s %s", ctx.Method(), truncate(path, 200)), time.Now())
+		}
 	}
 }
 

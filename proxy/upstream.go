@@ -95,6 +95,9 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		MaxConns:            p.MaxConns,
 		MaxIdleConnDuration: 90 * time.Second,
 		MaxConnWaitTimeout:  connect,
+		// Pass-through paths go upstream exactly as the gateway checked
+		// them (proxy/path.go); the client must not re-normalise them.
+		DisablePathNormalizing: true,
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := fasthttp.DialTimeout(addr, connect)
 			if err != nil {

@@ -63,6 +63,17 @@ func run() int {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if addr := cfg.Server.MetricsListen; addr != "" {
+		// Operator routes without keys, on an address only operators reach;
+		// the main listener then refuses /metrics. Not changed by reload.
+		mln, err := net.Listen("tcp", addr)
+		if err != nil {
+			log.Error().Err(err).Str("metrics_listen", addr).Msg("cannot listen")
+			return 1
+		}
+		log.Info().Str("metrics_listen", mln.Addr().String()).Msg("operator routes served")
+		go func() { _ = srv.ServeAdmin(mln) }()
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	for {

@@ -1,0 +1,90 @@
+package policies
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+func TestPassthroughPolicy(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{
+		Keys: []config.Key{{Tenant: "plain", Key: "k-plain"}, {Tenant: "files", Key: "k-files"}, {Tenant: "narrow", Key: "k-narrow"}},
+		Policies: []config.Policy{
+			{Tenant: "files", Passthrough: []string{"/v1/files/*", "/v1/files"}},
+			{Tenant: "narrow", Models: []string{"gpt-x"}, MaxTokens: 50, MaxTokensMode: ModeClamp},
+		},
+	}
+	e, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := func(k string) *pipeline.Tenant {
+		tt, err := e.Authenticate(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tt
+	}
+	plain, files, narrow := tenant("k-plain"), tenant("k-files"), tenant("k-narrow")
+	paths := []struct {
+		t     *pipeline.Tenant
+		path  string
+		allow bool
+	}{
+		{plain, "/v1/embeddings", true},
+		{plain, "/v1/responses", true},
+		{plain, "/v1/audio/transcriptions", true},
+		{plain, "/v1/files", false},
+		{plain, "/v1/organization/admin_api_keys", false},
+		{plain, "/v1/batches", false},
+		{files, "/v1/files", true},
+		{files, "/v1/files/file-1/content", true},
+		{files, "/v1/embeddings", false}, // its own list replaces the default
+	}
+	for _, p := range paths {
+		if got := e.AllowsPath(p.t, p.path); got != p.allow {
+			t.Errorf("%s on %s: allowed %v, want %v", p.t.Name, p.path, got, p.allow)
+		}
+	}
+
+	// Token caps follow the endpoint's own fields.
+	caps := []struct {
+		endpoint, body, field string
+		want                  int64
+	}{
+		{"/v1/responses", `{"model":"gpt-x","input":"x","max_output_tokens":900}`, "max_output_tokens", 50},
+		{"/v1/responses", `{"model":"gpt-x","input":"x"}`, "max_output_tokens", 50},
+		{"/v1/completions", `{"model":"gpt-x","prompt":"x","max_tokens":900}`, "max_tokens", 50},
+		{"", `{"model":"gpt-x","messages":[]}`, "max_completion_tokens", 50},
+		{"/v1/embeddings", `{"model":"gpt-x","input":"x"}`, "max_tokens", 0},
+	}
+	for _, c := range caps {
+		r := &pipeline.Request{Body: []byte(c.body), Model: "gpt-x", Endpoint: c.endpoint}
+		if err := e.Admit(narrow, r); err != nil {
+			t.Fatalf("%s: %v", c.endpoint, err)
+		}
+		if got := gjson.GetBytes(r.Body, c.field).Int(); got != c.want {
+			t.Errorf("%s: %s = %d, want %d (%s)", c.endpoint, c.field, got, c.want, r.Body)
+		}
+	}
+
+	// A restricted tenant must name its model on a model endpoint.
+	var pe *pipeline.Error
+	err = e.Admit(narrow, &pipeline.Request{Body: []byte(`{"input":"x"}`), Endpoint: "/v1/embeddings"})
+	if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "model" {
+		t.Fatalf("no model: %v", err)
+	}
+	err = e.Admit(narrow, &pipeline.Request{Body: []byte(`{"input":"x"}`), Model: "secret"})
+	if !errors.As(err, &pe) || pe.Status != 403 {
+		t.Fatalf("secret model: %v", err)
+	}
+	if err := e.Admit(plain, &pipeline.Request{Body: []byte(`{"input":"x"}`), Endpoint: "/v1/embeddings"}); err != nil {
+		t.Fatalf("unrestricted tenant without a model: %v", err)
+	}
+}

@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/textproto"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// maxModelField bounds the model form field of a multipart body.
+const maxModelField = 256
+
+// passBody is a pass-through request body after policy: either bytes (body)
+// or a bounded stream of the client's upload (upload), the model it names
+// (configured names only, for metric labels) and the provider to use ("" =
+// the default provider).
+type passBody struct {
+	body     []byte
+	upload   *uploadReader
+	model    string
+	provider string
+}
+
+// passthroughBody reads, checks and routes a pass-through body. JSON and
+// multipart bodies are read whole (bounded by limit) so that the model they
+// name passes the tenant's policy before anything goes upstream; any other
+// body streams through an uploadReader bounded by the same limit.
+func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path string, limit int) (passBody, error) {
+	var pb passBody
+	ct := string(ctx.Request.Header.ContentType())
+	media, params, _ := mime.ParseMediaType(ct)
+	form := media == "multipart/form-data" && params["boundary"] != ""
+	if media != "application/json" && !form {
+		if cl := ctx.Request.Header.ContentLength(); cl > limit {
+			_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
+			return pb, err
+		}
+		if !ctx.Request.IsBodyStream() {
+			pb.body = ctx.Request.Body() // fasthttp's buffer lives until the handler's writer ends
+			return pb, nil
+		}
+		pb.upload = &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}
+		return pb, nil
+	}
+	body, err := readBody(ctx, limit)
+	if err != nil {
+		return pb, err
+	}
+	var model string
+	if form {
+		model, err = formModel(body, params["boundary"])
+	} else {
+		model, err = jsonModel(body)
+	}
+	if err != nil {
+		return pb, err
+	}
+	route := rt.Routes[model]
+	if model != "" && route == nil && !rt.Config.Server.PassthroughUnknownModels {
+		return pb, modelNotFound(model)
+	}
+	if route != nil {
+		pb.model = model // only configured names become metric labels
+	}
+	if rt.Policy != nil {
+		req := &pipeline.Request{Body: body, Model: model, Route: route, Endpoint: path}
+		if err := rt.Policy.Admit(t, req); err != nil {
+			return pb, err
+		}
+		body = req.Body
+	}
+	if route != nil && len(route.Deployments) > 0 {
+		d := route.Deployments[0]
+		pb.provider = d.Provider
+		if d.Upstream != model {
+			if form {
+				body, err = setFormModel(body, params["boundary"], d.Upstream)
+			} else {
+				body, err = sjson.SetBytes(body, "model", d.Upstream)
+			}
+			if err != nil {
+				return pb, pipeline.BadRequest("model", "cannot route the request")
+			}
+		}
+	}
+	pb.body = body
+	return pb, nil
+}
+
+// jsonModel validates a JSON body and returns the model it names ("" for
+// none). A second or escaped "model" key is refused: the policy and a
+// lenient upstream must read the same one.
+func jsonModel(body []byte) (string, error) {
+	if !gjson.ValidBytes(body) {
+		return "", pipeline.BadRequest("", "the request body is not valid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return "", nil // not ours to judge; the upstream answers
+	}
+	var model gjson.Result
+	n := 0
+	root.ForEach(func(k, v gjson.Result) bool {
+		if k.Str == "model" {
+			n++
+			model = v
+			if k.Raw != `"model"` {
+				n = 2
+			}
+		}
+		return n < 2
+	})
+	switch {
+	case n > 1:
+		return "", pipeline.BadRequest("model", "model must appear once")
+	case n == 0 || model.Type == gjson.Null:
+		return "", nil
+	case model.Type != gjson.String || model.Str == "":
+		return "", pipeline.BadRequest("model", "model must be a non-empty string")
+	}
+	return model.Str, nil
+}
+
+// formModel returns the value of the model field of a multipart body ("" for
+// none); a second model field is refused.
+func formModel(body []byte, boundary string) (string, error) {
+	r := multipart.NewReader(bytes.NewReader(body), boundary)
+	model, found := "", false
+	for {
+		p, err := r.NextPart()
+		if err == io.EOF {
+			return model, nil
+		}
+		if err != nil {
+			return "", pipeline.BadRequest("", "the multipart body is malformed")
+		}
+		if p.FormName() != "model" {
+			continue
+		}
+		if found {
+			return "", pipeline.BadRequest("model", "model must appear once")
+		}
+		b, err := io.ReadAll(io.LimitReader(p, maxModelField+1))
+		if err != nil || len(b) > maxModelField {
+			return "", pipeline.BadRequest("model", "the model field is malformed")
+		}
+		model, found = string(b), true
+		if model == "" {
+			return "", pipeline.BadRequest("model", "model must be a non-empty string")
+		}
+	}
+}
+
+// setFormModel returns a copy of the multipart body with its model field set
+// to model, every other part unchanged, under the same boundary.
+func setFormModel(body []byte, boundary, model string) ([]byte, error) {
+	var out bytes.Buffer
+	out.Grow(len(body) + len(model))
+	w := multipart.NewWriter(&out)
+	if err := w.SetBoundary(boundary); err != nil {
+		return nil, err
+	}
+	r := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := r.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		dst, err := w.CreatePart(textproto.MIMEHeader(p.Header))
+		if err != nil {
+			return nil, err
+		}
+		if p.FormName() == "model" {
+			_, err = io.WriteString(dst, model)
+		} else {
+			_, err = io.Copy(dst, p)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// uploadReader streams a client's upload to the upstream, bounded by max
+// bytes, and remembers why it stopped when the fault is the client's: a body
+// over the limit (413) or a read that failed (a slow or broken upload, 408).
+// Used by the one goroutine fasthttp's client writes the request from.
+type uploadReader struct {
+	r   io.Reader
+	n   int64
+	max int64
+	err error // the client's fault, for the error mapper
+}
+
+func (u *uploadReader) Read(p []byte) (int, error) {
+	if u.err != nil {
+		return 0, u.err
+	}
+	if rem := u.max + 1 - u.n; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	n, err := u.r.Read(p)
+	u.n += int64(n)
+	switch {
+	case u.n > u.max:
+		u.err = tooLarge(int(u.max))
+		return 0, u.err
+	case err != nil && !errors.Is(err, io.EOF):
+		u.err = pipeline.Errorf(408, "invalid_request_error", "request_timeout", "The request body could not be read in time.")
+		return n, u.err
+	}
+	return n, err
+}

@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"bytes"
+	"mime/multipart"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// FuzzJSONModel: the model the policy judges is the one model an upstream
+// reads, whichever JSON parser it uses.
+func FuzzJSONModel(f *testing.F) {
+	for _, s := range []string{`{"model":"a","input":"x"}`, `{"model":"a","model":"b"}`, `{"mod\u0065l":"b"}`, `{"input":1}`, `[1]`, `{"model":null}`, `{"model":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		model, err := jsonModel(body)
+		if err != nil || model == "" {
+			return
+		}
+		n := 0
+		gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+			if k.Str == "model" {
+				n++
+				if v.Str != model {
+					t.Fatalf("jsonModel(%q) = %q, but a model key says %q", body, model, v.Str)
+				}
+			}
+			return true
+		})
+		if n != 1 {
+			t.Fatalf("jsonModel(%q) = %q with %d model keys", body, model, n)
+		}
+	})
+}
+
+// FuzzFormModel: a multipart body's model field is found, and renaming it
+// changes that field only.
+func FuzzFormModel(f *testing.F) {
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	_ = w.SetBoundary("XyZ")
+	_ = w.WriteField("model", "gpt-x")
+	fw, _ := w.CreateFormFile("file", "a.wav")
+	_, _ = fw.Write([]byte("RIFF"))
+	_ = w.Close()
+	f.Add(b.Bytes(), "XyZ")
+	f.Add([]byte("--XyZ\r\n\r\n--XyZ--"), "XyZ")
+	f.Fuzz(func(t *testing.T, body []byte, boundary string) {
+		model, err := formModel(body, boundary)
+		if err != nil || model == "" || boundary == "" {
+			return
+		}
+		out, err := setFormModel(body, boundary, "renamed")
+		if err != nil {
+			return
+		}
+		if got, err := formModel(out, boundary); err != nil || got != "renamed" {
+			t.Fatalf("after renaming %q: %q, %v", model, got, err)
+		}
+	})
+}

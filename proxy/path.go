@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// maxDecodeRounds bounds how many layers of percent-encoding a path may
+// carry before it is refused: one layer is normal (%3A in a fine-tuned
+// model id); a path that still decodes after this many is an attack.
+const maxDecodeRounds = 3
+
+// canonicalPath returns the one form of the request path that routing,
+// allow-lists and policy look at: the raw path percent-decoded once, as the
+// upstream will read it. It refuses, with a *pipeline.Error:
+//
+//   - dot segments ("." or ".."), raw or percent-encoded at any depth up to
+//     maxDecodeRounds (400): they would let a pass-through path climb out
+//     of the provider's base path;
+//   - paths that are only a variant of another path (404): an encoded slash
+//     or backslash, ';' parameters, empty segments, a trailing slash,
+//     control characters. fasthttp's own normalisation maps some of these
+//     to a route and forwards others as written; here each path has exactly
+//     one spelling, so a variant of the chat route can never reach the
+//     upstream's chat endpoint around the gateway's pipeline.
+//
+// raw is the path as the client sent it, without the query.
+func canonicalPath(raw string) (string, error) {
+	if raw == "" || raw[0] != '/' {
+		return "", unknownURL(raw)
+	}
+	p, canonical := raw, ""
+	for round := 0; ; round++ {
+		if hasDotSegment(p) {
+			return "", badPath()
+		}
+		if !strings.Contains(p, "%") {
+			break
+		}
+		if round == maxDecodeRounds {
+			return "", badPath()
+		}
+		d, err := url.PathUnescape(p)
+		if err != nil {
+			return "", pipeline.Errorf(400, "invalid_request_error", "invalid_path", "The request path has a malformed percent-encoding.")
+		}
+		if round == 0 {
+			canonical = d
+		}
+		if d == p {
+			break
+		}
+		p = d
+	}
+	if canonical == "" {
+		canonical = raw
+	}
+	if strings.Count(canonical, "/") != strings.Count(raw, "/") || // an encoded slash
+		strings.ContainsAny(canonical, ";\\") ||
+		strings.Contains(canonical, "//") ||
+		(len(canonical) > 1 && canonical[len(canonical)-1] == '/') ||
+		hasControl(canonical) {
+		return "", unknownURL(raw)
+	}
+	return canonical, nil
+}
+
+// hasDotSegment reports whether p has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func badPath() error {
+	return pipeline.Errorf(400, "invalid_request_error", "invalid_path", "The request path may not contain '.' or '..' segments, encoded or not.")
+}
+
+func unknownURL(path string) error {
+	return pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Unknown request URL: %s", truncate(path, 200))
+}
