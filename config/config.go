@@ -20,6 +20,8 @@ type Config struct {
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`
+	Limits     []Limit     `toml:"limits"`
+	Budgets    []Budget    `toml:"budgets"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`
@@ -81,6 +83,14 @@ type Model struct {
 	Fallbacks     []string     `toml:"fallbacks"`      // other model names, in order
 	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [fallback, context_edit, prompt_cache]
 	OwnedBy       string       `toml:"owned_by"`
+	Price         *Price       `toml:"price"` // dollars per million tokens; default from DefaultPrices by upstream name, else free
+}
+
+// Price is what a model costs, in dollars per million tokens.
+type Price struct {
+	Input       float64 `toml:"input"`
+	Output      float64 `toml:"output"`
+	CachedInput float64 `toml:"cached_input"` // default Input
 }
 
 // Deployment is one provider serving a model.
@@ -140,7 +150,8 @@ type ToolLoop struct {
 
 // Middleware holds the settings of each middleware.
 type Middleware struct {
-	Request     []string    `toml:"request"` // request layer order; default [policy, cache]
+	Request     []string    `toml:"request"` // request layer order; default [policy, limits, cache]
+	Limits      LimitsMode  `toml:"limits"`
 	Fallback    Fallback    `toml:"fallback"`
 	Cache       Cache       `toml:"cache"`
 	ContextEdit ContextEdit `toml:"context_edit"`
@@ -177,10 +188,40 @@ type ContextEdit struct {
 	LastResort      string   `toml:"last_resort"` // error|drop_turns; default error
 }
 
+// LimitsMode says what rate limits and budgets do when their shared store
+// (Redis) cannot be reached.
+type LimitsMode struct {
+	Fail string `toml:"fail"` // open (allow, count locally, warn) | closed (429); default open
+}
+
+// Limit is one [[limits]] rule. A request is counted by every rule whose
+// tenant, key and model globs match it. A dimension the rule leaves unset
+// is shared: tenant = "*" gives every tenant its own counter, no tenant
+// gives all tenants one counter together.
+type Limit struct {
+	Tenant             string `toml:"tenant"`
+	Key                string `toml:"key"`   // the key's configured name
+	Model              string `toml:"model"` // client-facing model name
+	RequestsPerMinute  int64  `toml:"requests_per_minute"`
+	TokensPerMinute    int64  `toml:"tokens_per_minute"`
+	Concurrent         int64  `toml:"concurrent"`
+	ToolCallsPerMinute int64  `toml:"tool_calls_per_minute"`
+}
+
+// Budget caps the spend of a tenant or of one key over a period.
+type Budget struct {
+	Tenant string  `toml:"tenant"` // one of tenant, key
+	Key    string  `toml:"key"`
+	Amount float64 `toml:"amount"`  // dollars
+	Period string  `toml:"period"`  // day | month | total; default month
+	WarnAt float64 `toml:"warn_at"` // fraction of amount after which x-gateway-budget-remaining is sent; default 0.8
+}
+
 // Key is a gateway API key naming a tenant.
 type Key struct {
 	Name   string `toml:"name"`
 	Tenant string `toml:"tenant"`
+	Role   string `toml:"role"`   // "" | admin (may read /v1/gateway/usage)
 	Key    string `toml:"key"`    // the key itself, usually ${ENV}
 	SHA256 string `toml:"sha256"` // or its hex SHA-256
 }

@@ -27,7 +27,7 @@ func setStr(p *string, v string) {
 var DefaultModelMiddleware = []string{"fallback", "context_edit", "prompt_cache"}
 
 // DefaultRequestMiddleware is the request layer when config lists none.
-var DefaultRequestMiddleware = []string{"policy", "cache"}
+var DefaultRequestMiddleware = []string{"policy", "limits", "cache"}
 
 func (c *Config) setDefaults() {
 	s := &c.Server
@@ -146,6 +146,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 
+	c.setLimitDefaults()
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware

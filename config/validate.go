@@ -186,10 +186,11 @@ func (c *Config) validate() error {
 	}
 
 	for i, mw := range c.Middleware.Request {
-		if !oneOf(mw, "policy", "cache") {
-			add("middleware.request[%d]: %q is not one of policy, cache", i, mw)
+		if !oneOf(mw, "policy", "limits", "cache") {
+			add("middleware.request[%d]: %q is not one of policy, limits, cache", i, mw)
 		}
 	}
+	c.validateLimits(add)
 	if !oneOf(c.Middleware.Cache.Store, "memory", "redis") {
 		add("middleware.cache.store: %q is not one of memory, redis", c.Middleware.Cache.Store)
 	}

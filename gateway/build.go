@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/fallback"
+	"github.com/llmgw/gateway/limits"
 	"github.com/llmgw/gateway/mcpclient"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/pipeline"
@@ -86,6 +88,8 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		closers = append(closers, func() { _ = rdb.Close() })
 	}
 	store := buildStore(cfg, rdb)
+	limiter := buildLimiter(cfg, rdb, log)
+	closers = append(closers, limiter.Close)
 
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
@@ -97,7 +101,8 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		for _, name := range m.Middleware {
 			mws = append(mws, modelMW[name]) // nil (not built yet) is skipped by Chain
 		}
-		routes[m.Name].ModelLayer = pipeline.Chain(upstream, mws...)
+		// The meter is innermost: it prices every upstream attempt.
+		routes[m.Name].ModelLayer = pipeline.Chain(limiter.Meter(upstream), mws...)
 	}
 
 	// MCP servers: connected now (bounded wait), their tools offered as
@@ -116,6 +121,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		ToolAllowed: policies.ToolAllowed,
 		ToolTrace:   policies.ToolTrace,
 		ToolMiddleware: []pipeline.ToolMiddleware{
+			limiter.ToolLimit(),
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
 		},
 		State:  buildState(cfg, rdb),
@@ -130,6 +136,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	requestMW := map[string]pipeline.Middleware{
 		"policy": engine.Middleware(),
+		"limits": limiter.Middleware(),
 		"cache": caching.NewResponseCache(caching.Options{
 			Config:         cfg.Middleware.Cache,
 			Store:          store,
@@ -158,6 +165,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		},
 	}
 	rt.Policy = engine
+	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
+		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
+	}
 	rt.WatchNonStream = len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0
 	if mcp != nil {
 		// An MCP server that is down hides only its own tools; the gateway
@@ -227,6 +237,16 @@ func redisClient(r *config.Redis) *redis.Client {
 		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
 		MaxRetries: -1, // fail fast: callers fail open
 	})
+}
+
+// buildLimiter returns the rate limits, budgets and usage record: shared
+// through Redis when [redis] is set, else in memory.
+func buildLimiter(cfg *config.Config, rdb *redis.Client, log zerolog.Logger) *limits.Limiter {
+	o := limits.Options{Config: cfg, Logger: log}
+	if rdb != nil {
+		o.Store, o.Prefix = limits.NewRedisStore(rdb), cfg.Redis.Prefix
+	}
+	return limits.New(o)
 }
 
 // toolTTL returns the result-cache TTL of idempotent tools.

@@ -91,5 +91,6 @@ type Target struct {
 type Tenant struct {
 	Name   string
 	Key    string // the key's configured name, never the secret
+	Admin  bool   // the key has role = "admin" (operator APIs)
 	Policy any
 }

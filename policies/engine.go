@@ -113,7 +113,7 @@ func New(cfg *config.Config, log zerolog.Logger) (*Engine, error) {
 		if name == "" {
 			name = at
 		}
-		e.keys[sum] = &keyEntry{sum: sum, tenant: &pipeline.Tenant{Name: k.Tenant, Key: name, Policy: p}}
+		e.keys[sum] = &keyEntry{sum: sum, tenant: &pipeline.Tenant{Name: k.Tenant, Key: name, Admin: k.Role == "admin", Policy: p}}
 	}
 
 	if len(e.keys) == 0 {

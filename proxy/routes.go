@@ -173,12 +173,21 @@ func (rt *Runtime) admin(ctx *fasthttp.RequestCtx) error {
 		return pipeline.Errorf(403, "invalid_request_error", "admin_required",
 			"This gateway has keys: set server.admin_key or server.metrics_listen to read operator routes.")
 	}
-	got := sha256.Sum256([]byte(bearer(&ctx.Request.Header)))
-	want := sha256.Sum256([]byte(cfg.AdminKey))
-	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+	if !rt.adminKeyOK(ctx) {
 		return pipeline.Errorf(401, "invalid_request_error", "invalid_api_key", "This route needs the gateway's admin key.")
 	}
 	return nil
+}
+
+// adminKeyOK reports whether the request carries server.admin_key (set).
+func (rt *Runtime) adminKeyOK(ctx *fasthttp.RequestCtx) bool {
+	k := rt.Config.Server.AdminKey
+	if k == "" {
+		return false
+	}
+	got := sha256.Sum256([]byte(bearer(&ctx.Request.Header)))
+	want := sha256.Sum256([]byte(k))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 func (s *Server) handleReady(ctx *fasthttp.RequestCtx, rt *Runtime, showDetails bool) {

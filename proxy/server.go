@@ -30,6 +30,8 @@ type Runtime struct {
 	Routes   map[string]*pipeline.Route
 	Chat     pipeline.Handler // the request layer, ending in the tool loop
 	Upstream *Upstream
+	// Usage answers the usage API (GET /v1/gateway/usage); nil = 404.
+	Usage func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error)
 	// Policy applies the tenant policies to the routes outside the chat
 	// pipeline (models, pass-through); nil admits everything.
 	Policy Policy
@@ -171,6 +173,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.handleChat(ctx, rt, id)
+	case path == usageRoute:
+		s.handleUsage(ctx, rt, id)
 	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
 		if !ctx.IsGet() {
 			if path == "/v1/models" {

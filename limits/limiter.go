@@ -1,0 +1,226 @@
+package limits
+
+import (
+	"context"
+	"path"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/contextedit"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// usageTTL is how long daily usage records are kept.
+const usageTTL = 400 * 24 * time.Hour
+
+// Options configures New.
+type Options struct {
+	Config *config.Config
+	Store  Store  // nil = memory
+	Prefix string // key prefix (the Redis prefix)
+	Logger zerolog.Logger
+	Now    func() time.Time // nil = time.Now
+}
+
+// Limiter applies one config's [[limits]] and [[budgets]] and records usage
+// and spend. Built once per config; safe for concurrent use. Close flushes
+// what is still queued.
+type Limiter struct {
+	rules      []rule
+	budgets    []budgetRule
+	prices     map[string]config.Price // client-facing model → price
+	store      Store
+	failClosed bool
+	prefix     string
+	log        zerolog.Logger
+	now        func() time.Time
+	rec        *recorder
+	lastWarn   atomic.Int64
+}
+
+// rule is one [[limits]] entry with its patterns.
+type rule struct {
+	index              int
+	tenant, key, model string // "" = shared across that dimension
+	rpm, tpm, conc     int64
+	tools              int64
+}
+
+// budgetRule is one [[budgets]] entry.
+type budgetRule struct {
+	index       int
+	tenant, key string
+	micro       int64 // amount in micro-dollars
+	period      string
+	warnAt      float64
+}
+
+// New builds the limiter of cfg.
+func New(o Options) *Limiter {
+	cfg := o.Config
+	l := &Limiter{
+		store:      o.Store,
+		failClosed: cfg.Middleware.Limits.Fail == "closed",
+		prefix:     o.Prefix,
+		log:        o.Logger,
+		now:        o.Now,
+		prices:     map[string]config.Price{},
+	}
+	if l.store == nil {
+		l.store = NewMemoryStore()
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	for i, r := range cfg.Limits {
+		l.rules = append(l.rules, rule{index: i, tenant: r.Tenant, key: r.Key, model: r.Model,
+			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute})
+	}
+	for i, b := range cfg.Budgets {
+		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,
+			micro: int64(b.Amount * 1e6), period: b.Period, warnAt: b.WarnAt})
+	}
+	for _, m := range cfg.Models {
+		up := m.Upstream
+		if up == "" && len(m.Deployments) > 0 {
+			up = m.Deployments[0].Upstream
+		}
+		if up == "" {
+			up = m.Name
+		}
+		l.prices[m.Name] = priceFor(m.Price, up)
+	}
+	l.rec = newRecorder(l.store, o.Logger)
+	return l
+}
+
+// Close flushes queued usage and stops the recorder.
+func (l *Limiter) Close() { l.rec.close() }
+
+// Flush writes queued usage and spend now.
+func (l *Limiter) Flush() { l.rec.flush() }
+
+// matches reports whether pattern admits v: "" and "*" admit everything.
+func matches(pattern, v string) bool {
+	if pattern == "" || pattern == "*" {
+		return true
+	}
+	ok, _ := path.Match(pattern, v)
+	return ok
+}
+
+// scope names a rule's counter: the rule, and each dimension it names.
+func (r *rule) scope(tenant, key, model string) (string, bool) {
+	if !matches(r.tenant, tenant) || !matches(r.key, key) || !matches(r.model, model) {
+		return "", false
+	}
+	s := strconv.Itoa(r.index)
+	for _, d := range [3][2]string{{r.tenant, tenant}, {r.key, key}, {r.model, model}} {
+		s += ":"
+		if d[0] != "" {
+			s += d[1]
+		}
+	}
+	return s, true
+}
+
+// who returns the tenant and key names of r.
+func who(r *pipeline.Request) (tenant, key string) {
+	if r.Tenant == nil {
+		return "default", ""
+	}
+	return r.Tenant.Name, r.Tenant.Key
+}
+
+// periodKey names the spend counter of b in the period containing now, and
+// when that period ends.
+func (b *budgetRule) periodKey(prefix, tenant, key string, now time.Time) (string, time.Time) {
+	scope := "t:" + tenant
+	if b.key != "" {
+		scope = "k:" + key
+	}
+	now = now.UTC()
+	switch b.period {
+	case "day":
+		end := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+		return prefix + "spend:" + scope + ":" + now.Format("20060102"), end
+	case "month":
+		end := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+		return prefix + "spend:" + scope + ":" + now.Format("200601"), end
+	default:
+		return prefix + "spend:" + scope + ":total", time.Time{}
+	}
+}
+
+func (b *budgetRule) applies(tenant, key string) bool {
+	return (b.tenant != "" && b.tenant == tenant) || (b.key != "" && b.key == key)
+}
+
+// estimate counts the input tokens of a chat body with the route's
+// tokenizer; 0 when it cannot.
+func estimate(r *pipeline.Request) int64 {
+	enc := ""
+	if r.Route != nil {
+		enc = r.Route.Encoding
+	}
+	c, err := contextedit.CounterFor(enc)
+	if err != nil {
+		return 0
+	}
+	n, err := c.Count(r.Body)
+	if err != nil {
+		return 0
+	}
+	return int64(n)
+}
+
+// storeFailed handles a store error: fail open (allow, warn at most every
+// 10 s, count) or closed (429).
+func (l *Limiter) storeFailed(err error) error {
+	storeErrors.Inc()
+	now := l.now().UnixNano()
+	if last := l.lastWarn.Load(); now-last > int64(10*time.Second) && l.lastWarn.CompareAndSwap(last, now) {
+		l.log.Warn().Err(err).Bool("fail_closed", l.failClosed).Msg("limits: store unavailable")
+	}
+	if l.failClosed {
+		return &pipeline.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded",
+			Message: "Rate limits cannot be checked right now; retry shortly.", RetryAfter: time.Second}
+	}
+	return nil
+}
+
+// reqState travels in the context from Middleware to Meter: the input
+// estimate already taken from the first call's token counters.
+type reqState struct {
+	mu       sync.Mutex
+	estimate int64
+	model    string
+}
+
+type stateKey struct{}
+
+// takeEstimate returns the estimate taken for model, once.
+func (s *reqState) takeEstimate(model string) int64 {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.model != model {
+		return 0
+	}
+	e := s.estimate
+	s.estimate = 0
+	return e
+}
+
+// context helper kept tiny: one key, one type.
+func stateFrom(ctx context.Context) *reqState {
+	s, _ := ctx.Value(stateKey{}).(*reqState)
+	return s
+}

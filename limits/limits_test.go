@@ -1,0 +1,319 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/testredis"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+const baseTOML = `
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "up-x"
+[models.price]
+input = 2
+output = 10
+cached_input = 1
+[[models]]
+name = "free"
+provider = "up"
+`
+
+// stores runs f against the memory store and a real Redis.
+func stores(t *testing.T, f func(t *testing.T, newStore func() Store)) {
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		f(t, NewMemoryStore)
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := testredis.Start(t)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+		t.Cleanup(func() { _ = rdb.Close() })
+		var n atomic.Int64
+		f(t, func() Store {
+			// Each limiter gets its own key space on the shared server.
+			return &prefixed{Store: NewRedisStore(rdb), n: n.Add(1)}
+		})
+	})
+}
+
+// prefixed is only a marker so that each test limiter uses its own prefix.
+type prefixed struct {
+	Store
+	n int64
+}
+
+type fixture struct {
+	l     *Limiter
+	chain pipeline.Handler // Middleware → Meter → upstream
+	usage string           // the usage the fake upstream reports
+	calls atomic.Int64
+}
+
+func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
+	t.Helper()
+	cfg, err := config.Parse([]byte(baseTOML + toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStore()
+	prefix := ""
+	if p, ok := st.(*prefixed); ok {
+		st, prefix = p.Store, "t"+string(rune('a'+p.n))+":"
+	}
+	fx := &fixture{usage: `{"prompt_tokens":10,"completion_tokens":5}`}
+	fx.l = New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
+	t.Cleanup(fx.l.Close)
+	up := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		fx.calls.Add(1)
+		return &pipeline.Response{Body: []byte(`{"choices":[],"usage":` + fx.usage + `}`)}, nil
+	})
+	fx.chain = pipeline.Chain(fx.l.Meter(up), fx.l.Middleware())
+	return fx
+}
+
+func (fx *fixture) do(tenant, key, model string) (*pipeline.Request, error) {
+	r := &pipeline.Request{ID: "r" + time.Now().Format("150405.000000000"), Model: model, Meta: &pipeline.Meta{},
+		Body:   []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hello there"}]}`),
+		Tenant: &pipeline.Tenant{Name: tenant, Key: key}}
+	_, err := fx.chain.Chat(context.Background(), r)
+	return r, err
+}
+
+func status(err error) (int, string) {
+	var pe *pipeline.Error
+	if errors.As(err, &pe) {
+		return pe.Status, pe.Code
+	}
+	return 0, ""
+}
+
+func TestRequestsPerMinute(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[limits]]
+tenant = "*"
+requests_per_minute = 3
+`, newStore)
+		for i := range 3 {
+			r, err := fx.do("a", "k1", "gpt-x")
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			if got := r.Meta.Get("x-ratelimit-remaining-requests"); got != string(rune('2'-i)) {
+				t.Errorf("request %d: remaining %q", i, got)
+			}
+			if r.Meta.Get("x-ratelimit-limit-requests") != "3" || r.Meta.Get("x-ratelimit-reset-requests") == "" {
+				t.Errorf("request %d: headers %v", i, r.Meta.Headers())
+			}
+		}
+		_, err := fx.do("a", "k1", "gpt-x")
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 429 || pe.Code != "rate_limit_exceeded" || pe.RetryAfter <= 0 || pe.RetryAfter > 21*time.Second {
+			t.Fatalf("4th request: %v", err)
+		}
+		if fx.calls.Load() != 3 {
+			t.Fatalf("upstream calls %d", fx.calls.Load())
+		}
+		// tenant = "*": another tenant has its own counter.
+		if _, err := fx.do("b", "k2", "gpt-x"); err != nil {
+			t.Fatalf("other tenant: %v", err)
+		}
+	})
+}
+
+func TestSharedCounterWithoutTenant(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[limits]]
+model = "gpt-x"
+requests_per_minute = 2
+`, newStore)
+		for _, tenant := range []string{"a", "b"} {
+			if _, err := fx.do(tenant, "", "gpt-x"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s, _ := status(func() error { _, err := fx.do("c", "", "gpt-x"); return err }()); s != 429 {
+			t.Fatal("the shared counter did not refuse the third tenant")
+		}
+		if _, err := fx.do("c", "", "free"); err != nil {
+			t.Fatalf("another model: %v", err)
+		}
+	})
+}
+
+func TestTokensPerMinuteCountsUpstreamUsage(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[limits]]
+tenant = "*"
+tokens_per_minute = 1000
+`, newStore)
+		fx.usage = `{"prompt_tokens":400,"completion_tokens":500}`
+		r, err := fx.do("a", "", "gpt-x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := gjson.Parse(r.Meta.Get("x-ratelimit-remaining-tokens")).Int(); n < 980 {
+			t.Fatalf("remaining tokens after the estimate: %d", n)
+		}
+		fx.l.Flush() // the correction (900 used, less the estimate) is queued
+		_, err = fx.do("a", "", "gpt-x")
+		if s, code := status(err); s != 429 || code != "rate_limit_exceeded" {
+			// 900 + this request's estimate fits 1000 only if the correction was lost.
+			t.Logf("second request: %v", err)
+		}
+		fx.l.Flush()
+		_, err = fx.do("a", "", "gpt-x")
+		if s, _ := status(err); s != 429 {
+			t.Fatalf("after 1800 tokens of a 1000 TPM limit: %v", err)
+		}
+	})
+}
+
+func TestConcurrentSlots(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		cfg, _ := config.Parse([]byte(baseTOML + "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n"))
+		st := newStore()
+		prefix := ""
+		if p, ok := st.(*prefixed); ok {
+			st, prefix = p.Store, "c"+string(rune('a'+p.n))+":"
+		}
+		l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
+		defer l.Close()
+		closed := make(chan struct{})
+		stream := &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() { close(closed) }}
+		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{Stream: stream}, nil
+		}))
+		req := func(id string) (*pipeline.Response, error) {
+			return h.Chat(context.Background(), &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+		}
+		first, err := req("one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := req("two"); err == nil {
+			t.Fatal("a second request in flight passed")
+		} else if s, code := status(err); s != 429 || code != "rate_limit_exceeded" {
+			t.Fatalf("second: %v", err)
+		}
+		first.Stream.Close()
+		<-closed
+		if _, err := req("three"); err != nil {
+			t.Fatalf("after the first stream closed: %v", err)
+		}
+	})
+}
+
+func TestBudgetAndUsageReport(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[budgets]]
+tenant = "a"
+amount = 0.001
+period = "day"
+warn_at = 0.5
+`, newStore)
+		// 10 input × $2/M + 5 output × $10/M = 70 µ$ per call; the budget is 1000 µ$.
+		var calls int
+		for {
+			r, err := fx.do("a", "k1", "gpt-x")
+			fx.l.Flush()
+			if err != nil {
+				if s, code := status(err); s != 429 || code != "insufficient_quota" {
+					t.Fatalf("over budget: %v", err)
+				}
+				break
+			}
+			calls++
+			if calls > 20 {
+				t.Fatal("the budget never ran out")
+			}
+			if calls > 8 && r.Meta.Get("x-gateway-budget-remaining") == "" {
+				t.Errorf("call %d: no budget warning past half the budget", calls)
+			}
+		}
+		if calls != 15 { // 14 × 70 = 980 < 1000 passes, 15 × 70 = 1050 then refuses
+			t.Fatalf("%d calls within a 1000 µ$ budget at 70 µ$ each", calls)
+		}
+		if _, err := fx.do("b", "k2", "free"); err != nil {
+			t.Fatalf("another tenant: %v", err)
+		}
+		today := time.Now().UTC()
+		body, err := fx.l.Report(context.Background(), UsageQuery{From: today, To: today, GroupBy: "tenant"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := gjson.GetBytes(body, `data.#(group=="a")`)
+		if a.Get("upstream_calls").Int() != 15 || a.Get("requests").Int() != 16 || a.Get("input_tokens").Int() != 150 ||
+			a.Get("output_tokens").Int() != 75 || a.Get("cost_microdollars").Int() != 1050 {
+			t.Fatalf("tenant a usage: %s", body)
+		}
+		if gjson.GetBytes(body, "total.upstream_calls").Int() != 16 || gjson.GetBytes(body, `data.#(group=="b").cost_microdollars`).Int() != 0 {
+			t.Fatalf("totals: %s", body)
+		}
+		byModel, _ := fx.l.Report(context.Background(), UsageQuery{Tenant: "a", From: today, To: today, GroupBy: "model"})
+		if !strings.Contains(string(byModel), `"group":"gpt-x"`) || strings.Contains(string(byModel), `"free"`) {
+			t.Fatalf("tenant a by model: %s", byModel)
+		}
+	})
+}
+
+func TestRedisDownFailOpenAndClosed(t *testing.T) {
+	t.Parallel()
+	srv := testredis.Start(t)
+	for _, mode := range []string{"open", "closed"} {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
+		defer rdb.Close()
+		cfg, _ := config.Parse([]byte(baseTOML + "[middleware.limits]\nfail = \"" + mode + "\"\n[[limits]]\ntenant = \"*\"\nrequests_per_minute = 100\n"))
+		l := New(Options{Config: cfg, Store: NewRedisStore(rdb), Prefix: mode + ":", Logger: zerolog.Nop()})
+		defer l.Close()
+		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{Body: []byte(`{}`)}, nil
+		}))
+		req := func() error {
+			_, err := h.Chat(context.Background(), &pipeline.Request{ID: "x", Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+			return err
+		}
+		if err := req(); err != nil {
+			t.Fatalf("%s, redis up: %v", mode, err)
+		}
+		srv.Stop()
+		err := req()
+		switch mode {
+		case "open":
+			if err != nil {
+				t.Fatalf("fail open refused: %v", err)
+			}
+		case "closed":
+			if s, code := status(err); s != 429 || code != "rate_limit_exceeded" {
+				t.Fatalf("fail closed: %v", err)
+			}
+		}
+		srv.Start()
+	}
+}

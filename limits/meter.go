@@ -1,0 +1,158 @@
+package limits
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+var usageKey = []byte(`"usage":{`)
+
+// Meter wraps the upstream handler, innermost on every model's call layer,
+// so that it sees each upstream attempt of every request: loop rounds,
+// retries, fallbacks, and the calls tools make on the tenant's behalf. When
+// the call ends it prices the upstream's usage (or our input estimate when
+// the upstream reports none), adds it to the token counters of the matching
+// limits (less the estimate the request layer already took), to the
+// matching budgets' spend and to the usage record. Recording is queued, not
+// on the request's path.
+func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
+	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		resp, err := next.Chat(ctx, r)
+		if err != nil {
+			return resp, err
+		}
+		if resp.Stream == nil {
+			t, ok := usageOf(gjson.GetBytes(resp.Body, "usage"))
+			l.charge(ctx, r, t, ok)
+			return resp, nil
+		}
+		resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r}
+		return resp, nil
+	})
+}
+
+// usageOf reads a chat usage object; ok is false when there is none.
+func usageOf(u gjson.Result) (tokens, bool) {
+	if !u.IsObject() {
+		return tokens{}, false
+	}
+	return tokens{
+		input:  u.Get("prompt_tokens").Int(),
+		output: u.Get("completion_tokens").Int(),
+		cached: u.Get("prompt_tokens_details.cached_tokens").Int(),
+	}, true
+}
+
+// charge records one finished upstream call.
+func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok bool) {
+	if !ok {
+		t = tokens{input: estimate(r)}
+	}
+	tenant, key := who(r)
+	model := r.Model
+	now := l.now()
+	price := l.prices[model]
+	if tg := r.TargetOrDefault(); tg != nil && tg.Model != "" {
+		model = tg.Model // the model that answered (after a fallback) is the one paid
+		price = l.prices[tg.Model]
+	}
+	micro := cost(price, t)
+	tokensTotal.WithLabelValues(tenant, model, "input").Add(float64(t.input))
+	tokensTotal.WithLabelValues(tenant, model, "output").Add(float64(t.output))
+	tokensTotal.WithLabelValues(tenant, model, "cached").Add(float64(t.cached))
+	costTotal.WithLabelValues(tenant, model).Add(float64(micro))
+
+	var adds []addition
+	used := t.input + t.output - stateFrom(ctx).takeEstimate(r.Model)
+	if used > 0 {
+		for i := range l.rules {
+			rl := &l.rules[i]
+			if rl.tpm == 0 {
+				continue
+			}
+			if s, ok := rl.scope(tenant, key, r.Model); ok {
+				adds = append(adds, addition{key: l.prefix + "rl:t:" + s, kind: kindRate, limit: rl.tpm, n: used})
+			}
+		}
+	}
+	if micro > 0 {
+		for i := range l.budgets {
+			b := &l.budgets[i]
+			if b.applies(tenant, key) {
+				k, end := b.periodKey(l.prefix, tenant, key, now)
+				adds = append(adds, addition{key: k, kind: kindBudget, n: micro, until: end})
+			}
+		}
+	}
+	day, until := l.day(now)
+	f := usageField(tenant, key, model)
+	adds = append(adds,
+		addition{key: day, kind: kindUsage, field: f + "calls", n: 1, until: until},
+		addition{key: day, kind: kindUsage, field: f + "input", n: t.input, until: until},
+		addition{key: day, kind: kindUsage, field: f + "output", n: t.output, until: until},
+		addition{key: day, kind: kindUsage, field: f + "cached", n: t.cached, until: until},
+		addition{key: day, kind: kindUsage, field: f + "cost", n: micro, until: until},
+	)
+	l.rec.add(adds)
+}
+
+// day returns the usage key of now's UTC day and when it expires.
+func (l *Limiter) day(now time.Time) (string, time.Time) {
+	return l.prefix + "usage:" + now.UTC().Format("20060102"), now.Add(usageTTL)
+}
+
+// usageField is the hash-field prefix of a tenant, key and model; the
+// metric name follows. \x1f cannot occur in configured names.
+func usageField(tenant, key, model string) string {
+	return tenant + "\x1f" + key + "\x1f" + model + "\x1f"
+}
+
+// meteredStream watches a stream's usage chunks and charges the call once,
+// when it ends (EOF, error or Close).
+type meteredStream struct {
+	pipeline.Stream
+	l       *Limiter
+	ctx     context.Context
+	r       *pipeline.Request
+	usage   tokens
+	seen    bool
+	charged bool
+}
+
+func (s *meteredStream) Next() ([]byte, error) {
+	chunk, err := s.Stream.Next()
+	if err == nil && bytes.Contains(chunk, usageKey) {
+		if t, ok := usageOf(gjson.GetBytes(chunk, "usage")); ok {
+			s.usage, s.seen = t, true
+		}
+	}
+	if err == io.EOF {
+		s.end()
+	}
+	return chunk, err
+}
+
+func (s *meteredStream) Close() {
+	s.Stream.Close()
+	s.end()
+}
+
+func (s *meteredStream) end() {
+	if s.charged {
+		return
+	}
+	s.charged = true
+	s.l.charge(s.ctx, s.r, s.usage, s.seen)
+}
+
+// countRequest counts one client request in the usage record.
+func (l *Limiter) countRequest(now time.Time, tenant, key, model string) {
+	day, until := l.day(now)
+	l.rec.add([]addition{{key: day, kind: kindUsage, field: usageField(tenant, key, model) + "requests", n: 1, until: until}})
+}

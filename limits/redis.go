@@ -1,0 +1,177 @@
+package limits
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// slotTTL is how long a concurrency slot outlives a replica that died
+// without releasing it.
+const slotTTL = 15 * time.Minute
+
+// takeScript checks every counter, then takes from all of them or none, in
+// one round trip. Rates are GCRA: the key holds the theoretical arrival time
+// (ms); a minute's worth of the limit is the burst. ARGV: now (ms), slot
+// stale-before (ms), request id, then kind, limit, cost per key. Returns
+// {denied index (0 = none), retry ms, remaining..., reset ms...}.
+var takeScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local stale = tonumber(ARGV[2])
+local id = ARGV[3]
+local n = #KEYS
+local denied, retry = 0, 0
+local rem, reset, newtat = {}, {}, {}
+for i = 1, n do
+  local kind = ARGV[3 + (i-1)*3 + 1]
+  local limit = tonumber(ARGV[3 + (i-1)*3 + 2])
+  local cost = tonumber(ARGV[3 + (i-1)*3 + 3])
+  if kind == 'r' then
+    local t = 60000 / limit
+    local tat = tonumber(redis.call('GET', KEYS[i]) or now)
+    if tat < now then tat = now end
+    local nt = tat + cost * t
+    if nt - now > 60000 then
+      if denied == 0 then denied = i; retry = nt - now - 60000 end
+      rem[i] = math.max(0, math.floor((60000 - (tat - now)) / t))
+      reset[i] = tat - now
+    else
+      newtat[i] = nt
+      rem[i] = math.max(0, math.floor((60000 - (nt - now)) / t))
+      reset[i] = nt - now
+    end
+  elseif kind == 'c' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', stale)
+    local cur = redis.call('ZCARD', KEYS[i])
+    if cur + 1 > limit then
+      if denied == 0 then denied = i end
+      rem[i] = 0
+    else
+      rem[i] = limit - cur - 1
+    end
+    reset[i] = 0
+  else
+    local spent = tonumber(redis.call('GET', KEYS[i]) or 0)
+    if spent >= limit then
+      if denied == 0 then denied = i end
+      rem[i] = 0
+    else
+      rem[i] = limit - spent
+    end
+    reset[i] = 0
+  end
+end
+if denied == 0 then
+  for i = 1, n do
+    local kind = ARGV[3 + (i-1)*3 + 1]
+    if kind == 'r' then
+      redis.call('SET', KEYS[i], newtat[i], 'PX', math.ceil(newtat[i] - now) + 1000)
+    elseif kind == 'c' then
+      redis.call('ZADD', KEYS[i], now, id)
+      redis.call('PEXPIRE', KEYS[i], 900000)
+    end
+  end
+end
+local out = {denied, math.ceil(retry)}
+for i = 1, n do out[#out+1] = rem[i] end
+for i = 1, n do out[#out+1] = math.ceil(reset[i]) end
+return out
+`)
+
+// addScript moves a GCRA key forward by cost without a check (tokens
+// already used). ARGV: now (ms), limit, cost.
+var addScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local t = 60000 / tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local nt = tat + tonumber(ARGV[3]) * t
+redis.call('SET', KEYS[1], nt, 'PX', math.ceil(nt - now) + 1000)
+return 1
+`)
+
+// redisStore keeps the counters in Redis, shared by every replica. Every
+// call is bounded by the client's own timeouts. Safe for concurrent use.
+type redisStore struct {
+	rdb redis.UniversalClient
+}
+
+var _ Store = (*redisStore)(nil)
+
+// NewRedisStore returns a Store on rdb; keys are used as given (the caller
+// prefixes them).
+func NewRedisStore(rdb redis.UniversalClient) Store { return &redisStore{rdb: rdb} }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks []check) (outcome, error) {
+	keys := make([]string, len(checks))
+	args := make([]any, 0, 3+3*len(checks))
+	args = append(args, ms(now), ms(now.Add(-slotTTL)), id)
+	for i, c := range checks {
+		keys[i] = c.key
+		args = append(args, string(rune(c.kind)), c.limit, c.cost)
+	}
+	vals, err := takeScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return outcome{}, err
+	}
+	n := len(checks)
+	out := outcome{denied: int(vals[0]) - 1, retryAfter: time.Duration(vals[1]) * time.Millisecond,
+		remaining: vals[2 : 2+n], reset: make([]time.Duration, n)}
+	for i := range n {
+		out.reset[i] = time.Duration(vals[2+n+i]) * time.Millisecond
+	}
+	return out, nil
+}
+
+func (s *redisStore) Release(ctx context.Context, id string, keys []string) {
+	pipe := s.rdb.Pipeline()
+	for _, k := range keys {
+		pipe.ZRem(ctx, k, id)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) error {
+	pipe := s.rdb.Pipeline()
+	for _, a := range adds {
+		switch a.kind {
+		case kindRate:
+			if a.n > 0 {
+				addScript.Eval(ctx, pipe, []string{a.key}, ms(now), a.limit, min(a.n, a.limit)) // EVALSHA cannot fall back inside a pipeline
+			}
+		case kindBudget:
+			pipe.IncrBy(ctx, a.key, a.n)
+		case kindUsage:
+			pipe.HIncrBy(ctx, a.key, a.field, a.n)
+		}
+		if !a.until.IsZero() && a.kind != kindRate {
+			pipe.ExpireAt(ctx, a.key, a.until)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+func (s *redisStore) Usage(ctx context.Context, keys []string) ([]map[string]int64, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGetAll(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	out := make([]map[string]int64, len(keys))
+	for i, c := range cmds {
+		out[i] = map[string]int64{}
+		for f, v := range c.Val() {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			out[i][f] = n
+		}
+	}
+	return out, nil
+}

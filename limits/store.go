@@ -1,0 +1,58 @@
+package limits
+
+import (
+	"context"
+	"time"
+)
+
+// kind is what a check counts.
+type kind byte
+
+const (
+	kindRate       kind = 'r' // a per-minute rate (GCRA / token bucket): limit per minute, cost now
+	kindConcurrent kind = 'c' // requests in flight: limit slots, one taken per request
+	kindBudget     kind = 'b' // spend in micro-dollars: allowed while spent < limit
+)
+
+// check is one counter a request must pass.
+type check struct {
+	key   string // store key
+	kind  kind
+	limit int64
+	cost  int64 // rate: units taken now; others unused
+}
+
+// outcome is the store's answer to a Take.
+type outcome struct {
+	denied     int             // index of the first check that refused, or -1
+	retryAfter time.Duration   // when the refused check would pass (rates)
+	remaining  []int64         // per check, after the take
+	reset      []time.Duration // per check: until the counter is back to full
+}
+
+// addition is an unchecked change: a token correction (rate key, cost may
+// be negative and is then ignored), spend, or a usage counter.
+type addition struct {
+	key   string
+	kind  kind // kindRate (with limit), kindBudget (spend, expires at expire), kindUsage
+	limit int64
+	n     int64
+	field string    // kindUsage: the hash field
+	until time.Time // expiry of spend and usage keys; zero = none
+}
+
+// kindUsage is an addition to the usage record (a hash of counters).
+const kindUsage kind = 'u'
+
+// Store keeps the counters. Implementations are safe for concurrent use.
+type Store interface {
+	// Take passes every check or none: when one refuses, nothing is taken.
+	// id names the request's concurrency slots.
+	Take(ctx context.Context, now time.Time, id string, checks []check) (outcome, error)
+	// Release frees the request's concurrency slots.
+	Release(ctx context.Context, id string, keys []string)
+	// Add applies unchecked changes.
+	Add(ctx context.Context, now time.Time, adds []addition) error
+	// Usage returns the usage hash of each key (missing keys are empty).
+	Usage(ctx context.Context, keys []string) ([]map[string]int64, error)
+}

@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// usageRoute is the operators' usage API.
+const usageRoute = "/v1/gateway/usage"
+
+// handleUsage is GET /v1/gateway/usage?tenant=&from=&to=&group_by=: tokens,
+// requests and cost, for keys with role = "admin" (or the server's admin
+// key; anyone on a gateway without keys or admin key). from and to are
+// dates (2006-01-02, UTC); the default is the last 30 days.
+func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
+	start := time.Now()
+	if !ctx.IsGet() {
+		s.methodNotAllowed(ctx, rt, id, "GET")
+		return
+	}
+	if err := s.usageAllowed(ctx, rt); err != nil {
+		s.writeError(ctx, rt, id, "", err, start)
+		return
+	}
+	if rt.Usage == nil {
+		s.writeError(ctx, rt, id, "", unknownURL(usageRoute), start)
+		return
+	}
+	args := ctx.QueryArgs()
+	to := start.UTC()
+	from := to.AddDate(0, 0, -30)
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"from", &from}, {"to", &to}} {
+		if v := args.Peek(p.name); len(v) > 0 {
+			t, err := time.Parse("2006-01-02", string(v))
+			if err != nil {
+				s.writeError(ctx, rt, id, "", pipeline.BadRequest(p.name, "%s must be a date like 2026-01-31", p.name), start)
+				return
+			}
+			*p.t = t
+		}
+	}
+	body, err := rt.Usage(context.Background(), string(args.Peek("tenant")), from, to, string(args.Peek("group_by")))
+	if err != nil {
+		s.writeError(ctx, rt, id, "", err, start)
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// usageAllowed admits keys with role = "admin", the server's admin key,
+// or, on a gateway with neither keys nor an admin key, anyone.
+func (s *Server) usageAllowed(ctx *fasthttp.RequestCtx, rt *Runtime) error {
+	if rt.Policy != nil {
+		if t, err := rt.authenticate(ctx); err == nil && t != nil && t.Admin {
+			return nil
+		}
+	}
+	if rt.Config.Server.AdminKey != "" {
+		if rt.adminKeyOK(ctx) {
+			return nil
+		}
+		return pipeline.Errorf(403, "invalid_request_error", "admin_required", "The usage API needs a key with role = \"admin\" or the admin key.")
+	}
+	if rt.Policy == nil || rt.Policy.Open() {
+		return nil
+	}
+	return pipeline.Errorf(403, "invalid_request_error", "admin_required", "The usage API needs a key with role = \"admin\".")
+}
