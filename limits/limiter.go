@@ -40,7 +40,18 @@ type Limiter struct {
 	log        zerolog.Logger
 	now        func() time.Time
 	rec        *recorder
+	sync       bool // the store is memory: record without the queue
 	lastWarn   atomic.Int64
+	metersMu   sync.RWMutex
+	meters     map[meterKey]*meterCounters
+	today      atomic.Pointer[dayKey]
+}
+
+// dayKey is the usage key of one UTC day, built once a day.
+type dayKey struct {
+	day   int64 // days since the epoch
+	key   string
+	until time.Time
 }
 
 // rule is one [[limits]] entry with its patterns.
@@ -70,10 +81,12 @@ func New(o Options) *Limiter {
 		log:        o.Logger,
 		now:        o.Now,
 		prices:     map[string]config.Price{},
+		meters:     map[meterKey]*meterCounters{},
 	}
 	if l.store == nil {
 		l.store = NewMemoryStore()
 	}
+	_, l.sync = l.store.(*memoryStore)
 	if l.now == nil {
 		l.now = time.Now
 	}

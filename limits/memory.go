@@ -24,7 +24,8 @@ type memoryStore struct {
 	slots   map[string]map[string]struct{} // key → request ids in flight
 	spend   map[string]int64
 	expires map[string]time.Time // spend and usage keys with an expiry
-	usage   map[string]map[string]int64
+	usage   map[string]map[string]*usageRow
+	nextExp time.Time // earliest expiry in expires
 }
 
 var _ Store = (*memoryStore)(nil)
@@ -37,7 +38,7 @@ func NewMemoryStore() Store {
 		slots:   map[string]map[string]struct{}{},
 		spend:   map[string]int64{},
 		expires: map[string]time.Time{},
-		usage:   map[string]map[string]int64{},
+		usage:   map[string]map[string]*usageRow{},
 	}
 }
 
@@ -146,6 +147,7 @@ func (m *memoryStore) Release(_ context.Context, id string, keys []string) {
 func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.expire(now)
 	for _, a := range adds {
 		switch a.kind {
 		case kindRate:
@@ -158,12 +160,22 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 		case kindUsage:
 			u := m.usage[a.key]
 			if u == nil {
-				u = map[string]int64{}
+				u = map[string]*usageRow{}
 				m.usage[a.key] = u
 			}
-			u[a.field] += a.n
+			row := u[a.field]
+			if row == nil {
+				row = new(usageRow)
+				u[a.field] = row
+			}
+			for i, n := range a.row {
+				row[i] += n
+			}
 		}
 		if !a.until.IsZero() {
+			if _, ok := m.expires[a.key]; !ok && (m.nextExp.IsZero() || a.until.Before(m.nextExp)) {
+				m.nextExp = a.until
+			}
 			m.expires[a.key] = a.until
 		}
 	}
@@ -172,11 +184,17 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 
 // expire drops spend and usage whose period is over.
 func (m *memoryStore) expire(now time.Time) {
+	if m.nextExp.IsZero() || now.Before(m.nextExp) {
+		return
+	}
+	m.nextExp = time.Time{}
 	for k, t := range m.expires {
 		if now.After(t) {
 			delete(m.spend, k)
 			delete(m.usage, k)
 			delete(m.expires, k)
+		} else if m.nextExp.IsZero() || t.Before(m.nextExp) {
+			m.nextExp = t
 		}
 	}
 }
@@ -187,8 +205,10 @@ func (m *memoryStore) Usage(_ context.Context, keys []string) ([]map[string]int6
 	out := make([]map[string]int64, len(keys))
 	for i, k := range keys {
 		out[i] = map[string]int64{}
-		for f, v := range m.usage[k] {
-			out[i][f] = v
+		for f, row := range m.usage[k] {
+			for j, v := range row {
+				out[i][f+metricNames[j]] = v
+			}
 		}
 	}
 	return out, nil

@@ -63,10 +63,7 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 		price = l.prices[tg.Model]
 	}
 	micro := cost(price, t)
-	tokensTotal.WithLabelValues(tenant, model, "input").Add(float64(t.input))
-	tokensTotal.WithLabelValues(tenant, model, "output").Add(float64(t.output))
-	tokensTotal.WithLabelValues(tenant, model, "cached").Add(float64(t.cached))
-	costTotal.WithLabelValues(tenant, model).Add(float64(micro))
+	l.counters(tenant, model).add(t, micro)
 
 	var adds []addition
 	used := t.input + t.output - stateFrom(ctx).takeEstimate(r.Model)
@@ -91,20 +88,31 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 		}
 	}
 	day, until := l.day(now)
-	f := usageField(tenant, key, model)
-	adds = append(adds,
-		addition{key: day, kind: kindUsage, field: f + "calls", n: 1, until: until},
-		addition{key: day, kind: kindUsage, field: f + "input", n: t.input, until: until},
-		addition{key: day, kind: kindUsage, field: f + "output", n: t.output, until: until},
-		addition{key: day, kind: kindUsage, field: f + "cached", n: t.cached, until: until},
-		addition{key: day, kind: kindUsage, field: f + "cost", n: micro, until: until},
-	)
+	row := usageRow{mCalls: 1, mInput: t.input, mOutput: t.output, mCached: t.cached, mCost: micro}
+	adds = append(adds, addition{key: day, kind: kindUsage, field: usageField(tenant, key, model), row: row, until: until})
+	l.record(adds)
+}
+
+// record applies adds: at once to a memory store (a map update), queued
+// for a batched write to any other.
+func (l *Limiter) record(adds []addition) {
+	if l.sync {
+		_ = l.store.Add(context.Background(), l.now(), adds)
+		return
+	}
 	l.rec.add(adds)
+	l.rec.soon()
 }
 
 // day returns the usage key of now's UTC day and when it expires.
 func (l *Limiter) day(now time.Time) (string, time.Time) {
-	return l.prefix + "usage:" + now.UTC().Format("20060102"), now.Add(usageTTL)
+	d := now.Unix() / 86400
+	if k := l.today.Load(); k != nil && k.day == d {
+		return k.key, k.until
+	}
+	k := &dayKey{day: d, key: l.prefix + "usage:" + now.UTC().Format("20060102"), until: now.Add(usageTTL)}
+	l.today.Store(k)
+	return k.key, k.until
 }
 
 // usageField is the hash-field prefix of a tenant, key and model; the
@@ -154,5 +162,5 @@ func (s *meteredStream) end() {
 // countRequest counts one client request in the usage record.
 func (l *Limiter) countRequest(now time.Time, tenant, key, model string) {
 	day, until := l.day(now)
-	l.rec.add([]addition{{key: day, kind: kindUsage, field: usageField(tenant, key, model) + "requests", n: 1, until: until}})
+	l.record([]addition{{key: day, kind: kindUsage, field: usageField(tenant, key, model), row: usageRow{mRequests: 1}, until: until}})
 }

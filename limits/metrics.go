@@ -25,3 +25,43 @@ var (
 		Name: "gateway_usage_records_dropped_total", Help: "Usage counter updates dropped (queue full or store down).",
 	})
 )
+
+// meterCounters are the Prometheus counters of one tenant and model,
+// resolved once instead of on every call.
+type meterCounters struct {
+	input, output, cached, cost prometheus.Counter
+}
+
+func (m *meterCounters) add(t tokens, micro int64) {
+	m.input.Add(float64(t.input))
+	m.output.Add(float64(t.output))
+	m.cached.Add(float64(t.cached))
+	m.cost.Add(float64(micro))
+}
+
+// meterKey names the counters of a tenant and model.
+type meterKey struct{ tenant, model string }
+
+// counters returns the counters of tenant and model.
+func (l *Limiter) counters(tenant, model string) *meterCounters {
+	k := meterKey{tenant, model}
+	l.metersMu.RLock()
+	m := l.meters[k]
+	l.metersMu.RUnlock()
+	if m != nil {
+		return m
+	}
+	m = &meterCounters{
+		input:  tokensTotal.WithLabelValues(tenant, model, "input"),
+		output: tokensTotal.WithLabelValues(tenant, model, "output"),
+		cached: tokensTotal.WithLabelValues(tenant, model, "cached"),
+		cost:   costTotal.WithLabelValues(tenant, model),
+	}
+	l.metersMu.Lock()
+	defer l.metersMu.Unlock()
+	if old := l.meters[k]; old != nil {
+		return old
+	}
+	l.meters[k] = m
+	return m
+}

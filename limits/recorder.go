@@ -16,8 +16,10 @@ const (
 
 // recorder queues usage, spend and token corrections and writes them in
 // batches, merged by counter, off the requests' path: a Redis round trip per
-// batch instead of per call. Spend seen by the next request lags by at most
-// recordEvery. Safe for concurrent use.
+// batch instead of per call. A finished call asks for a write at once, so
+// spend reaches the shared counter about one round trip after the call;
+// under load, calls that end during a write share the next one. Safe for
+// concurrent use.
 type recorder struct {
 	store Store
 	log   zerolog.Logger
@@ -25,13 +27,14 @@ type recorder struct {
 	mu      sync.Mutex
 	pending []addition
 	write   sync.Mutex // one batch written at a time
+	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
 }
 
 func newRecorder(store Store, log zerolog.Logger) *recorder {
-	r := &recorder{store: store, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &recorder{store: store, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
 }
@@ -43,6 +46,8 @@ func (r *recorder) run() {
 	for {
 		select {
 		case <-t.C:
+			r.flush()
+		case <-r.kick:
 			r.flush()
 		case <-r.stop:
 			r.flush()
@@ -60,6 +65,15 @@ func (r *recorder) add(adds []addition) {
 	}
 	r.pending = append(r.pending, adds...)
 	r.mu.Unlock()
+}
+
+// soon asks for a write as soon as the writer is free (spend should reach
+// the shared counter before the client's next request); it never blocks.
+func (r *recorder) soon() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
 }
 
 // flush writes everything queued so far.
@@ -83,6 +97,9 @@ func (r *recorder) flush() {
 		k := id{a.key, a.field, a.kind}
 		if i, ok := merged[k]; ok {
 			out[i].n += a.n
+			for j, n := range a.row {
+				out[i].row[j] += n
+			}
 			if a.until.After(out[i].until) {
 				out[i].until = a.until
 			}

@@ -146,7 +146,11 @@ func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) er
 		case kindBudget:
 			pipe.IncrBy(ctx, a.key, a.n)
 		case kindUsage:
-			pipe.HIncrBy(ctx, a.key, a.field, a.n)
+			for i, n := range a.row {
+				if n != 0 {
+					pipe.HIncrBy(ctx, a.key, a.field+metricNames[i], n)
+				}
+			}
 		}
 		if !a.until.IsZero() && a.kind != kindRate {
 			pipe.ExpireAt(ctx, a.key, a.until)

@@ -30,16 +30,33 @@ type outcome struct {
 	reset      []time.Duration // per check: until the counter is back to full
 }
 
-// addition is an unchecked change: a token correction (rate key, cost may
-// be negative and is then ignored), spend, or a usage counter.
+// addition is an unchecked change: a token correction (rate key; n <= 0 is
+// ignored), spend, or a row of usage counters.
 type addition struct {
 	key   string
-	kind  kind // kindRate (with limit), kindBudget (spend, expires at expire), kindUsage
+	kind  kind // kindRate (with limit), kindBudget (spend), kindUsage (row)
 	limit int64
 	n     int64
-	field string    // kindUsage: the hash field
+	field string    // kindUsage: the row's hash-field prefix (tenant, key, model)
+	row   usageRow  // kindUsage
 	until time.Time // expiry of spend and usage keys; zero = none
 }
+
+// usageRow is a set of usage counters of one tenant, key and model.
+type usageRow [numMetrics]int64
+
+// The usage metrics, in usageRow order; names are hash-field suffixes.
+const (
+	mRequests = iota
+	mCalls
+	mInput
+	mOutput
+	mCached
+	mCost
+	numMetrics
+)
+
+var metricNames = [numMetrics]string{"requests", "calls", "input", "output", "cached", "cost"}
 
 // kindUsage is an addition to the usage record (a hash of counters).
 const kindUsage kind = 'u'

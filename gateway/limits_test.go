@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/internal/testredis"
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// limitsConfig: tenant "team" (key sk-team) may make 5 requests a minute,
+// however many replicas serve it.
+const limitsConfig = baseConfig + `
+[[keys]]
+name = "team-key"
+tenant = "team"
+key = "sk-team"
+[[keys]]
+name = "ops-key"
+tenant = "ops"
+key = "sk-ops"
+role = "admin"
+[[limits]]
+tenant = "team"
+requests_per_minute = 5
+`
+
+func chatRequest(t *testing.T, base, key string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/chat/completions", strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+// Two gateway processes sharing one redis-server enforce one limit together:
+// the sixth request is refused whichever replica gets it, with the headers
+// SDK retry logic reads. With Redis gone they fail open.
+func TestRateLimitAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	rs := testredis.Start(t)
+	bin := buildGateway(t)
+	mock := mockllm.New(mockllm.Options{})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg := strings.ReplaceAll(limitsConfig, "{{MOCK}}", mockURL) + "[redis]\naddr = \"" + rs.Addr() + "\"\nprefix = \"rl-test:\"\n"
+	urls := []string{startReplica(t, bin, cfg), startReplica(t, bin, cfg)}
+	for i := range 5 {
+		status, hdr, body := chatRequest(t, urls[i%2], "sk-team")
+		if status != 200 {
+			t.Fatalf("request %d on replica %d: %d %s", i, i%2, status, body)
+		}
+		if hdr.Get("X-Ratelimit-Limit-Requests") != "5" || hdr.Get("X-Ratelimit-Remaining-Requests") != string(rune('4'-i)) {
+			t.Fatalf("request %d headers: limit %q remaining %q", i, hdr.Get("X-Ratelimit-Limit-Requests"), hdr.Get("X-Ratelimit-Remaining-Requests"))
+		}
+	}
+	for _, u := range urls {
+		status, hdr, body := chatRequest(t, u, "sk-team")
+		if status != 429 || gjson.GetBytes(body, "error.code").Str != "rate_limit_exceeded" {
+			t.Fatalf("sixth request: %d %s", status, body)
+		}
+		if hdr.Get("Retry-After") == "" || hdr.Get("X-Ratelimit-Remaining-Requests") != "0" || hdr.Get("X-Ratelimit-Reset-Requests") == "" {
+			t.Fatalf("429 headers: %v", hdr)
+		}
+	}
+	// The real openai-go client surfaces it as a 429 APIError.
+	client := openai.NewClient(option.WithBaseURL(urls[0]), option.WithAPIKey("sk-team"), option.WithMaxRetries(0))
+	_, err = client.Chat.Completions.New(context.Background(), userMsg("again"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "rate_limit_exceeded" {
+		t.Fatalf("openai-go: %v", err)
+	}
+	// Another tenant is not limited.
+	if status, _, _ := chatRequest(t, urls[1], "sk-ops"); status != 200 {
+		t.Fatalf("ops: %d", status)
+	}
+	// Redis killed: fail open (the default).
+	rs.Stop()
+	if status, _, body := chatRequest(t, urls[0], "sk-team"); status != 200 {
+		t.Fatalf("with Redis down (fail open): %d %s", status, body)
+	}
+}
+
+// A tool-loop request is priced over all its rounds and can exhaust a
+// budget; the usage API's totals equal the responses' usage priced by the
+// table; only admin keys may read it.
+func TestBudgetToolLoopAndUsageAPI(t *testing.T) {
+	t.Parallel()
+	_, url := newToolServer(t, 0)
+	cfg := strings.ReplaceAll(toolConfig, "{{HTTP}}", url) + `
+[[keys]]
+name = "team-key"
+tenant = "team"
+key = "sk-team"
+[[keys]]
+name = "ops-key"
+tenant = "ops"
+key = "sk-ops"
+role = "admin"
+[[budgets]]
+tenant = "team"
+amount = 0.002
+period = "day"
+`
+	// gpt-x at $2 input / $10 output per million tokens.
+	cfg = strings.Replace(cfg, "context_window = 1000\n", "context_window = 1000\n[models.price]\ninput = 2\noutput = 10\n", 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: twoRounds})
+	client := openai.NewClient(option.WithBaseURL(h.base), option.WithAPIKey("sk-team"), option.WithMaxRetries(0))
+
+	// twoRounds: 3 upstream calls, prompt 100+200+300, completion 30:
+	// 600 × 2 + 30 × 10 = 1500 µ$, under the 2000 µ$ budget when it starts.
+	resp, err := client.Chat.Completions.New(context.Background(), userMsg("compute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := resp.Usage
+	if u.PromptTokens != 600 || u.CompletionTokens != 30 {
+		t.Fatalf("usage %+v", u)
+	}
+	// The second request starts at 1500 µ$ and spends another 1500: over.
+	if _, err := client.Chat.Completions.New(context.Background(), userMsg("compute again")); err != nil {
+		t.Fatalf("second request (started under budget): %v", err)
+	}
+	// Spend reaches the counter about one store write after a call ends, so
+	// at most one more request may start before it is seen.
+	var apiErr *openai.Error
+	var last error
+	ok := 2
+	for ; ok < 4; ok++ {
+		if _, last = client.Chat.Completions.New(context.Background(), userMsg("one more")); last != nil {
+			break
+		}
+	}
+	if !errors.As(last, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" {
+		t.Fatalf("over budget after %d requests: %v", ok, last)
+	}
+	if ok > 3 {
+		t.Fatalf("%d requests passed a budget two of them exhaust", ok)
+	}
+
+	get := func(key string) (int, []byte) {
+		req, _ := http.NewRequest("GET", h.base+"/gateway/usage?group_by=tenant", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, b
+	}
+	if status, body := get("sk-team"); status != 403 {
+		t.Fatalf("non-admin key: %d %s", status, body)
+	}
+	status, body := get("sk-ops")
+	if status != 200 {
+		t.Fatalf("admin key: %d %s", status, body)
+	}
+	team := gjson.GetBytes(body, `data.#(group=="team")`)
+	n := int64(ok) // answered requests, each 3 upstream calls of 600 + 30 tokens, 1500 µ$
+	if team.Get("requests").Int() != n+1 || team.Get("upstream_calls").Int() != 3*n || team.Get("input_tokens").Int() != 600*n ||
+		team.Get("output_tokens").Int() != 30*n || team.Get("cost_microdollars").Int() != 1500*n {
+		t.Fatalf("usage report after %d answered requests: %s", n, body)
+	}
+}
