@@ -180,3 +180,32 @@ period = "day"
 		t.Fatalf("usage report after %d answered requests: %s", n, body)
 	}
 }
+
+// Every upstream call of a tool loop counts against tokens_per_minute: one
+// three-round request (630 tokens) leaves room for one more under a 1000
+// TPM limit, not for a third.
+func TestTokensPerMinuteCountsEveryLoopRound(t *testing.T) {
+	t.Parallel()
+	_, url := newToolServer(t, 0)
+	cfg := strings.ReplaceAll(toolConfig, "{{HTTP}}", url) + `
+[[limits]]
+tenant = "*"
+tokens_per_minute = 1000
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: twoRounds})
+	for i, want := range []int{200, 200, 429} {
+		status, hdr, body := chatRequest(t, h.base, "")
+		if status != want {
+			t.Fatalf("request %d: %d (want %d) %s", i, status, want, body)
+		}
+		if status == 429 && (gjson.GetBytes(body, "error.type").Str != "tokens" || hdr.Get("X-Ratelimit-Remaining-Tokens") != "0") {
+			t.Fatalf("429: %s %v", body, hdr)
+		}
+		if i == 0 && hdr.Get("X-Ratelimit-Limit-Tokens") != "1000" {
+			t.Fatalf("headers %v", hdr)
+		}
+	}
+	if calls := h.mock.TotalCalls(); calls != 6 {
+		t.Fatalf("upstream calls %d", calls)
+	}
+}
