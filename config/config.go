@@ -20,6 +20,7 @@ type Config struct {
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`
+	Tracing    Tracing     `toml:"tracing"`
 	Limits     []Limit     `toml:"limits"`
 	Budgets    []Budget    `toml:"budgets"`
 
@@ -186,6 +187,18 @@ type ContextEdit struct {
 	Placeholder     string   `toml:"placeholder"` // default "[tool result cleared]"
 	ClearToolInputs bool     `toml:"clear_tool_inputs"`
 	LastResort      string   `toml:"last_resort"` // error|drop_turns; default error
+}
+
+// Tracing configures OpenTelemetry traces. Unset fields fall back to the
+// standard OTEL_EXPORTER_OTLP_* environment variables.
+type Tracing struct {
+	Enabled        bool              `toml:"enabled"`         // default false: no spans, no cost
+	Endpoint       string            `toml:"endpoint"`        // OTLP endpoint URL; default from OTEL_EXPORTER_OTLP_ENDPOINT, else the exporter's
+	Protocol       string            `toml:"protocol"`        // http/protobuf | grpc; default http/protobuf
+	Headers        map[string]string `toml:"headers"`         // values may be ${ENV}
+	SampleRatio    *float64          `toml:"sample_ratio"`    // default 1 (parent-based)
+	ServiceName    string            `toml:"service_name"`    // default llmgw (OTEL_SERVICE_NAME wins)
+	CaptureContent bool              `toml:"capture_content"` // put prompts and answers on spans
 }
 
 // LimitsMode says what rate limits and budgets do when their shared store

@@ -9,6 +9,8 @@ import (
 // [middleware.limits].
 func (c *Config) setLimitDefaults() {
 	setStr(&c.Middleware.Limits.Fail, "open")
+	setStr(&c.Tracing.Protocol, "http/protobuf")
+	setStr(&c.Tracing.ServiceName, "llmgw")
 	for i := range c.Budgets {
 		b := &c.Budgets[i]
 		setStr(&b.Period, "month")
@@ -25,6 +27,12 @@ func (c *Config) setLimitDefaults() {
 
 // validateLimits checks [[limits]], [[budgets]], prices and key roles.
 func (c *Config) validateLimits(add func(format string, args ...any)) {
+	if !oneOf(c.Tracing.Protocol, "http/protobuf", "grpc") {
+		add("tracing.protocol: %q is not one of http/protobuf, grpc", c.Tracing.Protocol)
+	}
+	if r := c.Tracing.SampleRatio; r != nil && (*r < 0 || *r > 1) {
+		add("tracing.sample_ratio: must be between 0 and 1")
+	}
 	if !oneOf(c.Middleware.Limits.Fail, "open", "closed") {
 		add("middleware.limits.fail: %q is not one of open, closed", c.Middleware.Limits.Fail)
 	}

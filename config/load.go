@@ -90,6 +90,9 @@ func (c *Config) expand() {
 		c.Keys[i].Key = Expand(c.Keys[i].Key)
 		c.Keys[i].SHA256 = Expand(c.Keys[i].SHA256)
 	}
+	c.Server.AdminKey = Expand(c.Server.AdminKey)
+	c.Tracing.Endpoint = Expand(c.Tracing.Endpoint)
+	expandMap(c.Tracing.Headers)
 	if c.Redis != nil {
 		c.Redis.Addr = Expand(c.Redis.Addr)
 		c.Redis.Password = Expand(c.Redis.Password)

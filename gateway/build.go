@@ -28,6 +28,7 @@ import (
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
 	"github.com/llmgw/gateway/toolloop"
+	"github.com/llmgw/gateway/tracing"
 )
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
@@ -90,6 +91,23 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	store := buildStore(cfg, rdb)
 	limiter := buildLimiter(cfg, rdb, log)
 	closers = append(closers, limiter.Close)
+	tracer, err := tracing.New(context.Background(), cfg.Tracing)
+	if err != nil {
+		return nil, err
+	}
+	if tracer != nil {
+		closers = append(closers, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			tracer.Shutdown(ctx)
+		})
+	}
+	// Innermost on every model's call layer: the meter, inside the attempt's
+	// span when traced.
+	call := limiter.Meter(upstream)
+	if tracer != nil {
+		call = tracer.ModelCall(call)
+	}
 
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
@@ -101,8 +119,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		for _, name := range m.Middleware {
 			mws = append(mws, modelMW[name]) // nil (not built yet) is skipped by Chain
 		}
-		// The meter is innermost: it prices every upstream attempt.
-		routes[m.Name].ModelLayer = pipeline.Chain(limiter.Meter(upstream), mws...)
+		routes[m.Name].ModelLayer = pipeline.Chain(call, mws...)
 	}
 
 	// MCP servers: connected now (bounded wait), their tools offered as
@@ -130,6 +147,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	if mcp != nil {
 		loopOpts.Source = mcp // never a typed nil in the interface
 	}
+	if tracer != nil {
+		loopOpts.ToolMiddleware = append([]pipeline.ToolMiddleware{tracer.Tool()}, loopOpts.ToolMiddleware...)
+	}
 	loop, err := toolloop.New(loopOpts)
 	if err != nil {
 		return nil, err
@@ -149,6 +169,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		}),
 	}
 	var mws []pipeline.Middleware
+	if tracer != nil {
+		mws = append(mws, tracer.Request()) // outermost: the span covers the whole request
+	}
 	for _, name := range cfg.Middleware.Request {
 		mws = append(mws, requestMW[name])
 	}

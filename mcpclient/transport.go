@@ -1,6 +1,8 @@
 package mcpclient
 
 import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,11 +51,11 @@ type headerRT struct {
 }
 
 func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(h.headers) > 0 {
-		r = r.Clone(r.Context())
-		for k, v := range h.headers {
-			r.Header.Set(k, v)
-		}
+	r = r.Clone(r.Context())
+	for k, v := range h.headers {
+		r.Header.Set(k, v)
 	}
+	// traceparent of the tool call's span, when traced.
+	otel.GetTextMapPropagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	return h.base.RoundTrip(r)
 }

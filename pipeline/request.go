@@ -32,6 +32,9 @@ type Request struct {
 
 	Hints Hints // per-request gateway headers
 
+	// TraceID is the request's trace id (hex) when it is traced, for logs.
+	TraceID string
+
 	// Credential is the bearer token the client sent, for the policies
 	// middleware to check. Never log it.
 	Credential string
@@ -48,6 +51,8 @@ const ChatEndpoint = "/v1/chat/completions"
 type Hints struct {
 	Cache     string // x-gateway-cache: "", "no-cache", "no-store" or "ttl=N"
 	ToolTrace bool   // x-gateway-tool-trace: 1
+
+	TraceParent, TraceState string // W3C trace context the client sent
 }
 
 // Clone returns a shallow copy whose Body may be replaced independently.

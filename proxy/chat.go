@@ -47,6 +47,10 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 			ToolTrace: string(ctx.Request.Header.Peek("X-Gateway-Tool-Trace")) == "1",
 		},
 	}
+	if tp := ctx.Request.Header.Peek("Traceparent"); len(tp) > 0 && len(tp) <= 128 {
+		req.Hints.TraceParent = string(tp)
+		req.Hints.TraceState = string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
+	}
 	rctx, cancel := context.WithCancel(s.base)
 	stopWatch := func() {}
 	if !in.stream && rt.WatchNonStream {
@@ -308,6 +312,13 @@ func (k *sink) finish() {
 	k.rt.inflight.Add(-1)
 }
 
+func truncateBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
 // usageOf reads the usage object of a chat.completion body.
 func usageOf(body []byte) gjson.Result { return gjson.GetBytes(body, "usage") }
 
@@ -327,6 +338,9 @@ func (s *Server) accessLog(req *pipeline.Request, status int, elapsed, ttfb time
 	}
 	if req.Tenant != nil {
 		ev = ev.Str("tenant", req.Tenant.Name)
+	}
+	if req.TraceID != "" {
+		ev = ev.Str("trace_id", req.TraceID)
 	}
 	ev = ev.Int("status", status).Bool("stream", req.Stream).Dur("latency", elapsed).Dur("ttfb", ttfb).Int("bytes", n)
 	if usage.IsObject() {

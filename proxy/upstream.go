@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
@@ -146,6 +147,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	freq.Header.SetMethod(fasthttp.MethodPost)
 	freq.SetRequestURI(pc.chatURI)
 	pc.setHeaders(&freq.Header, req.ID)
+	otel.GetTextMapPropagator().Inject(ctx, headerCarrier{&freq.Header}) // traceparent, when traced
 	freq.Header.SetContentType("application/json")
 	freq.SetBodyRaw(body)
 
@@ -191,6 +193,13 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	}
 	return &pipeline.Response{Stream: newUpstreamStream(ctx, pc, freq, resp, req.Model, deadline)}, nil
 }
+
+// headerCarrier lets the trace propagator write request headers.
+type headerCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headerCarrier) Set(key, value string) { c.h.Set(key, value) }
+func (c headerCarrier) Keys() []string        { return nil }
 
 // setHeaders writes the provider's own credentials and headers; nothing of
 // the client's Authorization reaches the upstream.

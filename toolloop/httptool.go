@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"io"
 	"net/http"
 
@@ -34,6 +36,7 @@ func (h *httpTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error
 		return nil, &ToolError{Kind: "tool_error", Message: "the tool is misconfigured", Detail: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header)) // traceparent, when traced
 	req.Header.Set("Accept", "application/json, text/plain;q=0.9, */*;q=0.5")
 	for k, v := range h.headers {
 		req.Header.Set(k, v)

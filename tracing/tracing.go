@@ -1,0 +1,113 @@
+// Package tracing exports OpenTelemetry traces of the gateway's work: a
+// server span per client request (continuing the client's W3C
+// traceparent), a client span per upstream model call attempt, an
+// execute_tool span per server tool call, and events for cache lookups and
+// context edits. Attributes follow the OpenTelemetry GenAI semantic
+// conventions. Off by default: when [tracing] is not enabled, none of its
+// middleware is installed and the global propagator injects nothing.
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// instrumentation names the tracer.
+const instrumentation = "github.com/llmgw/gateway"
+
+// Tracer holds one config's tracer provider. Safe for concurrent use.
+type Tracer struct {
+	tp      *sdktrace.TracerProvider
+	tr      trace.Tracer
+	content bool
+}
+
+// propagator is W3C trace context (traceparent, tracestate).
+var propagator = propagation.TraceContext{}
+
+// New builds the exporter and tracer provider of cfg, or returns nil when
+// tracing is disabled. The exporter connects lazily: an unreachable
+// collector costs dropped spans, never requests.
+func New(ctx context.Context, cfg config.Tracing) (*Tracer, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	exp, err := exporter(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	ratio := 1.0
+	if cfg.SampleRatio != nil {
+		ratio = *cfg.SampleRatio
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName)))
+	if err != nil {
+		res = resource.Default()
+	}
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		sdktrace.WithResource(res),
+	)
+	// Outgoing upstream, http-tool and MCP requests carry traceparent.
+	otel.SetTextMapPropagator(propagator)
+	return &Tracer{tp: tp, tr: tp.Tracer(instrumentation), content: cfg.CaptureContent}, nil
+}
+
+// exporter builds the OTLP exporter: options from config where set, the
+// OTEL_EXPORTER_OTLP_* environment otherwise (the exporters read it).
+func exporter(ctx context.Context, cfg config.Tracing) (*otlptrace.Exporter, error) {
+	if cfg.Protocol == "grpc" {
+		var opts []otlptracegrpc.Option
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
+		}
+		if len(cfg.Headers) > 0 {
+			opts = append(opts, otlptracegrpc.WithHeaders(cfg.Headers))
+		}
+		return otlptracegrpc.New(ctx, opts...)
+	}
+	var opts []otlptracehttp.Option
+	if cfg.Endpoint != "" {
+		u := cfg.Endpoint
+		if p, err := url.Parse(u); err == nil && (p.Path == "" || p.Path == "/") {
+			u = strings.TrimSuffix(u, "/") + "/v1/traces" // the base endpoint, as OTEL_EXPORTER_OTLP_ENDPOINT
+		}
+		opts = append(opts, otlptracehttp.WithEndpointURL(u))
+	}
+	if len(cfg.Headers) > 0 {
+		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
+	}
+	return otlptracehttp.New(ctx, opts...)
+}
+
+// Shutdown flushes and stops the exporter.
+func (t *Tracer) Shutdown(ctx context.Context) {
+	if t != nil {
+		_ = t.tp.Shutdown(ctx)
+	}
+}
+
+// Event adds a named event to the span in ctx (a no-op without one).
+func Event(ctx context.Context, name string, kv ...string) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(name, trace.WithAttributes(pairs(kv)...))
+}
