@@ -67,7 +67,7 @@ func (t *connTable) startCall(ctx context.Context, h *fasthttp.RequestHeader) *c
 	t.mu.Unlock()
 	var v [16]byte
 	h.SetBytesV(callHeader, strconv.AppendUint(v[:0], c.token, 16)) // copies v
-	c.stop = context.AfterFunc(ctx, c.interrupt)                       // no goroutine until ctx ends
+	c.stop = context.AfterFunc(ctx, c.interrupt)                    // no goroutine until ctx ends
 	return c
 }
 
