@@ -94,9 +94,10 @@ func (c *call) interrupt() {
 	}
 }
 
-// attach records that tc carries c.
+// attach records that tc carries c (a retry inside Do may move the call to
+// another connection).
 func (c *call) attach(tc *trackedConn) {
-	if !c.conn.CompareAndSwap(nil, tc) {
+	if c.conn.Swap(tc) == tc {
 		return
 	}
 	tc.call.Store(c)
