@@ -219,7 +219,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 			return nil, ctx.Err()
 		}
 		if err != nil {
-			return nil, pc.bodyError(err, deadline)
+			return nil, pc.bodyError(err)
 		}
 		if !gjson.ValidBytes(out) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errors.New("response body is not JSON")}
@@ -243,7 +243,7 @@ func (pc *providerClient) endCall(c *call, freq *fasthttp.Request, resp *fasthtt
 }
 
 // bodyError classifies a failed read of a non-streamed body.
-func (pc *providerClient) bodyError(err error, deadline time.Time) error {
+func (pc *providerClient) bodyError(err error) error {
 	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: err}
 	var ne net.Error
 	switch {
