@@ -190,3 +190,74 @@ func TestPeerWatcher(t *testing.T) {
 	}
 	client.Close()
 }
+
+// A body over max_response_bytes is refused (by its Content-Length, or
+// once the limit is passed) with an envelope that names no internals, and
+// its connection is closed, never pooled; a body within the limit is read
+// whole and its connection reused.
+func TestResponseLimit(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		pad := 10
+		id := r.Header.Get("X-Request-Id")
+		if strings.HasPrefix(id, "big") {
+			pad = 4096
+		}
+		if id == "big-chunked" {
+			w.(http.Flusher).Flush() // no Content-Length
+		}
+		_, _ = w.Write([]byte(`{"model":"up","pad":"` + strings.Repeat("x", pad) + `"}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse([]byte(`
+[[providers]]
+name = "p"
+kind = "openai"
+base_url = "` + srv.URL + `/v1"
+max_response_bytes = 1024
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewUpstream(cfg.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	cases := []struct {
+		id        string
+		tooLarge  bool
+		wantConns int32
+	}{
+		{"small", false, 1},
+		{"small-again", false, 1}, // pooled
+		{"big", true, 1},          // refused by Content-Length; closed
+		{"small-after-big", false, 2},
+		{"big-chunked", true, 2},
+		{"small-after-chunked", false, 3},
+	}
+	for _, c := range cases {
+		req := chatReq(false)
+		req.ID = c.id
+		resp, err := u.Chat(context.Background(), req)
+		if c.tooLarge {
+			env := mapError(err)
+			if env.status != 502 || !strings.Contains(string(env.body), `"code":"upstream_response_too_large"`) || strings.Contains(string(env.body), "max_response_bytes") {
+				t.Fatalf("%s: %v → %d %s", c.id, err, env.status, env.body)
+			}
+		} else if err != nil || !strings.Contains(string(resp.Body), `"model":"m"`) {
+			t.Fatalf("%s: %v", c.id, err)
+		}
+		if n := conns.Load(); n != c.wantConns {
+			t.Fatalf("after %s: %d connections, want %d", c.id, n, c.wantConns)
+		}
+	}
+}
