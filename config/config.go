@@ -59,6 +59,7 @@ type Provider struct {
 	StreamIdleTimeout Duration          `toml:"stream_idle_timeout"` // default 60s
 	TotalTimeout      Duration          `toml:"total_timeout"`       // default 10m
 	MaxConns          int               `toml:"max_conns"`           // default 1024
+	MaxResponseBytes  int               `toml:"max_response_bytes"`  // non-streamed response body limit; default 32 MiB
 	Retries           *int              `toml:"retries"`             // default 2
 	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
 	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none

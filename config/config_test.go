@@ -22,6 +22,7 @@ func TestParseErrors(t *testing.T) {
 		{"key without secret", "[[keys]]\ntenant=\"a\"\nkey=\"${SURELY_UNSET_VAR_42}\"\n", `keys[0]: set key or sha256`},
 		{"bad sha", "[[keys]]\ntenant=\"a\"\nsha256=\"abc\"\n", `keys[0].sha256`},
 		{"redis store without redis", "[middleware.cache]\nstore=\"redis\"\n", `redis needs a [redis] section`},
+		{"negative response limit", "[[providers]]\nname=\"p\"\nkind=\"mock\"\nmax_response_bytes=-1\n", `providers[0].max_response_bytes: must be positive`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -95,6 +95,7 @@ func (c *Config) setDefaults() {
 		setDur(&p.TotalTimeout, 10*time.Minute)
 		setDur(&p.RetryAfterCap, 10*time.Second)
 		setInt(&p.MaxConns, 1024)
+		setInt(&p.MaxResponseBytes, 32<<20)
 		setStr(&p.PromptCache, "none")
 		if p.Retries == nil {
 			two := 2

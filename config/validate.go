@@ -60,6 +60,9 @@ func (c *Config) validate() error {
 		if !oneOf(p.PromptCache, "none", "openai", "anthropic") {
 			add("%s.prompt_cache: %q is not one of none, openai, anthropic", at, p.PromptCache)
 		}
+		if p.MaxResponseBytes < 0 {
+			add("%s.max_response_bytes: must be positive", at)
+		}
 		if *p.Retries < 0 || *p.Retries > 10 {
 			add("%s.retries: %d is outside 0..10", at, *p.Retries)
 		}

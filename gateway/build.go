@@ -191,7 +191,6 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
 	}
-	rt.WatchNonStream = len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0
 	if mcp != nil {
 		// An MCP server that is down hides only its own tools; the gateway
 		// still serves, so it stays ready and /readyz names the server.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strconv"
 	"time"
 
@@ -52,21 +51,26 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 		req.Hints.TraceState = string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
 	}
 	rctx, cancel := context.WithCancel(s.base)
-	stopWatch := func() {}
-	if !in.stream && rt.WatchNonStream {
-		stopWatch = watchPeer(ctx.Conn(), cancel)
-	}
+	s.chats.Add(1)
+	// A client that leaves cancels the request, streamed or not, and with it
+	// the upstream call (see call.interrupt) and any tool loop.
+	watch := s.peers.watch(ctx.Conn(), cancel)
 	resp, err := rt.Chat.Chat(rctx, req)
-	stopWatch()
-	if err != nil {
+	if err != nil || resp.Stream == nil {
+		s.peers.unwatch(watch) // before the connection can be closed
 		cancel()
+		defer s.chats.Add(-1)
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) && s.base.Err() != nil {
+			err = errShuttingDown
+		}
 		s.setMetaHeaders(ctx, req)
 		s.writeError(ctx, rt, id, in.model, err, start)
 		return
 	}
 	s.setMetaHeaders(ctx, req)
 	if resp.Stream == nil {
-		cancel()
 		ctx.SetContentType("application/json")
 		ctx.SetBody(resp.Body)
 		elapsed := time.Since(start)
@@ -79,7 +83,7 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, rt: rt, req: req, stream: resp.Stream, cancel: cancel, conn: ctx.Conn()}
+	sk := &sink{s: s, rt: rt, req: req, stream: resp.Stream, cancel: cancel, watch: watch}
 	activeStreams.Inc()
 	ctx.SetBodyStream(sk, -1)
 }
@@ -145,9 +149,8 @@ type sink struct {
 	req    *pipeline.Request
 	stream pipeline.Stream
 	cancel context.CancelFunc
-	conn   net.Conn
+	watch  peerWatch // of the client connection, until release
 
-	stop     func() // stops the peer watcher
 	buf      []byte // the event being written; reused
 	pending  []byte // Read's unread part of buf
 	ended    bool   // the last event was produced
@@ -229,12 +232,6 @@ func (k *sink) gone() {
 // event returns the bytes of the next SSE event (nil for nothing to write).
 // After the stream ends it returns [DONE] or the error event and sets ended.
 func (k *sink) event() []byte {
-	if k.stop == nil {
-		k.stop = func() {}
-		if k.conn != nil {
-			k.stop = watchPeer(k.conn, k.cancel)
-		}
-	}
 	chunk, err := k.stream.Next()
 	if err == nil {
 		if len(chunk) > 0 && chunk[0] == ':' {
@@ -256,7 +253,7 @@ func (k *sink) event() []byte {
 	k.release()
 	if k.failure != nil && errors.Is(k.failure, context.Canceled) && k.s.base.Err() != nil {
 		// The shutdown grace period ended: tell the client, never end quietly.
-		k.failure = pipeline.Errorf(503, "server_error", "server_shutting_down", "the gateway is shutting down; retry the request")
+		k.failure = errShuttingDown
 	}
 	switch {
 	case k.failure == nil:
@@ -270,16 +267,16 @@ func (k *sink) event() []byte {
 	}
 }
 
-// release stops the watcher and closes the upstream side, once: Close
-// before cancel, since a cancel fires the upstream stream's AfterFunc,
-// which must never touch a connection already back in the pool.
+// release stops watching the client and closes the upstream side, once:
+// Close before cancel, since a cancel fires the upstream stream's
+// AfterFunc, which must never touch a connection already back in the pool.
+// fasthttp calls every method that releases in the connection's goroutine,
+// before it closes the connection, as unwatch requires.
 func (k *sink) release() {
 	if k.stream == nil {
 		return
 	}
-	if k.stop != nil {
-		k.stop()
-	}
+	k.s.peers.unwatch(k.watch)
 	k.stream.Close()
 	k.cancel()
 	k.stream = nil
@@ -310,6 +307,7 @@ func (k *sink) finish() {
 	k.s.accessLog(k.req, status, elapsed, ttfb, k.written, k.usage)
 	activeStreams.Dec()
 	k.rt.inflight.Add(-1)
+	k.s.chats.Add(-1)
 }
 
 func truncateBytes(b []byte, n int) []byte {
@@ -318,6 +316,10 @@ func truncateBytes(b []byte, n int) []byte {
 	}
 	return b
 }
+
+// errShuttingDown ends the requests still running when the shutdown grace
+// period ends.
+var errShuttingDown = pipeline.Errorf(503, "server_error", "server_shutting_down", "the gateway is shutting down; retry the request")
 
 // usageOf reads the usage object of a chat.completion body.
 func usageOf(body []byte) gjson.Result { return gjson.GetBytes(body, "usage") }

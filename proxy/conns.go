@@ -3,27 +3,89 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // connTable remembers the upstream connections a provider client dialed, by
-// local address, so that a streamed response can reach its own connection:
-// fasthttp sets one read deadline before reading the response headers and
-// offers no per-request handle afterwards. With the connection in hand the
-// stream clears that deadline, applies its own idle deadline per event, and
-// unblocks a pending read when the client goes away. Safe for concurrent use.
-type connTable struct{ m sync.Map } // local address → *trackedConn
+// local address, and the calls in flight, by token. fasthttp offers no
+// per-request handle on the connection a call uses, neither while Do blocks
+// nor afterwards, and Do takes no context. With the connection in hand a
+// cancelled call expires its deadlines (Do, or a body read, returns at
+// once), a stream clears fasthttp's first-byte deadline and applies its own
+// idle deadline per event. Safe for concurrent use.
+type connTable struct {
+	m sync.Map // local address → *trackedConn
+
+	mu    sync.Mutex
+	calls map[uint64]*call // token → call, while the call runs
+}
 
 type trackedConn struct {
 	net.Conn
 	table *connTable
 	key   string
 	once  sync.Once
+
+	call atomic.Pointer[call] // the call whose request this connection carries
+	mu   sync.Mutex           // orders a cancelled call's expired deadline against fasthttp's own
 }
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() { c.table.m.Delete(c.key) })
 	return c.Conn.Close()
+}
+
+// Write finds the token of the call whose request starts here.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if c.call.Load() == nil {
+		c.table.claim(c, p)
+	}
+	return c.Conn.Write(p)
+}
+
+// SetDeadline, SetReadDeadline and SetWriteDeadline keep a cancelled call's
+// deadline expired: fasthttp sets its own read deadline after writing the
+// request, which may be after the cancel.
+func (c *trackedConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.SetDeadline(c.deadline(t))
+}
+
+func (c *trackedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.SetReadDeadline(c.deadline(t))
+}
+
+func (c *trackedConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(c.deadline(t))
+}
+
+func (c *trackedConn) deadline(t time.Time) time.Time {
+	if cl := c.call.Load(); cl != nil && cl.cancelled.Load() {
+		return past
+	}
+	return t
+}
+
+// expire makes pending and later reads and writes fail at once.
+func (c *trackedConn) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.Conn.SetDeadline(past)
+}
+
+// Handshake is there for fasthttp, which takes a connection with one for
+// TLS already (dial did the handshake) and would otherwise wrap it again.
+func (c *trackedConn) Handshake() error {
+	if h, ok := c.Conn.(interface{ Handshake() error }); ok {
+		return h.Handshake()
+	}
+	return nil
 }
 
 // wrap registers c and returns the tracked connection.

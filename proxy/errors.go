@@ -75,6 +75,9 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	case pipeline.UpstreamCut:
 		return envelope{status: 502, body: errorJSON("upstream closed the connection before the response was complete", "server_error", "", "upstream_cut"), logStatus: 502}
 	case pipeline.UpstreamMalformed:
+		if errors.Is(ue.Err, errResponseTooLarge) {
+			return envelope{status: 502, body: errorJSON("upstream response exceeds the gateway's size limit", "server_error", "", "upstream_response_too_large"), logStatus: 502}
+		}
 		return envelope{status: 502, body: errorJSON("upstream sent a malformed response", "server_error", "", "upstream_malformed"), logStatus: 502}
 	default:
 		return envelope{status: 502, body: errorJSON("upstream unreachable", "server_error", "", "upstream_unreachable"), logStatus: 502}

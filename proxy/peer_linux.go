@@ -3,70 +3,194 @@
 package proxy
 
 import (
-	"errors"
 	"net"
-	"os"
-	"sync/atomic"
+	"sync"
 	"syscall"
-	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// watchPeer calls gone once when the client at the other end of conn closes
-// or resets the connection while a response is being produced. fasthttp only
-// notices a vanished client when a write fails, which for a stream waiting on
-// a slow upstream can be much later; this waits in the runtime's poller and
-// peeks (MSG_PEEK) so that no byte of a pipelined next request is consumed.
-// The returned stop must be called before the handler's writer returns.
-func watchPeer(conn net.Conn, gone func()) (stop func()) {
+// peerWatcher notices clients that close or reset their connection while
+// their request is being answered, and cancels the request. fasthttp only
+// notices a vanished client when a write fails, which for a request waiting
+// on a slow upstream can be minutes later. One goroutine and one epoll
+// instance serve every watched connection of a server (the runtime's poller
+// cannot be asked about hang-ups), so watching costs two epoll_ctl calls per
+// request, not a goroutine. The zero value is ready; it starts at the first
+// watch. Safe for concurrent use.
+type peerWatcher struct {
+	once    sync.Once
+	epfd    int // -1 when epoll is unavailable
+	wakefd  int // an eventfd that ends the loop
+	mu      sync.Mutex
+	watches map[int32]watchEntry // by fd
+	gen     int32
+	closed  bool
+	done    chan struct{}
+}
+
+type watchEntry struct {
+	gen  int32
+	gone func()
+}
+
+// peerWatch is one registration; the zero value is none.
+type peerWatch struct{ fd, gen int32 }
+
+func (w *peerWatcher) start() {
+	w.epfd, w.wakefd = -1, -1
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd), Pad: -1}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wakefd)
+		return
+	}
+	w.epfd, w.wakefd = epfd, wakefd
+	w.watches = make(map[int32]watchEntry)
+	w.done = make(chan struct{})
+	go w.run()
+}
+
+// watch calls gone (at most once, from the watcher's goroutine) when the
+// client at the other end of conn leaves. A client that sends another
+// (pipelined) request before closing is not seen as gone. The caller must
+// unwatch before the connection can be closed: the registration names a
+// file descriptor, which the kernel reuses.
+func (w *peerWatcher) watch(conn net.Conn, gone func()) peerWatch {
+	w.once.Do(w.start)
+	if w.epfd < 0 {
+		return peerWatch{}
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return func() {}
+		return peerWatch{} // not a socket (in-memory listeners in tests)
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return func() {}
+		return peerWatch{}
 	}
-	var stopping atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var b [1]byte
-		for {
-			closed := false
-			err := rc.Read(func(fd uintptr) bool {
-				for {
-					n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-					switch {
-					case err == syscall.EINTR:
-						continue
-					case err == syscall.EAGAIN:
-						return false // nothing yet: wait for readiness
-					case err != nil || n == 0:
-						closed = true // reset, or an orderly close by the peer
-					}
-					return true // closed, or a pipelined request is waiting: stop
-				}
-			})
-			switch {
-			case closed:
-				gone()
-				return
-			case err == nil:
-				return
-			case stopping.Load() || !errors.Is(err, os.ErrDeadlineExceeded):
-				return // stopping, or the connection is gone for another reason
+	fd := -1
+	if rc.Control(func(f uintptr) { fd = int(f) }) != nil || fd < 0 {
+		return peerWatch{}
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return peerWatch{}
+	}
+	w.gen++
+	if w.gen <= 0 {
+		w.gen = 1 // 0 means none, -1 the wake fd
+	}
+	p := peerWatch{fd: int32(fd), gen: w.gen}
+	w.watches[p.fd] = watchEntry{gen: p.gen, gone: gone}
+	w.mu.Unlock()
+	// One-shot: the first hang-up (or error) disarms the registration.
+	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: p.fd, Pad: p.gen}
+	if unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
+		w.unwatch(p)
+		return peerWatch{}
+	}
+	return p
+}
+
+// unwatch ends p. After it returns gone is not called for p (unless a call
+// had already begun) and the connection may be closed.
+func (w *peerWatcher) unwatch(p peerWatch) {
+	if p.gen == 0 {
+		return
+	}
+	w.mu.Lock()
+	e, ok := w.watches[p.fd]
+	if ok && e.gen == p.gen {
+		delete(w.watches, p.fd)
+		if !w.closed {
+			_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(p.fd), nil)
+		}
+	}
+	w.mu.Unlock()
+}
+
+// close ends the watcher's goroutine and releases its descriptors.
+func (w *peerWatcher) close() {
+	w.once.Do(func() { w.epfd = -1 }) // never started: nothing to close
+	if w.epfd < 0 {
+		return
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	clear(w.watches)
+	w.mu.Unlock()
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	_, _ = unix.Write(w.wakefd, one)
+	<-w.done
+}
+
+func (w *peerWatcher) run() {
+	defer close(w.done)
+	defer func() {
+		_ = unix.Close(w.epfd)
+		_ = unix.Close(w.wakefd)
+	}()
+	events := make([]unix.EpollEvent, 64)
+	for {
+		n, err := unix.EpollWait(w.epfd, events, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		for _, ev := range events[:n] {
+			if ev.Pad == -1 {
+				return // close
 			}
-			// A read deadline the server set for itself expired: keep watching.
-			_ = conn.SetReadDeadline(time.Time{})
-			if stopping.Load() { // stop may have set its deadline just before we cleared it
-				return
+			if gone := w.check(ev.Fd, ev.Pad); gone != nil {
+				gone()
 			}
 		}
-	}()
-	return func() {
-		stopping.Store(true)
-		_ = conn.SetReadDeadline(past)
-		<-done
-		_ = conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// check confirms a hang-up on fd with a peek, which consumes nothing: no
+// bytes means an orderly close, an error a reset; bytes are a pipelined
+// request, not a close. It runs under the lock so that the fd cannot be
+// closed (unwatch first takes the lock) and reused meanwhile.
+func (w *peerWatcher) check(fd, gen int32) (gone func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.watches[fd]
+	if !ok || e.gen != gen {
+		return nil
+	}
+	var b [1]byte
+	for {
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			// Nothing to read and no hang-up after all: watch again.
+			ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd, Pad: gen}
+			_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			return nil
+		case err != nil || n == 0:
+			return e.gone // the registration stays, disarmed, until unwatch
+		default:
+			return nil // a pipelined request
+		}
 	}
 }

@@ -4,6 +4,15 @@ package proxy
 
 import "net"
 
-// watchPeer is a no-op where MSG_PEEK polling is not wired up: a vanished
-// client is then noticed at the next failed write.
-func watchPeer(net.Conn, func()) (stop func()) { return func() {} }
+// peerWatcher is a no-op where the epoll watcher is not available: a
+// vanished client is then noticed at the next failed write.
+type peerWatcher struct{}
+
+// peerWatch is one registration; the zero value is none.
+type peerWatch struct{}
+
+func (w *peerWatcher) watch(net.Conn, func()) peerWatch { return peerWatch{} }
+
+func (w *peerWatcher) unwatch(peerWatch) {}
+
+func (w *peerWatcher) close() {}

@@ -37,11 +37,6 @@ type Runtime struct {
 	Policy Policy
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
-	// WatchNonStream makes non-streamed chat requests watch their client
-	// connection too, so that a client that leaves cancels a server-side
-	// tool loop. It costs a goroutine per request: set it only when server
-	// tools can run.
-	WatchNonStream bool
 	// Close releases what the runtime holds, after its last request.
 	Close func()
 
@@ -73,6 +68,8 @@ type Server struct {
 	cancel context.CancelFunc
 	idPfx  string
 	idSeq  atomic.Uint64
+	peers  peerWatcher  // cancels requests whose client left
+	chats  atomic.Int64 // chat requests and streams still running
 
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
@@ -115,8 +112,15 @@ func (s *Server) Runtime() *Runtime { return s.rt.Load() }
 // Serve accepts connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 
+// finalWrites bounds how long Shutdown waits, after the grace period, for
+// the cancelled requests to write their error: a writer blocked on a client
+// that does not read must not hold the process.
+const finalWrites = 2 * time.Second
+
 // Shutdown stops accepting, lets in-flight requests and streams finish until
-// ctx ends, then cancels what is left.
+// ctx ends, then cancels what is left and waits (up to finalWrites) until
+// each has told its client (a stream ends with event: error), so that the
+// caller may exit when Shutdown returns.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.adminMu.Lock()
 	for _, a := range s.admin {
@@ -125,14 +129,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.adminMu.Unlock()
 	done := make(chan error, 1)
 	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
+	var err error
 	select {
-	case err := <-done:
+	case err = <-done:
 		s.cancel()
-		return err
 	case <-ctx.Done():
-		s.cancel() // ends the streams still running; their writers then return
-		return <-done
+		s.cancel() // ends the requests still running; their writers then return
+		err = <-done
+		deadline := time.Now().Add(finalWrites)
+		for s.chats.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
+	s.peers.close()
+	return err
 }
 
 func (s *Server) requestID(ctx *fasthttp.RequestCtx) string {

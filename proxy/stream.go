@@ -44,11 +44,15 @@ type upstreamStream struct {
 	stopAfter func() bool
 }
 
-func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Request, resp *fasthttp.Response, model string, deadline time.Time) *upstreamStream {
+// newUpstreamStream reads resp's body, which conn (nil if unknown) carries.
+func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Request, resp *fasthttp.Response, conn *trackedConn, model string, deadline time.Time) *upstreamStream {
+	if conn == nil {
+		conn = pc.conns.lookup(resp.LocalAddr())
+	}
 	s := &upstreamStream{
 		ctx: ctx, pc: pc, req: req, resp: resp, model: model, deadline: deadline,
 		idle: pc.cfg.StreamIdleTimeout.D(),
-		conn: pc.conns.lookup(resp.LocalAddr()),
+		conn: conn,
 		rd:   sse.NewReader(resp.BodyStream(), maxEventBytes),
 	}
 	if s.conn != nil {

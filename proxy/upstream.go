@@ -5,9 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/llmgw/gateway/jsonstring"
+	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -27,6 +29,10 @@ const maxErrorBody = 64 << 10
 
 // maxEventBytes bounds one upstream SSE event.
 const maxEventBytes = 8 << 20
+
+// errResponseTooLarge is the cause of the UpstreamError for a non-streamed
+// body over the provider's max_response_bytes.
+var errResponseTooLarge = errors.New("proxy: upstream response exceeds max_response_bytes")
 
 // Upstream is the innermost model-call handler: it sends a chat request to
 // the deployment req.TargetOrDefault() names and returns the upstream's
@@ -42,6 +48,7 @@ var _ pipeline.Handler = (*Upstream)(nil)
 type providerClient struct {
 	cfg      config.Provider
 	hc       *fasthttp.HostClient
+	tls      *tls.Config // nil for http
 	conns    connTable
 	scheme   string
 	host     string
@@ -87,27 +94,49 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 			addr += ":80"
 		}
 	}
+	if base.Scheme == "https" {
+		pc.tls = &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12}
+	}
 	connect := p.ConnectTimeout.D()
 	pc.hc = &fasthttp.HostClient{
 		Addr:                addr,
 		Name:                "llmgw",
-		IsTLS:               base.Scheme == "https",
-		TLSConfig:           &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
+		IsTLS:               pc.tls != nil,
+		TLSConfig:           pc.tls,
 		MaxConns:            p.MaxConns,
 		MaxIdleConnDuration: 90 * time.Second,
 		MaxConnWaitTimeout:  connect,
 		// Pass-through paths go upstream exactly as the gateway checked
 		// them (proxy/path.go); the client must not re-normalise them.
 		DisablePathNormalizing: true,
-		Dial: func(addr string) (net.Conn, error) {
-			c, err := fasthttp.DialTimeout(addr, connect)
-			if err != nil {
-				return nil, err
-			}
-			return pc.conns.wrap(c), nil
-		},
+		// Chat calls stream their bodies and bound them themselves; this
+		// bounds any call that lets fasthttp buffer a body.
+		MaxResponseBodySize: p.MaxResponseBytes,
+		Dial:                func(addr string) (net.Conn, error) { return pc.dial(addr, connect) },
 	}
 	return pc, nil
+}
+
+// dial connects to addr within timeout. For https it completes the TLS
+// handshake itself (fasthttp then leaves the connection as it is), so that
+// the tracked connection sees the plaintext request and can tell which call
+// it carries.
+func (pc *providerClient) dial(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := fasthttp.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if pc.tls != nil {
+		tc := tls.Client(c, pc.tls)
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		_ = c.SetDeadline(time.Time{})
+		c = tc
+	}
+	return pc.conns.wrap(c), nil
 }
 
 // Close closes idle upstream connections.
@@ -146,6 +175,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	resp := fasthttp.AcquireResponse()
 	freq.Header.SetMethod(fasthttp.MethodPost)
 	freq.SetRequestURI(pc.chatURI)
+	c := pc.conns.startCall(ctx, &freq.Header)
 	pc.setHeaders(&freq.Header, req.ID)
 	otel.GetTextMapPropagator().Inject(ctx, headerCarrier{&freq.Header}) // traceparent, when traced
 	freq.Header.SetContentType("application/json")
@@ -156,19 +186,22 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// Every body streams, so that none is buffered whole: a non-streamed
+	// one is read below through the provider's size limit.
+	resp.StreamBody = true
 	if req.Stream {
-		resp.StreamBody = true
 		fb := start.Add(pc.cfg.FirstByteTimeout.D())
 		if fb.After(deadline) {
 			fb = deadline
 		}
 		freq.SetTimeout(time.Until(fb))
 	} else {
-		freq.SetTimeout(time.Until(deadline))
+		freq.SetTimeout(time.Until(deadline)) // the read deadline stays on for the body
 	}
 	err := pc.hc.Do(freq, resp)
 	upstreamSeconds.WithLabelValues(target.Provider).Observe(time.Since(start).Seconds())
 	if err != nil {
+		c.end()
 		release(freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -178,20 +211,96 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	if status := resp.StatusCode(); status != fasthttp.StatusOK {
 		ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider,
 			RetryAfter: retryAfter(&resp.Header), Body: readErrorBody(resp)}
-		release(freq, resp)
+		pc.endCall(c, freq, resp)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, ue
 	}
 	if !req.Stream {
-		out := resp.SwapBody(nil) // own the bytes: resp goes back to its pool below
+		out, err := readLimited(resp, pc.cfg.MaxResponseBytes)
+		pc.endCall(c, freq, resp)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			return nil, pc.bodyError(err)
+		}
 		if !gjson.ValidBytes(out) {
-			release(freq, resp)
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errors.New("response body is not JSON")}
 		}
-		out = setModel(nil, out, req.Model)
-		release(freq, resp)
-		return &pipeline.Response{Body: out}, nil
+		return &pipeline.Response{Body: setModel(nil, out, req.Model)}, nil
 	}
-	return &pipeline.Response{Stream: newUpstreamStream(ctx, pc, freq, resp, req.Model, deadline)}, nil
+	conn := c.conn.Load()
+	if !c.end() {
+		resp.SetConnectionClose() // cancelled while Do ran; the stream reports it
+	}
+	return &pipeline.Response{Stream: newUpstreamStream(ctx, pc, freq, resp, conn, req.Model, deadline)}, nil
+}
+
+// endCall ends c and releases the request and response; a connection whose
+// call was cancelled never goes back to the pool.
+func (pc *providerClient) endCall(c *call, freq *fasthttp.Request, resp *fasthttp.Response) {
+	if !c.end() {
+		resp.SetConnectionClose()
+	}
+	release(freq, resp)
+}
+
+// bodyError classifies a failed read of a non-streamed body.
+func (pc *providerClient) bodyError(err error) error {
+	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: err}
+	var ne net.Error
+	switch {
+	case errors.Is(err, errResponseTooLarge):
+		ue.Kind = pipeline.UpstreamMalformed
+	case errors.As(err, &ne) && ne.Timeout():
+		ue.Kind = pipeline.UpstreamTimeout
+	}
+	return ue
+}
+
+// readLimited reads a streamed response body of at most max bytes into a
+// new slice; a larger body is errResponseTooLarge, refused by its
+// Content-Length before any byte is read, or after max+1 bytes. Reading to
+// EOF lets fasthttp pool the connection; a body not read to its end closes
+// it when the response is released.
+func readLimited(resp *fasthttp.Response, max int) ([]byte, error) {
+	s := resp.BodyStream()
+	if s == nil { // a body fasthttp buffered (StreamBody not honoured)
+		b := resp.Body()
+		if len(b) > max {
+			return nil, errResponseTooLarge
+		}
+		return append([]byte(nil), b...), nil
+	}
+	var b []byte
+	if cl := resp.Header.ContentLength(); cl > max {
+		return nil, errResponseTooLarge
+	} else if cl >= 0 {
+		b = make([]byte, 0, cl+1) // +1: the read that returns EOF needs room
+	} else {
+		b = make([]byte, 0, min(max+1, 16<<10))
+	}
+	for {
+		if len(b) == cap(b) {
+			if len(b) > max {
+				return nil, errResponseTooLarge
+			}
+			b = slices.Grow(b, min(cap(b), max+1-len(b))) // doubles, never past max+1
+		}
+		n, err := s.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if len(b) > max {
+			return nil, errResponseTooLarge
+		}
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return nil, err
+		}
+	}
 }
 
 // headerCarrier lets the trace propagator write request headers.

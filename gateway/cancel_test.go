@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// silentUpstream reads each request and never answers: it reports on got
+// that a request arrived and on left when the gateway closed the connection,
+// the only way an HTTP/1.1 client can cancel a request.
+func silentUpstream(t *testing.T) (url string, got, left <-chan time.Time) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotc, leftc := make(chan time.Time, 16), make(chan time.Time, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := br.ReadString('\n'); err != nil { // the request line
+					return
+				}
+				hdr, err := textproto.NewReader(br).ReadMIMEHeader()
+				if err != nil {
+					return
+				}
+				n, _ := strconv.Atoi(hdr.Get("Content-Length"))
+				if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
+					return
+				}
+				gotc <- time.Now()
+				_, _ = io.Copy(io.Discard, br) // until the gateway closes
+				leftc <- time.Now()
+			}()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close() })
+	return "http://" + ln.Addr().String() + "/v1", gotc, leftc
+}
+
+// A client that leaves cancels its upstream call within a second, whatever
+// the request: non-streamed (with and without server tools), or streamed and
+// still waiting for the upstream's first byte. The upstream never answers,
+// so only a cancelled call ends before total_timeout (10 minutes).
+func TestClientLeavingCancelsEveryUpstreamCall(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, config, body string
+	}{
+		{"non-stream", baseConfig, `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`},
+		{"stream before its first byte", baseConfig, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`},
+		{"non-stream with server tools", toolConfig, `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`},
+		{"stream with server tools", toolConfig, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up, got, left := silentUpstream(t)
+			cfg := strings.ReplaceAll(strings.ReplaceAll(c.config, "{{MOCK}}", up), "{{HTTP}}", "http://127.0.0.1:1/")
+			h := newHarness(t, cfg, mockllm.Options{})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(h.base, "/v1"), "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(c.body), c.body)
+			select {
+			case <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the request never reached the upstream")
+			}
+			closed := time.Now()
+			_ = conn.Close()
+			select {
+			case at := <-left:
+				d := at.Sub(closed)
+				t.Logf("the upstream saw the cancellation %v after the client left", d)
+				if d > time.Second {
+					t.Fatalf("the upstream saw the cancellation only %v after the client left; want within 1s", d)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the client left, but its upstream call kept running")
+			}
+		})
+	}
+}

@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"context"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// tlsUpstream is an https upstream client for srv, trusting its
+// certificate.
+func tlsUpstream(t *testing.T, srv *httptest.Server) *Upstream {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`
+[[providers]]
+name = "p"
+kind = "openai"
+base_url = "` + srv.URL + `/v1"
+[[models]]
+name = "m"
+provider = "p"
+upstream = "up"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewUpstream(cfg.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	u.provider("p").tls.RootCAs = roots
+	return u
+}
+
+func chatReq(stream bool) *pipeline.Request {
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	if stream {
+		body = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	}
+	return &pipeline.Request{Body: []byte(body), Model: "m", Stream: stream, Target: &pipeline.Target{Provider: "p", Upstream: "up"}}
+}
+
+// https providers: dial does the TLS handshake (so that calls can find their
+// connection), fasthttp must not wrap it again, and connections are reused.
+func TestUpstreamOverTLS(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(callHeader) == "" {
+			http.Error(w, "no call token", 400)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","model":"up","choices":[]}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	u := tlsUpstream(t, srv)
+	for i := range 3 {
+		resp, err := u.Chat(context.Background(), chatReq(false))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if !strings.Contains(string(resp.Body), `"model":"m"`) {
+			t.Fatalf("call %d: %s", i, resp.Body)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d TLS connections for 3 sequential calls; want 1 (pooled)", n)
+	}
+}
+
+// A cancelled context ends a call blocked in fasthttp's Do at once, over
+// TLS too (the call's token is read from the plaintext request head), and
+// the connection is not pooled.
+func TestUpstreamCancelInterruptsDo(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 4)
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	u := tlsUpstream(t, srv)
+	for _, stream := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := u.Chat(ctx, chatReq(stream))
+			errc <- err
+		}()
+		<-arrived
+		cancel()
+		select {
+		case err := <-errc:
+			if err != context.Canceled {
+				t.Fatalf("stream=%v: %v, want context.Canceled", stream, err)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("stream=%v: the call kept waiting for the upstream after its context was cancelled", stream)
+		}
+	}
+	t2 := &u.provider("p").conns
+	t2.mu.Lock()
+	n := len(t2.calls)
+	t2.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d calls still registered", n)
+	}
+}
+
+// A server's watcher cancels a request whose client closes, not one whose
+// client sends more bytes (a pipelined request), and stops with Shutdown.
+func TestPeerWatcher(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (client, server net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, s
+	}
+	srv := NewServer(&Runtime{Config: &config.Config{}}, zerolog.Nop())
+	w := &srv.peers
+
+	client, server := pair()
+	gone := make(chan struct{}, 1)
+	p := w.watch(server, func() { gone <- struct{}{} })
+	_, _ = client.Write([]byte("POST / HTTP/1.1\r\n")) // pipelined: not gone
+	select {
+	case <-gone:
+		t.Fatal("a client that sent more bytes was taken for gone")
+	case <-time.After(100 * time.Millisecond):
+	}
+	w.unwatch(p)
+	client.Close()
+	server.Close()
+
+	client, server = pair()
+	p = w.watch(server, func() { gone <- struct{}{} })
+	client.Close()
+	select {
+	case <-gone:
+	case <-time.After(time.Second):
+		t.Fatal("a client that closed was not noticed within 1s")
+	}
+	w.unwatch(p)
+	server.Close()
+
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client, server = pair()
+	defer server.Close()
+	if p := w.watch(server, func() {}); p != (peerWatch{}) {
+		t.Fatal("watching after Shutdown")
+	}
+	client.Close()
+}
+
+// A body over max_response_bytes is refused (by its Content-Length, or
+// once the limit is passed) with an envelope that names no internals, and
+// its connection is closed, never pooled; a body within the limit is read
+// whole and its connection reused.
+func TestResponseLimit(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		pad := 10
+		id := r.Header.Get("X-Request-Id")
+		if strings.HasPrefix(id, "big") {
+			pad = 4096
+		}
+		if id == "big-chunked" {
+			w.(http.Flusher).Flush() // no Content-Length
+		}
+		_, _ = w.Write([]byte(`{"model":"up","pad":"` + strings.Repeat("x", pad) + `"}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse([]byte(`
+[[providers]]
+name = "p"
+kind = "openai"
+base_url = "` + srv.URL + `/v1"
+max_response_bytes = 1024
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewUpstream(cfg.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	cases := []struct {
+		id        string
+		tooLarge  bool
+		wantConns int32
+	}{
+		{"small", false, 1},
+		{"small-again", false, 1}, // pooled
+		{"big", true, 1},          // refused by Content-Length; closed
+		{"small-after-big", false, 2},
+		{"big-chunked", true, 2},
+		{"small-after-chunked", false, 3},
+	}
+	for _, c := range cases {
+		req := chatReq(false)
+		req.ID = c.id
+		resp, err := u.Chat(context.Background(), req)
+		if c.tooLarge {
+			env := mapError(err)
+			if env.status != 502 || !strings.Contains(string(env.body), `"code":"upstream_response_too_large"`) || strings.Contains(string(env.body), "max_response_bytes") {
+				t.Fatalf("%s: %v → %d %s", c.id, err, env.status, env.body)
+			}
+		} else if err != nil || !strings.Contains(string(resp.Body), `"model":"m"`) {
+			t.Fatalf("%s: %v", c.id, err)
+		}
+		if n := conns.Load(); n != c.wantConns {
+			t.Fatalf("after %s: %d connections, want %d", c.id, n, c.wantConns)
+		}
+	}
+}
