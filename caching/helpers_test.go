@@ -142,7 +142,7 @@ type checkedAnswer struct {
 	Usage                      string   // raw usage JSON, "" when none
 }
 
-// checkStream validates a chunk sequence against openai-wire.md §3.4 (one
+// checkStream validates a chunk sequence against docs/wire.md rules 5 to 13 (one
 // id/created/model, role once and first, dense sequential tool calls with
 // id/type/name only in their first delta, no content on tool-call chunks, a
 // separate finish chunk sent once, usage only as the last chunk with

@@ -16,7 +16,7 @@ import (
 const replayPiece = 64
 
 // replayStream serves a cached chat.completion as a chat.completion.chunk
-// sequence that follows openai-wire.md §3.4: a role chunk, content (or one
+// sequence that follows docs/wire.md (rules 5 to 13): a role chunk, content (or one
 // tool call after another: first delta with id/type/full name, then argument
 // fragments), a separate finish chunk, and a usage chunk (choices: []) only
 // when the client asked for usage. All chunks are built up front into one

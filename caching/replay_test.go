@@ -14,7 +14,7 @@ import (
 	"github.com/llmgw/gateway/wiretest"
 )
 
-// checkCompletion validates a chat.completion against openai-wire.md §4.1
+// checkCompletion validates a chat.completion against docs/wire.md rule 20
 // and returns its content, finish_reason and tool calls ("id name args").
 func checkCompletion(t *testing.T, body []byte) (content, finish string, calls []string, usage string) {
 	t.Helper()

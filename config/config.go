@@ -135,7 +135,7 @@ type MCPServer struct {
 	Models  []string          `toml:"models"`
 }
 
-// ToolLoop holds the loop's budgets (DESIGN.md §5).
+// ToolLoop holds the loop's budgets (docs/architecture.md §3).
 type ToolLoop struct {
 	MaxIterations           int      `toml:"max_iterations"`         // default 10
 	MaxConsecutiveErrors    int      `toml:"max_consecutive_errors"` // default 3

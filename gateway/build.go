@@ -1,7 +1,7 @@
 // Package gateway wires one config into a running gateway: providers and
 // their upstream clients, the in-process demo models, the model-call chain of
 // every route, the tool loop, and the request layer. It is the one place the
-// chains are composed (DESIGN.md §2); cmd/gateway only adds flags, signals
+// chains are composed (docs/architecture.md §2); cmd/gateway only adds flags, signals
 // and the listener.
 package gateway
 

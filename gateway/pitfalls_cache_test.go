@@ -18,7 +18,7 @@ import (
 	"github.com/llmgw/gateway/wiretest"
 )
 
-// Caching pitfalls of peer-pitfalls.md; see pitfalls_test.go.
+// Caching bugs other gateways shipped; see pitfalls_test.go.
 
 // cachePost sends a raw JSON body and returns x-gateway-cache and the
 // response body; it fails on a non-200 answer.

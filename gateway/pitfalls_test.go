@@ -1,6 +1,6 @@
 package gateway
 
-// One test per line of /work/shared/reference/peer-pitfalls.md: failures
+// One test per streaming or fallback bug that other gateways have shipped: failures
 // users keep reporting against other LLM gateways. Each test fails if this
 // gateway makes the same mistake. Tests named TestPitfall_<Short>; run them
 // with `go test -race -run Pitfall ./gateway/`. This file holds the
@@ -351,7 +351,7 @@ func TestPitfall_WholeToolCallKeepsIDAndName(t *testing.T) {
 // fragments. Whatever the path, every fragment must land under its own
 // call (checked per index on the raw stream and through the SDK
 // accumulator) with dense indices; the tool loop must also re-stream the
-// calls one after the other (wire rule §3.4.5, enforced by the checker).
+// calls one after the other (docs/wire.md rule 9, enforced by the checker).
 // See also TestToolLoopClientCallsNormalized (tool loop only).
 func TestPitfall_InterleavedParallelCallsIndexed(t *testing.T) {
 	t.Parallel()

@@ -28,7 +28,7 @@ type streamSummary struct {
 }
 
 // checkStream asserts the invariants every default-mode stream must meet
-// (openai-wire.md §2, §3.4) and summarises it.
+// (docs/wire.md, rules 5 to 13) and summarises it.
 func checkStream(t *testing.T, body []byte, model string, includeUsage bool) streamSummary {
 	t.Helper()
 	events := sse(body)

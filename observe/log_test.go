@@ -13,7 +13,7 @@ import (
 )
 
 // These tests cover the "Load and memory" lines of
-// /work/shared/reference/peer-pitfalls.md for the access log: a log sink that
+// the peer-gateway pitfalls for the access log: a log sink that
 // stops accepting writes must neither block the request path nor make the
 // process queue lines without bound, and dropped lines must be counted.
 

@@ -34,7 +34,7 @@ func AppendComment(dst, text []byte) []byte {
 // AppendError appends the mid-stream error event
 // "event: error\ndata: <errorJSON>\n\n" to dst and returns the extended slice.
 // errorJSON must be the single-line envelope {"error":{"message","type",
-// "param","code"}}: the one form all three SDKs detect (openai-wire.md §1.2).
+// "param","code"}}: the one form all three SDKs detect (docs/wire.md rule 17).
 // The stream must be closed after it, without [DONE]. It does not allocate
 // when dst has room.
 func AppendError(dst, errorJSON []byte) []byte {

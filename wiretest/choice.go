@@ -105,7 +105,7 @@ func (c *checker) delta(st *choiceState, idx int64, delta gjson.Result, first bo
 	return c.toolCall(st, idx, entries[0])
 }
 
-// toolCall checks one tool-call entry against §3.4 points 3 to 5.
+// toolCall checks one tool-call entry against docs/wire.md rules 8 to 10.
 func (c *checker) toolCall(st *choiceState, choice int64, e gjson.Result) *Violation {
 	if !e.IsObject() {
 		return c.fail(RuleToolCalls, "tool-call entry %s is not an object", rawOr(e))

@@ -16,7 +16,7 @@ type event struct {
 }
 
 // splitEvents parses raw into events, enforcing the framing rules of
-// openai-wire.md §1.1/§1.2 that the lenient SDK parsers would forgive: every
+// docs/wire.md rules 1 to 4 that the lenient SDK parsers would forgive: every
 // line ends in "\n" (no '\r'), every event ends with a blank line, the only
 // lines are "data:", ":" comments and "event: error", one data line per event.
 func splitEvents(raw []byte) ([]event, *Violation) {

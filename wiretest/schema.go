@@ -2,8 +2,9 @@ package wiretest
 
 import (
 	"bytes"
-	"errors"
+	_ "embed"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,7 +21,7 @@ const SchemaEnv = "GATEWAY_OPENAPI_SCHEMAS"
 const schemaID = "urn:openai-chat"
 
 // Schema validates JSON documents against the normalized OpenAI chat schemas
-// (../shared/openapi/chat-schemas.json, JSON Schema 2020-12). Each named
+// (openapi/chat-schemas.json, JSON Schema 2020-12). Each named
 // schema is compiled once, on first use. A Schema is safe for concurrent use;
 // validation only reads the bytes it is given.
 type Schema struct {
@@ -40,56 +41,49 @@ type compiled struct {
 // loaded caches one *Schema per file path for the whole test binary.
 var loaded sync.Map
 
-// LoadSchema returns the chat schemas, found through $GATEWAY_OPENAPI_SCHEMAS
-// or, failing that, at ../shared/openapi/chat-schemas.json next to the
-// directory holding go.mod (found by walking up from the working directory).
-// When the file is absent it calls tb.Skip: a user's checkout has no
-// ../shared. A file that exists but does not load fails the test. The result
-// is shared by every test of the binary.
+// embedded is the repository's copy of the chat schemas (openapi/).
+//
+//go:embed openapi/chat-schemas.json
+var embedded []byte
+
+// embeddedKey caches the embedded schema in loaded.
+const embeddedKey = "embedded:openapi/chat-schemas.json"
+
+// LoadSchema returns the chat schemas: the file $GATEWAY_OPENAPI_SCHEMAS
+// names, or the copy embedded in this package (openapi/chat-schemas.json).
+// A file that does not load fails the test. The result is shared by every
+// test of the binary.
 func LoadSchema(tb testing.TB) *Schema {
 	tb.Helper()
-	path, err := schemaPath()
-	if err != nil {
-		if errors.Is(err, errNoSchema) {
-			tb.Skipf("wiretest: %v; set %s to chat-schemas.json to run schema checks", err, SchemaEnv)
+	if p := os.Getenv(SchemaEnv); p != "" {
+		s, err := OpenSchema(p)
+		if err != nil {
+			tb.Fatalf("wiretest: %s=%q: %v", SchemaEnv, p, err)
 		}
-		tb.Fatalf("wiretest: %v", err)
+		return s
 	}
-	s, err := OpenSchema(path)
+	if s, ok := loaded.Load(embeddedKey); ok {
+		return s.(*Schema)
+	}
+	s, err := newSchema(embeddedKey, bytes.NewReader(embedded))
 	if err != nil {
 		tb.Fatalf("wiretest: %v", err)
 	}
-	return s
+	v, _ := loaded.LoadOrStore(embeddedKey, s)
+	return v.(*Schema)
 }
 
-var errNoSchema = errors.New("chat-schemas.json not found")
-
-func schemaPath() (string, error) {
-	if p := os.Getenv(SchemaEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s=%q: %w", SchemaEnv, p, err)
-		}
-		return p, nil
-	}
-	dir, err := os.Getwd()
+// newSchema reads a schema document from r; key names it in errors.
+func newSchema(key string, r io.Reader) (*Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(r)
 	if err != nil {
-		return "", err
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w: no go.mod above the working directory", errNoSchema)
-		}
-		dir = parent
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource(schemaID, doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	p := filepath.Join(dir, "..", "shared", "openapi", "chat-schemas.json")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%w at %s", errNoSchema, p)
-	}
-	return p, nil
+	return &Schema{path: key, comp: comp, defs: map[string]*compiled{}}, nil
 }
 
 // OpenSchema loads the schema file at path (no skipping; for tools and
@@ -108,15 +102,11 @@ func OpenSchema(path string) (*Schema, error) {
 		return nil, err
 	}
 	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
+	n, err := newSchema(abs, f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", abs, err)
+		return nil, err
 	}
-	comp := jsonschema.NewCompiler()
-	if err := comp.AddResource(schemaID, doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", abs, err)
-	}
-	s, _ := loaded.LoadOrStore(abs, &Schema{path: abs, comp: comp, defs: map[string]*compiled{}})
+	s, _ := loaded.LoadOrStore(abs, n)
 	return s.(*Schema), nil
 }
 

@@ -77,8 +77,8 @@ type checker struct {
 }
 
 // CheckStream parses raw, the SSE body exactly as a client received it, and
-// checks it against the streaming rules of openai-wire.md §1.2, §3.4 (all 12
-// points) and §9. It returns the first violation as a *Violation, together
+// checks it against the streaming rules of docs/wire.md (framing, chunks, tool
+// calls, end of stream, errors). It returns the first violation as a *Violation, together
 // with a Summary of what was parsed up to that point (the Summary is never
 // nil). raw is only read; the Summary's slices alias it. Safe for concurrent
 // use on different inputs.

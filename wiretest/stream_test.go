@@ -67,9 +67,9 @@ func TestCheckStreamAccepts(t *testing.T) {
 		opt  Options
 		want Summary // compared field by field where set
 	}{
-		{name: "wire §1.1 text with usage", file: "text_usage.sse", opt: Options{WantUsage: true},
+		{name: "text with usage", file: "text_usage.sse", opt: Options{WantUsage: true},
 			want: Summary{Content: "Hello", FinishReason: "stop", ID: "chatcmpl-gw1", Model: "gpt-x", Choices: 1}},
-		{name: "wire §2.1 parallel tool calls", file: "tool_calls_usage.sse", opt: Options{WantUsage: true},
+		{name: "parallel tool calls", file: "tool_calls_usage.sse", opt: Options{WantUsage: true},
 			want: Summary{FinishReason: "tool_calls", ID: "chatcmpl-gw2", Model: "gpt-x", Choices: 1, ToolCalls: []ToolCall{
 				{Index: 0, ID: "call_k1", Name: "lookup_city", Arguments: `{"name":"Oslo"}`},
 				{Index: 1, ID: "call_k2", Name: "local_time", Arguments: `{"tz":"CET"}`},
@@ -149,7 +149,7 @@ func TestCheckStreamRejects(t *testing.T) {
 		rule      Rule
 		wantChunk int // 0: not checked
 	}{
-		// framing (§1.2)
+		// framing (docs/wire.md rules 1-4)
 		{name: "CRLF line endings", raw: []byte(strings.ReplaceAll(string(frame(role, stop, doneEv)), "\n", "\r\n")), rule: RuleFraming},
 		{name: "last event without blank line", raw: frame(role, stop, "RAW:data: [DONE]\n"), rule: RuleFraming},
 		{name: "last line without newline", raw: frame(role, stop, "RAW:data: [DONE]"), rule: RuleFraming},
@@ -168,7 +168,7 @@ func TestCheckStreamRejects(t *testing.T) {
 		{name: "DONE without space", raw: frame(role, stop, "RAW:data:[DONE]\n\n"), rule: RuleDone},
 		{name: "comment after DONE", raw: frame(role, stop, doneEv, "RAW:: x\n\n"), rule: RuleDone},
 		{name: "chunk after DONE", raw: frame(role, doneEv, stop, doneEv), rule: RuleDone, wantChunk: 3},
-		// top level (§2, §3.4.1, §3.4.9)
+		// top level (rules 5, 6, 9)
 		{name: "error null in chunk", raw: frame(role, strings.Replace(text, `{"id"`, `{"error":null,"id"`, 1), stop, doneEv), rule: RuleErrorKey, wantChunk: 2},
 		{name: "error data without event line", raw: frame(role, errorEnv), opt: wantErr, rule: RuleErrorKey},
 		{name: "wrong object", raw: frame(strings.Replace(role, "chat.completion.chunk", "chat.completion", 1), stop, doneEv), rule: RuleObject, wantChunk: 1},
@@ -185,12 +185,12 @@ func TestCheckStreamRejects(t *testing.T) {
 		{name: "choice 1 before choice 0", raw: frame(ch(`{"index":1,"delta":{"role":"assistant"},"finish_reason":null}`), doneEv), rule: RuleChoiceIndex},
 		{name: "choice twice in a chunk", raw: frame(ch(d(`{"role":"assistant"}`), d(`{"content":"x"}`)), stop, doneEv), rule: RuleChoiceIndex},
 		{name: "missing delta", raw: frame(role, ch(`{"index":0,"finish_reason":null}`), stop, doneEv), rule: RuleDelta},
-		// role (§3.4.2)
+		// role (rule 7)
 		{name: "repeated role", raw: frame(role, ch(d(`{"role":"assistant","content":"x"}`)), stop, doneEv), rule: RuleRole, wantChunk: 2},
 		{name: "no role in first delta", raw: frame(text, stop, doneEv), rule: RuleRole, wantChunk: 1},
 		{name: "role not assistant", raw: frame(ch(d(`{"role":"user"}`)), stop, doneEv), rule: RuleRole},
 		{name: "content not a string", raw: frame(role, ch(d(`{"content":5}`)), stop, doneEv), rule: RuleContent},
-		// tool calls (§3.4.3 to 3.4.6, 3.4.11)
+		// tool calls (rules 8-11)
 		{name: "repeated name", raw: frame(role, tc0, ch(d(`{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{}"}}]}`)), tcFin, doneEv), rule: RuleToolFragment, wantChunk: 3},
 		{name: "repeated id", raw: frame(role, tc0, ch(d(`{"tool_calls":[{"index":0,"id":"call_a","function":{"arguments":"{}"}}]}`)), tcFin, doneEv), rule: RuleToolFragment},
 		{name: "repeated type", raw: frame(role, tc0, ch(d(`{"tool_calls":[{"index":0,"type":"function","function":{"arguments":"{}"}}]}`)), tcFin, doneEv), rule: RuleToolFragment},
@@ -206,7 +206,7 @@ func TestCheckStreamRejects(t *testing.T) {
 		{name: "two entries in one chunk", raw: frame(role, ch(d(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}},{"index":1,"id":"call_b","type":"function","function":{"name":"g","arguments":"{}"}}]}`)), tcFin, doneEv), rule: RuleToolCalls, wantChunk: 2},
 		{name: "empty tool_calls array", raw: frame(role, ch(d(`{"tool_calls":[]}`)), stop, doneEv), rule: RuleToolCalls},
 		{name: "content empty string on tool chunk", raw: frame(role, ch(d(`{"content":"","tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":""}}]}`)), tcFin, doneEv), rule: RuleContent, wantChunk: 2},
-		// finish (§3.4.7, 3.4.12)
+		// finish (rule 12)
 		{name: "finish on a chunk with content", raw: frame(role, ch(`{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}`), doneEv), rule: RuleFinish, wantChunk: 2},
 		{name: "finish on a chunk with tool call", raw: frame(role, ch(`{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}`), doneEv), rule: RuleFinish},
 		{name: "second finish", raw: frame(role, stop, stop, doneEv), rule: RuleFinish, wantChunk: 3},
@@ -215,13 +215,13 @@ func TestCheckStreamRejects(t *testing.T) {
 		{name: "empty finish_reason", raw: frame(role, ch(fin("")), doneEv), rule: RuleFinish},
 		{name: "tool calls finished with stop", raw: frame(role, tc0, stop, doneEv), rule: RuleFinish},
 		{name: "tool_calls finish without calls", raw: frame(role, tcFin, doneEv), rule: RuleFinish},
-		// usage (§3.4.8)
+		// usage (rule 13)
 		{name: "usage chunk not last", raw: frame(role, usageCh, stop, doneEv), opt: usage, rule: RuleUsage, wantChunk: 3},
 		{name: "two usage chunks", raw: frame(role, stop, usageCh, usageCh, doneEv), opt: usage, rule: RuleUsage, wantChunk: 4},
 		{name: "usage when not wanted", raw: frame(role, stop, usageCh, doneEv), rule: RuleUsage, wantChunk: 3},
 		{name: "usage missing", raw: frame(role, stop, doneEv), opt: usage, rule: RuleUsage},
 		{name: "usage chunk with choices", raw: frame(role, strings.Replace(stop, `]}`, `],"usage":{"total_tokens":2}}`, 1), doneEv), opt: usage, rule: RuleUsage},
-		// mid-stream errors (§1.2 rule 4)
+		// mid-stream errors (rule 17)
 		{name: "unexpected error event", raw: frame(role, "RAW:event: error\ndata: "+errorEnv+"\n\n"), rule: RuleErrorEvent, wantChunk: 2},
 		{name: "DONE on error stream", raw: frame(role, "RAW:event: error\ndata: "+errorEnv+"\n\n", doneEv), opt: wantErr, rule: RuleErrorEvent},
 		{name: "DONE instead of error", raw: frame(role, doneEv), opt: wantErr, rule: RuleDone},

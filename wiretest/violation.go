@@ -6,7 +6,7 @@ import "fmt"
 // these constants to make sure the intended rule, not another, fired.
 type Rule string
 
-// The rules CheckStream enforces (openai-wire.md §1.2, §3.4, §9).
+// The rules CheckStream enforces (docs/wire.md; each rule there names its Rule constant).
 const (
 	RuleFraming        Rule = "framing"          // line endings, blank-line terminators, allowed SSE lines
 	RuleUTF8           Rule = "utf8"             // invalid UTF-8 or an unpaired \uD800-\uDFFF escape
