@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -261,10 +262,33 @@ func redisClient(r *config.Redis) *redis.Client {
 	})
 }
 
+// limitStores keep the rate counters, spend and usage of a gateway without
+// Redis for the life of the process, per config file: a reload (SIGHUP)
+// builds a new runtime but must not reset a tenant's spend or its limits.
+// A config that was not read from a file gets a store of its own.
+var (
+	limitStoresMu sync.Mutex
+	limitStores   = map[string]limits.Store{}
+)
+
+func limitStore(path string) limits.Store {
+	if path == "" {
+		return limits.NewMemoryStore()
+	}
+	limitStoresMu.Lock()
+	defer limitStoresMu.Unlock()
+	s := limitStores[path]
+	if s == nil {
+		s = limits.NewMemoryStore()
+		limitStores[path] = s
+	}
+	return s
+}
+
 // buildLimiter returns the rate limits, budgets and usage record: shared
 // through Redis when [redis] is set, else in memory.
 func buildLimiter(cfg *config.Config, rdb *redis.Client, log zerolog.Logger) *limits.Limiter {
-	o := limits.Options{Config: cfg, Logger: log}
+	o := limits.Options{Config: cfg, Store: limitStore(cfg.Path), Logger: log}
 	if rdb != nil {
 		o.Store, o.Prefix = limits.NewRedisStore(rdb), cfg.Redis.Prefix
 	}

@@ -34,6 +34,11 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	}
 	route := rt.Routes[in.model]
 	if route == nil {
+		// Only a caller with a valid key learns which names exist.
+		if _, err := rt.authenticate(ctx); err != nil {
+			s.writeError(ctx, rt, id, "", err, start)
+			return
+		}
 		s.writeError(ctx, rt, id, "", modelNotFound(in.model), start) // no client-chosen metric labels
 
 		return

@@ -31,7 +31,8 @@ func mapError(err error) envelope {
 	switch {
 	case errors.As(err, &pe):
 		return envelope{status: pe.Status, body: errorJSON(pe.Message, pe.Type, pe.Param, pe.Code),
-			retryAfter: pe.RetryAfter, permanent: pe.Status >= 400 && pe.Status < 500 && pe.Status != 408 && pe.Status != 409 && pe.Status != 429,
+			retryAfter: pe.RetryAfter, permanent: (pe.Status >= 400 && pe.Status < 500 && pe.Status != 408 && pe.Status != 409 && pe.Status != 429) ||
+				pe.Code == "insufficient_quota", // an exhausted budget does not come back in seconds
 			logStatus: pe.Status}
 	case errors.As(err, &ue):
 		return mapUpstream(ue)
