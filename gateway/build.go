@@ -43,6 +43,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			}
 		}
 	}()
+	registerSecrets(cfg)
 
 	providers := append([]config.Provider(nil), cfg.Providers...)
 	for i := range providers {
@@ -86,6 +87,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	// One Redis client for every shared store (response cache, tool-loop state).
 	var rdb *redis.Client
 	if cfg.Redis != nil {
+		useRedisLogger(log)
 		rdb = redisClient(cfg.Redis)
 		closers = append(closers, func() { _ = rdb.Close() })
 	}

@@ -22,12 +22,15 @@ const logQueue = 4096
 // queue drained by one goroutine: a slow or stuck log sink drops lines
 // (counted at once in gateway_log_lines_dropped_total) instead of slowing
 // requests or growing memory. Console mode writes synchronously, for people
-// reading a terminal. The returned close flushes what is queued (waiting at
-// most two seconds for a stuck sink).
+// reading a terminal. Every line passes through Secrets before it reaches
+// w (in JSON mode on the queue's goroutine, off the request path). The
+// returned close flushes what is queued (waiting at most two seconds for a
+// stuck sink).
 func NewLogger(level, format string, w io.Writer) (zerolog.Logger, func()) {
 	if w == nil {
 		w = os.Stderr
 	}
+	w = Secrets.Writer(w)
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
 		lvl = zerolog.InfoLevel

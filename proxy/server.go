@@ -262,7 +262,3 @@ func routeLabel(path string) string {
 		return "other"
 	}
 }
-
-type fasthttpLogger struct{ log zerolog.Logger }
-
-func (l fasthttpLogger) Printf(format string, args ...any) { l.log.Debug().Msgf(format, args...) }

@@ -1,0 +1,62 @@
+package config
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Secrets returns every secret value in c, expanded, for the log redactor:
+// provider api_keys and header values, gateway keys, the Redis password,
+// tool and MCP server header values, MCP server env values, and the
+// password of any URL that carries one. A header value with an auth scheme
+// ("Bearer xyz") is returned whole and without its scheme. The result is a
+// new slice; empty values are left out.
+func (c *Config) Secrets() []string {
+	var out []string
+	add := func(vs ...string) {
+		for _, v := range vs {
+			if v = strings.TrimSpace(v); v == "" {
+				continue
+			}
+			out = append(out, v)
+			if scheme, rest, ok := strings.Cut(v, " "); ok && !strings.ContainsAny(scheme, "=:") {
+				if rest = strings.TrimSpace(rest); rest != "" {
+					out = append(out, rest)
+				}
+			}
+		}
+	}
+	addMap := func(m map[string]string) {
+		for _, v := range m {
+			add(v)
+		}
+	}
+	addURL := func(raw string) {
+		if u, err := url.Parse(raw); err == nil && u.User != nil {
+			p, _ := u.User.Password()
+			add(p)
+		}
+	}
+	for _, p := range c.Providers {
+		add(p.APIKey)
+		addMap(p.Headers)
+		addURL(p.BaseURL)
+	}
+	for _, k := range c.Keys {
+		add(k.Key)
+	}
+	for _, t := range c.Tools {
+		addMap(t.Headers)
+		addURL(t.URL)
+	}
+	for _, s := range c.MCPServers {
+		addMap(s.Headers)
+		addMap(s.Env)
+		addURL(s.URL)
+	}
+	if c.Redis != nil {
+		add(c.Redis.Password)
+		addURL(c.Redis.Addr)
+	}
+	return out
+}

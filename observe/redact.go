@@ -1,0 +1,288 @@
+package observe
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// Mask replaces every secret the log redactor finds.
+const Mask = "[REDACTED]"
+
+// MinSecretLen is the shortest secret Redactor.Add registers: masking every
+// occurrence of a shorter string would mangle ordinary log text, and a
+// secret that short protects nothing anyway.
+const MinSecretLen = 6
+
+// Secrets is the process's log redactor: every writer NewLogger returns
+// masks its secrets and credential header values before bytes reach the
+// sink. gateway.Build adds the secrets of each config it builds. A secret
+// stays registered for the life of the process (lines about an old config
+// may still be logged after a reload).
+var Secrets = &Redactor{}
+
+// Redactor masks registered secret values and the values of credential
+// headers (Authorization, Proxy-Authorization, X-Api-Key, Api-Key, Cookie,
+// Set-Cookie, and "Bearer <token>") in log lines. Safe for concurrent use;
+// Add is rare, Redact lock-free.
+type Redactor struct {
+	mu  sync.Mutex               // serializes Add
+	set atomic.Pointer[[][]byte] // every registered form, longest first; replaced whole by Add
+}
+
+// Add registers secrets. Each is matched as written, JSON-escaped (as
+// zerolog writes it) and Go-quoted (as %q writes it), so that it is found in
+// a JSON line, in a console line and in a quoted error text. Secrets shorter
+// than MinSecretLen are ignored.
+func (r *Redactor) Add(secrets ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var cur [][]byte
+	if p := r.set.Load(); p != nil {
+		cur = *p
+	}
+	seen := make(map[string]bool, len(cur))
+	for _, s := range cur {
+		seen[string(s)] = true
+	}
+	next := append([][]byte(nil), cur...)
+	for _, s := range secrets {
+		if len(s) < MinSecretLen {
+			continue
+		}
+		quoted := strconv.Quote(s)
+		quoted = quoted[1 : len(quoted)-1]
+		for _, form := range []string{s, jsonEscape(s), quoted, jsonEscape(quoted)} {
+			if !seen[form] {
+				seen[form] = true
+				next = append(next, []byte(form))
+			}
+		}
+	}
+	// Longest first, so that a secret that contains another is masked whole.
+	for i := 1; i < len(next); i++ {
+		for j := i; j > 0 && len(next[j]) > len(next[j-1]); j-- {
+			next[j], next[j-1] = next[j-1], next[j]
+		}
+	}
+	r.set.Store(&next)
+}
+
+// jsonEscape returns s escaped the way zerolog escapes a string value
+// (without the quotes).
+func jsonEscape(s string) string {
+	var b []byte
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return string(b)
+}
+
+// Redact returns p with secrets masked. It returns p itself when there is
+// nothing to mask, else a new slice; p is not modified.
+func (r *Redactor) Redact(p []byte) []byte {
+	out := p
+	if set := r.set.Load(); set != nil {
+		for _, s := range *set {
+			out = replaceSecret(out, s)
+		}
+	}
+	return maskCredentials(out)
+}
+
+// replaceSecret returns b with every occurrence of s masked: b itself when
+// there is none, else a new slice. A match right after an escaping
+// backslash is not the secret but the tail of an escape sequence, and
+// masking it would break the line's JSON.
+func replaceSecret(b, s []byte) []byte {
+	var out []byte // nil until the first change
+	last := 0      // b[last:] is not yet copied to out
+	for from := 0; from < len(b); {
+		i := bytes.Index(b[from:], s)
+		if i < 0 {
+			break
+		}
+		i += from
+		if escaped(b, i) {
+			from = i + 1
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(b))
+		}
+		out = append(out, b[last:i]...)
+		out = append(out, Mask...)
+		last = i + len(s)
+		from = last
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// escaped reports whether b[i] follows an odd number of backslashes.
+func escaped(b []byte, i int) bool {
+	n := 0
+	for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// credentialNames are matched case-insensitively; a name ending in one of
+// them counts too (x-api-key, proxy-authorization, set-cookie). "bearer"
+// catches a token printed without its header name.
+var credentialNames = [][]byte{
+	[]byte("authorization"), []byte("api-key"), []byte("api_key"), []byte("apikey"), []byte("cookie"), []byte("bearer"),
+}
+
+// maskCredentials masks the value after a credential header name: the name,
+// then optional quote, spaces and one of ':' or '=' (or, for "bearer", a
+// space) start the value; it runs to the end of the header line, whether the
+// line break is raw, JSON-escaped or escaped twice (a %q text inside a JSON
+// string), or to the end of the enclosing JSON string.
+func maskCredentials(b []byte) []byte {
+	var out []byte // nil until the first change
+	last := 0      // b[last:] is not yet copied to out
+	for i := 0; i < len(b); i++ {
+		c := b[i] | 0x20
+		if c != 'a' && c != 'c' && c != 'b' {
+			continue
+		}
+		for _, name := range credentialNames {
+			if i+len(name) > len(b) || !bytes.EqualFold(b[i:i+len(name)], name) {
+				continue
+			}
+			start := valueStart(b, i+len(name), name[0] == 'b')
+			if start < 0 {
+				continue
+			}
+			end := valueEnd(b, start)
+			if end == start {
+				continue
+			}
+			if out == nil {
+				out = make([]byte, 0, len(b))
+			}
+			out = append(out, b[last:start]...)
+			out = append(out, Mask...)
+			last = end
+			i = end - 1
+			break
+		}
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// valueStart returns where the value after a credential name at b[:j]
+// starts, or -1 when no separator follows the name.
+func valueStart(b []byte, j int, bearer bool) int {
+	if bearer {
+		if j < len(b) && b[j] == ' ' {
+			for j < len(b) && b[j] == ' ' {
+				j++
+			}
+			return j
+		}
+		return -1
+	}
+	if j+1 < len(b) && b[j] == '\\' && b[j+1] == '"' { // "authorization\":... inside a JSON string
+		j += 2
+	} else if j < len(b) && b[j] == '"' {
+		j++
+	}
+	for j < len(b) && b[j] == ' ' {
+		j++
+	}
+	if j >= len(b) || (b[j] != ':' && b[j] != '=') {
+		return -1
+	}
+	j++
+	for j < len(b) && (b[j] == ' ' || b[j] == '\t') {
+		j++
+	}
+	if j+1 < len(b) && b[j] == '\\' && b[j+1] == '"' {
+		j += 2
+	} else if j < len(b) && b[j] == '"' {
+		j++
+	}
+	return j
+}
+
+// valueEnd returns the end of a value that starts at b[i]: a raw CR or LF,
+// an escaped one (\r, \n, \u000a, \u000d, or \\r, \\n), or an unescaped
+// quote. Other escapes are part of the value.
+func valueEnd(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case '\r', '\n', '"':
+			return i
+		case '\\':
+			if i+1 >= len(b) {
+				return len(b)
+			}
+			switch n := b[i+1]; {
+			case n == 'r' || n == 'n':
+				return i
+			case n == 'u' && i+5 < len(b) && (bytes.EqualFold(b[i+2:i+6], []byte("000a")) || bytes.EqualFold(b[i+2:i+6], []byte("000d"))):
+				return i
+			case n == '\\' && i+2 < len(b) && (b[i+2] == 'r' || b[i+2] == 'n'):
+				return i
+			}
+			i += 2
+		default:
+			i++
+		}
+	}
+	return len(b)
+}
+
+// Writer returns w wrapped so that every Write is redacted before it
+// reaches w. A Write must hold whole log lines (zerolog writes one line per
+// call; observe's queue writes whole lines in a batch), so that no secret is
+// split across two writes. The wrapper adds no locking of its own.
+func (r *Redactor) Writer(w io.Writer) io.Writer { return redactWriter{r: r, w: w} }
+
+type redactWriter struct {
+	r *Redactor
+	w io.Writer
+}
+
+func (rw redactWriter) Write(p []byte) (int, error) {
+	if _, err := rw.w.Write(rw.r.Redact(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -1,0 +1,184 @@
+package observe
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// Each case logs through a real zerolog logger (JSON and console) into a
+// redacting writer and checks what reaches the sink.
+func TestRedactorMasksSecretsAndCredentialHeaders(t *testing.T) {
+	t.Parallel()
+	const (
+		apiKey = "sk-live-0123456789abcdef"
+		quoted = `pa"ss\word-with"quotes` // JSON and %q escape it differently
+		short  = "abc"                    // below MinSecretLen: not masked
+	)
+	r := &Redactor{}
+	r.Add(apiKey, quoted, short, "")
+	cases := []struct {
+		name     string
+		log      func(zerolog.Logger)
+		gone     []string // must not reach the sink
+		kept     []string // must reach it
+		jsonOnly bool
+	}{
+		{
+			name: "secret in a field",
+			log:  func(l zerolog.Logger) { l.Info().Str("key", apiKey).Msg("x") },
+			gone: []string{apiKey}, kept: []string{Mask},
+		},
+		{
+			name: "secret inside an error text",
+			log: func(l zerolog.Logger) {
+				l.Warn().Err(fmt.Errorf("upstream said: Incorrect API key provided: %s.", apiKey)).Msg("x")
+			},
+			gone: []string{apiKey}, kept: []string{"Incorrect API key provided"},
+		},
+		{
+			name: "secret with quotes and backslashes, plain and %q",
+			log: func(l zerolog.Logger) {
+				l.Info().Str("a", quoted).Msg(fmt.Sprintf("redis: auth %q failed", quoted))
+			},
+			gone: []string{"word-with", `pa\"ss`, `pa"ss`}, kept: []string{"redis: auth"},
+		},
+		{
+			name: "short secret is left alone",
+			log:  func(l zerolog.Logger) { l.Info().Msg("abc def") },
+			kept: []string{"abc def"},
+		},
+		{
+			name: "raw header block quoted by fasthttp",
+			log: func(l zerolog.Logger) {
+				l.Debug().Msg(fmt.Sprintf("contents: %q", "POST / HTTP/1.1\r\nAuthorization: Bearer tok-unknown-1\r\nX-API-KEY: tok-unknown-2\r\nCookie: a=\"b\"; s=tok-unknown-3\r\nHost: h\r\n\r\n"))
+			},
+			gone: []string{"tok-unknown-1", "tok-unknown-2", "tok-unknown-3"},
+			kept: []string{"Host: h", "POST / HTTP/1.1"},
+		},
+		{
+			name: "header lines in a message",
+			log: func(l zerolog.Logger) {
+				l.Debug().Msg("Proxy-Authorization: Basic dXNlcjpwYXNz\nset-cookie:sid=tok-unknown-4\napi-key = tok-unknown-5\nnext line")
+			},
+			gone: []string{"dXNlcjpwYXNz", "tok-unknown-4", "tok-unknown-5"},
+			kept: []string{"next line"},
+		},
+		{
+			name: "header map logged as JSON",
+			log: func(l zerolog.Logger) {
+				l.Debug().RawJSON("headers", []byte(`{"Authorization":"Bearer tok-unknown-6","Accept":"text/plain"}`)).Msg("x")
+			},
+			gone:     []string{"tok-unknown-6"},
+			kept:     []string{`"Accept":"text/plain"`},
+			jsonOnly: true,
+		},
+		{
+			name: "bare bearer token",
+			log:  func(l zerolog.Logger) { l.Info().Msg("got bearer tok-unknown-7") },
+			gone: []string{"tok-unknown-7"},
+		},
+		{
+			name: "words that are not headers",
+			log:  func(l zerolog.Logger) { l.Info().Msg("authorization failed; cookies disabled; api-key missing") },
+			kept: []string{"authorization failed; cookies disabled; api-key missing"},
+		},
+	}
+	for _, c := range cases {
+		for _, format := range []string{"json", "console"} {
+			if c.jsonOnly && format == "console" {
+				continue
+			}
+			t.Run(c.name+"/"+format, func(t *testing.T) {
+				t.Parallel()
+				var sink bytes.Buffer
+				var w = r.Writer(&sink)
+				if format == "console" {
+					w = zerolog.ConsoleWriter{Out: w, NoColor: true}
+				}
+				c.log(zerolog.New(w))
+				out := sink.String()
+				for _, s := range c.gone {
+					if strings.Contains(out, s) {
+						t.Errorf("%q reached the sink: %s", s, out)
+					}
+				}
+				for _, s := range c.kept {
+					if !strings.Contains(out, s) {
+						t.Errorf("%q is missing: %s", s, out)
+					}
+				}
+				if format == "json" && !json.Valid(bytes.TrimSpace(sink.Bytes())) {
+					t.Errorf("the line is no longer JSON: %s", out)
+				}
+			})
+		}
+	}
+}
+
+// NewLogger's writers redact with Secrets: a secret added after the logger
+// was made is masked too.
+func TestNewLoggerRedactsRegisteredSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "gw-registered-after-start-4242"
+	var sink lockedSink
+	log, closeLog := NewLogger("info", "json", &sink)
+	Secrets.Add(secret)
+	log.Info().Str("k", secret).Msg("Authorization: Bearer " + secret)
+	closeLog()
+	if out := sink.String(); strings.Contains(out, secret) || !strings.Contains(out, Mask) {
+		t.Fatalf("got %s", out)
+	}
+}
+
+// Redact neither changes its input nor allocates when there is nothing to
+// mask. (Not parallel: AllocsPerRun refuses to run beside other tests.)
+func TestRedactLeavesInputAlone(t *testing.T) {
+	r := &Redactor{}
+	r.Add("secret-value-1")
+	line := []byte(`{"message":"secret-value-1 and Authorization: x"}`)
+	orig := string(line)
+	if out := r.Redact(line); string(line) != orig || bytes.Contains(out, []byte("secret-value-1")) {
+		t.Fatalf("input %s, output %s", line, out)
+	}
+	clean := []byte(`{"level":"info","message":"request","status":200}` + "\n")
+	if n := testing.AllocsPerRun(100, func() { _ = r.Redact(clean) }); n != 0 {
+		t.Fatalf("%v allocations for a line with nothing to mask", n)
+	}
+}
+
+func BenchmarkRedactAccessLine(b *testing.B) {
+	r := &Redactor{}
+	for i := range 20 {
+		r.Add(fmt.Sprintf("sk-secret-number-%02d-abcdef", i))
+	}
+	line := []byte(`{"level":"info","request_id":"req_0123456789ab1","method":"POST","path":"/v1/chat/completions","model":"gpt-x","status":200,"latency":12.5,"bytes":1234,"time":"2026-11-23T18:57:59Z","message":"request"}` + "\n")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		_ = r.Redact(line)
+	}
+}
+
+// lockedSink is a buffer safe for concurrent use.
+type lockedSink struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
