@@ -51,11 +51,16 @@ func (c *Config) setDefaults() {
 	}
 	c.Providers = kept
 	if len(dropped) > 0 {
+		// Only what the drop removes goes: a model with no provider at all,
+		// or a fallback that never existed, is left for validate to report.
 		models := c.Models[:0]
+		gone := map[string]bool{}
 		for _, m := range c.Models {
 			if dropped[m.Provider] {
+				gone[m.Name] = true
 				continue
 			}
+			had := len(m.Deployments)
 			deps := m.Deployments[:0]
 			for _, d := range m.Deployments {
 				if !dropped[d.Provider] {
@@ -63,20 +68,17 @@ func (c *Config) setDefaults() {
 				}
 			}
 			m.Deployments = deps
-			if m.Provider == "" && len(m.Deployments) == 0 {
+			if m.Provider == "" && had > 0 && len(m.Deployments) == 0 {
+				gone[m.Name] = true
 				continue
 			}
 			models = append(models, m)
 		}
 		c.Models = models
-		known := map[string]bool{}
-		for _, m := range c.Models {
-			known[m.Name] = true
-		}
 		for i := range c.Models {
 			fb := c.Models[i].Fallbacks[:0]
 			for _, f := range c.Models[i].Fallbacks {
-				if known[f] {
+				if !gone[f] {
 					fb = append(fb, f)
 				}
 			}

@@ -44,11 +44,28 @@ func Parse(b []byte) (*Config, error) {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	c.expand()
+	o := newOrigin(&c)
 	c.setDefaults()
-	if err := c.validate(); err != nil {
-		return nil, err
+	o.mapTo(&c)
+	if err := c.validate(o); err != nil {
+		return nil, withLines(err, b)
 	}
 	return &c, nil
+}
+
+// withLines fills in the line of every *KeyError joined in err.
+func withLines(err error, b []byte) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	lines := keyLines(b)
+	for _, e := range joined.Unwrap() {
+		if ke, ok := e.(*KeyError); ok {
+			ke.Line = lineOfKey(lines, ke.Key)
+		}
+	}
+	return err
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)

@@ -148,7 +148,7 @@ func TestCheckRejectsBadConfig(t *testing.T) {
 		if name == "unknown key" && !strings.Contains(string(out), `line 3: unknown key "server.lisen"`) {
 			t.Errorf("%s: message %q", name, out)
 		}
-		if name == "bad reference" && !strings.Contains(string(out), `models[0].deployments[0].provider: unknown provider "q"`) {
+		if name == "bad reference" && !strings.Contains(string(out), `line 6: models[0].provider: unknown provider "q"`) {
 			t.Errorf("%s: message %q", name, out)
 		}
 	}
