@@ -22,6 +22,7 @@ func TestParseErrors(t *testing.T) {
 		{"key without secret", "[[keys]]\ntenant=\"a\"\nkey=\"${SURELY_UNSET_VAR_42}\"\n", `keys[0]: set key or sha256`},
 		{"bad sha", "[[keys]]\ntenant=\"a\"\nsha256=\"abc\"\n", `keys[0].sha256`},
 		{"no provider while an optional one is dropped", "[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\n[[models]]\nname=\"m\"\n", `line 6: models[0]: needs provider or deployments`},
+		{"unnamed optional provider without a key", "[[providers]]\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\n[[models]]\nname=\"m\"\n", `line 1: providers[0].name: required`},
 		{"redis store without redis", "[middleware.cache]\nstore=\"redis\"\n", `redis needs a [redis] section`},
 		{"negative response limit", "[[providers]]\nname=\"p\"\nkind=\"mock\"\nmax_response_bytes=-1\n", `providers[0].max_response_bytes: must be positive`},
 	}

@@ -43,7 +43,7 @@ func (c *Config) setDefaults() {
 	kept := c.Providers[:0]
 	dropped := map[string]bool{}
 	for _, p := range c.Providers {
-		if p.Optional && p.APIKey == "" {
+		if p.Optional && p.APIKey == "" && p.Name != "" { // unnamed: left for validate to report
 			dropped[p.Name] = true
 			continue
 		}
