@@ -1,0 +1,102 @@
+package config
+
+import (
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// secretKey matches the TOML keys whose values are secrets or may hold
+// them (headers and env carry tokens).
+var secretKey = regexp.MustCompile(`(^|_)(key|password|token|secret|headers|env)$`)
+
+// Every config field whose key looks secret is in Secrets: the test walks
+// the schema, so a secret field added later without updating Secrets fails
+// here instead of reaching a log.
+func TestSecretsCoversEverySecretField(t *testing.T) {
+	t.Parallel()
+	var paths [][]reflect.StructField
+	var walk func(reflect.Type, []reflect.StructField)
+	walk = func(typ reflect.Type, at []reflect.StructField) {
+		for f := range typ.Fields() {
+			tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			path := append(slices.Clone(at), f)
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+			}
+			switch {
+			case ft.Kind() == reflect.Struct:
+				walk(ft, path)
+			case secretKey.MatchString(tag) && (ft.Kind() == reflect.String || ft.Kind() == reflect.Map):
+				paths = append(paths, path)
+			}
+		}
+	}
+	walk(reflect.TypeFor[Config](), nil)
+	if len(paths) < 7 {
+		t.Fatalf("only %d secret fields found: the walk is broken", len(paths))
+	}
+	for _, path := range paths {
+		names := make([]string, len(path))
+		for i, f := range path {
+			names[i] = f.Name
+		}
+		name := strings.Join(names, ".")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const secret = "planted-secret-value"
+			var c Config
+			set(reflect.ValueOf(&c).Elem(), path, secret)
+			if !slices.Contains(c.Secrets(), secret) {
+				t.Fatalf("config.Secrets does not return %s", name)
+			}
+		})
+	}
+	// A header with an auth scheme gives its token too; a URL its password.
+	c := Config{
+		Tools:      []Tool{{Headers: map[string]string{"Authorization": "Bearer tok-123456"}}},
+		Redis:      &Redis{Addr: "127.0.0.1:6379"},
+		MCPServers: []MCPServer{{URL: "https://user:url-pass-99@mcp.example/x"}},
+	}
+	for _, want := range []string{"Bearer tok-123456", "tok-123456", "url-pass-99"} {
+		if !slices.Contains(c.Secrets(), want) {
+			t.Errorf("Secrets %q lacks %q", c.Secrets(), want)
+		}
+	}
+	// A hash of a key is not a secret, and neither are names.
+	c = Config{Keys: []Key{{Name: "team-a", SHA256: strings.Repeat("ab", 32)}}}
+	if s := c.Secrets(); len(s) != 0 {
+		t.Fatalf("Secrets of a config without secrets: %q", s)
+	}
+}
+
+// set stores v at path in root, making the slices, pointers and maps on
+// the way.
+func set(root reflect.Value, path []reflect.StructField, v string) {
+	cur := root
+	for _, f := range path {
+		cur = cur.FieldByIndex(f.Index)
+		for cur.Kind() == reflect.Pointer || cur.Kind() == reflect.Slice {
+			if cur.Kind() == reflect.Pointer {
+				cur.Set(reflect.New(cur.Type().Elem()))
+				cur = cur.Elem()
+			} else {
+				cur.Set(reflect.MakeSlice(cur.Type(), 1, 1))
+				cur = cur.Index(0)
+			}
+		}
+	}
+	switch cur.Kind() {
+	case reflect.String:
+		cur.SetString(v)
+	case reflect.Map:
+		cur.Set(reflect.MakeMap(cur.Type()))
+		cur.SetMapIndex(reflect.ValueOf("X-Name"), reflect.ValueOf(v))
+	}
+}
