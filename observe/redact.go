@@ -87,7 +87,11 @@ func jsonEscape(s string) string {
 				b = append(b, '\\', 'r')
 			case c == '\t':
 				b = append(b, '\\', 't')
-			case c < 0x20:
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c < 0x20 || c == 0x7f:
 				b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
 			default:
 				b = append(b, c)
@@ -119,9 +123,8 @@ func (r *Redactor) Redact(p []byte) []byte {
 }
 
 // replaceSecret returns b with every occurrence of s masked: b itself when
-// there is none, else a new slice. A match right after an escaping
-// backslash is not the secret but the tail of an escape sequence, and
-// masking it would break the line's JSON.
+// there is none, else a new slice. A match that starts or ends inside an
+// escape sequence is not the secret (see insideEscape).
 func replaceSecret(b, s []byte) []byte {
 	var out []byte // nil until the first change
 	last := 0      // b[last:] is not yet copied to out
@@ -131,7 +134,7 @@ func replaceSecret(b, s []byte) []byte {
 			break
 		}
 		i += from
-		if escaped(b, i) {
+		if insideEscape(b, i) || insideEscape(b, i+len(s)) {
 			from = i + 1
 			continue
 		}
@@ -158,6 +161,33 @@ func escaped(b []byte, i int) bool {
 	return n%2 == 1
 }
 
+// insideEscape reports whether b[i] continues an escape sequence that
+// starts before i (\x or \uXXXX): a match that starts or ends there is
+// not the secret, and masking it would break the line's JSON.
+func insideEscape(b []byte, i int) bool {
+	if i >= len(b) {
+		return false
+	}
+	if escaped(b, i) {
+		return true
+	}
+	for p := i - 2; p >= 0 && p >= i-5; p-- {
+		if b[p] == '\\' && b[p+1] == 'u' && !escaped(b, p) {
+			for _, c := range b[p+2 : i] {
+				if !isHex(c) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
 // credentialNames are matched case-insensitively; a name ending in one of
 // them counts too (x-api-key, proxy-authorization, set-cookie). "bearer"
 // catches a token printed without its header name.
@@ -182,7 +212,8 @@ func maskCredentials(b []byte) []byte {
 			if i+len(name) > len(b) || !bytes.EqualFold(b[i:i+len(name)], name) {
 				continue
 			}
-			start := valueStart(b, i+len(name), name[0] == 'b')
+			jsonLine := bytes.HasPrefix(b[bytes.LastIndexByte(b[:i], '\n')+1:], []byte("{"))
+			start := valueStart(b, i+len(name), name[0] == 'b', jsonLine)
 			if start < 0 {
 				continue
 			}
@@ -207,8 +238,11 @@ func maskCredentials(b []byte) []byte {
 }
 
 // valueStart returns where the value after a credential name at b[:j]
-// starts, or -1 when no separator follows the name.
-func valueStart(b []byte, j int, bearer bool) int {
+// starts, or -1 when no separator follows the name. In a JSON line an
+// unescaped quote after the separator opens the value only when the name is
+// a key of the line's object; otherwise it closes the string the name is
+// in. In a console line it opens a quoted value.
+func valueStart(b []byte, j int, bearer, jsonLine bool) int {
 	if bearer {
 		if j < len(b) && b[j] == ' ' {
 			for j < len(b) && b[j] == ' ' {
@@ -218,9 +252,11 @@ func valueStart(b []byte, j int, bearer bool) int {
 		}
 		return -1
 	}
+	jsonKey := false // the name is a key of the line's own JSON object
 	if j+1 < len(b) && b[j] == '\\' && b[j+1] == '"' { // "authorization\":... inside a JSON string
 		j += 2
 	} else if j < len(b) && b[j] == '"' {
+		jsonKey = true
 		j++
 	}
 	for j < len(b) && b[j] == ' ' {
@@ -233,10 +269,16 @@ func valueStart(b []byte, j int, bearer bool) int {
 	for j < len(b) && (b[j] == ' ' || b[j] == '\t') {
 		j++
 	}
-	if j+1 < len(b) && b[j] == '\\' && b[j+1] == '"' {
+	switch {
+	case j+1 < len(b) && b[j] == '\\' && b[j+1] == '"':
 		j += 2
-	} else if j < len(b) && b[j] == '"' {
+	case j < len(b) && b[j] == '"':
+		if jsonLine && !jsonKey {
+			return -1
+		}
 		j++
+	case jsonKey:
+		return -1 // a number, object or array: masking it up to the next quote would break the line's JSON
 	}
 	return j
 }
