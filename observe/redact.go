@@ -252,7 +252,7 @@ func valueStart(b []byte, j int, bearer, jsonLine bool) int {
 		}
 		return -1
 	}
-	jsonKey := false // the name is a key of the line's own JSON object
+	jsonKey := false                                   // the name is a key of the line's own JSON object
 	if j+1 < len(b) && b[j] == '\\' && b[j+1] == '"' { // "authorization\":... inside a JSON string
 		j += 2
 	} else if j < len(b) && b[j] == '"' {
