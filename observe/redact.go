@@ -3,6 +3,7 @@ package observe
 import (
 	"bytes"
 	"io"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,9 +30,20 @@ var Secrets = &Redactor{}
 // Set-Cookie, and "Bearer <token>") in log lines. Safe for concurrent use;
 // Add is rare, Redact lock-free.
 type Redactor struct {
-	mu  sync.Mutex               // serializes Add
-	set atomic.Pointer[[][]byte] // every registered form, longest first; replaced whole by Add
+	mu  sync.Mutex                // serializes Add
+	set atomic.Pointer[secretSet] // replaced whole by Add
 }
+
+// secretSet is every registered form of every secret, indexed by its first
+// two bytes so that a line is scanned once however many secrets there are.
+// Immutable once built.
+type secretSet struct {
+	forms    map[string]bool
+	bits     [1 << 16 / 64]uint64 // a bit per two-byte prefix some form starts with
+	byPrefix map[uint16][][]byte  // the forms with that prefix, longest first
+}
+
+func prefix(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
 
 // Add registers secrets. Each is matched as written, JSON-escaped (as
 // zerolog writes it) and Go-quoted (as %q writes it), so that it is found in
@@ -40,15 +52,12 @@ type Redactor struct {
 func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var cur [][]byte
-	if p := r.set.Load(); p != nil {
-		cur = *p
+	next := &secretSet{forms: map[string]bool{}, byPrefix: map[uint16][][]byte{}}
+	if cur := r.set.Load(); cur != nil {
+		for f := range cur.forms {
+			next.forms[f] = true
+		}
 	}
-	seen := make(map[string]bool, len(cur))
-	for _, s := range cur {
-		seen[string(s)] = true
-	}
-	next := append([][]byte(nil), cur...)
 	for _, s := range secrets {
 		if len(s) < MinSecretLen {
 			continue
@@ -56,19 +65,24 @@ func (r *Redactor) Add(secrets ...string) {
 		quoted := strconv.Quote(s)
 		quoted = quoted[1 : len(quoted)-1]
 		for _, form := range []string{s, jsonEscape(s), quoted, jsonEscape(quoted)} {
-			if !seen[form] {
-				seen[form] = true
-				next = append(next, []byte(form))
-			}
+			next.forms[form] = true
 		}
+	}
+	for f := range next.forms {
+		k := prefix([]byte(f))
+		next.bits[k/64] |= 1 << (k % 64)
+		next.byPrefix[k] = append(next.byPrefix[k], []byte(f))
 	}
 	// Longest first, so that a secret that contains another is masked whole.
-	for i := 1; i < len(next); i++ {
-		for j := i; j > 0 && len(next[j]) > len(next[j-1]); j-- {
-			next[j], next[j-1] = next[j-1], next[j]
-		}
+	for _, forms := range next.byPrefix {
+		sort.Slice(forms, func(i, j int) bool {
+			if len(forms[i]) != len(forms[j]) {
+				return len(forms[i]) > len(forms[j])
+			}
+			return bytes.Compare(forms[i], forms[j]) < 0
+		})
 	}
-	r.set.Store(&next)
+	r.set.Store(next)
 }
 
 // jsonEscape returns s escaped the way zerolog escapes a string value
@@ -115,36 +129,35 @@ func jsonEscape(s string) string {
 func (r *Redactor) Redact(p []byte) []byte {
 	out := p
 	if set := r.set.Load(); set != nil {
-		for _, s := range *set {
-			out = replaceSecret(out, s)
-		}
+		out = set.replace(p)
 	}
 	return maskCredentials(out)
 }
 
-// replaceSecret returns b with every occurrence of s masked: b itself when
-// there is none, else a new slice. A match that starts or ends inside an
-// escape sequence is not the secret (see insideEscape).
-func replaceSecret(b, s []byte) []byte {
+// replace returns b with every registered form masked: b itself when there
+// is none, else a new slice. A match that starts or ends inside an escape
+// sequence is not the secret (see insideEscape).
+func (set *secretSet) replace(b []byte) []byte {
 	var out []byte // nil until the first change
 	last := 0      // b[last:] is not yet copied to out
-	for from := 0; from < len(b); {
-		i := bytes.Index(b[from:], s)
-		if i < 0 {
-			break
-		}
-		i += from
-		if insideEscape(b, i) || insideEscape(b, i+len(s)) {
-			from = i + 1
+	for i := 0; i+1 < len(b); i++ {
+		k := prefix(b[i:])
+		if set.bits[k/64]&(1<<(k%64)) == 0 {
 			continue
 		}
-		if out == nil {
-			out = make([]byte, 0, len(b))
+		for _, s := range set.byPrefix[k] {
+			if !bytes.HasPrefix(b[i:], s) || insideEscape(b, i) || insideEscape(b, i+len(s)) {
+				continue
+			}
+			if out == nil {
+				out = make([]byte, 0, len(b))
+			}
+			out = append(out, b[last:i]...)
+			out = append(out, Mask...)
+			last = i + len(s)
+			i = last - 1
+			break
 		}
-		out = append(out, b[last:i]...)
-		out = append(out, Mask...)
-		last = i + len(s)
-		from = last
 	}
 	if out == nil {
 		return b
@@ -191,9 +204,11 @@ func isHex(c byte) bool {
 // credentialNames are matched case-insensitively; a name ending in one of
 // them counts too (x-api-key, proxy-authorization, set-cookie). "bearer"
 // catches a token printed without its header name.
-var credentialNames = [][]byte{
-	[]byte("authorization"), []byte("api-key"), []byte("api_key"), []byte("apikey"), []byte("cookie"), []byte("bearer"),
-}
+var (
+	credentialNamesA = [][]byte{[]byte("authorization"), []byte("api-key"), []byte("api_key"), []byte("apikey")}
+	credentialNamesB = [][]byte{[]byte("bearer")}
+	credentialNamesC = [][]byte{[]byte("cookie")}
+)
 
 // maskCredentials masks the value after a credential header name: the name,
 // then optional quote, spaces and one of ':' or '=' (or, for "bearer", a
@@ -203,12 +218,20 @@ var credentialNames = [][]byte{
 func maskCredentials(b []byte) []byte {
 	var out []byte // nil until the first change
 	last := 0      // b[last:] is not yet copied to out
-	for i := 0; i < len(b); i++ {
-		c := b[i] | 0x20
-		if c != 'a' && c != 'c' && c != 'b' {
+	for i := 0; i+1 < len(b); i++ {
+		// Two bytes pick the candidate names: most letters start none.
+		var names [][]byte
+		switch c, c2 := b[i]|0x20, b[i+1]|0x20; {
+		case c == 'a' && (c2 == 'u' || c2 == 'p'):
+			names = credentialNamesA
+		case c == 'b' && c2 == 'e':
+			names = credentialNamesB
+		case c == 'c' && c2 == 'o':
+			names = credentialNamesC
+		default:
 			continue
 		}
-		for _, name := range credentialNames {
+		for _, name := range names {
 			if i+len(name) > len(b) || !bytes.EqualFold(b[i:i+len(name)], name) {
 				continue
 			}
