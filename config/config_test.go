@@ -41,6 +41,8 @@ func TestEnvAndOptionalProviders(t *testing.T) {
 	t.Setenv("GW_TEST_KEY", "sk-123")
 	t.Setenv("GW_TEST_EMPTY", "")
 	c, err := Parse([]byte(`
+[server]
+admin_key = "${GW_TEST_KEY}-admin"
 [[providers]]
 name = "a"
 kind = "openai"
@@ -63,6 +65,9 @@ provider = "b"
 `))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.Server.AdminKey != "sk-123-admin" {
+		t.Fatalf("server.admin_key is not expanded: %q", c.Server.AdminKey)
 	}
 	if c.Providers[0].APIKey != "sk-123" || c.Providers[0].Headers["X-Org"] != "org-sk-123" {
 		t.Fatalf("expansion: %+v", c.Providers[0])

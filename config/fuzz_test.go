@@ -102,7 +102,13 @@ func clone(c *Config) *Config {
 		m.Deployments = cloneSlice(m.Deployments)
 		m.Fallbacks = cloneSlice(m.Fallbacks)
 		m.Middleware = cloneSlice(m.Middleware)
+		if m.Price != nil {
+			p := *m.Price
+			m.Price = &p
+		}
 	}
+	d.Budgets = cloneSlice(c.Budgets)
+	d.Limits = cloneSlice(c.Limits)
 	d.Tools = cloneSlice(c.Tools)
 	d.Policies = cloneSlice(c.Policies)
 	d.Middleware.Request = cloneSlice(c.Middleware.Request)
@@ -132,5 +138,6 @@ var fuzzSeeds = []string{
 	"[[keys]]\ntenant=\"a\"\nkey=\"k\"\n[[keys]]\ntenant=\"b\"\nsha256=\"" + strings.Repeat("ab", 32) + "\"\n[[policies]]\ntenant=\"*\"\nmodels=[\"x\"]\nmax_tokens_mode=\"reject\"\ncache=false\n",
 	"[middleware]\nrequest=[\"cache\",\"policy\"]\n[middleware.cache]\nenabled=true\nstore=\"redis\"\n[middleware.fallback]\nbase_backoff=\"1ms\"\n[middleware.context_edit]\ntrigger=0.5\nlast_resort=\"drop_turns\"\n[redis]\naddr=\"127.0.0.1:6379\"\npassword=\"pw\"\n",
 	"[tool_loop]\nmax_iterations=2\nparallel=false\nwall_time=\"1m\"\n",
+	"[server]\nadmin_key=\"${NOPE}x\"\n[middleware.limits]\nfail=\"closed\"\n[[limits]]\ntenant=\"t*\"\nrequests_per_minute=5\n[[budgets]]\nkey=\"k\"\namount=1.5\nperiod=\"day\"\nwarn_at=0.5\n[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\nprice={input=1.0,output=2.0}\n",
 	"[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\nmiddleware=[]\n[middleware]\nrequest=[]\n",
 }

@@ -88,6 +88,7 @@ func expandMap(m map[string]string) {
 
 // expand resolves the secret-bearing fields; other fields stay literal.
 func (c *Config) expand() {
+	c.Server.AdminKey = Expand(c.Server.AdminKey)
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		p.APIKey = Expand(p.APIKey)

@@ -6,7 +6,8 @@ import (
 )
 
 // Secrets returns every secret value in c, expanded, for the log redactor:
-// provider api_keys and header values, gateway keys, the Redis password,
+// provider api_keys and header values, gateway keys and the admin key, the
+// Redis password,
 // tool and MCP server header values, MCP server env values, and the
 // password of any URL that carries one. A header value with an auth scheme
 // ("Bearer xyz") is returned whole and without its scheme. The result is a
@@ -42,6 +43,7 @@ func (c *Config) Secrets() []string {
 		addMap(p.Headers)
 		addURL(p.BaseURL)
 	}
+	add(c.Server.AdminKey)
 	for _, k := range c.Keys {
 		add(k.Key)
 	}

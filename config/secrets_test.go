@@ -38,6 +38,8 @@ func TestSecretsCoversEverySecretField(t *testing.T) {
 			}
 		}
 	}
+	// Keys that look secret but are not: these name a [[keys]] entry.
+	notSecret := map[string]bool{"Limits.Key": true, "Budgets.Key": true}
 	walk(reflect.TypeFor[Config](), nil)
 	if len(paths) < 7 {
 		t.Fatalf("only %d secret fields found: the walk is broken", len(paths))
@@ -48,6 +50,9 @@ func TestSecretsCoversEverySecretField(t *testing.T) {
 			names[i] = f.Name
 		}
 		name := strings.Join(names, ".")
+		if notSecret[name] {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			const secret = "planted-secret-value"

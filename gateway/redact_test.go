@@ -83,6 +83,7 @@ func TestLogsNeverCarrySecrets(t *testing.T) {
 	t.Parallel()
 	secrets := map[string]string{
 		"gateway key":         planted(t, "gwkey"),
+		"admin key":           planted(t, "adminkey"),
 		"provider api_key":    planted(t, "sk-prov"),
 		"provider header":     planted(t, "orgtok"),
 		"redis password":      planted(t, "redispw"),
@@ -107,6 +108,7 @@ func TestLogsNeverCarrySecrets(t *testing.T) {
 	cfgText := fmt.Sprintf(`
 [server]
 log_level = "debug"
+admin_key = %q
 [[providers]]
 name = "up"
 kind = "openai"
@@ -136,7 +138,7 @@ store = "redis"
 addr = %q
 password = %q
 timeout = "50ms"
-`, upstream.URL+"/v1", secrets["provider api_key"], secrets["provider header"], secrets["tool header"],
+`, secrets["admin key"], upstream.URL+"/v1", secrets["provider api_key"], secrets["provider header"], secrets["tool header"],
 		deadMCP, secrets["mcp header"], secrets["gateway key"], deadRedis, secrets["redis password"])
 	cfg, err := config.Parse([]byte(cfgText))
 	if err != nil {
@@ -164,8 +166,14 @@ timeout = "50ms"
 		{"/v1/chat/completions", secrets["gateway key"], strings.Replace(body, `"temperature"`, `"stream":true,"temperature"`, 1)},
 		{"/v1/chat/completions", secrets["client's wrong key"], body},
 		{"/v1/embeddings", secrets["gateway key"], `{"model":"gpt-x","input":"hi"}`},
+		{"/metrics", secrets["admin key"], ""},
+		{"/metrics", secrets["client's wrong key"], ""},
 	} {
-		req, _ := http.NewRequest("POST", "http://"+addr+c.path, strings.NewReader(c.body))
+		method := "POST"
+		if c.body == "" {
+			method = "GET"
+		}
+		req, _ := http.NewRequest(method, "http://"+addr+c.path, strings.NewReader(c.body))
 		req.Header.Set("Authorization", "Bearer "+c.key)
 		req.Header.Set("Cookie", "session="+secrets["client's cookie"])
 		req.Header.Set("X-Api-Key", secrets["client's x-api-key"])
