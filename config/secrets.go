@@ -7,11 +7,10 @@ import (
 
 // Secrets returns every secret value in c, expanded, for the log redactor:
 // provider api_keys and header values, gateway keys and the admin key, the
-// Redis password,
-// tool and MCP server header values, MCP server env values, and the
-// password of any URL that carries one. A header value with an auth scheme
-// ("Bearer xyz") is returned whole and without its scheme. The result is a
-// new slice; empty values are left out.
+// Redis password, tool, MCP server and tracing exporter header values, MCP
+// server env values, and the password of any URL that carries one. A header
+// value with an auth scheme ("Bearer xyz") is returned whole and without
+// its scheme. The result is a new slice; empty values are left out.
 func (c *Config) Secrets() []string {
 	var out []string
 	add := func(vs ...string) {
@@ -56,6 +55,8 @@ func (c *Config) Secrets() []string {
 		addMap(s.Env)
 		addURL(s.URL)
 	}
+	addMap(c.Tracing.Headers)
+	addURL(c.Tracing.Endpoint)
 	if c.Redis != nil {
 		add(c.Redis.Password)
 		addURL(c.Redis.Addr)
