@@ -319,7 +319,8 @@ func truncateResult(content []byte, max int) []byte {
 }
 
 // retryMW runs idempotent tools up to two more times after an error result
-// (not after invalid arguments: the same call would fail the same way).
+// (not after invalid arguments or a policy denial: the same call would fail
+// the same way).
 func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 		t := l.lookup(ctx, c.Name)
@@ -328,7 +329,7 @@ func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 			return res, err
 		}
 		for attempt := 1; attempt <= 2 && ctx.Err() == nil; attempt++ {
-			if err == nil && (res == nil || !res.IsError || gjson.GetBytes(res.Content, "error.type").String() == "invalid_arguments") {
+			if err == nil && (res == nil || !res.IsError || final(gjson.GetBytes(res.Content, "error.type").String())) {
 				break
 			}
 			l.log.Debug().Str("tool", c.Name).Int("attempt", attempt+1).Msg("retrying idempotent tool")
@@ -337,6 +338,10 @@ func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 		return res, err
 	})
 }
+
+// final reports whether an error result of this type would come back the
+// same on a retry.
+func final(errType string) bool { return errType == "invalid_arguments" || errType == "not_allowed" }
 
 // timeoutMW bounds one attempt by the tool's timeout.
 func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {
