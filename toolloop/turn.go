@@ -23,6 +23,7 @@ type session struct {
 	start time.Time
 
 	history      []byte // messages appended by the loop, each preceded by ','
+	shown        []byte // blocking loop: the text of the rounds before the current one, as a stream shows it
 	iterations   int    // model calls made
 	consecErrors int
 	final        bool   // the last model call was the forced final one (tool_choice none)
