@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
@@ -96,5 +99,76 @@ func TestToolLoopStreamAndJSONContentAgree(t *testing.T) {
 				t.Fatalf("client calls: streamed %d, JSON %d, want %d", len(acc.Choices[0].Message.ToolCalls), len(resp.Choices[0].Message.ToolCalls), tc.calls)
 			}
 		})
+	}
+}
+
+// attemptsConfig: one retry per model call, with a backoff short enough for
+// a test, and the calculator as the only server tool.
+const attemptsConfig = `
+[server]
+log_level = "warn"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 1
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "up-model"
+[[tools]]
+name = "calculator"
+kind = "builtin"
+[middleware.fallback]
+base_backoff = "1ms"
+max_backoff = "2ms"
+breaker_failures = 100
+`
+
+// x-gateway-attempts has one meaning in both forms: the upstream attempts
+// of the first model call (its retries and fallbacks). A streamed answer
+// sends its headers before the later rounds exist, so the JSON answer must
+// not count them either; every round's attempts are in the x_gateway trace,
+// the same in both forms.
+func TestToolLoopAttemptsHeaderAgrees(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{} // form and round → calls so far
+	h := newHarness(t, attemptsConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		round := len(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Array())
+		mu.Lock()
+		key := fmt.Sprint(c.Stream, round)
+		seen[key]++
+		n := seen[key]
+		mu.Unlock()
+		if round < 2 && n == 1 { // the first two rounds each fail once, then succeed
+			return mockllm.Turn{Fault: mockllm.StatusFault(500, "", "")}
+		}
+		if round < 2 {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}}}
+		}
+		return mockllm.Turn{Text: "done"}
+	}})
+	trace := option.WithHeader("x-gateway-tool-trace", "1")
+	wantRounds := `[{"model":"gpt-x","attempts":2},{"model":"gpt-x","attempts":2},{"model":"gpt-x","attempts":1}]`
+
+	_, err, sum := h.streamChat(userMsg("add"), wiretest.Options{}, nil, trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, streamHdr := h.lastRaw()
+	streamRounds := gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "x_gateway.rounds").Raw
+
+	if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("add"), trace); err != nil {
+		t.Fatal(err)
+	}
+	raw, jsonHdr := h.lastRaw()
+	jsonRounds := gjson.GetBytes(raw, "x_gateway.rounds").Raw
+
+	if s, j := streamHdr.Get("X-Gateway-Attempts"), jsonHdr.Get("X-Gateway-Attempts"); s != "2" || j != "2" {
+		t.Fatalf("x-gateway-attempts: stream %q, JSON %q; want 2 (the first model call's) in both", s, j)
+	}
+	if streamRounds != wantRounds || jsonRounds != wantRounds {
+		t.Fatalf("x_gateway.rounds:\n stream %s\n JSON   %s\n want   %s", streamRounds, jsonRounds, wantRounds)
 	}
 }

@@ -28,6 +28,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("")
 			return nil, err
 		}
+		s.noteRound(r)
 		if resp.Stream != nil {
 			resp.Stream.Close()
 			s.end("error")
