@@ -238,7 +238,7 @@ func (st *loopStream) begin(id string, created int64, model string) {
 	if id == "" {
 		id = "chatcmpl-gw" + strconv.FormatUint(uint64(time.Now().UnixNano()), 36)
 	}
-	if created == 0 {
+	if created <= 0 { // missing, or not unix seconds: the SDKs' schema wants a non-negative integer
 		created = time.Now().Unix()
 	}
 	if s.req.Model != "" {
