@@ -1,6 +1,7 @@
 package toolloop
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -54,9 +56,11 @@ func TestAgentToolAdmit(t *testing.T) {
 				body = r.Body
 				return &pipeline.Response{Body: []byte(completion("e1", "42", "", "stop", 1, 1))}, nil
 			})}
+			var logs bytes.Buffer
 			l := newLoop(t, []config.Tool{{Name: "ask_expert", Kind: "agent", Model: "expert", Idempotent: true}}, func(o *Options) {
 				o.Lookup = func(string) *pipeline.Route { return expert }
 				o.Admit = tc.admit
+				o.Logger = zerolog.New(&logs)
 			})
 			req := &pipeline.Request{ID: "r", Model: "gpt-x", Tenant: tenant, Stream: true, Meta: &pipeline.Meta{}}
 			res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "ask_expert",
@@ -68,6 +72,12 @@ func TestAgentToolAdmit(t *testing.T) {
 				t.Fatalf("expert calls %d, want %d", calls.Load(), tc.wantCalls)
 			}
 			tc.check(t, res, body)
+			// A denial is logged with who was refused what; nothing else is.
+			denied := strings.Contains(logs.String(), `"message":"agent tool: model call denied by the caller's policy"`)
+			if want := tc.wantCalls == 0; denied != want ||
+				want && !strings.Contains(logs.String(), `"tenant":"team","code":"model_not_allowed"`) && !strings.Contains(logs.String(), `"code":"model_not_allowed","tenant":"team"`) {
+				t.Fatalf("logs: %s", logs.String())
+			}
 		})
 	}
 }
