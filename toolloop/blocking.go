@@ -35,7 +35,8 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answered a non-streaming request with a stream")
 		}
 		body := resp.Body
-		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason")
+		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason",
+			"choices.0.message."+sideTexts[0], "choices.0.message."+sideTexts[1], "choices.0.message."+sideTexts[2])
 		if s.iterations == 1 {
 			s.id, s.created = res[0].String(), res[1].Int()
 		}
@@ -99,6 +100,11 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			return s.finalBody(body, f)
 		}
 		s.shown = append(s.shown, text...)
+		for i := range sideTexts {
+			if res[6+i].Type == gjson.String { // as the stream: only text
+				s.shownSide[i] = append(s.shownSide[i], res[6+i].Str...)
+			}
+		}
 		s.appendTurn(text, calls, results)
 		s.checkBudget()
 	}
@@ -117,6 +123,11 @@ func (s *session) answer(f *finalEdit, text, extra []byte, set bool) {
 	out = append(append(append(out, s.shown...), text...), extra...)
 	f.text, f.setText = out, true
 }
+
+// sideTexts are the message's other texts the stream forwards from every
+// round as they come (appendTextDelta): the JSON answer carries every
+// round's too.
+var sideTexts = [3]string{"refusal", "reasoning_content", "reasoning"}
 
 // hiddenText reports whether a round's text is not shown when the round
 // also calls tools: only whitespace, or an echo of a call's arguments.
@@ -155,6 +166,13 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 	}
 	if s.usage.seen {
 		setRaw("usage", s.usage.appendJSON(nil))
+	}
+	for i, k := range sideTexts {
+		path := "choices.0.message." + k
+		if cur := gjson.GetBytes(body, path); len(s.shownSide[i]) > 0 && (cur.Type == gjson.String || cur.Type == gjson.Null) {
+			v := append(s.shownSide[i][:len(s.shownSide[i]):len(s.shownSide[i])], cur.Str...)
+			setRaw(path, appendJSONString(nil, v))
+		}
 	}
 	if f.setText {
 		if len(f.text) == 0 {

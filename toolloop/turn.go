@@ -24,9 +24,10 @@ type session struct {
 	p     *plan
 	start time.Time
 
-	history      []byte // messages appended by the loop, each preceded by ','
-	shown        []byte // blocking loop: the text of the rounds before the current one, as a stream shows it
-	iterations   int    // model calls made
+	history      []byte                 // messages appended by the loop, each preceded by ','
+	shown        []byte                 // blocking loop: the text of the rounds before the current one, as a stream shows it
+	shownSide    [len(sideTexts)][]byte // blocking loop: the same for refusal and reasoning texts
+	iterations   int                    // model calls made
 	consecErrors int
 	final        bool   // the last model call was the forced final one (tool_choice none)
 	stop         string // why the loop ended
