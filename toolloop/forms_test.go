@@ -3,9 +3,12 @@ package toolloop
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/fallback"
+	"github.com/llmgw/gateway/pipeline"
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -74,4 +77,37 @@ func TestRefusalAndReasoningOfEveryRound(t *testing.T) {
 func setRaw(body, path, raw string) (string, error) {
 	b, err := sjson.SetRawBytes([]byte(body), path, []byte(raw))
 	return string(b), err
+}
+
+// Each later round reports into its own Meta: the client's
+// x-gateway-attempts and x-gateway-model stay the first call's (a stream's
+// headers leave before later rounds), other headers (context edits) still
+// reach the client, and the trace lists every round's model and attempts.
+func TestLaterRoundsReportIntoTheirOwnMeta(t *testing.T) {
+	t.Parallel()
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	n := 0
+	layer := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		n++
+		r.Meta.Set(fallback.HeaderAttempts, strconv.Itoa(n+1))
+		r.Meta.Set(fallback.HeaderModel, "model-"+strconv.Itoa(n))
+		r.Meta.Set("x-gateway-context-edits", "round-"+strconv.Itoa(n))
+		if n == 1 {
+			return &pipeline.Response{Body: []byte(completion("up-1", "", calc, "tool_calls", 1, 1))}, nil
+		}
+		return &pipeline.Response{Body: []byte(completion("up-2", "3", "", "stop", 1, 1))}, nil
+	})
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	req := request(layer, false, userBody+`}`)
+	req.Hints.ToolTrace = true
+	resp, err := l.Chat(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, m, e := req.Meta.Get(fallback.HeaderAttempts), req.Meta.Get(fallback.HeaderModel), req.Meta.Get("x-gateway-context-edits"); a != "2" || m != "model-1" || e != "round-2" {
+		t.Fatalf("attempts %q model %q context edits %q", a, m, e)
+	}
+	if got := gjson.GetBytes(resp.Body, "x_gateway.rounds").Raw; got != `[{"model":"model-1","attempts":2},{"model":"model-2","attempts":3}]` {
+		t.Fatalf("rounds %s", got)
+	}
 }
