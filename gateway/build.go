@@ -138,6 +138,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		Tools:       cfg.Tools,
 		Loop:        cfg.ToolLoop,
 		Lookup:      lookup,
+		Admit:       func(r *pipeline.Request) error { return policies.PolicyOf(r.Tenant).Admit(r) },
 		ToolAllowed: policies.ToolAllowed,
 		ToolTrace:   policies.ToolTrace,
 		ToolMiddleware: []pipeline.ToolMiddleware{

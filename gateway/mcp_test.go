@@ -182,7 +182,7 @@ keepalive_interval = "100ms"
 			"The sum of 2 and 3 is 5",    // text content, over HTTP
 			`"temperature":36`,           // structured content, over stdio
 			`"type":"invalid_arguments"`, // the gateway's schema validation ran first
-			`"field":"/"`,                // ... and says where
+			`"field":"/message"`,         // ... and names the missing property
 		} {
 			if !strings.Contains(got, want) {
 				t.Errorf("answer lacks %s: %s", want, got)

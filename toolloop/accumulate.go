@@ -112,9 +112,12 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 	if a.gatewayIDs && c.id == "" {
 		c.id = newCallID()
 	}
-	if name.Type == gjson.String && name.Str != "" {
+	if name.Type == gjson.String && name.Str != "" && len(c.args) == 0 {
 		// A complete name repeated in a later delta (some upstreams do) is
 		// not appended twice; a name split across deltas is concatenated.
+		// Once arguments have started the name is settled (the stream has
+		// classified the call and may have shown its header): later name
+		// text is ignored.
 		if c.name != name.Str {
 			c.name += name.Str
 		}

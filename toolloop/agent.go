@@ -2,9 +2,11 @@ package toolloop
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 )
 
@@ -12,10 +14,15 @@ const agentParams = `{"type":"object","properties":{"instruction":{"type":"strin
 
 // agentTool asks another model behind the gateway (its route's model layer,
 // non-streaming) with its own system prompt; the result is its final text.
+// The call is made on the caller's behalf, so admit (Options.Admit) applies
+// the caller's policy to it first.
 type agentTool struct {
+	name   string
 	model  string
 	system string
 	lookup func(model string) *pipeline.Route
+	admit  func(r *pipeline.Request) error
+	log    zerolog.Logger
 }
 
 func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error) {
@@ -49,6 +56,11 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	// Its own headers: the agent's fallback must not name the expert model
 	// as the one that answered the client.
 	r.Meta = &pipeline.Meta{}
+	if a.admit != nil {
+		if err := a.admit(&r); err != nil {
+			return nil, a.denied(&r, err)
+		}
+	}
 	resp, err := route.ModelLayer.Chat(ctx, &r)
 	if err != nil {
 		return nil, &ToolError{Kind: "tool_error", Message: "the expert model failed", Detail: err}
@@ -63,6 +75,27 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 		return appendJSONString(nil, text), nil
 	}
 	return appendJSONString(nil, []byte(gjson.GetBytes(resp.Body, "choices.0.message.content").String())), nil
+}
+
+// denied logs a policy denial of the agent's model call and returns the
+// error result the model sees: the policy's own client-facing message (it
+// names the model and the limit, as the client would see it) and never the
+// request's failure.
+func (a *agentTool) denied(r *pipeline.Request, err error) error {
+	msg, code := "the expert model may not be called for this caller", ""
+	var pe *pipeline.Error
+	if errors.As(err, &pe) {
+		if pe.Message != "" {
+			msg = pe.Message
+		}
+		code = pe.Code
+	}
+	ev := a.log.Info().Str("request_id", r.ID).Str("tool", a.name).Str("model", a.model).Str("code", code)
+	if r.Tenant != nil {
+		ev = ev.Str("tenant", r.Tenant.Name)
+	}
+	ev.Msg("agent tool: model call denied by the caller's policy")
+	return &ToolError{Kind: "not_allowed", Message: msg, Detail: err}
 }
 
 // streamText drains s and returns the concatenated content deltas.

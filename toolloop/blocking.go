@@ -1,6 +1,7 @@
 package toolloop
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 
@@ -11,7 +12,9 @@ import (
 
 // runBlocking is the non-streaming loop: it returns the final
 // chat.completion with the first round's id/created, the last round's
-// message (server calls removed), and usage summed over every round.
+// message (server calls removed) whose content is the text of every round,
+// as the stream of the same request shows it, and usage summed over every
+// round.
 func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 	for {
 		r, err := s.nextRequest()
@@ -25,13 +28,15 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("")
 			return nil, err
 		}
+		s.noteRound(r)
 		if resp.Stream != nil {
 			resp.Stream.Close()
 			s.end("error")
 			return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answered a non-streaming request with a stream")
 		}
 		body := resp.Body
-		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason")
+		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason",
+			"choices.0.message."+sideTexts[0], "choices.0.message."+sideTexts[1], "choices.0.message."+sideTexts[2])
 		if s.iterations == 1 {
 			s.id, s.created = res[0].String(), res[1].Int()
 		}
@@ -44,12 +49,15 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			if f.finish == "tool_calls" {
 				f.finish = "stop"
 			}
+			s.answer(&f, text, nil, false)
 			s.end("answer")
 			return s.finalBody(body, f)
 		}
 		ensureIDs(calls)
 		server, client := s.split(calls)
-		if isEcho(text, calls) {
+		if hiddenText(text, calls) {
+			// An echo of the arguments, or only whitespace before the calls:
+			// the stream never shows it, nor does the history keep it.
 			text = nil
 			f.text, f.setText = nil, true
 		}
@@ -62,9 +70,9 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				s.end("client_tool_calls")
 			} else {
 				f.setText = true
-				f.text = text
 				s.end("answer")
 			}
+			s.answer(&f, text, nil, f.setText)
 			return s.finalBody(body, f)
 		}
 		results, err := s.runCalls(ctx, server)
@@ -77,6 +85,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		if len(client) > 0 {
 			s.saveHidden(ctx, text, calls, client, server, results)
 			f.calls, f.setCalls, f.finish = client, true, "tool_calls"
+			s.answer(&f, text, nil, f.setText)
 			s.end("client_tool_calls")
 			return s.finalBody(body, f)
 		}
@@ -85,14 +94,45 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			if s.p.choice != choiceRequired {
 				reason = "tool_stop"
 			}
-			f.text, f.setText = resultsText(results), true
+			s.answer(&f, text, resultsText(results), true)
 			f.calls, f.setCalls, f.finish = nil, true, "stop"
 			s.end(reason)
 			return s.finalBody(body, f)
 		}
+		s.shown = append(s.shown, text...)
+		for i := range sideTexts {
+			if res[6+i].Type == gjson.String { // as the stream: only text
+				s.shownSide[i] = append(s.shownSide[i], res[6+i].Str...)
+			}
+		}
 		s.appendTurn(text, calls, results)
 		s.checkBudget()
 	}
+}
+
+// answer sets the content of the final message: the text earlier rounds
+// showed, this round's text, then extra (the results that answer a
+// tool_choice or a stop request), the way the stream sends them one after
+// the other. The upstream's content is kept as it is when nothing precedes
+// or follows it and set is false.
+func (s *session) answer(f *finalEdit, text, extra []byte, set bool) {
+	if !set && len(s.shown) == 0 && len(extra) == 0 {
+		return
+	}
+	out := make([]byte, 0, len(s.shown)+len(text)+len(extra))
+	out = append(append(append(out, s.shown...), text...), extra...)
+	f.text, f.setText = out, true
+}
+
+// sideTexts are the message's other texts the stream forwards from every
+// round as they come (appendTextDelta): the JSON answer carries every
+// round's too.
+var sideTexts = [3]string{"refusal", "reasoning_content", "reasoning"}
+
+// hiddenText reports whether a round's text is not shown when the round
+// also calls tools: only whitespace, or an echo of a call's arguments.
+func hiddenText(text []byte, calls []*call) bool {
+	return len(calls) > 0 && (len(bytes.TrimSpace(text)) == 0 || isEcho(text, calls))
 }
 
 // finalEdit says how the last round's body becomes the client's answer.
@@ -126,6 +166,13 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 	}
 	if s.usage.seen {
 		setRaw("usage", s.usage.appendJSON(nil))
+	}
+	for i, k := range sideTexts {
+		path := "choices.0.message." + k
+		if cur := gjson.GetBytes(body, path); len(s.shownSide[i]) > 0 && (cur.Type == gjson.String || cur.Type == gjson.Null) {
+			v := append(s.shownSide[i][:len(s.shownSide[i]):len(s.shownSide[i])], cur.Str...)
+			setRaw(path, appendJSONString(nil, v))
+		}
 	}
 	if f.setText {
 		if len(f.text) == 0 {

@@ -3,6 +3,8 @@ package toolloop
 import (
 	"context"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,14 +59,50 @@ func TestCalculate(t *testing.T) {
 	}
 }
 
+// FuzzCalculate: the calculator parses model-produced text. Besides never
+// panicking: a result is finite; an error that names a position names one
+// inside the input (or just past its end); and a value is stable under
+// rewrites that must not change it: surrounding whitespace, parentheses,
+// "0+(...)", and negation "-(...)" negates it. A rewrite may only fail for
+// the length or nesting bound.
 func FuzzCalculate(f *testing.F) {
-	for _, s := range []string{"1+2*3", "-(2^-3)/.5", "((((1))))", "1/0", "2^3^4^5", "--1", "1e5", "(", ")", "9999999999999999999999^99"} {
+	for _, s := range []string{"1+2*3", "-(2^-3)/.5", "((((1))))", "1/0", "2^3^4^5", "--1", "1e5", "(", ")",
+		"9999999999999999999999^99", "0.1+0.2", "2^-1074", "-2^2", "1-0*(1/0)", "3 \t* \n4", "1)+(2"} {
 		f.Add(s)
 	}
+	pos := regexp.MustCompile(`at position (\d+)`)
 	f.Fuzz(func(t *testing.T, s string) {
 		v, err := Calculate(s)
-		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+		if err != nil {
+			if m := pos.FindStringSubmatch(err.Error()); m != nil {
+				if n, _ := strconv.Atoi(m[1]); n < 1 || n > len(s)+1 {
+					t.Fatalf("Calculate(%q): %v: position outside the input", s, err)
+				}
+			}
+			return
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
 			t.Fatalf("Calculate(%q) = %v without error", s, v)
+		}
+		for _, rw := range []struct {
+			expr string
+			want float64
+		}{
+			{" " + s + "\t", v},
+			{"(" + s + ")", v},
+			{"0+(" + s + ")", v},
+			{"-(" + s + ")", -v},
+		} {
+			got, err := Calculate(rw.expr)
+			if err != nil {
+				if !strings.Contains(err.Error(), "nested deeper") && !strings.Contains(err.Error(), "longer than") {
+					t.Fatalf("Calculate(%q) = %v, but Calculate(%q) fails: %v", s, v, rw.expr, err)
+				}
+				continue
+			}
+			if got != rw.want {
+				t.Fatalf("Calculate(%q) = %v, but Calculate(%q) = %v, want %v", s, v, rw.expr, got, rw.want)
+			}
 		}
 	})
 }

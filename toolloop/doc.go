@@ -11,6 +11,7 @@
 // loop), turn.go (what both share: history, budgets, running a turn's
 // calls), chunk.go (chunk encoding), usage.go, trace.go (x_gateway),
 // registry.go and the executors (builtin.go, calc.go, httptool.go,
-// agent.go), middleware.go (the tool chain), result.go (result envelopes),
+// agent.go), middleware.go (the tool chain; its argument validation in
+// validate.go, its result size cap in sizecap.go), result.go (result envelopes),
 // metrics.go, state.go (the mixed-turn state hook).
 package toolloop

@@ -57,7 +57,28 @@ func (h *httpTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error
 		return nil, &ToolError{Kind: "tool_error", Message: fmt.Sprintf("the tool's service answered HTTP %d", resp.StatusCode),
 			Detail: fmt.Errorf("body: %.512s", body)}
 	}
+	if int64(len(body)) == h.maxBytes {
+		if sz := sizeOf(ctx); sz != nil {
+			sz.n, sz.atLeast = h.answerSize(resp, int64(len(body)))
+			sz.cut = sz.n > int64(len(body))
+		}
+	}
 	return body, nil
+}
+
+// maxCounted bounds how far past the read cap an answer without a
+// Content-Length is read (and discarded) to learn its size.
+const maxCounted = 16 << 20
+
+// answerSize returns the size of an answer of which read bytes were read,
+// and whether it is only a lower bound: the Content-Length when the service
+// sent one, else the count of the rest (up to maxCounted more bytes).
+func (h *httpTool) answerSize(resp *http.Response, read int64) (int64, bool) {
+	if resp.ContentLength >= read {
+		return resp.ContentLength, false
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxCounted))
+	return read + n, err != nil || n == maxCounted
 }
 
 // newHTTPClient copies base (or a default client) so that redirects are

@@ -22,6 +22,16 @@ type Options struct {
 	Loop  config.ToolLoop // [tool_loop] budgets (defaults already applied by config)
 	// Lookup resolves a client-facing model name for agent tools.
 	Lookup func(model string) *pipeline.Route
+	// Admit applies the caller's policy (model allow-list, body size,
+	// max_tokens cap, and whatever later limits the request layer enforces)
+	// to a model call a tool makes on the caller's behalf (an agent tool's
+	// call to its model), before it is made. It may replace r.Body (a
+	// clamped max_tokens); an error denies the call and becomes the tool's
+	// error result. nil admits every call. The loop's own rounds are not
+	// passed to it: the request layer admitted the client's request, and
+	// every round's body is built from that admitted body for the same
+	// model.
+	Admit func(r *pipeline.Request) error
 	// ToolAllowed reports whether tenant may use the server tool name; nil
 	// allows every tool.
 	ToolAllowed func(t *pipeline.Tenant, name string) bool

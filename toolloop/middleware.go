@@ -1,17 +1,14 @@
 package toolloop
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tidwall/gjson"
 )
 
@@ -212,114 +209,9 @@ func (l *Loop) policyMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	})
 }
 
-// validateMW checks the arguments against the tool's JSON schema and tells
-// the model which field is wrong.
-func (l *Loop) validateMW(next pipeline.ToolHandler) pipeline.ToolHandler {
-	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-		t := l.lookup(ctx, c.Name)
-		if t == nil {
-			return next.CallTool(ctx, c)
-		}
-		if len(bytes.TrimSpace(c.Arguments)) == 0 {
-			cc := *c
-			cc.Arguments = []byte("{}")
-			c = &cc
-		}
-		if err := validateArgs(t.schema, c.Arguments); err != nil {
-			return l.errResult(c, err), nil
-		}
-		return next.CallTool(ctx, c)
-	})
-}
-
-func validateArgs(sch *jsonschema.Schema, args []byte) error {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return &ToolError{Kind: "invalid_arguments", Message: "the arguments are not valid JSON; send one JSON object"}
-	}
-	err = sch.Validate(inst)
-	if err == nil {
-		return nil
-	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return &ToolError{Kind: "invalid_arguments", Message: "the arguments do not match the tool's schema"}
-	}
-	var msgs []string
-	field := ""
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			loc := "/" + strings.Join(e.InstanceLocation, "/")
-			if field == "" {
-				field = loc
-			}
-			msgs = append(msgs, e.Error()) // "at '/field': what is wrong"
-			return
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	if len(msgs) > 5 {
-		msgs = msgs[:5]
-	}
-	return &ToolError{Kind: "invalid_arguments", Field: field,
-		Message: "invalid arguments: " + strings.Join(msgs, "; ") + ". Fix them and call the tool again."}
-}
-
-// capMW truncates results above max_result_bytes, with a note.
-func (l *Loop) capMW(next pipeline.ToolHandler) pipeline.ToolHandler {
-	max := l.cfg.MaxResultBytes
-	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-		res, err := next.CallTool(ctx, c)
-		if err != nil || res == nil || max <= 0 || len(res.Content) <= max {
-			return res, err
-		}
-		res.Content = truncateResult(res.Content, max)
-		return res, nil
-	})
-}
-
-func truncateResult(content []byte, max int) []byte {
-	r := gjson.ParseBytes(content)
-	status := r.Get("status").String()
-	var text []byte
-	if status == "error" {
-		text = []byte(r.Get("error.message").String())
-	} else if d := r.Get("data"); d.Type == gjson.String {
-		text = []byte(d.String())
-	} else {
-		text = []byte(d.Raw)
-	}
-	keep := max - 160
-	if keep < 0 {
-		keep = 0
-	}
-	if keep < len(text) {
-		for keep > 0 && !utf8.RuneStart(text[keep]) {
-			keep--
-		}
-		text = text[:keep]
-	}
-	note := fmt.Sprintf("result truncated to %d of %d bytes", keep, len(content))
-	out := make([]byte, 0, keep+len(note)+64)
-	if status == "error" {
-		out = append(out, `{"status":"error","error":{"type":"tool_error","message":`...)
-		out = appendJSONString(out, text)
-		out = append(out, '}')
-	} else {
-		out = append(out, `{"status":"ok","data":`...)
-		out = appendJSONString(out, text)
-	}
-	out = append(out, `,"truncated":true,"note":`...)
-	out = appendJSONString(out, []byte(note))
-	return append(out, '}')
-}
-
 // retryMW runs idempotent tools up to two more times after an error result
-// (not after invalid arguments: the same call would fail the same way).
+// (not after invalid arguments or a policy denial: the same call would fail
+// the same way).
 func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 		t := l.lookup(ctx, c.Name)
@@ -328,7 +220,7 @@ func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 			return res, err
 		}
 		for attempt := 1; attempt <= 2 && ctx.Err() == nil; attempt++ {
-			if err == nil && (res == nil || !res.IsError || gjson.GetBytes(res.Content, "error.type").String() == "invalid_arguments") {
+			if err == nil && (res == nil || !res.IsError || final(gjson.GetBytes(res.Content, "error.type").String())) {
 				break
 			}
 			l.log.Debug().Str("tool", c.Name).Int("attempt", attempt+1).Msg("retrying idempotent tool")
@@ -337,6 +229,10 @@ func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 		return res, err
 	})
 }
+
+// final reports whether an error result of this type would come back the
+// same on a retry.
+func final(errType string) bool { return errType == "invalid_arguments" || errType == "not_allowed" }
 
 // timeoutMW bounds one attempt by the tool's timeout.
 func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {
@@ -369,6 +265,10 @@ func (l *Loop) execute(ctx context.Context, c *pipeline.ToolCall) (*pipeline.Too
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	sz := sizeOf(ctx)
+	if sz != nil {
+		*sz = outputSize{}
 	}
 	data, err := t.exec.run(ctx, c)
 	if err != nil {

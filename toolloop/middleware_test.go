@@ -56,7 +56,7 @@ func TestTruncateResult(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out := truncateResult(tc.content, 1000)
+			out := truncateResult(tc.content, 1000, nil)
 			if len(out) > 1000 || !gjson.ValidBytes(out) || !utf8.Valid(out) || !gjson.GetBytes(out, "truncated").Bool() ||
 				!strings.Contains(gjson.GetBytes(out, "note").String(), "truncated") {
 				t.Fatalf("len %d valid %v: %.200s", len(out), gjson.ValidBytes(out), out)

@@ -96,6 +96,7 @@ func (s *session) startStream(ctx context.Context) (*pipeline.Response, error) {
 		s.end("")
 		return nil, err
 	}
+	s.noteRound(r)
 	st := &loopStream{s: s, ctx: lctx, cancel: cancel, up: asStream(resp), op: make(chan opResult, 1)}
 	st.acc.gatewayIDs = len(s.p.set.tools) > 0
 	return &pipeline.Response{Stream: st}, nil
@@ -237,7 +238,7 @@ func (st *loopStream) begin(id string, created int64, model string) {
 	if id == "" {
 		id = "chatcmpl-gw" + strconv.FormatUint(uint64(time.Now().UnixNano()), 36)
 	}
-	if created == 0 {
+	if created <= 0 { // missing, or not unix seconds: the SDKs' schema wants a non-negative integer
 		created = time.Now().Unix()
 	}
 	if s.req.Model != "" {
@@ -501,6 +502,7 @@ func (st *loopStream) startModelCall() {
 			st.fail(res.err)
 			return
 		}
+		s.noteRound(r)
 		up := asStream(res.resp)
 		st.mu.Lock()
 		if st.closed {

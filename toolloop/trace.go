@@ -7,7 +7,16 @@ import (
 
 // trace records what the loop did, for the x_gateway field (tool_trace).
 type trace struct {
-	calls []traceCall
+	calls  []traceCall
+	rounds []roundTrace
+}
+
+// roundTrace is one model call of the loop: the model that answered and the
+// upstream attempts it took (retries and fallbacks; -1 = not reported, the
+// route has no fallback middleware).
+type roundTrace struct {
+	model    string
+	attempts int
 }
 
 type traceCall struct {
@@ -39,6 +48,26 @@ func (t *trace) appendJSON(dst []byte, iterations int, stop string, cleared, sav
 	}
 	dst = append(dst, `],"iterations":`...)
 	dst = strconv.AppendInt(dst, int64(iterations), 10)
+	dst = append(dst, `,"rounds":[`...)
+	for i, r := range t.rounds {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '{')
+		if r.model != "" {
+			dst = append(dst, `"model":`...)
+			dst = appendJSONString(dst, []byte(r.model))
+			if r.attempts >= 0 {
+				dst = append(dst, ',')
+			}
+		}
+		if r.attempts >= 0 {
+			dst = append(dst, `"attempts":`...)
+			dst = strconv.AppendInt(dst, int64(r.attempts), 10)
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, ']')
 	dst = append(dst, `,"stop_reason":`...)
 	dst = appendJSONString(dst, []byte(stop))
 	if cleared > 0 || dropped > 0 {

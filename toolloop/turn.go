@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/llmgw/gateway/contextedit"
+	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -22,8 +24,10 @@ type session struct {
 	p     *plan
 	start time.Time
 
-	history      []byte // messages appended by the loop, each preceded by ','
-	iterations   int    // model calls made
+	history      []byte                 // messages appended by the loop, each preceded by ','
+	shown        []byte                 // blocking loop: the text of the rounds before the current one, as a stream shows it
+	shownSide    [len(sideTexts)][]byte // blocking loop: the same for refusal and reasoning texts
+	iterations   int                    // model calls made
 	consecErrors int
 	final        bool   // the last model call was the forced final one (tool_choice none)
 	stop         string // why the loop ended
@@ -96,9 +100,37 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	r := s.req.Clone()
 	r.Body = body
+	if s.iterations > 0 {
+		// A later round reports into its own Meta (see noteRound): the
+		// client's x-gateway-attempts and x-gateway-model describe the first
+		// model call, the only one a stream's headers can describe.
+		r.Meta = &pipeline.Meta{}
+	}
 	s.iterations++
 	s.sent = s.msgs
 	return r, nil
+}
+
+// noteRound runs after a round's model call answered (r is the request
+// nextRequest built for it): it records the round's model and upstream
+// attempts for the trace, and passes a later round's other response headers
+// (context edits) on to the client's Meta.
+func (s *session) noteRound(r *pipeline.Request) {
+	if s.traceOn {
+		rt := roundTrace{model: r.Meta.Get(fallback.HeaderModel), attempts: -1}
+		if n, err := strconv.Atoi(r.Meta.Get(fallback.HeaderAttempts)); err == nil {
+			rt.attempts = n
+		}
+		s.trace.rounds = append(s.trace.rounds, rt)
+	}
+	if r.Meta == s.req.Meta || s.req.Meta == nil {
+		return
+	}
+	for _, h := range r.Meta.Headers() {
+		if h.Key != fallback.HeaderAttempts && h.Key != fallback.HeaderModel {
+			s.req.Meta.Set(h.Key, h.Value)
+		}
+	}
 }
 
 // checkBudget runs before every model call after the first: when a budget

@@ -1,0 +1,113 @@
+package toolloop
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/fallback"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// The stream forwards every round's refusal and reasoning text as it comes;
+// the JSON answer of the same rounds carries the same text, every round's,
+// not only the last round's.
+func TestRefusalAndReasoningOfEveryRound(t *testing.T) {
+	t.Parallel()
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	round1 := completion("up-1", "", calc, "tool_calls", 1, 1)
+	round1, _ = setRaw(round1, "choices.0.message.refusal", `"I cannot say that. "`)
+	round1, _ = setRaw(round1, "choices.0.message.reasoning_content", `"Compute first. "`)
+	round2 := completion("up-2", "3", "", "stop", 1, 1)
+	round2, _ = setRaw(round2, "choices.0.message.refusal", `"Still no."`)
+	round2, _ = setRaw(round2, "choices.0.message.reasoning_content", `"Now answer."`)
+	streamed := [][]string{{
+		chunk("up-1", `{"role":"assistant","content":null}`, ""),
+		chunk("up-1", `{"reasoning_content":"Compute first. "}`, ""),
+		chunk("up-1", `{"refusal":"I cannot say that. "}`, ""),
+		chunk("up-1", callWhole(0, "c1", "calculator", `{"expression":"1+2"}`), ""),
+		chunk("up-1", `{}`, "tool_calls"),
+	}, {
+		chunk("up-2", `{"role":"assistant","reasoning_content":"Now answer."}`, ""),
+		chunk("up-2", `{"refusal":"Still no."}`, ""),
+		chunk("up-2", `{"content":"3"}`, ""),
+		chunk("up-2", `{}`, "stop"),
+	}}
+
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	sm := &fakeModel{turns: []turnFn{always(streamed[0], ""), always(streamed[1], "")}}
+	resp, err := l.Chat(context.Background(), request(sm, true, userBody+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := checkStream(t, sse(t, resp.Stream), false)
+	var acc openai.ChatCompletionAccumulator
+	var reasoning string
+	for _, ch := range sum.Chunks {
+		var c openai.ChatCompletionChunk
+		if err := json.Unmarshal(ch, &c); err != nil {
+			t.Fatal(err)
+		}
+		acc.AddChunk(c)
+		reasoning += gjson.GetBytes(ch, "choices.0.delta.reasoning_content").String()
+	}
+
+	bm := &fakeModel{turns: []turnFn{always(nil, round1), always(nil, round2)}}
+	resp, err = l.Chat(context.Background(), request(bm, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := gjson.GetBytes(resp.Body, "choices.0.message")
+	if got, want := msg.Get("refusal").String(), acc.Choices[0].Message.Refusal; got != want || want != "I cannot say that. Still no." {
+		t.Fatalf("JSON refusal %q, streamed %q", got, want)
+	}
+	if got := msg.Get("reasoning_content").String(); got != reasoning || reasoning != "Compute first. Now answer." {
+		t.Fatalf("JSON reasoning_content %q, streamed %q", got, reasoning)
+	}
+	if got := msg.Get("content").String(); got != acc.Choices[0].Message.Content {
+		t.Fatalf("JSON content %q, streamed %q", got, acc.Choices[0].Message.Content)
+	}
+}
+
+func setRaw(body, path, raw string) (string, error) {
+	b, err := sjson.SetRawBytes([]byte(body), path, []byte(raw))
+	return string(b), err
+}
+
+// Each later round reports into its own Meta: the client's
+// x-gateway-attempts and x-gateway-model stay the first call's (a stream's
+// headers leave before later rounds), other headers (context edits) still
+// reach the client, and the trace lists every round's model and attempts.
+func TestLaterRoundsReportIntoTheirOwnMeta(t *testing.T) {
+	t.Parallel()
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	n := 0
+	layer := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		n++
+		r.Meta.Set(fallback.HeaderAttempts, strconv.Itoa(n+1))
+		r.Meta.Set(fallback.HeaderModel, "model-"+strconv.Itoa(n))
+		r.Meta.Set("x-gateway-context-edits", "round-"+strconv.Itoa(n))
+		if n == 1 {
+			return &pipeline.Response{Body: []byte(completion("up-1", "", calc, "tool_calls", 1, 1))}, nil
+		}
+		return &pipeline.Response{Body: []byte(completion("up-2", "3", "", "stop", 1, 1))}, nil
+	})
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	req := request(layer, false, userBody+`}`)
+	req.Hints.ToolTrace = true
+	resp, err := l.Chat(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, m, e := req.Meta.Get(fallback.HeaderAttempts), req.Meta.Get(fallback.HeaderModel), req.Meta.Get("x-gateway-context-edits"); a != "2" || m != "model-1" || e != "round-2" {
+		t.Fatalf("attempts %q model %q context edits %q", a, m, e)
+	}
+	if got := gjson.GetBytes(resp.Body, "x_gateway.rounds").Raw; got != `[{"model":"model-1","attempts":2},{"model":"model-2","attempts":3}]` {
+		t.Fatalf("rounds %s", got)
+	}
+}
