@@ -135,10 +135,16 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 
 	// The request layer, ending in the tool loop.
 	loopOpts := toolloop.Options{
-		Tools:       cfg.Tools,
-		Loop:        cfg.ToolLoop,
-		Lookup:      lookup,
-		Admit:       func(r *pipeline.Request) error { return policies.PolicyOf(r.Tenant).Admit(r) },
+		Tools:  cfg.Tools,
+		Loop:   cfg.ToolLoop,
+		Lookup: lookup,
+		// A tool's model call passes the caller's policy, limits and budgets.
+		Admit: func(r *pipeline.Request) error {
+			if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
+				return err
+			}
+			return limiter.Admit(r)
+		},
 		ToolAllowed: policies.ToolAllowed,
 		ToolTrace:   policies.ToolTrace,
 		ToolMiddleware: []pipeline.ToolMiddleware{

@@ -317,3 +317,39 @@ func TestRedisDownFailOpenAndClosed(t *testing.T) {
 		srv.Start()
 	}
 }
+
+// A model call a tool makes for the caller passes the same limits and
+// budgets: refused once the caller's budget or request rate is spent.
+func TestAdmitToolModelCalls(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[limits]]
+tenant = "*"
+model = "free"
+requests_per_minute = 1
+[[budgets]]
+tenant = "a"
+amount = 0.0001
+`, newStore)
+		agent := func(tenant string) error {
+			return fx.l.Admit(&pipeline.Request{ID: "agent", Model: "free", Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: tenant}})
+		}
+		if err := agent("b"); err != nil {
+			t.Fatalf("first agent call: %v", err)
+		}
+		if s, code := status(agent("b")); s != 429 || code != "rate_limit_exceeded" {
+			t.Fatalf("second agent call within the minute: %d %s", s, code)
+		}
+		// 70 µ$ per gpt-x call: two spend the 100 µ$ budget.
+		for range 2 {
+			if _, err := fx.do("a", "", "gpt-x"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fx.l.Flush()
+		if s, code := status(agent("a")); s != 429 || code != "insufficient_quota" {
+			t.Fatalf("agent call over budget: %d %s", s, code)
+		}
+	})
+}

@@ -104,6 +104,54 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 	}
 }
 
+// Admit applies the limits and budgets to a model call a tool makes on the
+// caller's behalf (an agent tool): the call takes a request from the
+// counters of its own model, and is refused over a limit
+// or budget, like a client request. It holds no slot in flight (the client
+// request that runs the tool already does) and sets no headers.
+func (l *Limiter) Admit(r *pipeline.Request) error {
+	tenant, key := who(r)
+	now := l.now()
+	var checks []check
+	var hdrs []header
+	for i := range l.rules {
+		rl := &l.rules[i]
+		s, ok := rl.scope(tenant, key, r.Model)
+		if !ok {
+			continue
+		}
+		if rl.rpm > 0 {
+			checks, hdrs = append(checks, check{key: l.prefix + "rl:r:" + s, kind: kindRate, limit: rl.rpm, cost: 1}), append(hdrs, hdrRequests)
+		}
+		if rl.tpm > 0 {
+			// Its tokens are counted when it ends (Meter); a token limit
+			// already spent refuses it now.
+			checks, hdrs = append(checks, check{key: l.prefix + "rl:t:" + s, kind: kindRate, limit: rl.tpm, cost: 0}), append(hdrs, hdrTokens)
+		}
+	}
+	for i := range l.budgets {
+		b := &l.budgets[i]
+		if b.applies(tenant, key) {
+			k, _ := b.periodKey(l.prefix, tenant, key, now)
+			checks, hdrs = append(checks, check{key: k, kind: kindBudget, limit: b.micro}), append(hdrs, hdrNone)
+		}
+	}
+	l.countRequest(now, tenant, key, r.Model)
+	if len(checks) == 0 {
+		return nil
+	}
+	out, err := l.store.Take(context.Background(), now, r.ID, checks)
+	if err != nil {
+		return l.storeFailed(err)
+	}
+	if out.denied >= 0 {
+		c := checks[out.denied]
+		limited.WithLabelValues(string(rune(c.kind))).Inc()
+		return denial(c, hdrs[out.denied], out.retryAfter)
+	}
+	return nil
+}
+
 // report sets the x-ratelimit-* headers from the tightest counters, and
 // x-gateway-budget-remaining once a budget passed its warning threshold.
 func (l *Limiter) report(m *pipeline.Meta, checks []check, hdrs []header, warn []float64, out outcome) {
