@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 )
 
 // The soak mode runs mixed traffic at a steady rate against one gateway for a
@@ -192,6 +193,13 @@ func soak(ctx context.Context, repo string, d time.Duration, rate float64) (*soa
 		return nil, err
 	}
 	t := newTarget("gateway", gw, api, 1024)
+	// Reuse the most recent connection first and close ones idle for 3 s,
+	// so that the load generator's pool (and with it the gateway's server
+	// goroutines and descriptors) shrinks back after a burst instead of
+	// staying at its peak and reading as drift.
+	for _, hc := range []*fasthttp.HostClient{t.hc, t.shc} {
+		hc.ConnPoolStrategy, hc.MaxIdleConnDuration = fasthttp.LIFO, 3*time.Second
+	}
 	_, ps, _ := net.SplitHostPort(api.addr)
 	upPort, _ := strconv.Atoi(ps)
 	kinds := soakMix(t)
