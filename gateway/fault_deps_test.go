@@ -23,7 +23,7 @@ import (
 
 var (
 	latency200  = toxic{Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 200}}
-	latency1s   = toxic{Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 1000}}
+	latency3s   = toxic{Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 3000}}
 	halfOpenIn  = toxic{Name: "half-open-in", Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}}
 	halfOpenOut = toxic{Name: "half-open-out", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}
 	resetPeer   = toxic{Type: "reset_peer", Stream: "downstream", Attributes: map[string]any{"timeout": 0}}
@@ -298,7 +298,7 @@ name = "lookup_stock"
 kind = "http"
 url = "http://{{TOOL}}/lookup"
 parameters = '{"type":"object","properties":{"sku":{"type":"string"}},"required":["sku"]}'
-timeout = "300ms"
+timeout = "1s"
 `
 
 // httpToolFaults puts the fault proxy between the gateway and an http tool.
@@ -310,7 +310,7 @@ func httpToolFaults(t *testing.T) {
 		want   []string // in the final answer, which holds the tool result
 	}{
 		{"latency under the timeout: the result", []toxic{latency200}, []string{`"stock":7`}},
-		{"latency past the timeout: a timeout result", []toxic{latency1s}, []string{`"status":"error"`, `"type":"timeout"`}},
+		{"latency past the timeout: a timeout result", []toxic{latency3s}, []string{`"status":"error"`, `"type":"timeout"`}},
 		{"half-open: a timeout result", []toxic{halfOpenIn, halfOpenOut}, []string{`"status":"error"`, `"type":"timeout"`}},
 		{"bandwidth too low for the timeout: a timeout result",
 			[]toxic{{Type: "bandwidth", Stream: "downstream", Attributes: map[string]any{"rate": 1}}}, []string{`"status":"error"`, `"type":"timeout"`}},

@@ -3,7 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,9 +142,13 @@ func leakCheck(t *testing.T, slack int) func() {
 		t.Helper()
 		// goleak retries for about 2 s; give a loaded machine 10 s.
 		var err error
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		start := time.Now()
+		for deadline := start.Add(10 * time.Second); time.Now().Before(deadline); {
 			if err = goleak.Find(opts...); err == nil {
 				break
+			}
+			if testing.Verbose() {
+				t.Logf("leak check: still running after %v: %v", time.Since(start).Round(time.Millisecond), err)
 			}
 		}
 		if err != nil {
@@ -183,4 +190,37 @@ func fdList(t *testing.T) string {
 		out = append(out, e.Name()+"→"+l)
 	}
 	return strings.Join(out, " ")
+}
+
+// upstreamConns counts the established TCP connections of this process to
+// the fault proxy's port: the gateway's side of its links (toxiproxy's
+// accepted side has the port as its local one).
+func upstreamConns(t *testing.T, f *faultProxy) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(f.addr())
+	want := fmt.Sprintf(":%04X", mustAtoi(t, port))
+	n := 0
+	for _, file := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			// fields: sl local rem st ...; st 01 is ESTABLISHED
+			if len(fs) > 3 && strings.HasSuffix(fs[2], want) && fs[3] == "01" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
