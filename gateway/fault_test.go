@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -37,6 +38,7 @@ func TestFaultInjection(t *testing.T) {
 		t.Run("redis", redisFaults)
 		t.Run("mcp", mcpFaults)
 		t.Run("http tool", httpToolFaults)
+		t.Run("shutdown mid-streams", shutdownMidStreams)
 	})
 	check()
 }
@@ -395,5 +397,88 @@ func upstreamFaults(t *testing.T) {
 			h, fp := faultHarness(t, faultUpstreamConfig, upstreamMock(tc.chunkDelay))
 			tc.run(t, h, fp)
 		})
+	}
+}
+
+// shutdownMidStreams: the gateway shuts down with streams still running
+// past its grace period; every client must see "event: error" as the last
+// event (never a clean end without [DONE] that an SDK could take for a
+// complete answer), and the shut-down server must close those connections.
+func shutdownMidStreams(t *testing.T) {
+	t.Parallel()
+	h, _ := faultHarness(t, faultUpstreamConfig, mockllm.Options{
+		Respond:    func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: strings.Repeat("a long answer ", 100)} },
+		Chunking:   mockllm.Chunking{TextRunes: 4},
+		ChunkDelay: 50 * time.Millisecond,
+	})
+	const streams = 4
+	type result struct {
+		raw []byte
+		err error
+	}
+	tr := &http.Transport{}
+	client := &http.Client{Transport: tr}
+	defer tr.CloseIdleConnections()
+	results := make(chan result, streams)
+	started := make(chan struct{}, streams)
+	body := `{"model":"backup","stream":true,"messages":[{"role":"user","content":"go"}]}`
+	for i := 0; i < streams; i++ {
+		go func() {
+			resp, err := client.Post(h.base+"/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				results <- result{err: err}
+				started <- struct{}{}
+				return
+			}
+			defer resp.Body.Close()
+			buf := make([]byte, 4096)
+			var raw []byte
+			once := false
+			for {
+				n, err := resp.Body.Read(buf)
+				raw = append(raw, buf[:n]...)
+				if !once && bytes.Contains(raw, []byte(`"content":"`)) {
+					once = true
+					started <- struct{}{}
+				}
+				if err != nil {
+					if !once {
+						started <- struct{}{}
+					}
+					results <- result{raw: raw}
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < streams; i++ {
+		<-started
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = h.srv.Shutdown(ctx)
+	for i := 0; i < streams; i++ {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("stream %d: %v", i, r.err)
+		}
+		if bytes.Contains(r.raw, []byte("[DONE]")) || !bytes.HasPrefix(lastEvent(r.raw), []byte("event: error\n")) {
+			t.Errorf("stream %d cut by shutdown does not end with event: error; last event %q", i, lastEvent(r.raw))
+		}
+	}
+	// The client keeps its connections; the server, shut down, must not.
+	u, _ := url.Parse(h.base)
+	_, port, _ := net.SplitHostPort(u.Host)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := tcpConns(t, port, true)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("2 s after Shutdown returned and the cut streams ended, the server still holds %d of their connections open (keep-alive), each with a goroutine and a descriptor", n)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

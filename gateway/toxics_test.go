@@ -193,12 +193,22 @@ func fdList(t *testing.T) string {
 }
 
 // upstreamConns counts the established TCP connections of this process to
-// the fault proxy's port: the gateway's side of its links (toxiproxy's
-// accepted side has the port as its local one).
+// the fault proxy's port: the gateway's side of its links.
 func upstreamConns(t *testing.T, f *faultProxy) int {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(f.addr())
+	return tcpConns(t, port, false)
+}
+
+// tcpConns counts this process's established TCP connections whose local
+// (server side) or remote (client side) port is port (Linux).
+func tcpConns(t *testing.T, port string, local bool) int {
+	t.Helper()
 	want := fmt.Sprintf(":%04X", mustAtoi(t, port))
+	field := 2 // rem_address
+	if local {
+		field = 1
+	}
 	n := 0
 	for _, file := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
 		b, err := os.ReadFile(file)
@@ -207,8 +217,8 @@ func upstreamConns(t *testing.T, f *faultProxy) int {
 		}
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			fs := strings.Fields(line)
-			// fields: sl local rem st ...; st 01 is ESTABLISHED
-			if len(fs) > 3 && strings.HasSuffix(fs[2], want) && fs[3] == "01" {
+			// fields: sl local_address rem_address st ...; st 01 is ESTABLISHED
+			if len(fs) > 3 && strings.HasSuffix(fs[field], want) && fs[3] == "01" {
 				n++
 			}
 		}
