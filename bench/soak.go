@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -332,182 +327,6 @@ sampling:
 	return res, nil
 }
 
-// soakMix is the traffic mix: every path the gateway has, and the faults it
-// must survive (a failing deployment, a model with no fallback, clients that
-// leave in the middle of a stream or before a reply).
-func soakMix(t *target) []*soakKind {
-	toolCheck := func(_ string, body []byte) error {
-		if c := gjson.GetBytes(body, "choices.0.message.content").String(); !strings.HasPrefix(c, "done after 2 tool rounds") {
-			return fmt.Errorf("unexpected answer %.120q", c)
-		}
-		return nil
-	}
-	hit := func(hv string, _ []byte) error {
-		if !strings.EqualFold(hv, "hit") {
-			return fmt.Errorf("x-gateway-cache: %q, want hit", hv)
-		}
-		return nil
-	}
-	attempts := func(hv string, _ []byte) error {
-		if n, _ := strconv.Atoi(hv); n < 2 {
-			return fmt.Errorf("x-gateway-attempts: %q, want 2", hv)
-		}
-		return nil
-	}
-	failStream := bytes.Replace(streamBody, []byte(`"chat"`), []byte(`"fail-500"`), 1)
-	noFallback := bytes.Replace(chatBody, []byte(`"chat"`), []byte(`"fail-503"`), 1)
-	plain := func(w workload) func() error { return func() error { return w(time.Now()).err } }
-	_, _, _, _ = t.post(cacheBody, "") // fill the cache entry the cache kind hits
-	return []*soakKind{
-		{Name: "chat", Weight: 3, Expect: "200", run: plain(t.plain(chatBody, "x-gateway-cache", noCacheHit))},
-		{Name: "stream", Weight: 3, Expect: "200, ends with [DONE]", run: plain(t.stream(streamBody))},
-		{Name: "toolloop", Weight: 2, Expect: "200 after two server-tool rounds", run: plain(t.plain(toolBody, "", toolCheck))},
-		{Name: "cache", Weight: 2, Expect: "200, x-gateway-cache: hit", run: plain(t.plain(cacheBody, "x-gateway-cache", hit))},
-		{Name: "fallback", Weight: 1, Expect: "200 after a 500 and a fallback", run: plain(t.plain(failBody, "x-gateway-attempts", attempts))},
-		{Name: "stream-fallback", Weight: 1, Expect: "stream 200 after a 500 and a fallback", run: plain(t.stream(failStream))},
-		{Name: "no-fallback", Weight: 1, Expect: "503 in the OpenAI envelope", run: func() error { return expectStatus(t, noFallback, 503) }},
-		{Name: "stream-abandoned", Weight: 1, Expect: "client closes after 2 events", run: func() error { return abandon(t.addr, streamBody, 2) }},
-		{Name: "plain-abandoned", Weight: 1, Expect: "client closes before the reply", run: func() error { return abandon(t.addr, chatBody, 0) }},
-	}
-}
-
-// expectStatus posts body and requires status with an OpenAI error envelope.
-func expectStatus(t *target, body []byte, want int) error {
-	status, _, rb, err := t.post(body, "")
-	if err != nil {
-		return err
-	}
-	if status != want || !gjson.GetBytes(rb, "error.message").Exists() {
-		return fmt.Errorf("status %d, want %d with an error envelope: %.200s", status, want, rb)
-	}
-	return nil
-}
-
-// abandon sends body on its own connection and closes it once events SSE
-// events have arrived (0: right after sending, before any reply), as a
-// client that goes away does.
-func abandon(addr string, body []byte, events int) error {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", chatPath, addr, len(body))
-	if _, err := io.WriteString(c, req); err != nil {
-		return err
-	}
-	if _, err := c.Write(body); err != nil {
-		return err
-	}
-	if events == 0 {
-		time.Sleep(5 * time.Millisecond) // the request is in the gateway, the reply is 20 ms away
-		return nil
-	}
-	var got []byte
-	buf := make([]byte, 4096)
-	for bytes.Count(got, []byte("\n\n")) < events+1 { // +1: the header block
-		n, err := c.Read(buf)
-		got = append(got, buf[:n]...)
-		if err != nil {
-			return fmt.Errorf("stream ended before %d events: %w", events, err)
-		}
-	}
-	if !bytes.HasPrefix(got, []byte("HTTP/1.1 200")) {
-		return fmt.Errorf("status line %.40q", got)
-	}
-	return nil
-}
-
-// sampleGateway reads the gateway's RSS (/proc/PID/status), open
-// descriptors (/proc/PID/fd; those connected to upstreamPort counted apart
-// too) and, from its /metrics, goroutines (go_goroutines) and heap in use
-// (go_memstats_heap_inuse_bytes) and the GC's next target
-// (go_memstats_next_gc_bytes).
-func sampleGateway(gw *child, upstreamPort int, requests int64) (soakSample, error) {
-	rss, _, err := memKB(gw.Pid())
-	if err != nil {
-		return soakSample{}, fmt.Errorf("gateway RSS: %w", err)
-	}
-	fds, upstream, err := countFDs(gw.Pid(), upstreamPort)
-	if err != nil {
-		return soakSample{}, fmt.Errorf("gateway fds: %w", err)
-	}
-	m, err := scrape(gw.addr, "go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_next_gc_bytes")
-	if err != nil {
-		return soakSample{}, err
-	}
-	// The /metrics scrape itself holds one connection (one fd) while it is
-	// served; it is closed by the time the next sample is taken.
-	return soakSample{RSSMB: mb(rss), HeapMB: round(m[1]/(1<<20), 1), LiveHeapMB: round(m[2]/2/(1<<20), 1), Goroutines: int(m[0]), FDs: fds,
-		UpstreamFDs: upstream, Requests: requests}, nil
-}
-
-// scrape reads the named unlabelled gauges from addr's /metrics.
-func scrape(addr string, names ...string) ([]float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("gateway /metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("gateway /metrics: %w", err)
-	}
-	out := make([]float64, len(names))
-	for i, n := range names {
-		out[i] = -1
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, n+" "); ok {
-				out[i], _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
-			}
-		}
-		if out[i] < 0 {
-			return nil, fmt.Errorf("gateway /metrics has no %s", n)
-		}
-	}
-	return out, nil
-}
-
-// countFDs counts pid's open descriptors, and among them the TCP sockets
-// whose remote port is port (the gateway's pooled upstream connections,
-// which outlive the traffic by the pool's idle timeout).
-func countFDs(pid, port int) (total, toPort int, err error) {
-	ents, err := os.ReadDir(procPath(pid, "fd"))
-	if err != nil {
-		return 0, 0, err
-	}
-	inodes := map[string]bool{}
-	for _, f := range []string{"net/tcp", "net/tcp6"} {
-		b, err := os.ReadFile(procPath(pid, f))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			fs := strings.Fields(line)
-			if len(fs) < 10 {
-				continue
-			}
-			_, rport, _ := strings.Cut(fs[2], ":")
-			if p, err := strconv.ParseInt(rport, 16, 32); err == nil && int(p) == port {
-				inodes[fs[9]] = true
-			}
-		}
-	}
-	for _, e := range ents {
-		link, err := os.Readlink(procPath(pid, "fd/"+e.Name()))
-		if err != nil {
-			continue
-		}
-		total++
-		if ino, ok := strings.CutPrefix(link, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
-			toPort++
-		}
-	}
-	return total, toPort, nil
-}
-
 func appendFile(path, s string) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -518,72 +337,4 @@ func appendFile(path, s string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// durationFlag is -duration: plain seconds ("6", "0.6", as the measuring
-// modes always took) or a Go duration ("30m").
-type durationFlag time.Duration
-
-func (d *durationFlag) String() string { return time.Duration(*d).String() }
-
-func (d *durationFlag) Set(s string) error {
-	if v, err := strconv.ParseFloat(s, 64); err == nil {
-		*d = durationFlag(v * float64(time.Second))
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want seconds or a duration such as 30m: %w", err)
-	}
-	*d = durationFlag(v)
-	return nil
-}
-
-// soakMain runs -mode soak and returns the exit status: 0 passed, 1 failed
-// (drift, errors, or the run could not start), 2 bad flags.
-func soakMain(out, repo string, d time.Duration, rate float64) int {
-	if d == 0 {
-		d = 2 * time.Minute
-	}
-	if d < 30*time.Second || rate <= 0 {
-		fmt.Fprintln(os.Stderr, "bench: soak needs -duration of at least 30s and a positive -rate")
-		return 2
-	}
-	if repo == "" {
-		var err error
-		if repo, err = moduleRoot(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			return 2
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	res, err := soak(ctx, repo, d, rate)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: soak:", err)
-		return 1
-	}
-	dir := filepath.Join(out, "soak-"+res.Settings.Duration)
-	if err := writeSoakResults(res, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
-	}
-	fmt.Printf("\nwrote %s/{results.json,results.md}\n", dir)
-	for _, c := range res.Drift {
-		fmt.Printf("drift %-10s first %g, last %g, floor %g: %+.2f%% (limit %g%%)\n", c.Metric, c.First, c.Last, c.Floor, c.DriftPct, c.LimitPct)
-	}
-	if ic := res.Idle; ic != nil {
-		fmt.Printf("idle goroutines %d → %d, fds %d → %d (settled in %gs)\n", ic.GoroutinesBefore, ic.GoroutinesAfter, ic.FDsBefore, ic.FDsAfter, ic.SettledSeconds)
-	}
-	for _, k := range res.Kinds {
-		fmt.Printf("traffic %-16s ok %6d errors %d %s\n", k.Name, k.OK, k.Errors, k.ErrorSample)
-	}
-	if !res.Passed {
-		for _, f := range res.Failures {
-			fmt.Println("FAILED:", f)
-		}
-		return 1
-	}
-	fmt.Printf("soak passed (%d requests in %.0f s)\n", res.Requests, res.WallSeconds)
-	return 0
 }
