@@ -7,6 +7,7 @@
 //
 //	go run ./bench -mode quick          # < 60 s, for CI
 //	go run ./bench -mode full           # the published figures
+//	go run ./bench -mode soak -duration 30m   # leak check: drift of RSS, goroutines, fds (see soak.go)
 //	go run ./bench -render bench/results/full/results.json   # re-render md, chart, PERFORMANCE.md
 //
 // Exit status: 0 when every selected scenario ran and produced figures, even
@@ -77,10 +78,12 @@ var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallb
 func main() { os.Exit(realMain()) }
 
 func realMain() int {
-	mode := flag.String("mode", "quick", "quick (< 60 s, CI) or full (the published figures)")
+	mode := flag.String("mode", "quick", "quick (< 60 s, CI), full (the published figures) or soak (leak check)")
 	out := flag.String("out", "bench/results", "results directory; files go to OUT/MODE/")
 	list := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
-	legSec := flag.Float64("duration", 0, "seconds per measured leg (0 = the mode's default)")
+	var legDur durationFlag
+	flag.Var(&legDur, "duration", "seconds per measured leg (0 = the mode's default); in soak mode the soak's length (e.g. 30m, default 2m)")
+	rate := flag.Float64("rate", 60, "soak mode: requests per second")
 	streams := flag.Int("streams", 0, "concurrent slow streams (0 = the mode's default: 1000 quick, 10000 full)")
 	perf := flag.String("performance", "", "also write the README Performance section here (default: OUT/PERFORMANCE.md in full mode)")
 	render := flag.String("render", "", "only re-render results.md, the chart and the Performance section from this results.json, then exit")
@@ -99,13 +102,16 @@ func realMain() int {
 		fmt.Println("wrote", dst)
 		return 0
 	}
+	if *mode == "soak" {
+		return soakMain(*out, *repo, time.Duration(legDur), *rate)
+	}
 	set, err := modeSettings(*mode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	if *legSec > 0 {
-		set.LegSeconds, set.SweepSeconds = *legSec, *legSec
+	if legDur > 0 {
+		set.LegSeconds, set.SweepSeconds = time.Duration(legDur).Seconds(), time.Duration(legDur).Seconds()
 	}
 	if *streams > 0 {
 		set.Streams = *streams
