@@ -71,13 +71,17 @@ type Server struct {
 	peers  peerWatcher  // cancels requests whose client left
 	chats  atomic.Int64 // chat requests and streams still running
 
+	connsMu  sync.Mutex
+	open     map[net.Conn]struct{} // the main listener's connections (ConnState)
+	stopping atomic.Bool           // Shutdown has begun: idle connections close
+
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
 }
 
 // NewServer returns a server for rt.
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
-	s := &Server{log: log}
+	s := &Server{log: log, open: map[net.Conn]struct{}{}}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var p [6]byte
 	_, _ = rand.Read(p[:])
@@ -94,6 +98,7 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		ConnState:             s.connState,
 		Logger:                fasthttpLogger{log},
 	}
 	return s
@@ -122,6 +127,8 @@ const finalWrites = 2 * time.Second
 // each has told its client (a stream ends with event: error), so that the
 // caller may exit when Shutdown returns.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
+	defer s.closeConns()
 	s.adminMu.Lock()
 	for _, a := range s.admin {
 		_ = a.Shutdown() // operator routes answer at once: nothing to drain
@@ -143,6 +150,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.peers.close()
 	return err
+}
+
+// connState keeps the set of open connections, and closes a connection
+// that goes idle once shutdown has begun: a stream that was running when
+// it began leaves a keep-alive connection (and its goroutine) behind
+// otherwise, since fasthttp only closes connections idle at its start.
+func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		s.connsMu.Lock()
+		s.open[c] = struct{}{}
+		s.connsMu.Unlock()
+	case fasthttp.StateIdle:
+		if s.stopping.Load() {
+			_ = c.Close()
+		}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.connsMu.Lock()
+		delete(s.open, c)
+		s.connsMu.Unlock()
+	}
+}
+
+// closeConns closes every connection still open when Shutdown returns:
+// their requests have ended or were given up on.
+func (s *Server) closeConns() {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	for c := range s.open {
+		_ = c.Close()
+	}
 }
 
 func (s *Server) requestID(ctx *fasthttp.RequestCtx) string {
