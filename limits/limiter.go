@@ -47,11 +47,13 @@ type Limiter struct {
 	today      atomic.Pointer[dayKey]
 }
 
-// dayKey is the usage key of one UTC day, built once a day.
+// dayKey is what the keys of one UTC day need, built once a day.
 type dayKey struct {
-	day   int64 // days since the epoch
-	key   string
-	until time.Time
+	day              int64     // days since the epoch
+	key              string    // the usage record's key
+	until            time.Time // when a record written today expires
+	ymd, ym          string    // 20261123, 202611
+	dayEnd, monthEnd time.Time
 }
 
 // rule is one [[limits]] entry with its patterns.
@@ -60,6 +62,8 @@ type rule struct {
 	tenant, key, model string // "" = shared across that dimension
 	rpm, tpm, conc     int64
 	tools              int64
+	// The store keys of its counters, up to the scope: prefix, kind, index.
+	keyR, keyT, keyC, keyX string
 }
 
 // budgetRule is one [[budgets]] entry.
@@ -91,8 +95,10 @@ func New(o Options) *Limiter {
 		l.now = time.Now
 	}
 	for i, r := range cfg.Limits {
+		idx := strconv.Itoa(i) + ":"
 		l.rules = append(l.rules, rule{index: i, tenant: r.Tenant, key: r.Key, model: r.Model,
-			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute})
+			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute,
+			keyR: o.Prefix + "rl:r:" + idx, keyT: o.Prefix + "rl:t:" + idx, keyC: o.Prefix + "rl:c:" + idx, keyX: o.Prefix + "rl:x:" + idx})
 	}
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,
@@ -127,19 +133,23 @@ func matches(pattern, v string) bool {
 	return ok
 }
 
-// scope names a rule's counter: the rule, and each dimension it names.
+// scope names a rule's counter after its kind prefix: each dimension the
+// rule names (tenant, key, model), empty for the ones it shares. ok is
+// false when the rule does not apply.
 func (r *rule) scope(tenant, key, model string) (string, bool) {
 	if !matches(r.tenant, tenant) || !matches(r.key, key) || !matches(r.model, model) {
 		return "", false
 	}
-	s := strconv.Itoa(r.index)
-	for _, d := range [3][2]string{{r.tenant, tenant}, {r.key, key}, {r.model, model}} {
-		s += ":"
-		if d[0] != "" {
-			s += d[1]
-		}
+	if r.tenant == "" {
+		tenant = ""
 	}
-	return s, true
+	if r.key == "" {
+		key = ""
+	}
+	if r.model == "" {
+		model = ""
+	}
+	return tenant + ":" + key + ":" + model, true
 }
 
 // who returns the tenant and key names of r.
@@ -152,21 +162,19 @@ func who(r *pipeline.Request) (tenant, key string) {
 
 // periodKey names the spend counter of b in the period containing now, and
 // when that period ends.
-func (b *budgetRule) periodKey(prefix, tenant, key string, now time.Time) (string, time.Time) {
-	scope := "t:" + tenant
+func (l *Limiter) periodKey(b *budgetRule, tenant, key string, now time.Time) (string, time.Time) {
+	scope, who := "t:", tenant
 	if b.key != "" {
-		scope = "k:" + key
+		scope, who = "k:", key
 	}
-	now = now.UTC()
+	d := l.dayOf(now)
 	switch b.period {
 	case "day":
-		end := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-		return prefix + "spend:" + scope + ":" + now.Format("20060102"), end
+		return l.prefix + "spend:" + scope + who + ":" + d.ymd, d.dayEnd
 	case "month":
-		end := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-		return prefix + "spend:" + scope + ":" + now.Format("200601"), end
+		return l.prefix + "spend:" + scope + who + ":" + d.ym, d.monthEnd
 	default:
-		return prefix + "spend:" + scope + ":total", time.Time{}
+		return l.prefix + "spend:" + scope + who + ":total", time.Time{}
 	}
 }
 

@@ -74,7 +74,7 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 				continue
 			}
 			if s, ok := rl.scope(tenant, key, r.Model); ok {
-				adds = append(adds, addition{key: l.prefix + "rl:t:" + s, kind: kindRate, limit: rl.tpm, n: used})
+				adds = append(adds, addition{key: rl.keyT + s, kind: kindRate, limit: rl.tpm, n: used})
 			}
 		}
 	}
@@ -82,7 +82,7 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 		for i := range l.budgets {
 			b := &l.budgets[i]
 			if b.applies(tenant, key) {
-				k, end := b.periodKey(l.prefix, tenant, key, now)
+				k, end := l.periodKey(b, tenant, key, now)
 				adds = append(adds, addition{key: k, kind: kindBudget, n: micro, until: end})
 			}
 		}
@@ -106,13 +106,23 @@ func (l *Limiter) record(adds []addition) {
 
 // day returns the usage key of now's UTC day and when it expires.
 func (l *Limiter) day(now time.Time) (string, time.Time) {
-	d := now.Unix() / 86400
-	if k := l.today.Load(); k != nil && k.day == d {
-		return k.key, k.until
+	d := l.dayOf(now)
+	return d.key, d.until
+}
+
+// dayOf returns the day keys of now, built once per UTC day.
+func (l *Limiter) dayOf(now time.Time) *dayKey {
+	n := now.Unix() / 86400
+	if k := l.today.Load(); k != nil && k.day == n {
+		return k
 	}
-	k := &dayKey{day: d, key: l.prefix + "usage:" + now.UTC().Format("20060102"), until: now.Add(usageTTL)}
+	u := now.UTC()
+	k := &dayKey{day: n, key: l.prefix + "usage:" + u.Format("20060102"), until: now.Add(usageTTL),
+		ymd: u.Format("20060102"), ym: u.Format("200601"),
+		dayEnd:   time.Date(u.Year(), u.Month(), u.Day()+1, 0, 0, 0, 0, time.UTC),
+		monthEnd: time.Date(u.Year(), u.Month()+1, 1, 0, 0, 0, 0, time.UTC)}
 	l.today.Store(k)
-	return k.key, k.until
+	return k
 }
 
 // usageField is the hash-field prefix of a tenant, key and model; the

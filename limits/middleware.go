@@ -32,44 +32,13 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			tenant, key := who(r)
 			now := l.now()
 			l.countRequest(now, tenant, key, r.Model)
-			var checks []check
-			var hdrs []header
-			var slots []string
-			var warn []float64 // per check: budget warn threshold (remaining fraction), else 0
 			var est int64
-			for i := range l.rules {
-				rl := &l.rules[i]
-				s, ok := rl.scope(tenant, key, r.Model)
-				if !ok {
-					continue
+			checks := l.plan(r, now, true, func() int64 {
+				if est == 0 {
+					est = max(1, estimate(r))
 				}
-				if rl.rpm > 0 {
-					checks = append(checks, check{key: l.prefix + "rl:r:" + s, kind: kindRate, limit: rl.rpm, cost: 1})
-					hdrs, warn = append(hdrs, hdrRequests), append(warn, 0)
-				}
-				if rl.tpm > 0 {
-					if est == 0 {
-						est = max(1, estimate(r))
-					}
-					checks = append(checks, check{key: l.prefix + "rl:t:" + s, kind: kindRate, limit: rl.tpm, cost: est})
-					hdrs, warn = append(hdrs, hdrTokens), append(warn, 0)
-				}
-				if rl.conc > 0 {
-					k := l.prefix + "rl:c:" + s
-					checks = append(checks, check{key: k, kind: kindConcurrent, limit: rl.conc})
-					hdrs, warn = append(hdrs, hdrNone), append(warn, 0)
-					slots = append(slots, k)
-				}
-			}
-			for i := range l.budgets {
-				b := &l.budgets[i]
-				if !b.applies(tenant, key) {
-					continue
-				}
-				k, _ := b.periodKey(l.prefix, tenant, key, now)
-				checks = append(checks, check{key: k, kind: kindBudget, limit: b.micro})
-				hdrs, warn = append(hdrs, hdrNone), append(warn, 1-b.warnAt)
-			}
+				return est
+			})
 			if len(checks) == 0 {
 				return next.Chat(ctx, r)
 			}
@@ -80,14 +49,20 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 				}
 				return next.Chat(ctx, r)
 			}
-			l.report(r.Meta, checks, hdrs, warn, out)
+			l.report(r.Meta, checks, out)
 			if out.denied >= 0 {
 				c := checks[out.denied]
 				limited.WithLabelValues(string(rune(c.kind))).Inc()
-				return nil, denial(c, hdrs[out.denied], out.retryAfter)
+				return nil, denial(c, out.retryAfter)
 			}
 			if est > 0 {
 				ctx = context.WithValue(ctx, stateKey{}, &reqState{estimate: est, model: r.Model})
+			}
+			var slots []string
+			for _, c := range checks {
+				if c.kind == kindConcurrent {
+					slots = append(slots, c.key)
+				}
 			}
 			resp, err := next.Chat(ctx, r)
 			if len(slots) == 0 {
@@ -104,39 +79,57 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 	}
 }
 
-// Admit applies the limits and budgets to a model call a tool makes on the
-// caller's behalf (an agent tool): the call takes a request from the
-// counters of its own model, and is refused over a limit
-// or budget, like a client request. It holds no slot in flight (the client
-// request that runs the tool already does) and sets no headers.
-func (l *Limiter) Admit(r *pipeline.Request) error {
+// plan lists the counters r must pass: for each matching rule its requests,
+// its tokens (tokens() units; 0 for a call whose tokens are counted when it
+// ends) and, when slots, a slot in flight; then the matching budgets. A
+// request that matches nothing gets nil, at the cost of the matching.
+func (l *Limiter) plan(r *pipeline.Request, now time.Time, slots bool, tokens func() int64) []check {
 	tenant, key := who(r)
-	now := l.now()
 	var checks []check
-	var hdrs []header
 	for i := range l.rules {
 		rl := &l.rules[i]
 		s, ok := rl.scope(tenant, key, r.Model)
-		if !ok {
+		if !ok || (rl.rpm == 0 && rl.tpm == 0 && (rl.conc == 0 || !slots)) {
 			continue
 		}
+		if checks == nil {
+			checks = make([]check, 0, 3*len(l.rules)+len(l.budgets))
+		}
 		if rl.rpm > 0 {
-			checks, hdrs = append(checks, check{key: l.prefix + "rl:r:" + s, kind: kindRate, limit: rl.rpm, cost: 1}), append(hdrs, hdrRequests)
+			checks = append(checks, check{key: rl.keyR + s, kind: kindRate, limit: rl.rpm, cost: 1, hdr: hdrRequests})
 		}
 		if rl.tpm > 0 {
-			// Its tokens are counted when it ends (Meter); a token limit
-			// already spent refuses it now.
-			checks, hdrs = append(checks, check{key: l.prefix + "rl:t:" + s, kind: kindRate, limit: rl.tpm, cost: 0}), append(hdrs, hdrTokens)
+			var cost int64
+			if tokens != nil {
+				cost = tokens()
+			}
+			checks = append(checks, check{key: rl.keyT + s, kind: kindRate, limit: rl.tpm, cost: cost, hdr: hdrTokens})
+		}
+		if rl.conc > 0 && slots {
+			checks = append(checks, check{key: rl.keyC + s, kind: kindConcurrent, limit: rl.conc})
 		}
 	}
 	for i := range l.budgets {
 		b := &l.budgets[i]
 		if b.applies(tenant, key) {
-			k, _ := b.periodKey(l.prefix, tenant, key, now)
-			checks, hdrs = append(checks, check{key: k, kind: kindBudget, limit: b.micro}), append(hdrs, hdrNone)
+			k, _ := l.periodKey(b, tenant, key, now)
+			checks = append(checks, check{key: k, kind: kindBudget, limit: b.micro, warn: 1 - b.warnAt})
 		}
 	}
+	return checks
+}
+
+// Admit applies the limits and budgets to a model call a tool makes on the
+// caller's behalf (an agent tool): the call takes a request from the
+// counters of its own model, and is refused over a limit or budget, like a
+// client request; its tokens count when it ends (Meter). It holds no slot
+// in flight (the client request that runs the tool already does) and sets
+// no headers.
+func (l *Limiter) Admit(r *pipeline.Request) error {
+	tenant, key := who(r)
+	now := l.now()
 	l.countRequest(now, tenant, key, r.Model)
+	checks := l.plan(r, now, false, nil)
 	if len(checks) == 0 {
 		return nil
 	}
@@ -147,16 +140,17 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 	if out.denied >= 0 {
 		c := checks[out.denied]
 		limited.WithLabelValues(string(rune(c.kind))).Inc()
-		return denial(c, hdrs[out.denied], out.retryAfter)
+		return denial(c, out.retryAfter)
 	}
 	return nil
 }
 
 // report sets the x-ratelimit-* headers from the tightest counters, and
 // x-gateway-budget-remaining once a budget passed its warning threshold.
-func (l *Limiter) report(m *pipeline.Meta, checks []check, hdrs []header, warn []float64, out outcome) {
+func (l *Limiter) report(m *pipeline.Meta, checks []check, out outcome) {
 	best := [3]int{-1, -1, -1}
-	for i, h := range hdrs {
+	for i, c := range checks {
+		h := c.hdr
 		if h == hdrNone {
 			continue
 		}
@@ -174,14 +168,14 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, hdrs []header, warn [
 		m.Set("x-ratelimit-reset-"+name, out.reset[i].Round(time.Millisecond).String())
 	}
 	for i, c := range checks {
-		if c.kind == kindBudget && float64(out.remaining[i]) <= warn[i]*float64(c.limit) {
+		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
 			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
 		}
 	}
 }
 
 // denial is the 429 for the check that refused.
-func denial(c check, h header, retry time.Duration) error {
+func denial(c check, retry time.Duration) error {
 	switch c.kind {
 	case kindBudget:
 		return &pipeline.Error{Status: 429, Type: "insufficient_quota", Code: "insufficient_quota",
@@ -191,7 +185,7 @@ func denial(c check, h header, retry time.Duration) error {
 			Message: fmt.Sprintf("Too many requests in flight: limit %d. Retry when one has finished.", c.limit)}
 	}
 	what, unit := "requests", "RPM"
-	if h == hdrTokens {
+	if c.hdr == hdrTokens {
 		what, unit = "tokens", "TPM"
 	}
 	if retry < time.Millisecond {

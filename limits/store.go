@@ -20,6 +20,9 @@ type check struct {
 	kind  kind
 	limit int64
 	cost  int64 // rate: units taken now; others unused
+
+	hdr  header  // which x-ratelimit-* trio it may report
+	warn float64 // budgets: the remaining fraction below which to warn
 }
 
 // outcome is the store's answer to a Take.

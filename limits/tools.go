@@ -33,7 +33,7 @@ func (l *Limiter) ToolLimit() pipeline.ToolMiddleware {
 					continue
 				}
 				if s, ok := rl.scope(tenant, key, r.Model); ok {
-					checks = append(checks, check{key: l.prefix + "rl:x:" + s, kind: kindRate, limit: rl.tools, cost: 1})
+					checks = append(checks, check{key: rl.keyX + s, kind: kindRate, limit: rl.tools, cost: 1})
 				}
 			}
 			if len(checks) == 0 {
