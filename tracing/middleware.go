@@ -48,14 +48,17 @@ func (t *Tracer) Request() pipeline.Middleware {
 			if r.Hints.TraceParent != "" {
 				ctx = propagator.Extract(ctx, propagation.MapCarrier{"traceparent": r.Hints.TraceParent, "tracestate": r.Hints.TraceState})
 			}
-			ctx, span := t.tr.Start(ctx, "POST "+pipeline.ChatEndpoint, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(
-					semconv.HTTPRequestMethodPost, semconv.URLPath(pipeline.ChatEndpoint),
-					semconv.GenAIOperationNameChat, semconv.GenAIRequestModel(r.Model), attrStream.Bool(r.Stream),
-				))
-			if sc := span.SpanContext(); sc.IsValid() {
-				r.TraceID = sc.TraceID().String()
+			ctx, span := t.tr.Start(ctx, "POST "+pipeline.ChatEndpoint, trace.WithSpanKind(trace.SpanKindServer))
+			if !span.IsRecording() {
+				// Not sampled: the context still carries the trace for
+				// propagation, and nothing else is spent on it.
+				return next.Chat(ctx, r)
 			}
+			span.SetAttributes(
+				semconv.HTTPRequestMethodPost, semconv.URLPath(pipeline.ChatEndpoint),
+				semconv.GenAIOperationNameChat, semconv.GenAIRequestModel(r.Model), attrStream.Bool(r.Stream),
+			)
+			r.TraceID = span.SpanContext().TraceID().String()
 			ctx = context.WithValue(ctx, stateKey{}, &requestState{tried: map[string]bool{}})
 			resp, err := next.Chat(ctx, r)
 			if r.Tenant != nil {
@@ -106,12 +109,15 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 			st.tried[key] = true
 			st.mu.Unlock()
 		}
-		ctx, span := t.tr.Start(ctx, "chat "+upstream, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(
-				semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(provider),
-				semconv.GenAIRequestModel(upstream), attrAttempt.Int(attempt), attrRetry.Bool(retry),
-				attrFallback.Bool(model != "" && model != r.Model), attrStream.Bool(r.Stream),
-			))
+		ctx, span := t.tr.Start(ctx, "chat "+upstream, trace.WithSpanKind(trace.SpanKindClient))
+		if !span.IsRecording() {
+			return next.Chat(ctx, r)
+		}
+		span.SetAttributes(
+			semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(provider),
+			semconv.GenAIRequestModel(upstream), attrAttempt.Int(attempt), attrRetry.Bool(retry),
+			attrFallback.Bool(model != "" && model != r.Model), attrStream.Bool(r.Stream),
+		)
 		if t.content {
 			span.SetAttributes(attribute.String("gen_ai.input.messages", clip(gjson.GetBytes(r.Body, "messages").Raw)))
 		}
@@ -139,8 +145,11 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 func (t *Tracer) Tool() pipeline.ToolMiddleware {
 	return func(next pipeline.ToolHandler) pipeline.ToolHandler {
 		return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-			ctx, span := t.tr.Start(ctx, "execute_tool "+c.Name, trace.WithSpanKind(trace.SpanKindInternal),
-				trace.WithAttributes(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(c.Name), semconv.GenAIToolCallID(c.ID)))
+			ctx, span := t.tr.Start(ctx, "execute_tool "+c.Name, trace.WithSpanKind(trace.SpanKindInternal))
+			if !span.IsRecording() {
+				return next.CallTool(ctx, c)
+			}
+			span.SetAttributes(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(c.Name), semconv.GenAIToolCallID(c.ID))
 			if t.content {
 				span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", clip(string(c.Arguments))))
 			}
