@@ -60,7 +60,8 @@ type procs struct {
 }
 
 // start runs bin with args (which may contain "{addr}", replaced by a free
-// loopback address) and waits until the address accepts connections.
+// loopback address, or "{port}", its port) and waits until the address
+// accepts connections.
 func (p *procs) start(name, bin string, args ...string) (*child, error) {
 	addr, err := freeAddr()
 	if err != nil {
@@ -68,8 +69,11 @@ func (p *procs) start(name, bin string, args ...string) (*child, error) {
 	}
 	full := make([]string, len(args))
 	for i, a := range args {
-		if a == "{addr}" {
+		switch a {
+		case "{addr}":
 			a = addr
+		case "{port}":
+			_, a, _ = net.SplitHostPort(addr)
 		}
 		full[i] = a
 	}
