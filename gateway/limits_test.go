@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
 )
 
 // limitsConfig: tenant "team" (key sk-team) may make 5 requests a minute,
@@ -208,4 +209,47 @@ tokens_per_minute = 1000
 	if calls := h.mock.TotalCalls(); calls != 6 {
 		t.Fatalf("upstream calls %d", calls)
 	}
+}
+
+// A stream whose client did not ask for usage still counts its output
+// tokens: the gateway asks the upstream for usage and takes the usage chunk
+// out of the client's stream.
+func TestUnaskedStreamUsageIsCounted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[limits]]
+tenant = "*"
+tokens_per_minute = 1000000
+`, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: "a streamed answer", Usage: &mockllm.Usage{Prompt: 7, Completion: 11}})})
+	schema := wiretest.LoadSchema(t)
+	acc, err, _ := h.streamChat(userMsg("hi"), wiretest.Options{}, schema)
+	if err != nil || acc.Choices[0].Message.Content != "a streamed answer" {
+		t.Fatalf("stream: %v %+v", err, acc)
+	}
+	raw, _ := h.lastRaw()
+	if strings.Contains(string(raw), `"usage":{`) {
+		t.Fatalf("the client got a usage chunk it did not ask for:\n%s", raw)
+	}
+	if !gjson.GetBytes(h.mock.Requests()[0].Body, "stream_options.include_usage").Bool() {
+		t.Fatal("the upstream was not asked for usage")
+	}
+	status, _, body := getUsage(t, h.base, "")
+	if status != 200 || gjson.GetBytes(body, "total.output_tokens").Int() != 11 || gjson.GetBytes(body, "total.input_tokens").Int() != 7 {
+		t.Fatalf("usage record: %d %s", status, body)
+	}
+}
+
+func getUsage(t *testing.T, base, key string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/gateway/usage", nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
 }

@@ -353,3 +353,29 @@ amount = 0.0001
 		}
 	})
 }
+
+// tool_calls_per_minute: a call over the limit does not run; the model gets
+// an error result instead.
+func TestToolCallsPerMinute(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, "[[limits]]\ntenant = \"*\"\ntool_calls_per_minute = 2\n", newStore)
+		var ran atomic.Int64
+		h := fx.l.ToolLimit()(pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+			ran.Add(1)
+			return &pipeline.ToolResult{CallID: c.ID, Name: c.Name, Content: []byte(`{"status":"ok","data":1}`)}, nil
+		}))
+		req := &pipeline.Request{Model: "gpt-x", Tenant: &pipeline.Tenant{Name: "a"}}
+		var last *pipeline.ToolResult
+		for i := range 3 {
+			res, err := h.CallTool(context.Background(), &pipeline.ToolCall{ID: "c" + string(rune('0'+i)), Name: "calculator", Request: req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = res
+		}
+		if ran.Load() != 2 || !last.IsError || gjson.GetBytes(last.Content, "error.type").Str != "rate_limit_exceeded" {
+			t.Fatalf("ran %d, last result %s", ran.Load(), last.Content)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -23,6 +24,16 @@ var usageKey = []byte(`"usage":{`)
 // on the request's path.
 func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		// A stream whose client did not ask for usage still gets it from the
+		// upstream, so that its output tokens count; the usage chunk is
+		// taken out again on the way back.
+		strip := false
+		if r.Stream && !r.IncludeUsage && !gjson.GetBytes(r.Body, "stream_options.include_usage").Bool() {
+			if b, err := sjson.SetBytes(r.Body, "stream_options.include_usage", true); err == nil {
+				r = r.Clone()
+				r.Body, strip = b, true
+			}
+		}
 		resp, err := next.Chat(ctx, r)
 		if err != nil {
 			return resp, err
@@ -32,7 +43,7 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 			l.charge(ctx, r, t, ok)
 			return resp, nil
 		}
-		resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r}
+		resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
 		return resp, nil
 	})
 }
@@ -141,19 +152,33 @@ type meteredStream struct {
 	usage   tokens
 	seen    bool
 	charged bool
+	strip   bool // the client did not ask for usage: take it out
 }
 
 func (s *meteredStream) Next() ([]byte, error) {
-	chunk, err := s.Stream.Next()
-	if err == nil && bytes.Contains(chunk, usageKey) {
-		if t, ok := usageOf(gjson.GetBytes(chunk, "usage")); ok {
-			s.usage, s.seen = t, true
+	for {
+		chunk, err := s.Stream.Next()
+		if err == nil && bytes.Contains(chunk, usageKey) {
+			u := gjson.GetBytes(chunk, "usage")
+			if t, ok := usageOf(u); ok {
+				s.usage, s.seen = t, true
+				if s.strip {
+					// Not asked for: a usage-only chunk goes, a usage field
+					// on a chunk with content is removed.
+					if c := gjson.GetBytes(chunk, "choices"); !c.IsArray() || len(c.Array()) == 0 {
+						continue
+					}
+					if b, err := sjson.DeleteBytes(chunk, "usage"); err == nil {
+						chunk = b
+					}
+				}
+			}
 		}
+		if err == io.EOF {
+			s.end()
+		}
+		return chunk, err
 	}
-	if err == io.EOF {
-		s.end()
-	}
-	return chunk, err
 }
 
 func (s *meteredStream) Close() {
