@@ -112,12 +112,13 @@ type Tool struct {
 	URL         string            `toml:"url"`         // kind=http
 	Headers     map[string]string `toml:"headers"`     // kind=http; values may be ${ENV}
 	Model       string            `toml:"model"`       // kind=agent
-	System      string            `toml:"system"`      // kind=agent: its system prompt
+	System      string            `toml:"system"`      // kind=agent: its system prompt; builtin write_todos: the system prompt addition
 	Timeout     Duration          `toml:"timeout"`     // default tool_loop.tool_timeout
 	Concurrency int               `toml:"concurrency"` // concurrent calls; 0 = unlimited
 	Idempotent  bool              `toml:"idempotent"`  // retried on failure; results cacheable
 	CacheTTL    Duration          `toml:"cache_ttl"`   // idempotent result cache; 0 = off
 	Models      []string          `toml:"models"`      // glob patterns of models that get it; default all
+	MaxCalls    int               `toml:"max_calls"`   // calls per client request; 0 = unlimited
 }
 
 // MCPServer is an MCP tool server whose tools become server tools.
@@ -133,6 +134,9 @@ type MCPServer struct {
 	Deny    []string          `toml:"deny"`
 	Timeout Duration          `toml:"timeout"`
 	Models  []string          `toml:"models"`
+	// MaxCalls bounds the calls per client request of each of the server's
+	// tools, like tools.max_calls; 0 = unlimited.
+	MaxCalls int `toml:"max_calls"`
 }
 
 // ToolLoop holds the loop's budgets (docs/architecture.md §3).
@@ -148,6 +152,12 @@ type ToolLoop struct {
 	KeepAliveInterval       Duration `toml:"keepalive_interval"` // default 5s
 	StateTTL                Duration `toml:"state_ttl"`          // mixed-turn state; default 1h
 	StateMaxEntries         int      `toml:"state_max_entries"`  // default 10000
+	// MaxToolCalls bounds the server tool calls of one client request; a
+	// call past it is answered with an error result and not run.
+	MaxToolCalls int `toml:"max_tool_calls"` // default 50
+	// MaxModelCalls bounds the model calls one client request causes: the
+	// loop's rounds and every call a tool makes (agent tools). At least 2.
+	MaxModelCalls int `toml:"max_model_calls"` // default 25
 }
 
 // Middleware holds the settings of each middleware.

@@ -26,6 +26,15 @@ func setStr(p *string, v string) {
 // primary's window cannot hold still reaches a larger fallback.
 var DefaultModelMiddleware = []string{"fallback", "context_edit", "prompt_cache"}
 
+// DefaultMaxToolCalls and DefaultMaxModelCalls are the request-wide limits
+// of the tool loop (tool_loop.max_tool_calls, max_model_calls): a runaway
+// loop stops well before it costs much, and a loop of ten rounds with a few
+// parallel calls or an agent tool each stays inside them.
+const (
+	DefaultMaxToolCalls  = 50
+	DefaultMaxModelCalls = 25
+)
+
 // DefaultRequestMiddleware is the request layer when config lists none.
 var DefaultRequestMiddleware = []string{"policy", "limits", "cache"}
 
@@ -139,6 +148,8 @@ func (c *Config) setDefaults() {
 	setDur(&l.KeepAliveInterval, 5*time.Second)
 	setDur(&l.StateTTL, time.Hour)
 	setInt(&l.StateMaxEntries, 10000)
+	setInt(&l.MaxToolCalls, DefaultMaxToolCalls)
+	setInt(&l.MaxModelCalls, DefaultMaxModelCalls)
 	for i := range c.Tools {
 		t := &c.Tools[i]
 		if t.Timeout == 0 {

@@ -160,6 +160,15 @@ func (c *Config) validate(o *origin) error {
 				add(fmt.Sprintf("%s.models[%d]", at, j), "bad pattern %q", g)
 			}
 		}
+		if t.MaxCalls < 0 {
+			add(at+".max_calls", "must be 0 (unlimited) or more")
+		}
+	}
+	if c.ToolLoop.MaxToolCalls < 1 {
+		add("tool_loop.max_tool_calls", "must be at least 1")
+	}
+	if c.ToolLoop.MaxModelCalls < 2 {
+		add("tool_loop.max_model_calls", "must be at least 2: the first model call and a final answer")
 	}
 	mcpNames := map[string]bool{}
 	for i, s := range c.MCPServers {
@@ -191,6 +200,9 @@ func (c *Config) validate(o *origin) error {
 		}
 		if s.Timeout < 0 {
 			add(at+".timeout", "must be positive")
+		}
+		if s.MaxCalls < 0 {
+			add(at+".max_calls", "must be 0 (unlimited) or more")
 		}
 		for _, l := range []struct {
 			name string

@@ -159,6 +159,14 @@ type callState struct {
 // a chain again.
 type nestedKey struct{}
 
+// Nested reports whether ctx is that of a fallback route's model call made
+// by the fallback middleware of another route: part of the same model call,
+// not a new one (toolloop's model-call limit counts it once).
+func Nested(ctx context.Context) bool {
+	_, ok := ctx.Value(nestedKey{}).(*callState)
+	return ok
+}
+
 // Chat implements pipeline.Handler.
 func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 	if req.Route == nil {

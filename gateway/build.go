@@ -118,7 +118,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		"fallback":     fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
 	}
 	for _, m := range cfg.Models {
-		var mws []pipeline.Middleware
+		// Outermost: a tool loop's model calls are counted once each,
+		// whoever makes them (tool_loop.max_model_calls).
+		mws := []pipeline.Middleware{toolloop.ModelCallLimit}
 		for _, name := range m.Middleware {
 			mws = append(mws, modelMW[name]) // nil (not built yet) is skipped by Chain
 		}

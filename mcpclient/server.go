@@ -200,7 +200,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		}
 		out = append(out, &Tool{
 			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp",
-				Timeout: config.Duration(s.timeout), Models: s.cfg.Models},
+				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls},
 			Server: s.cfg.Name, Remote: t.Name,
 		})
 	}

@@ -62,6 +62,9 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 		}
 	}
 	resp, err := route.ModelLayer.Chat(ctx, &r)
+	if errors.Is(err, ErrModelCallLimit) {
+		return nil, &ToolError{Kind: "limit_reached", Message: "the expert was not asked: this request reached its limit of model calls (tool_loop.max_model_calls)"}
+	}
 	if err != nil {
 		return nil, &ToolError{Kind: "tool_error", Message: "the expert model failed", Detail: err}
 	}

@@ -88,6 +88,12 @@ func New(opts Options) (*Loop, error) {
 	if cfg.KeepAliveInterval <= 0 {
 		cfg.KeepAliveInterval = config.Duration(5 * time.Second)
 	}
+	if cfg.MaxToolCalls <= 0 {
+		cfg.MaxToolCalls = config.DefaultMaxToolCalls
+	}
+	if cfg.MaxModelCalls <= 0 {
+		cfg.MaxModelCalls = config.DefaultMaxModelCalls
+	}
 	opts.Loop = cfg
 	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
@@ -138,6 +144,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	ctx, elog := contextedit.WithEditLog(ctx)
 	s := l.newSession(req, p)
 	s.elog = elog
+	ctx = s.withLimits(ctx)
 	if req.Stream {
 		return s.startStream(ctx)
 	}

@@ -47,6 +47,8 @@ type session struct {
 	hintMsgs   int
 
 	elog *contextedit.EditLog // this request's context edits, for the trace
+
+	lim callLimits // tool and model calls used of the request's limits (limits.go)
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
@@ -108,6 +110,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	s.iterations++
 	s.sent = s.msgs
+	s.lim.model.round.Store(r)
 	return r, nil
 }
 
@@ -137,10 +140,11 @@ func (s *session) noteRound(r *pipeline.Request) {
 // is spent, the call becomes the final one (tool_choice "none").
 func (s *session) checkBudget() {
 	cfg := &s.l.cfg
-	reason := ""
+	reason := s.limitReason()
 	switch {
 	case s.iterations+1 >= cfg.MaxIterations:
 		reason = "max_iterations"
+	case reason != "":
 	case time.Since(s.start) >= cfg.WallTime.D():
 		reason = "wall_time"
 	case s.consecErrors >= cfg.MaxConsecutiveErrors:
@@ -197,7 +201,11 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 	for i, c := range calls {
 		tcs[i] = pipeline.ToolCall{ID: c.id, Name: c.name, Arguments: c.args, Request: s.req}
 	}
+	s.admit(tcs, results)
 	run := func(i int) {
+		if results[i] != nil {
+			return // refused by a limit
+		}
 		res, err := s.l.chain.CallTool(tctx, &tcs[i])
 		if err != nil || res == nil {
 			if err == nil {
