@@ -139,6 +139,9 @@ func (c *Config) validate(o *origin) error {
 		if t.Parameters != "" && !json.Valid([]byte(t.Parameters)) {
 			add(at+".parameters", "not valid JSON")
 		}
+		if t.System != "" && t.Kind != "agent" && !(t.Kind == "builtin" && t.Builtin == "write_todos") {
+			add(at+".system", "only for kind agent and the builtin write_todos")
+		}
 		switch t.Kind {
 		case "builtin":
 		case "http":

@@ -14,6 +14,7 @@ type builtin struct {
 	exec        executor
 	params      string
 	description string
+	prompt      string // system prompt addition when offered; the tool's system key replaces it
 }
 
 // builtins are the kind="builtin" tools, by builtin name.
@@ -27,6 +28,12 @@ var builtins = map[string]builtin{
 		exec:        execFunc(calculator),
 		params:      `{"type":"object","properties":{"expression":{"type":"string","description":"Arithmetic with + - * / ^, parentheses, decimals and unary minus"}},"required":["expression"],"additionalProperties":false}`,
 		description: "Evaluate an arithmetic expression exactly as written.",
+	},
+	todosBuiltin: {
+		exec:        execFunc(writeTodos),
+		params:      todosParams,
+		description: todosDescription,
+		prompt:      defaultTodosPrompt,
 	},
 }
 

@@ -13,5 +13,6 @@
 // registry.go and the executors (builtin.go, calc.go, httptool.go,
 // agent.go), middleware.go (the tool chain; its argument validation in
 // validate.go, its result size cap in sizecap.go), result.go (result envelopes),
-// metrics.go, state.go (the mixed-turn state hook).
+// metrics.go, state.go (the mixed-turn state hook), limits.go (per-request
+// limits on tool and model calls), todos.go (the write_todos planning tool).
 package toolloop

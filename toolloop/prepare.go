@@ -23,6 +23,7 @@ type plan struct {
 	messages    []byte // the original messages array, raw
 	clientNames []string
 	choice      choiceMode
+	todos       bool // write_todos is offered
 }
 
 // prepare decides whether the loop runs and builds the upstream body. It
@@ -80,6 +81,9 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		}
 	}
 	p.set = &toolSet{tools: tools}
+	for _, t := range tools {
+		p.todos = p.todos || t.todos
+	}
 
 	// Client tools: a name clash with a server tool is the client's error.
 	if clientTools.Exists() && !clientTools.IsArray() {
@@ -103,6 +107,14 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 	}
 
 	body := req.Body
+	if m, err := withToolPrompts(p.messages, tools); err != nil {
+		return nil, pipeline.BadRequest("messages", "messages could not be extended")
+	} else if m != nil {
+		p.messages = m
+		if body, err = sjson.SetRawBytes(body, "messages", m); err != nil {
+			return nil, pipeline.BadRequest("messages", "messages could not be extended")
+		}
+	}
 	if len(tools) > 0 {
 		var err error
 		if body, err = injectTools(body, clientTools, tools); err != nil {

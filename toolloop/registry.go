@@ -33,6 +33,8 @@ type tool struct {
 	exec    executor
 	timeout time.Duration
 	sem     chan struct{} // nil = unlimited concurrency
+	prompt  string        // added to the system prompt of requests offered the tool (write_todos)
+	todos   bool          // the write_todos builtin: its results are the request's x_gateway.todos
 }
 
 // registry holds the server tools by name: the configured ones, plus the
@@ -75,6 +77,7 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 		var (
 			exec   executor
 			params = tc.Parameters
+			prompt string
 		)
 		switch tc.Kind {
 		case "builtin":
@@ -84,9 +87,12 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 			}
 			b, ok := builtins[name]
 			if !ok {
-				return nil, fmt.Errorf("%s.builtin: unknown builtin %q (have current_time, calculator)", at, name)
+				return nil, fmt.Errorf("%s.builtin: unknown builtin %q (have current_time, calculator, write_todos)", at, name)
 			}
 			exec = b.exec
+			if prompt = b.prompt; prompt != "" && tc.System != "" {
+				prompt = tc.System
+			}
 			if params == "" {
 				params = b.params
 			}
@@ -113,6 +119,8 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s.parameters: %w", at, err)
 		}
+		t.prompt = prompt
+		t.todos = tc.Kind == "builtin" && (tc.Builtin == todosBuiltin || tc.Builtin == "" && tc.Name == todosBuiltin)
 		r.tools = append(r.tools, t)
 		r.byName[tc.Name] = t
 	}

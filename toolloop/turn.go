@@ -48,7 +48,8 @@ type session struct {
 
 	elog *contextedit.EditLog // this request's context edits, for the trace
 
-	lim callLimits // tool and model calls used of the request's limits (limits.go)
+	lim   callLimits // tool and model calls used of the request's limits (limits.go)
+	todos []byte     // the last list write_todos returned (todos.go); nil = none
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
@@ -247,6 +248,7 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 			s.consecErrors = 0
 		}
 		stop = stop || r.Stop
+		s.noteTodos(r)
 		if s.traceOn {
 			status := "ok"
 			if r.IsError {
@@ -372,13 +374,13 @@ func (s *session) end(reason string) {
 // traceJSON returns the x_gateway member, or nil when tracing is off.
 func (s *session) traceJSON() []byte {
 	if !s.traceOn {
-		return nil
+		return s.appendTodos(nil)
 	}
 	var cleared, saved, dropped int
 	if s.elog != nil {
 		cleared, saved, dropped = s.elog.Stats()
 	}
-	return s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped)
+	return s.appendTodos(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped))
 }
 
 func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }
