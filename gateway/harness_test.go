@@ -35,6 +35,8 @@ type harness struct {
 	mu   sync.Mutex
 	last *bytes.Buffer
 	hdr  http.Header
+
+	logs *lockedBuffer // the gateway's log, at every level; nil = discarded
 }
 
 // baseConfig is a gateway config with one provider "up" at the mock and a
@@ -80,11 +82,32 @@ func newHarness(t testing.TB, toml string, opts mockllm.Options) *harness {
 	return h
 }
 
+// newLoggedHarness is newHarness with the gateway's log kept in h.logs.
+func newLoggedHarness(t testing.TB, toml string, opts mockllm.Options) *harness {
+	t.Helper()
+	mock := mockllm.New(opts)
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg, err := config.Parse([]byte(strings.ReplaceAll(toml, "{{MOCK}}", mockURL)))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	h := &harness{t: t, mock: mock, mockURL: mockURL, logs: &lockedBuffer{}}
+	h.srv = h.start(cfg)
+	return h
+}
+
 func (h *harness) start(cfg *config.Config) *proxy.Server {
 	t := h.t
 	log := zerolog.New(io.Discard)
 	if testing.Verbose() {
 		log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	}
+	if h.logs != nil {
+		log = zerolog.New(h.logs)
 	}
 	rt, err := Build(cfg, log)
 	if err != nil {
