@@ -1,0 +1,34 @@
+package toolloop
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// A model call a tool makes may not take the last call of the request; the
+// loop's own round may. Outside a loop nothing is counted.
+func TestModelCallLimitReservesTheLastCall(t *testing.T) {
+	t.Parallel()
+	ok := &pipeline.Response{Body: []byte(`{}`)}
+	h := ModelCallLimit(pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return ok, nil }))
+	m := &modelCalls{max: 3}
+	ctx := context.WithValue(context.Background(), modelCallsKey{}, m)
+	round, tool := &pipeline.Request{}, &pipeline.Request{}
+	m.round.Store(round)
+	steps := []struct {
+		r    *pipeline.Request
+		fail bool
+	}{{round, false}, {tool, false}, {tool, true}, {round, false}, {round, true}}
+	for i, s := range steps {
+		_, err := h.Chat(ctx, s.r)
+		if s.fail != errors.Is(err, ErrModelCallLimit) {
+			t.Fatalf("step %d: err %v, want refused=%v", i, err, s.fail)
+		}
+	}
+	if _, err := h.Chat(context.Background(), tool); err != nil {
+		t.Fatalf("outside a loop: %v", err)
+	}
+}
