@@ -46,8 +46,13 @@ func ToolThenAnswer(tool, args, answer string) func(*Call) Turn {
 // arithmetic expression (like "2 + 3*4") and a calculator tool is offered, it
 // calls them (both, in that order, when both apply; current_time with "{}",
 // calculator with {"expression":"..."}). After tool results it summarises
-// them. Otherwise it answers "Hello from the demo model. You said: <text>".
+// them. When write_todos is offered and the message asks for a plan, it
+// plans with it (demoPlan). Otherwise it answers "Hello from the demo model.
+// You said: <text>".
 func DemoResponder(c *Call) Turn {
+	if t, ok := demoPlan(c); ok {
+		return t
+	}
 	if c.LastRole == "tool" && len(c.ToolResults) > 0 {
 		return Turn{Text: "Here is what the tools returned: " + strings.Join(c.ToolResults, "; ")}
 	}

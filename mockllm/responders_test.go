@@ -107,6 +107,16 @@ func TestDemoResponder(t *testing.T) {
 			wantCalls: []ToolCall{{Name: "current_time", Arguments: "{}"}, {Name: "calculator", Arguments: `{"expression":"(10-4)/2"}`}}},
 		{name: "tool results", call: Call{LastRole: "tool", ToolResults: []string{`{"status":"ok","data":14}`, "12:00"}},
 			wantText: `Here is what the tools returned: {"status":"ok","data":14}; 12:00`},
+		{name: "plan", call: Call{LastRole: "user", LastText: "Plan a trip", Tools: []string{"write_todos"}},
+			wantCalls: []ToolCall{{Name: "write_todos", Arguments: `{"todos":[{"content":"Outline the answer","status":"in_progress"},{"content":"Write the answer","status":"pending"}]}`}}},
+		{name: "plan not offered", call: Call{LastRole: "user", LastText: "plan a trip", Tools: both},
+			wantText: "Hello from the demo model. You said: plan a trip"},
+		{name: "plan update", call: Call{LastRole: "tool", Tools: []string{"write_todos"},
+			ToolResults: []string{`{"status":"ok","data":{"todos":[{"content":"Outline the answer","status":"in_progress"},{"content":"Write the answer","status":"pending"}]}}`}},
+			wantCalls: []ToolCall{{Name: "write_todos", Arguments: `{"todos":[{"content":"Outline the answer","status":"completed"},{"content":"Write the answer","status":"in_progress"}]}`}}},
+		{name: "plan done", call: Call{LastRole: "tool", Tools: []string{"write_todos"},
+			ToolResults: []string{`{"status":"ok","data":{"todos":[{"content":"Outline the answer","status":"completed"},{"content":"Write the answer","status":"completed"}]}}`}},
+			wantText: "Every step of the plan is completed: Outline the answer, then Write the answer."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
