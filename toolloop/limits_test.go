@@ -32,3 +32,35 @@ func TestModelCallLimitReservesTheLastCall(t *testing.T) {
 		t.Fatalf("outside a loop: %v", err)
 	}
 }
+
+// BenchmarkModelCallLimit is the cost ModelCallLimit adds to every model
+// call: a context lookup outside a loop, and a count inside one.
+func BenchmarkModelCallLimit(b *testing.B) {
+	ok := &pipeline.Response{Body: []byte(`{}`)}
+	h := ModelCallLimit(pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return ok, nil }))
+	// A context as deep as a request's inside the loop: cancel, values.
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 4 {
+		base = context.WithValue(base, benchKey(i), i)
+	}
+	r := &pipeline.Request{}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"outside a loop", base},
+		{"in a loop", context.WithValue(base, modelCallsKey{}, &modelCalls{max: 1 << 62})},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := h.Chat(tc.ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type benchKey int
