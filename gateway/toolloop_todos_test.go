@@ -148,3 +148,28 @@ func TestWriteTodosPromptAndModels(t *testing.T) {
 		t.Errorf("plain answer %s", raw)
 	}
 }
+
+// A tenant whose policy does not list write_todos gets neither the tool nor
+// its prompt on a model the tool is offered to.
+func TestWriteTodosTenantPolicy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.Replace(todosConfig, "{{SYSTEM}}", "", 1)+`
+[[keys]]
+tenant = "team"
+key = "sk-client"
+[[policies]]
+tenant = "team"
+tools = ["calculator"]
+`, mockllm.Options{Respond: planModel})
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("plan it"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := h.mock.Requests()[0].Body
+	if strings.Contains(string(body), "write_todos") || !strings.Contains(string(body), `"calculator"`) {
+		t.Errorf("the tenant's request offered write_todos or its prompt, or lost the calculator: %s", body)
+	}
+	if resp.Choices[0].FinishReason != "stop" || len(resp.Choices[0].Message.ToolCalls) != 0 {
+		t.Errorf("answer %+v", resp.Choices[0])
+	}
+}

@@ -90,8 +90,11 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 				return nil, fmt.Errorf("%s.builtin: unknown builtin %q (have current_time, calculator, write_todos)", at, name)
 			}
 			exec = b.exec
-			if prompt = b.prompt; prompt != "" && tc.System != "" {
+			switch prompt = b.prompt; {
+			case prompt != "" && tc.System != "":
 				prompt = tc.System
+			case prompt != "" && tc.Name != name:
+				prompt = strings.ReplaceAll(prompt, name, tc.Name) // the default names the tool as the model sees it
 			}
 			if params == "" {
 				params = b.params

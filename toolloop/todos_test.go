@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/llmgw/gateway/config"
@@ -76,5 +77,18 @@ func TestWithToolPrompts(t *testing.T) {
 	}
 	if got, err := withToolPrompts([]byte(`[]`), []*tool{{}}); got != nil || err != nil {
 		t.Fatalf("no prompt: %s %v", got, err)
+	}
+}
+
+// The default prompt names the tool as configured; the system key replaces it.
+func TestTodosPromptNamesTheTool(t *testing.T) {
+	t.Parallel()
+	l := newLoop(t, []config.Tool{
+		{Name: "plan", Kind: "builtin", Builtin: "write_todos"},
+		{Name: "write_todos", Kind: "builtin", System: "Mine."},
+	}, nil)
+	p, w := l.static.get("plan"), l.static.get("write_todos")
+	if !p.todos || !w.todos || !strings.Contains(p.prompt, "the plan tool") || strings.Contains(p.prompt, "write_todos") || w.prompt != "Mine." {
+		t.Fatalf("prompts %q / %q", p.prompt, w.prompt)
 	}
 }
