@@ -136,14 +136,14 @@ func TestManagerHTTP(t *testing.T) {
 	g := newGoServer(t)
 	m := Start(Options{
 		Servers: []config.MCPServer{{Name: "go", URL: "http://" + g.addr + "/mcp", Prefix: "go_",
-			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}}},
+			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}, MaxCalls: 3}},
 		MaxBackoff: 300 * time.Millisecond, KeepAlive: 200 * time.Millisecond, Logger: testLogger(t),
 	})
 	defer m.Close()
 	if got := toolNames(m); got != "go_broken,go_hello,go_weather" {
 		t.Fatalf("tools after start: %q (status %v)", got, m.Status())
 	}
-	if def := m.Lookup("go_hello"); def == nil || def.Remote != "hello" || def.Description != "says hello" || !gjson.Get(def.Parameters, "properties.x").Exists() {
+	if def := m.Lookup("go_hello"); def == nil || def.Remote != "hello" || def.Description != "says hello" || !gjson.Get(def.Parameters, "properties.x").Exists() || def.MaxCalls != 3 {
 		t.Fatalf("definition: %+v", def)
 	}
 	cases := []struct {
