@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testredis"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
@@ -65,7 +67,7 @@ func startReplicaProc(t *testing.T, bin, cfg string) *replicaProc {
 // turn A died in is sent again to B by the client, as an SDK user would.
 func TestReplicaKilledMidConversations(t *testing.T) {
 	t.Parallel()
-	redisAddr := startRedisServer(t)
+	redisAddr := testredis.Start(t).Addr()
 	bin := buildGateway(t)
 	// The first-byte delay keeps turns in flight on A when it is killed.
 	mock := mockllm.New(mockllm.Options{Respond: mixedResponder, FirstByteDelay: 100 * time.Millisecond, ChunkDelay: 5 * time.Millisecond})

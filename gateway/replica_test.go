@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testredis"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/redis/go-redis/v9"
@@ -68,27 +70,6 @@ func freeLoopback(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startRedisServer runs a real redis-server on a free loopback port for the
-// test (ended by its own process handle), or skips when it is not installed.
-func startRedisServer(t *testing.T) string {
-	t.Helper()
-	bin := "/usr/bin/redis-server"
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			t.Skip("redis-server not installed: skipping the replica test (install redis-server to run it)")
-		}
-	}
-	addr := freeLoopback(t)
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitListening(t, addr)
-	return addr
-}
-
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -137,7 +118,7 @@ func startReplica(t *testing.T, bin, cfg string) string {
 // both directions.
 func TestMixedTurnAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	redisAddr := startRedisServer(t)
+	redisAddr := testredis.Start(t).Addr()
 	bin := buildGateway(t)
 	mock := mockllm.New(mockllm.Options{Respond: mixedResponder})
 	mockURL, err := mock.ListenLoopback()
