@@ -2,17 +2,16 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/internal/testredis"
 
 	"github.com/openai/openai-go/v3"
@@ -22,52 +21,11 @@ import (
 	"github.com/llmgw/gateway/mockllm"
 )
 
-var (
-	gatewayBinOnce sync.Once
-	gatewayBin     string
-	gatewayBinErr  error
-)
-
-// TestMain removes the gateway binary built for the replica test.
+// TestMain removes the gateway binary built for the replica tests.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if gatewayBin != "" {
-		_ = os.RemoveAll(filepath.Dir(gatewayBin))
-	}
+	testproc.Cleanup()
 	os.Exit(code)
-}
-
-// buildGateway compiles cmd/gateway once per test binary into a temporary
-// directory (removed by TestMain).
-func buildGateway(t *testing.T) string {
-	t.Helper()
-	gatewayBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "llmgw-replica")
-		if err != nil {
-			gatewayBinErr = err
-			return
-		}
-		gatewayBin = filepath.Join(dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", gatewayBin, "../cmd/gateway")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			gatewayBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if gatewayBinErr != nil {
-		t.Fatal(gatewayBinErr)
-	}
-	return gatewayBin
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func waitListening(t *testing.T, addr string) {
@@ -90,7 +48,7 @@ func startReplica(t *testing.T, bin, cfg string) string {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopback(t)
+	addr := testproc.FreeAddr(t)
 	cmd := exec.Command(bin, "-config", path, "-listen", addr)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
 	if testing.Verbose() {
@@ -119,7 +77,7 @@ func startReplica(t *testing.T, bin, cfg string) string {
 func TestMixedTurnAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	redisAddr := testredis.Start(t).Addr()
-	bin := buildGateway(t)
+	bin := testproc.Gateway(t)
 	mock := mockllm.New(mockllm.Options{Respond: mixedResponder})
 	mockURL, err := mock.ListenLoopback()
 	if err != nil {
