@@ -432,25 +432,9 @@ func (st *loopStream) endRound() {
 	ensureIDs(calls)
 	st.pump()
 
-	switch {
-	case s.final:
-		finish := st.finish
-		if len(client) > 0 {
-			finish = "tool_calls"
-		} else if finish == "" || finish == "tool_calls" {
-			finish = "stop"
-		}
-		st.finishStream(finish, "answer")
-		return
-	case len(calls) == 0:
-		finish := st.finish
-		if finish == "" || finish == "tool_calls" {
-			finish = "stop"
-		}
-		st.finishStream(finish, "answer")
-		return
-	case len(server) == 0:
-		st.finishStream("tool_calls", "client_tool_calls")
+	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: st.finish}
+	if d := decide(o); d.next == stepEnd {
+		st.finishStream(d.finish, d.reason)
 		return
 	}
 	text := append([]byte(nil), st.text...)
@@ -462,23 +446,20 @@ func (st *loopStream) endRound() {
 			st.fail(r.err)
 			return
 		}
-		stopReq := s.record(server, r.results)
+		o.ran, o.stopReq = true, s.record(server, r.results)
+		d := decide(o)
 		switch {
-		case len(client) > 0:
-			s.saveHidden(st.ctx, text, calls, client, server, r.results)
-			st.finishStream("tool_calls", "client_tool_calls")
-		case s.p.choice == choiceRequired || stopReq:
-			st.emitText(resultsText(r.results))
-			reason := "tool_choice"
-			if s.p.choice != choiceRequired {
-				reason = "tool_stop"
-			}
-			st.finishStream("stop", reason)
-		default:
+		case d.next == stepNextRound:
 			s.appendTurn(text, calls, r.results)
 			s.checkBudget()
 			st.startModelCall()
+			return
+		case d.saveHidden:
+			s.saveHidden(st.ctx, text, calls, client, server, r.results)
+		case d.resultsAnswer:
+			st.emitText(resultsText(r.results))
 		}
+		st.finishStream(d.finish, d.reason)
 	})
 }
 
