@@ -117,7 +117,7 @@ func (s *session) answer(f *finalEdit, text, extra []byte, set bool) {
 }
 
 // sideTexts are the message's other texts the stream forwards from every
-// round as they come (appendTextDelta): the JSON answer carries every
+// round as they come (wire.Text events): the JSON answer carries every
 // round's too.
 var sideTexts = [3]string{"refusal", "reasoning_content", "reasoning"}
 
@@ -199,7 +199,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		set("choices.0.finish_reason", f.finish)
 	}
 	if tr := s.traceJSON(); tr != nil {
-		setRaw("x_gateway", tr[len(`,"x_gateway":`):])
+		setRaw("x_gateway", tr)
 	}
 	if err != nil {
 		return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answer could not be rewritten")
