@@ -41,7 +41,6 @@ type loopStream struct {
 	out   []byte   // arena of queued chunks
 	queue [][2]int // offsets into out
 	qpos  int
-	usage []byte // scratch for the summed usage object
 
 	state int
 	err   error
@@ -441,8 +440,9 @@ func (st *loopStream) endRound() {
 			st.fail(r.err)
 			return
 		}
-		o.ran, o.stopReq = true, s.record(server, r.results)
-		d := decide(o)
+		after := o // a copy: o stays captured by value
+		after.ran, after.stopReq = true, s.record(server, r.results)
+		d := decide(after)
 		switch {
 		case d.next == stepNextRound:
 			s.appendTurn(text, calls, r.results)
@@ -530,8 +530,8 @@ func (st *loopStream) finishStream(finish, reason string) {
 	tr := s.traceJSON()
 	if s.req.IncludeUsage {
 		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish})
-		st.usage = s.usage.appendJSON(st.usage[:0])
-		st.emit(&wire.Event{Kind: wire.Usage, Raw: st.usage, Trace: tr})
+		var buf [256]byte // the usage object, on the stack: Encode copies it
+		st.emit(&wire.Event{Kind: wire.Usage, Raw: s.usage.appendJSON(buf[:0]), Trace: tr})
 	} else {
 		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Trace: tr})
 	}
