@@ -85,17 +85,23 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// post sends body and returns the status, a header value and a copy of the
-// response body.
-func (t *target) post(body []byte, header string) (status int, hv string, respBody []byte, err error) {
+// chatRequest returns a pooled chat completions POST of body, and a pooled
+// response; the caller releases both.
+func (t *target) chatRequest(body []byte) (*fasthttp.Request, *fasthttp.Response) {
 	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + t.addr + chatPath)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.SetBodyRaw(body)
+	return req, fasthttp.AcquireResponse()
+}
+
+// post sends body and returns the status, a header value and a copy of the
+// response body.
+func (t *target) post(body []byte, header string) (status int, hv string, respBody []byte, err error) {
+	req, resp := t.chatRequest(body)
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
 	if err := t.hc.DoTimeout(req, resp, 60*time.Second); err != nil {
 		return 0, "", nil, err
 	}
@@ -144,14 +150,9 @@ var done = []byte("data: [DONE]\n\n")
 // far; returning false abandons the stream. gaps, when not nil, collects the
 // time between consecutive events.
 func (t *target) readStream(body []byte, onRead func(now time.Time, events int) bool, gaps *[]time.Duration) error {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
+	req, resp := t.chatRequest(body)
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + t.addr + chatPath)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyRaw(body)
 	if err := t.shc.Do(req, resp); err != nil {
 		return err
 	}

@@ -95,20 +95,26 @@ func printTargets(res *results) {
 	}
 }
 
-// writeResults writes results.json, results.md and chart.svg (and chart.png
-// when rsvg-convert is installed) into dir.
-func writeResults(res *results, dir string) error {
+// writeJSONAndMarkdown writes v as dir/results.json and md as
+// dir/results.md, creating dir.
+func writeJSONAndMarkdown(dir string, v any, md string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(res, "", "  ")
+	js, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(markdown(res)), 0o644); err != nil {
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644)
+}
+
+// writeResults writes results.json, results.md and chart.svg (and chart.png
+// when rsvg-convert is installed) into dir.
+func writeResults(res *results, dir string) error {
+	if err := writeJSONAndMarkdown(dir, res, markdown(res)); err != nil {
 		return err
 	}
 	svg := chartSVG(res)

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -189,17 +186,7 @@ func appendIf(f []string, cond bool, s string) []string {
 
 // writeSoakResults writes results.json and results.md into dir.
 func writeSoakResults(res *soakResults, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(soakMarkdown(res)), 0o644)
+	return writeJSONAndMarkdown(dir, res, soakMarkdown(res))
 }
 
 func soakMarkdown(res *soakResults) string {

@@ -1,13 +1,12 @@
 package caching
 
 import (
-	"github.com/llmgw/gateway/jsonstring"
 	"io"
-	"strconv"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // maxRecorded bounds the text a recorder assembles; a longer answer is
@@ -107,56 +106,31 @@ func (r *recorder) add(chunk []byte) {
 	}
 }
 
-// completion returns the assembled chat.completion, or nil when the stream
-// held something that is not replayable.
+// completion returns the assembled chat.completion (encoded by
+// wire.ChatJSON), or nil when the stream held something that is not
+// replayable.
 func (r *recorder) completion() []byte {
 	if r.bad || !r.started || r.finish == "" {
 		return nil
 	}
-	out := make([]byte, 0, len(r.content)+len(r.usage)+256)
-	out = append(out, `{"id":`...)
-	out = jsonstring.Append(out, r.id)
-	out = append(out, `,"object":"chat.completion","created":`...)
-	out = strconv.AppendInt(out, r.created, 10)
-	out = append(out, `,"model":`...)
-	out = jsonstring.Append(out, r.model)
-	out = append(out, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-	if r.hasContent && (len(r.content) > 0 || len(r.calls) == 0) {
-		out = jsonstring.Append(out, string(r.content))
-	} else {
-		out = append(out, "null"...)
-	}
-	out = append(out, `,"refusal":null`...)
-	if len(r.calls) > 0 {
-		out = append(out, `,"tool_calls":[`...)
-		for i, c := range r.calls {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, `{"id":`...)
-			out = jsonstring.Append(out, c.id)
-			out = append(out, `,"type":`...)
-			out = jsonstring.Append(out, c.typ)
-			out = append(out, `,"function":{"name":`...)
-			out = jsonstring.Append(out, c.name)
-			out = append(out, `,"arguments":`...)
-			out = jsonstring.Append(out, string(c.args))
-			out = append(out, "}}"...)
+	for _, c := range r.calls {
+		if c.typ != "function" {
+			return nil // not a function call: never stored, never replayed
 		}
-		out = append(out, ']')
 	}
-	out = append(out, `},"logprobs":null,"finish_reason":`...)
-	out = jsonstring.Append(out, r.finish)
-	out = append(out, "}]"...)
+	j := wire.NewChatJSON(wire.Header{ID: r.id, Created: r.created, Model: r.model, Fingerprint: r.fingerprint})
+	if r.hasContent {
+		j.Encode(nil, &wire.Event{Kind: wire.Text, Key: "content", Text: r.content})
+	}
+	for _, c := range r.calls {
+		j.Encode(nil, &wire.Event{Kind: wire.CallHeader, ID: c.id, Name: c.name})
+		j.Encode(nil, &wire.Event{Kind: wire.CallArgs, Text: c.args})
+	}
+	j.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: r.finish})
 	if len(r.usage) > 0 {
-		out = append(out, `,"usage":`...)
-		out = append(out, r.usage...)
+		j.Encode(nil, &wire.Event{Kind: wire.Usage, Raw: r.usage})
 	}
-	if r.fingerprint != "" {
-		out = append(out, `,"system_fingerprint":`...)
-		out = jsonstring.Append(out, r.fingerprint)
-	}
-	return append(out, '}')
+	return j.Encode(make([]byte, 0, len(r.content)+len(r.usage)+256), &wire.Event{Kind: wire.End})
 }
 
 // recordingStream passes every chunk of inner through the moment it arrives

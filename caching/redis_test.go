@@ -3,90 +3,18 @@ package caching
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testredis"
 
 	"github.com/redis/go-redis/v9"
 )
 
-const redisBinary = "/usr/bin/redis-server"
-
-// redisServer is a real redis-server on a loopback port, owned by one test.
-type redisServer struct {
-	t    testing.TB
-	port int
-	cmd  *exec.Cmd
-}
-
-// startRedis starts redis-server on a free loopback port, or skips the test
-// when the binary is absent. The server is stopped at cleanup.
-func startRedis(t testing.TB) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		bin = redisBinary
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skip("redis-server not installed: skipping the Redis store test (install redis-server to run it)")
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &redisServer{t: t, port: port}
-	s.start(bin)
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *redisServer) start(bin string) {
-	s.t.Helper()
-	s.cmd = exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", s.addr(), 100*time.Millisecond); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	s.t.Fatalf("redis-server did not listen on %s", s.addr())
-}
-
-// stop kills the server started by this test (by its own process) and waits.
-func (s *redisServer) stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
-
-func (s *redisServer) restart() {
-	s.t.Helper()
-	bin := redisBinary
-	if p, err := exec.LookPath("redis-server"); err == nil {
-		bin = p
-	}
-	s.start(bin)
-}
-
 func TestRedisStore(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	srv := testredis.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer client.Close()
 	s := NewRedisStore(client, "test:", 500*time.Millisecond)
 	ctx := context.Background()
@@ -116,8 +44,8 @@ func TestRedisStore(t *testing.T) {
 // keeps answering (bypass); after a restart on the same port caching resumes.
 func TestRedisResponseCacheSurvivesOutage(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	srv := testredis.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer client.Close()
 	store := NewRedisStore(client, "gw:", 300*time.Millisecond)
 	up := &upstream{content: "Hello there"}
@@ -143,7 +71,7 @@ func TestRedisResponseCacheSurvivesOutage(t *testing.T) {
 	ask("cold", "miss", 1)
 	ask("warm", "hit", 1)
 
-	srv.stop()
+	srv.Stop()
 	start := time.Now()
 	ask("redis down", "bypass", 2)
 	ask("redis still down", "bypass", 3)
@@ -151,7 +79,7 @@ func TestRedisResponseCacheSurvivesOutage(t *testing.T) {
 		t.Errorf("two requests with redis down took %v: the store deadline is not applied", d)
 	}
 
-	srv.restart() // empty: the old process kept its data in memory only
+	srv.Start() // empty: the old process kept its data in memory only
 	ok := false
 	for i := 0; i < 50 && !ok; i++ { // the pool reconnects on demand
 		ok = client.Ping(context.Background()).Err() == nil

@@ -184,6 +184,7 @@ func (c *Config) setDefaults() {
 	setInt(&ce.Keep, 3)
 	setStr(&ce.Placeholder, "[tool result cleared]")
 	setStr(&ce.LastResort, "error")
+	setStr(&ce.SummaryFallback, "error")
 	for i := range c.Policies {
 		setStr(&c.Policies[i].MaxTokensMode, "clamp")
 	}

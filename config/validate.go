@@ -246,8 +246,15 @@ func (c *Config) validate(o *origin) error {
 	if c.Middleware.Cache.Store == "redis" && c.Redis == nil {
 		add("middleware.cache.store", "redis needs a [redis] section")
 	}
-	if !oneOf(c.Middleware.ContextEdit.LastResort, "error", "drop_turns") {
-		add("middleware.context_edit.last_resort", "%q is not one of error, drop_turns", c.Middleware.ContextEdit.LastResort)
+	ce := c.Middleware.ContextEdit
+	if !oneOf(ce.LastResort, "error", "drop_turns", "summarize") {
+		add("middleware.context_edit.last_resort", "%q is not one of error, drop_turns, summarize", ce.LastResort)
+	}
+	if !oneOf(ce.SummaryFallback, "error", "drop_turns") {
+		add("middleware.context_edit.summary_fallback", "%q is not one of error, drop_turns", ce.SummaryFallback)
+	}
+	if ce.LastResort == "summarize" && !models[ce.SummaryModel] {
+		add("middleware.context_edit.summary_model", "summarize needs a configured model, not %q", ce.SummaryModel)
 	}
 
 	tenants := map[string]bool{}

@@ -76,10 +76,20 @@ func (t *transcript) drop(cut int) []uint64 {
 	return hashes
 }
 
+// insert writes raw (a message) before msgs[i] when the transcript is built.
+func (t *transcript) insert(i int, raw string) {
+	if t.inserts == nil {
+		t.inserts = map[int]string{}
+	}
+	t.inserts[i] = raw
+	t.changed = true
+}
+
 // redrop re-applies a logged drop: when the first kept non-system messages
 // are exactly the logged ones and cutting after them is still valid, they are
-// dropped; otherwise (the transcript was already edited, or differs) nothing.
-func (t *transcript) redrop(group []uint64) {
+// dropped, and the drop's summary (if any) takes their place; otherwise (the
+// transcript was already edited, or differs) nothing.
+func (t *transcript) redrop(group []uint64, summary string) {
 	k := 0
 	cut := -1
 	for i := range t.msgs {
@@ -102,6 +112,9 @@ func (t *transcript) redrop(group []uint64) {
 	for _, c := range t.cutPoints() {
 		if c == cut {
 			t.drop(cut)
+			if summary != "" {
+				t.insert(cut, summary)
+			}
 			return
 		}
 	}

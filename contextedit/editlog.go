@@ -18,13 +18,21 @@ import (
 // with; dropped turns are keyed by a hash of the dropped messages' JSON. An
 // EditLog is safe for concurrent use.
 type EditLog struct {
-	mu      sync.Mutex
-	clears  []clearEntry
-	byID    map[string]int // tool_call_id → index in clears
-	drops   [][]uint64     // each drop: hashes of the dropped messages, oldest first
-	cleared int            // tool results cleared
-	saved   int            // tokens saved, as counted when decided
-	dropped int            // messages dropped
+	mu        sync.Mutex
+	clears    []clearEntry
+	byID      map[string]int // tool_call_id → index in clears
+	drops     []dropEntry
+	cleared   int // tool results cleared
+	saved     int // tokens saved, as counted when decided
+	dropped   int // messages dropped
+	summaries int // drops replaced by a summary
+}
+
+// dropEntry is one drop: the hashes of the dropped messages, oldest first,
+// and the summary message (raw JSON) that replaced them, if any.
+type dropEntry struct {
+	hashes  []uint64
+	summary string
 }
 
 type clearEntry struct {
@@ -142,14 +150,14 @@ func (l *EditLog) reapply(t *transcript) {
 			}
 		}
 	}
-	for _, group := range l.drops {
-		t.redrop(group)
+	for _, d := range l.drops {
+		t.redrop(d.hashes, d.summary)
 	}
 }
 
 // record adds new clears (tool message indexes in t) and a drop to the log.
 // The caller holds l.mu.
-func (l *EditLog) record(t *transcript, cleared []int, placeholder string, inputs bool, saved int, drop []uint64) {
+func (l *EditLog) record(t *transcript, cleared []int, placeholder string, inputs bool, saved int, drop []uint64, summary string) {
 	if l.byID == nil {
 		l.byID = map[string]int{}
 	}
@@ -164,8 +172,11 @@ func (l *EditLog) record(t *transcript, cleared []int, placeholder string, input
 	}
 	l.saved += saved
 	if len(drop) > 0 {
-		l.drops = append(l.drops, drop)
+		l.drops = append(l.drops, dropEntry{hashes: drop, summary: summary})
 		l.dropped += len(drop)
+		if summary != "" {
+			l.summaries++
+		}
 	}
 }
 
@@ -174,6 +185,9 @@ func (l *EditLog) header() string {
 	s := "cleared=" + strconv.Itoa(l.cleared) + ";tokens_saved=" + strconv.Itoa(l.saved)
 	if l.dropped > 0 {
 		s += ";dropped=" + strconv.Itoa(l.dropped)
+	}
+	if l.summaries > 0 {
+		s += ";summarized=" + strconv.Itoa(l.summaries)
 	}
 	return s
 }

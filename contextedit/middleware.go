@@ -21,6 +21,13 @@ const MetaHeader = "x-gateway-context-edits"
 type Options struct {
 	Config config.ContextEdit // defaults applied by config; zero values are tolerated
 	Logger zerolog.Logger
+
+	// For last_resort = "summarize": the routes (to reach the summary
+	// model), the caller's admission (policy, limits, budgets) applied to
+	// the summary call, and the store summaries are kept in.
+	Lookup func(model string) *pipeline.Route
+	Admit  func(*pipeline.Request) error
+	Store  Store
 }
 
 // settings is Options.Config made safe to use.
@@ -31,7 +38,8 @@ type settings struct {
 	exclude      map[string]bool
 	placeholder  string
 	clearInputs  bool
-	dropTurns    bool
+	dropTurns    bool        // last resort, or what summarize falls back to
+	summarize    *summarizer // last_resort = "summarize"
 }
 
 func newSettings(c config.ContextEdit) settings {
@@ -42,7 +50,7 @@ func newSettings(c config.ContextEdit) settings {
 		exclude:      map[string]bool{},
 		placeholder:  c.Placeholder,
 		clearInputs:  c.ClearToolInputs,
-		dropTurns:    c.LastResort == "drop_turns",
+		dropTurns:    c.LastResort == "drop_turns" || (c.LastResort == "summarize" && c.SummaryFallback == "drop_turns"),
 	}
 	if s.trigger <= 0 {
 		s.trigger = 0.8
@@ -64,6 +72,13 @@ func newSettings(c config.ContextEdit) settings {
 // a clone of the request.
 func New(opts Options) pipeline.Middleware {
 	s := newSettings(opts.Config)
+	if c := opts.Config; c.LastResort == "summarize" {
+		prompt := c.SummaryPrompt
+		if prompt == "" {
+			prompt = DefaultSummaryPrompt
+		}
+		s.summarize = &summarizer{model: c.SummaryModel, prompt: prompt, lookup: opts.Lookup, admit: opts.Admit, store: opts.Store}
+	}
 	return func(next pipeline.Handler) pipeline.Handler {
 		return &handler{next: next, s: s, log: opts.Logger}
 	}
@@ -199,6 +214,33 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		outcome = outcomeCleared
 	}
 	var dropped []uint64
+	summary := ""
+	if b.limit > 0 && count > b.limit && h.s.summarize != nil {
+		// Summarise the turns a drop would remove, and keep their summary
+		// in their place; fall back below when that is not possible.
+		if cut, after := t.planDrop(count, b.target); cut >= 0 {
+			text, err := h.s.summarize.summary(ctx, req, t, cut)
+			if err == nil {
+				msg := summaryMessage(text)
+				withSummary := after + c.CountText(msg) + 4
+				if withSummary <= b.limit {
+					metricLastResort.WithLabelValues(route, "summarize").Inc()
+					dropped = t.drop(cut)
+					t.insert(cut, msg)
+					summary = msg
+					saved += count - withSummary
+					count = withSummary
+					outcome = outcomeDropped
+				} else {
+					err = errNoSummary
+				}
+			}
+			if err != nil {
+				metricLastResort.WithLabelValues(route, "summarize_failed").Inc()
+				h.log.Warn().Err(err).Str("route", route).Str("summary_model", h.s.summarize.model).Msg("context could not be summarised")
+			}
+		}
+	}
 	if b.limit > 0 && count > b.limit {
 		if !h.s.dropTurns {
 			metricLastResort.WithLabelValues(route, "error").Inc()
@@ -218,7 +260,7 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		outcome = outcomeDropped
 	}
 
-	elog.record(t, cleared, h.s.placeholder, h.s.clearInputs, saved, dropped)
+	elog.record(t, cleared, h.s.placeholder, h.s.clearInputs, saved, dropped, summary)
 	if elog.cleared > 0 || elog.dropped > 0 {
 		req.Meta.Set(MetaHeader, elog.header())
 	}

@@ -20,6 +20,10 @@ type transcript struct {
 	// already the placeholder, blanking arguments that are not already blank,
 	// dropping a message.
 	changed bool
+
+	// inserts are messages (raw JSON) to write before msgs[i]: the summary
+	// of the turns dropped before i.
+	inserts map[int]string
 }
 
 // message is one entry of messages with its edit state.
@@ -232,6 +236,13 @@ func (t *transcript) build(body []byte) ([]byte, error) {
 	first := true
 	for i := range t.msgs {
 		m := &t.msgs[i]
+		if ins, ok := t.inserts[i]; ok {
+			if !first {
+				arr = append(arr, ',')
+			}
+			first = false
+			arr = append(arr, ins...)
+		}
 		if m.dropped {
 			continue
 		}

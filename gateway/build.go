@@ -112,10 +112,19 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		call = tracer.ModelCall(call)
 	}
 
+	// A model call made on the caller's behalf (agent tools, summaries)
+	// passes the caller's policy, limits and budgets.
+	admit := func(r *pipeline.Request) error {
+		if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
+			return err
+		}
+		return limiter.Admit(r)
+	}
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
-		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log}),
-		"fallback":     fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
+		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
+			Lookup: lookup, Admit: admit, Store: store}),
+		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,
@@ -137,16 +146,10 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 
 	// The request layer, ending in the tool loop.
 	loopOpts := toolloop.Options{
-		Tools:  cfg.Tools,
-		Loop:   cfg.ToolLoop,
-		Lookup: lookup,
-		// A tool's model call passes the caller's policy, limits and budgets.
-		Admit: func(r *pipeline.Request) error {
-			if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
-				return err
-			}
-			return limiter.Admit(r)
-		},
+		Tools:       cfg.Tools,
+		Loop:        cfg.ToolLoop,
+		Lookup:      lookup,
+		Admit:       admit,
 		ToolAllowed: policies.ToolAllowed,
 		ToolTrace:   policies.ToolTrace,
 		ToolMiddleware: []pipeline.ToolMiddleware{

@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testredis"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -308,64 +307,10 @@ func TestCacheSingleFlight(t *testing.T) {
 	}
 }
 
-// redisServer runs redis-server on a loopback port until stopped.
-type redisServer struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-const redisBin = "/usr/bin/redis-server"
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// start launches the server and waits (bounded) until it answers PING.
-func (s *redisServer) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(redisBin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c.Ping(context.Background()).Err() == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatal("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *redisServer) stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-		s.cmd = nil
-	}
-}
-
-func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
 func TestCacheRedisStoreFailsOpen(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(redisBin); err != nil {
-		t.Skip("redis-server is not installed")
-	}
-	rs := &redisServer{t: t, port: freePort(t)}
-	rs.start()
-	t.Cleanup(rs.stop)
-	h := newHarness(t, cacheConfig+"store = \"redis\"\n[redis]\naddr = \""+rs.addr()+"\"\ntimeout = \"300ms\"\n",
+	rs := testredis.Start(t)
+	h := newHarness(t, cacheConfig+"store = \"redis\"\n[redis]\naddr = \""+rs.Addr()+"\"\ntimeout = \"300ms\"\n",
 		mockllm.Options{Respond: numbered})
 	expect := func(step, q, header string, calls int) {
 		t.Helper()
@@ -375,18 +320,18 @@ func TestCacheRedisStoreFailsOpen(t *testing.T) {
 	}
 	expect("fill", "q1", "miss", 1)
 	expect("hit", "q1", "hit", 1)
-	rc := redis.NewClient(&redis.Options{Addr: rs.addr()})
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	keys, err := rc.Keys(context.Background(), "gw:cache:*").Result()
 	_ = rc.Close()
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("redis keys %v: %v", keys, err)
 	}
 
-	rs.stop()
+	rs.Stop()
 	expect("redis down", "q1", "bypass", 2)
 	expect("redis still down", "q1", "bypass", 3)
 
-	rs.start() // same port, empty
+	rs.Start() // same port, empty
 	expect("redis back", "q1", "miss", 4)
 	expect("caching resumed", "q1", "hit", 4)
 }

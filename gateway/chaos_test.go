@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testproc"
+	"github.com/llmgw/gateway/internal/testredis"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
@@ -33,7 +36,7 @@ func startReplicaProc(t *testing.T, bin, cfg string) *replicaProc {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopback(t)
+	addr := testproc.FreeAddr(t)
 	cmd := exec.Command(bin, "-config", path, "-listen", addr)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
 	if testing.Verbose() {
@@ -65,8 +68,8 @@ func startReplicaProc(t *testing.T, bin, cfg string) *replicaProc {
 // turn A died in is sent again to B by the client, as an SDK user would.
 func TestReplicaKilledMidConversations(t *testing.T) {
 	t.Parallel()
-	redisAddr := startRedisServer(t)
-	bin := buildGateway(t)
+	redisAddr := testredis.Start(t).Addr()
+	bin := testproc.Gateway(t)
 	// The first-byte delay keeps turns in flight on A when it is killed.
 	mock := mockllm.New(mockllm.Options{Respond: mixedResponder, FirstByteDelay: 100 * time.Millisecond, ChunkDelay: 5 * time.Millisecond})
 	mockURL, err := mock.ListenLoopback()

@@ -3,12 +3,13 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"github.com/openai/openai-go/v3/option"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testredis"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
@@ -185,7 +187,7 @@ func redisFaults(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			redisAddr := startRedisServer(t)
+			redisAddr := testredis.Start(t).Addr()
 			fp := newFaultProxy(t, t.Name()+"/redis", redisAddr)
 			h, _ := faultHarness(t, faultRedisConfig, mockllm.Options{Respond: redisResponder}, "{{REDIS}}", fp.addr())
 			tc.run(t, h, fp)

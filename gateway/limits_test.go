@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
@@ -54,7 +55,7 @@ func chatRequest(t *testing.T, base, key string) (int, http.Header, []byte) {
 func TestRateLimitAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	rs := testredis.Start(t)
-	bin := buildGateway(t)
+	bin := testproc.Gateway(t)
 	mock := mockllm.New(mockllm.Options{})
 	mockURL, err := mock.ListenLoopback()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/proxy"
 )
@@ -103,8 +104,8 @@ func TestLogsNeverCarrySecrets(t *testing.T) {
 			strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), r.Header.Get("X-Org"))
 	}))
 	t.Cleanup(upstream.Close)
-	deadRedis := freeLoopback(t) // nothing listens there
-	deadMCP := freeLoopback(t)
+	deadRedis := testproc.FreeAddr(t) // nothing listens there
+	deadMCP := testproc.FreeAddr(t)
 	cfgText := fmt.Sprintf(`
 [server]
 log_level = "debug"

@@ -5,10 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testredis"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
@@ -26,12 +27,7 @@ import (
 // Not parallel: go-redis's logger and the process's stderr are global, and
 // a test that runs beside others would capture their output too.
 func TestRedisOutageLogsThroughZerologRateLimited(t *testing.T) {
-	if _, err := os.Stat(redisBin); err != nil {
-		t.Skip("redis-server is not installed: skipping the Redis outage logging test")
-	}
-	rs := &redisServer{t: t, port: freePort(t)}
-	rs.start()
-	t.Cleanup(rs.stop)
+	rs := testredis.Start(t)
 
 	mock := mockllm.New(mockllm.Options{Respond: numbered})
 	mockURL, err := mock.ListenLoopback()
@@ -40,7 +36,7 @@ func TestRedisOutageLogsThroughZerologRateLimited(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = mock.Close() })
 	cfg, err := config.Parse([]byte(strings.ReplaceAll(cacheConfig, "{{MOCK}}", mockURL) +
-		"store = \"redis\"\n[redis]\naddr = \"" + rs.addr() + "\"\ntimeout = \"100ms\"\n"))
+		"store = \"redis\"\n[redis]\naddr = \"" + rs.Addr() + "\"\ntimeout = \"100ms\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +75,7 @@ func TestRedisOutageLogsThroughZerologRateLimited(t *testing.T) {
 
 	suppressed0 := counterValue(t, redisLinesSuppressed)
 	stderr := captureStderr(t)
-	rs.stop()
+	rs.Stop()
 	requests := 0
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); requests++ {
 		if s := chat(); s != http.StatusOK {

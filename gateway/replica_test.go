@@ -2,16 +2,17 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testproc"
+	"github.com/llmgw/gateway/internal/testredis"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -20,73 +21,11 @@ import (
 	"github.com/llmgw/gateway/mockllm"
 )
 
-var (
-	gatewayBinOnce sync.Once
-	gatewayBin     string
-	gatewayBinErr  error
-)
-
-// TestMain removes the gateway binary built for the replica test.
+// TestMain removes the gateway binary built for the replica tests.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if gatewayBin != "" {
-		_ = os.RemoveAll(filepath.Dir(gatewayBin))
-	}
+	testproc.Cleanup()
 	os.Exit(code)
-}
-
-// buildGateway compiles cmd/gateway once per test binary into a temporary
-// directory (removed by TestMain).
-func buildGateway(t *testing.T) string {
-	t.Helper()
-	gatewayBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "llmgw-replica")
-		if err != nil {
-			gatewayBinErr = err
-			return
-		}
-		gatewayBin = filepath.Join(dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", gatewayBin, "../cmd/gateway")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			gatewayBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if gatewayBinErr != nil {
-		t.Fatal(gatewayBinErr)
-	}
-	return gatewayBin
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// startRedisServer runs a real redis-server on a free loopback port for the
-// test (ended by its own process handle), or skips when it is not installed.
-func startRedisServer(t *testing.T) string {
-	t.Helper()
-	bin := "/usr/bin/redis-server"
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			t.Skip("redis-server not installed: skipping the replica test (install redis-server to run it)")
-		}
-	}
-	addr := freeLoopback(t)
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitListening(t, addr)
-	return addr
 }
 
 func waitListening(t *testing.T, addr string) {
@@ -109,7 +48,7 @@ func startReplica(t *testing.T, bin, cfg string) string {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopback(t)
+	addr := testproc.FreeAddr(t)
 	cmd := exec.Command(bin, "-config", path, "-listen", addr)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
 	if testing.Verbose() {
@@ -137,8 +76,8 @@ func startReplica(t *testing.T, bin, cfg string) string {
 // both directions.
 func TestMixedTurnAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	redisAddr := startRedisServer(t)
-	bin := buildGateway(t)
+	redisAddr := testredis.Start(t).Addr()
+	bin := testproc.Gateway(t)
 	mock := mockllm.New(mockllm.Options{Respond: mixedResponder})
 	mockURL, err := mock.ListenLoopback()
 	if err != nil {

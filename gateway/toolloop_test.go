@@ -371,3 +371,40 @@ func TestNonStreamDisconnectCancelsTools(t *testing.T) {
 		t.Fatal("the client left, but its server-side tool kept running")
 	}
 }
+
+// TestForcedFinalLengthStreamAndJSONAgree is the regression test for the
+// end-of-round divergence: the forced final round (max_iterations spent)
+// still calls only server tools and the upstream ends it with "length".
+// The stream kept "length" and the JSON answer said "stop"; both now keep
+// the upstream's "length" (the answer was cut) and drop the server calls.
+func TestForcedFinalLengthStreamAndJSONAgree(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(strings.ReplaceAll(toolConfig, "{{HTTP}}", "http://127.0.0.1:1/"), "[tool_loop]", "[tool_loop]\nmax_iterations = 2", 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		calc := []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}}
+		if gjson.GetBytes(c.Body, "tool_choice").Str == "none" {
+			return mockllm.Turn{Text: "cut", ToolCalls: calc, FinishReason: "length"}
+		}
+		return mockllm.Turn{ToolCalls: calc}
+	}})
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Choices[0].FinishReason; got != "length" || len(resp.Choices[0].Message.ToolCalls) != 0 {
+		t.Fatalf("JSON: finish_reason %q, tool calls %d; want length and none", got, len(resp.Choices[0].Message.ToolCalls))
+	}
+	acc, err, sum := h.streamChat(userMsg("go"), wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.FinishReason != "length" || len(sum.ToolCalls) != 0 || acc.Choices[0].FinishReason != "length" {
+		t.Fatalf("stream: finish_reason %q (accumulated %q), tool calls %d; want length and none", sum.FinishReason, acc.Choices[0].FinishReason, len(sum.ToolCalls))
+	}
+	if resp.Choices[0].Message.Content != acc.Choices[0].Message.Content {
+		t.Fatalf("content: JSON %q, stream %q", resp.Choices[0].Message.Content, acc.Choices[0].Message.Content)
+	}
+	if n := len(h.mock.Requests()); n != 4 {
+		t.Fatalf("model calls %d, want 2 per request", n)
+	}
+}

@@ -131,19 +131,6 @@ func (m *memoryStore) fill(out *outcome, checks []check, now time.Time) {
 	}
 }
 
-func (m *memoryStore) Release(_ context.Context, id string, keys []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, k := range keys {
-		if s := m.slots[k]; s != nil {
-			delete(s, id)
-			if len(s) == 0 {
-				delete(m.slots, k)
-			}
-		}
-	}
-}
-
 func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -157,6 +144,13 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 			}
 		case kindBudget:
 			m.spend[a.key] += a.n
+		case kindRelease:
+			if ids := m.slots[a.key]; ids != nil {
+				delete(ids, a.field)
+				if len(ids) == 0 {
+					delete(m.slots, a.key)
+				}
+			}
 		case kindUsage:
 			u := m.usage[a.key]
 			if u == nil {

@@ -68,7 +68,15 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			if len(slots) == 0 {
 				return resp, err
 			}
-			release := func() { l.store.Release(context.WithoutCancel(ctx), r.ID, slots) }
+			// Freed with the next batched write (at once in memory): no
+			// store round trip on the request's path.
+			release := func() {
+				adds := make([]addition, len(slots))
+				for i, k := range slots {
+					adds[i] = addition{key: k, kind: kindRelease, field: r.ID}
+				}
+				l.record(adds)
+			}
 			if err != nil || resp.Stream == nil {
 				release()
 				return resp, err
@@ -158,20 +166,28 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out outcome) {
 			best[h] = i
 		}
 	}
-	for h, name := range [3]string{"", "requests", "tokens"} {
+	for h := hdrRequests; h <= hdrTokens; h++ {
 		i := best[h]
 		if i < 0 {
 			continue
 		}
-		m.Set("x-ratelimit-limit-"+name, strconv.FormatInt(checks[i].limit, 10))
-		m.Set("x-ratelimit-remaining-"+name, strconv.FormatInt(out.remaining[i], 10))
-		m.Set("x-ratelimit-reset-"+name, out.reset[i].Round(time.Millisecond).String())
+		names := headerNames[h]
+		m.Set(names[0], strconv.FormatInt(checks[i].limit, 10))
+		m.Set(names[1], strconv.FormatInt(out.remaining[i], 10))
+		m.Set(names[2], out.reset[i].Round(time.Millisecond).String())
 	}
 	for i, c := range checks {
 		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
 			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
 		}
 	}
+}
+
+// headerNames are OpenAI's x-ratelimit-* headers of each trio: limit,
+// remaining, reset.
+var headerNames = [3][3]string{
+	hdrRequests: {"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+	hdrTokens:   {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
 }
 
 // denial is the 429 for the check that refused.

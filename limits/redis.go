@@ -127,14 +127,6 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 	return out, nil
 }
 
-func (s *redisStore) Release(ctx context.Context, id string, keys []string) {
-	pipe := s.rdb.Pipeline()
-	for _, k := range keys {
-		pipe.ZRem(ctx, k, id)
-	}
-	_, _ = pipe.Exec(ctx)
-}
-
 func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) error {
 	pipe := s.rdb.Pipeline()
 	for _, a := range adds {
@@ -145,6 +137,8 @@ func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) er
 			}
 		case kindBudget:
 			pipe.IncrBy(ctx, a.key, a.n)
+		case kindRelease:
+			pipe.ZRem(ctx, a.key, a.field)
 		case kindUsage:
 			for i, n := range a.row {
 				if n != 0 {

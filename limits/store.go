@@ -61,16 +61,18 @@ const (
 
 var metricNames = [numMetrics]string{"requests", "calls", "input", "output", "cached", "cost"}
 
-// kindUsage is an addition to the usage record (a hash of counters).
-const kindUsage kind = 'u'
+// kindUsage is an addition to the usage record (a hash of counters);
+// kindRelease frees the concurrency slot named field in key.
+const (
+	kindUsage   kind = 'u'
+	kindRelease kind = 'x'
+)
 
 // Store keeps the counters. Implementations are safe for concurrent use.
 type Store interface {
 	// Take passes every check or none: when one refuses, nothing is taken.
 	// id names the request's concurrency slots.
 	Take(ctx context.Context, now time.Time, id string, checks []check) (outcome, error)
-	// Release frees the request's concurrency slots.
-	Release(ctx context.Context, id string, keys []string)
 	// Add applies unchecked changes.
 	Add(ctx context.Context, now time.Time, adds []addition) error
 	// Usage returns the usage hash of each key (missing keys are empty).

@@ -32,6 +32,12 @@ const (
 // chunker produces the SSE data events of one answer, one at a time, so a
 // large answer never needs all its events in memory. Not safe for concurrent
 // use; one per stream.
+//
+// It writes its own chunks rather than the gateway's encoder (wire.ChatSSE)
+// on purpose: the mock plays an upstream, so it must send what the gateway
+// never does (interleaved or whole tool calls, a `"content":""` role delta,
+// events cut mid-write) and it is the independent side the gateway's output
+// is tested against.
 type chunker struct {
 	a       *answer
 	head    []byte // `data: {...,"choices":[`, shared by every event

@@ -44,35 +44,31 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		s.noteUsage(res[2])
 		text := []byte(res[3].String())
 		calls := callsFromMessage(res[4], len(s.p.set.tools) > 0)
-		f := finalEdit{finish: res[5].String()}
+		f := finalEdit{}
+		server, client := s.split(calls)
+		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res[5].String()}
 		if len(calls) == 0 {
-			if f.finish == "tool_calls" {
-				f.finish = "stop"
-			}
+			d := decide(o)
+			f.finish = d.finish
 			s.answer(&f, text, nil, false)
-			s.end("answer")
+			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
 		ensureIDs(calls)
-		server, client := s.split(calls)
 		if hiddenText(text, calls) {
 			// An echo of the arguments, or only whitespace before the calls:
 			// the stream never shows it, nor does the history keep it.
 			text = nil
 			f.text, f.setText = nil, true
 		}
-		if s.final || len(server) == 0 {
+		if d := decide(o); d.next == stepEnd {
 			// The forced final call's server calls are never run: drop them.
-			f.calls, f.setCalls = client, len(server) > 0
-			f.finish = "stop"
-			if len(client) > 0 {
-				f.finish = "tool_calls"
-				s.end("client_tool_calls")
-			} else {
+			f.calls, f.setCalls, f.finish = client, len(server) > 0, d.finish
+			if len(client) == 0 {
 				f.setText = true
-				s.end("answer")
 			}
 			s.answer(&f, text, nil, f.setText)
+			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
 		results, err := s.runCalls(ctx, server)
@@ -81,22 +77,18 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("")
 			return nil, err
 		}
-		stopReq := s.record(server, results)
-		if len(client) > 0 {
-			s.saveHidden(ctx, text, calls, client, server, results)
-			f.calls, f.setCalls, f.finish = client, true, "tool_calls"
-			s.answer(&f, text, nil, f.setText)
-			s.end("client_tool_calls")
-			return s.finalBody(body, f)
-		}
-		if s.p.choice == choiceRequired || stopReq {
-			reason := "tool_choice"
-			if s.p.choice != choiceRequired {
-				reason = "tool_stop"
+		o.ran, o.stopReq = true, s.record(server, results)
+		if d := decide(o); d.next == stepEnd {
+			f.finish = d.finish
+			if d.resultsAnswer {
+				s.answer(&f, text, resultsText(results), true)
+				f.calls, f.setCalls = nil, true
+			} else {
+				s.saveHidden(ctx, text, calls, client, server, results)
+				f.calls, f.setCalls = client, true
+				s.answer(&f, text, nil, f.setText)
 			}
-			s.answer(&f, text, resultsText(results), true)
-			f.calls, f.setCalls, f.finish = nil, true, "stop"
-			s.end(reason)
+			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
 		s.shown = append(s.shown, text...)
@@ -125,7 +117,7 @@ func (s *session) answer(f *finalEdit, text, extra []byte, set bool) {
 }
 
 // sideTexts are the message's other texts the stream forwards from every
-// round as they come (appendTextDelta): the JSON answer carries every
+// round as they come (wire.Text events): the JSON answer carries every
 // round's too.
 var sideTexts = [3]string{"refusal", "reasoning_content", "reasoning"}
 
@@ -207,7 +199,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		set("choices.0.finish_reason", f.finish)
 	}
 	if tr := s.traceJSON(); tr != nil {
-		setRaw("x_gateway", tr[len(`,"x_gateway":`):])
+		setRaw("x_gateway", tr)
 	}
 	if err != nil {
 		return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answer could not be rewritten")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/llmgw/gateway/wire"
 	"math"
 	"strings"
 	"testing"
@@ -110,17 +111,16 @@ func FuzzDeltaRoundTrip(f *testing.F) {
 		}
 
 		// Round trip through the normalized form the re-streamer sends
-		// (chunk.go's own delta writers).
+		// (the re-streamer's encoder, wire.ChatSSE).
 		var b accumulator
-		for i, c := range a.calls {
+		enc := wire.NewChatSSE(wire.Header{ID: "id", Model: "m"})
+		for _, c := range a.calls {
 			if !utf8.ValidString(c.name) || !utf8.ValidString(c.upID) || !utf8.Valid(c.args) {
 				return // re-encoding replaces invalid UTF-8: not a round trip
 			}
-			out := *c
-			out.outIndex, out.id = i, c.upID
-			b.add(gjson.GetBytes(appendCallHeader(nil, &out), "tool_calls.0"))
+			b.add(gjson.GetBytes(enc.Encode(nil, &wire.Event{Kind: wire.CallHeader, ID: c.upID, Name: c.name}), "choices.0.delta.tool_calls.0"))
 			for _, frag := range fragments(c.args, int(cut%16)+1) {
-				b.add(gjson.GetBytes(appendCallArgs(nil, &out, frag), "tool_calls.0"))
+				b.add(gjson.GetBytes(enc.Encode(nil, &wire.Event{Kind: wire.CallArgs, Text: frag}), "choices.0.delta.tool_calls.0"))
 			}
 		}
 		if len(b.calls) != len(a.calls) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
 )
 
@@ -36,11 +37,10 @@ type loopStream struct {
 	wg     sync.WaitGroup
 	ended  atomic.Bool // loop-end metrics recorded
 
-	w     chunkWriter
+	w     wire.ChatSSE
 	out   []byte   // arena of queued chunks
 	queue [][2]int // offsets into out
 	qpos  int
-	delta []byte // scratch for one delta object
 
 	state int
 	err   error
@@ -223,11 +223,12 @@ func (st *loopStream) push(b []byte) {
 	st.queue = append(st.queue, [2]int{start, len(st.out)})
 }
 
-// pushDelta queues a choice chunk with st.delta.
-func (st *loopStream) pushDelta(finish string, extra []byte) {
+// emit queues the chunk of e, if the stream rules let it have one.
+func (st *loopStream) emit(e *wire.Event) {
 	start := len(st.out)
-	st.out = st.w.choice(st.out, st.delta, finish, extra)
-	st.queue = append(st.queue, [2]int{start, len(st.out)})
+	if st.out = st.w.Encode(st.out, e); len(st.out) > start {
+		st.queue = append(st.queue, [2]int{start, len(st.out)})
+	}
 }
 
 // begin fixes the id/created/model of the whole response from the first
@@ -245,9 +246,8 @@ func (st *loopStream) begin(id string, created int64, model string) {
 		model = s.req.Model
 	}
 	s.id, s.created = id, created
-	st.w = newChunkWriter(id, created, model, s.req.IncludeUsage)
-	st.delta = appendRoleDelta(st.delta[:0])
-	st.pushDelta("", nil)
+	st.w.Reset(wire.Header{ID: id, Created: created, Model: model, IncludeUsage: s.req.IncludeUsage})
+	st.emit(&wire.Event{Kind: wire.Role})
 }
 
 func (st *loopStream) onChunk(ch []byte) {
@@ -299,8 +299,7 @@ func (st *loopStream) onChunk(ch []byte) {
 			}
 		case "refusal", "reasoning_content", "reasoning":
 			if v.Type == gjson.String && v.Str != "" {
-				st.delta = appendTextDelta(st.delta[:0], k.Str, appendJSONString(nil, []byte(v.Str)))
-				st.pushDelta("", nil)
+				st.emit(&wire.Event{Kind: wire.Text, Key: k.Str, Text: []byte(v.Str)})
 			}
 		case "tool_calls":
 			v.ForEach(func(_, e gjson.Result) bool {
@@ -345,10 +344,7 @@ func (st *loopStream) emitText(t []byte) {
 	if len(t) == 0 {
 		return
 	}
-	st.delta = append(st.delta[:0], `{"content":`...)
-	st.delta = appendJSONString(st.delta, t)
-	st.delta = append(st.delta, '}')
-	st.pushDelta("", nil)
+	st.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: t})
 }
 
 // pump re-streams client calls: each as one header delta then argument
@@ -382,12 +378,10 @@ func (st *loopStream) pump() {
 			ensureIDs(calls[st.emitPos : st.emitPos+1])
 			c.outIndex, c.headerSent = st.nextOut, true
 			st.nextOut++
-			st.delta = appendCallHeader(st.delta[:0], c)
-			st.pushDelta("", nil)
+			st.emit(&wire.Event{Kind: wire.CallHeader, ID: c.id, Name: c.name})
 		}
 		if len(c.args) > c.emitted {
-			st.delta = appendCallArgs(st.delta[:0], c, c.args[c.emitted:])
-			st.pushDelta("", nil)
+			st.emit(&wire.Event{Kind: wire.CallArgs, Text: c.args[c.emitted:]})
 			c.emitted = len(c.args)
 		}
 		if !st.roundEnded && !(st.emitPos < len(calls)-1 && gjson.ValidBytes(c.args)) {
@@ -432,25 +426,9 @@ func (st *loopStream) endRound() {
 	ensureIDs(calls)
 	st.pump()
 
-	switch {
-	case s.final:
-		finish := st.finish
-		if len(client) > 0 {
-			finish = "tool_calls"
-		} else if finish == "" || finish == "tool_calls" {
-			finish = "stop"
-		}
-		st.finishStream(finish, "answer")
-		return
-	case len(calls) == 0:
-		finish := st.finish
-		if finish == "" || finish == "tool_calls" {
-			finish = "stop"
-		}
-		st.finishStream(finish, "answer")
-		return
-	case len(server) == 0:
-		st.finishStream("tool_calls", "client_tool_calls")
+	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: st.finish}
+	if d := decide(o); d.next == stepEnd {
+		st.finishStream(d.finish, d.reason)
 		return
 	}
 	text := append([]byte(nil), st.text...)
@@ -462,23 +440,21 @@ func (st *loopStream) endRound() {
 			st.fail(r.err)
 			return
 		}
-		stopReq := s.record(server, r.results)
+		after := o // a copy: o stays captured by value
+		after.ran, after.stopReq = true, s.record(server, r.results)
+		d := decide(after)
 		switch {
-		case len(client) > 0:
-			s.saveHidden(st.ctx, text, calls, client, server, r.results)
-			st.finishStream("tool_calls", "client_tool_calls")
-		case s.p.choice == choiceRequired || stopReq:
-			st.emitText(resultsText(r.results))
-			reason := "tool_choice"
-			if s.p.choice != choiceRequired {
-				reason = "tool_stop"
-			}
-			st.finishStream("stop", reason)
-		default:
+		case d.next == stepNextRound:
 			s.appendTurn(text, calls, r.results)
 			s.checkBudget()
 			st.startModelCall()
+			return
+		case d.saveHidden:
+			s.saveHidden(st.ctx, text, calls, client, server, r.results)
+		case d.resultsAnswer:
+			st.emitText(resultsText(r.results))
 		}
+		st.finishStream(d.finish, d.reason)
 	})
 }
 
@@ -551,15 +527,13 @@ func (st *loopStream) finishStream(finish, reason string) {
 	if st.ended.CompareAndSwap(false, true) {
 		s.end(reason)
 	}
-	extra := s.traceJSON()
-	st.delta = append(st.delta[:0], "{}"...)
+	tr := s.traceJSON()
 	if s.req.IncludeUsage {
-		st.pushDelta(finish, nil)
-		start := len(st.out)
-		st.out = st.w.usage(st.out, &s.usage, extra)
-		st.queue = append(st.queue, [2]int{start, len(st.out)})
+		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish})
+		var buf [256]byte // the usage object, on the stack: Encode copies it
+		st.emit(&wire.Event{Kind: wire.Usage, Raw: s.usage.appendJSON(buf[:0]), Trace: tr})
 	} else {
-		st.pushDelta(finish, extra)
+		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Trace: tr})
 	}
 	st.state = stDone
 }

@@ -26,12 +26,12 @@ type traceCall struct {
 	duration time.Duration
 }
 
-// appendJSON appends `,"x_gateway":{...}` for the final response or chunk.
+// appendJSON appends the x_gateway object for the final response or chunk.
 // edits are context editing's totals for the request (see contextedit):
 // a streamed response's headers left before later rounds were edited, so
 // the trace is where a streaming client sees them.
 func (t *trace) appendJSON(dst []byte, iterations int, stop string, cleared, saved, dropped int) []byte {
-	dst = append(dst, `,"x_gateway":{"tool_calls":[`...)
+	dst = append(dst, `{"tool_calls":[`...)
 	for i, c := range t.calls {
 		if i > 0 {
 			dst = append(dst, ',')

@@ -5,61 +5,22 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	binDir    string
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testproc.Cleanup()
 	os.Exit(code)
-}
-
-// buildBinary compiles the gateway once per test binary run.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "gateway-bin"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "gateway")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // startGateway runs bin with args and waits until /healthz answers.
@@ -107,11 +68,11 @@ func chat(addr, model, key string) (int, string, error) {
 // config.toml, no keys, no network, the demo model answers; SIGTERM exits 0.
 func TestShippedConfigOffline(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
+	bin := testproc.Gateway(t)
 	if out, err := exec.Command(bin, "-check", "-config", "../../config.toml").CombinedOutput(); err != nil {
 		t.Fatalf("-check: %v\n%s", err, out)
 	}
-	addr := freeAddr(t)
+	addr := testproc.FreeAddr(t)
 	cmd := startGateway(t, bin, addr, "-config", "../../config.toml")
 	if err := exec.Command(bin, "-healthcheck", "http://"+addr+"/healthz").Run(); err != nil {
 		t.Fatalf("-healthcheck: %v", err)
@@ -130,7 +91,7 @@ func TestShippedConfigOffline(t *testing.T) {
 
 func TestCheckRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
+	bin := testproc.Gateway(t)
 	dir := t.TempDir()
 	cases := map[string]string{
 		"unknown key":   "[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n",
@@ -158,7 +119,7 @@ func TestCheckRejectsBadConfig(t *testing.T) {
 // request sees the new allow-list, and an invalid file keeps the old config.
 func TestReloadOnSIGHUP(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
+	bin := testproc.Gateway(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.toml")
 	write := func(models string) {
@@ -189,7 +150,7 @@ models = [%s]
 		}
 	}
 	write(`"demo", "other"`)
-	addr := freeAddr(t)
+	addr := testproc.FreeAddr(t)
 	cmd := startGateway(t, bin, addr, "-config", path)
 
 	// A slow stream starts on the old config.
@@ -244,7 +205,7 @@ models = [%s]
 // reads its first line, sends SIGTERM, and returns the rest of the stream.
 func demoShutdownGateway(t *testing.T, grace, chunkDelay string) (*exec.Cmd, string, string) {
 	t.Helper()
-	bin := buildBinary(t)
+	bin := testproc.Gateway(t)
 	path := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 [server]
@@ -262,7 +223,7 @@ provider = "demo"
 `, grace, chunkDelay)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testproc.FreeAddr(t)
 	cmd := startGateway(t, bin, addr, "-config", path)
 	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"a question long enough to stream for a while"}]}`))

@@ -1,12 +1,12 @@
 package gateway
 
-// One test per streaming or fallback bug that other gateways have shipped: failures
-// users keep reporting against other LLM gateways. Each test fails if this
-// gateway makes the same mistake. Tests named TestPitfall_<Short>; run them
-// with `go test -race -run Pitfall ./gateway/`. This file holds the
-// streaming tool-call pitfalls; pitfalls_fallback_test.go,
-// pitfalls_cache_test.go and pitfalls_load_test.go the others (and
-// observe/log_test.go the logger's own bounds).
+// One test per streaming, caching, fallback or load bug that other LLM
+// gateways have shipped and users keep reporting. Each test fails if this
+// gateway makes the same mistake. Tests are named TestPitfall_<Short>; run
+// them with `go test -race -run Pitfall ./gateway/`. This file holds the
+// streaming tool-call ones; stream_fallback_test.go, cache_key_test.go and
+// access_log_load_test.go the others (and observe/log_test.go the logger's
+// own bounds).
 //
 // "Progressive" checks never use a wall-clock upper bound: the upstream is
 // put behind a gate (gatedUpstream) that holds the rest of the stream until

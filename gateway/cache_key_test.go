@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/gateway/internal/testredis"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -18,7 +19,7 @@ import (
 	"github.com/llmgw/gateway/wiretest"
 )
 
-// Caching bugs other gateways shipped; see pitfalls_test.go.
+// Caching bugs other gateways shipped; see toolcall_stream_test.go.
 
 // cachePost sends a raw JSON body and returns x-gateway-cache and the
 // response body; it fails on a non-200 answer.
@@ -36,18 +37,13 @@ func (h *harness) cachePost(body string, header map[string]string) (string, []by
 // length (a fixed-size hash under a short namespace), and a hit.
 func TestPitfall_CacheKeySizeFixed(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(redisBin); err != nil {
-		t.Skip("redis-server is not installed")
-	}
-	rs := &redisServer{t: t, port: freePort(t)}
-	rs.start()
-	t.Cleanup(rs.stop)
+	rs := testredis.Start(t)
 	// gpt-big has no context window: the gateway does not count the prompt.
 	cfg := strings.Replace(tenantsConfig, "enabled = true\n", "enabled = true\nstore = \"redis\"\n", 1) +
-		"[[models]]\nname = \"gpt-big\"\nprovider = \"up\"\nupstream = \"up-big\"\n[redis]\naddr = \"" + rs.addr() + "\"\n"
+		"[[models]]\nname = \"gpt-big\"\nprovider = \"up\"\nupstream = \"up-big\"\n[redis]\naddr = \"" + rs.Addr() + "\"\n"
 	h := newHarness(t, cfg, mockllm.Options{Respond: numbered})
 	huge := strings.Repeat("ünïcødé payload ", 1<<20/18) // about 1 MB of JSON
-	rc := redis.NewClient(&redis.Options{Addr: rs.addr()})
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	t.Cleanup(func() { _ = rc.Close() })
 	lengths := map[string]int{}
 	for _, c := range []struct{ name, content, key string }{

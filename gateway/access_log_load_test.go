@@ -21,7 +21,7 @@ import (
 	"github.com/llmgw/gateway/proxy"
 )
 
-// Load and memory bugs other gateways shipped; see pitfalls_test.go and
+// Load and memory bugs other gateways shipped; see toolcall_stream_test.go and
 // observe/log_test.go.
 
 // stuckSink is a log sink whose Write blocks until unblock; it counts the

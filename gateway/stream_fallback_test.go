@@ -18,7 +18,7 @@ import (
 	"github.com/llmgw/gateway/wiretest"
 )
 
-// Fallback bugs other gateways shipped; see pitfalls_test.go.
+// Fallback bugs other gateways shipped; see toolcall_stream_test.go.
 
 // fallbackLoopConfig is fallbackConfig with a server tool, so that chat
 // requests take the tool loop (whose upstream rounds go through the same

@@ -1,0 +1,174 @@
+package contextedit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// DefaultSummaryPrompt is the summary model's system prompt when
+// summary_prompt is not set.
+const DefaultSummaryPrompt = "You condense the earlier part of a conversation between a user and an AI assistant " +
+	"so that the assistant can continue it without the original messages. Keep every fact, decision, " +
+	"number, name, file, tool result and open question that later turns may need; drop pleasantries. " +
+	"Write plain prose or short bullet points, in the conversation's language, at most about 400 words."
+
+// summaryPrefix opens the message that replaces the summarised turns.
+const summaryPrefix = "Summary of the earlier conversation (older messages were replaced by this summary):\n"
+
+// Summary limits: the transcript sent to the summary model, and how long a
+// summary is kept for later rounds and requests of the same conversation.
+const (
+	maxSummaryInput = 256 << 10
+	summaryTTL      = 24 * time.Hour
+)
+
+// Store keeps summaries, keyed by the summarised messages, so that every
+// round and every later request of a conversation sends the same summary
+// (and the provider's cached prefix survives). The response cache's stores
+// satisfy it. Implementations are safe for concurrent use.
+type Store interface {
+	Get(ctx context.Context, key string) ([]byte, bool, error)
+	Set(ctx context.Context, key string, val []byte, ttl time.Duration) error
+}
+
+// summarizer writes summaries with a model behind the gateway.
+type summarizer struct {
+	model  string
+	prompt string
+	lookup func(string) *pipeline.Route
+	admit  func(*pipeline.Request) error
+	store  Store
+}
+
+var errNoSummary = errors.New("contextedit: no summary")
+
+// summary returns the summary of the non-system messages of t before cut:
+// from the store when these messages were summarised before, else from the
+// summary model (then stored). The summary call is made on the caller's
+// behalf: it passes the caller's policy (admit) and the summary model's
+// whole model-call layer (fallback, limits, metering).
+func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int) (string, error) {
+	text := s.transcriptText(t, cut)
+	key := s.key(t, cut)
+	if s.store != nil {
+		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 {
+			return string(v), nil
+		}
+	}
+	route := (*pipeline.Route)(nil)
+	if s.lookup != nil {
+		route = s.lookup(s.model)
+	}
+	if route == nil || route.ModelLayer == nil {
+		return "", errNoSummary
+	}
+	body := make([]byte, 0, len(text)+len(s.prompt)+160)
+	body = append(body, `{"model":`...)
+	body = jsonstring.Append(body, s.model)
+	body = append(body, `,"stream":false,"messages":[{"role":"system","content":`...)
+	body = jsonstring.Append(body, s.prompt)
+	body = append(body, `},{"role":"user","content":`...)
+	body = jsonstring.Append(body, text)
+	body = append(body, `}]}`...)
+	r := &pipeline.Request{ID: req.ID, Start: req.Start, Body: body, Model: s.model, Route: route,
+		Tenant: req.Tenant, Meta: &pipeline.Meta{}} // its own headers: never the client's
+	if s.admit != nil {
+		if err := s.admit(r); err != nil {
+			return "", err
+		}
+	}
+	// The summary call is its own conversation: not the caller's edit log
+	// (held by the caller right now) nor its prompt hint.
+	sctx := context.WithValue(context.WithValue(ctx, logKey{}, (*EditLog)(nil)), hintKey{}, promptHint{})
+	resp, err := route.ModelLayer.Chat(sctx, r)
+	if err != nil {
+		return "", err
+	}
+	if resp.Stream != nil {
+		resp.Stream.Close()
+		return "", errNoSummary
+	}
+	out := strings.TrimSpace(gjson.GetBytes(resp.Body, "choices.0.message.content").String())
+	if out == "" {
+		return "", errNoSummary
+	}
+	if s.store != nil {
+		_ = s.store.Set(context.WithoutCancel(ctx), key, []byte(out), summaryTTL)
+	}
+	return out, nil
+}
+
+// key names the summary of the messages before cut under this model and
+// prompt.
+func (s *summarizer) key(t *transcript, cut int) string {
+	h := sha256.New()
+	h.Write([]byte(s.model))
+	h.Write([]byte{0})
+	h.Write([]byte(s.prompt))
+	for i := 0; i < cut; i++ {
+		m := &t.msgs[i]
+		if m.dropped || isSystem(m.role) {
+			continue
+		}
+		h.Write([]byte{0})
+		h.Write([]byte(m.raw.Raw))
+	}
+	return "summary:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// transcriptText renders the messages to summarise as plain text for the
+// summary model, bounded by maxSummaryInput (the newest part is kept).
+func (s *summarizer) transcriptText(t *transcript, cut int) string {
+	var b strings.Builder
+	for i := 0; i < cut; i++ {
+		m := &t.msgs[i]
+		if m.dropped || isSystem(m.role) {
+			continue
+		}
+		b.WriteString(m.role)
+		if m.role == "tool" && m.name != "" {
+			b.WriteString(" (" + m.name + ")")
+		}
+		b.WriteString(": ")
+		b.WriteString(contentText(m.content))
+		for _, c := range m.calls {
+			b.WriteString("\n[called " + c.name + " with " + c.input.String() + "]")
+		}
+		b.WriteString("\n\n")
+	}
+	out := b.String()
+	if len(out) > maxSummaryInput {
+		out = out[len(out)-maxSummaryInput:]
+	}
+	return out
+}
+
+// contentText is a message content's text: the string, or its text parts.
+func contentText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var parts []string
+	c.ForEach(func(_, p gjson.Result) bool {
+		if t := p.Get("text"); t.Type == gjson.String {
+			parts = append(parts, t.Str)
+		}
+		return true
+	})
+	return strings.Join(parts, "\n")
+}
+
+// summaryMessage is the JSON of the user message that carries a summary.
+func summaryMessage(summary string) string {
+	b := append([]byte(`{"role":"user","content":`), jsonstring.Append(nil, summaryPrefix+summary)...)
+	return string(append(b, '}'))
+}

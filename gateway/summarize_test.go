@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// summarizeConfig: gpt-x has a 1000-token window; when clearing tool results
+// is not enough, the oldest turns are summarised by "summarizer".
+const summarizeConfig = `
+[server]
+log_level = "warn"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 0
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "up-model"
+context_window = 1000
+[[models]]
+name = "summarizer"
+provider = "up"
+upstream = "up-sum"
+context_window = 100000
+[[tools]]
+name = "calculator"
+kind = "builtin"
+parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"],"additionalProperties":false}'
+[middleware.context_edit]
+last_resort = "summarize"
+summary_model = "summarizer"
+`
+
+// longHistory is a conversation of about 2000 tokens: eight long turns, a
+// tool call and its result in the middle, and a short latest question.
+func longHistory() []openai.ChatCompletionMessageParamUnion {
+	para := func(n int) string {
+		return fmt.Sprintf("Turn %d: ", n) + strings.Repeat(fmt.Sprintf("the fox %d crossed the river near the old mill; ", n), 18)
+	}
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are terse.")}
+	for i := 0; i < 8; i++ {
+		msgs = append(msgs, openai.UserMessage(para(2*i)))
+		if i == 3 {
+			call := openai.ChatCompletionMessageParamUnion{OfAssistant: &openai.ChatCompletionAssistantMessageParam{
+				ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: "call_old", Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "calculator", Arguments: `{"expression":"1+1"}`},
+				}}},
+			}}
+			msgs = append(msgs, call, openai.ToolMessage(`{"status":"ok","data":2}`, "call_old"))
+		}
+		msgs = append(msgs, openai.AssistantMessage(para(2*i+1)))
+	}
+	return append(msgs, openai.UserMessage("And what is 6*7?"))
+}
+
+// summarizeResponder: the summarizer answers a fixed summary (counting its
+// calls); gpt-x calls the calculator once, then answers.
+func summarizeResponder(summaries *atomic.Int64, failSummary bool) func(*mockllm.Call) mockllm.Turn {
+	return func(c *mockllm.Call) mockllm.Turn {
+		if c.Model == "up-sum" {
+			summaries.Add(1)
+			if failSummary {
+				return mockllm.Turn{Fault: mockllm.StatusFault(500, "", "summarizer down")}
+			}
+			return mockllm.Turn{Text: "SUMMARY: foxes crossed rivers; the calculator said 2."}
+		}
+		if c.LastRole == "user" {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+		}
+		return mockllm.Turn{Text: "42."}
+	}
+}
+
+// Every upstream round of gpt-x got the summary in place of the old turns,
+// kept the system message and the latest question, and a valid pairing (the
+// mock rejects a broken one); one summary call served both rounds and the
+// repeated request.
+func TestSummarizeWhenEditingIsNotEnough(t *testing.T) {
+	t.Parallel()
+	var summaries atomic.Int64
+	h := newHarness(t, summarizeConfig, mockllm.Options{Respond: summarizeResponder(&summaries, false),
+		ContextWindow: map[string]int{"up-model": 1000}})
+	params := openai.ChatCompletionNewParams{Model: "gpt-x", Messages: longHistory()}
+	resp, err := h.client.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != "42." {
+		t.Fatalf("answer %q", resp.Choices[0].Message.Content)
+	}
+	_, hdr := h.lastRaw()
+	if !strings.Contains(hdr.Get("X-Gateway-Context-Edits"), "summarized=1") {
+		t.Fatalf("x-gateway-context-edits %q", hdr.Get("X-Gateway-Context-Edits"))
+	}
+	// The streamed form of the same conversation: same summary, from the store.
+	schema := wiretest.LoadSchema(t)
+	acc, err, _ := h.streamChat(params, wiretest.Options{}, schema)
+	if err != nil || acc.Choices[0].Message.Content != "42." {
+		t.Fatalf("stream: %v %q", err, acc.Choices[0].Message.Content)
+	}
+	if n := summaries.Load(); n != 1 {
+		t.Fatalf("%d summary calls for one conversation", n)
+	}
+	rounds := 0
+	for _, r := range h.mock.Requests() {
+		if r.Model != "up-model" {
+			continue
+		}
+		rounds++
+		msgs := gjson.GetBytes(r.Body, "messages").Array()
+		if msgs[0].Get("role").Str != "system" || !strings.HasPrefix(msgs[1].Get("content").Str, "Summary of the earlier conversation") ||
+			!strings.Contains(msgs[1].Get("content").Str, "SUMMARY: foxes") {
+			t.Fatalf("round %d starts %s / %s", rounds, msgs[0].Raw, msgs[1].Raw)
+		}
+		if strings.Contains(string(r.Body), "Turn 0:") || !strings.Contains(string(r.Body), "And what is 6*7?") {
+			t.Fatalf("round %d kept the oldest turn or lost the question", rounds)
+		}
+	}
+	if rounds != 4 { // two rounds (tool call, answer), JSON and stream
+		t.Fatalf("%d upstream rounds", rounds)
+	}
+}
+
+// Without a summary (the summarizer fails), summarize falls back to
+// summary_fallback: drop_turns answers, error refuses with
+// context_length_exceeded.
+func TestSummarizeFallback(t *testing.T) {
+	t.Parallel()
+	for _, fallback := range []string{"drop_turns", "error"} {
+		t.Run(fallback, func(t *testing.T) {
+			t.Parallel()
+			var summaries atomic.Int64
+			h := newHarness(t, summarizeConfig+"summary_fallback = \""+fallback+"\"\n",
+				mockllm.Options{Respond: summarizeResponder(&summaries, true), ContextWindow: map[string]int{"up-model": 1000}})
+			resp, err := h.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-x", Messages: longHistory()})
+			if summaries.Load() == 0 {
+				t.Fatal("the summarizer was never asked")
+			}
+			switch fallback {
+			case "drop_turns":
+				if err != nil || resp.Choices[0].Message.Content != "42." {
+					t.Fatalf("drop_turns fallback: %v", err)
+				}
+				for _, r := range h.mock.Requests() {
+					if r.Model == "up-model" && (strings.Contains(string(r.Body), "Turn 0:") || strings.Contains(string(r.Body), "Summary of")) {
+						t.Fatal("turns were neither dropped nor left unsummarised")
+					}
+				}
+			case "error":
+				var apiErr *openai.Error
+				if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "context_length_exceeded" {
+					t.Fatalf("error fallback: %v", err)
+				}
+			}
+		})
+	}
+}

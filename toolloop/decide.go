@@ -1,0 +1,63 @@
+package toolloop
+
+// step is what the loop does after a round (or after its server calls ran).
+type step uint8
+
+const (
+	stepEnd       step = iota // the response ends: finish and reason are set
+	stepRunTools              // run the round's server calls, then decide again with ran set
+	stepNextRound             // append the turn and call the model again
+)
+
+// roundOutcome is what a round produced, as far as its end is concerned.
+type roundOutcome struct {
+	final    bool   // the forced final call (tool_choice "none")
+	server   int    // server calls in the round
+	client   int    // client calls in the round
+	required bool   // plan.choice == choiceRequired
+	ran      bool   // the server calls have run
+	stopReq  bool   // a server result asked to stop (only with ran)
+	upstream string // the upstream's finish_reason ("" when it sent none)
+}
+
+// decision is the end-of-round rule's answer.
+type decision struct {
+	next   step
+	finish string // the client's finish_reason (with stepEnd)
+	reason string // session.end's stop reason (with stepEnd)
+	// resultsAnswer: the server results' text is the answer (tool_choice
+	// required, or a stop result).
+	resultsAnswer bool
+	// saveHidden: a mixed turn; its hidden server part is kept for the
+	// client's follow-up.
+	saveHidden bool
+}
+
+// decide is the one end-of-round rule both loops follow (docs/wire.md
+// rule 12): "tool_calls" if and only if client calls were shown, and the
+// upstream's own reason otherwise ("length", "content_filter"), with
+// "tool_calls" and a missing reason turned into "stop". A forced final
+// round never runs its server calls. Pure: the stream and the JSON answer
+// call it with the same outcome and so cannot disagree.
+func decide(o roundOutcome) decision {
+	answer := o.upstream
+	if answer == "" || answer == "tool_calls" {
+		answer = "stop"
+	}
+	switch {
+	case o.final || o.server == 0:
+		if o.client > 0 {
+			return decision{finish: "tool_calls", reason: "client_tool_calls"}
+		}
+		return decision{finish: answer, reason: "answer"}
+	case !o.ran:
+		return decision{next: stepRunTools}
+	case o.client > 0:
+		return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: true}
+	case o.required:
+		return decision{finish: "stop", reason: "tool_choice", resultsAnswer: true}
+	case o.stopReq:
+		return decision{finish: "stop", reason: "tool_stop", resultsAnswer: true}
+	}
+	return decision{next: stepNextRound}
+}

@@ -1,0 +1,69 @@
+package wire
+
+// Kind says what an Event carries.
+type Kind uint8
+
+const (
+	// Role opens the assistant message. It comes first, once.
+	Role Kind = iota
+	// Text is a fragment of one of the message's texts: Key names it
+	// ("content", "refusal", "reasoning_content", "reasoning").
+	Text
+	// CallHeader starts a client tool call: ID and the complete Name.
+	// Calls are numbered 0, 1, 2… in the order their headers come.
+	CallHeader
+	// CallArgs is a fragment of the arguments of the last call started.
+	// Every fragment of a call comes before the next call's header.
+	CallArgs
+	// Finish ends the choice with Finish as its finish_reason.
+	Finish
+	// Usage carries the response's usage object (Raw), after Finish.
+	Usage
+	// End closes the response: nothing follows it.
+	End
+)
+
+// Event is one step of a response's neutral output. The encoders copy what
+// they keep, so the caller may reuse an Event and its slices once the call
+// returns.
+type Event struct {
+	Kind Kind
+	Key  string // Text: the message field the fragment belongs to
+	Text []byte // Text, CallArgs: the fragment, unescaped
+	ID   string // CallHeader
+	Name string // CallHeader
+	// Finish is the finish_reason of a Finish event.
+	Finish string
+	// Raw is the usage JSON object of a Usage event.
+	Raw []byte
+	// Trace, when set, is the x_gateway object. It goes on the last chunk
+	// of a stream (Usage when usage was asked for, else Finish) or on the
+	// JSON answer.
+	Trace []byte
+}
+
+// Header is what every part of one response repeats: the id, created and
+// model the client sees, the upstream's system_fingerprint when known, and
+// whether the client asked for usage (stream_options.include_usage).
+type Header struct {
+	ID           string
+	Created      int64
+	Model        string
+	Fingerprint  string
+	IncludeUsage bool
+}
+
+// Encoder turns a response's events into one output form. Encode appends
+// the bytes e produces to dst and returns the extended slice: one
+// chat.completion.chunk for ChatSSE, nothing until End for the forms that
+// build one object. An event the form's rules do not allow (a second role,
+// anything after Finish but Usage, usage not asked for) appends nothing.
+// An Encoder serves one response; it is not safe for concurrent use.
+type Encoder interface {
+	Encode(dst []byte, e *Event) []byte
+}
+
+var (
+	_ Encoder = (*ChatSSE)(nil)
+	_ Encoder = (*ChatJSON)(nil)
+)
