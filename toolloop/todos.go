@@ -157,14 +157,15 @@ func (s *session) noteTodos(r *pipeline.ToolResult) {
 	}
 }
 
-// appendTodos adds "todos" to the x_gateway object tr (`,"x_gateway":{...}`),
-// or returns tr unchanged when no list was written.
+// appendTodos adds "todos" to the x_gateway object tr, or returns tr
+// unchanged when no list was written. A nil tr (no trace) becomes an object
+// of its own.
 func (s *session) appendTodos(tr []byte) []byte {
 	if s.todos == nil {
 		return tr
 	}
 	if tr == nil {
-		tr = append(tr, `,"x_gateway":{`...)
+		tr = append(tr, '{')
 	} else {
 		tr = append(tr[:len(tr)-1], ',')
 	}

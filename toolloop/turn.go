@@ -371,7 +371,8 @@ func (s *session) end(reason string) {
 	metricLoopEnd.WithLabelValues(s.stop).Inc()
 }
 
-// traceJSON returns the x_gateway object, or nil when tracing is off.
+// traceJSON returns the x_gateway object, or nil when tracing is off and
+// write_todos wrote no list.
 func (s *session) traceJSON() []byte {
 	if !s.traceOn {
 		return s.appendTodos(nil)
