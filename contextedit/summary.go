@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -87,8 +88,9 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 		}
 	}
 	// The summary call is its own conversation: not the caller's edit log
-	// (held by the caller right now) nor its prompt hint.
-	sctx := context.WithValue(context.WithValue(ctx, logKey{}, (*EditLog)(nil)), hintKey{}, promptHint{})
+	// (held by the caller right now) nor its prompt hint, and its own model
+	// call even under a fallback route's call (fallback.NewCall).
+	sctx := fallback.NewCall(context.WithValue(context.WithValue(ctx, logKey{}, (*EditLog)(nil)), hintKey{}, promptHint{}))
 	resp, err := route.ModelLayer.Chat(sctx, r)
 	if err != nil {
 		return "", err

@@ -163,8 +163,19 @@ type nestedKey struct{}
 // by the fallback middleware of another route: part of the same model call,
 // not a new one (toolloop's model-call limit counts it once).
 func Nested(ctx context.Context) bool {
-	_, ok := ctx.Value(nestedKey{}).(*callState)
-	return ok
+	st, _ := ctx.Value(nestedKey{}).(*callState)
+	return st != nil
+}
+
+// NewCall returns ctx for a model call of its own made while another call
+// is prepared (a summary written by context editing): under a fallback
+// route's call it is not part of that call, so it walks its own model's
+// fallbacks with its own deadline and counts as a model call.
+func NewCall(ctx context.Context) context.Context {
+	if !Nested(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, nestedKey{}, (*callState)(nil))
 }
 
 // Chat implements pipeline.Handler.
@@ -172,7 +183,7 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	if req.Route == nil {
 		return h.next.Chat(ctx, req)
 	}
-	if st, ok := ctx.Value(nestedKey{}).(*callState); ok {
+	if st, _ := ctx.Value(nestedKey{}).(*callState); st != nil {
 		return h.tryRoute(ctx, st, req, req.Route)
 	}
 
