@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
 
@@ -38,8 +40,8 @@ max_calls = 2
 // limitRun is what one request of a limits test saw.
 type limitRun struct {
 	content string
-	xg      gjson.Result // x_gateway
-	results []string     // the tool results every model call received, in order
+	xg      gjson.Result   // x_gateway
+	results []string       // the tool results every model call received, in order
 	calls   map[string]int // upstream requests by upstream model
 }
 
@@ -266,6 +268,44 @@ func TestToolLoopLimitsConfig(t *testing.T) {
 			_, err := config.Parse([]byte(strings.Replace(loopLimitsConfig, "{{LIMITS}}", tc.toml, 1)))
 			if err == nil || !strings.Contains(err.Error(), tc.key) {
 				t.Fatalf("err %v, want one naming %s", err, tc.key)
+			}
+		})
+	}
+}
+
+// A summary written by context editing inside a round is a model call of
+// the request: with max_model_calls = 3, round 1 and its summary leave one
+// call, so round 2 is the final one.
+func TestToolLoopMaxModelCallsCountsSummaries(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			t.Parallel()
+			var summaries atomic.Int64
+			h := newHarness(t, summarizeConfig+"[tool_loop]\nmax_model_calls = 3\n", mockllm.Options{
+				Respond: summarizeResponder(&summaries, false), ContextWindow: map[string]int{"up-model": 1000}})
+			params := openai.ChatCompletionNewParams{Model: "gpt-x", Messages: longHistory()}
+			trace := option.WithHeader("x-gateway-tool-trace", "1")
+			var xg gjson.Result
+			if stream {
+				_, err, sum := h.streamChat(params, wiretest.Options{}, wiretest.LoadSchema(t), trace)
+				if err != nil {
+					t.Fatal(err)
+				}
+				xg = gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "x_gateway")
+			} else {
+				if _, err := h.client.Chat.Completions.New(context.Background(), params, trace); err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := h.lastRaw()
+				xg = gjson.GetBytes(raw, "x_gateway")
+			}
+			if got := xg.Get("stop_reason").Str; got != "max_model_calls" {
+				t.Errorf("stop_reason %q, want max_model_calls (x_gateway %s)", got, xg.Raw)
+			}
+			reqs := h.mock.Requests()
+			if summaries.Load() != 1 || len(reqs) != 3 || gjson.GetBytes(reqs[len(reqs)-1].Body, "tool_choice").Str != "none" {
+				t.Errorf("%d summaries, %d upstream calls; want 1 and 3, the last with tool_choice none", summaries.Load(), len(reqs))
 			}
 		})
 	}
