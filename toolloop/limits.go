@@ -25,6 +25,7 @@ type callLimits struct {
 	perTool   []int // by index in the plan's tool set; nil when no offered tool has max_calls
 	scanned   bool  // perTool decided
 	model     modelCalls
+	ctx       limitCtx // the request's context with model (withLimits)
 }
 
 // modelCalls counts the model calls of one client request. It travels in
@@ -42,6 +43,23 @@ type modelCalls struct {
 }
 
 type modelCallsKey struct{}
+
+// limitCtx is a request's context carrying its model-call counter. It lives
+// in the session, so the counter travels without an allocation of its own:
+// Value answers modelCallsKey and defers every other key, and Done, Err and
+// Deadline, to the request's context (so context.WithCancel on it still
+// attaches to the parent's cancellation without a goroutine).
+type limitCtx struct {
+	context.Context
+	calls *modelCalls
+}
+
+func (c *limitCtx) Value(key any) any {
+	if key == (modelCallsKey{}) {
+		return c.calls
+	}
+	return c.Context.Value(key)
+}
 
 // ErrModelCallLimit is wrapped by the error ModelCallLimit returns for a
 // model call past tool_loop.max_model_calls.
@@ -80,11 +98,12 @@ func ModelCallLimit(next pipeline.Handler) pipeline.Handler {
 	})
 }
 
-// withLimits starts counting the request's model calls: the context carries
-// the counter to every model-call layer the request reaches.
+// withLimits starts counting the request's model calls: the context it
+// returns carries the counter to every model-call layer the request reaches.
 func (s *session) withLimits(ctx context.Context) context.Context {
 	s.lim.model.max = int64(s.l.cfg.MaxModelCalls)
-	return context.WithValue(ctx, modelCallsKey{}, &s.lim.model)
+	s.lim.ctx = limitCtx{Context: ctx, calls: &s.lim.model}
+	return &s.lim.ctx
 }
 
 // admit decides, in call order, which of a turn's server calls may run. A
