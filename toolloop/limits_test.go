@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -64,3 +65,24 @@ func BenchmarkModelCallLimit(b *testing.B) {
 }
 
 type benchKey int
+
+// The session's limit context carries the counter and defers the rest to
+// the request's context: values, and cancellation into derived contexts.
+func TestLimitCtx(t *testing.T) {
+	t.Parallel()
+	type k struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), k{}, "v"))
+	m := &modelCalls{max: 2}
+	lc := &limitCtx{Context: parent, calls: m}
+	child, stop := context.WithCancel(lc)
+	defer stop()
+	if child.Value(modelCallsKey{}) != m || child.Value(k{}) != "v" {
+		t.Fatal("values not carried")
+	}
+	cancel()
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request's cancellation did not reach a context derived from the limit context")
+	}
+}
