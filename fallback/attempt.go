@@ -222,6 +222,5 @@ func (h *handler) circuitOpen(rs *routeState) *pipeline.Error {
 	if wait <= 0 {
 		wait = time.Second
 	}
-	return &pipeline.Error{Status: 503, Type: "server_error", Code: "circuit_open",
-		Message: "the model is temporarily unavailable; retry later", RetryAfter: wait, Err: ErrCircuitOpen}
+	return pipeline.Unavailable(pipeline.CodeCircuitOpen, wait, ErrCircuitOpen, "the model is temporarily unavailable; retry later")
 }
