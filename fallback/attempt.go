@@ -25,7 +25,8 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 	rs := h.t.route(route)
 	var triesBuf [maxStackDeps]int
 	var blockedBuf [maxStackDeps]bool
-	tries, blocked := triesBuf[:0], blockedBuf[:0]
+	var tries []int
+	var blocked []bool
 	if n := len(rs.deps); n <= maxStackDeps {
 		tries, blocked = triesBuf[:n], blockedBuf[:n]
 	} else {

@@ -148,13 +148,13 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 // included) and those the gateway writes itself.
 func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	hop := hopByHop(src.Peek("Connection"))
-	src.VisitAll(func(k, v []byte) {
+	for k, v := range src.All() {
 		ks := string(k)
 		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) {
-			return
+			continue
 		}
 		dst.SetBytesKV(k, v)
-	})
+	}
 }
 
 // copyBody returns the writer that streams resp's body to the client, with
