@@ -71,6 +71,8 @@ const (
 	CodeUpstreamMalformed        = "upstream_malformed"
 	CodeUpstreamResponseTooLarge = "upstream_response_too_large"
 	CodeUpstreamUnreachable      = "upstream_unreachable"
+	CodeNoRoute                  = "no_route"
+	CodeBadUpstream              = "bad_upstream"
 )
 
 // BadRequest is a 400 invalid_request_error naming param.
