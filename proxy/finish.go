@@ -78,7 +78,7 @@ func (s *Server) finish(x *exchange) {
 	}
 	requestsTotal.WithLabelValues(x.route, x.model, strconv.Itoa(status)).Inc()
 	requestSeconds.WithLabelValues(x.route).Observe(elapsed.Seconds())
-	if x.route == chatRoute {
+	if x.answered() {
 		firstByteSeconds.WithLabelValues(chatRoute).Observe(ttfb.Seconds())
 	}
 	s.accessLog(x, status, elapsed, ttfb)
@@ -90,6 +90,11 @@ func (s *Server) finish(x *exchange) {
 	}
 	x.rt.inflight.done()
 }
+
+// answered reports whether x is a chat request the pipeline answered (a
+// JSON body or a stream, whatever its end): only those have a time to
+// first byte worth a histogram.
+func (x *exchange) answered() bool { return x.stream || (x.req != nil && x.cause == nil) }
 
 // accessLog writes the request's one access-log line: warn from 500 on.
 // The cause of an error shows at warn, or at debug level.
@@ -130,7 +135,7 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 		ev = ev.Bool("stream", req.Stream)
 	}
 	ev = ev.Dur("latency", elapsed)
-	if x.route == chatRoute {
+	if x.answered() {
 		ev = ev.Dur("ttfb", ttfb)
 	}
 	ev = ev.Int("bytes", x.bytes)
