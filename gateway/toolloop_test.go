@@ -394,7 +394,7 @@ func TestForcedFinalLengthStreamAndJSONAgree(t *testing.T) {
 	if got := resp.Choices[0].FinishReason; got != "length" || len(resp.Choices[0].Message.ToolCalls) != 0 {
 		t.Fatalf("JSON: finish_reason %q, tool calls %d; want length and none", got, len(resp.Choices[0].Message.ToolCalls))
 	}
-	acc, err, sum := h.streamChat(userMsg("go"), wiretest.Options{}, wiretest.LoadSchema(t))
+	acc, sum, err := h.streamChat(userMsg("go"), wiretest.Options{}, wiretest.LoadSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
