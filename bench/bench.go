@@ -17,13 +17,12 @@ type bench struct {
 	bins    *binaries
 	procs   *procs
 
-	api, floorAPI, gw       *child
-	direct, floor, gateway  *target
-	directSaturation        float64 // direct's closed-model throughput, rps
-	passRef                 map[string]*leg
-	fileLimit               uint64
-	ctx                     context.Context
-	deviations, limitations []string
+	api, floorAPI, gw      *child
+	direct, floor, gateway *target
+	directSaturation       float64 // direct's closed-model throughput, rps
+	fileLimit              uint64
+	ctx                    context.Context
+	limitations            []string
 }
 
 // fdSpare is the file descriptors a proxy needs besides its streams'.

@@ -2,8 +2,6 @@ package caching
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -173,24 +171,9 @@ func sseBytes(chunks []string) []byte {
 	return append(b, "data: [DONE]\n\n"...)
 }
 
-// chatSchema returns the normalized OpenAPI chat schemas, or nil (schema
-// checks skipped, the contract checks still run) when the file is absent.
-func chatSchema(t *testing.T) *wiretest.Schema {
-	t.Helper()
-	p := os.Getenv(wiretest.SchemaEnv)
-	if p == "" {
-		p = filepath.Join("..", "..", "shared", "openapi", "chat-schemas.json")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Logf("no chat schemas at %s: schema checks skipped", p)
-		return nil
-	}
-	s, err := wiretest.OpenSchema(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// chatSchema returns the normalized OpenAPI chat schemas (embedded in
+// wiretest, or the file GATEWAY_OPENAPI_SCHEMAS names).
+func chatSchema(t *testing.T) *wiretest.Schema { return wiretest.LoadSchema(t) }
 
 func TestSplitRunes(t *testing.T) {
 	t.Parallel()

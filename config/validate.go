@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,60 +24,107 @@ func oneOf(v string, allowed ...string) bool {
 	return false
 }
 
+// problems collects what validate finds, each a *KeyError naming its key.
+type problems struct{ errs []error }
+
+func (p *problems) add(key, format string, args ...any) {
+	p.errs = append(p.errs, &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// checkEnum reports v unless it is one of allowed.
+func (p *problems) checkEnum(key, v string, allowed ...string) {
+	if !oneOf(v, allowed...) {
+		p.add(key, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+}
+
+// checkHTTPURL reports raw unless it is an absolute http(s) URL with a
+// host; the message never shows its password.
+func (p *problems) checkHTTPURL(key, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.add(key, "%q is not an http(s) URL", redactURL(raw))
+	}
+}
+
+// checkName reports an empty name or one seen before, and records it.
+func (p *problems) checkName(key, name string, seen map[string]bool) {
+	switch {
+	case name == "":
+		p.add(key, "required")
+	case seen[name]:
+		p.add(key, "%q is defined twice", name)
+	}
+	seen[name] = true
+}
+
+// checkPatterns reports every entry of the list at key that is not a
+// path.Match pattern.
+func (p *problems) checkPatterns(key string, list []string) {
+	for j, g := range list {
+		if _, err := path.Match(g, ""); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", key, j), "bad pattern %q", g)
+		}
+	}
+}
+
+// checkPositive reports a negative n.
+func (p *problems) checkPositive(key string, n int64) {
+	if n < 0 {
+		p.add(key, "must be positive")
+	}
+}
+
 // validate checks every cross-reference and value and returns every
 // problem, each a *KeyError naming its key as the file writes it (o maps
 // indexes back to the file's, since defaults drop optional providers and
 // their models). Lines are filled in by the caller.
 func (c *Config) validate(o *origin) error {
-	var errs []error
-	add := func(key, format string, args ...any) {
-		errs = append(errs, &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)})
-	}
-
-	if !oneOf(c.Server.LogLevel, "debug", "info", "warn", "error") {
-		add("server.log_level", "%q is not one of debug, info, warn, error", c.Server.LogLevel)
-	}
-	if !oneOf(c.Server.LogFormat, "json", "console") {
-		add("server.log_format", "%q is not one of json, console", c.Server.LogFormat)
-	}
-	if c.Server.MaxBodyBytes < 0 {
-		add("server.max_body_bytes", "must be positive")
-	}
-
-	providers := map[string]bool{}
-	for i, p := range c.Providers {
-		at := fmt.Sprintf("providers[%d]", o.provider(i))
-		switch {
-		case p.Name == "":
-			add(at+".name", "required")
-		case providers[p.Name]:
-			add(at+".name", "%q is defined twice", p.Name)
-		}
-		providers[p.Name] = true
-		switch p.Kind {
-		case "openai":
-			u, err := url.Parse(p.BaseURL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				add(at+".base_url", "%q is not an http(s) URL", redactURL(p.BaseURL))
-			}
-		case "mock":
-		default:
-			add(at+".kind", "%q is not one of openai, mock", p.Kind)
-		}
-		if !oneOf(p.PromptCache, "none", "openai", "anthropic") {
-			add(at+".prompt_cache", "%q is not one of none, openai, anthropic", p.PromptCache)
-		}
-		if p.MaxResponseBytes < 0 {
-			add(at+".max_response_bytes", "must be positive")
-		}
-		if *p.Retries < 0 || *p.Retries > 10 {
-			add(at+".retries", "%d is outside 0..10", *p.Retries)
-		}
-	}
+	var p problems
+	c.validateServer(&p)
+	providers := c.validateProviders(&p, o)
 	if c.Server.DefaultProvider != "" && !providers[c.Server.DefaultProvider] {
-		add("server.default_provider", "unknown provider %q", c.Server.DefaultProvider)
+		p.add("server.default_provider", "unknown provider %q", c.Server.DefaultProvider)
 	}
+	models := c.validateModels(&p, o, providers)
+	c.validateTools(&p, models)
+	c.validateMCPServers(&p)
+	c.validateMiddleware(&p, o)
+	c.validateKeys(&p)
+	c.validatePolicies(&p)
+	if c.Redis != nil && c.Redis.Addr == "" {
+		p.add("redis.addr", "required")
+	}
+	return errors.Join(p.errs...)
+}
 
+func (c *Config) validateServer(p *problems) {
+	p.checkEnum("server.log_level", c.Server.LogLevel, "debug", "info", "warn", "error")
+	p.checkEnum("server.log_format", c.Server.LogFormat, "json", "console")
+	p.checkPositive("server.max_body_bytes", int64(c.Server.MaxBodyBytes))
+}
+
+// validateProviders returns the set of provider names.
+func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
+	providers := map[string]bool{}
+	for i, pr := range c.Providers {
+		at := fmt.Sprintf("providers[%d]", o.provider(i))
+		p.checkName(at+".name", pr.Name, providers)
+		p.checkEnum(at+".kind", pr.Kind, "openai", "mock")
+		if pr.Kind == "openai" {
+			p.checkHTTPURL(at+".base_url", pr.BaseURL)
+		}
+		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
+		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
+		if *pr.Retries < 0 || *pr.Retries > 10 {
+			p.add(at+".retries", "%d is outside 0..10", *pr.Retries)
+		}
+	}
+	return providers
+}
+
+// validateModels returns the set of model names.
+func (c *Config) validateModels(p *problems, o *origin, providers map[string]bool) map[string]bool {
 	models := map[string]bool{}
 	for _, m := range c.Models {
 		models[m.Name] = true
@@ -84,145 +132,113 @@ func (c *Config) validate(o *origin) error {
 	seen := map[string]bool{}
 	for i, m := range c.Models {
 		at := fmt.Sprintf("models[%d]", o.model(i))
-		if m.Name == "" {
-			add(at+".name", "required")
-		} else if seen[m.Name] {
-			add(at+".name", "%q is defined twice", m.Name)
-		}
-		seen[m.Name] = true
+		p.checkName(at+".name", m.Name, seen)
 		if len(m.Deployments) == 0 {
-			add(at, "needs provider or deployments")
+			p.add(at, "needs provider or deployments")
 		}
 		for j, d := range m.Deployments {
 			dep, shorthand := o.deployment(i, j)
 			if !providers[d.Provider] {
 				if shorthand {
-					add(at+".provider", "unknown provider %q", d.Provider)
+					p.add(at+".provider", "unknown provider %q", d.Provider)
 				} else {
-					add(fmt.Sprintf("%s.deployments[%d].provider", at, dep), "unknown provider %q", d.Provider)
+					p.add(fmt.Sprintf("%s.deployments[%d].provider", at, dep), "unknown provider %q", d.Provider)
 				}
 			}
-			if d.Weight < 0 {
-				add(fmt.Sprintf("%s.deployments[%d].weight", at, dep), "must be positive")
-			}
+			p.checkPositive(fmt.Sprintf("%s.deployments[%d].weight", at, dep), int64(d.Weight))
 		}
 		for j, f := range m.Fallbacks {
+			key := fmt.Sprintf("%s.fallbacks[%d]", at, o.fallback(i, j))
 			if !models[f] {
-				add(fmt.Sprintf("%s.fallbacks[%d]", at, o.fallback(i, j)), "unknown model %q", f)
+				p.add(key, "unknown model %q", f)
 			} else if f == m.Name {
-				add(fmt.Sprintf("%s.fallbacks[%d]", at, o.fallback(i, j)), "a model cannot fall back to itself")
+				p.add(key, "a model cannot fall back to itself")
 			}
 		}
 		for j, mw := range m.Middleware {
-			if !oneOf(mw, "context_edit", "prompt_cache", "fallback") {
-				add(fmt.Sprintf("%s.middleware[%d]", at, j), "%q is not one of context_edit, prompt_cache, fallback", mw)
-			}
+			p.checkEnum(fmt.Sprintf("%s.middleware[%d]", at, j), mw, "context_edit", "prompt_cache", "fallback")
 		}
-		if m.ContextWindow < 0 {
-			add(at+".context_window", "must be positive")
-		}
-		if !oneOf(m.Encoding, "o200k_base", "cl100k_base", "p50k_base", "r50k_base") {
-			add(at+".encoding", "%q is not one of o200k_base, cl100k_base, p50k_base, r50k_base", m.Encoding)
-		}
+		p.checkPositive(at+".context_window", int64(m.ContextWindow))
+		p.checkEnum(at+".encoding", m.Encoding, "o200k_base", "cl100k_base", "p50k_base", "r50k_base")
 	}
+	return models
+}
 
+func (c *Config) validateTools(p *problems, models map[string]bool) {
 	tools := map[string]bool{}
 	for i, t := range c.Tools {
 		at := fmt.Sprintf("tools[%d]", i)
 		if !toolName.MatchString(t.Name) {
-			add(at+".name", "%q must match [a-zA-Z0-9_-]{1,64}", t.Name)
+			p.add(at+".name", "%q must match [a-zA-Z0-9_-]{1,64}", t.Name)
 		}
 		if tools[t.Name] {
-			add(at+".name", "%q is defined twice", t.Name)
+			p.add(at+".name", "%q is defined twice", t.Name)
 		}
 		tools[t.Name] = true
 		if t.Parameters != "" && !json.Valid([]byte(t.Parameters)) {
-			add(at+".parameters", "not valid JSON")
+			p.add(at+".parameters", "not valid JSON")
 		}
 		if t.System != "" && t.Kind != "agent" && !(t.Kind == "builtin" && t.Builtin == "write_todos") {
-			add(at+".system", "only for kind agent and the builtin write_todos")
+			p.add(at+".system", "only for kind agent and the builtin write_todos")
 		}
 		switch t.Kind {
-		case "builtin":
 		case "http":
-			u, err := url.Parse(t.URL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				add(at+".url", "%q is not an http(s) URL", redactURL(t.URL))
-			}
+			p.checkHTTPURL(at+".url", t.URL)
 		case "agent":
 			if !models[t.Model] {
-				add(at+".model", "unknown model %q", t.Model)
+				p.add(at+".model", "unknown model %q", t.Model)
 			}
 		case "mcp":
-			add(at+".kind", "MCP tools are not listed one by one: add the server as [[mcp_servers]] (its tools are listed at start, with prefix, allow and deny)")
+			p.add(at+".kind", "MCP tools are not listed one by one: add the server as [[mcp_servers]] (its tools are listed at start, with prefix, allow and deny)")
 		default:
-			add(at+".kind", "%q is not one of builtin, http, agent", t.Kind)
+			p.checkEnum(at+".kind", t.Kind, "builtin", "http", "agent")
 		}
-		for j, g := range t.Models {
-			if _, err := path.Match(g, ""); err != nil {
-				add(fmt.Sprintf("%s.models[%d]", at, j), "bad pattern %q", g)
-			}
-		}
+		p.checkPatterns(at+".models", t.Models)
 		if t.MaxCalls < 0 {
-			add(at+".max_calls", "must be 0 (unlimited) or more")
+			p.add(at+".max_calls", "must be 0 (unlimited) or more")
 		}
 	}
 	if c.ToolLoop.MaxToolCalls < 1 {
-		add("tool_loop.max_tool_calls", "must be at least 1")
+		p.add("tool_loop.max_tool_calls", "must be at least 1")
 	}
 	if c.ToolLoop.MaxModelCalls < 2 {
-		add("tool_loop.max_model_calls", "must be at least 2: the first model call and a final answer")
+		p.add("tool_loop.max_model_calls", "must be at least 2: the first model call and a final answer")
 	}
-	mcpNames := map[string]bool{}
+}
+
+func (c *Config) validateMCPServers(p *problems) {
+	names := map[string]bool{}
 	for i, s := range c.MCPServers {
 		at := fmt.Sprintf("mcp_servers[%d]", i)
-		switch {
-		case s.Name == "":
-			add(at+".name", "required")
-		case mcpNames[s.Name]:
-			add(at+".name", "%q is defined twice", s.Name)
-		}
-		mcpNames[s.Name] = true
+		p.checkName(at+".name", s.Name, names)
 		if (s.Command == "") == (s.URL == "") {
-			add(at, "set exactly one of command, url")
+			p.add(at, "set exactly one of command, url")
 		}
 		if s.URL != "" {
-			u, err := url.Parse(s.URL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				add(at+".url", "%q is not an http(s) URL", redactURL(s.URL))
-			}
+			p.checkHTTPURL(at+".url", s.URL)
 		}
-		if s.Command != "" && (len(s.Headers) > 0) {
-			add(at+".headers", "only for url (streamable HTTP) servers")
+		if s.Command != "" && len(s.Headers) > 0 {
+			p.add(at+".headers", "only for url (streamable HTTP) servers")
 		}
 		if s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0) {
-			add(at, "args and env are only for command (stdio) servers")
+			p.add(at, "args and env are only for command (stdio) servers")
 		}
 		if s.Prefix != "" && !toolName.MatchString(s.Prefix) {
-			add(at+".prefix", "%q must match [a-zA-Z0-9_-]{1,64}", s.Prefix)
+			p.add(at+".prefix", "%q must match [a-zA-Z0-9_-]{1,64}", s.Prefix)
 		}
-		if s.Timeout < 0 {
-			add(at+".timeout", "must be positive")
-		}
+		p.checkPositive(at+".timeout", int64(s.Timeout))
 		if s.MaxCalls < 0 {
-			add(at+".max_calls", "must be 0 (unlimited) or more")
+			p.add(at+".max_calls", "must be 0 (unlimited) or more")
 		}
-		for _, l := range []struct {
-			name string
-			list []string
-		}{{"allow", s.Allow}, {"deny", s.Deny}, {"models", s.Models}} {
-			for j, g := range l.list {
-				if _, err := path.Match(g, ""); err != nil {
-					add(fmt.Sprintf("%s.%s[%d]", at, l.name, j), "bad pattern %q", g)
-				}
-			}
-		}
+		p.checkPatterns(at+".allow", s.Allow)
+		p.checkPatterns(at+".deny", s.Deny)
+		p.checkPatterns(at+".models", s.Models)
 	}
+}
 
+func (c *Config) validateMiddleware(p *problems, o *origin) {
 	for i, mw := range c.Middleware.Request {
-		if !oneOf(mw, "policy", "limits", "cache") {
-			add(fmt.Sprintf("middleware.request[%d]", i), "%q is not one of policy, limits, cache", mw)
-		}
+		p.checkEnum(fmt.Sprintf("middleware.request[%d]", i), mw, "policy", "limits", "cache")
 	}
 	c.validateLimits(func(format string, args ...any) {
 		// validateLimits writes "key: message"; its model indexes are
@@ -238,69 +254,50 @@ func (c *Config) validate(o *origin) error {
 				}
 			}
 		}
-		errs = append(errs, &KeyError{Key: key, Msg: msg})
+		p.errs = append(p.errs, &KeyError{Key: key, Msg: msg})
 	})
-	if !oneOf(c.Middleware.Cache.Store, "memory", "redis") {
-		add("middleware.cache.store", "%q is not one of memory, redis", c.Middleware.Cache.Store)
-	}
+	p.checkEnum("middleware.cache.store", c.Middleware.Cache.Store, "memory", "redis")
 	if c.Middleware.Cache.Store == "redis" && c.Redis == nil {
-		add("middleware.cache.store", "redis needs a [redis] section")
+		p.add("middleware.cache.store", "redis needs a [redis] section")
 	}
 	ce := c.Middleware.ContextEdit
-	if !oneOf(ce.LastResort, "error", "drop_turns", "summarize") {
-		add("middleware.context_edit.last_resort", "%q is not one of error, drop_turns, summarize", ce.LastResort)
+	p.checkEnum("middleware.context_edit.last_resort", ce.LastResort, "error", "drop_turns", "summarize")
+	p.checkEnum("middleware.context_edit.summary_fallback", ce.SummaryFallback, "error", "drop_turns")
+	if ce.LastResort == "summarize" && !slices.ContainsFunc(c.Models, func(m Model) bool { return m.Name == ce.SummaryModel }) {
+		p.add("middleware.context_edit.summary_model", "summarize needs a configured model, not %q", ce.SummaryModel)
 	}
-	if !oneOf(ce.SummaryFallback, "error", "drop_turns") {
-		add("middleware.context_edit.summary_fallback", "%q is not one of error, drop_turns", ce.SummaryFallback)
-	}
-	if ce.LastResort == "summarize" && !models[ce.SummaryModel] {
-		add("middleware.context_edit.summary_model", "summarize needs a configured model, not %q", ce.SummaryModel)
-	}
+}
 
-	tenants := map[string]bool{}
+func (c *Config) validateKeys(p *problems) {
 	for i, k := range c.Keys {
 		at := fmt.Sprintf("keys[%d]", i)
 		if k.Tenant == "" {
-			add(at+".tenant", "required")
+			p.add(at+".tenant", "required")
 		}
-		tenants[k.Tenant] = true
 		switch {
 		case k.Key == "" && k.SHA256 == "":
-			add(at, "set key or sha256 (the ${ENV} reference may be unset)")
+			p.add(at, "set key or sha256 (the ${ENV} reference may be unset)")
 		case k.Key != "" && k.SHA256 != "":
-			add(at, "set only one of key, sha256")
+			p.add(at, "set only one of key, sha256")
 		case k.SHA256 != "":
 			if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != 32 {
-				add(at+".sha256", "not 64 hex digits")
+				p.add(at+".sha256", "not 64 hex digits")
 			}
 		}
 	}
-	for i, p := range c.Policies {
+}
+
+func (c *Config) validatePolicies(p *problems) {
+	for i, pol := range c.Policies {
 		at := fmt.Sprintf("policies[%d]", i)
-		if p.Tenant == "" {
-			add(at+".tenant", "required (\"*\" for every tenant)")
+		if pol.Tenant == "" {
+			p.add(at+".tenant", "required (\"*\" for every tenant)")
 		}
-		if !oneOf(p.MaxTokensMode, "clamp", "reject") {
-			add(at+".max_tokens_mode", "%q is not one of clamp, reject", p.MaxTokensMode)
-		}
-		for _, l := range []struct {
-			name string
-			list []string
-		}{{"models", p.Models}, {"tools", p.Tools}, {"passthrough", p.Passthrough}} {
-			for j, g := range l.list {
-				if _, err := path.Match(g, ""); err != nil {
-					add(fmt.Sprintf("%s.%s[%d]", at, l.name, j), "bad pattern %q", g)
-				}
-			}
-		}
+		p.checkEnum(at+".max_tokens_mode", pol.MaxTokensMode, "clamp", "reject")
+		p.checkPatterns(at+".models", pol.Models)
+		p.checkPatterns(at+".tools", pol.Tools)
+		p.checkPatterns(at+".passthrough", pol.Passthrough)
 	}
-	if c.Redis != nil && c.Redis.Addr == "" {
-		add("redis.addr", "required")
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return nil
 }
 
 // redactURL returns u without the password of its user info, for messages.

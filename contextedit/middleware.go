@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"net/http"
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
@@ -334,7 +335,7 @@ func exceeded(b budget, count int) *pipeline.Error {
 		msg += " and %d tokens are requested for the completion"
 		args = append(args, out)
 	}
-	e := pipeline.Errorf(400, "invalid_request_error", "context_length_exceeded", msg+". Please reduce the length of the messages.", args...)
+	e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContextLengthExceeded, msg+". Please reduce the length of the messages.", args...)
 	e.Param = "messages"
 	return e
 }

@@ -25,7 +25,8 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 	rs := h.t.route(route)
 	var triesBuf [maxStackDeps]int
 	var blockedBuf [maxStackDeps]bool
-	tries, blocked := triesBuf[:0], blockedBuf[:0]
+	var tries []int
+	var blocked []bool
 	if n := len(rs.deps); n <= maxStackDeps {
 		tries, blocked = triesBuf[:n], blockedBuf[:n]
 	} else {
@@ -222,6 +223,5 @@ func (h *handler) circuitOpen(rs *routeState) *pipeline.Error {
 	if wait <= 0 {
 		wait = time.Second
 	}
-	return &pipeline.Error{Status: 503, Type: "server_error", Code: "circuit_open",
-		Message: "the model is temporarily unavailable; retry later", RetryAfter: wait, Err: ErrCircuitOpen}
+	return pipeline.Unavailable(pipeline.CodeCircuitOpen, wait, ErrCircuitOpen, "the model is temporarily unavailable; retry later")
 }

@@ -35,7 +35,7 @@ func classify(err error) class {
 		// The gateway's own refusal (context editing could not fit the
 		// prompt in this model's window) moves to a larger window too.
 		var pe *pipeline.Error
-		if errors.As(err, &pe) && pe.Code == "context_length_exceeded" {
+		if errors.As(err, &pe) && pe.Code == pipeline.CodeContextLengthExceeded {
 			return classContextLength
 		}
 		return classFatal
@@ -83,7 +83,7 @@ func ContextLengthExceeded(body []byte) bool {
 	if gjson.ValidBytes(body) {
 		e := gjson.GetBytes(body, "error")
 		if e.IsObject() {
-			if e.Get("code").Str == "context_length_exceeded" || e.Get("type").Str == "context_length_exceeded" {
+			if e.Get("code").Str == pipeline.CodeContextLengthExceeded || e.Get("type").Str == pipeline.CodeContextLengthExceeded {
 				return true
 			}
 			msg = e.Get("message").Str

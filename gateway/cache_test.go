@@ -142,7 +142,7 @@ func (h *harness) streamed(p openai.ChatCompletionNewParams, usage bool, schema 
 		p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 	}
 	var hr *http.Response
-	acc, err, sum := h.streamChat(p, wiretest.Options{WantUsage: usage}, schema, option.WithResponseInto(&hr))
+	acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: usage}, schema, option.WithResponseInto(&hr))
 	if err != nil {
 		h.t.Fatalf("stream: %v", err)
 	}

@@ -142,7 +142,7 @@ func TestContextEditToolLoopOverflow(t *testing.T) {
 			p := userMsg("read every page")
 			p.Model = tc.model
 			if tc.stream {
-				acc, err, sum := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t), option.WithHeader("x-gateway-tool-trace", "1"))
+				acc, sum, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t), option.WithHeader("x-gateway-tool-trace", "1"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -80,7 +80,7 @@ func TestStreamingTextAccumulates(t *testing.T) {
 		if usage {
 			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 		}
-		acc, err, sum := h.streamChat(p, wiretest.Options{WantUsage: usage}, schema)
+		acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: usage}, schema)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestStreamingParallelClientToolCalls(t *testing.T) {
 		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "local_time"}),
 	}
 	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	acc, err, sum := h.streamChat(p, wiretest.Options{WantUsage: true}, schema)
+	acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: true}, schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestUpstreamCutMidStream(t *testing.T) {
 	h := newHarness(t, baseConfig, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
 		Text: "this answer will be cut in the middle", Fault: mockllm.CutFault(3)})})
 	schema := wiretest.LoadSchema(t)
-	_, err, sum := h.streamChat(userMsg("hi"), wiretest.Options{WantError: true}, schema)
+	_, sum, err := h.streamChat(userMsg("hi"), wiretest.Options{WantError: true}, schema)
 	if err == nil {
 		t.Fatal("the SDK stream ended without an error")
 	}

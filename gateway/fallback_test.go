@@ -133,7 +133,7 @@ func TestContextLengthSkipsSmallerWindows(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		var content, model string
 		if stream {
-			acc, err, _ := h.streamChat(primaryParams(), wiretest.Options{}, nil)
+			acc, _, err := h.streamChat(primaryParams(), wiretest.Options{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +164,7 @@ func TestStreamCutBeforeFirstByteFallsBack(t *testing.T) {
 			"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Text: "never seen", Fault: fault} },
 			"up-small":   func(int) mockllm.Turn { return mockllm.Turn{Text: "the fallback's complete answer"} },
 		})})
-		acc, err, sum := h.streamChat(primaryParams(), wiretest.Options{}, wiretest.LoadSchema(t))
+		acc, sum, err := h.streamChat(primaryParams(), wiretest.Options{}, wiretest.LoadSchema(t))
 		if err != nil {
 			t.Fatalf("%+v: %v", fault, err)
 		}

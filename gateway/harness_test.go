@@ -180,9 +180,9 @@ func (h *harness) post(path, body string, header map[string]string) (int, http.H
 }
 
 // streamChat runs a streaming request through the SDK accumulator and the
-// wire checker; it returns the accumulated completion, the stream error and
-// the checker's summary.
-func (h *harness) streamChat(params openai.ChatCompletionNewParams, opt wiretest.Options, schema *wiretest.Schema, opts ...option.RequestOption) (openai.ChatCompletion, error, *wiretest.Summary) {
+// wire checker; it returns the accumulated completion, the checker's summary and
+// the stream error.
+func (h *harness) streamChat(params openai.ChatCompletionNewParams, opt wiretest.Options, schema *wiretest.Schema, opts ...option.RequestOption) (openai.ChatCompletion, *wiretest.Summary, error) {
 	h.t.Helper()
 	stream := h.client.Chat.Completions.NewStreaming(context.Background(), params, opts...)
 	var acc openai.ChatCompletionAccumulator
@@ -195,7 +195,7 @@ func (h *harness) streamChat(params openai.ChatCompletionNewParams, opt wiretest
 	_ = stream.Close()
 	raw, _ := h.lastRaw()
 	sum := wiretest.CheckStreamAll(h.t, raw, opt, schema)
-	return acc.ChatCompletion, err, sum
+	return acc.ChatCompletion, sum, err
 }
 
 func userMsg(s string) openai.ChatCompletionNewParams {

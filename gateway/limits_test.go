@@ -223,7 +223,7 @@ tenant = "*"
 tokens_per_minute = 1000000
 `, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: "a streamed answer", Usage: &mockllm.Usage{Prompt: 7, Completion: 11}})})
 	schema := wiretest.LoadSchema(t)
-	acc, err, _ := h.streamChat(userMsg("hi"), wiretest.Options{}, schema)
+	acc, _, err := h.streamChat(userMsg("hi"), wiretest.Options{}, schema)
 	if err != nil || acc.Choices[0].Message.Content != "a streamed answer" {
 		t.Fatalf("stream: %v %+v", err, acc)
 	}

@@ -173,7 +173,7 @@ keepalive_interval = "100ms"
 			t.Fatalf("readyz details %v", d)
 		}
 		p := userMsg("use your tools")
-		acc, err, _ := h.streamChat(p, wiretest.Options{}, schema)
+		acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -109,7 +109,7 @@ func TestMixedTurnFollowUp(t *testing.T) {
 			var msg openai.ChatCompletionMessage
 			var finish string
 			if tc.stream {
-				acc, err, sum := h.streamChat(p, wiretest.Options{}, schema)
+				acc, sum, err := h.streamChat(p, wiretest.Options{}, schema)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -130,7 +130,7 @@ func TestMixedTurnFollowUp(t *testing.T) {
 			fp := followUp(p, msg)
 			var answer string
 			if tc.stream {
-				acc, err, _ := h.streamChat(fp, wiretest.Options{}, schema)
+				acc, _, err := h.streamChat(fp, wiretest.Options{}, schema)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -63,7 +63,7 @@ func TestPitfall_NoFallbackOnAbnormalEnd(t *testing.T) {
 					"up-small":   func(int) mockllm.Turn { return mockllm.Turn{Text: "the fallback's complete answer"} },
 				})})
 				var hr *http.Response
-				acc, err, sum := h.streamChat(primaryParams(), wiretest.Options{}, wiretest.LoadSchema(t), option.WithResponseInto(&hr))
+				acc, sum, err := h.streamChat(primaryParams(), wiretest.Options{}, wiretest.LoadSchema(t), option.WithResponseInto(&hr))
 				if err != nil {
 					t.Fatalf("the client got an error instead of the fallback's answer: %v", err)
 				}
@@ -110,7 +110,7 @@ func TestPitfall_MidAnswerCloseEndsCleanly(t *testing.T) {
 					if usage {
 						p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 					}
-					acc, err, sum := h.streamChat(p, wiretest.Options{WantError: true, WantUsage: usage}, wiretest.LoadSchema(t))
+					acc, sum, err := h.streamChat(p, wiretest.Options{WantError: true, WantUsage: usage}, wiretest.LoadSchema(t))
 					if err == nil {
 						t.Fatalf("usage=%v: the SDK stream ended without an error; the client holds %q as a complete answer", usage, acc.Choices[0].Message.Content)
 					}

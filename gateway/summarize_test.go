@@ -107,7 +107,7 @@ func TestSummarizeWhenEditingIsNotEnough(t *testing.T) {
 	}
 	// The streamed form of the same conversation: same summary, from the store.
 	schema := wiretest.LoadSchema(t)
-	acc, err, _ := h.streamChat(params, wiretest.Options{}, schema)
+	acc, _, err := h.streamChat(params, wiretest.Options{}, schema)
 	if err != nil || acc.Choices[0].Message.Content != "42." {
 		t.Fatalf("stream: %v %q", err, acc.Choices[0].Message.Content)
 	}

@@ -312,7 +312,7 @@ func streamToolPaths(t *testing.T, ch mockllm.Chunking, calls []mockllm.ToolCall
 			sum := wiretest.CheckStreamAll(t, raw, wiretest.Options{}, wiretest.LoadSchema(t))
 			checkCalls(t, sum, calls)
 			// The SDK accumulator agrees.
-			acc, err, _ := h.streamChat(toolParams(), wiretest.Options{}, nil)
+			acc, _, err := h.streamChat(toolParams(), wiretest.Options{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -75,7 +75,7 @@ func TestToolLoopStreamAndJSONContentAgree(t *testing.T) {
 			if tc.params != nil {
 				tc.params(&p)
 			}
-			acc, err, _ := h.streamChat(p, wiretest.Options{}, nil)
+			acc, _, err := h.streamChat(p, wiretest.Options{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestToolLoopAttemptsHeaderAgrees(t *testing.T) {
 	trace := option.WithHeader("x-gateway-tool-trace", "1")
 	wantRounds := `[{"model":"gpt-x","attempts":2},{"model":"gpt-x","attempts":2},{"model":"gpt-x","attempts":1}]`
 
-	_, err, sum := h.streamChat(userMsg("add"), wiretest.Options{}, nil, trace)
+	_, sum, err := h.streamChat(userMsg("add"), wiretest.Options{}, nil, trace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func runBoth(t *testing.T, h *harness, prompt string) map[string]limitRun {
 		h.mock.ResetRecords()
 		var run limitRun
 		if stream {
-			acc, err, sum := h.streamChat(userMsg(prompt), wiretest.Options{}, wiretest.LoadSchema(t), trace)
+			acc, sum, err := h.streamChat(userMsg(prompt), wiretest.Options{}, wiretest.LoadSchema(t), trace)
 			if err != nil {
 				t.Fatalf("stream: %v", err)
 			}
@@ -288,7 +288,7 @@ func TestToolLoopMaxModelCallsCountsSummaries(t *testing.T) {
 			trace := option.WithHeader("x-gateway-tool-trace", "1")
 			var xg gjson.Result
 			if stream {
-				_, err, sum := h.streamChat(params, wiretest.Options{}, wiretest.LoadSchema(t), trace)
+				_, sum, err := h.streamChat(params, wiretest.Options{}, wiretest.LoadSchema(t), trace)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -50,7 +50,7 @@ func TestAgentToolHonoursModelAllowList(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		var content string
 		if stream {
-			acc, err, _ := h.streamChat(userMsg("ask the expert"), wiretest.Options{}, nil)
+			acc, _, err := h.streamChat(userMsg("ask the expert"), wiretest.Options{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

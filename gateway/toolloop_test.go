@@ -112,7 +112,7 @@ func TestToolLoopTwoServerRounds(t *testing.T) {
 
 	p := userMsg("compute and look up")
 	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	acc, err, sum := h.streamChat(p, wiretest.Options{WantUsage: true}, schema, option.WithHeader("x-gateway-tool-trace", "1"))
+	acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: true}, schema, option.WithHeader("x-gateway-tool-trace", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestToolLoopClientCallsNormalized(t *testing.T) {
 		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup_city"}),
 		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "local_time"}),
 	}
-	acc, err, sum := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	acc, sum, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ func TestForcedFinalLengthStreamAndJSONAgree(t *testing.T) {
 	if got := resp.Choices[0].FinishReason; got != "length" || len(resp.Choices[0].Message.ToolCalls) != 0 {
 		t.Fatalf("JSON: finish_reason %q, tool calls %d; want length and none", got, len(resp.Choices[0].Message.ToolCalls))
 	}
-	acc, err, sum := h.streamChat(userMsg("go"), wiretest.Options{}, wiretest.LoadSchema(t))
+	acc, sum, err := h.streamChat(userMsg("go"), wiretest.Options{}, wiretest.LoadSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func TestWriteTodosPlan(t *testing.T) {
 		var xg gjson.Result
 		if stream {
 			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-			acc, err, sum := h.streamChat(p, wiretest.Options{WantUsage: true}, schema)
+			acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: true}, schema)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}

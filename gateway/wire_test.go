@@ -64,7 +64,7 @@ kind = "builtin"
 			var raws [2][]byte
 			var sums [2]*wiretest.Summary
 			for i := range raws {
-				_, err, sum := h.streamChat(p, wiretest.Options{WantUsage: tt.usage}, schema)
+				_, sum, err := h.streamChat(p, wiretest.Options{WantUsage: tt.usage}, schema)
 				if err != nil {
 					t.Fatal(err)
 				}

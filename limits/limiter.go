@@ -209,8 +209,7 @@ func (l *Limiter) storeFailed(err error) error {
 		l.log.Warn().Err(err).Bool("fail_closed", l.failClosed).Msg("limits: store unavailable")
 	}
 	if l.failClosed {
-		return &pipeline.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded",
-			Message: "Rate limits cannot be checked right now; retry shortly.", RetryAfter: time.Second}
+		return pipeline.RateLimited(pipeline.TypeRequests, time.Second, "Rate limits cannot be checked right now; retry shortly.")
 	}
 	return nil
 }

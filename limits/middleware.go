@@ -2,7 +2,7 @@ package limits
 
 import (
 	"context"
-	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -194,22 +194,21 @@ var headerNames = [3][3]string{
 func denial(c check, retry time.Duration) error {
 	switch c.kind {
 	case kindBudget:
-		return &pipeline.Error{Status: 429, Type: "insufficient_quota", Code: "insufficient_quota",
-			Message: "You exceeded your current budget on this gateway; ask its operator to raise it."}
+		return pipeline.Errorf(http.StatusTooManyRequests, pipeline.TypeInsufficientQuota, pipeline.CodeInsufficientQuota,
+			"You exceeded your current budget on this gateway; ask its operator to raise it.")
 	case kindConcurrent:
-		return &pipeline.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: time.Second,
-			Message: fmt.Sprintf("Too many requests in flight: limit %d. Retry when one has finished.", c.limit)}
+		return pipeline.RateLimited(pipeline.TypeRequests, time.Second,
+			"Too many requests in flight: limit %d. Retry when one has finished.", c.limit)
 	}
-	what, unit := "requests", "RPM"
+	what, unit := pipeline.TypeRequests, "RPM"
 	if c.hdr == hdrTokens {
-		what, unit = "tokens", "TPM"
+		what, unit = pipeline.TypeTokens, "TPM"
 	}
 	if retry < time.Millisecond {
 		retry = time.Millisecond
 	}
-	return &pipeline.Error{Status: 429, Type: what, Code: "rate_limit_exceeded", RetryAfter: retry,
-		Message: fmt.Sprintf("Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
-			what, unit, c.limit, c.cost, retry.Round(time.Millisecond))}
+	return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
+		what, unit, c.limit, c.cost, retry.Round(time.Millisecond))
 }
 
 // releasingStream frees the request's slots when the stream is closed.

@@ -62,8 +62,7 @@ func (l *Limiter) Report(ctx context.Context, q UsageQuery) ([]byte, error) {
 	}
 	hashes, err := l.store.Usage(ctx, keys)
 	if err != nil {
-		return nil, &pipeline.Error{Status: 503, Type: "server_error", Code: "usage_unavailable",
-			Message: "Usage cannot be read right now.", Err: err, RetryAfter: time.Second}
+		return nil, pipeline.Unavailable(pipeline.CodeUsageUnavailable, time.Second, err, "Usage cannot be read right now.")
 	}
 	groups := map[string]*UsageRow{}
 	total := UsageRow{Group: "total"}

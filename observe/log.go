@@ -48,14 +48,14 @@ func NewLogger(level, format string, w io.Writer) (zerolog.Logger, func()) {
 type queueWriter struct {
 	mu     sync.RWMutex // Write holds it shared; close exclusively, to close ch
 	closed bool
-	ch     chan []byte
+	ch     chan *[]byte // pointers, so that the pool recycles them without boxing
 	out    io.Writer
 	done   chan struct{}
 	bufs   sync.Pool
 }
 
 func newQueueWriter(out io.Writer, n int) *queueWriter {
-	q := &queueWriter{ch: make(chan []byte, n), out: out, done: make(chan struct{})}
+	q := &queueWriter{ch: make(chan *[]byte, n), out: out, done: make(chan struct{})}
 	go q.run()
 	return q
 }
@@ -68,13 +68,16 @@ func (q *queueWriter) Write(p []byte) (int, error) {
 		logDropped.Inc()
 		return len(p), nil
 	}
-	b, _ := q.bufs.Get().([]byte)
-	b = append(b[:0], p...)
+	b, _ := q.bufs.Get().(*[]byte)
+	if b == nil {
+		b = new([]byte)
+	}
+	*b = append((*b)[:0], p...)
 	select {
 	case q.ch <- b:
 	default:
 		logDropped.Inc()
-		q.bufs.Put(b) //nolint:staticcheck // a []byte header is small enough here
+		q.bufs.Put(b)
 	}
 	return len(p), nil
 }
@@ -103,10 +106,10 @@ func (q *queueWriter) run() {
 }
 
 // take appends a queued line to batch and recycles its buffer.
-func (q *queueWriter) take(batch, b []byte) []byte {
-	batch = append(batch, b...)
-	if cap(b) <= 4096 {
-		q.bufs.Put(b) //nolint:staticcheck // a slice header; fine for this pool
+func (q *queueWriter) take(batch []byte, b *[]byte) []byte {
+	batch = append(batch, *b...)
+	if cap(*b) <= 4096 {
+		q.bufs.Put(b)
 	}
 	return batch
 }

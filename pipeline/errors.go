@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -27,14 +28,111 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// The envelope types the gateway writes ("type" of the OpenAI envelope).
+// TypeRequests and TypeTokens follow OpenAI's 429s: the type names the
+// rate limit that refused.
+const (
+	TypeInvalidRequest    = "invalid_request_error"
+	TypeServer            = "server_error"
+	TypeTimeout           = "timeout_error"
+	TypeUpstream          = "upstream_error"
+	TypeUpstreamAuth      = "upstream_auth_error"
+	TypeInsufficientQuota = "insufficient_quota"
+	TypeRequests          = "requests"
+	TypeTokens            = "tokens"
+)
+
+// The envelope codes the gateway writes ("code" of the OpenAI envelope;
+// "" is written as null).
+const (
+	CodeInvalidAPIKey            = "invalid_api_key"
+	CodeAdminRequired            = "admin_required"
+	CodeModelNotFound            = "model_not_found"
+	CodeModelNotAllowed          = "model_not_allowed"
+	CodePathNotAllowed           = "path_not_allowed"
+	CodeUnknownURL               = "unknown_url"
+	CodeInvalidPath              = "invalid_path"
+	CodeMethodNotAllowed         = "method_not_allowed"
+	CodeRequestTooLarge          = "request_too_large"
+	CodeRequestTimeout           = "request_timeout"
+	CodeIntegerAboveMax          = "integer_above_max_value"
+	CodeContextLengthExceeded    = "context_length_exceeded"
+	CodeMaxModelCalls            = "max_model_calls"
+	CodeRateLimitExceeded        = "rate_limit_exceeded"
+	CodeInsufficientQuota        = "insufficient_quota"
+	CodeUsageUnavailable         = "usage_unavailable"
+	CodeCircuitOpen              = "circuit_open"
+	CodeServerShuttingDown       = "server_shutting_down"
+	CodeClientClosed             = "client_closed"
+	CodeTimeout                  = "timeout"
+	CodeInternal                 = "internal_error"
+	CodeUpstreamAuth             = "upstream_auth"
+	CodeUpstreamTimeout          = "upstream_timeout"
+	CodeUpstreamCut              = "upstream_cut"
+	CodeUpstreamMalformed        = "upstream_malformed"
+	CodeUpstreamResponseTooLarge = "upstream_response_too_large"
+	CodeUpstreamUnreachable      = "upstream_unreachable"
+	CodeNoRoute                  = "no_route"
+	CodeBadUpstream              = "bad_upstream"
+)
+
 // BadRequest is a 400 invalid_request_error naming param.
 func BadRequest(param, format string, args ...any) *Error {
-	return &Error{Status: 400, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
 // Errorf builds an Error with a status, type and code.
 func Errorf(status int, typ, code, format string, args ...any) *Error {
 	return &Error{Status: status, Type: typ, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalid is an invalid_request_error with status and code, for the
+// client's mistakes other than a plain 400 (BadRequest).
+func Invalid(status int, code, format string, args ...any) *Error {
+	return Errorf(status, TypeInvalidRequest, code, format, args...)
+}
+
+// NotFound is a 404 invalid_request_error with code.
+func NotFound(code, format string, args ...any) *Error {
+	return Invalid(http.StatusNotFound, code, format, args...)
+}
+
+// Forbidden is a 403 invalid_request_error with code.
+func Forbidden(code, format string, args ...any) *Error {
+	return Invalid(http.StatusForbidden, code, format, args...)
+}
+
+// Unauthorized is a 401 invalid_api_key; err (may be nil) is for logs.
+func Unauthorized(err error, format string, args ...any) *Error {
+	e := Invalid(http.StatusUnauthorized, CodeInvalidAPIKey, format, args...)
+	e.Err = err
+	return e
+}
+
+// TooLarge is a 413 request_too_large.
+func TooLarge(format string, args ...any) *Error {
+	return Invalid(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, format, args...)
+}
+
+// Unavailable is a 503 server_error with code, retryable after retry; err
+// (may be nil) is for logs.
+func Unavailable(code string, retry time.Duration, err error, format string, args ...any) *Error {
+	e := Errorf(http.StatusServiceUnavailable, TypeServer, code, format, args...)
+	e.RetryAfter, e.Err = retry, err
+	return e
+}
+
+// Internal is a 500 server_error without code: msg is shown, err only logged.
+func Internal(err error, msg string) *Error {
+	return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: msg, Err: err}
+}
+
+// RateLimited is a 429 rate_limit_exceeded of the limit typ (TypeRequests
+// or TypeTokens), retryable after retry.
+func RateLimited(typ string, retry time.Duration, format string, args ...any) *Error {
+	e := Errorf(http.StatusTooManyRequests, typ, CodeRateLimitExceeded, format, args...)
+	e.RetryAfter = retry
+	return e
 }
 
 // UpstreamError is a failed upstream attempt. Status is 0 for transport

@@ -167,12 +167,7 @@ func (e *Engine) Authenticate(credential string) (*pipeline.Tenant, error) {
 		return e.open, nil
 	}
 	if credential == "" {
-		return nil, &pipeline.Error{
-			Status:  401,
-			Type:    "invalid_request_error",
-			Code:    "invalid_api_key",
-			Message: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-		}
+		return nil, pipeline.Unauthorized(nil, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 	}
 	// Copy into a stack buffer: []byte(credential) would allocate for any
 	// key longer than 32 bytes.
@@ -186,13 +181,7 @@ func (e *Engine) Authenticate(credential string) (*pipeline.Tenant, error) {
 	if k, ok := e.keys[sum]; ok && subtle.ConstantTimeCompare(k.sum[:], sum[:]) == 1 {
 		return k.tenant, nil
 	}
-	return nil, &pipeline.Error{
-		Status:  401,
-		Type:    "invalid_request_error",
-		Code:    "invalid_api_key",
-		Message: "Incorrect API key provided.",
-		Err:     errUnknownKey,
-	}
+	return nil, pipeline.Unauthorized(errUnknownKey, "Incorrect API key provided.")
 }
 
 var errUnknownKey = errors.New("policies: unknown key")

@@ -2,7 +2,7 @@ package policies
 
 import (
 	"context"
-	"fmt"
+	"net/http"
 	"unsafe"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -47,13 +47,9 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 		model = r.Route.Name
 	}
 	if !p.models.match(model) {
-		return &pipeline.Error{
-			Status:  403,
-			Type:    "invalid_request_error",
-			Code:    "model_not_allowed",
-			Param:   "model",
-			Message: fmt.Sprintf("The model `%s` is not allowed for this API key.", model),
-		}
+		e := pipeline.Forbidden(pipeline.CodeModelNotAllowed, "The model `%s` is not allowed for this API key.", model)
+		e.Param = "model"
+		return e
 	}
 	if p.MaxTokens > 0 && isJSONObject(r.Body) {
 		if c, ok := endpointCap(r.Endpoint); ok {
@@ -68,12 +64,7 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 }
 
 func tooLarge(n, max int) error {
-	return &pipeline.Error{
-		Status:  413,
-		Type:    "invalid_request_error",
-		Code:    "request_too_large",
-		Message: fmt.Sprintf("Request body is %d bytes, above this key's limit of %d bytes.", n, max),
-	}
+	return pipeline.TooLarge("Request body is %d bytes, above this key's limit of %d bytes.", n, max)
 }
 
 // isJSONObject reports whether body starts like a JSON object (a
@@ -152,14 +143,11 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	if p.MaxTokensMode == ModeReject {
 		for i := range over {
 			if over[i] {
-				return nil, &pipeline.Error{
-					Status: 400,
-					Type:   "invalid_request_error",
-					Code:   "integer_above_max_value",
-					Param:  fields[i],
-					Message: fmt.Sprintf("Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.",
-						fields[i], p.MaxTokens, raw[i]),
-				}
+				e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeIntegerAboveMax,
+					"Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.",
+					fields[i], p.MaxTokens, raw[i])
+				e.Param = fields[i]
+				return nil, e
 			}
 		}
 	}
@@ -175,7 +163,9 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 		b, err := sjson.SetBytes(out, fields[i], int64(p.MaxTokens))
 		if err != nil {
 			// Unreachable for a body validated at ingress; fail closed.
-			return nil, &pipeline.Error{Status: 400, Type: "invalid_request_error", Message: "The request body is not a JSON object.", Err: err}
+			e := pipeline.BadRequest("", "The request body is not a JSON object.")
+			e.Err = err
+			return nil, e
 		}
 		out = b
 	}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -14,16 +13,15 @@ import (
 func (s *Server) ServeAdmin(ln net.Listener) error {
 	srv := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
-			rt := s.rt.Load()
-			id := s.requestID(ctx)
-			ctx.Response.Header.Set("X-Request-Id", id)
+			x := s.begin(ctx, s.rt.Load())
 			path, err := canonicalPath(string(ctx.Request.URI().PathOriginal()))
-			if err == nil && !s.handleOps(ctx, rt, id, path, false) {
+			if err == nil && !s.handleOps(ctx, x, path, false) {
 				err = unknownURL(path)
 			}
 			if err != nil {
-				s.writeError(ctx, rt, id, "", err, time.Now())
+				s.writeError(ctx, x, err)
 			}
+			s.end(ctx, x)
 		},
 		Name:                  "llmgw-admin",
 		ReadTimeout:           s.srv.ReadTimeout,

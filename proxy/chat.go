@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -20,31 +18,31 @@ const chatRoute = "/v1/chat/completions"
 
 // handleChat is POST /v1/chat/completions: ingress, the request layer, then
 // one JSON body or an SSE stream written by the sink.
-func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
-	start := time.Now()
+func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
+	rt := x.rt
 	body, err := readBody(ctx, rt.Config.Server.MaxBodyBytes)
 	if err != nil {
-		s.writeError(ctx, rt, id, "", err, start)
+		s.writeError(ctx, x, err)
 		return
 	}
 	in, err := parseChat(body)
 	if err != nil {
-		s.writeError(ctx, rt, id, "", err, start)
+		s.writeError(ctx, x, err)
 		return
 	}
 	route := rt.Routes[in.model]
 	if route == nil {
 		// Only a caller with a valid key learns which names exist.
 		if _, err := rt.authenticate(ctx); err != nil {
-			s.writeError(ctx, rt, id, "", err, start)
+			s.writeError(ctx, x, err)
 			return
 		}
-		s.writeError(ctx, rt, id, "", modelNotFound(in.model), start) // no client-chosen metric labels
-
+		s.writeError(ctx, x, modelNotFound(in.model)) // no client-chosen metric labels
 		return
 	}
+	x.model = in.model
 	req := &pipeline.Request{
-		ID: id, Start: start, Body: body, Model: in.model, Stream: in.stream, IncludeUsage: in.includeUsage,
+		ID: x.id, Start: x.start, Body: body, Model: in.model, Stream: in.stream, IncludeUsage: in.includeUsage,
 		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &pipeline.Meta{},
 		Hints: pipeline.Hints{
 			Cache:     string(ctx.Request.Header.Peek("X-Gateway-Cache")),
@@ -55,8 +53,10 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 		req.Hints.TraceParent = string(tp)
 		req.Hints.TraceState = string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
 	}
+	x.req = req
 	rctx, cancel := context.WithCancel(s.base)
-	s.chats.Add(1)
+	x.chat = true
+	s.chats.add()
 	// A client that leaves cancels the request, streamed or not, and with it
 	// the upstream call (see call.interrupt) and any tool loop.
 	watch := s.peers.watch(ctx.Conn(), cancel)
@@ -64,31 +64,27 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	if err != nil || resp.Stream == nil {
 		s.peers.unwatch(watch) // before the connection can be closed
 		cancel()
-		defer s.chats.Add(-1)
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.base.Err() != nil {
 			err = errShuttingDown
 		}
 		s.setMetaHeaders(ctx, req)
-		s.writeError(ctx, rt, id, in.model, err, start)
+		s.writeError(ctx, x, err)
 		return
 	}
 	s.setMetaHeaders(ctx, req)
 	if resp.Stream == nil {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(resp.Body)
-		elapsed := time.Since(start)
-		requestsTotal.WithLabelValues(chatRoute, in.model, "200").Inc()
-		requestSeconds.WithLabelValues(chatRoute).Observe(elapsed.Seconds())
-		firstByteSeconds.WithLabelValues(chatRoute).Observe(elapsed.Seconds())
-		s.accessLog(req, 200, elapsed, elapsed, len(resp.Body), usageOf(resp.Body))
+		x.usage = usageOf(resp.Body)
 		return
 	}
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, rt: rt, req: req, stream: resp.Stream, cancel: cancel, watch: watch}
+	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch}
+	x.stream, x.later = true, true
 	activeStreams.Inc()
 	ctx.SetBodyStream(sk, -1)
 }
@@ -138,8 +134,7 @@ func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 }
 
 func tooLarge(max int) error {
-	return pipeline.Errorf(413, "invalid_request_error", "request_too_large",
-		"The request body exceeds the limit of %d bytes.", max)
+	return pipeline.TooLarge("The request body exceeds the limit of %d bytes.", max)
 }
 
 // sink writes a Stream to the client as SSE. It is the response's body
@@ -150,7 +145,7 @@ func tooLarge(max int) error {
 // the connection failed) ends the request exactly once.
 type sink struct {
 	s      *Server
-	rt     *Runtime
+	x      *exchange // finished by finish
 	req    *pipeline.Request
 	stream pipeline.Stream
 	cancel context.CancelFunc
@@ -287,32 +282,24 @@ func (k *sink) release() {
 	k.stream = nil
 }
 
-// finish ends the request once: metrics, access log, in-flight count.
+// finish records the stream's outcome and ends the request (Server.finish),
+// once.
 func (k *sink) finish() {
 	if k.finished {
 		return
 	}
 	k.finished = true
 	k.release()
-	status := 200
+	x := k.x
+	x.status = fasthttp.StatusOK
 	switch {
 	case errors.Is(k.failure, pipeline.ErrClientGone):
-		status = 499
+		x.status = statusClientClosed
 	case k.failure != nil:
-		status = mapError(k.failure).logStatus
+		x.status, x.cause = mapError(k.failure).logStatus, k.failure
 	}
-	ttfb := k.ttfb
-	if ttfb == 0 {
-		ttfb = time.Since(k.req.Start)
-	}
-	elapsed := time.Since(k.req.Start)
-	requestsTotal.WithLabelValues(chatRoute, k.req.Model, strconv.Itoa(status)).Inc()
-	requestSeconds.WithLabelValues(chatRoute).Observe(elapsed.Seconds())
-	firstByteSeconds.WithLabelValues(chatRoute).Observe(ttfb.Seconds())
-	k.s.accessLog(k.req, status, elapsed, ttfb, k.written, k.usage)
-	activeStreams.Dec()
-	k.rt.inflight.Add(-1)
-	k.s.chats.Add(-1)
+	x.ttfb, x.bytes, x.usage = k.ttfb, k.written, k.usage
+	k.s.finish(x)
 }
 
 func truncateBytes(b []byte, n int) []byte {
@@ -324,39 +311,7 @@ func truncateBytes(b []byte, n int) []byte {
 
 // errShuttingDown ends the requests still running when the shutdown grace
 // period ends.
-var errShuttingDown = pipeline.Errorf(503, "server_error", "server_shutting_down", "the gateway is shutting down; retry the request")
+var errShuttingDown = pipeline.Unavailable(pipeline.CodeServerShuttingDown, 0, nil, "the gateway is shutting down; retry the request")
 
 // usageOf reads the usage object of a chat.completion body.
 func usageOf(body []byte) gjson.Result { return gjson.GetBytes(body, "usage") }
-
-func (s *Server) accessLog(req *pipeline.Request, status int, elapsed, ttfb time.Duration, n int, usage gjson.Result) {
-	var ev *zerolog.Event
-	if status >= 500 {
-		ev = s.log.Warn()
-	} else {
-		ev = s.log.Info()
-	}
-	if !ev.Enabled() {
-		return
-	}
-	ev = ev.Str("request_id", req.ID).Str("method", "POST").Str("path", chatRoute).Str("model", req.Model)
-	if t := req.TargetOrDefault(); t != nil {
-		ev = ev.Str("provider", t.Provider)
-	}
-	if req.Tenant != nil {
-		ev = ev.Str("tenant", req.Tenant.Name)
-	}
-	if req.TraceID != "" {
-		ev = ev.Str("trace_id", req.TraceID)
-	}
-	ev = ev.Int("status", status).Bool("stream", req.Stream).Dur("latency", elapsed).Dur("ttfb", ttfb).Int("bytes", n)
-	if usage.IsObject() {
-		ev = ev.Int64("prompt_tokens", usage.Get("prompt_tokens").Int()).
-			Int64("completion_tokens", usage.Get("completion_tokens").Int()).
-			Int64("cached_tokens", usage.Get("prompt_tokens_details.cached_tokens").Int())
-	}
-	if m := req.Meta.Get("x-gateway-model"); m != "" {
-		ev = ev.Str("answered_by", m)
-	}
-	ev.Msg("request")
-}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -22,6 +23,10 @@ type envelope struct {
 	logStatus  int  // 499 when the client went away
 }
 
+// statusClientClosed is the status logged for a client that went away
+// (nginx's 499); the client, gone, is never sent it.
+const statusClientClosed = 499
+
 // mapError is the one place that turns an error into HTTP. Internal error
 // text never reaches the client: only pipeline.Error messages (written for
 // clients) and the message of an upstream's own OpenAI-style envelope.
@@ -31,24 +36,25 @@ func mapError(err error) envelope {
 	switch {
 	case errors.As(err, &pe):
 		return envelope{status: pe.Status, body: errorJSON(pe.Message, pe.Type, pe.Param, pe.Code),
-			retryAfter: pe.RetryAfter, permanent: (pe.Status >= 400 && pe.Status < 500 && pe.Status != 408 && pe.Status != 409 && pe.Status != 429) ||
-				pe.Code == "insufficient_quota", // an exhausted budget does not come back in seconds
+			retryAfter: pe.RetryAfter, permanent: (pe.Status >= 400 && pe.Status < 500 && pe.Status != http.StatusRequestTimeout &&
+				pe.Status != http.StatusConflict && pe.Status != http.StatusTooManyRequests) ||
+				pe.Code == pipeline.CodeInsufficientQuota, // an exhausted budget does not come back in seconds
 			logStatus: pe.Status}
 	case errors.As(err, &ue):
 		return mapUpstream(ue)
 	case errors.Is(err, pipeline.ErrClientGone) || errors.Is(err, context.Canceled):
-		return envelope{status: 499, body: errorJSON("client closed request", "invalid_request_error", "", "client_closed"), logStatus: 499}
+		return envelope{status: statusClientClosed, body: errorJSON("client closed request", pipeline.TypeInvalidRequest, "", pipeline.CodeClientClosed), logStatus: statusClientClosed}
 	case errors.Is(err, context.DeadlineExceeded):
-		return envelope{status: 504, body: errorJSON("the request exceeded its deadline", "timeout_error", "", "timeout"), logStatus: 504}
+		return envelope{status: http.StatusGatewayTimeout, body: errorJSON("the request exceeded its deadline", pipeline.TypeTimeout, "", pipeline.CodeTimeout), logStatus: http.StatusGatewayTimeout}
 	default:
-		return envelope{status: 500, body: errorJSON("internal error", "server_error", "", "internal_error"), logStatus: 500}
+		return envelope{status: http.StatusInternalServerError, body: errorJSON("internal error", pipeline.TypeServer, "", pipeline.CodeInternal), logStatus: http.StatusInternalServerError}
 	}
 }
 
 func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	switch ue.Kind {
 	case pipeline.UpstreamStatus:
-		msg, typ, param, code := "upstream error", "upstream_error", "", ""
+		msg, typ, param, code := "upstream error", pipeline.TypeUpstream, "", ""
 		if e := gjson.GetBytes(ue.Body, "error"); e.IsObject() {
 			// The upstream's envelope was written for API clients; keep its
 			// meaning-bearing fields, bounded in size.
@@ -62,27 +68,32 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		}
 		status := ue.Status
 		if status < 400 || status > 599 {
-			status = 502
+			status = http.StatusBadGateway
 		}
-		if status == 401 || status == 403 || status == 407 {
+		if status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusProxyAuthRequired {
 			// About the gateway's own provider key, not the client's: keep
 			// the status (clients see the upstream's verdict) but never its
 			// message, which may quote key fragments.
-			msg, typ, param, code = "the upstream provider rejected the gateway's credentials", "upstream_auth_error", "", "upstream_auth"
+			msg, typ, param, code = "the upstream provider rejected the gateway's credentials", pipeline.TypeUpstreamAuth, "", pipeline.CodeUpstreamAuth
 		}
 		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status}
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
-		return envelope{status: 504, body: errorJSON("upstream timed out", "server_error", "", "upstream_timeout"), logStatus: 504}
+		return serverEnvelope(http.StatusGatewayTimeout, "upstream timed out", pipeline.CodeUpstreamTimeout)
 	case pipeline.UpstreamCut:
-		return envelope{status: 502, body: errorJSON("upstream closed the connection before the response was complete", "server_error", "", "upstream_cut"), logStatus: 502}
+		return serverEnvelope(http.StatusBadGateway, "upstream closed the connection before the response was complete", pipeline.CodeUpstreamCut)
 	case pipeline.UpstreamMalformed:
 		if errors.Is(ue.Err, errResponseTooLarge) {
-			return envelope{status: 502, body: errorJSON("upstream response exceeds the gateway's size limit", "server_error", "", "upstream_response_too_large"), logStatus: 502}
+			return serverEnvelope(http.StatusBadGateway, "upstream response exceeds the gateway's size limit", pipeline.CodeUpstreamResponseTooLarge)
 		}
-		return envelope{status: 502, body: errorJSON("upstream sent a malformed response", "server_error", "", "upstream_malformed"), logStatus: 502}
+		return serverEnvelope(http.StatusBadGateway, "upstream sent a malformed response", pipeline.CodeUpstreamMalformed)
 	default:
-		return envelope{status: 502, body: errorJSON("upstream unreachable", "server_error", "", "upstream_unreachable"), logStatus: 502}
+		return serverEnvelope(http.StatusBadGateway, "upstream unreachable", pipeline.CodeUpstreamUnreachable)
 	}
+}
+
+// serverEnvelope is a server_error envelope of the gateway's own.
+func serverEnvelope(status int, msg, code string) envelope {
+	return envelope{status: status, body: errorJSON(msg, pipeline.TypeServer, "", code), logStatus: status}
 }
 
 func orDefault(s, def string) string {

@@ -6,11 +6,6 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-func init() {
-	// Request bodies are untrusted: no @modifiers in paths built from them.
-	gjson.DisableModifiers = true
-}
-
 // chatInput is what ingress reads from a chat request body.
 type chatInput struct {
 	model        string

@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net/http"
 	"net/textproto"
 
 	"github.com/tidwall/gjson"
@@ -221,7 +222,7 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 		u.err = tooLarge(int(u.max))
 		return 0, u.err
 	case err != nil && !errors.Is(err, io.EOF):
-		u.err = pipeline.Errorf(408, "invalid_request_error", "request_timeout", "The request body could not be read in time.")
+		u.err = pipeline.Invalid(http.StatusRequestTimeout, pipeline.CodeRequestTimeout, "The request body could not be read in time.")
 		return n, u.err
 	}
 	return n, err

@@ -3,7 +3,7 @@ package proxy
 import (
 	"bufio"
 	"io"
-	"strconv"
+	"net"
 	"strings"
 	"time"
 
@@ -19,6 +19,11 @@ var hopHeaders = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
+// gatewayOwnHeaders are the response headers the gateway writes itself
+// (fasthttp frames the body and sets Date; X-Request-Id is the client's
+// id): an upstream's values must not replace or double them.
+var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Date"}
+
 // clientOnlyHeaders carry the client's identity towards the gateway; the
 // provider gets the gateway's own.
 var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace"}
@@ -32,24 +37,57 @@ var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organizatio
 // configured is refused unless server.passthrough_unknown_models is set.
 // Other bodies (binary uploads) stream through, bounded by the same limit.
 // path is the canonical path (canonicalPath).
-func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id, path string) {
-	start := time.Now()
+func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path string) {
+	pc, pb, err := s.passTarget(ctx, x, path)
+	if err != nil {
+		s.writeError(ctx, x, err)
+		return
+	}
+	freq := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	timeout := outboundRequest(ctx, freq, pc, pb, x.id)
+	if pb.upload != nil {
+		// fasthttp's one timeout covers sending the upload too: give it the
+		// server's read timeout on top, and tell a slow client apart from a
+		// slow upstream afterwards.
+		timeout += x.rt.Config.Server.ReadTimeout.D()
+	}
+	resp.StreamBody = true
+	freq.SetTimeout(timeout)
+	if err := pc.hc.Do(freq, resp); err != nil {
+		release(freq, resp)
+		if pb.upload != nil && pb.upload.err != nil {
+			err = pb.upload.err // the client's side failed: not the upstream's fault
+		} else {
+			err = pc.transportError(err)
+		}
+		s.writeError(ctx, x, err)
+		return
+	}
+	upstreamSeconds.WithLabelValues(pc.cfg.Name).Observe(time.Since(x.start).Seconds())
+	ctx.SetStatusCode(resp.StatusCode())
+	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
+	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true
+	ctx.SetBodyStreamWriter(s.copyBody(x, pc, freq, resp, ctx.Conn()))
+}
+
+// passTarget applies the tenant policy to a pass-through request and picks
+// its provider: the checks of handlePassthrough, in order, before anything
+// goes upstream. It sets x.model.
+func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) (*providerClient, passBody, error) {
+	rt := x.rt
 	t, err := rt.authenticate(ctx)
 	if err != nil {
-		s.writeError(ctx, rt, id, "", err, start)
-		return
+		return nil, passBody{}, err
 	}
-	raw := string(ctx.Request.URI().PathOriginal())
-	if strings.EqualFold(path, chatRoute) || !strings.HasPrefix(raw, "/v1/") {
+	if strings.EqualFold(path, chatRoute) || !strings.HasPrefix(string(ctx.Request.URI().PathOriginal()), "/v1/") {
 		// A case variant of the chat route must not reach the upstream's
 		// chat endpoint around the pipeline.
-		s.writeError(ctx, rt, id, "", unknownURL(path), start)
-		return
+		return nil, passBody{}, unknownURL(path)
 	}
 	if rt.Policy != nil && !rt.Policy.AllowsPath(t, path) {
-		s.writeError(ctx, rt, id, "", pipeline.Errorf(403, "invalid_request_error", "path_not_allowed",
-			"This API key may not use %s through this gateway.", truncate(path, 200)), start)
-		return
+		return nil, passBody{}, pipeline.Forbidden(pipeline.CodePathNotAllowed,
+			"This API key may not use %s through this gateway.", truncate(path, 200))
 	}
 	limit := rt.Config.Server.MaxBodyBytes
 	if rt.Policy != nil {
@@ -58,27 +96,28 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id, pa
 		}
 	}
 	pb, err := s.passthroughBody(ctx, rt, t, path, limit)
+	x.model = pb.model
 	if err != nil {
-		s.writeError(ctx, rt, id, pb.model, err, start)
-		return
+		return nil, pb, err
 	}
-	provider, body, model, upload := pb.provider, pb.body, pb.model, pb.upload
+	provider := pb.provider
 	if provider == "" {
 		provider = rt.Config.Server.DefaultProvider
 	}
 	pc := rt.Upstream.provider(provider)
 	if pc == nil {
-		s.writeError(ctx, rt, id, model, pipeline.Errorf(404, "invalid_request_error", "unknown_url", "No provider serves %s", truncate(path, 200)), start)
-		return
+		return nil, pb, pipeline.NotFound(pipeline.CodeUnknownURL, "No provider serves %s", truncate(path, 200))
 	}
+	return pc, pb, nil
+}
 
-	freq := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
+// outboundRequest fills freq with the client's request for pc: its method,
+// its original path under pc's base path, its query and its headers minus
+// the hop-by-hop and client-only ones, with the gateway's credentials and
+// pb's body or upload. It returns the upstream's first-byte timeout.
+func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *providerClient, pb passBody, id string) time.Duration {
 	ctx.Request.Header.CopyTo(&freq.Header)
-	for _, h := range hopHeaders {
-		freq.Header.Del(h)
-	}
-	for _, h := range connectionListed(&ctx.Request.Header) {
+	for _, h := range hopByHop(ctx.Request.Header.Peek("Connection")) {
 		freq.Header.Del(h)
 	}
 	for _, h := range clientOnlyHeaders {
@@ -86,79 +125,58 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id, pa
 	}
 	// The original path: a decoded %3F must not become a query upstream.
 	// canonicalPath refused every dot segment, so it stays under basePath.
-	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(raw, "/v1")
+	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(string(ctx.Request.URI().PathOriginal()), "/v1")
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri += "?" + string(q)
 	}
 	freq.SetRequestURI(uri)
 	freq.Header.SetMethodBytes(ctx.Method())
 	pc.setHeaders(&freq.Header, id)
-	timeout := pc.cfg.FirstByteTimeout.D()
-	if upload != nil {
+	if pb.upload != nil {
 		// The upload is a reader the client's connection feeds (the
 		// upload owns the server's request stream; fasthttp never sees it
-		// here, so it is released once). fasthttp's one timeout covers
-		// sending it too: give it the server's read timeout on top, and
-		// tell a slow client apart from a slow upstream afterwards.
-		freq.SetBodyStream(upload, ctx.Request.Header.ContentLength())
-		timeout += rt.Config.Server.ReadTimeout.D()
+		// here, so it is released once).
+		freq.SetBodyStream(pb.upload, ctx.Request.Header.ContentLength())
 	} else {
-		freq.SetBodyRaw(body)
+		freq.SetBodyRaw(pb.body)
 	}
-	resp.StreamBody = true
-	freq.SetTimeout(timeout)
-	if err := pc.hc.Do(freq, resp); err != nil {
-		release(freq, resp)
-		if upload != nil && upload.err != nil {
-			err = upload.err // the client's side failed: not the upstream's fault
-		} else {
-			err = pc.transportError(err)
-		}
-		s.writeError(ctx, rt, id, model, err, start)
-		return
-	}
-	upstreamSeconds.WithLabelValues(pc.cfg.Name).Observe(time.Since(start).Seconds())
+	return pc.cfg.FirstByteTimeout.D()
+}
 
-	ctx.SetStatusCode(resp.StatusCode())
-	listed := strings.Split(string(resp.Header.Peek("Connection")), ",")
-	resp.Header.VisitAll(func(k, v []byte) {
+// copyResponseHeaders copies an upstream response's headers to the client's
+// response, without the hop-by-hop ones (those its Connection header lists
+// included) and those the gateway writes itself.
+func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
+	hop := hopByHop(src.Peek("Connection"))
+	for k, v := range src.All() {
 		ks := string(k)
-		for _, h := range listed {
-			if strings.EqualFold(ks, strings.TrimSpace(h)) {
-				return
-			}
+		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) {
+			continue
 		}
-		for _, h := range hopHeaders {
-			if strings.EqualFold(ks, h) {
-				return
-			}
-		}
-		if strings.EqualFold(ks, "Content-Length") || strings.EqualFold(ks, "X-Request-Id") || strings.EqualFold(ks, "Server") || strings.EqualFold(ks, "Date") {
-			return
-		}
-		ctx.Response.Header.SetBytesKV(k, v)
-	})
-	status := resp.StatusCode()
+		dst.SetBytesKV(k, v)
+	}
+}
+
+// copyBody returns the writer that streams resp's body to the client, with
+// the provider's idle timeout between reads, and then finishes x. It owns
+// freq and resp and releases them. A truncated upstream body closes the
+// client's connection: it must not end with a clean final chunk.
+func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Request, resp *fasthttp.Response, client net.Conn) fasthttp.StreamWriter {
 	conn := pc.conns.lookup(resp.LocalAddr())
 	if conn != nil {
 		_ = conn.SetReadDeadline(time.Time{})
 	}
 	idle := pc.cfg.StreamIdleTimeout.D()
-	route := routeLabel(string(ctx.Path()))
-	client := ctx.Conn()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer rt.inflight.Add(-1)
-		defer release(freq, resp)
+	return func(w *bufio.Writer) {
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
-		n := 0
 		for src != nil {
 			if conn != nil && idle > 0 {
 				_ = conn.SetReadDeadline(time.Now().Add(idle))
 			}
 			k, err := src.Read(buf)
 			if k > 0 {
-				n += k
+				x.bytes += k
 				if _, werr := w.Write(buf[:k]); werr != nil {
 					break
 				}
@@ -168,32 +186,36 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, rt *Runtime, id, pa
 			}
 			if err != nil {
 				if err != io.EOF {
-					// A truncated upstream body must not end with a clean final
-					// chunk: drop the client connection instead.
 					_ = client.Close()
-					status = 502
+					x.status = fasthttp.StatusBadGateway
 				}
 				break
 			}
 		}
-		requestsTotal.WithLabelValues(route, model, strconv.Itoa(status)).Inc()
-		requestSeconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
-		s.log.Info().Str("request_id", id).Str("path", route).Str("provider", pc.cfg.Name).Str("model", model).
-			Int("status", status).Dur("latency", time.Since(start)).Int("bytes", n).Msg("request")
-	})
+		release(freq, resp)
+		s.finish(x)
+	}
 }
 
-// connectionListed returns the header names the Connection header lists.
-func connectionListed(h *fasthttp.RequestHeader) []string {
-	v := string(h.Peek("Connection"))
-	if v == "" {
-		return nil
-	}
-	var out []string
-	for _, f := range strings.Split(v, ",") {
-		if f = strings.TrimSpace(f); f != "" && !strings.EqualFold(f, "close") && !strings.EqualFold(f, "keep-alive") {
-			out = append(out, f)
+// hopByHop returns the header names that are meaningful only for one
+// connection: the fixed hop-by-hop set and the names the Connection header
+// value connection lists. Both directions of the pass-through drop them.
+func hopByHop(connection []byte) []string {
+	out := hopHeaders
+	for _, f := range strings.Split(string(connection), ",") {
+		if f = strings.TrimSpace(f); f != "" && !hasFold(hopHeaders, f) {
+			out = append(out[:len(out):len(out)], f)
 		}
 	}
 	return out
+}
+
+// hasFold reports whether list holds name, ignoring case.
+func hasFold(list []string, name string) bool {
+	for _, h := range list {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -44,7 +45,7 @@ func canonicalPath(raw string) (string, error) {
 		}
 		d, err := url.PathUnescape(p)
 		if err != nil {
-			return "", pipeline.Errorf(400, "invalid_request_error", "invalid_path", "The request path has a malformed percent-encoding.")
+			return "", pipeline.Invalid(http.StatusBadRequest, pipeline.CodeInvalidPath, "The request path has a malformed percent-encoding.")
 		}
 		if round == 0 {
 			canonical = d
@@ -87,9 +88,9 @@ func hasControl(s string) bool {
 }
 
 func badPath() error {
-	return pipeline.Errorf(400, "invalid_request_error", "invalid_path", "The request path may not contain '.' or '..' segments, encoded or not.")
+	return pipeline.Invalid(http.StatusBadRequest, pipeline.CodeInvalidPath, "The request path may not contain '.' or '..' segments, encoded or not.")
 }
 
 func unknownURL(path string) error {
-	return pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Unknown request URL: %s", truncate(path, 200))
+	return pipeline.NotFound(pipeline.CodeUnknownURL, "Unknown request URL: %s", truncate(path, 200))
 }

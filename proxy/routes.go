@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -78,11 +77,11 @@ func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 
 // handleModels lists the models the caller's tenant may use, and answers
 // 404 for one it may not, exactly as for a model that does not exist.
-func (s *Server) handleModels(ctx *fasthttp.RequestCtx, rt *Runtime, id, path string) {
-	start := time.Now()
+func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string) {
+	rt := x.rt
 	t, err := rt.authenticate(ctx)
 	if err != nil {
-		s.writeError(ctx, rt, id, "", err, start)
+		s.writeError(ctx, x, err)
 		return
 	}
 	restricted := rt.Policy != nil && rt.Policy.RestrictsModels(t)
@@ -101,14 +100,14 @@ func (s *Server) handleModels(ctx *fasthttp.RequestCtx, rt *Runtime, id, path st
 		ok = false
 	}
 	if !ok {
-		s.writeError(ctx, rt, id, "", modelNotFound(name), start)
+		s.writeError(ctx, x, modelNotFound(name))
 		return
 	}
 	ctx.SetBody(b)
 }
 
 func modelNotFound(name string) error {
-	e := pipeline.Errorf(404, "invalid_request_error", "model_not_found",
+	e := pipeline.NotFound(pipeline.CodeModelNotFound,
 		"The model '%s' does not exist or you do not have access to it.", truncate(name, 200))
 	e.Param = "model"
 	return e
@@ -138,7 +137,8 @@ func filterModels(all []byte, keep func(string) bool) []byte {
 // admin key (or is refused there when metrics_listen serves it), and
 // /readyz shows its details only to an admin; its status stays public for
 // load balancers. The separate metrics listener is trusted as a whole.
-func (s *Server) handleOps(ctx *fasthttp.RequestCtx, rt *Runtime, id, path string, main bool) bool {
+func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, main bool) bool {
+	rt := x.rt
 	switch path {
 	case "/healthz":
 		ctx.SetContentType("application/json")
@@ -148,7 +148,7 @@ func (s *Server) handleOps(ctx *fasthttp.RequestCtx, rt *Runtime, id, path strin
 	case "/metrics":
 		if main {
 			if err := rt.admin(ctx); err != nil {
-				s.writeError(ctx, rt, id, "", err, time.Now())
+				s.writeError(ctx, x, err)
 				return true
 			}
 		}
@@ -164,17 +164,17 @@ func (s *Server) handleOps(ctx *fasthttp.RequestCtx, rt *Runtime, id, path strin
 func (rt *Runtime) admin(ctx *fasthttp.RequestCtx) error {
 	cfg := rt.Config.Server
 	if cfg.MetricsListen != "" {
-		return pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Metrics are served on the metrics listener.")
+		return pipeline.NotFound(pipeline.CodeUnknownURL, "Metrics are served on the metrics listener.")
 	}
 	if cfg.AdminKey == "" {
 		if rt.Policy == nil || rt.Policy.Open() {
 			return nil // an open gateway keeps its operator routes open
 		}
-		return pipeline.Errorf(403, "invalid_request_error", "admin_required",
+		return pipeline.Forbidden(pipeline.CodeAdminRequired,
 			"This gateway has keys: set server.admin_key or server.metrics_listen to read operator routes.")
 	}
 	if !rt.adminKeyOK(ctx) {
-		return pipeline.Errorf(401, "invalid_request_error", "invalid_api_key", "This route needs the gateway's admin key.")
+		return pipeline.Unauthorized(nil, "This route needs the gateway's admin key.")
 	}
 	return nil
 }

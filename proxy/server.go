@@ -42,22 +42,13 @@ type Runtime struct {
 
 	modelsJSON []byte
 	modelJSON  map[string][]byte
-	inflight   atomic.Int64 // requests (and streams) of this runtime still running
+	inflight   activity // requests (and streams) of this runtime still running
 }
 
 // Drain waits until no request that started on rt is still running, or max
-// has passed; it reports whether rt drained. Call it after the runtime was
-// swapped out, before Close.
-func (rt *Runtime) Drain(max time.Duration) bool {
-	deadline := time.Now().Add(max)
-	for rt.inflight.Load() > 0 {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
-}
+// has passed; it reports whether rt drained. It returns as soon as the last
+// request finishes. Call it after the runtime was swapped out, before Close.
+func (rt *Runtime) Drain(max time.Duration) bool { return rt.inflight.wait(max) }
 
 // Server serves the gateway's routes. Safe for concurrent use.
 type Server struct {
@@ -68,8 +59,8 @@ type Server struct {
 	cancel context.CancelFunc
 	idPfx  string
 	idSeq  atomic.Uint64
-	peers  peerWatcher  // cancels requests whose client left
-	chats  atomic.Int64 // chat requests and streams still running
+	peers  peerWatcher // cancels requests whose client left
+	chats  activity    // chat requests and streams still running
 
 	connsMu  sync.Mutex
 	open     map[net.Conn]struct{} // the main listener's connections (ConnState)
@@ -143,10 +134,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.cancel() // ends the requests still running; their writers then return
 		err = <-done
-		deadline := time.Now().Add(finalWrites)
-		for s.chats.Load() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		s.chats.wait(finalWrites)
 	}
 	s.peers.close()
 	return err
@@ -199,53 +187,52 @@ func printable(b []byte) bool {
 	return true
 }
 
+// handle serves one request of the main listener; every request, whatever
+// its route or outcome, ends through finish exactly once.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	rt := s.rt.Load()
-	rt.inflight.Add(1)
-	defer func() {
-		if !ctx.Response.IsBodyStream() { // a stream writer ends the request later
-			rt.inflight.Add(-1)
-		}
-	}()
-	id := s.requestID(ctx)
-	ctx.Response.Header.Set("X-Request-Id", id)
+	x := s.begin(ctx, s.rt.Load())
+	s.route(ctx, x)
+	s.end(ctx, x)
+}
+
+func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 	path, err := canonicalPath(string(ctx.Request.URI().PathOriginal()))
 	if err != nil {
-		s.writeError(ctx, rt, id, "", err, time.Now())
+		s.writeError(ctx, x, err)
 		return
 	}
 	switch {
 	case path == chatRoute:
 		if !ctx.IsPost() {
-			s.methodNotAllowed(ctx, rt, id, "POST")
+			s.methodNotAllowed(ctx, x, fasthttp.MethodPost)
 			return
 		}
-		s.handleChat(ctx, rt, id)
+		s.handleChat(ctx, x)
 	case path == usageRoute:
-		s.handleUsage(ctx, rt, id)
+		s.handleUsage(ctx, x)
 	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
 		if !ctx.IsGet() {
 			if path == "/v1/models" {
-				s.methodNotAllowed(ctx, rt, id, "GET")
+				s.methodNotAllowed(ctx, x, fasthttp.MethodGet)
 				return
 			}
-			s.handlePassthrough(ctx, rt, id, path) // DELETE /v1/models/{ft model} belongs upstream
+			s.handlePassthrough(ctx, x, path) // DELETE /v1/models/{ft model} belongs upstream
 			return
 		}
-		s.handleModels(ctx, rt, id, path)
+		s.handleModels(ctx, x, path)
 	case strings.HasPrefix(path, "/v1/"):
-		s.handlePassthrough(ctx, rt, id, path)
+		s.handlePassthrough(ctx, x, path)
 	default:
-		if !s.handleOps(ctx, rt, id, path, true) {
-			s.writeError(ctx, rt, id, "", pipeline.Errorf(404, "invalid_request_error", "unknown_url", "Unknown request URL: %s %s", ctx.Method(), truncate(path, 200)), time.Now())
+		if !s.handleOps(ctx, x, path, true) {
+			s.writeError(ctx, x, pipeline.NotFound(pipeline.CodeUnknownURL, "Unknown request URL: %s %s", ctx.Method(), truncate(path, 200)))
 		}
 	}
 }
 
-func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, rt *Runtime, id, allow string) {
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, x *exchange, allow string) {
 	ctx.Response.Header.Set("Allow", allow)
-	s.writeError(ctx, rt, id, "", pipeline.Errorf(405, "invalid_request_error", "method_not_allowed",
-		"Method %s is not allowed on %s; use %s", ctx.Method(), ctx.Path(), allow), time.Now())
+	s.writeError(ctx, x, pipeline.Invalid(fasthttp.StatusMethodNotAllowed, pipeline.CodeMethodNotAllowed,
+		"Method %s is not allowed on %s; use %s", ctx.Method(), ctx.Path(), allow))
 }
 
 // bearer returns the credential from Authorization: Bearer, or api-key.
@@ -257,16 +244,17 @@ func bearer(h *fasthttp.RequestHeader) string {
 	return string(h.Peek("Api-Key"))
 }
 
-// writeError writes err as the OpenAI envelope and logs the request.
-func (s *Server) writeError(ctx *fasthttp.RequestCtx, rt *Runtime, id, model string, err error, start time.Time) {
+// writeError writes err as the OpenAI envelope and records it on x for
+// finish.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
 	env := mapError(err)
 	status := env.status
-	if status == 499 { // nobody is listening; keep the log's meaning
-		status = 400
+	if status == statusClientClosed { // nobody is listening; keep the log's meaning
+		status = fasthttp.StatusBadRequest
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	if env.retryAfter > 0 && (status == 429 || status == 503) {
+	if env.retryAfter > 0 && (status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable) {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((env.retryAfter+time.Second-1)/time.Second)))
 		ctx.Response.Header.Set("Retry-After-Ms", strconv.FormatInt(env.retryAfter.Milliseconds(), 10))
 	}
@@ -274,17 +262,7 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, rt *Runtime, id, model str
 		ctx.Response.Header.Set("X-Should-Retry", "false")
 	}
 	ctx.SetBody(env.body)
-	route := routeLabel(string(ctx.Path()))
-	requestsTotal.WithLabelValues(route, model, strconv.Itoa(env.logStatus)).Inc()
-	requestSeconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
-	ev := s.log.Info()
-	if env.logStatus >= 500 {
-		ev = s.log.Warn().AnErr("cause", err)
-	} else if s.log.GetLevel() <= zerolog.DebugLevel {
-		ev = ev.AnErr("cause", err)
-	}
-	ev.Str("request_id", id).Str("method", string(ctx.Method())).Str("path", route).Str("model", model).
-		Int("status", env.logStatus).Dur("latency", time.Since(start)).Int("bytes", len(env.body)).Msg("request")
+	x.status, x.cause = env.logStatus, err
 }
 
 // routeLabel keeps metric label cardinality bounded.

@@ -65,7 +65,9 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 
 // Next returns the next chunk, io.EOF after [DONE], or an
 // *pipeline.UpstreamError (Cut, Idle, Malformed, Status for an upstream error
-// event) or the context's error.
+// event) or the context's error. An event whose data is empty ("data:" and
+// nothing else) is skipped, as an SSE client skips it: some providers send
+// one as a keep-alive.
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -108,12 +110,15 @@ func (s *upstreamStream) Next() ([]byte, error) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
 				Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
 		}
+		if len(data) == 0 {
+			continue
+		}
 		if sse.IsDone(data) {
 			s.done = true
 			s.drain()
 			return nil, io.EOF
 		}
-		if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+		if data[0] != '{' || !gjson.ValidBytes(data) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 		}
 		out := setModel(s.buf, data, s.model)

@@ -116,3 +116,40 @@ func TestUpstreamStreamFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamStreamEmptyData checks what an event with empty data does:
+// skipped, as an SSE client skips it (the stream goes on to its chunks and
+// [DONE]), unless it is an error event, which still ends the stream.
+func TestUpstreamStreamEmptyData(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		body   string
+		chunks int
+		kind   pipeline.UpstreamKind // of the error; -1 = none
+	}{
+		{name: "empty data skipped", body: "data:\n\ndata: {\"id\":\"a\",\"choices\":[]}\n\ndata: \n\ndata: [DONE]\n\n", chunks: 1, kind: -1},
+		{name: "only empty data, then done", body: "data:\n\ndata:\n\ndata: [DONE]\n\n", kind: -1},
+		{name: "empty data, then cut", body: "data:\n\n", kind: pipeline.UpstreamCut},
+		{name: "empty error event", body: "data: {\"id\":\"a\",\"choices\":[]}\n\nevent: error\ndata:\n\n", chunks: 1, kind: pipeline.UpstreamStatus},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			chunks, err := streamAll(t, rawUpstream(t, tc.body))
+			if len(chunks) != tc.chunks {
+				t.Fatalf("%d chunks, want %d: %q", len(chunks), tc.chunks, chunks)
+			}
+			if tc.kind < 0 {
+				if err != nil {
+					t.Fatalf("stream failed: %v", err)
+				}
+				return
+			}
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) || ue.Kind != tc.kind {
+				t.Fatalf("got %v, want kind %v", err, tc.kind)
+			}
+		})
+	}
+}

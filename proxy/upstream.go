@@ -154,11 +154,11 @@ func (u *Upstream) provider(name string) *providerClient { return u.providers[na
 func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 	target := req.TargetOrDefault()
 	if target == nil {
-		return nil, &pipeline.Error{Status: 500, Type: "server_error", Message: "no deployment for model", Err: errors.New("proxy: request without target")}
+		return nil, pipeline.Internal(errors.New("proxy: request without target"), "no deployment for model")
 	}
 	pc := u.providers[target.Provider]
 	if pc == nil {
-		return nil, &pipeline.Error{Status: 500, Type: "server_error", Message: "no deployment for model", Err: fmt.Errorf("proxy: unknown provider %q", target.Provider)}
+		return nil, pipeline.Internal(fmt.Errorf("proxy: unknown provider %q", target.Provider), "no deployment for model")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

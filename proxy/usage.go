@@ -16,22 +16,22 @@ const usageRoute = "/v1/gateway/usage"
 // requests and cost, for keys with role = "admin" (or the server's admin
 // key; anyone on a gateway without keys or admin key). from and to are
 // dates (2006-01-02, UTC); the default is the last 30 days.
-func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
-	start := time.Now()
+func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
+	rt := x.rt
 	if !ctx.IsGet() {
-		s.methodNotAllowed(ctx, rt, id, "GET")
+		s.methodNotAllowed(ctx, x, fasthttp.MethodGet)
 		return
 	}
 	if err := s.usageAllowed(ctx, rt); err != nil {
-		s.writeError(ctx, rt, id, "", err, start)
+		s.writeError(ctx, x, err)
 		return
 	}
 	if rt.Usage == nil {
-		s.writeError(ctx, rt, id, "", unknownURL(usageRoute), start)
+		s.writeError(ctx, x, unknownURL(usageRoute))
 		return
 	}
 	args := ctx.QueryArgs()
-	to := start.UTC()
+	to := x.start.UTC()
 	from := to.AddDate(0, 0, -30)
 	for _, p := range []struct {
 		name string
@@ -40,7 +40,7 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 		if v := args.Peek(p.name); len(v) > 0 {
 			t, err := time.Parse("2006-01-02", string(v))
 			if err != nil {
-				s.writeError(ctx, rt, id, "", pipeline.BadRequest(p.name, "%s must be a date like 2026-01-31", p.name), start)
+				s.writeError(ctx, x, pipeline.BadRequest(p.name, "%s must be a date like 2026-01-31", p.name))
 				return
 			}
 			*p.t = t
@@ -48,7 +48,7 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, rt *Runtime, id string) {
 	}
 	body, err := rt.Usage(context.Background(), string(args.Peek("tenant")), from, to, string(args.Peek("group_by")))
 	if err != nil {
-		s.writeError(ctx, rt, id, "", err, start)
+		s.writeError(ctx, x, err)
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -67,10 +67,10 @@ func (s *Server) usageAllowed(ctx *fasthttp.RequestCtx, rt *Runtime) error {
 		if rt.adminKeyOK(ctx) {
 			return nil
 		}
-		return pipeline.Errorf(403, "invalid_request_error", "admin_required", "The usage API needs a key with role = \"admin\" or the admin key.")
+		return pipeline.Forbidden(pipeline.CodeAdminRequired, "The usage API needs a key with role = \"admin\" or the admin key.")
 	}
 	if rt.Policy == nil || rt.Policy.Open() {
 		return nil
 	}
-	return pipeline.Errorf(403, "invalid_request_error", "admin_required", "The usage API needs a key with role = \"admin\".")
+	return pipeline.Forbidden(pipeline.CodeAdminRequired, "The usage API needs a key with role = \"admin\".")
 }

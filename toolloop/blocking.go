@@ -3,6 +3,7 @@ package toolloop
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"strconv"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -32,7 +33,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		if resp.Stream != nil {
 			resp.Stream.Close()
 			s.end("error")
-			return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answered a non-streaming request with a stream")
+			return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeBadUpstream, "the upstream answered a non-streaming request with a stream")
 		}
 		body := resp.Body
 		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason",
@@ -202,7 +203,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		setRaw("x_gateway", tr)
 	}
 	if err != nil {
-		return nil, pipeline.Errorf(502, "server_error", "bad_upstream", "the upstream answer could not be rewritten")
+		return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeBadUpstream, "the upstream answer could not be rewritten")
 	}
 	return &pipeline.Response{Body: body}, nil
 }

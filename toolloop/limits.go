@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 
 	"github.com/llmgw/gateway/fallback"
@@ -90,9 +91,10 @@ func (m *modelCalls) take(r *pipeline.Request) bool {
 func ModelCallLimit(next pipeline.Handler) pipeline.Handler {
 	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		if m, ok := ctx.Value(modelCallsKey{}).(*modelCalls); ok && !fallback.Nested(ctx) && !m.take(r) {
-			return nil, &pipeline.Error{Status: 400, Type: "invalid_request_error", Code: "max_model_calls",
-				Message: fmt.Sprintf("this request reached the gateway's limit of %d model calls (tool_loop.max_model_calls)", m.max),
-				Err:     ErrModelCallLimit}
+			e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeMaxModelCalls,
+				"this request reached the gateway's limit of %d model calls (tool_loop.max_model_calls)", m.max)
+			e.Err = ErrModelCallLimit
+			return nil, e
 		}
 		return next.Chat(ctx, r)
 	})

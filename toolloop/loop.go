@@ -119,7 +119,7 @@ func (l *Loop) Tools() pipeline.ToolHandler { return l.chain }
 // returns one chat.completion (Body) or one chunk Stream the caller must Close.
 func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 	if req.Route == nil || req.Route.ModelLayer == nil {
-		return nil, pipeline.Errorf(500, "server_error", "no_route", "the model %q has no route", req.Model)
+		return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, pipeline.CodeNoRoute, "the model %q has no route", req.Model)
 	}
 	if l.opts.State != nil {
 		req = l.resume(ctx, req)

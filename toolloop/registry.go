@@ -49,8 +49,6 @@ type registry struct {
 	byModelCount atomic.Int32
 }
 
-func (r *registry) get(name string) *tool { return r.byName[name] }
-
 // appliesTo reports whether t is offered for model (tool.models globs).
 func (t *tool) appliesTo(model string) bool {
 	if len(t.cfg.Models) == 0 {

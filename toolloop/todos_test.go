@@ -87,7 +87,7 @@ func TestTodosPromptNamesTheTool(t *testing.T) {
 		{Name: "plan", Kind: "builtin", Builtin: "write_todos"},
 		{Name: "write_todos", Kind: "builtin", System: "Mine."},
 	}, nil)
-	p, w := l.static.get("plan"), l.static.get("write_todos")
+	p, w := l.static.byName["plan"], l.static.byName["write_todos"]
 	if !p.todos || !w.todos || !strings.Contains(p.prompt, "the plan tool") || strings.Contains(p.prompt, "write_todos") || w.prompt != "Mine." {
 		t.Fatalf("prompts %q / %q", p.prompt, w.prompt)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,13 +93,13 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 		buf = append(buf, ']')
 		var err error
 		if body, err = sjson.SetRawBytes(body, "messages", buf); err != nil {
-			return nil, pipeline.Errorf(500, "server_error", "", "the tool loop could not extend messages")
+			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not extend messages")
 		}
 	}
 	if s.final {
 		var err error
 		if body, err = sjson.SetBytes(body, "tool_choice", "none"); err != nil {
-			return nil, pipeline.Errorf(500, "server_error", "", "the tool loop could not set tool_choice")
+			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not set tool_choice")
 		}
 	}
 	r := s.req.Clone()

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// validBase is a minimal valid config; each case of TestValidate adds to it.
+const validBase = `
+[[providers]]
+name = "p"
+kind = "mock"
+[[models]]
+name = "m"
+provider = "p"
+`
+
+// TestValidate gives every check of validate (and the limits checks it
+// folds in) a case: the key it names and its message, exactly as the file
+// writes the key.
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	prov := func(body string) string { return "[[providers]]\nname = \"q\"\nkind = \"mock\"\n" + body }
+	model := func(body string) string { return "[[models]]\nname = \"n\"\nprovider = \"p\"\n" + body }
+	tool := func(body string) string { return "[[tools]]\nname = \"t\"\nkind = \"builtin\"\n" + body }
+	mcp := func(body string) string { return "[[mcp_servers]]\nname = \"s\"\ncommand = \"srv\"\n" + body }
+	mcpURL := func(body string) string { return "[[mcp_servers]]\nname = \"s\"\nurl = \"http://h\"\n" + body }
+	policy := func(body string) string { return "[[policies]]\ntenant = \"*\"\n" + body }
+	tests := []struct {
+		name string
+		toml string
+		want string // "key: message"; "" = valid
+	}{
+		{name: "valid", toml: ""},
+		{name: "log level", toml: "[server]\nlog_level = \"loud\"\n", want: `server.log_level: "loud" is not one of debug, info, warn, error`},
+		{name: "log format", toml: "[server]\nlog_format = \"xml\"\n", want: `server.log_format: "xml" is not one of json, console`},
+		{name: "max body bytes", toml: "[server]\nmax_body_bytes = -1\n", want: `server.max_body_bytes: must be positive`},
+		{name: "default provider", toml: "[server]\ndefault_provider = \"z\"\n", want: `server.default_provider: unknown provider "z"`},
+		{name: "provider name required", toml: "[[providers]]\nkind = \"mock\"\n", want: `providers[1].name: required`},
+		{name: "provider name twice", toml: "[[providers]]\nname = \"p\"\nkind = \"mock\"\n", want: `providers[1].name: "p" is defined twice`},
+		{name: "provider kind", toml: "[[providers]]\nname = \"q\"\nkind = \"grpc\"\n", want: `providers[1].kind: "grpc" is not one of openai, mock`},
+		{name: "provider base url", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"ftp://h\"\n", want: `providers[1].base_url: "ftp://h" is not an http(s) URL`},
+		{name: "provider base url without host", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"http://\"\n", want: `providers[1].base_url: "http:" is not an http(s) URL`},
+		{name: "provider base url password hidden", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"ftp://u:secret@h\"\n", want: `providers[1].base_url: "ftp://u:xxxxx@h" is not an http(s) URL`},
+		{name: "provider prompt cache", toml: prov("prompt_cache = \"all\"\n"), want: `providers[1].prompt_cache: "all" is not one of none, openai, anthropic`},
+		{name: "provider max response bytes", toml: prov("max_response_bytes = -1\n"), want: `providers[1].max_response_bytes: must be positive`},
+		{name: "provider retries below", toml: prov("retries = -1\n"), want: `providers[1].retries: -1 is outside 0..10`},
+		{name: "provider retries above", toml: prov("retries = 11\n"), want: `providers[1].retries: 11 is outside 0..10`},
+		{name: "model name required", toml: "[[models]]\nprovider = \"p\"\n", want: `models[1].name: required`},
+		{name: "model name twice", toml: "[[models]]\nname = \"m\"\nprovider = \"p\"\n", want: `models[1].name: "m" is defined twice`},
+		{name: "model without provider", toml: "[[models]]\nname = \"n\"\n", want: `models[1]: needs provider or deployments`},
+		{name: "model provider shorthand", toml: "[[models]]\nname = \"n\"\nprovider = \"z\"\n", want: `models[1].provider: unknown provider "z"`},
+		{name: "model deployment provider", toml: "[[models]]\nname = \"n\"\n[[models.deployments]]\nprovider = \"p\"\n[[models.deployments]]\nprovider = \"z\"\n", want: `models[1].deployments[1].provider: unknown provider "z"`},
+		{name: "model deployment weight", toml: "[[models]]\nname = \"n\"\n[[models.deployments]]\nprovider = \"p\"\nweight = -1\n", want: `models[1].deployments[0].weight: must be positive`},
+		{name: "model fallback unknown", toml: model("fallbacks = [\"m\", \"z\"]\n"), want: `models[1].fallbacks[1]: unknown model "z"`},
+		{name: "model fallback itself", toml: model("fallbacks = [\"n\"]\n"), want: `models[1].fallbacks[0]: a model cannot fall back to itself`},
+		{name: "model middleware", toml: model("middleware = [\"fallback\", \"magic\"]\n"), want: `models[1].middleware[1]: "magic" is not one of context_edit, prompt_cache, fallback`},
+		{name: "model context window", toml: model("context_window = -1\n"), want: `models[1].context_window: must be positive`},
+		{name: "model encoding", toml: model("encoding = \"utf8\"\n"), want: `models[1].encoding: "utf8" is not one of o200k_base, cl100k_base, p50k_base, r50k_base`},
+		{name: "model price", toml: model("[models.price]\ninput = -1\n"), want: `models[1].price: prices must not be negative`},
+		{name: "tool name", toml: "[[tools]]\nname = \"a b\"\nkind = \"builtin\"\n", want: `tools[0].name: "a b" must match [a-zA-Z0-9_-]{1,64}`},
+		{name: "tool name twice", toml: tool("") + tool(""), want: `tools[1].name: "t" is defined twice`},
+		{name: "tool parameters", toml: tool("parameters = \"{\"\n"), want: `tools[0].parameters: not valid JSON`},
+		{name: "tool http url", toml: "[[tools]]\nname = \"t\"\nkind = \"http\"\nurl = \"h\"\n", want: `tools[0].url: "h" is not an http(s) URL`},
+		{name: "tool agent model", toml: "[[tools]]\nname = \"t\"\nkind = \"agent\"\nmodel = \"z\"\n", want: `tools[0].model: unknown model "z"`},
+		{name: "tool mcp kind", toml: "[[tools]]\nname = \"t\"\nkind = \"mcp\"\n", want: `tools[0].kind: MCP tools are not listed one by one`},
+		{name: "tool kind", toml: "[[tools]]\nname = \"t\"\nkind = \"shell\"\n", want: `tools[0].kind: "shell" is not one of builtin, http, agent`},
+		{name: "tool models pattern", toml: tool("models = [\"m\", \"[\"]\n"), want: `tools[0].models[1]: bad pattern "["`},
+		{name: "mcp name required", toml: "[[mcp_servers]]\ncommand = \"srv\"\n", want: `mcp_servers[0].name: required`},
+		{name: "mcp name twice", toml: mcp("") + mcp(""), want: `mcp_servers[1].name: "s" is defined twice`},
+		{name: "mcp neither command nor url", toml: "[[mcp_servers]]\nname = \"s\"\n", want: `mcp_servers[0]: set exactly one of command, url`},
+		{name: "mcp command and url", toml: mcp("url = \"http://h\"\n"), want: `mcp_servers[0]: set exactly one of command, url`},
+		{name: "mcp url", toml: "[[mcp_servers]]\nname = \"s\"\nurl = \"h\"\n", want: `mcp_servers[0].url: "h" is not an http(s) URL`},
+		{name: "mcp headers on command", toml: mcp("headers = { A = \"b\" }\n"), want: `mcp_servers[0].headers: only for url (streamable HTTP) servers`},
+		{name: "mcp args on url", toml: mcpURL("args = [\"a\"]\n"), want: `mcp_servers[0]: args and env are only for command (stdio) servers`},
+		{name: "mcp env on url", toml: mcpURL("env = { A = \"b\" }\n"), want: `mcp_servers[0]: args and env are only for command (stdio) servers`},
+		{name: "mcp prefix", toml: mcp("prefix = \"a b\"\n"), want: `mcp_servers[0].prefix: "a b" must match [a-zA-Z0-9_-]{1,64}`},
+		{name: "mcp timeout", toml: mcp("timeout = \"-1s\"\n"), want: `mcp_servers[0].timeout: must be positive`},
+		{name: "mcp allow pattern", toml: mcp("allow = [\"[\"]\n"), want: `mcp_servers[0].allow[0]: bad pattern "["`},
+		{name: "mcp deny pattern", toml: mcp("deny = [\"a\", \"[\"]\n"), want: `mcp_servers[0].deny[1]: bad pattern "["`},
+		{name: "mcp models pattern", toml: mcp("models = [\"[\"]\n"), want: `mcp_servers[0].models[0]: bad pattern "["`},
+		{name: "request middleware", toml: "[middleware]\nrequest = [\"policy\", \"magic\"]\n", want: `middleware.request[1]: "magic" is not one of policy, limits, cache`},
+		{name: "cache store", toml: "[middleware.cache]\nstore = \"disk\"\n", want: `middleware.cache.store: "disk" is not one of memory, redis`},
+		{name: "cache store redis without redis", toml: "[middleware.cache]\nstore = \"redis\"\n", want: `middleware.cache.store: redis needs a [redis] section`},
+		{name: "context edit last resort", toml: "[middleware.context_edit]\nlast_resort = \"panic\"\n", want: `middleware.context_edit.last_resort: "panic" is not one of error, drop_turns`},
+		{name: "limits fail", toml: "[middleware.limits]\nfail = \"maybe\"\n", want: `middleware.limits.fail: "maybe" is not one of open, closed`},
+		{name: "tracing protocol", toml: "[tracing]\nprotocol = \"udp\"\n", want: `tracing.protocol: "udp" is not one of http/protobuf, grpc`},
+		{name: "tracing sample ratio", toml: "[tracing]\nsample_ratio = 2.0\n", want: `tracing.sample_ratio: must be between 0 and 1`},
+		{name: "limit pattern", toml: "[[limits]]\ntenant = \"[\"\nconcurrent = 1\n", want: `limits[0]: bad pattern "["`},
+		{name: "limit negative", toml: "[[limits]]\nconcurrent = -1\n", want: `limits[0]: limits must not be negative`},
+		{name: "limit empty", toml: "[[limits]]\ntenant = \"a\"\n", want: `limits[0]: set at least one of requests_per_minute, tokens_per_minute, concurrent, tool_calls_per_minute`},
+		{name: "budget owner", toml: "[[budgets]]\namount = 1.0\n", want: `budgets[0]: set one of tenant, key`},
+		{name: "budget amount", toml: "[[budgets]]\ntenant = \"a\"\n", want: `budgets[0].amount: must be positive (dollars)`},
+		{name: "budget period", toml: "[[budgets]]\ntenant = \"a\"\namount = 1.0\nperiod = \"week\"\n", want: `budgets[0].period: "week" is not one of day, month, total`},
+		{name: "budget warn at", toml: "[[budgets]]\ntenant = \"a\"\namount = 1.0\nwarn_at = 2.0\n", want: `budgets[0].warn_at: must be a fraction between 0 and 1`},
+		{name: "key tenant", toml: "[[keys]]\nkey = \"k\"\n", want: `keys[0].tenant: required`},
+		{name: "key without secret", toml: "[[keys]]\ntenant = \"a\"\n", want: `keys[0]: set key or sha256 (the ${ENV} reference may be unset)`},
+		{name: "key and sha256", toml: "[[keys]]\ntenant = \"a\"\nkey = \"k\"\nsha256 = \"" + strings.Repeat("ab", 32) + "\"\n", want: `keys[0]: set only one of key, sha256`},
+		{name: "key sha256", toml: "[[keys]]\ntenant = \"a\"\nsha256 = \"xyz\"\n", want: `keys[0].sha256: not 64 hex digits`},
+		{name: "key role", toml: "[[keys]]\ntenant = \"a\"\nkey = \"k\"\nrole = \"root\"\n", want: `keys[0].role: "root" is not one of admin (or unset)`},
+		{name: "policy tenant", toml: "[[policies]]\nmodels = [\"m\"]\n", want: `policies[0].tenant: required ("*" for every tenant)`},
+		{name: "policy max tokens mode", toml: policy("max_tokens_mode = \"cut\"\n"), want: `policies[0].max_tokens_mode: "cut" is not one of clamp, reject`},
+		{name: "policy models pattern", toml: policy("models = [\"[\"]\n"), want: `policies[0].models[0]: bad pattern "["`},
+		{name: "policy tools pattern", toml: policy("tools = [\"[\"]\n"), want: `policies[0].tools[0]: bad pattern "["`},
+		{name: "policy passthrough pattern", toml: policy("passthrough = [\"[\"]\n"), want: `policies[0].passthrough[0]: bad pattern "["`},
+		{name: "redis addr", toml: "[redis]\ndb = 1\n", want: `redis.addr: required`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(validBase + tc.toml))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid config refused: %v", err)
+			case tc.want == "":
+			case err == nil:
+				t.Fatalf("accepted; want %q", tc.want)
+			case !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("got %v\nwant it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestValidateReportsEveryProblemInOrder checks that validate keeps going
+// after a problem and reports them in the order of the file's sections.
+func TestValidateReportsEveryProblemInOrder(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte(validBase + "[server]\nlog_level = \"loud\"\n[[tools]]\nname = \"t\"\nkind = \"shell\"\n[redis]\ndb = 1\n"))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	a, b, c := strings.Index(msg, "server.log_level"), strings.Index(msg, "tools[0].kind"), strings.Index(msg, "redis.addr")
+	if a < 0 || b < a || c < b {
+		t.Fatalf("problems missing or out of order:\n%v", err)
+	}
+}

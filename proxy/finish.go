@@ -1,0 +1,222 @@
+package proxy
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// exchange is one client request from its arrival to its end, and what its
+// end records. begin creates it; the route's handler fills it in; finish
+// ends it exactly once: in the handler's goroutine, or, when the response
+// body streams (SSE, pass-through), in the body writer once it is done.
+// The handler and the writer never use it at the same time.
+type exchange struct {
+	rt     *Runtime
+	id     string
+	start  time.Time
+	method string // copied from the request
+	route  string // metric label (routeLabel)
+
+	model    string            // a configured model name, or ""
+	provider string            // pass-through: the provider that answered
+	req      *pipeline.Request // chat: tenant, target, trace and meta for the log
+	status   int               // as logged (499: the client left); 0 = the response's
+	bytes    int
+	ttfb     time.Duration // 0 = the whole response left at once
+	usage    gjson.Result
+	cause    error // the error written, for the log
+
+	chat   bool // counted in Server.chats (cancelled at shutdown)
+	stream bool // an SSE stream, counted in activeStreams
+	later  bool // a body writer finishes the request after the handler returns
+	ended  atomic.Bool
+}
+
+// begin starts counting a request of rt.
+func (s *Server) begin(ctx *fasthttp.RequestCtx, rt *Runtime) *exchange {
+	rt.inflight.add()
+	x := &exchange{rt: rt, start: time.Now(), method: string(ctx.Method()), route: routeLabel(string(ctx.Path()))}
+	x.id = s.requestID(ctx)
+	ctx.Response.Header.Set("X-Request-Id", x.id)
+	return x
+}
+
+// end finishes x after its handler returned, unless a body writer will.
+func (s *Server) end(ctx *fasthttp.RequestCtx, x *exchange) {
+	if x.later {
+		return
+	}
+	if x.status == 0 {
+		x.status = ctx.Response.StatusCode()
+	}
+	x.bytes = len(ctx.Response.Body())
+	s.finish(x)
+}
+
+// finish ends x once, whoever calls it: metrics, the one access-log line,
+// and the in-flight counts.
+func (s *Server) finish(x *exchange) {
+	if x.ended.Swap(true) {
+		return
+	}
+	status := x.status
+	if status == 0 {
+		status = fasthttp.StatusOK
+	}
+	elapsed := time.Since(x.start)
+	ttfb := x.ttfb
+	if ttfb == 0 {
+		ttfb = elapsed
+	}
+	requestsTotal.WithLabelValues(x.route, x.model, strconv.Itoa(status)).Inc()
+	requestSeconds.WithLabelValues(x.route).Observe(elapsed.Seconds())
+	if x.answered() {
+		firstByteSeconds.WithLabelValues(chatRoute).Observe(ttfb.Seconds())
+	}
+	s.accessLog(x, status, elapsed, ttfb)
+	if x.stream {
+		activeStreams.Dec()
+	}
+	if x.chat {
+		s.chats.done()
+	}
+	x.rt.inflight.done()
+}
+
+// answered reports whether x is a chat request the pipeline answered (a
+// JSON body or a stream, whatever its end): only those have a time to
+// first byte worth a histogram.
+func (x *exchange) answered() bool { return x.stream || (x.req != nil && x.cause == nil) }
+
+// accessLog writes the request's one access-log line: warn from 500 on.
+// The cause of an error shows at warn, or at debug level.
+func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration) {
+	var ev *zerolog.Event
+	if status >= 500 {
+		ev = s.log.Warn()
+	} else {
+		ev = s.log.Info()
+	}
+	if !ev.Enabled() {
+		return
+	}
+	if x.cause != nil && (status >= 500 || s.log.GetLevel() <= zerolog.DebugLevel) {
+		ev = ev.AnErr("cause", x.cause)
+	}
+	ev = ev.Str("request_id", x.id).Str("method", x.method).Str("path", x.route).Str("model", x.model)
+	provider := x.provider
+	req := x.req
+	if req != nil {
+		if t := req.TargetOrDefault(); t != nil {
+			provider = t.Provider
+		}
+	}
+	if provider != "" {
+		ev = ev.Str("provider", provider)
+	}
+	if req != nil {
+		if req.Tenant != nil {
+			ev = ev.Str("tenant", req.Tenant.Name)
+		}
+		if req.TraceID != "" {
+			ev = ev.Str("trace_id", req.TraceID)
+		}
+	}
+	ev = ev.Int("status", status)
+	if req != nil {
+		ev = ev.Bool("stream", req.Stream)
+	}
+	ev = ev.Dur("latency", elapsed)
+	if x.answered() {
+		ev = ev.Dur("ttfb", ttfb)
+	}
+	ev = ev.Int("bytes", x.bytes)
+	if x.usage.IsObject() {
+		ev = ev.Int64("prompt_tokens", x.usage.Get("prompt_tokens").Int()).
+			Int64("completion_tokens", x.usage.Get("completion_tokens").Int()).
+			Int64("cached_tokens", x.usage.Get("prompt_tokens_details.cached_tokens").Int())
+	}
+	if req != nil {
+		if m := req.Meta.Get("x-gateway-model"); m != "" {
+			ev = ev.Str("answered_by", m)
+		}
+	}
+	ev.Msg("request")
+}
+
+// activity counts running requests and tells when none is left. The zero
+// value is ready; safe for concurrent use.
+type activity struct {
+	mu   sync.Mutex
+	n    int64
+	idle chan struct{} // closed when n dropped to 0; a new one when n leaves 0
+}
+
+// closedIdle is the idle channel of an activity that never had a request.
+var closedIdle = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+func (a *activity) add() {
+	a.mu.Lock()
+	if a.n == 0 {
+		a.idle = make(chan struct{})
+	}
+	a.n++
+	a.mu.Unlock()
+}
+
+func (a *activity) done() {
+	a.mu.Lock()
+	a.n--
+	if a.n == 0 {
+		close(a.idle)
+	}
+	a.mu.Unlock()
+}
+
+// count returns the number of running requests.
+func (a *activity) count() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
+// zero returns a channel closed once no request is running (at once, if
+// none is now).
+func (a *activity) zero() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == 0 {
+		return closedIdle
+	}
+	return a.idle
+}
+
+// wait reports whether a had no running request within max.
+func (a *activity) wait(max time.Duration) bool {
+	z := a.zero()
+	select {
+	case <-z:
+		return true
+	default:
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-z:
+		return true
+	case <-t.C:
+		return false
+	}
+}

@@ -1,0 +1,282 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// lockedBuffer is a log sink safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// accessLines counts the access-log lines of request id.
+func (l *lockedBuffer) accessLines(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range bytes.Split(l.b.Bytes(), []byte("\n")) {
+		if gjson.GetBytes(line, "message").Str == "request" && gjson.GetBytes(line, "request_id").Str == id {
+			n++
+		}
+	}
+	return n
+}
+
+// requestCount sums gateway_requests_total over every label set.
+func requestCount(t *testing.T) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 256)
+	go func() { requestsTotal.Collect(ch); close(ch) }()
+	sum := 0.0
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		sum += d.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// finishGateway serves a gateway on loopback TCP whose chat pipeline is
+// chat and whose pass-through provider answers every request with
+// "upstream-body". It returns the server, the runtime, the log and the
+// gateway's address.
+func finishGateway(t *testing.T, chat pipeline.HandlerFunc) (*Server, *Runtime, *lockedBuffer, string) {
+	t.Helper()
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString("upstream-body")
+	}}
+	go func() { _ = up.Serve(upLn) }()
+	t.Cleanup(func() { _ = up.Shutdown() })
+	cfg, err := config.Parse([]byte(`
+[[providers]]
+name = "p"
+kind = "openai"
+base_url = "http://` + upLn.Addr().String() + `/v1"
+[[models]]
+name = "m"
+provider = "p"
+upstream = "up"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewUpstream(cfg.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
+	rt := &Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}
+	logs := &lockedBuffer{}
+	srv := NewServer(rt, zerolog.New(logs).Level(zerolog.InfoLevel))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv, rt, logs, ln.Addr().String()
+}
+
+// TestEveryRequestFinishesOnce sends one request of each kind (chat JSON
+// and stream, pass-through, models, operator routes, errors of each route,
+// clients that leave) and checks that each counts once in
+// gateway_requests_total, logs one access line, and leaves nothing in
+// flight, and that Drain returns as soon as the last request ends. Not
+// parallel: it reads the process-wide request counter.
+func TestEveryRequestFinishesOnce(t *testing.T) {
+	release := make(chan struct{}) // lets the "hold" requests end
+	chat := func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		content := gjson.GetBytes(r.Body, "messages.0.content").Str
+		switch content {
+		case "fail":
+			return nil, errors.New("boom")
+		case "hold": // until the client leaves (the request is cancelled)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "stream-hold": // a stream that ends when the client leaves
+			return &pipeline.Response{Stream: &pipeline.StreamFunc{
+				NextFunc: func() ([]byte, error) {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(5 * time.Millisecond):
+						return []byte(`{"id":"c","object":"chat.completion.chunk","choices":[]}`), nil
+					}
+				},
+				CloseFunc: func() {},
+			}}, nil
+		case "stream-fail":
+			n := 0
+			return &pipeline.Response{Stream: &pipeline.StreamFunc{
+				NextFunc: func() ([]byte, error) {
+					if n++; n > 1 {
+						return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Err: io.ErrUnexpectedEOF}
+					}
+					return []byte(`{"id":"c","object":"chat.completion.chunk","choices":[]}`), nil
+				},
+				CloseFunc: func() {},
+			}}, nil
+		case "slow":
+			<-release
+		}
+		if r.Stream {
+			n := 0
+			return &pipeline.Response{Stream: &pipeline.StreamFunc{
+				NextFunc: func() ([]byte, error) {
+					if n++; n > 2 {
+						return nil, io.EOF
+					}
+					return []byte(`{"id":"c","object":"chat.completion.chunk","choices":[]}`), nil
+				},
+				CloseFunc: func() {},
+			}}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c","object":"chat.completion","usage":{"prompt_tokens":1}}`)}, nil
+	}
+	srv, rt, logs, addr := finishGateway(t, chat)
+	body := func(content string, stream bool) string {
+		s := `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]`
+		if stream {
+			s += `,"stream":true`
+		}
+		return s + "}"
+	}
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		leave  bool // the client reads the headers (or nothing) and leaves
+		status int  // 0: not checked (the client left)
+	}{
+		{name: "chat json", method: "POST", path: "/v1/chat/completions", body: body("hi", false), status: 200},
+		{name: "chat stream", method: "POST", path: "/v1/chat/completions", body: body("hi", true), status: 200},
+		{name: "chat bad body", method: "POST", path: "/v1/chat/completions", body: "{", status: 400},
+		{name: "chat unknown model", method: "POST", path: "/v1/chat/completions", body: `{"model":"x","messages":[{"role":"user","content":"a"}]}`, status: 404},
+		{name: "chat pipeline error", method: "POST", path: "/v1/chat/completions", body: body("fail", false), status: 500},
+		{name: "chat stream error", method: "POST", path: "/v1/chat/completions", body: body("stream-fail", true), status: 200},
+		{name: "chat wrong method", method: "GET", path: "/v1/chat/completions", status: 405},
+		{name: "chat client gone", method: "POST", path: "/v1/chat/completions", body: body("hold", false), leave: true},
+		{name: "chat stream client gone", method: "POST", path: "/v1/chat/completions", body: body("stream-hold", true), leave: true},
+		{name: "pass-through", method: "POST", path: "/v1/embeddings", body: `{"input":"a"}`, status: 200},
+		{name: "pass-through error", method: "POST", path: "/v1/embeddings", body: `{"model":"nope"}`, status: 404},
+		{name: "pass-through client gone", method: "POST", path: "/v1/embeddings", body: `{"input":"a"}`, leave: true},
+		{name: "models", method: "GET", path: "/v1/models", status: 200},
+		{name: "model unknown", method: "GET", path: "/v1/models/nope", status: 404},
+		{name: "healthz", method: "GET", path: "/healthz", status: 200},
+		{name: "metrics", method: "GET", path: "/metrics", status: 200},
+		{name: "unknown url", method: "GET", path: "/nope", status: 404},
+		{name: "bad path", method: "GET", path: "/v1/../x", status: 400},
+		{name: "usage unavailable", method: "GET", path: "/v1/gateway/usage", status: 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "finish-" + strings.ReplaceAll(tc.name, " ", "-")
+			before := requestCount(t)
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			req := tc.method + " " + tc.path + " HTTP/1.1\r\nHost: gw\r\nX-Request-Id: " + id + "\r\nContent-Type: application/json\r\n"
+			req += "Content-Length: " + strconv.Itoa(len(tc.body)) + "\r\n\r\n" + tc.body
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			if tc.leave {
+				time.Sleep(50 * time.Millisecond) // the request is running
+				_ = conn.Close()
+			} else {
+				var resp fasthttp.Response
+				if err := resp.Read(bufio.NewReader(conn)); err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode() != tc.status {
+					t.Fatalf("status %d, want %d: %s", resp.StatusCode(), tc.status, resp.Body())
+				}
+			}
+			if !rt.Drain(5 * time.Second) {
+				t.Fatalf("%d requests still in flight after the response", rt.inflight.count())
+			}
+			if n := srv.chats.count(); n != 0 {
+				t.Fatalf("%d chat requests still counted", n)
+			}
+			if got := requestCount(t) - before; got != 1 {
+				t.Errorf("gateway_requests_total grew by %v, want 1", got)
+			}
+			if got := logs.accessLines(id); got != 1 {
+				t.Errorf("%d access-log lines for the request, want 1", got)
+			}
+		})
+	}
+
+	t.Run("drain returns when the last request ends", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		b := body("slow", false)
+		_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+b)
+		deadline := time.Now().Add(5 * time.Second)
+		for rt.inflight.count() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if rt.Drain(20 * time.Millisecond) {
+			t.Fatal("Drain reported drained with a request running")
+		}
+		drained := make(chan time.Time, 1)
+		go func() {
+			if rt.Drain(10 * time.Second) {
+				drained <- time.Now()
+			}
+			close(drained)
+		}()
+		// Released just after Drain began waiting: a poll of 50 ms would
+		// notice some 45 ms late.
+		time.Sleep(5 * time.Millisecond)
+		ended := time.Now()
+		close(release)
+		at, ok := <-drained
+		if !ok {
+			t.Fatal("Drain timed out")
+		}
+		if d := at.Sub(ended); d > 30*time.Millisecond {
+			t.Fatalf("Drain returned %v after the last request ended; want it at once", d)
+		}
+	})
+}
