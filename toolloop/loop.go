@@ -91,8 +91,11 @@ func New(opts Options) (*Loop, error) {
 	if cfg.MaxToolCalls <= 0 {
 		cfg.MaxToolCalls = config.DefaultMaxToolCalls
 	}
-	if cfg.MaxModelCalls <= 0 {
+	switch {
+	case cfg.MaxModelCalls <= 0:
 		cfg.MaxModelCalls = config.DefaultMaxModelCalls
+	case cfg.MaxModelCalls < 2:
+		cfg.MaxModelCalls = 2 // the first call and the final answer (config refuses less)
 	}
 	opts.Loop = cfg
 	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
