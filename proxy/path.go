@@ -70,7 +70,13 @@ func canonicalPath(raw string) (string, error) {
 
 // hasDotSegment reports whether p has a "." or ".." segment.
 func hasDotSegment(p string) bool {
-	for _, seg := range strings.Split(p, "/") {
+	for p != "" {
+		seg := p
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			seg, p = p[:i], p[i+1:]
+		} else {
+			p = ""
+		}
 		if seg == "." || seg == ".." {
 			return true
 		}
