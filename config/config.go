@@ -197,7 +197,7 @@ type ContextEdit struct {
 	ExcludeTools    []string `toml:"exclude_tools"`
 	Placeholder     string   `toml:"placeholder"` // default "[tool result cleared]"
 	ClearToolInputs bool     `toml:"clear_tool_inputs"`
-	LastResort      string   `toml:"last_resort"` // error|drop_turns|summarize; default error
+	LastResort      string   `toml:"last_resort"`      // error|drop_turns|summarize; default error
 	SummaryModel    string   `toml:"summary_model"`    // summarize: the model that writes the summary
 	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default contextedit.DefaultSummaryPrompt
 	SummaryFallback string   `toml:"summary_fallback"` // summarize: error|drop_turns when no summary can be had; default error
