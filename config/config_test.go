@@ -99,3 +99,26 @@ func TestShippedConfigIsValid(t *testing.T) {
 	}
 	_ = os.Getenv
 }
+
+func TestDuplicateKeyNamesRefused(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte(`
+[[providers]]
+name = "up"
+kind = "mock"
+[[models]]
+name = "m"
+provider = "up"
+[[keys]]
+name = "ci"
+tenant = "a"
+key = "k-aaaaaaaa"
+[[keys]]
+name = "ci"
+tenant = "b"
+key = "k-bbbbbbbb"
+`))
+	if err == nil || !strings.Contains(err.Error(), `keys[1].name: "ci" is already the name of keys[0]`) {
+		t.Fatalf("duplicate key names: %v", err)
+	}
+}

@@ -269,10 +269,19 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 }
 
 func (c *Config) validateKeys(p *problems) {
+	names := map[string]int{}
 	for i, k := range c.Keys {
 		at := fmt.Sprintf("keys[%d]", i)
 		if k.Tenant == "" {
 			p.add(at+".tenant", "required")
+		}
+		// A key's name scopes limits, budgets and usage: two keys of one
+		// name would share them, even across tenants.
+		if k.Name != "" {
+			if j, dup := names[k.Name]; dup {
+				p.add(at+".name", "%q is already the name of keys[%d]", k.Name, j)
+			}
+			names[k.Name] = i
 		}
 		switch {
 		case k.Key == "" && k.SHA256 == "":

@@ -103,6 +103,7 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 		{"unknown model", "/v1/embeddings", "sk-ops", `{"model":"not-configured","input":"x"}`, 404},
 		{"duplicate model keys", "/v1/embeddings", "sk-team", `{"model":"gpt-x","model":"secret-model","input":"x"}`, 400},
 		{"escaped model key", "/v1/embeddings", "sk-team", `{"model":"gpt-x","mod\u0065l":"secret-model","input":"x"}`, 400},
+		{"a model key in another case", "/v1/embeddings", "sk-team", `{"model":"gpt-x","MODEL":"secret-model","input":"x"}`, 400},
 		{"no model for a restricted tenant", "/v1/embeddings", "sk-team", `{"input":"x"}`, 400},
 		{"a path off the allow-list", "/v1/files", "sk-team", `{"purpose":"x"}`, 403},
 		{"a body over the tenant's limit", "/v1/embeddings", "sk-team", `{"model":"gpt-x","input":"` + strings.Repeat("x", 5000) + `"}`, 413},
@@ -120,6 +121,24 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 		if n := h.mock.TotalCalls() - before; n != 0 {
 			t.Errorf("%s: the upstream got %d calls", c.name, n)
 		}
+	}
+
+	// A model endpoint's body that is not declared JSON is not sent unjudged:
+	// a lenient upstream would parse it as JSON anyway.
+	for _, ct := range []string{"", "text/plain", "application/octet-stream"} {
+		before := h.mock.TotalCalls()
+		body := `{"model":"secret-model","input":"x"}`
+		req := fmt.Sprintf("POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer sk-team\r\nContent-Length: %d\r\nConnection: close\r\n", len(body))
+		if ct != "" {
+			req += "Content-Type: " + ct + "\r\n"
+		}
+		status, b := rawHTTP(t, addr, req+"\r\n"+body)
+		if status != 415 || h.mock.TotalCalls() != before {
+			t.Errorf("content type %q: %d %s", ct, status, b)
+		}
+	}
+	if status, b := rawHTTP(t, addr, strings.Replace(postRaw("/v1/embeddings", "sk-team", `{"model":"secret-model","input":"x"}`), "application/json", "application/vnd.api+json", 1)); status != 403 {
+		t.Errorf("+json content type: %d %s", status, b)
 	}
 
 	// An allowed body passes with the model routed and the token cap applied

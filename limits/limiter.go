@@ -95,10 +95,15 @@ func New(o Options) *Limiter {
 		l.now = time.Now
 	}
 	for i, r := range cfg.Limits {
-		idx := strconv.Itoa(i) + ":"
+		// A counter's key names its rule and its limit: a reload that changes
+		// a limit (or reorders the rules) starts fresh counters instead of
+		// inheriting another limit's state.
+		key := func(kind string, limit int64) string {
+			return o.Prefix + "rl:" + kind + ":" + strconv.Itoa(i) + "/" + strconv.FormatInt(limit, 10) + ":"
+		}
 		l.rules = append(l.rules, rule{index: i, tenant: r.Tenant, key: r.Key, model: r.Model,
 			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute,
-			keyR: o.Prefix + "rl:r:" + idx, keyT: o.Prefix + "rl:t:" + idx, keyC: o.Prefix + "rl:c:" + idx, keyX: o.Prefix + "rl:x:" + idx})
+			keyR: key("r", r.RequestsPerMinute), keyT: key("t", r.TokensPerMinute), keyC: key("c", r.Concurrent), keyX: key("x", r.ToolCallsPerMinute)})
 	}
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,

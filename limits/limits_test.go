@@ -380,3 +380,32 @@ func TestToolCallsPerMinute(t *testing.T) {
 		}
 	})
 }
+
+// A request bigger than a limit's whole minute is refused as such, not told
+// to retry; a limit raised by a reload applies at once.
+func TestTooLargeAndChangedLimits(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, "[[limits]]\ntenant = \"*\"\ntokens_per_minute = 5\n", newStore)
+		_, err := fx.do("a", "", "gpt-x")
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Code != pipeline.CodeTooLargeForLimit || pe.RetryAfter != 0 {
+			t.Fatalf("a request over the whole limit: %v", err)
+		}
+	})
+	st := NewMemoryStore()
+	for _, rpm := range []string{"1", "1000"} {
+		cfg, _ := config.Parse([]byte(baseTOML + "[[limits]]\ntenant = \"*\"\nrequests_per_minute = " + rpm + "\n"))
+		l := New(Options{Config: cfg, Store: st, Logger: zerolog.Nop()})
+		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{Body: []byte(`{}`)}, nil
+		}))
+		for i := range 2 {
+			_, err := h.Chat(context.Background(), &pipeline.Request{ID: "x", Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+			if rpm == "1000" && err != nil {
+				t.Fatalf("after raising the limit to 1000, request %d: %v", i, err)
+			}
+		}
+		l.Close()
+	}
+}

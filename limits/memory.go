@@ -44,7 +44,7 @@ func NewMemoryStore() Store {
 
 func (m *memoryStore) bucket(key string, perMinute int64) *rate.Limiter {
 	if l, ok := m.buckets.Get(key); ok {
-		return l
+		return l // the key names the limit (Limiter.New)
 	}
 	l := rate.NewLimiter(rate.Limit(float64(perMinute)/60), int(min(perMinute, math.MaxInt32)))
 	m.buckets.Add(key, l)

@@ -12,7 +12,7 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-var usageKey = []byte(`"usage":{`)
+var usageKey = []byte(`"usage"`) // then read with gjson: `"usage": {` has a space in some upstreams
 
 // Meter wraps the upstream handler, innermost on every model's call layer,
 // so that it sees each upstream attempt of every request: loop rounds,

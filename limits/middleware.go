@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -203,6 +204,11 @@ func denial(c check, retry time.Duration) error {
 	what, unit := pipeline.TypeRequests, "RPM"
 	if c.hdr == hdrTokens {
 		what, unit = pipeline.TypeTokens, "TPM"
+	}
+	if c.cost > c.limit {
+		// More than a whole minute's worth: waiting never helps.
+		return &pipeline.Error{Status: http.StatusTooManyRequests, Type: what, Code: pipeline.CodeTooLargeForLimit,
+			Message: fmt.Sprintf("Request too large on %s per min (%s): Limit %d, Requested %d. Make the request smaller.", what, unit, c.limit, c.cost)}
 	}
 	if retry < time.Millisecond {
 		retry = time.Millisecond

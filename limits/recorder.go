@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,6 +33,7 @@ type recorder struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	closed  atomic.Bool
 }
 
 func newRecorder(store Store, log zerolog.Logger) *recorder {
@@ -70,8 +72,16 @@ func (r *recorder) run() {
 }
 
 func (r *recorder) add(adds []addition) {
+	if r.closed.Load() {
+		// After Close (a reload while streams still run): write directly,
+		// so that a stream's slot release is never lost.
+		ctx, cancel := context.WithTimeout(context.Background(), recordWriteLimit)
+		defer cancel()
+		_ = r.store.Add(ctx, time.Now(), adds)
+		return
+	}
 	r.mu.Lock()
-	if len(r.pending)+len(adds) > maxPending {
+	if len(r.pending)+len(adds) > maxPending && adds[0].kind != kindRelease { // releases are never dropped
 		r.mu.Unlock()
 		recordsDropped.Add(float64(len(adds)))
 		return
@@ -133,4 +143,6 @@ func (r *recorder) flush() {
 func (r *recorder) close() {
 	r.once.Do(func() { close(r.stop) })
 	<-r.done
+	r.closed.Store(true)
+	r.flush() // anything added while the last write ran
 }

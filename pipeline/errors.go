@@ -60,6 +60,7 @@ const (
 	CodeMaxModelCalls            = "max_model_calls"
 	CodeRateLimitExceeded        = "rate_limit_exceeded"
 	CodeInsufficientQuota        = "insufficient_quota"
+	CodeTooLargeForLimit         = "request_too_large_for_limit" // needs more than a rate limit's whole minute
 	CodeUsageUnavailable         = "usage_unavailable"
 	CodeCircuitOpen              = "circuit_open"
 	CodeServerShuttingDown       = "server_shutting_down"

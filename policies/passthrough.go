@@ -93,6 +93,10 @@ func (e *Engine) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 	return nil
 }
 
+// ModelEndpoint reports whether path is one of the stateless model
+// endpoints, whose body names the model it calls.
+func (e *Engine) ModelEndpoint(path string) bool { return isModelEndpoint(path) }
+
 func isModelEndpoint(path string) bool {
 	for _, m := range DefaultPassthrough {
 		if strings.EqualFold(path, m) {

@@ -38,7 +38,7 @@ func mapError(err error) envelope {
 		return envelope{status: pe.Status, body: errorJSON(pe.Message, pe.Type, pe.Param, pe.Code),
 			retryAfter: pe.RetryAfter, permanent: (pe.Status >= 400 && pe.Status < 500 && pe.Status != http.StatusRequestTimeout &&
 				pe.Status != http.StatusConflict && pe.Status != http.StatusTooManyRequests) ||
-				pe.Code == pipeline.CodeInsufficientQuota, // an exhausted budget does not come back in seconds
+				pe.Code == pipeline.CodeInsufficientQuota || pe.Code == pipeline.CodeTooLargeForLimit, // no wait makes these pass
 			logStatus: pe.Status}
 	case errors.As(err, &ue):
 		return mapUpstream(ue)

@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -39,7 +40,14 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 	ct := string(ctx.Request.Header.ContentType())
 	media, params, _ := mime.ParseMediaType(ct)
 	form := media == "multipart/form-data" && params["boundary"] != ""
-	if media != "application/json" && !form {
+	json := media == "application/json" || strings.HasSuffix(media, "+json")
+	if !json && !form && rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
+		// A lenient upstream parses any body as JSON: a model endpoint's
+		// body is judged here or not sent at all.
+		return pb, pipeline.Errorf(http.StatusUnsupportedMediaType, pipeline.TypeInvalidRequest, "unsupported_media_type",
+			"%s takes application/json or multipart/form-data.", truncate(path, 200))
+	}
+	if !json && !form {
 		if cl := ctx.Request.Header.ContentLength(); cl > limit {
 			_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
 			return pb, err
@@ -110,7 +118,9 @@ func jsonModel(body []byte) (string, error) {
 	var model gjson.Result
 	n := 0
 	root.ForEach(func(k, v gjson.Result) bool {
-		if k.Str == "model" {
+		// Some upstreams match keys without regard to case and keep the
+		// last: "MODEL" or an escaped "model" is a second model.
+		if strings.EqualFold(k.Str, "model") {
 			n++
 			model = v
 			if k.Raw != `"model"` {

@@ -41,6 +41,9 @@ type Policy interface {
 	Admit(t *pipeline.Tenant, r *pipeline.Request) error
 	// AllowsPath reports whether t may use a pass-through path.
 	AllowsPath(t *pipeline.Tenant, path string) bool
+	// ModelEndpoint reports whether a path's body names the model it calls:
+	// such a body must be JSON or a form, so that the model is judged.
+	ModelEndpoint(path string) bool
 	// AllowsModel reports whether t may use a configured model.
 	AllowsModel(t *pipeline.Tenant, model string) bool
 	// RestrictsModels reports whether t may use only some models.

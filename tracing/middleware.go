@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/tidwall/gjson"
@@ -198,11 +199,13 @@ func fail(span trace.Span, err error) {
 	span.SetStatus(codes.Error, status)
 }
 
+// clip bounds s without splitting a character: an invalid UTF-8 attribute
+// would make the exporter drop its whole batch.
 func clip(s string) string {
 	if len(s) > maxContent {
-		return s[:maxContent]
+		s = s[:maxContent]
 	}
-	return s
+	return strings.ToValidUTF8(s, "")
 }
 
 func pairs(kv []string) []attribute.KeyValue {
@@ -214,8 +217,8 @@ func pairs(kv []string) []attribute.KeyValue {
 }
 
 var (
-	usageKey  = []byte(`"usage":{`)
-	finishKey = []byte(`"finish_reason":"`)
+	usageKey  = []byte(`"usage"`)
+	finishKey = []byte(`"finish_reason"`)
 )
 
 // spanStream ends its span when the stream ends; a model call's span also
