@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,27 +35,8 @@ func startReplicaProc(t *testing.T, bin, cfg string) *replicaProc {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := testproc.FreeAddr(t)
-	cmd := exec.Command(bin, "-config", path, "-listen", addr)
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
-	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return &replicaProc{url: "http://" + addr + "/v1", cmd: cmd}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("replica did not become healthy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd, url := testproc.Start(t, bin, path)
+	return &replicaProc{url: url, cmd: cmd}
 }
 
 // TestReplicaKilledMidConversations: two gateway processes share a real

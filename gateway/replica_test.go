@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,27 +32,8 @@ func startReplica(t *testing.T, bin, cfg string) string {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := testproc.FreeAddr(t)
-	cmd := exec.Command(bin, "-config", path, "-listen", addr)
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
-	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return "http://" + addr + "/v1"
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("replica did not become healthy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	_, url := testproc.Start(t, bin, path)
+	return url
 }
 
 // TestMixedTurnAcrossReplicas: two gateway processes that share nothing but

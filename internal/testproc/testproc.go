@@ -4,6 +4,7 @@
 package testproc
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 var (
@@ -81,4 +85,53 @@ func moduleRoot() (string, error) {
 		}
 		d = p
 	}
+}
+
+// Start runs the gateway binary with the config file at path on a port the
+// kernel picks (127.0.0.1:0), and returns the running command and the
+// gateway's base URL (".../v1") once it has logged the address it listens
+// on. Choosing the port this way, instead of probing for a free one first,
+// means no other process can take it in between (a health check could then
+// reach that process instead). The process is killed when the test ends.
+func Start(t testing.TB, bin, path string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "-config", path, "-listen", "127.0.0.1:0", "-log-level", "info", "-log-format", "json")
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sent := false
+		for sc.Scan() {
+			line := sc.Bytes()
+			if testing.Verbose() {
+				fmt.Fprintln(os.Stderr, string(line))
+			}
+			if !sent && gjson.GetBytes(line, "message").Str == "gateway started" {
+				found <- gjson.GetBytes(line, "listen").Str
+				sent = true
+			}
+		}
+		if !sent {
+			close(found)
+		}
+	}()
+	select {
+	case addr, ok := <-found:
+		if !ok || addr == "" {
+			t.Fatal("the gateway exited before it listened")
+		}
+		return cmd, "http://" + addr + "/v1"
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gateway did not start within 30 s")
+	}
+	return nil, ""
 }
