@@ -23,31 +23,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startGateway runs bin with args and waits until /healthz answers.
-func startGateway(t *testing.T, bin, addr string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"-listen", addr}, args...)...)
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=") // the offline demo, whatever the caller's shell has
-	cmd.Stderr = os.Stderr
-	if testing.Verbose() {
-		cmd.Stdout = os.Stdout
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return cmd
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("gateway did not become healthy")
-	return nil
-}
-
 func chat(addr, model, key string) (int, string, error) {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
 		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`))
@@ -72,8 +47,8 @@ func TestShippedConfigOffline(t *testing.T) {
 	if out, err := exec.Command(bin, "-check", "-config", "../../config.toml").CombinedOutput(); err != nil {
 		t.Fatalf("-check: %v\n%s", err, out)
 	}
-	addr := testproc.FreeAddr(t)
-	cmd := startGateway(t, bin, addr, "-config", "../../config.toml")
+	cmd, base := testproc.Start(t, bin, "../../config.toml")
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
 	if err := exec.Command(bin, "-healthcheck", "http://"+addr+"/healthz").Run(); err != nil {
 		t.Fatalf("-healthcheck: %v", err)
 	}
@@ -150,8 +125,8 @@ models = [%s]
 		}
 	}
 	write(`"demo", "other"`)
-	addr := testproc.FreeAddr(t)
-	cmd := startGateway(t, bin, addr, "-config", path)
+	cmd, base := testproc.Start(t, bin, path)
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
 
 	// A slow stream starts on the old config.
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+addr+"/v1/chat/completions",
@@ -223,8 +198,8 @@ provider = "demo"
 `, grace, chunkDelay)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := testproc.FreeAddr(t)
-	cmd := startGateway(t, bin, addr, "-config", path)
+	cmd, base := testproc.Start(t, bin, path)
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
 	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"a question long enough to stream for a while"}]}`))
 	if err != nil || resp.StatusCode != 200 {
