@@ -58,6 +58,9 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		release(freq, resp)
 		if pb.upload != nil && pb.upload.err != nil {
 			err = pb.upload.err // the client's side failed: not the upstream's fault
+			// The rest of the upload may still be on its way: it must not
+			// be read as the connection's next request.
+			ctx.SetConnectionClose()
 		} else {
 			err = pc.transportError(err)
 		}
