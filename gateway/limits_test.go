@@ -35,11 +35,17 @@ tenant = "team"
 requests_per_minute = 5
 `
 
-func chatRequest(t *testing.T, base, key string) (int, http.Header, []byte) {
+// send makes one request with an optional bearer key (and a JSON body when
+// body is not empty) and returns status, headers and body.
+func send(t *testing.T, method, url, key, body string) (int, http.Header, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/chat/completions", strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +53,11 @@ func chatRequest(t *testing.T, base, key string) (int, http.Header, []byte) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
+}
+
+func chatRequest(t *testing.T, base, key string) (int, http.Header, []byte) {
+	t.Helper()
+	return send(t, "POST", base+"/chat/completions", key, `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`)
 }
 
 // Two gateway processes sharing one redis-server enforce one limit together:
@@ -158,15 +169,8 @@ period = "day"
 	}
 
 	get := func(key string) (int, []byte) {
-		req, _ := http.NewRequest("GET", h.base+"/gateway/usage?group_by=tenant", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		r, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Body.Close()
-		b, _ := io.ReadAll(r.Body)
-		return r.StatusCode, b
+		status, _, b := send(t, "GET", h.base+"/gateway/usage?group_by=tenant", key, "")
+		return status, b
 	}
 	if status, body := get("sk-team"); status != 403 {
 		t.Fatalf("non-admin key: %d %s", status, body)
@@ -242,15 +246,5 @@ tokens_per_minute = 1000000
 
 func getUsage(t *testing.T, base, key string) (int, http.Header, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", base+"/gateway/usage", nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
+	return send(t, "GET", base+"/gateway/usage", key, "")
 }

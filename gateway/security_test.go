@@ -314,17 +314,8 @@ func TestPassthroughUploadLimits(t *testing.T) {
 func TestOperatorRoutesAndModelListing(t *testing.T) {
 	t.Parallel()
 	get := func(url, key string) (int, []byte) {
-		req, _ := http.NewRequest("GET", url, nil)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		status, _, b := send(t, "GET", url, key, "")
+		return status, b
 	}
 
 	h := newHarness(t, tenantConfig, mockllm.Options{})

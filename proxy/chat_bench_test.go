@@ -8,7 +8,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -18,36 +17,12 @@ import (
 // It returns a client for the gateway.
 func benchGateway(b *testing.B) *fasthttp.HostClient {
 	b.Helper()
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
 	answer := []byte(`{"id":"c","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	base := serveUpstream(b, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(answer)
-	}}
-	go func() { _ = up.Serve(upLn) }()
-	b.Cleanup(func() { _ = up.Shutdown() })
-
-	cfg, err := config.Parse([]byte(`
-[[providers]]
-name = "p"
-kind = "openai"
-base_url = "http://` + upLn.Addr().String() + `/v1"
-[[models]]
-name = "m"
-provider = "p"
-upstream = "up"
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	u, err := NewUpstream(cfg.Providers)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(u.Close)
+	})
+	cfg, u := testUpstream(b, base, "")
 	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
 	rt := &Runtime{Config: cfg, Routes: routes, Chat: u, Upstream: u}
 	srv := NewServer(rt, zerolog.Nop())

@@ -19,7 +19,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
-	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -70,34 +69,11 @@ func requestCount(t *testing.T) float64 {
 // gateway's address.
 func finishGateway(t *testing.T, chat pipeline.HandlerFunc) (*Server, *Runtime, *lockedBuffer, string) {
 	t.Helper()
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString("upstream-body")
-	}}
-	go func() { _ = up.Serve(upLn) }()
-	t.Cleanup(func() { _ = up.Shutdown() })
-	cfg, err := config.Parse([]byte(`
-[[providers]]
-name = "p"
-kind = "openai"
-base_url = "http://` + upLn.Addr().String() + `/v1"
-[[models]]
-name = "m"
-provider = "p"
-upstream = "up"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := NewUpstream(cfg.Providers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(u.Close)
+	})
+	cfg, u := testUpstream(t, base, "")
 	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
 	rt := &Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}
 	logs := &lockedBuffer{}

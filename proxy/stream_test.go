@@ -4,46 +4,22 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"testing"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
-	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 )
 
 // rawUpstream serves body as an SSE response to every request.
 func rawUpstream(t *testing.T, body string) *Upstream {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/event-stream")
 		ctx.SetBodyString(body)
-	}}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	cfg, err := config.Parse([]byte(`
-[[providers]]
-name = "p"
-kind = "openai"
-base_url = "http://` + ln.Addr().String() + `/v1"
-[[models]]
-name = "m"
-provider = "p"
-upstream = "up"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := NewUpstream(cfg.Providers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
+	_, u := testUpstream(t, base, "")
 	return u
 }
 

@@ -21,24 +21,7 @@ import (
 // certificate.
 func tlsUpstream(t *testing.T, srv *httptest.Server) *Upstream {
 	t.Helper()
-	cfg, err := config.Parse([]byte(`
-[[providers]]
-name = "p"
-kind = "openai"
-base_url = "` + srv.URL + `/v1"
-[[models]]
-name = "m"
-provider = "p"
-upstream = "up"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := NewUpstream(cfg.Providers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(u.Close)
+	_, u := testUpstream(t, srv.URL+"/v1", "")
 	roots := x509.NewCertPool()
 	roots.AddCert(srv.Certificate())
 	u.provider("p").tls.RootCAs = roots
@@ -217,21 +200,7 @@ func TestResponseLimit(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	cfg, err := config.Parse([]byte(`
-[[providers]]
-name = "p"
-kind = "openai"
-base_url = "` + srv.URL + `/v1"
-max_response_bytes = 1024
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := NewUpstream(cfg.Providers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(u.Close)
+	_, u := testUpstream(t, srv.URL+"/v1", "max_response_bytes = 1024")
 	cases := []struct {
 		id        string
 		tooLarge  bool

@@ -3,7 +3,7 @@
 // model makes (through the tool middleware chain, the "function layer"), and
 // calls the model again until it answers, asks for a client-side tool, or a
 // budget ends the loop. The client sees one coherent chat completion, streamed
-// or not, that follows reference/openai-wire.md §3.4.
+// or not, that follows the streaming rules of docs/wire.md.
 //
 // Files: loop.go (Loop, New, Chat, fast path), prepare.go (per-request tool
 // set, injection, tool_choice), accumulate.go (tool-call delta accumulator),

@@ -36,7 +36,7 @@ func (t *HiddenTurn) size() int {
 
 // StateStore keeps hidden turns so that the client's follow-up request,
 // which only carries the client calls' results, can be rebuilt into the
-// history the model produced before it goes upstream (DESIGN.md §5).
+// history the model produced before it goes upstream (docs/architecture.md §3).
 //
 // Keys come from StateKey: the caller's tenant and the first client-visible
 // tool-call id of the turn. Entries expire after the store's TTL; a store
