@@ -161,6 +161,7 @@ func (c *Config) setDefaults() {
 	}
 
 	c.setLimitDefaults()
+	c.setResponsesDefaults()
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware

@@ -28,6 +28,7 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
+	"github.com/llmgw/gateway/responses"
 	"github.com/llmgw/gateway/toolloop"
 	"github.com/llmgw/gateway/tracing"
 )
@@ -203,6 +204,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		},
 	}
 	rt.Policy = engine
+	rt.Responses, rt.NativeResponses = buildResponses(cfg, rdb)
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
 	}
@@ -333,3 +335,37 @@ func toolSetVersion(tools []config.Tool, servers []config.MCPServer) string {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
+
+// buildResponses returns the store of Responses API responses (nil when
+// [responses] store = "none" serves /v1/responses without one) and the
+// models whose provider serves the Responses API natively.
+func buildResponses(cfg *config.Config, rdb *redis.Client) (*responses.Store, map[string]bool) {
+	native := map[string]bool{}
+	nativeProvider := map[string]bool{}
+	for _, p := range cfg.Providers {
+		nativeProvider[p.Name] = p.Responses == "native"
+	}
+	for _, m := range cfg.Models {
+		if nativeProvider[m.Provider] {
+			native[m.Name] = true
+		}
+	}
+	c := cfg.Responses
+	var kv responses.KV
+	switch {
+	case c.Store == "redis" && rdb != nil:
+		kv = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
+	case c.Store == "none":
+		kv = noStore{}
+	default:
+		kv = caching.NewMemoryStore(c.MaxBytes)
+	}
+	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes}, native
+}
+
+// noStore keeps nothing: [responses] store = "none".
+type noStore struct{}
+
+func (noStore) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
+func (noStore) Set(context.Context, string, []byte, time.Duration) error { return nil }
+func (noStore) Delete(context.Context, string) error                     { return nil }

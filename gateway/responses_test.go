@@ -1,0 +1,291 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// responsesModel answers "weather?" with two parallel client calls whose
+// arguments hold multi-byte characters, a tool result with a text, "long"
+// with a cut-off answer, and anything else with an echo of the last text.
+func responsesModel(c *mockllm.Call) mockllm.Turn {
+	switch {
+	case c.LastRole == "tool":
+		return mockllm.Turn{Text: "Sunny in Zürich, 21°C — tool said: " + c.LastText}
+	case c.LastText == "weather?":
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{
+			{ID: "call_a", Name: "get_weather", Arguments: `{"city":"Zürich 🌤"}`},
+			{ID: "call_b", Name: "get_weather", Arguments: `{"city":"東京"}`},
+		}}
+	case c.LastText == "long":
+		return mockllm.Turn{Text: "This answer is cut", FinishReason: "length"}
+	}
+	return mockllm.Turn{Text: "you said: " + c.LastText + " (" + gjson.GetBytes(c.Body, "messages.#").String() + " messages)"}
+}
+
+// streamResponse runs a streamed Responses request through the SDK and the
+// Responses stream checker; it returns the completed response the SDK
+// accumulated, and the checker's summary.
+func (h *harness) streamResponse(params responses.ResponseNewParams, opts ...option.RequestOption) (responses.Response, *wiretest.ResponsesSummary) {
+	h.t.Helper()
+	stream := h.client.Responses.NewStreaming(context.Background(), params, opts...)
+	var final responses.Response
+	for stream.Next() {
+		ev := stream.Current()
+		switch ev.Type {
+		case "response.completed", "response.incomplete", "response.failed":
+			final = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		h.t.Fatalf("stream: %v", err)
+	}
+	_ = stream.Close()
+	raw, _ := h.lastRaw()
+	sum, err := wiretest.CheckResponsesStream(raw, wiretest.LoadResponsesSchema(h.t))
+	if err != nil {
+		h.t.Fatalf("responses stream: %v\n%s", err, raw)
+	}
+	return final, sum
+}
+
+var weatherTool = responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
+	Name:       "get_weather",
+	Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}},
+}}
+
+// The Responses API through the pipeline with the real openai-go client:
+// a text answer, streamed and not, with the same output and usage; every
+// event and object validates against the schema.
+func TestResponsesText(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel})
+	schema := wiretest.LoadResponsesSchema(t)
+	params := responses.ResponseNewParams{
+		Model:        "gpt-x",
+		Instructions: openai.String("be brief"),
+		Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")},
+	}
+	r, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.Validate("Response", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if r.Status != "completed" || r.OutputText() != "you said: hello (2 messages)" || !strings.HasPrefix(r.ID, "resp_") {
+		t.Fatalf("response: status %q text %q id %q", r.Status, r.OutputText(), r.ID)
+	}
+	if r.Usage.InputTokens == 0 || r.Usage.TotalTokens != r.Usage.InputTokens+r.Usage.OutputTokens {
+		t.Fatalf("usage %+v", r.Usage)
+	}
+	// The upstream saw the instructions as a system message, then the input.
+	got := h.mock.Requests()
+	last := got[len(got)-1].Body
+	if gjson.GetBytes(last, "messages.0.role").Str != "system" || gjson.GetBytes(last, "messages.1.content").Str != "hello" {
+		t.Fatalf("upstream messages %s", gjson.GetBytes(last, "messages").Raw)
+	}
+
+	final, sum := h.streamResponse(params)
+	if sum.Terminal != "response.completed" || final.OutputText() != r.OutputText() || final.Usage.TotalTokens != r.Usage.TotalTokens {
+		t.Fatalf("stream: terminal %s text %q usage %+v; JSON said %q", sum.Terminal, final.OutputText(), final.Usage, r.OutputText())
+	}
+	for _, want := range []string{"response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done"} {
+		if !contains(sum.Events, want) {
+			t.Errorf("stream lacks %s: %v", want, sum.Events)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Two parallel client function calls with multi-byte arguments come back
+// as function_call items (streamed and not); the follow-up carries their
+// outputs by previous_response_id, and the model sees the whole
+// conversation. A length cut is "incomplete" with its reason.
+func TestResponsesFunctionCallsAndFollowUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel, Chunking: mockllm.Chunking{TextRunes: 1, ArgBytes: 3, InterleaveToolCalls: true}})
+	schema := wiretest.LoadResponsesSchema(t)
+	params := responses.ResponseNewParams{
+		Model: "gpt-x",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
+		Tools: []responses.ToolUnionParam{weatherTool},
+	}
+	for _, stream := range []bool{false, true} {
+		var r responses.Response
+		if stream {
+			r, _ = h.streamResponse(params)
+		} else {
+			p, err := h.client.Responses.New(context.Background(), params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = *p
+			raw, _ := h.lastRaw()
+			if err := schema.Validate("Response", raw); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+		}
+		var calls []responses.ResponseFunctionToolCall
+		for _, it := range r.Output {
+			if it.Type == "function_call" {
+				calls = append(calls, it.AsFunctionCall())
+			}
+		}
+		if len(calls) != 2 || calls[0].Arguments != `{"city":"Zürich 🌤"}` || calls[1].Arguments != `{"city":"東京"}` || calls[0].CallID != "call_a" {
+			t.Fatalf("stream=%v: calls %+v", stream, calls)
+		}
+		follow := responses.ResponseNewParams{
+			Model:              "gpt-x",
+			PreviousResponseID: openai.String(r.ID),
+			Tools:              []responses.ToolUnionParam{weatherTool},
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+				callOutput("call_a", "21°C"),
+				callOutput("call_b", "18°C"),
+			}},
+		}
+		var f responses.Response
+		if stream {
+			f, _ = h.streamResponse(follow)
+		} else {
+			p, err := h.client.Responses.New(context.Background(), follow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f = *p
+		}
+		if !strings.HasPrefix(f.OutputText(), "Sunny in Zürich") {
+			t.Fatalf("stream=%v: follow-up %q", stream, f.OutputText())
+		}
+		got := h.mock.Requests()
+		msgs := gjson.GetBytes(got[len(got)-1].Body, "messages")
+		// user, assistant with both calls, two tool results.
+		if n := len(msgs.Array()); n != 4 || msgs.Get("1.tool_calls.#").Int() != 2 || msgs.Get("3.tool_call_id").Str != "call_b" {
+			t.Fatalf("stream=%v: upstream history %s", stream, msgs.Raw)
+		}
+	}
+
+	long := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("long")}}
+	r, err := h.client.Responses.New(context.Background(), long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "incomplete" || r.IncompleteDetails.Reason != "max_output_tokens" {
+		t.Fatalf("length: status %q details %+v", r.Status, r.IncompleteDetails)
+	}
+	f, sum := h.streamResponse(long)
+	if sum.Terminal != "response.incomplete" || f.IncompleteDetails.Reason != "max_output_tokens" {
+		t.Fatalf("length stream: %s %+v", sum.Terminal, f.IncompleteDetails)
+	}
+}
+
+// Stored responses: GET returns the object, input_items the input, DELETE
+// removes it; another tenant's key sees none of them, and a follow-up on an
+// unknown id is a 404 envelope.
+func TestResponsesStoredAndTenantScoped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[keys]]
+name = "a-key"
+key = "sk-a"
+tenant = "a"
+[[keys]]
+name = "b-key"
+key = "sk-b"
+tenant = "b"
+`, mockllm.Options{Respond: responsesModel})
+	schema := wiretest.LoadResponsesSchema(t)
+	ctx := context.Background()
+	asA, asB := option.WithAPIKey("sk-a"), option.WithAPIKey("sk-b")
+	r, err := h.client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("remember me")},
+	}, asA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asA)
+	if err != nil || got.OutputText() != r.OutputText() {
+		t.Fatalf("get: %v %q", err, got.OutputText())
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.Validate("Response", raw); err != nil {
+		t.Fatal(err)
+	}
+	items, err := h.client.Responses.InputItems.List(ctx, r.ID, responses.InputItemListParams{}, asA)
+	if err != nil || len(items.Data) != 1 || items.Data[0].AsMessage().Content[0].Text != "remember me" {
+		t.Fatalf("input items: %v %+v", err, items)
+	}
+	raw, _ = h.lastRaw()
+	if err := schema.Validate("ResponseItemList", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+
+	var apiErr *openai.Error
+	if _, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asB); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("tenant b read tenant a's response: %v", err)
+	}
+	_, err = h.client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", PreviousResponseID: openai.String(r.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("and now?")},
+	}, asB)
+	if !asStatus(err, &apiErr, http.StatusNotFound) || apiErr.Param != "previous_response_id" {
+		t.Fatalf("tenant b continued tenant a's response: %v", err)
+	}
+	if err := h.client.Responses.Delete(ctx, r.ID, asB); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("tenant b deleted tenant a's response: %v", err)
+	}
+	if err := h.client.Responses.Delete(ctx, r.ID, asA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asA); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("deleted response still readable: %v", err)
+	}
+
+	// store: false keeps nothing.
+	r, err = h.client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Store: openai.Bool(false), Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("forget me")},
+	}, asA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asA); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("store:false response readable: %v", err)
+	}
+}
+
+func asStatus(err error, target **openai.Error, status int) bool {
+	if err == nil {
+		return false
+	}
+	e, ok := err.(*openai.Error)
+	if !ok {
+		return false
+	}
+	*target = e
+	return e.StatusCode == status
+}
+
+func callOutput(id, out string) responses.ResponseInputItemUnionParam {
+	p := responses.ResponseInputItemParamOfFunctionCallOutput(out)
+	p.OfFunctionCallOutput.CallID = openai.String(id)
+	return p
+}
