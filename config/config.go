@@ -110,6 +110,7 @@ type Tool struct {
 	Description string            `toml:"description"`
 	Parameters  string            `toml:"parameters"`  // JSON Schema, as a JSON string
 	Kind        string            `toml:"kind"`        // builtin|http|agent|mcp
+	Server      string            `toml:"-"`           // kind=mcp: the [[mcp_servers]] name (set by the MCP client)
 	Builtin     string            `toml:"builtin"`     // kind=builtin: which one; default Name
 	URL         string            `toml:"url"`         // kind=http
 	Headers     map[string]string `toml:"headers"`     // kind=http; values may be ${ENV}

@@ -289,3 +289,63 @@ func callOutput(id, out string) responses.ResponseInputItemUnionParam {
 	p.OfFunctionCallOutput.CallID = openai.String(id)
 	return p
 }
+
+// calcModel calls the calculator (a server tool) with "6*7" and a broken
+// expression, then answers with what the tool said.
+func calcModel(c *mockllm.Call) mockllm.Turn {
+	if c.LastRole != "tool" {
+		return mockllm.Turn{Text: "Let me compute.", ToolCalls: []mockllm.ToolCall{
+			{Name: "calculator", Arguments: `{"expression":"6*7"}`},
+			{Name: "calculator", Arguments: `{"expression":"6*"}`},
+		}, Usage: &mockllm.Usage{Prompt: 10, Completion: 5}}
+	}
+	return mockllm.Turn{Text: "The answer is 42.", Usage: &mockllm.Usage{Prompt: 30, Completion: 7}}
+}
+
+// The tool loop behind the Responses API: each server tool run is an
+// mcp_call item (server_label "builtin", its arguments and output, or its
+// error) between the text before and after it, streamed and not, and the
+// usage sums both rounds.
+func TestResponsesServerToolLoop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`, mockllm.Options{Respond: calcModel})
+	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}
+	p, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := wiretest.LoadResponsesSchema(t).Validate("Response", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	stream, sum := h.streamResponse(params)
+	for _, r := range []responses.Response{*p, stream} {
+		var mcp []responses.ResponseOutputItemMcpCall
+		for _, it := range r.Output {
+			if it.Type == "mcp_call" {
+				mcp = append(mcp, it.AsMcpCall())
+			}
+		}
+		if len(mcp) != 2 || mcp[0].ServerLabel != "builtin" || mcp[0].Name != "calculator" || gjson.Get(mcp[0].Output, "data.result").Int() != 42 ||
+			mcp[0].Arguments != `{"expression":"6*7"}` || mcp[1].Status != "failed" || mcp[1].Error.Content == nil {
+			t.Fatalf("mcp_call items: %+v", mcp)
+		}
+		if !strings.Contains(r.OutputText(), "The answer is 42.") {
+			t.Fatalf("text %q", r.OutputText())
+		}
+		if r.Usage.InputTokens != 40 || r.Usage.OutputTokens != 12 {
+			t.Fatalf("usage %+v", r.Usage)
+		}
+	}
+	// Streamed, the first round's text comes before the calls, the answer after.
+	if got := []string{string(stream.Output[0].Type), string(stream.Output[1].Type), string(stream.Output[3].Type)}; strings.Join(got, ",") != "message,mcp_call,message" {
+		t.Fatalf("stream output order %v", got)
+	}
+	if !contains(sum.Events, "response.mcp_call.completed") || !contains(sum.Events, "response.mcp_call.failed") {
+		t.Fatalf("events %v", sum.Events)
+	}
+}

@@ -42,6 +42,22 @@ type Request struct {
 	// Meta collects what the layers report back to the client as response
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
+
+	// OnServerCall, when set, hears of every server tool the loop ran for
+	// this request, after it ran, in the order the loop records them (the
+	// Responses API shows them as mcp_call items). It is called by the
+	// goroutine that drives the loop: for a stream, from within its Next.
+	OnServerCall func(*ServerCall)
+}
+
+// ServerCall is one run of a server-side tool, as OnServerCall hears it.
+// Its slices are valid only during the call.
+type ServerCall struct {
+	Name      string
+	Source    string // where the tool lives: the MCP server's name, or the tool's kind (builtin, http, agent)
+	Arguments []byte
+	Output    []byte
+	IsError   bool
 }
 
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -78,6 +79,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	form.answer = wire.NewChatJSON(wire.Header{ID: id, Model: rq.Model})
 	x.model = rq.Model
 	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream)
+	req.OnServerCall = form.serverCall
 	s.runChat(ctx, x, req, form)
 }
 
@@ -94,19 +96,53 @@ type responsesForm struct {
 	answer *wire.ChatJSON // the same events as chat, for the stored history
 	dec    wire.ChunkDecoder
 	dst    []byte // scratch of the event callback
+
+	mu      sync.Mutex
+	pending []wire.Event // server calls the loop ran since the last chunk
+}
+
+// serverCall is the request's OnServerCall: the run becomes an mcp_call
+// item before whatever the stream carries next.
+func (f *responsesForm) serverCall(c *pipeline.ServerCall) {
+	e := wire.Event{Kind: wire.ServerCall, Name: c.Name, Key: c.Source,
+		Text: append([]byte(nil), c.Arguments...), Raw: append([]byte(nil), c.Output...)}
+	if c.IsError {
+		e.Finish, e.Raw = string(c.Output), nil
+		if e.Finish == "" {
+			e.Finish = "the tool failed"
+		}
+	}
+	f.mu.Lock()
+	f.pending = append(f.pending, e)
+	f.mu.Unlock()
+}
+
+// flush encodes the server calls reported so far.
+func (f *responsesForm) flush(dst []byte) []byte {
+	f.mu.Lock()
+	pending := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	for i := range pending {
+		dst = f.enc.Encode(dst, &pending[i])
+	}
+	return dst
 }
 
 func (f *responsesForm) body(completion []byte) []byte {
 	var out []byte
 	wire.DecodeCompletion(completion, func(e *wire.Event) {
 		out = f.enc.Encode(out, e)
+		if e.Kind == wire.Role {
+			out = f.flush(out) // the loop's server calls came before its answer
+		}
 	})
 	f.save(out, responses.AnswerMessage(completion))
 	return out
 }
 
 func (f *responsesForm) chunk(dst, chunk []byte) []byte {
-	f.dst = dst
+	f.dst = f.flush(dst)
 	f.dec.Decode(chunk, f.emit)
 	return f.dst
 }
@@ -117,6 +153,7 @@ func (f *responsesForm) emit(e *wire.Event) {
 }
 
 func (f *responsesForm) end(dst []byte) []byte {
+	dst = f.flush(dst)
 	e := wire.Event{Kind: wire.End}
 	dst = f.enc.Encode(dst, &e)
 	completion := f.answer.Encode(nil, &e)
