@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/internal/testproc"
+	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
 )
@@ -347,5 +350,74 @@ kind = "builtin"
 	}
 	if !contains(sum.Events, "response.mcp_call.completed") || !contains(sum.Events, "response.mcp_call.failed") {
 		t.Fatalf("events %v", sum.Events)
+	}
+}
+
+// Two gateway processes sharing one redis-server: a response made on one
+// is read and continued (previous_response_id) on the other, and a
+// referenced output item resolves there too.
+func TestResponsesAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	redisAddr := testredis.Start(t).Addr()
+	bin := testproc.Gateway(t)
+	mock := mockllm.New(mockllm.Options{Respond: responsesModel})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg := strings.ReplaceAll(baseConfig, "{{MOCK}}", mockURL) + `
+[redis]
+addr = "` + redisAddr + `"
+prefix = "responses-test:"
+`
+	a := openai.NewClient(option.WithBaseURL(startReplica(t, bin, cfg)), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	b := openai.NewClient(option.WithBaseURL(startReplica(t, bin, cfg)), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	ctx := context.Background()
+	first, err := a.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
+		Tools: []responses.ToolUnionParam{weatherTool},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Responses.Get(ctx, first.ID, responses.ResponseGetParams{})
+	if err != nil || len(got.Output) != 2 {
+		t.Fatalf("get on the other replica: %v %+v", err, got)
+	}
+	next, err := b.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", PreviousResponseID: openai.String(first.ID), Tools: []responses.ToolUnionParam{weatherTool},
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			callOutput("call_a", "21°C"), callOutput("call_b", "18°C"),
+		}},
+	})
+	if err != nil {
+		t.Fatalf("follow-up on the other replica: %v", err)
+	}
+	if !strings.HasPrefix(next.OutputText(), "Sunny in Zürich") {
+		t.Fatalf("follow-up on the other replica: %q", next.OutputText())
+	}
+	// Without previous_response_id: the calls by item_reference, resolved
+	// from the store on replica A.
+	ref, err := a.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Tools: []responses.ToolUnionParam{weatherTool},
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("weather?", responses.EasyInputMessageRoleUser),
+			responses.ResponseInputItemParamOfItemReference(first.Output[0].ID),
+			responses.ResponseInputItemParamOfItemReference(first.Output[1].ID),
+			callOutput("call_a", "21°C"), callOutput("call_b", "18°C"),
+		}},
+	})
+	if err != nil {
+		var e *openai.Error
+		_ = errors.As(err, &e)
+		t.Fatalf("item references: %v %s", err, e.RawJSON())
+	}
+	if !strings.HasPrefix(ref.OutputText(), "Sunny in Zürich") {
+		t.Fatalf("item references: %q", ref.OutputText())
+	}
+	reqs := mock.Requests()
+	if msgs := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages"); msgs.Get("1.tool_calls.#").Int() != 2 {
+		t.Fatalf("referenced calls not in the history: %s", msgs.Raw)
 	}
 }

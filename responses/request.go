@@ -302,6 +302,9 @@ func (h *history) item(it gjson.Result, param string, resolve Resolver) error {
 		return pipeline.BadRequest(param, "each input item must be an object")
 	}
 	typ := it.Get("type").String()
+	if typ == "" && !it.Get("role").Exists() && it.Get("id").Exists() {
+		typ = "item_reference" // the type of a reference may be left out
+	}
 	if typ == "item_reference" {
 		ref := gjson.Result{}
 		if resolve != nil {
