@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -419,5 +420,39 @@ prefix = "responses-test:"
 	reqs := mock.Requests()
 	if msgs := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages"); msgs.Get("1.tool_calls.#").Int() != 2 {
 		t.Fatalf("referenced calls not in the history: %s", msgs.Raw)
+	}
+}
+
+// A primary that fails before its first content falls back as for chat:
+// the client sees one clean response from the fallback. A cut after
+// content ends the stream with response.failed carrying the error, and the
+// text streamed so far.
+func TestResponsesFallbackAndFailure(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fallbackConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch {
+		case c.LastText == "cut":
+			return mockllm.Turn{Text: "partial answer that is cut", Fault: &mockllm.Fault{Cut: true, CutAfter: 4}}
+		case c.Model == "up-primary":
+			return mockllm.Turn{Fault: &mockllm.Fault{Status: 503}}
+		}
+		return mockllm.Turn{Text: "from " + c.Model}
+	}, ChunkDelay: 10 * time.Millisecond})
+	params := responses.ResponseNewParams{Model: "primary", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}
+	r, sum := h.streamResponse(params)
+	if sum.Terminal != "response.completed" || r.OutputText() != "from up-small" || r.Model != "primary" {
+		t.Fatalf("fallback: %s %q model %q", sum.Terminal, r.OutputText(), r.Model)
+	}
+	p, err := h.client.Responses.New(context.Background(), params)
+	if err != nil || p.OutputText() != "from up-small" {
+		t.Fatalf("fallback JSON: %v", err)
+	}
+
+	// "large" has no fallback of its own.
+	params.Input.OfString, params.Model = openai.String("cut"), "large"
+	f, sum := h.streamResponse(params)
+	if sum.Terminal != "response.failed" || f.Status != "failed" || f.Error.Code != "server_error" || f.Error.Message == "" ||
+		!strings.HasPrefix("partial answer that is cut", f.OutputText()) || f.OutputText() == "" {
+		t.Fatalf("cut: %s status %q error %+v text %q", sum.Terminal, f.Status, f.Error.Message, f.OutputText())
 	}
 }

@@ -540,6 +540,10 @@ func appendPart(dst []byte, p *respPart) []byte {
 func (r *Responses) appendItem(dst []byte, i int) []byte {
 	it := &r.items[i]
 	status := "in_progress"
+	whole := it.done || r.ended // a failed response shows what it got
+	if !it.done && r.ended {
+		status = "incomplete"
+	}
 	if it.done {
 		status = "completed"
 		if r.finish == "length" && it.kind != itemServerCall {
@@ -554,7 +558,7 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 		dst = append(dst, status...)
 		dst = append(dst, `","content":[`...)
 		for p := range it.parts {
-			if !r.stream || it.parts[p].done || it.done {
+			if !r.stream || it.parts[p].done || whole {
 				if p > 0 {
 					dst = append(dst, ',')
 				}
@@ -568,7 +572,7 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 		dst = append(dst, `,"type":"reasoning","summary":[],"status":"`...)
 		dst = append(dst, status...)
 		dst = append(dst, `","content":[`...)
-		if it.done {
+		if whole {
 			dst = append(dst, `{"type":"reasoning_text","text":`...)
 			dst = appendString(dst, it.parts[0].text)
 			dst = append(dst, '}')
@@ -584,7 +588,7 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 		dst = append(dst, `,"name":`...)
 		dst = jsonstring.Append(dst, it.name)
 		dst = append(dst, `,"arguments":`...)
-		if it.done {
+		if whole {
 			dst = appendString(dst, it.args)
 		} else {
 			dst = append(dst, `""`...)
