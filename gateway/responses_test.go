@@ -456,3 +456,16 @@ func TestResponsesFallbackAndFailure(t *testing.T) {
 		t.Fatalf("cut: %s status %q error %+v text %q", sum.Terminal, f.Status, f.Error.Message, f.OutputText())
 	}
 }
+
+// TestNodeAgentsResponses runs test/node/responses.mjs: the @openai/agents
+// SDK with its default Responses model, run and streamed, against the
+// gateway's tool loop: the server tool runs in the gateway (an mcp_call
+// the agent leaves alone), the client tool in the agent.
+func TestNodeAgentsResponses(t *testing.T) {
+	t.Parallel()
+	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
+	out := runNode(t, "responses.mjs", h.base)
+	if !strings.Contains(out, "run: ok") || !strings.Contains(out, "stream: ok") {
+		t.Fatalf("node output: %s", out)
+	}
+}

@@ -293,10 +293,23 @@ func TestToolTimeoutAndAgentTool(t *testing.T) {
 	}
 }
 
-// TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
-// stream() and runTools() against a gateway with a server and a client tool.
-func TestNodeSDKToolLoop(t *testing.T) {
-	t.Parallel()
+// nodeResponder calls the calculator (a server tool) first, then the
+// client's get_weather, then answers with both results.
+func nodeResponder(c *mockllm.Call) mockllm.Turn {
+	switch {
+	case c.LastRole == "user":
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+	case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
+		return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
+	default:
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
+	}
+}
+
+// runNode runs a script of test/node against the gateway at base and
+// returns its output; it skips when node or the packages are missing.
+func runNode(t *testing.T, script, base string) string {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed (.ci/run installs it)")
@@ -305,26 +318,25 @@ func TestNodeSDKToolLoop(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
 		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
 	}
-	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
-		switch {
-		case c.LastRole == "user":
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
-		case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
-			return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
-		default:
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
-		}
-	}, mockllm.Chunking{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "toolloop.mjs")
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
+	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+base, "GATEWAY_MODEL=gpt-x")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node: %v\n%s", err, out)
+		t.Fatalf("node %s: %v\n%s", script, err, out)
 	}
-	if !strings.Contains(string(out), "stream: ok") || !strings.Contains(string(out), "runTools: ok") {
+	return string(out)
+}
+
+// TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
+// stream() and runTools() against a gateway with a server and a client tool.
+func TestNodeSDKToolLoop(t *testing.T) {
+	t.Parallel()
+	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
+	out := runNode(t, "toolloop.mjs", h.base)
+	if !strings.Contains(out, "stream: ok") || !strings.Contains(out, "runTools: ok") {
 		t.Fatalf("node output: %s", out)
 	}
 }
