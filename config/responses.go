@@ -37,7 +37,7 @@ func (c *Config) setResponsesDefaults() {
 	}
 }
 
-func (c *Config) validateResponses(p *problems) {
+func (c *Config) validateResponses(p *problems, o *origin) {
 	p.checkEnum("responses.store", c.Responses.Store, "memory", "redis", "none")
 	if c.Responses.Store == "redis" && c.Redis == nil {
 		p.add("responses.store", "redis needs a [redis] section")
@@ -46,6 +46,6 @@ func (c *Config) validateResponses(p *problems) {
 	p.checkPositive("responses.max_response_bytes", int64(c.Responses.MaxResponseBytes))
 	p.checkPositive("responses.ttl", int64(c.Responses.TTL))
 	for i, pr := range c.Providers {
-		p.checkEnum("providers["+strconv.Itoa(i)+"].responses", pr.Responses, "translate", "native")
+		p.checkEnum("providers["+strconv.Itoa(o.provider(i))+"].responses", pr.Responses, "translate", "native")
 	}
 }

@@ -92,7 +92,7 @@ func (c *Config) validate(o *origin) error {
 	c.validateMiddleware(&p, o)
 	c.validateKeys(&p)
 	c.validatePolicies(&p)
-	c.validateResponses(&p)
+	c.validateResponses(&p, o)
 	if c.Redis != nil && c.Redis.Addr == "" {
 		p.add("redis.addr", "required")
 	}

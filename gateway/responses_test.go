@@ -469,3 +469,47 @@ func TestNodeAgentsResponses(t *testing.T) {
 		t.Fatalf("node output: %s", out)
 	}
 }
+
+// With responses = "native" on its provider, a model's /v1/responses
+// passes through unchanged (under its upstream name), and GET of an id not
+// stored here goes to the provider too; other models stay translated.
+func TestResponsesNativeProvider(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(baseConfig, `retries = 0`, `retries = 0
+responses = "native"`, 1) + `
+[[providers]]
+name = "chatonly"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 0
+[[models]]
+name = "translated"
+provider = "chatonly"
+upstream = "up-translated"
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: responsesModel})
+	status, _, body := h.post("/responses", `{"model":"gpt-x","input":"hi"}`, nil)
+	if status != 200 || gjson.GetBytes(body, "path").Str != "/v1/responses" || gjson.GetBytes(body, "body").Str != `{"model":"up-model","input":"hi"}` {
+		t.Fatalf("native: %d %s", status, body)
+	}
+	status, _, body = h.post("/responses", `{"model":"translated","input":"hi"}`, nil)
+	if status != 200 || gjson.GetBytes(body, "object").Str != "response" || gjson.GetBytes(body, "output.0.content.0.text").Str != "you said: hi (1 messages)" {
+		t.Fatalf("translated: %d %s", status, body)
+	}
+	// The provider's stored responses are shared by everyone behind its
+	// key: reading them is opt-in, like any stateful pass-through path.
+	for _, tc := range []struct {
+		cfg  string
+		want int
+	}{{cfg, http.StatusForbidden}, {cfg + openPassthrough, http.StatusOK}} {
+		h := newHarness(t, tc.cfg, mockllm.Options{Respond: responsesModel})
+		resp, err := http.Get(h.base + "/responses/resp_theirs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("GET of a provider's id: %d, want %d", resp.StatusCode, tc.want)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +70,11 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		s.writeError(ctx, x, err)
 		return
 	}
-	id := "resp_" + strings.ReplaceAll(strings.TrimPrefix(x.id, "req_"), "-", "")
+	// Random, not the request id: in an open gateway every caller shares one
+	// tenant, and a stored response must not be found by counting.
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand)
+	id := "resp_" + hex.EncodeToString(rnd[:])
 	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo}
 	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h}
 	if rq.Stream {
@@ -222,6 +228,14 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
 	tenant := tenantName(t)
+	if len(rt.NativeResponses) > 0 {
+		// Some provider serves the Responses API itself: an id not stored
+		// here is the provider's.
+		if _, ok, err := rt.Responses.Load(lctx, tenant, id); err == nil && !ok {
+			s.handlePassthrough(ctx, x, path)
+			return
+		}
+	}
 	notFound := pipeline.NotFound(codeResponseNotFound, "Response with id '%s' not found.", truncate(id, 128))
 	if ctx.IsDelete() {
 		ok, err := rt.Responses.Delete(lctx, tenant, id)
