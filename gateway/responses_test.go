@@ -127,7 +127,7 @@ func contains(list []string, s string) bool {
 // conversation. A length cut is "incomplete" with its reason.
 func TestResponsesFunctionCallsAndFollowUp(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel, Chunking: mockllm.Chunking{TextRunes: 1, ArgBytes: 3, InterleaveToolCalls: true}})
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel, Chunking: mockllm.Chunking{TextRunes: 1, ArgBytes: 3, InterleaveToolCalls: true, SplitWrites: true}})
 	schema := wiretest.LoadResponsesSchema(t)
 	params := responses.ResponseNewParams{
 		Model: "gpt-x",
