@@ -133,9 +133,6 @@ func NewResponseCache(opts Options) pipeline.Middleware {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Config.TTL <= 0 {
-		opts.Config.TTL = config.Duration(10 * time.Minute)
-	}
 	return func(next pipeline.Handler) pipeline.Handler {
 		if opts.Store == nil || (opts.Enabled == nil && !opts.Config.Enabled) {
 			return next

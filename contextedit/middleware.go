@@ -20,7 +20,7 @@ const MetaHeader = "x-gateway-context-edits"
 
 // Options configure the middleware.
 type Options struct {
-	Config config.ContextEdit // defaults applied by config; zero values are tolerated
+	Config config.ContextEdit // used as given: config applies the defaults (config.ApplyDefaults)
 	Logger zerolog.Logger
 
 	// For last_resort = "summarize": the routes (to reach the summary
@@ -53,12 +53,6 @@ func newSettings(c config.ContextEdit) settings {
 		clearInputs:  c.ClearToolInputs,
 		dropTurns:    c.LastResort == "drop_turns" || (c.LastResort == "summarize" && c.SummaryFallback == "drop_turns"),
 	}
-	if s.trigger <= 0 {
-		s.trigger = 0.8
-	}
-	if s.placeholder == "" {
-		s.placeholder = "[tool result cleared]"
-	}
 	for _, n := range c.ExcludeTools {
 		s.exclude[n] = true
 	}
@@ -74,11 +68,7 @@ func newSettings(c config.ContextEdit) settings {
 func New(opts Options) pipeline.Middleware {
 	s := newSettings(opts.Config)
 	if c := opts.Config; c.LastResort == "summarize" {
-		prompt := c.SummaryPrompt
-		if prompt == "" {
-			prompt = DefaultSummaryPrompt
-		}
-		s.summarize = &summarizer{model: c.SummaryModel, prompt: prompt, lookup: opts.Lookup, admit: opts.Admit, store: opts.Store}
+		s.summarize = &summarizer{model: c.SummaryModel, prompt: c.SummaryPrompt, lookup: opts.Lookup, admit: opts.Admit, store: opts.Store}
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
 		return &handler{next: next, s: s, log: opts.Logger}

@@ -15,13 +15,6 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// DefaultSummaryPrompt is the summary model's system prompt when
-// summary_prompt is not set.
-const DefaultSummaryPrompt = "You condense the earlier part of a conversation between a user and an AI assistant " +
-	"so that the assistant can continue it without the original messages. Keep every fact, decision, " +
-	"number, name, file, tool result and open question that later turns may need; drop pleasantries. " +
-	"Write plain prose or short bullet points, in the conversation's language, at most about 400 words."
-
 // summaryPrefix opens the message that replaces the summarised turns.
 const summaryPrefix = "Summary of the earlier conversation (older messages were replaced by this summary):\n"
 

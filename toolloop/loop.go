@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
@@ -66,38 +65,11 @@ type Loop struct {
 var _ pipeline.Handler = (*Loop)(nil)
 
 // New builds the registry (tool definitions serialised once, schemas
-// compiled, executors), and the tool middleware chain.
+// compiled, executors), and the tool middleware chain. opts.Loop and
+// opts.Tools are used as given: config applies their defaults
+// (config.ApplyDefaults) and validates them.
 func New(opts Options) (*Loop, error) {
 	cfg := opts.Loop
-	if cfg.MaxIterations <= 0 {
-		cfg.MaxIterations = 10
-	}
-	if cfg.MaxConsecutiveErrors <= 0 {
-		cfg.MaxConsecutiveErrors = 3
-	}
-	if cfg.Parallel == nil {
-		t := true
-		cfg.Parallel = &t
-	}
-	if cfg.ToolTimeout <= 0 {
-		cfg.ToolTimeout = config.Duration(30 * time.Second)
-	}
-	if cfg.WallTime <= 0 {
-		cfg.WallTime = config.Duration(5 * time.Minute)
-	}
-	if cfg.KeepAliveInterval <= 0 {
-		cfg.KeepAliveInterval = config.Duration(5 * time.Second)
-	}
-	if cfg.MaxToolCalls <= 0 {
-		cfg.MaxToolCalls = config.DefaultMaxToolCalls
-	}
-	switch {
-	case cfg.MaxModelCalls <= 0:
-		cfg.MaxModelCalls = config.DefaultMaxModelCalls
-	case cfg.MaxModelCalls < 2:
-		cfg.MaxModelCalls = 2 // the first call and the final answer (config refuses less)
-	}
-	opts.Loop = cfg
 	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
