@@ -146,12 +146,10 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 
 	// The request layer, ending in the tool loop.
 	loopOpts := toolloop.Options{
-		Tools:       cfg.Tools,
-		Loop:        cfg.ToolLoop,
-		Lookup:      lookup,
-		Admit:       admit,
-		ToolAllowed: policies.ToolAllowed,
-		ToolTrace:   policies.ToolTrace,
+		Tools:  cfg.Tools,
+		Loop:   cfg.ToolLoop,
+		Lookup: lookup,
+		Admit:  admit,
 		ToolMiddleware: []pipeline.ToolMiddleware{
 			limiter.ToolLimit(),
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
@@ -178,9 +176,6 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			ToolSetVersion: toolSetVersion(cfg.Tools, cfg.MCPServers),
 			ServerTools:    len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0,
 			Logger:         log,
-			Enabled: func(r *pipeline.Request) bool {
-				return policies.CacheEnabled(r.Tenant, cfg.Middleware.Cache.Enabled)
-			},
 		}),
 	}
 	var mws []pipeline.Middleware

@@ -90,12 +90,3 @@ type Target struct {
 	Weight   int
 	Model    string // the Route this deployment belongs to
 }
-
-// Tenant is the caller behind a gateway key. Policy is owned by the policies
-// package; other layers read the fields they need through small interfaces.
-type Tenant struct {
-	Name   string
-	Key    string // the key's configured name, never the secret
-	Admin  bool   // the key has role = "admin" (operator APIs)
-	Policy any
-}

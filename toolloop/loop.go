@@ -31,12 +31,6 @@ type Options struct {
 	// every round's body is built from that admitted body for the same
 	// model.
 	Admit func(r *pipeline.Request) error
-	// ToolAllowed reports whether tenant may use the server tool name; nil
-	// allows every tool.
-	ToolAllowed func(t *pipeline.Tenant, name string) bool
-	// ToolTrace reports whether responses to tenant carry x_gateway; nil = off
-	// (the x-gateway-tool-trace hint still turns it on per request).
-	ToolTrace func(t *pipeline.Tenant) bool
 	// ToolMiddleware is inserted into the function layer after the loop's
 	// own policy and validation steps and before the size cap, retry and
 	// timeout (e.g. a result cache). mws[0] is outermost.
@@ -155,12 +149,12 @@ func (l *Loop) applicable(reg *registry, req *pipeline.Request) []*tool {
 			}
 		}
 	}
-	if l.opts.ToolAllowed == nil || len(tools) == 0 {
+	if len(tools) == 0 {
 		return tools
 	}
 	var out []*tool
 	for i, t := range tools {
-		if !l.opts.ToolAllowed(req.Tenant, t.cfg.Name) {
+		if !req.Tenant.AllowsTool(t.cfg.Name) {
 			if out == nil {
 				out = append(make([]*tool, 0, len(tools)), tools[:i]...)
 			}

@@ -55,7 +55,7 @@ type session struct {
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
-	s.traceOn = req.Hints.ToolTrace || (l.opts.ToolTrace != nil && l.opts.ToolTrace(req.Tenant))
+	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
 	gjson.ParseBytes(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
 	return s
 }
