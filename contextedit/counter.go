@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // The OpenAI cookbook's accounting for chat models ("How to count tokens with
@@ -161,7 +162,7 @@ func (c *Counter) Count(body []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return t.count(promptHint{}), nil
+	return t.count(pipeline.PromptHint{}), nil
 }
 
 // toolsCost counts the tools' JSON as text: the providers render the tool

@@ -45,8 +45,9 @@ func FuzzMiddleware(f *testing.F) {
 			}
 		})
 		h, next := newHandler(cfg)
-		ctx, elog := WithEditLog(context.Background())
+		ctx, elog := context.Background(), &EditLog{}
 		req := request(body, window%100000)
+		req.EditLog = elog
 		_, err1 := h.Chat(ctx, req)
 		_, err2 := h.Chat(ctx, req) // again with the log: same result
 		if (err1 == nil) != (err2 == nil) {

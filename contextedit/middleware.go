@@ -141,13 +141,13 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	if b.target <= 0 {
 		return h.next.Chat(ctx, req) // no window and no absolute trigger: nothing to aim for
 	}
-	elog := EditLogFrom(ctx)
+	elog := editLogOf(req)
 	if elog.empty() {
 		bound := cheapBound(req.Body)
 		if bound >= 0 && elog != nil {
 			// With a prompt hint, edit counts the upstream's tokens for the
 			// prefix plus ours for the rest: the body's bytes bound the rest.
-			bound += max(hintFrom(ctx).tokens, 0)
+			bound += max(req.PromptHint.Tokens, 0)
 		}
 		if bound >= 0 && bound <= b.target {
 			metricCalls.WithLabelValues(routeName(req), outcomeSkipped).Inc()
@@ -173,9 +173,9 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 // edit applies the logged edits and decides new ones. It returns req itself
 // when no byte changes, else a clone with a new Body.
 func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b budget, elog *EditLog) (*pipeline.Request, error) {
-	var hint promptHint
+	var hint pipeline.PromptHint
 	if elog != nil {
-		hint = hintFrom(ctx) // only valid when the prefix is edited as last round
+		hint = req.PromptHint // only valid when the prefix is edited as last round
 	} else {
 		elog = &EditLog{} // this call only
 	}

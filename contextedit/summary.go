@@ -80,10 +80,11 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 			return "", err
 		}
 	}
-	// The summary call is its own conversation: not the caller's edit log
-	// (held by the caller right now) nor its prompt hint, and its own model
-	// call even under a fallback route's call (fallback.NewCall).
-	sctx := fallback.NewCall(context.WithValue(context.WithValue(ctx, logKey{}, (*EditLog)(nil)), hintKey{}, promptHint{}))
+	// The summary call is its own conversation: r is a new request, so it
+	// carries neither the caller's edit log (held by the caller right now)
+	// nor its prompt hint; and it is its own model call even under a
+	// fallback route's call (fallback.NewCall).
+	sctx := fallback.NewCall(ctx)
 	resp, err := route.ModelLayer.Chat(sctx, r)
 	if err != nil {
 		return "", err

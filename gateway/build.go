@@ -154,8 +154,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			limiter.ToolLimit(),
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
 		},
-		State:  buildState(cfg, rdb),
-		Logger: log,
+		State:      buildState(cfg, rdb),
+		NewEditLog: contextedit.NewEditLog,
+		Logger:     log,
 	}
 	if mcp != nil {
 		loopOpts.Source = mcp // never a typed nil in the interface

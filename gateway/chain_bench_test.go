@@ -83,7 +83,7 @@ func BenchmarkFullChain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop, err := toolloop.New(toolloop.Options{Tools: cfg.Tools, Loop: cfg.ToolLoop, Lookup: lookup, Logger: log})
+	loop, err := toolloop.New(toolloop.Options{Tools: cfg.Tools, Loop: cfg.ToolLoop, Lookup: lookup, NewEditLog: contextedit.NewEditLog, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -42,6 +42,13 @@ type Request struct {
 	// Meta collects what the layers report back to the client as response
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
+
+	// EditLog and PromptHint carry context editing's state from one round
+	// of a tool loop to the next (pipeline/edits.go). The tool loop sets them
+	// on each round's request; a request that is not a round (a summary, an
+	// agent tool's call) has neither and is edited on its own.
+	EditLog    EditLog
+	PromptHint PromptHint
 }
 
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.

@@ -23,7 +23,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("error")
 			return nil, err
 		}
-		resp, err := s.req.Route.ModelLayer.Chat(s.modelCtx(ctx), r)
+		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
 		if err != nil {
 			s.stop = failReason(ctx)
 			s.end("")

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -38,7 +37,13 @@ type Options struct {
 	// Source adds tools that come and go at run time (MCP servers); nil = none.
 	Source ToolSource
 	// State keeps the hidden part of mixed turns; nil = not kept (see StateStore).
-	State      StateStore
+	State StateStore
+	// NewEditLog returns the context-edit log of one client request
+	// (contextedit.NewEditLog), put on every round's Request.EditLog so that
+	// each round gets the same edits; nil = none, each round is edited on
+	// its own.
+	NewEditLog func() pipeline.EditLog
+
 	Logger     zerolog.Logger
 	HTTPClient *http.Client // http tools; nil = a default client. Redirects are never followed.
 }
@@ -110,9 +115,10 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	// One edit log per client request: context editing then re-applies
 	// earlier rounds' clears first, so every round shares the edited prefix.
-	ctx, elog := contextedit.WithEditLog(ctx)
 	s := l.newSession(req, p)
-	s.elog = elog
+	if s.elog = req.EditLog; s.elog == nil && l.opts.NewEditLog != nil {
+		s.elog = l.opts.NewEditLog()
+	}
 	ctx = s.withLimits(ctx)
 	if req.Stream {
 		return s.startStream(ctx)
