@@ -277,20 +277,8 @@ func appendAssistant(dst, text []byte, calls []*call) []byte {
 		dst = appendJSONString(dst, text)
 	}
 	if len(calls) > 0 {
-		dst = append(dst, `,"tool_calls":[`...)
-		for i, c := range calls {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, `{"id":`...)
-			dst = appendJSONString(dst, []byte(c.id))
-			dst = append(dst, `,"type":"function","function":{"name":`...)
-			dst = appendJSONString(dst, []byte(c.name))
-			dst = append(dst, `,"arguments":`...)
-			dst = appendJSONString(dst, c.args)
-			dst = append(dst, "}}"...)
-		}
-		dst = append(dst, ']')
+		dst = append(dst, `,"tool_calls":`...)
+		dst = appendToolCalls(dst, calls, false)
 	}
 	return append(dst, '}')
 }
