@@ -43,6 +43,13 @@ type Request struct {
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
 
+	// EditLog and PromptHint carry context editing's state from one round
+	// of a tool loop to the next (pipeline/edits.go). The tool loop sets them
+	// on each round's request; a request that is not a round (a summary, an
+	// agent tool's call) has neither and is edited on its own.
+	EditLog    EditLog
+	PromptHint PromptHint
+
 	// OnServerCall, when set, hears of every server tool the loop ran for
 	// this request, after it ran, in the order the loop records them (the
 	// Responses API shows them as mcp_call items). It is called by the
@@ -105,13 +112,4 @@ type Target struct {
 	Upstream string // model name sent upstream
 	Weight   int
 	Model    string // the Route this deployment belongs to
-}
-
-// Tenant is the caller behind a gateway key. Policy is owned by the policies
-// package; other layers read the fields they need through small interfaces.
-type Tenant struct {
-	Name   string
-	Key    string // the key's configured name, never the secret
-	Admin  bool   // the key has role = "admin" (operator APIs)
-	Policy any
 }
