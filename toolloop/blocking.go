@@ -69,6 +69,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				f.setText = true
 			}
 			s.answer(&f, text, nil, f.setText)
+			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
@@ -89,6 +90,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				f.calls, f.setCalls = client, true
 				s.answer(&f, text, nil, f.setText)
 			}
+			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, f)
 		}

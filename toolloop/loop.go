@@ -58,6 +58,7 @@ type Loop struct {
 	log   zerolog.Logger
 	chain pipeline.ToolHandler
 
+	approval  approvalKey              // tags the ids of calls awaiting approval (approval.go)
 	static    *registry                // the configured tools, built once
 	cur       atomic.Pointer[registry] // static + the source's tools; see registry()
 	refreshMu sync.Mutex
@@ -98,7 +99,7 @@ func New(opts Options) (*Loop, error) {
 		cfg.MaxModelCalls = 2 // the first call and the final answer (config refuses less)
 	}
 	opts.Loop = cfg
-	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret)}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
 		return nil, err
@@ -129,6 +130,13 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	reg := l.registry()
 	tools := l.applicable(reg, req)
+	var settled *settledRuns
+	if hasApprovals(req.Body) {
+		var err error
+		if req, settled, err = l.settle(ctx, req, tools); err != nil {
+			return nil, err
+		}
+	}
 	if len(tools) == 0 && !(req.Stream && offersTools(req.Body)) {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
@@ -146,6 +154,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	// earlier rounds' clears first, so every round shares the edited prefix.
 	ctx, elog := contextedit.WithEditLog(ctx)
 	s := l.newSession(req, p)
+	s.noteSettled(settled)
 	s.elog = elog
 	ctx = s.withLimits(ctx)
 	if req.Stream {
