@@ -103,3 +103,62 @@ prefix = "replica-test:"
 		t.Fatalf("ttl %v", ttl)
 	}
 }
+
+// TestApprovalAcrossReplicas: a call handed out for approval by one gateway
+// process is decided on another that shares only Redis with it; the tool
+// runs once, there, with the kept arguments.
+func TestApprovalAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	redisAddr := testredis.Start(t).Addr()
+	bin := testproc.Gateway(t)
+	se, toolURL := newSideEffects(t)
+	mock := mockllm.New(mockllm.Options{Respond: approvalResponder})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg := strings.NewReplacer("{{MOCK}}", mockURL, "{{HTTP}}", toolURL).Replace(approvalConfig) + `
+[tool_loop]
+approval_secret = "replica-test-secret"
+[redis]
+addr = "` + redisAddr + `"
+prefix = "approval-test:"
+`
+	urls := []string{startReplica(t, bin, cfg), startReplica(t, bin, cfg)}
+	clients := make([]openai.Client, 2)
+	for i, u := range urls {
+		clients[i] = openai.NewClient(option.WithBaseURL(u), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	}
+	for _, dir := range []struct {
+		name        string
+		start, next int
+	}{{"A to B", 0, 1}, {"B to A", 1, 0}} {
+		t.Run(dir.name, func(t *testing.T) {
+			p := userMsg("clean up " + dir.name)
+			stream := clients[dir.start].Chat.Completions.NewStreaming(context.Background(), p)
+			var acc openai.ChatCompletionAccumulator
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			msg := acc.Choices[0].Message
+			if len(msg.ToolCalls) != 1 || !strings.HasPrefix(msg.ToolCalls[0].ID, "call_gwa_") {
+				t.Fatalf("replica %d handed out %+v", dir.start, msg.ToolCalls)
+			}
+			before := len(se.runs())
+			resp, err := clients[dir.next].Chat.Completions.New(context.Background(), answer(p, msg, `{"decision":"approve"}`))
+			if err != nil {
+				t.Fatalf("decision on replica %d: %v", dir.next, err)
+			}
+			if runs := se.runs()[before:]; len(runs) != 1 || runs[0] != `{"path":"/tmp/a"}` {
+				t.Fatalf("tool runs %v", runs)
+			}
+			if c := resp.Choices[0].Message.Content; !strings.Contains(c, `"deleted":"/tmp/a"`) || !strings.Contains(c, `"result":42`) {
+				t.Fatalf("answer %q", c)
+			}
+		})
+	}
+}
