@@ -294,6 +294,9 @@ approval_tools = ["calc*", "delete_file"]
 	var names []string
 	for _, c := range resp.Choices[0].Message.ToolCalls {
 		names = append(names, c.Function.Name)
+		if !strings.HasPrefix(c.ID, "call_gwa_") { // a turn of gated calls only: no server call ran
+			t.Fatalf("call %+v handed out without an approval id", c)
+		}
 	}
 	if strings.Join(names, ",") != "calculator,delete_file" || len(se.runs()) != 1 {
 		t.Fatalf("globex: calls %v, runs %v", names, se.runs())

@@ -64,7 +64,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		if d := decide(o); d.next == stepEnd {
 			// The forced final call's server calls are never run: drop them.
-			f.calls, f.setCalls, f.finish = client, len(server) > 0, d.finish
+			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0, d.finish
 			if len(client) == 0 {
 				f.setText = true
 			}
