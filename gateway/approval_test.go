@@ -5,9 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -308,25 +305,10 @@ approval_tools = ["calc*", "delete_file"]
 // that returns the decision (the README's recipe), streamed and not.
 func TestNodeSDKApprovalRunTools(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed (.ci/run installs it)")
-	}
-	dir, _ := filepath.Abs("../test/node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
-	}
+	skipWithoutNode(t)
 	h, se := approvalHarness(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "approval.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base, "GATEWAY_API_KEY=sk-client")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "stream=false: ok") || !strings.Contains(string(out), "stream=true: ok") {
+	out := runNode(t, "approval.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_API_KEY=sk-client")
+	if !strings.Contains(out, "stream=false: ok") || !strings.Contains(out, "stream=true: ok") {
 		t.Fatalf("node output: %s", out)
 	}
 	if runs := se.runs(); len(runs) != 2 || runs[0] != `{"path":"/tmp/a"}` {

@@ -36,6 +36,20 @@ func startReplica(t *testing.T, bin, cfg string) string {
 	return url
 }
 
+// streamMessage streams p through c and returns the accumulated message.
+func streamMessage(t *testing.T, c openai.Client, p openai.ChatCompletionNewParams) openai.ChatCompletionMessage {
+	t.Helper()
+	stream := c.Chat.Completions.NewStreaming(context.Background(), p)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return acc.Choices[0].Message
+}
+
 // TestMixedTurnAcrossReplicas: two gateway processes that share nothing but
 // one redis-server; a mixed turn starts on one and finishes on the other, in
 // both directions.
@@ -68,15 +82,7 @@ prefix = "replica-test:"
 		t.Run(dir.name, func(t *testing.T) {
 			p := userMsg("go " + dir.name)
 			p.Tools = cityTool()
-			stream := clients[dir.start].Chat.Completions.NewStreaming(context.Background(), p)
-			var acc openai.ChatCompletionAccumulator
-			for stream.Next() {
-				acc.AddChunk(stream.Current())
-			}
-			if err := stream.Err(); err != nil {
-				t.Fatal(err)
-			}
-			msg := acc.Choices[0].Message
+			msg := streamMessage(t, clients[dir.start], p)
 			if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "lookup_city" {
 				t.Fatalf("mixed turn on replica %d returned %+v", dir.start, msg.ToolCalls)
 			}
@@ -136,15 +142,7 @@ prefix = "approval-test:"
 	}{{"A to B", 0, 1}, {"B to A", 1, 0}} {
 		t.Run(dir.name, func(t *testing.T) {
 			p := userMsg("clean up " + dir.name)
-			stream := clients[dir.start].Chat.Completions.NewStreaming(context.Background(), p)
-			var acc openai.ChatCompletionAccumulator
-			for stream.Next() {
-				acc.AddChunk(stream.Current())
-			}
-			if err := stream.Err(); err != nil {
-				t.Fatal(err)
-			}
-			msg := acc.Choices[0].Message
+			msg := streamMessage(t, clients[dir.start], p)
 			if len(msg.ToolCalls) != 1 || !strings.HasPrefix(msg.ToolCalls[0].ID, "call_gwa_") {
 				t.Fatalf("replica %d handed out %+v", dir.start, msg.ToolCalls)
 			}

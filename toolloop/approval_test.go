@@ -2,7 +2,6 @@ package toolloop
 
 import (
 	"context"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -211,21 +210,7 @@ func BenchmarkApproval(b *testing.B) {
 				req := request(m, stream, body)
 				b.ReportAllocs()
 				for b.Loop() {
-					resp, err := l.Chat(context.Background(), req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if resp.Stream != nil {
-						for {
-							if _, err := resp.Stream.Next(); err != nil {
-								if err != io.EOF {
-									b.Fatal(err)
-								}
-								break
-							}
-						}
-						resp.Stream.Close()
-					}
+					chatAndDrain(b, l, req)
 				}
 			})
 		}
