@@ -19,10 +19,10 @@ type verdictKind uint8
 
 const (
 	decAnswer  verdictKind = iota // any other content: the person's own result
-	decApprove                     // {"decision":"approve"}
-	decEdit                        // {"decision":"edit","arguments":{...}}
-	decReject                      // {"decision":"reject","message":"..."}
-	decInvalid                     // an object with a "decision" key that is none of the above
+	decApprove                    // {"decision":"approve"}
+	decEdit                       // {"decision":"edit","arguments":{...}}
+	decReject                     // {"decision":"reject","message":"..."}
+	decInvalid                    // an object with a "decision" key that is none of the above
 )
 
 func (k verdictKind) String() string {
