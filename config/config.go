@@ -159,6 +159,7 @@ type ToolLoop struct {
 	KeepAliveInterval       Duration `toml:"keepalive_interval"` // default 5s
 	StateTTL                Duration `toml:"state_ttl"`          // mixed-turn state; default 1h
 	StateMaxEntries         int      `toml:"state_max_entries"`  // default 10000
+	StateMaxBytes           int      `toml:"state_max_bytes"`    // memory state bound; default 64 MiB
 	// MaxToolCalls bounds the server tool calls of one client request; a
 	// call past it is answered with an error result and not run.
 	MaxToolCalls int `toml:"max_tool_calls"` // default 50
@@ -211,7 +212,7 @@ type ContextEdit struct {
 	ClearToolInputs bool     `toml:"clear_tool_inputs"`
 	LastResort      string   `toml:"last_resort"`      // error|drop_turns|summarize; default error
 	SummaryModel    string   `toml:"summary_model"`    // summarize: the model that writes the summary
-	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default contextedit.DefaultSummaryPrompt
+	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default DefaultSummaryPrompt
 	SummaryFallback string   `toml:"summary_fallback"` // summarize: error|drop_turns when no summary can be had; default error
 }
 

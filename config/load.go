@@ -45,7 +45,7 @@ func Parse(b []byte) (*Config, error) {
 	}
 	c.expand()
 	o := newOrigin(&c)
-	c.setDefaults()
+	c.ApplyDefaults()
 	o.mapTo(&c)
 	if err := c.validate(o); err != nil {
 		return nil, withLines(err, b)

@@ -108,6 +108,13 @@ func TestValidate(t *testing.T) {
 		{name: "policy passthrough pattern", toml: policy("passthrough = [\"[\"]\n"), want: `policies[0].passthrough[0]: bad pattern "["`},
 		{name: "policy approval tools pattern", toml: policy("approval_tools = [\"[\"]\n"), want: `policies[0].approval_tools[0]: bad pattern "["`},
 		{name: "redis addr", toml: "[redis]\ndb = 1\n", want: `redis.addr: required`},
+		{name: "redis timeout", toml: "[redis]\naddr = \"h:1\"\ntimeout = \"-1s\"\n", want: `redis.timeout: must be positive`},
+		{name: "provider retry after cap", toml: prov("retry_after_cap = \"-1s\"\n"), want: `providers[1].retry_after_cap: must be positive`},
+		{name: "tool timeout", toml: tool("timeout = \"-1s\"\n"), want: `tools[0].timeout: must be positive`},
+		{name: "tool loop wall time", toml: "[tool_loop]\nwall_time = \"-1s\"\n", want: `tool_loop.wall_time: must be positive`},
+		{name: "tool loop state max bytes", toml: "[tool_loop]\nstate_max_bytes = -1\n", want: `tool_loop.state_max_bytes: must be positive`},
+		{name: "fallback breaker failures", toml: "[middleware.fallback]\nbreaker_failures = -1\n", want: `middleware.fallback.breaker_failures: must be positive`},
+		{name: "cache ttl", toml: "[middleware.cache]\nttl = \"-1s\"\n", want: `middleware.cache.ttl: must be positive`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

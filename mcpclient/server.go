@@ -31,9 +31,6 @@ type server struct {
 func newServer(m *Manager, cfg config.MCPServer) *server {
 	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
 		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1)}
-	if s.timeout <= 0 {
-		s.timeout = m.opts.DefaultTimeout
-	}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {

@@ -15,7 +15,8 @@ const (
 
 // Policy is the merged rule set of one tenant: its own [[policies]] entry laid
 // over the tenant = "*" defaults. It is built once in New, stored in
-// pipeline.Tenant.Policy, and read-only afterwards: safe for concurrent use,
+// pipeline.Tenant.Policy (it is this package's pipeline.TenantPolicy), and
+// read-only afterwards: safe for concurrent use,
 // never modify it.
 type Policy struct {
 	Tenant        string
@@ -129,6 +130,21 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 	return p, nil
 }
 
+var _ pipeline.TenantPolicy = (*Policy)(nil)
+
+// TracesTools reports whether responses to the tenant always carry the
+// x_gateway trace. False for a nil Policy.
+func (p *Policy) TracesTools() bool { return p != nil && p.ToolTrace }
+
+// CachesResponses returns the tenant's override of response caching, or def
+// when the policy sets none (or is nil).
+func (p *Policy) CachesResponses(def bool) bool {
+	if p != nil && p.Cache != nil {
+		return *p.Cache
+	}
+	return def
+}
+
 // PolicyOf returns the tenant's Policy, or nil when t is nil or carries no
 // Policy of this package.
 func PolicyOf(t *pipeline.Tenant) *Policy {
@@ -137,27 +153,4 @@ func PolicyOf(t *pipeline.Tenant) *Policy {
 	}
 	p, _ := t.Policy.(*Policy)
 	return p
-}
-
-// ToolAllowed reports whether tenant t may run the server tool named tool.
-// A nil tenant (no policy middleware in the chain) may run every tool.
-// Allocation-free; safe for concurrent use.
-func ToolAllowed(t *pipeline.Tenant, tool string) bool {
-	return PolicyOf(t).AllowsTool(tool)
-}
-
-// CacheEnabled returns the tenant's override of response caching, or def
-// when t is nil or its policy does not set cache.
-func CacheEnabled(t *pipeline.Tenant, def bool) bool {
-	if p := PolicyOf(t); p != nil && p.Cache != nil {
-		return *p.Cache
-	}
-	return def
-}
-
-// ToolTrace reports whether responses to t always carry the x_gateway trace.
-// False for a nil tenant.
-func ToolTrace(t *pipeline.Tenant) bool {
-	p := PolicyOf(t)
-	return p != nil && p.ToolTrace
 }

@@ -35,22 +35,12 @@ const HeaderApproval = "x-gateway-approval"
 // recent ones): one batched store call, whatever the history's length.
 const maxSettle = 64
 
-// approvalPolicy is the tenant policy's say on approvals (policies.Policy
-// implements it): set reports whether the policy decides for tool at all.
-type approvalPolicy interface {
-	ApprovalRequired(tool string) (required, set bool)
-}
-
 // needsApproval reports whether a call of t by req's tenant waits for a
 // person's decision: the tenant's approval_tools when its policy sets them,
 // else the tool's own approval setting. Allocation-free.
 func needsApproval(req *pipeline.Request, t *tool) bool {
-	if req.Tenant != nil {
-		if p, ok := req.Tenant.Policy.(approvalPolicy); ok {
-			if required, set := p.ApprovalRequired(t.cfg.Name); set {
-				return required
-			}
-		}
+	if required, set := req.Tenant.ApprovalRequired(t.cfg.Name); set {
+		return required
 	}
 	return t.cfg.Approval == "always"
 }

@@ -139,7 +139,7 @@ func TestApprovalStreamAfterServerRound(t *testing.T) {
 			usageChunk("up2", 10, 1, 0),
 		}, ""),
 	}}
-	st := NewMemoryState(time.Hour, 100, 0)
+	st := NewMemoryState(time.Hour, 100, 1<<20)
 	l := newLoop(t, []config.Tool{gatedCalc, timeTool}, func(o *Options) { o.State = st })
 	resp, err := l.Chat(context.Background(), request(m, true, userBody+`,"stream":true}`))
 	if err != nil {
@@ -161,7 +161,7 @@ func TestApprovalStreamAfterServerRound(t *testing.T) {
 // FuzzSettle: any follow-up body naming approval ids settles without
 // panicking, into valid JSON in which no approval answer is left as sent.
 func FuzzSettle(f *testing.F) {
-	l := newLoop(f, []config.Tool{gatedCalc}, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 0) })
+	l := newLoop(f, []config.Tool{gatedCalc}, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 1<<20) })
 	id := l.approval.mint(nil)
 	f.Add(`{"model":"gpt-x","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"` + id + `","type":"function","function":{"name":"calculator","arguments":"{}"}}]},{"role":"tool","tool_call_id":"` + id + `","content":"{\"decision\":\"approve\"}"}]}`)
 	f.Add(`{"messages":[{"role":"tool","tool_call_id":"call_gwa_x","content":[{"type":"text","text":"{\"decision\":\"approve\"}"}]}]}`)
@@ -206,7 +206,7 @@ func BenchmarkApproval(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				m := newInstantModel()
-				l := newLoop(b, tc.tools, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 0) })
+				l := newLoop(b, tc.tools, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 1<<20) })
 				req := request(m, stream, body)
 				b.ReportAllocs()
 				for b.Loop() {

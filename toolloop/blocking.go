@@ -23,7 +23,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("error")
 			return nil, err
 		}
-		resp, err := s.req.Route.ModelLayer.Chat(s.modelCtx(ctx), r)
+		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
 		if err != nil {
 			s.stop = failReason(ctx)
 			s.end("")
@@ -182,20 +182,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 				body, err = sjson.DeleteBytes(body, "choices.0.message.tool_calls")
 			}
 		} else {
-			arr := []byte{'['}
-			for i, c := range f.calls {
-				if i > 0 {
-					arr = append(arr, ',')
-				}
-				arr = append(arr, `{"id":`...)
-				arr = appendJSONString(arr, []byte(c.id))
-				arr = append(arr, `,"type":"function","function":{"name":`...)
-				arr = appendJSONString(arr, []byte(c.name))
-				arr = append(arr, `,"arguments":`...)
-				arr = appendJSONString(arr, c.args)
-				arr = append(arr, "}}"...)
-			}
-			setRaw("choices.0.message.tool_calls", append(arr, ']'))
+			setRaw("choices.0.message.tool_calls", appendToolCalls(nil, f.calls, false))
 		}
 	}
 	if f.finish != "" {
