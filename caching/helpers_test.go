@@ -308,6 +308,7 @@ func newCache(up pipeline.Handler, clk *clock, mutate func(*Options)) (pipeline.
 // cacheOverride is a tenant policy that only overrides response caching.
 type cacheOverride bool
 
-func (cacheOverride) AllowsTool(string) bool      { return true }
-func (cacheOverride) TracesTools() bool           { return false }
-func (c cacheOverride) CachesResponses(bool) bool { return bool(c) }
+func (cacheOverride) AllowsTool(string) bool               { return true }
+func (cacheOverride) TracesTools() bool                    { return false }
+func (c cacheOverride) CachesResponses(bool) bool          { return bool(c) }
+func (cacheOverride) ApprovalRequired(string) (bool, bool) { return false, false }

@@ -122,6 +122,10 @@ type Tool struct {
 	CacheTTL    Duration          `toml:"cache_ttl"`   // idempotent result cache; 0 = off
 	Models      []string          `toml:"models"`      // glob patterns of models that get it; default all
 	MaxCalls    int               `toml:"max_calls"`   // calls per client request; 0 = unlimited
+	// Approval is "always" when a person must approve each call before it
+	// runs (the loop pauses and hands the call to the client); "" or
+	// "never" = runs as soon as the model calls it.
+	Approval string `toml:"approval"`
 }
 
 // MCPServer is an MCP tool server whose tools become server tools.
@@ -140,6 +144,9 @@ type MCPServer struct {
 	// MaxCalls bounds the calls per client request of each of the server's
 	// tools, like tools.max_calls; 0 = unlimited.
 	MaxCalls int `toml:"max_calls"`
+	// Approval lists globs of the server's own tool names (before prefix,
+	// like allow and deny) whose calls a person must approve.
+	Approval []string `toml:"approval"`
 }
 
 // ToolLoop holds the loop's budgets (docs/architecture.md §3).
@@ -162,6 +169,11 @@ type ToolLoop struct {
 	// MaxModelCalls bounds the model calls one client request causes: the
 	// loop's rounds and every call a tool makes (agent tools). At least 2.
 	MaxModelCalls int `toml:"max_model_calls"` // default 25
+	// ApprovalSecret keys the tag in the ids of calls awaiting approval, so
+	// that every replica recognises its own ids after their state expired;
+	// may be ${ENV}. Empty = a random key per process (ids from another
+	// replica or before a reload are then refused rather than "expired").
+	ApprovalSecret string `toml:"approval_secret"`
 }
 
 // Middleware holds the settings of each middleware.
@@ -271,6 +283,10 @@ type Policy struct {
 	// tenant may use besides chat completions and models; default
 	// policies.DefaultPassthrough (the stateless model endpoints).
 	Passthrough []string `toml:"passthrough"`
+	// ApprovalTools, when set (even to []), replaces the tools' own approval
+	// settings for this tenant: exactly the server tools matching one of
+	// these globs need a person's approval.
+	ApprovalTools []string `toml:"approval_tools"`
 }
 
 // Redis configures shared state for replicas.

@@ -109,6 +109,7 @@ func (c *Config) expand() {
 		c.Keys[i].SHA256 = Expand(c.Keys[i].SHA256)
 	}
 	c.Server.AdminKey = Expand(c.Server.AdminKey)
+	c.ToolLoop.ApprovalSecret = Expand(c.ToolLoop.ApprovalSecret)
 	c.Tracing.Endpoint = Expand(c.Tracing.Endpoint)
 	expandMap(c.Tracing.Headers)
 	if c.Redis != nil {

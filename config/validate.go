@@ -203,6 +203,9 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 		if t.MaxCalls < 0 {
 			p.add(at+".max_calls", "must be 0 (unlimited) or more")
 		}
+		if t.Approval != "" {
+			p.checkEnum(at+".approval", t.Approval, "always", "never")
+		}
 	}
 	l := c.ToolLoop
 	for _, f := range []struct {
@@ -251,6 +254,7 @@ func (c *Config) validateMCPServers(p *problems) {
 		p.checkPatterns(at+".allow", s.Allow)
 		p.checkPatterns(at+".deny", s.Deny)
 		p.checkPatterns(at+".models", s.Models)
+		p.checkPatterns(at+".approval", s.Approval)
 	}
 }
 
@@ -336,6 +340,7 @@ func (c *Config) validatePolicies(p *problems) {
 		p.checkPatterns(at+".models", pol.Models)
 		p.checkPatterns(at+".tools", pol.Tools)
 		p.checkPatterns(at+".passthrough", pol.Passthrough)
+		p.checkPatterns(at+".approval_tools", pol.ApprovalTools)
 	}
 }
 

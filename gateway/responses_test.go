@@ -463,8 +463,9 @@ func TestResponsesFallbackAndFailure(t *testing.T) {
 // the agent leaves alone), the client tool in the agent.
 func TestNodeAgentsResponses(t *testing.T) {
 	t.Parallel()
+	skipWithoutNode(t)
 	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
-	out := runNode(t, "responses.mjs", h.base)
+	out := runNode(t, "responses.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
 	if !strings.Contains(out, "run: ok") || !strings.Contains(out, "stream: ok") {
 		t.Fatalf("node output: %s", out)
 	}

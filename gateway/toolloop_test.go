@@ -306,39 +306,43 @@ func nodeResponder(c *mockllm.Call) mockllm.Turn {
 	}
 }
 
-// runNode runs a script of test/node against the gateway at base and
-// returns its output; it skips when node or the packages are missing.
-func runNode(t *testing.T, script, base string) string {
+// TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
+// stream() and runTools() against a gateway with a server and a client tool.
+func TestNodeSDKToolLoop(t *testing.T) {
+	t.Parallel()
+	skipWithoutNode(t)
+	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
+	out := runNode(t, "toolloop.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
+	if !strings.Contains(out, "stream: ok") || !strings.Contains(out, "runTools: ok") {
+		t.Fatalf("node output: %s", out)
+	}
+}
+
+// skipWithoutNode skips t unless node and test/node's node_modules are there.
+func skipWithoutNode(t *testing.T) {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
+	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not installed (.ci/run installs it)")
 	}
-	dir, _ := filepath.Abs("../test/node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+	if _, err := os.Stat("../test/node/node_modules/openai"); err != nil {
 		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
 	}
+}
+
+// runNode runs script in test/node with env added, failing t on a non-zero
+// exit; it returns the combined output.
+func runNode(t *testing.T, script string, env ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+base, "GATEWAY_MODEL=gpt-x")
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir, _ = filepath.Abs("../test/node")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node %s: %v\n%s", script, err, out)
 	}
 	return string(out)
-}
-
-// TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
-// stream() and runTools() against a gateway with a server and a client tool.
-func TestNodeSDKToolLoop(t *testing.T) {
-	t.Parallel()
-	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
-	out := runNode(t, "toolloop.mjs", h.base)
-	if !strings.Contains(out, "stream: ok") || !strings.Contains(out, "runTools: ok") {
-		t.Fatalf("node output: %s", out)
-	}
 }
 
 func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }

@@ -143,7 +143,7 @@ func TestManagerHTTP(t *testing.T) {
 	g := newGoServer(t)
 	m := Start(Options{
 		Servers: defaulted(config.MCPServer{Name: "go", URL: "http://" + g.addr + "/mcp", Prefix: "go_",
-			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}, MaxCalls: 3}),
+			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}, MaxCalls: 3, Approval: []string{"br*"}}),
 		MaxBackoff: 300 * time.Millisecond, KeepAlive: 200 * time.Millisecond, Logger: testLogger(t),
 	})
 	defer m.Close()
@@ -152,6 +152,10 @@ func TestManagerHTTP(t *testing.T) {
 	}
 	if def := m.Lookup("go_hello"); def == nil || def.Remote != "hello" || def.Description != "says hello" || !gjson.Get(def.Parameters, "properties.x").Exists() || def.MaxCalls != 3 {
 		t.Fatalf("definition: %+v", def)
+	}
+	// approval globs match the server's own names (before the prefix).
+	if a, b := m.Lookup("go_broken").Approval, m.Lookup("go_hello").Approval; a != "always" || b != "" {
+		t.Fatalf("approval: go_broken %q, go_hello %q", a, b)
 	}
 	cases := []struct {
 		name, tool, args string

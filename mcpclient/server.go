@@ -197,7 +197,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		}
 		out = append(out, &Tool{
 			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,
-				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls},
+				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name)},
 			Server: s.cfg.Name, Remote: t.Name,
 		})
 	}
@@ -210,6 +210,15 @@ func (s *server) wanted(name string) bool {
 		return false
 	}
 	return !matchAny(s.cfg.Deny, name)
+}
+
+// approval returns "always" when the server's approval globs match its own
+// tool name (before prefix, like allow and deny), else "".
+func (s *server) approval(name string) string {
+	if matchAny(s.cfg.Approval, name) {
+		return "always"
+	}
+	return ""
 }
 
 func matchAny(globs []string, name string) bool {

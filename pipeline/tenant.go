@@ -24,6 +24,10 @@ type TenantPolicy interface {
 	// CachesResponses returns the tenant's override of response caching,
 	// or def when it sets none.
 	CachesResponses(def bool) bool
+	// ApprovalRequired reports whether a call of the server tool name
+	// waits for a person's decision; set is false when the tenant's rules
+	// leave that to the tool's own setting.
+	ApprovalRequired(name string) (required, set bool)
 }
 
 // AllowsTool reports whether t may run the server tool name. A nil Tenant
@@ -46,4 +50,13 @@ func (t *Tenant) CachesResponses(def bool) bool {
 		return def
 	}
 	return t.Policy.CachesResponses(def)
+}
+
+// ApprovalRequired reports t's rule on approving calls of the server tool
+// name; set is false without a tenant, a policy or a rule of its own.
+func (t *Tenant) ApprovalRequired(name string) (required, set bool) {
+	if t == nil || t.Policy == nil {
+		return false, false
+	}
+	return t.Policy.ApprovalRequired(name)
 }

@@ -26,9 +26,10 @@ type Policy struct {
 	Cache         *bool  // override of middleware.cache.enabled; nil = no override
 	ToolTrace     bool   // always add x_gateway to responses
 
-	models *globs // nil = every model
-	tools  *globs // nil = every server tool
-	paths  *globs // pass-through paths; never nil
+	models    *globs // nil = every model
+	tools     *globs // nil = every server tool
+	paths     *globs // pass-through paths; never nil
+	approvals *globs // approval_tools; nil = not set (the tools' own settings apply)
 }
 
 // AllowsModel reports whether the client-facing model name may be used.
@@ -39,10 +40,22 @@ func (p *Policy) AllowsModel(name string) bool { return p == nil || p.models.mat
 // A nil Policy allows everything.
 func (p *Policy) AllowsTool(name string) bool { return p == nil || p.tools.match(name) }
 
+// ApprovalRequired reports whether the server tool name needs a person's
+// approval for this tenant, and set = false when the policy has no
+// approval_tools (the tool's own approval setting then decides). A nil
+// Policy sets nothing. Allocation-free.
+func (p *Policy) ApprovalRequired(name string) (required, set bool) {
+	if p == nil || p.approvals == nil {
+		return false, false
+	}
+	return p.approvals.match(name), true
+}
+
 // merge lays the tenant entry t over the defaults d (either may be nil) and
 // compiles the globs.
 //
-// Merge rules, per field: a list set in t (even to []) replaces d's; a
+// Merge rules, per field: a list set in t (even to []) replaces d's
+// (approval_tools too); a
 // non-zero number in t replaces d's; cache set in t replaces d's; tool_trace
 // is on when either sets it. max_tokens_mode travels with max_tokens, because
 // config defaults the mode to "clamp" in every entry and an unset mode cannot
@@ -64,7 +77,10 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 		Cache:         d.Cache,
 		ToolTrace:     d.ToolTrace || t.ToolTrace,
 	}
-	models, tools, paths := d.Models, d.Tools, d.Passthrough
+	models, tools, paths, approvals := d.Models, d.Tools, d.Passthrough, d.ApprovalTools
+	if t.ApprovalTools != nil {
+		approvals = t.ApprovalTools
+	}
 	if t.Passthrough != nil {
 		paths = t.Passthrough
 	}
@@ -107,6 +123,9 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 	}
 	if p.paths, err = compilePathGlobs(paths); err != nil {
 		return nil, fmt.Errorf("passthrough%w", err)
+	}
+	if p.approvals, err = compileGlobs(approvals); err != nil {
+		return nil, fmt.Errorf("approval_tools%w", err)
 	}
 	return p, nil
 }

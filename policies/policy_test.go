@@ -165,9 +165,10 @@ func TestOpenGatewayUsesDefaultTenantPolicy(t *testing.T) {
 // everything and overrides nothing.
 type foreignPolicy struct{}
 
-func (foreignPolicy) AllowsTool(string) bool        { return true }
-func (foreignPolicy) TracesTools() bool             { return false }
-func (foreignPolicy) CachesResponses(def bool) bool { return def }
+func (foreignPolicy) AllowsTool(string) bool               { return true }
+func (foreignPolicy) TracesTools() bool                    { return false }
+func (foreignPolicy) CachesResponses(def bool) bool        { return def }
+func (foreignPolicy) ApprovalRequired(string) (bool, bool) { return false, false }
 
 func TestHelpersWithoutPolicy(t *testing.T) {
 	t.Parallel()
@@ -199,5 +200,51 @@ func TestHelpersWithoutPolicy(t *testing.T) {
 				t.Error("nil Policy denies")
 			}
 		})
+	}
+}
+
+// TestApprovalTools: approval_tools set in a tenant entry (even to [])
+// replaces the defaults' list; unset anywhere leaves the tools' own
+// settings in charge (set = false).
+func TestApprovalTools(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{
+		Keys: []config.Key{{Tenant: "plain", Key: "k-plain"}, {Tenant: "own", Key: "k-own"}, {Tenant: "none", Key: "k-none"}},
+		Policies: []config.Policy{
+			{Tenant: "*", ApprovalTools: []string{"delete_*"}},
+			{Tenant: "own", ApprovalTools: []string{"send_mail"}},
+			{Tenant: "none", ApprovalTools: []string{}},
+		},
+	}
+	e := mustNew(t, cfg)
+	tests := []struct {
+		name, key, tool string
+		required, set   bool
+	}{
+		{name: "defaults match", key: "k-plain", tool: "delete_file", required: true, set: true},
+		{name: "defaults miss", key: "k-plain", tool: "send_mail", set: true},
+		{name: "tenant list replaces", key: "k-own", tool: "send_mail", required: true, set: true},
+		{name: "tenant list replaces, default glob gone", key: "k-own", tool: "delete_file", set: true},
+		{name: "empty list: none", key: "k-none", tool: "delete_file", set: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ten, err := e.Authenticate(tt.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, s := PolicyOf(ten).ApprovalRequired(tt.tool); r != tt.required || s != tt.set {
+				t.Fatalf("ApprovalRequired(%q) = %v, %v; want %v, %v", tt.tool, r, s, tt.required, tt.set)
+			}
+		})
+	}
+	if r, s := (*Policy)(nil).ApprovalRequired("x"); r || s {
+		t.Fatal("a nil policy sets approval")
+	}
+	unset := mustNew(t, &config.Config{Keys: []config.Key{{Tenant: "a", Key: "k-a"}}})
+	ten, _ := unset.Authenticate("k-a")
+	if _, s := PolicyOf(ten).ApprovalRequired("x"); s {
+		t.Fatal("no approval_tools anywhere, yet set")
 	}
 }

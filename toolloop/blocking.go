@@ -64,11 +64,12 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		if d := decide(o); d.next == stepEnd {
 			// The forced final call's server calls are never run: drop them.
-			f.calls, f.setCalls, f.finish = client, len(server) > 0, d.finish
+			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0, d.finish
 			if len(client) == 0 {
 				f.setText = true
 			}
 			s.answer(&f, text, nil, f.setText)
+			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
@@ -89,6 +90,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				f.calls, f.setCalls = client, true
 				s.answer(&f, text, nil, f.setText)
 			}
+			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, f)
 		}

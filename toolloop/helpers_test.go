@@ -251,6 +251,7 @@ func toolMessages(body []byte) []gjson.Result {
 // toolPolicy is a tenant policy that allows the server tools it reports.
 type toolPolicy func(name string) bool
 
-func (p toolPolicy) AllowsTool(name string) bool { return p(name) }
-func (toolPolicy) TracesTools() bool             { return false }
-func (toolPolicy) CachesResponses(def bool) bool { return def }
+func (p toolPolicy) AllowsTool(name string) bool        { return p(name) }
+func (toolPolicy) TracesTools() bool                    { return false }
+func (toolPolicy) CachesResponses(def bool) bool        { return def }
+func (toolPolicy) ApprovalRequired(string) (bool, bool) { return false, false }

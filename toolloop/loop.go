@@ -56,6 +56,7 @@ type Loop struct {
 	log   zerolog.Logger
 	chain pipeline.ToolHandler
 
+	approval  approvalKey              // tags the ids of calls awaiting approval (approval.go)
 	static    *registry                // the configured tools, built once
 	cur       atomic.Pointer[registry] // static + the source's tools; see registry()
 	refreshMu sync.Mutex
@@ -69,7 +70,7 @@ var _ pipeline.Handler = (*Loop)(nil)
 // (config.ApplyDefaults) and validates them.
 func New(opts Options) (*Loop, error) {
 	cfg := opts.Loop
-	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret)}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
 		return nil, err
@@ -100,6 +101,13 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	reg := l.registry()
 	tools := l.applicable(reg, req)
+	var settled *settledRuns
+	if hasApprovals(req.Body) {
+		var err error
+		if req, settled, err = l.settle(ctx, req, tools); err != nil {
+			return nil, err
+		}
+	}
 	if len(tools) == 0 && !(req.Stream && offersTools(req.Body)) {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
@@ -116,6 +124,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	// One edit log per client request: context editing then re-applies
 	// earlier rounds' clears first, so every round shares the edited prefix.
 	s := l.newSession(req, p)
+	s.noteSettled(settled)
 	if s.elog = req.EditLog; s.elog == nil && l.opts.NewEditLog != nil {
 		s.elog = l.opts.NewEditLog()
 	}

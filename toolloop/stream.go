@@ -519,6 +519,7 @@ func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opRes
 // usage chunk; x_gateway goes on the last of them.
 func (st *loopStream) finishStream(finish, reason string) {
 	s := st.s
+	s.awaitApproval(st.ctx)
 	if st.ended.CompareAndSwap(false, true) {
 		s.end(reason)
 	}

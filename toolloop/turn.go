@@ -50,6 +50,8 @@ type session struct {
 
 	lim   callLimits // tool and model calls used of the request's limits (limits.go)
 	todos []byte     // the last list write_todos returned (todos.go); nil = none
+
+	pending []*call // calls shown to the client for approval (approval.go)
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
@@ -182,9 +184,11 @@ func (s *session) classify(c *call) {
 	if c.kind != kindUnknown {
 		return
 	}
-	if s.p.isClient(c.name) {
+	switch {
+	case s.p.isClient(c.name):
 		c.kind = kindClient
-	} else {
+	case s.gate(c): // a gated server tool: shown to the client for approval
+	default:
 		c.kind = kindServer // unknown names go to the tool chain: an error result the model can act on
 	}
 }
@@ -364,6 +368,9 @@ func isEcho(text []byte, calls []*call) bool {
 
 // end records the loop's end in metrics.
 func (s *session) end(reason string) {
+	if reason == "client_tool_calls" && len(s.pending) > 0 {
+		reason = "approval"
+	}
 	if s.stop == "" {
 		s.stop = reason
 	}
@@ -375,13 +382,13 @@ func (s *session) end(reason string) {
 // write_todos wrote no list.
 func (s *session) traceJSON() []byte {
 	if !s.traceOn {
-		return s.appendTodos(nil)
+		return s.appendApprovals(s.appendTodos(nil))
 	}
 	var cleared, saved, dropped int
 	if s.elog != nil {
 		cleared, saved, dropped = s.elog.Stats()
 	}
-	return s.appendTodos(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped))
+	return s.appendApprovals(s.appendTodos(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped)))
 }
 
 func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }
