@@ -514,3 +514,67 @@ upstream = "up-translated"
 		}
 	}
 }
+
+// A gated server tool surfaces as an mcp_approval_request item; the
+// client's mcp_approval_response items resume the loop natively: the
+// approved call runs (an mcp_call item), the rejected one does not, and the
+// model answers. Streamed and not, against the schema.
+func TestResponsesApproval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+approval = "always"
+`, mockllm.Options{Respond: calcModel})
+	schema := wiretest.LoadResponsesSchema(t)
+	for _, stream := range []bool{false, true} {
+		ask := func(p responses.ResponseNewParams) responses.Response {
+			if stream {
+				r, _ := h.streamResponse(p)
+				return r
+			}
+			r, err := h.client.Responses.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := h.lastRaw()
+			if err := schema.Validate("Response", raw); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			return *r
+		}
+		first := ask(responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}})
+		var reqs []responses.ResponseOutputItemMcpApprovalRequest
+		for _, it := range first.Output {
+			switch it.Type {
+			case "mcp_approval_request":
+				reqs = append(reqs, it.AsMcpApprovalRequest())
+			case "mcp_call", "function_call":
+				t.Fatalf("stream=%v: a gated call ran or reached the client as a function: %s", stream, it.RawJSON())
+			}
+		}
+		if len(reqs) != 2 || reqs[0].Name != "calculator" || reqs[0].Arguments != `{"expression":"6*7"}` || !strings.HasPrefix(reqs[0].ID, "call_gwa_") {
+			t.Fatalf("stream=%v: approval requests %+v", stream, reqs)
+		}
+		approve := responses.ResponseInputItemParamOfMcpApprovalResponse(reqs[0].ID, true)
+		reject := responses.ResponseInputItemParamOfMcpApprovalResponse(reqs[1].ID, false)
+		reject.OfMcpApprovalResponse.Reason = openai.String("not that one")
+		next := ask(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{approve, reject}}})
+		var ran []responses.ResponseOutputItemMcpCall
+		for _, it := range next.Output {
+			if it.Type == "mcp_call" {
+				ran = append(ran, it.AsMcpCall())
+			}
+		}
+		if len(ran) != 1 || gjson.Get(ran[0].Output, "data.result").Int() != 42 || next.OutputText() != "The answer is 42." {
+			t.Fatalf("stream=%v: after the decisions: calls %+v, text %q", stream, ran, next.OutputText())
+		}
+		got := h.mock.Requests()
+		tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
+		if !strings.Contains(tools.Raw, "rejected") || !strings.Contains(tools.Raw, "not that one") || strings.Contains(tools.Raw, "decision") {
+			t.Fatalf("stream=%v: the model saw %s", stream, tools.Raw)
+		}
+	}
+}

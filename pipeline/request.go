@@ -57,6 +57,10 @@ type Request struct {
 	OnServerCall func(*ServerCall)
 }
 
+// ApprovalIDPrefix starts the id of every call the tool loop hands to the
+// client for a person's approval (a gated server tool).
+const ApprovalIDPrefix = "call_gwa_"
+
 // ServerCall is one run of a server-side tool, as OnServerCall hears it.
 // Its slices are valid only during the call.
 type ServerCall struct {

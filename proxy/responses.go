@@ -138,6 +138,7 @@ func (f *responsesForm) flush(dst []byte) []byte {
 func (f *responsesForm) body(completion []byte) []byte {
 	var out []byte
 	wire.DecodeCompletion(completion, func(e *wire.Event) {
+		markApproval(e)
 		out = f.enc.Encode(out, e)
 		if e.Kind == wire.Role {
 			out = f.flush(out) // the loop's server calls came before its answer
@@ -154,8 +155,17 @@ func (f *responsesForm) chunk(dst, chunk []byte) []byte {
 }
 
 func (f *responsesForm) emit(e *wire.Event) {
+	markApproval(e)
 	f.dst = f.enc.Encode(f.dst, e)
 	f.answer.Encode(nil, e)
+}
+
+// markApproval marks the call the tool loop handed out for a person's
+// approval, which the Responses form shows as an mcp_approval_request.
+func markApproval(e *wire.Event) {
+	if e.Kind == wire.CallHeader && strings.HasPrefix(e.ID, pipeline.ApprovalIDPrefix) {
+		e.Approval = true
+	}
 }
 
 func (f *responsesForm) end(dst []byte) []byte {

@@ -335,6 +335,24 @@ func (h *history) item(it gjson.Result, param string, resolve Resolver) error {
 		}
 		h.add(toolResult(id, out), "tool")
 		return nil
+	case "mcp_approval_request":
+		// A gated call this gateway handed out, replayed by the client.
+		h.call(toolCall(it.Get("id").String(), it.Get("name").String(), it.Get("arguments").String()))
+		return nil
+	case "mcp_approval_response":
+		// The person's decision, as the tool loop reads it from the
+		// answering tool message.
+		d := []byte(`{"decision":"approve"}`)
+		if it.Get("approve").Type != gjson.True {
+			d = []byte(`{"decision":"reject"`)
+			if r := it.Get("reason"); r.Type == gjson.String && r.Str != "" {
+				d = append(d, `,"message":`...)
+				d = append(d, r.Raw...)
+			}
+			d = append(d, '}')
+		}
+		h.add(toolResult(it.Get("approval_request_id").String(), string(d)), "tool")
+		return nil
 	case "reasoning":
 		return nil // reasoning is not sent back to chat upstreams
 	}

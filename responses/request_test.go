@@ -45,6 +45,11 @@ func TestTranslate(t *testing.T) {
 		{"a replayed mcp_call is a call and its result", `{"model":"m","input":[{"type":"mcp_call","id":"mcp_1","name":"calc","arguments":"{}","server_label":"builtin","output":"2"}]}`, map[string]string{
 			"messages": `[{"role":"assistant","content":null,"tool_calls":[{"id":"mcp_1","type":"function","function":{"name":"calc","arguments":"{}"}}]},{"role":"tool","tool_call_id":"mcp_1","content":"2"}]`,
 		}},
+		{"approval request and responses", `{"model":"m","input":[{"type":"mcp_approval_request","id":"call_gwa_1","name":"rm","arguments":"{}","server_label":"gateway"},
+			{"type":"mcp_approval_response","approval_request_id":"call_gwa_1","approve":false,"reason":"keep \"it\""}]}`, map[string]string{
+			"messages.0.tool_calls.0.id": `"call_gwa_1"`,
+			"messages.1":                 `{"role":"tool","tool_call_id":"call_gwa_1","content":"{\"decision\":\"reject\",\"message\":\"keep \\\"it\\\"\"}"}`,
+		}},
 		{"tools, choice, format, settings", `{"model":"m","input":"x","stream":true,
 			"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object"},"strict":true},{"type":"function","name":"g"}],
 			"tool_choice":{"type":"function","name":"f"},"parallel_tool_calls":false,

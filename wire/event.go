@@ -38,6 +38,10 @@ type Event struct {
 	Text []byte // Text, CallArgs: the fragment, unescaped
 	ID   string // CallHeader
 	Name string // CallHeader, ServerCall
+	// Approval marks a CallHeader whose call waits for a person's
+	// approval: the Responses form shows it as an mcp_approval_request
+	// whose id is the call's ID; chat shows an ordinary call.
+	Approval bool
 	// Index numbers a call's header and fragments (0, 1, 2… in header
 	// order). ChatSSE numbers calls itself and ignores it; Responses uses
 	// it so that fragments of parallel calls may interleave.

@@ -33,7 +33,8 @@ type ResponsesHeader struct {
 // Key "reasoning_content" or "reasoning" is a reasoning item
 // (response.reasoning_text.delta); CallHeader and CallArgs are a
 // function_call item (response.function_call_arguments.delta), numbered
-// by Index so that interleaved parallel calls land on their own items;
+// by Index so that interleaved parallel calls land on their own items, or
+// an mcp_approval_request item when the header is marked Approval;
 // ServerCall is an mcp_call item, a tool the gateway ran itself, given
 // whole; Finish closes every open item (their *.done events) and decides
 // the status ("length" is incomplete with reason max_output_tokens,
@@ -74,16 +75,17 @@ type respPart struct {
 }
 
 type respItem struct {
-	kind   itemKind
-	id     string
-	parts  []respPart // message: output_text / refusal; reasoning: one reasoning_text
-	callID string     // function_call: the client-visible id
-	name   string
-	args   []byte
-	label  string // mcp_call: server_label
-	output []byte // mcp_call
-	errMsg string // mcp_call: the error, when the run failed
-	done   bool
+	kind     itemKind
+	id       string
+	parts    []respPart // message: output_text / refusal; reasoning: one reasoning_text
+	callID   string     // function_call: the client-visible id
+	approval bool       // function_call awaiting a person's approval: an mcp_approval_request
+	name     string
+	args     []byte
+	label    string // mcp_call: server_label
+	output   []byte // mcp_call
+	errMsg   string // mcp_call: the error, when the run failed
+	done     bool
 }
 
 // NewResponsesStream returns the encoder of a streamed response: Encode
@@ -129,7 +131,11 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 			return dst // a second header for the same call
 		}
 		r.calls[e.Index] = len(r.items)
-		r.items = append(r.items, respItem{kind: itemCall, id: r.itemID("fc"), callID: e.ID, name: e.Name})
+		it := respItem{kind: itemCall, id: r.itemID("fc"), callID: e.ID, name: e.Name, approval: e.Approval}
+		if e.Approval {
+			it.id = e.ID // the id the client's mcp_approval_response names
+		}
+		r.items = append(r.items, it)
 		dst = r.itemAdded(dst, len(r.items)-1)
 	case CallArgs:
 		if r.finish != "" || e.Index >= len(r.calls) || r.calls[e.Index] < 0 || len(e.Text) == 0 {
@@ -138,7 +144,7 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		i := r.calls[e.Index]
 		it := &r.items[i]
 		it.args = append(it.args, e.Text...)
-		if r.stream {
+		if r.stream && !it.approval {
 			dst = r.event(dst, "response.function_call_arguments.delta")
 			dst = append(dst, `,"item_id":`...)
 			dst = jsonstring.Append(dst, it.id)
@@ -406,7 +412,7 @@ func (r *Responses) closeItem(dst []byte, i int) []byte {
 		}
 		it.parts[0].done = true
 	case itemCall:
-		if r.stream {
+		if r.stream && !it.approval {
 			dst = r.event(dst, "response.function_call_arguments.done")
 			dst = append(dst, `,"item_id":`...)
 			dst = jsonstring.Append(dst, it.id)
@@ -579,6 +585,17 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 		}
 		return append(dst, "]}"...)
 	case itemCall:
+		if it.approval {
+			dst = append(dst, `{"id":`...)
+			dst = jsonstring.Append(dst, it.id)
+			dst = append(dst, `,"type":"mcp_approval_request","server_label":"gateway","name":`...)
+			dst = jsonstring.Append(dst, it.name)
+			dst = append(dst, `,"arguments":`...)
+			if whole {
+				return append(appendString(dst, it.args), '}')
+			}
+			return append(dst, `""}`...)
+		}
 		dst = append(dst, `{"id":`...)
 		dst = jsonstring.Append(dst, it.id)
 		dst = append(dst, `,"type":"function_call","status":"`...)
