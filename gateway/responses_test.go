@@ -63,6 +63,25 @@ func (h *harness) streamResponse(params responses.ResponseNewParams, opts ...opt
 	return final, sum
 }
 
+// respond sends params streamed (through streamResponse) or not; a JSON
+// answer is validated against the Response schema.
+func (h *harness) respond(params responses.ResponseNewParams, stream bool) responses.Response {
+	h.t.Helper()
+	if stream {
+		r, _ := h.streamResponse(params)
+		return r
+	}
+	r, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := wiretest.LoadResponsesSchema(h.t).Validate("Response", raw); err != nil {
+		h.t.Fatalf("%v\n%s", err, raw)
+	}
+	return *r
+}
+
 var weatherTool = responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
 	Name:       "get_weather",
 	Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}},
@@ -128,27 +147,13 @@ func contains(list []string, s string) bool {
 func TestResponsesFunctionCallsAndFollowUp(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel, Chunking: mockllm.Chunking{TextRunes: 1, ArgBytes: 3, InterleaveToolCalls: true, SplitWrites: true}})
-	schema := wiretest.LoadResponsesSchema(t)
 	params := responses.ResponseNewParams{
 		Model: "gpt-x",
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
 		Tools: []responses.ToolUnionParam{weatherTool},
 	}
 	for _, stream := range []bool{false, true} {
-		var r responses.Response
-		if stream {
-			r, _ = h.streamResponse(params)
-		} else {
-			p, err := h.client.Responses.New(context.Background(), params)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r = *p
-			raw, _ := h.lastRaw()
-			if err := schema.Validate("Response", raw); err != nil {
-				t.Fatalf("%v\n%s", err, raw)
-			}
-		}
+		r := h.respond(params, stream)
 		var calls []responses.ResponseFunctionToolCall
 		for _, it := range r.Output {
 			if it.Type == "function_call" {
@@ -167,16 +172,7 @@ func TestResponsesFunctionCallsAndFollowUp(t *testing.T) {
 				callOutput("call_b", "18°C"),
 			}},
 		}
-		var f responses.Response
-		if stream {
-			f, _ = h.streamResponse(follow)
-		} else {
-			p, err := h.client.Responses.New(context.Background(), follow)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f = *p
-		}
+		f := h.respond(follow, stream)
 		if !strings.HasPrefix(f.OutputText(), "Sunny in Zürich") {
 			t.Fatalf("stream=%v: follow-up %q", stream, f.OutputText())
 		}
@@ -527,23 +523,8 @@ name = "calculator"
 kind = "builtin"
 approval = "always"
 `, mockllm.Options{Respond: calcModel})
-	schema := wiretest.LoadResponsesSchema(t)
 	for _, stream := range []bool{false, true} {
-		ask := func(p responses.ResponseNewParams) responses.Response {
-			if stream {
-				r, _ := h.streamResponse(p)
-				return r
-			}
-			r, err := h.client.Responses.New(context.Background(), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := h.lastRaw()
-			if err := schema.Validate("Response", raw); err != nil {
-				t.Fatalf("%v\n%s", err, raw)
-			}
-			return *r
-		}
+		ask := func(p responses.ResponseNewParams) responses.Response { return h.respond(p, stream) }
 		first := ask(responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}})
 		var reqs []responses.ResponseOutputItemMcpApprovalRequest
 		for _, it := range first.Output {

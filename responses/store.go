@@ -8,14 +8,14 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/jsonstring"
 )
 
 // KV is where stored responses live: the response cache's memory or Redis
 // store. Implementations are safe for concurrent use.
 type KV interface {
-	Get(ctx context.Context, key string) ([]byte, bool, error)
-	Set(ctx context.Context, key string, val []byte, ttl time.Duration) error
+	caching.Store
 	Delete(ctx context.Context, key string) error
 }
 

@@ -39,12 +39,7 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			emit(&e)
 		}
 		delta := c.Get("delta")
-		for _, k := range textKeys {
-			if v := delta.Get(k); v.Type == gjson.String && v.Str != "" {
-				e = Event{Kind: Text, Key: k, Text: []byte(v.Str)}
-				emit(&e)
-			}
-		}
+		emitTexts(delta, emit)
 		delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 			i := int(tc.Get("index").Int())
 			if i < 0 || i > maxCalls {
@@ -80,6 +75,17 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 	}
 }
 
+// emitTexts emits a Text event for each non-empty text member of obj (a
+// delta or a message).
+func emitTexts(obj gjson.Result, emit func(*Event)) {
+	for _, k := range textKeys {
+		if v := obj.Get(k); v.Type == gjson.String && v.Str != "" {
+			e := Event{Kind: Text, Key: k, Text: []byte(v.Str)}
+			emit(&e)
+		}
+	}
+}
+
 // maxCalls bounds the tool-call index a chunk may name, so that a hostile
 // index cannot make the decoder allocate.
 const maxCalls = 1024
@@ -92,12 +98,7 @@ func DecodeCompletion(body []byte, emit func(*Event)) {
 	e = Event{Kind: Role}
 	emit(&e)
 	msg := root.Get("choices.0.message")
-	for _, k := range textKeys {
-		if v := msg.Get(k); v.Type == gjson.String && v.Str != "" {
-			e = Event{Kind: Text, Key: k, Text: []byte(v.Str)}
-			emit(&e)
-		}
-	}
+	emitTexts(msg, emit)
 	i := 0
 	msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		e = Event{Kind: CallHeader, Index: i, ID: tc.Get("id").String(), Name: tc.Get("function.name").String()}

@@ -426,15 +426,7 @@ func (r *Responses) closeItem(dst []byte, i int) []byte {
 		}
 	}
 	it.done = true
-	if !r.stream {
-		return dst
-	}
-	dst = r.event(dst, "response.output_item.done")
-	dst = append(dst, `,"output_index":`...)
-	dst = strconv.AppendInt(dst, int64(i), 10)
-	dst = append(dst, `,"item":`...)
-	dst = r.appendItem(dst, i)
-	return endEvent(dst)
+	return r.itemEvent(dst, "response.output_item.done", i)
 }
 
 // serverCall writes the whole life of an mcp_call item at once: the tool
@@ -476,10 +468,15 @@ func (r *Responses) serverCall(dst []byte, i int) []byte {
 }
 
 func (r *Responses) itemAdded(dst []byte, i int) []byte {
+	return r.itemEvent(dst, "response.output_item.added", i)
+}
+
+// itemEvent writes an event of type typ carrying output item i whole.
+func (r *Responses) itemEvent(dst []byte, typ string, i int) []byte {
 	if !r.stream {
 		return dst
 	}
-	dst = r.event(dst, "response.output_item.added")
+	dst = r.event(dst, typ)
 	dst = append(dst, `,"output_index":`...)
 	dst = strconv.AppendInt(dst, int64(i), 10)
 	dst = append(dst, `,"item":`...)
