@@ -88,6 +88,12 @@ type Model struct {
 	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [fallback, context_edit, prompt_cache]
 	OwnedBy       string       `toml:"owned_by"`
 	Price         *Price       `toml:"price"` // dollars per million tokens; default from DefaultPrices by upstream name, else free
+	// ToolCalling is "prompted" for a model without native function
+	// calling: tools go into a system prompt and calls are parsed from its
+	// text (toolprompt). Default "native".
+	ToolCalling    string `toml:"tool_calling"`
+	PromptedFormat string `toml:"prompted_format"` // fenced|json_schema; default fenced
+	ToolPrompt     string `toml:"tool_prompt"`     // replaces the format's system prompt; holds {tools}
 }
 
 // Price is what a model costs, in dollars per million tokens.

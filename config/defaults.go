@@ -193,6 +193,7 @@ func (c *Config) ApplyDefaults() {
 
 	c.setLimitDefaults()
 	c.setResponsesDefaults()
+	c.setToolCallingDefaults()
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware

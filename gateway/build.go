@@ -30,6 +30,7 @@ import (
 	"github.com/llmgw/gateway/proxy"
 	"github.com/llmgw/gateway/responses"
 	"github.com/llmgw/gateway/toolloop"
+	"github.com/llmgw/gateway/toolprompt"
 	"github.com/llmgw/gateway/tracing"
 )
 
@@ -133,6 +134,10 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		mws := []pipeline.Middleware{toolloop.ModelCallLimit}
 		for _, name := range m.Middleware {
 			mws = append(mws, modelMW[name]) // nil (not built yet) is skipped by Chain
+		}
+		if m.ToolCalling == "prompted" { // innermost: every attempt and fallback deployment is prompted
+			mws = append(mws, toolprompt.New(toolprompt.Options{Format: m.PromptedFormat, Prompt: m.ToolPrompt,
+				MaxErrors: cfg.ToolLoop.MaxConsecutiveErrors, Logger: log}))
 		}
 		routes[m.Name].ModelLayer = pipeline.Chain(call, mws...)
 	}

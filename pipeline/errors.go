@@ -75,6 +75,8 @@ const (
 	CodeUpstreamUnreachable      = "upstream_unreachable"
 	CodeNoRoute                  = "no_route"
 	CodeBadUpstream              = "bad_upstream"
+	CodeToolChoiceUnmet          = "tool_choice_unmet" // a prompted model did not call the tool tool_choice requires
+	CodeContentBlocked           = "content_blocked"   // a guardrail blocked the request or the answer
 )
 
 // BadRequest is a 400 invalid_request_error naming param.

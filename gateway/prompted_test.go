@@ -1,0 +1,351 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// promptedConfig adds "txt", a model without function calling that the
+// gateway prompts, and a server tool it may use.
+const promptedConfig = baseConfig + `
+[[models]]
+name = "txt"
+provider = "up"
+upstream = "txt-model"
+tool_calling = "prompted"
+[[tools]]
+name = "calculator"
+kind = "builtin"
+models = ["txt"]
+parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"],"additionalProperties":false}'
+[tool_loop]
+max_consecutive_errors = 2
+`
+
+// textOnly wraps a text protocol script into a model that refuses anything
+// tool-shaped with 400, as models without function calling do.
+func textOnly(script func(c *mockllm.Call) string) func(*mockllm.Call) mockllm.Turn {
+	return func(c *mockllm.Call) mockllm.Turn {
+		b := gjson.ParseBytes(c.Body)
+		if b.Get("tools").Exists() || b.Get("tool_choice").Exists() || b.Get("parallel_tool_calls").Exists() ||
+			strings.Contains(b.Get("messages.#.role").Raw, `"tool"`) || b.Get("messages.#.tool_calls").Raw != "[]" {
+			return mockllm.Turn{Fault: mockllm.StatusFault(400, "invalid_request_error", "tools are not supported by this model")}
+		}
+		return mockllm.Turn{Text: script(c)}
+	}
+}
+
+const twoCallsReply = "Checking both — un instant.\n```tool_calls\n" +
+	`[{"name": "lookup_city", "arguments": {"name": "Zürich – Ω 🎉", "limit": 3}}, {"name": "local_time", "arguments": {"tz": "Europe/Москва"}}]` +
+	"\n```"
+
+func promptedClientTools(p *openai.ChatCompletionNewParams) {
+	p.Model = "txt"
+	p.Tools = []openai.ChatCompletionToolUnionParam{
+		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup_city", Description: openai.String("Find a city")}),
+		openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "local_time"}),
+	}
+}
+
+// TestPromptedClientCallsAreNative: two parallel calls written as a text
+// block, split across many chunks, reach the openai-go accumulator as
+// native tool calls, streamed and not; the upstream never sees tools.
+func TestPromptedClientCallsAreNative(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, promptedConfig, mockllm.Options{
+		Respond:  textOnly(func(*mockllm.Call) string { return twoCallsReply }),
+		Chunking: mockllm.Chunking{TextRunes: 3, SplitWrites: true},
+	})
+	schema := wiretest.LoadSchema(t)
+	want := [][2]string{{"lookup_city", `{"name":"Zürich – Ω 🎉","limit":3}`}, {"local_time", `{"tz":"Europe/Москва"}`}}
+	check := func(form string, msg openai.ChatCompletionMessage, finish string) {
+		t.Helper()
+		if finish != "tool_calls" || len(msg.ToolCalls) != 2 {
+			t.Fatalf("%s: finish %q calls %+v", form, finish, msg.ToolCalls)
+		}
+		if msg.Content != "Checking both — un instant.\n" {
+			t.Errorf("%s: content %q", form, msg.Content)
+		}
+		for i, w := range want {
+			c := msg.ToolCalls[i]
+			if c.Function.Name != w[0] || c.Function.Arguments != w[1] || !strings.HasPrefix(c.ID, "call_") {
+				t.Errorf("%s: call %d = %+v", form, i, c)
+			}
+		}
+	}
+	p := userMsg("weather and time?")
+	promptedClientTools(&p)
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: true}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("stream", acc.Choices[0].Message, acc.Choices[0].FinishReason)
+	if sum.FinishReason != "tool_calls" || acc.Usage.TotalTokens == 0 {
+		t.Errorf("summary finish %q usage %+v", sum.FinishReason, acc.Usage)
+	}
+
+	p = userMsg("weather and time?")
+	promptedClientTools(&p)
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("json", resp.Choices[0].Message, resp.Choices[0].FinishReason)
+	raw, _ := h.lastRaw()
+	if err := schema.Completion(raw); err != nil {
+		t.Fatalf("completion: %v\n%s", err, raw)
+	}
+	up := h.mock.Requests()[0].Body
+	if sys := gjson.GetBytes(up, "messages.0"); sys.Get("role").Str != "system" || !strings.Contains(sys.Get("content").Str, `{"name":"lookup_city","description":"Find a city"`) ||
+		!strings.Contains(sys.Get("content").Str, "```tool_calls") {
+		t.Errorf("upstream system message %s", sys.Raw)
+	}
+}
+
+// TestPromptedTextAnswer: a reply without a block is a plain answer, and
+// text that only looks like a fence start is shown.
+func TestPromptedTextAnswer(t *testing.T) {
+	t.Parallel()
+	const answer = "No tool needed: ``x`` and ```go\nfmt.Println()\n```"
+	h := newHarness(t, promptedConfig, mockllm.Options{
+		Respond:  textOnly(func(*mockllm.Call) string { return answer }),
+		Chunking: mockllm.Chunking{TextRunes: 2},
+	})
+	schema := wiretest.LoadSchema(t)
+	p := userMsg("hello")
+	promptedClientTools(&p)
+	acc, sum, err := h.streamChat(p, wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc.Choices[0].Message.Content != answer || sum.FinishReason != "stop" || len(acc.Choices[0].Message.ToolCalls) != 0 {
+		t.Errorf("content %q finish %q", acc.Choices[0].Message.Content, sum.FinishReason)
+	}
+}
+
+// TestPromptedServerToolLoop: the model calls the gateway's calculator in
+// text; the loop runs it, renders the call and its result into the next
+// round's transcript, and the model answers from it.
+func TestPromptedServerToolLoop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, promptedConfig, mockllm.Options{
+		Respond: textOnly(func(c *mockllm.Call) string {
+			if strings.HasPrefix(c.LastText, "Tool results:") {
+				return "The answer is " + strings.TrimSpace(c.LastText[strings.LastIndex(c.LastText, "\n"):])
+			}
+			return "```tool_calls\n{\"name\":\"calculator\",\"arguments\":{\"expression\":\"6*7\"}}\n```"
+		}),
+		Chunking: mockllm.Chunking{TextRunes: 4},
+	})
+	schema := wiretest.LoadSchema(t)
+	for _, stream := range []bool{true, false} {
+		p := userMsg("what is 6*7?")
+		p.Model = "txt"
+		var content string
+		if stream {
+			acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content = acc.Choices[0].Message.Content
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content = resp.Choices[0].Message.Content
+		}
+		if !strings.Contains(content, "The answer is") || !strings.Contains(content, "42") {
+			t.Errorf("stream %v: content %q", stream, content)
+		}
+	}
+	reqs := h.mock.Requests()
+	second := gjson.GetBytes(reqs[1].Body, "messages")
+	n := len(second.Array())
+	asst, res := second.Get(itoa(n-2)), second.Get(itoa(n-1))
+	if asst.Get("role").Str != "assistant" || !strings.Contains(asst.Get("content").Str, "```tool_calls\n[{\"name\": \"calculator\", \"arguments\": {\"expression\":\"6*7\"}}]\n```") {
+		t.Errorf("rendered call %s", asst.Raw)
+	}
+	if res.Get("role").Str != "user" || !strings.HasPrefix(res.Get("content").Str, "Tool results:\n\n### calculator (call_") {
+		t.Errorf("rendered result %s", res.Raw)
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// TestPromptedHistoryRendered: a follow-up carrying the client's own calls
+// and results reaches the upstream as a consistent text transcript.
+func TestPromptedHistoryRendered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, promptedConfig, mockllm.Options{Respond: textOnly(func(*mockllm.Call) string { return "It is sunny." })})
+	body := `{"model":"txt","messages":[
+		{"role":"system","content":"Be brief."},
+		{"role":"user","content":"weather?"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup_city","arguments":"{\"name\":\"Oslo\"}"}},{"id":"c2","type":"function","function":{"name":"local_time","arguments":"{}"}}]},
+		{"role":"tool","tool_call_id":"c1","content":"sunny"},
+		{"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"noon"}]}],
+		"tools":[{"type":"function","function":{"name":"lookup_city"}},{"type":"function","function":{"name":"local_time"}}]}`
+	status, _, out := h.post("/chat/completions", body, nil)
+	if status != 200 || gjson.GetBytes(out, "choices.0.message.content").Str != "It is sunny." {
+		t.Fatalf("%d %s", status, out)
+	}
+	msgs := gjson.GetBytes(h.mock.Requests()[0].Body, "messages").Array()
+	if len(msgs) != 4 {
+		t.Fatalf("upstream messages %v", msgs)
+	}
+	if !strings.HasPrefix(msgs[0].Get("content").Str, "Be brief.\n\nYou can call tools.") {
+		t.Errorf("system %q", msgs[0].Get("content").Str)
+	}
+	wantCall := "```tool_calls\n[{\"name\": \"lookup_city\", \"arguments\": {\"name\":\"Oslo\"}}, {\"name\": \"local_time\", \"arguments\": {}}]\n```"
+	if msgs[2].Get("content").Str != wantCall {
+		t.Errorf("assistant %q", msgs[2].Get("content").Str)
+	}
+	if msgs[3].Get("content").Str != "Tool results:\n\n### lookup_city (c1)\nsunny\n\n### local_time (c2)\nnoon" {
+		t.Errorf("results %q", msgs[3].Get("content").Str)
+	}
+}
+
+// TestPromptedMalformedBlockRecovers: a malformed block goes back to the
+// model as an error result naming the problem; its corrected block
+// becomes the calls, and the stream never breaks. Past
+// max_consecutive_errors the text is the answer.
+func TestPromptedMalformedBlockRecovers(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{true, false} {
+		h := newHarness(t, promptedConfig, mockllm.Options{
+			Respond: textOnly(func(c *mockllm.Call) string {
+				if strings.Contains(c.LastText, "could not be used") {
+					return "```tool_calls\n[{\"name\":\"local_time\",\"arguments\":{\"tz\":\"UTC\"}}]\n```"
+				}
+				return "Sure.\n```tool_calls\n[{\"name\":\"local_time\",\"arguments\":{\"tz\":\"UTC\"}\n```"
+			}),
+			Chunking: mockllm.Chunking{TextRunes: 5},
+		})
+		schema := wiretest.LoadSchema(t)
+		p := userMsg("time?")
+		promptedClientTools(&p)
+		var msg openai.ChatCompletionMessage
+		if stream {
+			acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg = acc.Choices[0].Message
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg = resp.Choices[0].Message
+		}
+		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Arguments != `{"tz":"UTC"}` {
+			t.Fatalf("stream %v: %+v", stream, msg)
+		}
+		reqs := h.mock.Requests()
+		if len(reqs) != 2 {
+			t.Fatalf("stream %v: %d upstream calls", stream, len(reqs))
+		}
+		last := gjson.GetBytes(reqs[1].Body, "messages.@reverse.0.content").Str
+		if !strings.Contains(last, "not valid JSON") {
+			t.Errorf("stream %v: error result %q", stream, last)
+		}
+	}
+
+	// Always malformed: two re-asks (max_consecutive_errors = 2), then the text.
+	const bad = "Hmm.\n```tool_calls\n{oops}\n```"
+	h := newHarness(t, promptedConfig, mockllm.Options{Respond: textOnly(func(*mockllm.Call) string { return bad })})
+	schema := wiretest.LoadSchema(t)
+	p := userMsg("time?")
+	promptedClientTools(&p)
+	acc, sum, err := h.streamChat(p, wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.mock.Requests()); n != 3 || sum.FinishReason != "stop" || !strings.HasSuffix(acc.Choices[0].Message.Content, bad) {
+		t.Errorf("%d calls, finish %q, content %q", n, sum.FinishReason, acc.Choices[0].Message.Content)
+	}
+}
+
+// TestPromptedToolChoiceEnforced: tool_choice "required" re-asks once
+// after a plain answer, and fails after a second one.
+func TestPromptedToolChoiceEnforced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, promptedConfig, mockllm.Options{Respond: textOnly(func(c *mockllm.Call) string {
+		if strings.Contains(c.LastText, "You must call") && strings.Contains(c.LastText, "local_time") {
+			return "```tool_calls\n[{\"name\":\"local_time\",\"arguments\":{}}]\n```"
+		}
+		return "I'd rather just chat."
+	})})
+	schema := wiretest.LoadSchema(t)
+	p := userMsg("time?")
+	promptedClientTools(&p)
+	p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "local_time"}}}
+	acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := acc.Choices[0].Message; len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "local_time" || m.Content != "" {
+		t.Errorf("named: %+v", m)
+	}
+	if !strings.Contains(gjson.GetBytes(h.mock.Requests()[0].Body, "messages.0.content").Str, `You must call the tool "local_time"`) {
+		t.Error("the prompt does not ask for the named tool")
+	}
+
+	p = userMsg("time?")
+	promptedClientTools(&p)
+	p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+	_, err = h.client.Chat.Completions.New(context.Background(), p)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 || apiErr.Code != "tool_choice_unmet" {
+		t.Fatalf("required, never called: %v", err)
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.ErrorBody(raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPromptedJSONSchemaFormat: prompted_format = "json_schema" asks for
+// structured output and reads calls and answers from it.
+func TestPromptedJSONSchemaFormat(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(promptedConfig, `tool_calling = "prompted"`, "tool_calling = \"prompted\"\nprompted_format = \"json_schema\"", 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: textOnly(func(c *mockllm.Call) string {
+		if !gjson.GetBytes(c.Body, "response_format.json_schema.schema").IsObject() {
+			return "no schema asked for"
+		}
+		if c.LastText == "answer" {
+			return `{"thought":"easy","answer":"Plain answer ✓"}`
+		}
+		return `{"thought":"need tools","calls":[{"name":"lookup_city","arguments":{"name":"Köln"}}]}`
+	}), Chunking: mockllm.Chunking{TextRunes: 3}})
+	schema := wiretest.LoadSchema(t)
+	p := userMsg("city")
+	promptedClientTools(&p)
+	acc, sum, err := h.streamChat(p, wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := acc.Choices[0].Message; sum.FinishReason != "tool_calls" || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"name":"Köln"}` {
+		t.Errorf("calls: %+v", m)
+	}
+	p = userMsg("answer")
+	promptedClientTools(&p)
+	acc, _, err = h.streamChat(p, wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc.Choices[0].Message.Content != "Plain answer ✓" {
+		t.Errorf("answer %q", acc.Choices[0].Message.Content)
+	}
+}

@@ -1,0 +1,270 @@
+// Package toolprompt makes models without native function calling
+// tool-capable: a model-call middleware that describes the request's tools
+// in a system prompt, renders earlier calls and results as text, and parses
+// the model's text back into native tool calls, so that the tool loop, the
+// stream encoder and every client see ordinary tool_calls.
+//
+// Two formats: "fenced" (the default), a ```tool_calls block of JSON
+// calls at the end of the reply, whose preceding text streams live; and
+// "json_schema", structured output of {thought, calls | answer} for
+// upstreams that support response_format.
+package toolprompt
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Options configures the middleware of one model.
+type Options struct {
+	// Format is "fenced" (default) or "json_schema".
+	Format string
+	// Prompt replaces the format's default system prompt; it must hold
+	// "{tools}", where the tool list goes.
+	Prompt string
+	// MaxErrors is how many malformed replies in a row are sent back to the
+	// model with what was wrong before its text is taken as the answer
+	// (tool_loop.max_consecutive_errors).
+	MaxErrors int
+	Logger    zerolog.Logger
+}
+
+// New returns the prompted tool-calling middleware.
+func New(o Options) pipeline.Middleware {
+	h := handler{schema: o.Format == "json_schema", prompt: o.Prompt, maxErrors: o.MaxErrors, log: o.Logger}
+	if h.prompt == "" {
+		h.prompt = DefaultPrompt
+		if h.schema {
+			h.prompt = DefaultSchemaPrompt
+		}
+	}
+	return func(next pipeline.Handler) pipeline.Handler {
+		hh := h
+		hh.next = next
+		return &hh
+	}
+}
+
+type handler struct {
+	next      pipeline.Handler
+	schema    bool
+	prompt    string
+	maxErrors int
+	log       zerolog.Logger
+}
+
+// Chat rewrites the request for a model without tools, and its answer back
+// into tool calls.
+func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	rw, err := h.rewrite(req.Body)
+	if err != nil {
+		return nil, pipeline.BadRequest("messages", "the request could not be rendered for a model without tool calling")
+	}
+	if rw == nil {
+		return h.next.Chat(ctx, req)
+	}
+	up := req.Clone()
+	up.Body = rw.body
+	resp, err := h.next.Chat(ctx, up)
+	if err != nil || rw.names == nil {
+		return resp, err
+	}
+	if resp.Stream != nil {
+		return &pipeline.Response{Stream: h.newStream(ctx, up, rw, resp.Stream)}, nil
+	}
+	return h.blocking(ctx, up, rw, resp.Body)
+}
+
+// tries counts the re-asks of one model call.
+type tries struct {
+	malformed int
+	reasked   bool
+}
+
+// outcome is what one upstream reply said.
+type outcome struct {
+	text  []byte // everything the model wrote in content
+	shown []byte // the text to show the client (before the block, or the answer)
+	found bool   // a block (or structured reply) was read
+	calls []Call
+	err   error // the block or structured reply was malformed
+}
+
+// judge decides what to do with an outcome, the one rule of both forms:
+// a non-empty retry is sent back to the model as a tool error result; err
+// fails the call; otherwise o is delivered (as calls when it has some).
+func (h *handler) judge(rw *rewritten, o *outcome, t *tries) (retry string, err error) {
+	if o.err == nil {
+		for _, c := range o.calls {
+			if !slices.Contains(rw.names, c.Name) {
+				o.err = fmt.Errorf("there is no tool named %q; the tools are: %s", c.Name, strings.Join(rw.names, ", "))
+				break
+			}
+		}
+	}
+	if o.err != nil {
+		if t.malformed < h.maxErrors {
+			t.malformed++
+			return fmt.Sprintf("### error\nYour tool call could not be used: %v. Write the calls again as the format says.", o.err), nil
+		}
+		o.calls, o.shown = nil, o.text // give up on calls: the text is the answer
+		return "", nil
+	}
+	missing := ""
+	switch {
+	case rw.choice == choiceRequired && len(o.calls) == 0:
+		missing = "You must call at least one tool now."
+	case rw.choice == choiceNamed && !slices.ContainsFunc(o.calls, func(c Call) bool { return c.Name == rw.named }):
+		missing = fmt.Sprintf("You must call the tool %q now.", rw.named)
+	}
+	if missing == "" {
+		return "", nil
+	}
+	if !t.reasked {
+		t.reasked = true
+		return "### error\n" + missing, nil
+	}
+	return "", pipeline.Errorf(http.StatusBadGateway, pipeline.TypeUpstream, pipeline.CodeToolChoiceUnmet,
+		"the model did not call a tool as tool_choice requires")
+}
+
+// reask returns the request of the next attempt: the previous one with the
+// model's reply and the error as a tool result.
+func reask(prev *pipeline.Request, text []byte, msg string) (*pipeline.Request, error) {
+	body, err := sjson.SetBytes(prev.Body, "messages.-1", map[string]string{"role": "assistant", "content": string(text)})
+	if err == nil {
+		body, err = sjson.SetBytes(body, "messages.-1", map[string]string{"role": "user", "content": resultsHead + "\n\n" + msg})
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := prev.Clone()
+	r.Body = body
+	return r, nil
+}
+
+// read parses a whole reply's content.
+func (h *handler) read(content []byte) *outcome {
+	o := &outcome{text: content}
+	if h.schema {
+		o.shown, o.found, o.calls, o.err = parseStructured(content)
+		return o
+	}
+	var sc Scanner
+	live := append([]byte(nil), sc.Feed(content)...)
+	tail, found, calls, err := sc.End()
+	o.shown, o.found, o.calls, o.err = append(live, tail...), found, calls, err
+	return o
+}
+
+// parseStructured reads a json_schema reply: {"answer": ...} is text,
+// {"calls": [...]} are calls. Anything else is malformed.
+func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err error) {
+	if !gjson.ValidBytes(b) || !gjson.ParseBytes(b).IsObject() {
+		return nil, true, nil, fmt.Errorf("the reply is not one JSON object")
+	}
+	res := gjson.GetManyBytes(b, "calls", "answer")
+	if res[0].IsArray() && len(res[0].Array()) > 0 {
+		calls, err = ParseBlock([]byte(res[0].Raw))
+		return nil, true, calls, err
+	}
+	if res[1].Type == gjson.String {
+		return []byte(res[1].Str), false, nil, nil
+	}
+	return nil, true, nil, fmt.Errorf(`the reply has neither "calls" nor "answer"`)
+}
+
+// blocking serves a non-streamed call.
+func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewritten, body []byte) (*pipeline.Response, error) {
+	var t tries
+	var usage []byte
+	for {
+		res := gjson.GetManyBytes(body, "choices.0.message.content", "usage", "choices.0.finish_reason", "choices.0.message.tool_calls")
+		usage = addUsage(usage, res[1])
+		if res[3].IsArray() && len(res[3].Array()) > 0 {
+			return &pipeline.Response{Body: body}, nil // the model called natively after all
+		}
+		o := h.read([]byte(res[0].Str))
+		retry, err := h.judge(rw, o, &t)
+		if err != nil {
+			return nil, err
+		}
+		if retry == "" {
+			return &pipeline.Response{Body: completion(body, o, res[2].Str, usage)}, nil
+		}
+		if up, err = reask(up, o.text, retry); err != nil {
+			return nil, pipeline.Internal(err, "the request could not be extended")
+		}
+		resp, err := h.next.Chat(ctx, up)
+		if err != nil {
+			return nil, err
+		}
+		if resp.Stream != nil {
+			resp.Stream.Close()
+			return nil, pipeline.Internal(nil, "the upstream streamed an answer that was not asked for")
+		}
+		body = resp.Body
+	}
+}
+
+// completion builds the chat.completion of o on body's id and model.
+func completion(body []byte, o *outcome, finish string, usage []byte) []byte {
+	enc := wire.NewChatJSON(headerOf(body, false))
+	var out []byte
+	for _, e := range events(o, finish, usage) {
+		out = enc.Encode(out, &e)
+	}
+	return enc.Encode(out, &wire.Event{Kind: wire.End})
+}
+
+// events are the neutral events of a delivered outcome after the role:
+// its text, its calls, the finish and the usage.
+func events(o *outcome, finish string, usage []byte) []wire.Event {
+	ev := []wire.Event{{Kind: wire.Role}}
+	if len(o.shown) > 0 {
+		ev = append(ev, wire.Event{Kind: wire.Text, Key: "content", Text: o.shown})
+	}
+	for _, c := range o.calls {
+		ev = append(ev, wire.Event{Kind: wire.CallHeader, ID: newCallID(), Name: c.Name},
+			wire.Event{Kind: wire.CallArgs, Text: c.Args})
+	}
+	if len(o.calls) > 0 {
+		finish = "tool_calls"
+	}
+	ev = append(ev, wire.Event{Kind: wire.Finish, Finish: finish})
+	if len(usage) > 0 {
+		ev = append(ev, wire.Event{Kind: wire.Usage, Raw: usage})
+	}
+	return ev
+}
+
+// headerOf reads what every chunk of the answer repeats from an upstream
+// chunk or completion.
+func headerOf(b []byte, includeUsage bool) wire.Header {
+	res := gjson.GetManyBytes(b, "id", "created", "model", "system_fingerprint")
+	return wire.Header{ID: res[0].Str, Created: res[1].Int(), Model: res[2].Str, Fingerprint: res[3].Str, IncludeUsage: includeUsage}
+}
+
+// addUsage adds the token counts of u to sum (the first usage is kept as
+// it is, details included).
+func addUsage(sum []byte, u gjson.Result) []byte {
+	if !u.IsObject() {
+		return sum
+	}
+	if sum == nil {
+		return []byte(u.Raw)
+	}
+	for _, k := range [...]string{"prompt_tokens", "completion_tokens", "total_tokens"} {
+		sum, _ = sjson.SetBytes(sum, k, gjson.GetBytes(sum, k).Int()+u.Get(k).Int())
+	}
+	return sum
+}

@@ -1,0 +1,253 @@
+package toolprompt
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// DefaultPrompt is the system prompt of the fenced format; {tools} is
+// replaced by one JSON line per tool (name, description, parameters).
+const DefaultPrompt = "You can call tools. Each line below describes one tool as JSON: its name, its description and its parameters as a JSON Schema.\n\n{tools}\n\n" +
+	"To call tools, end your reply with exactly one block in this form and write nothing after it:\n\n" +
+	fenceOpen + "\n[{\"name\": \"tool_name\", \"arguments\": {\"parameter\": \"value\"}}]\n" + fenceClose + "\n\n" +
+	"Put several calls in the one array to run them together. The results come back in a user message that starts with \"" + resultsHead + "\". " +
+	"To answer without a tool, reply in plain text with no block."
+
+// DefaultSchemaPrompt is the system prompt of the json_schema format.
+const DefaultSchemaPrompt = "You can call tools. Each line below describes one tool as JSON: its name, its description and its parameters as a JSON Schema.\n\n{tools}\n\n" +
+	"Reply with one JSON object. To call tools: {\"thought\": \"...\", \"calls\": [{\"name\": \"tool_name\", \"arguments\": {\"parameter\": \"value\"}}]}. " +
+	"To answer: {\"thought\": \"...\", \"answer\": \"your answer\"}. The results of calls come back in a user message that starts with \"" + resultsHead + "\"."
+
+// resultsHead starts the user message that carries tool results upstream.
+const resultsHead = "Tool results:"
+
+// responseFormat is the structured output asked for in the json_schema format.
+const responseFormat = `{"type":"json_schema","json_schema":{"name":"tool_protocol","schema":{"type":"object","properties":{"thought":{"type":"string"},"answer":{"type":"string"},"calls":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"arguments":{"type":"object"}},"required":["name","arguments"]}}},"required":["thought"]}}}`
+
+// choiceMode is what the request's tool_choice asks of this call.
+type choiceMode uint8
+
+const (
+	choiceAuto choiceMode = iota
+	choiceNone
+	choiceRequired // "required", or allowed_tools with mode required
+	choiceNamed    // one named function
+)
+
+// rewritten is the upstream form of one request.
+type rewritten struct {
+	body   []byte
+	names  []string // the offered tools
+	choice choiceMode
+	named  string // choiceNamed: the tool
+}
+
+// rewrite returns the request body without tools, with the tools described
+// in the system prompt and earlier calls and results rendered as text; nil
+// when the request neither offers tools nor carries calls in its history.
+func (h *handler) rewrite(body []byte) (*rewritten, error) {
+	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages")
+	tools, tc, msgs := res[0], res[1], res[2]
+	history := hasToolHistory(msgs)
+	if !(tools.IsArray() && len(tools.Array()) > 0) && !history {
+		return nil, nil
+	}
+	rw := &rewritten{}
+	var lines []byte
+	tools.ForEach(func(_, t gjson.Result) bool {
+		f := t.Get("function")
+		if t.Get("type").Str != "function" || f.Get("name").Str == "" {
+			return true
+		}
+		rw.names = append(rw.names, f.Get("name").Str)
+		if len(lines) > 0 {
+			lines = append(lines, '\n')
+		}
+		lines = append(lines, `{"name":`...)
+		lines = jsonstring.Append(lines, f.Get("name").Str)
+		if d := f.Get("description"); d.Type == gjson.String {
+			lines = append(lines, `,"description":`...)
+			lines = jsonstring.Append(lines, d.Str)
+		}
+		if p := f.Get("parameters"); p.IsObject() {
+			lines = append(lines, `,"parameters":`...)
+			lines = appendCompact(lines, p.Raw)
+		}
+		lines = append(lines, '}')
+		return true
+	})
+	rw.choice, rw.named = readChoice(tc)
+	var prompt string
+	if len(rw.names) > 0 && rw.choice != choiceNone {
+		prompt = strings.Replace(h.prompt, "{tools}", string(lines), 1)
+		switch rw.choice {
+		case choiceRequired:
+			prompt += "\n\nYou must call at least one tool in this reply."
+		case choiceNamed:
+			prompt += "\n\nYou must call the tool \"" + rw.named + "\" in this reply."
+		}
+	} else {
+		rw.names = nil // nothing is parsed back
+	}
+	m := renderMessages(msgs, prompt)
+	var err error
+	for _, k := range [...]string{"tools", "tool_choice", "parallel_tool_calls"} {
+		if body, err = sjson.DeleteBytes(body, k); err != nil {
+			return nil, err
+		}
+	}
+	if body, err = sjson.SetRawBytes(body, "messages", m); err != nil {
+		return nil, err
+	}
+	if h.schema && rw.names != nil {
+		if body, err = sjson.SetRawBytes(body, "response_format", []byte(responseFormat)); err != nil {
+			return nil, err
+		}
+	}
+	rw.body = body
+	return rw, nil
+}
+
+// readChoice reads tool_choice.
+func readChoice(tc gjson.Result) (choiceMode, string) {
+	switch {
+	case tc.Type == gjson.String && tc.Str == "none":
+		return choiceNone, ""
+	case tc.Type == gjson.String && tc.Str == "required":
+		return choiceRequired, ""
+	case tc.IsObject() && tc.Get("type").Str == "function":
+		return choiceNamed, tc.Get("function.name").Str
+	case tc.IsObject() && tc.Get("type").Str == "allowed_tools" && tc.Get("allowed_tools.mode").Str == "required":
+		return choiceRequired, ""
+	}
+	return choiceAuto, ""
+}
+
+// hasToolHistory reports an assistant message with tool calls or a tool
+// message in msgs.
+func hasToolHistory(msgs gjson.Result) bool {
+	found := false
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		found = m.Get("role").Str == "tool" || m.Get("tool_calls.0").Exists()
+		return !found
+	})
+	return found
+}
+
+// renderMessages rebuilds msgs for an upstream without tools: prompt joins
+// a leading system (or developer) message or becomes a new first one;
+// assistant calls become the block the model writes; each run of tool
+// messages becomes one user message of results.
+func renderMessages(msgs gjson.Result, prompt string) []byte {
+	out := make([]byte, 0, len(msgs.Raw)+len(prompt)+64)
+	out = append(out, '[')
+	names := map[string]string{} // call id → tool name
+	n := 0
+	sep := func() {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+	}
+	var results []byte // pending tool results
+	flush := func() {
+		if results == nil {
+			return
+		}
+		sep()
+		out = append(out, `{"role":"user","content":`...)
+		out = jsonstring.Append(out, resultsHead+string(results))
+		out = append(out, '}')
+		results = nil
+	}
+	first := true
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		role := m.Get("role").Str
+		if first && prompt != "" {
+			first = false
+			if c := m.Get("content"); (role == "system" || role == "developer") && (c.Type == gjson.String || c.IsArray()) {
+				sep()
+				out = append(out, `{"role":`...)
+				out = jsonstring.Append(out, role)
+				out = append(out, `,"content":`...)
+				out = jsonstring.Append(out, contentText(c)+"\n\n"+prompt)
+				out = append(out, '}')
+				return true
+			}
+			sep()
+			out = append(out, `{"role":"system","content":`...)
+			out = jsonstring.Append(out, prompt)
+			out = append(out, '}')
+		}
+		if role == "tool" {
+			id := m.Get("tool_call_id").Str
+			name := names[id]
+			if name == "" {
+				name = "tool"
+			}
+			results = append(results, "\n\n### "...)
+			results = append(results, name...)
+			results = append(results, " ("...)
+			results = append(results, id...)
+			results = append(results, ")\n"...)
+			results = append(results, contentText(m.Get("content"))...)
+			return true
+		}
+		flush()
+		sep()
+		tcs := m.Get("tool_calls")
+		if role != "assistant" || !tcs.IsArray() || len(tcs.Array()) == 0 {
+			out = append(out, m.Raw...)
+			return true
+		}
+		var calls []Call
+		tcs.ForEach(func(_, tc gjson.Result) bool {
+			name := tc.Get("function.name").Str
+			names[tc.Get("id").Str] = name
+			calls = append(calls, Call{Name: name, Args: []byte(tc.Get("function.arguments").Str)})
+			return true
+		})
+		text := []byte(contentText(m.Get("content")))
+		if len(text) > 0 {
+			text = append(text, "\n\n"...)
+		}
+		text = AppendBlock(text, calls)
+		out = append(out, `{"role":"assistant","content":`...)
+		out = jsonstring.Append(out, string(text))
+		out = append(out, '}')
+		return true
+	})
+	flush()
+	return append(out, ']')
+}
+
+// contentText is a message content's text: the string, or its text parts
+// joined.
+func contentText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var b strings.Builder
+	c.ForEach(func(_, p gjson.Result) bool {
+		if t := p.Get("text"); t.Type == gjson.String {
+			b.WriteString(t.Str)
+		}
+		return true
+	})
+	return b.String()
+}
+
+// appendCompact appends JSON src without insignificant space (src as is
+// when it does not compact).
+func appendCompact(dst []byte, src string) []byte {
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(src)); err != nil {
+		return append(dst, src...)
+	}
+	return append(dst, b.Bytes()...)
+}

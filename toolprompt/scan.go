@@ -1,0 +1,209 @@
+package toolprompt
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/tidwall/gjson"
+)
+
+// The fenced protocol: the model ends its reply with one block
+//
+//	```tool_calls
+//	[{"name": "get_weather", "arguments": {"city": "Oslo"}}]
+//	```
+//
+// holding a JSON array of calls (or one call object). Text before the
+// block is the model's visible text; anything after it is dropped.
+const (
+	fenceOpen  = "```tool_calls"
+	fenceClose = "```"
+)
+
+// Bounds on untrusted model output: a block larger than maxBlock or with
+// more than maxCalls calls is malformed, never buffered further.
+const (
+	maxBlock = 1 << 20
+	maxCalls = 64
+)
+
+// Call is one tool call parsed from the model's text. Args is a compact JSON
+// object owned by the Call.
+type Call struct {
+	Name string
+	Args []byte
+}
+
+// Scanner splits a model's streamed text into the visible text before a
+// call block and the block itself. It holds back only what could still be
+// the start of the fence, so text streams live. Not safe for concurrent use.
+type Scanner struct {
+	held    []byte // released text's tail that may begin the fence
+	block   []byte // bytes after the opening fence
+	inBlock bool
+	over    bool // the block outgrew maxBlock
+	out     []byte
+	shown   int // bytes released by Feed
+}
+
+// Released returns how many bytes of text Feed has released.
+func (s *Scanner) Released() int { return s.shown }
+
+// Feed consumes the next fragment of text and returns the text that can be
+// shown now. The result is valid until the next call on s.
+func (s *Scanner) Feed(text []byte) []byte {
+	if s.inBlock {
+		s.addBlock(text)
+		return nil
+	}
+	buf := append(s.held, text...)
+	if i := bytes.Index(buf, []byte(fenceOpen)); i >= 0 {
+		s.out = append(s.out[:0], buf[:i]...)
+		s.inBlock = true
+		s.addBlock(buf[i+len(fenceOpen):])
+		s.held = buf[:0]
+		s.shown += len(s.out)
+		return s.out
+	}
+	keep := partialFence(buf)
+	s.out = append(s.out[:0], buf[:len(buf)-keep]...)
+	s.held = append(buf[:0], buf[len(buf)-keep:]...)
+	s.shown += len(s.out)
+	return s.out
+}
+
+func (s *Scanner) addBlock(b []byte) {
+	if s.over {
+		return
+	}
+	if len(s.block)+len(b) > maxBlock {
+		s.over = true
+		s.block = nil
+		return
+	}
+	s.block = append(s.block, b...)
+}
+
+// partialFence returns the length of the longest suffix of b that is a
+// proper prefix of the opening fence.
+func partialFence(b []byte) int {
+	n := min(len(b), len(fenceOpen)-1)
+	for ; n > 0; n-- {
+		if bytes.HasPrefix([]byte(fenceOpen), b[len(b)-n:]) {
+			return n
+		}
+	}
+	return 0
+}
+
+// InBlock reports whether the opening fence has been seen.
+func (s *Scanner) InBlock() bool { return s.inBlock }
+
+// End finishes the text: tail is the held-back text to show when no block
+// opened; found reports a block, whose calls or problem follow.
+func (s *Scanner) End() (tail []byte, found bool, calls []Call, err error) {
+	if !s.inBlock {
+		return s.held, false, nil, nil
+	}
+	if s.over {
+		return nil, true, nil, fmt.Errorf("the tool_calls block is longer than %d bytes", maxBlock)
+	}
+	body := s.block
+	if i := bytes.Index(body, []byte(fenceClose)); i >= 0 {
+		body = body[:i]
+	}
+	calls, err = ParseBlock(body)
+	return nil, true, calls, err
+}
+
+// ParseBlock parses the JSON inside a call block: an array of
+// {"name", "arguments"} objects, or one such object. Arguments may be an
+// object, a string holding one, or absent ({}). The error is written for
+// the model: it says what to fix.
+func ParseBlock(b []byte) ([]Call, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("the tool_calls block is empty")
+	}
+	if !gjson.ValidBytes(b) {
+		return nil, fmt.Errorf("the tool_calls block is not valid JSON")
+	}
+	root := gjson.ParseBytes(b)
+	var items []gjson.Result
+	switch {
+	case root.IsObject():
+		items = []gjson.Result{root}
+	case root.IsArray():
+		items = root.Array()
+	default:
+		return nil, fmt.Errorf("the tool_calls block must hold a JSON array of calls")
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("the tool_calls block holds no call")
+	}
+	if len(items) > maxCalls {
+		return nil, fmt.Errorf("the tool_calls block holds more than %d calls", maxCalls)
+	}
+	calls := make([]Call, 0, len(items))
+	for i, it := range items {
+		c, err := parseCall(it)
+		if err != nil {
+			return nil, fmt.Errorf("call %d: %w", i+1, err)
+		}
+		calls = append(calls, c)
+	}
+	return calls, nil
+}
+
+func parseCall(it gjson.Result) (Call, error) {
+	if !it.IsObject() {
+		return Call{}, fmt.Errorf("must be an object with name and arguments")
+	}
+	name := it.Get("name")
+	if name.Type != gjson.String || strings.TrimSpace(name.Str) == "" {
+		return Call{}, fmt.Errorf(`"name" must be the tool's name as a string`)
+	}
+	args := it.Get("arguments")
+	raw := []byte(args.Raw)
+	switch {
+	case !args.Exists() || args.Type == gjson.Null:
+		raw = []byte("{}")
+	case args.Type == gjson.String:
+		raw = []byte(args.Str)
+		if !gjson.ValidBytes(raw) || !gjson.ParseBytes(raw).IsObject() {
+			return Call{}, fmt.Errorf(`"arguments" must be a JSON object`)
+		}
+	case !args.IsObject():
+		return Call{}, fmt.Errorf(`"arguments" must be a JSON object`)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return Call{}, fmt.Errorf(`"arguments" must be a JSON object`)
+	}
+	return Call{Name: strings.TrimSpace(name.Str), Args: buf.Bytes()}, nil
+}
+
+// AppendBlock appends calls as the block the model is asked to write, so
+// that a rendered history reads like the model's own replies. Args that
+// are not a JSON object are written as a string.
+func AppendBlock(dst []byte, calls []Call) []byte {
+	dst = append(dst, fenceOpen+"\n["...)
+	for i, c := range calls {
+		if i > 0 {
+			dst = append(dst, ", "...)
+		}
+		dst = append(dst, `{"name": `...)
+		dst = jsonstring.Append(dst, c.Name)
+		dst = append(dst, `, "arguments": `...)
+		if a := bytes.TrimSpace(c.Args); gjson.ValidBytes(a) && gjson.ParseBytes(a).IsObject() {
+			dst = append(dst, a...)
+		} else {
+			dst = jsonstring.Append(dst, string(c.Args))
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]\n"+fenceClose...)
+}

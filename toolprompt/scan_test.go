@@ -1,0 +1,131 @@
+package toolprompt
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestScannerSplitsTextAndBlock(t *testing.T) {
+	t.Parallel()
+	reply := "Let me check — ça va.\n```tool_calls\n[{\"name\":\"weather\",\"arguments\":{\"city\":\"Zürich\"}},{\"name\":\"time\",\"arguments\":\"{\\\"tz\\\":\\\"東京\\\"}\"}]\n```\nignored"
+	for _, size := range []int{1, 2, 3, 7, len(reply)} {
+		var sc Scanner
+		var shown strings.Builder
+		for i := 0; i < len(reply); i += size {
+			shown.Write(sc.Feed([]byte(reply[i:min(i+size, len(reply))])))
+		}
+		tail, found, calls, err := sc.End()
+		shown.Write(tail)
+		if err != nil || !found {
+			t.Fatalf("size %d: found %v err %v", size, found, err)
+		}
+		if shown.String() != "Let me check — ça va.\n" {
+			t.Errorf("size %d: shown %q", size, shown.String())
+		}
+		if len(calls) != 2 || calls[0].Name != "weather" || string(calls[0].Args) != `{"city":"Zürich"}` ||
+			calls[1].Name != "time" || string(calls[1].Args) != `{"tz":"東京"}` {
+			t.Errorf("size %d: calls %+v", size, calls)
+		}
+	}
+}
+
+func TestScannerReleasesNonFenceBackticks(t *testing.T) {
+	t.Parallel()
+	var sc Scanner
+	got := string(sc.Feed([]byte("code: ``")))
+	got += string(sc.Feed([]byte("`go\nx\n```")))
+	tail, found, _, _ := sc.End()
+	got += string(tail)
+	if found || got != "code: ```go\nx\n```" {
+		t.Errorf("found %v, text %q", found, got)
+	}
+}
+
+func TestParseBlockErrorsSayWhatToFix(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, block, want string }{
+		{"not json", `[{"name":"x",`, "not valid JSON"},
+		{"empty", ``, "empty"},
+		{"no calls", `[]`, "no call"},
+		{"scalar", `42`, "array"},
+		{"no name", `[{"arguments":{}}]`, `call 1: "name"`},
+		{"bad args", `[{"name":"a"},{"name":"b","arguments":[1]}]`, `call 2: "arguments"`},
+		{"bad string args", `{"name":"b","arguments":"nope"}`, `"arguments" must be a JSON object`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseBlock([]byte(tc.block))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRenderedHistoryRoundTrips: the block the history is rendered with
+// parses back to the same calls.
+func TestRenderedHistoryRoundTrips(t *testing.T) {
+	t.Parallel()
+	calls := []Call{{Name: "weather", Args: []byte(`{"city":"Zürich","days":[1,2]}`)}, {Name: "noargs", Args: []byte(`{}`)}}
+	var sc Scanner
+	shown := sc.Feed(AppendBlock([]byte("thinking\n\n"), calls))
+	if string(shown) != "thinking\n\n" {
+		t.Errorf("shown %q", shown)
+	}
+	_, found, got, err := sc.End()
+	if err != nil || !found || len(got) != 2 {
+		t.Fatalf("found %v err %v calls %v", found, err, got)
+	}
+	for i := range calls {
+		if got[i].Name != calls[i].Name || string(got[i].Args) != string(calls[i].Args) {
+			t.Errorf("call %d: %s %s", i, got[i].Name, got[i].Args)
+		}
+	}
+}
+
+func FuzzScanner(f *testing.F) {
+	f.Add([]byte("hi ```tool_calls\n[{\"name\":\"a\",\"arguments\":{}}]\n```"), uint8(3))
+	f.Add([]byte("``` ``tool_calls {\"name\":\"x\",\"arguments\":\"{}\"}"), uint8(1))
+	f.Add([]byte("```tool_calls\n[1,{}]"), uint8(2))
+	f.Fuzz(func(t *testing.T, text []byte, size uint8) {
+		n := int(size%16) + 1
+		var sc Scanner
+		var shown []byte
+		for i := 0; i < len(text); i += n {
+			shown = append(shown, sc.Feed(text[i:min(i+n, len(text))])...)
+		}
+		tail, found, calls, err := sc.End()
+		shown = append(shown, tail...)
+		if !found {
+			if string(shown) != string(text) {
+				t.Fatalf("no block, but shown %q != text %q", shown, text)
+			}
+			return
+		}
+		if !strings.HasPrefix(string(text), string(shown)) || sc.Released() != len(shown) {
+			t.Fatalf("shown %q is not the text's start", shown)
+		}
+		if err == nil && len(calls) == 0 {
+			t.Fatal("a block without calls and without error")
+		}
+		for _, c := range calls {
+			if c.Name == "" || len(c.Args) == 0 || c.Args[0] != '{' {
+				t.Fatalf("bad call %+v", c)
+			}
+		}
+	})
+}
+
+func FuzzParseStructured(f *testing.F) {
+	f.Add([]byte(`{"thought":"t","calls":[{"name":"a","arguments":{"x":1}}]}`))
+	f.Add([]byte(`{"thought":"t","answer":"hi"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		answer, found, calls, err := parseStructured(b)
+		if !found && (err != nil || len(calls) > 0) {
+			t.Fatal("an answer with calls or an error")
+		}
+		if found && err == nil && len(calls) == 0 {
+			t.Fatal("calls found but none parsed")
+		}
+		_ = answer
+	})
+}
