@@ -90,11 +90,11 @@ func TestShippedConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Models) != 1 || c.Models[0].Name != "demo" {
-		t.Fatalf("offline, only the demo model should remain: %+v", c.Models)
+	if len(c.Models) != 2 || c.Models[0].Name != "demo" || c.Models[1].Name != "demo-text" {
+		t.Fatalf("offline, only the demo models should remain: %+v", c.Models)
 	}
 	t.Setenv("OPENAI_API_KEY", "sk-test")
-	if c, err = Load("../config.toml"); err != nil || len(c.Models) < 2 {
+	if c, err = Load("../config.toml"); err != nil || len(c.Models) < 3 {
 		t.Fatalf("with a key, the OpenAI models appear: %v %d", err, len(c.Models))
 	}
 	_ = os.Getenv

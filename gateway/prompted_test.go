@@ -349,3 +349,58 @@ func TestPromptedJSONSchemaFormat(t *testing.T) {
 		t.Errorf("answer %q", acc.Choices[0].Message.Content)
 	}
 }
+
+// promptedNodeResponder is nodeResponder in the text protocol: the
+// calculator (a server tool) first, then the client's get_weather, then an
+// answer with both results.
+func promptedNodeResponder(c *mockllm.Call) string {
+	switch {
+	case !strings.HasPrefix(c.LastText, "Tool results:"):
+		return "```tool_calls\n[{\"name\":\"calculator\",\"arguments\":{\"expression\":\"6*7\"}}]\n```"
+	case strings.Contains(c.LastText, "temp_c"):
+		return "6*7=42 and Oslo: " + c.LastText
+	default:
+		return "Now the weather.\n```tool_calls\n[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}]\n```"
+	}
+}
+
+// TestPromptedNodeSDK runs test/node/toolloop.mjs against the prompted
+// model: the openai npm package's stream() helper and runTools() see
+// native calls of a model that only writes text.
+func TestPromptedNodeSDK(t *testing.T) {
+	t.Parallel()
+	skipWithoutNode(t)
+	h := newHarness(t, promptedConfig, mockllm.Options{Respond: textOnly(promptedNodeResponder), Chunking: mockllm.Chunking{TextRunes: 3}})
+	out := runNode(t, "toolloop.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=txt")
+	if !strings.Contains(out, "stream: ok") || !strings.Contains(out, "runTools: ok") {
+		t.Fatalf("node output: %s", out)
+	}
+}
+
+// TestPromptedDemoModel is the README example: the demo model prompted
+// for tools in text calls the builtin calculator, and the loop runs it.
+func TestPromptedDemoModel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, `
+[[providers]]
+name = "demo"
+kind = "mock"
+[[models]]
+name = "demo-text"
+provider = "demo"
+tool_calling = "prompted"
+[[tools]]
+name = "calculator"
+kind = "builtin"
+parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}'
+`, mockllm.Options{})
+	p := userMsg("what is 2 + 3*4?")
+	p.Model = "demo-text"
+	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := acc.Choices[0].Message.Content; !strings.Contains(c, "Let me use a tool.\n") || !strings.Contains(c, `\"result\":14`) && !strings.Contains(c, `"result":14`) {
+		t.Errorf("content %q", c)
+	}
+}

@@ -201,7 +201,7 @@ func renderMessages(msgs gjson.Result, prompt string) []byte {
 		flush()
 		sep()
 		tcs := m.Get("tool_calls")
-		if role != "assistant" || !tcs.IsArray() || len(tcs.Array()) == 0 {
+		if !tcs.IsArray() || len(tcs.Array()) == 0 {
 			out = append(out, m.Raw...)
 			return true
 		}
@@ -217,7 +217,12 @@ func renderMessages(msgs gjson.Result, prompt string) []byte {
 			text = append(text, "\n\n"...)
 		}
 		text = AppendBlock(text, calls)
-		out = append(out, `{"role":"assistant","content":`...)
+		if role == "" {
+			role = "assistant"
+		}
+		out = append(out, `{"role":`...)
+		out = jsonstring.Append(out, role)
+		out = append(out, `,"content":`...)
 		out = jsonstring.Append(out, string(text))
 		out = append(out, '}')
 		return true
