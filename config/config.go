@@ -24,6 +24,7 @@ type Config struct {
 	Limits     []Limit     `toml:"limits"`
 	Budgets    []Budget    `toml:"budgets"`
 	Responses  Responses   `toml:"responses"`
+	Guardrails []Guardrail `toml:"guardrails"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`
@@ -293,6 +294,10 @@ type Policy struct {
 	// settings for this tenant: exactly the server tools matching one of
 	// these globs need a person's approval.
 	ApprovalTools []string `toml:"approval_tools"`
+	// Guardrails names the [[guardrails]] that check this tenant's
+	// requests; set (even to []) in a tenant's entry, it replaces the "*"
+	// entry's list.
+	Guardrails []string `toml:"guardrails"`
 }
 
 // Redis configures shared state for replicas.

@@ -198,6 +198,7 @@ func (c *Config) ApplyDefaults() {
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware
 	}
+	c.setGuardrailDefaults()
 	f := &mw.Fallback
 	setDur(&f.BaseBackoff, 200*time.Millisecond)
 	setDur(&f.MaxBackoff, 5*time.Second)

@@ -8,7 +8,7 @@ import (
 // Secrets returns every secret value in c, expanded, for the log redactor:
 // provider api_keys and header values, gateway keys, the admin key and the
 // tool loop's approval_secret, the
-// Redis password, tool, MCP server and tracing exporter header values, MCP
+// Redis password, tool, MCP server, guardrail and tracing exporter header values, MCP
 // server env values, and the password of any URL that carries one. A header
 // value with an auth scheme ("Bearer xyz") is returned whole and without
 // its scheme. The result is a new slice; empty values are left out.
@@ -55,6 +55,10 @@ func (c *Config) Secrets() []string {
 		addMap(s.Headers)
 		addMap(s.Env)
 		addURL(s.URL)
+	}
+	for _, g := range c.Guardrails {
+		addMap(g.Headers)
+		addURL(g.URL)
 	}
 	addMap(c.Tracing.Headers)
 	addURL(c.Tracing.Endpoint)

@@ -94,6 +94,7 @@ func (c *Config) validate(o *origin) error {
 	c.validatePolicies(&p)
 	c.validateResponses(&p, o)
 	c.validateToolCalling(&p, o)
+	c.validateGuardrails(&p)
 	if c.Redis != nil && c.Redis.Addr == "" {
 		p.add("redis.addr", "required")
 	}
@@ -261,7 +262,7 @@ func (c *Config) validateMCPServers(p *problems) {
 
 func (c *Config) validateMiddleware(p *problems, o *origin) {
 	for i, mw := range c.Middleware.Request {
-		p.checkEnum(fmt.Sprintf("middleware.request[%d]", i), mw, "policy", "limits", "cache")
+		p.checkEnum(fmt.Sprintf("middleware.request[%d]", i), mw, "policy", "limits", "guardrails", "cache")
 	}
 	c.validateLimits(func(format string, args ...any) {
 		// validateLimits writes "key: message"; its model indexes are

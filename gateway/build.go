@@ -22,6 +22,7 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/fallback"
+	"github.com/llmgw/gateway/guardrails"
 	"github.com/llmgw/gateway/limits"
 	"github.com/llmgw/gateway/mcpclient"
 	"github.com/llmgw/gateway/mockllm"
@@ -66,6 +67,11 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	closers = append(closers, upstream.Close)
 
 	engine, err := policies.New(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+
+	guards, err := guardrails.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +163,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		Lookup: lookup,
 		Admit:  admit,
 		ToolMiddleware: []pipeline.ToolMiddleware{
+			guards.ToolMiddleware(), // outside the result cache: cached results are checked too
 			limiter.ToolLimit(),
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
 		},
@@ -175,8 +182,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		return nil, err
 	}
 	requestMW := map[string]pipeline.Middleware{
-		"policy": engine.Middleware(),
-		"limits": limiter.Middleware(),
+		"policy":     engine.Middleware(),
+		"limits":     limiter.Middleware(),
+		"guardrails": guards.Middleware(),
 		"cache": caching.NewResponseCache(caching.Options{
 			Config:         cfg.Middleware.Cache,
 			Store:          store,

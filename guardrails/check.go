@@ -1,0 +1,228 @@
+package guardrails
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/llmgw/gateway/pipeline"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// batch is how much text, in windows, a stream collects before it is
+// judged: each judgement releases all but the last window, so every byte
+// is scanned batch/(batch-1) times.
+const batch = 3
+
+// maxPending bounds the text a stream holds back: a match longer than this
+// is not waited for.
+const maxPending = 64 << 10
+
+// Blocked is the error of a block action: it names the guardrail, never
+// what it matched.
+type Blocked struct{ Guardrail, Stage string }
+
+func (b *Blocked) Error() string {
+	return fmt.Sprintf("guardrail %q blocked the %s", b.Guardrail, stageNoun(b.Stage))
+}
+
+func stageNoun(stage string) string {
+	switch stage {
+	case StageRequest:
+		return "request"
+	case StageResponse:
+		return "answer"
+	case StageToolInput:
+		return "tool call's arguments"
+	}
+	return "tool's result"
+}
+
+// clientError is the envelope of a block at the request or response stage.
+func (b *Blocked) clientError() *pipeline.Error {
+	e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked, "%s", b.Error())
+	e.Err = b
+	return e
+}
+
+// checker applies one stage's guards to the text of one request (or one
+// tool call). For a stream it holds back the last window bytes, so a match
+// split across chunks is still whole when it is judged; an http guard holds
+// the whole text. Not safe for concurrent use.
+type checker struct {
+	ctx     context.Context
+	guards  []*guard
+	meta    *pipeline.Meta
+	window  int
+	holdAll bool
+	fired   []*guard
+
+	pending, out []byte
+	spans        []span
+	regions      []int
+	runes        int  // runes released so far (max_length)
+	cutoff       bool // a max_length redact cut the text: nothing more is released
+}
+
+func newChecker(ctx context.Context, guards []*guard, meta *pipeline.Meta) *checker {
+	c := &checker{ctx: ctx, guards: guards, meta: meta}
+	for _, g := range guards {
+		c.window = max(c.window, g.window)
+		c.holdAll = c.holdAll || g.http != nil
+	}
+	return c
+}
+
+// Feed takes the next fragment of a stream's text and returns what may be
+// shown now (valid until the next call).
+func (c *checker) Feed(text []byte) ([]byte, error) {
+	c.pending = append(c.pending, text...)
+	if c.holdAll && len(c.pending) <= maxPending || len(c.pending) < batch*c.window {
+		return nil, nil
+	}
+	return c.release(false)
+}
+
+// Flush judges and returns the rest of a stream's text.
+func (c *checker) Flush() ([]byte, error) { return c.release(true) }
+
+// Check judges one whole text on its own (max_length counts it alone).
+func (c *checker) Check(text []byte) ([]byte, error) {
+	c.pending, c.runes, c.cutoff = append(c.pending[:0], text...), 0, false
+	return c.release(true)
+}
+
+func (c *checker) release(final bool) ([]byte, error) {
+	text := c.pending
+	if final || c.holdAll {
+		for _, g := range c.guards {
+			if g.http != nil && len(text) > 0 && g.http.flagged(c.ctx, text) {
+				if err := c.fire(g); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	cut := len(text)
+	if !final {
+		cut = runeStart(text, len(text)-c.window)
+	}
+	c.spans = c.spans[:0]
+	for _, g := range c.guards {
+		c.spans, c.regions = g.find(text, c.spans, c.regions)
+	}
+	slices.SortFunc(c.spans, func(a, b span) int { return a.start - b.start })
+	if !final {
+		for moved := true; moved; { // a match across the cut waits whole
+			moved = false
+			for _, s := range c.spans {
+				if s.start < cut && s.end > cut {
+					cut, moved = s.start, true
+				}
+			}
+		}
+		if cut == 0 && len(text) > maxPending {
+			cut = runeStart(text, len(text)-c.window)
+		}
+	}
+	out, pos := c.out[:0], 0
+	for _, s := range c.spans {
+		if s.end > cut {
+			continue
+		}
+		if err := c.fire(s.g); err != nil {
+			return nil, err
+		}
+		if s.g.action != actionRedact {
+			continue
+		}
+		if s.start >= pos {
+			out = append(out, text[pos:s.start]...)
+			out = append(out, s.g.repl...)
+		}
+		pos = max(pos, s.end)
+	}
+	if pos < cut {
+		out = append(out, text[pos:cut]...)
+	}
+	if c.cutoff {
+		out = out[:0]
+	}
+	for _, g := range c.guards {
+		if g.kind != "max_length" {
+			continue
+		}
+		n := utf8.RuneCount(out)
+		if c.runes+n <= g.maxLen {
+			continue
+		}
+		if err := c.fire(g); err != nil {
+			return nil, err
+		}
+		if g.action == actionRedact {
+			out = out[:runeOffset(out, g.maxLen-c.runes)]
+			c.cutoff = true
+		}
+	}
+	c.runes += utf8.RuneCount(out)
+	c.pending = append(c.pending[:0], text[cut:]...)
+	c.out = out
+	return out, nil
+}
+
+// runeStart returns i moved back to the start of a rune (0 when negative).
+func runeStart(b []byte, i int) int {
+	if i <= 0 {
+		return 0
+	}
+	for i > 0 && !utf8.RuneStart(b[i]) {
+		i--
+	}
+	return i
+}
+
+// runeOffset returns the byte offset of the n-th rune of b (len(b) when b
+// is shorter).
+func runeOffset(b []byte, n int) int {
+	for i := range string(b) {
+		if n == 0 {
+			return i
+		}
+		n--
+	}
+	return len(b)
+}
+
+// fire records that g matched: once per checker in the metrics, the
+// request's trace and x-gateway-guardrails; a block returns *Blocked.
+func (c *checker) fire(g *guard) error {
+	if !slices.Contains(c.fired, g) {
+		c.fired = append(c.fired, g)
+		metricFired.WithLabelValues(g.name, g.stage, g.action).Inc()
+		trace.SpanFromContext(c.ctx).AddEvent("guardrail", trace.WithAttributes(
+			attribute.String("gateway.guardrail", g.name), attribute.String("gateway.guardrail.stage", g.stage),
+			attribute.String("gateway.guardrail.action", g.action)))
+		if c.meta != nil {
+			names := c.meta.Get(headerFired)
+			entry := g.name + ";" + g.action
+			if !strings.Contains(","+names+",", ","+entry+",") {
+				if names != "" {
+					names += ","
+				}
+				c.meta.Set(headerFired, names+entry)
+			}
+		}
+	}
+	if g.action == actionBlock {
+		return &Blocked{Guardrail: g.name, Stage: g.stage}
+	}
+	return nil
+}
+
+// headerFired lists the guardrails that fired, "name;action", comma
+// separated (on a stream, only those before its headers were sent).
+const headerFired = "x-gateway-guardrails"

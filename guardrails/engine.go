@@ -1,0 +1,111 @@
+package guardrails
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// Engine holds the compiled guardrails and which of them each tenant's
+// requests pass. Read-only after New; safe for concurrent use.
+type Engine struct {
+	def     stages            // tenants without an entry of their own
+	tenants map[string]stages // tenants whose [[policies]] entry sets guardrails
+}
+
+// stages are one tenant's guards by stage.
+type stages map[string][]*guard
+
+// New compiles cfg's guardrails; nil when there are none. A tenant gets
+// every guardrail unless the "*" policy entry lists some, and its own
+// entry's list (even []) replaces that.
+func New(cfg *config.Config) (*Engine, error) {
+	if len(cfg.Guardrails) == 0 {
+		return nil, nil
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	byName := map[string]*guard{}
+	var all []string
+	for i, c := range cfg.Guardrails {
+		g, err := compile(c, client)
+		if err != nil {
+			return nil, fmt.Errorf("guardrails[%d]: %w", i, err)
+		}
+		byName[c.Name] = g
+		all = append(all, c.Name)
+	}
+	pick := func(names []string) stages {
+		s := stages{}
+		for _, n := range names {
+			if g := byName[n]; g != nil {
+				s[g.stage] = append(s[g.stage], g)
+			}
+		}
+		return s
+	}
+	e := &Engine{tenants: map[string]stages{}}
+	defNames := all
+	for _, p := range cfg.Policies {
+		if p.Tenant == "*" && p.Guardrails != nil {
+			defNames = p.Guardrails
+		}
+	}
+	e.def = pick(defNames)
+	for _, p := range cfg.Policies {
+		if p.Tenant != "*" && p.Guardrails != nil {
+			e.tenants[p.Tenant] = pick(p.Guardrails)
+		}
+	}
+	return e, nil
+}
+
+// guards returns the guards of stage for t (nil t: the open gateway).
+func (e *Engine) guards(t *pipeline.Tenant, stage string) []*guard {
+	if t != nil {
+		if s, ok := e.tenants[t.Name]; ok {
+			return s[stage]
+		}
+	}
+	return e.def[stage]
+}
+
+// Middleware is the request-layer middleware of the request and response
+// stages; nil for a nil Engine.
+func (e *Engine) Middleware() pipeline.Middleware {
+	if e == nil {
+		return nil
+	}
+	return func(next pipeline.Handler) pipeline.Handler {
+		return pipeline.HandlerFunc(func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+			in, out := e.guards(req.Tenant, StageRequest), e.guards(req.Tenant, StageResponse)
+			if len(in) > 0 {
+				body, err := checkRequest(ctx, newChecker(ctx, in, req.Meta), req.Body)
+				if err != nil {
+					return nil, err
+				}
+				if body != nil {
+					req = req.Clone()
+					req.Body = body
+				}
+			}
+			resp, err := next.Chat(ctx, req)
+			if err != nil || len(out) == 0 {
+				return resp, err
+			}
+			if resp.Stream != nil {
+				return &pipeline.Response{Stream: newStream(ctx, resp.Stream, out, req.Meta)}, nil
+			}
+			body, err := checkAnswer(newChecker(ctx, out, req.Meta), resp.Body)
+			if err != nil {
+				return nil, err
+			}
+			if body != nil {
+				resp = &pipeline.Response{Body: body}
+			}
+			return resp, nil
+		})
+	}
+}

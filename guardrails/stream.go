@@ -1,0 +1,146 @@
+package guardrails
+
+import (
+	"bytes"
+	"context"
+	"io"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// maxChoices bounds the choices a stream is checked for (n > 1); content of
+// a choice past it is held to nothing rather than passed unchecked.
+const maxChoices = 16
+
+// stream runs the response stage over a chunk stream: each choice's
+// content goes through its checker, which holds back its window; held text
+// comes out rewritten in a content chunk of its own before the choice's
+// next tool call or finish, or at the end. A block ends the stream with
+// the content_blocked error event.
+type stream struct {
+	src    pipeline.Stream
+	ctx    context.Context
+	guards []*guard
+	meta   *pipeline.Meta
+	checks [maxChoices]*checker
+	tmpl   [maxChoices][]byte // a held content chunk of the choice, for the chunks of released text
+	queue  [][]byte
+	ended  bool
+}
+
+func newStream(ctx context.Context, src pipeline.Stream, guards []*guard, meta *pipeline.Meta) *stream {
+	return &stream{src: src, ctx: ctx, guards: guards, meta: meta}
+}
+
+// Next returns the next chunk, rewritten.
+func (s *stream) Next() ([]byte, error) {
+	for {
+		if len(s.queue) > 0 {
+			c := s.queue[0]
+			s.queue = s.queue[1:]
+			return c, nil
+		}
+		if s.ended {
+			return nil, io.EOF
+		}
+		chunk, err := s.src.Next()
+		if err == io.EOF {
+			s.ended = true
+			for i := range s.checks {
+				if err := s.flush(i); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		if err != nil || len(chunk) == 0 || chunk[0] == ':' {
+			return chunk, err
+		}
+		out, err := s.chunk(chunk)
+		if err != nil {
+			return nil, asClientError(err)
+		}
+		if out != nil {
+			s.queue = append(s.queue, out)
+		}
+	}
+}
+
+// chunk handles one chunk; nil drops it (its text is held).
+func (s *stream) chunk(chunk []byte) ([]byte, error) {
+	ch := gjson.GetBytes(chunk, "choices.0")
+	if !ch.IsObject() {
+		return chunk, nil // the usage chunk: every finish came before it
+	}
+	i := int(ch.Get("index").Int())
+	if i < 0 || i >= maxChoices {
+		return nil, nil
+	}
+	res := gjson.GetMany(ch.Raw, "delta.content", "delta.tool_calls", "finish_reason", "delta.role")
+	content, ends := res[0], res[1].Exists() || res[2].Type == gjson.String
+	if content.Type != gjson.String || content.Str == "" {
+		if ends {
+			if err := s.flush(i); err != nil {
+				return nil, err
+			}
+		}
+		return chunk, nil
+	}
+	if s.tmpl[i] == nil {
+		s.tmpl[i] = append([]byte(nil), chunk...)
+	}
+	ck := s.checker(i)
+	out, err := ck.Feed([]byte(content.Str))
+	if err != nil {
+		return nil, err
+	}
+	if ends {
+		rest, err := ck.Flush()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rest...)
+	}
+	switch {
+	case len(out) == 0 && !ends && !res[3].Exists():
+		return nil, nil
+	case bytes.Equal(out, []byte(content.Str)):
+		return chunk, nil
+	}
+	return sjson.SetBytes(chunk, "choices.0.delta.content", string(out))
+}
+
+// flush queues choice i's held text as a content chunk.
+func (s *stream) flush(i int) error {
+	ck := s.checks[i]
+	if ck == nil {
+		return nil
+	}
+	out, err := ck.Flush()
+	if err != nil {
+		return asClientError(err)
+	}
+	if len(out) == 0 || s.tmpl[i] == nil {
+		return nil
+	}
+	delta := jsonstring.Append([]byte(`{"content":`), string(out))
+	c, err := sjson.SetRawBytes(s.tmpl[i], "choices.0.delta", append(delta, '}'))
+	if err != nil {
+		return err
+	}
+	s.queue = append(s.queue, c)
+	return nil
+}
+
+func (s *stream) checker(i int) *checker {
+	if s.checks[i] == nil {
+		s.checks[i] = newChecker(s.ctx, s.guards, s.meta)
+	}
+	return s.checks[i]
+}
+
+// Close closes the source.
+func (s *stream) Close() { s.src.Close() }
