@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"unsafe"
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
@@ -28,6 +29,7 @@ type stream struct {
 	checks [maxChoices]*checker
 	tmpl   [maxChoices][]byte // a held content chunk of the choice, for the chunks of released text
 	queue  [][]byte
+	spare  [4][]byte // the queue's storage when it is short
 	ended  bool
 }
 
@@ -40,7 +42,9 @@ func (s *stream) Next() ([]byte, error) {
 	for {
 		if len(s.queue) > 0 {
 			c := s.queue[0]
-			s.queue = s.queue[1:]
+			if s.queue = s.queue[1:]; len(s.queue) == 0 {
+				s.queue = s.spare[:0]
+			}
 			return c, nil
 		}
 		if s.ended {
@@ -63,6 +67,9 @@ func (s *stream) Next() ([]byte, error) {
 		if err != nil {
 			return nil, asClientError(err)
 		}
+		if out != nil && len(s.queue) == 0 {
+			return out, nil
+		}
 		if out != nil {
 			s.queue = append(s.queue, out)
 		}
@@ -71,7 +78,9 @@ func (s *stream) Next() ([]byte, error) {
 
 // chunk handles one chunk; nil drops it (its text is held).
 func (s *stream) chunk(chunk []byte) ([]byte, error) {
-	ch := gjson.GetBytes(chunk, "choices.0")
+	// A read-only view: nothing taken from it outlives this call (Feed
+	// copies the text).
+	ch := gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices.0")
 	if !ch.IsObject() {
 		return chunk, nil // the usage chunk: every finish came before it
 	}
@@ -79,8 +88,9 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	if i < 0 || i >= maxChoices {
 		return nil, nil
 	}
-	res := gjson.GetMany(ch.Raw, "delta.content", "delta.tool_calls", "finish_reason", "delta.role")
-	content, ends := res[0], res[1].Exists() || res[2].Type == gjson.String
+	delta := ch.Get("delta")
+	content, role := delta.Get("content"), delta.Get("role").Exists()
+	ends := delta.Get("tool_calls").Exists() || ch.Get("finish_reason").Type == gjson.String
 	if content.Type != gjson.String || content.Str == "" {
 		if ends {
 			if err := s.flush(i); err != nil {
@@ -93,7 +103,8 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 		s.tmpl[i] = append([]byte(nil), chunk...)
 	}
 	ck := s.checker(i)
-	out, err := ck.Feed([]byte(content.Str))
+	text := unsafe.Slice(unsafe.StringData(content.Str), len(content.Str))
+	out, err := ck.Feed(text)
 	if err != nil {
 		return nil, err
 	}
@@ -105,9 +116,9 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 		out = append(out, rest...)
 	}
 	switch {
-	case len(out) == 0 && !ends && !res[3].Exists():
+	case len(out) == 0 && !ends && !role:
 		return nil, nil
-	case bytes.Equal(out, []byte(content.Str)):
+	case bytes.Equal(out, text):
 		return chunk, nil
 	}
 	return sjson.SetBytes(chunk, "choices.0.delta.content", string(out))

@@ -1,0 +1,353 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// guardConfig adds guardrails to the base config; {{EXTRA}} takes more.
+const guardConfig = baseConfig + `
+[[guardrails]]
+name = "no-codenames"
+stage = "request"
+kind = "regex"
+action = "block"
+patterns = ['(?i)project\s+falcon']
+[[guardrails]]
+name = "pii-in"
+stage = "request"
+kind = "pii"
+action = "redact"
+[[guardrails]]
+name = "watch-weather"
+stage = "request"
+kind = "regex"
+action = "flag"
+patterns = ['weather']
+[[guardrails]]
+name = "too-long"
+stage = "request"
+kind = "max_length"
+action = "block"
+max_length = 200
+`
+
+func blockedCode(t *testing.T, err error) *openai.Error {
+	t.Helper()
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "content_blocked" {
+		t.Fatalf("want 400 content_blocked, got %v", err)
+	}
+	return apiErr
+}
+
+// TestGuardrailsRequestStage: block answers 400 content_blocked naming the
+// guardrail and never the text, redact rewrites what the upstream sees,
+// flag lets the request pass and reports it, max_length blocks.
+func TestGuardrailsRequestStage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig, mockllm.Options{})
+	schema := wiretest.LoadSchema(t)
+
+	_, err := h.client.Chat.Completions.New(context.Background(), userMsg("tell me about Project  Falcon"))
+	apiErr := blockedCode(t, err)
+	if !strings.Contains(apiErr.Message, `"no-codenames"`) || strings.Contains(strings.ToLower(apiErr.Message), "falcon") {
+		t.Errorf("message %q", apiErr.Message)
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.ErrorBody(raw); err != nil {
+		t.Fatal(err)
+	}
+	stream := h.client.Chat.Completions.NewStreaming(context.Background(), userMsg("project falcon?"))
+	for stream.Next() {
+	}
+	blockedCode(t, stream.Err())
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("a blocked request reached the upstream (%d calls)", n)
+	}
+
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("mail ann@example.com, card 4111 1111 1111 1111, about the weather"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := gjson.GetBytes(h.mock.Requests()[0].Body, "messages.0.content").Str
+	if up != "mail [REDACTED], card [REDACTED], about the weather" {
+		t.Errorf("upstream saw %q", up)
+	}
+	if !strings.Contains(resp.Choices[0].Message.Content, "[REDACTED]") {
+		t.Errorf("answer %q", resp.Choices[0].Message.Content)
+	}
+	if _, hdr := h.lastRaw(); hdr.Get("x-gateway-guardrails") != "pii-in;redact,watch-weather;flag" {
+		t.Errorf("x-gateway-guardrails %q", hdr.Get("x-gateway-guardrails"))
+	}
+
+	_, err = h.client.Chat.Completions.New(context.Background(), userMsg(strings.Repeat("ö", 201)))
+	blockedCode(t, err)
+}
+
+// piiAnswer is an answer whose e-mail address the mock splits across
+// three chunks (TextRunes 6).
+const piiAnswer = "Sure! You can reach our support team at help.desk@example.org any time, or call us."
+
+// TestGuardrailsResponseStage: on a stream, a PII value split across three
+// chunks is redacted before it leaves; block ends the stream with the
+// error event; JSON answers get the same.
+func TestGuardrailsResponseStage(t *testing.T) {
+	t.Parallel()
+	for _, action := range []string{"redact", "block"} {
+		t.Run(action, func(t *testing.T) {
+			t.Parallel()
+			cfg := baseConfig + `
+[[guardrails]]
+name = "pii-out"
+stage = "response"
+kind = "pii"
+action = "` + action + `"
+window = 16
+`
+			h := newHarness(t, cfg, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: piiAnswer}), Chunking: mockllm.Chunking{TextRunes: 6, SplitWrites: true}})
+			schema := wiretest.LoadSchema(t)
+			for _, usage := range []bool{false, true} {
+				p := userMsg("contact?")
+				if usage {
+					p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+				}
+				acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: usage && action == "redact", WantError: action == "block"}, schema)
+				if action == "block" {
+					if err == nil || !strings.Contains(string(sum.Error), `"content_blocked"`) || strings.Contains(string(sum.Error), "example.org") {
+						t.Fatalf("stream error %v, event %s", err, sum.Error)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := strings.Replace(piiAnswer, "help.desk@example.org", "[REDACTED]", 1)
+				if acc.Choices[0].Message.Content != want || sum.Content != want {
+					t.Errorf("usage %v: content %q", usage, acc.Choices[0].Message.Content)
+				}
+			}
+			resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("contact?"))
+			if action == "block" {
+				blockedCode(t, err)
+				return
+			}
+			if err != nil || strings.Contains(resp.Choices[0].Message.Content, "example.org") {
+				t.Fatalf("JSON: %v %q", err, resp.Choices[0].Message.Content)
+			}
+		})
+	}
+}
+
+// TestGuardrailsToolStages: a blocked tool input is an error result and the
+// tool never runs; a tool's output is redacted before the model sees it.
+func TestGuardrailsToolStages(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"owner":"Dana","email":"dana@corp.example.com"}`))
+	}))
+	defer srv.Close()
+	cfg := baseConfig + `
+[[tools]]
+name = "lookup"
+kind = "http"
+url = "` + srv.URL + `"
+parameters = '{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}'
+[[guardrails]]
+name = "no-admin"
+stage = "tool_input"
+kind = "regex"
+action = "block"
+patterns = ['admin']
+tools = ["look*"]
+[[guardrails]]
+name = "pii-tools"
+stage = "tool_output"
+kind = "pii"
+action = "redact"
+pii = ["email"]
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole == "tool" {
+			return mockllm.Turn{Text: "result: " + strings.Join(c.ToolResults, "")}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "lookup", Arguments: `{"key":"` + c.LastText + `"}`}}}
+	}})
+	schema := wiretest.LoadSchema(t)
+	acc, _, err := h.streamChat(userMsg("admin"), wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := acc.Choices[0].Message.Content; !strings.Contains(c, `"type":"content_blocked"`) || !strings.Contains(c, "no-admin") || runs.Load() != 0 {
+		t.Errorf("blocked input: runs %d, content %q", runs.Load(), c)
+	}
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.Choices[0].Message.Content
+	if runs.Load() != 1 || !strings.Contains(c, `"email":"[REDACTED]"`) || strings.Contains(c, "dana@") {
+		t.Errorf("redacted output: runs %d, content %q", runs.Load(), c)
+	}
+	for _, r := range h.mock.Requests() {
+		if strings.Contains(string(r.Body), "dana@corp") {
+			t.Fatal("the model saw the unredacted tool output")
+		}
+	}
+}
+
+// TestGuardrailsHTTPClassifier: the http kind blocks what the classifier
+// flags; a classifier that times out passes the text with fail = "open" and
+// blocks it with fail = "closed".
+func TestGuardrailsHTTPClassifier(t *testing.T) {
+	t.Parallel()
+	var got atomic.Value
+	classifier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got.Store(string(body))
+		text := gjson.GetBytes(body, "text").Str
+		if strings.Contains(text, "slow") {
+			time.Sleep(2 * time.Second)
+		}
+		_, _ = w.Write([]byte(`{"flagged":` + map[bool]string{true: "true", false: "false"}[strings.Contains(text, "toxic")] + `}`))
+	}))
+	t.Cleanup(classifier.Close)
+	for _, fail := range []string{"open", "closed"} {
+		t.Run(fail, func(t *testing.T) {
+			t.Parallel()
+			cfg := baseConfig + `
+[[guardrails]]
+name = "classifier"
+stage = "request"
+kind = "http"
+action = "block"
+url = "` + classifier.URL + `"
+timeout = "200ms"
+fail = "` + fail + `"
+`
+			h := newHarness(t, cfg, mockllm.Options{})
+			_, err := h.client.Chat.Completions.New(context.Background(), userMsg("something toxic"))
+			blockedCode(t, err)
+			if s, _ := got.Load().(string); !strings.Contains(s, `"stage":"request"`) || !strings.Contains(s, `"guardrail":"classifier"`) {
+				t.Errorf("classifier request %s", s)
+			}
+			if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("fine")); err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.client.Chat.Completions.New(context.Background(), userMsg("slow one"))
+			if fail == "closed" {
+				blockedCode(t, err)
+			} else if err != nil {
+				t.Fatalf("fail open: %v", err)
+			}
+		})
+	}
+}
+
+// TestGuardrailsPerTenant: a tenant whose policy lists no guardrails is
+// not checked; the others get the "*" list.
+func TestGuardrailsPerTenant(t *testing.T) {
+	t.Parallel()
+	cfg := guardConfig + `
+[[keys]]
+tenant = "research"
+key = "k-research"
+[[keys]]
+tenant = "sales"
+key = "k-sales"
+[[policies]]
+tenant = "*"
+guardrails = ["no-codenames"]
+[[policies]]
+tenant = "research"
+guardrails = []
+`
+	h := newHarness(t, cfg, mockllm.Options{})
+	if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("project falcon"), option.WithAPIKey("k-research")); err != nil {
+		t.Fatalf("research: %v", err)
+	}
+	_, err := h.client.Chat.Completions.New(context.Background(), userMsg("project falcon"), option.WithAPIKey("k-sales"))
+	blockedCode(t, err)
+	if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("mail ann@example.com"), option.WithAPIKey("k-sales")); err != nil {
+		t.Fatal(err)
+	}
+	if up := gjson.GetBytes(h.mock.Requests()[1].Body, "messages.0.content").Str; up != "mail ann@example.com" {
+		t.Errorf("pii-in is not in sales' list, yet the upstream saw %q", up)
+	}
+}
+
+// TestGuardrailsResponseLengthAndClassifier: at the response stage,
+// max_length redact cuts a streamed answer at the limit (finish and [DONE]
+// intact), and an http classifier that flags the whole answer ends the
+// stream with the error event; flag only reports.
+func TestGuardrailsResponseLengthAndClassifier(t *testing.T) {
+	t.Parallel()
+	classifier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		flagged := strings.Contains(gjson.GetBytes(body, "text").Str, "forbidden")
+		_, _ = w.Write([]byte(`{"flagged":` + map[bool]string{true: "true", false: "false"}[flagged] + `}`))
+	}))
+	t.Cleanup(classifier.Close)
+	cfg := baseConfig + `
+[[guardrails]]
+name = "short"
+stage = "response"
+kind = "max_length"
+action = "redact"
+max_length = 20
+[[guardrails]]
+name = "judge"
+stage = "response"
+kind = "http"
+action = "block"
+url = "` + classifier.URL + `"
+[[guardrails]]
+name = "note"
+stage = "response"
+kind = "regex"
+action = "flag"
+patterns = ['Ωmega']
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if strings.Contains(c.LastText, "bad") {
+			return mockllm.Turn{Text: "this is forbidden talk"}
+		}
+		return mockllm.Turn{Text: "Ωmega — a long answer that goes on and on and on."}
+	}, Chunking: mockllm.Chunking{TextRunes: 3}})
+	schema := wiretest.LoadSchema(t)
+	acc, sum, err := h.streamChat(userMsg("hi"), wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := acc.Choices[0].Message.Content; c != "Ωmega — a long answe" || sum.FinishReason != "stop" {
+		t.Errorf("cut answer %q finish %q", c, sum.FinishReason)
+	}
+	_, sum, err = h.streamChat(userMsg("bad"), wiretest.Options{WantError: true}, schema)
+	if err == nil || !strings.Contains(string(sum.Error), `guardrail \"judge\" blocked the answer`) {
+		t.Fatalf("classifier block: %v %s", err, sum.Error)
+	}
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("hi"))
+	if err != nil || resp.Choices[0].Message.Content != "Ωmega — a long answe" {
+		t.Fatalf("JSON: %v %+v", err, resp)
+	}
+	if _, hdr := h.lastRaw(); hdr.Get("x-gateway-guardrails") != "note;flag,short;redact" {
+		t.Errorf("x-gateway-guardrails %q", hdr.Get("x-gateway-guardrails"))
+	}
+}

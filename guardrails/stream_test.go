@@ -1,0 +1,64 @@
+package guardrails
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// chunksOf returns text as chat.completion.chunk objects of n bytes each
+// (cut on rune boundaries), with a finish chunk.
+func chunksOf(text string, n int) [][]byte {
+	var out [][]byte
+	for len(text) > 0 {
+		k := min(n, len(text))
+		for k < len(text) && !strings.HasPrefix(text[k:], string([]rune(text[k:])[:1])) {
+			k++
+		}
+		c := jsonstring.Append([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":`), text[:k])
+		out = append(out, append(c, `},"finish_reason":null}]}`...))
+		text = text[k:]
+	}
+	return append(out, []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`))
+}
+
+type sliceStream struct {
+	chunks [][]byte
+	i      int
+}
+
+func (s *sliceStream) Next() ([]byte, error) {
+	if s.i == len(s.chunks) {
+		return nil, io.EOF
+	}
+	s.i++
+	return s.chunks[s.i-1], nil
+}
+func (s *sliceStream) Close() {}
+
+var _ pipeline.Stream = (*sliceStream)(nil)
+
+// BenchmarkResponseStream is the whole response stage per chunk: reading
+// the chunk's content, the scanner, and rewriting the chunks that carry
+// released text.
+func BenchmarkResponseStream(b *testing.B) {
+	chunks := chunksOf(strings.Repeat("The quick brown fox jumps over the lazy dog; write to carol@example.net or pay with 4111 1111 1111 1111. ", 40), 6)
+	g := mustGuard(b, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		s := newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{g}, nil)
+		for {
+			if _, err := s.Next(); err != nil {
+				break
+			}
+		}
+		n += len(chunks)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/chunk")
+}
