@@ -25,6 +25,7 @@ type Config struct {
 	Budgets    []Budget    `toml:"budgets"`
 	Responses  Responses   `toml:"responses"`
 	Guardrails []Guardrail `toml:"guardrails"`
+	OpenAPI    []OpenAPI   `toml:"openapi"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`

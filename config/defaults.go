@@ -194,6 +194,7 @@ func (c *Config) ApplyDefaults() {
 	c.setLimitDefaults()
 	c.setResponsesDefaults()
 	c.setToolCallingDefaults()
+	c.setOpenAPIDefaults()
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware

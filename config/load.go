@@ -111,6 +111,9 @@ func (c *Config) expand() {
 	c.Server.AdminKey = Expand(c.Server.AdminKey)
 	c.ToolLoop.ApprovalSecret = Expand(c.ToolLoop.ApprovalSecret)
 	c.Tracing.Endpoint = Expand(c.Tracing.Endpoint)
+	for i := range c.OpenAPI {
+		expandMap(c.OpenAPI[i].Headers)
+	}
 	for i := range c.Guardrails {
 		expandMap(c.Guardrails[i].Headers)
 	}

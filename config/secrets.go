@@ -56,6 +56,11 @@ func (c *Config) Secrets() []string {
 		addMap(s.Env)
 		addURL(s.URL)
 	}
+	for _, s := range c.OpenAPI {
+		addMap(s.Headers)
+		addURL(s.BaseURL)
+		addURL(s.Spec)
+	}
 	for _, g := range c.Guardrails {
 		addMap(g.Headers)
 		addURL(g.URL)

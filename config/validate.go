@@ -95,6 +95,7 @@ func (c *Config) validate(o *origin) error {
 	c.validateResponses(&p, o)
 	c.validateToolCalling(&p, o)
 	c.validateGuardrails(&p)
+	c.validateOpenAPI(&p)
 	if c.Redis != nil && c.Redis.Addr == "" {
 		p.add("redis.addr", "required")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/llmgw/gateway/limits"
 	"github.com/llmgw/gateway/mcpclient"
 	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/openapi"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
@@ -156,6 +157,13 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		closers = append(closers, mcp.Close)
 	}
 
+	// OpenAPI operations as server tools: a spec that does not load fails
+	// the start (or the reload), naming the spec.
+	specs, err := openapi.Load(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+
 	// The request layer, ending in the tool loop.
 	loopOpts := toolloop.Options{
 		Tools:  cfg.Tools,
@@ -171,9 +179,14 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		NewEditLog: contextedit.NewEditLog,
 		Logger:     log,
 	}
+	var sources []toolloop.ToolSource // never a typed nil in the interface
 	if mcp != nil {
-		loopOpts.Source = mcp // never a typed nil in the interface
+		sources = append(sources, mcp)
 	}
+	if specs != nil {
+		sources = append(sources, specs)
+	}
+	loopOpts.Source = toolloop.JoinSources(sources...)
 	if tracer != nil {
 		loopOpts.ToolMiddleware = append([]pipeline.ToolMiddleware{tracer.Tool()}, loopOpts.ToolMiddleware...)
 	}
@@ -188,8 +201,8 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		"cache": caching.NewResponseCache(caching.Options{
 			Config:         cfg.Middleware.Cache,
 			Store:          store,
-			ToolSetVersion: toolSetVersion(cfg.Tools, cfg.MCPServers),
-			ServerTools:    len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0,
+			ToolSetVersion: toolSetVersion(cfg),
+			ServerTools:    hasServerTools(cfg),
 			Logger:         log,
 		}),
 	}
@@ -269,7 +282,7 @@ func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
 // (so that any replica can continue a turn), else memory bounded by
 // tool_loop.state_max_entries and state_max_bytes; nil when no server tool can exist.
 func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
-	if len(cfg.Tools) == 0 && len(cfg.MCPServers) == 0 {
+	if !hasServerTools(cfg) {
 		return nil
 	}
 	if rdb != nil {
@@ -331,11 +344,20 @@ func toolTTL(tools []config.Tool) func(string) time.Duration {
 	return func(name string) time.Duration { return ttl[name] }
 }
 
+// hasServerTools reports whether cfg can offer any server tool.
+func hasServerTools(cfg *config.Config) bool {
+	return len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0 || len(cfg.OpenAPI) > 0
+}
+
 // toolSetVersion hashes the server tool definitions: changing a tool
 // changes every response-cache key, so answers produced with other tools are
 // never served.
-func toolSetVersion(tools []config.Tool, servers []config.MCPServer) string {
+func toolSetVersion(cfg *config.Config) string {
+	tools, servers := cfg.Tools, cfg.MCPServers
 	h := sha256.New()
+	for _, s := range cfg.OpenAPI {
+		fmt.Fprintf(h, "openapi\x00%s\x00%s\x00%s\x00%s\x00%q\x00", s.Name, s.Spec, s.BaseURL, s.Prefix, s.Operations)
+	}
 	for _, t := range tools {
 		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00", t.Name, t.Kind, t.Description, t.Parameters, t.URL, t.Model)
 	}

@@ -1,0 +1,271 @@
+// Package openapi turns the operations of OpenAPI 3.0 and 3.1 documents
+// ([[openapi]]) into server tools: one tool per operation, its parameters
+// one JSON Schema built from the path, query and header parameters and the
+// JSON request body with every $ref inlined, and a call that maps the
+// model's arguments onto that operation of base_url and nothing else.
+//
+// Documents are parsed with github.com/pb33f/libopenapi: it reads 3.0 and
+// 3.1, JSON and YAML, and renders schemas with their references inlined
+// (MarshalJSONInline), which a tool's parameters need.
+package openapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pb33f/libopenapi"
+	"github.com/pb33f/libopenapi/datamodel"
+	"github.com/pb33f/libopenapi/datamodel/high/base"
+	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// maxSpec bounds a spec document read from a file or a URL.
+const maxSpec = 16 << 20
+
+// readSpec reads the document at ref: an http(s) URL, or a file path
+// relative to dir.
+func readSpec(ctx context.Context, ref, dir string) ([]byte, error) {
+	if strings.HasPrefix(ref, "http://") || strings.HasPrefix(ref, "https://") {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ref, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return nil, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return readBounded(resp.Body)
+	}
+	if !filepath.IsAbs(ref) && dir != "" {
+		ref = filepath.Join(dir, ref)
+	}
+	f, err := os.Open(ref)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readBounded(f)
+}
+
+func readBounded(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxSpec+1))
+	if err == nil && len(b) > maxSpec {
+		err = fmt.Errorf("larger than %d bytes", maxSpec)
+	}
+	return b, err
+}
+
+// Parse builds the operations of one spec document. The errors say what
+// is wrong with the document; the caller adds which one it is.
+func Parse(doc []byte, s config.OpenAPI, client *http.Client) ([]*Operation, error) {
+	d, err := libopenapi.NewDocumentWithConfiguration(doc, &datamodel.DocumentConfiguration{})
+	if err != nil {
+		return nil, err
+	}
+	if info := d.GetSpecInfo(); info == nil || !strings.HasPrefix(info.Version, "3.") {
+		return nil, errors.New("not an OpenAPI 3.0 or 3.1 document")
+	}
+	m, err := d.BuildV3Model()
+	if err != nil && m == nil {
+		return nil, err
+	}
+	model := &m.Model
+	base := s.BaseURL
+	if base == "" {
+		for _, srv := range model.Servers {
+			if u, err := url.Parse(srv.URL); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+				base = srv.URL
+				break
+			}
+		}
+		if base == "" {
+			return nil, errors.New("base_url is required: the spec's servers name no absolute http(s) URL")
+		}
+	}
+	bu, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("base_url: %w", err)
+	}
+	var ops []*Operation
+	names := map[string]bool{}
+	if model.Paths == nil || model.Paths.PathItems == nil {
+		return nil, errors.New("the spec has no paths")
+	}
+	for p, item := range model.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			id := op.OperationId
+			if id == "" {
+				id = method + "_" + p
+			}
+			if !selected(s.Operations, id) {
+				continue
+			}
+			o, err := newOperation(s, bu, client, strings.ToUpper(method), p, id, item.Parameters, op)
+			if err != nil {
+				return nil, fmt.Errorf("operation %q: %w", id, err)
+			}
+			for n := 2; names[o.Tool.Name]; n++ { // sanitising may collide
+				o.Tool.Name = fmt.Sprintf("%s_%d", strings.TrimRight(o.Tool.Name[:min(len(o.Tool.Name), 60)], "_"), n)
+			}
+			names[o.Tool.Name] = true
+			ops = append(ops, o)
+		}
+	}
+	if len(ops) == 0 {
+		return nil, errors.New("no operation matches operations")
+	}
+	return ops, nil
+}
+
+func selected(globs []string, id string) bool {
+	if len(globs) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(globs, func(g string) bool { ok, _ := path.Match(g, id); return ok })
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
+
+// toolName sanitises an operationId to the providers' name rules
+// ([a-zA-Z0-9_-]{1,64}), after prefix.
+func toolName(prefix, id string) string {
+	n := prefix + strings.Trim(unsafeName.ReplaceAllString(id, "_"), "_")
+	if len(n) > 64 {
+		n = n[:64]
+	}
+	if n == "" {
+		n = "operation"
+	}
+	return n
+}
+
+// newOperation builds one operation's tool: its parameters schema and how
+// its arguments map onto the request.
+func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p, id string, shared []*v3.Parameter, op *v3.Operation) (*Operation, error) {
+	o := &Operation{method: method, path: p, base: bu, headers: s.Headers, client: client}
+	props := map[string]json.RawMessage{}
+	var required []string
+	params := append(append([]*v3.Parameter(nil), shared...), op.Parameters...)
+	for _, prm := range params {
+		if prm == nil || prm.Name == "" || prm.In == "cookie" {
+			continue
+		}
+		if prm.In != "path" && prm.In != "query" && prm.In != "header" {
+			continue
+		}
+		schema, err := inline(prm.Schema, prm.Description)
+		if err != nil {
+			return nil, fmt.Errorf("parameter %q: %w", prm.Name, err)
+		}
+		// An operation's parameter replaces a shared one of the same name
+		// and place; another place's parameter of the same name gets its
+		// place as a prefix.
+		key := prm.Name
+		if i := slices.IndexFunc(o.params, func(q param) bool { return q.name == prm.Name && q.in == prm.In }); i >= 0 {
+			key = o.params[i].key
+		} else {
+			if _, dup := props[key]; dup || key == bodyKey {
+				key = prm.In + "_" + prm.Name
+			}
+			o.params = append(o.params, param{key: key, name: prm.Name, in: prm.In})
+		}
+		props[key] = schema
+		if prm.In == "path" || prm.Required != nil && *prm.Required {
+			required = append(required, key)
+		}
+	}
+	if rb := op.RequestBody; rb != nil && rb.Content != nil {
+		for mt, media := range rb.Content.FromOldest() {
+			if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
+				continue
+			}
+			schema, err := inline(media.Schema, rb.Description)
+			if err != nil {
+				return nil, fmt.Errorf("request body: %w", err)
+			}
+			o.body, o.bodyType = true, mt
+			props[bodyKey] = schema
+			if rb.Required != nil && *rb.Required {
+				required = append(required, bodyKey)
+			}
+			break
+		}
+	}
+	schema, err := json.Marshal(struct {
+		Type       string                     `json:"type"`
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required,omitempty"`
+	}{"object", props, slices.Compact(required)})
+	if err != nil {
+		return nil, err
+	}
+	desc := strings.TrimSpace(op.Summary + "\n\n" + op.Description)
+	if desc == "" {
+		desc = method + " " + p
+	}
+	if len(desc) > 1024 {
+		desc = desc[:1024]
+	}
+	approval := ""
+	if len(s.Approval) > 0 && selected(s.Approval, id) {
+		approval = "always"
+	}
+	o.Tool = config.Tool{Name: toolName(s.Prefix, id), Description: desc, Parameters: string(schema),
+		Kind: "openapi", Server: s.Name, Timeout: s.Timeout, Models: s.Models, Approval: approval}
+	return o, nil
+}
+
+// bodyKey is the argument that holds the JSON request body.
+const bodyKey = "body"
+
+// inline returns a schema as JSON with every $ref inlined; a missing
+// schema is any value. A recursive schema is cut where it recurses.
+func inline(sp *base.SchemaProxy, desc string) (json.RawMessage, error) {
+	out := json.RawMessage(`{}`)
+	if sp != nil {
+		s := sp.Schema()
+		if s == nil {
+			if err := sp.GetBuildError(); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("the schema does not resolve")
+		}
+		b, err := s.MarshalJSONInline()
+		if err != nil {
+			return nil, err
+		}
+		out = b
+	}
+	if desc == "" {
+		return out, nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(out, &m) != nil || m == nil {
+		return out, nil
+	}
+	if _, ok := m["description"]; !ok {
+		d, _ := json.Marshal(desc)
+		m["description"] = d
+	}
+	return json.Marshal(m)
+}

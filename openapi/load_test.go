@@ -1,0 +1,171 @@
+package openapi
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+)
+
+func parseFile(t testing.TB, file string, s config.OpenAPI) []*Operation {
+	t.Helper()
+	doc, err := os.ReadFile("testdata/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := Parse(doc, s, http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+func byName(ops []*Operation) map[string]*Operation {
+	m := map[string]*Operation{}
+	for _, o := range ops {
+		m[o.Tool.Name] = o
+	}
+	return m
+}
+
+func TestParsePetstore(t *testing.T) {
+	t.Parallel()
+	ops := byName(parseFile(t, "petstore.yaml", config.OpenAPI{Name: "pets", Prefix: "pets_", Operations: []string{"*Pet*", "getInventory"}, Approval: []string{"deletePet"}}))
+	if len(ops) != 6 || ops["pets_loginUser"] != nil {
+		t.Fatalf("tools %v", ops)
+	}
+	add := ops["pets_addPet"]
+	if add.Tool.Description != "Add a new pet to the store" || add.method != "POST" || add.base.Host != "petstore.example.com" {
+		t.Errorf("addPet %+v", add.Tool)
+	}
+	params := gjson.Parse(add.Tool.Parameters)
+	if params.Get("required").Raw != `["body"]` || params.Get("properties.body.properties.category.properties.name.type").Str != "string" ||
+		params.Get("properties.body.properties.status.enum.2").Str != "sold" || strings.Contains(add.Tool.Parameters, "$ref") {
+		t.Errorf("addPet parameters %s", add.Tool.Parameters)
+	}
+	get := gjson.Parse(ops["pets_getPetById"].Tool.Parameters)
+	if get.Get("properties.petId.type").Str != "integer" || get.Get("properties.petId.description").Str != "ID of the pet" || get.Get("required").Raw != `["petId"]` {
+		t.Errorf("getPetById parameters %s", get.Raw)
+	}
+	if ops["pets_deletePet"].Tool.Approval != "always" || ops["pets_getPetById"].Tool.Approval != "" {
+		t.Error("approval globs")
+	}
+	find := gjson.Parse(ops["pets_findPetsByStatus"].Tool.Parameters)
+	if find.Get("properties.status.items.enum.0").Str != "available" {
+		t.Errorf("findPetsByStatus %s", find.Raw)
+	}
+}
+
+func TestParse31JSON(t *testing.T) {
+	t.Parallel()
+	ops := byName(parseFile(t, "notes31.json", config.OpenAPI{Name: "notes", BaseURL: "http://notes.local/v1"}))
+	if ops["get_note"] == nil || ops["create_note"] == nil {
+		t.Fatalf("tools %v", ops)
+	}
+	if p := gjson.Parse(ops["create_note"].Tool.Parameters); p.Get("properties.body.properties.tags.items.type").Str != "string" {
+		t.Errorf("create_note %s", p.Raw)
+	}
+}
+
+func TestParseErrorsSayWhat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, doc, want string }{
+		{"swagger 2", `{"swagger":"2.0","info":{"title":"x","version":"1"},"paths":{}}`, "not an OpenAPI 3.0 or 3.1 document"},
+		{"no server", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"responses":{"200":{"description":"ok"}}}}}}`, "base_url is required"},
+		{"garbage", `{{{`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc), config.OpenAPI{Name: "x"}, http.DefaultClient)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestHostileArgumentsStayInside: path traversal stays one escaped path
+// segment, CRLF in a header is refused, and the URL is always base_url's.
+func TestHostileArgumentsStayInside(t *testing.T) {
+	t.Parallel()
+	ops := byName(parseFile(t, "petstore.yaml", config.OpenAPI{Name: "pets", BaseURL: "https://pets.test/api/v3/"}))
+	for _, tc := range []struct {
+		name, op, args, url, err string
+	}{
+		{"plain", "getPetById", `{"petId":7}`, "https://pets.test/api/v3/pet/7", ""},
+		{"traversal", "getPetById", `{"petId":"../../admin?x=1#f"}`, "https://pets.test/api/v3/pet/..%2F..%2Fadmin%3Fx=1%23f", ""},
+		{"dot dot", "getPetById", `{"petId":".."}`, "", "other than . and .."},
+		{"absolute url", "getPetById", `{"petId":"http://evil.test/x"}`, "https://pets.test/api/v3/pet/http:%2F%2Fevil.test%2Fx", ""},
+		{"missing path", "getPetById", `{}`, "", "required"},
+		{"query array", "findPetsByStatus", `{"status":["sold","pending"]}`, "https://pets.test/api/v3/pet/findByStatus?status=sold&status=pending", ""},
+		{"crlf header", "deletePet", `{"petId":1,"api_key":"k\r\nX-Admin: 1"}`, "", "control characters"},
+		{"not an object", "getPetById", `[1]`, "", "JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := ops[tc.op].request(context.Background(), []byte(tc.args))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || req.URL.String() != tc.url {
+				t.Fatalf("url %v (%v), want %s", req, err, tc.url)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, file := range []string{"petstore.yaml", "notes31.json"} {
+		b, _ := os.ReadFile("testdata/" + file)
+		f.Add(b)
+	}
+	f.Add([]byte("openapi: 3.1.0\npaths:\n  /a/{b}:\n    get: {parameters: [{name: b, in: path, schema: {$ref: '#/x'}}]}\n"))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if len(doc) > 64<<10 {
+			return
+		}
+		ops, err := Parse(doc, config.OpenAPI{Name: "f", BaseURL: "http://h.test/"}, http.DefaultClient)
+		if err != nil {
+			return
+		}
+		for _, o := range ops {
+			if !gjson.Valid(o.Tool.Parameters) || len(o.Tool.Name) == 0 || len(o.Tool.Name) > 64 {
+				t.Fatalf("tool %+v", o.Tool)
+			}
+		}
+	})
+}
+
+func FuzzRequest(f *testing.F) {
+	f.Add(`{"petId":"a/b","api_key":"x"}`)
+	f.Add(`{"status":["a",1,{"x":2}],"body":{"name":"n"}}`)
+	doc, _ := os.ReadFile("testdata/petstore.yaml")
+	ops, err := Parse(doc, config.OpenAPI{Name: "pets", BaseURL: "https://pets.test/api/"}, http.DefaultClient)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, args string) {
+		for _, o := range ops {
+			req, err := o.request(context.Background(), []byte(args))
+			if err != nil {
+				continue
+			}
+			if req.URL.Host != "pets.test" || req.URL.Scheme != "https" || !strings.HasPrefix(req.URL.EscapedPath(), "/api/") {
+				t.Fatalf("left base_url: %s", req.URL)
+			}
+			for _, vs := range req.Header {
+				for _, v := range vs {
+					if strings.ContainsAny(v, "\r\n") {
+						t.Fatalf("header with a line break: %q", v)
+					}
+				}
+			}
+		}
+	})
+}

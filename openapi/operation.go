@@ -1,0 +1,168 @@
+package openapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// Operation is one operation offered as a server tool. Read-only after
+// Parse; safe for concurrent use.
+type Operation struct {
+	Tool     config.Tool // the tool's definition (Parameters holds the JSON schema)
+	method   string
+	path     string // the template, "/pet/{petId}"
+	base     *url.URL
+	headers  map[string]string
+	params   []param
+	body     bool
+	bodyType string
+	client   *http.Client
+}
+
+// param is one path, query or header parameter: key is its argument's name.
+type param struct{ key, name, in string }
+
+// maxAnswer bounds the body of an operation's answer that is read; the tool
+// loop caps the result it shows further (tool_loop.max_result_bytes).
+const maxAnswer = 1 << 20
+
+// errorBody bounds the part of a non-2xx body an error result quotes.
+const errorBody = 512
+
+// request maps args onto the operation's request. Every argument stays
+// inside its place: path values are escaped segments (never "." or ".."),
+// header values may not hold control characters, and the URL is base_url's.
+func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, error) {
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = []byte("{}")
+	}
+	if !gjson.ValidBytes(args) || !gjson.ParseBytes(args).IsObject() {
+		return nil, errors.New("the arguments must be a JSON object")
+	}
+	p := o.path
+	q := url.Values{}
+	hdr := http.Header{}
+	for _, prm := range o.params {
+		v := gjson.GetBytes(args, gjson.Escape(prm.key))
+		if !v.Exists() || v.Type == gjson.Null {
+			if prm.in == "path" {
+				return nil, fmt.Errorf("the path parameter %q is required", prm.key)
+			}
+			continue
+		}
+		switch prm.in {
+		case "path":
+			s := scalar(v)
+			if s == "" || s == "." || s == ".." {
+				return nil, fmt.Errorf("the path parameter %q must be a non-empty value other than . and ..", prm.key)
+			}
+			p = strings.ReplaceAll(p, "{"+prm.name+"}", url.PathEscape(s))
+		case "query":
+			if v.IsArray() {
+				for _, e := range v.Array() {
+					q.Add(prm.name, scalar(e))
+				}
+			} else {
+				q.Set(prm.name, scalar(v))
+			}
+		case "header":
+			s := scalar(v)
+			if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) || !utf8.ValidString(s) {
+				return nil, fmt.Errorf("the header parameter %q may not hold control characters", prm.key)
+			}
+			hdr.Set(prm.name, s)
+		}
+	}
+	u := *o.base
+	u.Path = strings.TrimRight(o.base.Path, "/") + unescape(p)
+	u.RawPath = strings.TrimRight(o.base.EscapedPath(), "/") + p
+	u.RawQuery = q.Encode()
+	u.Fragment, u.RawFragment = "", ""
+	var body io.Reader
+	if o.body {
+		if b := gjson.GetBytes(args, bodyKey); b.Exists() {
+			body = strings.NewReader(b.Raw)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, o.method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	if req.URL.Host != o.base.Host || req.URL.Scheme != o.base.Scheme {
+		return nil, errors.New("the request would leave base_url")
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	for k, v := range o.headers { // the operator's headers win over the model's
+		req.Header.Set(k, v)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", o.bodyType)
+	}
+	req.Header.Set("Accept", "application/json, text/plain;q=0.9, */*;q=0.5")
+	return req, nil
+}
+
+// unescape is p with its escapes decoded, for url.URL.Path (RawPath keeps
+// them).
+func unescape(p string) string {
+	if s, err := url.PathUnescape(p); err == nil {
+		return s
+	}
+	return p
+}
+
+// scalar is a value as a parameter string: strings as they are, other JSON
+// as its text.
+func scalar(v gjson.Result) string {
+	if v.Type == gjson.String {
+		return v.Str
+	}
+	return v.Raw
+}
+
+// Call runs the operation: JSON answers are the data as JSON, others as
+// text; a non-2xx answer is a tool error carrying the status and the start
+// of the body.
+func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError bool, err error) {
+	req, err := o.request(ctx, args)
+	if err != nil {
+		return []byte(err.Error()), true, nil
+	}
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return nil, false, err
+	}
+	if resp.StatusCode/100 != 2 {
+		msg := "HTTP " + strconv.Itoa(resp.StatusCode)
+		if t := strings.TrimSpace(string(b[:min(len(b), errorBody)])); t != "" {
+			msg += ": " + strings.ToValidUTF8(t, "")
+		}
+		return []byte(msg), true, nil
+	}
+	if len(b) == 0 {
+		return []byte(`{"status":` + strconv.Itoa(resp.StatusCode) + `}`), false, nil
+	}
+	if gjson.ValidBytes(b) {
+		return b, false, nil
+	}
+	return []byte(strings.ToValidUTF8(string(b), "\uFFFD")), false, nil // the loop quotes text
+}
