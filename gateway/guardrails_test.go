@@ -218,17 +218,7 @@ pii = ["email"]
 // blocks it with fail = "closed".
 func TestGuardrailsHTTPClassifier(t *testing.T) {
 	t.Parallel()
-	var got atomic.Value
-	classifier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		got.Store(string(body))
-		text := gjson.GetBytes(body, "text").Str
-		if strings.Contains(text, "slow") {
-			time.Sleep(2 * time.Second)
-		}
-		_, _ = w.Write([]byte(`{"flagged":` + map[bool]string{true: "true", false: "false"}[strings.Contains(text, "toxic")] + `}`))
-	}))
-	t.Cleanup(classifier.Close)
+	classifier, got := newClassifier(t)
 	for _, fail := range []string{"open", "closed"} {
 		t.Run(fail, func(t *testing.T) {
 			t.Parallel()
@@ -299,12 +289,7 @@ guardrails = []
 // stream with the error event; flag only reports.
 func TestGuardrailsResponseLengthAndClassifier(t *testing.T) {
 	t.Parallel()
-	classifier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		flagged := strings.Contains(gjson.GetBytes(body, "text").Str, "forbidden")
-		_, _ = w.Write([]byte(`{"flagged":` + map[bool]string{true: "true", false: "false"}[flagged] + `}`))
-	}))
-	t.Cleanup(classifier.Close)
+	classifier, _ := newClassifier(t)
 	cfg := baseConfig + `
 [[guardrails]]
 name = "short"
@@ -350,4 +335,23 @@ patterns = ['Ωmega']
 	if _, hdr := h.lastRaw(); hdr.Get("x-gateway-guardrails") != "note;flag,short;redact" {
 		t.Errorf("x-gateway-guardrails %q", hdr.Get("x-gateway-guardrails"))
 	}
+}
+
+// newClassifier is an http guardrail's classifier: it flags texts with
+// "toxic" or "forbidden", answers texts with "slow" after 2s, and keeps the
+// last request body.
+func newClassifier(t *testing.T) (*httptest.Server, *atomic.Value) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got.Store(string(body))
+		text := gjson.GetBytes(body, "text").Str
+		if strings.Contains(text, "slow") {
+			time.Sleep(2 * time.Second)
+		}
+		flagged := strings.Contains(text, "toxic") || strings.Contains(text, "forbidden")
+		_, _ = w.Write([]byte(`{"flagged":` + map[bool]string{true: "true", false: "false"}[flagged] + `}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &got
 }

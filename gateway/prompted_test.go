@@ -151,20 +151,7 @@ func TestPromptedServerToolLoop(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		p := userMsg("what is 6*7?")
 		p.Model = "txt"
-		var content string
-		if stream {
-			acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
-			if err != nil {
-				t.Fatal(err)
-			}
-			content = acc.Choices[0].Message.Content
-		} else {
-			resp, err := h.client.Chat.Completions.New(context.Background(), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			content = resp.Choices[0].Message.Content
-		}
+		content := h.message(p, stream, schema).Content
 		if !strings.Contains(content, "The answer is") || !strings.Contains(content, "42") {
 			t.Errorf("stream %v: content %q", stream, content)
 		}
@@ -234,20 +221,7 @@ func TestPromptedMalformedBlockRecovers(t *testing.T) {
 		schema := wiretest.LoadSchema(t)
 		p := userMsg("time?")
 		promptedClientTools(&p)
-		var msg openai.ChatCompletionMessage
-		if stream {
-			acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
-			if err != nil {
-				t.Fatal(err)
-			}
-			msg = acc.Choices[0].Message
-		} else {
-			resp, err := h.client.Chat.Completions.New(context.Background(), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			msg = resp.Choices[0].Message
-		}
+		msg := h.message(p, stream, schema)
 		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Arguments != `{"tz":"UTC"}` {
 			t.Fatalf("stream %v: %+v", stream, msg)
 		}
@@ -403,4 +377,22 @@ parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"re
 	if c := acc.Choices[0].Message.Content; !strings.Contains(c, "Let me use a tool.\n") || !strings.Contains(c, `\"result\":14`) && !strings.Contains(c, `"result":14`) {
 		t.Errorf("content %q", c)
 	}
+}
+
+// message sends p streamed (through streamChat's checks) or not and
+// returns the answer's message.
+func (h *harness) message(p openai.ChatCompletionNewParams, stream bool, schema *wiretest.Schema) openai.ChatCompletionMessage {
+	h.t.Helper()
+	if stream {
+		acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return acc.Choices[0].Message
+	}
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.Choices[0].Message
 }

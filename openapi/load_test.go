@@ -98,7 +98,7 @@ func TestHostileArgumentsStayInside(t *testing.T) {
 	}{
 		{"plain", "getPetById", `{"petId":7}`, "https://pets.test/api/v3/pet/7", ""},
 		{"traversal", "getPetById", `{"petId":"../../admin?x=1#f"}`, "https://pets.test/api/v3/pet/..%2F..%2Fadmin%3Fx=1%23f", ""},
-		{"dot dot", "getPetById", `{"petId":".."}`, "", "other than . and .."},
+		{"dot dot", "getPetById", `{"petId":".."}`, "", "may not be empty"},
 		{"absolute url", "getPetById", `{"petId":"http://evil.test/x"}`, "https://pets.test/api/v3/pet/http:%2F%2Fevil.test%2Fx", ""},
 		{"missing path", "getPetById", `{}`, "", "required"},
 		{"query array", "findPetsByStatus", `{"status":["sold","pending"]}`, "https://pets.test/api/v3/pet/findByStatus?status=sold&status=pending", ""},

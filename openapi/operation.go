@@ -66,7 +66,7 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 		case "path":
 			s := scalar(v)
 			if s == "" || s == "." || s == ".." {
-				return nil, fmt.Errorf("the path parameter %q must be a non-empty value other than . and ..", prm.key)
+				return nil, fmt.Errorf("the path parameter %q may not be empty, \".\" or \"..\"", prm.key)
 			}
 			p = strings.ReplaceAll(p, "{"+prm.name+"}", url.PathEscape(s))
 		case "query":

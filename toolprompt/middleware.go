@@ -40,17 +40,17 @@ type Options struct {
 
 // New returns the prompted tool-calling middleware.
 func New(o Options) pipeline.Middleware {
-	h := handler{schema: o.Format == "json_schema", prompt: o.Prompt, maxErrors: o.MaxErrors, log: o.Logger}
-	if h.prompt == "" {
-		h.prompt = DefaultPrompt
-		if h.schema {
-			h.prompt = DefaultSchemaPrompt
-		}
+	schema := o.Format == "json_schema"
+	prompt := o.Prompt
+	switch {
+	case prompt != "":
+	case schema:
+		prompt = DefaultSchemaPrompt
+	default:
+		prompt = DefaultPrompt
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
-		hh := h
-		hh.next = next
-		return &hh
+		return &handler{next: next, schema: schema, prompt: prompt, maxErrors: o.MaxErrors, log: o.Logger}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -175,7 +176,7 @@ func renderMessages(msgs gjson.Result, prompt string) []byte {
 				out = append(out, `{"role":`...)
 				out = jsonstring.Append(out, role)
 				out = append(out, `,"content":`...)
-				out = jsonstring.Append(out, contentText(c)+"\n\n"+prompt)
+				out = jsonstring.Append(out, wire.ContentText(c)+"\n\n"+prompt)
 				out = append(out, '}')
 				return true
 			}
@@ -195,7 +196,7 @@ func renderMessages(msgs gjson.Result, prompt string) []byte {
 			results = append(results, " ("...)
 			results = append(results, id...)
 			results = append(results, ")\n"...)
-			results = append(results, contentText(m.Get("content"))...)
+			results = append(results, wire.ContentText(m.Get("content"))...)
 			return true
 		}
 		flush()
@@ -212,7 +213,7 @@ func renderMessages(msgs gjson.Result, prompt string) []byte {
 			calls = append(calls, Call{Name: name, Args: []byte(tc.Get("function.arguments").Str)})
 			return true
 		})
-		text := []byte(contentText(m.Get("content")))
+		text := []byte(wire.ContentText(m.Get("content")))
 		if len(text) > 0 {
 			text = append(text, "\n\n"...)
 		}
@@ -229,22 +230,6 @@ func renderMessages(msgs gjson.Result, prompt string) []byte {
 	})
 	flush()
 	return append(out, ']')
-}
-
-// contentText is a message content's text: the string, or its text parts
-// joined.
-func contentText(c gjson.Result) string {
-	if c.Type == gjson.String {
-		return c.Str
-	}
-	var b strings.Builder
-	c.ForEach(func(_, p gjson.Result) bool {
-		if t := p.Get("text"); t.Type == gjson.String {
-			b.WriteString(t.Str)
-		}
-		return true
-	})
-	return b.String()
 }
 
 // appendCompact appends JSON src without insignificant space (src as is
