@@ -289,15 +289,6 @@ type Policy struct {
 	ApprovalTools []string `toml:"approval_tools"`
 }
 
-// Redis configures shared state for replicas.
-type Redis struct {
-	Addr     string   `toml:"addr"`
-	Password string   `toml:"password"` // may be ${ENV}
-	DB       int      `toml:"db"`
-	Timeout  Duration `toml:"timeout"` // per call; default 200ms
-	Prefix   string   `toml:"prefix"`  // key prefix; default "gw:"
-}
-
 // Duration is a time.Duration written as "1.5s" in TOML.
 type Duration time.Duration
 

@@ -224,5 +224,6 @@ func (c *Config) ApplyDefaults() {
 	if c.Redis != nil {
 		setDur(&c.Redis.Timeout, 200*time.Millisecond)
 		setStr(&c.Redis.Prefix, "gw:")
+		setStr(&c.Redis.Mode, "single")
 	}
 }

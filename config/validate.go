@@ -93,12 +93,7 @@ func (c *Config) validate(o *origin) error {
 	c.validateKeys(&p)
 	c.validatePolicies(&p)
 	c.validateResponses(&p, o)
-	if c.Redis != nil && c.Redis.Addr == "" {
-		p.add("redis.addr", "required")
-	}
-	if c.Redis != nil {
-		p.checkPositive("redis.timeout", int64(c.Redis.Timeout))
-	}
+	c.Redis.validate(&p)
 	return errors.Join(p.errs...)
 }
 

@@ -86,10 +86,12 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		}
 	}
 	// One Redis client for every shared store (response cache, tool-loop state).
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	if cfg.Redis != nil {
 		useRedisLogger(log)
-		rdb = redisClient(cfg.Redis)
+		if rdb, err = redisClient(cfg.Redis); err != nil {
+			return nil, err
+		}
 		closers = append(closers, func() { _ = rdb.Close() })
 	}
 	store := buildStore(cfg, rdb)
@@ -244,7 +246,7 @@ func startMock(p config.Provider, models []config.Model, log zerolog.Logger) (st
 
 // buildStore returns the shared store of the response and tool-result
 // caches: Redis when configured for it, else memory bounded by bytes.
-func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
+func buildStore(cfg *config.Config, rdb redis.UniversalClient) caching.Store {
 	c := cfg.Middleware.Cache
 	if c.Store == "redis" && rdb != nil {
 		return caching.NewRedisStore(rdb, cfg.Redis.Prefix+"cache:", cfg.Redis.Timeout.D())
@@ -255,7 +257,7 @@ func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
 // buildState returns the mixed-turn state store: Redis when [redis] is set
 // (so that any replica can continue a turn), else memory bounded by
 // tool_loop.state_max_entries and state_max_bytes; nil when no server tool can exist.
-func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
+func buildState(cfg *config.Config, rdb redis.UniversalClient) toolloop.StateStore {
 	if len(cfg.Tools) == 0 && len(cfg.MCPServers) == 0 {
 		return nil
 	}
@@ -263,15 +265,6 @@ func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
 		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D())
 	}
 	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, cfg.ToolLoop.StateMaxBytes)
-}
-
-// redisClient builds a client whose every call is bounded by the config's timeout.
-func redisClient(r *config.Redis) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr: r.Addr, Password: r.Password, DB: r.DB,
-		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
-		MaxRetries: -1, // fail fast: callers fail open
-	})
 }
 
 // limitStores keep the rate counters, spend and usage of a gateway without
@@ -299,10 +292,10 @@ func limitStore(path string) limits.Store {
 
 // buildLimiter returns the rate limits, budgets and usage record: shared
 // through Redis when [redis] is set, else in memory.
-func buildLimiter(cfg *config.Config, rdb *redis.Client, log zerolog.Logger) *limits.Limiter {
+func buildLimiter(cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) *limits.Limiter {
 	o := limits.Options{Config: cfg, Store: limitStore(cfg.Path), Logger: log}
 	if rdb != nil {
-		o.Store, o.Prefix = limits.NewRedisStore(rdb), cfg.Redis.Prefix
+		o.Store, o.Prefix = limits.NewRedisStore(rdb), limitsPrefix(cfg.Redis)
 	}
 	return limits.New(o)
 }
@@ -335,7 +328,7 @@ func toolSetVersion(tools []config.Tool, servers []config.MCPServer) string {
 // buildResponses returns the store of Responses API responses (nil when
 // [responses] store = "none" serves /v1/responses without one) and the
 // models whose provider serves the Responses API natively.
-func buildResponses(cfg *config.Config, rdb *redis.Client) (*responses.Store, map[string]bool) {
+func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.Store, map[string]bool) {
 	native := map[string]bool{}
 	nativeProvider := map[string]bool{}
 	for _, p := range cfg.Providers {
