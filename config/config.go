@@ -192,6 +192,9 @@ type Fallback struct {
 	Deadline        Duration `toml:"deadline"`         // total per request; default 2m
 	BreakerFailures int      `toml:"breaker_failures"` // consecutive failures to open; default 5
 	BreakerCooldown Duration `toml:"breaker_cooldown"` // default 30s
+	// SharedBreakers shares circuit openings between replicas through
+	// [redis] (pub/sub, no Redis call per request).
+	SharedBreakers bool `toml:"shared_breakers"`
 }
 
 // Cache configures the response cache and its store.

@@ -289,6 +289,9 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	if c.Middleware.Cache.Store == "redis" && c.Redis == nil {
 		p.add("middleware.cache.store", "redis needs a [redis] section")
 	}
+	if f.SharedBreakers && c.Redis == nil {
+		p.add("middleware.fallback.shared_breakers", "true needs a [redis] section")
+	}
 	ce := c.Middleware.ContextEdit
 	p.checkEnum("middleware.context_edit.last_resort", ce.LastResort, "error", "drop_turns", "summarize")
 	p.checkEnum("middleware.context_edit.summary_fallback", ce.SummaryFallback, "error", "drop_turns")

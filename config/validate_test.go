@@ -89,6 +89,7 @@ func TestValidate(t *testing.T) {
 		{name: "mcp models pattern", toml: mcp("models = [\"[\"]\n"), want: `mcp_servers[0].models[0]: bad pattern "["`},
 		{name: "request middleware", toml: "[middleware]\nrequest = [\"policy\", \"magic\"]\n", want: `middleware.request[1]: "magic" is not one of policy, limits, cache`},
 		{name: "cache store", toml: "[middleware.cache]\nstore = \"disk\"\n", want: `middleware.cache.store: "disk" is not one of memory, redis`},
+		{name: "shared breakers without redis", toml: "[middleware.fallback]\nshared_breakers = true\n", want: `middleware.fallback.shared_breakers: true needs a [redis] section`},
 		{name: "cache store redis without redis", toml: "[middleware.cache]\nstore = \"redis\"\n", want: `middleware.cache.store: redis needs a [redis] section`},
 		{name: "context edit last resort", toml: "[middleware.context_edit]\nlast_resort = \"panic\"\n", want: `middleware.context_edit.last_resort: "panic" is not one of error, drop_turns`},
 		{name: "limits fail", toml: "[middleware.limits]\nfail = \"maybe\"\n", want: `middleware.limits.fail: "maybe" is not one of open, closed`},

@@ -123,11 +123,17 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		}
 		return limiter.Admit(r)
 	}
+	var shared *fallback.SharedBreakers
+	if cfg.Middleware.Fallback.SharedBreakers && rdb != nil {
+		shared = fallback.NewSharedBreakers(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D(), log)
+		closers = append(closers, shared.Close)
+	}
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
 			Lookup: lookup, Admit: admit, Store: store}),
-		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
+		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
+			Shared: shared}, lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,
