@@ -141,10 +141,13 @@ func TestRedisCluster(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	defer rdb.Close()
 	ctx := context.Background()
+	var mu sync.Mutex // ForEachMaster calls in parallel
 	perNode := map[string]int{}
 	limitSlots := map[int64]bool{}
 	err := rdb.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 		keys, err := n.Keys(ctx, "cl:*").Result()
+		mu.Lock()
+		defer mu.Unlock()
 		for _, k := range keys {
 			perNode[n.Options().Addr]++
 			if strings.HasPrefix(k, "cl:{limits}:") {
