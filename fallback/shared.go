@@ -180,10 +180,22 @@ func (s *SharedBreakers) catchUp(apply func(breakerEvent)) {
 		return // the next resubscription tries again
 	}
 	for f, v := range open {
-		provider, upstream, ok := strings.Cut(f, "\x00")
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if ok && err == nil {
-			apply(breakerEvent{open: true, until: time.UnixMilli(ms), provider: provider, upstream: upstream})
+		if ev, ok := decodeOpen(f, v); ok {
+			apply(ev)
 		}
 	}
+}
+
+// decodeOpen parses one entry of the hash of open circuits (depField →
+// open-until in unix ms); ok is false for anything else.
+func decodeOpen(field, value string) (ev breakerEvent, ok bool) {
+	if len(field)+len(value) > maxEventBytes {
+		return ev, false
+	}
+	provider, upstream, ok := strings.Cut(field, "\x00")
+	ms, err := strconv.ParseInt(value, 10, 64)
+	if !ok || err != nil {
+		return ev, false
+	}
+	return breakerEvent{open: true, until: time.UnixMilli(ms), provider: provider, upstream: upstream}, true
 }

@@ -3,6 +3,7 @@ package fallback
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,15 +19,22 @@ import (
 // its circuit for 30 s.
 func sharedReplica(t *testing.T, rdb redis.UniversalClient) *env {
 	t.Helper()
+	return sharedReplicaScript(t, rdb, time.Minute, []step{{err: status(500, `{}`)}})
+}
+
+// sharedReplicaScript is sharedReplica with its own cooldown and script
+// for p/a.
+func sharedReplicaScript(t *testing.T, rdb redis.UniversalClient, cooldown time.Duration, script []step) *env {
+	t.Helper()
 	s := NewSharedBreakers(rdb, "sb:", 200*time.Millisecond, zerolog.Nop())
 	t.Cleanup(s.Close)
 	o := Options{
 		Providers: []config.Provider{{Name: "p", Retries: intp(0)}},
 		Models:    []config.Model{{Name: "a", Deployments: []config.Deployment{{Provider: "p", Upstream: "a"}}}},
-		Fallback:  config.Fallback{BreakerFailures: 2, BreakerCooldown: config.Duration(30 * time.Second)},
+		Fallback:  config.Fallback{BreakerFailures: 2, BreakerCooldown: config.Duration(cooldown)},
 		Shared:    s,
 	}
-	return newEnv(o, map[string][]step{"p/a": {{err: status(500, `{}`)}}}, false, rt("a", 0, nil, dep("p", "a", 1)))
+	return newEnv(o, map[string][]step{"p/a": script}, false, rt("a", 0, nil, dep("p", "a", 1)))
 }
 
 // refused reports whether a request on e is refused by an open circuit
@@ -39,12 +47,7 @@ func refused(t *testing.T, e *env) bool {
 }
 
 // isOpen reports whether e's breaker of p/a is open, without a request.
-func isOpen(e *env) bool {
-	t := e.mw(nil).(*handler).t
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return !t.breakers[depKey{"p", "a"}].available(time.Now())
-}
+func isOpen(e *env) bool { return !breakerOf(e).available(time.Now()) }
 
 // eventually polls cond for up to a second (the promise to operators).
 func eventually(cond func() bool) bool {
@@ -98,6 +101,50 @@ func TestSharedBreakers(t *testing.T) {
 	}
 	if !refused(t, d) || d.f.count("p/a") != 2 {
 		t.Fatalf("with Redis down the local breaker did not open (calls %d)", d.f.count("p/a"))
+	}
+}
+
+// breakerOf returns e's breaker of p/a.
+func breakerOf(e *env) *breaker {
+	t := e.mw(nil).(*handler).t
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.breakers[depKey{"p", "a"}]
+}
+
+// TestSharedBreakerCloses: when the replica that opened a circuit closes it
+// after a successful probe, the others close theirs too, rather than each
+// waiting to probe on its own.
+func TestSharedBreakerCloses(t *testing.T) {
+	t.Parallel()
+	rs := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const cooldown = 200 * time.Millisecond
+	a := sharedReplicaScript(t, rdb, cooldown, []step{{err: status(500, `{}`)}, {err: status(500, `{}`)}, {body: `{"ok":true}`}})
+	b := sharedReplicaScript(t, rdb, time.Hour, []step{{body: `{"ok":true}`}})
+	time.Sleep(100 * time.Millisecond) // both subscribed
+	for range 2 {
+		_, _, _ = a.chat(t, "a", false)
+	}
+	if !eventually(func() bool { return isOpen(b) }) {
+		t.Fatal("b did not see the opening")
+	}
+	time.Sleep(cooldown)
+	if _, _, err := a.chat(t, "a", false); err != nil {
+		t.Fatalf("a's probe: %v", err)
+	}
+	closed := func() bool {
+		br := breakerOf(b)
+		br.mu.Lock()
+		defer br.mu.Unlock()
+		return br.state == circuitClosed
+	}
+	if !eventually(closed) {
+		t.Fatal("b's circuit is still open after a's probe succeeded")
+	}
+	if _, _, err := b.chat(t, "a", false); err != nil || b.f.count("p/a") != 1 {
+		t.Fatalf("b after the closing: %v (calls %d)", err, b.f.count("p/a"))
 	}
 }
 
@@ -158,3 +205,21 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
+
+// FuzzDecodeOpen: whatever the hash of open circuits holds, decoding never
+// panics, and what decodes is what depField and the time would write.
+func FuzzDecodeOpen(f *testing.F) {
+	f.Add(depField("p", "m"), "1700000000000")
+	f.Add("no separator", "1")
+	f.Add(depField("p", "m"), "soon")
+	f.Fuzz(func(t *testing.T, field, value string) {
+		ev, ok := decodeOpen(field, value)
+		if !ok {
+			return
+		}
+		n, _ := strconv.ParseInt(value, 10, 64)
+		if !ev.open || depField(ev.provider, ev.upstream) != field || ev.until.UnixMilli() != n {
+			t.Fatalf("%q %q decoded as %+v", field, value, ev)
+		}
+	})
+}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testredis"
@@ -217,5 +220,52 @@ func TestRedisSentinelFailover(t *testing.T) {
 	defer rdb.Close()
 	if keys, err := rdb.Keys(context.Background(), "sn:*").Result(); err != nil || len(keys) == 0 {
 		t.Fatalf("keys on the promoted master: %v %v", keys, err)
+	}
+}
+
+// TestRedisTLS: with [redis.tls] the gateway reaches a redis-server that
+// speaks only TLS and requires a client certificate; without the client
+// certificate it cannot, and the cache is bypassed (fails open).
+func TestRedisTLS(t *testing.T) {
+	t.Parallel()
+	rs := testredis.StartTLS(t)
+	tlsConf := fmt.Sprintf("[redis]\naddr = %q\n[redis.tls]\nenabled = true\nca_file = %q\n", rs.Addr(), rs.CAFile)
+	h := newHarness(t, cacheConfig+"store = \"redis\"\n"+tlsConf+fmt.Sprintf("cert_file = %q\nkey_file = %q\n", rs.CertFile, rs.KeyFile),
+		mockllm.Options{Respond: numbered})
+	if _, hv := h.chat(det("tls")); hv != "miss" {
+		t.Fatalf("fill over TLS: %q", hv)
+	}
+	if _, hv := h.chat(det("tls")); hv != "hit" {
+		t.Fatalf("hit over TLS: %q", hv)
+	}
+	anon := newHarness(t, cacheConfig+"store = \"redis\"\n"+tlsConf, mockllm.Options{Respond: numbered})
+	if _, hv := anon.chat(det("tls")); hv != "bypass" {
+		t.Fatalf("without a client certificate: %q, want bypass", hv)
+	}
+}
+
+// TestRedisTLSFiles: unreadable TLS files fail the build, naming the key.
+func TestRedisTLSFiles(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, tls, want string }{
+		{"ca file missing", fmt.Sprintf("ca_file = %q\n", missing), "redis.tls.ca_file"},
+		{"ca file not PEM", fmt.Sprintf("ca_file = %q\n", notPEM), "redis.tls.ca_file: no PEM certificate"},
+		{"client pair missing", fmt.Sprintf("cert_file = %q\nkey_file = %q\n", missing, missing), "redis.tls.cert_file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := config.Parse([]byte("[redis]\naddr = \"127.0.0.1:1\"\n[redis.tls]\nenabled = true\n" + tc.tls))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Build(cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("build: %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

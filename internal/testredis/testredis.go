@@ -19,6 +19,7 @@ type Server struct {
 	bin  string
 	Port int
 	conf string   // a config file, first on the command line; "" for none
+	tls  bool     // Port is a TLS port (the plain one is off)
 	args []string // after the port and the common flags
 	cmd  *exec.Cmd
 }
@@ -78,7 +79,12 @@ func (s *Server) launch() {
 	if s.conf != "" {
 		args = append(args, s.conf)
 	}
-	args = append(args, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+	if s.tls {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port))
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
+	args = append(args, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
 	args = append(args, s.args...)
 	s.cmd = exec.Command(s.bin, args...)
