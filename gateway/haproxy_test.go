@@ -25,25 +25,12 @@ import (
 // lbConfig: gpt-x (with the calculator as a server tool, for mixed turns),
 // and "primary", whose deployment always fails and falls back to gpt-x;
 // one failure opens its circuit, shared through Redis.
-const lbConfig = `
-[server]
-log_level = "warn"
-metrics_listen = "{{METRICS}}"
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{{MOCK}}"
-retries = 0
-[[models]]
-name = "gpt-x"
-provider = "up"
-upstream = "up-model"
-context_window = 100000
+var lbConfig = strings.Replace(baseConfig, "[server]", "[server]\nmetrics_listen = \"{{METRICS}}\"", 1) + `
 [[models]]
 name = "primary"
 provider = "up"
 upstream = "up-primary"
-context_window = 100000
+context_window = 1000
 fallbacks = ["gpt-x"]
 [[tools]]
 name = "calculator"
