@@ -165,6 +165,19 @@ func TestRedisCluster(t *testing.T) {
 	if len(limitSlots) != 1 {
 		t.Fatalf("limit counters in slots %v, want one", limitSlots)
 	}
+	// The usage record (written in batches after each call) lands there too.
+	owner, err := rdb.MasterForKey(ctx, "{limits}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if keys, _ := owner.Keys(ctx, "cl:{limits}:usage:*").Result(); len(keys) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no usage record in the cluster")
+		}
+	}
 }
 
 // TestRedisSentinelFailover: a gateway on a Sentinel-managed master keeps
@@ -175,8 +188,8 @@ func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
 	s := testredis.StartSentinel(t)
 	// The first sentinel address is dead: the client tries the next.
-	cfg := scaleConfig + fmt.Sprintf("[redis]\nmode = \"sentinel\"\naddrs = [\"127.0.0.1:%d\", %q]\nmaster_name = %q\nprefix = \"sn:\"\n",
-		testredis.FreePort(t), s.Sentinel.Addr(), testredis.MasterName)
+	cfg := scaleConfig + fmt.Sprintf("[redis]\nmode = \"sentinel\"\naddrs = [\"127.0.0.1:%d\", %q]\nmaster_name = %q\nprefix = \"sn:\"\n"+
+		"password = %q\nsentinel_password = %q\n", testredis.FreePort(t), s.Sentinel.Addr(), testredis.MasterName, testredis.Password, testredis.SentinelPassword)
 	a := newHarness(t, cfg, mockllm.Options{Respond: scaleResponder})
 	b := a.replica(cfg)
 
@@ -216,7 +229,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		t.Fatalf("%d of %d requests failed during the failover: %v", len(failures), served, failures[:min(3, len(failures))])
 	}
 	checkSharedState(t, a, b, "after failover")
-	rdb := redis.NewClient(&redis.Options{Addr: s.Replica.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Replica.Addr(), Password: testredis.Password})
 	defer rdb.Close()
 	if keys, err := rdb.Keys(context.Background(), "sn:*").Result(); err != nil || len(keys) == 0 {
 		t.Fatalf("keys on the promoted master: %v %v", keys, err)

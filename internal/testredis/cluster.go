@@ -44,7 +44,7 @@ func StartCluster(t testing.TB) *Cluster {
 		waitFor(t, "cluster_state:ok on "+n.Addr(), func(ctx context.Context, rdb *redis.Client) bool {
 			info, err := rdb.ClusterInfo(ctx).Result()
 			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
-		}, n.Addr())
+		}, n.Addr(), "")
 	}
 	return c
 }
@@ -68,10 +68,11 @@ func parallel(servers []*Server, f func(*Server)) {
 	wg.Wait()
 }
 
-// waitFor polls ok with a client of addr until it holds, for up to 15 s.
-func waitFor(t testing.TB, what string, ok func(context.Context, *redis.Client) bool, addr string) {
+// waitFor polls ok with a client of addr (authenticated with password
+// unless "") until it holds, for up to 15 s.
+func waitFor(t testing.TB, what string, ok func(context.Context, *redis.Client) bool, addr, password string) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: time.Second})
 	defer rdb.Close()
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
