@@ -46,7 +46,8 @@ func lookPath(t testing.TB, bin string) string {
 // when the test ends.
 func newServer(t testing.TB, bin string, args ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: bin, Port: FreePort(t), args: args}
+	// Its own directory: a master writes dump.rdb there to sync a replica.
+	s := &Server{t: t, bin: bin, Port: FreePort(t), args: append([]string{"--dir", t.TempDir()}, args...)}
 	t.Cleanup(s.Stop)
 	return s
 }
