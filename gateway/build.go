@@ -29,6 +29,7 @@ import (
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
 	"github.com/llmgw/gateway/toolloop"
+	"github.com/llmgw/gateway/toolselect"
 	"github.com/llmgw/gateway/tracing"
 )
 
@@ -112,7 +113,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		call = tracer.ModelCall(call)
 	}
 
-	// A model call made on the caller's behalf (agent tools, summaries)
+	// A model call made on the caller's behalf (agent tools, summaries, tool selection)
 	// passes the caller's policy, limits and budgets.
 	admit := func(r *pipeline.Request) error {
 		if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
@@ -161,6 +162,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	if mcp != nil {
 		loopOpts.Source = mcp // never a typed nil in the interface
+	}
+	if sel := toolselect.New(toolselect.Options{Config: cfg, Lookup: lookup, Admit: admit, Store: store, Log: log}); sel != nil {
+		loopOpts.Selector = sel // the same: nil stays an untyped nil
 	}
 	if tracer != nil {
 		loopOpts.ToolMiddleware = append([]pipeline.ToolMiddleware{tracer.Tool()}, loopOpts.ToolMiddleware...)
