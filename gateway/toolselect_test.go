@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
 )
@@ -414,5 +415,25 @@ func TestToolSelectTraced(t *testing.T) {
 	}
 	if !event || !selector {
 		t.Fatalf("selection event %v, selector span %v", event, selector)
+	}
+}
+
+// With the response cache in Redis, a selection made by one gateway serves
+// another: the second asks no selector and offers the same tools.
+func TestToolSelectSharedThroughRedis(t *testing.T) {
+	t.Parallel()
+	rs := testredis.Start(t)
+	cfg := selectConfig + "[middleware.cache]\nstore = \"redis\"\n[redis]\naddr = \"" + rs.Addr() + "\"\n"
+	respond := selectModel(func() mockllm.Turn { return mockllm.SelectTools("tool_17", "calculator") })
+	p := userMsg("compute 6*7 and then do thing 17")
+	p.Tools = manyTools(38)
+	want := []string{"calculator", "current_time", "tool_17"}
+	for i, wantSelections := range []int{1, 0} {
+		h := newHarness(t, cfg, mockllm.Options{Respond: respond})
+		selectChat(t, h, p, i == 1)
+		rounds, selections := upstreamTools(h)
+		if selections != wantSelections || len(rounds) != 2 || !slices.Equal(rounds[0], want) || !slices.Equal(rounds[1], want) {
+			t.Fatalf("gateway %d: %d selector calls, rounds offered %v", i+1, selections, rounds)
+		}
 	}
 }

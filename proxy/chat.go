@@ -42,7 +42,7 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 	}
 	x.model = in.model
 	req := &pipeline.Request{
-		ID: x.id, Start: x.start, Body: body, Model: in.model, Stream: in.stream, IncludeUsage: in.includeUsage,
+		ID: x.id, Start: x.start, Body: body, Model: in.model, Stream: in.stream, IncludeUsage: in.includeUsage, Tools: in.tools,
 		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &pipeline.Meta{},
 		Hints: pipeline.Hints{
 			Cache:     string(ctx.Request.Header.Peek("X-Gateway-Cache")),

@@ -44,6 +44,9 @@ func (l *Loop) selectTools(ctx context.Context, req *pipeline.Request, tools []*
 	}
 	calls := &modelCalls{max: int64(l.cfg.MaxModelCalls) - 1}
 	r, keep, res := sel.Select(&limitCtx{Context: ctx, calls: calls}, req, server)
+	if res.Outcome == "" {
+		return r, tools, nil // not needed after all
+	}
 	out := &selection{res: res, calls: calls.used.Load()}
 	if keep == nil {
 		return r, tools, out

@@ -1,9 +1,7 @@
 package toolselect
 
 import (
-	"bytes"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -31,19 +29,6 @@ type clientTool struct {
 	raw               string
 }
 
-// view is a read-only string over b, for gjson without a copy.
-func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
-// countClientTools counts the entries of the body's tools array without
-// allocating.
-func countClientTools(body []byte) int {
-	if !bytes.Contains(body, []byte(`"tools"`)) {
-		return 0
-	}
-	n := 0
-	gjson.Get(view(body), "tools").ForEach(func(_, _ gjson.Result) bool { n++; return true })
-	return n
-}
 
 // toolName returns the name of a tools entry or of a call: a function's or
 // a custom tool's.
@@ -132,21 +117,19 @@ func clip(s string, n int) string {
 	return s[:n]
 }
 
-// withClientTools returns body with only the client tools keep holds (and
-// the unnamed ones); body itself when every one is kept. With none kept the
-// tools key is removed: an empty array is refused upstream.
-func withClientTools(body []byte, o *offer, keep map[string]bool) ([]byte, error) {
+// withClientTools returns a new body with only the client tools keep holds
+// (and the unnamed ones), and its tools array. With none kept the tools key
+// is removed (an empty array is refused upstream) and the array is nil.
+func withClientTools(body []byte, o *offer, keep map[string]bool) ([]byte, []byte, error) {
 	n := 0
 	for _, t := range o.client {
 		if t.name == "" || keep[t.name] {
 			n++
 		}
 	}
-	if n == len(o.client) {
-		return body, nil
-	}
 	if n == 0 {
-		return sjson.DeleteBytes(body, "tools")
+		b, err := sjson.DeleteBytes(body, "tools")
+		return b, nil, err
 	}
 	arr := make([]byte, 0, len(body)/2)
 	arr = append(arr, '[')
@@ -159,5 +142,7 @@ func withClientTools(body []byte, o *offer, keep map[string]bool) ([]byte, error
 		}
 		arr = append(arr, t.raw...)
 	}
-	return sjson.SetRawBytes(body, "tools", append(arr, ']'))
+	arr = append(arr, ']')
+	b, err := sjson.SetRawBytes(body, "tools", arr)
+	return b, arr, err
 }

@@ -1,6 +1,7 @@
 package toolselect
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
@@ -55,32 +56,35 @@ func TestWithClientTools(t *testing.T) {
 	t.Parallel()
 	body := []byte(offerBody)
 	o := parseOffer(body)
-	got, err := withClientTools(body, o, map[string]bool{"c": true, "b": true})
-	if err != nil {
-		t.Fatal(err)
+	got, arr, err := withClientTools(body, o, map[string]bool{"c": true, "b": true})
+	if err != nil || gjson.GetBytes(got, "tools").Raw != string(arr) {
+		t.Fatalf("tools array %s in %s: %v", arr, got, err)
 	}
 	var names []string
 	gjson.GetBytes(got, "tools").ForEach(func(_, v gjson.Result) bool { names = append(names, toolName(v)); return true })
 	if !slices.Equal(names, []string{"b", "c", ""}) || gjson.GetBytes(got, "messages").Raw != gjson.GetBytes(body, "messages").Raw {
 		t.Fatalf("tools %q in %s", names, got)
 	}
-	if same, _ := withClientTools(body, o, map[string]bool{"a": true, "b": true, "c": true}); &same[0] != &body[0] {
-		t.Fatal("a body whose tools are all kept was copied")
-	}
 	one := []byte(`{"tools":[{"type":"function","function":{"name":"a"}}],"messages":[]}`)
-	got, err = withClientTools(one, parseOffer(one), map[string]bool{})
-	if err != nil || gjson.GetBytes(got, "tools").Exists() || !gjson.ValidBytes(got) {
+	got, arr, err = withClientTools(one, parseOffer(one), map[string]bool{})
+	if err != nil || arr != nil || gjson.GetBytes(got, "tools").Exists() || !gjson.ValidBytes(got) {
 		t.Fatalf("none kept: %s %v", got, err)
 	}
 }
 
 // Needed is the cost of a configured selection that does not trigger: it
-// counts without allocating.
+// counts the tools array's function and custom keys (not the history's nor
+// tool_choice's), from the array ingress found when there is one, without
+// allocating.
 func TestNeededAllocatesNothing(t *testing.T) {
-	s := &Selector{models: map[string]*settings{"m": {maxTools: 4}}}
-	req := &pipeline.Request{Model: "m", Body: []byte(offerBody)}
+	s := &Selector{models: map[string]*settings{"m": {maxTools: 3}}}
+	body := []byte(offerBody)
+	req := &pipeline.Request{Model: "m", Body: body, Tools: []byte(gjson.GetBytes(body, "tools").Raw)}
 	if s.Needed(req, 0) || !s.Needed(req, 1) {
-		t.Fatal("4 client tools: needed only with a server tool more")
+		t.Fatal("3 counted client tools (the fourth has no function key): needed only with a server tool more")
+	}
+	if s.Needed(&pipeline.Request{Model: "m", Body: body}, 3) || !s.Needed(&pipeline.Request{Model: "m", Body: body}, 4) {
+		t.Fatal("without ingress's array, only the server tools count")
 	}
 	other := &pipeline.Request{Model: "other", Body: []byte(offerBody)}
 	if s.Needed(other, 100) {
@@ -106,10 +110,33 @@ func FuzzParseOffer(f *testing.F) {
 				keep[c.name] = true
 			}
 		}
-		got, err := withClientTools(body, o, keep)
+		got, _, err := withClientTools(body, o, keep)
 		if err == nil && !gjson.ValidBytes(got) {
 			t.Fatalf("invalid body %q from %q", got, body)
 		}
-		_ = countClientTools(body)
+		var c counts
+		_ = c.count(body)
 	})
+}
+
+// counts counts an array once and answers a copy of it from memory without
+// allocating; another array of the same slot is counted afresh.
+func TestCountsRemembers(t *testing.T) { // not parallel: AllocsPerRun
+	var c counts
+	a := []byte(`[{"type":"function","function":{"name":"a"}},{"type":"custom","custom":{"name":"b"}}]`)
+	if n := c.count(a); n != 2 {
+		t.Fatalf("counted %d", n)
+	}
+	again := bytes.Clone(a)
+	if n := testing.AllocsPerRun(100, func() { c.count(again) }); n != 0 || c.count(again) != 2 {
+		t.Fatalf("%v allocations for a remembered array", n)
+	}
+	// The same length and sampled bytes, so the same slot: one tool fewer.
+	b := bytes.Replace(bytes.Clone(a), []byte(`"custom":{`), []byte(`"cust0m":{`), 1)
+	if slotOf(b) != slotOf(a) || c.count(b) != 1 || c.count(a) != 2 {
+		t.Fatalf("slots %d %d, counts %d %d", slotOf(a), slotOf(b), c.count(b), c.count(a))
+	}
+	if c.count(nil) != 0 {
+		t.Fatal("nil counted")
+	}
 }

@@ -71,6 +71,7 @@ type Selector struct {
 	admit  func(*pipeline.Request) error
 	store  Store
 	log    zerolog.Logger
+	counts counts // of recent tools arrays, for Needed
 }
 
 // Tool is a server tool of the request, as the selector sees it.
@@ -107,14 +108,16 @@ func New(o Options) *Selector {
 }
 
 // Needed reports whether req, which brings server server tools along, offers
-// more tools than its model's max_tools. It allocates nothing: it is the
-// whole cost of a configured selection that does not trigger.
+// more tools than its model's max_tools. It reads the client's tools from
+// req.Tools (ingress's), so its cost does not grow with the conversation,
+// and allocates nothing once it has seen the array: it is the whole cost of
+// a configured selection that does not trigger.
 func (s *Selector) Needed(req *pipeline.Request, server int) bool {
 	st := s.models[req.Model]
 	if st == nil {
 		return false
 	}
-	return server+countClientTools(req.Body) > st.maxTools
+	return server+s.counts.count(req.Tools) > st.maxTools
 }
 
 // Select picks the tools of req, for which Needed reported true. It returns
@@ -136,8 +139,9 @@ func (s *Selector) Select(ctx context.Context, req *pipeline.Request, server []T
 	}
 	res := Result{Offered: len(o.client) + len(server)}
 	res.Kept = res.Offered
-	if st == nil || o.none {
-		return req, nil, res // tool_choice none: nothing will be called
+	if st == nil || o.none || res.Offered <= st.maxTools {
+		// tool_choice none calls no tool; Needed's estimate was high.
+		return req, nil, res
 	}
 	picks := s.pick(ctx, req, st, o, cands, &res)
 	defer s.report(ctx, req, st, &res)
@@ -154,27 +158,29 @@ func (s *Selector) Select(ctx context.Context, req *pipeline.Request, server []T
 	for n := range o.pinned {
 		keep[n] = true
 	}
-	body, err := withClientTools(req.Body, o, keep)
-	if err != nil {
-		res.Outcome = OutcomeMalformed // the body could not be edited: offer everything
-		return req, nil, res
-	}
-	res.Kept = 0
+	client, kept := 0, 0
 	for _, t := range o.client {
 		if t.name == "" || keep[t.name] {
-			res.Kept++
+			client++
 		}
 	}
 	for _, t := range server {
 		if keep[t.Name] {
-			res.Kept++
+			kept++
 		}
 	}
-	r := req
-	if len(body) != len(req.Body) {
-		r = req.Clone()
-		r.Body = body
+	if client == len(o.client) {
+		res.Kept = client + kept
+		return req, keep, res
 	}
+	body, tools, err := withClientTools(req.Body, o, keep)
+	if err != nil {
+		res.Outcome = OutcomeMalformed // the body could not be edited: offer everything
+		return req, nil, res
+	}
+	res.Kept = client + kept
+	r := req.Clone()
+	r.Body, r.Tools = body, tools
 	return r, keep, res
 }
 
