@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
@@ -435,5 +437,38 @@ func TestToolSelectSharedThroughRedis(t *testing.T) {
 		if selections != wantSelections || len(rounds) != 2 || !slices.Equal(rounds[0], want) || !slices.Equal(rounds[1], want) {
 			t.Fatalf("gateway %d: %d selector calls, rounds offered %v", i+1, selections, rounds)
 		}
+	}
+}
+
+// The README's example runs as written on the shipped config's demo model:
+// its config block appended to config.toml, its request gets 2/6 tools.
+func TestToolSelectReadmeExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile("../config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(readme), "### LLM tool selection\n")
+	_, block, _ := strings.Cut(sec, "```toml\n")
+	block, _, _ = strings.Cut(block, "```")
+	_, body, _ := strings.Cut(sec, "-d '")
+	body, _, _ = strings.Cut(body, "'\n")
+	if block == "" || !gjson.Valid(body) {
+		t.Fatalf("README example not found: config %q, body %q", block, body)
+	}
+	cfg, err := config.Parse(append(append(shipped, '\n'), block...))
+	if err != nil {
+		t.Fatalf("the README's config block on the shipped config: %v", err)
+	}
+	h := &harness{t: t}
+	h.srv = h.start(cfg)
+	status, hdr, resp := h.post("/chat/completions", body, map[string]string{"x-gateway-tool-trace": "1"})
+	sel := gjson.GetBytes(resp, "x_gateway.tool_select")
+	if status != 200 || hdr.Get("X-Gateway-Tools-Selected") != "2/6" || sel.Get("outcome").Str != "selected" || sel.Get("kept").Int() != 2 {
+		t.Fatalf("status %d, x-gateway-tools-selected %q, x_gateway.tool_select %s", status, hdr.Get("X-Gateway-Tools-Selected"), sel.Raw)
 	}
 }
