@@ -141,7 +141,7 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 			b.WriteString(" (" + m.name + ")")
 		}
 		b.WriteString(": ")
-		b.WriteString(contentText(m.content))
+		b.WriteString(ContentText(m.content))
 		for _, c := range m.calls {
 			b.WriteString("\n[called " + c.name + " with " + c.input.String() + "]")
 		}
@@ -154,8 +154,9 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 	return out
 }
 
-// contentText is a message content's text: the string, or its text parts.
-func contentText(c gjson.Result) string {
+// ContentText is a message content's text: the string, or its text parts
+// joined by newlines.
+func ContentText(c gjson.Result) string {
 	if c.Type == gjson.String {
 		return c.Str
 	}

@@ -11,8 +11,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
@@ -133,6 +131,27 @@ func selectChat(t *testing.T, h *harness, p openai.ChatCompletionNewParams, stre
 	return resp.Choices[0].Message, resp.Usage, hdr, gjson.GetBytes(raw, "x_gateway")
 }
 
+// fortyTools is the request of most tests: 38 client tools (and the two
+// server tools) for a turn that calls the calculator, then tool_17.
+func fortyTools() openai.ChatCompletionNewParams {
+	p := userMsg("compute 6*7 and then do thing 17")
+	p.Tools = manyTools(38)
+	return p
+}
+
+// clientCall sends fortyTools traced, checks that the client got gpt-x's
+// call of tool_17, and returns what the client and the mock saw.
+func clientCall(t *testing.T, h *harness, stream bool) (usage openai.CompletionUsage, hdr http.Header, xg gjson.Result, rounds [][]string, selections int) {
+	t.Helper()
+	h.mock.ResetRecords()
+	msg, usage, hdr, xg := selectChat(t, h, fortyTools(), stream, option.WithHeader("x-gateway-tool-trace", "1"))
+	if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "tool_17" {
+		t.Fatalf("stream=%v: client saw %+v", stream, msg)
+	}
+	rounds, selections = upstreamTools(h)
+	return usage, hdr, xg, rounds, selections
+}
+
 // 40 tools, the selector picks 3 (two client tools and a server tool): every
 // round upstream offers exactly those 3 and always_include, streamed and
 // not. The selector's tokens are in x_gateway, not in usage; the second
@@ -143,15 +162,8 @@ func TestToolSelectPicksForEveryRound(t *testing.T) {
 		return mockllm.SelectTools("tool_17", "no_such_tool", "calculator", "tool_03")
 	})})
 	want := []string{"calculator", "current_time", "tool_03", "tool_17"}
-	p := userMsg("compute 6*7 and then do thing 17")
-	p.Tools = manyTools(38)
 	for i, stream := range []bool{true, false} {
-		h.mock.ResetRecords()
-		msg, usage, hdr, xg := selectChat(t, h, p, stream, option.WithHeader("x-gateway-tool-trace", "1"))
-		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "tool_17" {
-			t.Fatalf("stream=%v: client saw %+v", stream, msg)
-		}
-		rounds, selections := upstreamTools(h)
+		usage, hdr, xg, rounds, selections := clientCall(t, h, stream)
 		if len(rounds) != 2 {
 			t.Fatalf("stream=%v: %d upstream rounds", stream, len(rounds))
 		}
@@ -264,15 +276,8 @@ func TestToolSelectFailsOpen(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, selectConfig+tc.extra, mockllm.Options{Respond: selectModel(func() mockllm.Turn { return tc.pick })})
-			p := userMsg("compute 6*7 and then do thing 17")
-			p.Tools = manyTools(38)
 			for _, stream := range []bool{false, true} {
-				h.mock.ResetRecords()
-				msg, _, hdr, xg := selectChat(t, h, p, stream, option.WithHeader("x-gateway-tool-trace", "1"))
-				if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "tool_17" {
-					t.Fatalf("stream=%v: client saw %+v", stream, msg)
-				}
-				rounds, _ := upstreamTools(h)
+				_, hdr, xg, rounds, _ := clientCall(t, h, stream)
 				for r, got := range rounds {
 					if len(got) != 40 {
 						t.Errorf("stream=%v: round %d offered %d tools, want all 40", stream, r+1, len(got))
@@ -285,7 +290,7 @@ func TestToolSelectFailsOpen(t *testing.T) {
 					t.Errorf("stream=%v: x_gateway.tool_select %s, want outcome %s", stream, xg.Get("tool_select").Raw, tc.outcome)
 				}
 			}
-			if n := selectMetric(t, h, tc.outcome); n < 2 {
+			if n := selectMetric(h, tc.outcome); n < 2 {
 				t.Errorf("gateway_tool_select_total{outcome=%q} = %v, want at least this test's 2", tc.outcome, n)
 			}
 		})
@@ -294,23 +299,8 @@ func TestToolSelectFailsOpen(t *testing.T) {
 
 // selectMetric reads gateway_tool_select_total{outcome} from /metrics (the
 // registry is the process's: other tests only add to it).
-func selectMetric(t *testing.T, h *harness, outcome string) float64 {
-	t.Helper()
-	resp, err := http.Get(strings.TrimSuffix(h.base, "/v1") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := families["gateway_tool_select_total"]
-	if f == nil {
-		return 0
-	}
-	for _, m := range f.Metric {
+func selectMetric(h *harness, outcome string) float64 {
+	for _, m := range h.metrics()["gateway_tool_select_total"].GetMetric() {
 		for _, l := range m.Label {
 			if l.GetName() == "outcome" && l.GetValue() == outcome {
 				return m.Counter.GetValue()
@@ -392,9 +382,7 @@ func TestToolSelectTraced(t *testing.T) {
 	h := newHarness(t, selectConfig+"[tracing]\nenabled = true\nendpoint = \""+otlpURL+"\"\n", mockllm.Options{Respond: selectModel(func() mockllm.Turn {
 		return mockllm.SelectTools("tool_17", "calculator")
 	})})
-	p := userMsg("compute 6*7 and then do thing 17")
-	p.Tools = manyTools(38)
-	selectChat(t, h, p, false)
+	selectChat(t, h, fortyTools(), false)
 	spans := rc.wait(t, 5) // the request, the selector's call, two rounds and the calculator
 	var event bool
 	var selector bool
@@ -427,8 +415,7 @@ func TestToolSelectSharedThroughRedis(t *testing.T) {
 	rs := testredis.Start(t)
 	cfg := selectConfig + "[middleware.cache]\nstore = \"redis\"\n[redis]\naddr = \"" + rs.Addr() + "\"\n"
 	respond := selectModel(func() mockllm.Turn { return mockllm.SelectTools("tool_17", "calculator") })
-	p := userMsg("compute 6*7 and then do thing 17")
-	p.Tools = manyTools(38)
+	p := fortyTools()
 	want := []string{"calculator", "current_time", "tool_17"}
 	for i, wantSelections := range []int{1, 0} {
 		h := newHarness(t, cfg, mockllm.Options{Respond: respond})

@@ -5,6 +5,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/contextedit"
 )
 
 // Bounds of what the selector is shown: a tool's description and the latest
@@ -55,7 +57,7 @@ func parseOffer(body []byte) *offer {
 	res[1].ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").Str {
 		case "user":
-			o.text = turnText(m.Get("content"))
+			o.text = contextedit.ContentText(m.Get("content"))
 		case "assistant":
 			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
 				if n := toolName(c); n != "" {
@@ -85,25 +87,6 @@ func parseOffer(body []byte) *offer {
 		})
 	}
 	return o
-}
-
-// turnText is a message content's text: the string, or its text parts
-// joined by newlines.
-func turnText(c gjson.Result) string {
-	if c.Type == gjson.String {
-		return c.Str
-	}
-	var b []byte
-	c.ForEach(func(_, p gjson.Result) bool {
-		if t := p.Get("text"); t.Type == gjson.String {
-			if len(b) > 0 {
-				b = append(b, '\n')
-			}
-			b = append(b, t.Str...)
-		}
-		return true
-	})
-	return string(b)
 }
 
 // clip returns s cut to at most n bytes on a rune boundary.
