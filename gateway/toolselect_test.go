@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -60,7 +63,7 @@ func manyTools(n int) []openai.ChatCompletionToolUnionParam {
 
 // selectModel scripts the selector's turn with pick, and gpt-x: round 1
 // calls the calculator (a server tool), round 2 calls the client's tool_17,
-// and after a client result it answers. Every round's usage is fixed.
+// and after the client's result it answers. Every round's usage is fixed.
 func selectModel(pick func() mockllm.Turn) func(*mockllm.Call) mockllm.Turn {
 	return func(c *mockllm.Call) mockllm.Turn {
 		if _, ok := c.ToolSelection(); ok {
@@ -70,6 +73,8 @@ func selectModel(pick func() mockllm.Turn) func(*mockllm.Call) mockllm.Turn {
 		}
 		u := &mockllm.Usage{Prompt: 100, Completion: 10}
 		switch results := len(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Array()); {
+		case strings.Contains(strings.Join(c.ToolResults, ""), `"thing"`): // the client's result
+			return mockllm.Turn{Text: "done: " + strings.Join(c.ToolResults, " "), Usage: u}
 		case results == 0 && c.Offers("calculator"):
 			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: u}
 		case results == 1 && c.Offers("tool_17"):
@@ -457,5 +462,41 @@ func TestToolSelectReadmeExample(t *testing.T) {
 	sel := gjson.GetBytes(resp, "x_gateway.tool_select")
 	if status != 200 || hdr.Get("X-Gateway-Tools-Selected") != "2/6" || sel.Get("outcome").Str != "selected" || sel.Get("kept").Int() != 2 {
 		t.Fatalf("status %d, x-gateway-tools-selected %q, x_gateway.tool_select %s", status, hdr.Get("X-Gateway-Tools-Selected"), sel.Raw)
+	}
+}
+
+// The openai npm package's runTools() with 38 client functions: each of its
+// two requests (the second carries tool_17's result) offers upstream only
+// the selected tools, and the second reuses the first's selection.
+func TestToolSelectNodeRunTools(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed (.ci/run installs it)")
+	}
+	dir, _ := filepath.Abs("../test/node")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
+	}
+	h := newHarness(t, selectConfig, mockllm.Options{Respond: selectModel(func() mockllm.Turn {
+		return mockllm.SelectTools("tool_17", "calculator", "tool_03")
+	})})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "toolselect.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "runTools: ok") {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	rounds, selections := upstreamTools(h)
+	want := []string{"calculator", "current_time", "tool_03", "tool_17"}
+	if selections != 1 || len(rounds) != 3 {
+		t.Fatalf("%d selector calls, %d rounds", selections, len(rounds))
+	}
+	for r, got := range rounds {
+		if !slices.Equal(got, want) {
+			t.Errorf("round %d offered %v, want %v", r+1, got, want)
+		}
 	}
 }
