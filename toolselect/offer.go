@@ -31,7 +31,6 @@ type clientTool struct {
 	raw               string
 }
 
-
 // toolName returns the name of a tools entry or of a call: a function's or
 // a custom tool's.
 func toolName(v gjson.Result) string {
