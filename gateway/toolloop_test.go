@@ -8,9 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -297,14 +294,7 @@ func TestToolTimeoutAndAgentTool(t *testing.T) {
 // stream() and runTools() against a gateway with a server and a client tool.
 func TestNodeSDKToolLoop(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed (.ci/run installs it)")
-	}
-	dir, _ := filepath.Abs("../test/node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
-	}
+	nodeReady(t)
 	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
 		switch {
 		case c.LastRole == "user":
@@ -315,15 +305,7 @@ func TestNodeSDKToolLoop(t *testing.T) {
 			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
 		}
 	}, mockllm.Chunking{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "toolloop.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, out)
-	}
+	out := runNode(t, "toolloop.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
 	if !strings.Contains(string(out), "stream: ok") || !strings.Contains(string(out), "runTools: ok") {
 		t.Fatalf("node output: %s", out)
 	}

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -470,24 +467,12 @@ func TestToolSelectReadmeExample(t *testing.T) {
 // the selected tools, and the second reuses the first's selection.
 func TestToolSelectNodeRunTools(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed (.ci/run installs it)")
-	}
-	dir, _ := filepath.Abs("../test/node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
-	}
+	nodeReady(t)
 	h := newHarness(t, selectConfig, mockllm.Options{Respond: selectModel(func() mockllm.Turn {
 		return mockllm.SelectTools("tool_17", "calculator", "tool_03")
 	})})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "toolselect.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base)
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "runTools: ok") {
-		t.Fatalf("node: %v\n%s", err, out)
+	if out := runNode(t, "toolselect.mjs", "GATEWAY_BASE_URL="+h.base); !strings.Contains(string(out), "runTools: ok") {
+		t.Fatalf("node output: %s", out)
 	}
 	rounds, selections := upstreamTools(h)
 	want := []string{"calculator", "current_time", "tool_03", "tool_17"}
