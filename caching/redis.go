@@ -18,12 +18,9 @@ type RedisStore struct {
 }
 
 // NewRedisStore returns a Store over client, prefixing every key with prefix
-// (e.g. "gw:cache:"). timeout <= 0 means 200ms. The caller owns client and
-// closes it.
+// (e.g. "gw:cache:"). timeout bounds each command (redis.timeout, defaulted
+// by config). The caller owns client and closes it.
 func NewRedisStore(client *redis.Client, prefix string, timeout time.Duration) *RedisStore {
-	if timeout <= 0 {
-		timeout = 200 * time.Millisecond
-	}
 	return &RedisStore{client: client, prefix: prefix, timeout: timeout}
 }
 

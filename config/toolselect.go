@@ -3,9 +3,9 @@ package config
 import "fmt"
 
 // ToolSelectFor returns the tool selection settings of requests to model m:
-// [middleware.tool_select] with every key m's own [models.tool_select] sets
-// replacing the global one, defaults applied. ok is false when selection is
-// off for m (no selector model, or enabled = false).
+// [middleware.tool_select] (defaults applied) with every key m's own
+// [models.tool_select] sets replacing the global one. ok is false when
+// selection is off for m (no selector model, or enabled = false).
 func (c *Config) ToolSelectFor(m *Model) (ts ToolSelect, ok bool) {
 	ts = c.Middleware.ToolSelect
 	ts.AlwaysInclude = append([]string(nil), ts.AlwaysInclude...)
@@ -25,12 +25,6 @@ func (c *Config) ToolSelectFor(m *Model) (ts ToolSelect, ok bool) {
 		if o.Enabled != nil {
 			ts.Enabled = o.Enabled
 		}
-	}
-	if ts.MaxTools == 0 {
-		ts.MaxTools = DefaultSelectMaxTools
-	}
-	if ts.MinTools == 0 {
-		ts.MinTools = DefaultSelectMinTools
 	}
 	return ts, ts.Model != "" && (ts.Enabled == nil || *ts.Enabled)
 }

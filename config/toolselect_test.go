@@ -47,7 +47,7 @@ always_include = ["a", "b"]
 			t.Errorf("%s: %+v on=%v", m.Name, ts, on)
 		}
 	}
-	if _, on := (&Config{}).ToolSelectFor(&Model{Name: "n"}); on {
+	if _, on := (&Config{}).ToolSelectFor(&Model{Name: "n"}); on { // nothing set, not even defaults
 		t.Error("on without a selector model")
 	}
 }

@@ -66,6 +66,9 @@ func TestValidate(t *testing.T) {
 		{name: "tool mcp kind", toml: "[[tools]]\nname = \"t\"\nkind = \"mcp\"\n", want: `tools[0].kind: MCP tools are not listed one by one`},
 		{name: "tool kind", toml: "[[tools]]\nname = \"t\"\nkind = \"shell\"\n", want: `tools[0].kind: "shell" is not one of builtin, http, agent`},
 		{name: "tool models pattern", toml: tool("models = [\"m\", \"[\"]\n"), want: `tools[0].models[1]: bad pattern "["`},
+		{name: "tool approval", toml: tool("approval = \"sometimes\"\n"), want: `tools[0].approval: "sometimes" is not one of always, never`},
+		{name: "tool approval always", toml: tool("approval = \"always\"\n")},
+		{name: "mcp approval pattern", toml: mcp("approval = [\"delete_*\", \"[\"]\n"), want: `mcp_servers[0].approval[1]: bad pattern "["`},
 		{name: "mcp name required", toml: "[[mcp_servers]]\ncommand = \"srv\"\n", want: `mcp_servers[0].name: required`},
 		{name: "mcp name twice", toml: mcp("") + mcp(""), want: `mcp_servers[1].name: "s" is defined twice`},
 		{name: "mcp neither command nor url", toml: "[[mcp_servers]]\nname = \"s\"\n", want: `mcp_servers[0]: set exactly one of command, url`},
@@ -111,7 +114,15 @@ func TestValidate(t *testing.T) {
 		{name: "policy models pattern", toml: policy("models = [\"[\"]\n"), want: `policies[0].models[0]: bad pattern "["`},
 		{name: "policy tools pattern", toml: policy("tools = [\"[\"]\n"), want: `policies[0].tools[0]: bad pattern "["`},
 		{name: "policy passthrough pattern", toml: policy("passthrough = [\"[\"]\n"), want: `policies[0].passthrough[0]: bad pattern "["`},
+		{name: "policy approval tools pattern", toml: policy("approval_tools = [\"[\"]\n"), want: `policies[0].approval_tools[0]: bad pattern "["`},
 		{name: "redis addr", toml: "[redis]\ndb = 1\n", want: `redis.addr: required`},
+		{name: "redis timeout", toml: "[redis]\naddr = \"h:1\"\ntimeout = \"-1s\"\n", want: `redis.timeout: must be positive`},
+		{name: "provider retry after cap", toml: prov("retry_after_cap = \"-1s\"\n"), want: `providers[1].retry_after_cap: must be positive`},
+		{name: "tool timeout", toml: tool("timeout = \"-1s\"\n"), want: `tools[0].timeout: must be positive`},
+		{name: "tool loop wall time", toml: "[tool_loop]\nwall_time = \"-1s\"\n", want: `tool_loop.wall_time: must be positive`},
+		{name: "tool loop state max bytes", toml: "[tool_loop]\nstate_max_bytes = -1\n", want: `tool_loop.state_max_bytes: must be positive`},
+		{name: "fallback breaker failures", toml: "[middleware.fallback]\nbreaker_failures = -1\n", want: `middleware.fallback.breaker_failures: must be positive`},
+		{name: "cache ttl", toml: "[middleware.cache]\nttl = \"-1s\"\n", want: `middleware.cache.ttl: must be positive`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,14 +13,8 @@ import (
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
-
-// DefaultSummaryPrompt is the summary model's system prompt when
-// summary_prompt is not set.
-const DefaultSummaryPrompt = "You condense the earlier part of a conversation between a user and an AI assistant " +
-	"so that the assistant can continue it without the original messages. Keep every fact, decision, " +
-	"number, name, file, tool result and open question that later turns may need; drop pleasantries. " +
-	"Write plain prose or short bullet points, in the conversation's language, at most about 400 words."
 
 // summaryPrefix opens the message that replaces the summarised turns.
 const summaryPrefix = "Summary of the earlier conversation (older messages were replaced by this summary):\n"
@@ -87,10 +81,11 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 			return "", err
 		}
 	}
-	// The summary call is its own conversation: not the caller's edit log
-	// (held by the caller right now) nor its prompt hint, and its own model
-	// call even under a fallback route's call (fallback.NewCall).
-	sctx := fallback.NewCall(context.WithValue(context.WithValue(ctx, logKey{}, (*EditLog)(nil)), hintKey{}, promptHint{}))
+	// The summary call is its own conversation: r is a new request, so it
+	// carries neither the caller's edit log (held by the caller right now)
+	// nor its prompt hint; and it is its own model call even under a
+	// fallback route's call (fallback.NewCall).
+	sctx := fallback.NewCall(ctx)
 	resp, err := route.ModelLayer.Chat(sctx, r)
 	if err != nil {
 		return "", err
@@ -141,7 +136,7 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 			b.WriteString(" (" + m.name + ")")
 		}
 		b.WriteString(": ")
-		b.WriteString(ContentText(m.content))
+		b.WriteString(wire.ContentText(m.content))
 		for _, c := range m.calls {
 			b.WriteString("\n[called " + c.name + " with " + c.input.String() + "]")
 		}
@@ -152,22 +147,6 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 		out = out[len(out)-maxSummaryInput:]
 	}
 	return out
-}
-
-// ContentText is a message content's text: the string, or its text parts
-// joined by newlines.
-func ContentText(c gjson.Result) string {
-	if c.Type == gjson.String {
-		return c.Str
-	}
-	var parts []string
-	c.ForEach(func(_, p gjson.Result) bool {
-		if t := p.Get("text"); t.Type == gjson.String {
-			parts = append(parts, t.Str)
-		}
-		return true
-	})
-	return strings.Join(parts, "\n")
 }
 
 // summaryMessage is the JSON of the user message that carries a summary.

@@ -141,24 +141,23 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	// server tools while they are up. Close stops their child processes.
 	var mcp *mcpclient.Manager
 	if len(cfg.MCPServers) > 0 {
-		mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, DefaultTimeout: cfg.ToolLoop.ToolTimeout.D(), Logger: log})
+		mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, Logger: log})
 		closers = append(closers, mcp.Close)
 	}
 
 	// The request layer, ending in the tool loop.
 	loopOpts := toolloop.Options{
-		Tools:       cfg.Tools,
-		Loop:        cfg.ToolLoop,
-		Lookup:      lookup,
-		Admit:       admit,
-		ToolAllowed: policies.ToolAllowed,
-		ToolTrace:   policies.ToolTrace,
+		Tools:  cfg.Tools,
+		Loop:   cfg.ToolLoop,
+		Lookup: lookup,
+		Admit:  admit,
 		ToolMiddleware: []pipeline.ToolMiddleware{
 			limiter.ToolLimit(),
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
 		},
-		State:  buildState(cfg, rdb),
-		Logger: log,
+		State:      buildState(cfg, rdb),
+		NewEditLog: contextedit.NewEditLog,
+		Logger:     log,
 	}
 	if mcp != nil {
 		loopOpts.Source = mcp // never a typed nil in the interface
@@ -182,9 +181,6 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 			ToolSetVersion: toolSetVersion(cfg.Tools, cfg.MCPServers),
 			ServerTools:    len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0,
 			Logger:         log,
-			Enabled: func(r *pipeline.Request) bool {
-				return policies.CacheEnabled(r.Tenant, cfg.Middleware.Cache.Enabled)
-			},
 		}),
 	}
 	var mws []pipeline.Middleware
@@ -260,7 +256,7 @@ func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
 
 // buildState returns the mixed-turn state store: Redis when [redis] is set
 // (so that any replica can continue a turn), else memory bounded by
-// tool_loop.state_max_entries; nil when no server tool can exist.
+// tool_loop.state_max_entries and state_max_bytes; nil when no server tool can exist.
 func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
 	if len(cfg.Tools) == 0 && len(cfg.MCPServers) == 0 {
 		return nil
@@ -268,7 +264,7 @@ func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
 	if rdb != nil {
 		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D())
 	}
-	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, 0)
+	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, cfg.ToolLoop.StateMaxBytes)
 }
 
 // redisClient builds a client whose every call is bounded by the config's timeout.

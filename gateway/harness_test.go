@@ -6,9 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -227,30 +224,3 @@ func (h *harness) metrics() map[string]*dto.MetricFamily {
 	return families
 }
 
-// nodeReady skips the test unless node and test/node's openai package are
-// installed.
-func nodeReady(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed (.ci/run installs it)")
-	}
-	if _, err := os.Stat(filepath.Join("..", "test", "node", "node_modules", "openai")); err != nil {
-		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
-	}
-}
-
-// runNode runs a script of test/node with env added and returns its
-// output; it fails the test when the script fails.
-func runNode(t *testing.T, script string, env ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir = filepath.Join("..", "test", "node")
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node %s: %v\n%s", script, err, out)
-	}
-	return out
-}

@@ -467,11 +467,11 @@ func TestToolSelectReadmeExample(t *testing.T) {
 // the selected tools, and the second reuses the first's selection.
 func TestToolSelectNodeRunTools(t *testing.T) {
 	t.Parallel()
-	nodeReady(t)
+	skipWithoutNode(t)
 	h := newHarness(t, selectConfig, mockllm.Options{Respond: selectModel(func() mockllm.Turn {
 		return mockllm.SelectTools("tool_17", "calculator", "tool_03")
 	})})
-	if out := runNode(t, "toolselect.mjs", "GATEWAY_BASE_URL="+h.base); !strings.Contains(string(out), "runTools: ok") {
+	if out := runNode(t, "toolselect.mjs", "GATEWAY_BASE_URL="+h.base); !strings.Contains(out, "runTools: ok") {
 		t.Fatalf("node output: %s", out)
 	}
 	rounds, selections := upstreamTools(h)

@@ -49,6 +49,13 @@ type Request struct {
 	// Meta collects what the layers report back to the client as response
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
+
+	// EditLog and PromptHint carry context editing's state from one round
+	// of a tool loop to the next (pipeline/edits.go). The tool loop sets them
+	// on each round's request; a request that is not a round (a summary, an
+	// agent tool's call) has neither and is edited on its own.
+	EditLog    EditLog
+	PromptHint PromptHint
 }
 
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.
@@ -96,13 +103,4 @@ type Target struct {
 	Upstream string // model name sent upstream
 	Weight   int
 	Model    string // the Route this deployment belongs to
-}
-
-// Tenant is the caller behind a gateway key. Policy is owned by the policies
-// package; other layers read the fields they need through small interfaces.
-type Tenant struct {
-	Name   string
-	Key    string // the key's configured name, never the secret
-	Admin  bool   // the key has role = "admin" (operator APIs)
-	Policy any
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/llmgw/gateway/contextedit"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Bounds of what the selector is shown: a tool's description and the latest
@@ -56,7 +56,7 @@ func parseOffer(body []byte) *offer {
 	res[1].ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").Str {
 		case "user":
-			o.text = contextedit.ContentText(m.Get("content"))
+			o.text = wire.ContentText(m.Get("content"))
 		case "assistant":
 			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
 				if n := toolName(c); n != "" {
