@@ -223,4 +223,3 @@ func (h *harness) metrics() map[string]*dto.MetricFamily {
 	}
 	return families
 }
-
