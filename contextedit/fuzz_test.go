@@ -24,6 +24,15 @@ func FuzzCount(f *testing.F) {
 		if n < tokensPriming {
 			t.Fatalf("Count = %d", n)
 		}
+		// Count sums as it reads; the transcript that editing builds must
+		// agree with it.
+		tr, err := parse(body, c)
+		if err != nil {
+			t.Fatalf("Count accepted what parse refuses: %v", err)
+		}
+		if m := tr.count(promptHint{}); m != n {
+			t.Fatalf("Count = %d, transcript count = %d", n, m)
+		}
 
 		if b := cheapBound(body); b >= 0 && b < n {
 			t.Fatalf("cheapBound %d < Count %d", b, n)

@@ -51,6 +51,13 @@ func New(ctx context.Context, cfg config.Tracing) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	return NewWithExporter(cfg, exp), nil
+}
+
+// NewWithExporter builds the tracer provider of cfg (enabled or not)
+// around exp, batched as New does: for tests and benchmarks that export to
+// memory.
+func NewWithExporter(cfg config.Tracing, exp sdktrace.SpanExporter) *Tracer {
 	ratio := 1.0
 	if cfg.SampleRatio != nil {
 		ratio = *cfg.SampleRatio
@@ -66,7 +73,7 @@ func New(ctx context.Context, cfg config.Tracing) (*Tracer, error) {
 	)
 	// Outgoing upstream, http-tool and MCP requests carry traceparent.
 	otel.SetTextMapPropagator(propagator)
-	return &Tracer{tp: tp, tr: tp.Tracer(instrumentation), content: cfg.CaptureContent}, nil
+	return &Tracer{tp: tp, tr: tp.Tracer(instrumentation), content: cfg.CaptureContent}
 }
 
 // exporter builds the OTLP exporter: options from config where set, the
