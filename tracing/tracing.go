@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -35,6 +37,8 @@ type Tracer struct {
 	tp      *sdktrace.TracerProvider
 	tr      trace.Tracer
 	content bool
+	names   sync.Map // upstream model → its call spans' name
+	nNames  atomic.Int64
 }
 
 // propagator is W3C trace context (traceparent, tracestate).
