@@ -121,7 +121,10 @@ requests_per_minute = 3
 			if got := r.Meta.Get("x-ratelimit-remaining-requests"); got != string(rune('2'-i)) {
 				t.Errorf("request %d: remaining %q", i, got)
 			}
-			if r.Meta.Get("x-ratelimit-limit-requests") != "3" || r.Meta.Get("x-ratelimit-reset-requests") == "" {
+			// A minute's worth refills one request per 20 s (less the time
+			// Redis saw pass since the first request).
+			reset, err := time.ParseDuration(r.Meta.Get("x-ratelimit-reset-requests"))
+			if full := time.Duration(i+1) * 20 * time.Second; err != nil || reset > full || reset < full-time.Second || r.Meta.Get("x-ratelimit-limit-requests") != "3" {
 				t.Errorf("request %d: headers %v", i, r.Meta.Headers())
 			}
 		}
@@ -225,6 +228,53 @@ func TestConcurrentSlots(t *testing.T) {
 		l.Flush() // the slot is freed by the next store write
 		if _, err := req("three"); err != nil {
 			t.Fatalf("after the first stream closed: %v", err)
+		}
+	})
+}
+
+// A request one counter refuses takes nothing from the others.
+func TestRefusedRequestTakesNothing(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		cfg, _ := config.Parse([]byte(baseTOML + "[[limits]]\ntenant = \"*\"\nrequests_per_minute = 2\nconcurrent = 1\n"))
+		st := newStore()
+		prefix := ""
+		if p, ok := st.(*prefixed); ok {
+			st, prefix = p.Store, "n"+string(rune('a'+p.n))+":"
+		}
+		l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
+		defer l.Close()
+		stream := &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() {}}
+		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{Stream: stream}, nil
+		}))
+		req := func(id string) (*pipeline.Request, *pipeline.Response, error) {
+			r := &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}}
+			resp, err := h.Chat(context.Background(), r)
+			return r, resp, err
+		}
+		_, first, err := req("one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"two", "three"} {
+			if _, _, err := req(id); err == nil {
+				t.Fatalf("%s: a second request in flight passed", id)
+			}
+		}
+		first.Stream.Close()
+		l.Flush()
+		r, last, err := req("four")
+		if err != nil {
+			t.Fatalf("the refused requests took from requests_per_minute: %v", err)
+		}
+		if got := r.Meta.Get("x-ratelimit-remaining-requests"); got != "0" {
+			t.Fatalf("remaining %q after two requests", got)
+		}
+		last.Stream.Close()
+		l.Flush()
+		if _, _, err := req("five"); err == nil {
+			t.Fatal("a third request in a minute passed")
 		}
 	})
 }
