@@ -319,28 +319,37 @@ var (
 )
 
 // spanStream ends its span when the stream ends; a model call's span also
-// takes the usage chunk and the finish reason.
+// takes the usage chunk and the finish reason. Close may run while Next
+// does (pipeline.Stream), so mu guards what both touch.
 type spanStream struct {
 	pipeline.Stream
 	span   trace.Span
-	attrs  *attrs
 	usage  bool
+	mu     sync.Mutex
+	attrs  *attrs // nil once ended
 	finish string
-	ended  bool
 }
 
 func (s *spanStream) Next() ([]byte, error) {
 	chunk, err := s.Stream.Next()
 	switch {
-	case err == nil && s.usage && !s.ended:
-		if bytes.Contains(chunk, usageKey) {
-			answered(s.attrs, gjson.GetBytes(chunk, "usage"), "")
+	case err == nil && s.usage:
+		hasUsage, hasFinish := bytes.Contains(chunk, usageKey), bytes.Contains(chunk, finishKey)
+		if !hasUsage && !hasFinish {
+			break
 		}
-		if bytes.Contains(chunk, finishKey) {
-			if f := gjson.GetBytes(chunk, "choices.0.finish_reason"); f.Type == gjson.String {
-				s.finish = f.Str
+		s.mu.Lock()
+		if s.attrs != nil {
+			if hasUsage {
+				answered(s.attrs, gjson.GetBytes(chunk, "usage"), "")
+			}
+			if hasFinish {
+				if f := gjson.GetBytes(chunk, "choices.0.finish_reason"); f.Type == gjson.String {
+					s.finish = f.Str
+				}
 			}
 		}
+		s.mu.Unlock()
 	case err == io.EOF:
 		s.end(nil)
 	case err != nil:
@@ -355,10 +364,11 @@ func (s *spanStream) Close() {
 }
 
 func (s *spanStream) end(err error) {
-	if s.ended {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attrs == nil {
 		return
 	}
-	s.ended = true
 	if err != nil {
 		fail(s.span, s.attrs, err)
 	}
