@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -77,17 +78,17 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 	l.counters(tenant, model).add(t, micro)
 
 	sc := l.scopeOf(tenant, key, r.Model, now)
-	adds := make([]addition, 0, len(sc.tokens)+len(sc.spend)+1)
+	adds := newAdditions()
 	used := t.input + t.output - stateFrom(ctx).takeEstimate(r.Model)
 	if used > 0 {
 		for _, i := range sc.tokens {
 			c := &sc.checks[i]
-			adds = append(adds, addition{key: c.key, kind: kindRate, limit: c.limit, n: used})
+			adds.add(addition{key: c.key, kind: kindRate, limit: c.limit, n: used})
 		}
 	}
 	if micro > 0 {
 		for _, s := range sc.spend {
-			adds = append(adds, addition{key: s.key, kind: kindBudget, n: micro, until: s.end})
+			adds.add(addition{key: s.key, kind: kindBudget, n: micro, until: s.end})
 		}
 	}
 	field := sc.usage
@@ -96,19 +97,35 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 	}
 	day, until := l.day(now)
 	row := usageRow{mCalls: 1, mInput: t.input, mOutput: t.output, mCached: t.cached, mCost: micro}
-	adds = append(adds, addition{key: day, kind: kindUsage, field: field, row: row, until: until})
+	adds.add(addition{key: day, kind: kindUsage, field: field, row: row, until: until})
 	l.record(now, adds)
 }
 
-// record applies adds made at now: at once to a memory store (a map
-// update), queued for a batched write to any other.
-func (l *Limiter) record(now time.Time, adds []addition) {
-	if l.sync {
-		_ = l.store.Add(context.Background(), now, adds)
-		return
+// additions is a buffer of the additions of one record call, pooled:
+// record consumes them before it returns (a memory store applies them, the
+// recorder copies them).
+type additions struct{ a []addition }
+
+var additionsPool = sync.Pool{New: func() any { return &additions{a: make([]addition, 0, 8)} }}
+
+func newAdditions() *additions { return additionsPool.Get().(*additions) }
+
+func (b *additions) add(a addition) { b.a = append(b.a, a) }
+
+// record applies the additions made at now, at once to a memory store (a
+// map update), queued for a batched write to any other; then it frees b.
+func (l *Limiter) record(now time.Time, b *additions) {
+	switch {
+	case len(b.a) == 0:
+	case l.sync:
+		_ = l.store.Add(context.Background(), now, b.a)
+	default:
+		l.rec.add(b.a)
+		l.rec.soon()
 	}
-	l.rec.add(adds)
-	l.rec.soon()
+	clear(b.a)
+	b.a = b.a[:0]
+	additionsPool.Put(b)
 }
 
 // day returns the usage key of now's UTC day and when it expires.
@@ -193,5 +210,7 @@ func (s *meteredStream) end() {
 // countRequest counts one client request of sc in the usage record.
 func (l *Limiter) countRequest(now time.Time, sc *scope) {
 	day, until := l.day(now)
-	l.record(now, []addition{{key: day, kind: kindUsage, field: sc.usage, row: usageRow{mRequests: 1}, until: until}})
+	adds := newAdditions()
+	adds.add(addition{key: day, kind: kindUsage, field: sc.usage, row: usageRow{mRequests: 1}, until: until})
+	l.record(now, adds)
 }

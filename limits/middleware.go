@@ -76,10 +76,10 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 
 // release frees the concurrency slots that checks took for request id.
 func (l *Limiter) release(checks []check, id string) {
-	var adds []addition
+	adds := newAdditions()
 	for _, c := range checks {
 		if c.kind == kindConcurrent {
-			adds = append(adds, addition{key: c.key, kind: kindRelease, field: id})
+			adds.add(addition{key: c.key, kind: kindRelease, field: id})
 		}
 	}
 	l.record(l.now(), adds)
