@@ -27,20 +27,28 @@ amount = 1000000
 period = "month"
 `
 
-// benchTracing samples every request.
-const benchTracing = `
+// benchTracing samples every request; benchTracingRatio one in a hundred.
+const (
+	benchTracing = `
 [tracing]
 enabled = true
 sample_ratio = 1.0
 `
+	benchTracingRatio = `
+[tracing]
+enabled = true
+sample_ratio = 0.01
+`
+)
 
-// benchConfigs are the four configurations BenchmarkLimitsAndTracing
-// compares, none first.
+// benchConfigs are the configurations BenchmarkLimitsAndTracing compares,
+// none first.
 var benchConfigs = []struct{ name, toml string }{
 	{"none", ""},
 	{"limits", benchLimits},
 	{"tracing", benchTracing},
 	{"both", benchLimits + benchTracing},
+	{"both-ratio0.01", benchLimits + benchTracingRatio},
 }
 
 // benchRuntime builds chainConfig (with a price on gpt-x, so that every
@@ -78,11 +86,12 @@ func benchRuntime(b *testing.B, toml string) func() {
 // BenchmarkLimitsAndTracing runs chainConfig's request through the chains
 // Build composes, with neither, either and both of [[limits]] (in memory:
 // requests, tokens, in flight, budget) and [tracing] (every request
-// sampled, batched to a no-op exporter). Besides ns/op each reports
+// sampled, batched to a no-op exporter; both-ratio0.01 samples one request
+// in a hundred). Besides ns/op each reports
 // cpu-ns/op, the process's CPU time per request: it includes the garbage
 // collector and the span exporter's goroutine, and unlike ns/op it does not
-// grow while other processes hold the CPU. The last three report what they
-// add to none, measured in the same run: added-ns/op and added-cpu-ns/op.
+// grow while other processes hold the CPU. The others report what they add
+// to none, measured in the same run: added-ns/op and added-cpu-ns/op.
 func BenchmarkLimitsAndTracing(b *testing.B) {
 	var none, noneCPU float64
 	for _, c := range benchConfigs {
