@@ -67,7 +67,9 @@ type fixture struct {
 	calls atomic.Int64
 }
 
-func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
+// newLimiter builds the limiter of baseTOML+toml on a store from newStore;
+// on a shared Redis, its keys start with space and the store's number.
+func newLimiter(t *testing.T, toml string, newStore func() Store, space string) *Limiter {
 	t.Helper()
 	cfg, err := config.Parse([]byte(baseTOML + toml))
 	if err != nil {
@@ -76,11 +78,25 @@ func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
 	st := newStore()
 	prefix := ""
 	if p, ok := st.(*prefixed); ok {
-		st, prefix = p.Store, "t"+string(rune('a'+p.n))+":"
+		st, prefix = p.Store, space+string(rune('a'+p.n))+":"
 	}
+	l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
+	t.Cleanup(l.Close)
+	return l
+}
+
+// streaming is l's middleware before a handler that answers every request
+// with stream.
+func streaming(l *Limiter, stream pipeline.Stream) pipeline.Handler {
+	return l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: stream}, nil
+	}))
+}
+
+func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
+	t.Helper()
 	fx := &fixture{usage: `{"prompt_tokens":10,"completion_tokens":5}`}
-	fx.l = New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
-	t.Cleanup(fx.l.Close)
+	fx.l = newLimiter(t, toml, newStore, "t")
 	up := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		fx.calls.Add(1)
 		return &pipeline.Response{Body: []byte(`{"choices":[],"usage":` + fx.usage + `}`)}, nil
@@ -198,19 +214,9 @@ tokens_per_minute = 1000
 func TestConcurrentSlots(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {
-		cfg, _ := config.Parse([]byte(baseTOML + "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n"))
-		st := newStore()
-		prefix := ""
-		if p, ok := st.(*prefixed); ok {
-			st, prefix = p.Store, "c"+string(rune('a'+p.n))+":"
-		}
-		l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
-		defer l.Close()
+		l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n", newStore, "c")
 		closed := make(chan struct{})
-		stream := &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() { close(closed) }}
-		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			return &pipeline.Response{Stream: stream}, nil
-		}))
+		h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() { close(closed) }})
 		req := func(id string) (*pipeline.Response, error) {
 			return h.Chat(context.Background(), &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
 		}
@@ -236,18 +242,8 @@ func TestConcurrentSlots(t *testing.T) {
 func TestRefusedRequestTakesNothing(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {
-		cfg, _ := config.Parse([]byte(baseTOML + "[[limits]]\ntenant = \"*\"\nrequests_per_minute = 2\nconcurrent = 1\n"))
-		st := newStore()
-		prefix := ""
-		if p, ok := st.(*prefixed); ok {
-			st, prefix = p.Store, "n"+string(rune('a'+p.n))+":"
-		}
-		l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
-		defer l.Close()
-		stream := &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() {}}
-		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			return &pipeline.Response{Stream: stream}, nil
-		}))
+		l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nrequests_per_minute = 2\nconcurrent = 1\n", newStore, "n")
+		h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() {}})
 		req := func(id string) (*pipeline.Request, *pipeline.Response, error) {
 			r := &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}}
 			resp, err := h.Chat(context.Background(), r)

@@ -37,10 +37,9 @@ func recorded(t *testing.T, r *pipeline.Request, up pipeline.Handler) []sdktrace
 		t.Fatal(err)
 	}
 	if resp.Stream != nil {
-		for {
-			if _, err := resp.Stream.Next(); err != nil {
-				break
-			}
+		var err error
+		for err == nil {
+			_, err = resp.Stream.Next()
 		}
 		resp.Stream.Close()
 	}
