@@ -46,11 +46,11 @@ func recorded(t *testing.T, r *pipeline.Request, up pipeline.Handler) []sdktrace
 	return rec.Ended()
 }
 
-// attrs renders a span's attributes as sorted key=value lines.
+// attrList renders a span's attributes as sorted key=value lines.
 func attrList(s sdktrace.ReadOnlySpan) string {
 	var out []string
 	for _, kv := range s.Attributes() {
-		out = append(out, fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit()))
+		out = append(out, fmt.Sprintf("%s=%s", kv.Key, kv.Value.String()))
 	}
 	slices.Sort(out)
 	return strings.Join(out, " ")
