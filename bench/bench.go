@@ -60,13 +60,26 @@ func (r *scenarioResult) figure(name string) (float64, bool) {
 	return 0, false
 }
 
+// runInfo opens every results.json (bench and soak): the machine, the
+// command, when it started and how long it took.
+type runInfo struct {
+	Machine     machine `json:"machine"`
+	Command     string  `json:"command"`
+	Started     string  `json:"started"`
+	WallSeconds float64 `json:"wall_seconds"`
+}
+
+// newRunInfo describes this process's run, started at started; WallSeconds
+// is filled in at the end.
+func newRunInfo(started time.Time) runInfo {
+	return runInfo{Machine: describeMachine(), Started: started.UTC().Format(time.RFC3339),
+		Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
+}
+
 // results is the whole run, as written to results.json.
 type results struct {
-	Machine     machine           `json:"machine"`
+	runInfo
 	Settings    settings          `json:"settings"`
-	Command     string            `json:"command"`
-	Started     string            `json:"started"`
-	WallSeconds float64           `json:"wall_seconds"`
 	BuildSecs   float64           `json:"build_seconds"`
 	Config      []string          `json:"config_differences_from_shipped"`
 	Limitations []string          `json:"limitations,omitempty"`
@@ -96,8 +109,7 @@ func (r *results) scenario(name string) *scenarioResult {
 // order and returns the results. An error means the run could not start.
 func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*results, error) {
 	b.ctx = ctx
-	res := &results{Machine: describeMachine(), Settings: b.set, Started: b.started.UTC().Format(time.RFC3339),
-		Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
+	res := &results{runInfo: newRunInfo(b.started), Settings: b.set}
 	lim, err := raiseFileLimit(65536)
 	if err != nil {
 		return nil, err
@@ -149,7 +161,7 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 		fn   func() *scenarioResult
 	}{
 		{"passthrough", b.passthrough}, {"stream", b.streaming}, {"toolloop", b.toolLoop},
-		{"cache", b.cacheHit}, {"fallback", b.fallback}, {"limits", b.limits}, {"streams", b.concurrentStreams}, {"sweep", b.sweep},
+		{"cache", b.cacheHit}, {"fallback", b.fallback}, {"limits", b.limits}, {"responses", b.responses}, {"streams", b.concurrentStreams}, {"sweep", b.sweep},
 	}
 	for _, st := range steps {
 		if !sel[st.name] {

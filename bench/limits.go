@@ -59,15 +59,14 @@ func (b *bench) limits() *scenarioResult {
 	}
 	defer b.procs.stop(gl)
 	limited := newTarget("gateway+limits", gl, b.api, 4096)
-	r.Legs = b.legs([]job{
+	m := b.measure(r, []job{
 		{b.direct, b.direct.plain(chatBody, "", nil)},
 		{b.gateway, b.gateway.plain(chatBody, "x-gateway-cache", noCacheHit)},
 		{limited, limited.plain(chatBody, "x-gateway-cache", noCacheHit)},
 	}, ls)
-	if finish(r).Status != "ok" {
+	if m == nil {
 		return r
 	}
-	m := byTarget(r.Legs)
 	g, l := m["gateway"], m["gateway+limits"]
 	r.fig("limits/gateway throughput", ratio(l.ThroughputRPS, g.ThroughputRPS), "×")
 	r.fig("limits/gateway CPU per request", ratio(l.ProxyCPUPer1k, g.ProxyCPUPer1k), "×")

@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/llmgw/gateway/internal/modroot"
 )
 
 // settings are the knobs of one run; the mode picks the defaults.
@@ -73,7 +75,7 @@ func modeSettings(mode string) (settings, error) {
 	return s, nil
 }
 
-var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallback", "limits", "streams", "sweep"}
+var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallback", "limits", "responses", "streams", "sweep"}
 
 func main() { os.Exit(realMain()) }
 
@@ -200,21 +202,11 @@ func parseScenarios(list string) (map[string]bool, error) {
 	return sel, nil
 }
 
-// moduleRoot is the nearest directory at or above the working one that
-// holds go.mod.
+// moduleRoot is the module's directory, for a run without -repo.
 func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
+	d, err := modroot.Dir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; pass -repo", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory; pass -repo")
-		}
-		dir = parent
-	}
+	return d, nil
 }

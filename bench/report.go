@@ -21,59 +21,62 @@ type targetCheck struct {
 	Detail   string  `json:"detail,omitempty"`
 }
 
+// goal is one target of the issue: a figure of one scenario and its bound.
+type goal struct {
+	name, text, unit, scenario string
+	// figure names the scenario's figure that measures the goal, and a note
+	// on how it was measured ("" = none).
+	figure func(res *results) (name, detail string)
+	met    func(v float64) bool
+}
+
+// goals are the issue's targets, in report order.
+var goals = []goal{
+	{name: "throughput", text: "pass-through throughput ≥ 0.85× the floor proxy", unit: "×", scenario: "passthrough",
+		figure: fixedFigure("gateway/floor throughput"), met: func(v float64) bool { return v >= 0.85 }},
+	{name: "added p99", text: "added p99 ≤ 1 ms at half the direct saturation rate", unit: "µs", scenario: "sweep",
+		figure: fixedFigure("gateway added p99 at half direct saturation"), met: func(v float64) bool { return v <= 1000 }},
+	{name: "stream memory", text: "10,000 concurrent streams in ≤ 300 MB RSS", unit: "MB", scenario: "streams",
+		figure: func(res *results) (string, string) {
+			if n := res.Settings.Streams; n < 10000 {
+				return "gateway RSS projected for 10,000 streams", fmt.Sprintf("projected from %d streams", n)
+			}
+			return "gateway RSS with all streams open", fmt.Sprintf("measured with %d streams", res.Settings.Streams)
+		}, met: func(v float64) bool { return v <= 300 }},
+	// CPU, not latency: the gateway runs the exchange server-side and saves
+	// the client's round trips, so its latency difference against a
+	// client-driven exchange can even be negative.
+	{name: "tool loop", text: "tool loop's own cost ≤ 300 µs per round", unit: "µs CPU", scenario: "toolloop",
+		figure: fixedFigure("tool loop own CPU per round"), met: func(v float64) bool { return v <= 300 }},
+}
+
+func fixedFigure(name string) func(*results) (string, string) {
+	return func(*results) (string, string) { return name, "" }
+}
+
 // checkTargets compares the run's figures with the issue's targets.
 func checkTargets(res *results) []targetCheck {
-	var out []targetCheck
-	add := func(name, goal, unit string, v float64, ok bool, have bool, detail string) {
-		c := targetCheck{Name: name, Goal: goal, Unit: unit, Measured: v, Detail: detail, Status: "not measured"}
-		if have {
-			c.Status = "missed"
-			if ok {
-				c.Status = "met"
+	out := make([]targetCheck, 0, len(goals))
+	for _, g := range goals {
+		c := targetCheck{Name: g.name, Goal: g.text, Unit: g.unit, Status: "not measured"}
+		s := res.scenario(g.scenario)
+		if s == nil {
+			c.Detail = g.scenario + " did not run"
+			for _, sc := range res.Scenarios {
+				if sc.Name == g.scenario {
+					c.Detail = sc.Status + ": " + sc.Reason
+				}
 			}
+			out = append(out, c)
+			continue
+		}
+		fig, detail := g.figure(res)
+		v, have := s.figure(fig)
+		c.Measured, c.Detail = v, detail
+		if have {
+			c.Status = map[bool]string{false: "missed", true: "met"}[g.met(v)]
 		}
 		out = append(out, c)
-	}
-	if s := res.scenario("passthrough"); s != nil {
-		v, have := s.figure("gateway/floor throughput")
-		add("throughput", "pass-through throughput ≥ 0.85× the floor proxy", "×", v, v >= 0.85, have, "")
-	} else {
-		add("throughput", "pass-through throughput ≥ 0.85× the floor proxy", "×", 0, false, false, "passthrough did not run")
-	}
-	if s := res.scenario("sweep"); s != nil {
-		v, have := s.figure("gateway added p99 at half direct saturation")
-		add("added p99", "added p99 ≤ 1 ms at half the direct saturation rate", "µs", v, v <= 1000, have, "")
-	} else {
-		add("added p99", "added p99 ≤ 1 ms at half the direct saturation rate", "µs", 0, false, false, "sweep did not run")
-	}
-	if s := res.scenario("streams"); s != nil {
-		n := res.Settings.Streams
-		if n >= 10000 {
-			v, have := s.figure("gateway RSS with all streams open")
-			add("stream memory", "10,000 concurrent streams in ≤ 300 MB RSS", "MB", v, v <= 300, have,
-				fmt.Sprintf("measured with %d streams", n))
-		} else {
-			v, have := s.figure("gateway RSS projected for 10,000 streams")
-			add("stream memory", "10,000 concurrent streams in ≤ 300 MB RSS", "MB", v, v <= 300, have,
-				fmt.Sprintf("projected from %d streams", n))
-		}
-	} else {
-		add("stream memory", "10,000 concurrent streams in ≤ 300 MB RSS", "MB", 0, false, false, "streams did not run")
-	}
-	if s := res.scenario("toolloop"); s != nil {
-		// CPU, not latency: the gateway runs the exchange server-side and
-		// saves the client's round trips, so its latency difference against
-		// a client-driven exchange can even be negative.
-		v, have := s.figure("tool loop own CPU per round")
-		add("tool loop", "tool loop's own cost ≤ 300 µs per round", "µs CPU", v, v <= 300, have, "")
-	} else {
-		why := "toolloop did not run"
-		for _, sc := range res.Scenarios {
-			if sc.Name == "toolloop" {
-				why = sc.Status + ": " + sc.Reason
-			}
-		}
-		add("tool loop", "tool loop's own cost ≤ 300 µs per round", "µs", 0, false, false, why)
 	}
 	return out
 }

@@ -51,6 +51,26 @@ func finish(r *scenarioResult) *scenarioResult {
 	return r
 }
 
+// measure runs jobs into r.Legs and returns the legs by target, or nil when
+// the scenario failed (r says why).
+func (b *bench) measure(r *scenarioResult, jobs []job, ls loadSpec) map[string]*leg {
+	r.Legs = b.legs(jobs, ls)
+	if finish(r).Status != "ok" {
+		return nil
+	}
+	return byTarget(r.Legs)
+}
+
+// plainJobs are one JSON workload against the three targets: direct, the
+// floor proxy and the gateway, whose answers header and check judge.
+func (b *bench) plainJobs(body []byte, header string, check func(hv string, body []byte) error) []job {
+	return []job{
+		{b.direct, b.direct.plain(body, "", nil)},
+		{b.floor, b.floor.plain(body, "", nil)},
+		{b.gateway, b.gateway.plain(body, header, check)},
+	}
+}
+
 func byTarget(legs []*leg) map[string]*leg {
 	m := map[string]*leg{}
 	for _, l := range legs {
@@ -72,15 +92,10 @@ func ratio(a, b float64) float64 {
 func (b *bench) passthrough() *scenarioResult {
 	ls := b.spec(0, b.set.Concurrency, b.set.LegSeconds)
 	r := &scenarioResult{Name: "passthrough", Title: "Non-streaming pass-through, closed model", Load: ls.String()}
-	r.Legs = b.legs([]job{
-		{b.direct, b.direct.plain(chatBody, "", nil)},
-		{b.floor, b.floor.plain(chatBody, "", nil)},
-		{b.gateway, b.gateway.plain(chatBody, "x-gateway-cache", noCacheHit)},
-	}, ls)
-	if finish(r).Status != "ok" {
+	m := b.measure(r, b.plainJobs(chatBody, "x-gateway-cache", noCacheHit), ls)
+	if m == nil {
 		return r
 	}
-	m := byTarget(r.Legs)
 	b.directSaturation = m["direct"].ThroughputRPS
 	r.fig("gateway/floor throughput", ratio(m["gateway"].ThroughputRPS, m["floor"].ThroughputRPS), "×")
 	r.fig("gateway/direct throughput", ratio(m["gateway"].ThroughputRPS, m["direct"].ThroughputRPS), "×")
@@ -104,15 +119,14 @@ func noCacheHit(hv string, _ []byte) error {
 func (b *bench) streaming() *scenarioResult {
 	ls := b.spec(b.set.StreamRate, 0, b.set.LegSeconds)
 	r := &scenarioResult{Name: "stream", Title: "Streaming pass-through, open model", Load: ls.String()}
-	r.Legs = b.legs([]job{
+	m := b.measure(r, []job{
 		{b.direct, b.direct.stream(streamBody)},
 		{b.floor, b.floor.stream(streamBody)},
 		{b.gateway, b.gateway.stream(streamBody)},
 	}, ls)
-	if finish(r).Status != "ok" {
+	if m == nil {
 		return r
 	}
-	m := byTarget(r.Legs)
 	for _, t := range []string{"gateway", "floor"} {
 		if a := m[t].AddedTTFB; a != nil {
 			r.fig(t+" added TTFB p50", a.P50, "µs")
@@ -224,15 +238,10 @@ func (b *bench) cacheHit() *scenarioResult {
 		}
 		return nil
 	}
-	r.Legs = b.legs([]job{
-		{b.direct, b.direct.plain(cacheBody, "", nil)},
-		{b.floor, b.floor.plain(cacheBody, "", nil)},
-		{b.gateway, b.gateway.plain(cacheBody, "x-gateway-cache", hit)},
-	}, ls)
-	if finish(r).Status != "ok" {
+	m := b.measure(r, b.plainJobs(cacheBody, "x-gateway-cache", hit), ls)
+	if m == nil {
 		return r
 	}
-	m := byTarget(r.Legs)
 	r.fig("gateway cache-hit latency p50", m["gateway"].Latency.P50, "µs")
 	r.fig("gateway cache-hit latency p99", m["gateway"].Latency.P99, "µs")
 	r.fig("gateway CPU per cache hit", round(m["gateway"].ProxyCPUPer1k*1000, 1), "µs")
@@ -262,15 +271,14 @@ func (b *bench) fallback() *scenarioResult {
 		return nil
 	}
 	okBody := bytes.Replace(failBody, []byte(`"fail-500"`), []byte(`"chat"`), 1)
-	r.Legs = b.legs([]job{
+	m := b.measure(r, []job{
 		{b.direct, b.direct.clientFallback(failBody, okBody)},
 		{b.floor, b.floor.clientFallback(failBody, okBody)},
 		{b.gateway, b.gateway.plain(failBody, "x-gateway-attempts", attempts)},
 	}, ls)
-	if finish(r).Status != "ok" {
+	if m == nil {
 		return r
 	}
-	m := byTarget(r.Legs)
 	r.fig("gateway added latency p50", m["gateway"].Added.P50, "µs")
 	r.fig("gateway added latency p99", m["gateway"].Added.P99, "µs")
 	r.fig("gateway CPU per fallback request", round(m["gateway"].ProxyCPUPer1k*1000, 1), "µs")

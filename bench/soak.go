@@ -114,20 +114,17 @@ type soakKindResult struct {
 
 // soakResults is a whole soak run, as written to results.json.
 type soakResults struct {
-	Machine     machine          `json:"machine"`
-	Settings    soakSettings     `json:"settings"`
-	Command     string           `json:"command"`
-	Started     string           `json:"started"`
-	WallSeconds float64          `json:"wall_seconds"`
-	Config      []string         `json:"config_differences_from_shipped"`
-	Kinds       []soakKindResult `json:"traffic"`
-	Requests    int64            `json:"requests"`
-	Dropped     int64            `json:"dropped"`
-	Samples     []soakSample     `json:"samples"`
-	Drift       []driftCheck     `json:"drift"`
-	Idle        *idleCheck       `json:"idle,omitempty"`
-	Failures    []string         `json:"failures,omitempty"`
-	Passed      bool             `json:"passed"`
+	runInfo
+	Settings soakSettings     `json:"settings"`
+	Config   []string         `json:"config_differences_from_shipped"`
+	Kinds    []soakKindResult `json:"traffic"`
+	Requests int64            `json:"requests"`
+	Dropped  int64            `json:"dropped"`
+	Samples  []soakSample     `json:"samples"`
+	Drift    []driftCheck     `json:"drift"`
+	Idle     *idleCheck       `json:"idle,omitempty"`
+	Failures []string         `json:"failures,omitempty"`
+	Passed   bool             `json:"passed"`
 }
 
 // soakExtraModels are appended to the bench gateway config: a failing model
@@ -144,8 +141,7 @@ context_window = 128000
 func soak(ctx context.Context, repo string, d time.Duration, rate float64) (*soakResults, error) {
 	set := newSoakSettings(d, rate)
 	started := time.Now()
-	res := &soakResults{Machine: describeMachine(), Settings: set, Started: started.UTC().Format(time.RFC3339),
-		Command: "go run ./bench " + strings.Join(os.Args[1:], " "),
+	res := &soakResults{runInfo: newRunInfo(started), Settings: set,
 		Config: append(append([]string(nil), configDifferences...),
 			"a model fail-503 on the no-retry provider without fallbacks, so its 503 reaches the client")}
 	if _, err := raiseFileLimit(65536); err != nil {

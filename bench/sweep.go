@@ -31,11 +31,7 @@ func (b *bench) sweep() *scenarioResult {
 			break
 		}
 		ls := b.spec(round(f*sat, 0), 0, b.set.SweepSeconds)
-		legs := b.legs([]job{
-			{b.direct, b.direct.plain(chatBody, "", nil)},
-			{b.floor, b.floor.plain(chatBody, "", nil)},
-			{b.gateway, b.gateway.plain(chatBody, "", nil)},
-		}, ls)
+		legs := b.legs(b.plainJobs(chatBody, "", nil), ls)
 		beyond := true
 		for _, l := range legs {
 			l.Step = fmt.Sprintf("%.2f×sat", f)

@@ -304,3 +304,11 @@ func newCache(up pipeline.Handler, clk *clock, mutate func(*Options)) (pipeline.
 	}
 	return pipeline.Chain(up, NewResponseCache(opts)), store
 }
+
+// cacheOverride is a tenant policy that only overrides response caching.
+type cacheOverride bool
+
+func (cacheOverride) AllowsTool(string) bool               { return true }
+func (cacheOverride) TracesTools() bool                    { return false }
+func (c cacheOverride) CachesResponses(bool) bool          { return bool(c) }
+func (cacheOverride) ApprovalRequired(string) (bool, bool) { return false, false }

@@ -18,12 +18,9 @@ type RedisStore struct {
 }
 
 // NewRedisStore returns a Store over client, prefixing every key with prefix
-// (e.g. "gw:cache:"). timeout <= 0 means 200ms. The caller owns client and
-// closes it.
+// (e.g. "gw:cache:"). timeout bounds each command (redis.timeout, defaulted
+// by config). The caller owns client and closes it.
 func NewRedisStore(client *redis.Client, prefix string, timeout time.Duration) *RedisStore {
-	if timeout <= 0 {
-		timeout = 200 * time.Millisecond
-	}
 	return &RedisStore{client: client, prefix: prefix, timeout: timeout}
 }
 
@@ -49,4 +46,11 @@ func (s *RedisStore) Set(ctx context.Context, key string, val []byte, ttl time.D
 		ttl = 0
 	}
 	return s.client.Set(ctx, s.prefix+key, val, ttl).Err()
+}
+
+// Delete removes key; a missing key is not an error.
+func (s *RedisStore) Delete(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.client.Del(ctx, s.prefix+key).Err()
 }

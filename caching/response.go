@@ -26,17 +26,14 @@ const maxHintTTL = 24 * time.Hour
 
 // Options configure NewResponseCache.
 type Options struct {
-	Config config.Cache // TTL, Always, ToolCalls, SharedAcross; Enabled when Enabled is nil
+	// Config is used as given (config applies its defaults). Config.Enabled
+	// applies to a request whose tenant's policy does not override it
+	// (pipeline.Tenant.CachesResponses).
+	Config config.Cache
 	// ServerTools reports that server tools are configured: entries are
 	// then never shared across tenants, whatever SharedAcross says.
 	ServerTools bool
 	Store       Store
-
-	// Enabled decides per request whether the cache applies (per-tenant or
-	// per-model overrides, e.g. policies.CacheEnabled(r.Tenant,
-	// cfg.Enabled)). When nil, Config.Enabled decides. It runs after the
-	// policies middleware, so r.Tenant is set.
-	Enabled func(r *pipeline.Request) bool
 
 	// ToolSetVersion identifies the server tool set (a hash the integrator
 	// computes); answers produced with another tool set never match.
@@ -133,11 +130,8 @@ func NewResponseCache(opts Options) pipeline.Middleware {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Config.TTL <= 0 {
-		opts.Config.TTL = config.Duration(10 * time.Minute)
-	}
 	return func(next pipeline.Handler) pipeline.Handler {
-		if opts.Store == nil || (opts.Enabled == nil && !opts.Config.Enabled) {
+		if opts.Store == nil {
 			return next
 		}
 		return &responseCache{next: next, opts: opts, errs: newErrorLog(opts.Logger)}
@@ -146,7 +140,7 @@ func NewResponseCache(opts Options) pipeline.Middleware {
 
 // Chat serves r from the cache or from next.
 func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-	if c.opts.Enabled != nil && !c.opts.Enabled(r) {
+	if !r.Tenant.CachesResponses(c.opts.Config.Enabled) {
 		return c.next.Chat(ctx, r)
 	}
 	if !cacheable(r.Body, c.opts.Config.Always) {

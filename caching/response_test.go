@@ -39,6 +39,7 @@ func TestResponseCacheDecisions(t *testing.T) {
 			tools           []string
 		} // the upstream's answer
 		mutate func(*Options)
+		policy pipeline.TenantPolicy // the tenant's; nil = none
 		steps  []step
 	}{
 		{name: "miss then hit", steps: []step{
@@ -111,9 +112,12 @@ func TestResponseCacheDecisions(t *testing.T) {
 			{body: det, header: "miss", calls: 2},
 			{body: detStreamUsage, header: "hit", calls: 2},
 		}},
-		{name: "disabled for the request: untouched", mutate: func(o *Options) {
-			o.Enabled = func(r *pipeline.Request) bool { return r.Tenant.Name != "acme" }
-		}, steps: []step{
+		{name: "enabled by the tenant's policy though off in config", mutate: func(o *Options) { o.Config.Enabled = false },
+			policy: cacheOverride(true), steps: []step{
+				{body: det, header: "miss", calls: 1},
+				{body: det, header: "hit", calls: 1},
+			}},
+		{name: "disabled by the tenant's policy: untouched", policy: cacheOverride(false), steps: []step{
 			{body: det, header: "", calls: 1},
 			{body: det, header: "", calls: 2},
 		}},
@@ -130,6 +134,7 @@ func TestResponseCacheDecisions(t *testing.T) {
 			for i, s := range tt.steps {
 				clk.Advance(s.advance)
 				r := newReq(s.body, "acme")
+				r.Tenant.Policy = tt.policy
 				r.Hints.Cache = s.hint
 				resp, err := h.Chat(context.Background(), r)
 				if err != nil {

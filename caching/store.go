@@ -56,11 +56,9 @@ func entrySize(key string, val []byte) int64 {
 }
 
 // NewMemoryStore returns an empty MemoryStore holding at most maxBytes
-// (values larger than the bound are not stored). maxBytes <= 0 means 64 MiB.
+// (values larger than the bound are not stored): middleware.cache.max_bytes,
+// defaulted by config.
 func NewMemoryStore(maxBytes int64) *MemoryStore {
-	if maxBytes <= 0 {
-		maxBytes = 64 << 20
-	}
 	s := &MemoryStore{maxBytes: maxBytes, now: time.Now}
 	// The count bound is irrelevant: the byte bound evicts first.
 	s.lru, _ = simplelru.NewLRU[string, memEntry](1<<31-1, func(k string, e memEntry) {
@@ -122,4 +120,12 @@ func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lru.Len()
+}
+
+// Delete removes key; a missing key is not an error.
+func (s *MemoryStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lru.Remove(key)
+	return nil
 }

@@ -23,6 +23,7 @@ type Config struct {
 	Tracing    Tracing     `toml:"tracing"`
 	Limits     []Limit     `toml:"limits"`
 	Budgets    []Budget    `toml:"budgets"`
+	Responses  Responses   `toml:"responses"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`
@@ -64,6 +65,7 @@ type Provider struct {
 	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
 	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none
 	PromptCacheTTL    string            `toml:"prompt_cache_ttl"`    // anthropic marker ttl ("5m"|"1h"); default unset
+	Responses         string            `toml:"responses"`           // translate|native: how /v1/responses reaches this provider; default translate
 	Mock              *Mock             `toml:"mock"`                // kind = "mock" only
 }
 
@@ -108,6 +110,7 @@ type Tool struct {
 	Description string            `toml:"description"`
 	Parameters  string            `toml:"parameters"`  // JSON Schema, as a JSON string
 	Kind        string            `toml:"kind"`        // builtin|http|agent|mcp
+	Server      string            `toml:"-"`           // kind=mcp: the [[mcp_servers]] name (set by the MCP client)
 	Builtin     string            `toml:"builtin"`     // kind=builtin: which one; default Name
 	URL         string            `toml:"url"`         // kind=http
 	Headers     map[string]string `toml:"headers"`     // kind=http; values may be ${ENV}
@@ -119,6 +122,10 @@ type Tool struct {
 	CacheTTL    Duration          `toml:"cache_ttl"`   // idempotent result cache; 0 = off
 	Models      []string          `toml:"models"`      // glob patterns of models that get it; default all
 	MaxCalls    int               `toml:"max_calls"`   // calls per client request; 0 = unlimited
+	// Approval is "always" when a person must approve each call before it
+	// runs (the loop pauses and hands the call to the client); "" or
+	// "never" = runs as soon as the model calls it.
+	Approval string `toml:"approval"`
 }
 
 // MCPServer is an MCP tool server whose tools become server tools.
@@ -137,6 +144,9 @@ type MCPServer struct {
 	// MaxCalls bounds the calls per client request of each of the server's
 	// tools, like tools.max_calls; 0 = unlimited.
 	MaxCalls int `toml:"max_calls"`
+	// Approval lists globs of the server's own tool names (before prefix,
+	// like allow and deny) whose calls a person must approve.
+	Approval []string `toml:"approval"`
 }
 
 // ToolLoop holds the loop's budgets (docs/architecture.md §3).
@@ -152,12 +162,18 @@ type ToolLoop struct {
 	KeepAliveInterval       Duration `toml:"keepalive_interval"` // default 5s
 	StateTTL                Duration `toml:"state_ttl"`          // mixed-turn state; default 1h
 	StateMaxEntries         int      `toml:"state_max_entries"`  // default 10000
+	StateMaxBytes           int      `toml:"state_max_bytes"`    // memory state bound; default 64 MiB
 	// MaxToolCalls bounds the server tool calls of one client request; a
 	// call past it is answered with an error result and not run.
 	MaxToolCalls int `toml:"max_tool_calls"` // default 50
 	// MaxModelCalls bounds the model calls one client request causes: the
 	// loop's rounds and every call a tool makes (agent tools). At least 2.
 	MaxModelCalls int `toml:"max_model_calls"` // default 25
+	// ApprovalSecret keys the tag in the ids of calls awaiting approval, so
+	// that every replica recognises its own ids after their state expired;
+	// may be ${ENV}. Empty = a random key per process (ids from another
+	// replica or before a reload are then refused rather than "expired").
+	ApprovalSecret string `toml:"approval_secret"`
 }
 
 // Middleware holds the settings of each middleware.
@@ -199,7 +215,7 @@ type ContextEdit struct {
 	ClearToolInputs bool     `toml:"clear_tool_inputs"`
 	LastResort      string   `toml:"last_resort"`      // error|drop_turns|summarize; default error
 	SummaryModel    string   `toml:"summary_model"`    // summarize: the model that writes the summary
-	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default contextedit.DefaultSummaryPrompt
+	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default DefaultSummaryPrompt
 	SummaryFallback string   `toml:"summary_fallback"` // summarize: error|drop_turns when no summary can be had; default error
 }
 
@@ -267,6 +283,10 @@ type Policy struct {
 	// tenant may use besides chat completions and models; default
 	// policies.DefaultPassthrough (the stateless model endpoints).
 	Passthrough []string `toml:"passthrough"`
+	// ApprovalTools, when set (even to []), replaces the tools' own approval
+	// settings for this tenant: exactly the server tools matching one of
+	// these globs need a person's approval.
+	ApprovalTools []string `toml:"approval_tools"`
 }
 
 // Redis configures shared state for replicas.

@@ -35,10 +35,37 @@ const (
 	DefaultMaxModelCalls = 25
 )
 
+// DefaultEncoding is models.encoding when unset: the tokenizer of the
+// gpt-4o and later families.
+const DefaultEncoding = "o200k_base"
+
 // DefaultRequestMiddleware is the request layer when config lists none.
 var DefaultRequestMiddleware = []string{"policy", "limits", "cache"}
 
-func (c *Config) setDefaults() {
+// DefaultSummaryPrompt is middleware.context_edit.summary_prompt when unset:
+// the summary model's system prompt for last_resort = "summarize".
+const DefaultSummaryPrompt = "You condense the earlier part of a conversation between a user and an AI assistant " +
+	"so that the assistant can continue it without the original messages. Keep every fact, decision, " +
+	"number, name, file, tool result and open question that later turns may need; drop pleasantries. " +
+	"Write plain prose or short bullet points, in the conversation's language, at most about 400 words."
+
+// Defaults returns the configuration an empty file gives: every section with
+// its defaults applied and no providers, models or tools. It is the one
+// source of default values for code that builds a config section without a
+// file (tests, benchmarks): take the section and change what differs.
+func Defaults() *Config {
+	var c Config
+	c.ApplyDefaults()
+	return &c
+}
+
+// ApplyDefaults fills every unset field of c that has a default, as Parse does
+// between decoding and validating. It is the only place defaults live: the
+// constructors that take a config section (fallback.New, toolloop.New,
+// contextedit.New, caching, mcpclient) use it as given. Fields already set
+// are kept, so a test may set what it cares about and call ApplyDefaults for
+// the rest.
+func (c *Config) ApplyDefaults() {
 	s := &c.Server
 	setStr(&s.Listen, "127.0.0.1:8080")
 	setInt(&s.MaxBodyBytes, 8<<20)
@@ -122,7 +149,7 @@ func (c *Config) setDefaults() {
 	for i := range c.Models {
 		m := &c.Models[i]
 		setStr(&m.Upstream, m.Name)
-		setStr(&m.Encoding, "o200k_base")
+		setStr(&m.Encoding, DefaultEncoding)
 		setStr(&m.OwnedBy, "gateway")
 		if len(m.Deployments) == 0 && m.Provider != "" {
 			m.Deployments = []Deployment{{Provider: m.Provider, Upstream: m.Upstream, Weight: 1}}
@@ -148,6 +175,7 @@ func (c *Config) setDefaults() {
 	setDur(&l.KeepAliveInterval, 5*time.Second)
 	setDur(&l.StateTTL, time.Hour)
 	setInt(&l.StateMaxEntries, 10000)
+	setInt(&l.StateMaxBytes, 64<<20)
 	setInt(&l.MaxToolCalls, DefaultMaxToolCalls)
 	setInt(&l.MaxModelCalls, DefaultMaxModelCalls)
 	for i := range c.Tools {
@@ -159,8 +187,12 @@ func (c *Config) setDefaults() {
 			setStr(&t.Builtin, t.Name)
 		}
 	}
+	for i := range c.MCPServers {
+		setDur(&c.MCPServers[i].Timeout, l.ToolTimeout.D())
+	}
 
 	c.setLimitDefaults()
+	c.setResponsesDefaults()
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware
@@ -185,6 +217,7 @@ func (c *Config) setDefaults() {
 	setStr(&ce.Placeholder, "[tool result cleared]")
 	setStr(&ce.LastResort, "error")
 	setStr(&ce.SummaryFallback, "error")
+	setStr(&ce.SummaryPrompt, DefaultSummaryPrompt)
 	for i := range c.Policies {
 		setStr(&c.Policies[i].MaxTokensMode, "clamp")
 	}

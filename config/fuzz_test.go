@@ -43,7 +43,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted, but fails validation again: %v", err)
 		}
 		again := clone(c)
-		again.setDefaults()
+		again.ApplyDefaults()
 		if !reflect.DeepEqual(again, c) {
 			t.Fatalf("defaults are not idempotent:\n%+v\n%+v", c, again)
 		}
@@ -82,7 +82,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// clone copies every part of c that setDefaults may change.
+// clone copies every part of c that ApplyDefaults may change.
 func clone(c *Config) *Config {
 	d := *c
 	d.Providers = cloneSlice(c.Providers)

@@ -45,7 +45,7 @@ func Parse(b []byte) (*Config, error) {
 	}
 	c.expand()
 	o := newOrigin(&c)
-	c.setDefaults()
+	c.ApplyDefaults()
 	o.mapTo(&c)
 	if err := c.validate(o); err != nil {
 		return nil, withLines(err, b)
@@ -109,6 +109,7 @@ func (c *Config) expand() {
 		c.Keys[i].SHA256 = Expand(c.Keys[i].SHA256)
 	}
 	c.Server.AdminKey = Expand(c.Server.AdminKey)
+	c.ToolLoop.ApprovalSecret = Expand(c.ToolLoop.ApprovalSecret)
 	c.Tracing.Endpoint = Expand(c.Tracing.Endpoint)
 	expandMap(c.Tracing.Headers)
 	if c.Redis != nil {

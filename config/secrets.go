@@ -6,7 +6,8 @@ import (
 )
 
 // Secrets returns every secret value in c, expanded, for the log redactor:
-// provider api_keys and header values, gateway keys and the admin key, the
+// provider api_keys and header values, gateway keys, the admin key and the
+// tool loop's approval_secret, the
 // Redis password, tool, MCP server and tracing exporter header values, MCP
 // server env values, and the password of any URL that carries one. A header
 // value with an auth scheme ("Bearer xyz") is returned whole and without
@@ -42,7 +43,7 @@ func (c *Config) Secrets() []string {
 		addMap(p.Headers)
 		addURL(p.BaseURL)
 	}
-	add(c.Server.AdminKey)
+	add(c.Server.AdminKey, c.ToolLoop.ApprovalSecret)
 	for _, k := range c.Keys {
 		add(k.Key)
 	}

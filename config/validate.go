@@ -92,8 +92,12 @@ func (c *Config) validate(o *origin) error {
 	c.validateMiddleware(&p, o)
 	c.validateKeys(&p)
 	c.validatePolicies(&p)
+	c.validateResponses(&p, o)
 	if c.Redis != nil && c.Redis.Addr == "" {
 		p.add("redis.addr", "required")
+	}
+	if c.Redis != nil {
+		p.checkPositive("redis.timeout", int64(c.Redis.Timeout))
 	}
 	return errors.Join(p.errs...)
 }
@@ -116,6 +120,7 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 		}
 		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
 		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
+		p.checkPositive(at+".retry_after_cap", int64(pr.RetryAfterCap))
 		if *pr.Retries < 0 || *pr.Retries > 10 {
 			p.add(at+".retries", "%d is outside 0..10", *pr.Retries)
 		}
@@ -175,6 +180,7 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 			p.add(at+".name", "%q is defined twice", t.Name)
 		}
 		tools[t.Name] = true
+		p.checkPositive(at+".timeout", int64(t.Timeout))
 		if t.Parameters != "" && !json.Valid([]byte(t.Parameters)) {
 			p.add(at+".parameters", "not valid JSON")
 		}
@@ -197,6 +203,21 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 		if t.MaxCalls < 0 {
 			p.add(at+".max_calls", "must be 0 (unlimited) or more")
 		}
+		if t.Approval != "" {
+			p.checkEnum(at+".approval", t.Approval, "always", "never")
+		}
+	}
+	l := c.ToolLoop
+	for _, f := range []struct {
+		key string
+		n   int64
+	}{
+		{"max_iterations", int64(l.MaxIterations)}, {"max_consecutive_errors", int64(l.MaxConsecutiveErrors)},
+		{"tool_timeout", int64(l.ToolTimeout)}, {"wall_time", int64(l.WallTime)},
+		{"max_result_bytes", int64(l.MaxResultBytes)}, {"keepalive_interval", int64(l.KeepAliveInterval)},
+		{"state_ttl", int64(l.StateTTL)}, {"state_max_entries", int64(l.StateMaxEntries)}, {"state_max_bytes", int64(l.StateMaxBytes)},
+	} {
+		p.checkPositive("tool_loop."+f.key, f.n)
 	}
 	if c.ToolLoop.MaxToolCalls < 1 {
 		p.add("tool_loop.max_tool_calls", "must be at least 1")
@@ -233,6 +254,7 @@ func (c *Config) validateMCPServers(p *problems) {
 		p.checkPatterns(at+".allow", s.Allow)
 		p.checkPatterns(at+".deny", s.Deny)
 		p.checkPatterns(at+".models", s.Models)
+		p.checkPatterns(at+".approval", s.Approval)
 	}
 }
 
@@ -256,6 +278,18 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 		}
 		p.errs = append(p.errs, &KeyError{Key: key, Msg: msg})
 	})
+	f := c.Middleware.Fallback
+	for _, d := range []struct {
+		key string
+		n   int64
+	}{
+		{"fallback.base_backoff", int64(f.BaseBackoff)}, {"fallback.max_backoff", int64(f.MaxBackoff)},
+		{"fallback.deadline", int64(f.Deadline)}, {"fallback.breaker_failures", int64(f.BreakerFailures)},
+		{"fallback.breaker_cooldown", int64(f.BreakerCooldown)},
+		{"cache.max_bytes", c.Middleware.Cache.MaxBytes}, {"cache.ttl", int64(c.Middleware.Cache.TTL)},
+	} {
+		p.checkPositive("middleware."+d.key, d.n)
+	}
 	p.checkEnum("middleware.cache.store", c.Middleware.Cache.Store, "memory", "redis")
 	if c.Middleware.Cache.Store == "redis" && c.Redis == nil {
 		p.add("middleware.cache.store", "redis needs a [redis] section")
@@ -306,6 +340,7 @@ func (c *Config) validatePolicies(p *problems) {
 		p.checkPatterns(at+".models", pol.Models)
 		p.checkPatterns(at+".tools", pol.Tools)
 		p.checkPatterns(at+".passthrough", pol.Passthrough)
+		p.checkPatterns(at+".approval_tools", pol.ApprovalTools)
 	}
 }
 

@@ -48,7 +48,8 @@ func BenchmarkCount100k(b *testing.B) {
 func BenchmarkMiddlewareNoOp(b *testing.B) {
 	h, _ := newHandler(ceConfig(nil))
 	req := request(chatBody(loop(2, 2, search)...), 128_000)
-	ctx, _ := WithEditLog(context.Background())
+	req.EditLog = NewEditLog()
+	ctx := context.Background()
 	b.SetBytes(int64(len(req.Body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -63,8 +64,9 @@ func BenchmarkMiddlewareNoOp(b *testing.B) {
 func BenchmarkMiddlewareEditRound(b *testing.B) {
 	body := transcript100k(b)
 	h, _ := newHandler(ceConfig(func(c *config.ContextEdit) { c.ClearAtLeast = 20_000 }))
-	ctx, _ := WithEditLog(context.Background())
+	ctx := context.Background()
 	req := request(body, 128_000)
+	req.EditLog = NewEditLog()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -10,10 +10,9 @@ import (
 	"github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 	"github.com/tidwall/gjson"
-)
 
-// DefaultEncoding is the tokenizer used when a route names none.
-const DefaultEncoding = "o200k_base"
+	"github.com/llmgw/gateway/config"
+)
 
 // The OpenAI cookbook's accounting for chat models ("How to count tokens with
 // tiktoken"): every message costs 3 tokens of framing, a name 1 more, and the
@@ -67,7 +66,8 @@ type counterSlot struct {
 
 var counters sync.Map // encoding name → *counterSlot
 
-// CounterFor returns the shared Counter of an encoding ("" = DefaultEncoding;
+// CounterFor returns the shared Counter of an encoding ("" = config.DefaultEncoding,
+// for a request without a route;
 // o200k_base, cl100k_base, p50k_base, r50k_base). Building an encoder takes a
 // few hundred milliseconds and tens of MB, so it happens once per encoding per
 // process; call CounterFor at start for every configured encoding so that a bad
@@ -75,7 +75,7 @@ var counters sync.Map // encoding name → *counterSlot
 // concurrent use.
 func CounterFor(encoding string) (*Counter, error) {
 	if encoding == "" {
-		encoding = DefaultEncoding
+		encoding = config.DefaultEncoding
 	}
 	v, _ := counters.LoadOrStore(encoding, &counterSlot{})
 	slot := v.(*counterSlot)

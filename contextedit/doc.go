@@ -11,8 +11,9 @@
 // clearing is not enough the request fails with context_length_exceeded, or
 // the oldest whole turns are dropped (last_resort = "drop_turns").
 //
-// Prompt caching: edits are deterministic and monotonic. With an EditLog in
-// the context (WithEditLog, once per client request, by the tool loop), every
+// Prompt caching: edits are deterministic and monotonic. With an EditLog on
+// the request (Request.EditLog: NewEditLog, once per client request, by the
+// tool loop, on every round), every
 // round re-applies the earlier edits to the transcript before deciding new
 // ones, so a cleared result stays cleared with the same placeholder and the
 // edited prefix the provider cached comes back byte for byte. clear_at_least
@@ -23,7 +24,7 @@
 // Counting: a request whose size in bytes is under the budget is passed on
 // without counting (a token is never shorter than a byte; see cheapBound).
 // Otherwise string counts are cached, so a later round only tokenizes what
-// was appended. Inside the loop, WithPromptHint passes the previous round's
+// was appended. Inside the loop, Request.PromptHint passes the previous round's
 // usage.prompt_tokens and how many messages it covered; only the messages
 // appended since are then counted.
 //

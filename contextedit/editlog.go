@@ -1,10 +1,11 @@
 package contextedit
 
 import (
-	"context"
 	"hash/maphash"
 	"strconv"
 	"sync"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // EditLog records the edits the middleware made for one client request, so
@@ -46,44 +47,17 @@ var dropSeed = maphash.MakeSeed()
 
 func hashMessage(raw string) uint64 { return maphash.String(dropSeed, raw) }
 
-type logKey struct{}
+var _ pipeline.EditLog = (*EditLog)(nil)
 
-type hintKey struct{}
+// NewEditLog returns an empty log for one client request: the tool loop's
+// Options.NewEditLog, which puts it on every round's Request.EditLog.
+func NewEditLog() pipeline.EditLog { return &EditLog{} }
 
-// promptHint is what the upstream reported for the previous round.
-type promptHint struct{ tokens, messages int }
-
-// WithEditLog returns ctx carrying an EditLog for one client request, and the
-// log. If ctx already carries one, it is returned unchanged, so a nested
-// caller never forks the log. The tool loop calls it once per client request.
-func WithEditLog(ctx context.Context) (context.Context, *EditLog) {
-	if l := EditLogFrom(ctx); l != nil {
-		return ctx, l
-	}
-	l := &EditLog{}
-	return context.WithValue(ctx, logKey{}, l), l
-}
-
-// EditLogFrom returns the EditLog in ctx, or nil.
-func EditLogFrom(ctx context.Context) *EditLog {
-	l, _ := ctx.Value(logKey{}).(*EditLog)
+// editLogOf returns the request's EditLog, or nil when it has none (or one
+// of another package).
+func editLogOf(r *pipeline.Request) *EditLog {
+	l, _ := r.EditLog.(*EditLog)
 	return l
-}
-
-// WithPromptHint returns ctx telling the middleware that the first messages
-// messages of the request's transcript were counted by the upstream as tokens
-// prompt tokens in the previous round (usage.prompt_tokens, edits included).
-// The middleware then counts only the messages appended since, which is both
-// cheaper and closer to the provider's own tokenizer. The hint is used only
-// together with an EditLog (WithEditLog), which guarantees that the prefix is
-// edited as it was in that round.
-func WithPromptHint(ctx context.Context, tokens, messages int) context.Context {
-	return context.WithValue(ctx, hintKey{}, promptHint{tokens: tokens, messages: messages})
-}
-
-func hintFrom(ctx context.Context) promptHint {
-	h, _ := ctx.Value(hintKey{}).(promptHint)
-	return h
 }
 
 // Cleared returns the tool_call_ids of the cleared tool results, in the order

@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
 )
 
 func FuzzCount(f *testing.F) {
@@ -30,7 +31,7 @@ func FuzzCount(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Count accepted what parse refuses: %v", err)
 		}
-		if m := tr.count(promptHint{}); m != n {
+		if m := tr.count(pipeline.PromptHint{}); m != n {
 			t.Fatalf("Count = %d, transcript count = %d", n, m)
 		}
 
@@ -47,13 +48,16 @@ func FuzzMiddleware(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"x","content":[{"type":"text","text":"long long long long long"}]},{"role":"user"}]}`), 10, 0, 0, true, true)
 	f.Add([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"id":"a","custom":{"name":"c","input":"zzzzzzzzzzzzzzzzzzzzzzzz"}}]},{"role":"tool","tool_call_id":"a","content":"yyyyyyyyyyyyyyyyyyyyyyyy yyyyyy"},{"role":"user","content":"q"}]}`), 20, 0, 0, true, true)
 	f.Fuzz(func(t *testing.T, body []byte, window, keep, atLeast int, inputs, drop bool) {
-		cfg := config.ContextEdit{Trigger: 0.5, Keep: keep % 8, ClearAtLeast: atLeast % 1000, ClearToolInputs: inputs, LastResort: "error"}
-		if drop {
-			cfg.LastResort = "drop_turns"
-		}
+		cfg := ceConfig(func(c *config.ContextEdit) {
+			c.Trigger, c.Keep, c.ClearAtLeast, c.ClearToolInputs = 0.5, keep%8, atLeast%1000, inputs
+			if drop {
+				c.LastResort = "drop_turns"
+			}
+		})
 		h, next := newHandler(cfg)
-		ctx, elog := WithEditLog(context.Background())
+		ctx, elog := context.Background(), &EditLog{}
 		req := request(body, window%100000)
+		req.EditLog = elog
 		_, err1 := h.Chat(ctx, req)
 		_, err2 := h.Chat(ctx, req) // again with the log: same result
 		if (err1 == nil) != (err2 == nil) {

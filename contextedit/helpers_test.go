@@ -87,7 +87,7 @@ func (c *capture) last(t testing.TB) *pipeline.Request {
 }
 
 func ceConfig(mod func(*config.ContextEdit)) config.ContextEdit {
-	c := config.ContextEdit{Trigger: 0.8, Keep: 3, Placeholder: "[tool result cleared]", LastResort: "error"}
+	c := config.Defaults().Middleware.ContextEdit
 	if mod != nil {
 		mod(&c)
 	}

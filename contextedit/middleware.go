@@ -20,7 +20,7 @@ const MetaHeader = "x-gateway-context-edits"
 
 // Options configure the middleware.
 type Options struct {
-	Config config.ContextEdit // defaults applied by config; zero values are tolerated
+	Config config.ContextEdit // used as given: config applies the defaults (config.ApplyDefaults)
 	Logger zerolog.Logger
 
 	// For last_resort = "summarize": the routes (to reach the summary
@@ -53,12 +53,6 @@ func newSettings(c config.ContextEdit) settings {
 		clearInputs:  c.ClearToolInputs,
 		dropTurns:    c.LastResort == "drop_turns" || (c.LastResort == "summarize" && c.SummaryFallback == "drop_turns"),
 	}
-	if s.trigger <= 0 {
-		s.trigger = 0.8
-	}
-	if s.placeholder == "" {
-		s.placeholder = "[tool result cleared]"
-	}
 	for _, n := range c.ExcludeTools {
 		s.exclude[n] = true
 	}
@@ -74,11 +68,7 @@ func newSettings(c config.ContextEdit) settings {
 func New(opts Options) pipeline.Middleware {
 	s := newSettings(opts.Config)
 	if c := opts.Config; c.LastResort == "summarize" {
-		prompt := c.SummaryPrompt
-		if prompt == "" {
-			prompt = DefaultSummaryPrompt
-		}
-		s.summarize = &summarizer{model: c.SummaryModel, prompt: prompt, lookup: opts.Lookup, admit: opts.Admit, store: opts.Store}
+		s.summarize = &summarizer{model: c.SummaryModel, prompt: c.SummaryPrompt, lookup: opts.Lookup, admit: opts.Admit, store: opts.Store}
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
 		return &handler{next: next, s: s, log: opts.Logger}
@@ -151,13 +141,13 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	if b.target <= 0 {
 		return h.next.Chat(ctx, req) // no window and no absolute trigger: nothing to aim for
 	}
-	elog := EditLogFrom(ctx)
+	elog := editLogOf(req)
 	if elog.empty() {
 		bound := cheapBound(req.Body)
 		if bound >= 0 && elog != nil {
 			// With a prompt hint, edit counts the upstream's tokens for the
 			// prefix plus ours for the rest: the body's bytes bound the rest.
-			bound += max(hintFrom(ctx).tokens, 0)
+			bound += max(req.PromptHint.Tokens, 0)
 		}
 		if bound >= 0 && bound <= b.target {
 			metricCalls.WithLabelValues(routeName(req), outcomeSkipped).Inc()
@@ -183,9 +173,9 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 // edit applies the logged edits and decides new ones. It returns req itself
 // when no byte changes, else a clone with a new Body.
 func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b budget, elog *EditLog) (*pipeline.Request, error) {
-	var hint promptHint
+	var hint pipeline.PromptHint
 	if elog != nil {
-		hint = hintFrom(ctx) // only valid when the prefix is edited as last round
+		hint = req.PromptHint // only valid when the prefix is edited as last round
 	} else {
 		elog = &EditLog{} // this call only
 	}

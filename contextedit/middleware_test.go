@@ -120,10 +120,11 @@ func TestClearPolicy(t *testing.T) {
 }
 
 // round runs one model call of a tool loop whose context carries log.
-func round(t *testing.T, h pipeline.Handler, next *capture, ctx context.Context, body []byte, window int) []byte {
+func round(t *testing.T, h pipeline.Handler, next *capture, elog *EditLog, body []byte, window int) []byte {
 	t.Helper()
 	req := request(body, window)
-	if _, err := h.Chat(ctx, req); err != nil {
+	req.EditLog = elog
+	if _, err := h.Chat(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	return next.last(t).Body
@@ -152,14 +153,14 @@ func TestStableAcrossRounds(t *testing.T) {
 			base := loop(6, 8, search)
 			window := mustCount(t, chatBody(base...)) + 200 // the trigger (0.8) is crossed at once
 			h, next := newHandler(ceConfig(func(c *config.ContextEdit) { c.ClearToolInputs = true; c.ClearAtLeast = 500 }))
-			ctx, elog := WithEditLog(context.Background())
+			elog := &EditLog{}
 			transcript := base
 			var prevOut []byte
 			var prevCleared []string
 			edits, stable := 0, 0
 			for r := range 8 {
 				body := chatBody(transcript...)
-				out := round(t, h, next, ctx, body, window)
+				out := round(t, h, next, elog, body, window)
 				checkPairing(t, out)
 				cl := elog.Cleared()
 				if len(cl) < len(prevCleared) || strings.Join(cl[:len(prevCleared)], ",") != strings.Join(prevCleared, ",") {
@@ -190,7 +191,7 @@ func TestStableAcrossRounds(t *testing.T) {
 						}
 					}
 				}
-				if out2 := round(t, h, next, ctx, body, window); string(out2) != string(out) {
+				if out2 := round(t, h, next, elog, body, window); string(out2) != string(out) {
 					t.Fatalf("round %d: the same transcript edited twice differs", r)
 				}
 				if len(cl) > len(prevCleared) {
@@ -222,7 +223,8 @@ func TestStableAcrossRounds(t *testing.T) {
 			}
 			// The header reports the whole client request, not the last round.
 			req := request(chatBody(transcript...), window)
-			if _, err := h.Chat(ctx, req); err != nil {
+			req.EditLog = elog
+			if _, err := h.Chat(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
 			if v, want := req.Meta.Get(MetaHeader), fmt.Sprintf("cleared=%d;tokens_saved=%d", n, saved); v != want {
@@ -252,8 +254,8 @@ func TestClearAtLeast(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			h, next := newHandler(ceConfig(func(c *config.ContextEdit) { c.Trigger = float64(total - 10); c.ClearAtLeast = tt.atLeast }))
-			ctx, elog := WithEditLog(context.Background())
-			out := round(t, h, next, ctx, chatBody(base...), 1_000_000)
+			elog := &EditLog{}
+			out := round(t, h, next, elog, chatBody(base...), 1_000_000)
 			if n := len(elog.Cleared()); n != tt.wantCleared {
 				t.Fatalf("cleared %d, want %d", n, tt.wantCleared)
 			}
@@ -262,7 +264,7 @@ func TestClearAtLeast(t *testing.T) {
 			}
 			// A short exchange keeps the count under the trigger: no new edit.
 			more := append(append([]string{}, base...), asstMsg("Here is what I found."), userMsg("Thanks, and the weather?"))
-			out2 := round(t, h, next, ctx, chatBody(more...), 1_000_000)
+			out2 := round(t, h, next, elog, chatBody(more...), 1_000_000)
 			if n := len(elog.Cleared()); n != tt.wantCleared {
 				t.Errorf("round 2 cleared %d in total, want %d", n, tt.wantCleared)
 			}
@@ -344,8 +346,10 @@ func TestDropTurns(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			h, next := newHandler(ceConfig(func(c *config.ContextEdit) { c.LastResort = "drop_turns"; c.Keep = 8 }))
-			ctx, elog := WithEditLog(context.Background())
-			_, err := h.Chat(ctx, request(chatBody(msgs...), tt.window))
+			elog := &EditLog{}
+			req := request(chatBody(msgs...), tt.window)
+			req.EditLog = elog
+			_, err := h.Chat(context.Background(), req)
 			if tt.fail {
 				var pe *pipeline.Error
 				if !errors.As(err, &pe) || pe.Code != "context_length_exceeded" {
@@ -383,7 +387,7 @@ func TestDropTurns(t *testing.T) {
 			// Next round: the same turns are dropped again, the prefix holds.
 			id := "next"
 			more := append(append([]string{}, msgs...), callMsg(id, "search", `{}`), resultMsg(id, "short"))
-			out2 := round(t, h, next, ctx, chatBody(more...), tt.window)
+			out2 := round(t, h, next, elog, chatBody(more...), tt.window)
 			checkPairing(t, out2)
 			if !strings.HasPrefix(string(out2), prefix(out)) {
 				t.Error("round 2 changed the prefix")
@@ -445,16 +449,15 @@ func TestPromptHint(t *testing.T) {
 				trigger = len(body) + 100
 			}
 			h, next := newHandler(ceConfig(func(c *config.ContextEdit) { c.Trigger = float64(trigger) }))
-			ctx := context.Background()
+			req := request(body, 1_000_000)
 			if tt.log {
-				ctx, _ = WithEditLog(ctx)
+				req.EditLog = NewEditLog()
 			}
 			if tt.hint {
 				// The provider counted the first len-2 messages as more than the trigger.
-				ctx = WithPromptHint(ctx, trigger+50, len(msgs)-2)
+				req.PromptHint = pipeline.PromptHint{Tokens: trigger + 50, Messages: len(msgs) - 2}
 			}
-			req := request(body, 1_000_000)
-			if _, err := h.Chat(ctx, req); err != nil {
+			if _, err := h.Chat(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
 			if edited := next.last(t) != req; edited != tt.cleared {
@@ -464,15 +467,11 @@ func TestPromptHint(t *testing.T) {
 	}
 }
 
-func TestWithEditLog(t *testing.T) {
+func TestEditLogApply(t *testing.T) {
 	t.Parallel()
-	ctx, l := WithEditLog(context.Background())
-	ctx2, l2 := WithEditLog(ctx)
-	if l2 != l || ctx2 != ctx {
-		t.Error("WithEditLog forked an existing log")
-	}
-	if EditLogFrom(context.Background()) != nil {
-		t.Error("EditLogFrom found a log in an empty context")
+	l := &EditLog{}
+	if editLogOf(&pipeline.Request{}) != nil || editLogOf(&pipeline.Request{EditLog: l}) != l {
+		t.Error("editLogOf does not return the request's log")
 	}
 	if _, err := l.Apply([]byte(`[]`)); !errors.Is(err, ErrInvalidBody) {
 		t.Errorf("Apply([]) err = %v", err)

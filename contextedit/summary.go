@@ -15,13 +15,6 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// DefaultSummaryPrompt is the summary model's system prompt when
-// summary_prompt is not set.
-const DefaultSummaryPrompt = "You condense the earlier part of a conversation between a user and an AI assistant " +
-	"so that the assistant can continue it without the original messages. Keep every fact, decision, " +
-	"number, name, file, tool result and open question that later turns may need; drop pleasantries. " +
-	"Write plain prose or short bullet points, in the conversation's language, at most about 400 words."
-
 // summaryPrefix opens the message that replaces the summarised turns.
 const summaryPrefix = "Summary of the earlier conversation (older messages were replaced by this summary):\n"
 
@@ -87,10 +80,11 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 			return "", err
 		}
 	}
-	// The summary call is its own conversation: not the caller's edit log
-	// (held by the caller right now) nor its prompt hint, and its own model
-	// call even under a fallback route's call (fallback.NewCall).
-	sctx := fallback.NewCall(context.WithValue(context.WithValue(ctx, logKey{}, (*EditLog)(nil)), hintKey{}, promptHint{}))
+	// The summary call is its own conversation: r is a new request, so it
+	// carries neither the caller's edit log (held by the caller right now)
+	// nor its prompt hint; and it is its own model call even under a
+	// fallback route's call (fallback.NewCall).
+	sctx := fallback.NewCall(ctx)
 	resp, err := route.ModelLayer.Chat(sctx, r)
 	if err != nil {
 		return "", err

@@ -5,6 +5,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // transcript is the parsed messages array of one request and the edits
@@ -165,12 +167,12 @@ func (t *transcript) contentTokens(i int) int {
 }
 
 // count returns the prompt tokens of the edited transcript. With a hint, the
-// first hint.messages messages count hint.tokens (as the upstream reported
-// them for the previous round, edits included) and only the rest is counted.
-func (t *transcript) count(h promptHint) int {
+// first h.Messages messages count h.Tokens (as the upstream reported them
+// for the previous round, edits included) and only the rest is counted.
+func (t *transcript) count(h pipeline.PromptHint) int {
 	start, n := 0, tokensPriming+t.c.toolsCost(t.tools)
-	if h.tokens > 0 && h.messages > 0 && h.messages <= len(t.msgs) {
-		start, n = h.messages, h.tokens
+	if h.Tokens > 0 && h.Messages > 0 && h.Messages <= len(t.msgs) {
+		start, n = h.Messages, h.Tokens
 	}
 	for i := start; i < len(t.msgs); i++ {
 		if !t.msgs[i].dropped {

@@ -16,7 +16,7 @@ func BenchmarkOverhead(b *testing.B) {
 		return &pipeline.Response{Body: resp.Body}, nil
 	})
 	route := rt("m", 0, []string{"n"}, dep("p", "m", 1))
-	wrapped := New(Options{}, func(string) *pipeline.Route { return nil })(bare)
+	wrapped := New(withDefaults(Options{}, route), func(string) *pipeline.Route { return nil })(bare)
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name string
@@ -50,7 +50,7 @@ func BenchmarkStreamOverhead(b *testing.B) {
 		}}}, nil
 	})
 	route := rt("m", 0, nil, dep("p", "m", 1))
-	wrapped := New(Options{}, nil)(bare)
+	wrapped := New(withDefaults(Options{}, route), nil)(bare)
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name string

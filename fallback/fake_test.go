@@ -3,10 +3,12 @@ package fallback
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -155,6 +157,23 @@ func dep(provider, upstream string, weight int) pipeline.Target {
 	return pipeline.Target{Provider: provider, Upstream: upstream, Weight: weight}
 }
 
+// withDefaults returns opts as config would give them: its providers, plus
+// one for every deployment's provider of routes it does not list, and its
+// fallback settings, with config's defaults for every unset field.
+func withDefaults(opts Options, routes ...*pipeline.Route) Options {
+	c := config.Config{Providers: slices.Clone(opts.Providers), Middleware: config.Middleware{Fallback: opts.Fallback}}
+	for _, r := range routes {
+		for _, d := range r.Deployments {
+			if !slices.ContainsFunc(c.Providers, func(p config.Provider) bool { return p.Name == d.Provider }) {
+				c.Providers = append(c.Providers, config.Provider{Name: d.Provider})
+			}
+		}
+	}
+	c.ApplyDefaults()
+	opts.Providers, opts.Fallback = c.Providers, c.Middleware.Fallback
+	return opts
+}
+
 // rt builds a route.
 func rt(name string, window int, fallbacks []string, deps ...pipeline.Target) *pipeline.Route {
 	for i := range deps {
@@ -184,7 +203,7 @@ func newEnv(opts Options, script map[string][]step, nested bool, routes ...*pipe
 	if opts.Rand == nil {
 		opts.Rand = func() float64 { return 0.5 }
 	}
-	e.mw = New(opts, func(name string) *pipeline.Route { return e.routes[name] })
+	e.mw = New(withDefaults(opts, routes...), func(name string) *pipeline.Route { return e.routes[name] })
 	if nested {
 		for _, r := range routes {
 			r.ModelLayer = pipeline.Chain(e.f, e.mw)

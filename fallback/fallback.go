@@ -37,16 +37,18 @@ var (
 	ErrDeadline = errors.New("fallback: deadline exceeded")
 )
 
-// Options configures New. The slices are read during New only.
+// Options configures New. The slices are read during New only. The config
+// parts are used as given: config applies their defaults
+// (config.ApplyDefaults) and validates them.
 type Options struct {
-	// Providers supplies Retries (nil = 2) and RetryAfterCap (0 = 10s) per
-	// provider name; the other fields are ignored.
+	// Providers supplies Retries and RetryAfterCap per provider name; the
+	// other fields are ignored. A deployment of a provider not listed gets
+	// no retries.
 	Providers []config.Provider
 	// Models, when set, lets New build the breakers of every configured
 	// deployment up front. Deployments not listed get one on first use.
 	Models []config.Model
-	// Fallback holds backoff, deadline and breaker settings; zero fields take
-	// the config defaults.
+	// Fallback holds backoff, deadline and breaker settings.
 	Fallback config.Fallback
 	Logger   zerolog.Logger
 
@@ -84,30 +86,19 @@ type handler struct {
 // gets a Clone) and set x-gateway-model and x-gateway-attempts on its Meta.
 func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middleware {
 	f := opts.Fallback
-	def := func(d config.Duration, v time.Duration) time.Duration {
-		if d <= 0 {
-			return v
-		}
-		return d.D()
-	}
 	t := &tables{
 		providers: make(map[string]providerPolicy, len(opts.Providers)),
-		def:       providerPolicy{retries: 2, retryAfterCap: 10 * time.Second},
 		threshold: f.BreakerFailures,
-		cooldown:  def(f.BreakerCooldown, 30*time.Second),
+		cooldown:  f.BreakerCooldown.D(),
 		log:       opts.Logger,
 		breakers:  make(map[depKey]*breaker),
 		routes:    make(map[*pipeline.Route]*routeState),
 	}
-	if t.threshold <= 0 {
-		t.threshold = 5
-	}
 	for _, p := range opts.Providers {
-		pp := t.def
+		pp := providerPolicy{retryAfterCap: p.RetryAfterCap.D()}
 		if p.Retries != nil {
-			pp.retries = max(*p.Retries, 0)
+			pp.retries = *p.Retries
 		}
-		pp.retryAfterCap = def(p.RetryAfterCap, pp.retryAfterCap)
 		t.providers[p.Name] = pp
 	}
 	for _, m := range opts.Models {
@@ -119,9 +110,9 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 		t:        t,
 		lookup:   lookup,
 		log:      opts.Logger,
-		base:     def(f.BaseBackoff, 200*time.Millisecond),
-		max:      def(f.MaxBackoff, 5*time.Second),
-		deadline: def(f.Deadline, 2*time.Minute),
+		base:     f.BaseBackoff.D(),
+		max:      f.MaxBackoff.D(),
+		deadline: f.Deadline.D(),
 		sleep:    opts.Sleep,
 		rand:     opts.Rand,
 		now:      opts.Now,

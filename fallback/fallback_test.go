@@ -282,7 +282,7 @@ func TestWeightedChoice(t *testing.T) {
 		return float64((seq*7919)%1000) / 1000
 	}
 	e := newEnv(Options{Rand: det}, nil, false,
-		rt("m", 0, nil, dep("a", "m", 3), dep("b", "m", 1), dep("c", "m", 0)))
+		rt("m", 0, nil, dep("a", "m", 3), dep("b", "m", 1), dep("c", "m", 1)))
 	const n = 4000
 	for range n {
 		if _, _, err := e.chat(t, "m", false); err != nil {
@@ -293,7 +293,7 @@ func TestWeightedChoice(t *testing.T) {
 	if a+b+c != n {
 		t.Fatalf("calls %d+%d+%d != %d", a, b, c, n)
 	}
-	// Weights 3:1:1 (0 means the default 1).
+	// Weights 3:1:1.
 	for _, got := range []struct {
 		name string
 		n    int
@@ -367,7 +367,7 @@ func TestAttemptsAccumulateOverRounds(t *testing.T) {
 func TestNoDeployments(t *testing.T) {
 	t.Parallel()
 	f := newFake(nil)
-	h := New(Options{}, nil)(f)
+	h := New(withDefaults(Options{}), nil)(f)
 	req := &pipeline.Request{Route: &pipeline.Route{Name: "x"}, Meta: &pipeline.Meta{}}
 	resp, err := h.Chat(t.Context(), req)
 	if err != nil || !strings.Contains(string(resp.Body), "ok") {

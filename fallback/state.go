@@ -41,7 +41,6 @@ type routeState struct {
 // first seen on a request) and per-route states. Safe for concurrent use.
 type tables struct {
 	providers map[string]providerPolicy
-	def       providerPolicy
 	threshold int
 	cooldown  time.Duration
 	log       zerolog.Logger
@@ -78,18 +77,11 @@ func (t *tables) route(r *pipeline.Route) *routeState {
 	rs = &routeState{deps: make([]deployment, len(r.Deployments))}
 	for i := range r.Deployments {
 		tg := &r.Deployments[i]
-		p, ok := t.providers[tg.Provider]
-		if !ok {
-			p = t.def
-		}
-		w := tg.Weight
-		if w <= 0 {
-			w = 1
-		}
+		p := t.providers[tg.Provider] // not configured: no retries
 		rs.deps[i] = deployment{
 			target:   tg,
 			br:       t.breakerFor(tg.Provider, tg.Upstream),
-			weight:   w,
+			weight:   tg.Weight,
 			maxTries: 1 + p.retries,
 			raCap:    p.retryAfterCap,
 			attempts: attemptCounters(r.Name, tg.Provider),

@@ -175,8 +175,9 @@ func TestCloseReleasesContext(t *testing.T) {
 		upstreamCtx = ctx
 		return &pipeline.Response{Stream: newFakeStream(ctx, []string{textA}, nil)}, nil
 	})
-	h := New(Options{}, nil)(inner)
-	req := &pipeline.Request{Stream: true, Route: rt("a", 0, nil, dep("p", "a", 1)), Meta: &pipeline.Meta{}}
+	route := rt("a", 0, nil, dep("p", "a", 1))
+	h := New(withDefaults(Options{}, route), nil)(inner)
+	req := &pipeline.Request{Stream: true, Route: route, Meta: &pipeline.Meta{}}
 	resp, err := h.Chat(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)

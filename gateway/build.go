@@ -29,6 +29,7 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
+	"github.com/llmgw/gateway/responses"
 	"github.com/llmgw/gateway/toolloop"
 	"github.com/llmgw/gateway/tracing"
 )
@@ -159,24 +160,23 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 	// server tools while they are up. Close stops their child processes.
 	var mcp *mcpclient.Manager
 	if len(cfg.MCPServers) > 0 {
-		mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, DefaultTimeout: cfg.ToolLoop.ToolTimeout.D(), Logger: log})
+		mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, Logger: log})
 		closers = append(closers, mcp.Close)
 	}
 
 	// The request layer, ending in the tool loop.
 	loopOpts := toolloop.Options{
-		Tools:       cfg.Tools,
-		Loop:        cfg.ToolLoop,
-		Lookup:      lookup,
-		Admit:       admit,
-		ToolAllowed: policies.ToolAllowed,
-		ToolTrace:   policies.ToolTrace,
+		Tools:  cfg.Tools,
+		Loop:   cfg.ToolLoop,
+		Lookup: lookup,
+		Admit:  admit,
 		ToolMiddleware: []pipeline.ToolMiddleware{
 			limiter.ToolLimit(),
 			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
 		},
-		State:  buildState(cfg, rdb),
-		Logger: log,
+		State:      buildState(cfg, rdb),
+		NewEditLog: contextedit.NewEditLog,
+		Logger:     log,
 	}
 	if mcp != nil {
 		loopOpts.Source = mcp // never a typed nil in the interface
@@ -197,9 +197,6 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 			ToolSetVersion: toolSetVersion(cfg.Tools, cfg.MCPServers),
 			ServerTools:    len(cfg.Tools) > 0 || len(cfg.MCPServers) > 0,
 			Logger:         log,
-			Enabled: func(r *pipeline.Request) bool {
-				return policies.CacheEnabled(r.Tenant, cfg.Middleware.Cache.Enabled)
-			},
 		}),
 	}
 	var mws []pipeline.Middleware
@@ -222,6 +219,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		},
 	}
 	rt.Policy = engine
+	rt.Responses, rt.NativeResponses = buildResponses(cfg, rdb)
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
 	}
@@ -275,7 +273,7 @@ func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
 
 // buildState returns the mixed-turn state store: Redis when [redis] is set
 // (so that any replica can continue a turn), else memory bounded by
-// tool_loop.state_max_entries; nil when no server tool can exist.
+// tool_loop.state_max_entries and state_max_bytes; nil when no server tool can exist.
 func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
 	if len(cfg.Tools) == 0 && len(cfg.MCPServers) == 0 {
 		return nil
@@ -283,7 +281,7 @@ func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
 	if rdb != nil {
 		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D())
 	}
-	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, 0)
+	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, cfg.ToolLoop.StateMaxBytes)
 }
 
 // redisClient builds a client whose every call is bounded by the config's timeout.
@@ -352,3 +350,37 @@ func toolSetVersion(tools []config.Tool, servers []config.MCPServer) string {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
+
+// buildResponses returns the store of Responses API responses (nil when
+// [responses] store = "none" serves /v1/responses without one) and the
+// models whose provider serves the Responses API natively.
+func buildResponses(cfg *config.Config, rdb *redis.Client) (*responses.Store, map[string]bool) {
+	native := map[string]bool{}
+	nativeProvider := map[string]bool{}
+	for _, p := range cfg.Providers {
+		nativeProvider[p.Name] = p.Responses == "native"
+	}
+	for _, m := range cfg.Models {
+		if nativeProvider[m.Provider] {
+			native[m.Name] = true
+		}
+	}
+	c := cfg.Responses
+	var kv responses.KV
+	switch {
+	case c.Store == "redis" && rdb != nil:
+		kv = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
+	case c.Store == "none":
+		kv = noStore{}
+	default:
+		kv = caching.NewMemoryStore(c.MaxBytes)
+	}
+	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes}, native
+}
+
+// noStore keeps nothing: [responses] store = "none".
+type noStore struct{}
+
+func (noStore) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
+func (noStore) Set(context.Context, string, []byte, time.Duration) error { return nil }
+func (noStore) Delete(context.Context, string) error                     { return nil }

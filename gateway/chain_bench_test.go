@@ -83,13 +83,13 @@ func BenchmarkFullChain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop, err := toolloop.New(toolloop.Options{Tools: cfg.Tools, Loop: cfg.ToolLoop, Lookup: lookup,
-		ToolAllowed: policies.ToolAllowed, ToolTrace: policies.ToolTrace, Logger: log})
+	loop, err := toolloop.New(toolloop.Options{Tools: cfg.Tools, Loop: cfg.ToolLoop, Lookup: lookup, NewEditLog: contextedit.NewEditLog, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}
-	cache := caching.NewResponseCache(caching.Options{Config: cfg.Middleware.Cache, Store: caching.NewMemoryStore(1 << 20), Logger: log,
-		Enabled: func(r *pipeline.Request) bool { return policies.CacheEnabled(r.Tenant, true) }})
+	cacheCfg := cfg.Middleware.Cache
+	cacheCfg.Enabled = true
+	cache := caching.NewResponseCache(caching.Options{Config: cacheCfg, Store: caching.NewMemoryStore(1 << 20), Logger: log})
 	full := pipeline.Chain(loop, engine.Middleware(), cache)
 
 	run := func(b *testing.B, h pipeline.Handler) {

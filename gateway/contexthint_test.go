@@ -14,7 +14,7 @@ import (
 )
 
 // The loop passes each round's usage.prompt_tokens to context editing
-// (contextedit.WithPromptHint): when the upstream reports a prompt over the
+// (pipeline.Request.PromptHint): when the upstream reports a prompt over the
 // trigger (2000), the next round clears older results although the
 // gateway's own count of the transcript is far under it.
 func TestContextEditPromptHint(t *testing.T) {

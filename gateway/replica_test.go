@@ -36,6 +36,20 @@ func startReplica(t *testing.T, bin, cfg string) string {
 	return url
 }
 
+// streamMessage streams p through c and returns the accumulated message.
+func streamMessage(t *testing.T, c openai.Client, p openai.ChatCompletionNewParams) openai.ChatCompletionMessage {
+	t.Helper()
+	stream := c.Chat.Completions.NewStreaming(context.Background(), p)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return acc.Choices[0].Message
+}
+
 // TestMixedTurnAcrossReplicas: two gateway processes that share nothing but
 // one redis-server; a mixed turn starts on one and finishes on the other, in
 // both directions.
@@ -68,15 +82,7 @@ prefix = "replica-test:"
 		t.Run(dir.name, func(t *testing.T) {
 			p := userMsg("go " + dir.name)
 			p.Tools = cityTool()
-			stream := clients[dir.start].Chat.Completions.NewStreaming(context.Background(), p)
-			var acc openai.ChatCompletionAccumulator
-			for stream.Next() {
-				acc.AddChunk(stream.Current())
-			}
-			if err := stream.Err(); err != nil {
-				t.Fatal(err)
-			}
-			msg := acc.Choices[0].Message
+			msg := streamMessage(t, clients[dir.start], p)
 			if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "lookup_city" {
 				t.Fatalf("mixed turn on replica %d returned %+v", dir.start, msg.ToolCalls)
 			}
@@ -101,5 +107,56 @@ prefix = "replica-test:"
 	}
 	if ttl := rdb.TTL(context.Background(), keys[0]).Val(); ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("ttl %v", ttl)
+	}
+}
+
+// TestApprovalAcrossReplicas: a call handed out for approval by one gateway
+// process is decided on another that shares only Redis with it; the tool
+// runs once, there, with the kept arguments.
+func TestApprovalAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	redisAddr := testredis.Start(t).Addr()
+	bin := testproc.Gateway(t)
+	se, toolURL := newSideEffects(t)
+	mock := mockllm.New(mockllm.Options{Respond: approvalResponder})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg := strings.NewReplacer("{{MOCK}}", mockURL, "{{HTTP}}", toolURL).Replace(approvalConfig) + `
+[tool_loop]
+approval_secret = "replica-test-secret"
+[redis]
+addr = "` + redisAddr + `"
+prefix = "approval-test:"
+`
+	urls := []string{startReplica(t, bin, cfg), startReplica(t, bin, cfg)}
+	clients := make([]openai.Client, 2)
+	for i, u := range urls {
+		clients[i] = openai.NewClient(option.WithBaseURL(u), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	}
+	for _, dir := range []struct {
+		name        string
+		start, next int
+	}{{"A to B", 0, 1}, {"B to A", 1, 0}} {
+		t.Run(dir.name, func(t *testing.T) {
+			p := userMsg("clean up " + dir.name)
+			msg := streamMessage(t, clients[dir.start], p)
+			if len(msg.ToolCalls) != 1 || !strings.HasPrefix(msg.ToolCalls[0].ID, "call_gwa_") {
+				t.Fatalf("replica %d handed out %+v", dir.start, msg.ToolCalls)
+			}
+			before := len(se.runs())
+			resp, err := clients[dir.next].Chat.Completions.New(context.Background(), answer(p, msg, `{"decision":"approve"}`))
+			if err != nil {
+				t.Fatalf("decision on replica %d: %v", dir.next, err)
+			}
+			if runs := se.runs()[before:]; len(runs) != 1 || runs[0] != `{"path":"/tmp/a"}` {
+				t.Fatalf("tool runs %v", runs)
+			}
+			if c := resp.Choices[0].Message.Content; !strings.Contains(c, `"deleted":"/tmp/a"`) || !strings.Contains(c, `"result":42`) {
+				t.Fatalf("answer %q", c)
+			}
+		})
 	}
 }

@@ -293,40 +293,56 @@ func TestToolTimeoutAndAgentTool(t *testing.T) {
 	}
 }
 
+// nodeResponder calls the calculator (a server tool) first, then the
+// client's get_weather, then answers with both results.
+func nodeResponder(c *mockllm.Call) mockllm.Turn {
+	switch {
+	case c.LastRole == "user":
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+	case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
+		return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
+	default:
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
+	}
+}
+
 // TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
 // stream() and runTools() against a gateway with a server and a client tool.
 func TestNodeSDKToolLoop(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed (.ci/run installs it)")
-	}
-	dir, _ := filepath.Abs("../test/node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
-		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
-	}
-	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
-		switch {
-		case c.LastRole == "user":
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
-		case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
-			return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
-		default:
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
-		}
-	}, mockllm.Chunking{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "toolloop.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "stream: ok") || !strings.Contains(string(out), "runTools: ok") {
+	skipWithoutNode(t)
+	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
+	out := runNode(t, "toolloop.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
+	if !strings.Contains(out, "stream: ok") || !strings.Contains(out, "runTools: ok") {
 		t.Fatalf("node output: %s", out)
 	}
+}
+
+// skipWithoutNode skips t unless node and test/node's node_modules are there.
+func skipWithoutNode(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed (.ci/run installs it)")
+	}
+	if _, err := os.Stat("../test/node/node_modules/openai"); err != nil {
+		t.Skip("test/node/node_modules missing: run npm ci in test/node (.ci/run does)")
+	}
+}
+
+// runNode runs script in test/node with env added, failing t on a non-zero
+// exit; it returns the combined output.
+func runNode(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir, _ = filepath.Abs("../test/node")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node %s: %v\n%s", script, err, out)
+	}
+	return string(out)
 }
 
 func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }

@@ -14,12 +14,12 @@ import (
 	"github.com/llmgw/gateway/config"
 )
 
-// Options configure a Manager. Servers are validated by config.
+// Options configure a Manager. Servers are used as given: config applies
+// their defaults (timeout: tool_loop.tool_timeout) and validates them. The
+// other fields are the manager's own timing, not configuration; their zero
+// values take the defaults below.
 type Options struct {
 	Servers []config.MCPServer
-	// DefaultTimeout bounds a tool call of a server without timeout; it is
-	// also the connect-and-list deadline. Default 30s.
-	DefaultTimeout time.Duration
 	// StartWait is how long Start waits for the first connection attempt of
 	// every server, so that the first requests already see their tools.
 	// Default 15s; a server still connecting after it joins later.
@@ -70,9 +70,6 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // Options.StartWait for each first attempt. It never fails: a server that
 // cannot be reached offers no tools and is retried.
 func Start(opts Options) *Manager {
-	if opts.DefaultTimeout <= 0 {
-		opts.DefaultTimeout = 30 * time.Second
-	}
 	if opts.StartWait <= 0 {
 		opts.StartWait = 15 * time.Second
 	}

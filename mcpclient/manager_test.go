@@ -131,12 +131,19 @@ func toolNames(m *Manager) string {
 	return strings.Join(n, ",")
 }
 
+// defaulted returns servers with config's defaults applied, as Start gets them.
+func defaulted(servers ...config.MCPServer) []config.MCPServer {
+	c := config.Config{MCPServers: servers}
+	c.ApplyDefaults()
+	return c.MCPServers
+}
+
 func TestManagerHTTP(t *testing.T) {
 	t.Parallel()
 	g := newGoServer(t)
 	m := Start(Options{
-		Servers: []config.MCPServer{{Name: "go", URL: "http://" + g.addr + "/mcp", Prefix: "go_",
-			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}, MaxCalls: 3}},
+		Servers: defaulted(config.MCPServer{Name: "go", URL: "http://" + g.addr + "/mcp", Prefix: "go_",
+			Headers: map[string]string{"X-Test-Token": "t0ken"}, Deny: []string{"secret_*"}, MaxCalls: 3, Approval: []string{"br*"}}),
 		MaxBackoff: 300 * time.Millisecond, KeepAlive: 200 * time.Millisecond, Logger: testLogger(t),
 	})
 	defer m.Close()
@@ -145,6 +152,10 @@ func TestManagerHTTP(t *testing.T) {
 	}
 	if def := m.Lookup("go_hello"); def == nil || def.Remote != "hello" || def.Description != "says hello" || !gjson.Get(def.Parameters, "properties.x").Exists() || def.MaxCalls != 3 {
 		t.Fatalf("definition: %+v", def)
+	}
+	// approval globs match the server's own names (before the prefix).
+	if a, b := m.Lookup("go_broken").Approval, m.Lookup("go_hello").Approval; a != "always" || b != "" {
+		t.Fatalf("approval: go_broken %q, go_hello %q", a, b)
 	}
 	cases := []struct {
 		name, tool, args string
@@ -229,8 +240,8 @@ func TestManagerStdioEverything(t *testing.T) {
 	marker := "LLMGW_TEST_MARKER=" + strings.ReplaceAll(t.Name(), "/", "_") + time.Now().Format("150405.000000")
 	kv := strings.SplitN(marker, "=", 2)
 	m := Start(Options{
-		Servers: []config.MCPServer{{Name: "every", Command: "node", Args: []string{entry, "stdio"},
-			Env: map[string]string{kv[0]: kv[1]}, Allow: []string{"get-*", "echo"}, Deny: []string{"get-env", "get-tiny-image"}}},
+		Servers: defaulted(config.MCPServer{Name: "every", Command: "node", Args: []string{entry, "stdio"},
+			Env: map[string]string{kv[0]: kv[1]}, Allow: []string{"get-*", "echo"}, Deny: []string{"get-env", "get-tiny-image"}}),
 		Logger: testLogger(t),
 	})
 	closed := false

@@ -31,9 +31,6 @@ type server struct {
 func newServer(m *Manager, cfg config.MCPServer) *server {
 	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
 		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1)}
-	if s.timeout <= 0 {
-		s.timeout = m.opts.DefaultTimeout
-	}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -199,8 +196,8 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 			desc = t.Title
 		}
 		out = append(out, &Tool{
-			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp",
-				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls},
+			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,
+				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name)},
 			Server: s.cfg.Name, Remote: t.Name,
 		})
 	}
@@ -213,6 +210,15 @@ func (s *server) wanted(name string) bool {
 		return false
 	}
 	return !matchAny(s.cfg.Deny, name)
+}
+
+// approval returns "always" when the server's approval globs match its own
+// tool name (before prefix, like allow and deny), else "".
+func (s *server) approval(name string) string {
+	if matchAny(s.cfg.Approval, name) {
+		return "always"
+	}
+	return ""
 }
 
 func matchAny(globs []string, name string) bool {

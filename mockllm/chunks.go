@@ -1,9 +1,11 @@
 package mockllm
 
 import (
-	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/wire"
 )
 
 // answer is a Turn resolved for one request: defaults applied, ids assigned.
@@ -17,6 +19,14 @@ type answer struct {
 	usage        Usage
 	chunking     Chunking
 	includeUsage bool
+}
+
+// fingerprint is the mock's system_fingerprint.
+const fingerprint = "fp_mock"
+
+// header is what every chunk and the completion of a repeat.
+func (a *answer) header() wire.Header {
+	return wire.Header{ID: a.id, Created: a.created, Model: a.model}
 }
 
 // Event phases of a stream, in order.
@@ -33,11 +43,12 @@ const (
 // large answer never needs all its events in memory. Not safe for concurrent
 // use; one per stream.
 //
-// It writes its own chunks rather than the gateway's encoder (wire.ChatSSE)
-// on purpose: the mock plays an upstream, so it must send what the gateway
-// never does (interleaved or whole tool calls, a `"content":""` role delta,
-// events cut mid-write) and it is the independent side the gateway's output
-// is tested against.
+// It sequences its own chunks rather than using the gateway's encoder
+// (wire.ChatSSE) on purpose: the mock plays an upstream, so it must send what
+// the gateway never does (interleaved or whole tool calls, a `"content":""`
+// role delta, events cut mid-write) and it is the independent side the
+// gateway's stream rules are tested against. Only the framing every chunk
+// shares (wire.AppendHead, wire.AppendChoiceEnd) is the same code.
 type chunker struct {
 	a       *answer
 	head    []byte // `data: {...,"choices":[`, shared by every event
@@ -52,13 +63,10 @@ type chunker struct {
 func newChunker(a *answer) *chunker {
 	c := &chunker{a: a}
 	h := make([]byte, 0, 160+len(a.model))
-	h = append(h, `data: {"id":`...)
-	h = jsonstring.Append(h, a.id)
-	h = append(h, `,"object":"chat.completion.chunk","created":`...)
-	h = strconv.AppendInt(h, a.created, 10)
-	h = append(h, `,"model":`...)
-	h = jsonstring.Append(h, a.model)
-	h = append(h, `,"system_fingerprint":"fp_mock","choices":[`...)
+	h = append(h, "data: "...)
+	h = wire.AppendHead(h, "chat.completion.chunk", a.header())
+	h = wire.AppendFingerprint(h, fingerprint)
+	h = append(h, `,"choices":[`...)
 	c.head = h
 	if n := len(a.turn.ToolCalls); n > 0 {
 		c.pos = make([]int, n)
@@ -130,16 +138,7 @@ func (c *chunker) next(dst []byte) (out []byte, ok bool) {
 // closeChoice ends a choice object opened after head, closes the chunk and
 // the event.
 func (c *chunker) closeChoice(dst []byte, finish string) ([]byte, bool) {
-	dst = append(dst, `,"logprobs":null,"finish_reason":`...)
-	if finish == "" {
-		dst = append(dst, "null"...)
-	} else {
-		dst = jsonstring.Append(dst, finish)
-	}
-	dst = append(dst, "}]"...)
-	if c.a.includeUsage {
-		dst = append(dst, `,"usage":null`...)
-	}
+	dst = wire.AppendChoiceEnd(dst, finish, c.a.includeUsage)
 	return append(dst, "}\n\n"...), true
 }
 

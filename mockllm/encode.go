@@ -1,8 +1,10 @@
 package mockllm
 
 import (
-	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/wire"
 )
 
 // This file appends JSON by hand: the mock is a load target, so no reflection
@@ -60,12 +62,7 @@ func appendToolCall(dst []byte, tc ToolCall) []byte {
 
 // appendCompletion appends a whole chat.completion object.
 func appendCompletion(dst []byte, a *answer) []byte {
-	dst = append(dst, `{"id":`...)
-	dst = jsonstring.Append(dst, a.id)
-	dst = append(dst, `,"object":"chat.completion","created":`...)
-	dst = strconv.AppendInt(dst, a.created, 10)
-	dst = append(dst, `,"model":`...)
-	dst = jsonstring.Append(dst, a.model)
+	dst = wire.AppendHead(dst, "chat.completion", a.header())
 	dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	if a.turn.Text == "" && len(a.turn.ToolCalls) > 0 {
 		dst = append(dst, "null"...)
@@ -87,5 +84,6 @@ func appendCompletion(dst []byte, a *answer) []byte {
 	dst = jsonstring.Append(dst, a.finish)
 	dst = append(dst, `}],"usage":`...)
 	dst = appendUsage(dst, a.usage)
-	return append(dst, `,"system_fingerprint":"fp_mock"}`...)
+	dst = wire.AppendFingerprint(dst, fingerprint)
+	return append(dst, '}')
 }

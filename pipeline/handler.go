@@ -19,8 +19,13 @@ func (f HandlerFunc) Chat(ctx context.Context, r *Request) (*Response, error) { 
 // policy denial); calling next again retries (fallback).
 type Middleware func(next Handler) Handler
 
-// Chain composes mws around h once, at start. mws[0] is the outermost.
-func Chain(h Handler, mws ...Middleware) Handler {
+// Chain composes mws around h once, at start. mws[0] is the outermost; a nil
+// middleware is skipped.
+func Chain(h Handler, mws ...Middleware) Handler { return compose(h, mws) }
+
+// compose wraps h in mws, the last innermost, skipping nil ones: the one
+// composition rule of both layers (Chain, ChainTools).
+func compose[H any, M ~func(H) H](h H, mws []M) H {
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] != nil {
 			h = mws[i](h)

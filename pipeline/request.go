@@ -42,6 +42,33 @@ type Request struct {
 	// Meta collects what the layers report back to the client as response
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
+
+	// EditLog and PromptHint carry context editing's state from one round
+	// of a tool loop to the next (pipeline/edits.go). The tool loop sets them
+	// on each round's request; a request that is not a round (a summary, an
+	// agent tool's call) has neither and is edited on its own.
+	EditLog    EditLog
+	PromptHint PromptHint
+
+	// OnServerCall, when set, hears of every server tool the loop ran for
+	// this request, after it ran, in the order the loop records them (the
+	// Responses API shows them as mcp_call items). It is called by the
+	// goroutine that drives the loop: for a stream, from within its Next.
+	OnServerCall func(*ServerCall)
+}
+
+// ApprovalIDPrefix starts the id of every call the tool loop hands to the
+// client for a person's approval (a gated server tool).
+const ApprovalIDPrefix = "call_gwa_"
+
+// ServerCall is one run of a server-side tool, as OnServerCall hears it.
+// Its slices are valid only during the call.
+type ServerCall struct {
+	Name      string
+	Source    string // where the tool lives: the MCP server's name, or the tool's kind (builtin, http, agent)
+	Arguments []byte
+	Output    []byte
+	IsError   bool
 }
 
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.
@@ -89,13 +116,4 @@ type Target struct {
 	Upstream string // model name sent upstream
 	Weight   int
 	Model    string // the Route this deployment belongs to
-}
-
-// Tenant is the caller behind a gateway key. Policy is owned by the policies
-// package; other layers read the fields they need through small interfaces.
-type Tenant struct {
-	Name   string
-	Key    string // the key's configured name, never the secret
-	Admin  bool   // the key has role = "admin" (operator APIs)
-	Policy any
 }

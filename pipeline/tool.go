@@ -42,12 +42,6 @@ func (f ToolHandlerFunc) CallTool(ctx context.Context, c *ToolCall) (*ToolResult
 // ToolMiddleware wraps a ToolHandler (the function layer).
 type ToolMiddleware func(next ToolHandler) ToolHandler
 
-// ChainTools composes mws around h once, at start. mws[0] is the outermost.
-func ChainTools(h ToolHandler, mws ...ToolMiddleware) ToolHandler {
-	for i := len(mws) - 1; i >= 0; i-- {
-		if mws[i] != nil {
-			h = mws[i](h)
-		}
-	}
-	return h
-}
+// ChainTools composes mws around h once, at start. mws[0] is the outermost; a
+// nil middleware is skipped.
+func ChainTools(h ToolHandler, mws ...ToolMiddleware) ToolHandler { return compose(h, mws) }

@@ -15,7 +15,8 @@ const (
 
 // Policy is the merged rule set of one tenant: its own [[policies]] entry laid
 // over the tenant = "*" defaults. It is built once in New, stored in
-// pipeline.Tenant.Policy, and read-only afterwards: safe for concurrent use,
+// pipeline.Tenant.Policy (it is this package's pipeline.TenantPolicy), and
+// read-only afterwards: safe for concurrent use,
 // never modify it.
 type Policy struct {
 	Tenant        string
@@ -25,9 +26,10 @@ type Policy struct {
 	Cache         *bool  // override of middleware.cache.enabled; nil = no override
 	ToolTrace     bool   // always add x_gateway to responses
 
-	models *globs // nil = every model
-	tools  *globs // nil = every server tool
-	paths  *globs // pass-through paths; never nil
+	models    *globs // nil = every model
+	tools     *globs // nil = every server tool
+	paths     *globs // pass-through paths; never nil
+	approvals *globs // approval_tools; nil = not set (the tools' own settings apply)
 }
 
 // AllowsModel reports whether the client-facing model name may be used.
@@ -38,10 +40,22 @@ func (p *Policy) AllowsModel(name string) bool { return p == nil || p.models.mat
 // A nil Policy allows everything.
 func (p *Policy) AllowsTool(name string) bool { return p == nil || p.tools.match(name) }
 
+// ApprovalRequired reports whether the server tool name needs a person's
+// approval for this tenant, and set = false when the policy has no
+// approval_tools (the tool's own approval setting then decides). A nil
+// Policy sets nothing. Allocation-free.
+func (p *Policy) ApprovalRequired(name string) (required, set bool) {
+	if p == nil || p.approvals == nil {
+		return false, false
+	}
+	return p.approvals.match(name), true
+}
+
 // merge lays the tenant entry t over the defaults d (either may be nil) and
 // compiles the globs.
 //
-// Merge rules, per field: a list set in t (even to []) replaces d's; a
+// Merge rules, per field: a list set in t (even to []) replaces d's
+// (approval_tools too); a
 // non-zero number in t replaces d's; cache set in t replaces d's; tool_trace
 // is on when either sets it. max_tokens_mode travels with max_tokens, because
 // config defaults the mode to "clamp" in every entry and an unset mode cannot
@@ -63,7 +77,10 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 		Cache:         d.Cache,
 		ToolTrace:     d.ToolTrace || t.ToolTrace,
 	}
-	models, tools, paths := d.Models, d.Tools, d.Passthrough
+	models, tools, paths, approvals := d.Models, d.Tools, d.Passthrough, d.ApprovalTools
+	if t.ApprovalTools != nil {
+		approvals = t.ApprovalTools
+	}
 	if t.Passthrough != nil {
 		paths = t.Passthrough
 	}
@@ -107,7 +124,25 @@ func merge(tenant string, d, t *config.Policy) (*Policy, error) {
 	if p.paths, err = compilePathGlobs(paths); err != nil {
 		return nil, fmt.Errorf("passthrough%w", err)
 	}
+	if p.approvals, err = compileGlobs(approvals); err != nil {
+		return nil, fmt.Errorf("approval_tools%w", err)
+	}
 	return p, nil
+}
+
+var _ pipeline.TenantPolicy = (*Policy)(nil)
+
+// TracesTools reports whether responses to the tenant always carry the
+// x_gateway trace. False for a nil Policy.
+func (p *Policy) TracesTools() bool { return p != nil && p.ToolTrace }
+
+// CachesResponses returns the tenant's override of response caching, or def
+// when the policy sets none (or is nil).
+func (p *Policy) CachesResponses(def bool) bool {
+	if p != nil && p.Cache != nil {
+		return *p.Cache
+	}
+	return def
 }
 
 // PolicyOf returns the tenant's Policy, or nil when t is nil or carries no
@@ -118,27 +153,4 @@ func PolicyOf(t *pipeline.Tenant) *Policy {
 	}
 	p, _ := t.Policy.(*Policy)
 	return p
-}
-
-// ToolAllowed reports whether tenant t may run the server tool named tool.
-// A nil tenant (no policy middleware in the chain) may run every tool.
-// Allocation-free; safe for concurrent use.
-func ToolAllowed(t *pipeline.Tenant, tool string) bool {
-	return PolicyOf(t).AllowsTool(tool)
-}
-
-// CacheEnabled returns the tenant's override of response caching, or def
-// when t is nil or its policy does not set cache.
-func CacheEnabled(t *pipeline.Tenant, def bool) bool {
-	if p := PolicyOf(t); p != nil && p.Cache != nil {
-		return *p.Cache
-	}
-	return def
-}
-
-// ToolTrace reports whether responses to t always carry the x_gateway trace.
-// False for a nil tenant.
-func ToolTrace(t *pipeline.Tenant) bool {
-	p := PolicyOf(t)
-	return p != nil && p.ToolTrace
 }

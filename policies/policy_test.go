@@ -108,23 +108,23 @@ func TestMergedPolicies(t *testing.T) {
 				}
 			}
 			for _, s := range tt.tools {
-				if !ToolAllowed(ten, s) {
+				if !ten.AllowsTool(s) {
 					t.Errorf("tool %q denied", s)
 				}
 			}
 			for _, s := range tt.noTl {
-				if ToolAllowed(ten, s) {
+				if ten.AllowsTool(s) {
 					t.Errorf("tool %q allowed", s)
 				}
 			}
 			if p.MaxBodyBytes != tt.body || p.MaxTokens != tt.tokens || p.MaxTokensMode != tt.mode {
 				t.Errorf("limits = %d %d %q, want %d %d %q", p.MaxBodyBytes, p.MaxTokens, p.MaxTokensMode, tt.body, tt.tokens, tt.mode)
 			}
-			if CacheEnabled(ten, !tt.cache) != tt.cache {
-				t.Errorf("CacheEnabled = %v", !tt.cache)
+			if ten.CachesResponses(!tt.cache) != tt.cache {
+				t.Errorf("CachesResponses = %v", !tt.cache)
 			}
-			if ToolTrace(ten) != tt.trace {
-				t.Errorf("ToolTrace = %v", !tt.trace)
+			if ten.TracesTools() != tt.trace {
+				t.Errorf("TracesTools = %v", !tt.trace)
 			}
 		})
 	}
@@ -161,6 +161,15 @@ func TestOpenGatewayUsesDefaultTenantPolicy(t *testing.T) {
 	}
 }
 
+// foreignPolicy is a pipeline.TenantPolicy of another package that allows
+// everything and overrides nothing.
+type foreignPolicy struct{}
+
+func (foreignPolicy) AllowsTool(string) bool               { return true }
+func (foreignPolicy) TracesTools() bool                    { return false }
+func (foreignPolicy) CachesResponses(def bool) bool        { return def }
+func (foreignPolicy) ApprovalRequired(string) (bool, bool) { return false, false }
+
 func TestHelpersWithoutPolicy(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -169,7 +178,7 @@ func TestHelpersWithoutPolicy(t *testing.T) {
 	}{
 		{name: "nil tenant", tenant: nil},
 		{name: "tenant without policy", tenant: &pipeline.Tenant{Name: "x"}},
-		{name: "tenant with a foreign policy", tenant: &pipeline.Tenant{Name: "x", Policy: "not ours"}},
+		{name: "tenant with a foreign policy", tenant: &pipeline.Tenant{Name: "x", Policy: foreignPolicy{}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,19 +186,65 @@ func TestHelpersWithoutPolicy(t *testing.T) {
 			if PolicyOf(tt.tenant) != nil {
 				t.Error("PolicyOf != nil")
 			}
-			if !ToolAllowed(tt.tenant, "anything") {
-				t.Error("ToolAllowed = false")
+			if !tt.tenant.AllowsTool("anything") {
+				t.Error("AllowsTool = false")
 			}
-			if !CacheEnabled(tt.tenant, true) || CacheEnabled(tt.tenant, false) {
-				t.Error("CacheEnabled ignores def")
+			if !tt.tenant.CachesResponses(true) || tt.tenant.CachesResponses(false) {
+				t.Error("CachesResponses ignores def")
 			}
-			if ToolTrace(tt.tenant) {
-				t.Error("ToolTrace = true")
+			if tt.tenant.TracesTools() {
+				t.Error("TracesTools = true")
 			}
 			var p *Policy
 			if !p.AllowsModel("m") || !p.AllowsTool("t") || p.Admit(&pipeline.Request{Body: []byte(`{}`)}) != nil {
 				t.Error("nil Policy denies")
 			}
 		})
+	}
+}
+
+// TestApprovalTools: approval_tools set in a tenant entry (even to [])
+// replaces the defaults' list; unset anywhere leaves the tools' own
+// settings in charge (set = false).
+func TestApprovalTools(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{
+		Keys: []config.Key{{Tenant: "plain", Key: "k-plain"}, {Tenant: "own", Key: "k-own"}, {Tenant: "none", Key: "k-none"}},
+		Policies: []config.Policy{
+			{Tenant: "*", ApprovalTools: []string{"delete_*"}},
+			{Tenant: "own", ApprovalTools: []string{"send_mail"}},
+			{Tenant: "none", ApprovalTools: []string{}},
+		},
+	}
+	e := mustNew(t, cfg)
+	tests := []struct {
+		name, key, tool string
+		required, set   bool
+	}{
+		{name: "defaults match", key: "k-plain", tool: "delete_file", required: true, set: true},
+		{name: "defaults miss", key: "k-plain", tool: "send_mail", set: true},
+		{name: "tenant list replaces", key: "k-own", tool: "send_mail", required: true, set: true},
+		{name: "tenant list replaces, default glob gone", key: "k-own", tool: "delete_file", set: true},
+		{name: "empty list: none", key: "k-none", tool: "delete_file", set: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ten, err := e.Authenticate(tt.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, s := PolicyOf(ten).ApprovalRequired(tt.tool); r != tt.required || s != tt.set {
+				t.Fatalf("ApprovalRequired(%q) = %v, %v; want %v, %v", tt.tool, r, s, tt.required, tt.set)
+			}
+		})
+	}
+	if r, s := (*Policy)(nil).ApprovalRequired("x"); r || s {
+		t.Fatal("a nil policy sets approval")
+	}
+	unset := mustNew(t, &config.Config{Keys: []config.Key{{Tenant: "a", Key: "k-a"}}})
+	ten, _ := unset.Authenticate("k-a")
+	if _, s := PolicyOf(ten).ApprovalRequired("x"); s {
+		t.Fatal("no approval_tools anywhere, yet set")
 	}
 }

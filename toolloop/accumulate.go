@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"crypto/rand"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 )
@@ -24,6 +25,31 @@ type call struct {
 	headerSent bool
 	emitted    int  // bytes of args already sent to the client
 	closed     bool // no more fragments will be sent for this call
+}
+
+// appendToolCalls appends calls as a tool_calls array of complete calls (a
+// message's, or with indexed, a chunk delta's with each call's position).
+func appendToolCalls(dst []byte, calls []*call, indexed bool) []byte {
+	dst = append(dst, '[')
+	for i, c := range calls {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '{')
+		if indexed {
+			dst = append(dst, `"index":`...)
+			dst = strconv.AppendInt(dst, int64(i), 10)
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `"id":`...)
+		dst = appendJSONString(dst, []byte(c.id))
+		dst = append(dst, `,"type":"function","function":{"name":`...)
+		dst = appendJSONString(dst, []byte(c.name))
+		dst = append(dst, `,"arguments":`...)
+		dst = appendJSONString(dst, c.args)
+		dst = append(dst, "}}"...)
+	}
+	return append(dst, ']')
 }
 
 type callKind uint8

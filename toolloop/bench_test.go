@@ -82,24 +82,30 @@ func BenchmarkLoopIteration(b *testing.B) {
 			req := request(m, stream, body)
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := l.Chat(context.Background(), req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if resp.Stream != nil {
-					for {
-						if _, err := resp.Stream.Next(); err != nil {
-							if err != io.EOF {
-								b.Fatal(err)
-							}
-							break
-						}
-					}
-					resp.Stream.Close()
-				}
+				chatAndDrain(b, l, req)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(benchIterations+1), "ns/iter")
 		})
+	}
+}
+
+// chatAndDrain serves req and reads a streamed answer to its end.
+func chatAndDrain(b *testing.B, l *Loop, req *pipeline.Request) {
+	resp, err := l.Chat(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if resp.Stream == nil {
+		return
+	}
+	defer resp.Stream.Close()
+	for {
+		if _, err := resp.Stream.Next(); err != nil {
+			if err != io.EOF {
+				b.Fatal(err)
+			}
+			return
+		}
 	}
 }
 

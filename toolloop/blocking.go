@@ -23,7 +23,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("error")
 			return nil, err
 		}
-		resp, err := s.req.Route.ModelLayer.Chat(s.modelCtx(ctx), r)
+		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
 		if err != nil {
 			s.stop = failReason(ctx)
 			s.end("")
@@ -64,11 +64,12 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		if d := decide(o); d.next == stepEnd {
 			// The forced final call's server calls are never run: drop them.
-			f.calls, f.setCalls, f.finish = client, len(server) > 0, d.finish
+			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0, d.finish
 			if len(client) == 0 {
 				f.setText = true
 			}
 			s.answer(&f, text, nil, f.setText)
+			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
@@ -89,6 +90,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				f.calls, f.setCalls = client, true
 				s.answer(&f, text, nil, f.setText)
 			}
+			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, f)
 		}
@@ -180,20 +182,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 				body, err = sjson.DeleteBytes(body, "choices.0.message.tool_calls")
 			}
 		} else {
-			arr := []byte{'['}
-			for i, c := range f.calls {
-				if i > 0 {
-					arr = append(arr, ',')
-				}
-				arr = append(arr, `{"id":`...)
-				arr = appendJSONString(arr, []byte(c.id))
-				arr = append(arr, `,"type":"function","function":{"name":`...)
-				arr = appendJSONString(arr, []byte(c.name))
-				arr = append(arr, `,"arguments":`...)
-				arr = appendJSONString(arr, c.args)
-				arr = append(arr, "}}"...)
-			}
-			setRaw("choices.0.message.tool_calls", append(arr, ']'))
+			setRaw("choices.0.message.tool_calls", appendToolCalls(nil, f.calls, false))
 		}
 	}
 	if f.finish != "" {

@@ -57,61 +57,41 @@ func (p *calcParser) peek() byte {
 }
 
 // expr = term { ("+"|"-") term }
-func (p *calcParser) expr() (float64, error) {
-	v, err := p.term()
-	if err != nil {
-		return 0, err
-	}
-	for {
-		switch p.peek() {
-		case '+':
-			p.i++
-			r, err := p.term()
-			if err != nil {
-				return 0, err
-			}
-			v += r
-		case '-':
-			p.i++
-			r, err := p.term()
-			if err != nil {
-				return 0, err
-			}
-			v -= r
-		default:
-			return v, nil
-		}
-	}
-}
+func (p *calcParser) expr() (float64, error) { return p.binary('+', '-', p.term) }
 
 // term = unary { ("*"|"/") unary }
-func (p *calcParser) term() (float64, error) {
-	v, err := p.unary()
+func (p *calcParser) term() (float64, error) { return p.binary('*', '/', p.unary) }
+
+// binary parses operand { (op1|op2) operand }, left-associative: one
+// precedence level of the grammar.
+func (p *calcParser) binary(op1, op2 byte, operand func() (float64, error)) (float64, error) {
+	v, err := operand()
 	if err != nil {
 		return 0, err
 	}
 	for {
-		switch p.peek() {
+		op := p.peek()
+		if op != op1 && op != op2 {
+			return v, nil
+		}
+		at := p.i + 1
+		p.i++
+		r, err := operand()
+		if err != nil {
+			return 0, err
+		}
+		switch op {
+		case '+':
+			v += r
+		case '-':
+			v -= r
 		case '*':
-			p.i++
-			r, err := p.unary()
-			if err != nil {
-				return 0, err
-			}
 			v *= r
 		case '/':
-			at := p.i + 1
-			p.i++
-			r, err := p.unary()
-			if err != nil {
-				return 0, err
-			}
 			if r == 0 {
 				return 0, fmt.Errorf("division by zero at position %d", at)
 			}
 			v /= r
-		default:
-			return v, nil
 		}
 	}
 }

@@ -38,22 +38,8 @@ func bodyAsChunk(body []byte) []byte {
 	b = appendJSONString(b, []byte(res[3].String()))
 	calls := callsFromMessage(res[4], false) // re-read by the accumulator, which assigns ids
 	if len(calls) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i, c := range calls {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"index":`...)
-			b = strconv.AppendInt(b, int64(i), 10)
-			b = append(b, `,"id":`...)
-			b = appendJSONString(b, []byte(c.id))
-			b = append(b, `,"type":"function","function":{"name":`...)
-			b = appendJSONString(b, []byte(c.name))
-			b = append(b, `,"arguments":`...)
-			b = appendJSONString(b, c.args)
-			b = append(b, "}}"...)
-		}
-		b = append(b, ']')
+		b = append(b, `,"tool_calls":`...)
+		b = appendToolCalls(b, calls, true)
 	}
 	b = append(b, `},"finish_reason":`...)
 	b = appendJSONString(b, []byte(res[5].String()))

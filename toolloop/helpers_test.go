@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -146,21 +147,23 @@ func always(chunks []string, body string) turnFn {
 	return func(*pipeline.Request) ([]string, string) { return chunks, body }
 }
 
-// newLoop builds a Loop with defaults suitable for tests.
+// newLoop builds a Loop from tools and the config defaults, with a shorter
+// tool timeout and wall time; mod changes what a test needs, and the fields
+// it leaves unset get config's defaults.
 func newLoop(t testing.TB, tools []config.Tool, mod func(*Options)) *Loop {
 	t.Helper()
-	par := true
 	opts := Options{
-		Tools: tools,
-		Loop: config.ToolLoop{MaxIterations: 10, MaxConsecutiveErrors: 3, Parallel: &par,
-			ToolTimeout: config.Duration(5 * time.Second), WallTime: config.Duration(time.Minute),
-			MaxResultBytes: 64 << 10, KeepAliveInterval: config.Duration(5 * time.Second)},
+		Tools:      tools,
+		Loop:       config.ToolLoop{ToolTimeout: config.Duration(5 * time.Second), WallTime: config.Duration(time.Minute)},
 		Logger:     zerolog.Nop(),
 		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 	if mod != nil {
 		mod(&opts)
 	}
+	c := config.Config{Tools: slices.Clone(opts.Tools), ToolLoop: opts.Loop}
+	c.ApplyDefaults()
+	opts.Tools, opts.Loop = c.Tools, c.ToolLoop
 	l, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -244,3 +247,11 @@ func toolMessages(body []byte) []gjson.Result {
 	}
 	return out
 }
+
+// toolPolicy is a tenant policy that allows the server tools it reports.
+type toolPolicy func(name string) bool
+
+func (p toolPolicy) AllowsTool(name string) bool        { return p(name) }
+func (toolPolicy) TracesTools() bool                    { return false }
+func (toolPolicy) CachesResponses(def bool) bool        { return def }
+func (toolPolicy) ApprovalRequired(string) (bool, bool) { return false, false }

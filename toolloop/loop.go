@@ -7,10 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -32,12 +30,6 @@ type Options struct {
 	// every round's body is built from that admitted body for the same
 	// model.
 	Admit func(r *pipeline.Request) error
-	// ToolAllowed reports whether tenant may use the server tool name; nil
-	// allows every tool.
-	ToolAllowed func(t *pipeline.Tenant, name string) bool
-	// ToolTrace reports whether responses to tenant carry x_gateway; nil = off
-	// (the x-gateway-tool-trace hint still turns it on per request).
-	ToolTrace func(t *pipeline.Tenant) bool
 	// ToolMiddleware is inserted into the function layer after the loop's
 	// own policy and validation steps and before the size cap, retry and
 	// timeout (e.g. a result cache). mws[0] is outermost.
@@ -45,7 +37,13 @@ type Options struct {
 	// Source adds tools that come and go at run time (MCP servers); nil = none.
 	Source ToolSource
 	// State keeps the hidden part of mixed turns; nil = not kept (see StateStore).
-	State      StateStore
+	State StateStore
+	// NewEditLog returns the context-edit log of one client request
+	// (contextedit.NewEditLog), put on every round's Request.EditLog so that
+	// each round gets the same edits; nil = none, each round is edited on
+	// its own.
+	NewEditLog func() pipeline.EditLog
+
 	Logger     zerolog.Logger
 	HTTPClient *http.Client // http tools; nil = a default client. Redirects are never followed.
 }
@@ -58,6 +56,7 @@ type Loop struct {
 	log   zerolog.Logger
 	chain pipeline.ToolHandler
 
+	approval  approvalKey              // tags the ids of calls awaiting approval (approval.go)
 	static    *registry                // the configured tools, built once
 	cur       atomic.Pointer[registry] // static + the source's tools; see registry()
 	refreshMu sync.Mutex
@@ -66,39 +65,12 @@ type Loop struct {
 var _ pipeline.Handler = (*Loop)(nil)
 
 // New builds the registry (tool definitions serialised once, schemas
-// compiled, executors), and the tool middleware chain.
+// compiled, executors), and the tool middleware chain. opts.Loop and
+// opts.Tools are used as given: config applies their defaults
+// (config.ApplyDefaults) and validates them.
 func New(opts Options) (*Loop, error) {
 	cfg := opts.Loop
-	if cfg.MaxIterations <= 0 {
-		cfg.MaxIterations = 10
-	}
-	if cfg.MaxConsecutiveErrors <= 0 {
-		cfg.MaxConsecutiveErrors = 3
-	}
-	if cfg.Parallel == nil {
-		t := true
-		cfg.Parallel = &t
-	}
-	if cfg.ToolTimeout <= 0 {
-		cfg.ToolTimeout = config.Duration(30 * time.Second)
-	}
-	if cfg.WallTime <= 0 {
-		cfg.WallTime = config.Duration(5 * time.Minute)
-	}
-	if cfg.KeepAliveInterval <= 0 {
-		cfg.KeepAliveInterval = config.Duration(5 * time.Second)
-	}
-	if cfg.MaxToolCalls <= 0 {
-		cfg.MaxToolCalls = config.DefaultMaxToolCalls
-	}
-	switch {
-	case cfg.MaxModelCalls <= 0:
-		cfg.MaxModelCalls = config.DefaultMaxModelCalls
-	case cfg.MaxModelCalls < 2:
-		cfg.MaxModelCalls = 2 // the first call and the final answer (config refuses less)
-	}
-	opts.Loop = cfg
-	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger}
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret)}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
 		return nil, err
@@ -129,6 +101,13 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	reg := l.registry()
 	tools := l.applicable(reg, req)
+	var settled *settledRuns
+	if hasApprovals(req.Body) {
+		var err error
+		if req, settled, err = l.settle(ctx, req, tools); err != nil {
+			return nil, err
+		}
+	}
 	if len(tools) == 0 && !(req.Stream && offersTools(req.Body)) {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
@@ -144,9 +123,11 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	// One edit log per client request: context editing then re-applies
 	// earlier rounds' clears first, so every round shares the edited prefix.
-	ctx, elog := contextedit.WithEditLog(ctx)
 	s := l.newSession(req, p)
-	s.elog = elog
+	s.noteSettled(settled)
+	if s.elog = req.EditLog; s.elog == nil && l.opts.NewEditLog != nil {
+		s.elog = l.opts.NewEditLog()
+	}
 	ctx = s.withLimits(ctx)
 	if req.Stream {
 		return s.startStream(ctx)
@@ -183,12 +164,12 @@ func (l *Loop) applicable(reg *registry, req *pipeline.Request) []*tool {
 			}
 		}
 	}
-	if l.opts.ToolAllowed == nil || len(tools) == 0 {
+	if len(tools) == 0 {
 		return tools
 	}
 	var out []*tool
 	for i, t := range tools {
-		if !l.opts.ToolAllowed(req.Tenant, t.cfg.Name) {
+		if !req.Tenant.AllowsTool(t.cfg.Name) {
 			if out == nil {
 				out = append(make([]*tool, 0, len(tools)), tools[:i]...)
 			}

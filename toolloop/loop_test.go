@@ -380,10 +380,10 @@ func TestPolicyFiltersTools(t *testing.T) {
 		got = r
 		return &pipeline.Response{Body: []byte(completion("up", "hi", "", "stop", 1, 1))}, nil
 	})
-	l := newLoop(t, []config.Tool{calcTool, timeTool}, func(o *Options) {
-		o.ToolAllowed = func(_ *pipeline.Tenant, name string) bool { return name == "current_time" }
-	})
-	if _, err := l.Chat(context.Background(), request(h, false, userBody+`}`)); err != nil {
+	l := newLoop(t, []config.Tool{calcTool, timeTool}, nil)
+	req := request(h, false, userBody+`}`)
+	req.Tenant = &pipeline.Tenant{Name: "t", Policy: toolPolicy(func(name string) bool { return name == "current_time" })}
+	if _, err := l.Chat(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	if names := gjson.GetBytes(got.Body, "tools.#.function.name").Raw; names != `["current_time"]` {

@@ -196,14 +196,12 @@ func editDistance(a, b string, limit int) int {
 // policyMW denies tools the tenant's policy does not allow.
 func (l *Loop) policyMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-		if l.opts.ToolAllowed != nil {
-			var tenant *pipeline.Tenant
-			if c.Request != nil {
-				tenant = c.Request.Tenant
-			}
-			if !l.opts.ToolAllowed(tenant, c.Name) {
-				return l.errResult(c, &ToolError{Kind: "not_allowed", Message: fmt.Sprintf("tool %q is not allowed for this caller", c.Name)}), nil
-			}
+		var tenant *pipeline.Tenant
+		if c.Request != nil {
+			tenant = c.Request.Tenant
+		}
+		if !tenant.AllowsTool(c.Name) {
+			return l.errResult(c, &ToolError{Kind: "not_allowed", Message: fmt.Sprintf("tool %q is not allowed for this caller", c.Name)}), nil
 		}
 		return next.CallTool(ctx, c)
 	})

@@ -76,13 +76,13 @@ func TestExtraToolMiddlewareAndPolicy(t *testing.T) {
 	}
 	l := newLoop(t, []config.Tool{calcTool, timeTool}, func(o *Options) {
 		o.ToolMiddleware = []pipeline.ToolMiddleware{cache}
-		o.ToolAllowed = func(_ *pipeline.Tenant, name string) bool { return name != "current_time" }
 	})
-	res, _ := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "calculator", Arguments: []byte(`{"expression":"1"}`)})
+	req := &pipeline.Request{Tenant: &pipeline.Tenant{Name: "t", Policy: toolPolicy(func(name string) bool { return name != "current_time" })}}
+	res, _ := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "calculator", Arguments: []byte(`{"expression":"1"}`), Request: req})
 	if res.IsError || !sawValidated {
 		t.Fatalf("result %s, extra middleware ran: %v", res.Content, sawValidated)
 	}
-	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "current_time", Arguments: []byte(`{}`)})
+	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "current_time", Arguments: []byte(`{}`), Request: req})
 	if gjson.GetBytes(res.Content, "error.type").String() != "not_allowed" {
 		t.Fatalf("result %s", res.Content)
 	}

@@ -90,20 +90,25 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		return nil, pipeline.BadRequest("tools", "tools must be an array")
 	}
 	var clash string
+	standIns := false
 	clientTools.ForEach(func(_, v gjson.Result) bool {
-		name := v.Get("function.name")
-		if !name.Exists() {
-			name = v.Get("custom.name")
-		}
-		p.clientNames = append(p.clientNames, name.String())
-		if reg.byName[name.String()] != nil {
-			clash = name.String()
+		name := toolName(v)
+		if t := reg.byName[name]; t != nil {
+			if needsApproval(req, t) {
+				standIns = true // the client's decider for a gated tool (approval.go)
+				return true
+			}
+			clash = name
 			return false
 		}
+		p.clientNames = append(p.clientNames, name)
 		return true
 	})
 	if clash != "" {
 		return nil, pipeline.BadRequest("tools", "the tool name %q is reserved by a server-side tool of this gateway; rename your tool", clash)
+	}
+	if standIns {
+		clientTools = withoutStandIns(req, reg, clientTools)
 	}
 
 	body := req.Body

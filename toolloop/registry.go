@@ -130,13 +130,7 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 
 // newTool compiles params and serialises the definition once.
 func newTool(tc config.Tool, params string, exec executor, opts *Options) (*tool, error) {
-	t := &tool{cfg: tc, exec: exec, timeout: tc.Timeout.D()}
-	if t.timeout <= 0 {
-		t.timeout = opts.Loop.ToolTimeout.D()
-	}
-	if t.timeout <= 0 {
-		t.timeout = 30 * time.Second
-	}
+	t := &tool{cfg: tc, exec: exec, timeout: tc.Timeout.D()} // config defaults it to tool_loop.tool_timeout
 	if tc.Concurrency > 0 {
 		t.sem = make(chan struct{}, tc.Concurrency)
 	}

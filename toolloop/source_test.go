@@ -38,7 +38,7 @@ func (f *fakeSource) Call(_ context.Context, name string, args []byte) ([]byte, 
 }
 
 func srcTool(name, params string) config.Tool {
-	return config.Tool{Name: name, Kind: "mcp", Parameters: params}
+	return config.Tool{Name: name, Kind: "mcp", Parameters: params, Timeout: config.Defaults().ToolLoop.ToolTimeout} // as mcpclient sets it
 }
 
 func TestToolSource(t *testing.T) {

@@ -31,18 +31,10 @@ type memEntry struct {
 
 var _ StateStore = (*MemoryState)(nil)
 
-// NewMemoryState returns a store keeping at most maxEntries turns (default
-// 10000) and maxBytes bytes (default 64 MiB), each for ttl (default 1h).
+// NewMemoryState returns a store keeping at most maxEntries turns and
+// maxBytes bytes, each for ttl (tool_loop.state_ttl, state_max_entries,
+// state_max_bytes, defaulted by config).
 func NewMemoryState(ttl time.Duration, maxEntries, maxBytes int) *MemoryState {
-	if ttl <= 0 {
-		ttl = time.Hour
-	}
-	if maxEntries <= 0 {
-		maxEntries = 10000
-	}
-	if maxBytes <= 0 {
-		maxBytes = 64 << 20
-	}
 	return &MemoryState{ttl: ttl, maxEntries: maxEntries, maxBytes: maxBytes,
 		order: list.New(), byKey: map[string]*list.Element{}, now: time.Now}
 }

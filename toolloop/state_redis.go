@@ -24,11 +24,9 @@ type RedisState struct {
 
 var _ StateStore = (*RedisState)(nil)
 
-// NewRedisState stores turns under prefix+key for ttl (default 1h).
+// NewRedisState stores turns under prefix+key for ttl (tool_loop.state_ttl,
+// defaulted by config).
 func NewRedisState(client redis.Cmdable, prefix string, ttl time.Duration) *RedisState {
-	if ttl <= 0 {
-		ttl = time.Hour
-	}
 	return &RedisState{client: client, prefix: prefix, ttl: ttl}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
@@ -27,6 +28,9 @@ func testTurn(ids ...string) *HiddenTurn {
 	return t
 }
 
+// stateMaxBytes is tool_loop.state_max_bytes by default.
+var stateMaxBytes = config.Defaults().ToolLoop.StateMaxBytes
+
 func TestMemoryStateBounds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -37,9 +41,9 @@ func TestMemoryStateBounds(t *testing.T) {
 		saves       int
 		wantEntries int
 	}{
-		{name: "entries bound", maxEntries: 50, saves: 200, wantEntries: 50},
+		{name: "entries bound", maxEntries: 50, maxBytes: stateMaxBytes, saves: 200, wantEntries: 50},
 		{name: "bytes bound", maxEntries: 1000, maxBytes: 10 * testTurn("c").size(), saves: 200, wantEntries: 8},
-		{name: "under bound", maxEntries: 1000, saves: 20, wantEntries: 20},
+		{name: "under bound", maxEntries: 1000, maxBytes: stateMaxBytes, saves: 20, wantEntries: 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,7 +73,7 @@ func TestMemoryStateBounds(t *testing.T) {
 
 func TestMemoryStateTTL(t *testing.T) {
 	t.Parallel()
-	m := NewMemoryState(time.Minute, 10, 0)
+	m := NewMemoryState(time.Minute, 10, stateMaxBytes)
 	now := time.Unix(1000, 0)
 	m.now = func() time.Time { return now }
 	ctx := context.Background()
@@ -140,7 +144,7 @@ func TestResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	alice := &pipeline.Tenant{Name: "alice"}
-	mem := NewMemoryState(time.Hour, 100, 0)
+	mem := NewMemoryState(time.Hour, 100, stateMaxBytes)
 	_ = mem.Save(ctx, StateKey(alice, "c1"), testTurn("c1", "c2"))
 	const follow = `{"model":"m","messages":[{"role":"user","content":"hi"},` +
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"lookup","arguments":"{}"}}]},` +
@@ -160,7 +164,7 @@ func TestResume(t *testing.T) {
 	}
 	// "ids differ": a turn is kept under c1's key, but for the client ids
 	// {c1} only; the client's message lists {c1,c2}: not spliced.
-	other := NewMemoryState(time.Hour, 100, 0)
+	other := NewMemoryState(time.Hour, 100, stateMaxBytes)
 	_ = other.Save(ctx, StateKey(alice, "c1"), testTurn("c1"))
 	cases[2].state = other
 	for _, tc := range cases {

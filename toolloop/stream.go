@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
@@ -466,11 +465,7 @@ func (st *loopStream) startModelCall() {
 		st.fail(err)
 		return
 	}
-	tokens, msgs := s.hintTokens, s.hintMsgs // read now, not from the background goroutine
 	st.startOp(func(ctx context.Context) opResult {
-		if tokens > 0 && msgs > 0 {
-			ctx = contextedit.WithPromptHint(ctx, tokens, msgs)
-		}
 		resp, err := s.req.Route.ModelLayer.Chat(ctx, r)
 		return opResult{resp: resp, err: err}
 	}, func(res opResult) {
@@ -524,6 +519,7 @@ func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opRes
 // usage chunk; x_gateway goes on the last of them.
 func (st *loopStream) finishStream(finish, reason string) {
 	s := st.s
+	s.awaitApproval(st.ctx)
 	if st.ended.CompareAndSwap(false, true) {
 		s.end(reason)
 	}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
@@ -39,7 +38,7 @@ type session struct {
 	id      string // the first round's id and created, shown on every chunk
 	created int64
 
-	// Context editing's prompt hint (contextedit.WithPromptHint): the
+	// Context editing's prompt hint (pipeline.PromptHint): the
 	// upstream's prompt_tokens for an earlier round and how many messages
 	// that round's request held, so later rounds count only what was added.
 	msgs       int // messages of the transcript: the client's and those appended
@@ -47,15 +46,17 @@ type session struct {
 	hintTokens int
 	hintMsgs   int
 
-	elog *contextedit.EditLog // this request's context edits, for the trace
+	elog pipeline.EditLog // this request's context edits, on every round; nil = none
 
 	lim   callLimits // tool and model calls used of the request's limits (limits.go)
 	todos []byte     // the last list write_todos returned (todos.go); nil = none
+
+	pending []*call // calls shown to the client for approval (approval.go)
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
-	s.traceOn = req.Hints.ToolTrace || (l.opts.ToolTrace != nil && l.opts.ToolTrace(req.Tenant))
+	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
 	gjson.ParseBytes(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
 	return s
 }
@@ -66,15 +67,6 @@ func (s *session) noteUsage(u gjson.Result) {
 	if n := u.Get("prompt_tokens").Int(); n > 0 && s.sent > 0 {
 		s.hintTokens, s.hintMsgs = int(n), s.sent
 	}
-}
-
-// modelCtx is the context of one model call. Only model calls get the hint:
-// a tool call (an agent tool's own model call) must not.
-func (s *session) modelCtx(ctx context.Context) context.Context {
-	if s.hintTokens <= 0 || s.hintMsgs <= 0 {
-		return ctx
-	}
-	return contextedit.WithPromptHint(ctx, s.hintTokens, s.hintMsgs)
 }
 
 // nextRequest builds the next model call: the injected body with the
@@ -104,6 +96,12 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	r := s.req.Clone()
 	r.Body = body
+	// Only the rounds carry the edit log and the hint: a tool's own model
+	// call (an agent tool) is another conversation.
+	r.EditLog, r.PromptHint = s.elog, pipeline.PromptHint{}
+	if s.hintTokens > 0 && s.hintMsgs > 0 {
+		r.PromptHint = pipeline.PromptHint{Tokens: s.hintTokens, Messages: s.hintMsgs}
+	}
 	if s.iterations > 0 {
 		// A later round reports into its own Meta (see noteRound): the
 		// client's x-gateway-attempts and x-gateway-model describe the first
@@ -186,9 +184,11 @@ func (s *session) classify(c *call) {
 	if c.kind != kindUnknown {
 		return
 	}
-	if s.p.isClient(c.name) {
+	switch {
+	case s.p.isClient(c.name):
 		c.kind = kindClient
-	} else {
+	case s.gate(c): // a gated server tool: shown to the client for approval
+	default:
 		c.kind = kindServer // unknown names go to the tool chain: an error result the model can act on
 	}
 }
@@ -250,6 +250,9 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 		}
 		stop = stop || r.Stop
 		s.noteTodos(r)
+		if s.req.OnServerCall != nil {
+			s.reportCall(calls[i], r)
+		}
 		if s.traceOn {
 			status := "ok"
 			if r.IsError {
@@ -259,6 +262,18 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 		}
 	}
 	return stop
+}
+
+// reportCall tells the request's OnServerCall of a server call that ran.
+func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
+	src := "builtin"
+	if t := s.p.set.get(c.name); t != nil {
+		src = t.cfg.Kind
+		if t.cfg.Server != "" {
+			src = t.cfg.Server
+		}
+	}
+	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError})
 }
 
 // appendTurn adds the assistant message (its text and every call of the
@@ -281,20 +296,8 @@ func appendAssistant(dst, text []byte, calls []*call) []byte {
 		dst = appendJSONString(dst, text)
 	}
 	if len(calls) > 0 {
-		dst = append(dst, `,"tool_calls":[`...)
-		for i, c := range calls {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, `{"id":`...)
-			dst = appendJSONString(dst, []byte(c.id))
-			dst = append(dst, `,"type":"function","function":{"name":`...)
-			dst = appendJSONString(dst, []byte(c.name))
-			dst = append(dst, `,"arguments":`...)
-			dst = appendJSONString(dst, c.args)
-			dst = append(dst, "}}"...)
-		}
-		dst = append(dst, ']')
+		dst = append(dst, `,"tool_calls":`...)
+		dst = appendToolCalls(dst, calls, false)
 	}
 	return append(dst, '}')
 }
@@ -365,6 +368,9 @@ func isEcho(text []byte, calls []*call) bool {
 
 // end records the loop's end in metrics.
 func (s *session) end(reason string) {
+	if reason == "client_tool_calls" && len(s.pending) > 0 {
+		reason = "approval"
+	}
 	if s.stop == "" {
 		s.stop = reason
 	}
@@ -376,13 +382,13 @@ func (s *session) end(reason string) {
 // write_todos wrote no list.
 func (s *session) traceJSON() []byte {
 	if !s.traceOn {
-		return s.appendTodos(nil)
+		return s.appendApprovals(s.appendTodos(nil))
 	}
 	var cleared, saved, dropped int
 	if s.elog != nil {
 		cleared, saved, dropped = s.elog.Stats()
 	}
-	return s.appendTodos(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped))
+	return s.appendApprovals(s.appendTodos(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped)))
 }
 
 func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }

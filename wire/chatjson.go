@@ -1,10 +1,6 @@
 package wire
 
-import (
-	"strconv"
-
-	"github.com/llmgw/gateway/jsonstring"
-)
+import "github.com/llmgw/gateway/jsonstring"
 
 // ChatJSON accumulates a response's events into one chat.completion, which
 // Encode appends at End: the message's content (a string once a content
@@ -72,12 +68,7 @@ func (j *ChatJSON) Encode(dst []byte, e *Event) []byte {
 }
 
 func (j *ChatJSON) appendCompletion(out []byte) []byte {
-	out = append(out, `{"id":`...)
-	out = jsonstring.Append(out, j.h.ID)
-	out = append(out, `,"object":"chat.completion","created":`...)
-	out = strconv.AppendInt(out, j.h.Created, 10)
-	out = append(out, `,"model":`...)
-	out = jsonstring.Append(out, j.h.Model)
+	out = AppendHead(out, "chat.completion", j.h)
 	out = append(out, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	if j.hasContent && (len(j.content) > 0 || len(j.calls) == 0) {
 		out = appendString(out, j.content)
@@ -113,10 +104,7 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 		out = append(out, `,"usage":`...)
 		out = append(out, j.usage...)
 	}
-	if j.h.Fingerprint != "" {
-		out = append(out, `,"system_fingerprint":`...)
-		out = jsonstring.Append(out, j.h.Fingerprint)
-	}
+	out = AppendFingerprint(out, j.h.Fingerprint)
 	out = appendTrace(out, j.trace)
 	return append(out, '}')
 }

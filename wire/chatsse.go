@@ -37,16 +37,8 @@ func (w *ChatSSE) Reset(h Header) {
 	if need := 96 + len(h.ID) + len(h.Model) + len(h.Fingerprint); cap(p) < need {
 		p = make([]byte, 0, need)
 	}
-	p = append(p, `{"id":`...)
-	p = jsonstring.Append(p, h.ID)
-	p = append(p, `,"object":"chat.completion.chunk","created":`...)
-	p = strconv.AppendInt(p, h.Created, 10)
-	p = append(p, `,"model":`...)
-	p = jsonstring.Append(p, h.Model)
-	if h.Fingerprint != "" {
-		p = append(p, `,"system_fingerprint":`...)
-		p = jsonstring.Append(p, h.Fingerprint)
-	}
+	p = AppendHead(p, "chat.completion.chunk", h)
+	p = AppendFingerprint(p, h.Fingerprint)
 	*w = ChatSSE{prefix: p, usage: h.IncludeUsage}
 }
 
@@ -129,16 +121,7 @@ func (w *ChatSSE) open(dst []byte) []byte {
 
 // close ends a choice chunk; finish "" is null.
 func (w *ChatSSE) close(dst []byte, finish string, trace []byte) []byte {
-	dst = append(dst, `,"logprobs":null,"finish_reason":`...)
-	if finish == "" {
-		dst = append(dst, "null"...)
-	} else {
-		dst = jsonstring.Append(dst, finish)
-	}
-	dst = append(dst, "}]"...)
-	if w.usage {
-		dst = append(dst, `,"usage":null`...)
-	}
+	dst = AppendChoiceEnd(dst, finish, w.usage)
 	dst = appendTrace(dst, trace)
 	return append(dst, '}')
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/internal/modroot"
 )
 
 var (
@@ -29,7 +31,7 @@ var (
 func Gateway(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
-		root, err := moduleRoot()
+		root, err := modroot.Dir()
 		if err != nil {
 			errBin = err
 			return
@@ -67,24 +69,6 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// moduleRoot is the directory of the go.mod above the working directory.
-func moduleRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", fmt.Errorf("testproc: no go.mod above the working directory")
-		}
-		d = p
-	}
 }
 
 // Start runs the gateway binary with the config file at path on a port the

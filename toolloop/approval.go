@@ -1,0 +1,389 @@
+package toolloop
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Human approval of server tools (docs/architecture.md §3, "Approval").
+//
+// A call of a gated tool is not run: the loop shows it to the client as an
+// ordinary client call whose id the gateway minted (approvalPrefix, a
+// nonce, and a keyed tag over the tenant and the nonce), ends the response
+// with finish_reason "tool_calls", and keeps the call as the model made it
+// in the state store. The client answers with a tool message for that id;
+// settle turns the answer into the tool's result before the loop runs.
+
+// approvalPrefix starts every id of a call awaiting approval.
+const approvalPrefix = pipeline.ApprovalIDPrefix
+
+// HeaderApproval is set to "pending" on a JSON response that ends with
+// calls awaiting approval.
+const HeaderApproval = "x-gateway-approval"
+
+// maxSettle bounds the approval answers looked up per request (the most
+// recent ones): one batched store call, whatever the history's length.
+const maxSettle = 64
+
+// needsApproval reports whether a call of t by req's tenant waits for a
+// person's decision: the tenant's approval_tools when its policy sets them,
+// else the tool's own approval setting. Allocation-free.
+func needsApproval(req *pipeline.Request, t *tool) bool {
+	if required, set := req.Tenant.ApprovalRequired(t.cfg.Name); set {
+		return required
+	}
+	return t.cfg.Approval == "always"
+}
+
+// approvalKey keys the tag of approval ids. Immutable.
+type approvalKey []byte
+
+// newApprovalKey returns the configured secret's key, or a random one.
+func newApprovalKey(secret string) approvalKey {
+	if secret != "" {
+		return approvalKey(secret)
+	}
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // never fails (crypto/rand)
+	return k
+}
+
+// mint returns a new approval id for tenant t.
+func (k approvalKey) mint(t *pipeline.Tenant) string {
+	nonce := rand.Text()
+	return approvalPrefix + nonce + "_" + k.tag(t, nonce)
+}
+
+func (k approvalKey) tag(t *pipeline.Tenant, nonce string) string {
+	m := hmac.New(sha256.New, k)
+	if t != nil {
+		m.Write([]byte(t.Name))
+	}
+	m.Write([]byte{0})
+	m.Write([]byte(nonce))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:10])
+}
+
+// verify reports whether id was minted with this key for tenant t.
+func (k approvalKey) verify(t *pipeline.Tenant, id string) bool {
+	rest, ok := strings.CutPrefix(id, approvalPrefix)
+	if !ok {
+		return false
+	}
+	nonce, tag, ok := strings.Cut(rest, "_")
+	return ok && hmac.Equal([]byte(tag), []byte(k.tag(t, nonce)))
+}
+
+// approvalStateKey is the store key of the call with approval id, for t.
+func approvalStateKey(t *pipeline.Tenant, id string) string {
+	return StateKey(t, "approval:"+id)
+}
+
+// gate shows c to the client for approval when it calls a gated tool (as
+// the tool chain resolves the name): c becomes a client call with an
+// approval id. It reports whether it did.
+func (s *session) gate(c *call) bool {
+	t := resolveName(s.p.set.tools, c.name)
+	if t == nil || !needsApproval(s.req, t) {
+		return false
+	}
+	c.kind, c.id = kindClient, s.l.approval.mint(s.req.Tenant)
+	s.pending = append(s.pending, c)
+	return true
+}
+
+// awaitApproval runs when a response ends: it keeps every call the round
+// showed for approval, as the model made it, and marks a JSON response
+// pending. A stream's headers left with its first model call; its last
+// chunk's x_gateway lists the calls instead.
+func (s *session) awaitApproval(ctx context.Context) {
+	if len(s.pending) == 0 {
+		return
+	}
+	if s.req.Meta != nil && !s.req.Stream {
+		s.req.Meta.Set(HeaderApproval, "pending")
+	}
+	st := s.l.opts.State
+	if st == nil {
+		return // nothing kept: the answer will find no state and the tool will not run
+	}
+	now := time.Now()
+	for _, c := range s.pending {
+		t := &HiddenTurn{Assistant: appendAssistant(nil, nil, []*call{c}), ClientIDs: []string{c.id}, Saved: now}
+		if err := st.Save(ctx, approvalStateKey(s.req.Tenant, c.id), t); err != nil {
+			metricApproval.WithLabelValues("save_error").Inc()
+			s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Str("tool", c.name).Msg("tool loop: saving a call awaiting approval failed; its answer will find it expired")
+			continue
+		}
+		metricApproval.WithLabelValues("pending").Inc()
+	}
+}
+
+// appendApprovals adds "awaiting_approval" (id, name and arguments of each
+// call the response hands over for approval) to the x_gateway object tr,
+// like appendTodos.
+func (s *session) appendApprovals(tr []byte) []byte {
+	if len(s.pending) == 0 {
+		return tr
+	}
+	if tr == nil {
+		tr = append(tr, '{')
+	} else {
+		tr = append(tr[:len(tr)-1], ',')
+	}
+	tr = append(tr, `"awaiting_approval":[`...)
+	for i, c := range s.pending {
+		if i > 0 {
+			tr = append(tr, ',')
+		}
+		tr = append(tr, `{"id":`...)
+		tr = appendJSONString(tr, []byte(c.id))
+		tr = append(tr, `,"name":`...)
+		tr = appendJSONString(tr, []byte(c.name))
+		tr = append(tr, `,"arguments":`...)
+		tr = appendJSONString(tr, c.args)
+		tr = append(tr, '}')
+	}
+	return append(tr, "]}"...)
+}
+
+// settledRuns are the gated calls settle ran, for the session's trace and
+// limits.
+type settledRuns struct {
+	calls   []*call
+	results []*pipeline.ToolResult
+}
+
+// noteSettled counts the calls settle ran as the request's own.
+func (s *session) noteSettled(r *settledRuns) {
+	if r == nil || len(r.calls) == 0 {
+		return
+	}
+	s.record(r.calls, r.results)
+	s.lim.toolCalls += len(r.calls)
+}
+
+// hasApprovals reports whether body may answer calls awaiting approval.
+func hasApprovals(body []byte) bool {
+	return bytes.Contains(body, []byte(approvalPrefix))
+}
+
+// settle replaces the content of every tool message that answers a call
+// awaiting approval with the tool's result: the decision's (approve: the
+// call as the model made it; edit: with the person's arguments, which the
+// tool chain validates), an error result (reject, an invalid decision, an
+// expired call, an id not minted for this tenant), or the person's own
+// answer. A decided call's result is kept with the call, so a later request
+// replaying the same history gets the same result and runs nothing again.
+// The raw decision never reaches the model. tools is the request's offered
+// set. It fails only when ctx ends; req is not modified.
+func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool) (*pipeline.Request, *settledRuns, error) {
+	msgs := gjson.GetBytes(req.Body, "messages")
+	if !msgs.IsArray() {
+		return req, nil, nil
+	}
+	type answer struct {
+		pos int
+		id  string
+	}
+	var (
+		items   []gjson.Result
+		answers []answer
+	)
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").Str == "tool" {
+			if id := m.Get("tool_call_id").Str; strings.HasPrefix(id, approvalPrefix) {
+				answers = append(answers, answer{pos: len(items), id: id})
+			}
+		}
+		items = append(items, m)
+		return true
+	})
+	if len(answers) == 0 {
+		return req, nil, nil
+	}
+	lookups := answers
+	if len(lookups) > maxSettle {
+		lookups = lookups[len(lookups)-maxSettle:]
+	}
+	recs := make([]*HiddenTurn, len(answers))
+	if st := l.opts.State; st != nil {
+		keys := make([]string, len(lookups))
+		for i, a := range lookups {
+			keys[i] = approvalStateKey(req.Tenant, a.id)
+		}
+		got, err := st.Load(ctx, keys)
+		if err == nil && len(got) == len(keys) {
+			copy(recs[len(answers)-len(lookups):], got)
+		} else {
+			metricApproval.WithLabelValues("load_error").Inc()
+			l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: approval state unavailable; the answered calls are not run")
+		}
+	}
+	contents := make(map[int][]byte, len(answers))
+	runs := &settledRuns{}
+	for i, a := range answers {
+		m := items[a.pos]
+		content, ran, err := l.settleOne(ctx, req, tools, recs[i], a.id, messageText(m.Get("content")))
+		if err != nil {
+			return nil, nil, err
+		}
+		if ran != nil {
+			runs.calls = append(runs.calls, ran.c)
+			runs.results = append(runs.results, ran.res)
+		}
+		contents[a.pos] = content
+	}
+	out := make([]byte, 0, len(msgs.Raw)+256*len(answers))
+	out = append(out, '[')
+	for i, m := range items {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		content, ok := contents[i]
+		if !ok {
+			out = append(out, m.Raw...)
+			continue
+		}
+		msg, err := sjson.SetBytes([]byte(m.Raw), "content", string(content))
+		if err != nil { // not an object: cannot be, the role was read from it
+			msg = appendToolMessage(nil, m.Get("tool_call_id").Str, content)
+		}
+		out = append(out, msg...)
+	}
+	out = append(out, ']')
+	body, err := sjson.SetRawBytes(req.Body, "messages", out)
+	if err != nil {
+		return nil, nil, pipeline.Errorf(500, pipeline.TypeServer, "", "the tool loop could not rewrite messages")
+	}
+	r := req.Clone()
+	r.Body = body
+	return r, runs, nil
+}
+
+// settledRun is a gated call settle ran, and its result.
+type settledRun struct {
+	c   *call
+	res *pipeline.ToolResult
+}
+
+// settleOne returns the content the model sees for the answer text to the
+// call with approval id, whose kept state is rec (nil when none).
+func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*tool, rec *HiddenTurn, id, text string) ([]byte, *settledRun, error) {
+	switch {
+	case rec == nil && l.approval.verify(req.Tenant, id):
+		metricApproval.WithLabelValues("expired").Inc()
+		return errContent(&ToolError{Kind: "approval_expired", Message: "the approval of this call expired (or its state is unavailable) before a decision could be applied; the tool was not run"}, false), nil, nil
+	case rec == nil:
+		metricApproval.WithLabelValues("refused").Inc()
+		return errContent(&ToolError{Kind: "approval_invalid", Message: "this call was not handed out for approval to this caller; the tool was not run"}, false), nil, nil
+	case len(rec.ToolResults) > 0: // decided by an earlier request
+		return []byte(gjson.GetBytes(rec.ToolResults[0], "content").String()), nil, nil
+	}
+	tc := gjson.GetManyBytes(rec.Assistant, "tool_calls.0.function.name", "tool_calls.0.function.arguments")
+	c := &call{id: id, name: tc[0].String(), args: []byte(tc[1].String()), kind: kindServer}
+	d := parseVerdict(text)
+	metricApproval.WithLabelValues(d.kind.String()).Inc()
+	var (
+		content []byte
+		ran     *settledRun
+	)
+	switch d.kind {
+	case decApprove, decEdit:
+		if d.kind == decEdit {
+			c.args = d.args
+		}
+		res, err := l.chain.CallTool(withToolSet(ctx, &toolSet{tools: tools}), &pipeline.ToolCall{ID: id, Name: c.name, Arguments: c.args, Request: req})
+		if err != nil {
+			return nil, nil, err
+		}
+		content = res.Content
+		if d.kind == decEdit {
+			// The history still shows the model's arguments: say which ran.
+			content, _ = sjson.SetRawBytes(content, "arguments_edited_by_user", c.args)
+		}
+		ran = &settledRun{c: c, res: res}
+	case decReject:
+		msg := "the user rejected this call; the tool was not run"
+		if d.message != "" {
+			msg += ". The user said: " + d.message
+		}
+		content = errContent(&ToolError{Kind: "rejected", Message: msg}, false)
+	case decInvalid:
+		content = errContent(&ToolError{Kind: d.errKind, Message: d.message}, false)
+	default:
+		content = answerContent(text)
+	}
+	if st := l.opts.State; st != nil {
+		kept := &HiddenTurn{Assistant: rec.Assistant, ClientIDs: rec.ClientIDs, Saved: time.Now(),
+			ToolResults: [][]byte{appendToolMessage(nil, id, content)}}
+		if err := st.Save(ctx, approvalStateKey(req.Tenant, id), kept); err != nil {
+			l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: keeping a decided call's result failed; a replay of this history will find it expired")
+		}
+	}
+	return content, ran, nil
+}
+
+// answerContent is the result of a call the person answered in the tool's
+// place: their text, as the tool's data.
+func answerContent(text string) []byte {
+	out := []byte(`{"status":"ok","answered_by":"user","data":`)
+	out = appendJSONString(out, []byte(text))
+	return append(out, '}')
+}
+
+// messageText is the text of a message's content: a string, or the text
+// parts of an array joined.
+func messageText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var b strings.Builder
+	c.ForEach(func(_, p gjson.Result) bool {
+		if p.Get("type").Str == "text" {
+			b.WriteString(p.Get("text").Str)
+		}
+		return true
+	})
+	return b.String()
+}
+
+// toolName is the name of a client tool definition (function or custom).
+func toolName(v gjson.Result) string {
+	if n := v.Get("function.name"); n.Exists() {
+		return n.String()
+	}
+	return v.Get("custom.name").String()
+}
+
+// withoutStandIns drops the client's definitions of gated server tools.
+// A client may define a function named after a gated tool that returns the
+// person's decision (the openai SDK's runTools() dispatches calls to
+// functions by name); the model still sees the server tool's definition,
+// and the call stays the gateway's.
+func withoutStandIns(req *pipeline.Request, reg *registry, clientTools gjson.Result) gjson.Result {
+	out := make([]byte, 0, len(clientTools.Raw))
+	out = append(out, '[')
+	clientTools.ForEach(func(_, v gjson.Result) bool {
+		if t := reg.byName[toolName(v)]; t != nil && needsApproval(req, t) {
+			return true
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, v.Raw...)
+		return true
+	})
+	return gjson.ParseBytes(append(out, ']'))
+}

@@ -1,0 +1,238 @@
+package toolloop
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/tidwall/gjson"
+)
+
+func TestParseVerdict(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		text    string
+		kind    verdictKind
+		args    string
+		message string
+	}{
+		{name: "approve", text: `{"decision":"approve"}`, kind: decApprove},
+		{name: "approve with spaces", text: " \n{ \"decision\" : \"approve\" }\n", kind: decApprove},
+		{name: "edit object", text: `{"decision":"edit","arguments":{"path":"/b"}}`, kind: decEdit, args: `{"path":"/b"}`},
+		{name: "edit string", text: `{"decision":"edit","arguments":"{\"path\":\"/b\"}"}`, kind: decEdit, args: `{"path":"/b"}`},
+		{name: "edit array", text: `{"decision":"edit","arguments":[1]}`, kind: decInvalid, message: "not a JSON object"},
+		{name: "edit missing", text: `{"decision":"edit"}`, kind: decInvalid, message: "not a JSON object"},
+		{name: "edit string not json", text: `{"decision":"edit","arguments":"path=/b"}`, kind: decInvalid, message: "not a JSON object"},
+		{name: "reject", text: `{"decision":"reject","message":"no"}`, kind: decReject, message: "no"},
+		{name: "reject bare", text: `{"decision":"reject"}`, kind: decReject},
+		{name: "reject long message bounded", text: `{"decision":"reject","message":"` + strings.Repeat("é", 3000) + `"}`, kind: decReject, message: strings.Repeat("é", 1000)},
+		{name: "unknown decision", text: `{"decision":"maybe"}`, kind: decInvalid, message: `"maybe" is not one of`},
+		{name: "decision not a string", text: `{"decision":true}`, kind: decInvalid, message: "true is not one of"},
+		{name: "wrong case", text: `{"decision":"APPROVE"}`, kind: decInvalid},
+		{name: "free text", text: "I did it myself.", kind: decAnswer},
+		{name: "other json", text: `{"files":3}`, kind: decAnswer},
+		{name: "broken json", text: `{"decision":"approve"`, kind: decAnswer},
+		{name: "json array", text: `[{"decision":"approve"}]`, kind: decAnswer},
+		{name: "empty", text: "", kind: decAnswer},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v := parseVerdict(tc.text)
+			if v.kind != tc.kind || string(v.args) != tc.args {
+				t.Fatalf("got %v args %q, want %v args %q", v.kind, v.args, tc.kind, tc.args)
+			}
+			if tc.kind == decReject && v.message != tc.message {
+				t.Fatalf("message %q, want %q", v.message, tc.message)
+			}
+			if tc.kind == decInvalid && !strings.Contains(v.message, tc.message) {
+				t.Fatalf("message %q, want it to contain %q", v.message, tc.message)
+			}
+		})
+	}
+}
+
+// FuzzParseVerdict: never panics; only an object with a "decision" key
+// runs anything, an edit's arguments are always one JSON object, and a
+// reject reason stays bounded valid UTF-8.
+func FuzzParseVerdict(f *testing.F) {
+	for _, s := range []string{`{"decision":"approve"}`, `{"decision":"edit","arguments":{"a":1}}`, `{"decision":"edit","arguments":"{}"}`,
+		`{"decision":"reject","message":"x"}`, `{"decision":1}`, "text", `{"decision":"edit","arguments":"[1]"}`, "{\"decision\":\"reject\",\"message\":\"\xff\"}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		v := parseVerdict(text)
+		if v.kind != decAnswer && !strings.Contains(text, "decision") {
+			t.Fatalf("%v without a decision key: %q", v.kind, text)
+		}
+		if v.kind == decEdit && (!gjson.ValidBytes(v.args) || !gjson.ParseBytes(v.args).IsObject()) {
+			t.Fatalf("edit arguments %q", v.args)
+		}
+		if v.kind == decReject && len(v.message) > maxReasonBytes {
+			t.Fatalf("reason of %d bytes", len(v.message))
+		}
+		_ = v.kind.String()
+	})
+}
+
+func TestApprovalIDs(t *testing.T) {
+	t.Parallel()
+	acme, globex := &pipeline.Tenant{Name: "acme"}, &pipeline.Tenant{Name: "globex"}
+	k := newApprovalKey("s3cret")
+	id := k.mint(acme)
+	if !strings.HasPrefix(id, approvalPrefix) || len(id) > 64 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		t.Fatalf("id %q: want the prefix, at most 64 characters of [A-Za-z0-9_-]", id)
+	}
+	if k.mint(acme) == id {
+		t.Fatal("two ids alike")
+	}
+	tampered := id[:len(approvalPrefix)] + "A" + id[len(approvalPrefix)+1:]
+	if tampered == id {
+		tampered = id[:len(approvalPrefix)] + "B" + id[len(approvalPrefix)+1:]
+	}
+	tests := []struct {
+		name   string
+		key    approvalKey
+		tenant *pipeline.Tenant
+		id     string
+		want   bool
+	}{
+		{name: "own", key: k, tenant: acme, id: id, want: true},
+		{name: "same secret, another process", key: newApprovalKey("s3cret"), tenant: acme, id: id, want: true},
+		{name: "other tenant", key: k, tenant: globex, id: id},
+		{name: "no tenant", key: k, id: id},
+		{name: "other secret", key: newApprovalKey("other"), tenant: acme, id: id},
+		{name: "random key", key: newApprovalKey(""), tenant: acme, id: id},
+		{name: "tampered nonce", key: k, tenant: acme, id: tampered},
+		{name: "no tag", key: k, tenant: acme, id: approvalPrefix + "ABC"},
+		{name: "ordinary id", key: k, tenant: acme, id: newCallID()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tc.key.verify(tc.tenant, tc.id); got != tc.want {
+				t.Fatalf("verify = %v", got)
+			}
+		})
+	}
+}
+
+// gatedCalc is the calculator behind approval.
+var gatedCalc = config.Tool{Name: "calculator", Kind: "builtin", Approval: "always"}
+
+// TestApprovalStreamAfterServerRound: a gated call in a later round of a
+// stream (after a server-only round) is shown with dense index 0 and an
+// approval id, its server sibling's round is kept, and x_gateway lists it.
+func TestApprovalStreamAfterServerRound(t *testing.T) {
+	t.Parallel()
+	m := &fakeModel{turns: []turnFn{
+		always(toolRound("up1", "u1", "current_time", `{}`, 10, 1), ""),
+		always([]string{
+			chunk("up2", `{"role":"assistant","content":null}`, ""),
+			chunk("up2", callWhole(0, "u2", "current_time", `{}`), ""),
+			chunk("up2", callWhole(1, "u3", "calculator", `{"expression":"6*7"}`), ""),
+			chunk("up2", `{}`, "tool_calls"),
+			usageChunk("up2", 10, 1, 0),
+		}, ""),
+	}}
+	st := NewMemoryState(time.Hour, 100, 1<<20)
+	l := newLoop(t, []config.Tool{gatedCalc, timeTool}, func(o *Options) { o.State = st })
+	resp, err := l.Chat(context.Background(), request(m, true, userBody+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := checkStream(t, sse(t, resp.Stream), false)
+	if len(sum.ToolCalls) != 1 || sum.ToolCalls[0].Name != "calculator" || !strings.HasPrefix(sum.ToolCalls[0].ID, approvalPrefix) || sum.FinishReason != "tool_calls" {
+		t.Fatalf("client saw %+v, finish %s", sum.ToolCalls, sum.FinishReason)
+	}
+	xg := gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "x_gateway")
+	if xg.Get("awaiting_approval.0.id").Str != sum.ToolCalls[0].ID || xg.Get("awaiting_approval.0.arguments").Str != `{"expression":"6*7"}` {
+		t.Fatalf("x_gateway %s", xg.Raw)
+	}
+	if n, _ := st.Len(); n != 2 { // the mixed turn and the call awaiting approval
+		t.Fatalf("%d state entries", n)
+	}
+}
+
+// FuzzSettle: any follow-up body naming approval ids settles without
+// panicking, into valid JSON in which no approval answer is left as sent.
+func FuzzSettle(f *testing.F) {
+	l := newLoop(f, []config.Tool{gatedCalc}, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 1<<20) })
+	id := l.approval.mint(nil)
+	f.Add(`{"model":"gpt-x","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"` + id + `","type":"function","function":{"name":"calculator","arguments":"{}"}}]},{"role":"tool","tool_call_id":"` + id + `","content":"{\"decision\":\"approve\"}"}]}`)
+	f.Add(`{"messages":[{"role":"tool","tool_call_id":"call_gwa_x","content":[{"type":"text","text":"{\"decision\":\"approve\"}"}]}]}`)
+	f.Add(`{"messages":[{"role":"tool","tool_call_id":"call_gwa_","content":null},1,"x"]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		if !gjson.Valid(body) {
+			return
+		}
+		req := request(nil, false, body)
+		out, _, err := l.settle(context.Background(), req, l.static.tools)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !gjson.ValidBytes(out.Body) {
+			t.Fatalf("invalid body %q", out.Body)
+		}
+		for _, m := range gjson.GetBytes(out.Body, "messages").Array() {
+			if m.Get("role").Str == "tool" && strings.HasPrefix(m.Get("tool_call_id").Str, approvalPrefix) && m.Get("content").Type != gjson.String {
+				t.Fatalf("an answer left as sent: %s", m.Raw)
+			}
+		}
+	})
+}
+
+// BenchmarkApproval is the cost of approvals configured but not triggered:
+// a loop of calculator rounds (never gated) with and without a gated tool
+// offered, and a follow-up body scanned for approval ids.
+func BenchmarkApproval(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		tools []config.Tool
+	}{
+		{"off", []config.Tool{calcTool, timeTool}},
+		{"configured", []config.Tool{calcTool, {Name: "current_time", Kind: "builtin", Approval: "always"}}},
+	} {
+		for _, stream := range []bool{false, true} {
+			body := userBody + `}`
+			name := tc.name + "/blocking"
+			if stream {
+				body = userBody + `,"stream":true,"stream_options":{"include_usage":true}}`
+				name = tc.name + "/stream"
+			}
+			b.Run(name, func(b *testing.B) {
+				m := newInstantModel()
+				l := newLoop(b, tc.tools, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 1<<20) })
+				req := request(m, stream, body)
+				b.ReportAllocs()
+				for b.Loop() {
+					chatAndDrain(b, l, req)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkApprovalChecks is the work approvals add to a request that calls
+// no gated tool: the scan of the body for approval ids, and the gate check
+// of one server call (name resolution and the tenant's policy).
+func BenchmarkApprovalChecks(b *testing.B) {
+	l := newLoop(b, []config.Tool{calcTool, {Name: "current_time", Kind: "builtin", Approval: "always"}}, nil)
+	body := []byte(userBody + `,"tools":[{"type":"function","function":{"name":"lookup_city","parameters":{"type":"object"}}}]}`)
+	req := request(nil, false, string(body))
+	s := &session{l: l, req: req, p: &plan{set: &toolSet{tools: l.static.tools}}}
+	c := &call{name: "calculator"} // a call is on the heap already
+	b.ReportAllocs()
+	for b.Loop() {
+		if hasApprovals(body) {
+			b.Fatal("approval ids found")
+		}
+		if s.gate(c) {
+			b.Fatal("calculator gated")
+		}
+	}
+}
