@@ -88,8 +88,14 @@ func (c *trackedConn) Close() error {
 // chatRequest returns a pooled chat completions POST of body, and a pooled
 // response; the caller releases both.
 func (t *target) chatRequest(body []byte) (*fasthttp.Request, *fasthttp.Response) {
+	return t.request(chatPath, body)
+}
+
+// request returns a pooled POST of body to path, and a pooled response;
+// the caller releases both.
+func (t *target) request(path string, body []byte) (*fasthttp.Request, *fasthttp.Response) {
 	req := fasthttp.AcquireRequest()
-	req.SetRequestURI("http://" + t.addr + chatPath)
+	req.SetRequestURI("http://" + t.addr + path)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.SetBodyRaw(body)
@@ -99,7 +105,12 @@ func (t *target) chatRequest(body []byte) (*fasthttp.Request, *fasthttp.Response
 // post sends body and returns the status, a header value and a copy of the
 // response body.
 func (t *target) post(body []byte, header string) (status int, hv string, respBody []byte, err error) {
-	req, resp := t.chatRequest(body)
+	return t.postTo(chatPath, body, header)
+}
+
+// postTo is post to another path.
+func (t *target) postTo(path string, body []byte, header string) (status int, hv string, respBody []byte, err error) {
+	req, resp := t.request(path, body)
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	if err := t.hc.DoTimeout(req, resp, 60*time.Second); err != nil {
@@ -114,8 +125,13 @@ func (t *target) post(body []byte, header string) (status int, hv string, respBo
 // plain is one non-streaming request that must answer 200 and pass check
 // (which may be nil) on the named header's value and the body.
 func (t *target) plain(body []byte, header string, check func(hv string, body []byte) error) workload {
+	return t.plainTo(chatPath, body, header, check)
+}
+
+// plainTo is plain to another path.
+func (t *target) plainTo(path string, body []byte, header string, check func(hv string, body []byte) error) workload {
 	return func(start time.Time) sample {
-		status, hv, rb, err := t.post(body, header)
+		status, hv, rb, err := t.postTo(path, body, header)
 		s := sample{lat: time.Since(start), err: err}
 		if err == nil && status != 200 {
 			s.err = fmt.Errorf("status %d: %.200s", status, rb)

@@ -47,3 +47,10 @@ func (s *RedisStore) Set(ctx context.Context, key string, val []byte, ttl time.D
 	}
 	return s.client.Set(ctx, s.prefix+key, val, ttl).Err()
 }
+
+// Delete removes key; a missing key is not an error.
+func (s *RedisStore) Delete(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.client.Del(ctx, s.prefix+key).Err()
+}

@@ -121,3 +121,11 @@ func (s *MemoryStore) Len() int {
 	defer s.mu.Unlock()
 	return s.lru.Len()
 }
+
+// Delete removes key; a missing key is not an error.
+func (s *MemoryStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lru.Remove(key)
+	return nil
+}

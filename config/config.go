@@ -23,6 +23,7 @@ type Config struct {
 	Tracing    Tracing     `toml:"tracing"`
 	Limits     []Limit     `toml:"limits"`
 	Budgets    []Budget    `toml:"budgets"`
+	Responses  Responses   `toml:"responses"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`
@@ -64,6 +65,7 @@ type Provider struct {
 	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
 	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none
 	PromptCacheTTL    string            `toml:"prompt_cache_ttl"`    // anthropic marker ttl ("5m"|"1h"); default unset
+	Responses         string            `toml:"responses"`           // translate|native: how /v1/responses reaches this provider; default translate
 	Mock              *Mock             `toml:"mock"`                // kind = "mock" only
 }
 
@@ -111,6 +113,7 @@ type Tool struct {
 	Description string            `toml:"description"`
 	Parameters  string            `toml:"parameters"`  // JSON Schema, as a JSON string
 	Kind        string            `toml:"kind"`        // builtin|http|agent|mcp
+	Server      string            `toml:"-"`           // kind=mcp: the [[mcp_servers]] name (set by the MCP client)
 	Builtin     string            `toml:"builtin"`     // kind=builtin: which one; default Name
 	URL         string            `toml:"url"`         // kind=http
 	Headers     map[string]string `toml:"headers"`     // kind=http; values may be ${ENV}

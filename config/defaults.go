@@ -192,6 +192,7 @@ func (c *Config) ApplyDefaults() {
 	}
 
 	c.setLimitDefaults()
+	c.setResponsesDefaults()
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware

@@ -93,6 +93,7 @@ func (c *Config) validate(o *origin) error {
 	c.validateToolSelect(&p, o, models)
 	c.validateKeys(&p)
 	c.validatePolicies(&p)
+	c.validateResponses(&p, o)
 	if c.Redis != nil && c.Redis.Addr == "" {
 		p.add("redis.addr", "required")
 	}

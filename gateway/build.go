@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/config"
@@ -28,6 +29,7 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/policies"
 	"github.com/llmgw/gateway/proxy"
+	"github.com/llmgw/gateway/responses"
 	"github.com/llmgw/gateway/toolloop"
 	"github.com/llmgw/gateway/toolselect"
 	"github.com/llmgw/gateway/tracing"
@@ -35,7 +37,19 @@ import (
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
 // The caller calls Runtime.Close after the runtime's last request.
-func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error) {
+func Build(cfg *config.Config, log zerolog.Logger) (*proxy.Runtime, error) {
+	return build(cfg, log, seams{})
+}
+
+// seams replace the world outside the process in benchmarks: the handler
+// every model call ends in instead of the providers, and the span exporter
+// instead of OTLP. Zero values are the real ones.
+type seams struct {
+	upstream pipeline.Handler
+	spans    sdktrace.SpanExporter
+}
+
+func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, err error) {
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -95,8 +109,10 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	store := buildStore(cfg, rdb)
 	limiter := buildLimiter(cfg, rdb, log)
 	closers = append(closers, limiter.Close)
-	tracer, err := tracing.New(context.Background(), cfg.Tracing)
-	if err != nil {
+	var tracer *tracing.Tracer
+	if s.spans != nil && cfg.Tracing.Enabled {
+		tracer = tracing.NewWithExporter(cfg.Tracing, s.spans)
+	} else if tracer, err = tracing.New(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
 	if tracer != nil {
@@ -108,7 +124,11 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	// Innermost on every model's call layer: the meter, inside the attempt's
 	// span when traced.
-	call := limiter.Meter(upstream)
+	var up pipeline.Handler = upstream
+	if s.upstream != nil {
+		up = s.upstream
+	}
+	call := limiter.Meter(up)
 	if tracer != nil {
 		call = tracer.ModelCall(call)
 	}
@@ -203,6 +223,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		},
 	}
 	rt.Policy = engine
+	rt.Responses, rt.NativeResponses = buildResponses(cfg, rdb)
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
 	}
@@ -333,3 +354,37 @@ func toolSetVersion(tools []config.Tool, servers []config.MCPServer) string {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
+
+// buildResponses returns the store of Responses API responses (nil when
+// [responses] store = "none" serves /v1/responses without one) and the
+// models whose provider serves the Responses API natively.
+func buildResponses(cfg *config.Config, rdb *redis.Client) (*responses.Store, map[string]bool) {
+	native := map[string]bool{}
+	nativeProvider := map[string]bool{}
+	for _, p := range cfg.Providers {
+		nativeProvider[p.Name] = p.Responses == "native"
+	}
+	for _, m := range cfg.Models {
+		if nativeProvider[m.Provider] {
+			native[m.Name] = true
+		}
+	}
+	c := cfg.Responses
+	var kv responses.KV
+	switch {
+	case c.Store == "redis" && rdb != nil:
+		kv = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
+	case c.Store == "none":
+		kv = noStore{}
+	default:
+		kv = caching.NewMemoryStore(c.MaxBytes)
+	}
+	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes}, native
+}
+
+// noStore keeps nothing: [responses] store = "none".
+type noStore struct{}
+
+func (noStore) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
+func (noStore) Set(context.Context, string, []byte, time.Duration) error { return nil }
+func (noStore) Delete(context.Context, string) error                     { return nil }

@@ -293,21 +293,25 @@ func TestToolTimeoutAndAgentTool(t *testing.T) {
 	}
 }
 
+// nodeResponder calls the calculator (a server tool) first, then the
+// client's get_weather, then answers with both results.
+func nodeResponder(c *mockllm.Call) mockllm.Turn {
+	switch {
+	case c.LastRole == "user":
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+	case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
+		return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
+	default:
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
+	}
+}
+
 // TestNodeSDKToolLoop runs test/node/toolloop.mjs: the openai npm package's
 // stream() and runTools() against a gateway with a server and a client tool.
 func TestNodeSDKToolLoop(t *testing.T) {
 	t.Parallel()
 	skipWithoutNode(t)
-	h, _ := toolHarness(t, func(c *mockllm.Call) mockllm.Turn {
-		switch {
-		case c.LastRole == "user":
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
-		case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
-			return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
-		default:
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
-		}
-	}, mockllm.Chunking{})
+	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
 	out := runNode(t, "toolloop.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
 	if !strings.Contains(out, "stream: ok") || !strings.Contains(out, "runTools: ok") {
 		t.Fatalf("node output: %s", out)

@@ -196,7 +196,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 			desc = t.Title
 		}
 		out = append(out, &Tool{
-			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp",
+			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,
 				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name)},
 			Server: s.cfg.Name, Remote: t.Name,
 		})

@@ -56,6 +56,26 @@ type Request struct {
 	// agent tool's call) has neither and is edited on its own.
 	EditLog    EditLog
 	PromptHint PromptHint
+
+	// OnServerCall, when set, hears of every server tool the loop ran for
+	// this request, after it ran, in the order the loop records them (the
+	// Responses API shows them as mcp_call items). It is called by the
+	// goroutine that drives the loop: for a stream, from within its Next.
+	OnServerCall func(*ServerCall)
+}
+
+// ApprovalIDPrefix starts the id of every call the tool loop hands to the
+// client for a person's approval (a gated server tool).
+const ApprovalIDPrefix = "call_gwa_"
+
+// ServerCall is one run of a server-side tool, as OnServerCall hears it.
+// Its slices are valid only during the call.
+type ServerCall struct {
+	Name      string
+	Source    string // where the tool lives: the MCP server's name, or the tool's kind (builtin, http, agent)
+	Arguments []byte
+	Output    []byte
+	IsError   bool
 }
 
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.

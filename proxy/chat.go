@@ -41,8 +41,16 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 		return
 	}
 	x.model = in.model
+	req := s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage, in.tools)
+	s.runChat(ctx, x, req, chatForm{})
+}
+
+// chatRequest is the pipeline request of one chat call: the body the
+// pipeline runs, its model and route, its tools array (a sub-slice of body,
+// see arrayIn), and the hints the client's headers give.
+func (s *Server) chatRequest(ctx *fasthttp.RequestCtx, x *exchange, body []byte, model string, route *pipeline.Route, stream, includeUsage bool, tools []byte) *pipeline.Request {
 	req := &pipeline.Request{
-		ID: x.id, Start: x.start, Body: body, Model: in.model, Stream: in.stream, IncludeUsage: in.includeUsage, Tools: in.tools,
+		ID: x.id, Start: x.start, Body: body, Model: model, Stream: stream, IncludeUsage: includeUsage, Tools: tools,
 		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &pipeline.Meta{},
 		Hints: pipeline.Hints{
 			Cache:     string(ctx.Request.Header.Peek("X-Gateway-Cache")),
@@ -53,6 +61,36 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 		req.Hints.TraceParent = string(tp)
 		req.Hints.TraceState = string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
 	}
+	return req
+}
+
+// outputForm writes a chat call's result in the form the client asked
+// for: chat completions, or the Responses API (responsesForm).
+type outputForm interface {
+	// body is the JSON answer for a chat.completion.
+	body(completion []byte) []byte
+	// chunk appends the SSE event(s) for one chat.completion.chunk.
+	chunk(dst, chunk []byte) []byte
+	// end appends what follows the last chunk.
+	end(dst []byte) []byte
+	// fail appends the event that ends a stream with err.
+	fail(dst []byte, err error) []byte
+}
+
+// chatForm is the chat completions form: the pipeline's own output.
+type chatForm struct{}
+
+func (chatForm) body(completion []byte) []byte  { return completion }
+func (chatForm) chunk(dst, chunk []byte) []byte { return sse.AppendData(dst, chunk) }
+func (chatForm) end(dst []byte) []byte          { return append(dst, sse.Done...) }
+func (chatForm) fail(dst []byte, err error) []byte {
+	return sse.AppendError(dst, mapError(err).body)
+}
+
+// runChat runs req through the request layer and writes its result in
+// form's shape: one JSON body, or an SSE stream written by the sink.
+func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Request, form outputForm) {
+	rt := x.rt
 	x.req = req
 	rctx, cancel := context.WithCancel(s.base)
 	x.chat = true
@@ -76,14 +114,14 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 	s.setMetaHeaders(ctx, req)
 	if resp.Stream == nil {
 		ctx.SetContentType("application/json")
-		ctx.SetBody(resp.Body)
+		ctx.SetBody(form.body(resp.Body))
 		x.usage = usageOf(resp.Body)
 		return
 	}
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch}
+	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
 	x.stream, x.later = true, true
 	activeStreams.Inc()
 	ctx.SetBodyStream(sk, -1)
@@ -150,6 +188,7 @@ type sink struct {
 	stream pipeline.Stream
 	cancel context.CancelFunc
 	watch  peerWatch // of the client connection, until release
+	form   outputForm
 
 	buf      []byte // the event being written; reused
 	pending  []byte // Read's unread part of buf
@@ -243,7 +282,7 @@ func (k *sink) event() []byte {
 				k.usage = u // GetBytes copies: safe after chunk is reused
 			}
 		}
-		k.buf = sse.AppendData(k.buf[:0], chunk)
+		k.buf = k.form.chunk(k.buf[:0], chunk)
 		return k.buf
 	}
 	k.ended = true
@@ -257,13 +296,15 @@ func (k *sink) event() []byte {
 	}
 	switch {
 	case k.failure == nil:
-		return sse.Done
+		k.buf = k.form.end(k.buf[:0])
+		return k.buf
 	case errors.Is(k.failure, pipeline.ErrClientGone) || errors.Is(k.failure, context.Canceled):
 		k.failure = pipeline.ErrClientGone
 		return nil
 	default:
 		k.s.log.Warn().Str("request_id", k.req.ID).AnErr("cause", k.failure).Msg("stream ended with an error")
-		return sse.AppendError(k.buf[:0], mapError(k.failure).body)
+		k.buf = k.form.fail(k.buf[:0], k.failure)
+		return k.buf
 	}
 }
 

@@ -54,9 +54,7 @@ func parseChat(body []byte) (chatInput, error) {
 		return in, pipeline.BadRequest("model", "model must be a non-empty string")
 	}
 	in.model = model.Str
-	if tools.IsArray() && tools.Index > 0 && tools.Index+len(tools.Raw) <= len(body) {
-		in.tools = body[tools.Index : tools.Index+len(tools.Raw)]
-	}
+	in.tools = arrayIn(body, tools)
 	switch {
 	case !messages.Exists():
 		return in, pipeline.BadRequest("messages", "missing required parameter: 'messages'")
@@ -102,4 +100,13 @@ func parseChat(body []byte) (chatInput, error) {
 		in.includeUsage = streamOptions.Get("include_usage").Type == gjson.True
 	}
 	return in, nil
+}
+
+// arrayIn returns the array v read from body as a sub-slice of body (no
+// copy), or nil when v is not an array of body.
+func arrayIn(body []byte, v gjson.Result) []byte {
+	if !v.IsArray() || v.Index <= 0 || v.Index+len(v.Raw) > len(body) {
+		return nil
+	}
+	return body[v.Index : v.Index+len(v.Raw)]
 }

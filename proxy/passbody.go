@@ -29,6 +29,10 @@ type passBody struct {
 	upload   *uploadReader
 	model    string
 	provider string
+	// native: a Responses API request the pipeline serves itself
+	// (Runtime.servesResponses); body is as the tenant policy left it.
+	native bool
+	tenant *pipeline.Tenant
 }
 
 // passthroughBody reads, checks and routes a pass-through body. JSON and
@@ -85,6 +89,10 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 			return pb, err
 		}
 		body = req.Body
+	}
+	if path == responsesRoute && ctx.IsPost() && json && rt.servesResponses(model) {
+		pb.body, pb.native = body, true
+		return pb, nil
 	}
 	if route != nil && len(route.Deployments) > 0 {
 		d := route.Deployments[0]

@@ -43,6 +43,10 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		s.writeError(ctx, x, err)
 		return
 	}
+	if pb.native {
+		s.handleResponses(ctx, x, pb.tenant, pb.body)
+		return
+	}
 	freq := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	timeout := outboundRequest(ctx, freq, pc, pb, x.id)
@@ -100,7 +104,8 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 	}
 	pb, err := s.passthroughBody(ctx, rt, t, path, limit)
 	x.model = pb.model
-	if err != nil {
+	if err != nil || pb.native {
+		pb.tenant = t
 		return nil, pb, err
 	}
 	provider := pb.provider

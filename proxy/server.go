@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/responses"
 )
 
 // Runtime is everything built from one config: routes, the request-layer
@@ -35,6 +36,12 @@ type Runtime struct {
 	// Policy applies the tenant policies to the routes outside the chat
 	// pipeline (models, pass-through); nil admits everything.
 	Policy Policy
+	// Responses keeps stored Responses API responses; nil = /v1/responses
+	// passes through to the providers.
+	Responses *responses.Store
+	// NativeResponses names the models whose provider serves the Responses
+	// API itself (responses = "native"): their /v1/responses pass through.
+	NativeResponses map[string]bool
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
 	// Close releases what the runtime holds, after its last request.
@@ -220,6 +227,8 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 			return
 		}
 		s.handleModels(ctx, x, path)
+	case strings.HasPrefix(path, responsesRoute+"/") && x.rt.Responses != nil:
+		s.handleStoredResponse(ctx, x, path)
 	case strings.HasPrefix(path, "/v1/"):
 		s.handlePassthrough(ctx, x, path)
 	default:

@@ -25,7 +25,7 @@ import (
 // settle turns the answer into the tool's result before the loop runs.
 
 // approvalPrefix starts every id of a call awaiting approval.
-const approvalPrefix = "call_gwa_"
+const approvalPrefix = pipeline.ApprovalIDPrefix
 
 // HeaderApproval is set to "pending" on a JSON response that ends with
 // calls awaiting approval.

@@ -250,6 +250,9 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 		}
 		stop = stop || r.Stop
 		s.noteTodos(r)
+		if s.req.OnServerCall != nil {
+			s.reportCall(calls[i], r)
+		}
 		if s.traceOn {
 			status := "ok"
 			if r.IsError {
@@ -259,6 +262,18 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 		}
 	}
 	return stop
+}
+
+// reportCall tells the request's OnServerCall of a server call that ran.
+func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
+	src := "builtin"
+	if t := s.p.set.get(c.name); t != nil {
+		src = t.cfg.Kind
+		if t.cfg.Server != "" {
+			src = t.cfg.Server
+		}
+	}
+	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError})
 }
 
 // appendTurn adds the assistant message (its text and every call of the

@@ -19,6 +19,12 @@ const (
 	Finish
 	// Usage carries the response's usage object (Raw), after Finish.
 	Usage
+	// ServerCall reports a tool the gateway ran itself, whole: Name, the
+	// arguments (Text), the result (Raw, a JSON string's contents), where
+	// the tool lives (Key: the MCP server's name, "http", "builtin"…)
+	// and, for a failed run, the error (Finish). Only the Responses form
+	// shows it: a chat client never sees server calls.
+	ServerCall
 	// End closes the response: nothing follows it.
 	End
 )
@@ -31,7 +37,15 @@ type Event struct {
 	Key  string // Text: the message field the fragment belongs to
 	Text []byte // Text, CallArgs: the fragment, unescaped
 	ID   string // CallHeader
-	Name string // CallHeader
+	Name string // CallHeader, ServerCall
+	// Approval marks a CallHeader whose call waits for a person's
+	// approval: the Responses form shows it as an mcp_approval_request
+	// whose id is the call's ID; chat shows an ordinary call.
+	Approval bool
+	// Index numbers a call's header and fragments (0, 1, 2… in header
+	// order). ChatSSE numbers calls itself and ignores it; Responses uses
+	// it so that fragments of parallel calls may interleave.
+	Index int
 	// Finish is the finish_reason of a Finish event.
 	Finish string
 	// Raw is the usage JSON object of a Usage event.

@@ -1,33 +1,653 @@
 package wire
 
-// Responses is the seam for the Responses API (/v1/responses), which
-// issue 16 implements. It will be an Encoder of the same events:
-//
-//   - Role: response.created and response.in_progress (the response object
-//     with status "in_progress"), then response.output_item.added for the
-//     message item;
-//   - Text: response.output_text.delta (Key "content"), or the refusal and
-//     reasoning deltas of their items; the item's *.done events are written
-//     when the next item starts or at Finish;
-//   - CallHeader / CallArgs: a function_call output item
-//     (response.output_item.added, response.function_call_arguments.delta,
-//     then .done with the whole arguments): the call's id is its call_id;
-//   - Finish and Usage: response.completed, or response.incomplete with
-//     incomplete_details.reason "max_output_tokens" for "length" and
-//     "content_filter" for "content_filter", carrying usage renamed to
-//     input_tokens / output_tokens;
-//   - End: the stream form appends nothing (the sink ends the stream), the
-//     JSON form appends the response object.
-//
-// Unlike ChatSSE, one event may become several SSE events (each with its
-// own "event:" line and sequence_number), so the stream form needs a sink
-// that frames typed events; the SSE sink writes data-only events today.
-// Errors stay Go errors from the stream's Next; the sink writes them as the
-// Responses API's "error" event.
-type Responses interface {
-	Encoder
-	// Object appends the response object as it stands (status, output
-	// items so far, usage): the body of a JSON answer, and the payload of
-	// response.created / response.completed.
-	Object(dst []byte) []byte
+import (
+	"strconv"
+
+	"github.com/llmgw/gateway/jsonstring"
+)
+
+// ResponsesHeader is what a Responses API answer repeats in every copy of
+// its response object: the id, created_at and model the client sees, and
+// Echo, the request's settings as the object reports them: a run of JSON
+// members without braces ("instructions":null,"tools":[],…) that the
+// request translation builds once. Echo must hold at least the members the
+// response object requires besides the ones the encoder writes (id,
+// object, created_at, status, model, output, usage, error,
+// incomplete_details).
+type ResponsesHeader struct {
+	ID      string
+	Created int64
+	Model   string
+	Echo    []byte
 }
+
+// Responses encodes a response's events in the Responses API's form: as
+// the SSE events of a stream (NewResponsesStream) or as one response
+// object (NewResponsesJSON). Both forms build the same output items, so a
+// streamed answer and a JSON answer of the same events carry the same
+// content.
+//
+// The events map as follows: Role opens the response (response.created and
+// response.in_progress); Text with Key "content" or "refusal" is a part of
+// the message item (response.output_text.delta, response.refusal.delta);
+// Key "reasoning_content" or "reasoning" is a reasoning item
+// (response.reasoning_text.delta); CallHeader and CallArgs are a
+// function_call item (response.function_call_arguments.delta), numbered
+// by Index so that interleaved parallel calls land on their own items, or
+// an mcp_approval_request item when the header is marked Approval;
+// ServerCall is an mcp_call item, a tool the gateway ran itself, given
+// whole; Finish closes every open item (their *.done events) and decides
+// the status ("length" is incomplete with reason max_output_tokens,
+// "content_filter" incomplete with reason content_filter); Usage is kept
+// for the terminal event, which End writes: response.completed or
+// response.incomplete, carrying the whole object. Fail ends a stream with
+// response.failed instead.
+//
+// Not safe for concurrent use.
+type Responses struct {
+	h      ResponsesHeader
+	stream bool
+	seq    int
+	opened bool
+	ended  bool
+	items  []respItem
+	msg    int // index of the open message item, -1 for none
+	reason int // index of the open reasoning item, -1 for none
+	calls  []int
+	finish string
+	usage  []byte
+	fail   []byte // the error object of a failed response
+}
+
+type itemKind uint8
+
+const (
+	itemMessage itemKind = iota
+	itemReasoning
+	itemCall
+	itemServerCall
+)
+
+type respPart struct {
+	refusal bool
+	text    []byte
+	done    bool
+}
+
+type respItem struct {
+	kind     itemKind
+	id       string
+	parts    []respPart // message: output_text / refusal; reasoning: one reasoning_text
+	callID   string     // function_call: the client-visible id
+	approval bool       // function_call awaiting a person's approval: an mcp_approval_request
+	name     string
+	args     []byte
+	label    string // mcp_call: server_label
+	output   []byte // mcp_call
+	errMsg   string // mcp_call: the error, when the run failed
+	done     bool
+}
+
+// NewResponsesStream returns the encoder of a streamed response: Encode
+// appends complete SSE events ("event:" and "data:" lines).
+func NewResponsesStream(h ResponsesHeader) *Responses {
+	return &Responses{h: h, stream: true, msg: -1, reason: -1}
+}
+
+// NewResponsesJSON returns the encoder of a JSON answer: Encode records
+// the events and appends the response object at End.
+func NewResponsesJSON(h ResponsesHeader) *Responses {
+	return &Responses{h: h, msg: -1, reason: -1}
+}
+
+// Encode appends what e produces (see Responses).
+func (r *Responses) Encode(dst []byte, e *Event) []byte {
+	if r.ended {
+		return dst
+	}
+	if !r.opened {
+		dst = r.open(dst)
+	}
+	switch e.Kind {
+	case Text:
+		if r.finish != "" || len(e.Text) == 0 {
+			return dst
+		}
+		switch e.Key {
+		case "content", "refusal":
+			dst = r.messageText(dst, e.Key == "refusal", e.Text)
+		case "reasoning_content", "reasoning":
+			dst = r.reasoningText(dst, e.Text)
+		}
+	case CallHeader:
+		if r.finish != "" {
+			return dst
+		}
+		dst = r.closeOpen(dst)
+		for len(r.calls) <= e.Index {
+			r.calls = append(r.calls, -1)
+		}
+		if r.calls[e.Index] >= 0 {
+			return dst // a second header for the same call
+		}
+		r.calls[e.Index] = len(r.items)
+		it := respItem{kind: itemCall, id: r.itemID("fc"), callID: e.ID, name: e.Name, approval: e.Approval}
+		if e.Approval {
+			it.id = e.ID // the id the client's mcp_approval_response names
+		}
+		r.items = append(r.items, it)
+		dst = r.itemAdded(dst, len(r.items)-1)
+	case CallArgs:
+		if r.finish != "" || e.Index >= len(r.calls) || r.calls[e.Index] < 0 || len(e.Text) == 0 {
+			return dst
+		}
+		i := r.calls[e.Index]
+		it := &r.items[i]
+		it.args = append(it.args, e.Text...)
+		if r.stream && !it.approval {
+			dst = r.event(dst, "response.function_call_arguments.delta")
+			dst = append(dst, `,"item_id":`...)
+			dst = jsonstring.Append(dst, it.id)
+			dst = append(dst, `,"output_index":`...)
+			dst = strconv.AppendInt(dst, int64(i), 10)
+			dst = append(dst, `,"delta":`...)
+			dst = appendString(dst, e.Text)
+			dst = endEvent(dst)
+		}
+	case ServerCall:
+		if r.finish != "" {
+			return dst
+		}
+		dst = r.closeOpen(dst)
+		it := respItem{kind: itemServerCall, id: r.itemID("mcp"), name: e.Name, args: append([]byte(nil), e.Text...),
+			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish}
+		r.items = append(r.items, it)
+		dst = r.serverCall(dst, len(r.items)-1)
+	case Finish:
+		if r.finish != "" {
+			return dst
+		}
+		r.finish = e.Finish
+		if r.finish == "" {
+			r.finish = "stop"
+		}
+		dst = r.closeAll(dst)
+	case Usage:
+		r.usage = append(r.usage[:0], e.Raw...)
+	case End:
+		if r.finish == "" {
+			r.finish = "stop"
+			dst = r.closeAll(dst)
+		}
+		r.ended = true
+		if !r.stream {
+			return r.Object(dst)
+		}
+		typ := "response.completed"
+		if r.status() == "incomplete" {
+			typ = "response.incomplete"
+		}
+		dst = r.event(dst, typ)
+		dst = append(dst, `,"response":`...)
+		dst = r.Object(dst)
+		dst = endEvent(dst)
+	}
+	return dst
+}
+
+// Fail ends the response as failed with the error's code and message: for
+// a stream it appends response.failed; the JSON form records it for
+// Object.
+func (r *Responses) Fail(dst []byte, code, message string) []byte {
+	if r.ended {
+		return dst
+	}
+	if !r.opened {
+		dst = r.open(dst)
+	}
+	r.ended = true
+	r.fail = append(r.fail[:0], `{"code":`...)
+	r.fail = jsonstring.Append(r.fail, code)
+	r.fail = append(r.fail, `,"message":`...)
+	r.fail = jsonstring.Append(r.fail, message)
+	r.fail = append(r.fail, '}')
+	if !r.stream {
+		return dst
+	}
+	dst = r.event(dst, "response.failed")
+	dst = append(dst, `,"response":`...)
+	dst = r.Object(dst)
+	return endEvent(dst)
+}
+
+// Object appends the response object as it stands.
+func (r *Responses) Object(dst []byte) []byte {
+	status := r.status()
+	dst = append(dst, `{"id":`...)
+	dst = jsonstring.Append(dst, r.h.ID)
+	dst = append(dst, `,"object":"response","created_at":`...)
+	dst = strconv.AppendInt(dst, r.h.Created, 10)
+	dst = append(dst, `,"status":"`...)
+	dst = append(dst, status...)
+	dst = append(dst, `","model":`...)
+	dst = jsonstring.Append(dst, r.h.Model)
+	dst = append(dst, `,"output":[`...)
+	for i := range r.items {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = r.appendItem(dst, i)
+	}
+	dst = append(dst, ']')
+	if len(r.fail) > 0 {
+		dst = append(dst, `,"error":`...)
+		dst = append(dst, r.fail...)
+	} else {
+		dst = append(dst, `,"error":null`...)
+	}
+	dst = append(dst, `,"incomplete_details":`...)
+	switch {
+	case status == "incomplete" && r.finish == "content_filter":
+		dst = append(dst, `{"reason":"content_filter"}`...)
+	case status == "incomplete":
+		dst = append(dst, `{"reason":"max_output_tokens"}`...)
+	default:
+		dst = append(dst, "null"...)
+	}
+	if len(r.usage) > 0 && status != "in_progress" {
+		dst = append(dst, `,"usage":`...)
+		dst = AppendResponsesUsage(dst, r.usage)
+	}
+	if len(r.h.Echo) > 0 {
+		dst = append(dst, ',')
+		dst = append(dst, r.h.Echo...)
+	}
+	return append(dst, '}')
+}
+
+// Status is the response's status as it stands: in_progress, completed,
+// incomplete or failed.
+func (r *Responses) status() string {
+	switch {
+	case len(r.fail) > 0:
+		return "failed"
+	case !r.ended:
+		return "in_progress"
+	case r.finish == "length" || r.finish == "content_filter":
+		return "incomplete"
+	}
+	return "completed"
+}
+
+// Status reports the response's status as it stands.
+func (r *Responses) Status() string { return r.status() }
+
+func (r *Responses) open(dst []byte) []byte {
+	r.opened = true
+	if !r.stream {
+		return dst
+	}
+	for _, typ := range [...]string{"response.created", "response.in_progress"} {
+		dst = r.event(dst, typ)
+		dst = append(dst, `,"response":`...)
+		dst = r.Object(dst)
+		dst = endEvent(dst)
+	}
+	return dst
+}
+
+func (r *Responses) itemID(prefix string) string {
+	return prefix + "_" + idSuffix(r.h.ID) + "_" + strconv.Itoa(len(r.items))
+}
+
+// idSuffix is the part of a response id after its "resp_" prefix.
+func idSuffix(id string) string {
+	if len(id) > 5 && id[:5] == "resp_" {
+		return id[5:]
+	}
+	return id
+}
+
+func (r *Responses) messageText(dst []byte, refusal bool, text []byte) []byte {
+	if r.reason >= 0 {
+		dst = r.closeItem(dst, r.reason)
+		r.reason = -1
+	}
+	if r.msg < 0 {
+		r.msg = len(r.items)
+		r.items = append(r.items, respItem{kind: itemMessage, id: r.itemID("msg")})
+		dst = r.itemAdded(dst, r.msg)
+	}
+	it := &r.items[r.msg]
+	if n := len(it.parts); n == 0 || it.parts[n-1].refusal != refusal {
+		if n > 0 {
+			dst = r.partDone(dst, r.msg, n-1)
+		}
+		it.parts = append(it.parts, respPart{refusal: refusal})
+		dst = r.partAdded(dst, r.msg, len(it.parts)-1)
+	}
+	p := len(it.parts) - 1
+	it.parts[p].text = append(it.parts[p].text, text...)
+	if !r.stream {
+		return dst
+	}
+	if refusal {
+		dst = r.event(dst, "response.refusal.delta")
+	} else {
+		dst = r.event(dst, "response.output_text.delta")
+	}
+	dst = r.partRef(dst, r.msg, p)
+	dst = append(dst, `,"delta":`...)
+	dst = appendString(dst, text)
+	if !refusal {
+		dst = append(dst, `,"logprobs":[]`...)
+	}
+	return endEvent(dst)
+}
+
+func (r *Responses) reasoningText(dst []byte, text []byte) []byte {
+	if r.msg >= 0 {
+		dst = r.closeItem(dst, r.msg)
+		r.msg = -1
+	}
+	if r.reason < 0 {
+		r.reason = len(r.items)
+		r.items = append(r.items, respItem{kind: itemReasoning, id: r.itemID("rs"), parts: []respPart{{}}})
+		dst = r.itemAdded(dst, r.reason)
+	}
+	it := &r.items[r.reason]
+	it.parts[0].text = append(it.parts[0].text, text...)
+	if !r.stream {
+		return dst
+	}
+	dst = r.event(dst, "response.reasoning_text.delta")
+	dst = r.partRef(dst, r.reason, 0)
+	dst = append(dst, `,"delta":`...)
+	dst = appendString(dst, text)
+	return endEvent(dst)
+}
+
+// closeOpen closes the open message or reasoning item.
+func (r *Responses) closeOpen(dst []byte) []byte {
+	if r.msg >= 0 {
+		dst = r.closeItem(dst, r.msg)
+		r.msg = -1
+	}
+	if r.reason >= 0 {
+		dst = r.closeItem(dst, r.reason)
+		r.reason = -1
+	}
+	return dst
+}
+
+// closeAll closes every item still open, in output order.
+func (r *Responses) closeAll(dst []byte) []byte {
+	r.msg, r.reason = -1, -1
+	for i := range r.items {
+		if !r.items[i].done {
+			dst = r.closeItem(dst, i)
+		}
+	}
+	return dst
+}
+
+// closeItem writes the *.done events of item i.
+func (r *Responses) closeItem(dst []byte, i int) []byte {
+	it := &r.items[i]
+	if it.done {
+		return dst
+	}
+	switch it.kind {
+	case itemMessage:
+		if n := len(it.parts); n > 0 && !it.parts[n-1].done {
+			dst = r.partDone(dst, i, n-1)
+		}
+	case itemReasoning:
+		if r.stream {
+			dst = r.event(dst, "response.reasoning_text.done")
+			dst = r.partRef(dst, i, 0)
+			dst = append(dst, `,"text":`...)
+			dst = appendString(dst, it.parts[0].text)
+			dst = endEvent(dst)
+		}
+		it.parts[0].done = true
+	case itemCall:
+		if r.stream && !it.approval {
+			dst = r.event(dst, "response.function_call_arguments.done")
+			dst = append(dst, `,"item_id":`...)
+			dst = jsonstring.Append(dst, it.id)
+			dst = append(dst, `,"output_index":`...)
+			dst = strconv.AppendInt(dst, int64(i), 10)
+			dst = append(dst, `,"name":`...)
+			dst = jsonstring.Append(dst, it.name)
+			dst = append(dst, `,"arguments":`...)
+			dst = appendString(dst, it.args)
+			dst = endEvent(dst)
+		}
+	}
+	it.done = true
+	return r.itemEvent(dst, "response.output_item.done", i)
+}
+
+// serverCall writes the whole life of an mcp_call item at once: the tool
+// has already run when the loop reports it.
+func (r *Responses) serverCall(dst []byte, i int) []byte {
+	it := &r.items[i]
+	if !r.stream {
+		it.done = true
+		return dst
+	}
+	dst = r.itemAdded(dst, i)
+	for _, typ := range [...]string{"response.mcp_call.in_progress", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done"} {
+		dst = r.event(dst, typ)
+		dst = append(dst, `,"item_id":`...)
+		dst = jsonstring.Append(dst, it.id)
+		dst = append(dst, `,"output_index":`...)
+		dst = strconv.AppendInt(dst, int64(i), 10)
+		switch typ {
+		case "response.mcp_call_arguments.delta":
+			dst = append(dst, `,"delta":`...)
+			dst = appendString(dst, it.args)
+		case "response.mcp_call_arguments.done":
+			dst = append(dst, `,"arguments":`...)
+			dst = appendString(dst, it.args)
+		}
+		dst = endEvent(dst)
+	}
+	if it.errMsg != "" {
+		dst = r.event(dst, "response.mcp_call.failed")
+	} else {
+		dst = r.event(dst, "response.mcp_call.completed")
+	}
+	dst = append(dst, `,"item_id":`...)
+	dst = jsonstring.Append(dst, it.id)
+	dst = append(dst, `,"output_index":`...)
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = endEvent(dst)
+	return r.closeItem(dst, i)
+}
+
+func (r *Responses) itemAdded(dst []byte, i int) []byte {
+	return r.itemEvent(dst, "response.output_item.added", i)
+}
+
+// itemEvent writes an event of type typ carrying output item i whole.
+func (r *Responses) itemEvent(dst []byte, typ string, i int) []byte {
+	if !r.stream {
+		return dst
+	}
+	dst = r.event(dst, typ)
+	dst = append(dst, `,"output_index":`...)
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = append(dst, `,"item":`...)
+	dst = r.appendItem(dst, i)
+	return endEvent(dst)
+}
+
+func (r *Responses) partAdded(dst []byte, i, p int) []byte {
+	if !r.stream {
+		return dst
+	}
+	dst = r.event(dst, "response.content_part.added")
+	dst = r.partRef(dst, i, p)
+	dst = append(dst, `,"part":`...)
+	dst = appendPart(dst, &r.items[i].parts[p])
+	return endEvent(dst)
+}
+
+func (r *Responses) partDone(dst []byte, i, p int) []byte {
+	part := &r.items[i].parts[p]
+	part.done = true
+	if !r.stream {
+		return dst
+	}
+	if part.refusal {
+		dst = r.event(dst, "response.refusal.done")
+		dst = r.partRef(dst, i, p)
+		dst = append(dst, `,"refusal":`...)
+	} else {
+		dst = r.event(dst, "response.output_text.done")
+		dst = r.partRef(dst, i, p)
+		dst = append(dst, `,"logprobs":[],"text":`...)
+	}
+	dst = appendString(dst, part.text)
+	dst = endEvent(dst)
+	dst = r.event(dst, "response.content_part.done")
+	dst = r.partRef(dst, i, p)
+	dst = append(dst, `,"part":`...)
+	dst = appendPart(dst, part)
+	return endEvent(dst)
+}
+
+func (r *Responses) partRef(dst []byte, i, p int) []byte {
+	dst = append(dst, `,"item_id":`...)
+	dst = jsonstring.Append(dst, r.items[i].id)
+	dst = append(dst, `,"output_index":`...)
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = append(dst, `,"content_index":`...)
+	return strconv.AppendInt(dst, int64(p), 10)
+}
+
+func appendPart(dst []byte, p *respPart) []byte {
+	if p.refusal {
+		dst = append(dst, `{"type":"refusal","refusal":`...)
+		dst = appendString(dst, p.text)
+		return append(dst, '}')
+	}
+	dst = append(dst, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
+	dst = appendString(dst, p.text)
+	return append(dst, '}')
+}
+
+// appendItem appends output item i as it stands.
+func (r *Responses) appendItem(dst []byte, i int) []byte {
+	it := &r.items[i]
+	status := "in_progress"
+	whole := it.done || r.ended // a failed response shows what it got
+	if !it.done && r.ended {
+		status = "incomplete"
+	}
+	if it.done {
+		status = "completed"
+		if r.finish == "length" && it.kind != itemServerCall {
+			status = "incomplete"
+		}
+	}
+	switch it.kind {
+	case itemMessage:
+		dst = append(dst, `{"id":`...)
+		dst = jsonstring.Append(dst, it.id)
+		dst = append(dst, `,"type":"message","role":"assistant","status":"`...)
+		dst = append(dst, status...)
+		dst = append(dst, `","content":[`...)
+		for p := range it.parts {
+			if !r.stream || it.parts[p].done || whole {
+				if p > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendPart(dst, &it.parts[p])
+			}
+		}
+		return append(dst, "]}"...)
+	case itemReasoning:
+		dst = append(dst, `{"id":`...)
+		dst = jsonstring.Append(dst, it.id)
+		dst = append(dst, `,"type":"reasoning","summary":[],"status":"`...)
+		dst = append(dst, status...)
+		dst = append(dst, `","content":[`...)
+		if whole {
+			dst = append(dst, `{"type":"reasoning_text","text":`...)
+			dst = appendString(dst, it.parts[0].text)
+			dst = append(dst, '}')
+		}
+		return append(dst, "]}"...)
+	case itemCall:
+		if it.approval {
+			dst = append(dst, `{"id":`...)
+			dst = jsonstring.Append(dst, it.id)
+			dst = append(dst, `,"type":"mcp_approval_request","server_label":"gateway","name":`...)
+			dst = jsonstring.Append(dst, it.name)
+			dst = append(dst, `,"arguments":`...)
+			if whole {
+				return append(appendString(dst, it.args), '}')
+			}
+			return append(dst, `""}`...)
+		}
+		dst = append(dst, `{"id":`...)
+		dst = jsonstring.Append(dst, it.id)
+		dst = append(dst, `,"type":"function_call","status":"`...)
+		dst = append(dst, status...)
+		dst = append(dst, `","call_id":`...)
+		dst = jsonstring.Append(dst, it.callID)
+		dst = append(dst, `,"name":`...)
+		dst = jsonstring.Append(dst, it.name)
+		dst = append(dst, `,"arguments":`...)
+		if whole {
+			dst = appendString(dst, it.args)
+		} else {
+			dst = append(dst, `""`...)
+		}
+		return append(dst, '}')
+	default:
+		dst = append(dst, `{"id":`...)
+		dst = jsonstring.Append(dst, it.id)
+		dst = append(dst, `,"type":"mcp_call","server_label":`...)
+		dst = jsonstring.Append(dst, it.label)
+		dst = append(dst, `,"name":`...)
+		dst = jsonstring.Append(dst, it.name)
+		dst = append(dst, `,"arguments":`...)
+		if it.done {
+			dst = appendString(dst, it.args)
+		} else {
+			dst = append(dst, `""`...)
+		}
+		switch {
+		case !it.done:
+			dst = append(dst, `,"status":"in_progress","output":null,"error":null}`...)
+		case it.errMsg != "":
+			dst = append(dst, `,"status":"failed","output":null,"error":{"type":"mcp_tool_execution_error","content":`...)
+			dst = jsonstring.Append(dst, it.errMsg)
+			dst = append(dst, "}}"...)
+		default:
+			dst = append(dst, `,"status":"completed","error":null,"output":`...)
+			dst = appendString(dst, it.output)
+			dst = append(dst, '}')
+		}
+		return dst
+	}
+}
+
+// event starts an SSE event of type typ: its event line, then its JSON up
+// to and including sequence_number. endEvent closes it.
+func (r *Responses) event(dst []byte, typ string) []byte {
+	dst = append(dst, "event: "...)
+	dst = append(dst, typ...)
+	dst = append(dst, "\ndata: {\"type\":\""...)
+	dst = append(dst, typ...)
+	dst = append(dst, `","sequence_number":`...)
+	dst = strconv.AppendInt(dst, int64(r.seq), 10)
+	r.seq++
+	return dst
+}
+
+func endEvent(dst []byte) []byte { return append(dst, "}\n\n"...) }

@@ -26,6 +26,7 @@ const schemaID = "urn:openai-chat"
 // validation only reads the bytes it is given.
 type Schema struct {
 	path string
+	id   string // the resource id the document declares
 
 	mu   sync.Mutex // guards comp and defs
 	comp *jsonschema.Compiler
@@ -46,6 +47,12 @@ var loaded sync.Map
 //go:embed openapi/chat-schemas.json
 var embedded []byte
 
+// embeddedResponses is the repository's copy of the Responses API schemas
+// (openapi/responses-schemas.json, resource id urn:openai-responses).
+//
+//go:embed openapi/responses-schemas.json
+var embeddedResponses []byte
+
 // embeddedKey caches the embedded schema in loaded.
 const embeddedKey = "embedded:openapi/chat-schemas.json"
 
@@ -65,7 +72,7 @@ func LoadSchema(tb testing.TB) *Schema {
 	if s, ok := loaded.Load(embeddedKey); ok {
 		return s.(*Schema)
 	}
-	s, err := newSchema(embeddedKey, bytes.NewReader(embedded))
+	s, err := newSchema(embeddedKey, schemaID, bytes.NewReader(embedded))
 	if err != nil {
 		tb.Fatalf("wiretest: %v", err)
 	}
@@ -73,17 +80,34 @@ func LoadSchema(tb testing.TB) *Schema {
 	return v.(*Schema)
 }
 
+// LoadResponsesSchema returns the Responses API schemas embedded in this
+// package (openapi/responses-schemas.json): validate with names such as
+// "Response", "ResponseStreamEvent", "ResponseItemList".
+func LoadResponsesSchema(tb testing.TB) *Schema {
+	tb.Helper()
+	const key = "embedded:openapi/responses-schemas.json"
+	if s, ok := loaded.Load(key); ok {
+		return s.(*Schema)
+	}
+	s, err := newSchema(key, "urn:openai-responses", bytes.NewReader(embeddedResponses))
+	if err != nil {
+		tb.Fatalf("wiretest: %v", err)
+	}
+	v, _ := loaded.LoadOrStore(key, s)
+	return v.(*Schema)
+}
+
 // newSchema reads a schema document from r; key names it in errors.
-func newSchema(key string, r io.Reader) (*Schema, error) {
+func newSchema(key, id string, r io.Reader) (*Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	comp := jsonschema.NewCompiler()
-	if err := comp.AddResource(schemaID, doc); err != nil {
+	if err := comp.AddResource(id, doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	return &Schema{path: key, comp: comp, defs: map[string]*compiled{}}, nil
+	return &Schema{path: key, id: id, comp: comp, defs: map[string]*compiled{}}, nil
 }
 
 // OpenSchema loads the schema file at path (no skipping; for tools and
@@ -102,7 +126,7 @@ func OpenSchema(path string) (*Schema, error) {
 		return nil, err
 	}
 	defer f.Close()
-	n, err := newSchema(abs, f)
+	n, err := newSchema(abs, schemaID, f)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +148,7 @@ func (s *Schema) Validate(name string, b []byte) error {
 	c.once.Do(func() {
 		s.mu.Lock() // the Compiler is not safe for concurrent use
 		defer s.mu.Unlock()
-		c.sch, c.err = s.comp.Compile(schemaID + "#/$defs/" + name)
+		c.sch, c.err = s.comp.Compile(s.id + "#/$defs/" + name)
 	})
 	if c.err != nil {
 		return fmt.Errorf("wiretest: compile %s: %w", name, c.err)

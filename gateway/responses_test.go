@@ -1,0 +1,561 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/internal/testproc"
+	"github.com/llmgw/gateway/internal/testredis"
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// responsesModel answers "weather?" with two parallel client calls whose
+// arguments hold multi-byte characters, a tool result with a text, "long"
+// with a cut-off answer, and anything else with an echo of the last text.
+func responsesModel(c *mockllm.Call) mockllm.Turn {
+	switch {
+	case c.LastRole == "tool":
+		return mockllm.Turn{Text: "Sunny in Zürich, 21°C — tool said: " + c.LastText}
+	case c.LastText == "weather?":
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{
+			{ID: "call_a", Name: "get_weather", Arguments: `{"city":"Zürich 🌤"}`},
+			{ID: "call_b", Name: "get_weather", Arguments: `{"city":"東京"}`},
+		}}
+	case c.LastText == "long":
+		return mockllm.Turn{Text: "This answer is cut", FinishReason: "length"}
+	}
+	return mockllm.Turn{Text: "you said: " + c.LastText + " (" + gjson.GetBytes(c.Body, "messages.#").String() + " messages)"}
+}
+
+// streamResponse runs a streamed Responses request through the SDK and the
+// Responses stream checker; it returns the completed response the SDK
+// accumulated, and the checker's summary.
+func (h *harness) streamResponse(params responses.ResponseNewParams, opts ...option.RequestOption) (responses.Response, *wiretest.ResponsesSummary) {
+	h.t.Helper()
+	stream := h.client.Responses.NewStreaming(context.Background(), params, opts...)
+	var final responses.Response
+	for stream.Next() {
+		ev := stream.Current()
+		switch ev.Type {
+		case "response.completed", "response.incomplete", "response.failed":
+			final = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		h.t.Fatalf("stream: %v", err)
+	}
+	_ = stream.Close()
+	raw, _ := h.lastRaw()
+	sum, err := wiretest.CheckResponsesStream(raw, wiretest.LoadResponsesSchema(h.t))
+	if err != nil {
+		h.t.Fatalf("responses stream: %v\n%s", err, raw)
+	}
+	return final, sum
+}
+
+// respond sends params streamed (through streamResponse) or not; a JSON
+// answer is validated against the Response schema.
+func (h *harness) respond(params responses.ResponseNewParams, stream bool) responses.Response {
+	h.t.Helper()
+	if stream {
+		r, _ := h.streamResponse(params)
+		return r
+	}
+	r, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := wiretest.LoadResponsesSchema(h.t).Validate("Response", raw); err != nil {
+		h.t.Fatalf("%v\n%s", err, raw)
+	}
+	return *r
+}
+
+var weatherTool = responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
+	Name:       "get_weather",
+	Parameters: map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}},
+}}
+
+// The Responses API through the pipeline with the real openai-go client:
+// a text answer, streamed and not, with the same output and usage; every
+// event and object validates against the schema.
+func TestResponsesText(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel})
+	schema := wiretest.LoadResponsesSchema(t)
+	params := responses.ResponseNewParams{
+		Model:        "gpt-x",
+		Instructions: openai.String("be brief"),
+		Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")},
+	}
+	r, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.Validate("Response", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if r.Status != "completed" || r.OutputText() != "you said: hello (2 messages)" || !strings.HasPrefix(r.ID, "resp_") {
+		t.Fatalf("response: status %q text %q id %q", r.Status, r.OutputText(), r.ID)
+	}
+	if r.Usage.InputTokens == 0 || r.Usage.TotalTokens != r.Usage.InputTokens+r.Usage.OutputTokens {
+		t.Fatalf("usage %+v", r.Usage)
+	}
+	// The upstream saw the instructions as a system message, then the input.
+	got := h.mock.Requests()
+	last := got[len(got)-1].Body
+	if gjson.GetBytes(last, "messages.0.role").Str != "system" || gjson.GetBytes(last, "messages.1.content").Str != "hello" {
+		t.Fatalf("upstream messages %s", gjson.GetBytes(last, "messages").Raw)
+	}
+
+	final, sum := h.streamResponse(params)
+	if sum.Terminal != "response.completed" || final.OutputText() != r.OutputText() || final.Usage.TotalTokens != r.Usage.TotalTokens {
+		t.Fatalf("stream: terminal %s text %q usage %+v; JSON said %q", sum.Terminal, final.OutputText(), final.Usage, r.OutputText())
+	}
+	for _, want := range []string{"response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done"} {
+		if !contains(sum.Events, want) {
+			t.Errorf("stream lacks %s: %v", want, sum.Events)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Two parallel client function calls with multi-byte arguments come back
+// as function_call items (streamed and not); the follow-up carries their
+// outputs by previous_response_id, and the model sees the whole
+// conversation. A length cut is "incomplete" with its reason.
+func TestResponsesFunctionCallsAndFollowUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel, Chunking: mockllm.Chunking{TextRunes: 1, ArgBytes: 3, InterleaveToolCalls: true, SplitWrites: true}})
+	params := responses.ResponseNewParams{
+		Model: "gpt-x",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
+		Tools: []responses.ToolUnionParam{weatherTool},
+	}
+	for _, stream := range []bool{false, true} {
+		r := h.respond(params, stream)
+		var calls []responses.ResponseFunctionToolCall
+		for _, it := range r.Output {
+			if it.Type == "function_call" {
+				calls = append(calls, it.AsFunctionCall())
+			}
+		}
+		if len(calls) != 2 || calls[0].Arguments != `{"city":"Zürich 🌤"}` || calls[1].Arguments != `{"city":"東京"}` || calls[0].CallID != "call_a" {
+			t.Fatalf("stream=%v: calls %+v", stream, calls)
+		}
+		follow := responses.ResponseNewParams{
+			Model:              "gpt-x",
+			PreviousResponseID: openai.String(r.ID),
+			Tools:              []responses.ToolUnionParam{weatherTool},
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+				callOutput("call_a", "21°C"),
+				callOutput("call_b", "18°C"),
+			}},
+		}
+		f := h.respond(follow, stream)
+		if !strings.HasPrefix(f.OutputText(), "Sunny in Zürich") {
+			t.Fatalf("stream=%v: follow-up %q", stream, f.OutputText())
+		}
+		got := h.mock.Requests()
+		msgs := gjson.GetBytes(got[len(got)-1].Body, "messages")
+		// user, assistant with both calls, two tool results.
+		if n := len(msgs.Array()); n != 4 || msgs.Get("1.tool_calls.#").Int() != 2 || msgs.Get("3.tool_call_id").Str != "call_b" {
+			t.Fatalf("stream=%v: upstream history %s", stream, msgs.Raw)
+		}
+	}
+
+	long := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("long")}}
+	r, err := h.client.Responses.New(context.Background(), long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "incomplete" || r.IncompleteDetails.Reason != "max_output_tokens" {
+		t.Fatalf("length: status %q details %+v", r.Status, r.IncompleteDetails)
+	}
+	f, sum := h.streamResponse(long)
+	if sum.Terminal != "response.incomplete" || f.IncompleteDetails.Reason != "max_output_tokens" {
+		t.Fatalf("length stream: %s %+v", sum.Terminal, f.IncompleteDetails)
+	}
+}
+
+// Stored responses: GET returns the object, input_items the input, DELETE
+// removes it; another tenant's key sees none of them, and a follow-up on an
+// unknown id is a 404 envelope.
+func TestResponsesStoredAndTenantScoped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[keys]]
+name = "a-key"
+key = "sk-a"
+tenant = "a"
+[[keys]]
+name = "b-key"
+key = "sk-b"
+tenant = "b"
+`, mockllm.Options{Respond: responsesModel})
+	schema := wiretest.LoadResponsesSchema(t)
+	ctx := context.Background()
+	asA, asB := option.WithAPIKey("sk-a"), option.WithAPIKey("sk-b")
+	r, err := h.client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("remember me")},
+	}, asA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asA)
+	if err != nil || got.OutputText() != r.OutputText() {
+		t.Fatalf("get: %v %q", err, got.OutputText())
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.Validate("Response", raw); err != nil {
+		t.Fatal(err)
+	}
+	items, err := h.client.Responses.InputItems.List(ctx, r.ID, responses.InputItemListParams{}, asA)
+	if err != nil || len(items.Data) != 1 || items.Data[0].AsMessage().Content[0].Text != "remember me" {
+		t.Fatalf("input items: %v %+v", err, items)
+	}
+	raw, _ = h.lastRaw()
+	if err := schema.Validate("ResponseItemList", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+
+	var apiErr *openai.Error
+	if _, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asB); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("tenant b read tenant a's response: %v", err)
+	}
+	_, err = h.client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", PreviousResponseID: openai.String(r.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("and now?")},
+	}, asB)
+	if !asStatus(err, &apiErr, http.StatusNotFound) || apiErr.Param != "previous_response_id" {
+		t.Fatalf("tenant b continued tenant a's response: %v", err)
+	}
+	if err := h.client.Responses.Delete(ctx, r.ID, asB); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("tenant b deleted tenant a's response: %v", err)
+	}
+	if err := h.client.Responses.Delete(ctx, r.ID, asA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asA); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("deleted response still readable: %v", err)
+	}
+
+	// store: false keeps nothing.
+	r, err = h.client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Store: openai.Bool(false), Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("forget me")},
+	}, asA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Responses.Get(ctx, r.ID, responses.ResponseGetParams{}, asA); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("store:false response readable: %v", err)
+	}
+}
+
+func asStatus(err error, target **openai.Error, status int) bool {
+	if err == nil {
+		return false
+	}
+	e, ok := err.(*openai.Error)
+	if !ok {
+		return false
+	}
+	*target = e
+	return e.StatusCode == status
+}
+
+func callOutput(id, out string) responses.ResponseInputItemUnionParam {
+	p := responses.ResponseInputItemParamOfFunctionCallOutput(out)
+	p.OfFunctionCallOutput.CallID = openai.String(id)
+	return p
+}
+
+// calcModel calls the calculator (a server tool) with "6*7" and a broken
+// expression, then answers with what the tool said.
+func calcModel(c *mockllm.Call) mockllm.Turn {
+	if c.LastRole != "tool" {
+		return mockllm.Turn{Text: "Let me compute.", ToolCalls: []mockllm.ToolCall{
+			{Name: "calculator", Arguments: `{"expression":"6*7"}`},
+			{Name: "calculator", Arguments: `{"expression":"6*"}`},
+		}, Usage: &mockllm.Usage{Prompt: 10, Completion: 5}}
+	}
+	return mockllm.Turn{Text: "The answer is 42.", Usage: &mockllm.Usage{Prompt: 30, Completion: 7}}
+}
+
+// The tool loop behind the Responses API: each server tool run is an
+// mcp_call item (server_label "builtin", its arguments and output, or its
+// error) between the text before and after it, streamed and not, and the
+// usage sums both rounds.
+func TestResponsesServerToolLoop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`, mockllm.Options{Respond: calcModel})
+	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}
+	p, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := wiretest.LoadResponsesSchema(t).Validate("Response", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	stream, sum := h.streamResponse(params)
+	for _, r := range []responses.Response{*p, stream} {
+		var mcp []responses.ResponseOutputItemMcpCall
+		for _, it := range r.Output {
+			if it.Type == "mcp_call" {
+				mcp = append(mcp, it.AsMcpCall())
+			}
+		}
+		if len(mcp) != 2 || mcp[0].ServerLabel != "builtin" || mcp[0].Name != "calculator" || gjson.Get(mcp[0].Output, "data.result").Int() != 42 ||
+			mcp[0].Arguments != `{"expression":"6*7"}` || mcp[1].Status != "failed" || mcp[1].Error.Content == nil {
+			t.Fatalf("mcp_call items: %+v", mcp)
+		}
+		if !strings.Contains(r.OutputText(), "The answer is 42.") {
+			t.Fatalf("text %q", r.OutputText())
+		}
+		if r.Usage.InputTokens != 40 || r.Usage.OutputTokens != 12 {
+			t.Fatalf("usage %+v", r.Usage)
+		}
+	}
+	// Streamed, the first round's text comes before the calls, the answer after.
+	if got := []string{string(stream.Output[0].Type), string(stream.Output[1].Type), string(stream.Output[3].Type)}; strings.Join(got, ",") != "message,mcp_call,message" {
+		t.Fatalf("stream output order %v", got)
+	}
+	if !contains(sum.Events, "response.mcp_call.completed") || !contains(sum.Events, "response.mcp_call.failed") {
+		t.Fatalf("events %v", sum.Events)
+	}
+}
+
+// Two gateway processes sharing one redis-server: a response made on one
+// is read and continued (previous_response_id) on the other, and a
+// referenced output item resolves there too.
+func TestResponsesAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	redisAddr := testredis.Start(t).Addr()
+	bin := testproc.Gateway(t)
+	mock := mockllm.New(mockllm.Options{Respond: responsesModel})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	cfg := strings.ReplaceAll(baseConfig, "{{MOCK}}", mockURL) + `
+[redis]
+addr = "` + redisAddr + `"
+prefix = "responses-test:"
+`
+	a := openai.NewClient(option.WithBaseURL(startReplica(t, bin, cfg)), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	b := openai.NewClient(option.WithBaseURL(startReplica(t, bin, cfg)), option.WithAPIKey("sk-client"), option.WithMaxRetries(0))
+	ctx := context.Background()
+	first, err := a.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
+		Tools: []responses.ToolUnionParam{weatherTool},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Responses.Get(ctx, first.ID, responses.ResponseGetParams{})
+	if err != nil || len(got.Output) != 2 {
+		t.Fatalf("get on the other replica: %v %+v", err, got)
+	}
+	next, err := b.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", PreviousResponseID: openai.String(first.ID), Tools: []responses.ToolUnionParam{weatherTool},
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			callOutput("call_a", "21°C"), callOutput("call_b", "18°C"),
+		}},
+	})
+	if err != nil {
+		t.Fatalf("follow-up on the other replica: %v", err)
+	}
+	if !strings.HasPrefix(next.OutputText(), "Sunny in Zürich") {
+		t.Fatalf("follow-up on the other replica: %q", next.OutputText())
+	}
+	// Without previous_response_id: the calls by item_reference, resolved
+	// from the store on replica A.
+	ref, err := a.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-x", Tools: []responses.ToolUnionParam{weatherTool},
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("weather?", responses.EasyInputMessageRoleUser),
+			responses.ResponseInputItemParamOfItemReference(first.Output[0].ID),
+			responses.ResponseInputItemParamOfItemReference(first.Output[1].ID),
+			callOutput("call_a", "21°C"), callOutput("call_b", "18°C"),
+		}},
+	})
+	if err != nil {
+		var e *openai.Error
+		_ = errors.As(err, &e)
+		t.Fatalf("item references: %v %s", err, e.RawJSON())
+	}
+	if !strings.HasPrefix(ref.OutputText(), "Sunny in Zürich") {
+		t.Fatalf("item references: %q", ref.OutputText())
+	}
+	reqs := mock.Requests()
+	if msgs := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages"); msgs.Get("1.tool_calls.#").Int() != 2 {
+		t.Fatalf("referenced calls not in the history: %s", msgs.Raw)
+	}
+}
+
+// A primary that fails before its first content falls back as for chat:
+// the client sees one clean response from the fallback. A cut after
+// content ends the stream with response.failed carrying the error, and the
+// text streamed so far.
+func TestResponsesFallbackAndFailure(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fallbackConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch {
+		case c.LastText == "cut":
+			return mockllm.Turn{Text: "partial answer that is cut", Fault: &mockllm.Fault{Cut: true, CutAfter: 4}}
+		case c.Model == "up-primary":
+			return mockllm.Turn{Fault: &mockllm.Fault{Status: 503}}
+		}
+		return mockllm.Turn{Text: "from " + c.Model}
+	}, ChunkDelay: 10 * time.Millisecond})
+	params := responses.ResponseNewParams{Model: "primary", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}
+	r, sum := h.streamResponse(params)
+	if sum.Terminal != "response.completed" || r.OutputText() != "from up-small" || r.Model != "primary" {
+		t.Fatalf("fallback: %s %q model %q", sum.Terminal, r.OutputText(), r.Model)
+	}
+	p, err := h.client.Responses.New(context.Background(), params)
+	if err != nil || p.OutputText() != "from up-small" {
+		t.Fatalf("fallback JSON: %v", err)
+	}
+
+	// "large" has no fallback of its own.
+	params.Input.OfString, params.Model = openai.String("cut"), "large"
+	f, sum := h.streamResponse(params)
+	if sum.Terminal != "response.failed" || f.Status != "failed" || f.Error.Code != "server_error" || f.Error.Message == "" ||
+		!strings.HasPrefix("partial answer that is cut", f.OutputText()) || f.OutputText() == "" {
+		t.Fatalf("cut: %s status %q error %+v text %q", sum.Terminal, f.Status, f.Error.Message, f.OutputText())
+	}
+}
+
+// TestNodeAgentsResponses runs test/node/responses.mjs: the @openai/agents
+// SDK with its default Responses model, run and streamed, against the
+// gateway's tool loop: the server tool runs in the gateway (an mcp_call
+// the agent leaves alone), the client tool in the agent.
+func TestNodeAgentsResponses(t *testing.T) {
+	t.Parallel()
+	skipWithoutNode(t)
+	h, _ := toolHarness(t, nodeResponder, mockllm.Chunking{})
+	out := runNode(t, "responses.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=gpt-x")
+	if !strings.Contains(out, "run: ok") || !strings.Contains(out, "stream: ok") {
+		t.Fatalf("node output: %s", out)
+	}
+}
+
+// With responses = "native" on its provider, a model's /v1/responses
+// passes through unchanged (under its upstream name), and GET of an id not
+// stored here goes to the provider too; other models stay translated.
+func TestResponsesNativeProvider(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(baseConfig, `retries = 0`, `retries = 0
+responses = "native"`, 1) + `
+[[providers]]
+name = "chatonly"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 0
+[[models]]
+name = "translated"
+provider = "chatonly"
+upstream = "up-translated"
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: responsesModel})
+	status, _, body := h.post("/responses", `{"model":"gpt-x","input":"hi"}`, nil)
+	if status != 200 || gjson.GetBytes(body, "path").Str != "/v1/responses" || gjson.GetBytes(body, "body").Str != `{"model":"up-model","input":"hi"}` {
+		t.Fatalf("native: %d %s", status, body)
+	}
+	status, _, body = h.post("/responses", `{"model":"translated","input":"hi"}`, nil)
+	if status != 200 || gjson.GetBytes(body, "object").Str != "response" || gjson.GetBytes(body, "output.0.content.0.text").Str != "you said: hi (1 messages)" {
+		t.Fatalf("translated: %d %s", status, body)
+	}
+	// The provider's stored responses are shared by everyone behind its
+	// key: reading them is opt-in, like any stateful pass-through path.
+	for _, tc := range []struct {
+		cfg  string
+		want int
+	}{{cfg, http.StatusForbidden}, {cfg + openPassthrough, http.StatusOK}} {
+		h := newHarness(t, tc.cfg, mockllm.Options{Respond: responsesModel})
+		resp, err := http.Get(h.base + "/responses/resp_theirs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("GET of a provider's id: %d, want %d", resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// A gated server tool surfaces as an mcp_approval_request item; the
+// client's mcp_approval_response items resume the loop natively: the
+// approved call runs (an mcp_call item), the rejected one does not, and the
+// model answers. Streamed and not, against the schema.
+func TestResponsesApproval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+approval = "always"
+`, mockllm.Options{Respond: calcModel})
+	for _, stream := range []bool{false, true} {
+		ask := func(p responses.ResponseNewParams) responses.Response { return h.respond(p, stream) }
+		first := ask(responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}})
+		var reqs []responses.ResponseOutputItemMcpApprovalRequest
+		for _, it := range first.Output {
+			switch it.Type {
+			case "mcp_approval_request":
+				reqs = append(reqs, it.AsMcpApprovalRequest())
+			case "mcp_call", "function_call":
+				t.Fatalf("stream=%v: a gated call ran or reached the client as a function: %s", stream, it.RawJSON())
+			}
+		}
+		if len(reqs) != 2 || reqs[0].Name != "calculator" || reqs[0].Arguments != `{"expression":"6*7"}` || !strings.HasPrefix(reqs[0].ID, "call_gwa_") {
+			t.Fatalf("stream=%v: approval requests %+v", stream, reqs)
+		}
+		approve := responses.ResponseInputItemParamOfMcpApprovalResponse(reqs[0].ID, true)
+		reject := responses.ResponseInputItemParamOfMcpApprovalResponse(reqs[1].ID, false)
+		reject.OfMcpApprovalResponse.Reason = openai.String("not that one")
+		next := ask(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{approve, reject}}})
+		var ran []responses.ResponseOutputItemMcpCall
+		for _, it := range next.Output {
+			if it.Type == "mcp_call" {
+				ran = append(ran, it.AsMcpCall())
+			}
+		}
+		if len(ran) != 1 || gjson.Get(ran[0].Output, "data.result").Int() != 42 || next.OutputText() != "The answer is 42." {
+			t.Fatalf("stream=%v: after the decisions: calls %+v, text %q", stream, ran, next.OutputText())
+		}
+		got := h.mock.Requests()
+		tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
+		if !strings.Contains(tools.Raw, "rejected") || !strings.Contains(tools.Raw, "not that one") || strings.Contains(tools.Raw, "decision") {
+			t.Fatalf("stream=%v: the model saw %s", stream, tools.Raw)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/responses"
+	"github.com/llmgw/gateway/wire"
+)
+
+const responsesRoute = "/v1/responses"
+
+// CodeResponseNotFound is the code of an unknown, expired or other
+// tenant's response id.
+const codeResponseNotFound = "response_not_found"
+
+// servesResponses reports whether POST /v1/responses for model runs through
+// the pipeline here (translated to chat) rather than passing through: the
+// model is configured and its provider does not serve the Responses API
+// natively.
+func (rt *Runtime) servesResponses(model string) bool {
+	if rt.Responses == nil {
+		return false
+	}
+	route := rt.Routes[model]
+	return route != nil && !rt.NativeResponses[model]
+}
+
+// handleResponses is POST /v1/responses for a model the pipeline serves:
+// body has passed the tenant policy as a Responses request (passTarget).
+// It continues the previous response when asked, translates the request
+// to chat, runs it like a chat call and writes the Responses form.
+func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, body []byte) {
+	rt := x.rt
+	st := rt.Responses
+	tenant := tenantName(t)
+	_, prevID, err := responses.Head(body)
+	if err != nil {
+		s.writeError(ctx, x, err)
+		return
+	}
+	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	var prior []byte
+	if prevID != "" {
+		rec, ok, err := st.Load(lctx, tenant, prevID)
+		if err != nil {
+			s.writeError(ctx, x, pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request"))
+			return
+		}
+		if !ok {
+			e := pipeline.NotFound(codeResponseNotFound, "Previous response with id '%s' not found.", truncate(prevID, 128))
+			e.Param = "previous_response_id"
+			s.writeError(ctx, x, e)
+			return
+		}
+		prior = []byte(rec.History.Raw)
+	}
+	rq, err := responses.Translate(body, prior, st.Resolver(lctx, tenant))
+	if err != nil {
+		s.writeError(ctx, x, err)
+		return
+	}
+	// Random, not the request id: in an open gateway every caller shares one
+	// tenant, and a stored response must not be found by counting.
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand)
+	id := "resp_" + hex.EncodeToString(rnd[:])
+	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo}
+	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h}
+	if rq.Stream {
+		form.enc = wire.NewResponsesStream(h)
+	} else {
+		form.enc = wire.NewResponsesJSON(h)
+	}
+	form.answer = wire.NewChatJSON(wire.Header{ID: id, Model: rq.Model})
+	x.model = rq.Model
+	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream, arrayIn(rq.Chat, gjson.GetBytes(rq.Chat, "tools")))
+	req.OnServerCall = form.serverCall
+	s.runChat(ctx, x, req, form)
+}
+
+// responsesForm writes a chat call's result as the Responses API: the
+// chat chunks (or completion) decoded into events and encoded by
+// wire.Responses, and the finished response stored when the request asked.
+type responsesForm struct {
+	s      *Server
+	store  *responses.Store
+	tenant string
+	rq     *responses.Request
+	h      wire.ResponsesHeader
+	enc    *wire.Responses
+	answer *wire.ChatJSON // the same events as chat, for the stored history
+	dec    wire.ChunkDecoder
+	dst    []byte // scratch of the event callback
+
+	mu      sync.Mutex
+	pending []wire.Event // server calls the loop ran since the last chunk
+}
+
+// serverCall is the request's OnServerCall: the run becomes an mcp_call
+// item before whatever the stream carries next.
+func (f *responsesForm) serverCall(c *pipeline.ServerCall) {
+	e := wire.Event{Kind: wire.ServerCall, Name: c.Name, Key: c.Source,
+		Text: append([]byte(nil), c.Arguments...), Raw: append([]byte(nil), c.Output...)}
+	if c.IsError {
+		e.Finish, e.Raw = string(c.Output), nil
+		if e.Finish == "" {
+			e.Finish = "the tool failed"
+		}
+	}
+	f.mu.Lock()
+	f.pending = append(f.pending, e)
+	f.mu.Unlock()
+}
+
+// flush encodes the server calls reported so far.
+func (f *responsesForm) flush(dst []byte) []byte {
+	f.mu.Lock()
+	pending := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	for i := range pending {
+		dst = f.enc.Encode(dst, &pending[i])
+	}
+	return dst
+}
+
+func (f *responsesForm) body(completion []byte) []byte {
+	var out []byte
+	wire.DecodeCompletion(completion, func(e *wire.Event) {
+		markApproval(e)
+		out = f.enc.Encode(out, e)
+		if e.Kind == wire.Role {
+			out = f.flush(out) // the loop's server calls came before its answer
+		}
+	})
+	f.save(out, responses.AnswerMessage(completion))
+	return out
+}
+
+func (f *responsesForm) chunk(dst, chunk []byte) []byte {
+	f.dst = f.flush(dst)
+	f.dec.Decode(chunk, f.emit)
+	return f.dst
+}
+
+func (f *responsesForm) emit(e *wire.Event) {
+	markApproval(e)
+	f.dst = f.enc.Encode(f.dst, e)
+	f.answer.Encode(nil, e)
+}
+
+// markApproval marks the call the tool loop handed out for a person's
+// approval, which the Responses form shows as an mcp_approval_request.
+func markApproval(e *wire.Event) {
+	if e.Kind == wire.CallHeader && strings.HasPrefix(e.ID, pipeline.ApprovalIDPrefix) {
+		e.Approval = true
+	}
+}
+
+func (f *responsesForm) end(dst []byte) []byte {
+	dst = f.flush(dst)
+	e := wire.Event{Kind: wire.End}
+	dst = f.enc.Encode(dst, &e)
+	completion := f.answer.Encode(nil, &e)
+	if f.rq.Store {
+		f.save(f.enc.Object(nil), responses.AnswerMessage(completion))
+	}
+	return dst
+}
+
+func (f *responsesForm) fail(dst []byte, err error) []byte {
+	env := gjson.GetBytes(mapError(err).body, "error")
+	code := "server_error"
+	if c := env.Get("code").String(); c == pipeline.CodeRateLimitExceeded {
+		code = c
+	}
+	return f.enc.Fail(dst, code, env.Get("message").String())
+}
+
+// save stores the finished response (object) when the request asked.
+func (f *responsesForm) save(object, answer []byte) {
+	if !f.rq.Store || f.enc.Status() == "failed" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.s.base, 5*time.Second)
+	defer cancel()
+	fits, err := f.store.Save(ctx, f.tenant, f.h.ID, object, f.rq.Input, f.rq.History, answer)
+	switch {
+	case err != nil:
+		f.s.log.Warn().Str("response_id", f.h.ID).AnErr("cause", err).Msg("could not store the response")
+	case !fits:
+		f.s.log.Warn().Str("response_id", f.h.ID).Msg("response too large to store")
+	}
+}
+
+// handleStoredResponse serves GET and DELETE /v1/responses/{id} and GET
+// /v1/responses/{id}/input_items from the tenant's stored responses.
+func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, path string) {
+	rt := x.rt
+	t, err := rt.authenticate(ctx)
+	if err != nil {
+		s.writeError(ctx, x, err)
+		return
+	}
+	if rt.Policy != nil && !rt.Policy.AllowsPath(t, responsesRoute) {
+		s.writeError(ctx, x, pipeline.Forbidden(pipeline.CodePathNotAllowed,
+			"This API key may not use %s through this gateway.", responsesRoute))
+		return
+	}
+	rest := strings.TrimPrefix(path, responsesRoute+"/")
+	id, sub, _ := strings.Cut(rest, "/")
+	if sub != "" && sub != "input_items" {
+		s.writeError(ctx, x, unknownURL(path))
+		return
+	}
+	switch {
+	case ctx.IsGet():
+	case ctx.IsDelete() && sub == "":
+	default:
+		allow := fasthttp.MethodGet
+		if sub == "" {
+			allow += ", " + fasthttp.MethodDelete
+		}
+		s.methodNotAllowed(ctx, x, allow)
+		return
+	}
+	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	tenant := tenantName(t)
+	if len(rt.NativeResponses) > 0 {
+		// Some provider serves the Responses API itself: an id not stored
+		// here is the provider's.
+		if _, ok, err := rt.Responses.Load(lctx, tenant, id); err == nil && !ok {
+			s.handlePassthrough(ctx, x, path)
+			return
+		}
+	}
+	notFound := pipeline.NotFound(codeResponseNotFound, "Response with id '%s' not found.", truncate(id, 128))
+	if ctx.IsDelete() {
+		ok, err := rt.Responses.Delete(lctx, tenant, id)
+		switch {
+		case err != nil:
+			s.writeError(ctx, x, pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request"))
+		case !ok:
+			s.writeError(ctx, x, notFound)
+		default:
+			ctx.SetContentType("application/json")
+			b := jsonstring.Append([]byte(`{"id":`), id)
+			ctx.SetBody(append(b, `,"object":"response","deleted":true}`...))
+		}
+		return
+	}
+	rec, ok, err := rt.Responses.Load(lctx, tenant, id)
+	switch {
+	case err != nil:
+		s.writeError(ctx, x, pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request"))
+		return
+	case !ok:
+		s.writeError(ctx, x, notFound)
+		return
+	}
+	ctx.SetContentType("application/json")
+	if sub == "input_items" {
+		ctx.SetBody(responses.InputList(id, rec.Input))
+		return
+	}
+	ctx.SetBodyString(rec.Response.Raw)
+}
+
+func tenantName(t *pipeline.Tenant) string {
+	if t == nil {
+		return ""
+	}
+	return t.Name
+}

@@ -1,0 +1,587 @@
+package responses
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// Request is a Responses API request translated into a chat request.
+type Request struct {
+	Model    string
+	Stream   bool
+	Store    bool   // store the response for GET and previous_response_id (default true)
+	Previous string // previous_response_id
+	// Chat is the chat.completion request the pipeline runs.
+	Chat []byte
+	// History is the conversation as chat messages (a JSON array) without
+	// the instructions: the previous response's history, then this input.
+	// A follow-up continues from it plus this response's answer.
+	History []byte
+	// Input is the request's input as a JSON array of items, for
+	// GET /v1/responses/{id}/input_items.
+	Input []byte
+	// Echo is the request's settings as the response object reports them
+	// (wire.ResponsesHeader.Echo).
+	Echo []byte
+}
+
+// Head reads what must be known before a request is translated: the model
+// and the previous response it continues, if any.
+func Head(body []byte) (model, previous string, err error) {
+	if len(body) == 0 {
+		return "", "", pipeline.BadRequest("", "the request body is empty; expected a JSON object")
+	}
+	if !gjson.ValidBytes(body) {
+		return "", "", pipeline.BadRequest("", "the request body is not valid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return "", "", pipeline.BadRequest("", "the request body must be a JSON object")
+	}
+	m := root.Get("model")
+	if m.Type != gjson.String || m.Str == "" {
+		return "", "", pipeline.BadRequest("model", "model must be a non-empty string")
+	}
+	p := root.Get("previous_response_id")
+	switch p.Type {
+	case gjson.Null, gjson.String:
+	default:
+		return "", "", pipeline.BadRequest("previous_response_id", "previous_response_id must be a string")
+	}
+	return m.Str, p.Str, nil
+}
+
+// Resolver finds an output item of a stored response by the item's id, for
+// item_reference inputs; nil when there is none the caller may see.
+type Resolver func(itemID string) gjson.Result
+
+// Translate turns a Responses API request body into a chat request. prior
+// is the history of the previous response (a JSON array of chat messages)
+// when the request continues one; resolve finds referenced items (may be
+// nil).
+func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
+	model, previous, err := Head(body)
+	if err != nil {
+		return nil, err
+	}
+	root := gjson.ParseBytes(body)
+	r := &Request{Model: model, Previous: previous, Store: true}
+	for _, k := range [...]string{"background", "conversation", "prompt"} {
+		if v := root.Get(k); v.Exists() && v.Type != gjson.Null && v.Type != gjson.False {
+			return nil, pipeline.BadRequest(k, "%s is not supported by this gateway", k)
+		}
+	}
+	if v := root.Get("store"); v.Exists() {
+		if v.Type != gjson.True && v.Type != gjson.False && v.Type != gjson.Null {
+			return nil, pipeline.BadRequest("store", "store must be a boolean")
+		}
+		r.Store = v.Type != gjson.False
+	}
+	stream := root.Get("stream")
+	r.Stream = stream.Type == gjson.True
+
+	h := history{open: -1}
+	if len(prior) > 0 {
+		gjson.ParseBytes(prior).ForEach(func(_, m gjson.Result) bool {
+			h.add(m.Raw, m.Get("role").Str)
+			return true
+		})
+	}
+	input := root.Get("input")
+	switch {
+	case input.Type == gjson.String:
+		r.Input = append(r.Input, `[{"type":"message","role":"user","content":[{"type":"input_text","text":`...)
+		r.Input = jsonstring.Append(r.Input, input.Str)
+		r.Input = append(r.Input, "}]}]"...)
+		h.add(`{"role":"user","content":`+input.Raw+`}`, "user")
+	case input.IsArray():
+		r.Input = append(r.Input, input.Raw...)
+		i := 0
+		var ierr error
+		input.ForEach(func(_, it gjson.Result) bool {
+			ierr = h.item(it, "input["+strconv.Itoa(i)+"]", resolve)
+			i++
+			return ierr == nil
+		})
+		if ierr != nil {
+			return nil, ierr
+		}
+	case !input.Exists() || input.Type == gjson.Null:
+		if len(prior) == 0 {
+			return nil, pipeline.BadRequest("input", "input is required")
+		}
+		r.Input = append(r.Input, "[]"...)
+	default:
+		return nil, pipeline.BadRequest("input", "input must be a string or an array of items")
+	}
+	r.History = h.array()
+
+	c := make([]byte, 0, len(body)+len(r.History)+64)
+	c = append(c, `{"model":`...)
+	c = jsonstring.Append(c, model)
+	c = append(c, `,"messages":[`...)
+	instr := root.Get("instructions")
+	switch instr.Type {
+	case gjson.String:
+		c = append(c, `{"role":"system","content":`...)
+		c = append(c, instr.Raw...)
+		c = append(c, '}')
+		if len(h.msgs) > 0 {
+			c = append(c, ',')
+		}
+	case gjson.Null:
+	default:
+		if instr.Exists() {
+			return nil, pipeline.BadRequest("instructions", "instructions must be a string")
+		}
+	}
+	c = append(c, r.History[1:]...) // the array's members and its ']'
+	if r.Stream {
+		c = append(c, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	}
+	tools := root.Get("tools")
+	if tools.Exists() && tools.Type != gjson.Null {
+		if c, err = appendTools(c, tools); err != nil {
+			return nil, err
+		}
+	}
+	if c, err = appendToolChoice(c, root.Get("tool_choice")); err != nil {
+		return nil, err
+	}
+	if c, err = appendFormat(c, root.Get("text")); err != nil {
+		return nil, err
+	}
+	for _, m := range [...]struct{ from, to string }{
+		{"temperature", "temperature"}, {"top_p", "top_p"}, {"user", "user"},
+		{"safety_identifier", "safety_identifier"}, {"prompt_cache_key", "prompt_cache_key"},
+		{"service_tier", "service_tier"}, {"max_output_tokens", "max_completion_tokens"},
+		{"reasoning.effort", "reasoning_effort"}, {"text.verbosity", "verbosity"},
+		{"top_logprobs", "top_logprobs"},
+	} {
+		v := root.Get(m.from)
+		if !v.Exists() || v.Type == gjson.Null {
+			continue
+		}
+		c = append(c, `,"`...)
+		c = append(c, m.to...)
+		c = append(c, `":`...)
+		c = append(c, v.Raw...)
+		if m.from == "top_logprobs" {
+			c = append(c, `,"logprobs":true`...)
+		}
+	}
+	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null && tools.IsArray() && len(tools.Array()) > 0 {
+		c = append(c, `,"parallel_tool_calls":`...)
+		c = append(c, v.Raw...)
+	}
+	r.Chat = append(c, '}')
+	r.Echo = echo(root)
+	return r, nil
+}
+
+// echo builds the request settings the response object repeats.
+func echo(root gjson.Result) []byte {
+	var b []byte
+	member := func(key, def string) {
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, key...)
+		b = append(b, `":`...)
+		if v := root.Get(key); v.Exists() && v.Type != gjson.Null {
+			b = append(b, v.Raw...)
+		} else {
+			b = append(b, def...)
+		}
+	}
+	member("instructions", "null")
+	if len(b) > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, `"tools":`...)
+	b = echoTools(b, root.Get("tools"))
+	member("tool_choice", `"auto"`)
+	member("parallel_tool_calls", "true")
+	member("metadata", "{}")
+	member("temperature", "null")
+	member("top_p", "null")
+	member("max_output_tokens", "null")
+	member("previous_response_id", "null")
+	member("text", `{"format":{"type":"text"}}`)
+	member("reasoning", `{"effort":null,"summary":null}`)
+	member("store", "true")
+	return b
+}
+
+// echoTools appends the function tools as the response object lists them:
+// every FunctionTool member present, null where the request left it out.
+func echoTools(b []byte, tools gjson.Result) []byte {
+	b = append(b, '[')
+	n := 0
+	tools.ForEach(func(_, t gjson.Result) bool {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = append(b, `{"type":"function","name":`...)
+		b = jsonstring.Append(b, t.Get("name").String())
+		for _, k := range [...]string{"description", "parameters", "strict"} {
+			b = append(b, `,"`...)
+			b = append(b, k...)
+			b = append(b, `":`...)
+			if v := t.Get(k); v.Exists() {
+				b = append(b, v.Raw...)
+			} else {
+				b = append(b, "null"...)
+			}
+		}
+		b = append(b, '}')
+		return true
+	})
+	return append(b, ']')
+}
+
+// history builds the chat messages array of a conversation.
+type history struct {
+	msgs []string
+	// open is the index of the assistant message that later tool calls
+	// join, -1 when the next call starts a new one.
+	open  int
+	calls []string // the open assistant message's tool calls
+}
+
+func (h *history) add(msg, role string) {
+	h.flush()
+	h.msgs = append(h.msgs, msg)
+	h.open = -1
+	if role == "assistant" && !gjson.Get(msg, "tool_calls").Exists() {
+		h.open = len(h.msgs) - 1
+	}
+}
+
+// call adds a tool call to the assistant message it belongs to.
+func (h *history) call(call string) {
+	if h.open < 0 {
+		h.msgs = append(h.msgs, `{"role":"assistant","content":null}`)
+		h.open = len(h.msgs) - 1
+	}
+	h.calls = append(h.calls, call)
+}
+
+// flush writes the open assistant message's tool calls into it.
+func (h *history) flush() {
+	if len(h.calls) == 0 {
+		return
+	}
+	m := h.msgs[h.open]
+	h.msgs[h.open] = m[:len(m)-1] + `,"tool_calls":[` + strings.Join(h.calls, ",") + "]}"
+	h.calls = h.calls[:0]
+}
+
+func (h *history) array() []byte {
+	h.flush()
+	b := []byte{'['}
+	for i, m := range h.msgs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, m...)
+	}
+	return append(b, ']')
+}
+
+// item adds one input item.
+func (h *history) item(it gjson.Result, param string, resolve Resolver) error {
+	if !it.IsObject() {
+		return pipeline.BadRequest(param, "each input item must be an object")
+	}
+	typ := it.Get("type").String()
+	if typ == "" && !it.Get("role").Exists() && it.Get("id").Exists() {
+		typ = "item_reference" // the type of a reference may be left out
+	}
+	if typ == "item_reference" {
+		ref := gjson.Result{}
+		if resolve != nil {
+			ref = resolve(it.Get("id").String())
+		}
+		if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
+			return pipeline.BadRequest(param+".id", "no stored item has this id")
+		}
+		it, typ = ref, ref.Get("type").String()
+	}
+	switch typ {
+	case "", "message":
+		return h.message(it, param)
+	case "function_call":
+		h.call(toolCall(it.Get("call_id").String(), it.Get("name").String(), it.Get("arguments").String()))
+		return nil
+	case "function_call_output":
+		h.add(toolResult(it.Get("call_id").String(), outputText(it.Get("output"))), "tool")
+		return nil
+	case "mcp_call":
+		// A tool this gateway ran, replayed by a client that keeps its own
+		// history: the model sees the call and its result as it did then.
+		id := it.Get("id").String()
+		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))
+		out := it.Get("output").String()
+		if e := it.Get("error"); e.Exists() && e.Type != gjson.Null {
+			out = "error: " + e.Get("content").String()
+		}
+		h.add(toolResult(id, out), "tool")
+		return nil
+	case "mcp_approval_request":
+		// A gated call this gateway handed out, replayed by the client.
+		h.call(toolCall(it.Get("id").String(), it.Get("name").String(), it.Get("arguments").String()))
+		return nil
+	case "mcp_approval_response":
+		// The person's decision, as the tool loop reads it from the
+		// answering tool message.
+		d := []byte(`{"decision":"approve"}`)
+		if it.Get("approve").Type != gjson.True {
+			d = []byte(`{"decision":"reject"`)
+			if r := it.Get("reason"); r.Type == gjson.String && r.Str != "" {
+				d = append(d, `,"message":`...)
+				d = append(d, r.Raw...)
+			}
+			d = append(d, '}')
+		}
+		h.add(toolResult(it.Get("approval_request_id").String(), string(d)), "tool")
+		return nil
+	case "reasoning":
+		return nil // reasoning is not sent back to chat upstreams
+	}
+	return pipeline.BadRequest(param+".type", "input items of type %q are not supported by this gateway", typ)
+}
+
+func toolCall(id, name, args string) string {
+	b := []byte(`{"id":`)
+	b = jsonstring.Append(b, id)
+	b = append(b, `,"type":"function","function":{"name":`...)
+	b = jsonstring.Append(b, name)
+	b = append(b, `,"arguments":`...)
+	b = jsonstring.Append(b, args)
+	return string(append(b, "}}"...))
+}
+
+func toolResult(id, content string) string {
+	b := []byte(`{"role":"tool","tool_call_id":`)
+	b = jsonstring.Append(b, id)
+	b = append(b, `,"content":`...)
+	b = jsonstring.Append(b, content)
+	return string(append(b, '}'))
+}
+
+// outputText is a function_call_output's output as text: a string as is,
+// the texts of a list of parts joined.
+func outputText(v gjson.Result) string {
+	if v.Type == gjson.String {
+		return v.Str
+	}
+	var sb strings.Builder
+	v.ForEach(func(_, p gjson.Result) bool {
+		sb.WriteString(p.Get("text").String())
+		return true
+	})
+	return sb.String()
+}
+
+func (h *history) message(it gjson.Result, param string) error {
+	role := it.Get("role").String()
+	switch role {
+	case "user", "system", "developer", "assistant":
+	default:
+		return pipeline.BadRequest(param+".role", "role must be one of user, system, developer, assistant")
+	}
+	b := []byte(`{"role":"`)
+	b = append(b, role...)
+	b = append(b, `","content":`...)
+	content := it.Get("content")
+	switch {
+	case content.Type == gjson.String:
+		b = append(b, content.Raw...)
+	case content.IsArray() && (role == "assistant" || role == "system" || role == "developer"):
+		// Chat takes only text parts here: join them.
+		var sb strings.Builder
+		content.ForEach(func(_, p gjson.Result) bool {
+			if t := p.Get("text"); t.Exists() {
+				sb.WriteString(t.String())
+			} else {
+				sb.WriteString(p.Get("refusal").String())
+			}
+			return true
+		})
+		b = jsonstring.Append(b, sb.String())
+	case content.IsArray():
+		var err error
+		if b, err = appendParts(b, content, param+".content"); err != nil {
+			return err
+		}
+	default:
+		return pipeline.BadRequest(param+".content", "content must be a string or an array of parts")
+	}
+	h.add(string(append(b, '}')), role)
+	return nil
+}
+
+// appendParts appends a user message's content parts in chat's form.
+func appendParts(b []byte, parts gjson.Result, param string) ([]byte, error) {
+	b = append(b, '[')
+	i := 0
+	var err error
+	parts.ForEach(func(_, p gjson.Result) bool {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		switch p.Get("type").String() {
+		case "input_text", "output_text", "text":
+			b = append(b, `{"type":"text","text":`...)
+			b = jsonstring.Append(b, p.Get("text").String())
+			b = append(b, '}')
+		case "input_image":
+			url := p.Get("image_url")
+			if url.Type != gjson.String {
+				err = pipeline.BadRequest(param+"["+strconv.Itoa(i)+"]", "input_image needs an image_url (file ids are not supported)")
+				return false
+			}
+			b = append(b, `{"type":"image_url","image_url":{"url":`...)
+			b = append(b, url.Raw...)
+			if d := p.Get("detail"); d.Type == gjson.String {
+				b = append(b, `,"detail":`...)
+				b = append(b, d.Raw...)
+			}
+			b = append(b, "}}"...)
+		case "input_file":
+			b = append(b, `{"type":"file","file":{`...)
+			n := 0
+			for _, k := range [...]string{"file_id", "file_data", "filename"} {
+				if v := p.Get(k); v.Type == gjson.String {
+					if n > 0 {
+						b = append(b, ',')
+					}
+					b = append(b, '"')
+					b = append(b, k...)
+					b = append(b, `":`...)
+					b = append(b, v.Raw...)
+					n++
+				}
+			}
+			b = append(b, "}}"...)
+		default:
+			err = pipeline.BadRequest(param+"["+strconv.Itoa(i)+"].type", "content parts of type %q are not supported", p.Get("type").String())
+			return false
+		}
+		i++
+		return true
+	})
+	return append(b, ']'), err
+}
+
+func appendTools(c []byte, tools gjson.Result) ([]byte, error) {
+	if !tools.IsArray() {
+		return c, pipeline.BadRequest("tools", "tools must be an array")
+	}
+	arr := tools.Array()
+	if len(arr) == 0 {
+		return c, nil
+	}
+	c = append(c, `,"tools":[`...)
+	for i, t := range arr {
+		if t.Get("type").String() != "function" {
+			return c, pipeline.BadRequest("tools["+strconv.Itoa(i)+"].type",
+				"tools of type %q are not supported by this gateway; configure server tools instead", t.Get("type").String())
+		}
+		name := t.Get("name")
+		if name.Type != gjson.String || name.Str == "" {
+			return c, pipeline.BadRequest("tools["+strconv.Itoa(i)+"].name", "a function tool needs a name")
+		}
+		if i > 0 {
+			c = append(c, ',')
+		}
+		c = append(c, `{"type":"function","function":{"name":`...)
+		c = append(c, name.Raw...)
+		if d := t.Get("description"); d.Type == gjson.String {
+			c = append(c, `,"description":`...)
+			c = append(c, d.Raw...)
+		}
+		c = append(c, `,"parameters":`...)
+		if p := t.Get("parameters"); p.IsObject() {
+			c = append(c, p.Raw...)
+		} else {
+			c = append(c, `{"type":"object","properties":{}}`...)
+		}
+		if s := t.Get("strict"); s.Type == gjson.True || s.Type == gjson.False {
+			c = append(c, `,"strict":`...)
+			c = append(c, s.Raw...)
+		}
+		c = append(c, "}}"...)
+	}
+	return append(c, ']'), nil
+}
+
+func appendToolChoice(c []byte, tc gjson.Result) ([]byte, error) {
+	switch {
+	case !tc.Exists() || tc.Type == gjson.Null:
+		return c, nil
+	case tc.Type == gjson.String:
+		switch tc.Str {
+		case "auto", "none", "required":
+			c = append(c, `,"tool_choice":`...)
+			return append(c, tc.Raw...), nil
+		}
+	case tc.IsObject():
+		switch tc.Get("type").String() {
+		case "function":
+			c = append(c, `,"tool_choice":{"type":"function","function":{"name":`...)
+			c = jsonstring.Append(c, tc.Get("name").String())
+			return append(c, "}}"...), nil
+		case "allowed_tools":
+			c = append(c, `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":`...)
+			c = jsonstring.Append(c, tc.Get("mode").String())
+			c = append(c, `,"tools":[`...)
+			n := 0
+			tc.Get("tools").ForEach(func(_, t gjson.Result) bool {
+				if t.Get("type").String() == "function" {
+					if n > 0 {
+						c = append(c, ',')
+					}
+					c = append(c, `{"type":"function","function":{"name":`...)
+					c = jsonstring.Append(c, t.Get("name").String())
+					c = append(c, "}}"...)
+					n++
+				}
+				return true
+			})
+			return append(c, "]}}"...), nil
+		}
+	}
+	return c, pipeline.BadRequest("tool_choice", "tool_choice must be auto, none, required, a function or allowed_tools")
+}
+
+func appendFormat(c []byte, text gjson.Result) ([]byte, error) {
+	f := text.Get("format")
+	switch f.Get("type").String() {
+	case "", "text":
+		return c, nil
+	case "json_object":
+		return append(c, `,"response_format":{"type":"json_object"}`...), nil
+	case "json_schema":
+		c = append(c, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
+		c = jsonstring.Append(c, f.Get("name").String())
+		for _, k := range [...]string{"schema", "strict", "description"} {
+			if v := f.Get(k); v.Exists() && v.Type != gjson.Null {
+				c = append(c, `,"`...)
+				c = append(c, k...)
+				c = append(c, `":`...)
+				c = append(c, v.Raw...)
+			}
+		}
+		return append(c, "}}"...), nil
+	}
+	return c, pipeline.BadRequest("text.format.type", "text.format.type must be text, json_object or json_schema")
+}

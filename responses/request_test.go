@@ -1,0 +1,181 @@
+package responses
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// Each Responses request field lands on its chat counterpart, and the
+// result is a valid chat request.
+func TestTranslate(t *testing.T) {
+	schema := wiretest.LoadSchema(t)
+	cases := []struct {
+		name, body string
+		want       map[string]string // gjson path in the chat body → raw JSON
+	}{
+		{"string input and instructions", `{"model":"m","instructions":"be brief","input":"hi"}`, map[string]string{
+			"messages": `[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]`,
+		}},
+		{"parts, images, files", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"https://x/y.png","detail":"low"},{"type":"input_file","file_id":"file_1"}]}]}`, map[string]string{
+			"messages.0.content": `[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}},{"type":"file","file":{"file_id":"file_1"}}]`,
+		}},
+		{"assistant parts joined", `{"model":"m","input":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"},{"type":"output_text","text":"b"}]}]}`, map[string]string{
+			"messages.0": `{"role":"assistant","content":"ab"}`,
+		}},
+		{"calls join the assistant message before them; outputs become tool messages", `{"model":"m","input":[
+			{"role":"user","content":"q"},{"role":"assistant","content":"let me"},
+			{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},
+			{"type":"function_call","call_id":"c2","name":"g","arguments":"{\"a\":1}"},
+			{"type":"function_call_output","call_id":"c1","output":"one"},
+			{"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"t"},{"type":"input_text","text":"wo"}]},
+			{"type":"reasoning","id":"rs_1","summary":[]},
+			{"type":"function_call","call_id":"c3","name":"f","arguments":"{}"}]}`, map[string]string{
+			"messages.1":                 `{"role":"assistant","content":"let me","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{\"a\":1}"}}]}`,
+			"messages.2":                 `{"role":"tool","tool_call_id":"c1","content":"one"}`,
+			"messages.3.content":         `"two"`,
+			"messages.4.content":         `null`,
+			"messages.4.tool_calls.0.id": `"c3"`,
+			"messages.#":                 `5`,
+		}},
+		{"a replayed mcp_call is a call and its result", `{"model":"m","input":[{"type":"mcp_call","id":"mcp_1","name":"calc","arguments":"{}","server_label":"builtin","output":"2"}]}`, map[string]string{
+			"messages": `[{"role":"assistant","content":null,"tool_calls":[{"id":"mcp_1","type":"function","function":{"name":"calc","arguments":"{}"}}]},{"role":"tool","tool_call_id":"mcp_1","content":"2"}]`,
+		}},
+		{"approval request and responses", `{"model":"m","input":[{"type":"mcp_approval_request","id":"call_gwa_1","name":"rm","arguments":"{}","server_label":"gateway"},
+			{"type":"mcp_approval_response","approval_request_id":"call_gwa_1","approve":false,"reason":"keep \"it\""}]}`, map[string]string{
+			"messages.0.tool_calls.0.id": `"call_gwa_1"`,
+			"messages.1":                 `{"role":"tool","tool_call_id":"call_gwa_1","content":"{\"decision\":\"reject\",\"message\":\"keep \\\"it\\\"\"}"}`,
+		}},
+		{"tools, choice, format, settings", `{"model":"m","input":"x","stream":true,
+			"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object"},"strict":true},{"type":"function","name":"g"}],
+			"tool_choice":{"type":"function","name":"f"},"parallel_tool_calls":false,
+			"text":{"format":{"type":"json_schema","name":"out","schema":{"type":"object"},"strict":true},"verbosity":"low"},
+			"max_output_tokens":50,"temperature":0.2,"top_p":0.9,"reasoning":{"effort":"low"},"user":"u1","top_logprobs":2,"metadata":{"k":"v"}}`, map[string]string{
+			"stream":                `true`,
+			"stream_options":        `{"include_usage":true}`,
+			"tools":                 `[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object"},"strict":true}},{"type":"function","function":{"name":"g","parameters":{"type":"object","properties":{}}}}]`,
+			"tool_choice":           `{"type":"function","function":{"name":"f"}}`,
+			"parallel_tool_calls":   `false`,
+			"response_format":       `{"type":"json_schema","json_schema":{"name":"out","schema":{"type":"object"},"strict":true}}`,
+			"verbosity":             `"low"`,
+			"max_completion_tokens": `50`,
+			"temperature":           `0.2`,
+			"top_p":                 `0.9`,
+			"reasoning_effort":      `"low"`,
+			"user":                  `"u1"`,
+			"top_logprobs":          `2`,
+			"logprobs":              `true`,
+			"metadata":              ``, // chat upstreams refuse metadata without store
+		}},
+		{"allowed tools", `{"model":"m","input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"f"}]}}`, map[string]string{
+			"tool_choice": `{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"f"}}]}}`,
+		}},
+		{"json_object", `{"model":"m","input":"x","text":{"format":{"type":"json_object"}}}`, map[string]string{
+			"response_format": `{"type":"json_object"}`,
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Translate([]byte(tc.body), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schema.Request(r.Chat); err != nil {
+				t.Fatalf("%v\n%s", err, r.Chat)
+			}
+			for path, want := range tc.want {
+				if got := gjson.GetBytes(r.Chat, path).Raw; got != want {
+					t.Errorf("%s = %s, want %s\n%s", path, got, want, r.Chat)
+				}
+			}
+		})
+	}
+}
+
+// A follow-up continues the stored history; instructions are not carried
+// over, and History (what the next turn continues from) holds no system
+// message of them.
+func TestTranslateContinues(t *testing.T) {
+	prior := []byte(`[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}]`)
+	r, err := Translate([]byte(`{"model":"m","instructions":"new","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"c1","output":"done"}]}`), prior, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := gjson.GetBytes(r.Chat, "messages")
+	if msgs.Get("#").Int() != 4 || msgs.Get("0.content").Str != "new" || msgs.Get("3.role").Str != "tool" {
+		t.Fatalf("messages %s", msgs.Raw)
+	}
+	if h := gjson.ParseBytes(r.History); h.Get("#").Int() != 3 || h.Get("0.role").Str != "user" {
+		t.Fatalf("history %s", r.History)
+	}
+	if r.Previous != "resp_1" {
+		t.Fatalf("previous %q", r.Previous)
+	}
+}
+
+// Bad requests are 400s naming the parameter.
+func TestTranslateRefuses(t *testing.T) {
+	cases := map[string]string{
+		`{"input":"x"}`:           "model",
+		`{"model":"m"}`:           "input",
+		`{"model":"m","input":5}`: "input",
+		`{"model":"m","input":"x","background":true}`:                                              "background",
+		`{"model":"m","input":"x","conversation":"c"}`:                                             "conversation",
+		`{"model":"m","input":[{"role":"robot","content":"x"}]}`:                                   "input[0].role",
+		`{"model":"m","input":[{"type":"computer_call"}]}`:                                         "input[0].type",
+		`{"model":"m","input":[{"type":"item_reference","id":"msg_x_0"}]}`:                         "input[0].id",
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_audio"}]}]}`:               "input[0].content[0].type",
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`: "input[0].content[0]",
+		`{"model":"m","input":"x","tools":[{"type":"web_search"}]}`:                                "tools[0].type",
+		`{"model":"m","input":"x","tools":[{"type":"function"}]}`:                                  "tools[0].name",
+		`{"model":"m","input":"x","tool_choice":"sometimes"}`:                                      "tool_choice",
+		`{"model":"m","input":"x","text":{"format":{"type":"yaml"}}}`:                              "text.format.type",
+		`{"model":"m","input":"x","instructions":5}`:                                               "instructions",
+		`{"model":"m","input":"x","store":"yes"}`:                                                  "store",
+		`{"model":"m","input":"x","previous_response_id":5}`:                                       "previous_response_id",
+		`not json`: "",
+	}
+	for body, param := range cases {
+		_, err := Translate([]byte(body), nil, nil)
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != param {
+			t.Errorf("%s: %v (param %q), want a 400 naming %q", body, err, paramOf(pe), param)
+		}
+	}
+}
+
+func paramOf(e *pipeline.Error) string {
+	if e == nil {
+		return ""
+	}
+	return e.Param
+}
+
+// FuzzTranslate: any body either translates into valid JSON whose
+// messages are an array, or is refused with a 400; never a panic.
+func FuzzTranslate(f *testing.F) {
+	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"x"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[{"type":"function","name":"f"}],"tool_choice":"auto","text":{"format":{"type":"json_object"}}}`))
+	f.Add([]byte(`{"model":"m","input":"hi","stream":true,"max_output_tokens":5}`))
+	f.Add([]byte(`{"model":"m","input":[{"type":"mcp_call","id":"x","error":{"content":"e"}},{"id":"msg_1_0"}]}`))
+	prior := []byte(`[{"role":"user","content":"q"}]`)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := Translate(body, prior, func(string) gjson.Result { return gjson.Parse(`{"type":"message","role":"user","content":"r"}`) })
+		if err != nil {
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 {
+				t.Fatalf("error %v is not a 400", err)
+			}
+			return
+		}
+		if !gjson.ValidBytes(r.Chat) || !gjson.GetBytes(r.Chat, "messages").IsArray() || !gjson.ValidBytes(r.History) || !gjson.ValidBytes(r.Input) {
+			t.Fatalf("invalid translation of %s:\n%s", body, r.Chat)
+		}
+		if !gjson.Valid("{" + string(r.Echo) + "}") {
+			t.Fatalf("invalid echo of %s: %s", body, r.Echo)
+		}
+	})
+}

@@ -1,0 +1,209 @@
+package responses
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/caching"
+	"github.com/llmgw/gateway/jsonstring"
+)
+
+// KV is where stored responses live: the response cache's memory or Redis
+// store. Implementations are safe for concurrent use.
+type KV interface {
+	caching.Store
+	Delete(ctx context.Context, key string) error
+}
+
+// Store keeps responses made with store on, scoped to the tenant that made
+// them, so that a follow-up (previous_response_id), a GET or a DELETE may
+// land on any replica sharing the KV. A stored record is one JSON document:
+// {"response":{…},"input":[…],"history":[…]}.
+type Store struct {
+	KV       KV
+	TTL      time.Duration // how long a response is kept; <= 0 forever
+	MaxBytes int           // a record larger than this is not stored
+}
+
+// Record is a stored response as read back.
+type Record struct {
+	Response gjson.Result // the response object
+	Input    gjson.Result // the input items
+	History  gjson.Result // the conversation as chat messages, the answer included
+}
+
+func key(tenant, id string) string { return "resp:" + tenant + "\x00" + id }
+
+// Load returns the response id stored for tenant; ok is false when there
+// is none (never stored, expired, deleted, or another tenant's).
+func (s *Store) Load(ctx context.Context, tenant, id string) (Record, bool, error) {
+	if !strings.HasPrefix(id, "resp_") || len(id) > 128 {
+		return Record{}, false, nil
+	}
+	b, ok, err := s.KV.Get(ctx, key(tenant, id))
+	if err != nil || !ok || !gjson.ValidBytes(b) {
+		return Record{}, false, err
+	}
+	r := gjson.GetManyBytes(b, "response", "input", "history")
+	return Record{Response: r[0], Input: r[1], History: r[2]}, true, nil
+}
+
+// Save stores a finished response. history is the conversation as chat
+// messages before this response; answer is the assistant message that
+// ends it (nil for none). It reports whether the record fit.
+func (s *Store) Save(ctx context.Context, tenant, id string, object, input, history, answer []byte) (bool, error) {
+	n := len(object) + len(input) + len(history) + len(answer) + 48
+	if s.MaxBytes > 0 && n > s.MaxBytes {
+		return false, nil
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"response":`...)
+	b = append(b, object...)
+	b = append(b, `,"input":`...)
+	b = append(b, input...)
+	b = append(b, `,"history":`...)
+	switch {
+	case len(answer) == 0:
+		b = append(b, history...)
+	case len(history) <= 2:
+		b = append(b, '[')
+		b = append(b, answer...)
+		b = append(b, ']')
+	default:
+		b = append(b, history[:len(history)-1]...)
+		b = append(b, ',')
+		b = append(b, answer...)
+		b = append(b, ']')
+	}
+	b = append(b, '}')
+	return true, s.KV.Set(ctx, key(tenant, id), b, s.TTL)
+}
+
+// Delete removes the response id stored for tenant, reporting whether it
+// was there.
+func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
+	_, ok, err := s.Load(ctx, tenant, id)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, s.KV.Delete(ctx, key(tenant, id))
+}
+
+// Resolver returns the item resolver of tenant's stored responses: an
+// output item id this gateway minted ("msg_<x>_<n>", "fc_<x>_<n>"…)
+// names the response "resp_<x>" that holds it.
+func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
+	return func(itemID string) gjson.Result {
+		_, rest, ok := strings.Cut(itemID, "_")
+		if !ok {
+			return gjson.Result{}
+		}
+		i := strings.LastIndexByte(rest, '_')
+		if i < 0 {
+			return gjson.Result{}
+		}
+		rec, ok, err := s.Load(ctx, tenant, "resp_"+rest[:i])
+		if err != nil || !ok {
+			return gjson.Result{}
+		}
+		var found gjson.Result
+		rec.Response.Get("output").ForEach(func(_, it gjson.Result) bool {
+			if it.Get("id").Str == itemID {
+				found = it
+				return false
+			}
+			return true
+		})
+		return found
+	}
+}
+
+// AnswerMessage is the chat message a response's answer adds to the
+// conversation, from the chat.completion the pipeline produced: the
+// message with its content and tool calls.
+func AnswerMessage(completion []byte) []byte {
+	m := gjson.GetBytes(completion, "choices.0.message")
+	if !m.IsObject() {
+		return nil
+	}
+	b := []byte(`{"role":"assistant","content":`)
+	if c := m.Get("content"); c.Type == gjson.String {
+		b = append(b, c.Raw...)
+	} else {
+		b = append(b, "null"...)
+	}
+	if tc := m.Get("tool_calls"); tc.IsArray() && len(tc.Array()) > 0 {
+		b = append(b, `,"tool_calls":`...)
+		b = append(b, tc.Raw...)
+	}
+	return append(b, '}')
+}
+
+// InputList is the body of GET /v1/responses/{id}/input_items: the stored
+// input items, each given an id when it had none.
+func InputList(responseID string, input gjson.Result) []byte {
+	b := []byte(`{"object":"list","data":[`)
+	var first, last string
+	n := 0
+	input.ForEach(func(_, it gjson.Result) bool {
+		id := it.Get("id").String()
+		if id == "" {
+			id = "in_" + strings.TrimPrefix(responseID, "resp_") + "_" + strconv.Itoa(n)
+		}
+		if n == 0 {
+			first = id
+		} else {
+			b = append(b, ',')
+		}
+		last = id
+		b = appendInputItem(b, it, id)
+		n++
+		return true
+	})
+	b = append(b, `],"first_id":`...)
+	b = jsonstring.Append(b, first)
+	b = append(b, `,"last_id":`...)
+	b = jsonstring.Append(b, last)
+	return append(b, `,"has_more":false}`...)
+}
+
+// appendInputItem appends a stored input item as input_items lists it:
+// with its id, and a message's string content as one text part.
+func appendInputItem(b []byte, it gjson.Result, id string) []byte {
+	typ := it.Get("type").String()
+	if typ != "" && typ != "message" {
+		if it.Get("id").Exists() {
+			return append(b, it.Raw...)
+		}
+		b = append(b, `{"id":`...)
+		b = jsonstring.Append(b, id)
+		b = append(b, ',')
+		return append(b, strings.TrimSpace(it.Raw)[1:]...)
+	}
+	role := it.Get("role").String()
+	b = append(b, `{"id":`...)
+	b = jsonstring.Append(b, id)
+	b = append(b, `,"type":"message","status":"completed","role":`...)
+	b = jsonstring.Append(b, role)
+	b = append(b, `,"content":`...)
+	c := it.Get("content")
+	if c.Type != gjson.String {
+		return append(append(b, c.Raw...), '}')
+	}
+	part := "input_text"
+	if role == "assistant" {
+		part = "output_text"
+	}
+	b = append(b, `[{"type":"`...)
+	b = append(b, part...)
+	b = append(b, `","text":`...)
+	b = append(b, c.Raw...)
+	if part == "output_text" {
+		b = append(b, `,"annotations":[]`...)
+	}
+	return append(b, "}]}"...)
+}

@@ -1,0 +1,143 @@
+package wire
+
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+)
+
+// ChunkDecoder turns the chat.completion.chunk objects of one stream back
+// into events, for the forms that are not chat (Responses). It follows the
+// chunks' own tool-call indices, so parallel calls whose fragments
+// interleave keep their calls apart. Not safe for concurrent use.
+type ChunkDecoder struct {
+	role     bool
+	finished bool
+	headers  []bool // by tool-call index: header seen
+}
+
+// textKeys are the delta members that carry text, in the order a chunk
+// that holds several is read.
+var textKeys = [...]string{"reasoning_content", "reasoning", "refusal", "content"}
+
+// Decode calls emit for each event chunk holds. A chunk that is not a JSON
+// object, or holds no choice and no usage, emits nothing. The Event passed
+// to emit is valid only during the call.
+func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
+	if !gjson.ValidBytes(chunk) {
+		return
+	}
+	root := gjson.ParseBytes(chunk)
+	if !root.IsObject() {
+		return
+	}
+	var e Event
+	if c := root.Get("choices.0"); c.IsObject() {
+		if !d.role {
+			d.role = true
+			e = Event{Kind: Role}
+			emit(&e)
+		}
+		delta := c.Get("delta")
+		emitTexts(delta, emit)
+		delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			i := int(tc.Get("index").Int())
+			if i < 0 || i > maxCalls {
+				return true
+			}
+			for len(d.headers) <= i {
+				d.headers = append(d.headers, false)
+			}
+			if !d.headers[i] {
+				id, name := tc.Get("id").String(), tc.Get("function.name").String()
+				if id == "" && name == "" {
+					return true // a fragment before its header: nothing to attach it to
+				}
+				d.headers[i] = true
+				e = Event{Kind: CallHeader, Index: i, ID: id, Name: name}
+				emit(&e)
+			}
+			if a := tc.Get("function.arguments").String(); a != "" {
+				e = Event{Kind: CallArgs, Index: i, Text: []byte(a)}
+				emit(&e)
+			}
+			return true
+		})
+		if f := c.Get("finish_reason"); f.Type == gjson.String && !d.finished {
+			d.finished = true
+			e = Event{Kind: Finish, Finish: f.Str}
+			emit(&e)
+		}
+	}
+	if u := root.Get("usage"); u.IsObject() {
+		e = Event{Kind: Usage, Raw: []byte(u.Raw)}
+		emit(&e)
+	}
+}
+
+// emitTexts emits a Text event for each non-empty text member of obj (a
+// delta or a message).
+func emitTexts(obj gjson.Result, emit func(*Event)) {
+	for _, k := range textKeys {
+		if v := obj.Get(k); v.Type == gjson.String && v.Str != "" {
+			e := Event{Kind: Text, Key: k, Text: []byte(v.Str)}
+			emit(&e)
+		}
+	}
+}
+
+// maxCalls bounds the tool-call index a chunk may name, so that a hostile
+// index cannot make the decoder allocate.
+const maxCalls = 1024
+
+// DecodeCompletion calls emit for the events of a whole chat.completion,
+// in the order a stream of it would carry them, End last.
+func DecodeCompletion(body []byte, emit func(*Event)) {
+	root := gjson.ParseBytes(body)
+	var e Event
+	e = Event{Kind: Role}
+	emit(&e)
+	msg := root.Get("choices.0.message")
+	emitTexts(msg, emit)
+	i := 0
+	msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		e = Event{Kind: CallHeader, Index: i, ID: tc.Get("id").String(), Name: tc.Get("function.name").String()}
+		emit(&e)
+		e = Event{Kind: CallArgs, Index: i, Text: []byte(tc.Get("function.arguments").String())}
+		emit(&e)
+		i++
+		return i <= maxCalls
+	})
+	e = Event{Kind: Finish, Finish: root.Get("choices.0.finish_reason").String()}
+	emit(&e)
+	if u := root.Get("usage"); u.IsObject() {
+		e = Event{Kind: Usage, Raw: []byte(u.Raw)}
+		emit(&e)
+	}
+	e = Event{Kind: End}
+	emit(&e)
+}
+
+// AppendResponsesUsage appends the Responses API's usage object for a chat
+// usage object: input and output tokens, their total, and the cached and
+// reasoning token details (zero when the upstream did not report them).
+func AppendResponsesUsage(dst, chat []byte) []byte {
+	r := gjson.GetManyBytes(chat, "prompt_tokens", "completion_tokens", "total_tokens",
+		"prompt_tokens_details.cached_tokens", "completion_tokens_details.reasoning_tokens")
+	in, out := r[0].Int(), r[1].Int()
+	total := r[2].Int()
+	if !r[2].Exists() {
+		total = in + out
+	}
+	dst = append(dst, `{"input_tokens":`...)
+	dst = strconv.AppendInt(dst, in, 10)
+	dst = append(dst, `,"input_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, r[3].Int(), 10)
+	dst = append(dst, `,"cache_write_tokens":0},"output_tokens":`...)
+	dst = strconv.AppendInt(dst, out, 10)
+	dst = append(dst, `,"output_tokens_details":{"reasoning_tokens":`...)
+	dst = strconv.AppendInt(dst, r[4].Int(), 10)
+	dst = append(dst, `},"total_tokens":`...)
+	dst = strconv.AppendInt(dst, total, 10)
+	return append(dst, '}')
+}

@@ -1,0 +1,188 @@
+package wire
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wiretest"
+)
+
+var respHeader = ResponsesHeader{ID: "resp_abc", Created: 1767225600, Model: "gpt-x",
+	Echo: []byte(`"instructions":null,"tools":[],"tool_choice":"auto","parallel_tool_calls":true,"metadata":{},"temperature":null,"top_p":null`)}
+
+// encodeBoth runs events through the stream and the JSON form; it returns
+// the stream's bytes, the terminal event's response and the JSON object.
+func encodeBoth(events []Event) (stream []byte, final gjson.Result, object []byte) {
+	s, j := NewResponsesStream(respHeader), NewResponsesJSON(respHeader)
+	for i := range events {
+		stream = s.Encode(stream, &events[i])
+		object = j.Encode(object, &events[i])
+	}
+	var last []byte
+	for ev := range bytes.SplitSeq(stream, []byte("\n\n")) {
+		if i := bytes.Index(ev, []byte("data: ")); i >= 0 {
+			last = ev[i+6:]
+		}
+	}
+	return stream, gjson.GetBytes(last, "response"), object
+}
+
+func text(key, s string) Event { return Event{Kind: Text, Key: key, Text: []byte(s)} }
+
+// The stream's terminal response and the JSON answer of the same events
+// are the same object, and the stream passes the Responses checker and
+// the schema: text, refusal, reasoning, interleaved parallel calls, a
+// server call, a length cut.
+func TestResponsesStreamAndJSONAgree(t *testing.T) {
+	schema := wiretest.LoadResponsesSchema(t)
+	usage := Event{Kind: Usage, Raw: []byte(`{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}`)}
+	cases := map[string][]Event{
+		"text": {{Kind: Role}, text("content", "Hel"), text("content", "lo é"), {Kind: Finish, Finish: "stop"}, usage, {Kind: End}},
+		"reasoning then text and refusal": {{Kind: Role}, text("reasoning_content", "think"), text("content", "a"),
+			text("refusal", "no"), {Kind: Finish, Finish: "stop"}, {Kind: End}},
+		"interleaved calls": {{Kind: Role}, text("content", "calling"),
+			{Kind: CallHeader, Index: 0, ID: "call_a", Name: "f"}, {Kind: CallHeader, Index: 1, ID: "call_b", Name: "g"},
+			{Kind: CallArgs, Index: 0, Text: []byte(`{"x":`)}, {Kind: CallArgs, Index: 1, Text: []byte(`{"y":2}`)},
+			{Kind: CallArgs, Index: 0, Text: []byte(`1}`)}, {Kind: Finish, Finish: "tool_calls"}, usage, {Kind: End}},
+		"server call between rounds": {{Kind: Role}, text("content", "let me"),
+			{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{"e":"1+1"}`), Raw: []byte(`2`)},
+			{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{}`), Finish: "bad input"},
+			text("content", "it is 2"), {Kind: Finish, Finish: "stop"}, {Kind: End}},
+		"length": {{Kind: Role}, text("content", "cut"), {Kind: Finish, Finish: "length"}, {Kind: End}},
+	}
+	for name, events := range cases {
+		t.Run(name, func(t *testing.T) {
+			stream, final, object := encodeBoth(events)
+			sum, err := wiretest.CheckResponsesStream(stream, schema)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stream)
+			}
+			if final.Raw != string(object) {
+				t.Fatalf("stream and JSON differ:\n%s\n%s", final.Raw, object)
+			}
+			if err := schema.Validate("Response", object); err != nil {
+				t.Fatalf("%v\n%s", err, object)
+			}
+			want := "response.completed"
+			if name == "length" {
+				want = "response.incomplete"
+				if gjson.GetBytes(object, "incomplete_details.reason").Str != "max_output_tokens" {
+					t.Fatalf("incomplete_details: %s", object)
+				}
+			}
+			if sum.Terminal != want {
+				t.Fatalf("terminal %s, want %s", sum.Terminal, want)
+			}
+		})
+	}
+	// The values that matter, once.
+	_, _, object := encodeBoth(cases["interleaved calls"])
+	o := gjson.ParseBytes(object)
+	if o.Get("output.1.arguments").Str != `{"x":1}` || o.Get("output.2.arguments").Str != `{"y":2}` || o.Get("output.2.call_id").Str != "call_b" {
+		t.Fatalf("calls: %s", o.Get("output").Raw)
+	}
+	if o.Get("usage.input_tokens").Int() != 12 || o.Get("usage.input_tokens_details.cached_tokens").Int() != 4 ||
+		o.Get("usage.output_tokens_details.reasoning_tokens").Int() != 2 || o.Get("usage.total_tokens").Int() != 17 {
+		t.Fatalf("usage: %s", o.Get("usage").Raw)
+	}
+	_, _, object = encodeBoth(cases["server call between rounds"])
+	o = gjson.ParseBytes(object)
+	if o.Get("output.#").Int() != 4 || o.Get("output.1.type").Str != "mcp_call" || o.Get("output.2.status").Str != "failed" ||
+		o.Get("output.2.error.content").Str != "bad input" || o.Get("output.3.content.0.text").Str != "it is 2" {
+		t.Fatalf("server calls: %s", o.Get("output").Raw)
+	}
+}
+
+// Fail ends a stream with response.failed carrying the error and what was
+// streamed; nothing follows it.
+func TestResponsesFail(t *testing.T) {
+	s := NewResponsesStream(respHeader)
+	var out []byte
+	for _, e := range []Event{{Kind: Role}, text("content", "part")} {
+		out = s.Encode(out, &e)
+	}
+	out = s.Fail(out, "server_error", "upstream cut")
+	n := len(out)
+	out = s.Encode(out, &Event{Kind: End})
+	if len(out) != n {
+		t.Fatal("an event after Fail was written")
+	}
+	sum, err := wiretest.CheckResponsesStream(out, wiretest.LoadResponsesSchema(t))
+	if err != nil || sum.Terminal != "response.failed" || sum.Final.Get("error.message").Str != "upstream cut" ||
+		sum.Final.Get("output.0.content.0.text").Str != "part" {
+		t.Fatalf("%v %+v\n%s", err, sum, out)
+	}
+}
+
+// The chunk decoder follows the chunks' tool-call indices, emits the role
+// once and the finish once, and ignores what is not a chunk.
+func TestChunkDecoder(t *testing.T) {
+	var d ChunkDecoder
+	var got []string
+	emit := func(e *Event) {
+		switch e.Kind {
+		case Role:
+			got = append(got, "role")
+		case Text:
+			got = append(got, e.Key+":"+string(e.Text))
+		case CallHeader:
+			got = append(got, "call"+string(rune('0'+e.Index))+":"+e.ID+":"+e.Name)
+		case CallArgs:
+			got = append(got, "args"+string(rune('0'+e.Index))+":"+string(e.Text))
+		case Finish:
+			got = append(got, "finish:"+e.Finish)
+		case Usage:
+			got = append(got, "usage")
+		}
+	}
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"hi"}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":""}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"[]"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":5,"function":{"arguments":"orphan"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":1}}`,
+		`not json`, `[]`,
+	} {
+		d.Decode([]byte(c), emit)
+	}
+	want := "role|content:hi|call1:b:g|call0:a:f|args0:{|args1:[]|finish:tool_calls|usage"
+	if s := join(got); s != want {
+		t.Fatalf("got  %s\nwant %s", s, want)
+	}
+}
+
+func join(s []string) string {
+	var b bytes.Buffer
+	for i, v := range s {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// FuzzChunkDecoder: any bytes, decoded and encoded as a Responses stream,
+// never panic, and the stream stays valid JSON event by event.
+func FuzzChunkDecoder(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"hi","tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}`))
+	f.Add([]byte(`{"choices":[{"delta":{"tool_calls":[{"index":99999999999,"id":"x"}]}}]}`))
+	f.Fuzz(func(t *testing.T, chunk []byte) {
+		var d ChunkDecoder
+		s := NewResponsesStream(respHeader)
+		var out []byte
+		d.Decode(chunk, func(e *Event) { out = s.Encode(out, e) })
+		out = s.Encode(out, &Event{Kind: End})
+		for ev := range bytes.SplitSeq(out, []byte("\n\n")) {
+			if i := bytes.Index(ev, []byte("data: ")); i >= 0 && !gjson.ValidBytes(ev[i+6:]) {
+				t.Fatalf("invalid event JSON: %s", ev)
+			}
+		}
+	})
+}

@@ -1,0 +1,273 @@
+package wiretest
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/tidwall/gjson"
+)
+
+// ResponsesSummary is what a checked Responses API stream delivered.
+type ResponsesSummary struct {
+	Events   []string     // the event types, in order
+	Terminal string       // response.completed, response.incomplete or response.failed
+	Final    gjson.Result // the terminal event's response object
+}
+
+// respItemState is one output item as the checker follows it.
+type respItemState struct {
+	id    string
+	typ   string
+	parts map[int]*bytes.Buffer // content index → text so far
+	args  bytes.Buffer
+	done  bool
+}
+
+// CheckResponsesStream checks a Responses API SSE stream against what the
+// clients require (docs/wire.md, "The Responses API"): every event has an
+// "event:" line naming its data's type and validates against
+// ResponseStreamEvent (when schema is set); sequence numbers strictly
+// increase; the stream opens with response.created and
+// response.in_progress; every lifecycle event carries the whole response
+// with one id; output indices are dense and each item is added once, before
+// any event about it, and done once; a content part is added before its
+// deltas; each *.done text equals its deltas; exactly one terminal event
+// ends the stream, and its response lists every item streamed with the same
+// ids and final texts and arguments.
+func CheckResponsesStream(raw []byte, schema *Schema) (*ResponsesSummary, error) {
+	evs, err := splitTypedEvents(raw)
+	if err != nil {
+		return nil, err
+	}
+	sum := &ResponsesSummary{}
+	var (
+		respID string
+		seq    int64 = -1
+		items  []*respItemState
+	)
+	item := func(ev gjson.Result) (*respItemState, error) {
+		i := int(ev.Get("output_index").Int())
+		if !ev.Get("output_index").Exists() || i < 0 || i >= len(items) {
+			return nil, fmt.Errorf("%s for output_index %s that was never added", ev.Get("type").Str, ev.Get("output_index").Raw)
+		}
+		it := items[i]
+		if id := ev.Get("item_id"); id.Exists() && id.Str != it.id {
+			return nil, fmt.Errorf("%s: item_id %q, but output %d is %q", ev.Get("type").Str, id.Str, i, it.id)
+		}
+		if it.done {
+			return nil, fmt.Errorf("%s after output %d was done", ev.Get("type").Str, i)
+		}
+		return it, nil
+	}
+	for n, e := range evs {
+		if !gjson.ValidBytes(e.data) {
+			return sum, fmt.Errorf("event %d: data is not JSON: %s", n, clip(e.data))
+		}
+		ev := gjson.ParseBytes(e.data)
+		typ := ev.Get("type").Str
+		if typ != e.name {
+			return sum, fmt.Errorf("event %d: event line %q but type %q", n, e.name, typ)
+		}
+		if schema != nil {
+			if err := schema.Validate("ResponseStreamEvent", e.data); err != nil {
+				return sum, fmt.Errorf("event %d (%s): %w", n, typ, err)
+			}
+		}
+		sum.Events = append(sum.Events, typ)
+		if sum.Terminal != "" {
+			return sum, fmt.Errorf("event %d (%s) after the terminal %s", n, typ, sum.Terminal)
+		}
+		s := ev.Get("sequence_number")
+		if !s.Exists() || s.Int() <= seq {
+			return sum, fmt.Errorf("event %d (%s): sequence_number %s does not increase", n, typ, s.Raw)
+		}
+		seq = s.Int()
+		switch {
+		case n == 0 && typ != "response.created", n == 1 && typ != "response.in_progress":
+			return sum, fmt.Errorf("event %d is %s; a stream opens with response.created, response.in_progress", n, typ)
+		}
+		switch typ {
+		case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
+			r := ev.Get("response")
+			if !r.IsObject() || r.Get("id").Str == "" {
+				return sum, fmt.Errorf("%s without its response object", typ)
+			}
+			if respID == "" {
+				respID = r.Get("id").Str
+			} else if r.Get("id").Str != respID {
+				return sum, fmt.Errorf("%s: response id %q changed from %q", typ, r.Get("id").Str, respID)
+			}
+			if typ == "response.created" || typ == "response.in_progress" {
+				continue
+			}
+			sum.Terminal, sum.Final = typ, r
+			if err := checkFinal(typ, r, items); err != nil {
+				return sum, err
+			}
+		case "response.output_item.added":
+			i := int(ev.Get("output_index").Int())
+			if i != len(items) {
+				return sum, fmt.Errorf("output_item.added with output_index %d; next is %d", i, len(items))
+			}
+			it := ev.Get("item")
+			for _, o := range items {
+				if o.id == it.Get("id").Str {
+					return sum, fmt.Errorf("item id %q added twice", o.id)
+				}
+			}
+			items = append(items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}})
+		case "response.content_part.added":
+			it, err := item(ev)
+			if err != nil {
+				return sum, err
+			}
+			ci := int(ev.Get("content_index").Int())
+			if it.parts[ci] != nil {
+				return sum, fmt.Errorf("content part %d of %q added twice", ci, it.id)
+			}
+			it.parts[ci] = &bytes.Buffer{}
+		case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+			it, err := item(ev)
+			if err != nil {
+				return sum, err
+			}
+			ci := int(ev.Get("content_index").Int())
+			if it.parts[ci] == nil {
+				if typ != "response.reasoning_text.delta" {
+					return sum, fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
+				}
+				it.parts[ci] = &bytes.Buffer{}
+			}
+			it.parts[ci].WriteString(ev.Get("delta").Str)
+		case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
+			it, err := item(ev)
+			if err != nil {
+				return sum, err
+			}
+			key := map[string]string{"response.output_text.done": "text", "response.refusal.done": "refusal", "response.reasoning_text.done": "text"}[typ]
+			ci := int(ev.Get("content_index").Int())
+			if p := it.parts[ci]; p == nil || p.String() != ev.Get(key).Str {
+				return sum, fmt.Errorf("%s of %q: done text differs from its deltas", typ, it.id)
+			}
+		case "response.function_call_arguments.delta", "response.mcp_call_arguments.delta":
+			it, err := item(ev)
+			if err != nil {
+				return sum, err
+			}
+			it.args.WriteString(ev.Get("delta").Str)
+		case "response.function_call_arguments.done", "response.mcp_call_arguments.done":
+			it, err := item(ev)
+			if err != nil {
+				return sum, err
+			}
+			if it.args.String() != ev.Get("arguments").Str {
+				return sum, fmt.Errorf("%s of %q: arguments differ from their deltas", typ, it.id)
+			}
+		case "response.output_item.done":
+			it, err := item(ev)
+			if err != nil {
+				return sum, err
+			}
+			it.done = true
+		default:
+			if ev.Get("output_index").Exists() {
+				if _, err := item(ev); err != nil {
+					return sum, err
+				}
+			}
+		}
+	}
+	if sum.Terminal == "" {
+		return sum, fmt.Errorf("the stream ended without response.completed, response.incomplete or response.failed")
+	}
+	return sum, nil
+}
+
+// checkFinal checks the terminal response against the items streamed.
+func checkFinal(typ string, r gjson.Result, items []*respItemState) error {
+	out := r.Get("output").Array()
+	if typ != "response.failed" {
+		if len(out) != len(items) {
+			return fmt.Errorf("%s lists %d output items; %d were streamed", typ, len(out), len(items))
+		}
+		for i, it := range items {
+			if !it.done {
+				return fmt.Errorf("%s before output %d (%q) was done", typ, i, it.id)
+			}
+		}
+	}
+	for i, o := range out {
+		if i >= len(items) || o.Get("id").Str != items[i].id {
+			return fmt.Errorf("%s: output %d has id %q, not the streamed one", typ, i, o.Get("id").Str)
+		}
+		it := items[i]
+		switch it.typ {
+		case "message":
+			for ci, p := range it.parts {
+				c := o.Get(fmt.Sprintf("content.%d", ci))
+				got := c.Get("text").Str
+				if c.Get("type").Str == "refusal" {
+					got = c.Get("refusal").Str
+				}
+				if got != p.String() {
+					return fmt.Errorf("%s: output %d content %d is %q; the deltas said %q", typ, i, ci, clip([]byte(got)), clip(p.Bytes()))
+				}
+			}
+		case "function_call", "mcp_call":
+			if o.Get("arguments").Str != it.args.String() {
+				return fmt.Errorf("%s: output %d arguments differ from the deltas", typ, i)
+			}
+		}
+	}
+	return nil
+}
+
+// typedEvent is one SSE event with its event line.
+type typedEvent struct {
+	name string
+	data []byte
+}
+
+// splitTypedEvents parses a Responses stream: each event is an "event:"
+// line then one "data:" line; ":" comments are allowed; a trailing
+// "data: [DONE]" is tolerated.
+func splitTypedEvents(raw []byte) ([]typedEvent, error) {
+	var evs []typedEvent
+	var cur typedEvent
+	for line := range bytes.Lines(raw) {
+		if !bytes.HasSuffix(line, []byte("\n")) {
+			return nil, fmt.Errorf("last line %q does not end with \\n", clip(line))
+		}
+		line = line[:len(line)-1]
+		switch {
+		case len(line) == 0:
+			if cur.data != nil {
+				evs = append(evs, cur)
+			} else if cur.name != "" {
+				return nil, fmt.Errorf("event %q without data", cur.name)
+			}
+			cur = typedEvent{}
+		case line[0] == ':':
+		case bytes.HasPrefix(line, []byte("event: ")):
+			cur.name = string(line[len("event: "):])
+		case bytes.HasPrefix(line, []byte("data: ")):
+			if cur.data != nil {
+				return nil, fmt.Errorf("second data line in one event")
+			}
+			d := line[len("data: "):]
+			if string(d) == "[DONE]" {
+				continue
+			}
+			if cur.name == "" {
+				return nil, fmt.Errorf("data line without an event line: %s", clip(d))
+			}
+			cur.data = d
+		default:
+			return nil, fmt.Errorf("line %q not allowed", clip(line))
+		}
+	}
+	if cur.data != nil {
+		return nil, fmt.Errorf("last event is not terminated by a blank line")
+	}
+	return evs, nil
+}
