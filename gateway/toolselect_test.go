@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
@@ -482,6 +483,48 @@ func TestToolSelectNodeRunTools(t *testing.T) {
 	for r, got := range rounds {
 		if !slices.Equal(got, want) {
 			t.Errorf("round %d offered %v, want %v", r+1, got, want)
+		}
+	}
+}
+
+// /v1/responses runs on the chat pipeline: its function tools are selected
+// like chat's (streamed and not), and its function call reaches the client.
+func TestToolSelectResponses(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, selectConfig, mockllm.Options{Respond: selectModel(func() mockllm.Turn {
+		return mockllm.SelectTools("tool_17", "calculator", "tool_03")
+	})})
+	var tools []responses.ToolUnionParam
+	for i := 0; i < 38; i++ {
+		tools = append(tools, responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
+			Name:        fmt.Sprintf("tool_%02d", i),
+			Description: openai.String(fmt.Sprintf("Does thing number %d", i)),
+			Parameters:  map[string]any{"type": "object", "properties": map[string]any{}},
+		}})
+	}
+	params := responses.ResponseNewParams{
+		Model: "gpt-x",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("compute 6*7 and then do thing 17")},
+		Tools: tools,
+	}
+	want := []string{"calculator", "current_time", "tool_03", "tool_17"}
+	for _, stream := range []bool{false, true} {
+		h.mock.ResetRecords()
+		r := h.respond(params, stream)
+		var calls []string
+		for _, it := range r.Output {
+			if it.Type == "function_call" {
+				calls = append(calls, it.AsFunctionCall().Name)
+			}
+		}
+		rounds, _ := upstreamTools(h)
+		if !slices.Equal(calls, []string{"tool_17"}) || len(rounds) != 2 {
+			t.Fatalf("stream=%v: calls %v, %d rounds", stream, calls, len(rounds))
+		}
+		for i, got := range rounds {
+			if !slices.Equal(got, want) {
+				t.Errorf("stream=%v: round %d offered %v, want %v", stream, i+1, got, want)
+			}
 		}
 	}
 }
