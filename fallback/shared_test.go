@@ -26,7 +26,7 @@ func sharedReplica(t *testing.T, rdb redis.UniversalClient) *env {
 // for p/a.
 func sharedReplicaScript(t *testing.T, rdb redis.UniversalClient, cooldown time.Duration, script []step) *env {
 	t.Helper()
-	s := NewSharedBreakers(rdb, "sb:", 200*time.Millisecond, zerolog.Nop())
+	s := NewSharedBreakers(rdb, "sb:", time.Second, zerolog.Nop())
 	t.Cleanup(s.Close)
 	o := Options{
 		Providers: []config.Provider{{Name: "p", Retries: intp(0)}},
@@ -67,7 +67,7 @@ func TestSharedBreakers(t *testing.T) {
 	t.Parallel()
 	rs := testredis.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	a, b := sharedReplica(t, rdb), sharedReplica(t, rdb)
 	// Let both subscribe: an opening published before b listens is only

@@ -42,7 +42,7 @@ shared_breakers = true
 [redis]
 addr = "{{REDIS}}"
 prefix = "lb-test:"
-`
+` + slowMachine
 
 // lbAnswer is the streamed answer of a plain request: 25 deltas, 20 ms apart.
 var lbAnswer = "streamed " + strings.Repeat("abcd", 25)

@@ -50,6 +50,12 @@ tenant = "team"
 amount = 100.0
 `
 
+// slowMachine is the [redis] timeout of these tests: what they check must
+// not depend on a TLS handshake or a cluster round trip finishing within
+// the default 200ms on a loaded test machine. Failing over is not slowed by
+// it: a dead master refuses connections at once.
+const slowMachine = "timeout = \"2s\"\n"
+
 // scaleResponder runs the mixed turn when the client brings lookup_city,
 // else answers with the call's number (so a cached answer shows).
 func scaleResponder(c *mockllm.Call) mockllm.Turn {
@@ -136,7 +142,7 @@ func checkSharedState(t *testing.T, a, b *harness, tag string) {
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
 	cl := testredis.StartCluster(t)
-	cfg := scaleConfig + fmt.Sprintf("[redis]\nmode = \"cluster\"\naddrs = [%q]\nprefix = \"cl:\"\n", cl.Addrs()[0])
+	cfg := scaleConfig + fmt.Sprintf("[redis]\nmode = \"cluster\"\naddrs = [%q]\nprefix = \"cl:\"\n%s", cl.Addrs()[0], slowMachine)
 	a := newHarness(t, cfg, mockllm.Options{Respond: scaleResponder})
 	b := a.replica(cfg)
 	checkSharedState(t, a, b, "cluster")
@@ -186,7 +192,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
 	s := testredis.StartSentinel(t)
 	// The first sentinel address is dead: the client tries the next.
-	cfg := scaleConfig + fmt.Sprintf("[redis]\nmode = \"sentinel\"\naddrs = [\"127.0.0.1:%d\", %q]\nmaster_name = %q\nprefix = \"sn:\"\n"+
+	cfg := scaleConfig + fmt.Sprintf("[redis]\nmode = \"sentinel\"\naddrs = [\"127.0.0.1:%d\", %q]\nmaster_name = %q\nprefix = \"sn:\"\n"+slowMachine+
 		"password = %q\nsentinel_password = %q\n", testredis.FreePort(t), s.Sentinel.Addr(), testredis.MasterName, testredis.Password, testredis.SentinelPassword)
 	a := newHarness(t, cfg, mockllm.Options{Respond: scaleResponder})
 	b := a.replica(cfg)
@@ -240,7 +246,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
 	rs := testredis.StartTLS(t)
-	tlsConf := fmt.Sprintf("[redis]\naddr = %q\n[redis.tls]\nenabled = true\nca_file = %q\n", rs.Addr(), rs.CAFile)
+	tlsConf := fmt.Sprintf("[redis]\naddr = %q\n"+slowMachine+"[redis.tls]\nenabled = true\nca_file = %q\n", rs.Addr(), rs.CAFile)
 	h := newHarness(t, cacheConfig+"store = \"redis\"\n"+tlsConf+fmt.Sprintf("cert_file = %q\nkey_file = %q\n", rs.CertFile, rs.KeyFile),
 		mockllm.Options{Respond: numbered})
 	if _, hv := h.chat(det("tls")); hv != "miss" {

@@ -54,7 +54,7 @@ func TestSharedBreakersAcrossReplicas(t *testing.T) {
 	t.Cleanup(func() { _ = mock.Close() })
 	cfg := strings.ReplaceAll(strings.Replace(fallbackConfig, `retries = 1`, `retries = 0`, 1), "{{MOCK}}", mockURL)
 	cfg = strings.Replace(cfg, `breaker_cooldown = "300ms"`, "breaker_cooldown = \"1m\"\nshared_breakers = true", 1) +
-		"[redis]\naddr = \"" + redisAddr + "\"\nprefix = \"breaker-test:\"\n"
+		"[redis]\naddr = \"" + redisAddr + "\"\nprefix = \"breaker-test:\"\n" + slowMachine
 	replica := func() (openai.Client, string) {
 		metrics := testproc.FreeAddr(t)
 		url := startReplica(t, bin, strings.Replace(cfg, "[server]", "[server]\nmetrics_listen = \""+metrics+"\"", 1))
