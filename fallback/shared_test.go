@@ -69,6 +69,33 @@ func TestSharedBreakers(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
+	checkShared(t, rdb)
+
+	rs.Stop()
+	d := sharedReplica(t, rdb)
+	for range 2 {
+		_, _, _ = d.chat(t, "a", false)
+	}
+	if !refused(t, d) || d.f.count("p/a") != 2 {
+		t.Fatalf("with Redis down the local breaker did not open (calls %d)", d.f.count("p/a"))
+	}
+}
+
+// TestSharedBreakersCluster: the same through a three-master Redis Cluster
+// (pub/sub reaches every node; the hash is one key).
+func TestSharedBreakersCluster(t *testing.T) {
+	t.Parallel()
+	cl := testredis.StartCluster(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()[:1], MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	checkShared(t, rdb)
+}
+
+// checkShared: replica a opens a circuit; b holds it open within a second
+// without calling the deployment, and so does c, started afterwards.
+func checkShared(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
 	a, b := sharedReplica(t, rdb), sharedReplica(t, rdb)
 	// Let both subscribe: an opening published before b listens is only
 	// in the hash, which b reads when it subscribes.
@@ -92,15 +119,6 @@ func TestSharedBreakers(t *testing.T) {
 	}
 	if c := sharedReplica(t, rdb); !eventually(func() bool { return isOpen(c) }) || !refused(t, c) || c.f.count("p/a") != 0 {
 		t.Fatalf("a replica joining late called the deployment %d times", c.f.count("p/a"))
-	}
-
-	rs.Stop()
-	d := sharedReplica(t, rdb)
-	for range 2 {
-		_, _, _ = d.chat(t, "a", false)
-	}
-	if !refused(t, d) || d.f.count("p/a") != 2 {
-		t.Fatalf("with Redis down the local breaker did not open (calls %d)", d.f.count("p/a"))
 	}
 }
 
