@@ -25,16 +25,13 @@ import (
 // lbConfig: gpt-x (with the calculator as a server tool, for mixed turns),
 // and "primary", whose deployment always fails and falls back to gpt-x;
 // one failure opens its circuit, shared through Redis.
-var lbConfig = strings.Replace(baseConfig, "[server]", "[server]\nmetrics_listen = \"{{METRICS}}\"", 1) + `
+var lbConfig = strings.Replace(mixedConfig, "[server]", "[server]\nmetrics_listen = \"{{METRICS}}\"", 1) + `
 [[models]]
 name = "primary"
 provider = "up"
 upstream = "up-primary"
 context_window = 1000
 fallbacks = ["gpt-x"]
-[[tools]]
-name = "calculator"
-kind = "builtin"
 [middleware.fallback]
 breaker_failures = 1
 breaker_cooldown = "1m"
