@@ -156,7 +156,10 @@ func (s *SharedBreakers) subscribeLoop(apply func(breakerEvent)) {
 		select {
 		case <-s.ctx.Done():
 			return
-		case m := <-ch:
+		case m, ok := <-ch:
+			if !ok {
+				return // the client was closed under us
+			}
 			switch m := m.(type) {
 			case *redis.Subscription:
 				if m.Kind == "subscribe" {
