@@ -58,7 +58,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		closers = append(closers, stop)
 		providers[i].BaseURL = url
 	}
-	upstream, err := proxy.NewUpstream(providers)
+	upstream, err := proxy.NewUpstream(providers, cfg.Models)
 	if err != nil {
 		return nil, err
 	}
