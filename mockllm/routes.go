@@ -28,6 +28,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.chat(ctx, reqID)
+	case string(path) == "/v1/messages":
+		if !ctx.IsPost() {
+			s.record(ctx, "")
+			methodNotAllowed(ctx, "POST")
+			return
+		}
+		s.messages(ctx, reqID)
 	case string(path) == "/v1/models" || bytes.HasPrefix(path, []byte("/v1/models/")):
 		s.record(ctx, "")
 		if !ctx.IsGet() {
