@@ -107,6 +107,12 @@ func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, err
 		}
 		return []block{{Type: "text", Text: content.Str}}, nil
 	}
+	if !content.IsArray() {
+		if content.Exists() && content.Type != gjson.Null {
+			return nil, pipeline.BadRequest(t.at()+".content", "content must be a string or a list of parts")
+		}
+		return nil, nil // no content: an assistant message with only tool calls
+	}
 	var out []block
 	var err error
 	j := 0
@@ -155,6 +161,9 @@ func imageBlock(url, at string) (block, error) {
 // toolUses appends a tool_use block per tool call. Arguments must be a JSON
 // object (or empty, which is {}).
 func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, error) {
+	if !calls.IsArray() {
+		return blocks, nil
+	}
 	var err error
 	j := 0
 	calls.ForEach(func(_, c gjson.Result) bool {

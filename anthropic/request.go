@@ -209,6 +209,12 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 // translateTools turns function tools into Anthropic tools; a marker on
 // the tool or on its function becomes the tool's cache_control.
 func translateTools(tools gjson.Result) ([]tool, error) {
+	if !tools.IsArray() {
+		if tools.Exists() && tools.Type != gjson.Null {
+			return nil, pipeline.BadRequest("tools", "tools must be a list")
+		}
+		return nil, nil
+	}
 	var out []tool
 	var err error
 	i := 0

@@ -27,6 +27,7 @@ const fullChat = `{
   {"role": "developer", "content": [{"type": "text", "text": "Use tools.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]},
   {"role": "user", "content": "Weather in Köln <and> Bonn?"},
   {"role": "user", "content": [{"type": "text", "text": "Also this:"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}, {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}]},
+  {"role": "assistant", "content": null, "tool_calls": null},
   {"role": "assistant", "content": "Checking.", "tool_calls": [
    {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Köln\"}"}},
    {"id": "toolu_2", "type": "function", "function": {"name": "now", "arguments": ""}}
@@ -185,6 +186,8 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		{"arguments not an object", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":"[1]"}}]}]}`, "messages[1].tool_calls[0].function.arguments"},
 		{"call without id", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"f"}}]}]}`, "messages[1].tool_calls[0]"},
 		{"tool without id", `{"messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id"},
+		{"object content", `{"messages":[{"role":"user","content":{"text":"x"}}]}`, "messages[0].content"},
+		{"tools not a list", `{"tools":{},"messages":[{"role":"user","content":"x"}]}`, "tools"},
 		{"custom tool", `{"tools":[{"type":"custom","custom":{"name":"x"}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0]"},
 		{"bad tool_choice", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
 		{"bad effort", `{"reasoning_effort":"extreme","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
