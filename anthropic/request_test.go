@@ -137,7 +137,9 @@ func TestTranslateRequestOptions(t *testing.T) {
 		{"client max_tokens wins", `{"max_tokens":12,` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 777},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 12 }},
 		{"stop list", `{"stop":["a"," ","b"],` + msgs + `}`, RequestOptions{Model: "m"},
-			func(p sdk.MessageNewParams, _ []byte) bool { return reflect.DeepEqual(p.StopSequences, []string{"a", "b"}) }},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return reflect.DeepEqual(p.StopSequences, []string{"a", "b"})
+			}},
 		{"reasoning_effort", `{"reasoning_effort":"medium","temperature":0.2,"max_tokens":1000,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 4096 && p.MaxTokens == 5096 && !p.Temperature.Valid()
@@ -149,7 +151,9 @@ func TestTranslateRequestOptions(t *testing.T) {
 		{"reasoning_effort none", `{"reasoning_effort":"none",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "thinking").Exists() }},
 		{"named tool", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}},` + msgs + `}`, RequestOptions{Model: "m"},
-			func(p sdk.MessageNewParams, _ []byte) bool { return p.ToolChoice.OfTool != nil && p.ToolChoice.OfTool.Name == "f" }},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.ToolChoice.OfTool != nil && p.ToolChoice.OfTool.Name == "f"
+			}},
 		{"tool_choice none", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none","parallel_tool_calls":false,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.ToolChoice.OfNone != nil }},
 		{"parallel off alone", `{"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false,` + msgs + `}`, RequestOptions{Model: "m"},

@@ -290,4 +290,3 @@ func TestDecodeMessage(t *testing.T) {
 		t.Errorf("error body: %v", err)
 	}
 }
-
