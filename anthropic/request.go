@@ -283,29 +283,33 @@ func marker(objs ...gjson.Result) json.RawMessage {
 // last ones in prefix order (tools, system, messages): a later breakpoint
 // caches a longer prefix.
 func capBreakpoints(r *messagesRequest) {
+	marks := markers(r)
+	for _, m := range marks[:max(0, len(marks)-MaxBreakpoints)] {
+		*m = nil
+	}
+}
+
+// markers lists r's cache_control markers in prefix order: tools, system
+// blocks, message blocks and the blocks inside tool results.
+func markers(r *messagesRequest) []*json.RawMessage {
 	var marks []*json.RawMessage
 	for i := range r.Tools {
 		if r.Tools[i].CacheControl != nil {
 			marks = append(marks, &r.Tools[i].CacheControl)
 		}
 	}
-	collect := func(bs []block) {
+	var collect func(bs []block)
+	collect = func(bs []block) {
 		for i := range bs {
 			if bs[i].CacheControl != nil {
 				marks = append(marks, &bs[i].CacheControl)
 			}
-			for j := range bs[i].Content {
-				if bs[i].Content[j].CacheControl != nil {
-					marks = append(marks, &bs[i].Content[j].CacheControl)
-				}
-			}
+			collect(bs[i].Content)
 		}
 	}
 	collect(r.System)
 	for i := range r.Messages {
 		collect(r.Messages[i].Content)
 	}
-	for _, m := range marks[:max(0, len(marks)-MaxBreakpoints)] {
-		*m = nil
-	}
+	return marks
 }

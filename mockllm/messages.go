@@ -50,27 +50,25 @@ func messagesFaultError(f *Fault, defaultStatus int) *messagesError {
 		e.status = defaultStatus
 	}
 	if e.typ == "" {
-		switch e.status {
-		case 400:
-			e.typ = "invalid_request_error"
-		case 401:
-			e.typ = "authentication_error"
-		case 403:
-			e.typ = "permission_error"
-		case 404:
-			e.typ = "not_found_error"
-		case 429:
-			e.typ = "rate_limit_error"
-		case 529:
-			e.typ = "overloaded_error"
-		default:
-			e.typ = "api_error"
-		}
+		e.typ = faultTypes[e.status]
+	}
+	if e.typ == "" {
+		e.typ = "api_error"
 	}
 	if e.message == "" {
 		e.message = "mock fault: " + e.typ
 	}
 	return e
+}
+
+// faultTypes is Anthropic's error type for each status a fault may have.
+var faultTypes = map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+	404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+
+// writeMessagesFault answers with a status fault in Anthropic's form.
+func writeMessagesFault(ctx *fasthttp.RequestCtx, f *Fault) {
+	faultHeaders(ctx, f)
+	writeMessagesError(ctx, messagesFaultError(f, 500))
 }
 
 // messages answers POST /v1/messages.
@@ -98,29 +96,12 @@ func (s *Server) messages(ctx *fasthttp.RequestCtx, reqID string) {
 		writeMessagesError(ctx, badMessages("prompt is too long: %d tokens > %d maximum", p.promptTokens, w))
 		return
 	}
-	call.Header = func(name string) string { return string(ctx.Request.Header.Peek(name)) }
-	turn := (*s.respond.Load())(call)
-	call.Header, call.Body = nil, nil
+	turn := s.script(ctx, call)
 	a := s.resolve(call, p, turn)
 	a.id = "msg_mock_" + strings.TrimPrefix(a.id, "chatcmpl-mock-")
 	a.messages = true
-	if f := turn.Fault; f != nil {
-		if f.Reset {
-			s.logFault("reset", call.Model)
-			s.sleep(s.opts.FirstByteDelay)
-			ctx.HijackSetNoResponse(true)
-			ctx.Hijack(resetConn)
-			return
-		}
-		if f.Status != 0 {
-			s.logFault("status "+strconv.Itoa(f.Status), call.Model)
-			s.sleep(s.opts.FirstByteDelay)
-			if f.RetryAfter != "" {
-				ctx.Response.Header.Set("Retry-After", f.RetryAfter)
-			}
-			writeMessagesError(ctx, messagesFaultError(f, 500))
-			return
-		}
+	if s.answerFault(ctx, turn.Fault, call.Model, writeMessagesFault) {
+		return
 	}
 	if call.Stream {
 		s.startStream(ctx, reqID, a, turn.Fault)
