@@ -277,6 +277,10 @@ func TestAnthropicServerToolLoop(t *testing.T) {
 		t.Errorf("json %q, stream %q", resp.Choices[0].Message.Content, msg.Content)
 	}
 	check("json", resp.Usage)
+	// Cache writes (5 a round) are summed too, beside the cached reads.
+	if raw, _ := h.lastRaw(); gjson.GetBytes(raw, "usage.prompt_tokens_details.cache_write_tokens").Int() != 15 {
+		t.Errorf("cache writes: %s", gjson.GetBytes(raw, "usage").Raw)
+	}
 }
 
 func TestAnthropicOverloadedRetried(t *testing.T) {
