@@ -69,7 +69,8 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 // *pipeline.UpstreamError (Cut, Idle, Malformed, Status for an upstream error
 // event) or the context's error. An event whose data is empty ("data:" and
 // nothing else) is skipped, as an SSE client skips it: some providers send
-// one as a keep-alive.
+// one as a keep-alive. For an anthropic provider, msgs turns each event
+// into zero or more chunks, and message_stop ends the stream as [DONE] does.
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
