@@ -91,6 +91,9 @@ type Model struct {
 	OwnedBy       string       `toml:"owned_by"`
 	MaxTokens     int          `toml:"max_tokens"` // sent to providers that require one (anthropic) when the client sets none; default 4096
 	Price         *Price       `toml:"price"`      // dollars per million tokens; default from DefaultPrices by upstream name, else free
+	// ToolSelect overrides [middleware.tool_select] for requests to this
+	// model, key by key (see Config.ToolSelectFor).
+	ToolSelect *ToolSelect `toml:"tool_select"`
 }
 
 // Price is what a model costs, in dollars per million tokens.
@@ -186,6 +189,7 @@ type Middleware struct {
 	Fallback    Fallback    `toml:"fallback"`
 	Cache       Cache       `toml:"cache"`
 	ContextEdit ContextEdit `toml:"context_edit"`
+	ToolSelect  ToolSelect  `toml:"tool_select"`
 }
 
 // Fallback configures retries, backoff and circuit breaking.
@@ -221,6 +225,24 @@ type ContextEdit struct {
 	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default DefaultSummaryPrompt
 	SummaryFallback string   `toml:"summary_fallback"` // summarize: error|drop_turns when no summary can be had; default error
 }
+
+// ToolSelect configures LLM tool selection: a request that offers more than
+// MaxTools tools (client and server tools together) is first shown to the
+// selector model, and only the tools it picks (plus AlwaysInclude, the tools
+// the history calls and the one tool_choice names) are offered upstream.
+type ToolSelect struct {
+	Model         string   `toml:"model"`          // the selector, a configured model; "" = off
+	MaxTools      int      `toml:"max_tools"`      // select above this many tools, and pick at most this many; default 20
+	MinTools      int      `toml:"min_tools"`      // an answer with fewer valid names offers every tool; default 1
+	AlwaysInclude []string `toml:"always_include"` // tool names offered whenever the request offers them
+	Enabled       *bool    `toml:"enabled"`        // false turns selection off (in a model's table: for that model); default true
+}
+
+// Tool selection defaults.
+const (
+	DefaultSelectMaxTools = 20
+	DefaultSelectMinTools = 1
+)
 
 // Tracing configures OpenTelemetry traces. Unset fields fall back to the
 // standard OTEL_EXPORTER_OTLP_* environment variables.

@@ -10,6 +10,7 @@ func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ name, toml, want string }{
 		{"unknown key names line", "[server]\nlisten = \"x\"\n\nlisen = 1\n", `line 4: unknown key "server.lisen"`},
+		{"unknown tool select key", "[middleware.tool_select]\nmodel = \"x\"\nmax_tool = 3\n", `line 3: unknown key "middleware.tool_select.max_tool"`},
 		{"unknown table", "[servr]\nlisten = \"x\"\n", `unknown key "servr`},
 		{"bad duration", "[server]\nread_timeout = \"soon\"\n", "line 2"},
 		{"bad kind", "[[providers]]\nname=\"p\"\nkind=\"grpc\"\n", `providers[0].kind: "grpc" is not one of openai, anthropic, mock`},

@@ -223,6 +223,8 @@ func (c *Config) ApplyDefaults() {
 	setStr(&ce.LastResort, "error")
 	setStr(&ce.SummaryFallback, "error")
 	setStr(&ce.SummaryPrompt, DefaultSummaryPrompt)
+	setInt(&mw.ToolSelect.MaxTools, DefaultSelectMaxTools) // a model's [models.tool_select] inherits unset keys
+	setInt(&mw.ToolSelect.MinTools, DefaultSelectMinTools)
 	for i := range c.Policies {
 		setStr(&c.Policies[i].MaxTokensMode, "clamp")
 	}

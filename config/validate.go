@@ -90,6 +90,7 @@ func (c *Config) validate(o *origin) error {
 	c.validateTools(&p, models)
 	c.validateMCPServers(&p)
 	c.validateMiddleware(&p, o)
+	c.validateToolSelect(&p, o, models)
 	c.validateKeys(&p)
 	c.validatePolicies(&p)
 	c.validateResponses(&p, o)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/config"
@@ -30,12 +31,25 @@ import (
 	"github.com/llmgw/gateway/proxy"
 	"github.com/llmgw/gateway/responses"
 	"github.com/llmgw/gateway/toolloop"
+	"github.com/llmgw/gateway/toolselect"
 	"github.com/llmgw/gateway/tracing"
 )
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
 // The caller calls Runtime.Close after the runtime's last request.
-func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error) {
+func Build(cfg *config.Config, log zerolog.Logger) (*proxy.Runtime, error) {
+	return build(cfg, log, seams{})
+}
+
+// seams replace the world outside the process in benchmarks: the handler
+// every model call ends in instead of the providers, and the span exporter
+// instead of OTLP. Zero values are the real ones.
+type seams struct {
+	upstream pipeline.Handler
+	spans    sdktrace.SpanExporter
+}
+
+func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, err error) {
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -95,8 +109,10 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	store := buildStore(cfg, rdb)
 	limiter := buildLimiter(cfg, rdb, log)
 	closers = append(closers, limiter.Close)
-	tracer, err := tracing.New(context.Background(), cfg.Tracing)
-	if err != nil {
+	var tracer *tracing.Tracer
+	if s.spans != nil && cfg.Tracing.Enabled {
+		tracer = tracing.NewWithExporter(cfg.Tracing, s.spans)
+	} else if tracer, err = tracing.New(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
 	if tracer != nil {
@@ -108,12 +124,16 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	// Innermost on every model's call layer: the meter, inside the attempt's
 	// span when traced.
-	call := limiter.Meter(upstream)
+	var up pipeline.Handler = upstream
+	if s.upstream != nil {
+		up = s.upstream
+	}
+	call := limiter.Meter(up)
 	if tracer != nil {
 		call = tracer.ModelCall(call)
 	}
 
-	// A model call made on the caller's behalf (agent tools, summaries)
+	// A model call made on the caller's behalf (agent tools, summaries, tool selection)
 	// passes the caller's policy, limits and budgets.
 	admit := func(r *pipeline.Request) error {
 		if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
@@ -161,6 +181,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	if mcp != nil {
 		loopOpts.Source = mcp // never a typed nil in the interface
+	}
+	if sel := toolselect.New(toolselect.Options{Config: cfg, Lookup: lookup, Admit: admit, Store: store, Log: log}); sel != nil {
+		loopOpts.Selector = sel // the same: nil stays an untyped nil
 	}
 	if tracer != nil {
 		loopOpts.ToolMiddleware = append([]pipeline.ToolMiddleware{tracer.Tool()}, loopOpts.ToolMiddleware...)
