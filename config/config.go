@@ -50,8 +50,8 @@ type Server struct {
 // Provider is an upstream API.
 type Provider struct {
 	Name              string            `toml:"name"`
-	Kind              string            `toml:"kind"`                // openai|mock
-	BaseURL           string            `toml:"base_url"`            // e.g. https://api.openai.com/v1
+	Kind              string            `toml:"kind"`                // openai|anthropic|mock
+	BaseURL           string            `toml:"base_url"`            // e.g. https://api.openai.com/v1; anthropic default https://api.anthropic.com
 	APIKey            string            `toml:"api_key"`             // may be ${ENV}
 	Headers           map[string]string `toml:"headers"`             // values may be ${ENV}
 	Optional          bool              `toml:"optional"`            // drop this provider (and its models) when api_key expands empty
@@ -63,10 +63,12 @@ type Provider struct {
 	MaxResponseBytes  int               `toml:"max_response_bytes"`  // non-streamed response body limit; default 32 MiB
 	Retries           *int              `toml:"retries"`             // default 2
 	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
-	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none
+	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none (anthropic for kind anthropic)
 	PromptCacheTTL    string            `toml:"prompt_cache_ttl"`    // anthropic marker ttl ("5m"|"1h"); default unset
 	Responses         string            `toml:"responses"`           // translate|native: how /v1/responses reaches this provider; default translate
 	Mock              *Mock             `toml:"mock"`                // kind = "mock" only
+	AnthropicVersion  string            `toml:"anthropic_version"`   // kind = "anthropic": the anthropic-version header; default 2023-06-01
+	AnthropicBeta     []string          `toml:"anthropic_beta"`      // kind = "anthropic": anthropic-beta features, sent comma-joined
 }
 
 // Mock configures an in-process mockllm provider.
@@ -87,7 +89,8 @@ type Model struct {
 	Fallbacks     []string     `toml:"fallbacks"`      // other model names, in order
 	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [fallback, context_edit, prompt_cache]
 	OwnedBy       string       `toml:"owned_by"`
-	Price         *Price       `toml:"price"` // dollars per million tokens; default from DefaultPrices by upstream name, else free
+	MaxTokens     int          `toml:"max_tokens"` // sent to providers that require one (anthropic) when the client sets none; default 4096
+	Price         *Price       `toml:"price"`      // dollars per million tokens; default from DefaultPrices by upstream name, else free
 	// ToolSelect overrides [middleware.tool_select] for requests to this
 	// model, key by key (see Config.ToolSelectFor).
 	ToolSelect *ToolSelect `toml:"tool_select"`

@@ -134,6 +134,11 @@ func (c *Config) ApplyDefaults() {
 		setDur(&p.RetryAfterCap, 10*time.Second)
 		setInt(&p.MaxConns, 1024)
 		setInt(&p.MaxResponseBytes, 32<<20)
+		if p.Kind == "anthropic" {
+			setStr(&p.BaseURL, "https://api.anthropic.com")
+			setStr(&p.AnthropicVersion, "2023-06-01")
+			setStr(&p.PromptCache, "anthropic")
+		}
 		setStr(&p.PromptCache, "none")
 		if p.Retries == nil {
 			two := 2

@@ -110,11 +110,12 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 	for i, pr := range c.Providers {
 		at := fmt.Sprintf("providers[%d]", o.provider(i))
 		p.checkName(at+".name", pr.Name, providers)
-		p.checkEnum(at+".kind", pr.Kind, "openai", "mock")
-		if pr.Kind == "openai" {
+		p.checkEnum(at+".kind", pr.Kind, "openai", "anthropic", "mock")
+		if pr.Kind == "openai" || pr.Kind == "anthropic" {
 			p.checkHTTPURL(at+".base_url", pr.BaseURL)
 		}
 		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
+		validateAnthropic(p, at, pr)
 		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
 		p.checkPositive(at+".retry_after_cap", int64(pr.RetryAfterCap))
 		if *pr.Retries < 0 || *pr.Retries > 10 {
@@ -160,6 +161,7 @@ func (c *Config) validateModels(p *problems, o *origin, providers map[string]boo
 			p.checkEnum(fmt.Sprintf("%s.middleware[%d]", at, j), mw, "context_edit", "prompt_cache", "fallback")
 		}
 		p.checkPositive(at+".context_window", int64(m.ContextWindow))
+		p.checkPositive(at+".max_tokens", int64(m.MaxTokens))
 		p.checkEnum(at+".encoding", m.Encoding, "o200k_base", "cl100k_base", "p50k_base", "r50k_base")
 	}
 	return models
@@ -468,4 +470,29 @@ func (o *origin) fallback(i, j int) int {
 		return idx[j]
 	}
 	return j
+}
+
+// validateAnthropic checks the settings that only an anthropic provider
+// reads, and that it reads them right.
+func validateAnthropic(p *problems, at string, pr Provider) {
+	if pr.Kind != "anthropic" {
+		if pr.AnthropicVersion != "" {
+			p.add(at+".anthropic_version", "only for kind anthropic")
+		}
+		if len(pr.AnthropicBeta) > 0 {
+			p.add(at+".anthropic_beta", "only for kind anthropic")
+		}
+		return
+	}
+	if pr.PromptCache == "openai" {
+		p.add(at+".prompt_cache", "an anthropic provider caches with anthropic breakpoints or none")
+	}
+	if pr.Responses == "native" {
+		p.add(at+".responses", "an anthropic provider has no Responses API: use translate")
+	}
+	for j, b := range pr.AnthropicBeta {
+		if b == "" || strings.ContainsAny(b, ", \t") {
+			p.add(fmt.Sprintf("%s.anthropic_beta[%d]", at, j), "%q is not a feature name", b)
+		}
+	}
 }

@@ -72,7 +72,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		closers = append(closers, stop)
 		providers[i].BaseURL = url
 	}
-	upstream, err := proxy.NewUpstream(providers)
+	upstream, err := proxy.NewUpstream(providers, cfg.Models)
 	if err != nil {
 		return nil, err
 	}

@@ -237,13 +237,29 @@ func (t *Tracer) Tool() pipeline.ToolMiddleware {
 	}
 }
 
-// answered records an upstream call's usage and finish reason.
+// Prompt-cache usage, when the upstream reports it: the GenAI names of the
+// semantic conventions after v1.37.
+const (
+	usageCacheRead  = attribute.Key("gen_ai.usage.cache_read.input_tokens")
+	usageCacheWrite = attribute.Key("gen_ai.usage.cache_creation.input_tokens")
+)
+
+// answered records an upstream call's usage (with its prompt-cache reads and
+// writes when reported) and finish reason.
 func answered(a *attrs, usage gjson.Result, finish string) {
 	if usage.IsObject() {
 		a.add(
 			semconv.GenAIUsageInputTokens(int(usage.Get("prompt_tokens").Int())),
 			semconv.GenAIUsageOutputTokens(int(usage.Get("completion_tokens").Int())),
 		)
+		if d := usage.Get("prompt_tokens_details"); d.IsObject() {
+			if n := d.Get("cached_tokens").Int(); n > 0 {
+				a.add(usageCacheRead.Int64(n))
+			}
+			if n := d.Get("cache_write_tokens").Int(); n > 0 {
+				a.add(usageCacheWrite.Int64(n))
+			}
+		}
 	}
 	if finish != "" {
 		a.add(finishReason(finish))

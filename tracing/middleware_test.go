@@ -74,7 +74,7 @@ func TestSpanAttributes(t *testing.T) {
 				if !tc.stream {
 					return &pipeline.Response{Body: []byte(`{"choices":[{"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5}}`)}, nil
 				}
-				chunks := []string{`{"choices":[{"delta":{"content":"hi"}}]}`, `{"choices":[{"delta":{},"finish_reason":"length"}]}`, `{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}`}
+				chunks := []string{`{"choices":[{"delta":{"content":"hi"}}]}`, `{"choices":[{"delta":{},"finish_reason":"length"}]}`, `{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4,"cache_write_tokens":2}}}`}
 				return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
 					if len(chunks) == 0 {
 						return nil, io.EOF
@@ -119,14 +119,14 @@ func TestSpanAttributes(t *testing.T) {
 			if got := attrList(failed); got != want || failed.Status().Code != codes.Error || len(failed.Events()) != 1 {
 				t.Fatalf("failed call:\n got %s %v %v\nwant %s", got, failed.Status(), failed.Events(), want)
 			}
-			usage, finish := "10 5", "stop"
-			if tc.stream {
-				usage, finish = "7 3", "length"
+			usage, finish, cache := "10 5", "stop", ""
+			if tc.stream { // with prompt-cache reads and writes
+				usage, finish, cache = "7 3", "length", " gen_ai.usage.cache_read.input_tokens=4 gen_ai.usage.cache_creation.input_tokens=2"
 			}
 			want = sortedAttrs("gateway.attempt=2 gateway.fallback=false gateway.retry=true gateway.stream=" + stream +
 				" gen_ai.operation.name=chat gen_ai.provider.name=up gen_ai.request.model=gpt-x-up gen_ai.response.model=gpt-x-up" +
 				" gen_ai.usage.input_tokens=" + strings.Fields(usage)[0] + " gen_ai.usage.output_tokens=" + strings.Fields(usage)[1] +
-				" gen_ai.response.finish_reasons=[\"" + finish + "\"]")
+				" gen_ai.response.finish_reasons=[\"" + finish + "\"]" + cache)
 			if got := attrList(ok); got != want || ok.Status().Code == codes.Error {
 				t.Fatalf("answered call:\n got %s\nwant %s", got, want)
 			}
