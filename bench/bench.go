@@ -161,7 +161,7 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 		fn   func() *scenarioResult
 	}{
 		{"passthrough", b.passthrough}, {"stream", b.streaming}, {"toolloop", b.toolLoop},
-		{"cache", b.cacheHit}, {"fallback", b.fallback}, {"limits", b.limits}, {"responses", b.responses}, {"streams", b.concurrentStreams}, {"sweep", b.sweep},
+		{"cache", b.cacheHit}, {"fallback", b.fallback}, {"limits", b.limits}, {"replicas", b.replicas}, {"responses", b.responses}, {"streams", b.concurrentStreams}, {"sweep", b.sweep},
 	}
 	for _, st := range steps {
 		if !sel[st.name] {

@@ -75,7 +75,7 @@ func modeSettings(mode string) (settings, error) {
 	return s, nil
 }
 
-var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallback", "limits", "responses", "streams", "sweep"}
+var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallback", "limits", "replicas", "responses", "streams", "sweep"}
 
 func main() { os.Exit(realMain()) }
 

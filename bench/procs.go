@@ -67,6 +67,12 @@ func (p *procs) start(name, bin string, args ...string) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.startAt(name, addr, bin, args...)
+}
+
+// startAt is start on an address chosen by the caller (for a program that
+// reads its address from a file, such as haproxy).
+func (p *procs) startAt(name, addr, bin string, args ...string) (*child, error) {
 	full := make([]string, len(args))
 	for i, a := range args {
 		switch a {

@@ -12,7 +12,7 @@ import (
 // call runs under its own deadline (timeout), so a stalled Redis costs a
 // request at most that long. Safe for concurrent use.
 type RedisStore struct {
-	client  *redis.Client
+	client  redis.UniversalClient
 	prefix  string
 	timeout time.Duration
 }
@@ -20,7 +20,7 @@ type RedisStore struct {
 // NewRedisStore returns a Store over client, prefixing every key with prefix
 // (e.g. "gw:cache:"). timeout bounds each command (redis.timeout, defaulted
 // by config). The caller owns client and closes it.
-func NewRedisStore(client *redis.Client, prefix string, timeout time.Duration) *RedisStore {
+func NewRedisStore(client redis.UniversalClient, prefix string, timeout time.Duration) *RedisStore {
 	return &RedisStore{client: client, prefix: prefix, timeout: timeout}
 }
 

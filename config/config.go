@@ -52,8 +52,8 @@ type Server struct {
 // Provider is an upstream API.
 type Provider struct {
 	Name              string            `toml:"name"`
-	Kind              string            `toml:"kind"`                // openai|mock
-	BaseURL           string            `toml:"base_url"`            // e.g. https://api.openai.com/v1
+	Kind              string            `toml:"kind"`                // openai|anthropic|mock
+	BaseURL           string            `toml:"base_url"`            // e.g. https://api.openai.com/v1; anthropic default https://api.anthropic.com
 	APIKey            string            `toml:"api_key"`             // may be ${ENV}
 	Headers           map[string]string `toml:"headers"`             // values may be ${ENV}
 	Optional          bool              `toml:"optional"`            // drop this provider (and its models) when api_key expands empty
@@ -65,10 +65,12 @@ type Provider struct {
 	MaxResponseBytes  int               `toml:"max_response_bytes"`  // non-streamed response body limit; default 32 MiB
 	Retries           *int              `toml:"retries"`             // default 2
 	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
-	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none
+	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none (anthropic for kind anthropic)
 	PromptCacheTTL    string            `toml:"prompt_cache_ttl"`    // anthropic marker ttl ("5m"|"1h"); default unset
 	Responses         string            `toml:"responses"`           // translate|native: how /v1/responses reaches this provider; default translate
 	Mock              *Mock             `toml:"mock"`                // kind = "mock" only
+	AnthropicVersion  string            `toml:"anthropic_version"`   // kind = "anthropic": the anthropic-version header; default 2023-06-01
+	AnthropicBeta     []string          `toml:"anthropic_beta"`      // kind = "anthropic": anthropic-beta features, sent comma-joined
 }
 
 // Mock configures an in-process mockllm provider.
@@ -89,7 +91,11 @@ type Model struct {
 	Fallbacks     []string     `toml:"fallbacks"`      // other model names, in order
 	Middleware    []string     `toml:"middleware"`     // model-call layer, outermost first; default [fallback, context_edit, prompt_cache]
 	OwnedBy       string       `toml:"owned_by"`
-	Price         *Price       `toml:"price"` // dollars per million tokens; default from DefaultPrices by upstream name, else free
+	MaxTokens     int          `toml:"max_tokens"` // sent to providers that require one (anthropic) when the client sets none; default 4096
+	Price         *Price       `toml:"price"`      // dollars per million tokens; default from DefaultPrices by upstream name, else free
+	// ToolSelect overrides [middleware.tool_select] for requests to this
+	// model, key by key (see Config.ToolSelectFor).
+	ToolSelect *ToolSelect `toml:"tool_select"`
 	// ToolCalling is "prompted" for a model without native function
 	// calling: tools go into a system prompt and calls are parsed from its
 	// text (toolprompt). Default "native".
@@ -191,6 +197,7 @@ type Middleware struct {
 	Fallback    Fallback    `toml:"fallback"`
 	Cache       Cache       `toml:"cache"`
 	ContextEdit ContextEdit `toml:"context_edit"`
+	ToolSelect  ToolSelect  `toml:"tool_select"`
 }
 
 // Fallback configures retries, backoff and circuit breaking.
@@ -200,6 +207,9 @@ type Fallback struct {
 	Deadline        Duration `toml:"deadline"`         // total per request; default 2m
 	BreakerFailures int      `toml:"breaker_failures"` // consecutive failures to open; default 5
 	BreakerCooldown Duration `toml:"breaker_cooldown"` // default 30s
+	// SharedBreakers shares circuit openings between replicas through
+	// [redis] (pub/sub, no Redis call per request).
+	SharedBreakers bool `toml:"shared_breakers"`
 }
 
 // Cache configures the response cache and its store.
@@ -226,6 +236,24 @@ type ContextEdit struct {
 	SummaryPrompt   string   `toml:"summary_prompt"`   // summarize: its system prompt; default DefaultSummaryPrompt
 	SummaryFallback string   `toml:"summary_fallback"` // summarize: error|drop_turns when no summary can be had; default error
 }
+
+// ToolSelect configures LLM tool selection: a request that offers more than
+// MaxTools tools (client and server tools together) is first shown to the
+// selector model, and only the tools it picks (plus AlwaysInclude, the tools
+// the history calls and the one tool_choice names) are offered upstream.
+type ToolSelect struct {
+	Model         string   `toml:"model"`          // the selector, a configured model; "" = off
+	MaxTools      int      `toml:"max_tools"`      // select above this many tools, and pick at most this many; default 20
+	MinTools      int      `toml:"min_tools"`      // an answer with fewer valid names offers every tool; default 1
+	AlwaysInclude []string `toml:"always_include"` // tool names offered whenever the request offers them
+	Enabled       *bool    `toml:"enabled"`        // false turns selection off (in a model's table: for that model); default true
+}
+
+// Tool selection defaults.
+const (
+	DefaultSelectMaxTools = 20
+	DefaultSelectMinTools = 1
+)
 
 // Tracing configures OpenTelemetry traces. Unset fields fall back to the
 // standard OTEL_EXPORTER_OTLP_* environment variables.
@@ -299,15 +327,6 @@ type Policy struct {
 	// requests; set (even to []) in a tenant's entry, it replaces the "*"
 	// entry's list.
 	Guardrails []string `toml:"guardrails"`
-}
-
-// Redis configures shared state for replicas.
-type Redis struct {
-	Addr     string   `toml:"addr"`
-	Password string   `toml:"password"` // may be ${ENV}
-	DB       int      `toml:"db"`
-	Timeout  Duration `toml:"timeout"` // per call; default 200ms
-	Prefix   string   `toml:"prefix"`  // key prefix; default "gw:"
 }
 
 // Duration is a time.Duration written as "1.5s" in TOML.

@@ -10,9 +10,10 @@ func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ name, toml, want string }{
 		{"unknown key names line", "[server]\nlisten = \"x\"\n\nlisen = 1\n", `line 4: unknown key "server.lisen"`},
+		{"unknown tool select key", "[middleware.tool_select]\nmodel = \"x\"\nmax_tool = 3\n", `line 3: unknown key "middleware.tool_select.max_tool"`},
 		{"unknown table", "[servr]\nlisten = \"x\"\n", `unknown key "servr`},
 		{"bad duration", "[server]\nread_timeout = \"soon\"\n", "line 2"},
-		{"bad kind", "[[providers]]\nname=\"p\"\nkind=\"grpc\"\n", `providers[0].kind: "grpc" is not one of openai, mock`},
+		{"bad kind", "[[providers]]\nname=\"p\"\nkind=\"grpc\"\n", `providers[0].kind: "grpc" is not one of openai, anthropic, mock`},
 		{"bad base url", "[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"ftp://x\"\n", `providers[0].base_url`},
 		{"unknown provider", "[[models]]\nname=\"m\"\nprovider=\"nope\"\n", `line 3: models[0].provider: unknown provider "nope"`},
 		{"unknown fallback", "[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\nfallbacks=[\"x\"]\n", `models[0].fallbacks[0]: unknown model "x"`},

@@ -134,6 +134,11 @@ func (c *Config) ApplyDefaults() {
 		setDur(&p.RetryAfterCap, 10*time.Second)
 		setInt(&p.MaxConns, 1024)
 		setInt(&p.MaxResponseBytes, 32<<20)
+		if p.Kind == "anthropic" {
+			setStr(&p.BaseURL, "https://api.anthropic.com")
+			setStr(&p.AnthropicVersion, "2023-06-01")
+			setStr(&p.PromptCache, "anthropic")
+		}
 		setStr(&p.PromptCache, "none")
 		if p.Retries == nil {
 			two := 2
@@ -221,11 +226,14 @@ func (c *Config) ApplyDefaults() {
 	setStr(&ce.LastResort, "error")
 	setStr(&ce.SummaryFallback, "error")
 	setStr(&ce.SummaryPrompt, DefaultSummaryPrompt)
+	setInt(&mw.ToolSelect.MaxTools, DefaultSelectMaxTools) // a model's [models.tool_select] inherits unset keys
+	setInt(&mw.ToolSelect.MinTools, DefaultSelectMinTools)
 	for i := range c.Policies {
 		setStr(&c.Policies[i].MaxTokensMode, "clamp")
 	}
 	if c.Redis != nil {
 		setDur(&c.Redis.Timeout, 200*time.Millisecond)
 		setStr(&c.Redis.Prefix, "gw:")
+		setStr(&c.Redis.Mode, "single")
 	}
 }

@@ -121,5 +121,9 @@ func (c *Config) expand() {
 	if c.Redis != nil {
 		c.Redis.Addr = Expand(c.Redis.Addr)
 		c.Redis.Password = Expand(c.Redis.Password)
+		c.Redis.SentinelPassword = Expand(c.Redis.SentinelPassword)
+		for i := range c.Redis.Addrs {
+			c.Redis.Addrs[i] = Expand(c.Redis.Addrs[i])
+		}
 	}
 }

@@ -69,6 +69,7 @@ func (c *Config) Secrets() []string {
 	addURL(c.Tracing.Endpoint)
 	if c.Redis != nil {
 		add(c.Redis.Password)
+		add(c.Redis.SentinelPassword)
 		addURL(c.Redis.Addr)
 	}
 	return out

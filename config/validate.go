@@ -90,18 +90,14 @@ func (c *Config) validate(o *origin) error {
 	c.validateTools(&p, models)
 	c.validateMCPServers(&p)
 	c.validateMiddleware(&p, o)
+	c.validateToolSelect(&p, o, models)
 	c.validateKeys(&p)
 	c.validatePolicies(&p)
 	c.validateResponses(&p, o)
 	c.validateToolCalling(&p, o)
 	c.validateGuardrails(&p)
 	c.validateOpenAPI(&p)
-	if c.Redis != nil && c.Redis.Addr == "" {
-		p.add("redis.addr", "required")
-	}
-	if c.Redis != nil {
-		p.checkPositive("redis.timeout", int64(c.Redis.Timeout))
-	}
+	c.Redis.validate(&p)
 	return errors.Join(p.errs...)
 }
 
@@ -117,11 +113,12 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 	for i, pr := range c.Providers {
 		at := fmt.Sprintf("providers[%d]", o.provider(i))
 		p.checkName(at+".name", pr.Name, providers)
-		p.checkEnum(at+".kind", pr.Kind, "openai", "mock")
-		if pr.Kind == "openai" {
+		p.checkEnum(at+".kind", pr.Kind, "openai", "anthropic", "mock")
+		if pr.Kind == "openai" || pr.Kind == "anthropic" {
 			p.checkHTTPURL(at+".base_url", pr.BaseURL)
 		}
 		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
+		validateAnthropic(p, at, pr)
 		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
 		p.checkPositive(at+".retry_after_cap", int64(pr.RetryAfterCap))
 		if *pr.Retries < 0 || *pr.Retries > 10 {
@@ -167,6 +164,7 @@ func (c *Config) validateModels(p *problems, o *origin, providers map[string]boo
 			p.checkEnum(fmt.Sprintf("%s.middleware[%d]", at, j), mw, "context_edit", "prompt_cache", "fallback")
 		}
 		p.checkPositive(at+".context_window", int64(m.ContextWindow))
+		p.checkPositive(at+".max_tokens", int64(m.MaxTokens))
 		p.checkEnum(at+".encoding", m.Encoding, "o200k_base", "cl100k_base", "p50k_base", "r50k_base")
 	}
 	return models
@@ -296,6 +294,9 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	p.checkEnum("middleware.cache.store", c.Middleware.Cache.Store, "memory", "redis")
 	if c.Middleware.Cache.Store == "redis" && c.Redis == nil {
 		p.add("middleware.cache.store", "redis needs a [redis] section")
+	}
+	if f.SharedBreakers && c.Redis == nil {
+		p.add("middleware.fallback.shared_breakers", "true needs a [redis] section")
 	}
 	ce := c.Middleware.ContextEdit
 	p.checkEnum("middleware.context_edit.last_resort", ce.LastResort, "error", "drop_turns", "summarize")
@@ -472,4 +473,29 @@ func (o *origin) fallback(i, j int) int {
 		return idx[j]
 	}
 	return j
+}
+
+// validateAnthropic checks the settings that only an anthropic provider
+// reads, and that it reads them right.
+func validateAnthropic(p *problems, at string, pr Provider) {
+	if pr.Kind != "anthropic" {
+		if pr.AnthropicVersion != "" {
+			p.add(at+".anthropic_version", "only for kind anthropic")
+		}
+		if len(pr.AnthropicBeta) > 0 {
+			p.add(at+".anthropic_beta", "only for kind anthropic")
+		}
+		return
+	}
+	if pr.PromptCache == "openai" {
+		p.add(at+".prompt_cache", "an anthropic provider caches with anthropic breakpoints or none")
+	}
+	if pr.Responses == "native" {
+		p.add(at+".responses", "an anthropic provider has no Responses API: use translate")
+	}
+	for j, b := range pr.AnthropicBeta {
+		if b == "" || strings.ContainsAny(b, ", \t") {
+			p.add(fmt.Sprintf("%s.anthropic_beta[%d]", at, j), "%q is not a feature name", b)
+		}
+	}
 }

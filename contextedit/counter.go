@@ -12,7 +12,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/pipeline"
 )
 
 // The OpenAI cookbook's accounting for chat models ("How to count tokens with
@@ -157,12 +156,19 @@ func (c *Counter) countString(v gjson.Result) int {
 // count of messages, plus the tokens of the tools' JSON, plus the priming.
 // body is only read and not retained. It returns ErrInvalidBody when body is
 // not an object with a messages array.
+// It is an unedited transcript's count (transcript.count), summed as the
+// messages are read, without building the transcript.
 func (c *Counter) Count(body []byte) (int, error) {
-	t, err := parse(body, c)
+	msgs, tools, err := promptParts(gjson.ParseBytes(body))
 	if err != nil {
 		return 0, err
 	}
-	return t.count(pipeline.PromptHint{}), nil
+	n := tokensPriming + c.toolsCost(tools)
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		n += c.messageCost(m)
+		return true
+	})
+	return n, nil
 }
 
 // toolsCost counts the tools' JSON as text: the providers render the tool

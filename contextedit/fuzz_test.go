@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
 )
 
 func FuzzCount(f *testing.F) {
@@ -23,6 +24,15 @@ func FuzzCount(f *testing.F) {
 		}
 		if n < tokensPriming {
 			t.Fatalf("Count = %d", n)
+		}
+		// Count sums as it reads; the transcript that editing builds must
+		// agree with it.
+		tr, err := parse(body, c)
+		if err != nil {
+			t.Fatalf("Count accepted what parse refuses: %v", err)
+		}
+		if m := tr.count(pipeline.PromptHint{}); m != n {
+			t.Fatalf("Count = %d, transcript count = %d", n, m)
 		}
 
 		if b := cheapBound(body); b >= 0 && b < n {

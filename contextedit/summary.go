@@ -13,6 +13,7 @@ import (
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // summaryPrefix opens the message that replaces the summarised turns.
@@ -135,7 +136,7 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 			b.WriteString(" (" + m.name + ")")
 		}
 		b.WriteString(": ")
-		b.WriteString(contentText(m.content))
+		b.WriteString(wire.ContentText(m.content))
 		for _, c := range m.calls {
 			b.WriteString("\n[called " + c.name + " with " + c.input.String() + "]")
 		}
@@ -146,21 +147,6 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 		out = out[len(out)-maxSummaryInput:]
 	}
 	return out
-}
-
-// contentText is a message content's text: the string, or its text parts.
-func contentText(c gjson.Result) string {
-	if c.Type == gjson.String {
-		return c.Str
-	}
-	var parts []string
-	c.ForEach(func(_, p gjson.Result) bool {
-		if t := p.Get("text"); t.Type == gjson.String {
-			parts = append(parts, t.Str)
-		}
-		return true
-	})
-	return strings.Join(parts, "\n")
 }
 
 // summaryMessage is the JSON of the user message that carries a summary.

@@ -65,27 +65,11 @@ func isSystem(role string) bool { return role == "system" || role == "developer"
 // an object with a messages array.
 func parse(body []byte, c *Counter) (*transcript, error) {
 	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
-		return nil, ErrInvalidBody
+	msgs, tools, err := promptParts(root)
+	if err != nil {
+		return nil, err
 	}
-	var msgs gjson.Result
-	t := &transcript{c: c, root: root}
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "messages":
-			if !msgs.Exists() {
-				msgs = v
-			}
-		case "tools":
-			if !t.tools.Exists() {
-				t.tools = v
-			}
-		}
-		return true
-	})
-	if !msgs.IsArray() {
-		return nil, ErrInvalidBody
-	}
+	t := &transcript{c: c, root: root, tools: tools}
 	calls := map[string][2]int{} // call id → (message, call) of the latest assistant holding it
 	msgs.ForEach(func(_, v gjson.Result) bool {
 		i := len(t.msgs)
@@ -136,6 +120,32 @@ func parse(body []byte, c *Counter) (*transcript, error) {
 		return true
 	})
 	return t, nil
+}
+
+// promptParts returns the messages array and the tools of a chat request
+// (the first of each key), or ErrInvalidBody when root is not an object
+// with a messages array.
+func promptParts(root gjson.Result) (msgs, tools gjson.Result, err error) {
+	if !root.IsObject() {
+		return msgs, tools, ErrInvalidBody
+	}
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "messages":
+			if !msgs.Exists() {
+				msgs = v
+			}
+		case "tools":
+			if !tools.Exists() {
+				tools = v
+			}
+		}
+		return true
+	})
+	if !msgs.IsArray() {
+		return msgs, tools, ErrInvalidBody
+	}
+	return msgs, tools, nil
 }
 
 // cost returns the tokens message i adds to the prompt with its edits.

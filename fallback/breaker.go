@@ -34,6 +34,9 @@ type breaker struct {
 	cooldown  time.Duration
 	gauge     prometheus.Gauge
 	log       zerolog.Logger
+	// share, when set, is told every transition this replica decides (not
+	// those applied from other replicas); it must not block.
+	share func(open bool, until time.Time)
 
 	mu        sync.Mutex
 	state     circuit
@@ -111,9 +114,11 @@ func (b *breaker) done(now time.Time, probe bool, r breakerResult) {
 		case resultSuccess:
 			b.failures = 0
 			b.setState(circuitClosed)
+			b.shareState()
 		case resultFailure:
 			b.openUntil = now.Add(b.cooldown)
 			b.setState(circuitOpen)
+			b.shareState()
 		}
 		return
 	}
@@ -129,7 +134,33 @@ func (b *breaker) done(now time.Time, probe bool, r breakerResult) {
 			b.failures = 0
 			b.openUntil = now.Add(b.cooldown)
 			b.setState(circuitOpen)
+			b.shareState()
 		}
+	}
+}
+
+// remote applies another replica's transition. An opening opens this
+// circuit until the same time (or keeps a later one); a closing (that
+// replica's probe succeeded) closes a circuit that is open here, so the
+// deployment is used again without waiting for a probe of its own.
+func (b *breaker) remote(open bool, until, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case open && until.After(now) && (b.state != circuitOpen || until.After(b.openUntil)):
+		b.failures = 0
+		b.openUntil = until
+		b.setState(circuitOpen)
+	case !open && b.state == circuitOpen:
+		b.failures = 0
+		b.setState(circuitClosed)
+	}
+}
+
+// shareState tells share the state just decided; mu is held.
+func (b *breaker) shareState() {
+	if b.share != nil {
+		b.share(b.state == circuitOpen, b.openUntil)
 	}
 }
 

@@ -51,6 +51,9 @@ type Options struct {
 	// Fallback holds backoff, deadline and breaker settings.
 	Fallback config.Fallback
 	Logger   zerolog.Logger
+	// Shared, when set, shares the breakers with other replicas; New starts
+	// it and the caller closes it.
+	Shared *SharedBreakers
 
 	// Sleep waits d or until ctx ends (returning its error). Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -91,6 +94,7 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 		threshold: f.BreakerFailures,
 		cooldown:  f.BreakerCooldown.D(),
 		log:       opts.Logger,
+		shared:    opts.Shared,
 		breakers:  make(map[depKey]*breaker),
 		routes:    make(map[*pipeline.Route]*routeState),
 	}
@@ -128,6 +132,9 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 	}
 	if proto.lookup == nil {
 		proto.lookup = func(string) *pipeline.Route { return nil }
+	}
+	if opts.Shared != nil {
+		opts.Shared.start(func(ev breakerEvent) { t.applyRemote(ev, proto.now()) })
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
 		h := proto

@@ -44,6 +44,7 @@ type tables struct {
 	threshold int
 	cooldown  time.Duration
 	log       zerolog.Logger
+	shared    *SharedBreakers // nil: breakers are this replica's own
 
 	mu       sync.RWMutex
 	breakers map[depKey]*breaker
@@ -56,9 +57,26 @@ func (t *tables) breakerFor(provider, upstream string) *breaker {
 	b := t.breakers[k]
 	if b == nil {
 		b = newBreaker(t.threshold, t.cooldown, provider, upstream, t.log)
+		if s := t.shared; s != nil {
+			b.share = func(open bool, until time.Time) {
+				s.send(breakerEvent{open: open, until: until, provider: provider, upstream: upstream})
+			}
+		}
 		t.breakers[k] = b
 	}
 	return b
+}
+
+// applyRemote applies another replica's transition to the deployment's
+// breaker; a deployment this replica does not know is ignored (what arrives
+// from Redis never grows the table).
+func (t *tables) applyRemote(ev breakerEvent, now time.Time) {
+	t.mu.RLock()
+	b := t.breakers[depKey{ev.provider, ev.upstream}]
+	t.mu.RUnlock()
+	if b != nil {
+		b.remote(ev.open, ev.until, now)
+	}
 }
 
 // route returns the state of r, building it on first use.

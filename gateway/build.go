@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/config"
@@ -33,12 +34,25 @@ import (
 	"github.com/llmgw/gateway/responses"
 	"github.com/llmgw/gateway/toolloop"
 	"github.com/llmgw/gateway/toolprompt"
+	"github.com/llmgw/gateway/toolselect"
 	"github.com/llmgw/gateway/tracing"
 )
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
 // The caller calls Runtime.Close after the runtime's last request.
-func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error) {
+func Build(cfg *config.Config, log zerolog.Logger) (*proxy.Runtime, error) {
+	return build(cfg, log, seams{})
+}
+
+// seams replace the world outside the process in benchmarks: the handler
+// every model call ends in instead of the providers, and the span exporter
+// instead of OTLP. Zero values are the real ones.
+type seams struct {
+	upstream pipeline.Handler
+	spans    sdktrace.SpanExporter
+}
+
+func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, err error) {
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -61,7 +75,7 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		closers = append(closers, stop)
 		providers[i].BaseURL = url
 	}
-	upstream, err := proxy.NewUpstream(providers)
+	upstream, err := proxy.NewUpstream(providers, cfg.Models)
 	if err != nil {
 		return nil, err
 	}
@@ -94,17 +108,21 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		}
 	}
 	// One Redis client for every shared store (response cache, tool-loop state).
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	if cfg.Redis != nil {
 		useRedisLogger(log)
-		rdb = redisClient(cfg.Redis)
+		if rdb, err = redisClient(cfg.Redis); err != nil {
+			return nil, err
+		}
 		closers = append(closers, func() { _ = rdb.Close() })
 	}
 	store := buildStore(cfg, rdb)
 	limiter := buildLimiter(cfg, rdb, log)
 	closers = append(closers, limiter.Close)
-	tracer, err := tracing.New(context.Background(), cfg.Tracing)
-	if err != nil {
+	var tracer *tracing.Tracer
+	if s.spans != nil && cfg.Tracing.Enabled {
+		tracer = tracing.NewWithExporter(cfg.Tracing, s.spans)
+	} else if tracer, err = tracing.New(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
 	if tracer != nil {
@@ -116,12 +134,16 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 	}
 	// Innermost on every model's call layer: the meter, inside the attempt's
 	// span when traced.
-	call := limiter.Meter(upstream)
+	var up pipeline.Handler = upstream
+	if s.upstream != nil {
+		up = s.upstream
+	}
+	call := limiter.Meter(up)
 	if tracer != nil {
 		call = tracer.ModelCall(call)
 	}
 
-	// A model call made on the caller's behalf (agent tools, summaries)
+	// A model call made on the caller's behalf (agent tools, summaries, tool selection)
 	// passes the caller's policy, limits and budgets.
 	admit := func(r *pipeline.Request) error {
 		if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
@@ -129,11 +151,17 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		}
 		return limiter.Admit(r)
 	}
+	var shared *fallback.SharedBreakers
+	if cfg.Middleware.Fallback.SharedBreakers && rdb != nil {
+		shared = fallback.NewSharedBreakers(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D(), log)
+		closers = append(closers, shared.Close)
+	}
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
 			Lookup: lookup, Admit: admit, Store: store}),
-		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log}, lookup),
+		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
+			Shared: shared}, lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,
@@ -187,6 +215,9 @@ func Build(cfg *config.Config, log zerolog.Logger) (rt *proxy.Runtime, err error
 		sources = append(sources, specs)
 	}
 	loopOpts.Source = toolloop.JoinSources(sources...)
+	if sel := toolselect.New(toolselect.Options{Config: cfg, Lookup: lookup, Admit: admit, Store: store, Log: log}); sel != nil {
+		loopOpts.Selector = sel // the same: nil stays an untyped nil
+	}
 	if tracer != nil {
 		loopOpts.ToolMiddleware = append([]pipeline.ToolMiddleware{tracer.Tool()}, loopOpts.ToolMiddleware...)
 	}
@@ -270,7 +301,7 @@ func startMock(p config.Provider, models []config.Model, log zerolog.Logger) (st
 
 // buildStore returns the shared store of the response and tool-result
 // caches: Redis when configured for it, else memory bounded by bytes.
-func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
+func buildStore(cfg *config.Config, rdb redis.UniversalClient) caching.Store {
 	c := cfg.Middleware.Cache
 	if c.Store == "redis" && rdb != nil {
 		return caching.NewRedisStore(rdb, cfg.Redis.Prefix+"cache:", cfg.Redis.Timeout.D())
@@ -281,7 +312,7 @@ func buildStore(cfg *config.Config, rdb *redis.Client) caching.Store {
 // buildState returns the mixed-turn state store: Redis when [redis] is set
 // (so that any replica can continue a turn), else memory bounded by
 // tool_loop.state_max_entries and state_max_bytes; nil when no server tool can exist.
-func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
+func buildState(cfg *config.Config, rdb redis.UniversalClient) toolloop.StateStore {
 	if !hasServerTools(cfg) {
 		return nil
 	}
@@ -289,15 +320,6 @@ func buildState(cfg *config.Config, rdb *redis.Client) toolloop.StateStore {
 		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D())
 	}
 	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, cfg.ToolLoop.StateMaxBytes)
-}
-
-// redisClient builds a client whose every call is bounded by the config's timeout.
-func redisClient(r *config.Redis) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr: r.Addr, Password: r.Password, DB: r.DB,
-		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
-		MaxRetries: -1, // fail fast: callers fail open
-	})
 }
 
 // limitStores keep the rate counters, spend and usage of a gateway without
@@ -325,10 +347,10 @@ func limitStore(path string) limits.Store {
 
 // buildLimiter returns the rate limits, budgets and usage record: shared
 // through Redis when [redis] is set, else in memory.
-func buildLimiter(cfg *config.Config, rdb *redis.Client, log zerolog.Logger) *limits.Limiter {
+func buildLimiter(cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) *limits.Limiter {
 	o := limits.Options{Config: cfg, Store: limitStore(cfg.Path), Logger: log}
 	if rdb != nil {
-		o.Store, o.Prefix = limits.NewRedisStore(rdb), cfg.Redis.Prefix
+		o.Store, o.Prefix = limits.NewRedisStore(rdb), limitsPrefix(cfg.Redis)
 	}
 	return limits.New(o)
 }
@@ -370,7 +392,7 @@ func toolSetVersion(cfg *config.Config) string {
 // buildResponses returns the store of Responses API responses (nil when
 // [responses] store = "none" serves /v1/responses without one) and the
 // models whose provider serves the Responses API natively.
-func buildResponses(cfg *config.Config, rdb *redis.Client) (*responses.Store, map[string]bool) {
+func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.Store, map[string]bool) {
 	native := map[string]bool{}
 	nativeProvider := map[string]bool{}
 	for _, p := range cfg.Providers {

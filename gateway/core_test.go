@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
@@ -274,16 +272,7 @@ func TestModelsAndMetrics(t *testing.T) {
 	if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("count me")); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(strings.TrimSuffix(h.base, "/v1") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("metrics do not parse: %v", err)
-	}
+	families := h.metrics()
 	for _, name := range []string{"gateway_requests_total", "gateway_request_duration_seconds", "gateway_time_to_first_byte_seconds", "gateway_upstream_duration_seconds", "gateway_active_streams"} {
 		if families[name] == nil {
 			t.Errorf("metric %s missing", name)

@@ -13,6 +13,9 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
@@ -203,4 +206,20 @@ func userMsg(s string) openai.ChatCompletionNewParams {
 		Model:    "gpt-x",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(s)},
 	}
+}
+
+// metrics reads the gateway's /metrics page (the process's registry).
+func (h *harness) metrics() map[string]*dto.MetricFamily {
+	h.t.Helper()
+	resp, err := http.Get(strings.TrimSuffix(h.base, "/v1") + "/metrics")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		h.t.Fatalf("metrics do not parse: %v", err)
+	}
+	return families
 }

@@ -111,11 +111,30 @@ prefix = "replica-test:"
 }
 
 // TestApprovalAcrossReplicas: a call handed out for approval by one gateway
-// process is decided on another that shares only Redis with it; the tool
-// runs once, there, with the kept arguments.
+// process is decided on another that shares only Redis with it (one
+// server, or a Redis Cluster); the tool runs once, there, with the kept
+// arguments.
 func TestApprovalAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	redisAddr := testredis.Start(t).Addr()
+	for _, mode := range []struct {
+		name  string
+		redis func(t *testing.T) string // the [redis] section
+	}{
+		{"single", func(t *testing.T) string { return "[redis]\naddr = \"" + testredis.Start(t).Addr() + "\"\n" }},
+		{"cluster", func(t *testing.T) string {
+			return "[redis]\nmode = \"cluster\"\naddrs = [\"" + testredis.StartCluster(t).Addrs()[0] + "\"]\ntimeout = \"2s\"\n"
+		}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			approvalAcrossReplicas(t, mode.redis(t))
+		})
+	}
+}
+
+// approvalAcrossReplicas runs the approval round trip between two gateway
+// processes configured with redisSection.
+func approvalAcrossReplicas(t *testing.T, redisSection string) {
 	bin := testproc.Gateway(t)
 	se, toolURL := newSideEffects(t)
 	mock := mockllm.New(mockllm.Options{Respond: approvalResponder})
@@ -127,9 +146,7 @@ func TestApprovalAcrossReplicas(t *testing.T) {
 	cfg := strings.NewReplacer("{{MOCK}}", mockURL, "{{HTTP}}", toolURL).Replace(approvalConfig) + `
 [tool_loop]
 approval_secret = "replica-test-secret"
-[redis]
-addr = "` + redisAddr + `"
-prefix = "approval-test:"
+` + redisSection + `prefix = "approval-test:"
 `
 	urls := []string{startReplica(t, bin, cfg), startReplica(t, bin, cfg)}
 	clients := make([]openai.Client, 2)

@@ -142,10 +142,12 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 	}
 
 	// An allowed body passes with the model routed and the token cap applied
-	// per endpoint.
+	// per endpoint, on the endpoint's own field. /v1/responses runs through
+	// the pipeline as a chat request: the upstream sees the capped
+	// max_output_tokens as max_completion_tokens.
 	for _, c := range []struct{ path, body, field string }{
-		{"/v1/responses", `{"model":"gpt-x","input":"hi","max_output_tokens":5000}`, "max_output_tokens"},
-		{"/v1/responses", `{"model":"gpt-x","input":"hi"}`, "max_output_tokens"},
+		{"/v1/responses", `{"model":"gpt-x","input":"hi","max_output_tokens":5000}`, "max_completion_tokens"},
+		{"/v1/responses", `{"model":"gpt-x","input":"hi"}`, "max_completion_tokens"},
 		{"/v1/completions", `{"model":"gpt-x","prompt":"hi","max_tokens":5000}`, "max_tokens"},
 	} {
 		status, body := rawHTTP(t, addr, postRaw(c.path, "sk-team", c.body))
@@ -153,6 +155,10 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 			t.Fatalf("%s: %d %s", c.path, status, body)
 		}
 		up := gjson.Parse(gjson.GetBytes(body, "body").Str)
+		if c.path == "/v1/responses" {
+			reqs := h.mock.Requests()
+			up = gjson.ParseBytes(reqs[len(reqs)-1].Body)
+		}
 		if up.Get("model").Str != "up-model" || up.Get(c.field).Int() != 100 {
 			t.Errorf("%s: upstream body %s, want model up-model and %s = 100", c.path, up.Raw, c.field)
 		}

@@ -45,6 +45,8 @@ type Limiter struct {
 	metersMu   sync.RWMutex
 	meters     map[meterKey]*meterCounters
 	today      atomic.Pointer[dayKey]
+	scopes     sync.Map // scopeKey → *scope
+	nScopes    atomic.Int64
 }
 
 // dayKey is what the keys of one UTC day need, built once a day.

@@ -67,7 +67,9 @@ type fixture struct {
 	calls atomic.Int64
 }
 
-func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
+// newLimiter builds the limiter of baseTOML+toml on a store from newStore;
+// on a shared Redis, its keys start with space and the store's number.
+func newLimiter(t *testing.T, toml string, newStore func() Store, space string) *Limiter {
 	t.Helper()
 	cfg, err := config.Parse([]byte(baseTOML + toml))
 	if err != nil {
@@ -76,11 +78,25 @@ func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
 	st := newStore()
 	prefix := ""
 	if p, ok := st.(*prefixed); ok {
-		st, prefix = p.Store, "t"+string(rune('a'+p.n))+":"
+		st, prefix = p.Store, space+string(rune('a'+p.n))+":"
 	}
+	l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
+	t.Cleanup(l.Close)
+	return l
+}
+
+// streaming is l's middleware before a handler that answers every request
+// with stream.
+func streaming(l *Limiter, stream pipeline.Stream) pipeline.Handler {
+	return l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: stream}, nil
+	}))
+}
+
+func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
+	t.Helper()
 	fx := &fixture{usage: `{"prompt_tokens":10,"completion_tokens":5}`}
-	fx.l = New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
-	t.Cleanup(fx.l.Close)
+	fx.l = newLimiter(t, toml, newStore, "t")
 	up := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		fx.calls.Add(1)
 		return &pipeline.Response{Body: []byte(`{"choices":[],"usage":` + fx.usage + `}`)}, nil
@@ -121,7 +137,10 @@ requests_per_minute = 3
 			if got := r.Meta.Get("x-ratelimit-remaining-requests"); got != string(rune('2'-i)) {
 				t.Errorf("request %d: remaining %q", i, got)
 			}
-			if r.Meta.Get("x-ratelimit-limit-requests") != "3" || r.Meta.Get("x-ratelimit-reset-requests") == "" {
+			// A minute's worth refills one request per 20 s (less the time
+			// Redis saw pass since the first request).
+			reset, err := time.ParseDuration(r.Meta.Get("x-ratelimit-reset-requests"))
+			if full := time.Duration(i+1) * 20 * time.Second; err != nil || reset > full || reset < full-time.Second || r.Meta.Get("x-ratelimit-limit-requests") != "3" {
 				t.Errorf("request %d: headers %v", i, r.Meta.Headers())
 			}
 		}
@@ -195,19 +214,9 @@ tokens_per_minute = 1000
 func TestConcurrentSlots(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {
-		cfg, _ := config.Parse([]byte(baseTOML + "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n"))
-		st := newStore()
-		prefix := ""
-		if p, ok := st.(*prefixed); ok {
-			st, prefix = p.Store, "c"+string(rune('a'+p.n))+":"
-		}
-		l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
-		defer l.Close()
+		l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n", newStore, "c")
 		closed := make(chan struct{})
-		stream := &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() { close(closed) }}
-		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			return &pipeline.Response{Stream: stream}, nil
-		}))
+		h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() { close(closed) }})
 		req := func(id string) (*pipeline.Response, error) {
 			return h.Chat(context.Background(), &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
 		}
@@ -225,6 +234,43 @@ func TestConcurrentSlots(t *testing.T) {
 		l.Flush() // the slot is freed by the next store write
 		if _, err := req("three"); err != nil {
 			t.Fatalf("after the first stream closed: %v", err)
+		}
+	})
+}
+
+// A request one counter refuses takes nothing from the others.
+func TestRefusedRequestTakesNothing(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nrequests_per_minute = 2\nconcurrent = 1\n", newStore, "n")
+		h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() {}})
+		req := func(id string) (*pipeline.Request, *pipeline.Response, error) {
+			r := &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}}
+			resp, err := h.Chat(context.Background(), r)
+			return r, resp, err
+		}
+		_, first, err := req("one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"two", "three"} {
+			if _, _, err := req(id); err == nil {
+				t.Fatalf("%s: a second request in flight passed", id)
+			}
+		}
+		first.Stream.Close()
+		l.Flush()
+		r, last, err := req("four")
+		if err != nil {
+			t.Fatalf("the refused requests took from requests_per_minute: %v", err)
+		}
+		if got := r.Meta.Get("x-ratelimit-remaining-requests"); got != "0" {
+			t.Fatalf("remaining %q after two requests", got)
+		}
+		last.Stream.Close()
+		l.Flush()
+		if _, _, err := req("five"); err == nil {
+			t.Fatal("a third request in a minute passed")
 		}
 	})
 }

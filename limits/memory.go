@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
 )
 
@@ -17,28 +17,33 @@ const maxMemoryBuckets = 100_000
 // memoryStore keeps every counter in this process: a token bucket
 // (golang.org/x/time/rate) per rate key, with a full minute's worth as the
 // burst, slot counts, spend and usage maps. One mutex makes Take all or
-// nothing. Safe for concurrent use.
+// nothing, and guards the buckets' LRU too. Safe for concurrent use.
 type memoryStore struct {
-	mu      sync.Mutex
-	buckets *lru.Cache[string, *rate.Limiter]
-	slots   map[string]map[string]struct{} // key → request ids in flight
-	spend   map[string]int64
-	expires map[string]time.Time // spend and usage keys with an expiry
-	usage   map[string]map[string]*usageRow
-	nextExp time.Time // earliest expiry in expires
+	mu       sync.Mutex
+	buckets  *simplelru.LRU[string, *rate.Limiter]
+	inFlight map[string]int64  // key → slots taken
+	slots    map[slot]struct{} // the slots taken
+	spend    map[string]int64
+	expires  map[string]time.Time // spend and usage keys with an expiry
+	usage    map[string]map[string]*usageRow
+	nextExp  time.Time // earliest expiry in expires
 }
 
 var _ Store = (*memoryStore)(nil)
 
+// slot is a request's slot in the in-flight counter key.
+type slot struct{ key, id string }
+
 // NewMemoryStore returns a Store for a single gateway.
 func NewMemoryStore() Store {
-	b, _ := lru.New[string, *rate.Limiter](maxMemoryBuckets)
+	b, _ := simplelru.NewLRU[string, *rate.Limiter](maxMemoryBuckets, nil)
 	return &memoryStore{
-		buckets: b,
-		slots:   map[string]map[string]struct{}{},
-		spend:   map[string]int64{},
-		expires: map[string]time.Time{},
-		usage:   map[string]map[string]*usageRow{},
+		buckets:  b,
+		inFlight: map[string]int64{},
+		slots:    map[slot]struct{}{},
+		spend:    map[string]int64{},
+		expires:  map[string]time.Time{},
+		usage:    map[string]map[string]*usageRow{},
 	}
 }
 
@@ -52,64 +57,59 @@ func (m *memoryStore) bucket(key string, perMinute int64) *rate.Limiter {
 }
 
 func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks []check) (outcome, error) {
-	out := outcome{denied: -1, remaining: make([]int64, len(checks)), reset: make([]time.Duration, len(checks))}
+	out := newOutcome(len(checks))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now)
-	reservations := make([]*rate.Reservation, len(checks))
-	undo := func() {
-		for _, r := range reservations {
-			if r != nil {
-				r.CancelAt(now)
-			}
-		}
-	}
+	// Every counter is checked before any is taken: under the lock nothing
+	// changes in between, so a refusal has nothing to undo.
 	for i, c := range checks {
+		refused := false
 		switch c.kind {
 		case kindRate:
-			l := m.bucket(c.key, c.limit)
-			r := l.ReserveN(now, int(c.cost))
-			if !r.OK() || r.DelayFrom(now) > 0 {
-				if r.OK() {
-					out.retryAfter = r.DelayFrom(now)
-					r.CancelAt(now)
-				} else {
+			if wait, ok := delay(m.bucket(c.key, c.limit), now, c.cost); !ok || wait > 0 {
+				refused, out.retryAfter = true, wait
+				if !ok {
 					out.retryAfter = time.Minute
 				}
-				out.denied = i
-				undo()
-				m.fill(&out, checks, now)
-				return out, nil
 			}
-			reservations[i] = r
 		case kindConcurrent:
-			if int64(len(m.slots[c.key])) >= c.limit {
-				out.denied = i
-				undo()
-				m.fill(&out, checks, now)
-				return out, nil
-			}
+			refused = m.inFlight[c.key] >= c.limit
 		case kindBudget:
-			if m.spend[c.key] >= c.limit {
-				out.denied = i
-				undo()
-				m.fill(&out, checks, now)
-				return out, nil
-			}
+			refused = m.spend[c.key] >= c.limit
+		}
+		if refused {
+			out.denied = i
+			m.fill(&out, checks, now)
+			return out, nil
 		}
 	}
 	for _, c := range checks {
-		if c.kind == kindConcurrent {
-			s := m.slots[c.key]
-			if s == nil {
-				s = map[string]struct{}{}
-				m.slots[c.key] = s
+		switch c.kind {
+		case kindRate:
+			m.bucket(c.key, c.limit).AllowN(now, int(c.cost))
+		case kindConcurrent:
+			if _, ok := m.slots[slot{c.key, id}]; !ok {
+				m.slots[slot{c.key, id}] = struct{}{}
+				m.inFlight[c.key]++
 			}
-			s[id] = struct{}{}
 		}
 	}
 	m.fill(&out, checks, now)
 	return out, nil
+}
+
+// delay is how long until l has cost tokens at now, computed as
+// l.ReserveN(now, cost) does but without taking them; ok is false when
+// cost is more than l ever holds.
+func delay(l *rate.Limiter, now time.Time, cost int64) (wait time.Duration, ok bool) {
+	if cost > int64(l.Burst()) {
+		return 0, false
+	}
+	if missing := float64(cost) - l.TokensAt(now); missing > 0 {
+		wait = time.Duration(float64(time.Second) * (missing / float64(l.Limit())))
+	}
+	return wait, true
 }
 
 // fill reports what is left of every check.
@@ -121,10 +121,10 @@ func (m *memoryStore) fill(out *outcome, checks []check, now time.Time) {
 			tokens := l.TokensAt(now)
 			out.remaining[i] = max(0, int64(math.Floor(tokens)))
 			if missing := float64(c.limit) - tokens; missing > 0 {
-				out.reset[i] = time.Duration(missing / float64(l.Limit()) * float64(time.Second))
+				out.resetMS[i] = int64(time.Duration(missing/float64(l.Limit())*float64(time.Second)).Round(time.Millisecond) / time.Millisecond)
 			}
 		case kindConcurrent:
-			out.remaining[i] = max(0, c.limit-int64(len(m.slots[c.key])))
+			out.remaining[i] = max(0, c.limit-m.inFlight[c.key])
 		case kindBudget:
 			out.remaining[i] = max(0, c.limit-m.spend[c.key])
 		}
@@ -145,10 +145,10 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 		case kindBudget:
 			m.spend[a.key] += a.n
 		case kindRelease:
-			if ids := m.slots[a.key]; ids != nil {
-				delete(ids, a.field)
-				if len(ids) == 0 {
-					delete(m.slots, a.key)
+			if _, ok := m.slots[slot{a.key, a.field}]; ok {
+				delete(m.slots, slot{a.key, a.field})
+				if m.inFlight[a.key]--; m.inFlight[a.key] <= 0 {
+					delete(m.inFlight, a.key)
 				}
 			}
 		case kindUsage:

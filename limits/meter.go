@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -76,43 +77,55 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 	micro := cost(price, t)
 	l.counters(tenant, model).add(t, micro)
 
-	var adds []addition
+	sc := l.scopeOf(tenant, key, r.Model, now)
+	adds := newAdditions()
 	used := t.input + t.output - stateFrom(ctx).takeEstimate(r.Model)
 	if used > 0 {
-		for i := range l.rules {
-			rl := &l.rules[i]
-			if rl.tpm == 0 {
-				continue
-			}
-			if s, ok := rl.scope(tenant, key, r.Model); ok {
-				adds = append(adds, addition{key: rl.keyT + s, kind: kindRate, limit: rl.tpm, n: used})
-			}
+		for _, i := range sc.tokens {
+			c := &sc.checks[i]
+			adds.add(addition{key: c.key, kind: kindRate, limit: c.limit, n: used})
 		}
 	}
 	if micro > 0 {
-		for i := range l.budgets {
-			b := &l.budgets[i]
-			if b.applies(tenant, key) {
-				k, end := l.periodKey(b, tenant, key, now)
-				adds = append(adds, addition{key: k, kind: kindBudget, n: micro, until: end})
-			}
+		for _, s := range sc.spend {
+			adds.add(addition{key: s.key, kind: kindBudget, n: micro, until: s.end})
 		}
+	}
+	field := sc.usage
+	if model != r.Model {
+		field = usageField(tenant, key, model)
 	}
 	day, until := l.day(now)
 	row := usageRow{mCalls: 1, mInput: t.input, mOutput: t.output, mCached: t.cached, mCost: micro}
-	adds = append(adds, addition{key: day, kind: kindUsage, field: usageField(tenant, key, model), row: row, until: until})
-	l.record(adds)
+	adds.add(addition{key: day, kind: kindUsage, field: field, row: row, until: until})
+	l.record(now, adds)
 }
 
-// record applies adds: at once to a memory store (a map update), queued
-// for a batched write to any other.
-func (l *Limiter) record(adds []addition) {
-	if l.sync {
-		_ = l.store.Add(context.Background(), l.now(), adds)
-		return
+// additions is a buffer of the additions of one record call, pooled:
+// record consumes them before it returns (a memory store applies them, the
+// recorder copies them).
+type additions struct{ a []addition }
+
+var additionsPool = sync.Pool{New: func() any { return &additions{a: make([]addition, 0, 8)} }}
+
+func newAdditions() *additions { return additionsPool.Get().(*additions) }
+
+func (b *additions) add(a addition) { b.a = append(b.a, a) }
+
+// record applies the additions made at now, at once to a memory store (a
+// map update), queued for a batched write to any other; then it frees b.
+func (l *Limiter) record(now time.Time, b *additions) {
+	switch {
+	case len(b.a) == 0:
+	case l.sync:
+		_ = l.store.Add(context.Background(), now, b.a)
+	default:
+		l.rec.add(b.a)
+		l.rec.soon()
 	}
-	l.rec.add(adds)
-	l.rec.soon()
+	clear(b.a)
+	b.a = b.a[:0]
+	additionsPool.Put(b)
 }
 
 // day returns the usage key of now's UTC day and when it expires.
@@ -194,8 +207,10 @@ func (s *meteredStream) end() {
 	s.l.charge(s.ctx, s.r, s.usage, s.seen)
 }
 
-// countRequest counts one client request in the usage record.
-func (l *Limiter) countRequest(now time.Time, tenant, key, model string) {
+// countRequest counts one client request of sc in the usage record.
+func (l *Limiter) countRequest(now time.Time, sc *scope) {
 	day, until := l.day(now)
-	l.record([]addition{{key: day, kind: kindUsage, field: usageField(tenant, key, model), row: usageRow{mRequests: 1}, until: until}})
+	adds := newAdditions()
+	adds.add(addition{key: day, kind: kindUsage, field: sc.usage, row: usageRow{mRequests: 1}, until: until})
+	l.record(now, adds)
 }

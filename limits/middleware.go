@@ -32,14 +32,13 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 			tenant, key := who(r)
 			now := l.now()
-			l.countRequest(now, tenant, key, r.Model)
+			sc := l.scopeOf(tenant, key, r.Model, now)
+			l.countRequest(now, sc)
 			var est int64
-			checks := l.plan(r, now, true, func() int64 {
-				if est == 0 {
-					est = max(1, estimate(r))
-				}
-				return est
-			})
+			if len(sc.tokens) > 0 {
+				est = max(1, estimate(r))
+			}
+			checks := sc.plan(true, est)
 			if len(checks) == 0 {
 				return next.Chat(ctx, r)
 			}
@@ -59,71 +58,57 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			if est > 0 {
 				ctx = context.WithValue(ctx, stateKey{}, &reqState{estimate: est, model: r.Model})
 			}
-			var slots []string
-			for _, c := range checks {
-				if c.kind == kindConcurrent {
-					slots = append(slots, c.key)
-				}
-			}
 			resp, err := next.Chat(ctx, r)
-			if len(slots) == 0 {
+			if !sc.slots {
 				return resp, err
 			}
 			// Freed with the next batched write (at once in memory): no
 			// store round trip on the request's path.
-			release := func() {
-				adds := make([]addition, len(slots))
-				for i, k := range slots {
-					adds[i] = addition{key: k, kind: kindRelease, field: r.ID}
-				}
-				l.record(adds)
-			}
 			if err != nil || resp.Stream == nil {
-				release()
+				l.release(checks, r.ID)
 				return resp, err
 			}
-			resp.Stream = &releasingStream{Stream: resp.Stream, release: release}
+			resp.Stream = &releasingStream{Stream: resp.Stream, l: l, checks: checks, id: r.ID}
 			return resp, nil
 		})
 	}
 }
 
-// plan lists the counters r must pass: for each matching rule its requests,
-// its tokens (tokens() units; 0 for a call whose tokens are counted when it
-// ends) and, when slots, a slot in flight; then the matching budgets. A
-// request that matches nothing gets nil, at the cost of the matching.
-func (l *Limiter) plan(r *pipeline.Request, now time.Time, slots bool, tokens func() int64) []check {
-	tenant, key := who(r)
-	var checks []check
-	for i := range l.rules {
-		rl := &l.rules[i]
-		s, ok := rl.scope(tenant, key, r.Model)
-		if !ok || (rl.rpm == 0 && rl.tpm == 0 && (rl.conc == 0 || !slots)) {
-			continue
-		}
-		if checks == nil {
-			checks = make([]check, 0, 3*len(l.rules)+len(l.budgets))
-		}
-		if rl.rpm > 0 {
-			checks = append(checks, check{key: rl.keyR + s, kind: kindRate, limit: rl.rpm, cost: 1, hdr: hdrRequests})
-		}
-		if rl.tpm > 0 {
-			var cost int64
-			if tokens != nil {
-				cost = tokens()
-			}
-			checks = append(checks, check{key: rl.keyT + s, kind: kindRate, limit: rl.tpm, cost: cost, hdr: hdrTokens})
-		}
-		if rl.conc > 0 && slots {
-			checks = append(checks, check{key: rl.keyC + s, kind: kindConcurrent, limit: rl.conc})
+// release frees the concurrency slots that checks took for request id.
+func (l *Limiter) release(checks []check, id string) {
+	adds := newAdditions()
+	for _, c := range checks {
+		if c.kind == kindConcurrent {
+			adds.add(addition{key: c.key, kind: kindRelease, field: id})
 		}
 	}
-	for i := range l.budgets {
-		b := &l.budgets[i]
-		if b.applies(tenant, key) {
-			k, _ := l.periodKey(b, tenant, key, now)
-			checks = append(checks, check{key: k, kind: kindBudget, limit: b.micro, warn: 1 - b.warnAt})
+	l.record(l.now(), adds)
+}
+
+// plan lists the counters a request must pass: the scope's checks with
+// tokens as the cost of its tokens counters (0 for a call whose tokens are
+// counted when it ends), without the in-flight counters unless slots. A
+// request that matches nothing gets nil. The scope's own slice is returned
+// when it needs no change: callers only read it.
+func (sc *scope) plan(slots bool, tokens int64) []check {
+	if (slots || !sc.slots) && (len(sc.tokens) == 0 || tokens == 0) {
+		if len(sc.checks) == 0 {
+			return nil
 		}
+		return sc.checks
+	}
+	checks := make([]check, 0, len(sc.checks))
+	for _, c := range sc.checks {
+		if c.kind == kindConcurrent && !slots {
+			continue
+		}
+		if c.hdr == hdrTokens {
+			c.cost = tokens
+		}
+		checks = append(checks, c)
+	}
+	if len(checks) == 0 {
+		return nil
 	}
 	return checks
 }
@@ -137,8 +122,9 @@ func (l *Limiter) plan(r *pipeline.Request, now time.Time, slots bool, tokens fu
 func (l *Limiter) Admit(r *pipeline.Request) error {
 	tenant, key := who(r)
 	now := l.now()
-	l.countRequest(now, tenant, key, r.Model)
-	checks := l.plan(r, now, false, nil)
+	sc := l.scopeOf(tenant, key, r.Model, now)
+	l.countRequest(now, sc)
+	checks := sc.plan(false, 0)
 	if len(checks) == 0 {
 		return nil
 	}
@@ -173,9 +159,9 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out outcome) {
 			continue
 		}
 		names := headerNames[h]
-		m.Set(names[0], strconv.FormatInt(checks[i].limit, 10))
+		m.Set(names[0], checks[i].limitText)
 		m.Set(names[1], strconv.FormatInt(out.remaining[i], 10))
-		m.Set(names[2], out.reset[i].Round(time.Millisecond).String())
+		m.Set(names[2], (time.Duration(out.resetMS[i]) * time.Millisecond).String())
 	}
 	for i, c := range checks {
 		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
@@ -220,14 +206,16 @@ func denial(c check, retry time.Duration) error {
 // releasingStream frees the request's slots when the stream is closed.
 type releasingStream struct {
 	pipeline.Stream
-	release func()
-	done    bool
+	l      *Limiter
+	checks []check
+	id     string
+	done   bool
 }
 
 func (s *releasingStream) Close() {
 	s.Stream.Close()
 	if !s.done {
 		s.done = true
-		s.release()
+		s.l.release(s.checks, s.id)
 	}
 }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -119,12 +120,11 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 		return outcome{}, err
 	}
 	n := len(checks)
-	out := outcome{denied: int(vals[0]) - 1, retryAfter: time.Duration(vals[1]) * time.Millisecond,
-		remaining: vals[2 : 2+n], reset: make([]time.Duration, n)}
-	for i := range n {
-		out.reset[i] = time.Duration(vals[2+n+i]) * time.Millisecond
+	if len(vals) != 2+2*n {
+		return outcome{}, fmt.Errorf("limits: take script returned %d values for %d checks", len(vals), n)
 	}
-	return out, nil
+	return outcome{denied: int(vals[0]) - 1, retryAfter: time.Duration(vals[1]) * time.Millisecond,
+		remaining: vals[2 : 2+n], resetMS: vals[2+n:]}, nil
 }
 
 func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) error {

@@ -21,16 +21,24 @@ type check struct {
 	limit int64
 	cost  int64 // rate: units taken now; others unused
 
+	limitText string // limit in decimal, for the x-ratelimit-limit-* headers
+
 	hdr  header  // which x-ratelimit-* trio it may report
 	warn float64 // budgets: the remaining fraction below which to warn
 }
 
 // outcome is the store's answer to a Take.
 type outcome struct {
-	denied     int             // index of the first check that refused, or -1
-	retryAfter time.Duration   // when the refused check would pass (rates)
-	remaining  []int64         // per check, after the take
-	reset      []time.Duration // per check: until the counter is back to full
+	denied     int           // index of the first check that refused, or -1
+	retryAfter time.Duration // when the refused check would pass (rates)
+	remaining  []int64       // per check, after the take
+	resetMS    []int64       // per check: milliseconds until the counter is back to full
+}
+
+// newOutcome returns an outcome for n checks that refused none.
+func newOutcome(n int) outcome {
+	b := make([]int64, 2*n)
+	return outcome{denied: -1, remaining: b[:n:n], resetMS: b[n:]}
 }
 
 // addition is an unchecked change: a token correction (rate key; n <= 0 is
@@ -71,7 +79,7 @@ const (
 // Store keeps the counters. Implementations are safe for concurrent use.
 type Store interface {
 	// Take passes every check or none: when one refuses, nothing is taken.
-	// id names the request's concurrency slots.
+	// id names the request's concurrency slots. checks are only read.
 	Take(ctx context.Context, now time.Time, id string, checks []check) (outcome, error)
 	// Add applies unchecked changes.
 	Add(ctx context.Context, now time.Time, adds []addition) error

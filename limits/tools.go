@@ -26,20 +26,12 @@ func (l *Limiter) ToolLimit() pipeline.ToolMiddleware {
 				r = *c.Request
 			}
 			tenant, key := who(&r)
-			var checks []check
-			for i := range l.rules {
-				rl := &l.rules[i]
-				if rl.tools == 0 {
-					continue
-				}
-				if s, ok := rl.scope(tenant, key, r.Model); ok {
-					checks = append(checks, check{key: rl.keyX + s, kind: kindRate, limit: rl.tools, cost: 1})
-				}
-			}
+			now := l.now()
+			checks := l.scopeOf(tenant, key, r.Model, now).tools
 			if len(checks) == 0 {
 				return next.CallTool(ctx, c)
 			}
-			out, err := l.store.Take(ctx, l.now(), c.ID, checks)
+			out, err := l.store.Take(ctx, now, c.ID, checks)
 			if err != nil {
 				if err := l.storeFailed(err); err == nil {
 					return next.CallTool(ctx, c)

@@ -19,6 +19,7 @@ type answer struct {
 	usage        Usage
 	chunking     Chunking
 	includeUsage bool
+	messages     bool // answer in Anthropic's Messages form
 }
 
 // fingerprint is the mock's system_fingerprint.

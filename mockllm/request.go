@@ -1,7 +1,6 @@
 package mockllm
 
 import (
-	"github.com/llmgw/gateway/wire"
 	"strconv"
 	"strings"
 
@@ -206,4 +205,19 @@ func indexOf(list []string, s string) int {
 
 // contentText returns a message content as text: the string itself, or the
 // text parts of an array joined without separator.
-func contentText(c gjson.Result) string { return wire.ContentText(c) }
+func contentText(c gjson.Result) string {
+	switch {
+	case c.Type == gjson.String:
+		return c.Str
+	case c.IsArray():
+		var b strings.Builder
+		c.ForEach(func(_, part gjson.Result) bool {
+			if t := part.Get("text"); t.Type == gjson.String {
+				b.WriteString(t.Str)
+			}
+			return true
+		})
+		return b.String()
+	}
+	return ""
+}

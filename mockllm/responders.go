@@ -47,10 +47,14 @@ func ToolThenAnswer(tool, args, answer string) func(*Call) Turn {
 // calls them (both, in that order, when both apply; current_time with "{}",
 // calculator with {"expression":"..."}). After tool results it summarises
 // them. When write_todos is offered and the message asks for a plan, it
-// plans with it (demoPlan). Prompted for tools in text, it answers in the
+// plans with it (demoPlan). Asked by the gateway to select tools, it picks
+// them by name (demoSelect). Prompted for tools in text, it answers in the
 // same protocol (demoPrompted). Otherwise it answers "Hello from the demo model.
 // You said: <text>".
 func DemoResponder(c *Call) Turn {
+	if cands, ok := c.ToolSelection(); ok {
+		return demoSelect(c, cands)
+	}
 	if t, ok := demoPrompted(c); ok {
 		return t
 	}

@@ -178,3 +178,23 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 	})
 }
+
+// As a tool selector the demo model picks the candidates a word of whose
+// name the message holds (and the calculator for arithmetic), else the
+// first; other requests are not selections.
+func TestDemoToolSelection(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"response_format":{"type":"json_schema","json_schema":{"name":"tool_selection","schema":{"properties":{"tools":{"items":{"enum":["get_weather","send-email","calculator"]}}}}}}}`)
+	for _, tc := range []struct{ text, want string }{
+		{"Weather and email, please", `{"tools":["get_weather","send-email"]}`},
+		{"what is 2+3*4?", `{"tools":["calculator"]}`},
+		{"nothing fits", `{"tools":["get_weather"]}`},
+	} {
+		if got := DemoResponder(&Call{Body: body, LastRole: "user", LastText: tc.text}).Text; got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.text, got, tc.want)
+		}
+	}
+	if _, ok := (&Call{Body: []byte(`{"response_format":{"type":"json_object"}}`)}).ToolSelection(); ok {
+		t.Error("a json_object request taken for a selection")
+	}
+}

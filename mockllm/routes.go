@@ -21,10 +21,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("X-Request-Id", reqID)
 	path := ctx.Path()
 	switch {
-	case string(path) == "/v1/chat/completions":
+	case string(path) == "/v1/chat/completions" || string(path) == "/v1/messages":
 		if !ctx.IsPost() {
 			s.record(ctx, "")
 			methodNotAllowed(ctx, "POST")
+			return
+		}
+		if string(path) == "/v1/messages" {
+			s.messages(ctx, reqID)
 			return
 		}
 		s.chat(ctx, reqID)
@@ -80,32 +84,46 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx, reqID string) {
 				strconv.Itoa(p.promptTokens)+" tokens. Please reduce the length of the messages."))
 		return
 	}
-	call.Header = func(name string) string { return string(ctx.Request.Header.Peek(name)) }
-	turn := (*s.respond.Load())(call)
-	call.Header = nil
-	call.Body = nil
+	turn := s.script(ctx, call)
 	a := s.resolve(call, p, turn)
-
-	if f := turn.Fault; f != nil {
-		if f.Reset {
-			s.logFault("reset", call.Model)
-			s.sleep(s.opts.FirstByteDelay)
-			ctx.HijackSetNoResponse(true)
-			ctx.Hijack(resetConn)
-			return
-		}
-		if f.Status != 0 {
-			s.logFault("status "+strconv.Itoa(f.Status), call.Model)
-			s.sleep(s.opts.FirstByteDelay)
-			writeFault(ctx, f)
-			return
-		}
+	if s.answerFault(ctx, turn.Fault, call.Model, writeFault) {
+		return
 	}
 	if call.Stream {
 		s.startStream(ctx, reqID, a, turn.Fault)
 		return
 	}
 	s.complete(ctx, reqID, a, turn.Fault)
+}
+
+// script asks the responder for the Turn of call; the call's Header and
+// Body are valid only while it runs.
+func (s *Server) script(ctx *fasthttp.RequestCtx, call *Call) Turn {
+	call.Header = func(name string) string { return string(ctx.Request.Header.Peek(name)) }
+	turn := (*s.respond.Load())(call)
+	call.Header, call.Body = nil, nil
+	return turn
+}
+
+// answerFault answers with f's reset or status fault, if it has one (write
+// writes a status fault), and reports whether it did.
+func (s *Server) answerFault(ctx *fasthttp.RequestCtx, f *Fault, model string, write func(*fasthttp.RequestCtx, *Fault)) bool {
+	switch {
+	case f == nil:
+		return false
+	case f.Reset:
+		s.logFault("reset", model)
+		s.sleep(s.opts.FirstByteDelay)
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(resetConn)
+		return true
+	case f.Status != 0:
+		s.logFault("status "+strconv.Itoa(f.Status), model)
+		s.sleep(s.opts.FirstByteDelay)
+		write(ctx, f)
+		return true
+	}
+	return false
 }
 
 // refuse writes a validation error after the first-byte delay.
@@ -190,6 +208,12 @@ func faultError(f *Fault, defaultStatus int) *apiError {
 
 // writeFault answers with a status fault: envelope plus retry headers.
 func writeFault(ctx *fasthttp.RequestCtx, f *Fault) {
+	faultHeaders(ctx, f)
+	writeError(ctx, faultError(f, 500))
+}
+
+// faultHeaders sets a status fault's retry and extra headers.
+func faultHeaders(ctx *fasthttp.RequestCtx, f *Fault) {
 	if f.RetryAfter != "" {
 		ctx.Response.Header.Set("Retry-After", f.RetryAfter)
 	}
@@ -199,7 +223,6 @@ func writeFault(ctx *fasthttp.RequestCtx, f *Fault) {
 	for k, v := range f.Headers {
 		ctx.Response.Header.Set(k, v)
 	}
-	writeError(ctx, faultError(f, 500))
 }
 
 // resetConn drops a hijacked connection without a byte, with an RST on TCP.

@@ -2,8 +2,10 @@
 // of the gateway's upstreams, the load target of bench/, and the offline "demo"
 // model of the shipped config.
 //
-// A Server answers POST /v1/chat/completions (streaming and not), GET
-// /v1/models, and echoes any other /v1/* request. What it answers is decided
+// A Server answers POST /v1/chat/completions (streaming and not), POST
+// /v1/messages (Anthropic's Messages API: the same scripts, validated and
+// answered in Anthropic's form, see messages.go), GET /v1/models, and
+// echoes any other /v1/* request. What it answers is decided
 // per call by Options.Respond, a function from the parsed request (Call) to a
 // scripted Turn: text, tool calls, usage, a Fault to inject, or a chunking
 // override. Output follows the OpenAI wire format exactly unless a Chunking
@@ -116,6 +118,9 @@ func (c *Call) Offers(name string) bool {
 type Turn struct {
 	// Text is the assistant content, streamed in TextRunes-rune deltas.
 	Text string
+	// Thinking is a thinking block before the text, in the Anthropic
+	// Messages mode only (chat completions have no place for it).
+	Thinking string
 	// ToolCalls follow the text; they make the default finish "tool_calls".
 	ToolCalls []ToolCall
 	// FinishReason overrides the default ("stop", or "tool_calls").

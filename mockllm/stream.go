@@ -61,7 +61,10 @@ const (
 func (st *stream) run(w sink) outcome {
 	bp := eventBufs.Get().(*[]byte)
 	defer eventBufs.Put(bp)
-	ch := newChunker(st.a)
+	var ch eventSource = newChunker(st.a)
+	if st.a.messages {
+		ch = newMessagesChunker(st.a)
+	}
 	split := st.a.chunking.SplitWrites
 	if !st.s.sleep(st.firstDelay) {
 		return outAborted
@@ -102,6 +105,9 @@ func (st *stream) run(w sink) outcome {
 			return outAborted
 		}
 	}
+	if st.a.messages {
+		return outDone // message_stop was the last event
+	}
 	if err := st.write(w, doneEvent, 0, false); err != nil {
 		st.cancel()
 		return outAborted
@@ -129,8 +135,13 @@ func (st *stream) faultAt(w sink, due func(after int) bool) (outcome, bool) {
 		return outEnded, true
 	case f.ErrorEvent && due(f.ErrorAfter):
 		st.s.logFault("error_event", st.a.model)
-		e := faultError(f, 500)
-		b := append([]byte("event: error\ndata: "), appendErrorObject(nil, e)...)
+		b := []byte("event: error\ndata: ")
+		if st.a.messages {
+			e := messagesFaultError(&Fault{Status: f.Status, Type: f.Type, Message: f.Message}, 529)
+			b = appendMessagesError(b, e.typ, e.message)
+		} else {
+			b = append(b, appendErrorObject(nil, faultError(f, 500))...)
+		}
 		b = append(b, "\n\n"...)
 		if st.write(w, b, 0, false) != nil {
 			st.cancel()

@@ -30,6 +30,13 @@ func (m *Meta) Set(key, value string) {
 	if m.header == nil {
 		m.header = m.inline[:0]
 	}
+	if len(m.header) == cap(m.header) {
+		// Past the inline few, room for the rest at once: rate limits
+		// alone set six.
+		grown := make([]Header, len(m.header), 3*cap(m.header))
+		copy(grown, m.header)
+		m.header = grown
+	}
 	m.header = append(m.header, Header{key, value})
 }
 

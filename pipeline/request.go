@@ -26,6 +26,13 @@ type Request struct {
 	// anyway and strip it.
 	IncludeUsage bool
 
+	// Tools is the raw "tools" array of the client's body as ingress found
+	// it (read-only; it may share memory with Body), so that a layer can
+	// look at the client's tools without parsing the whole body. nil when
+	// the body has none or the request was not built by ingress. A layer
+	// that changes the body's tools sets it to the new array.
+	Tools []byte
+
 	Route  *Route  // the resolved model, set at ingress
 	Target *Target // the deployment this attempt goes to; set by fallback, else Route.Deployments[0]
 	Tenant *Tenant // the caller, resolved by the policies middleware; nil when the gateway is open

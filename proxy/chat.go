@@ -41,16 +41,16 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 		return
 	}
 	x.model = in.model
-	req := s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage)
+	req := s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage, in.tools)
 	s.runChat(ctx, x, req, chatForm{})
 }
 
 // chatRequest is the pipeline request of one chat call: the body the
-// pipeline runs, its model and route, and the hints the client's headers
-// give.
-func (s *Server) chatRequest(ctx *fasthttp.RequestCtx, x *exchange, body []byte, model string, route *pipeline.Route, stream, includeUsage bool) *pipeline.Request {
+// pipeline runs, its model and route, its tools array (a sub-slice of body,
+// see arrayIn), and the hints the client's headers give.
+func (s *Server) chatRequest(ctx *fasthttp.RequestCtx, x *exchange, body []byte, model string, route *pipeline.Route, stream, includeUsage bool, tools []byte) *pipeline.Request {
 	req := &pipeline.Request{
-		ID: x.id, Start: x.start, Body: body, Model: model, Stream: stream, IncludeUsage: includeUsage,
+		ID: x.id, Start: x.start, Body: body, Model: model, Stream: stream, IncludeUsage: includeUsage, Tools: tools,
 		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &pipeline.Meta{},
 		Hints: pipeline.Hints{
 			Cache:     string(ctx.Request.Header.Peek("X-Gateway-Cache")),

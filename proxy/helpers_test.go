@@ -42,7 +42,7 @@ upstream = "up"
 	if err != nil {
 		tb.Fatal(err)
 	}
-	u, err := NewUpstream(cfg.Providers)
+	u, err := NewUpstream(cfg.Providers, cfg.Models)
 	if err != nil {
 		tb.Fatal(err)
 	}

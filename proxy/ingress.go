@@ -11,6 +11,7 @@ type chatInput struct {
 	model        string
 	stream       bool
 	includeUsage bool
+	tools        []byte // the first top-level "tools" array: a sub-slice of the body
 }
 
 // parseChat validates a /v1/chat/completions body once, at ingress. Later
@@ -28,7 +29,7 @@ func parseChat(body []byte) (chatInput, error) {
 	if !root.IsObject() {
 		return in, pipeline.BadRequest("", "the request body must be a JSON object")
 	}
-	var model, messages, stream, streamOptions gjson.Result
+	var model, messages, stream, streamOptions, tools gjson.Result
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "model":
@@ -39,6 +40,10 @@ func parseChat(body []byte) (chatInput, error) {
 			stream = v
 		case "stream_options":
 			streamOptions = v
+		case "tools":
+			if !tools.Exists() { // the first, as gjson.Get reads it
+				tools = v
+			}
 		}
 		return true
 	})
@@ -49,6 +54,7 @@ func parseChat(body []byte) (chatInput, error) {
 		return in, pipeline.BadRequest("model", "model must be a non-empty string")
 	}
 	in.model = model.Str
+	in.tools = arrayIn(body, tools)
 	switch {
 	case !messages.Exists():
 		return in, pipeline.BadRequest("messages", "missing required parameter: 'messages'")
@@ -94,4 +100,13 @@ func parseChat(body []byte) (chatInput, error) {
 		in.includeUsage = streamOptions.Get("include_usage").Type == gjson.True
 	}
 	return in, nil
+}
+
+// arrayIn returns the array v read from body as a sub-slice of body (no
+// copy), or nil when v is not an array of body.
+func arrayIn(body []byte, v gjson.Result) []byte {
+	if !v.IsArray() || v.Index <= 0 || v.Index+len(v.Raw) > len(body) {
+		return nil
+	}
+	return body[v.Index : v.Index+len(v.Raw)]
 }

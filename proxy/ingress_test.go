@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -56,6 +58,8 @@ func FuzzParseChat(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"x"}]}`,
 		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"é"}]}`,
 		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+		`{"model":"m","tools" : [ {"type":"function"} ],"tools":[],"messages":[{"role":"user"}]}`,
+		`{"model":"m","tools":null,"tools":[1],"messages":[{"role":"user"}]}`,
 		`{"model":`, `[]`, `null`, `{"model":"\u0000","messages":[{"role":""}]}`, "\xff\xfe",
 	} {
 		f.Add([]byte(s))
@@ -74,6 +78,9 @@ func FuzzParseChat(f *testing.F) {
 		}
 		if in.includeUsage && !in.stream {
 			t.Fatal("include_usage without stream")
+		}
+		if want := gjson.GetBytes(body, "tools"); string(in.tools) != map[bool]string{true: want.Raw}[want.IsArray()] {
+			t.Fatalf("tools %q, gjson reads %q", in.tools, want.Raw)
 		}
 	})
 }

@@ -84,7 +84,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	}
 	form.answer = wire.NewChatJSON(wire.Header{ID: id, Model: rq.Model})
 	x.model = rq.Model
-	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream)
+	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream, arrayIn(rq.Chat, gjson.GetBytes(rq.Chat, "tools")))
 	req.OnServerCall = form.serverCall
 	s.runChat(ctx, x, req, form)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
 )
@@ -35,8 +36,9 @@ type upstreamStream struct {
 	deadline time.Time
 	idle     time.Duration
 	buf      []byte
-	done     bool // [DONE] seen
-	clean    bool // and the body ended right after it: the connection may be pooled
+	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
+	done     bool                     // [DONE] (or message_stop) seen
+	clean    bool                     // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
@@ -67,7 +69,8 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 // *pipeline.UpstreamError (Cut, Idle, Malformed, Status for an upstream error
 // event) or the context's error. An event whose data is empty ("data:" and
 // nothing else) is skipped, as an SSE client skips it: some providers send
-// one as a keep-alive.
+// one as a keep-alive. For an anthropic provider, msgs turns each event
+// into zero or more chunks, and message_stop ends the stream as [DONE] does.
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -78,6 +81,16 @@ func (s *upstreamStream) Next() ([]byte, error) {
 		return nil, io.EOF
 	}
 	for {
+		if s.msgs != nil {
+			if chunk, ok := s.msgs.Pop(); ok {
+				return chunk, nil
+			}
+			if s.msgs.Done() {
+				s.done = true
+				s.drain()
+				return nil, io.EOF
+			}
+		}
 		if err := s.ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -85,6 +98,12 @@ func (s *upstreamStream) Next() ([]byte, error) {
 		ev, err := s.rd.Next()
 		if err != nil {
 			return nil, s.readError(err)
+		}
+		if s.msgs != nil {
+			if err := s.msgs.Feed(ev.Data); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		data := ev.Data
 		if bytes.IndexByte(data, '\n') >= 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
 
+	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
@@ -40,6 +41,7 @@ var errResponseTooLarge = errors.New("proxy: upstream response exceeds max_respo
 // concurrent use; build it once per config.
 type Upstream struct {
 	providers map[string]*providerClient
+	maxTokens map[string]int // by route name: max_tokens for providers that require one
 }
 
 var _ pipeline.Handler = (*Upstream)(nil)
@@ -55,12 +57,17 @@ type providerClient struct {
 	basePath string // e.g. "/v1", no trailing slash
 	auth     string // "Bearer <key>" or ""
 	chatURI  string // built once: every chat request goes here
+	messages bool   // kind anthropic: chat is translated to the Messages API
 }
 
 // NewUpstream builds a client pool per provider. Providers must have a base
-// URL (mock providers are given theirs by the caller once started).
-func NewUpstream(providers []config.Provider) (*Upstream, error) {
-	u := &Upstream{providers: make(map[string]*providerClient, len(providers))}
+// URL (mock providers are given theirs by the caller once started). models
+// give the max_tokens that anthropic providers send when a client sets none.
+func NewUpstream(providers []config.Provider, models []config.Model) (*Upstream, error) {
+	u := &Upstream{providers: make(map[string]*providerClient, len(providers)), maxTokens: make(map[string]int, len(models))}
+	for _, m := range models {
+		u.maxTokens[m.Name] = m.MaxTokens
+	}
 	for i, p := range providers {
 		pc, err := newProviderClient(p)
 		if err != nil {
@@ -86,6 +93,9 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		pc.auth = "Bearer " + p.APIKey
 	}
 	pc.chatURI = pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions"
+	if p.Kind == "anthropic" {
+		pc.setMessages()
+	}
 	addr := base.Host
 	if base.Port() == "" {
 		if base.Scheme == "https" {
@@ -164,7 +174,12 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, err
 	}
 	body := req.Body
-	if gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model").Str != target.Upstream {
+	if pc.messages {
+		var err error
+		if body, err = u.messagesBody(target, body); err != nil {
+			return nil, err
+		}
+	} else if gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model").Str != target.Upstream {
 		var err error
 		if body, err = sjson.SetBytes(body, "model", target.Upstream); err != nil {
 			return nil, pipeline.BadRequest("model", "cannot route the request")
@@ -211,6 +226,9 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	if status := resp.StatusCode(); status != fasthttp.StatusOK {
 		ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider,
 			RetryAfter: retryAfter(&resp.Header), Body: readErrorBody(resp)}
+		if pc.messages {
+			ue = anthropic.StatusError(target.Provider, status, ue.Body, ue.RetryAfter)
+		}
 		pc.endCall(c, freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -226,6 +244,9 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		if err != nil {
 			return nil, pc.bodyError(err)
 		}
+		if pc.messages {
+			return decodeMessage(target.Provider, out, req)
+		}
 		if !gjson.ValidBytes(out) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errors.New("response body is not JSON")}
 		}
@@ -235,7 +256,11 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	if !c.end() {
 		resp.SetConnectionClose() // cancelled while Do ran; the stream reports it
 	}
-	return &pipeline.Response{Stream: newUpstreamStream(ctx, pc, freq, resp, conn, req.Model, deadline)}, nil
+	s := newUpstreamStream(ctx, pc, freq, resp, conn, req.Model, deadline)
+	if pc.messages {
+		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
+	}
+	return &pipeline.Response{Stream: s}, nil
 }
 
 // endCall ends c and releases the request and response; a connection whose
@@ -315,6 +340,9 @@ func (c headerCarrier) Keys() []string        { return nil }
 func (pc *providerClient) setHeaders(h *fasthttp.RequestHeader, requestID string) {
 	if pc.auth != "" {
 		h.Set(fasthttp.HeaderAuthorization, pc.auth)
+	}
+	if pc.messages {
+		pc.setMessagesHeaders(h)
 	}
 	for k, v := range pc.cfg.Headers {
 		h.Set(k, v)

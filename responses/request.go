@@ -71,20 +71,59 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 	}
 	root := gjson.ParseBytes(body)
 	r := &Request{Model: model, Previous: previous, Store: true}
+	if err := r.options(root); err != nil {
+		return nil, err
+	}
+	if err := r.conversation(root.Get("input"), prior, resolve); err != nil {
+		return nil, err
+	}
+	c := make([]byte, 0, len(body)+len(r.History)+64)
+	c = append(c, `{"model":`...)
+	c = jsonstring.Append(c, model)
+	c = append(c, `,"messages":[`...)
+	switch instr := root.Get("instructions"); {
+	case instr.Type == gjson.String:
+		c = append(c, `{"role":"system","content":`...)
+		c = append(c, instr.Raw...)
+		c = append(c, '}')
+		if len(r.History) > 2 {
+			c = append(c, ',')
+		}
+	case instr.Exists() && instr.Type != gjson.Null:
+		return nil, pipeline.BadRequest("instructions", "instructions must be a string")
+	}
+	c = append(c, r.History[1:]...) // the array's members and its ']'
+	if r.Stream {
+		c = append(c, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	}
+	if c, err = appendSettings(c, root); err != nil {
+		return nil, err
+	}
+	r.Chat = append(c, '}')
+	r.Echo = echo(root)
+	return r, nil
+}
+
+// options reads what the gateway itself acts on: store and stream, and the
+// features it refuses.
+func (r *Request) options(root gjson.Result) error {
 	for _, k := range [...]string{"background", "conversation", "prompt"} {
 		if v := root.Get(k); v.Exists() && v.Type != gjson.Null && v.Type != gjson.False {
-			return nil, pipeline.BadRequest(k, "%s is not supported by this gateway", k)
+			return pipeline.BadRequest(k, "%s is not supported by this gateway", k)
 		}
 	}
 	if v := root.Get("store"); v.Exists() {
 		if v.Type != gjson.True && v.Type != gjson.False && v.Type != gjson.Null {
-			return nil, pipeline.BadRequest("store", "store must be a boolean")
+			return pipeline.BadRequest("store", "store must be a boolean")
 		}
 		r.Store = v.Type != gjson.False
 	}
-	stream := root.Get("stream")
-	r.Stream = stream.Type == gjson.True
+	r.Stream = root.Get("stream").Type == gjson.True
+	return nil
+}
 
+// conversation builds History (prior, then input) and Input.
+func (r *Request) conversation(input gjson.Result, prior []byte, resolve Resolver) error {
 	h := history{open: -1}
 	if len(prior) > 0 {
 		gjson.ParseBytes(prior).ForEach(func(_, m gjson.Result) bool {
@@ -92,7 +131,6 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 			return true
 		})
 	}
-	input := root.Get("input")
 	switch {
 	case input.Type == gjson.String:
 		r.Input = append(r.Input, `[{"type":"message","role":"user","content":[{"type":"input_text","text":`...)
@@ -102,67 +140,54 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 	case input.IsArray():
 		r.Input = append(r.Input, input.Raw...)
 		i := 0
-		var ierr error
+		var err error
 		input.ForEach(func(_, it gjson.Result) bool {
-			ierr = h.item(it, "input["+strconv.Itoa(i)+"]", resolve)
+			err = h.item(it, "input["+strconv.Itoa(i)+"]", resolve)
 			i++
-			return ierr == nil
+			return err == nil
 		})
-		if ierr != nil {
-			return nil, ierr
+		if err != nil {
+			return err
 		}
 	case !input.Exists() || input.Type == gjson.Null:
 		if len(prior) == 0 {
-			return nil, pipeline.BadRequest("input", "input is required")
+			return pipeline.BadRequest("input", "input is required")
 		}
 		r.Input = append(r.Input, "[]"...)
 	default:
-		return nil, pipeline.BadRequest("input", "input must be a string or an array of items")
+		return pipeline.BadRequest("input", "input must be a string or an array of items")
 	}
 	r.History = h.array()
+	return nil
+}
 
-	c := make([]byte, 0, len(body)+len(r.History)+64)
-	c = append(c, `{"model":`...)
-	c = jsonstring.Append(c, model)
-	c = append(c, `,"messages":[`...)
-	instr := root.Get("instructions")
-	switch instr.Type {
-	case gjson.String:
-		c = append(c, `{"role":"system","content":`...)
-		c = append(c, instr.Raw...)
-		c = append(c, '}')
-		if len(h.msgs) > 0 {
-			c = append(c, ',')
-		}
-	case gjson.Null:
-	default:
-		if instr.Exists() {
-			return nil, pipeline.BadRequest("instructions", "instructions must be a string")
-		}
-	}
-	c = append(c, r.History[1:]...) // the array's members and its ']'
-	if r.Stream {
-		c = append(c, `,"stream":true,"stream_options":{"include_usage":true}`...)
-	}
+// passedSettings are the request members the chat request carries under
+// its own name (to).
+var passedSettings = [...]struct{ from, to string }{
+	{"temperature", "temperature"}, {"top_p", "top_p"}, {"user", "user"},
+	{"safety_identifier", "safety_identifier"}, {"prompt_cache_key", "prompt_cache_key"},
+	{"service_tier", "service_tier"}, {"max_output_tokens", "max_completion_tokens"},
+	{"reasoning.effort", "reasoning_effort"}, {"text.verbosity", "verbosity"},
+	{"top_logprobs", "top_logprobs"},
+}
+
+// appendSettings appends the chat request's tools, tool choice, format and
+// sampling settings.
+func appendSettings(c []byte, root gjson.Result) ([]byte, error) {
+	var err error
 	tools := root.Get("tools")
 	if tools.Exists() && tools.Type != gjson.Null {
 		if c, err = appendTools(c, tools); err != nil {
-			return nil, err
+			return c, err
 		}
 	}
 	if c, err = appendToolChoice(c, root.Get("tool_choice")); err != nil {
-		return nil, err
+		return c, err
 	}
 	if c, err = appendFormat(c, root.Get("text")); err != nil {
-		return nil, err
+		return c, err
 	}
-	for _, m := range [...]struct{ from, to string }{
-		{"temperature", "temperature"}, {"top_p", "top_p"}, {"user", "user"},
-		{"safety_identifier", "safety_identifier"}, {"prompt_cache_key", "prompt_cache_key"},
-		{"service_tier", "service_tier"}, {"max_output_tokens", "max_completion_tokens"},
-		{"reasoning.effort", "reasoning_effort"}, {"text.verbosity", "verbosity"},
-		{"top_logprobs", "top_logprobs"},
-	} {
+	for _, m := range passedSettings {
 		v := root.Get(m.from)
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
@@ -179,9 +204,7 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 		c = append(c, `,"parallel_tool_calls":`...)
 		c = append(c, v.Raw...)
 	}
-	r.Chat = append(c, '}')
-	r.Echo = echo(root)
-	return r, nil
+	return c, nil
 }
 
 // echo builds the request settings the response object repeats.

@@ -46,6 +46,10 @@ type Options struct {
 
 	Logger     zerolog.Logger
 	HTTPClient *http.Client // http tools; nil = a default client. Redirects are never followed.
+
+	// Selector narrows the tools of requests that offer too many (LLM tool
+	// selection); nil = off.
+	Selector ToolSelector
 }
 
 // Loop is the tool loop, the terminal handler of the request layer. Built
@@ -108,6 +112,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 			return nil, err
 		}
 	}
+	req, tools, sel := l.selectTools(ctx, req, tools)
 	if len(tools) == 0 && !(req.Stream && offersTools(req.Body)) {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
@@ -121,6 +126,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	if p == nil {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
+	p.sel = sel
 	// One edit log per client request: context editing then re-applies
 	// earlier rounds' clears first, so every round shares the edited prefix.
 	s := l.newSession(req, p)
@@ -129,6 +135,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 		s.elog = l.opts.NewEditLog()
 	}
 	ctx = s.withLimits(ctx)
+	s.lim.model.used.Add(sel.modelCalls())
 	if req.Stream {
 		return s.startStream(ctx)
 	}

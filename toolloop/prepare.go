@@ -23,7 +23,8 @@ type plan struct {
 	messages    []byte // the original messages array, raw
 	clientNames []string
 	choice      choiceMode
-	todos       bool // write_todos is offered
+	todos       bool       // write_todos is offered
+	sel         *selection // what tool selection did; nil = it did not run
 }
 
 // prepare decides whether the loop runs and builds the upstream body. It

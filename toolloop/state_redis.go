@@ -35,20 +35,23 @@ func (r *RedisState) Save(ctx context.Context, key string, t *HiddenTurn) error 
 	return r.client.Set(ctx, r.prefix+key, encodeTurn(t), r.ttl).Err()
 }
 
-// Load reads keys with one MGET. A value that does not decode counts as missing.
+// Load reads keys in one round trip: a pipeline of GETs rather than one
+// MGET, because the keys hash to different slots of a Redis Cluster (a
+// cluster client splits the pipeline by node). A value that does not decode
+// counts as missing.
 func (r *RedisState) Load(ctx context.Context, keys []string) ([]*HiddenTurn, error) {
-	full := make([]string, len(keys))
+	pipe := r.client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
-		full[i] = r.prefix + k
+		cmds[i] = pipe.Get(ctx, r.prefix+k)
 	}
-	vals, err := r.client.MGet(ctx, full...).Result()
-	if err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	out := make([]*HiddenTurn, len(keys))
-	for i, v := range vals {
-		if s, ok := v.(string); ok && i < len(out) {
-			out[i], _ = decodeTurn([]byte(s))
+	for i, c := range cmds {
+		if b, err := c.Bytes(); err == nil {
+			out[i], _ = decodeTurn(b)
 		}
 	}
 	return out, nil

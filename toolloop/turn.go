@@ -388,7 +388,7 @@ func (s *session) traceJSON() []byte {
 	if s.elog != nil {
 		cleared, saved, dropped = s.elog.Stats()
 	}
-	return s.appendApprovals(s.appendTodos(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped)))
+	return s.appendApprovals(s.appendTodos(s.p.sel.appendJSON(s.trace.appendJSON(nil, s.iterations, s.stop, cleared, saved, dropped))))
 }
 
 func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }

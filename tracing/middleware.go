@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,11 +32,44 @@ const (
 	attrStream   = attribute.Key("gateway.stream")
 )
 
+// Span start options and names, built once instead of per span.
+var (
+	serverSpan   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientSpan   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	internalSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+)
+
+const serverSpanName = "POST " + pipeline.ChatEndpoint
+
+// maxCallNames bounds Tracer.names (one per upstream model, from config).
+const maxCallNames = 1024
+
 // requestState counts the attempts of one client request.
 type requestState struct {
 	mu    sync.Mutex
 	n     int
-	tried map[string]bool
+	tried []deployment
+	first [2]deployment // tried's first backing array: most requests try one or two
+}
+
+// deployment is a provider and upstream model tried.
+type deployment struct{ provider, upstream string }
+
+// attempt counts an attempt at provider's upstream model: its 1-based
+// number, and whether that deployment was tried before.
+func (s *requestState) attempt(provider, upstream string) (n int, retry bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	d := deployment{provider, upstream}
+	if slices.Contains(s.tried, d) {
+		return s.n, true
+	}
+	if s.tried == nil {
+		s.tried = s.first[:0]
+	}
+	s.tried = append(s.tried, d)
+	return s.n, false
 }
 
 type stateKey struct{}
@@ -49,44 +83,67 @@ func (t *Tracer) Request() pipeline.Middleware {
 			if r.Hints.TraceParent != "" {
 				ctx = propagator.Extract(ctx, propagation.MapCarrier{"traceparent": r.Hints.TraceParent, "tracestate": r.Hints.TraceState})
 			}
-			ctx, span := t.tr.Start(ctx, "POST "+pipeline.ChatEndpoint, trace.WithSpanKind(trace.SpanKindServer))
+			ctx, span := t.tr.Start(ctx, serverSpanName, serverSpan...)
 			if !span.IsRecording() {
 				// Not sampled: the context still carries the trace for
 				// propagation, and nothing else is spent on it.
 				return next.Chat(ctx, r)
 			}
-			span.SetAttributes(
-				semconv.HTTPRequestMethodPost, semconv.URLPath(pipeline.ChatEndpoint),
-				semconv.GenAIOperationNameChat, semconv.GenAIRequestModel(r.Model), attrStream.Bool(r.Stream),
-			)
+			a := newAttrs()
+			a.add(semconv.HTTPRequestMethodPost, urlPathChat, semconv.GenAIOperationNameChat,
+				semconv.GenAIRequestModel(r.Model), attrStream.Bool(r.Stream))
 			r.TraceID = span.SpanContext().TraceID().String()
-			ctx = context.WithValue(ctx, stateKey{}, &requestState{tried: map[string]bool{}})
+			ctx = context.WithValue(ctx, stateKey{}, &requestState{})
 			resp, err := next.Chat(ctx, r)
 			if r.Tenant != nil {
-				span.SetAttributes(attrTenant.String(r.Tenant.Name))
+				a.add(attrTenant.String(r.Tenant.Name))
 			}
 			// What the request layer decided, as events: the cache lookup's
 			// result and the context edits of the whole request so far.
 			if v := r.Meta.Get("x-gateway-cache"); v != "" {
-				span.AddEvent("gateway.cache_lookup", trace.WithAttributes(attribute.String("gateway.cache.result", v)))
+				span.AddEvent("gateway.cache_lookup", cacheResult(v))
 			}
 			if v := r.Meta.Get("x-gateway-context-edits"); v != "" {
 				span.AddEvent("gateway.context_edit", trace.WithAttributes(attribute.String("gateway.context_edits", v)))
 			}
 			if err != nil {
-				fail(span, err)
-				span.End()
+				fail(span, a, err)
+				a.end(span)
 				return resp, err
 			}
 			if resp.Stream == nil {
-				span.SetAttributes(semconv.HTTPResponseStatusCode(200))
-				span.End()
+				a.add(status200)
+				a.end(span)
 				return resp, nil
 			}
-			resp.Stream = &spanStream{Stream: resp.Stream, span: span}
+			resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a}
 			return resp, nil
 		})
 	}
+}
+
+var (
+	urlPathChat = semconv.URLPath(pipeline.ChatEndpoint)
+	status200   = semconv.HTTPResponseStatusCode(200)
+)
+
+// cacheResults are the events' options of the response cache's answers.
+var cacheResults = map[string]trace.EventOption{}
+
+func init() {
+	for _, v := range []string{"hit", "miss", "bypass"} {
+		cacheResults[v] = trace.WithAttributes(attribute.String("gateway.cache.result", v))
+	}
+	for _, f := range []string{"stop", "length", "tool_calls", "content_filter", "function_call"} {
+		finishReasons[f] = semconv.GenAIResponseFinishReasons(f)
+	}
+}
+
+func cacheResult(v string) trace.EventOption {
+	if o, ok := cacheResults[v]; ok {
+		return o
+	}
+	return trace.WithAttributes(attribute.String("gateway.cache.result", v))
 }
 
 // ModelCall wraps the upstream handler, innermost on every model's call
@@ -102,89 +159,125 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 		}
 		attempt, retry := 1, false
 		if st, _ := ctx.Value(stateKey{}).(*requestState); st != nil {
-			st.mu.Lock()
-			st.n++
-			attempt = st.n
-			key := provider + "\x00" + upstream
-			retry = st.tried[key]
-			st.tried[key] = true
-			st.mu.Unlock()
+			attempt, retry = st.attempt(provider, upstream)
 		}
-		ctx, span := t.tr.Start(ctx, "chat "+upstream, trace.WithSpanKind(trace.SpanKindClient))
+		ctx, span := t.tr.Start(ctx, t.callName(upstream), clientSpan...)
 		if !span.IsRecording() {
 			return next.Chat(ctx, r)
 		}
-		span.SetAttributes(
+		a := newAttrs()
+		a.add(
 			semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(provider),
 			semconv.GenAIRequestModel(upstream), attrAttempt.Int(attempt), attrRetry.Bool(retry),
 			attrFallback.Bool(model != "" && model != r.Model), attrStream.Bool(r.Stream),
 		)
 		if t.content {
-			span.SetAttributes(attribute.String("gen_ai.input.messages", clip(gjson.GetBytes(r.Body, "messages").Raw)))
+			a.add(attribute.String("gen_ai.input.messages", clip(gjson.GetBytes(r.Body, "messages").Raw)))
 		}
 		resp, err := next.Chat(ctx, r)
 		if err != nil {
-			fail(span, err)
-			span.End()
+			fail(span, a, err)
+			a.end(span)
 			return resp, err
 		}
-		span.SetAttributes(semconv.GenAIResponseModel(upstream))
+		a.add(semconv.GenAIResponseModel(upstream))
 		if resp.Stream == nil {
-			answered(span, gjson.GetBytes(resp.Body, "usage"), gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str)
+			answered(a, gjson.GetBytes(resp.Body, "usage"), gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str)
 			if t.content {
-				span.SetAttributes(attribute.String("gen_ai.output.messages", clip(gjson.GetBytes(resp.Body, "choices.0.message").Raw)))
+				a.add(attribute.String("gen_ai.output.messages", clip(gjson.GetBytes(resp.Body, "choices.0.message").Raw)))
 			}
-			span.End()
+			a.end(span)
 			return resp, nil
 		}
-		resp.Stream = &spanStream{Stream: resp.Stream, span: span, usage: true}
+		resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a, usage: true}
 		return resp, nil
 	})
+}
+
+// callName is the span name of a call to upstream, "chat <model>", built
+// once per upstream model.
+func (t *Tracer) callName(upstream string) string {
+	if v, ok := t.names.Load(upstream); ok {
+		return v.(string)
+	}
+	n := "chat " + upstream
+	if t.nNames.Add(1) <= maxCallNames {
+		t.names.Store(upstream, n)
+	}
+	return n
 }
 
 // Tool returns the tool-layer middleware: an execute_tool span per call.
 func (t *Tracer) Tool() pipeline.ToolMiddleware {
 	return func(next pipeline.ToolHandler) pipeline.ToolHandler {
 		return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-			ctx, span := t.tr.Start(ctx, "execute_tool "+c.Name, trace.WithSpanKind(trace.SpanKindInternal))
+			ctx, span := t.tr.Start(ctx, "execute_tool "+c.Name, internalSpan...)
 			if !span.IsRecording() {
 				return next.CallTool(ctx, c)
 			}
-			span.SetAttributes(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(c.Name), semconv.GenAIToolCallID(c.ID))
+			a := newAttrs()
+			a.add(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(c.Name), semconv.GenAIToolCallID(c.ID))
 			if t.content {
-				span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", clip(string(c.Arguments))))
+				a.add(attribute.String("gen_ai.tool.call.arguments", clip(string(c.Arguments))))
 			}
 			res, err := next.CallTool(ctx, c)
 			switch {
 			case err != nil:
-				fail(span, err)
+				fail(span, a, err)
 			case res != nil && res.IsError:
 				span.SetStatus(codes.Error, "tool error")
-				span.SetAttributes(semconv.ErrorTypeKey.String("tool_error"))
+				a.add(semconv.ErrorTypeKey.String("tool_error"))
 			}
 			if t.content && res != nil {
-				span.SetAttributes(attribute.String("gen_ai.tool.call.result", clip(string(res.Content))))
+				a.add(attribute.String("gen_ai.tool.call.result", clip(string(res.Content))))
 			}
-			span.End()
+			a.end(span)
 			return res, err
 		})
 	}
 }
 
-// answered records an upstream call's usage and finish reason.
-func answered(span trace.Span, usage gjson.Result, finish string) {
+// Prompt-cache usage, when the upstream reports it: the GenAI names of the
+// semantic conventions after v1.37.
+const (
+	usageCacheRead  = attribute.Key("gen_ai.usage.cache_read.input_tokens")
+	usageCacheWrite = attribute.Key("gen_ai.usage.cache_creation.input_tokens")
+)
+
+// answered records an upstream call's usage (with its prompt-cache reads and
+// writes when reported) and finish reason.
+func answered(a *attrs, usage gjson.Result, finish string) {
 	if usage.IsObject() {
-		span.SetAttributes(
+		a.add(
 			semconv.GenAIUsageInputTokens(int(usage.Get("prompt_tokens").Int())),
 			semconv.GenAIUsageOutputTokens(int(usage.Get("completion_tokens").Int())),
 		)
+		if d := usage.Get("prompt_tokens_details"); d.IsObject() {
+			if n := d.Get("cached_tokens").Int(); n > 0 {
+				a.add(usageCacheRead.Int64(n))
+			}
+			if n := d.Get("cache_write_tokens").Int(); n > 0 {
+				a.add(usageCacheWrite.Int64(n))
+			}
+		}
 	}
 	if finish != "" {
-		span.SetAttributes(semconv.GenAIResponseFinishReasons(finish))
+		a.add(finishReason(finish))
 	}
 }
 
-func fail(span trace.Span, err error) {
+// finishReasons are the attributes of the usual finish reasons, built once:
+// a string slice attribute is costly to build.
+var finishReasons = map[string]attribute.KeyValue{}
+
+func finishReason(f string) attribute.KeyValue {
+	if kv, ok := finishReasons[f]; ok {
+		return kv
+	}
+	return semconv.GenAIResponseFinishReasons(f)
+}
+
+func fail(span trace.Span, a *attrs, err error) {
 	span.RecordError(err)
 	status := "error"
 	var pe *pipeline.Error
@@ -195,8 +288,28 @@ func fail(span trace.Span, err error) {
 	case errors.As(err, &ue):
 		status = "upstream_" + strconv.Itoa(ue.Status)
 	}
-	span.SetAttributes(semconv.ErrorTypeKey.String(status))
+	a.add(semconv.ErrorTypeKey.String(status))
 	span.SetStatus(codes.Error, status)
+}
+
+// attrs collects a span's attributes until the span ends, so that they
+// reach it in one SetAttributes call: the SDK copies its slice on every
+// call that adds to it. The SDK keeps a copy, so buffers are pooled.
+type attrs struct{ kv []attribute.KeyValue }
+
+var attrPool = sync.Pool{New: func() any { return &attrs{kv: make([]attribute.KeyValue, 0, 16)} }}
+
+func newAttrs() *attrs { return attrPool.Get().(*attrs) }
+
+func (a *attrs) add(kv ...attribute.KeyValue) { a.kv = append(a.kv, kv...) }
+
+// end sets the attributes on span, ends it, and gives the buffer back.
+func (a *attrs) end(span trace.Span) {
+	span.SetAttributes(a.kv...)
+	span.End()
+	clear(a.kv)
+	a.kv = a.kv[:0]
+	attrPool.Put(a)
 }
 
 // clip bounds s without splitting a character: an invalid UTF-8 attribute
@@ -222,27 +335,37 @@ var (
 )
 
 // spanStream ends its span when the stream ends; a model call's span also
-// takes the usage chunk and the finish reason.
+// takes the usage chunk and the finish reason. Close may run while Next
+// does (pipeline.Stream), so mu guards what both touch.
 type spanStream struct {
 	pipeline.Stream
 	span   trace.Span
 	usage  bool
+	mu     sync.Mutex
+	attrs  *attrs // nil once ended
 	finish string
-	ended  bool
 }
 
 func (s *spanStream) Next() ([]byte, error) {
 	chunk, err := s.Stream.Next()
 	switch {
 	case err == nil && s.usage:
-		if bytes.Contains(chunk, usageKey) {
-			answered(s.span, gjson.GetBytes(chunk, "usage"), "")
+		hasUsage, hasFinish := bytes.Contains(chunk, usageKey), bytes.Contains(chunk, finishKey)
+		if !hasUsage && !hasFinish {
+			break
 		}
-		if bytes.Contains(chunk, finishKey) {
-			if f := gjson.GetBytes(chunk, "choices.0.finish_reason"); f.Type == gjson.String {
-				s.finish = f.Str
+		s.mu.Lock()
+		if s.attrs != nil {
+			if hasUsage {
+				answered(s.attrs, gjson.GetBytes(chunk, "usage"), "")
+			}
+			if hasFinish {
+				if f := gjson.GetBytes(chunk, "choices.0.finish_reason"); f.Type == gjson.String {
+					s.finish = f.Str
+				}
 			}
 		}
+		s.mu.Unlock()
 	case err == io.EOF:
 		s.end(nil)
 	case err != nil:
@@ -257,15 +380,17 @@ func (s *spanStream) Close() {
 }
 
 func (s *spanStream) end(err error) {
-	if s.ended {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attrs == nil {
 		return
 	}
-	s.ended = true
 	if err != nil {
-		fail(s.span, err)
+		fail(s.span, s.attrs, err)
 	}
 	if s.finish != "" {
-		s.span.SetAttributes(semconv.GenAIResponseFinishReasons(s.finish))
+		s.attrs.add(finishReason(s.finish))
 	}
-	s.span.End()
+	s.attrs.end(s.span)
+	s.attrs = nil
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -35,6 +37,8 @@ type Tracer struct {
 	tp      *sdktrace.TracerProvider
 	tr      trace.Tracer
 	content bool
+	names   sync.Map // upstream model → its call spans' name
+	nNames  atomic.Int64
 }
 
 // propagator is W3C trace context (traceparent, tracestate).
@@ -51,6 +55,13 @@ func New(ctx context.Context, cfg config.Tracing) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	return NewWithExporter(cfg, exp), nil
+}
+
+// NewWithExporter builds the tracer provider of cfg (enabled or not)
+// around exp, batched as New does: for tests and benchmarks that export to
+// memory.
+func NewWithExporter(cfg config.Tracing, exp sdktrace.SpanExporter) *Tracer {
 	ratio := 1.0
 	if cfg.SampleRatio != nil {
 		ratio = *cfg.SampleRatio
@@ -66,7 +77,7 @@ func New(ctx context.Context, cfg config.Tracing) (*Tracer, error) {
 	)
 	// Outgoing upstream, http-tool and MCP requests carry traceparent.
 	otel.SetTextMapPropagator(propagator)
-	return &Tracer{tp: tp, tr: tp.Tracer(instrumentation), content: cfg.CaptureContent}, nil
+	return &Tracer{tp: tp, tr: tp.Tracer(instrumentation), content: cfg.CaptureContent}
 }
 
 // exporter builds the OTLP exporter: options from config where set, the

@@ -6,18 +6,18 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// ContentText is the text of a message's content: the string itself, or
-// the text of its parts joined without a separator ("" for anything else).
+// ContentText is a chat message content's text: the string, or its text parts
+// joined by newlines.
 func ContentText(c gjson.Result) string {
 	if c.Type == gjson.String {
 		return c.Str
 	}
-	var b strings.Builder
-	c.ForEach(func(_, part gjson.Result) bool {
-		if t := part.Get("text"); t.Type == gjson.String {
-			b.WriteString(t.Str)
+	var parts []string
+	c.ForEach(func(_, p gjson.Result) bool {
+		if t := p.Get("text"); t.Type == gjson.String {
+			parts = append(parts, t.Str)
 		}
 		return true
 	})
-	return b.String()
+	return strings.Join(parts, "\n")
 }

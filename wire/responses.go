@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"cmp"
 	"strconv"
 
 	"github.com/llmgw/gateway/jsonstring"
@@ -108,91 +109,96 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 	if !r.opened {
 		dst = r.open(dst)
 	}
+	if r.finish != "" && e.Kind != Usage && e.Kind != End {
+		return dst // after Finish only usage and the end
+	}
 	switch e.Kind {
 	case Text:
-		if r.finish != "" || len(e.Text) == 0 {
-			return dst
-		}
-		switch e.Key {
-		case "content", "refusal":
+		switch {
+		case len(e.Text) == 0:
+		case e.Key == "content" || e.Key == "refusal":
 			dst = r.messageText(dst, e.Key == "refusal", e.Text)
-		case "reasoning_content", "reasoning":
+		case e.Key == "reasoning_content" || e.Key == "reasoning":
 			dst = r.reasoningText(dst, e.Text)
 		}
 	case CallHeader:
-		if r.finish != "" {
-			return dst
-		}
-		dst = r.closeOpen(dst)
-		for len(r.calls) <= e.Index {
-			r.calls = append(r.calls, -1)
-		}
-		if r.calls[e.Index] >= 0 {
-			return dst // a second header for the same call
-		}
-		r.calls[e.Index] = len(r.items)
-		it := respItem{kind: itemCall, id: r.itemID("fc"), callID: e.ID, name: e.Name, approval: e.Approval}
-		if e.Approval {
-			it.id = e.ID // the id the client's mcp_approval_response names
-		}
-		r.items = append(r.items, it)
-		dst = r.itemAdded(dst, len(r.items)-1)
+		dst = r.callHeader(dst, e)
 	case CallArgs:
-		if r.finish != "" || e.Index >= len(r.calls) || r.calls[e.Index] < 0 || len(e.Text) == 0 {
-			return dst
-		}
-		i := r.calls[e.Index]
-		it := &r.items[i]
-		it.args = append(it.args, e.Text...)
-		if r.stream && !it.approval {
-			dst = r.event(dst, "response.function_call_arguments.delta")
-			dst = append(dst, `,"item_id":`...)
-			dst = jsonstring.Append(dst, it.id)
-			dst = append(dst, `,"output_index":`...)
-			dst = strconv.AppendInt(dst, int64(i), 10)
-			dst = append(dst, `,"delta":`...)
-			dst = appendString(dst, e.Text)
-			dst = endEvent(dst)
-		}
+		dst = r.callArgs(dst, e)
 	case ServerCall:
-		if r.finish != "" {
-			return dst
-		}
 		dst = r.closeOpen(dst)
-		it := respItem{kind: itemServerCall, id: r.itemID("mcp"), name: e.Name, args: append([]byte(nil), e.Text...),
-			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish}
-		r.items = append(r.items, it)
+		r.items = append(r.items, respItem{kind: itemServerCall, id: r.itemID("mcp"), name: e.Name, args: append([]byte(nil), e.Text...),
+			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish})
 		dst = r.serverCall(dst, len(r.items)-1)
 	case Finish:
-		if r.finish != "" {
-			return dst
-		}
-		r.finish = e.Finish
-		if r.finish == "" {
-			r.finish = "stop"
-		}
+		r.finish = cmp.Or(e.Finish, "stop")
 		dst = r.closeAll(dst)
 	case Usage:
 		r.usage = append(r.usage[:0], e.Raw...)
 	case End:
-		if r.finish == "" {
-			r.finish = "stop"
-			dst = r.closeAll(dst)
-		}
-		r.ended = true
-		if !r.stream {
-			return r.Object(dst)
-		}
-		typ := "response.completed"
-		if r.status() == "incomplete" {
-			typ = "response.incomplete"
-		}
-		dst = r.event(dst, typ)
-		dst = append(dst, `,"response":`...)
-		dst = r.Object(dst)
-		dst = endEvent(dst)
+		dst = r.end(dst)
 	}
 	return dst
+}
+
+// callHeader starts a function_call (or mcp_approval_request) item.
+func (r *Responses) callHeader(dst []byte, e *Event) []byte {
+	dst = r.closeOpen(dst)
+	for len(r.calls) <= e.Index {
+		r.calls = append(r.calls, -1)
+	}
+	if r.calls[e.Index] >= 0 {
+		return dst // a second header for the same call
+	}
+	r.calls[e.Index] = len(r.items)
+	it := respItem{kind: itemCall, id: r.itemID("fc"), callID: e.ID, name: e.Name, approval: e.Approval}
+	if e.Approval {
+		it.id = e.ID // the id the client's mcp_approval_response names
+	}
+	r.items = append(r.items, it)
+	return r.itemAdded(dst, len(r.items)-1)
+}
+
+// callArgs adds a fragment to the arguments of call e.Index.
+func (r *Responses) callArgs(dst []byte, e *Event) []byte {
+	if e.Index >= len(r.calls) || r.calls[e.Index] < 0 || len(e.Text) == 0 {
+		return dst
+	}
+	i := r.calls[e.Index]
+	it := &r.items[i]
+	it.args = append(it.args, e.Text...)
+	if !r.stream || it.approval {
+		return dst
+	}
+	dst = r.event(dst, "response.function_call_arguments.delta")
+	dst = append(dst, `,"item_id":`...)
+	dst = jsonstring.Append(dst, it.id)
+	dst = append(dst, `,"output_index":`...)
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = append(dst, `,"delta":`...)
+	dst = appendString(dst, e.Text)
+	return endEvent(dst)
+}
+
+// end closes what is open and writes the terminal event (a stream) or the
+// response object (JSON).
+func (r *Responses) end(dst []byte) []byte {
+	if r.finish == "" {
+		r.finish = "stop"
+		dst = r.closeAll(dst)
+	}
+	r.ended = true
+	if !r.stream {
+		return r.Object(dst)
+	}
+	typ := "response.completed"
+	if r.status() == "incomplete" {
+		typ = "response.incomplete"
+	}
+	dst = r.event(dst, typ)
+	dst = append(dst, `,"response":`...)
+	dst = r.Object(dst)
+	return endEvent(dst)
 }
 
 // Fail ends the response as failed with the error's code and message: for

@@ -39,148 +39,153 @@ func CheckResponsesStream(raw []byte, schema *Schema) (*ResponsesSummary, error)
 	if err != nil {
 		return nil, err
 	}
-	sum := &ResponsesSummary{}
-	var (
-		respID string
-		seq    int64 = -1
-		items  []*respItemState
-	)
-	item := func(ev gjson.Result) (*respItemState, error) {
-		i := int(ev.Get("output_index").Int())
-		if !ev.Get("output_index").Exists() || i < 0 || i >= len(items) {
-			return nil, fmt.Errorf("%s for output_index %s that was never added", ev.Get("type").Str, ev.Get("output_index").Raw)
-		}
-		it := items[i]
-		if id := ev.Get("item_id"); id.Exists() && id.Str != it.id {
-			return nil, fmt.Errorf("%s: item_id %q, but output %d is %q", ev.Get("type").Str, id.Str, i, it.id)
-		}
-		if it.done {
-			return nil, fmt.Errorf("%s after output %d was done", ev.Get("type").Str, i)
-		}
-		return it, nil
-	}
+	c := &respChecker{sum: &ResponsesSummary{}, seq: -1}
 	for n, e := range evs {
-		if !gjson.ValidBytes(e.data) {
-			return sum, fmt.Errorf("event %d: data is not JSON: %s", n, clip(e.data))
+		if err := c.event(n, e, schema); err != nil {
+			return c.sum, err
 		}
-		ev := gjson.ParseBytes(e.data)
-		typ := ev.Get("type").Str
-		if typ != e.name {
-			return sum, fmt.Errorf("event %d: event line %q but type %q", n, e.name, typ)
+	}
+	if c.sum.Terminal == "" {
+		return c.sum, fmt.Errorf("the stream ended without response.completed, response.incomplete or response.failed")
+	}
+	return c.sum, nil
+}
+
+// respChecker follows one Responses stream.
+type respChecker struct {
+	sum    *ResponsesSummary
+	respID string
+	seq    int64
+	items  []*respItemState
+}
+
+// event checks event n: its framing, schema and order, then what it says.
+func (c *respChecker) event(n int, e typedEvent, schema *Schema) error {
+	if !gjson.ValidBytes(e.data) {
+		return fmt.Errorf("event %d: data is not JSON: %s", n, clip(e.data))
+	}
+	ev := gjson.ParseBytes(e.data)
+	typ := ev.Get("type").Str
+	if typ != e.name {
+		return fmt.Errorf("event %d: event line %q but type %q", n, e.name, typ)
+	}
+	if schema != nil {
+		if err := schema.Validate("ResponseStreamEvent", e.data); err != nil {
+			return fmt.Errorf("event %d (%s): %w", n, typ, err)
 		}
-		if schema != nil {
-			if err := schema.Validate("ResponseStreamEvent", e.data); err != nil {
-				return sum, fmt.Errorf("event %d (%s): %w", n, typ, err)
-			}
+	}
+	c.sum.Events = append(c.sum.Events, typ)
+	if c.sum.Terminal != "" {
+		return fmt.Errorf("event %d (%s) after the terminal %s", n, typ, c.sum.Terminal)
+	}
+	s := ev.Get("sequence_number")
+	if !s.Exists() || s.Int() <= c.seq {
+		return fmt.Errorf("event %d (%s): sequence_number %s does not increase", n, typ, s.Raw)
+	}
+	c.seq = s.Int()
+	switch {
+	case n == 0 && typ != "response.created", n == 1 && typ != "response.in_progress":
+		return fmt.Errorf("event %d is %s; a stream opens with response.created, response.in_progress", n, typ)
+	}
+	switch typ {
+	case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
+		return c.lifecycle(typ, ev.Get("response"))
+	case "response.output_item.added":
+		return c.added(ev)
+	}
+	return c.itemEvent(typ, ev)
+}
+
+// lifecycle checks an event that carries the whole response.
+func (c *respChecker) lifecycle(typ string, r gjson.Result) error {
+	if !r.IsObject() || r.Get("id").Str == "" {
+		return fmt.Errorf("%s without its response object", typ)
+	}
+	if c.respID == "" {
+		c.respID = r.Get("id").Str
+	} else if r.Get("id").Str != c.respID {
+		return fmt.Errorf("%s: response id %q changed from %q", typ, r.Get("id").Str, c.respID)
+	}
+	if typ == "response.created" || typ == "response.in_progress" {
+		return nil
+	}
+	c.sum.Terminal, c.sum.Final = typ, r
+	return checkFinal(typ, r, c.items)
+}
+
+// added checks a new output item: the next index, an id not seen before.
+func (c *respChecker) added(ev gjson.Result) error {
+	i := int(ev.Get("output_index").Int())
+	if i != len(c.items) {
+		return fmt.Errorf("output_item.added with output_index %d; next is %d", i, len(c.items))
+	}
+	it := ev.Get("item")
+	for _, o := range c.items {
+		if o.id == it.Get("id").Str {
+			return fmt.Errorf("item id %q added twice", o.id)
 		}
-		sum.Events = append(sum.Events, typ)
-		if sum.Terminal != "" {
-			return sum, fmt.Errorf("event %d (%s) after the terminal %s", n, typ, sum.Terminal)
+	}
+	c.items = append(c.items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}})
+	return nil
+}
+
+// item returns the open item an event names.
+func (c *respChecker) item(ev gjson.Result) (*respItemState, error) {
+	i := int(ev.Get("output_index").Int())
+	if !ev.Get("output_index").Exists() || i < 0 || i >= len(c.items) {
+		return nil, fmt.Errorf("%s for output_index %s that was never added", ev.Get("type").Str, ev.Get("output_index").Raw)
+	}
+	it := c.items[i]
+	if id := ev.Get("item_id"); id.Exists() && id.Str != it.id {
+		return nil, fmt.Errorf("%s: item_id %q, but output %d is %q", ev.Get("type").Str, id.Str, i, it.id)
+	}
+	if it.done {
+		return nil, fmt.Errorf("%s after output %d was done", ev.Get("type").Str, i)
+	}
+	return it, nil
+}
+
+// doneKeys names the member holding the whole text of each *.done event.
+var doneKeys = map[string]string{"response.output_text.done": "text", "response.refusal.done": "refusal", "response.reasoning_text.done": "text"}
+
+// itemEvent checks an event about an item already added.
+func (c *respChecker) itemEvent(typ string, ev gjson.Result) error {
+	if !ev.Get("output_index").Exists() {
+		return nil
+	}
+	it, err := c.item(ev)
+	if err != nil {
+		return err
+	}
+	ci := int(ev.Get("content_index").Int())
+	switch typ {
+	case "response.content_part.added":
+		if it.parts[ci] != nil {
+			return fmt.Errorf("content part %d of %q added twice", ci, it.id)
 		}
-		s := ev.Get("sequence_number")
-		if !s.Exists() || s.Int() <= seq {
-			return sum, fmt.Errorf("event %d (%s): sequence_number %s does not increase", n, typ, s.Raw)
-		}
-		seq = s.Int()
-		switch {
-		case n == 0 && typ != "response.created", n == 1 && typ != "response.in_progress":
-			return sum, fmt.Errorf("event %d is %s; a stream opens with response.created, response.in_progress", n, typ)
-		}
-		switch typ {
-		case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
-			r := ev.Get("response")
-			if !r.IsObject() || r.Get("id").Str == "" {
-				return sum, fmt.Errorf("%s without its response object", typ)
-			}
-			if respID == "" {
-				respID = r.Get("id").Str
-			} else if r.Get("id").Str != respID {
-				return sum, fmt.Errorf("%s: response id %q changed from %q", typ, r.Get("id").Str, respID)
-			}
-			if typ == "response.created" || typ == "response.in_progress" {
-				continue
-			}
-			sum.Terminal, sum.Final = typ, r
-			if err := checkFinal(typ, r, items); err != nil {
-				return sum, err
-			}
-		case "response.output_item.added":
-			i := int(ev.Get("output_index").Int())
-			if i != len(items) {
-				return sum, fmt.Errorf("output_item.added with output_index %d; next is %d", i, len(items))
-			}
-			it := ev.Get("item")
-			for _, o := range items {
-				if o.id == it.Get("id").Str {
-					return sum, fmt.Errorf("item id %q added twice", o.id)
-				}
-			}
-			items = append(items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}})
-		case "response.content_part.added":
-			it, err := item(ev)
-			if err != nil {
-				return sum, err
-			}
-			ci := int(ev.Get("content_index").Int())
-			if it.parts[ci] != nil {
-				return sum, fmt.Errorf("content part %d of %q added twice", ci, it.id)
+		it.parts[ci] = &bytes.Buffer{}
+	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
+		if it.parts[ci] == nil {
+			if typ != "response.reasoning_text.delta" {
+				return fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
 			}
 			it.parts[ci] = &bytes.Buffer{}
-		case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
-			it, err := item(ev)
-			if err != nil {
-				return sum, err
-			}
-			ci := int(ev.Get("content_index").Int())
-			if it.parts[ci] == nil {
-				if typ != "response.reasoning_text.delta" {
-					return sum, fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
-				}
-				it.parts[ci] = &bytes.Buffer{}
-			}
-			it.parts[ci].WriteString(ev.Get("delta").Str)
-		case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
-			it, err := item(ev)
-			if err != nil {
-				return sum, err
-			}
-			key := map[string]string{"response.output_text.done": "text", "response.refusal.done": "refusal", "response.reasoning_text.done": "text"}[typ]
-			ci := int(ev.Get("content_index").Int())
-			if p := it.parts[ci]; p == nil || p.String() != ev.Get(key).Str {
-				return sum, fmt.Errorf("%s of %q: done text differs from its deltas", typ, it.id)
-			}
-		case "response.function_call_arguments.delta", "response.mcp_call_arguments.delta":
-			it, err := item(ev)
-			if err != nil {
-				return sum, err
-			}
-			it.args.WriteString(ev.Get("delta").Str)
-		case "response.function_call_arguments.done", "response.mcp_call_arguments.done":
-			it, err := item(ev)
-			if err != nil {
-				return sum, err
-			}
-			if it.args.String() != ev.Get("arguments").Str {
-				return sum, fmt.Errorf("%s of %q: arguments differ from their deltas", typ, it.id)
-			}
-		case "response.output_item.done":
-			it, err := item(ev)
-			if err != nil {
-				return sum, err
-			}
-			it.done = true
-		default:
-			if ev.Get("output_index").Exists() {
-				if _, err := item(ev); err != nil {
-					return sum, err
-				}
-			}
 		}
+		it.parts[ci].WriteString(ev.Get("delta").Str)
+	case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
+		if p := it.parts[ci]; p == nil || p.String() != ev.Get(doneKeys[typ]).Str {
+			return fmt.Errorf("%s of %q: done text differs from its deltas", typ, it.id)
+		}
+	case "response.function_call_arguments.delta", "response.mcp_call_arguments.delta":
+		it.args.WriteString(ev.Get("delta").Str)
+	case "response.function_call_arguments.done", "response.mcp_call_arguments.done":
+		if it.args.String() != ev.Get("arguments").Str {
+			return fmt.Errorf("%s of %q: arguments differ from their deltas", typ, it.id)
+		}
+	case "response.output_item.done":
+		it.done = true
 	}
-	if sum.Terminal == "" {
-		return sum, fmt.Errorf("the stream ended without response.completed, response.incomplete or response.failed")
-	}
-	return sum, nil
+	return nil
 }
 
 // checkFinal checks the terminal response against the items streamed.

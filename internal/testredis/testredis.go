@@ -1,6 +1,7 @@
 // Package testredis runs a real redis-server on a free loopback port for a
 // test, and skips the test (saying why) when redis-server is not installed.
-// .ci/run installs it. For tests only.
+// StartCluster and StartSentinel run a Redis Cluster and a Sentinel setup
+// the same way. .ci/run installs what they need. For tests only.
 package testredis
 
 import (
@@ -17,26 +18,49 @@ type Server struct {
 	t    testing.TB
 	bin  string
 	Port int
+	conf string   // a config file, first on the command line; "" for none
+	tls  bool     // Port is a TLS port (the plain one is off)
+	args []string // after the port and the common flags
 	cmd  *exec.Cmd
 }
 
 // Start runs a redis-server until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	s := newServer(t, lookPath(t, "redis-server"))
+	s.Start()
+	return s
+}
+
+// lookPath finds bin or skips the test.
+func lookPath(t testing.TB, bin string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
 	if err != nil {
-		t.Skip("redis-server not installed: skipping (install redis-server to run this test)")
+		t.Skipf("%s not installed: skipping (install it to run this test)", bin)
 	}
+	return p
+}
+
+// newServer picks a port for a process of bin (not started) that is killed
+// when the test ends.
+func newServer(t testing.TB, bin string, args ...string) *Server {
+	t.Helper()
+	// Its own directory: a master writes dump.rdb there to sync a replica.
+	s := &Server{t: t, bin: bin, Port: FreePort(t), args: append([]string{"--dir", t.TempDir()}, args...)}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	s := &Server{t: t, bin: bin, Port: port}
-	s.Start()
-	t.Cleanup(s.Stop)
-	return s
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Addr is host:port.
@@ -45,18 +69,41 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // Start launches the process and waits until it accepts connections.
 func (s *Server) Start() {
 	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+	s.launch()
+	s.wait()
+}
+
+// launch starts the process without waiting, so that several start together.
+func (s *Server) launch() {
+	s.t.Helper()
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
 	}
+	if s.tls {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port))
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
+	args = append(args, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
+	args = append(args, s.args...)
+	s.cmd = exec.Command(s.bin, args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start %s: %v", s.bin, err)
+	}
+}
+
+// wait returns once the port accepts connections.
+func (s *Server) wait() {
+	s.t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond); err == nil {
 			_ = c.Close()
 			return
 		}
 	}
-	s.t.Fatal("redis-server did not start")
+	s.t.Fatalf("%s on %s did not start", s.bin, s.Addr())
 }
 
 // Stop kills the process (as a crash would).

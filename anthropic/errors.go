@@ -1,0 +1,91 @@
+package anthropic
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// StatusOverloaded is Anthropic's status for overloaded_error.
+const StatusOverloaded = 529
+
+// errorStatus is the HTTP status of each Anthropic error type, for errors
+// that arrive as stream events.
+var errorStatus = map[string]int{
+	"invalid_request_error": http.StatusBadRequest,
+	"authentication_error":  http.StatusUnauthorized,
+	"billing_error":         http.StatusPaymentRequired,
+	"permission_error":      http.StatusForbidden,
+	"not_found_error":       http.StatusNotFound,
+	"request_too_large":     http.StatusRequestEntityTooLarge,
+	"rate_limit_error":      http.StatusTooManyRequests,
+	"api_error":             http.StatusInternalServerError,
+	"timeout_error":         http.StatusGatewayTimeout,
+	"overloaded_error":      StatusOverloaded,
+}
+
+// errEvent is the cause of an UpstreamError made from an error event.
+var errEvent = errors.New("anthropic: error event in stream")
+
+// StatusError is the upstream error of a non-2xx Messages response. Its
+// Body is the OpenAI envelope of Anthropic's error (see envelope), so that
+// fallback and the proxy's error mapper read it as any upstream's; 529
+// (overloaded) becomes 503, which every OpenAI client knows to retry.
+// body is only read.
+func StatusError(provider string, status int, body []byte, retryAfter time.Duration) *pipeline.UpstreamError {
+	if status == StatusOverloaded {
+		status = http.StatusServiceUnavailable
+	}
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: provider,
+		RetryAfter: retryAfter, Body: envelope(body)}
+}
+
+// eventError is the upstream error of an error event in a stream.
+func eventError(provider string, data []byte) *pipeline.UpstreamError {
+	status, ok := errorStatus[gjson.GetBytes(data, "error.type").Str]
+	if !ok {
+		status = http.StatusBadGateway
+	}
+	ue := StatusError(provider, status, data, 0)
+	ue.Err = errEvent
+	return ue
+}
+
+// envelope rewrites Anthropic's error body ({"type":"error","error":{"type",
+// "message"}}) as {"error":{"message","type","param","code"}}. A prompt over
+// the model's window gets the code context_length_exceeded. A body that is
+// not Anthropic's error is returned copied, as it is.
+func envelope(body []byte) []byte {
+	e := gjson.GetBytes(body, "error")
+	if !gjson.ValidBytes(body) || !e.IsObject() {
+		return append([]byte(nil), body...)
+	}
+	typ, msg := e.Get("type").Str, e.Get("message").Str
+	var code string
+	switch {
+	case typ == "invalid_request_error" && strings.Contains(strings.ToLower(msg), "prompt is too long"):
+		code = pipeline.CodeContextLengthExceeded
+	case typ == "rate_limit_error":
+		code = pipeline.CodeRateLimitExceeded
+	case typ == "overloaded_error":
+		code = "overloaded"
+	}
+	out := make([]byte, 0, len(msg)+len(typ)+64)
+	out = append(out, `{"error":{"message":`...)
+	out = jsonstring.Append(out, msg)
+	out = append(out, `,"type":`...)
+	out = jsonstring.Append(out, typ)
+	out = append(out, `,"param":null,"code":`...)
+	if code == "" {
+		out = append(out, "null"...)
+	} else {
+		out = jsonstring.Append(out, code)
+	}
+	return append(out, "}}"...)
+}

@@ -1,0 +1,100 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/sse"
+	"github.com/llmgw/gateway/wire"
+)
+
+// FuzzStreamDecoder feeds arbitrary SSE bodies: the decoder never panics,
+// every chunk it yields is a JSON object, and every failure is an
+// UpstreamError.
+func FuzzStreamDecoder(f *testing.F) {
+	for _, name := range []string{"text.sse", "tool_use.sse", "thinking.sse", "error.sse"} {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{}}\n\ndata: {\"type\":\"content_block_start\",\"index\":1023,\"content_block\":{\"type\":\"tool_use\",\"input\":{\"a\":1}}}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d := NewStreamDecoder("a", wire.Header{Model: "m", IncludeUsage: true})
+		rd := sse.NewReader(bytes.NewReader(body), 1<<16)
+		for !d.Done() {
+			ev, err := rd.Next()
+			if err != nil {
+				return
+			}
+			if err := d.Feed(ev.Data); err != nil {
+				var ue *pipeline.UpstreamError
+				if !errors.As(err, &ue) {
+					t.Fatalf("error %T %v", err, err)
+				}
+				if ue.Body != nil && !gjson.ValidBytes(ue.Body) {
+					t.Fatalf("error body %q", ue.Body)
+				}
+				return
+			}
+			for c, ok := d.Pop(); ok; c, ok = d.Pop() {
+				if !gjson.ValidBytes(c) || c[0] != '{' {
+					t.Fatalf("chunk %q", c)
+				}
+			}
+		}
+	})
+}
+
+// FuzzDecodeMessage: any body gives a valid chat.completion or an
+// UpstreamError, never a panic.
+func FuzzDecodeMessage(f *testing.F) {
+	f.Add([]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t","name":"f","input":{"a":"\u00fc"}}],"stop_reason":"tool_use","usage":{"input_tokens":1}}`))
+	f.Add([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+	f.Add([]byte(`{"content":[1,"x",null,{"type":"tool_use","input":[]}],"usage":{"input_tokens":-5}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, err := DecodeMessage("a", body, wire.Header{Model: "m"})
+		if err != nil {
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) {
+				t.Fatalf("error %T %v", err, err)
+			}
+			return
+		}
+		if !gjson.ValidBytes(out) || !gjson.GetBytes(out, "choices.0.message").IsObject() {
+			t.Fatalf("completion %q", out)
+		}
+	})
+}
+
+// FuzzTranslateRequest: any JSON body gives a valid Messages request or a
+// 400 pipeline.Error, never a panic.
+func FuzzTranslateRequest(f *testing.F) {
+	f.Add([]byte(fullChat))
+	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"x","content":[{"type":"text","text":"{\"status\":\"error\"}","cache_control":{}}]}]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;base64,"}}]}],"stop":[1,null],"thinking":{"budget_tokens":"x"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !gjson.ValidBytes(body) {
+			return // the pipeline validated its body at ingress
+		}
+		out, err := TranslateRequest(body, RequestOptions{Model: "m"})
+		if err != nil {
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 {
+				t.Fatalf("error %T %v", err, err)
+			}
+			return
+		}
+		var sent messagesRequest // decoded again: the markers as Anthropic reads them
+		if err := json.Unmarshal(out, &sent); err != nil || len(markers(&sent)) > MaxBreakpoints {
+			t.Fatalf("request %q: %v", out, err)
+		}
+	})
+}

@@ -1,0 +1,220 @@
+package anthropic
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// translator builds the system blocks and the messages of one request.
+// Messages of the same role in a row are merged into one, as Anthropic
+// requires roles to alternate; a tool message is a user message holding a
+// tool_result block.
+type translator struct {
+	system []block
+	msgs   []message
+	i      int // index of the chat message being read, for errors
+}
+
+func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" }
+
+// message translates one chat message.
+func (t *translator) message(m gjson.Result) error {
+	defer func() { t.i++ }()
+	var blocks []block
+	var err error
+	role := m.Get("role").Str
+	switch role {
+	case "system", "developer":
+		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
+			return err
+		}
+		t.system = append(t.system, withMarker(blocks, m)...)
+		return nil
+	case "user":
+		if blocks, err = t.textBlocks(m.Get("content"), true); err != nil {
+			return err
+		}
+	case "assistant":
+		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
+			return err
+		}
+		if blocks, err = t.toolUses(blocks, m.Get("tool_calls")); err != nil {
+			return err
+		}
+	case "tool":
+		blocks, err = t.toolResult(m)
+		if err != nil {
+			return err
+		}
+		role = "user"
+	default:
+		return pipeline.BadRequest(t.at()+".role", "role %q cannot be sent to this model", role)
+	}
+	t.add(role, withMarker(blocks, m))
+	return nil
+}
+
+// add appends blocks to the conversation, merging them into the last
+// message when it has the same role. In a user message the tool_result
+// blocks come first, as Anthropic requires.
+func (t *translator) add(role string, blocks []block) {
+	if len(blocks) == 0 {
+		return
+	}
+	n := len(t.msgs)
+	if n == 0 || t.msgs[n-1].Role != role {
+		t.msgs = append(t.msgs, message{Role: role, Content: blocks})
+		return
+	}
+	last := &t.msgs[n-1]
+	for _, b := range blocks {
+		if b.Type != "tool_result" {
+			last.Content = append(last.Content, b)
+			continue
+		}
+		k := 0 // after the results already there, before any text
+		for k < len(last.Content) && last.Content[k].Type == "tool_result" {
+			k++
+		}
+		last.Content = slices.Insert(last.Content, k, b)
+	}
+}
+
+// withMarker puts a message-level cache_control on the message's last
+// block, unless a block already carries one.
+func withMarker(blocks []block, m gjson.Result) []block {
+	cc := marker(m)
+	if cc == nil || len(blocks) == 0 || blocks[len(blocks)-1].CacheControl != nil {
+		return blocks
+	}
+	blocks[len(blocks)-1].CacheControl = cc
+	return blocks
+}
+
+// textBlocks translates content (a string or a list of parts) into text
+// blocks, and image blocks when images are allowed. Empty texts are left
+// out: Anthropic refuses empty text blocks.
+func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, error) {
+	if content.Type == gjson.String {
+		if content.Str == "" {
+			return nil, nil
+		}
+		return []block{{Type: "text", Text: content.Str}}, nil
+	}
+	if !content.IsArray() {
+		if content.Exists() && content.Type != gjson.Null {
+			return nil, pipeline.BadRequest(t.at()+".content", "content must be a string or a list of parts")
+		}
+		return nil, nil // no content: an assistant message with only tool calls
+	}
+	var out []block
+	var err error
+	j := 0
+	content.ForEach(func(_, p gjson.Result) bool {
+		at := t.at() + ".content[" + strconv.Itoa(j) + "]"
+		j++
+		switch typ := p.Get("type").Str; {
+		case typ == "text" || typ == "refusal":
+			key := typ
+			if s := p.Get(key).Str; s != "" {
+				out = append(out, block{Type: "text", Text: s, CacheControl: marker(p)})
+			}
+		case typ == "image_url" && images:
+			var b block
+			if b, err = imageBlock(p.Get("image_url.url").Str, at); err != nil {
+				return false
+			}
+			b.CacheControl = marker(p)
+			out = append(out, b)
+		default:
+			err = pipeline.BadRequest(at+".type", "content part type %q cannot be sent to this model", typ)
+			return false
+		}
+		return true
+	})
+	return out, err
+}
+
+// imageBlock reads an image URL: a base64 data URL, or an http(s) URL that
+// Anthropic fetches itself.
+func imageBlock(url, at string) (block, error) {
+	if rest, ok := strings.CutPrefix(url, "data:"); ok {
+		meta, data, ok := strings.Cut(rest, ",")
+		media, isBase64 := strings.CutSuffix(meta, ";base64")
+		if !ok || !isBase64 || media == "" || data == "" {
+			return block{}, pipeline.BadRequest(at+".image_url.url", "an image data URL must be data:<media type>;base64,<data>")
+		}
+		return block{Type: "image", Source: &source{Type: "base64", MediaType: media, Data: data}}, nil
+	}
+	if strings.HasPrefix(url, "https://") || strings.HasPrefix(url, "http://") {
+		return block{Type: "image", Source: &source{Type: "url", URL: url}}, nil
+	}
+	return block{}, pipeline.BadRequest(at+".image_url.url", "an image must be a data URL or an http(s) URL")
+}
+
+// toolUses appends a tool_use block per tool call. Arguments must be a JSON
+// object (or empty, which is {}).
+func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, error) {
+	if !calls.IsArray() {
+		return blocks, nil
+	}
+	var err error
+	j := 0
+	calls.ForEach(func(_, c gjson.Result) bool {
+		at := t.at() + ".tool_calls[" + strconv.Itoa(j) + "]"
+		j++
+		id, name := c.Get("id").Str, c.Get("function.name").Str
+		if id == "" || name == "" {
+			err = pipeline.BadRequest(at, "a tool call needs an id and a function name")
+			return false
+		}
+		input := json.RawMessage(`{}`)
+		if args := strings.TrimSpace(c.Get("function.arguments").Str); args != "" {
+			if !gjson.Valid(args) || !gjson.Parse(args).IsObject() {
+				err = pipeline.BadRequest(at+".function.arguments", "tool call arguments must be a JSON object")
+				return false
+			}
+			input = json.RawMessage(args)
+		}
+		blocks = append(blocks, block{Type: "tool_use", ID: id, Name: name, Input: input, CacheControl: marker(c)})
+		return true
+	})
+	return blocks, err
+}
+
+// toolResult translates a tool message into one tool_result block. A
+// marker on the content moves to the block; a result in the gateway's
+// error envelope ({"status":"error",...}) is sent with is_error.
+func (t *translator) toolResult(m gjson.Result) ([]block, error) {
+	id := m.Get("tool_call_id").Str
+	if id == "" {
+		return nil, pipeline.BadRequest(t.at()+".tool_call_id", "a tool message needs a tool_call_id")
+	}
+	content, err := t.textBlocks(m.Get("content"), true)
+	if err != nil {
+		return nil, err
+	}
+	b := block{Type: "tool_result", ToolUseID: id}
+	var text strings.Builder
+	for i := range content {
+		if content[i].CacheControl != nil {
+			b.CacheControl, content[i].CacheControl = content[i].CacheControl, nil
+		}
+		text.WriteString(content[i].Text)
+	}
+	b.Content = content
+	b.IsError = isErrorResult(text.String())
+	return []block{b}, nil
+}
+
+// isErrorResult reports whether a tool result is the gateway's error
+// envelope.
+func isErrorResult(s string) bool {
+	return strings.HasPrefix(strings.TrimSpace(s), "{") && gjson.Valid(s) && gjson.Get(s, "status").Str == "error"
+}

@@ -1,0 +1,315 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// MaxBreakpoints is Anthropic's limit of cache_control blocks per request.
+const MaxBreakpoints = 4
+
+// DefaultMaxTokens is the max_tokens sent when neither the client nor the
+// model's config sets one: the Messages API requires it.
+const DefaultMaxTokens = 4096
+
+// thinkingBudgets maps reasoning_effort to a thinking budget in tokens.
+var thinkingBudgets = map[string]int64{"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+
+// RequestOptions are what a translation needs besides the chat body.
+type RequestOptions struct {
+	Model     string // the upstream model name
+	MaxTokens int    // sent when the client sets none; 0 = DefaultMaxTokens
+}
+
+// The Messages request, as much of it as a chat request can say. Field
+// order follows Anthropic's documentation, so that a request reads as its
+// examples do.
+type messagesRequest struct {
+	Model         string          `json:"model"`
+	MaxTokens     int64           `json:"max_tokens"`
+	System        []block         `json:"system,omitempty"`
+	Messages      []message       `json:"messages"`
+	Tools         []tool          `json:"tools,omitempty"`
+	ToolChoice    *toolChoice     `json:"tool_choice,omitempty"`
+	StopSequences []string        `json:"stop_sequences,omitempty"`
+	Temperature   *float64        `json:"temperature,omitempty"`
+	TopP          *float64        `json:"top_p,omitempty"`
+	Thinking      json.RawMessage `json:"thinking,omitempty"`
+	Metadata      *metadata       `json:"metadata,omitempty"`
+	Stream        bool            `json:"stream,omitempty"`
+}
+
+type message struct {
+	Role    string  `json:"role"`
+	Content []block `json:"content"`
+}
+
+// block is every content block kind the translation writes; each kind
+// fills only its own fields.
+type block struct {
+	Type         string          `json:"type"`
+	Text         string          `json:"text,omitempty"`          // text
+	Source       *source         `json:"source,omitempty"`        // image
+	ID           string          `json:"id,omitempty"`            // tool_use
+	Name         string          `json:"name,omitempty"`          // tool_use
+	Input        json.RawMessage `json:"input,omitempty"`         // tool_use
+	ToolUseID    string          `json:"tool_use_id,omitempty"`   // tool_result
+	Content      []block         `json:"content,omitempty"`       // tool_result
+	IsError      bool            `json:"is_error,omitempty"`      // tool_result
+	CacheControl json.RawMessage `json:"cache_control,omitempty"` // any
+}
+
+type source struct {
+	Type      string `json:"type"` // base64 | url
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+type tool struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	CacheControl json.RawMessage `json:"cache_control,omitempty"`
+}
+
+type toolChoice struct {
+	Type                   string `json:"type"` // auto | any | tool | none
+	Name                   string `json:"name,omitempty"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
+}
+
+type metadata struct {
+	UserID string `json:"user_id"`
+}
+
+// TranslateRequest returns the Messages request for the chat request body
+// (validated JSON, as the pipeline holds it). A chat request that Anthropic
+// cannot express is a *pipeline.Error (400) naming the offending field.
+// body is only read; the result is a new slice.
+func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, pipeline.BadRequest("", "the request body must be a JSON object")
+	}
+	out := messagesRequest{Model: opts.Model, Stream: root.Get("stream").Bool()}
+	if n := root.Get("n"); n.Exists() && n.Int() > 1 {
+		return nil, pipeline.BadRequest("n", "this model returns one choice: n must be 1")
+	}
+	var t translator
+	var err error
+	root.Get("messages").ForEach(func(_, m gjson.Result) bool {
+		err = t.message(m)
+		return err == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(t.msgs) == 0 {
+		return nil, pipeline.BadRequest("messages", "at least one user or assistant message is required")
+	}
+	out.System, out.Messages = t.system, t.msgs
+	if out.Tools, err = translateTools(root.Get("tools")); err != nil {
+		return nil, err
+	}
+	if len(out.Tools) > 0 {
+		if out.ToolChoice, err = translateToolChoice(root.Get("tool_choice"), root.Get("parallel_tool_calls")); err != nil {
+			return nil, err
+		}
+	}
+	capBreakpoints(&out)
+	out.MaxTokens = maxTokens(root, opts.MaxTokens)
+	out.StopSequences = stopSequences(root.Get("stop"))
+	if err := setSampling(&out, root); err != nil {
+		return nil, err
+	}
+	if u := root.Get("user"); u.Type == gjson.String && u.Str != "" {
+		out.Metadata = &metadata{UserID: u.Str}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&out); err != nil {
+		return nil, pipeline.BadRequest("", "the request cannot be sent to this model")
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// maxTokens is the client's max_completion_tokens or max_tokens, else the
+// model's default.
+func maxTokens(root gjson.Result, def int) int64 {
+	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
+		if v := root.Get(k); v.Type == gjson.Number && v.Int() > 0 {
+			return v.Int()
+		}
+	}
+	if def > 0 {
+		return int64(def)
+	}
+	return DefaultMaxTokens
+}
+
+// stopSequences reads stop (a string or a list of strings); empty entries
+// are dropped, as Anthropic refuses them.
+func stopSequences(stop gjson.Result) []string {
+	var out []string
+	add := func(s gjson.Result) {
+		if s.Type == gjson.String && strings.TrimSpace(s.Str) != "" {
+			out = append(out, s.Str)
+		}
+	}
+	if stop.IsArray() {
+		stop.ForEach(func(_, s gjson.Result) bool { add(s); return true })
+	} else {
+		add(stop)
+	}
+	return out
+}
+
+// setSampling sets temperature and top_p, or thinking from the client's
+// thinking object (passed through) or reasoning_effort. Anthropic refuses
+// temperature and top_p changes while thinking, so they are not sent then,
+// and max_tokens grows past the thinking budget when it must.
+func setSampling(out *messagesRequest, root gjson.Result) error {
+	var budget int64
+	if th := root.Get("thinking"); th.IsObject() {
+		out.Thinking = json.RawMessage(th.Raw)
+		budget = th.Get("budget_tokens").Int()
+	} else if re := root.Get("reasoning_effort"); re.Type == gjson.String && re.Str != "none" {
+		b, ok := thinkingBudgets[re.Str]
+		if !ok {
+			return pipeline.BadRequest("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high")
+		}
+		budget = b
+		out.Thinking = json.RawMessage(`{"type":"enabled","budget_tokens":` + strconv.FormatInt(b, 10) + `}`)
+	}
+	if out.Thinking != nil {
+		if out.MaxTokens <= budget {
+			out.MaxTokens += budget
+		}
+		return nil
+	}
+	if t := root.Get("temperature"); t.Type == gjson.Number {
+		v := min(t.Float(), 1) // OpenAI's range is 0..2, Anthropic's 0..1
+		out.Temperature = &v
+	}
+	if p := root.Get("top_p"); p.Type == gjson.Number {
+		v := p.Float()
+		out.TopP = &v
+	}
+	return nil
+}
+
+// translateTools turns function tools into Anthropic tools; a marker on
+// the tool or on its function becomes the tool's cache_control.
+func translateTools(tools gjson.Result) ([]tool, error) {
+	if !tools.IsArray() {
+		if tools.Exists() && tools.Type != gjson.Null {
+			return nil, pipeline.BadRequest("tools", "tools must be a list")
+		}
+		return nil, nil
+	}
+	var out []tool
+	var err error
+	i := 0
+	tools.ForEach(func(_, t gjson.Result) bool {
+		fn := t.Get("function")
+		if t.Get("type").Str != "function" || !fn.IsObject() || fn.Get("name").Str == "" {
+			err = pipeline.BadRequest("tools["+strconv.Itoa(i)+"]", "only function tools with a name can be sent to this model")
+			return false
+		}
+		schema := json.RawMessage(`{"type":"object"}`)
+		if p := fn.Get("parameters"); p.IsObject() {
+			schema = json.RawMessage(p.Raw)
+		}
+		out = append(out, tool{Name: fn.Get("name").Str, Description: fn.Get("description").Str, InputSchema: schema,
+			CacheControl: marker(t, fn)})
+		i++
+		return true
+	})
+	return out, err
+}
+
+// translateToolChoice maps tool_choice and parallel_tool_calls; nil when
+// neither says anything.
+func translateToolChoice(tc, parallel gjson.Result) (*toolChoice, error) {
+	var out *toolChoice
+	switch {
+	case !tc.Exists() || tc.Type == gjson.Null:
+	case tc.Type == gjson.String:
+		switch tc.Str {
+		case "auto":
+			out = &toolChoice{Type: "auto"}
+		case "none":
+			out = &toolChoice{Type: "none"}
+		case "required":
+			out = &toolChoice{Type: "any"}
+		default:
+			return nil, pipeline.BadRequest("tool_choice", "tool_choice must be auto, none, required or a function")
+		}
+	case tc.IsObject() && tc.Get("function.name").Str != "":
+		out = &toolChoice{Type: "tool", Name: tc.Get("function.name").Str}
+	default:
+		return nil, pipeline.BadRequest("tool_choice", "tool_choice must be auto, none, required or a function")
+	}
+	if parallel.Type == gjson.False {
+		if out == nil {
+			out = &toolChoice{Type: "auto"}
+		}
+		if out.Type != "none" {
+			out.DisableParallelToolUse = true
+		}
+	}
+	return out, nil
+}
+
+// marker returns the first cache_control object among objs, or nil.
+func marker(objs ...gjson.Result) json.RawMessage {
+	for _, o := range objs {
+		if cc := o.Get("cache_control"); cc.IsObject() {
+			return json.RawMessage(cc.Raw)
+		}
+	}
+	return nil
+}
+
+// capBreakpoints keeps at most MaxBreakpoints cache_control markers, the
+// last ones in prefix order (tools, system, messages): a later breakpoint
+// caches a longer prefix.
+func capBreakpoints(r *messagesRequest) {
+	marks := markers(r)
+	for _, m := range marks[:max(0, len(marks)-MaxBreakpoints)] {
+		*m = nil
+	}
+}
+
+// markers lists r's cache_control markers in prefix order: tools, system
+// blocks, message blocks and the blocks inside tool results.
+func markers(r *messagesRequest) []*json.RawMessage {
+	var marks []*json.RawMessage
+	for i := range r.Tools {
+		if r.Tools[i].CacheControl != nil {
+			marks = append(marks, &r.Tools[i].CacheControl)
+		}
+	}
+	var collect func(bs []block)
+	collect = func(bs []block) {
+		for i := range bs {
+			if bs[i].CacheControl != nil {
+				marks = append(marks, &bs[i].CacheControl)
+			}
+			collect(bs[i].Content)
+		}
+	}
+	collect(r.System)
+	for i := range r.Messages {
+		collect(r.Messages[i].Content)
+	}
+	return marks
+}

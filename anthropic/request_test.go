@@ -1,0 +1,232 @@
+package anthropic
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	sdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// fullChat exercises every mapping of the request translation at once.
+const fullChat = `{
+ "model": "claude", "stream": true, "stream_options": {"include_usage": true},
+ "max_completion_tokens": 900, "stop": "END", "temperature": 1.5, "top_p": 0.9, "user": "user-42",
+ "parallel_tool_calls": false, "tool_choice": "required",
+ "tools": [
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "now"}, "cache_control": {"type": "ephemeral"}}
+ ],
+ "messages": [
+  {"role": "system", "content": "You are terse."},
+  {"role": "developer", "content": [{"type": "text", "text": "Use tools.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]},
+  {"role": "user", "content": "Weather in Köln <and> Bonn?"},
+  {"role": "user", "content": [{"type": "text", "text": "Also this:"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}, {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}]},
+  {"role": "assistant", "content": null, "tool_calls": null},
+  {"role": "assistant", "content": "Checking.", "tool_calls": [
+   {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Köln\"}"}},
+   {"id": "toolu_2", "type": "function", "function": {"name": "now", "arguments": ""}}
+  ]},
+  {"role": "tool", "tool_call_id": "toolu_1", "content": "{\"status\":\"ok\",\"data\":{\"temp\":12}}"},
+  {"role": "tool", "tool_call_id": "toolu_2", "content": [{"type": "text", "text": "{\"status\":\"error\",\"error\":{\"type\":\"timeout\",\"message\":\"took too long\"}}", "cache_control": {"type": "ephemeral"}}]},
+  {"role": "user", "content": "Thanks"},
+  {"role": "assistant", "content": ""},
+  {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]}
+ ]
+}`
+
+// sdkRoundTrip decodes out with the official SDK's request type and
+// encodes it again: a field the SDK does not know, or a shape it does not
+// accept, makes the two differ.
+func sdkRoundTrip(t *testing.T, out []byte) sdk.MessageNewParams {
+	t.Helper()
+	var p sdk.MessageNewParams
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatalf("SDK decode: %v\n%s", err, out)
+	}
+	again, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	_ = json.Unmarshal(out, &a)
+	_ = json.Unmarshal(again, &b)
+	delete(a.(map[string]any), "stream") // a transport flag, not a MessageNewParams field
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("SDK round trip changed the request:\nsent: %s\nSDK:  %s", out, again)
+	}
+	return p
+}
+
+func TestTranslateRequestFull(t *testing.T) {
+	t.Parallel()
+	out, err := TranslateRequest([]byte(fullChat), RequestOptions{Model: "claude-sonnet-4-5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sdkRoundTrip(t, out)
+	if p.Model != "claude-sonnet-4-5" || p.MaxTokens != 900 || !gjson.GetBytes(out, "stream").Bool() {
+		t.Errorf("model %q max_tokens %d", p.Model, p.MaxTokens)
+	}
+	if len(p.System) != 2 || p.System[0].Text != "You are terse." || p.System[1].Text != "Use tools." || p.System[1].CacheControl.TTL != "1h" {
+		t.Errorf("system %s", gjson.GetBytes(out, "system").Raw)
+	}
+	roles := []string{}
+	for _, m := range p.Messages {
+		roles = append(roles, string(m.Role))
+	}
+	if strings.Join(roles, ",") != "user,assistant,user,assistant" {
+		t.Fatalf("roles %v: %s", roles, gjson.GetBytes(out, "messages").Raw)
+	}
+	u0 := p.Messages[0].Content
+	if len(u0) != 4 || u0[0].OfText.Text != "Weather in Köln <and> Bonn?" || u0[2].OfImage.Source.OfBase64.MediaType != "image/png" ||
+		u0[2].OfImage.Source.OfBase64.Data != "iVBORw0KGgo=" || u0[3].OfImage.Source.OfURL.URL != "https://example.com/cat.jpg" {
+		t.Errorf("first user message %s", gjson.GetBytes(out, "messages.0").Raw)
+	}
+	a := p.Messages[1].Content
+	if len(a) != 3 || a[0].OfText.Text != "Checking." || a[1].OfToolUse.ID != "toolu_1" || a[2].OfToolUse.Name != "now" {
+		t.Errorf("assistant %s", gjson.GetBytes(out, "messages.1").Raw)
+	}
+	if in := gjson.GetBytes(out, "messages.1.content.1.input.city").Str; in != "Köln" {
+		t.Errorf("tool input %q", in)
+	}
+	if in := gjson.GetBytes(out, "messages.1.content.2.input").Raw; in != "{}" {
+		t.Errorf("empty arguments are {}: %s", in)
+	}
+	r := p.Messages[2].Content
+	if len(r) != 3 || r[0].OfToolResult.ToolUseID != "toolu_1" || r[0].OfToolResult.IsError.Valid() ||
+		r[1].OfToolResult.ToolUseID != "toolu_2" || !r[1].OfToolResult.IsError.Value ||
+		r[1].OfToolResult.CacheControl.Type != "ephemeral" || r[2].OfText.Text != "Thanks" {
+		t.Errorf("tool results %s", gjson.GetBytes(out, "messages.2").Raw)
+	}
+	if last := p.Messages[3].Content; len(last) != 1 || last[0].OfText.Text != "No." {
+		t.Errorf("merged assistant %s", gjson.GetBytes(out, "messages.3").Raw)
+	}
+	if len(p.Tools) != 2 || p.Tools[0].OfTool.Name != "get_weather" || p.Tools[0].OfTool.InputSchema.Required[0] != "city" ||
+		p.Tools[1].OfTool.CacheControl.Type != "ephemeral" || gjson.GetBytes(out, "tools.1.input_schema").Raw != `{"type":"object"}` {
+		t.Errorf("tools %s", gjson.GetBytes(out, "tools").Raw)
+	}
+	if p.ToolChoice.OfAny == nil || !p.ToolChoice.OfAny.DisableParallelToolUse.Value {
+		t.Errorf("tool_choice %s", gjson.GetBytes(out, "tool_choice").Raw)
+	}
+	if len(p.StopSequences) != 1 || p.StopSequences[0] != "END" || p.Temperature.Value != 1 || p.TopP.Value != 0.9 || p.Metadata.UserID.Value != "user-42" {
+		t.Errorf("sampling %s", out)
+	}
+	if strings.Contains(string(out), `\u003c`) {
+		t.Errorf("HTML escaped: %s", out)
+	}
+}
+
+func TestTranslateRequestOptions(t *testing.T) {
+	t.Parallel()
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name, body string
+		opts       RequestOptions
+		check      func(p sdk.MessageNewParams, out []byte) bool
+	}{
+		{"default max_tokens", `{` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == DefaultMaxTokens }},
+		{"model max_tokens", `{` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 777},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 777 }},
+		{"client max_tokens wins", `{"max_tokens":12,` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 777},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 12 }},
+		{"stop list", `{"stop":["a"," ","b"],` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return reflect.DeepEqual(p.StopSequences, []string{"a", "b"})
+			}},
+		{"reasoning_effort", `{"reasoning_effort":"medium","temperature":0.2,"max_tokens":1000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 4096 && p.MaxTokens == 5096 && !p.Temperature.Valid()
+			}},
+		{"thinking pass-through", `{"thinking":{"type":"enabled","budget_tokens":2000},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled.BudgetTokens == 2000 && p.MaxTokens == DefaultMaxTokens
+			}},
+		{"reasoning_effort none", `{"reasoning_effort":"none",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "thinking").Exists() }},
+		{"named tool", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.ToolChoice.OfTool != nil && p.ToolChoice.OfTool.Name == "f"
+			}},
+		{"tool_choice none", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none","parallel_tool_calls":false,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.ToolChoice.OfNone != nil }},
+		{"parallel off alone", `{"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.ToolChoice.OfAuto != nil && p.ToolChoice.OfAuto.DisableParallelToolUse.Value
+			}},
+		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := TranslateRequest([]byte(tc.body), tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := sdkRoundTrip(t, out); !tc.check(p, out) {
+				t.Errorf("%s", out)
+			}
+		})
+	}
+}
+
+func TestTranslateRequestRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, body, param string }{
+		{"n", `{"n":2,"messages":[{"role":"user","content":"x"}]}`, "n"},
+		{"only system", `{"messages":[{"role":"system","content":"x"}]}`, "messages"},
+		{"unknown role", `{"messages":[{"role":"function","content":"x"}]}`, "messages[0].role"},
+		{"audio part", `{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]}`, "messages[0].content[0].type"},
+		{"image for assistant", `{"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, "messages[0].content[0].type"},
+		{"bad data URL", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]}]}`, "messages[0].content[0].image_url.url"},
+		{"ftp image", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]}]}`, "messages[0].content[0].image_url.url"},
+		{"arguments not an object", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":"[1]"}}]}]}`, "messages[1].tool_calls[0].function.arguments"},
+		{"call without id", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"f"}}]}]}`, "messages[1].tool_calls[0]"},
+		{"tool without id", `{"messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id"},
+		{"object content", `{"messages":[{"role":"user","content":{"text":"x"}}]}`, "messages[0].content"},
+		{"tools not a list", `{"tools":{},"messages":[{"role":"user","content":"x"}]}`, "tools"},
+		{"custom tool", `{"tools":[{"type":"custom","custom":{"name":"x"}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0]"},
+		{"bad tool_choice", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
+		{"bad effort", `{"reasoning_effort":"extreme","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := TranslateRequest([]byte(tc.body), RequestOptions{Model: "m"})
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != tc.param {
+				t.Fatalf("err %v", err)
+			}
+		})
+	}
+}
+
+func TestTranslateRequestCapsBreakpoints(t *testing.T) {
+	t.Parallel()
+	cc := `"cache_control":{"type":"ephemeral"}`
+	body := `{"tools":[{"type":"function","function":{"name":"a"},` + cc + `},{"type":"function","function":{"name":"b"},` + cc + `}],` +
+		`"messages":[{"role":"system","content":[{"type":"text","text":"s",` + cc + `}]},` +
+		`{"role":"user","content":[{"type":"text","text":"u1",` + cc + `},{"type":"text","text":"u2",` + cc + `}]},` +
+		`{"role":"assistant","content":"a",` + cc + `}]}`
+	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdkRoundTrip(t, out)
+	if n := strings.Count(string(out), `"cache_control"`); n != MaxBreakpoints {
+		t.Fatalf("%d markers: %s", n, out)
+	}
+	// The last four in prefix order stay: the system's and the messages'.
+	for _, path := range []string{"system.0.cache_control", "messages.0.content.0.cache_control", "messages.0.content.1.cache_control", "messages.1.content.0.cache_control"} {
+		if !gjson.GetBytes(out, path).Exists() {
+			t.Errorf("%s missing: %s", path, out)
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package anthropic
+
+import (
+	"errors"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
+)
+
+// errNotMessage is the cause of a response body that is not a message.
+var errNotMessage = errors.New("anthropic: response body is not a message")
+
+// DecodeMessage returns the chat.completion of a Messages response body:
+// text blocks are the content, tool_use blocks the tool calls (input as
+// arguments), thinking blocks are dropped (a chat.completion has no place
+// for them), stop_reason the finish_reason and usage the chat usage. h
+// gives created and the client's model; the id is the message's. A body
+// that is not a message is an UpstreamMalformed error. body is only read;
+// the result is a new slice.
+func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) {
+	if !gjson.ValidBytes(body) {
+		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: provider, Err: errNotMessage}
+	}
+	root := gjson.ParseBytes(body)
+	if root.Get("type").Str == "error" {
+		return nil, eventError(provider, body)
+	}
+	content := root.Get("content")
+	if !root.IsObject() || !content.IsArray() {
+		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: provider, Err: errNotMessage}
+	}
+	if id := root.Get("id").Str; id != "" {
+		h.ID = id
+	}
+	j := wire.NewChatJSON(h)
+	var out []byte
+	e := wire.Event{Kind: wire.Role}
+	out = j.Encode(out, &e)
+	content.ForEach(func(_, b gjson.Result) bool {
+		switch b.Get("type").Str {
+		case "text":
+			e = wire.Event{Kind: wire.Text, Key: "content", Text: []byte(b.Get("text").Str)}
+			out = j.Encode(out, &e)
+		case "tool_use":
+			e = wire.Event{Kind: wire.CallHeader, ID: b.Get("id").Str, Name: b.Get("name").Str}
+			out = j.Encode(out, &e)
+			e = wire.Event{Kind: wire.CallArgs, Text: toolInput(b.Get("input"))}
+			out = j.Encode(out, &e)
+		}
+		return true
+	})
+	var u usage
+	u.read(root.Get("usage"))
+	e = wire.Event{Kind: wire.Finish, Finish: finishReason(root.Get("stop_reason").Str)}
+	out = j.Encode(out, &e)
+	e = wire.Event{Kind: wire.Usage, Raw: u.appendChat(nil)}
+	out = j.Encode(out, &e)
+	e = wire.Event{Kind: wire.End}
+	return j.Encode(out, &e), nil
+}
+
+// toolInput is a tool_use block's input as arguments: the object's JSON,
+// {} when there is none.
+func toolInput(in gjson.Result) []byte {
+	if !in.IsObject() {
+		return []byte("{}")
+	}
+	return []byte(in.Raw)
+}

@@ -1,0 +1,216 @@
+package anthropic
+
+import (
+	"errors"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
+)
+
+// maxBlocks bounds the content block index a stream may name, so that a
+// hostile index cannot make the decoder allocate.
+const maxBlocks = 1024
+
+// The kinds of content block a stream opens.
+const (
+	blockOther    byte = iota // not shown: redacted thinking, server tools, unknown kinds
+	blockText                 // text_delta → content
+	blockThinking             // thinking_delta → reasoning_content
+	blockToolUse              // input_json_delta → tool-call arguments
+)
+
+var (
+	errBadEvent = errors.New("anthropic: stream event is not a JSON object")
+	errOrder    = errors.New("anthropic: content before message_start")
+)
+
+// StreamDecoder turns the events of one Messages stream into
+// chat.completion.chunk objects, encoded by wire.ChatSSE: message_start
+// opens the message (role chunk), text_delta is content, thinking_delta is
+// reasoning_content, a tool_use block is a call header followed by its
+// input_json_delta fragments as argument fragments, message_delta is the
+// finish chunk and then the usage chunk, and message_stop ends the stream.
+// ping and unknown events produce nothing. Feed one event at a time, then
+// take the chunks it produced with Pop. Not safe for concurrent use.
+type StreamDecoder struct {
+	provider string
+	h        wire.Header
+	enc      *wire.ChatSSE // set by message_start
+	blocks   []byte        // kind by content block index
+	args     []bool        // by index: a tool_use block got an argument fragment
+	u        usage
+	stop     string
+	finished bool
+	done     bool
+
+	buf  []byte // the chunks not yet popped, back to back
+	ends []int  // end offset of each chunk in buf
+	next int    // the next chunk to pop
+}
+
+// NewStreamDecoder returns the decoder of one stream; h gives created, the
+// client's model and whether the client wants usage (the id is the
+// message's).
+func NewStreamDecoder(provider string, h wire.Header) *StreamDecoder {
+	return &StreamDecoder{provider: provider, h: h}
+}
+
+// Done reports whether message_stop came: the stream is complete.
+func (d *StreamDecoder) Done() bool { return d.done }
+
+// Pop returns the next chunk Feed produced; the slice is valid until the
+// next Feed.
+func (d *StreamDecoder) Pop() ([]byte, bool) {
+	if d.next >= len(d.ends) {
+		return nil, false
+	}
+	start := 0
+	if d.next > 0 {
+		start = d.ends[d.next-1]
+	}
+	d.next++
+	return d.buf[start:d.ends[d.next-1]], true
+}
+
+// Feed decodes one SSE event's data (the event name is not needed: every
+// Messages event names its type in its data). An error event is a
+// *pipeline.UpstreamError with the OpenAI envelope of its error; data that
+// is not a JSON object, or content before message_start, is
+// UpstreamMalformed. data is only read.
+func (d *StreamDecoder) Feed(data []byte) error {
+	if d.next == len(d.ends) { // everything popped: reuse the buffer
+		d.buf, d.ends, d.next = d.buf[:0], d.ends[:0], 0
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if data[0] != '{' || !gjson.ValidBytes(data) {
+		return d.malformed(errBadEvent)
+	}
+	ev := gjson.ParseBytes(data)
+	typ := ev.Get("type").Str
+	if d.enc == nil && typ != "message_start" && typ != "ping" && typ != "error" {
+		return d.malformed(errOrder)
+	}
+	switch typ {
+	case "message_start":
+		if d.enc != nil {
+			return nil
+		}
+		msg := ev.Get("message")
+		if id := msg.Get("id").Str; id != "" {
+			d.h.ID = id
+		}
+		d.enc = wire.NewChatSSE(d.h)
+		d.u.read(msg.Get("usage"))
+		d.emit(&wire.Event{Kind: wire.Role})
+	case "content_block_start":
+		d.blockStart(ev)
+	case "content_block_delta":
+		d.blockDelta(ev)
+	case "content_block_stop":
+		if i := int(ev.Get("index").Int()); d.kind(i) == blockToolUse && !d.args[i] {
+			d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte("{}")}) // a call without input
+		}
+	case "message_delta":
+		if s := ev.Get("delta.stop_reason"); s.Type == gjson.String {
+			d.stop = s.Str
+		}
+		d.u.read(ev.Get("usage"))
+		d.finish()
+	case "message_stop":
+		d.finish()
+		d.done = true
+	case "error":
+		return eventError(d.provider, data)
+	}
+	return nil
+}
+
+func (d *StreamDecoder) blockStart(ev gjson.Result) {
+	i := int(ev.Get("index").Int())
+	if i < 0 || i >= maxBlocks {
+		return
+	}
+	for len(d.blocks) <= i {
+		d.blocks = append(d.blocks, blockOther)
+		d.args = append(d.args, false)
+	}
+	cb := ev.Get("content_block")
+	switch cb.Get("type").Str {
+	case "text":
+		d.blocks[i] = blockText
+		d.text("content", cb.Get("text").Str)
+	case "thinking":
+		d.blocks[i] = blockThinking
+		d.text("reasoning_content", cb.Get("thinking").Str)
+	case "tool_use":
+		d.blocks[i] = blockToolUse
+		d.emit(&wire.Event{Kind: wire.CallHeader, ID: cb.Get("id").Str, Name: cb.Get("name").Str})
+		if in := cb.Get("input"); in.IsObject() && len(in.Map()) > 0 { // a call sent whole
+			d.args[i] = true
+			d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(in.Raw)})
+		}
+	}
+}
+
+func (d *StreamDecoder) blockDelta(ev gjson.Result) {
+	i := int(ev.Get("index").Int())
+	delta := ev.Get("delta")
+	switch k := d.kind(i); delta.Get("type").Str {
+	case "text_delta":
+		if k == blockText {
+			d.text("content", delta.Get("text").Str)
+		}
+	case "thinking_delta":
+		if k == blockThinking {
+			d.text("reasoning_content", delta.Get("thinking").Str)
+		}
+	case "input_json_delta":
+		if k == blockToolUse {
+			if p := delta.Get("partial_json").Str; p != "" {
+				d.args[i] = true
+				d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(p)})
+			}
+		}
+	}
+}
+
+// kind is the kind of block i, blockOther when it was never started.
+func (d *StreamDecoder) kind(i int) byte {
+	if i < 0 || i >= len(d.blocks) {
+		return blockOther
+	}
+	return d.blocks[i]
+}
+
+func (d *StreamDecoder) text(key, s string) {
+	if s != "" {
+		d.emit(&wire.Event{Kind: wire.Text, Key: key, Text: []byte(s)})
+	}
+}
+
+// finish emits the finish chunk and the usage chunk, once.
+func (d *StreamDecoder) finish() {
+	if d.finished {
+		return
+	}
+	d.finished = true
+	d.emit(&wire.Event{Kind: wire.Finish, Finish: finishReason(d.stop)})
+	d.emit(&wire.Event{Kind: wire.Usage, Raw: d.u.appendChat(nil)})
+}
+
+// emit encodes e as the next chunk, when the stream rules let it be one.
+func (d *StreamDecoder) emit(e *wire.Event) {
+	n := len(d.buf)
+	d.buf = d.enc.Encode(d.buf, e)
+	if len(d.buf) > n {
+		d.ends = append(d.ends, len(d.buf))
+	}
+}
+
+func (d *StreamDecoder) malformed(err error) error {
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: d.provider, Err: err}
+}

@@ -1,0 +1,66 @@
+package anthropic
+
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+)
+
+// usage is Anthropic's token accounting of one message. Input tokens
+// exclude the tokens read from and written to the prompt cache.
+type usage struct {
+	input, output, cacheRead, cacheWrite int64
+}
+
+// read takes the counts usage holds (a message's usage object, or a
+// message_delta's running totals); absent counts keep their value.
+func (u *usage) read(r gjson.Result) {
+	if !r.IsObject() {
+		return
+	}
+	for _, f := range [...]struct {
+		key string
+		dst *int64
+	}{
+		{"input_tokens", &u.input},
+		{"output_tokens", &u.output},
+		{"cache_read_input_tokens", &u.cacheRead},
+		{"cache_creation_input_tokens", &u.cacheWrite},
+	} {
+		if v := r.Get(f.key); v.Type == gjson.Number {
+			*f.dst = max(0, v.Int())
+		}
+	}
+}
+
+// appendChat appends the chat usage object: every input token is a prompt
+// token, cache reads are its cached_tokens and cache writes its
+// cache_write_tokens.
+func (u *usage) appendChat(dst []byte) []byte {
+	prompt := u.input + u.cacheRead + u.cacheWrite
+	dst = append(dst, `{"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, prompt, 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, u.output, 10)
+	dst = append(dst, `,"total_tokens":`...)
+	dst = strconv.AppendInt(dst, prompt+u.output, 10)
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, u.cacheRead, 10)
+	dst = append(dst, `,"cache_write_tokens":`...)
+	dst = strconv.AppendInt(dst, u.cacheWrite, 10)
+	return append(dst, "}}"...)
+}
+
+// finishReason maps a stop_reason to a chat finish_reason.
+func finishReason(stop string) string {
+	switch stop {
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	case "refusal":
+		return "content_filter"
+	default: // end_turn, stop_sequence, pause_turn
+		return "stop"
+	}
+}

@@ -1,0 +1,20 @@
+package config
+
+import "testing"
+
+// An anthropic provider gets Anthropic's URL, API version and prompt
+// caching unless it says otherwise.
+func TestAnthropicProviderDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("[[providers]]\nname = \"a\"\nkind = \"anthropic\"\n[[providers]]\nname = \"b\"\nkind = \"anthropic\"\nprompt_cache = \"none\"\nbase_url = \"http://127.0.0.1:9\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Providers[0], c.Providers[1]
+	if a.BaseURL != "https://api.anthropic.com" || a.AnthropicVersion != "2023-06-01" || a.PromptCache != "anthropic" {
+		t.Errorf("defaults %+v", a)
+	}
+	if b.BaseURL != "http://127.0.0.1:9" || b.PromptCache != "none" {
+		t.Errorf("explicit settings replaced: %+v", b)
+	}
+}

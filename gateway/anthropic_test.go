@@ -1,0 +1,374 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	sdk "github.com/anthropics/anthropic-sdk-go"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// anthropicConfig puts Claude models behind the gateway through the native
+// provider; the mock answers POST /v1/messages in Anthropic's form.
+const anthropicConfig = `
+[server]
+log_level = "warn"
+[[providers]]
+name = "claude"
+kind = "anthropic"
+base_url = "{{MOCK}}"
+api_key = "sk-ant-upstream-secret"
+retries = 2
+anthropic_beta = ["token-efficient-tools-2025-02-19", "interleaved-thinking-2025-05-14"]
+[[models]]
+name = "claude-small"
+provider = "claude"
+upstream = "claude-haiku"
+context_window = 1000
+max_tokens = 321
+fallbacks = ["claude-big"]
+[[models]]
+name = "claude-big"
+provider = "claude"
+upstream = "claude-opus"
+context_window = 200000
+[[models]]
+name = "claude-flaky"
+provider = "claude"
+upstream = "claude-flaky"
+[[tools]]
+name = "calculator"
+kind = "builtin"
+parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"],"additionalProperties":false}'
+[tool_loop]
+keepalive_interval = "100ms"
+`
+
+const claudeText = "Hi there, ünïcode 🌍"
+
+// claudeRespond scripts the Anthropic mock: the last user text picks the
+// answer; the server-tool loop counts its rounds by the tool results sent.
+func claudeRespond(c *mockllm.Call) mockllm.Turn {
+	switch {
+	case c.Model == "claude-flaky" && c.N == 1:
+		return mockllm.Turn{Fault: &mockllm.Fault{Status: 529, RetryAfter: "0"}}
+	case strings.Contains(c.LastText, "weather") || strings.Contains(c.LastText, "Oslo"):
+		return mockllm.Turn{Text: "Checking both.", ToolCalls: []mockllm.ToolCall{
+			{Name: "get_weather", Arguments: `{"city":"Köln","note":"naïve 🌧 \"quoted\""}`},
+			{Name: "get_weather", Arguments: `{"city":"Zürich"}`},
+		}}
+	case strings.Contains(c.LastText, "compute") || strings.Count(string(c.Body), `"tool_result"`) > 0:
+		round := strings.Count(string(c.Body), `"tool_result"`)
+		u := &mockllm.Usage{Prompt: 100 * (round + 1), Completion: 10, Cached: 40, CacheWrite: 5}
+		switch round {
+		case 0:
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: u}
+		case 1:
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}}, Usage: u}
+		default:
+			return mockllm.Turn{Text: "Final: " + strings.Join(c.ToolResults, " | "), Usage: u}
+		}
+	}
+	return mockllm.Turn{Text: claudeText, Thinking: "The user greets me.", Usage: &mockllm.Usage{Prompt: 50, Completion: 5, Cached: 20, CacheWrite: 10}}
+}
+
+func anthropicHarness(t *testing.T) *harness {
+	t.Helper()
+	return newHarness(t, anthropicConfig, mockllm.Options{Respond: claudeRespond,
+		ContextWindow: map[string]int{"claude-haiku": 300},
+		Chunking:      mockllm.Chunking{ArgBytes: 3, TextRunes: 2, SplitWrites: true}})
+}
+
+func claudeMsg(model, text string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{
+		openai.SystemMessage("You are terse."), openai.UserMessage(text)}}
+}
+
+// messagesRequests returns the bodies the mock received on /v1/messages.
+func messagesRequests(h *harness) []mockllm.Recorded {
+	var out []mockllm.Recorded
+	for _, r := range h.mock.Requests() {
+		if r.Path == "/v1/messages" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestAnthropicText(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	schema := wiretest.LoadSchema(t)
+	// usage: prompt = 20 cached + 10 written + 20 uncached input.
+	checkUsage := func(u openai.CompletionUsage) {
+		t.Helper()
+		if u.PromptTokens != 50 || u.CompletionTokens != 5 || u.TotalTokens != 55 || u.PromptTokensDetails.CachedTokens != 20 {
+			t.Errorf("usage %+v", u)
+		}
+	}
+	p := claudeMsg("claude-small", "hello")
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	acc, sum, err := h.streamChat(p, wiretest.Options{WantUsage: true}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc.Choices[0].Message.Content != claudeText || acc.Choices[0].FinishReason != "stop" || sum.Model != "claude-small" {
+		t.Fatalf("stream: %+v model %q", acc.Choices[0], sum.Model)
+	}
+	checkUsage(acc.Usage)
+	var reasoning string
+	for _, c := range sum.Chunks {
+		reasoning += gjson.GetBytes(c, "choices.0.delta.reasoning_content").Str
+	}
+	if reasoning != "The user greets me." {
+		t.Errorf("reasoning_content %q", reasoning)
+	}
+
+	resp, err := h.client.Chat.Completions.New(context.Background(), claudeMsg("claude-small", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.lastRaw()
+	if err := schema.Completion(raw); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != claudeText || resp.Model != "claude-small" || !strings.HasPrefix(resp.ID, "msg_") {
+		t.Fatalf("json: %s", raw)
+	}
+	checkUsage(resp.Usage)
+
+	// What went upstream: Anthropic's headers, not ours, and a body the
+	// official SDK reads as a MessageNewParams.
+	reqs := messagesRequests(h)
+	if len(reqs) != 2 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	r := reqs[1]
+	if r.Header["X-Api-Key"] != "sk-ant-upstream-secret" || r.Header["Authorization"] != "" || r.Header["Anthropic-Version"] != "2023-06-01" ||
+		r.Header["Anthropic-Beta"] != "token-efficient-tools-2025-02-19,interleaved-thinking-2025-05-14" {
+		t.Errorf("headers %v", r.Header)
+	}
+	var mp sdk.MessageNewParams
+	if err := json.Unmarshal(r.Body, &mp); err != nil {
+		t.Fatal(err)
+	}
+	if mp.Model != "claude-haiku" || mp.MaxTokens != 321 || len(mp.System) != 1 || mp.System[0].Text != "You are terse." ||
+		mp.System[0].CacheControl.Type != "ephemeral" || mp.Messages[0].Content[0].OfText.CacheControl.Type != "ephemeral" {
+		t.Errorf("request %s", r.Body)
+	}
+}
+
+func TestAnthropicParallelToolCalls(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	schema := wiretest.LoadSchema(t)
+	weather := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}})
+	want := []string{`{"city":"Köln","note":"naïve 🌧 \"quoted\""}`, `{"city":"Zürich"}`}
+	check := func(form string, m openai.ChatCompletionMessage, finish string) {
+		t.Helper()
+		if finish != "tool_calls" || m.Content != "Checking both." || len(m.ToolCalls) != 2 {
+			t.Fatalf("%s: finish %q %+v", form, finish, m)
+		}
+		for i, tc := range m.ToolCalls {
+			if tc.Function.Name != "get_weather" || tc.Function.Arguments != want[i] || tc.ID == "" {
+				t.Errorf("%s call %d: %s %q", form, i, tc.Function.Name, tc.Function.Arguments)
+			}
+		}
+	}
+	p := claudeMsg("claude-small", "weather in Köln and Zürich?")
+	p.Tools = []openai.ChatCompletionToolUnionParam{weather}
+	acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("stream", acc.Choices[0].Message, acc.Choices[0].FinishReason)
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("json", resp.Choices[0].Message, resp.Choices[0].FinishReason)
+
+	// The client answers both calls: the follow-up reaches Anthropic as one
+	// user message holding both tool_result blocks (the mock checks the
+	// pairing and the alternation).
+	p.Messages = append(p.Messages, resp.Choices[0].Message.ToParam(),
+		openai.ToolMessage(`{"temp":12}`, resp.Choices[0].Message.ToolCalls[0].ID),
+		openai.ToolMessage(`{"temp":9}`, resp.Choices[0].Message.ToolCalls[1].ID),
+		openai.UserMessage("thanks"))
+	if _, err := h.client.Chat.Completions.New(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	reqs := messagesRequests(h)
+	last := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages")
+	if n := len(last.Array()); n != 3 || last.Get("2.content.#").Int() != 3 ||
+		last.Get("2.content.0.type").Str != "tool_result" || last.Get("2.content.1.type").Str != "tool_result" || last.Get("2.content.2.text").Str != "thanks" {
+		t.Errorf("follow-up messages %s", last.Raw)
+	}
+}
+
+// A two-round server-tool loop on Claude: each round's request carries its
+// cache breakpoint on the newest message (it moves forward), never more
+// than four, and the client sees cached_tokens summed over the rounds.
+func TestAnthropicServerToolLoop(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	schema := wiretest.LoadSchema(t)
+	check := func(form string, u openai.CompletionUsage) {
+		t.Helper()
+		// Rounds of 100, 200 and 300 prompt tokens, 40 of them cached each time.
+		if u.PromptTokens != 600 || u.CompletionTokens != 30 || u.PromptTokensDetails.CachedTokens != 120 {
+			t.Errorf("%s usage %+v", form, u)
+		}
+	}
+	p := claudeMsg("claude-small", "compute 6*7 then 2+3")
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	acc, _, err := h.streamChat(p, wiretest.Options{WantUsage: true}, schema, option.WithHeader("x-gateway-tool-trace", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := acc.Choices[0].Message
+	if len(msg.ToolCalls) != 0 || !strings.HasPrefix(msg.Content, "Final: ") || !strings.Contains(msg.Content, `"result":5`) {
+		t.Fatalf("client saw %+v", msg)
+	}
+	check("stream", acc.Usage)
+
+	reqs := messagesRequests(h)
+	if len(reqs) != 3 {
+		t.Fatalf("%d rounds", len(reqs))
+	}
+	prev := -1
+	for i, r := range reqs {
+		msgs := gjson.GetBytes(r.Body, "messages").Array()
+		at := -1
+		for j, m := range msgs {
+			m.Get("content").ForEach(func(_, b gjson.Result) bool {
+				if b.Get("cache_control").Exists() {
+					at = j
+				}
+				return true
+			})
+		}
+		if at != len(msgs)-1 || at <= prev {
+			t.Errorf("round %d: breakpoint on message %d of %d (previous %d): %s", i, at, len(msgs), prev, r.Body)
+		}
+		prev = at
+		if !gjson.GetBytes(r.Body, "tools.0.cache_control").Exists() || !gjson.GetBytes(r.Body, "system.0.cache_control").Exists() {
+			t.Errorf("round %d: tools and system breakpoints missing: %s", i, r.Body)
+		}
+		if i == 1 && !strings.Contains(string(r.Body), `\"result\":42`) {
+			t.Errorf("round 2 lacks the first result: %s", r.Body)
+		}
+	}
+
+	resp, err := h.client.Chat.Completions.New(context.Background(), claudeMsg("claude-small", "compute 6*7 then 2+3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != msg.Content {
+		t.Errorf("json %q, stream %q", resp.Choices[0].Message.Content, msg.Content)
+	}
+	check("json", resp.Usage)
+	// Cache writes (5 a round) are summed too, beside the cached reads.
+	if raw, _ := h.lastRaw(); gjson.GetBytes(raw, "usage.prompt_tokens_details.cache_write_tokens").Int() != 15 {
+		t.Errorf("cache writes: %s", gjson.GetBytes(raw, "usage").Raw)
+	}
+}
+
+func TestAnthropicOverloadedRetried(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	resp, err := h.client.Chat.Completions.New(context.Background(), claudeMsg("claude-flaky", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hdr := h.lastRaw()
+	if resp.Choices[0].Message.Content != claudeText || h.mock.Calls("claude-flaky") != 2 || hdr.Get("X-Gateway-Attempts") != "2" {
+		t.Fatalf("content %q, calls %d, attempts %q", resp.Choices[0].Message.Content, h.mock.Calls("claude-flaky"), hdr.Get("X-Gateway-Attempts"))
+	}
+}
+
+// "prompt is too long" from Claude is context_length_exceeded: the request
+// moves to the fallback with the larger window, stream and JSON alike.
+func TestAnthropicPromptTooLongFallsBack(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	long := "hello " + strings.Repeat("lorem ipsum ", 150)
+	for _, stream := range []bool{false, true} {
+		var content string
+		if stream {
+			acc, _, err := h.streamChat(claudeMsg("claude-small", long), wiretest.Options{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content = acc.Choices[0].Message.Content
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), claudeMsg("claude-small", long))
+			if err != nil {
+				t.Fatal(err)
+			}
+			content = resp.Choices[0].Message.Content
+		}
+		_, hdr := h.lastRaw()
+		if content != claudeText || hdr.Get("X-Gateway-Model") != "claude-big" {
+			t.Errorf("stream %v: content %q model %q", stream, content, hdr.Get("X-Gateway-Model"))
+		}
+	}
+	if h.mock.Calls("claude-haiku") != 2 || h.mock.Calls("claude-opus") != 2 {
+		t.Errorf("haiku %d (no retry of a too-long prompt), opus %d", h.mock.Calls("claude-haiku"), h.mock.Calls("claude-opus"))
+	}
+}
+
+// Anthropic's own refusals: an error event before any content is retried,
+// one after content ends the stream with the error event; a 401 keeps its
+// status but never its message.
+func TestAnthropicErrors(t *testing.T) {
+	t.Parallel()
+	schema := wiretest.LoadSchema(t)
+	h := newHarness(t, anthropicConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch {
+		case strings.Contains(c.LastText, "early") && c.N == 1:
+			return mockllm.Turn{Text: claudeText, Fault: mockllm.ErrorEventFault(1, "", "Overloaded")}
+		case strings.Contains(c.LastText, "late"):
+			return mockllm.Turn{Text: "abcdefgh", Fault: mockllm.ErrorEventFault(6, "", "Overloaded")}
+		case strings.Contains(c.LastText, "auth"):
+			return mockllm.Turn{Fault: &mockllm.Fault{Status: 401, Message: "invalid x-api-key sk-ant-upstream-secret"}}
+		}
+		return mockllm.Turn{Text: claudeText}
+	}})
+	acc, _, err := h.streamChat(claudeMsg("claude-big", "early"), wiretest.Options{}, schema)
+	if err != nil || acc.Choices[0].Message.Content != claudeText || h.mock.Calls("claude-opus") != 2 {
+		t.Fatalf("early error: %v %q calls %d", err, acc.Choices[0].Message.Content, h.mock.Calls("claude-opus"))
+	}
+	_, sum, err := h.streamChat(claudeMsg("claude-big", "late"), wiretest.Options{WantError: true}, schema)
+	if err == nil || !strings.Contains(sum.Content, "ab") || gjson.GetBytes(sum.Error, "error.type").Str != "overloaded_error" {
+		t.Fatalf("late error: %v content %q error %s", err, sum.Content, sum.Error)
+	}
+	status, _, body := h.post("/chat/completions", `{"model":"claude-big","messages":[{"role":"user","content":"auth"}]}`, nil)
+	if status != http.StatusUnauthorized || strings.Contains(string(body), "sk-ant") || gjson.GetBytes(body, "error.code").Str != "upstream_auth" {
+		t.Fatalf("auth: %d %s", status, body)
+	}
+}
+
+// The Node openai client through the gateway to Claude: text, parallel
+// client tool calls accumulated by its stream helper, and the server-tool
+// loop's summed cached tokens.
+func TestAnthropicNodeClient(t *testing.T) {
+	skipWithoutNode(t)
+	t.Parallel()
+	h := anthropicHarness(t)
+	out := runNode(t, "anthropic.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_MODEL=claude-small")
+	for _, want := range []string{"text: ok", "tools: ok", "loop: ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// redisClient builds the one client of every shared store, for the
+// configured mode: a single server, a Redis Cluster, or the master a set of
+// sentinels names (followed across failovers). Every call is bounded by the
+// config's timeout and is not retried: callers fail open.
+func redisClient(r *config.Redis) (redis.UniversalClient, error) {
+	tlsConf, err := redisTLS(r.TLS)
+	if err != nil {
+		return nil, err
+	}
+	o := &redis.UniversalOptions{
+		Username: r.Username, Password: r.Password, DB: r.DB,
+		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
+		MaxRetries: -1, // fail fast: callers fail open
+		TLSConfig:  tlsConf,
+	}
+	switch r.Mode {
+	case "cluster":
+		o.Addrs, o.IsClusterMode = r.Addrs, true
+	case "sentinel":
+		o.Addrs, o.MasterName = r.Addrs, r.MasterName
+		o.SentinelUsername, o.SentinelPassword = r.SentinelUsername, r.SentinelPassword
+	default:
+		o.Addrs = []string{r.Addr}
+	}
+	return redis.NewUniversalClient(o), nil
+}
+
+// redisTLS returns the TLS config of [redis.tls], nil when it is off.
+func redisTLS(t config.RedisTLS) (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as testing only
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, errors.New("redis.tls.ca_file: no PEM certificate in the file")
+		}
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.cert_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// limitsPrefix is the key prefix of the rate limits, budgets and usage. In
+// a Redis Cluster it carries a hash tag: one Lua script checks and takes
+// every counter a request touches (a tenant's, a key's, a global one), so
+// they must all live in one slot. The other modes keep the plain prefix,
+// so an upgrade does not reset spend already counted.
+func limitsPrefix(r *config.Redis) string {
+	if r.Mode == "cluster" {
+		return r.Prefix + "{limits}:"
+	}
+	return r.Prefix
+}

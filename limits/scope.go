@@ -1,0 +1,85 @@
+package limits
+
+import (
+	"strconv"
+	"time"
+)
+
+// maxScopes bounds the scopes a Limiter keeps; past it, the counters of a
+// new tenant, key and model are named again on each request.
+const maxScopes = 10_000
+
+// scopeKey names the requests of one tenant, key and model.
+type scopeKey struct{ tenant, key, model string }
+
+// scope is what the rules and budgets ask of the requests of one tenant,
+// key and model during one UTC day, with every store key built: the
+// per-request work is then a lookup. Immutable once built; its slices are
+// only read.
+type scope struct {
+	day    int64
+	checks []check // per matching rule its requests, tokens (cost 0) and in flight; then the budgets
+	tokens []int   // indexes in checks of the tokens counters
+	slots  bool    // checks holds an in-flight counter
+	spend  []spend // the matching budgets' spend counters
+	tools  []check // the matching tool_calls_per_minute counters (cost 1)
+	usage  string  // the usage record's field prefix
+}
+
+// spend is the spend counter of a budget in the current period.
+type spend struct {
+	key string
+	end time.Time // when the period ends; zero = never
+}
+
+// scopeOf returns the scope of tenant, key and model at now.
+func (l *Limiter) scopeOf(tenant, key, model string, now time.Time) *scope {
+	day := l.dayOf(now).day
+	k := scopeKey{tenant, key, model}
+	if v, ok := l.scopes.Load(k); ok {
+		if sc := v.(*scope); sc.day == day {
+			return sc
+		}
+	}
+	sc := l.newScope(tenant, key, model, now)
+	if _, ok := l.scopes.Load(k); ok || l.nScopes.Load() < maxScopes {
+		if _, loaded := l.scopes.Swap(k, sc); !loaded {
+			l.nScopes.Add(1)
+		}
+	}
+	return sc
+}
+
+func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
+	sc := &scope{day: l.dayOf(now).day, usage: usageField(tenant, key, model)}
+	for i := range l.rules {
+		rl := &l.rules[i]
+		s, ok := rl.scope(tenant, key, model)
+		if !ok {
+			continue
+		}
+		if rl.rpm > 0 {
+			sc.checks = append(sc.checks, check{key: rl.keyR + s, kind: kindRate, limit: rl.rpm, cost: 1, hdr: hdrRequests, limitText: strconv.FormatInt(rl.rpm, 10)})
+		}
+		if rl.tpm > 0 {
+			sc.tokens = append(sc.tokens, len(sc.checks))
+			sc.checks = append(sc.checks, check{key: rl.keyT + s, kind: kindRate, limit: rl.tpm, hdr: hdrTokens, limitText: strconv.FormatInt(rl.tpm, 10)})
+		}
+		if rl.conc > 0 {
+			sc.slots = true
+			sc.checks = append(sc.checks, check{key: rl.keyC + s, kind: kindConcurrent, limit: rl.conc})
+		}
+		if rl.tools > 0 {
+			sc.tools = append(sc.tools, check{key: rl.keyX + s, kind: kindRate, limit: rl.tools, cost: 1})
+		}
+	}
+	for i := range l.budgets {
+		b := &l.budgets[i]
+		if b.applies(tenant, key) {
+			k, end := l.periodKey(b, tenant, key, now)
+			sc.checks = append(sc.checks, check{key: k, kind: kindBudget, limit: b.micro, warn: 1 - b.warnAt})
+			sc.spend = append(sc.spend, spend{key: k, end: end})
+		}
+	}
+	return sc
+}

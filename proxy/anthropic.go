@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/anthropic"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
+)
+
+// setMessages makes pc an anthropic provider: chat requests go to the
+// Messages API (base_url, with or without its /v1, then /v1/messages),
+// authenticated with x-api-key instead of a bearer token.
+func (pc *providerClient) setMessages() {
+	pc.messages = true
+	pc.auth = ""
+	pc.chatURI = pc.scheme + "://" + pc.host + strings.TrimSuffix(pc.basePath, "/v1") + "/v1/messages"
+}
+
+// setMessagesHeaders writes an anthropic provider's key, API version and
+// beta features.
+func (pc *providerClient) setMessagesHeaders(h *fasthttp.RequestHeader) {
+	if pc.cfg.APIKey != "" {
+		h.Set("X-Api-Key", pc.cfg.APIKey)
+	}
+	h.Set("Anthropic-Version", pc.cfg.AnthropicVersion)
+	if len(pc.cfg.AnthropicBeta) > 0 {
+		h.Set("Anthropic-Beta", strings.Join(pc.cfg.AnthropicBeta, ","))
+	}
+}
+
+// messagesBody translates a chat request body for target's anthropic
+// provider, with the route's max_tokens default.
+func (u *Upstream) messagesBody(target *pipeline.Target, body []byte) ([]byte, error) {
+	return anthropic.TranslateRequest(body, anthropic.RequestOptions{Model: target.Upstream, MaxTokens: u.maxTokens[target.Model]})
+}
+
+// chatHeader is what every chunk or completion translated for req repeats:
+// the client's model, and whether the chat body asks for usage.
+func chatHeader(req *pipeline.Request) wire.Header {
+	return wire.Header{Created: time.Now().Unix(), Model: req.Model,
+		IncludeUsage: req.IncludeUsage || gjson.GetBytes(req.Body, "stream_options.include_usage").Bool()}
+}
+
+// decodeMessage answers with the chat.completion of a Messages body.
+func decodeMessage(provider string, body []byte, req *pipeline.Request) (*pipeline.Response, error) {
+	out, err := anthropic.DecodeMessage(provider, body, chatHeader(req))
+	if err != nil {
+		return nil, err
+	}
+	return &pipeline.Response{Body: out}, nil
+}

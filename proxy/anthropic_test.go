@@ -1,0 +1,31 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// An anthropic provider posts to /v1/messages whether base_url names the
+// /v1 or not, with x-api-key and never a bearer token.
+func TestAnthropicProviderRequest(t *testing.T) {
+	t.Parallel()
+	for _, base := range []string{"https://api.anthropic.com", "https://api.anthropic.com/", "https://api.anthropic.com/v1"} {
+		pc, err := newProviderClient(config.Provider{Name: "a", Kind: "anthropic", BaseURL: base, APIKey: "sk-ant",
+			AnthropicVersion: "2023-06-01", AnthropicBeta: []string{"x-1", "y-2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pc.chatURI != "https://api.anthropic.com/v1/messages" {
+			t.Errorf("%s: %s", base, pc.chatURI)
+		}
+		var h fasthttp.RequestHeader
+		pc.setHeaders(&h, "req_1")
+		if string(h.Peek("X-Api-Key")) != "sk-ant" || len(h.Peek("Authorization")) != 0 || string(h.Peek("Anthropic-Version")) != "2023-06-01" ||
+			string(h.Peek("Anthropic-Beta")) != "x-1,y-2" || string(h.Peek("X-Request-Id")) != "req_1" {
+			t.Errorf("%s: headers %s", base, h.String())
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// recorded runs one request through Request and ModelCall (called twice:
+// the second call a retry of the same deployment) and returns the ended
+// spans, server span last.
+func recorded(t *testing.T, r *pipeline.Request, up pipeline.Handler) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation)}
+	call := tr.ModelCall(up)
+	h := tr.Request()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if _, err := call.Chat(ctx, r); err == nil {
+			t.Fatal("the first attempt should fail")
+		}
+		r.Meta.Set("x-gateway-cache", "miss")
+		return call.Chat(ctx, r)
+	}))
+	resp, err := h.Chat(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Stream != nil {
+		var err error
+		for err == nil {
+			_, err = resp.Stream.Next()
+		}
+		resp.Stream.Close()
+	}
+	return rec.Ended()
+}
+
+// attrList renders a span's attributes as sorted key=value lines.
+func attrList(s sdktrace.ReadOnlySpan) string {
+	var out []string
+	for _, kv := range s.Attributes() {
+		out = append(out, fmt.Sprintf("%s=%s", kv.Key, kv.Value.String()))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+func TestSpanAttributes(t *testing.T) {
+	t.Parallel()
+	route := &pipeline.Route{Name: "gpt-x", Deployments: []pipeline.Target{{Provider: "up", Upstream: "gpt-x-up", Model: "gpt-x"}}}
+	for _, tc := range []struct {
+		name   string
+		stream bool
+	}{{"json", false}, {"stream", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := 0
+			up := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				n++
+				if n == 1 {
+					return nil, &pipeline.UpstreamError{Status: 503, Provider: "up"}
+				}
+				if !tc.stream {
+					return &pipeline.Response{Body: []byte(`{"choices":[{"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5}}`)}, nil
+				}
+				chunks := []string{`{"choices":[{"delta":{"content":"hi"}}]}`, `{"choices":[{"delta":{},"finish_reason":"length"}]}`, `{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4,"cache_write_tokens":2}}}`}
+				return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
+					if len(chunks) == 0 {
+						return nil, io.EOF
+					}
+					c := chunks[0]
+					chunks = chunks[1:]
+					return []byte(c), nil
+				}, CloseFunc: func() {}}}, nil
+			})
+			r := &pipeline.Request{Model: "gpt-x", Route: route, Stream: tc.stream, Body: []byte(`{"model":"gpt-x","messages":[]}`),
+				Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "team"}}
+			spans := recorded(t, r, up)
+			if len(spans) != 3 {
+				t.Fatalf("%d spans", len(spans))
+			}
+			failed, ok, server := spans[0], spans[1], spans[2]
+			stream := fmt.Sprint(tc.stream)
+			if server.Name() != "POST /v1/chat/completions" || server.SpanKind() != trace.SpanKindServer {
+				t.Fatalf("server span %q %v", server.Name(), server.SpanKind())
+			}
+			want := "gateway.stream=" + stream + " gateway.tenant=team gen_ai.operation.name=chat gen_ai.request.model=gpt-x http.request.method=POST url.path=/v1/chat/completions"
+			if !tc.stream {
+				want += " http.response.status_code=200"
+				want = sortedAttrs(want)
+			}
+			if got := attrList(server); got != want {
+				t.Fatalf("server span:\n got %s\nwant %s", got, want)
+			}
+			if ev := server.Events(); len(ev) != 1 || ev[0].Name != "gateway.cache_lookup" || ev[0].Attributes[0].Value.AsString() != "miss" {
+				t.Fatalf("server events %v", ev)
+			}
+			if r.TraceID != server.SpanContext().TraceID().String() {
+				t.Fatalf("TraceID %q", r.TraceID)
+			}
+			for _, s := range []sdktrace.ReadOnlySpan{failed, ok} {
+				if s.Name() != "chat gpt-x-up" || s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != server.SpanContext().SpanID() {
+					t.Fatalf("call span %q %v", s.Name(), s.SpanKind())
+				}
+			}
+			want = "error.type=upstream_503 gateway.attempt=1 gateway.fallback=false gateway.retry=false gateway.stream=" + stream +
+				" gen_ai.operation.name=chat gen_ai.provider.name=up gen_ai.request.model=gpt-x-up"
+			if got := attrList(failed); got != want || failed.Status().Code != codes.Error || len(failed.Events()) != 1 {
+				t.Fatalf("failed call:\n got %s %v %v\nwant %s", got, failed.Status(), failed.Events(), want)
+			}
+			usage, finish, cache := "10 5", "stop", ""
+			if tc.stream { // with prompt-cache reads and writes
+				usage, finish, cache = "7 3", "length", " gen_ai.usage.cache_read.input_tokens=4 gen_ai.usage.cache_creation.input_tokens=2"
+			}
+			want = sortedAttrs("gateway.attempt=2 gateway.fallback=false gateway.retry=true gateway.stream=" + stream +
+				" gen_ai.operation.name=chat gen_ai.provider.name=up gen_ai.request.model=gpt-x-up gen_ai.response.model=gpt-x-up" +
+				" gen_ai.usage.input_tokens=" + strings.Fields(usage)[0] + " gen_ai.usage.output_tokens=" + strings.Fields(usage)[1] +
+				" gen_ai.response.finish_reasons=[\"" + finish + "\"]" + cache)
+			if got := attrList(ok); got != want || ok.Status().Code == codes.Error {
+				t.Fatalf("answered call:\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+func sortedAttrs(s string) string {
+	f := strings.Fields(s)
+	slices.Sort(f)
+	return strings.Join(f, " ")
+}
