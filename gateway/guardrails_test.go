@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,14 +112,7 @@ func TestGuardrailsResponseStage(t *testing.T) {
 	for _, action := range []string{"redact", "block"} {
 		t.Run(action, func(t *testing.T) {
 			t.Parallel()
-			cfg := baseConfig + `
-[[guardrails]]
-name = "pii-out"
-stage = "response"
-kind = "pii"
-action = "` + action + `"
-window = 16
-`
+			cfg := baseConfig + guardrail("pii-out", "response", "pii", action, "window = 16")
 			h := newHarness(t, cfg, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: piiAnswer}), Chunking: mockllm.Chunking{TextRunes: 6, SplitWrites: true}})
 			schema := wiretest.LoadSchema(t)
 			for _, usage := range []bool{false, true} {
@@ -222,16 +216,7 @@ func TestGuardrailsHTTPClassifier(t *testing.T) {
 	for _, fail := range []string{"open", "closed"} {
 		t.Run(fail, func(t *testing.T) {
 			t.Parallel()
-			cfg := baseConfig + `
-[[guardrails]]
-name = "classifier"
-stage = "request"
-kind = "http"
-action = "block"
-url = "` + classifier.URL + `"
-timeout = "200ms"
-fail = "` + fail + `"
-`
+			cfg := baseConfig + guardrail("classifier", "request", "http", "block", `url = "`+classifier.URL+`"`, `timeout = "200ms"`, `fail = "`+fail+`"`)
 			h := newHarness(t, cfg, mockllm.Options{})
 			_, err := h.client.Chat.Completions.New(context.Background(), userMsg("something toxic"))
 			blockedCode(t, err)
@@ -354,4 +339,9 @@ func newClassifier(t *testing.T) (*httptest.Server, *atomic.Value) {
 	}))
 	t.Cleanup(srv.Close)
 	return srv, &got
+}
+
+// guardrail is one [[guardrails]] entry of a test config, with more lines.
+func guardrail(name, stage, kind, action string, more ...string) string {
+	return fmt.Sprintf("\n[[guardrails]]\nname = %q\nstage = %q\nkind = %q\naction = %q\n%s\n", name, stage, kind, action, strings.Join(more, "\n"))
 }
