@@ -345,3 +345,90 @@ func newClassifier(t *testing.T) (*httptest.Server, *atomic.Value) {
 func guardrail(name, stage, kind, action string, more ...string) string {
 	return fmt.Sprintf("\n[[guardrails]]\nname = %q\nstage = %q\nkind = %q\naction = %q\n%s\n", name, stage, kind, action, strings.Join(more, "\n"))
 }
+
+// TestGuardrailsToolStagesOtherActions: the tool stages' remaining actions
+// and the http kind there. A redacted tool input reaches the tool redacted;
+// a blocked tool output never reaches the model (it gets an error result
+// naming the guardrail); a flagged output passes and is reported; an http
+// classifier at tool_input blocks the call before the tool runs. Streamed
+// and not.
+func TestGuardrailsToolStagesOtherActions(t *testing.T) {
+	t.Parallel()
+	classifier, _ := newClassifier(t)
+	var (
+		runs atomic.Int32
+		seen atomic.Value
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		seen.Store(string(body))
+		w.Header().Set("Content-Type", "application/json")
+		key := gjson.GetBytes(body, "key").Str
+		_, _ = w.Write([]byte(`{"answer":"` + map[bool]string{true: "SECRET-PLAN", false: "plain"}[strings.Contains(key, "plan")] + `"}`))
+	}))
+	defer srv.Close()
+	cfg := baseConfig + `
+[[tools]]
+name = "lookup"
+kind = "http"
+url = "` + srv.URL + `"
+parameters = '{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}'
+` + guardrail("mask-emails", "tool_input", "pii", "redact", `pii = ["email"]`) +
+		guardrail("no-plans", "tool_output", "regex", "block", `patterns = ['SECRET-PLAN']`) +
+		guardrail("watch-plain", "tool_output", "regex", "flag", `patterns = ['plain']`) +
+		guardrail("classify-input", "tool_input", "http", "block", `url = "`+classifier.URL+`"`, `timeout = "1s"`)
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole == "tool" {
+			return mockllm.Turn{Text: "result: " + strings.Join(c.ToolResults, "")}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "lookup", Arguments: `{"key":"` + c.LastText + `"}`}}}
+	}})
+	schema := wiretest.LoadSchema(t)
+	ask := func(text string, stream bool) (string, http.Header) {
+		t.Helper()
+		if stream {
+			acc, _, err := h.streamChat(userMsg(text), wiretest.Options{}, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, hdr := h.lastRaw()
+			return acc.Choices[0].Message.Content, hdr
+		}
+		resp, err := h.client.Chat.Completions.New(context.Background(), userMsg(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, hdr := h.lastRaw()
+		return resp.Choices[0].Message.Content, hdr
+	}
+	for _, stream := range []bool{false, true} {
+		before := runs.Load()
+		c, hdr := ask("mail dana@corp.example.com", stream)
+		if !stream && !strings.Contains(hdr.Get("X-Gateway-Guardrails"), "watch-plain") {
+			t.Errorf("the flag was not reported: %q", hdr.Get("X-Gateway-Guardrails"))
+		}
+		if runs.Load() != before+1 || strings.Contains(seen.Load().(string), "dana@") || !strings.Contains(seen.Load().(string), "[REDACTED]") {
+			t.Errorf("stream=%v: redacted input: the tool got %v", stream, seen.Load())
+		}
+		if !strings.Contains(c, "plain") {
+			t.Errorf("stream=%v: flagged output did not pass: %q", stream, c)
+		}
+
+		c, _ = ask("the plan", stream)
+		if strings.Contains(c, "SECRET-PLAN") || !strings.Contains(c, "content_blocked") || !strings.Contains(c, "no-plans") {
+			t.Errorf("stream=%v: blocked output: %q", stream, c)
+		}
+
+		before = runs.Load()
+		c, _ = ask("something toxic", stream)
+		if runs.Load() != before || !strings.Contains(c, "content_blocked") || !strings.Contains(c, "classify-input") {
+			t.Errorf("stream=%v: classifier at tool_input: runs %d→%d, %q", stream, before, runs.Load(), c)
+		}
+	}
+	for _, r := range h.mock.Requests() {
+		if strings.Contains(string(r.Body), "SECRET-PLAN") {
+			t.Fatal("the model saw a blocked tool output")
+		}
+	}
+}
