@@ -223,7 +223,6 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
-
 // FuzzDecodeOpen: whatever the hash of open circuits holds, decoding never
 // panics, and what decodes is what depField and the time would write.
 func FuzzDecodeOpen(f *testing.F) {

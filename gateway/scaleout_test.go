@@ -150,7 +150,7 @@ func TestRedisCluster(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	defer rdb.Close()
 	ctx := context.Background()
-	var mu sync.Mutex // ForEachMaster calls in parallel
+	var mu sync.Mutex                                     // ForEachMaster calls in parallel
 	slots := map[bool]map[int64]bool{false: {}, true: {}} // by "is a limits key"
 	err := rdb.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 		keys, err := n.Keys(ctx, "cl:*").Result()
