@@ -20,16 +20,19 @@ import (
 // module this package already depends on, so that no third-party file is
 // copied into this repository. The test skips when the module's files are
 // not on disk (go mod download fetches them; .ci/run does).
-func realWorldSpec(tb testing.TB) []byte {
+func realWorldSpec(tb testing.TB) []byte { return moduleSpec(tb, "asana.yaml") }
+
+// moduleSpec reads one of the test specs inside the libopenapi module.
+func moduleSpec(tb testing.TB, file string) []byte {
 	tb.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/pb33f/libopenapi").Output()
 	dir := strings.TrimSpace(string(out))
 	if err != nil || dir == "" {
 		tb.Skipf("the libopenapi module is not downloaded (%v)", err)
 	}
-	doc, err := os.ReadFile(filepath.Join(dir, "test_specs", "asana.yaml"))
+	doc, err := os.ReadFile(filepath.Join(dir, "test_specs", file))
 	if err != nil {
-		tb.Skipf("asana.yaml not in the libopenapi module: %v", err)
+		tb.Skipf("%s not in the libopenapi module: %v", file, err)
 	}
 	return doc
 }
@@ -72,6 +75,25 @@ func TestParseRealWorldSpec(t *testing.T) {
 	task := byName(ops)["asana_getTask"]
 	if task == nil || task.method != "GET" || !gjson.Get(task.Tool.Parameters, "properties.task_gid").Exists() {
 		t.Fatalf("getTask: %+v", task)
+	}
+}
+
+// The official Petstore v3 description (JSON) loads into one tool per
+// operation, its $refs inlined.
+func TestParseOfficialPetstore(t *testing.T) {
+	t.Parallel()
+	doc := moduleSpec(t, "petstorev3.json")
+	ops, err := Parse(doc, config.OpenAPI{Name: "pets", BaseURL: "http://pets.local/api/v3"}, http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Count(string(doc), `"operationId"`); len(ops) != want || want < 15 {
+		t.Fatalf("%d tools for %d operations", len(ops), want)
+	}
+	add := byName(ops)["addPet"]
+	if add == nil || add.method != "POST" || strings.Contains(add.Tool.Parameters, "$ref") ||
+		gjson.Get(add.Tool.Parameters, "properties.body.properties.name.type").Str != "string" {
+		t.Fatalf("addPet: %+v", add)
 	}
 }
 
