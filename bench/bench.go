@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ type bench struct {
 	fileLimit              uint64
 	ctx                    context.Context
 	limitations            []string
+	profileDir             string // "" = the gateway runs without profiles (see -profile)
 }
 
 // fdSpare is the file descriptors a proxy needs besides its streams'.
@@ -210,7 +212,12 @@ func (b *bench) startMain() error {
 	if err != nil {
 		return err
 	}
-	b.gw, err = b.procs.start("gateway", b.bins.gateway, "-config", cfg, "-listen", "{addr}")
+	args := []string{"-config", cfg, "-listen", "{addr}"}
+	if b.profileDir != "" {
+		args = append(args, "-cpuprofile", filepath.Join(b.profileDir, "gateway.cpu.pprof"),
+			"-memprofile", filepath.Join(b.profileDir, "gateway.allocs.pprof"))
+	}
+	b.gw, err = b.procs.start("gateway", b.bins.gateway, args...)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,7 @@ func realMain() int {
 	streams := flag.Int("streams", 0, "concurrent slow streams (0 = the mode's default: 1000 quick, 10000 full)")
 	perf := flag.String("performance", "", "also write the README Performance section here (default: OUT/PERFORMANCE.md in full mode)")
 	render := flag.String("render", "", "only re-render results.md, the chart and the Performance section from this results.json, then exit")
+	profile := flag.Bool("profile", false, "profile the gateway: CPU and allocation profiles of the whole run, and their pprof -top, beside the results (OUT/MODE/gateway.*)")
 	repo := flag.String("repo", "", "repository root (default: the nearest directory above the working one holding go.mod)")
 	flag.Parse()
 
@@ -135,7 +136,15 @@ func realMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	dir := filepath.Join(*out, *mode)
 	b := &bench{set: set, started: time.Now()}
+	if *profile {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		b.profileDir, _ = filepath.Abs(dir)
+	}
 	res, err := b.run(ctx, *repo, selected)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -147,12 +156,18 @@ func realMain() int {
 		fmt.Fprintln(os.Stderr, "bench: interrupted; results not written")
 		return 1
 	}
-	dir := filepath.Join(*out, *mode)
 	if werr := writeResults(res, dir); werr != nil {
 		fmt.Fprintln(os.Stderr, "bench:", werr)
 		return 1
 	}
 	fmt.Printf("\nwrote %s/{results.json,results.md,chart.svg}\n", dir)
+	if b.profileDir != "" {
+		if werr := writeProfileTops(b.profileDir); werr != nil {
+			fmt.Fprintln(os.Stderr, "bench:", werr)
+			return 1
+		}
+		fmt.Printf("wrote %s/gateway.{cpu,allocs}.{pprof,top.txt}\n", dir)
+	}
 	if *perf != "" {
 		if werr := writeSection(*perf, renderPerformance(res, filepath.Join(dir, "chart.svg"), *perf)); werr != nil {
 			fmt.Fprintln(os.Stderr, "bench:", werr)

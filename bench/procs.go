@@ -119,7 +119,8 @@ func (p *procs) startAt(name, addr, bin string, args ...string) (*child, error) 
 	}
 }
 
-// stop ends one child: SIGTERM, then SIGKILL after a second.
+// stop ends one child: SIGTERM, then SIGKILL after ten seconds (a gateway
+// run with -profile writes its profiles while it shuts down).
 func (p *procs) stop(c *child) {
 	if c == nil {
 		return
@@ -127,7 +128,7 @@ func (p *procs) stop(c *child) {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second):
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}

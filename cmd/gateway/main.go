@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -30,10 +31,18 @@ func run() int {
 	format := flag.String("log-format", "", "override server.log_format (json, console)")
 	listen := flag.String("listen", "", "override server.listen")
 	health := flag.String("healthcheck", "", "GET this URL and exit 0 on 200 (for container HEALTHCHECKs without curl)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (ends at shutdown)")
+	memProfile := flag.String("memprofile", "", "write an allocation profile to this file at shutdown")
 	flag.Parse()
 	if *health != "" {
 		return healthcheck(*health)
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		return 2
+	}
+	defer stopProfiles()
 
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -166,4 +175,33 @@ func healthcheck(url string) int {
 		return 1
 	}
 	return 0
+}
+
+// startProfiles starts a CPU profile to cpu and returns the function that
+// ends it and writes the allocation profile to mem ("" = none of either).
+func startProfiles(cpu, mem string) (func(), error) {
+	var cf *os.File
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		cf = f
+	}
+	return func() {
+		if cf != nil {
+			pprof.StopCPUProfile()
+			_ = cf.Close()
+		}
+		if mem != "" {
+			if f, err := os.Create(mem); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}
+	}, nil
 }
