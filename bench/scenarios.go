@@ -152,18 +152,12 @@ func (b *bench) toolLoop() *scenarioResult {
 		r.Status, r.Reason = "skipped", reason
 		return r
 	}
-	check := func(_ string, body []byte) error {
-		if c := gjson.GetBytes(body, "choices.0.message.content").String(); !strings.HasPrefix(c, "done after 2 tool rounds") {
-			return fmt.Errorf("unexpected answer %.120q", c)
-		}
-		return nil
-	}
 	// One interleaved set: the tool exchange on all three, and the
 	// pass-through reference on direct and gateway.
 	legs := b.legs([]job{
 		{b.direct, b.direct.toolClient("tools-2", toolRounds)},
 		{b.floor, b.floor.toolClient("tools-2", toolRounds)},
-		{b.gateway, b.gateway.plain(toolBody, "", check)},
+		{b.gateway, b.gateway.plain(toolBody, "", toolLoopAnswer)},
 		{b.direct, b.direct.plain(chatBody, "", nil)},
 		{b.gateway, b.gateway.plain(chatBody, "", nil)},
 	}, ls)
@@ -188,6 +182,14 @@ func (b *bench) toolLoop() *scenarioResult {
 	r.Notes = append(r.Notes, "own cost per round = (gateway minus direct for the tool exchange - gateway minus direct for one pass-through call) / 2; "+
 		"it covers one extra model call through the model-call middleware, the tool run and the history rebuild")
 	return r
+}
+
+// toolLoopAnswer checks a chat answer of the two-round tool loop.
+func toolLoopAnswer(_ string, body []byte) error {
+	if c := gjson.GetBytes(body, "choices.0.message.content").String(); !strings.HasPrefix(c, "done after 2 tool rounds") {
+		return fmt.Errorf("unexpected answer %.120q", c)
+	}
+	return nil
 }
 
 // probeToolLoop returns why the gateway cannot run the scenario ("" when it

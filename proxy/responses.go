@@ -54,7 +54,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	if prevID != "" {
 		rec, ok, err := st.Load(lctx, tenant, prevID)
 		if err != nil {
-			s.writeError(ctx, x, pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request"))
+			s.writeError(ctx, x, storeUnavailable(err))
 			return
 		}
 		if !ok {
@@ -251,7 +251,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		ok, err := rt.Responses.Delete(lctx, tenant, id)
 		switch {
 		case err != nil:
-			s.writeError(ctx, x, pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request"))
+			s.writeError(ctx, x, storeUnavailable(err))
 		case !ok:
 			s.writeError(ctx, x, notFound)
 		default:
@@ -264,7 +264,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 	rec, ok, err := rt.Responses.Load(lctx, tenant, id)
 	switch {
 	case err != nil:
-		s.writeError(ctx, x, pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request"))
+		s.writeError(ctx, x, storeUnavailable(err))
 		return
 	case !ok:
 		s.writeError(ctx, x, notFound)
@@ -276,6 +276,11 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		return
 	}
 	ctx.SetBodyString(rec.Response.Raw)
+}
+
+// storeUnavailable is the 503 of a stored-responses store that failed.
+func storeUnavailable(err error) error {
+	return pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request")
 }
 
 func tenantName(t *pipeline.Tenant) string {

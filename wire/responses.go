@@ -171,10 +171,7 @@ func (r *Responses) callArgs(dst []byte, e *Event) []byte {
 		return dst
 	}
 	dst = r.event(dst, "response.function_call_arguments.delta")
-	dst = append(dst, `,"item_id":`...)
-	dst = jsonstring.Append(dst, it.id)
-	dst = append(dst, `,"output_index":`...)
-	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = r.itemRef(dst, i)
 	dst = append(dst, `,"delta":`...)
 	dst = appendString(dst, e.Text)
 	return endEvent(dst)
@@ -420,10 +417,7 @@ func (r *Responses) closeItem(dst []byte, i int) []byte {
 	case itemCall:
 		if r.stream && !it.approval {
 			dst = r.event(dst, "response.function_call_arguments.done")
-			dst = append(dst, `,"item_id":`...)
-			dst = jsonstring.Append(dst, it.id)
-			dst = append(dst, `,"output_index":`...)
-			dst = strconv.AppendInt(dst, int64(i), 10)
+			dst = r.itemRef(dst, i)
 			dst = append(dst, `,"name":`...)
 			dst = jsonstring.Append(dst, it.name)
 			dst = append(dst, `,"arguments":`...)
@@ -446,10 +440,7 @@ func (r *Responses) serverCall(dst []byte, i int) []byte {
 	dst = r.itemAdded(dst, i)
 	for _, typ := range [...]string{"response.mcp_call.in_progress", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done"} {
 		dst = r.event(dst, typ)
-		dst = append(dst, `,"item_id":`...)
-		dst = jsonstring.Append(dst, it.id)
-		dst = append(dst, `,"output_index":`...)
-		dst = strconv.AppendInt(dst, int64(i), 10)
+		dst = r.itemRef(dst, i)
 		switch typ {
 		case "response.mcp_call_arguments.delta":
 			dst = append(dst, `,"delta":`...)
@@ -465,10 +456,7 @@ func (r *Responses) serverCall(dst []byte, i int) []byte {
 	} else {
 		dst = r.event(dst, "response.mcp_call.completed")
 	}
-	dst = append(dst, `,"item_id":`...)
-	dst = jsonstring.Append(dst, it.id)
-	dst = append(dst, `,"output_index":`...)
-	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = r.itemRef(dst, i)
 	dst = endEvent(dst)
 	return r.closeItem(dst, i)
 }
@@ -525,11 +513,16 @@ func (r *Responses) partDone(dst []byte, i, p int) []byte {
 	return endEvent(dst)
 }
 
-func (r *Responses) partRef(dst []byte, i, p int) []byte {
+// itemRef appends the members that name output item i in an event.
+func (r *Responses) itemRef(dst []byte, i int) []byte {
 	dst = append(dst, `,"item_id":`...)
 	dst = jsonstring.Append(dst, r.items[i].id)
 	dst = append(dst, `,"output_index":`...)
-	dst = strconv.AppendInt(dst, int64(i), 10)
+	return strconv.AppendInt(dst, int64(i), 10)
+}
+
+func (r *Responses) partRef(dst []byte, i, p int) []byte {
+	dst = r.itemRef(dst, i)
 	dst = append(dst, `,"content_index":`...)
 	return strconv.AppendInt(dst, int64(p), 10)
 }
