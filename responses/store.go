@@ -96,7 +96,12 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 // Resolver returns the item resolver of tenant's stored responses: an
 // output item id this gateway minted ("msg_<x>_<n>", "fc_<x>_<n>"…)
 // names the response "resp_<x>" that holds it.
+//
+// A request's references load each stored response once, and at most
+// maxReferenced of them: a body full of references must not become as many
+// store reads.
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
+	loaded := map[string]*Record{} // nil: not stored (or over the bound)
 	return func(itemID string) gjson.Result {
 		_, rest, ok := strings.Cut(itemID, "_")
 		if !ok {
@@ -106,8 +111,17 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		if i < 0 {
 			return gjson.Result{}
 		}
-		rec, ok, err := s.Load(ctx, tenant, "resp_"+rest[:i])
-		if err != nil || !ok {
+		id := "resp_" + rest[:i]
+		rec, seen := loaded[id]
+		if !seen {
+			if len(loaded) < maxReferenced {
+				if r, ok, err := s.Load(ctx, tenant, id); err == nil && ok {
+					rec = &r
+				}
+			}
+			loaded[id] = rec
+		}
+		if rec == nil {
 			return gjson.Result{}
 		}
 		var found gjson.Result
@@ -121,6 +135,10 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		return found
 	}
 }
+
+// maxReferenced bounds the stored responses one request's item references
+// may load.
+const maxReferenced = 16
 
 // AnswerMessage is the chat message a response's answer adds to the
 // conversation, from the chat.completion the pipeline produced: the

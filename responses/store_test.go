@@ -2,6 +2,7 @@ package responses
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/llmgw/gateway/caching"
@@ -47,4 +48,41 @@ func TestStore(t *testing.T) {
 	if _, found, _ := s.Load(ctx, "a", "resp_x1"); found {
 		t.Fatal("deleted response still there")
 	}
+}
+
+// A request's references read each stored response once, and no more than
+// maxReferenced distinct ones.
+func TestResolverBoundsLoads(t *testing.T) {
+	ctx := context.Background()
+	kv := &countingKV{KV: caching.NewMemoryStore(1 << 20)}
+	s := &Store{KV: kv}
+	obj := []byte(`{"id":"resp_a","output":[{"id":"msg_a_0","type":"message"},{"id":"fc_a_1","type":"function_call"}]}`)
+	if _, err := s.Save(ctx, "t", "resp_a", obj, []byte(`[]`), []byte(`[]`), nil); err != nil {
+		t.Fatal(err)
+	}
+	resolve := s.Resolver(ctx, "t")
+	for range 10 {
+		if !resolve("msg_a_0").Exists() || !resolve("fc_a_1").Exists() {
+			t.Fatal("a stored item did not resolve")
+		}
+	}
+	if kv.gets != 1 {
+		t.Fatalf("%d store reads for one referenced response", kv.gets)
+	}
+	for i := range 100 {
+		resolve("msg_x" + strconv.Itoa(i) + "_0")
+	}
+	if kv.gets != maxReferenced {
+		t.Fatalf("%d store reads, want at most %d", kv.gets, maxReferenced)
+	}
+}
+
+type countingKV struct {
+	KV
+	gets int
+}
+
+func (c *countingKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	c.gets++
+	return c.KV.Get(ctx, key)
 }
