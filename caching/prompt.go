@@ -5,6 +5,7 @@ import (
 	"context"
 	"hash/fnv"
 	"strconv"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -103,7 +104,7 @@ func NewPromptCache(opts PromptOptions) pipeline.Middleware {
 			}
 			if resp.Stream != nil {
 				resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
-			} else if u := gjson.GetBytes(resp.Body, "usage"); u.IsObject() {
+			} else if u := gjson.Get(unsafe.String(unsafe.SliceData(resp.Body), len(resp.Body)), "usage"); u.IsObject() { // a view, used before this returns
 				observeUsage(provider, model, u)
 			}
 			return resp, nil
@@ -338,17 +339,17 @@ func (s *usageStream) Close() { s.inner.Close() }
 // upstream usage object (OpenAI form, or Anthropic's top-level
 // cache_creation_input_tokens when a translator kept it).
 func observeUsage(provider, model string, u gjson.Result) {
-	r := gjson.GetMany(u.Raw, "prompt_tokens", "prompt_tokens_details.cached_tokens",
-		"prompt_tokens_details.cache_write_tokens", "cache_creation_input_tokens")
-	if p := r[0].Int(); p > 0 {
+	// Result.Get reads u.Raw in place: no result slice as GetMany makes.
+	if p := u.Get("prompt_tokens").Int(); p > 0 {
 		promptTokens.WithLabelValues(provider, model, "prompt").Add(float64(p))
 	}
-	if c := r[1].Int(); c > 0 {
+	details := u.Get("prompt_tokens_details")
+	if c := details.Get("cached_tokens").Int(); c > 0 {
 		promptTokens.WithLabelValues(provider, model, "cached").Add(float64(c))
 	}
-	w := r[2].Int()
+	w := details.Get("cache_write_tokens").Int()
 	if w == 0 {
-		w = r[3].Int()
+		w = u.Get("cache_creation_input_tokens").Int()
 	}
 	if w > 0 {
 		promptTokens.WithLabelValues(provider, model, "cache_write").Add(float64(w))

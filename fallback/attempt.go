@@ -69,9 +69,14 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 		tries[i]++
 		st.attempts++
 		st.provider = d.target.Provider
-		c := req.Clone()
-		c.Route = route
-		c.Target = d.target
+		c := req
+		if req.Route != route || req.TargetOrDefault() != d.target {
+			// Only a request that does not already go there needs a copy
+			// (no layer writes a request it was given).
+			c = req.Clone()
+			c.Route = route
+			c.Target = d.target
+		}
 		resp, err := h.attempt(ctx, c, d.target.Provider)
 		now := h.now()
 		if err == nil {

@@ -146,8 +146,8 @@ func TestFallbackAnswers(t *testing.T) {
 				t.Fatalf("calls = %v", e.f.calls)
 			}
 			last := e.f.requests()[3]
-			if last.Route.Name != "small" || last.Target == nil || last.Target.Upstream != "small" {
-				t.Fatalf("fallback request route %q target %+v", last.Route.Name, last.Target)
+			if tg := last.TargetOrDefault(); last.Route.Name != "small" || tg == nil || tg.Upstream != "small" {
+				t.Fatalf("fallback request route %q target %+v", last.Route.Name, tg)
 			}
 			if string(last.Body) != `{"model":"big"}` || last.Model != "big" {
 				t.Fatalf("fallback body %s model %q: the upstream client renames, not fallback", last.Body, last.Model)

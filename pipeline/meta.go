@@ -55,6 +55,19 @@ func (m *Meta) Get(key string) string {
 	return ""
 }
 
+// Each calls f with every collected header, in order, under m's lock: f
+// must not use m. It copies nothing.
+func (m *Meta) Each(f func(key, value string)) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, h := range m.header {
+		f(h.Key, h.Value)
+	}
+}
+
 // Headers returns a copy of the collected headers.
 func (m *Meta) Headers() []Header {
 	if m == nil {

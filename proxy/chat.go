@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -49,9 +50,11 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 // pipeline runs, its model and route, its tools array (a sub-slice of body,
 // see arrayIn), and the hints the client's headers give.
 func (s *Server) chatRequest(ctx *fasthttp.RequestCtx, x *exchange, body []byte, model string, route *pipeline.Route, stream, includeUsage bool, tools []byte) *pipeline.Request {
-	req := &pipeline.Request{
+	// The request and its Meta live in x: one allocation per exchange.
+	req := &x.chatReq
+	*req = pipeline.Request{
 		ID: x.id, Start: x.start, Body: body, Model: model, Stream: stream, IncludeUsage: includeUsage, Tools: tools,
-		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &pipeline.Meta{},
+		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &x.meta,
 		Hints: pipeline.Hints{
 			Cache:     string(ctx.Request.Header.Peek("X-Gateway-Cache")),
 			ToolTrace: string(ctx.Request.Header.Peek("X-Gateway-Tool-Trace")) == "1",
@@ -128,9 +131,7 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 }
 
 func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {
-	for _, h := range req.Meta.Headers() {
-		ctx.Response.Header.Set(h.Key, h.Value)
-	}
+	req.Meta.Each(func(key, value string) { ctx.Response.Header.Set(key, value) })
 }
 
 // readBody copies the request body (the pipeline outlives the handler),
@@ -354,5 +355,9 @@ func truncateBytes(b []byte, n int) []byte {
 // period ends.
 var errShuttingDown = pipeline.Unavailable(pipeline.CodeServerShuttingDown, 0, nil, "the gateway is shutting down; retry the request")
 
-// usageOf reads the usage object of a chat.completion body.
-func usageOf(body []byte) gjson.Result { return gjson.GetBytes(body, "usage") }
+// usageOf reads the usage object of a chat.completion body. The result is
+// a view of body (no copy), valid while body is: a response body is never
+// written once returned.
+func usageOf(body []byte) gjson.Result {
+	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "usage")
+}

@@ -34,6 +34,11 @@ type exchange struct {
 	usage    gjson.Result
 	cause    error // the error written, for the log
 
+	// chatReq and meta back req for a chat request (chatRequest), so that
+	// they cost no allocation of their own.
+	chatReq pipeline.Request
+	meta    pipeline.Meta
+
 	chat   bool // counted in Server.chats (cancelled at shutdown)
 	stream bool // an SSE stream, counted in activeStreams
 	later  bool // a body writer finishes the request after the handler returns
@@ -43,11 +48,25 @@ type exchange struct {
 // begin starts counting a request of rt.
 func (s *Server) begin(ctx *fasthttp.RequestCtx, rt *Runtime) *exchange {
 	rt.inflight.add()
-	x := &exchange{rt: rt, start: time.Now(), method: string(ctx.Method()), route: routeLabel(string(ctx.Path()))}
+	x := &exchange{rt: rt, start: time.Now(), method: methodName(ctx.Method()), route: routeLabel(string(ctx.Path()))}
 	x.id = s.requestID(ctx)
 	ctx.Response.Header.Set("X-Request-Id", x.id)
 	return x
 }
+
+// methodName returns m as a string, without an allocation for the usual
+// methods.
+func methodName(m []byte) string {
+	for _, k := range knownMethods {
+		if string(m) == k {
+			return k
+		}
+	}
+	return string(m)
+}
+
+var knownMethods = [...]string{fasthttp.MethodPost, fasthttp.MethodGet, fasthttp.MethodDelete, fasthttp.MethodPut,
+	fasthttp.MethodPatch, fasthttp.MethodHead, fasthttp.MethodOptions}
 
 // end finishes x after its handler returned, unless a body writer will.
 func (s *Server) end(ctx *fasthttp.RequestCtx, x *exchange) {
@@ -76,7 +95,7 @@ func (s *Server) finish(x *exchange) {
 	if ttfb == 0 {
 		ttfb = elapsed
 	}
-	requestsTotal.WithLabelValues(x.route, x.model, strconv.Itoa(status)).Inc()
+	requestsTotal.WithLabelValues(x.route, x.model, statusLabel(status)).Inc()
 	requestSeconds.WithLabelValues(x.route).Observe(elapsed.Seconds())
 	if x.answered() {
 		firstByteSeconds.WithLabelValues(chatRoute).Observe(ttfb.Seconds())
@@ -89,6 +108,22 @@ func (s *Server) finish(x *exchange) {
 		s.chats.done()
 	}
 	x.rt.inflight.done()
+}
+
+// statusLabels are the status codes as metric labels, made once.
+var statusLabels = func() (l [600]string) {
+	for i := 100; i < len(l); i++ {
+		l[i] = strconv.Itoa(i)
+	}
+	return l
+}()
+
+// statusLabel returns status as a label; no allocation for 100-599.
+func statusLabel(status int) string {
+	if status >= 100 && status < len(statusLabels) {
+		return statusLabels[status]
+	}
+	return strconv.Itoa(status)
 }
 
 // answered reports whether x is a chat request the pipeline answered (a

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"unsafe"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -25,7 +27,7 @@ func parseChat(body []byte) (chatInput, error) {
 	if !gjson.ValidBytes(body) {
 		return in, pipeline.BadRequest("", "the request body is not valid JSON")
 	}
-	root := gjson.ParseBytes(body)
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))) // a view: body is never written, and nothing read here is kept past it
 	if !root.IsObject() {
 		return in, pipeline.BadRequest("", "the request body must be a JSON object")
 	}

@@ -71,7 +71,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		s.writeError(ctx, x, err)
 		return
 	}
-	upstreamSeconds.WithLabelValues(pc.cfg.Name).Observe(time.Since(x.start).Seconds())
+	pc.upstreamSeconds.Observe(time.Since(x.start).Seconds())
 	ctx.SetStatusCode(resp.StatusCode())
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true

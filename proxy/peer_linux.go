@@ -27,6 +27,8 @@ type peerWatcher struct {
 	gen     int32
 	closed  bool
 	done    chan struct{}
+
+	fds sync.Map // net.Conn → its file descriptor (int), until forget
 }
 
 type watchEntry struct {
@@ -70,16 +72,8 @@ func (w *peerWatcher) watch(conn net.Conn, gone func()) peerWatch {
 	if w.epfd < 0 {
 		return peerWatch{}
 	}
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return peerWatch{} // not a socket (in-memory listeners in tests)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return peerWatch{}
-	}
-	fd := -1
-	if rc.Control(func(f uintptr) { fd = int(f) }) != nil || fd < 0 {
+	fd := w.fd(conn)
+	if fd < 0 {
 		return peerWatch{}
 	}
 	w.mu.Lock()
@@ -102,6 +96,32 @@ func (w *peerWatcher) watch(conn net.Conn, gone func()) peerWatch {
 	}
 	return p
 }
+
+// fd returns conn's file descriptor, or -1 when it is not a socket
+// (in-memory listeners in tests). It is looked up once per connection (the
+// lookup allocates) and kept until forget.
+func (w *peerWatcher) fd(conn net.Conn) int {
+	if v, ok := w.fds.Load(conn); ok {
+		return v.(int)
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	if rc.Control(func(f uintptr) { fd = int(f) }) != nil || fd < 0 {
+		return -1
+	}
+	w.fds.Store(conn, fd)
+	return fd
+}
+
+// forget drops what fd kept of conn; call it when conn closes.
+func (w *peerWatcher) forget(conn net.Conn) { w.fds.Delete(conn) }
 
 // unwatch ends p. After it returns gone is not called for p (unless a call
 // had already begun) and the connection may be closed.

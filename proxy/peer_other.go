@@ -15,4 +15,6 @@ func (w *peerWatcher) watch(net.Conn, func()) peerWatch { return peerWatch{} }
 
 func (w *peerWatcher) unwatch(peerWatch) {}
 
+func (w *peerWatcher) forget(net.Conn) {}
+
 func (w *peerWatcher) close() {}

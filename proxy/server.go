@@ -162,6 +162,7 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 			_ = c.Close()
 		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.peers.forget(c)
 		s.connsMu.Lock()
 		delete(s.open, c)
 		s.connsMu.Unlock()
@@ -182,7 +183,8 @@ func (s *Server) requestID(ctx *fasthttp.RequestCtx) string {
 	if v := ctx.Request.Header.Peek("X-Request-Id"); len(v) > 0 && len(v) <= 128 && printable(v) {
 		return string(v)
 	}
-	return s.idPfx + strconv.FormatUint(s.idSeq.Add(1), 36)
+	var b [64]byte // one allocation: the string
+	return string(strconv.AppendUint(append(b[:0], s.idPfx...), s.idSeq.Add(1), 36))
 }
 
 func printable(b []byte) bool {
@@ -203,7 +205,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
-	path, err := canonicalPath(string(ctx.Request.URI().PathOriginal()))
+	raw := ctx.Request.URI().PathOriginal()
+	path, err := chatRoute, error(nil)
+	if string(raw) != chatRoute { // the chat route needs no string of its own
+		path, err = canonicalPath(string(raw))
+	}
 	if err != nil {
 		s.writeError(ctx, x, err)
 		return
@@ -276,9 +282,11 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
 
 // routeLabel keeps metric label cardinality bounded.
 func routeLabel(path string) string {
-	switch {
-	case path == "/v1/chat/completions", path == "/v1/models":
-		return path
+	switch { // constants only: path does not escape, so converting it costs nothing
+	case path == "/v1/chat/completions":
+		return "/v1/chat/completions"
+	case path == "/v1/models":
+		return "/v1/models"
 	case strings.HasPrefix(path, "/v1/models/"):
 		return "/v1/models/{id}"
 	case strings.HasPrefix(path, "/v1/"):

@@ -5,15 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
@@ -57,7 +56,9 @@ type providerClient struct {
 	basePath string // e.g. "/v1", no trailing slash
 	auth     string // "Bearer <key>" or ""
 	chatURI  string // built once: every chat request goes here
-	messages bool   // kind anthropic: chat is translated to the Messages API
+	// upstreamSeconds is this provider's histogram, resolved once.
+	upstreamSeconds prometheus.Observer
+	messages        bool // kind anthropic: chat is translated to the Messages API
 }
 
 // NewUpstream builds a client pool per provider. Providers must have a base
@@ -93,6 +94,7 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		pc.auth = "Bearer " + p.APIKey
 	}
 	pc.chatURI = pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions"
+	pc.upstreamSeconds = upstreamSeconds.WithLabelValues(p.Name)
 	if p.Kind == "anthropic" {
 		pc.setMessages()
 	}
@@ -174,15 +176,20 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, err
 	}
 	body := req.Body
+	var model gjson.Result // the body's model string, to be replaced by the upstream's name
 	if pc.messages {
 		var err error
 		if body, err = u.messagesBody(target, body); err != nil {
 			return nil, err
 		}
-	} else if gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model").Str != target.Upstream {
-		var err error
-		if body, err = sjson.SetBytes(body, "model", target.Upstream); err != nil {
-			return nil, pipeline.BadRequest("model", "cannot route the request")
+	} else if m := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model"); m.Str != target.Upstream {
+		if m.Type == gjson.String && m.Index > 0 {
+			model = m
+		} else {
+			var err error
+			if body, err = sjson.SetBytes(body, "model", target.Upstream); err != nil {
+				return nil, pipeline.BadRequest("model", "cannot route the request")
+			}
 		}
 	}
 
@@ -194,16 +201,26 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	pc.setHeaders(&freq.Header, req.ID)
 	otel.GetTextMapPropagator().Inject(ctx, headerCarrier{&freq.Header}) // traceparent, when traced
 	freq.Header.SetContentType("application/json")
-	freq.SetBodyRaw(body)
+	if model.Index > 0 {
+		// Written into freq's pooled body buffer: no copy of the body of
+		// its own (Body is never written).
+		var q [128]byte
+		freq.AppendBody(body[:model.Index])
+		freq.AppendBody(jsonstring.Append(q[:0], target.Upstream))
+		freq.AppendBody(body[model.Index+len(model.Raw):])
+	} else {
+		freq.SetBodyRaw(body)
+	}
 
 	start := time.Now()
 	deadline := start.Add(pc.cfg.TotalTimeout.D())
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	// Every body streams, so that none is buffered whole: a non-streamed
-	// one is read below through the provider's size limit.
-	resp.StreamBody = true
+	// A stream's body is read event by event; a non-streamed body is read
+	// whole by fasthttp, bounded by MaxResponseBodySize (the provider's
+	// max_response_bytes), which costs no stream reader per call.
+	resp.StreamBody = req.Stream
 	if req.Stream {
 		fb := start.Add(pc.cfg.FirstByteTimeout.D())
 		if fb.After(deadline) {
@@ -214,12 +231,20 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		freq.SetTimeout(time.Until(deadline)) // the read deadline stays on for the body
 	}
 	err := pc.hc.Do(freq, resp)
-	upstreamSeconds.WithLabelValues(target.Provider).Observe(time.Since(start).Seconds())
+	pc.upstreamSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		c.end()
+		status := resp.StatusCode()
 		release(freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			if status != fasthttp.StatusOK {
+				// An error body too large to keep: the status without it.
+				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider}
+			}
+			return nil, pc.bodyError(errResponseTooLarge)
 		}
 		return nil, pc.transportError(err)
 	}
@@ -236,21 +261,31 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, ue
 	}
 	if !req.Stream {
-		out, err := readLimited(resp, pc.cfg.MaxResponseBytes)
+		// resp's body goes back to the pool with resp: keep a copy, made
+		// once (with the client's model name when it differs).
+		out := resp.Body()
+		var body []byte
+		valid := gjson.ValidBytes(out)
+		switch {
+		case pc.messages || !valid:
+			body = append([]byte(nil), out...)
+		default:
+			body = setModel(nil, out, req.Model)
+			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
+				body = append([]byte(nil), out...)
+			}
+		}
 		pc.endCall(c, freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if err != nil {
-			return nil, pc.bodyError(err)
-		}
 		if pc.messages {
-			return decodeMessage(target.Provider, out, req)
+			return decodeMessage(target.Provider, body, req)
 		}
-		if !gjson.ValidBytes(out) {
+		if !valid {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errors.New("response body is not JSON")}
 		}
-		return &pipeline.Response{Body: setModel(nil, out, req.Model)}, nil
+		return &pipeline.Response{Body: body}, nil
 	}
 	conn := c.conn.Load()
 	if !c.end() {
@@ -283,49 +318,6 @@ func (pc *providerClient) bodyError(err error) error {
 		ue.Kind = pipeline.UpstreamTimeout
 	}
 	return ue
-}
-
-// readLimited reads a streamed response body of at most max bytes into a
-// new slice; a larger body is errResponseTooLarge, refused by its
-// Content-Length before any byte is read, or after max+1 bytes. Reading to
-// EOF lets fasthttp pool the connection; a body not read to its end closes
-// it when the response is released.
-func readLimited(resp *fasthttp.Response, max int) ([]byte, error) {
-	s := resp.BodyStream()
-	if s == nil { // a body fasthttp buffered (StreamBody not honoured)
-		b := resp.Body()
-		if len(b) > max {
-			return nil, errResponseTooLarge
-		}
-		return append([]byte(nil), b...), nil
-	}
-	var b []byte
-	if cl := resp.Header.ContentLength(); cl > max {
-		return nil, errResponseTooLarge
-	} else if cl >= 0 {
-		b = make([]byte, 0, cl+1) // +1: the read that returns EOF needs room
-	} else {
-		b = make([]byte, 0, min(max+1, 16<<10))
-	}
-	for {
-		if len(b) == cap(b) {
-			if len(b) > max {
-				return nil, errResponseTooLarge
-			}
-			b = slices.Grow(b, min(cap(b), max+1-len(b))) // doubles, never past max+1
-		}
-		n, err := s.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if len(b) > max {
-			return nil, errResponseTooLarge
-		}
-		switch {
-		case err == io.EOF:
-			return b, nil
-		case err != nil:
-			return nil, err
-		}
-	}
 }
 
 // headerCarrier lets the trace propagator write request headers.
@@ -421,6 +413,9 @@ func setModel(dst, doc []byte, model string) []byte {
 	r := gjson.Get(unsafe.String(unsafe.SliceData(doc), len(doc)), "model") // read-only view; no copy per chunk
 	if !r.Exists() || r.Type != gjson.String || r.Str == model || r.Index <= 0 {
 		return doc
+	}
+	if n := len(doc) - len(r.Raw) + len(model) + 2; cap(dst) < n {
+		dst = make([]byte, 0, n+n/8) // one allocation; room for a few escapes
 	}
 	dst = append(dst[:0], doc[:r.Index]...)
 	dst = jsonstring.Append(dst, model)
