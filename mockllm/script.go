@@ -67,6 +67,13 @@ type Chunking struct {
 	// WholeToolCalls sends each tool call in one delta holding index, id,
 	// type, name and the complete arguments.
 	WholeToolCalls bool
+	// Burst flushes only after the last event, so the whole stream reaches
+	// the socket at once, as from an upstream that sends a finished answer
+	// in one go.
+	Burst bool
+	// Gate, when set, is called before each SSE data event n (0-based)
+	// is written, and may block: a test holds the stream there.
+	Gate func(n int)
 }
 
 func (c Chunking) withDefaults() Chunking {

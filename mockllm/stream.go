@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"strconv"
 	"sync"
@@ -100,6 +101,9 @@ func (st *stream) run(w sink) outcome {
 		if !ok {
 			break
 		}
+		if g := st.a.chunking.Gate; g != nil {
+			g(i)
+		}
 		if err := st.write(w, ev, i, split); err != nil {
 			st.cancel()
 			return outAborted
@@ -172,6 +176,9 @@ func (st *stream) write(w sink, ev []byte, k int, split bool) error {
 	}
 	if _, err := w.Write(ev); err != nil {
 		return err
+	}
+	if st.a.chunking.Burst && !bytes.Equal(ev, doneEvent) {
+		return nil // flushed with [DONE]
 	}
 	return w.Flush()
 }

@@ -50,6 +50,12 @@ type Request struct {
 	// headers. It is shared by the clones of one client request.
 	Meta *Meta
 
+	// Lookahead, on a streamed request, is where the upstream stream being
+	// read says whether its next event is already buffered, so that the
+	// client's writer can coalesce a burst into one write. Shared by
+	// clones; nil when nobody asks.
+	Lookahead *Lookahead
+
 	// EditLog and PromptHint carry context editing's state from one round
 	// of a tool loop to the next (pipeline/edits.go). The tool loop sets them
 	// on each round's request; a request that is not a round (a summary, an

@@ -95,6 +95,9 @@ func (chatForm) fail(dst []byte, err error) []byte {
 func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Request, form outputForm) {
 	rt := x.rt
 	x.req = req
+	if req.Stream && req.Lookahead == nil {
+		req.Lookahead = &x.look // the sink asks it before each flush
+	}
 	rctx, cancel := context.WithCancel(s.base)
 	x.chat = true
 	s.chats.add()
@@ -178,9 +181,11 @@ func tooLarge(max int) error {
 
 // sink writes a Stream to the client as SSE. It is the response's body
 // stream: fasthttp calls WriteTo in the connection's goroutine after the
-// handler returned, and frames every Write as one flushed HTTP chunk, so each
-// event leaves at once with no pipe and no extra goroutine. The sink uses
-// only its own copies. Close (called by fasthttp when the body is done or
+// handler returned, and frames every Write as one flushed HTTP chunk, with
+// no pipe and no extra goroutine. Each event is written as it arrives; the
+// Write (the flush) waits only while the upstream's next event is already
+// buffered (Request.Lookahead), so a burst leaves in one chunk and spaced
+// events each leave at once. The sink uses only its own copies. Close (called by fasthttp when the body is done or
 // the connection failed) ends the request exactly once.
 type sink struct {
 	s      *Server
@@ -191,7 +196,7 @@ type sink struct {
 	watch  peerWatch // of the client connection, until release
 	form   outputForm
 
-	buf      []byte // the event being written; reused
+	buf      []byte // the events not yet written; reused
 	pending  []byte // Read's unread part of buf
 	ended    bool   // the last event was produced
 	finished bool
@@ -211,14 +216,16 @@ var usageKey = []byte(`"usage":{`)
 // SupportsBodyWriteTo tells fasthttp that WriteTo replaces Read.
 func (k *sink) SupportsBodyWriteTo() bool { return true }
 
-// WriteTo writes every event to w, one Write per event.
+// WriteTo writes every event to w: one Write for each event, or for each
+// burst of events that were already buffered upstream together.
 func (k *sink) WriteTo(w io.Writer) (int64, error) {
 	var n int64
 	for !k.ended {
 		b := k.event()
-		if len(b) == 0 {
-			continue
+		if len(b) == 0 || (!k.ended && k.req.Lookahead.Buffered()) {
+			continue // the next event is already here: one write for both
 		}
+		k.buf = k.buf[:0]
 		m, err := w.Write(b)
 		n += int64(m)
 		if err != nil {
@@ -239,6 +246,7 @@ func (k *sink) Read(p []byte) (int, error) {
 			k.finish()
 			return 0, io.EOF
 		}
+		k.buf = k.buf[:0]
 		k.pending = k.event()
 	}
 	n := copy(p, k.pending)
@@ -269,13 +277,14 @@ func (k *sink) gone() {
 	k.release()
 }
 
-// event returns the bytes of the next SSE event (nil for nothing to write).
-// After the stream ends it returns [DONE] or the error event and sets ended.
+// event appends the next SSE event to buf and returns buf (nil for nothing
+// to write). After the stream ends it appends [DONE] or the error event and
+// sets ended.
 func (k *sink) event() []byte {
 	chunk, err := k.stream.Next()
 	if err == nil {
 		if len(chunk) > 0 && chunk[0] == ':' {
-			k.buf = sse.AppendComment(k.buf[:0], chunk[1:])
+			k.buf = sse.AppendComment(k.buf, chunk[1:])
 			return k.buf
 		}
 		if bytes.Contains(chunk, usageKey) {
@@ -283,7 +292,7 @@ func (k *sink) event() []byte {
 				k.usage = u // GetBytes copies: safe after chunk is reused
 			}
 		}
-		k.buf = k.form.chunk(k.buf[:0], chunk)
+		k.buf = k.form.chunk(k.buf, chunk)
 		return k.buf
 	}
 	k.ended = true
@@ -297,14 +306,14 @@ func (k *sink) event() []byte {
 	}
 	switch {
 	case k.failure == nil:
-		k.buf = k.form.end(k.buf[:0])
+		k.buf = k.form.end(k.buf)
 		return k.buf
 	case errors.Is(k.failure, pipeline.ErrClientGone) || errors.Is(k.failure, context.Canceled):
 		k.failure = pipeline.ErrClientGone
 		return nil
 	default:
 		k.s.log.Warn().Str("request_id", k.req.ID).AnErr("cause", k.failure).Msg("stream ended with an error")
-		k.buf = k.form.fail(k.buf[:0], k.failure)
+		k.buf = k.form.fail(k.buf, k.failure)
 		return k.buf
 	}
 }

@@ -38,6 +38,7 @@ type exchange struct {
 	// they cost no allocation of their own.
 	chatReq pipeline.Request
 	meta    pipeline.Meta
+	look    pipeline.Lookahead // a stream's Request.Lookahead
 
 	chat   bool // counted in Server.chats (cancelled at shutdown)
 	stream bool // an SSE stream, counted in activeStreams

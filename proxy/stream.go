@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -32,6 +33,8 @@ type upstreamStream struct {
 	resp     *fasthttp.Response
 	conn     *trackedConn // nil when the connection could not be found
 	rd       *sse.Reader
+	br       *bufio.Reader       // the connection's reader under rd, for Buffered; nil if unknown
+	look     *pipeline.Lookahead // reports Buffered to the client's writer while open; may be nil
 	model    string
 	deadline time.Time
 	idle     time.Duration
@@ -47,7 +50,7 @@ type upstreamStream struct {
 }
 
 // newUpstreamStream reads resp's body, which conn (nil if unknown) carries.
-func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Request, resp *fasthttp.Response, conn *trackedConn, model string, deadline time.Time) *upstreamStream {
+func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Request, resp *fasthttp.Response, conn *trackedConn, model string, deadline time.Time, look *pipeline.Lookahead) *upstreamStream {
 	if conn == nil {
 		conn = pc.conns.lookup(resp.LocalAddr())
 	}
@@ -56,6 +59,10 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 		idle: pc.cfg.StreamIdleTimeout.D(),
 		conn: conn,
 		rd:   sse.NewReader(resp.BodyStream(), maxEventBytes),
+	}
+	if look != nil {
+		s.br, s.look = bodyBufio(resp.BodyStream()), look
+		look.Set(s)
 	}
 	if s.conn != nil {
 		// fasthttp's first-byte deadline would otherwise end long streams.
@@ -203,6 +210,7 @@ func (s *upstreamStream) Close() {
 	if s.released.Load() {
 		return // the connection may already serve another request
 	}
+	s.look.Unset(s) // before the reader goes back to the pool
 	if s.conn != nil {
 		_ = s.conn.SetReadDeadline(past) // unblock a pending Next
 	}

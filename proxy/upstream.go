@@ -291,7 +291,7 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 	if !c.end() {
 		resp.SetConnectionClose() // cancelled while Do ran; the stream reports it
 	}
-	s := newUpstreamStream(ctx, pc, freq, resp, conn, req.Model, deadline)
+	s := newUpstreamStream(ctx, pc, freq, resp, conn, req.Model, deadline, req.Lookahead)
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
 	}

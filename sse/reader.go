@@ -273,3 +273,20 @@ func (rd *Reader) fill() error {
 func IsDone(data []byte) bool {
 	return string(data) == "[DONE]"
 }
+
+// Buffered returns the input read but not yet parsed: valid until the next
+// call to Next. A writer uses it to tell whether the next event is already
+// here (see HasEvent).
+func (rd *Reader) Buffered() []byte { return rd.buf[rd.start:rd.end] }
+
+// HasEvent reports whether b, raw SSE input (or raw bytes of a chunked
+// HTTP body carrying it), holds the end of an event: a blank line.
+func HasEvent(b []byte) bool {
+	return bytes.Contains(b, lfLF) || bytes.Contains(b, crlfCRLF) || bytes.Contains(b, crCR)
+}
+
+var (
+	lfLF     = []byte("\n\n")
+	crlfCRLF = []byte("\r\n\r\n")
+	crCR     = []byte("\r\r")
+)

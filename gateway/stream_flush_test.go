@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// rawStream sends a streamed chat request over a plain TCP connection and
+// calls chunk with the payload of each HTTP chunk of the answer as it
+// arrives: each chunk is one write (one flush) of the gateway.
+func rawChunks(t *testing.T, h *harness, chunk func(payload []byte)) {
+	t.Helper()
+	addr := strings.TrimSuffix(strings.TrimPrefix(h.base, "http://"), "/v1")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {
+		t.Fatalf("status %q: %v", status, err)
+	}
+	chunked := false
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "\r\n" {
+			break
+		}
+		if strings.EqualFold(strings.TrimSpace(line), "Transfer-Encoding: chunked") {
+			chunked = true
+		}
+	}
+	if !chunked {
+		t.Fatal("the stream is not chunked")
+	}
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size %q", line)
+		}
+		if n == 0 {
+			return
+		}
+		p := make([]byte, n+2)
+		if _, err := io.ReadFull(br, p); err != nil {
+			t.Fatal(err)
+		}
+		chunk(p[:n])
+	}
+}
+
+// A burst of events that reach the gateway together leaves in fewer writes
+// than events: the sink holds its flush while the next upstream event is
+// already buffered.
+func TestStreamBurstCoalesces(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
+		Text: strings.Repeat("burst ", 12), Chunking: &mockllm.Chunking{TextRunes: 4, Burst: true}})})
+	chunks, events := 0, 0
+	var all []byte
+	rawChunks(t, h, func(p []byte) {
+		chunks++
+		events += bytes.Count(p, []byte("data: "))
+		all = append(all, p...)
+	})
+	if !bytes.HasSuffix(all, []byte("data: [DONE]\n\n")) {
+		t.Fatalf("stream did not end with [DONE]: %q", all)
+	}
+	t.Logf("%d events in %d writes", events, chunks)
+	if events < 15 || chunks*3 > events {
+		t.Fatalf("%d events in %d writes: a burst must coalesce into few writes", events, chunks)
+	}
+}
+
+// Events that the upstream sends one at a time each reach the client
+// before the upstream sends the next: holding a flush never waits for the
+// network. The mock sends event n only once the client has read event n-1
+// (from the first content on: the events before it are primed together).
+func TestStreamSpacedEventsLeaveAtOnce(t *testing.T) {
+	t.Parallel()
+	seen := make(chan int, 64)
+	const firstGated = 2
+	stuck := make(chan int, 64)
+	gate := func(n int) {
+		if n < firstGated {
+			return
+		}
+		for {
+			select {
+			case k := <-seen:
+				if k >= n-1 {
+					return
+				}
+			case <-time.After(10 * time.Second): // a deadlock guard, not a timing check
+				stuck <- n
+				return
+			}
+		}
+	}
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
+		Text: strings.Repeat("spaced ", 4), Chunking: &mockllm.Chunking{TextRunes: 4, Gate: gate}})})
+	events := 0
+	rawChunks(t, h, func(p []byte) {
+		events += bytes.Count(p, []byte("data: "))
+		seen <- events - 1
+	})
+	close(stuck)
+	for n := range stuck {
+		t.Errorf("event %d was held: the client had not seen event %d before the upstream sent it", n, n-1)
+	}
+	if events < 6 {
+		t.Fatalf("%d events", events)
+	}
+}
