@@ -47,6 +47,11 @@ type Server struct {
 	PassthroughUnknownModels bool   `toml:"passthrough_unknown_models"`
 	MetricsListen            string `toml:"metrics_listen"` // separate address for /metrics, /readyz, /healthz (no key); default none
 	AdminKey                 string `toml:"admin_key"`      // bearer key for /metrics and /readyz details on the main listener; may be ${ENV}
+	// ReadBuffer and WriteBuffer are the bytes of each client connection's
+	// read and write buffers (the read buffer also bounds the request
+	// headers); default 4 KiB each. Set at start: a reload keeps them.
+	ReadBuffer  int `toml:"read_buffer"`
+	WriteBuffer int `toml:"write_buffer"`
 }
 
 // Provider is an upstream API.
@@ -63,6 +68,7 @@ type Provider struct {
 	TotalTimeout      Duration          `toml:"total_timeout"`       // default 10m
 	MaxConns          int               `toml:"max_conns"`           // default 1024
 	MaxResponseBytes  int               `toml:"max_response_bytes"`  // non-streamed response body limit; default 32 MiB
+	ReadBuffer        int               `toml:"read_buffer"`         // bytes of each upstream connection's read buffer (bounds the response headers); default 4 KiB
 	Retries           *int              `toml:"retries"`             // default 2
 	RetryAfterCap     Duration          `toml:"retry_after_cap"`     // default 10s
 	PromptCache       string            `toml:"prompt_cache"`        // none|openai|anthropic; default none (anthropic for kind anthropic)

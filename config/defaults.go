@@ -35,6 +35,24 @@ const (
 	DefaultMaxModelCalls = 25
 )
 
+// DefaultConnBuffer is the default size of the per-connection buffers
+// (server.read_buffer, write_buffer, providers.read_buffer). LLM traffic
+// has small heads and bodies that are read apart from the buffer: chat
+// request headers are a few hundred bytes (a key, a content type, maybe a
+// trace context), provider response headers one to two KiB, and each
+// stream event a few hundred bytes, so 4 KiB (fasthttp's own default)
+// holds any head with room and a burst of events per write. Every open
+// stream holds three of them (client read and write, upstream read), so a
+// smaller size saves memory only by refusing larger headers.
+const DefaultConnBuffer = 4 << 10
+
+// Bounds of the connection buffer sizes: below 1 KiB ordinary headers no
+// longer fit; above 1 MiB each connection costs more than any head needs.
+const (
+	MinConnBuffer = 1 << 10
+	MaxConnBuffer = 1 << 20
+)
+
 // DefaultEncoding is models.encoding when unset: the tokenizer of the
 // gpt-4o and later families.
 const DefaultEncoding = "o200k_base"
@@ -74,6 +92,8 @@ func (c *Config) ApplyDefaults() {
 	setDur(&s.ShutdownTimeout, 30*time.Second)
 	setStr(&s.LogLevel, "info")
 	setStr(&s.LogFormat, "json")
+	setInt(&s.ReadBuffer, DefaultConnBuffer)
+	setInt(&s.WriteBuffer, DefaultConnBuffer)
 
 	// Optional providers whose key is unset are dropped with their models.
 	kept := c.Providers[:0]
@@ -134,6 +154,7 @@ func (c *Config) ApplyDefaults() {
 		setDur(&p.RetryAfterCap, 10*time.Second)
 		setInt(&p.MaxConns, 1024)
 		setInt(&p.MaxResponseBytes, 32<<20)
+		setInt(&p.ReadBuffer, DefaultConnBuffer)
 		if p.Kind == "anthropic" {
 			setStr(&p.BaseURL, "https://api.anthropic.com")
 			setStr(&p.AnthropicVersion, "2023-06-01")

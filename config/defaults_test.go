@@ -40,6 +40,8 @@ func TestDefaults(t *testing.T) {
 		{"server.shutdown_timeout", c.Server.ShutdownTimeout, sec(30 * time.Second)},
 		{"server.log_level", c.Server.LogLevel, "info"},
 		{"server.log_format", c.Server.LogFormat, "json"},
+		{"server.read_buffer", c.Server.ReadBuffer, 4 << 10},
+		{"server.write_buffer", c.Server.WriteBuffer, 4 << 10},
 		{"server.default_provider", withParts.Server.DefaultProvider, "p"},
 
 		{"providers.connect_timeout", p.ConnectTimeout, sec(10 * time.Second)},
@@ -50,6 +52,7 @@ func TestDefaults(t *testing.T) {
 		{"providers.retries", *p.Retries, 2},
 		{"providers.max_conns", p.MaxConns, 1024},
 		{"providers.max_response_bytes", p.MaxResponseBytes, 32 << 20},
+		{"providers.read_buffer", p.ReadBuffer, 4 << 10},
 		{"providers.prompt_cache", p.PromptCache, "none"},
 
 		{"models.upstream", m.Upstream, "m"},

@@ -105,6 +105,15 @@ func (c *Config) validateServer(p *problems) {
 	p.checkEnum("server.log_level", c.Server.LogLevel, "debug", "info", "warn", "error")
 	p.checkEnum("server.log_format", c.Server.LogFormat, "json", "console")
 	p.checkPositive("server.max_body_bytes", int64(c.Server.MaxBodyBytes))
+	p.checkBuffer("server.read_buffer", c.Server.ReadBuffer)
+	p.checkBuffer("server.write_buffer", c.Server.WriteBuffer)
+}
+
+// checkBuffer reports a connection buffer size outside MinConnBuffer..MaxConnBuffer.
+func (p *problems) checkBuffer(key string, n int) {
+	if n < MinConnBuffer || n > MaxConnBuffer {
+		p.add(key, "%d is outside %d..%d bytes", n, MinConnBuffer, MaxConnBuffer)
+	}
 }
 
 // validateProviders returns the set of provider names.
@@ -120,6 +129,7 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
 		validateAnthropic(p, at, pr)
 		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
+		p.checkBuffer(at+".read_buffer", pr.ReadBuffer)
 		p.checkPositive(at+".retry_after_cap", int64(pr.RetryAfterCap))
 		if *pr.Retries < 0 || *pr.Retries > 10 {
 			p.add(at+".retries", "%d is outside 0..10", *pr.Retries)

@@ -92,6 +92,8 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		ReadTimeout:           cfg.ReadTimeout.D(),
 		IdleTimeout:           cfg.IdleTimeout.D(),
 		MaxRequestBodySize:    cfg.MaxBodyBytes,
+		ReadBufferSize:        cfg.ReadBuffer,
+		WriteBufferSize:       cfg.WriteBuffer,
 		StreamRequestBody:     true,
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,

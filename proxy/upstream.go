@@ -124,6 +124,7 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		// Chat calls stream their bodies and bound them themselves; this
 		// bounds any call that lets fasthttp buffer a body.
 		MaxResponseBodySize: p.MaxResponseBytes,
+		ReadBufferSize:      p.ReadBuffer,
 		Dial:                func(addr string) (net.Conn, error) { return pc.dial(addr, connect) },
 	}
 	return pc, nil
