@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 func setDur(d *Duration, v time.Duration) {
 	if *d == 0 {
@@ -84,6 +87,30 @@ func Defaults() *Config {
 // are kept, so a test may set what it cares about and call ApplyDefaults for
 // the rest.
 func (c *Config) ApplyDefaults() {
+	c.setServerDefaults()
+	c.dropOptionalProviders()
+	if c.Server.DefaultProvider == "" && len(c.Providers) > 0 {
+		c.Server.DefaultProvider = c.Providers[0].Name
+	}
+	c.setProviderDefaults()
+	c.setModelDefaults()
+	c.setToolLoopDefaults() // before tools, MCP servers and OpenAPI specs, whose timeouts inherit tool_timeout
+	c.setLimitDefaults()
+	c.setResponsesDefaults()
+	c.setToolCallingDefaults()
+	c.setOpenAPIDefaults()
+	c.setMiddlewareDefaults()
+	for i := range c.Policies {
+		setStr(&c.Policies[i].MaxTokensMode, "clamp")
+	}
+	if c.Redis != nil {
+		setDur(&c.Redis.Timeout, 200*time.Millisecond)
+		setStr(&c.Redis.Prefix, "gw:")
+		setStr(&c.Redis.Mode, "single")
+	}
+}
+
+func (c *Config) setServerDefaults() {
 	s := &c.Server
 	setStr(&s.Listen, "127.0.0.1:8080")
 	setInt(&s.MaxBodyBytes, 8<<20)
@@ -94,8 +121,14 @@ func (c *Config) ApplyDefaults() {
 	setStr(&s.LogFormat, "json")
 	setInt(&s.ReadBuffer, DefaultConnBuffer)
 	setInt(&s.WriteBuffer, DefaultConnBuffer)
+}
 
-	// Optional providers whose key is unset are dropped with their models.
+// dropOptionalProviders removes the optional providers whose key is unset,
+// with what only they serve: their models, their deployments, and fallbacks
+// to the models that go. What the drop does not remove (a model with no
+// provider at all, a fallback that never existed) is left for validate to
+// report.
+func (c *Config) dropOptionalProviders() {
 	kept := c.Providers[:0]
 	dropped := map[string]bool{}
 	for _, p := range c.Providers {
@@ -106,45 +139,31 @@ func (c *Config) ApplyDefaults() {
 		kept = append(kept, p)
 	}
 	c.Providers = kept
-	if len(dropped) > 0 {
-		// Only what the drop removes goes: a model with no provider at all,
-		// or a fallback that never existed, is left for validate to report.
-		models := c.Models[:0]
-		gone := map[string]bool{}
-		for _, m := range c.Models {
-			if dropped[m.Provider] {
-				gone[m.Name] = true
-				continue
-			}
-			had := len(m.Deployments)
-			deps := m.Deployments[:0]
-			for _, d := range m.Deployments {
-				if !dropped[d.Provider] {
-					deps = append(deps, d)
-				}
-			}
-			m.Deployments = deps
-			if m.Provider == "" && had > 0 && len(m.Deployments) == 0 {
-				gone[m.Name] = true
-				continue
-			}
-			models = append(models, m)
-		}
-		c.Models = models
-		for i := range c.Models {
-			fb := c.Models[i].Fallbacks[:0]
-			for _, f := range c.Models[i].Fallbacks {
-				if !gone[f] {
-					fb = append(fb, f)
-				}
-			}
-			c.Models[i].Fallbacks = fb
-		}
+	if len(dropped) == 0 {
+		return
 	}
-	if s.DefaultProvider == "" && len(c.Providers) > 0 {
-		s.DefaultProvider = c.Providers[0].Name
+	models := c.Models[:0]
+	gone := map[string]bool{}
+	for _, m := range c.Models {
+		if dropped[m.Provider] {
+			gone[m.Name] = true
+			continue
+		}
+		had := len(m.Deployments)
+		m.Deployments = slices.DeleteFunc(m.Deployments, func(d Deployment) bool { return dropped[d.Provider] })
+		if m.Provider == "" && had > 0 && len(m.Deployments) == 0 {
+			gone[m.Name] = true
+			continue
+		}
+		models = append(models, m)
 	}
+	c.Models = models
+	for i := range c.Models {
+		c.Models[i].Fallbacks = slices.DeleteFunc(c.Models[i].Fallbacks, func(f string) bool { return gone[f] })
+	}
+}
 
+func (c *Config) setProviderDefaults() {
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		setDur(&p.ConnectTimeout, 10*time.Second)
@@ -172,6 +191,9 @@ func (c *Config) ApplyDefaults() {
 			setInt(&p.Mock.ChunkSize, 8)
 		}
 	}
+}
+
+func (c *Config) setModelDefaults() {
 	for i := range c.Models {
 		m := &c.Models[i]
 		setStr(&m.Upstream, m.Name)
@@ -188,6 +210,11 @@ func (c *Config) ApplyDefaults() {
 			m.Middleware = DefaultModelMiddleware
 		}
 	}
+}
+
+// setToolLoopDefaults fills [tool_loop], then the tools and MCP servers,
+// whose timeout is tool_loop.tool_timeout when unset.
+func (c *Config) setToolLoopDefaults() {
 	l := &c.ToolLoop
 	setInt(&l.MaxIterations, 10)
 	setInt(&l.MaxConsecutiveErrors, 3)
@@ -206,9 +233,7 @@ func (c *Config) ApplyDefaults() {
 	setInt(&l.MaxModelCalls, DefaultMaxModelCalls)
 	for i := range c.Tools {
 		t := &c.Tools[i]
-		if t.Timeout == 0 {
-			t.Timeout = l.ToolTimeout
-		}
+		setDur(&t.Timeout, l.ToolTimeout.D())
 		if t.Kind == "builtin" {
 			setStr(&t.Builtin, t.Name)
 		}
@@ -216,11 +241,11 @@ func (c *Config) ApplyDefaults() {
 	for i := range c.MCPServers {
 		setDur(&c.MCPServers[i].Timeout, l.ToolTimeout.D())
 	}
+}
 
-	c.setLimitDefaults()
-	c.setResponsesDefaults()
-	c.setToolCallingDefaults()
-	c.setOpenAPIDefaults()
+// setMiddlewareDefaults fills [middleware]: the request layer (guardrails
+// join it when any are configured), then each middleware's own section.
+func (c *Config) setMiddlewareDefaults() {
 	mw := &c.Middleware
 	if mw.Request == nil {
 		mw.Request = DefaultRequestMiddleware
@@ -249,12 +274,4 @@ func (c *Config) ApplyDefaults() {
 	setStr(&ce.SummaryPrompt, DefaultSummaryPrompt)
 	setInt(&mw.ToolSelect.MaxTools, DefaultSelectMaxTools) // a model's [models.tool_select] inherits unset keys
 	setInt(&mw.ToolSelect.MinTools, DefaultSelectMinTools)
-	for i := range c.Policies {
-		setStr(&c.Policies[i].MaxTokensMode, "clamp")
-	}
-	if c.Redis != nil {
-		setDur(&c.Redis.Timeout, 200*time.Millisecond)
-		setStr(&c.Redis.Prefix, "gw:")
-		setStr(&c.Redis.Mode, "single")
-	}
 }

@@ -52,116 +52,195 @@ type seams struct {
 	spans    sdktrace.SpanExporter
 }
 
+// builder carries one build's parts as its steps make them. closers are
+// the stops of what has started, in start order: Close (or a failed build)
+// runs them last first.
+type builder struct {
+	cfg   *config.Config
+	log   zerolog.Logger
+	seams seams
+
+	closers   []func()
+	providers []config.Provider // cfg.Providers with the demo models' URLs
+	upstream  *proxy.Upstream
+	routes    map[string]*pipeline.Route
+	rdb       redis.UniversalClient // nil without [redis]
+	store     caching.Store
+	limiter   *limits.Limiter
+	tracer    *tracing.Tracer // nil when tracing is off
+	mcp       *mcpclient.Manager
+}
+
 func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, err error) {
-	var closers []func()
+	b := &builder{cfg: cfg, log: log, seams: s}
 	defer func() {
 		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
+			b.close()
 		}
 	}()
 	registerSecrets(cfg)
-
-	providers := append([]config.Provider(nil), cfg.Providers...)
-	for i := range providers {
-		if providers[i].Kind != "mock" {
-			continue
-		}
-		url, stop, err := startMock(providers[i], cfg.Models, log)
-		if err != nil {
-			return nil, fmt.Errorf("providers[%d] %q: %w", i, providers[i].Name, err)
-		}
-		closers = append(closers, stop)
-		providers[i].BaseURL = url
-	}
-	upstream, err := proxy.NewUpstream(providers, cfg.Models)
-	if err != nil {
+	if err := b.startUpstream(); err != nil {
 		return nil, err
 	}
-	closers = append(closers, upstream.Close)
-
 	engine, err := policies.New(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-
 	guards, err := guardrails.New(cfg)
 	if err != nil {
 		return nil, err
 	}
+	if err := b.buildRoutes(); err != nil {
+		return nil, err
+	}
+	if err := b.startShared(); err != nil {
+		return nil, err
+	}
+	b.buildModelLayers()
+	loop, err := b.buildLoop(guards)
+	if err != nil {
+		return nil, err
+	}
+	var _ proxy.Policy = engine // one policy engine for every route
+	rt = &proxy.Runtime{
+		Config:   cfg,
+		Routes:   b.routes,
+		Chat:     b.requestLayer(loop, engine, guards),
+		Upstream: b.upstream,
+		Policy:   engine,
+		Close:    b.close,
+	}
+	rt.Responses, rt.NativeResponses = buildResponses(cfg, b.rdb)
+	limiter := b.limiter
+	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
+		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
+	}
+	if mcp := b.mcp; mcp != nil {
+		// An MCP server that is down hides only its own tools; the gateway
+		// still serves, so it stays ready and /readyz names the server.
+		rt.Ready = func() (bool, map[string]string) { return true, mcp.Status() }
+	}
+	return rt, nil
+}
 
-	routes := make(map[string]*pipeline.Route, len(cfg.Models))
-	for _, m := range cfg.Models {
+// close stops what the build started, last started first.
+func (b *builder) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// lookup resolves a client-facing model name to its route.
+func (b *builder) lookup(name string) *pipeline.Route { return b.routes[name] }
+
+// admit is what a model call made on the caller's behalf (agent tools,
+// summaries, tool selection) passes: the caller's policy, limits and budgets.
+func (b *builder) admit(r *pipeline.Request) error {
+	if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
+		return err
+	}
+	return b.limiter.Admit(r)
+}
+
+// startUpstream starts the demo models (mock providers) and the upstream
+// clients of every provider.
+func (b *builder) startUpstream() error {
+	b.providers = append([]config.Provider(nil), b.cfg.Providers...)
+	for i := range b.providers {
+		if b.providers[i].Kind != "mock" {
+			continue
+		}
+		url, stop, err := startMock(b.providers[i], b.cfg.Models, b.log)
+		if err != nil {
+			return fmt.Errorf("providers[%d] %q: %w", i, b.providers[i].Name, err)
+		}
+		b.closers = append(b.closers, stop)
+		b.providers[i].BaseURL = url
+	}
+	upstream, err := proxy.NewUpstream(b.providers, b.cfg.Models)
+	if err != nil {
+		return err
+	}
+	b.upstream = upstream
+	b.closers = append(b.closers, upstream.Close)
+	return nil
+}
+
+// buildRoutes makes one route per model, its model layer still unset, and
+// fails the start on an encoding no token counter knows.
+func (b *builder) buildRoutes() error {
+	b.routes = make(map[string]*pipeline.Route, len(b.cfg.Models))
+	for _, m := range b.cfg.Models {
 		r := &pipeline.Route{Name: m.Name, ContextWindow: m.ContextWindow, Encoding: m.Encoding, Fallbacks: m.Fallbacks}
 		for _, d := range m.Deployments {
 			r.Deployments = append(r.Deployments, pipeline.Target{Provider: d.Provider, Upstream: d.Upstream, Weight: d.Weight, Model: m.Name})
 		}
-		routes[m.Name] = r
+		b.routes[m.Name] = r
 	}
-	lookup := func(name string) *pipeline.Route { return routes[name] }
-
-	// The model-call layer, per route, in the order the model lists.
-	for _, m := range cfg.Models {
+	for _, m := range b.cfg.Models {
 		if _, err := contextedit.CounterFor(m.Encoding); err != nil { // built once, shared; fail at start
-			return nil, fmt.Errorf("models %q: encoding: %w", m.Name, err)
+			return fmt.Errorf("models %q: encoding: %w", m.Name, err)
 		}
 	}
-	// One Redis client for every shared store (response cache, tool-loop state).
-	var rdb redis.UniversalClient
+	return nil
+}
+
+// startShared starts what every layer shares: one Redis client for every
+// shared store (response cache, tool-loop state, limits), the cache store,
+// the limiter and the tracer.
+func (b *builder) startShared() (err error) {
+	cfg := b.cfg
 	if cfg.Redis != nil {
-		useRedisLogger(log)
-		if rdb, err = redisClient(cfg.Redis); err != nil {
-			return nil, err
+		useRedisLogger(b.log)
+		if b.rdb, err = redisClient(cfg.Redis); err != nil {
+			return err
 		}
-		closers = append(closers, func() { _ = rdb.Close() })
+		rdb := b.rdb
+		b.closers = append(b.closers, func() { _ = rdb.Close() })
 	}
-	store := buildStore(cfg, rdb)
-	limiter := buildLimiter(cfg, rdb, log)
-	closers = append(closers, limiter.Close)
-	var tracer *tracing.Tracer
-	if s.spans != nil && cfg.Tracing.Enabled {
-		tracer = tracing.NewWithExporter(cfg.Tracing, s.spans)
-	} else if tracer, err = tracing.New(context.Background(), cfg.Tracing); err != nil {
-		return nil, err
+	b.store = buildStore(cfg, b.rdb)
+	b.limiter = buildLimiter(cfg, b.rdb, b.log)
+	b.closers = append(b.closers, b.limiter.Close)
+	if b.seams.spans != nil && cfg.Tracing.Enabled {
+		b.tracer = tracing.NewWithExporter(cfg.Tracing, b.seams.spans)
+	} else if b.tracer, err = tracing.New(context.Background(), cfg.Tracing); err != nil {
+		return err
 	}
-	if tracer != nil {
-		closers = append(closers, func() {
+	if tracer := b.tracer; tracer != nil {
+		b.closers = append(b.closers, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			tracer.Shutdown(ctx)
 		})
 	}
+	return nil
+}
+
+// buildModelLayers composes every route's model-call layer in the order
+// its model lists.
+func (b *builder) buildModelLayers() {
+	cfg, log := b.cfg, b.log
 	// Innermost on every model's call layer: the meter, inside the attempt's
 	// span when traced.
-	var up pipeline.Handler = upstream
-	if s.upstream != nil {
-		up = s.upstream
+	var up pipeline.Handler = b.upstream
+	if b.seams.upstream != nil {
+		up = b.seams.upstream
 	}
-	call := limiter.Meter(up)
-	if tracer != nil {
-		call = tracer.ModelCall(call)
-	}
-
-	// A model call made on the caller's behalf (agent tools, summaries, tool selection)
-	// passes the caller's policy, limits and budgets.
-	admit := func(r *pipeline.Request) error {
-		if err := policies.PolicyOf(r.Tenant).Admit(r); err != nil {
-			return err
-		}
-		return limiter.Admit(r)
+	call := b.limiter.Meter(up)
+	if b.tracer != nil {
+		call = b.tracer.ModelCall(call)
 	}
 	var shared *fallback.SharedBreakers
-	if cfg.Middleware.Fallback.SharedBreakers && rdb != nil {
-		shared = fallback.NewSharedBreakers(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D(), log)
-		closers = append(closers, shared.Close)
+	if cfg.Middleware.Fallback.SharedBreakers && b.rdb != nil {
+		shared = fallback.NewSharedBreakers(b.rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D(), log)
+		b.closers = append(b.closers, shared.Close)
 	}
 	modelMW := map[string]pipeline.Middleware{
-		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(providers), Logger: log}),
+		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(b.providers), Logger: log}),
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
-			Lookup: lookup, Admit: admit, Store: store}),
-		"fallback": fallback.New(fallback.Options{Providers: providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
-			Shared: shared}, lookup),
+			Lookup: b.lookup, Admit: b.admit, Store: b.store}),
+		"fallback": fallback.New(fallback.Options{Providers: b.providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
+			Shared: shared}, b.lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,
@@ -174,99 +253,81 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 			mws = append(mws, toolprompt.New(toolprompt.Options{Format: m.PromptedFormat, Prompt: m.ToolPrompt,
 				MaxErrors: cfg.ToolLoop.MaxConsecutiveErrors, Logger: log}))
 		}
-		routes[m.Name].ModelLayer = pipeline.Chain(call, mws...)
+		b.routes[m.Name].ModelLayer = pipeline.Chain(call, mws...)
 	}
+}
 
+// buildLoop starts the MCP servers and loads the OpenAPI specs, the tool
+// loop's server tools besides config's, and builds the loop.
+func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
+	cfg := b.cfg
 	// MCP servers: connected now (bounded wait), their tools offered as
 	// server tools while they are up. Close stops their child processes.
-	var mcp *mcpclient.Manager
 	if len(cfg.MCPServers) > 0 {
-		mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, Logger: log})
-		closers = append(closers, mcp.Close)
+		b.mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, Logger: b.log})
+		b.closers = append(b.closers, b.mcp.Close)
 	}
-
 	// OpenAPI operations as server tools: a spec that does not load fails
 	// the start (or the reload), naming the spec.
 	specs, err := openapi.Load(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
-
-	// The request layer, ending in the tool loop.
-	loopOpts := toolloop.Options{
+	o := toolloop.Options{
 		Tools:  cfg.Tools,
 		Loop:   cfg.ToolLoop,
-		Lookup: lookup,
-		Admit:  admit,
+		Lookup: b.lookup,
+		Admit:  b.admit,
 		ToolMiddleware: []pipeline.ToolMiddleware{
 			guards.ToolMiddleware(), // outside the result cache: cached results are checked too
-			limiter.ToolLimit(),
-			caching.NewToolResultCache(store, toolTTL(cfg.Tools)),
+			b.limiter.ToolLimit(),
+			caching.NewToolResultCache(b.store, toolTTL(cfg.Tools)),
 		},
-		State:      buildState(cfg, rdb),
+		State:      buildState(cfg, b.rdb),
 		NewEditLog: contextedit.NewEditLog,
-		Logger:     log,
+		Logger:     b.log,
 	}
 	var sources []toolloop.ToolSource // never a typed nil in the interface
-	if mcp != nil {
-		sources = append(sources, mcp)
+	if b.mcp != nil {
+		sources = append(sources, b.mcp)
 	}
 	if specs != nil {
 		sources = append(sources, specs)
 	}
-	loopOpts.Source = toolloop.JoinSources(sources...)
-	if sel := toolselect.New(toolselect.Options{Config: cfg, Lookup: lookup, Admit: admit, Store: store, Log: log}); sel != nil {
-		loopOpts.Selector = sel // the same: nil stays an untyped nil
+	o.Source = toolloop.JoinSources(sources...)
+	if sel := toolselect.New(toolselect.Options{Config: cfg, Lookup: b.lookup, Admit: b.admit, Store: b.store, Log: b.log}); sel != nil {
+		o.Selector = sel // the same: nil stays an untyped nil
 	}
-	if tracer != nil {
-		loopOpts.ToolMiddleware = append([]pipeline.ToolMiddleware{tracer.Tool()}, loopOpts.ToolMiddleware...)
+	if b.tracer != nil {
+		o.ToolMiddleware = append([]pipeline.ToolMiddleware{b.tracer.Tool()}, o.ToolMiddleware...)
 	}
-	loop, err := toolloop.New(loopOpts)
-	if err != nil {
-		return nil, err
-	}
+	return toolloop.New(o)
+}
+
+// requestLayer composes the request layer in the order config lists,
+// ending in the tool loop.
+func (b *builder) requestLayer(loop *toolloop.Loop, engine *policies.Engine, guards *guardrails.Engine) pipeline.Handler {
+	cfg := b.cfg
 	requestMW := map[string]pipeline.Middleware{
 		"policy":     engine.Middleware(),
-		"limits":     limiter.Middleware(),
+		"limits":     b.limiter.Middleware(),
 		"guardrails": guards.Middleware(),
 		"cache": caching.NewResponseCache(caching.Options{
 			Config:         cfg.Middleware.Cache,
-			Store:          store,
+			Store:          b.store,
 			ToolSetVersion: toolSetVersion(cfg),
 			ServerTools:    hasServerTools(cfg),
-			Logger:         log,
+			Logger:         b.log,
 		}),
 	}
 	var mws []pipeline.Middleware
-	if tracer != nil {
-		mws = append(mws, tracer.Request()) // outermost: the span covers the whole request
+	if b.tracer != nil {
+		mws = append(mws, b.tracer.Request()) // outermost: the span covers the whole request
 	}
 	for _, name := range cfg.Middleware.Request {
 		mws = append(mws, requestMW[name])
 	}
-	var _ proxy.Policy = engine // one policy engine for every route
-	rt = &proxy.Runtime{
-		Config:   cfg,
-		Routes:   routes,
-		Chat:     pipeline.Chain(loop, mws...),
-		Upstream: upstream,
-		Close: func() {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		},
-	}
-	rt.Policy = engine
-	rt.Responses, rt.NativeResponses = buildResponses(cfg, rdb)
-	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
-		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
-	}
-	if mcp != nil {
-		// An MCP server that is down hides only its own tools; the gateway
-		// still serves, so it stays ready and /readyz names the server.
-		rt.Ready = func() (bool, map[string]string) { return true, mcp.Status() }
-	}
-	return rt, nil
+	return pipeline.Chain(loop, mws...)
 }
 
 // startMock serves an in-process mockllm on a loopback port, so that demo
