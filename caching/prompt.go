@@ -325,7 +325,7 @@ type usageStream struct {
 func (s *usageStream) Next() ([]byte, error) {
 	chunk, err := s.inner.Next()
 	if err == nil && bytes.Contains(chunk, promptTokensKey) {
-		if u := gjson.GetBytes(chunk, "usage"); u.IsObject() {
+		if u := gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "usage"); u.IsObject() { // a view, used before Next returns
 			observeUsage(s.provider, s.model, u)
 		}
 	}

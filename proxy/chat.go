@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -127,7 +128,9 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
+	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form,
+		bufp: sinkBufs.Get().(*[]byte)}
+	sk.buf = (*sk.bufp)[:0]
 	x.stream, x.later = true, true
 	activeStreams.Inc()
 	ctx.SetBodyStream(sk, -1)
@@ -196,9 +199,10 @@ type sink struct {
 	watch  peerWatch // of the client connection, until release
 	form   outputForm
 
-	buf      []byte // the events not yet written; reused
-	pending  []byte // Read's unread part of buf
-	ended    bool   // the last event was produced
+	buf      []byte  // the events not yet written; reused
+	bufp     *[]byte // buf's holder in sinkBufs, returned by finish
+	pending  []byte  // Read's unread part of buf
+	ended    bool    // the last event was produced
 	finished bool
 	written  int
 	ttfb     time.Duration
@@ -350,8 +354,19 @@ func (k *sink) finish() {
 		x.status, x.cause = mapError(k.failure).logStatus, k.failure
 	}
 	x.ttfb, x.bytes, x.usage = k.ttfb, k.written, k.usage
+	if k.bufp != nil && cap(k.buf) <= maxPooledSinkBuf {
+		*k.bufp = k.buf[:0]
+		sinkBufs.Put(k.bufp)
+	}
+	k.buf, k.bufp, k.pending = nil, nil, nil
 	k.s.finish(x)
 }
+
+// sinkBufs holds the sinks' event buffers between streams; one that grew
+// past maxPooledSinkBuf (a huge event) is left to the collector.
+var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxPooledSinkBuf = 64 << 10
 
 func truncateBytes(b []byte, n int) []byte {
 	if len(b) > n {
