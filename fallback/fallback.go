@@ -192,13 +192,13 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	switch d, ok := ctx.Deadline(); {
 	case ok && time.Until(d) <= h.deadline:
 		st.deadline = h.now().Add(time.Until(d)) // the caller's deadline comes first
-	case req.Stream:
-		// Not a context deadline: the upstream client would bound the whole
+	default:
+		// Not a context deadline: the upstream client would bound a whole
 		// stream by it. The timer only cancels while nothing was returned.
+		// (It is also one allocation cheaper than a timer context, and the
+		// cancel interrupts an attempt all the same.)
 		actx, cancel = context.WithCancel(ctx)
 		timer = time.AfterFunc(h.deadline, cancel)
-	default:
-		actx, cancel = context.WithTimeout(ctx, h.deadline)
 	}
 
 	resp, route, err := h.walk(actx, st, req)

@@ -21,6 +21,7 @@ import (
 type exchange struct {
 	rt     *Runtime
 	id     string
+	idBuf  [idLen]byte // backs a generated id
 	start  time.Time
 	method string // copied from the request
 	route  string // metric label (routeLabel)
@@ -50,7 +51,7 @@ type exchange struct {
 func (s *Server) begin(ctx *fasthttp.RequestCtx, rt *Runtime) *exchange {
 	rt.inflight.add()
 	x := &exchange{rt: rt, start: time.Now(), method: methodName(ctx.Method()), route: routeLabel(string(ctx.Path()))}
-	x.id = s.requestID(ctx)
+	x.id = s.requestID(ctx, &x.idBuf)
 	ctx.Response.Header.Set("X-Request-Id", x.id)
 	return x
 }

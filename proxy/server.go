@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -181,13 +182,20 @@ func (s *Server) closeConns() {
 	}
 }
 
-func (s *Server) requestID(ctx *fasthttp.RequestCtx) string {
+// requestID returns the client's X-Request-Id, or a new id written into
+// buf: the string is a view of buf, which must outlive it and never change
+// (it is the exchange's own array).
+func (s *Server) requestID(ctx *fasthttp.RequestCtx, buf *[idLen]byte) string {
 	if v := ctx.Request.Header.Peek("X-Request-Id"); len(v) > 0 && len(v) <= 128 && printable(v) {
 		return string(v)
 	}
-	var b [64]byte // one allocation: the string
-	return string(strconv.AppendUint(append(b[:0], s.idPfx...), s.idSeq.Add(1), 36))
+	b := strconv.AppendUint(append(buf[:0], s.idPfx...), s.idSeq.Add(1), 36)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
+
+// idLen holds a generated request id: "req_", 12 hex digits, and a
+// sequence number of at most 13 base-36 digits.
+const idLen = 32
 
 func printable(b []byte) bool {
 	for _, c := range b {
