@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 // binaries are the three programs bench runs as children.
@@ -63,7 +65,7 @@ type procs struct {
 // loopback address, or "{port}", its port) and waits until the address
 // accepts connections.
 func (p *procs) start(name, bin string, args ...string) (*child, error) {
-	addr, err := freeAddr()
+	addr, err := testproc.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -150,16 +152,6 @@ func (p *procs) stopAll() {
 	for _, c := range kids {
 		p.stop(c)
 	}
-}
-
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE as far as allowed (children inherit it)

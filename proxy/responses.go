@@ -17,8 +17,6 @@ import (
 	"github.com/llmgw/gateway/wire"
 )
 
-const responsesRoute = "/v1/responses"
-
 // CodeResponseNotFound is the code of an unknown, expired or other
 // tenant's response id.
 const codeResponseNotFound = "response_not_found"
@@ -208,9 +206,8 @@ func (f *responsesForm) save(object, answer []byte) {
 // /v1/responses/{id}/input_items from the tenant's stored responses.
 func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	rt := x.rt
-	t, err := rt.authenticate(ctx)
-	if err != nil {
-		s.writeError(ctx, x, err)
+	t, ok := s.tenant(ctx, x)
+	if !ok {
 		return
 	}
 	if rt.Policy != nil && !rt.Policy.AllowsPath(t, responsesRoute) {

@@ -61,6 +61,17 @@ func (rt *Runtime) authenticate(ctx *fasthttp.RequestCtx) (*pipeline.Tenant, err
 	return rt.Policy.Authenticate(bearer(&ctx.Request.Header))
 }
 
+// tenant is authenticate for a handler: on failure it writes the error and
+// reports false, and the handler returns.
+func (s *Server) tenant(ctx *fasthttp.RequestCtx, x *exchange) (*pipeline.Tenant, bool) {
+	t, err := x.rt.authenticate(ctx)
+	if err != nil {
+		s.writeError(ctx, x, err)
+		return nil, false
+	}
+	return t, true
+}
+
 // buildModels renders /v1/models and each /v1/models/{id} once per config.
 func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 	list := struct {
@@ -82,14 +93,13 @@ func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 // 404 for one it may not, exactly as for a model that does not exist.
 func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	rt := x.rt
-	t, err := rt.authenticate(ctx)
-	if err != nil {
-		s.writeError(ctx, x, err)
+	t, ok := s.tenant(ctx, x)
+	if !ok {
 		return
 	}
 	restricted := rt.Policy != nil && rt.Policy.RestrictsModels(t)
 	ctx.SetContentType("application/json")
-	if path == "/v1/models" {
+	if path == modelsRoute {
 		if !restricted {
 			ctx.SetBody(rt.modelsJSON)
 			return
@@ -97,7 +107,7 @@ func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string
 		ctx.SetBody(filterModels(rt.modelsJSON, func(name string) bool { return rt.Policy.AllowsModel(t, name) }))
 		return
 	}
-	name := strings.TrimPrefix(path, "/v1/models/")
+	name := strings.TrimPrefix(path, modelsRoute+"/")
 	b, ok := rt.modelJSON[name]
 	if ok && restricted && !rt.Policy.AllowsModel(t, name) {
 		ok = false

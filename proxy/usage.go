@@ -9,9 +9,6 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// usageRoute is the operators' usage API.
-const usageRoute = "/v1/gateway/usage"
-
 // handleUsage is GET /v1/gateway/usage?tenant=&from=&to=&group_by=: tokens,
 // requests and cost, for keys with role = "admin" (or the server's admin
 // key; anyone on a gateway without keys or admin key). from and to are

@@ -1,6 +1,6 @@
 // Package testproc builds the gateway binary and finds free loopback
 // addresses for tests that run the gateway as its own OS process. For tests
-// only.
+// and the bench harness only.
 package testproc
 
 import (
@@ -60,15 +60,25 @@ func Cleanup() {
 	}
 }
 
-// FreeAddr returns a loopback address that was free a moment ago.
+// Loopback returns a loopback address (host:port) that was free a moment
+// ago: a process started on it may still find it taken.
+func Loopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// FreeAddr is Loopback for a test: it fails t when no port is free.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // Start runs the gateway binary with the config file at path on a port the
