@@ -20,18 +20,15 @@ type binaries struct {
 }
 
 // build compiles the gateway, the bench mock and the floor proxy into a temp
-// dir with one go build (the toolchain builds them in parallel).
+// dir.
 func build(repo string) (*binaries, error) {
 	dir, err := os.MkdirTemp("", "llmgw-bench-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/mockllm", "./bench/floor")
-	cmd.Dir = repo
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := testproc.Build(repo, dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/mockllm", "./bench/floor"); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build: %w", err)
+		return nil, err
 	}
 	return &binaries{
 		dir:     dir,

@@ -40,17 +40,25 @@ func Gateway(t testing.TB) string {
 			return
 		}
 		bin = filepath.Join(dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/gateway")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			errBin = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		errBin = Build(root, bin, "./cmd/gateway")
 	})
 	if errBin != nil {
 		t.Fatal(errBin)
 	}
 	return bin
+}
+
+// Build compiles the packages pkgs of the module at root with one go build
+// (the toolchain builds them in parallel), without cgo, into out: a file for
+// one package, or a directory (ending in a path separator) for several.
+func Build(root, out string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, b)
+	}
+	return nil
 }
 
 // Cleanup removes the binary Gateway built, if any.
