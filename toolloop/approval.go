@@ -130,22 +130,14 @@ func (s *session) appendApprovals(tr []byte) []byte {
 	if len(s.pending) == 0 {
 		return tr
 	}
-	if tr == nil {
-		tr = append(tr, '{')
-	} else {
-		tr = append(tr[:len(tr)-1], ',')
-	}
-	tr = append(tr, `"awaiting_approval":[`...)
+	tr = appendTraceMember(tr, `"awaiting_approval":[`)
 	for i, c := range s.pending {
 		if i > 0 {
 			tr = append(tr, ',')
 		}
 		tr = append(tr, `{"id":`...)
 		tr = appendJSONString(tr, []byte(c.id))
-		tr = append(tr, `,"name":`...)
-		tr = appendJSONString(tr, []byte(c.name))
-		tr = append(tr, `,"arguments":`...)
-		tr = appendJSONString(tr, c.args)
+		tr = appendCallOf(append(tr, ','), c.name, c.args)
 		tr = append(tr, '}')
 	}
 	return append(tr, "]}"...)
