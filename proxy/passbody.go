@@ -81,7 +81,7 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 // judged here or not sent at all).
 func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, path string, limit int) (passBody, error) {
 	if rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
-		return passBody{}, pipeline.Errorf(http.StatusUnsupportedMediaType, pipeline.TypeInvalidRequest, "unsupported_media_type",
+		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
 			"%s takes application/json or multipart/form-data.", truncate(path, 200))
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl > limit {
