@@ -1,18 +1,13 @@
 package proxy
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"sort"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -143,85 +138,3 @@ func filterModels(all []byte, keep func(string) bool) []byte {
 	b, _ := json.Marshal(list)
 	return b
 }
-
-// handleOps serves the operator routes (/healthz, /readyz, /metrics) and
-// reports whether path was one of them. On the main listener (main) they
-// are guarded: /metrics needs the admin key once the gateway has keys or an
-// admin key (or is refused there when metrics_listen serves it), and
-// /readyz shows its details only to an admin; its status stays public for
-// load balancers. The separate metrics listener is trusted as a whole.
-func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, main bool) bool {
-	rt := x.rt
-	switch path {
-	case "/healthz":
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case "/readyz":
-		s.handleReady(ctx, rt, !main || rt.admin(ctx) == nil)
-	case "/metrics":
-		if main {
-			if err := rt.admin(ctx); err != nil {
-				s.writeError(ctx, x, err)
-				return true
-			}
-		}
-		serveMetrics(ctx)
-	default:
-		return false
-	}
-	return true
-}
-
-// admin checks the admin credential for an operator route on the main
-// listener: nil when allowed.
-func (rt *Runtime) admin(ctx *fasthttp.RequestCtx) error {
-	cfg := rt.Config.Server
-	if cfg.MetricsListen != "" {
-		return pipeline.NotFound(pipeline.CodeUnknownURL, "Metrics are served on the metrics listener.")
-	}
-	if cfg.AdminKey == "" {
-		if rt.Policy == nil || rt.Policy.Open() {
-			return nil // an open gateway keeps its operator routes open
-		}
-		return pipeline.Forbidden(pipeline.CodeAdminRequired,
-			"This gateway has keys: set server.admin_key or server.metrics_listen to read operator routes.")
-	}
-	if !rt.adminKeyOK(ctx) {
-		return pipeline.Unauthorized(nil, "This route needs the gateway's admin key.")
-	}
-	return nil
-}
-
-// adminKeyOK reports whether the request carries server.admin_key (set).
-func (rt *Runtime) adminKeyOK(ctx *fasthttp.RequestCtx) bool {
-	k := rt.Config.Server.AdminKey
-	if k == "" {
-		return false
-	}
-	got := sha256.Sum256([]byte(bearer(&ctx.Request.Header)))
-	want := sha256.Sum256([]byte(k))
-	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
-}
-
-func (s *Server) handleReady(ctx *fasthttp.RequestCtx, rt *Runtime, showDetails bool) {
-	ok, details := true, map[string]string{}
-	if rt.Ready != nil {
-		ok, details = rt.Ready()
-	}
-	if !showDetails {
-		details = nil
-	}
-	body, _ := json.Marshal(struct {
-		Ready   bool              `json:"ready"`
-		Details map[string]string `json:"details,omitempty"`
-	}{ok, details})
-	ctx.SetContentType("application/json")
-	if !ok {
-		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-	}
-	ctx.SetBody(body)
-}
-
-var metricsHandler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(observe.Registry, promhttp.HandlerOpts{}))
-
-func serveMetrics(ctx *fasthttp.RequestCtx) { metricsHandler(ctx) }
