@@ -55,11 +55,22 @@ func parseChat(body []byte) (chatInput, error) {
 	}
 	in.model = model.Str
 	in.tools = arrayIn(body, tools)
+	if err := checkMessages(messages); err != nil {
+		return in, err
+	}
+	var err error
+	in.stream, in.includeUsage, err = streamFlags(stream, streamOptions)
+	return in, err
+}
+
+// checkMessages checks messages: a non-empty array of objects, each with
+// a role.
+func checkMessages(messages gjson.Result) error {
 	switch {
 	case !messages.Exists():
-		return in, pipeline.BadRequest("messages", "missing required parameter: 'messages'")
+		return pipeline.BadRequest("messages", "missing required parameter: 'messages'")
 	case !messages.IsArray():
-		return in, pipeline.BadRequest("messages", "messages must be an array")
+		return pipeline.BadRequest("messages", "messages must be an array")
 	}
 	n := 0
 	var bad error
@@ -76,30 +87,34 @@ func parseChat(body []byte) (chatInput, error) {
 		return true
 	})
 	if bad != nil {
-		return in, bad
+		return bad
 	}
 	if n == 0 {
-		return in, pipeline.BadRequest("messages", "messages must contain at least one message")
+		return pipeline.BadRequest("messages", "messages must contain at least one message")
 	}
-	if stream.Exists() {
-		switch stream.Type {
-		case gjson.True:
-			in.stream = true
-		case gjson.False, gjson.Null:
-		default:
-			return in, pipeline.BadRequest("stream", "stream must be a boolean")
-		}
+	return nil
+}
+
+// streamFlags reads stream (a boolean or null) and stream_options (an
+// object, only with stream true).
+func streamFlags(stream, options gjson.Result) (on, includeUsage bool, _ error) {
+	switch stream.Type {
+	case gjson.True:
+		on = true
+	case gjson.False, gjson.Null: // also absent
+	default:
+		return false, false, pipeline.BadRequest("stream", "stream must be a boolean")
 	}
-	if streamOptions.Exists() && streamOptions.Type != gjson.Null {
-		if !streamOptions.IsObject() {
-			return in, pipeline.BadRequest("stream_options", "stream_options must be an object")
-		}
-		if !in.stream {
-			return in, pipeline.BadRequest("stream_options", "stream_options is only allowed when stream is true")
-		}
-		in.includeUsage = streamOptions.Get("include_usage").Type == gjson.True
+	if !options.Exists() || options.Type == gjson.Null {
+		return on, false, nil
 	}
-	return in, nil
+	if !options.IsObject() {
+		return on, false, pipeline.BadRequest("stream_options", "stream_options must be an object")
+	}
+	if !on {
+		return on, false, pipeline.BadRequest("stream_options", "stream_options is only allowed when stream is true")
+	}
+	return on, options.Get("include_usage").Type == gjson.True, nil
 }
 
 // arrayIn returns the array v read from body as a sub-slice of body (no
