@@ -76,17 +76,26 @@ func renderPerformance(res *results, chartPath, dst string) string {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Goal, m, c.Status)
 	}
 
-	b.WriteString("\n| scenario | direct | floor proxy | gateway |\n|---|---|---|---|\n")
+	peer := ""
+	if p := res.Peer; p != nil && p.Status == "ok" {
+		peer = p.Name
+	}
+	if peer == "" {
+		b.WriteString("\n| scenario | direct | floor proxy | gateway |\n|---|---|---|---|\n")
+	} else {
+		fmt.Fprintf(&b, "\n| scenario | direct | floor proxy | gateway | %s |\n|---|---|---|---|---|\n", peer)
+	}
 	for _, s := range res.Scenarios {
 		if s.Status != "ok" {
-			fmt.Fprintf(&b, "| %s | %s: %s | | |\n", s.Title, s.Status, s.Reason)
+			fmt.Fprintf(&b, "| %s | %s: %s | | |%s\n", s.Title, s.Status, s.Reason, map[bool]string{true: " |"}[peer != ""])
 			continue
 		}
-		row := summaryRow(s)
+		row := summaryRow(s, peer)
 		if row != "" {
 			b.WriteString(row)
 		}
 	}
+	writePeerRatios(&b, res)
 	if s := res.scenario("sweep"); s != nil {
 		g, _ := s.figure("gateway highest rate with added p99 < 10 ms")
 		f, _ := s.figure("floor highest rate with added p99 < 10 ms")
@@ -109,8 +118,9 @@ func renderPerformance(res *results, chartPath, dst string) string {
 	return b.String()
 }
 
-// summaryRow is one line per scenario with its most telling number per target.
-func summaryRow(s *scenarioResult) string {
+// summaryRow is one line per scenario with its most telling number per
+// target; peer names the peer's column ("" = no peer column).
+func summaryRow(s *scenarioResult, peer string) string {
 	m := byTarget(s.Legs)
 	cell := func(t string, f func(*leg) string) string {
 		if l := m[t]; l != nil {
@@ -127,9 +137,16 @@ func summaryRow(s *scenarioResult) string {
 	case "stream":
 		f = func(l *leg) string {
 			if l.AddedTTFB == nil {
-				return fmt.Sprintf("TTFB p50 %s ms, inter-chunk p99 %s ms", ms1(l.TTFB.P50), ms1(l.InterChunk.P99))
+				if l.TTFT == nil { // a run from before TTFT was measured
+					return fmt.Sprintf("TTFB p50 %s ms, inter-chunk p99 %s ms", ms1(l.TTFB.P50), ms1(l.InterChunk.P99))
+				}
+				return fmt.Sprintf("TTFT p50 %s ms, TTFB p50 %s ms, inter-chunk p99 %s ms", ms1(l.TTFT.P50), ms1(l.TTFB.P50), ms1(l.InterChunk.P99))
 			}
-			return fmt.Sprintf("+TTFB p50/p99 %s/%s µs, +inter-chunk p99 %s µs", fmtNum(l.AddedTTFB.P50), fmtNum(l.AddedTTFB.P99), fmtNum(l.AddedInterChunk.P99))
+			ttft := ""
+			if l.AddedTTFT != nil {
+				ttft = fmt.Sprintf("+TTFT p50/p99 %s/%s µs, ", fmtNum(l.AddedTTFT.P50), fmtNum(l.AddedTTFT.P99))
+			}
+			return fmt.Sprintf("%s+TTFB p50/p99 %s/%s µs, +inter-chunk p99 %s µs", ttft, fmtNum(l.AddedTTFB.P50), fmtNum(l.AddedTTFB.P99), fmtNum(l.AddedInterChunk.P99))
 		}
 	case "toolloop", "cache", "fallback":
 		f = func(l *leg) string {
@@ -152,7 +169,56 @@ func summaryRow(s *scenarioResult) string {
 			title += fmt.Sprintf("; own cost %s µs CPU/round", fmtNum(v))
 		}
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s |\n", title, cell("direct", f), cell("floor", f), cell("gateway", f))
+	row := fmt.Sprintf("| %s | %s | %s | %s |", title, cell("direct", f), cell("floor", f), cell("gateway", f))
+	if peer != "" {
+		p := "not run"
+		if peerScenarios[s.Name] {
+			p = cell(peer, f)
+		}
+		row += " " + p + " |"
+	}
+	return row + "\n"
+}
+
+// writePeerRatios is the peer's figures against the floor proxy and the
+// gateway, from the same run.
+func writePeerRatios(b *strings.Builder, res *results) {
+	p := res.Peer
+	if p == nil {
+		return
+	}
+	if p.Status != "ok" {
+		fmt.Fprintf(b, "\nThe peer %s was not measured (%s): %s.\n", p.Name, p.Status, p.Reason)
+		return
+	}
+	n := p.Name
+	var parts []string
+	// vs is one figure of the peer against the floor and the gateway.
+	vs := func(scenario, what, figure string) {
+		s := res.scenario(scenario)
+		if s == nil {
+			return
+		}
+		f, okf := s.figure(n + "/floor " + figure)
+		g, okg := s.figure(n + "/gateway " + figure)
+		if okf && okg {
+			parts = append(parts, fmt.Sprintf("%s %s× the floor's and %s× the gateway's", what, fmtNum(f), fmtNum(g)))
+		}
+	}
+	vs("passthrough", "pass-through throughput", "throughput")
+	vs("passthrough", "CPU per request", "CPU per request")
+	vs("sweep", "saturation rate", "saturation rate")
+	if s := res.scenario("stream"); s != nil {
+		pv, okp := s.figure(n + " added TTFT p50")
+		gv, okg := s.figure("gateway added TTFT p50")
+		if okp && okg {
+			parts = append(parts, fmt.Sprintf("added time to first content token at p50 %s µs (the gateway's %s µs)", fmtNum(pv), fmtNum(gv)))
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nPeer %s against the floor proxy and the gateway, same run: %s.\n", n, strings.Join(parts, "; "))
 }
 
 // shortfalls explains each missed target, and other findings, from the

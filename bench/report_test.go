@@ -8,14 +8,17 @@ func TestCheckTargets(t *testing.T) {
 	t.Parallel()
 	pass := &scenarioResult{Name: "passthrough", Status: "ok"}
 	pass.fig("gateway/floor throughput", 0.9, "×")
+	stream := &scenarioResult{Name: "stream", Status: "ok"}
+	stream.fig("gateway added TTFT p50", 150, "µs")
 	streams := &scenarioResult{Name: "streams", Status: "ok"}
 	streams.fig("gateway RSS projected for 10,000 streams", 530, "MB")
 	res := &results{Settings: settings{Streams: 9968}, Scenarios: []*scenarioResult{
-		pass, streams, {Name: "toolloop", Status: "skipped", Reason: "no tools"},
+		pass, stream, streams, {Name: "toolloop", Status: "skipped", Reason: "no tools"},
 	}}
 	want := []targetCheck{
 		{Name: "throughput", Status: "met", Measured: 0.9},
 		{Name: "added p99", Status: "not measured", Detail: "sweep did not run"},
+		{Name: "TTFT", Status: "met", Measured: 150},
 		{Name: "stream memory", Status: "missed", Measured: 530, Detail: "projected from 9968 streams"},
 		{Name: "tool loop", Status: "not measured", Detail: "skipped: no tools"},
 	}
