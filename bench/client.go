@@ -261,9 +261,12 @@ func (f *firstByte) Read(p []byte) (int, error) {
 // contentDelta reports whether an SSE event's data is a chat completion
 // chunk whose delta carries content the user sees: a non-empty content
 // string or a tool call. This is the "first content token"; a role
-// or empty delta, usage and finish_reason chunks do not count. data is only
-// read; any bytes are safe.
+// or empty delta, usage and finish_reason chunks and invalid JSON do not
+// count. data is only read; any bytes are safe.
 func contentDelta(data []byte) bool {
+	if !gjson.ValidBytes(data) {
+		return false
+	}
 	found := false
 	gjson.GetBytes(data, "choices").ForEach(func(_, c gjson.Result) bool {
 		d := c.Get("delta")

@@ -74,7 +74,8 @@ type peerInfo struct {
 	Model   string   `json:"model,omitempty"`
 	// CPUMeasured is false for an endpoint bench did not start: its CPU and
 	// memory are some other process's.
-	CPUMeasured bool `json:"cpu_measured"`
+	CPUMeasured bool     `json:"cpu_measured"`
+	Notes       []string `json:"notes,omitempty"` // what a reader of its figures should know
 }
 
 // peerScenarios are the scenarios a plain OpenAI-compatible endpoint can
@@ -132,6 +133,8 @@ func (b *bench) startPeer(o peerOptions) {
 		headers = append(headers, [2]string{"x-portkey-provider", "openai"},
 			[2]string{"x-portkey-custom-host", mockBase}, [2]string{"Authorization", "Bearer bench"})
 		info.CPUMeasured = true
+		info.Notes = append(info.Notes, "Portkey's stream handler waits 25 ms before it forwards an upstream stream's first chunk "+
+			"(build/start-server.js of the installed package), which its time to first byte and first content token include.")
 	}
 	if info.Name == "" {
 		info.Name = "target"

@@ -198,9 +198,9 @@ func writeMachine(b *strings.Builder, res *results) {
 		orDash(m.CPU), m.Cores, m.MemoryGiB, m.Kernel, m.Go, m.GOMAXPROCS, m.Note, orDash(m.LoadBefore), orDash(m.LoadAfter), m.OtherCores)
 	st := res.Settings
 	fmt.Fprintf(b, "**Settings:** mock first byte %g ms, %g ms between stream events, %d-byte replies in %d-rune deltas; "+
-		"%g s per measured leg after %g s warm-up, %d interleaved round(s) of direct → floor → gateway; "+
+		"%g s per measured leg after %g s warm-up, %d interleaved round(s) of %s; "+
 		"closed model at %d clients; %d concurrent slow streams%s.\n\n",
-		st.FirstByteMS, st.ChunkDelayMS, st.ReplyBytes, st.TextRunes, st.LegSeconds, st.WarmSeconds, st.Rounds,
+		st.FirstByteMS, st.ChunkDelayMS, st.ReplyBytes, st.TextRunes, st.LegSeconds, st.WarmSeconds, st.Rounds, legOrder(res),
 		st.Concurrency, st.Streams, floorBuffers(st))
 	if len(res.Config) > 0 {
 		fmt.Fprintf(b, "**Gateway config:** the shipped middleware (request layer %s; model layer %s, outermost first; "+
@@ -240,6 +240,9 @@ func writePeer(b *strings.Builder, p *peerInfo) {
 	b.WriteString(". It runs in the scenarios a plain endpoint can (passthrough, stream, sweep); the others say why not.")
 	if !p.CPUMeasured {
 		b.WriteString(" Bench did not start it, so its CPU and memory are not measured (–); they count as other cores.")
+	}
+	for _, n := range p.Notes {
+		b.WriteString(" " + n)
 	}
 	b.WriteString("\n\n")
 }
@@ -308,6 +311,14 @@ func writeLegs(b *strings.Builder, s *scenarioResult) {
 			fmt.Fprintf(b, "| %s | %s | %s | %.0f | %.0f | %s | %.0f | %.0f | %s |\n", l.Target, tt, att, t.P50, t.P99, at, g.P50, g.P99, ag)
 		}
 	}
+}
+
+// legOrder is the order the targets are measured in, within a round.
+func legOrder(res *results) string {
+	if p := res.Peer; p != nil && p.Status == "ok" {
+		return "direct → floor → gateway → " + p.Name
+	}
+	return "direct → floor → gateway"
 }
 
 // floorBuffers describes the floor proxy's connection buffers ("" for a
