@@ -268,6 +268,14 @@ func shortfalls(res *results) []string {
 					"what a fasthttp proxy with default buffer sizes reaches; the gateway adds %s KiB per stream on top and runs %s goroutines per stream.",
 					fmtNum(c.Measured), c.Detail, fmtNum(fk), fmtNum(fk*10000/1024), fmtNum(gk-fk), fmtNum(gr)))
 			}
+		case "TTFT":
+			if s := res.scenario("stream"); s != nil {
+				f, _ := s.figure("floor added TTFT p50")
+				out = append(out, fmt.Sprintf("The gateway adds %s µs to the time to first content token at p50 (the floor proxy %s µs): "+
+					"the gateway holds a stream's first events until its first content commits the stream, then writes them through its "+
+					"stream path; `-profile` shows where that path spends its CPU.",
+					fmtNum(c.Measured), fmtNum(f)))
+			}
 		case "tool loop":
 			out = append(out, fmt.Sprintf("The tool loop's own cost is %s µs of gateway CPU per round beyond a pass-through call (one extra model "+
 				"call through the model-call middleware, the tool run and the history rebuild). Its latency against a client-driven exchange is "+
@@ -280,8 +288,8 @@ func shortfalls(res *results) []string {
 				"events (%g ms here): it sends its first byte only when the upstream's second event arrives, where the floor proxy "+
 				"forwards the first at once. This is by design: a stream is committed (headers and first bytes) at the upstream's first "+
 				"content, so that a failure before it falls back transparently and x-gateway-model names the model that really answers; "+
-				"the mock sends an empty role event one gap before its first token, where real providers usually send both together.",
-				fmtNum(a), res.Settings.ChunkDelayMS))
+				"the mock sends an empty role event one gap before its first token, where real providers usually send both together.%s",
+				fmtNum(a), res.Settings.ChunkDelayMS, ttftNote(s)))
 		}
 	}
 	for _, s := range res.Scenarios {
@@ -294,6 +302,16 @@ func shortfalls(res *results) []string {
 			"(column *other cores* in results.md): its tails are noisier than on an idle machine.", res.Machine.OtherCores))
 	}
 	return out
+}
+
+// ttftNote is what the delayed first byte costs the client: the added time
+// to first content token, when the run measured it.
+func ttftNote(s *scenarioResult) string {
+	t, ok := s.figure("gateway added TTFT p50")
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf(" What the client waits for, the first content token, is %s µs later than direct at p50.", fmtNum(t))
 }
 
 func ms1(usv float64) string { return fmtNum(round(usv/1000, 2)) }
