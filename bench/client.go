@@ -179,7 +179,7 @@ func (t *target) stream(body []byte) workload {
 	return func(start time.Time) sample {
 		var s sample
 		err := t.readStream(body, func(first time.Time) { s.ttfb = first.Sub(start) },
-			func(now time.Time, _ int, data []byte) bool {
+			func(now time.Time, data []byte) bool {
 				if s.ttft == 0 && contentDelta(data) {
 					s.ttft = now.Sub(start)
 				}
@@ -196,11 +196,10 @@ const maxEventBytes = 1 << 20
 
 // readStream posts body on the streaming client and reads the SSE body to its
 // end. onFirstByte (may be nil) is called once, when the first body bytes
-// arrive. onEvent is called for every event with the number of events so far
-// and the event's data, which is only valid during the call; returning false
-// abandons the stream. gaps, when not nil, collects the time between
-// consecutive events.
-func (t *target) readStream(body []byte, onFirstByte func(time.Time), onEvent func(now time.Time, events int, data []byte) bool, gaps *[]time.Duration) error {
+// arrive. onEvent is called for every event with its data, which is only
+// valid during the call; returning false abandons the stream. gaps, when not
+// nil, collects the time between consecutive events.
+func (t *target) readStream(body []byte, onFirstByte func(time.Time), onEvent func(now time.Time, data []byte) bool, gaps *[]time.Duration) error {
 	req, resp := t.chatRequest(body)
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -215,7 +214,6 @@ func (t *target) readStream(body []byte, onFirstByte func(time.Time), onEvent fu
 		return errors.New("no body stream")
 	}
 	rd := sse.NewReader(&firstByte{r: r, on: onFirstByte}, maxEventBytes)
-	events := 0
 	var last time.Time
 	done := false
 	for {
@@ -231,9 +229,8 @@ func (t *target) readStream(body []byte, onFirstByte func(time.Time), onEvent fu
 			*gaps = append(*gaps, now.Sub(last))
 		}
 		last = now
-		events++
 		done = sse.IsDone(ev.Data)
-		if !onEvent(now, events, ev.Data) {
+		if !onEvent(now, ev.Data) {
 			return nil
 		}
 	}

@@ -108,7 +108,7 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 	warm := make(chan struct{})
 	go func() {
 		defer close(warm)
-		_ = t.readStream(slowBody, nil, func(time.Time, int, []byte) bool { return false }, nil)
+		_ = t.readStream(slowBody, nil, func(time.Time, []byte) bool { return false }, nil)
 	}()
 	<-warm
 	t.cutStreams()
@@ -139,7 +139,7 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 		go func() {
 			defer wg.Done()
 			counted := false
-			err := t.readStream(slowBody, nil, func(time.Time, int, []byte) bool {
+			err := t.readStream(slowBody, nil, func(time.Time, []byte) bool {
 				if !counted {
 					counted = true
 					opened.Add(1)
