@@ -79,7 +79,7 @@ type runInfo struct {
 // is filled in at the end.
 func newRunInfo(started time.Time) runInfo {
 	return runInfo{Machine: describeMachine(), Started: started.UTC().Format(time.RFC3339),
-		Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
+		Command: "go run ./bench " + strings.Join(redactHeaders(os.Args[1:]), " ")}
 }
 
 // results is the whole run, as written to results.json.
@@ -290,8 +290,12 @@ func printScenario(r *scenarioResult, took time.Duration) {
 		if l.Added != nil {
 			a50, a99 = l.Added.P50, l.Added.P99
 		}
-		fmt.Printf("   %-8s %-22s %9.0f %7d %9.0f %9.0f %9.0f %9.0f %8.3f %6.2f\n", l.Target, truncate(label, 22), l.ThroughputRPS,
-			l.Errors, p50, p99, a50, a99, l.ProxyCPUPer1k, l.OtherCores)
+		cpu := fmt.Sprintf("%8.3f", l.ProxyCPUPer1k)
+		if l.CPUNotMeasured {
+			cpu = fmt.Sprintf("%8s", "-")
+		}
+		fmt.Printf("   %-8s %-22s %9.0f %7d %9.0f %9.0f %9.0f %9.0f %s %6.2f\n", l.Target, truncate(label, 22), l.ThroughputRPS,
+			l.Errors, p50, p99, a50, a99, cpu, l.OtherCores)
 		if l.ErrorSample != "" {
 			fmt.Printf("            error: %s\n", l.ErrorSample)
 		}

@@ -45,6 +45,31 @@ func (h *headerList) Set(v string) error {
 	return nil
 }
 
+// redactHeaders returns args with the value of every -header replaced by
+// "…" (a header may carry an API key, and the command is written into the
+// results), except a value holding {mock}, which is no secret.
+func redactHeaders(args []string) []string {
+	out := append([]string(nil), args...)
+	redact := func(kv string) string {
+		if strings.Contains(kv, "{mock}") {
+			return kv
+		}
+		k, _, _ := strings.Cut(kv, ":")
+		return k + ":…"
+	}
+	for i := 0; i < len(out); i++ {
+		switch a := out[i]; {
+		case (a == "-header" || a == "--header") && i+1 < len(out):
+			out[i+1] = redact(out[i+1])
+			i++
+		case strings.HasPrefix(a, "-header="), strings.HasPrefix(a, "--header="):
+			name, v, _ := strings.Cut(a, "=")
+			out[i] = name + "=" + redact(v)
+		}
+	}
+	return out
+}
+
 // validate checks the flags before anything is built.
 func (o *peerOptions) validate() error {
 	switch {
@@ -145,8 +170,8 @@ func (b *bench) startPeer(o peerOptions) {
 	for _, h := range headers {
 		info.Headers = append(info.Headers, h[0])
 	}
-	info.URL = base
 	u, _ := url.Parse(base) // validated
+	info.URL = u.Redacted()
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
