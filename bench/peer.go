@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/tidwall/gjson"
 )
 
@@ -249,7 +250,7 @@ func (b *bench) startPortkey() (*child, error) {
 			return nil, fmt.Errorf("npm installed @portkey-ai/gateway@%s without %s", portkeyVersion, server)
 		}
 	}
-	addr, err := freeAddr()
+	addr, err := testproc.Loopback()
 	if err != nil {
 		return nil, err
 	}
