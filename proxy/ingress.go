@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"strings"
+	"unicode"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -11,12 +14,18 @@ type chatInput struct {
 	model        string
 	stream       bool
 	includeUsage bool
-	tools        []byte // the first top-level "tools" array: a sub-slice of the body
+	tools        []byte // the top-level "tools" array: a sub-slice of the body
 }
 
 // parseChat validates a /v1/chat/completions body once, at ingress. Later
 // layers read it with gjson without re-validating. Every failure names the
 // offending param.
+//
+// A top-level key may appear once. gjson (and so every layer here) reads the
+// first of two equal keys, while upstreams commonly keep the last and some
+// match keys without regard to case: a body with two "model" or two
+// "messages" keys would have the policy, the limits and the guardrails judge
+// one value and the upstream act on another.
 func parseChat(body []byte) (chatInput, error) {
 	var in chatInput
 	if len(body) == 0 {
@@ -30,7 +39,13 @@ func parseChat(body []byte) (chatInput, error) {
 		return in, pipeline.BadRequest("", "the request body must be a JSON object")
 	}
 	var model, messages, stream, streamOptions, tools gjson.Result
+	var keys keySet
+	repeated := ""
 	root.ForEach(func(k, v gjson.Result) bool {
+		if keys.add(k.Str) {
+			repeated = k.Str
+			return false
+		}
 		switch k.Str {
 		case "model":
 			model = v
@@ -41,12 +56,13 @@ func parseChat(body []byte) (chatInput, error) {
 		case "stream_options":
 			streamOptions = v
 		case "tools":
-			if !tools.Exists() { // the first, as gjson.Get reads it
-				tools = v
-			}
+			tools = v
 		}
 		return true
 	})
+	if repeated != "" {
+		return in, repeatedKey(repeated)
+	}
 	switch {
 	case !model.Exists():
 		return in, pipeline.BadRequest("model", "you must provide a model parameter")
@@ -124,4 +140,48 @@ func arrayIn(body []byte, v gjson.Result) []byte {
 		return nil
 	}
 	return body[v.Index : v.Index+len(v.Raw)]
+}
+
+// keySet holds the top-level keys of one body, compared without regard to
+// case. The common body has a few keys; they stay in the array, and a body
+// with more than fit there moves them to a map.
+type keySet struct {
+	small [32]string
+	n     int
+	big   map[string]struct{}
+}
+
+// add records k and reports whether an equal key was already there.
+func (s *keySet) add(k string) (repeated bool) {
+	if s.big == nil && s.n < len(s.small) {
+		for _, seen := range s.small[:s.n] {
+			if strings.EqualFold(seen, k) {
+				return true
+			}
+		}
+		s.small[s.n] = k
+		s.n++
+		return false
+	}
+	if s.big == nil {
+		s.big = make(map[string]struct{}, 2*len(s.small))
+		for _, seen := range s.small[:s.n] {
+			s.big[strings.ToLower(seen)] = struct{}{}
+		}
+	}
+	lower := strings.ToLower(k)
+	if _, ok := s.big[lower]; ok {
+		return true
+	}
+	s.big[lower] = struct{}{}
+	return false
+}
+
+// repeatedKey is the 400 for a key given twice. The key is the client's own
+// text: it is named only when short.
+func repeatedKey(k string) error {
+	if len(k) > 64 || strings.ContainsFunc(k, unicode.IsControl) {
+		return pipeline.BadRequest("", "the request body repeats a key; each key may appear once")
+	}
+	return pipeline.BadRequest(k, "%q may appear once in the request body", k)
 }
