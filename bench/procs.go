@@ -98,24 +98,16 @@ func (p *procs) startAt(name, addr, bin string, args ...string) (*child, error) 
 	p.mu.Lock()
 	p.kids = append(p.kids, c)
 	p.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			return c, nil
-		}
-		select {
-		case <-c.done:
-			return nil, fmt.Errorf("%s exited at start (see %s)", name, logf.Name())
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.stop(c)
-			return nil, fmt.Errorf("%s did not listen on %s within 15s", name, addr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-c.done:
+		return nil, fmt.Errorf("%s exited at start (see %s)", name, logf.Name())
+	default:
 	}
+	if err := testproc.WaitListening(addr, 15*time.Second, c.done); err != nil {
+		p.stop(c)
+		return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
+	}
+	return c, nil
 }
 
 // stop ends one child: SIGTERM, then SIGKILL after ten seconds (a gateway

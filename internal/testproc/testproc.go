@@ -5,6 +5,7 @@ package testproc
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -77,6 +78,26 @@ func Loopback() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// WaitListening returns nil once addr accepts a TCP connection; an error
+// when exited (the process's end, may be nil) closes first or when timeout
+// passes.
+func WaitListening(addr string, timeout time.Duration, exited <-chan struct{}) error {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the process exited before it listened on " + addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listened on %s within %s", addr, timeout)
+		}
+	}
 }
 
 // FreeAddr is Loopback for a test: it fails t when no port is free.

@@ -99,13 +99,9 @@ func (s *Server) launch() {
 // wait returns once the port accepts connections.
 func (s *Server) wait() {
 	s.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond); err == nil {
-			_ = c.Close()
-			return
-		}
+	if err := testproc.WaitListening(s.Addr(), 10*time.Second, nil); err != nil {
+		s.t.Fatalf("%s: %v", s.bin, err)
 	}
-	s.t.Fatalf("%s on %s did not start", s.bin, s.Addr())
 }
 
 // Stop kills the process (as a crash would).
