@@ -20,7 +20,11 @@ type bench struct {
 
 	api, floorAPI, gw      *child
 	direct, floor, gateway *target
-	directSaturation       float64 // direct's closed-model throughput, rps
+	peer                   *target // the -target or -peer leg; nil when none runs
+	peerOpts               peerOptions
+	peerInfo               *peerInfo // nil without -target or -peer
+	mockAddr               string    // -mock-addr: the mock's fixed address ("" = a free port)
+	directSaturation       float64   // direct's closed-model throughput, rps
 	fileLimit              uint64
 	ctx                    context.Context
 	limitations            []string
@@ -75,7 +79,7 @@ type runInfo struct {
 // is filled in at the end.
 func newRunInfo(started time.Time) runInfo {
 	return runInfo{Machine: describeMachine(), Started: started.UTC().Format(time.RFC3339),
-		Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
+		Command: "go run ./bench " + strings.Join(redactHeaders(os.Args[1:]), " ")}
 }
 
 // results is the whole run, as written to results.json.
@@ -85,6 +89,7 @@ type results struct {
 	BuildSecs   float64           `json:"build_seconds"`
 	Config      []string          `json:"config_differences_from_shipped"`
 	Limitations []string          `json:"limitations,omitempty"`
+	Peer        *peerInfo         `json:"peer,omitempty"`
 	Scenarios   []*scenarioResult `json:"scenarios"`
 	Targets     []targetCheck     `json:"targets"`
 }
@@ -158,6 +163,8 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 		keepLogs = true
 		return nil, err
 	}
+	b.startPeer(b.peerOpts)
+	res.Peer = b.peerInfo
 	steps := []struct {
 		name string
 		fn   func() *scenarioResult
@@ -175,6 +182,7 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 		}
 		s0 := time.Now()
 		r := st.fn()
+		b.notePeer(r)
 		if ctx.Err() != nil && r.Status != "skipped" {
 			r.Status, r.Reason = "failed", "interrupted"
 		}
@@ -198,13 +206,19 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 // and the gateway with the bench config.
 func (b *bench) startMain() error {
 	var err error
-	b.api, err = b.procs.start("mock", b.bins.mock, "-listen", "{addr}",
+	mockArgs := []string{"-listen", "{addr}",
 		"-first-byte-delay", ms(b.set.FirstByteMS), "-chunk-delay", ms(b.set.ChunkDelayMS),
-		"-reply-bytes", strconv.Itoa(b.set.ReplyBytes), "-text-runes", strconv.Itoa(b.set.TextRunes))
+		"-reply-bytes", strconv.Itoa(b.set.ReplyBytes), "-text-runes", strconv.Itoa(b.set.TextRunes)}
+	if b.mockAddr != "" {
+		b.api, err = b.procs.startAt("mock", b.mockAddr, b.bins.mock, mockArgs...)
+	} else {
+		b.api, err = b.procs.start("mock", b.bins.mock, mockArgs...)
+	}
 	if err != nil {
 		return err
 	}
-	b.floorAPI, err = b.procs.start("floor", b.bins.floor, "-listen", "{addr}", "-upstream", b.api.addr)
+	fmt.Printf("mock upstream: http://%s/v1 (point a peer gateway's OpenAI provider here)\n", b.api.addr)
+	b.floorAPI, err = b.procs.start("floor", b.bins.floor, b.floorArgs(b.api.addr)...)
 	if err != nil {
 		return err
 	}
@@ -226,6 +240,15 @@ func (b *bench) startMain() error {
 	b.floor = newTarget("floor", b.floorAPI, b.api, conns)
 	b.gateway = newTarget("gateway", b.gw, b.api, conns)
 	return nil
+}
+
+// floorArgs are the floor proxy's arguments in front of upstream: its
+// connection buffers are the run's, so that the floor and the gateway are
+// compared at the same buffer sizes.
+func (b *bench) floorArgs(upstream string) []string {
+	return []string{"-listen", "{addr}", "-upstream", upstream,
+		"-read-buffer", strconv.Itoa(b.set.ReadBuffer), "-write-buffer", strconv.Itoa(b.set.WriteBuffer),
+		"-upstream-read-buffer", strconv.Itoa(b.set.UpstreamReadBuffer)}
 }
 
 // configDifferences are the ways the bench gateway config departs from the
@@ -267,8 +290,12 @@ func printScenario(r *scenarioResult, took time.Duration) {
 		if l.Added != nil {
 			a50, a99 = l.Added.P50, l.Added.P99
 		}
-		fmt.Printf("   %-8s %-22s %9.0f %7d %9.0f %9.0f %9.0f %9.0f %8.3f %6.2f\n", l.Target, truncate(label, 22), l.ThroughputRPS,
-			l.Errors, p50, p99, a50, a99, l.ProxyCPUPer1k, l.OtherCores)
+		cpu := fmt.Sprintf("%8.3f", l.ProxyCPUPer1k)
+		if l.CPUNotMeasured {
+			cpu = fmt.Sprintf("%8s", "-")
+		}
+		fmt.Printf("   %-8s %-22s %9.0f %7d %9.0f %9.0f %9.0f %9.0f %s %6.2f\n", l.Target, truncate(label, 22), l.ThroughputRPS,
+			l.Errors, p50, p99, a50, a99, cpu, l.OtherCores)
 		if l.ErrorSample != "" {
 			fmt.Printf("            error: %s\n", l.ErrorSample)
 		}

@@ -1,29 +1,35 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/sse"
 )
 
 const chatPath = "/v1/chat/completions"
 
 // target is one endpoint under load: the mock itself (direct), the floor
-// proxy, or the gateway. Its clients are safe for concurrent use.
+// proxy, the gateway, or a peer (-target, -peer). Its clients are safe for
+// concurrent use.
 type target struct {
-	name     string // direct | floor | gateway
-	addr     string
-	proxy    *child // the process whose cost is measured (the mock for direct)
+	name     string // direct | floor | gateway | the peer's name
+	addr     string // host:port
+	base     string // OpenAI base URL, ".../v1": paths replace its "/v1"
+	proxy    *child // the process whose cost is measured (the mock for direct); nil for a peer bench did not start
 	upstream *child // the mock behind a proxy; nil for direct
+	headers  [][2]string
+	model    string // "" = the bodies' own model; else every body's "model" is replaced
 	hc       *fasthttp.HostClient
 	shc      *fasthttp.HostClient // streams the response body
 
@@ -31,14 +37,19 @@ type target struct {
 	conns map[net.Conn]struct{} // every open conn of shc, so streams can be cut at once
 }
 
+// newTarget is a target on a child bench started, over plain HTTP.
 func newTarget(name string, proxy, upstream *child, maxConns int) *target {
-	t := &target{name: name, addr: proxy.addr, proxy: proxy, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	return makeTarget(name, proxy.addr, "http://"+proxy.addr+"/v1", false, proxy, upstream, maxConns)
+}
+
+func makeTarget(name, addr, base string, isTLS bool, proxy, upstream *child, maxConns int) *target {
+	t := &target{name: name, addr: addr, base: base, proxy: proxy, upstream: upstream, conns: map[net.Conn]struct{}{}}
 	t.hc = &fasthttp.HostClient{
-		Addr: proxy.addr, MaxConns: maxConns, MaxConnWaitTimeout: 30 * time.Second,
+		Addr: addr, IsTLS: isTLS, MaxConns: maxConns, MaxConnWaitTimeout: 30 * time.Second,
 		ReadTimeout: 60 * time.Second, WriteTimeout: 10 * time.Second, MaxIdemponentCallAttempts: 1,
 	}
 	t.shc = &fasthttp.HostClient{
-		Addr: proxy.addr, MaxConns: maxConns, MaxConnWaitTimeout: 30 * time.Second,
+		Addr: addr, IsTLS: isTLS, MaxConns: maxConns, MaxConnWaitTimeout: 30 * time.Second,
 		ReadTimeout: 60 * time.Second, WriteTimeout: 10 * time.Second, MaxIdemponentCallAttempts: 1,
 		StreamResponseBody: true,
 		Dial: func(addr string) (net.Conn, error) {
@@ -91,15 +102,32 @@ func (t *target) chatRequest(body []byte) (*fasthttp.Request, *fasthttp.Response
 	return t.request(chatPath, body)
 }
 
-// request returns a pooled POST of body to path, and a pooled response;
-// the caller releases both.
+// request returns a pooled POST of body to path (an OpenAI path, "/v1/..."),
+// and a pooled response; the caller releases both. body must not change
+// while the request is in flight.
 func (t *target) request(path string, body []byte) (*fasthttp.Request, *fasthttp.Response) {
 	req := fasthttp.AcquireRequest()
-	req.SetRequestURI("http://" + t.addr + path)
+	req.SetRequestURI(t.base + strings.TrimPrefix(path, "/v1"))
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
+	for _, h := range t.headers {
+		req.Header.Set(h[0], h[1])
+	}
 	req.SetBodyRaw(body)
 	return req, fasthttp.AcquireResponse()
+}
+
+// body is b as this target is sent it: with its model when -model set one.
+// The result is new memory when it differs from b.
+func (t *target) body(b []byte) []byte {
+	if t.model == "" {
+		return b
+	}
+	out, err := sjson.SetBytes(b, "model", t.model)
+	if err != nil {
+		return b
+	}
+	return out
 }
 
 // post sends body and returns the status, a header value and a copy of the
@@ -130,6 +158,7 @@ func (t *target) plain(body []byte, header string, check func(hv string, body []
 
 // plainTo is plain to another path.
 func (t *target) plainTo(path string, body []byte, header string, check func(hv string, body []byte) error) workload {
+	body = t.body(body)
 	return func(start time.Time) sample {
 		status, hv, rb, err := t.postTo(path, body, header)
 		s := sample{lat: time.Since(start), err: err}
@@ -142,30 +171,35 @@ func (t *target) plainTo(path string, body []byte, header string, check func(hv 
 	}
 }
 
-// stream is one streaming request: it records the first body byte, the gap
-// between consecutive SSE events, and requires a final data: [DONE].
+// stream is one streaming request: it records the first body byte, the
+// first event with content (time to first content token), the gap between
+// consecutive SSE events, and requires a final data: [DONE].
 func (t *target) stream(body []byte) workload {
+	body = t.body(body)
 	return func(start time.Time) sample {
 		var s sample
-		err := t.readStream(body, func(now time.Time, events int) bool {
-			if s.ttfb == 0 {
-				s.ttfb = now.Sub(start)
-			}
-			return true
-		}, &s.gaps)
+		err := t.readStream(body, func(first time.Time) { s.ttfb = first.Sub(start) },
+			func(now time.Time, data []byte) bool {
+				if s.ttft == 0 && contentDelta(data) {
+					s.ttft = now.Sub(start)
+				}
+				return true
+			}, &s.gaps)
 		s.lat = time.Since(start)
 		s.err = err
 		return s
 	}
 }
 
-var done = []byte("data: [DONE]\n\n")
+// maxEventBytes bounds one SSE event read from a target.
+const maxEventBytes = 1 << 20
 
 // readStream posts body on the streaming client and reads the SSE body to its
-// end. onRead is called for every read with the number of complete events so
-// far; returning false abandons the stream. gaps, when not nil, collects the
-// time between consecutive events.
-func (t *target) readStream(body []byte, onRead func(now time.Time, events int) bool, gaps *[]time.Duration) error {
+// end. onFirstByte (may be nil) is called once, when the first body bytes
+// arrive. onEvent is called for every event with its data, which is only
+// valid during the call; returning false abandons the stream. gaps, when not
+// nil, collects the time between consecutive events.
+func (t *target) readStream(body []byte, onFirstByte func(time.Time), onEvent func(now time.Time, data []byte) bool, gaps *[]time.Duration) error {
 	req, resp := t.chatRequest(body)
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -179,42 +213,65 @@ func (t *target) readStream(body []byte, onRead func(now time.Time, events int) 
 	if r == nil {
 		return errors.New("no body stream")
 	}
-	buf := make([]byte, 4<<10)
-	var tail []byte // the last bytes seen, to find [DONE] and events split across reads
-	events := 0
+	rd := sse.NewReader(&firstByte{r: r, on: onFirstByte}, maxEventBytes)
 	var last time.Time
+	done := false
 	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			now := time.Now()
-			chunk := append(tail, buf[:n]...)
-			k := bytes.Count(chunk, []byte("\n\n")) - bytes.Count(tail, []byte("\n\n"))
-			for i := 0; i < k; i++ {
-				if gaps != nil && !last.IsZero() {
-					*gaps = append(*gaps, now.Sub(last))
-				}
-				last = now
-			}
-			events += k
-			if len(chunk) > len(done) {
-				chunk = chunk[len(chunk)-len(done):]
-			}
-			tail = append(tail[:0], chunk...)
-			if !onRead(now, events) {
-				return nil
-			}
+		ev, err := rd.Next()
+		if err == io.EOF {
+			break
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
 			return err
 		}
+		now := time.Now()
+		if gaps != nil && !last.IsZero() {
+			*gaps = append(*gaps, now.Sub(last))
+		}
+		last = now
+		done = sse.IsDone(ev.Data)
+		if !onEvent(now, ev.Data) {
+			return nil
+		}
 	}
-	if !bytes.HasSuffix(tail, done) {
+	if !done {
 		return errors.New("stream ended without data: [DONE]")
 	}
 	return nil
+}
+
+// firstByte calls on (when not nil) at the first read that returns bytes.
+type firstByte struct {
+	r  io.Reader
+	on func(time.Time)
+}
+
+func (f *firstByte) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if n > 0 && f.on != nil {
+		f.on(time.Now())
+		f.on = nil
+	}
+	return n, err
+}
+
+// contentDelta reports whether an SSE event's data is a chat completion
+// chunk whose delta carries content the user sees: a non-empty content
+// string or a tool call. This is the "first content token"; a role
+// or empty delta, usage and finish_reason chunks and invalid JSON do not
+// count. data is only read; any bytes are safe.
+func contentDelta(data []byte) bool {
+	if !gjson.ValidBytes(data) {
+		return false
+	}
+	found := false
+	gjson.GetBytes(data, "choices").ForEach(func(_, c gjson.Result) bool {
+		d := c.Get("delta")
+		content, calls := d.Get("content"), d.Get("tool_calls")
+		found = content.Type == gjson.String && content.Str != "" || calls.IsArray() && calls.Get("0").Exists()
+		return !found
+	})
+	return found
 }
 
 // toolClient is the client-driven equivalent of a server tool loop: it offers

@@ -14,6 +14,7 @@ import (
 type sample struct {
 	lat  time.Duration   // completion - intended start
 	ttfb time.Duration   // first body byte - intended start; streams only
+	ttft time.Duration   // first event with content or a tool call - intended start; streams only
 	gaps []time.Duration // between SSE events; streams only
 	err  error
 }

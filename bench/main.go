@@ -11,8 +11,15 @@
 //	go run ./bench -render bench/results/full/results.json   # re-render md, chart, PERFORMANCE.md
 //
 // Exit status: 0 when every selected scenario ran and produced figures, even
-// when targets are missed (those print MISSED lines); 1 when a scenario could
-// not run; 2 on bad flags.
+// when targets are missed (those print MISSED lines) and when a -peer cannot
+// be installed here (SKIPPED); 1 when a scenario could not run or a peer did
+// not answer; 2 on bad flags.
+//
+// A peer leg compares any OpenAI-compatible endpoint with the three (see
+// peer.go):
+//
+//	go run ./bench -target http://127.0.0.1:4000/v1 -target-name litellm -mock-addr 127.0.0.1:18090
+//	go run ./bench -peer portkey        # installs and starts Portkey's gateway with npm
 package main
 
 import (
@@ -50,19 +57,33 @@ type settings struct {
 	TextRunes      int       `json:"mock_runes_per_delta"`
 	SlowChunkMS    float64   `json:"slow_stream_chunk_delay_ms"`
 	MaxInFlight    int       `json:"open_model_max_in_flight"`
+	Scenarios      []string  `json:"default_scenarios"` // what runs without -scenarios
+	// The floor proxy's per-connection buffers, in bytes: server read and
+	// write, upstream read (fasthttp's defaults are 4096 each). They are
+	// the gateway's [server] read_buffer, write_buffer and provider
+	// read_buffer, so both proxies are compared at the same sizes.
+	ReadBuffer         int `json:"floor_read_buffer_bytes"`
+	WriteBuffer        int `json:"floor_write_buffer_bytes"`
+	UpstreamReadBuffer int `json:"floor_upstream_read_buffer_bytes"`
 }
 
 func modeSettings(mode string) (settings, error) {
 	s := settings{Mode: mode, FirstByteMS: 20, ChunkDelayMS: 10, ReplyBytes: 120, TextRunes: 4,
-		SlowChunkMS: 1000, MaxInFlight: 8000}
+		SlowChunkMS: 1000, MaxInFlight: 8000, ReadBuffer: 4096, WriteBuffer: 4096, UpstreamReadBuffer: 4096}
 	switch mode {
 	case "quick":
+		// Quick mode checks in CI that bench works, within a minute build
+		// included: one scenario of each kind (closed model, stream, tool
+		// loop, held streams, sweep), short legs, two sweep steps. Every
+		// scenario still runs when named with -scenarios.
+		s.Scenarios = []string{"passthrough", "stream", "toolloop", "streams", "sweep"}
 		s.LegSeconds, s.WarmSeconds, s.Rounds = 0.6, 0.15, 1
 		s.Concurrency = 512
 		s.StreamRate, s.ToolRate, s.CacheRate, s.FallbackRate = 60, 60, 300, 150
-		s.Streams, s.SlowChunkMS = 1000, 500
-		s.SweepSeconds, s.SweepFractions = 0.5, []float64{0.1, 0.25, 0.5}
+		s.Streams, s.SlowChunkMS = 500, 500
+		s.SweepSeconds, s.SweepFractions = 0.5, []float64{0.1, 0.5}
 	case "full":
+		s.Scenarios = allScenarios
 		s.LegSeconds, s.WarmSeconds, s.Rounds = 6, 1, 3
 		s.Concurrency = 512
 		s.StreamRate, s.ToolRate, s.CacheRate, s.FallbackRate = 200, 200, 1000, 500
@@ -82,7 +103,7 @@ func main() { os.Exit(realMain()) }
 func realMain() int {
 	mode := flag.String("mode", "quick", "quick (< 60 s, CI), full (the published figures) or soak (leak check)")
 	out := flag.String("out", "bench/results", "results directory; files go to OUT/MODE/")
-	list := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
+	list := flag.String("scenarios", "", "comma-separated scenarios to run (default: the mode's; every scenario in full mode)")
 	var legDur durationFlag
 	flag.Var(&legDur, "duration", "seconds per measured leg (0 = the mode's default); in soak mode the soak's length (e.g. 30m, default 2m)")
 	rate := flag.Float64("rate", 60, "soak mode: requests per second")
@@ -91,6 +112,16 @@ func realMain() int {
 	render := flag.String("render", "", "only re-render results.md, the chart and the Performance section from this results.json, then exit")
 	profile := flag.Bool("profile", false, "profile the gateway: CPU and allocation profiles of the whole run, and their pprof -top, beside the results (OUT/MODE/gateway.*)")
 	repo := flag.String("repo", "", "repository root (default: the nearest directory above the working one holding go.mod)")
+	var peer peerOptions
+	flag.StringVar(&peer.url, "target", "", "also measure this OpenAI-compatible endpoint (its base URL, e.g. http://127.0.0.1:4000/v1) as a peer leg in passthrough, stream and sweep")
+	flag.StringVar(&peer.name, "target-name", "", "the peer leg's name in the results (default: target, or the -peer name)")
+	flag.StringVar(&peer.model, "model", "", "the model the peer is asked for (default: the bench bodies' own, \"chat\")")
+	flag.Var(&peer.headers, "header", "NAME:VALUE header sent to the peer, repeatable; {mock} in a value is the mock's base URL")
+	flag.StringVar(&peer.kind, "peer", "", "install and start a peer gateway pointed at the mock: portkey (needs node and npm)")
+	mockAddr := flag.String("mock-addr", "", "listen address of the mock upstream (default: a free port), for a peer whose upstream is set in its own config")
+	readBuf := flag.Int("read-buffer", 4096, "floor proxy's per-connection server read buffer, bytes")
+	writeBuf := flag.Int("write-buffer", 4096, "floor proxy's per-connection server write buffer, bytes")
+	upReadBuf := flag.Int("upstream-read-buffer", 4096, "floor proxy's per-connection upstream read buffer, bytes")
 	flag.Parse()
 
 	if *render != "" {
@@ -119,6 +150,18 @@ func realMain() int {
 	if *streams > 0 {
 		set.Streams = *streams
 	}
+	set.ReadBuffer, set.WriteBuffer, set.UpstreamReadBuffer = *readBuf, *writeBuf, *upReadBuf
+	if min(*readBuf, *writeBuf, *upReadBuf) <= 0 {
+		fmt.Fprintln(os.Stderr, "bench: -read-buffer, -write-buffer and -upstream-read-buffer must be positive")
+		return 2
+	}
+	if err := peer.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	if !flagSet("scenarios") {
+		*list = strings.Join(set.Scenarios, ",")
+	}
 	selected, err := parseScenarios(*list)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -137,7 +180,7 @@ func realMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dir := filepath.Join(*out, *mode)
-	b := &bench{set: set, started: time.Now()}
+	b := &bench{set: set, started: time.Now(), peerOpts: peer, mockAddr: *mockAddr}
 	if *profile {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -192,7 +235,18 @@ func realMain() int {
 		fmt.Println("FAILED: a scenario could not run (see above)")
 		return 1
 	}
+	if p := res.Peer; p != nil && p.Status == "failed" {
+		fmt.Printf("FAILED: the peer %s did not answer (see above)\n", p.Name)
+		return 1
+	}
 	return 0
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func parseScenarios(list string) (map[string]bool, error) {

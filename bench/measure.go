@@ -42,14 +42,19 @@ type leg struct {
 	ThroughputRPS float64 `json:"throughput_rps"`
 	Latency       *pcts   `json:"latency"`
 	TTFB          *pcts   `json:"ttfb,omitempty"`
+	TTFT          *pcts   `json:"ttft,omitempty"` // time to the first event with content or a tool call
 	InterChunk    *pcts   `json:"inter_chunk,omitempty"`
 	// Added* are this target minus direct at the same load, percentile by
 	// percentile (empty for direct).
 	Added           *pcts `json:"added_latency,omitempty"`
 	AddedTTFB       *pcts `json:"added_ttfb,omitempty"`
+	AddedTTFT       *pcts `json:"added_ttft,omitempty"`
 	AddedInterChunk *pcts `json:"added_inter_chunk,omitempty"`
 	// CPU seconds per 1,000 requests of the measured process (the proxy; the
 	// mock itself for direct), of the mock behind a proxy, and of bench.
+	// A peer bench did not start has no process: its CPU and RSS are not
+	// measured (CPUNotMeasured) and its share is in OtherCores.
+	CPUNotMeasured   bool    `json:"cpu_not_measured,omitempty"`
 	ProxyCPUPer1k    float64 `json:"proxy_cpu_s_per_1k"`
 	UpstreamCPUPer1k float64 `json:"upstream_cpu_s_per_1k,omitempty"`
 	LoadgenCPUPer1k  float64 `json:"loadgen_cpu_s_per_1k"`
@@ -72,7 +77,9 @@ type cpuSnap struct{ proxy, upstream, self, machine float64 }
 
 func snap(t *target) cpuSnap {
 	var s cpuSnap
-	s.proxy, _ = cpuSeconds(t.proxy.Pid())
+	if t.proxy != nil {
+		s.proxy, _ = cpuSeconds(t.proxy.Pid())
+	}
 	if t.upstream != nil {
 		s.upstream, _ = cpuSeconds(t.upstream.Pid())
 	}
@@ -115,6 +122,9 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			go func() {
 				defer mid.Done()
 				time.Sleep(slice / 2)
+				if j.t.proxy == nil {
+					return
+				}
 				if rss, _, err := memKB(j.t.proxy.Pid()); err == nil && rss > accs[i].rss {
 					accs[i].rss = rss
 				}
@@ -140,7 +150,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		a := accs[i]
 		l := &leg{Target: j.t.name, Load: ls.String(), OfferedRPS: ls.rate, Concurrency: ls.conc,
 			Seconds: round(a.wall.Seconds(), 2), Requests: len(a.samples), RSSMB: mb(a.rss), Goroutines: a.gor}
-		var lat, ttfb, gaps []time.Duration
+		var lat, ttfb, ttft, gaps []time.Duration
 		for _, s := range a.samples {
 			if s.err != nil {
 				l.Errors++
@@ -153,9 +163,12 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			if s.ttfb > 0 {
 				ttfb = append(ttfb, s.ttfb)
 			}
+			if s.ttft > 0 {
+				ttft = append(ttft, s.ttft)
+			}
 			gaps = append(gaps, s.gaps...)
 		}
-		l.Latency, l.TTFB, l.InterChunk = summarize(lat), summarize(ttfb), summarize(gaps)
+		l.Latency, l.TTFB, l.TTFT, l.InterChunk = summarize(lat), summarize(ttfb), summarize(ttft), summarize(gaps)
 		// Open model: completions per second of the schedule (a straggler
 		// that completes late does not stretch the denominator). Closed
 		// model: completions per second of wall time.
@@ -173,7 +186,9 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			other := a.cpu.machine - a.cpu.proxy - a.cpu.upstream - a.cpu.self
 			l.OtherCores = round(max(other, 0)/a.wall.Seconds(), 2)
 		}
-		if _, hwm, err := memKB(j.t.proxy.Pid()); err == nil {
+		if j.t.proxy == nil {
+			l.CPUNotMeasured = true
+		} else if _, hwm, err := memKB(j.t.proxy.Pid()); err == nil {
 			l.PeakRSSMB = mb(hwm)
 		}
 		legs[i] = l
@@ -181,6 +196,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 	for _, l := range legs[1:] {
 		l.Added = l.Latency.minus(legs[0].Latency)
 		l.AddedTTFB = l.TTFB.minus(legs[0].TTFB)
+		l.AddedTTFT = l.TTFT.minus(legs[0].TTFT)
 		l.AddedInterChunk = l.InterChunk.minus(legs[0].InterChunk)
 	}
 	return legs

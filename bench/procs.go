@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 // binaries are the three programs bench runs as children.
@@ -18,18 +20,15 @@ type binaries struct {
 }
 
 // build compiles the gateway, the bench mock and the floor proxy into a temp
-// dir with one go build (the toolchain builds them in parallel).
+// dir.
 func build(repo string) (*binaries, error) {
 	dir, err := os.MkdirTemp("", "llmgw-bench-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/mockllm", "./bench/floor")
-	cmd.Dir = repo
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := testproc.Build(repo, dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/mockllm", "./bench/floor"); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build: %w", err)
+		return nil, err
 	}
 	return &binaries{
 		dir:     dir,
@@ -63,7 +62,7 @@ type procs struct {
 // loopback address, or "{port}", its port) and waits until the address
 // accepts connections.
 func (p *procs) start(name, bin string, args ...string) (*child, error) {
-	addr, err := freeAddr()
+	addr, err := testproc.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -99,24 +98,16 @@ func (p *procs) startAt(name, addr, bin string, args ...string) (*child, error) 
 	p.mu.Lock()
 	p.kids = append(p.kids, c)
 	p.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
-			return c, nil
-		}
-		select {
-		case <-c.done:
-			return nil, fmt.Errorf("%s exited at start (see %s)", name, logf.Name())
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.stop(c)
-			return nil, fmt.Errorf("%s did not listen on %s within 15s", name, addr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-c.done:
+		return nil, fmt.Errorf("%s exited at start (see %s)", name, logf.Name())
+	default:
 	}
+	if err := testproc.WaitListening(addr, 15*time.Second, c.done); err != nil {
+		p.stop(c)
+		return nil, fmt.Errorf("%s: %w (see %s)", name, err, logf.Name())
+	}
+	return c, nil
 }
 
 // stop ends one child: SIGTERM, then SIGKILL after ten seconds (a gateway
@@ -150,16 +141,6 @@ func (p *procs) stopAll() {
 	for _, c := range kids {
 		p.stop(c)
 	}
-}
-
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE as far as allowed (children inherit it)

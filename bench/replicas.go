@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 // replicasConfig turns the bench gateway into a replica: the response cache
@@ -74,7 +76,7 @@ func (b *bench) replicas() *scenarioResult {
 		gws = append(gws, gw)
 	}
 	lb := func(name string, backends []*child) (*child, error) {
-		addr, err := freeAddr()
+		addr, err := testproc.Loopback()
 		if err != nil {
 			return nil, err
 		}

@@ -36,6 +36,8 @@ var goals = []goal{
 		figure: fixedFigure("gateway/floor throughput"), met: func(v float64) bool { return v >= 0.85 }},
 	{name: "added p99", text: "added p99 ≤ 1 ms at half the direct saturation rate", unit: "µs", scenario: "sweep",
 		figure: fixedFigure("gateway added p99 at half direct saturation"), met: func(v float64) bool { return v <= 1000 }},
+	{name: "TTFT", text: "added time to first content token ≤ 0.2 ms at p50", unit: "µs", scenario: "stream",
+		figure: fixedFigure("gateway added TTFT p50"), met: func(v float64) bool { return v <= 200 }},
 	{name: "stream memory", text: "10,000 concurrent streams in ≤ 300 MB RSS", unit: "MB", scenario: "streams",
 		figure: func(res *results) (string, string) {
 			if n := res.Settings.Streams; n < 10000 {
@@ -95,6 +97,9 @@ func printTargets(res *results) {
 		if s.Status != "ok" {
 			fmt.Printf("%-12s %s: %s\n", strings.ToUpper(s.Status), s.Name, s.Reason)
 		}
+	}
+	if p := res.Peer; p != nil && p.Status != "ok" {
+		fmt.Printf("%-12s peer %s: %s\n", strings.ToUpper(p.Status), p.Name, p.Reason)
 	}
 }
 
@@ -193,10 +198,10 @@ func writeMachine(b *strings.Builder, res *results) {
 		orDash(m.CPU), m.Cores, m.MemoryGiB, m.Kernel, m.Go, m.GOMAXPROCS, m.Note, orDash(m.LoadBefore), orDash(m.LoadAfter), m.OtherCores)
 	st := res.Settings
 	fmt.Fprintf(b, "**Settings:** mock first byte %g ms, %g ms between stream events, %d-byte replies in %d-rune deltas; "+
-		"%g s per measured leg after %g s warm-up, %d interleaved round(s) of direct → floor → gateway; "+
-		"closed model at %d clients; %d concurrent slow streams.\n\n",
-		st.FirstByteMS, st.ChunkDelayMS, st.ReplyBytes, st.TextRunes, st.LegSeconds, st.WarmSeconds, st.Rounds,
-		st.Concurrency, st.Streams)
+		"%g s per measured leg after %g s warm-up, %d interleaved round(s) of %s; "+
+		"closed model at %d clients; %d concurrent slow streams%s.\n\n",
+		st.FirstByteMS, st.ChunkDelayMS, st.ReplyBytes, st.TextRunes, st.LegSeconds, st.WarmSeconds, st.Rounds, legOrder(res),
+		st.Concurrency, st.Streams, floorBuffers(st))
 	if len(res.Config) > 0 {
 		fmt.Fprintf(b, "**Gateway config:** the shipped middleware (request layer %s; model layer %s, outermost first; "+
 			"memory response cache; builtin calculator and current_time tools; access log at info, JSON, to a file), except:\n",
@@ -209,6 +214,37 @@ func writeMachine(b *strings.Builder, res *results) {
 	for _, l := range res.Limitations {
 		fmt.Fprintf(b, "**Limitation:** %s.\n\n", l)
 	}
+	writePeer(b, res.Peer)
+}
+
+// writePeer describes the peer leg, if the run had one.
+func writePeer(b *strings.Builder, p *peerInfo) {
+	if p == nil {
+		return
+	}
+	what := "an OpenAI-compatible endpoint given with -target"
+	if p.Kind == "portkey" {
+		what = fmt.Sprintf("the Portkey OSS gateway (npm @portkey-ai/gateway %s, started by bench, OpenAI provider with its custom host set to the mock)", p.Version)
+	}
+	fmt.Fprintf(b, "**Peer:** *%s*, %s, at %s", p.Name, what, p.URL)
+	if p.Model != "" {
+		fmt.Fprintf(b, ", asked for model %q", p.Model)
+	}
+	if len(p.Headers) > 0 {
+		fmt.Fprintf(b, ", with headers %s", strings.Join(p.Headers, ", "))
+	}
+	if p.Status != "ok" {
+		fmt.Fprintf(b, ". **%s**: %s.\n\n", p.Status, p.Reason)
+		return
+	}
+	b.WriteString(". It runs in the scenarios a plain endpoint can (passthrough, stream, sweep); the others say why not.")
+	if !p.CPUMeasured {
+		b.WriteString(" Bench did not start it, so its CPU and memory are not measured (–); they count as other cores.")
+	}
+	for _, n := range p.Notes {
+		b.WriteString(" " + n)
+	}
+	b.WriteString("\n\n")
 }
 
 func writeLegs(b *strings.Builder, s *scenarioResult) {
@@ -243,25 +279,56 @@ func writeLegs(b *strings.Builder, s *scenarioResult) {
 		if l.Goroutines > 0 {
 			gor = fmt.Sprint(l.Goroutines)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.0f %s | %.3f | %.3f | %.3f | %.1f | %.1f | %s | %.2f |\n",
+		cpu, rss := fmt.Sprintf("%.3f | %.3f", l.ProxyCPUPer1k, l.UpstreamCPUPer1k), fmt.Sprintf("%.1f | %.1f", l.RSSMB, l.PeakRSSMB)
+		if l.CPUNotMeasured {
+			cpu, rss = "– | –", "– | –"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.0f %s | %s | %.3f | %s | %s | %.2f |\n",
 			l.Target, orDash(l.Step), l.Load, l.ThroughputRPS, l.Errors, p.P50, p.P90, p.P99, p.P999, p.Max, added,
-			l.ProxyCPUPer1k, l.UpstreamCPUPer1k, l.LoadgenCPUPer1k, l.RSSMB, l.PeakRSSMB, gor, l.OtherCores)
+			cpu, l.LoadgenCPUPer1k, rss, gor, l.OtherCores)
 	}
 	if stream {
-		b.WriteString("\n| target | TTFB p50 | TTFB p99 | +TTFB p50 | +TTFB p99 | inter-chunk p50 | inter-chunk p99 | +inter-chunk p50 | +inter-chunk p99 | +inter-chunk max |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("\n*TTFT* is the time to first content token: to the first event whose delta carries non-empty content or a tool call. " +
+			"*TTFB* is the time to the first body byte.\n")
+		b.WriteString("\n| target | TTFT p50 | TTFT p99 | +TTFT p50 | +TTFT p99 | TTFB p50 | TTFB p99 | +TTFB p50 | +TTFB p99 | inter-chunk p50 | inter-chunk p99 | +inter-chunk p50 | +inter-chunk p99 | +inter-chunk max |\n" +
+			"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range s.Legs {
 			t, g := l.TTFB, l.InterChunk
 			if t == nil || g == nil {
 				continue
 			}
-			at, ag := "– | –", "– | – | –"
+			tt, att, at, ag := "– | –", "– | –", "– | –", "– | – | –"
+			if l.TTFT != nil {
+				tt = fmt.Sprintf("%.0f | %.0f", l.TTFT.P50, l.TTFT.P99)
+			}
+			if l.AddedTTFT != nil {
+				att = fmt.Sprintf("%.0f | %.0f", l.AddedTTFT.P50, l.AddedTTFT.P99)
+			}
 			if l.AddedTTFB != nil && l.AddedInterChunk != nil {
 				at = fmt.Sprintf("%.0f | %.0f", l.AddedTTFB.P50, l.AddedTTFB.P99)
 				ag = fmt.Sprintf("%.0f | %.0f | %.0f", l.AddedInterChunk.P50, l.AddedInterChunk.P99, l.AddedInterChunk.Max)
 			}
-			fmt.Fprintf(b, "| %s | %.0f | %.0f | %s | %.0f | %.0f | %s |\n", l.Target, t.P50, t.P99, at, g.P50, g.P99, ag)
+			fmt.Fprintf(b, "| %s | %s | %s | %.0f | %.0f | %s | %.0f | %.0f | %s |\n", l.Target, tt, att, t.P50, t.P99, at, g.P50, g.P99, ag)
 		}
 	}
+}
+
+// legOrder is the order the targets are measured in, within a round.
+func legOrder(res *results) string {
+	if p := res.Peer; p != nil && p.Status == "ok" {
+		return "direct → floor → gateway → " + p.Name
+	}
+	return "direct → floor → gateway"
+}
+
+// floorBuffers describes the floor proxy's connection buffers ("" for a
+// run from before they were recorded).
+func floorBuffers(st settings) string {
+	if st.ReadBuffer == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; floor proxy buffers per connection: server read %d B, write %d B, upstream read %d B",
+		st.ReadBuffer, st.WriteBuffer, st.UpstreamReadBuffer)
 }
 
 func orDash(s string) string {

@@ -92,7 +92,8 @@ func ratio(a, b float64) float64 {
 func (b *bench) passthrough() *scenarioResult {
 	ls := b.spec(0, b.set.Concurrency, b.set.LegSeconds)
 	r := &scenarioResult{Name: "passthrough", Title: "Non-streaming pass-through, closed model", Load: ls.String()}
-	m := b.measure(r, b.plainJobs(chatBody, "x-gateway-cache", noCacheHit), ls)
+	jobs := b.withPeer(b.plainJobs(chatBody, "x-gateway-cache", noCacheHit), func(t *target) workload { return t.plain(chatBody, "", nil) })
+	m := b.measure(r, jobs, ls)
 	if m == nil {
 		return r
 	}
@@ -102,6 +103,7 @@ func (b *bench) passthrough() *scenarioResult {
 	r.fig("floor/direct throughput", ratio(m["floor"].ThroughputRPS, m["direct"].ThroughputRPS), "×")
 	r.fig("gateway/floor CPU per request", ratio(m["gateway"].ProxyCPUPer1k, m["floor"].ProxyCPUPer1k), "×")
 	r.fig("direct saturation", b.directSaturation, "rps")
+	b.peerRatios(r, m)
 	return r
 }
 
@@ -115,19 +117,29 @@ func noCacheHit(hv string, _ []byte) error {
 }
 
 // streaming is streaming pass-through at a constant arrival rate: time to
-// first byte and the gap between chunks, as added by each proxy.
+// first byte, time to first content token and the gap between chunks, as
+// added by each proxy.
 func (b *bench) streaming() *scenarioResult {
 	ls := b.spec(b.set.StreamRate, 0, b.set.LegSeconds)
 	r := &scenarioResult{Name: "stream", Title: "Streaming pass-through, open model", Load: ls.String()}
-	m := b.measure(r, []job{
-		{b.direct, b.direct.stream(streamBody)},
-		{b.floor, b.floor.stream(streamBody)},
-		{b.gateway, b.gateway.stream(streamBody)},
-	}, ls)
+	stream := func(t *target) workload { return t.stream(streamBody) }
+	m := b.measure(r, b.withPeer([]job{
+		{b.direct, stream(b.direct)},
+		{b.floor, stream(b.floor)},
+		{b.gateway, stream(b.gateway)},
+	}, stream), ls)
 	if m == nil {
 		return r
 	}
-	for _, t := range []string{"gateway", "floor"} {
+	proxies := []string{"gateway", "floor"}
+	if b.peer != nil {
+		proxies = append(proxies, b.peer.name)
+	}
+	for _, t := range proxies {
+		if a := m[t].AddedTTFT; a != nil {
+			r.fig(t+" added TTFT p50", a.P50, "µs")
+			r.fig(t+" added TTFT p99", a.P99, "µs")
+		}
 		if a := m[t].AddedTTFB; a != nil {
 			r.fig(t+" added TTFB p50", a.P50, "µs")
 			r.fig(t+" added TTFB p99", a.P99, "µs")

@@ -34,8 +34,7 @@ func (b *bench) concurrentStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(mock)
-	floor, err := b.procs.start("floor-slow", b.bins.floor, "-listen", "{addr}", "-upstream", mock.addr,
-		"-max-conns", strconv.Itoa(n+1000))
+	floor, err := b.procs.start("floor-slow", b.bins.floor, append(b.floorArgs(mock.addr), "-max-conns", strconv.Itoa(n+1000))...)
 	if err != nil {
 		return fail(err)
 	}
@@ -109,7 +108,7 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 	warm := make(chan struct{})
 	go func() {
 		defer close(warm)
-		_ = t.readStream(slowBody, func(time.Time, int) bool { return false }, nil)
+		_ = t.readStream(slowBody, nil, func(time.Time, []byte) bool { return false }, nil)
 	}()
 	<-warm
 	t.cutStreams()
@@ -140,7 +139,7 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 		go func() {
 			defer wg.Done()
 			counted := false
-			err := t.readStream(slowBody, func(time.Time, int) bool {
+			err := t.readStream(slowBody, nil, func(time.Time, []byte) bool {
 				if !counted {
 					counted = true
 					opened.Add(1)

@@ -25,54 +25,60 @@ func (c *Config) setLimitDefaults() {
 	}
 }
 
-// validateLimits checks [[limits]], [[budgets]], prices and key roles.
-func (c *Config) validateLimits(add func(format string, args ...any)) {
-	if !oneOf(c.Tracing.Protocol, "http/protobuf", "grpc") {
-		add("tracing.protocol: %q is not one of http/protobuf, grpc", c.Tracing.Protocol)
-	}
+// validateLimits checks [tracing], [middleware.limits], [[limits]],
+// [[budgets]], prices and key roles.
+func (c *Config) validateLimits(p *problems, o *origin) {
+	p.checkEnum("tracing.protocol", c.Tracing.Protocol, "http/protobuf", "grpc")
 	if r := c.Tracing.SampleRatio; r != nil && (*r < 0 || *r > 1) {
-		add("tracing.sample_ratio: must be between 0 and 1")
+		p.add("tracing.sample_ratio", "must be between 0 and 1")
 	}
-	if !oneOf(c.Middleware.Limits.Fail, "open", "closed") {
-		add("middleware.limits.fail: %q is not one of open, closed", c.Middleware.Limits.Fail)
-	}
-	for i, l := range c.Limits {
-		at := fmt.Sprintf("limits[%d]", i)
-		for _, g := range []string{l.Tenant, l.Key, l.Model} {
-			if _, err := path.Match(g, ""); err != nil {
-				add("%s: bad pattern %q", at, g)
-			}
-		}
-		if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.Concurrent < 0 || l.ToolCallsPerMinute < 0 {
-			add("%s: limits must not be negative", at)
-		}
-		if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.Concurrent == 0 && l.ToolCallsPerMinute == 0 {
-			add("%s: set at least one of requests_per_minute, tokens_per_minute, concurrent, tool_calls_per_minute", at)
-		}
-	}
-	for i, b := range c.Budgets {
-		at := fmt.Sprintf("budgets[%d]", i)
-		if (b.Tenant == "") == (b.Key == "") {
-			add("%s: set one of tenant, key", at)
-		}
-		if b.Amount <= 0 {
-			add("%s.amount: must be positive (dollars)", at)
-		}
-		if !oneOf(b.Period, "day", "month", "total") {
-			add("%s.period: %q is not one of day, month, total", at, b.Period)
-		}
-		if b.WarnAt < 0 || b.WarnAt > 1 {
-			add("%s.warn_at: must be a fraction between 0 and 1", at)
-		}
-	}
+	p.checkEnum("middleware.limits.fail", c.Middleware.Limits.Fail, "open", "closed")
+	c.validateLimitRules(p)
+	c.validateBudgets(p)
 	for i, m := range c.Models {
-		if p := m.Price; p != nil && (p.Input < 0 || p.Output < 0 || p.CachedInput < 0) {
-			add("models[%d].price: prices must not be negative", i)
+		if pr := m.Price; pr != nil && (pr.Input < 0 || pr.Output < 0 || pr.CachedInput < 0) {
+			p.add(fmt.Sprintf("models[%d].price", o.model(i)), "prices must not be negative")
 		}
 	}
 	for i, k := range c.Keys {
 		if !oneOf(k.Role, "", "admin") {
-			add("keys[%d].role: %q is not one of admin (or unset)", i, k.Role)
+			p.add(fmt.Sprintf("keys[%d].role", i), "%q is not one of admin (or unset)", k.Role)
+		}
+	}
+}
+
+// validateLimitRules checks [[limits]]: patterns that compile, and at
+// least one limit, none negative.
+func (c *Config) validateLimitRules(p *problems) {
+	for i, l := range c.Limits {
+		at := fmt.Sprintf("limits[%d]", i)
+		for _, g := range []struct{ key, pattern string }{{"tenant", l.Tenant}, {"key", l.Key}, {"model", l.Model}} {
+			if _, err := path.Match(g.pattern, ""); err != nil {
+				p.add(at+"."+g.key, "bad pattern %q", g.pattern)
+			}
+		}
+		if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.Concurrent < 0 || l.ToolCallsPerMinute < 0 {
+			p.add(at, "limits must not be negative")
+		}
+		if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.Concurrent == 0 && l.ToolCallsPerMinute == 0 {
+			p.add(at, "set at least one of requests_per_minute, tokens_per_minute, concurrent, tool_calls_per_minute")
+		}
+	}
+}
+
+// validateBudgets checks [[budgets]].
+func (c *Config) validateBudgets(p *problems) {
+	for i, b := range c.Budgets {
+		at := fmt.Sprintf("budgets[%d]", i)
+		if (b.Tenant == "") == (b.Key == "") {
+			p.add(at, "set one of tenant, key")
+		}
+		if b.Amount <= 0 {
+			p.add(at+".amount", "must be positive (dollars)")
+		}
+		p.checkEnum(at+".period", b.Period, "day", "month", "total")
+		if b.WarnAt < 0 || b.WarnAt > 1 {
+			p.add(at+".warn_at", "must be a fraction between 0 and 1")
 		}
 	}
 }

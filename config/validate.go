@@ -9,7 +9,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -273,22 +272,7 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	for i, mw := range c.Middleware.Request {
 		p.checkEnum(fmt.Sprintf("middleware.request[%d]", i), mw, "policy", "limits", "guardrails", "cache")
 	}
-	c.validateLimits(func(format string, args ...any) {
-		// validateLimits writes "key: message"; its model indexes are
-		// counted after defaults, like everything validate sees.
-		key, msg, ok := strings.Cut(fmt.Sprintf(format, args...), ": ")
-		if !ok {
-			key, msg = "", key
-		}
-		if rest, ok := strings.CutPrefix(key, "models["); ok {
-			if n, tail, ok := strings.Cut(rest, "]"); ok {
-				if i, err := strconv.Atoi(n); err == nil {
-					key = fmt.Sprintf("models[%d]%s", o.model(i), tail)
-				}
-			}
-		}
-		p.errs = append(p.errs, &KeyError{Key: key, Msg: msg})
-	})
+	c.validateLimits(p, o)
 	f := c.Middleware.Fallback
 	for _, d := range []struct {
 		key string

@@ -136,7 +136,7 @@ func TestValidate(t *testing.T) {
 		{name: "limits fail", toml: "[middleware.limits]\nfail = \"maybe\"\n", want: `middleware.limits.fail: "maybe" is not one of open, closed`},
 		{name: "tracing protocol", toml: "[tracing]\nprotocol = \"udp\"\n", want: `tracing.protocol: "udp" is not one of http/protobuf, grpc`},
 		{name: "tracing sample ratio", toml: "[tracing]\nsample_ratio = 2.0\n", want: `tracing.sample_ratio: must be between 0 and 1`},
-		{name: "limit pattern", toml: "[[limits]]\ntenant = \"[\"\nconcurrent = 1\n", want: `limits[0]: bad pattern "["`},
+		{name: "limit pattern", toml: "[[limits]]\ntenant = \"[\"\nconcurrent = 1\n", want: `limits[0].tenant: bad pattern "["`},
 		{name: "limit negative", toml: "[[limits]]\nconcurrent = -1\n", want: `limits[0]: limits must not be negative`},
 		{name: "limit empty", toml: "[[limits]]\ntenant = \"a\"\n", want: `limits[0]: set at least one of requests_per_minute, tokens_per_minute, concurrent, tool_calls_per_minute`},
 		{name: "budget owner", toml: "[[budgets]]\namount = 1.0\n", want: `budgets[0]: set one of tenant, key`},

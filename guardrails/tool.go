@@ -21,40 +21,44 @@ func (e *Engine) ToolMiddleware() pipeline.ToolMiddleware {
 	}
 	return func(next pipeline.ToolHandler) pipeline.ToolHandler {
 		return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
-			var t *pipeline.Tenant
-			var meta *pipeline.Meta
-			if c.Request != nil {
-				t, meta = c.Request.Tenant, c.Request.Meta
-			}
-			if in := forTool(e.guards(t, StageToolInput), c.Name); len(in) > 0 {
-				args, err := checkJSON(ctx, in, meta, c.Arguments)
-				if err != nil {
-					return nil, err
-				}
-				if args != nil {
-					cc := *c
-					cc.Arguments = args
-					c = &cc
-				}
+			c, err := e.checkInput(ctx, c)
+			if err != nil {
+				return nil, err
 			}
 			res, err := next.CallTool(ctx, c)
 			if err != nil || res == nil {
 				return res, err
 			}
-			if out := forTool(e.guards(t, StageToolOutput), c.Name); len(out) > 0 {
-				content, err := checkJSON(ctx, out, meta, res.Content)
-				if err != nil {
-					return nil, err
-				}
-				if content != nil {
-					r := *res
-					r.Content = content
-					res = &r
-				}
-			}
-			return res, nil
+			return e.checkOutput(ctx, c, res)
 		})
 	}
+}
+
+// checkInput returns c, or a copy of it with the arguments the tool_input
+// guards redacted.
+func (e *Engine) checkInput(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolCall, error) {
+	args, err := e.checkJSON(ctx, c, StageToolInput, c.Arguments)
+	if err != nil || args == nil {
+		return c, err
+	}
+	edited := *c
+	edited.Arguments = args
+	return &edited, nil
+}
+
+// checkOutput returns res, or a copy of it with the content the tool_output
+// guards redacted; nil with the error when they block it.
+func (e *Engine) checkOutput(ctx context.Context, c *pipeline.ToolCall, res *pipeline.ToolResult) (*pipeline.ToolResult, error) {
+	content, err := e.checkJSON(ctx, c, StageToolOutput, res.Content)
+	switch {
+	case err != nil:
+		return nil, err
+	case content == nil:
+		return res, nil
+	}
+	edited := *res
+	edited.Content = content
+	return &edited, nil
 }
 
 // forTool returns the guards of gs that check the tool name.
@@ -68,10 +72,20 @@ func forTool(gs []*guard, name string) []*guard {
 	return out
 }
 
-// checkJSON checks a JSON text (arguments or a result); nil when unchanged.
-// A block, or a redaction that leaves invalid JSON, is a content_blocked
-// tool error.
-func checkJSON(ctx context.Context, gs []*guard, meta *pipeline.Meta, text []byte) ([]byte, error) {
+// checkJSON checks a JSON text (the arguments or the result of call c) with
+// the guards of stage that check c's tool for c's tenant; nil when
+// unchanged or when no guard applies. A block, or a redaction that leaves
+// invalid JSON, is a content_blocked tool error.
+func (e *Engine) checkJSON(ctx context.Context, c *pipeline.ToolCall, stage string, text []byte) ([]byte, error) {
+	var t *pipeline.Tenant
+	var meta *pipeline.Meta
+	if c.Request != nil {
+		t, meta = c.Request.Tenant, c.Request.Meta
+	}
+	gs := forTool(e.guards(t, stage), c.Name)
+	if len(gs) == 0 {
+		return nil, nil
+	}
 	out, err := newChecker(ctx, gs, meta).Check(text)
 	var b *Blocked
 	if errors.As(err, &b) {

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,18 @@ type UsageRow struct {
 	CachedTokens int64   `json:"cached_tokens"`
 	CostMicro    int64   `json:"cost_microdollars"`
 	CostUSD      float64 `json:"cost_usd"`
+}
+
+// counters are r's counters in usageRow order (mRequests, mCalls, ...).
+func (r *UsageRow) counters() [numMetrics]*int64 {
+	return [numMetrics]*int64{
+		mRequests: &r.Requests,
+		mCalls:    &r.Calls,
+		mInput:    &r.InputTokens,
+		mOutput:   &r.OutputTokens,
+		mCached:   &r.CachedTokens,
+		mCost:     &r.CostMicro,
+	}
 }
 
 // Report returns the usage JSON for q: {"object":"list","group_by",
@@ -88,21 +101,9 @@ func (l *Limiter) Report(ctx context.Context, q UsageQuery) ([]byte, error) {
 				row = &UsageRow{Group: g}
 				groups[g] = row
 			}
-			for _, r := range []*UsageRow{row, &total} {
-				switch parts[3] {
-				case "requests":
-					r.Requests += n
-				case "calls":
-					r.Calls += n
-				case "input":
-					r.InputTokens += n
-				case "output":
-					r.OutputTokens += n
-				case "cached":
-					r.CachedTokens += n
-				case "cost":
-					r.CostMicro += n
-				}
+			if m := slices.Index(metricNames[:], parts[3]); m >= 0 {
+				*row.counters()[m] += n
+				*total.counters()[m] += n
 			}
 		}
 	}

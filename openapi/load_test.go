@@ -169,3 +169,39 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestArgumentKeysAreLiteral: a parameter's name from a spec is read from the
+// arguments as a literal key, never as a gjson path: "@reverse" is not the
+// modifier (which would yield the whole arguments object) and "a.b" is not
+// the nested member b of a.
+func TestArgumentKeysAreLiteral(t *testing.T) {
+	t.Parallel()
+	doc := []byte(`openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /items:
+    get:
+      operationId: listItems
+      parameters:
+        - {name: "@reverse", in: query, schema: {type: string}}
+        - {name: "a.b", in: query, schema: {type: string}}
+`)
+	ops, err := Parse(doc, config.OpenAPI{Name: "t", BaseURL: "https://h.test/"}, http.DefaultClient)
+	if err != nil || len(ops) != 1 {
+		t.Fatalf("ops %v, err %v", ops, err)
+	}
+	for _, tc := range []struct{ name, args, query string }{
+		{"literal keys", `{"@reverse":"r","a.b":"d","a":{"b":"nested"}}`, "%40reverse=r&a.b=d"},
+		{"modifier and path inert", `{"a":{"b":"nested"},"x":[1,2]}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := ops[0].request(context.Background(), []byte(tc.args))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.URL.RawQuery != tc.query {
+				t.Fatalf("query %q, want %q", req.URL.RawQuery, tc.query)
+			}
+		})
+	}
+}

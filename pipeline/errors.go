@@ -53,6 +53,8 @@ const (
 	CodeUnknownURL               = "unknown_url"
 	CodeInvalidPath              = "invalid_path"
 	CodeMethodNotAllowed         = "method_not_allowed"
+	CodeUnsupportedMediaType     = "unsupported_media_type"
+	CodeResponseNotFound         = "response_not_found" // an unknown, expired or other tenant's response id
 	CodeRequestTooLarge          = "request_too_large"
 	CodeRequestTimeout           = "request_timeout"
 	CodeIntegerAboveMax          = "integer_above_max_value"

@@ -16,8 +16,6 @@ import (
 	"github.com/llmgw/gateway/sse"
 )
 
-const chatRoute = "/v1/chat/completions"
-
 // handleChat is POST /v1/chat/completions: ingress, the request layer, then
 // one JSON body or an SSE stream written by the sink.
 func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
@@ -35,8 +33,7 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 	route := rt.Routes[in.model]
 	if route == nil {
 		// Only a caller with a valid key learns which names exist.
-		if _, err := rt.authenticate(ctx); err != nil {
-			s.writeError(ctx, x, err)
+		if _, ok := s.tenant(ctx, x); !ok {
 			return
 		}
 		s.writeError(ctx, x, modelNotFound(in.model)) // no client-chosen metric labels

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"strings"
+	"unicode"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -13,12 +15,18 @@ type chatInput struct {
 	model        string
 	stream       bool
 	includeUsage bool
-	tools        []byte // the first top-level "tools" array: a sub-slice of the body
+	tools        []byte // the top-level "tools" array: a sub-slice of the body
 }
 
 // parseChat validates a /v1/chat/completions body once, at ingress. Later
 // layers read it with gjson without re-validating. Every failure names the
 // offending param.
+//
+// A top-level key may appear once. gjson (and so every layer here) reads the
+// first of two equal keys, while upstreams commonly keep the last and some
+// match keys without regard to case: a body with two "model" or two
+// "messages" keys would have the policy, the limits and the guardrails judge
+// one value and the upstream act on another.
 func parseChat(body []byte) (chatInput, error) {
 	var in chatInput
 	if len(body) == 0 {
@@ -27,12 +35,18 @@ func parseChat(body []byte) (chatInput, error) {
 	if !gjson.ValidBytes(body) {
 		return in, pipeline.BadRequest("", "the request body is not valid JSON")
 	}
-	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))) // a view: body is never written, and nothing read here is kept past it
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))) // a view: body is never written and outlives what is read from it
 	if !root.IsObject() {
 		return in, pipeline.BadRequest("", "the request body must be a JSON object")
 	}
 	var model, messages, stream, streamOptions, tools gjson.Result
+	var keys keySet
+	repeated := ""
 	root.ForEach(func(k, v gjson.Result) bool {
+		if keys.add(k.Str) {
+			repeated = k.Str
+			return false
+		}
 		switch k.Str {
 		case "model":
 			model = v
@@ -43,12 +57,13 @@ func parseChat(body []byte) (chatInput, error) {
 		case "stream_options":
 			streamOptions = v
 		case "tools":
-			if !tools.Exists() { // the first, as gjson.Get reads it
-				tools = v
-			}
+			tools = v
 		}
 		return true
 	})
+	if repeated != "" {
+		return in, repeatedKey(repeated)
+	}
 	switch {
 	case !model.Exists():
 		return in, pipeline.BadRequest("model", "you must provide a model parameter")
@@ -57,11 +72,22 @@ func parseChat(body []byte) (chatInput, error) {
 	}
 	in.model = model.Str
 	in.tools = arrayIn(body, tools)
+	if err := checkMessages(messages); err != nil {
+		return in, err
+	}
+	var err error
+	in.stream, in.includeUsage, err = streamFlags(stream, streamOptions)
+	return in, err
+}
+
+// checkMessages checks messages: a non-empty array of objects, each with
+// a role.
+func checkMessages(messages gjson.Result) error {
 	switch {
 	case !messages.Exists():
-		return in, pipeline.BadRequest("messages", "missing required parameter: 'messages'")
+		return pipeline.BadRequest("messages", "missing required parameter: 'messages'")
 	case !messages.IsArray():
-		return in, pipeline.BadRequest("messages", "messages must be an array")
+		return pipeline.BadRequest("messages", "messages must be an array")
 	}
 	n := 0
 	var bad error
@@ -78,30 +104,34 @@ func parseChat(body []byte) (chatInput, error) {
 		return true
 	})
 	if bad != nil {
-		return in, bad
+		return bad
 	}
 	if n == 0 {
-		return in, pipeline.BadRequest("messages", "messages must contain at least one message")
+		return pipeline.BadRequest("messages", "messages must contain at least one message")
 	}
-	if stream.Exists() {
-		switch stream.Type {
-		case gjson.True:
-			in.stream = true
-		case gjson.False, gjson.Null:
-		default:
-			return in, pipeline.BadRequest("stream", "stream must be a boolean")
-		}
+	return nil
+}
+
+// streamFlags reads stream (a boolean or null) and stream_options (an
+// object, only with stream true).
+func streamFlags(stream, options gjson.Result) (on, includeUsage bool, _ error) {
+	switch stream.Type {
+	case gjson.True:
+		on = true
+	case gjson.False, gjson.Null: // also absent
+	default:
+		return false, false, pipeline.BadRequest("stream", "stream must be a boolean")
 	}
-	if streamOptions.Exists() && streamOptions.Type != gjson.Null {
-		if !streamOptions.IsObject() {
-			return in, pipeline.BadRequest("stream_options", "stream_options must be an object")
-		}
-		if !in.stream {
-			return in, pipeline.BadRequest("stream_options", "stream_options is only allowed when stream is true")
-		}
-		in.includeUsage = streamOptions.Get("include_usage").Type == gjson.True
+	if !options.Exists() || options.Type == gjson.Null {
+		return on, false, nil
 	}
-	return in, nil
+	if !options.IsObject() {
+		return on, false, pipeline.BadRequest("stream_options", "stream_options must be an object")
+	}
+	if !on {
+		return on, false, pipeline.BadRequest("stream_options", "stream_options is only allowed when stream is true")
+	}
+	return on, options.Get("include_usage").Type == gjson.True, nil
 }
 
 // arrayIn returns the array v read from body as a sub-slice of body (no
@@ -111,4 +141,48 @@ func arrayIn(body []byte, v gjson.Result) []byte {
 		return nil
 	}
 	return body[v.Index : v.Index+len(v.Raw)]
+}
+
+// keySet holds the top-level keys of one body, compared without regard to
+// case. The common body has a few keys; they stay in the array, and a body
+// with more than fit there moves them to a map.
+type keySet struct {
+	small [32]string
+	n     int
+	big   map[string]struct{}
+}
+
+// add records k and reports whether an equal key was already there.
+func (s *keySet) add(k string) (repeated bool) {
+	if s.big == nil && s.n < len(s.small) {
+		for _, seen := range s.small[:s.n] {
+			if strings.EqualFold(seen, k) {
+				return true
+			}
+		}
+		s.small[s.n] = k
+		s.n++
+		return false
+	}
+	if s.big == nil {
+		s.big = make(map[string]struct{}, 2*len(s.small))
+		for _, seen := range s.small[:s.n] {
+			s.big[strings.ToLower(seen)] = struct{}{}
+		}
+	}
+	lower := strings.ToLower(k)
+	if _, ok := s.big[lower]; ok {
+		return true
+	}
+	s.big[lower] = struct{}{}
+	return false
+}
+
+// repeatedKey is the 400 for a key given twice. The key is the client's own
+// text: it is named only when short.
+func repeatedKey(k string) error {
+	if len(k) > 64 || strings.ContainsFunc(k, unicode.IsControl) {
+		return pipeline.BadRequest("", "the request body repeats a key; each key may appear once")
+	}
+	return pipeline.BadRequest(k, "%q may appear once in the request body", k)
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -32,6 +34,16 @@ func TestParseChat(t *testing.T) {
 		{name: "message without role", body: `{"model":"m","messages":[{"content":"x"}]}`, param: "messages"},
 		{name: "stream string", body: `{"model":"m","stream":"true","messages":[{"role":"user"}]}`, param: "stream"},
 		{name: "stream_options without stream", body: `{"model":"m","stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`, param: "stream_options"},
+		// A key given twice: gjson reads the first, upstreams often the last.
+		{name: "model twice", body: `{"model":"m","messages":[{"role":"user"}],"model":"other"}`, param: "model"},
+		{name: "messages twice", body: `{"model":"m","messages":[{"role":"user"}],"messages":[{"role":"system"}]}`, param: "messages"},
+		{name: "model in other case", body: `{"model":"m","MODEL":"other","messages":[{"role":"user"}]}`, param: "MODEL"},
+		{name: "model escaped", body: `{"model":"m","\u006dodel":"other","messages":[{"role":"user"}]}`, param: "model"},
+		{name: "tools twice", body: `{"model":"m","tools":[],"tools":[{"type":"function"}],"messages":[{"role":"user"}]}`, param: "tools"},
+		{name: "unknown key twice", body: `{"model":"m","temperature":0,"messages":[{"role":"user"}],"temperature":2}`, param: "temperature"},
+		{name: "long key twice", body: `{"model":"m","` + strings.Repeat("k", 65) + `":1,"` + strings.Repeat("k", 65) + `":2,"messages":[{"role":"user"}]}`},
+		{name: "many keys", body: `{"model":"m",` + manyKeys(40, "") + `"messages":[{"role":"user"}]}`, ok: true},
+		{name: "many keys, one twice", body: `{"model":"m",` + manyKeys(40, "k3") + `"messages":[{"role":"user"}]}`, param: "k3"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,6 +71,7 @@ func FuzzParseChat(f *testing.F) {
 		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"é"}]}`,
 		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
 		`{"model":"m","tools" : [ {"type":"function"} ],"tools":[],"messages":[{"role":"user"}]}`,
+		`{"model":"m","Model":"n","messages":[{"role":"user"}]}`,
 		`{"model":"m","tools":null,"tools":[1],"messages":[{"role":"user"}]}`,
 		`{"model":`, `[]`, `null`, `{"model":"\u0000","messages":[{"role":""}]}`, "\xff\xfe",
 	} {
@@ -79,6 +92,14 @@ func FuzzParseChat(f *testing.F) {
 		if in.includeUsage && !in.stream {
 			t.Fatal("include_usage without stream")
 		}
+		seen := map[string]bool{}
+		gjson.ParseBytes(body).ForEach(func(k, _ gjson.Result) bool {
+			if seen[strings.ToLower(k.Str)] {
+				t.Fatalf("accepted a body that repeats the key %q", k.Str)
+			}
+			seen[strings.ToLower(k.Str)] = true
+			return true
+		})
 		if want := gjson.GetBytes(body, "tools"); string(in.tools) != map[bool]string{true: want.Raw}[want.IsArray()] {
 			t.Fatalf("tools %q, gjson reads %q", in.tools, want.Raw)
 		}
@@ -129,4 +150,17 @@ func TestSetModel(t *testing.T) {
 			t.Errorf("setModel(%s, %q) = %s, want %s", c.in, c.model, got, c.want)
 		}
 	}
+}
+
+// manyKeys writes n distinct keys "k0".."k<n-1>", then again the key
+// repeat when it is not "".
+func manyKeys(n int, repeat string) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `"k%d":%d,`, i, i)
+	}
+	if repeat != "" {
+		fmt.Fprintf(&b, `%q:0,`, repeat)
+	}
+	return b.String()
 }

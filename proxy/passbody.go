@@ -40,39 +40,16 @@ type passBody struct {
 // name passes the tenant's policy before anything goes upstream; any other
 // body streams through an uploadReader bounded by the same limit.
 func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path string, limit int) (passBody, error) {
+	f := formOf(&ctx.Request.Header)
+	if f.opaque() {
+		return opaqueBody(ctx, rt, path, limit)
+	}
 	var pb passBody
-	ct := string(ctx.Request.Header.ContentType())
-	media, params, _ := mime.ParseMediaType(ct)
-	form := media == "multipart/form-data" && params["boundary"] != ""
-	json := media == "application/json" || strings.HasSuffix(media, "+json")
-	if !json && !form && rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
-		// A lenient upstream parses any body as JSON: a model endpoint's
-		// body is judged here or not sent at all.
-		return pb, pipeline.Errorf(http.StatusUnsupportedMediaType, pipeline.TypeInvalidRequest, "unsupported_media_type",
-			"%s takes application/json or multipart/form-data.", truncate(path, 200))
-	}
-	if !json && !form {
-		if cl := ctx.Request.Header.ContentLength(); cl > limit {
-			_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
-			return pb, err
-		}
-		if !ctx.Request.IsBodyStream() {
-			pb.body = ctx.Request.Body() // fasthttp's buffer lives until the handler's writer ends
-			return pb, nil
-		}
-		pb.upload = &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}
-		return pb, nil
-	}
 	body, err := readBody(ctx, limit)
 	if err != nil {
 		return pb, err
 	}
-	var model string
-	if form {
-		model, err = formModel(body, params["boundary"])
-	} else {
-		model, err = jsonModel(body)
-	}
+	model, err := f.model(body)
 	if err != nil {
 		return pb, err
 	}
@@ -90,26 +67,84 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 		}
 		body = req.Body
 	}
-	if path == responsesRoute && ctx.IsPost() && json && rt.servesResponses(model) {
+	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
 		pb.body, pb.native = body, true
 		return pb, nil
 	}
-	if route != nil && len(route.Deployments) > 0 {
-		d := route.Deployments[0]
-		pb.provider = d.Provider
-		if d.Upstream != model {
-			if form {
-				body, err = setFormModel(body, params["boundary"], d.Upstream)
-			} else {
-				body, err = sjson.SetBytes(body, "model", d.Upstream)
-			}
-			if err != nil {
-				return pb, pipeline.BadRequest("model", "cannot route the request")
-			}
-		}
+	pb.provider, pb.body, err = routeBody(f, body, model, route)
+	return pb, err
+}
+
+// opaqueBody is a pass-through body that is neither JSON nor a form: sent
+// as it is, streamed when fasthttp streams it. A model endpoint refuses it
+// (a lenient upstream parses any body as JSON: a model endpoint's body is
+// judged here or not sent at all).
+func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, path string, limit int) (passBody, error) {
+	if rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
+		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
+			"%s takes application/json or multipart/form-data.", truncate(path, 200))
 	}
-	pb.body = body
-	return pb, nil
+	if cl := ctx.Request.Header.ContentLength(); cl > limit {
+		_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
+		return passBody{}, err
+	}
+	if !ctx.Request.IsBodyStream() {
+		return passBody{body: ctx.Request.Body()}, nil // fasthttp's buffer lives until the handler's writer ends
+	}
+	return passBody{upload: &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}}, nil
+}
+
+// routeBody sends body to route's first deployment: its provider, and the
+// body naming the deployment's upstream model where that is not model. No
+// route (an unknown model passed through, or none named) sends body as it
+// is to the default provider ("").
+func routeBody(f bodyForm, body []byte, model string, route *pipeline.Route) (provider string, _ []byte, _ error) {
+	if route == nil || len(route.Deployments) == 0 {
+		return "", body, nil
+	}
+	d := route.Deployments[0]
+	if d.Upstream == model {
+		return d.Provider, body, nil
+	}
+	body, err := f.setModel(body, d.Upstream)
+	if err != nil {
+		return "", nil, pipeline.BadRequest("model", "cannot route the request")
+	}
+	return d.Provider, body, nil
+}
+
+// bodyForm is how a pass-through body is read: JSON, a multipart form
+// (boundary set), or neither (opaque).
+type bodyForm struct {
+	json     bool
+	boundary string // a multipart/form-data body's
+}
+
+func formOf(h *fasthttp.RequestHeader) bodyForm {
+	media, params, _ := mime.ParseMediaType(string(h.ContentType()))
+	f := bodyForm{json: media == "application/json" || strings.HasSuffix(media, "+json")}
+	if media == "multipart/form-data" {
+		f.boundary = params["boundary"]
+	}
+	return f
+}
+
+func (f bodyForm) opaque() bool { return !f.json && f.boundary == "" }
+
+// model returns the model body names ("" for none).
+func (f bodyForm) model(body []byte) (string, error) {
+	if f.boundary != "" {
+		return formModel(body, f.boundary)
+	}
+	return jsonModel(body)
+}
+
+// setModel returns body naming model instead.
+func (f bodyForm) setModel(body []byte, model string) ([]byte, error) {
+	if f.boundary != "" {
+		return setFormModel(body, f.boundary, model)
+	}
+	return sjson.SetBytes(body, "model", model)
 }
 
 // jsonModel validates a JSON body and returns the model it names ("" for

@@ -17,12 +17,6 @@ import (
 	"github.com/llmgw/gateway/wire"
 )
 
-const responsesRoute = "/v1/responses"
-
-// CodeResponseNotFound is the code of an unknown, expired or other
-// tenant's response id.
-const codeResponseNotFound = "response_not_found"
-
 // servesResponses reports whether POST /v1/responses for model runs through
 // the pipeline here (translated to chat) rather than passing through: the
 // model is configured and its provider does not serve the Responses API
@@ -58,7 +52,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 			return
 		}
 		if !ok {
-			e := pipeline.NotFound(codeResponseNotFound, "Previous response with id '%s' not found.", truncate(prevID, 128))
+			e := pipeline.NotFound(pipeline.CodeResponseNotFound, "Previous response with id '%s' not found.", truncate(prevID, 128))
 			e.Param = "previous_response_id"
 			s.writeError(ctx, x, e)
 			return
@@ -208,9 +202,8 @@ func (f *responsesForm) save(object, answer []byte) {
 // /v1/responses/{id}/input_items from the tenant's stored responses.
 func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	rt := x.rt
-	t, err := rt.authenticate(ctx)
-	if err != nil {
-		s.writeError(ctx, x, err)
+	t, ok := s.tenant(ctx, x)
+	if !ok {
 		return
 	}
 	if rt.Policy != nil && !rt.Policy.AllowsPath(t, responsesRoute) {
@@ -246,7 +239,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 			return
 		}
 	}
-	notFound := pipeline.NotFound(codeResponseNotFound, "Response with id '%s' not found.", truncate(id, 128))
+	notFound := pipeline.NotFound(pipeline.CodeResponseNotFound, "Response with id '%s' not found.", truncate(id, 128))
 	if ctx.IsDelete() {
 		ok, err := rt.Responses.Delete(lctx, tenant, id)
 		switch {

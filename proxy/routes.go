@@ -1,18 +1,13 @@
 package proxy
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"sort"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -61,6 +56,17 @@ func (rt *Runtime) authenticate(ctx *fasthttp.RequestCtx) (*pipeline.Tenant, err
 	return rt.Policy.Authenticate(bearer(&ctx.Request.Header))
 }
 
+// tenant is authenticate for a handler: on failure it writes the error and
+// reports false, and the handler returns.
+func (s *Server) tenant(ctx *fasthttp.RequestCtx, x *exchange) (*pipeline.Tenant, bool) {
+	t, err := x.rt.authenticate(ctx)
+	if err != nil {
+		s.writeError(ctx, x, err)
+		return nil, false
+	}
+	return t, true
+}
+
 // buildModels renders /v1/models and each /v1/models/{id} once per config.
 func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 	list := struct {
@@ -82,14 +88,13 @@ func buildModels(cfg *config.Config) ([]byte, map[string][]byte) {
 // 404 for one it may not, exactly as for a model that does not exist.
 func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	rt := x.rt
-	t, err := rt.authenticate(ctx)
-	if err != nil {
-		s.writeError(ctx, x, err)
+	t, ok := s.tenant(ctx, x)
+	if !ok {
 		return
 	}
 	restricted := rt.Policy != nil && rt.Policy.RestrictsModels(t)
 	ctx.SetContentType("application/json")
-	if path == "/v1/models" {
+	if path == modelsRoute {
 		if !restricted {
 			ctx.SetBody(rt.modelsJSON)
 			return
@@ -97,7 +102,7 @@ func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string
 		ctx.SetBody(filterModels(rt.modelsJSON, func(name string) bool { return rt.Policy.AllowsModel(t, name) }))
 		return
 	}
-	name := strings.TrimPrefix(path, "/v1/models/")
+	name := strings.TrimPrefix(path, modelsRoute+"/")
 	b, ok := rt.modelJSON[name]
 	if ok && restricted && !rt.Policy.AllowsModel(t, name) {
 		ok = false
@@ -133,85 +138,3 @@ func filterModels(all []byte, keep func(string) bool) []byte {
 	b, _ := json.Marshal(list)
 	return b
 }
-
-// handleOps serves the operator routes (/healthz, /readyz, /metrics) and
-// reports whether path was one of them. On the main listener (main) they
-// are guarded: /metrics needs the admin key once the gateway has keys or an
-// admin key (or is refused there when metrics_listen serves it), and
-// /readyz shows its details only to an admin; its status stays public for
-// load balancers. The separate metrics listener is trusted as a whole.
-func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, main bool) bool {
-	rt := x.rt
-	switch path {
-	case "/healthz":
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case "/readyz":
-		s.handleReady(ctx, rt, !main || rt.admin(ctx) == nil)
-	case "/metrics":
-		if main {
-			if err := rt.admin(ctx); err != nil {
-				s.writeError(ctx, x, err)
-				return true
-			}
-		}
-		serveMetrics(ctx)
-	default:
-		return false
-	}
-	return true
-}
-
-// admin checks the admin credential for an operator route on the main
-// listener: nil when allowed.
-func (rt *Runtime) admin(ctx *fasthttp.RequestCtx) error {
-	cfg := rt.Config.Server
-	if cfg.MetricsListen != "" {
-		return pipeline.NotFound(pipeline.CodeUnknownURL, "Metrics are served on the metrics listener.")
-	}
-	if cfg.AdminKey == "" {
-		if rt.Policy == nil || rt.Policy.Open() {
-			return nil // an open gateway keeps its operator routes open
-		}
-		return pipeline.Forbidden(pipeline.CodeAdminRequired,
-			"This gateway has keys: set server.admin_key or server.metrics_listen to read operator routes.")
-	}
-	if !rt.adminKeyOK(ctx) {
-		return pipeline.Unauthorized(nil, "This route needs the gateway's admin key.")
-	}
-	return nil
-}
-
-// adminKeyOK reports whether the request carries server.admin_key (set).
-func (rt *Runtime) adminKeyOK(ctx *fasthttp.RequestCtx) bool {
-	k := rt.Config.Server.AdminKey
-	if k == "" {
-		return false
-	}
-	got := sha256.Sum256([]byte(bearer(&ctx.Request.Header)))
-	want := sha256.Sum256([]byte(k))
-	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
-}
-
-func (s *Server) handleReady(ctx *fasthttp.RequestCtx, rt *Runtime, showDetails bool) {
-	ok, details := true, map[string]string{}
-	if rt.Ready != nil {
-		ok, details = rt.Ready()
-	}
-	if !showDetails {
-		details = nil
-	}
-	body, _ := json.Marshal(struct {
-		Ready   bool              `json:"ready"`
-		Details map[string]string `json:"details,omitempty"`
-	}{ok, details})
-	ctx.SetContentType("application/json")
-	if !ok {
-		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-	}
-	ctx.SetBody(body)
-}
-
-var metricsHandler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(observe.Registry, promhttp.HandlerOpts{}))
-
-func serveMetrics(ctx *fasthttp.RequestCtx) { metricsHandler(ctx) }

@@ -214,6 +214,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	s.end(ctx, x)
 }
 
+// The routes the gateway serves itself; every other /v1/ path passes
+// through to the provider.
+const (
+	chatRoute      = "/v1/chat/completions"
+	responsesRoute = "/v1/responses"
+	usageRoute     = "/v1/gateway/usage" // the operators' usage API
+	modelsRoute    = "/v1/models"
+)
+
 func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 	raw := ctx.Request.URI().PathOriginal()
 	path, err := chatRoute, error(nil)
@@ -233,9 +242,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 		s.handleChat(ctx, x)
 	case path == usageRoute:
 		s.handleUsage(ctx, x)
-	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
+	case path == modelsRoute || strings.HasPrefix(path, modelsRoute+"/"):
 		if !ctx.IsGet() {
-			if path == "/v1/models" {
+			if path == modelsRoute {
 				s.methodNotAllowed(ctx, x, fasthttp.MethodGet)
 				return
 			}
@@ -293,10 +302,10 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
 // routeLabel keeps metric label cardinality bounded.
 func routeLabel(path string) string {
 	switch { // constants only: path does not escape, so converting it costs nothing
-	case path == "/v1/chat/completions":
-		return "/v1/chat/completions"
-	case path == "/v1/models":
-		return "/v1/models"
+	case path == chatRoute:
+		return chatRoute
+	case path == modelsRoute:
+		return modelsRoute
 	case strings.HasPrefix(path, "/v1/models/"):
 		return "/v1/models/{id}"
 	case strings.HasPrefix(path, "/v1/"):

@@ -6,13 +6,13 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 	"time"
 
-	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // Human approval of server tools (docs/architecture.md §3, "Approval").
@@ -65,14 +65,7 @@ func (k approvalKey) mint(t *pipeline.Tenant) string {
 }
 
 func (k approvalKey) tag(t *pipeline.Tenant, nonce string) string {
-	m := hmac.New(sha256.New, k)
-	if t != nil {
-		m.Write([]byte(t.Name))
-	}
-	m.Write([]byte{0})
-	m.Write([]byte(nonce))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:10])
+	return tenantHash(hmac.New(sha256.New, k), t, nonce, 10)
 }
 
 // verify reports whether id was minted with this key for tenant t.
@@ -137,22 +130,14 @@ func (s *session) appendApprovals(tr []byte) []byte {
 	if len(s.pending) == 0 {
 		return tr
 	}
-	if tr == nil {
-		tr = append(tr, '{')
-	} else {
-		tr = append(tr[:len(tr)-1], ',')
-	}
-	tr = append(tr, `"awaiting_approval":[`...)
+	tr = appendTraceMember(tr, `"awaiting_approval":[`)
 	for i, c := range s.pending {
 		if i > 0 {
 			tr = append(tr, ',')
 		}
 		tr = append(tr, `{"id":`...)
 		tr = appendJSONString(tr, []byte(c.id))
-		tr = append(tr, `,"name":`...)
-		tr = appendJSONString(tr, []byte(c.name))
-		tr = append(tr, `,"arguments":`...)
-		tr = appendJSONString(tr, c.args)
+		tr = appendCallOf(append(tr, ','), c.name, c.args)
 		tr = append(tr, '}')
 	}
 	return append(tr, "]}"...)

@@ -382,17 +382,7 @@ func upstreamCalls(lines []string) []*call {
 			}
 			return true
 		})
-		if !choices.IsArray() {
-			continue
-		}
-		var choice gjson.Result
-		choices.ForEach(func(_, c gjson.Result) bool {
-			if c.Get("index").Int() == 0 {
-				choice = c
-				return false
-			}
-			return true
-		})
+		choice := choiceZero(choices)
 		if !choice.IsObject() {
 			continue
 		}

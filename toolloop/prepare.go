@@ -40,13 +40,35 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 	if !msgs.IsArray() {
 		return nil, pipeline.BadRequest("messages", "messages must be an array")
 	}
+	var run bool
+	if p.choice, tools, run = toolChoice(tc, tools); !run {
+		return nil, nil
+	}
+	p.set = &toolSet{tools: tools}
+	for _, t := range tools {
+		p.todos = p.todos || t.todos
+	}
+	clientTools, err := p.readClientTools(reg, req, clientTools)
+	if err != nil {
+		return nil, err
+	}
+	if p.body, err = p.upstreamBody(req, clientTools, tools); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// toolChoice reads tool_choice tc: the loop's choice mode and the server
+// tools it leaves (allowed_tools narrows them), or run false for the fast
+// path (tool_choice none, or allowed_tools that keeps no server tool).
+func toolChoice(tc gjson.Result, tools []*tool) (_ choiceMode, _ []*tool, run bool) {
 	switch {
 	case tc.Type == gjson.String:
 		switch tc.Str {
 		case "none":
-			return nil, nil
+			return choiceAuto, nil, false
 		case "required":
-			p.choice = choiceRequired
+			return choiceRequired, tools, true
 		}
 	case tc.IsObject():
 		switch tc.Get("type").String() {
@@ -54,41 +76,48 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 			name := tc.Get("function.name").String()
 			for _, t := range tools {
 				if t.cfg.Name == name {
-					p.choice = choiceRequired
+					return choiceRequired, tools, true
 				}
 			}
 		case "allowed_tools":
-			allowed := map[string]bool{}
-			tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
-				allowed[v.Get("function.name").String()] = true
-				if v.Get("custom.name").Exists() {
-					allowed[v.Get("custom.name").String()] = true
-				}
-				return true
-			})
-			var kept []*tool
-			for _, t := range tools {
-				if allowed[t.cfg.Name] {
-					kept = append(kept, t)
-				}
-			}
-			if len(kept) == 0 {
-				return nil, nil
-			}
-			tools = kept
-			if tc.Get("allowed_tools.mode").String() == "required" {
-				p.choice = choiceRequired
-			}
+			return allowedTools(tc, tools)
 		}
 	}
-	p.set = &toolSet{tools: tools}
-	for _, t := range tools {
-		p.todos = p.todos || t.todos
-	}
+	return choiceAuto, tools, true
+}
 
-	// Client tools: a name clash with a server tool is the client's error.
+// allowedTools is toolChoice for tool_choice {"type":"allowed_tools"}.
+func allowedTools(tc gjson.Result, tools []*tool) (_ choiceMode, _ []*tool, run bool) {
+	allowed := map[string]bool{}
+	tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
+		allowed[v.Get("function.name").String()] = true
+		if v.Get("custom.name").Exists() {
+			allowed[v.Get("custom.name").String()] = true
+		}
+		return true
+	})
+	var kept []*tool
+	for _, t := range tools {
+		if allowed[t.cfg.Name] {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) == 0 {
+		return choiceAuto, nil, false
+	}
+	if tc.Get("allowed_tools.mode").String() == "required" {
+		return choiceRequired, kept, true
+	}
+	return choiceAuto, kept, true
+}
+
+// readClientTools records the client's tool names and returns its tools
+// as the upstream gets them: without the stand-ins a client offers for a
+// gated server tool (approval.go). Any other name clash with a server tool
+// is the client's error.
+func (p *plan) readClientTools(reg *registry, req *pipeline.Request, clientTools gjson.Result) (gjson.Result, error) {
 	if clientTools.Exists() && !clientTools.IsArray() {
-		return nil, pipeline.BadRequest("tools", "tools must be an array")
+		return clientTools, pipeline.BadRequest("tools", "tools must be an array")
 	}
 	var clash string
 	standIns := false
@@ -96,7 +125,7 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		name := toolName(v)
 		if t := reg.byName[name]; t != nil {
 			if needsApproval(req, t) {
-				standIns = true // the client's decider for a gated tool (approval.go)
+				standIns = true
 				return true
 			}
 			clash = name
@@ -106,12 +135,18 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		return true
 	})
 	if clash != "" {
-		return nil, pipeline.BadRequest("tools", "the tool name %q is reserved by a server-side tool of this gateway; rename your tool", clash)
+		return clientTools, pipeline.BadRequest("tools", "the tool name %q is reserved by a server-side tool of this gateway; rename your tool", clash)
 	}
 	if standIns {
 		clientTools = withoutStandIns(req, reg, clientTools)
 	}
+	return clientTools, nil
+}
 
+// upstreamBody is the request body the loop sends upstream: the tools'
+// prompts in the messages (p.messages follows), the server tools after the
+// client's, and include_usage for a stream.
+func (p *plan) upstreamBody(req *pipeline.Request, clientTools gjson.Result, tools []*tool) ([]byte, error) {
 	body := req.Body
 	if m, err := withToolPrompts(p.messages, tools); err != nil {
 		return nil, pipeline.BadRequest("messages", "messages could not be extended")
@@ -135,8 +170,7 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 			return nil, pipeline.BadRequest("stream_options", "stream_options must be an object")
 		}
 	}
-	p.body = body
-	return p, nil
+	return body, nil
 }
 
 // injectTools appends the server tools' pre-serialised definitions to the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"time"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -55,12 +56,19 @@ type StateStore interface {
 // so that one tenant can never splice another's hidden tool results into
 // its history by replaying a call id; hashing bounds the key's length.
 func StateKey(t *pipeline.Tenant, id string) string {
-	h := sha256.New()
+	return tenantHash(sha256.New(), t, id, 16)
+}
+
+// tenantHash is the hex of the first n bytes of h over the tenant's name
+// (empty for nil), a NUL and s: a digest of s that no other tenant's s
+// shares. h is fresh (sha256, or an HMAC for a tag only the gateway can
+// make).
+func tenantHash(h hash.Hash, t *pipeline.Tenant, s string, n int) string {
 	if t != nil {
 		h.Write([]byte(t.Name))
 	}
 	h.Write([]byte{0})
-	h.Write([]byte(id))
+	h.Write([]byte(s))
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	return hex.EncodeToString(h.Sum(sum[:0])[:n])
 }

@@ -249,6 +249,23 @@ func (st *loopStream) begin(id string, created int64, model string) {
 	st.emit(&wire.Event{Kind: wire.Role})
 }
 
+// choiceZero returns the member of a chunk's choices whose index is 0 (the
+// one choice the loop follows), or the zero Result.
+func choiceZero(choices gjson.Result) gjson.Result {
+	var choice gjson.Result
+	if !choices.IsArray() {
+		return choice
+	}
+	choices.ForEach(func(_, c gjson.Result) bool {
+		if c.Get("index").Int() == 0 {
+			choice = c
+			return false
+		}
+		return true
+	})
+	return choice
+}
+
 func (st *loopStream) onChunk(ch []byte) {
 	var id, created, model, choices gjson.Result
 	gjson.ParseBytes(ch).ForEach(func(k, v gjson.Result) bool {
@@ -273,17 +290,7 @@ func (st *loopStream) onChunk(ch []byte) {
 	if !st.started {
 		st.begin(id.String(), created.Int(), model.String())
 	}
-	if !choices.IsArray() {
-		return
-	}
-	var choice gjson.Result
-	choices.ForEach(func(_, c gjson.Result) bool {
-		if c.Get("index").Int() == 0 {
-			choice = c
-			return false
-		}
-		return true
-	})
+	choice := choiceZero(choices)
 	if !choice.IsObject() {
 		return
 	}

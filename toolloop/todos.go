@@ -164,12 +164,7 @@ func (s *session) appendTodos(tr []byte) []byte {
 	if s.todos == nil {
 		return tr
 	}
-	if tr == nil {
-		tr = append(tr, '{')
-	} else {
-		tr = append(tr[:len(tr)-1], ',')
-	}
-	tr = append(tr, `"todos":`...)
+	tr = appendTraceMember(tr, `"todos":`)
 	tr = append(tr, s.todos...)
 	return append(tr, '}')
 }

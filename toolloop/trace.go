@@ -26,6 +26,29 @@ type traceCall struct {
 	duration time.Duration
 }
 
+// appendCallOf appends the members that show a tool call in x_gateway:
+// "name" and "arguments" (the arguments as a JSON string, as the model
+// wrote them).
+func appendCallOf(dst []byte, name string, args []byte) []byte {
+	dst = append(dst, `"name":`...)
+	dst = appendJSONString(dst, []byte(name))
+	dst = append(dst, `,"arguments":`...)
+	return appendJSONString(dst, args)
+}
+
+// appendTraceMember starts a member of the x_gateway object tr, whose
+// closing brace it removes (the caller writes the value and closes the
+// object again); a nil tr starts the object. open is the member's quoted
+// key, its colon and what starts its value.
+func appendTraceMember(tr []byte, open string) []byte {
+	if tr == nil {
+		tr = append(tr, '{')
+	} else {
+		tr = append(tr[:len(tr)-1], ',')
+	}
+	return append(tr, open...)
+}
+
 // appendJSON appends the x_gateway object for the final response or chunk.
 // edits are context editing's totals for the request (see contextedit):
 // a streamed response's headers left before later rounds were edited, so
@@ -36,10 +59,7 @@ func (t *trace) appendJSON(dst []byte, iterations int, stop string, cleared, sav
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, `{"name":`...)
-		dst = appendJSONString(dst, []byte(c.name))
-		dst = append(dst, `,"arguments":`...)
-		dst = appendJSONString(dst, c.args)
+		dst = appendCallOf(append(dst, '{'), c.name, c.args)
 		dst = append(dst, `,"status":`...)
 		dst = appendJSONString(dst, []byte(c.status))
 		dst = append(dst, `,"duration_ms":`...)

@@ -2,6 +2,8 @@ package toolloop
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,5 +43,19 @@ func TestValidateArgsNamesFailingProperty(t *testing.T) {
 				t.Fatalf("kind %q field %q (want %q) message %q", te.Kind, te.Field, tc.field, te.Message)
 			}
 		})
+	}
+}
+
+// Tool schemas may come from MCP servers: a $ref never reads local files.
+func TestSchemaRefsNeverReadFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(secret, []byte(`{"const":"SECRET-FROM-DISK"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	schema := `{"type":"object","properties":{"x":{"$ref":"file://` + secret + `"}}}`
+	if _, err := compileSchema(schema); err == nil {
+		t.Fatal("a schema with a file $ref compiled: local files are readable through tool schemas")
 	}
 }

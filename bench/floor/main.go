@@ -19,6 +19,9 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8091", "address to listen on")
 	upstream := flag.String("upstream", "127.0.0.1:8090", "upstream host:port")
 	maxConns := flag.Int("max-conns", 20000, "upstream connection pool size")
+	readBuf := flag.Int("read-buffer", 4096, "per-connection read buffer of the server, bytes (fasthttp's default)")
+	writeBuf := flag.Int("write-buffer", 4096, "per-connection write buffer of the server, bytes (fasthttp's default)")
+	upReadBuf := flag.Int("upstream-read-buffer", 4096, "per-connection read buffer of the upstream client, bytes (fasthttp's default)")
 	flag.Parse()
 
 	hc := &fasthttp.HostClient{
@@ -27,6 +30,7 @@ func main() {
 		MaxConnWaitTimeout:  10 * time.Second,
 		StreamResponseBody:  true,
 		MaxIdleConnDuration: 90 * time.Second,
+		ReadBufferSize:      *upReadBuf,
 	}
 	handler := func(ctx *fasthttp.RequestCtx) {
 		resp := fasthttp.AcquireResponse()
@@ -64,7 +68,8 @@ func main() {
 			}
 		})
 	}
-	srv := &fasthttp.Server{Handler: handler, Name: "floor", NoDefaultContentType: true, NoDefaultDate: true}
+	srv := &fasthttp.Server{Handler: handler, Name: "floor", NoDefaultContentType: true, NoDefaultDate: true,
+		ReadBufferSize: *readBuf, WriteBufferSize: *writeBuf}
 	if err := srv.ListenAndServe(*listen); err != nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
 		os.Exit(1)

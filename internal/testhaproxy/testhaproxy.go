@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 // ServedBy is the response header naming the backend server (r0, r1, ...,
@@ -69,12 +71,8 @@ backend gateways
 		t.Fatalf("start haproxy: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
-			_ = c.Close()
-			return "http://" + addr + "/v1"
-		}
+	if err := testproc.WaitListening(addr, 10*time.Second, nil); err != nil {
+		t.Fatalf("haproxy: %v", err)
 	}
-	t.Fatal("haproxy did not start")
-	return ""
+	return "http://" + addr + "/v1"
 }

@@ -1,10 +1,11 @@
 // Package testproc builds the gateway binary and finds free loopback
 // addresses for tests that run the gateway as its own OS process. For tests
-// only.
+// and the bench harness only.
 package testproc
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -40,17 +41,25 @@ func Gateway(t testing.TB) string {
 			return
 		}
 		bin = filepath.Join(dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/gateway")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			errBin = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		errBin = Build(root, bin, "./cmd/gateway")
 	})
 	if errBin != nil {
 		t.Fatal(errBin)
 	}
 	return bin
+}
+
+// Build compiles the packages pkgs of the module at root with one go build
+// (the toolchain builds them in parallel), without cgo, into out: a file for
+// one package, or a directory (ending in a path separator) for several.
+func Build(root, out string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, b)
+	}
+	return nil
 }
 
 // Cleanup removes the binary Gateway built, if any.
@@ -60,15 +69,45 @@ func Cleanup() {
 	}
 }
 
-// FreeAddr returns a loopback address that was free a moment ago.
+// Loopback returns a loopback address (host:port) that was free a moment
+// ago: a process started on it may still find it taken.
+func Loopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// WaitListening returns nil once addr accepts a TCP connection; an error
+// when exited (the process's end, may be nil) closes first or when timeout
+// passes.
+func WaitListening(addr string, timeout time.Duration, exited <-chan struct{}) error {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the process exited before it listened on " + addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listened on %s within %s", addr, timeout)
+		}
+	}
+}
+
+// FreeAddr is Loopback for a test: it fails t when no port is free.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // Start runs the gateway binary with the config file at path on a port the

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 // Server is one redis-server process; Stop and Start kill and restart it on
@@ -55,12 +57,12 @@ func newServer(t testing.TB, bin string, args ...string) *Server {
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, _ := net.SplitHostPort(testproc.FreeAddr(t))
+	n, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return n
 }
 
 // Addr is host:port.
@@ -97,13 +99,9 @@ func (s *Server) launch() {
 // wait returns once the port accepts connections.
 func (s *Server) wait() {
 	s.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond); err == nil {
-			_ = c.Close()
-			return
-		}
+	if err := testproc.WaitListening(s.Addr(), 10*time.Second, nil); err != nil {
+		s.t.Fatalf("%s: %v", s.bin, err)
 	}
-	s.t.Fatalf("%s on %s did not start", s.bin, s.Addr())
 }
 
 // Stop kills the process (as a crash would).

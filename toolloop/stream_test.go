@@ -3,8 +3,6 @@ package toolloop
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -70,19 +68,5 @@ func TestCutWrappingEOFIsNotAnEnd(t *testing.T) {
 		if strings.Contains(string(c), `"finish_reason":"stop"`) {
 			t.Fatalf("finish chunk after a cut: %s", c)
 		}
-	}
-}
-
-// Tool schemas may come from MCP servers: a $ref never reads local files.
-func TestSchemaRefsNeverReadFiles(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "s.json")
-	if err := os.WriteFile(secret, []byte(`{"const":"SECRET-FROM-DISK"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	schema := `{"type":"object","properties":{"x":{"$ref":"file://` + secret + `"}}}`
-	if _, err := compileSchema(schema); err == nil {
-		t.Fatal("a schema with a file $ref compiled: local files are readable through tool schemas")
 	}
 }
