@@ -224,14 +224,13 @@ const (
 )
 
 func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
-	raw := ctx.Request.URI().PathOriginal()
-	path, err := chatRoute, error(nil)
-	if string(raw) != chatRoute { // the chat route needs no string of its own
-		path, err = canonicalPath(string(raw))
-	}
-	if err != nil {
-		s.writeError(ctx, x, err)
-		return
+	path := chatRoute // the chat route needs no string of its own
+	if raw := ctx.Request.URI().PathOriginal(); string(raw) != chatRoute {
+		var err error
+		if path, err = canonicalPath(string(raw)); err != nil {
+			s.writeError(ctx, x, err)
+			return
+		}
 	}
 	switch {
 	case path == chatRoute:
