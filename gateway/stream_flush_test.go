@@ -14,7 +14,7 @@ import (
 	"github.com/llmgw/gateway/mockllm"
 )
 
-// rawStream sends a streamed chat request over a plain TCP connection and
+// rawChunks sends a streamed chat request over a plain TCP connection and
 // calls chunk with the payload of each HTTP chunk of the answer as it
 // arrives: each chunk is one write (one flush) of the gateway.
 func rawChunks(t *testing.T, h *harness, chunk func(payload []byte)) {
