@@ -222,7 +222,7 @@ func (b *bench) startMain() error {
 	if err != nil {
 		return err
 	}
-	cfg, err := writeGatewayConfig(b.bins.dir, "gateway", "127.0.0.1:0", b.api.addr, b.api.addr, 20000)
+	cfg, err := writeGatewayConfig(b.bins.dir, "gateway", "127.0.0.1:0", b.api.addr, b.api.addr, 20000, b.set.buffers())
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func (b *bench) limits() *scenarioResult {
 		return r
 	}
 	defer b.procs.stop(rd)
-	path, err := writeGatewayConfig(b.bins.dir, "gateway-limits", "127.0.0.1:0", b.api.addr, b.api.addr, 20000)
+	path, err := writeGatewayConfig(b.bins.dir, "gateway-limits", "127.0.0.1:0", b.api.addr, b.api.addr, 20000, b.set.buffers())
 	if err == nil {
 		err = appendFile(path, strings.ReplaceAll(limitsConfig, "{redis}", rd.addr))
 	}

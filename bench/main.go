@@ -58,7 +58,7 @@ type settings struct {
 	SlowChunkMS    float64   `json:"slow_stream_chunk_delay_ms"`
 	MaxInFlight    int       `json:"open_model_max_in_flight"`
 	Scenarios      []string  `json:"default_scenarios"` // what runs without -scenarios
-	// The floor proxy's per-connection buffers, in bytes: server read and
+	// The per-connection buffers of the floor proxy and the gateway, in bytes: server read and
 	// write, upstream read (fasthttp's defaults are 4096 each). They are
 	// the gateway's [server] read_buffer, write_buffer and provider
 	// read_buffer, so both proxies are compared at the same sizes.
@@ -69,7 +69,8 @@ type settings struct {
 
 func modeSettings(mode string) (settings, error) {
 	s := settings{Mode: mode, FirstByteMS: 20, ChunkDelayMS: 10, ReplyBytes: 120, TextRunes: 4,
-		SlowChunkMS: 1000, MaxInFlight: 8000, ReadBuffer: 4096, WriteBuffer: 4096, UpstreamReadBuffer: 4096}
+		SlowChunkMS: 1000, MaxInFlight: 8000,
+		ReadBuffer: fasthttpBuffers.read, WriteBuffer: fasthttpBuffers.write, UpstreamReadBuffer: fasthttpBuffers.upstreamRead}
 	switch mode {
 	case "quick":
 		// Quick mode checks in CI that bench works, within a minute build
@@ -119,9 +120,9 @@ func realMain() int {
 	flag.Var(&peer.headers, "header", "NAME:VALUE header sent to the peer, repeatable; {mock} in a value is the mock's base URL")
 	flag.StringVar(&peer.kind, "peer", "", "install and start a peer gateway pointed at the mock: portkey (needs node and npm)")
 	mockAddr := flag.String("mock-addr", "", "listen address of the mock upstream (default: a free port), for a peer whose upstream is set in its own config")
-	readBuf := flag.Int("read-buffer", 4096, "floor proxy's per-connection server read buffer, bytes")
-	writeBuf := flag.Int("write-buffer", 4096, "floor proxy's per-connection server write buffer, bytes")
-	upReadBuf := flag.Int("upstream-read-buffer", 4096, "floor proxy's per-connection upstream read buffer, bytes")
+	readBuf := flag.Int("read-buffer", fasthttpBuffers.read, "floor proxy and gateway's per-connection server read buffer, bytes")
+	writeBuf := flag.Int("write-buffer", fasthttpBuffers.write, "floor proxy and gateway's per-connection server write buffer, bytes")
+	upReadBuf := flag.Int("upstream-read-buffer", fasthttpBuffers.upstreamRead, "floor proxy and gateway's per-connection upstream read buffer, bytes")
 	flag.Parse()
 
 	if *render != "" {

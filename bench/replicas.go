@@ -57,7 +57,7 @@ func (b *bench) replicas() *scenarioResult {
 	var gws []*child
 	for i := range 2 {
 		name := fmt.Sprintf("gateway-replica-%d", i)
-		path, err := writeGatewayConfig(b.bins.dir, name, "127.0.0.1:0", b.api.addr, b.api.addr, 20000)
+		path, err := writeGatewayConfig(b.bins.dir, name, "127.0.0.1:0", b.api.addr, b.api.addr, 20000, b.set.buffers())
 		if err != nil {
 			return fail(err)
 		}

@@ -171,7 +171,7 @@ func soak(ctx context.Context, repo string, d time.Duration, rate float64) (*soa
 		keepLogs = true
 		return nil, err
 	}
-	cfg, err := writeGatewayConfig(bins.dir, "gateway", "127.0.0.1:0", api.addr, api.addr, 1024)
+	cfg, err := writeGatewayConfig(bins.dir, "gateway", "127.0.0.1:0", api.addr, api.addr, 1024, fasthttpBuffers)
 	if err == nil {
 		err = appendFile(cfg, soakExtraModels)
 	}

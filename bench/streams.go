@@ -39,7 +39,7 @@ func (b *bench) concurrentStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(floor)
-	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-slow", "127.0.0.1:0", b.api.addr, mock.addr, n+1000)
+	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-slow", "127.0.0.1:0", b.api.addr, mock.addr, n+1000, b.set.buffers())
 	if err != nil {
 		return fail(err)
 	}
