@@ -56,8 +56,8 @@ func (m *memoryStore) bucket(key string, perMinute int64) *rate.Limiter {
 	return l
 }
 
-func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks []check) (outcome, error) {
-	out := newOutcome(len(checks))
+func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error {
+	out.reset(len(checks))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now)
@@ -67,7 +67,7 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 		refused := false
 		switch c.kind {
 		case kindRate:
-			if wait, ok := delay(m.bucket(c.key, c.limit), now, c.cost); !ok || wait > 0 {
+			if wait, ok := delay(m.bucket(c.key, c.limit), now, c.costOf(tokens)); !ok || wait > 0 {
 				refused, out.retryAfter = true, wait
 				if !ok {
 					out.retryAfter = time.Minute
@@ -80,14 +80,14 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 		}
 		if refused {
 			out.denied = i
-			m.fill(&out, checks, now)
-			return out, nil
+			m.fill(out, checks, now)
+			return nil
 		}
 	}
 	for _, c := range checks {
 		switch c.kind {
 		case kindRate:
-			m.bucket(c.key, c.limit).AllowN(now, int(c.cost))
+			m.bucket(c.key, c.limit).AllowN(now, int(c.costOf(tokens)))
 		case kindConcurrent:
 			if _, ok := m.slots[slot{c.key, id}]; !ok {
 				m.slots[slot{c.key, id}] = struct{}{}
@@ -95,8 +95,8 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 			}
 		}
 	}
-	m.fill(&out, checks, now)
-	return out, nil
+	m.fill(out, checks, now)
+	return nil
 }
 
 // delay is how long until l has cost tokens at now, computed as

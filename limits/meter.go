@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -40,7 +41,8 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 			return resp, err
 		}
 		if resp.Stream == nil {
-			t, ok := usageOf(gjson.GetBytes(resp.Body, "usage"))
+			// A read-only view: usageOf keeps numbers, not the body's bytes.
+			t, ok := usageOf(gjson.Get(unsafe.String(unsafe.SliceData(resp.Body), len(resp.Body)), "usage"))
 			l.charge(ctx, r, t, ok)
 			return resp, nil
 		}
