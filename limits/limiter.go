@@ -221,14 +221,15 @@ func (l *Limiter) storeFailed(err error) error {
 	return nil
 }
 
-// reqState is one client request's: its check's counts, and what travels
+// reqState is one client request's: its check's outcome, and what travels
 // in the context from Middleware to Meter, the input estimate already taken
 // from the first call's token counters.
 type reqState struct {
 	mu       sync.Mutex
 	estimate int64
 	model    string
-	counts   [8]int64 // the outcome's counts of a scope's usual few (four) checks
+	out      outcome  // Take's answer (a Store is an interface: a local would escape)
+	counts   [8]int64 // out's counts of a scope's usual few (four) checks
 }
 
 type stateKey struct{}

@@ -41,15 +41,15 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			if len(sc.tokens) > 0 {
 				st.estimate = max(1, estimate(r))
 			}
-			checks := sc.checks
-			out := outcome{buf: st.counts[:]}
-			if err := l.store.Take(ctx, now, r.ID, checks, st.estimate, &out); err != nil {
+			checks, out := sc.checks, &st.out
+			out.buf = st.counts[:]
+			if err := l.store.Take(ctx, now, r.ID, checks, st.estimate, out); err != nil {
 				if err := l.storeFailed(err); err != nil {
 					return nil, err
 				}
 				return next.Chat(ctx, r)
 			}
-			l.report(r.Meta, checks, &out)
+			l.report(r.Meta, checks, out)
 			if out.denied >= 0 {
 				c := checks[out.denied]
 				limited.WithLabelValues(string(rune(c.kind))).Inc()

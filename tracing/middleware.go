@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // maxContent bounds a captured prompt or answer attribute.
@@ -265,18 +266,13 @@ const (
 // answered records an upstream call's usage (with its prompt-cache reads and
 // writes when reported) and finish reason.
 func answered(a *attrs, usage gjson.Result, finish string) {
-	if usage.IsObject() {
-		a.add(
-			semconv.GenAIUsageInputTokens(int(usage.Get("prompt_tokens").Int())),
-			semconv.GenAIUsageOutputTokens(int(usage.Get("completion_tokens").Int())),
-		)
-		if d := usage.Get("prompt_tokens_details"); d.IsObject() {
-			if n := d.Get("cached_tokens").Int(); n > 0 {
-				a.add(usageCacheRead.Int64(n))
-			}
-			if n := d.Get("cache_write_tokens").Int(); n > 0 {
-				a.add(usageCacheWrite.Int64(n))
-			}
+	if u, ok := wire.ParseChatUsage(usage); ok {
+		a.add(semconv.GenAIUsageInputTokens(int(u.Prompt)), semconv.GenAIUsageOutputTokens(int(u.Completion)))
+		if u.Cached > 0 {
+			a.add(usageCacheRead.Int64(u.Cached))
+		}
+		if u.CacheWrite > 0 {
+			a.add(usageCacheWrite.Int64(u.CacheWrite))
 		}
 	}
 	if finish != "" {
