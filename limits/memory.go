@@ -61,13 +61,23 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now)
+	// Each rate check's bucket, looked up once: checked, taken, reported.
+	var buf [8]*rate.Limiter
+	buckets := buf[:0]
+	for _, c := range checks {
+		var l *rate.Limiter
+		if c.kind == kindRate {
+			l = m.bucket(c.key, c.limit)
+		}
+		buckets = append(buckets, l)
+	}
 	// Every counter is checked before any is taken: under the lock nothing
 	// changes in between, so a refusal has nothing to undo.
 	for i, c := range checks {
 		refused := false
 		switch c.kind {
 		case kindRate:
-			if wait, ok := delay(m.bucket(c.key, c.limit), now, c.costOf(tokens)); !ok || wait > 0 {
+			if wait, ok := delay(buckets[i], now, c.costOf(tokens)); !ok || wait > 0 {
 				refused, out.retryAfter = true, wait
 				if !ok {
 					out.retryAfter = time.Minute
@@ -80,14 +90,14 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 		}
 		if refused {
 			out.denied = i
-			m.fill(out, checks, now)
+			m.fill(out, checks, buckets, now)
 			return nil
 		}
 	}
-	for _, c := range checks {
+	for i, c := range checks {
 		switch c.kind {
 		case kindRate:
-			m.bucket(c.key, c.limit).AllowN(now, int(c.costOf(tokens)))
+			buckets[i].AllowN(now, int(c.costOf(tokens)))
 		case kindConcurrent:
 			if _, ok := m.slots[slot{c.key, id}]; !ok {
 				m.slots[slot{c.key, id}] = struct{}{}
@@ -95,7 +105,7 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 			}
 		}
 	}
-	m.fill(out, checks, now)
+	m.fill(out, checks, buckets, now)
 	return nil
 }
 
@@ -112,12 +122,12 @@ func delay(l *rate.Limiter, now time.Time, cost int64) (wait time.Duration, ok b
 	return wait, true
 }
 
-// fill reports what is left of every check.
-func (m *memoryStore) fill(out *outcome, checks []check, now time.Time) {
+// fill reports what is left of every check; buckets are the rate checks'.
+func (m *memoryStore) fill(out *outcome, checks []check, buckets []*rate.Limiter, now time.Time) {
 	for i, c := range checks {
 		switch c.kind {
 		case kindRate:
-			l := m.bucket(c.key, c.limit)
+			l := buckets[i]
 			tokens := l.TokensAt(now)
 			out.remaining[i] = max(0, int64(math.Floor(tokens)))
 			if missing := float64(c.limit) - tokens; missing > 0 {
