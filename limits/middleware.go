@@ -155,17 +155,20 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome) {
 		}
 	}
 	values, start := string(b), 0
+	var hs [6]pipeline.Header
+	n := 0
 	for h := hdrRequests; h <= hdrTokens; h++ {
 		i := best[h]
 		if i < 0 {
 			continue
 		}
 		names := headerNames[h]
-		m.Set(names[0], checks[i].limitText)
-		m.Set(names[1], values[start:ends[h][0]])
-		m.Set(names[2], values[ends[h][0]:ends[h][1]])
-		start = ends[h][1]
+		hs[n] = pipeline.Header{Key: names[0], Value: checks[i].limitText}
+		hs[n+1] = pipeline.Header{Key: names[1], Value: values[start:ends[h][0]]}
+		hs[n+2] = pipeline.Header{Key: names[2], Value: values[ends[h][0]:ends[h][1]]}
+		n, start = n+3, ends[h][1]
 	}
+	m.SetAll(hs[:n]...)
 	for i, c := range checks {
 		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
 			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
