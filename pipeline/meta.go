@@ -32,6 +32,15 @@ func (m *Meta) SetAll(hs ...Header) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.header == nil {
+		m.header = m.inline[:0]
+	}
+	if need := len(m.header) + len(hs); need > cap(m.header) {
+		// Room for hs and a few more, at once.
+		grown := make([]Header, len(m.header), need+4)
+		copy(grown, m.header)
+		m.header = grown
+	}
 	for _, h := range hs {
 		m.set(h.Key, h.Value)
 	}
