@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"unsafe"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/pkoukk/tiktoken-go"
@@ -77,7 +78,10 @@ func CounterFor(encoding string) (*Counter, error) {
 	if encoding == "" {
 		encoding = config.DefaultEncoding
 	}
-	v, _ := counters.LoadOrStore(encoding, &counterSlot{})
+	v, ok := counters.Load(encoding) // once built, a lookup: no slot, no closure per call
+	if !ok {
+		v, _ = counters.LoadOrStore(encoding, &counterSlot{})
+	}
 	slot := v.(*counterSlot)
 	slot.once.Do(func() { slot.c, slot.err = newCounter(encoding, cacheEntries) })
 	return slot.c, slot.err
@@ -159,7 +163,9 @@ func (c *Counter) countString(v gjson.Result) int {
 // It is an unedited transcript's count (transcript.count), summed as the
 // messages are read, without building the transcript.
 func (c *Counter) Count(body []byte) (int, error) {
-	msgs, tools, err := promptParts(gjson.ParseBytes(body))
+	// A read-only view: nothing parsed from it outlives the call (the cache
+	// keeps hashes), so the body is not copied.
+	msgs, tools, err := promptParts(gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))))
 	if err != nil {
 		return 0, err
 	}

@@ -221,12 +221,15 @@ func (l *Limiter) storeFailed(err error) error {
 	return nil
 }
 
-// reqState travels in the context from Middleware to Meter: the input
-// estimate already taken from the first call's token counters.
+// reqState is one client request's: its check's outcome, and what travels
+// in the context from Middleware to Meter, the input estimate already taken
+// from the first call's token counters.
 type reqState struct {
 	mu       sync.Mutex
 	estimate int64
 	model    string
+	out      outcome  // Take's answer (a Store is an interface: a local would escape)
+	counts   [8]int64 // out's counts of a scope's usual few (four) checks
 }
 
 type stateKey struct{}

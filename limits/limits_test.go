@@ -455,3 +455,15 @@ func TestTooLargeAndChangedLimits(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestResetHeaderText pins appendReset to time.Duration's String for every
+// whole millisecond a per-minute counter can report, and past it.
+func TestResetHeaderText(t *testing.T) {
+	t.Parallel()
+	for ms := int64(-2); ms <= 61_000; ms++ {
+		want := (time.Duration(ms) * time.Millisecond).String()
+		if got := string(appendReset([]byte("x"), ms)); got != "x"+want {
+			t.Fatalf("appendReset(%d) = %q, want %q", ms, got[1:], want)
+		}
+	}
+}

@@ -56,18 +56,28 @@ func (m *memoryStore) bucket(key string, perMinute int64) *rate.Limiter {
 	return l
 }
 
-func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks []check) (outcome, error) {
-	out := newOutcome(len(checks))
+func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error {
+	out.reset(len(checks))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now)
+	// Each rate check's bucket, looked up once: checked, taken, reported.
+	var buf [8]*rate.Limiter
+	buckets := buf[:0]
+	for _, c := range checks {
+		var l *rate.Limiter
+		if c.kind == kindRate {
+			l = m.bucket(c.key, c.limit)
+		}
+		buckets = append(buckets, l)
+	}
 	// Every counter is checked before any is taken: under the lock nothing
 	// changes in between, so a refusal has nothing to undo.
 	for i, c := range checks {
 		refused := false
 		switch c.kind {
 		case kindRate:
-			if wait, ok := delay(m.bucket(c.key, c.limit), now, c.cost); !ok || wait > 0 {
+			if wait, ok := delay(buckets[i], now, c.costOf(tokens)); !ok || wait > 0 {
 				refused, out.retryAfter = true, wait
 				if !ok {
 					out.retryAfter = time.Minute
@@ -80,14 +90,14 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 		}
 		if refused {
 			out.denied = i
-			m.fill(&out, checks, now)
-			return out, nil
+			m.fill(out, checks, buckets, now)
+			return nil
 		}
 	}
-	for _, c := range checks {
+	for i, c := range checks {
 		switch c.kind {
 		case kindRate:
-			m.bucket(c.key, c.limit).AllowN(now, int(c.cost))
+			buckets[i].AllowN(now, int(c.costOf(tokens)))
 		case kindConcurrent:
 			if _, ok := m.slots[slot{c.key, id}]; !ok {
 				m.slots[slot{c.key, id}] = struct{}{}
@@ -95,8 +105,8 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 			}
 		}
 	}
-	m.fill(&out, checks, now)
-	return out, nil
+	m.fill(out, checks, buckets, now)
+	return nil
 }
 
 // delay is how long until l has cost tokens at now, computed as
@@ -112,12 +122,12 @@ func delay(l *rate.Limiter, now time.Time, cost int64) (wait time.Duration, ok b
 	return wait, true
 }
 
-// fill reports what is left of every check.
-func (m *memoryStore) fill(out *outcome, checks []check, now time.Time) {
+// fill reports what is left of every check; buckets are the rate checks'.
+func (m *memoryStore) fill(out *outcome, checks []check, buckets []*rate.Limiter, now time.Time) {
 	for i, c := range checks {
 		switch c.kind {
 		case kindRate:
-			l := m.bucket(c.key, c.limit)
+			l := buckets[i]
 			tokens := l.TokensAt(now)
 			out.remaining[i] = max(0, int64(math.Floor(tokens)))
 			if missing := float64(c.limit) - tokens; missing > 0 {

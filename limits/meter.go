@@ -6,11 +6,13 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 var usageKey = []byte(`"usage"`) // then read with gjson: `"usage": {` has a space in some upstreams
@@ -40,7 +42,8 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 			return resp, err
 		}
 		if resp.Stream == nil {
-			t, ok := usageOf(gjson.GetBytes(resp.Body, "usage"))
+			// A read-only view: usageOf keeps numbers, not the body's bytes.
+			t, ok := usageOf(gjson.Get(unsafe.String(unsafe.SliceData(resp.Body), len(resp.Body)), "usage"))
 			l.charge(ctx, r, t, ok)
 			return resp, nil
 		}
@@ -51,14 +54,8 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 
 // usageOf reads a chat usage object; ok is false when there is none.
 func usageOf(u gjson.Result) (tokens, bool) {
-	if !u.IsObject() {
-		return tokens{}, false
-	}
-	return tokens{
-		input:  u.Get("prompt_tokens").Int(),
-		output: u.Get("completion_tokens").Int(),
-		cached: u.Get("prompt_tokens_details.cached_tokens").Int(),
-	}, true
+	c, ok := wire.ParseChatUsage(u)
+	return tokens{input: c.Prompt, output: c.Completion, cached: c.Cached}, ok
 }
 
 // charge records one finished upstream call.

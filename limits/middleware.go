@@ -34,16 +34,16 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			now := l.now()
 			sc := l.scopeOf(tenant, key, r.Model, now)
 			l.countRequest(now, sc)
-			var est int64
-			if len(sc.tokens) > 0 {
-				est = max(1, estimate(r))
-			}
-			checks := sc.plan(true, est)
-			if len(checks) == 0 {
+			if len(sc.checks) == 0 {
 				return next.Chat(ctx, r)
 			}
-			out, err := l.store.Take(ctx, now, r.ID, checks)
-			if err != nil {
+			st := &reqState{model: r.Model} // one allocation: the outcome's counts, the meter's estimate
+			if len(sc.tokens) > 0 {
+				st.estimate = max(1, estimate(r))
+			}
+			checks, out := sc.checks, &st.out
+			out.buf = st.counts[:]
+			if err := l.store.Take(ctx, now, r.ID, checks, st.estimate, out); err != nil {
 				if err := l.storeFailed(err); err != nil {
 					return nil, err
 				}
@@ -53,10 +53,10 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			if out.denied >= 0 {
 				c := checks[out.denied]
 				limited.WithLabelValues(string(rune(c.kind))).Inc()
-				return nil, denial(c, out.retryAfter)
+				return nil, denial(c, st.estimate, out.retryAfter)
 			}
-			if est > 0 {
-				ctx = context.WithValue(ctx, stateKey{}, &reqState{estimate: est, model: r.Model})
+			if st.estimate > 0 {
+				ctx = context.WithValue(ctx, stateKey{}, st)
 			}
 			resp, err := next.Chat(ctx, r)
 			if !sc.slots {
@@ -85,30 +85,18 @@ func (l *Limiter) release(checks []check, id string) {
 	l.record(l.now(), adds)
 }
 
-// plan lists the counters a request must pass: the scope's checks with
-// tokens as the cost of its tokens counters (0 for a call whose tokens are
-// counted when it ends), without the in-flight counters unless slots. A
-// request that matches nothing gets nil. The scope's own slice is returned
-// when it needs no change: callers only read it.
-func (sc *scope) plan(slots bool, tokens int64) []check {
-	if (slots || !sc.slots) && (len(sc.tokens) == 0 || tokens == 0) {
-		if len(sc.checks) == 0 {
-			return nil
-		}
+// admitted lists the counters a model call made on the caller's behalf
+// must pass: the scope's checks without the in-flight counters (the scope's
+// own slice when it has none; callers only read it), nil when nothing is left.
+func (sc *scope) admitted() []check {
+	if !sc.slots {
 		return sc.checks
 	}
-	checks := make([]check, 0, len(sc.checks))
+	var checks []check
 	for _, c := range sc.checks {
-		if c.kind == kindConcurrent && !slots {
-			continue
+		if c.kind != kindConcurrent {
+			checks = append(checks, c)
 		}
-		if c.hdr == hdrTokens {
-			c.cost = tokens
-		}
-		checks = append(checks, c)
-	}
-	if len(checks) == 0 {
-		return nil
 	}
 	return checks
 }
@@ -124,25 +112,25 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 	now := l.now()
 	sc := l.scopeOf(tenant, key, r.Model, now)
 	l.countRequest(now, sc)
-	checks := sc.plan(false, 0)
+	checks := sc.admitted()
 	if len(checks) == 0 {
 		return nil
 	}
-	out, err := l.store.Take(context.Background(), now, r.ID, checks)
-	if err != nil {
+	var out outcome
+	if err := l.store.Take(context.Background(), now, r.ID, checks, 0, &out); err != nil {
 		return l.storeFailed(err)
 	}
 	if out.denied >= 0 {
 		c := checks[out.denied]
 		limited.WithLabelValues(string(rune(c.kind))).Inc()
-		return denial(c, out.retryAfter)
+		return denial(c, 0, out.retryAfter)
 	}
 	return nil
 }
 
 // report sets the x-ratelimit-* headers from the tightest counters, and
 // x-gateway-budget-remaining once a budget passed its warning threshold.
-func (l *Limiter) report(m *pipeline.Meta, checks []check, out outcome) {
+func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome) {
 	best := [3]int{-1, -1, -1}
 	for i, c := range checks {
 		h := c.hdr
@@ -153,21 +141,64 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out outcome) {
 			best[h] = i
 		}
 	}
+	// The remaining and reset values of both trios are written into one
+	// string, which the headers slice: one allocation instead of four.
+	var buf [64]byte
+	b := buf[:0]
+	var ends [3][2]int // per trio: where its remaining and its reset end in b
+	for h := hdrRequests; h <= hdrTokens; h++ {
+		if i := best[h]; i >= 0 {
+			b = strconv.AppendInt(b, out.remaining[i], 10)
+			ends[h][0] = len(b)
+			b = appendReset(b, out.resetMS[i])
+			ends[h][1] = len(b)
+		}
+	}
+	values, start := string(b), 0
+	var hs [6]pipeline.Header
+	n := 0
 	for h := hdrRequests; h <= hdrTokens; h++ {
 		i := best[h]
 		if i < 0 {
 			continue
 		}
 		names := headerNames[h]
-		m.Set(names[0], checks[i].limitText)
-		m.Set(names[1], strconv.FormatInt(out.remaining[i], 10))
-		m.Set(names[2], (time.Duration(out.resetMS[i]) * time.Millisecond).String())
+		hs[n] = pipeline.Header{Key: names[0], Value: checks[i].limitText}
+		hs[n+1] = pipeline.Header{Key: names[1], Value: values[start:ends[h][0]]}
+		hs[n+2] = pipeline.Header{Key: names[2], Value: values[ends[h][0]:ends[h][1]]}
+		n, start = n+3, ends[h][1]
 	}
+	m.SetAll(hs[:n]...)
 	for i, c := range checks {
 		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
 			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
 		}
 	}
+}
+
+// appendReset appends ms milliseconds as time.Duration's String writes
+// them ("0s", "250ms", "1.5s"), without its allocation below a minute, the
+// longest a per-minute counter takes to refill.
+func appendReset(b []byte, ms int64) []byte {
+	switch {
+	case ms == 0:
+		return append(b, "0s"...)
+	case ms < 0 || ms >= 60_000:
+		return append(b, (time.Duration(ms) * time.Millisecond).String()...)
+	case ms < 1000:
+		return append(strconv.AppendInt(b, ms, 10), "ms"...)
+	}
+	b = strconv.AppendInt(b, ms/1000, 10)
+	if frac := ms % 1000; frac > 0 {
+		b = append(b, '.', byte('0'+frac/100))
+		if frac%100 > 0 {
+			b = append(b, byte('0'+frac/10%10))
+			if frac%10 > 0 {
+				b = append(b, byte('0'+frac%10))
+			}
+		}
+	}
+	return append(b, 's')
 }
 
 // headerNames are OpenAI's x-ratelimit-* headers of each trio: limit,
@@ -177,8 +208,10 @@ var headerNames = [3][3]string{
 	hdrTokens:   {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
 }
 
-// denial is the 429 for the check that refused.
-func denial(c check, retry time.Duration) error {
+// denial is the 429 for the check that refused a request of tokens input
+// tokens.
+func denial(c check, tokens int64, retry time.Duration) error {
+	cost := c.costOf(tokens)
 	switch c.kind {
 	case kindBudget:
 		return pipeline.Errorf(http.StatusTooManyRequests, pipeline.TypeInsufficientQuota, pipeline.CodeInsufficientQuota,
@@ -191,16 +224,16 @@ func denial(c check, retry time.Duration) error {
 	if c.hdr == hdrTokens {
 		what, unit = pipeline.TypeTokens, "TPM"
 	}
-	if c.cost > c.limit {
+	if cost > c.limit {
 		// More than a whole minute's worth: waiting never helps.
 		return &pipeline.Error{Status: http.StatusTooManyRequests, Type: what, Code: pipeline.CodeTooLargeForLimit,
-			Message: fmt.Sprintf("Request too large on %s per min (%s): Limit %d, Requested %d. Make the request smaller.", what, unit, c.limit, c.cost)}
+			Message: fmt.Sprintf("Request too large on %s per min (%s): Limit %d, Requested %d. Make the request smaller.", what, unit, c.limit, cost)}
 	}
 	if retry < time.Millisecond {
 		retry = time.Millisecond
 	}
 	return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
-		what, unit, c.limit, c.cost, retry.Round(time.Millisecond))
+		what, unit, c.limit, cost, retry.Round(time.Millisecond))
 }
 
 // releasingStream frees the request's slots when the stream is closed.

@@ -107,24 +107,25 @@ func NewRedisStore(rdb redis.UniversalClient) Store { return &redisStore{rdb: rd
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks []check) (outcome, error) {
+func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error {
 	keys := make([]string, len(checks))
 	args := make([]any, 0, 3+3*len(checks))
 	args = append(args, ms(now), ms(now.Add(-slotTTL)), id)
 	for i, c := range checks {
 		keys[i] = c.key
-		args = append(args, string(rune(c.kind)), c.limit, c.cost)
+		args = append(args, string(rune(c.kind)), c.limit, c.costOf(tokens))
 	}
 	vals, err := takeScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
-		return outcome{}, err
+		return err
 	}
 	n := len(checks)
 	if len(vals) != 2+2*n {
-		return outcome{}, fmt.Errorf("limits: take script returned %d values for %d checks", len(vals), n)
+		return fmt.Errorf("limits: take script returned %d values for %d checks", len(vals), n)
 	}
-	return outcome{denied: int(vals[0]) - 1, retryAfter: time.Duration(vals[1]) * time.Millisecond,
-		remaining: vals[2 : 2+n], resetMS: vals[2+n:]}, nil
+	*out = outcome{denied: int(vals[0]) - 1, retryAfter: time.Duration(vals[1]) * time.Millisecond,
+		remaining: vals[2 : 2+n], resetMS: vals[2+n:], buf: out.buf}
+	return nil
 }
 
 func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) error {

@@ -18,7 +18,7 @@ type scopeKey struct{ tenant, key, model string }
 // only read.
 type scope struct {
 	day    int64
-	checks []check // per matching rule its requests, tokens (cost 0) and in flight; then the budgets
+	checks []check // per matching rule its requests, tokens (costOf) and in flight; then the budgets
 	tokens []int   // indexes in checks of the tokens counters
 	slots  bool    // checks holds an in-flight counter
 	spend  []spend // the matching budgets' spend counters

@@ -19,12 +19,21 @@ type check struct {
 	key   string // store key
 	kind  kind
 	limit int64
-	cost  int64 // rate: units taken now; others unused
+	cost  int64 // rate: units taken now (a tokens counter's come with the request: costOf); others unused
 
 	limitText string // limit in decimal, for the x-ratelimit-limit-* headers
 
 	hdr  header  // which x-ratelimit-* trio it may report
 	warn float64 // budgets: the remaining fraction below which to warn
+}
+
+// costOf is what c takes for a request of tokens input tokens: those on a
+// tokens counter, its own cost on any other.
+func (c *check) costOf(tokens int64) int64 {
+	if c.hdr == hdrTokens {
+		return tokens
+	}
+	return c.cost
 }
 
 // outcome is the store's answer to a Take.
@@ -33,12 +42,19 @@ type outcome struct {
 	retryAfter time.Duration // when the refused check would pass (rates)
 	remaining  []int64       // per check, after the take
 	resetMS    []int64       // per check: milliseconds until the counter is back to full
+	buf        []int64       // backing of remaining and resetMS, when the caller lends one
 }
 
-// newOutcome returns an outcome for n checks that refused none.
-func newOutcome(n int) outcome {
-	b := make([]int64, 2*n)
-	return outcome{denied: -1, remaining: b[:n:n], resetMS: b[n:]}
+// reset readies o for n checks that refused none, in o.buf when it is
+// large enough.
+func (o *outcome) reset(n int) {
+	b := o.buf
+	if cap(b) < 2*n {
+		b = make([]int64, 2*n)
+	}
+	b = b[:2*n]
+	clear(b)
+	*o = outcome{denied: -1, remaining: b[:n:n], resetMS: b[n:], buf: o.buf}
 }
 
 // addition is an unchecked change: a token correction (rate key; n <= 0 is
@@ -79,8 +95,10 @@ const (
 // Store keeps the counters. Implementations are safe for concurrent use.
 type Store interface {
 	// Take passes every check or none: when one refuses, nothing is taken.
-	// id names the request's concurrency slots. checks are only read.
-	Take(ctx context.Context, now time.Time, id string, checks []check) (outcome, error)
+	// id names the request's concurrency slots; tokens is the cost on the
+	// tokens counters (check.costOf). checks are only read. It answers in
+	// out (its buf, if any, may hold the answer's counts).
+	Take(ctx context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error
 	// Add applies unchecked changes.
 	Add(ctx context.Context, now time.Time, adds []addition) error
 	// Usage returns the usage hash of each key (missing keys are empty).

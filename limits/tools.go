@@ -31,8 +31,8 @@ func (l *Limiter) ToolLimit() pipeline.ToolMiddleware {
 			if len(checks) == 0 {
 				return next.CallTool(ctx, c)
 			}
-			out, err := l.store.Take(ctx, now, c.ID, checks)
-			if err != nil {
+			var out outcome
+			if err := l.store.Take(ctx, now, c.ID, checks, 0, &out); err != nil {
 				if err := l.storeFailed(err); err == nil {
 					return next.CallTool(ctx, c)
 				}

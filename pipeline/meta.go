@@ -21,6 +21,33 @@ func (m *Meta) Set(key, value string) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.set(key, value)
+}
+
+// SetAll sets each of hs as Set does, under one lock: for a layer that sets
+// several at once (the six x-ratelimit-* headers). hs is not retained.
+func (m *Meta) SetAll(hs ...Header) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.header == nil {
+		m.header = m.inline[:0]
+	}
+	if need := len(m.header) + len(hs); need > cap(m.header) {
+		// Room for hs and a few more, at once.
+		grown := make([]Header, len(m.header), need+4)
+		copy(grown, m.header)
+		m.header = grown
+	}
+	for _, h := range hs {
+		m.set(h.Key, h.Value)
+	}
+}
+
+// set replaces the header named key; m.mu is held.
+func (m *Meta) set(key, value string) {
 	for i := range m.header {
 		if m.header[i].Key == key {
 			m.header[i].Value = value

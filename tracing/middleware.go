@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // maxContent bounds a captured prompt or answer attribute.
@@ -152,6 +154,9 @@ func cacheResult(v string) trace.EventOption {
 // attributes.
 func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if unsampled(ctx) {
+			return next.Chat(ctx, r)
+		}
 		target := r.TargetOrDefault()
 		upstream, provider, model := r.Model, "", r.Model
 		if target != nil {
@@ -182,7 +187,8 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 		}
 		a.add(semconv.GenAIResponseModel(upstream))
 		if resp.Stream == nil {
-			answered(a, gjson.GetBytes(resp.Body, "usage"), gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str)
+			usage, finish := answerOf(resp.Body)
+			answered(a, usage, finish)
 			if t.content {
 				a.add(attribute.String("gen_ai.output.messages", clip(gjson.GetBytes(resp.Body, "choices.0.message").Raw)))
 			}
@@ -192,6 +198,16 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 		resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a, usage: true}
 		return resp, nil
 	})
+}
+
+// unsampled reports whether ctx carries a span that is not sampled. Its
+// children are never sampled either (the sampler is parent-based), so the
+// call and tool layers start no span for them: nothing is spent on a
+// request that is not traced, and its outgoing requests carry the request's
+// traceparent (not sampled) unchanged.
+func unsampled(ctx context.Context) bool {
+	sc := trace.SpanContextFromContext(ctx)
+	return sc.IsValid() && !sc.IsSampled()
 }
 
 // callName is the span name of a call to upstream, "chat <model>", built
@@ -211,6 +227,9 @@ func (t *Tracer) callName(upstream string) string {
 func (t *Tracer) Tool() pipeline.ToolMiddleware {
 	return func(next pipeline.ToolHandler) pipeline.ToolHandler {
 		return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+			if unsampled(ctx) {
+				return next.CallTool(ctx, c)
+			}
 			ctx, span := t.tr.Start(ctx, "execute_tool "+c.Name, internalSpan...)
 			if !span.IsRecording() {
 				return next.CallTool(ctx, c)
@@ -247,23 +266,35 @@ const (
 // answered records an upstream call's usage (with its prompt-cache reads and
 // writes when reported) and finish reason.
 func answered(a *attrs, usage gjson.Result, finish string) {
-	if usage.IsObject() {
-		a.add(
-			semconv.GenAIUsageInputTokens(int(usage.Get("prompt_tokens").Int())),
-			semconv.GenAIUsageOutputTokens(int(usage.Get("completion_tokens").Int())),
-		)
-		if d := usage.Get("prompt_tokens_details"); d.IsObject() {
-			if n := d.Get("cached_tokens").Int(); n > 0 {
-				a.add(usageCacheRead.Int64(n))
-			}
-			if n := d.Get("cache_write_tokens").Int(); n > 0 {
-				a.add(usageCacheWrite.Int64(n))
-			}
+	if u, ok := wire.ParseChatUsage(usage); ok {
+		a.add(semconv.GenAIUsageInputTokens(int(u.Prompt)), semconv.GenAIUsageOutputTokens(int(u.Completion)))
+		if u.Cached > 0 {
+			a.add(usageCacheRead.Int64(u.Cached))
+		}
+		if u.CacheWrite > 0 {
+			a.add(usageCacheWrite.Int64(u.CacheWrite))
 		}
 	}
 	if finish != "" {
 		a.add(finishReason(finish))
 	}
+}
+
+// answerOf reads the usage object and the first choice's finish reason of
+// a chat completion in one pass over a read-only view of body: what answered
+// keeps of them is numbers and finishReason's copy.
+func answerOf(body []byte) (usage gjson.Result, finish string) {
+	seen := false
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case k.Str == "usage" && !usage.Exists(): // the first, as gjson.Get reads it
+			usage = v
+		case k.Str == "choices" && !seen:
+			finish, seen = v.Get("0.finish_reason").Str, true
+		}
+		return true
+	})
+	return usage, finish
 }
 
 // finishReasons are the attributes of the usual finish reasons, built once:
@@ -274,7 +305,7 @@ func finishReason(f string) attribute.KeyValue {
 	if kv, ok := finishReasons[f]; ok {
 		return kv
 	}
-	return semconv.GenAIResponseFinishReasons(f)
+	return semconv.GenAIResponseFinishReasons(strings.Clone(f)) // f may be a view of a body
 }
 
 func fail(span trace.Span, a *attrs, err error) {

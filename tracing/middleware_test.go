@@ -139,3 +139,45 @@ func sortedAttrs(s string) string {
 	slices.Sort(f)
 	return strings.Join(f, " ")
 }
+
+// TestUnsampledRequest: a request that is not sampled (the client's
+// traceparent says so) records no span, and its model and tool calls start
+// none either: the upstream and the tool see the request's own span
+// context, not sampled, in the client's trace.
+func TestUnsampledRequest(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation)}
+	var atUpstream, atTool trace.SpanContext
+	call := tr.ModelCall(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		atUpstream = trace.SpanContextFromContext(ctx)
+		return &pipeline.Response{Body: []byte(`{"choices":[{"finish_reason":"stop"}]}`)}, nil
+	}))
+	tool := tr.Tool()(pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		atTool = trace.SpanContextFromContext(ctx)
+		return &pipeline.ToolResult{}, nil
+	}))
+	var atRequest trace.SpanContext
+	h := tr.Request()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		atRequest = trace.SpanContextFromContext(ctx)
+		if _, err := tool.CallTool(ctx, &pipeline.ToolCall{Name: "calc", ID: "c1"}); err != nil {
+			return nil, err
+		}
+		return call.Chat(ctx, r)
+	}))
+	r := &pipeline.Request{Model: "gpt-x", Body: []byte(`{"model":"gpt-x","messages":[]}`), Meta: &pipeline.Meta{},
+		Hints: pipeline.Hints{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}
+	if _, err := h.Chat(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Started()); n != 0 {
+		t.Fatalf("%d spans started", n)
+	}
+	if atRequest.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || atRequest.IsSampled() {
+		t.Fatalf("request span context %v", atRequest)
+	}
+	if !atUpstream.Equal(atRequest) || !atTool.Equal(atRequest) {
+		t.Fatalf("call and tool run in %v and %v, want the request's %v", atUpstream, atTool, atRequest)
+	}
+}
