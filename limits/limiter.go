@@ -228,8 +228,9 @@ type reqState struct {
 	mu       sync.Mutex
 	estimate int64
 	model    string
-	out      outcome  // Take's answer (a Store is an interface: a local would escape)
-	counts   [8]int64 // out's counts of a scope's usual few (four) checks
+	out      outcome            // Take's answer (a Store is an interface: a local would escape)
+	counts   [8]int64           // out's counts of a scope's usual few (four) checks
+	headers  [6]pipeline.Header // the x-ratelimit-* headers, lent to the request's Meta
 }
 
 type stateKey struct{}

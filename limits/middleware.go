@@ -49,7 +49,7 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 				}
 				return next.Chat(ctx, r)
 			}
-			l.report(r.Meta, checks, out)
+			l.report(r.Meta, checks, out, &st.headers)
 			if out.denied >= 0 {
 				c := checks[out.denied]
 				limited.WithLabelValues(string(rune(c.kind))).Inc()
@@ -130,7 +130,7 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 
 // report sets the x-ratelimit-* headers from the tightest counters, and
 // x-gateway-budget-remaining once a budget passed its warning threshold.
-func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome) {
+func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome, hs *[6]pipeline.Header) {
 	best := [3]int{-1, -1, -1}
 	for i, c := range checks {
 		h := c.hdr
@@ -155,7 +155,6 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome) {
 		}
 	}
 	values, start := string(b), 0
-	var hs [6]pipeline.Header
 	n := 0
 	for h := hdrRequests; h <= hdrTokens; h++ {
 		i := best[h]
@@ -168,7 +167,7 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome) {
 		hs[n+2] = pipeline.Header{Key: names[2], Value: values[ends[h][0]:ends[h][1]]}
 		n, start = n+3, ends[h][1]
 	}
-	m.SetAll(hs[:n]...)
+	m.SetGroup(hs[:n:n])
 	for i, c := range checks {
 		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
 			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))

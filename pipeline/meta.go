@@ -9,6 +9,7 @@ type Meta struct {
 	mu     sync.Mutex
 	header []Header
 	inline [4]Header // the usual few headers need no allocation
+	group  []Header  // a layer's own block of headers (SetGroup), after header
 }
 
 // Header is one response header.
@@ -32,6 +33,11 @@ func (m *Meta) SetAll(hs ...Header) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.setAll(hs)
+}
+
+// setAll is SetAll with m.mu held.
+func (m *Meta) setAll(hs []Header) {
 	if m.header == nil {
 		m.header = m.inline[:0]
 	}
@@ -46,8 +52,45 @@ func (m *Meta) SetAll(hs ...Header) {
 	}
 }
 
+// SetGroup adds hs, a block of headers a layer sets together (the six
+// x-ratelimit-* headers), without copying them: hs is retained, and the
+// caller must not change it afterwards. It lives as long as the request,
+// in the layer's own per-request state, so the block costs Meta nothing.
+// A second group is copied in as SetAll does.
+func (m *Meta) SetGroup(hs []Header) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.group != nil {
+		m.setAll(hs)
+		return
+	}
+	for _, h := range hs {
+		m.drop(h.Key)
+	}
+	m.group = hs
+}
+
+// drop removes the header named key from m.header; m.mu is held.
+func (m *Meta) drop(key string) {
+	for i := range m.header {
+		if m.header[i].Key == key {
+			m.header = append(m.header[:i], m.header[i+1:]...)
+			return
+		}
+	}
+}
+
 // set replaces the header named key; m.mu is held.
 func (m *Meta) set(key, value string) {
+	for i := range m.group {
+		if m.group[i].Key == key {
+			m.group[i].Value = value
+			return
+		}
+	}
 	for i := range m.header {
 		if m.header[i].Key == key {
 			m.header[i].Value = value
@@ -74,9 +117,11 @@ func (m *Meta) Get(key string) string {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, h := range m.header {
-		if h.Key == key {
-			return h.Value
+	for _, hs := range [2][]Header{m.header, m.group} {
+		for _, h := range hs {
+			if h.Key == key {
+				return h.Value
+			}
 		}
 	}
 	return ""
@@ -93,6 +138,9 @@ func (m *Meta) Each(f func(key, value string)) {
 	for _, h := range m.header {
 		f(h.Key, h.Value)
 	}
+	for _, h := range m.group {
+		f(h.Key, h.Value)
+	}
 }
 
 // Headers returns a copy of the collected headers.
@@ -102,5 +150,5 @@ func (m *Meta) Headers() []Header {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]Header(nil), m.header...)
+	return append(append([]Header(nil), m.header...), m.group...)
 }

@@ -26,3 +26,33 @@ func TestMetaSetAll(t *testing.T) {
 	var nilMeta *Meta
 	nilMeta.SetAll(hs...) // a request without Meta: no-op
 }
+
+// TestMetaSetGroup: a group's headers are written after the others, found
+// by Get, replaced in place by Set, and a header set before under the same
+// name is not written twice; a second group is copied in.
+func TestMetaSetGroup(t *testing.T) {
+	t.Parallel()
+	var m Meta
+	m.Set("a", "1")
+	m.Set("x", "old")
+	group := []Header{{"x", "2"}, {"y", "3"}}
+	m.SetGroup(group)
+	m.Set("y", "4")
+	m.Set("b", "5")
+	var each []Header
+	m.Each(func(k, v string) { each = append(each, Header{k, v}) })
+	if got, want := fmt.Sprint(each), "[{a 1} {b 5} {x 2} {y 4}]"; got != want {
+		t.Fatalf("Each %s, want %s", got, want)
+	}
+	if m.Get("x") != "2" || m.Get("y") != "4" || fmt.Sprint(m.Headers()) != fmt.Sprint(each) {
+		t.Fatalf("Get x=%q y=%q, Headers %v", m.Get("x"), m.Get("y"), m.Headers())
+	}
+	second := []Header{{"y", "6"}, {"z", "7"}}
+	m.SetGroup(second)
+	second[1].Value = "changed" // copied, not retained
+	if m.Get("y") != "6" || m.Get("z") != "7" {
+		t.Fatalf("second group: y=%q z=%q", m.Get("y"), m.Get("z"))
+	}
+	var nilMeta *Meta
+	nilMeta.SetGroup(group)
+}
