@@ -35,19 +35,11 @@ func (b *bench) burstStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(mock)
-	floor, err := b.procs.start("floor-burst", b.bins.floor, b.floorArgs(mock.addr)...)
+	floor, gw, err := b.startProxies("burst", b.api, mock, 4096)
 	if err != nil {
 		return fail(err)
 	}
 	defer b.procs.stop(floor)
-	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-burst", "127.0.0.1:0", mock.addr, mock.addr, 4096, b.set.buffers())
-	if err != nil {
-		return fail(err)
-	}
-	gw, err := b.procs.start("gateway-burst", b.bins.gateway, "-config", cfg, "-listen", "{addr}")
-	if err != nil {
-		return fail(err)
-	}
 	defer b.procs.stop(gw)
 
 	conns := b.set.BurstClients + 64

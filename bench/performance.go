@@ -284,13 +284,11 @@ func shortfalls(res *results) []string {
 			}
 		case "burst streams":
 			if s := res.scenario("burst"); s != nil {
-				cpu, _ := s.figure("gateway/floor CPU per stream")
-				g, _ := s.figure("gateway CPU per stream")
-				f, _ := s.figure("floor CPU per stream")
+				fig := func(name string) string { v, _ := s.figure(name); return fmtNum(v) }
 				out = append(out, fmt.Sprintf("With an upstream that sends a whole %d-event answer in one burst, the gateway serves %s× the floor proxy's "+
 					"streams per second. It spends %s µs of CPU per stream against the floor's %s µs (%s×): with no upstream delay to wait "+
 					"out, the proxy's work per stream is what bounds the rate on these 2 shared cores; `-profile` shows where it goes.",
-					burstEvents, fmtNum(c.Measured), fmtNum(g), fmtNum(f), fmtNum(cpu)))
+					burstEvents, fmtNum(c.Measured), fig("gateway CPU per stream"), fig("floor CPU per stream"), fig("gateway/floor CPU per stream")))
 			}
 		case "TTFT":
 			if s := res.scenario("stream"); s != nil {
