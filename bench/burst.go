@@ -35,7 +35,7 @@ func (b *bench) burstStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(mock)
-	floor, gw, err := b.startProxies("burst", b.api, mock, 4096)
+	floor, gw, err := b.startProxies("burst", mock, mock, 4096)
 	if err != nil {
 		return fail(err)
 	}
@@ -44,19 +44,29 @@ func (b *bench) burstStreams() *scenarioResult {
 
 	conns := b.set.BurstClients + 64
 	direct, fl, g := newTarget("direct", mock, nil, conns), newTarget("floor", floor, mock, conns), newTarget("gateway", gw, mock, conns)
-	if err := checkBurst(direct); err != nil {
-		return fail(fmt.Errorf("mock-burst: %w", err))
-	}
 	stream := func(t *target) workload { return t.stream(streamBody) }
 	jobs := []job{{direct, stream(direct)}, {fl, stream(fl)}, {g, stream(g)}}
+	// Each target must relay the burst mock's answer, or the legs measure
+	// different upstreams.
+	for _, j := range jobs {
+		if err := checkBurst(j.t); err != nil {
+			return fail(fmt.Errorf("%s: %w", j.t.name, err))
+		}
+	}
 	var peerName string
 	if b.peer != nil {
 		peerName = b.peer.name
-		if p := b.peerAt(mock); p != nil {
-			jobs = append(jobs, job{p, stream(p)})
-		} else {
-			r.Notes = append(r.Notes, b.peer.name+" was not run in this scenario: its upstream is set in its own config, "+
-				"not by a {mock} header, so it cannot be pointed at the burst mock")
+		p := b.peerAt(mock)
+		why := "its upstream is set in its own config, not by a {mock} header, so it cannot be pointed at the burst mock"
+		if p != nil {
+			if err := checkBurst(p); err != nil {
+				why = "it did not relay the burst mock's answer: " + err.Error()
+			} else {
+				jobs, why = append(jobs, job{p, stream(p)}), ""
+			}
+		}
+		if why != "" {
+			r.Notes = append(r.Notes, peerName+" was not run in this scenario: "+why)
 		}
 	}
 	m := b.measure(r, jobs, ls)
@@ -85,8 +95,8 @@ func burstFigures(r *scenarioResult, m map[string]*leg, peer string) {
 	}
 }
 
-// checkBurst makes sure the mock answers a stream of burstEvents events
-// before [DONE], so the scenario measures what it says.
+// checkBurst makes sure t answers a stream of burstEvents events before
+// [DONE] (the burst mock's answer), so the scenario measures what it says.
 func checkBurst(t *target) error {
 	n := 0
 	err := t.readStream(t.body(streamBody), nil, func(time.Time, []byte) bool {
