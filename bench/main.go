@@ -44,6 +44,7 @@ type settings struct {
 	WarmSeconds    float64   `json:"warmup_seconds"`
 	Rounds         int       `json:"interleave_rounds"`
 	Concurrency    int       `json:"closed_concurrency"`
+	BurstClients   int       `json:"burst_closed_concurrency"`
 	StreamRate     float64   `json:"stream_rps"`
 	ToolRate       float64   `json:"tool_loop_rps"`
 	CacheRate      float64   `json:"cache_rps"`
@@ -69,7 +70,7 @@ type settings struct {
 
 func modeSettings(mode string) (settings, error) {
 	s := settings{Mode: mode, FirstByteMS: 20, ChunkDelayMS: 10, ReplyBytes: 120, TextRunes: 4,
-		SlowChunkMS: 1000, MaxInFlight: 8000,
+		SlowChunkMS: 1000, MaxInFlight: 8000, BurstClients: 32,
 		ReadBuffer: fasthttpBuffers.read, WriteBuffer: fasthttpBuffers.write, UpstreamReadBuffer: fasthttpBuffers.upstreamRead}
 	switch mode {
 	case "quick":
@@ -97,7 +98,7 @@ func modeSettings(mode string) (settings, error) {
 	return s, nil
 }
 
-var allScenarios = []string{"passthrough", "stream", "toolloop", "cache", "fallback", "limits", "replicas", "responses", "streams", "sweep"}
+var allScenarios = []string{"passthrough", "stream", "burst", "toolloop", "cache", "fallback", "limits", "replicas", "responses", "streams", "sweep"}
 
 func main() { os.Exit(realMain()) }
 
@@ -114,7 +115,7 @@ func realMain() int {
 	profile := flag.Bool("profile", false, "profile the gateway: CPU and allocation profiles of the whole run, and their pprof -top, beside the results (OUT/MODE/gateway.*)")
 	repo := flag.String("repo", "", "repository root (default: the nearest directory above the working one holding go.mod)")
 	var peer peerOptions
-	flag.StringVar(&peer.url, "target", "", "also measure this OpenAI-compatible endpoint (its base URL, e.g. http://127.0.0.1:4000/v1) as a peer leg in passthrough, stream and sweep")
+	flag.StringVar(&peer.url, "target", "", "also measure this OpenAI-compatible endpoint (its base URL, e.g. http://127.0.0.1:4000/v1) as a peer leg in passthrough, stream, burst and sweep")
 	flag.StringVar(&peer.name, "target-name", "", "the peer leg's name in the results (default: target, or the -peer name)")
 	flag.StringVar(&peer.model, "model", "", "the model the peer is asked for (default: the bench bodies' own, \"chat\")")
 	flag.Var(&peer.headers, "header", "NAME:VALUE header sent to the peer, repeatable; {mock} in a value is the mock's base URL")

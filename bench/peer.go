@@ -107,7 +107,7 @@ type peerInfo struct {
 // peerScenarios are the scenarios a plain OpenAI-compatible endpoint can
 // run; the others measure a gateway feature bench configures, and say why
 // the peer is not in them.
-var peerScenarios = map[string]bool{"passthrough": true, "stream": true, "sweep": true}
+var peerScenarios = map[string]bool{"passthrough": true, "stream": true, "burst": true, "sweep": true}
 
 var peerNotRun = map[string]string{
 	"toolloop":  "the server-side tool loop is a gateway feature",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,71 @@ func TestRedactHeaders(t *testing.T) {
 	}
 	if in[3] != "Authorization: Bearer sk-secret" {
 		t.Fatal("redactHeaders changed its argument")
+	}
+}
+
+// TestPeerAt: a peer whose upstream is chosen by a request header (Portkey's
+// custom host, a {mock} header) is pointed at the burst mock; one whose
+// upstream is in its own config is not run there.
+func TestPeerAt(t *testing.T) {
+	t.Parallel()
+	main, burst := &child{addr: "127.0.0.1:1001"}, &child{addr: "127.0.0.1:1002"}
+	tests := []struct {
+		name    string
+		headers [][2]string
+		want    [][2]string // nil: not run
+	}{
+		{name: "custom host", headers: [][2]string{{"x-portkey-provider", "openai"}, {"x-portkey-custom-host", "http://127.0.0.1:1001/v1"}},
+			want: [][2]string{{"x-portkey-provider", "openai"}, {"x-portkey-custom-host", "http://127.0.0.1:1002/v1"}}},
+		{name: "upstream in its config", headers: [][2]string{{"Authorization", "Bearer k"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := makeTarget("pk", "127.0.0.1:1003", "http://127.0.0.1:1003/v1", false, nil, main, 4)
+			p.headers, p.model = tc.headers, "m"
+			b := &bench{api: main, peer: p, set: settings{BurstClients: 32}}
+			got := b.peerAt(burst)
+			if tc.want == nil {
+				if got != nil {
+					t.Fatalf("peer run against the burst mock with headers %v", got.headers)
+				}
+				return
+			}
+			if got == nil || !reflect.DeepEqual(got.headers, tc.want) || got.model != "m" || got.upstream != burst || got.addr != p.addr {
+				t.Fatalf("peerAt = %+v, want headers %v", got, tc.want)
+			}
+			if !reflect.DeepEqual(p.headers, tc.headers) {
+				t.Errorf("the main peer's headers changed: %v", p.headers)
+			}
+		})
+	}
+}
+
+// TestCheckBurst: the burst scenario accepts a mock that answers a
+// burstReply-byte text in burstEvents events before [DONE], and refuses one
+// whose answer has another shape.
+func TestCheckBurst(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		text    string
+		wantErr string
+	}{
+		{name: "22 events", text: strings.Repeat("a", burstReply)},
+		{name: "longer answer", text: strings.Repeat("a", burstReply+burstTextRunes), wantErr: "stream of 23 events before [DONE], want 22"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, addr := startMock(t, mockllm.Options{
+				Respond:  func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: tc.text} },
+				Chunking: mockllm.Chunking{TextRunes: burstTextRunes, Burst: true},
+			})
+			err := checkBurst(makeTarget("direct", addr, "http://"+addr+"/v1", false, nil, nil, 2))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+				t.Fatalf("checkBurst = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -153,6 +153,14 @@ func summaryRow(s *scenarioResult, peer string) string {
 			}
 			return fmt.Sprintf("%s+TTFB p50/p99 %s/%s µs, +inter-chunk p99 %s µs", ttft, fmtNum(l.AddedTTFB.P50), fmtNum(l.AddedTTFB.P99), fmtNum(l.AddedInterChunk.P99))
 		}
+	case "burst":
+		f = func(l *leg) string {
+			cpu := "–"
+			if !l.CPUNotMeasured {
+				cpu = fmtNum(l.ProxyCPUPer1k * 1000)
+			}
+			return fmt.Sprintf("%s streams/s, p50/p99 %s/%s ms, CPU %s µs/stream", fmtNum(l.ThroughputRPS), ms1(l.Latency.P50), ms1(l.Latency.P99), cpu)
+		}
 	case "toolloop", "cache", "fallback":
 		f = func(l *leg) string {
 			if l.Added == nil {
@@ -212,6 +220,7 @@ func writePeerRatios(b *strings.Builder, res *results) {
 	}
 	vs("passthrough", "pass-through throughput", "throughput")
 	vs("passthrough", "CPU per request", "CPU per request")
+	vs("burst", "streams/s with a burst upstream", "streams/s")
 	vs("sweep", "saturation rate", "saturation rate")
 	if s := res.scenario("stream"); s != nil {
 		pv, okp := s.figure(n + " added TTFT p50")
@@ -272,6 +281,14 @@ func shortfalls(res *results) []string {
 					"fasthttp's per-connection buffers on both sides and goroutine stacks), so the target is below "+
 					"what a fasthttp proxy with default buffer sizes reaches; the gateway adds %s KiB per stream on top and runs %s goroutines per stream.",
 					fmtNum(c.Measured), c.Detail, fmtNum(fk), fmtNum(fk*10000/1024), fmtNum(gk-fk), fmtNum(gr)))
+			}
+		case "burst streams":
+			if s := res.scenario("burst"); s != nil {
+				fig := func(name string) string { v, _ := s.figure(name); return fmtNum(v) }
+				out = append(out, fmt.Sprintf("With an upstream that sends a whole %d-event answer in one burst, the gateway serves %s× the floor proxy's "+
+					"streams per second. It spends %s µs of CPU per stream against the floor's %s µs (%s×): with no upstream delay to wait "+
+					"out, the proxy's work per stream is what bounds the rate on these 2 shared cores; `-profile` shows where it goes.",
+					burstEvents, fmtNum(c.Measured), fig("gateway CPU per stream"), fig("floor CPU per stream"), fig("gateway/floor CPU per stream")))
 			}
 		case "TTFT":
 			if s := res.scenario("stream"); s != nil {

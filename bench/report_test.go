@@ -15,12 +15,15 @@ func TestCheckTargets(t *testing.T) {
 	stream.fig("gateway added TTFT p50", 150, "µs")
 	streams := &scenarioResult{Name: "streams", Status: "ok"}
 	streams.fig("gateway RSS projected for 10,000 streams", 530, "MB")
+	burst := &scenarioResult{Name: "burst", Status: "ok"}
+	burst.fig("gateway/floor streams/s", 0.41, "×")
 	res := &results{Settings: settings{Streams: 9968}, Scenarios: []*scenarioResult{
-		pass, stream, streams, {Name: "toolloop", Status: "skipped", Reason: "no tools"},
+		pass, stream, burst, streams, {Name: "toolloop", Status: "skipped", Reason: "no tools"},
 	}}
 	want := []targetCheck{
 		{Name: "throughput", Status: "met", Measured: 0.9},
 		{Name: "added p99", Status: "not measured", Detail: "sweep did not run"},
+		{Name: "burst streams", Status: "missed", Measured: 0.41},
 		{Name: "TTFT", Status: "met", Measured: 150},
 		{Name: "stream memory", Status: "missed", Measured: 530, Detail: "projected from 9968 streams"},
 		{Name: "tool loop", Status: "not measured", Detail: "skipped: no tools"},
@@ -73,5 +76,66 @@ func TestRenderPeer(t *testing.T) {
 	out = renderPerformance(res, "bench/results/quick/chart.svg", "bench/results/PERFORMANCE.md")
 	if !strings.Contains(out, "The peer portkey was not measured (skipped): npm is not installed.") || strings.Contains(out, "| gateway | portkey |") {
 		t.Errorf("a skipped peer must be explained and get no column:\n%s", out)
+	}
+}
+
+// TestRenderBurst: the burst scenario's figures come from its legs, and it
+// reaches the targets table of results.md, its row and the peer's ratio in
+// the README section, and, when missed, the explanation with its CPU
+// figures.
+func TestRenderBurst(t *testing.T) {
+	t.Parallel()
+	l := func(name string, rps, cpu1k float64) *leg {
+		return &leg{Target: name, ThroughputRPS: rps, ProxyCPUPer1k: cpu1k, Latency: &pcts{P50: 5000, P99: 12000}, Added: &pcts{}}
+	}
+	legs := []*leg{l("direct", 8000, 0.02), l("floor", 4000, 0.1), l("gateway", 1600, 0.25), l("pk", 400, 1)}
+	tests := []struct {
+		name   string
+		gwRPS  float64
+		status string
+		want   []string
+		absent []string
+	}{
+		{name: "missed", gwRPS: 1600, status: "missed", want: []string{
+			"| streams/s with a burst upstream ≥ 0.9× the floor proxy | 0.4 × | missed |",
+			"| Streams (closed 32) | 8000 streams/s, p50/p99 5/12 ms, CPU 20 µs/stream | 4000 streams/s, p50/p99 5/12 ms, CPU 100 µs/stream | " +
+				"1600 streams/s, p50/p99 5/12 ms, CPU 250 µs/stream | 400 streams/s, p50/p99 5/12 ms, CPU 1000 µs/stream |",
+			"streams/s with a burst upstream 0.1× the floor's and 0.25× the gateway's",
+			"the gateway serves 0.4× the floor proxy's streams per second. It spends 250 µs of CPU per stream against the floor's 100 µs (2.5×)",
+		}},
+		{name: "met", gwRPS: 3800, status: "met", want: []string{
+			"| streams/s with a burst upstream ≥ 0.9× the floor proxy | 0.95 × | met |",
+		}, absent: []string{"streams per second. It spends"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ls := make([]*leg, len(legs))
+			for i, l := range legs {
+				c := *l
+				ls[i] = &c
+			}
+			ls[2].ThroughputRPS = tc.gwRPS
+			s := &scenarioResult{Name: "burst", Title: "Streams", Load: "closed 32", Status: "ok", Legs: ls}
+			burstFigures(s, byTarget(ls), "pk")
+			res := &results{runInfo: runInfo{Started: "2026-11-24T00:00:00Z", Command: "go run ./bench"}, Settings: settings{Mode: "full"},
+				Peer: &peerInfo{Name: "pk", Kind: "portkey", Status: "ok", CPUMeasured: true}, Scenarios: []*scenarioResult{s}}
+			res.Targets = checkTargets(res)
+			out := renderPerformance(res, "bench/results/full/chart.svg", "bench/results/PERFORMANCE.md")
+			if md := markdown(res); !strings.Contains(md, "| burst streams | streams/s with a burst upstream ≥ 0.9× the floor proxy |") ||
+				!strings.Contains(md, "| **"+tc.status+"** |") {
+				t.Errorf("results.md lacks the burst target (%s):\n%s", tc.status, md)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("section lacks %q:\n%s", w, out)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(out, a) {
+					t.Errorf("section has %q:\n%s", a, out)
+				}
+			}
+		})
 	}
 }

@@ -34,19 +34,11 @@ func (b *bench) concurrentStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(mock)
-	floor, err := b.procs.start("floor-slow", b.bins.floor, append(b.floorArgs(mock.addr), "-max-conns", strconv.Itoa(n+1000))...)
+	floor, gw, err := b.startProxies("slow", b.api, mock, n+1000)
 	if err != nil {
 		return fail(err)
 	}
 	defer b.procs.stop(floor)
-	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-slow", "127.0.0.1:0", b.api.addr, mock.addr, n+1000, b.set.buffers())
-	if err != nil {
-		return fail(err)
-	}
-	gw, err := b.procs.start("gateway-slow", b.bins.gateway, "-config", cfg, "-listen", "{addr}")
-	if err != nil {
-		return fail(err)
-	}
 	defer b.procs.stop(gw)
 
 	targets := []*target{
@@ -192,4 +184,24 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 	l.RSSMB, l.PeakRSSMB = mb(rss), mb(hwm)
 	l.ProxyCPUPer1k = round((cpu1.proxy-cpu0.proxy)/float64(n)*1000, 4)
 	return l, nil
+}
+
+// startProxies starts a floor proxy and a gateway (named floor-NAME and
+// gateway-NAME) in front of mock, both with connection pools of maxConns;
+// the gateway's "slow" provider is mock and its other providers api. The
+// caller stops both.
+func (b *bench) startProxies(name string, api, mock *child, maxConns int) (floor, gw *child, err error) {
+	floor, err = b.procs.start("floor-"+name, b.bins.floor, append(b.floorArgs(mock.addr), "-max-conns", strconv.Itoa(maxConns))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-"+name, "127.0.0.1:0", api.addr, mock.addr, maxConns, b.set.buffers())
+	if err == nil {
+		gw, err = b.procs.start("gateway-"+name, b.bins.gateway, "-config", cfg, "-listen", "{addr}")
+	}
+	if err != nil {
+		b.procs.stop(floor)
+		return nil, nil, err
+	}
+	return floor, gw, nil
 }

@@ -30,6 +30,7 @@ func main() {
 	chunkDelay := flag.Duration("chunk-delay", 0, "delay between stream events")
 	textRunes := flag.Int("text-runes", 4, "runes per content delta")
 	replyBytes := flag.Int("reply-bytes", 0, "answer every model with a fixed reply of this many bytes (0 = demo answers)")
+	burst := flag.Bool("burst", false, "flush each stream only after its last event, so it reaches the socket in one burst (use with -chunk-delay 0)")
 	debug := flag.Bool("debug", false, "log faults and refused requests")
 	flag.Parse()
 
@@ -43,7 +44,7 @@ func main() {
 		Respond:        responder(*replyBytes),
 		FirstByteDelay: *firstByte,
 		ChunkDelay:     *chunkDelay,
-		Chunking:       mockllm.Chunking{TextRunes: *textRunes},
+		Chunking:       mockllm.Chunking{TextRunes: *textRunes, Burst: *burst},
 		MaxRecorded:    -1, // a load target must not grow
 		Logger:         &log,
 	})
