@@ -50,12 +50,13 @@ func Gateway(t testing.TB) string {
 }
 
 // Build compiles the packages pkgs of the module at root with one go build
-// (the toolchain builds them in parallel), without cgo, into out: a file for
-// one package, or a directory (ending in a path separator) for several.
+// (the toolchain builds them in parallel) into out: a file for one package,
+// or a directory (ending in a path separator) for several. It builds with
+// the environment's cgo setting, as `go run` and `go build` there do, so
+// that the packages they compiled already are reused from the build cache.
 func Build(root, out string, pkgs ...string) error {
 	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, b)
 	}
