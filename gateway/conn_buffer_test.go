@@ -34,3 +34,32 @@ func TestServerReadBuffer(t *testing.T) {
 		})
 	}
 }
+
+// providers.read_buffer sizes each upstream connection's read buffer, which
+// bounds the upstream's response head: the same 429 with a 3 KB header
+// reaches the client as the upstream's 429 when the head fits, and as a 502
+// (the upstream's answer could not be read) when it does not.
+func TestProviderReadBuffer(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 3000)
+	cases := []struct {
+		name   string
+		buffer string
+		status int
+	}{
+		{name: "1 KiB cannot read a 3 KB head", buffer: "read_buffer = 1024", status: 502},
+		{name: "8 KiB reads it", buffer: "read_buffer = 8192", status: 429},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := strings.Replace(baseConfig, "retries = 0\n", "retries = 0\n"+c.buffer+"\n", 1)
+			h := newHarness(t, cfg, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
+				Fault: &mockllm.Fault{Status: 429, Headers: map[string]string{"X-Big": big}}})})
+			status, _, body := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`, nil)
+			if status != c.status {
+				t.Fatalf("status %d, want %d: %.200s", status, c.status, body)
+			}
+		})
+	}
+}
