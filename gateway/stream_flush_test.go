@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,5 +132,44 @@ func TestStreamSpacedEventsLeaveAtOnce(t *testing.T) {
 	}
 	if events < 6 {
 		t.Fatalf("%d events", events)
+	}
+}
+
+// A flush is held only for an upstream event that becomes a chunk: when
+// what the upstream has already sent after a chunk is a comment (a
+// keep-alive) and it then goes quiet, the chunk still leaves at once. The
+// upstream here is a plain HTTP server, because the mock sends no comments:
+// it sends role, "Hello" and ": keep-alive" in one write, then waits until
+// the client has seen "Hello" before it ends the answer.
+func TestStreamFlushesBeforeSilentEvents(t *testing.T) {
+	t.Parallel()
+	sawHello := make(chan struct{})
+	held := make(chan bool, 1)
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":` +
+			delta + `,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, chunk(`{"role":"assistant","content":""}`, "null")+chunk(`{"content":"Hello"}`, "null")+": keep-alive\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-sawHello:
+			held <- false
+		case <-time.After(10 * time.Second): // a deadlock guard, not a timing check
+			held <- true
+		}
+		io.WriteString(w, chunk(`{}`, `"stop"`)+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.Replace(baseConfig, "{{MOCK}}", up.URL+"/v1", 1), mockllm.Options{})
+	var once sync.Once
+	rawChunks(t, h, func(p []byte) {
+		if bytes.Contains(p, []byte(`"Hello"`)) {
+			once.Do(func() { close(sawHello) })
+		}
+	})
+	if <-held {
+		t.Fatal(`"Hello" was held until the upstream's next data event: the keep-alive after it was taken for a chunk`)
 	}
 }

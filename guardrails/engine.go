@@ -91,6 +91,13 @@ func (e *Engine) Middleware() pipeline.Middleware {
 					req.Body = body
 				}
 			}
+			if len(out) > 0 && req.Lookahead != nil {
+				// Response checks hold text back in windows: the client's
+				// writer must not wait on upstream events that may come to
+				// nothing (pipeline.Lookahead).
+				req = req.Clone()
+				req.Lookahead = nil
+			}
 			resp, err := next.Chat(ctx, req)
 			if err != nil || len(out) == 0 {
 				return resp, err

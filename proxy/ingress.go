@@ -167,15 +167,31 @@ func (s *keySet) add(k string) (repeated bool) {
 	if s.big == nil {
 		s.big = make(map[string]struct{}, 2*len(s.small))
 		for _, seen := range s.small[:s.n] {
-			s.big[strings.ToLower(seen)] = struct{}{}
+			s.big[foldKey(seen)] = struct{}{}
 		}
 	}
-	lower := strings.ToLower(k)
-	if _, ok := s.big[lower]; ok {
+	f := foldKey(k)
+	if _, ok := s.big[f]; ok {
 		return true
 	}
-	s.big[lower] = struct{}{}
+	s.big[f] = struct{}{}
 	return false
+}
+
+// foldKey maps k to one spelling per class of strings.EqualFold, so that
+// the map and the comparison agree: each rune becomes the least rune of its
+// simple case folding orbit ("ſ" and "S" become "S", the Kelvin sign "K").
+func foldKey(k string) string {
+	var b strings.Builder
+	b.Grow(len(k))
+	for _, r := range k {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 // repeatedKey is the 400 for a key given twice. The key is the client's own

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"reflect"
 	"sync"
@@ -85,26 +84,28 @@ func readerField(t, want reflect.Type) (reflect.Type, int, bool) {
 	return t, sf.Index[0], true
 }
 
-// Buffered reports whether the stream's next event is already in memory
-// (in the SSE reader or in the connection's reader), so that the writer
-// may hold its flush. It says false when the stream is about to end
-// ([DONE] is buffered): what follows the end (the next round of a tool
-// loop, its tools) may take long, and what was written must leave first.
-// It never blocks: a stream busy in Next or Close reports false.
+// Buffered reports whether the stream's next Next will return a chunk
+// without reading the network, so that the writer may hold its flush: the
+// first event buffered (in the SSE reader or in the connection's reader)
+// must be a JSON data event. A comment (": keep-alive"), an empty data
+// line or [DONE] says false: Next would pass over it and block, with the
+// held bytes unsent. An Anthropic stream says false (its decoder passes over
+// ping and block-stop events), and so does a stream busy in Next or Close:
+// it never blocks. Layers that may take chunks without writing anything
+// (the tool loop, prompted tool calls, response guardrails) give their own
+// upstream calls no Lookahead.
 func (s *upstreamStream) Buffered() bool {
-	if !s.mu.TryLock() {
+	if s.msgs != nil || !s.mu.TryLock() {
 		return false
 	}
 	defer s.mu.Unlock()
 	if s.closed || s.done {
 		return false
 	}
-	ahead := s.rd.Buffered()
-	if bytes.Contains(ahead, doneMark) {
-		return false
-	}
-	if sse.HasEvent(ahead) {
-		return true
+	if ahead := s.rd.Buffered(); len(ahead) > 0 {
+		// The reader's own bytes come first; a partial event there may end
+		// in the connection's buffer, which this does not join: false.
+		return sse.FirstIsData(ahead)
 	}
 	if s.br == nil {
 		return false
@@ -114,7 +115,6 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	raw, _ := s.br.Peek(n) // n bytes are buffered: no read
-	return sse.HasEvent(raw) && !bytes.Contains(raw, doneMark)
+	return sse.FirstIsData(raw)
 }
 
-var doneMark = []byte("[DONE]")

@@ -285,6 +285,35 @@ func HasEvent(b []byte) bool {
 	return bytes.Contains(b, lfLF) || bytes.Contains(b, crlfCRLF) || bytes.Contains(b, crCR)
 }
 
+// FirstIsData reports whether the first complete event in b carries a data
+// line whose value is a JSON object ("data: {..."): an event a reader of
+// chat chunks turns into a chunk. A comment, an empty data line, [DONE],
+// or an event not complete in b report false. Lines that are not fields of
+// the event (a chunked transfer's size lines between its bytes) are passed
+// over.
+func FirstIsData(b []byte) bool {
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			return false // the event is not complete in b
+		}
+		line := b[:i]
+		if i == 0 {
+			return false // a blank line ends an event without such a data line
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			v = bytes.TrimPrefix(v, []byte(" "))
+			// Complete only when a blank line follows somewhere after it.
+			return len(v) > 0 && v[0] == '{' && HasEvent(b)
+		}
+		if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+			i++ // CRLF is one line end
+		}
+		b = b[i+1:]
+	}
+	return false
+}
+
 var (
 	lfLF     = []byte("\n\n")
 	crlfCRLF = []byte("\r\n\r\n")

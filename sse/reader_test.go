@@ -232,3 +232,40 @@ func BenchmarkReader(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*101), "ns/event")
 }
+
+// TestFirstIsData: only a complete first event with a JSON data line counts.
+func TestFirstIsData(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want bool
+	}{
+		{"data: {\"a\":1}\n\n", true},
+		{"data:{}\r\n\r\n", true},
+		{"event: x\ndata: {}\n\n", true},
+		{"1a\r\ndata: {}\n\n\r\n", true}, // a chunk-size line before it
+		{": keep-alive\n\ndata: {}\n\n", false},
+		{"data:\n\ndata: {}\n\n", false},
+		{"data: [DONE]\n\n", false},
+		{"data: {\"a\":", false}, // not complete
+		{"data: {}\n", false},
+		{"", false},
+	} {
+		if got := FirstIsData([]byte(c.in)); got != c.want {
+			t.Errorf("FirstIsData(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// FuzzFirstIsData: never panics, and says true only when the bytes hold a
+// data line starting with "{" and a blank line.
+func FuzzFirstIsData(f *testing.F) {
+	for _, s := range []string{"data: {}\n\n", ": x\n\n", "data: [DONE]\n\n", "\r\r", "data:{\r\n\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if FirstIsData(b) && (!HasEvent(b) || !bytes.Contains(b, []byte("data:"))) {
+			t.Fatalf("true for %q", b)
+		}
+	})
+}

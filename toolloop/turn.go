@@ -96,6 +96,10 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	r := s.req.Clone()
 	r.Body = body
+	// The loop takes tool-call deltas, finish and usage chunks without
+	// writing anything: the client's writer must not hold what it has for
+	// an upstream event that may come to nothing (pipeline.Lookahead).
+	r.Lookahead = nil
 	// Only the rounds carry the edit log and the hint: a tool's own model
 	// call (an agent tool) is another conversation.
 	r.EditLog, r.PromptHint = s.elog, pipeline.PromptHint{}
