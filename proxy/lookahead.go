@@ -117,4 +117,3 @@ func (s *upstreamStream) Buffered() bool {
 	raw, _ := s.br.Peek(n) // n bytes are buffered: no read
 	return sse.FirstIsData(raw)
 }
-
