@@ -223,7 +223,7 @@ func (k *sink) WriteTo(w io.Writer) (int64, error) {
 	var n int64
 	for !k.ended {
 		b := k.event()
-		if len(b) == 0 || (!k.ended && k.req.Lookahead.Buffered()) {
+		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
 			continue // the next event is already here: one write for both
 		}
 		k.buf = k.buf[:0]
@@ -364,6 +364,12 @@ func (k *sink) finish() {
 var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 const maxPooledSinkBuf = 64 << 10
+
+// maxHeldBytes bounds what the sink holds for one write: an upstream that
+// keeps its next event buffered (a long answer arriving faster than it is
+// relayed) still reaches the client in writes of about this size, not at
+// its end.
+const maxHeldBytes = 16 << 10
 
 func truncateBytes(b []byte, n int) []byte {
 	if len(b) > n {
