@@ -200,5 +200,5 @@ func repeatedKey(k string) error {
 	if len(k) > 64 || strings.ContainsFunc(k, unicode.IsControl) {
 		return pipeline.BadRequest("", "the request body repeats a key; each key may appear once")
 	}
-	return pipeline.BadRequest(k, "%q may appear once in the request body", k)
+	return pipeline.BadRequest(k, "%q repeats a key given earlier in the request body (keys are compared without regard to case); each key may appear once", k)
 }
