@@ -33,11 +33,15 @@ type stuckSink struct {
 	requests atomic.Int64
 }
 
+// Write counts every line of p: the logger batches the lines that queued up
+// while the sink was stuck into one write.
 func (s *stuckSink) Write(p []byte) (int, error) {
 	<-s.gate
-	s.lines.Add(1)
-	if gjson.GetBytes(p, "message").Str == "request" {
-		s.requests.Add(1)
+	for line := range bytes.Lines(p) {
+		s.lines.Add(1)
+		if gjson.GetBytes(line, "message").Str == "request" {
+			s.requests.Add(1)
+		}
 	}
 	return len(p), nil
 }
