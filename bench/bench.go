@@ -226,12 +226,7 @@ func (b *bench) startMain() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"-config", cfg, "-listen", "{addr}"}
-	if b.profileDir != "" {
-		args = append(args, "-cpuprofile", filepath.Join(b.profileDir, "gateway.cpu.pprof"),
-			"-memprofile", filepath.Join(b.profileDir, "gateway.allocs.pprof"))
-	}
-	b.gw, err = b.procs.start("gateway", b.bins.gateway, args...)
+	b.gw, err = b.procs.start("gateway", b.bins.gateway, b.gatewayArgs("gateway", cfg)...)
 	if err != nil {
 		return err
 	}
@@ -240,6 +235,18 @@ func (b *bench) startMain() error {
 	b.floor = newTarget("floor", b.floorAPI, b.api, conns)
 	b.gateway = newTarget("gateway", b.gw, b.api, conns)
 	return nil
+}
+
+// gatewayArgs are the arguments of the gateway process name with config
+// cfg: with -profile, its CPU and allocation profiles go to name.cpu.pprof
+// and name.allocs.pprof in the profile directory.
+func (b *bench) gatewayArgs(name, cfg string) []string {
+	args := []string{"-config", cfg, "-listen", "{addr}"}
+	if b.profileDir != "" {
+		args = append(args, "-cpuprofile", filepath.Join(b.profileDir, name+".cpu.pprof"),
+			"-memprofile", filepath.Join(b.profileDir, name+".allocs.pprof"))
+	}
+	return args
 }
 
 // floorArgs are the floor proxy's arguments in front of upstream: its

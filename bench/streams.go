@@ -197,7 +197,7 @@ func (b *bench) startProxies(name string, api, mock *child, maxConns int) (floor
 	}
 	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-"+name, "127.0.0.1:0", api.addr, mock.addr, maxConns, b.set.buffers())
 	if err == nil {
-		gw, err = b.procs.start("gateway-"+name, b.bins.gateway, "-config", cfg, "-listen", "{addr}")
+		gw, err = b.procs.start("gateway-"+name, b.bins.gateway, b.gatewayArgs("gateway-"+name, cfg)...)
 	}
 	if err != nil {
 		b.procs.stop(floor)
