@@ -2,12 +2,16 @@ package gateway
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/observe"
 )
 
 // The pass-through benchmarks run the same request against the mock
@@ -59,4 +63,75 @@ func BenchmarkPassthrough(b *testing.B) {
 	b.Run("nonstream/gateway", func(b *testing.B) { runPost(b, h.base, benchBody, false) })
 	b.Run("stream/direct", func(b *testing.B) { runPost(b, mock, benchDirectSt, true) })
 	b.Run("stream/gateway", func(b *testing.B) { runPost(b, h.base, benchStreamBody, true) })
+}
+
+// shippedConfig is the bench's pass-through gateway: the shipped request
+// and model middleware (defaults), the response cache in memory, server
+// tools for other models only, and the access log at info.
+const shippedConfig = `
+[server]
+log_level = "info"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+api_key = "sk-upstream-secret"
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "up-model"
+context_window = 128000
+[[tools]]
+name = "calculator"
+kind = "builtin"
+models = ["tools-*"]
+[middleware.cache]
+enabled = true
+store = "memory"
+`
+
+// BenchmarkShipped is one non-streamed request at a time through the
+// shipped middleware with the access log written as in production (JSON
+// through the redacting queue, to a file), beside the same request sent to
+// the mock directly. cpu-ns/op is the process's CPU per request (client,
+// mock, gateway, garbage collector): the difference between the two is what
+// the gateway costs.
+func BenchmarkShipped(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	log, flush := observe.NewLogger("info", "json", f)
+	b.Cleanup(func() { flush(); _ = f.Close() })
+	h := &harness{t: b, logger: &log}
+	h.mock = mockllm.New(mockllm.Options{MaxRecorded: -1, Respond: mockllm.Sequence(mockllm.Turn{Text: strings.Repeat("token ", 40)})})
+	if h.mockURL, err = h.mock.ListenLoopback(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.mock.Close() })
+	cfg, err := config.Parse([]byte(strings.ReplaceAll(shippedConfig, "{{MOCK}}", h.mockURL)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.srv = h.start(cfg)
+	run := func(b *testing.B, url string, body []byte) {
+		c := &fasthttp.Client{}
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI(url + "/chat/completions")
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.SetBody(body)
+		b.ReportAllocs()
+		cpu := processCPU()
+		for b.Loop() {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
+			}
+		}
+		b.ReportMetric(float64((processCPU() - cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+	b.Run("direct", func(b *testing.B) { run(b, h.mockURL, benchDirect) })
+	b.Run("gateway", func(b *testing.B) { run(b, h.base, benchBody) })
 }

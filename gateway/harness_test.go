@@ -39,7 +39,8 @@ type harness struct {
 	last *bytes.Buffer
 	hdr  http.Header
 
-	logs *lockedBuffer // the gateway's log, at every level; nil = discarded
+	logs   *lockedBuffer   // the gateway's log, at every level; nil = discarded
+	logger *zerolog.Logger // the gateway's logger when set (logs is then unused)
 }
 
 // baseConfig is a gateway config with one provider "up" at the mock and a
@@ -111,6 +112,9 @@ func (h *harness) start(cfg *config.Config) *proxy.Server {
 	}
 	if h.logs != nil {
 		log = zerolog.New(h.logs)
+	}
+	if h.logger != nil {
+		log = *h.logger
 	}
 	rt, err := Build(cfg, log)
 	if err != nil {
