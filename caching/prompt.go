@@ -104,7 +104,7 @@ func NewPromptCache(opts PromptOptions) pipeline.Middleware {
 			}
 			if resp.Stream != nil {
 				resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
-			} else if u := gjson.Get(unsafe.String(unsafe.SliceData(resp.Body), len(resp.Body)), "usage"); u.IsObject() { // a view, used before this returns
+			} else if u := resp.Usage(); u.IsObject() {
 				observeUsage(provider, model, u)
 			}
 			return resp, nil

@@ -6,7 +6,6 @@ import (
 	"io"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -42,8 +41,7 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 			return resp, err
 		}
 		if resp.Stream == nil {
-			// A read-only view: usageOf keeps numbers, not the body's bytes.
-			t, ok := usageOf(gjson.Get(unsafe.String(unsafe.SliceData(resp.Body), len(resp.Body)), "usage"))
+			t, ok := usageOf(resp.Usage())
 			l.charge(ctx, r, t, ok)
 			return resp, nil
 		}

@@ -3,10 +3,13 @@ package pipeline
 // Response is the result of a chat call: either a whole body or a Stream.
 //
 // Body is a chat.completion JSON document owned by the receiver. When Stream
-// is set, Body is nil and the receiver must Close the stream.
+// is set, Body is nil and the receiver must Close the stream. A Response is
+// used by one goroutine at a time.
 type Response struct {
 	Body   []byte
 	Stream Stream
+
+	usage usageMemo // what Usage found in Body, for the layers after the first reader
 }
 
 // Stream yields chat.completion.chunk JSON documents, one per SSE data

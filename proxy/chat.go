@@ -7,7 +7,6 @@ import (
 	"io"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -119,7 +118,7 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	if resp.Stream == nil {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(form.body(resp.Body))
-		x.usage = usageOf(resp.Body)
+		x.usage = resp.Usage()
 		return
 	}
 	ctx.SetContentType("text/event-stream; charset=utf-8")
@@ -381,10 +380,3 @@ func truncateBytes(b []byte, n int) []byte {
 // errShuttingDown ends the requests still running when the shutdown grace
 // period ends.
 var errShuttingDown = pipeline.Unavailable(pipeline.CodeServerShuttingDown, 0, nil, "the gateway is shutting down; retry the request")
-
-// usageOf reads the usage object of a chat.completion body. The result is
-// a view of body (no copy), valid while body is: a response body is never
-// written once returned.
-func usageOf(body []byte) gjson.Result {
-	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "usage")
-}

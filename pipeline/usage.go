@@ -1,0 +1,31 @@
+package pipeline
+
+import (
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// usageMemo is Body's top-level usage, found once. It names the body it was
+// read from, so a layer that stores a new Body gets a fresh read.
+type usageMemo struct {
+	body  *byte
+	n     int
+	usage gjson.Result
+}
+
+// Usage returns Body's top-level "usage" value (gjson.Result{} when there is
+// none). The usage object sits at the end of a completion, so finding it
+// scans the whole body; the meter, the prompt cache and the access log each
+// need it, and the scan is done once per Body. The result's Raw is a view of
+// Body: valid while Body is.
+func (r *Response) Usage() gjson.Result {
+	if len(r.Body) == 0 {
+		return gjson.Result{}
+	}
+	p := unsafe.SliceData(r.Body)
+	if r.usage.body != p || r.usage.n != len(r.Body) {
+		r.usage = usageMemo{body: p, n: len(r.Body), usage: gjson.Get(unsafe.String(p, len(r.Body)), "usage")}
+	}
+	return r.usage.usage
+}

@@ -1,0 +1,61 @@
+package pipeline
+
+import (
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+func TestResponseUsage(t *testing.T) {
+	t.Parallel()
+	r := &Response{Body: []byte(`{"choices":[{"message":{"content":"{\"usage\":1}"}}],"usage":{"prompt_tokens":3}}`)}
+	if got := r.Usage().Get("prompt_tokens").Int(); got != 3 {
+		t.Fatalf("prompt_tokens = %d, want 3", got)
+	}
+	if got := r.Usage().Raw; got != `{"prompt_tokens":3}` {
+		t.Fatalf("second read = %q", got)
+	}
+	// A layer that stores a new body is read afresh, even one of the same length.
+	r.Body = []byte(`{"choices":[{"message":{"content":"{\"usage\":1}"}}],"usage":{"prompt_tokens":4}}`)
+	if got := r.Usage().Get("prompt_tokens").Int(); got != 4 {
+		t.Fatalf("after a new body: prompt_tokens = %d, want 4", got)
+	}
+	r.Body = r.Body[:20] // the same bytes, fewer of them
+	if r.Usage().IsObject() {
+		t.Fatal("a shortened body is not read afresh")
+	}
+	for _, body := range []string{"", `{"id":"x"}`} {
+		if u := (&Response{Body: []byte(body)}).Usage(); u.Exists() {
+			t.Fatalf("%q: usage %q", body, u.Raw)
+		}
+	}
+}
+
+func BenchmarkResponseUsage(b *testing.B) {
+	r := &Response{Body: []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		"a fairly long answer of the model, as a completion has one, before its usage object at the end" +
+		`"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
+	// Three readers (the meter, the prompt cache and the access log): each
+	// scanning the body, or sharing one scan.
+	b.Run("scan-each", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for range 3 {
+				if !gjson.GetBytes(r.Body, "usage").IsObject() {
+					b.Fatal("no usage")
+				}
+			}
+		}
+	})
+	b.Run("shared", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r.usage = usageMemo{} // a new response
+			for range 3 {
+				if !r.Usage().IsObject() {
+					b.Fatal("no usage")
+				}
+			}
+		}
+	})
+}
