@@ -94,3 +94,15 @@ func BenchmarkPromptCache(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCacheable is the response cache's first question of every
+// request, on a request without a temperature (the usual bypass).
+func BenchmarkCacheable(b *testing.B) {
+	body := []byte(`{"model":"gpt-x","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is the capital of Norway? Answer in one word, then explain briefly why it became the capital."}],"max_tokens":64}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if cacheable(body, false) {
+			b.Fatal("cacheable without a temperature")
+		}
+	}
+}

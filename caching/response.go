@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -83,18 +84,33 @@ func parseHints(s string) hints {
 // unless always; never n > 1, logprobs or audio output, which a replay cannot
 // reproduce.
 func cacheable(body []byte, always bool) bool {
-	res := gjson.GetManyBytes(body, "temperature", "n", "logprobs", "modalities")
-	if !always && (res[0].Type != gjson.Number || res[0].Float() != 0) {
+	// One walk over the top-level keys (the first of a repeated key counts,
+	// as gjson.Get reads it): four Gets would scan the body four times.
+	var temperature, n, logprobs, modalities gjson.Result
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool { // a view, used before this returns
+		switch {
+		case k.Str == "temperature" && !temperature.Exists():
+			temperature = v
+		case k.Str == "n" && !n.Exists():
+			n = v
+		case k.Str == "logprobs" && !logprobs.Exists():
+			logprobs = v
+		case k.Str == "modalities" && !modalities.Exists():
+			modalities = v
+		}
+		return true
+	})
+	if !always && (temperature.Type != gjson.Number || temperature.Float() != 0) {
 		return false
 	}
-	if res[1].Exists() && res[1].Type != gjson.Null && res[1].Int() != 1 {
+	if n.Exists() && n.Type != gjson.Null && n.Int() != 1 {
 		return false
 	}
-	if res[2].Type == gjson.True {
+	if logprobs.Type == gjson.True {
 		return false
 	}
 	audio := false
-	res[3].ForEach(func(_, m gjson.Result) bool {
+	modalities.ForEach(func(_, m gjson.Result) bool {
 		audio = m.String() == "audio"
 		return !audio
 	})

@@ -460,3 +460,36 @@ func (s *gatedStream) Next() ([]byte, error) {
 }
 
 func (s *gatedStream) Close() {}
+
+func TestCacheable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		body   string
+		always bool
+		want   bool
+	}{
+		{name: "temperature 0", body: `{"model":"m","messages":[],"temperature":0}`, want: true},
+		{name: "no temperature", body: `{"model":"m","messages":[]}`},
+		{name: "no temperature, always", body: `{"model":"m","messages":[]}`, always: true, want: true},
+		{name: "temperature 0.7", body: `{"temperature":0.7}`},
+		{name: "temperature as a string", body: `{"temperature":"0"}`},
+		{name: "first of a repeated key", body: `{"temperature":0,"temperature":1}`, want: true},
+		{name: "n 1", body: `{"temperature":0,"n":1}`, want: true},
+		{name: "n null", body: `{"temperature":0,"n":null}`, want: true},
+		{name: "n 2", body: `{"temperature":0,"n":2}`},
+		{name: "logprobs", body: `{"temperature":0,"logprobs":true}`},
+		{name: "logprobs false", body: `{"temperature":0,"logprobs":false}`, want: true},
+		{name: "audio output", body: `{"temperature":0,"modalities":["text","audio"]}`},
+		{name: "text output", body: `{"temperature":0,"modalities":["text"]}`, want: true},
+		{name: "nested keys do not count", body: `{"temperature":0,"metadata":{"n":3,"logprobs":true}}`, want: true},
+		{name: "escaped key", body: `{"temper\u0061ture":0}`, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := cacheable([]byte(tc.body), tc.always); got != tc.want {
+				t.Fatalf("cacheable(%s, %v) = %v, want %v", tc.body, tc.always, got, tc.want)
+			}
+		})
+	}
+}
