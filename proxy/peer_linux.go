@@ -6,34 +6,51 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// watchGrace is how long a request runs before its connection is watched.
+// Most requests that end sooner (cache hits, refusals, fast answers) never
+// cost an epoll registration; one whose client leaves within it is
+// cancelled when the grace ends, at most 2*watchGrace after it began.
+const watchGrace = 100 * time.Millisecond
 
 // peerWatcher notices clients that close or reset their connection while
 // their request is being answered, and cancels the request. fasthttp only
 // notices a vanished client when a write fails, which for a request waiting
 // on a slow upstream can be minutes later. One goroutine and one epoll
 // instance serve every watched connection of a server (the runtime's poller
-// cannot be asked about hang-ups), so watching costs two epoll_ctl calls per
-// request, not a goroutine. The zero value is ready; it starts at the first
-// watch. Safe for concurrent use.
+// cannot be asked about hang-ups), so watching costs no goroutine. A watch
+// is armed (registered with epoll) only once it has lasted a grace period
+// (watchGrace): the goroutine arms the watches of the previous period every
+// period while any wait, so a request that ends within the grace costs a
+// map entry and no system call, and a longer one two epoll_ctl calls. The
+// zero value is ready; it starts at the first watch. Safe for concurrent
+// use.
 type peerWatcher struct {
 	once    sync.Once
 	epfd    int // -1 when epoll is unavailable
-	wakefd  int // an eventfd that ends the loop
+	wakefd  int // an eventfd that wakes the loop (a first pending watch, or close)
+	grace   time.Duration // 0: watchGrace
 	mu      sync.Mutex
 	watches map[int32]watchEntry // by fd
+	pending []peerWatch          // not yet armed, oldest first (some since unwatched)
+	ripe    int                  // pending[:ripe] are due at the next pass
+	asleep  bool                 // the loop waits without a timeout: a watch must wake it
 	gen     int32
 	closed  bool
 	done    chan struct{}
+	armed   int // watches registered with epoll so far, for tests
 
 	fds sync.Map // net.Conn → its file descriptor (int), until forget
 }
 
 type watchEntry struct {
-	gen  int32
-	gone func()
+	gen   int32
+	armed bool // registered with epoll
+	gone  func()
 }
 
 // peerWatch is one registration; the zero value is none.
@@ -57,16 +74,20 @@ func (w *peerWatcher) start() {
 		return
 	}
 	w.epfd, w.wakefd = epfd, wakefd
+	if w.grace <= 0 {
+		w.grace = watchGrace
+	}
 	w.watches = make(map[int32]watchEntry)
 	w.done = make(chan struct{})
 	go w.run()
 }
 
 // watch calls gone (at most once, from the watcher's goroutine) when the
-// client at the other end of conn leaves. A client that sends another
-// (pipelined) request before closing is not seen as gone. The caller must
-// unwatch before the connection can be closed: the registration names a
-// file descriptor, which the kernel reuses.
+// client at the other end of conn leaves, once the watch has lasted the
+// grace period. A client that sends another (pipelined) request before
+// closing is not seen as gone. The caller must unwatch before the
+// connection can be closed: the registration names a file descriptor,
+// which the kernel reuses.
 func (w *peerWatcher) watch(conn net.Conn, gone func()) peerWatch {
 	w.once.Do(w.start)
 	if w.epfd < 0 {
@@ -87,14 +108,43 @@ func (w *peerWatcher) watch(conn net.Conn, gone func()) peerWatch {
 	}
 	p := peerWatch{fd: int32(fd), gen: w.gen}
 	w.watches[p.fd] = watchEntry{gen: p.gen, gone: gone}
+	w.pending = append(w.pending, p)
+	wake := w.asleep
+	w.asleep = false
 	w.mu.Unlock()
-	// One-shot: the first hang-up (or error) disarms the registration.
-	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: p.fd, Pad: p.gen}
-	if unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
-		w.unwatch(p)
-		return peerWatch{}
+	if wake {
+		_, _ = unix.Write(w.wakefd, wakeOne)
 	}
 	return p
+}
+
+var wakeOne = []byte{1, 0, 0, 0, 0, 0, 0, 0}
+
+// arm registers the watches that were pending at the previous pass (they
+// have waited at least a grace period) and makes the rest due at the next.
+// It runs on the loop's goroutine.
+func (w *peerWatcher) arm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.pending[:w.ripe] {
+		e, ok := w.watches[p.fd]
+		if !ok || e.gen != p.gen || e.armed {
+			continue // unwatched meanwhile
+		}
+		// One-shot: the first hang-up (or error) disarms the registration.
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: p.fd, Pad: p.gen}
+		if unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(p.fd), &ev) != nil {
+			delete(w.watches, p.fd) // not watchable: as if never watched
+			continue
+		}
+		e.armed = true
+		w.watches[p.fd] = e
+		w.armed++
+	}
+	n := copy(w.pending, w.pending[w.ripe:])
+	clear(w.pending[n:])
+	w.pending = w.pending[:n]
+	w.ripe = n
 }
 
 // fd returns conn's file descriptor, or -1 when it is not a socket
@@ -133,7 +183,7 @@ func (w *peerWatcher) unwatch(p peerWatch) {
 	e, ok := w.watches[p.fd]
 	if ok && e.gen == p.gen {
 		delete(w.watches, p.fd)
-		if !w.closed {
+		if e.armed && !w.closed {
 			_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(p.fd), nil)
 		}
 	}
@@ -154,8 +204,7 @@ func (w *peerWatcher) close() {
 	w.closed = true
 	clear(w.watches)
 	w.mu.Unlock()
-	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-	_, _ = unix.Write(w.wakefd, one)
+	_, _ = unix.Write(w.wakefd, wakeOne)
 	<-w.done
 }
 
@@ -166,21 +215,39 @@ func (w *peerWatcher) run() {
 		_ = unix.Close(w.wakefd)
 	}()
 	events := make([]unix.EpollEvent, 64)
+	var drain [8]byte
+	pass := time.Now()
 	for {
-		n, err := unix.EpollWait(w.epfd, events, -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
+		// With watches pending, wake for the next pass; else sleep until a
+		// watch (or close) writes the eventfd.
+		timeout := -1
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
 			return
 		}
-		for _, ev := range events[:n] {
+		if len(w.pending) > 0 {
+			timeout = max(int((w.grace-time.Since(pass)+time.Millisecond-1)/time.Millisecond), 0)
+		} else {
+			w.asleep = true
+		}
+		w.mu.Unlock()
+		n, err := unix.EpollWait(w.epfd, events, timeout)
+		if err != nil && err != unix.EINTR {
+			return
+		}
+		for _, ev := range events[:max(n, 0)] {
 			if ev.Pad == -1 {
-				return // close
+				_, _ = unix.Read(w.wakefd, drain[:]) // a close is seen at the top
+				continue
 			}
 			if gone := w.check(ev.Fd, ev.Pad); gone != nil {
 				gone()
 			}
+		}
+		if time.Since(pass) >= w.grace {
+			w.arm()
+			pass = time.Now()
 		}
 	}
 }

@@ -138,6 +138,7 @@ func TestPeerWatcher(t *testing.T) {
 	}
 	srv := NewServer(&Runtime{Config: &config.Config{}}, zerolog.Nop())
 	w := &srv.peers
+	w.grace = 10 * time.Millisecond
 
 	client, server := pair()
 	gone := make(chan struct{}, 1)
