@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // exchange is one client request from its arrival to its end, and what its
@@ -176,10 +177,8 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 		ev = ev.Dur("ttfb", ttfb)
 	}
 	ev = ev.Int("bytes", x.bytes)
-	if x.usage.IsObject() {
-		ev = ev.Int64("prompt_tokens", x.usage.Get("prompt_tokens").Int()).
-			Int64("completion_tokens", x.usage.Get("completion_tokens").Int()).
-			Int64("cached_tokens", x.usage.Get("prompt_tokens_details.cached_tokens").Int())
+	if u, ok := wire.ParseChatUsage(x.usage); ok { // one pass, not a Get per field
+		ev = ev.Int64("prompt_tokens", u.Prompt).Int64("completion_tokens", u.Completion).Int64("cached_tokens", u.Cached)
 	}
 	if req != nil {
 		if m := req.Meta.Get("x-gateway-model"); m != "" {

@@ -256,3 +256,38 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 		}
 	})
 }
+
+// The access line of a JSON answer carries the answer's token counts.
+func TestAccessLogUsage(t *testing.T) {
+	t.Parallel()
+	answer := []byte(`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"\"usage\":{\"prompt_tokens\":99}"},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":8}}}`)
+	_, _, logs, addr := finishGateway(t, func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Body: answer}, nil
+	})
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + addr + "/v1/chat/completions")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.Set("X-Request-Id", "usage-1")
+	req.SetBodyString(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if err := fasthttp.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		t.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
+	}
+	var line []byte
+	for deadline := time.Now().Add(5 * time.Second); line == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		logs.mu.Lock()
+		for _, l := range bytes.Split(logs.b.Bytes(), []byte("\n")) {
+			if gjson.GetBytes(l, "request_id").Str == "usage-1" {
+				line = append([]byte(nil), l...)
+			}
+		}
+		logs.mu.Unlock()
+	}
+	for field, want := range map[string]int64{"prompt_tokens": 12, "completion_tokens": 3, "cached_tokens": 8} {
+		if got := gjson.GetBytes(line, field); got.Int() != want {
+			t.Errorf("%s = %s, want %d in %s", field, got.Raw, want, line)
+		}
+	}
+}
