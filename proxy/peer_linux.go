@@ -31,8 +31,8 @@ const watchGrace = 100 * time.Millisecond
 // use.
 type peerWatcher struct {
 	once    sync.Once
-	epfd    int // -1 when epoll is unavailable
-	wakefd  int // an eventfd that wakes the loop (a first pending watch, or close)
+	epfd    int           // -1 when epoll is unavailable
+	wakefd  int           // an eventfd that wakes the loop (a first pending watch, or close)
 	grace   time.Duration // 0: watchGrace
 	mu      sync.Mutex
 	watches map[int32]watchEntry // by fd
