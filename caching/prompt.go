@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Prompt-cache modes of a provider (config.Provider.PromptCache).
@@ -104,8 +105,11 @@ func NewPromptCache(opts PromptOptions) pipeline.Middleware {
 			}
 			if resp.Stream != nil {
 				resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
-			} else if u := resp.Usage(); u.IsObject() {
-				observeUsage(provider, model, u)
+			} else if c, ok := resp.ChatUsage(); ok {
+				if c.CacheWrite == 0 { // Anthropic's own field, when a translator kept it
+					c.CacheWrite = resp.Usage().Get("cache_creation_input_tokens").Int()
+				}
+				countUsage(provider, model, c)
 			}
 			return resp, nil
 		})
@@ -339,19 +343,22 @@ func (s *usageStream) Close() { s.inner.Close() }
 // upstream usage object (OpenAI form, or Anthropic's top-level
 // cache_creation_input_tokens when a translator kept it).
 func observeUsage(provider, model string, u gjson.Result) {
-	// Result.Get reads u.Raw in place: no result slice as GetMany makes.
-	if p := u.Get("prompt_tokens").Int(); p > 0 {
-		promptTokens.WithLabelValues(provider, model, "prompt").Add(float64(p))
+	c, _ := wire.ParseChatUsage(u)
+	if c.CacheWrite == 0 {
+		c.CacheWrite = u.Get("cache_creation_input_tokens").Int()
 	}
-	details := u.Get("prompt_tokens_details")
-	if c := details.Get("cached_tokens").Int(); c > 0 {
-		promptTokens.WithLabelValues(provider, model, "cached").Add(float64(c))
+	countUsage(provider, model, c)
+}
+
+// countUsage counts one call's prompt, cached and cache-write tokens.
+func countUsage(provider, model string, c wire.ChatUsage) {
+	if c.Prompt > 0 {
+		promptTokens.WithLabelValues(provider, model, "prompt").Add(float64(c.Prompt))
 	}
-	w := details.Get("cache_write_tokens").Int()
-	if w == 0 {
-		w = u.Get("cache_creation_input_tokens").Int()
+	if c.Cached > 0 {
+		promptTokens.WithLabelValues(provider, model, "cached").Add(float64(c.Cached))
 	}
-	if w > 0 {
-		promptTokens.WithLabelValues(provider, model, "cache_write").Add(float64(w))
+	if c.CacheWrite > 0 {
+		promptTokens.WithLabelValues(provider, model, "cache_write").Add(float64(c.CacheWrite))
 	}
 }

@@ -235,3 +235,26 @@ func TestPromptCacheUsageMetric(t *testing.T) {
 }
 
 func sjsonDelete(b []byte, path string) ([]byte, error) { return sjson.DeleteBytes(b, path) }
+
+// A translated Anthropic usage keeps its cache writes at the top level of
+// the usage object; they count as cache_write.
+func TestPromptCacheUsageMetricAnthropicForm(t *testing.T) {
+	t.Parallel()
+	const model = "usage-anthropic-form"
+	inner := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Body: []byte(`{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":1,"cache_creation_input_tokens":30}}`)}, nil
+	})
+	h := pipeline.Chain(inner, NewPromptCache(PromptOptions{}))
+	before := map[string]float64{}
+	for _, kind := range []string{"prompt", "cached", "cache_write"} {
+		before[kind] = counterValue(promptTokens.WithLabelValues("p", model, kind))
+	}
+	if _, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{}`), Target: &pipeline.Target{Provider: "p", Upstream: model}}); err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[string]float64{"prompt": 50, "cached": 0, "cache_write": 30} {
+		if got := counterValue(promptTokens.WithLabelValues("p", model, kind)) - before[kind]; got != want {
+			t.Errorf("%s tokens = %v, want %v", kind, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // HeaderCache is the response header that reports the cache decision:
@@ -84,22 +84,9 @@ func parseHints(s string) hints {
 // unless always; never n > 1, logprobs or audio output, which a replay cannot
 // reproduce.
 func cacheable(body []byte, always bool) bool {
-	// One walk over the top-level keys (the first of a repeated key counts,
-	// as gjson.Get reads it): four Gets would scan the body four times.
-	var temperature, n, logprobs, modalities gjson.Result
-	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool { // a view, used before this returns
-		switch {
-		case k.Str == "temperature" && !temperature.Exists():
-			temperature = v
-		case k.Str == "n" && !n.Exists():
-			n = v
-		case k.Str == "logprobs" && !logprobs.Exists():
-			logprobs = v
-		case k.Str == "modalities" && !modalities.Exists():
-			modalities = v
-		}
-		return true
-	})
+	var f [4]gjson.Result
+	wire.TopFields(body, cacheableFields[:], f[:])
+	temperature, n, logprobs, modalities := f[0], f[1], f[2], f[3]
 	if !always && (temperature.Type != gjson.Number || temperature.Float() != 0) {
 		return false
 	}
@@ -116,6 +103,9 @@ func cacheable(body []byte, always bool) bool {
 	})
 	return !audio
 }
+
+// cacheableFields are the request fields cacheable reads.
+var cacheableFields = [...]string{"temperature", "n", "logprobs", "modalities"}
 
 // responseCache is the middleware's state, shared by all requests.
 type responseCache struct {

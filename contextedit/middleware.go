@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // MetaHeader is the response header that reports the edits of one client
@@ -81,6 +82,10 @@ type handler struct {
 	log  zerolog.Logger
 }
 
+// outputCaps are the request fields that cap the answer's tokens, the
+// first one set counting.
+var outputCaps = [...]string{"max_completion_tokens", "max_tokens"}
+
 // budget holds the token limits of one call; 0 means unknown.
 type budget struct {
 	window  int // the route's context window
@@ -103,9 +108,11 @@ func (h *handler) budget(req *pipeline.Request) budget {
 	}
 	if window > 0 {
 		b.limit = window
-		out := gjson.GetBytes(req.Body, "max_completion_tokens").Int()
+		var caps [2]gjson.Result // one walk over the body's keys, not a scan per field
+		wire.TopFields(req.Body, outputCaps[:], caps[:])
+		out := caps[0].Int()
 		if out <= 0 {
-			out = gjson.GetBytes(req.Body, "max_tokens").Int()
+			out = caps[1].Int()
 		}
 		if out > 0 && out < int64(window) {
 			b.limit = window - int(out)

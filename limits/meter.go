@@ -41,8 +41,8 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 			return resp, err
 		}
 		if resp.Stream == nil {
-			t, ok := usageOf(resp.Usage())
-			l.charge(ctx, r, t, ok)
+			c, ok := resp.ChatUsage()
+			l.charge(ctx, r, tokensOf(c), ok)
 			return resp, nil
 		}
 		resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
@@ -53,7 +53,12 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 // usageOf reads a chat usage object; ok is false when there is none.
 func usageOf(u gjson.Result) (tokens, bool) {
 	c, ok := wire.ParseChatUsage(u)
-	return tokens{input: c.Prompt, output: c.Completion, cached: c.Cached}, ok
+	return tokensOf(c), ok
+}
+
+// tokensOf is the part of a usage the meter prices.
+func tokensOf(c wire.ChatUsage) tokens {
+	return tokens{input: c.Prompt, output: c.Completion, cached: c.Cached}
 }
 
 // charge records one finished upstream call.

@@ -4,14 +4,19 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
 )
 
-// usageMemo is Body's top-level usage, found once. It names the body it was
-// read from, so a layer that stores a new Body gets a fresh read.
+// usageMemo is Body's top-level usage, found once, and its counts, read
+// once. It names the body it was read from, so a layer that stores a new
+// Body gets a fresh read.
 type usageMemo struct {
-	body  *byte
-	n     int
-	usage gjson.Result
+	body   *byte
+	n      int
+	usage  gjson.Result
+	parsed int8 // 0: counts not read yet; 1: read; -1: usage is not an object
+	counts wire.ChatUsage
 }
 
 // Usage returns Body's top-level "usage" value (gjson.Result{} when there is
@@ -28,4 +33,17 @@ func (r *Response) Usage() gjson.Result {
 		r.usage = usageMemo{body: p, n: len(r.Body), usage: gjson.Get(unsafe.String(p, len(r.Body)), "usage")}
 	}
 	return r.usage.usage
+}
+
+// ChatUsage returns the token counts of Body's usage object, read once per
+// Body; ok is false when there is none.
+func (r *Response) ChatUsage() (c wire.ChatUsage, ok bool) {
+	u := r.Usage()
+	if r.usage.parsed == 0 {
+		r.usage.parsed = -1
+		if r.usage.counts, ok = wire.ParseChatUsage(u); ok {
+			r.usage.parsed = 1
+		}
+	}
+	return r.usage.counts, r.usage.parsed == 1
 }

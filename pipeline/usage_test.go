@@ -59,3 +59,22 @@ func BenchmarkResponseUsage(b *testing.B) {
 		}
 	})
 }
+
+func TestResponseChatUsage(t *testing.T) {
+	t.Parallel()
+	r := &Response{Body: []byte(`{"usage":{"prompt_tokens":7,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":5}}}`)}
+	for range 2 {
+		c, ok := r.ChatUsage()
+		if !ok || c.Prompt != 7 || c.Completion != 2 || c.Cached != 5 {
+			t.Fatalf("ChatUsage = %+v, %v", c, ok)
+		}
+	}
+	r.Body = []byte(`{"usage":{"prompt_tokens":1}}`)
+	if c, ok := r.ChatUsage(); !ok || c.Prompt != 1 || c.Cached != 0 {
+		t.Fatalf("after a new body: %+v, %v", c, ok)
+	}
+	r.Body = []byte(`{"usage":null}`)
+	if c, ok := r.ChatUsage(); ok {
+		t.Fatalf("usage null: %+v, ok", c)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/wiretest"
 )
 
@@ -28,6 +30,27 @@ func FuzzChatSSE(f *testing.F) {
 		}
 		if utf8.ValidString(args) && len(sum.ToolCalls) == 1 && sum.ToolCalls[0].Arguments != args {
 			t.Fatalf("arguments %q, want %q", sum.ToolCalls[0].Arguments, args)
+		}
+	})
+}
+
+// FuzzTopFields: on any valid JSON document (request bodies come from
+// clients) TopFields finds what gjson.Get finds for each key.
+func FuzzTopFields(f *testing.F) {
+	f.Add(`{"model":"m","n":1,"a":{"n":2}}`)
+	f.Add(`{"n":1,"n":2,"\u006d\u006fdel":"x"}`)
+	f.Add(`[{"n":1}]`)
+	keys := []string{"model", "n", "a"}
+	f.Fuzz(func(t *testing.T, doc string) {
+		if !gjson.Valid(doc) {
+			return
+		}
+		out := make([]gjson.Result, len(keys))
+		TopFields([]byte(doc), keys, out)
+		for i, k := range keys {
+			if want := gjson.Get(doc, k); out[i].Raw != want.Raw {
+				t.Fatalf("%s: %q, gjson.Get %q in %s", k, out[i].Raw, want.Raw, doc)
+			}
 		}
 	})
 }
