@@ -38,7 +38,7 @@ func NewLogger(level, format string, w io.Writer) (zerolog.Logger, func()) {
 	if format == "console" {
 		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger(), func() {}
 	}
-	q := newQueueWriter(w, logQueue)
+	q := newQueueWriter(w, logQueue, logLinger)
 	return zerolog.New(q).Level(lvl).With().Timestamp().Logger(), q.close
 }
 
@@ -50,12 +50,13 @@ type queueWriter struct {
 	closed bool
 	ch     chan *[]byte // pointers, so that the pool recycles them without boxing
 	out    io.Writer
+	linger time.Duration // see logLinger
 	done   chan struct{}
 	bufs   sync.Pool
 }
 
-func newQueueWriter(out io.Writer, n int) *queueWriter {
-	q := &queueWriter{ch: make(chan *[]byte, n), out: out, done: make(chan struct{})}
+func newQueueWriter(out io.Writer, n int, linger time.Duration) *queueWriter {
+	q := &queueWriter{ch: make(chan *[]byte, n), out: out, linger: linger, done: make(chan struct{})}
 	go q.run()
 	return q
 }
@@ -82,13 +83,24 @@ func (q *queueWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// run writes queued lines; lines that queued up while the sink was busy go
-// out in one write (one syscall for a burst, not one per line).
+// logLinger is how long the writer lets lines gather after the first of a
+// batch when no other is queued yet. Under load a request logs a line every
+// few microseconds: without it each line wakes the writer and costs a write
+// of its own; with it the writer wakes and writes about once a millisecond.
+// A line reaches the sink at most this much later.
+const logLinger = time.Millisecond
+
+// run writes queued lines; lines that queued up while the sink was busy, or
+// within logLinger of the first, go out in one write (one wake-up and one
+// syscall for many lines, not one per line).
 func (q *queueWriter) run() {
 	defer close(q.done)
 	batch := make([]byte, 0, 64<<10)
 	for b := range q.ch {
 		batch = q.take(batch[:0], b)
+		if len(q.ch) == 0 {
+			time.Sleep(q.linger) // senders do not wake a sleeping writer
+		}
 	drain:
 		for len(batch) < 64<<10 {
 			select {

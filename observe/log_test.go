@@ -200,3 +200,36 @@ func (z zl) info(i int) {
 	z.log.Info().Str("request_id", "req-0123456789").Str("model", "gpt-x").Int("status", 200).
 		Dur("latency", 12*time.Millisecond).Int("seq", i).Msg("request")
 }
+
+// countingSink counts the writes that reach it.
+type countingSink struct {
+	mu     sync.Mutex
+	writes int
+	lines  int
+}
+
+func (c *countingSink) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes++
+	c.lines += bytes.Count(p, []byte("\n"))
+	return len(p), nil
+}
+
+// A line logged soon after another, as requests under load log them, goes
+// out in the same write: the writer lingers after the first line of a
+// batch instead of waking and writing for every line.
+func TestLoggerBatchesLinesOfABurst(t *testing.T) {
+	t.Parallel()
+	sink := &countingSink{}
+	q := newQueueWriter(sink, 16, 200*time.Millisecond)
+	_, _ = q.Write([]byte("{\"n\":1}\n"))
+	time.Sleep(20 * time.Millisecond) // a writer that does not linger has written the first line by now
+	_, _ = q.Write([]byte("{\"n\":2}\n"))
+	q.close()
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.lines != 2 || sink.writes != 1 {
+		t.Fatalf("%d lines in %d writes, want 2 in 1", sink.lines, sink.writes)
+	}
+}
