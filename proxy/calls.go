@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -23,21 +24,33 @@ var callLine = []byte("\r\n" + callHeader + ": ")
 
 const hexDigits = "0123456789abcdef"
 
+// cancelGrace is how young a request is left alone by the machinery that
+// notices its end early: its client's connection is watched (peerWatcher),
+// and its upstream call made interruptible by its context
+// (connTable.sweep), only once the request or call has lasted this long.
+// Most requests end sooner and cost neither. A context that ends within
+// the grace interrupts its call when the grace ends: at most 2*cancelGrace
+// after the call began.
+const cancelGrace = 100 * time.Millisecond
+
 // call is one upstream request, from before Do until its body was read (or,
-// for a stream, until Do returned). Its context's cancellation expires the
-// deadlines of the connection that carries it.
+// for a stream, until Do returned). Once it has lasted cancelGrace, its
+// context's cancellation expires the deadlines of the connection that
+// carries it.
 type call struct {
 	table     *connTable
 	token     uint64
+	ctx       context.Context
+	gen       uint32                      // the table's sweep generation when the call began
 	conn      atomic.Pointer[trackedConn] // set by the connection's first Write
 	cancelled atomic.Bool
-	stop      func() bool // stops the context.AfterFunc
+	stop      func() bool // stops the context.AfterFunc; nil until a sweep registered it (under table.mu)
 }
 
 // startCall registers a call for ctx and adds its token to h. The caller
 // must call end once the call no longer needs its connection.
 func (t *connTable) startCall(ctx context.Context, h *fasthttp.RequestHeader) *call {
-	c := &call{table: t}
+	c := &call{table: t, ctx: ctx}
 	t.mu.Lock()
 	if t.calls == nil {
 		t.calls = make(map[uint64]*call)
@@ -49,24 +62,65 @@ func (t *connTable) startCall(ctx context.Context, h *fasthttp.RequestHeader) *c
 		}
 	}
 	t.calls[c.token] = c
+	c.gen = t.gen
+	if !t.sweeping {
+		t.sweeping = true
+		if t.sweeper == nil {
+			t.sweeper = time.AfterFunc(t.graceOrDefault(), t.sweep)
+		} else {
+			t.sweeper.Reset(t.graceOrDefault())
+		}
+	}
 	t.mu.Unlock()
 	var v [16]byte
 	h.SetBytesV(callHeader, strconv.AppendUint(v[:0], c.token, 16)) // copies v
-	c.stop = context.AfterFunc(ctx, c.interrupt)                    // no goroutine until ctx ends
 	return c
+}
+
+func (t *connTable) graceOrDefault() time.Duration {
+	if t.grace > 0 {
+		return t.grace
+	}
+	return cancelGrace
+}
+
+// sweep runs every grace period while calls run: the calls that were
+// running at the previous sweep (so have lasted a grace period) are made
+// interruptible by their context, the rest at the next sweep.
+func (t *connTable) sweep() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	waiting := false
+	for _, c := range t.calls {
+		switch {
+		case c.stop != nil:
+		case c.gen != t.gen:
+			c.stop = context.AfterFunc(c.ctx, c.interrupt) // at once, in a goroutine, when ctx already ended
+		default:
+			waiting = true
+		}
+	}
+	t.gen++
+	if t.sweeping = waiting; waiting {
+		t.sweeper.Reset(t.graceOrDefault())
+	}
 }
 
 // end detaches the call from its connection and reports whether the
 // connection may be reused: false once the context was cancelled, since
 // its expired deadline may land on the connection at any moment.
 func (c *call) end() (reusable bool) {
-	stopped := c.stop()
+	c.table.mu.Lock()
+	delete(c.table.calls, c.token)
+	stop := c.stop
+	c.table.mu.Unlock()
+	stopped := true // never registered: nothing can expire the connection
+	if stop != nil {
+		stopped = stop()
+	}
 	if tc := c.conn.Load(); tc != nil {
 		tc.call.CompareAndSwap(c, nil)
 	}
-	c.table.mu.Lock()
-	delete(c.table.calls, c.token)
-	c.table.mu.Unlock()
 	return stopped && !c.cancelled.Load()
 }
 

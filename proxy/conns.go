@@ -17,8 +17,12 @@ import (
 type connTable struct {
 	m sync.Map // local address → *trackedConn
 
-	mu    sync.Mutex
-	calls map[uint64]*call // token → call, while the call runs
+	mu       sync.Mutex
+	calls    map[uint64]*call // token → call, while the call runs
+	gen      uint32           // sweeps so far
+	sweeping bool             // sweeper is armed
+	sweeper  *time.Timer      // runs sweep; made at the first call
+	grace    time.Duration    // 0: cancelGrace
 }
 
 type trackedConn struct {

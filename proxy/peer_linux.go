@@ -11,12 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// watchGrace is how long a request runs before its connection is watched.
-// Most requests that end sooner (cache hits, refusals, fast answers) never
-// cost an epoll registration; one whose client leaves within it is
-// cancelled when the grace ends, at most 2*watchGrace after it began.
-const watchGrace = 100 * time.Millisecond
-
 // peerWatcher notices clients that close or reset their connection while
 // their request is being answered, and cancels the request. fasthttp only
 // notices a vanished client when a write fails, which for a request waiting
@@ -24,7 +18,7 @@ const watchGrace = 100 * time.Millisecond
 // instance serve every watched connection of a server (the runtime's poller
 // cannot be asked about hang-ups), so watching costs no goroutine. A watch
 // is armed (registered with epoll) only once it has lasted a grace period
-// (watchGrace): the goroutine arms the watches of the previous period every
+// (cancelGrace): the goroutine arms the watches of the previous period every
 // period while any wait, so a request that ends within the grace costs a
 // map entry and no system call, and a longer one two epoll_ctl calls. The
 // zero value is ready; it starts at the first watch. Safe for concurrent
@@ -33,7 +27,7 @@ type peerWatcher struct {
 	once    sync.Once
 	epfd    int           // -1 when epoll is unavailable
 	wakefd  int           // an eventfd that wakes the loop (a first pending watch, or close)
-	grace   time.Duration // 0: watchGrace
+	grace   time.Duration // 0: cancelGrace
 	mu      sync.Mutex
 	watches map[int32]watchEntry // by fd
 	pending []peerWatch          // not yet armed, oldest first (some since unwatched)
@@ -75,7 +69,7 @@ func (w *peerWatcher) start() {
 	}
 	w.epfd, w.wakefd = epfd, wakefd
 	if w.grace <= 0 {
-		w.grace = watchGrace
+		w.grace = cancelGrace
 	}
 	w.watches = make(map[int32]watchEntry)
 	w.done = make(chan struct{})
