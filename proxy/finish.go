@@ -193,10 +193,10 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 type activity struct {
 	mu   sync.Mutex
 	n    int64
-	idle chan struct{} // closed when n dropped to 0; a new one when n leaves 0
+	idle chan struct{} // closed when n drops to 0; made only when someone waits (zero)
 }
 
-// closedIdle is the idle channel of an activity that never had a request.
+// closedIdle is the idle channel of an activity that has no request.
 var closedIdle = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)
@@ -205,9 +205,6 @@ var closedIdle = func() chan struct{} {
 
 func (a *activity) add() {
 	a.mu.Lock()
-	if a.n == 0 {
-		a.idle = make(chan struct{})
-	}
 	a.n++
 	a.mu.Unlock()
 }
@@ -215,8 +212,9 @@ func (a *activity) add() {
 func (a *activity) done() {
 	a.mu.Lock()
 	a.n--
-	if a.n == 0 {
+	if a.n == 0 && a.idle != nil {
 		close(a.idle)
+		a.idle = nil
 	}
 	a.mu.Unlock()
 }
@@ -235,6 +233,9 @@ func (a *activity) zero() <-chan struct{} {
 	defer a.mu.Unlock()
 	if a.n == 0 {
 		return closedIdle
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
 	}
 	return a.idle
 }

@@ -291,3 +291,48 @@ func TestAccessLogUsage(t *testing.T) {
 		}
 	}
 }
+
+// activity's zero channel closes when the count drops to zero, for every
+// waiter that took it while requests ran, and is closed at once when none
+// runs.
+func TestActivityZero(t *testing.T) {
+	t.Parallel()
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	var a activity
+	if !closed(a.zero()) {
+		t.Fatal("zero of an unused activity is open")
+	}
+	a.add()
+	a.add()
+	z1 := a.zero()
+	if closed(z1) {
+		t.Fatal("zero is closed with two requests running")
+	}
+	a.done()
+	z2 := a.zero()
+	if closed(z1) || closed(z2) {
+		t.Fatal("zero is closed with one request running")
+	}
+	a.done()
+	if !closed(z1) || !closed(z2) || !closed(a.zero()) || a.count() != 0 {
+		t.Fatal("zero is open with no request running")
+	}
+	a.add()
+	if z3 := a.zero(); closed(z3) {
+		t.Fatal("a new request reopens nothing: zero is closed")
+	}
+	if a.wait(10 * time.Millisecond) {
+		t.Fatal("wait reported idle with a request running")
+	}
+	a.done()
+	if !a.wait(time.Second) {
+		t.Fatal("wait did not report idle")
+	}
+}
