@@ -31,7 +31,16 @@ var (
 		Name: "gateway_prompt_cache_tokens_total",
 		Help: "Prompt tokens by kind (prompt, cached, cache_write) per provider and upstream model; cached/prompt is the prompt-cache hit ratio.",
 	}, []string{"provider", "model", "kind"})
+	// promptTokensOf resolves promptTokens once per label set: it counts
+	// every answer.
+	promptTokensOf = observe.NewLabeled(func(k tokenKey) prometheus.Counter {
+		return promptTokens.WithLabelValues(k.provider, k.model, k.kind)
+	})
 )
+
+// tokenKey is the label values of promptTokens: configured provider and
+// model names, and a kind.
+type tokenKey struct{ provider, model, kind string }
 
 // Pre-resolved children for the hot paths.
 var (

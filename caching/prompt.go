@@ -353,12 +353,12 @@ func observeUsage(provider, model string, u gjson.Result) {
 // countUsage counts one call's prompt, cached and cache-write tokens.
 func countUsage(provider, model string, c wire.ChatUsage) {
 	if c.Prompt > 0 {
-		promptTokens.WithLabelValues(provider, model, "prompt").Add(float64(c.Prompt))
+		promptTokensOf.Get(tokenKey{provider, model, "prompt"}).Add(float64(c.Prompt))
 	}
 	if c.Cached > 0 {
-		promptTokens.WithLabelValues(provider, model, "cached").Add(float64(c.Cached))
+		promptTokensOf.Get(tokenKey{provider, model, "cached"}).Add(float64(c.Cached))
 	}
 	if c.CacheWrite > 0 {
-		promptTokens.WithLabelValues(provider, model, "cache_write").Add(float64(c.CacheWrite))
+		promptTokensOf.Get(tokenKey{provider, model, "cache_write"}).Add(float64(c.CacheWrite))
 	}
 }

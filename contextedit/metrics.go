@@ -20,6 +20,11 @@ var (
 		Name: "gateway_context_edit_calls_total",
 		Help: "Upstream calls seen by context editing, by route and outcome (skipped, under, cleared, dropped, rejected).",
 	}, []string{"route", "outcome"})
+	// skippedCalls is metricCalls' skipped outcome by route, resolved once
+	// per route: most calls are skipped.
+	skippedCalls = observe.NewLabeled(func(route string) prometheus.Counter {
+		return metricCalls.WithLabelValues(route, outcomeSkipped)
+	})
 	metricCleared = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_context_edit_cleared_total",
 		Help: "Tool results newly cleared by context editing, by route.",

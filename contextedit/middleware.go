@@ -157,7 +157,7 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 			bound += max(req.PromptHint.Tokens, 0)
 		}
 		if bound >= 0 && bound <= b.target {
-			metricCalls.WithLabelValues(routeName(req), outcomeSkipped).Inc()
+			skippedCalls.Get(routeName(req)).Inc()
 			return h.next.Chat(ctx, req)
 		}
 	}

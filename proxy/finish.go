@@ -98,10 +98,10 @@ func (s *Server) finish(x *exchange) {
 	if ttfb == 0 {
 		ttfb = elapsed
 	}
-	requestsTotal.WithLabelValues(x.route, x.model, statusLabel(status)).Inc()
-	requestSeconds.WithLabelValues(x.route).Observe(elapsed.Seconds())
+	requestCounts.Get(requestKey{x.route, x.model, status}).Inc()
+	requestSecondsOf.Get(x.route).Observe(elapsed.Seconds())
 	if x.answered() {
-		firstByteSeconds.WithLabelValues(chatRoute).Observe(ttfb.Seconds())
+		chatFirstByte.Observe(ttfb.Seconds())
 	}
 	s.accessLog(x, status, elapsed, ttfb)
 	if x.stream {

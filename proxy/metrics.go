@@ -25,4 +25,18 @@ var (
 	activeStreams = observe.Factory.NewGauge(prometheus.GaugeOpts{
 		Name: "gateway_active_streams", Help: "Streamed responses being written now.",
 	})
+
+	// Handles resolved once (finish runs for every request).
+	requestCounts = observe.NewLabeled(func(k requestKey) prometheus.Counter {
+		return requestsTotal.WithLabelValues(k.route, k.model, statusLabel(k.status))
+	})
+	requestSecondsOf = observe.NewLabeled(func(route string) prometheus.Observer { return requestSeconds.WithLabelValues(route) })
+	chatFirstByte    = firstByteSeconds.WithLabelValues(chatRoute)
 )
+
+// requestKey is the label values of gateway_requests_total: a route label
+// (routeLabel), a configured model name or "", and a status.
+type requestKey struct {
+	route, model string
+	status       int
+}
