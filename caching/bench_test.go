@@ -101,7 +101,7 @@ func BenchmarkCacheable(b *testing.B) {
 	body := []byte(`{"model":"gpt-x","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is the capital of Norway? Answer in one word, then explain briefly why it became the capital."}],"max_tokens":64}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if cacheable(body, false) {
+		if cacheable(&pipeline.Request{Body: body}, false) { // a new request: its first walk
 			b.Fatal("cacheable without a temperature")
 		}
 	}

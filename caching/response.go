@@ -13,7 +13,6 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/llmgw/gateway/wire"
 )
 
 // HeaderCache is the response header that reports the cache decision:
@@ -83,10 +82,9 @@ func parseHints(s string) hints {
 // reuse: temperature 0 (absent means the provider default, 1: not cacheable)
 // unless always; never n > 1, logprobs or audio output, which a replay cannot
 // reproduce.
-func cacheable(body []byte, always bool) bool {
-	var f [4]gjson.Result
-	wire.TopFields(body, cacheableFields[:], f[:])
-	temperature, n, logprobs, modalities := f[0], f[1], f[2], f[3]
+func cacheable(r *pipeline.Request, always bool) bool {
+	temperature, n := r.Field(pipeline.FieldTemperature), r.Field(pipeline.FieldN)
+	logprobs, modalities := r.Field(pipeline.FieldLogprobs), r.Field(pipeline.FieldModalities)
 	if !always && (temperature.Type != gjson.Number || temperature.Float() != 0) {
 		return false
 	}
@@ -103,9 +101,6 @@ func cacheable(body []byte, always bool) bool {
 	})
 	return !audio
 }
-
-// cacheableFields are the request fields cacheable reads.
-var cacheableFields = [...]string{"temperature", "n", "logprobs", "modalities"}
 
 // responseCache is the middleware's state, shared by all requests.
 type responseCache struct {
@@ -149,7 +144,7 @@ func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipelin
 	if !r.Tenant.CachesResponses(c.opts.Config.Enabled) {
 		return c.next.Chat(ctx, r)
 	}
-	if !cacheable(r.Body, c.opts.Config.Always) {
+	if !cacheable(r, c.opts.Config.Always) {
 		resultBypass.Inc()
 		r.Meta.Set(HeaderCache, "bypass")
 		return c.next.Chat(ctx, r)

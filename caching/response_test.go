@@ -487,7 +487,7 @@ func TestCacheable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := cacheable([]byte(tc.body), tc.always); got != tc.want {
+			if got := cacheable(&pipeline.Request{Body: []byte(tc.body)}, tc.always); got != tc.want {
 				t.Fatalf("cacheable(%s, %v) = %v, want %v", tc.body, tc.always, got, tc.want)
 			}
 		})

@@ -8,11 +8,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
-	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/llmgw/gateway/wire"
 )
 
 // MetaHeader is the response header that reports the edits of one client
@@ -82,10 +80,6 @@ type handler struct {
 	log  zerolog.Logger
 }
 
-// outputCaps are the request fields that cap the answer's tokens, the
-// first one set counting.
-var outputCaps = [...]string{"max_completion_tokens", "max_tokens"}
-
 // budget holds the token limits of one call; 0 means unknown.
 type budget struct {
 	window  int // the route's context window
@@ -108,11 +102,9 @@ func (h *handler) budget(req *pipeline.Request) budget {
 	}
 	if window > 0 {
 		b.limit = window
-		var caps [2]gjson.Result // one walk over the body's keys, not a scan per field
-		wire.TopFields(req.Body, outputCaps[:], caps[:])
-		out := caps[0].Int()
+		out := req.Field(pipeline.FieldMaxCompletionTokens).Int()
 		if out <= 0 {
-			out = caps[1].Int()
+			out = req.Field(pipeline.FieldMaxTokens).Int()
 		}
 		if out > 0 && out < int64(window) {
 			b.limit = window - int(out)

@@ -68,6 +68,8 @@ type Request struct {
 	// Responses API shows them as mcp_call items). It is called by the
 	// goroutine that drives the loop: for a stream, from within its Next.
 	OnServerCall func(*ServerCall)
+
+	fields fieldMemo // what Field found in Body
 }
 
 // ApprovalIDPrefix starts the id of every call the tool loop hands to the
