@@ -464,10 +464,8 @@ func (s *gatedStream) Close() {}
 func TestCacheable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		body   string
-		always bool
-		want   bool
+		name, body   string
+		always, want bool
 	}{
 		{name: "temperature 0", body: `{"model":"m","messages":[],"temperature":0}`, want: true},
 		{name: "no temperature", body: `{"model":"m","messages":[]}`},

@@ -74,21 +74,7 @@ func BenchmarkNonStreamChat(b *testing.B) {
 // BenchmarkPeerWatch is the watcher's cost per request: registering a
 // client connection and deregistering it.
 func BenchmarkPeerWatch(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
-	conn, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	_, conn := tcpPair(b)
 	var w peerWatcher
 	defer w.close()
 	gone := func() {}

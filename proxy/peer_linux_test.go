@@ -3,7 +3,6 @@
 package proxy
 
 import (
-	"net"
 	"testing"
 	"time"
 )
@@ -12,20 +11,7 @@ import (
 // epoll (no system call); one that lasts is, and notices its client leave.
 func TestPeerWatchGrace(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
+	client, server := tcpPair(t)
 	w := &peerWatcher{grace: 50 * time.Millisecond}
 	defer w.close()
 	armed := func() int {

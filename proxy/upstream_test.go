@@ -120,22 +120,7 @@ func TestUpstreamCancelInterruptsDo(t *testing.T) {
 // client sends more bytes (a pipelined request), and stops with Shutdown.
 func TestPeerWatcher(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	pair := func() (client, server net.Conn) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, s
-	}
+	pair := func() (client, server net.Conn) { return tcpPair(t) }
 	srv := NewServer(&Runtime{Config: &config.Config{}}, zerolog.Nop())
 	w := &srv.peers
 	w.grace = 10 * time.Millisecond
