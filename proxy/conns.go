@@ -12,8 +12,9 @@ import (
 // per-request handle on the connection a call uses, neither while Do blocks
 // nor afterwards, and Do takes no context. With the connection in hand a
 // cancelled call expires its deadlines (Do, or a body read, returns at
-// once), a stream clears fasthttp's first-byte deadline and applies its own
-// idle deadline per event. Safe for concurrent use.
+// once; for a call younger than cancelGrace, once the sweep registers it),
+// a stream clears fasthttp's first-byte deadline and applies its own idle
+// deadline per event. Safe for concurrent use.
 type connTable struct {
 	m sync.Map // local address → *trackedConn
 
