@@ -28,6 +28,8 @@ func runPost(b *testing.B, url string, body []byte, stream bool) {
 	client := &fasthttp.Client{MaxConnsPerHost: 64}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU()
+	defer func() { b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op") }()
 	b.RunParallel(func(pb *testing.PB) {
 		req := fasthttp.AcquireRequest()
 		resp := fasthttp.AcquireResponse()
