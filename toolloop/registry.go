@@ -30,6 +30,7 @@ type tool struct {
 	cfg     config.Tool
 	def     []byte // {"type":"function","function":{...}}, injected into requests
 	schema  *jsonschema.Schema
+	quick   *quickSchema // the schema's quick form; nil = always the full validator
 	exec    executor
 	timeout time.Duration
 	sem     chan struct{} // nil = unlimited concurrency
@@ -141,7 +142,7 @@ func newTool(tc config.Tool, params string, exec executor, opts *Options) (*tool
 	if err != nil {
 		return nil, err
 	}
-	t.schema = sch
+	t.schema, t.quick = sch, compileQuick(params)
 	if t.def, err = toolDef(tc.Name, tc.Description, params); err != nil {
 		return nil, err
 	}
