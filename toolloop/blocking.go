@@ -36,18 +36,17 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeBadUpstream, "the upstream answered a non-streaming request with a stream")
 		}
 		body := resp.Body
-		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason",
-			"choices.0.message."+sideTexts[0], "choices.0.message."+sideTexts[1], "choices.0.message."+sideTexts[2])
+		res := readCompletion(body)
 		if s.iterations == 1 {
-			s.id, s.created = res[0].String(), res[1].Int()
+			s.id, s.created = res.id.String(), res.created.Int()
 		}
-		s.usage.add(res[2])
-		s.noteUsage(res[2])
-		text := []byte(res[3].String())
-		calls := callsFromMessage(res[4], len(s.p.set.tools) > 0)
-		f := finalEdit{}
+		s.usage.add(res.usage)
+		s.noteUsage(res.usage)
+		text := []byte(res.content.String())
+		calls := callsFromMessage(res.toolCalls, len(s.p.set.tools) > 0)
+		f := finalEdit{side: &res.side}
 		server, client := s.split(calls)
-		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res[5].String()}
+		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res.finish.String()}
 		if len(calls) == 0 {
 			d := decide(o)
 			f.finish = d.finish
@@ -96,8 +95,8 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		s.shown = append(s.shown, text...)
 		for i := range sideTexts {
-			if res[6+i].Type == gjson.String { // as the stream: only text
-				s.shownSide[i] = append(s.shownSide[i], res[6+i].Str...)
+			if res.side[i].Type == gjson.String { // as the stream: only text
+				s.shownSide[i] = append(s.shownSide[i], res.side[i].Str...)
 			}
 		}
 		s.appendTurn(text, calls, results)
@@ -137,6 +136,7 @@ type finalEdit struct {
 	calls    []*call // client calls kept in message.tool_calls
 	setCalls bool
 	finish   string
+	side     *[len(sideTexts)]gjson.Result // the body's side texts as readCompletion found them
 }
 
 func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error) {
@@ -163,10 +163,12 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		setRaw("usage", s.usage.appendJSON(nil))
 	}
 	for i, k := range sideTexts {
-		path := "choices.0.message." + k
-		if cur := gjson.GetBytes(body, path); len(s.shownSide[i]) > 0 && (cur.Type == gjson.String || cur.Type == gjson.Null) {
+		if len(s.shownSide[i]) == 0 {
+			continue
+		}
+		if cur := f.side[i]; cur.Type == gjson.String || cur.Type == gjson.Null {
 			v := append(s.shownSide[i][:len(s.shownSide[i]):len(s.shownSide[i])], cur.Str...)
-			setRaw(path, appendJSONString(nil, v))
+			setRaw("choices.0.message."+k, appendJSONString(nil, v))
 		}
 	}
 	if f.setText {
