@@ -44,7 +44,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		s.noteUsage(res.usage)
 		text := []byte(res.content.String())
 		calls := callsFromMessage(res.toolCalls, len(s.p.set.tools) > 0)
-		f := finalEdit{side: &res.side}
+		f := finalEdit{side: res.side}
 		server, client := s.split(calls)
 		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res.finish.String()}
 		if len(calls) == 0 {
@@ -136,7 +136,7 @@ type finalEdit struct {
 	calls    []*call // client calls kept in message.tool_calls
 	setCalls bool
 	finish   string
-	side     *[len(sideTexts)]gjson.Result // the body's side texts as readCompletion found them
+	side     [len(sideTexts)]gjson.Result // the body's side texts as readCompletion found them
 }
 
 func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error) {

@@ -1,9 +1,13 @@
 package toolloop
 
-import "github.com/tidwall/gjson"
+import (
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
 
 // completionView is what the loop reads of a chat.completion body: the
-// values (views into the body, valid as long as it is) of the paths id,
+// values (views into the body, valid while it is unchanged) of the paths id,
 // created, model, usage, choices.0.finish_reason and choices.0.message.
 // {content, tool_calls, refusal, reasoning_content, reasoning}. They are
 // found as gjson finds them, in one pass over the body instead of one per
@@ -18,7 +22,7 @@ type completionView struct {
 }
 
 func readCompletion(body []byte) (c completionView) {
-	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+	view(body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
 			keepFirst(&c.id, v)
@@ -92,4 +96,11 @@ func eachKey(o gjson.Result, name string, fn func(gjson.Result)) {
 		}
 		return true
 	})
+}
+
+// view parses b without copying it (gjson.ParseBytes copies): the Raw and
+// Str of what it finds share b's memory, so b must not change while they
+// are used.
+func view(b []byte) gjson.Result {
+	return gjson.Parse(unsafe.String(unsafe.SliceData(b), len(b)))
 }
