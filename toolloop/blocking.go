@@ -44,7 +44,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		s.noteUsage(res.usage)
 		text := []byte(res.content.String())
 		calls := callsFromMessage(res.toolCalls, len(s.p.set.tools) > 0)
-		f := finalEdit{side: res.side}
+		f := finalEdit{}
 		server, client := s.split(calls)
 		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res.finish.String()}
 		if len(calls) == 0 {
@@ -52,7 +52,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			f.finish = d.finish
 			s.answer(&f, text, nil, false)
 			s.end(d.reason)
-			return s.finalBody(body, f)
+			return s.finalBody(body, &res, f)
 		}
 		ensureIDs(calls)
 		if hiddenText(text, calls) {
@@ -70,7 +70,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.answer(&f, text, nil, f.setText)
 			s.awaitApproval(ctx)
 			s.end(d.reason)
-			return s.finalBody(body, f)
+			return s.finalBody(body, &res, f)
 		}
 		results, err := s.runCalls(ctx, server)
 		if err != nil {
@@ -91,7 +91,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			}
 			s.awaitApproval(ctx)
 			s.end(d.reason)
-			return s.finalBody(body, f)
+			return s.finalBody(body, &res, f)
 		}
 		s.shown = append(s.shown, text...)
 		for i := range sideTexts {
@@ -136,10 +136,12 @@ type finalEdit struct {
 	calls    []*call // client calls kept in message.tool_calls
 	setCalls bool
 	finish   string
-	side     [len(sideTexts)]gjson.Result // the body's side texts as readCompletion found them
 }
 
-func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error) {
+// finalBody edits the last round's body (read as got) into the client's
+// answer. An edit that would write what the body already holds is skipped:
+// each is a pass over the body and a copy of it.
+func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pipeline.Response, error) {
 	var err error
 	set := func(path string, v any) {
 		if err == nil {
@@ -152,10 +154,10 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		}
 	}
 	if s.iterations > 1 {
-		if s.id != "" {
+		if s.id != "" && (got.id.Type != gjson.String || got.id.Str != s.id) {
 			set("id", s.id)
 		}
-		if s.created != 0 {
+		if s.created != 0 && (got.created.Type != gjson.Number || got.created.Raw != strconv.FormatInt(s.created, 10)) {
 			setRaw("created", strconv.AppendInt(nil, s.created, 10))
 		}
 	}
@@ -166,7 +168,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		if len(s.shownSide[i]) == 0 {
 			continue
 		}
-		if cur := f.side[i]; cur.Type == gjson.String || cur.Type == gjson.Null {
+		if cur := got.side[i]; cur.Type == gjson.String || cur.Type == gjson.Null {
 			v := append(s.shownSide[i][:len(s.shownSide[i]):len(s.shownSide[i])], cur.Str...)
 			setRaw("choices.0.message."+k, appendJSONString(nil, v))
 		}
@@ -187,7 +189,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 			setRaw("choices.0.message.tool_calls", appendToolCalls(nil, f.calls, false))
 		}
 	}
-	if f.finish != "" {
+	if f.finish != "" && (got.finish.Type != gjson.String || got.finish.Str != f.finish) {
 		set("choices.0.finish_reason", f.finish)
 	}
 	if tr := s.traceJSON(); tr != nil {
