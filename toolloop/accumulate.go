@@ -7,8 +7,18 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// newCallID returns an unguessable tool-call id (128 random bits).
-func newCallID() string { return "call_" + rand.Text() }
+// newCallID returns an unguessable tool-call id: "call_" and 26 characters
+// of base32 (130 random bits, as rand.Text makes them), in one allocation.
+func newCallID() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	var b [5 + 26]byte
+	copy(b[:], "call_")
+	rand.Read(b[5:])
+	for i := 5; i < len(b); i++ {
+		b[i] = alphabet[b[i]%32]
+	}
+	return string(b[:])
+}
 
 // call is one tool call of a model turn, accumulated from stream deltas or
 // read whole from a non-stream message. The loop owns it; nothing is shared.

@@ -162,7 +162,7 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 		}
 	}
 	if s.usage.seen {
-		setRaw("usage", s.usage.appendJSON(nil))
+		setRaw("usage", s.usage.appendJSON(make([]byte, 0, 256)))
 	}
 	for i, k := range sideTexts {
 		if len(s.shownSide[i]) == 0 {

@@ -226,23 +226,10 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 		tcs[i] = pipeline.ToolCall{ID: c.id, Name: c.name, Arguments: c.args, Request: s.req}
 	}
 	s.admit(tcs, results)
-	run := func(i int) {
-		if results[i] != nil {
-			return // refused by a limit
-		}
-		res, err := s.l.chain.CallTool(tctx, &tcs[i])
-		if err != nil || res == nil {
-			if err == nil {
-				err = errNoResult
-			}
-			res = s.l.errResult(&tcs[i], err)
-		}
-		results[i] = res
-	}
 	if *s.l.cfg.Parallel && len(calls) > 1 {
 		var wg sync.WaitGroup
 		for i := range calls {
-			wg.Go(func() { run(i) })
+			wg.Go(func() { s.l.runCall(tctx, &tcs[i], &results[i]) })
 		}
 		wg.Wait()
 	} else {
@@ -250,13 +237,29 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 			if ctx.Err() != nil {
 				break
 			}
-			run(i)
+			s.l.runCall(tctx, &tcs[i], &results[i])
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return results, nil
+}
+
+// runCall runs c through the tool chain into *res, unless a limit already
+// refused it (*res set).
+func (l *Loop) runCall(ctx context.Context, c *pipeline.ToolCall, res **pipeline.ToolResult) {
+	if *res != nil {
+		return
+	}
+	r, err := l.chain.CallTool(ctx, c)
+	if err != nil || r == nil {
+		if err == nil {
+			err = errNoResult
+		}
+		r = l.errResult(c, err)
+	}
+	*res = r
 }
 
 var errNoResult = &ToolError{Kind: "tool_error", Message: "the tool returned no result"}
