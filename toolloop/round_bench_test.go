@@ -16,34 +16,19 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// roundConfig is the bench's tool-loop setup (bench/gwconfig.go): the two
-// builtins offered to tools-*, and a plain model for the reference call.
+// roundConfig is the bench's tool-loop setup: the two builtins (here with
+// their own definitions) offered to tools-*, and a plain model for the
+// reference call.
 const roundConfig = `
-[[providers]]
-name = "api"
-kind = "openai"
-base_url = "http://127.0.0.1:1/v1"
-[[models]]
-name = "tools-2"
-provider = "api"
-context_window = 128000
-[[models]]
-name = "chat"
-provider = "api"
-context_window = 128000
-[[tools]]
-name = "current_time"
-kind = "builtin"
-description = "The current date and time in an IANA time zone."
-parameters = '{"type":"object","properties":{"timezone":{"type":"string","description":"IANA zone, e.g. Europe/Oslo"}},"required":["timezone"],"additionalProperties":false}'
-models = ["tools-*"]
-[[tools]]
-name = "calculator"
-kind = "builtin"
-description = "Evaluate an arithmetic expression (+ - * / ^ and parentheses)."
-parameters = '{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"],"additionalProperties":false}'
-idempotent = true
-models = ["tools-*"]
+providers = [{ name = "api", kind = "openai", base_url = "http://127.0.0.1:1/v1" }]
+models = [
+  { name = "tools-2", provider = "api", context_window = 128000 },
+  { name = "chat", provider = "api", context_window = 128000 },
+]
+tools = [
+  { name = "current_time", kind = "builtin", models = ["tools-*"] },
+  { name = "calculator", kind = "builtin", idempotent = true, models = ["tools-*"] },
+]
 [tool_loop]
 max_iterations = 10
 `
