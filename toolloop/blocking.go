@@ -40,8 +40,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		if s.iterations == 1 {
 			s.id, s.created = res.id.String(), res.created.Int()
 		}
-		s.usage.add(res.usage)
-		s.noteUsage(res.usage)
+		s.noteUsage(s.usage.add(res.usage))
 		text := []byte(res.content.String())
 		calls := callsFromMessage(res.toolCalls, len(s.p.set.tools) > 0)
 		f := finalEdit{}

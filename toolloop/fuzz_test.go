@@ -477,7 +477,7 @@ func FuzzUsageAdd(f *testing.F) {
 		}
 		r := gjson.ParseBytes(b)
 		var got usage
-		got.add(r)
+		prompt := got.add(r)
 		want := usage{}
 		if r.IsObject() {
 			want.seen = true
@@ -494,8 +494,8 @@ func FuzzUsageAdd(f *testing.F) {
 				want.reasoning = v.Int()
 			}
 		}
-		if got != want {
-			t.Fatalf("one pass %+v, by path %+v", got, want)
+		if got != want || prompt != want.prompt {
+			t.Fatalf("one pass %+v (prompt %d), by path %+v", got, prompt, want)
 		}
 	})
 }

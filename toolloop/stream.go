@@ -404,8 +404,7 @@ func (st *loopStream) endRound() {
 	st.closeUp()
 	if len(st.roundUsage) > 0 {
 		u := gjson.ParseBytes(st.roundUsage)
-		s.usage.add(u)
-		s.noteUsage(u)
+		s.noteUsage(s.usage.add(u))
 		st.roundUsage = st.roundUsage[:0]
 	}
 	if !st.started {

@@ -66,8 +66,8 @@ func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 
 // noteUsage keeps the round's prompt_tokens for the next rounds' context
 // editing. A round without usage leaves an older hint, which only overcounts.
-func (s *session) noteUsage(u gjson.Result) {
-	if n := u.Get("prompt_tokens").Int(); n > 0 && s.sent > 0 {
+func (s *session) noteUsage(n int64) {
+	if n > 0 && s.sent > 0 {
 		s.hintTokens, s.hintMsgs = int(n), s.sent
 	}
 }

@@ -17,13 +17,14 @@ type usage struct {
 // add adds a usage object (gjson of chunk.usage or body.usage); null is
 // ignored. One pass over the object, reading what gjson's paths would: the
 // first key of a name counts, and a detail is read from the first details
-// object that has it.
-func (u *usage) add(r gjson.Result) {
+// object that has it. It returns the object's prompt_tokens.
+func (u *usage) add(r gjson.Result) (prompt int64) {
 	if !r.IsObject() {
-		return
+		return 0
 	}
 	u.seen = true
 	var seen [3]bool
+	prev := u.prompt
 	var cached, write, reasoning gjson.Result
 	r.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
@@ -53,6 +54,7 @@ func (u *usage) add(r gjson.Result) {
 		u.hasCacheWrite = true
 	}
 	u.reasoning += reasoning.Int()
+	return u.prompt - prev
 }
 
 func addFirst(seen *bool, n *int64, v gjson.Result) {
