@@ -43,7 +43,8 @@ type loopStream struct {
 
 	state int
 	err   error
-	op    chan opResult // result of the running blocking step
+	op    chan opResult                       // result of the running blocking step
+	work  chan func(context.Context) opResult // the worker's ops (startOp); nil until the first
 	then  func(opResult)
 	ka    *time.Timer
 
@@ -497,8 +498,11 @@ func (st *loopStream) startModelCall() {
 	})
 }
 
-// startOp runs fn in a goroutine tracked by wg; Next waits for its result
-// (yielding keep-alives) and then calls then.
+// startOp runs fn on the stream's worker goroutine; Next waits for its
+// result (yielding keep-alives) and then calls then. The worker is started
+// by the first op and serves every later one (a goroutine per op began each
+// with a small stack and grew it again); it is tracked by wg and returns
+// when the stream's context ends, which Close makes sure of.
 func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opResult)) {
 	st.mu.Lock()
 	if st.closed {
@@ -506,7 +510,11 @@ func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opRes
 		st.fail(context.Canceled)
 		return
 	}
-	st.wg.Add(1)
+	if st.work == nil {
+		st.work = make(chan func(context.Context) opResult, 1)
+		st.wg.Add(1)
+		go st.worker(st.work)
+	}
 	st.mu.Unlock()
 	st.then, st.state = then, stWait
 	if st.ka == nil {
@@ -514,11 +522,21 @@ func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opRes
 	} else {
 		st.ka.Reset(st.s.l.cfg.KeepAliveInterval.D())
 	}
-	go func() {
-		defer st.wg.Done()
-		r := fn(st.ctx)
-		st.op <- r
-	}()
+	st.work <- fn // never blocks: one op at a time, and Next took the last one's result
+}
+
+// worker runs the ops startOp hands it until the stream's context ends.
+// Its one result at a time fits st.op's buffer, so it never blocks there.
+func (st *loopStream) worker(work <-chan func(context.Context) opResult) {
+	defer st.wg.Done()
+	for {
+		select {
+		case fn := <-work:
+			st.op <- fn(st.ctx)
+		case <-st.ctx.Done():
+			return
+		}
+	}
 }
 
 // finishStream queues the one finish chunk and, when asked for, the one
