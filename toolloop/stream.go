@@ -16,9 +16,9 @@ import (
 // loopStream is the Stream the client reads. It is pull-based: Next drives
 // the state machine (read an upstream round, run the turn's server tools,
 // call the model again). Only the blocking steps (tool calls, later model
-// calls) run in a goroutine, which Next waits for while it yields
-// keep-alives; Close cancels them and waits until they have exited, so no
-// goroutine outlives the request.
+// calls) run on another goroutine, the stream's worker, which Next waits
+// for while it yields keep-alives; Close cancels them and waits until the
+// worker has exited, so no goroutine outlives the request.
 //
 // Next's result is valid until the next call to Next or Close. Next is
 // called by one goroutine at a time; Close may be called from any goroutine,
