@@ -30,7 +30,6 @@ type tool struct {
 	cfg     config.Tool
 	def     []byte // {"type":"function","function":{...}}, injected into requests
 	schema  *jsonschema.Schema
-	quick   *quickSchema // the schema's quick form; nil = always the full validator
 	exec    executor
 	timeout time.Duration
 	sem     chan struct{} // nil = unlimited concurrency
@@ -150,7 +149,7 @@ func newTool(tc config.Tool, params string, exec executor, opts *Options) (*tool
 	if err != nil {
 		return nil, err
 	}
-	t.schema, t.quick = sch, compileQuick(params)
+	t.schema = sch
 	if t.def, err = toolDef(tc.Name, tc.Description, params); err != nil {
 		return nil, err
 	}

@@ -24,9 +24,6 @@ func (l *Loop) validateMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 			cc.Arguments = []byte("{}")
 			c = &cc
 		}
-		if t.quick != nil && t.quick.valid(c.Arguments) {
-			return next.CallTool(ctx, c)
-		}
 		if err := validateArgs(t.schema, c.Arguments); err != nil {
 			return l.errResult(c, err), nil
 		}
