@@ -13,7 +13,7 @@ import (
 // then marks it cancelled (its connection is not reused).
 func TestCallGrace(t *testing.T) {
 	t.Parallel()
-	tab := &connTable{grace: 20 * time.Millisecond}
+	tab := &connTable{grace: 100 * time.Millisecond}
 	var h fasthttp.RequestHeader
 	registered := func(c *call) bool {
 		tab.mu.Lock()
