@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Prompt-cache modes of a provider (config.Provider.PromptCache).
@@ -312,8 +313,6 @@ func hexString(b []byte) string {
 	return string(out)
 }
 
-var promptTokensKey = []byte(`"prompt_tokens"`)
-
 // usageStream passes chunks through unchanged and counts the usage chunk's
 // prompt-cache tokens. Used by one goroutine at a time; Close closes inner.
 type usageStream struct {
@@ -324,8 +323,8 @@ type usageStream struct {
 // Next returns inner's next chunk unchanged.
 func (s *usageStream) Next() ([]byte, error) {
 	chunk, err := s.inner.Next()
-	if err == nil && bytes.Contains(chunk, promptTokensKey) {
-		if u := gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "usage"); u.IsObject() { // a view, used before Next returns
+	if err == nil {
+		if u := wire.ChunkUsage(chunk); u.IsObject() { // a view, used before Next returns
 			observeUsage(s.provider, s.model, u)
 		}
 	}
