@@ -38,6 +38,7 @@ type upstreamStream struct {
 	model    string
 	deadline time.Time
 	idle     time.Duration
+	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
 	done     bool                     // [DONE] (or message_stop) seen
@@ -155,9 +156,12 @@ func (s *upstreamStream) Next() ([]byte, error) {
 	}
 }
 
-// armDeadline bounds the next read by the idle timeout and the total deadline.
+// armDeadline bounds the next read by the idle timeout and the total
+// deadline. It costs a clock read and a poller update, so it is skipped
+// when no read will happen: the SSE reader already holds the next data
+// event whole (a burst), or the deadline it would set is the one set.
 func (s *upstreamStream) armDeadline() {
-	if s.conn == nil {
+	if s.conn == nil || sse.FirstIsData(s.rd.Buffered()) {
 		return
 	}
 	d := s.deadline
@@ -166,6 +170,10 @@ func (s *upstreamStream) armDeadline() {
 			d = t
 		}
 	}
+	if d.Equal(s.armed) {
+		return
+	}
+	s.armed = d
 	_ = s.conn.SetReadDeadline(d)
 }
 

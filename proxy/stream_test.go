@@ -1,10 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -125,6 +130,72 @@ func TestUpstreamStreamEmptyData(t *testing.T) {
 			var ue *pipeline.UpstreamError
 			if !errors.As(err, &ue) || ue.Kind != tc.kind {
 				t.Fatalf("got %v, want kind %v", err, tc.kind)
+			}
+		})
+	}
+}
+
+// deadlineCounter counts the read deadlines set on a connection.
+type deadlineCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *deadlineCounter) SetReadDeadline(t time.Time) error {
+	c.n.Add(1)
+	return c.Conn.SetReadDeadline(t)
+}
+
+// TestUpstreamStreamArmsDeadlinePerRead: the idle deadline is set before a
+// read that may block, not before an event the SSE reader already holds,
+// so a burst of events costs a few deadline updates and spaced events one
+// each.
+func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
+	t.Parallel()
+	const events = 20
+	event := "data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"
+	tests := []struct {
+		name     string
+		spaced   bool
+		min, max int64 // read deadlines set in the whole call
+	}{
+		{"burst", false, 1, events / 2},
+		{"spaced", true, events, 3 * events},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+				ctx.SetContentType("text/event-stream")
+				if !tc.spaced {
+					ctx.SetBodyString(strings.Repeat(event, events) + "data: [DONE]\n\n")
+					return
+				}
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					for range events {
+						_, _ = w.WriteString(event)
+						_ = w.Flush()
+						time.Sleep(2 * time.Millisecond)
+					}
+					_, _ = w.WriteString("data: [DONE]\n\n")
+				})
+			})
+			_, u := testUpstream(t, base, `stream_idle_timeout = "5s"`)
+			pc := u.providers["p"]
+			var sets atomic.Int64
+			pc.hc.Dial = func(addr string) (net.Conn, error) {
+				c, err := fasthttp.DialTimeout(addr, time.Second)
+				if err != nil {
+					return nil, err
+				}
+				return pc.conns.wrap(&deadlineCounter{Conn: c, n: &sets}), nil
+			}
+			chunks, err := streamAll(t, u)
+			if err != nil || len(chunks) != events {
+				t.Fatalf("%d chunks, %v", len(chunks), err)
+			}
+			if n := sets.Load(); n < tc.min || n > tc.max {
+				t.Fatalf("%d read deadlines set for %d events, want %d to %d", n, events, tc.min, tc.max)
 			}
 		})
 	}

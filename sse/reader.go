@@ -293,7 +293,7 @@ func HasEvent(b []byte) bool {
 // over.
 func FirstIsData(b []byte) bool {
 	for len(b) > 0 {
-		i := bytes.IndexAny(b, "\r\n")
+		i := lineEnd(b)
 		if i < 0 {
 			return false // the event is not complete in b
 		}
@@ -312,6 +312,21 @@ func FirstIsData(b []byte) bool {
 		b = b[i+1:]
 	}
 	return false
+}
+
+// lineEnd returns the index of the first '\r' or '\n' in b, or -1. Two
+// vector scans: IndexAny goes byte by byte, and the writer asks this before
+// every flush.
+func lineEnd(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	seg := b
+	if i >= 0 {
+		seg = b[:i]
+	}
+	if j := bytes.IndexByte(seg, '\r'); j >= 0 {
+		return j
+	}
+	return i
 }
 
 var (

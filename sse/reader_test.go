@@ -258,14 +258,26 @@ func TestFirstIsData(t *testing.T) {
 }
 
 // FuzzFirstIsData: never panics, and says true only when the bytes hold a
-// data line starting with "{" and a blank line.
+// data line starting with "{" and a blank line, and a Reader given those
+// bytes returns an event with that data without reading more (the upstream
+// stream leaves its read deadline as it is then).
 func FuzzFirstIsData(f *testing.F) {
-	for _, s := range []string{"data: {}\n\n", ": x\n\n", "data: [DONE]\n\n", "\r\r", "data:{\r\n\r\n"} {
+	for _, s := range []string{"data: {}\n\n", ": x\n\n", "data: [DONE]\n\n", "\r\r", "data:{\r\n\r\n", "event: e\r\ndata: {\n\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if FirstIsData(b) && (!HasEvent(b) || !bytes.Contains(b, []byte("data:"))) {
+		if got, want := lineEnd(b), bytes.IndexAny(b, "\r\n"); got != want {
+			t.Fatalf("lineEnd(%q) = %d, want %d", b, got, want)
+		}
+		if !FirstIsData(b) {
+			return
+		}
+		if !HasEvent(b) || !bytes.Contains(b, []byte("data:")) {
 			t.Fatalf("true for %q", b)
+		}
+		rd := NewReader(io.MultiReader(bytes.NewReader(b), iotest.ErrReader(errors.New("read more"))), 0)
+		if ev, err := rd.Next(); err != nil || !bytes.Contains(ev.Data, []byte("{")) {
+			t.Fatalf("true for %q, whose first event is %q, %v", b, ev.Data, err)
 		}
 	})
 }
