@@ -22,6 +22,13 @@ import (
 
 var errorKey = []byte(`"error"`)
 
+// sseReaders holds the SSE readers of closed upstream streams, with their
+// buffers, for the next streams; one that grew past maxPooledReader (a
+// huge event) is left to the collector.
+var sseReaders = sync.Pool{New: func() any { return sse.NewReader(nil, maxEventBytes) }}
+
+const maxPooledReader = 64 << 10
+
 // upstreamStream reads an upstream chat stream event by event. Each chunk is
 // checked (one JSON object), given the client's model name, and returned in
 // a buffer reused by the next call. It owns the fasthttp request and
@@ -32,7 +39,7 @@ type upstreamStream struct {
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	conn     *trackedConn // nil when the connection could not be found
-	rd       *sse.Reader
+	rd       *sse.Reader         // from sseReaders; back there in Close
 	br       *bufio.Reader       // the connection's reader under rd, for Buffered; nil if unknown
 	look     *pipeline.Lookahead // reports Buffered to the client's writer while open; may be nil
 	model    string
@@ -59,8 +66,9 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 		ctx: ctx, pc: pc, req: req, resp: resp, model: model, deadline: deadline,
 		idle: pc.cfg.StreamIdleTimeout.D(),
 		conn: conn,
-		rd:   sse.NewReader(resp.BodyStream(), maxEventBytes),
+		rd:   sseReaders.Get().(*sse.Reader),
 	}
+	s.rd.Reset(resp.BodyStream())
 	if look != nil {
 		s.br, s.look = bodyBufio(resp.BodyStream()), look
 		look.Set(s)
@@ -229,6 +237,11 @@ func (s *upstreamStream) Close() {
 	}
 	s.closed = true
 	s.released.Store(true)
+	if s.rd.Retained() <= maxPooledReader {
+		s.rd.Reset(nil)
+		sseReaders.Put(s.rd)
+	}
+	s.rd = nil
 	if s.stopAfter != nil && !s.stopAfter() {
 		// The context was cancelled: its AfterFunc ran or is running and may
 		// still set an expired deadline. Never pool this connection.

@@ -82,6 +82,10 @@ func (rd *Reader) Reset(r io.Reader) {
 	*rd = Reader{r: r, max: rd.max, buf: rd.buf, name: rd.name[:0], data: rd.data[:0]}
 }
 
+// Retained returns the bytes of buffer a Reader keeps for reuse across
+// Reset: what a pool of Readers holds for each.
+func (rd *Reader) Retained() int { return cap(rd.buf) + cap(rd.data) + cap(rd.name) }
+
 // Next returns the next event that carries data.
 //
 // It returns io.EOF when the input ends cleanly between events,

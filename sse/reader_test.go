@@ -281,3 +281,24 @@ func FuzzFirstIsData(f *testing.F) {
 		}
 	})
 }
+
+// TestRetainedAcrossReset: a Reader keeps its buffers across Reset, and
+// Retained counts them, so that a pool can refuse one that grew large.
+func TestRetainedAcrossReset(t *testing.T) {
+	t.Parallel()
+	rd := NewReader(strings.NewReader("data: "+strings.Repeat("x", 10000)+"\n\n"), 0)
+	if rd.Retained() != 0 {
+		t.Fatalf("a new Reader retains %d bytes", rd.Retained())
+	}
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	n := rd.Retained()
+	if n < 2*10000 {
+		t.Fatalf("%d bytes retained after a 10000-byte event", n)
+	}
+	rd.Reset(strings.NewReader("data: {}\n\n"))
+	if ev, err := rd.Next(); err != nil || string(ev.Data) != "{}" || rd.Retained() != n {
+		t.Fatalf("after Reset: %q, %v, %d bytes retained (was %d)", ev.Data, err, rd.Retained(), n)
+	}
+}
