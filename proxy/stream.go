@@ -38,7 +38,7 @@ type upstreamStream struct {
 	pc       *providerClient
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
-	conn     *trackedConn // nil when the connection could not be found
+	conn     *trackedConn        // nil when the connection could not be found
 	rd       *sse.Reader         // from sseReaders; back there in Close
 	br       *bufio.Reader       // the connection's reader under rd, for Buffered; nil if unknown
 	look     *pipeline.Lookahead // reports Buffered to the client's writer while open; may be nil
