@@ -66,7 +66,7 @@ func chartSVG(res *results) string {
 		W/2, xmlEscape(res.Machine.Note), res.Settings.FirstByteMS)
 	panel(&sb, 70, 60, 380, 330, "p99 latency (ms, log)", order(lat), nil)
 	panel(&sb, 580, 60, 380, 330, "added p99 over direct (ms, log; ≤ 0.01 drawn at 0.01)", order(add),
-		[]hline{{1, "1 ms target at half saturation"}, {10, "10 ms saturation bar"}})
+		[]hline{{1, fmt.Sprintf("1 ms target at %d rps", fixedSweepRate)}, {10, "10 ms saturation bar"}})
 	sb.WriteString("</svg>\n")
 	return sb.String()
 }

@@ -10,21 +10,24 @@ import (
 func TestCheckTargets(t *testing.T) {
 	t.Parallel()
 	pass := &scenarioResult{Name: "passthrough", Status: "ok"}
-	pass.fig("gateway/floor throughput", 0.9, "×")
+	pass.fig("gateway/floor CPU per request", 1.2, "×")
 	stream := &scenarioResult{Name: "stream", Status: "ok"}
 	stream.fig("gateway added TTFT p50", 150, "µs")
 	streams := &scenarioResult{Name: "streams", Status: "ok"}
 	streams.fig("gateway RSS projected for 10,000 streams", 530, "MB")
+	streams.fig("gateway/floor memory per stream", 1.1, "×")
 	burst := &scenarioResult{Name: "burst", Status: "ok"}
 	burst.fig("gateway/floor streams/s", 0.41, "×")
 	res := &results{Settings: settings{Streams: 9968}, Scenarios: []*scenarioResult{
 		pass, stream, burst, streams, {Name: "toolloop", Status: "skipped", Reason: "no tools"},
 	}}
 	want := []targetCheck{
-		{Name: "throughput", Status: "met", Measured: 0.9},
+		{Name: "CPU", Status: "met", Measured: 1.2},
+		{Name: "saturation", Status: "not measured", Detail: "sweep did not run"},
 		{Name: "added p99", Status: "not measured", Detail: "sweep did not run"},
 		{Name: "burst streams", Status: "missed", Measured: 0.41},
 		{Name: "TTFT", Status: "met", Measured: 150},
+		{Name: "memory per stream", Status: "missed", Measured: 1.1},
 		{Name: "stream memory", Status: "missed", Measured: 530, Detail: "projected from 9968 streams"},
 		{Name: "tool loop", Status: "not measured", Detail: "skipped: no tools"},
 	}

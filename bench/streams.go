@@ -62,6 +62,7 @@ func (b *bench) concurrentStreams() *scenarioResult {
 	r.fig("gateway memory per stream", perStreamKB(g), "KiB")
 	r.fig("floor memory per stream", perStreamKB(m["floor"]), "KiB")
 	r.fig("mock memory per stream", perStreamKB(m["direct"]), "KiB")
+	r.fig("gateway/floor memory per stream", ratio(perStreamKB(g), perStreamKB(m["floor"])), "×")
 	if g.Goroutines > 0 {
 		r.fig("gateway goroutines with all streams open", float64(g.Goroutines), "")
 		r.fig("gateway goroutines per stream", round(float64(g.Goroutines-g.IdleGoroutines)/float64(g.ok()), 2), "")

@@ -6,11 +6,17 @@ import "fmt"
 // under it is the saturation rate of a proxy.
 const addedP99Limit = 10000.0 // µs
 
+// fixedSweepRate is the offered rate at which the sweep reports the added
+// p99 of every proxy, whatever the direct saturation rate: a rate users
+// compare gateways at.
+const fixedSweepRate = 5000
+
 // sweep raises a constant arrival rate of non-streaming requests in steps
 // (fractions of the direct saturation rate) and measures each target at each
 // step, interleaved. It finds the highest rate at which the gateway's (and
 // the floor's) added p99 stays under 10 ms with no error, at every step up to
-// it, and the gateway's added p99 at half of the direct saturation rate.
+// it, the added p99 at half of the direct saturation rate, and first the added
+// p99 at fixedSweepRate.
 func (b *bench) sweep() *scenarioResult {
 	r := &scenarioResult{Name: "sweep", Title: "Saturation sweep, non-streaming, open model"}
 	if b.directSaturation == 0 {
@@ -23,7 +29,19 @@ func (b *bench) sweep() *scenarioResult {
 		r.Status, r.Reason = "failed", "could not measure the direct saturation rate"
 		return r
 	}
-	r.Load = fmt.Sprintf("open, steps of %.0f rps (direct saturation, closed %d) × %v", sat, b.set.Concurrency, b.set.SweepFractions)
+	r.Load = fmt.Sprintf("open, %d rps, then steps of %.0f rps (direct saturation, closed %d) × %v", fixedSweepRate, sat, b.set.Concurrency, b.set.SweepFractions)
+	if fixedSweepRate < sat {
+		// The fixed rate is a figure of its own, outside the saturation
+		// search (its steps must rise in order).
+		legs := b.legs(b.plainJobs(chatBody, "", nil), b.spec(fixedSweepRate, 0, b.set.SweepSeconds))
+		for _, l := range legs {
+			l.Step = fmt.Sprintf("%d rps", fixedSweepRate)
+			if l.Target != "direct" && l.Added != nil {
+				r.fig(fmt.Sprintf("%s added p99 at %d rps", l.Target, fixedSweepRate), l.Added.P99, "µs")
+			}
+		}
+		r.Legs = append(r.Legs, legs...)
+	}
 	best, over := map[string]float64{}, map[string]bool{}
 	wasBeyond := false
 	for _, f := range b.set.SweepFractions {
