@@ -169,7 +169,7 @@ func (s *upstreamStream) Next() ([]byte, error) {
 // when no read will happen: the SSE reader already holds the next data
 // event whole (a burst), or the deadline it would set is the one set.
 func (s *upstreamStream) armDeadline() {
-	if s.conn == nil || sse.FirstIsData(s.rd.Buffered()) {
+	if s.conn == nil || sse.FirstHasData(s.rd.Buffered()) {
 		return
 	}
 	d := s.deadline
