@@ -142,3 +142,39 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	w.writes++
 	return w.b.Write(p)
 }
+
+// TestSinkKeepsUsage: the sink keeps the stream's top-level usage object
+// for the access log, whatever the whitespace around it, not a "usage"
+// nested in a chunk, and as a copy: the stream reuses its chunk buffer.
+func TestSinkKeepsUsage(t *testing.T) {
+	t.Parallel()
+	srv, rt, _, _ := finishGateway(t, nil)
+	chunks := []string{
+		`{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}`,
+		`{"choices":[],"x":{"usage":{"prompt_tokens":99}}}`,
+		`{"choices":[],"usage" : {"prompt_tokens":7,"completion_tokens":3}}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null,"padding":"` + strings.Repeat("z", 200) + `"}`,
+	}
+	req := &pipeline.Request{ID: "r", Start: time.Now(), Stream: true, Meta: &pipeline.Meta{}}
+	x := &exchange{rt: rt, start: req.Start, req: req}
+	rt.inflight.add()
+	buf := make([]byte, 0, 1024) // reused for every chunk, as the upstream stream does
+	n := 0
+	k := &sink{s: srv, x: x, req: req, cancel: func() {}, form: chatForm{}, stream: &pipeline.StreamFunc{
+		NextFunc: func() ([]byte, error) {
+			if n == len(chunks) {
+				return nil, io.EOF
+			}
+			buf = append(buf[:0], chunks[n]...)
+			n++
+			return buf, nil
+		},
+		CloseFunc: func() {},
+	}}
+	if _, err := k.WriteTo(&countingWriter{}); err != nil {
+		t.Fatal(err)
+	}
+	if x.usage.Raw != `{"prompt_tokens":7,"completion_tokens":3}` {
+		t.Fatalf("usage %q", x.usage.Raw)
+	}
+}
