@@ -47,6 +47,10 @@ type upstreamStream struct {
 	idle     time.Duration
 	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
+	head     []byte    // the last chunk up to the end of its model string (rename); empty when not kept
+	headArr  [128]byte // head's first backing
+	at       int       // where the model string starts in head
+	keep     bool      // the model in head is the client's already
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
 	done     bool                     // [DONE] (or message_stop) seen
 	clean    bool                     // and the body ended right after it: the connection may be pooled
@@ -156,13 +160,40 @@ func (s *upstreamStream) Next() ([]byte, error) {
 		if data[0] != '{' || !gjson.ValidBytes(data) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 		}
-		out := setModel(s.buf, data, s.model)
-		if len(out) > 0 && &out[0] != &data[0] {
-			s.buf = out
-		}
-		return out, nil
+		return s.rename(data), nil
 	}
 }
+
+// rename gives data the client's model name, as setModel does, and reuses
+// the last chunk's search when data's bytes up to the end of the model
+// string are the same: gjson, reading the same bytes, would find the same
+// top-level "model" there (modelSpan). Upstreams repeat the id, object,
+// created and model at the head of every chunk, so the search runs about
+// once per stream.
+func (s *upstreamStream) rename(data []byte) []byte {
+	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
+		at, end, keep := modelSpan(data, s.model)
+		s.at, s.keep = at, keep
+		s.head = s.head[:0]
+		if end <= maxModelHead {
+			s.head = append(s.headArr[:0], data[:end]...)
+		}
+		if keep {
+			return data
+		}
+		s.buf = spliceModel(s.buf, data, at, end, s.model)
+		return s.buf
+	}
+	if s.keep {
+		return data
+	}
+	s.buf = spliceModel(s.buf, data, s.at, len(s.head), s.model)
+	return s.buf
+}
+
+// maxModelHead bounds the head rename keeps: a model that comes after a
+// chunk's choices (which differ per chunk) is searched for each time.
+const maxModelHead = 512
 
 // armDeadline bounds the next read by the idle timeout and the total
 // deadline. It costs a clock read and a poller update, so it is skipped

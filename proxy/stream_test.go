@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -199,4 +200,31 @@ func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzStreamRename: a stream's rename of a chunk, after any other chunk,
+// is what setModel makes of it alone, on any bytes: the search it skips
+// would have found the same model string.
+func FuzzStreamRename(f *testing.F) {
+	head := `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up",`
+	f.Add([]byte(head+`"choices":[{"delta":{"content":"a"}}]}`), []byte(head+`"choices":[{"delta":{"content":"b"}}]}`), "m")
+	f.Add([]byte(head+`"choices":[]}`), []byte(head+`"choices":[]}`), "up")
+	f.Add([]byte(`{"id":"a","model":"up","x":1}`), []byte(`{"id":"a","model":"up2","x":1}`), "m")
+	f.Add([]byte(`{"id":"a","model":"up"}`), []byte(`{"id":"a","model":"up"`), `we"ird`)
+	f.Add([]byte(`{"choices":[{"model":"x"}],"model":"up"}`), []byte(`{"choices":[{"model":"x"}],"model":"up"}`), "m")
+	f.Add([]byte(`{"id":"a"}`), []byte(`{"id":"a","model":"up"}`), "m")
+	f.Fuzz(func(t *testing.T, a, b []byte, model string) {
+		s := &upstreamStream{model: model}
+		want := string(setModel(nil, a, model))
+		if got := string(s.rename(bytes.Clone(a))); got != want {
+			t.Fatalf("first chunk %q: %q, want %q", a, got, want)
+		}
+		want = string(setModel(nil, b, model))
+		if got := string(s.rename(bytes.Clone(b))); got != want {
+			t.Fatalf("after %q, %q: %q, want %q", a, b, got, want)
+		}
+		if got := string(s.rename(bytes.Clone(b))); got != want {
+			t.Fatalf("after %q twice: %q, want %q", b, got, want)
+		}
+	})
 }
