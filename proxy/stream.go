@@ -47,10 +47,10 @@ type upstreamStream struct {
 	idle     time.Duration
 	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
-	head     []byte    // the last chunk up to the end of its model string (rename); empty when not kept
-	headArr  [128]byte // head's first backing
-	at       int       // where the model string starts in head
-	keep     bool      // the model in head is the client's already
+	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
+	headArr  [128]byte                // head's first backing
+	at       int                      // where the model string starts in head
+	keep     bool                     // the model in head is the client's already
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
 	done     bool                     // [DONE] (or message_stop) seen
 	clean    bool                     // and the body ended right after it: the connection may be pooled
