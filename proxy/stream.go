@@ -39,7 +39,7 @@ type upstreamStream struct {
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	conn     *trackedConn        // nil when the connection could not be found
-	rd       *sse.Reader         // from sseReaders; back there in Close
+	rd       *sse.Reader         // from sseReaders; back there in Close unless lent
 	br       *bufio.Reader       // the connection's reader under rd, for Buffered; nil if unknown
 	look     *pipeline.Lookahead // reports Buffered to the client's writer while open; may be nil
 	model    string
@@ -57,6 +57,7 @@ type upstreamStream struct {
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
+	lent      bool        // Next's last chunk, maybe a view of rd's, may still be read: Close keeps rd from the pool
 	released  atomic.Bool // set once Close has started releasing
 	stopAfter func() bool
 }
@@ -94,6 +95,13 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	chunk, err := s.next()
+	s.lent = err == nil
+	return chunk, err
+}
+
+// next is Next under s.mu.
+func (s *upstreamStream) next() ([]byte, error) {
 	if s.closed {
 		return nil, io.ErrClosedPipe
 	}
@@ -268,7 +276,10 @@ func (s *upstreamStream) Close() {
 	}
 	s.closed = true
 	s.released.Store(true)
-	if s.rd.Retained() <= maxPooledReader {
+	if !s.lent && s.rd.Retained() <= maxPooledReader {
+		// The last Next returned no chunk (the stream's end, an error), so
+		// no one reads rd's bytes: a Close from another goroutine (a
+		// cancel) right after a chunk leaves rd to the collector instead.
 		s.rd.Reset(nil)
 		sseReaders.Put(s.rd)
 	}

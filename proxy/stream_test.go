@@ -228,3 +228,32 @@ func FuzzStreamRename(f *testing.F) {
 		}
 	})
 }
+
+// TestUpstreamStreamCloseAfterChunk: a stream closed while its last chunk
+// may still be read (a cancel from another goroutine) keeps its SSE reader
+// out of the pool, so the next stream cannot write over that chunk.
+func TestUpstreamStreamCloseAfterChunk(t *testing.T) {
+	t.Parallel()
+	first := `{"id":"a","choices":[{"index":0,"delta":{"content":"first"}}]}` // no model: the chunk is the reader's own bytes
+	u := rawUpstream(t, "data: "+first+"\n\ndata: "+first+"\n\ndata: [DONE]\n\n")
+	other := rawUpstream(t, "data: "+strings.Repeat(`{"id":"b","choices":[]}`+"\n\ndata: ", 50)+"[DONE]\n\n")
+	req := &pipeline.Request{Body: []byte(`{"model":"m","stream":true,"messages":[]}`), Model: "m", Stream: true,
+		Target: &pipeline.Target{Provider: "p", Upstream: "up"}}
+	resp, err := u.Chat(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := resp.Stream.Next()
+	if err != nil || string(chunk) != first {
+		t.Fatalf("%q, %v", chunk, err)
+	}
+	resp.Stream.Close()
+	for range 3 {
+		if _, err := streamAll(t, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(chunk) != first {
+		t.Fatalf("the chunk read before Close became %q", chunk)
+	}
+}
