@@ -7,8 +7,18 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// newCallID returns an unguessable tool-call id (128 random bits).
-func newCallID() string { return "call_" + rand.Text() }
+// newCallID returns an unguessable tool-call id: "call_" and 26 characters
+// of base32 (130 random bits, as rand.Text makes them), in one allocation.
+func newCallID() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	var b [5 + 26]byte
+	copy(b[:], "call_")
+	rand.Read(b[5:])
+	for i := 5; i < len(b); i++ {
+		b[i] = alphabet[b[i]%32]
+	}
+	return string(b[:])
+}
 
 // call is one tool call of a model turn, accumulated from stream deltas or
 // read whole from a non-stream message. The loop owns it; nothing is shared.
@@ -196,15 +206,37 @@ func callsFromMessage(tc gjson.Result, gatewayIDs bool) []*call {
 		if len(calls) >= maxCalls || !v.IsObject() {
 			return len(calls) < maxCalls
 		}
-		c := &call{upIndex: len(calls), upID: v.Get("id").String(), name: v.Get("function.name").String()}
+		// One pass over the entry, finding what the paths id,
+		// function.name and function.arguments find (see completionView).
+		var id, name, args gjson.Result
+		v.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "id":
+				keepFirst(&id, v)
+			case "function":
+				if v.IsObject() {
+					v.ForEach(func(k, v gjson.Result) bool {
+						switch k.Str {
+						case "name":
+							keepFirst(&name, v)
+						case "arguments":
+							keepFirst(&args, v)
+						}
+						return true
+					})
+				}
+			}
+			return true
+		})
+		c := &call{upIndex: len(calls), upID: id.String(), name: name.String()}
 		c.id = c.upID
 		if gatewayIDs {
 			c.id = newCallID()
 		}
-		if a := v.Get("function.arguments"); a.Type == gjson.String {
-			c.args = []byte(a.String())
-		} else if a.Exists() {
-			c.args = []byte(a.Raw)
+		if args.Type == gjson.String {
+			c.args = []byte(args.String())
+		} else if args.Exists() {
+			c.args = []byte(args.Raw)
 		}
 		calls = append(calls, c)
 		return true

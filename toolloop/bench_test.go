@@ -1,6 +1,7 @@
 package toolloop
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"strconv"
@@ -32,16 +33,8 @@ func (m *instantModel) Chat(_ context.Context, r *pipeline.Request) (*pipeline.R
 	}}}, nil
 }
 
-// countTools counts `"role":"tool"` without parsing (benchmark plumbing).
-func countTools(b []byte) int {
-	n := 0
-	for i := 0; i+14 <= len(b); i++ {
-		if string(b[i:i+14]) == `"role":"tool",` {
-			n++
-		}
-	}
-	return n
-}
+// countTools counts `"role":"tool",` without parsing (benchmark plumbing).
+func countTools(b []byte) int { return bytes.Count(b, []byte(`"role":"tool",`)) }
 
 const benchIterations = 3 // tool rounds before the answer
 

@@ -36,24 +36,22 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeBadUpstream, "the upstream answered a non-streaming request with a stream")
 		}
 		body := resp.Body
-		res := gjson.GetManyBytes(body, "id", "created", "usage", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason",
-			"choices.0.message."+sideTexts[0], "choices.0.message."+sideTexts[1], "choices.0.message."+sideTexts[2])
+		res := readCompletion(body)
 		if s.iterations == 1 {
-			s.id, s.created = res[0].String(), res[1].Int()
+			s.id, s.created = res.id.String(), res.created.Int()
 		}
-		s.usage.add(res[2])
-		s.noteUsage(res[2])
-		text := []byte(res[3].String())
-		calls := callsFromMessage(res[4], len(s.p.set.tools) > 0)
+		s.noteUsage(s.usage.add(res.usage))
+		text := []byte(res.content.String())
+		calls := callsFromMessage(res.toolCalls, len(s.p.set.tools) > 0)
 		f := finalEdit{}
 		server, client := s.split(calls)
-		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res[5].String()}
+		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res.finish.String()}
 		if len(calls) == 0 {
 			d := decide(o)
 			f.finish = d.finish
 			s.answer(&f, text, nil, false)
 			s.end(d.reason)
-			return s.finalBody(body, f)
+			return s.finalBody(body, &res, f)
 		}
 		ensureIDs(calls)
 		if hiddenText(text, calls) {
@@ -71,7 +69,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.answer(&f, text, nil, f.setText)
 			s.awaitApproval(ctx)
 			s.end(d.reason)
-			return s.finalBody(body, f)
+			return s.finalBody(body, &res, f)
 		}
 		results, err := s.runCalls(ctx, server)
 		if err != nil {
@@ -92,12 +90,12 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			}
 			s.awaitApproval(ctx)
 			s.end(d.reason)
-			return s.finalBody(body, f)
+			return s.finalBody(body, &res, f)
 		}
 		s.shown = append(s.shown, text...)
 		for i := range sideTexts {
-			if res[6+i].Type == gjson.String { // as the stream: only text
-				s.shownSide[i] = append(s.shownSide[i], res[6+i].Str...)
+			if res.side[i].Type == gjson.String { // as the stream: only text
+				s.shownSide[i] = append(s.shownSide[i], res.side[i].Str...)
 			}
 		}
 		s.appendTurn(text, calls, results)
@@ -139,7 +137,10 @@ type finalEdit struct {
 	finish   string
 }
 
-func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error) {
+// finalBody edits the last round's body (read as got) into the client's
+// answer. An edit that would write what the body already holds is skipped:
+// each is a pass over the body and a copy of it.
+func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pipeline.Response, error) {
 	var err error
 	set := func(path string, v any) {
 		if err == nil {
@@ -152,21 +153,23 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 		}
 	}
 	if s.iterations > 1 {
-		if s.id != "" {
+		if s.id != "" && (got.id.Type != gjson.String || got.id.Str != s.id) {
 			set("id", s.id)
 		}
-		if s.created != 0 {
+		if s.created != 0 && (got.created.Type != gjson.Number || got.created.Raw != strconv.FormatInt(s.created, 10)) {
 			setRaw("created", strconv.AppendInt(nil, s.created, 10))
 		}
 	}
 	if s.usage.seen {
-		setRaw("usage", s.usage.appendJSON(nil))
+		setRaw("usage", s.usage.appendJSON(make([]byte, 0, 256)))
 	}
 	for i, k := range sideTexts {
-		path := "choices.0.message." + k
-		if cur := gjson.GetBytes(body, path); len(s.shownSide[i]) > 0 && (cur.Type == gjson.String || cur.Type == gjson.Null) {
+		if len(s.shownSide[i]) == 0 {
+			continue
+		}
+		if cur := got.side[i]; cur.Type == gjson.String || cur.Type == gjson.Null {
 			v := append(s.shownSide[i][:len(s.shownSide[i]):len(s.shownSide[i])], cur.Str...)
-			setRaw(path, appendJSONString(nil, v))
+			setRaw("choices.0.message."+k, appendJSONString(nil, v))
 		}
 	}
 	if f.setText {
@@ -185,7 +188,7 @@ func (s *session) finalBody(body []byte, f finalEdit) (*pipeline.Response, error
 			setRaw("choices.0.message.tool_calls", appendToolCalls(nil, f.calls, false))
 		}
 	}
-	if f.finish != "" {
+	if f.finish != "" && (got.finish.Type != gjson.String || got.finish.Str != f.finish) {
 		set("choices.0.finish_reason", f.finish)
 	}
 	if tr := s.traceJSON(); tr != nil {

@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/tidwall/gjson"
 )
 
 // asStream returns resp's stream, or a one-chunk stream made from a
@@ -26,26 +25,26 @@ func asStream(resp *pipeline.Response) pipeline.Stream {
 }
 
 func bodyAsChunk(body []byte) []byte {
-	res := gjson.GetManyBytes(body, "id", "created", "model", "choices.0.message.content", "choices.0.message.tool_calls", "choices.0.finish_reason", "usage")
+	res := readCompletion(body)
 	b := make([]byte, 0, len(body)+64)
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, []byte(res[0].String()))
+	b = appendJSONString(b, []byte(res.id.String()))
 	b = append(b, `,"created":`...)
-	b = strconv.AppendInt(b, res[1].Int(), 10)
+	b = strconv.AppendInt(b, res.created.Int(), 10)
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, []byte(res[2].String()))
+	b = appendJSONString(b, []byte(res.model.String()))
 	b = append(b, `,"choices":[{"index":0,"delta":{"content":`...)
-	b = appendJSONString(b, []byte(res[3].String()))
-	calls := callsFromMessage(res[4], false) // re-read by the accumulator, which assigns ids
+	b = appendJSONString(b, []byte(res.content.String()))
+	calls := callsFromMessage(res.toolCalls, false) // re-read by the accumulator, which assigns ids
 	if len(calls) > 0 {
 		b = append(b, `,"tool_calls":`...)
 		b = appendToolCalls(b, calls, true)
 	}
 	b = append(b, `},"finish_reason":`...)
-	b = appendJSONString(b, []byte(res[5].String()))
+	b = appendJSONString(b, []byte(res.finish.String()))
 	b = append(b, `}],"usage":`...)
-	if res[6].IsObject() {
-		b = append(b, res[6].Raw...)
+	if res.usage.IsObject() {
+		b = append(b, res.usage.Raw...)
 	} else {
 		b = append(b, "null"...)
 	}

@@ -160,11 +160,14 @@ func fragments(b []byte, n int) [][]byte {
 
 // FuzzCallsFromMessage reads message.tool_calls of a non-streamed turn:
 // one call per object entry (up to maxCalls), its name and arguments as sent
-// (a string's value, or other JSON as it is).
+// (a string's value, or other JSON as it is), as gjson's paths find them in
+// valid JSON (what reaches the loop: the upstream's body is checked first).
+// Anything else must only not panic.
 func FuzzCallsFromMessage(f *testing.F) {
 	for _, s := range []string{
 		`[{"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"6*7\"}"}}]`,
 		`[{"id":"a","function":{"name":"f","arguments":{"x":1}}},{"id":"b","function":{"name":"g"}}]`,
+		`[{"id":"a","id":"b","function":{"name":"f"},"function":{"name":"g","arguments":"{}"},"function":[1]}]`,
 		`[1,"x",null,{"function":"f"},{}]`,
 		`{"id":"a"}`, `[]`, `null`, `[`,
 	} {
@@ -173,6 +176,9 @@ func FuzzCallsFromMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		tc := gjson.Parse(s)
 		calls := callsFromMessage(tc, false)
+		if !gjson.Valid(s) {
+			return
+		}
 		if !tc.IsArray() {
 			if calls != nil {
 				t.Fatalf("calls from a non-array %s", s)
@@ -394,4 +400,72 @@ func upstreamCalls(lines []string) []*call {
 		})
 	}
 	return a.calls
+}
+
+// FuzzReadCompletion: the one-pass reader of a round's chat.completion
+// finds what gjson's paths find, for any JSON an upstream sends, and never
+// panics on anything else.
+func FuzzReadCompletion(f *testing.F) {
+	for _, s := range []string{
+		completion("up", "hi", "", "stop", 3, 4),
+		completion("up", "", `[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]`, "tool_calls", 1, 2),
+		`{"id":"x","id":"y","choices":[{"message":{"content":"a","content":"b","refusal":null,"reasoning":"r"}},{}],"choices":[]}`,
+		`{"choices":{"0":{"finish_reason":"stop","message":{"reasoning_content":"t"}}}}`,
+		`{"choices":[{"message":[1,2]}]}`, `{"choices":[{}],"choices":[{"message":{}},{"message":{"content":"x"}}],"choices":[{"message":{"content":"y"}}]}`, `{"choices":{"0":{},"0":{"finish_reason":"stop"}}}`, `[]`, `"s"`, `{"choices":[1]}`, `{"usage":null,"created":"7"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	paths := []string{"id", "created", "model", "usage", "choices.0.finish_reason", "choices.0.message.content", "choices.0.message.tool_calls",
+		"choices.0.message." + sideTexts[0], "choices.0.message." + sideTexts[1], "choices.0.message." + sideTexts[2]}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c := readCompletion(body)
+		if !gjson.ValidBytes(body) {
+			return
+		}
+		got := []gjson.Result{c.id, c.created, c.model, c.usage, c.finish, c.content, c.toolCalls, c.side[0], c.side[1], c.side[2]}
+		for i, want := range gjson.GetManyBytes(body, paths...) {
+			if got[i].Type != want.Type || got[i].Raw != want.Raw || got[i].Str != want.Str {
+				t.Fatalf("%s: got %s (%v), gjson finds %s (%v)", paths[i], got[i].Raw, got[i].Type, want.Raw, want.Type)
+			}
+		}
+	})
+}
+
+// FuzzUsageAdd: summing an upstream's usage object in one pass counts what
+// reading each path of it does.
+func FuzzUsageAdd(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":2,"cache_write_tokens":1},"completion_tokens_details":{"reasoning_tokens":3}}`,
+		`{"prompt_tokens":1,"prompt_tokens":2,"prompt_tokens_details":{},"prompt_tokens_details":{"cached_tokens":4}}`,
+		`null`, `{"total_tokens":"7","completion_tokens_details":[1]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !gjson.ValidBytes(b) {
+			return
+		}
+		r := gjson.ParseBytes(b)
+		var got usage
+		prompt := got.add(r)
+		want := usage{}
+		if r.IsObject() {
+			want.seen = true
+			want.prompt = r.Get("prompt_tokens").Int()
+			want.completion = r.Get("completion_tokens").Int()
+			want.total = r.Get("total_tokens").Int()
+			if v := r.Get("prompt_tokens_details.cached_tokens"); v.Exists() {
+				want.cached = v.Int()
+			}
+			if v := r.Get("prompt_tokens_details.cache_write_tokens"); v.Exists() {
+				want.cacheWrite, want.hasCacheWrite = v.Int(), true
+			}
+			if v := r.Get("completion_tokens_details.reasoning_tokens"); v.Exists() {
+				want.reasoning = v.Int()
+			}
+		}
+		if got != want || prompt != want.prompt {
+			t.Fatalf("one pass %+v (prompt %d), by path %+v", got, prompt, want)
+		}
+	})
 }

@@ -1,6 +1,8 @@
 package toolloop
 
 import (
+	"sync"
+
 	"github.com/llmgw/gateway/observe"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,3 +27,28 @@ var (
 		Help: "Why the tool loop ended (answer, client_tool_calls, tool_choice, tool_stop, max_iterations, wall_time, max_consecutive_errors, error, canceled).",
 	}, []string{"reason"})
 )
+
+// toolMetrics are one tool's handles of metricToolCalls and
+// metricToolLatency, each resolved on its first use (a tool that was never
+// called, or never failed, shows no series, as with WithLabelValues per
+// call). Safe for concurrent use; never copied.
+type toolMetrics struct {
+	once    [3]sync.Once // ok, error, latency
+	calls   [2]prometheus.Counter
+	latency prometheus.Observer
+}
+
+// observe counts one call of the tool named name that took d seconds.
+func (m *toolMetrics) observe(name string, isErr bool, seconds float64) {
+	i, status := 0, "ok"
+	if isErr {
+		i, status = 1, "error"
+	}
+	m.once[i].Do(func() { m.calls[i] = metricToolCalls.WithLabelValues(name, status) })
+	m.calls[i].Inc()
+	m.once[2].Do(func() { m.latency = metricToolLatency.WithLabelValues(name) })
+	m.latency.Observe(seconds)
+}
+
+// unknownTool counts the calls of names no offered tool has.
+var unknownTool toolMetrics

@@ -83,18 +83,19 @@ func (l *Loop) observeMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 		if res.CallID == "" {
 			res.CallID = c.ID
 		}
-		label := "unknown"
-		if l.lookup(ctx, res.Name) != nil {
-			label = res.Name
+		if t := l.lookup(ctx, res.Name); t != nil {
+			t.metrics.observe(res.Name, res.IsError, res.Duration.Seconds())
+		} else {
+			unknownTool.observe("unknown", res.IsError, res.Duration.Seconds())
 		}
-		status := "ok"
-		if res.IsError {
-			status = "error"
+		if e := l.log.Debug(); e.Enabled() {
+			status := "ok"
+			if res.IsError {
+				status = "error"
+			}
+			e.Str("tool", c.Name).Str("call_id", c.ID).Str("status", status).
+				Dur("duration", res.Duration).Int("result_bytes", len(res.Content)).Msg("tool call")
 		}
-		metricToolCalls.WithLabelValues(label, status).Inc()
-		metricToolLatency.WithLabelValues(label).Observe(res.Duration.Seconds())
-		l.log.Debug().Str("tool", c.Name).Str("call_id", c.ID).Str("status", status).
-			Dur("duration", res.Duration).Int("result_bytes", len(res.Content)).Msg("tool call")
 		return res, nil
 	})
 }
@@ -236,7 +237,7 @@ func final(errType string) bool { return errType == "invalid_arguments" || errTy
 func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 		t := l.lookup(ctx, c.Name)
-		if t == nil {
+		if t == nil || t.inProcess {
 			return next.CallTool(ctx, c)
 		}
 		tctx, cancel := context.WithTimeout(ctx, t.timeout)

@@ -31,8 +31,22 @@ type plan struct {
 // returns nil, nil for the fast path (tool_choice none, n > 1, or no server
 // tool left after allowed_tools).
 func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*plan, error) {
-	res := gjson.GetManyBytes(req.Body, "tool_choice", "tools", "messages", "n")
-	tc, clientTools, msgs, n := res[0], res[1], res[2], res[3]
+	// One pass over the body's keys (the first of a name counts, as for a
+	// path); the values are views into req.Body, which no one writes.
+	var tc, clientTools, msgs, n gjson.Result
+	view(req.Body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "tool_choice":
+			keepFirst(&tc, v)
+		case "tools":
+			keepFirst(&clientTools, v)
+		case "messages":
+			keepFirst(&msgs, v)
+		case "n":
+			keepFirst(&n, v)
+		}
+		return true
+	})
 	if n.Exists() && n.Int() > 1 {
 		return nil, nil // several choices: the loop follows one; offer no server tools
 	}

@@ -17,9 +17,13 @@ func (l *Loop) capMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 		if max <= 0 {
 			return next.CallTool(ctx, c)
 		}
-		sz := &outputSize{}
-		res, err := next.CallTool(context.WithValue(ctx, outputSizeKey{}, sz), c)
-		if err != nil || res == nil || (len(res.Content) <= max && !sz.cut) {
+		var sz *outputSize // only a sized tool (an http tool) reports one
+		if t := l.lookup(ctx, c.Name); t != nil && t.sized {
+			sz = &outputSize{}
+			ctx = context.WithValue(ctx, outputSizeKey{}, sz)
+		}
+		res, err := next.CallTool(ctx, c)
+		if err != nil || res == nil || (len(res.Content) <= max && (sz == nil || !sz.cut)) {
 			return res, err
 		}
 		res.Content = truncateResult(res.Content, max, sz)

@@ -16,9 +16,9 @@ import (
 // loopStream is the Stream the client reads. It is pull-based: Next drives
 // the state machine (read an upstream round, run the turn's server tools,
 // call the model again). Only the blocking steps (tool calls, later model
-// calls) run in a goroutine, which Next waits for while it yields
-// keep-alives; Close cancels them and waits until they have exited, so no
-// goroutine outlives the request.
+// calls) run on another goroutine, the stream's worker, which Next waits
+// for while it yields keep-alives; Close cancels them and waits until the
+// worker has exited, so no goroutine outlives the request.
 //
 // Next's result is valid until the next call to Next or Close. Next is
 // called by one goroutine at a time; Close may be called from any goroutine,
@@ -43,7 +43,8 @@ type loopStream struct {
 
 	state int
 	err   error
-	op    chan opResult // result of the running blocking step
+	op    chan opResult                       // result of the running blocking step
+	work  chan func(context.Context) opResult // the worker's ops (startOp); nil until the first
 	then  func(opResult)
 	ka    *time.Timer
 
@@ -404,8 +405,7 @@ func (st *loopStream) endRound() {
 	st.closeUp()
 	if len(st.roundUsage) > 0 {
 		u := gjson.ParseBytes(st.roundUsage)
-		s.usage.add(u)
-		s.noteUsage(u)
+		s.noteUsage(s.usage.add(u))
 		st.roundUsage = st.roundUsage[:0]
 	}
 	if !st.started {
@@ -498,8 +498,11 @@ func (st *loopStream) startModelCall() {
 	})
 }
 
-// startOp runs fn in a goroutine tracked by wg; Next waits for its result
-// (yielding keep-alives) and then calls then.
+// startOp runs fn on the stream's worker goroutine; Next waits for its
+// result (yielding keep-alives) and then calls then. The worker is started
+// by the first op and serves every later one (a goroutine per op began each
+// with a small stack and grew it again); it is tracked by wg and returns
+// when the stream's context ends, which Close makes sure of.
 func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opResult)) {
 	st.mu.Lock()
 	if st.closed {
@@ -507,7 +510,11 @@ func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opRes
 		st.fail(context.Canceled)
 		return
 	}
-	st.wg.Add(1)
+	if st.work == nil {
+		st.work = make(chan func(context.Context) opResult, 1)
+		st.wg.Add(1)
+		go st.worker(st.work)
+	}
 	st.mu.Unlock()
 	st.then, st.state = then, stWait
 	if st.ka == nil {
@@ -515,11 +522,21 @@ func (st *loopStream) startOp(fn func(context.Context) opResult, then func(opRes
 	} else {
 		st.ka.Reset(st.s.l.cfg.KeepAliveInterval.D())
 	}
-	go func() {
-		defer st.wg.Done()
-		r := fn(st.ctx)
-		st.op <- r
-	}()
+	st.work <- fn // never blocks: one op at a time, and Next took the last one's result
+}
+
+// worker runs the ops startOp hands it until the stream's context ends.
+// Its one result at a time fits st.op's buffer, so it never blocks there.
+func (st *loopStream) worker(work <-chan func(context.Context) opResult) {
+	defer st.wg.Done()
+	for {
+		select {
+		case fn := <-work:
+			st.op <- fn(st.ctx)
+		case <-st.ctx.Done():
+			return
+		}
+	}
 }
 
 // finishStream queues the one finish chunk and, when asked for, the one

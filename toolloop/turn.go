@@ -48,6 +48,9 @@ type session struct {
 
 	elog pipeline.EditLog // this request's context edits, on every round; nil = none
 
+	msgsEnd   int  // offset of the ']' that closes p.body's messages; 0 = not found yet (withHistory)
+	msgsEmpty bool // p.body's messages array is empty
+
 	lim   callLimits // tool and model calls used of the request's limits (limits.go)
 	todos []byte     // the last list write_todos returned (todos.go); nil = none
 
@@ -57,14 +60,14 @@ type session struct {
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
 	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
-	gjson.ParseBytes(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
+	view(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
 	return s
 }
 
 // noteUsage keeps the round's prompt_tokens for the next rounds' context
 // editing. A round without usage leaves an older hint, which only overcounts.
-func (s *session) noteUsage(u gjson.Result) {
-	if n := u.Get("prompt_tokens").Int(); n > 0 && s.sent > 0 {
+func (s *session) noteUsage(n int64) {
+	if n > 0 && s.sent > 0 {
 		s.hintTokens, s.hintMsgs = int(n), s.sent
 	}
 }
@@ -74,17 +77,8 @@ func (s *session) noteUsage(u gjson.Result) {
 func (s *session) nextRequest() (*pipeline.Request, error) {
 	body := s.p.body
 	if len(s.history) > 0 {
-		msgs := bytes.TrimRight(s.p.messages, " \t\r\n")
-		buf := make([]byte, 0, len(msgs)+len(s.history)+1)
-		buf = append(buf, msgs[:len(msgs)-1]...)
-		h := s.history
-		if len(bytes.TrimSpace(buf[1:])) == 0 {
-			h = h[1:] // no leading comma after '['
-		}
-		buf = append(buf, h...)
-		buf = append(buf, ']')
-		var err error
-		if body, err = sjson.SetRawBytes(body, "messages", buf); err != nil {
+		body = s.withHistory()
+		if body == nil {
 			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not extend messages")
 		}
 	}
@@ -116,6 +110,30 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	s.sent = s.msgs
 	s.lim.model.round.Store(r)
 	return r, nil
+}
+
+// withHistory returns a new body: the plan's body with the history appended
+// to its messages array, built in one copy (the array's place in the body is
+// found once per request), or nil when the body has no messages array.
+func (s *session) withHistory() []byte {
+	body := s.p.body
+	if s.msgsEnd == 0 {
+		m := gjson.GetBytes(body, "messages")
+		if !m.IsArray() || m.Index <= 0 {
+			return nil
+		}
+		raw := strings.TrimRight(m.Raw, " \t\r\n")
+		s.msgsEnd = m.Index + len(raw) - 1 // at ']'
+		s.msgsEmpty = strings.TrimSpace(raw[1:len(raw)-1]) == ""
+	}
+	h := s.history
+	if s.msgsEmpty {
+		h = h[1:] // no leading comma after '['
+	}
+	out := make([]byte, 0, len(body)+len(h))
+	out = append(out, body[:s.msgsEnd]...)
+	out = append(out, h...)
+	return append(out, body[s.msgsEnd:]...)
 }
 
 // noteRound runs after a round's model call answered (r is the request
@@ -208,23 +226,10 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 		tcs[i] = pipeline.ToolCall{ID: c.id, Name: c.name, Arguments: c.args, Request: s.req}
 	}
 	s.admit(tcs, results)
-	run := func(i int) {
-		if results[i] != nil {
-			return // refused by a limit
-		}
-		res, err := s.l.chain.CallTool(tctx, &tcs[i])
-		if err != nil || res == nil {
-			if err == nil {
-				err = errNoResult
-			}
-			res = s.l.errResult(&tcs[i], err)
-		}
-		results[i] = res
-	}
 	if *s.l.cfg.Parallel && len(calls) > 1 {
 		var wg sync.WaitGroup
 		for i := range calls {
-			wg.Go(func() { run(i) })
+			wg.Go(func() { s.l.runCall(tctx, &tcs[i], &results[i]) })
 		}
 		wg.Wait()
 	} else {
@@ -232,13 +237,29 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 			if ctx.Err() != nil {
 				break
 			}
-			run(i)
+			s.l.runCall(tctx, &tcs[i], &results[i])
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return results, nil
+}
+
+// runCall runs c through the tool chain into *res, unless a limit already
+// refused it (*res set).
+func (l *Loop) runCall(ctx context.Context, c *pipeline.ToolCall, res **pipeline.ToolResult) {
+	if *res != nil {
+		return
+	}
+	r, err := l.chain.CallTool(ctx, c)
+	if err != nil || r == nil {
+		if err == nil {
+			err = errNoResult
+		}
+		r = l.errResult(c, err)
+	}
+	*res = r
 }
 
 var errNoResult = &ToolError{Kind: "tool_error", Message: "the tool returned no result"}

@@ -14,24 +14,53 @@ type usage struct {
 	hasCacheWrite                 bool
 }
 
-// add adds a usage object (gjson of chunk.usage or body.usage); null is ignored.
-func (u *usage) add(r gjson.Result) {
+// add adds a usage object (gjson of chunk.usage or body.usage); null is
+// ignored. One pass over the object, reading what gjson's paths would: the
+// first key of a name counts, and a detail is read from the first details
+// object that has it. It returns the object's prompt_tokens.
+func (u *usage) add(r gjson.Result) (prompt int64) {
 	if !r.IsObject() {
-		return
+		return 0
 	}
 	u.seen = true
-	u.prompt += r.Get("prompt_tokens").Int()
-	u.completion += r.Get("completion_tokens").Int()
-	u.total += r.Get("total_tokens").Int()
-	if v := r.Get("prompt_tokens_details.cached_tokens"); v.Exists() {
-		u.cached += v.Int()
-	}
-	if v := r.Get("prompt_tokens_details.cache_write_tokens"); v.Exists() {
-		u.cacheWrite += v.Int()
+	var seen [3]bool
+	prev := u.prompt
+	var cached, write, reasoning gjson.Result
+	r.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "prompt_tokens":
+			addFirst(&seen[0], &u.prompt, v)
+		case "completion_tokens":
+			addFirst(&seen[1], &u.completion, v)
+		case "total_tokens":
+			addFirst(&seen[2], &u.total, v)
+		case "prompt_tokens_details":
+			if !cached.Exists() {
+				cached = v.Get("cached_tokens")
+			}
+			if !write.Exists() {
+				write = v.Get("cache_write_tokens")
+			}
+		case "completion_tokens_details":
+			if !reasoning.Exists() {
+				reasoning = v.Get("reasoning_tokens")
+			}
+		}
+		return true
+	})
+	u.cached += cached.Int()
+	if write.Exists() {
+		u.cacheWrite += write.Int()
 		u.hasCacheWrite = true
 	}
-	if v := r.Get("completion_tokens_details.reasoning_tokens"); v.Exists() {
-		u.reasoning += v.Int()
+	u.reasoning += reasoning.Int()
+	return u.prompt - prev
+}
+
+func addFirst(seen *bool, n *int64, v gjson.Result) {
+	if !*seen {
+		*seen = true
+		*n += v.Int()
 	}
 }
 
