@@ -316,8 +316,6 @@ func hexString(b []byte) string {
 	return string(out)
 }
 
-var promptTokensKey = []byte(`"prompt_tokens"`)
-
 // usageStream passes chunks through unchanged and counts the usage chunk's
 // prompt-cache tokens. Used by one goroutine at a time; Close closes inner.
 type usageStream struct {
@@ -328,8 +326,8 @@ type usageStream struct {
 // Next returns inner's next chunk unchanged.
 func (s *usageStream) Next() ([]byte, error) {
 	chunk, err := s.inner.Next()
-	if err == nil && bytes.Contains(chunk, promptTokensKey) {
-		if u := gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "usage"); u.IsObject() { // a view, used before Next returns
+	if err == nil {
+		if u := wire.ChunkUsage(chunk); u.IsObject() { // a view, used before Next returns
 			observeUsage(s.provider, s.model, u)
 		}
 	}

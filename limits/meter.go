@@ -1,7 +1,6 @@
 package limits
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"sync"
@@ -13,8 +12,6 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
-
-var usageKey = []byte(`"usage"`) // then read with gjson: `"usage": {` has a space in some upstreams
 
 // Meter wraps the upstream handler, innermost on every model's call layer,
 // so that it sees each upstream attempt of every request: loop rounds,
@@ -171,9 +168,9 @@ type meteredStream struct {
 func (s *meteredStream) Next() ([]byte, error) {
 	for {
 		chunk, err := s.Stream.Next()
-		if err == nil && bytes.Contains(chunk, usageKey) {
-			u := gjson.GetBytes(chunk, "usage")
-			if t, ok := usageOf(u); ok {
+		if err == nil {
+			// A view of chunk: usageOf keeps numbers, not its bytes.
+			if t, ok := usageOf(wire.ChunkUsage(chunk)); ok {
 				s.usage, s.seen = t, true
 				if s.strip {
 					// Not asked for: a usage-only chunk goes, a usage field

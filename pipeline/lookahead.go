@@ -1,6 +1,6 @@
 package pipeline
 
-import "sync"
+import "sync/atomic"
 
 // Lookahead tells the writer of a streamed answer whether the upstream's
 // next event is already buffered, so that the writer can hold its flush
@@ -9,14 +9,17 @@ import "sync"
 // and need not know) are skipped. The proxy puts one on a streamed request
 // (Request.Lookahead, shared by its clones); the upstream stream being read
 // sets itself while it is open. The zero value reports nothing buffered.
-// Safe for concurrent use.
+// Safe for concurrent use, and lock-free: the writer asks before every
+// write.
 type Lookahead struct {
-	mu  sync.Mutex
-	src Buffered
+	src atomic.Pointer[Buffered]
 }
 
 // Buffered is a stream that can tell, without blocking, whether its next
-// event is already in memory.
+// event is already in memory. A Lookahead holds no lock while it asks, so
+// Buffered may still be called just after the Unset that removed it has
+// returned: it must stay safe then, and say false once its stream is
+// closed.
 type Buffered interface {
 	Buffered() bool
 }
@@ -26,9 +29,7 @@ func (l *Lookahead) Set(b Buffered) {
 	if l == nil {
 		return
 	}
-	l.mu.Lock()
-	l.src = b
-	l.mu.Unlock()
+	l.src.Store(&b)
 }
 
 // Unset forgets b, if it is still the stream l reports on (a later stream
@@ -37,11 +38,9 @@ func (l *Lookahead) Unset(b Buffered) {
 	if l == nil {
 		return
 	}
-	l.mu.Lock()
-	if l.src == b {
-		l.src = nil
+	if p := l.src.Load(); p != nil && *p == b {
+		l.src.CompareAndSwap(p, nil) // fails only if a later Set replaced b
 	}
-	l.mu.Unlock()
 }
 
 // Buffered reports whether the current upstream stream's next event is
@@ -50,7 +49,6 @@ func (l *Lookahead) Buffered() bool {
 	if l == nil {
 		return false
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.src != nil && l.src.Buffered()
+	p := l.src.Load()
+	return p != nil && (*p).Buffered()
 }

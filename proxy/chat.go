@@ -1,10 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
+	"github.com/llmgw/gateway/wire"
 )
 
 // handleChat is POST /v1/chat/completions: ingress, the request layer, then
@@ -124,9 +125,7 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form,
-		bufp: sinkBufs.Get().(*[]byte)}
-	sk.buf = (*sk.bufp)[:0]
+	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
 	x.stream, x.later = true, true
 	activeStreams.Inc()
 	ctx.SetBodyStream(sk, -1)
@@ -184,8 +183,11 @@ func tooLarge(max int) error {
 // no pipe and no extra goroutine. Each event is written as it arrives; the
 // Write (the flush) waits only while the upstream's next event is already
 // buffered (Request.Lookahead), so a burst leaves in one chunk and spaced
-// events each leave at once. The sink uses only its own copies. Close (called by fasthttp when the body is done or
-// the connection failed) ends the request exactly once.
+// events each leave at once. The sink uses only its own copies. It holds
+// an event buffer (from sinkBufs) only while it has bytes not yet written:
+// a stream waiting for its upstream's next event holds none. Close (called
+// by fasthttp when the body is done or the connection failed) ends the
+// request exactly once.
 type sink struct {
 	s      *Server
 	x      *exchange // finished by finish
@@ -195,8 +197,8 @@ type sink struct {
 	watch  peerWatch // of the client connection, until release
 	form   outputForm
 
-	buf      []byte  // the events not yet written; reused
-	bufp     *[]byte // buf's holder in sinkBufs, returned by finish
+	buf      []byte  // the events not yet written; nil while bufp is
+	bufp     *[]byte // buf's holder in sinkBufs while held (see hold and drop)
 	pending  []byte  // Read's unread part of buf
 	ended    bool    // the last event was produced
 	finished bool
@@ -211,8 +213,6 @@ var (
 	_ io.Closer             = (*sink)(nil)
 )
 
-var usageKey = []byte(`"usage":{`)
-
 // SupportsBodyWriteTo tells fasthttp that WriteTo replaces Read.
 func (k *sink) SupportsBodyWriteTo() bool { return true }
 
@@ -225,7 +225,6 @@ func (k *sink) WriteTo(w io.Writer) (int64, error) {
 		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
 			continue // the next event is already here: one write for both
 		}
-		k.buf = k.buf[:0]
 		m, err := w.Write(b)
 		n += int64(m)
 		if err != nil {
@@ -233,6 +232,7 @@ func (k *sink) WriteTo(w io.Writer) (int64, error) {
 			return n, err
 		}
 		k.wrote(m)
+		k.drop() // all written; the next event takes a buffer again
 	}
 	k.finish()
 	return n, nil
@@ -242,11 +242,11 @@ func (k *sink) WriteTo(w io.Writer) (int64, error) {
 // the body instead.
 func (k *sink) Read(p []byte) (int, error) {
 	for len(k.pending) == 0 {
+		k.drop() // pending, a view of buf, was all read
 		if k.ended {
 			k.finish()
 			return 0, io.EOF
 		}
-		k.buf = k.buf[:0]
 		k.pending = k.event()
 	}
 	n := copy(p, k.pending)
@@ -283,14 +283,14 @@ func (k *sink) gone() {
 func (k *sink) event() []byte {
 	chunk, err := k.stream.Next()
 	if err == nil {
+		k.hold()
 		if len(chunk) > 0 && chunk[0] == ':' {
 			k.buf = sse.AppendComment(k.buf, chunk[1:])
 			return k.buf
 		}
-		if bytes.Contains(chunk, usageKey) {
-			if u := gjson.GetBytes(chunk, "usage"); u.IsObject() {
-				k.usage = u // GetBytes copies: safe after chunk is reused
-			}
+		if u := wire.ChunkUsage(chunk); u.IsObject() {
+			u.Raw = strings.Clone(u.Raw) // a view of chunk, which the next Next reuses
+			k.usage = u
 		}
 		k.buf = k.form.chunk(k.buf, chunk)
 		return k.buf
@@ -306,6 +306,7 @@ func (k *sink) event() []byte {
 	}
 	switch {
 	case k.failure == nil:
+		k.hold()
 		k.buf = k.form.end(k.buf)
 		return k.buf
 	case errors.Is(k.failure, pipeline.ErrClientGone) || errors.Is(k.failure, context.Canceled):
@@ -313,6 +314,7 @@ func (k *sink) event() []byte {
 		return nil
 	default:
 		k.s.log.Warn().Str("request_id", k.req.ID).AnErr("cause", k.failure).Msg("stream ended with an error")
+		k.hold()
 		k.buf = k.form.fail(k.buf, k.failure)
 		return k.buf
 	}
@@ -350,16 +352,36 @@ func (k *sink) finish() {
 		x.status, x.cause = mapError(k.failure).logStatus, k.failure
 	}
 	x.ttfb, x.bytes, x.usage = k.ttfb, k.written, k.usage
-	if k.bufp != nil && cap(k.buf) <= maxPooledSinkBuf {
-		*k.bufp = k.buf[:0]
-		sinkBufs.Put(k.bufp)
-	}
-	k.buf, k.bufp, k.pending = nil, nil, nil
+	k.pending = nil
+	k.drop()
 	k.s.finish(x)
 }
 
-// sinkBufs holds the sinks' event buffers between streams; one that grew
-// past maxPooledSinkBuf (a huge event) is left to the collector.
+// hold gives the sink an event buffer, if it has none, for the bytes it is
+// about to append.
+func (k *sink) hold() {
+	if k.bufp == nil {
+		k.bufp = sinkBufs.Get().(*[]byte)
+		k.buf = (*k.bufp)[:0]
+	}
+}
+
+// drop returns the event buffer, whose bytes were all written (or will
+// never be), to sinkBufs; one that grew past maxPooledSinkBuf is left to
+// the collector.
+func (k *sink) drop() {
+	if k.bufp == nil {
+		return
+	}
+	if cap(k.buf) <= maxPooledSinkBuf {
+		*k.bufp = k.buf[:0]
+		sinkBufs.Put(k.bufp)
+	}
+	k.buf, k.bufp = nil, nil
+}
+
+// sinkBufs holds the event buffers of the sinks that have nothing left to
+// write, between their events and between streams.
 var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 const maxPooledSinkBuf = 64 << 10

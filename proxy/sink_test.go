@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -75,5 +76,105 @@ func TestSinkHoldIsBounded(t *testing.T) {
 	}
 	if total < events*len(chunk) || writes < 5 || largest > maxHeldBytes+2*len(chunk) {
 		t.Fatalf("%d bytes in %d writes, the largest %d: a held write must stay near %d bytes", total, writes, largest, maxHeldBytes)
+	}
+}
+
+// TestSinkHoldsNoBufferWhileWaiting: a sink whose events were all written
+// gives its event buffer back before it waits for the next one, so idle
+// streams hold none; while the upstream's next event is already buffered
+// (a burst), it keeps the bytes it holds for one write.
+func TestSinkHoldsNoBufferWhileWaiting(t *testing.T) {
+	t.Parallel()
+	srv, rt, _, _ := finishGateway(t, nil)
+	for _, tc := range []struct {
+		name     string
+		buffered bool // the Lookahead says the next event is here
+		wantHeld bool // a buffer is held while Next waits
+		writes   int
+	}{
+		{"spaced events", false, false, 4}, // 3 chunks, [DONE]
+		{"burst", true, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var look pipeline.Lookahead
+			if tc.buffered {
+				look.Set(alwaysBuffered{})
+			}
+			req := &pipeline.Request{ID: "r", Start: time.Now(), Stream: true, Lookahead: &look, Meta: &pipeline.Meta{}}
+			x := &exchange{rt: rt, start: req.Start, req: req}
+			rt.inflight.add()
+			k := &sink{s: srv, x: x, req: req, cancel: func() {}, form: chatForm{}}
+			n, held := 0, 0
+			k.stream = &pipeline.StreamFunc{
+				NextFunc: func() ([]byte, error) {
+					if n > 0 && (k.bufp != nil || cap(k.buf) > 0) {
+						held++
+					}
+					if n++; n > 3 {
+						return nil, io.EOF
+					}
+					return []byte(`{"choices":[{"index":0,"delta":{"content":"x"}}]}`), nil
+				},
+				CloseFunc: func() {},
+			}
+			w := &countingWriter{}
+			if _, err := k.WriteTo(w); err != nil {
+				t.Fatal(err)
+			}
+			if (held > 0) != tc.wantHeld || w.writes != tc.writes || !strings.HasSuffix(w.b.String(), "data: [DONE]\n\n") {
+				t.Fatalf("a buffer held in %d of 3 waits, %d writes of %q", held, w.writes, w.b.String())
+			}
+			if k.bufp != nil || k.buf != nil {
+				t.Fatal("the finished sink still holds its buffer")
+			}
+		})
+	}
+}
+
+// countingWriter records what was written and in how many writes.
+type countingWriter struct {
+	b      strings.Builder
+	writes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.b.Write(p)
+}
+
+// TestSinkKeepsUsage: the sink keeps the stream's top-level usage object
+// for the access log, whatever the whitespace around it, not a "usage"
+// nested in a chunk, and as a copy: the stream reuses its chunk buffer.
+func TestSinkKeepsUsage(t *testing.T) {
+	t.Parallel()
+	srv, rt, _, _ := finishGateway(t, nil)
+	chunks := []string{
+		`{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}`,
+		`{"choices":[],"x":{"usage":{"prompt_tokens":99}}}`,
+		`{"choices":[],"usage" : {"prompt_tokens":7,"completion_tokens":3}}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null,"padding":"` + strings.Repeat("z", 200) + `"}`,
+	}
+	req := &pipeline.Request{ID: "r", Start: time.Now(), Stream: true, Meta: &pipeline.Meta{}}
+	x := &exchange{rt: rt, start: req.Start, req: req}
+	rt.inflight.add()
+	buf := make([]byte, 0, 1024) // reused for every chunk, as the upstream stream does
+	n := 0
+	k := &sink{s: srv, x: x, req: req, cancel: func() {}, form: chatForm{}, stream: &pipeline.StreamFunc{
+		NextFunc: func() ([]byte, error) {
+			if n == len(chunks) {
+				return nil, io.EOF
+			}
+			buf = append(buf[:0], chunks[n]...)
+			n++
+			return buf, nil
+		},
+		CloseFunc: func() {},
+	}}
+	if _, err := k.WriteTo(&countingWriter{}); err != nil {
+		t.Fatal(err)
+	}
+	if x.usage.Raw != `{"prompt_tokens":7,"completion_tokens":3}` {
+		t.Fatalf("usage %q", x.usage.Raw)
 	}
 }

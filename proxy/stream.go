@@ -22,6 +22,13 @@ import (
 
 var errorKey = []byte(`"error"`)
 
+// sseReaders holds the SSE readers of closed upstream streams, with their
+// buffers, for the next streams; one that grew past maxPooledReader (a
+// huge event) is left to the collector.
+var sseReaders = sync.Pool{New: func() any { return sse.NewReader(nil, maxEventBytes) }}
+
+const maxPooledReader = 64 << 10
+
 // upstreamStream reads an upstream chat stream event by event. Each chunk is
 // checked (one JSON object), given the client's model name, and returned in
 // a buffer reused by the next call. It owns the fasthttp request and
@@ -31,20 +38,26 @@ type upstreamStream struct {
 	pc       *providerClient
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
-	conn     *trackedConn // nil when the connection could not be found
-	rd       *sse.Reader
+	conn     *trackedConn        // nil when the connection could not be found
+	rd       *sse.Reader         // from sseReaders; back there in Close unless lent
 	br       *bufio.Reader       // the connection's reader under rd, for Buffered; nil if unknown
 	look     *pipeline.Lookahead // reports Buffered to the client's writer while open; may be nil
 	model    string
 	deadline time.Time
 	idle     time.Duration
+	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
+	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
+	headArr  [128]byte                // head's first backing
+	at       int                      // where the model string starts in head
+	keep     bool                     // the model in head is the client's already
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
 	done     bool                     // [DONE] (or message_stop) seen
 	clean    bool                     // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
+	lent      bool        // Next's last chunk, maybe a view of rd's, may still be read: Close keeps rd from the pool
 	released  atomic.Bool // set once Close has started releasing
 	stopAfter func() bool
 }
@@ -58,8 +71,9 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 		ctx: ctx, pc: pc, req: req, resp: resp, model: model, deadline: deadline,
 		idle: pc.cfg.StreamIdleTimeout.D(),
 		conn: conn,
-		rd:   sse.NewReader(resp.BodyStream(), maxEventBytes),
+		rd:   sseReaders.Get().(*sse.Reader),
 	}
+	s.rd.Reset(resp.BodyStream())
 	if look != nil {
 		s.br, s.look = bodyBufio(resp.BodyStream()), look
 		look.Set(s)
@@ -81,6 +95,13 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	chunk, err := s.next()
+	s.lent = err == nil
+	return chunk, err
+}
+
+// next is Next under s.mu.
+func (s *upstreamStream) next() ([]byte, error) {
 	if s.closed {
 		return nil, io.ErrClosedPipe
 	}
@@ -147,17 +168,47 @@ func (s *upstreamStream) Next() ([]byte, error) {
 		if data[0] != '{' || !gjson.ValidBytes(data) {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 		}
-		out := setModel(s.buf, data, s.model)
-		if len(out) > 0 && &out[0] != &data[0] {
-			s.buf = out
-		}
-		return out, nil
+		return s.rename(data), nil
 	}
 }
 
-// armDeadline bounds the next read by the idle timeout and the total deadline.
+// rename gives data the client's model name, as setModel does, and reuses
+// the last chunk's search when data's bytes up to the end of the model
+// string are the same: gjson, reading the same bytes, would find the same
+// top-level "model" there (modelSpan). Upstreams repeat the id, object,
+// created and model at the head of every chunk, so the search runs about
+// once per stream.
+func (s *upstreamStream) rename(data []byte) []byte {
+	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
+		at, end, keep := modelSpan(data, s.model)
+		s.at, s.keep = at, keep
+		s.head = s.head[:0]
+		if end <= maxModelHead {
+			s.head = append(s.headArr[:0], data[:end]...)
+		}
+		if keep {
+			return data
+		}
+		s.buf = spliceModel(s.buf, data, at, end, s.model)
+		return s.buf
+	}
+	if s.keep {
+		return data
+	}
+	s.buf = spliceModel(s.buf, data, s.at, len(s.head), s.model)
+	return s.buf
+}
+
+// maxModelHead bounds the head rename keeps: a model that comes after a
+// chunk's choices (which differ per chunk) is searched for each time.
+const maxModelHead = 512
+
+// armDeadline bounds the next read by the idle timeout and the total
+// deadline. It costs a clock read and a poller update, so it is skipped
+// when no read will happen: the SSE reader already holds the next data
+// event whole (a burst), or the deadline it would set is the one set.
 func (s *upstreamStream) armDeadline() {
-	if s.conn == nil {
+	if s.conn == nil || sse.FirstHasData(s.rd.Buffered()) {
 		return
 	}
 	d := s.deadline
@@ -166,6 +217,10 @@ func (s *upstreamStream) armDeadline() {
 			d = t
 		}
 	}
+	if d.Equal(s.armed) {
+		return
+	}
+	s.armed = d
 	_ = s.conn.SetReadDeadline(d)
 }
 
@@ -221,6 +276,14 @@ func (s *upstreamStream) Close() {
 	}
 	s.closed = true
 	s.released.Store(true)
+	if !s.lent && s.rd.Retained() <= maxPooledReader {
+		// The last Next returned no chunk (the stream's end, an error), so
+		// no one reads rd's bytes: a Close from another goroutine (a
+		// cancel) right after a chunk leaves rd to the collector instead.
+		s.rd.Reset(nil)
+		sseReaders.Put(s.rd)
+	}
+	s.rd = nil
 	if s.stopAfter != nil && !s.stopAfter() {
 		// The context was cancelled: its AfterFunc ran or is running and may
 		// still set an expired deadline. Never pool this connection.

@@ -1,10 +1,16 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -127,5 +133,127 @@ func TestUpstreamStreamEmptyData(t *testing.T) {
 				t.Fatalf("got %v, want kind %v", err, tc.kind)
 			}
 		})
+	}
+}
+
+// deadlineCounter counts the read deadlines set on a connection.
+type deadlineCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *deadlineCounter) SetReadDeadline(t time.Time) error {
+	c.n.Add(1)
+	return c.Conn.SetReadDeadline(t)
+}
+
+// TestUpstreamStreamArmsDeadlinePerRead: the idle deadline is set before a
+// read that may block, not before an event the SSE reader already holds,
+// so a burst of events costs a few deadline updates and spaced events one
+// each.
+func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
+	t.Parallel()
+	const events = 20
+	event := "data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"
+	tests := []struct {
+		name     string
+		spaced   bool
+		min, max int64 // read deadlines set in the whole call
+	}{
+		{"burst", false, 1, events / 2},
+		{"spaced", true, events, 3 * events},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+				ctx.SetContentType("text/event-stream")
+				if !tc.spaced {
+					ctx.SetBodyString(strings.Repeat(event, events) + "data: [DONE]\n\n")
+					return
+				}
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					for range events {
+						_, _ = w.WriteString(event)
+						_ = w.Flush()
+						time.Sleep(2 * time.Millisecond)
+					}
+					_, _ = w.WriteString("data: [DONE]\n\n")
+				})
+			})
+			_, u := testUpstream(t, base, `stream_idle_timeout = "5s"`)
+			pc := u.providers["p"]
+			var sets atomic.Int64
+			pc.hc.Dial = func(addr string) (net.Conn, error) {
+				c, err := fasthttp.DialTimeout(addr, time.Second)
+				if err != nil {
+					return nil, err
+				}
+				return pc.conns.wrap(&deadlineCounter{Conn: c, n: &sets}), nil
+			}
+			chunks, err := streamAll(t, u)
+			if err != nil || len(chunks) != events {
+				t.Fatalf("%d chunks, %v", len(chunks), err)
+			}
+			if n := sets.Load(); n < tc.min || n > tc.max {
+				t.Fatalf("%d read deadlines set for %d events, want %d to %d", n, events, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// FuzzStreamRename: a stream's rename of a chunk, after any other chunk,
+// is what setModel makes of it alone, on any bytes: the search it skips
+// would have found the same model string.
+func FuzzStreamRename(f *testing.F) {
+	head := `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up",`
+	f.Add([]byte(head+`"choices":[{"delta":{"content":"a"}}]}`), []byte(head+`"choices":[{"delta":{"content":"b"}}]}`), "m")
+	f.Add([]byte(head+`"choices":[]}`), []byte(head+`"choices":[]}`), "up")
+	f.Add([]byte(`{"id":"a","model":"up","x":1}`), []byte(`{"id":"a","model":"up2","x":1}`), "m")
+	f.Add([]byte(`{"id":"a","model":"up"}`), []byte(`{"id":"a","model":"up"`), `we"ird`)
+	f.Add([]byte(`{"choices":[{"model":"x"}],"model":"up"}`), []byte(`{"choices":[{"model":"x"}],"model":"up"}`), "m")
+	f.Add([]byte(`{"id":"a"}`), []byte(`{"id":"a","model":"up"}`), "m")
+	f.Fuzz(func(t *testing.T, a, b []byte, model string) {
+		s := &upstreamStream{model: model}
+		want := string(setModel(nil, a, model))
+		if got := string(s.rename(bytes.Clone(a))); got != want {
+			t.Fatalf("first chunk %q: %q, want %q", a, got, want)
+		}
+		want = string(setModel(nil, b, model))
+		if got := string(s.rename(bytes.Clone(b))); got != want {
+			t.Fatalf("after %q, %q: %q, want %q", a, b, got, want)
+		}
+		if got := string(s.rename(bytes.Clone(b))); got != want {
+			t.Fatalf("after %q twice: %q, want %q", b, got, want)
+		}
+	})
+}
+
+// TestUpstreamStreamCloseAfterChunk: a stream closed while its last chunk
+// may still be read (a cancel from another goroutine) keeps its SSE reader
+// out of the pool, so the next stream cannot write over that chunk.
+func TestUpstreamStreamCloseAfterChunk(t *testing.T) {
+	t.Parallel()
+	first := `{"id":"a","choices":[{"index":0,"delta":{"content":"first"}}]}` // no model: the chunk is the reader's own bytes
+	u := rawUpstream(t, "data: "+first+"\n\ndata: "+first+"\n\ndata: [DONE]\n\n")
+	other := rawUpstream(t, "data: "+strings.Repeat(`{"id":"b","choices":[]}`+"\n\ndata: ", 50)+"[DONE]\n\n")
+	req := &pipeline.Request{Body: []byte(`{"model":"m","stream":true,"messages":[]}`), Model: "m", Stream: true,
+		Target: &pipeline.Target{Provider: "p", Upstream: "up"}}
+	resp, err := u.Chat(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := resp.Stream.Next()
+	if err != nil || string(chunk) != first {
+		t.Fatalf("%q, %v", chunk, err)
+	}
+	resp.Stream.Close()
+	for range 3 {
+		if _, err := streamAll(t, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(chunk) != first {
+		t.Fatalf("the chunk read before Close became %q", chunk)
 	}
 }

@@ -411,14 +411,33 @@ func retryAfter(h *fasthttp.ResponseHeader) time.Duration {
 // replaced by model. When doc already names model (or has no model field) it
 // returns doc itself.
 func setModel(dst, doc []byte, model string) []byte {
-	r := gjson.Get(unsafe.String(unsafe.SliceData(doc), len(doc)), "model") // read-only view; no copy per chunk
-	if !r.Exists() || r.Type != gjson.String || r.Str == model || r.Index <= 0 {
+	at, end, keep := modelSpan(doc, model)
+	if keep {
 		return doc
 	}
-	if n := len(doc) - len(r.Raw) + len(model) + 2; cap(dst) < n {
+	return spliceModel(dst, doc, at, end, model)
+}
+
+// modelSpan finds doc's top-level "model" string, doc[at:end] with its
+// quotes; keep is true when setModel leaves doc as it is (no such string,
+// or it names model already). What it returns depends on doc[:end] only
+// (gjson stops at the first top-level "model"): upstreamStream.rename
+// relies on that.
+func modelSpan(doc []byte, model string) (at, end int, keep bool) {
+	r := gjson.Get(unsafe.String(unsafe.SliceData(doc), len(doc)), "model") // read-only view; no copy per chunk
+	if !r.Exists() || r.Type != gjson.String || r.Index <= 0 {
+		return 0, 0, true
+	}
+	return r.Index, r.Index + len(r.Raw), r.Str == model
+}
+
+// spliceModel appends to dst doc with doc[at:end] replaced by model, as a
+// JSON string.
+func spliceModel(dst, doc []byte, at, end int, model string) []byte {
+	if n := len(doc) - (end - at) + len(model) + 2; cap(dst) < n {
 		dst = make([]byte, 0, n+n/8) // one allocation; room for a few escapes
 	}
-	dst = append(dst[:0], doc[:r.Index]...)
+	dst = append(dst[:0], doc[:at]...)
 	dst = jsonstring.Append(dst, model)
-	return append(dst, doc[r.Index+len(r.Raw):]...)
+	return append(dst, doc[end:]...)
 }

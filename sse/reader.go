@@ -82,6 +82,10 @@ func (rd *Reader) Reset(r io.Reader) {
 	*rd = Reader{r: r, max: rd.max, buf: rd.buf, name: rd.name[:0], data: rd.data[:0]}
 }
 
+// Retained returns the bytes of buffer a Reader keeps for reuse across
+// Reset: what a pool of Readers holds for each.
+func (rd *Reader) Retained() int { return cap(rd.buf) + cap(rd.data) + cap(rd.name) }
+
 // Next returns the next event that carries data.
 //
 // It returns io.EOF when the input ends cleanly between events,
@@ -292,26 +296,56 @@ func HasEvent(b []byte) bool {
 // the event (a chunked transfer's size lines between its bytes) are passed
 // over.
 func FirstIsData(b []byte) bool {
+	v, ok := firstData(b)
+	return ok && len(v) > 0 && v[0] == '{'
+}
+
+// FirstHasData reports whether b, a Reader's Buffered bytes, holds its
+// next event whole, with a data line: the Reader's Next returns it without
+// reading more. False may still be such an event (the test is cheap, not
+// complete).
+func FirstHasData(b []byte) bool {
+	_, ok := firstData(b)
+	return ok
+}
+
+// firstData returns the value of the first data line of the first event
+// in b, with ok true when that event is complete in b.
+func firstData(b []byte) (v []byte, ok bool) {
 	for len(b) > 0 {
-		i := bytes.IndexAny(b, "\r\n")
+		i := lineEnd(b)
 		if i < 0 {
-			return false // the event is not complete in b
+			return nil, false // the event is not complete in b
 		}
 		line := b[:i]
 		if i == 0 {
-			return false // a blank line ends an event without such a data line
+			return nil, false // a blank line ends an event without a data line
 		}
 		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			v = bytes.TrimPrefix(v, []byte(" "))
 			// Complete only when a blank line follows somewhere after it.
-			return len(v) > 0 && v[0] == '{' && HasEvent(b)
+			return bytes.TrimPrefix(v, []byte(" ")), HasEvent(b)
 		}
 		if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
 			i++ // CRLF is one line end
 		}
 		b = b[i+1:]
 	}
-	return false
+	return nil, false
+}
+
+// lineEnd returns the index of the first '\r' or '\n' in b, or -1. Two
+// vector scans: IndexAny goes byte by byte, and the writer asks this before
+// every flush.
+func lineEnd(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	seg := b
+	if i >= 0 {
+		seg = b[:i]
+	}
+	if j := bytes.IndexByte(seg, '\r'); j >= 0 {
+		return j
+	}
+	return i
 }
 
 var (

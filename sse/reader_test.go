@@ -233,39 +233,83 @@ func BenchmarkReader(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*101), "ns/event")
 }
 
-// TestFirstIsData: only a complete first event with a JSON data line counts.
+// TestFirstIsData: only a complete first event with a JSON data line
+// counts; FirstHasData takes any complete first event with a data line.
 func TestFirstIsData(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		in   string
-		want bool
+		in           string
+		isData, data bool
 	}{
-		{"data: {\"a\":1}\n\n", true},
-		{"data:{}\r\n\r\n", true},
-		{"event: x\ndata: {}\n\n", true},
-		{"1a\r\ndata: {}\n\n\r\n", true}, // a chunk-size line before it
-		{": keep-alive\n\ndata: {}\n\n", false},
-		{"data:\n\ndata: {}\n\n", false},
-		{"data: [DONE]\n\n", false},
-		{"data: {\"a\":", false}, // not complete
-		{"data: {}\n", false},
-		{"", false},
+		{"data: {\"a\":1}\n\n", true, true},
+		{"data:{}\r\n\r\n", true, true},
+		{"event: x\ndata: {}\n\n", true, true},
+		{"1a\r\ndata: {}\n\n\r\n", true, true}, // a chunk-size line before it
+		{": keep-alive\n\ndata: {}\n\n", false, false},
+		{"data:\n\ndata: {}\n\n", false, true},
+		{"data: [DONE]\n\n", false, true},
+		{"data: {\"a\":", false, false}, // not complete
+		{"data: {}\n", false, false},
+		{"data: [DONE]\n", false, false},
+		{"", false, false},
 	} {
-		if got := FirstIsData([]byte(c.in)); got != c.want {
-			t.Errorf("FirstIsData(%q) = %v, want %v", c.in, got, c.want)
+		if got := FirstIsData([]byte(c.in)); got != c.isData {
+			t.Errorf("FirstIsData(%q) = %v, want %v", c.in, got, c.isData)
+		}
+		if got := FirstHasData([]byte(c.in)); got != c.data {
+			t.Errorf("FirstHasData(%q) = %v, want %v", c.in, got, c.data)
 		}
 	}
 }
 
 // FuzzFirstIsData: never panics, and says true only when the bytes hold a
-// data line starting with "{" and a blank line.
+// data line starting with "{" and a blank line, and a Reader given those
+// bytes returns an event with that data without reading more; so does
+// FirstHasData for any data (the upstream stream leaves its read deadline
+// as it is then).
 func FuzzFirstIsData(f *testing.F) {
-	for _, s := range []string{"data: {}\n\n", ": x\n\n", "data: [DONE]\n\n", "\r\r", "data:{\r\n\r\n"} {
+	for _, s := range []string{"data: {}\n\n", ": x\n\n", "data: [DONE]\n\n", "\r\r", "data:{\r\n\r\n", "event: e\r\ndata: {\n\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if FirstIsData(b) && (!HasEvent(b) || !bytes.Contains(b, []byte("data:"))) {
+		if got, want := lineEnd(b), bytes.IndexAny(b, "\r\n"); got != want {
+			t.Fatalf("lineEnd(%q) = %d, want %d", b, got, want)
+		}
+		isData, hasData := FirstIsData(b), FirstHasData(b)
+		if isData && !hasData {
+			t.Fatalf("FirstIsData but not FirstHasData for %q", b)
+		}
+		if !hasData {
+			return
+		}
+		if !HasEvent(b) || !bytes.Contains(b, []byte("data:")) {
 			t.Fatalf("true for %q", b)
 		}
+		rd := NewReader(io.MultiReader(bytes.NewReader(b), iotest.ErrReader(errors.New("read more"))), 0)
+		ev, err := rd.Next()
+		if err != nil || (isData && !bytes.Contains(ev.Data, []byte("{"))) {
+			t.Fatalf("true for %q, whose first event is %q, %v", b, ev.Data, err)
+		}
 	})
+}
+
+// TestRetainedAcrossReset: a Reader keeps its buffers across Reset, and
+// Retained counts them, so that a pool can refuse one that grew large.
+func TestRetainedAcrossReset(t *testing.T) {
+	t.Parallel()
+	rd := NewReader(strings.NewReader("data: "+strings.Repeat("x", 10000)+"\n\n"), 0)
+	if rd.Retained() != 0 {
+		t.Fatalf("a new Reader retains %d bytes", rd.Retained())
+	}
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	n := rd.Retained()
+	if n < 2*10000 {
+		t.Fatalf("%d bytes retained after a 10000-byte event", n)
+	}
+	rd.Reset(strings.NewReader("data: {}\n\n"))
+	if ev, err := rd.Next(); err != nil || string(ev.Data) != "{}" || rd.Retained() != n {
+		t.Fatalf("after Reset: %q, %v, %d bytes retained (was %d)", ev.Data, err, rd.Retained(), n)
+	}
 }
