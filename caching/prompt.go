@@ -5,7 +5,6 @@ import (
 	"context"
 	"hash/fnv"
 	"strconv"
-	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"

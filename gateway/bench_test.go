@@ -132,7 +132,7 @@ func BenchmarkShipped(b *testing.B) {
 				b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
 			}
 		}
-		b.ReportMetric(float64((processCPU() - cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 	b.Run("direct", func(b *testing.B) { run(b, h.mockURL, benchDirect) })
 	b.Run("gateway", func(b *testing.B) { run(b, h.base, benchBody) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/llmgw/gateway/config"
@@ -107,5 +108,30 @@ func TestNewRejectsBadTools(t *testing.T) {
 				t.Fatalf("err %v", err)
 			}
 		})
+	}
+}
+
+// TestBuiltinSlotWaitTimesOut: a builtin with a concurrency limit whose
+// slot stays taken gives a timeout result after its timeout; builtins
+// without a limit run without a timer, but waiting for a slot can block.
+func TestBuiltinSlotWaitTimesOut(t *testing.T) {
+	t.Parallel()
+	limited := config.Tool{Name: "calculator", Kind: "builtin", Concurrency: 1, Timeout: config.Duration(50 * time.Millisecond)}
+	l := newLoop(t, []config.Tool{limited}, nil)
+	tl := l.registry().byName["calculator"]
+	tl.sem <- struct{}{} // another call holds the only slot
+	defer func() { <-tl.sem }()
+	done := make(chan *pipeline.ToolResult, 1)
+	go func() {
+		res, _ := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "calculator", Arguments: []byte(`{"expression":"1"}`)})
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if res == nil || !res.IsError || !strings.Contains(string(res.Content), "timed out") {
+			t.Fatalf("result %+v, want a timeout error result", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call waited for the taken slot past the tool's timeout")
 	}
 }

@@ -35,8 +35,8 @@ type tool struct {
 	sem     chan struct{} // nil = unlimited concurrency
 	prompt  string        // added to the system prompt of requests offered the tool (write_todos)
 	todos   bool          // the write_todos builtin: its results are the request's x_gateway.todos
-	// inProcess: a builtin, which runs in microseconds and never blocks, so
-	// no timer bounds it (timeoutMW).
+	// inProcess: a builtin without a concurrency limit, which runs in
+	// microseconds and never blocks, so no timer bounds it (timeoutMW).
 	inProcess bool
 	// sized: the executor reports the size of an output it cut (an http
 	// tool), so capMW hands it an outputSize.
@@ -128,7 +128,9 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 			return nil, fmt.Errorf("%s.parameters: %w", at, err)
 		}
 		t.prompt = prompt
-		t.inProcess, t.sized = tc.Kind == "builtin", tc.Kind == "http"
+		// A builtin with a concurrency limit may wait for its slot: the
+		// timeout bounds that wait.
+		t.inProcess, t.sized = tc.Kind == "builtin" && t.sem == nil, tc.Kind == "http"
 		t.todos = tc.Kind == "builtin" && (tc.Builtin == todosBuiltin || tc.Builtin == "" && tc.Name == todosBuiltin)
 		r.tools = append(r.tools, t)
 		r.byName[tc.Name] = t
