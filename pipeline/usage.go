@@ -26,6 +26,7 @@ type usageMemo struct {
 // Body: valid while Body is.
 func (r *Response) Usage() gjson.Result {
 	if len(r.Body) == 0 {
+		r.usage = usageMemo{parsed: -1} // no body, no usage: forget an earlier body's
 		return gjson.Result{}
 	}
 	p := unsafe.SliceData(r.Body)

@@ -78,3 +78,20 @@ func TestResponseChatUsage(t *testing.T) {
 		t.Fatalf("usage null: %+v, ok", c)
 	}
 }
+
+// TestResponseUsageAfterBodyEmptied: a Response whose Body was emptied
+// reports no usage, not the earlier body's.
+func TestResponseUsageAfterBodyEmptied(t *testing.T) {
+	t.Parallel()
+	r := &Response{Body: []byte(`{"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`)}
+	if c, ok := r.ChatUsage(); !ok || c.Prompt != 7 {
+		t.Fatalf("%+v, %v; want prompt 7", c, ok)
+	}
+	r.Body = nil
+	if c, ok := r.ChatUsage(); ok {
+		t.Fatalf("%+v, true after the body was emptied: the earlier body's usage", c)
+	}
+	if u := r.Usage(); u.Exists() {
+		t.Fatalf("usage %s after the body was emptied", u.Raw)
+	}
+}

@@ -74,6 +74,7 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Re
 		rd:   sseReaders.Get().(*sse.Reader),
 	}
 	s.rd.Reset(resp.BodyStream())
+	s.rd.Watch(s) // any bytes, a keep-alive comment too, restart the idle timeout
 	if look != nil {
 		s.br, s.look = bodyBufio(resp.BodyStream()), look
 		look.Set(s)
@@ -211,6 +212,15 @@ func (s *upstreamStream) armDeadline() {
 	if s.conn == nil || sse.FirstHasData(s.rd.Buffered()) {
 		return
 	}
+	s.Active()
+}
+
+// Active restarts the idle timeout: the upstream sent bytes (the SSE
+// reader calls it, with s.mu held by Next), or a read may block next.
+func (s *upstreamStream) Active() {
+	if s.conn == nil {
+		return
+	}
 	d := s.deadline
 	if s.idle > 0 {
 		if t := time.Now().Add(s.idle); t.Before(d) {
@@ -222,6 +232,11 @@ func (s *upstreamStream) armDeadline() {
 	}
 	s.armed = d
 	_ = s.conn.SetReadDeadline(d)
+	if s.ctx.Err() != nil {
+		// The context's AfterFunc may have set the past deadline just
+		// before: keep it, or a cancelled stream waits out the timeout.
+		_ = s.conn.SetReadDeadline(past)
+	}
 }
 
 func (s *upstreamStream) readError(err error) error {

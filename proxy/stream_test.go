@@ -257,3 +257,44 @@ func TestUpstreamStreamCloseAfterChunk(t *testing.T) {
 		t.Fatalf("the chunk read before Close became %q", chunk)
 	}
 }
+
+// TestUpstreamStreamKeepAliveIsActivity: keep-alive comments restart the
+// idle timeout (an upstream that pings while its model thinks is alive),
+// and an upstream that sends nothing at all is still cut by it.
+func TestUpstreamStreamKeepAliveIsActivity(t *testing.T) {
+	t.Parallel()
+	event := "data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"
+	for _, tc := range []struct {
+		name string
+		ping bool
+		ok   bool
+	}{{"pings", true, true}, {"silent", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+				ctx.SetContentType("text/event-stream")
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					_, _ = w.WriteString(event)
+					_ = w.Flush()
+					for range 10 { // 500 ms of thinking: past the 200 ms idle timeout
+						time.Sleep(50 * time.Millisecond)
+						if tc.ping {
+							_, _ = w.WriteString(": keep-alive\n\n")
+							_ = w.Flush()
+						}
+					}
+					_, _ = w.WriteString(event + "data: [DONE]\n\n")
+				})
+			})
+			_, u := testUpstream(t, base, `stream_idle_timeout = "200ms"`)
+			chunks, err := streamAll(t, u)
+			var ue *pipeline.UpstreamError
+			switch {
+			case tc.ok && (err != nil || len(chunks) != 2):
+				t.Fatalf("%d chunks, %v; want both events", len(chunks), err)
+			case !tc.ok && (!errors.As(err, &ue) || ue.Kind != pipeline.UpstreamIdle):
+				t.Fatalf("%d chunks, %v; want an idle cut", len(chunks), err)
+			}
+		})
+	}
+}

@@ -64,7 +64,18 @@ type Reader struct {
 	hasData bool
 	size    int // bytes of the current event so far
 	fatal   error
+
+	activity Activity // told of every read that brought bytes; nil = none
 }
+
+// Activity is told each time bytes arrive from a Reader's input, comments
+// and partial events included: what an idle timeout watches.
+type Activity interface {
+	Active()
+}
+
+// Watch makes a tell of every read that brings bytes, until the next Reset.
+func (rd *Reader) Watch(a Activity) { rd.activity = a }
 
 // NewReader returns a Reader that reads events from r. maxEventBytes bounds
 // the bytes of one event (its non-comment lines, field names included,
@@ -260,6 +271,9 @@ func (rd *Reader) fill() error {
 			return nil
 		}
 		rd.end += n
+		if n > 0 && rd.activity != nil {
+			rd.activity.Active()
+		}
 		if err != nil {
 			rd.err = err
 			return nil
