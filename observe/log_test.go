@@ -222,7 +222,7 @@ func (c *countingSink) Write(p []byte) (int, error) {
 func TestLoggerBatchesLinesOfABurst(t *testing.T) {
 	t.Parallel()
 	sink := &countingSink{}
-	q := newQueueWriter(sink, 16, 200*time.Millisecond)
+	q := newQueueWriter(sink, 16, time.Second) // long enough that a stalled test machine still lingers
 	_, _ = q.Write([]byte("{\"n\":1}\n"))
 	time.Sleep(20 * time.Millisecond) // a writer that does not linger has written the first line by now
 	_, _ = q.Write([]byte("{\"n\":2}\n"))

@@ -13,7 +13,7 @@ import (
 // then marks it cancelled (its connection is not reused).
 func TestCallGrace(t *testing.T) {
 	t.Parallel()
-	tab := &connTable{grace: 100 * time.Millisecond}
+	tab := &connTable{grace: 500 * time.Millisecond} // long: a stalled test machine must not see two sweeps in the first loop
 	var h fasthttp.RequestHeader
 	registered := func(c *call) bool {
 		tab.mu.Lock()

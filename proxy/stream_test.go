@@ -276,7 +276,7 @@ func TestUpstreamStreamKeepAliveIsActivity(t *testing.T) {
 				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 					_, _ = w.WriteString(event)
 					_ = w.Flush()
-					for range 10 { // 500 ms of thinking: past the 200 ms idle timeout
+					for range 30 { // 1.5 s of thinking: past the 500 ms idle timeout
 						time.Sleep(50 * time.Millisecond)
 						if tc.ping {
 							_, _ = w.WriteString(": keep-alive\n\n")
@@ -286,7 +286,7 @@ func TestUpstreamStreamKeepAliveIsActivity(t *testing.T) {
 					_, _ = w.WriteString(event + "data: [DONE]\n\n")
 				})
 			})
-			_, u := testUpstream(t, base, `stream_idle_timeout = "200ms"`)
+			_, u := testUpstream(t, base, `stream_idle_timeout = "500ms"`)
 			chunks, err := streamAll(t, u)
 			var ue *pipeline.UpstreamError
 			switch {
