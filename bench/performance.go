@@ -258,8 +258,15 @@ func shortfalls(res *results) []string {
 			if sw != nil {
 				g, _ := sw.figure("gateway highest rate with added p99 < 10 ms")
 				f, _ := sw.figure("floor highest rate with added p99 < 10 ms")
-				out = append(out, fmt.Sprintf("The gateway keeps its added p99 under 10 ms up to %s rps, %s× the floor proxy's %s rps: "+
-					"its saturation point is set by its CPU per request on the shared cores.", fmtNum(g), fmtNum(c.Measured), fmtNum(f)))
+				why := "its saturation point is set by its CPU per request on the shared cores."
+				if cpu := cpuRatio(pt); cpu > 0 && c.Measured < 0.5/cpu {
+					// CPU alone would put it near 1/cpu of the floor's rate.
+					why = fmt.Sprintf("that is well below the %s× its CPU per request (%s× the floor's) alone would give, so the sweep's tails "+
+						"were noisier than the proxies' cost in this run: compare the direct leg's own p99 across the sweep steps in results.md.",
+						fmtNum(round(1/cpu, 2)), fmtNum(cpu))
+				}
+				out = append(out, fmt.Sprintf("The gateway keeps its added p99 under 10 ms up to %s rps, %s× the floor proxy's %s rps: %s",
+					fmtNum(g), fmtNum(c.Measured), fmtNum(f), why))
 			}
 		case "added p99":
 			if sw != nil {
@@ -268,6 +275,9 @@ func shortfalls(res *results) []string {
 				why := "below the gateway's saturation, so the tail is the gateway's own work per request and the queueing it causes on the shared cores"
 				if g < fixedSweepRate {
 					why = fmt.Sprintf("past the gateway's saturation (%s rps), so the tail there is queueing", fmtNum(g))
+					if sat, _ := sw.figure("gateway/floor saturation rate"); cpuRatio(pt) > 0 && sat < 0.5/cpuRatio(pt) {
+						why += " (a saturation point this run's noise put low: see above)"
+					}
 				}
 				out = append(out, fmt.Sprintf("At %d rps the gateway adds %s µs at p99 (the floor proxy %s µs): that rate is %s.",
 					fixedSweepRate, fmtNum(c.Measured), fmtNum(fp99), why))
@@ -331,6 +341,16 @@ func shortfalls(res *results) []string {
 			"(column *other cores* in results.md): its tails are noisier than on an idle machine.", res.Machine.OtherCores))
 	}
 	return out
+}
+
+// cpuRatio is the pass-through scenario's gateway/floor CPU per request,
+// 0 when it did not run.
+func cpuRatio(pt *scenarioResult) float64 {
+	if pt == nil {
+		return 0
+	}
+	v, _ := pt.figure("gateway/floor CPU per request")
+	return v
 }
 
 // ttftNote is what the delayed first byte costs the client: the added time

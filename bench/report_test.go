@@ -142,3 +142,25 @@ func TestRenderBurst(t *testing.T) {
 		})
 	}
 }
+
+// TestNoisySaturation: a saturation ratio far below what the CPU ratio
+// explains is called noise, not put down to CPU; one in line with it is put
+// down to CPU.
+func TestNoisySaturation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sat   float64
+		noisy bool
+	}{{0.125, true}, {0.4, false}} {
+		pass := &scenarioResult{Name: "passthrough", Status: "ok"}
+		pass.fig("gateway/floor CPU per request", 2.29, "×")
+		sweep := &scenarioResult{Name: "sweep", Status: "ok"}
+		sweep.fig("gateway/floor saturation rate", tc.sat, "×")
+		res := &results{Scenarios: []*scenarioResult{pass, sweep}}
+		res.Targets = checkTargets(res)
+		got := strings.Join(shortfalls(res), "\n")
+		if strings.Contains(got, "noisier than the proxies' cost") != tc.noisy || strings.Contains(got, "set by its CPU per request") == tc.noisy {
+			t.Errorf("saturation %v (CPU 2.29×): %s", tc.sat, got)
+		}
+	}
+}
