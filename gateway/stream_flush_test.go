@@ -1,74 +1,26 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/mockllm"
 )
 
-// rawChunks sends a streamed chat request over a plain TCP connection and
-// calls chunk with the payload of each HTTP chunk of the answer as it
-// arrives: each chunk is one write (one flush) of the gateway.
+// rawChunks sends a streamed chat request to h over a plain TCP connection
+// and calls chunk with the payload of each HTTP chunk (each one write of
+// the gateway) as it arrives.
 func rawChunks(t *testing.T, h *harness, chunk func(payload []byte)) {
 	t.Helper()
 	addr := strings.TrimSuffix(strings.TrimPrefix(h.base, "http://"), "/v1")
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	br := bufio.NewReader(conn)
-	status, err := br.ReadString('\n')
-	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {
-		t.Fatalf("status %q: %v", status, err)
-	}
-	chunked := false
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if line == "\r\n" {
-			break
-		}
-		if strings.EqualFold(strings.TrimSpace(line), "Transfer-Encoding: chunked") {
-			chunked = true
-		}
-	}
-	if !chunked {
-		t.Fatal("the stream is not chunked")
-	}
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
-		if err != nil {
-			t.Fatalf("chunk size %q", line)
-		}
-		if n == 0 {
-			return
-		}
-		p := make([]byte, n+2)
-		if _, err := io.ReadFull(br, p); err != nil {
-			t.Fatal(err)
-		}
-		chunk(p[:n])
-	}
+	testproc.StreamChunks(t, addr, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, chunk)
 }
 
 // A burst of events that reach the gateway together leaves in fewer writes

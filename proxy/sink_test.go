@@ -1,16 +1,13 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -39,41 +36,11 @@ func TestSinkHoldIsBounded(t *testing.T) {
 			CloseFunc: func() {},
 		}}, nil
 	})
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	br := bufio.NewReader(conn)
-	for { // the head
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if line == "\r\n" {
-			break
-		}
-	}
 	writes, largest, total := 0, 0, 0
-	for { // one HTTP chunk per write
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
-		if err != nil {
-			t.Fatalf("chunk size %q", line)
-		}
-		if n == 0 {
-			break
-		}
-		if _, err := io.CopyN(io.Discard, br, n+2); err != nil {
-			t.Fatal(err)
-		}
-		writes, largest, total = writes+1, max(largest, int(n)), total+int(n)
-	}
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
+	testproc.StreamChunks(t, addr, body, func(p []byte) { // one HTTP chunk per write
+		writes, largest, total = writes+1, max(largest, len(p)), total+len(p)
+	})
 	if total < events*len(chunk) || writes < 5 || largest > maxHeldBytes+2*len(chunk) {
 		t.Fatalf("%d bytes in %d writes, the largest %d: a held write must stay near %d bytes", total, writes, largest, maxHeldBytes)
 	}

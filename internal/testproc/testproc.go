@@ -1,16 +1,20 @@
-// Package testproc builds the gateway binary and finds free loopback
-// addresses for tests that run the gateway as its own OS process. For tests
-// and the bench harness only.
+// Package testproc builds the gateway binary, finds free loopback
+// addresses for tests that run the gateway as its own OS process, and reads
+// a streamed answer off the wire chunk by chunk. For tests and the bench
+// harness only.
 package testproc
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,4 +162,57 @@ func Start(t testing.TB, bin, path string) (*exec.Cmd, string) {
 		t.Fatal("the gateway did not start within 30 s")
 	}
 	return nil, ""
+}
+
+// StreamChunks sends body as a chat completion request to the gateway at
+// addr (host:port) over a plain TCP connection and calls chunk with the
+// payload of each HTTP chunk of the answer as it arrives: each chunk is one
+// write (one flush) of the gateway. The answer must be a chunked 200.
+func StreamChunks(t testing.TB, addr, body string, chunk func(payload []byte)) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {
+		t.Fatalf("status %q: %v", status, err)
+	}
+	chunked := false
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "\r\n" {
+			break
+		}
+		if strings.EqualFold(strings.TrimSpace(line), "Transfer-Encoding: chunked") {
+			chunked = true
+		}
+	}
+	if !chunked {
+		t.Fatal("the stream is not chunked")
+	}
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size %q", line)
+		}
+		if n == 0 {
+			return
+		}
+		p := make([]byte, n+2)
+		if _, err := io.ReadFull(br, p); err != nil {
+			t.Fatal(err)
+		}
+		chunk(p[:n])
+	}
 }
