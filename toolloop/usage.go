@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
 )
 
 // usage sums CompletionUsage over the rounds of one client request.
@@ -15,53 +17,23 @@ type usage struct {
 }
 
 // add adds a usage object (gjson of chunk.usage or body.usage); null is
-// ignored. One pass over the object, reading what gjson's paths would: the
-// first key of a name counts, and a detail is read from the first details
-// object that has it. It returns the object's prompt_tokens.
+// ignored. It returns the object's prompt_tokens.
 func (u *usage) add(r gjson.Result) (prompt int64) {
-	if !r.IsObject() {
+	c, ok := wire.ParseChatUsage(r)
+	if !ok {
 		return 0
 	}
 	u.seen = true
-	var seen [3]bool
-	prev := u.prompt
-	var cached, write, reasoning gjson.Result
-	r.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "prompt_tokens":
-			addFirst(&seen[0], &u.prompt, v)
-		case "completion_tokens":
-			addFirst(&seen[1], &u.completion, v)
-		case "total_tokens":
-			addFirst(&seen[2], &u.total, v)
-		case "prompt_tokens_details":
-			if !cached.Exists() {
-				cached = v.Get("cached_tokens")
-			}
-			if !write.Exists() {
-				write = v.Get("cache_write_tokens")
-			}
-		case "completion_tokens_details":
-			if !reasoning.Exists() {
-				reasoning = v.Get("reasoning_tokens")
-			}
-		}
-		return true
-	})
-	u.cached += cached.Int()
-	if write.Exists() {
-		u.cacheWrite += write.Int()
+	u.prompt += c.Prompt
+	u.completion += c.Completion
+	u.total += c.Total
+	u.cached += c.Cached
+	u.reasoning += c.Reasoning
+	if c.HasCacheWrite {
+		u.cacheWrite += c.CacheWrite
 		u.hasCacheWrite = true
 	}
-	u.reasoning += reasoning.Int()
-	return u.prompt - prev
-}
-
-func addFirst(seen *bool, n *int64, v gjson.Result) {
-	if !*seen {
-		*seen = true
-		*n += v.Int()
-	}
+	return c.Prompt
 }
 
 // appendJSON appends the summed usage object.
