@@ -68,6 +68,10 @@ type leg struct {
 	// IdleRSSMB and IdleGoroutines are sampled before a held-streams leg.
 	IdleRSSMB      float64 `json:"idle_rss_mb,omitempty"`
 	IdleGoroutines int     `json:"idle_goroutines,omitempty"`
+	// StackMB and IdleStackMB are the gateway's goroutine stacks
+	// (go_memstats_stack_inuse_bytes) with the streams held and before.
+	StackMB     float64 `json:"stack_mb,omitempty"`
+	IdleStackMB float64 `json:"idle_stack_mb,omitempty"`
 }
 
 func (l *leg) ok() int { return l.Requests - l.Errors }

@@ -116,6 +116,12 @@ func procPath(pid int, file string) string {
 // goroutines reads go_goroutines from the gateway's Prometheus endpoint;
 // -1 when it cannot.
 func goroutines(addr string) int {
+	return int(gaugeValue(addr, "go_goroutines"))
+}
+
+// gaugeValue reads one unlabelled series from the gateway's Prometheus
+// endpoint; -1 when it cannot.
+func gaugeValue(addr, name string) float64 {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -127,10 +133,10 @@ func goroutines(addr string) int {
 		return -1
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err == nil {
-				return int(n)
+				return n
 			}
 		}
 	}

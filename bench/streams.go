@@ -67,6 +67,9 @@ func (b *bench) concurrentStreams() *scenarioResult {
 		r.fig("gateway goroutines with all streams open", float64(g.Goroutines), "")
 		r.fig("gateway goroutines per stream", round(float64(g.Goroutines-g.IdleGoroutines)/float64(g.ok()), 2), "")
 	}
+	if g.StackMB > 0 {
+		r.fig("gateway goroutine stack per stream", round((g.StackMB-g.IdleStackMB)*1024/float64(g.ok()), 1), "KiB")
+	}
 	if n < 10000 {
 		proj := g.IdleRSSMB + perStreamKB(g)*10000/1024
 		r.fig("gateway RSS projected for 10,000 streams", round(proj, 1), "MB")
@@ -113,6 +116,7 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 	l := &leg{Target: t.name, Load: fmt.Sprintf("%d streams", n), Requests: n, IdleRSSMB: mb(idle)}
 	if t.name == "gateway" {
 		l.IdleGoroutines = goroutines(t.addr)
+		l.IdleStackMB = mb(int64(gaugeValue(t.addr, "go_memstats_stack_inuse_bytes") / 1024))
 	}
 	cpu0 := snap(t)
 	var (
@@ -162,6 +166,7 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 	}
 	if t.name == "gateway" {
 		l.Goroutines = goroutines(t.addr)
+		l.StackMB = mb(int64(gaugeValue(t.addr, "go_memstats_stack_inuse_bytes") / 1024))
 	}
 	cpu1 := snap(t)
 	held := opened.Load()

@@ -80,38 +80,57 @@ func NewPromptCache(opts PromptOptions) pipeline.Middleware {
 		}
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
+		// The work before and after next.Chat is in functions of their
+		// own, so that their locals are not on the stack while next runs.
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			provider, model := "", r.Model
-			if t := r.TargetOrDefault(); t != nil {
-				provider, model = t.Provider, t.Upstream
-			}
-			var body []byte
-			switch opts.Providers[provider].Mode {
-			case PromptAnthropic:
-				body = addBreakpoints(r.Body, markers[provider])
-			case PromptOpenAI:
-				body = setPromptCacheKey(stripMarkers(r.Body), r)
-			default:
-				body = stripMarkers(r.Body)
-			}
-			if !sameSlice(body, r.Body) {
-				r = r.Clone()
-				r.Body = body
-			}
+			r, provider, model := promptEdit(&opts, markers, r)
 			resp, err := next.Chat(ctx, r)
 			if err != nil || resp == nil {
 				return resp, err
 			}
-			if resp.Stream != nil {
-				resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
-			} else if c, ok := resp.ChatUsage(); ok {
-				if c.CacheWrite == 0 { // Anthropic's own field, when a translator kept it
-					c.CacheWrite = resp.Usage().Get("cache_creation_input_tokens").Int()
-				}
-				countUsage(provider, model, c)
-			}
+			observeResponse(resp, provider, model)
 			return resp, nil
 		})
+	}
+}
+
+// promptEdit applies the target provider's prompt-cache mode to r and
+// returns the provider and upstream model its usage is counted under.
+//
+//go:noinline
+func promptEdit(opts *PromptOptions, markers map[string][]byte, r *pipeline.Request) (_ *pipeline.Request, provider, model string) {
+	provider, model = "", r.Model
+	if t := r.TargetOrDefault(); t != nil {
+		provider, model = t.Provider, t.Upstream
+	}
+	var body []byte
+	switch opts.Providers[provider].Mode {
+	case PromptAnthropic:
+		body = addBreakpoints(r.Body, markers[provider])
+	case PromptOpenAI:
+		body = setPromptCacheKey(stripMarkers(r.Body), r)
+	default:
+		body = stripMarkers(r.Body)
+	}
+	if !sameSlice(body, r.Body) {
+		r = r.Clone()
+		r.Body = body
+	}
+	return r, provider, model
+}
+
+// observeResponse counts a non-streamed answer's usage, or wraps a stream
+// in the counter of its usage chunk.
+//
+//go:noinline
+func observeResponse(resp *pipeline.Response, provider, model string) {
+	if resp.Stream != nil {
+		resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
+	} else if c, ok := resp.ChatUsage(); ok {
+		if c.CacheWrite == 0 { // Anthropic's own field, when a translator kept it
+			c.CacheWrite = resp.Usage().Get("cache_creation_input_tokens").Int()
+		}
+		countUsage(provider, model, c)
 	}
 }
 
@@ -326,11 +345,19 @@ type usageStream struct {
 func (s *usageStream) Next() ([]byte, error) {
 	chunk, err := s.inner.Next()
 	if err == nil {
-		if u := wire.ChunkUsage(chunk); u.IsObject() { // a view, used before Next returns
-			observeUsage(s.provider, s.model, u)
-		}
+		s.observe(chunk)
 	}
 	return chunk, err
+}
+
+// observe counts chunk's usage, if it has one. A function of its own, so
+// that its locals are not on the stack while Next waits for the upstream.
+//
+//go:noinline
+func (s *usageStream) observe(chunk []byte) {
+	if u := wire.ChunkUsage(chunk); u.IsObject() { // a view, used before Next returns
+		observeUsage(s.provider, s.model, u)
+	}
 }
 
 // Close closes inner.

@@ -78,39 +78,53 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 			c.Target = d.target
 		}
 		resp, err := h.attempt(ctx, c, d.target.Provider)
-		now := h.now()
 		if err == nil {
-			d.br.done(now, probe, resultSuccess)
+			d.br.done(h.now(), probe, resultSuccess)
 			d.attempts[outcomeSuccess].Inc()
 			return resp, nil
 		}
-		if ctx.Err() != nil {
-			d.br.done(now, probe, resultNeutral)
-			d.attempts[outcomeCanceled].Inc()
+		retry, retryAfter := h.failed(ctx, d, probe, route, tries[i], err)
+		if !retry {
 			return nil, err
 		}
-		var ue *pipeline.UpstreamError
-		isUpstream := errors.As(err, &ue)
-		switch classify(err) {
-		case classRetryable:
-			d.br.done(now, probe, resultFailure)
-			d.attempts[outcomeRetryable].Inc()
-			h.log.Warn().Str("model", route.Name).Str("provider", d.target.Provider).
-				Int("attempt", tries[i]).Err(err).Msg("upstream attempt failed")
-			lastErr, last, lastRetryAfter = err, i, ue.RetryAfter
-		case classContextLength:
-			d.br.done(now, probe, resultSuccess) // the deployment answered
-			d.attempts[outcomeContextLength].Inc()
-			return nil, err
-		default:
-			r := resultNeutral
-			if isUpstream {
-				r = resultSuccess // a 4xx is the caller's fault, the deployment is up
-			}
-			d.br.done(now, probe, r)
-			d.attempts[outcomeClientError].Inc()
-			return nil, err
+		lastErr, last, lastRetryAfter = err, i, retryAfter
+	}
+}
+
+// failed records an attempt on d that failed with err and says whether
+// another attempt may follow, and after what wait the upstream asked for.
+// A function of its own, so that its locals are not on the stack while an
+// attempt runs.
+//
+//go:noinline
+func (h *handler) failed(ctx context.Context, d *deployment, probe bool, route *pipeline.Route, try int, err error) (retry bool, retryAfter time.Duration) {
+	now := h.now()
+	if ctx.Err() != nil {
+		d.br.done(now, probe, resultNeutral)
+		d.attempts[outcomeCanceled].Inc()
+		return false, 0
+	}
+	var ue *pipeline.UpstreamError
+	isUpstream := errors.As(err, &ue)
+	switch classify(err) {
+	case classRetryable:
+		d.br.done(now, probe, resultFailure)
+		d.attempts[outcomeRetryable].Inc()
+		h.log.Warn().Str("model", route.Name).Str("provider", d.target.Provider).
+			Int("attempt", try).Err(err).Msg("upstream attempt failed")
+		return true, ue.RetryAfter
+	case classContextLength:
+		d.br.done(now, probe, resultSuccess) // the deployment answered
+		d.attempts[outcomeContextLength].Inc()
+		return false, 0
+	default:
+		r := resultNeutral
+		if isUpstream {
+			r = resultSuccess // a 4xx is the caller's fault, the deployment is up
 		}
+		d.br.done(now, probe, r)
+		d.attempts[outcomeClientError].Inc()
+		return false, 0
 	}
 }
 

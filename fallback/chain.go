@@ -19,6 +19,17 @@ func (h *handler) walk(ctx context.Context, st *callState, req *pipeline.Request
 	if err == nil || len(primary.Fallbacks) == 0 || ctx.Err() != nil {
 		return resp, primary, err
 	}
+	return h.fallBack(ctx, st, req, err)
+}
+
+// fallBack walks the fallbacks of req's route after its own deployments
+// failed with err. A function of its own, so that its locals are not on
+// the stack of every call, which tries the route alone.
+//
+//go:noinline
+func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Request, err error) (*pipeline.Response, *pipeline.Route, error) {
+	primary := req.Route
+	var resp *pipeline.Response
 
 	// The nested layers share the bookkeeping through the context; a heap
 	// copy keeps st itself on the caller's stack on the fast path.

@@ -202,6 +202,17 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	}
 
 	resp, route, err := h.walk(actx, st, req)
+	return h.settle(ctx, actx, st, req, resp, route, err, cancel, timer)
+}
+
+// settle ends a call that walk answered: it stops the deadline (closing an
+// answer it fired on), hands a stream the cancel of its context, and sets
+// the attempts and model headers. A function of its own, so that its
+// locals are not on the stack while walk runs.
+//
+//go:noinline
+func (h *handler) settle(ctx, actx context.Context, st *callState, req *pipeline.Request, resp *pipeline.Response, route *pipeline.Route, err error,
+	cancel context.CancelFunc, timer *time.Timer) (*pipeline.Response, error) {
 	if timer != nil && !timer.Stop() && err == nil && resp.Stream != nil {
 		// The deadline fired as the answer arrived and closed its stream.
 		resp.Stream.Close()

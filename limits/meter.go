@@ -22,29 +22,45 @@ import (
 // matching budgets' spend and to the usage record. Recording is queued, not
 // on the request's path.
 func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
+	// The work before and after next.Chat is in functions of their own, so
+	// that their locals are not on the stack while next runs.
 	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-		// A stream whose client did not ask for usage still gets it from the
-		// upstream, so that its output tokens count; the usage chunk is
-		// taken out again on the way back.
-		strip := false
-		if r.Stream && !r.IncludeUsage && !gjson.GetBytes(r.Body, "stream_options.include_usage").Bool() {
-			if b, err := sjson.SetBytes(r.Body, "stream_options.include_usage", true); err == nil {
-				r = r.Clone()
-				r.Body, strip = b, true
-			}
-		}
+		r, strip := askUsage(r)
 		resp, err := next.Chat(ctx, r)
 		if err != nil {
 			return resp, err
 		}
-		if resp.Stream == nil {
-			c, ok := resp.ChatUsage()
-			l.charge(ctx, r, tokensOf(c), ok)
-			return resp, nil
-		}
-		resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
+		l.metered(ctx, r, resp, strip)
 		return resp, nil
 	})
+}
+
+// askUsage asks the upstream for a stream's usage when the client did not:
+// its output tokens must count. strip says the usage chunk is to be taken
+// out again on the way back.
+//
+//go:noinline
+func askUsage(r *pipeline.Request) (_ *pipeline.Request, strip bool) {
+	if r.Stream && !r.IncludeUsage && !gjson.GetBytes(r.Body, "stream_options.include_usage").Bool() {
+		if b, err := sjson.SetBytes(r.Body, "stream_options.include_usage", true); err == nil {
+			r = r.Clone()
+			r.Body, strip = b, true
+		}
+	}
+	return r, strip
+}
+
+// metered charges a non-streamed answer, or wraps a stream in the meter
+// that charges it at its end.
+//
+//go:noinline
+func (l *Limiter) metered(ctx context.Context, r *pipeline.Request, resp *pipeline.Response, strip bool) {
+	if resp.Stream == nil {
+		c, ok := resp.ChatUsage()
+		l.charge(ctx, r, tokensOf(c), ok)
+		return
+	}
+	resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
 }
 
 // usageOf reads a chat usage object; ok is false when there is none.
@@ -169,19 +185,9 @@ func (s *meteredStream) Next() ([]byte, error) {
 	for {
 		chunk, err := s.Stream.Next()
 		if err == nil {
-			// A view of chunk: usageOf keeps numbers, not its bytes.
-			if t, ok := usageOf(wire.ChunkUsage(chunk)); ok {
-				s.usage, s.seen = t, true
-				if s.strip {
-					// Not asked for: a usage-only chunk goes, a usage field
-					// on a chunk with content is removed.
-					if c := gjson.GetBytes(chunk, "choices"); !c.IsArray() || len(c.Array()) == 0 {
-						continue
-					}
-					if b, err := sjson.DeleteBytes(chunk, "usage"); err == nil {
-						chunk = b
-					}
-				}
+			var skip bool
+			if chunk, skip = s.observe(chunk); skip {
+				continue
 			}
 		}
 		if err == io.EOF {
@@ -189,6 +195,31 @@ func (s *meteredStream) Next() ([]byte, error) {
 		}
 		return chunk, err
 	}
+}
+
+// observe keeps chunk's usage and, when the client did not ask for usage,
+// takes it out: skip for a usage-only chunk. A function of its own, so that
+// its locals are not on the stack while Next waits for the upstream.
+//
+//go:noinline
+func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
+	// A view of chunk: usageOf keeps numbers, not its bytes.
+	t, ok := usageOf(wire.ChunkUsage(chunk))
+	if !ok {
+		return chunk, false
+	}
+	s.usage, s.seen = t, true
+	if s.strip {
+		// Not asked for: a usage-only chunk goes, a usage field on a
+		// chunk with content is removed.
+		if c := gjson.GetBytes(chunk, "choices"); !c.IsArray() || len(c.Array()) == 0 {
+			return nil, true
+		}
+		if b, err := sjson.DeleteBytes(chunk, "usage"); err == nil {
+			chunk = b
+		}
+	}
+	return chunk, false
 }
 
 func (s *meteredStream) Close() {

@@ -29,49 +29,72 @@ const (
 // cost beyond the matching.
 func (l *Limiter) Middleware() pipeline.Middleware {
 	return func(next pipeline.Handler) pipeline.Handler {
+		// The work before and after next.Chat is in functions of their
+		// own, so that their locals are not on the stack while next runs.
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			tenant, key := who(r)
-			now := l.now()
-			sc := l.scopeOf(tenant, key, r.Model, now)
-			l.countRequest(now, sc)
-			if len(sc.checks) == 0 {
-				return next.Chat(ctx, r)
-			}
-			st := &reqState{model: r.Model} // one allocation: the outcome's counts, the meter's estimate
-			if len(sc.tokens) > 0 {
-				st.estimate = max(1, estimate(r))
-			}
-			checks, out := sc.checks, &st.out
-			out.buf = st.counts[:]
-			if err := l.store.Take(ctx, now, r.ID, checks, st.estimate, out); err != nil {
-				if err := l.storeFailed(err); err != nil {
-					return nil, err
-				}
-				return next.Chat(ctx, r)
-			}
-			l.report(r.Meta, checks, out, &st.headers)
-			if out.denied >= 0 {
-				c := checks[out.denied]
-				limited.WithLabelValues(string(rune(c.kind))).Inc()
-				return nil, denial(c, st.estimate, out.retryAfter)
-			}
-			if st.estimate > 0 {
-				ctx = context.WithValue(ctx, stateKey{}, st)
+			ctx, slots, err := l.admit(ctx, r)
+			if err != nil {
+				return nil, err
 			}
 			resp, err := next.Chat(ctx, r)
-			if !sc.slots {
-				return resp, err
+			if slots != nil {
+				resp, err = l.freeSlots(slots, r.ID, resp, err)
 			}
-			// Freed with the next batched write (at once in memory): no
-			// store round trip on the request's path.
-			if err != nil || resp.Stream == nil {
-				l.release(checks, r.ID)
-				return resp, err
-			}
-			resp.Stream = &releasingStream{Stream: resp.Stream, l: l, checks: checks, id: r.ID}
-			return resp, nil
+			return resp, err
 		})
 	}
+}
+
+// admit takes r's requests and tokens from the counters of its scope and
+// refuses it over a limit. slots are the checks whose in-flight slots r
+// holds (nil when none), to be freed when its answer ends.
+//
+//go:noinline
+func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Context, slots []check, _ error) {
+	tenant, key := who(r)
+	now := l.now()
+	sc := l.scopeOf(tenant, key, r.Model, now)
+	l.countRequest(now, sc)
+	if len(sc.checks) == 0 {
+		return ctx, nil, nil
+	}
+	st := &reqState{model: r.Model} // one allocation: the outcome's counts, the meter's estimate
+	if len(sc.tokens) > 0 {
+		st.estimate = max(1, estimate(r))
+	}
+	checks, out := sc.checks, &st.out
+	out.buf = st.counts[:]
+	if err := l.store.Take(ctx, now, r.ID, checks, st.estimate, out); err != nil {
+		return ctx, nil, l.storeFailed(err)
+	}
+	l.report(r.Meta, checks, out, &st.headers)
+	if out.denied >= 0 {
+		c := checks[out.denied]
+		limited.WithLabelValues(string(rune(c.kind))).Inc()
+		return ctx, nil, denial(c, st.estimate, out.retryAfter)
+	}
+	if st.estimate > 0 {
+		ctx = context.WithValue(ctx, stateKey{}, st)
+	}
+	if sc.slots {
+		slots = checks
+	}
+	return ctx, slots, nil
+}
+
+// freeSlots frees the in-flight slots of request id when its answer ends:
+// at once for an error or a body, at the end of a stream. Freed with the
+// next batched write (at once in memory): no store round trip on the
+// request's path.
+//
+//go:noinline
+func (l *Limiter) freeSlots(checks []check, id string, resp *pipeline.Response, err error) (*pipeline.Response, error) {
+	if err != nil || resp.Stream == nil {
+		l.release(checks, id)
+		return resp, err
+	}
+	resp.Stream = &releasingStream{Stream: resp.Stream, l: l, checks: checks, id: id}
+	return resp, nil
 }
 
 // release frees the concurrency slots that checks took for request id.

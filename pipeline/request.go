@@ -98,6 +98,12 @@ type Hints struct {
 }
 
 // Clone returns a shallow copy whose Body may be replaced independently.
+//
+// Not inlined: the copy would otherwise take the request's size in the
+// stack frame of every caller, for as long as that caller waits on the
+// model call it makes.
+//
+//go:noinline
 func (r *Request) Clone() *Request {
 	c := *r
 	return &c

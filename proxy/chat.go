@@ -19,29 +19,39 @@ import (
 // handleChat is POST /v1/chat/completions: ingress, the request layer, then
 // one JSON body or an SSE stream written by the sink.
 func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
+	if req := s.chatIn(ctx, x); req != nil {
+		s.runChat(ctx, x, req, chatForm{})
+	}
+}
+
+// chatIn reads and checks a chat call and returns its pipeline request, or
+// writes the error and returns nil. A function of its own, so that its
+// locals are not on the stack while the pipeline runs.
+//
+//go:noinline
+func (s *Server) chatIn(ctx *fasthttp.RequestCtx, x *exchange) *pipeline.Request {
 	rt := x.rt
 	body, err := readBody(ctx, rt.Config.Server.MaxBodyBytes)
 	if err != nil {
 		s.writeError(ctx, x, err)
-		return
+		return nil
 	}
 	in, err := parseChat(body)
 	if err != nil {
 		s.writeError(ctx, x, err)
-		return
+		return nil
 	}
 	route := rt.Routes[in.model]
 	if route == nil {
 		// Only a caller with a valid key learns which names exist.
 		if _, ok := s.tenant(ctx, x); !ok {
-			return
+			return nil
 		}
 		s.writeError(ctx, x, modelNotFound(in.model)) // no client-chosen metric labels
-		return
+		return nil
 	}
 	x.model = in.model
-	req := s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage, in.tools)
-	s.runChat(ctx, x, req, chatForm{})
+	return s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage, in.tools)
 }
 
 // chatRequest is the pipeline request of one chat call: the body the
@@ -103,6 +113,15 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	// the upstream call (see call.interrupt) and any tool loop.
 	watch := s.peers.watch(ctx.Conn(), cancel)
 	resp, err := rt.Chat.Chat(rctx, req)
+	s.chatOut(ctx, x, req, form, resp, err, cancel, watch)
+}
+
+// chatOut writes the result of runChat's pipeline call. A function of its
+// own, so that its locals are not on the stack while the pipeline runs.
+//
+//go:noinline
+func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Request, form outputForm, resp *pipeline.Response, err error,
+	cancel context.CancelFunc, watch peerWatch) {
 	if err != nil || resp.Stream == nil {
 		s.peers.unwatch(watch) // before the connection can be closed
 		cancel()
@@ -283,18 +302,36 @@ func (k *sink) gone() {
 func (k *sink) event() []byte {
 	chunk, err := k.stream.Next()
 	if err == nil {
-		k.hold()
-		if len(chunk) > 0 && chunk[0] == ':' {
-			k.buf = sse.AppendComment(k.buf, chunk[1:])
-			return k.buf
-		}
-		if u := wire.ChunkUsage(chunk); u.IsObject() {
-			u.Raw = strings.Clone(u.Raw) // a view of chunk, which the next Next reuses
-			k.usage = u
-		}
-		k.buf = k.form.chunk(k.buf, chunk)
+		return k.chunk(chunk)
+	}
+	return k.end(err)
+}
+
+// chunk appends the event for one chunk. It and end are functions of their
+// own, so that their locals are not on the stack while event waits for the
+// next chunk: the stream's goroutine keeps its stack as long as the stream
+// lasts, and Go's garbage collector halves it only when it is at most a
+// quarter used.
+//
+//go:noinline
+func (k *sink) chunk(chunk []byte) []byte {
+	k.hold()
+	if len(chunk) > 0 && chunk[0] == ':' {
+		k.buf = sse.AppendComment(k.buf, chunk[1:])
 		return k.buf
 	}
+	if u := wire.ChunkUsage(chunk); u.IsObject() {
+		u.Raw = strings.Clone(u.Raw) // a view of chunk, which the next Next reuses
+		k.usage = u
+	}
+	k.buf = k.form.chunk(k.buf, chunk)
+	return k.buf
+}
+
+// end appends what ends the stream after err (io.EOF: the end it had).
+//
+//go:noinline
+func (k *sink) end(err error) []byte {
 	k.ended = true
 	if err != io.EOF { // an UpstreamError may wrap io.EOF: that is a cut, not an end
 		k.failure = err

@@ -134,43 +134,58 @@ func (s *upstreamStream) next() ([]byte, error) {
 			}
 			continue
 		}
-		data := ev.Data
-		if bytes.IndexByte(data, '\n') >= 0 {
-			// Several data lines: JSON allows whitespace between tokens, and
-			// the client's SSE framing needs one line.
-			for i, c := range data {
-				if c == '\n' {
-					data[i] = ' '
-				}
-			}
-		}
-		if bytes.Contains(data, errorKey) {
-			e := gjson.GetBytes(data, "error")
-			if e.Exists() && e.Type == gjson.Null {
-				// "error":null in a normal chunk kills openai-go's stream: drop it.
-				data, _ = sjson.DeleteBytes(data, "error")
-			} else if e.Exists() {
-				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
-					Provider: s.pc.cfg.Name, Body: append([]byte(nil), data...), Err: errors.New("error event in stream")}
-			}
-		}
-		if string(ev.Name) == "error" {
-			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
-				Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
-		}
-		if len(data) == 0 {
+		chunk, skip, err := s.chunk(ev)
+		if skip {
 			continue
 		}
-		if sse.IsDone(data) {
-			s.done = true
-			s.drain()
-			return nil, io.EOF
-		}
-		if data[0] != '{' || !gjson.ValidBytes(data) {
-			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
-		}
-		return s.rename(data), nil
+		return chunk, err
 	}
+}
+
+// chunk checks and renames one data event of an OpenAI stream: skip for an
+// empty one, io.EOF at [DONE]. It is a function of its own so that its
+// locals are not on the goroutine's stack while next waits for the
+// upstream: a stream's goroutine keeps its stack, at its deepest, for the
+// whole stream.
+//
+//go:noinline
+func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error) {
+	data := ev.Data
+	if bytes.IndexByte(data, '\n') >= 0 {
+		// Several data lines: JSON allows whitespace between tokens, and
+		// the client's SSE framing needs one line.
+		for i, c := range data {
+			if c == '\n' {
+				data[i] = ' '
+			}
+		}
+	}
+	if bytes.Contains(data, errorKey) {
+		e := gjson.GetBytes(data, "error")
+		if e.Exists() && e.Type == gjson.Null {
+			// "error":null in a normal chunk kills openai-go's stream: drop it.
+			data, _ = sjson.DeleteBytes(data, "error")
+		} else if e.Exists() {
+			return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
+				Provider: s.pc.cfg.Name, Body: append([]byte(nil), data...), Err: errors.New("error event in stream")}
+		}
+	}
+	if string(ev.Name) == "error" {
+		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
+			Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
+	}
+	if len(data) == 0 {
+		return nil, true, nil
+	}
+	if sse.IsDone(data) {
+		s.done = true
+		s.drain()
+		return nil, false, io.EOF
+	}
+	if data[0] != '{' || !gjson.ValidBytes(data) {
+		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
+	}
+	return s.rename(data), false, nil
 }
 
 // rename gives data the client's model name, as setModel does, and reuses
