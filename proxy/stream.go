@@ -24,19 +24,19 @@ var errorKey = []byte(`"error"`)
 
 // sseReaders holds the SSE readers of closed upstream streams, with their
 // buffers, for the next streams; one that grew past maxPooledReader (a
-// huge event) is left to the collector.
+// long event) is left to the collector, so that the next stream, which
+// holds its reader's buffers while it waits, does not hold that size.
 var sseReaders = sync.Pool{New: func() any { return sse.NewReader(nil, maxEventBytes) }}
 
-const maxPooledReader = 64 << 10
+const maxPooledReader = 8 << 10
 
 // upstreamStream reads an upstream chat stream event by event. Each chunk is
 // checked (one JSON object), given the client's model name, and returned in
-// a buffer reused by the next call. It owns the fasthttp request and
-// response and releases them in Close.
+// a buffer reused by the next call. It owns the fasthttp response and
+// releases it in Close.
 type upstreamStream struct {
 	ctx      context.Context
 	pc       *providerClient
-	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	conn     *trackedConn        // nil when the connection could not be found
 	rd       *sse.Reader         // from sseReaders; back there in Close unless lent
@@ -63,12 +63,12 @@ type upstreamStream struct {
 }
 
 // newUpstreamStream reads resp's body, which conn (nil if unknown) carries.
-func newUpstreamStream(ctx context.Context, pc *providerClient, req *fasthttp.Request, resp *fasthttp.Response, conn *trackedConn, model string, deadline time.Time, look *pipeline.Lookahead) *upstreamStream {
+func newUpstreamStream(ctx context.Context, pc *providerClient, resp *fasthttp.Response, conn *trackedConn, model string, deadline time.Time, look *pipeline.Lookahead) *upstreamStream {
 	if conn == nil {
 		conn = pc.conns.lookup(resp.LocalAddr())
 	}
 	s := &upstreamStream{
-		ctx: ctx, pc: pc, req: req, resp: resp, model: model, deadline: deadline,
+		ctx: ctx, pc: pc, resp: resp, model: model, deadline: deadline,
 		idle: pc.cfg.StreamIdleTimeout.D(),
 		conn: conn,
 		rd:   sseReaders.Get().(*sse.Reader),
@@ -328,5 +328,6 @@ func (s *upstreamStream) Close() {
 		// the connection in an unknown state: never pool it.
 		s.resp.SetConnectionClose()
 	}
-	release(s.req, s.resp)
+	_ = s.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(s.resp)
 }

@@ -348,7 +348,10 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	if !c.end() {
 		resp.SetConnectionClose() // cancelled while Do ran; the stream reports it
 	}
-	s := newUpstreamStream(ctx, pc, freq, resp, conn, req.Model, deadline, req.Lookahead)
+	// The request was sent: the stream needs only the response, and an open
+	// stream should not hold the request's headers and body.
+	fasthttp.ReleaseRequest(freq)
+	s := newUpstreamStream(ctx, pc, resp, conn, req.Model, deadline, req.Lookahead)
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
 	}

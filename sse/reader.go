@@ -20,7 +20,11 @@ var ErrEventTooLarge = errors.New("sse: event too large")
 // any real chunk, far below what would let a broken upstream exhaust memory.
 const DefaultMaxEventBytes = 4 << 20
 
-const initialBufSize = 4096
+// initialBufSize is a Reader's first buffer: a chat chunk or two (a few
+// hundred bytes each). It doubles for a longer line; reads come from a
+// buffered connection, so a small buffer costs copies, not system calls.
+// An open stream holds it while it waits.
+const initialBufSize = 1024
 
 // Event is one dispatched SSE event.
 //
