@@ -66,6 +66,11 @@ type Reader struct {
 	hasName bool
 	data    []byte
 	hasData bool
+	// view says the event's data is its one data line's value, still in
+	// buf at buf[viewAt:viewAt+viewLen], not copied to data: fill keeps
+	// those bytes (and moves viewAt with them) until the event dispatches.
+	view            bool
+	viewAt, viewLen int
 	size    int // bytes of the current event so far
 	fatal   error
 
@@ -124,6 +129,9 @@ func (rd *Reader) Next() (Event, error) {
 		if len(line) == 0 {
 			if rd.hasData {
 				ev := Event{Data: rd.data}
+				if rd.view {
+					ev.Data = rd.buf[rd.viewAt : rd.viewAt+rd.viewLen : rd.viewAt+rd.viewLen]
+				}
 				if rd.hasName {
 					ev.Name = rd.name
 				}
@@ -150,6 +158,7 @@ func (rd *Reader) clearEvent() {
 	rd.hasName = false
 	rd.data = rd.data[:0]
 	rd.hasData = false
+	rd.view = false
 	rd.size = 0
 	rd.dirty = false
 }
@@ -168,10 +177,19 @@ func (rd *Reader) field(line []byte) {
 	}
 	switch string(name) { // no allocation: the compiler special-cases this
 	case "data":
-		if rd.hasData {
+		switch {
+		case !rd.hasData:
+			// Most events have one data line: its value stays where it was
+			// read (value is a view of buf), no copy.
+			rd.view, rd.viewAt, rd.viewLen = true, cap(rd.buf)-cap(value), len(value)
+		case rd.view:
+			rd.data = append(rd.data[:0], rd.buf[rd.viewAt:rd.viewAt+rd.viewLen]...)
+			rd.view = false
+			fallthrough
+		default:
 			rd.data = append(rd.data, '\n')
+			rd.data = append(rd.data, value...)
 		}
-		rd.data = append(rd.data, value...)
 		rd.hasData = true
 	case "event":
 		rd.name = append(rd.name[:0], value...)
@@ -248,12 +266,19 @@ func (rd *Reader) bom(line []byte) []byte {
 // fill reads more input, compacting or growing the buffer first. It returns
 // an error only when the pending line exceeds the limit.
 func (rd *Reader) fill() error {
-	if rd.start > 0 {
-		n := copy(rd.buf, rd.buf[rd.start:rd.end])
-		rd.start, rd.end = 0, n
+	keep := rd.start // the unread input, and a pending event's data view
+	if rd.view && rd.viewAt < keep {
+		keep = rd.viewAt
+	}
+	if keep > 0 {
+		n := copy(rd.buf, rd.buf[keep:rd.end])
+		rd.start, rd.end = rd.start-keep, n
+		if rd.view {
+			rd.viewAt -= keep
+		}
 	}
 	if rd.end == len(rd.buf) {
-		if rd.end > rd.max+3 { // the line alone (plus BOM) is past the limit
+		if rd.end-rd.start > rd.max+3 { // the line alone (plus BOM) is past the limit
 			return ErrEventTooLarge
 		}
 		size := 2 * len(rd.buf)
