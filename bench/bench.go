@@ -218,7 +218,7 @@ func (b *bench) startMain() error {
 		return err
 	}
 	fmt.Printf("mock upstream: http://%s/v1 (point a peer gateway's OpenAI provider here)\n", b.api.addr)
-	b.floorAPI, err = b.procs.start("floor", b.bins.floor, b.floorArgs(b.api.addr)...)
+	b.floorAPI, err = b.procs.start("floor", b.bins.floor, floorArgs(b.api.addr, b.set.buffers())...)
 	if err != nil {
 		return err
 	}
@@ -249,13 +249,12 @@ func (b *bench) gatewayArgs(name, cfg string) []string {
 	return args
 }
 
-// floorArgs are the floor proxy's arguments in front of upstream: its
-// connection buffers are the run's, so that the floor and the gateway are
-// compared at the same buffer sizes.
-func (b *bench) floorArgs(upstream string) []string {
+// floorArgs are the floor proxy's arguments in front of upstream, with the
+// connection buffers the gateway it is compared with has.
+func floorArgs(upstream string, buf connBuffers) []string {
 	return []string{"-listen", "{addr}", "-upstream", upstream,
-		"-read-buffer", strconv.Itoa(b.set.ReadBuffer), "-write-buffer", strconv.Itoa(b.set.WriteBuffer),
-		"-upstream-read-buffer", strconv.Itoa(b.set.UpstreamReadBuffer)}
+		"-read-buffer", strconv.Itoa(buf.read), "-write-buffer", strconv.Itoa(buf.write),
+		"-upstream-read-buffer", strconv.Itoa(buf.upstreamRead)}
 }
 
 // configDifferences are the ways the bench gateway config departs from the

@@ -35,7 +35,7 @@ func (b *bench) burstStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(mock)
-	floor, gw, err := b.startProxies("burst", mock, mock, 4096)
+	floor, gw, err := b.startProxies("burst", mock, mock, 4096, b.set.buffers())
 	if err != nil {
 		return fail(err)
 	}

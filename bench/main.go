@@ -66,11 +66,16 @@ type settings struct {
 	ReadBuffer         int `json:"floor_read_buffer_bytes"`
 	WriteBuffer        int `json:"floor_write_buffer_bytes"`
 	UpstreamReadBuffer int `json:"floor_upstream_read_buffer_bytes"`
+	// StreamsBuffer is every connection buffer of both proxies in the
+	// held-streams scenario, tuned for many open streams: what an operator
+	// sets to hold them in the least memory (chat request heads and SSE
+	// events are a few hundred bytes; a head that does not fit is refused).
+	StreamsBuffer int `json:"streams_buffer_bytes"`
 }
 
 func modeSettings(mode string) (settings, error) {
 	s := settings{Mode: mode, FirstByteMS: 20, ChunkDelayMS: 10, ReplyBytes: 120, TextRunes: 4,
-		SlowChunkMS: 1000, MaxInFlight: 8000, BurstClients: 32,
+		SlowChunkMS: 1000, MaxInFlight: 8000, BurstClients: 32, StreamsBuffer: 1024,
 		ReadBuffer: fasthttpBuffers.read, WriteBuffer: fasthttpBuffers.write, UpstreamReadBuffer: fasthttpBuffers.upstreamRead}
 	switch mode {
 	case "quick":
@@ -124,6 +129,7 @@ func realMain() int {
 	readBuf := flag.Int("read-buffer", fasthttpBuffers.read, "floor proxy and gateway's per-connection server read buffer, bytes")
 	writeBuf := flag.Int("write-buffer", fasthttpBuffers.write, "floor proxy and gateway's per-connection server write buffer, bytes")
 	upReadBuf := flag.Int("upstream-read-buffer", fasthttpBuffers.upstreamRead, "floor proxy and gateway's per-connection upstream read buffer, bytes")
+	streamsBuf := flag.Int("streams-buffer", 0, "every connection buffer of both proxies in the held-streams scenario, bytes (0 = 1024, tuned for many open streams)")
 	flag.Parse()
 
 	if *render != "" {
@@ -153,8 +159,11 @@ func realMain() int {
 		set.Streams = *streams
 	}
 	set.ReadBuffer, set.WriteBuffer, set.UpstreamReadBuffer = *readBuf, *writeBuf, *upReadBuf
-	if min(*readBuf, *writeBuf, *upReadBuf) <= 0 {
-		fmt.Fprintln(os.Stderr, "bench: -read-buffer, -write-buffer and -upstream-read-buffer must be positive")
+	if *streamsBuf != 0 {
+		set.StreamsBuffer = *streamsBuf
+	}
+	if min(*readBuf, *writeBuf, *upReadBuf, set.StreamsBuffer) <= 0 {
+		fmt.Fprintln(os.Stderr, "bench: -read-buffer, -write-buffer, -upstream-read-buffer and -streams-buffer must be positive")
 		return 2
 	}
 	if err := peer.validate(); err != nil {

@@ -291,13 +291,7 @@ func shortfalls(res *results) []string {
 			}
 		case "stream memory":
 			if st != nil {
-				gk, _ := st.figure("gateway memory per stream")
-				fk, _ := st.figure("floor memory per stream")
-				gr, _ := st.figure("gateway goroutines per stream")
-				out = append(out, fmt.Sprintf("10,000 streams take %s MB (%s). The floor proxy alone needs %s KiB per open stream (%s MB for 10,000: "+
-					"fasthttp's per-connection buffers on both sides and goroutine stacks), so the target is below "+
-					"what a fasthttp proxy with default buffer sizes reaches; the gateway adds %s KiB per stream on top and runs %s goroutines per stream.",
-					fmtNum(c.Measured), c.Detail, fmtNum(fk), fmtNum(fk*10000/1024), fmtNum(gk-fk), fmtNum(gr)))
+				out = append(out, streamMemorySentence(res, st, c))
 			}
 		case "burst streams":
 			if s := res.scenario("burst"); s != nil {
@@ -386,4 +380,33 @@ func fmtNum(v float64) string {
 		}
 		return s
 	}
+}
+
+// streamMemorySentence explains the 10,000-stream figure: what an open
+// stream costs the gateway and the floor proxy at the scenario's buffers,
+// and how much of the gateway's is goroutine stack.
+func streamMemorySentence(res *results, st *scenarioResult, c targetCheck) string {
+	gk, _ := st.figure("gateway memory per stream")
+	fk, _ := st.figure("floor memory per stream")
+	gr, _ := st.figure("gateway goroutines per stream")
+	stack, _ := st.figure("gateway goroutine stack per stream")
+	s := fmt.Sprintf("10,000 streams take %s MB (%s), both proxies with %d B connection buffers. An open stream costs the gateway %s KiB "+
+		"(%s goroutine per stream", fmtNum(c.Measured), c.Detail, res.Settings.StreamsBuffer, fmtNum(gk), fmtNum(gr))
+	if stack > 0 {
+		s += fmt.Sprintf(", %s KiB of it stack", fmtNum(stack))
+	}
+	s += fmt.Sprintf(") and the floor proxy %s KiB (%s MB for 10,000)", fmtNum(fk), fmtNum(round(fk*10000/1024, 0)))
+	if idle := gatewayIdleMB(st); idle > 0 {
+		s += fmt.Sprintf("; the gateway's idle process (binary, tokenizer tables, pools) is %s MB of the total", fmtNum(idle))
+	}
+	return s + "."
+}
+
+func gatewayIdleMB(st *scenarioResult) float64 {
+	for _, l := range st.Legs {
+		if l.Target == "gateway" {
+			return l.IdleRSSMB
+		}
+	}
+	return 0
 }

@@ -164,3 +164,23 @@ func TestNoisySaturation(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMemorySentence: the README's 10,000-stream sentence gives the
+// buffer size both proxies ran with, each one's cost per stream, the
+// gateway's stack share and its idle process, whichever proxy costs more.
+func TestStreamMemorySentence(t *testing.T) {
+	t.Parallel()
+	st := &scenarioResult{Name: "streams", Status: "ok", Legs: []*leg{{Target: "gateway", IdleRSSMB: 60.5}}}
+	st.fig("gateway memory per stream", 25.3, "KiB")
+	st.fig("floor memory per stream", 36.9, "KiB")
+	st.fig("gateway goroutines per stream", 1, "")
+	st.fig("gateway goroutine stack per stream", 8, "KiB")
+	res := &results{Settings: settings{StreamsBuffer: 1024}}
+	got := streamMemorySentence(res, st, targetCheck{Measured: 316.5, Detail: "projected from 9968 streams"})
+	want := "10,000 streams take 316 MB (projected from 9968 streams), both proxies with 1024 B connection buffers. " +
+		"An open stream costs the gateway 25.3 KiB (1 goroutine per stream, 8 KiB of it stack) and the floor proxy 36.9 KiB " +
+		"(360 MB for 10,000); the gateway's idle process (binary, tokenizer tables, pools) is 60.5 MB of the total."
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}

@@ -16,7 +16,7 @@ import (
 func (b *bench) concurrentStreams() *scenarioResult {
 	n := b.set.Streams
 	r := &scenarioResult{Name: "streams", Title: fmt.Sprintf("%d concurrent slow streams", n),
-		Load: fmt.Sprintf("%d streams held open, one event per %.0f ms", n, b.set.SlowChunkMS)}
+		Load: fmt.Sprintf("%d streams held open, one event per %.0f ms, %d B connection buffers", n, b.set.SlowChunkMS, b.set.StreamsBuffer)}
 	fail := func(err error) *scenarioResult {
 		r.Status, r.Reason = "failed", err.Error()
 		return r
@@ -34,7 +34,8 @@ func (b *bench) concurrentStreams() *scenarioResult {
 		return fail(err)
 	}
 	defer b.procs.stop(mock)
-	floor, gw, err := b.startProxies("slow", b.api, mock, n+1000)
+	sb := b.set.StreamsBuffer
+	floor, gw, err := b.startProxies("slow", b.api, mock, n+1000, connBuffers{read: sb, write: sb, upstreamRead: sb})
 	if err != nil {
 		return fail(err)
 	}
@@ -74,7 +75,8 @@ func (b *bench) concurrentStreams() *scenarioResult {
 		proj := g.IdleRSSMB + perStreamKB(g)*10000/1024
 		r.fig("gateway RSS projected for 10,000 streams", round(proj, 1), "MB")
 	}
-	r.Notes = append(r.Notes, "memory per stream = (VmRSS with all streams open - VmRSS idle) / streams open; direct is the mock's own cost")
+	r.Notes = append(r.Notes, "memory per stream = (VmRSS with all streams open - VmRSS idle) / streams open; direct is the mock's own cost",
+		fmt.Sprintf("the floor proxy and the gateway both run with %d B connection buffers (server read and write, upstream read: the gateway's [server] read_buffer and write_buffer and its provider's read_buffer)", b.set.StreamsBuffer))
 	for _, l := range r.Legs {
 		if l.Errors > 0 {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s: %d of %d streams did not open, e.g. %s", l.Target, l.Errors, l.Requests, l.ErrorSample))
@@ -193,15 +195,15 @@ func (b *bench) holdStreams(t *target, n int) (*leg, error) {
 }
 
 // startProxies starts a floor proxy and a gateway (named floor-NAME and
-// gateway-NAME) in front of mock, both with connection pools of maxConns;
-// the gateway's "slow" provider is mock and its other providers api. The
-// caller stops both.
-func (b *bench) startProxies(name string, api, mock *child, maxConns int) (floor, gw *child, err error) {
-	floor, err = b.procs.start("floor-"+name, b.bins.floor, append(b.floorArgs(mock.addr), "-max-conns", strconv.Itoa(maxConns))...)
+// gateway-NAME) in front of mock, both with connection pools of maxConns
+// and connection buffers buf; the gateway's "slow" provider is mock and its
+// other providers api. The caller stops both.
+func (b *bench) startProxies(name string, api, mock *child, maxConns int, buf connBuffers) (floor, gw *child, err error) {
+	floor, err = b.procs.start("floor-"+name, b.bins.floor, append(floorArgs(mock.addr, buf), "-max-conns", strconv.Itoa(maxConns))...)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-"+name, "127.0.0.1:0", api.addr, mock.addr, maxConns, b.set.buffers())
+	cfg, err := writeGatewayConfig(b.bins.dir, "gateway-"+name, "127.0.0.1:0", api.addr, mock.addr, maxConns, buf)
 	if err == nil {
 		gw, err = b.procs.start("gateway-"+name, b.bins.gateway, b.gatewayArgs("gateway-"+name, cfg)...)
 	}
