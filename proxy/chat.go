@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -147,7 +148,9 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
 	x.stream, x.later = true, true
 	activeStreams.Inc()
-	ctx.SetBodyStream(sk, -1)
+	if !s.hijackStream(ctx, sk) {
+		ctx.SetBodyStream(sk, -1)
+	}
 }
 
 func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {
@@ -225,6 +228,14 @@ type sink struct {
 	ttfb     time.Duration
 	usage    gjson.Result
 	failure  error
+
+	// For a stream on a connection of its own (hijackStream, serve): the
+	// response head until the first write, and the vectors of one write.
+	head    []byte
+	vec     [5][]byte
+	bufs    net.Buffers
+	size    []byte
+	sizeArr [18]byte
 }
 
 var (

@@ -71,8 +71,10 @@ type Server struct {
 	chats  activity    // chat requests and streams still running
 
 	connsMu  sync.Mutex
-	open     map[net.Conn]struct{} // the main listener's connections (ConnState)
-	stopping atomic.Bool           // Shutdown has begun: idle connections close
+	open     map[net.Conn]struct{}  // the main listener's connections (ConnState)
+	kept     map[*keptConn]struct{} // served again after a stream, with no request yet (hijack.go)
+	awaiting sync.Map               // net.Conn → *sink: a stream whose connection fasthttp has yet to hand over
+	stopping atomic.Bool            // Shutdown has begun: idle connections close
 
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
@@ -80,7 +82,7 @@ type Server struct {
 
 // NewServer returns a server for rt.
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
-	s := &Server{log: log, open: map[net.Conn]struct{}{}}
+	s := &Server{log: log, open: map[net.Conn]struct{}{}, kept: map[*keptConn]struct{}{}}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var p [6]byte
 	_, _ = rand.Read(p[:])
@@ -99,6 +101,7 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		KeepHijackedConns:     true, // a stream's connection is served again after it (hijack.go)
 		ConnState:             s.connState,
 		Logger:                fasthttpLogger{log},
 	}
@@ -128,7 +131,15 @@ const finalWrites = 2 * time.Second
 // each has told its client (a stream ends with event: error), so that the
 // caller may exit when Shutdown returns.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.connsMu.Lock()
 	s.stopping.Store(true)
+	// A connection served again after a stream, with no request yet, is
+	// idle, but fasthttp counts it active (as any connection before its
+	// first request) and would wait for it.
+	for c := range s.kept {
+		_ = c.Close()
+	}
+	s.connsMu.Unlock()
 	defer s.closeConns()
 	s.adminMu.Lock()
 	for _, a := range s.admin {
@@ -140,7 +151,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	select {
 	case err = <-done:
-		s.cancel()
+		// fasthttp no longer counts a connection whose stream runs on a
+		// goroutine of its own (hijack.go): wait for those streams too.
+		select {
+		case <-s.chats.zero():
+			s.cancel()
+		case <-ctx.Done():
+			s.cancel()
+			s.chats.wait(finalWrites)
+		}
 	case <-ctx.Done():
 		s.cancel() // ends the requests still running; their writers then return
 		err = <-done
@@ -165,9 +184,19 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 			_ = c.Close()
 		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		if sk, ok := s.awaiting.LoadAndDelete(c); ok && st == fasthttp.StateClosed {
+			// fasthttp closed the connection instead of handing it over:
+			// the stream never started.
+			k := sk.(*sink)
+			k.gone()
+			k.finish()
+		}
 		s.peers.forget(c)
 		s.connsMu.Lock()
 		delete(s.open, c)
+		if kc, ok := c.(*keptConn); ok {
+			delete(s.kept, kc)
+		}
 		s.connsMu.Unlock()
 	}
 }
@@ -209,6 +238,9 @@ func printable(b []byte) bool {
 // handle serves one request of the main listener; every request, whatever
 // its route or outcome, ends through finish exactly once.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if kc, ok := ctx.Conn().(*keptConn); ok && kc.fresh.Load() {
+		s.unkeep(kc)
+	}
 	x := s.begin(ctx, s.rt.Load())
 	s.route(ctx, x)
 	s.end(ctx, x)

@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// A stream runs on its client connection apart from fasthttp's worker
+// (proxy/hijack.go); these tests hold the connection-level behaviour that
+// fasthttp gave for free: the bytes of the response, keep-alive after a
+// stream, pipelined requests, Connection: close, HTTP/1.0 and shutdown.
+
+const (
+	connStreamBody = `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	connPlainBody  = `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
+)
+
+func connHarness(t *testing.T) (*harness, string) {
+	t.Helper()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Text: "a streamed answer in a few chunks"}
+	}, Chunking: mockllm.Chunking{TextRunes: 5}})
+	u, err := url.Parse(h.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, u.Host
+}
+
+// rawRequest is an HTTP request as a client writes it.
+func rawRequest(proto, body string, extra ...string) string {
+	var b strings.Builder
+	b.WriteString("POST /v1/chat/completions " + proto + "\r\nHost: gw\r\nContent-Type: application/json\r\n")
+	for _, h := range extra {
+		b.WriteString(h + "\r\n")
+	}
+	b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+	return b.String()
+}
+
+// readStream reads one streamed response off br and checks its head and
+// body: chunked, the SSE headers, events that end with [DONE].
+func readStream(t *testing.T, br *bufio.Reader) *http.Response {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the stream's response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body) // net/http's chunked reader checks the framing
+	if err != nil {
+		t.Fatalf("reading the stream's body: %v", err)
+	}
+	if resp.StatusCode != 200 || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+		t.Fatalf("status %d, transfer encoding %v", resp.StatusCode, resp.TransferEncoding)
+	}
+	for k, v := range map[string]string{"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"} {
+		if got := resp.Header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("Date") == "" {
+		t.Errorf("head lacks X-Request-Id or Date: %v", resp.Header)
+	}
+	if !strings.Contains(string(body), `"content":"a str`) || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("body %q", body)
+	}
+	return resp
+}
+
+func readPlain(t *testing.T, br *bufio.Reader) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(body), `"object":"chat.completion"`) {
+		t.Fatalf("answer %d %q, %v", resp.StatusCode, body, err)
+	}
+}
+
+func dialGateway(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func write(t *testing.T, c net.Conn, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStreamConnectionServesNextRequests: after a stream, its connection
+// answers the next requests (a body, another stream, a body again), and a
+// request the client pipelined behind a stream's request is answered after
+// the stream, in order.
+func TestStreamConnectionServesNextRequests(t *testing.T) {
+	t.Parallel()
+	_, addr := connHarness(t)
+	c, br := dialGateway(t, addr)
+	write(t, c, rawRequest("HTTP/1.1", connStreamBody))
+	if resp := readStream(t, br); resp.Close {
+		t.Fatal("a keep-alive stream's response says Connection: close")
+	}
+	write(t, c, rawRequest("HTTP/1.1", connPlainBody))
+	readPlain(t, br)
+	write(t, c, rawRequest("HTTP/1.1", connStreamBody))
+	readStream(t, br)
+	write(t, c, rawRequest("HTTP/1.1", connPlainBody))
+	readPlain(t, br)
+
+	// Pipelined: two requests in one write, the first a stream.
+	write(t, c, rawRequest("HTTP/1.1", connStreamBody)+rawRequest("HTTP/1.1", connPlainBody))
+	readStream(t, br)
+	readPlain(t, br)
+}
+
+// TestStreamConnectionCloses: a client that asks to close, or speaks
+// HTTP/1.0, gets Connection: close and the connection ends after the
+// stream.
+func TestStreamConnectionCloses(t *testing.T) {
+	t.Parallel()
+	_, addr := connHarness(t)
+	for _, req := range []string{
+		rawRequest("HTTP/1.1", connStreamBody, "Connection: close"),
+		rawRequest("HTTP/1.0", connStreamBody),
+	} {
+		c, br := dialGateway(t, addr)
+		write(t, c, req)
+		if resp := readStream(t, br); !resp.Close {
+			t.Errorf("%q: the response does not say Connection: close", strings.SplitN(req, "\r\n", 2)[0])
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("%q: after the stream the connection gave %v, want EOF", strings.SplitN(req, "\r\n", 2)[0], err)
+		}
+	}
+}
+
+// TestShutdownClosesConnectionKeptAfterStream: a connection idle after a
+// stream (fasthttp counts a connection active until its first request) does
+// not hold shutdown until its deadline, and is closed.
+func TestShutdownClosesConnectionKeptAfterStream(t *testing.T) {
+	t.Parallel()
+	h, addr := connHarness(t)
+	c, br := dialGateway(t, addr)
+	write(t, c, rawRequest("HTTP/1.1", connStreamBody))
+	readStream(t, br)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil || ctx.Err() != nil {
+		t.Fatalf("shutdown: %v (its deadline: %v)", err, ctx.Err())
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the connection kept after the stream is still open after shutdown")
+	}
+}
