@@ -232,6 +232,7 @@ type sink struct {
 	// For a stream on a connection of its own (hijackStream, serve): the
 	// response head until the first write, and the vectors of one write.
 	head    []byte
+	closed  bool // the final chunk was written
 	vec     [5][]byte
 	bufs    net.Buffers
 	size    []byte

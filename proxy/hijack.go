@@ -49,6 +49,13 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	// Until fasthttp reports the connection hijacked, a connection it
 	// closes instead (a failure between the handler and the hijack) ends
 	// the stream (connState).
+	// The first events leave from here, as they would through fasthttp:
+	// the first token does not wait for the hand-over below. (They were
+	// read already, to choose the upstream: this write does not wait for
+	// the upstream; a write error means the client left, which the
+	// stream's goroutine then finds.)
+	tcp, _ := tcpOf(conn)
+	_ = sk.writeNext(tcp)
 	s.awaiting.Store(conn, sk)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
@@ -170,34 +177,47 @@ func (k *keptConn) Read(p []byte) (int, error) {
 // head, the one of the last event the final chunk. It ends the request
 // and returns the write error that ended the stream (the client left).
 func (k *sink) serve(conn *net.TCPConn) error {
-	head := k.head
-	k.head = nil
-	closed := false // the final chunk was written
-	for !k.ended {
-		b := k.event()
-		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
-			continue // the next event is already here: one write for both
-		}
-		if err := k.writeChunk(conn, head, b, k.ended); err != nil {
-			k.gone()
-			k.finish()
-			return err
-		}
-		head, closed = nil, k.ended
-		k.wrote(len(b))
-		k.drop() // all written; the next event takes a buffer again
-	}
 	var err error
-	if !closed && !errors.Is(k.failure, pipeline.ErrClientGone) {
+	for !k.ended && err == nil {
+		err = k.writeNext(conn)
+	}
+	if err != nil {
+		k.finish()
+		return err
+	}
+	if !k.closed && !errors.Is(k.failure, pipeline.ErrClientGone) {
 		// The stream ended with nothing more to say: the head, if not
 		// sent yet, and the final chunk.
-		err = k.writeChunk(conn, head, nil, true)
+		err = k.writeChunk(conn, k.head, nil, true)
+		k.head = nil
 	}
 	k.finish()
 	if err == nil && errors.Is(k.failure, pipeline.ErrClientGone) {
 		err = io.ErrClosedPipe // the client left: never reuse the connection
 	}
 	return err
+}
+
+// writeNext writes the next event, or the next burst of events that were
+// already buffered upstream together, with the head if it was not sent
+// and the final chunk after the last event. A write error means the client
+// left.
+func (k *sink) writeNext(conn *net.TCPConn) error {
+	for !k.ended {
+		b := k.event()
+		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
+			continue // the next event is already here: one write for both
+		}
+		if err := k.writeChunk(conn, k.head, b, k.ended); err != nil {
+			k.gone()
+			return err
+		}
+		k.head, k.closed = nil, k.ended
+		k.wrote(len(b))
+		k.drop() // all written; the next event takes a buffer again
+		return nil
+	}
+	return nil
 }
 
 // writeChunk writes head (if any), b as one chunk (if not empty) and, when
