@@ -134,12 +134,12 @@ func (h *handler) attempt(ctx context.Context, req *pipeline.Request, provider s
 	if err != nil {
 		return nil, err
 	}
-	return h.primeResponse(ctx, resp, provider)
+	return h.primeResponse(ctx, resp, provider, req.Lookahead)
 }
 
 // primeResponse primes resp's stream unless that was done already (by the
 // nested fallback middleware of a fallback route).
-func (h *handler) primeResponse(ctx context.Context, resp *pipeline.Response, provider string) (*pipeline.Response, error) {
+func (h *handler) primeResponse(ctx context.Context, resp *pipeline.Response, provider string, look *pipeline.Lookahead) (*pipeline.Response, error) {
 	if resp == nil {
 		return nil, errors.New("fallback: handler returned neither response nor error")
 	}
@@ -149,7 +149,7 @@ func (h *handler) primeResponse(ctx context.Context, resp *pipeline.Response, pr
 	if _, ok := resp.Stream.(*replayStream); ok {
 		return resp, nil
 	}
-	s, err := prime(ctx, resp.Stream, provider)
+	s, err := prime(ctx, resp.Stream, provider, look)
 	if err != nil {
 		return nil, err
 	}

@@ -135,5 +135,5 @@ func (h *handler) callFallback(ctx context.Context, st *callState, req *pipeline
 	if err != nil {
 		return nil, err
 	}
-	return h.primeResponse(ctx, resp, "")
+	return h.primeResponse(ctx, resp, "", c.Lookahead)
 }

@@ -30,7 +30,7 @@ const (
 // seen the response start yet. On failure prime closes s and returns the
 // error; io.EOF becomes an UpstreamCut failure wrapping ErrNoContent.
 // ctx cancellation (the deadline, the client leaving) closes s to unblock Next.
-func prime(ctx context.Context, s pipeline.Stream, provider string) (*replayStream, error) {
+func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeline.Lookahead) (*replayStream, error) {
 	stop := context.AfterFunc(ctx, s.Close)
 	r := &replayStream{up: s}
 	buf := r.arr[:0]
@@ -53,6 +53,10 @@ func prime(ctx context.Context, s pipeline.Stream, provider string) (*replayStre
 				return nil, context.Cause(ctx)
 			}
 			r.buf, r.first = buf, c
+			// The writer may hold its write for these: they come without
+			// waiting for the upstream.
+			r.look, r.queued = look, len(buf)+1
+			look.Queue(r.queued)
 			return r, nil
 		}
 		buf = append(buf, bytes.Clone(c))
@@ -102,6 +106,12 @@ type replayStream struct {
 	arr   [2][]byte // backing for buf: usually just the role chunk
 	first []byte    // owned by up; valid until up.Next is called again
 	up    pipeline.Stream
+	// look counts buf and first as queued (Lookahead.Queue) until they are
+	// handed out or the stream closes; nil when the request has none (a
+	// layer between this stream and the client's writer may read it
+	// without writing: the tool loop).
+	look   *pipeline.Lookahead
+	queued int
 
 	// onClose runs on every Close (it must be idempotent): it releases the
 	// fallback deadline's context. Set before the stream is handed out.
@@ -113,18 +123,28 @@ func (r *replayStream) Next() ([]byte, error) {
 	if len(r.buf) > 0 {
 		c := r.buf[0]
 		r.buf = r.buf[1:]
+		r.dequeue(1)
 		return c, nil
 	}
 	if r.first != nil {
 		c := r.first
 		r.first = nil
+		r.dequeue(1)
 		return c, nil
 	}
 	return r.up.Next()
 }
 
+// dequeue takes n of r's chunks off its Lookahead's queue.
+func (r *replayStream) dequeue(n int) {
+	n = min(n, r.queued)
+	r.queued -= n
+	r.look.Queue(-n)
+}
+
 // Close implements pipeline.Stream.
 func (r *replayStream) Close() {
+	r.dequeue(r.queued)
 	r.up.Close()
 	if r.onClose != nil {
 		r.onClose()

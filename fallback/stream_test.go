@@ -215,3 +215,42 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPrimedChunksAreQueued: the chunks the fallback layer read to choose
+// the upstream (up to the first content) count as buffered on the
+// request's Lookahead until they are handed out, so that the client's
+// writer sends them, the first content included, in one write; the
+// upstream's next chunk is not queued, and Close forgets what is left.
+func TestPrimedChunksAreQueued(t *testing.T) {
+	t.Parallel()
+	inner := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: newFakeStream(ctx, []string{roleChunk, textA, textB}, nil)}, nil
+	})
+	route := rt("a", 0, nil, dep("p", "a", 1))
+	h := New(withDefaults(Options{}, route), nil)(inner)
+	look := &pipeline.Lookahead{}
+	resp, err := h.Chat(t.Context(), &pipeline.Request{Stream: true, Route: route, Meta: &pipeline.Meta{}, Lookahead: look})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		chunk    string
+		buffered bool // after the chunk was handed out
+	}{{roleChunk, true}, {textA, false}} {
+		c, err := resp.Stream.Next()
+		if err != nil || string(c) != want.chunk || look.Buffered() != want.buffered {
+			t.Fatalf("chunk %d: %q, %v, buffered %v; want %q, buffered %v", i, c, err, look.Buffered(), want.chunk, want.buffered)
+		}
+	}
+	resp.Stream.Close()
+
+	// Closed with its chunks still queued: nothing stays queued.
+	resp, err = h.Chat(t.Context(), &pipeline.Request{Stream: true, Route: route, Meta: &pipeline.Meta{}, Lookahead: look})
+	if err != nil || !look.Buffered() {
+		t.Fatalf("a primed stream queues nothing: %v", err)
+	}
+	resp.Stream.Close()
+	if look.Buffered() {
+		t.Fatal("a closed stream's chunks stay queued")
+	}
+}

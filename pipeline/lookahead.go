@@ -12,7 +12,18 @@ import "sync/atomic"
 // Safe for concurrent use, and lock-free: the writer asks before every
 // write.
 type Lookahead struct {
-	src atomic.Pointer[Buffered]
+	src    atomic.Pointer[Buffered]
+	queued atomic.Int32 // chunks a layer read ahead and hands out next (Queue)
+}
+
+// Queue adds n (or, negative, takes them away) to the chunks a layer read
+// ahead of the writer and returns before the upstream's next event: the
+// fallback layer's first chunks, read to choose the upstream. While any
+// are queued, Buffered reports true.
+func (l *Lookahead) Queue(n int) {
+	if l != nil {
+		l.queued.Add(int32(n))
+	}
 }
 
 // Buffered is a stream that can tell, without blocking, whether its next
@@ -48,6 +59,9 @@ func (l *Lookahead) Unset(b Buffered) {
 func (l *Lookahead) Buffered() bool {
 	if l == nil {
 		return false
+	}
+	if l.queued.Load() > 0 {
+		return true
 	}
 	p := l.src.Load()
 	return p != nil && (*p).Buffered()

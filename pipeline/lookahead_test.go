@@ -80,3 +80,25 @@ func BenchmarkLookaheadBuffered(b *testing.B) {
 		l.Buffered()
 	}
 }
+
+// TestLookaheadQueue: queued chunks report buffered whatever the stream
+// says, until they are taken off; a nil Lookahead ignores Queue.
+func TestLookaheadQueue(t *testing.T) {
+	t.Parallel()
+	var nilLook *Lookahead
+	nilLook.Queue(1)
+	var l Lookahead
+	l.Set(&fixedBuffered{answer: false})
+	l.Queue(2)
+	if !l.Buffered() {
+		t.Fatal("two queued chunks: not buffered")
+	}
+	l.Queue(-1)
+	if !l.Buffered() {
+		t.Fatal("one queued chunk: not buffered")
+	}
+	l.Queue(-1)
+	if l.Buffered() {
+		t.Fatal("none queued and the stream has nothing: buffered")
+	}
+}
