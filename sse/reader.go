@@ -71,8 +71,8 @@ type Reader struct {
 	// those bytes (and moves viewAt with them) until the event dispatches.
 	view            bool
 	viewAt, viewLen int
-	size    int // bytes of the current event so far
-	fatal   error
+	size            int // bytes of the current event so far
+	fatal           error
 
 	activity Activity // told of every read that brought bytes; nil = none
 }
