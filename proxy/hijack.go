@@ -46,9 +46,6 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	}
 	ctx.Response.Header.SetContentLength(-1) // chunked
 	sk.head = ctx.Response.Header.AppendBytes(nil)
-	// Until fasthttp reports the connection hijacked, a connection it
-	// closes instead (a failure between the handler and the hijack) ends
-	// the stream (connState).
 	// The first events leave from here, as they would through fasthttp:
 	// the first token does not wait for the hand-over below. (They were
 	// read already, to choose the upstream: this write does not wait for
@@ -56,6 +53,9 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	// stream's goroutine then finds.)
 	tcp, _ := tcpOf(conn)
 	_ = sk.writeNext(tcp)
+	// Until fasthttp reports the connection hijacked, a connection it
+	// closes instead (a failure between the handler and the hijack) ends
+	// the stream (connState).
 	s.awaiting.Store(conn, sk)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
