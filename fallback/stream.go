@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -55,8 +56,9 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 			r.buf, r.first = buf, c
 			// The writer may hold its write for these: they come without
 			// waiting for the upstream.
-			r.look, r.queued = look, len(buf)+1
-			look.Queue(r.queued)
+			r.look = look
+			r.queued.Store(int32(len(buf) + 1))
+			look.Queue(len(buf) + 1)
 			return r, nil
 		}
 		buf = append(buf, bytes.Clone(c))
@@ -111,7 +113,7 @@ type replayStream struct {
 	// layer between this stream and the client's writer may read it
 	// without writing: the tool loop).
 	look   *pipeline.Lookahead
-	queued int
+	queued atomic.Int32 // Close may run on another goroutine than Next
 
 	// onClose runs on every Close (it must be idempotent): it releases the
 	// fallback deadline's context. Set before the stream is handed out.
@@ -123,28 +125,36 @@ func (r *replayStream) Next() ([]byte, error) {
 	if len(r.buf) > 0 {
 		c := r.buf[0]
 		r.buf = r.buf[1:]
-		r.dequeue(1)
+		r.dequeue()
 		return c, nil
 	}
 	if r.first != nil {
 		c := r.first
 		r.first = nil
-		r.dequeue(1)
+		r.dequeue()
 		return c, nil
 	}
 	return r.up.Next()
 }
 
-// dequeue takes n of r's chunks off its Lookahead's queue.
-func (r *replayStream) dequeue(n int) {
-	n = min(n, r.queued)
-	r.queued -= n
-	r.look.Queue(-n)
+// dequeue takes one of r's chunks off its Lookahead's queue, unless Close
+// took them all.
+func (r *replayStream) dequeue() {
+	for {
+		q := r.queued.Load()
+		if q <= 0 {
+			return
+		}
+		if r.queued.CompareAndSwap(q, q-1) {
+			r.look.Queue(-1)
+			return
+		}
+	}
 }
 
 // Close implements pipeline.Stream.
 func (r *replayStream) Close() {
-	r.dequeue(r.queued)
+	r.look.Queue(-int(r.queued.Swap(0)))
 	r.up.Close()
 	if r.onClose != nil {
 		r.onClose()

@@ -127,10 +127,68 @@ func TestStreamConnectionServesNextRequests(t *testing.T) {
 	write(t, c, rawRequest("HTTP/1.1", connPlainBody))
 	readPlain(t, br)
 
-	// Pipelined: two requests in one write, the first a stream.
+	// Pipelined: two requests in one write, the first a stream; then a
+	// body in front of a stream (its answer, which fasthttp holds while the
+	// next request is buffered, must leave before the stream's head).
 	write(t, c, rawRequest("HTTP/1.1", connStreamBody)+rawRequest("HTTP/1.1", connPlainBody))
 	readStream(t, br)
 	readPlain(t, br)
+	write(t, c, rawRequest("HTTP/1.1", connPlainBody)+rawRequest("HTTP/1.1", connStreamBody))
+	readPlain(t, br)
+	readStream(t, br)
+}
+
+// TestStreamConnectionIdlesLikeKeepAlive: a connection idle after a stream
+// waits for its next request as long as any keep-alive connection
+// (idle_timeout), not the read timeout of a new connection's first request,
+// and is never answered 408 for a request it did not send.
+func TestStreamConnectionIdlesLikeKeepAlive(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.Replace(baseConfig, "[server]", "[server]\nread_timeout = \"300ms\"\nidle_timeout = \"20s\"", 1),
+		mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: "a streamed answer in a few chunks"} },
+			Chunking: mockllm.Chunking{TextRunes: 5}})
+	u, _ := url.Parse(h.base)
+	c, br := dialGateway(t, u.Host)
+	write(t, c, rawRequest("HTTP/1.1", connStreamBody))
+	readStream(t, br)
+	time.Sleep(time.Second) // past the read timeout, within the idle timeout
+	write(t, c, rawRequest("HTTP/1.1", connPlainBody))
+	readPlain(t, br)
+}
+
+// TestShutdownDeadlineEndsStreams: streams still running at shutdown's
+// deadline are cancelled (event: error), their connections closed, and
+// Shutdown reports the deadline.
+func TestShutdownDeadlineEndsStreams(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{
+		Respond:    func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: strings.Repeat("slow words ", 200)} },
+		Chunking:   mockllm.Chunking{TextRunes: 4},
+		ChunkDelay: 50 * time.Millisecond,
+	})
+	u, _ := url.Parse(h.base)
+	c, br := dialGateway(t, u.Host)
+	write(t, c, rawRequest("HTTP/1.1", connStreamBody))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 64)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown with a stream running past its deadline returned %v", err)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(rest), "event: error") {
+		t.Fatalf("the cut stream ended with %v and %q", err, rest[max(0, len(rest)-200):])
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the stream's connection is still open after shutdown")
+	}
 }
 
 // TestStreamConnectionCloses: a client that asks to close, or speaks

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -46,19 +45,23 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	}
 	ctx.Response.Header.SetContentLength(-1) // chunked
 	sk.head = ctx.Response.Header.AppendBytes(nil)
-	// The first events leave from here, as they would through fasthttp:
-	// the first token does not wait for the hand-over below. (They were
-	// read already, to choose the upstream: this write does not wait for
-	// the upstream; a write error means the client left, which the
-	// stream's goroutine then finds.)
-	tcp, _ := tcpOf(conn)
-	_ = sk.writeNext(tcp)
-	// Until fasthttp reports the connection hijacked, a connection it
-	// closes instead (a failure between the handler and the hijack) ends
-	// the stream (connState).
+	// Until fasthttp hands the connection over, a connection it closes
+	// instead (a failure between the handler and the hijack) ends the
+	// stream (connState).
 	s.awaiting.Store(conn, sk)
+	s.connsMu.Lock()
+	s.streaming[conn] = struct{}{} // closed by Shutdown at its deadline
+	s.connsMu.Unlock()
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
+		s.awaiting.CompareAndDelete(conn, sk)
+		// The first events leave at once, from here: fasthttp has flushed
+		// any response of a request pipelined in front of this one. (They
+		// were read already, to choose the upstream: this write does not
+		// wait for it; a write error means the client left, which the
+		// stream's goroutine then finds.)
+		tcp, _ := tcpOf(conn)
+		_ = sk.writeNext(tcp)
 		// fasthttp keeps the request context, and the read buffer c reads
 		// through, until this function returns: take what c holds and run
 		// the stream elsewhere.
@@ -109,8 +112,12 @@ func readAhead(c, conn net.Conn) ([]byte, error) {
 // (ahead first), or closes it.
 func (s *Server) serveStream(conn net.Conn, sk *sink, ahead []byte, keep bool) {
 	tcp, _ := tcpOf(conn)
-	if err := sk.serve(tcp); err != nil || !keep {
-		_ = conn.Close()
+	err := sk.serve(tcp)
+	s.connsMu.Lock()
+	delete(s.streaming, conn)
+	s.connsMu.Unlock()
+	if err != nil || !keep {
+		s.closeKept(conn)
 		return
 	}
 	kc, ok := conn.(*keptConn)
@@ -118,36 +125,66 @@ func (s *Server) serveStream(conn net.Conn, sk *sink, ahead []byte, keep bool) {
 		kc = &keptConn{TCPConn: tcp}
 	}
 	kc.ahead = ahead
-	if !s.keep(kc) {
-		_ = kc.Close()
+	if len(kc.ahead) == 0 && !s.awaitRequest(kc) {
+		s.closeKept(kc)
 		return
 	}
 	// ServeConn closes kc when the connection ends, unless a later stream
-	// takes it again (its own goroutine then owns it); connState then
-	// drops it from the open connections.
-	_ = s.srv.ServeConn(kc)
+	// takes it again (its own goroutine then owns it). It counts kc among
+	// the open connections until then (connState).
+	s.connsMu.Lock()
+	s.open[kc] = struct{}{}
+	s.connsMu.Unlock()
+	if err := s.srv.ServeConn(kc); errors.Is(err, fasthttp.ErrConcurrencyLimit) || errors.Is(err, fasthttp.ErrPerIPConnLimit) {
+		// Refused: fasthttp closed kc (or not, for the per-IP limit)
+		// without a state change.
+		s.closeKept(kc)
+	}
 }
 
-// keep registers kc among the open connections again, and among those with
-// no request yet, unless shutdown has begun.
-func (s *Server) keep(kc *keptConn) bool {
+// closeKept closes conn, a connection whose stream ended, and forgets it.
+func (s *Server) closeKept(conn net.Conn) {
+	_ = conn.Close()
 	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
+	delete(s.open, conn)
+	s.connsMu.Unlock()
+}
+
+// awaitRequest waits, as fasthttp does on a keep-alive connection, for the
+// first byte of kc's next request, at most the idle timeout, and keeps it
+// in kc.ahead; false when the connection ended, timed out or shutdown
+// closed it. ServeConn would treat kc as a new connection: its first
+// request under the read timeout, answered 408 when none comes, and never
+// idle for shutdown.
+func (s *Server) awaitRequest(kc *keptConn) bool {
+	s.connsMu.Lock()
 	if s.stopping.Load() {
+		s.connsMu.Unlock()
 		return false
 	}
-	s.open[kc] = struct{}{}
-	s.kept[kc] = struct{}{}
-	kc.fresh.Store(true)
-	return true
-}
-
-// unkeep notes that kc, served again after a stream, has a request.
-func (s *Server) unkeep(kc *keptConn) {
-	s.connsMu.Lock()
-	kc.fresh.Store(false)
-	delete(s.kept, kc)
+	s.idle[kc] = struct{}{} // Shutdown closes it
 	s.connsMu.Unlock()
+	defer func() {
+		s.connsMu.Lock()
+		delete(s.idle, kc)
+		s.connsMu.Unlock()
+	}()
+	idle := s.srv.IdleTimeout
+	if idle == 0 {
+		idle = s.srv.ReadTimeout
+	}
+	if idle > 0 {
+		if err := kc.TCPConn.SetReadDeadline(time.Now().Add(idle)); err != nil {
+			return false
+		}
+	}
+	var b [1]byte
+	n, err := kc.TCPConn.Read(b[:])
+	if n == 0 || err != nil || kc.TCPConn.SetReadDeadline(time.Time{}) != nil {
+		return false
+	}
+	kc.ahead = append(kc.ahead[:0], b[0])
+	return true
 }
 
 // keptConn is a client connection served again after a stream: the TCP
@@ -156,7 +193,6 @@ func (s *Server) unkeep(kc *keptConn) {
 type keptConn struct {
 	*net.TCPConn
 	ahead []byte
-	fresh atomic.Bool // no request yet since it was served again
 }
 
 func (k *keptConn) Read(p []byte) (int, error) {

@@ -70,11 +70,14 @@ type Server struct {
 	peers  peerWatcher // cancels requests whose client left
 	chats  activity    // chat requests and streams still running
 
-	connsMu  sync.Mutex
-	open     map[net.Conn]struct{}  // the main listener's connections (ConnState)
-	kept     map[*keptConn]struct{} // served again after a stream, with no request yet (hijack.go)
-	awaiting sync.Map               // net.Conn → *sink: a stream whose connection fasthttp has yet to hand over
-	stopping atomic.Bool            // Shutdown has begun: idle connections close
+	connsMu sync.Mutex
+	open    map[net.Conn]struct{} // the main listener's connections (ConnState)
+	// hijack.go: the connections whose stream runs apart from fasthttp, and
+	// those idle after a stream, waiting for their next request.
+	streaming map[net.Conn]struct{}
+	idle      map[*keptConn]struct{}
+	awaiting  sync.Map    // net.Conn → *sink: a stream whose connection fasthttp has yet to hand over
+	stopping  atomic.Bool // Shutdown has begun: idle connections close
 
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
@@ -82,7 +85,7 @@ type Server struct {
 
 // NewServer returns a server for rt.
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
-	s := &Server{log: log, open: map[net.Conn]struct{}{}, kept: map[*keptConn]struct{}{}}
+	s := &Server{log: log, open: map[net.Conn]struct{}{}, streaming: map[net.Conn]struct{}{}, idle: map[*keptConn]struct{}{}}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var p [6]byte
 	_, _ = rand.Read(p[:])
@@ -133,10 +136,9 @@ const finalWrites = 2 * time.Second
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.connsMu.Lock()
 	s.stopping.Store(true)
-	// A connection served again after a stream, with no request yet, is
-	// idle, but fasthttp counts it active (as any connection before its
-	// first request) and would wait for it.
-	for c := range s.kept {
+	// A connection idle after a stream waits for its next request outside
+	// fasthttp, which would not close it.
+	for c := range s.idle {
 		_ = c.Close()
 	}
 	s.connsMu.Unlock()
@@ -159,6 +161,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			s.cancel()
 			s.chats.wait(finalWrites)
+			err = ctx.Err()
 		}
 	case <-ctx.Done():
 		s.cancel() // ends the requests still running; their writers then return
@@ -184,7 +187,7 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 			_ = c.Close()
 		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
-		if sk, ok := s.awaiting.LoadAndDelete(c); ok && st == fasthttp.StateClosed {
+		if sk, ok := s.awaiting.Load(c); ok && st == fasthttp.StateClosed && s.awaiting.CompareAndDelete(c, sk) {
 			// fasthttp closed the connection instead of handing it over:
 			// the stream never started.
 			k := sk.(*sink)
@@ -193,9 +196,11 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 		}
 		s.peers.forget(c)
 		s.connsMu.Lock()
-		delete(s.open, c)
-		if kc, ok := c.(*keptConn); ok {
-			delete(s.kept, kc)
+		if _, kept := c.(*keptConn); !kept || st == fasthttp.StateClosed {
+			// A kept connection that fasthttp hands over again stays
+			// serveStream's to count: this report may come after the
+			// next stream's goroutine counted it again.
+			delete(s.open, c)
 		}
 		s.connsMu.Unlock()
 	}
@@ -207,6 +212,9 @@ func (s *Server) closeConns() {
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()
 	for c := range s.open {
+		_ = c.Close()
+	}
+	for c := range s.streaming { // a stream whose client stopped reading
 		_ = c.Close()
 	}
 }
@@ -238,9 +246,6 @@ func printable(b []byte) bool {
 // handle serves one request of the main listener; every request, whatever
 // its route or outcome, ends through finish exactly once.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	if kc, ok := ctx.Conn().(*keptConn); ok && kc.fresh.Load() {
-		s.unkeep(kc)
-	}
 	x := s.begin(ctx, s.rt.Load())
 	s.route(ctx, x)
 	s.end(ctx, x)
