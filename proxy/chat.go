@@ -251,10 +251,10 @@ func (k *sink) SupportsBodyWriteTo() bool { return true }
 // burst of events that were already buffered upstream together.
 func (k *sink) WriteTo(w io.Writer) (int64, error) {
 	var n int64
-	for !k.ended {
-		b := k.event()
-		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
-			continue // the next event is already here: one write for both
+	for {
+		b := k.burst()
+		if len(b) == 0 {
+			break // ended with nothing more to write
 		}
 		m, err := w.Write(b)
 		n += int64(m)
@@ -267,6 +267,20 @@ func (k *sink) WriteTo(w io.Writer) (int64, error) {
 	}
 	k.finish()
 	return n, nil
+}
+
+// burst returns the bytes of the next write: the next event, with the
+// events after it that were already buffered upstream together (up to
+// maxHeldBytes); empty once the stream ended with nothing more to write.
+func (k *sink) burst() []byte {
+	for !k.ended {
+		b := k.event()
+		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
+			continue // the next event is already here: one write for both
+		}
+		return b
+	}
+	return nil
 }
 
 // Read is the plain io.Reader form of WriteTo, for any caller that reads

@@ -36,7 +36,8 @@ import (
 // stream through fasthttp).
 func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	conn := ctx.Conn()
-	if _, ok := tcpOf(conn); !ok {
+	tcp, ok := tcpOf(conn)
+	if !ok {
 		return false
 	}
 	keep := ctx.Request.Header.IsHTTP11() && !ctx.Request.Header.ConnectionClose() && !s.stopping.Load()
@@ -60,13 +61,12 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 		// were read already, to choose the upstream: this write does not
 		// wait for it; a write error means the client left, which the
 		// stream's goroutine then finds.)
-		tcp, _ := tcpOf(conn)
 		_ = sk.writeNext(tcp)
 		// fasthttp keeps the request context, and the read buffer c reads
 		// through, until this function returns: take what c holds and run
 		// the stream elsewhere.
 		ahead, err := readAhead(c, conn)
-		go s.serveStream(conn, sk, ahead, keep && err == nil)
+		go s.serveStream(conn, tcp, sk, ahead, keep && err == nil)
 	})
 	return true
 }
@@ -110,8 +110,7 @@ func readAhead(c, conn net.Conn) ([]byte, error) {
 
 // serveStream writes sk's stream on conn, then serves conn's next requests
 // (ahead first), or closes it.
-func (s *Server) serveStream(conn net.Conn, sk *sink, ahead []byte, keep bool) {
-	tcp, _ := tcpOf(conn)
+func (s *Server) serveStream(conn net.Conn, tcp *net.TCPConn, sk *sink, ahead []byte, keep bool) {
 	err := sk.serve(tcp)
 	s.connsMu.Lock()
 	delete(s.streaming, conn)
@@ -239,20 +238,17 @@ func (k *sink) serve(conn *net.TCPConn) error {
 // and the final chunk after the last event. A write error means the client
 // left.
 func (k *sink) writeNext(conn *net.TCPConn) error {
-	for !k.ended {
-		b := k.event()
-		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
-			continue // the next event is already here: one write for both
-		}
-		if err := k.writeChunk(conn, k.head, b, k.ended); err != nil {
-			k.gone()
-			return err
-		}
-		k.head, k.closed = nil, k.ended
-		k.wrote(len(b))
-		k.drop() // all written; the next event takes a buffer again
-		return nil
+	b := k.burst()
+	if len(b) == 0 {
+		return nil // ended with nothing more to write
 	}
+	if err := k.writeChunk(conn, k.head, b, k.ended); err != nil {
+		k.gone()
+		return err
+	}
+	k.head, k.closed = nil, k.ended
+	k.wrote(len(b))
+	k.drop() // all written; the next event takes a buffer again
 	return nil
 }
 
