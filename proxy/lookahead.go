@@ -102,9 +102,9 @@ func (s *upstreamStream) Buffered() bool {
 	if s.closed || s.done {
 		return false
 	}
-	if ahead := s.rd.Buffered(); len(ahead) > 0 {
-		// The reader's own bytes come first; a partial event there may end
-		// in the connection's buffer, which this does not join: false.
+	ahead := s.rd.Buffered()
+	if len(ahead) > 0 && !sse.StartsData(ahead) {
+		// The reader's own bytes come first.
 		return sse.FirstIsData(ahead)
 	}
 	if s.br == nil {
@@ -115,5 +115,11 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	raw, _ := s.br.Peek(n) // n bytes are buffered: no read
+	if len(ahead) > 0 {
+		// A chat chunk begun in the reader's buffer (a burst larger than
+		// it): Next reads the rest without the network when the
+		// connection's buffer holds the event's end.
+		return sse.HasEvent(raw)
+	}
 	return sse.FirstIsData(raw)
 }

@@ -343,6 +343,19 @@ func FirstIsData(b []byte) bool {
 	return ok && len(v) > 0 && v[0] == '{'
 }
 
+// StartsData reports whether b, a Reader's Buffered bytes, begins an event
+// that is not complete in b and whose first line is a data line holding a
+// JSON object ("data: {..."): the first part of a chat chunk whose rest
+// is still to be read.
+func StartsData(b []byte) bool {
+	v, ok := bytes.CutPrefix(b, []byte("data:"))
+	if !ok || HasEvent(b) {
+		return false
+	}
+	v = bytes.TrimPrefix(v, []byte(" "))
+	return len(v) > 0 && v[0] == '{'
+}
+
 // FirstHasData reports whether b, a Reader's Buffered bytes, holds its
 // next event whole, with a data line: the Reader's Next returns it without
 // reading more. False may still be such an event (the test is cheap, not

@@ -262,6 +262,32 @@ func TestFirstIsData(t *testing.T) {
 	}
 }
 
+// TestStartsData: only the start of a JSON data event, not yet complete,
+// counts.
+func TestStartsData(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want bool
+	}{
+		{"data: {\"a\":", true},
+		{"data:{", true},
+		{"data: {\"a\":1}\n", true}, // the blank line is still to come
+		{"data: {}\n\n", false},       // complete: FirstIsData's case
+		{"data: {}\n\ndata: {\"b\"", false},
+		{"data: [DO", false},
+		{"data: ", false},
+		{"da", false},
+		{": keep-alive\n", false},
+		{"event: x\ndata: {", false},
+		{"", false},
+	} {
+		if got := StartsData([]byte(c.in)); got != c.want {
+			t.Errorf("StartsData(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
 // FuzzFirstIsData: never panics, and says true only when the bytes hold a
 // data line starting with "{" and a blank line, and a Reader given those
 // bytes returns an event with that data without reading more; so does
@@ -274,6 +300,9 @@ func FuzzFirstIsData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if got, want := lineEnd(b), bytes.IndexAny(b, "\r\n"); got != want {
 			t.Fatalf("lineEnd(%q) = %d, want %d", b, got, want)
+		}
+		if StartsData(b) && (HasEvent(b) || FirstHasData(b) || !bytes.HasPrefix(b, []byte("data:"))) {
+			t.Fatalf("StartsData(%q) for a complete event or one not starting with data", b)
 		}
 		isData, hasData := FirstIsData(b), FirstHasData(b)
 		if isData && !hasData {
