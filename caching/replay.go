@@ -6,7 +6,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
 
@@ -39,12 +38,16 @@ func (s *replayStream) Next() ([]byte, error) {
 // Close releases nothing; safe to call more than once.
 func (s *replayStream) Close() {}
 
+// Buffered says that every chunk is here: Next never waits, so the writer
+// sends the replay in as few writes as it can (pipeline.Lookahead).
+func (s *replayStream) Buffered() bool { return true }
+
 // newReplayStream builds the chunks replaying completion under a new id,
 // created and model. They are encoded by wire.ChatSSE, as the tool loop's
 // live chunks are, so a replay and a live stream of the same answer differ
 // only in id and created (and in where text is cut: a replay cuts it in
 // replayPiece pieces).
-func newReplayStream(completion []byte, id string, created int64, model string, includeUsage bool) pipeline.Stream {
+func newReplayStream(completion []byte, id string, created int64, model string, includeUsage bool) *replayStream {
 	res := gjson.GetManyBytes(completion, "system_fingerprint", "choices.0.message",
 		"choices.0.finish_reason", "usage")
 	fp, msg, finish, usage := res[0], res[1], res[2], res[3]

@@ -198,7 +198,9 @@ func hasUsage(completion []byte) bool {
 func (c *responseCache) serve(r *pipeline.Request, completion []byte) *pipeline.Response {
 	id, created := newCompletionID(), c.opts.Now().Unix()
 	if r.Stream {
-		return &pipeline.Response{Stream: newReplayStream(completion, id, created, r.Model, r.IncludeUsage)}
+		s := newReplayStream(completion, id, created, r.Model, r.IncludeUsage)
+		r.Lookahead.Set(s)
+		return &pipeline.Response{Stream: s}
 	}
 	return &pipeline.Response{Body: renderJSON(completion, id, created, r.Model)}
 }

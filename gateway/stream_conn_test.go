@@ -26,11 +26,16 @@ const (
 	connPlainBody  = `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
 )
 
+// connChunkDelay spaces the mock's events, so that each stream is still
+// open when its head is written and is handed over (a stream all buffered
+// by then is written by fasthttp: TestStreamHandOverOnlyWhileOpen).
+const connChunkDelay = 5 * time.Millisecond
+
 func connHarness(t *testing.T) (*harness, string) {
 	t.Helper()
 	h := newHarness(t, baseConfig, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
 		return mockllm.Turn{Text: "a streamed answer in a few chunks"}
-	}, Chunking: mockllm.Chunking{TextRunes: 5}})
+	}, Chunking: mockllm.Chunking{TextRunes: 5}, ChunkDelay: connChunkDelay})
 	u, err := url.Parse(h.base)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +151,7 @@ func TestStreamConnectionIdlesLikeKeepAlive(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, strings.Replace(baseConfig, "[server]", "[server]\nread_timeout = \"300ms\"\nidle_timeout = \"20s\"", 1),
 		mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: "a streamed answer in a few chunks"} },
-			Chunking: mockllm.Chunking{TextRunes: 5}})
+			Chunking: mockllm.Chunking{TextRunes: 5}, ChunkDelay: connChunkDelay})
 	u, _ := url.Parse(h.base)
 	c, br := dialGateway(t, u.Host)
 	write(t, c, rawRequest("HTTP/1.1", connStreamBody))

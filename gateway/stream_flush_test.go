@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -125,5 +126,104 @@ func TestStreamFlushesBeforeSilentEvents(t *testing.T) {
 	})
 	if <-held {
 		t.Fatal(`"Hello" was held until the upstream's next data event: the keep-alive after it was taken for a chunk`)
+	}
+}
+
+// A stream answered from the response cache has every event in memory: it
+// leaves in one write, and the second request costs no upstream call.
+func TestCachedStreamLeavesInOneWrite(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, cacheConfig, mockllm.Options{Respond: numbered, Chunking: mockllm.Chunking{TextRunes: 3}})
+	addr := strings.TrimSuffix(strings.TrimPrefix(h.base, "http://"), "/v1")
+	body := `{"model":"gpt-x","temperature":0,"stream":true,"messages":[{"role":"user","content":"cached"}]}`
+	var answers [2]string
+	var writes [2]int
+	for i := range answers {
+		testproc.StreamChunks(t, addr, body, func(p []byte) { writes[i]++; answers[i] += string(p) })
+	}
+	if h.mock.Calls("up-model") != 1 || strings.Count(answers[1], "data: ") < 5 || !strings.HasSuffix(answers[1], "data: [DONE]\n\n") {
+		t.Fatalf("%d upstream calls; the replay: %q", h.mock.Calls("up-model"), answers[1])
+	}
+	if writes[1] != 1 {
+		t.Fatalf("the cached stream left in %d writes (the live one in %d)", writes[1], writes[0])
+	}
+}
+
+// An upstream answer whose every byte is already here when its first
+// content is (the body's last chunk included) leaves in one write; when
+// the body goes on after [DONE], the events before it leave without
+// waiting for the body's end. The upstream writes its raw HTTP response
+// itself, so that what reaches the gateway together is known.
+func TestStreamAllBufferedLeavesInOneWrite(t *testing.T) {
+	t.Parallel()
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":` +
+			delta + `,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	events := chunk(`{"role":"assistant","content":""}`, "null")
+	for _, w := range []string{"one ", "two ", "three ", "four"} {
+		events += chunk(`{"content":"`+w+`"}`, "null")
+	}
+	events += chunk(`{}`, `"stop"`) + "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name    string
+		endLate bool // the body's last chunk comes once the client saw the content
+		writes  int
+	}{
+		{"body ends with the events", false, 1},
+		{"body ends later", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sawFour := make(chan struct{})
+			held := make(chan bool, 1)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer conn.Close()
+				raw := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+					strconv.FormatInt(int64(len(events)), 16) + "\r\n" + events + "\r\n"
+				if !tc.endLate {
+					raw += "0\r\n\r\n"
+				}
+				_, _ = io.WriteString(conn, raw)
+				if tc.endLate {
+					select {
+					case <-sawFour:
+						held <- false
+					case <-time.After(10 * time.Second): // a deadlock guard, not a timing check
+						held <- true
+					}
+					_, _ = io.WriteString(conn, "0\r\n\r\n")
+				}
+				// Wait for the gateway to take the answer before closing.
+				_, _ = conn.Read(make([]byte, 1))
+			}))
+			t.Cleanup(up.Close)
+			h := newHarness(t, strings.Replace(baseConfig, "{{MOCK}}", up.URL+"/v1", 1), mockllm.Options{})
+			writes := 0
+			var all []byte
+			var once sync.Once
+			rawChunks(t, h, func(p []byte) {
+				writes++
+				all = append(all, p...)
+				if bytes.Contains(p, []byte(`"four"`)) {
+					once.Do(func() { close(sawFour) })
+				}
+			})
+			if bytes.Count(all, []byte("data: ")) != 7 || !bytes.HasSuffix(all, []byte("data: [DONE]\n\n")) {
+				t.Fatalf("stream %q", all)
+			}
+			if tc.endLate && <-held {
+				t.Fatal("the events were held until the upstream's body ended")
+			}
+			if writes != tc.writes {
+				t.Fatalf("%d writes, want %d", writes, tc.writes)
+			}
+		})
 	}
 }

@@ -148,7 +148,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
 	x.stream, x.later = true, true
 	activeStreams.Inc()
-	if !s.hijackStream(ctx, sk) {
+	if sk.prefetch() || !s.hijackStream(ctx, sk) {
 		ctx.SetBodyStream(sk, -1)
 	}
 }
@@ -273,14 +273,23 @@ func (k *sink) WriteTo(w io.Writer) (int64, error) {
 // events after it that were already buffered upstream together (up to
 // maxHeldBytes); empty once the stream ended with nothing more to write.
 func (k *sink) burst() []byte {
-	for !k.ended {
-		b := k.event()
-		if len(b) == 0 || (!k.ended && len(b) < maxHeldBytes && k.req.Lookahead.Buffered()) {
-			continue // the next event is already here: one write for both
-		}
-		return b
+	b := k.buf // events prefetched and not written yet, if any
+	for !k.ended && (len(b) == 0 || (len(b) < maxHeldBytes && k.req.Lookahead.Buffered())) {
+		b = k.event() // nothing to write yet, or the next event is already here: one write for both
 	}
-	return nil
+	return b
+}
+
+// prefetch takes the events that are already here without waiting (the
+// first ones, which the fallback layer read to choose the upstream, and
+// those buffered behind them, up to maxHeldBytes), and reports whether
+// they were the whole stream: then fasthttp writes it, and the stream
+// needs no goroutine of its own.
+func (k *sink) prefetch() bool {
+	for !k.ended && len(k.buf) < maxHeldBytes && k.req.Lookahead.Buffered() {
+		k.event()
+	}
+	return k.ended
 }
 
 // Read is the plain io.Reader form of WriteTo, for any caller that reads

@@ -53,6 +53,7 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	s.connsMu.Lock()
 	s.streaming[conn] = struct{}{} // closed by Shutdown at its deadline
 	s.connsMu.Unlock()
+	s.handovers.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		s.awaiting.CompareAndDelete(conn, sk)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"reflect"
 	"sync"
@@ -84,16 +85,17 @@ func readerField(t, want reflect.Type) (reflect.Type, int, bool) {
 	return t, sf.Index[0], true
 }
 
-// Buffered reports whether the stream's next Next will return a chunk
-// without reading the network, so that the writer may hold its flush: the
-// first event buffered (in the SSE reader or in the connection's reader)
-// must be a JSON data event. A comment (": keep-alive"), an empty data
-// line or [DONE] says false: Next would pass over it and block, with the
-// held bytes unsent. An Anthropic stream says false (its decoder passes over
-// ping and block-stop events), and so does a stream busy in Next or Close:
-// it never blocks. Layers that may take chunks without writing anything
-// (the tool loop, prompted tool calls, response guardrails) give their own
-// upstream calls no Lookahead.
+// Buffered reports whether the stream's next Next will return without
+// reading the network, so that the writer may hold its flush: the first
+// event buffered (in the SSE reader or in the connection's reader) must be
+// a JSON data event, or [DONE] with the end of the body buffered behind it
+// (Next then returns the end at once). A comment (": keep-alive"), an
+// empty data line or a [DONE] whose body goes on say false: Next would
+// pass over it and block, with the held bytes unsent. An Anthropic stream
+// says false (its decoder passes over ping and block-stop events), and so
+// does a stream busy in Next or Close: it never blocks. Layers that may
+// take chunks without writing anything (the tool loop, prompted tool
+// calls, response guardrails) give their own upstream calls no Lookahead.
 func (s *upstreamStream) Buffered() bool {
 	if s.msgs != nil || !s.mu.TryLock() {
 		return false
@@ -103,23 +105,35 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	ahead := s.rd.Buffered()
-	if len(ahead) > 0 && !sse.StartsData(ahead) {
-		// The reader's own bytes come first.
-		return sse.FirstIsData(ahead)
+	partial := sse.StartsData(ahead)
+	if len(ahead) > 0 && !partial && !sse.FirstIsDone(ahead) {
+		return sse.FirstIsData(ahead) // the reader's own bytes come first
 	}
-	if s.br == nil {
-		return false
+	var raw []byte
+	if s.br != nil {
+		raw, _ = s.br.Peek(s.br.Buffered()) // only what is buffered: no read
 	}
-	n := s.br.Buffered()
-	if n == 0 {
-		return false
-	}
-	raw, _ := s.br.Peek(n) // n bytes are buffered: no read
-	if len(ahead) > 0 {
+	switch {
+	case partial:
 		// A chat chunk begun in the reader's buffer (a burst larger than
 		// it): Next reads the rest without the network when the
 		// connection's buffer holds the event's end.
 		return sse.HasEvent(raw)
+	case len(ahead) > 0: // [DONE], complete in the reader's buffer
+		return chunkedEnd(raw)
+	case sse.FirstIsDone(raw):
+		return chunkedEnd(raw)
 	}
 	return sse.FirstIsData(raw)
 }
+
+// chunkedEnd reports whether raw, the buffered bytes of a chunked body
+// from where its reader stopped, hold the body's last chunk (one without
+// trailers): after [DONE], the body ends without reading the network. A
+// false true costs a held write until the upstream sends more, never a
+// lost byte.
+func chunkedEnd(raw []byte) bool {
+	return bytes.HasPrefix(raw, lastChunk) || bytes.Contains(raw, lfLastChunk)
+}
+
+var lfLastChunk = []byte("\n0\r\n\r\n")

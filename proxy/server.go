@@ -76,8 +76,9 @@ type Server struct {
 	// those idle after a stream, waiting for their next request.
 	streaming map[net.Conn]struct{}
 	idle      map[*keptConn]struct{}
-	awaiting  sync.Map    // net.Conn → *sink: a stream whose connection fasthttp has yet to hand over
-	stopping  atomic.Bool // Shutdown has begun: idle connections close
+	awaiting  sync.Map     // net.Conn → *sink: a stream whose connection fasthttp has yet to hand over
+	stopping  atomic.Bool  // Shutdown has begun: idle connections close
+	handovers atomic.Int64 // streams given a goroutine of their own (hijackStream)
 
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)

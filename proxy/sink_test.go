@@ -145,3 +145,52 @@ func TestSinkKeepsUsage(t *testing.T) {
 		t.Fatalf("usage %q", x.usage.Raw)
 	}
 }
+
+// TestStreamHandOverOnlyWhileOpen: a stream whose every event is already
+// here when its head is written (a short answer from a fast upstream) is
+// written by fasthttp in one chunk, without a goroutine of its own; a
+// stream whose next event is still to come is handed over (hijack.go).
+// Both reach the client whole.
+func TestStreamHandOverOnlyWhileOpen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		buffered  bool
+		handovers int64
+	}{
+		{"all buffered", true, 0},
+		{"still open", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _, _, addr := finishGateway(t, func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				if tc.buffered {
+					r.Lookahead.Set(alwaysBuffered{})
+				}
+				n := 0
+				return &pipeline.Response{Stream: &pipeline.StreamFunc{
+					NextFunc: func() ([]byte, error) {
+						if n++; n > 3 {
+							return nil, io.EOF
+						}
+						return []byte(`{"choices":[{"index":0,"delta":{"content":"x"}}]}`), nil
+					},
+					CloseFunc: func() {},
+				}}, nil
+			})
+			var got strings.Builder
+			writes := 0
+			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
+			testproc.StreamChunks(t, addr, body, func(p []byte) { writes++; got.Write(p) })
+			if n := strings.Count(got.String(), `"content":"x"`); n != 3 || !strings.HasSuffix(got.String(), "data: [DONE]\n\n") {
+				t.Fatalf("%d events before %q", n, got.String())
+			}
+			if h := srv.handovers.Load(); h != tc.handovers {
+				t.Fatalf("%d streams handed over, want %d", h, tc.handovers)
+			}
+			if tc.buffered && writes != 1 {
+				t.Fatalf("a stream all buffered left in %d chunks", writes)
+			}
+		})
+	}
+}
