@@ -208,7 +208,7 @@ func (b *bench) startMain() error {
 	var err error
 	mockArgs := []string{"-listen", "{addr}",
 		"-first-byte-delay", ms(b.set.FirstByteMS), "-chunk-delay", ms(b.set.ChunkDelayMS),
-		"-reply-bytes", strconv.Itoa(b.set.ReplyBytes), "-text-runes", strconv.Itoa(b.set.TextRunes)}
+		"-reply-bytes", strconv.Itoa(b.set.ReplyBytes), "-text-runes", strconv.Itoa(b.set.TextRunes), "-stamp-held"}
 	if b.mockAddr != "" {
 		b.api, err = b.procs.startAt("mock", b.mockAddr, b.bins.mock, mockArgs...)
 	} else {

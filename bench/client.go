@@ -182,6 +182,9 @@ func (t *target) stream(body []byte) workload {
 			func(now time.Time, data []byte) bool {
 				if s.ttft == 0 && contentDelta(data) {
 					s.ttft = now.Sub(start)
+					if held := gjson.GetBytes(data, "x_mock_held_ns").Int(); held > 0 {
+						s.ttftPath = s.ttft - time.Duration(held)
+					}
 				}
 				return true
 			}, &s.gaps)

@@ -15,6 +15,11 @@ type sample struct {
 	lat  time.Duration   // completion - intended start
 	ttfb time.Duration   // first body byte - intended start; streams only
 	ttft time.Duration   // first event with content or a tool call - intended start; streams only
+	// ttftPath is ttft less the time the upstream held the request until
+	// it wrote that event (the mock's x_mock_held_ns): what the path to and
+	// from the upstream took, without the upstream's own delays and timer
+	// slack. Zero when the event carried no stamp.
+	ttftPath time.Duration
 	gaps []time.Duration // between SSE events; streams only
 	err  error
 }

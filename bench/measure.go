@@ -43,12 +43,17 @@ type leg struct {
 	Latency       *pcts   `json:"latency"`
 	TTFB          *pcts   `json:"ttfb,omitempty"`
 	TTFT          *pcts   `json:"ttft,omitempty"` // time to the first event with content or a tool call
+	// TTFTPath is TTFT less the time the mock held the request until it
+	// wrote that event: the path to and from the upstream alone. Only when
+	// every measured stream's event carried the mock's stamp.
+	TTFTPath *pcts `json:"ttft_path,omitempty"`
 	InterChunk    *pcts   `json:"inter_chunk,omitempty"`
 	// Added* are this target minus direct at the same load, percentile by
 	// percentile (empty for direct).
 	Added           *pcts `json:"added_latency,omitempty"`
 	AddedTTFB       *pcts `json:"added_ttfb,omitempty"`
 	AddedTTFT       *pcts `json:"added_ttft,omitempty"`
+	AddedTTFTPath   *pcts `json:"added_ttft_path,omitempty"`
 	AddedInterChunk *pcts `json:"added_inter_chunk,omitempty"`
 	// CPU seconds per 1,000 requests of the measured process (the proxy; the
 	// mock itself for direct), of the mock behind a proxy, and of bench.
@@ -154,7 +159,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		a := accs[i]
 		l := &leg{Target: j.t.name, Load: ls.String(), OfferedRPS: ls.rate, Concurrency: ls.conc,
 			Seconds: round(a.wall.Seconds(), 2), Requests: len(a.samples), RSSMB: mb(a.rss), Goroutines: a.gor}
-		var lat, ttfb, ttft, gaps []time.Duration
+		var lat, ttfb, ttft, ttftPath, gaps []time.Duration
 		for _, s := range a.samples {
 			if s.err != nil {
 				l.Errors++
@@ -170,9 +175,15 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			if s.ttft > 0 {
 				ttft = append(ttft, s.ttft)
 			}
+			if s.ttftPath != 0 {
+				ttftPath = append(ttftPath, s.ttftPath)
+			}
 			gaps = append(gaps, s.gaps...)
 		}
 		l.Latency, l.TTFB, l.TTFT, l.InterChunk = summarize(lat), summarize(ttfb), summarize(ttft), summarize(gaps)
+		if len(ttftPath) > 0 && len(ttftPath) == len(ttft) {
+			l.TTFTPath = summarize(ttftPath)
+		}
 		// Open model: completions per second of the schedule (a straggler
 		// that completes late does not stretch the denominator). Closed
 		// model: completions per second of wall time.
@@ -201,6 +212,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		l.Added = l.Latency.minus(legs[0].Latency)
 		l.AddedTTFB = l.TTFB.minus(legs[0].TTFB)
 		l.AddedTTFT = l.TTFT.minus(legs[0].TTFT)
+		l.AddedTTFTPath = l.TTFTPath.minus(legs[0].TTFTPath)
 		l.AddedInterChunk = l.InterChunk.minus(legs[0].InterChunk)
 	}
 	return legs

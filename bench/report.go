@@ -297,26 +297,33 @@ func writeLegs(b *strings.Builder, s *scenarioResult) {
 	}
 	if stream {
 		b.WriteString("\n*TTFT* is the time to first content token: to the first event whose delta carries non-empty content or a tool call. " +
+			"*path* is TTFT less the time the mock held the request until it wrote that event: the way to and from the upstream alone. " +
 			"*TTFB* is the time to the first body byte.\n")
-		b.WriteString("\n| target | TTFT p50 | TTFT p99 | +TTFT p50 | +TTFT p99 | TTFB p50 | TTFB p99 | +TTFB p50 | +TTFB p99 | inter-chunk p50 | inter-chunk p99 | +inter-chunk p50 | +inter-chunk p99 | +inter-chunk max |\n" +
-			"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("\n| target | TTFT p50 | TTFT p99 | +TTFT p50 | +TTFT p99 | path p50 | +path p50 | +path p99 | TTFB p50 | TTFB p99 | +TTFB p50 | +TTFB p99 | inter-chunk p50 | inter-chunk p99 | +inter-chunk p50 | +inter-chunk p99 | +inter-chunk max |\n" +
+			"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range s.Legs {
 			t, g := l.TTFB, l.InterChunk
 			if t == nil || g == nil {
 				continue
 			}
-			tt, att, at, ag := "– | –", "– | –", "– | –", "– | – | –"
+			tt, att, path, at, ag := "– | –", "– | –", "– | – | –", "– | –", "– | – | –"
 			if l.TTFT != nil {
 				tt = fmt.Sprintf("%.0f | %.0f", l.TTFT.P50, l.TTFT.P99)
 			}
 			if l.AddedTTFT != nil {
 				att = fmt.Sprintf("%.0f | %.0f", l.AddedTTFT.P50, l.AddedTTFT.P99)
 			}
+			if p := l.TTFTPath; p != nil {
+				path = fmt.Sprintf("%.0f | – | –", p.P50)
+				if a := l.AddedTTFTPath; a != nil {
+					path = fmt.Sprintf("%.0f | %.0f | %.0f", p.P50, a.P50, a.P99)
+				}
+			}
 			if l.AddedTTFB != nil && l.AddedInterChunk != nil {
 				at = fmt.Sprintf("%.0f | %.0f", l.AddedTTFB.P50, l.AddedTTFB.P99)
 				ag = fmt.Sprintf("%.0f | %.0f | %.0f", l.AddedInterChunk.P50, l.AddedInterChunk.P99, l.AddedInterChunk.Max)
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %.0f | %.0f | %s | %.0f | %.0f | %s |\n", l.Target, tt, att, t.P50, t.P99, at, g.P50, g.P99, ag)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %.0f | %.0f | %s | %.0f | %.0f | %s |\n", l.Target, tt, att, path, t.P50, t.P99, at, g.P50, g.P99, ag)
 		}
 	}
 }

@@ -239,6 +239,9 @@ func resetConn(c net.Conn) {
 // startStream answers with SSE; the body is written by another goroutine.
 func (s *Server) startStream(ctx *fasthttp.RequestCtx, reqID string, a *answer, f *Fault) {
 	st := &stream{s: s, a: a, fault: f, firstDelay: s.opts.FirstByteDelay, chunkDelay: s.opts.ChunkDelay}
+	if s.opts.StampHeld {
+		st.received = time.Now()
+	}
 	if tc, ok := ctx.Conn().(*trackedConn); ok {
 		tc.stream.Store(st)
 	}

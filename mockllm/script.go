@@ -33,6 +33,12 @@ type Options struct {
 	FirstByteDelay time.Duration
 	// ChunkDelay is slept between two SSE events of a stream.
 	ChunkDelay time.Duration
+	// StampHeld puts on every chat chunk of a stream the time the mock
+	// held the request until it wrote that chunk, as a first field
+	// "x_mock_held_ns" (nanoseconds): a load generator subtracts it to
+	// measure the path to and from the mock without the mock's own delays
+	// and timer slack.
+	StampHeld bool
 	// Chunking shapes streamed output; zero fields take their defaults.
 	Chunking Chunking
 	// ContextWindow maps a model name to its window in tokens. A request whose

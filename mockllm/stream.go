@@ -39,6 +39,7 @@ type stream struct {
 	firstDelay time.Duration
 	chunkDelay time.Duration
 	cancelled  atomic.Bool
+	received   time.Time // when the request came, for Options.StampHeld; zero = no stamps
 }
 
 // cancel records that the client went away, once per stream.
@@ -174,7 +175,7 @@ func (st *stream) write(w sink, ev []byte, k int, split bool) error {
 		}
 		return nil
 	}
-	if _, err := w.Write(ev); err != nil {
+	if err := st.writeEvent(w, ev); err != nil {
 		return err
 	}
 	if st.a.chunking.Burst && !bytes.Equal(ev, doneEvent) {
@@ -182,6 +183,30 @@ func (st *stream) write(w sink, ev []byte, k int, split bool) error {
 	}
 	return w.Flush()
 }
+
+// writeEvent writes ev, with the held time first in a chat chunk's object
+// when the stream stamps them (Options.StampHeld).
+func (st *stream) writeEvent(w sink, ev []byte) error {
+	rest, ok := bytes.CutPrefix(ev, dataObject)
+	if st.received.IsZero() || !ok {
+		_, err := w.Write(ev)
+		return err
+	}
+	var stamp [48]byte
+	b := append(stamp[:0], dataObject...)
+	b = append(b, `"x_mock_held_ns":`...)
+	b = strconv.AppendInt(b, int64(time.Since(st.received)), 10)
+	if len(rest) > 0 && rest[0] != '}' {
+		b = append(b, ',')
+	}
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	_, err := w.Write(rest)
+	return err
+}
+
+var dataObject = []byte("data: {")
 
 // splitPoints returns two cut offsets 0 < a <= b < len(ev) for event number
 // k. Every event is cut inside its first multi-byte UTF-8 character when it

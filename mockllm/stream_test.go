@@ -3,6 +3,7 @@ package mockllm
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -338,5 +339,38 @@ func TestSplitWrites(t *testing.T) {
 	}
 	if !insideRune || !insideData || !betweenNewlines {
 		t.Fatalf("splits: inside rune %v, inside data: %v, between newlines %v", insideRune, insideData, betweenNewlines)
+	}
+}
+
+// TestStreamStampHeld: with StampHeld every chunk carries, as a first
+// field, how long the mock held the request until it wrote the chunk: at
+// least the delays it slept by then, growing chunk by chunk, and the
+// chunks stay what they were otherwise.
+func TestStreamStampHeld(t *testing.T) {
+	t.Parallel()
+	const first, gap = 20 * time.Millisecond, 5 * time.Millisecond
+	_, addr := start(t, Options{
+		Respond:        func(*Call) Turn { return Turn{Text: "stamped answer"} },
+		FirstByteDelay: first, ChunkDelay: gap, StampHeld: true,
+	})
+	r := do(t, addr, "POST", "/v1/chat/completions", chatBody("m-1", true, true, userHi))
+	data := sse(r.body)
+	for i := range data {
+		data[i] = strings.TrimPrefix(data[i], "data: ")
+	}
+	if r.status != 200 || len(data) < 4 || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("status %d, events %q", r.status, data)
+	}
+	var last int64
+	for i, d := range data[:len(data)-1] {
+		held := gjson.Get(d, "x_mock_held_ns")
+		if !strings.HasPrefix(d, `{"x_mock_held_ns":`) || !gjson.Valid(d) || held.Int() < int64(first+time.Duration(i)*gap) || held.Int() <= last {
+			t.Fatalf("chunk %d %s: held %d after %d", i, d, held.Int(), last)
+		}
+		last = held.Int()
+	}
+	sum := checkStream(t, r.body, "m-1", true)
+	if sum.text != "stamped answer" {
+		t.Fatalf("text %q", sum.text)
 	}
 }

@@ -31,6 +31,7 @@ func main() {
 	textRunes := flag.Int("text-runes", 4, "runes per content delta")
 	replyBytes := flag.Int("reply-bytes", 0, "answer every model with a fixed reply of this many bytes (0 = demo answers)")
 	burst := flag.Bool("burst", false, "flush each stream only after its last event, so it reaches the socket in one burst (use with -chunk-delay 0)")
+	stampHeld := flag.Bool("stamp-held", false, `put on every streamed chunk the time the mock held the request until it wrote the chunk ("x_mock_held_ns")`)
 	debug := flag.Bool("debug", false, "log faults and refused requests")
 	flag.Parse()
 
@@ -44,6 +45,7 @@ func main() {
 		Respond:        responder(*replyBytes),
 		FirstByteDelay: *firstByte,
 		ChunkDelay:     *chunkDelay,
+		StampHeld:      *stampHeld,
 		Chunking:       mockllm.Chunking{TextRunes: *textRunes, Burst: *burst},
 		MaxRecorded:    -1, // a load target must not grow
 		Logger:         &log,
