@@ -12,16 +12,16 @@ import (
 // as in a client-driven tool loop). Times count from the intended start, so a
 // request that waited for the generator still pays that wait.
 type sample struct {
-	lat  time.Duration   // completion - intended start
-	ttfb time.Duration   // first body byte - intended start; streams only
-	ttft time.Duration   // first event with content or a tool call - intended start; streams only
+	lat  time.Duration // completion - intended start
+	ttfb time.Duration // first body byte - intended start; streams only
+	ttft time.Duration // first event with content or a tool call - intended start; streams only
 	// ttftPath is ttft less the time the upstream held the request until
 	// it wrote that event (the mock's x_mock_held_ns): what the path to and
 	// from the upstream took, without the upstream's own delays and timer
 	// slack. Zero when the event carried no stamp.
 	ttftPath time.Duration
-	gaps []time.Duration // between SSE events; streams only
-	err  error
+	gaps     []time.Duration // between SSE events; streams only
+	err      error
 }
 
 // workload performs one logical request intended to start at start. It is

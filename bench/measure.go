@@ -46,8 +46,8 @@ type leg struct {
 	// TTFTPath is TTFT less the time the mock held the request until it
 	// wrote that event: the path to and from the upstream alone. Only when
 	// every measured stream's event carried the mock's stamp.
-	TTFTPath *pcts `json:"ttft_path,omitempty"`
-	InterChunk    *pcts   `json:"inter_chunk,omitempty"`
+	TTFTPath   *pcts `json:"ttft_path,omitempty"`
+	InterChunk *pcts `json:"inter_chunk,omitempty"`
 	// Added* are this target minus direct at the same load, percentile by
 	// percentile (empty for direct).
 	Added           *pcts `json:"added_latency,omitempty"`
