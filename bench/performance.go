@@ -310,9 +310,17 @@ func shortfalls(res *results) []string {
 					fmtNum(c.Measured), fmtNum(f)))
 			}
 		case "tool loop":
+			floor := ""
+			if s := res.scenario("toolloop"); s != nil {
+				if f, ok := s.figure("floor CPU per relayed model call"); ok {
+					floor = fmt.Sprintf(" At this rate the floor proxy spends %s µs of CPU relaying one model call of the same exchange "+
+						"(driven by the client): a round costs about one relayed call, most of it the system calls and wake-ups of a "+
+						"network round trip at low load, which `go test -bench Round ./toolloop/` leaves out.", fmtNum(f))
+				}
+			}
 			out = append(out, fmt.Sprintf("The tool loop's own cost is %s µs of gateway CPU per round beyond a pass-through call (one extra model "+
-				"call through the model-call middleware, the tool run and the history rebuild). Its latency against a client-driven exchange is "+
-				"not a cost: the gateway saves the client's round trips.", fmtNum(c.Measured)))
+				"call through the model-call middleware, the tool run and the history rebuild).%s Its latency against a client-driven exchange is "+
+				"not a cost: the gateway saves the client's round trips.", fmtNum(c.Measured), floor))
 		}
 	}
 	if s := res.scenario("stream"); s != nil {

@@ -204,6 +204,15 @@ func (b *bench) toolLoop() *scenarioResult {
 		r.fig("tool loop own latency per round (mean)", round((g.Added.Mean-rg.Added.Mean)/toolRounds, 1), "µs")
 	}
 	r.fig("tool loop own CPU per round", round((g.ProxyCPUPer1k-rg.ProxyCPUPer1k)/toolRounds*1000, 1), "µs")
+	if f := m["floor"]; f != nil && !f.CPUNotMeasured {
+		// What a round costs in the floor: the client drives the loop, and
+		// the floor relays each of its toolRounds+1 model calls.
+		perCall := f.ProxyCPUPer1k / (toolRounds + 1) * 1000
+		r.fig("floor CPU per relayed model call", round(perCall, 1), "µs")
+		if perCall > 0 {
+			r.fig("tool loop own CPU per round / floor CPU per relayed call", round((g.ProxyCPUPer1k-rg.ProxyCPUPer1k)/toolRounds*1000/perCall, 2), "×")
+		}
+	}
 	r.fig("gateway added latency, whole exchange (p50)", g.Added.P50, "µs")
 	r.Notes = append(r.Notes, "own cost per round = (gateway minus direct for the tool exchange - gateway minus direct for one pass-through call) / 2; "+
 		"it covers one extra model call through the model-call middleware, the tool run and the history rebuild")
