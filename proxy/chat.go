@@ -139,7 +139,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	if resp.Stream == nil {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(form.body(resp.Body))
-		x.usage = resp.Usage()
+		x.usage, x.hasUsage = resp.ChatUsage() // read once: the meter read it already
 		return
 	}
 	ctx.SetContentType("text/event-stream; charset=utf-8")
@@ -423,7 +423,8 @@ func (k *sink) finish() {
 	case k.failure != nil:
 		x.status, x.cause = mapError(k.failure).logStatus, k.failure
 	}
-	x.ttfb, x.bytes, x.usage = k.ttfb, k.written, k.usage
+	x.ttfb, x.bytes = k.ttfb, k.written
+	x.usage, x.hasUsage = wire.ParseChatUsage(k.usage)
 	k.pending = nil
 	k.drop()
 	k.s.finish(x)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -32,8 +31,9 @@ type exchange struct {
 	req      *pipeline.Request // chat: tenant, target, trace and meta for the log
 	status   int               // as logged (499: the client left); 0 = the response's
 	bytes    int
-	ttfb     time.Duration // 0 = the whole response left at once
-	usage    gjson.Result
+	ttfb     time.Duration  // 0 = the whole response left at once
+	usage    wire.ChatUsage // the token counts of the answer's usage, when hasUsage
+	hasUsage bool
 	cause    error // the error written, for the log
 
 	// chatReq and meta back req for a chat request (chatRequest), so that
@@ -177,7 +177,8 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 		ev = ev.Dur("ttfb", ttfb)
 	}
 	ev = ev.Int("bytes", x.bytes)
-	if u, ok := wire.ParseChatUsage(x.usage); ok { // one pass, not a Get per field
+	if x.hasUsage {
+		u := &x.usage
 		ev = ev.Int64("prompt_tokens", u.Prompt).Int64("completion_tokens", u.Completion).Int64("cached_tokens", u.Cached)
 	}
 	if req != nil {

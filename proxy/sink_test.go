@@ -141,8 +141,8 @@ func TestSinkKeepsUsage(t *testing.T) {
 	if _, err := k.WriteTo(&countingWriter{}); err != nil {
 		t.Fatal(err)
 	}
-	if x.usage.Raw != `{"prompt_tokens":7,"completion_tokens":3}` {
-		t.Fatalf("usage %q", x.usage.Raw)
+	if !x.hasUsage || x.usage.Prompt != 7 || x.usage.Completion != 3 {
+		t.Fatalf("usage %+v (%v)", x.usage, x.hasUsage)
 	}
 }
 
