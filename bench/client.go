@@ -184,6 +184,9 @@ func (t *target) stream(body []byte) workload {
 					s.ttft = now.Sub(start)
 					if held := gjson.GetBytes(data, "x_mock_held_ns").Int(); held > 0 {
 						s.ttftPath = s.ttft - time.Duration(held)
+						if at := gjson.GetBytes(data, "x_mock_received_unix_ns").Int(); at > 0 {
+							s.toUpstream = time.Unix(0, at).Sub(start)
+						}
 					}
 				}
 				return true

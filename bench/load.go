@@ -20,8 +20,12 @@ type sample struct {
 	// from the upstream took, without the upstream's own delays and timer
 	// slack. Zero when the event carried no stamp.
 	ttftPath time.Duration
-	gaps     []time.Duration // between SSE events; streams only
-	err      error
+	// toUpstream is the part of ttftPath before the upstream received the
+	// request (the mock's x_mock_received_unix_ns, a wall-clock time on
+	// the same machine); the rest is the way back.
+	toUpstream time.Duration
+	gaps       []time.Duration // between SSE events; streams only
+	err        error
 }
 
 // workload performs one logical request intended to start at start. It is

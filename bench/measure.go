@@ -46,14 +46,21 @@ type leg struct {
 	// TTFTPath is TTFT less the time the mock held the request until it
 	// wrote that event: the path to and from the upstream alone. Only when
 	// every measured stream's event carried the mock's stamp.
-	TTFTPath   *pcts `json:"ttft_path,omitempty"`
-	InterChunk *pcts `json:"inter_chunk,omitempty"`
+	TTFTPath *pcts `json:"ttft_path,omitempty"`
+	// ToUpstream and FromUpstream split TTFTPath: the way to the upstream
+	// (until it received the request) and the way back (from its write of
+	// the first content to the client's read).
+	ToUpstream   *pcts `json:"to_upstream,omitempty"`
+	FromUpstream *pcts `json:"from_upstream,omitempty"`
+	InterChunk   *pcts `json:"inter_chunk,omitempty"`
 	// Added* are this target minus direct at the same load, percentile by
 	// percentile (empty for direct).
 	Added           *pcts `json:"added_latency,omitempty"`
 	AddedTTFB       *pcts `json:"added_ttfb,omitempty"`
 	AddedTTFT       *pcts `json:"added_ttft,omitempty"`
 	AddedTTFTPath   *pcts `json:"added_ttft_path,omitempty"`
+	AddedToUp       *pcts `json:"added_to_upstream,omitempty"`
+	AddedFromUp     *pcts `json:"added_from_upstream,omitempty"`
 	AddedInterChunk *pcts `json:"added_inter_chunk,omitempty"`
 	// CPU seconds per 1,000 requests of the measured process (the proxy; the
 	// mock itself for direct), of the mock behind a proxy, and of bench.
@@ -159,7 +166,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		a := accs[i]
 		l := &leg{Target: j.t.name, Load: ls.String(), OfferedRPS: ls.rate, Concurrency: ls.conc,
 			Seconds: round(a.wall.Seconds(), 2), Requests: len(a.samples), RSSMB: mb(a.rss), Goroutines: a.gor}
-		var lat, ttfb, ttft, ttftPath, gaps []time.Duration
+		var lat, ttfb, ttft, ttftPath, toUp, fromUp, gaps []time.Duration
 		for _, s := range a.samples {
 			if s.err != nil {
 				l.Errors++
@@ -177,12 +184,18 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			}
 			if s.ttftPath != 0 {
 				ttftPath = append(ttftPath, s.ttftPath)
+				if s.toUpstream != 0 {
+					toUp, fromUp = append(toUp, s.toUpstream), append(fromUp, s.ttftPath-s.toUpstream)
+				}
 			}
 			gaps = append(gaps, s.gaps...)
 		}
 		l.Latency, l.TTFB, l.TTFT, l.InterChunk = summarize(lat), summarize(ttfb), summarize(ttft), summarize(gaps)
 		if len(ttftPath) > 0 && len(ttftPath) == len(ttft) {
 			l.TTFTPath = summarize(ttftPath)
+			if len(toUp) == len(ttftPath) {
+				l.ToUpstream, l.FromUpstream = summarize(toUp), summarize(fromUp)
+			}
 		}
 		// Open model: completions per second of the schedule (a straggler
 		// that completes late does not stretch the denominator). Closed
@@ -213,6 +226,8 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		l.AddedTTFB = l.TTFB.minus(legs[0].TTFB)
 		l.AddedTTFT = l.TTFT.minus(legs[0].TTFT)
 		l.AddedTTFTPath = l.TTFTPath.minus(legs[0].TTFTPath)
+		l.AddedToUp = l.ToUpstream.minus(legs[0].ToUpstream)
+		l.AddedFromUp = l.FromUpstream.minus(legs[0].FromUpstream)
 		l.AddedInterChunk = l.InterChunk.minus(legs[0].InterChunk)
 	}
 	return legs

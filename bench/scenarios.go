@@ -150,6 +150,10 @@ func (b *bench) streaming() *scenarioResult {
 			if raw != nil {
 				r.fig(t+" added TTFT p50, mock's delays included", raw.P50, "µs")
 			}
+			if up, down := m[t].AddedToUp, m[t].AddedFromUp; up != nil && down != nil {
+				r.fig(t+" added TTFT p50, way to the upstream", up.P50, "µs")
+				r.fig(t+" added TTFT p50, way back from it", down.P50, "µs")
+			}
 		} else if raw != nil {
 			r.fig(t+" added TTFT p50", raw.P50, "µs")
 			r.fig(t+" added TTFT p99", raw.P99, "µs")

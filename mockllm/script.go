@@ -35,9 +35,10 @@ type Options struct {
 	ChunkDelay time.Duration
 	// StampHeld puts on every chat chunk of a stream the time the mock
 	// held the request until it wrote that chunk, as a first field
-	// "x_mock_held_ns" (nanoseconds): a load generator subtracts it to
-	// measure the path to and from the mock without the mock's own delays
-	// and timer slack.
+	// "x_mock_held_ns" (nanoseconds), and the wall-clock time the request
+	// came ("x_mock_received_unix_ns"): a load generator on the same
+	// machine subtracts them to measure the path to and from the mock
+	// without the mock's own delays and timer slack.
 	StampHeld bool
 	// Chunking shapes streamed output; zero fields take their defaults.
 	Chunking Chunking

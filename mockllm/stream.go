@@ -184,18 +184,21 @@ func (st *stream) write(w sink, ev []byte, k int, split bool) error {
 	return w.Flush()
 }
 
-// writeEvent writes ev, with the held time first in a chat chunk's object
-// when the stream stamps them (Options.StampHeld).
+// writeEvent writes ev, with the held time and the wall-clock time the
+// request came first in a chat chunk's object when the stream stamps them
+// (Options.StampHeld).
 func (st *stream) writeEvent(w sink, ev []byte) error {
 	rest, ok := bytes.CutPrefix(ev, dataObject)
 	if st.received.IsZero() || !ok {
 		_, err := w.Write(ev)
 		return err
 	}
-	var stamp [48]byte
+	var stamp [96]byte
 	b := append(stamp[:0], dataObject...)
 	b = append(b, `"x_mock_held_ns":`...)
 	b = strconv.AppendInt(b, int64(time.Since(st.received)), 10)
+	b = append(b, `,"x_mock_received_unix_ns":`...)
+	b = strconv.AppendInt(b, st.received.UnixNano(), 10)
 	if len(rest) > 0 && rest[0] != '}' {
 		b = append(b, ',')
 	}

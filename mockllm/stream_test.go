@@ -342,10 +342,10 @@ func TestSplitWrites(t *testing.T) {
 	}
 }
 
-// TestStreamStampHeld: with StampHeld every chunk carries, as a first
-// field, how long the mock held the request until it wrote the chunk: at
-// least the delays it slept by then, growing chunk by chunk, and the
-// chunks stay what they were otherwise.
+// TestStreamStampHeld: with StampHeld every chunk carries, as its first
+// fields, how long the mock held the request until it wrote the chunk (at
+// least the delays it slept by then, growing chunk by chunk) and when the
+// request came; the chunks stay what they were otherwise.
 func TestStreamStampHeld(t *testing.T) {
 	t.Parallel()
 	const first, gap = 20 * time.Millisecond, 5 * time.Millisecond
@@ -368,6 +368,9 @@ func TestStreamStampHeld(t *testing.T) {
 			t.Fatalf("chunk %d %s: held %d after %d", i, d, held.Int(), last)
 		}
 		last = held.Int()
+		if at := time.Unix(0, gjson.Get(d, "x_mock_received_unix_ns").Int()); time.Since(at) > time.Minute || time.Until(at) > 0 {
+			t.Fatalf("chunk %d %s: received at %v", i, d, at)
+		}
 	}
 	sum := checkStream(t, r.body, "m-1", true)
 	if sum.text != "stamped answer" {
