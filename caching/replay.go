@@ -2,6 +2,7 @@ package caching
 
 import (
 	"io"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -23,6 +24,7 @@ const replayPiece = 64
 type replayStream struct {
 	chunks [][]byte
 	next   int
+	closed atomic.Bool // Buffered may be asked from another goroutine
 }
 
 // Next returns the next chunk (valid until Close) or io.EOF.
@@ -36,11 +38,12 @@ func (s *replayStream) Next() ([]byte, error) {
 }
 
 // Close releases nothing; safe to call more than once.
-func (s *replayStream) Close() {}
+func (s *replayStream) Close() { s.closed.Store(true) }
 
-// Buffered says that every chunk is here: Next never waits, so the writer
-// sends the replay in as few writes as it can (pipeline.Lookahead).
-func (s *replayStream) Buffered() bool { return true }
+// Buffered says that every chunk is here (until Close): Next never waits,
+// so the writer sends the replay in as few writes as it can
+// (pipeline.Lookahead).
+func (s *replayStream) Buffered() bool { return !s.closed.Load() }
 
 // newReplayStream builds the chunks replaying completion under a new id,
 // created and model. They are encoded by wire.ChatSSE, as the tool loop's

@@ -149,33 +149,38 @@ func TestCachedStreamLeavesInOneWrite(t *testing.T) {
 	}
 }
 
-// An upstream answer whose every byte is already here when its first
-// content is (the body's last chunk included) leaves in one write; when
-// the body goes on after [DONE], the events before it leave without
-// waiting for the body's end. The upstream writes its raw HTTP response
-// itself, so that what reaches the gateway together is known.
-func TestStreamAllBufferedLeavesInOneWrite(t *testing.T) {
+// What the upstream sent whole leaves without waiting for the network,
+// and nothing is held for an event still to come, whatever the HTTP
+// chunking does to the bytes: the upstream here writes its raw chunked
+// response itself, with CRLF line ends, an event cut across two chunks
+// (so that a chunk's closing CRLF follows one of the event's), and holds
+// the rest of the answer until the client has seen "Hello". The events
+// before [DONE] that arrived together leave in one write.
+func TestStreamChunkingHoldsNothing(t *testing.T) {
 	t.Parallel()
-	chunk := func(delta, finish string) string {
+	event := func(delta, finish string) string {
 		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":` +
-			delta + `,"finish_reason":` + finish + `}]}` + "\n\n"
+			delta + `,"finish_reason":` + finish + `}]}` + "\r\n\r\n"
 	}
-	events := chunk(`{"role":"assistant","content":""}`, "null")
-	for _, w := range []string{"one ", "two ", "three ", "four"} {
-		events += chunk(`{"content":"`+w+`"}`, "null")
-	}
-	events += chunk(`{}`, `"stop"`) + "data: [DONE]\n\n"
+	chunk := func(b string) string { return strconv.FormatInt(int64(len(b)), 16) + "\r\n" + b + "\r\n" }
+	role, hello, world := event(`{"role":"assistant","content":""}`, "null"), event(`{"content":"Hello"}`, "null"), event(`{"content":" world"}`, "null")
+	cut := strings.Index(world, `" world"`) // world's first part, then its line end in a chunk of its own
+	rest := chunk(event(`{}`, `"stop"`)+"data: [DONE]\r\n\r\n") + "0\r\n\r\n"
 	for _, tc := range []struct {
-		name    string
-		endLate bool // the body's last chunk comes once the client saw the content
-		writes  int
+		name        string
+		first, then string
 	}{
-		{"body ends with the events", false, 1},
-		{"body ends later", true, 2},
+		// The next event starts in the SSE reader's buffer; the chunk after
+		// it ends in a CRLF, and the framing's CRLF follows.
+		{"event begun in the reader", chunk(role+hello+world[:cut]) + chunk(world[cut:len(world)-2]), chunk("\r\n") + rest},
+		// The next event's first line and its CRLF in a chunk of their own,
+		// the framing's CRLF after them: no blank line yet.
+		{"event in a chunk of its own", chunk(role+hello) + chunk(world[:len(world)-2]), chunk("\r\n") + rest},
+		{"all at once", chunk(role+hello+world) + rest, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			sawFour := make(chan struct{})
+			sawHello := make(chan struct{})
 			held := make(chan bool, 1)
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.Copy(io.Discard, r.Body)
@@ -185,44 +190,37 @@ func TestStreamAllBufferedLeavesInOneWrite(t *testing.T) {
 					return
 				}
 				defer conn.Close()
-				raw := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
-					strconv.FormatInt(int64(len(events)), 16) + "\r\n" + events + "\r\n"
-				if !tc.endLate {
-					raw += "0\r\n\r\n"
-				}
-				_, _ = io.WriteString(conn, raw)
-				if tc.endLate {
+				_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+tc.first)
+				if tc.then != "" {
 					select {
-					case <-sawFour:
+					case <-sawHello:
 						held <- false
 					case <-time.After(10 * time.Second): // a deadlock guard, not a timing check
 						held <- true
 					}
-					_, _ = io.WriteString(conn, "0\r\n\r\n")
+					_, _ = io.WriteString(conn, tc.then)
 				}
-				// Wait for the gateway to take the answer before closing.
-				_, _ = conn.Read(make([]byte, 1))
+				_, _ = conn.Read(make([]byte, 1)) // until the gateway lets the connection go
 			}))
 			t.Cleanup(up.Close)
 			h := newHarness(t, strings.Replace(baseConfig, "{{MOCK}}", up.URL+"/v1", 1), mockllm.Options{})
-			writes := 0
-			var all []byte
+			var writes []string
 			var once sync.Once
 			rawChunks(t, h, func(p []byte) {
-				writes++
-				all = append(all, p...)
-				if bytes.Contains(p, []byte(`"four"`)) {
-					once.Do(func() { close(sawFour) })
+				writes = append(writes, string(p))
+				if bytes.Contains(p, []byte(`"Hello"`)) {
+					once.Do(func() { close(sawHello) })
 				}
 			})
-			if bytes.Count(all, []byte("data: ")) != 7 || !bytes.HasSuffix(all, []byte("data: [DONE]\n\n")) {
+			all := strings.Join(writes, "")
+			if strings.Count(all, "data: ") != 5 || !strings.Contains(all, `" world"`) || !strings.HasSuffix(all, "data: [DONE]\n\n") {
 				t.Fatalf("stream %q", all)
 			}
-			if tc.endLate && <-held {
-				t.Fatal("the events were held until the upstream's body ended")
+			if tc.then != "" && <-held {
+				t.Fatal(`"Hello" was held until the upstream sent more`)
 			}
-			if writes != tc.writes {
-				t.Fatalf("%d writes, want %d", writes, tc.writes)
+			if tc.then == "" && (len(writes) != 2 || !strings.Contains(writes[0], `"stop"`)) {
+				t.Fatalf("the events that came together left in %d writes: %q", len(writes), writes)
 			}
 		})
 	}

@@ -289,12 +289,17 @@ func (k *sink) prefetch() bool {
 	for !k.ended && len(k.buf) < maxHeldBytes && k.req.Lookahead.Buffered() {
 		k.event()
 	}
-	return k.ended
+	// A client that left meanwhile gets no clean end: its connection is
+	// closed after the stream, as on the stream's own goroutine.
+	return k.ended && !errors.Is(k.failure, pipeline.ErrClientGone)
 }
 
 // Read is the plain io.Reader form of WriteTo, for any caller that reads
 // the body instead.
 func (k *sink) Read(p []byte) (int, error) {
+	if k.pending == nil && len(k.buf) > 0 {
+		k.pending = k.buf // prefetched, not read yet
+	}
 	for len(k.pending) == 0 {
 		k.drop() // pending, a view of buf, was all read
 		if k.ended {

@@ -11,36 +11,52 @@ import (
 	"github.com/llmgw/gateway/sse"
 )
 
-// bodyBufio returns the bufio.Reader fasthttp reads a streamed response
-// body from (its connection's reader), or nil. fasthttp hands out the body
-// as an io.Reader that returns at most one HTTP chunk per Read, and offers
-// no way to ask whether more of the body is already in memory; the stream
-// writer needs exactly that to coalesce a burst of events into one flush.
-// The reader is found through the two unexported fields that hold it
-// (clientStreamBody.reader, requestStream.reader), checked once by name and
-// type: should a fasthttp version lay them out otherwise, this returns nil
-// and every event is flushed on its own, as before
-// (TestStreamBurstCoalesces fails then). Read only from the goroutine that
-// reads the body, while it is open.
-func bodyBufio(body io.Reader) *bufio.Reader {
+// bodyReader is where a streamed response body comes from: the connection's
+// reader, and where the chunked framing stands.
+type bodyReader struct {
+	br *bufio.Reader
+	// left is the body's bytes of the current chunk not read yet (0: the
+	// next read starts with a chunk-size line); length is the body's
+	// Content-Length, -1 for a chunked body. Both point into fasthttp's
+	// body stream, which only the goroutine that reads the body changes.
+	left, length *int
+}
+
+// bodyReaderOf returns the bodyReader of a fasthttp streamed response body,
+// or a zero one. fasthttp hands out the body as an io.Reader that returns
+// at most one HTTP chunk per Read, and offers no way to ask whether more
+// of the body is already in memory; the stream writer needs exactly that
+// to coalesce a burst of events into one flush. The reader and the
+// framing's state are found through unexported fields
+// (clientStreamBody.reader, then requestStream's reader, chunkLeft and
+// contentLength), checked once by name and type: should a fasthttp
+// version lay them out otherwise, this returns a zero bodyReader and every
+// event is flushed on its own, as before (TestStreamBurstCoalesces fails
+// then). Read only from the goroutine that reads the body, while it is
+// open.
+func bodyReaderOf(body io.Reader) bodyReader {
 	if body == nil {
-		return nil
+		return bodyReader{}
 	}
 	bodyFields.once.Do(func() { bodyFields.find(body) })
 	f := &bodyFields
 	if !f.ok || reflect.TypeOf(body) != f.outer {
-		return nil
+		return bodyReader{}
 	}
 	field := reflect.ValueOf(body).Elem().Field(f.outerIdx)
 	rs := *(*io.Reader)(unsafe.Pointer(field.UnsafeAddr()))
 	if rs == nil || reflect.TypeOf(rs) != f.inner {
-		return nil
+		return bodyReader{}
 	}
-	br := reflect.ValueOf(rs).Elem().Field(f.innerIdx)
-	return *(**bufio.Reader)(unsafe.Pointer(br.UnsafeAddr()))
+	v := reflect.ValueOf(rs).Elem()
+	return bodyReader{
+		br:     *(**bufio.Reader)(unsafe.Pointer(v.Field(f.innerIdx).UnsafeAddr())),
+		left:   (*int)(unsafe.Pointer(v.Field(f.leftIdx).UnsafeAddr())),
+		length: (*int)(unsafe.Pointer(v.Field(f.lengthIdx).UnsafeAddr())),
+	}
 }
 
-// bodyFields is where bodyBufio finds the reader, learnt from the first
+// bodyFields is where bodyReaderOf finds the reader, learnt from the first
 // body.
 var bodyFields fieldPath
 
@@ -49,19 +65,22 @@ type fieldPath struct {
 	ok                 bool
 	outer, inner       reflect.Type
 	outerIdx, innerIdx int
+	leftIdx, lengthIdx int
 }
 
 var (
 	readerType      = reflect.TypeFor[io.Reader]()
 	bufioReaderType = reflect.TypeFor[*bufio.Reader]()
+	intType         = reflect.TypeFor[int]()
 )
 
 // find learns the field path from body: a pointer to a struct whose field
 // "reader" is an io.Reader holding a pointer to a struct whose field
-// "reader" is a *bufio.Reader.
+// "reader" is a *bufio.Reader and whose int fields "chunkLeft" and
+// "contentLength" say where its framing stands.
 func (f *fieldPath) find(body io.Reader) {
 	var ok bool
-	if f.outer, f.outerIdx, ok = readerField(reflect.TypeOf(body), readerType); !ok {
+	if f.outer, f.outerIdx, ok = namedField(reflect.TypeOf(body), "reader", readerType); !ok {
 		return
 	}
 	field := reflect.ValueOf(body).Elem().Field(f.outerIdx)
@@ -69,33 +88,40 @@ func (f *fieldPath) find(body io.Reader) {
 	if rs == nil {
 		return
 	}
-	f.inner, f.innerIdx, f.ok = readerField(reflect.TypeOf(rs), bufioReaderType)
+	t := reflect.TypeOf(rs)
+	var ok1, ok2, ok3 bool
+	f.inner, f.innerIdx, ok1 = namedField(t, "reader", bufioReaderType)
+	_, f.leftIdx, ok2 = namedField(t, "chunkLeft", intType)
+	_, f.lengthIdx, ok3 = namedField(t, "contentLength", intType)
+	f.ok = ok1 && ok2 && ok3
 }
 
-// readerField returns t and the index of its field "reader" of type want,
-// when t is a pointer to a struct that has one.
-func readerField(t, want reflect.Type) (reflect.Type, int, bool) {
+// namedField returns t and the index of its field name of type want, when
+// t is a pointer to a struct that has one.
+func namedField(t reflect.Type, name string, want reflect.Type) (reflect.Type, int, bool) {
 	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return nil, 0, false
 	}
-	sf, ok := t.Elem().FieldByName("reader")
+	sf, ok := t.Elem().FieldByName(name)
 	if !ok || sf.Type != want || len(sf.Index) != 1 {
 		return nil, 0, false
 	}
 	return t, sf.Index[0], true
 }
 
-// Buffered reports whether the stream's next Next will return without
-// reading the network, so that the writer may hold its flush: the first
-// event buffered (in the SSE reader or in the connection's reader) must be
-// a JSON data event, or [DONE] with the end of the body buffered behind it
-// (Next then returns the end at once). A comment (": keep-alive"), an
-// empty data line or a [DONE] whose body goes on say false: Next would
-// pass over it and block, with the held bytes unsent. An Anthropic stream
-// says false (its decoder passes over ping and block-stop events), and so
-// does a stream busy in Next or Close: it never blocks. Layers that may
-// take chunks without writing anything (the tool loop, prompted tool
-// calls, response guardrails) give their own upstream calls no Lookahead.
+// Buffered reports whether the stream's next Next will return a chunk
+// without reading the network, so that the writer may hold its flush: the
+// first event buffered (in the SSE reader, then in the body bytes the
+// connection's reader holds) must be a JSON data event, whole. A comment
+// (": keep-alive"), an empty data line or [DONE] say false: Next would pass
+// over it and block, or do the work of the stream's end (a cache's store),
+// with the held bytes unsent. The connection's bytes are read as the body
+// reader would read them (bufferedBody): only what it can return without a
+// read, framing taken out. An Anthropic stream says false (its decoder
+// passes over ping and block-stop events), and so does a stream busy in
+// Next or Close: it never blocks. Layers that may take chunks without
+// writing anything (the tool loop, prompted tool calls, response
+// guardrails) give their own upstream calls no Lookahead.
 func (s *upstreamStream) Buffered() bool {
 	if s.msgs != nil || !s.mu.TryLock() {
 		return false
@@ -105,35 +131,127 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	ahead := s.rd.Buffered()
-	partial := sse.StartsData(ahead)
-	if len(ahead) > 0 && !partial && !sse.FirstIsDone(ahead) {
+	if sse.HasEvent(ahead) || s.body.br == nil {
 		return sse.FirstIsData(ahead) // the reader's own bytes come first
 	}
-	var raw []byte
-	if s.br != nil {
-		raw, _ = s.br.Peek(s.br.Buffered()) // only what is buffered: no read
+	// The first event is not whole in the reader: it, or its rest, must be
+	// in the body the connection's reader holds.
+	partial := sse.StartsData(ahead)
+	if len(ahead) > 0 && !partial {
+		return false
 	}
-	switch {
-	case partial:
-		// A chat chunk begun in the reader's buffer (a burst larger than
-		// it): Next reads the rest without the network when the
-		// connection's buffer holds the event's end.
-		return sse.HasEvent(raw)
-	case len(ahead) > 0: // [DONE], complete in the reader's buffer
-		return chunkedEnd(raw)
-	case sse.FirstIsDone(raw):
-		return chunkedEnd(raw)
+	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
+	if partial {
+		return s.body.eventEnds(ahead, raw)
 	}
-	return sse.FirstIsData(raw)
+	return s.body.firstIsData(raw)
 }
 
-// chunkedEnd reports whether raw, the buffered bytes of a chunked body
-// from where its reader stopped, hold the body's last chunk (one without
-// trailers): after [DONE], the body ends without reading the network. A
-// false true costs a held write until the upstream sends more, never a
-// lost byte.
-func chunkedEnd(raw []byte) bool {
-	return bytes.HasPrefix(raw, lastChunk) || bytes.Contains(raw, lfLastChunk)
+// eventEnds reports whether the body bytes readable from raw without the
+// network end the event that tail (the SSE reader's unread bytes) begins.
+func (b bodyReader) eventEnds(tail, raw []byte) bool {
+	var edge [6]byte // the last bytes before a run, for an end across runs
+	carry := edge[:0]
+	if len(tail) > 3 {
+		tail = tail[len(tail)-3:]
+	}
+	carry = append(carry, tail...)
+	found := false
+	b.bufferedBody(raw, func(run []byte) bool {
+		n := min(len(run), 3)
+		joined := append(carry, run[:n]...)
+		if sse.HasEvent(joined) || sse.HasEvent(run) {
+			found = true
+			return false
+		}
+		if len(run) >= 3 {
+			carry = append(edge[:0], run[len(run)-3:]...)
+		} else {
+			carry = append(edge[:0], joined[max(0, len(joined)-3):]...)
+		}
+		return true
+	})
+	return found
 }
 
-var lfLastChunk = []byte("\n0\r\n\r\n")
+// firstIsData reports whether the body bytes readable from raw without
+// the network start with a whole JSON data event within one run (an event
+// across chunks says false: a write more, never a wait).
+func (b bodyReader) firstIsData(raw []byte) bool {
+	first := true
+	ok := false
+	b.bufferedBody(raw, func(run []byte) bool {
+		if first {
+			first, ok = false, sse.FirstIsData(run)
+		}
+		return false
+	})
+	return ok
+}
+
+// bufferedBody calls run with each run of body bytes that the body reader
+// can return from raw (the connection's buffered bytes, from where the
+// reader stopped) without reading the network, in order, until run
+// returns false. For a chunked body it stops before a chunk whose size
+// line, or whose closing CRLF, is not whole in raw: fasthttp reads the
+// CRLF in the same read as the chunk's last byte, and would wait for it.
+func (b bodyReader) bufferedBody(raw []byte, run func([]byte) bool) {
+	if *b.length >= 0 { // a sized body: raw is body
+		if len(raw) > 0 {
+			run(raw)
+		}
+		return
+	}
+	left := *b.left
+	for {
+		if left > 0 {
+			if left > len(raw) { // the chunk goes on past raw: its bytes here only
+				if len(raw) > 0 {
+					run(raw)
+				}
+				return
+			}
+			if len(raw) < left+2 || raw[left] != '\r' || raw[left+1] != '\n' {
+				return
+			}
+			if !run(raw[:left]) {
+				return
+			}
+			raw = raw[left+2:]
+		}
+		i := bytes.Index(raw, crlf)
+		if i <= 0 {
+			return
+		}
+		size, ok := chunkSize(raw[:i])
+		if !ok || size == 0 { // not a size line, or the body's last chunk
+			return
+		}
+		raw, left = raw[i+2:], size
+	}
+}
+
+// chunkSize parses a chunk-size line (hex digits, optional extensions).
+func chunkSize(line []byte) (int, bool) {
+	if j := bytes.IndexByte(line, ';'); j >= 0 {
+		line = line[:j]
+	}
+	line = bytes.TrimRight(line, " \t")
+	if len(line) == 0 || len(line) > 8 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range line {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, true
+}

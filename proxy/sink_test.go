@@ -194,3 +194,33 @@ func TestStreamHandOverOnlyWhileOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestSinkReadAfterPrefetch: the plain io.Reader form of the sink returns
+// the events prefetch took before the head was written, then the rest.
+func TestSinkReadAfterPrefetch(t *testing.T) {
+	t.Parallel()
+	srv, rt, _, _ := finishGateway(t, nil)
+	var look pipeline.Lookahead
+	look.Set(alwaysBuffered{})
+	req := &pipeline.Request{ID: "r", Start: time.Now(), Stream: true, Lookahead: &look, Meta: &pipeline.Meta{}}
+	x := &exchange{rt: rt, start: req.Start, req: req}
+	rt.inflight.add()
+	k := &sink{s: srv, x: x, req: req, cancel: func() {}, form: chatForm{}}
+	n := 0
+	k.stream = &pipeline.StreamFunc{
+		NextFunc: func() ([]byte, error) {
+			if n++; n > 3 {
+				return nil, io.EOF
+			}
+			return []byte(`{"choices":[{"index":0,"delta":{"content":"x"}}]}`), nil
+		},
+		CloseFunc: func() {},
+	}
+	if !k.prefetch() {
+		t.Fatal("a stream all buffered did not end in prefetch")
+	}
+	b, err := io.ReadAll(struct{ io.Reader }{k})
+	if err != nil || strings.Count(string(b), `"content":"x"`) != 3 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("read %q, %v", b, err)
+	}
+}

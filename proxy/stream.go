@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -40,7 +39,7 @@ type upstreamStream struct {
 	resp     *fasthttp.Response
 	conn     *trackedConn        // nil when the connection could not be found
 	rd       *sse.Reader         // from sseReaders; back there in Close unless lent
-	br       *bufio.Reader       // the connection's reader under rd, for Buffered; nil if unknown
+	body     bodyReader          // the connection's reader under rd, for Buffered; zero if unknown
 	look     *pipeline.Lookahead // reports Buffered to the client's writer while open; may be nil
 	model    string
 	deadline time.Time
@@ -76,7 +75,7 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, resp *fasthttp.R
 	s.rd.Reset(resp.BodyStream())
 	s.rd.Watch(s) // any bytes, a keep-alive comment too, restart the idle timeout
 	if look != nil {
-		s.br, s.look = bodyBufio(resp.BodyStream()), look
+		s.body, s.look = bodyReaderOf(resp.BodyStream()), look
 		look.Set(s)
 	}
 	if s.conn != nil {

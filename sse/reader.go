@@ -356,13 +356,6 @@ func StartsData(b []byte) bool {
 	return len(v) > 0 && v[0] == '{'
 }
 
-// FirstIsDone reports whether the first complete event in b is the stream
-// terminator, data: [DONE].
-func FirstIsDone(b []byte) bool {
-	v, ok := firstData(b)
-	return ok && IsDone(v)
-}
-
 // FirstHasData reports whether b, a Reader's Buffered bytes, holds its
 // next event whole, with a data line: the Reader's Next returns it without
 // reading more. False may still be such an event (the test is cheap, not
