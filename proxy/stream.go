@@ -241,7 +241,10 @@ func (s *upstreamStream) Active() {
 			d = t
 		}
 	}
-	if d.Equal(s.armed) {
+	if d.Equal(s.armed) || (d.After(s.armed) && d.Sub(s.armed) < s.idle/rearmSlackDiv) {
+		// An idle deadline that would move by less than idle/64 stays as
+		// set: each move is a poller update, and a burst brings bytes many
+		// times a millisecond. The idle timeout may fire that much early.
 		return
 	}
 	s.armed = d
@@ -252,6 +255,10 @@ func (s *upstreamStream) Active() {
 		_ = s.conn.SetReadDeadline(past)
 	}
 }
+
+// rearmSlackDiv sets how far an idle deadline may lag (idle/64: about 1 s
+// of a 60 s idle timeout) before Active moves it.
+const rearmSlackDiv = 64
 
 func (s *upstreamStream) readError(err error) error {
 	if cerr := s.ctx.Err(); cerr != nil {

@@ -149,8 +149,9 @@ func (c *deadlineCounter) SetReadDeadline(t time.Time) error {
 
 // TestUpstreamStreamArmsDeadlinePerRead: the idle deadline is set before a
 // read that may block, not before an event the SSE reader already holds,
-// so a burst of events costs a few deadline updates and spaced events one
-// each.
+// and not moved by less than idle/64: a burst of events costs a few
+// deadline updates, events spaced by less than idle/64 share one, and
+// events spaced further apart each set one.
 func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
 	t.Parallel()
 	const events = 20
@@ -158,10 +159,12 @@ func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
 	tests := []struct {
 		name     string
 		spaced   bool
+		idle     string
 		min, max int64 // read deadlines set in the whole call
 	}{
-		{"burst", false, 1, events / 2},
-		{"spaced", true, events, 3 * events},
+		{"burst", false, "5s", 1, events / 2},
+		{"spaced within idle/64", true, "5s", 1, events / 2},        // 2 ms apart, 78 ms of slack
+		{"spaced beyond idle/64", true, "64ms", events, 3 * events}, // 2 ms apart, 1 ms of slack
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,7 +184,7 @@ func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
 					_, _ = w.WriteString("data: [DONE]\n\n")
 				})
 			})
-			_, u := testUpstream(t, base, `stream_idle_timeout = "5s"`)
+			_, u := testUpstream(t, base, `stream_idle_timeout = "`+tc.idle+`"`)
 			pc := u.providers["p"]
 			var sets atomic.Int64
 			pc.hc.Dial = func(addr string) (net.Conn, error) {
