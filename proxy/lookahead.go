@@ -196,7 +196,7 @@ func (b bodyReader) firstIsData(raw []byte) bool {
 // line, or whose closing CRLF, is not whole in raw: fasthttp reads the
 // CRLF in the same read as the chunk's last byte, and would wait for it.
 func (b bodyReader) bufferedBody(raw []byte, run func([]byte) bool) {
-	if *b.length >= 0 { // a sized body: raw is body
+	if *b.length != -1 { // sized (>= 0) or read to the connection's close (-2): raw is body
 		if len(raw) > 0 {
 			run(raw)
 		}

@@ -1,9 +1,19 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"errors"
+	"io"
+	"reflect"
 	"strconv"
+	"strings"
 	"testing"
+	"unsafe"
+
+	"github.com/llmgw/gateway/sse"
+	"github.com/valyala/fasthttp"
 )
 
 // chunked frames body as HTTP/1.1 chunks of the given sizes (the last one
@@ -141,6 +151,156 @@ func TestEventEnds(t *testing.T) {
 		b := bodyReader{left: &left, length: &length}
 		if got := b.eventEnds([]byte(tc.tail), []byte(tc.raw)); got != tc.want {
 			t.Errorf("%s: eventEnds(%q, %q) = %v, want %v", tc.name, tc.tail, tc.raw, got, tc.want)
+		}
+	}
+}
+
+// gateReader is the network under a fasthttp response: it hands out data
+// in the given pieces while open, and records a read made while closed.
+type gateReader struct {
+	data     []byte
+	pos      int
+	pieces   []int
+	pi       int
+	open     bool
+	violated bool
+}
+
+var errGateClosed = errors.New("read with the gate closed")
+
+func (g *gateReader) Read(p []byte) (int, error) {
+	if !g.open {
+		g.violated = true
+		return 0, errGateClosed
+	}
+	if g.pos >= len(g.data) {
+		return 0, errGateClosed // nothing more: a real read would wait
+	}
+	n := len(g.data) - g.pos
+	if len(g.pieces) > 0 {
+		n = min(n, g.pieces[g.pi%len(g.pieces)])
+		g.pi++
+	}
+	n = min(n, len(p))
+	copy(p, g.data[g.pos:g.pos+n])
+	g.pos += n
+	return n, nil
+}
+
+// gateTokens are what FuzzBufferedNeverReads builds bodies from: SSE lines,
+// line ends of every kind, comments, [DONE], a BOM, bytes that look like
+// chunk framing.
+var gateTokens = []string{
+	`data: {"a":1}`, `data:{"b":2}`, "\n", "\r", "\r\n", ": c", "data: [DONE]", "event: x",
+	"data", "\xEF\xBB\xBF", "id: 1", "data: ", `data: {"long":"` + strings.Repeat("x", 60) + `"}`, "\n\n", "\r\n\r\n", "0", "\r\n0\r\n",
+}
+
+// gateResponse frames body as an HTTP response: chunked (with size lines
+// in several spellings), sized, or read to the connection's close.
+func gateResponse(body, sizes []byte, mode byte) []byte {
+	switch mode % 4 {
+	case 1:
+		return append([]byte("HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
+	case 2:
+		return append([]byte("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"), body...)
+	}
+	out := []byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for i := 0; len(body) > 0; i++ {
+		n, style := len(body), byte(0)
+		if i < len(sizes) {
+			n, style = min(max(int(sizes[i]&0x3f), 1), n), sizes[i]>>6
+		}
+		h := strconv.FormatInt(int64(n), 16)
+		switch style {
+		case 1:
+			h = "00" + h + ";ext=1"
+		case 2:
+			h = strings.ToUpper(h) + "\t "
+		case 3:
+			h += `; a="b"`
+		}
+		out = append(out, h+"\r\n"...)
+		out = append(out, body[:n]...)
+		out = append(out, "\r\n"...)
+		body = body[n:]
+	}
+	return append(out, "0\r\n\r\n"...)
+}
+
+// gateBodyReader is bodyReaderOf for the body stream of a response read
+// directly (no client wrapper around it): the same fields, found here so
+// that the package's learnt field path stays the client's.
+func gateBodyReader(rs io.Reader) bodyReader {
+	v := reflect.ValueOf(rs).Elem()
+	f := func(name string) unsafe.Pointer {
+		sf, _ := v.Type().FieldByName(name)
+		return unsafe.Pointer(v.Field(sf.Index[0]).UnsafeAddr())
+	}
+	return bodyReader{br: *(**bufio.Reader)(f("reader")), left: (*int)(f("chunkLeft")), length: (*int)(f("contentLength"))}
+}
+
+// FuzzBufferedNeverReads: through fasthttp's own body reader and the SSE
+// reader, whatever the bytes, framing, network pieces and buffer size,
+// when Buffered says true the next Next reads nothing from the network
+// (the gate is closed for it).
+func FuzzBufferedNeverReads(f *testing.F) {
+	f.Add([]byte{0, 2, 2, 1, 4, 4}, []byte{5, 3, 40}, []byte{3, 7}, byte(0), byte(0))
+	f.Add([]byte{0, 4, 4, 0, 4, 4, 6, 4, 4}, []byte{200, 70, 9}, []byte{1}, byte(0), byte(10))
+	f.Add([]byte{0, 13, 1, 13, 6, 13}, []byte{}, []byte{64}, byte(2), byte(40))
+	f.Fuzz(func(t *testing.T, toks, sizes, pieces []byte, mode, bufSize byte) {
+		var body []byte
+		for _, c := range toks {
+			body = append(body, gateTokens[int(c)%len(gateTokens)]...)
+		}
+		if len(body) == 0 {
+			return
+		}
+		g := &gateReader{data: gateResponse(body, sizes, mode), open: true}
+		for _, p := range pieces {
+			g.pieces = append(g.pieces, int(p%64)+1)
+		}
+		resp := &fasthttp.Response{StreamBody: true}
+		if err := resp.Read(bufio.NewReaderSize(g, 16+int(bufSize))); err != nil {
+			return
+		}
+		rs := resp.BodyStream()
+		s := &upstreamStream{ctx: context.Background(), pc: &providerClient{}, rd: sse.NewReader(rs, 256), body: gateBodyReader(rs), model: "m"}
+		for step := 0; step < 1000; step++ {
+			g.open = false
+			g.open = !s.Buffered()
+			_, err := s.Next()
+			if g.violated {
+				t.Fatalf("Buffered said true, and Next read the network (step %d, mode %d): %q, at %d", step, mode%4, g.data, g.pos)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// TestBufferedSeesWholeEvents: events the connection's reader already
+// holds count as buffered whatever the body's framing: chunked, sized, or
+// read to the connection's close.
+func TestBufferedSeesWholeEvents(t *testing.T) {
+	t.Parallel()
+	// Events longer than the SSE reader's first buffer: after the first,
+	// the reader holds only the start of the next one.
+	event := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1500) + `"}}]}` + "\n\n"
+	body := []byte(strings.Repeat(event, 3) + "data: [DONE]\n\n")
+	for mode, name := range []string{"chunked", "sized", "to the close"} {
+		g := &gateReader{data: gateResponse(body, nil, byte(mode)), open: true}
+		resp := &fasthttp.Response{StreamBody: true}
+		if err := resp.Read(bufio.NewReaderSize(g, 8192)); err != nil {
+			t.Fatal(err)
+		}
+		rs := resp.BodyStream()
+		s := &upstreamStream{ctx: context.Background(), pc: &providerClient{}, rd: sse.NewReader(rs, 0), body: gateBodyReader(rs), model: "m"}
+		if _, err := s.Next(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !s.Buffered() {
+			t.Errorf("%s: the next event is in the connection's buffer, and Buffered says no", name)
 		}
 	}
 }

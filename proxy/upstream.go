@@ -351,7 +351,11 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	// The request was sent: the stream needs only the response, and an open
 	// stream should not hold the request's headers and body.
 	fasthttp.ReleaseRequest(freq)
-	s := newUpstreamStream(ctx, pc, resp, conn, req.Model, deadline, req.Lookahead)
+	look := req.Lookahead
+	if pc.messages {
+		look = nil // its decoder passes over events: the writer may never hold for it
+	}
+	s := newUpstreamStream(ctx, pc, resp, conn, req.Model, deadline, look)
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
 	}
