@@ -283,8 +283,9 @@ func (k *sink) burst() []byte {
 // prefetch takes the events that are already here without waiting (the
 // first ones, which the fallback layer read to choose the upstream, and
 // those buffered behind them, up to maxHeldBytes), and reports whether
-// they were the whole stream: then fasthttp writes it, and the stream
-// needs no goroutine of its own.
+// they were the whole stream (a cache replay: an upstream's [DONE] is never
+// counted as here): then fasthttp writes it, and the stream needs no
+// goroutine of its own.
 func (k *sink) prefetch() bool {
 	for !k.ended && len(k.buf) < maxHeldBytes && k.req.Lookahead.Buffered() {
 		k.event()

@@ -147,7 +147,7 @@ func TestSinkKeepsUsage(t *testing.T) {
 }
 
 // TestStreamHandOverOnlyWhileOpen: a stream whose every event is already
-// here when its head is written (a short answer from a fast upstream) is
+// here when its head is written (a replay from the response cache) is
 // written by fasthttp in one chunk, without a goroutine of its own; a
 // stream whose next event is still to come is handed over (hijack.go).
 // Both reach the client whole.
