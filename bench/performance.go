@@ -148,7 +148,10 @@ func summaryRow(s *scenarioResult, peer string) string {
 				return fmt.Sprintf("TTFT p50 %s ms, TTFB p50 %s ms, inter-chunk p99 %s ms", ms1(l.TTFT.P50), ms1(l.TTFB.P50), ms1(l.InterChunk.P99))
 			}
 			ttft := ""
-			if l.AddedTTFT != nil {
+			if a := l.AddedTTFTPath; a != nil && l.AddedTTFT != nil {
+				ttft = fmt.Sprintf("+TTFT p50/p99 %s/%s µs on the path (%s/%s µs with the mock's delays), ", fmtNum(a.P50), fmtNum(a.P99),
+					fmtNum(l.AddedTTFT.P50), fmtNum(l.AddedTTFT.P99))
+			} else if l.AddedTTFT != nil {
 				ttft = fmt.Sprintf("+TTFT p50/p99 %s/%s µs, ", fmtNum(l.AddedTTFT.P50), fmtNum(l.AddedTTFT.P99))
 			}
 			return fmt.Sprintf("%s+TTFB p50/p99 %s/%s µs, +inter-chunk p99 %s µs", ttft, fmtNum(l.AddedTTFB.P50), fmtNum(l.AddedTTFB.P99), fmtNum(l.AddedInterChunk.P99))
