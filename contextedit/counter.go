@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -60,9 +61,10 @@ type Counter struct {
 }
 
 type counterSlot struct {
-	once sync.Once
-	c    *Counter
-	err  error
+	once  sync.Once
+	c     *Counter
+	err   error
+	built atomic.Bool // c is set (CounterBuilt)
 }
 
 var counters sync.Map // encoding name → *counterSlot
@@ -71,9 +73,17 @@ var counters sync.Map // encoding name → *counterSlot
 // for a request without a route;
 // o200k_base, cl100k_base, p50k_base, r50k_base). Building an encoder takes a
 // few hundred milliseconds and tens of MB, so it happens once per encoding per
-// process; call CounterFor at start for every configured encoding so that a bad
-// name fails there and the first request does not pay the build. Safe for
-// concurrent use.
+// process, on first use: the first request that needs a count pays the build,
+// and a process that never counts never holds the tables (which every garbage
+// collection would mark). Config validation refuses an unknown name at start.
+// Safe for concurrent use.
+// CounterBuilt reports whether the Counter of an encoding has been built in
+// this process (its tables are held).
+func CounterBuilt(encoding string) bool {
+	v, ok := counters.Load(encoding)
+	return ok && v.(*counterSlot).built.Load()
+}
+
 func CounterFor(encoding string) (*Counter, error) {
 	if encoding == "" {
 		encoding = config.DefaultEncoding
@@ -83,7 +93,10 @@ func CounterFor(encoding string) (*Counter, error) {
 		v, _ = counters.LoadOrStore(encoding, &counterSlot{})
 	}
 	slot := v.(*counterSlot)
-	slot.once.Do(func() { slot.c, slot.err = newCounter(encoding, cacheEntries) })
+	slot.once.Do(func() {
+		slot.c, slot.err = newCounter(encoding, cacheEntries)
+		slot.built.Store(slot.c != nil)
+	})
 	return slot.c, slot.err
 }
 

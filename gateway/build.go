@@ -166,8 +166,12 @@ func (b *builder) startUpstream() error {
 	return nil
 }
 
-// buildRoutes makes one route per model, its model layer still unset, and
-// fails the start on an encoding no token counter knows.
+// buildRoutes makes one route per model, its model layer still unset. A
+// model's encoding is one config validation knows; its token counter is
+// built on first use (contextedit.CounterFor), not here: an encoder's
+// tables are tens of MB that every garbage collection would mark, and
+// only a request near its context window, or an answer without usage,
+// needs one.
 func (b *builder) buildRoutes() error {
 	b.routes = make(map[string]*pipeline.Route, len(b.cfg.Models))
 	for _, m := range b.cfg.Models {
@@ -176,11 +180,6 @@ func (b *builder) buildRoutes() error {
 			r.Deployments = append(r.Deployments, pipeline.Target{Provider: d.Provider, Upstream: d.Upstream, Weight: d.Weight, Model: m.Name})
 		}
 		b.routes[m.Name] = r
-	}
-	for _, m := range b.cfg.Models {
-		if _, err := contextedit.CounterFor(m.Encoding); err != nil { // built once, shared; fail at start
-			return fmt.Errorf("models %q: encoding: %w", m.Name, err)
-		}
 	}
 	return nil
 }

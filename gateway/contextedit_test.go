@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/contextedit"
+	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
 )
@@ -460,5 +461,22 @@ func TestContextEditToolLoopFallback(t *testing.T) {
 	}
 	if got := cleared(small[len(small)-1]); got != strings.Repeat("x", loopPages-1)+"." {
 		t.Fatalf("last small round clears %q", got)
+	}
+}
+
+// A gateway holds no tokenizer until a request needs a count: building one
+// at start kept tens of MB live that every garbage collection marked. A
+// request far under its model's context window counts nothing.
+func TestTokenizerBuiltOnFirstUse(t *testing.T) {
+	t.Parallel()
+	const enc = "r50k_base" // no other test of the package uses it
+	h := newHarness(t, strings.Replace(baseConfig, "context_window = 1000", "context_window = 1000\nencoding = \""+enc+"\"", 1), mockllm.Options{})
+	if contextedit.CounterBuilt(enc) {
+		t.Fatal("the tokenizer was built at start")
+	}
+	addr := strings.TrimSuffix(strings.TrimPrefix(h.base, "http://"), "/v1")
+	testproc.StreamChunks(t, addr, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, func([]byte) {})
+	if contextedit.CounterBuilt(enc) {
+		t.Fatal("a short request built the tokenizer")
 	}
 }
