@@ -261,7 +261,9 @@ func shortfalls(res *results) []string {
 			if sw != nil {
 				g, _ := sw.figure("gateway highest rate with added p99 < 10 ms")
 				f, _ := sw.figure("floor highest rate with added p99 < 10 ms")
-				why := "its saturation point is set by its CPU per request on the shared cores."
+				why := "below the rate its CPU per request allows, the tail that ends it comes in stalls of tens of ms every few seconds, when a " +
+					"garbage collection's mark work takes the shared cores from the requests in flight (one sweep with the collector off " +
+					"reached 0.556×); above it, its CPU per request on the shared cores sets the limit."
 				if cpu := cpuRatio(pt); cpu > 0 && c.Measured < 0.5/cpu {
 					// CPU alone would put it near 1/cpu of the floor's rate.
 					why = fmt.Sprintf("that is well below the %s× its CPU per request (%s× the floor's) alone would give, so the sweep's tails "+

@@ -159,7 +159,7 @@ func TestNoisySaturation(t *testing.T) {
 		res := &results{Scenarios: []*scenarioResult{pass, sweep}}
 		res.Targets = checkTargets(res)
 		got := strings.Join(shortfalls(res), "\n")
-		if strings.Contains(got, "noisier than the proxies' cost") != tc.noisy || strings.Contains(got, "set by its CPU per request") == tc.noisy {
+		if strings.Contains(got, "noisier than the proxies' cost") != tc.noisy || strings.Contains(got, "garbage collection's mark work") == tc.noisy {
 			t.Errorf("saturation %v (CPU 2.29×): %s", tc.sat, got)
 		}
 	}
