@@ -273,7 +273,7 @@ func TestStartsData(t *testing.T) {
 		{"data: {\"a\":", true},
 		{"data:{", true},
 		{"data: {\"a\":1}\n", true}, // the blank line is still to come
-		{"data: {}\n\n", false},       // complete: FirstIsData's case
+		{"data: {}\n\n", false},     // complete: FirstIsData's case
 		{"data: {}\n\ndata: {\"b\"", false},
 		{"data: [DO", false},
 		{"data: ", false},
