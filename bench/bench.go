@@ -169,7 +169,7 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 		name string
 		fn   func() *scenarioResult
 	}{
-		{"passthrough", b.passthrough}, {"stream", b.streaming}, {"burst", b.burstStreams}, {"toolloop", b.toolLoop},
+		{"passthrough", b.passthrough}, {"layers", b.layers}, {"stream", b.streaming}, {"burst", b.burstStreams}, {"toolloop", b.toolLoop},
 		{"cache", b.cacheHit}, {"fallback", b.fallback}, {"limits", b.limits}, {"replicas", b.replicas}, {"responses", b.responses}, {"streams", b.concurrentStreams}, {"sweep", b.sweep},
 	}
 	for _, st := range steps {

@@ -37,3 +37,41 @@ func TestGatewayConfigValid(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayVariantsDropTheirLayers: each layers-scenario variant is a
+// config the gateway accepts, with exactly the layers it names: no access
+// log line (log level warn), an empty request layer, no model-call
+// middleware on the bench model.
+func TestGatewayVariantsDropTheirLayers(t *testing.T) {
+	t.Parallel()
+	all := layerSet{model: true, request: true, accessLog: true}
+	for _, v := range append(layerVariants, struct {
+		name string
+		set  layerSet
+	}{"all", all}) {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			path, err := writeGatewayVariant(t.TempDir(), "gw", "127.0.0.1:1", "127.0.0.1:2", 7, fasthttpBuffers, v.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Server.LogLevel == "info"; got != v.set.accessLog {
+				t.Errorf("log level %q with access log %v", c.Server.LogLevel, v.set.accessLog)
+			}
+			if got := len(c.Middleware.Request) > 0; got != v.set.request {
+				t.Errorf("request layer %v, want on=%v", c.Middleware.Request, v.set.request)
+			}
+			for _, m := range c.Models {
+				if m.Name == "chat" {
+					if got := len(m.Middleware) > 0; got != v.set.model {
+						t.Errorf("chat model layer %v, want on=%v", m.Middleware, v.set.model)
+					}
+				}
+			}
+		})
+	}
+}

@@ -103,7 +103,7 @@ func modeSettings(mode string) (settings, error) {
 	return s, nil
 }
 
-var allScenarios = []string{"passthrough", "stream", "burst", "toolloop", "cache", "fallback", "limits", "replicas", "responses", "streams", "sweep"}
+var allScenarios = []string{"passthrough", "layers", "stream", "burst", "toolloop", "cache", "fallback", "limits", "replicas", "responses", "streams", "sweep"}
 
 func main() { os.Exit(realMain()) }
 

@@ -114,6 +114,7 @@ var peerNotRun = map[string]string{
 	"cache":     "it measures the gateway's response cache",
 	"fallback":  "the fallback model is configured in the bench gateway",
 	"limits":    "it measures the bench gateway's Redis-backed limits",
+	"layers":    "it measures the bench gateway's own layers",
 	"replicas":  "it measures bench gateway replicas behind HAProxy",
 	"responses": "it compares the gateway's own Responses API with its chat completions",
 	"streams":   "held streams need a proxy started by bench in front of a second, slow mock",

@@ -256,6 +256,11 @@ func shortfalls(res *results) []string {
 					"The floor parses nothing; the gateway reads the request and the answer as JSON, runs the middleware chain, "+
 					"meters usage and writes an access-log line.",
 					fmtNum(c.Measured), fmtNum(tp)))
+				if s := res.scenario("layers"); s != nil {
+					if l := layerSentence(s); l != "" {
+						out[len(out)-1] += " " + l
+					}
+				}
 			}
 		case "saturation":
 			if sw != nil {

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// layerSet is which optional parts of the gateway a variant of the bench
+// gateway runs. The core runs whatever the config says: it reads and checks
+// the request, routes it, calls the upstream through the connection
+// tracking that lets a vanished client cancel it, checks the answer and
+// meters its usage.
+type layerSet struct {
+	model     bool // the model-call middleware (fallback, context_edit, prompt_cache)
+	request   bool // the request middleware (policy, limits, response cache)
+	accessLog bool // one JSON access-log line per request
+}
+
+// layerVariants are the gateways the layers scenario starts besides the
+// bench gateway (which runs every layer), each adding one layer to the one
+// before it.
+var layerVariants = []struct {
+	name string
+	set  layerSet
+}{
+	{"core", layerSet{}},
+	{"+model layer", layerSet{model: true}},
+	{"+request layer", layerSet{model: true, request: true}},
+}
+
+// layerEdits turn the bench gateway's config into a variant's. Each edit
+// names text the config must hold, so a change to the config that would
+// silently keep a layer on fails the run instead.
+func layerEdits(s layerSet) [][2]string {
+	var e [][2]string
+	if !s.accessLog {
+		e = append(e, [2]string{`log_level = "info"`, `log_level = "warn"`})
+	}
+	if !s.request {
+		e = append(e, [2]string{"\n[middleware.cache]\n", "\n[middleware]\nrequest = []\n\n[middleware.cache]\n"})
+	}
+	if !s.model {
+		e = append(e, [2]string{"name = \"chat\"\nprovider = \"api\"\n", "name = \"chat\"\nprovider = \"api\"\nmiddleware = []\n"})
+	}
+	return e
+}
+
+// writeGatewayVariant writes the bench gateway's config with only the
+// layers of s, and returns its path.
+func writeGatewayVariant(dir, name, listen, api string, conns int, buf connBuffers, s layerSet) (string, error) {
+	path, err := writeGatewayConfig(dir, name, listen, api, api, conns, buf)
+	if err != nil {
+		return "", err
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	cfg := string(raw)
+	for _, e := range layerEdits(s) {
+		if strings.Count(cfg, e[0]) != 1 {
+			return "", fmt.Errorf("bench gateway config: %q is not there once, cannot make the %s variant", e[0], name)
+		}
+		cfg = strings.Replace(cfg, e[0], e[1], 1)
+	}
+	return path, os.WriteFile(path, []byte(cfg), 0o644)
+}
+
+// layers measures non-streaming pass-through (closed model) through
+// gateways that add the optional layers one at a time, beside the floor
+// proxy and the bench gateway: what the core every request pays costs
+// against the floor, and what each layer adds to it.
+func (b *bench) layers() *scenarioResult {
+	ls := b.spec(0, b.set.Concurrency, b.set.LegSeconds)
+	r := &scenarioResult{Name: "layers", Title: "Pass-through CPU by gateway layer, closed model", Load: ls.String()}
+	jobs := []job{{b.floor, b.floor.plain(chatBody, "", nil)}}
+	for i, v := range layerVariants {
+		name := fmt.Sprintf("gateway-layers-%d", i)
+		path, err := writeGatewayVariant(b.bins.dir, name, "127.0.0.1:0", b.api.addr, 20000, b.set.buffers(), v.set)
+		if err != nil {
+			r.Status, r.Reason = "failed", err.Error()
+			return r
+		}
+		c, err := b.procs.start(name, b.bins.gateway, "-config", path, "-listen", "{addr}")
+		if err != nil {
+			r.Status, r.Reason = "failed", err.Error()
+			return r
+		}
+		defer b.procs.stop(c)
+		t := newTarget(v.name, c, b.api, 4096)
+		jobs = append(jobs, job{t, t.plain(chatBody, "x-gateway-cache", noCacheHit)})
+	}
+	jobs = append(jobs, job{b.gateway, b.gateway.plain(chatBody, "x-gateway-cache", noCacheHit)})
+	m := b.measure(r, jobs, ls)
+	if m == nil {
+		return r
+	}
+	floor := m["floor"].ProxyCPUPer1k
+	prev := ""
+	for _, j := range jobs[1:] {
+		n := j.t.name
+		r.fig(n+"/floor CPU per request", ratio(m[n].ProxyCPUPer1k, floor), "×")
+		if prev != "" {
+			r.fig(n+" added CPU per request", round((m[n].ProxyCPUPer1k-m[prev].ProxyCPUPer1k)*1000, 1), "µs")
+		}
+		prev = n
+	}
+	return r
+}
+
+// layerSentence says, from the layers scenario, what the core and each
+// layer cost ("" when the scenario has no figures).
+func layerSentence(s *scenarioResult) string {
+	core, ok := s.figure("core/floor CPU per request")
+	if !ok {
+		return ""
+	}
+	var adds []string
+	for _, a := range []struct{ fig, what string }{
+		{"+model layer", "the model-call middleware (fallback, context editing, prompt cache)"},
+		{"+request layer", "the request middleware (policy, limits, response cache)"},
+		{"gateway", "the access log"},
+	} {
+		if v, ok := s.figure(a.fig + " added CPU per request"); ok {
+			adds = append(adds, fmt.Sprintf("%s %s µs", a.what, fmtNum(v)))
+		}
+	}
+	out := fmt.Sprintf("By layer (the layers scenario, same run): the core every request pays, with no middleware and no access log "+
+		"(the server, the request's checks and routing, the upstream call and the tracking that lets a vanished client cancel it, "+
+		"the answer's check and usage metering), costs %s× the floor's CPU", fmtNum(core))
+	if len(adds) > 0 {
+		out += "; on top of it " + strings.Join(adds, ", ")
+	}
+	return out + "."
+}
