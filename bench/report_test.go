@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -182,5 +183,37 @@ func TestStreamMemorySentence(t *testing.T) {
 		"(360 MB for 10,000); the gateway's idle process (binary, tokenizer tables, pools) is 60.5 MB of the total."
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestFixedRateTailNamesADisturbedStep: the added-p99 shortfall says the
+// step was disturbed when the floor proxy's own tail at that rate is over
+// the 1 ms bar too, and not when the floor kept under it; the CPU
+// shortfall carries the layers scenario's breakdown when that ran.
+func TestFixedRateTailNamesADisturbedStep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		floor     float64
+		disturbed bool
+	}{{1506, true}, {164, false}} {
+		pass := &scenarioResult{Name: "passthrough", Status: "ok"}
+		pass.fig("gateway/floor CPU per request", 2.2, "×")
+		layers := &scenarioResult{Name: "layers", Status: "ok"}
+		layers.fig("core/floor CPU per request", 1.69, "×")
+		layers.fig("gateway added CPU per request", 5.4, "µs")
+		sweep := &scenarioResult{Name: "sweep", Status: "ok"}
+		sweep.fig("gateway/floor saturation rate", 0.5, "×")
+		sweep.fig("gateway highest rate with added p99 < 10 ms", 9369, "rps")
+		sweep.fig(fmt.Sprintf("gateway added p99 at %d rps", fixedSweepRate), 1179, "µs")
+		sweep.fig(fmt.Sprintf("floor added p99 at %d rps", fixedSweepRate), tc.floor, "µs")
+		res := &results{Scenarios: []*scenarioResult{pass, layers, sweep}}
+		res.Targets = checkTargets(res)
+		got := strings.Join(shortfalls(res), "\n")
+		if strings.Contains(got, "this step was disturbed") != tc.disturbed {
+			t.Errorf("floor %v µs: %s", tc.floor, got)
+		}
+		if !strings.Contains(got, "costs 1.69× the floor's CPU; on top of it the access log 5.4 µs.") {
+			t.Errorf("no layer breakdown: %s", got)
+		}
 	}
 }
