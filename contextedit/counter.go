@@ -77,13 +77,6 @@ var counters sync.Map // encoding name → *counterSlot
 // and a process that never counts never holds the tables (which every garbage
 // collection would mark). Config validation refuses an unknown name at start.
 // Safe for concurrent use.
-// CounterBuilt reports whether the Counter of an encoding has been built in
-// this process (its tables are held).
-func CounterBuilt(encoding string) bool {
-	v, ok := counters.Load(encoding)
-	return ok && v.(*counterSlot).built.Load()
-}
-
 func CounterFor(encoding string) (*Counter, error) {
 	if encoding == "" {
 		encoding = config.DefaultEncoding
@@ -265,4 +258,11 @@ func (c *Counter) callCost(call gjson.Result) int {
 		return c.countString(cu.Get("name")) + c.countString(cu.Get("input"))
 	}
 	return 0
+}
+
+// CounterBuilt reports whether the Counter of an encoding has been built in
+// this process (its tables are held).
+func CounterBuilt(encoding string) bool {
+	v, ok := counters.Load(encoding)
+	return ok && v.(*counterSlot).built.Load()
 }
