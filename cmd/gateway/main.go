@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -33,11 +34,12 @@ func run() int {
 	health := flag.String("healthcheck", "", "GET this URL and exit 0 on 200 (for container HEALTHCHECKs without curl)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (ends at shutdown)")
 	memProfile := flag.String("memprofile", "", "write an allocation profile to this file at shutdown")
+	traceFile := flag.String("trace", "", "write an execution trace of the whole run to this file (ends at shutdown; read it with go tool trace)")
 	flag.Parse()
 	if *health != "" {
 		return healthcheck(*health)
 	}
-	stopProfiles, err := startProfiles(*cpuProfile, *memProfile)
+	stopProfiles, err := startProfiles(*cpuProfile, *memProfile, *traceFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		return 2
@@ -177,10 +179,22 @@ func healthcheck(url string) int {
 	return 0
 }
 
-// startProfiles starts a CPU profile to cpu and returns the function that
-// ends it and writes the allocation profile to mem ("" = none of either).
-func startProfiles(cpu, mem string) (func(), error) {
-	var cf *os.File
+// startProfiles starts a CPU profile to cpu and an execution trace to tr,
+// and returns the function that ends them and writes the allocation
+// profile to mem ("" = none of that one).
+func startProfiles(cpu, mem, tr string) (func(), error) {
+	var cf, tf *os.File
+	if tr != "" {
+		f, err := os.Create(tr)
+		if err != nil {
+			return nil, err
+		}
+		if err := trace.Start(f); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		tf = f
+	}
 	if cpu != "" {
 		f, err := os.Create(cpu)
 		if err != nil {
@@ -188,11 +202,19 @@ func startProfiles(cpu, mem string) (func(), error) {
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			_ = f.Close()
+			if tf != nil {
+				trace.Stop()
+				_ = tf.Close()
+			}
 			return nil, err
 		}
 		cf = f
 	}
 	return func() {
+		if tf != nil {
+			trace.Stop()
+			_ = tf.Close()
+		}
 		if cf != nil {
 			pprof.StopCPUProfile()
 			_ = cf.Close()

@@ -64,6 +64,34 @@ func TestShippedConfigOffline(t *testing.T) {
 	}
 }
 
+// TestTraceFlag: -trace writes an execution trace of the run, which the
+// gateway ends at shutdown, so that go tool trace can read it.
+func TestTraceFlag(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	out := filepath.Join(t.TempDir(), "gateway.trace")
+	cmd, base := testproc.Start(t, bin, "../../config.toml", "-trace", out)
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+	if status, body, err := chat(addr, "demo", ""); err != nil || status != 200 {
+		t.Fatalf("demo: %d %v %s", status, err, body)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
+		t.Fatalf("exit after SIGTERM: %v %v", state, err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A trace opens with its version header ("go 1.26 trace") and, once
+	// stopped, holds the run's events: more than the header.
+	if !strings.HasPrefix(string(b), "go 1.") || !strings.Contains(string(b[:16]), " trace") || len(b) < 4096 {
+		t.Fatalf("not a finished execution trace: %d bytes, %q", len(b), b[:min(len(b), 16)])
+	}
+}
+
 func TestCheckRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	bin := testproc.Gateway(t)

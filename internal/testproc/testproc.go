@@ -121,9 +121,10 @@ func FreeAddr(t testing.TB) string {
 // on. Choosing the port this way, instead of probing for a free one first,
 // means no other process can take it in between (a health check could then
 // reach that process instead). The process is killed when the test ends.
-func Start(t testing.TB, bin, path string) (*exec.Cmd, string) {
+// args are added to the command line.
+func Start(t testing.TB, bin, path string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(bin, "-config", path, "-listen", "127.0.0.1:0", "-log-level", "info", "-log-format", "json")
+	cmd := exec.Command(bin, append([]string{"-config", path, "-listen", "127.0.0.1:0", "-log-level", "info", "-log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
