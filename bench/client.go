@@ -37,6 +37,15 @@ type target struct {
 	conns map[net.Conn]struct{} // every open conn of shc, so streams can be cut at once
 }
 
+// gcLog is the garbage collections of the measured process (nil, which
+// reads none, when bench did not start it).
+func (t *target) gcLog() *gcLog {
+	if t.proxy == nil {
+		return nil
+	}
+	return t.proxy.gc
+}
+
 // newTarget is a target on a child bench started, over plain HTTP.
 func newTarget(name string, proxy, upstream *child, maxConns int) *target {
 	return makeTarget(name, proxy.addr, "http://"+proxy.addr+"/v1", false, proxy, upstream, maxConns)

@@ -84,6 +84,13 @@ type leg struct {
 	// (go_memstats_stack_inuse_bytes) with the streams held and before.
 	StackMB     float64 `json:"stack_mb,omitempty"`
 	IdleStackMB float64 `json:"idle_stack_mb,omitempty"`
+	// GCCycles is how many garbage collections the measured process ran
+	// during the leg, GCMarkMS their mean mark phase (wall clock), and
+	// AllocKBPerReq the heap it allocated per request, from its gctrace
+	// lines (gctrace.go; MB-grained, so a guide where few collections ran).
+	GCCycles      int     `json:"gc_cycles,omitempty"`
+	GCMarkMS      float64 `json:"gc_mark_ms,omitempty"`
+	AllocKBPerReq float64 `json:"alloc_kb_per_request,omitempty"`
 }
 
 func (l *leg) ok() int { return l.Requests - l.Errors }
@@ -124,6 +131,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		cpu     cpuSnap
 		rss     int64
 		gor     int
+		gc      gcSpan
 	}
 	accs := make([]acc, len(jobs))
 	slice := ls.dur / time.Duration(rounds)
@@ -148,9 +156,12 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 					accs[i].gor = max(accs[i].gor, goroutines(j.t.addr))
 				}
 			}()
+			gc := j.t.gcLog()
+			gc.next() // the collections before the slice
 			c0, t0 := snap(j.t), time.Now()
 			s := run(j, ls, slice, maxInFlight)
 			c1, t1 := snap(j.t), time.Now()
+			accs[i].gc.add(gc.next())
 			mid.Wait()
 			a := &accs[i]
 			a.samples = append(a.samples, s...)
@@ -213,6 +224,13 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		if a.wall > 0 {
 			other := a.cpu.machine - a.cpu.proxy - a.cpu.upstream - a.cpu.self
 			l.OtherCores = round(max(other, 0)/a.wall.Seconds(), 2)
+		}
+		l.GCCycles = a.gc.cycles
+		if a.gc.read > 0 {
+			l.GCMarkMS = round(a.gc.markMS/float64(a.gc.read), 1)
+		}
+		if n := len(a.samples); n > 0 && a.gc.cycles > 0 {
+			l.AllocKBPerReq = round(float64(a.gc.allocMB)*1024/float64(n), 2)
 		}
 		if j.t.proxy == nil {
 			l.CPUNotMeasured = true

@@ -238,6 +238,34 @@ func writePeerRatios(b *strings.Builder, res *results) {
 	fmt.Fprintf(b, "\nPeer %s against the floor proxy and the gateway, same run: %s.\n", n, strings.Join(parts, "; "))
 }
 
+// gcSentence says how the gateway's and the floor's garbage collections
+// compared at the gateway's first sweep step over the bar ("" when the run
+// did not see them): a collection's mark phase takes the shared cores from
+// the requests in flight, and the p99 bar falls once the stalls it causes
+// hold more than 1% of a step's requests.
+func gcSentence(sw *scenarioResult) string {
+	const at = " at the gateway's first step over the bar"
+	rate, ok1 := sw.figure("gateway's first step over the bar")
+	gps, ok2 := sw.figure("gateway collections per second" + at)
+	mark, ok3 := sw.figure("gateway mean GC mark phase" + at)
+	kib, ok4 := sw.figure("gateway heap allocated per request" + at)
+	if !ok1 || !ok2 || !ok3 || !ok4 || gps <= 0 {
+		return ""
+	}
+	out := fmt.Sprintf("At %s rps, its first step over the bar, it ran %s collections per second, each marking for %s ms on average, "+
+		"and allocated %s KiB of heap per request", fmtNum(rate), fmtNum(gps), fmtNum(mark), fmtNum(kib))
+	if fps, ok := sw.figure("floor collections per second" + at); ok {
+		out += fmt.Sprintf("; the floor proxy, at the same rate, %s collections per second", fmtNum(fps))
+		if fk, ok := sw.figure("floor heap allocated per request" + at); ok && fk > 0 {
+			out += fmt.Sprintf(" and %s KiB per request", fmtNum(fk))
+		}
+	}
+	return out + ". Each collection's mark phase takes the shared cores from the requests in flight (its own workers, and the " +
+		"requests' goroutines made to assist it), which stalls every request in flight for about that long: once those stalls hold " +
+		"more than 1% of a step's requests, its p99 is over the bar. A probe at a fixed rate found every window of requests over the bar " +
+		"starting with a collection (bench/results/profile/README.md)."
+}
+
 // shortfalls explains each missed target, and other findings, from the
 // run's own numbers.
 func shortfalls(res *results) []string {
@@ -266,9 +294,12 @@ func shortfalls(res *results) []string {
 			if sw != nil {
 				g, _ := sw.figure("gateway highest rate with added p99 < 10 ms")
 				f, _ := sw.figure("floor highest rate with added p99 < 10 ms")
-				why := "below the rate its CPU per request allows, the tail that ends it comes in stalls of tens of ms every few seconds, when a " +
-					"garbage collection's mark work takes the shared cores from the requests in flight (with the collector off, GOGC=off, " +
-					"the same sweep holds the bar a step higher); above it, its CPU per request on the shared cores sets the limit."
+				why := "below the rate its CPU per request allows, the tail that ends it comes in stalls of tens of ms, when a " +
+					"garbage collection's mark work takes the shared cores from the requests in flight; above it, its CPU per request on the shared cores sets the limit."
+				if gc := gcSentence(sw); gc != "" {
+					why = "below the rate its CPU per request allows, the tail that ends it comes from its garbage collections. " + gc +
+						" Above that rate, its CPU per request on the shared cores sets the limit."
+				}
 				if cpu := cpuRatio(pt); cpu > 0 && c.Measured < 0.5/cpu {
 					// CPU alone would put it near 1/cpu of the floor's rate.
 					why = fmt.Sprintf("that is well below the %s× its CPU per request (%s× the floor's) alone would give, so the sweep's tails "+

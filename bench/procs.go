@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -44,6 +45,7 @@ type child struct {
 	addr string // host:port it listens on
 	cmd  *exec.Cmd
 	done chan struct{}
+	gc   *gcLog // its garbage collections (a Go program's, from its log)
 }
 
 // Pid is the child's process id.
@@ -88,12 +90,13 @@ func (p *procs) startAt(name, addr, bin string, args ...string) (*child, error) 
 	}
 	cmd := exec.Command(bin, full...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = withGCTrace(os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, addr: addr, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, addr: addr, cmd: cmd, done: make(chan struct{}), gc: &gcLog{path: logf.Name()}}
 	go func() { _ = cmd.Wait(); logf.Close(); close(c.done) }()
 	p.mu.Lock()
 	p.kids = append(p.kids, c)
@@ -163,4 +166,20 @@ func raiseFileLimit(want uint64) (uint64, error) {
 		return 0, errors.Join(errors.New("setrlimit"), err)
 	}
 	return lim.Cur, nil
+}
+
+// withGCTrace returns env with gctrace=1 added to GODEBUG (gctrace.go).
+func withGCTrace(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	godebug := "gctrace=1"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			if v != "" {
+				godebug = v + ",gctrace=1"
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "GODEBUG="+godebug)
 }

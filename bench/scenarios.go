@@ -103,8 +103,26 @@ func (b *bench) passthrough() *scenarioResult {
 	r.fig("floor/direct throughput", ratio(m["floor"].ThroughputRPS, m["direct"].ThroughputRPS), "×")
 	r.fig("gateway/floor CPU per request", ratio(m["gateway"].ProxyCPUPer1k, m["floor"].ProxyCPUPer1k), "×")
 	r.fig("direct saturation", b.directSaturation, "rps")
+	gcFigures(r, m["gateway"], m["floor"], "")
 	b.peerRatios(r, m)
 	return r
+}
+
+// gcFigures adds what the gateway's and the floor's garbage collections
+// were in their legs g and f: collections per second, their mean mark
+// phase and the heap allocated per request. at ("" or " at STEP") names
+// the legs in the figures' names.
+func gcFigures(r *scenarioResult, g, f *leg, at string) {
+	for _, l := range []*leg{g, f} {
+		if l == nil || l.Seconds <= 0 {
+			continue
+		}
+		r.fig(l.Target+" collections per second"+at, round(float64(l.GCCycles)/l.Seconds, 2), "/s")
+		if l.GCCycles > 0 {
+			r.fig(l.Target+" mean GC mark phase"+at, l.GCMarkMS, "ms")
+			r.fig(l.Target+" heap allocated per request"+at, l.AllocKBPerReq, "KiB")
+		}
+	}
 }
 
 // noCacheHit keeps pass-through honest: a cached answer would skip the

@@ -43,6 +43,7 @@ func (b *bench) sweep() *scenarioResult {
 		r.Legs = append(r.Legs, legs...)
 	}
 	best, over := map[string]float64{}, map[string]bool{}
+	var firstOver []*leg // the legs of the step where the gateway first went over the bar
 	wasBeyond := false
 	for _, f := range b.set.SweepFractions {
 		if b.ctx.Err() != nil {
@@ -71,6 +72,9 @@ func (b *bench) sweep() *scenarioResult {
 			case under && !over[l.Target]:
 				best[l.Target] = max(best[l.Target], ls.rate)
 			case !under:
+				if l.Target == "gateway" && !over["gateway"] {
+					firstOver = legs
+				}
 				over[l.Target] = true
 			}
 			if l.Added == nil || l.Added.P99 < 5*addedP99Limit {
@@ -91,6 +95,11 @@ func (b *bench) sweep() *scenarioResult {
 	r.fig("gateway highest rate with added p99 < 10 ms", best["gateway"], "rps")
 	r.fig("floor highest rate with added p99 < 10 ms", best["floor"], "rps")
 	r.fig("gateway/floor saturation rate", ratio(best["gateway"], best["floor"]), "×")
+	if firstOver != nil {
+		m := byTarget(firstOver)
+		r.fig("gateway's first step over the bar", m["gateway"].OfferedRPS, "rps")
+		gcFigures(r, m["gateway"], m["floor"], " at the gateway's first step over the bar")
+	}
 	if p := b.peer; p != nil {
 		r.fig(p.name+" highest rate with added p99 < 10 ms", best[p.name], "rps")
 		r.fig(p.name+"/floor saturation rate", ratio(best[p.name], best["floor"]), "×")
