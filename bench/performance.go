@@ -298,7 +298,7 @@ func shortfalls(res *results) []string {
 					"garbage collection's mark work takes the shared cores from the requests in flight; above it, its CPU per request on the shared cores sets the limit."
 				if gc := gcSentence(sw); gc != "" {
 					why = "below the rate its CPU per request allows, the tail that ends it comes from its garbage collections. " + gc +
-						" Above that rate, its CPU per request on the shared cores sets the limit."
+						" Past the rate its CPU per request allows, that CPU on the shared cores sets the limit."
 				}
 				if cpu := cpuRatio(pt); cpu > 0 && c.Measured < 0.5/cpu {
 					// CPU alone would put it near 1/cpu of the floor's rate.
