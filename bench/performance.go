@@ -262,8 +262,8 @@ func gcSentence(sw *scenarioResult) string {
 	}
 	return out + ". Each collection's mark phase takes the shared cores from the requests in flight (its own workers, and the " +
 		"requests' goroutines made to assist it), which stalls every request in flight for about that long: once those stalls hold " +
-		"more than 1% of a step's requests, its p99 is over the bar. A probe at a fixed rate found every window of requests over the bar " +
-		"starting with a collection (bench/results/profile/README.md)."
+		"more than 1% of a step's requests, its p99 is over the bar. A probe at a fixed rate found its largest clusters of requests over the bar " +
+		"each starting with a collection (bench/results/profile/README.md)."
 }
 
 // shortfalls explains each missed target, and other findings, from the
