@@ -32,21 +32,49 @@ type gcCycle struct {
 var gcLine = regexp.MustCompile(`gc (\d+) @[0-9.]+s \d+%: [0-9.]+\+([0-9.]+)\+[0-9.]+ ms clock, [^,]*, (\d+)->\d+->(\d+) MB`)
 
 // parseGCTrace returns the collections of the gctrace lines in b. Lines of
-// other writers to the same file are skipped; a gctrace line that another
-// write cut in two is missed (the numbers of the next ones still count it).
+// other writers to the same file (the gateway's access log: tens of MB in a
+// leg) are passed over by a search for a gctrace line's "ms clock", not by
+// the regular expression; a gctrace line that another write cut in two is
+// missed (the numbers of the next ones still count it).
 func parseGCTrace(b []byte) []gcCycle {
 	var out []gcCycle
-	for _, m := range gcLine.FindAllSubmatch(b, -1) {
-		n, err1 := strconv.Atoi(string(m[1]))
-		mark, err2 := strconv.ParseFloat(string(m[2]), 64)
-		start, err3 := strconv.Atoi(string(m[3]))
-		live, err4 := strconv.Atoi(string(m[4]))
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			continue
+	for {
+		i := bytes.Index(b, clockMark)
+		if i < 0 {
+			return out
 		}
-		out = append(out, gcCycle{n: n, markMS: mark, startMB: start, liveMB: live})
+		start := bytes.LastIndexByte(b[:i], '\n') + 1
+		end := bytes.IndexByte(b[i:], '\n')
+		if end < 0 {
+			end = len(b)
+		} else {
+			end += i
+		}
+		if c, ok := parseGCLine(b[start:end]); ok {
+			out = append(out, c)
+		}
+		if end == len(b) {
+			return out
+		}
+		b = b[end+1:]
 	}
-	return out
+}
+
+var clockMark = []byte(" ms clock, ")
+
+func parseGCLine(line []byte) (gcCycle, bool) {
+	m := gcLine.FindSubmatch(line)
+	if m == nil {
+		return gcCycle{}, false
+	}
+	n, err1 := strconv.Atoi(string(m[1]))
+	mark, err2 := strconv.ParseFloat(string(m[2]), 64)
+	start, err3 := strconv.Atoi(string(m[3]))
+	live, err4 := strconv.Atoi(string(m[4]))
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		return gcCycle{}, false
+	}
+	return gcCycle{n: n, markMS: mark, startMB: start, liveMB: live}, true
 }
 
 // gcLog reads the collections a child appends to its log file.
@@ -86,24 +114,33 @@ func (g *gcLog) next() gcSpan {
 		return gcSpan{}
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.NewSectionReader(f, g.off, 1<<40))
-	if err != nil {
-		return gcSpan{}
-	}
-	end := bytes.LastIndexByte(b, '\n') + 1
-	g.off += int64(end)
 	var s gcSpan
-	for _, c := range parseGCTrace(b[:end]) {
-		if c.n <= g.lastN {
-			continue
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := f.ReadAt(buf, g.off)
+		end := bytes.LastIndexByte(buf[:n], '\n') + 1 // whole lines only
+		if end == 0 {
+			if n == len(buf) { // a line longer than buf: not a gctrace line
+				g.off += int64(n)
+				continue
+			}
+			return s
 		}
-		if g.lastN > 0 {
-			s.cycles += c.n - g.lastN
-			s.allocMB += max(c.startMB-g.lastLive, 0)
+		g.off += int64(end)
+		for _, c := range parseGCTrace(buf[:end]) {
+			if c.n <= g.lastN {
+				continue
+			}
+			if g.lastN > 0 {
+				s.cycles += c.n - g.lastN
+				s.allocMB += max(c.startMB-g.lastLive, 0)
+			}
+			s.markMS += c.markMS
+			s.read++
+			g.lastN, g.lastLive = c.n, c.liveMB
 		}
-		s.markMS += c.markMS
-		s.read++
-		g.lastN, g.lastLive = c.n, c.liveMB
+		if err != nil && err != io.EOF || n < len(buf) {
+			return s
+		}
 	}
-	return s
 }

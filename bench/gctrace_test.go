@@ -56,6 +56,13 @@ func TestGCLogSpans(t *testing.T) {
 	if s := g.next(); s.cycles != 1 || s.read != 1 || s.markMS != 25 || s.allocMB != 73-36 {
 		t.Fatalf("third span %+v: want gc 13 once its line ended", s)
 	}
+	// Past a megabyte of access-log lines (several reads), and one line
+	// longer than a read.
+	write(strings.Repeat(`{"level":"info","message":"request","status":200}`+"\n", 30000) + strings.Repeat("x", 1<<20+10) + "\n" +
+		"gc 14 @10.4s 1%: 0.089+34+0.007 ms clock, 0.17+15/18/0+0.015 ms cpu, 72->72->34 MB, 74 MB goal, 2 P\n")
+	if s := g.next(); s.cycles != 1 || s.read != 1 || s.markMS != 34 || s.allocMB != 72-34 {
+		t.Fatalf("span after a long log %+v: want gc 14", s)
+	}
 	if s := (*gcLog)(nil).next(); s != (gcSpan{}) {
 		t.Fatalf("nil log: %+v", s)
 	}
