@@ -93,6 +93,7 @@ type gcSpan struct {
 	markMS  float64 // the mark phases of those whose line was read
 	read    int     // how many lines were read
 	allocMB int     // bytes allocated, MB: each collection's start heap less the live heap of the one before
+	liveMB  int     // the live heaps the read collections found, summed
 }
 
 func (s *gcSpan) add(o gcSpan) {
@@ -100,6 +101,7 @@ func (s *gcSpan) add(o gcSpan) {
 	s.markMS += o.markMS
 	s.read += o.read
 	s.allocMB += o.allocMB
+	s.liveMB += o.liveMB
 }
 
 // next returns the collections logged since the last call.
@@ -136,6 +138,7 @@ func (g *gcLog) next() gcSpan {
 				s.allocMB += max(c.startMB-g.lastLive, 0)
 			}
 			s.markMS += c.markMS
+			s.liveMB += c.liveMB
 			s.read++
 			g.lastN, g.lastLive = c.n, c.liveMB
 		}

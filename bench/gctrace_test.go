@@ -42,7 +42,7 @@ func TestGCLogSpans(t *testing.T) {
 	}
 	g := &gcLog{path: path}
 	write(gcTraceSample)
-	if s := g.next(); s.cycles != 1 || s.read != 2 || s.allocMB != 72-35 {
+	if s := g.next(); s.cycles != 1 || s.read != 2 || s.allocMB != 72-35 || s.liveMB != 35+35 {
 		t.Fatalf("first span %+v: want 1 cycle after the first seen, 2 read, 37 MB", s)
 	}
 	// gc 11 cut by another write, gc 12 whole, gc 13 not ended yet.
@@ -95,11 +95,11 @@ func TestGCSaturationSentence(t *testing.T) {
 	}
 	at := " at the gateway's first step over the bar"
 	sweep.fig("gateway's first step over the bar", 13738, "rps")
-	gcFigures(sweep, &leg{Target: "gateway", Seconds: 6, GCCycles: 5, GCMarkMS: 30.5, AllocKBPerReq: 2.5},
-		&leg{Target: "floor", Seconds: 6, GCCycles: 1, GCMarkMS: 6, AllocKBPerReq: 0.2}, at)
+	gcFigures(sweep, &leg{Target: "gateway", Seconds: 6, GCCycles: 5, GCMarkMS: 30.5, GCLiveMB: 35, AllocKBPerReq: 2.5},
+		&leg{Target: "floor", Seconds: 6, GCCycles: 1, GCMarkMS: 6, GCLiveMB: 11, AllocKBPerReq: 0.2}, at)
 	got := strings.Join(shortfalls(res), "\n")
-	for _, want := range []string{"At 13738 rps, its first step over the bar, it ran 0.83 collections per second, each marking for 30.5 ms",
-		"2.5 KiB of heap per request", "the floor proxy, at the same rate, 0.17 collections per second and 0.2 KiB per request"} {
+	for _, want := range []string{"At 13738 rps, its first step over the bar, it ran 0.83 collections per second, each marking for 30.5 ms on average over a live heap of 35 MB",
+		"2.5 KiB of heap per request", "the floor proxy, at the same rate, ran 0.17 per second, marking for 6 ms over 11 MB, and allocated 0.2 KiB per request"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}

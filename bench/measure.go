@@ -90,6 +90,7 @@ type leg struct {
 	// lines (gctrace.go; MB-grained, so a guide where few collections ran).
 	GCCycles      int     `json:"gc_cycles,omitempty"`
 	GCMarkMS      float64 `json:"gc_mark_ms,omitempty"`
+	GCLiveMB      float64 `json:"gc_live_mb,omitempty"` // the mean live heap the collections found`
 	AllocKBPerReq float64 `json:"alloc_kb_per_request,omitempty"`
 }
 
@@ -228,6 +229,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		l.GCCycles = a.gc.cycles
 		if a.gc.read > 0 {
 			l.GCMarkMS = round(a.gc.markMS/float64(a.gc.read), 1)
+			l.GCLiveMB = round(float64(a.gc.liveMB)/float64(a.gc.read), 1)
 		}
 		if n := len(a.samples); n > 0 && a.gc.cycles > 0 {
 			l.AllocKBPerReq = round(float64(a.gc.allocMB)*1024/float64(n), 2)

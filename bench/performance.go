@@ -252,16 +252,26 @@ func gcSentence(sw *scenarioResult) string {
 	if !ok1 || !ok2 || !ok3 || !ok4 || gps <= 0 {
 		return ""
 	}
-	out := fmt.Sprintf("At %s rps, its first step over the bar, it ran %s collections per second, each marking for %s ms on average, "+
-		"and allocated %s KiB of heap per request", fmtNum(rate), fmtNum(gps), fmtNum(mark), fmtNum(kib))
+	out := fmt.Sprintf("At %s rps, its first step over the bar, it ran %s collections per second, each marking for %s ms on average",
+		fmtNum(rate), fmtNum(gps), fmtNum(mark))
+	if live, ok := sw.figure("gateway mean live heap at a collection" + at); ok {
+		out += fmt.Sprintf(" over a live heap of %s MB", fmtNum(live))
+	}
+	out += fmt.Sprintf(", and allocated %s KiB of heap per request", fmtNum(kib))
 	if fps, ok := sw.figure("floor collections per second" + at); ok {
-		out += fmt.Sprintf("; the floor proxy, at the same rate, %s collections per second", fmtNum(fps))
+		out += fmt.Sprintf("; the floor proxy, at the same rate, ran %s per second", fmtNum(fps))
+		if fm, ok := sw.figure("floor mean GC mark phase" + at); ok {
+			out += fmt.Sprintf(", marking for %s ms", fmtNum(fm))
+			if fl, ok := sw.figure("floor mean live heap at a collection" + at); ok {
+				out += fmt.Sprintf(" over %s MB", fmtNum(fl))
+			}
+		}
 		if fk, ok := sw.figure("floor heap allocated per request" + at); ok && fk > 0 {
-			out += fmt.Sprintf(" and %s KiB per request", fmtNum(fk))
+			out += fmt.Sprintf(", and allocated %s KiB per request", fmtNum(fk))
 		}
 	}
-	return out + ". Each collection's mark phase takes the shared cores from the requests in flight (its own workers, and the " +
-		"requests' goroutines made to assist it), which stalls every request in flight for about that long: once those stalls hold " +
+	return out + ". A mark phase takes the shared cores from the requests in flight (its own workers, and the requests' goroutines, " +
+		"made to help mark in proportion to what they allocate), which stalls every request in flight for about that long: once those stalls hold " +
 		"more than 1% of a step's requests, its p99 is over the bar. A probe at a fixed rate found its largest clusters of requests over the bar " +
 		"each starting with a collection (bench/results/profile/README.md)."
 }
