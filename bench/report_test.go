@@ -217,3 +217,23 @@ func TestFixedRateTailNamesADisturbedStep(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeAddedP99IsNotMet: a gateway "added p99" below zero means the
+// direct baseline's own tail at that rate was the longer one (a disturbed
+// step), which says nothing of the gateway: not measured, never met.
+func TestNegativeAddedP99IsNotMet(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{{-16496, "not measured"}, {900, "met"}, {1179, "missed"}} {
+		sweep := &scenarioResult{Name: "sweep", Status: "ok"}
+		sweep.fig(fmt.Sprintf("gateway added p99 at %d rps", fixedSweepRate), tc.v, "µs")
+		res := &results{Scenarios: []*scenarioResult{sweep}}
+		for _, c := range checkTargets(res) {
+			if c.Name == "added p99" && (c.Status != tc.want || tc.v < 0 && !strings.Contains(c.Detail, "disturbed")) {
+				t.Errorf("added p99 %v: %s (%s), want %s", tc.v, c.Status, c.Detail, tc.want)
+			}
+		}
+	}
+}
