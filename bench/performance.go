@@ -330,6 +330,13 @@ func shortfalls(res *results) []string {
 						why += " (a saturation point this run's noise put low: see above)"
 					}
 				}
+				at := fmt.Sprintf(" at %d rps", fixedSweepRate)
+				if gps, ok := sw.figure("gateway collections per second" + at); ok && gps > 0 && g >= fixedSweepRate {
+					mark, _ := sw.figure("gateway mean GC mark phase" + at)
+					fps, _ := sw.figure("floor collections per second" + at)
+					why += fmt.Sprintf(", its garbage collections among it (%s per second there, each marking for %s ms on average; the floor proxy's %s per second), "+
+						"each a stall of the requests in flight", fmtNum(gps), fmtNum(mark), fmtNum(fps))
+				}
 				if fp99 >= 1000 { // the target's bar, 1 ms
 					why += "; the floor proxy's own tail over 1 ms at the same rate says this step was disturbed beyond either proxy's cost"
 				}

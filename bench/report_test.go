@@ -237,3 +237,21 @@ func TestNegativeAddedP99IsNotMet(t *testing.T) {
 		}
 	}
 }
+
+// TestAddedP99NamesCollections: below the gateway's saturation, the added
+// p99 sentence gives the collections the gateway ran at the fixed rate.
+func TestAddedP99NamesCollections(t *testing.T) {
+	t.Parallel()
+	sweep := &scenarioResult{Name: "sweep", Status: "ok"}
+	sweep.fig(fmt.Sprintf("gateway added p99 at %d rps", fixedSweepRate), 3208, "µs")
+	sweep.fig(fmt.Sprintf("floor added p99 at %d rps", fixedSweepRate), 330, "µs")
+	sweep.fig("gateway highest rate with added p99 < 10 ms", 6533, "rps")
+	gcFigures(sweep, &leg{Target: "gateway", Seconds: 4, GCCycles: 8, GCMarkMS: 5.2, GCLiveMB: 5, AllocKBPerReq: 2.8},
+		&leg{Target: "floor", Seconds: 4, GCCycles: 1, GCMarkMS: 1, GCLiveMB: 2, AllocKBPerReq: 0.15}, fmt.Sprintf(" at %d rps", fixedSweepRate))
+	res := &results{Scenarios: []*scenarioResult{sweep}}
+	res.Targets = checkTargets(res)
+	got := strings.Join(shortfalls(res), "\n")
+	if !strings.Contains(got, "its garbage collections among it (2 per second there, each marking for 5.2 ms on average; the floor proxy's 0.25 per second), each a stall") {
+		t.Fatalf("added p99 sentence: %s", got)
+	}
+}

@@ -40,6 +40,8 @@ func (b *bench) sweep() *scenarioResult {
 				r.fig(fmt.Sprintf("%s added p99 at %d rps", l.Target, fixedSweepRate), l.Added.P99, "µs")
 			}
 		}
+		m := byTarget(legs)
+		gcFigures(r, m["gateway"], m["floor"], fmt.Sprintf(" at %d rps", fixedSweepRate))
 		r.Legs = append(r.Legs, legs...)
 	}
 	best, over := map[string]float64{}, map[string]bool{}
