@@ -122,7 +122,11 @@ func layerSentence(s *scenarioResult) string {
 		{"+request layer", "the request middleware (policy, limits, response cache)"},
 		{"gateway", "the access log"},
 	} {
-		if v, ok := s.figure(a.fig + " added CPU per request"); ok {
+		v, ok := s.figure(a.fig + " added CPU per request")
+		switch {
+		case ok && v <= 0: // below the legs' noise: a layer costs something
+			adds = append(adds, fmt.Sprintf("%s nothing measurable (%s µs)", a.what, fmtNum(v)))
+		case ok:
 			adds = append(adds, fmt.Sprintf("%s %s µs", a.what, fmtNum(v)))
 		}
 	}

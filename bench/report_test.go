@@ -255,3 +255,22 @@ func TestAddedP99NamesCollections(t *testing.T) {
 		t.Fatalf("added p99 sentence: %s", got)
 	}
 }
+
+// TestLayerSentence: the layers sentence gives the core's ratio and what
+// each layer adds, and calls an addition at or below zero (the legs'
+// noise) nothing measurable rather than a negative cost.
+func TestLayerSentence(t *testing.T) {
+	t.Parallel()
+	s := &scenarioResult{Name: "layers", Status: "ok"}
+	s.fig("core/floor CPU per request", 1.755, "×")
+	s.fig("+model layer added CPU per request", 4.9, "µs")
+	s.fig("+request layer added CPU per request", -0.1, "µs")
+	s.fig("gateway added CPU per request", 5.5, "µs")
+	got := layerSentence(s)
+	for _, want := range []string{"costs 1.755× the floor's CPU", "prompt cache) 4.9 µs",
+		"response cache) nothing measurable (-0.1 µs)", "the access log 5.5 µs."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %s", want, got)
+		}
+	}
+}
