@@ -133,10 +133,10 @@ func (g *gcLog) next() gcSpan {
 			if c.n <= g.lastN {
 				continue
 			}
-			if g.lastN > 0 {
-				s.cycles += c.n - g.lastN
-				s.allocMB += max(c.startMB-g.lastLive, 0)
-			}
+			// Numbers start at 1 on an empty heap: 0 and 0 are the
+			// baseline before the first collection.
+			s.cycles += c.n - g.lastN
+			s.allocMB += max(c.startMB-g.lastLive, 0)
 			s.markMS += c.markMS
 			s.liveMB += c.liveMB
 			s.read++

@@ -124,7 +124,7 @@ func layerSentence(s *scenarioResult) string {
 	} {
 		v, ok := s.figure(a.fig + " added CPU per request")
 		switch {
-		case ok && v <= 0: // below the legs' noise: a layer costs something
+		case ok && v > -1 && v < 1: // within the legs' noise, either way
 			adds = append(adds, fmt.Sprintf("%s nothing measurable (%s µs)", a.what, fmtNum(v)))
 		case ok:
 			adds = append(adds, fmt.Sprintf("%s %s µs", a.what, fmtNum(v)))

@@ -90,7 +90,7 @@ type leg struct {
 	// lines (gctrace.go; MB-grained, so a guide where few collections ran).
 	GCCycles      int     `json:"gc_cycles,omitempty"`
 	GCMarkMS      float64 `json:"gc_mark_ms,omitempty"`
-	GCLiveMB      float64 `json:"gc_live_mb,omitempty"` // the mean live heap the collections found`
+	GCLiveMB      float64 `json:"gc_live_mb,omitempty"` // the mean live heap the collections found
 	AllocKBPerReq float64 `json:"alloc_kb_per_request,omitempty"`
 }
 
@@ -141,6 +141,8 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			if r == 0 && ls.warm > 0 {
 				run(j, ls, ls.warm, maxInFlight)
 			}
+			gc := j.t.gcLog()
+			gc.next() // the collections before the slice
 			// Memory and goroutines are sampled in the middle of the slice.
 			var mid sync.WaitGroup
 			mid.Add(1)
@@ -157,8 +159,6 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 					accs[i].gor = max(accs[i].gor, goroutines(j.t.addr))
 				}
 			}()
-			gc := j.t.gcLog()
-			gc.next() // the collections before the slice
 			c0, t0 := snap(j.t), time.Now()
 			s := run(j, ls, slice, maxInFlight)
 			c1, t1 := snap(j.t), time.Now()
@@ -231,8 +231,14 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			l.GCMarkMS = round(a.gc.markMS/float64(a.gc.read), 1)
 			l.GCLiveMB = round(float64(a.gc.liveMB)/float64(a.gc.read), 1)
 		}
-		if n := len(a.samples); n > 0 && a.gc.cycles > 0 {
-			l.AllocKBPerReq = round(float64(a.gc.allocMB)*1024/float64(n), 2)
+		sent := 0 // requests that reached the target (not dropped by the generator)
+		for _, s := range a.samples {
+			if s.err != errDropped {
+				sent++
+			}
+		}
+		if sent > 0 && a.gc.cycles > 0 {
+			l.AllocKBPerReq = round(float64(a.gc.allocMB)*1024/float64(sent), 2)
 		}
 		if j.t.proxy == nil {
 			l.CPUNotMeasured = true

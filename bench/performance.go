@@ -238,6 +238,21 @@ func writePeerRatios(b *strings.Builder, res *results) {
 	fmt.Fprintf(b, "\nPeer %s against the floor proxy and the gateway, same run: %s.\n", n, strings.Join(parts, "; "))
 }
 
+// gatewayThroughput is the gateway's pass-through throughput under the
+// closed model (0 when passthrough did not run): what its CPU per request
+// lets it serve on these cores.
+func gatewayThroughput(pt *scenarioResult) float64 {
+	if pt == nil {
+		return 0
+	}
+	for _, l := range pt.Legs {
+		if l.Target == "gateway" {
+			return l.ThroughputRPS
+		}
+	}
+	return 0
+}
+
 // gcSentence says how the gateway's and the floor's garbage collections
 // compared at the gateway's first sweep step over the bar ("" when the run
 // did not see them): a collection's mark phase takes the shared cores from
@@ -257,7 +272,9 @@ func gcSentence(sw *scenarioResult) string {
 	if live, ok := sw.figure("gateway mean live heap at a collection" + at); ok {
 		out += fmt.Sprintf(" over a live heap of %s MB", fmtNum(live))
 	}
-	out += fmt.Sprintf(", and allocated %s KiB of heap per request", fmtNum(kib))
+	if kib > 0 {
+		out += fmt.Sprintf(", and allocated %s KiB of heap per request", fmtNum(kib))
+	}
 	if fps, ok := sw.figure("floor collections per second" + at); ok {
 		out += fmt.Sprintf("; the floor proxy, at the same rate, ran %s per second", fmtNum(fps))
 		if fm, ok := sw.figure("floor mean GC mark phase" + at); ok {
@@ -270,10 +287,11 @@ func gcSentence(sw *scenarioResult) string {
 			out += fmt.Sprintf(", and allocated %s KiB per request", fmtNum(fk))
 		}
 	}
-	return out + ". A mark phase takes the shared cores from the requests in flight (its own workers, and the requests' goroutines, " +
-		"made to help mark in proportion to what they allocate), which stalls every request in flight for about that long: once those stalls hold " +
+	return out + ". A mark phase takes part of the shared cores from the requests in flight (its own workers, and the requests' goroutines, " +
+		"made to help mark in proportion to what they allocate), which slows every request in flight while it lasts: once those slowdowns reach " +
 		"more than 1% of a step's requests, its p99 is over the bar. A probe at a fixed rate found its largest clusters of requests over the bar " +
-		"each starting with a collection (bench/results/profile/README.md)."
+		"each starting with a collection (bench/results/profile/README.md); the figures of a step already over the bar include what its " +
+		"backlog adds (more connections, a larger heap), so they show the link, not its exact size."
 }
 
 // shortfalls explains each missed target, and other findings, from the
@@ -307,8 +325,13 @@ func shortfalls(res *results) []string {
 				why := "below the rate its CPU per request allows, the tail that ends it comes in stalls of tens of ms, when a " +
 					"garbage collection's mark work takes the shared cores from the requests in flight; above it, its CPU per request on the shared cores sets the limit."
 				if gc := gcSentence(sw); gc != "" {
-					why = "below the rate its CPU per request allows, the tail that ends it comes from its garbage collections. " + gc +
+					over, _ := sw.figure("gateway's first step over the bar")
+					why = "the tail that ends it comes with its garbage collections. " + gc +
 						" Past the rate its CPU per request allows, that CPU on the shared cores sets the limit."
+					if tput := gatewayThroughput(pt); tput > 0 && over > 0 && over < tput {
+						why = fmt.Sprintf("its first step over the bar, %s rps, is %s× the %s rps it serves under the closed model, so it is not out of CPU there; ",
+							fmtNum(over), fmtNum(round(over/tput, 2)), fmtNum(tput)) + why
+					}
 				}
 				if cpu := cpuRatio(pt); cpu > 0 && c.Measured < 0.5/cpu {
 					// CPU alone would put it near 1/cpu of the floor's rate.
@@ -335,7 +358,7 @@ func shortfalls(res *results) []string {
 					mark, _ := sw.figure("gateway mean GC mark phase" + at)
 					fps, _ := sw.figure("floor collections per second" + at)
 					why += fmt.Sprintf(", its garbage collections among it (%s per second there, each marking for %s ms on average; the floor proxy's %s per second), "+
-						"each a stall of the requests in flight", fmtNum(gps), fmtNum(mark), fmtNum(fps))
+						"each slowing the requests in flight while it marks", fmtNum(gps), fmtNum(mark), fmtNum(fps))
 				}
 				if fp99 >= 1000 { // the target's bar, 1 ms
 					why += "; the floor proxy's own tail over 1 ms at the same rate says this step was disturbed beyond either proxy's cost"

@@ -118,7 +118,7 @@ func gcFigures(r *scenarioResult, g, f *leg, at string) {
 			continue
 		}
 		r.fig(l.Target+" collections per second"+at, round(float64(l.GCCycles)/l.Seconds, 2), "/s")
-		if l.GCCycles > 0 {
+		if l.GCCycles > 0 && l.GCMarkMS > 0 { // a collection whose line was read
 			r.fig(l.Target+" mean GC mark phase"+at, l.GCMarkMS, "ms")
 			r.fig(l.Target+" mean live heap at a collection"+at, l.GCLiveMB, "MB")
 			r.fig(l.Target+" heap allocated per request"+at, l.AllocKBPerReq, "KiB")

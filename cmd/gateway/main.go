@@ -198,6 +198,10 @@ func startProfiles(cpu, mem, tr string) (func(), error) {
 	if cpu != "" {
 		f, err := os.Create(cpu)
 		if err != nil {
+			if tf != nil {
+				trace.Stop()
+				_ = tf.Close()
+			}
 			return nil, err
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {

@@ -87,7 +87,7 @@ func TestTraceFlag(t *testing.T) {
 	}
 	// A trace opens with its version header ("go 1.26 trace") and, once
 	// stopped, holds the run's events: more than the header.
-	if !strings.HasPrefix(string(b), "go 1.") || !strings.Contains(string(b[:16]), " trace") || len(b) < 4096 {
+	if len(b) < 4096 || !strings.HasPrefix(string(b), "go 1.") || !strings.Contains(string(b[:16]), " trace") {
 		t.Fatalf("not a finished execution trace: %d bytes, %q", len(b), b[:min(len(b), 16)])
 	}
 }
