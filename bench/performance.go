@@ -402,7 +402,8 @@ func shortfalls(res *results) []string {
 					"on the way back it checks the first content event, passes it through the layers' stream wrappers and commits the "+
 					"stream, whose connection then goes to a goroutine of its own (the hand-over that keeps an open stream's memory below the "+
 					"floor's), one more goroutine wake-up before the first write. Each is tens of µs of CPU; the rest of the figure is the wake-ups of one more process on the way, which the "+
-					"floor pays too. `-profile` shows where the CPU goes.",
+					"floor pays too. `-profile` shows where the CPU goes; an execution trace of idle streams (the gateway's `-trace`, "+
+					"bench/results/profile/README.md) shows its goroutine never waiting on the way up, and the hand-over as the one wait on the way back.",
 					fmtNum(c.Measured), split, fmtNum(f)))
 			}
 		case "tool loop":
