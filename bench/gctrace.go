@@ -16,7 +16,7 @@ import (
 // allocated per request. A collection's mark phase takes CPU from the
 // requests in flight (its own workers, and assists by the goroutines that
 // allocate), which on cores shared with the load generator and the mock
-// shows as a stall of every request in flight: the tail that the sweep's
+// slows every request in flight while it lasts: the tail that the sweep's
 // p99 bar meets.
 
 // gcCycle is one collection, as its gctrace line reports it.

@@ -255,9 +255,9 @@ func gatewayThroughput(pt *scenarioResult) float64 {
 
 // gcSentence says how the gateway's and the floor's garbage collections
 // compared at the gateway's first sweep step over the bar ("" when the run
-// did not see them): a collection's mark phase takes the shared cores from
-// the requests in flight, and the p99 bar falls once the stalls it causes
-// hold more than 1% of a step's requests.
+// did not see them): a collection's mark phase takes part of the shared
+// cores from the requests in flight, and the p99 bar falls once the
+// slowdowns it causes reach more than 1% of a step's requests.
 func gcSentence(sw *scenarioResult) string {
 	const at = " at the gateway's first step over the bar"
 	rate, ok1 := sw.figure("gateway's first step over the bar")
