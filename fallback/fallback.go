@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -186,23 +187,22 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	}
 
 	st := &callState{deadline: h.now().Add(h.deadline)} // stays on the stack
+	var dl *lazyctx.Ctx
 	actx := ctx
-	var cancel context.CancelFunc
-	var timer *time.Timer
 	switch d, ok := ctx.Deadline(); {
 	case ok && time.Until(d) <= h.deadline:
 		st.deadline = h.now().Add(time.Until(d)) // the caller's deadline comes first
 	default:
 		// Not a context deadline: the upstream client would bound a whole
-		// stream by it. The timer only cancels while nothing was returned.
-		// (It is also one allocation cheaper than a timer context, and the
-		// cancel interrupts an attempt all the same.)
-		actx, cancel = context.WithCancel(ctx)
-		timer = time.AfterFunc(h.deadline, cancel)
+		// stream by it. It only cancels while nothing was returned, and
+		// costs a cancel context and a timer only when something waits on
+		// it (a stream does; a plain answer read at once does not).
+		dl = lazyctx.New(ctx, time.Now().Add(h.deadline))
+		actx = dl
 	}
 
 	resp, route, err := h.walk(actx, st, req)
-	return h.settle(ctx, actx, st, req, resp, route, err, cancel, timer)
+	return h.settle(ctx, actx, st, req, resp, route, err, dl)
 }
 
 // settle ends a call that walk answered: it stops the deadline (closing an
@@ -212,25 +212,25 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 //
 //go:noinline
 func (h *handler) settle(ctx, actx context.Context, st *callState, req *pipeline.Request, resp *pipeline.Response, route *pipeline.Route, err error,
-	cancel context.CancelFunc, timer *time.Timer) (*pipeline.Response, error) {
-	if timer != nil && !timer.Stop() && err == nil && resp.Stream != nil {
-		// The deadline fired as the answer arrived and closed its stream.
+	dl *lazyctx.Ctx) (*pipeline.Response, error) {
+	if dl != nil && !dl.Stop() && err == nil && resp.Stream != nil {
+		// The deadline passed as the answer arrived: its stream is cut.
 		resp.Stream.Close()
 		resp, err = nil, actx.Err()
 	}
 	if err != nil && actx.Err() != nil {
 		err = h.stopErr(ctx, st, err)
 	}
-	if cancel != nil {
+	if dl != nil {
 		if err == nil && resp.Stream != nil {
 			rs, ok := resp.Stream.(*replayStream)
 			if !ok {
 				rs = &replayStream{up: resp.Stream}
 				resp.Stream = rs
 			}
-			rs.onClose = cancel
+			rs.onClose = dl.Cancel
 		} else {
-			cancel()
+			dl.Cancel()
 		}
 	}
 

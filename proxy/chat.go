@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
 	"github.com/llmgw/gateway/wire"
@@ -107,7 +108,8 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	if req.Stream && req.Lookahead == nil {
 		req.Lookahead = &x.look // the sink asks it before each flush
 	}
-	rctx, cancel := context.WithCancel(s.base)
+	rctx := lazyctx.New(s.base, time.Time{}) // registers with s.base only once something waits on it
+	cancel := rctx.Cancel
 	x.chat = true
 	s.chats.add()
 	// A client that leaves cancels the request, streamed or not, and with it

@@ -1,0 +1,220 @@
+package lazyctx
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+type key struct{}
+
+// closedWithin reports whether ch closes within d.
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func TestExpiresUnwatched(t *testing.T) {
+	t.Parallel()
+	c := New(t.Context(), time.Now().Add(20*time.Millisecond))
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err before the deadline = %v", err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	// Nothing waited on it: no timer ran, yet it has ended, and every way of
+	// asking says so.
+	if cause := context.Cause(c); !errors.Is(cause, context.Canceled) {
+		t.Fatalf("Cause after an unwatched deadline = %v", cause)
+	}
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err after the deadline = %v", err)
+	}
+	if !closedWithin(c.Done(), time.Second) {
+		t.Fatal("Done open after the deadline")
+	}
+	if c.Stop() {
+		t.Fatal("Stop after the deadline reported it had not passed")
+	}
+}
+
+func TestDoneClosesAtDeadline(t *testing.T) {
+	t.Parallel()
+	c := New(t.Context(), time.Now().Add(30*time.Millisecond))
+	ran := make(chan struct{})
+	context.AfterFunc(c, func() { close(ran) })
+	child, cancel := context.WithCancel(c)
+	defer cancel()
+	if !closedWithin(c.Done(), 2*time.Second) {
+		t.Fatal("Done not closed by the deadline")
+	}
+	if !closedWithin(child.Done(), time.Second) || !closedWithin(ran, time.Second) {
+		t.Fatal("a child or an AfterFunc of the context did not end with it")
+	}
+	if c.Stop() {
+		t.Fatal("Stop after the timer fired reported it had not")
+	}
+}
+
+func TestStopBeforeDeadline(t *testing.T) {
+	t.Parallel()
+	for _, real := range []bool{false, true} {
+		c := New(t.Context(), time.Now().Add(30*time.Millisecond))
+		if real {
+			_ = c.Done()
+		}
+		if !c.Stop() {
+			t.Fatalf("real=%v: Stop before the deadline reported it passed", real)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := c.Err(); err != nil {
+			t.Fatalf("real=%v: Err after a stopped deadline = %v", real, err)
+		}
+		if closedWithin(c.Done(), 20*time.Millisecond) {
+			t.Fatalf("real=%v: a stopped deadline closed Done", real)
+		}
+		c.Cancel()
+		if !errors.Is(c.Err(), context.Canceled) || !closedWithin(c.Done(), time.Second) {
+			t.Fatalf("real=%v: Cancel did not cancel: %v", real, c.Err())
+		}
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	for _, real := range []bool{false, true} {
+		c := New(t.Context(), time.Now().Add(time.Hour))
+		ran := make(chan struct{})
+		if real {
+			context.AfterFunc(c, func() { close(ran) })
+		}
+		c.Cancel()
+		c.Cancel() // idempotent
+		if !errors.Is(c.Err(), context.Canceled) || !closedWithin(c.Done(), time.Second) {
+			t.Fatalf("real=%v: after Cancel Err = %v", real, c.Err())
+		}
+		if real && !closedWithin(ran, time.Second) {
+			t.Fatal("Cancel did not run an AfterFunc of the context")
+		}
+	}
+}
+
+func TestFollowsParent(t *testing.T) {
+	t.Parallel()
+	why := errors.New("client left")
+	for _, real := range []bool{false, true} {
+		parent, cancel := context.WithCancelCause(context.WithValue(t.Context(), key{}, "v"))
+		c := New(parent, time.Now().Add(time.Hour))
+		if c.Value(key{}) != "v" {
+			t.Fatal("a parent's value is not seen")
+		}
+		if real {
+			_ = c.Done()
+		}
+		cancel(why)
+		if !errors.Is(c.Err(), context.Canceled) || context.Cause(c) != why {
+			t.Fatalf("real=%v: Err %v Cause %v, want the parent's", real, c.Err(), context.Cause(c))
+		}
+		if !closedWithin(c.Done(), time.Second) {
+			t.Fatalf("real=%v: Done open after the parent ended", real)
+		}
+		if c.Value(key{}) != "v" {
+			t.Fatal("a parent's value is not seen once real")
+		}
+	}
+}
+
+func TestNoDeadline(t *testing.T) {
+	t.Parallel()
+	c := New(t.Context(), time.Time{})
+	time.Sleep(10 * time.Millisecond)
+	if c.Err() != nil || closedWithin(c.Done(), 20*time.Millisecond) {
+		t.Fatalf("a context without a deadline ended on its own: %v", c.Err())
+	}
+	if !c.Stop() {
+		t.Fatal("Stop without a deadline reported it had passed")
+	}
+	c.Cancel()
+	if !errors.Is(c.Err(), context.Canceled) || !closedWithin(c.Done(), time.Second) {
+		t.Fatalf("after Cancel Err = %v", c.Err())
+	}
+}
+
+// TestConcurrent runs every method at once (for -race): the
+// context ends, exactly as one, whichever ran first.
+func TestConcurrent(t *testing.T) {
+	t.Parallel()
+	for range 50 {
+		c := New(t.Context(), time.Now().Add(time.Millisecond))
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				switch i {
+				case 0:
+					<-c.Done()
+				case 1:
+					for c.Err() == nil {
+						time.Sleep(100 * time.Microsecond)
+					}
+				case 2:
+					c.Stop()
+				case 3:
+					_ = context.Cause(c)
+				}
+			})
+		}
+		time.AfterFunc(50*time.Millisecond, c.Cancel) // ends a stopped one
+		wg.Wait()
+		if c.Err() == nil {
+			t.Fatal("Err nil after Done closed")
+		}
+	}
+}
+
+// TestAllocs: a call that only asks Err costs the context itself,
+// where a cancel context and a timer cost three (and two more, a done
+// channel and a children map, for a parent nothing waited on yet).
+func TestAllocs(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := testing.AllocsPerRun(200, func() {
+		c := New(parent, time.Now().Add(time.Minute))
+		_ = c.Err()
+		c.Stop()
+		c.Cancel()
+	})
+	if n > 1 {
+		t.Fatalf("%v allocations per call, want 1", n)
+	}
+}
+
+// BenchmarkCallDeadline compares the deadline of a call that is answered
+// at once: a cancel context with a timer against Ctx.
+func BenchmarkCallDeadline(b *testing.B) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("WithCancel+AfterFunc", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithCancel(parent)
+			t := time.AfterFunc(time.Minute, cancel)
+			_ = ctx.Err()
+			t.Stop()
+			cancel()
+		}
+	})
+	b.Run("Ctx", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c := New(parent, time.Now().Add(time.Minute))
+			_ = c.Err()
+			c.Stop()
+			c.Cancel()
+		}
+	})
+}
