@@ -99,3 +99,48 @@ func TestClientLeavingCancelsEveryUpstreamCall(t *testing.T) {
 		})
 	}
 }
+
+// The fallback deadline interrupts a non-streamed call that the upstream
+// never answers: the client gets a 504 soon after the deadline and the
+// upstream sees its connection closed. Nothing waits on the call's context
+// until the connection sweep registers it one grace period in, so this is
+// the path where the deadline's context is made real late.
+func TestFallbackDeadlineInterruptsSilentUpstream(t *testing.T) {
+	t.Parallel()
+	up, got, left := silentUpstream(t)
+	cfg := strings.ReplaceAll(baseConfig, "{{MOCK}}", up) + "\n[middleware.fallback]\ndeadline = \"300ms\"\n"
+	h := newHarness(t, cfg, mockllm.Options{})
+	start := time.Now()
+	type answer struct {
+		status int
+		body   []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, _, body := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`, nil)
+		done <- answer{status, body}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer 5 s after a 300 ms deadline")
+	}
+	took, status, body := time.Since(start), a.status, a.body
+	if status != 504 {
+		t.Fatalf("status %d %s, want 504 from the deadline", status, body)
+	}
+	if took < 300*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("answered after %v; want soon after the 300 ms deadline", took)
+	}
+	select {
+	case <-got:
+	default:
+		t.Fatal("the request never reached the upstream")
+	}
+	select {
+	case <-left:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline passed, but the upstream call kept its connection")
+	}
+}

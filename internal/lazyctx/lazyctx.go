@@ -27,6 +27,11 @@ import (
 // The deadline is not reported by Deadline: it ends with Stop, so it must
 // not bound what outlives it (the upstream client would bound a whole
 // stream by a context deadline).
+//
+// One difference: when c ended on its own (Cancel, or its deadline) and its
+// parent ended too, all before anything made c real, Err and context.Cause
+// report the parent's error and cause, whichever came first. A real
+// context reports the first.
 type Ctx struct {
 	context.Context           // the parent
 	at              time.Time // the deadline; zero: none
@@ -133,27 +138,28 @@ func (c *Ctx) materialize() context.Context {
 }
 
 // Stop ends the deadline's hold: it no longer applies. It reports false
-// when the deadline had already passed (c is then cancelled) or c was
-// cancelled, as time.Timer.Stop does for a timer that fired.
+// when the deadline had already passed or c was cancelled (c has ended),
+// as time.Timer.Stop does for a timer that fired; a second Stop reports
+// what the first did.
 func (c *Ctx) Stop() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.isReal.Load() && c.timer != nil {
-		if !c.timer.Stop() {
-			c.state.Store(ended)
-			return false
-		}
-		c.state.CompareAndSwap(live, stopped)
+	switch c.state.Load() {
+	case ended:
+		return false
+	case stopped:
 		return true
 	}
-	if c.over() {
-		if c.isReal.Load() {
-			c.cancel()
+	if c.isReal.Load() {
+		if c.timer != nil && !c.timer.Stop() {
+			c.state.Store(ended) // the timer fired: inner is cancelled
+			return false
 		}
-		c.state.Store(ended)
+	} else if c.over() {
+		c.state.Store(ended) // making it real cancels it
 		return false
 	}
-	c.state.CompareAndSwap(live, stopped)
+	c.state.Store(stopped)
 	return true
 }
 
@@ -161,13 +167,12 @@ func (c *Ctx) Stop() bool {
 // safe to call from any goroutine.
 func (c *Ctx) Cancel() {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.state.Store(ended)
-	real := c.isReal.Load()
-	c.mu.Unlock()
-	if real {
+	if c.isReal.Load() {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
-		c.cancel()
+		c.cancel() // runs no code of a child's synchronously (AfterFunc runs f in a goroutine)
 	}
 }

@@ -3,6 +3,7 @@ package lazyctx
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -22,10 +23,10 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 
 func TestExpiresUnwatched(t *testing.T) {
 	t.Parallel()
-	c := New(t.Context(), time.Now().Add(20*time.Millisecond))
-	if err := c.Err(); err != nil {
+	if err := New(t.Context(), time.Now().Add(time.Hour)).Err(); err != nil {
 		t.Fatalf("Err before the deadline = %v", err)
 	}
+	c := New(t.Context(), time.Now().Add(20*time.Millisecond))
 	time.Sleep(40 * time.Millisecond)
 	// Nothing waited on it: no timer ran, yet it has ended, and every way of
 	// asking says so.
@@ -64,14 +65,17 @@ func TestDoneClosesAtDeadline(t *testing.T) {
 func TestStopBeforeDeadline(t *testing.T) {
 	t.Parallel()
 	for _, real := range []bool{false, true} {
-		c := New(t.Context(), time.Now().Add(30*time.Millisecond))
+		c := New(t.Context(), time.Now().Add(200*time.Millisecond))
 		if real {
 			_ = c.Done()
 		}
 		if !c.Stop() {
 			t.Fatalf("real=%v: Stop before the deadline reported it passed", real)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if !c.Stop() {
+			t.Fatalf("real=%v: a second Stop reported otherwise than the first", real)
+		}
+		time.Sleep(250 * time.Millisecond)
 		if err := c.Err(); err != nil {
 			t.Fatalf("real=%v: Err after a stopped deadline = %v", real, err)
 		}
@@ -81,6 +85,9 @@ func TestStopBeforeDeadline(t *testing.T) {
 		c.Cancel()
 		if !errors.Is(c.Err(), context.Canceled) || !closedWithin(c.Done(), time.Second) {
 			t.Fatalf("real=%v: Cancel did not cancel: %v", real, c.Err())
+		}
+		if c.Stop() {
+			t.Fatalf("real=%v: Stop after Cancel reported a live context", real)
 		}
 	}
 }
@@ -145,35 +152,107 @@ func TestNoDeadline(t *testing.T) {
 	}
 }
 
-// TestConcurrent runs every method at once (for -race): the
-// context ends, exactly as one, whichever ran first.
+// TestConcurrent runs every method at once (for -race), and checks that
+// each answer agrees with the others: an end Stop or Err reports stays, and
+// Done closes.
 func TestConcurrent(t *testing.T) {
 	t.Parallel()
-	for range 50 {
-		c := New(t.Context(), time.Now().Add(time.Millisecond))
+	for i := range 50 {
+		c := New(t.Context(), time.Now().Add(time.Duration(i%4)*time.Millisecond))
+		errs := make(chan string, 8)
 		var wg sync.WaitGroup
-		for i := range 4 {
+		for w := range 4 {
 			wg.Go(func() {
-				switch i {
+				switch w {
 				case 0:
-					<-c.Done()
+					if !closedWithin(c.Done(), 5*time.Second) {
+						errs <- "Done never closed"
+					}
 				case 1:
-					for c.Err() == nil {
-						time.Sleep(100 * time.Microsecond)
+					for range 200 {
+						if c.Err() != nil {
+							if c.Err() == nil {
+								errs <- "Err went back to nil"
+							}
+							return
+						}
+						time.Sleep(50 * time.Microsecond)
 					}
 				case 2:
-					c.Stop()
+					if !c.Stop() && c.Err() == nil {
+						errs <- "Stop reported an end that Err does not show"
+					}
 				case 3:
 					_ = context.Cause(c)
 				}
 			})
 		}
-		time.AfterFunc(50*time.Millisecond, c.Cancel) // ends a stopped one
+		time.AfterFunc(time.Duration(i%3)*time.Millisecond, c.Cancel) // ends a stopped one too
 		wg.Wait()
-		if c.Err() == nil {
-			t.Fatal("Err nil after Done closed")
+		close(errs)
+		for e := range errs {
+			t.Fatal(e)
+		}
+		if c.Err() == nil || context.Cause(c) == nil {
+			t.Fatal("no error after Done closed")
 		}
 	}
+}
+
+// TestNested is the gateway's shape: a model call's context with a
+// deadline under a request's context under the server's, and the upstream
+// call's context.AfterFunc under a value context of it. Each of the three
+// ends reaches the AfterFunc, and registering starts no goroutine.
+func TestNested(t *testing.T) {
+	t.Parallel()
+	ends := map[string]func(base context.CancelFunc, req, call *Ctx){
+		"the request is cancelled": func(_ context.CancelFunc, req, _ *Ctx) { req.Cancel() },
+		"the server shuts down":    func(base context.CancelFunc, _, _ *Ctx) { base() },
+		"the call's deadline":      nil,
+	}
+	for name, end := range ends {
+		t.Run(name, func(t *testing.T) {
+			base, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			req := New(base, time.Time{})
+			at := time.Now().Add(time.Hour)
+			if end == nil {
+				at = time.Now().Add(30 * time.Millisecond)
+			}
+			call := New(req, at)
+			ran := make(chan struct{})
+			context.AfterFunc(context.WithValue(call, key{}, 1), func() { close(ran) })
+			if end != nil {
+				end(cancel, req, call)
+			}
+			if !closedWithin(ran, 2*time.Second) {
+				t.Fatal("the call's AfterFunc did not run")
+			}
+			if !errors.Is(call.Err(), context.Canceled) {
+				t.Fatalf("the call's Err = %v", call.Err())
+			}
+			if end == nil && req.Err() != nil {
+				t.Fatalf("the call's deadline ended the request: %v", req.Err())
+			}
+		})
+	}
+	t.Run("no goroutine per registration", func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		var calls []*Ctx
+		for range 200 {
+			call := New(New(context.Background(), time.Time{}), time.Now().Add(time.Hour))
+			context.AfterFunc(context.WithValue(call, key{}, 1), func() {})
+			calls = append(calls, call)
+		}
+		// A parent the context package does not recognise costs a goroutine
+		// per child; a Ctx is recognised through its real context.
+		if d := runtime.NumGoroutine() - before; d > 50 {
+			t.Fatalf("%d goroutines for 200 registrations", d)
+		}
+		for _, c := range calls {
+			c.Cancel()
+		}
+	})
 }
 
 // TestAllocs: a call that only asks Err costs the context itself,
