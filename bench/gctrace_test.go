@@ -98,12 +98,47 @@ func TestGCSaturationSentence(t *testing.T) {
 	gcFigures(sweep, &leg{Target: "gateway", Seconds: 6, GCCycles: 5, GCMarkMS: 30.5, GCLiveMB: 35, AllocKBPerReq: 2.5},
 		&leg{Target: "floor", Seconds: 6, GCCycles: 1, GCMarkMS: 6, GCLiveMB: 11, AllocKBPerReq: 0.2}, at)
 	got := strings.Join(shortfalls(res), "\n")
-	for _, want := range []string{"its first step over the bar, 13738 rps, is 0.77× the 17844 rps it serves under the closed model, so it is not out of CPU there; the tail that ends it comes with its garbage collections.",
+	for _, want := range []string{"its first step over the bar, 13738 rps, is 0.77× the 17844 rps it serves under the closed model; the tail that ends it comes with its garbage collections.",
 		"At 13738 rps, its first step over the bar, it ran 0.83 collections per second, each marking for 30.5 ms on average over a live heap of 35 MB",
 		"2.5 KiB of heap per request", "the floor proxy, at the same rate, ran 0.17 per second, marking for 6 ms over 11 MB, and allocated 0.2 KiB per request"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
+	}
+}
+
+// TestMachineSentence: when both proxies go over the bar at about the same
+// load on the machine, the saturation sentence says that CPU per request
+// sets it and what CPU the target needs; when not, that the tail does.
+func TestMachineSentence(t *testing.T) {
+	t.Parallel()
+	sweep := func(gCores float64) *scenarioResult {
+		sw := &scenarioResult{Name: "sweep", Status: "ok"}
+		sw.fig("gateway highest rate with added p99 < 10 ms", 10000, "rps")
+		sw.fig("floor highest rate with added p99 < 10 ms", 20000, "rps")
+		// The fixed-rate leg at the same offered rate must not be taken.
+		sw.Legs = []*leg{
+			{Target: "gateway", Step: "5000 rps", OfferedRPS: 10000, ThroughputRPS: 10000, ProxyCPUPer1k: 1, UpstreamCPUPer1k: 1, LoadgenCPUPer1k: 1},
+			{Target: "gateway", Step: "0.40×sat", OfferedRPS: 10000, ThroughputRPS: 10000, ProxyCPUPer1k: gCores/10 - 0.07, UpstreamCPUPer1k: 0.04, LoadgenCPUPer1k: 0.03},
+			{Target: "floor", Step: "0.80×sat", OfferedRPS: 20000, ThroughputRPS: 20000, ProxyCPUPer1k: 0.03, UpstreamCPUPer1k: 0.02, LoadgenCPUPer1k: 0.02},
+		}
+		return sw
+	}
+	// floor: 0.07 ms × 20,000/s = 1.4 cores; gateway 0.14 ms × 10,000/s = 1.4.
+	got := machineSentence(sweep(1.4), saturationGoal)
+	for _, want := range []string{"kept 1.4 cores busy, and 1.4 at the floor proxy's last step; both go over the bar at about the same load",
+		"0.14 ms of CPU through the gateway and 0.07 ms through the floor proxy, so the gateway reaches that load at 0.5× the floor's rate",
+		// 0.07/0.8 - 0.04 = 0.0475 ms: 1.58× the floor's 0.03.
+		"at most 0.048 ms of the gateway's own CPU per request, 1.58× the floor proxy's, against the 0.07 ms"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if got := machineSentence(sweep(1.0), saturationGoal); !strings.Contains(got, "went over the bar at a lower load on the machine, so its tail") {
+		t.Errorf("a gateway over the bar at 1.0 cores against the floor's 1.4: %s", got)
+	}
+	if got := machineSentence(&scenarioResult{Name: "sweep"}, saturationGoal); got != "" {
+		t.Errorf("no legs: %q", got)
 	}
 }
 

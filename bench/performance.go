@@ -329,8 +329,13 @@ func shortfalls(res *results) []string {
 					why = "the tail that ends it comes with its garbage collections. " + gc +
 						" Past the rate its CPU per request allows, that CPU on the shared cores sets the limit."
 					if tput := gatewayThroughput(pt); tput > 0 && over > 0 && over < tput {
-						why = fmt.Sprintf("its first step over the bar, %s rps, is %s× the %s rps it serves under the closed model, so it is not out of CPU there; ",
+						why = fmt.Sprintf("its first step over the bar, %s rps, is %s× the %s rps it serves under the closed model; ",
 							fmtNum(over), fmtNum(round(over/tput, 2)), fmtNum(tput)) + why
+					}
+					if m := machineSentence(sw, saturationGoal); m != "" {
+						// The machine's load at each saturation says which of
+						// CPU and tail sets it; the collections come after.
+						why = m + " " + gc
 					}
 				}
 				if cpu := cpuRatio(pt); cpu > 0 && c.Measured < 0.5/cpu {

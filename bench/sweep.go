@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"strings"
+)
 
 // addedP99Limit is the sweep's bar: the highest rate whose added p99 stays
 // under it is the saturation rate of a proxy.
@@ -120,4 +124,66 @@ func (b *bench) sweep() *scenarioResult {
 		r.Status, r.Reason = "failed", "no step ran"
 	}
 	return r
+}
+
+// machineLoad is what one sweep leg cost the whole machine: the CPU of the
+// proxy, the mock behind it and the load generator per request (ms), and
+// so the cores they kept busy at the leg's rate.
+type machineLoad struct {
+	rate, cpuMS, proxyMS, cores float64
+}
+
+// saturationLoad is the machine load at target's last sweep step under the
+// bar (its saturation rate): false when the run has no such step or its
+// CPU was not measured.
+func saturationLoad(sw *scenarioResult, target string) (machineLoad, bool) {
+	rate, ok := sw.figure(target + " highest rate with added p99 < 10 ms")
+	if !ok || rate <= 0 {
+		return machineLoad{}, false
+	}
+	for _, l := range sw.Legs {
+		if l.Target != target || l.OfferedRPS != rate || !strings.HasSuffix(l.Step, "×sat") || l.CPUNotMeasured || l.ProxyCPUPer1k <= 0 {
+			continue
+		}
+		ms := l.ProxyCPUPer1k + l.UpstreamCPUPer1k + l.LoadgenCPUPer1k // s per 1,000 = ms per request
+		return machineLoad{rate: rate, cpuMS: ms, proxyMS: l.ProxyCPUPer1k, cores: ms * l.ThroughputRPS / 1000}, true
+	}
+	return machineLoad{}, false
+}
+
+// machineSentence compares the machine's load at the gateway's and the
+// floor's saturation ("" when either is missing). Every process of the run
+// shares the same cores, so a proxy's tail goes over the bar at some load on
+// the machine; when both go over at about the same load, the gateway's
+// saturation rate is the floor's times the ratio of the machine's CPU per
+// request through each, and the target asks for less CPU per request, not
+// a shorter tail at the same load.
+func machineSentence(sw *scenarioResult, want float64) string {
+	g, ok1 := saturationLoad(sw, "gateway")
+	f, ok2 := saturationLoad(sw, "floor")
+	if !ok1 || !ok2 || g.cpuMS <= 0 || f.proxyMS <= 0 {
+		return ""
+	}
+	same := math.Abs(g.cores-f.cores) <= 0.1*f.cores
+	out := fmt.Sprintf("at its last step under the bar the machine (proxy, mock and load generator on the same cores) kept %s cores busy, "+
+		"and %s at the floor proxy's last step",
+		fmtNum(round(g.cores, 2)), fmtNum(round(f.cores, 2)))
+	if !same {
+		return out + fmt.Sprintf("; the gateway's tail went over the bar at a %s load on the machine, so its tail, not only its CPU per request, "+
+			"sets its saturation.", map[bool]string{true: "lower", false: "higher"}[g.cores < f.cores])
+	}
+	out += fmt.Sprintf("; both go over the bar at about the same load on the machine. A request costs the machine %s ms of CPU through the gateway "+
+		"and %s ms through the floor proxy, so the gateway reaches that load at %s× the floor's rate: its saturation follows its CPU per request, "+
+		"its garbage collections' share included.", fmtNum(round(g.cpuMS, 3)), fmtNum(round(f.cpuMS, 3)), fmtNum(round(f.cpuMS/g.cpuMS, 2)))
+	if want > 0 {
+		// The gateway's own share of the machine's CPU per request that
+		// would reach want× the floor's rate at the same load, the mock and
+		// the load generator costing what they did at the floor's rate.
+		own := f.cpuMS/want - (f.cpuMS - f.proxyMS)
+		if own > 0 {
+			out += fmt.Sprintf(" A saturation of %s× the floor's would need at most %s ms of the gateway's own CPU per request, %s× the floor proxy's, against the %s ms it spent at its saturation.",
+				fmtNum(want), fmtNum(round(own, 3)), fmtNum(round(own/f.proxyMS, 2)), fmtNum(round(g.proxyMS, 3)))
+		}
+	}
+	return out
 }
