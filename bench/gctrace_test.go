@@ -153,3 +153,25 @@ func FuzzParseGCTrace(f *testing.F) {
 		}
 	})
 }
+
+// TestTTFTFloorShare: the TTFT sentence says what of the goal the floor's
+// own hop leaves, or that it takes all of it.
+func TestTTFTFloorShare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		floor float64
+		want  string
+	}{
+		{213.5, "In this run the floor proxy alone adds more than the 200 µs goal: the hop of a proxy in a process of its own takes the whole goal on this machine, and the gateway's own part is the 128 µs it adds over the floor's."},
+		{150, "The floor proxy's own hop leaves 50 µs of the 200 µs goal; the gateway adds 192 µs over the floor's."},
+	} {
+		st := &scenarioResult{Name: "stream", Status: "ok"}
+		st.fig("gateway added TTFT p50", 341.5, "µs")
+		st.fig("floor added TTFT p50", c.floor, "µs")
+		res := &results{Scenarios: []*scenarioResult{st}}
+		res.Targets = checkTargets(res)
+		if got := strings.Join(shortfalls(res), "\n"); !strings.Contains(got, c.want) {
+			t.Errorf("floor %v: missing %q in:\n%s", c.floor, c.want, got)
+		}
+	}
+}

@@ -410,6 +410,17 @@ func shortfalls(res *results) []string {
 					"floor pays too. `-profile` shows where the CPU goes; an execution trace of idle streams (the gateway's `-trace`, "+
 					"bench/results/profile/README.md) shows its goroutine never waiting on the way up, and the hand-over as the one wait on the way back.",
 					fmtNum(c.Measured), split, fmtNum(f)))
+				if f > 0 {
+					// The floor's own hop is the least any proxy adds here.
+					left := ttftGoalUS - f
+					if left <= 0 {
+						out[len(out)-1] += fmt.Sprintf(" In this run the floor proxy alone adds more than the %s µs goal: the hop of a proxy in a process of its own "+
+							"takes the whole goal on this machine, and the gateway's own part is the %s µs it adds over the floor's.", fmtNum(ttftGoalUS), fmtNum(round(c.Measured-f, 1)))
+					} else {
+						out[len(out)-1] += fmt.Sprintf(" The floor proxy's own hop leaves %s µs of the %s µs goal; the gateway adds %s µs over the floor's.",
+							fmtNum(round(left, 1)), fmtNum(ttftGoalUS), fmtNum(round(c.Measured-f, 1)))
+					}
+				}
 			}
 		case "tool loop":
 			floor := ""

@@ -21,6 +21,9 @@ type targetCheck struct {
 	Detail   string  `json:"detail,omitempty"`
 }
 
+// ttftGoalUS is the time-to-first-content-token target: µs added at p50.
+const ttftGoalUS = 200
+
 // saturationGoal is the saturation target: the gateway's rate over the
 // floor proxy's.
 const saturationGoal = 0.8
@@ -56,7 +59,7 @@ var goals = []goal{
 	{name: "burst streams", text: "streams/s with a burst upstream ≥ 0.9× the floor proxy", unit: "×", scenario: "burst",
 		figure: fixedFigure("gateway/floor streams/s"), met: func(v float64) bool { return v >= 0.9 }},
 	{name: "TTFT", text: "added time to first content token ≤ 0.2 ms at p50", unit: "µs", scenario: "stream",
-		figure: fixedFigure("gateway added TTFT p50"), met: func(v float64) bool { return v <= 200 }},
+		figure: fixedFigure("gateway added TTFT p50"), met: func(v float64) bool { return v <= ttftGoalUS }},
 	{name: "memory per stream", text: "RSS per open stream ≤ 1.05× the floor proxy's, same buffer settings", unit: "×", scenario: "streams",
 		figure: fixedFigure("gateway/floor memory per stream"), met: func(v float64) bool { return v <= 1.05 }},
 	{name: "stream memory", text: "10,000 concurrent streams in ≤ 300 MB RSS", unit: "MB", scenario: "streams",
