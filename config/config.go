@@ -52,6 +52,13 @@ type Server struct {
 	// headers); default 4 KiB each. Set at start: a reload keeps them.
 	ReadBuffer  int `toml:"read_buffer"`
 	WriteBuffer int `toml:"write_buffer"`
+	// GCMinGrowthBytes is the least the heap grows between two garbage
+	// collections (internal/gcfloor): on a small live heap the collector
+	// otherwise runs several times a second at a few thousand requests per
+	// second. 0 leaves Go's pacing; the GOGC environment variable, when
+	// set, wins. Default 32 MiB; a reload applies it from the next
+	// collection.
+	GCMinGrowthBytes *int64 `toml:"gc_min_growth_bytes"`
 }
 
 // Provider is an upstream API.

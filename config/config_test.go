@@ -123,3 +123,15 @@ key = "k-bbbbbbbb"
 		t.Fatalf("duplicate key names: %v", err)
 	}
 }
+
+// TestGCMinGrowthZeroStays: 0 turns the collector's floor off; it is not
+// taken for unset.
+func TestGCMinGrowthZeroStays(t *testing.T) {
+	c, err := Parse([]byte("[server]\ngc_min_growth_bytes = 0\n[[providers]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"https://api.example.com/v1\"\n[[models]]\nname = \"m\"\nprovider = \"a\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := c.Server.GCMinGrowthBytes; g == nil || *g != 0 {
+		t.Fatalf("gc_min_growth_bytes = 0 became %v", g)
+	}
+}

@@ -121,7 +121,14 @@ func (c *Config) setServerDefaults() {
 	setStr(&s.LogFormat, "json")
 	setInt(&s.ReadBuffer, DefaultConnBuffer)
 	setInt(&s.WriteBuffer, DefaultConnBuffer)
+	if s.GCMinGrowthBytes == nil {
+		g := int64(DefaultGCMinGrowth)
+		s.GCMinGrowthBytes = &g
+	}
 }
+
+// DefaultGCMinGrowth is server.gc_min_growth_bytes's default.
+const DefaultGCMinGrowth = 32 << 20
 
 // dropOptionalProviders removes the optional providers whose key is unset,
 // with what only they serve: their models, their deployments, and fallbacks

@@ -42,6 +42,7 @@ func TestDefaults(t *testing.T) {
 		{"server.log_format", c.Server.LogFormat, "json"},
 		{"server.read_buffer", c.Server.ReadBuffer, 4 << 10},
 		{"server.write_buffer", c.Server.WriteBuffer, 4 << 10},
+		{"server.gc_min_growth_bytes", *c.Server.GCMinGrowthBytes, int64(32 << 20)},
 		{"server.default_provider", withParts.Server.DefaultProvider, "p"},
 
 		{"providers.connect_timeout", p.ConnectTimeout, sec(10 * time.Second)},

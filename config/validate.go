@@ -106,6 +106,9 @@ func (c *Config) validateServer(p *problems) {
 	p.checkPositive("server.max_body_bytes", int64(c.Server.MaxBodyBytes))
 	p.checkBuffer("server.read_buffer", c.Server.ReadBuffer)
 	p.checkBuffer("server.write_buffer", c.Server.WriteBuffer)
+	if g := c.Server.GCMinGrowthBytes; g != nil && (*g < 0 || *g > 1<<30) {
+		p.add("server.gc_min_growth_bytes", "%d is outside 0..1073741824 (1 GiB)", *g)
+	}
 }
 
 // checkBuffer reports a connection buffer size outside MinConnBuffer..MaxConnBuffer.

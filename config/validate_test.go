@@ -37,6 +37,7 @@ func TestValidate(t *testing.T) {
 		{name: "max body bytes", toml: "[server]\nmax_body_bytes = -1\n", want: `server.max_body_bytes: must be positive`},
 		{name: "server read buffer too small", toml: "[server]\nread_buffer = 512\n", want: `server.read_buffer: 512 is outside 1024..1048576 bytes`},
 		{name: "server write buffer too large", toml: "[server]\nwrite_buffer = 2097152\n", want: `server.write_buffer: 2097152 is outside 1024..1048576 bytes`},
+		{name: "negative gc growth", toml: "[server]\ngc_min_growth_bytes = -1\n", want: `server.gc_min_growth_bytes: -1 is outside 0..1073741824 (1 GiB)`},
 		{name: "server read buffer negative", toml: "[server]\nread_buffer = -1\n", want: `server.read_buffer: -1 is outside`},
 		{name: "default provider", toml: "[server]\ndefault_provider = \"z\"\n", want: `server.default_provider: unknown provider "z"`},
 		{name: "provider name required", toml: "[[providers]]\nkind = \"mock\"\n", want: `providers[1].name: required`},

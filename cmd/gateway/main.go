@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/gateway"
+	"github.com/llmgw/gateway/internal/gcfloor"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/proxy"
 )
@@ -65,6 +66,8 @@ func run() int {
 		return 1
 	}
 	srv := proxy.NewServer(rt, log)
+	gc := gcfloor.Start(*cfg.Server.GCMinGrowthBytes)
+	defer gc.Stop()
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		log.Error().Err(err).Str("listen", cfg.Server.Listen).Msg("cannot listen")
@@ -97,7 +100,7 @@ func run() int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(srv, *path, *level, *format, *listen, log)
+				reload(srv, gc, *path, *level, *format, *listen, log)
 				continue
 			}
 			log.Info().Str("signal", sig.String()).Msg("shutting down")
@@ -118,7 +121,7 @@ func run() int {
 // reload builds a runtime from the file again and swaps it in. New requests
 // use it; in-flight ones finish on the old one, which is closed after the
 // shutdown grace period. An invalid file changes nothing.
-func reload(srv *proxy.Server, path, level, format, listen string, log zerolog.Logger) {
+func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen string, log zerolog.Logger) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		log.Error().Err(err).Msg("reload refused: the new config is invalid; keeping the old one")
@@ -131,6 +134,7 @@ func reload(srv *proxy.Server, path, level, format, listen string, log zerolog.L
 		return
 	}
 	old := srv.Swap(rt)
+	gc.SetMin(*cfg.Server.GCMinGrowthBytes)
 	go func() {
 		// Close the old runtime (demo servers, Redis, MCP children) only
 		// after its last request, bounded by the longest upstream timeout.

@@ -273,3 +273,78 @@ func TestShutdownGraceEndsStreamsWithAnError(t *testing.T) {
 		t.Fatalf("exit: %v %v", state, err)
 	}
 }
+
+// metric reads one unlabelled metric from the gateway's /metrics.
+func metric(addr, name string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no %s in /metrics (status %d)", name, resp.StatusCode)
+}
+
+// TestGCFloor: the shipped config's collector floor (server.
+// gc_min_growth_bytes, 32 MiB) raises GOGC above Go's 100 on the demo's
+// small heap once the gateway has collected; 0 leaves it at 100 after as
+// many collections.
+func TestGCFloor(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	shipped, err := os.ReadFile("../../config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := filepath.Join(t.TempDir(), "off.toml")
+	if err := os.WriteFile(off, []byte(strings.Replace(string(shipped), "[server]\n", "[server]\ngc_min_growth_bytes = 0\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path  string
+		raise bool
+	}{{"../../config.toml", true}, {off, false}} {
+		_, base := testproc.Start(t, bin, c.path)
+		addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+		first := ""
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			// Requests allocate, so the gateway collects; the floor tunes
+			// after each collection.
+			for range 20 {
+				if status, body, err := chat(addr, "demo", ""); err != nil || status != 200 {
+					t.Fatalf("demo: %d %v %s", status, err, body)
+				}
+			}
+			n, err := metric(addr, "go_gc_duration_seconds_count")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == "" {
+				first = n
+			} else if n != first && !c.raise {
+				break // at least one collection since the first reading, at Go's pacing
+			}
+			if c.raise && n != "0" {
+				if p, err := metric(addr, "go_gc_gogc_percent"); err == nil && p != "100" {
+					break // collected, and the floor tuned after it
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after 30 s of requests, no collection (or GOGC never raised: want raised %v)", c.path, c.raise)
+			}
+		}
+		got, err := metric(addr, "go_gc_gogc_percent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raised := got != "100"; raised != c.raise {
+			t.Errorf("%s: go_gc_gogc_percent %s; want it raised above 100: %v", c.path, got, c.raise)
+		}
+	}
+}
