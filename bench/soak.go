@@ -78,8 +78,8 @@ type soakSample struct {
 	At     float64 `json:"t_seconds"`
 	RSSMB  float64 `json:"rss_mb"`
 	HeapMB float64 `json:"heap_inuse_mb"`
-	// LiveHeapMB is half the GC's next target (GOGC 100): the heap that
-	// survived the last collection. Unlike RSS and heap in use it does not
+	// LiveHeapMB is the heap that survived the last collection
+	// (go_gc_heap_live_bytes). Unlike RSS and heap in use it does not
 	// follow the GC's sawtooth or its pacing, so a leak shows in it first.
 	LiveHeapMB float64 `json:"live_heap_mb"`
 	Goroutines int     `json:"goroutines"`
@@ -174,6 +174,9 @@ func soak(ctx context.Context, repo string, d time.Duration, rate float64) (*soa
 	cfg, err := writeGatewayConfig(bins.dir, "gateway", "127.0.0.1:0", api.addr, api.addr, 1024, fasthttpBuffers)
 	if err == nil {
 		err = appendFile(cfg, soakExtraModels)
+	}
+	if err == nil {
+		err = editFile(cfg, "[server]\n", "[server]\n"+soakGC)
 	}
 	if err != nil {
 		return nil, err
@@ -321,6 +324,25 @@ sampling:
 		keepLogs = true
 	}
 	return res, nil
+}
+
+// soakGC is the soak gateway's collector setting: Go's own pacing. At the
+// soak's low rate the collector floor (server.gc_min_growth_bytes) would
+// leave tens of seconds between collections, and the live heap the drift
+// check reads is the last collection's.
+const soakGC = "gc_min_growth_bytes = 0\n"
+
+// editFile replaces the first old in the file at path with new; it fails
+// when old is not there.
+func editFile(path, old, new string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), old) {
+		return fmt.Errorf("%s: no %q to replace", path, old)
+	}
+	return os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644)
 }
 
 func appendFile(path, s string) error {

@@ -227,7 +227,7 @@ func soakMarkdown(res *soakResults) string {
 			fmt.Fprintf(&b, "- %s\n", f)
 		}
 	}
-	b.WriteString("\n## Samples\n\n*heap* is go_memstats_heap_inuse_bytes (it follows the GC's sawtooth); *live heap* is half of go_memstats_next_gc_bytes, the heap that survived the last GC; " +
+	b.WriteString("\n## Samples\n\n*heap* is go_memstats_heap_inuse_bytes (it follows the GC's sawtooth); *live heap* is go_gc_heap_live_bytes, the heap that survived the last GC; " +
 		"*upstream* are the fds that are pooled connections to the mock.\n\n")
 	b.WriteString("| t (s) | RSS MB | heap MB | live heap MB | goroutines | fds | upstream | requests done | |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Samples {

@@ -13,8 +13,8 @@ import (
 // sampleGateway reads the gateway's RSS (/proc/PID/status), open
 // descriptors (/proc/PID/fd; those connected to upstreamPort counted apart
 // too) and, from its /metrics, goroutines (go_goroutines) and heap in use
-// (go_memstats_heap_inuse_bytes) and the GC's next target
-// (go_memstats_next_gc_bytes).
+// (go_memstats_heap_inuse_bytes) and the heap the last collection found
+// live (go_gc_heap_live_bytes).
 func sampleGateway(gw *child, upstreamPort int, requests int64) (soakSample, error) {
 	rss, _, err := memKB(gw.Pid())
 	if err != nil {
@@ -24,13 +24,13 @@ func sampleGateway(gw *child, upstreamPort int, requests int64) (soakSample, err
 	if err != nil {
 		return soakSample{}, fmt.Errorf("gateway fds: %w", err)
 	}
-	m, err := scrape(gw.addr, "go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_next_gc_bytes")
+	m, err := scrape(gw.addr, "go_goroutines", "go_memstats_heap_inuse_bytes", "go_gc_heap_live_bytes")
 	if err != nil {
 		return soakSample{}, err
 	}
 	// The /metrics scrape itself holds one connection (one fd) while it is
 	// served; it is closed by the time the next sample is taken.
-	return soakSample{RSSMB: mb(rss), HeapMB: round(m[1]/(1<<20), 1), LiveHeapMB: round(m[2]/2/(1<<20), 1), Goroutines: int(m[0]), FDs: fds,
+	return soakSample{RSSMB: mb(rss), HeapMB: round(m[1]/(1<<20), 1), LiveHeapMB: round(m[2]/(1<<20), 1), Goroutines: int(m[0]), FDs: fds,
 		UpstreamFDs: upstream, Requests: requests}, nil
 }
 

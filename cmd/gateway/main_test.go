@@ -290,10 +290,11 @@ func metric(addr, name string) (string, error) {
 	return "", fmt.Errorf("no %s in /metrics (status %d)", name, resp.StatusCode)
 }
 
-// TestGCFloor: the shipped config's collector floor (server.
-// gc_min_growth_bytes, 32 MiB) raises GOGC above Go's 100 on the demo's
-// small heap once the gateway has collected; 0 leaves it at 100 after as
-// many collections.
+// TestGCFloor: the gateway starts the collector floor its config asks for
+// (server.gc_min_growth_bytes, 32 MiB in the shipped config), which raises
+// GOGC above Go's 100 on the demo's small heap; 0 leaves GOGC at 100 after
+// collections. That the floor tunes after each collection is
+// internal/gcfloor's TestFloorFollowsTheLiveHeap.
 func TestGCFloor(t *testing.T) {
 	t.Parallel()
 	bin := testproc.Gateway(t)

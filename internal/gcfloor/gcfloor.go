@@ -37,15 +37,16 @@ type Floor struct {
 	percent atomic.Int64 // the GOGC it set last
 	stopped atomic.Bool
 
-	mu      sync.Mutex // one tune at a time (the finalizer goroutine, Stop)
+	mu      sync.Mutex // one tune at a time (the cleanup goroutines, Stop)
 	samples []metrics.Sample
 }
 
 // Start runs a floor of growth bytes of heap growth between collections; 0
 // leaves the collector as Go paces it. It returns nil, and changes
-// nothing, when the GOGC environment variable is set: the operator chose.
+// nothing, when the GOGC environment variable is set (not empty), to any
+// value: the operator chose.
 func Start(growth int64) *Floor {
-	if _, set := os.LookupEnv("GOGC"); set {
+	if os.Getenv("GOGC") != "" { // empty is Go's default, as for the runtime
 		return nil
 	}
 	f := &Floor{samples: []metrics.Sample{
@@ -76,7 +77,7 @@ func (f *Floor) Percent() int {
 	return int(f.percent.Load())
 }
 
-// Stop ends the floor and puts GOGC back to its base.
+// Stop ends the floor and puts GOGC back to Go's default, 100.
 func (f *Floor) Stop() {
 	if f == nil || f.stopped.Swap(true) {
 		return
@@ -87,25 +88,23 @@ func (f *Floor) Stop() {
 	f.percent.Store(basePercent)
 }
 
-// sentinel is an object only a finalizer refers to: the collection that
-// finds it unreachable queues the finalizer, so tune runs once after each
-// collection. It holds a pointer so that it is not a tiny allocation, whose
-// finalizers may never run.
-type sentinel struct {
-	f *Floor
-	_ [2]uintptr
-}
+// sentinel is an object nothing refers to: the collection that finds it
+// unreachable queues its cleanup, so tune runs once after each collection.
+// Cleanups run on goroutines of their own (not behind the process's
+// finalizers, which could hold the tune back while the heap grows at the
+// raised percent). At 24 bytes it is not a tiny allocation, whose cleanups
+// may never run.
+type sentinel [3]uintptr
 
-// arm sets up the finalizer that tunes after the next collection.
+// arm sets up the cleanup that tunes after the next collection.
 func (f *Floor) arm() {
-	s := &sentinel{f: f}
-	runtime.SetFinalizer(s, func(s *sentinel) {
-		if s.f.stopped.Load() {
+	runtime.AddCleanup(new(sentinel), func(f *Floor) {
+		if f.stopped.Load() {
 			return
 		}
-		s.f.tune()
-		s.f.arm()
-	})
+		f.tune()
+		f.arm()
+	}, f)
 }
 
 // tune sets GOGC so that the next collection comes once the heap has grown

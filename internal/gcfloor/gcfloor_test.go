@@ -118,13 +118,42 @@ func TestFloorLeavesBigHeapAlone(t *testing.T) {
 	runtime.KeepAlive(live)
 }
 
-// TestFloorDefersToGOGC: an operator's GOGC wins.
-func TestFloorDefersToGOGC(t *testing.T) {
-	t.Setenv("GOGC", "150")
-	if f := Start(64 << 20); f != nil {
-		f.Stop()
-		t.Fatal("Start ran a floor with GOGC set")
+// TestFloorFollowsTheLiveHeap: the floor tunes after every collection, not
+// only at Start: GOGC comes down to the base while a large live heap is
+// held, and goes up again once it is dropped.
+func TestFloorFollowsTheLiveHeap(t *testing.T) {
+	if err := os.Unsetenv("GOGC"); err != nil {
+		t.Fatal(err)
 	}
+	f := Start(16 << 20)
+	defer f.Stop()
+	waitPercent(t, f, func(p int) bool { return p > basePercent })
+	live := make([][]byte, 0, 64<<10)
+	for range 64 << 10 {
+		live = append(live, make([]byte, 1024)) // 64 MiB live
+	}
+	waitPercent(t, f, func(p int) bool { return p == basePercent })
+	runtime.KeepAlive(live)
+	live = nil
+	waitPercent(t, f, func(p int) bool { return p > basePercent })
+}
+
+// TestFloorDefersToGOGC: an operator's GOGC wins, whatever its value; an
+// empty one is Go's default and does not count.
+func TestFloorDefersToGOGC(t *testing.T) {
+	for _, v := range []string{"150", "100", "off"} {
+		t.Setenv("GOGC", v)
+		if f := Start(64 << 20); f != nil {
+			f.Stop()
+			t.Fatalf("Start ran a floor with GOGC=%s", v)
+		}
+	}
+	t.Setenv("GOGC", "")
+	f := Start(64 << 20)
+	if f == nil {
+		t.Fatal("an empty GOGC turned the floor off")
+	}
+	f.Stop()
 }
 
 // TestFloorSetMin: a minimum of 0 (a reload that turns the floor off) puts

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,11 +122,15 @@ func FreeAddr(t testing.TB) string {
 // on. Choosing the port this way, instead of probing for a free one first,
 // means no other process can take it in between (a health check could then
 // reach that process instead). The process is killed when the test ends.
-// args are added to the command line.
+// args are added to the command line. The gateway runs without the test's
+// GOGC and GOMEMLIMIT: its config decides how it collects.
 func Start(t testing.TB, bin, path string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-config", path, "-listen", "127.0.0.1:0", "-log-level", "info", "-log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=")
+	})
+	cmd.Env = append(env, "OPENAI_API_KEY=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
