@@ -290,3 +290,60 @@ func TestLayerSentence(t *testing.T) {
 		t.Errorf("a +0.4 µs layer: %s", got)
 	}
 }
+
+// TestMachineSentence: when both proxies go over the bar at about the same
+// load on the machine, the saturation sentence says that CPU per request
+// sets it and what CPU the target needs; when not, that the tail does.
+func TestMachineSentence(t *testing.T) {
+	t.Parallel()
+	sweep := func(gCores float64) *scenarioResult {
+		sw := &scenarioResult{Name: "sweep", Status: "ok"}
+		sw.fig("gateway highest rate with added p99 < 10 ms", 10000, "rps")
+		sw.fig("floor highest rate with added p99 < 10 ms", 20000, "rps")
+		// The fixed-rate leg at the same offered rate must not be taken.
+		sw.Legs = []*leg{
+			{Target: "gateway", Step: "5000 rps", OfferedRPS: 10000, ThroughputRPS: 10000, ProxyCPUPer1k: 1, UpstreamCPUPer1k: 1, LoadgenCPUPer1k: 1},
+			{Target: "gateway", Step: "0.40×sat", OfferedRPS: 10000, ThroughputRPS: 10000, ProxyCPUPer1k: gCores/10 - 0.07, UpstreamCPUPer1k: 0.04, LoadgenCPUPer1k: 0.03},
+			{Target: "floor", Step: "0.80×sat", OfferedRPS: 20000, ThroughputRPS: 20000, ProxyCPUPer1k: 0.03, UpstreamCPUPer1k: 0.02, LoadgenCPUPer1k: 0.02},
+		}
+		return sw
+	}
+	// floor: 0.07 ms × 20,000/s = 1.4 cores; gateway 0.14 ms × 10,000/s = 1.4.
+	got := machineSentence(sweep(1.4), saturationGoal)
+	for _, want := range []string{"kept 1.4 cores busy, and 1.4 at the floor proxy's last step; both go over the bar at about the same load",
+		"0.14 ms of CPU through the gateway and 0.07 ms through the floor proxy, so the gateway reaches that load at 0.5× the floor's rate",
+		// 0.07/0.8 - 0.04 = 0.0475 ms: 1.58× the floor's 0.03.
+		"at most 0.048 ms of the gateway's own CPU per request, 1.58× the floor proxy's, against the 0.07 ms"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if got := machineSentence(sweep(1.0), saturationGoal); !strings.Contains(got, "went over the bar at a lower load on the machine, so its tail") {
+		t.Errorf("a gateway over the bar at 1.0 cores against the floor's 1.4: %s", got)
+	}
+	if got := machineSentence(&scenarioResult{Name: "sweep"}, saturationGoal); got != "" {
+		t.Errorf("no legs: %q", got)
+	}
+}
+
+// TestTTFTFloorShare: the TTFT sentence says what of the goal the floor's
+// own hop leaves, or that it takes all of it.
+func TestTTFTFloorShare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		floor float64
+		want  string
+	}{
+		{213.5, "In this run the floor proxy alone adds more than the 200 µs goal: the hop of a proxy in a process of its own takes the whole goal on this machine, and the gateway's own part is the 128 µs it adds over the floor's."},
+		{150, "The floor proxy's own hop leaves 50 µs of the 200 µs goal; the gateway adds 192 µs over the floor's."},
+	} {
+		st := &scenarioResult{Name: "stream", Status: "ok"}
+		st.fig("gateway added TTFT p50", 341.5, "µs")
+		st.fig("floor added TTFT p50", c.floor, "µs")
+		res := &results{Scenarios: []*scenarioResult{st}}
+		res.Targets = checkTargets(res)
+		if got := strings.Join(shortfalls(res), "\n"); !strings.Contains(got, c.want) {
+			t.Errorf("floor %v: missing %q in:\n%s", c.floor, c.want, got)
+		}
+	}
+}

@@ -19,10 +19,7 @@ func allocsPerPost(t *testing.T, url string, body []byte) float64 {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	post := func() {
-		req.SetRequestURI(url + "/chat/completions")
-		req.Header.SetMethod("POST")
-		req.Header.SetContentType("application/json")
-		req.SetBodyRaw(body)
+		setChatPost(req, url, body)
 		if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 			t.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
 		}

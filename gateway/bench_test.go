@@ -36,10 +36,7 @@ func runPost(b *testing.B, url string, body []byte, stream bool) {
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
 		for pb.Next() {
-			req.SetRequestURI(url + "/chat/completions")
-			req.Header.SetMethod("POST")
-			req.Header.SetContentType("application/json")
-			req.SetBodyRaw(body)
+			setChatPost(req, url, body)
 			if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 				b.Errorf("%v %d %s", err, resp.StatusCode(), resp.Body())
 				return
@@ -50,6 +47,14 @@ func runPost(b *testing.B, url string, body []byte, stream bool) {
 			}
 		}
 	})
+}
+
+// setChatPost makes req a POST of body to url's chat completions.
+func setChatPost(req *fasthttp.Request, url string, body []byte) {
+	req.SetRequestURI(url + "/chat/completions")
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
 }
 
 var (

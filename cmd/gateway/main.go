@@ -188,6 +188,12 @@ func healthcheck(url string) int {
 // profile to mem ("" = none of that one).
 func startProfiles(cpu, mem, tr string) (func(), error) {
 	var cf, tf *os.File
+	stopTrace := func() {
+		if tf != nil {
+			trace.Stop()
+			_ = tf.Close()
+		}
+	}
 	if tr != "" {
 		f, err := os.Create(tr)
 		if err != nil {
@@ -202,27 +208,18 @@ func startProfiles(cpu, mem, tr string) (func(), error) {
 	if cpu != "" {
 		f, err := os.Create(cpu)
 		if err != nil {
-			if tf != nil {
-				trace.Stop()
-				_ = tf.Close()
-			}
+			stopTrace()
 			return nil, err
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			_ = f.Close()
-			if tf != nil {
-				trace.Stop()
-				_ = tf.Close()
-			}
+			stopTrace()
 			return nil, err
 		}
 		cf = f
 	}
 	return func() {
-		if tf != nil {
-			trace.Stop()
-			_ = tf.Close()
-		}
+		stopTrace()
 		if cf != nil {
 			pprof.StopCPUProfile()
 			_ = cf.Close()

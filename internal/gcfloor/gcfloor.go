@@ -9,9 +9,10 @@
 // of its tail at such rates. A Floor raises GOGC after each collection so
 // that the next one comes no sooner than its minimum growth later, and
 // leaves GOGC at its base once the live heap is large enough that the base
-// gives that growth on its own (many open streams). It costs at most the
-// minimum growth in heap over Go's default; a memory limit (GOMEMLIMIT)
-// still makes the collector run as memory nears it.
+// gives that growth on its own (many open streams). It costs about the
+// minimum growth in heap over Go's default (it retunes right after each
+// collection); a memory limit (GOMEMLIMIT), the hard bound, still makes the
+// collector run as memory nears it.
 package gcfloor
 
 import (

@@ -48,6 +48,31 @@ func collections(n int) uint32 {
 	return ms.NumGC - before
 }
 
+// startFloor starts a floor of growth bytes with GOGC unset and Go's
+// default percent in place; the floor stops when the test ends.
+func startFloor(t *testing.T, growth int64) *Floor {
+	t.Helper()
+	if err := os.Unsetenv("GOGC"); err != nil {
+		t.Fatal(err)
+	}
+	debug.SetGCPercent(basePercent)
+	f := Start(growth)
+	if f == nil {
+		t.Fatal("Start returned nil without GOGC set")
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// liveHeap returns mib MiB in 1 KiB objects, for the caller to keep live.
+func liveHeap(mib int) [][]byte {
+	live := make([][]byte, 0, mib<<10)
+	for range mib << 10 {
+		live = append(live, make([]byte, 1024))
+	}
+	return live
+}
+
 // waitPercent waits until f has set a GOGC that ok accepts.
 func waitPercent(t *testing.T, f *Floor, ok func(int) bool) int {
 	t.Helper()
@@ -73,11 +98,7 @@ func TestFloorSpacesCollections(t *testing.T) {
 	runtime.GC()
 	without := collections(48 << 20)
 
-	f := Start(64 << 20)
-	if f == nil {
-		t.Fatal("Start returned nil without GOGC set")
-	}
-	defer f.Stop()
+	f := startFloor(t, 64<<20)
 	p := waitPercent(t, f, func(p int) bool { return p > basePercent })
 	runtime.GC()
 	with := collections(48 << 20)
@@ -98,16 +119,8 @@ func TestFloorSpacesCollections(t *testing.T) {
 // TestFloorLeavesBigHeapAlone: a live heap whose default growth already
 // exceeds the floor keeps GOGC at the base.
 func TestFloorLeavesBigHeapAlone(t *testing.T) {
-	if err := os.Unsetenv("GOGC"); err != nil {
-		t.Fatal(err)
-	}
-	debug.SetGCPercent(basePercent)
-	live := make([][]byte, 0, 64<<10)
-	for range 64 << 10 {
-		live = append(live, make([]byte, 1024)) // 64 MiB live
-	}
-	f := Start(16 << 20)
-	defer f.Stop()
+	live := liveHeap(64)
+	f := startFloor(t, 16<<20)
 	for range 3 {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
@@ -122,19 +135,11 @@ func TestFloorLeavesBigHeapAlone(t *testing.T) {
 // only at Start: GOGC comes down to the base while a large live heap is
 // held, and goes up again once it is dropped.
 func TestFloorFollowsTheLiveHeap(t *testing.T) {
-	if err := os.Unsetenv("GOGC"); err != nil {
-		t.Fatal(err)
-	}
-	f := Start(16 << 20)
-	defer f.Stop()
+	f := startFloor(t, 16<<20)
 	waitPercent(t, f, func(p int) bool { return p > basePercent })
-	live := make([][]byte, 0, 64<<10)
-	for range 64 << 10 {
-		live = append(live, make([]byte, 1024)) // 64 MiB live
-	}
+	live := liveHeap(64)
 	waitPercent(t, f, func(p int) bool { return p == basePercent })
-	runtime.KeepAlive(live)
-	live = nil
+	runtime.KeepAlive(live) // garbage from here on
 	waitPercent(t, f, func(p int) bool { return p > basePercent })
 }
 
@@ -159,11 +164,7 @@ func TestFloorDefersToGOGC(t *testing.T) {
 // TestFloorSetMin: a minimum of 0 (a reload that turns the floor off) puts
 // GOGC back to the base at the next collection.
 func TestFloorSetMin(t *testing.T) {
-	if err := os.Unsetenv("GOGC"); err != nil {
-		t.Fatal(err)
-	}
-	f := Start(64 << 20)
-	defer f.Stop()
+	f := startFloor(t, 64<<20)
 	waitPercent(t, f, func(p int) bool { return p > basePercent })
 	f.SetMin(0)
 	waitPercent(t, f, func(p int) bool { return p == basePercent })
