@@ -41,7 +41,15 @@ type secretSet struct {
 	forms    map[string]bool
 	bits     [1 << 16 / 64]uint64 // a bit per two-byte prefix some form starts with
 	byPrefix map[uint16][][]byte  // the forms with that prefix, longest first
+	// firsts is every first byte a form starts with, when there are at most
+	// maxFirsts (the usual case: a key's forms differ after their first
+	// byte); nil when there are more. replace then visits only the
+	// positions that hold one, found by bytes.IndexByte, instead of every
+	// byte of the line.
+	firsts []byte
 }
+
+const maxFirsts = 4
 
 func prefix(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
 
@@ -72,6 +80,12 @@ func (r *Redactor) Add(secrets ...string) {
 		k := prefix([]byte(f))
 		next.bits[k/64] |= 1 << (k % 64)
 		next.byPrefix[k] = append(next.byPrefix[k], []byte(f))
+		if bytes.IndexByte(next.firsts, f[0]) < 0 {
+			next.firsts = append(next.firsts, f[0])
+		}
+	}
+	if len(next.firsts) > maxFirsts {
+		next.firsts = nil
 	}
 	// Longest first, so that a secret that contains another is masked whole.
 	for _, forms := range next.byPrefix {
@@ -140,7 +154,18 @@ func (r *Redactor) Redact(p []byte) []byte {
 func (set *secretSet) replace(b []byte) []byte {
 	var out []byte // nil until the first change
 	last := 0      // b[last:] is not yet copied to out
+	var next candidates
+	if set.firsts != nil {
+		next.start(b, set.firsts)
+	}
 	for i := 0; i+1 < len(b); i++ {
+		if set.firsts != nil {
+			// Skip to the next byte a form may start with: the bits
+			// below are clear everywhere else.
+			if i = next.from(b, i); i+1 >= len(b) {
+				break
+			}
+		}
 		k := prefix(b[i:])
 		if set.bits[k/64]&(1<<(k%64)) == 0 {
 			continue
@@ -163,6 +188,42 @@ func (set *secretSet) replace(b []byte) []byte {
 		return b
 	}
 	return append(out, b[last:]...)
+}
+
+// candidates finds, in order, the positions of a line that hold one of a
+// few bytes: for each byte, where it next occurs.
+type candidates struct {
+	bytes []byte
+	at    [maxFirsts]int // where bytes[k] next occurs at or after the last from; len(b) when it does not
+}
+
+func (c *candidates) start(b, firsts []byte) {
+	c.bytes = firsts
+	for k, f := range firsts {
+		c.at[k] = indexFrom(b, 0, f)
+	}
+}
+
+// from returns the first position at or after i that holds one of the
+// bytes, or len(b).
+func (c *candidates) from(b []byte, i int) int {
+	first := len(b)
+	for k, f := range c.bytes {
+		if c.at[k] < i {
+			c.at[k] = indexFrom(b, i, f)
+		}
+		first = min(first, c.at[k])
+	}
+	return first
+}
+
+// indexFrom returns the index of the first c in b[i:], counted from the
+// start of b, or len(b).
+func indexFrom(b []byte, i int, c byte) int {
+	if j := bytes.IndexByte(b[i:], c); j >= 0 {
+		return i + j
+	}
+	return len(b)
 }
 
 // escaped reports whether b[i] follows an odd number of backslashes.

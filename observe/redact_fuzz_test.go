@@ -45,3 +45,30 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReplaceSkipsOnlyNonCandidates: replace visiting only the positions
+// that hold a form's first byte masks exactly what visiting every byte
+// masks, for one to five secrets (five first bytes turn the skipping off).
+func FuzzReplaceSkipsOnlyNonCandidates(f *testing.F) {
+	f.Add("sk-secret-1", "tk_other-22", 3, `{"k":"sk-secret-1tk_other-22 sk-secre sk-secret-1"}`)
+	f.Add("aaaaaa", "aaaaab", 2, "aaaaaaaaaaab aaaaa")
+	f.Add(`q"uoted`, "ünïcødé", 5, `q\"uoted ünïcødé \u00fc`)
+	f.Fuzz(func(t *testing.T, s1, s2 string, n int, line string) {
+		secrets := []string{s1, s2}
+		for i := range n % 4 {
+			secrets = append(secrets, string(rune('v'+i))+s1) // more first bytes
+		}
+		r := &Redactor{}
+		r.Add(secrets...)
+		set := r.set.Load()
+		if set == nil {
+			return
+		}
+		every := *set
+		every.firsts = nil
+		got, want := set.replace([]byte(line)), every.replace([]byte(line))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("secrets %q, line %q: skipping gives %q, every byte %q", secrets, line, got, want)
+		}
+	})
+}

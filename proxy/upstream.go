@@ -17,6 +17,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/config"
@@ -56,6 +57,9 @@ type providerClient struct {
 	basePath string // e.g. "/v1", no trailing slash
 	auth     string // "Bearer <key>" or ""
 	chatURI  string // built once: every chat request goes here
+	// chatURL is chatURI parsed once; each request copies it (SetURI)
+	// instead of parsing the string again.
+	chatURL *fasthttp.URI
 	// upstreamSeconds is this provider's histogram, resolved once.
 	upstreamSeconds prometheus.Observer
 	messages        bool // kind anthropic: chat is translated to the Messages API
@@ -97,6 +101,10 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 	pc.upstreamSeconds = upstreamSeconds.WithLabelValues(p.Name)
 	if p.Kind == "anthropic" {
 		pc.setMessages()
+	}
+	pc.chatURL = &fasthttp.URI{}
+	if err := pc.chatURL.Parse(nil, []byte(pc.chatURI)); err != nil {
+		return nil, fmt.Errorf("base_url %q is not a URL", p.BaseURL)
 	}
 	addr := base.Host
 	if base.Port() == "" {
@@ -245,10 +253,13 @@ func (u *Upstream) prepare(ctx context.Context, req *pipeline.Request, x *upstre
 	freq := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	freq.Header.SetMethod(fasthttp.MethodPost)
-	freq.SetRequestURI(pc.chatURI)
+	freq.SetURI(pc.chatURL)
 	c := pc.conns.startCall(ctx, &freq.Header)
 	pc.setHeaders(&freq.Header, req.ID)
-	otel.GetTextMapPropagator().Inject(ctx, headerCarrier{&freq.Header}) // traceparent, when traced
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		// traceparent, when traced (the global propagator takes a lock)
+		otel.GetTextMapPropagator().Inject(ctx, headerCarrier{&freq.Header})
+	}
 	freq.Header.SetContentType("application/json")
 	if model.Index > 0 {
 		// Written into freq's pooled body buffer: no copy of the body of
