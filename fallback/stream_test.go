@@ -155,13 +155,13 @@ func FuzzHasContent(f *testing.F) {
 func TestStreamOutlivesDeadline(t *testing.T) {
 	t.Parallel()
 	good := []string{roleChunk, textA, textB, finishChunk}
-	e := newEnv(Options{Fallback: config.Fallback{Deadline: config.Duration(30 * time.Millisecond)}},
+	e := newEnv(Options{Fallback: config.Fallback{Deadline: config.Duration(300 * time.Millisecond)}},
 		map[string][]step{"p/a": {{chunks: good}}}, false, rt("a", 0, nil, dep("p", "a", 1)))
 	resp, _, err := e.chat(t, "a", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond) // the deadline bounds getting an answer, not reading it
+	time.Sleep(350 * time.Millisecond) // the deadline bounds getting an answer, not reading it
 	got, err := drain(resp.Stream)
 	if err != nil || !slices.Equal(got, good) {
 		t.Fatalf("chunks %q err %v", got, err)

@@ -56,6 +56,58 @@ type toolServer struct {
 	mu      sync.Mutex
 	windows map[string]window
 	delay   time.Duration
+	// The calls of the keys in meet wait for each other (see meetCalls).
+	meet    map[string]bool
+	waiting int           // calls of meet's keys waiting
+	met     chan struct{} // closed once len(meet) of them waited at once
+	apart   []string      // keys of calls that gave up waiting
+	wait    time.Duration
+}
+
+// meetCalls makes each call of one of keys wait, before the delay, until
+// one call per key waits at once, for up to wait (or until the call ends):
+// calls made together meet however late each is scheduled; calls made one
+// after the other wait alone, and are listed in apart. wait should be less
+// than the tool's timeout, so that the server, not the gateway, gives up.
+// Call it before the first request.
+func (ts *toolServer) meetCalls(wait time.Duration, keys ...string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.meet, ts.met, ts.wait = map[string]bool{}, make(chan struct{}), wait
+	for _, k := range keys {
+		ts.meet[k] = true
+	}
+}
+
+// await is meetCalls' wait for a call of key.
+func (ts *toolServer) await(ctx context.Context, key string) {
+	ts.mu.Lock()
+	if !ts.meet[key] {
+		ts.mu.Unlock()
+		return
+	}
+	if ts.waiting++; ts.waiting == len(ts.meet) {
+		select {
+		case <-ts.met:
+		default:
+			close(ts.met)
+		}
+	}
+	met, wait := ts.met, ts.wait
+	ts.mu.Unlock()
+	together := false
+	select {
+	case <-met:
+		together = true
+	case <-ctx.Done():
+	case <-time.After(wait):
+	}
+	ts.mu.Lock()
+	ts.waiting--
+	if !together {
+		ts.apart = append(ts.apart, key)
+	}
+	ts.mu.Unlock()
 }
 
 func newToolServer(t *testing.T, delay time.Duration) (*toolServer, string) {
@@ -64,6 +116,7 @@ func newToolServer(t *testing.T, delay time.Duration) (*toolServer, string) {
 		start := time.Now()
 		b, _ := io.ReadAll(r.Body)
 		key := gjson.GetBytes(b, "key").Str
+		ts.await(r.Context(), key)
 		time.Sleep(ts.delay)
 		ts.mu.Lock()
 		ts.windows[key] = window{start, time.Now()}
@@ -100,7 +153,13 @@ func twoRounds(c *mockllm.Call) mockllm.Turn {
 
 func TestToolLoopTwoServerRounds(t *testing.T) {
 	t.Parallel()
-	h, ts := toolHarness(t, twoRounds, mockllm.Chunking{})
+	// The two lookups of round 2 wait for each other at the tool server for
+	// up to 5 s, within the tool's timeout (10 s here), so that the server,
+	// not the loop, gives up: run one after the other, they never meet.
+	ts, url := newToolServer(t, 300*time.Millisecond)
+	ts.meetCalls(5*time.Second, "a", "b")
+	cfg := strings.Replace(strings.ReplaceAll(toolConfig, "{{HTTP}}", url), `timeout = "2s"`, `timeout = "10s"`, 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: twoRounds})
 	schema := wiretest.LoadSchema(t)
 	// Usage over the three rounds: prompt 100+200+300, completion 3×10, cached 3×5.
 	check := func(u openai.CompletionUsage) {
@@ -131,12 +190,12 @@ func TestToolLoopTwoServerRounds(t *testing.T) {
 	if sum.KeepAlives == 0 {
 		t.Error("no keep-alive comment while the 300ms tools ran")
 	}
-	// The parallel http calls overlapped.
+	// The parallel http calls overlapped: both were at the server at once.
 	ts.mu.Lock()
-	a, b := ts.windows["a"], ts.windows["b"]
+	a, b, apart := ts.windows["a"], ts.windows["b"], ts.apart
 	ts.mu.Unlock()
-	if !(a.start.Before(b.end) && b.start.Before(a.end)) {
-		t.Fatalf("tool windows do not overlap: a=%v..%v b=%v..%v", a.start, a.end, b.start, b.end)
+	if a.start.IsZero() || b.start.IsZero() || len(apart) != 0 {
+		t.Fatalf("tool calls did not overlap: a=%v..%v b=%v..%v, waited alone: %v", a.start, a.end, b.start, b.end, apart)
 	}
 	// Every upstream request had a valid history (the mock checks pairing).
 	if n := h.mock.Calls("up-model"); n != 3 {

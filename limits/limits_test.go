@@ -71,6 +71,12 @@ type fixture struct {
 // on a shared Redis, its keys start with space and the store's number.
 func newLimiter(t *testing.T, toml string, newStore func() Store, space string) *Limiter {
 	t.Helper()
+	return newLimiterAt(t, toml, newStore, space, nil)
+}
+
+// newLimiterAt is newLimiter with the clock now (nil: time.Now).
+func newLimiterAt(t *testing.T, toml string, newStore func() Store, space string, now func() time.Time) *Limiter {
+	t.Helper()
 	cfg, err := config.Parse([]byte(baseTOML + toml))
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +86,7 @@ func newLimiter(t *testing.T, toml string, newStore func() Store, space string) 
 	if p, ok := st.(*prefixed); ok {
 		st, prefix = p.Store, space+string(rune('a'+p.n))+":"
 	}
-	l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop()})
+	l := New(Options{Config: cfg, Store: st, Prefix: prefix, Logger: zerolog.Nop(), Now: now})
 	t.Cleanup(l.Close)
 	return l
 }
@@ -95,8 +101,14 @@ func streaming(l *Limiter, stream pipeline.Stream) pipeline.Handler {
 
 func newFixture(t *testing.T, toml string, newStore func() Store) *fixture {
 	t.Helper()
+	return newFixtureAt(t, toml, newStore, nil)
+}
+
+// newFixtureAt is newFixture with the limiter's clock now (nil: time.Now).
+func newFixtureAt(t *testing.T, toml string, newStore func() Store, now func() time.Time) *fixture {
+	t.Helper()
 	fx := &fixture{usage: `{"prompt_tokens":10,"completion_tokens":5}`}
-	fx.l = newLimiter(t, toml, newStore, "t")
+	fx.l = newLimiterAt(t, toml, newStore, "t", now)
 	up := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		fx.calls.Add(1)
 		return &pipeline.Response{Body: []byte(`{"choices":[],"usage":` + fx.usage + `}`)}, nil
@@ -278,13 +290,19 @@ func TestRefusedRequestTakesNothing(t *testing.T) {
 func TestBudgetAndUsageReport(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {
-		fx := newFixture(t, `
+		// The limiter's clock stands still, at noon UTC tomorrow: a run
+		// across midnight would otherwise split the day's spend (and the
+		// report's day) over two days. Not today: Redis expires the day's
+		// spend at the end of the limiter's day by its own clock, which
+		// must not pass during the test.
+		at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+		fx := newFixtureAt(t, `
 [[budgets]]
 tenant = "a"
 amount = 0.001
 period = "day"
 warn_at = 0.5
-`, newStore)
+`, newStore, func() time.Time { return at })
 		// 10 input × $2/M + 5 output × $10/M = 70 µ$ per call; the budget is 1000 µ$.
 		var calls int
 		for {
@@ -310,7 +328,7 @@ warn_at = 0.5
 		if _, err := fx.do("b", "k2", "free"); err != nil {
 			t.Fatalf("another tenant: %v", err)
 		}
-		today := time.Now().UTC()
+		today := at.UTC()
 		body, err := fx.l.Report(context.Background(), UsageQuery{From: today, To: today, GroupBy: "tenant"})
 		if err != nil {
 			t.Fatal(err)

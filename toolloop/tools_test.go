@@ -16,23 +16,44 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// window records when a slow tool ran.
-type window struct{ start, end time.Time }
-
+// Each tool call waits in the handler until the other one is there too
+// (up to 5 s, within the tools' 10 s timeout, so that the handler, not the
+// loop, gives up): run together, they meet however late either is
+// scheduled; run one after the other, each waits alone and the test fails.
 func TestParallelServerToolsOverlap(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	windows := map[string]window{}
+	var (
+		mu      sync.Mutex
+		waiting int
+		arrived []string
+		apart   []string // calls that waited alone
+		met     = make(chan struct{})
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := time.Now()
-		time.Sleep(300 * time.Millisecond)
 		mu.Lock()
-		windows[r.URL.Path] = window{s, time.Now()}
+		arrived = append(arrived, r.URL.Path)
+		if waiting++; waiting == 2 {
+			close(met)
+		}
+		mu.Unlock()
+		together := false
+		select {
+		case <-met:
+			together = true
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+		mu.Lock()
+		waiting--
+		if !together {
+			apart = append(apart, r.URL.Path)
+		}
 		mu.Unlock()
 		io.WriteString(w, `{"done":true}`)
 	}))
 	defer srv.Close()
-	tools := []config.Tool{{Name: "slow_a", Kind: "http", URL: srv.URL + "/a"}, {Name: "slow_b", Kind: "http", URL: srv.URL + "/b"}}
+	timeout := config.Duration(10 * time.Second)
+	tools := []config.Tool{{Name: "slow_a", Kind: "http", URL: srv.URL + "/a", Timeout: timeout}, {Name: "slow_b", Kind: "http", URL: srv.URL + "/b", Timeout: timeout}}
 	m := &fakeModel{turns: []turnFn{
 		always(nil, completion("up-1", "", `[{"id":"c1","type":"function","function":{"name":"slow_a","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"slow_b","arguments":"{}"}}]`, "tool_calls", 1, 1)),
 		always(nil, completion("up-2", "both done", "", "stop", 1, 1)),
@@ -41,9 +62,11 @@ func TestParallelServerToolsOverlap(t *testing.T) {
 	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
 		t.Fatal(err)
 	}
-	a, b := windows["/a"], windows["/b"]
-	if a.start.IsZero() || b.start.IsZero() || !(a.start.Before(b.end) && b.start.Before(a.end)) {
-		t.Fatalf("tool windows do not overlap: a=%v b=%v", a, b)
+	mu.Lock()
+	ok := len(arrived) == 2 && len(apart) == 0
+	mu.Unlock()
+	if !ok {
+		t.Fatalf("tool calls did not overlap: %v arrived, %v waited alone", arrived, apart)
 	}
 	tm := toolMessages(m.body(1))
 	calls := gjson.GetBytes(m.body(1), `messages.#(role=="assistant").tool_calls.#.id`).Array()
