@@ -5,12 +5,14 @@ import (
 	"context"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -275,22 +277,46 @@ func markerPaths(tools, msgs gjson.Result) []string {
 func countMarkers(tools, msgs gjson.Result) int { return len(markerPaths(tools, msgs)) }
 
 // stripMarkers returns body without any cache_control marker (OpenAI rejects
-// them), or body itself when it has none.
+// them), or body itself when it has none. The markers are cut in one copy
+// of the body (jsonedit), whatever their number: deleting them one by one
+// copied the body per marker, minutes of CPU for a body of a few hundred
+// kilobytes of marked parts.
 func stripMarkers(body []byte) []byte {
 	if !bytes.Contains(body, cacheControlKey) {
 		return body
 	}
-	res := gjson.GetManyBytes(body, "tools", "messages", "cache_control")
-	paths := markerPaths(res[0], res[1])
-	if res[2].Exists() {
-		paths = append(paths, "cache_control")
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return body
 	}
-	for _, p := range paths {
-		if out, err := sjson.DeleteBytes(body, p); err == nil {
-			body = out
+	root.Index = bytes.IndexByte(body, '{') // ParseBytes leaves it 0 (whitespace may lead)
+	edits, ok := jsonedit.DeleteMembers(nil, body, root, "cache_control")
+	cut := func(obj gjson.Result) bool {
+		if ok && strings.Contains(obj.Raw, `"cache_control"`) {
+			edits, ok = jsonedit.DeleteMembers(edits, body, obj, "cache_control")
 		}
+		return ok
 	}
-	return body
+	root.Get("tools").ForEach(func(_, t gjson.Result) bool {
+		return cut(t) && cut(t.Get("function"))
+	})
+	root.Get("messages").ForEach(func(_, m gjson.Result) bool {
+		if !cut(m) {
+			return false
+		}
+		if c := m.Get("content"); c.IsArray() {
+			c.ForEach(func(_, p gjson.Result) bool { return cut(p) })
+		}
+		return ok
+	})
+	if !ok || len(edits) == 0 {
+		return body // positions unknown (never seen): the upstream refuses the markers
+	}
+	out, ok := jsonedit.Apply(body, edits)
+	if !ok {
+		return body
+	}
+	return out
 }
 
 // setPromptCacheKey sets prompt_cache_key to "<tenant>-<16 hex>" (a hash of

@@ -4,78 +4,58 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strconv"
 
+	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 )
 
 // checkRequest runs the request stage over every message's text (a string
 // content, or the text of its parts). It returns the body with redactions,
 // or nil when nothing changed; a block is the 400 content_blocked envelope.
 func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error) {
-	type edit struct {
-		path string
-		text []byte
-	}
-	var edits []edit
+	var edits []jsonedit.Edit
 	var failed error
-	check := func(p string, v gjson.Result) {
+	check := func(v gjson.Result) bool {
 		out, err := ck.Check([]byte(v.Str))
 		if err != nil {
 			failed = err
-			return
+			return false
 		}
 		if !bytes.Equal(out, []byte(v.Str)) {
-			edits = append(edits, edit{p, append([]byte(nil), out...)})
+			var ok bool
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
+				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
+				return false
+			}
 		}
+		return true
 	}
-	i := 0
 	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
-		at := "messages." + strconv.Itoa(i)
-		i++
 		c := m.Get("content")
 		switch {
 		case c.Type == gjson.String:
-			check(at+".content", c)
+			return check(c)
 		case c.IsArray():
-			j := 0
 			c.ForEach(func(_, part gjson.Result) bool {
 				if t := part.Get("text"); t.Type == gjson.String {
-					check(at+".content."+strconv.Itoa(j)+".text", t)
+					return check(t)
 				}
-				j++
-				return failed == nil
+				return true
 			})
 		}
 		return failed == nil
 	})
-	if failed != nil {
-		return nil, asClientError(failed)
-	}
-	if len(edits) == 0 {
-		return nil, nil
-	}
-	for _, e := range edits {
-		var err error
-		if body, err = sjson.SetBytes(body, e.path, string(e.text)); err != nil {
-			return nil, pipeline.Internal(err, "the request could not be redacted")
-		}
-	}
-	return body, nil
+	return applyEdits(body, edits, failed, "the request could not be redacted")
 }
 
 // checkAnswer runs the response stage over every choice's content of a
 // chat.completion; nil when nothing changed.
 func checkAnswer(ck *checker, body []byte) ([]byte, error) {
-	out := body
-	changed := false
+	var edits []jsonedit.Edit
 	var failed error
-	i := 0
 	gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
-		at := "choices." + strconv.Itoa(i) + ".message.content"
-		i++
 		c := ch.Get("message.content")
 		if c.Type != gjson.String {
 			return true
@@ -86,19 +66,30 @@ func checkAnswer(ck *checker, body []byte) ([]byte, error) {
 			return false
 		}
 		if !bytes.Equal(text, []byte(c.Str)) {
-			if out, err = sjson.SetBytes(out, at, string(text)); err != nil {
-				failed = pipeline.Internal(err, "the answer could not be redacted")
+			var ok bool
+			if edits, ok = jsonedit.ReplaceValue(edits, body, c, jsonstring.Append(nil, string(text))); !ok {
+				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the answer could not be redacted")
 				return false
 			}
-			changed = true
 		}
 		return true
 	})
+	return applyEdits(body, edits, failed, "the answer could not be redacted")
+}
+
+// applyEdits returns body with the redactions made in one copy (one sjson
+// write per text copied the whole body per text: a request of thousands of
+// redacted parts cost seconds), nil when there is none, or failed.
+func applyEdits(body []byte, edits []jsonedit.Edit, failed error, what string) ([]byte, error) {
 	if failed != nil {
 		return nil, asClientError(failed)
 	}
-	if !changed {
+	if len(edits) == 0 {
 		return nil, nil
+	}
+	out, ok := jsonedit.Apply(body, edits)
+	if !ok {
+		return nil, pipeline.Internal(errors.New("guardrails: overlapping redactions"), what)
 	}
 	return out, nil
 }

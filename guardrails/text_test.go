@@ -1,0 +1,140 @@
+package guardrails
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonstring"
+)
+
+func redactingChecker(t testing.TB) *checker {
+	t.Helper()
+	g := mustGuard(t, config.Guardrail{Name: "re", Kind: "regex", Action: "redact", Replacement: "[X]", Window: 16, Patterns: []string{`secret-[0-9]+`}})
+	return newChecker(context.Background(), []*guard{g}, nil)
+}
+
+// TestRedactManyPartsIsLinear: a request of thousands of parts that each
+// need a redaction is rewritten in one copy of its body: twice the parts
+// cost about twice the bytes. One sjson write per part copied the body per
+// part, four times the bytes for twice the parts (seconds of CPU for a few
+// hundred kilobytes).
+func TestRedactManyPartsIsLinear(t *testing.T) {
+	alloc := func(parts int) uint64 {
+		var b strings.Builder
+		b.WriteString(`{"model":"m","messages":[{"role":"user","content":"secret-1 \"q\""},{"role":"user","content":[`)
+		for i := range parts {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"type":"text","text":"a secret-42 b"}`)
+		}
+		b.WriteString(`]}]}`)
+		body := []byte(b.String())
+		ck := redactingChecker(t)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, err := checkRequest(context.Background(), ck, body)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(out) || strings.Contains(string(out), "secret-") {
+			t.Fatalf("not redacted: %.200s", out)
+		}
+		if got := gjson.GetBytes(out, "messages.0.content").Str; got != `[X] "q"` {
+			t.Fatalf("string content %q", got)
+		}
+		if got := gjson.GetBytes(out, "messages.1.content."+strconv.Itoa(parts-1)+".text").Str; got != "a [X] b" {
+			t.Fatalf("last part %q", got)
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	small, large := alloc(4000), alloc(8000)
+	if float64(large) > 3*float64(small) {
+		t.Fatalf("4,000 parts allocated %d bytes, 8,000 parts %d: more than linear", small, large)
+	}
+}
+
+// FuzzCheckRequest: whatever the body, the redacted request (or answer) is
+// valid JSON whose texts are the checker's output for the original texts,
+// one for one (nil when no text changed).
+func FuzzCheckRequest(f *testing.F) {
+	f.Add(`{"messages":[{"content":"x secret-1"},{"content":[{"text":"secret-22\u00e9"},{"text":5},"s"]}]}`)
+	f.Add(`{"messages":[{"content":"no"}],"choices":[{"message":{"content":"secret-3"}}]}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		body := []byte(doc)
+		if !json.Valid(body) {
+			return // the proxy refuses a body that is not JSON before any layer runs
+		}
+		for _, answer := range []bool{false, true} {
+			var out []byte
+			var err error
+			if answer {
+				out, err = checkAnswer(redactingChecker(t), body)
+			} else {
+				out, err = checkRequest(context.Background(), redactingChecker(t), body)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", doc, err)
+			}
+			if out == nil {
+				out = body
+			}
+			if !json.Valid(out) {
+				t.Fatalf("%s -> %s: not JSON", doc, out)
+			}
+			in, got := texts(body, answer), texts(out, answer)
+			if len(in) != len(got) {
+				t.Fatalf("%s -> %s: %d texts, want %d", doc, out, len(got), len(in))
+			}
+			for i := range in {
+				out, _ := redactingChecker(t).Check([]byte(in[i]))
+				// as JSON writes it: invalid UTF-8 becomes U+FFFD
+				want := in[i] // unchanged: not rewritten
+				if string(out) != in[i] {
+					want = gjson.ParseBytes(jsonstring.Append(nil, string(out))).Str
+				}
+				if got[i] != want {
+					t.Fatalf("%s -> %s: text %d is %q, want %q", doc, out, i, got[i], want)
+				}
+			}
+		}
+	})
+}
+
+// texts lists the texts the request stage (or the answer stage) checks.
+func texts(body []byte, answer bool) []string {
+	var out []string
+	if answer {
+		gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
+			if c := ch.Get("message.content"); c.Type == gjson.String {
+				out = append(out, c.Str)
+			}
+			return true
+		})
+		return out
+	}
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		c := m.Get("content")
+		if c.Type == gjson.String {
+			out = append(out, c.Str)
+		}
+		if c.IsArray() {
+			c.ForEach(func(_, p gjson.Result) bool {
+				if t := p.Get("text"); t.Type == gjson.String {
+					out = append(out, t.Str)
+				}
+				return true
+			})
+		}
+		return true
+	})
+	return out
+}
