@@ -107,6 +107,13 @@ func NewRedisStore(rdb redis.UniversalClient) Store { return &redisStore{rdb: rd
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
+func firstOr(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[0]
+}
+
 func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error {
 	keys := make([]string, len(checks))
 	args := make([]any, 0, 3+3*len(checks))
@@ -120,8 +127,11 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 		return err
 	}
 	n := len(checks)
-	if len(vals) != 2+2*n {
-		return fmt.Errorf("limits: take script returned %d values for %d checks", len(vals), n)
+	if len(vals) != 2+2*n || vals[0] < 0 || vals[0] > int64(n) {
+		// Not what the script returns: a store that answers otherwise (a
+		// proxy in front of Redis, another program's script under our
+		// name) is a store error, never an index out of range.
+		return fmt.Errorf("limits: take script returned %d values (first %d) for %d checks", len(vals), firstOr(vals), n)
 	}
 	*out = outcome{denied: int(vals[0]) - 1, retryAfter: time.Duration(vals[1]) * time.Millisecond,
 		remaining: vals[2 : 2+n], resetMS: vals[2+n:], buf: out.buf}

@@ -150,9 +150,22 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
 	x.stream, x.later = true, true
 	activeStreams.Inc()
+	defer func() {
+		if r := recover(); r != nil && !sk.handed {
+			// A panic before the stream was handed over: nothing was
+			// written, so the request is answered 500 (recoverRequest).
+			sk.release()
+			sk.cancel()
+			x.later = false
+			panic(r)
+		} else if r != nil {
+			panic(r)
+		}
+	}()
 	if sk.prefetch() || !s.hijackStream(ctx, sk) {
 		ctx.SetBodyStream(sk, -1)
 	}
+	sk.handed = true
 }
 
 func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {
@@ -215,6 +228,7 @@ func tooLarge(max int) error {
 type sink struct {
 	s      *Server
 	x      *exchange // finished by finish
+	handed bool      // the handler gave the stream to its writer (a panic before is the handler's)
 	req    *pipeline.Request
 	stream pipeline.Stream
 	cancel context.CancelFunc

@@ -62,7 +62,9 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 		// were read already, to choose the upstream: this write does not
 		// wait for it; a write error means the client left, which the
 		// stream's goroutine then finds.)
-		_ = sk.writeNext(tcp)
+		if s.writeFirst(conn, tcp, sk) != nil {
+			return
+		}
 		// fasthttp keeps the request context, and the read buffer c reads
 		// through, until this function returns: take what c holds and run
 		// the stream elsewhere.
@@ -112,7 +114,10 @@ func readAhead(c, conn net.Conn) ([]byte, error) {
 // serveStream writes sk's stream on conn, then serves conn's next requests
 // (ahead first), or closes it.
 func (s *Server) serveStream(conn net.Conn, tcp *net.TCPConn, sk *sink, ahead []byte, keep bool) {
-	err := sk.serve(tcp)
+	err := s.serveRecovered(conn, tcp, sk)
+	if err == errPanicked {
+		return
+	}
 	s.connsMu.Lock()
 	delete(s.streaming, conn)
 	s.connsMu.Unlock()
@@ -140,6 +145,34 @@ func (s *Server) serveStream(conn net.Conn, tcp *net.TCPConn, sk *sink, ahead []
 		// without a state change.
 		s.closeKept(kc)
 	}
+}
+
+// writeFirst is the hand-over's first sk.writeNext; errPanicked when it
+// panicked (recoverStream ended the stream).
+func (s *Server) writeFirst(conn net.Conn, tcp *net.TCPConn, sk *sink) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recoverStream(conn, sk, r)
+			err = errPanicked
+		}
+	}()
+	_ = sk.writeNext(tcp)
+	return nil
+}
+
+// errPanicked reports a stream that panicked: recoverStream ended it.
+var errPanicked = errors.New("proxy: the stream panicked")
+
+// serveRecovered is sk.serve, with a panic (a bug) ending the stream and
+// its connection instead of the process.
+func (s *Server) serveRecovered(conn net.Conn, tcp *net.TCPConn, sk *sink) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recoverStream(conn, sk, r)
+			err = errPanicked
+		}
+	}()
+	return sk.serve(tcp)
 }
 
 // closeKept closes conn, a connection whose stream ended, and forgets it.

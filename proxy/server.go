@@ -5,10 +5,14 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +112,7 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		KeepHijackedConns:     true, // a stream's connection is served again after it (hijack.go)
 		ConnState:             s.connState,
 		Logger:                fasthttpLogger{log},
+		ErrorHandler:          s.readError,
 	}
 	return s
 }
@@ -248,8 +253,93 @@ func printable(b []byte) bool {
 // its route or outcome, ends through finish exactly once.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	x := s.begin(ctx, s.rt.Load())
+	defer s.recoverRequest(ctx, x)
 	s.route(ctx, x)
 	s.end(ctx, x)
+}
+
+// recoverRequest turns a panic while serving x (a bug: no input should
+// cause one) into a 500 in the OpenAI envelope on a connection that then
+// closes, and a log line with the stack, instead of the end of the process
+// and of every other request in it. A stream already handed to its own
+// goroutine is that goroutine's (recoverStream).
+func (s *Server) recoverRequest(ctx *fasthttp.RequestCtx, x *exchange) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.logPanic(r, x)
+	if x.later {
+		return
+	}
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	s.writeError(ctx, x, pipeline.Internal(fmt.Errorf("proxy: panic: %v", r), "internal error"))
+	x.bytes = len(ctx.Response.Body())
+	s.finish(x)
+}
+
+// recoverStream ends a stream whose goroutine panicked: its connection is
+// closed (the client sees the stream cut, never a hang) and the request
+// finished.
+func (s *Server) recoverStream(conn net.Conn, sk *sink, r any) {
+	s.logPanic(r, sk.x)
+	s.connsMu.Lock()
+	delete(s.streaming, conn)
+	s.connsMu.Unlock()
+	err := pipeline.Internal(fmt.Errorf("proxy: panic: %v", r), "internal error")
+	if len(sk.head) > 0 && sk.written == 0 {
+		// Nothing was written yet: the client gets the 500 a request
+		// answered at once would get.
+		resp := fasthttp.AcquireResponse()
+		env := mapError(err)
+		resp.SetStatusCode(env.status)
+		resp.Header.SetContentType("application/json")
+		resp.SetConnectionClose()
+		resp.SetBody(env.body)
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		bw := bufio.NewWriter(conn)
+		if resp.Write(bw) == nil {
+			_ = bw.Flush()
+		}
+		fasthttp.ReleaseResponse(resp)
+	}
+	s.closeKept(conn)
+	sk.x.status, sk.x.cause = fasthttp.StatusInternalServerError, err
+	func() {
+		defer func() { _ = recover() }() // the layers' Close may be what panicked
+		sk.release()
+	}()
+	sk.cancel()
+	s.finish(sk.x)
+}
+
+func (s *Server) logPanic(r any, x *exchange) {
+	panics.Inc()
+	s.log.Error().Str("request_id", x.id).Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("request panicked")
+}
+
+// readError answers a request fasthttp could not read (a head over the
+// read buffer, a malformed request line, a read timeout, a body over the
+// limit) in the OpenAI envelope, with the status fasthttp would give it.
+func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
+	var timeout interface{ Timeout() bool }
+	var small *fasthttp.ErrSmallBuffer
+	var e *pipeline.Error
+	switch {
+	case errors.As(err, &small):
+		e = pipeline.Errorf(fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "headers_too_large", "the request's headers are too large")
+	case errors.As(err, &timeout) && timeout.Timeout():
+		e = pipeline.Errorf(fasthttp.StatusRequestTimeout, "invalid_request_error", "request_timeout", "the request was not received in time")
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		e = pipeline.TooLarge("the request body is too large")
+	default:
+		e = pipeline.Errorf(fasthttp.StatusBadRequest, "invalid_request_error", "malformed_request", "the request could not be parsed as HTTP")
+	}
+	env := mapError(e)
+	ctx.SetStatusCode(env.status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(env.body)
 }
 
 // The routes the gateway serves itself; every other /v1/ path passes

@@ -463,7 +463,7 @@ func readErrorBody(resp *fasthttp.Response) []byte {
 func retryAfter(h *fasthttp.ResponseHeader) time.Duration {
 	if v := h.Peek("Retry-After-Ms"); len(v) > 0 {
 		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms >= 0 {
-			return time.Duration(ms * float64(time.Millisecond))
+			return retryDuration(ms, time.Millisecond)
 		}
 	}
 	v := string(h.Peek(fasthttp.HeaderRetryAfter))
@@ -471,14 +471,26 @@ func retryAfter(h *fasthttp.ResponseHeader) time.Duration {
 		return 0
 	}
 	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-		return time.Duration(s * float64(time.Second))
+		return retryDuration(s, time.Second)
 	}
 	if t, err := time.Parse(time.RFC1123, v); err == nil {
 		if d := time.Until(t); d > 0 {
-			return d
+			return min(d, maxRetryAfter)
 		}
 	}
 	return 0
+}
+
+// maxRetryAfter bounds an upstream's Retry-After: a larger (or infinite)
+// value would overflow the Duration, and the header the client gets.
+const maxRetryAfter = 24 * time.Hour
+
+// retryDuration is n units, at most maxRetryAfter (n is not negative).
+func retryDuration(n float64, unit time.Duration) time.Duration {
+	if d := n * float64(unit); d < float64(maxRetryAfter) {
+		return time.Duration(d)
+	}
+	return maxRetryAfter // NaN is refused by the caller's n >= 0
 }
 
 // setModel appends to dst the JSON document doc with its top-level "model"
