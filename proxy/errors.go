@@ -5,11 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -66,11 +68,12 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		if msg == "" {
 			msg = "upstream returned status " + strconv.Itoa(ue.Status)
 		}
+		msg = string(observe.Secrets.Redact([]byte(msg))) // a key of the gateway's, quoted back by the upstream
 		status := ue.Status
 		if status < 400 || status > 599 {
 			status = http.StatusBadGateway
 		}
-		if status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusProxyAuthRequired {
+		if status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusProxyAuthRequired || aboutCredentials(typ, code) {
 			// About the gateway's own provider key, not the client's: keep
 			// the status (clients see the upstream's verdict) but never its
 			// message, which may quote key fragments.
@@ -89,6 +92,21 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	default:
 		return serverEnvelope(http.StatusBadGateway, "upstream unreachable", pipeline.CodeUpstreamUnreachable)
 	}
+}
+
+// aboutCredentials reports whether an upstream error's type or code says
+// it is about the credentials the gateway sent, whatever its status: an
+// error event in a stream comes with none (the stream's status was 200).
+func aboutCredentials(typ, code string) bool {
+	switch strings.ToLower(typ) {
+	case "authentication_error", "permission_error", "invalid_authentication":
+		return true
+	}
+	switch strings.ToLower(code) {
+	case "invalid_api_key", "invalid_authentication", "invalid_organization", "invalid_project", "unauthorized", "permission_denied", "authentication_error":
+		return true
+	}
+	return false
 }
 
 // serverEnvelope is a server_error envelope of the gateway's own.

@@ -21,7 +21,14 @@ import (
 // panicServer serves the chat route with chat as the whole pipeline.
 func panicServer(t *testing.T, chat pipeline.Handler) (addr string, srv *Server) {
 	t.Helper()
-	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
+	return serveGateway(t, "http://127.0.0.1:1", chat)
+}
+
+// serveGateway serves a gateway whose provider p is at base and whose chat
+// pipeline is chat.
+func serveGateway(t *testing.T, base string, chat pipeline.Handler) (addr string, srv *Server) {
+	t.Helper()
+	cfg, u := testUpstream(t, base, "")
 	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
 	srv = NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -24,6 +24,11 @@ var hopHeaders = []string{
 // id): an upstream's values must not replace or double them.
 var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Date"}
 
+// upstreamAccountHeaders name the gateway's account with the provider (its
+// organisation and project, the provider's cookies for it): a client of the
+// gateway gets none of them.
+var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Anthropic-Organization-Id"}
+
 // clientOnlyHeaders carry the client's identity towards the gateway; the
 // provider gets the gateway's own.
 var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace"}
@@ -72,6 +77,16 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		return
 	}
 	pc.upstreamSeconds.Observe(time.Since(x.start).Seconds())
+	if st := resp.StatusCode(); st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden || st == fasthttp.StatusProxyAuthRequired {
+		// About the gateway's provider key, not the client's: the chat
+		// route's envelope, never the upstream's text (it may quote the key).
+		ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: st, Provider: pc.cfg.Name, Body: readErrorBody(resp)}
+		resp.SetConnectionClose() // its body may not have been read to the end
+		release(freq, resp)
+		x.provider = pc.cfg.Name
+		s.writeError(ctx, x, ue)
+		return
+	}
 	ctx.SetStatusCode(resp.StatusCode())
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true
@@ -158,7 +173,7 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	hop := hopByHop(src.Peek("Connection"))
 	for k, v := range src.All() {
 		ks := string(k)
-		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) {
+		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) {
 			continue
 		}
 		dst.SetBytesKV(k, v)

@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// TestPassthroughKeepsTheGatewaysAccount: a pass-through answer about the
+// gateway's provider credentials (401, 403) reaches the client as the chat
+// route's envelope, never the upstream's text, which quotes the key; and
+// no pass-through answer carries the gateway's provider organisation,
+// project or cookies.
+func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
+	t.Parallel()
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("Openai-Organization", "org-gateway-account")
+		ctx.Response.Header.Set("Openai-Project", "proj_gateway")
+		ctx.Response.Header.Set("Set-Cookie", "__cf_bm=gateway-session")
+		ctx.Response.Header.Set("X-Kept", "yes")
+		ctx.SetContentType("application/json")
+		if strings.Contains(string(ctx.PostBody()), "denied") {
+			ctx.SetStatusCode(401)
+			ctx.SetBodyString(`{"error":{"message":"Incorrect API key provided: sk-proj-abc***wxyz","type":"invalid_request_error","code":"invalid_api_key"}}`)
+			return
+		}
+		ctx.SetBodyString(`{"object":"list","data":[]}`)
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	for _, input := range []string{"ok", "denied"} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://gw/v1/embeddings")
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(`{"model":"m","input":"` + input + `"}`)
+		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []string{"Openai-Organization", "Openai-Project", "Set-Cookie"} {
+			if v := resp.Header.Peek(h); len(v) > 0 {
+				t.Errorf("%s: %s: %s reached the client", input, h, v)
+			}
+		}
+		switch input {
+		case "ok":
+			if resp.StatusCode() != 200 || string(resp.Header.Peek("X-Kept")) != "yes" {
+				t.Errorf("ok: %d, X-Kept %q", resp.StatusCode(), resp.Header.Peek("X-Kept"))
+			}
+		case "denied":
+			msg := gjson.GetBytes(resp.Body(), "error.message").Str
+			if resp.StatusCode() != 401 || msg == "" || strings.Contains(string(resp.Body()), "sk-proj") {
+				t.Errorf("denied: %d %s: want 401 with the gateway's own message", resp.StatusCode(), resp.Body())
+			}
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+}
+
+// TestCredentialErrorEventsAreNotQuoted: an error event in a stream (status
+// 200, so no 401 to go by) that is about the gateway's credentials is
+// answered with the gateway's message, and a registered secret in any
+// upstream message is masked.
+func TestCredentialErrorEventsAreNotQuoted(t *testing.T) {
+	t.Parallel()
+	for i, body := range []string{
+		`{"error":{"message":"Incorrect API key provided: sk-proj-abc***wxyz","type":"invalid_request_error","code":"invalid_api_key"}}`,
+		`{"error":{"message":"invalid x-api-key sk-ant-abc","type":"authentication_error"}}`,
+		`{"type":"error","error":{"message":"permission denied for key sk-ant-abc","type":"permission_error"}}`,
+	} {
+		env := mapUpstream(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 502, Body: []byte(body)})
+		if strings.Contains(string(env.body), "sk-") {
+			t.Errorf("event %d: %s", i, env.body)
+		}
+	}
+	env := mapUpstream(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 400, Body: []byte(`{"error":{"message":"bad input","type":"invalid_request_error"}}`)})
+	if gjson.GetBytes(env.body, "error.message").Str != "bad input" {
+		t.Errorf("an ordinary upstream message was not kept: %s", env.body)
+	}
+	observe.Secrets.Add("sk-registered-secret-1234")
+	env = mapUpstream(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 400, Body: []byte(`{"error":{"message":"model not found for sk-registered-secret-1234","type":"invalid_request_error"}}`)})
+	if strings.Contains(string(env.body), "sk-registered") {
+		t.Errorf("a registered secret was quoted back: %s", env.body)
+	}
+}
