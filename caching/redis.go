@@ -3,39 +3,104 @@ package caching
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgw/gateway/observe"
 )
+
+// DefaultMaxValueBytes is the largest value a RedisStore reads back unless
+// MaxValueBytes says otherwise: the default of middleware.cache.max_bytes,
+// so that a value the memory store would keep is never refused, and above
+// anything the gateway writes by default (a response cache entry is at most
+// a provider's max_response_bytes, 32 MiB by default, plus a 9-byte header).
+const DefaultMaxValueBytes = 64 << 20
 
 // RedisStore is a Store in Redis, shared by the replicas of a gateway. Every
 // call runs under its own deadline (timeout), so a stalled Redis costs a
 // request at most that long. Safe for concurrent use.
+//
+// Reads are bounded: a value longer than the bound is a miss, refused by
+// Redis before it is sent, so a shared or compromised Redis cannot make the
+// gateway allocate whatever length its reply declares.
 type RedisStore struct {
-	client  redis.UniversalClient
-	prefix  string
-	timeout time.Duration
+	client   redis.UniversalClient
+	prefix   string
+	timeout  time.Duration
+	maxValue int
+}
+
+// RedisOption configures a RedisStore.
+type RedisOption func(*RedisStore)
+
+// MaxValueBytes bounds the values Get reads back (n <= 0:
+// DefaultMaxValueBytes).
+func MaxValueBytes(n int) RedisOption {
+	return func(s *RedisStore) {
+		if n > 0 {
+			s.maxValue = n
+		}
+	}
 }
 
 // NewRedisStore returns a Store over client, prefixing every key with prefix
 // (e.g. "gw:cache:"). timeout bounds each command (redis.timeout, defaulted
 // by config). The caller owns client and closes it.
-func NewRedisStore(client redis.UniversalClient, prefix string, timeout time.Duration) *RedisStore {
-	return &RedisStore{client: client, prefix: prefix, timeout: timeout}
+func NewRedisStore(client redis.UniversalClient, prefix string, timeout time.Duration, opts ...RedisOption) *RedisStore {
+	s := &RedisStore{client: client, prefix: prefix, timeout: timeout, maxValue: DefaultMaxValueBytes}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
-// Get returns a fresh copy of the value under key, owned by the caller.
+// boundedGet returns the string at KEYS[1] when it is at most ARGV[1] bytes
+// long, its length (an integer reply) when it is longer, and nil when there
+// is none; like GET, it fails on a key that does not hold a string. One
+// round trip, and an oversized value never leaves Redis.
+var boundedGet = redis.NewScript(`
+local n = redis.call('STRLEN', KEYS[1])
+if n > tonumber(ARGV[1]) then return n end
+return redis.call('GET', KEYS[1])
+`)
+
+var oversizedReads = observe.Factory.NewCounter(prometheus.CounterOpts{
+	Name: "gateway_redis_oversized_values_total",
+	Help: "Values in Redis larger than the read bound (cache entries, stored responses), treated as misses and never read.",
+})
+
+// Get returns a fresh copy of the value under key, owned by the caller. A
+// value over the store's bound (MaxValueBytes) is a miss.
 func (s *RedisStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	return s.GetMax(ctx, key, s.maxValue)
+}
+
+// GetMax is Get with limit as the bound (limit <= 0: the store's own).
+func (s *RedisStore) GetMax(ctx context.Context, key string, limit int) ([]byte, bool, error) {
+	if limit <= 0 {
+		limit = s.maxValue
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	b, err := s.client.Get(ctx, s.prefix+key).Bytes()
+	v, err := boundedGet.Run(ctx, s.client, []string{s.prefix + key}, limit).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	return b, true, nil
+	switch v := v.(type) {
+	case string:
+		return []byte(v), true, nil
+	case int64: // the length of an oversized value
+		oversizedReads.Inc()
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("caching: unexpected redis reply %T", v)
+	}
 }
 
 // Set stores val under key with ttl (<= 0: no expiry). val is not retained.

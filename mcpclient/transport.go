@@ -1,14 +1,17 @@
 package mcpclient
 
 import (
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
+	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"os"
 	"os/exec"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/llmgw/gateway/config"
 )
@@ -41,8 +44,19 @@ func transport(c *config.MCPServer) mcp.Transport {
 		// endpoint: redirects are not followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: 1}
+	// MaxEventSize: the SDK's own bound on one SSE event (also its default),
+	// as headerRT bounds a JSON body.
+	return &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: 1, MaxEventSize: maxMessageBytes}
 }
+
+// maxMessageBytes bounds one message an MCP server sends over HTTP: the
+// SDK's cap on one stdio line and on one SSE event (16 MiB), applied by
+// headerRT to the bodies the SDK reads whole (application/json answers,
+// error bodies), which it does not bound.
+const maxMessageBytes = mcp.DefaultMaxEventSize
+
+// errTooLarge is the read error of a response body over maxMessageBytes.
+var errTooLarge = fmt.Errorf("mcpclient: MCP server response body exceeds %d bytes", maxMessageBytes)
 
 // headerRT adds the configured headers (e.g. Authorization) to every request.
 type headerRT struct {
@@ -57,5 +71,42 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	// traceparent of the tool call's span, when traced.
 	otel.GetTextMapPropagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
-	return h.base.RoundTrip(r)
+	resp, err := h.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	// An event stream is bounded per event by the SDK (MaxEventSize), and
+	// may rightly run long; any other body is read whole, so bound it. The
+	// media type is parsed as the SDK parses it.
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		left := int64(maxMessageBytes)
+		if resp.ContentLength > left {
+			left = -1 // declared too large: fail on the first read
+		}
+		resp.Body = &limitedBody{ReadCloser: resp.Body, left: left}
+	}
+	return resp, nil
+}
+
+// limitedBody reads at most left bytes of a body, then fails with
+// errTooLarge when there is more.
+type limitedBody struct {
+	io.ReadCloser
+	left int64 // bytes still allowed; < 0: over the bound
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1] // one byte more tells the end from an excess
+	}
+	n, err := b.ReadCloser.Read(p)
+	if int64(n) > b.left {
+		n, b.left = int(b.left), -1
+		return n, errTooLarge
+	}
+	b.left -= int64(n)
+	return n, err
 }

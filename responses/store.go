@@ -39,17 +39,34 @@ type Record struct {
 func key(tenant, id string) string { return "resp:" + tenant + "\x00" + id }
 
 // Load returns the response id stored for tenant; ok is false when there
-// is none (never stored, expired, deleted, or another tenant's).
+// is none (never stored, expired, deleted, another tenant's, or over
+// MaxBytes: never read whole from a KV that bounds its reads).
 func (s *Store) Load(ctx context.Context, tenant, id string) (Record, bool, error) {
 	if !strings.HasPrefix(id, "resp_") || len(id) > 128 {
 		return Record{}, false, nil
 	}
-	b, ok, err := s.KV.Get(ctx, key(tenant, id))
-	if err != nil || !ok || !gjson.ValidBytes(b) {
+	b, ok, err := s.get(ctx, key(tenant, id))
+	if err != nil || !ok || (s.MaxBytes > 0 && len(b) > s.MaxBytes) || !gjson.ValidBytes(b) {
 		return Record{}, false, err
 	}
 	r := gjson.GetManyBytes(b, "response", "input", "history")
 	return Record{Response: r[0], Input: r[1], History: r[2]}, true, nil
+}
+
+// boundedKV is a KV that can refuse a value over a bound without reading it
+// (caching.RedisStore).
+type boundedKV interface {
+	GetMax(ctx context.Context, key string, limit int) ([]byte, bool, error)
+}
+
+// get reads the record under k, bounded by MaxBytes when the KV can bound
+// its reads: Save never writes a larger record, so a larger value (a shared
+// or compromised store) is a miss, not an allocation of its size.
+func (s *Store) get(ctx context.Context, k string) ([]byte, bool, error) {
+	if b, ok := s.KV.(boundedKV); ok && s.MaxBytes > 0 {
+		return b.GetMax(ctx, k, s.MaxBytes)
+	}
+	return s.KV.Get(ctx, k)
 }
 
 // Save stores a finished response. history is the conversation as chat
