@@ -54,7 +54,7 @@ func silentUpstream(t *testing.T) (url string, got, left <-chan time.Time) {
 	return "http://" + ln.Addr().String() + "/v1", gotc, leftc
 }
 
-// A client that leaves cancels its upstream call within a second, whatever
+// A client that leaves cancels its upstream call promptly, whatever
 // the request: non-streamed (with and without server tools), or streamed and
 // still waiting for the upstream's first byte. The upstream never answers,
 // so only a cancelled call ends before total_timeout (10 minutes).
@@ -90,10 +90,13 @@ func TestClientLeavingCancelsEveryUpstreamCall(t *testing.T) {
 			case at := <-left:
 				d := at.Sub(closed)
 				t.Logf("the upstream saw the cancellation %v after the client left", d)
-				if d > time.Second {
-					t.Fatalf("the upstream saw the cancellation only %v after the client left; want within 1s", d)
+				// The design takes about 200 ms (two cancel graces); a CI
+				// machine busy with other tests has taken 1.7 s. An upstream
+				// call that is not cancelled runs for 10 minutes.
+				if d > 3*time.Second {
+					t.Fatalf("the upstream saw the cancellation only %v after the client left; want within 3s", d)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(10 * time.Second):
 				t.Fatal("the client left, but its upstream call kept running")
 			}
 		})

@@ -58,7 +58,9 @@ func TestPitfall_NoFallbackOnAbnormalEnd(t *testing.T) {
 		for _, f := range faults {
 			t.Run(path.name+"/"+f.name, func(t *testing.T) {
 				t.Parallel()
-				h := newHarness(t, withIdle(path.config, 0, "1s"), mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+				// 2 s, not less: under a loaded CI machine the mock may
+				// take over a second to record the primary's call.
+				h := newHarness(t, withIdle(path.config, 0, "2s"), mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
 					"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Text: "the primary's answer", Fault: f.fault} },
 					"up-small":   func(int) mockllm.Turn { return mockllm.Turn{Text: "the fallback's complete answer"} },
 				})})
