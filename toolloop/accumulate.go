@@ -3,6 +3,7 @@ package toolloop
 import (
 	"crypto/rand"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -29,6 +30,9 @@ type call struct {
 	name    string
 	args    []byte // unescaped arguments JSON text, concatenated
 	kind    callKind
+
+	nameB *strings.Builder // a name sent in several fragments, concatenated in place (name is its String)
+	scan  argScan          // whether args are complete (stream.go)
 
 	// re-streaming state of a client call (stream.go)
 	outIndex   int
@@ -78,6 +82,7 @@ const (
 type accumulator struct {
 	calls   []*call
 	ignored int // deltas dropped (over maxCalls or not an object)
+	size    int // bytes kept of the calls' upstream ids, names and arguments (see maxRoundBytes)
 
 	// gatewayIDs gives every call an unguessable id of the gateway's own
 	// instead of the upstream's. Set when server tools run: the client's
@@ -90,7 +95,7 @@ const maxCalls = 128
 
 func (a *accumulator) reset() {
 	a.calls = a.calls[:0]
-	a.ignored = 0
+	a.ignored, a.size = 0, 0
 }
 
 // add merges one tool_calls[] entry and returns the call it touched, or nil.
@@ -140,7 +145,10 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 		return nil, false
 	}
 	if idStr != "" && c.upID == "" {
+		// Copies: a string of the chunk would keep the whole chunk alive.
+		idStr = strings.Clone(idStr)
 		c.upID = idStr
+		a.size += len(idStr)
 		if !a.gatewayIDs {
 			c.id = idStr
 		}
@@ -155,21 +163,41 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 		// classified the call and may have shown its header): later name
 		// text is ignored.
 		if c.name != name.Str {
-			c.name += name.Str
+			a.appendName(c, name.Str)
 		}
 	}
 	switch args.Type {
 	case gjson.String:
 		if s := args.String(); s != "" {
 			c.args = append(c.args, s...)
+			a.size += len(s)
 			fragment = true
 		}
 	case gjson.JSON:
 		// Some upstreams send the arguments as an object, not a string.
 		c.args = append(c.args, args.Raw...)
+		a.size += len(args.Raw)
 		fragment = true
 	}
 	return c, fragment
+}
+
+// appendName appends a fragment to c's name. The first is copied (a string
+// of the chunk would keep the whole chunk alive); later ones go to a
+// builder, so that a name sent in many fragments costs the bytes it has,
+// not a copy of the whole name per fragment.
+func (a *accumulator) appendName(c *call, frag string) {
+	a.size += len(frag)
+	if c.name == "" {
+		c.name = strings.Clone(frag)
+		return
+	}
+	if c.nameB == nil {
+		c.nameB = new(strings.Builder)
+		c.nameB.WriteString(c.name)
+	}
+	c.nameB.WriteString(frag)
+	c.name = c.nameB.String()
 }
 
 func (a *accumulator) byIndex(i int) *call {

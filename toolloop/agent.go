@@ -71,7 +71,7 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	// The result is always text: quote it so that an answer like "42" stays a
 	// string in the envelope.
 	if resp.Stream != nil {
-		text, err := streamText(resp.Stream)
+		text, err := streamText(resp.Stream, maxRoundBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -101,8 +101,10 @@ func (a *agentTool) denied(r *pipeline.Request, err error) error {
 	return &ToolError{Kind: "not_allowed", Message: msg, Detail: err}
 }
 
-// streamText drains s and returns the concatenated content deltas.
-func streamText(s pipeline.Stream) ([]byte, error) {
+// streamText drains s and returns the concatenated content deltas. Text
+// over limit bytes (maxRoundBytes) fails it like a failed stream, its cause
+// the loop's own error for a round over the limit.
+func streamText(s pipeline.Stream, limit int) ([]byte, error) {
 	defer s.Close()
 	var sb strings.Builder
 	for {
@@ -117,5 +119,8 @@ func streamText(s pipeline.Stream) ([]byte, error) {
 			continue
 		}
 		sb.WriteString(gjson.GetBytes(ch, "choices.0.delta.content").String())
+		if sb.Len() > limit {
+			return nil, &ToolError{Kind: "tool_error", Message: "the expert model failed", Detail: roundTooLarge()}
+		}
 	}
 }

@@ -7,7 +7,8 @@
 //
 // Files: loop.go (Loop, New, Chat, fast path), prepare.go (per-request tool
 // set, injection, tool_choice), accumulate.go (tool-call delta accumulator),
-// stream.go (the pull-based re-streamer), blocking.go (the non-streaming
+// stream.go (the pull-based re-streamer; roundsize.go bounds what a round
+// keeps and tells when a call's arguments are complete), blocking.go (the non-streaming
 // loop), decide.go (the end-of-round rule both follow), turn.go (what both
 // share: history, budgets, running a turn's calls), chunk.go (an answer as
 // a stream), usage.go, trace.go (x_gateway), registry.go and the executors

@@ -60,6 +60,8 @@ type Loop struct {
 	log   zerolog.Logger
 	chain pipeline.ToolHandler
 
+	roundMax int // bytes kept of one streamed round: maxRoundBytes (tests set less)
+
 	approval  approvalKey              // tags the ids of calls awaiting approval (approval.go)
 	static    *registry                // the configured tools, built once
 	cur       atomic.Pointer[registry] // static + the source's tools; see registry()
@@ -74,7 +76,7 @@ var _ pipeline.Handler = (*Loop)(nil)
 // (config.ApplyDefaults) and validates them.
 func New(opts Options) (*Loop, error) {
 	cfg := opts.Loop
-	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret)}
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret), roundMax: maxRoundBytes}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
 		return nil, err

@@ -298,6 +298,10 @@ func (st *loopStream) onChunk(ch []byte) {
 	if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 		st.finish = fr.Str
 	}
+	// What the round keeps is checked after each piece of text and each
+	// tool_calls entry: it never exceeds the limit by more than what one
+	// event carries (text counts twice while it is held).
+	limit := st.s.l.roundMax
 	choice.Get("delta").ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "content":
@@ -314,11 +318,15 @@ func (st *loopStream) onChunk(ch []byte) {
 					// Whitespace before a tool call is not worth showing.
 					st.held, st.text = st.held[:0], st.text[:0]
 				}
-				return true
+				return st.kept() <= limit
 			})
 		}
-		return true
+		return st.kept() <= limit
 	})
+	if st.kept() > limit {
+		st.tooLarge()
+		return
+	}
 	st.pump()
 }
 
@@ -329,8 +337,10 @@ func (st *loopStream) onText(t string) {
 		st.emitText([]byte(t))
 	case textUndecided:
 		st.held = append(st.held, t...)
-		for _, b := range st.held {
-			switch b {
+		// held was only whitespace before t (or the mode would be
+		// decided): only t needs reading, not all of held again.
+		for i := 0; i < len(t); i++ {
+			switch t[i] {
 			case ' ', '\t', '\r', '\n':
 				continue
 			case '{':
@@ -391,7 +401,7 @@ func (st *loopStream) pump() {
 			st.emit(&wire.Event{Kind: wire.CallArgs, Text: c.args[c.emitted:]})
 			c.emitted = len(c.args)
 		}
-		if !st.roundEnded && !(st.emitPos < len(calls)-1 && gjson.ValidBytes(c.args)) {
+		if !st.roundEnded && !(st.emitPos < len(calls)-1 && c.scan.valid(c.args)) {
 			return // more fragments may come
 		}
 		c.closed = true
