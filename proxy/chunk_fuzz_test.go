@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/sse"
+)
+
+// FuzzStreamChunk: whatever data an upstream event carries, chunk never
+// panics; a chunk it passes on is one JSON object on one line without an
+// "error" member, and an error event becomes an upstream error.
+func FuzzStreamChunk(f *testing.F) {
+	f.Add([]byte(`{"id":"a","model":"up","choices":[{"delta":{"content":"x"}}]}`), "")
+	f.Add([]byte("{\"id\":\"a\",\n\"choices\":[],\"error\":null}"), "")
+	f.Add([]byte(`{"error":{"message":"overloaded","type":"server_error"}}`), "")
+	f.Add([]byte(`{"choices":[]}`), "error")
+	f.Add([]byte(`not json`), "")
+	f.Add([]byte(``), "")
+	f.Fuzz(func(t *testing.T, data []byte, name string) {
+		if sse.IsDone(data) || bytes.IndexByte(data, '\r') >= 0 {
+			// [DONE] drains the reader, which this test has none of; a CR
+			// ends a line for the SSE reader, so no data value holds one.
+			return
+		}
+		s := &upstreamStream{pc: &providerClient{}, model: "m"}
+		chunk, skip, err := s.chunk(sse.Event{Data: bytes.Clone(data), Name: []byte(name)})
+		switch {
+		case err != nil:
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) {
+				t.Fatalf("%q: %v is not an upstream error", data, err)
+			}
+		case skip:
+			if len(bytes.TrimSpace(data)) != 0 && len(data) != 0 {
+				t.Fatalf("%q skipped", data)
+			}
+		default:
+			if !json.Valid(chunk) || chunk[0] != '{' || bytes.ContainsAny(chunk, "\r\n") {
+				t.Fatalf("%q -> %q: not one JSON object on one line", data, chunk)
+			}
+			if gjson.GetBytes(chunk, "error").Exists() {
+				t.Fatalf("%q -> %q: an error member passed", data, chunk)
+			}
+		}
+	})
+}
+
+// FuzzMapUpstream: whatever status and body an upstream error has, the
+// client's envelope is valid JSON with a message, a 4xx or 5xx status, and
+// no registered secret.
+func FuzzMapUpstream(f *testing.F) {
+	const secret = "sk-fuzz-registered-secret"
+	observe.Secrets.Add(secret)
+	f.Add(400, []byte(`{"error":{"message":"bad","type":"invalid_request_error","param":"x","code":"y"}}`))
+	f.Add(401, []byte(`{"error":{"message":"Incorrect API key provided: sk-fuzz-registered-secret"}}`))
+	f.Add(502, []byte(`{"error":{"message":"sk-fuzz-registered-secret","code":"invalid_api_key"}}`))
+	f.Add(200, []byte(`{"error":"a string"}`))
+	f.Add(999, []byte(`{"error":{"message":"`+strings.Repeat("é", 2000)+`"}}`))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		env := mapUpstream(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Body: body})
+		if env.status < 400 || env.status > 599 {
+			t.Fatalf("status %d -> %d", status, env.status)
+		}
+		e := gjson.GetBytes(env.body, "error")
+		if !json.Valid(env.body) || e.Get("message").Str == "" || e.Get("type").Str == "" {
+			t.Fatalf("%d %q -> %s: not the envelope", status, body, env.body)
+		}
+		if strings.Contains(e.Get("message").Str, secret) {
+			t.Fatalf("%d %q -> %s: the secret was quoted", status, body, env.body)
+		}
+		if (status == http.StatusUnauthorized || status == http.StatusForbidden) && e.Get("message").Str != "the upstream provider rejected the gateway's credentials" {
+			t.Fatalf("%d -> %s: a credential error's text passed", status, env.body)
+		}
+	})
+}
