@@ -3,12 +3,12 @@ package caching
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/llmgw/gateway/internal/redisread"
 	"github.com/llmgw/gateway/observe"
 )
 
@@ -57,16 +57,6 @@ func NewRedisStore(client redis.UniversalClient, prefix string, timeout time.Dur
 	return s
 }
 
-// boundedGet returns the string at KEYS[1] when it is at most ARGV[1] bytes
-// long, its length (an integer reply) when it is longer, and nil when there
-// is none; like GET, it fails on a key that does not hold a string. One
-// round trip, and an oversized value never leaves Redis.
-var boundedGet = redis.NewScript(`
-local n = redis.call('STRLEN', KEYS[1])
-if n > tonumber(ARGV[1]) then return n end
-return redis.call('GET', KEYS[1])
-`)
-
 var oversizedReads = observe.Factory.NewCounter(prometheus.CounterOpts{
 	Name: "gateway_redis_oversized_values_total",
 	Help: "Values in Redis larger than the read bound (cache entries, stored responses), treated as misses and never read.",
@@ -85,22 +75,18 @@ func (s *RedisStore) GetMax(ctx context.Context, key string, limit int) ([]byte,
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := boundedGet.Run(ctx, s.client, []string{s.prefix + key}, limit).Result()
+	v, err := redisread.Script.Run(ctx, s.client, []string{s.prefix + key}, limit).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	switch v := v.(type) {
-	case string:
-		return []byte(v), true, nil
-	case int64: // the length of an oversized value
+	b, oversized, err := redisread.Value(v)
+	if oversized {
 		oversizedReads.Inc()
-		return nil, false, nil
-	default:
-		return nil, false, fmt.Errorf("caching: unexpected redis reply %T", v)
 	}
+	return b, err == nil && !oversized, err
 }
 
 // Set stores val under key with ttl (<= 0: no expiry). val is not retained.

@@ -377,7 +377,7 @@ func buildState(cfg *config.Config, rdb redis.UniversalClient) toolloop.StateSto
 		return nil
 	}
 	if rdb != nil {
-		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D())
+		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D(), toolloop.RedisStateMaxBytes(cfg.ToolLoop.StateMaxBytes))
 	}
 	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, cfg.ToolLoop.StateMaxBytes)
 }

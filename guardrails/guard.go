@@ -157,7 +157,17 @@ func (c *classifier) flagged(ctx context.Context, text []byte) bool {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxVerdict))
-	if err != nil || resp.StatusCode/100 != 2 || !gjson.ValidBytes(b) {
+	if err != nil {
+		return !c.failOpen
+	}
+	return c.verdict(resp.StatusCode, b)
+}
+
+// verdict reads the classifier's answer, status and body: the boolean
+// top-level "flagged" of a 2xx JSON body; anything else is the guard's
+// fail mode.
+func (c *classifier) verdict(status int, b []byte) bool {
+	if status/100 != 2 || !gjson.ValidBytes(b) {
 		return !c.failOpen
 	}
 	v := gjson.GetBytes(b, "flagged")

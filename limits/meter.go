@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -215,8 +217,14 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 		if c := gjson.GetBytes(chunk, "choices"); !c.IsArray() || len(c.Array()) == 0 {
 			return nil, true
 		}
-		if b, err := sjson.DeleteBytes(chunk, "usage"); err == nil {
-			chunk = b
+		// Every top-level usage, in one copy: a chunk may repeat the key
+		// (sjson deletes the first).
+		root := gjson.ParseBytes(chunk)
+		root.Index = bytes.IndexByte(chunk, '{')
+		if edits, ok := jsonedit.DeleteMembers(nil, chunk, root, "usage"); ok && len(edits) > 0 {
+			if b, ok := jsonedit.Apply(chunk, edits); ok {
+				chunk = b
+			}
 		}
 	}
 	return chunk, false

@@ -17,7 +17,7 @@ const maxResumeLookups = 16
 
 var metricState = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 	Name: "gateway_toolloop_state_total",
-	Help: "Mixed-turn state operations: save, save_error, spliced (a follow-up rebuilt), not_found (an assistant tool-call message without kept state: a client-only turn, or expired/evicted), load_error.",
+	Help: "Mixed-turn state operations: save, save_error, spliced (a follow-up rebuilt), not_found (an assistant tool-call message without kept state: a client-only turn, or expired/evicted), load_error, load_oversized (a stored turn over tool_loop.state_max_bytes, treated as missing and never read).",
 }, []string{"op"})
 
 // resume rebuilds the client's history: every assistant message whose

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/redisread"
 )
 
 // RedisState is a StateStore in Redis, shared by every gateway replica: a
@@ -16,41 +20,82 @@ import (
 // is one string key with a TTL. Every call is bounded by the client's
 // timeouts (gateway builds the client with [redis].timeout). Safe for
 // concurrent use.
+//
+// A turn is bounded by tool_loop.state_max_bytes, as in MemoryState (which
+// keeps no turn larger than its whole bound): Save refuses a longer one and
+// Load treats a longer value as missing without reading it, so a shared or
+// compromised Redis cannot make the gateway allocate whatever length its
+// reply declares.
 type RedisState struct {
-	client redis.Cmdable
-	prefix string
-	ttl    time.Duration
+	client   redis.Cmdable
+	prefix   string
+	ttl      time.Duration
+	maxBytes int
 }
 
 var _ StateStore = (*RedisState)(nil)
 
+// RedisStateOption configures a RedisState.
+type RedisStateOption func(*RedisState)
+
+// RedisStateMaxBytes bounds the encoded size of one turn
+// (tool_loop.state_max_bytes); n <= 0 leaves the bound as it is.
+func RedisStateMaxBytes(n int) RedisStateOption {
+	return func(r *RedisState) {
+		if n > 0 {
+			r.maxBytes = n
+		}
+	}
+}
+
 // NewRedisState stores turns under prefix+key for ttl (tool_loop.state_ttl,
-// defaulted by config).
-func NewRedisState(client redis.Cmdable, prefix string, ttl time.Duration) *RedisState {
-	return &RedisState{client: client, prefix: prefix, ttl: ttl}
+// defaulted by config). Without RedisStateMaxBytes a turn is bounded by
+// config's default tool_loop.state_max_bytes.
+func NewRedisState(client redis.Cmdable, prefix string, ttl time.Duration, opts ...RedisStateOption) *RedisState {
+	r := &RedisState{client: client, prefix: prefix, ttl: ttl, maxBytes: config.Defaults().ToolLoop.StateMaxBytes}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
-// Save writes t with the store's TTL.
+// errTurnTooLarge: a turn over the store's bound, which Load would not read.
+var errTurnTooLarge = errors.New("toolloop: turn larger than tool_loop.state_max_bytes")
+
+// Save writes t with the store's TTL; a turn over the bound is not written.
 func (r *RedisState) Save(ctx context.Context, key string, t *HiddenTurn) error {
-	return r.client.Set(ctx, r.prefix+key, encodeTurn(t), r.ttl).Err()
+	b := encodeTurn(t)
+	if len(b) > r.maxBytes {
+		return fmt.Errorf("%w (%d > %d bytes)", errTurnTooLarge, len(b), r.maxBytes)
+	}
+	return r.client.Set(ctx, r.prefix+key, b, r.ttl).Err()
 }
 
-// Load reads keys in one round trip: a pipeline of GETs rather than one
-// MGET, because the keys hash to different slots of a Redis Cluster (a
-// cluster client splits the pipeline by node). A value that does not decode
-// counts as missing.
+// Load reads keys in one round trip: a pipeline of bounded GETs (one
+// script call per key, EVAL rather than EVALSHA, since a pipeline cannot
+// fall back on NOSCRIPT) rather than one MGET, because the keys hash to
+// different slots of a Redis Cluster (a cluster client splits the pipeline
+// by node). A value that does not decode, or is over the bound, counts as
+// missing.
 func (r *RedisState) Load(ctx context.Context, keys []string) ([]*HiddenTurn, error) {
 	pipe := r.client.Pipeline()
-	cmds := make([]*redis.StringCmd, len(keys))
+	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.Get(ctx, r.prefix+k)
+		cmds[i] = redisread.Script.Eval(ctx, pipe, []string{r.prefix + k}, r.maxBytes)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	out := make([]*HiddenTurn, len(keys))
 	for i, c := range cmds {
-		if b, err := c.Bytes(); err == nil {
+		v, err := c.Result()
+		if err != nil {
+			continue
+		}
+		switch b, oversized, err := redisread.Value(v); {
+		case oversized:
+			metricState.WithLabelValues("load_oversized").Inc()
+		case err == nil:
 			out[i], _ = decodeTurn(b)
 		}
 	}

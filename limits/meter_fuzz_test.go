@@ -1,0 +1,67 @@
+package limits
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// FuzzObserve: any upstream chunk is observed without panicking. Its usage
+// object, if any, is kept for the charge. When the client asked for usage
+// the chunk passes as is; when it did not (strip), a usage-only chunk is
+// dropped and any other valid JSON chunk stays valid JSON with no
+// top-level usage object left, its content kept.
+func FuzzObserve(f *testing.F) {
+	for _, c := range []string{
+		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}`,
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}`,
+		`{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":5}}`,
+		`{"usage":{"prompt_tokens":1},"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":2}}`,
+		`{"us\u0061ge":{"prompt_tokens":1},"choices":[{"delta":{}}]}`,
+		`{"choices":[{"delta":{"content":"\"usage\":{}"}}]}`,
+		`{"x":{"usage":{"prompt_tokens":1}},"choices":[1]}`,
+		`{"choices":{"0":1},"usage":{}}`,
+		`{"usage" : { } ,"choices":[0]}`,
+		`[{"usage":{}}]`,
+		`{"usage":{"prompt_tokens":1}`,
+		`data: {"usage":{}}`,
+		``,
+	} {
+		f.Add([]byte(c), true)
+	}
+	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":3}}`), false)
+	f.Fuzz(func(t *testing.T, chunk []byte, strip bool) {
+		in := bytes.Clone(chunk)
+		hasUsage := gjson.ValidBytes(in) && gjson.GetBytes(in, "usage").IsObject()
+		s := &meteredStream{strip: strip}
+		out, skip := s.observe(chunk)
+		if hasUsage && !s.seen {
+			t.Fatalf("chunk %q: usage not seen", in)
+		}
+		if !strip || !s.seen {
+			if skip || !bytes.Equal(out, in) {
+				t.Fatalf("chunk %q (strip %v, usage seen %v) became %q, skip %v", in, strip, s.seen, out, skip)
+			}
+			return
+		}
+		if !gjson.ValidBytes(in) {
+			return
+		}
+		if skip {
+			if c := gjson.GetBytes(in, "choices"); c.IsArray() && len(c.Array()) > 0 {
+				t.Fatalf("chunk %q with content dropped", in)
+			}
+			return
+		}
+		if !gjson.ValidBytes(out) {
+			t.Fatalf("valid chunk %q became invalid %q", in, out)
+		}
+		if gjson.GetBytes(out, "usage").IsObject() {
+			t.Fatalf("chunk %q kept a usage object the client did not ask for: %q", in, out)
+		}
+		if a, b := gjson.GetBytes(in, "choices").Raw, gjson.GetBytes(out, "choices").Raw; a != b {
+			t.Fatalf("chunk %q: choices %s became %s", in, a, b)
+		}
+	})
+}
