@@ -53,12 +53,6 @@ var errNoSummary = errors.New("contextedit: no summary")
 // whole model-call layer (fallback, limits, metering).
 func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int) (string, error) {
 	text := s.transcriptText(t, cut)
-	key := s.key(t, cut)
-	if s.store != nil {
-		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 {
-			return string(v), nil
-		}
-	}
 	route := (*pipeline.Route)(nil)
 	if s.lookup != nil {
 		route = s.lookup(s.model)
@@ -77,8 +71,16 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	r := &pipeline.Request{ID: req.ID, Start: req.Start, Body: body, Model: s.model, Route: route,
 		Tenant: req.Tenant, Meta: &pipeline.Meta{}} // its own headers: never the client's
 	if s.admit != nil {
+		// Before the store: a tenant whose policy refuses the summary
+		// model gets no summary, not even one made before.
 		if err := s.admit(r); err != nil {
 			return "", err
+		}
+	}
+	key := s.key(req, t, cut)
+	if s.store != nil {
+		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 {
+			return string(v), nil
 		}
 	}
 	// The summary call is its own conversation: r is a new request, so it
@@ -105,9 +107,13 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 }
 
 // key names the summary of the messages before cut under this model and
-// prompt.
-func (s *summarizer) key(t *transcript, cut int) string {
+// prompt, for req's tenant: a summary is never another tenant's.
+func (s *summarizer) key(req *pipeline.Request, t *transcript, cut int) string {
 	h := sha256.New()
+	if req.Tenant != nil {
+		h.Write([]byte(req.Tenant.Name))
+	}
+	h.Write([]byte{0})
 	h.Write([]byte(s.model))
 	h.Write([]byte{0})
 	h.Write([]byte(s.prompt))

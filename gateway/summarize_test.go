@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
@@ -166,5 +167,51 @@ func TestSummarizeFallback(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A summary is its tenant's: another tenant with the same conversation gets
+// one made for it (its own summary call), and a tenant whose policy refuses
+// the summary model gets none, not even one stored for another tenant.
+func TestSummaryIsPerTenant(t *testing.T) {
+	t.Parallel()
+	var summaries atomic.Int64
+	cfg := strings.Replace(summarizeConfig, "[middleware.context_edit]", `[[keys]]
+tenant = "acme"
+key = "sk-client"
+[[keys]]
+tenant = "globex"
+key = "sk-other"
+[[keys]]
+tenant = "initech"
+key = "sk-third"
+[[policies]]
+tenant = "initech"
+models = ["gpt-x"]
+[middleware.context_edit]`, 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: summarizeResponder(&summaries, false),
+		ContextWindow: map[string]int{"up-model": 1000}})
+	params := openai.ChatCompletionNewParams{Model: "gpt-x", Messages: longHistory()}
+	for _, key := range []string{"sk-client", "sk-other"} {
+		resp, err := h.client.Chat.Completions.New(context.Background(), params, option.WithAPIKey(key))
+		if err != nil || resp.Choices[0].Message.Content != "42." {
+			t.Fatalf("%s: %v", key, err)
+		}
+	}
+	if n := summaries.Load(); n != 2 {
+		t.Fatalf("%d summary calls for two tenants' conversations, want 2 (one each)", n)
+	}
+	before := len(h.mock.Requests())
+	_, err := h.client.Chat.Completions.New(context.Background(), params, option.WithAPIKey("sk-third"))
+	if err == nil {
+		t.Fatal("a tenant refused the summary model was answered (summary_fallback is error)")
+	}
+	for _, r := range h.mock.Requests()[before:] {
+		if strings.Contains(string(r.Body), "SUMMARY: foxes") {
+			t.Fatalf("a tenant refused the summary model got another tenant's summary: %s", r.Body)
+		}
+	}
+	if n := summaries.Load(); n != 2 {
+		t.Fatalf("%d summary calls: the refused tenant's was made", n)
 	}
 }
