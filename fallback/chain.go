@@ -70,7 +70,7 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 			lastErr = err
 		}
 
-		next := h.nextFallback(primary, &position, window, tried)
+		next := h.nextFallback(req.Tenant, primary, &position, window, tried)
 		if next == nil || !h.fits(shared, 0) {
 			break
 		}
@@ -91,8 +91,10 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 
 // nextFallback resolves the next usable fallback of primary from *position
 // on. After a context-length error (window >= 0) only models with a larger
-// context window qualify; the others are skipped without being called.
-func (h *handler) nextFallback(primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
+// context window qualify; the others are skipped without being called. A
+// model tenant's policy refuses is never one: a fallback must not reach a
+// model the caller could not ask for.
+func (h *handler) nextFallback(tenant *pipeline.Tenant, primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
 	for *position < len(primary.Fallbacks) {
 		name := primary.Fallbacks[*position]
 		*position++
@@ -100,6 +102,9 @@ func (h *handler) nextFallback(primary *pipeline.Route, position *int, window in
 		switch {
 		case r == nil:
 			h.log.Warn().Str("model", primary.Name).Str("fallback", name).Msg("unknown fallback model skipped")
+			continue
+		case !h.allows(tenant, name):
+			h.log.Debug().Str("model", primary.Name).Str("fallback", name).Msg("fallback skipped: not allowed for the tenant")
 			continue
 		case window >= 0 && r.ContextWindow <= window:
 			h.log.Debug().Str("model", primary.Name).Str("fallback", name).Int("window", r.ContextWindow).

@@ -64,6 +64,10 @@ type Options struct {
 	// Now is the clock of the breakers and of the deadline bookkeeping.
 	// Default: time.Now.
 	Now func() time.Time
+	// Allows reports whether tenant may use model: a fallback model the
+	// caller's policy refuses is skipped, as if it were not configured.
+	// Default: every model.
+	Allows func(tenant *pipeline.Tenant, model string) bool
 }
 
 // handler is the middleware around one route's next handler. Safe for
@@ -72,6 +76,7 @@ type handler struct {
 	next     pipeline.Handler
 	t        *tables
 	lookup   func(string) *pipeline.Route
+	allows   func(*pipeline.Tenant, string) bool
 	log      zerolog.Logger
 	base     time.Duration
 	max      time.Duration
@@ -114,6 +119,7 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 	proto := handler{
 		t:        t,
 		lookup:   lookup,
+		allows:   opts.Allows,
 		log:      opts.Logger,
 		base:     f.BaseBackoff.D(),
 		max:      f.MaxBackoff.D(),
@@ -130,6 +136,9 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 	}
 	if proto.now == nil {
 		proto.now = time.Now
+	}
+	if proto.allows == nil {
+		proto.allows = func(*pipeline.Tenant, string) bool { return true }
 	}
 	if proto.lookup == nil {
 		proto.lookup = func(string) *pipeline.Route { return nil }

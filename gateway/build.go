@@ -130,6 +130,10 @@ func (b *builder) close() {
 	}
 }
 
+// allowsModel is the tenant policy's model allow-list, for the calls the
+// model layer makes on its own (a fallback).
+func allowsModel(t *pipeline.Tenant, model string) bool { return policies.PolicyOf(t).AllowsModel(model) }
+
 // lookup resolves a client-facing model name to its route.
 func (b *builder) lookup(name string) *pipeline.Route { return b.routes[name] }
 
@@ -239,7 +243,7 @@ func (b *builder) buildModelLayers() {
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
 			Lookup: b.lookup, Admit: b.admit, Store: b.store}),
 		"fallback": fallback.New(fallback.Options{Providers: b.providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
-			Shared: shared}, b.lookup),
+			Shared: shared, Allows: allowsModel}, b.lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,

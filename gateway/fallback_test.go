@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
@@ -283,5 +285,55 @@ func TestKeysAndAllowLists(t *testing.T) {
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("sdk: %v", err)
+	}
+}
+
+// A fallback never reaches a model the caller's policy refuses: a tenant
+// allowed only "primary" and "small" gets small's answer when primary
+// fails, and an error (not large's answer) when small fails too; a tenant
+// allowed everything gets large.
+func TestFallbackKeepsToTheTenantsModels(t *testing.T) {
+	t.Parallel()
+	cfg := fallbackConfig + `
+[[keys]]
+tenant = "acme"
+key = "sk-client"
+[[keys]]
+tenant = "narrow"
+key = "sk-narrow"
+[[policies]]
+tenant = "narrow"
+models = ["primary", "small"]
+`
+	var smallDown atomic.Bool
+	h := newHarness(t, strings.Replace(cfg, "breaker_failures = 3", "breaker_failures = 1000", 1), mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+		"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "down")} },
+		"up-small": func(int) mockllm.Turn {
+			if smallDown.Load() {
+				return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "down")}
+			}
+			return mockllm.Turn{Text: "answer from up-small"}
+		},
+	})})
+	ask := func(key string) (string, error) {
+		resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams(), option.WithAPIKey(key))
+		if err != nil {
+			return "", err
+		}
+		return resp.Choices[0].Message.Content, nil
+	}
+	if got, err := ask("sk-narrow"); err != nil || got != "answer from up-small" {
+		t.Fatalf("narrow, small up: %q %v", got, err)
+	}
+	smallDown.Store(true)
+	before := h.mock.Calls("up-large")
+	if got, err := ask("sk-narrow"); err == nil {
+		t.Fatalf("narrow, small down: answered %q; large is not its model", got)
+	}
+	if n := h.mock.Calls("up-large") - before; n != 0 {
+		t.Fatalf("narrow: large was called %d times", n)
+	}
+	if got, err := ask("sk-client"); err != nil || got != "answer from up-large" {
+		t.Fatalf("acme, small down: %q %v", got, err)
 	}
 }
