@@ -483,3 +483,24 @@ func TestForcedFinalLengthStreamAndJSONAgree(t *testing.T) {
 		t.Fatalf("model calls %d, want 2 per request", n)
 	}
 }
+
+// The JSON answer and the stream of a tool-loop request carry the same
+// system_fingerprint: the stream's chunks used to lose it whenever the
+// request offered tools (the loop rebuilds the chunks).
+func TestToolLoopStreamKeepsTheFingerprint(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", "http://127.0.0.1:1/"), mockllm.Options{})
+	params := userMsg("hello")
+	params.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "client_tool"})}
+	resp, err := h.client.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := h.streamChat(params, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.SystemFingerprint == "" || acc.SystemFingerprint != resp.SystemFingerprint {
+		t.Fatalf("JSON system_fingerprint %q, stream %q", resp.SystemFingerprint, acc.SystemFingerprint)
+	}
+}

@@ -233,7 +233,7 @@ func (st *loopStream) emit(e *wire.Event) {
 
 // begin fixes the id/created/model of the whole response from the first
 // upstream chunk and sends the one role delta.
-func (st *loopStream) begin(id string, created int64, model string) {
+func (st *loopStream) begin(id string, created int64, model, fingerprint string) {
 	st.started = true
 	s := st.s
 	if id == "" {
@@ -246,7 +246,7 @@ func (st *loopStream) begin(id string, created int64, model string) {
 		model = s.req.Model
 	}
 	s.id, s.created = id, created
-	st.w.Reset(wire.Header{ID: id, Created: created, Model: model, IncludeUsage: s.req.IncludeUsage})
+	st.w.Reset(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fingerprint, IncludeUsage: s.req.IncludeUsage})
 	st.emit(&wire.Event{Kind: wire.Role})
 }
 
@@ -268,7 +268,7 @@ func choiceZero(choices gjson.Result) gjson.Result {
 }
 
 func (st *loopStream) onChunk(ch []byte) {
-	var id, created, model, choices gjson.Result
+	var id, created, model, fingerprint, choices gjson.Result
 	gjson.ParseBytes(ch).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
@@ -277,6 +277,8 @@ func (st *loopStream) onChunk(ch []byte) {
 			created = v
 		case "model":
 			model = v
+		case "system_fingerprint":
+			fingerprint = v
 		case "choices":
 			choices = v
 		case "usage":
@@ -289,7 +291,11 @@ func (st *loopStream) onChunk(ch []byte) {
 		return true
 	})
 	if !st.started {
-		st.begin(id.String(), created.Int(), model.String())
+		fp := ""
+		if fingerprint.Type == gjson.String {
+			fp = fingerprint.Str // as the JSON answer keeps it
+		}
+		st.begin(id.String(), created.Int(), model.String(), fp)
 	}
 	choice := choiceZero(choices)
 	if !choice.IsObject() {
@@ -419,7 +425,7 @@ func (st *loopStream) endRound() {
 		st.roundUsage = st.roundUsage[:0]
 	}
 	if !st.started {
-		st.begin("", 0, "")
+		st.begin("", 0, "", "")
 	}
 	st.roundEnded = true
 	calls := st.acc.calls
