@@ -14,11 +14,17 @@ type ChatJSON struct {
 	content    []byte
 	hasContent bool
 	refusal    []byte
+	reasoning  []jsonText // reasoning_content, reasoning: kept as the stream forwards them
 	calls      []jsonCall
 	finish     string
 	usage      []byte
 	trace      []byte
 	ended      bool
+}
+
+type jsonText struct {
+	key  string
+	text []byte
 }
 
 type jsonCall struct {
@@ -43,6 +49,15 @@ func (j *ChatJSON) Encode(dst []byte, e *Event) []byte {
 			j.hasContent = true
 		case "refusal":
 			j.refusal = append(j.refusal, e.Text...)
+		case "reasoning_content", "reasoning":
+			i := 0
+			for i < len(j.reasoning) && j.reasoning[i].key != e.Key {
+				i++
+			}
+			if i == len(j.reasoning) {
+				j.reasoning = append(j.reasoning, jsonText{key: e.Key})
+			}
+			j.reasoning[i].text = append(j.reasoning[i].text, e.Text...)
 		}
 	case CallHeader:
 		j.calls = append(j.calls, jsonCall{id: e.ID, name: e.Name})
@@ -81,6 +96,12 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 	} else {
 		out = append(out, "null"...)
 	}
+	for _, r := range j.reasoning {
+		out = append(out, ',')
+		out = jsonstring.Append(out, r.key)
+		out = append(out, ':')
+		out = appendString(out, r.text)
+	}
 	if len(j.calls) > 0 {
 		out = append(out, `,"tool_calls":[`...)
 		for i, c := range j.calls {
@@ -98,7 +119,11 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 		out = append(out, ']')
 	}
 	out = append(out, `},"logprobs":null,"finish_reason":`...)
-	out = jsonstring.Append(out, j.finish)
+	finish := j.finish
+	if finish == "" {
+		finish = "stop" // as ChatSSE ends a choice whose finish is unknown
+	}
+	out = jsonstring.Append(out, finish)
 	out = append(out, "}]"...)
 	if len(j.usage) > 0 {
 		out = append(out, `,"usage":`...)

@@ -147,3 +147,34 @@ func BenchmarkChatSSEText(b *testing.B) {
 		buf = w.Encode(buf[:0], &e)
 	}
 }
+
+// TestChatJSONKeepsWhatTheStreamForwards: reasoning text the stream passes
+// on is in the JSON message too, and a choice whose finish never came ends
+// "stop" in both forms (the JSON form wrote "").
+func TestChatJSONKeepsWhatTheStreamForwards(t *testing.T) {
+	t.Parallel()
+	schema := wiretest.LoadSchema(t)
+	h := Header{ID: "chatcmpl-1", Created: 1767225600, Model: "gpt-x"}
+	evs := []Event{{Kind: Role}, {Kind: Text, Key: "reasoning_content", Text: []byte("think ")}, {Kind: Text, Key: "reasoning_content", Text: []byte("more")},
+		{Kind: Text, Key: "content", Text: []byte("Answer.")}, {Kind: Finish}, {Kind: End}}
+	j := NewChatJSON(h)
+	var body []byte
+	for i := range evs {
+		body = j.Encode(body, &evs[i])
+	}
+	if err := schema.Completion(body); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	raw, _ := encodeAll(h, evs)
+	if !strings.Contains(string(raw), `"reasoning_content":"think "`) {
+		t.Fatalf("the stream does not forward the reasoning: %s", raw)
+	}
+	m := gjson.GetBytes(body, "choices.0.message")
+	if m.Get("reasoning_content").Str != "think more" || m.Get("content").Str != "Answer." || gjson.GetBytes(body, "choices.0.finish_reason").Str != "stop" {
+		t.Fatalf("completion %s", body)
+	}
+	sum, err := wiretest.CheckStream(raw, wiretest.Options{})
+	if err != nil || sum.FinishReason != "stop" {
+		t.Fatalf("stream finish %q, %v", sum.FinishReason, err)
+	}
+}
