@@ -107,7 +107,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		Routes:   b.routes,
 		Chat:     b.requestLayer(loop, engine, guards),
 		Upstream: b.upstream,
-		Policy:   engine,
+		Policy:   passPolicy{Engine: engine, limiter: b.limiter},
 		Close:    b.close,
 	}
 	rt.Responses, rt.NativeResponses = buildResponses(cfg, b.rdb)
@@ -128,6 +128,23 @@ func (b *builder) close() {
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		b.closers[i]()
 	}
+}
+
+// passPolicy is the policy of the routes outside the chat pipeline (the
+// pass-through endpoints): the policy engine's, then the limiter's
+// admission, so that a pass-through call takes a request from the tenant's
+// rate limits and is refused over a limit or a spent budget, as a chat call
+// is. (Its tokens are not metered: a pass-through answer is not read.)
+type passPolicy struct {
+	*policies.Engine
+	limiter *limits.Limiter
+}
+
+func (p passPolicy) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
+	if err := p.Engine.Admit(t, r); err != nil {
+		return err
+	}
+	return p.limiter.Admit(r)
 }
 
 // allowsModel is the tenant policy's model allow-list, for the calls the

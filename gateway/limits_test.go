@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,4 +248,46 @@ tokens_per_minute = 1000000
 func getUsage(t *testing.T, base, key string) (int, http.Header, []byte) {
 	t.Helper()
 	return send(t, "GET", base+"/gateway/usage", key, "")
+}
+
+// Pass-through calls count against the tenant's request limits as chat
+// calls do: 5 a minute are answered whichever route they take (embeddings,
+// a file upload with no model, chat), and the next is refused 429. They
+// used to take nothing from the limit.
+func TestPassthroughCountsAgainstTheRateLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, limitsConfig+`
+[[policies]]
+tenant = "team"
+passthrough = ["/v1/embeddings", "/v1/files"]
+`, mockllm.Options{})
+	upload := func() int {
+		req, _ := http.NewRequest("POST", h.base+"/files", strings.NewReader("raw bytes"))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Authorization", "Bearer sk-team")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var statuses []int
+	for range 3 {
+		status, _, _ := send(t, "POST", h.base+"/embeddings", "sk-team", `{"model":"gpt-x","input":"hi"}`)
+		statuses = append(statuses, status)
+	}
+	statuses = append(statuses, upload())
+	status, _, _ := chatRequest(t, h.base, "sk-team")
+	statuses = append(statuses, status)
+	if slices.Contains(statuses, 429) {
+		t.Fatalf("statuses %v: refused within the limit", statuses)
+	}
+	status, _, body := send(t, "POST", h.base+"/embeddings", "sk-team", `{"model":"gpt-x","input":"hi"}`)
+	if status != 429 || gjson.GetBytes(body, "error.type").Str == "" {
+		t.Fatalf("the sixth request in a minute: %d %s, want 429", status, body)
+	}
+	if status := upload(); status != 429 {
+		t.Fatalf("an upload over the limit: %d, want 429", status)
+	}
 }

@@ -42,7 +42,7 @@ type passBody struct {
 func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path string, limit int) (passBody, error) {
 	f := formOf(&ctx.Request.Header)
 	if f.opaque() {
-		return opaqueBody(ctx, rt, path, limit)
+		return opaqueBody(ctx, rt, t, path, limit)
 	}
 	var pb passBody
 	body, err := readBody(ctx, limit)
@@ -79,10 +79,16 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 // as it is, streamed when fasthttp streams it. A model endpoint refuses it
 // (a lenient upstream parses any body as JSON: a model endpoint's body is
 // judged here or not sent at all).
-func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, path string, limit int) (passBody, error) {
+func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path string, limit int) (passBody, error) {
 	if rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
 		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
 			"%s takes application/json or multipart/form-data.", truncate(path, 200))
+	}
+	if rt.Policy != nil {
+		// No model to judge, but the tenant's request limits still apply.
+		if err := rt.Policy.Admit(t, &pipeline.Request{Endpoint: path}); err != nil {
+			return passBody{}, err
+		}
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl > limit {
 		_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
