@@ -115,6 +115,7 @@ func (c *Config) setServerDefaults() {
 	setStr(&s.Listen, "127.0.0.1:8080")
 	setInt(&s.MaxBodyBytes, 8<<20)
 	setDur(&s.ReadTimeout, 30*time.Second)
+	setDur(&s.WriteTimeout, 60*time.Second)
 	setDur(&s.IdleTimeout, 120*time.Second)
 	setDur(&s.ShutdownTimeout, 30*time.Second)
 	setStr(&s.LogLevel, "info")

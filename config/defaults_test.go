@@ -36,6 +36,7 @@ func TestDefaults(t *testing.T) {
 		{"server.listen", c.Server.Listen, "127.0.0.1:8080"},
 		{"server.max_body_bytes", c.Server.MaxBodyBytes, 8 << 20},
 		{"server.read_timeout", c.Server.ReadTimeout, sec(30 * time.Second)},
+		{"server.write_timeout", c.Server.WriteTimeout, sec(60 * time.Second)},
 		{"server.idle_timeout", c.Server.IdleTimeout, sec(120 * time.Second)},
 		{"server.shutdown_timeout", c.Server.ShutdownTimeout, sec(30 * time.Second)},
 		{"server.log_level", c.Server.LogLevel, "info"},

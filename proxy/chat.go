@@ -147,7 +147,8 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form}
+	sk := &sink{s: s, x: x, req: req, stream: resp.Stream, cancel: cancel, watch: watch, form: form,
+		writeTimeout: x.rt.Config.Server.WriteTimeout.D()}
 	x.stream, x.later = true, true
 	activeStreams.Inc()
 	defer func() {
@@ -229,6 +230,9 @@ type sink struct {
 	s      *Server
 	x      *exchange // finished by finish
 	handed bool      // the handler gave the stream to its writer (a panic before is the handler's)
+	// writeTimeout bounds each write to the client (server.write_timeout):
+	// a client that stops reading ends the stream as one that left.
+	writeTimeout time.Duration
 	req    *pipeline.Request
 	stream pipeline.Stream
 	cancel context.CancelFunc

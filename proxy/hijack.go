@@ -118,6 +118,11 @@ func (s *Server) serveStream(conn net.Conn, tcp *net.TCPConn, sk *sink, ahead []
 	if err == errPanicked {
 		return
 	}
+	if err == nil && sk.writeTimeout > 0 {
+		// The connection's next requests are fasthttp's again, whose
+		// writes set no deadline of their own.
+		err = tcp.SetWriteDeadline(time.Time{})
+	}
 	s.connsMu.Lock()
 	delete(s.streaming, conn)
 	s.connsMu.Unlock()
@@ -302,6 +307,9 @@ func (k *sink) writeChunk(conn *net.TCPConn, head, b []byte, last bool) error {
 		v = append(v, lastChunk)
 	}
 	k.bufs = v
+	if k.writeTimeout > 0 {
+		_ = conn.SetWriteDeadline(time.Now().Add(k.writeTimeout))
+	}
 	_, err := k.bufs.WriteTo(conn) // writev
 	clear(k.vec[:])
 	k.bufs = nil

@@ -190,16 +190,26 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		_ = conn.SetReadDeadline(time.Time{})
 	}
 	idle := pc.cfg.StreamIdleTimeout.D()
+	var end time.Time // the provider's total_timeout, counted from the request's start
+	if total := pc.cfg.TotalTimeout.D(); total > 0 {
+		end = x.start.Add(total)
+	}
+	wt := x.rt.Config.Server.WriteTimeout.D()
 	return func(w *bufio.Writer) {
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
 		for src != nil {
-			if conn != nil && idle > 0 {
-				_ = conn.SetReadDeadline(time.Now().Add(idle))
+			if conn != nil && (idle > 0 || !end.IsZero()) {
+				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
 			}
 			k, err := src.Read(buf)
 			if k > 0 {
 				x.bytes += k
+				if wt > 0 {
+					// A client that stops reading ends the copy, as one
+					// that left does.
+					_ = client.SetWriteDeadline(time.Now().Add(wt))
+				}
 				if _, werr := w.Write(buf[:k]); werr != nil {
 					break
 				}
@@ -215,9 +225,22 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				break
 			}
 		}
+		if wt > 0 {
+			_ = client.SetWriteDeadline(time.Time{}) // fasthttp's writes that follow set none
+		}
 		release(freq, resp)
 		s.finish(x)
 	}
+}
+
+// readDeadline is the deadline of the next read of a pass-through body:
+// idle from now, but never past end (zero: no total bound).
+func readDeadline(now time.Time, idle time.Duration, end time.Time) time.Time {
+	d := end
+	if idle > 0 && (d.IsZero() || now.Add(idle).Before(d)) {
+		d = now.Add(idle)
+	}
+	return d
 }
 
 // hopByHop returns the header names that are meaningful only for one

@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// TestStalledReaderEndsItsStream: a streaming client that stops reading but
+// keeps its connection open ends its request once a write has waited
+// server.write_timeout: the upstream stream is closed. Without the write
+// deadline the gateway's write blocks for as long as the client holds the
+// connection, and with it the stream's goroutine and upstream call.
+func TestStalledReaderEndsItsStream(t *testing.T) {
+	t.Parallel()
+	closed := make(chan struct{})
+	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 64<<10) + `"},"finish_reason":null}]}`)
+	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: &pipeline.StreamFunc{
+			NextFunc:  func() ([]byte, error) { return chunk, nil }, // endless
+			CloseFunc: func() { close(closed) },
+		}}, nil
+	})
+	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
+	cfg.Server.WriteTimeout = config.Duration(time.Second)
+	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
+	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	var b [1024]byte
+	if _, err := conn.Read(b[:]); err != nil { // the stream started; now the client stops reading
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the stream to a client that stopped reading was still running 15 s later")
+	}
+}
+
+// TestPassthroughBodyHasATotalDeadline: a pass-through answer that trickles
+// (a byte every 200 ms, never idle long enough to trip the idle timeout)
+// ends at the provider's total_timeout, as a chat call does, instead of
+// holding the request for as long as the upstream keeps sending.
+func TestPassthroughBodyHasATotalDeadline(t *testing.T) {
+	t.Parallel()
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/octet-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for range 200 { // 40 s
+				if _, err := w.WriteString("x"); err != nil || w.Flush() != nil {
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	})
+	cfg, u := testUpstream(t, base, `stream_idle_timeout = "1s"`+"\n"+`total_timeout = "2s"`)
+	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
+	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return nil, nil }), Upstream: u}, zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	c := &fasthttp.HostClient{Addr: ln.Addr().String(), ReadTimeout: 30 * time.Second}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw/v1/embeddings")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"model":"m","input":"x"}`)
+	start := time.Now()
+	_ = c.Do(req, resp) // a cut answer is an error here; only its end matters
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("the trickling answer lasted %v; total_timeout is 2s", d)
+	}
+}
