@@ -38,7 +38,7 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = []byte("{}")
 	}
-	res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)})
+	res, err := callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)})
 	if err != nil {
 		if ctx.Err() == nil {
 			metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
@@ -52,6 +52,30 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	}
 	metricCalls.WithLabelValues(s.cfg.Name, "ok").Inc()
 	return resultData(res), false, nil
+}
+
+// callTool is sess.CallTool bounded by ctx. The SDK's write of a request
+// to a stdio server does not watch the context: a server that stopped
+// reading its stdin blocks the call past its tool_timeout and past the
+// client's leaving. The call then returns ctx's error; its goroutine ends
+// once the connection does (the prober's ping fails on the same lock, and a
+// reconnect or shutdown kills the server).
+func callTool(ctx context.Context, sess *mcp.ClientSession, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := sess.CallTool(ctx, p)
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // resultData maps a successful CallToolResult: structured content wins (it

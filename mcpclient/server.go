@@ -124,11 +124,7 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 
 	ended := make(chan struct{})
 	go func() { _ = sess.Wait(); close(ended) }()
-	defer func() {
-		_ = sess.Close()
-		<-ended
-		reapStdio(tr)
-	}()
+	defer closeSession(sess, tr, ended)
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,6 +158,31 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 }
 
 // reapStdio kills what is left of a stdio server's process group.
+// closeGrace bounds each wait of closeSession.
+const closeGrace = 5 * time.Second
+
+// closeSession closes sess, whose Wait closes ended, and reaps a stdio
+// server. Each wait is bounded: Close waits for the calls in flight, and a
+// stdio server that stopped reading its stdin holds them (the SDK's writes
+// ignore contexts) until it is killed, so after closeGrace it is killed;
+// should the session still not end, it is left to the process.
+func closeSession(sess *mcp.ClientSession, tr mcp.Transport, ended <-chan struct{}) {
+	closed := make(chan struct{})
+	go func() { _ = sess.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(closeGrace):
+	}
+	reapStdio(tr)
+	for _, c := range []<-chan struct{}{closed, ended} {
+		select {
+		case <-c:
+		case <-time.After(closeGrace):
+			return
+		}
+	}
+}
+
 func reapStdio(tr mcp.Transport) {
 	if ct, ok := tr.(*mcp.CommandTransport); ok && ct.Command.Process != nil {
 		killGroup(ct.Command.Process.Pid)

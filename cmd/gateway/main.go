@@ -108,7 +108,7 @@ func run() int {
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			err := srv.Shutdown(ctx)
 			cancel()
-			srv.Runtime().Close()
+			closeRuntime(srv.Runtime(), log)
 			if err != nil {
 				log.Warn().Err(err).Msg("shutdown grace period ended with requests still running")
 			}
@@ -231,4 +231,22 @@ func startProfiles(cpu, mem, tr string) (func(), error) {
 			}
 		}
 	}, nil
+}
+
+// runtimeCloseLimit bounds how long the process waits, at exit, for its
+// runtime to release what it holds (MCP servers, Redis, exporters): a part
+// that does not let go must not keep a stopped gateway alive.
+const runtimeCloseLimit = 15 * time.Second
+
+func closeRuntime(rt *proxy.Runtime, log zerolog.Logger) {
+	if rt.Close == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { rt.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(runtimeCloseLimit):
+		log.Warn().Dur("waited", runtimeCloseLimit).Msg("the runtime did not close in time; exiting anyway")
+	}
 }
