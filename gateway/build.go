@@ -149,7 +149,9 @@ func (p passPolicy) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 
 // allowsModel is the tenant policy's model allow-list, for the calls the
 // model layer makes on its own (a fallback).
-func allowsModel(t *pipeline.Tenant, model string) bool { return policies.PolicyOf(t).AllowsModel(model) }
+func allowsModel(t *pipeline.Tenant, model string) bool {
+	return policies.PolicyOf(t).AllowsModel(model)
+}
 
 // lookup resolves a client-facing model name to its route.
 func (b *builder) lookup(name string) *pipeline.Route { return b.routes[name] }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -492,15 +493,22 @@ func TestToolLoopStreamKeepsTheFingerprint(t *testing.T) {
 	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", "http://127.0.0.1:1/"), mockllm.Options{})
 	params := userMsg("hello")
 	params.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "client_tool"})}
-	resp, err := h.client.Chat.Completions.New(context.Background(), params)
-	if err != nil {
+	if _, err := h.client.Chat.Completions.New(context.Background(), params); err != nil {
 		t.Fatal(err)
 	}
-	acc, _, err := h.streamChat(params, wiretest.Options{}, wiretest.LoadSchema(t))
-	if err != nil {
+	body, _ := h.lastRaw()
+	want := gjson.GetBytes(body, "system_fingerprint").Str
+	if _, _, err := h.streamChat(params, wiretest.Options{}, wiretest.LoadSchema(t)); err != nil {
 		t.Fatal(err)
 	}
-	if resp.SystemFingerprint == "" || acc.SystemFingerprint != resp.SystemFingerprint {
-		t.Fatalf("JSON system_fingerprint %q, stream %q", resp.SystemFingerprint, acc.SystemFingerprint)
+	raw, _ := h.lastRaw()
+	var got []string // every chunk's
+	for _, line := range strings.Split(string(raw), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: {"); ok {
+			got = append(got, gjson.Get("{"+data, "system_fingerprint").Str)
+		}
+	}
+	if want == "" || len(got) == 0 || slices.ContainsFunc(got, func(fp string) bool { return fp != want }) {
+		t.Fatalf("JSON system_fingerprint %q, the stream's chunks %q", want, got)
 	}
 }

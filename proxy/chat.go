@@ -233,11 +233,11 @@ type sink struct {
 	// writeTimeout bounds each write to the client (server.write_timeout):
 	// a client that stops reading ends the stream as one that left.
 	writeTimeout time.Duration
-	req    *pipeline.Request
-	stream pipeline.Stream
-	cancel context.CancelFunc
-	watch  peerWatch // of the client connection, until release
-	form   outputForm
+	req          *pipeline.Request
+	stream       pipeline.Stream
+	cancel       context.CancelFunc
+	watch        peerWatch // of the client connection, until release
+	form         outputForm
 
 	buf      []byte  // the events not yet written; nil while bufp is
 	bufp     *[]byte // buf's holder in sinkBufs while held (see hold and drop)
