@@ -285,11 +285,10 @@ func stripMarkers(body []byte) []byte {
 	if !bytes.Contains(body, cacheControlKey) {
 		return body
 	}
-	root := gjson.ParseBytes(body)
+	root := jsonedit.Root(body)
 	if !root.IsObject() {
 		return body
 	}
-	root.Index = bytes.IndexByte(body, '{') // ParseBytes leaves it 0 (whitespace may lead)
 	edits, ok := jsonedit.DeleteMembers(nil, body, root, "cache_control")
 	cut := func(obj gjson.Result) bool {
 		if ok && strings.Contains(obj.Raw, `"cache_control"`) {

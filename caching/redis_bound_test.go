@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/llmgw/gateway/internal/testredis"
 )
 
@@ -18,8 +16,7 @@ import (
 // parallel: it measures the process's allocations.
 func TestRedisStoreBoundsReads(t *testing.T) {
 	srv := testredis.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer client.Close()
+	client := srv.Client(t)
 	const bound = 1 << 20
 	s := NewRedisStore(client, "test:", 5*time.Second, MaxValueBytes(bound))
 	ctx := context.Background()

@@ -14,8 +14,7 @@ import (
 func TestRedisStore(t *testing.T) {
 	t.Parallel()
 	srv := testredis.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer client.Close()
+	client := srv.Client(t)
 	s := NewRedisStore(client, "test:", 500*time.Millisecond)
 	ctx := context.Background()
 
@@ -45,8 +44,7 @@ func TestRedisStore(t *testing.T) {
 func TestRedisResponseCacheSurvivesOutage(t *testing.T) {
 	t.Parallel()
 	srv := testredis.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer client.Close()
+	client := srv.Client(t)
 	store := NewRedisStore(client, "gw:", 300*time.Millisecond)
 	up := &upstream{content: "Hello there"}
 	h, _ := newCache(up, newClock(), func(o *Options) { o.Store = store })

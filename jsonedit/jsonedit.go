@@ -10,6 +10,7 @@
 package jsonedit
 
 import (
+	"bytes"
 	"slices"
 
 	"github.com/tidwall/gjson"
@@ -42,6 +43,17 @@ func Apply(body []byte, edits []Edit) (out []byte, ok bool) {
 		last = e.End
 	}
 	return append(out, body[last:]...), true
+}
+
+// Root returns body's top-level value with its Index set: gjson's Parse
+// leaves it 0 even when whitespace leads, and DeleteMembers and
+// ReplaceValue need the positions of its members in body.
+func Root(body []byte) gjson.Result {
+	root := gjson.ParseBytes(body)
+	if root.IsObject() {
+		root.Index = bytes.IndexByte(body, '{')
+	}
+	return root
 }
 
 // ReplaceValue appends the edit that replaces v, a value gjson found in

@@ -12,9 +12,7 @@ import (
 func deleteTop(t testing.TB, doc, name string) (string, bool) {
 	t.Helper()
 	body := []byte(doc)
-	root := gjson.ParseBytes(body)
-	root.Index = strings.Index(doc, root.Raw)
-	edits, ok := DeleteMembers(nil, body, root, name)
+	edits, ok := DeleteMembers(nil, body, Root(body), name)
 	if !ok {
 		return doc, false
 	}

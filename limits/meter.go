@@ -1,7 +1,6 @@
 package limits
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"sync"
@@ -219,9 +218,7 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 		}
 		// Every top-level usage, in one copy: a chunk may repeat the key
 		// (sjson deletes the first).
-		root := gjson.ParseBytes(chunk)
-		root.Index = bytes.IndexByte(chunk, '{')
-		if edits, ok := jsonedit.DeleteMembers(nil, chunk, root, "usage"); ok && len(edits) > 0 {
+		if edits, ok := jsonedit.DeleteMembers(nil, chunk, jsonedit.Root(chunk), "usage"); ok && len(edits) > 0 {
 			if b, ok := jsonedit.Apply(chunk, edits); ok {
 				chunk = b
 			}

@@ -152,14 +152,15 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	x.stream, x.later = true, true
 	activeStreams.Inc()
 	defer func() {
-		if r := recover(); r != nil && !sk.handed {
+		if sk.handed {
+			return
+		}
+		if r := recover(); r != nil {
 			// A panic before the stream was handed over: nothing was
 			// written, so the request is answered 500 (recoverRequest).
 			sk.release()
 			sk.cancel()
 			x.later = false
-			panic(r)
-		} else if r != nil {
 			panic(r)
 		}
 	}()

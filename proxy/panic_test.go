@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -29,6 +30,13 @@ func panicServer(t *testing.T, chat pipeline.Handler) (addr string, srv *Server)
 func serveGateway(t *testing.T, base string, chat pipeline.Handler) (addr string, srv *Server) {
 	t.Helper()
 	cfg, u := testUpstream(t, base, "")
+	return serveRuntime(t, cfg, u, chat)
+}
+
+// serveRuntime serves a gateway of cfg and u (model m on provider p) whose
+// chat pipeline is chat.
+func serveRuntime(t *testing.T, cfg *config.Config, u *Upstream, chat pipeline.Handler) (addr string, srv *Server) {
+	t.Helper()
 	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
 	srv = NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

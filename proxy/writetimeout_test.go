@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/config"
@@ -34,16 +33,10 @@ func TestStalledReaderEndsItsStream(t *testing.T) {
 	})
 	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
 	cfg.Server.WriteTimeout = config.Duration(time.Second)
-	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
-	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	addr, srv := serveRuntime(t, cfg, u, chat)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +72,9 @@ func TestPassthroughBodyHasATotalDeadline(t *testing.T) {
 		})
 	})
 	cfg, u := testUpstream(t, base, `stream_idle_timeout = "1s"`+"\n"+`total_timeout = "2s"`)
-	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
-	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return nil, nil }), Upstream: u}, zerolog.Nop())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	addr, srv := serveRuntime(t, cfg, u, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return nil, nil }))
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	c := &fasthttp.HostClient{Addr: ln.Addr().String(), ReadTimeout: 30 * time.Second}
+	c := &fasthttp.HostClient{Addr: addr, ReadTimeout: 30 * time.Second}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)

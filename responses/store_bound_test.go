@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/internal/testredis"
 )
@@ -19,8 +17,7 @@ import (
 // process's allocations.
 func TestStoreLoadBoundedInRedis(t *testing.T) {
 	srv := testredis.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer client.Close()
+	client := srv.Client(t)
 	const maxBytes = 64 << 10
 	s := &Store{KV: caching.NewRedisStore(client, "gw:", 5*time.Second), TTL: time.Minute, MaxBytes: maxBytes}
 	ctx := context.Background()

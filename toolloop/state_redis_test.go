@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testredis"
@@ -22,8 +21,7 @@ import (
 // parallel: it measures the process's allocations.
 func TestRedisStateBoundsReads(t *testing.T) {
 	srv := testredis.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer client.Close()
+	client := srv.Client(t)
 	const bound = 1 << 20
 	s := NewRedisState(client, "test:turn:", time.Minute, RedisStateMaxBytes(bound))
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmgw/gateway/internal/testproc"
+	"github.com/redis/go-redis/v9"
 )
 
 // Server is one redis-server process; Stop and Start kill and restart it on
@@ -111,4 +112,13 @@ func (s *Server) Stop() {
 		_ = s.cmd.Wait()
 		s.cmd = nil
 	}
+}
+
+// Client returns a client of s that fails fast (no retries, a 200 ms
+// dial), closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
