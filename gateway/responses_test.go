@@ -341,13 +341,39 @@ kind = "builtin"
 			t.Fatalf("usage %+v", r.Usage)
 		}
 	}
-	// Streamed, the first round's text comes before the calls, the answer after.
-	if got := []string{string(stream.Output[0].Type), string(stream.Output[1].Type), string(stream.Output[3].Type)}; strings.Join(got, ",") != "message,mcp_call,message" {
-		t.Fatalf("stream output order %v", got)
+	// The first round's text comes before the calls, the answer after, and
+	// the JSON answer has the stream's items in the stream's order.
+	want := "message:Let me compute.|mcp_call:calculator|mcp_call:calculator|message:The answer is 42."
+	if got := outputItems(stream); got != want {
+		t.Fatalf("stream output %s", got)
+	}
+	if got := outputItems(*p); got != want {
+		t.Fatalf("JSON output %s, the stream's %s", got, want)
 	}
 	if !contains(sum.Events, "response.mcp_call.completed") || !contains(sum.Events, "response.mcp_call.failed") {
 		t.Fatalf("events %v", sum.Events)
 	}
+}
+
+// outputItems lists a response's output items: each message with its text,
+// each call with its tool's name.
+func outputItems(r responses.Response) string {
+	var items []string
+	for _, it := range r.Output {
+		switch it.Type {
+		case "message":
+			var text string
+			for _, c := range it.AsMessage().Content {
+				text += c.Text
+			}
+			items = append(items, "message:"+text)
+		case "mcp_call":
+			items = append(items, "mcp_call:"+it.AsMcpCall().Name)
+		default:
+			items = append(items, string(it.Type))
+		}
+	}
+	return strings.Join(items, "|")
 }
 
 // Two gateway processes sharing one redis-server: a response made on one

@@ -84,6 +84,32 @@ type ServerCall struct {
 	Arguments []byte
 	Output    []byte
 	IsError   bool
+	// At is set by a loop that answers with one JSON body: how much of
+	// the answer message's texts the rounds had produced when the call ran,
+	// so that the Responses API places its item where a stream of the same
+	// request carries it. Nil for a stream, whose calls are heard in place.
+	At *TextsAt
+}
+
+// TextsAt counts bytes of each text of an answer message.
+type TextsAt struct {
+	Content, Refusal, ReasoningContent, Reasoning int
+}
+
+// Of returns the count for the message member key ("content", "refusal",
+// "reasoning_content" or "reasoning"); nil for another key.
+func (t *TextsAt) Of(key string) *int {
+	switch key {
+	case "content":
+		return &t.Content
+	case "refusal":
+		return &t.Refusal
+	case "reasoning_content":
+		return &t.ReasoningContent
+	case "reasoning":
+		return &t.Reasoning
+	}
+	return nil
 }
 
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.

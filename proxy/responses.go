@@ -98,7 +98,15 @@ type responsesForm struct {
 	dst    []byte // scratch of the event callback
 
 	mu      sync.Mutex
-	pending []wire.Event // server calls the loop ran since the last chunk
+	pending []serverCall // server calls the loop ran since the last chunk
+}
+
+// serverCall is a server call's mcp_call event and, for a JSON answer,
+// where among the answer's texts it ran (pipeline.ServerCall.At).
+type serverCall struct {
+	e     wire.Event
+	at    pipeline.TextsAt
+	hasAt bool
 }
 
 // serverCall is the request's OnServerCall: the run becomes an mcp_call
@@ -112,34 +120,85 @@ func (f *responsesForm) serverCall(c *pipeline.ServerCall) {
 			e.Finish = "the tool failed"
 		}
 	}
+	sc := serverCall{e: e}
+	if c.At != nil {
+		sc.at, sc.hasAt = *c.At, true
+	}
 	f.mu.Lock()
-	f.pending = append(f.pending, e)
+	f.pending = append(f.pending, sc)
 	f.mu.Unlock()
+}
+
+// takeCalls returns the server calls reported so far.
+func (f *responsesForm) takeCalls() []serverCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pending := f.pending
+	f.pending = nil
+	return pending
 }
 
 // flush encodes the server calls reported so far.
 func (f *responsesForm) flush(dst []byte) []byte {
-	f.mu.Lock()
-	pending := f.pending
-	f.pending = nil
-	f.mu.Unlock()
+	pending := f.takeCalls()
 	for i := range pending {
-		dst = f.enc.Encode(dst, &pending[i])
+		dst = f.enc.Encode(dst, &pending[i].e)
 	}
 	return dst
 }
 
+// body is the Responses object for a whole chat completion. The tool
+// loop's server calls go where a stream of the same request carries them:
+// each after the part of every text that the rounds before it produced
+// (a call that does not say, before all of them).
 func (f *responsesForm) body(completion []byte) []byte {
 	var out []byte
+	calls := f.takeCalls()
+	var texts []wire.Event // held until the calls are placed among them
 	wire.DecodeCompletion(completion, func(e *wire.Event) {
 		markApproval(e)
-		out = f.enc.Encode(out, e)
-		if e.Kind == wire.Role {
-			out = f.flush(out) // the loop's server calls came before its answer
+		switch {
+		case calls == nil || e.Kind == wire.Role:
+		case e.Kind == wire.Text:
+			texts = append(texts, *e) // its Text is its own (DecodeCompletion)
+			return
+		default: // the texts are over
+			out = f.placeCalls(out, calls, texts)
+			calls = nil
 		}
+		out = f.enc.Encode(out, e)
 	})
 	f.save(out, responses.AnswerMessage(completion))
 	return out
+}
+
+// placeCalls encodes texts with calls among them, in the order the stream
+// of the same request has them.
+func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.Event) []byte {
+	var done pipeline.TextsAt // how much of each text is encoded
+	part := func(t *wire.Event, upTo int) {
+		n := done.Of(t.Key)
+		if n == nil || upTo <= *n {
+			return
+		}
+		e := *t
+		e.Text = t.Text[*n:upTo]
+		*n = upTo
+		dst = f.enc.Encode(dst, &e)
+	}
+	for i := range calls {
+		c := &calls[i]
+		for j := range texts {
+			if c.hasAt {
+				part(&texts[j], min(*c.at.Of(texts[j].Key), len(texts[j].Text)))
+			}
+		}
+		dst = f.enc.Encode(dst, &c.e)
+	}
+	for j := range texts {
+		part(&texts[j], len(texts[j].Text))
+	}
+	return dst
 }
 
 func (f *responsesForm) chunk(dst, chunk []byte) []byte {

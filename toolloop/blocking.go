@@ -77,6 +77,9 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("")
 			return nil, err
 		}
+		if s.req.OnServerCall != nil {
+			s.textsAt = s.textsThrough(text, &res)
+		}
 		o.ran, o.stopReq = true, s.record(server, results)
 		if d := decide(o); d.next == stepEnd {
 			f.finish = d.finish
@@ -101,6 +104,21 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		s.appendTurn(text, calls, results)
 		s.checkBudget()
 	}
+}
+
+// textsThrough counts the answer's texts through the current round, whose
+// shown text is text: where a stream of the request has shown this
+// round's server calls.
+func (s *session) textsThrough(text []byte, res *completionView) *pipeline.TextsAt {
+	at := &pipeline.TextsAt{Content: len(s.shown) + len(text)}
+	for i, k := range sideTexts {
+		n := at.Of(k)
+		*n = len(s.shownSide[i])
+		if res.side[i].Type == gjson.String {
+			*n += len(res.side[i].Str)
+		}
+	}
+	return at
 }
 
 // answer sets the content of the final message: the text earlier rounds

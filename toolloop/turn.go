@@ -27,6 +27,7 @@ type session struct {
 	history      []byte                 // messages appended by the loop, each preceded by ','
 	shown        []byte                 // blocking loop: the text of the rounds before the current one, as a stream shows it
 	shownSide    [len(sideTexts)][]byte // blocking loop: the same for refusal and reasoning texts
+	textsAt      *pipeline.TextsAt      // blocking loop: the answer's texts through the current round (ServerCall.At)
 	iterations   int                    // model calls made
 	consecErrors int
 	final        bool   // the last model call was the forced final one (tool_choice none)
@@ -298,7 +299,7 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 			src = t.cfg.Server
 		}
 	}
-	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError})
+	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt})
 }
 
 // appendTurn adds the assistant message (its text and every call of the

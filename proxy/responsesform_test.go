@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/responses"
+	"github.com/llmgw/gateway/wire"
+)
+
+// A JSON Responses answer places the tool loop's server calls among its
+// texts where the stream has them: after the reasoning and the text of the
+// rounds before each, before those of the rounds after.
+func TestResponsesJSONPlacesServerCalls(t *testing.T) {
+	f := &responsesForm{rq: &responses.Request{}, enc: wire.NewResponsesJSON(wire.ResponsesHeader{ID: "resp_1", Model: "m"})}
+	call := func(name string, at *pipeline.TextsAt) {
+		f.serverCall(&pipeline.ServerCall{Name: name, Source: "builtin", Arguments: []byte(`{}`), Output: []byte(`{"data":1}`), At: at})
+	}
+	call("a", &pipeline.TextsAt{ReasoningContent: 6, Content: 3})
+	call("b", &pipeline.TextsAt{ReasoningContent: 6, Content: 3}) // the same round
+	call("c", &pipeline.TextsAt{ReasoningContent: 12, Content: 6})
+	out := f.body([]byte(`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant",` +
+		`"reasoning_content":"think1think2think3","content":"onetwothree"},"finish_reason":"stop"}]}`))
+	var items []string
+	gjson.GetBytes(out, "output").ForEach(func(_, it gjson.Result) bool {
+		switch typ := it.Get("type").Str; typ {
+		case "message":
+			items = append(items, "message:"+it.Get("content.0.text").Str)
+		case "reasoning":
+			items = append(items, "reasoning:"+it.Get("content.0.text").Str+it.Get("summary.0.text").Str)
+		default:
+			items = append(items, typ+":"+it.Get("name").Str)
+		}
+		return true
+	})
+	want := "reasoning:think1|message:one|mcp_call:a|mcp_call:b|reasoning:think2|message:two|mcp_call:c|reasoning:think3|message:three"
+	if got := strings.Join(items, "|"); got != want {
+		t.Fatalf("output %s\nwant   %s\n%s", got, want, out)
+	}
+}
