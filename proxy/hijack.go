@@ -69,7 +69,7 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 		// through, until this function returns: take what c holds and run
 		// the stream elsewhere.
 		ahead, err := readAhead(c, conn)
-		go s.serveStream(conn, tcp, sk, ahead, keep && err == nil)
+		s.goStream(func() { s.serveStream(conn, tcp, sk, ahead, keep && err == nil) })
 	})
 	return true
 }

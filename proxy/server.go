@@ -20,6 +20,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/panjf2000/ants/v2"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -86,12 +87,31 @@ type Server struct {
 
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
+
+	// workers runs the streams handed over (hijack.go) and, after each,
+	// its connection's next requests, on goroutines kept between them
+	// (streamWorkers).
+	workers *ants.Pool
 }
+
+// streamWorkers is how long a stream goroutine with nothing to do waits
+// for the next stream before it ends. A stream's goroutine serves its
+// connection's next requests when it ends, and a request needs a larger
+// stack than a new goroutine starts with: a goroutine started per stream
+// grew (copied) its stack for every request after a stream, about 5% of
+// the CPU of short streams. A kept goroutine has grown already (until
+// the collector shrinks an idle one).
+const streamWorkers = 10 * time.Second
 
 // NewServer returns a server for rt.
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 	s := &Server{log: log, open: map[net.Conn]struct{}{}, streaming: map[net.Conn]struct{}{}, idle: map[*keptConn]struct{}{}}
 	s.base, s.cancel = context.WithCancel(context.Background())
+	s.workers, _ = ants.NewPool(-1, ants.WithExpiryDuration(streamWorkers), // unbounded: never fails
+		ants.WithPanicHandler(func(r any) { // the stream recovers its own; this is the rest of the hand-over
+			panics.Inc()
+			log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("stream goroutine panicked")
+		}))
 	var p [6]byte
 	_, _ = rand.Read(p[:])
 	s.idPfx = "req_" + hex.EncodeToString(p[:])
@@ -175,7 +195,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.chats.wait(finalWrites)
 	}
 	s.peers.close()
+	s.workers.Release()
 	return err
+}
+
+// goStream runs f on a kept stream goroutine (streamWorkers), or a new
+// one once the pool was released.
+func (s *Server) goStream(f func()) {
+	if s.workers.Submit(f) != nil {
+		go f()
+	}
 }
 
 // connState keeps the set of open connections, and closes a connection
