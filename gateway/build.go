@@ -36,6 +36,7 @@ import (
 	"github.com/llmgw/gateway/toolprompt"
 	"github.com/llmgw/gateway/toolselect"
 	"github.com/llmgw/gateway/tracing"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
@@ -101,7 +102,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 	if err != nil {
 		return nil, err
 	}
-	var _ proxy.Policy = engine // one policy engine for every route
+	var _ proxy.Policy = passPolicy{} // one policy engine for every route
 	rt = &proxy.Runtime{
 		Config:   cfg,
 		Routes:   b.routes,
@@ -134,7 +135,7 @@ func (b *builder) close() {
 // pass-through endpoints): the policy engine's, then the limiter's
 // admission, so that a pass-through call takes a request from the tenant's
 // rate limits and is refused over a limit or a spent budget, as a chat call
-// is. (Its tokens are not metered: a pass-through answer is not read.)
+// is; and the limiter's meter, which charges the usage its answer reports.
 type passPolicy struct {
 	*policies.Engine
 	limiter *limits.Limiter
@@ -146,6 +147,10 @@ func (p passPolicy) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 	}
 	return p.limiter.Admit(r)
 }
+
+// Meter charges an answered pass-through call as the model layer's meter
+// charges a chat call.
+func (p passPolicy) Meter(r *pipeline.Request, u wire.ChatUsage, ok bool) { p.limiter.Charge(r, u, ok) }
 
 // allowsModel is the tenant policy's model allow-list, for the calls the
 // model layer makes on its own (a fallback).

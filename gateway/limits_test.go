@@ -291,3 +291,53 @@ passthrough = ["/v1/embeddings", "/v1/files"]
 		t.Fatalf("an upload over the limit: %d, want 429", status)
 	}
 }
+
+// Pass-through calls are metered as chat calls are: the usage their answer
+// reports (a JSON embeddings answer, an SSE answer) goes to the usage
+// record and to the tenant's budget, and a call whose answer reports none
+// is charged its body's estimate. A budget spent through pass-through
+// refuses the next chat call. They used to cost nothing.
+func TestPassthroughIsMetered(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(limitsConfig, "context_window = 1000\n", "context_window = 1000\n[models.price]\ninput = 2\noutput = 10\n", 1) + `
+[[policies]]
+tenant = "team"
+passthrough = ["/v1/embeddings", "/v1/completions"]
+[[budgets]]
+tenant = "team"
+amount = 0.01
+period = "day"
+`
+	h := newHarness(t, cfg, mockllm.Options{})
+	report := func() gjson.Result {
+		status, _, body := send(t, "GET", h.base+"/gateway/usage?group_by=tenant", "sk-ops", "")
+		if status != 200 {
+			t.Fatalf("usage report: %d %s", status, body)
+		}
+		return gjson.GetBytes(body, `data.#(group=="team")`)
+	}
+	for _, path := range []string{"/embeddings?usage=1000", "/completions?sse=3&usage=500"} {
+		if status, _, body := send(t, "POST", h.base+path, "sk-team", `{"model":"gpt-x","input":"a \"usage\":{\"prompt_tokens\":1}"}`); status != 200 {
+			t.Fatalf("%s: %d %s", path, status, body)
+		}
+	}
+	team := report()
+	if team.Get("upstream_calls").Int() != 2 || team.Get("input_tokens").Int() != 1500 || team.Get("cost_microdollars").Int() != 3000 {
+		t.Fatalf("after two pass-through calls reporting 1000 and 500 tokens: %s", team.Raw)
+	}
+	// No usage in the answer: the body's estimate counts.
+	if status, _, body := send(t, "POST", h.base+"/embeddings", "sk-team", `{"model":"gpt-x","input":"`+strings.Repeat("word ", 100)+`"}`); status != 200 {
+		t.Fatalf("no usage: %d %s", status, body)
+	}
+	if team := report(); team.Get("upstream_calls").Int() != 3 || team.Get("input_tokens").Int() <= 1500+50 {
+		t.Fatalf("a call reporting no usage was not charged its estimate: %s", team.Raw)
+	}
+	// 4,000 more tokens at $2/M: 3,000 + 8,000 + the estimate's µ$ spend
+	// the $0.01 budget; the next chat call is refused.
+	if status, _, body := send(t, "POST", h.base+"/embeddings?usage=4000", "sk-team", `{"model":"gpt-x","input":"x"}`); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if status, _, body := chatRequest(t, h.base, "sk-team"); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
+		t.Fatalf("a chat call after the budget was spent through pass-through: %d %s", status, body)
+	}
+}

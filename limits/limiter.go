@@ -190,7 +190,8 @@ func (b *budgetRule) applies(tenant, key string) bool {
 }
 
 // estimate counts the input tokens of a chat body with the route's
-// tokenizer; 0 when it cannot.
+// tokenizer, or of any other JSON body (a pass-through endpoint's) as
+// text; 0 when it cannot.
 func estimate(r *pipeline.Request) int64 {
 	enc := ""
 	if r.Route != nil {
@@ -202,7 +203,7 @@ func estimate(r *pipeline.Request) int64 {
 	}
 	n, err := c.Count(r.Body)
 	if err != nil {
-		return 0
+		return int64(c.CountText(string(r.Body)))
 	}
 	return int64(n)
 }

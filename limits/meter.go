@@ -75,6 +75,13 @@ func tokensOf(c wire.ChatUsage) tokens {
 	return tokens{input: c.Prompt, output: c.Completion, cached: c.Cached}
 }
 
+// Charge records a call made outside the model layer (a pass-through
+// endpoint's) as Meter records one: u is the usage its answer reported
+// (ok), else an estimate of r.Body's tokens counts as its input.
+func (l *Limiter) Charge(r *pipeline.Request, u wire.ChatUsage, ok bool) {
+	l.charge(context.Background(), r, tokensOf(u), ok)
+}
+
 // charge records one finished upstream call.
 func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok bool) {
 	if !ok {

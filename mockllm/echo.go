@@ -13,7 +13,9 @@ import (
 // values are exact (Authorization included). Query parameters steer it:
 // status=NNN answers with that status; sse=N streams N events
 // `data: {"n":i,"echo":<the JSON above>}` with ChunkDelay between them, then
-// [DONE].
+// [DONE]; usage=N reports N prompt tokens, as embeddings do: a top-level
+// "usage":{"prompt_tokens":N,"total_tokens":N} after the echo (in the last
+// event when streamed).
 func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 	b := make([]byte, 0, 256+len(ctx.PostBody()))
 	b = append(b, `{"method":`...)
@@ -36,6 +38,14 @@ func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 	b = append(b, `},"body":`...)
 	b = jsonstring.Append(b, string(ctx.PostBody()))
 	b = append(b, '}')
+	var usage []byte
+	if v, err := strconv.Atoi(string(ctx.QueryArgs().Peek("usage"))); err == nil && v >= 0 {
+		usage = append(usage, `,"usage":{"prompt_tokens":`...)
+		usage = strconv.AppendInt(usage, int64(v), 10)
+		usage = append(usage, `,"total_tokens":`...)
+		usage = strconv.AppendInt(usage, int64(v), 10)
+		usage = append(usage, '}')
+	}
 
 	status := fasthttp.StatusOK
 	if v, err := strconv.Atoi(string(ctx.QueryArgs().Peek("status"))); err == nil && v >= 200 && v <= 599 {
@@ -45,6 +55,9 @@ func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 	n, err := strconv.Atoi(string(ctx.QueryArgs().Peek("sse")))
 	if err != nil || n <= 0 {
 		ctx.SetContentType("application/json")
+		if usage != nil {
+			b = append(append(b[:len(b)-1], usage...), '}')
+		}
 		ctx.SetBody(b)
 		return
 	}
@@ -61,6 +74,9 @@ func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 			ev = strconv.AppendInt(ev, int64(i), 10)
 			ev = append(ev, `,"echo":`...)
 			ev = append(ev, b...)
+			if i == n-1 {
+				ev = append(ev, usage...)
+			}
 			ev = append(ev, "}\n\n"...)
 			if _, err := w.Write(ev); err != nil {
 				return

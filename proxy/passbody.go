@@ -33,6 +33,12 @@ type passBody struct {
 	// (Runtime.servesResponses); body is as the tenant policy left it.
 	native bool
 	tenant *pipeline.Tenant
+	// meter is the request Policy.Admit admitted, which the answer's usage
+	// is charged to (Policy.Meter); nil = not metered. estimate: without
+	// a reported usage, the body is a JSON body whose tokens estimate the
+	// call's input.
+	meter    *pipeline.Request
+	estimate bool
 }
 
 // passthroughBody reads, checks and routes a pass-through body. JSON and
@@ -66,6 +72,7 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 			return pb, err
 		}
 		body = req.Body
+		pb.meter, pb.estimate = req, f.json
 	}
 	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
 		pb.body, pb.native = body, true
@@ -84,9 +91,11 @@ func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path 
 		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
 			"%s takes application/json or multipart/form-data.", truncate(path, 200))
 	}
+	var meter *pipeline.Request
 	if rt.Policy != nil {
 		// No model to judge, but the tenant's request limits still apply.
-		if err := rt.Policy.Admit(t, &pipeline.Request{Endpoint: path}); err != nil {
+		meter = &pipeline.Request{Endpoint: path}
+		if err := rt.Policy.Admit(t, meter); err != nil {
 			return passBody{}, err
 		}
 	}
@@ -95,9 +104,9 @@ func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path 
 		return passBody{}, err
 	}
 	if !ctx.Request.IsBodyStream() {
-		return passBody{body: ctx.Request.Body()}, nil // fasthttp's buffer lives until the handler's writer ends
+		return passBody{body: ctx.Request.Body(), meter: meter}, nil // fasthttp's buffer lives until the handler's writer ends
 	}
-	return passBody{upload: &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}}, nil
+	return passBody{upload: &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}, meter: meter}, nil
 }
 
 // routeBody sends body to route's first deployment: its provider, and the

@@ -90,7 +90,28 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	ctx.SetStatusCode(resp.StatusCode())
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true
-	ctx.SetBodyStreamWriter(s.copyBody(x, pc, freq, resp, ctx.Conn()))
+	var m *passMeter
+	if pb.meter != nil && resp.StatusCode() < 300 {
+		// An answered call costs the tenant what it reports, as a chat call does.
+		m = &passMeter{policy: x.rt.Policy, r: pb.meter, estimate: pb.estimate, tap: newUsageTap(resp.Header.ContentType())}
+	}
+	ctx.SetBodyStreamWriter(s.copyBody(x, pc, freq, resp, ctx.Conn(), m))
+}
+
+// passMeter charges a pass-through call with the usage its answer reports
+// (Policy.Meter), read by tap while the answer is copied.
+type passMeter struct {
+	policy   Policy
+	r        *pipeline.Request
+	estimate bool // without a reported usage, charge an estimate of r.Body
+	tap      *usageTap
+}
+
+func (m *passMeter) charge() {
+	u, ok := m.tap.usage()
+	if ok || m.estimate {
+		m.policy.Meter(m.r, u, ok)
+	}
 }
 
 // passTarget applies the tenant policy to a pass-through request and picks
@@ -184,7 +205,7 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 // the provider's idle timeout between reads, and then finishes x. It owns
 // freq and resp and releases them. A truncated upstream body closes the
 // client's connection: it must not end with a clean final chunk.
-func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Request, resp *fasthttp.Response, client net.Conn) fasthttp.StreamWriter {
+func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Request, resp *fasthttp.Response, client net.Conn, m *passMeter) fasthttp.StreamWriter {
 	conn := pc.conns.lookup(resp.LocalAddr())
 	if conn != nil {
 		_ = conn.SetReadDeadline(time.Time{})
@@ -205,6 +226,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 			k, err := src.Read(buf)
 			if k > 0 {
 				x.bytes += k
+				if m != nil {
+					m.tap.write(buf[:k])
+				}
 				if wt > 0 {
 					// A client that stops reading ends the copy, as one
 					// that left does.
@@ -229,6 +253,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 			_ = client.SetWriteDeadline(time.Time{}) // fasthttp's writes that follow set none
 		}
 		release(freq, resp)
+		if m != nil {
+			m.charge() // whether or not the client read it all: the upstream answered
+		}
 		s.finish(x)
 	}
 }

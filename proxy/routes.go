@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // modelsCreated is the fixed "created" of configured models: they have no
@@ -45,6 +46,11 @@ type Policy interface {
 	RestrictsModels(t *pipeline.Tenant) bool
 	// BodyLimit returns t's body limit in bytes; 0 = the server's.
 	BodyLimit(t *pipeline.Tenant) int
+	// Meter records a pass-through call that Admit admitted (r) and its
+	// upstream answered: u is the usage its answer reported (ok), else
+	// the call is priced as the chat meter prices a call that reports
+	// none, by an estimate of r.Body.
+	Meter(r *pipeline.Request, u wire.ChatUsage, ok bool)
 }
 
 // authenticate resolves the caller's tenant; nil with a nil error when the

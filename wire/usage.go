@@ -53,3 +53,16 @@ func first(seen *bool, n *int64, v gjson.Result) {
 		*seen, *n = true, v.Int()
 	}
 }
+
+// ParseResponsesUsage reads a Responses API usage object (input_tokens,
+// output_tokens, total_tokens and their details) as the chat counts it
+// stands for. ok is false when u is not an object.
+func ParseResponsesUsage(u gjson.Result) (c ChatUsage, ok bool) {
+	if !u.IsObject() {
+		return c, false
+	}
+	r := gjson.GetMany(u.Raw, "input_tokens", "output_tokens", "total_tokens",
+		"input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens")
+	c.Prompt, c.Completion, c.Total, c.Cached, c.Reasoning = r[0].Int(), r[1].Int(), r[2].Int(), r[3].Int(), r[4].Int()
+	return c, true
+}

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
+)
+
+// usageTap finds the token usage a pass-through answer reports while its
+// body is copied to the client, so that the call is metered as a chat call
+// is (tokens against the tenant's token limits, spend against its budgets,
+// a row in the usage record). It keeps only what it needs, whatever the
+// body's size: in a JSON answer (embeddings, completions, a native
+// Responses answer) the top-level "usage" object, found by following the
+// nesting byte by byte; in an SSE answer the last usage object of its data
+// lines ("usage", or a Responses event's "response.usage"), one line at a
+// time.
+type usageTap struct {
+	sse   bool
+	found []byte // the usage object's bytes: the JSON answer's, or the last of the stream's
+	over  bool   // found would exceed maxUsageBytes: the answer's usage is not read
+
+	// JSON: where the scan is.
+	depth      int
+	inString   bool
+	escaped    bool
+	expectKey  bool   // at depth 1, the next string is a member's key
+	keying     bool   // reading a depth-1 key into key
+	key        []byte // the last depth-1 key (its first bytes)
+	keyDone    bool   // key is complete; its colon comes next
+	valueNext  bool   // the next value is the top-level usage member's
+	usageKey   bool   // the top-level usage key was seen: only its first value counts, as gjson reads it
+	capturing  bool   // inside the usage object, copying it to found
+	captured   bool   // found holds the whole usage object
+	keyTooLong bool   // longer than maxUsageKey: not usage
+	keyEscaped bool   // has an escape: may spell usage once unescaped
+
+	// SSE: the line being read.
+	line     []byte
+	lineOver bool
+}
+
+const (
+	// maxUsageBytes bounds the usage object a tap keeps.
+	maxUsageBytes = 4 << 10
+	// maxUsageLine bounds an SSE line a tap reads for usage; a longer line
+	// (an event carrying a whole long answer) is skipped.
+	maxUsageLine = 1 << 20
+	maxUsageKey  = 16
+)
+
+// newUsageTap returns a tap for an answer of contentType.
+func newUsageTap(contentType []byte) *usageTap {
+	return &usageTap{sse: bytes.HasPrefix(bytes.TrimSpace(contentType), []byte("text/event-stream"))}
+}
+
+// write takes the next bytes of the answer.
+func (u *usageTap) write(p []byte) {
+	if u.sse {
+		u.lines(p)
+		return
+	}
+	u.scan(p)
+}
+
+// scan follows a JSON answer's nesting and copies its top-level usage
+// object into found.
+func (u *usageTap) scan(p []byte) {
+	if u.captured {
+		return // the first usage member is the one read, as gjson would
+	}
+	for i := 0; i < len(p); i++ {
+		if !u.capturing && !u.keying && !u.escaped {
+			// Bytes that change nothing here are skipped in a tight loop:
+			// in a string all but its quote and escapes, deeper than the
+			// top level all but strings and brackets (an embeddings
+			// answer's numbers).
+			skip := &deepSkip
+			switch {
+			case u.inString:
+				skip = &stringSkip
+			case u.depth < 2:
+				skip = nil
+			}
+			if skip != nil {
+				for i < len(p) && skip[p[i]] {
+					i++
+				}
+				if i == len(p) {
+					return
+				}
+			}
+		}
+		c := p[i]
+		if u.capturing {
+			if len(u.found) >= maxUsageBytes {
+				u.capturing, u.over, u.found = false, true, nil
+			} else {
+				u.found = append(u.found, c)
+			}
+		}
+		if u.inString {
+			switch {
+			case u.escaped:
+				u.escaped = false
+				u.keyEscaped = u.keyEscaped || u.keying
+			case c == '\\':
+				u.escaped = true
+			case c == '"':
+				u.inString = false
+				if u.keying {
+					u.keying, u.keyDone = false, true
+				}
+			case u.keying:
+				if len(u.key) < maxUsageKey {
+					u.key = append(u.key, c)
+				} else {
+					u.keyTooLong = true
+				}
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			u.inString = true
+			if u.depth == 1 && u.expectKey {
+				u.expectKey, u.keying, u.keyTooLong, u.keyEscaped = false, true, false, false
+				u.key = u.key[:0]
+			}
+		case ':':
+			if u.depth == 1 && u.keyDone {
+				u.keyDone = false
+				switch {
+				case u.usageKey:
+				case u.keyEscaped:
+					// It may spell usage, as gjson reads it: a later
+					// usage member is not the one gjson would read.
+					u.usageKey = true
+				case !u.keyTooLong && string(u.key) == "usage":
+					u.usageKey, u.valueNext = true, true
+				}
+				continue
+			}
+		case ',':
+			if u.depth == 1 {
+				u.expectKey = true
+			}
+		case '{', '[':
+			if u.depth == 1 && u.valueNext && c == '{' && !u.over {
+				u.capturing = true
+				u.found = append(u.found[:0], c)
+			}
+			u.depth++
+			if u.depth == 1 && c == '{' {
+				u.expectKey = true
+			}
+		case '}', ']':
+			u.depth--
+			if u.capturing && u.depth == 1 {
+				u.capturing, u.captured = false, true
+				return
+			}
+		}
+		u.valueNext = false
+	}
+}
+
+// stringSkip and deepSkip mark the bytes scan passes over in a string and
+// below the top level.
+var stringSkip, deepSkip = func() (str, deep [256]bool) {
+	for c := range 256 {
+		str[c] = c != '"' && c != '\\'
+		deep[c] = str[c] && c != '{' && c != '}' && c != '[' && c != ']'
+	}
+	return str, deep
+}()
+
+// lines reads an SSE answer line by line and keeps the last usage object
+// of its data lines.
+func (u *usageTap) lines(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		part := p
+		if i >= 0 {
+			part = p[:i]
+		}
+		if !u.lineOver {
+			if len(u.line)+len(part) > maxUsageLine {
+				u.lineOver, u.line = true, nil
+			} else {
+				u.line = append(u.line, part...)
+			}
+		}
+		if i < 0 {
+			return
+		}
+		p = p[i+1:]
+		if !u.lineOver {
+			u.event(bytes.TrimRight(u.line, "\r"))
+		}
+		u.line, u.lineOver = u.line[:0], false
+	}
+}
+
+// event keeps the usage object of one SSE line, if it is a data line with
+// one.
+func (u *usageTap) event(line []byte) {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+		return
+	}
+	v := gjson.GetBytes(data, "usage")
+	if !v.IsObject() {
+		v = gjson.GetBytes(data, "response.usage") // a Responses API event
+	}
+	if !v.IsObject() {
+		return
+	}
+	if len(v.Raw) > maxUsageBytes {
+		u.over, u.found = true, nil
+		return
+	}
+	u.over, u.found = false, append(u.found[:0], v.Raw...)
+}
+
+// usage returns the counts of the usage the answer reported: the chat
+// form (prompt_tokens, completion_tokens: chat, completions, embeddings)
+// or the Responses form (input_tokens, output_tokens); ok is false when
+// the answer reported none that the tap could keep.
+func (u *usageTap) usage() (wire.ChatUsage, bool) {
+	if u.over || len(u.found) == 0 || (!u.sse && !u.captured) || !gjson.ValidBytes(u.found) {
+		return wire.ChatUsage{}, false
+	}
+	v := gjson.ParseBytes(u.found)
+	if v.Get("input_tokens").Exists() || v.Get("output_tokens").Exists() {
+		return wire.ParseResponsesUsage(v)
+	}
+	return wire.ParseChatUsage(v)
+}

@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
+)
+
+// tapAll feeds body to a new tap in pieces of n bytes.
+func tapAll(contentType, body string, n int) *usageTap {
+	u := newUsageTap([]byte(contentType))
+	for b := []byte(body); len(b) > 0; {
+		k := min(n, len(b))
+		u.write(b[:k])
+		b = b[k:]
+	}
+	return u
+}
+
+// The tap reads the usage a pass-through answer reports, whatever the
+// pieces the body arrives in: the top-level usage of a JSON answer (not a
+// "usage" inside its data or its strings), the last usage of an SSE
+// answer's data lines, in the chat form or the Responses form.
+func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
+	long := strings.Repeat(`{"usage":{"prompt_tokens":999}},`, 200)
+	for _, tc := range []struct {
+		name, ct, body string
+		want           wire.ChatUsage
+		ok             bool
+	}{
+		{"embeddings", "application/json", `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,-2e-3]}],"model":"e","usage":{"prompt_tokens":8,"total_tokens":8}}`,
+			wire.ChatUsage{Prompt: 8, Total: 8}, true},
+		{"nested and quoted usage first", "application/json; charset=utf-8",
+			`{"data":[` + long + `{"text":"\"usage\":{\"prompt_tokens\":5}","usage":{"prompt_tokens":6}}], "usage" : {"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`,
+			wire.ChatUsage{Prompt: 3, Completion: 4, Total: 7}, true},
+		{"the first of two", "application/json", `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}`, wire.ChatUsage{Prompt: 1}, true},
+		{"responses form", "application/json", `{"object":"response","output":[],"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":6,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":16}}`,
+			wire.ChatUsage{Prompt: 10, Cached: 4, Completion: 6, Reasoning: 2, Total: 16}, true},
+		{"usage null", "application/json", `{"usage":null,"x":{"a":1}}`, wire.ChatUsage{}, false},
+		{"none", "application/json", `{"data":[{"usage":{"prompt_tokens":9}}]}`, wire.ChatUsage{}, false},
+		{"a top-level array", "application/json", `[{"usage":{"prompt_tokens":9}}]`, wire.ChatUsage{}, false},
+		{"cut inside the usage", "application/json", `{"usage":{"prompt_tokens":9`, wire.ChatUsage{}, false},
+		{"too large", "application/json", `{"usage":{"prompt_tokens":9,"pad":"` + strings.Repeat("x", maxUsageBytes) + `"}}`, wire.ChatUsage{}, false},
+		{"completions stream", "text/event-stream", "data: {\"choices\":[{\"text\":\"usage\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\r\n\r\ndata: [DONE]\n\n",
+			wire.ChatUsage{Prompt: 5, Completion: 2, Total: 7}, true},
+		{"responses stream", "text/event-stream; charset=utf-8",
+			"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1,\"total_tokens\":4}}}\n\n",
+			wire.ChatUsage{Prompt: 3, Completion: 1, Total: 4}, true},
+		{"stream without usage", "text/event-stream", "data: {\"n\":1}\n\ndata: [DONE]\n\n", wire.ChatUsage{}, false},
+	} {
+		for _, n := range []int{1, 7, 1 << 20} {
+			got, ok := tapAll(tc.ct, tc.body, n).usage()
+			if ok != tc.ok || got != tc.want {
+				t.Errorf("%s, in %d-byte pieces: %+v %v, want %+v %v", tc.name, n, got, ok, tc.want, tc.ok)
+			}
+		}
+	}
+}
+
+// FuzzUsageTap: on any bytes, in any pieces, the tap never fails and never
+// keeps more than its bound; on a JSON answer it finds what gjson finds
+// under "usage", or nothing, and it finds it whenever the usage is an
+// object within the bound and the body has no escapes (an escaped key is
+// the one case the byte scan does not read as gjson does).
+func FuzzUsageTap(f *testing.F) {
+	f.Add(`{"model":"e","usage":{"prompt_tokens":8,"total_tokens":8}}`, 3)
+	f.Add(`{"a":"usage","b":{"usage":{"x":1}},"usage":{"prompt_tokens":1}}`, 1)
+	f.Add(`{"us\u0061ge":{"prompt_tokens":1}}`, 2)
+	f.Add(`{"usage":[{"prompt_tokens":1}],"usage":{"x":"}"}}`, 5)
+	f.Add(`{"us\u0061ge":[1],"usage":{"prompt_tokens":1}}`, 4)
+	f.Fuzz(func(t *testing.T, body string, n int) {
+		if n <= 0 {
+			n = 1
+		}
+		u := tapAll("application/json", body, n)
+		if len(u.found) > maxUsageBytes {
+			t.Fatalf("kept %d bytes", len(u.found))
+		}
+		_, _ = u.usage()
+		if !gjson.Valid(body) {
+			return
+		}
+		want := gjson.Get(body, "usage")
+		if u.captured && string(u.found) != want.Raw {
+			t.Fatalf("%q: found %q, gjson %q", body, u.found, want.Raw)
+		}
+		if want.IsObject() && len(want.Raw) <= maxUsageBytes && !strings.Contains(body, `\`) && !u.captured {
+			t.Fatalf("%q: missed %q", body, want.Raw)
+		}
+		s := tapAll("text/event-stream", "data: "+strings.ReplaceAll(body, "\n", " ")+"\n", n)
+		if _, ok := s.usage(); ok != (gjson.Get(body, "usage").IsObject() || gjson.Get(body, "response.usage").IsObject()) && len(body) < maxUsageBytes && bytes.HasPrefix(bytes.TrimSpace([]byte(body)), []byte("{")) {
+			t.Fatalf("%q streamed: ok %v", body, ok)
+		}
+	})
+}
+
+// BenchmarkUsageTap: the cost of reading a large embeddings answer's usage
+// while it is copied (32 KiB reads, as copyBody makes them).
+func BenchmarkUsageTap(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"object":"list","data":[`)
+	for i := range 64 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(`{"object":"embedding","index":0,"embedding":[`)
+		for j := range 1536 {
+			if j > 0 {
+				body.WriteByte(',')
+			}
+			body.WriteString("-0.0123456")
+		}
+		body.WriteString(`]}`)
+	}
+	body.WriteString(`],"model":"e","usage":{"prompt_tokens":8,"total_tokens":8}}`)
+	b.SetBytes(int64(body.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := tapAll("application/json", body.String(), 32<<10).usage(); !ok {
+			b.Fatal("no usage")
+		}
+	}
+}
