@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -54,19 +55,22 @@ func silentUpstream(t *testing.T) (url string, got, left <-chan time.Time) {
 	return "http://" + ln.Addr().String() + "/v1", gotc, leftc
 }
 
-// A client that leaves cancels its upstream call promptly, whatever
-// the request: non-streamed (with and without server tools), or streamed and
-// still waiting for the upstream's first byte. The upstream never answers,
-// so only a cancelled call ends before total_timeout (10 minutes).
+// A client that leaves cancels its upstream call promptly, whatever the
+// request: non-streamed (with and without server tools), streamed and still
+// waiting for the upstream's first byte, or a pass-through call. The
+// upstream never answers, so only a cancelled call ends before its timeout
+// (10 minutes for chat, first_byte_timeout for the pass-through).
 func TestClientLeavingCancelsEveryUpstreamCall(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, config, body string
+		path               string // default: the chat route
 	}{
-		{"non-stream", baseConfig, `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`},
-		{"stream before its first byte", baseConfig, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`},
-		{"non-stream with server tools", toolConfig, `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`},
-		{"stream with server tools", toolConfig, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`},
+		{"non-stream", baseConfig, `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`, ""},
+		{"stream before its first byte", baseConfig, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`, ""},
+		{"non-stream with server tools", toolConfig, `{"model":"gpt-x","messages":[{"role":"user","content":"go"}]}`, ""},
+		{"stream with server tools", toolConfig, `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`, ""},
+		{"pass-through before its first byte", baseConfig, `{"model":"gpt-x","input":"go"}`, "/v1/embeddings"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,7 +82,8 @@ func TestClientLeavingCancelsEveryUpstreamCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(c.body), c.body)
+			path := cmp.Or(c.path, "/v1/chat/completions")
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(c.body), c.body)
 			select {
 			case <-got:
 			case <-time.After(10 * time.Second):

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -63,14 +64,32 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	}
 	resp.StreamBody = true
 	freq.SetTimeout(timeout)
-	if err := pc.hc.Do(freq, resp); err != nil {
+	// A client that leaves before the answer's head cancels the call, as
+	// on the chat route (see runChat); once the body flows, a failed write
+	// to the client ends the copy.
+	rctx := lazyctx.New(s.base, time.Time{})
+	watch := s.peers.watch(ctx.Conn(), rctx.Cancel)
+	c := pc.conns.startCall(rctx, &freq.Header)
+	err = pc.hc.Do(freq, resp)
+	s.peers.unwatch(watch)
+	if !c.end() {
+		resp.SetConnectionClose() // cancelled while Do ran
+	}
+	left := rctx.Err() != nil
+	rctx.Cancel()
+	if err != nil {
 		release(freq, resp)
-		if pb.upload != nil && pb.upload.err != nil {
+		switch {
+		case pb.upload != nil && pb.upload.err != nil:
 			err = pb.upload.err // the client's side failed: not the upstream's fault
 			// The rest of the upload may still be on its way: it must not
 			// be read as the connection's next request.
 			ctx.SetConnectionClose()
-		} else {
+		case left && s.base.Err() != nil:
+			err = errShuttingDown
+		case left:
+			err = pipeline.ErrClientGone
+		default:
 			err = pc.transportError(err)
 		}
 		s.writeError(ctx, x, err)
