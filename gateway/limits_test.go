@@ -295,14 +295,15 @@ passthrough = ["/v1/embeddings", "/v1/files"]
 // Pass-through calls are metered as chat calls are: the usage their answer
 // reports (a JSON embeddings answer, an SSE answer) goes to the usage
 // record and to the tenant's budget, and a call whose answer reports none
-// is charged its body's estimate. A budget spent through pass-through
+// is charged its body's estimate; an answer that only shows a stored call's
+// usage is not charged again. A budget spent through pass-through
 // refuses the next chat call. They used to cost nothing.
 func TestPassthroughIsMetered(t *testing.T) {
 	t.Parallel()
-	cfg := strings.Replace(limitsConfig, "context_window = 1000\n", "context_window = 1000\n[models.price]\ninput = 2\noutput = 10\n", 1) + `
+	cfg := strings.Replace(strings.Split(limitsConfig, "[[limits]]")[0], "context_window = 1000\n", "context_window = 1000\n[models.price]\ninput = 2\noutput = 10\n", 1) + `
 [[policies]]
 tenant = "team"
-passthrough = ["/v1/embeddings", "/v1/completions"]
+passthrough = ["/v1/embeddings", "/v1/completions", "/v1/chat/completions/*"]
 [[budgets]]
 tenant = "team"
 amount = 0.01
@@ -321,9 +322,14 @@ period = "day"
 			t.Fatalf("%s: %d %s", path, status, body)
 		}
 	}
+	// Updating a stored completion's metadata answers with the completion,
+	// usage included: not a model call, and charged when the call was made.
+	if status, _, body := send(t, "POST", h.base+"/chat/completions/chatcmpl_1?usage=777", "sk-team", `{"metadata":{"k":"v"}}`); status != 200 {
+		t.Fatalf("stored completion: %d %s", status, body)
+	}
 	team := report()
 	if team.Get("upstream_calls").Int() != 2 || team.Get("input_tokens").Int() != 1500 || team.Get("cost_microdollars").Int() != 3000 {
-		t.Fatalf("after two pass-through calls reporting 1000 and 500 tokens: %s", team.Raw)
+		t.Fatalf("after two pass-through calls reporting 1000 and 500 tokens and a stored completion's update: %s", team.Raw)
 	}
 	// No usage in the answer: the body's estimate counts.
 	if status, _, body := send(t, "POST", h.base+"/embeddings", "sk-team", `{"model":"gpt-x","input":"`+strings.Repeat("word ", 100)+`"}`); status != 200 {

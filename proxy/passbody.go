@@ -34,9 +34,9 @@ type passBody struct {
 	native bool
 	tenant *pipeline.Tenant
 	// meter is the request Policy.Admit admitted, which the answer's usage
-	// is charged to (Policy.Meter); nil = not metered. estimate: without
-	// a reported usage, the body is a JSON body whose tokens estimate the
-	// call's input.
+	// is charged to (Policy.Meter): a POST to a model endpoint; nil = not
+	// metered. estimate: without a reported usage, the body is a JSON body
+	// whose tokens estimate the call's input.
 	meter    *pipeline.Request
 	estimate bool
 }
@@ -72,7 +72,11 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 			return pb, err
 		}
 		body = req.Body
-		pb.meter, pb.estimate = req, f.json
+		if ctx.IsPost() && rt.Policy.ModelEndpoint(path) {
+			// A call of a model: metered. A retrieval (a stored response,
+			// a batch) may carry the usage of a call charged already.
+			pb.meter, pb.estimate = req, f.json
+		}
 	}
 	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
 		pb.body, pb.native = body, true
@@ -91,11 +95,9 @@ func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path 
 		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
 			"%s takes application/json or multipart/form-data.", truncate(path, 200))
 	}
-	var meter *pipeline.Request
 	if rt.Policy != nil {
 		// No model to judge, but the tenant's request limits still apply.
-		meter = &pipeline.Request{Endpoint: path}
-		if err := rt.Policy.Admit(t, meter); err != nil {
+		if err := rt.Policy.Admit(t, &pipeline.Request{Endpoint: path}); err != nil {
 			return passBody{}, err
 		}
 	}
@@ -104,9 +106,9 @@ func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path 
 		return passBody{}, err
 	}
 	if !ctx.Request.IsBodyStream() {
-		return passBody{body: ctx.Request.Body(), meter: meter}, nil // fasthttp's buffer lives until the handler's writer ends
+		return passBody{body: ctx.Request.Body()}, nil // fasthttp's buffer lives until the handler's writer ends
 	}
-	return passBody{upload: &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}, meter: meter}, nil
+	return passBody{upload: &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}}, nil
 }
 
 // routeBody sends body to route's first deployment: its provider, and the
