@@ -318,8 +318,14 @@ period = "day"
 		return gjson.GetBytes(body, `data.#(group=="team")`)
 	}
 	for _, path := range []string{"/embeddings?usage=1000", "/completions?sse=3&usage=500"} {
-		if status, _, body := send(t, "POST", h.base+path, "sk-team", `{"model":"gpt-x","input":"a \"usage\":{\"prompt_tokens\":1}"}`); status != 200 {
+		status, _, body := send(t, "POST", h.base+path, "sk-team", `{"model":"gpt-x","input":"a \"usage\":{\"prompt_tokens\":1}"}`)
+		if status != 200 {
 			t.Fatalf("%s: %d %s", path, status, body)
+		}
+		// Go's client asks for gzip; the gateway asks the provider for an
+		// answer it can read the usage of.
+		if strings.Contains(strings.ToLower(string(body)), "accept-encoding") {
+			t.Fatalf("%s: the provider was asked for a compressed answer: %s", path, body)
 		}
 	}
 	// Updating a stored completion's metadata answers with the completion,

@@ -195,6 +195,11 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 	freq.SetRequestURI(uri)
 	freq.Header.SetMethodBytes(ctx.Method())
 	pc.setHeaders(&freq.Header, id)
+	if pb.meter != nil {
+		// The answer's usage is read on its way through (passMeter): ask
+		// for it uncompressed.
+		freq.Header.Del(fasthttp.HeaderAcceptEncoding)
+	}
 	if pb.upload != nil {
 		// The upload is a reader the client's connection feeds (the
 		// upload owns the server's request stream; fasthttp never sees it
