@@ -150,7 +150,9 @@ func (p passPolicy) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 
 // Meter charges an answered pass-through call as the model layer's meter
 // charges a chat call.
-func (p passPolicy) Meter(r *pipeline.Request, u wire.ChatUsage, ok bool) { p.limiter.Charge(r, u, ok) }
+func (p passPolicy) Meter(r *pipeline.Request, u wire.ChatUsage, estimateInput bool) {
+	p.limiter.Charge(r, u, estimateInput)
+}
 
 // allowsModel is the tenant policy's model allow-list, for the calls the
 // model layer makes on its own (a fallback).

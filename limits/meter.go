@@ -76,10 +76,15 @@ func tokensOf(c wire.ChatUsage) tokens {
 }
 
 // Charge records a call made outside the model layer (a pass-through
-// endpoint's) as Meter records one: u is the usage its answer reported
-// (ok), else an estimate of r.Body's tokens counts as its input.
-func (l *Limiter) Charge(r *pipeline.Request, u wire.ChatUsage, ok bool) {
-	l.charge(context.Background(), r, tokensOf(u), ok)
+// endpoint's) as Meter records one, with the tokens of u: the usage its
+// answer reported, or the caller's estimate. estimateInput counts an
+// estimate of r.Body's tokens as its input instead of u's.
+func (l *Limiter) Charge(r *pipeline.Request, u wire.ChatUsage, estimateInput bool) {
+	t := tokensOf(u)
+	if estimateInput {
+		t.input = estimate(r)
+	}
+	l.charge(context.Background(), r, t, true)
 }
 
 // charge records one finished upstream call.

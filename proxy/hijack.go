@@ -71,7 +71,20 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 		// through, until this function returns: take what c holds and run
 		// the stream elsewhere.
 		ahead, err := readAhead(c, conn)
-		s.goStream(func() { s.serveStream(conn, tcp, sk, ahead, keep && err == nil) })
+		s.goStream(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					// A panic outside the stream's own recovery (serving the
+					// connection after it): the connection ends with it.
+					s.connsMu.Lock()
+					delete(s.streaming, conn)
+					s.connsMu.Unlock()
+					s.closeKept(conn)
+					panic(r) // the pool's handler counts and logs it
+				}
+			}()
+			s.serveStream(conn, tcp, sk, ahead, keep && err == nil)
+		})
 	})
 	return true
 }

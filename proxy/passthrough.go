@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // hopHeaders are meaningful only for one connection and never forwarded
@@ -32,7 +33,7 @@ var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "
 
 // clientOnlyHeaders carry the client's identity towards the gateway; the
 // provider gets the gateway's own.
-var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace"}
+var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace", callHeader}
 
 // handlePassthrough forwards any other /v1/* request to a provider, under
 // the same tenant policy as chat: the path must be on the tenant's
@@ -127,9 +128,18 @@ type passMeter struct {
 }
 
 func (m *passMeter) charge() {
-	u, ok := m.tap.usage()
-	if ok || m.estimate {
-		m.policy.Meter(m.r, u, ok)
+	var u wire.ChatUsage
+	ok := false
+	if m.tap != nil {
+		u, ok = m.tap.usage()
+	}
+	switch {
+	case ok:
+		m.policy.Meter(m.r, u, false)
+	case m.estimate || u.Completion > 0:
+		// No usage read (none reported, or the answer was cut): the
+		// input's estimate for a JSON call, and the output the tap saw.
+		m.policy.Meter(m.r, u, m.estimate)
 	}
 }
 
@@ -198,7 +208,7 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 	if pb.meter != nil {
 		// The answer's usage is read on its way through (passMeter): ask
 		// for it uncompressed.
-		freq.Header.Del(fasthttp.HeaderAcceptEncoding)
+		freq.Header.Set(fasthttp.HeaderAcceptEncoding, "identity")
 	}
 	if pb.upload != nil {
 		// The upload is a reader the client's connection feeds (the
@@ -240,33 +250,41 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		end = x.start.Add(total)
 	}
 	wt := x.rt.Config.Server.WriteTimeout.D()
+	var tap *usageTap
+	if m != nil {
+		tap = m.tap
+	}
 	return func(w *bufio.Writer) {
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
+		gone, drained := false, 0
 		for src != nil {
 			if conn != nil && (idle > 0 || !end.IsZero()) {
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
 			}
 			k, err := src.Read(buf)
 			if k > 0 {
-				x.bytes += k
-				if m != nil {
-					m.tap.write(buf[:k])
+				if tap != nil {
+					tap.write(buf[:k])
 				}
-				if wt > 0 {
-					// A client that stops reading ends the copy, as one
-					// that left does.
-					_ = client.SetWriteDeadline(time.Now().Add(wt))
+				switch {
+				case gone:
+					drained += k
+				case s.relay(w, client, buf[:k], wt):
+					x.bytes += k
+				default:
+					// The client left. A JSON answer's usage comes at its
+					// end, and the provider bills the whole answer: read on
+					// (a bounded amount) to charge it. A stream is not read
+					// on: that would keep the provider generating.
+					gone = true
 				}
-				if _, werr := w.Write(buf[:k]); werr != nil {
-					break
-				}
-				if werr := w.Flush(); werr != nil {
+				if gone && (tap == nil || tap.sse || tap.captured || drained > maxDrain) {
 					break
 				}
 			}
 			if err != nil {
-				if err != io.EOF {
+				if err != io.EOF && !gone {
 					_ = client.Close()
 					x.status = fasthttp.StatusBadGateway
 				}
@@ -283,6 +301,22 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		s.finish(x)
 	}
 }
+
+// relay writes p to the client, each write bounded by wt; false when the
+// client is gone (or stopped reading, which ends the copy as leaving does).
+func (s *Server) relay(w *bufio.Writer, client net.Conn, p []byte, wt time.Duration) bool {
+	if wt > 0 {
+		_ = client.SetWriteDeadline(time.Now().Add(wt))
+	}
+	if _, err := w.Write(p); err != nil {
+		return false
+	}
+	return w.Flush() == nil
+}
+
+// maxDrain bounds what a pass-through reads of a metered JSON answer after
+// its client left, to find its usage.
+const maxDrain = 1 << 20
 
 // readDeadline is the deadline of the next read of a pass-through body:
 // idle from now, but never past end (zero: no total bound).

@@ -21,6 +21,7 @@ type usageTap struct {
 	sse   bool
 	found []byte // the usage object's bytes: the JSON answer's, or the last of the stream's
 	over  bool   // found would exceed maxUsageBytes: the answer's usage is not read
+	text  int    // bytes of generated text an SSE answer carried (see outputGuess)
 
 	// JSON: where the scan is.
 	depth      int
@@ -51,9 +52,18 @@ const (
 	maxUsageKey  = 16
 )
 
-// newUsageTap returns a tap for an answer of contentType.
+// newUsageTap returns a tap for an answer of contentType, or nil for an
+// answer that is neither JSON nor SSE (audio, an image), which reports no
+// usage.
 func newUsageTap(contentType []byte) *usageTap {
-	return &usageTap{sse: bytes.HasPrefix(bytes.TrimSpace(contentType), []byte("text/event-stream"))}
+	ct := bytes.ToLower(bytes.TrimSpace(contentType))
+	switch {
+	case bytes.HasPrefix(ct, []byte("text/event-stream")):
+		return &usageTap{sse: true}
+	case bytes.HasPrefix(ct, []byte("application/json")), len(ct) == 0:
+		return &usageTap{}
+	}
+	return nil
 }
 
 // write takes the next bytes of the answer.
@@ -217,6 +227,7 @@ func (u *usageTap) event(line []byte) {
 	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
 		return
 	}
+	u.text += generatedText(data)
 	v := gjson.GetBytes(data, "usage")
 	if !v.IsObject() {
 		v = gjson.GetBytes(data, "response.usage") // a Responses API event
@@ -231,13 +242,31 @@ func (u *usageTap) event(line []byte) {
 	u.over, u.found = false, append(u.found[:0], v.Raw...)
 }
 
+// generatedText counts the bytes of text one SSE event of an answer
+// carries: a completion choice's text or a chat delta's content, or a
+// Responses event's delta.
+func generatedText(data []byte) int {
+	if d := gjson.GetBytes(data, "delta"); d.Type == gjson.String {
+		return len(d.Str)
+	}
+	n := 0
+	gjson.GetBytes(data, "choices").ForEach(func(_, c gjson.Result) bool {
+		n += len(c.Get("text").Str) + len(c.Get("delta.content").Str)
+		return true
+	})
+	return n
+}
+
 // usage returns the counts of the usage the answer reported: the chat
 // form (prompt_tokens, completion_tokens: chat, completions, embeddings)
 // or the Responses form (input_tokens, output_tokens); ok is false when
-// the answer reported none that the tap could keep.
+// the answer reported none that the tap could keep. The counts are then
+// a guess of the output: a streamed answer without usage (a completions
+// stream that did not ask for it, or one cut short) still made the text it
+// sent, about four bytes a token.
 func (u *usageTap) usage() (wire.ChatUsage, bool) {
 	if u.over || len(u.found) == 0 || (!u.sse && !u.captured) || !gjson.ValidBytes(u.found) {
-		return wire.ChatUsage{}, false
+		return wire.ChatUsage{Completion: int64(u.text+3) / 4}, false
 	}
 	v := gjson.ParseBytes(u.found)
 	if v.Get("input_tokens").Exists() || v.Get("output_tokens").Exists() {

@@ -51,12 +51,28 @@ func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
 			"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1,\"total_tokens\":4}}}\n\n",
 			wire.ChatUsage{Prompt: 3, Completion: 1, Total: 4}, true},
 		{"stream without usage", "text/event-stream", "data: {\"n\":1}\n\ndata: [DONE]\n\n", wire.ChatUsage{}, false},
+		// Without usage, the output a stream carried is guessed at four
+		// bytes a token.
+		{"completions stream without usage", "text/event-stream",
+			"data: {\"choices\":[{\"text\":\"abcdefgh\"}]}\n\ndata: {\"choices\":[{\"text\":\"ijkl\"},{\"delta\":{\"content\":\"mnop\"}}]}\n\ndata: [DONE]\n\n",
+			wire.ChatUsage{Completion: 4}, false},
+		{"a cut Responses stream", "text/event-stream", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"abcdef\"}\n\n", wire.ChatUsage{Completion: 2}, false},
 	} {
 		for _, n := range []int{1, 7, 1 << 20} {
 			got, ok := tapAll(tc.ct, tc.body, n).usage()
 			if ok != tc.ok || got != tc.want {
 				t.Errorf("%s, in %d-byte pieces: %+v %v, want %+v %v", tc.name, n, got, ok, tc.want, tc.ok)
 			}
+		}
+	}
+}
+
+// An answer that is neither JSON nor SSE (audio, an image) is not read.
+func TestUsageTapOnlyForJSONAndSSE(t *testing.T) {
+	for ct, want := range map[string]bool{"application/json": true, "Application/JSON; charset=utf-8": true, "": true,
+		"text/event-stream": true, "audio/mpeg": false, "image/png": false, "application/octet-stream": false} {
+		if got := newUsageTap([]byte(ct)) != nil; got != want {
+			t.Errorf("%q: tap %v, want %v", ct, got, want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -178,7 +179,16 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 	var done pipeline.TextsAt // how much of each text is encoded
 	part := func(t *wire.Event, upTo int) {
 		n := done.Of(t.Key)
-		if n == nil || upTo <= *n {
+		if n == nil {
+			return
+		}
+		// A layer after the loop may have changed the text (a redacting
+		// guardrail): never cut inside a character.
+		upTo = min(upTo, len(t.Text))
+		for upTo > *n && upTo < len(t.Text) && !utf8.RuneStart(t.Text[upTo]) {
+			upTo--
+		}
+		if upTo <= *n {
 			return
 		}
 		e := *t
@@ -189,8 +199,8 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 	for i := range calls {
 		c := &calls[i]
 		for j := range texts {
-			if c.hasAt {
-				part(&texts[j], min(*c.at.Of(texts[j].Key), len(texts[j].Text)))
+			if at := c.at.Of(texts[j].Key); c.hasAt && at != nil {
+				part(&texts[j], *at)
 			}
 		}
 		dst = f.enc.Encode(dst, &c.e)

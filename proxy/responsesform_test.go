@@ -3,6 +3,7 @@ package proxy
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -39,5 +40,19 @@ func TestResponsesJSONPlacesServerCalls(t *testing.T) {
 	want := "reasoning:think1|message:one|mcp_call:a|mcp_call:b|reasoning:think2|message:two|mcp_call:c|reasoning:think3|message:three"
 	if got := strings.Join(items, "|"); got != want {
 		t.Fatalf("output %s\nwant   %s\n%s", got, want, out)
+	}
+}
+
+// A cut that falls inside a character (the text changed after the loop
+// counted it) moves back to the character's start: the JSON answer never
+// holds a broken character.
+func TestResponsesJSONCutsAtCharacters(t *testing.T) {
+	f := &responsesForm{rq: &responses.Request{}, enc: wire.NewResponsesJSON(wire.ResponsesHeader{ID: "resp_1", Model: "m"})}
+	f.serverCall(&pipeline.ServerCall{Name: "a", Source: "builtin", Arguments: []byte(`{}`), Output: []byte(`{}`), At: &pipeline.TextsAt{Content: 2}})
+	out := f.body([]byte(`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"aé b"},"finish_reason":"stop"}]}`))
+	var texts []string
+	gjson.GetBytes(out, "output.#.content.0.text").ForEach(func(_, v gjson.Result) bool { texts = append(texts, v.Str); return true })
+	if strings.Join(texts, "|") != "a|é b" || strings.Contains(string(out), `\ufffd`) || strings.ContainsRune(string(out), utf8.RuneError) {
+		t.Fatalf("texts %q\n%s", texts, out)
 	}
 }

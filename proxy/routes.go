@@ -47,10 +47,11 @@ type Policy interface {
 	// BodyLimit returns t's body limit in bytes; 0 = the server's.
 	BodyLimit(t *pipeline.Tenant) int
 	// Meter records a pass-through call that Admit admitted (r) and its
-	// upstream answered: u is the usage its answer reported (ok), else
-	// the call is priced as the chat meter prices a call that reports
-	// none, by an estimate of r.Body.
-	Meter(r *pipeline.Request, u wire.ChatUsage, ok bool)
+	// upstream answered, charging u: the usage its answer reported, or
+	// the gateway's estimate of it. estimateInput replaces u's prompt
+	// tokens with an estimate of r.Body's, as the chat meter does for a
+	// call that reports no usage.
+	Meter(r *pipeline.Request, u wire.ChatUsage, estimateInput bool)
 }
 
 // authenticate resolves the caller's tenant; nil with a nil error when the
