@@ -270,7 +270,7 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				switch {
 				case gone:
 					drained += k
-				case s.relay(w, client, buf[:k], wt):
+				case relay(w, client, buf[:k], wt):
 					x.bytes += k
 				default:
 					// The client left. A JSON answer's usage comes at its
@@ -304,7 +304,7 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 
 // relay writes p to the client, each write bounded by wt; false when the
 // client is gone (or stopped reading, which ends the copy as leaving does).
-func (s *Server) relay(w *bufio.Writer, client net.Conn, p []byte, wt time.Duration) bool {
+func relay(w *bufio.Writer, client net.Conn, p []byte, wt time.Duration) bool {
 	if wt > 0 {
 		_ = client.SetWriteDeadline(time.Now().Add(wt))
 	}

@@ -106,19 +106,12 @@ func TestChatSSESchema(t *testing.T) {
 // what the stream of the same events accumulates, and valid by the schema.
 func TestChatJSON(t *testing.T) {
 	t.Parallel()
-	schema := wiretest.LoadSchema(t)
 	h := Header{ID: "chatcmpl-1", Created: 1767225600, Model: "gpt-x", Fingerprint: "fp_1", IncludeUsage: true}
 	evs := []Event{{Kind: Role}, {Kind: Text, Key: "content", Text: []byte("Checking ")}, {Kind: Text, Key: "content", Text: []byte("Zürich.")},
 		{Kind: CallHeader, ID: "call_a", Name: "lookup_city"}, {Kind: CallArgs, Text: []byte(`{"name":`)}, {Kind: CallArgs, Text: []byte(`"Zürich"}`)},
 		{Kind: Finish, Finish: "tool_calls"}, {Kind: Usage, Raw: testUsage, Trace: []byte(`{"iterations":2}`)}, {Kind: End}}
 	j := NewChatJSON(h)
-	var body []byte
-	for i := range evs {
-		body = j.Encode(body, &evs[i])
-	}
-	if err := schema.Completion(body); err != nil {
-		t.Fatalf("%v: %s", err, body)
-	}
+	body := completionOf(t, j, evs)
 	raw, _ := encodeAll(h, evs)
 	sum, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: true})
 	if err != nil {
@@ -134,6 +127,20 @@ func TestChatJSON(t *testing.T) {
 	if again := j.Encode(nil, &Event{Kind: End}); len(again) != 0 {
 		t.Fatalf("a second End appended %s", again)
 	}
+}
+
+// completionOf encodes evs with j and checks the completion against the
+// schema.
+func completionOf(t *testing.T, j *ChatJSON, evs []Event) []byte {
+	t.Helper()
+	var body []byte
+	for i := range evs {
+		body = j.Encode(body, &evs[i])
+	}
+	if err := wiretest.LoadSchema(t).Completion(body); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	return body
 }
 
 // BenchmarkChatSSEText is the per-delta cost of the live loop's encoder.
@@ -153,18 +160,11 @@ func BenchmarkChatSSEText(b *testing.B) {
 // "stop" in both forms (the JSON form wrote "").
 func TestChatJSONKeepsWhatTheStreamForwards(t *testing.T) {
 	t.Parallel()
-	schema := wiretest.LoadSchema(t)
 	h := Header{ID: "chatcmpl-1", Created: 1767225600, Model: "gpt-x"}
 	evs := []Event{{Kind: Role}, {Kind: Text, Key: "reasoning_content", Text: []byte("think ")}, {Kind: Text, Key: "reasoning_content", Text: []byte("more")},
 		{Kind: Text, Key: "content", Text: []byte("Answer.")}, {Kind: Finish}, {Kind: End}}
 	j := NewChatJSON(h)
-	var body []byte
-	for i := range evs {
-		body = j.Encode(body, &evs[i])
-	}
-	if err := schema.Completion(body); err != nil {
-		t.Fatalf("%v: %s", err, body)
-	}
+	body := completionOf(t, j, evs)
 	raw, _ := encodeAll(h, evs)
 	if !strings.Contains(string(raw), `"reasoning_content":"think "`) {
 		t.Fatalf("the stream does not forward the reasoning: %s", raw)
