@@ -41,11 +41,17 @@ func (b *bench) burstStreams() *scenarioResult {
 	}
 	defer b.procs.stop(floor)
 	defer b.procs.stop(gw)
+	checks, err := b.procs.start("floor-checks-burst", b.bins.floor, append(floorArgs(mock.addr, b.set.buffers()), "-max-conns", "4096", "-check")...)
+	if err != nil {
+		return fail(err)
+	}
+	defer b.procs.stop(checks)
 
 	conns := b.set.BurstClients + 64
 	direct, fl, g := newTarget("direct", mock, nil, conns), newTarget("floor", floor, mock, conns), newTarget("gateway", gw, mock, conns)
+	ct := newTarget(checksLeg, checks, mock, conns)
 	stream := func(t *target) workload { return t.stream(streamBody) }
-	jobs := []job{{direct, stream(direct)}, {fl, stream(fl)}, {g, stream(g)}}
+	jobs := []job{{direct, stream(direct)}, {fl, stream(fl)}, {ct, stream(ct)}, {g, stream(g)}}
 	// Each target must relay the burst mock's answer, or the legs measure
 	// different upstreams.
 	for _, j := range jobs {
@@ -89,6 +95,13 @@ func burstFigures(r *scenarioResult, m map[string]*leg, peer string) {
 	r.fig("gateway/floor CPU per stream", ratio(g.ProxyCPUPer1k, f.ProxyCPUPer1k), "×")
 	r.fig("gateway CPU per stream", round(g.ProxyCPUPer1k*1000, 1), "µs")
 	r.fig("floor CPU per stream", round(f.ProxyCPUPer1k*1000, 1), "µs")
+	if c := m[checksLeg]; c != nil {
+		r.fig(checksLeg+"/floor streams/s", ratio(c.ThroughputRPS, f.ThroughputRPS), "×")
+		r.fig("gateway/"+checksLeg+" streams/s", ratio(g.ThroughputRPS, c.ThroughputRPS), "×")
+		r.fig(checksLeg+"/floor CPU per stream", ratio(c.ProxyCPUPer1k, f.ProxyCPUPer1k), "×")
+		r.fig("gateway/"+checksLeg+" CPU per stream", ratio(g.ProxyCPUPer1k, c.ProxyCPUPer1k), "×")
+		r.fig(checksLeg+" CPU per stream", round(c.ProxyCPUPer1k*1000, 1), "µs")
+	}
 	if p := m[peer]; p != nil {
 		r.fig(peer+"/floor streams/s", ratio(p.ThroughputRPS, f.ThroughputRPS), "×")
 		r.fig(peer+"/gateway streams/s", ratio(p.ThroughputRPS, g.ThroughputRPS), "×")

@@ -75,6 +75,14 @@ func (b *bench) layers() *scenarioResult {
 	ls := b.spec(0, b.set.Concurrency, b.set.LegSeconds)
 	r := &scenarioResult{Name: "layers", Title: "Pass-through CPU by gateway layer, closed model", Load: ls.String()}
 	jobs := []job{{b.floor, b.floor.plain(chatBody, "", nil)}}
+	checks, err := b.procs.start("floor-checks", b.bins.floor, append(floorArgs(b.api.addr, b.set.buffers()), "-check")...)
+	if err != nil {
+		r.Status, r.Reason = "failed", err.Error()
+		return r
+	}
+	defer b.procs.stop(checks)
+	ct := newTarget(checksLeg, checks, b.api, 4096)
+	jobs = append(jobs, job{ct, ct.plain(chatBody, "", nil)})
 	for i, v := range layerVariants {
 		name := fmt.Sprintf("gateway-layers-%d", i)
 		path, err := writeGatewayVariant(b.bins.dir, name, "127.0.0.1:0", b.api.addr, 20000, b.set.buffers(), v.set)
@@ -82,7 +90,7 @@ func (b *bench) layers() *scenarioResult {
 			r.Status, r.Reason = "failed", err.Error()
 			return r
 		}
-		c, err := b.procs.start(name, b.bins.gateway, "-config", path, "-listen", "{addr}")
+		c, err := b.procs.start(name, b.bins.gateway, b.gatewayArgs(name, path)...)
 		if err != nil {
 			r.Status, r.Reason = "failed", err.Error()
 			return r
@@ -109,6 +117,11 @@ func (b *bench) layers() *scenarioResult {
 	return r
 }
 
+// checksLeg names the floor proxy run with -check: the floor plus the
+// checks and the metering the gateway's design makes of every request
+// (the request and the answer read as JSON, the model and the usage read).
+const checksLeg = "floor+checks"
+
 // layerSentence says, from the layers scenario, what the core and each
 // layer cost ("" when the scenario has no figures).
 func layerSentence(s *scenarioResult) string {
@@ -116,6 +129,7 @@ func layerSentence(s *scenarioResult) string {
 	if !ok {
 		return ""
 	}
+	checks, okChecks := s.figure(checksLeg + "/floor CPU per request")
 	var adds []string
 	for _, a := range []struct{ fig, what string }{
 		{"+model layer", "the model-call middleware (fallback, context editing, prompt cache)"},
@@ -133,6 +147,10 @@ func layerSentence(s *scenarioResult) string {
 	out := fmt.Sprintf("By layer (the layers scenario, same run): the core every request pays, with no middleware and no access log "+
 		"(the server, the request's checks and routing, the upstream call and the tracking that lets a vanished client cancel it, "+
 		"the answer's check and usage metering), costs %s× the floor's CPU", fmtNum(core))
+	if okChecks {
+		out += fmt.Sprintf(" (the floor proxy itself, made to check the request and the answer as JSON and to read their model and usage "+
+			"as the gateway must and to do nothing else, %s×)", fmtNum(checks))
+	}
 	if len(adds) > 0 {
 		out += "; on top of it " + strings.Join(adds, ", ")
 	}

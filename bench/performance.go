@@ -389,6 +389,18 @@ func shortfalls(res *results) []string {
 					"streams per second. It spends %s µs of CPU per stream against the floor's %s µs (%s×): with no upstream delay to wait "+
 					"out, the proxy's work per stream is what bounds the rate on these 2 shared cores; `-profile` shows where it goes.",
 					burstEvents, fmtNum(c.Measured), fig("gateway CPU per stream"), fig("floor CPU per stream"), fig("gateway/floor CPU per stream")))
+				if v, ok := s.figure(checksLeg + "/floor streams/s"); ok {
+					against := "above"
+					if v < burstGoal {
+						against = "below"
+					}
+					out[len(out)-1] += fmt.Sprintf(" The floor proxy made to check each event as JSON and to read its usage, as the gateway must, and to do "+
+						"nothing else (`floor -check`, same run) serves %s× the floor's streams per second at %s µs of CPU per stream, "+
+						"%s the %s× goal before any routing, middleware or logging; the gateway serves %s× its streams "+
+						"(%s× its CPU per stream).",
+						fmtNum(v), fig(checksLeg+" CPU per stream"), against, fmtNum(burstGoal), fig("gateway/"+checksLeg+" streams/s"),
+						fig("gateway/"+checksLeg+" CPU per stream"))
+				}
 			}
 		case "TTFT":
 			if s := res.scenario("stream"); s != nil {

@@ -3,17 +3,34 @@
 // every request unchanged to one upstream over a pooled HostClient and
 // streams the response back, flushing each upstream chunk as it arrives (SSE
 // stays live). It parses nothing, logs nothing and keeps no metrics.
+//
+// With -check it also does the least a gateway that checks and meters what
+// it relays must do, and nothing else: the request body checked as JSON and
+// its model read; a JSON answer checked and its usage read; each event of a
+// streamed answer checked as JSON and any usage in it read; the tokens
+// counted, with the gateway's own usage lookup. It still routes nothing,
+// renames nothing and writes the bytes it read: the floor under a gateway
+// of the gateway's design.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/wire"
 )
+
+// tokens counts the usage -check read, as a meter would.
+var tokens atomic.Int64
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8091", "address to listen on")
@@ -22,6 +39,7 @@ func main() {
 	readBuf := flag.Int("read-buffer", 4096, "per-connection read buffer of the server, bytes (fasthttp's default)")
 	writeBuf := flag.Int("write-buffer", 4096, "per-connection write buffer of the server, bytes (fasthttp's default)")
 	upReadBuf := flag.Int("upstream-read-buffer", 4096, "per-connection read buffer of the upstream client, bytes (fasthttp's default)")
+	check := flag.Bool("check", false, "check the request, the answer and each stream event as JSON and read their model and usage")
 	flag.Parse()
 
 	hc := &fasthttp.HostClient{
@@ -33,6 +51,13 @@ func main() {
 		ReadBufferSize:      *upReadBuf,
 	}
 	handler := func(ctx *fasthttp.RequestCtx) {
+		if *check {
+			body := ctx.Request.Body()
+			if !gjson.ValidBytes(body) || !gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model").Exists() {
+				ctx.Error("bad request", fasthttp.StatusBadRequest)
+				return
+			}
+		}
 		resp := fasthttp.AcquireResponse()
 		ctx.Request.Header.Del("Connection")
 		if err := hc.Do(&ctx.Request, resp); err != nil {
@@ -43,6 +68,15 @@ func main() {
 		resp.Header.CopyTo(&ctx.Response.Header)
 		ctx.Response.Header.Del("Connection")
 		if resp.Header.ContentLength() >= 0 { // sized body: copy it whole
+			if *check {
+				b := resp.Body()
+				if !gjson.ValidBytes(b) {
+					fasthttp.ReleaseResponse(resp)
+					ctx.Error("upstream: not JSON", fasthttp.StatusBadGateway)
+					return
+				}
+				meter(gjson.Get(unsafe.String(unsafe.SliceData(b), len(b)), "usage"))
+			}
 			ctx.SetBody(resp.Body())
 			fasthttp.ReleaseResponse(resp)
 			return
@@ -52,9 +86,13 @@ func main() {
 			defer fasthttp.ReleaseResponse(resp)
 			body := resp.BodyStream()
 			buf := make([]byte, 4<<10)
+			var events eventChecker
 			for {
 				n, err := body.Read(buf)
 				if n > 0 {
+					if *check && !events.check(buf[:n]) {
+						return // not JSON: cut the stream
+					}
 					if _, werr := w.Write(buf[:n]); werr != nil {
 						return
 					}
@@ -74,4 +112,54 @@ func main() {
 		fmt.Fprintln(os.Stderr, "floor:", err)
 		os.Exit(1)
 	}
+}
+
+// meter counts the tokens of a usage object.
+func meter(u gjson.Result) {
+	if u.IsObject() {
+		tokens.Add(u.Get("prompt_tokens").Int() + u.Get("completion_tokens").Int())
+	}
+}
+
+// eventChecker checks the SSE events of a stream as its bytes arrive: each
+// data line's value JSON (or [DONE]), its usage metered. An event split
+// across reads is checked once whole.
+type eventChecker struct {
+	partial []byte // the start of an event whose end has not come yet
+}
+
+func (c *eventChecker) check(b []byte) bool {
+	if len(c.partial) > 0 {
+		b = append(c.partial, b...)
+	}
+	for {
+		i := bytes.Index(b, []byte("\n\n"))
+		if i < 0 {
+			break
+		}
+		ev := b[:i]
+		b = b[i+2:]
+		for len(ev) > 0 {
+			line := ev
+			if j := bytes.IndexByte(ev, '\n'); j >= 0 {
+				line, ev = ev[:j], ev[j+1:]
+			} else {
+				ev = nil
+			}
+			data, ok := bytes.CutPrefix(line, []byte("data:"))
+			if !ok {
+				continue
+			}
+			data = bytes.TrimPrefix(data, []byte(" "))
+			if string(data) == "[DONE]" {
+				continue
+			}
+			if !gjson.ValidBytes(data) {
+				return false
+			}
+			meter(wire.ChunkUsage(data))
+		}
+	}
+	c.partial = append(c.partial[:0], b...)
+	return true
 }
