@@ -3,6 +3,7 @@ package contextedit
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -121,4 +122,68 @@ func TestCounterFor(t *testing.T) {
 	if _, err := CounterFor("nope_base"); err == nil {
 		t.Error("CounterFor(nope_base) succeeded")
 	}
+}
+
+// TestCountJSON: a body of any form counts its text as text, a data URL or
+// a run of base64 as one image, a number as one token; text past the
+// tokenized budget and values nested too deep count by their bytes.
+func TestCountJSON(t *testing.T) {
+	t.Parallel()
+	c, err := CounterFor("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", 1<<15) // 768 KiB of base64
+	hello := c.CountText("hello world")
+	tests := []struct {
+		name string
+		body string
+		want int
+	}{
+		{"embeddings text", `{"model":"e","input":"hello world"}`, c.CountText("e") + hello},
+		{"token ids", `{"model":"e","input":[[1,2,3],[4]]}`, c.CountText("e") + 4},
+		{"data URL image", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hello world"},{"type":"input_image","image_url":"data:image/png;base64,` + b64 + `"}]}]}`,
+			c.CountText("m") + c.CountText("user") + c.CountText("input_text") + hello + c.CountText("input_image") + tokensPerImage},
+		{"bare base64", `{"file_data":"` + b64 + `"}`, tokensPerImage},
+		{"short base64-like word is text", `{"input":"abcDEF123"}`, c.CountText("abcDEF123")},
+		{"not JSON", `hello there!`, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := c.CountJSON([]byte(tt.body)); got != tt.want {
+				t.Errorf("CountJSON = %d, want %d", got, tt.want)
+			}
+		})
+	}
+
+	// Past the tokenized budget, text counts by its bytes.
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", (maxCountedText/45)+1)
+	body := `{"a":"hello world","b":"` + prose + `","c":"hello world"}`
+	if got, want := c.CountJSON([]byte(body)), hello+(len(prose)+3)/4+hello; got != want {
+		t.Errorf("over budget: %d, want %d", got, want)
+	}
+	// Nesting deeper than maxCountDepth counts by bytes, without recursion.
+	deep := strings.Repeat("[", 100000) + `"x"` + strings.Repeat("]", 100000)
+	if got := c.CountJSON([]byte(deep)); got <= 0 || got > len(deep) {
+		t.Errorf("deep nesting: %d", got)
+	}
+}
+
+// FuzzCountJSON: any bytes count without a panic, to at least zero and at
+// most about a token per byte.
+func FuzzCountJSON(f *testing.F) {
+	c, err := CounterFor("o200k_base")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(`{"model":"e","input":["hello",[1,2]]}`))
+	f.Add([]byte(`{"x":"data:image/png;base64,AAAA"}`))
+	f.Add([]byte(`[[[[{"a":"\u00e9"}]]]]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		n := c.CountJSON(body)
+		if n < 0 || n > len(body)+tokensPerImage*len(body) {
+			t.Fatalf("CountJSON = %d for %d bytes", n, len(body))
+		}
+	})
 }

@@ -190,8 +190,9 @@ func (b *budgetRule) applies(tenant, key string) bool {
 }
 
 // estimate counts the input tokens of a chat body with the route's
-// tokenizer, or of any other JSON body (a pass-through endpoint's) as
-// text; 0 when it cannot.
+// tokenizer, or estimates those of any other JSON body (a pass-through
+// endpoint's) from its text (Counter.CountJSON: media counted as images,
+// the work bounded); 0 when it cannot.
 func estimate(r *pipeline.Request) int64 {
 	enc := ""
 	if r.Route != nil {
@@ -203,7 +204,7 @@ func estimate(r *pipeline.Request) int64 {
 	}
 	n, err := c.Count(r.Body)
 	if err != nil {
-		return int64(c.CountText(string(r.Body)))
+		return int64(c.CountJSON(r.Body))
 	}
 	return int64(n)
 }

@@ -485,3 +485,19 @@ func TestResetHeaderText(t *testing.T) {
 		}
 	}
 }
+
+// TestEstimateOfAnImageBody: a pass-through body carrying an image as a
+// data URL (a Responses call, an image edit) is estimated from its text,
+// the image as one image: never the tokens of its base64 characters (which
+// overcharged such a call hundreds of thousands of tokens when its answer
+// reported no usage).
+func TestEstimateOfAnImageBody(t *testing.T) {
+	t.Parallel()
+	img := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", 1<<15) // 768 KiB of base64
+	body := `{"model":"gpt-x","stream":true,"input":[{"role":"user","content":[{"type":"input_text","text":"what is in this picture?"},` +
+		`{"type":"input_image","image_url":"data:image/png;base64,` + img + `"}]}]}`
+	n := estimate(&pipeline.Request{Model: "gpt-x", Body: []byte(body)})
+	if n < 10 || n > 200 {
+		t.Fatalf("estimate %d tokens for a question and one image", n)
+	}
+}
