@@ -315,8 +315,10 @@ func relay(w *bufio.Writer, client net.Conn, p []byte, wt time.Duration) bool {
 }
 
 // maxDrain bounds what a pass-through reads of a metered JSON answer after
-// its client left, to find its usage.
-const maxDrain = 1 << 20
+// its client left, to find its usage: enough for an images answer of a few
+// base64 images, whose usage comes after them. The reads reuse one buffer
+// and the tap keeps only the usage, so draining costs time, not memory.
+const maxDrain = 32 << 20
 
 // readDeadline is the deadline of the next read of a pass-through body:
 // idle from now, but never past end (zero: no total bound).

@@ -16,14 +16,21 @@ import (
 // Responses answer) the top-level "usage" object, found by following the
 // nesting byte by byte; in an SSE answer the last usage object of its data
 // lines ("usage", or a Responses event's "response.usage"), one line at a
-// time.
+// time, a line longer than maxUsageLine (an event that carries a whole
+// image) followed byte by byte as a JSON answer is.
 type usageTap struct {
 	sse   bool
 	found []byte // the usage object's bytes: the JSON answer's, or the last of the stream's
 	over  bool   // found would exceed maxUsageBytes: the answer's usage is not read
 	text  int    // bytes of generated text an SSE answer carried (see outputGuess)
 
-	// JSON: where the scan is.
+	// JSON: where the scan is. It looks for the member named path[0] of
+	// the top-level object, then path[1] of that member's object, and so
+	// on, and copies the last one's object into found; as gjson reads a
+	// path, only the first member of each name counts.
+	path       []string // nil: usagePath
+	level      int      // path members entered so far: keys are looked at depth level+1
+	done       bool     // the path's object cannot come any more
 	depth      int
 	inString   bool
 	escaped    bool
@@ -41,14 +48,22 @@ type usageTap struct {
 	// SSE: the line being read.
 	line     []byte
 	lineOver bool
+	long     *[2]usageTap // scan a data line over maxUsageLine for usage and response.usage (kept for the next)
+	longOn   bool         // the line being read is such a line
 }
+
+var (
+	usagePath         = []string{"usage"}
+	responseUsagePath = []string{"response", "usage"} // a Responses API event's
+)
 
 const (
 	// maxUsageBytes bounds the usage object a tap keeps.
 	maxUsageBytes = 4 << 10
-	// maxUsageLine bounds an SSE line a tap reads for usage; a longer line
-	// (an event carrying a whole long answer) is skipped.
-	maxUsageLine = 1 << 20
+	// maxUsageLine bounds an SSE line a tap keeps whole; a longer line (an
+	// event carrying a whole image or a long answer) is scanned as it
+	// passes.
+	maxUsageLine = 64 << 10
 	maxUsageKey  = 16
 )
 
@@ -78,9 +93,14 @@ func (u *usageTap) write(p []byte) {
 // scan follows a JSON answer's nesting and copies its top-level usage
 // object into found.
 func (u *usageTap) scan(p []byte) {
-	if u.captured {
+	if u.captured || u.done {
 		return // the first usage member is the one read, as gjson would
 	}
+	path := u.path
+	if path == nil {
+		path = usagePath
+	}
+	keyDepth := u.level + 1
 	for i := 0; i < len(p); i++ {
 		if !u.capturing && !u.keying && !u.escaped {
 			// Bytes that change nothing here are skipped in a tight loop:
@@ -91,7 +111,7 @@ func (u *usageTap) scan(p []byte) {
 			switch {
 			case u.inString:
 				skip = &stringSkip
-			case u.depth < 2:
+			case u.depth <= keyDepth:
 				skip = nil
 			}
 			if skip != nil {
@@ -137,41 +157,56 @@ func (u *usageTap) scan(p []byte) {
 			continue
 		case '"':
 			u.inString = true
-			if u.depth == 1 && u.expectKey {
+			if u.depth == keyDepth && u.expectKey {
 				u.expectKey, u.keying, u.keyTooLong, u.keyEscaped = false, true, false, false
 				u.key = u.key[:0]
 			}
 		case ':':
-			if u.depth == 1 && u.keyDone {
+			if u.depth == keyDepth && u.keyDone {
 				u.keyDone = false
 				switch {
 				case u.usageKey:
 				case u.keyEscaped:
-					// It may spell usage, as gjson reads it: a later
-					// usage member is not the one gjson would read.
+					// It may spell the name, as gjson reads it: a later
+					// member of that name is not the one gjson would read.
 					u.usageKey = true
-				case !u.keyTooLong && string(u.key) == "usage":
+				case !u.keyTooLong && string(u.key) == path[u.level]:
 					u.usageKey, u.valueNext = true, true
 				}
 				continue
 			}
 		case ',':
-			if u.depth == 1 {
+			if u.depth == keyDepth {
 				u.expectKey = true
 			}
 		case '{', '[':
-			if u.depth == 1 && u.valueNext && c == '{' && !u.over {
-				u.capturing = true
-				u.found = append(u.found[:0], c)
+			enter := false
+			if u.depth == keyDepth && u.valueNext && c == '{' && !u.over {
+				if u.level+1 < len(path) {
+					enter = true // the path goes on inside this object
+				} else {
+					u.capturing = true
+					u.found = append(u.found[:0], c)
+				}
 			}
 			u.depth++
-			if u.depth == 1 && c == '{' {
+			if enter {
+				u.level++
+				keyDepth = u.level + 1
+				u.usageKey = false
+			}
+			if u.depth == keyDepth && c == '{' {
 				u.expectKey = true
 			}
 		case '}', ']':
 			u.depth--
-			if u.capturing && u.depth == 1 {
+			if u.capturing && u.depth == keyDepth {
 				u.capturing, u.captured = false, true
+				return
+			}
+			if u.depth < keyDepth && u.level > 0 {
+				// The path's member ended without the rest of the path.
+				u.done = true
 				return
 			}
 		}
@@ -198,21 +233,78 @@ func (u *usageTap) lines(p []byte) {
 		if i >= 0 {
 			part = p[:i]
 		}
-		if !u.lineOver {
-			if len(u.line)+len(part) > maxUsageLine {
-				u.lineOver, u.line = true, nil
-			} else {
-				u.line = append(u.line, part...)
-			}
+		switch {
+		case u.lineOver:
+			u.scanLong(part)
+		case len(u.line)+len(part) > maxUsageLine:
+			u.lineOver = true
+			u.startLong(part)
+		default:
+			u.line = append(u.line, part...)
 		}
 		if i < 0 {
 			return
 		}
 		p = p[i+1:]
-		if !u.lineOver {
+		if u.lineOver {
+			u.endLong()
+		} else {
 			u.event(bytes.TrimRight(u.line, "\r"))
 		}
 		u.line, u.lineOver = u.line[:0], false
+	}
+}
+
+// startLong begins the scan of a line grown past maxUsageLine, whose
+// bytes so far are u.line then part, if it is a data line; the rest of the
+// line passes through scanLong.
+func (u *usageTap) startLong(part []byte) {
+	const prefix = "data:"
+	var head [len(prefix)]byte
+	n := copy(head[:], u.line)
+	n += copy(head[n:], part)
+	u.longOn = n == len(prefix) && string(head[:]) == prefix
+	if u.longOn {
+		if u.long == nil {
+			u.long = &[2]usageTap{}
+		}
+		for i, path := range [2][]string{usagePath, responseUsagePath} {
+			sc := &u.long[i]
+			*sc = usageTap{path: path, found: sc.found[:0], key: sc.key[:0]}
+		}
+		skip := min(len(prefix), len(u.line))
+		u.scanLong(u.line[skip:])
+		u.scanLong(part[len(prefix)-skip:])
+	}
+	u.line = u.line[:0]
+}
+
+// scanLong takes the next bytes of a long line.
+func (u *usageTap) scanLong(p []byte) {
+	if !u.longOn || len(p) == 0 {
+		return
+	}
+	u.long[0].scan(p)
+	u.long[1].scan(p)
+}
+
+// endLong keeps the usage a long data line carried, as event does for a
+// line kept whole: its "usage", else its "response.usage".
+func (u *usageTap) endLong() {
+	if !u.longOn {
+		return
+	}
+	u.longOn = false
+	for i := range u.long {
+		sc := &u.long[i]
+		switch {
+		case sc.over:
+			u.over, u.found = true, nil
+			return
+		case sc.captured && gjson.ValidBytes(sc.found):
+			u.over, u.found = false, append(u.found[:0], sc.found...)
+			return
+		}
 	}
 }
 

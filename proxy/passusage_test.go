@@ -27,6 +27,7 @@ func tapAll(contentType, body string, n int) *usageTap {
 // answer's data lines, in the chat form or the Responses form.
 func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
 	long := strings.Repeat(`{"usage":{"prompt_tokens":999}},`, 200)
+	image := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", 3*maxUsageLine/24) // a base64 image three times the line bound
 	for _, tc := range []struct {
 		name, ct, body string
 		want           wire.ChatUsage
@@ -57,6 +58,21 @@ func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
 			"data: {\"choices\":[{\"text\":\"abcdefgh\"}]}\n\ndata: {\"choices\":[{\"text\":\"ijkl\"},{\"delta\":{\"content\":\"mnop\"}}]}\n\ndata: [DONE]\n\n",
 			wire.ChatUsage{Completion: 4}, false},
 		{"a cut Responses stream", "text/event-stream", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"abcdef\"}\n\n", wire.ChatUsage{Completion: 2}, false},
+		// An event line over maxUsageLine (a whole image in it) is scanned
+		// as it passes, for both forms.
+		{"an image event over the line bound", "text/event-stream",
+			"data: {\"type\":\"image_generation.completed\",\"b64_json\":\"" + image + "\",\"usage\":{\"input_tokens\":50,\"output_tokens\":4160,\"total_tokens\":4210}}\n\n",
+			wire.ChatUsage{Prompt: 50, Completion: 4160, Total: 4210}, true},
+		{"a completed response over the line bound", "text/event-stream",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":[{\"type\":\"image_generation_call\",\"result\":\"" + image +
+				"\",\"usage\":{\"input_tokens\":1}}],\"usage\":{\"input_tokens\":7,\"output_tokens\":9,\"total_tokens\":16}}}\n\n",
+			wire.ChatUsage{Prompt: 7, Completion: 9, Total: 16}, true},
+		{"a long line's usage, then a later one", "text/event-stream",
+			"data: {\"b64_json\":\"" + image + "\",\"usage\":{\"input_tokens\":1}}\n\n: " + image + "\n\ndata: {\"usage\":{\"prompt_tokens\":2}}\n\n",
+			wire.ChatUsage{Prompt: 2}, true},
+		{"usage only inside a long line's content", "text/event-stream",
+			"data: {\"response\":{\"output\":[{\"usage\":{\"input_tokens\":1},\"result\":\"" + image + "\"}]},\"x\":{\"usage\":{\"input_tokens\":2}}}\n\n",
+			wire.ChatUsage{}, false},
 	} {
 		for _, n := range []int{1, 7, 1 << 20} {
 			got, ok := tapAll(tc.ct, tc.body, n).usage()
@@ -88,6 +104,8 @@ func FuzzUsageTap(f *testing.F) {
 	f.Add(`{"us\u0061ge":{"prompt_tokens":1}}`, 2)
 	f.Add(`{"usage":[{"prompt_tokens":1}],"usage":{"x":"}"}}`, 5)
 	f.Add(`{"us\u0061ge":[1],"usage":{"prompt_tokens":1}}`, 4)
+	f.Add(`{"response":{"a":{"usage":{"x":2}},"usage":{"input_tokens":1}},"response":{"usage":{}}}`, 3)
+	f.Add(`{"response":[{"usage":{}}],"usage":{"y":1}}`, 2)
 	f.Fuzz(func(t *testing.T, body string, n int) {
 		if n <= 0 {
 			n = 1
@@ -106,6 +124,18 @@ func FuzzUsageTap(f *testing.F) {
 		}
 		if want.IsObject() && len(want.Raw) <= maxUsageBytes && !strings.Contains(body, `\`) && !u.captured {
 			t.Fatalf("%q: missed %q", body, want.Raw)
+		}
+		// The path form, as a long SSE line's Responses event is read.
+		r := &usageTap{path: responseUsagePath}
+		for b := []byte(body); len(b) > 0; b = b[min(n, len(b)):] {
+			r.scan(b[:min(n, len(b))])
+		}
+		want = gjson.Get(body, "response.usage")
+		if r.captured && string(r.found) != want.Raw {
+			t.Fatalf("%q: found %q under response, gjson %q", body, r.found, want.Raw)
+		}
+		if want.IsObject() && len(want.Raw) <= maxUsageBytes && !strings.Contains(body, `\`) && !r.captured {
+			t.Fatalf("%q: missed %q under response", body, want.Raw)
 		}
 		s := tapAll("text/event-stream", "data: "+strings.ReplaceAll(body, "\n", " ")+"\n", n)
 		if _, ok := s.usage(); ok != (gjson.Get(body, "usage").IsObject() || gjson.Get(body, "response.usage").IsObject()) && len(body) < maxUsageBytes && bytes.HasPrefix(bytes.TrimSpace([]byte(body)), []byte("{")) {
