@@ -3,11 +3,13 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -15,6 +17,7 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 const baseTOML = `
@@ -499,5 +502,46 @@ func TestEstimateOfAnImageBody(t *testing.T) {
 	n := estimate(&pipeline.Request{Model: "gpt-x", Body: []byte(body)})
 	if n < 10 || n > 200 {
 		t.Fatalf("estimate %d tokens for a question and one image", n)
+	}
+}
+
+// TestChargeOfAnUnconfiguredModel: a pass-through call of a model the
+// config does not name counts against the tenant's limits, but is metered
+// under
+// UnconfiguredModel: a client's model names never become metric series or
+// usage records of their own.
+func TestChargeOfAnUnconfiguredModel(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	fx := newFixtureAt(t, `
+[[limits]]
+tenant = "*"
+tokens_per_minute = 100
+`, func() Store { return NewMemoryStore() }, func() time.Time { return at })
+	for i := range 3 {
+		r := &pipeline.Request{Model: fmt.Sprintf("client-%d", i), Endpoint: "/v1/embeddings", Body: []byte(`{"input":"x"}`),
+			Tenant: &pipeline.Tenant{Name: "u"}}
+		fx.l.Charge(r, wire.ChatUsage{Prompt: 40}, false)
+	}
+	fx.l.Flush()
+	for i := range 3 {
+		if n := testutil.ToFloat64(tokensTotal.WithLabelValues("u", fmt.Sprintf("client-%d", i), "input")); n != 0 {
+			t.Errorf("client-%d is a metric label (%v tokens)", i, n)
+		}
+	}
+	if n := testutil.ToFloat64(tokensTotal.WithLabelValues("u", UnconfiguredModel, "input")); n != 120 {
+		t.Errorf("%v input tokens under %s, want 120", n, UnconfiguredModel)
+	}
+	byModel, err := fx.l.Report(context.Background(), UsageQuery{Tenant: "u", From: at, To: at, GroupBy: "model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(byModel), "client-") || gjson.GetBytes(byModel, `data.#(group=="`+UnconfiguredModel+`").input_tokens`).Int() != 120 {
+		t.Fatalf("usage by model: %s", byModel)
+	}
+	// The tenant's token limit still counts them: 120 tokens is over 100.
+	r := &pipeline.Request{Model: "client-9", Endpoint: "/v1/embeddings", Body: []byte(`{"input":"x"}`), Tenant: &pipeline.Tenant{Name: "u"}}
+	if err := fx.l.Admit(r); err == nil {
+		t.Error("a call passed its spent token limit")
 	}
 }

@@ -79,16 +79,36 @@ func tokensOf(c wire.ChatUsage) tokens {
 // endpoint's) as Meter records one, with the tokens of u: the usage its
 // answer reported, or the caller's estimate. estimateInput counts an
 // estimate of r.Body's tokens as its input instead of u's.
+//
+// A model the config does not name (server.passthrough_unknown_models) is
+// limited and priced by its name as the rules say, but metered under
+// UnconfiguredModel in the metrics and the usage record: a client's names
+// never become labels or records of their own, or any client could add
+// series and records without bound.
 func (l *Limiter) Charge(r *pipeline.Request, u wire.ChatUsage, estimateInput bool) {
 	t := tokensOf(u)
 	if estimateInput {
 		t.input = estimate(r)
 	}
+	if r.Route == nil && r.Model != "" {
+		l.chargeAs(context.Background(), r, t, true, UnconfiguredModel)
+		return
+	}
 	l.charge(context.Background(), r, t, true)
 }
 
+// UnconfiguredModel is the model name under which calls of models the
+// config does not name are metered.
+const UnconfiguredModel = "(unconfigured)"
+
 // charge records one finished upstream call.
 func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok bool) {
+	l.chargeAs(ctx, r, t, ok, "")
+}
+
+// chargeAs is charge with the call metered under label in the metrics and
+// the usage record ("": the model that answered).
+func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, ok bool, label string) {
 	if !ok {
 		t = tokens{input: estimate(r)}
 	}
@@ -101,7 +121,10 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 		price = l.prices[tg.Model]
 	}
 	micro := cost(price, t)
-	l.counters(tenant, model).add(t, micro)
+	if label == "" {
+		label = model
+	}
+	l.counters(tenant, label).add(t, micro)
 
 	sc := l.scopeOf(tenant, key, r.Model, now)
 	adds := newAdditions()
@@ -118,8 +141,8 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 		}
 	}
 	field := sc.usage
-	if model != r.Model {
-		field = usageField(tenant, key, model)
+	if label != r.Model {
+		field = usageField(tenant, key, label)
 	}
 	day, until := l.day(now)
 	row := usageRow{mCalls: 1, mInput: t.input, mOutput: t.output, mCached: t.cached, mCost: micro}
