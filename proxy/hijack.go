@@ -160,6 +160,14 @@ func (s *Server) serveStream(conn net.Conn, tcp *net.TCPConn, sk *sink, ahead []
 	s.connsMu.Lock()
 	s.open[kc] = struct{}{}
 	s.connsMu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			// A panic in fasthttp's serving (a request's own panics are
+			// recovered by handle): kc ends with it, and is forgotten.
+			s.closeKept(kc)
+			panic(r)
+		}
+	}()
 	if err := s.srv.ServeConn(kc); errors.Is(err, fasthttp.ErrConcurrencyLimit) || errors.Is(err, fasthttp.ErrPerIPConnLimit) {
 		// Refused: fasthttp closed kc (or not, for the per-IP limit)
 		// without a state change.
