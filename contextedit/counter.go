@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 	"unsafe"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -269,57 +271,62 @@ func CounterBuilt(encoding string) bool {
 
 // CountJSON estimates the input tokens of any JSON request body, for an
 // endpoint whose form the Counter does not know (embeddings, completions,
-// the Responses API, images): every string value counts as text, except a
-// data URL or a long run of base64, which counts as one image
-// (tokensPerImage: never the tokens of its characters, which no model
-// reads as text); every number one token (embeddings take token ids);
-// keys, literals and punctuation nothing. The work is bounded whatever the
+// the Responses API, images). Every key and every string value counts as
+// text, every number as one token (embeddings take token ids), except
+// media, which no model reads as text: a string under an image key
+// (image_url, url, image, images, mask) that is a URL, a data URL or
+// base64 counts as one image (tokensPerImage, as Count counts an image
+// part); one under a file key (file_data, file, data) that is a data URL
+// or base64 counts at bytesPerToken, untokenized. Anywhere else a data URL
+// is text, as a provider reads it there. The work is bounded whatever the
 // body: text past maxCountedText, and values nested deeper than
-// maxCountDepth, count at bytesPerToken instead of being tokenized. A body
-// that is not JSON counts at bytesPerToken.
+// maxCountDepth, are estimated from their bytes (estimateBytes) instead of
+// tokenized. A body that is not JSON is estimated from its bytes.
 func (c *Counter) CountJSON(body []byte) int {
 	v := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
 	if !v.IsObject() && !v.IsArray() {
-		return (len(body) + bytesPerToken - 1) / bytesPerToken
+		return estimateBytes(unsafe.String(unsafe.SliceData(body), len(body)))
 	}
 	budget := maxCountedText
-	return c.countValue(v, 0, &budget)
+	return c.countValue("", v, 0, &budget)
 }
 
 const (
 	// maxCountedText bounds the bytes of text CountJSON tokenizes per body
-	// (tokenizing costs about 0.2 s per MiB of prose).
-	maxCountedText = 256 << 10
+	// (tokenizing costs about 0.2 s per MiB of prose, 0.5 s of base64).
+	maxCountedText = 64 << 10
 	// maxCountDepth bounds how deep CountJSON follows the nesting.
 	maxCountDepth = 32
-	// bytesPerToken is the estimate for what is not tokenized.
+	// bytesPerToken is the estimate of a file's base64 characters.
 	bytesPerToken = 4
-	// minBlob is the length from which a string of base64 characters only
-	// counts as a blob (an image, a file, audio), not as text.
-	minBlob = 256
 )
 
-func (c *Counter) countValue(v gjson.Result, depth int, budget *int) int {
+// countValue counts v, the value of key (an array's elements take the
+// array's key).
+func (c *Counter) countValue(key string, v gjson.Result, depth int, budget *int) int {
 	switch v.Type {
 	case gjson.Number:
 		return 1
 	case gjson.String:
-		s := v.Str
-		switch {
-		case isBlob(s):
+		switch mediaKind(key, v.Str) {
+		case mediaImage:
 			return tokensPerImage
-		case len(s) > *budget:
-			return (len(s) + bytesPerToken - 1) / bytesPerToken
+		case mediaFile:
+			return (len(v.Str) + bytesPerToken - 1) / bytesPerToken
 		}
-		*budget -= len(s)
-		return c.countString(v)
+		return c.countText(v, budget)
 	case gjson.JSON:
 		if depth >= maxCountDepth {
-			return (len(v.Raw) + bytesPerToken - 1) / bytesPerToken
+			return estimateBytes(v.Raw)
 		}
 		n := 0
-		v.ForEach(func(_, e gjson.Result) bool {
-			n += c.countValue(e, depth+1, budget)
+		array := v.IsArray()
+		v.ForEach(func(k, e gjson.Result) bool {
+			if array {
+				n += c.countValue(key, e, depth+1, budget)
+			} else {
+				n += c.countText(k, budget) + c.countValue(k.Str, e, depth+1, budget)
+			}
 			return true
 		})
 		return n
@@ -327,18 +334,79 @@ func (c *Counter) countValue(v gjson.Result, depth int, budget *int) int {
 	return 0
 }
 
-// isBlob reports whether s is binary data written as text: a data URL, or
-// minBlob or more characters of base64 (either alphabet) and nothing else.
-func isBlob(s string) bool {
-	if len(s) > 5 && s[:5] == "data:" {
-		return true
+// countText tokenizes a string value while the budget lasts, and
+// estimates it from its bytes after.
+func (c *Counter) countText(v gjson.Result, budget *int) int {
+	if len(v.Str) > *budget {
+		*budget = 0
+		return estimateBytes(v.Str)
 	}
-	if len(s) < minBlob {
+	*budget -= len(v.Str)
+	return c.countString(v)
+}
+
+// estimateBytes estimates the tokens of text it does not tokenize: four
+// ASCII bytes a token (English prose), two bytes of any other a token
+// (about a CJK character's three bytes for one and a half, an emoji's
+// four for two).
+func estimateBytes(s string) int {
+	ascii := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < utf8.RuneSelf {
+			ascii++
+		}
+	}
+	return (ascii+3)/4 + (len(s)-ascii+1)/2
+}
+
+type media int
+
+const (
+	mediaNone media = iota
+	mediaImage
+	mediaFile
+)
+
+// mediaKind tells whether s, the value of key, is media: an image or a
+// file the provider decodes rather than reads as text.
+func mediaKind(key, s string) media {
+	switch key {
+	case "image_url", "url", "image", "images", "mask":
+		if strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://") || isDataURL(s) || isBase64(s) {
+			return mediaImage
+		}
+	case "file_data", "file", "data":
+		if isDataURL(s) || isBase64(s) {
+			return mediaFile
+		}
+	}
+	return mediaNone
+}
+
+// isDataURL reports whether s is a data URL with a base64 payload
+// ("data:<type>;base64,<base64>").
+func isDataURL(s string) bool {
+	rest, ok := strings.CutPrefix(s, "data:")
+	if !ok {
+		return false
+	}
+	i := strings.Index(rest, ";base64,")
+	if i < 0 || strings.ContainsAny(rest[:i], " ,\"") {
+		return false
+	}
+	return isBase64(rest[i+len(";base64,"):])
+}
+
+// isBase64 reports whether s is base64 in either alphabet, padding only at
+// its end.
+func isBase64(s string) bool {
+	s = strings.TrimRight(s, "=")
+	if len(s) == 0 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '=' || c == '-' || c == '_') {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_') {
 			return false
 		}
 	}

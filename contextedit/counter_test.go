@@ -124,28 +124,37 @@ func TestCounterFor(t *testing.T) {
 	}
 }
 
-// TestCountJSON: a body of any form counts its text as text, a data URL or
-// a run of base64 as one image, a number as one token; text past the
-// tokenized budget and values nested too deep count by their bytes.
+// TestCountJSON: a body of any form counts its keys and strings as text
+// and a number as one token; an image (a URL, data URL or base64 under an
+// image key) as one image; a file's base64 by its bytes; and no text passes
+// for media outside those keys, however it looks.
 func TestCountJSON(t *testing.T) {
 	t.Parallel()
 	c, err := CounterFor("o200k_base")
 	if err != nil {
 		t.Fatal(err)
 	}
+	text := func(ss ...string) int {
+		n := 0
+		for _, s := range ss {
+			n += c.CountText(s)
+		}
+		return n
+	}
 	b64 := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", 1<<15) // 768 KiB of base64
-	hello := c.CountText("hello world")
 	tests := []struct {
 		name string
 		body string
 		want int
 	}{
-		{"embeddings text", `{"model":"e","input":"hello world"}`, c.CountText("e") + hello},
-		{"token ids", `{"model":"e","input":[[1,2,3],[4]]}`, c.CountText("e") + 4},
-		{"data URL image", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hello world"},{"type":"input_image","image_url":"data:image/png;base64,` + b64 + `"}]}]}`,
-			c.CountText("m") + c.CountText("user") + c.CountText("input_text") + hello + c.CountText("input_image") + tokensPerImage},
-		{"bare base64", `{"file_data":"` + b64 + `"}`, tokensPerImage},
-		{"short base64-like word is text", `{"input":"abcDEF123"}`, c.CountText("abcDEF123")},
+		{"embeddings text", `{"model":"e","input":"hello world"}`, text("model", "e", "input", "hello world")},
+		{"token ids", `{"model":"e","input":[[1,2,3],[4]]}`, text("model", "e", "input") + 4},
+		{"data URL image", `{"input":[{"type":"input_image","image_url":"data:image/png;base64,` + b64 + `"}]}`,
+			text("input", "type", "input_image", "image_url") + tokensPerImage},
+		{"chat-style image URL", `{"image_url":{"url":"https://x/y.png"}}`, text("image_url", "url") + tokensPerImage},
+		{"file data by its bytes", `{"file_data":"data:application/pdf;base64,` + b64 + `"}`,
+			text("file_data") + (len("data:application/pdf;base64,")+len(b64)+3)/4},
+		{"short base64-like word is text", `{"input":"abcDEF123"}`, text("input", "abcDEF123")},
 		{"not JSON", `hello there!`, 3},
 	}
 	for _, tt := range tests {
@@ -157,13 +166,23 @@ func TestCountJSON(t *testing.T) {
 		})
 	}
 
-	// Past the tokenized budget, text counts by its bytes.
-	prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", (maxCountedText/45)+1)
-	body := `{"a":"hello world","b":"` + prose + `","c":"hello world"}`
-	if got, want := c.CountJSON([]byte(body)), hello+(len(prose)+3)/4+hello; got != want {
-		t.Errorf("over budget: %d, want %d", got, want)
+	// Text that looks like media, or hides in keys, is still counted as
+	// text: at least a token per 8 bytes (a provider reads it as text).
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000) // 90 KB
+	for name, body := range map[string]string{
+		"a data: prefix on prose":    `{"prompt":"data:` + prose + `"}`,
+		"a data URL in a text field": `{"prompt":"data:image/png;base64,` + b64[:90000] + `"}`,
+		"snake_case prose":           `{"input":"` + strings.Repeat("the_quick_brown_fox_jumps_over_the_lazy_dog_", 2000) + `"}`,
+		"a DNA sequence":             `{"input":"` + strings.Repeat("ACGTTGCAAGCT", 7500) + `"}`,
+		"hex":                        `{"input":"` + strings.Repeat("0123456789abcdef", 5600) + `"}`,
+		"a long key":                 `{"tools":[{"parameters":{"properties":{"` + prose + `":{}}}}]}`,
+		"emoji past the budget":      `{"input":"` + strings.Repeat("😀", 300<<8) + `"}`,
+	} {
+		if got := c.CountJSON([]byte(body)); got < len(body)/8 {
+			t.Errorf("%s: %d tokens for %d bytes", name, got, len(body))
+		}
 	}
-	// Nesting deeper than maxCountDepth counts by bytes, without recursion.
+	// Nesting deeper than maxCountDepth is estimated, without recursion.
 	deep := strings.Repeat("[", 100000) + `"x"` + strings.Repeat("]", 100000)
 	if got := c.CountJSON([]byte(deep)); got <= 0 || got > len(deep) {
 		t.Errorf("deep nesting: %d", got)

@@ -190,9 +190,9 @@ func (b *budgetRule) applies(tenant, key string) bool {
 }
 
 // estimate counts the input tokens of a chat body with the route's
-// tokenizer, or estimates those of any other JSON body (a pass-through
-// endpoint's) from its text (Counter.CountJSON: media counted as images,
-// the work bounded); 0 when it cannot.
+// tokenizer, or estimates those of any other body (a pass-through
+// endpoint's) from its text (Counter.CountJSON: media counted as images or
+// files, the work bounded); 0 when it cannot.
 func estimate(r *pipeline.Request) int64 {
 	enc := ""
 	if r.Route != nil {
@@ -201,6 +201,11 @@ func estimate(r *pipeline.Request) int64 {
 	c, err := contextedit.CounterFor(enc)
 	if err != nil {
 		return 0
+	}
+	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint {
+		// Not a chat body, whatever it holds: a messages array in it is not
+		// what the endpoint reads.
+		return int64(c.CountJSON(r.Body))
 	}
 	n, err := c.Count(r.Body)
 	if err != nil {

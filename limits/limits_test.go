@@ -499,9 +499,16 @@ func TestEstimateOfAnImageBody(t *testing.T) {
 	img := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", 1<<15) // 768 KiB of base64
 	body := `{"model":"gpt-x","stream":true,"input":[{"role":"user","content":[{"type":"input_text","text":"what is in this picture?"},` +
 		`{"type":"input_image","image_url":"data:image/png;base64,` + img + `"}]}]}`
-	n := estimate(&pipeline.Request{Model: "gpt-x", Body: []byte(body)})
+	n := estimate(&pipeline.Request{Model: "gpt-x", Endpoint: "/v1/responses", Body: []byte(body)})
 	if n < 10 || n > 200 {
 		t.Fatalf("estimate %d tokens for a question and one image", n)
+	}
+	// A messages array in a body that is not a chat call's is not what the
+	// endpoint reads: the estimate still counts the prompt.
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000)
+	completions := `{"model":"gpt-x","prompt":"` + prose + `","messages":[]}`
+	if n := estimate(&pipeline.Request{Model: "gpt-x", Endpoint: "/v1/completions", Body: []byte(completions)}); n < 9000 {
+		t.Fatalf("estimate %d tokens for a 10,000-token prompt beside an empty messages array", n)
 	}
 }
 

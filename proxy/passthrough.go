@@ -279,7 +279,7 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 					// on: that would keep the provider generating.
 					gone = true
 				}
-				if gone && (tap == nil || tap.sse || tap.captured || drained > maxDrain) {
+				if gone && (tap == nil || tap.sse || tap.settled() || drained > maxDrain) {
 					break
 				}
 			}

@@ -26,8 +26,10 @@ type usageTap struct {
 
 	// JSON: where the scan is. It looks for the member named path[0] of
 	// the top-level object, then path[1] of that member's object, and so
-	// on, and copies the last one's object into found; as gjson reads a
-	// path, only the first member of each name counts.
+	// on, and copies the last one's object into found, as gjson reads a
+	// path: an object that lacks the rest of the path is passed over for a
+	// later member of its name, but of the last name only the first member
+	// counts.
 	path       []string // nil: usagePath
 	level      int      // path members entered so far: keys are looked at depth level+1
 	done       bool     // the path's object cannot come any more
@@ -38,8 +40,8 @@ type usageTap struct {
 	keying     bool   // reading a depth-1 key into key
 	key        []byte // the last depth-1 key (its first bytes)
 	keyDone    bool   // key is complete; its colon comes next
-	valueNext  bool   // the next value is the top-level usage member's
-	usageKey   bool   // the top-level usage key was seen: only its first value counts, as gjson reads it
+	valueNext  bool   // the next value is a path member's
+	usageKey   bool   // the path's last name was seen at this level: only its first value counts, as gjson reads it
 	capturing  bool   // inside the usage object, copying it to found
 	captured   bool   // found holds the whole usage object
 	keyTooLong bool   // longer than maxUsageKey: not usage
@@ -164,14 +166,21 @@ func (u *usageTap) scan(p []byte) {
 		case ':':
 			if u.depth == keyDepth && u.keyDone {
 				u.keyDone = false
+				last := u.level+1 == len(path)
 				switch {
-				case u.usageKey:
-				case u.keyEscaped:
+				case last && u.usageKey:
+				case u.keyEscaped && last:
 					// It may spell the name, as gjson reads it: a later
 					// member of that name is not the one gjson would read.
 					u.usageKey = true
+				case u.keyEscaped:
+					// It may spell a name of the path, whose object gjson
+					// would read: give up rather than read another.
+					u.done = true
+					return
 				case !u.keyTooLong && string(u.key) == path[u.level]:
-					u.usageKey, u.valueNext = true, true
+					u.valueNext = true
+					u.usageKey = u.usageKey || last
 				}
 				continue
 			}
@@ -206,12 +215,26 @@ func (u *usageTap) scan(p []byte) {
 			}
 			if u.depth < keyDepth && u.level > 0 {
 				// The path's member ended without the rest of the path.
-				u.done = true
-				return
+				if u.usageKey {
+					u.done = true // it had the last name, not an object: gjson reads no other
+					return
+				}
+				u.level--
+				keyDepth = u.level + 1
 			}
 		}
 		u.valueNext = false
 	}
+}
+
+// settled reports whether the rest of a JSON answer cannot change what the
+// tap found: its usage object is whole, too large, or cannot come.
+func (u *usageTap) settled() bool {
+	if u.captured || u.done || u.over {
+		return true
+	}
+	// The top-level usage member was seen and its value is not an object.
+	return u.usageKey && u.level == 0 && len(u.path) <= 1 && !u.valueNext && !u.capturing
 }
 
 // stringSkip and deepSkip mark the bytes scan passes over in a string and

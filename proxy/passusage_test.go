@@ -70,6 +70,9 @@ func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
 		{"a long line's usage, then a later one", "text/event-stream",
 			"data: {\"b64_json\":\"" + image + "\",\"usage\":{\"input_tokens\":1}}\n\n: " + image + "\n\ndata: {\"usage\":{\"prompt_tokens\":2}}\n\n",
 			wire.ChatUsage{Prompt: 2}, true},
+		{"a later response with the usage, over the line bound", "text/event-stream",
+			"data: {\"response\":{\"id\":\"a\",\"x\":\"" + image + "\"},\"response\":{\"usage\":{\"input_tokens\":5}}}\n\n",
+			wire.ChatUsage{Prompt: 5}, true},
 		{"usage only inside a long line's content", "text/event-stream",
 			"data: {\"response\":{\"output\":[{\"usage\":{\"input_tokens\":1},\"result\":\"" + image + "\"}]},\"x\":{\"usage\":{\"input_tokens\":2}}}\n\n",
 			wire.ChatUsage{}, false},
@@ -79,6 +82,26 @@ func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
 			if ok != tc.ok || got != tc.want {
 				t.Errorf("%s, in %d-byte pieces: %+v %v, want %+v %v", tc.name, n, got, ok, tc.want, tc.ok)
 			}
+		}
+	}
+}
+
+// A JSON answer's tap is settled once nothing later can change its result:
+// so a pass-through whose client left stops draining the answer there.
+func TestUsageTapSettles(t *testing.T) {
+	for _, tc := range []struct {
+		head    string
+		settled bool
+	}{
+		{`{"usage":{"prompt_tokens":1`, false},
+		{`{"usage":{"prompt_tokens":1}}`, true},
+		{`{"usage":null,`, true},
+		{`{"usage":{"pad":"` + strings.Repeat("x", maxUsageBytes) + `"`, true},
+		{`{"data":[{"usage":{}}],`, false},
+		{`{"us\u0061ge":1,`, true},
+	} {
+		if got := tapAll("application/json", tc.head, 5).settled(); got != tc.settled {
+			t.Errorf("%q: settled %v, want %v", tc.head, got, tc.settled)
 		}
 	}
 }
@@ -106,6 +129,8 @@ func FuzzUsageTap(f *testing.F) {
 	f.Add(`{"us\u0061ge":[1],"usage":{"prompt_tokens":1}}`, 4)
 	f.Add(`{"response":{"a":{"usage":{"x":2}},"usage":{"input_tokens":1}},"response":{"usage":{}}}`, 3)
 	f.Add(`{"response":[{"usage":{}}],"usage":{"y":1}}`, 2)
+	f.Add(`{"response":{},"response":{"usage":{}}}`, 1)
+	f.Add(`{"response":{"usage":null},"response":{"usage":{"a":3}}}`, 2)
 	f.Fuzz(func(t *testing.T, body string, n int) {
 		if n <= 0 {
 			n = 1
