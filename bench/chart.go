@@ -33,8 +33,8 @@ func chartSVG(res *results) string {
 	lat := map[string]*series{}
 	add := map[string]*series{}
 	for _, l := range sw.Legs {
-		if l.Latency == nil {
-			continue
+		if l.Latency == nil || l.Superseded || strings.HasSuffix(l.Step, ", again") && l.Target == "direct" {
+			continue // a step measured again is drawn with the measurement that counted
 		}
 		if lat[l.Target] == nil {
 			lat[l.Target] = &series{name: l.Target, color: targetColors[l.Target]}

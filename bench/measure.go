@@ -32,6 +32,10 @@ type job struct {
 type leg struct {
 	Target        string  `json:"target"`
 	Step          string  `json:"step,omitempty"`
+	// Superseded marks a sweep step's first measurement of a proxy that
+	// went over the bar there for the first time: the step was measured
+	// again, and the second measurement counts (sweep.go, confirmOver).
+	Superseded bool `json:"superseded,omitempty"`
 	Load          string  `json:"load"`
 	OfferedRPS    float64 `json:"offered_rps,omitempty"`
 	Concurrency   int     `json:"concurrency,omitempty"`

@@ -347,3 +347,37 @@ func TestTTFTFloorShare(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepConfirmsTheFirstStepOverTheBar: a proxy's first step over the
+// bar is measured again, and the second measurement decides; a proxy over
+// the bar at an earlier step, or under it now, is not; the first
+// measurement stays, marked superseded, and is not a saturation step.
+func TestSweepConfirmsTheFirstStepOverTheBar(t *testing.T) {
+	step := func(target string, addedP99 float64, errors int) *leg {
+		return &leg{Target: target, Step: "0.40×sat", OfferedRPS: 9000, Errors: errors, Added: &pcts{P99: addedP99},
+			ProxyCPUPer1k: 0.05, ThroughputRPS: 9000}
+	}
+	legs := []*leg{{Target: "direct", Step: "0.40×sat"}, step("floor", 3000, 0), step("gateway", 23000, 0), step("pk", 50, 2)}
+	retry := firstOverBar(legs, map[string]bool{"pk": true})
+	if len(retry) != 1 || !retry["gateway"] {
+		t.Fatalf("retry %v, want the gateway only (the floor is under, pk was over before)", retry)
+	}
+	jobs := []job{{t: &target{name: "direct"}}, {t: &target{name: "floor"}}, {t: &target{name: "gateway"}}, {t: &target{name: "pk"}}}
+	if js := retryJobs(jobs, retry); len(js) != 2 || js[0].t.name != "direct" || js[1].t.name != "gateway" {
+		t.Fatalf("retry jobs %v", js)
+	}
+	again := []*leg{{Target: "direct", Step: "0.40×sat, again"}, step("gateway", 4000, 0)}
+	again[1].Step, again[1].ProxyCPUPer1k = "0.40×sat, again", 0.07
+	got := byTarget(confirmed(legs, again, retry))
+	if got["gateway"] != again[1] || got["floor"] != legs[1] || !legs[2].Superseded || legs[1].Superseded {
+		t.Fatalf("confirmed legs: gateway %+v, floor %+v", got["gateway"], got["floor"])
+	}
+	sw := &scenarioResult{Name: "sweep", Legs: append(legs, again...)}
+	sw.fig("gateway highest rate with added p99 < 10 ms", 9000, "rps")
+	if l, ok := saturationLoad(sw, "gateway"); !ok || l.rate != 9000 || l.proxyMS != 0.07 {
+		t.Fatalf("saturation load from the second measurement: %+v %v", l, ok)
+	}
+	if n := countSuperseded(sw.Legs); n != 1 {
+		t.Fatalf("%d superseded", n)
+	}
+}

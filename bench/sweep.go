@@ -64,16 +64,27 @@ func (b *bench) sweep() *scenarioResult {
 			jobs = b.withPeer(jobs, func(t *target) workload { return t.plain(chatBody, "", nil) })
 		}
 		legs := b.legs(jobs, ls)
-		beyond := true
 		for _, l := range legs {
 			l.Step = fmt.Sprintf("%.2f×sat", f)
+		}
+		r.Legs = append(r.Legs, legs...)
+		if retry := firstOverBar(legs, over); len(retry) > 0 {
+			again := b.legs(retryJobs(jobs, retry), ls)
+			for _, l := range again {
+				l.Step = fmt.Sprintf("%.2f×sat, again", f)
+			}
+			r.Legs = append(r.Legs, again...)
+			legs = confirmed(legs, again, retry)
+		}
+		beyond := true
+		for _, l := range legs {
 			if l.Target == "direct" {
 				continue
 			}
 			// The saturation rate is the last step before the first one over
 			// the bar: a later step that looks fine (because direct had a
 			// noisy tail there) does not count.
-			under := l.Errors == 0 && l.Added != nil && l.Added.P99 < addedP99Limit
+			under := underBar(l)
 			switch {
 			case under && !over[l.Target]:
 				best[l.Target] = max(best[l.Target], ls.rate)
@@ -90,12 +101,15 @@ func (b *bench) sweep() *scenarioResult {
 				r.fig(l.Target+" added p99 at half direct saturation", l.Added.P99, "µs")
 			}
 		}
-		r.Legs = append(r.Legs, legs...)
 		if beyond && wasBeyond {
 			r.Notes = append(r.Notes, fmt.Sprintf("stopped after %.2f×: both proxies past %.0f ms added p99 at two steps in a row", f, 5*addedP99Limit/1000))
 			break
 		}
 		wasBeyond = beyond
+	}
+	if n := countSuperseded(r.Legs); n > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d step(s) measured again: a proxy's first step over the bar is measured a second time "+
+			"(with direct), and the second measurement decides; both are in the table", n))
 	}
 	r.fig("direct saturation (closed model)", sat, "rps")
 	r.fig("gateway highest rate with added p99 < 10 ms", best["gateway"], "rps")
@@ -142,7 +156,8 @@ func saturationLoad(sw *scenarioResult, target string) (machineLoad, bool) {
 		return machineLoad{}, false
 	}
 	for _, l := range sw.Legs {
-		if l.Target != target || l.OfferedRPS != rate || !strings.HasSuffix(l.Step, "×sat") || l.CPUNotMeasured || l.ProxyCPUPer1k <= 0 {
+		step := strings.HasSuffix(l.Step, "×sat") || strings.HasSuffix(l.Step, "×sat, again")
+		if l.Target != target || l.OfferedRPS != rate || !step || l.Superseded || l.CPUNotMeasured || l.ProxyCPUPer1k <= 0 {
 			continue
 		}
 		ms := l.ProxyCPUPer1k + l.UpstreamCPUPer1k + l.LoadgenCPUPer1k // s per 1,000 = ms per request
@@ -186,4 +201,64 @@ func machineSentence(sw *scenarioResult, want float64) string {
 		}
 	}
 	return out
+}
+
+// underBar reports whether a proxy's leg of a sweep step stays under the
+// bar: no error, and an added p99 under addedP99Limit.
+func underBar(l *leg) bool {
+	return l.Errors == 0 && l.Added != nil && l.Added.P99 < addedP99Limit
+}
+
+// firstOverBar returns the proxies whose leg at this step is over the bar
+// while no earlier step was: each is measured again before its sweep
+// ends, so that one disturbed step (a collection, a burst of another
+// process on the shared cores) does not end it on its own. Every proxy
+// gets the same second chance, once.
+func firstOverBar(legs []*leg, over map[string]bool) map[string]bool {
+	retry := map[string]bool{}
+	for _, l := range legs {
+		if l.Target != "direct" && !over[l.Target] && !underBar(l) {
+			retry[l.Target] = true
+		}
+	}
+	return retry
+}
+
+// retryJobs are the step's jobs of direct (the added latency's baseline)
+// and of the proxies in retry.
+func retryJobs(jobs []job, retry map[string]bool) []job {
+	var out []job
+	for _, j := range jobs {
+		if j.t.name == "direct" || retry[j.t.name] {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// confirmed returns the step's legs with each proxy in retry taken from
+// again (its second measurement), the first one marked superseded.
+func confirmed(legs, again []*leg, retry map[string]bool) []*leg {
+	m := byTarget(again)
+	out := make([]*leg, 0, len(legs))
+	for _, l := range legs {
+		if a := m[l.Target]; a != nil && retry[l.Target] {
+			l.Superseded = true
+			out = append(out, a)
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// countSuperseded counts the legs a second measurement replaced.
+func countSuperseded(legs []*leg) int {
+	n := 0
+	for _, l := range legs {
+		if l.Superseded {
+			n++
+		}
+	}
+	return n
 }
