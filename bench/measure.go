@@ -32,10 +32,7 @@ type job struct {
 type leg struct {
 	Target        string  `json:"target"`
 	Step          string  `json:"step,omitempty"`
-	// Superseded marks a sweep step's first measurement of a proxy that
-	// went over the bar there for the first time: the step was measured
-	// again, and the second measurement counts (sweep.go, confirmOver).
-	Superseded bool `json:"superseded,omitempty"`
+	Superseded    bool    `json:"superseded,omitempty"` // a sweep step's first measurement, replaced by a second (sweep.go, confirmed)
 	Load          string  `json:"load"`
 	OfferedRPS    float64 `json:"offered_rps,omitempty"`
 	Concurrency   int     `json:"concurrency,omitempty"`
