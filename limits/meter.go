@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"sync"
@@ -242,6 +243,12 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	// A view of chunk: usageOf keeps numbers, not its bytes.
 	t, ok := usageOf(wire.ChunkUsage(chunk))
 	if !ok {
+		if s.strip {
+			// Asked for on the client's behalf, the upstream puts
+			// "usage": null on every chunk; a client that did not ask
+			// gets none (OpenAI sends the field only to those who ask).
+			chunk = dropUsageMember(chunk)
+		}
 		return chunk, false
 	}
 	s.usage, s.seen = t, true
@@ -261,6 +268,31 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	}
 	return chunk, false
 }
+
+// nullUsageTail is how a chunk ends whose last member is "usage": null:
+// the quote before usage is not escaped, so the member is the top-level
+// object's, not a string's bytes.
+var nullUsageTail = []byte(`,"usage":null}`)
+
+// dropUsageMember returns chunk without its top-level usage members (in
+// place when "usage": null ends it, the usual case). A chunk that is not
+// valid JSON, or has none, is returned as it is.
+func dropUsageMember(chunk []byte) []byte {
+	if bytes.HasSuffix(chunk, nullUsageTail) {
+		return append(chunk[:len(chunk)-len(nullUsageTail)], '}')
+	}
+	if !bytes.Contains(chunk, usageKey) || !gjson.ValidBytes(chunk) {
+		return chunk
+	}
+	if edits, ok := jsonedit.DeleteMembers(nil, chunk, jsonedit.Root(chunk), "usage"); ok && len(edits) > 0 {
+		if b, ok := jsonedit.Apply(chunk, edits); ok {
+			return b
+		}
+	}
+	return chunk
+}
+
+var usageKey = []byte(`"usage"`)
 
 func (s *meteredStream) Close() {
 	s.Stream.Close()

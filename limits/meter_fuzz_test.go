@@ -11,7 +11,8 @@ import (
 // object, if any, is kept for the charge. When the client asked for usage
 // the chunk passes as is; when it did not (strip), a usage-only chunk is
 // dropped and any other valid JSON chunk stays valid JSON with no
-// top-level usage object left, its content kept.
+// top-level usage object left, its content kept, and a chunk with no usage
+// object loses its usage member ("usage": null) too.
 func FuzzObserve(f *testing.F) {
 	for _, c := range []string{
 		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}`,
@@ -39,9 +40,27 @@ func FuzzObserve(f *testing.F) {
 		if hasUsage && !s.seen {
 			t.Fatalf("chunk %q: usage not seen", in)
 		}
-		if !strip || !s.seen {
+		if !strip {
 			if skip || !bytes.Equal(out, in) {
-				t.Fatalf("chunk %q (strip %v, usage seen %v) became %q, skip %v", in, strip, s.seen, out, skip)
+				t.Fatalf("chunk %q (usage seen %v) became %q, skip %v", in, s.seen, out, skip)
+			}
+			return
+		}
+		if !s.seen {
+			// No usage object: only a usage member (null) may go, from a
+			// valid chunk, which stays valid with its content.
+			if skip {
+				t.Fatalf("chunk %q skipped", in)
+			}
+			if !gjson.ValidBytes(in) {
+				if !bytes.Equal(out, in) && !bytes.HasSuffix(in, []byte(`,"usage":null}`)) {
+					t.Fatalf("invalid chunk %q changed to %q", in, out)
+				}
+				return
+			}
+			if !gjson.ValidBytes(out) || gjson.GetBytes(out, "usage").Exists() ||
+				gjson.GetBytes(in, "choices").Raw != gjson.GetBytes(out, "choices").Raw {
+				t.Fatalf("chunk %q became %q: still a usage member, or not the same content", in, out)
 			}
 			return
 		}
