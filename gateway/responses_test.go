@@ -355,6 +355,38 @@ kind = "builtin"
 	}
 }
 
+// A mixed turn behind the Responses API (the model calls a server tool and
+// a client tool in one answer): the stream hands the client's
+// function_call out as the answer is read and the mcp_call once the server
+// tool has run, and the JSON answer has its items in that order.
+func TestResponsesMixedTurnOrder(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Text: "Checking.", ToolCalls: []mockllm.ToolCall{
+			{Name: "calculator", Arguments: `{"expression":"6*7"}`},
+			{Name: "get_weather", Arguments: `{"city":"Oslo"}`},
+		}}
+	}})
+	params := responses.ResponseNewParams{Model: "gpt-x", Tools: []responses.ToolUnionParam{weatherTool},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("go")}}
+	p, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := h.streamResponse(params)
+	want := "message:Checking.|function_call|mcp_call:calculator"
+	if got := outputItems(stream); got != want {
+		t.Fatalf("stream output %s, want %s", got, want)
+	}
+	if got := outputItems(*p); got != want {
+		t.Fatalf("JSON output %s, the stream's %s", got, want)
+	}
+}
+
 // outputItems lists a response's output items: each message with its text,
 // each call with its tool's name.
 func outputItems(r responses.Response) string {

@@ -89,6 +89,10 @@ type ServerCall struct {
 	// so that the Responses API places its item where a stream of the same
 	// request carries it. Nil for a stream, whose calls are heard in place.
 	At *TextsAt
+	// AfterClientCalls is set by such a loop for a call of a round that
+	// also handed client calls back (a mixed turn): a stream carries those
+	// calls before it, as it hands them out while the round is read.
+	AfterClientCalls bool
 }
 
 // TextsAt counts bytes of each text of an answer message.

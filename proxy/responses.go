@@ -108,6 +108,7 @@ type serverCall struct {
 	e     wire.Event
 	at    pipeline.TextsAt
 	hasAt bool
+	after bool // ran after the answer's client calls were handed out (pipeline.ServerCall.AfterClientCalls)
 }
 
 // serverCall is the request's OnServerCall: the run becomes an mcp_call
@@ -121,7 +122,7 @@ func (f *responsesForm) serverCall(c *pipeline.ServerCall) {
 			e.Finish = "the tool failed"
 		}
 	}
-	sc := serverCall{e: e}
+	sc := serverCall{e: e, after: c.AfterClientCalls}
 	if c.At != nil {
 		sc.at, sc.hasAt = *c.At, true
 	}
@@ -151,10 +152,11 @@ func (f *responsesForm) flush(dst []byte) []byte {
 // body is the Responses object for a whole chat completion. The tool
 // loop's server calls go where a stream of the same request carries them:
 // each after the part of every text that the rounds before it produced
-// (a call that does not say, before all of them).
+// (a call that does not say, before all of them), and a mixed turn's last
+// ones after the client calls it hands back.
 func (f *responsesForm) body(completion []byte) []byte {
 	var out []byte
-	calls := f.takeCalls()
+	calls, after := splitAfter(f.takeCalls())
 	var texts []wire.Event // held until the calls are placed among them
 	wire.DecodeCompletion(completion, func(e *wire.Event) {
 		markApproval(e)
@@ -167,10 +169,29 @@ func (f *responsesForm) body(completion []byte) []byte {
 			out = f.placeCalls(out, calls, texts)
 			calls = nil
 		}
+		if after != nil && (e.Kind == wire.Finish || e.Kind == wire.End) {
+			for i := range after {
+				out = f.enc.Encode(out, &after[i].e)
+			}
+			after = nil
+		}
 		out = f.enc.Encode(out, e)
 	})
 	f.save(out, responses.AnswerMessage(completion))
 	return out
+}
+
+// splitAfter parts calls into those placed among the answer's texts and
+// those that follow its client calls; each nil when empty.
+func splitAfter(calls []serverCall) (among, after []serverCall) {
+	for _, c := range calls {
+		if c.after {
+			after = append(after, c)
+		} else {
+			among = append(among, c)
+		}
+	}
+	return among, after
 }
 
 // placeCalls encodes texts with calls among them, in the order the stream

@@ -79,6 +79,9 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		if s.req.OnServerCall != nil {
 			s.textsAt = s.textsThrough(text, &res)
+			// A mixed turn: a stream hands the round's client calls out as
+			// they come, before its server calls have run.
+			s.afterClient = len(client) > 0
 		}
 		o.ran, o.stopReq = true, s.record(server, results)
 		if d := decide(o); d.next == stepEnd {

@@ -28,6 +28,7 @@ type session struct {
 	shown        []byte                 // blocking loop: the text of the rounds before the current one, as a stream shows it
 	shownSide    [len(sideTexts)][]byte // blocking loop: the same for refusal and reasoning texts
 	textsAt      *pipeline.TextsAt      // blocking loop: the answer's texts through the current round (ServerCall.At)
+	afterClient  bool                   // blocking loop: the current round also hands client calls back (ServerCall.AfterClientCalls)
 	iterations   int                    // model calls made
 	consecErrors int
 	final        bool   // the last model call was the forced final one (tool_choice none)
@@ -299,7 +300,8 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 			src = t.cfg.Server
 		}
 	}
-	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt})
+	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
+		AfterClientCalls: s.afterClient})
 }
 
 // appendTurn adds the assistant message (its text and every call of the
