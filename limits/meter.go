@@ -215,10 +215,27 @@ type meteredStream struct {
 	usage   tokens
 	seen    bool
 	charged bool
-	strip   bool // the client did not ask for usage: take it out
+	strip   bool    // the client did not ask for usage: take it out
+	buf     *[]byte // from chunkBufs: the last chunk without its usage member, until the next Next
+}
+
+// chunkBufs holds the buffers of dropUsageMember's copies between chunks:
+// a stream waiting for its next event holds none.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// release gives the last chunk's buffer back: its caller is done with it
+// once it asks for the next chunk.
+func (s *meteredStream) release() {
+	if s.buf != nil {
+		if cap(*s.buf) <= 64<<10 {
+			chunkBufs.Put(s.buf)
+		}
+		s.buf = nil
+	}
 }
 
 func (s *meteredStream) Next() ([]byte, error) {
+	s.release()
 	for {
 		chunk, err := s.Stream.Next()
 		if err == nil {
@@ -247,7 +264,7 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 			// Asked for on the client's behalf, the upstream puts
 			// "usage": null on every chunk; a client that did not ask
 			// gets none (OpenAI sends the field only to those who ask).
-			chunk = dropUsageMember(chunk)
+			chunk = s.dropUsageMember(chunk)
 		}
 		return chunk, false
 	}
@@ -274,15 +291,21 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 // object's, not a string's bytes.
 var nullUsageTail = []byte(`,"usage":null}`)
 
-// dropUsageMember returns chunk without its top-level usage members (in
-// place when "usage": null ends it, the usual case). A chunk that is not
+// dropUsageMember returns chunk without its top-level usage members: a
+// copy in a pooled buffer when "usage": null ends it (the usual case; chunk
+// itself is the upstream's, never written), else a new slice. A chunk that is not
 // valid JSON, or has none, is returned as it is.
-func dropUsageMember(chunk []byte) []byte {
+func (s *meteredStream) dropUsageMember(chunk []byte) []byte {
 	if bytes.HasSuffix(chunk, nullUsageTail) {
-		return append(chunk[:len(chunk)-len(nullUsageTail)], '}')
+		if s.buf == nil {
+			s.buf = chunkBufs.Get().(*[]byte)
+		}
+		b := append(append((*s.buf)[:0], chunk[:len(chunk)-len(nullUsageTail)]...), '}')
+		*s.buf = b
+		chunk = b
 	}
 	if !bytes.Contains(chunk, usageKey) || !gjson.ValidBytes(chunk) {
-		return chunk
+		return chunk // no other usage member (the common case: one scan)
 	}
 	if edits, ok := jsonedit.DeleteMembers(nil, chunk, jsonedit.Root(chunk), "usage"); ok && len(edits) > 0 {
 		if b, ok := jsonedit.Apply(chunk, edits); ok {
@@ -297,6 +320,8 @@ var usageKey = []byte(`"usage"`)
 func (s *meteredStream) Close() {
 	s.Stream.Close()
 	s.end()
+	// s.buf is left to the collector: Close may come from another
+	// goroutine while a chunk is read.
 }
 
 func (s *meteredStream) end() {

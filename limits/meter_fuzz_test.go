@@ -32,8 +32,14 @@ func FuzzObserve(f *testing.F) {
 		f.Add([]byte(c), true)
 	}
 	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":3}}`), false)
+	f.Add([]byte(`{"usage":null,"choices":[{"delta":{"content":"x"}}],"usage":null}`), true)
 	f.Fuzz(func(t *testing.T, chunk []byte, strip bool) {
 		in := bytes.Clone(chunk)
+		defer func() {
+			if !bytes.Equal(chunk, in) {
+				t.Fatalf("observe wrote into the upstream's chunk: %q became %q", in, chunk)
+			}
+		}()
 		hasUsage := gjson.ValidBytes(in) && gjson.GetBytes(in, "usage").IsObject()
 		s := &meteredStream{strip: strip}
 		out, skip := s.observe(chunk)
