@@ -5,9 +5,12 @@
 package testredis
 
 import (
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,15 +58,45 @@ func newServer(t testing.TB, bin string, args ...string) *Server {
 	return s
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago, chosen
+// below the kernel's ephemeral range. A port from that range, freed by a
+// probe, can be taken by any outgoing connection of the tests running
+// beside it before redis-server binds it (a cluster node that could not
+// bind failed a test once); a port below the range is only ever taken by
+// a listener that asks for it by number.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	lo, hi := 10000, ephemeralStart()
+	for range 100 {
+		if hi-lo < 1000 {
+			break
+		}
+		p := lo + rand.IntN(hi-lo)
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			_ = ln.Close()
+			return p
+		}
+	}
 	_, port, _ := net.SplitHostPort(testproc.FreeAddr(t))
 	n, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // Addr is host:port.
