@@ -33,7 +33,7 @@ func chartSVG(res *results) string {
 	lat := map[string]*series{}
 	add := map[string]*series{}
 	for _, l := range sw.Legs {
-		if l.Latency == nil || l.Superseded || strings.HasSuffix(l.Step, ", again") && l.Target == "direct" {
+		if l.Latency == nil || l.Superseded || strings.HasSuffix(l.Step, againStep) && l.Target == "direct" {
 			continue // a step measured again is drawn with the measurement that counted
 		}
 		if lat[l.Target] == nil {

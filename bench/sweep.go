@@ -71,7 +71,7 @@ func (b *bench) sweep() *scenarioResult {
 		if retry := firstOverBar(legs, over); len(retry) > 0 {
 			again := b.legs(retryJobs(jobs, retry), ls)
 			for _, l := range again {
-				l.Step = fmt.Sprintf("%.2f×sat, again", f)
+				l.Step = fmt.Sprintf("%.2f×sat", f) + againStep
 			}
 			r.Legs = append(r.Legs, again...)
 			legs = confirmed(legs, again, retry)
@@ -156,7 +156,7 @@ func saturationLoad(sw *scenarioResult, target string) (machineLoad, bool) {
 		return machineLoad{}, false
 	}
 	for _, l := range sw.Legs {
-		step := strings.HasSuffix(l.Step, "×sat") || strings.HasSuffix(l.Step, "×sat, again")
+		step := strings.HasSuffix(strings.TrimSuffix(l.Step, againStep), "×sat")
 		if l.Target != target || l.OfferedRPS != rate || !step || l.Superseded || l.CPUNotMeasured || l.ProxyCPUPer1k <= 0 {
 			continue
 		}
@@ -202,6 +202,9 @@ func machineSentence(sw *scenarioResult, want float64) string {
 	}
 	return out
 }
+
+// againStep ends the step name of a sweep step's second measurement.
+const againStep = ", again"
 
 // underBar reports whether a proxy's leg of a sweep step stays under the
 // bar: no error, and an added p99 under addedP99Limit.

@@ -514,9 +514,8 @@ func TestEstimateOfAnImageBody(t *testing.T) {
 
 // TestChargeOfAnUnconfiguredModel: a pass-through call of a model the
 // config does not name counts against the tenant's limits, but is metered
-// under
-// UnconfiguredModel: a client's model names never become metric series or
-// usage records of their own.
+// under UnconfiguredModel: a client's model names never become metric
+// series or usage records of their own.
 func TestChargeOfAnUnconfiguredModel(t *testing.T) {
 	t.Parallel()
 	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
