@@ -45,6 +45,9 @@ func TestEventChecker(t *testing.T) {
 	if ok, _ := checkAll(bad, 30); ok {
 		t.Error("a stream with an event that is not JSON passed")
 	}
+	if ok, _ := checkAll("data: {\"a\":\""+strings.Repeat("x", maxEventBytes)+"\"}", 4096); ok {
+		t.Error("an event longer than maxEventBytes that never ends passed")
+	}
 }
 
 // FuzzEventChecker: where the reads cut a stream never changes the verdict

@@ -114,6 +114,9 @@ func main() {
 	}
 }
 
+// maxEventBytes bounds the partial event the checker keeps.
+const maxEventBytes = 1 << 20
+
 // meter counts the tokens of a usage object.
 func meter(u gjson.Result) {
 	if u.IsObject() {
@@ -159,6 +162,9 @@ func (c *eventChecker) check(b []byte) bool {
 			}
 			meter(wire.ChunkUsage(data))
 		}
+	}
+	if len(b) > maxEventBytes {
+		return false // an event that never ends: cut the stream, as the gateway does
 	}
 	c.partial = append(c.partial[:0], b...)
 	return true
