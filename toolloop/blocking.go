@@ -215,6 +215,14 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 	if tr := s.traceJSON(); tr != nil {
 		setRaw("x_gateway", tr)
 	}
+	if err == nil {
+		// The loop runs only for n <= 1 and follows choice 0, which is all
+		// the stream relays: a choice the client did not ask for goes here
+		// too.
+		if ch := gjson.GetBytes(body, "choices"); ch.IsArray() && ch.Get("1").Exists() {
+			setRaw("choices", append(append([]byte{'['}, ch.Get("0").Raw...), ']'))
+		}
+	}
 	if err != nil {
 		return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeBadUpstream, "the upstream answer could not be rewritten")
 	}

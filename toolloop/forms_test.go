@@ -111,3 +111,64 @@ func TestLaterRoundsReportIntoTheirOwnMeta(t *testing.T) {
 		t.Fatalf("rounds %s", got)
 	}
 }
+
+// An upstream that answers a loop round with a second choice the client did
+// not ask for (n was not above 1) misbehaves; the loop follows choice 0.
+// The stream relays choice 0 only, and the JSON answer of the same rounds
+// carries the same: one choice, with choice 0's content.
+func TestUnaskedChoiceLeftInBothForms(t *testing.T) {
+	t.Parallel()
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	second := func(body string) string { // a second choice after choice 0
+		b, _ := setRaw(body, "choices.-1", `{"index":1,"message":{"role":"assistant","content":"stray"},"logprobs":null,"finish_reason":"stop"}`)
+		return b
+	}
+	strayChunk := `{"id":"up-2","object":"chat.completion.chunk","created":1767225600,"model":"gpt-x","choices":[{"index":1,"delta":{"role":"assistant","content":"stray"},"logprobs":null,"finish_reason":"stop"}],"usage":null}`
+	for _, tc := range []struct {
+		name    string
+		rounds  []string   // JSON answers, one per round
+		streams [][]string // the same rounds streamed
+	}{
+		{"after a tool round",
+			[]string{completion("up-1", "", calc, "tool_calls", 1, 1), second(completion("up-2", "3", "", "stop", 1, 1))},
+			[][]string{
+				{chunk("up-1", callWhole(0, "c1", "calculator", `{"expression":"1+2"}`), ""), chunk("up-1", `{}`, "tool_calls")},
+				{chunk("up-2", `{"role":"assistant","content":"3"}`, ""), strayChunk, chunk("up-2", `{}`, "stop")},
+			}},
+		{"in the only round",
+			[]string{second(completion("up-2", "3", "", "stop", 1, 1))},
+			[][]string{{chunk("up-2", `{"role":"assistant","content":"3"}`, ""), strayChunk, chunk("up-2", `{}`, "stop")}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLoop(t, []config.Tool{calcTool}, nil)
+			var sturns, bturns []turnFn
+			for i := range tc.rounds {
+				sturns = append(sturns, always(tc.streams[i], ""))
+				bturns = append(bturns, always(nil, tc.rounds[i]))
+			}
+			resp, err := l.Chat(context.Background(), request(&fakeModel{turns: sturns}, true, userBody+`,"stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var acc openai.ChatCompletionAccumulator
+			for _, ch := range checkStream(t, sse(t, resp.Stream), false).Chunks {
+				var c openai.ChatCompletionChunk
+				if err := json.Unmarshal(ch, &c); err != nil {
+					t.Fatal(err)
+				}
+				acc.AddChunk(c)
+			}
+			resp, err = l.Chat(context.Background(), request(&fakeModel{turns: bturns}, false, userBody+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			choices := gjson.GetBytes(resp.Body, "choices").Array()
+			if len(choices) != len(acc.Choices) || len(choices) != 1 {
+				t.Fatalf("JSON answer has %d choices, the stream %d: %s", len(choices), len(acc.Choices), resp.Body)
+			}
+			if got, want := choices[0].Get("message.content").String(), acc.Choices[0].Message.Content; got != want || want != "3" {
+				t.Fatalf("JSON content %q, streamed %q", got, want)
+			}
+		})
+	}
+}
