@@ -289,6 +289,35 @@ func TestLayerSentence(t *testing.T) {
 	if got := layerSentence(s); !strings.Contains(got, "the access log nothing measurable (0.4 µs).") {
 		t.Errorf("a +0.4 µs layer: %s", got)
 	}
+	if got := layerSentence(s); strings.Contains(got, "leanest") {
+		t.Errorf("an allowance sentence without the lean leg's figure: %s", got)
+	}
+}
+
+// TestAllowanceSentence: the CPU target's allowance (0.25× the floor's
+// CPU) is set against the lean checks and access line and the middleware
+// layers, over or under it as the figures say.
+func TestAllowanceSentence(t *testing.T) {
+	t.Parallel()
+	s := &scenarioResult{Name: "layers", Status: "ok"}
+	s.fig(checksLogLeg+"/floor CPU per request", 1.149, "×")
+	s.fig("core/floor CPU per request", 1.597, "×")
+	s.fig("+request layer/floor CPU per request", 1.734, "×")
+	got := allowanceSentence(s)
+	for _, want := range []string{"A 1.25× ratio leaves 0.25× the floor's CPU", "takes 0.149× of it", "add 0.137× in the gateway",
+		"0.286× in all, over it before routing"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %s", want, got)
+		}
+	}
+	for i := range s.Figures {
+		if s.Figures[i].Name == checksLogLeg+"/floor CPU per request" {
+			s.Figures[i].Value = 1.05
+		}
+	}
+	if got := allowanceSentence(s); !strings.Contains(got, "0.187× in all, 0.063× of it left for routing") {
+		t.Errorf("under the allowance: %s", got)
+	}
 }
 
 // TestMachineSentence: when both proxies go over the bar at about the same
