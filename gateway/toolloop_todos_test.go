@@ -173,3 +173,52 @@ tools = ["calculator"]
 		t.Errorf("answer %+v", resp.Choices[0])
 	}
 }
+
+// An upstream error that names a message by index names the client's: the
+// system message write_todos puts in front of the client's messages shifts
+// the upstream's indices by one, and the client sees its own. The stream of
+// the same request ends with the same param.
+func TestUpstreamErrorParamNamesTheClientsMessage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.Replace(todosConfig, "{{SYSTEM}}", "", 1), mockllm.Options{Respond: planModel})
+	// The tool message answers no call: the mock (as OpenAI) refuses it,
+	// naming messages.[3] of what it received (the gateway's system message
+	// first), which is the client's messages.[2].
+	msgs := `[{"role":"user","content":"plan it"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"nope","content":"r"}]`
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"gpt-x","messages":` + msgs
+		if stream {
+			body += `,"stream":true`
+		}
+		status, _, out := h.post("/chat/completions", body+`}`, nil)
+		if stream && status == 200 {
+			out = []byte(gjson.Get(strings.TrimPrefix(lastDataLine(string(out)), "data: "), "error").Raw)
+			out = []byte(`{"error":` + string(out) + `}`)
+		} else if status != 400 {
+			t.Fatalf("stream %v: status %d: %s", stream, status, out)
+		}
+		if got := gjson.GetBytes(out, "error.param").String(); got != "messages.[2].tool_call_id" {
+			t.Fatalf("stream %v: param %q, want the client's messages.[2].tool_call_id: %s", stream, got, out)
+		}
+	}
+	// Without the system message (a model write_todos is not offered to),
+	// the index passes as it is.
+	status, _, out := h.post("/chat/completions", `{"model":"plain","messages":`+msgs+`}`, nil)
+	if got := gjson.GetBytes(out, "error.param").String(); status != 400 || got != "messages.[2].tool_call_id" {
+		t.Fatalf("status %d, param %q: %s", status, got, out)
+	}
+}
+
+// lastDataLine returns the last "data: " line of an SSE body that is not
+// [DONE].
+func lastDataLine(body string) string {
+	last := ""
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "data: ") && l != "data: [DONE]" {
+			last = l
+		}
+	}
+	return last
+}

@@ -149,6 +149,9 @@ type UpstreamError struct {
 	RetryAfter time.Duration // from retry-after / retry-after-ms; 0 when absent
 	Provider   string
 	Err        error
+	// Messages is the failed request's MessageMap: how an index in the
+	// upstream's error param maps to the client's messages.
+	Messages MessageMap
 }
 
 // UpstreamKind classifies an upstream failure.

@@ -63,6 +63,11 @@ type Request struct {
 	EditLog    EditLog
 	PromptHint PromptHint
 
+	// Messages says how Body's messages relate to the client's, for an
+	// upstream error that names one (messagemap.go). A layer that adds,
+	// drops or merges messages records it on the request it passes on.
+	Messages MessageMap
+
 	// OnServerCall, when set, hears of every server tool the loop ran for
 	// this request, after it ran, in the order the loop records them (the
 	// Responses API shows them as mcp_call items). It is called by the

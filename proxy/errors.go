@@ -62,7 +62,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			// meaning-bearing fields, bounded in size.
 			msg = truncate(e.Get("message").String(), 1024)
 			typ = orDefault(truncate(e.Get("type").String(), 64), typ)
-			param = truncate(e.Get("param").String(), 64)
+			param = truncate(ue.Messages.ClientParam(e.Get("param").String()), 64)
 			code = truncate(e.Get("code").String(), 64)
 		}
 		if msg == "" {

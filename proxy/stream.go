@@ -51,6 +51,7 @@ type upstreamStream struct {
 	at       int                      // where the model string starts in head
 	keep     bool                     // the model in head is the client's already
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
+	msgMap   pipeline.MessageMap      // the request's, for an error event's param
 	done     bool                     // [DONE] (or message_stop) seen
 	clean    bool                     // and the body ended right after it: the connection may be pooled
 
@@ -166,12 +167,12 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 			data, _ = sjson.DeleteBytes(data, "error")
 		} else if e.Exists() {
 			return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
-				Provider: s.pc.cfg.Name, Body: append([]byte(nil), data...), Err: errors.New("error event in stream")}
+				Provider: s.pc.cfg.Name, Body: append([]byte(nil), data...), Err: errors.New("error event in stream"), Messages: s.msgMap}
 		}
 	}
 	if string(ev.Name) == "error" {
 		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
-			Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream")}
+			Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream"), Messages: s.msgMap}
 	}
 	if len(data) == 0 {
 		return nil, true, nil

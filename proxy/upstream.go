@@ -310,7 +310,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 			if status != fasthttp.StatusOK {
 				// An error body too large to keep: the status without it.
-				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider}
+				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider, Messages: req.Messages}
 			}
 			return nil, pc.bodyError(errResponseTooLarge)
 		}
@@ -322,6 +322,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		if pc.messages {
 			ue = anthropic.StatusError(target.Provider, status, ue.Body, ue.RetryAfter)
 		}
+		ue.Messages = req.Messages
 		pc.endCall(c, freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -367,6 +368,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		look = nil // its decoder passes over events: the writer may never hold for it
 	}
 	s := newUpstreamStream(ctx, pc, resp, conn, req.Model, deadline, look)
+	s.msgMap = req.Messages
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
 	}

@@ -172,3 +172,33 @@ func TestUnaskedChoiceLeftInBothForms(t *testing.T) {
 		})
 	}
 }
+
+// Each round's request says how its messages relate to the client's: the
+// first round's are the client's, a later round's add the loop's history
+// after them, so an upstream error naming a history message does not pass
+// as an index of the client's.
+func TestRoundsRecordTheirMessages(t *testing.T) {
+	t.Parallel()
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	var maps []pipeline.MessageMap
+	layer := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		maps = append(maps, r.Messages)
+		if len(maps) == 1 {
+			return &pipeline.Response{Body: []byte(completion("up-1", "", calc, "tool_calls", 1, 1))}, nil
+		}
+		return &pipeline.Response{Body: []byte(completion("up-2", "3", "", "stop", 1, 1))}, nil
+	})
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	if _, err := l.Chat(context.Background(), request(layer, false, userBody+`}`)); err != nil {
+		t.Fatal(err)
+	}
+	if len(maps) != 2 || maps[0] != (pipeline.MessageMap{}) || maps[1] != (pipeline.MessageMap{Client: 1}) {
+		t.Fatalf("rounds' message maps %+v", maps)
+	}
+	if got := maps[1].ClientParam("messages.[1].content"); got != "messages" { // the loop's assistant message
+		t.Fatalf("a history message named as %q", got)
+	}
+	if got := maps[1].ClientParam("messages.[0].content"); got != "messages.[0].content" {
+		t.Fatalf("the client's message named as %q", got)
+	}
+}

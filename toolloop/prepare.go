@@ -24,6 +24,7 @@ type plan struct {
 	clientNames []string
 	choice      choiceMode
 	todos       bool       // write_todos is offered
+	prepended   int        // messages put in front of the client's (a system message for the tools' prompts)
 	sel         *selection // what tool selection did; nil = it did not run
 }
 
@@ -162,10 +163,13 @@ func (p *plan) readClientTools(reg *registry, req *pipeline.Request, clientTools
 // client's, and include_usage for a stream.
 func (p *plan) upstreamBody(req *pipeline.Request, clientTools gjson.Result, tools []*tool) ([]byte, error) {
 	body := req.Body
-	if m, err := withToolPrompts(p.messages, tools); err != nil {
+	if m, prepended, err := withToolPrompts(p.messages, tools); err != nil {
 		return nil, pipeline.BadRequest("messages", "messages could not be extended")
 	} else if m != nil {
 		p.messages = m
+		if prepended {
+			p.prepended = 1
+		}
 		if body, err = sjson.SetRawBytes(body, "messages", m); err != nil {
 			return nil, pipeline.BadRequest("messages", "messages could not be extended")
 		}

@@ -104,8 +104,9 @@ func validTodoStatus(s string) bool {
 // withToolPrompts adds the system prompt additions of the offered tools
 // (write_todos) to msgs, the request's messages array: to the content of a
 // leading system or developer message, else as a new first system message.
-// It returns nil when no offered tool has one.
-func withToolPrompts(msgs []byte, tools []*tool) ([]byte, error) {
+// It returns nil when no offered tool has one, and whether it put a new
+// message in front.
+func withToolPrompts(msgs []byte, tools []*tool) (_ []byte, prepended bool, _ error) {
 	var add []byte
 	for _, t := range tools {
 		if t.prompt == "" {
@@ -117,7 +118,7 @@ func withToolPrompts(msgs []byte, tools []*tool) ([]byte, error) {
 		add = append(add, t.prompt...)
 	}
 	if len(add) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	first := gjson.GetBytes(msgs, "0")
 	role, content := first.Get("role").Str, first.Get("content")
@@ -125,10 +126,12 @@ func withToolPrompts(msgs []byte, tools []*tool) ([]byte, error) {
 		switch {
 		case content.Type == gjson.String:
 			v := append(append([]byte(content.Str), "\n\n"...), add...)
-			return sjson.SetRawBytes(msgs, "0.content", appendJSONString(nil, v))
+			out, err := sjson.SetRawBytes(msgs, "0.content", appendJSONString(nil, v))
+			return out, false, err
 		case content.IsArray():
 			part := append(appendJSONString([]byte(`{"type":"text","text":`), add), '}')
-			return sjson.SetRawBytes(msgs, "0.content.-1", part)
+			out, err := sjson.SetRawBytes(msgs, "0.content.-1", part)
+			return out, false, err
 		}
 	}
 	out := make([]byte, 0, len(msgs)+len(add)+40)
@@ -138,9 +141,9 @@ func withToolPrompts(msgs []byte, tools []*tool) ([]byte, error) {
 	if rest := bytes.TrimSpace(bytes.TrimSpace(msgs)[1:]); len(rest) > 0 && rest[0] != ']' {
 		out = append(out, ',')
 		out = append(out, rest...)
-		return out, nil
+		return out, true, nil
 	}
-	return append(out, ']'), nil
+	return append(out, ']'), true, nil
 }
 
 // noteTodos keeps the list of a successful write_todos result: the last one

@@ -69,13 +69,13 @@ func TestWithToolPrompts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := withToolPrompts([]byte(tc.msgs), tools)
+			got, _, err := withToolPrompts([]byte(tc.msgs), tools)
 			if err != nil || string(got) != tc.want {
 				t.Fatalf("got %s (%v), want %s", got, err, tc.want)
 			}
 		})
 	}
-	if got, err := withToolPrompts([]byte(`[]`), []*tool{{}}); got != nil || err != nil {
+	if got, _, err := withToolPrompts([]byte(`[]`), []*tool{{}}); got != nil || err != nil {
 		t.Fatalf("no prompt: %s %v", got, err)
 	}
 }

@@ -44,6 +44,7 @@ type session struct {
 	// upstream's prompt_tokens for an earlier round and how many messages
 	// that round's request held, so later rounds count only what was added.
 	msgs       int // messages of the transcript: the client's and those appended
+	clientMsgs int // the client's messages (pipeline.MessageMap.Client)
 	sent       int // messages in the request of the current round
 	hintTokens int
 	hintMsgs   int
@@ -63,6 +64,7 @@ func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
 	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
 	view(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
+	s.clientMsgs = s.msgs - p.prepended - req.Messages.Prepended
 	return s
 }
 
@@ -92,6 +94,11 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	r := s.req.Clone()
 	r.Body = body
+	// An upstream error naming a message names the client's (pipeline.MessageMap).
+	r.Messages.Prepend(s.p.prepended)
+	if len(s.history) > 0 {
+		r.Messages.Append(s.clientMsgs)
+	}
 	// The loop takes tool-call deltas, finish and usage chunks without
 	// writing anything: the client's writer must not hold what it has for
 	// an upstream event that may come to nothing (pipeline.Lookahead).

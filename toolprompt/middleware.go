@@ -74,7 +74,8 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	}
 	up := req.Clone()
 	up.Body = rw.body
-	up.Lookahead = nil // the block's text is held back: see pipeline.Lookahead
+	up.Messages.Rewrite() // tool results merged, calls turned into text
+	up.Lookahead = nil    // the block's text is held back: see pipeline.Lookahead
 	resp, err := h.next.Chat(ctx, up)
 	if err != nil || rw.names == nil {
 		return resp, err

@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"strconv"
+	"testing"
+)
+
+// TestClientParam: an index into the upstream's messages becomes the
+// client's, in each spelling providers use; a message the gateway added,
+// or a rewritten array, leaves "messages"; anything else is kept.
+func TestClientParam(t *testing.T) {
+	t.Parallel()
+	shifted := MessageMap{Prepended: 1}
+	looped := MessageMap{Prepended: 1, Client: 2}
+	edited := MessageMap{Rewritten: true}
+	for _, c := range []struct {
+		m          MessageMap
+		param, out string
+	}{
+		{MessageMap{}, "messages.[3].content", "messages.[3].content"},
+		{shifted, "messages.[3].content", "messages.[2].content"},
+		{shifted, "messages[3].content", "messages[2].content"},
+		{shifted, "messages.3.content", "messages.2.content"},
+		{shifted, "messages.[1]", "messages.[0]"},
+		{shifted, "messages[12][0]", "messages[11][0]"},
+		{shifted, "messages.[0].content", "messages"}, // the gateway's own system message
+		{looped, "messages.[2].role", "messages.[1].role"},
+		{looped, "messages.[3].role", "messages"}, // the loop's history
+		{edited, "messages.[0].content", "messages"},
+		{shifted, "messages", "messages"},
+		{shifted, "model", "model"},
+		{shifted, "", ""},
+		{shifted, "messages.content", "messages.content"},
+		{shifted, "messages.[x]", "messages.[x]"},
+		{shifted, "messages.[3", "messages.[3"},
+		{shifted, "messages.3x", "messages.3x"},
+		{shifted, "messagesX.[3]", "messagesX.[3]"},
+		{shifted, "messages.[99999999999999999999]", "messages.[99999999999999999999]"},
+		{shifted, "tools.[3].function", "tools.[3].function"},
+	} {
+		if got := c.m.ClientParam(c.param); got != c.out {
+			t.Errorf("%+v: ClientParam(%q) = %q, want %q", c.m, c.param, got, c.out)
+		}
+	}
+}
+
+// TestMessageMapRecords: layers compose: prepends add up, the first
+// layer that appends knows the client's count, a rewrite stays.
+func TestMessageMapRecords(t *testing.T) {
+	t.Parallel()
+	var m MessageMap
+	m.Prepend(1)
+	m.Append(3)
+	m.Append(5) // a later round: the client's count is the first one's
+	m.Prepend(1)
+	if m != (MessageMap{Prepended: 2, Client: 3}) {
+		t.Fatalf("%+v", m)
+	}
+	m.Rewrite()
+	if got := m.ClientParam("messages.[2]"); got != "messages" {
+		t.Fatalf("rewritten: %q", got)
+	}
+}
+
+// FuzzClientParam: no param panics the mapping; a param it changes is the
+// same text with the index lowered by the prepended messages, to one of the
+// client's.
+func FuzzClientParam(f *testing.F) {
+	for _, s := range []string{"messages.[3].content", "messages[0]", "messages.12.x", "messages.[", "messages[]", "messages.9999999999"} {
+		f.Add(s, 1, 0, false)
+	}
+	f.Fuzz(func(t *testing.T, param string, pre, client int, rewritten bool) {
+		m := MessageMap{Prepended: pre % 4, Client: client % 8, Rewritten: rewritten}
+		if m.Prepended < 0 || m.Client < 0 {
+			return
+		}
+		got := m.ClientParam(param)
+		if got == param || got == "messages" {
+			return
+		}
+		n, ok := shiftedIndex(param, got, m.Prepended)
+		if m.Rewritten || !ok || n < 0 || (m.Client > 0 && n >= m.Client) {
+			t.Fatalf("%+v: %q became %q", m, param, got)
+		}
+	})
+}
+
+// shiftedIndex reports whether got is param with its first run of digits
+// after "messages" lowered by shift, and returns got's index.
+func shiftedIndex(param, got string, shift int) (int, bool) {
+	digits := func(s string) (int, int) {
+		i := len("messages")
+		for i < len(s) && (s[i] < '0' || s[i] > '9') {
+			i++
+		}
+		j := i
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		return i, j
+	}
+	if len(param) < len("messages") || len(got) < len("messages") {
+		return 0, false
+	}
+	pi, pj := digits(param)
+	gi, gj := digits(got)
+	pn, err1 := strconv.Atoi(param[pi:pj])
+	gn, err2 := strconv.Atoi(got[gi:gj])
+	return gn, err1 == nil && err2 == nil && param[:pi] == got[:gi] && param[pj:] == got[gj:] && gn == pn-shift
+}
