@@ -272,7 +272,9 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 	}
 	out := req.Clone()
 	out.Body = body
-	out.Messages.Rewrite() // messages dropped or summarised: indices move
+	if t.moved() {
+		out.Messages.Rewrite() // messages dropped or summarised: indices move
+	}
 	return out, nil
 }
 

@@ -78,6 +78,9 @@ func TestClearPolicy(t *testing.T) {
 			if string(req.Body) != string(body) {
 				t.Fatal("the caller's body was modified")
 			}
+			if got.Messages.Rewritten {
+				t.Error("clearing results moved no message, but the request says its messages were rewritten")
+			}
 			checkPairing(t, got.Body)
 			if a, b := len(messages(got.Body)), len(tt.msgs); a != b {
 				t.Fatalf("%d messages, want %d", a, b)
@@ -359,6 +362,9 @@ func TestDropTurns(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !next.last(t).Messages.Rewritten {
+				t.Error("turns were dropped, but the request does not say its messages moved")
 			}
 			out := next.last(t).Body
 			checkPairing(t, out)

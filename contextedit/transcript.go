@@ -28,6 +28,20 @@ type transcript struct {
 	inserts map[int]string
 }
 
+// moved reports whether the built array's indices differ from the
+// body's: a message dropped or a summary put in.
+func (t *transcript) moved() bool {
+	if len(t.inserts) > 0 {
+		return true
+	}
+	for i := range t.msgs {
+		if t.msgs[i].dropped {
+			return true
+		}
+	}
+	return false
+}
+
 // message is one entry of messages with its edit state.
 type message struct {
 	raw     gjson.Result

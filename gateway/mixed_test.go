@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,5 +276,34 @@ func TestMixedTurnStateNotSharedAcrossConversations(t *testing.T) {
 	}
 	if body := string(h.mock.Requests()[n].Body); strings.Contains(body, "6*7") || strings.Contains(body, "calculator") && strings.Contains(body, `"tool_call_id":"call_1"`) {
 		t.Fatalf("a forged id resumed hidden state: %s", body)
+	}
+}
+
+// TestMixedTurnErrorParam: the follow-up of a mixed turn goes upstream with
+// the hidden server round's messages put back among the client's, so an
+// upstream error naming a message by index does not name the client's
+// (messages.[6] upstream is the client's messages.[3]): the client is told
+// "messages", in the param and in the text, never a wrong index.
+func TestMixedTurnErrorParam(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig, mockllm.Options{Respond: mixedResponder})
+	p := userMsg("prior")
+	p.Tools = cityTool()
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := followUp(p, resp.Choices[0].Message)
+	fp.Messages = append(fp.Messages, openai.ToolMessage("stray", "nope")) // answers no call: the mock refuses it
+	_, err = h.client.Chat.Completions.New(context.Background(), fp)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Fatalf("want a 400, got %v", err)
+	}
+	if got := upstreamShape(lastUpstream(h)); !strings.HasPrefix(got, "user assistant(calculator) tool ") {
+		t.Fatalf("the hidden round was not put back: %q", got)
+	}
+	if apiErr.Param != "messages" || strings.Contains(apiErr.Message, "messages.[") {
+		t.Fatalf("param %q, message %q: an index of the upstream's messages reached the client", apiErr.Param, apiErr.Message)
 	}
 }

@@ -617,3 +617,19 @@ approval = "always"
 		}
 	}
 }
+
+// TestResponsesUpstreamErrorNamesInput: an upstream error about a message of
+// the chat request a Responses call became names the input, which the client
+// sent, never a messages index, in the param and in the text.
+func TestResponsesUpstreamErrorNamesInput(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel})
+	status, _, body := h.post("/responses", `{"model":"gpt-x","instructions":"be brief","input":[`+
+		`{"role":"user","content":"hi"},{"type":"function_call_output","call_id":"nope","output":"r"}]}`, nil)
+	if status != 400 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	if p, msg := gjson.GetBytes(body, "error.param").String(), gjson.GetBytes(body, "error.message").String(); p != "input" || strings.Contains(msg, "messages.[") || strings.Contains(msg, "messages[") {
+		t.Fatalf("param %q, message %q: %s", p, msg, body)
+	}
+}

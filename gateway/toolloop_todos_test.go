@@ -203,9 +203,15 @@ func TestUpstreamErrorParamNamesTheClientsMessage(t *testing.T) {
 			t.Fatalf("stream %v: param %q, want the client's messages.[2].tool_call_id: %s", stream, got, out)
 		}
 	}
+	// The message quotes the param, and names the client's message too.
+	status, _, out := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"plan it"},`+
+		`{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"lookup","arguments":"{}"}}]}]}`, nil)
+	if msg := gjson.GetBytes(out, "error.message").String(); status != 400 || !strings.Contains(msg, "'messages.[1].tool_calls[].id'") {
+		t.Fatalf("status %d, message %q: %s", status, msg, out)
+	}
 	// Without the system message (a model write_todos is not offered to),
 	// the index passes as it is.
-	status, _, out := h.post("/chat/completions", `{"model":"plain","messages":`+msgs+`}`, nil)
+	status, _, out = h.post("/chat/completions", `{"model":"plain","messages":`+msgs+`}`, nil)
 	if got := gjson.GetBytes(out, "error.param").String(); status != 400 || got != "messages.[2].tool_call_id" {
 		t.Fatalf("status %d, param %q: %s", status, got, out)
 	}

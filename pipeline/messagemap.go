@@ -1,6 +1,9 @@
 package pipeline
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // MessageMap says how the messages array the upstream receives relates to
 // the client's, so that an upstream error naming a message (its "param",
@@ -23,6 +26,9 @@ type MessageMap struct {
 	// prompted tool calling merged tool results): an index then names no
 	// client message with certainty.
 	Rewritten bool
+	// Name is the client's name for what became the messages ("input" for
+	// a Responses request); "" is "messages".
+	Name string
 }
 
 // Prepend records n messages put in front of the array.
@@ -44,14 +50,85 @@ func (m *MessageMap) Append(client int) {
 // (messages.[3].content, messages[3].content, messages.3.content) names the
 // client's message instead; when the message is one the gateway added, or
 // the array was rewritten, the index and what follows it are dropped
-// ("messages"), since a wrong index misleads more than none. Any other
-// param is returned as it is.
+// ("messages", or the client's Name for the array), since a wrong index
+// misleads more than none. Any other param is returned as it is.
 func (m MessageMap) ClientParam(param string) string {
-	const key = "messages"
-	if m == (MessageMap{}) || len(param) <= len(key) || param[:len(key)] != key {
+	if m == (MessageMap{}) {
 		return param
 	}
-	rest := param[len(key):]
+	if param == messagesKey {
+		return m.name()
+	}
+	ref, n, ok := m.mapRef(param)
+	switch {
+	case !ok:
+		return param
+	case ref == m.name():
+		return ref
+	}
+	return ref + param[n:]
+}
+
+// ClientText returns an upstream error's message with each reference to a
+// message by index mapped as ClientParam maps a param, so that the message
+// and the param name the same one: providers quote the param in the text
+// ("Invalid 'messages[3].content': ...").
+func (m MessageMap) ClientText(text string) string {
+	if m == (MessageMap{}) {
+		return text
+	}
+	var b []byte
+	from := 0 // text[from:] is not copied yet
+	for i := 0; ; {
+		j := strings.Index(text[i:], messagesKey)
+		if j < 0 {
+			break
+		}
+		at := i + j
+		i = at + len(messagesKey)
+		if at > 0 && isWordByte(text[at-1]) {
+			continue // another word ending in messages
+		}
+		ref, n, ok := m.mapRef(text[at:])
+		if !ok {
+			continue
+		}
+		end := at + n
+		if ref == m.name() {
+			// The path under a message the client cannot see goes too.
+			for end < len(text) && (isWordByte(text[end]) || text[end] == '.' || text[end] == '[' || text[end] == ']') {
+				end++
+			}
+		}
+		b = append(append(b, text[from:at]...), ref...)
+		from, i = end, end
+	}
+	if b == nil {
+		return text
+	}
+	return string(append(b, text[from:]...))
+}
+
+const messagesKey = "messages"
+
+// name is the client's name for the array.
+func (m MessageMap) name() string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return messagesKey
+}
+
+// mapRef reads a reference to a message by index at the start of s
+// ("messages" then .[N], [N] or .N, N at most 9 digits) and returns it as
+// the client should see it (messages.[N-Prepended], or the client's name for
+// the array alone) with the bytes of s it covers, through the index; ok is
+// false when s does not start with one.
+func (m MessageMap) mapRef(s string) (ref string, n int, ok bool) {
+	if len(s) <= len(messagesKey) || s[:len(messagesKey)] != messagesKey {
+		return "", 0, false
+	}
+	rest := s[len(messagesKey):]
 	open, bracket := 0, false
 	switch {
 	case len(rest) > 1 && rest[0] == '.' && rest[1] == '[':
@@ -61,31 +138,32 @@ func (m MessageMap) ClientParam(param string) string {
 	case rest[0] == '.':
 		open = 1
 	default:
-		return param // messagesX: another name
+		return "", 0, false // messagesX: another name
 	}
 	end := open
 	for end < len(rest) && end-open < 9 && rest[end] >= '0' && rest[end] <= '9' {
 		end++
 	}
 	if end == open || (end < len(rest) && rest[end] >= '0' && rest[end] <= '9') {
-		return param // no index, or one too long to be an array's
+		return "", 0, false // no index, or one too long to be an array's
 	}
 	after := end
 	if bracket {
 		if end == len(rest) || rest[end] != ']' {
-			return param
+			return "", 0, false
 		}
 		after++
-	} else if after < len(rest) && rest[after] != '.' && rest[after] != '[' {
-		return param // messages.3x: not an index
+	} else if after < len(rest) && isWordByte(rest[after]) {
+		return "", 0, false // messages.3x: not an index
 	}
-	n, _ := strconv.Atoi(rest[open:end])
-	i := n - m.Prepended
+	idx, _ := strconv.Atoi(rest[open:end])
+	i := idx - m.Prepended
 	if m.Rewritten || i < 0 || (m.Client > 0 && i >= m.Client) {
-		return key
+		return m.name(), len(messagesKey) + after, true
 	}
-	if i == n {
-		return param
-	}
-	return param[:len(key)+open] + strconv.Itoa(i) + rest[end:]
+	return s[:len(messagesKey)+open] + strconv.Itoa(i) + rest[end:after], len(messagesKey) + after, true
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

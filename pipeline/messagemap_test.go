@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -62,27 +63,74 @@ func TestMessageMapRecords(t *testing.T) {
 	}
 }
 
-// FuzzClientParam: no param panics the mapping; a param it changes is the
-// same text with the index lowered by the prepended messages, to one of the
-// client's.
+// FuzzClientParam: no param or text panics the mapping; an arbitrary param
+// it changes is the same text with the index lowered by the prepended
+// messages, to one of the client's; a param built from an index in each
+// spelling maps to exactly the expected one, and the text quoting it names
+// the same.
 func FuzzClientParam(f *testing.F) {
 	for _, s := range []string{"messages.[3].content", "messages[0]", "messages.12.x", "messages.[", "messages[]", "messages.9999999999"} {
-		f.Add(s, 1, 0, false)
+		f.Add(s, uint16(3), uint8(0), ".content", 1, 0, false)
 	}
-	f.Fuzz(func(t *testing.T, param string, pre, client int, rewritten bool) {
+	f.Fuzz(func(t *testing.T, param string, idx uint16, form uint8, tail string, pre, client int, rewritten bool) {
 		m := MessageMap{Prepended: pre % 4, Client: client % 8, Rewritten: rewritten}
 		if m.Prepended < 0 || m.Client < 0 {
 			return
 		}
-		got := m.ClientParam(param)
-		if got == param || got == "messages" {
+		_ = m.ClientText(param)
+		if got := m.ClientParam(param); got != param && got != "messages" {
+			n, ok := shiftedIndex(param, got, m.Prepended)
+			if m.Rewritten || !ok || n < 0 || (m.Client > 0 && n >= m.Client) {
+				t.Fatalf("%+v: %q became %q", m, param, got)
+			}
+		}
+		// Built: messages + an index in one of the three spellings + a
+		// tail that cannot continue the index.
+		if tail != "" && (tail[0] >= '0' && tail[0] <= '9' || isWordByte(tail[0])) {
 			return
 		}
-		n, ok := shiftedIndex(param, got, m.Prepended)
-		if m.Rewritten || !ok || n < 0 || (m.Client > 0 && n >= m.Client) {
-			t.Fatalf("%+v: %q became %q", m, param, got)
+		forms := [3][2]string{{".[", "]"}, {"[", "]"}, {".", ""}}
+		fm := forms[int(form)%3]
+		ref := func(i int) string { return "messages" + fm[0] + strconv.Itoa(i) + fm[1] }
+		built := ref(int(idx)) + tail
+		want := "messages"
+		if i := int(idx) - m.Prepended; !m.Rewritten && i >= 0 && (m.Client == 0 || i < m.Client) {
+			want = ref(i) + tail
+		}
+		if m == (MessageMap{}) {
+			want = built
+		}
+		if got := m.ClientParam(built); got != want {
+			t.Fatalf("%+v: %q became %q, want %q", m, built, got, want)
+		}
+		if want != "messages" && !strings.Contains(m.ClientText("Invalid '"+built+"': no."), want) {
+			t.Fatalf("%+v: the text quoting %q does not name %q: %q", m, built, want, m.ClientText("Invalid '"+built+"': no."))
 		}
 	})
+}
+
+// TestClientText: a message quoting the param names the client's message
+// too, and one the client cannot see by the array's name alone.
+func TestClientText(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		m         MessageMap
+		text, out string
+	}{
+		{MessageMap{Prepended: 1}, "Missing required parameter: 'messages.[2].tool_calls[].id'.", "Missing required parameter: 'messages.[1].tool_calls[].id'."},
+		{MessageMap{Prepended: 1}, "Invalid 'messages[3].content' and messages[4]: bad", "Invalid 'messages[2].content' and messages[3]: bad"},
+		{MessageMap{Prepended: 1}, "Invalid 'messages.[0].content': x", "Invalid 'messages': x"},
+		{MessageMap{Rewritten: true, Name: "input"}, "Invalid 'messages.[2].role': x", "Invalid 'input': x"},
+		{MessageMap{Prepended: 1}, "my_messages.[3] and messages are fine", "my_messages.[3] and messages are fine"},
+		{MessageMap{}, "Invalid 'messages.[2]'", "Invalid 'messages.[2]'"},
+	} {
+		if got := c.m.ClientText(c.text); got != c.out {
+			t.Errorf("%+v: ClientText(%q) = %q, want %q", c.m, c.text, got, c.out)
+		}
+	}
+	if got := (MessageMap{Rewritten: true, Name: "input"}).ClientParam("messages"); got != "input" {
+		t.Errorf("a Responses request's messages param: %q", got)
+	}
 }
 
 // shiftedIndex reports whether got is param with its first run of digits

@@ -60,7 +60,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		if e := gjson.GetBytes(ue.Body, "error"); e.IsObject() {
 			// The upstream's envelope was written for API clients; keep its
 			// meaning-bearing fields, bounded in size.
-			msg = truncate(e.Get("message").String(), 1024)
+			msg = truncate(ue.Messages.ClientText(e.Get("message").String()), 1024)
 			typ = orDefault(truncate(e.Get("type").String(), 64), typ)
 			param = truncate(ue.Messages.ClientParam(e.Get("param").String()), 64)
 			code = truncate(e.Get("code").String(), 64)

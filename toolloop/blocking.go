@@ -173,6 +173,7 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 			body, err = sjson.SetRawBytes(body, path, raw)
 		}
 	}
+	body, err = onlyChoiceZero(body)
 	if s.iterations > 1 {
 		if s.id != "" && (got.id.Type != gjson.String || got.id.Str != s.id) {
 			set("id", s.id)
@@ -215,18 +216,35 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 	if tr := s.traceJSON(); tr != nil {
 		setRaw("x_gateway", tr)
 	}
-	if err == nil {
-		// The loop runs only for n <= 1 and follows choice 0, which is all
-		// the stream relays: a choice the client did not ask for goes here
-		// too.
-		if ch := gjson.GetBytes(body, "choices"); ch.IsArray() && ch.Get("1").Exists() {
-			setRaw("choices", append(append([]byte{'['}, ch.Get("0").Raw...), ']'))
-		}
-	}
 	if err != nil {
 		return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeBadUpstream, "the upstream answer could not be rewritten")
 	}
 	return &pipeline.Response{Body: body}, nil
+}
+
+// onlyChoiceZero returns body with its choices reduced to the one whose
+// index is 0, first, when it has others or that one is not first. The loop
+// runs only for n <= 1 and follows that choice, which is all the stream
+// relays: a choice the client did not ask for leaves the JSON answer too,
+// and the edits of choices.0 are that choice's.
+func onlyChoiceZero(body []byte) ([]byte, error) {
+	ch := gjson.GetBytes(body, "choices")
+	if !ch.IsArray() {
+		return body, nil
+	}
+	n, at := 0, -1
+	var zero gjson.Result
+	ch.ForEach(func(_, c gjson.Result) bool {
+		if at < 0 && c.Get("index").Int() == 0 {
+			zero, at = c, n
+		}
+		n++
+		return true
+	})
+	if at < 0 || (n == 1 && at == 0) {
+		return body, nil
+	}
+	return sjson.SetRawBytes(body, "choices", append(append([]byte{'['}, zero.Raw...), ']'))
 }
 
 func failReason(ctx context.Context) string {

@@ -8,7 +8,8 @@ import (
 
 // completionView is what the loop reads of a chat.completion body: the
 // values (views into the body, valid while it is unchanged) of the paths id,
-// created, model, usage, choices.0.finish_reason and choices.0.message.
+// created, model, usage, and of the choice whose index is 0 (choiceZero, as
+// the stream follows it) its finish_reason and message.
 // {content, tool_calls, refusal, reasoning_content, reasoning}. They are
 // found as gjson finds them, in one pass over the body instead of one per
 // path: of keys that repeat, a value is the first one's, and a path goes on
@@ -34,7 +35,7 @@ func readCompletion(body []byte) (c completionView) {
 			keepFirst(&c.usage, v)
 		case "choices":
 			if v.IsArray() {
-				c.readChoice(v.Get("0"))
+				c.readChoice(choiceZero(v)) // the one the stream follows
 			} else {
 				eachKey(v, "0", c.readChoice)
 			}

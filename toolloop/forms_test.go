@@ -123,6 +123,11 @@ func TestUnaskedChoiceLeftInBothForms(t *testing.T) {
 		b, _ := setRaw(body, "choices.-1", `{"index":1,"message":{"role":"assistant","content":"stray"},"logprobs":null,"finish_reason":"stop"}`)
 		return b
 	}
+	first := func(body string) string { // a second choice before choice 0
+		b, _ := setRaw(body, "choices", `[{"index":1,"message":{"role":"assistant","content":"stray"},"logprobs":null,"finish_reason":"stop"},`+
+			gjson.Get(body, "choices.0").Raw+`]`)
+		return b
+	}
 	strayChunk := `{"id":"up-2","object":"chat.completion.chunk","created":1767225600,"model":"gpt-x","choices":[{"index":1,"delta":{"role":"assistant","content":"stray"},"logprobs":null,"finish_reason":"stop"}],"usage":null}`
 	for _, tc := range []struct {
 		name    string
@@ -138,6 +143,9 @@ func TestUnaskedChoiceLeftInBothForms(t *testing.T) {
 		{"in the only round",
 			[]string{second(completion("up-2", "3", "", "stop", 1, 1))},
 			[][]string{{chunk("up-2", `{"role":"assistant","content":"3"}`, ""), strayChunk, chunk("up-2", `{}`, "stop")}}},
+		{"listed first", // the stream follows index 0, wherever it stands
+			[]string{first(completion("up-2", "3", "", "stop", 1, 1))},
+			[][]string{{strayChunk, chunk("up-2", `{"role":"assistant","content":"3"}`, ""), chunk("up-2", `{}`, "stop")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLoop(t, []config.Tool{calcTool}, nil)

@@ -126,6 +126,7 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 	metricState.WithLabelValues("spliced").Add(float64(spliced))
 	r := req.Clone()
 	r.Body = body
+	r.Messages.Rewrite() // the hidden turns' messages sit among the client's
 	return r
 }
 
