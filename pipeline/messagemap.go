@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -16,23 +17,23 @@ import (
 type MessageMap struct {
 	// Prepended is how many messages the gateway put in front of the
 	// client's (a system message of its own).
-	Prepended int
+	Prepended int32
 	// Client is how many of the upstream's messages, after the prepended
 	// ones, are the client's, when the gateway added others after them (a
 	// tool loop's history); 0 when none were added.
-	Client int
+	Client int32
 	// Rewritten is set when the gateway changed the array in a way no
 	// offset describes (context editing dropped or summarised messages,
 	// prompted tool calling merged tool results): an index then names no
 	// client message with certainty.
 	Rewritten bool
-	// Name is the client's name for what became the messages ("input" for
-	// a Responses request); "" is "messages".
-	Name string
+	// Input is set when what became the messages is a Responses request's
+	// input: an error that names a message names "input".
+	Input bool
 }
 
 // Prepend records n messages put in front of the array.
-func (m *MessageMap) Prepend(n int) { m.Prepended += n }
+func (m *MessageMap) Prepend(n int) { m.Prepended += int32(n) }
 
 // Rewrite records a change no offset describes.
 func (m *MessageMap) Rewrite() { m.Rewritten = true }
@@ -41,7 +42,7 @@ func (m *MessageMap) Rewrite() { m.Rewritten = true }
 // the array, which holds the client's messages when nothing else was added.
 func (m *MessageMap) Append(client int) {
 	if m.Client == 0 {
-		m.Client = client
+		m.Client = int32(min(client, math.MaxInt32))
 	}
 }
 
@@ -50,7 +51,7 @@ func (m *MessageMap) Append(client int) {
 // (messages.[3].content, messages[3].content, messages.3.content) names the
 // client's message instead; when the message is one the gateway added, or
 // the array was rewritten, the index and what follows it are dropped
-// ("messages", or the client's Name for the array), since a wrong index
+// ("messages", or "input" for a Responses request), since a wrong index
 // misleads more than none. Any other param is returned as it is.
 func (m MessageMap) ClientParam(param string) string {
 	if m == (MessageMap{}) {
@@ -113,8 +114,8 @@ const messagesKey = "messages"
 
 // name is the client's name for the array.
 func (m MessageMap) name() string {
-	if m.Name != "" {
-		return m.Name
+	if m.Input {
+		return "input"
 	}
 	return messagesKey
 }
@@ -157,8 +158,8 @@ func (m MessageMap) mapRef(s string) (ref string, n int, ok bool) {
 		return "", 0, false // messages.3x: not an index
 	}
 	idx, _ := strconv.Atoi(rest[open:end])
-	i := idx - m.Prepended
-	if m.Rewritten || i < 0 || (m.Client > 0 && i >= m.Client) {
+	i := idx - int(m.Prepended)
+	if m.Rewritten || i < 0 || (m.Client > 0 && i >= int(m.Client)) {
 		return m.name(), len(messagesKey) + after, true
 	}
 	return s[:len(messagesKey)+open] + strconv.Itoa(i) + rest[end:after], len(messagesKey) + after, true

@@ -73,14 +73,14 @@ func FuzzClientParam(f *testing.F) {
 		f.Add(s, uint16(3), uint8(0), ".content", 1, 0, false)
 	}
 	f.Fuzz(func(t *testing.T, param string, idx uint16, form uint8, tail string, pre, client int, rewritten bool) {
-		m := MessageMap{Prepended: pre % 4, Client: client % 8, Rewritten: rewritten}
+		m := MessageMap{Prepended: int32(pre % 4), Client: int32(client % 8), Rewritten: rewritten}
 		if m.Prepended < 0 || m.Client < 0 {
 			return
 		}
 		_ = m.ClientText(param)
 		if got := m.ClientParam(param); got != param && got != "messages" {
-			n, ok := shiftedIndex(param, got, m.Prepended)
-			if m.Rewritten || !ok || n < 0 || (m.Client > 0 && n >= m.Client) {
+			n, ok := shiftedIndex(param, got, int(m.Prepended))
+			if m.Rewritten || !ok || n < 0 || (m.Client > 0 && n >= int(m.Client)) {
 				t.Fatalf("%+v: %q became %q", m, param, got)
 			}
 		}
@@ -94,7 +94,7 @@ func FuzzClientParam(f *testing.F) {
 		ref := func(i int) string { return "messages" + fm[0] + strconv.Itoa(i) + fm[1] }
 		built := ref(int(idx)) + tail
 		want := "messages"
-		if i := int(idx) - m.Prepended; !m.Rewritten && i >= 0 && (m.Client == 0 || i < m.Client) {
+		if i := int(idx) - int(m.Prepended); !m.Rewritten && i >= 0 && (m.Client == 0 || i < int(m.Client)) {
 			want = ref(i) + tail
 		}
 		if m == (MessageMap{}) {
@@ -120,7 +120,7 @@ func TestClientText(t *testing.T) {
 		{MessageMap{Prepended: 1}, "Missing required parameter: 'messages.[2].tool_calls[].id'.", "Missing required parameter: 'messages.[1].tool_calls[].id'."},
 		{MessageMap{Prepended: 1}, "Invalid 'messages[3].content' and messages[4]: bad", "Invalid 'messages[2].content' and messages[3]: bad"},
 		{MessageMap{Prepended: 1}, "Invalid 'messages.[0].content': x", "Invalid 'messages': x"},
-		{MessageMap{Rewritten: true, Name: "input"}, "Invalid 'messages.[2].role': x", "Invalid 'input': x"},
+		{MessageMap{Rewritten: true, Input: true}, "Invalid 'messages.[2].role': x", "Invalid 'input': x"},
 		{MessageMap{Prepended: 1}, "my_messages.[3] and messages are fine", "my_messages.[3] and messages are fine"},
 		{MessageMap{}, "Invalid 'messages.[2]'", "Invalid 'messages.[2]'"},
 	} {
@@ -128,7 +128,7 @@ func TestClientText(t *testing.T) {
 			t.Errorf("%+v: ClientText(%q) = %q, want %q", c.m, c.text, got, c.out)
 		}
 	}
-	if got := (MessageMap{Rewritten: true, Name: "input"}).ClientParam("messages"); got != "input" {
+	if got := (MessageMap{Rewritten: true, Input: true}).ClientParam("messages"); got != "input" {
 		t.Errorf("a Responses request's messages param: %q", got)
 	}
 }

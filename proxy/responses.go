@@ -84,7 +84,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	// The chat messages are the translation of instructions, input and a
 	// stored history: an upstream error naming one by index names nothing
 	// the client sent, so it names the input.
-	req.Messages = pipeline.MessageMap{Rewritten: true, Name: "input"}
+	req.Messages = pipeline.MessageMap{Rewritten: true, Input: true}
 	s.runChat(ctx, x, req, form)
 }
 

@@ -64,7 +64,7 @@ func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
 	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
 	view(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
-	s.clientMsgs = s.msgs - p.prepended - req.Messages.Prepended
+	s.clientMsgs = s.msgs - p.prepended - int(req.Messages.Prepended)
 	return s
 }
 
