@@ -76,23 +76,22 @@ func (b *bench) layers() *scenarioResult {
 	ls := b.spec(0, b.set.Concurrency, b.set.LegSeconds)
 	r := &scenarioResult{Name: "layers", Title: "Pass-through CPU by gateway layer, closed model", Load: ls.String()}
 	jobs := []job{{b.floor, b.floor.plain(chatBody, "", nil)}}
-	checks, err := b.procs.start("floor-checks", b.bins.floor, append(floorArgs(b.api.addr, b.set.buffers()), "-check")...)
-	if err != nil {
-		r.Status, r.Reason = "failed", err.Error()
-		return r
+	for _, v := range []struct {
+		leg, proc string
+		flags     []string
+	}{
+		{checksLeg, "floor-checks", []string{"-check"}},
+		{checksLogLeg, "floor-checks-log", []string{"-check", "-log", filepath.Join(b.bins.dir, "floor-access.log")}},
+	} {
+		c, err := b.procs.start(v.proc, b.bins.floor, append(floorArgs(b.api.addr, b.set.buffers()), v.flags...)...)
+		if err != nil {
+			r.Status, r.Reason = "failed", err.Error()
+			return r
+		}
+		defer b.procs.stop(c)
+		t := newTarget(v.leg, c, b.api, 4096)
+		jobs = append(jobs, job{t, t.plain(chatBody, "", nil)})
 	}
-	defer b.procs.stop(checks)
-	ct := newTarget(checksLeg, checks, b.api, 4096)
-	jobs = append(jobs, job{ct, ct.plain(chatBody, "", nil)})
-	logged, err := b.procs.start("floor-checks-log", b.bins.floor,
-		append(floorArgs(b.api.addr, b.set.buffers()), "-check", "-log", filepath.Join(b.bins.dir, "floor-access.log"))...)
-	if err != nil {
-		r.Status, r.Reason = "failed", err.Error()
-		return r
-	}
-	defer b.procs.stop(logged)
-	lt := newTarget(checksLogLeg, logged, b.api, 4096)
-	jobs = append(jobs, job{lt, lt.plain(chatBody, "", nil)})
 	for i, v := range layerVariants {
 		name := fmt.Sprintf("gateway-layers-%d", i)
 		path, err := writeGatewayVariant(b.bins.dir, name, "127.0.0.1:0", b.api.addr, 20000, b.set.buffers(), v.set)

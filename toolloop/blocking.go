@@ -229,19 +229,8 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 // and the edits of choices.0 are that choice's.
 func onlyChoiceZero(body []byte) ([]byte, error) {
 	ch := gjson.GetBytes(body, "choices")
-	if !ch.IsArray() {
-		return body, nil
-	}
-	n, at := 0, -1
-	var zero gjson.Result
-	ch.ForEach(func(_, c gjson.Result) bool {
-		if at < 0 && c.Get("index").Int() == 0 {
-			zero, at = c, n
-		}
-		n++
-		return true
-	})
-	if at < 0 || (n == 1 && at == 0) {
+	zero := choiceZero(ch)
+	if !zero.Exists() || ch.Get("#").Int() == 1 { // none to follow, or it is the only one
 		return body, nil
 	}
 	return sjson.SetRawBytes(body, "choices", append(append([]byte{'['}, zero.Raw...), ']'))
