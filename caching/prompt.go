@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -86,11 +87,12 @@ func NewPromptCache(opts PromptOptions) pipeline.Middleware {
 		// own, so that their locals are not on the stack while next runs.
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 			r, provider, model := promptEdit(&opts, markers, r)
+			from := r.Usage.Mark() // a layer inside may read the stream to its end before Chat returns
 			resp, err := next.Chat(ctx, r)
 			if err != nil || resp == nil {
 				return resp, err
 			}
-			observeResponse(resp, provider, model)
+			observeResponse(r.Usage, from, resp, provider, model)
 			return resp, nil
 		})
 	}
@@ -122,16 +124,13 @@ func promptEdit(opts *PromptOptions, markers map[string][]byte, r *pipeline.Requ
 }
 
 // observeResponse counts a non-streamed answer's usage, or wraps a stream
-// in the counter of its usage chunk.
+// in the counter of its usage.
 //
 //go:noinline
-func observeResponse(resp *pipeline.Response, provider, model string) {
+func observeResponse(log *pipeline.UsageLog, from pipeline.UsageMark, resp *pipeline.Response, provider, model string) {
 	if resp.Stream != nil {
-		resp.Stream = &usageStream{inner: resp.Stream, provider: provider, model: model}
+		resp.Stream = &usageStream{inner: resp.Stream, log: log, from: from, provider: provider, model: model}
 	} else if c, ok := resp.ChatUsage(); ok {
-		if c.CacheWrite == 0 { // Anthropic's own field, when a translator kept it
-			c.CacheWrite = resp.Usage().Get("cache_creation_input_tokens").Int()
-		}
 		countUsage(provider, model, c)
 	}
 }
@@ -359,44 +358,42 @@ func hexString(b []byte) string {
 	return string(out)
 }
 
-// usageStream passes chunks through unchanged and counts the usage chunk's
-// prompt-cache tokens. Used by one goroutine at a time; Close closes inner.
+// usageStream passes chunks through unchanged and, when the stream ends,
+// counts the prompt-cache tokens of the usage the meter noted for this call
+// and the upstream calls inside it, a re-ask or another attempt
+// (pipeline.UsageLog): the usage chunk itself may have been taken out
+// before it got here (a client that did not ask for usage). A stream whose
+// request has no log is not counted. Used by one goroutine at a time, but
+// for Close; Close closes inner.
 type usageStream struct {
 	inner           pipeline.Stream
+	log             *pipeline.UsageLog
+	from            pipeline.UsageMark // the log before the call
+	counted         atomic.Bool
 	provider, model string
 }
 
 // Next returns inner's next chunk unchanged.
 func (s *usageStream) Next() ([]byte, error) {
 	chunk, err := s.inner.Next()
-	if err == nil {
-		s.observe(chunk)
+	if err != nil {
+		s.count() // the meter noted the usage as the stream ended
 	}
 	return chunk, err
 }
 
-// observe counts chunk's usage, if it has one. A function of its own, so
-// that its locals are not on the stack while Next waits for the upstream.
-//
-//go:noinline
-func (s *usageStream) observe(chunk []byte) {
-	if u := wire.ChunkUsage(chunk); u.IsObject() { // a view, used before Next returns
-		observeUsage(s.provider, s.model, u)
-	}
+// Close closes inner, and counts the usage of a stream closed before its
+// end (the meter notes it on Close).
+func (s *usageStream) Close() {
+	s.inner.Close()
+	s.count()
 }
 
-// Close closes inner.
-func (s *usageStream) Close() { s.inner.Close() }
-
-// observeUsage counts the prompt, cached and cache-write tokens of one
-// upstream usage object (OpenAI form, or Anthropic's top-level
-// cache_creation_input_tokens when a translator kept it).
-func observeUsage(provider, model string, u gjson.Result) {
-	c, _ := wire.ParseChatUsage(u)
-	if c.CacheWrite == 0 {
-		c.CacheWrite = u.Get("cache_creation_input_tokens").Int()
+// count counts the call's usage once, if the meter noted one.
+func (s *usageStream) count() {
+	if c, ok := s.log.Since(s.from); ok && s.counted.CompareAndSwap(false, true) {
+		countUsage(s.provider, s.model, c)
 	}
-	countUsage(provider, model, c)
 }
 
 // countUsage counts one call's prompt, cached and cache-write tokens.

@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 const (
@@ -196,17 +197,31 @@ func TestPromptCacheUsageMetric(t *testing.T) {
 	tests := []struct {
 		name   string
 		stream bool
+		strip  bool // the usage chunk was taken out before the layer (a client that did not ask)
+		reask  bool // a layer inside made an earlier call first (prompted tool calling's re-ask)
 		model  string
 	}{
 		{name: "body", model: "usage-body"},
 		{name: "stream", stream: true, model: "usage-stream"},
+		{name: "stream without its usage chunk", stream: true, strip: true, model: "usage-stream-stripped"},
+		{name: "stream after a re-ask", stream: true, strip: true, reask: true, model: "usage-stream-reask"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			inner := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			want := chunks
+			if tt.strip {
+				want = chunks[:1]
+			}
+			inner := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				if tt.reask {
+					r.Usage.Note(wire.ChatUsage{Prompt: 100, Cached: 80})
+				}
 				if tt.stream {
-					return &pipeline.Response{Stream: sliceStream(chunks)}, nil
+					// As the meter does: the usage is noted when the
+					// stream ends, whatever the client gets of it.
+					c, _ := wire.ParseChatUsage(gjson.Parse(usage))
+					return &pipeline.Response{Stream: &notingStream{testStream: sliceStream(want), log: r.Usage, usage: c}}, nil
 				}
 				return &pipeline.Response{Body: []byte(`{"choices":[],"usage":` + usage + `}`)}, nil
 			})
@@ -215,23 +230,46 @@ func TestPromptCacheUsageMetric(t *testing.T) {
 			for _, kind := range []string{"prompt", "cached", "cache_write"} {
 				before[kind] = counterValue(promptTokens.WithLabelValues("p", tt.model, kind))
 			}
-			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{}`), Target: &pipeline.Target{Provider: "p", Upstream: tt.model}})
+			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{}`), Target: &pipeline.Target{Provider: "p", Upstream: tt.model},
+				Stream: tt.stream, Usage: new(pipeline.UsageLog)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tt.stream {
 				got, err := drain(t, resp.Stream)
-				if err != nil || strings.Join(got, "\n") != strings.Join(chunks, "\n") {
+				if err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
 					t.Fatalf("stream changed: %v %v", got, err)
 				}
+				resp.Stream.Close() // after the end: counted once
 			}
-			for kind, want := range map[string]float64{"prompt": 2100, "cached": 1920, "cache_write": 100} {
+			wantTokens := map[string]float64{"prompt": 2100, "cached": 1920, "cache_write": 100}
+			if tt.reask { // both calls
+				wantTokens["prompt"], wantTokens["cached"] = 2200, 2000
+			}
+			for kind, want := range wantTokens {
 				if got := counterValue(promptTokens.WithLabelValues("p", tt.model, kind)) - before[kind]; got != want {
 					t.Errorf("%s tokens = %v, want %v", kind, got, want)
 				}
 			}
 		})
 	}
+}
+
+// notingStream notes usage in log when it ends, as the meter does.
+type notingStream struct {
+	*testStream
+	log   *pipeline.UsageLog
+	usage wire.ChatUsage
+	noted bool
+}
+
+func (s *notingStream) Next() ([]byte, error) {
+	c, err := s.testStream.Next()
+	if err != nil && !s.noted {
+		s.noted = true
+		s.log.Note(s.usage)
+	}
+	return c, err
 }
 
 func sjsonDelete(b []byte, path string) ([]byte, error) { return sjson.DeleteBytes(b, path) }

@@ -135,10 +135,14 @@ func (r *recorder) completion() []byte {
 
 // recordingStream passes every chunk of inner through the moment it arrives
 // and feeds a copy of what matters to a recorder; at a clean end (io.EOF) it
-// hands the assembled completion to done. Used by one goroutine at a time;
-// Close may be called from any goroutine (it only closes inner).
+// hands the assembled completion to done. A stream whose client did not ask
+// for usage carries none, so the completion then takes the usage the meter
+// noted for the request's calls (calls: the request's UsageLog), as a JSON
+// answer would have it. Used by one goroutine at a time; Close may be
+// called from any goroutine (it only closes inner).
 type recordingStream struct {
 	inner pipeline.Stream
+	calls *pipeline.UsageLog
 	rec   recorder
 	done  func(completion []byte)
 	ended bool
@@ -154,6 +158,9 @@ func (s *recordingStream) Next() ([]byte, error) {
 	if !s.ended {
 		s.ended = true
 		if err == io.EOF {
+			if c, ok := s.calls.Total(); ok && len(s.rec.usage) == 0 {
+				s.rec.usage = c.AppendJSON(nil)
+			}
 			if c := s.rec.completion(); c != nil {
 				s.done(c)
 			}

@@ -170,10 +170,12 @@ func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipelin
 		return c.next.Chat(ctx, r)
 	}
 	if ok {
-		// An entry recorded from a stream that did not ask for usage has
-		// none: it answers only another such stream. A JSON client or a
+		// An entry without usage (its upstream reported none) answers
+		// only a stream that did not ask for usage. A JSON client or a
 		// stream with include_usage would get no usage or zeros, so for
-		// them it is a miss, and the refill stores an entry with usage.
+		// them it is a miss, and a refill may store one with usage. (A
+		// stream whose client did not ask records its calls' usage all
+		// the same: recordingStream.)
 		if completion, fresh := decodeEntry(val, c.opts.Now()); fresh &&
 			(r.Stream && !r.IncludeUsage || hasUsage(completion)) {
 			resultHit.Inc()
@@ -213,7 +215,7 @@ func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key strin
 	}
 	if resp.Stream != nil {
 		ctx := context.WithoutCancel(ctx)
-		resp.Stream = &recordingStream{inner: resp.Stream, done: func(completion []byte) {
+		resp.Stream = &recordingStream{inner: resp.Stream, calls: r.Usage, done: func(completion []byte) {
 			c.store(ctx, key, completion, h)
 		}}
 		return resp, nil

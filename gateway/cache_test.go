@@ -210,23 +210,25 @@ func TestCacheStreamJSONCrossReplay(t *testing.T) {
 		}
 	}
 
-	// A stream without usage fills an entry without usage: it answers
-	// streams that do not ask for usage; for the others it is a miss, and
-	// the refill (with usage) then answers everyone.
+	// A stream without usage fills an entry with the usage of its call
+	// (the meter noted it as it took it out of the stream): the entry
+	// answers every client, those that ask for usage with the call's.
 	q := "stream without usage first"
 	acc, _, hv = h.streamed(det(q), false, schema)
 	if hv != "miss" || calls() != 3 {
 		t.Fatalf("%s: fill %q", q, hv)
 	}
-	if _, _, hv := h.streamed(det(q), false, schema); hv != "hit" || calls() != 3 {
-		t.Fatalf("%s: plain stream replay %q", q, hv)
+	if _, sum, hv := h.streamed(det(q), false, schema); hv != "hit" || calls() != 3 || sum.Usage != nil {
+		t.Fatalf("%s: plain stream replay %q, usage %s", q, hv, sum.Usage)
 	}
-	if _, _, hv := h.streamed(det(q), true, schema); hv != "miss" || calls() != 4 {
-		t.Fatalf("%s: a usage stream must not get zeros from the cache: %q", q, hv)
+	acc2, _, hv := h.streamed(det(q), true, schema)
+	if hv != "hit" || calls() != 3 || acc2.Choices[0].Message.Content != acc.Choices[0].Message.Content {
+		t.Fatalf("%s: usage stream replay %q, calls %d", q, hv, calls())
 	}
+	wantUsage(q+": usage stream replay", acc2.Usage)
 	resp, hv = h.chat(det(q))
-	jsonCheck(q+": json after the refill", resp, hv, "hit")
-	if calls() != 4 || !strings.HasPrefix(resp.Choices[0].Message.Content, "answer 4 ") {
+	jsonCheck(q+": json replay", resp, hv, "hit")
+	if calls() != 3 || resp.Choices[0].Message.Content != acc.Choices[0].Message.Content {
 		t.Fatalf("%s: %q", q, resp.Choices[0].Message.Content)
 	}
 	_ = acc

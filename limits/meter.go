@@ -59,16 +59,13 @@ func askUsage(r *pipeline.Request) (_ *pipeline.Request, strip bool) {
 func (l *Limiter) metered(ctx context.Context, r *pipeline.Request, resp *pipeline.Response, strip bool) {
 	if resp.Stream == nil {
 		c, ok := resp.ChatUsage()
+		if ok {
+			r.Usage.Note(c)
+		}
 		l.charge(ctx, r, tokensOf(c), ok)
 		return
 	}
 	resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
-}
-
-// usageOf reads a chat usage object; ok is false when there is none.
-func usageOf(u gjson.Result) (tokens, bool) {
-	c, ok := wire.ParseChatUsage(u)
-	return tokensOf(c), ok
 }
 
 // tokensOf is the part of a usage the meter prices.
@@ -209,10 +206,13 @@ func usageField(tenant, key, model string) string {
 // when it ends (EOF, error or Close).
 type meteredStream struct {
 	pipeline.Stream
-	l       *Limiter
-	ctx     context.Context
-	r       *pipeline.Request
-	usage   tokens
+	l   *Limiter
+	ctx context.Context
+	r   *pipeline.Request
+	// mu guards usage, seen and charged: Close, which charges too, may
+	// come from another goroutine while Next reads.
+	mu      sync.Mutex
+	usage   wire.ChatUsage // the last usage chunk's, when seen
 	seen    bool
 	charged bool
 	strip   bool    // the client did not ask for usage: take it out
@@ -257,8 +257,8 @@ func (s *meteredStream) Next() ([]byte, error) {
 //
 //go:noinline
 func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
-	// A view of chunk: usageOf keeps numbers, not its bytes.
-	t, ok := usageOf(wire.ChunkUsage(chunk))
+	// A view of chunk: the counts are numbers, not its bytes.
+	c, ok := wire.ParseChatUsage(wire.ChunkUsage(chunk))
 	if !ok {
 		if s.strip {
 			// Asked for on the client's behalf, the upstream puts
@@ -268,7 +268,9 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 		}
 		return chunk, false
 	}
-	s.usage, s.seen = t, true
+	s.mu.Lock()
+	s.usage, s.seen = c, true
+	s.mu.Unlock()
 	if s.strip {
 		// Not asked for: a usage-only chunk goes, a usage field on a
 		// chunk with content is removed.
@@ -324,12 +326,23 @@ func (s *meteredStream) Close() {
 	// goroutine while a chunk is read.
 }
 
+// end charges the call once, whichever of Next (at the stream's end) and
+// Close comes first.
 func (s *meteredStream) end() {
+	s.mu.Lock()
 	if s.charged {
+		s.mu.Unlock()
 		return
 	}
 	s.charged = true
-	s.l.charge(s.ctx, s.r, s.usage, s.seen)
+	usage, seen := s.usage, s.seen
+	s.mu.Unlock()
+	if seen {
+		// Noted for the layers outside and the access log, which do not
+		// see the usage chunk when strip took it out.
+		s.r.Usage.Note(usage)
+	}
+	s.l.charge(s.ctx, s.r, tokensOf(usage), seen)
 }
 
 // countRequest counts one client request of sc in the usage record.

@@ -15,16 +15,15 @@ type Request struct {
 	Body   []byte
 	Model  string // the model name the client asked for; every response shows this name
 	Stream bool
+	// IncludeUsage records whether the client asked for a usage chunk
+	// (stream_options.include_usage); the gateway may ask the upstream for one
+	// anyway and strip it.
+	IncludeUsage bool
 
 	// Endpoint is the API path the body was sent to, for the policies that
 	// differ by endpoint (which fields cap output tokens). "" and
 	// ChatEndpoint both mean chat completions.
 	Endpoint string
-
-	// IncludeUsage records whether the client asked for a usage chunk
-	// (stream_options.include_usage); the gateway may ask the upstream for one
-	// anyway and strip it.
-	IncludeUsage bool
 
 	// Tools is the raw "tools" array of the client's body as ingress found
 	// it (read-only; it may share memory with Body), so that a layer can
@@ -55,6 +54,11 @@ type Request struct {
 	// client's writer can coalesce a burst into one write. Shared by
 	// clones; nil when nobody asks.
 	Lookahead *Lookahead
+
+	// Usage, on a streamed request, is where the meter notes the usage of
+	// every upstream call made for it (UsageLog). Shared by clones; nil when
+	// nobody reads it.
+	Usage *UsageLog
 
 	// EditLog and PromptHint carry context editing's state from one round
 	// of a tool loop to the next (pipeline/edits.go). The tool loop sets them

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"sync"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -47,4 +48,69 @@ func (r *Response) ChatUsage() (c wire.ChatUsage, ok bool) {
 		}
 	}
 	return r.usage.counts, r.usage.parsed == 1
+}
+
+// UsageLog is where the meter, the one layer that reads the usage of every
+// upstream call, notes each usage it read. The layers outside it and the
+// access log find a stream's usage there even when the meter took it out
+// of the stream (a client that did not ask for usage gets none, yet the
+// call's tokens are still counted and logged). The proxy puts one on a
+// streamed request; its clones share it, so a tool loop's rounds note into
+// the same log (an agent tool's call, whose usage is not the client's
+// answer's, does not). Safe for concurrent use; a nil log notes nothing.
+type UsageLog struct {
+	mu     sync.Mutex
+	n      int
+	writes int // notes with a cache-write count
+	total  wire.ChatUsage
+}
+
+// UsageMark is where a log stood: Since sums what was noted after it.
+type UsageMark struct {
+	n, writes int
+	total     wire.ChatUsage
+}
+
+// Note adds the usage one upstream call reported.
+func (l *UsageLog) Note(c wire.ChatUsage) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	if c.HasCacheWrite {
+		l.writes++
+	}
+	l.total.Add(c)
+}
+
+// Mark returns where the log stands now (before a call, for Since).
+func (l *UsageLog) Mark() UsageMark {
+	if l == nil {
+		return UsageMark{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return UsageMark{n: l.n, writes: l.writes, total: l.total}
+}
+
+// Since returns the sum of the usages noted after m (a layer's own call,
+// with every upstream call made inside it: a re-ask, a fallback attempt);
+// ok is false when none was.
+func (l *UsageLog) Since(m UsageMark) (wire.ChatUsage, bool) {
+	if l == nil {
+		return wire.ChatUsage{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.total
+	return wire.ChatUsage{Prompt: t.Prompt - m.total.Prompt, Completion: t.Completion - m.total.Completion,
+		Total: t.Total - m.total.Total, Cached: t.Cached - m.total.Cached, CacheWrite: t.CacheWrite - m.total.CacheWrite,
+		HasCacheWrite: l.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning}, l.n > m.n
+}
+
+// Total returns the sum of every usage noted; ok is false when none was.
+func (l *UsageLog) Total() (wire.ChatUsage, bool) {
+	return l.Since(UsageMark{})
 }

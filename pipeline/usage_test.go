@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
 )
 
 func TestResponseUsage(t *testing.T) {
@@ -93,5 +95,38 @@ func TestResponseUsageAfterBodyEmptied(t *testing.T) {
 	}
 	if u := r.Usage(); u.Exists() {
 		t.Fatalf("usage %s after the body was emptied", u.Raw)
+	}
+}
+
+// TestUsageLog: the usage since a mark sums the calls noted after it, the
+// total sums every call, and a nil log notes and finds nothing.
+func TestUsageLog(t *testing.T) {
+	t.Parallel()
+	var nilLog *UsageLog
+	nilLog.Note(wire.ChatUsage{Prompt: 1})
+	if _, ok := nilLog.Total(); ok {
+		t.Fatal("a nil log found a usage")
+	}
+	l := new(UsageLog)
+	start := l.Mark()
+	if _, ok := l.Since(start); ok {
+		t.Fatal("a usage before any was noted")
+	}
+	l.Note(wire.ChatUsage{Prompt: 10, Completion: 2, Total: 12, Cached: 4})
+	second := l.Mark()
+	l.Note(wire.ChatUsage{Prompt: 5, Completion: 1, Total: 6, CacheWrite: 3, HasCacheWrite: true, Reasoning: 1})
+	l.Note(wire.ChatUsage{Prompt: 7, Completion: 2, Total: 9})
+	if c, ok := l.Since(second); !ok || c != (wire.ChatUsage{Prompt: 12, Completion: 3, Total: 15, CacheWrite: 3, HasCacheWrite: true, Reasoning: 1}) {
+		t.Fatalf("the calls after the first: %+v %v", c, ok)
+	}
+	if _, ok := l.Since(l.Mark()); ok {
+		t.Fatal("a usage after the last noted")
+	}
+	want := wire.ChatUsage{Prompt: 22, Completion: 5, Total: 27, Cached: 4, CacheWrite: 3, HasCacheWrite: true, Reasoning: 1}
+	if c, ok := l.Total(); !ok || c != want {
+		t.Fatalf("total %+v, want %+v", c, want)
+	}
+	if c, _ := l.Since(start); c != want {
+		t.Fatalf("since the start %+v, want the total %+v", c, want)
 	}
 }

@@ -108,6 +108,11 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	if req.Stream && req.Lookahead == nil {
 		req.Lookahead = &x.look // the sink asks it before each flush
 	}
+	if req.Stream && req.Usage == nil {
+		// The calls' usage for the access log when the client's stream
+		// carries none (it did not ask: the meter takes it out).
+		req.Usage = new(pipeline.UsageLog)
+	}
 	rctx := lazyctx.New(s.base, time.Time{}) // registers with s.base only once something waits on it
 	cancel := rctx.Cancel
 	x.chat = true
@@ -452,6 +457,9 @@ func (k *sink) finish() {
 	}
 	x.ttfb, x.bytes = k.ttfb, k.written
 	x.usage, x.hasUsage = wire.ParseChatUsage(k.usage)
+	if !x.hasUsage {
+		x.usage, x.hasUsage = k.req.Usage.Total()
+	}
 	k.pending = nil
 	k.drop()
 	k.s.finish(x)

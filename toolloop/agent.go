@@ -56,6 +56,9 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	// Its own headers: the agent's fallback must not name the expert model
 	// as the one that answered the client.
 	r.Meta = &pipeline.Meta{}
+	// Nor its usage: the client's answer counts the loop's rounds only
+	// (an agent's call is metered on its own all the same).
+	r.Usage = nil
 	if a.admit != nil {
 		if err := a.admit(&r); err != nil {
 			return nil, a.denied(&r, err)

@@ -450,21 +450,17 @@ func FuzzUsageAdd(f *testing.F) {
 		prompt := got.add(r)
 		want := usage{}
 		if r.IsObject() {
+			write := r.Get("prompt_tokens_details.cache_write_tokens")
+			if !write.Exists() {
+				write = r.Get("cache_creation_input_tokens")
+			}
 			want.seen = true
-			want.prompt = r.Get("prompt_tokens").Int()
-			want.completion = r.Get("completion_tokens").Int()
-			want.total = r.Get("total_tokens").Int()
-			if v := r.Get("prompt_tokens_details.cached_tokens"); v.Exists() {
-				want.cached = v.Int()
-			}
-			if v := r.Get("prompt_tokens_details.cache_write_tokens"); v.Exists() {
-				want.cacheWrite, want.hasCacheWrite = v.Int(), true
-			}
-			if v := r.Get("completion_tokens_details.reasoning_tokens"); v.Exists() {
-				want.reasoning = v.Int()
-			}
+			want.sum = wire.ChatUsage{Prompt: r.Get("prompt_tokens").Int(), Completion: r.Get("completion_tokens").Int(),
+				Total: r.Get("total_tokens").Int(), Cached: r.Get("prompt_tokens_details.cached_tokens").Int(),
+				CacheWrite: write.Int(), HasCacheWrite: write.Exists(),
+				Reasoning: r.Get("completion_tokens_details.reasoning_tokens").Int()}
 		}
-		if got != want || prompt != want.prompt {
+		if got != want || prompt != want.sum.Prompt {
 			t.Fatalf("one pass %+v (prompt %d), by path %+v", got, prompt, want)
 		}
 	})

@@ -1,26 +1,32 @@
 package wire
 
-import "github.com/tidwall/gjson"
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+)
 
 // ChatUsage is the token counts of a chat completion's usage object.
 type ChatUsage struct {
 	Prompt, Completion, Total int64
 	Cached                    int64 // prompt_tokens_details.cached_tokens: prompt-cache reads
-	CacheWrite                int64 // prompt_tokens_details.cache_write_tokens: prompt-cache writes
+	CacheWrite                int64 // prompt_tokens_details.cache_write_tokens, else cache_creation_input_tokens: prompt-cache writes
 	HasCacheWrite             bool  // cache_write_tokens is present (a provider that reports writes)
 	Reasoning                 int64 // completion_tokens_details.reasoning_tokens
 }
 
 // ParseChatUsage reads a usage object in one pass over its keys, reading
 // what gjson's Get of each path would: the first of repeated keys, and a
-// detail from the first details object that has it. ok is false when u is
-// not an object.
+// detail from the first details object that has it. Cache writes without
+// prompt_tokens_details.cache_write_tokens are read from a top-level
+// cache_creation_input_tokens (Anthropic's usage, as a translator may keep
+// it). ok is false when u is not an object.
 func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	if !u.IsObject() {
 		return c, false
 	}
 	var seen [3]bool
-	var cached, write, reasoning gjson.Result
+	var cached, write, topWrite, reasoning gjson.Result
 	u.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "prompt_tokens":
@@ -36,6 +42,10 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 			if !write.Exists() {
 				write = v.Get("cache_write_tokens")
 			}
+		case "cache_creation_input_tokens": // Anthropic's spelling, kept by a translator
+			if !topWrite.Exists() {
+				topWrite = v
+			}
 		case "completion_tokens_details":
 			if !reasoning.Exists() {
 				reasoning = v.Get("reasoning_tokens")
@@ -43,8 +53,48 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 		}
 		return true
 	})
+	if !write.Exists() {
+		write = topWrite
+	}
 	c.Cached, c.CacheWrite, c.HasCacheWrite, c.Reasoning = cached.Int(), write.Int(), write.Exists(), reasoning.Int()
 	return c, true
+}
+
+// Add adds o's counts to c: the usage of several calls, summed. The sum
+// has a cache-write count when any of them had one.
+func (c *ChatUsage) Add(o ChatUsage) {
+	c.Prompt += o.Prompt
+	c.Completion += o.Completion
+	c.Total += o.Total
+	c.Cached += o.Cached
+	c.CacheWrite += o.CacheWrite
+	c.HasCacheWrite = c.HasCacheWrite || o.HasCacheWrite
+	c.Reasoning += o.Reasoning
+}
+
+// AppendJSON appends c as a chat usage object: total_tokens is prompt +
+// completion when c has no total, and cache_write_tokens is written only
+// when a provider reported cache writes.
+func (c ChatUsage) AppendJSON(b []byte) []byte {
+	total := c.Total
+	if total == 0 {
+		total = c.Prompt + c.Completion
+	}
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, c.Prompt, 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, c.Completion, 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, total, 10)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, c.Cached, 10)
+	if c.HasCacheWrite {
+		b = append(b, `,"cache_write_tokens":`...)
+		b = strconv.AppendInt(b, c.CacheWrite, 10)
+	}
+	b = append(b, `},"completion_tokens_details":{"reasoning_tokens":`...)
+	b = strconv.AppendInt(b, c.Reasoning, 10)
+	return append(b, "}}"...)
 }
 
 // first sets *n to v's number the first time a key is seen.

@@ -14,6 +14,8 @@ func FuzzChatUsage(f *testing.F) {
 	f.Add(`{"prompt_tokens":1,"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":"3"},"prompt_tokens_details":{"cached_tokens":9}}`)
 	f.Add(`{"prompt_tokens_details":[1,2],"completion_tokens":1e3}`)
 	f.Add(`{"prompt_tokens_details":{},"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":3}}`)
+	f.Add(`{"prompt_tokens":50,"cache_creation_input_tokens":30}`)
+	f.Add(`{"cache_creation_input_tokens":1,"prompt_tokens_details":{"cache_write_tokens":2}}`)
 	f.Add(`[]`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		u := gjson.Parse(raw)
@@ -25,12 +27,44 @@ func FuzzChatUsage(f *testing.F) {
 			return
 		}
 		write := u.Get("prompt_tokens_details.cache_write_tokens")
+		if !write.Exists() {
+			write = u.Get("cache_creation_input_tokens")
+		}
 		want := ChatUsage{Prompt: u.Get("prompt_tokens").Int(), Completion: u.Get("completion_tokens").Int(),
 			Total: u.Get("total_tokens").Int(), Cached: u.Get("prompt_tokens_details.cached_tokens").Int(),
 			CacheWrite: write.Int(), HasCacheWrite: write.Exists(),
 			Reasoning: u.Get("completion_tokens_details.reasoning_tokens").Int()}
 		if got != want {
 			t.Fatalf("%q: got %+v, want %+v", raw, got, want)
+		}
+	})
+}
+
+// FuzzChatUsageJSON: a usage written by AppendJSON reads back as itself
+// (total_tokens as prompt + completion when it had none), and Add sums
+// every count.
+func FuzzChatUsageJSON(f *testing.F) {
+	f.Add(int64(10), int64(5), int64(0), int64(2), int64(1), true, int64(3))
+	f.Add(int64(-1), int64(1<<40), int64(7), int64(0), int64(0), false, int64(0))
+	f.Fuzz(func(t *testing.T, prompt, completion, total, cached, write int64, hasWrite bool, reasoning int64) {
+		if !hasWrite {
+			write = 0
+		}
+		c := ChatUsage{Prompt: prompt, Completion: completion, Total: total, Cached: cached, CacheWrite: write, HasCacheWrite: hasWrite, Reasoning: reasoning}
+		b := c.AppendJSON(nil)
+		got, ok := ParseChatUsage(gjson.ParseBytes(b))
+		want := c
+		if want.Total == 0 {
+			want.Total = prompt + completion
+		}
+		if !ok || !gjson.ValidBytes(b) || got != want {
+			t.Fatalf("%s read back as %+v, want %+v", b, got, want)
+		}
+		sum := c
+		sum.Add(c)
+		if sum.Prompt != 2*prompt || sum.Completion != 2*completion || sum.Total != 2*total || sum.Cached != 2*cached ||
+			sum.CacheWrite != 2*write || sum.HasCacheWrite != hasWrite || sum.Reasoning != 2*reasoning {
+			t.Fatalf("%+v doubled is %+v", c, sum)
 		}
 	})
 }

@@ -1,0 +1,97 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// A stream whose client did not ask for usage gets none, but its calls'
+// usage is still what the access log and the prompt-cache metrics report:
+// the meter, which takes the usage chunk out, notes it for them
+// (pipeline.UsageLog). Before, both saw the stream the client got and
+// reported nothing. With server tools, the access log carries the sum of
+// the loop's calls, as the loop's own usage chunk would.
+func TestUnaskedStreamUsageIsLogged(t *testing.T) {
+	t.Parallel()
+	const config = `
+[server]
+log_level = "info"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 0
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "{{UPSTREAM}}"
+context_window = 100000
+[[tools]]
+name = "calculator"
+kind = "builtin"
+models = ["gpt-x"]
+`
+	for _, tc := range []struct {
+		name     string
+		upstream string
+		turns    []mockllm.Turn
+		want     [3]int64 // prompt, completion, cached in the access log
+	}{
+		{"one call", "unasked-usage-one", []mockllm.Turn{{Text: "an answer", Usage: &mockllm.Usage{Prompt: 70, Completion: 11, Cached: 30}}}, [3]int64{70, 11, 30}},
+		{"a tool round", "unasked-usage-loop", []mockllm.Turn{
+			{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: &mockllm.Usage{Prompt: 50, Completion: 6, Cached: 20}},
+			{Text: "42", Usage: &mockllm.Usage{Prompt: 60, Completion: 2, Cached: 40}},
+		}, [3]int64{110, 8, 60}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newLoggedHarness(t, strings.Replace(config, "{{UPSTREAM}}", tc.upstream, 1), mockllm.Options{Respond: mockllm.Sequence(tc.turns...)})
+			acc, _, err := h.streamChat(userMsg("hi"), wiretest.Options{}, wiretest.LoadSchema(t))
+			if err != nil || acc.Choices[0].Message.Content != tc.turns[len(tc.turns)-1].Text {
+				t.Fatalf("stream: %v %+v", err, acc)
+			}
+			if raw, _ := h.lastRaw(); strings.Contains(string(raw), `"usage"`) {
+				t.Fatalf("the client got usage it did not ask for:\n%s", raw)
+			}
+			var line gjson.Result
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !line.Exists(); time.Sleep(10 * time.Millisecond) {
+				for _, l := range strings.Split(h.logs.String(), "\n") {
+					if gjson.Get(l, "message").Str == "request" && gjson.Get(l, "path").Str == "/v1/chat/completions" {
+						line = gjson.Parse(l)
+					}
+				}
+			}
+			got := [3]int64{line.Get("prompt_tokens").Int(), line.Get("completion_tokens").Int(), line.Get("cached_tokens").Int()}
+			if got != tc.want {
+				t.Fatalf("access log tokens %v, want %v: %s", got, tc.want, line.Raw)
+			}
+			// The prompt-cache metrics count every call, labelled by the
+			// upstream model (unique to this case).
+			var prompt, cached float64
+			for _, m := range h.metrics()["gateway_prompt_cache_tokens_total"].GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["model"] != tc.upstream {
+					continue
+				}
+				switch labels["kind"] {
+				case "prompt":
+					prompt = m.GetCounter().GetValue()
+				case "cached":
+					cached = m.GetCounter().GetValue()
+				}
+			}
+			if prompt != float64(tc.want[0]) || cached != float64(tc.want[2]) {
+				t.Fatalf("prompt-cache metrics: prompt %v, cached %v, want %v and %v", prompt, cached, tc.want[0], tc.want[2])
+			}
+		})
+	}
+}

@@ -1,0 +1,69 @@
+package limits
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// chunkStream yields chunks, then io.EOF; Close may come from any
+// goroutine.
+type chunkStream struct {
+	mu     sync.Mutex
+	chunks []string
+}
+
+func (s *chunkStream) Next() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.chunks) == 0 {
+		return nil, io.EOF
+	}
+	c := s.chunks[0]
+	s.chunks = s.chunks[1:]
+	return []byte(c), nil
+}
+
+func (s *chunkStream) Close() {}
+
+// TestMeteredStreamEndsOnce: a stream read to its end while another
+// goroutine closes it (a fallback's cancel, a client that left) is charged
+// and noted in the request's usage log once, with its usage if the meter
+// read it. Run with -race: end used to read and set its state unguarded
+// from both goroutines.
+func TestMeteredStreamEndsOnce(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, "", NewMemoryStore, "")
+	for range 200 {
+		up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{Stream: &chunkStream{chunks: []string{
+				`{"choices":[{"index":0,"delta":{"content":"x"}}]}`,
+				`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5}}`,
+			}}}, nil
+		})
+		log := new(pipeline.UsageLog)
+		r := &pipeline.Request{Model: "gpt-x", Stream: true, IncludeUsage: true, Meta: &pipeline.Meta{}, Usage: log,
+			Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`)}
+		resp, err := l.Meter(up).Chat(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				if _, err := resp.Stream.Next(); err != nil {
+					return
+				}
+			}
+		})
+		wg.Go(resp.Stream.Close)
+		wg.Wait()
+		resp.Stream.Close()
+		if c, ok := log.Total(); ok && (c.Prompt != 10 || c.Completion != 5) {
+			t.Fatalf("noted %+v: the call's usage is 10 and 5, noted once", c)
+		}
+	}
+}
