@@ -75,6 +75,10 @@ func writeGatewayVariant(dir, name, listen, api string, conns int, buf connBuffe
 func (b *bench) layers() *scenarioResult {
 	ls := b.spec(0, b.set.Concurrency, b.set.LegSeconds)
 	r := &scenarioResult{Name: "layers", Title: "Pass-through CPU by gateway layer, closed model", Load: ls.String()}
+	fail := func(err error) *scenarioResult {
+		r.Status, r.Reason = "failed", err.Error()
+		return r
+	}
 	jobs := []job{{b.floor, b.floor.plain(chatBody, "", nil)}}
 	for _, v := range []struct {
 		leg, proc string
@@ -85,8 +89,7 @@ func (b *bench) layers() *scenarioResult {
 	} {
 		c, err := b.procs.start(v.proc, b.bins.floor, append(floorArgs(b.api.addr, b.set.buffers()), v.flags...)...)
 		if err != nil {
-			r.Status, r.Reason = "failed", err.Error()
-			return r
+			return fail(err)
 		}
 		defer b.procs.stop(c)
 		t := newTarget(v.leg, c, b.api, 4096)
@@ -96,13 +99,11 @@ func (b *bench) layers() *scenarioResult {
 		name := fmt.Sprintf("gateway-layers-%d", i)
 		path, err := writeGatewayVariant(b.bins.dir, name, "127.0.0.1:0", b.api.addr, 20000, b.set.buffers(), v.set)
 		if err != nil {
-			r.Status, r.Reason = "failed", err.Error()
-			return r
+			return fail(err)
 		}
 		c, err := b.procs.start(name, b.bins.gateway, b.gatewayArgs(name, path)...)
 		if err != nil {
-			r.Status, r.Reason = "failed", err.Error()
-			return r
+			return fail(err)
 		}
 		defer b.procs.stop(c)
 		t := newTarget(v.name, c, b.api, 4096)

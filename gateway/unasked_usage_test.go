@@ -19,19 +19,8 @@ import (
 // the loop's calls, as the loop's own usage chunk would.
 func TestUnaskedStreamUsageIsLogged(t *testing.T) {
 	t.Parallel()
-	const config = `
-[server]
-log_level = "info"
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{{MOCK}}"
-retries = 0
-[[models]]
-name = "gpt-x"
-provider = "up"
-upstream = "{{UPSTREAM}}"
-context_window = 100000
+	// baseConfig with the access log at info and the calculator offered.
+	const tools = `
 [[tools]]
 name = "calculator"
 kind = "builtin"
@@ -51,7 +40,9 @@ models = ["gpt-x"]
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := newLoggedHarness(t, strings.Replace(config, "{{UPSTREAM}}", tc.upstream, 1), mockllm.Options{Respond: mockllm.Sequence(tc.turns...)})
+			config := strings.NewReplacer(`log_level = "warn"`, `log_level = "info"`,
+				`upstream = "up-model"`, `upstream = "`+tc.upstream+`"`).Replace(baseConfig) + tools
+			h := newLoggedHarness(t, config, mockllm.Options{Respond: mockllm.Sequence(tc.turns...)})
 			acc, _, err := h.streamChat(userMsg("hi"), wiretest.Options{}, wiretest.LoadSchema(t))
 			if err != nil || acc.Choices[0].Message.Content != tc.turns[len(tc.turns)-1].Text {
 				t.Fatalf("stream: %v %+v", err, acc)

@@ -59,13 +59,12 @@ func (r *Response) ChatUsage() (c wire.ChatUsage, ok bool) {
 // the same log (an agent tool's call, whose usage is not the client's
 // answer's, does not). Safe for concurrent use; a nil log notes nothing.
 type UsageLog struct {
-	mu     sync.Mutex
-	n      int
-	writes int // notes with a cache-write count
-	total  wire.ChatUsage
+	mu sync.Mutex
+	at UsageMark
 }
 
-// UsageMark is where a log stood: Since sums what was noted after it.
+// UsageMark is where a log stands: the notes so far, those with a
+// cache-write count, and their sum. Since sums what was noted after one.
 type UsageMark struct {
 	n, writes int
 	total     wire.ChatUsage
@@ -78,11 +77,11 @@ func (l *UsageLog) Note(c wire.ChatUsage) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.n++
+	l.at.n++
 	if c.HasCacheWrite {
-		l.writes++
+		l.at.writes++
 	}
-	l.total.Add(c)
+	l.at.total.Add(c)
 }
 
 // Mark returns where the log stands now (before a call, for Since).
@@ -92,7 +91,7 @@ func (l *UsageLog) Mark() UsageMark {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return UsageMark{n: l.n, writes: l.writes, total: l.total}
+	return l.at
 }
 
 // Since returns the sum of the usages noted after m (a layer's own call,
@@ -104,10 +103,10 @@ func (l *UsageLog) Since(m UsageMark) (wire.ChatUsage, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.total
+	t := l.at.total
 	return wire.ChatUsage{Prompt: t.Prompt - m.total.Prompt, Completion: t.Completion - m.total.Completion,
 		Total: t.Total - m.total.Total, Cached: t.Cached - m.total.Cached, CacheWrite: t.CacheWrite - m.total.CacheWrite,
-		HasCacheWrite: l.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning}, l.n > m.n
+		HasCacheWrite: l.at.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning}, l.at.n > m.n
 }
 
 // Total returns the sum of every usage noted; ok is false when none was.
