@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -63,7 +64,7 @@ func eventError(provider string, data []byte) *pipeline.UpstreamError {
 // not Anthropic's error is returned copied, as it is.
 func envelope(body []byte) []byte {
 	e := gjson.GetBytes(body, "error")
-	if !gjson.ValidBytes(body) || !e.IsObject() {
+	if !jsonvalid.Bytes(body) || !e.IsObject() {
 		return append([]byte(nil), body...)
 	}
 	typ, msg := e.Get("type").Str, e.Get("message").Str

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -176,7 +177,7 @@ func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, erro
 		}
 		input := json.RawMessage(`{}`)
 		if args := strings.TrimSpace(c.Get("function.arguments").Str); args != "" {
-			if !gjson.Valid(args) || !gjson.Parse(args).IsObject() {
+			if !jsonvalid.String(args) || !gjson.Parse(args).IsObject() {
 				err = pipeline.BadRequest(at+".function.arguments", "tool call arguments must be a JSON object")
 				return false
 			}
@@ -216,5 +217,5 @@ func (t *translator) toolResult(m gjson.Result) ([]block, error) {
 // isErrorResult reports whether a tool result is the gateway's error
 // envelope.
 func isErrorResult(s string) bool {
-	return strings.HasPrefix(strings.TrimSpace(s), "{") && gjson.Valid(s) && gjson.Get(s, "status").Str == "error"
+	return strings.HasPrefix(strings.TrimSpace(s), "{") && jsonvalid.String(s) && gjson.Get(s, "status").Str == "error"
 }

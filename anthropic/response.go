@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -20,7 +21,7 @@ var errNotMessage = errors.New("anthropic: response body is not a message")
 // that is not a message is an UpstreamMalformed error. body is only read;
 // the result is a new slice.
 func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) {
-	if !gjson.ValidBytes(body) {
+	if !jsonvalid.Bytes(body) {
 		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: provider, Err: errNotMessage}
 	}
 	root := gjson.ParseBytes(body)

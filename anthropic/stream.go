@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -86,7 +87,7 @@ func (d *StreamDecoder) Feed(data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if data[0] != '{' || !gjson.ValidBytes(data) {
+	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return d.malformed(errBadEvent)
 	}
 	ev := gjson.ParseBytes(data)

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/sse"
 )
 
@@ -276,7 +277,7 @@ func (f *firstByte) Read(p []byte) (int, error) {
 // or empty delta, usage and finish_reason chunks and invalid JSON do not
 // count. data is only read; any bytes are safe.
 func contentDelta(data []byte) bool {
-	if !gjson.ValidBytes(data) {
+	if !jsonvalid.Bytes(data) {
 		return false
 	}
 	found := false

@@ -42,7 +42,9 @@ func putCanon(c *canon) {
 }
 
 // appendCanonical appends the canonical form of the JSON text raw to dst.
-// Malformed input produces some output and never panics.
+// Malformed input produces some output and never panics. value recurses
+// once per level of nesting, so raw must have passed jsonvalid (as the
+// tool cache checks its arguments) to be bounded.
 func appendCanonical(dst []byte, raw []byte) []byte {
 	c := getCanon()
 	c.buf = dst

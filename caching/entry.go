@@ -2,10 +2,12 @@ package caching
 
 import (
 	"encoding/binary"
-	"github.com/llmgw/gateway/jsonstring"
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 
 	"github.com/tidwall/gjson"
 )
@@ -45,7 +47,7 @@ func decodeEntry(e []byte, now time.Time) ([]byte, bool) {
 // keeping: one choice that stopped (or hit the length limit) with text, or,
 // when toolCalls is set, a turn of client function calls.
 func storable(completion []byte, toolCalls bool) bool {
-	if !gjson.ValidBytes(completion) {
+	if !jsonvalid.Bytes(completion) {
 		return false
 	}
 	res := gjson.GetManyBytes(completion, "choices.#", "choices.0.finish_reason",

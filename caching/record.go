@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -40,7 +41,7 @@ func (r *recorder) add(chunk []byte) {
 		return
 	}
 	r.size += len(chunk)
-	if r.size > maxRecorded || !gjson.ValidBytes(chunk) {
+	if r.size > maxRecorded || !jsonvalid.Bytes(chunk) {
 		r.bad = true
 		return
 	}

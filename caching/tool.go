@@ -6,8 +6,7 @@ import (
 	"encoding/hex"
 	"time"
 
-	"github.com/tidwall/gjson"
-
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -26,7 +25,7 @@ func NewToolResultCache(store Store, ttlFor func(tool string) time.Duration) pip
 		}
 		return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 			ttl := ttlFor(c.Name)
-			if ttl <= 0 || !gjson.ValidBytes(c.Arguments) {
+			if ttl <= 0 || !jsonvalid.Bytes(c.Arguments) {
 				return next.CallTool(ctx, c)
 			}
 			key := toolKey(c)

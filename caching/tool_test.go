@@ -40,6 +40,12 @@ func TestToolResultCache(t *testing.T) {
 			{tool: "weather", args: `{"city":"Oslo"}`, tenant: "b"},
 			{tool: "weather", args: `{"city":"Oslo"}`, tenant: "a", hit: true},
 		}},
+		{name: "arguments nested past the bound never cached", calls: []call{
+			// Their canonical form recurses once per level: 2M levels
+			// took more than Go's 1 GB stack, a crash no recover catches.
+			{tool: "weather", args: strings.Repeat("[", 2<<20) + strings.Repeat("]", 2<<20)},
+			{tool: "weather", args: strings.Repeat("[", 2<<20) + strings.Repeat("]", 2<<20)},
+		}},
 		{name: "invalid arguments never cached", calls: []call{
 			{tool: "weather", args: `{"city":`},
 			{tool: "weather", args: `{"city":`},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -80,7 +81,7 @@ func ContextLengthExceeded(body []byte) bool {
 		return false
 	}
 	var msg string
-	if gjson.ValidBytes(body) {
+	if jsonvalid.Bytes(body) {
 		e := gjson.GetBytes(body, "error")
 		if e.IsObject() {
 			if e.Get("code").Str == pipeline.CodeContextLengthExceeded || e.Get("type").Str == pipeline.CodeContextLengthExceeded {

@@ -20,9 +20,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonstring"
-	"github.com/tidwall/gjson"
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // The stages a guardrail checks.
@@ -167,7 +169,7 @@ func (c *classifier) flagged(ctx context.Context, text []byte) bool {
 // top-level "flagged" of a 2xx JSON body; anything else is the guard's
 // fail mode.
 func (c *classifier) verdict(status int, b []byte) bool {
-	if status/100 != 2 || !gjson.ValidBytes(b) {
+	if status/100 != 2 || !jsonvalid.Bytes(b) {
 		return !c.failOpen
 	}
 	v := gjson.GetBytes(b, "flagged")

@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/toolloop"
-	"github.com/tidwall/gjson"
 )
 
 // ToolMiddleware is the tool layer's middleware of the tool_input and
@@ -97,7 +97,7 @@ func (e *Engine) checkJSON(ctx context.Context, c *pipeline.ToolCall, stage stri
 	if bytes.Equal(out, text) {
 		return nil, nil
 	}
-	if len(text) > 0 && gjson.ValidBytes(text) && !gjson.ValidBytes(out) {
+	if len(text) > 0 && jsonvalid.Bytes(text) && !jsonvalid.Bytes(out) {
 		return nil, &toolloop.ToolError{Kind: "content_blocked", Message: "a guardrail's redaction could not be applied; the content was withheld"}
 	}
 	return append([]byte(nil), out...), nil

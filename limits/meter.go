@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -306,7 +307,7 @@ func (s *meteredStream) dropUsageMember(chunk []byte) []byte {
 		*s.buf = b
 		chunk = b
 	}
-	if !bytes.Contains(chunk, usageKey) || !gjson.ValidBytes(chunk) {
+	if !bytes.Contains(chunk, usageKey) || !jsonvalid.Bytes(chunk) {
 		return chunk // no other usage member (the common case: one scan)
 	}
 	if edits, ok := jsonedit.DeleteMembers(nil, chunk, jsonedit.Root(chunk), "usage"); ok && len(edits) > 0 {

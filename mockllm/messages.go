@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // This file is the mock's Anthropic Messages mode: POST /v1/messages,
@@ -124,7 +126,7 @@ func (s *Server) messages(ctx *fasthttp.RequestCtx, reqID string) {
 // with a name and an input_schema, at most 4 cache_control blocks. body is
 // only read.
 func parseMessages(body []byte) (*parsed, *messagesError) {
-	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+	if !jsonvalid.Bytes(body) || !gjson.ParseBytes(body).IsObject() {
 		return nil, badMessages("the request body is not a JSON object")
 	}
 	root := gjson.ParseBytes(body)

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // apiError is a refusal written as the OpenAI error envelope.
@@ -28,7 +30,7 @@ type parsed struct {
 // parseChat reads and validates a chat completion body the way a strict
 // upstream does. body is only read; strings in the result are copies.
 func parseChat(body []byte) (*parsed, *apiError) {
-	if !gjson.ValidBytes(body) {
+	if !jsonvalid.Bytes(body) {
 		return nil, invalid("", "", "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)")
 	}
 	root := gjson.ParseBytes(body)

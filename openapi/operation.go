@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // Operation is one operation offered as a server tool. Read-only after
@@ -48,7 +49,7 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = []byte("{}")
 	}
-	if !gjson.ValidBytes(args) || !gjson.ParseBytes(args).IsObject() {
+	if !jsonvalid.Bytes(args) || !gjson.ParseBytes(args).IsObject() {
 		return nil, errors.New("the arguments must be a JSON object")
 	}
 	p := o.path
@@ -161,7 +162,7 @@ func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError
 	if len(b) == 0 {
 		return []byte(`{"status":` + strconv.Itoa(resp.StatusCode) + `}`), false, nil
 	}
-	if gjson.ValidBytes(b) {
+	if jsonvalid.Bytes(b) {
 		return b, false, nil
 	}
 	return []byte(strings.ToValidUTF8(string(b), "\uFFFD")), false, nil // the loop quotes text

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -32,7 +33,7 @@ func parseChat(body []byte) (chatInput, error) {
 	if len(body) == 0 {
 		return in, pipeline.BadRequest("", "the request body is empty; expected a JSON object")
 	}
-	if !gjson.ValidBytes(body) {
+	if !jsonvalid.Bytes(body) {
 		return in, pipeline.BadRequest("", "the request body is not valid JSON")
 	}
 	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))) // a view: body is never written and outlives what is read from it

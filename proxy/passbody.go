@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -168,7 +169,7 @@ func (f bodyForm) setModel(body []byte, model string) ([]byte, error) {
 // none). A second or escaped "model" key is refused: the policy and a
 // lenient upstream must read the same one.
 func jsonModel(body []byte) (string, error) {
-	if !gjson.ValidBytes(body) {
+	if !jsonvalid.Bytes(body) {
 		return "", pipeline.BadRequest("", "the request body is not valid JSON")
 	}
 	root := gjson.ParseBytes(body)

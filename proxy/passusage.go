@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/wire"
 )
 
@@ -324,7 +325,7 @@ func (u *usageTap) endLong() {
 		case sc.over:
 			u.over, u.found = true, nil
 			return
-		case sc.captured && gjson.ValidBytes(sc.found):
+		case sc.captured && jsonvalid.Bytes(sc.found):
 			u.over, u.found = false, append(u.found[:0], sc.found...)
 			return
 		}
@@ -339,7 +340,7 @@ func (u *usageTap) event(line []byte) {
 		return
 	}
 	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+	if len(data) == 0 || data[0] != '{' || !jsonvalid.Bytes(data) {
 		return
 	}
 	u.text += generatedText(data)
@@ -380,7 +381,7 @@ func generatedText(data []byte) int {
 // stream that did not ask for it, or one cut short) still made the text it
 // sent, about four bytes a token.
 func (u *usageTap) usage() (wire.ChatUsage, bool) {
-	if u.over || len(u.found) == 0 || (!u.sse && !u.captured) || !gjson.ValidBytes(u.found) {
+	if u.over || len(u.found) == 0 || (!u.sse && !u.captured) || !jsonvalid.Bytes(u.found) {
 		return wire.ChatUsage{Completion: int64(u.text+3) / 4}, false
 	}
 	v := gjson.ParseBytes(u.found)

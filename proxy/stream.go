@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/anthropic"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
 )
@@ -182,7 +183,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		s.drain()
 		return nil, false, io.EOF
 	}
-	if data[0] != '{' || !gjson.ValidBytes(data) {
+	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 	}
 	return s.rename(data), false, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -334,7 +335,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		// once (with the client's model name when it differs).
 		out := resp.Body()
 		var body []byte
-		valid := gjson.ValidBytes(out)
+		valid := jsonvalid.Bytes(out)
 		switch {
 		case pc.messages || !valid:
 			body = append([]byte(nil), out...)

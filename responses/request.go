@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -36,7 +37,7 @@ func Head(body []byte) (model, previous string, err error) {
 	if len(body) == 0 {
 		return "", "", pipeline.BadRequest("", "the request body is empty; expected a JSON object")
 	}
-	if !gjson.ValidBytes(body) {
+	if !jsonvalid.Bytes(body) {
 		return "", "", pipeline.BadRequest("", "the request body is not valid JSON")
 	}
 	root := gjson.ParseBytes(body)

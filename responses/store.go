@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // KV is where stored responses live: the response cache's memory or Redis
@@ -46,7 +47,7 @@ func (s *Store) Load(ctx context.Context, tenant, id string) (Record, bool, erro
 		return Record{}, false, nil
 	}
 	b, ok, err := s.get(ctx, key(tenant, id))
-	if err != nil || !ok || (s.MaxBytes > 0 && len(b) > s.MaxBytes) || !gjson.ValidBytes(b) {
+	if err != nil || !ok || (s.MaxBytes > 0 && len(b) > s.MaxBytes) || !jsonvalid.Bytes(b) {
 		return Record{}, false, err
 	}
 	r := gjson.GetManyBytes(b, "response", "input", "history")

@@ -4,8 +4,10 @@ import (
 	"unsafe"
 
 	"errors"
-	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 
 	"github.com/tidwall/gjson"
 )
@@ -35,7 +37,7 @@ func (e *ToolError) Unwrap() error { return e.Detail }
 func okContent(data []byte) []byte {
 	out := make([]byte, 0, len(data)+32)
 	out = append(out, `{"status":"ok","data":`...)
-	if len(data) > 0 && gjson.ValidBytes(data) {
+	if len(data) > 0 && jsonvalid.Bytes(data) {
 		out = append(out, data...)
 	} else {
 		out = appendJSONString(out, data)

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/tidwall/gjson"
 )
 
 // maxRoundBytes bounds what the loop keeps of one streamed upstream round:
@@ -47,7 +47,7 @@ func (st *loopStream) tooLarge() {
 }
 
 // argScan tells whether a call's arguments, as they grow, are one complete
-// JSON value: valid reports what gjson.ValidBytes(args) reports, but reads
+// JSON value: valid reports what jsonvalid.Bytes(args) reports, but reads
 // each byte once (and ValidBytes at most once, on the value alone) instead
 // of the whole arguments on every chunk. Only appending to args is allowed
 // between calls of valid.
@@ -89,7 +89,7 @@ func isJSONSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b =
 func isDigit(b byte) bool { return b >= '0' && b <= '9' }
 
 // valid reports whether args is one complete JSON value (surrounded by
-// whitespace), exactly as gjson.ValidBytes(args) does.
+// whitespace), exactly as jsonvalid.Bytes(args) does.
 func (s *argScan) valid(args []byte) bool {
 	for ; s.pos < len(args) && !s.dead; s.pos++ {
 		b := args[s.pos]
@@ -168,7 +168,7 @@ func (s *argScan) scanFirst(b byte) {
 // args; only whitespace may follow it.
 func (s *argScan) finish(value []byte) {
 	s.end = true
-	s.dead = !gjson.ValidBytes(value)
+	s.dead = !jsonvalid.Bytes(value)
 }
 
 // scanNumber reads the next byte of a number: it continues it, or ends an

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/tidwall/gjson"
 )
 
 // checkTooLarge fails t unless err is the loop's error for a round over
@@ -171,7 +171,7 @@ var argScanSeeds = []string{
 	`{"a":1} {`, "\t\r\n[\n]\n", `x`, ``, ` `, `{"a":"}"}`, `[[[]]`, `{"a"}`, `{"a":}`,
 }
 
-// TestArgScanMatchesValid: argScan reports what gjson.ValidBytes reports,
+// TestArgScanMatchesValid: argScan reports what jsonvalid.Bytes reports,
 // on every prefix of every seed, fed a byte at a time or all at once.
 func TestArgScanMatchesValid(t *testing.T) {
 	t.Parallel()
@@ -181,7 +181,7 @@ func TestArgScanMatchesValid(t *testing.T) {
 	}
 }
 
-// FuzzArgScan: argScan equals gjson.ValidBytes on every prefix the
+// FuzzArgScan: argScan equals jsonvalid.Bytes on every prefix the
 // arguments reach as fragments of cut bytes arrive.
 func FuzzArgScan(f *testing.F) {
 	for i, s := range argScanSeeds {
@@ -196,8 +196,8 @@ func checkArgScan(t *testing.T, args []byte, step int) {
 	t.Helper()
 	var s argScan
 	for n := 0; ; n = min(n+step, len(args)) {
-		if got, want := s.valid(args[:n]), gjson.ValidBytes(args[:n]); got != want {
-			t.Fatalf("argScan(%q) = %v, gjson.ValidBytes %v", args[:n], got, want)
+		if got, want := s.valid(args[:n]), jsonvalid.Bytes(args[:n]); got != want {
+			t.Fatalf("argScan(%q) = %v, jsonvalid.Bytes %v", args[:n], got, want)
 		}
 		if n == len(args) {
 			return
@@ -210,7 +210,7 @@ func checkArgScan(t *testing.T, args []byte, step int) {
 // one never keeps more than its limit while it runs; it fails with the
 // "too large" error and keeps nothing once failed; and it has failed by
 // the chunk after which the unbounded one keeps more than the limit.
-// argScan stays equal to gjson.ValidBytes on every call's arguments.
+// argScan stays equal to jsonvalid.Bytes on every call's arguments.
 func FuzzRoundLimit(f *testing.F) {
 	f.Add([]byte(strings.Join([]string{
 		chunk("a", callHeader(0, "c", "get_weather"), ""),
@@ -252,8 +252,8 @@ func FuzzRoundLimit(f *testing.F) {
 				t.Fatalf("kept %d (unbounded %d) bytes without failing, limit %d", a.kept(), b.kept(), limit)
 			}
 			for _, c := range b.acc.calls {
-				if got, want := c.scan.valid(c.args), gjson.ValidBytes(c.args); got != want {
-					t.Fatalf("argScan(%q) = %v, gjson.ValidBytes %v", c.args, got, want)
+				if got, want := c.scan.valid(c.args), jsonvalid.Bytes(c.args); got != want {
+					t.Fatalf("argScan(%q) = %v, jsonvalid.Bytes %v", c.args, got, want)
 				}
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/redisread"
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // RedisState is a StateStore in Redis, shared by every gateway replica: a
@@ -133,7 +134,7 @@ var errBadTurn = errors.New("toolloop: stored turn does not decode")
 
 // decodeTurn parses what encodeTurn wrote; it copies what it keeps.
 func decodeTurn(b []byte) (*HiddenTurn, error) {
-	if !gjson.ValidBytes(b) {
+	if !jsonvalid.Bytes(b) {
 		return nil, errBadTurn
 	}
 	res := gjson.GetManyBytes(b, "a", "r", "c", "s", "p")

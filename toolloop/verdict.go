@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/llmgw/gateway/observe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/observe"
 )
 
 var metricApproval = observe.Factory.NewCounterVec(prometheus.CounterOpts{
@@ -48,7 +50,7 @@ const maxReasonBytes = 2000
 // the person's own answer); anything else is decAnswer. Never panics.
 func parseVerdict(text string) verdict {
 	t := strings.TrimSpace(text)
-	if !strings.HasPrefix(t, "{") || !gjson.Valid(t) {
+	if !strings.HasPrefix(t, "{") || !jsonvalid.String(t) {
 		return verdict{kind: decAnswer}
 	}
 	res := gjson.GetMany(t, "decision", "arguments", "message")
@@ -71,7 +73,7 @@ func parseVerdict(text string) verdict {
 		if args.Type == gjson.String { // the arguments as OpenAI writes them: a JSON string
 			raw = args.Str
 		}
-		if r := gjson.Parse(raw); !gjson.Valid(raw) || !r.IsObject() {
+		if r := gjson.Parse(raw); !jsonvalid.String(raw) || !r.IsObject() {
 			return verdict{kind: decInvalid, errKind: "invalid_arguments",
 				message: `the edited arguments are not a JSON object ("arguments":{...}); the tool was not run`}
 		}

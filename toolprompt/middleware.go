@@ -17,11 +17,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/llmgw/gateway/pipeline"
-	"github.com/llmgw/gateway/wire"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Options configures the middleware of one model.
@@ -171,7 +173,7 @@ func (h *handler) read(content []byte) *outcome {
 // parseStructured reads a json_schema reply: {"answer": ...} is text,
 // {"calls": [...]} are calls. Anything else is malformed.
 func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err error) {
-	if !gjson.ValidBytes(b) || !gjson.ParseBytes(b).IsObject() {
+	if !jsonvalid.Bytes(b) || !gjson.ParseBytes(b).IsObject() {
 		return nil, true, nil, fmt.Errorf("the reply is not one JSON object")
 	}
 	res := gjson.GetManyBytes(b, "calls", "answer")

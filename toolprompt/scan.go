@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/llmgw/gateway/jsonstring"
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // The fenced protocol: the model ends its reply with one block
@@ -128,7 +130,7 @@ func ParseBlock(b []byte) ([]Call, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("the tool_calls block is empty")
 	}
-	if !gjson.ValidBytes(b) {
+	if !jsonvalid.Bytes(b) {
 		return nil, fmt.Errorf("the tool_calls block is not valid JSON")
 	}
 	root := gjson.ParseBytes(b)
@@ -173,7 +175,7 @@ func parseCall(it gjson.Result) (Call, error) {
 		raw = []byte("{}")
 	case args.Type == gjson.String:
 		raw = []byte(args.Str)
-		if !gjson.ValidBytes(raw) || !gjson.ParseBytes(raw).IsObject() {
+		if !jsonvalid.Bytes(raw) || !gjson.ParseBytes(raw).IsObject() {
 			return Call{}, fmt.Errorf(`"arguments" must be a JSON object`)
 		}
 	case !args.IsObject():
@@ -198,7 +200,7 @@ func AppendBlock(dst []byte, calls []Call) []byte {
 		dst = append(dst, `{"name": `...)
 		dst = jsonstring.Append(dst, c.Name)
 		dst = append(dst, `, "arguments": `...)
-		if a := bytes.TrimSpace(c.Args); gjson.ValidBytes(a) && gjson.ParseBytes(a).IsObject() {
+		if a := bytes.TrimSpace(c.Args); jsonvalid.Bytes(a) && gjson.ParseBytes(a).IsObject() {
 			dst = append(dst, a...)
 		} else {
 			dst = jsonstring.Append(dst, string(c.Args))

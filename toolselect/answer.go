@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // SchemaName names the structured-output format of the selector's request:
@@ -71,7 +72,7 @@ func parseAnswer(content string) (names []string, ok bool) {
 			s = strings.TrimSpace(rest[:end])
 		}
 	}
-	if !gjson.Valid(s) {
+	if !jsonvalid.String(s) {
 		return nil, false
 	}
 	v := gjson.Parse(s)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // ChunkDecoder turns the chat.completion.chunk objects of one stream back
@@ -24,7 +26,7 @@ var textKeys = [...]string{"reasoning_content", "reasoning", "refusal", "content
 // object, or holds no choice and no usage, emits nothing. The Event passed
 // to emit is valid only during the call.
 func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
-	if !gjson.ValidBytes(chunk) {
+	if !jsonvalid.Bytes(chunk) {
 		return
 	}
 	root := gjson.ParseBytes(chunk)

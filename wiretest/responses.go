@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // ResponsesSummary is what a checked Responses API stream delivered.
@@ -61,7 +63,7 @@ type respChecker struct {
 
 // event checks event n: its framing, schema and order, then what it says.
 func (c *respChecker) event(n int, e typedEvent, schema *Schema) error {
-	if !gjson.ValidBytes(e.data) {
+	if !jsonvalid.Bytes(e.data) {
 		return fmt.Errorf("event %d: data is not JSON: %s", n, clip(e.data))
 	}
 	ev := gjson.ParseBytes(e.data)

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // done is the only terminator Node's SDK accepts (exact comparison).
@@ -172,7 +174,7 @@ func (c *checker) errorEvent(data []byte) *Violation {
 	if !c.opt.WantError {
 		return c.fail(RuleErrorEvent, "unexpected error event: %s", clip(data))
 	}
-	if !gjson.ValidBytes(data) {
+	if !jsonvalid.Bytes(data) {
 		return c.fail(RuleErrorEvent, "error data is not valid JSON: %q", clip(data))
 	}
 	e := gjson.GetBytes(data, "error")
@@ -199,7 +201,7 @@ func (c *checker) errorEvent(data []byte) *Violation {
 // chunkJSON checks one chat.completion.chunk.
 func (c *checker) chunkJSON(data []byte) *Violation {
 	c.sum.Chunks = append(c.sum.Chunks, data)
-	if !gjson.ValidBytes(data) || !gjson.ParseBytes(data).IsObject() {
+	if !jsonvalid.Bytes(data) || !gjson.ParseBytes(data).IsObject() {
 		return c.fail(RuleJSON, "chunk is not a JSON object: %q", clip(data))
 	}
 	if loneSurrogate(data) {

@@ -35,6 +35,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/wire"
 )
 
@@ -83,7 +84,7 @@ func main() {
 		if *check || log != nil {
 			body := ctx.Request.Body()
 			model := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model")
-			if *check && (!gjson.ValidBytes(body) || !model.Exists()) {
+			if *check && (!jsonvalid.Bytes(body) || !model.Exists()) {
 				ctx.Error("bad request", fasthttp.StatusBadRequest)
 				x.write(fasthttp.StatusBadRequest, false, 0, 0, 0)
 				return
@@ -104,7 +105,7 @@ func main() {
 			var in, out int64
 			if *check {
 				b := resp.Body()
-				if !gjson.ValidBytes(b) {
+				if !jsonvalid.Bytes(b) {
 					fasthttp.ReleaseResponse(resp)
 					ctx.Error("upstream: not JSON", fasthttp.StatusBadGateway)
 					x.write(fasthttp.StatusBadGateway, false, 0, 0, 0)
@@ -243,7 +244,7 @@ func (c *eventChecker) check(b []byte) bool {
 			if string(data) == "[DONE]" {
 				continue
 			}
-			if !gjson.ValidBytes(data) {
+			if !jsonvalid.Bytes(data) {
 				return false
 			}
 			in, out := meter(wire.ChunkUsage(data))
