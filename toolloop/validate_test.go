@@ -1,11 +1,15 @@
 package toolloop
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // A schema error names the deepest failing property as a JSON pointer: the
@@ -57,5 +61,52 @@ func TestSchemaRefsNeverReadFiles(t *testing.T) {
 	schema := `{"type":"object","properties":{"x":{"$ref":"file://` + secret + `"}}}`
 	if _, err := compileSchema(schema); err == nil {
 		t.Fatal("a schema with a file $ref compiled: local files are readable through tool schemas")
+	}
+}
+
+// argsInstance gives the schema validator what the library's own reader
+// gives it, for every input: the same instance, or an error for both.
+func FuzzArgsInstance(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1,"a":2}`, `{"n":1.50e+3,"s":"x\"y\n","b":[true,false,null]}`, `[1,{"k":[]}]`,
+		`"\u00e9\ud800"`, "{\"bad\xff\":1}", `{"a":`, `1 2`, ` 7 `, `-0.0`, `{"a":{"b":{"c":[[[]]]}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gerr := argsInstance(b)
+		want, werr := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if (gerr != nil) != (werr != nil) {
+			t.Fatalf("%q: error %v, library's %v", b, gerr, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: instance %#v, library's %#v", b, got, want)
+		}
+	})
+}
+
+// A deep argument list is an invalid-arguments result, not a crash.
+func TestValidateArgsDeep(t *testing.T) {
+	t.Parallel()
+	sch, err := compileSchema(`{"type":"object"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Repeat("[", 2<<20) + strings.Repeat("]", 2<<20)
+	var te *ToolError
+	if err := validateArgs(sch, []byte(deep)); !errors.As(err, &te) || te.Kind != "invalid_arguments" {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func BenchmarkValidateArgs(b *testing.B) {
+	sch, err := compileSchema(`{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"],"additionalProperties":false}`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []byte(`{"expression":"2*(3+4)"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := validateArgs(sch, args); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
