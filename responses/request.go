@@ -278,6 +278,10 @@ type history struct {
 	// join, -1 when the next call starts a new one.
 	open  int
 	calls []string // the open assistant message's tool calls
+	// refs are the item ids referenced so far: an item is given once, so
+	// what references expand to is bounded by the stored responses they
+	// load (at most maxReferenced).
+	refs map[string]bool
 }
 
 func (h *history) add(msg, role string) {
@@ -330,13 +334,23 @@ func (h *history) item(it gjson.Result, param string, resolve Resolver) error {
 		typ = "item_reference" // the type of a reference may be left out
 	}
 	if typ == "item_reference" {
+		id := it.Get("id").String()
+		if h.refs[id] {
+			// Each reference would copy the item again: a small body of
+			// references to one large item would expand without bound.
+			return pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
+		}
 		ref := gjson.Result{}
 		if resolve != nil {
-			ref = resolve(it.Get("id").String())
+			ref = resolve(id)
 		}
 		if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
 			return pipeline.BadRequest(param+".id", "no stored item has this id")
 		}
+		if h.refs == nil {
+			h.refs = map[string]bool{}
+		}
+		h.refs[id] = true
 		it, typ = ref, ref.Get("type").String()
 	}
 	switch typ {

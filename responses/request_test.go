@@ -2,6 +2,7 @@ package responses
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -178,4 +179,32 @@ func FuzzTranslate(f *testing.F) {
 			t.Fatalf("invalid echo of %s: %s", body, r.Echo)
 		}
 	})
+}
+
+// An item is given once: references to one stored item, each expanded to
+// a copy of it, made a 7.6 KB body of 100 references to a 1 MB item cost a
+// gigabyte (and an 8 MiB body of them, any memory). Distinct items still
+// resolve.
+func TestTranslateRefusesDuplicateReferences(t *testing.T) {
+	t.Parallel()
+	big := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"` + strings.Repeat("a", 1<<20) + `"}]}`
+	resolve := func(id string) gjson.Result {
+		if strings.HasPrefix(id, "msg_x_") {
+			return gjson.Parse(big)
+		}
+		return gjson.Result{}
+	}
+	refs := strings.TrimSuffix(strings.Repeat(`{"type":"item_reference","id":"msg_x_0"},`, 100), ",")
+	_, err := Translate([]byte(`{"model":"m","input":[`+refs+`]}`), nil, resolve)
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "input[1].id" {
+		t.Fatalf("100 references to one item: %v (param %q), want a 400 naming input[1].id", err, paramOf(pe))
+	}
+	r, err := Translate([]byte(`{"model":"m","input":[{"type":"item_reference","id":"msg_x_0"},{"id":"msg_x_1"},{"role":"user","content":"next"}]}`), nil, resolve)
+	if err != nil {
+		t.Fatalf("two distinct items: %v", err)
+	}
+	if n := gjson.GetBytes(r.Chat, "messages.#").Int(); n != 3 {
+		t.Fatalf("two distinct items: %d messages, want 3", n)
+	}
 }
