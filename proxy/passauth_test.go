@@ -13,9 +13,11 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// TestPassthroughKeepsTheGatewaysAccount: a pass-through answer about the
-// gateway's provider credentials (401, 403) reaches the client as the chat
-// route's envelope, never the upstream's text, which quotes the key; and
+// TestPassthroughKeepsTheGatewaysAccount: a pass-through error answer
+// reaches the client as the chat route's envelope: one about the gateway's
+// provider credentials (401, 403, or a credentials code at any status)
+// with the gateway's own message, never the upstream's text, which quotes
+// the key; any other with the gateway's secrets masked in it; and
 // no pass-through answer carries the gateway's provider organisation,
 // project or cookies.
 func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
@@ -26,6 +28,22 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 		ctx.Response.Header.Set("Set-Cookie", "__cf_bm=gateway-session")
 		ctx.Response.Header.Set("X-Kept", "yes")
 		ctx.SetContentType("application/json")
+		switch body := string(ctx.PostBody()); {
+		case strings.Contains(body, "echo-400"), strings.Contains(body, "echo-429"):
+			// An upstream that quotes the Authorization header it got (the
+			// gateway's key, registered as a secret below).
+			ctx.Response.Header.Set("Retry-After", "7")
+			ctx.SetStatusCode(400)
+			if strings.Contains(body, "echo-429") {
+				ctx.SetStatusCode(429)
+			}
+			ctx.SetBodyString(`{"error":{"message":"Invalid header value: Bearer sk-upstream-passthrough-secret","type":"invalid_request_error","param":"input","code":null}}`)
+			return
+		case strings.Contains(body, "key-400"):
+			ctx.SetStatusCode(400)
+			ctx.SetBodyString(`{"error":{"message":"key sk-upstream-passthrough-secret is revoked","type":"invalid_request_error","code":"invalid_api_key"}}`)
+			return
+		}
 		if strings.Contains(string(ctx.PostBody()), "denied") {
 			ctx.SetStatusCode(401)
 			ctx.SetBodyString(`{"error":{"message":"Incorrect API key provided: sk-proj-abc***wxyz","type":"invalid_request_error","code":"invalid_api_key"}}`)
@@ -37,7 +55,8 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 		return nil, nil
 	}))
 	c := &fasthttp.HostClient{Addr: addr}
-	for _, input := range []string{"ok", "denied"} {
+	observe.Secrets.Add("sk-upstream-passthrough-secret")
+	for _, input := range []string{"ok", "denied", "echo-400", "echo-429", "key-400"} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.SetRequestURI("http://gw/v1/embeddings")
 		req.Header.SetMethod(fasthttp.MethodPost)
@@ -55,6 +74,27 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 		case "ok":
 			if resp.StatusCode() != 200 || string(resp.Header.Peek("X-Kept")) != "yes" {
 				t.Errorf("ok: %d, X-Kept %q", resp.StatusCode(), resp.Header.Peek("X-Kept"))
+			}
+		case "echo-400", "echo-429", "key-400":
+			// Every error status: the chat route's envelope, the
+			// upstream's status (and a 429's retry-after) kept, the key
+			// never.
+			want := 400
+			if input == "echo-429" {
+				want = 429
+			}
+			if resp.StatusCode() != want || gjson.GetBytes(resp.Body(), "error.message").Str == "" ||
+				strings.Contains(string(resp.Body()), "sk-upstream-passthrough-secret") {
+				t.Errorf("%s: %d %s: want %d with the key masked", input, resp.StatusCode(), resp.Body(), want)
+			}
+			if input == "echo-429" && string(resp.Header.Peek("Retry-After")) != "7" {
+				t.Errorf("%s: retry-after %q, want the upstream's 7", input, resp.Header.Peek("Retry-After"))
+			}
+			if input == "echo-400" && gjson.GetBytes(resp.Body(), "error.param").Str != "input" {
+				t.Errorf("%s: the upstream's param was not kept: %s", input, resp.Body())
+			}
+			if input == "key-400" && gjson.GetBytes(resp.Body(), "error.code").Str != pipeline.CodeUpstreamAuth {
+				t.Errorf("%s: an error about the key, at 400: %s, want the gateway's own message", input, resp.Body())
 			}
 		case "denied":
 			msg := gjson.GetBytes(resp.Body(), "error.message").Str

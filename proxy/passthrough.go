@@ -97,10 +97,16 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		return
 	}
 	pc.upstreamSeconds.Observe(time.Since(x.start).Seconds())
-	if st := resp.StatusCode(); st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden || st == fasthttp.StatusProxyAuthRequired {
-		// About the gateway's provider key, not the client's: the chat
-		// route's envelope, never the upstream's text (it may quote the key).
-		ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: st, Provider: pc.cfg.Name, Body: readErrorBody(resp)}
+	if st := resp.StatusCode(); st >= fasthttp.StatusBadRequest {
+		// An error answer goes through the chat route's mapping (mapError):
+		// its status, retry-after, message, type, param and code, with the
+		// gateway's configured secrets masked, and the gateway's own
+		// message when it is about the gateway's provider key (401, 403,
+		// 407, or a credentials type or code at any status). Relayed as it
+		// was, an upstream that quotes the Authorization header it got
+		// showed the client the gateway's key.
+		ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: st, Provider: pc.cfg.Name,
+			RetryAfter: retryAfter(&resp.Header), Body: readErrorBody(resp)}
 		resp.SetConnectionClose() // its body may not have been read to the end
 		release(freq, resp)
 		x.provider = pc.cfg.Name
