@@ -21,6 +21,7 @@ import (
 type canon struct {
 	buf   []byte
 	pairs []pair // a stack of object members being sorted
+	over  bool   // more than maxMembers members: buf is not the canonical form
 }
 
 type pair struct {
@@ -28,12 +29,21 @@ type pair struct {
 	val gjson.Result
 }
 
+// maxMembers bounds the members a canon holds at once: every member of the
+// objects it is inside of, and of the one it sorts. Past it a canon stops
+// (over): a body of millions of one-byte members ("x":{"":0,"":0,...})
+// made a 96-byte entry of each, 90 times the body in memory, kept by the
+// pool after the request; maxMembers entries take 1.5 MiB. The callers
+// then key the raw text instead. A request's stack of open objects and
+// their members is a few hundred entries.
+const maxMembers = 1 << 14
+
 var canonPool = sync.Pool{New: func() any { return &canon{buf: make([]byte, 0, 4096)} }}
 
-func getCanon() *canon { c := canonPool.Get().(*canon); c.buf = c.buf[:0]; return c }
+func getCanon() *canon { c := canonPool.Get().(*canon); c.buf, c.over = c.buf[:0], false; return c }
 
 func putCanon(c *canon) {
-	if cap(c.buf) > 1<<20 { // do not keep huge buffers alive
+	if cap(c.buf) > 1<<20 || cap(c.pairs) > 4096 { // do not keep huge buffers alive
 		return
 	}
 	clear(c.pairs[:cap(c.pairs)])
@@ -41,7 +51,8 @@ func putCanon(c *canon) {
 	canonPool.Put(c)
 }
 
-// appendCanonical appends the canonical form of the JSON text raw to dst.
+// appendCanonical appends the canonical form of the JSON text raw to dst,
+// or, for a text of more than maxMembers members at once, 0 and raw itself.
 // Malformed input produces some output and never panics. value recurses
 // once per level of nesting, so raw must have passed jsonvalid (as the
 // tool cache checks its arguments) to be bounded.
@@ -50,12 +61,28 @@ func appendCanonical(dst []byte, raw []byte) []byte {
 	c.buf = dst
 	c.value(gjson.ParseBytes(raw))
 	out := c.buf
+	if c.over {
+		out = append(append(out[:len(dst)], 0), raw...)
+	}
 	c.buf = nil
 	putCanon(c)
 	return out
 }
 
+// push adds one member to c.pairs; false (and c.over) past maxMembers.
+func (c *canon) push(key string, val gjson.Result) bool {
+	if len(c.pairs) >= maxMembers {
+		c.over = true
+		return false
+	}
+	c.pairs = append(c.pairs, pair{key: key, val: val})
+	return true
+}
+
 func (c *canon) value(v gjson.Result) {
+	if c.over {
+		return
+	}
 	switch v.Type {
 	case gjson.Null:
 		c.buf = append(c.buf, "null"...)
@@ -95,8 +122,7 @@ func (c *canon) value(v gjson.Result) {
 func (c *canon) object(v gjson.Result) {
 	start := len(c.pairs)
 	v.ForEach(func(k, e gjson.Result) bool {
-		c.pairs = append(c.pairs, pair{key: unquote(k), val: e})
-		return true
+		return c.push(unquote(k), e)
 	})
 	c.sortedMembers(start)
 }

@@ -1,6 +1,7 @@
 package caching
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -71,5 +72,38 @@ func TestRequestKeyShape(t *testing.T) {
 	if shared := requestKey(newReq(`{"messages":[]}`, "acme"), "", true); !strings.HasPrefix(shared, "shared:") ||
 		shared != requestKey(newReq(`{"messages":[]}`, "other"), "", true) {
 		t.Errorf("shared keys must not depend on the tenant: %q", shared)
+	}
+}
+
+// A body of millions of one-byte members costs its key about what the body
+// costs, not ninety times it: past maxMembers the key is the body's own
+// text, still one per body and never a canonical body's.
+func TestRequestKeyManyMembers(t *testing.T) {
+	body := `{"model":"m","temperature":0,"messages":[{"role":"user","content":"hi"}],"x":{` +
+		strings.TrimSuffix(strings.Repeat(`"":0,`, 1<<20), ",") + `}}`
+	r := newReq(body, "acme")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	k1 := requestKey(r, "", false)
+	runtime.ReadMemStats(&after)
+	// A copy of the body to parse, the raw text in the key's buffer (grown
+	// by doubling) and at most maxMembers members: a few times the body.
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8*uint64(len(body)) {
+		t.Errorf("a %d-byte body's key allocated %d bytes (%.0f times the body)", len(body), grew, float64(grew)/float64(len(body)))
+	}
+	if k2 := requestKey(newReq(body, "acme"), "", false); k2 != k1 {
+		t.Errorf("the same body gave two keys")
+	}
+	other := strings.Replace(body, `"hi"`, `"ho"`, 1)
+	if requestKey(newReq(other, "acme"), "", false) == k1 {
+		t.Errorf("another body gave the same key")
+	}
+	// Within the bound, member order still does not matter.
+	few := func(a, b string) string {
+		return `{"model":"m","messages":[],"x":{` + a + `,` + b + `}}`
+	}
+	if requestKey(newReq(few(`"a":1`, `"b":2`), "acme"), "", false) != requestKey(newReq(few(`"b":2`, `"a":1`), "acme"), "", false) {
+		t.Errorf("member order changed the key")
 	}
 }
