@@ -25,9 +25,7 @@ var (
 	activeStreams = observe.Factory.NewGauge(prometheus.GaugeOpts{
 		Name: "gateway_active_streams", Help: "Streamed responses being written now.",
 	})
-	panics = observe.Factory.NewCounter(prometheus.CounterOpts{
-		Name: "gateway_panics_total", Help: "Requests whose serving panicked (a bug): answered 500 or cut, logged with the stack.",
-	})
+	panics = observe.Panics
 
 	// Handles resolved once (finish runs for every request).
 	requestCounts = observe.NewLabeled(func(k requestKey) prometheus.Counter {

@@ -2,15 +2,17 @@ package toolloop
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
-	"github.com/tidwall/gjson"
 )
 
 // loopStream is the Stream the client reads. It is pull-based: Next drives
@@ -548,11 +550,25 @@ func (st *loopStream) worker(work <-chan func(context.Context) opResult) {
 	for {
 		select {
 		case fn := <-work:
-			st.op <- fn(st.ctx)
+			st.op <- st.run(fn)
 		case <-st.ctx.Done():
 			return
 		}
 	}
+}
+
+// run runs one op. A panic in it (a bug in a layer the round calls) is the
+// op's error, which ends the stream with an error event, as a panic on the
+// stream's own goroutine does: on this goroutine no request's recovery
+// would catch it, and it would end the process.
+func (st *loopStream) run(fn func(context.Context) opResult) (res opResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			st.s.l.logPanic(p, st.s.req, "tool loop round")
+			res = opResult{err: pipeline.Internal(fmt.Errorf("toolloop: panic: %v", p), "internal error")}
+		}
+	}()
+	return fn(st.ctx)
 }
 
 // finishStream queues the one finish chunk and, when asked for, the one

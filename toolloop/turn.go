@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/llmgw/gateway/fallback"
-	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/fallback"
+	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // session is the loop state of one client request, shared by the streaming
@@ -261,6 +265,16 @@ func (l *Loop) runCall(ctx context.Context, c *pipeline.ToolCall, res **pipeline
 	if *res != nil {
 		return
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug in a tool or the tool chain: the call fails, as a
+			// tool's error does. Parallel calls run on goroutines of their
+			// own, where a panic no request's recovery catches would end
+			// the process.
+			l.logPanic(p, c.Request, "tool "+c.Name)
+			*res = l.errResult(c, errToolPanicked)
+		}
+	}()
 	r, err := l.chain.CallTool(ctx, c)
 	if err != nil || r == nil {
 		if err == nil {
@@ -271,7 +285,21 @@ func (l *Loop) runCall(ctx context.Context, c *pipeline.ToolCall, res **pipeline
 	*res = r
 }
 
-var errNoResult = &ToolError{Kind: "tool_error", Message: "the tool returned no result"}
+var (
+	errNoResult     = &ToolError{Kind: "tool_error", Message: "the tool returned no result"}
+	errToolPanicked = &ToolError{Kind: "tool_error", Message: "the tool failed"}
+)
+
+// logPanic logs a panic recovered on the loop's behalf, with its stack, and
+// counts it with the server's (gateway_panics_total).
+func (l *Loop) logPanic(p any, r *pipeline.Request, what string) {
+	id := ""
+	if r != nil {
+		id = r.ID
+	}
+	observe.Panics.Inc()
+	l.log.Error().Str("request_id", id).Str("panic", fmt.Sprint(p)).Bytes("stack", debug.Stack()).Msg(what + " panicked")
+}
 
 // record notes results in the trace and the error budget; it reports
 // whether a result asks to stop the loop.
