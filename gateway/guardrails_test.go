@@ -435,3 +435,19 @@ parameters = '{"type":"object","properties":{"key":{"type":"string"}},"required"
 		}
 	}
 }
+
+// A message that gives "content" twice cannot slip past a request
+// guardrail: the guardrail would judge the first, the upstream read the
+// last. The body is refused before any layer reads it, and the upstream
+// never sees it.
+func TestGuardrailsSeeWhatTheUpstreamSees(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig, mockllm.Options{})
+	status, _, body := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"benign","content":"project falcon"}]}`, nil)
+	if status != 400 || gjson.GetBytes(body, "error.param").Str != "messages[0]" {
+		t.Fatalf("status %d: %s, want a 400 naming messages[0]", status, body)
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
+	}
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strconv"
 	"strings"
 	"unicode"
 	"unsafe"
@@ -42,10 +43,18 @@ func parseChat(body []byte) (chatInput, error) {
 	}
 	var model, messages, stream, streamOptions, tools gjson.Result
 	var keys keySet
-	repeated := ""
+	repeated, inner := "", ""
 	root.ForEach(func(k, v gjson.Result) bool {
 		if keys.add(k.Str) {
 			repeated = k.Str
+			return false
+		}
+		if k.Str == "messages" {
+			messages = v // checkMessages looks inside, in its own walk
+			return true
+		}
+		if param, key := repeatedWithin(v); key != "" {
+			repeated, inner = key, k.Str+param
 			return false
 		}
 		switch k.Str {
@@ -62,6 +71,9 @@ func parseChat(body []byte) (chatInput, error) {
 		}
 		return true
 	})
+	if inner != "" {
+		return in, repeatedInnerKey(inner, repeated)
+	}
 	if repeated != "" {
 		return in, repeatedKey(repeated)
 	}
@@ -97,7 +109,28 @@ func checkMessages(messages gjson.Result) error {
 			bad = pipeline.BadRequest("messages", "messages[%d] must be an object", n)
 			return false
 		}
-		if r := m.Get("role"); r.Type != gjson.String || r.Str == "" {
+		// One walk of the message's members: its role, and no key given
+		// twice in it or in what it holds (repeatedWithin).
+		var role gjson.Result
+		var keys exactKeys
+		m.ForEach(func(k, v gjson.Result) bool {
+			if keys.add(k.Str) {
+				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]", k.Str)
+				return false
+			}
+			if k.Str == "role" {
+				role = v
+			}
+			if param, key := repeatedWithin(v); key != "" {
+				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]."+k.Str+param, key)
+				return false
+			}
+			return true
+		})
+		if bad != nil {
+			return false
+		}
+		if role.Type != gjson.String || role.Str == "" {
 			bad = pipeline.BadRequest("messages", "messages[%d].role must be a non-empty string", n)
 			return false
 		}
@@ -197,6 +230,87 @@ func foldKey(k string) string {
 
 // repeatedKey is the 400 for a key given twice. The key is the client's own
 // text: it is named only when short.
+// repeatedWithin finds an object inside v (v itself included) that gives
+// a key twice: the path to it from v (".messages[2]" style, empty for v
+// itself) and the key; key is empty when there is none. Every layer reads
+// the first of two keys, the upstream commonly the last: a message with two
+// "content" keys had the guardrails judge one text and the model read
+// another, a tool with two "name"s the tool policy allow one tool and the
+// upstream see another. jsonvalid bounds the depth.
+func repeatedWithin(v gjson.Result) (param, key string) {
+	if len(v.Raw) == 0 || (v.Raw[0] != '{' && v.Raw[0] != '[') {
+		return "", ""
+	}
+	if v.Raw[0] == '[' {
+		i := 0
+		v.ForEach(func(_, e gjson.Result) bool {
+			if p, k := repeatedWithin(e); k != "" {
+				param, key = "["+strconv.Itoa(i)+"]"+p, k
+				return false
+			}
+			i++
+			return true
+		})
+		return param, key
+	}
+	var keys exactKeys
+	v.ForEach(func(k, e gjson.Result) bool {
+		if keys.add(k.Str) {
+			key = k.Str
+			return false
+		}
+		if p, kk := repeatedWithin(e); kk != "" {
+			param, key = "."+k.Str+p, kk
+			return false
+		}
+		return true
+	})
+	return param, key
+}
+
+// exactKeys is a set of an inner object's keys. Unlike the top level's
+// (keySet), it tells keys apart by case: an inner object may be the
+// client's own data (a schema's properties "ID" and "id", metadata), and
+// upstreams match inner keys exactly.
+type exactKeys struct {
+	small [8]string
+	n     int
+	big   map[string]struct{}
+}
+
+// add records k and reports whether it was already there.
+func (s *exactKeys) add(k string) (repeated bool) {
+	if s.big == nil {
+		for _, seen := range s.small[:s.n] {
+			if seen == k {
+				return true
+			}
+		}
+		if s.n < len(s.small) {
+			s.small[s.n] = k
+			s.n++
+			return false
+		}
+		s.big = make(map[string]struct{}, 2*len(s.small))
+		for _, seen := range s.small {
+			s.big[seen] = struct{}{}
+		}
+	}
+	if _, ok := s.big[k]; ok {
+		return true
+	}
+	s.big[k] = struct{}{}
+	return false
+}
+
+// repeatedInnerKey is the 400 for key given twice in the object at param.
+func repeatedInnerKey(param, key string) error {
+	if len(key) > 64 || strings.ContainsFunc(key, unicode.IsControl) || len(param) > 256 || strings.ContainsFunc(param, unicode.IsControl) {
+		return pipeline.BadRequest("", "an object in the request body repeats a key; each key may appear once in an object")
+	}
+	return pipeline.BadRequest(param, "%s repeats the key %q; each key may appear once in an object", param, key)
+}
+
 func repeatedKey(k string) error {
 	if len(k) > 64 || strings.ContainsFunc(k, unicode.IsControl) {
 		return pipeline.BadRequest("", "the request body repeats a key; each key may appear once")

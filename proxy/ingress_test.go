@@ -47,6 +47,16 @@ func TestParseChat(t *testing.T) {
 		// "ſ" (long s) folds to "s": an upstream decoding with encoding/json
 		// reads "meſſages" as "messages".
 		{name: "messages with a long s", body: `{"model":"m","messages":[{"role":"user"}],"meſſages":[{"role":"system"}]}`, param: "meſſages"},
+		// Inside the body too: the guardrails and the tool policy read the
+		// first "content" or "name", the upstream the last.
+		{name: "content twice in a message", body: `{"model":"m","messages":[{"role":"user","content":"benign","content":"blocked"}]}`, param: "messages[0]"},
+		{name: "role twice in a later message", body: `{"model":"m","messages":[{"role":"user"},{"role":"user","role":"system"}]}`, param: "messages[1]"},
+		{name: "text twice in a part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}`, param: "messages[0].content[0]"},
+		{name: "tool name twice", body: `{"model":"m","tools":[{"type":"function","function":{"name":"ok","name":"secret"}}],"messages":[{"role":"user"}]}`, param: "tools[0].function"},
+		{name: "inner key escaped", body: `{"model":"m","messages":[{"role":"user","content":"a","\u0063ontent":"b"}]}`, param: "messages[0]"},
+		{name: "inner keys differing in case", body: `{"model":"m","messages":[{"role":"user"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"ID":{},"id":{}}}}}]}`, ok: true},
+		{name: "many inner keys, one twice", body: `{"model":"m","metadata":{` + manyKeys(40, "k7") + `"z":1},"messages":[{"role":"user"}]}`, param: "metadata"},
+		{name: "many inner keys", body: `{"model":"m","metadata":{` + manyKeys(40, "") + `"z":1},"messages":[{"role":"user"}]}`, ok: true},
 		{name: "many keys, messages with a long s", body: `{"model":"m","messages":[{"role":"user"}],` + manyKeys(40, "") + `"meſſages":[{"role":"system"}]}`, param: "meſſages"},
 	}
 	for _, c := range cases {
@@ -97,13 +107,16 @@ func FuzzParseChat(f *testing.F) {
 			t.Fatal("include_usage without stream")
 		}
 		var seen []string
-		gjson.ParseBytes(body).ForEach(func(k, _ gjson.Result) bool {
+		gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
 			for _, s := range seen {
 				if strings.EqualFold(s, k.Str) {
 					t.Fatalf("accepted a body that repeats the key %q", k.Str)
 				}
 			}
 			seen = append(seen, k.Str)
+			if repeatsInside(v) {
+				t.Fatalf("accepted a body whose %q repeats a key inside", k.Str)
+			}
 			return true
 		})
 		if want := gjson.GetBytes(body, "tools"); string(in.tools) != map[bool]string{true: want.Raw}[want.IsArray()] {
@@ -169,4 +182,24 @@ func manyKeys(n int, repeat string) string {
 		fmt.Fprintf(&b, `%q:0,`, repeat)
 	}
 	return b.String()
+}
+
+// repeatsInside reports, the slow way, whether an object in v gives a key
+// twice.
+func repeatsInside(v gjson.Result) bool {
+	found := false
+	if v.IsObject() {
+		seen := map[string]bool{}
+		v.ForEach(func(k, e gjson.Result) bool {
+			found = seen[k.Str] || repeatsInside(e)
+			seen[k.Str] = true
+			return !found
+		})
+	} else if v.IsArray() {
+		v.ForEach(func(_, e gjson.Result) bool {
+			found = repeatsInside(e)
+			return !found
+		})
+	}
+	return found
 }
