@@ -172,6 +172,11 @@ func stopSequences(stop gjson.Result) []string {
 	return out
 }
 
+// maxBudget bounds a thinking budget: far above any model's output limit,
+// and low enough that max_tokens plus it cannot overflow (a budget near
+// 2^63 sent Anthropic a negative max_tokens).
+const maxBudget = 1 << 31
+
 // setSampling sets temperature and top_p, or thinking from the client's
 // thinking object (passed through) or reasoning_effort. Anthropic refuses
 // temperature and top_p changes while thinking, so they are not sent then,
@@ -190,8 +195,11 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		out.Thinking = json.RawMessage(`{"type":"enabled","budget_tokens":` + strconv.FormatInt(b, 10) + `}`)
 	}
 	if out.Thinking != nil {
+		if budget < 0 || budget > maxBudget {
+			return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
+		}
 		if out.MaxTokens <= budget {
-			out.MaxTokens += budget
+			out.MaxTokens += budget // both at most maxBudget here: no overflow
 		}
 		return nil
 	}

@@ -144,6 +144,8 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 4096 && p.MaxTokens == 5096 && !p.Temperature.Valid()
 			}},
+		{"huge max_tokens, budget within the bound", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":2147483648},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 9223372036854775807 }},
 		{"thinking pass-through", `{"thinking":{"type":"enabled","budget_tokens":2000},` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled.BudgetTokens == 2000 && p.MaxTokens == DefaultMaxTokens
@@ -195,6 +197,10 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		{"custom tool", `{"tools":[{"type":"custom","custom":{"name":"x"}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0]"},
 		{"bad tool_choice", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
 		{"bad effort", `{"reasoning_effort":"extreme","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
+		// max_tokens plus a budget near 2^63 overflowed: Anthropic got a
+		// negative max_tokens.
+		{"huge budget", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":9223372036854775807},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
+		{"negative budget", `{"thinking":{"type":"enabled","budget_tokens":-5},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
