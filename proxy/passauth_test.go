@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -39,6 +41,17 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 			}
 			ctx.SetBodyString(`{"error":{"message":"Invalid header value: Bearer sk-upstream-passthrough-secret","type":"invalid_request_error","param":"input","code":null}}`)
 			return
+		case strings.Contains(body, "stream-echo"):
+			// A 200 event stream with an error event quoting the key, the
+			// key cut between two writes.
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+				_, _ = w.WriteString("data: {\"x\":1}\n\nevent: error\ndata: {\"error\":{\"message\":\"bad key Bearer sk-upstream-pass")
+				_ = w.Flush()
+				time.Sleep(20 * time.Millisecond)
+				_, _ = w.WriteString("through-secret\"}}\n\ndata: [DONE]\n\n")
+			})
+			return
 		case strings.Contains(body, "key-400"):
 			ctx.SetStatusCode(400)
 			ctx.SetBodyString(`{"error":{"message":"key sk-upstream-passthrough-secret is revoked","type":"invalid_request_error","code":"invalid_api_key"}}`)
@@ -56,7 +69,7 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 	}))
 	c := &fasthttp.HostClient{Addr: addr}
 	observe.Secrets.Add("sk-upstream-passthrough-secret")
-	for _, input := range []string{"ok", "denied", "echo-400", "echo-429", "key-400"} {
+	for _, input := range []string{"ok", "denied", "echo-400", "echo-429", "key-400", "stream-echo"} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.SetRequestURI("http://gw/v1/embeddings")
 		req.Header.SetMethod(fasthttp.MethodPost)
@@ -74,6 +87,11 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 		case "ok":
 			if resp.StatusCode() != 200 || string(resp.Header.Peek("X-Kept")) != "yes" {
 				t.Errorf("ok: %d, X-Kept %q", resp.StatusCode(), resp.Header.Peek("X-Kept"))
+			}
+		case "stream-echo":
+			got := string(resp.Body())
+			if resp.StatusCode() != 200 || strings.Contains(got, "passthrough-secret") || !strings.Contains(got, `data: {"x":1}`) || !strings.HasSuffix(got, "data: [DONE]\n\n") {
+				t.Errorf("stream-echo: %d %q: want the stream whole with the key masked", resp.StatusCode(), got)
 			}
 		case "echo-400", "echo-429", "key-400":
 			// Every error status: the chat route's envelope, the
@@ -132,4 +150,38 @@ func TestCredentialErrorEventsAreNotQuoted(t *testing.T) {
 	if strings.Contains(string(env.body), "sk-registered") {
 		t.Errorf("a registered secret was quoted back: %s", env.body)
 	}
+}
+
+// FuzzLineMasker: an event stream comes out the same however its reads cut
+// it (a secret never spans a line), and every byte not masked goes out.
+func FuzzLineMasker(f *testing.F) {
+	observe.Secrets.Add("sk-fuzz-line-secret")
+	f.Add([]byte("data: {\"a\":1}\n\nevent: error\ndata: Bearer sk-fuzz-line-secret\n\n"), uint16(30))
+	f.Add([]byte("data: {\"api_key\":\"sk-fuzz-line-secret\"}\n\n"), uint16(20))
+	f.Add([]byte("no newline at all"), uint16(3))
+	feed := func(parts ...[]byte) []byte {
+		var m lineMasker
+		var got []byte
+		for i, p := range parts {
+			out, n := m.lines(p, i == len(parts)-1)
+			got = append(got, out...)
+			m.drop(n)
+		}
+		return got
+	}
+	f.Fuzz(func(t *testing.T, b []byte, cut uint16) {
+		i := int(cut) % (len(b) + 1)
+		want := feed(b)
+		if got := feed(b[:i], b[i:], nil); string(got) != string(want) {
+			t.Fatalf("cut at %d: %q, whole %q", i, got, want)
+		}
+		if bytes.Contains(want, []byte("sk-fuzz-line-secret")) {
+			t.Fatalf("the secret went out: %q", want)
+		}
+		if !bytes.Contains(b, []byte("sk-fuzz")) && !bytes.Contains(bytes.ToLower(b), []byte("bearer")) &&
+			!bytes.Contains(bytes.ToLower(b), []byte("key")) && !bytes.Contains(bytes.ToLower(b), []byte("auth")) &&
+			!bytes.Contains(bytes.ToLower(b), []byte("co")) && string(want) != string(b) {
+			t.Fatalf("bytes changed with nothing to mask: %q -> %q", b, want)
+		}
+	})
 }

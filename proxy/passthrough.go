@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/internal/lazyctx"
+	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -260,6 +262,14 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 	if m != nil {
 		tap = m.tap
 	}
+	var mask *lineMasker
+	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+		// An event stream is text whose events may be errors quoting the
+		// gateway's key, as an error status's body may (handlePassthrough):
+		// its lines go out with the configured secrets and credentials
+		// masked. Other bodies (JSON answers, audio, files) go as they are.
+		mask = &lineMasker{}
+	}
 	return func(w *bufio.Writer) {
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
@@ -269,6 +279,17 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
 			}
 			k, err := src.Read(buf)
+			if mask != nil && !gone {
+				// Whole lines, masked; an incomplete last line waits for
+				// the rest (a secret never spans a line), all of it at the end.
+				out, n := mask.lines(buf[:k], err != nil)
+				if len(out) > 0 && !relay(w, client, out, wt) {
+					gone = true
+				} else {
+					x.bytes += len(out)
+				}
+				mask.drop(n)
+			}
 			if k > 0 {
 				if tap != nil {
 					tap.write(buf[:k])
@@ -276,6 +297,7 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				switch {
 				case gone:
 					drained += k
+				case mask != nil: // relayed above
 				case relay(w, client, buf[:k], wt):
 					x.bytes += k
 				default:
@@ -306,6 +328,31 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		}
 		s.finish(x)
 	}
+}
+
+// lineMasker holds the incomplete last line of an event stream between
+// reads, bounded by maxEventBytes (a longer line goes out as it is, in
+// parts).
+type lineMasker struct{ held []byte }
+
+// lines adds p and returns the complete lines held, with secrets masked
+// (a view of what it holds until drop), and how many held bytes they
+// were; at the end, everything.
+func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
+	m.held = append(m.held, p...)
+	n = bytes.LastIndexByte(m.held, '\n') + 1
+	if end || len(m.held) > maxEventBytes {
+		n = len(m.held)
+	}
+	if n == 0 {
+		return nil, 0
+	}
+	return observe.Secrets.Redact(m.held[:n]), n
+}
+
+// drop lets go of the first n held bytes, which were written.
+func (m *lineMasker) drop(n int) {
+	m.held = append(m.held[:0], m.held[n:]...)
 }
 
 // relay writes p to the client, each write bounded by wt; false when the
