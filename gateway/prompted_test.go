@@ -287,6 +287,21 @@ func TestPromptedToolChoiceEnforced(t *testing.T) {
 	if err := schema.ErrorBody(raw); err != nil {
 		t.Fatal(err)
 	}
+
+	// A named function that is not among the tools is the client's
+	// mistake: a 400 naming tool_choice, before any model call (no reply
+	// could meet it; it was a 502 after two).
+	calls := len(h.mock.Requests())
+	p = userMsg("time?")
+	promptedClientTools(&p)
+	p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "no_such_tool"}}}
+	_, err = h.client.Chat.Completions.New(context.Background(), p)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "tool_choice" {
+		t.Fatalf("unknown named tool: %v", err)
+	}
+	if n := len(h.mock.Requests()); n != calls {
+		t.Fatalf("the model was called %d times for it", n-calls)
+	}
 }
 
 // TestPromptedJSONSchemaFormat: prompted_format = "json_schema" asks for

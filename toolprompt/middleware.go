@@ -12,6 +12,7 @@ package toolprompt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -69,6 +70,9 @@ type handler struct {
 func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 	rw, err := h.rewrite(req.Body)
 	if err != nil {
+		if pe := (*pipeline.Error)(nil); errors.As(err, &pe) {
+			return nil, pe
+		}
 		return nil, pipeline.BadRequest("messages", "the request could not be rendered for a model without tool calling")
 	}
 	if rw == nil {

@@ -3,12 +3,15 @@ package toolprompt
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 
-	"github.com/llmgw/gateway/jsonstring"
-	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // DefaultPrompt is the system prompt of the fenced format; {tools} is
@@ -83,6 +86,11 @@ func (h *handler) rewrite(body []byte) (*rewritten, error) {
 		return true
 	})
 	rw.choice, rw.named = readChoice(tc)
+	if rw.choice == choiceNamed && !slices.Contains(rw.names, rw.named) {
+		// The client's mistake, as an upstream with tool calling answers
+		// it: no reply of the model could meet it.
+		return nil, pipeline.BadRequest("tool_choice", "tool_choice names the function %q, which is not among the request's tools", rw.named)
+	}
 	var prompt string
 	if len(rw.names) > 0 && rw.choice != choiceNone {
 		prompt = strings.Replace(h.prompt, "{tools}", string(lines), 1)
