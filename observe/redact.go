@@ -138,6 +138,16 @@ func jsonEscape(s string) string {
 	return string(b)
 }
 
+// RedactSecrets returns p with the registered secrets masked, and nothing
+// else: for what is not a log line (an answer relayed to a client), whose
+// credential-looking values are data. p itself when there is none.
+func (r *Redactor) RedactSecrets(p []byte) []byte {
+	if set := r.set.Load(); set != nil {
+		return set.replace(p)
+	}
+	return p
+}
+
 // Redact returns p with secrets masked. It returns p itself when there is
 // nothing to mask, else a new slice; p is not modified.
 func (r *Redactor) Redact(p []byte) []byte {

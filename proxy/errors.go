@@ -68,7 +68,9 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		if msg == "" {
 			msg = "upstream returned status " + strconv.Itoa(ue.Status)
 		}
-		msg = string(observe.Secrets.Redact([]byte(msg))) // a key of the gateway's, quoted back by the upstream
+		// A key of the gateway's, quoted back by the upstream, in any of
+		// the fields passed on.
+		msg, typ, param, code = redactString(msg), redactString(typ), redactString(param), redactString(code)
 		status := ue.Status
 		if status < 400 || status > 599 {
 			status = http.StatusBadGateway
@@ -92,6 +94,13 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	default:
 		return serverEnvelope(http.StatusBadGateway, "upstream unreachable", pipeline.CodeUpstreamUnreachable)
 	}
+}
+
+func redactString(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(observe.Secrets.Redact([]byte(s)))
 }
 
 // aboutCredentials reports whether an upstream error's type or code says

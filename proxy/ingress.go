@@ -53,7 +53,7 @@ func parseChat(body []byte) (chatInput, error) {
 			messages = v // checkMessages looks inside, in its own walk
 			return true
 		}
-		if param, key := repeatedWithin(v); key != "" {
+		if param, key := repeatedBelow(v, maxKeyDepth, !clientData[k.Str]); key != "" {
 			repeated, inner = key, k.Str+param
 			return false
 		}
@@ -112,7 +112,7 @@ func checkMessages(messages gjson.Result) error {
 		// One walk of the message's members: its role, and no key given
 		// twice in it or in what it holds (repeatedWithin).
 		var role gjson.Result
-		var keys exactKeys
+		var keys keySet
 		m.ForEach(func(k, v gjson.Result) bool {
 			if keys.add(k.Str) {
 				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]", k.Str)
@@ -236,15 +236,32 @@ func foldKey(k string) string {
 // the first of two keys, the upstream commonly the last: a message with two
 // "content" keys had the guardrails judge one text and the model read
 // another, a tool with two "name"s the tool policy allow one tool and the
-// upstream see another. jsonvalid bounds the depth.
+// upstream see another.
+//
+// It looks maxKeyDepth levels deep, where the request's own structure is
+// (a message's content parts and tool calls, a tool's function): each level
+// reads the bytes below it again, so the work is at most that many times the
+// body. Keys compare without regard to case, as upstreams decoding with Go's
+// encoding/json match them ("Content" is "content"), except inside the
+// client's own data (clientData: a schema's properties "ID" and "id").
 func repeatedWithin(v gjson.Result) (param, key string) {
-	if len(v.Raw) == 0 || (v.Raw[0] != '{' && v.Raw[0] != '[') {
+	return repeatedBelow(v, maxKeyDepth, true)
+}
+
+const maxKeyDepth = 4
+
+// clientData are the members whose values are the client's own data, not
+// the request's structure: their keys compare exactly.
+var clientData = map[string]bool{"parameters": true, "properties": true, "schema": true, "metadata": true, "logit_bias": true}
+
+func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
+	if depth == 0 || len(v.Raw) == 0 || (v.Raw[0] != '{' && v.Raw[0] != '[') {
 		return "", ""
 	}
 	if v.Raw[0] == '[' {
 		i := 0
 		v.ForEach(func(_, e gjson.Result) bool {
-			if p, k := repeatedWithin(e); k != "" {
+			if p, k := repeatedBelow(e, depth-1, fold); k != "" {
 				param, key = "["+strconv.Itoa(i)+"]"+p, k
 				return false
 			}
@@ -253,13 +270,14 @@ func repeatedWithin(v gjson.Result) (param, key string) {
 		})
 		return param, key
 	}
-	var keys exactKeys
+	var folded keySet
+	var exact exactKeys
 	v.ForEach(func(k, e gjson.Result) bool {
-		if keys.add(k.Str) {
+		if (fold && folded.add(k.Str)) || (!fold && exact.add(k.Str)) {
 			key = k.Str
 			return false
 		}
-		if p, kk := repeatedWithin(e); kk != "" {
+		if p, kk := repeatedBelow(e, depth-1, fold && !clientData[k.Str]); kk != "" {
 			param, key = "."+k.Str+p, kk
 			return false
 		}
@@ -268,10 +286,8 @@ func repeatedWithin(v gjson.Result) (param, key string) {
 	return param, key
 }
 
-// exactKeys is a set of an inner object's keys. Unlike the top level's
-// (keySet), it tells keys apart by case: an inner object may be the
-// client's own data (a schema's properties "ID" and "id", metadata), and
-// upstreams match inner keys exactly.
+// exactKeys is a set of the keys of an object of the client's own data
+// (clientData). Unlike keySet, it tells keys apart by case.
 type exactKeys struct {
 	small [8]string
 	n     int

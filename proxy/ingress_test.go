@@ -54,6 +54,13 @@ func TestParseChat(t *testing.T) {
 		{name: "text twice in a part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}`, param: "messages[0].content[0]"},
 		{name: "tool name twice", body: `{"model":"m","tools":[{"type":"function","function":{"name":"ok","name":"secret"}}],"messages":[{"role":"user"}]}`, param: "tools[0].function"},
 		{name: "inner key escaped", body: `{"model":"m","messages":[{"role":"user","content":"a","\u0063ontent":"b"}]}`, param: "messages[0]"},
+		// Upstreams decoding with Go's encoding/json read "Content" as
+		// "content": the request's structure compares without case, the
+		// client's own data (metadata, schemas) exactly.
+		{name: "content in two cases", body: `{"model":"m","messages":[{"role":"user","content":"benign","Content":"blocked"}]}`, param: "messages[0]"},
+		{name: "part text in two cases", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a","TEXT":"b"}]}]}`, param: "messages[0].content[0]"},
+		{name: "metadata keys differing in case", body: `{"model":"m","metadata":{"ID":"1","id":"2"},"messages":[{"role":"user"}]}`, ok: true},
+		{name: "schema properties differing in case", body: `{"model":"m","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"ID":{},"id":{}}}}},"messages":[{"role":"user"}]}`, ok: true},
 		{name: "inner keys differing in case", body: `{"model":"m","messages":[{"role":"user"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"ID":{},"id":{}}}}}]}`, ok: true},
 		{name: "many inner keys, one twice", body: `{"model":"m","metadata":{` + manyKeys(40, "k7") + `"z":1},"messages":[{"role":"user"}]}`, param: "metadata"},
 		{name: "many inner keys", body: `{"model":"m","metadata":{` + manyKeys(40, "") + `"z":1},"messages":[{"role":"user"}]}`, ok: true},
@@ -114,7 +121,7 @@ func FuzzParseChat(f *testing.F) {
 				}
 			}
 			seen = append(seen, k.Str)
-			if repeatsInside(v) {
+			if repeatsInside(v, maxKeyDepth) {
 				t.Fatalf("accepted a body whose %q repeats a key inside", k.Str)
 			}
 			return true
@@ -186,18 +193,21 @@ func manyKeys(n int, repeat string) string {
 
 // repeatsInside reports, the slow way, whether an object in v gives a key
 // twice.
-func repeatsInside(v gjson.Result) bool {
+func repeatsInside(v gjson.Result, depth int) bool {
 	found := false
+	if depth == 0 {
+		return false
+	}
 	if v.IsObject() {
 		seen := map[string]bool{}
 		v.ForEach(func(k, e gjson.Result) bool {
-			found = seen[k.Str] || repeatsInside(e)
+			found = seen[k.Str] || repeatsInside(e, depth-1)
 			seen[k.Str] = true
 			return !found
 		})
 	} else if v.IsArray() {
 		v.ForEach(func(_, e gjson.Result) bool {
-			found = repeatsInside(e)
+			found = repeatsInside(e, depth-1)
 			return !found
 		})
 	}

@@ -213,11 +213,10 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 	freq.SetRequestURI(uri)
 	freq.Header.SetMethodBytes(ctx.Method())
 	pc.setHeaders(&freq.Header, id)
-	if pb.meter != nil {
-		// The answer's usage is read on its way through (passMeter): ask
-		// for it uncompressed.
-		freq.Header.Set(fasthttp.HeaderAcceptEncoding, "identity")
-	}
+	// Uncompressed: the answer's usage is read on its way through
+	// (passMeter), an error answer is mapped (mapError) and an event
+	// stream masked (lineMasker), none of which can read compressed bytes.
+	freq.Header.Set(fasthttp.HeaderAcceptEncoding, "identity")
 	if pb.upload != nil {
 		// The upload is a reader the client's connection feeds (the
 		// upload owns the server's request stream; fasthttp never sees it
@@ -263,7 +262,7 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		tap = m.tap
 	}
 	var mask *lineMasker
-	if bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")) {
+	if isEventStream(resp.Header.ContentType()) {
 		// An event stream is text whose events may be errors quoting the
 		// gateway's key, as an error status's body may (handlePassthrough):
 		// its lines go out with the configured secrets and credentials
@@ -340,14 +339,20 @@ type lineMasker struct{ held []byte }
 // were; at the end, everything.
 func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	m.held = append(m.held, p...)
-	n = bytes.LastIndexByte(m.held, '\n') + 1
+	// What was held before p has no newline (drop let go of every line):
+	// only p is searched, so a long line costs its length once.
+	if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
+		n = len(m.held) - len(p) + i + 1
+	}
 	if end || len(m.held) > maxEventBytes {
 		n = len(m.held)
 	}
 	if n == 0 {
 		return nil, 0
 	}
-	return observe.Secrets.Redact(m.held[:n]), n
+	// The configured secrets only: credential-looking values a model
+	// writes ("api_key": in a tool call's arguments) are its answer.
+	return observe.Secrets.RedactSecrets(m.held[:n]), n
 }
 
 // drop lets go of the first n held bytes, which were written.

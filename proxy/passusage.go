@@ -76,12 +76,20 @@ const (
 func newUsageTap(contentType []byte) *usageTap {
 	ct := bytes.ToLower(bytes.TrimSpace(contentType))
 	switch {
-	case bytes.HasPrefix(ct, []byte("text/event-stream")):
+	case isEventStream(contentType):
 		return &usageTap{sse: true}
 	case bytes.HasPrefix(ct, []byte("application/json")), len(ct) == 0:
 		return &usageTap{}
 	}
 	return nil
+}
+
+// isEventStream reports whether contentType is an event stream's (types
+// compare without regard to case).
+func isEventStream(contentType []byte) bool {
+	ct := bytes.TrimSpace(contentType)
+	const sse = "text/event-stream"
+	return len(ct) >= len(sse) && bytes.EqualFold(ct[:len(sse)], []byte(sse))
 }
 
 // write takes the next bytes of the answer.

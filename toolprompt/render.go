@@ -89,7 +89,11 @@ func (h *handler) rewrite(body []byte) (*rewritten, error) {
 	if rw.choice == choiceNamed && !slices.Contains(rw.names, rw.named) {
 		// The client's mistake, as an upstream with tool calling answers
 		// it: no reply of the model could meet it.
-		return nil, pipeline.BadRequest("tool_choice", "tool_choice names the function %q, which is not among the request's tools", rw.named)
+		name := rw.named
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
+		return nil, pipeline.BadRequest("tool_choice", "tool_choice names the function %q, which is not among the request's tools", name)
 	}
 	var prompt string
 	if len(rw.names) > 0 && rw.choice != choiceNone {
