@@ -112,7 +112,7 @@ func checkMessages(messages gjson.Result) error {
 		// One walk of the message's members: its role, and no key given
 		// twice in it or in what it holds (repeatedWithin).
 		var role gjson.Result
-		var keys keySet
+		keys := innerKeys{fold: true}
 		m.ForEach(func(k, v gjson.Result) bool {
 			if keys.add(k.Str) {
 				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]", k.Str)
@@ -239,7 +239,8 @@ func foldKey(k string) string {
 // upstream see another.
 //
 // It looks maxKeyDepth levels deep, where the request's own structure is
-// (a message's content parts and tool calls, a tool's function): each level
+// (a message's content parts and tool calls, a tool's function, each one
+// or two levels below a member's value): each level
 // reads the bytes below it again, so the work is at most that many times the
 // body. Keys compare without regard to case, as upstreams decoding with Go's
 // encoding/json match them ("Content" is "content"), except inside the
@@ -248,7 +249,7 @@ func repeatedWithin(v gjson.Result) (param, key string) {
 	return repeatedBelow(v, maxKeyDepth, true)
 }
 
-const maxKeyDepth = 4
+const maxKeyDepth = 3
 
 // clientData are the members whose values are the client's own data, not
 // the request's structure: their keys compare exactly.
@@ -270,10 +271,9 @@ func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
 		})
 		return param, key
 	}
-	var folded keySet
-	var exact exactKeys
+	keys := innerKeys{fold: fold}
 	v.ForEach(func(k, e gjson.Result) bool {
-		if (fold && folded.add(k.Str)) || (!fold && exact.add(k.Str)) {
+		if keys.add(k.Str) {
 			key = k.Str
 			return false
 		}
@@ -286,19 +286,22 @@ func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
 	return param, key
 }
 
-// exactKeys is a set of the keys of an object of the client's own data
-// (clientData). Unlike keySet, it tells keys apart by case.
-type exactKeys struct {
-	small [8]string
+// innerKeys is the set of an inner object's keys: compared without regard
+// to case (as keySet) when fold, else exactly (the client's own data,
+// clientData). Small, as the request path's stack is what every open
+// stream's goroutine keeps (keySet's 32 entries took 512 bytes a level).
+type innerKeys struct {
+	small [6]string
 	n     int
+	fold  bool
 	big   map[string]struct{}
 }
 
-// add records k and reports whether it was already there.
-func (s *exactKeys) add(k string) (repeated bool) {
+// add records k and reports whether an equal key was already there.
+func (s *innerKeys) add(k string) (repeated bool) {
 	if s.big == nil {
 		for _, seen := range s.small[:s.n] {
-			if seen == k {
+			if seen == k || (s.fold && strings.EqualFold(seen, k)) {
 				return true
 			}
 		}
@@ -309,14 +312,22 @@ func (s *exactKeys) add(k string) (repeated bool) {
 		}
 		s.big = make(map[string]struct{}, 2*len(s.small))
 		for _, seen := range s.small {
-			s.big[seen] = struct{}{}
+			s.big[s.norm(seen)] = struct{}{}
 		}
 	}
-	if _, ok := s.big[k]; ok {
+	f := s.norm(k)
+	if _, ok := s.big[f]; ok {
 		return true
 	}
-	s.big[k] = struct{}{}
+	s.big[f] = struct{}{}
 	return false
+}
+
+func (s *innerKeys) norm(k string) string {
+	if s.fold {
+		return foldKey(k)
+	}
+	return k
 }
 
 // repeatedInnerKey is the 400 for key given twice in the object at param.
