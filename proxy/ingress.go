@@ -42,7 +42,8 @@ func parseChat(body []byte) (chatInput, error) {
 		return in, pipeline.BadRequest("", "the request body must be a JSON object")
 	}
 	var model, messages, stream, streamOptions, tools gjson.Result
-	var keys keySet
+	var top [32]string // a body's top-level keys, most of the time
+	keys := keySet{small: top[:], fold: true}
 	repeated, inner := "", ""
 	root.ForEach(func(k, v gjson.Result) bool {
 		if keys.add(k.Str) {
@@ -112,7 +113,8 @@ func checkMessages(messages gjson.Result) error {
 		// One walk of the message's members: its role, and no key given
 		// twice in it or in what it holds (repeatedWithin).
 		var role gjson.Result
-		keys := innerKeys{fold: true}
+		var few [innerKeys]string
+		keys := keySet{small: few[:], fold: true}
 		m.ForEach(func(k, v gjson.Result) bool {
 			if keys.add(k.Str) {
 				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]", k.Str)
@@ -177,39 +179,49 @@ func arrayIn(body []byte, v gjson.Result) []byte {
 	return body[v.Index : v.Index+len(v.Raw)]
 }
 
-// keySet holds the top-level keys of one body, compared without regard to
-// case. The common body has a few keys; they stay in the array, and a body
-// with more than fit there moves them to a map.
+// keySet holds the keys of one object, compared without regard to case
+// when fold (the top level, and the request's structure: upstreams may
+// match keys so), else exactly (the client's own data, clientData). The
+// common object has a few keys: they stay in small, an array of the
+// caller's (on its stack), and an object with more moves them to a map.
 type keySet struct {
-	small [32]string
+	small []string // the caller's array; small[:n] are the keys
 	n     int
+	fold  bool
 	big   map[string]struct{}
 }
 
 // add records k and reports whether an equal key was already there.
 func (s *keySet) add(k string) (repeated bool) {
-	if s.big == nil && s.n < len(s.small) {
+	if s.big == nil {
 		for _, seen := range s.small[:s.n] {
-			if strings.EqualFold(seen, k) {
+			if seen == k || (s.fold && strings.EqualFold(seen, k)) {
 				return true
 			}
 		}
-		s.small[s.n] = k
-		s.n++
-		return false
-	}
-	if s.big == nil {
+		if s.n < len(s.small) {
+			s.small[s.n] = k // not append: the array stays on the caller's stack
+			s.n++
+			return false
+		}
 		s.big = make(map[string]struct{}, 2*len(s.small))
-		for _, seen := range s.small[:s.n] {
-			s.big[foldKey(seen)] = struct{}{}
+		for _, seen := range s.small {
+			s.big[s.norm(seen)] = struct{}{}
 		}
 	}
-	f := foldKey(k)
+	f := s.norm(k)
 	if _, ok := s.big[f]; ok {
 		return true
 	}
 	s.big[f] = struct{}{}
 	return false
+}
+
+func (s *keySet) norm(k string) string {
+	if s.fold {
+		return foldKey(k)
+	}
+	return k
 }
 
 // foldKey maps k to one spelling per class of strings.EqualFold, so that
@@ -251,6 +263,11 @@ func repeatedWithin(v gjson.Result) (param, key string) {
 
 const maxKeyDepth = 3
 
+// innerKeys is how many keys of an inner object keySet holds on the stack:
+// few, as the request path's stack is what every open stream's goroutine
+// keeps (32 there took 512 bytes a level).
+const innerKeys = 6
+
 // clientData are the members whose values are the client's own data, not
 // the request's structure: their keys compare exactly.
 var clientData = map[string]bool{"parameters": true, "properties": true, "schema": true, "metadata": true, "logit_bias": true}
@@ -271,7 +288,8 @@ func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
 		})
 		return param, key
 	}
-	keys := innerKeys{fold: fold}
+	var few [innerKeys]string
+	keys := keySet{small: few[:], fold: fold}
 	v.ForEach(func(k, e gjson.Result) bool {
 		if keys.add(k.Str) {
 			key = k.Str
@@ -284,50 +302,6 @@ func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
 		return true
 	})
 	return param, key
-}
-
-// innerKeys is the set of an inner object's keys: compared without regard
-// to case (as keySet) when fold, else exactly (the client's own data,
-// clientData). Small, as the request path's stack is what every open
-// stream's goroutine keeps (keySet's 32 entries took 512 bytes a level).
-type innerKeys struct {
-	small [6]string
-	n     int
-	fold  bool
-	big   map[string]struct{}
-}
-
-// add records k and reports whether an equal key was already there.
-func (s *innerKeys) add(k string) (repeated bool) {
-	if s.big == nil {
-		for _, seen := range s.small[:s.n] {
-			if seen == k || (s.fold && strings.EqualFold(seen, k)) {
-				return true
-			}
-		}
-		if s.n < len(s.small) {
-			s.small[s.n] = k
-			s.n++
-			return false
-		}
-		s.big = make(map[string]struct{}, 2*len(s.small))
-		for _, seen := range s.small {
-			s.big[s.norm(seen)] = struct{}{}
-		}
-	}
-	f := s.norm(k)
-	if _, ok := s.big[f]; ok {
-		return true
-	}
-	s.big[f] = struct{}{}
-	return false
-}
-
-func (s *innerKeys) norm(k string) string {
-	if s.fold {
-		return foldKey(k)
-	}
-	return k
 }
 
 // repeatedInnerKey is the 400 for key given twice in the object at param.
