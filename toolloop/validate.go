@@ -81,16 +81,15 @@ func validateArgs(sch *jsonschema.Schema, args []byte) error {
 // took a tenth of a tool round's CPU. Arguments whose strings encoding/json
 // would rewrite (invalid UTF-8, \u escapes, which may hold lone
 // surrogates) go through the library's own reader, so both give the same
-// instance for every input (FuzzArgsInstance).
+// instance for every input (FuzzArgsInstance). The instance's strings may
+// be views of args (view): validateArgs uses it, and the errors that name
+// its values, only while args is unchanged.
 func argsInstance(args []byte) (any, error) {
 	if !jsonvalid.Bytes(args) || !utf8.Valid(args) || bytes.Contains(args, unicodeEscape) {
 		return jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	}
 	return instanceOf(view(args)), nil
 }
-
-// The instance's strings may be views of args (view): validateArgs uses
-// it, and the errors that name its values, only while args is unchanged.
 
 var unicodeEscape = []byte(`\u`)
 
