@@ -129,6 +129,13 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		// A stream's request holds a worker until its first content, then
+		// hands the stream over (hijack.go) and leaves the worker idle,
+		// with a stack grown to the request path's depth. fasthttp keeps
+		// an idle worker 10 s by default: after a burst of new streams,
+		// one idle worker per stream. Under steady load workers are reused
+		// long before a second passes.
+		MaxIdleWorkerDuration: time.Second,
 		KeepHijackedConns:     true, // a stream's connection is served again after it (hijack.go)
 		ConnState:             s.connState,
 		Logger:                fasthttpLogger{log},

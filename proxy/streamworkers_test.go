@@ -5,9 +5,11 @@ import (
 	"context"
 	"io"
 	"net"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,4 +80,73 @@ func goroutinesCreated() uint64 {
 	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// TestIdleWorkersLetGo: once its streams are handed over, a burst of
+// stream requests leaves no idle fasthttp workers behind for long. Each
+// stream's request holds a worker until its first content (which a model
+// may take seconds to send); after the hand-over the worker idles, and an
+// idle worker keeps a stack grown to the request path's depth. With
+// fasthttp's default of 10 s, a burst of N streams held 2N goroutines for
+// that long. Not parallel: it counts the process's goroutines.
+func TestIdleWorkersLetGo(t *testing.T) {
+	const streams = 30
+	gate := make(chan struct{})
+	done := make(chan struct{})
+	var arrived atomic.Int32
+	addr, srv := panicServer(t, pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		// Every request waits in its own worker until all have arrived.
+		arrived.Add(1)
+		<-gate
+		n := 0
+		return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
+			if n++; n > 1 {
+				<-done
+				return nil, io.EOF
+			}
+			return []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`), nil
+		}, CloseFunc: func() {}}}, nil
+	}))
+	defer func() {
+		close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	base := runtime.NumGoroutine()
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for range streams {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, func() bool { return arrived.Load() == streams })
+	close(gate)
+	waitFor(t, 5*time.Second, func() bool { return srv.handovers.Load() >= streams })
+	// One goroutine per open stream, and a few to spare; the idle workers
+	// must be gone within a few seconds.
+	const slack = 5
+	deadline := time.Now().Add(4 * time.Second)
+	for runtime.NumGoroutine()-base > streams+slack {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines over the %d before, with %d streams open: idle workers are kept", runtime.NumGoroutine()-base, base, streams)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"syscall"
@@ -226,6 +227,9 @@ func startProfiles(cpu, mem, tr string) (func(), error) {
 		}
 		if mem != "" {
 			if f, err := os.Create(mem); err == nil {
+				// The profile is as of the last completed collection:
+				// one now takes in what was allocated since.
+				runtime.GC()
 				_ = pprof.Lookup("allocs").WriteTo(f, 0)
 				_ = f.Close()
 			}
