@@ -70,7 +70,7 @@ func (t *transcript) drop(cut int) []uint64 {
 			continue
 		}
 		m.dropped = true
-		hashes = append(hashes, hashMessage(m.raw.Raw))
+		hashes = append(hashes, hashMessage(m.raw))
 		t.changed = true
 	}
 	return hashes
@@ -101,7 +101,7 @@ func (t *transcript) redrop(group []uint64, summary string) {
 			cut = i
 			break
 		}
-		if hashMessage(m.raw.Raw) != group[k] {
+		if hashMessage(m.raw) != group[k] {
 			return
 		}
 		k++

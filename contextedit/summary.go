@@ -123,7 +123,7 @@ func (s *summarizer) key(req *pipeline.Request, t *transcript, cut int) string {
 			continue
 		}
 		h.Write([]byte{0})
-		h.Write([]byte(m.raw.Raw))
+		h.Write([]byte(m.raw))
 	}
 	return "summary:" + hex.EncodeToString(h.Sum(nil))
 }
@@ -142,9 +142,9 @@ func (s *summarizer) transcriptText(t *transcript, cut int) string {
 			b.WriteString(" (" + m.name + ")")
 		}
 		b.WriteString(": ")
-		b.WriteString(wire.ContentText(m.content))
+		b.WriteString(wire.ContentText(gjson.Parse(m.content)))
 		for _, c := range m.calls {
-			b.WriteString("\n[called " + c.name + " with " + c.input.String() + "]")
+			b.WriteString("\n[called " + c.name + " with " + gjson.Parse(c.input).String() + "]")
 		}
 		b.WriteString("\n\n")
 	}

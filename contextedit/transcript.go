@@ -42,35 +42,44 @@ func (t *transcript) moved() bool {
 	return false
 }
 
-// message is one entry of messages with its edit state.
+// message is one entry of messages with its edit state. It holds the
+// message's JSON and its content's as strings (views of the body), not as
+// gjson.Results (80 bytes each): a body of many short messages costs a
+// transcript a few times its size, not tens of times.
 type message struct {
-	raw     gjson.Result
+	raw     string // the message's JSON
 	role    string
-	content gjson.Result
+	content string // the content's JSON; "" when absent
 	calls   []call // assistant tool calls
 
 	callID    string // tool: tool_call_id
 	name      string // tool: the tool's name, from its call or the message
-	owner     int    // tool: index of the assistant message holding the call, or -1
-	ownerCall int    // tool: index in msgs[owner].calls
+	owner     int32  // tool: index of the assistant message holding the call, or -1
+	ownerCall int32  // tool: index in msgs[owner].calls
 
 	clear       bool // content replaced by placeholder
-	placeholder string
 	dropped     bool
+	placeholder string
 
-	cost       int // cookbook tokens of the message as received; -1 = not counted yet
-	contentTok int // tokens of the content as received; -1 = not counted yet
-	saved      int // tokens removed by the edits on this message
+	cost       int32 // cookbook tokens of the message as received; -1 = not counted yet
+	contentTok int32 // tokens of the content as received; -1 = not counted yet
+	saved      int32 // tokens removed by the edits on this message
 }
 
 // call is one entry of an assistant message's tool_calls.
 type call struct {
-	idx    int // index in tool_calls
+	idx    int32 // index in tool_calls
+	custom bool  // a custom tool call: input instead of function.arguments
+	blank  bool  // input replaced by "{}" (custom: "")
 	id     string
 	name   string
-	custom bool         // a custom tool call: input instead of function.arguments
-	input  gjson.Result // function.arguments or custom.input
-	blank  bool         // input replaced by "{}" (custom: "")
+	input  string // function.arguments or custom.input, as JSON; "" when absent
+}
+
+// isString reports whether raw (a JSON value) is the string s.
+func isString(raw, s string) bool {
+	v := gjson.Parse(raw)
+	return v.Type == gjson.String && v.Str == s
 }
 
 func isSystem(role string) bool { return role == "system" || role == "developer" }
@@ -84,17 +93,20 @@ func parse(body []byte, c *Counter) (*transcript, error) {
 		return nil, err
 	}
 	t := &transcript{c: c, root: root, tools: tools}
-	calls := map[string][2]int{} // call id → (message, call) of the latest assistant holding it
+	n := 0
+	msgs.ForEach(func(_, _ gjson.Result) bool { n++; return true })
+	t.msgs = make([]message, 0, n) // one allocation of the final size
+	calls := map[string][2]int32{} // call id → (message, call) of the latest assistant holding it
 	msgs.ForEach(func(_, v gjson.Result) bool {
-		i := len(t.msgs)
-		m := message{raw: v, owner: -1, cost: -1, contentTok: -1}
+		i := int32(len(t.msgs))
+		m := message{raw: v.Raw, owner: -1, cost: -1, contentTok: -1}
 		var toolCalls, name gjson.Result
 		v.ForEach(func(k, f gjson.Result) bool {
 			switch k.Str {
 			case "role":
 				m.role = f.Str
 			case "content":
-				m.content = f
+				m.content = f.Raw
 			case "tool_call_id":
 				m.callID = f.Str
 			case "name":
@@ -108,14 +120,14 @@ func parse(body []byte, c *Counter) (*transcript, error) {
 		case "assistant":
 			if toolCalls.IsArray() {
 				toolCalls.ForEach(func(k, tc gjson.Result) bool {
-					cl := call{idx: len(m.calls), id: tc.Get("id").Str}
+					cl := call{idx: int32(len(m.calls)), id: tc.Get("id").Str}
 					if f := tc.Get("function"); f.IsObject() {
-						cl.name, cl.input = f.Get("name").Str, f.Get("arguments")
+						cl.name, cl.input = f.Get("name").Str, f.Get("arguments").Raw
 					} else if cu := tc.Get("custom"); cu.IsObject() {
-						cl.name, cl.input, cl.custom = cu.Get("name").Str, cu.Get("input"), true
+						cl.name, cl.input, cl.custom = cu.Get("name").Str, cu.Get("input").Raw, true
 					}
 					if cl.id != "" {
-						calls[cl.id] = [2]int{i, len(m.calls)}
+						calls[cl.id] = [2]int32{i, int32(len(m.calls))}
 					}
 					m.calls = append(m.calls, cl)
 					return true
@@ -166,18 +178,18 @@ func promptParts(root gjson.Result) (msgs, tools gjson.Result, err error) {
 func (t *transcript) cost(i int) int {
 	m := &t.msgs[i]
 	if m.cost < 0 {
-		m.cost = t.c.messageCost(m.raw)
+		m.cost = int32(t.c.messageCost(gjson.Parse(m.raw)))
 	}
-	return m.cost - m.saved
+	return int(m.cost - m.saved)
 }
 
 // contentTokens returns the tokens of message i's content as received.
 func (t *transcript) contentTokens(i int) int {
 	m := &t.msgs[i]
 	if m.contentTok < 0 {
-		m.contentTok = t.c.contentCost(m.content)
+		m.contentTok = int32(t.c.contentCost(gjson.Parse(m.content)))
 	}
-	return m.contentTok
+	return int(m.contentTok)
 }
 
 // count returns the prompt tokens of the edited transcript. With a hint, the
@@ -203,7 +215,7 @@ func (t *transcript) clearSaving(i int, placeholder string, inputs bool) int {
 	s := t.contentTokens(i) - t.c.CountText(placeholder)
 	if inputs && m.owner >= 0 {
 		if cl := &t.msgs[m.owner].calls[m.ownerCall]; !cl.blank {
-			s += t.c.countString(cl.input) - t.c.CountText(blankInput(cl.custom))
+			s += t.c.countString(gjson.Parse(cl.input)) - t.c.CountText(blankInput(cl.custom))
 		}
 	}
 	return s
@@ -219,12 +231,12 @@ func (t *transcript) clear(i int, placeholder string, inputs bool) int {
 	}
 	saved := 0
 	m.clear, m.placeholder = true, placeholder
-	if m.content.Type != gjson.String || m.content.Str != placeholder {
+	if !isString(m.content, placeholder) {
 		t.changed = true
 	}
 	if t.c != nil {
 		s := t.contentTokens(i) - t.c.CountText(placeholder)
-		m.saved += s
+		m.saved += int32(s)
 		saved += s
 	}
 	if !inputs || m.owner < 0 {
@@ -236,12 +248,12 @@ func (t *transcript) clear(i int, placeholder string, inputs bool) int {
 		return saved
 	}
 	cl.blank = true
-	if cl.input.Type != gjson.String || cl.input.Str != blankInput(cl.custom) {
+	if !isString(cl.input, blankInput(cl.custom)) {
 		t.changed = true
 	}
 	if t.c != nil {
-		s := t.c.countString(cl.input) - t.c.CountText(blankInput(cl.custom))
-		o.saved += s
+		s := t.c.countString(gjson.Parse(cl.input)) - t.c.CountText(blankInput(cl.custom))
+		o.saved += int32(s)
 		saved += s
 	}
 	return saved
@@ -272,7 +284,7 @@ func (t *transcript) build(body []byte) ([]byte, error) {
 		if m.dropped {
 			continue
 		}
-		raw := m.raw.Raw
+		raw := m.raw
 		var err error
 		if m.clear {
 			if raw, err = sjson.Set(raw, "content", m.placeholder); err != nil {
@@ -283,9 +295,9 @@ func (t *transcript) build(body []byte) ([]byte, error) {
 			if !cl.blank {
 				continue
 			}
-			path := "tool_calls." + strconv.Itoa(cl.idx) + ".function.arguments"
+			path := "tool_calls." + strconv.Itoa(int(cl.idx)) + ".function.arguments"
 			if cl.custom {
-				path = "tool_calls." + strconv.Itoa(cl.idx) + ".custom.input"
+				path = "tool_calls." + strconv.Itoa(int(cl.idx)) + ".custom.input"
 			}
 			if raw, err = sjson.Set(raw, path, blankInput(cl.custom)); err != nil {
 				return nil, err
