@@ -47,6 +47,8 @@ type secretSet struct {
 	// positions that hold one, found by bytes.IndexByte, instead of every
 	// byte of the line.
 	firsts []byte
+	// longest is the length of the longest form.
+	longest int
 }
 
 const maxFirsts = 4
@@ -83,6 +85,7 @@ func (r *Redactor) Add(secrets ...string) {
 		if bytes.IndexByte(next.firsts, f[0]) < 0 {
 			next.firsts = append(next.firsts, f[0])
 		}
+		next.longest = max(next.longest, len(f))
 	}
 	if len(next.firsts) > maxFirsts {
 		next.firsts = nil
@@ -146,6 +149,44 @@ func (r *Redactor) RedactSecrets(p []byte) []byte {
 		return set.replace(p)
 	}
 	return p
+}
+
+// SafeCut returns the largest cut m <= n of p at which no registered
+// secret is split: where a secret (or, at p's end, what may be the start
+// of one) begins before n and ends after it, m is where it begins. A caller
+// that writes p[:m] masked and holds the rest until more bytes come never
+// writes part of a secret unmasked.
+func (r *Redactor) SafeCut(p []byte, n int) int {
+	set := r.set.Load()
+	if set == nil {
+		return n
+	}
+	for i := max(0, n-set.longest+1); i < n; i++ {
+		if i+1 >= len(p) {
+			// One byte left: it may begin a secret.
+			if set.firsts == nil || bytes.IndexByte(set.firsts, p[i]) >= 0 {
+				return i
+			}
+			continue
+		}
+		k := prefix(p[i:])
+		if set.bits[k/64]&(1<<(k%64)) == 0 {
+			continue
+		}
+		for _, f := range set.byPrefix[k] {
+			if i+len(f) <= n {
+				continue // ends before the cut
+			}
+			rest := p[i:]
+			if len(rest) > len(f) {
+				rest = rest[:len(f)]
+			}
+			if bytes.HasPrefix(f, rest) {
+				return i // the earliest start wins
+			}
+		}
+	}
+	return n
 }
 
 // Redact returns p with secrets masked. It returns p itself when there is

@@ -182,3 +182,58 @@ func (s *lockedSink) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestSafeCut: the cut moves back to where a secret (or a possible start
+// of one, at the end of the bytes) begins before it, and nowhere else.
+func TestSafeCut(t *testing.T) {
+	var r Redactor
+	const secret = "sk-safecut-secret-42"
+	if got := r.SafeCut([]byte("x"+secret), 5); got != 5 {
+		t.Errorf("no secrets registered: cut %d, want 5", got)
+	}
+	r.Add(secret)
+	for _, c := range []struct {
+		p    string
+		n    int
+		want int
+	}{
+		{"abc" + secret + "def", 8, 3},                // splits the secret
+		{"abc" + secret + "def", 3, 3},                // before it
+		{"abc" + secret + "def", 3 + len(secret), 23}, // right after it
+		{"abcdef", 6, 6},                              // nothing like one
+		{"abcsk-safe", 10, 3},                         // the start of one, at the end
+		{"abcsk-safx", 10, 10},                        // not one
+		{"abcs", 4, 3},                                // one byte that may begin one
+	} {
+		if got := r.SafeCut([]byte(c.p), c.n); got != c.want {
+			t.Errorf("SafeCut(%q, %d) = %d, want %d", c.p, c.n, got, c.want)
+		}
+	}
+}
+
+// FuzzSafeCut: the cut is never after n nor further back than a secret's
+// length, and no secret in the bytes spans it.
+func FuzzSafeCut(f *testing.F) {
+	var r Redactor
+	const secret = "sk-fuzz-safecut-secret"
+	r.Add(secret)
+	f.Add([]byte("abc"+secret+"def"), uint16(8))
+	f.Add([]byte("sk-fuzz"), uint16(7))
+	f.Fuzz(func(t *testing.T, p []byte, at uint16) {
+		n := int(at) % (len(p) + 1)
+		m := r.SafeCut(p, n)
+		if m > n || m < n-r.set.Load().longest {
+			t.Fatalf("SafeCut(%q, %d) = %d", p, n, m)
+		}
+		for i := 0; ; {
+			j := bytes.Index(p[i:], []byte(secret))
+			if j < 0 {
+				break
+			}
+			if s := i + j; s < m && m < s+len(secret) {
+				t.Fatalf("SafeCut(%q, %d) = %d splits the secret at %d", p, n, m, s)
+			}
+			i += j + 1
+		}
+	})
+}

@@ -204,3 +204,32 @@ func FuzzLineMasker(f *testing.F) {
 		}
 	})
 }
+
+// TestLineMaskerLongLineKeepsSecretWhole: a line longer than the bound goes
+// out before its end, but a secret the forced cut would split waits whole
+// for the next bytes and goes out masked. Cutting at the bound wrote the
+// secret's first part in clear.
+func TestLineMaskerLongLineKeepsSecretWhole(t *testing.T) {
+	const secret = "sk-straddling-secret-0123456789"
+	observe.Secrets.Add(secret)
+	for _, split := range []int{1, 2, 10, len(secret) - 1} {
+		var m lineMasker
+		var got []byte
+		fill := bytes.Repeat([]byte("a"), maxEventBytes-split+1) // the secret's first bytes push it over
+		parts := [][]byte{append(fill, secret[:split]...), []byte(secret[split:] + " tail\n")}
+		for _, p := range parts {
+			out, n := m.lines(p, false)
+			got = append(got, out...)
+			m.drop(n)
+		}
+		out, n := m.lines(nil, true)
+		got = append(got, out...)
+		m.drop(n)
+		if i := bytes.Index(got, []byte("sk-stra")); i >= 0 {
+			t.Fatalf("split %d: the secret's start went out in clear: %q", split, got[i:min(len(got), i+len(secret))])
+		}
+		if !bytes.HasSuffix(got, []byte(" tail\n")) || !bytes.HasPrefix(got, fill) {
+			t.Fatalf("split %d: %d bytes out, ending %q", split, len(got), got[max(0, len(got)-20):])
+		}
+	}
+}

@@ -344,8 +344,12 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
 		n = len(m.held) - len(p) + i + 1
 	}
-	if end || len(m.held) > maxEventBytes {
+	if end {
 		n = len(m.held)
+	} else if len(m.held) > maxEventBytes {
+		// A line this long goes out without its end, but never a secret
+		// cut in two: the part from where one may begin waits for more.
+		n = observe.Secrets.SafeCut(m.held, len(m.held))
 	}
 	if n == 0 {
 		return nil, 0
