@@ -34,8 +34,10 @@ func allocsPerPost(t *testing.T, url string, body []byte) float64 {
 // the gateway's own. The gateway's own were 14 (22 in all) before its
 // request and fallback contexts became lazy (internal/lazyctx), and are 9
 // (17) with them. A race build allocates more on both sides (26 of the
-// gateway's own before, 22 after): there the bound is 23, so that the test
-// guards the same path under go test -race.
+// gateway's own before, 22 after), and by more from one run to the next (22
+// to 24 over runs of the whole package, on the same code: the race build's
+// sync.Pools drop a quarter of what is put back, at random): there the
+// bound is 25, so that the test guards the same path under go test -race.
 // Not parallel: AllocsPerRun counts the whole process.
 func TestPassthroughAllocations(t *testing.T) {
 	h := newHarness(t, baseConfig+"\n[middleware]\nrequest=[\"policy\"]\n", mockllm.Options{MaxRecorded: -1,
@@ -45,7 +47,7 @@ func TestPassthroughAllocations(t *testing.T) {
 	t.Logf("allocations per request: %.0f direct, %.0f through the gateway (race build: %v)", direct, through, raceBuild)
 	maxOwn := 10.0
 	if raceBuild {
-		maxOwn = 23
+		maxOwn = 25
 	} else if through > 20 {
 		t.Errorf("%.0f allocations per pass-through request, client and mock included; the bound is 20", through)
 	}
