@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +93,11 @@ func CounterFor(encoding string) (*Counter, error) {
 	slot.once.Do(func() {
 		slot.c, slot.err = newCounter(encoding, cacheEntries)
 		slot.built.Store(slot.c != nil)
+		// The build's temporaries (the vocabulary file read, split and
+		// decoded: about 30 MB for o200k_base) are garbage now, but the
+		// pages they took would stay resident until the runtime's
+		// scavenger got to them: give them back now, once per encoding.
+		debug.FreeOSMemory()
 	})
 	return slot.c, slot.err
 }
@@ -107,6 +114,7 @@ func newCounter(encoding string, entries int) (c *Counter, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("contextedit: encoding %q: %w", encoding, err)
 	}
+	dropUnread(enc)
 	c = &Counter{name: encoding, enc: enc, seedRaw: maphash.MakeSeed(), seedTxt: maphash.MakeSeed()}
 	if entries > 0 {
 		c.cache, _ = lru.New[uint64, int32](entries)
@@ -116,6 +124,57 @@ func newCounter(encoding string, entries int) (c *Counter, err error) {
 		c.small[s] = len(enc.EncodeOrdinary(s))
 	}
 	return c, nil
+}
+
+// unreadTables are the fields of tiktoken-go's CoreBPE that a Counter never
+// reads: the decoder (token → bytes, for Decode) and a sorted copy of the
+// vocabulary (for an encoding of unstable text). Counting
+// (EncodeOrdinary) reads the encoder map and the split pattern only. For
+// o200k_base they are 13.8 of the 23.6 MB an encoder holds, which every
+// collection marks and which the heap's growth doubles in resident memory.
+var unreadTables = []string{"decoder", "sortedTokenBytes"}
+
+// dropUnread lets go of enc's unreadTables. tiktoken-go offers no encoder
+// without them, so they are found by name and kind through reflection and
+// set to nil; a version that lays its types out otherwise leaves them as
+// they are (droppedUnread reports which were dropped, and
+// TestCounterDropsUnreadTables fails). A Counter never calls Decode, which
+// would return nothing once the decoder is gone.
+func dropUnread(enc *tiktoken.Tiktoken) {
+	core, ok := coreOf(enc)
+	if !ok {
+		return
+	}
+	for _, name := range unreadTables {
+		f := core.FieldByName(name)
+		if f.IsValid() && (f.Kind() == reflect.Map || f.Kind() == reflect.Slice) {
+			reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().SetZero()
+		}
+	}
+}
+
+// coreOf returns the CoreBPE struct enc's field bpe points to.
+func coreOf(enc *tiktoken.Tiktoken) (reflect.Value, bool) {
+	bpe := reflect.ValueOf(enc).Elem().FieldByName("bpe")
+	if !bpe.IsValid() || bpe.Kind() != reflect.Pointer || bpe.IsNil() || bpe.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	return bpe.Elem(), true
+}
+
+// droppedUnread reports how many of enc's unreadTables are nil.
+func droppedUnread(enc *tiktoken.Tiktoken) int {
+	core, ok := coreOf(enc)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, name := range unreadTables {
+		if f := core.FieldByName(name); f.IsValid() && (f.Kind() == reflect.Map || f.Kind() == reflect.Slice) && f.IsNil() {
+			n++
+		}
+	}
+	return n
 }
 
 // Encoding returns the name of the Counter's encoding.

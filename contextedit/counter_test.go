@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pkoukk/tiktoken-go"
 )
 
 func counter(t testing.TB, enc string) *Counter {
@@ -205,4 +207,35 @@ func FuzzCountJSON(f *testing.F) {
 			t.Fatalf("CountJSON = %d for %d bytes", n, len(body))
 		}
 	})
+}
+
+// TestCounterDropsUnreadTables: a Counter's encoder holds neither the
+// decoder nor the sorted copy of the vocabulary (13.8 of o200k_base's
+// 23.6 MB), and counts what an untouched encoder of the same encoding
+// counts. It fails when a tiktoken-go version renames the tables (they
+// stay), or starts to read them when it counts (the counts differ).
+func TestCounterDropsUnreadTables(t *testing.T) {
+	corpus := []string{"", "hello world", "\n\n  \n \t's", "func main() {\n\tfmt.Println(\"日本語 😀\")\n}\n",
+		"<|endoftext|> and <|im_start|> as text", "12345678901234567890", "don't I'M we'll", "\xff\xfe invalid", strings.Repeat("token ", 500)}
+	for _, name := range []string{"o200k_base", "cl100k_base"} {
+		c, err := CounterFor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := droppedUnread(c.enc); n != len(unreadTables) {
+			t.Fatalf("%s: %d of the %d unread tables dropped", name, n, len(unreadTables))
+		}
+		whole, err := tiktoken.GetEncoding(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if droppedUnread(whole) != 0 {
+			t.Fatalf("%s: a fresh encoder has tables dropped", name)
+		}
+		for _, s := range corpus {
+			if got, want := len(c.enc.EncodeOrdinary(s)), len(whole.EncodeOrdinary(s)); got != want {
+				t.Errorf("%s %q: %d tokens without the tables, %d with", name, s, got, want)
+			}
+		}
+	}
 }
