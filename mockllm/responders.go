@@ -44,8 +44,9 @@ func ToolThenAnswer(tool, args, answer string) func(*Call) Turn {
 // DemoResponder is the deterministic offline demo model. When the last user
 // message mentions "time" and a current_time tool is offered, or holds an
 // arithmetic expression (like "2 + 3*4") and a calculator tool is offered, it
-// calls them (both, in that order, when both apply; current_time with "{}",
-// calculator with {"expression":"..."}). After tool results it summarises
+// calls them (both, in that order, when both apply; current_time with
+// {"timezone":"UTC"}, which the shipped config's schema requires, calculator
+// with {"expression":"..."}). After tool results it summarises
 // them. When write_todos is offered and the message asks for a plan, it
 // plans with it (demoPlan). Asked by the gateway to select tools, it picks
 // them by name (demoSelect). Prompted for tools in text, it answers in the
@@ -67,7 +68,7 @@ func DemoResponder(c *Call) Turn {
 	if c.LastRole == "user" {
 		var calls []ToolCall
 		if c.Offers("current_time") && strings.Contains(strings.ToLower(c.LastText), "time") {
-			calls = append(calls, ToolCall{Name: "current_time", Arguments: "{}"})
+			calls = append(calls, ToolCall{Name: "current_time", Arguments: `{"timezone":"UTC"}`})
 		}
 		if c.Offers("calculator") {
 			if expr := findExpression(c.LastText); expr != "" {

@@ -96,7 +96,7 @@ func TestDemoResponder(t *testing.T) {
 	}{
 		{name: "plain", call: Call{LastRole: "user", LastText: "hello"}, wantText: "Hello from the demo model. You said: hello"},
 		{name: "time", call: Call{LastRole: "user", LastText: "What TIME is it?", Tools: both},
-			wantCalls: []ToolCall{{Name: "current_time", Arguments: "{}"}}},
+			wantCalls: []ToolCall{{Name: "current_time", Arguments: `{"timezone":"UTC"}`}}},
 		{name: "time not offered", call: Call{LastRole: "user", LastText: "what time is it", Tools: []string{"calculator"}},
 			wantText: "Hello from the demo model. You said: what time is it"},
 		{name: "expression", call: Call{LastRole: "user", LastText: "What is 2 + 3*4?", Tools: both},
@@ -104,7 +104,7 @@ func TestDemoResponder(t *testing.T) {
 		{name: "number without operator", call: Call{LastRole: "user", LastText: "I have 3 cats", Tools: both},
 			wantText: "Hello from the demo model. You said: I have 3 cats"},
 		{name: "both", call: Call{LastRole: "user", LastText: "time now, and (10-4)/2 please", Tools: both},
-			wantCalls: []ToolCall{{Name: "current_time", Arguments: "{}"}, {Name: "calculator", Arguments: `{"expression":"(10-4)/2"}`}}},
+			wantCalls: []ToolCall{{Name: "current_time", Arguments: `{"timezone":"UTC"}`}, {Name: "calculator", Arguments: `{"expression":"(10-4)/2"}`}}},
 		{name: "tool results", call: Call{LastRole: "tool", ToolResults: []string{`{"status":"ok","data":14}`, "12:00"}},
 			wantText: `Here is what the tools returned: {"status":"ok","data":14}; 12:00`},
 		{name: "plan", call: Call{LastRole: "user", LastText: "Plan a trip", Tools: []string{"write_todos"}},

@@ -24,8 +24,17 @@ func TestMain(m *testing.M) {
 }
 
 func chat(addr, model, key string) (int, string, error) {
+	return post(addr, model, key, "hello")
+}
+
+// chatText asks model text, without a key.
+func chatText(addr, model, text string) (int, string, error) {
+	return post(addr, model, "", text)
+}
+
+func post(addr, model, key, text string) (int, string, error) {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
-		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`))
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"`+text+`"}]}`))
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -55,6 +64,14 @@ func TestShippedConfigOffline(t *testing.T) {
 	status, body, err := chat(addr, "demo", "")
 	if err != nil || status != 200 || !strings.Contains(body, `"chat.completion"`) {
 		t.Fatalf("demo: %d %v %s", status, err, body)
+	}
+	// The README's tool example: the demo model calls both server tools,
+	// with arguments the shipped schemas accept, and answers with both
+	// results.
+	status, body, err = chatText(addr, "demo", "what time is it, and what is 2+3*4?")
+	if err != nil || status != 200 || !strings.Contains(body, `\"status\":\"ok\"`) || strings.Contains(body, "invalid_arguments") ||
+		!strings.Contains(body, "14") || !strings.Contains(body, "UTC") {
+		t.Fatalf("demo with tools: %d %v %s", status, err, body)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
