@@ -138,9 +138,8 @@ var unreadTables = []string{"decoder", "sortedTokenBytes"}
 // dropUnread lets go of enc's unreadTables. tiktoken-go offers no encoder
 // without them, so they are found by name and kind through reflection and
 // set to nil; a version that lays its types out otherwise leaves them as
-// they are (droppedUnread reports which were dropped, and
-// TestCounterDropsUnreadTables fails). A Counter never calls Decode, which
-// would return nothing once the decoder is gone.
+// they are (and TestCounterDropsUnreadTables fails). A Counter never calls
+// Decode, which would return nothing once the decoder is gone.
 func dropUnread(enc *tiktoken.Tiktoken) {
 	core, ok := coreOf(enc)
 	if !ok {
@@ -161,21 +160,6 @@ func coreOf(enc *tiktoken.Tiktoken) (reflect.Value, bool) {
 		return reflect.Value{}, false
 	}
 	return bpe.Elem(), true
-}
-
-// droppedUnread reports how many of enc's unreadTables are nil.
-func droppedUnread(enc *tiktoken.Tiktoken) int {
-	core, ok := coreOf(enc)
-	if !ok {
-		return 0
-	}
-	n := 0
-	for _, name := range unreadTables {
-		if f := core.FieldByName(name); f.IsValid() && (f.Kind() == reflect.Map || f.Kind() == reflect.Slice) && f.IsNil() {
-			n++
-		}
-	}
-	return n
 }
 
 // Encoding returns the name of the Counter's encoding.

@@ -2,6 +2,7 @@ package contextedit
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -238,4 +239,19 @@ func TestCounterDropsUnreadTables(t *testing.T) {
 			}
 		}
 	}
+}
+
+// droppedUnread reports how many of enc's unreadTables are nil.
+func droppedUnread(enc *tiktoken.Tiktoken) int {
+	core, ok := coreOf(enc)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, name := range unreadTables {
+		if f := core.FieldByName(name); f.IsValid() && (f.Kind() == reflect.Map || f.Kind() == reflect.Slice) && f.IsNil() {
+			n++
+		}
+	}
+	return n
 }

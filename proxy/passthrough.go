@@ -330,8 +330,8 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 }
 
 // lineMasker holds the incomplete last line of an event stream between
-// reads, bounded by maxEventBytes (a longer line goes out as it is, in
-// parts).
+// reads, bounded by maxEventBytes (a longer line goes out in parts, cut
+// where no registered secret is split).
 type lineMasker struct{ held []byte }
 
 // lines adds p and returns the complete lines held, with secrets masked
