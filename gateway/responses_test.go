@@ -511,6 +511,34 @@ func TestResponsesFallbackAndFailure(t *testing.T) {
 	}
 }
 
+// A round that fails after a server tool ran ends the stream with
+// response.failed whose output still reports the tool's run: a tool with
+// side effects is never run behind the client's back.
+func TestResponsesFailureKeepsServerCalls(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole != "tool" {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}}}
+		}
+		return mockllm.Turn{Fault: &mockllm.Fault{Status: 500}}
+	}})
+	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("2+3?")}}
+	f, sum := h.streamResponse(params)
+	if sum.Terminal != "response.failed" || f.Status != "failed" {
+		t.Fatalf("terminal %s status %q", sum.Terminal, f.Status)
+	}
+	if got := outputItems(f); got != "mcp_call:calculator" {
+		t.Fatalf("failed response's output %q, want the tool's run", got)
+	}
+	if !contains(sum.Events, "response.mcp_call.completed") {
+		t.Fatalf("events %v", sum.Events)
+	}
+}
+
 // TestNodeAgentsResponses runs test/node/responses.mjs: the @openai/agents
 // SDK with its default Responses model, run and streamed, against the
 // gateway's tool loop: the server tool runs in the gateway (an mcp_call

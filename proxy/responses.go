@@ -267,7 +267,11 @@ func (f *responsesForm) end(dst []byte) []byte {
 	return dst
 }
 
+// fail ends the stream with response.failed, after the server calls the
+// loop ran since the last chunk: a tool that ran is reported even when the
+// round after it failed.
 func (f *responsesForm) fail(dst []byte, err error) []byte {
+	dst = f.flush(dst)
 	env := gjson.GetBytes(mapError(err).body, "error")
 	code := "server_error"
 	if c := env.Get("code").String(); c == pipeline.CodeRateLimitExceeded {
