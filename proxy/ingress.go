@@ -4,11 +4,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -31,15 +29,9 @@ type chatInput struct {
 // one value and the upstream act on another.
 func parseChat(body []byte) (chatInput, error) {
 	var in chatInput
-	if len(body) == 0 {
-		return in, pipeline.BadRequest("", "the request body is empty; expected a JSON object")
-	}
-	if !jsonvalid.Bytes(body) {
-		return in, pipeline.BadRequest("", "the request body is not valid JSON")
-	}
-	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))) // a view: body is never written and outlives what is read from it
-	if !root.IsObject() {
-		return in, pipeline.BadRequest("", "the request body must be a JSON object")
+	root, err := pipeline.RequestObject(body) // a view: body is never written and outlives what is read from it
+	if err != nil {
+		return in, err
 	}
 	var model, messages, stream, streamOptions, tools gjson.Result
 	var top [32]string // a body's top-level keys, most of the time
@@ -89,7 +81,6 @@ func parseChat(body []byte) (chatInput, error) {
 	if err := checkMessages(messages); err != nil {
 		return in, err
 	}
-	var err error
 	in.stream, in.includeUsage, err = streamFlags(stream, streamOptions)
 	return in, err
 }
@@ -167,7 +158,13 @@ func streamFlags(stream, options gjson.Result) (on, includeUsage bool, _ error) 
 	if !on {
 		return on, false, pipeline.BadRequest("stream_options", "stream_options is only allowed when stream is true")
 	}
-	return on, options.Get("include_usage").Type == gjson.True, nil
+	switch u := options.Get("include_usage"); u.Type {
+	case gjson.True:
+		return on, true, nil
+	case gjson.False, gjson.Null: // also absent
+		return on, false, nil
+	}
+	return on, false, pipeline.BadRequest("stream_options.include_usage", "stream_options.include_usage must be a boolean")
 }
 
 // arrayIn returns the array v read from body as a sub-slice of body (no

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -33,6 +34,10 @@ func TestParseChat(t *testing.T) {
 		{name: "message not object", body: `{"model":"m","messages":["x"]}`, param: "messages"},
 		{name: "message without role", body: `{"model":"m","messages":[{"content":"x"}]}`, param: "messages"},
 		{name: "stream string", body: `{"model":"m","stream":"true","messages":[{"role":"user"}]}`, param: "stream"},
+		{name: "include_usage string", body: `{"model":"m","stream":true,"stream_options":{"include_usage":"yes"},"messages":[{"role":"user"}]}`, param: "stream_options.include_usage"},
+		{name: "include_usage null", body: `{"model":"m","stream":true,"stream_options":{"include_usage":null},"messages":[{"role":"user"}]}`, ok: true, stream: true},
+		{name: "invalid UTF-8 in a string", body: "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"be \xff brief\"}]}"},
+		{name: "a cut character", body: "{\"model\":\"m\",\"metadata\":{\"k\":\"\xc3\"},\"messages\":[{\"role\":\"user\"}]}"},
 		{name: "stream_options without stream", body: `{"model":"m","stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`, param: "stream_options"},
 		// A key given twice: gjson reads the first, upstreams often the last.
 		{name: "model twice", body: `{"model":"m","messages":[{"role":"user"}],"model":"other"}`, param: "model"},
@@ -109,6 +114,9 @@ func FuzzParseChat(f *testing.F) {
 		}
 		if in.model == "" {
 			t.Fatal("accepted without a model")
+		}
+		if !utf8.Valid(body) {
+			t.Fatal("accepted a body that is not UTF-8")
 		}
 		if in.includeUsage && !in.stream {
 			t.Fatal("include_usage without stream")

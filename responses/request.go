@@ -7,7 +7,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonstring"
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -34,15 +33,9 @@ type Request struct {
 // Head reads what must be known before a request is translated: the model
 // and the previous response it continues, if any.
 func Head(body []byte) (model, previous string, err error) {
-	if len(body) == 0 {
-		return "", "", pipeline.BadRequest("", "the request body is empty; expected a JSON object")
-	}
-	if !jsonvalid.Bytes(body) {
-		return "", "", pipeline.BadRequest("", "the request body is not valid JSON")
-	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
-		return "", "", pipeline.BadRequest("", "the request body must be a JSON object")
+	root, err := pipeline.RequestObject(body)
+	if err != nil {
+		return "", "", err
 	}
 	m := root.Get("model")
 	if m.Type != gjson.String || m.Str == "" {

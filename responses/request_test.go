@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -139,6 +140,10 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","store":"yes"}`:                                                  "store",
 		`{"model":"m","input":"x","previous_response_id":5}`:                                       "previous_response_id",
 		`not json`: "",
+		// Echoed into the response object: a broken byte there is a body
+		// the client's JSON parser refuses.
+		"{\"model\":\"m\",\"input\":\"x\",\"instructions\":\"be \xff brief\"}": "",
+		"{\"model\":\"m\",\"input\":\"x\",\"metadata\":{\"k\":\"\xc3\"}}":      "",
 	}
 	for body, param := range cases {
 		_, err := Translate([]byte(body), nil, nil)
@@ -174,6 +179,9 @@ func FuzzTranslate(f *testing.F) {
 		}
 		if !gjson.ValidBytes(r.Chat) || !gjson.GetBytes(r.Chat, "messages").IsArray() || !gjson.ValidBytes(r.History) || !gjson.ValidBytes(r.Input) {
 			t.Fatalf("invalid translation of %s:\n%s", body, r.Chat)
+		}
+		if !utf8.Valid(r.Chat) || !utf8.Valid(r.Echo) {
+			t.Fatalf("translated a body that is not UTF-8: %q", body)
 		}
 		if !gjson.Valid("{" + string(r.Echo) + "}") {
 			t.Fatalf("invalid echo of %s: %s", body, r.Echo)
