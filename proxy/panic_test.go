@@ -122,8 +122,9 @@ func TestPanicIsAnsweredNotFatal(t *testing.T) {
 }
 
 // TestUnreadableRequestsGetTheEnvelope: a request fasthttp cannot read (a
-// head over the read buffer, a malformed request line) is answered in the
-// OpenAI error envelope with fasthttp's status, not in plain text.
+// head over the read buffer, a malformed request line) or will not read (a
+// body over the limit that asks to be sent) is answered in the OpenAI error
+// envelope with its request id and fasthttp's status, not in plain text.
 func TestUnreadableRequestsGetTheEnvelope(t *testing.T) {
 	t.Parallel()
 	addr, _ := panicServer(t, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
@@ -135,6 +136,8 @@ func TestUnreadableRequestsGetTheEnvelope(t *testing.T) {
 	}{
 		{"head too large", "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 64<<10) + "\r\n\r\n", 431},
 		{"malformed request line", "NOT A REQUEST\r\n\r\n", 400},
+		// Asked before the body is sent: refused at once, by its length.
+		{"expected body too large", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nExpect: 100-continue\r\nContent-Length: 99999999999\r\n\r\n", 413},
 	} {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -147,8 +150,9 @@ func TestUnreadableRequestsGetTheEnvelope(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		conn.Close()
-		if resp.StatusCode() != tc.status || gjson.GetBytes(resp.Body(), "error.message").Str == "" || string(resp.Header.ContentType()) != "application/json" {
-			t.Errorf("%s: %d %q %s, want %d and the envelope", tc.name, resp.StatusCode(), resp.Header.ContentType(), resp.Body(), tc.status)
+		if resp.StatusCode() != tc.status || gjson.GetBytes(resp.Body(), "error.message").Str == "" || string(resp.Header.ContentType()) != "application/json" ||
+			!strings.HasPrefix(string(resp.Header.Peek("X-Request-Id")), "req_") {
+			t.Errorf("%s: %d %q %s, want %d and the envelope with a request id", tc.name, resp.StatusCode(), resp.Header.ContentType(), resp.Body(), tc.status)
 		}
 	}
 }

@@ -140,6 +140,7 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		ConnState:             s.connState,
 		Logger:                fasthttpLogger{log},
 		ErrorHandler:          s.readError,
+		ExpectHandler:         s.expect,
 	}
 	return s
 }
@@ -373,9 +374,28 @@ func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
 		e = pipeline.Errorf(fasthttp.StatusBadRequest, "invalid_request_error", "malformed_request", "the request could not be parsed as HTTP")
 	}
 	env := mapError(e)
+	var id [idLen]byte
+	ctx.Response.Header.Set("X-Request-Id", s.requestID(ctx, &id)) // copied: id may go
 	ctx.SetStatusCode(env.status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(env.body)
+}
+
+// expect answers a request that asks before sending its body (Expect:
+// 100-continue): a body over max_body_bytes by its Content-Length is refused
+// at once with the 413 envelope, before the client sends a byte of it;
+// fasthttp closes the connection after. Any other goes on.
+func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
+	max := s.srv.MaxRequestBodySize
+	if cl := ctx.Request.Header.ContentLength(); max <= 0 || cl <= max {
+		return fasthttp.StatusContinue
+	}
+	env := mapError(tooLarge(max))
+	var id [idLen]byte
+	ctx.Response.Header.Set("X-Request-Id", s.requestID(ctx, &id))
+	ctx.SetContentType("application/json")
+	ctx.SetBody(env.body)
+	return env.status
 }
 
 // The routes the gateway serves itself; every other /v1/ path passes
