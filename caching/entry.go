@@ -99,7 +99,7 @@ func renderJSON(completion []byte, id string, created int64, model string) []byt
 	out = jsonstring.Append(out, model)
 	gjson.ParseBytes(completion).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case "id", "object", "created", "model", "x_gateway":
+		case "id", "object", "created", "model", "x_gateway", serverCallsKey:
 			return true
 		}
 		out = append(out, ',')

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
 
@@ -25,10 +26,25 @@ type replayStream struct {
 	chunks [][]byte
 	next   int
 	closed atomic.Bool // Buffered may be asked from another goroutine
+
+	// The stored answer's server calls, each told to hear before the
+	// chunk it preceded in the live answer (pin.chunk), as the tool loop
+	// tells them from within its Next.
+	pins []pin
+	hear func(*pipeline.ServerCall)
+}
+
+type pin struct {
+	chunk int
+	call  storedCall
 }
 
 // Next returns the next chunk (valid until Close) or io.EOF.
 func (s *replayStream) Next() ([]byte, error) {
+	for len(s.pins) > 0 && s.pins[0].chunk <= s.next {
+		s.pins[0].call.tell(s.hear)
+		s.pins = s.pins[1:]
+	}
 	if s.next >= len(s.chunks) {
 		return nil, io.EOF
 	}
@@ -49,20 +65,48 @@ func (s *replayStream) Buffered() bool { return !s.closed.Load() }
 // created and model. They are encoded by wire.ChatSSE, as the tool loop's
 // live chunks are, so a replay and a live stream of the same answer differ
 // only in id and created (and in where text is cut: a replay cuts it in
-// replayPiece pieces).
-func newReplayStream(completion []byte, id string, created int64, model string, includeUsage bool) *replayStream {
+// replayPiece pieces, and where a server call ran). With hear set, the
+// stored server calls are told to it where they ran: after the text before
+// them, and a mixed turn's last ones after its client calls.
+func newReplayStream(completion []byte, id string, created int64, model string, includeUsage bool, hear func(*pipeline.ServerCall)) *replayStream {
 	res := gjson.GetManyBytes(completion, "system_fingerprint", "choices.0.message",
 		"choices.0.finish_reason", "usage")
 	fp, msg, finish, usage := res[0], res[1], res[2], res[3]
 
 	w := wire.NewChatSSE(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fp.Str, IncludeUsage: includeUsage})
 	b := replayBuilder{w: w, buf: make([]byte, 0, 2*len(completion)+512)}
+	s := &replayStream{hear: hear}
+	var after []storedCall
+	if hear != nil {
+		for _, c := range storedCalls(completion) {
+			if c.after {
+				after = append(after, c)
+			} else {
+				s.pins = append(s.pins, pin{chunk: c.at.Content, call: c}) // chunk: the text's offset, for now
+			}
+		}
+	}
 	b.emit(&wire.Event{Kind: wire.Role})
 	// Text before any calls, then the calls on chunks of their own (no
-	// content on tool-call chunks), one after the other.
-	for _, frag := range splitRunes(msg.Get("content").String(), replayPiece) {
-		b.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: []byte(frag)})
+	// content on tool-call chunks), one after the other. The text is cut
+	// where a server call ran, and the call pinned to the chunk after.
+	content := msg.Get("content").String()
+	done := 0
+	text := func(upTo int) {
+		for _, frag := range splitRunes(content[done:upTo], replayPiece) {
+			b.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: []byte(frag)})
+		}
+		done = upTo
 	}
+	for i := range s.pins {
+		upTo := min(max(s.pins[i].chunk, done), len(content))
+		for upTo > done && upTo < len(content) && !utf8.RuneStart(content[upTo]) {
+			upTo--
+		}
+		text(upTo)
+		s.pins[i].chunk = len(b.ends)
+	}
+	text(len(content))
 	msg.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
 		b.emit(&wire.Event{Kind: wire.CallHeader, ID: c.Get("id").String(), Name: c.Get("function.name").String()})
 		for _, frag := range splitRunes(c.Get("function.arguments").String(), replayPiece) {
@@ -70,6 +114,9 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		}
 		return true
 	})
+	for _, c := range after {
+		s.pins = append(s.pins, pin{chunk: len(b.ends), call: c})
+	}
 	b.emit(&wire.Event{Kind: wire.Finish, Finish: finish.String()})
 	u := []byte(`{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}`)
 	if usage.IsObject() {
@@ -77,7 +124,7 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	}
 	b.emit(&wire.Event{Kind: wire.Usage, Raw: u})
 
-	s := &replayStream{chunks: make([][]byte, len(b.ends))}
+	s.chunks = make([][]byte, len(b.ends))
 	for i, e := range b.ends {
 		s.chunks[i] = b.buf[e[0]:e[1]:e[1]]
 	}

@@ -220,7 +220,7 @@ func FuzzRecorder(f *testing.F) {
 				t.Fatalf("assembled %q", c)
 			}
 			if storable(c, true) {
-				s := newReplayStream(c, "id", 1, "m", true)
+				s := newReplayStream(c, "id", 1, "m", true, nil)
 				chunks, err := drain(t, s)
 				if err != nil {
 					t.Fatal(err)

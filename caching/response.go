@@ -200,28 +200,48 @@ func hasUsage(completion []byte) bool {
 func (c *responseCache) serve(r *pipeline.Request, completion []byte) *pipeline.Response {
 	id, created := newCompletionID(), c.opts.Now().Unix()
 	if r.Stream {
-		s := newReplayStream(completion, id, created, r.Model, r.IncludeUsage)
+		s := newReplayStream(completion, id, created, r.Model, r.IncludeUsage, r.OnServerCall)
 		r.Lookahead.Set(s)
 		return &pipeline.Response{Stream: s}
+	}
+	if r.OnServerCall != nil {
+		for _, sc := range storedCalls(completion) {
+			sc.tell(r.OnServerCall)
+		}
 	}
 	return &pipeline.Response{Body: renderJSON(completion, id, created, r.Model)}
 }
 
 // fill calls next and stores a storable answer unless no-store.
 func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
+	calls := c.listen(r, h)
 	resp, err := c.next.Chat(ctx, r)
 	if err != nil || h.noStore || resp == nil {
 		return resp, err
 	}
 	if resp.Stream != nil {
 		ctx := context.WithoutCancel(ctx)
-		resp.Stream = &recordingStream{inner: resp.Stream, calls: r.Usage, done: func(completion []byte) {
-			c.store(ctx, key, completion, h)
-		}}
+		rs := &recordingStream{inner: resp.Stream, calls: r.Usage}
+		rs.done = func(completion []byte) {
+			c.store(ctx, key, calls.add(completion), h)
+		}
+		if calls != nil {
+			calls.rec = &rs.rec
+		}
+		resp.Stream = rs
 		return resp, nil
 	}
-	c.store(ctx, key, resp.Body, h)
+	c.store(ctx, key, calls.add(resp.Body), h)
 	return resp, nil
+}
+
+// listen returns the log of the server calls r's miss runs, for the answer
+// it stores; nil when it stores none, or when no server tool is configured.
+func (c *responseCache) listen(r *pipeline.Request, h hints) *callLog {
+	if !c.opts.ServerTools || h.noStore {
+		return nil
+	}
+	return listen(r)
 }
 
 // store writes completion (not retained) when it is a storable final answer
@@ -255,13 +275,14 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 	leader := false
 	val, err, _ := c.flight.Do(key, func() (any, error) {
 		leader = true
+		calls := c.listen(r, hints{})
 		resp, err := c.next.Chat(ctx, r)
 		if err != nil || resp == nil || resp.Stream != nil {
 			return flightResult{resp: resp}, err
 		}
 		fr := flightResult{resp: resp}
 		if storable(resp.Body, c.opts.Config.ToolCalls) {
-			fr.completion = append([]byte(nil), resp.Body...)
+			fr.completion = append([]byte(nil), calls.add(resp.Body)...)
 			if !h.noStore {
 				c.store(ctx, key, fr.completion, h)
 			}

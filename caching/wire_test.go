@@ -72,7 +72,7 @@ func TestReplayEqualsLiveEncoding(t *testing.T) {
 			if !storable(completion, true) {
 				t.Fatalf("recorded completion not storable: %s", completion)
 			}
-			replayed, err := drain(t, newReplayStream(completion, "chatcmpl-replay", 1767229999, "gpt-x", tt.usage))
+			replayed, err := drain(t, newReplayStream(completion, "chatcmpl-replay", 1767229999, "gpt-x", tt.usage, nil))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -536,6 +537,53 @@ kind = "builtin"
 	}
 	if !contains(sum.Events, "response.mcp_call.completed") {
 		t.Fatalf("events %v", sum.Events)
+	}
+}
+
+// A Responses answer from the response cache has the live answer's items:
+// each server tool the loop ran is an mcp_call between the texts around it,
+// whichever form (JSON or stream) filled the entry and whichever reads it.
+// A chat client's hit carries no trace of the calls.
+func TestResponsesCacheHitKeepsServerCalls(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[tools]]
+name = "calculator"
+kind = "builtin"
+[middleware.cache]
+enabled = true
+store = "memory"
+`, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole != "tool" {
+			return mockllm.Turn{Text: "Let me check.", ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}},
+				Usage: &mockllm.Usage{Prompt: 10, Completion: 5}}
+		}
+		return mockllm.Turn{Text: "Tool said 5.", Usage: &mockllm.Usage{Prompt: 20, Completion: 4}}
+	}})
+	const want = "message:Let me check.|mcp_call:calculator|message:Tool said 5."
+	for _, fill := range []bool{false, true} { // the miss as JSON, then as a stream
+		params := responses.ResponseNewParams{Model: "gpt-x", Temperature: openai.Float(0),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(fmt.Sprintf("2+3? (stream miss %v)", fill))}}
+		if got := outputItems(h.respond(params, fill)); got != want {
+			t.Fatalf("miss (stream %v): %s", fill, got)
+		}
+		calls := len(h.mock.Requests())
+		for _, stream := range []bool{false, true} {
+			r := h.respond(params, stream)
+			if got := outputItems(r); got != want {
+				t.Fatalf("hit (filled by stream %v, read as stream %v): %s, want %s", fill, stream, got, want)
+			}
+			if mcp := r.Output[1].AsMcpCall(); gjson.Get(mcp.Output, "data.result").Int() != 5 || mcp.Arguments != `{"expression":"2+3"}` {
+				t.Fatalf("hit's mcp_call: %+v", mcp)
+			}
+		}
+		if n := len(h.mock.Requests()); n != calls {
+			t.Fatalf("the hits called the model %d times", n-calls)
+		}
+	}
+	status, _, body := h.post("/chat/completions", `{"model":"gpt-x","temperature":0,"messages":[{"role":"user","content":"2+3? (stream miss false)"}]}`, nil)
+	if status != 200 || strings.Contains(string(body), "x_gateway_server_calls") || strings.Contains(string(body), "calculator") {
+		t.Fatalf("chat: %d %s", status, body)
 	}
 }
 
