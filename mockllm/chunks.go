@@ -30,6 +30,9 @@ func (a *answer) header() wire.Header {
 	return wire.Header{ID: a.id, Created: a.created, Model: a.model}
 }
 
+// empty reports whether the answer is sent without content (Fault.Empty).
+func (a *answer) empty() bool { return a.turn.Fault != nil && a.turn.Fault.Empty }
+
 // Event phases of a stream, in order.
 const (
 	phaseRole = iota
@@ -85,6 +88,9 @@ func (c *chunker) next(dst []byte) (out []byte, ok bool) {
 		switch c.phase {
 		case phaseRole:
 			c.phase = phaseText
+			if c.a.empty() {
+				c.phase = phaseUsage
+			}
 			dst = append(dst, c.head...)
 			if c.a.turn.Text == "" && len(c.a.turn.ToolCalls) > 0 {
 				dst = append(dst, `{"index":0,"delta":{"role":"assistant","content":null}`...)

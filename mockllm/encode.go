@@ -63,6 +63,12 @@ func appendToolCall(dst []byte, tc ToolCall) []byte {
 // appendCompletion appends a whole chat.completion object.
 func appendCompletion(dst []byte, a *answer) []byte {
 	dst = wire.AppendHead(dst, "chat.completion", a.header())
+	if a.empty() {
+		dst = append(dst, `,"choices":[],"usage":`...)
+		dst = appendUsage(dst, a.usage)
+		dst = wire.AppendFingerprint(dst, fingerprint)
+		return append(dst, '}')
+	}
 	dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	if a.turn.Text == "" && len(a.turn.ToolCalls) > 0 {
 		dst = append(dst, "null"...)

@@ -135,6 +135,27 @@ func TestStreamFaults(t *testing.T) {
 				}
 			},
 		},
+		{
+			name:  "error answer is an error event first",
+			fault: ErrorAnswerFault("server_error", "overloaded"),
+			check: func(t *testing.T, r *rawResp, data []string) {
+				events := sse(r.body)
+				if r.status != 200 || len(events) != 1 || events[0] != "event: error\ndata: "+
+					`{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}` {
+					t.Fatalf("status %d events %q", r.status, events)
+				}
+			},
+		},
+		{
+			name:  "empty",
+			fault: EmptyFault(),
+			check: func(t *testing.T, r *rawResp, data []string) {
+				if len(data) != 2 || gjson.Get(data[0], "choices.0.delta.role").Str != "assistant" ||
+					gjson.Get(data[0], "choices.0.delta.content").Str != "" || data[1] != "[DONE]" {
+					t.Fatalf("data %q: want the role chunk and [DONE]", data)
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,6 +241,25 @@ func TestNonStreamFaults(t *testing.T) {
 			fault: ErrorEventFault(0, "boom", "broken"),
 			check: func(t *testing.T, r *rawResp) {
 				if r.status != 500 || gjson.GetBytes(r.body, "error.code").Str != "boom" {
+					t.Fatalf("status %d body %s", r.status, r.body)
+				}
+			},
+		},
+		{
+			name:  "error answer is a 200 with the envelope",
+			fault: ErrorAnswerFault("server_error", "overloaded"),
+			check: func(t *testing.T, r *rawResp) {
+				if r.status != 200 || string(r.body) != `{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}` {
+					t.Fatalf("status %d body %s", r.status, r.body)
+				}
+			},
+		},
+		{
+			name:  "empty",
+			fault: EmptyFault(),
+			check: func(t *testing.T, r *rawResp) {
+				c := gjson.GetManyBytes(r.body, "object", "choices", "usage.total_tokens")
+				if r.status != 200 || c[0].Str != "chat.completion" || c[1].Raw != "[]" || c[2].Int() == 0 {
 					t.Fatalf("status %d body %s", r.status, r.body)
 				}
 			},

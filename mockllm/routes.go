@@ -265,6 +265,13 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, reqID string, a *answer, f *
 	s.sleep(s.opts.FirstByteDelay)
 	if f != nil && f.ErrorEvent {
 		s.logFault("error_event", a.model)
+		if f.ErrorOK {
+			faultHeaders(ctx, f)
+			e := faultError(f, 500)
+			e.status = fasthttp.StatusOK
+			writeError(ctx, e)
+			return
+		}
 		writeFault(ctx, f)
 		return
 	}

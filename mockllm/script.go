@@ -169,7 +169,9 @@ type Usage struct {
 // On non-stream requests: Stall delays the response, Cut sends half of the
 // body (with a Content-Length for all of it) and closes, Malformed sends a
 // truncated JSON body with 200, ErrorEvent answers with the error envelope and
-// Status (default 500).
+// Status (default 500), or 200 with ErrorOK.
+//
+// Empty is not an ending fault: the answer is sent whole, without content.
 type Fault struct {
 	// Status, when non-zero, answers with this HTTP status and the OpenAI error
 	// envelope before any body byte.
@@ -204,6 +206,15 @@ type Fault struct {
 	// "event: error" + data {"error":{...}}, then ends the body (no [DONE]).
 	ErrorEvent bool
 	ErrorAfter int
+	// ErrorOK makes a non-stream ErrorEvent answer 200: the error envelope
+	// and no choices, as some OpenAI-compatible providers send. A stream
+	// gets the error event all the same.
+	ErrorOK bool
+
+	// Empty answers without content: a stream sends the role chunk, the
+	// usage chunk when asked for and [DONE] (no text, calls or finish
+	// chunk); a non-stream answer has "choices":[]. Chat completions only.
+	Empty bool
 }
 
 // StatusFault answers with status and the error envelope.
@@ -222,6 +233,16 @@ func MalformedFault(n int) *Fault { return &Fault{Malformed: true, MalformedAfte
 
 // StallFault sends n events, then goes silent for d.
 func StallFault(n int, d time.Duration) *Fault { return &Fault{Stall: d, StallAfter: n} }
+
+// EmptyFault answers without content.
+func EmptyFault() *Fault { return &Fault{Empty: true} }
+
+// ErrorAnswerFault fails before any content with an error of type typ: a
+// stream with an error event first, a non-stream request with 200 and the
+// error envelope (no choices).
+func ErrorAnswerFault(typ, message string) *Fault {
+	return &Fault{ErrorEvent: true, ErrorOK: true, Type: typ, Message: message}
+}
 
 // ErrorEventFault sends n events, then a mid-stream error event.
 func ErrorEventFault(n int, code, message string) *Fault {
