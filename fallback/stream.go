@@ -3,7 +3,6 @@ package fallback
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"sync/atomic"
 	"unsafe"
@@ -12,10 +11,6 @@ import (
 
 	"github.com/llmgw/gateway/pipeline"
 )
-
-// ErrNoContent is the cause of the failure reported when a stream ends
-// cleanly before any content: an empty answer is a failure, never a success.
-var ErrNoContent = errors.New("fallback: stream ended before any content")
 
 // Priming limits: a stream that sends this many chunks (or bytes) without
 // content is passed on as it is rather than buffered further.
@@ -29,7 +24,8 @@ const (
 // chunk) are copied and replayed by the returned stream, which then continues
 // s. Keep-alive comments read while priming are dropped: the client has not
 // seen the response start yet. On failure prime closes s and returns the
-// error; io.EOF becomes an UpstreamCut failure wrapping ErrNoContent.
+// error; io.EOF becomes an UpstreamCut failure wrapping pipeline.ErrNoContent,
+// as a 200 JSON answer without choices is (proxy).
 // ctx cancellation (the deadline, the client leaving) closes s to unblock Next.
 func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeline.Lookahead) (*replayStream, error) {
 	stop := context.AfterFunc(ctx, s.Close)
@@ -42,7 +38,7 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 			stop()
 			s.Close()
 			if err == io.EOF {
-				err = &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: provider, Err: ErrNoContent}
+				err = &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: provider, Err: pipeline.ErrNoContent}
 			}
 			return nil, err
 		}

@@ -709,3 +709,33 @@ func TestResponsesUpstreamErrorNamesInput(t *testing.T) {
 		t.Fatalf("param %q, message %q: %s", p, msg, body)
 	}
 }
+
+// /v1/responses runs its model calls through the chat pipeline, so an
+// upstream answer without an answer falls back there too, streamed or not;
+// when no model is left, the JSON client gets the chat client's error.
+func TestResponsesNoAnswerFallsBack(t *testing.T) {
+	t.Parallel()
+	params := responses.ResponseNewParams{Model: "primary", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}
+	for _, f := range noAnswerFaults {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, fallbackConfig, mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+				"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Text: "never seen", Fault: f.fault} },
+			})})
+			for _, stream := range []bool{false, true} {
+				if r := h.respond(params, stream); r.OutputText() != "answer from up-small" || r.Model != "primary" {
+					t.Fatalf("stream=%v: %q from %q", stream, r.OutputText(), r.Model)
+				}
+			}
+
+			h = newHarness(t, fallbackConfig, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Text: "never seen", Fault: f.fault}
+			}})
+			_, err := h.client.Responses.New(context.Background(), params)
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != f.want.status || apiErr.Message != f.want.msg {
+				t.Fatalf("nothing left: %v, want %d %q", err, f.want.status, f.want.msg)
+			}
+		})
+	}
+}

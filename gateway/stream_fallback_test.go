@@ -166,6 +166,10 @@ func TestPitfall_StreamAndNonStreamSameFallbackRules(t *testing.T) {
 		{"connection reset", mockllm.ResetFault(), outcome{200, "small", "answer from up-small", [3]int{2, 1, 0}}},
 		{"cut before any byte", mockllm.CutFault(0), outcome{200, "small", "answer from up-small", [3]int{2, 1, 0}}},
 		{"malformed body", mockllm.MalformedFault(0), outcome{200, "small", "answer from up-small", [3]int{2, 1, 0}}},
+		// A 200 JSON error body is an error event before any content.
+		{"error before any content is retried then falls back", mockllm.ErrorAnswerFault("server_error", "overloaded"), outcome{200, "small", "answer from up-small", [3]int{2, 1, 0}}},
+		// "choices":[] is a stream that ends cleanly without content.
+		{"answer without content is retried then falls back", mockllm.EmptyFault(), outcome{200, "small", "answer from up-small", [3]int{2, 1, 0}}},
 		{"context length skips the smaller window", &mockllm.Fault{Status: 400, Code: "context_length_exceeded", Message: "too long"}, outcome{200, "large", "answer from up-large", [3]int{1, 0, 1}}},
 		{"invalid request never falls back", mockllm.StatusFault(400, "invalid_value", "bad temperature"), outcome{400, "", "", [3]int{1, 0, 0}}},
 		{"bad upstream key never falls back", mockllm.StatusFault(401, "", ""), outcome{401, "", "", [3]int{1, 0, 0}}},
@@ -192,7 +196,7 @@ func TestPitfall_StreamAndNonStreamSameFallbackRules(t *testing.T) {
 					}
 					err, acc = stream.Err(), a.ChatCompletion
 					_ = stream.Close()
-					if err == nil {
+					if err == nil && len(acc.Choices) > 0 {
 						raw, _ := h.lastRaw()
 						wiretest.CheckStreamAll(t, raw, wiretest.Options{}, nil)
 						o.content = acc.Choices[0].Message.Content
@@ -200,7 +204,7 @@ func TestPitfall_StreamAndNonStreamSameFallbackRules(t *testing.T) {
 				} else {
 					var resp *openai.ChatCompletion
 					resp, err = h.client.Chat.Completions.New(context.Background(), primaryParams(), option.WithResponseInto(&hr))
-					if err == nil {
+					if err == nil && len(resp.Choices) > 0 {
 						o.content = resp.Choices[0].Message.Content
 					}
 				}
@@ -305,5 +309,129 @@ func TestPitfall_SmallerWindowFallbackSkipped(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// result is what a client saw for one chat request, streamed or not.
+type result struct {
+	status         int
+	model, cache   string // x-gateway-model, x-gateway-cache
+	content        string
+	typ, code, msg string // the error envelope's
+}
+
+// chatResult sends p, streamed or not, through the SDK.
+func chatResult(t *testing.T, h *harness, p openai.ChatCompletionNewParams, stream bool) result {
+	t.Helper()
+	var (
+		hr  *http.Response
+		r   result
+		err error
+	)
+	if stream {
+		s := h.client.Chat.Completions.NewStreaming(context.Background(), p, option.WithResponseInto(&hr))
+		var acc openai.ChatCompletionAccumulator
+		for s.Next() {
+			acc.AddChunk(s.Current())
+		}
+		err = s.Err()
+		_ = s.Close()
+		if err == nil && len(acc.Choices) > 0 {
+			r.content = acc.Choices[0].Message.Content
+		}
+	} else {
+		var resp *openai.ChatCompletion
+		resp, err = h.client.Chat.Completions.New(context.Background(), p, option.WithResponseInto(&hr))
+		if err == nil && len(resp.Choices) > 0 {
+			r.content = resp.Choices[0].Message.Content
+		}
+	}
+	var apiErr *openai.Error
+	switch {
+	case err == nil:
+		r.status, r.model, r.cache = 200, hr.Header.Get("X-Gateway-Model"), hr.Header.Get("X-Gateway-Cache")
+	case errors.As(err, &apiErr):
+		r.status, r.typ, r.code, r.msg = apiErr.StatusCode, apiErr.Type, apiErr.Code, apiErr.Message
+		r.model, r.cache = apiErr.Response.Header.Get("X-Gateway-Model"), apiErr.Response.Header.Get("X-Gateway-Cache")
+	default:
+		t.Fatalf("stream=%v: %v", stream, err)
+	}
+	return r
+}
+
+// noAnswerFaults are the upstream answers that carry no answer: a 200 JSON
+// error body (as some OpenAI-compatible providers send) and "choices":[],
+// with their stream equivalents, an error event before any content and a
+// stream that ends cleanly without content. want is the error a client gets
+// when no model is left to answer: a 502 in the OpenAI envelope, with the
+// upstream's own message relayed as a 5xx error body's is.
+var noAnswerFaults = []struct {
+	name  string
+	fault *mockllm.Fault
+	want  result
+}{
+	{"error before any content", mockllm.ErrorAnswerFault("server_error", "overloaded"),
+		result{status: 502, typ: "server_error", msg: "overloaded"}},
+	{"answer without content", mockllm.EmptyFault(),
+		result{status: 502, typ: "server_error", code: "upstream_cut", msg: "upstream closed the connection before the response was complete"}},
+}
+
+// Pitfall: a 200 answer without an answer was passed to JSON clients as
+// the answer, while the stream that says the same is a failure. When every
+// model answers so, JSON and stream clients get the same error, on the fast
+// path and through the tool loop, after the same attempts (a retry each,
+// every fallback tried).
+func TestPitfall_NoAnswerLeftIsTheSameError(t *testing.T) {
+	t.Parallel()
+	for _, path := range []struct{ name, config string }{{"fast path", fallbackConfig}, {"tool loop", fallbackLoopConfig}} {
+		for _, f := range noAnswerFaults {
+			t.Run(path.name+"/"+f.name, func(t *testing.T) {
+				t.Parallel()
+				for _, stream := range []bool{false, true} {
+					h := newHarness(t, path.config, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
+						return mockllm.Turn{Text: "never seen", Fault: f.fault}
+					}})
+					got := chatResult(t, h, primaryParams(), stream)
+					if got != f.want {
+						t.Fatalf("stream=%v: got %+v, want %+v", stream, got, f.want)
+					}
+					if calls := [3]int{h.mock.Calls("up-primary"), h.mock.Calls("up-small"), h.mock.Calls("up-large")}; calls != [3]int{2, 2, 2} {
+						t.Fatalf("stream=%v: upstream calls %v, want a retry and every fallback", stream, calls)
+					}
+				}
+			})
+		}
+	}
+}
+
+// An answer without an answer, from a model without fallbacks, is the
+// client's error and is never stored in the response cache: the next
+// request goes upstream (a miss) and its answer is the one cached.
+func TestNoAnswerIsNeverCached(t *testing.T) {
+	t.Parallel()
+	for _, f := range noAnswerFaults {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", f.name, stream), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, cacheConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+					if c.N == 1 {
+						return mockllm.Turn{Fault: f.fault}
+					}
+					return numbered(c)
+				}})
+				want := f.want
+				want.cache = "miss"
+				if got := chatResult(t, h, det("q"), stream); got != want {
+					t.Fatalf("first: got %+v, want %+v", got, want)
+				}
+				second := chatResult(t, h, det("q"), stream)
+				if second.status != 200 || second.cache != "miss" || !strings.HasPrefix(second.content, "answer 2 ") {
+					t.Fatalf("second: %+v, want call 2's answer, not from the cache", second)
+				}
+				if third := chatResult(t, h, det("q"), stream); third.cache != "hit" || third.content != second.content {
+					t.Fatalf("third: %+v, want the second's answer from the cache", third)
+				}
+			})
+		}
 	}
 }

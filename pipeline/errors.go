@@ -185,5 +185,11 @@ func (e *UpstreamError) Error() string {
 
 func (e *UpstreamError) Unwrap() error { return e.Err }
 
+// ErrNoContent is the cause of the UpstreamCut failure reported for an
+// upstream answer without content: a stream that ends cleanly before any
+// (fallback), or a 200 JSON answer whose choices are missing or empty
+// (proxy). An empty answer is a failure, never a success, in either form.
+var ErrNoContent = errors.New("pipeline: upstream answered without content")
+
 // ErrClientGone reports that the client disconnected; it is logged as 499.
 var ErrClientGone = errors.New("pipeline: client disconnected")

@@ -167,13 +167,11 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 			// "error":null in a normal chunk kills openai-go's stream: drop it.
 			data, _ = sjson.DeleteBytes(data, "error")
 		} else if e.Exists() {
-			return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
-				Provider: s.pc.cfg.Name, Body: append([]byte(nil), data...), Err: errors.New("error event in stream"), Messages: s.msgMap}
+			return nil, false, s.pc.errorAnswer(data, errErrorEvent, s.msgMap)
 		}
 	}
 	if string(ev.Name) == "error" {
-		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
-			Provider: s.pc.cfg.Name, Body: append([]byte(nil), ev.Data...), Err: errors.New("error event in stream"), Messages: s.msgMap}
+		return nil, false, s.pc.errorAnswer(ev.Data, errErrorEvent, s.msgMap)
 	}
 	if len(data) == 0 {
 		return nil, true, nil

@@ -335,11 +335,17 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		// once (with the client's model name when it differs).
 		out := resp.Body()
 		var body []byte
+		var failed error
 		valid := jsonvalid.Bytes(out)
 		switch {
 		case pc.messages || !valid:
 			body = append([]byte(nil), out...)
 		default:
+			// A 200 without a choice fails as the same answer streamed
+			// does: JSON and stream clients get the same fallbacks.
+			if failed = pc.noAnswer(out, req.Messages); failed != nil {
+				break
+			}
 			body = setModel(nil, out, req.Model)
 			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
 				body = append([]byte(nil), out...)
@@ -348,6 +354,9 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		pc.endCall(c, freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if failed != nil {
+			return nil, failed
 		}
 		if pc.messages {
 			return decodeMessage(target.Provider, body, req)

@@ -47,7 +47,7 @@ func TestUpstreamOverTLS(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","model":"up","choices":[]}`))
+		_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","model":"up","choices":[{"index":0}]}`))
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
@@ -177,7 +177,7 @@ func TestResponseLimit(t *testing.T) {
 		if id == "big-chunked" {
 			w.(http.Flusher).Flush() // no Content-Length
 		}
-		_, _ = w.Write([]byte(`{"model":"up","pad":"` + strings.Repeat("x", pad) + `"}`))
+		_, _ = w.Write([]byte(`{"model":"up","choices":[{"index":0}],"pad":"` + strings.Repeat("x", pad) + `"}`))
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {

@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// errErrorEvent and errErrorAnswer are the causes of the failures an
+// upstream's error object in a 200 answer becomes (errorAnswer).
+var (
+	errErrorEvent  = errors.New("proxy: error event in stream")
+	errErrorAnswer = errors.New("proxy: error object and no choices in a 200 answer")
+)
+
+// noAnswer returns nil when body, a 200 chat completion (valid JSON, only
+// read), has a choice. Otherwise it returns the failure the same answer
+// streamed is: with an error object, an error event's (errorAnswer);
+// without, a stream that ends before any content (UpstreamCut wrapping
+// pipeline.ErrNoContent, as fallback's prime reports it). The failure
+// keeps a copy of what it needs.
+func (pc *providerClient) noAnswer(body []byte, msgs pipeline.MessageMap) error {
+	doc := unsafe.String(unsafe.SliceData(body), len(body)) // read-only view; nothing read here is kept
+	if hasElement(gjson.Get(doc, "choices")) {
+		return nil
+	}
+	if e := gjson.Get(doc, "error"); e.Exists() && e.Type != gjson.Null {
+		if len(body) > maxErrorBody {
+			body = body[:maxErrorBody]
+		}
+		return pc.errorAnswer(body, errErrorAnswer, msgs)
+	}
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: pipeline.ErrNoContent}
+}
+
+// hasElement reports whether r is a JSON array with at least one element,
+// from its first bytes: r.Raw begins with '[' when r is an array.
+func hasElement(r gjson.Result) bool {
+	if !r.IsArray() {
+		return false
+	}
+	for i := 1; i < len(r.Raw); i++ {
+		switch r.Raw[i] {
+		case ' ', '\t', '\n', '\r':
+		case ']':
+			return false
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// errorAnswer is the failure an upstream's error object in a 200 answer
+// is, streamed (an error event) or not: a 502 whose body, copied from
+// body, mapError relays as it relays a 5xx error body. It is retried and
+// falls back as a 5xx is.
+func (pc *providerClient) errorAnswer(body []byte, cause error, msgs pipeline.MessageMap) *pipeline.UpstreamError {
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
+		Provider: pc.cfg.Name, Body: append([]byte(nil), body...), Err: cause, Messages: msgs}
+}

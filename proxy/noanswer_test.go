@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// bodyUpstream is an upstream that answers every chat request with 200 and
+// the body named by the request's X-Request-Id: as JSON, or for a stream as
+// one data event followed by [DONE].
+func bodyUpstream(t *testing.T, bodies map[string]string) *Upstream {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := bodies[r.Header.Get("X-Request-Id")]
+		var req bytes.Buffer
+		_, _ = req.ReadFrom(r.Body)
+		if bytes.Contains(req.Bytes(), []byte(`"stream":true`)) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte("data: " + body + "\n\ndata: [DONE]\n\n"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	_, u := testUpstream(t, srv.URL+"/v1", "")
+	return u
+}
+
+// A 200 JSON answer without an answer is the failure the same answer
+// streamed is: an error object and no choices is an error event (a 502
+// status failure whose envelope relays the upstream's message), and no
+// choice at all is an answer without content. Anything with a choice is
+// the answer, an error member beside it included.
+func TestNoAnswerIsAFailure(t *testing.T) {
+	t.Parallel()
+	const head = `{"id":"c","object":"chat.completion","created":1,"model":"up",`
+	cases := []struct {
+		name, body string
+		kind       pipeline.UpstreamKind
+		noContent  bool // the failure wraps pipeline.ErrNoContent
+		answer     bool // returned as the answer
+	}{
+		{name: "error object only", body: `{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}`, kind: pipeline.UpstreamStatus},
+		{name: "error object and empty choices", body: head + `"choices":[],"error":{"message":"overloaded","type":"server_error"}}`, kind: pipeline.UpstreamStatus},
+		{name: "error string", body: `{"error":"overloaded"}`, kind: pipeline.UpstreamStatus},
+		{name: "credentials error", body: `{"error":{"message":"bad key sk-abc","type":"authentication_error","code":"invalid_api_key"}}`, kind: pipeline.UpstreamStatus},
+		{name: "empty choices", body: head + `"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3}}`, kind: pipeline.UpstreamCut, noContent: true},
+		{name: "empty choices with spaces", body: head + `"choices":[ ` + "\n" + ` ]}`, kind: pipeline.UpstreamCut, noContent: true},
+		{name: "choices missing", body: head + `"usage":null}`, kind: pipeline.UpstreamCut, noContent: true},
+		{name: "choices null", body: head + `"choices":null}`, kind: pipeline.UpstreamCut, noContent: true},
+		{name: "error null and no choices", body: head + `"choices":[],"error":null}`, kind: pipeline.UpstreamCut, noContent: true},
+		{name: "answer", body: head + `"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, answer: true},
+		{name: "answer with an error member", body: head + `"choices":[ {"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"error":{"message":"x"}}`, answer: true},
+	}
+	bodies := make(map[string]string, len(cases))
+	for _, c := range cases {
+		bodies[c.name] = c.body
+	}
+	u := bodyUpstream(t, bodies)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			req := chatReq(false)
+			req.ID = c.name
+			resp, err := u.Chat(context.Background(), req)
+			if c.answer {
+				if err != nil || !bytes.Contains(resp.Body, []byte(`"model":"m"`)) {
+					t.Fatalf("an answer with a choice was not returned: %v", err)
+				}
+				return
+			}
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) || ue.Kind != c.kind || errors.Is(err, pipeline.ErrNoContent) != c.noContent {
+				t.Fatalf("got %v (%#v), want a %s failure (no content: %v)", err, ue, c.kind, c.noContent)
+			}
+			if c.kind != pipeline.UpstreamStatus {
+				return
+			}
+			// The stream of the same error fails as the JSON answer does,
+			// and the client gets the same envelope either way.
+			sreq := chatReq(true)
+			sreq.ID = c.name
+			sresp, err := u.Chat(context.Background(), sreq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, serr := sresp.Stream.Next()
+			sresp.Stream.Close()
+			je, se := mapError(ue), mapError(serr)
+			if je.status != 502 || se.status != je.status || !bytes.Equal(se.body, je.body) {
+				t.Fatalf("JSON: %d %s\nstream: %d %s", je.status, je.body, se.status, se.body)
+			}
+			if c.name == "error object only" && !bytes.Contains(je.body, []byte(`"message":"overloaded"`)) {
+				t.Fatalf("the upstream's message was not relayed as a 5xx body's is: %s", je.body)
+			}
+			if bytes.Contains(je.body, []byte("sk-abc")) {
+				t.Fatalf("a credentials error's message was relayed: %s", je.body)
+			}
+		})
+	}
+}
+
+// hasElement agrees with gjson's own count of a JSON value's elements.
+func FuzzHasElement(f *testing.F) {
+	for _, s := range []string{`{"choices":[]}`, `{"choices":[ ]}`, `{"choices":[{}]}`, `{"choices":[null]}`,
+		`{"choices":{}}`, `{"choices":"[x]"}`, `{"choices":[` + "\t\r\n" + `]}`, `{"error":{}}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !jsonvalid.Bytes(body) {
+			return // noAnswer reads only bodies that passed the check
+		}
+		r := gjson.GetBytes(body, "choices")
+		if want := r.IsArray() && len(r.Array()) > 0; hasElement(r) != want {
+			t.Fatalf("hasElement(%s) = %v, want %v", r.Raw, !want, want)
+		}
+	})
+}
+
+// BenchmarkNoAnswer is the check's cost on every non-streamed answer: a
+// typical completion, whose choices come before its usage.
+func BenchmarkNoAnswer(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("token ", 40) + `","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":40,"total_tokens":49},"system_fingerprint":"fp"}`)
+	pc := &providerClient{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if pc.noAnswer(body, pipeline.MessageMap{}) != nil {
+			b.Fatal("an answer was refused")
+		}
+	}
+}
