@@ -58,6 +58,13 @@ func rawRequest(proto, body string, extra ...string) string {
 // body: chunked, the SSE headers, events that end with [DONE].
 func readStream(t *testing.T, br *bufio.Reader) *http.Response {
 	t.Helper()
+	return readStreamFramed(t, br, true)
+}
+
+// readStreamFramed is readStream for a response chunked or, for an HTTP/1.0
+// client, not framed at all (its body ends with the connection).
+func readStreamFramed(t *testing.T, br *bufio.Reader, chunked bool) *http.Response {
+	t.Helper()
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("reading the stream's response: %v", err)
@@ -66,8 +73,9 @@ func readStream(t *testing.T, br *bufio.Reader) *http.Response {
 	if err != nil {
 		t.Fatalf("reading the stream's body: %v", err)
 	}
-	if resp.StatusCode != 200 || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
-		t.Fatalf("status %d, transfer encoding %v", resp.StatusCode, resp.TransferEncoding)
+	if resp.StatusCode != 200 || chunked && (len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked") ||
+		!chunked && (len(resp.TransferEncoding) != 0 || resp.ContentLength != -1 && resp.ContentLength != int64(len(body))) {
+		t.Fatalf("status %d, transfer encoding %v, content length %d", resp.StatusCode, resp.TransferEncoding, resp.ContentLength)
 	}
 	for k, v := range map[string]string{"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"} {
 		if got := resp.Header.Get(k); got != v {
@@ -198,17 +206,36 @@ func TestShutdownDeadlineEndsStreams(t *testing.T) {
 
 // TestStreamConnectionCloses: a client that asks to close, or speaks
 // HTTP/1.0, gets Connection: close and the connection ends after the
-// stream.
+// stream. HTTP/1.0 knows no chunked framing: its stream is not framed, its
+// end is the connection's, and a replay from the cache is sized.
 func TestStreamConnectionCloses(t *testing.T) {
 	t.Parallel()
 	_, addr := connHarness(t)
-	for _, req := range []string{
-		rawRequest("HTTP/1.1", connStreamBody, "Connection: close"),
-		rawRequest("HTTP/1.0", connStreamBody),
+	cached := newHarness(t, baseConfig+"[middleware.cache]\nenabled = true\nstore = \"memory\"\n", mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Text: "a streamed answer in a few chunks"}
+	}, Chunking: mockllm.Chunking{TextRunes: 5}})
+	u, err := url.Parse(cached.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayBody := strings.Replace(connStreamBody, `"stream":true`, `"stream":true,"temperature":0`, 1)
+	for _, tc := range []struct {
+		addr, req, cache string
+		chunked          bool
+	}{
+		{addr, rawRequest("HTTP/1.1", connStreamBody, "Connection: close"), "", true},
+		{addr, rawRequest("HTTP/1.0", connStreamBody), "", false},
+		{u.Host, rawRequest("HTTP/1.0", replayBody), "miss", false},
+		{u.Host, rawRequest("HTTP/1.0", replayBody), "hit", false}, // written by fasthttp: all here
 	} {
-		c, br := dialGateway(t, addr)
+		req := tc.req
+		c, br := dialGateway(t, tc.addr)
 		write(t, c, req)
-		if resp := readStream(t, br); !resp.Close {
+		resp := readStreamFramed(t, br, tc.chunked)
+		if got := resp.Header.Get("X-Gateway-Cache"); tc.cache != "" && got != tc.cache {
+			t.Errorf("cache %q, want %q", got, tc.cache)
+		}
+		if !resp.Close {
 			t.Errorf("%q: the response does not say Connection: close", strings.SplitN(req, "\r\n", 2)[0])
 		}
 		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {

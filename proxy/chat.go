@@ -169,7 +169,16 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 			panic(r)
 		}
 	}()
-	if sk.prefetch() || !s.hijackStream(ctx, sk) {
+	switch {
+	case sk.prefetch():
+		// The whole stream is here (a cache replay): fasthttp writes it,
+		// sized for an HTTP/1.0 client, which knows no chunked framing.
+		size := -1
+		if !ctx.Request.Header.IsHTTP11() {
+			size = len(sk.buf)
+		}
+		ctx.SetBodyStream(sk, size)
+	case !s.hijackStream(ctx, sk):
 		ctx.SetBodyStream(sk, -1)
 	}
 	sk.handed = true
@@ -257,12 +266,13 @@ type sink struct {
 
 	// For a stream on a connection of its own (hijackStream, serve): the
 	// response head until the first write, and the vectors of one write.
-	head    []byte
-	closed  bool // the final chunk was written
-	vec     [5][]byte
-	bufs    net.Buffers
-	size    []byte
-	sizeArr [18]byte
+	head     []byte
+	identity bool // an HTTP/1.0 client's: no chunked framing, the body ends with the connection
+	closed   bool // the final chunk was written
+	vec      [5][]byte
+	bufs     net.Buffers
+	size     []byte
+	sizeArr  [18]byte
 }
 
 var (

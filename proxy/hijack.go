@@ -28,7 +28,8 @@ import (
 //
 // The bytes are the ones fasthttp would write for the same stream: the
 // head fasthttp serialises, the events as HTTP/1.1 chunks (a burst in one
-// write), the last chunk. The connection is kept for the next request
+// write), the last chunk; for an HTTP/1.0 client, which knows no chunks,
+// the events as they are, ended by closing the connection. The connection is kept for the next request
 // unless the client asked to close it, spoke HTTP/1.0, or the server is
 // shutting down. Request bytes the client pipelined behind the stream's
 // request, which fasthttp had read ahead, are served first.
@@ -46,7 +47,14 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	if !keep {
 		ctx.Response.SetConnectionClose()
 	}
-	ctx.Response.Header.SetContentLength(-1) // chunked
+	if ctx.Request.Header.IsHTTP11() {
+		ctx.Response.Header.SetContentLength(-1) // chunked
+	} else {
+		// HTTP/1.0 has no chunked framing: the body ends when the
+		// connection does (keep is false).
+		ctx.Response.Header.SetContentLength(-2)
+		sk.identity = true
+	}
 	sk.head = ctx.Response.Header.AppendBytes(nil)
 	// Until fasthttp hands the connection over, a connection it closes
 	// instead (a failure between the handler and the hijack) ends the
@@ -315,13 +323,20 @@ func (k *sink) writeNext(conn *net.TCPConn) error {
 }
 
 // writeChunk writes head (if any), b as one chunk (if not empty) and, when
-// last, the final chunk, in one system call.
+// last, the final chunk, in one system call (b as it is, for an HTTP/1.0
+// client).
 func (k *sink) writeChunk(conn *net.TCPConn, head, b []byte, last bool) error {
 	v := k.vec[:0]
 	if len(head) > 0 {
 		v = append(v, head)
 	}
-	if len(b) > 0 {
+	switch {
+	case k.identity:
+		if len(b) > 0 {
+			v = append(v, b)
+		}
+		last = false
+	case len(b) > 0:
 		k.size = strconv.AppendInt(k.sizeArr[:0], int64(len(b)), 16)
 		k.size = append(k.size, '\r', '\n')
 		v = append(v, k.size, b, crlf)
