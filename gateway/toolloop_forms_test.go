@@ -172,3 +172,54 @@ func TestToolLoopAttemptsHeaderAgrees(t *testing.T) {
 		t.Fatalf("x_gateway.rounds:\n stream %s\n JSON   %s\n want   %s", streamRounds, jsonRounds, wantRounds)
 	}
 }
+
+// A round the upstream cut with "length" in the middle of a tool call's
+// arguments ends the answer with "length" in both forms. The loop's stream
+// used to say "tool_calls" for a cut client call while the JSON answer,
+// relayed, said "length"; a cut server call was run on its cut arguments
+// and the model called again.
+func TestToolLoopCutCallKeepsLength(t *testing.T) {
+	t.Parallel()
+	weather := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name: "get_weather", Parameters: openai.FunctionParameters{"type": "object"}})}
+	for _, tc := range []struct {
+		name  string
+		cfg   string
+		call  string
+		shown int // client calls in the answer
+	}{
+		{name: "client call, no server tools", cfg: baseConfig, call: "get_weather", shown: 1},
+		{name: "client call, server tools offered", cfg: toolConfig, call: "get_weather", shown: 1},
+		{name: "server call", cfg: toolConfig, call: "calculator"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, strings.ReplaceAll(tc.cfg, "{{HTTP}}", "http://127.0.0.1:1/"), mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: tc.call, Arguments: `{"ci`}}, FinishReason: "length"}
+			}})
+			p := userMsg("weather in Oslo?")
+			p.Tools = weather
+			resp, err := h.client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acc, sum, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := resp.Choices[0]
+			if whole.FinishReason != "length" || sum.FinishReason != "length" || acc.Choices[0].FinishReason != "length" {
+				t.Fatalf("finish_reason: JSON %q, stream %q (accumulated %q); want length", whole.FinishReason, sum.FinishReason, acc.Choices[0].FinishReason)
+			}
+			if len(whole.Message.ToolCalls) != tc.shown || len(sum.ToolCalls) != tc.shown {
+				t.Fatalf("client calls: JSON %d, stream %d; want %d", len(whole.Message.ToolCalls), len(sum.ToolCalls), tc.shown)
+			}
+			if tc.shown > 0 && (whole.Message.ToolCalls[0].Function.Arguments != `{"ci` || sum.ToolCalls[0].Arguments != `{"ci`) {
+				t.Fatalf("arguments: JSON %q, stream %q; want the cut %q", whole.Message.ToolCalls[0].Function.Arguments, sum.ToolCalls[0].Arguments, `{"ci`)
+			}
+			if n := len(h.mock.Requests()); n != 2 {
+				t.Fatalf("%d model calls, want one per request: a cut round ends the answer", n)
+			}
+		})
+	}
+}

@@ -34,20 +34,29 @@ type decision struct {
 }
 
 // decide is the one end-of-round rule both loops follow (docs/wire.md
-// rule 12): "tool_calls" if and only if client calls were shown, and the
-// upstream's own reason otherwise ("length", "content_filter"), with
-// "tool_calls" and a missing reason turned into "stop". A forced final
-// round never runs its server calls. Pure: the stream and the JSON answer
+// rule 12): "tool_calls" when client calls were shown and the upstream
+// finished the round, and the upstream's own reason otherwise ("length",
+// "content_filter"), with "tool_calls" and a missing reason turned into
+// "stop". A forced final round never runs its server calls, and neither
+// does a round the upstream cut: its last call's arguments may be cut off,
+// and another round would most likely be cut again, so the answer ends
+// there with the upstream's reason. Pure: the stream and the JSON answer
 // call it with the same outcome and so cannot disagree.
 func decide(o roundOutcome) decision {
 	answer := o.upstream
 	if answer == "" || answer == "tool_calls" {
 		answer = "stop"
 	}
+	cut := o.upstream == "length" || o.upstream == "content_filter"
 	switch {
-	case o.final || o.server == 0:
-		if o.client > 0 {
+	case o.final || o.server == 0 || cut:
+		switch {
+		case o.client > 0 && cut:
+			return decision{finish: answer, reason: "client_tool_calls"}
+		case o.client > 0:
 			return decision{finish: "tool_calls", reason: "client_tool_calls"}
+		case o.server > 0 && cut && !o.final:
+			return decision{finish: answer, reason: "cut"}
 		}
 		return decision{finish: answer, reason: "answer"}
 	case !o.ran:

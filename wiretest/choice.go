@@ -54,8 +54,9 @@ func (c *checker) choice(ch gjson.Result, seen map[int64]bool) *Violation {
 		return c.fail(RuleFinish, "finish chunk of choice %d has a non-empty delta %s; send the finish in its own chunk with delta {}", idx, clip([]byte(delta.Raw)))
 	}
 	switch {
-	case st.calls > 0 && fr.Str != "tool_calls":
-		return c.fail(RuleFinish, "choice %d streamed tool calls but finished with %q, want \"tool_calls\"", idx, fr.Str)
+	case st.calls > 0 && fr.Str != "tool_calls" && fr.Str != "length" && fr.Str != "content_filter":
+		// An upstream that cut the answer says so even after a call.
+		return c.fail(RuleFinish, "choice %d streamed tool calls but finished with %q, want \"tool_calls\" (or a cut: \"length\", \"content_filter\")", idx, fr.Str)
 	case st.calls == 0 && fr.Str == "tool_calls":
 		return c.fail(RuleFinish, "choice %d finished with \"tool_calls\" but streamed no tool call", idx)
 	}

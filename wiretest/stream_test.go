@@ -84,6 +84,8 @@ func TestCheckStreamAccepts(t *testing.T) {
 			ch(`{"index":1,"delta":{"content":"b"},"finish_reason":null}`), ch(d(`{"content":"a"}`)),
 			ch(fin("stop"), `{"index":1,"delta":{},"finish_reason":"length"}`), doneEv),
 			want: Summary{Content: "a", FinishReason: "stop", Choices: 2}},
+		{name: "tool call cut by length", raw: frame(role, tc0, frag("0", `{\"ci`), ch(fin("length")), doneEv),
+			want: Summary{FinishReason: "length", ToolCalls: []ToolCall{{Index: 0, ID: "call_a", Name: "f", Arguments: `{"ci`}}}},
 		{name: "data without space", raw: frame("RAW:data:"+role+"\n\n", stop, doneEv), want: Summary{FinishReason: "stop"}},
 		{name: "error mid-stream", raw: frame(role, text, "RAW:: keep-alive\n\nevent: error\ndata: "+errorEnv+"\n\n"), opt: Options{WantError: true},
 			want: Summary{Content: "Hi", KeepAlives: 1}},
@@ -214,6 +216,7 @@ func TestCheckStreamRejects(t *testing.T) {
 		{name: "never finished", raw: frame(role, text, doneEv), rule: RuleFinish},
 		{name: "empty finish_reason", raw: frame(role, ch(fin("")), doneEv), rule: RuleFinish},
 		{name: "tool calls finished with stop", raw: frame(role, tc0, stop, doneEv), rule: RuleFinish},
+		{name: "tool calls finished with an unknown reason", raw: frame(role, tc0, ch(fin("function_call")), doneEv), rule: RuleFinish},
 		{name: "tool_calls finish without calls", raw: frame(role, tcFin, doneEv), rule: RuleFinish},
 		// usage (rule 13)
 		{name: "usage chunk not last", raw: frame(role, usageCh, stop, doneEv), opt: usage, rule: RuleUsage, wantChunk: 3},
