@@ -41,6 +41,23 @@ type call struct {
 	closed     bool // no more fragments will be sent for this call
 }
 
+// assignID gives c the id the client and the history see, once: with
+// gateway (server tools in play, docs/wire.md rule 11) an unguessable id of
+// the gateway's own, since the client's follow-up is matched to hidden state
+// by it and an upstream's ids may be short, sequential or reused across
+// conversations; else the upstream's, when a delta has carried it. The
+// stream's accumulator and the JSON loop both name calls here, so that the
+// two forms of a response show the same kind of id.
+func (c *call) assignID(gateway bool) {
+	switch {
+	case c.id != "":
+	case gateway:
+		c.id = newCallID()
+	default:
+		c.id = c.upID
+	}
+}
+
 // appendToolCalls appends calls as a tool_calls array of complete calls (a
 // message's, or with indexed, a chunk delta's with each call's position).
 func appendToolCalls(dst []byte, calls []*call, indexed bool) []byte {
@@ -84,10 +101,8 @@ type accumulator struct {
 	ignored int // deltas dropped (over maxCalls or not an object)
 	size    int // bytes kept of the calls' upstream ids, names and arguments (see maxRoundBytes)
 
-	// gatewayIDs gives every call an unguessable id of the gateway's own
-	// instead of the upstream's. Set when server tools run: the client's
-	// follow-up is matched to hidden state by these ids, and an upstream's
-	// ids may be short, sequential or reused across conversations.
+	// gatewayIDs gives every call an id of the gateway's own instead of
+	// the upstream's (see call.assignID and session.gatewayIDs).
 	gatewayIDs bool
 }
 
@@ -149,13 +164,8 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 		idStr = strings.Clone(idStr)
 		c.upID = idStr
 		a.size += len(idStr)
-		if !a.gatewayIDs {
-			c.id = idStr
-		}
 	}
-	if a.gatewayIDs && c.id == "" {
-		c.id = newCallID()
-	}
+	c.assignID(a.gatewayIDs)
 	if name.Type == gjson.String && name.Str != "" && len(c.args) == 0 {
 		// A complete name repeated in a later delta (some upstreams do) is
 		// not appended twice; a name split across deltas is concatenated.
@@ -257,10 +267,7 @@ func callsFromMessage(tc gjson.Result, gatewayIDs bool) []*call {
 			return true
 		})
 		c := &call{upIndex: len(calls), upID: id.String(), name: name.String()}
-		c.id = c.upID
-		if gatewayIDs {
-			c.id = newCallID()
-		}
+		c.assignID(gatewayIDs)
 		if args.Type == gjson.String {
 			c.args = []byte(args.String())
 		} else if args.Exists() {

@@ -42,7 +42,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		s.noteUsage(s.usage.add(res.usage))
 		text := []byte(res.content.String())
-		calls := callsFromMessage(res.toolCalls, len(s.p.set.tools) > 0)
+		calls := callsFromMessage(res.toolCalls, s.gatewayIDs())
 		f := finalEdit{}
 		server, client := s.split(calls)
 		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res.finish.String()}
@@ -61,8 +61,10 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			f.text, f.setText = nil, true
 		}
 		if d := decide(o); d.next == stepEnd {
-			// The forced final call's server calls are never run: drop them.
-			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0, d.finish
+			// The server calls of a forced final or a cut round are never
+			// run: drop them. The client calls are written again when they
+			// were renamed (as the stream names them).
+			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0 || s.gatewayIDs(), d.finish
 			if len(client) == 0 {
 				f.setText = true
 			}

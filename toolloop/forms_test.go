@@ -210,3 +210,45 @@ func TestRoundsRecordTheirMessages(t *testing.T) {
 		t.Fatalf("the client's message named as %q", got)
 	}
 }
+
+// With server tools in play every call id the client sees is the gateway's
+// own (docs/wire.md rule 11), in the JSON answer as in the stream, also
+// when the round has only client calls: the JSON answer kept the upstream's
+// ids then, because it rewrote tool_calls only to remove server calls.
+func TestClientCallIDsSameBothWays(t *testing.T) {
+	t.Parallel()
+	const body = userBody + `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	args := `{"city":"Oslo"}`
+	turn := always([]string{
+		chunk("up-1", `{"role":"assistant","content":null}`, ""),
+		chunk("up-1", callWhole(0, "call_a", "get_weather", args), ""),
+		chunk("up-1", `{}`, "tool_calls"),
+	}, completion("up-1", "", `[{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":`+q(args)+`}}]`, "tool_calls", 10, 2))
+	for _, stream := range []bool{false, true} {
+		t.Run("stream="+strconv.FormatBool(stream), func(t *testing.T) {
+			t.Parallel()
+			l := newLoop(t, []config.Tool{calcTool}, nil)
+			b := body + `}`
+			if stream {
+				b = body + `,"stream":true}`
+			}
+			resp, err := l.Chat(context.Background(), request(&fakeModel{turns: []turnFn{turn}}, stream, b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			if stream {
+				for _, c := range checkStream(t, sse(t, resp.Stream), false).ToolCalls {
+					ids = append(ids, c.ID)
+				}
+			} else {
+				for _, c := range gjson.GetBytes(resp.Body, "choices.0.message.tool_calls").Array() {
+					ids = append(ids, c.Get("id").Str)
+				}
+			}
+			if len(ids) != 1 || ids[0] == "call_a" || len(ids[0]) != len(newCallID()) {
+				t.Fatalf("call ids %q, want one of the gateway's own", ids)
+			}
+		})
+	}
+}

@@ -100,7 +100,7 @@ func (s *session) startStream(ctx context.Context) (*pipeline.Response, error) {
 	}
 	s.noteRound(r)
 	st := &loopStream{s: s, ctx: lctx, cancel: cancel, up: asStream(resp), op: make(chan opResult, 1)}
-	st.acc.gatewayIDs = len(s.p.set.tools) > 0
+	st.acc.gatewayIDs = s.gatewayIDs()
 	return &pipeline.Response{Stream: st}, nil
 }
 

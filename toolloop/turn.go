@@ -193,6 +193,10 @@ func (s *session) checkBudget() {
 		Int("consecutive_errors", s.consecErrors).Int("tool_calls", s.lim.toolCalls).Int64("model_calls", s.lim.model.used.Load()).Msg("tool loop budget reached: final model call with tool_choice none")
 }
 
+// gatewayIDs reports whether the calls of this request get ids of the
+// gateway's own (call.assignID): when server tools are in play.
+func (s *session) gatewayIDs() bool { return len(s.p.set.tools) > 0 }
+
 // ensureIDs gives every call an id (the history needs one per call).
 func ensureIDs(calls []*call) {
 	for _, c := range calls {
