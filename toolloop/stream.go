@@ -572,7 +572,11 @@ func (st *loopStream) run(fn func(context.Context) opResult) (res opResult) {
 }
 
 // finishStream queues the one finish chunk and, when asked for, the one
-// usage chunk; x_gateway goes on the last of them.
+// usage chunk; x_gateway goes on the last of them. When no round reported
+// usage there is no usage chunk: zeros would be taken for a count by the
+// client, the access log and a cache entry, and the JSON answer of the same
+// rounds has no usage either (the meter charges such a round with its own
+// input estimate).
 func (st *loopStream) finishStream(finish, reason string) {
 	s := st.s
 	s.awaitApproval(st.ctx)
@@ -580,7 +584,7 @@ func (st *loopStream) finishStream(finish, reason string) {
 		s.end(reason)
 	}
 	tr := s.traceJSON()
-	if s.req.IncludeUsage {
+	if s.req.IncludeUsage && s.usage.seen {
 		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish})
 		var buf [256]byte // the usage object, on the stack: Encode copies it
 		st.emit(&wire.Event{Kind: wire.Usage, Raw: s.usage.appendJSON(buf[:0]), Trace: tr})
