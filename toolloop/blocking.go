@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -50,15 +51,21 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			d := decide(o)
 			f.finish = d.finish
 			s.answer(&f, text, nil, false)
+			s.logprobs(&f, &res, true)
 			s.end(d.reason)
 			return s.finalBody(body, &res, f)
 		}
 		ensureIDs(calls)
+		shown := true
 		if hiddenText(text, calls) {
 			// An echo of the arguments, or only whitespace before the calls:
 			// the stream never shows it, nor does the history keep it.
-			text = nil
+			text, shown = nil, false
 			f.text, f.setText = nil, true
+		}
+		s.logprobs(&f, &res, shown)
+		if shown && res.logprobs.IsObject() {
+			s.shownLP.Add([]byte(res.logprobs.Raw)) // the next round's "earlier" ones
 		}
 		if d := decide(o); d.next == stepEnd {
 			// The server calls of a forced final or a cut round are never
@@ -140,6 +147,32 @@ func (s *session) answer(f *finalEdit, text, extra []byte, set bool) {
 	f.text, f.setText = out, true
 }
 
+// logprobs sets, in case the current round is the last, the message's
+// logprobs as the stream shows them: those of the text of every round
+// before it that showed text (s.shownLP), then the current round's when
+// its text is shown (the stream carries each chunk's on it; ChatJSON joins
+// them the same way). The body's own are kept when they are all of it. A
+// round whose content is hidden loses its refusal's logprobs with it (the
+// stream keeps those on the refusal's chunk): no upstream sends both.
+func (s *session) logprobs(f *finalEdit, res *completionView, shown bool) {
+	switch {
+	case s.shownLP.Empty() && shown: // only the body's own
+		f.logprobs = nil
+	case s.shownLP.Empty():
+		f.logprobs = nil
+		if res.logprobs.IsObject() {
+			f.logprobs = []byte("null") // of a text the stream does not show
+		}
+	default:
+		var lp wire.Logprobs
+		lp.Add(s.shownLP.AppendJSON(nil))
+		if shown && res.logprobs.IsObject() {
+			lp.Add([]byte(res.logprobs.Raw))
+		}
+		f.logprobs = lp.AppendJSON(nil)
+	}
+}
+
 // sideTexts are the message's other texts the stream forwards from every
 // round as they come (wire.Text events): the JSON answer carries every
 // round's too.
@@ -158,6 +191,7 @@ type finalEdit struct {
 	calls    []*call // client calls kept in message.tool_calls
 	setCalls bool
 	finish   string
+	logprobs []byte // the choice's logprobs to write (JSON); nil: the body's stay
 }
 
 // finalBody edits the last round's body (read as got) into the client's
@@ -211,6 +245,9 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 		} else {
 			setRaw("choices.0.message.tool_calls", appendToolCalls(nil, f.calls, false))
 		}
+	}
+	if f.logprobs != nil {
+		setRaw("choices.0.logprobs", f.logprobs)
 	}
 	if f.finish != "" && (got.finish.Type != gjson.String || got.finish.Str != f.finish) {
 		set("choices.0.finish_reason", f.finish)

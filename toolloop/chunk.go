@@ -4,6 +4,8 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -33,6 +35,15 @@ func bodyAsChunk(body []byte) []byte {
 	b = strconv.AppendInt(b, res.created.Int(), 10)
 	b = append(b, `,"model":`...)
 	b = appendJSONString(b, []byte(res.model.String()))
+	for _, f := range [...]struct {
+		key string
+		v   gjson.Result
+	}{{`,"system_fingerprint":`, res.fingerprint}, {`,"service_tier":`, res.tier}} {
+		if f.v.Type == gjson.String {
+			b = append(b, f.key...)
+			b = appendJSONString(b, []byte(f.v.Str))
+		}
+	}
 	b = append(b, `,"choices":[{"index":0,"delta":{"content":`...)
 	b = appendJSONString(b, []byte(res.content.String()))
 	calls := callsFromMessage(res.toolCalls, false) // re-read by the accumulator, which assigns ids
@@ -40,7 +51,13 @@ func bodyAsChunk(body []byte) []byte {
 		b = append(b, `,"tool_calls":`...)
 		b = appendToolCalls(b, calls, true)
 	}
-	b = append(b, `},"finish_reason":`...)
+	b = append(b, `},"logprobs":`...)
+	if res.logprobs.IsObject() {
+		b = append(b, res.logprobs.Raw...)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"finish_reason":`...)
 	b = appendJSONString(b, []byte(res.finish.String()))
 	b = append(b, `}],"usage":`...)
 	if res.usage.IsObject() {

@@ -8,16 +8,18 @@ import (
 
 // completionView is what the loop reads of a chat.completion body: the
 // values (views into the body, valid while it is unchanged) of the paths id,
-// created, model, usage, and of the choice whose index is 0 (choiceZero, as
-// the stream follows it) its finish_reason and message.
-// {content, tool_calls, refusal, reasoning_content, reasoning}. They are
+// created, model, usage, system_fingerprint, service_tier, and of the choice
+// whose index is 0 (choiceZero, as the stream follows it) its finish_reason,
+// logprobs and message.{content, tool_calls, refusal, reasoning_content,
+// reasoning}. They are
 // found as gjson finds them, in one pass over the body instead of one per
 // path: of keys that repeat, a value is the first one's, and a path goes on
 // into a later object of a repeated key when an earlier one lacks the rest
 // of the path.
 type completionView struct {
 	id, created, model, usage gjson.Result
-	finish                    gjson.Result
+	fingerprint, tier         gjson.Result
+	finish, logprobs          gjson.Result
 	content, toolCalls        gjson.Result
 	side                      [len(sideTexts)]gjson.Result
 }
@@ -33,6 +35,10 @@ func readCompletion(body []byte) (c completionView) {
 			keepFirst(&c.model, v)
 		case "usage":
 			keepFirst(&c.usage, v)
+		case "system_fingerprint":
+			keepFirst(&c.fingerprint, v)
+		case "service_tier":
+			keepFirst(&c.tier, v)
 		case "choices":
 			if v.IsArray() {
 				c.readChoice(choiceZero(v)) // the one the stream follows
@@ -50,6 +56,8 @@ func (c *completionView) readChoice(choice gjson.Result) {
 		switch k.Str {
 		case "finish_reason":
 			keepFirst(&c.finish, v)
+		case "logprobs":
+			keepFirst(&c.logprobs, v)
 		case "message":
 			c.readMessage(v)
 		}

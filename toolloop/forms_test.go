@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wiretest"
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -248,6 +250,154 @@ func TestClientCallIDsSameBothWays(t *testing.T) {
 			}
 			if len(ids) != 1 || ids[0] == "call_a" || len(ids[0]) != len(newCallID()) {
 				t.Fatalf("call ids %q, want one of the gateway's own", ids)
+			}
+		})
+	}
+}
+
+// withLogprobs puts lp as the choice's logprobs of a chunk or a body built
+// by chunk or completion.
+func withLogprobs(s, lp string) string {
+	return strings.Replace(s, `"logprobs":null`, `"logprobs":`+lp, 1)
+}
+
+// tokenLP is a logprobs object of one content token.
+func tokenLP(tok string) string {
+	return `{"content":[{"token":` + q(tok) + `,"logprob":-0.1,"bytes":[72,105],"top_logprobs":[]}],"refusal":null}`
+}
+
+// streamTokens returns the content tokens of every chunk's logprobs, in
+// order, and checks that openai-go's accumulator gathers the same.
+func streamTokens(t *testing.T, sum *wiretest.Summary) []string {
+	t.Helper()
+	var toks []string
+	var acc openai.ChatCompletionAccumulator
+	for _, ch := range sum.Chunks {
+		for _, it := range gjson.GetBytes(ch, "choices.0.logprobs.content").Array() {
+			toks = append(toks, it.Get("token").Str)
+		}
+		var c openai.ChatCompletionChunk
+		if err := json.Unmarshal(ch, &c); err != nil {
+			t.Fatal(err)
+		}
+		acc.AddChunk(c)
+	}
+	var accToks []string
+	for _, lp := range acc.Choices[0].Logprobs.Content {
+		accToks = append(accToks, lp.Token)
+	}
+	if strings.Join(accToks, "|") != strings.Join(toks, "|") {
+		t.Fatalf("openai-go accumulated tokens %q, the chunks carry %q", accToks, toks)
+	}
+	return toks
+}
+
+// The loop's stream carries each chunk's logprobs on the chunk that shows
+// its text, and the JSON answer of the same rounds joins every shown
+// round's, as an SDK accumulates the stream: the stream wrote
+// "logprobs":null on every chunk, and the JSON answer kept only the last
+// round's. service_tier, which the relay passes on, is on every chunk too.
+func TestLogprobsSameBothWays(t *testing.T) {
+	t.Parallel()
+	const client = `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	tier := func(s string) string {
+		return strings.Replace(s, `"model":"gpt-x",`, `"model":"gpt-x","service_tier":"default",`, 1)
+	}
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	for _, tc := range []struct {
+		name   string
+		tools  []config.Tool
+		body   string
+		rounds [][]string // streamed rounds
+		bodies []string   // the same rounds as JSON; nil: the JSON form is relayed, not compared
+		want   []string   // tokens
+	}{
+		{
+			name: "client tools, live text",
+			body: client,
+			rounds: [][]string{{
+				chunk("up-1", `{"role":"assistant","content":""}`, ""),
+				withLogprobs(chunk("up-1", `{"content":"Hi"}`, ""), tokenLP("Hi")),
+				withLogprobs(chunk("up-1", `{"content":" there"}`, ""), tokenLP(" there")),
+				chunk("up-1", `{}`, "stop"),
+			}},
+			want: []string{"Hi", " there"},
+		},
+		{
+			name: "client tools, held text joined",
+			body: client,
+			rounds: [][]string{{
+				chunk("up-1", `{"role":"assistant","content":""}`, ""),
+				withLogprobs(chunk("up-1", `{"content":" "}`, ""), tokenLP(" ")),
+				withLogprobs(chunk("up-1", `{"content":"{\"a\":"}`, ""), tokenLP(`{"a":`)),
+				withLogprobs(chunk("up-1", `{"content":"1}"}`, ""), tokenLP("1}")),
+				chunk("up-1", `{}`, "stop"),
+			}},
+			want: []string{" ", `{"a":`, "1}"},
+		},
+		{
+			name:  "server tool rounds",
+			tools: []config.Tool{calcTool},
+			rounds: [][]string{{
+				chunk("up-1", `{"role":"assistant","content":""}`, ""),
+				withLogprobs(chunk("up-1", `{"content":"Let me check. "}`, ""), tokenLP("Let me check. ")),
+				chunk("up-1", callWhole(0, "c1", "calculator", `{"expression":"1+2"}`), ""),
+				chunk("up-1", `{}`, "tool_calls"),
+			}, {
+				chunk("up-2", `{"role":"assistant","content":""}`, ""),
+				withLogprobs(chunk("up-2", `{"content":"It is"}`, ""), tokenLP("It is")),
+				withLogprobs(chunk("up-2", `{"content":" 3."}`, ""), tokenLP(" 3.")),
+				chunk("up-2", `{}`, "stop"),
+			}},
+			bodies: []string{
+				withLogprobs(completion("up-1", "Let me check. ", calc, "tool_calls", 1, 1), tokenLP("Let me check. ")),
+				withLogprobs(completion("up-2", "It is 3.", "", "stop", 1, 1),
+					`{"content":[{"token":"It is","logprob":-0.1,"bytes":[72,105],"top_logprobs":[]},{"token":" 3.","logprob":-0.1,"bytes":[72,105],"top_logprobs":[]}],"refusal":null}`),
+			},
+			want: []string{"Let me check. ", "It is", " 3."},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var turns []turnFn
+			for i, r := range tc.rounds {
+				var chunks []string
+				for _, c := range r {
+					chunks = append(chunks, tier(c))
+				}
+				b := ""
+				if tc.bodies != nil {
+					b = tier(tc.bodies[i])
+				}
+				turns = append(turns, always(chunks, b))
+			}
+			l := newLoop(t, tc.tools, nil)
+			resp, err := l.Chat(context.Background(), request(&fakeModel{turns: turns}, true, userBody+tc.body+`,"stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := checkStream(t, sse(t, resp.Stream), false)
+			if got := streamTokens(t, sum); strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("streamed tokens %q, want %q", got, tc.want)
+			}
+			for i, ch := range sum.Chunks {
+				if gjson.GetBytes(ch, "service_tier").Str != "default" {
+					t.Fatalf("chunk %d lacks the service_tier: %s", i, ch)
+				}
+			}
+			if tc.bodies == nil {
+				return
+			}
+			resp, err = l.Chat(context.Background(), request(&fakeModel{turns: turns}, false, userBody+tc.body+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var whole []string
+			for _, it := range gjson.GetBytes(resp.Body, "choices.0.logprobs.content").Array() {
+				whole = append(whole, it.Get("token").Str)
+			}
+			if strings.Join(whole, "|") != strings.Join(tc.want, "|") || gjson.GetBytes(resp.Body, "choices.0.message.content").Str != sum.Content {
+				t.Fatalf("JSON tokens %q, want %q: %s", whole, tc.want, resp.Body)
 			}
 		})
 	}

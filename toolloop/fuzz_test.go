@@ -329,6 +329,12 @@ func FuzzRestream(f *testing.F) {
 	}))
 	f.Add(join([]string{chunk("u1", `{"content":"{\"city\":\"Oslo\"}"}`, ""), chunk("u1", callWhole(0, "a", "get_weather", `{"city":"Oslo"}`), ""), ": keep-alive", chunk("u1", `{}`, "tool_calls")}))
 	f.Add(join(textRound("u1", "just text", 1, 1)))
+	f.Add(join([]string{
+		withLogprobs(chunk("u1", `{"content":" "}`, ""), tokenLP(" ")),
+		withLogprobs(chunk("u1", `{"content":"{\"a\":1}"}`, ""), `{"content":[{"token":"x"}],"refusal":[]}`),
+		withLogprobs(chunk("u1", `{"refusal":"no"}`, ""), `{"content":[{"token":"y"`),
+		chunk("u1", `{}`, "stop"),
+	}))
 	l := newLoop(f, []config.Tool{calcTool}, nil)
 	const body = `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -411,18 +417,21 @@ func FuzzReadCompletion(f *testing.F) {
 		completion("up", "", `[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]`, "tool_calls", 1, 2),
 		`{"id":"x","id":"y","choices":[{"message":{"content":"a","content":"b","refusal":null,"reasoning":"r"}},{}],"choices":[]}`,
 		`{"choices":{"0":{"finish_reason":"stop","message":{"reasoning_content":"t"}}}}`,
+		withLogprobs(`{"service_tier":"default","system_fingerprint":"fp","choices":[{"index":0,"message":{"content":"Hi"},"logprobs":null,"finish_reason":"stop"}]}`, tokenLP("Hi")),
 		`{"choices":[{"message":[1,2]}]}`, `{"choices":[{}],"choices":[{"message":{}},{"message":{"content":"x"}}],"choices":[{"message":{"content":"y"}}]}`, `{"choices":{"0":{},"0":{"finish_reason":"stop"}}}`, `[]`, `"s"`, `{"choices":[1]}`, `{"usage":null,"created":"7"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	paths := []string{"id", "created", "model", "usage", "choices.0.finish_reason", "choices.0.message.content", "choices.0.message.tool_calls",
-		"choices.0.message." + sideTexts[0], "choices.0.message." + sideTexts[1], "choices.0.message." + sideTexts[2]}
+		"choices.0.message." + sideTexts[0], "choices.0.message." + sideTexts[1], "choices.0.message." + sideTexts[2],
+		"system_fingerprint", "service_tier", "choices.0.logprobs"}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		c := readCompletion(body)
 		if !gjson.ValidBytes(body) {
 			return
 		}
-		got := []gjson.Result{c.id, c.created, c.model, c.usage, c.finish, c.content, c.toolCalls, c.side[0], c.side[1], c.side[2]}
+		got := []gjson.Result{c.id, c.created, c.model, c.usage, c.finish, c.content, c.toolCalls, c.side[0], c.side[1], c.side[2],
+			c.fingerprint, c.tier, c.logprobs}
 		for i, want := range gjson.GetManyBytes(body, paths...) {
 			if got[i].Type != want.Type || got[i].Raw != want.Raw || got[i].Str != want.Str {
 				t.Fatalf("%s: got %s (%v), gjson finds %s (%v)", paths[i], got[i].Raw, got[i].Type, want.Raw, want.Type)

@@ -6,12 +6,13 @@ import (
 
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // maxRoundBytes bounds what the loop keeps of one streamed upstream round:
-// the text (with the held copy of its start, see loopStream.held) and every
-// tool call's id, name and arguments. It is the default of the providers'
-// max_response_bytes (config.Provider.MaxResponseBytes, 32 MiB), the bound
+// the text (with the held copy of its start, see loopStream.held, and the
+// logprobs held with it) and every tool call's id, name and arguments. It
+// is the default of the providers' max_response_bytes (config.Provider.MaxResponseBytes, 32 MiB), the bound
 // on a non-streamed answer; the loop cannot see the provider of a round
 // (fallback picks it), so it uses the default for every one. The upstream
 // reader bounds each SSE event (8 MiB), not a stream, and an upstream that
@@ -36,13 +37,13 @@ func roundTooLarge() error {
 
 // kept returns the bytes the current round keeps.
 func (st *loopStream) kept() int {
-	return len(st.text) + len(st.held) + st.acc.size
+	return len(st.text) + len(st.held) + st.heldLP.Size() + st.acc.size
 }
 
 // tooLarge ends the stream with roundTooLarge and lets go of the round.
 func (st *loopStream) tooLarge() {
 	st.fail(roundTooLarge())
-	st.text, st.held = nil, nil
+	st.text, st.held, st.heldLP = nil, nil, wire.Logprobs{}
 	st.acc.calls, st.acc.size = nil, 0
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -52,8 +53,9 @@ type loopStream struct {
 
 	// the current round
 	acc        accumulator
-	text       []byte // this round's text, unescaped (for the history)
-	held       []byte // text not yet shown (argument-echo protection)
+	text       []byte        // this round's text, unescaped (for the history)
+	held       []byte        // text not yet shown (argument-echo protection)
+	heldLP     wire.Logprobs // the logprobs of the chunks whose text is held
 	textMode   int
 	finish     string
 	roundEnded bool
@@ -233,9 +235,10 @@ func (st *loopStream) emit(e *wire.Event) {
 	}
 }
 
-// begin fixes the id/created/model of the whole response from the first
-// upstream chunk and sends the one role delta.
-func (st *loopStream) begin(id string, created int64, model, fingerprint string) {
+// begin fixes the id/created/model of the whole response (and the
+// system_fingerprint and service_tier, which the relay passes on) from the
+// first upstream chunk and sends the one role delta.
+func (st *loopStream) begin(id string, created int64, model, fingerprint, tier string) {
 	st.started = true
 	s := st.s
 	if id == "" {
@@ -248,7 +251,7 @@ func (st *loopStream) begin(id string, created int64, model, fingerprint string)
 		model = s.req.Model
 	}
 	s.id, s.created = id, created
-	st.w.Reset(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fingerprint, IncludeUsage: s.req.IncludeUsage})
+	st.w.Reset(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fingerprint, ServiceTier: tier, IncludeUsage: s.req.IncludeUsage})
 	st.emit(&wire.Event{Kind: wire.Role})
 }
 
@@ -270,7 +273,7 @@ func choiceZero(choices gjson.Result) gjson.Result {
 }
 
 func (st *loopStream) onChunk(ch []byte) {
-	var id, created, model, fingerprint, choices gjson.Result
+	var id, created, model, fingerprint, tier, choices gjson.Result
 	gjson.ParseBytes(ch).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
@@ -281,6 +284,8 @@ func (st *loopStream) onChunk(ch []byte) {
 			model = v
 		case "system_fingerprint":
 			fingerprint = v
+		case "service_tier":
+			tier = v
 		case "choices":
 			choices = v
 		case "usage":
@@ -293,11 +298,14 @@ func (st *loopStream) onChunk(ch []byte) {
 		return true
 	})
 	if !st.started {
-		fp := ""
+		fp, tr := "", ""
 		if fingerprint.Type == gjson.String {
 			fp = fingerprint.Str // as the JSON answer keeps it
 		}
-		st.begin(id.String(), created.Int(), model.String(), fp)
+		if tier.Type == gjson.String {
+			tr = tier.Str
+		}
+		st.begin(id.String(), created.Int(), model.String(), fp, tr)
 	}
 	choice := choiceZero(choices)
 	if !choice.IsObject() {
@@ -306,17 +314,36 @@ func (st *loopStream) onChunk(ch []byte) {
 	if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 		st.finish = fr.Str
 	}
+	// The chunk's logprobs go with its content text (held with it, if it
+	// is held), or with its refusal when it has no content text: the
+	// token lists of both are in the one object, and the stream shows it
+	// once.
+	delta := choice.Get("delta")
+	var lp []byte
+	if l := choice.Get("logprobs"); l.IsObject() && jsonvalid.String(l.Raw) { // written as it is
+		lp = []byte(l.Raw)
+	}
+	refusalLP := lp
+	if c := delta.Get("content"); lp != nil && c.Type == gjson.String && c.Str != "" {
+		refusalLP = nil
+	}
 	// What the round keeps is checked after each piece of text and each
 	// tool_calls entry: it never exceeds the limit by more than what one
 	// event carries (text counts twice while it is held).
 	limit := st.s.l.roundMax
-	choice.Get("delta").ForEach(func(k, v gjson.Result) bool {
+	delta.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "content":
 			if v.Type == gjson.String && v.Str != "" {
-				st.onText(v.Str)
+				st.onText(v.Str, lp)
+				lp = nil // a repeated key's text is the same fragment's
 			}
-		case "refusal", "reasoning_content", "reasoning":
+		case "refusal":
+			if v.Type == gjson.String && v.Str != "" {
+				st.emit(&wire.Event{Kind: wire.Text, Key: k.Str, Text: []byte(v.Str), Logprobs: refusalLP})
+				refusalLP = nil
+			}
+		case "reasoning_content", "reasoning":
 			if v.Type == gjson.String && v.Str != "" {
 				st.emit(&wire.Event{Kind: wire.Text, Key: k.Str, Text: []byte(v.Str)})
 			}
@@ -325,6 +352,7 @@ func (st *loopStream) onChunk(ch []byte) {
 				if c, _ := st.acc.add(e); c != nil && st.textMode == textUndecided && len(st.held) > 0 {
 					// Whitespace before a tool call is not worth showing.
 					st.held, st.text = st.held[:0], st.text[:0]
+					st.heldLP.Reset()
 				}
 				return st.kept() <= limit
 			})
@@ -338,13 +366,16 @@ func (st *loopStream) onChunk(ch []byte) {
 	st.pump()
 }
 
-func (st *loopStream) onText(t string) {
+// onText takes a chunk's content text t and the chunk's logprobs object lp
+// (nil when none).
+func (st *loopStream) onText(t string, lp []byte) {
 	st.text = append(st.text, t...)
 	switch st.textMode {
 	case textLive:
-		st.emitText([]byte(t))
+		st.emitText([]byte(t), lp)
 	case textUndecided:
 		st.held = append(st.held, t...)
+		st.heldLP.Add(lp)
 		// held was only whitespace before t (or the mode would be
 		// decided): only t needs reading, not all of held again.
 		for i := 0; i < len(t); i++ {
@@ -355,21 +386,34 @@ func (st *loopStream) onText(t string) {
 				st.textMode = textHeld
 			default:
 				st.textMode = textLive
-				st.emitText(st.held)
-				st.held = st.held[:0]
+				st.emitHeld()
 			}
 			return
 		}
 	case textHeld:
 		st.held = append(st.held, t...)
+		st.heldLP.Add(lp)
 	}
 }
 
-func (st *loopStream) emitText(t []byte) {
+// emitText queues a content text t with its logprobs object lp (nil: none).
+func (st *loopStream) emitText(t, lp []byte) {
 	if len(t) == 0 {
 		return
 	}
-	st.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: t})
+	st.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: t, Logprobs: lp})
+}
+
+// emitHeld shows the held text, as one fragment with the logprobs of the
+// chunks it came in joined, and empties it.
+func (st *loopStream) emitHeld() {
+	var lp []byte
+	if !st.heldLP.Empty() {
+		lp = st.heldLP.AppendJSON(nil)
+	}
+	st.emitText(st.held, lp)
+	st.held = st.held[:0]
+	st.heldLP.Reset()
 }
 
 // pump re-streams client calls: each as one header delta then argument
@@ -427,14 +471,14 @@ func (st *loopStream) endRound() {
 		st.roundUsage = st.roundUsage[:0]
 	}
 	if !st.started {
-		st.begin("", 0, "", "")
+		st.begin("", 0, "", "", "")
 	}
 	st.roundEnded = true
 	calls := st.acc.calls
 	switch st.textMode {
 	case textUndecided:
 		if len(calls) == 0 {
-			st.emitText(st.held)
+			st.emitHeld()
 		} else {
 			st.text = st.text[:0]
 		}
@@ -442,10 +486,11 @@ func (st *loopStream) endRound() {
 		if isEcho(st.text, calls) {
 			st.text = st.text[:0]
 		} else {
-			st.emitText(st.held)
+			st.emitHeld()
 		}
 	}
 	st.held, st.textMode = st.held[:0], textLive
+	st.heldLP.Reset()
 	server, client := s.split(calls)
 	ensureIDs(calls)
 	st.pump()
@@ -476,7 +521,7 @@ func (st *loopStream) endRound() {
 		case d.saveHidden:
 			s.saveHidden(st.ctx, text, calls, client, server, r.results)
 		case d.resultsAnswer:
-			st.emitText(resultsText(r.results))
+			st.emitText(resultsText(r.results), nil)
 		}
 		st.finishStream(d.finish, d.reason)
 	})
@@ -511,6 +556,7 @@ func (st *loopStream) startModelCall() {
 		st.mu.Unlock()
 		st.acc.reset()
 		st.text, st.held, st.textMode = st.text[:0], st.held[:0], textUndecided
+		st.heldLP.Reset()
 		st.finish, st.roundEnded, st.emitPos = "", false, 0
 		st.state = stRound
 	})

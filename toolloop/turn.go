@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // session is the loop state of one client request, shared by the streaming
@@ -31,6 +32,7 @@ type session struct {
 	history      []byte                 // messages appended by the loop, each preceded by ','
 	shown        []byte                 // blocking loop: the text of the rounds before the current one, as a stream shows it
 	shownSide    [len(sideTexts)][]byte // blocking loop: the same for refusal and reasoning texts
+	shownLP      wire.Logprobs          // blocking loop: the logprobs of the rounds before the current one whose text is shown
 	textsAt      *pipeline.TextsAt      // blocking loop: the answer's texts through the current round (ServerCall.At)
 	afterClient  bool                   // blocking loop: the current round also hands client calls back (ServerCall.AfterClientCalls)
 	iterations   int                    // model calls made

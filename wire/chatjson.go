@@ -5,9 +5,10 @@ import "github.com/llmgw/gateway/jsonstring"
 // ChatJSON accumulates a response's events into one chat.completion, which
 // Encode appends at End: the message's content (a string once a content
 // event came, even an empty one, unless tool calls follow an empty text;
-// null otherwise), refusal, the tool calls in header order, the finish
-// reason, usage when a Usage event came, system_fingerprint and x_gateway
-// when set. The zero value is not usable: see NewChatJSON. Not safe for
+// null otherwise), refusal, the tool calls in header order, the logprobs
+// of the Text events joined (Logprobs; null when none came), the finish
+// reason, usage when a Usage event came, system_fingerprint, service_tier
+// and x_gateway when set. The zero value is not usable: see NewChatJSON. Not safe for
 // concurrent use.
 type ChatJSON struct {
 	h          Header
@@ -16,6 +17,7 @@ type ChatJSON struct {
 	refusal    []byte
 	reasoning  []jsonText // reasoning_content, reasoning: kept as the stream forwards them
 	calls      []jsonCall
+	logprobs   Logprobs
 	finish     string
 	usage      []byte
 	trace      []byte
@@ -43,6 +45,7 @@ func (j *ChatJSON) Encode(dst []byte, e *Event) []byte {
 	}
 	switch e.Kind {
 	case Text:
+		j.logprobs.Add(e.Logprobs)
 		switch e.Key {
 		case "content":
 			j.content = append(j.content, e.Text...)
@@ -118,7 +121,9 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 		}
 		out = append(out, ']')
 	}
-	out = append(out, `},"logprobs":null,"finish_reason":`...)
+	out = append(out, `},"logprobs":`...)
+	out = j.logprobs.AppendJSON(out)
+	out = append(out, `,"finish_reason":`...)
 	finish := j.finish
 	if finish == "" {
 		finish = "stop" // as ChatSSE ends a choice whose finish is unknown
@@ -130,6 +135,7 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 		out = append(out, j.usage...)
 	}
 	out = AppendFingerprint(out, j.h.Fingerprint)
+	out = AppendServiceTier(out, j.h.ServiceTier)
 	out = appendTrace(out, j.trace)
 	return append(out, '}')
 }

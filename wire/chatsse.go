@@ -10,7 +10,8 @@ import (
 // ChatSSE encodes a response as chat.completion.chunk objects, one per
 // event (the SSE framing, "data: " and "[DONE]", is the sink's). It keeps
 // the stream rules of docs/wire.md whatever the producer does: one id,
-// created and model on every chunk; the role once; tool calls numbered
+// created and model on every chunk (system_fingerprint and service_tier
+// too, when known); a text's logprobs on its chunk; the role once; tool calls numbered
 // densely in the order their headers come, fragments on the last call;
 // one finish chunk of its own; "usage":null on choice chunks and one
 // usage chunk last only when the client asked for usage. The zero value is
@@ -34,11 +35,12 @@ func NewChatSSE(h Header) *ChatSSE {
 // Reset makes w encode a new response, reusing its buffer.
 func (w *ChatSSE) Reset(h Header) {
 	p := w.prefix[:0]
-	if need := 96 + len(h.ID) + len(h.Model) + len(h.Fingerprint); cap(p) < need {
+	if need := 112 + len(h.ID) + len(h.Model) + len(h.Fingerprint) + len(h.ServiceTier); cap(p) < need {
 		p = make([]byte, 0, need)
 	}
 	p = AppendHead(p, "chat.completion.chunk", h)
 	p = AppendFingerprint(p, h.Fingerprint)
+	p = AppendServiceTier(p, h.ServiceTier)
 	*w = ChatSSE{prefix: p, usage: h.IncludeUsage}
 }
 
@@ -67,7 +69,8 @@ func (w *ChatSSE) Encode(dst []byte, e *Event) []byte {
 		dst = append(dst, `":`...)
 		dst = appendString(dst, e.Text)
 		dst = append(dst, '}')
-		return w.close(dst, "", nil)
+		dst = appendChoiceEnd(dst, e.Logprobs, "", w.usage)
+		return append(dst, '}')
 	case CallHeader:
 		w.calls++
 		dst = w.open(dst)

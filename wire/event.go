@@ -50,6 +50,11 @@ type Event struct {
 	Finish string
 	// Raw is the usage JSON object of a Usage event.
 	Raw []byte
+	// Logprobs, on a Text event, is the choice's logprobs object (valid JSON)
+	// of the chunk the fragment came in, or of the chunks it joins
+	// (Logprobs); nil when there is none. ChatSSE writes it on the
+	// fragment's chunk, ChatJSON joins those of every Text event.
+	Logprobs []byte
 	// Trace, when set, is the x_gateway object. It goes on the last chunk
 	// of a stream (Usage when usage was asked for, else Finish) or on the
 	// JSON answer.
@@ -57,13 +62,15 @@ type Event struct {
 }
 
 // Header is what every part of one response repeats: the id, created and
-// model the client sees, the upstream's system_fingerprint when known, and
-// whether the client asked for usage (stream_options.include_usage).
+// model the client sees, the upstream's system_fingerprint and service_tier
+// when known, and whether the client asked for usage
+// (stream_options.include_usage).
 type Header struct {
 	ID           string
 	Created      int64
 	Model        string
 	Fingerprint  string
+	ServiceTier  string
 	IncludeUsage bool
 }
 

@@ -36,12 +36,33 @@ func AppendFingerprint(dst []byte, fingerprint string) []byte {
 	return jsonstring.Append(dst, fingerprint)
 }
 
+// AppendServiceTier appends `,"service_tier":..` when tier is set.
+func AppendServiceTier(dst []byte, tier string) []byte {
+	if tier == "" {
+		return dst
+	}
+	dst = append(dst, `,"service_tier":`...)
+	return jsonstring.Append(dst, tier)
+}
+
 // AppendChoiceEnd ends the one choice of a chunk after its delta:
 // `,"logprobs":null,"finish_reason":..}]` (finish "" is null), then
 // `,"usage":null` when the client asked for usage, so that every chunk
 // but the last carries the key. The chunk object stays open.
 func AppendChoiceEnd(dst []byte, finish string, usageNull bool) []byte {
-	dst = append(dst, `,"logprobs":null,"finish_reason":`...)
+	return appendChoiceEnd(dst, nil, finish, usageNull)
+}
+
+// appendChoiceEnd is AppendChoiceEnd with the choice's logprobs object
+// (JSON; nil is null).
+func appendChoiceEnd(dst, logprobs []byte, finish string, usageNull bool) []byte {
+	dst = append(dst, `,"logprobs":`...)
+	if len(logprobs) == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, logprobs...)
+	}
+	dst = append(dst, `,"finish_reason":`...)
 	if finish == "" {
 		dst = append(dst, "null"...)
 	} else {
