@@ -14,9 +14,11 @@ import (
 var errNotMessage = errors.New("anthropic: response body is not a message")
 
 // DecodeMessage returns the chat.completion of a Messages response body:
-// text blocks are the content, tool_use blocks the tool calls (input as
-// arguments), thinking blocks are dropped (a chat.completion has no place
-// for them), stop_reason the finish_reason and usage the chat usage. h
+// text blocks are the content, thinking blocks the reasoning_content,
+// tool_use blocks the tool calls (input as arguments), stop_reason the
+// finish_reason and usage the chat usage; redacted_thinking and other
+// blocks are not shown. That is what StreamDecoder's chunks of the same
+// message accumulate to: a request answers the same streamed or not. h
 // gives created and the client's model; the id is the message's. A body
 // that is not a message is an UpstreamMalformed error. body is only read;
 // the result is a new slice.
@@ -44,6 +46,11 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 		case "text":
 			e = wire.Event{Kind: wire.Text, Key: "content", Text: []byte(b.Get("text").Str)}
 			out = j.Encode(out, &e)
+		case "thinking":
+			if t := b.Get("thinking").Str; t != "" { // as the stream: no empty reasoning_content
+				e = wire.Event{Kind: wire.Text, Key: "reasoning_content", Text: []byte(t)}
+				out = j.Encode(out, &e)
+			}
 		case "tool_use":
 			e = wire.Event{Kind: wire.CallHeader, ID: b.Get("id").Str, Name: b.Get("name").Str}
 			out = j.Encode(out, &e)

@@ -3,6 +3,7 @@ package policies
 import (
 	"context"
 	"net/http"
+	"strings"
 	"unsafe"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -51,8 +52,18 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 		e.Param = "model"
 		return e
 	}
-	if p.MaxTokens > 0 && isJSONObject(r.Body) {
+	if p.MaxTokens > 0 {
 		if c, ok := endpointCap(r.Endpoint); ok {
+			if !isJSONObject(r.Body) {
+				// A form's token fields are ones this check cannot read,
+				// and an upstream might.
+				endpoint := r.Endpoint
+				if endpoint == "" {
+					endpoint = pipeline.ChatEndpoint
+				}
+				return pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
+					"%s takes a JSON object under this API key's max_tokens limit.", endpoint)
+			}
 			body, err := p.capTokens(r.Body, c)
 			if err != nil {
 				return err
@@ -68,7 +79,7 @@ func tooLarge(n, max int) error {
 }
 
 // isJSONObject reports whether body starts like a JSON object (a
-// multipart pass-through body has no token fields to cap).
+// multipart pass-through body is not).
 func isJSONObject(body []byte) bool {
 	for _, c := range body {
 		switch c {
@@ -95,8 +106,10 @@ const (
 // model run to its own maximum and bypass the cap, so it gets
 // c.set = cap in both modes (for chat max_completion_tokens, the field
 // every current OpenAI model accepts). A field that is not a number,
-// appears twice or has an escaped name is a 400: a lenient upstream could otherwise read a value
-// this check did not (a numeric string, the last of two duplicates).
+// appears twice or has an escaped name or another case ("MAX_TOKENS":
+// Go's encoding/json reads it as max_tokens) is a 400: a lenient upstream
+// could otherwise read a value this check did not (a numeric string, the
+// last of two duplicates).
 // body is not modified; a rewrite returns a new slice.
 func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	fields := c.fields
@@ -113,7 +126,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
 		i := -1
 		for j, f := range fields {
-			if k.Str == f {
+			if strings.EqualFold(k.Str, f) {
 				i = j
 			}
 		}
@@ -122,7 +135,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 		}
 		count[i]++
 		switch {
-		case count[i] > 1 || len(k.Raw) != len(fields[i])+2:
+		case count[i] > 1 || k.Str != fields[i] || len(k.Raw) != len(fields[i])+2:
 			bad = i
 			return false
 		case v.Type == gjson.Null:

@@ -74,6 +74,19 @@ func TestPassthroughPolicy(t *testing.T) {
 		}
 	}
 
+	// A capped endpoint takes JSON: a form's max_tokens would go up unread.
+	for _, endpoint := range []string{"/v1/completions", "/v1/responses"} {
+		var pe *pipeline.Error
+		form := "--b\r\nContent-Disposition: form-data; name=\"max_tokens\"\r\n\r\n100000\r\n--b--\r\n"
+		err := e.Admit(narrow, &pipeline.Request{Body: []byte(form), Model: "gpt-x", Endpoint: endpoint})
+		if !errors.As(err, &pe) || pe.Status != 415 {
+			t.Errorf("%s with a form: %v, want a 415", endpoint, err)
+		}
+	}
+	if err := e.Admit(narrow, &pipeline.Request{Body: []byte("--b--\r\n"), Model: "gpt-x", Endpoint: "/v1/audio/transcriptions"}); err != nil {
+		t.Errorf("a form to an endpoint without a cap: %v", err)
+	}
+
 	// A restricted tenant must name its model on a model endpoint.
 	var pe *pipeline.Error
 	err = e.Admit(narrow, &pipeline.Request{Body: []byte(`{"input":"x"}`), Endpoint: "/v1/embeddings"})

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"mime/multipart"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -32,7 +33,26 @@ func FuzzJSONModel(f *testing.F) {
 		if n != 1 {
 			t.Fatalf("jsonModel(%q) = %q with %d model keys", body, model, n)
 		}
+		if len(model) > maxModelField {
+			t.Fatalf("jsonModel accepted a model of %d bytes", len(model))
+		}
 	})
+}
+
+// A model name a client chooses is bounded: an unconfigured one passed
+// through keys the limits' state and the usage records.
+func TestModelNamesAreBounded(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("m", maxModelField+1)
+	if _, err := jsonModel([]byte(`{"model":"` + long + `","input":"x"}`)); err == nil {
+		t.Error("jsonModel accepted a model name over the bound")
+	}
+	if m, err := jsonModel([]byte(`{"model":"` + long[1:] + `","input":"x"}`)); err != nil || m != long[1:] {
+		t.Errorf("jsonModel refused a model name at the bound: %v", err)
+	}
+	if _, err := parseChat([]byte(`{"model":"` + long + `","messages":[{"role":"user"}]}`)); err == nil {
+		t.Error("parseChat accepted a model name over the bound")
+	}
 }
 
 // FuzzFormModel: a multipart body's model field is found, and renaming it
