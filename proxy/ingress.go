@@ -75,6 +75,8 @@ func parseChat(body []byte) (chatInput, error) {
 		return in, pipeline.BadRequest("model", "you must provide a model parameter")
 	case model.Type != gjson.String || model.Str == "":
 		return in, pipeline.BadRequest("model", "model must be a non-empty string")
+	case len(model.Str) > maxModelField:
+		return in, pipeline.BadRequest("model", "model must be at most %d bytes", maxModelField)
 	}
 	in.model = model.Str
 	in.tools = arrayIn(body, tools)

@@ -18,7 +18,10 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// maxModelField bounds the model form field of a multipart body.
+// maxModelField bounds a model name a client sends (a JSON body's model, a
+// multipart body's model field): an unconfigured name passed through keys
+// the limits' state and the usage records, which must not grow with what a
+// client chooses to send.
 const maxModelField = 256
 
 // passBody is a pass-through request body after policy: either bytes (body)
@@ -197,6 +200,8 @@ func jsonModel(body []byte) (string, error) {
 		return "", nil
 	case model.Type != gjson.String || model.Str == "":
 		return "", pipeline.BadRequest("model", "model must be a non-empty string")
+	case len(model.Str) > maxModelField:
+		return "", pipeline.BadRequest("model", "model must be at most %d bytes", maxModelField)
 	}
 	return model.Str, nil
 }
