@@ -58,6 +58,7 @@ func FuzzStreamDecoder(f *testing.F) {
 func FuzzDecodeMessage(f *testing.F) {
 	f.Add([]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t","name":"f","input":{"a":"\u00fc"}}],"stop_reason":"tool_use","usage":{"input_tokens":1}}`))
 	f.Add([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+	f.Add([]byte(`{"content":[{"type":"thinking","thinking":"Let me think.","signature":"c2ln"},{"type":"redacted_thinking","data":"x"},{"type":"thinking","thinking":7},{"type":"text","text":"4"}]}`))
 	f.Add([]byte(`{"content":[1,"x",null,{"type":"tool_use","input":[]}],"usage":{"input_tokens":-5}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		out, err := DecodeMessage("a", body, wire.Header{Model: "m"})

@@ -166,6 +166,41 @@ func TestAnthropicText(t *testing.T) {
 	}
 }
 
+// TestAnthropicThinkingBothForms: a thinking block is the message's
+// reasoning_content in the JSON answer as in the stream, through the tool
+// loop (the calculator is offered) and the relay (tool_choice "none").
+func TestAnthropicThinkingBothForms(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	schema := wiretest.LoadSchema(t)
+	for _, tc := range []struct{ name, choice string }{{"tool loop", ""}, {"relay", "none"}} {
+		p := claudeMsg("claude-small", "hello")
+		if tc.choice != "" {
+			p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(tc.choice)}
+		}
+		_, sum, err := h.streamChat(p, wiretest.Options{}, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var streamed string
+		for _, c := range sum.Chunks {
+			streamed += gjson.GetBytes(c, "choices.0.delta.reasoning_content").Str
+		}
+		body, _ := json.Marshal(p)
+		status, _, raw := h.post("/chat/completions", string(body), nil)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d %s", tc.name, status, raw)
+		}
+		if err := schema.Completion(raw); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		m := gjson.GetBytes(raw, "choices.0.message")
+		if streamed != "The user greets me." || m.Get("reasoning_content").Str != streamed || m.Get("content").Str != claudeText {
+			t.Errorf("%s: streamed reasoning %q, json %s", tc.name, streamed, raw)
+		}
+	}
+}
+
 func TestAnthropicParallelToolCalls(t *testing.T) {
 	t.Parallel()
 	h := anthropicHarness(t)
