@@ -180,7 +180,12 @@ const maxBudget = 1 << 31
 // setSampling sets temperature and top_p, or thinking from the client's
 // thinking object (passed through) or reasoning_effort. Anthropic refuses
 // temperature and top_p changes while thinking, so they are not sent then,
-// and max_tokens grows past the thinking budget when it must.
+// and max_tokens grows past the thinking budget when it must. Anthropic
+// also refuses thinking with a tool_choice that forces a call ("Thinking
+// may not be enabled when tool_choice forces tool use"): the forced call
+// is what the client asked of this answer, so thinking is left out then
+// (after its settings are checked) and the request is sent as one without
+// it, as other gateways do, rather than refused.
 func setSampling(out *messagesRequest, root gjson.Result) error {
 	var budget int64
 	if th := root.Get("thinking"); th.IsObject() {
@@ -194,10 +199,13 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		budget = b
 		out.Thinking = json.RawMessage(`{"type":"enabled","budget_tokens":` + strconv.FormatInt(b, 10) + `}`)
 	}
+	if out.Thinking != nil && (budget < 0 || budget > maxBudget) {
+		return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
+	}
+	if out.Thinking != nil && out.ToolChoice.forcesCall() && gjson.GetBytes(out.Thinking, "type").Str != "disabled" {
+		out.Thinking = nil
+	}
 	if out.Thinking != nil {
-		if budget < 0 || budget > maxBudget {
-			return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
-		}
 		if out.MaxTokens <= budget {
 			out.MaxTokens += budget // both at most maxBudget here: no overflow
 		}
@@ -242,6 +250,12 @@ func translateTools(tools gjson.Result) ([]tool, error) {
 		return true
 	})
 	return out, err
+}
+
+// forcesCall reports whether the choice makes the model call a tool (any,
+// or a named tool); nil forces nothing.
+func (c *toolChoice) forcesCall() bool {
+	return c != nil && (c.Type == "any" || c.Type == "tool")
 }
 
 // translateToolChoice maps tool_choice and parallel_tool_calls; nil when

@@ -125,6 +125,7 @@ func TestTranslateRequestFull(t *testing.T) {
 func TestTranslateRequestOptions(t *testing.T) {
 	t.Parallel()
 	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	const tool = `"tools":[{"type":"function","function":{"name":"f"}}]`
 	tests := []struct {
 		name, body string
 		opts       RequestOptions
@@ -164,6 +165,32 @@ func TestTranslateRequestOptions(t *testing.T) {
 			}},
 		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
+		// Anthropic refuses thinking with a choice that forces a call: the
+		// call is kept, thinking left out, and sampling sent as without it.
+		{"reasoning_effort, required", `{"reasoning_effort":"high","temperature":0.2,"max_tokens":1000,` + tool + `,"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.ToolChoice.OfAny != nil && !gjson.GetBytes(out, "thinking").Exists() && p.MaxTokens == 1000 && p.Temperature.Value == 0.2
+			}},
+		{"thinking object, named tool", `{"thinking":{"type":"enabled","budget_tokens":2000},` + tool + `,"tool_choice":{"type":"function","function":{"name":"f"}},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.ToolChoice.OfTool != nil && p.ToolChoice.OfTool.Name == "f" && !gjson.GetBytes(out, "thinking").Exists()
+			}},
+		{"adaptive thinking, required", `{"thinking":{"type":"adaptive"},` + tool + `,"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.ToolChoice.OfAny != nil && !gjson.GetBytes(out, "thinking").Exists()
+			}},
+		{"disabled thinking, required", `{"thinking":{"type":"disabled"},` + tool + `,"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.ToolChoice.OfAny != nil && p.Thinking.OfDisabled != nil
+			}},
+		{"reasoning_effort, auto", `{"reasoning_effort":"low",` + tool + `,"tool_choice":"auto",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.ToolChoice.OfAuto != nil && p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024
+			}},
+		{"reasoning_effort, none", `{"reasoning_effort":"low",` + tool + `,"tool_choice":"none",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.ToolChoice.OfNone != nil && p.Thinking.OfEnabled != nil
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,6 +224,7 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		{"custom tool", `{"tools":[{"type":"custom","custom":{"name":"x"}}],"messages":[{"role":"user","content":"x"}]}`, "tools[0]"},
 		{"bad tool_choice", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
 		{"bad effort", `{"reasoning_effort":"extreme","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
+		{"bad effort, required", `{"reasoning_effort":"extreme","tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
 		// max_tokens plus a budget near 2^63 overflowed: Anthropic got a
 		// negative max_tokens.
 		{"huge budget", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":9223372036854775807},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -315,6 +316,43 @@ func TestAnthropicServerToolLoop(t *testing.T) {
 	// Cache writes (5 a round) are summed too, beside the cached reads.
 	if raw, _ := h.lastRaw(); gjson.GetBytes(raw, "usage.prompt_tokens_details.cache_write_tokens").Int() != 15 {
 		t.Errorf("cache writes: %s", gjson.GetBytes(raw, "usage").Raw)
+	}
+}
+
+// TestAnthropicThinkingWithForcedToolChoice: Anthropic refuses thinking
+// with a tool_choice that forces a call (the mock refuses it too), so a
+// request with reasoning_effort and a forced choice reaches it without
+// thinking and works: a named client tool, and the tool loop's own forced
+// rounds (tool_choice "required" and a named server tool). With "auto",
+// thinking is sent.
+func TestAnthropicThinkingWithForcedToolChoice(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	const weather = `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	tests := []struct {
+		name, text, extra, wantChoice string
+		thinking                      bool
+	}{
+		{"named client tool", "weather in Köln?", weather + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}}`, `{"type":"tool","name":"get_weather"}`, false},
+		{"required, server tool", "compute 6*7", `,"tool_choice":"required"`, `{"type":"any"}`, false},
+		{"named server tool", "compute 6*7", `,"tool_choice":{"type":"function","function":{"name":"calculator"}}`, `{"type":"tool","name":"calculator"}`, false},
+		{"auto keeps thinking", "hello", `,"tool_choice":"auto"`, `{"type":"auto"}`, true},
+	}
+	for _, tc := range tests {
+		for _, stream := range []bool{false, true} {
+			body := `{"model":"claude-big","reasoning_effort":"medium","stream":` + strconv.FormatBool(stream) +
+				`,"messages":[{"role":"user","content":"` + tc.text + `"}]` + tc.extra + `}`
+			status, _, raw := h.post("/chat/completions", body, nil)
+			if status != http.StatusOK || strings.Contains(string(raw), "event: error") {
+				t.Errorf("%s (stream %v): %d %s", tc.name, stream, status, raw)
+				continue
+			}
+			reqs := messagesRequests(h) // one model call each: a forced server call's result is the answer
+			sent := reqs[len(reqs)-1].Body
+			if got := gjson.GetBytes(sent, "tool_choice").Raw; got != tc.wantChoice || gjson.GetBytes(sent, "thinking").Exists() != tc.thinking {
+				t.Errorf("%s (stream %v): sent tool_choice %s, thinking %s", tc.name, stream, got, gjson.GetBytes(sent, "thinking").Raw)
+			}
+		}
 	}
 }
 

@@ -123,8 +123,8 @@ func (s *Server) messages(ctx *fasthttp.RequestCtx, reqID string) {
 // model, a positive max_tokens, roles that alternate starting with user,
 // every tool_use answered by a tool_result at the start of the next
 // message (and no result without its call), non-empty text blocks, tools
-// with a name and an input_schema, at most 4 cache_control blocks. body is
-// only read.
+// with a name and an input_schema, at most 4 cache_control blocks, no
+// thinking with a tool_choice that forces a call. body is only read.
 func parseMessages(body []byte) (*parsed, *messagesError) {
 	if !jsonvalid.Bytes(body) || !gjson.ParseBytes(body).IsObject() {
 		return nil, badMessages("the request body is not a JSON object")
@@ -164,6 +164,9 @@ func parseMessages(body []byte) (*parsed, *messagesError) {
 	}
 	if tc := root.Get("tool_choice"); tc.Exists() && !oneOfStr(tc.Get("type").Str, "auto", "any", "tool", "none") {
 		return p, badMessages("tool_choice.type: must be auto, any, tool or none")
+	}
+	if oneOfStr(root.Get("tool_choice.type").Str, "any", "tool") && root.Get("thinking").IsObject() && root.Get("thinking.type").Str != "disabled" {
+		return p, badMessages("Thinking may not be enabled when tool_choice forces tool use.")
 	}
 	if err := checkConversation(root.Get("messages"), &p.call); err != nil {
 		return p, err

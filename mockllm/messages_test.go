@@ -117,6 +117,7 @@ func TestMessagesValidation(t *testing.T) {
 		{"empty text", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":""}]}]}`, "non-empty"},
 		{"five markers", `{"model":"m","max_tokens":5,"system":[{"type":"text","text":"s"` + cc + `}],"tools":[{"name":"a","input_schema":{"type":"object"}` + cc + `}],"messages":[{"role":"user","content":[{"type":"text","text":"a"` + cc + `},{"type":"text","text":"b"` + cc + `},{"type":"text","text":"c"` + cc + `}]}]}`, "maximum of 4 blocks"},
 		{"tool without schema", `{"model":"m","max_tokens":5,"tools":[{"name":"a"}],"messages":[{"role":"user","content":"x"}]}`, "input_schema"},
+		{"thinking with a forced call", `{"model":"m","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":1024},"tools":[{"name":"a","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice forces tool use"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
