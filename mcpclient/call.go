@@ -16,9 +16,13 @@ var ErrUnavailable = errors.New("mcpclient: the tool's MCP server is not connect
 // Call runs the tool exposed as name with args (a JSON object; empty means
 // {}). data is what the model should see: the structured content as JSON,
 // else the text of the content blocks (other blocks summarised). isError is
-// a tool-level failure (MCP isError) whose data is the server's message. err
-// is a transport failure (server down, timeout, protocol error); it also
-// makes the connection check itself with a ping. args is only read; data is
+// a failure the model can act on, data its message: a tool-level failure
+// (MCP isError), a JSON-RPC error the server answered with (unknown tool,
+// invalid params; its message, bounded), or an answer over the bound on
+// one message (the gateway's message). err is a transport failure (server
+// down, timeout, protocol error). A failure at the transport, the too
+// large answer included, makes the connection check itself with a ping; a
+// JSON-RPC error does not: the server answered. args is only read; data is
 // owned by the caller. Safe for concurrent use.
 func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []byte, isError bool, err error) {
 	t := m.Lookup(name)
@@ -40,9 +44,18 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	}
 	res, err := callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)})
 	if err != nil {
-		if ctx.Err() == nil {
-			metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
-			signal(s.probe)
+		if ctx.Err() != nil {
+			return nil, false, err
+		}
+		if we := rpcError(err); we != nil {
+			metricCalls.WithLabelValues(s.cfg.Name, "rpc_error").Inc()
+			return rpcMessage(we), true, nil
+		}
+		metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
+		signal(s.probe)
+		if tooLarge(err) {
+			m.log.Warn().Err(err).Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is over the bound on one message")
+			return msgTooLarge, true, nil
 		}
 		return nil, false, err
 	}

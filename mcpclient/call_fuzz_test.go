@@ -2,10 +2,12 @@ package mcpclient
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -70,6 +72,30 @@ func FuzzResultData(f *testing.F) {
 		}
 		if allText && text != strings.Join(texts, "\n") {
 			t.Fatalf("text blocks %q joined to %q", texts, text)
+		}
+	})
+}
+
+// FuzzRPCMessage: any JSON-RPC error response a server sends, decoded as
+// the SDK decodes it, gives the model a message of valid UTF-8 within
+// maxRPCMessage bytes (and the ellipsis), never empty.
+func FuzzRPCMessage(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params: widget not found"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":""}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"` + strings.Repeat("é", 600) + "\xff" + `"}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		msg, err := jsonrpc.DecodeMessage(raw)
+		resp, ok := msg.(*jsonrpc.Response)
+		if err != nil || !ok || resp.Error == nil {
+			return
+		}
+		we := rpcError(fmt.Errorf("calling %q: %w", "tools/call", resp.Error))
+		if we == nil {
+			return // a code the SDK uses for its own failures
+		}
+		out := rpcMessage(we)
+		if len(out) == 0 || len(out) > maxRPCMessage+len("…") || !utf8.Valid(out) {
+			t.Fatalf("message of %d bytes: %q", len(out), out)
 		}
 	})
 }

@@ -22,6 +22,10 @@ func TestMain(m *testing.M) {
 		stuckServer()
 		return
 	}
+	if os.Getenv(answersServerEnv) == "1" {
+		answersServer()
+		return
+	}
 	os.Exit(m.Run())
 }
 

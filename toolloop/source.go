@@ -18,8 +18,10 @@ type ToolSource interface {
 	// schema). The slice is read-only and may be shared.
 	Tools() []config.Tool
 	// Call runs the tool named name. data is JSON or text for the model;
-	// isError marks a tool-level failure whose data is the tool's message;
-	// err is a transport failure (the tool's server is unreachable).
+	// isError marks a failure the model can act on, whose data is the
+	// message (the tool's, or its server's answer to the call, such as a
+	// JSON-RPC error); err is a transport failure (the tool's server is
+	// unreachable).
 	Call(ctx context.Context, name string, args []byte) (data []byte, isError bool, err error)
 }
 

@@ -1,0 +1,177 @@
+package mcpclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// answersServerEnv makes the test binary a stdio MCP server whose tools
+// answer in ways the SDK's own server does not: "rpcerr" with a JSON-RPC
+// error, "huge" with one line over the client's bound.
+const answersServerEnv = "LLMGW_TEST_ANSWERS_MCP_SERVER"
+
+func answersServer() {
+	in := bufio.NewReader(os.Stdin)
+	out := json.NewEncoder(os.Stdout)
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+				Name            string `json:"name"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(line, &msg) != nil || len(msg.ID) == 0 {
+			continue // a notification
+		}
+		reply := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
+		obj := map[string]any{"type": "object"}
+		switch msg.Method {
+		case "initialize":
+			reply["result"] = map[string]any{"protocolVersion": msg.Params.ProtocolVersion,
+				"capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "answers", "version": "1"}}
+		case "tools/list":
+			reply["result"] = map[string]any{"tools": []any{map[string]any{"name": "rpcerr", "inputSchema": obj},
+				map[string]any{"name": "huge", "inputSchema": obj}}}
+		case "tools/call":
+			switch msg.Params.Name {
+			case "rpcerr":
+				reply["error"] = map[string]any{"code": -32602, "message": "Invalid params: widget not found"}
+			case "huge":
+				text := strings.Repeat("x", 20<<20)
+				reply["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
+			}
+		default:
+			reply["result"] = map[string]any{}
+		}
+		_ = out.Encode(reply)
+	}
+}
+
+// calls is the gateway_mcp_calls_total count of server and result.
+func calls(server, result string) float64 {
+	return testutil.ToFloat64(metricCalls.WithLabelValues(server, result))
+}
+
+// TestCallJSONRPCErrorOverStdio: a JSON-RPC error answer to tools/call is
+// an error result with the server's message, counted as rpc_error, not as
+// a transport error; an answer over the bound on one stdio line is an
+// error result saying so.
+func TestCallJSONRPCErrorOverStdio(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Start(Options{
+		Servers: defaulted(config.MCPServer{Name: "answers-stdio", Command: exe, Env: map[string]string{answersServerEnv: "1"}}),
+		Logger:  testLogger(t),
+	})
+	defer m.Close()
+	if tools := toolNames(m); tools != "huge,rpcerr" {
+		t.Fatalf("tools %q (status %v)", tools, m.Status())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data, isErr, err := m.Call(ctx, "rpcerr", nil)
+	if err != nil || !isErr || string(data) != "Invalid params: widget not found" {
+		t.Fatalf("JSON-RPC error: %q isErr=%v err=%v", data, isErr, err)
+	}
+	if calls("answers-stdio", "rpc_error") != 1 || calls("answers-stdio", "error") != 0 {
+		t.Errorf("counted rpc_error %v, error %v", calls("answers-stdio", "rpc_error"), calls("answers-stdio", "error"))
+	}
+	data, isErr, err = m.Call(ctx, "huge", nil)
+	if err != nil || !isErr || string(data) != string(msgTooLarge) {
+		t.Fatalf("answer over the bound: %q isErr=%v err=%v", data, isErr, err)
+	}
+}
+
+// rpcServer is an SDK server whose "widget" and "long" tools answer with
+// JSON-RPC errors and "huge" over the bound on one message; pings counts
+// the pings it gets.
+func rpcServer() (s *mcp.Server, pings *atomic.Int64) {
+	obj := json.RawMessage(`{"type":"object"}`)
+	long := strings.Repeat("é", 2000)
+	s = mcp.NewServer(&mcp.Implementation{Name: "rpc", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "widget", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Invalid params: widget not found"}
+	})
+	s.AddTool(&mcp.Tool{Name: "long", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, &jsonrpc.Error{Code: -32000, Message: long}
+	})
+	s.AddTool(&mcp.Tool{Name: "huge", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", maxMessageBytes+1)}}}, nil
+	})
+	pings = new(atomic.Int64)
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "ping" {
+				pings.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	return s, pings
+}
+
+// TestCallJSONRPCErrorOverHTTP: the same through the SDK's own server over
+// Streamable HTTP (JSON and SSE answers): the server's message, bounded,
+// and no ping, since the server answered; an answer over the bound says
+// so.
+func TestCallJSONRPCErrorOverHTTP(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		json bool
+	}{{"answers-sse", false}, {"answers-json", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, pings := rpcServer()
+			srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+				&mcp.StreamableHTTPOptions{JSONResponse: tc.json}))
+			defer srv.Close()
+			m := Start(Options{Servers: defaulted(config.MCPServer{Name: tc.name, URL: srv.URL}), KeepAlive: time.Hour, Logger: testLogger(t)})
+			defer m.Close()
+			if tools := toolNames(m); tools != "huge,long,widget" {
+				t.Fatalf("tools %q (status %v)", tools, m.Status())
+			}
+			ctx := context.Background()
+			data, isErr, err := m.Call(ctx, "widget", []byte(`{}`))
+			if err != nil || !isErr || string(data) != "Invalid params: widget not found" {
+				t.Fatalf("JSON-RPC error: %q isErr=%v err=%v", data, isErr, err)
+			}
+			data, isErr, err = m.Call(ctx, "long", nil)
+			if err != nil || !isErr || len(data) > maxRPCMessage+len("…") || !utf8.Valid(data) || !strings.HasSuffix(string(data), "é…") {
+				t.Fatalf("long message: %d bytes %q isErr=%v err=%v", len(data), data[:min(len(data), 20)], isErr, err)
+			}
+			time.Sleep(300 * time.Millisecond) // a probe pings at once
+			if pings.Load() != 0 || calls(tc.name, "rpc_error") != 2 || calls(tc.name, "error") != 0 {
+				t.Errorf("pings %d, counted rpc_error %v, error %v", pings.Load(), calls(tc.name, "rpc_error"), calls(tc.name, "error"))
+			}
+			data, isErr, err = m.Call(ctx, "huge", nil)
+			if err != nil || !isErr || string(data) != string(msgTooLarge) {
+				t.Fatalf("answer over the bound: %q isErr=%v err=%v", data[:min(len(data), 100)], isErr, err)
+			}
+		})
+	}
+}
