@@ -514,8 +514,9 @@ func TestEstimateOfAnImageBody(t *testing.T) {
 
 // TestChargeOfAnUnconfiguredModel: a pass-through call of a model the
 // config does not name counts against the tenant's limits, but is metered
-// under UnconfiguredModel: a client's model names never become metric
-// series or usage records of their own.
+// under UnconfiguredModel, its request as its call: a client's model names
+// never become metric series or usage records of their own. (Its request
+// used to be recorded under the client's name.)
 func TestChargeOfAnUnconfiguredModel(t *testing.T) {
 	t.Parallel()
 	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
@@ -527,6 +528,9 @@ tokens_per_minute = 100
 	for i := range 3 {
 		r := &pipeline.Request{Model: fmt.Sprintf("client-%d", i), Endpoint: "/v1/embeddings", Body: []byte(`{"input":"x"}`),
 			Tenant: &pipeline.Tenant{Name: "u"}}
+		if err := fx.l.Admit(r); err != nil {
+			t.Fatal(err)
+		}
 		fx.l.Charge(r, wire.ChatUsage{Prompt: 40}, false)
 	}
 	fx.l.Flush()
@@ -542,7 +546,8 @@ tokens_per_minute = 100
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(byModel), "client-") || gjson.GetBytes(byModel, `data.#(group=="`+UnconfiguredModel+`").input_tokens`).Int() != 120 {
+	unconfigured := gjson.GetBytes(byModel, `data.#(group=="`+UnconfiguredModel+`")`)
+	if strings.Contains(string(byModel), "client-") || unconfigured.Get("input_tokens").Int() != 120 || unconfigured.Get("requests").Int() != 3 {
 		t.Fatalf("usage by model: %s", byModel)
 	}
 	// The tenant's token limit still counts them: 120 tokens is over 100.

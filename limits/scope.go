@@ -23,7 +23,7 @@ type scope struct {
 	slots  bool    // checks holds an in-flight counter
 	spend  []spend // the matching budgets' spend counters
 	tools  []check // the matching tool_calls_per_minute counters (cost 1)
-	usage  string  // the usage record's field prefix
+	usage  string  // the usage record's field prefix (UnconfiguredModel's for a model the config does not name)
 }
 
 // spend is the spend counter of a budget in the current period.
@@ -51,7 +51,13 @@ func (l *Limiter) scopeOf(tenant, key, model string, now time.Time) *scope {
 }
 
 func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
-	sc := &scope{day: l.dayOf(now).day, usage: usageField(tenant, key, model)}
+	recorded := model
+	if _, ok := l.prices[model]; !ok && model != "" {
+		// A model the config does not name (a pass-through call's): its
+		// requests are recorded under one name, as its calls are (Charge).
+		recorded = UnconfiguredModel
+	}
+	sc := &scope{day: l.dayOf(now).day, usage: usageField(tenant, key, recorded)}
 	for i := range l.rules {
 		rl := &l.rules[i]
 		s, ok := rl.scope(tenant, key, model)
