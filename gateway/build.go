@@ -36,7 +36,6 @@ import (
 	"github.com/llmgw/gateway/toolprompt"
 	"github.com/llmgw/gateway/toolselect"
 	"github.com/llmgw/gateway/tracing"
-	"github.com/llmgw/gateway/wire"
 )
 
 // Build turns cfg into a Runtime. On error everything started is stopped.
@@ -132,26 +131,26 @@ func (b *builder) close() {
 }
 
 // passPolicy is the policy of the routes outside the chat pipeline (the
-// pass-through endpoints): the policy engine's, then the limiter's
-// admission, so that a pass-through call takes a request from the tenant's
-// rate limits and is refused over a limit or a spent budget, as a chat call
-// is; and the limiter's meter, which charges the usage its answer reports.
+// pass-through endpoints): the policy engine's, then the limiter's, through
+// the admission the chat pipeline's limits layer uses (limits.Hold), so
+// that a pass-through request takes a request, its estimated input tokens
+// and a slot in flight from the tenant's limits, and is refused over a
+// limit or a spent budget, as a chat request is; the Call it holds charges
+// the usage the answer reports and frees the slot when the answer ends.
 type passPolicy struct {
 	*policies.Engine
 	limiter *limits.Limiter
 }
 
-func (p passPolicy) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
-	if err := p.Engine.Admit(t, r); err != nil {
-		return err
-	}
-	return p.limiter.Admit(r)
-}
+var _ proxy.Call = (*limits.Call)(nil)
 
-// Meter charges an answered pass-through call as the model layer's meter
-// charges a chat call.
-func (p passPolicy) Meter(r *pipeline.Request, u wire.ChatUsage, estimateInput bool) {
-	p.limiter.Charge(r, u, estimateInput)
+// Limit admits a pass-through request through limits.Hold.
+func (p passPolicy) Limit(r *pipeline.Request) (proxy.Call, error) {
+	c, err := p.limiter.Hold(r)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return c, nil
 }
 
 // allowsModel is the tenant policy's model allow-list, for the calls the

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -50,6 +51,31 @@ func BenchmarkLimits(b *testing.B) {
 				if _, err := h.Chat(context.Background(), r); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkPassthroughEstimate measures the input estimate a pass-through
+// JSON body takes before its call when a tokens_per_minute rule applies: a
+// small embeddings body, and bodies at the 8 MiB body limit, of prose (the
+// first 64 KiB tokenized, the rest estimated from its bytes) and of token
+// ids (a number is a token).
+func BenchmarkPassthroughEstimate(b *testing.B) {
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", (8<<20)/45)
+	ids := strings.Repeat("1234,", (8<<20)/5)
+	for _, c := range []struct{ name, body string }{
+		{"small", `{"model":"gpt-x","input":"hello there, how are you today?"}`},
+		{"8MiB-prose", `{"model":"gpt-x","prompt":"` + prose + `"}`},
+		{"8MiB-token-ids", `{"model":"gpt-x","input":[` + ids + `1]}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := &pipeline.Request{Model: "gpt-x", Endpoint: "/v1/embeddings", Body: []byte(c.body)}
+			estimate(r) // the tokenizer's tables, built once per process
+			b.SetBytes(int64(len(c.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				estimate(r)
 			}
 		})
 	}

@@ -190,10 +190,18 @@ func (b *budgetRule) applies(tenant, key string) bool {
 }
 
 // estimate counts the input tokens of a chat body with the route's
-// tokenizer, or estimates those of any other body (a pass-through
-// endpoint's) from its text (Counter.CountJSON: media counted as images or
-// files, the work bounded); 0 when it cannot.
+// tokenizer, or estimates those of any other JSON body (a pass-through
+// endpoint's) from its text (Counter.CountJSON: every key and string as
+// text, every number as one token, media counted as images or files; the
+// tokenizing bounded to 64 KiB of text, the rest estimated from its bytes);
+// 0 when it cannot, or for a body that is not a JSON object or array (a
+// multipart form: audio, images), whose parts are media that their bytes
+// tell nothing of in tokens.
 func estimate(r *pipeline.Request) int64 {
+	other := r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint
+	if other && !jsonCall(r.Body) {
+		return 0
+	}
 	enc := ""
 	if r.Route != nil {
 		enc = r.Route.Encoding
@@ -202,7 +210,7 @@ func estimate(r *pipeline.Request) int64 {
 	if err != nil {
 		return 0
 	}
-	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint {
+	if other {
 		// Not a chat body, whatever it holds: a messages array in it is not
 		// what the endpoint reads.
 		return int64(c.CountJSON(r.Body))
@@ -212,6 +220,22 @@ func estimate(r *pipeline.Request) int64 {
 		return int64(c.CountJSON(r.Body))
 	}
 	return int64(n)
+}
+
+// jsonCall reports whether body is a JSON object or array, as a JSON call's
+// body is (the pass-through checked it is valid JSON): its first byte past
+// any white space opens one.
+func jsonCall(body []byte) bool {
+	for _, b := range body {
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{', '[':
+			return true
+		}
+		return false
+	}
+	return false
 }
 
 // storeFailed handles a store error: fail open (allow, warn at most every

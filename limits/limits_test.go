@@ -512,6 +512,27 @@ func TestEstimateOfAnImageBody(t *testing.T) {
 	}
 }
 
+// TestEstimateOfAFormBody: a multipart form (an audio transcription, an
+// image edit) is not estimated from its bytes, which are media: a large
+// upload takes no tokens before its call (Hold takes the minimum, 1), and
+// is charged the usage its answer reports. Estimated as text, a 1 MiB
+// recording was a quarter of a million tokens, over most limits.
+func TestEstimateOfAFormBody(t *testing.T) {
+	t.Parallel()
+	body := "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-x\r\n" +
+		"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\n\r\n" + strings.Repeat("ID3 \xff\xfb", 1<<17) + "\r\n--b--\r\n"
+	r := &pipeline.Request{Model: "gpt-x", Endpoint: "/v1/audio/transcriptions", Body: []byte(body), Tenant: &pipeline.Tenant{Name: "u"}}
+	if n := estimate(r); n != 0 {
+		t.Fatalf("estimate %d tokens for a form", n)
+	}
+	fx := newFixture(t, "[[limits]]\ntenant = \"*\"\ntokens_per_minute = 1000\n", func() Store { return NewMemoryStore() })
+	c, err := fx.l.Hold(r)
+	if err != nil {
+		t.Fatalf("a 1 MiB recording under a limit of 1,000 tokens a minute: %v", err)
+	}
+	c.End()
+}
+
 // TestChargeOfAnUnconfiguredModel: a pass-through call of a model the
 // config does not name counts against the tenant's limits, but is metered
 // under UnconfiguredModel, its request as its call: a client's model names
@@ -528,10 +549,12 @@ tokens_per_minute = 100
 	for i := range 3 {
 		r := &pipeline.Request{Model: fmt.Sprintf("client-%d", i), Endpoint: "/v1/embeddings", Body: []byte(`{"input":"x"}`),
 			Tenant: &pipeline.Tenant{Name: "u"}}
-		if err := fx.l.Admit(r); err != nil {
+		c, err := fx.l.Hold(r)
+		if err != nil {
 			t.Fatal(err)
 		}
-		fx.l.Charge(r, wire.ChatUsage{Prompt: 40}, false)
+		c.Charge(wire.ChatUsage{Prompt: 40}, false)
+		c.End()
 	}
 	fx.l.Flush()
 	for i := range 3 {

@@ -74,28 +74,6 @@ func tokensOf(c wire.ChatUsage) tokens {
 	return tokens{input: c.Prompt, output: c.Completion, cached: c.Cached}
 }
 
-// Charge records a call made outside the model layer (a pass-through
-// endpoint's) as Meter records one, with the tokens of u: the usage its
-// answer reported, or the caller's estimate. estimateInput counts an
-// estimate of r.Body's tokens as its input instead of u's.
-//
-// A model the config does not name (server.passthrough_unknown_models) is
-// limited and priced by its name as the rules say, but metered under
-// UnconfiguredModel in the metrics and the usage record: a client's names
-// never become labels or records of their own, or any client could add
-// series and records without bound.
-func (l *Limiter) Charge(r *pipeline.Request, u wire.ChatUsage, estimateInput bool) {
-	t := tokensOf(u)
-	if estimateInput {
-		t.input = estimate(r)
-	}
-	if r.Route == nil && r.Model != "" {
-		l.chargeAs(context.Background(), r, t, true, UnconfiguredModel)
-		return
-	}
-	l.charge(context.Background(), r, t, true)
-}
-
 // UnconfiguredModel is the model name under which calls of models the
 // config does not name are metered.
 const UnconfiguredModel = "(unconfigured)"

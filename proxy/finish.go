@@ -35,6 +35,10 @@ type exchange struct {
 	usage    wire.ChatUsage // the token counts of the answer's usage, when hasUsage
 	hasUsage bool
 	cause    error // the error written, for the log
+	// call is a pass-through request's hold on its tenant's limits (its
+	// slot in flight), from its admission (Policy.Limit) to finish, which
+	// ends it: on every path, once the answer has ended.
+	call Call
 
 	// chatReq and meta back req for a chat request (chatRequest), so that
 	// they cost no allocation of their own.
@@ -88,6 +92,9 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, x *exchange) {
 func (s *Server) finish(x *exchange) {
 	if x.ended.Swap(true) {
 		return
+	}
+	if x.call != nil {
+		x.call.End()
 	}
 	status := x.status
 	if status == 0 {

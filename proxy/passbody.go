@@ -37,22 +37,23 @@ type passBody struct {
 	// (Runtime.servesResponses); body is as the tenant policy left it.
 	native bool
 	tenant *pipeline.Tenant
-	// meter is the request Policy.Admit admitted, which the answer's usage
-	// is charged to (Policy.Meter): a POST to a model endpoint; nil = not
-	// metered. estimate: without a reported usage, the body is a JSON body
-	// whose tokens estimate the call's input.
-	meter    *pipeline.Request
+	// metered: a POST to a model endpoint, whose answer's usage is charged
+	// (exchange.call's Charge). estimate: without a reported usage, the
+	// body is a JSON body whose tokens estimate the call's input.
+	metered  bool
 	estimate bool
 }
 
 // passthroughBody reads, checks and routes a pass-through body. JSON and
 // multipart bodies are read whole (bounded by limit) so that the model they
 // name passes the tenant's policy before anything goes upstream; any other
-// body streams through an uploadReader bounded by the same limit.
-func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path string, limit int) (passBody, error) {
+// body streams through an uploadReader bounded by the same limit. The
+// request's hold on its tenant's limits goes to x.call.
+func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path string, limit int) (passBody, error) {
+	rt := x.rt
 	f := formOf(&ctx.Request.Header)
 	if f.opaque() {
-		return opaqueBody(ctx, rt, t, path, limit)
+		return opaqueBody(ctx, x, t, path, limit)
 	}
 	var pb passBody
 	body, err := readBody(ctx, limit)
@@ -71,15 +72,18 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 		pb.model = model // only configured names become metric labels
 	}
 	if rt.Policy != nil {
-		req := &pipeline.Request{Body: body, Model: model, Route: route, Endpoint: path}
+		req := &pipeline.Request{ID: x.id, Start: x.start, Body: body, Model: model, Route: route, Endpoint: path}
 		if err := rt.Policy.Admit(t, req); err != nil {
 			return pb, err
 		}
 		body = req.Body
+		if x.call, err = rt.Policy.Limit(req); err != nil {
+			return pb, err
+		}
 		if ctx.IsPost() && rt.Policy.ModelEndpoint(path) {
 			// A call of a model: metered. A retrieval (a stored response,
 			// a batch) may carry the usage of a call charged already.
-			pb.meter, pb.estimate = req, f.json
+			pb.metered, pb.estimate = true, f.json
 		}
 	}
 	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
@@ -94,14 +98,20 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipel
 // as it is, streamed when fasthttp streams it. A model endpoint refuses it
 // (a lenient upstream parses any body as JSON: a model endpoint's body is
 // judged here or not sent at all).
-func opaqueBody(ctx *fasthttp.RequestCtx, rt *Runtime, t *pipeline.Tenant, path string, limit int) (passBody, error) {
+func opaqueBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path string, limit int) (passBody, error) {
+	rt := x.rt
 	if rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
 		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
 			"%s takes application/json or multipart/form-data.", truncate(path, 200))
 	}
 	if rt.Policy != nil {
 		// No model to judge, but the tenant's request limits still apply.
-		if err := rt.Policy.Admit(t, &pipeline.Request{Endpoint: path}); err != nil {
+		req := &pipeline.Request{ID: x.id, Start: x.start, Endpoint: path}
+		if err := rt.Policy.Admit(t, req); err != nil {
+			return passBody{}, err
+		}
+		var err error
+		if x.call, err = rt.Policy.Limit(req); err != nil {
 			return passBody{}, err
 		}
 	}

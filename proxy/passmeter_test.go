@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// meterPolicy admits everything and records what Meter charges.
+// meterPolicy admits everything and records what its Call charges.
 type meterPolicy struct {
 	mu      sync.Mutex
 	charged []wire.ChatUsage
@@ -34,7 +34,9 @@ func (p *meterPolicy) ModelEndpoint(path string) bool                      { ret
 func (p *meterPolicy) AllowsModel(*pipeline.Tenant, string) bool           { return true }
 func (p *meterPolicy) RestrictsModels(*pipeline.Tenant) bool               { return false }
 func (p *meterPolicy) BodyLimit(*pipeline.Tenant) int                      { return 0 }
-func (p *meterPolicy) Meter(_ *pipeline.Request, u wire.ChatUsage, estimateInput bool) {
+func (p *meterPolicy) Limit(*pipeline.Request) (Call, error)               { return p, nil }
+func (p *meterPolicy) End()                                                {}
+func (p *meterPolicy) Charge(u wire.ChatUsage, estimateInput bool) {
 	p.mu.Lock()
 	if estimateInput {
 		u.Prompt = -1 // marks an estimate

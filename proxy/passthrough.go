@@ -45,6 +45,8 @@ var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organizatio
 // that model's provider under its upstream name. A model that is not
 // configured is refused unless server.passthrough_unknown_models is set.
 // Other bodies (binary uploads) stream through, bounded by the same limit.
+// Every request then passes the tenant's rate limits and budgets as a chat
+// request does (Policy.Limit) and holds its slot in flight until finish.
 // path is the canonical path (canonicalPath).
 func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	pc, pb, err := s.passTarget(ctx, x, path)
@@ -119,19 +121,18 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true
 	var m *passMeter
-	if pb.meter != nil && resp.StatusCode() < 300 {
+	if pb.metered && x.call != nil && resp.StatusCode() < 300 {
 		// An answered call costs the tenant what it reports, as a chat call does.
-		m = &passMeter{policy: x.rt.Policy, r: pb.meter, estimate: pb.estimate, tap: newUsageTap(resp.Header.ContentType())}
+		m = &passMeter{call: x.call, estimate: pb.estimate, tap: newUsageTap(resp.Header.ContentType())}
 	}
 	ctx.SetBodyStreamWriter(s.copyBody(x, pc, freq, resp, ctx.Conn(), m))
 }
 
 // passMeter charges a pass-through call with the usage its answer reports
-// (Policy.Meter), read by tap while the answer is copied.
+// (Call.Charge), read by tap while the answer is copied.
 type passMeter struct {
-	policy   Policy
-	r        *pipeline.Request
-	estimate bool // without a reported usage, charge an estimate of r.Body
+	call     Call
+	estimate bool // without a reported usage, charge an estimate of the request's body
 	tap      *usageTap
 }
 
@@ -143,11 +144,11 @@ func (m *passMeter) charge() {
 	}
 	switch {
 	case ok:
-		m.policy.Meter(m.r, u, false)
+		m.call.Charge(u, false)
 	case m.estimate || u.Completion > 0:
 		// No usage read (none reported, or the answer was cut): the
 		// input's estimate for a JSON call, and the output the tap saw.
-		m.policy.Meter(m.r, u, m.estimate)
+		m.call.Charge(u, m.estimate)
 	}
 }
 
@@ -175,7 +176,7 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 			limit = l
 		}
 	}
-	pb, err := s.passthroughBody(ctx, rt, t, path, limit)
+	pb, err := s.passthroughBody(ctx, x, t, path, limit)
 	x.model = pb.model
 	if err != nil || pb.native {
 		pb.tenant = t

@@ -46,12 +46,26 @@ type Policy interface {
 	RestrictsModels(t *pipeline.Tenant) bool
 	// BodyLimit returns t's body limit in bytes; 0 = the server's.
 	BodyLimit(t *pipeline.Tenant) int
-	// Meter records a pass-through call that Admit admitted (r) and its
-	// upstream answered, charging u: the usage its answer reported, or
-	// the gateway's estimate of it. estimateInput replaces u's prompt
-	// tokens with an estimate of r.Body's, as the chat meter does for a
-	// call that reports no usage.
-	Meter(r *pipeline.Request, u wire.ChatUsage, estimateInput bool)
+	// Limit applies the tenant's rate limits and budgets to r, which
+	// passed Admit (r.ID names it), as the chat pipeline's limits layer
+	// applies them to a chat request: a request, its estimated input
+	// tokens and a slot in flight, or a 429. The Call it returns holds
+	// the slot until it ends (exchange.call: finish ends it).
+	Limit(r *pipeline.Request) (Call, error)
+}
+
+// Call is a pass-through request that Policy.Limit admitted. Safe for
+// concurrent use.
+type Call interface {
+	// Charge records the call once its upstream answered (a model call's
+	// 2xx), charging u: the usage its answer reported, or the gateway's
+	// estimate of it. estimateInput replaces u's prompt tokens with an
+	// estimate of the request body's, as the chat meter does for a call
+	// that reports no usage.
+	Charge(u wire.ChatUsage, estimateInput bool)
+	// End frees what the request holds (its slot in flight) once its
+	// answer has ended, whatever the end. Only the first End counts.
+	End()
 }
 
 // authenticate resolves the caller's tenant; nil with a nil error when the

@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// heldUpstream is a provider whose pass-through calls wait for the test:
+// ?hold=1 answers JSON once release is closed; ?sse=1 sends one event at
+// once and the rest once release is closed; ?status=N answers that error
+// at once; any other call answers at once. Every call's query goes to
+// arrived as it reaches the provider.
+type heldUpstream struct {
+	arrived chan string
+	release atomic.Pointer[chan struct{}]
+	done    chan struct{} // closed when the test ends: nothing waits any longer
+}
+
+// wait waits for release, or the end of the test.
+func (u *heldUpstream) wait(release chan struct{}) {
+	select {
+	case <-release:
+	case <-u.done:
+	}
+}
+
+// hold starts a new round of held calls, answered when the returned
+// channel is closed.
+func (u *heldUpstream) hold() chan struct{} {
+	c := make(chan struct{})
+	u.release.Store(&c)
+	return c
+}
+
+func (u *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	release := *u.release.Load()
+	u.arrived <- r.URL.RawQuery
+	q := r.URL.Query()
+	if s := q.Get("status"); s != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(500)
+		fmt.Fprint(w, `{"error":{"message":"boom","type":"server_error"}}`)
+		return
+	}
+	if q.Get("sse") != "" {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"n\":0}\n\n")
+		w.(http.Flusher).Flush()
+		u.wait(release)
+		fmt.Fprint(w, "data: {\"n\":1,\"usage\":{\"prompt_tokens\":1,\"total_tokens\":1}}\n\ndata: [DONE]\n\n")
+		return
+	}
+	if q.Get("hold") != "" {
+		u.wait(release)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprint(w, `{"object":"list","data":[],"usage":{"prompt_tokens":1,"total_tokens":1}}`)
+}
+
+// A pass-through request holds one of its tenant's slots in flight for its
+// whole life, as a chat request does, and gives it back however it ends:
+// with concurrent = 2, two embeddings calls the provider is still
+// answering (JSON, or a stream that has begun) leave no slot for a third
+// call on any route, chat included; after a stream's end, a client that
+// left, and error answers, the slots are free again. Pass-through calls
+// used to hold none: 30 parallel calls of a tenant limited to 2 were all
+// answered.
+func TestPassthroughHoldsASlotInFlight(t *testing.T) {
+	t.Parallel()
+	up := &heldUpstream{arrived: make(chan string, 64), done: make(chan struct{})}
+	up.hold()
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(up.done) }) // before srv.Close, which waits for its handlers
+	h := newHarness(t, strings.ReplaceAll(strings.ReplaceAll(limitsConfig, "requests_per_minute = 5", "concurrent = 2"), "{{MOCK}}", srv.URL+"/v1")+`
+[[policies]]
+tenant = "team"
+passthrough = ["/v1/embeddings"]
+`, mockllm.Options{})
+	embed := func(query string) (int, []byte) {
+		status, _, body := send(t, "POST", h.base+"/embeddings"+query, "sk-team", `{"model":"gpt-x","input":"hi"}`)
+		return status, body
+	}
+	refused := func(what string) {
+		t.Helper()
+		if status, body := embed(""); status != 429 || gjson.GetBytes(body, "error.code").Str != "rate_limit_exceeded" {
+			t.Fatalf("%s: a third embeddings call: %d %s, want 429 rate_limit_exceeded", what, status, body)
+		}
+		if status, _, body := chatRequest(t, h.base, "sk-team"); status != 429 {
+			t.Fatalf("%s: a chat call: %d %s, want 429", what, status, body)
+		}
+	}
+
+	// Two JSON answers the provider has not given yet.
+	release := up.hold()
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			status, _ := embed("?hold=1")
+			done <- status
+		}()
+	}
+	<-up.arrived
+	<-up.arrived
+	refused("two JSON calls in flight")
+	close(release)
+	for range 2 {
+		if status := <-done; status != 200 {
+			t.Fatalf("a held call: %d", status)
+		}
+	}
+
+	// Two streams under way: one client reads to the end, one leaves.
+	release = up.hold()
+	var bodies [2]*http.Response
+	for i := range bodies {
+		req, _ := http.NewRequest("POST", h.base+"/embeddings?sse=1", strings.NewReader(`{"model":"gpt-x","input":"hi"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer sk-team")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if line, err := bufio.NewReader(resp.Body).ReadString('\n'); resp.StatusCode != 200 || err != nil || !strings.HasPrefix(line, "data: ") {
+			t.Fatalf("stream %d: %d %q %v", i, resp.StatusCode, line, err)
+		}
+		bodies[i] = resp
+		<-up.arrived
+	}
+	refused("two streams in flight")
+	bodies[0].Body.Close() // this client leaves
+	close(release)
+	if b, err := io.ReadAll(bodies[1].Body); err != nil || !strings.Contains(string(b), "[DONE]") {
+		t.Fatalf("the stream read to its end: %q %v", b, err)
+	}
+
+	// Error answers, more of them than there are slots.
+	for range 3 {
+		if status, body := embed("?status=500"); status < 500 {
+			t.Fatalf("an error answer: %d %s", status, body)
+		}
+		<-up.arrived
+	}
+	// Every slot is free again: one call held, and another passes. (The
+	// stream whose client left frees its slot when the gateway sees the
+	// end of it, which the test does not see: it waits for it.)
+	release = up.hold()
+	go func() {
+		status, _ := embed("?hold=1")
+		done <- status
+	}()
+	<-up.arrived
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		status, body := embed("")
+		if status == 200 {
+			<-up.arrived
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with one call in flight, another: %d %s: a slot stayed taken", status, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
+	if status := <-done; status != 200 {
+		t.Fatalf("the last held call: %d", status)
+	}
+}
+
+// A pass-through call is checked against tokens_per_minute before it goes
+// upstream, with its input estimated as chat's is: a prompt larger than a
+// whole minute's worth is refused with the 429 chat gives
+// (request_too_large_for_limit), on every model endpoint, and never
+// reaches the provider. The estimate taken is not charged again when the
+// answer's usage arrives: three calls of about 300 tokens fit a limit of
+// 1,000, and the fourth waits. Pass-through calls used to take no tokens
+// before the call: a 20,000-word prompt passed a limit of 1,000.
+func TestPassthroughTokensAreCheckedBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.ReplaceAll(limitsConfig, "requests_per_minute = 5", "tokens_per_minute = 1000")+`
+[[policies]]
+tenant = "team"
+passthrough = ["/v1/embeddings", "/v1/completions"]
+`, mockllm.Options{})
+	huge := strings.Repeat("word ", 20000)
+	status, _, body := send(t, "POST", h.base+"/chat/completions", "sk-team", `{"model":"gpt-x","messages":[{"role":"user","content":"`+huge+`"}]}`)
+	want := gjson.GetBytes(body, "error.code").Str
+	if status != 429 || want != "request_too_large_for_limit" {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/completions", `{"model":"gpt-x","prompt":"` + huge + `"}`},
+		{"/embeddings", `{"model":"gpt-x","input":["` + huge + `"]}`},
+	} {
+		if status, _, body := send(t, "POST", h.base+c.path, "sk-team", c.body); status != 429 || gjson.GetBytes(body, "error.code").Str != want {
+			t.Fatalf("%s: %d %s, want 429 %s as chat", c.path, status, body, want)
+		}
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("%d calls reached the provider", n)
+	}
+	prompt := `{"model":"gpt-x","prompt":"` + strings.Repeat("word ", 300) + `"}`
+	for i := range 3 {
+		if status, _, body := send(t, "POST", h.base+"/completions?usage=300", "sk-team", prompt); status != 200 {
+			t.Fatalf("call %d of about 300 tokens: %d %.300s", i+1, status, body)
+		}
+	}
+	if status, hdr, body := send(t, "POST", h.base+"/completions?usage=300", "sk-team", prompt); status != 429 ||
+		gjson.GetBytes(body, "error.code").Str != "rate_limit_exceeded" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("a fourth call of about 300 tokens: %d %s", status, body)
+	}
+}
