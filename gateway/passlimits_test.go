@@ -222,3 +222,47 @@ passthrough = ["/v1/embeddings", "/v1/completions"]
 		t.Fatalf("a fourth call of about 300 tokens: %d %s", status, body)
 	}
 }
+
+// A /v1/responses request is admitted by the tenant's limits once, whether
+// the pipeline translates it to chat or its model's provider serves it
+// natively (passed through): with 5 requests a minute, five of them are
+// answered and the usage record counts each once. A translated one used
+// to be admitted by the pass-through route and again by the pipeline: it
+// took two requests from the limit and showed twice in usage.
+func TestResponsesAreAdmittedOnce(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(limitsConfig, `retries = 0`, `retries = 0
+responses = "native"`, 1) + `
+[[providers]]
+name = "chatonly"
+kind = "openai"
+base_url = "{{MOCK}}"
+retries = 0
+[[models]]
+name = "translated"
+provider = "chatonly"
+upstream = "up-translated"
+`
+	h := newHarness(t, cfg, mockllm.Options{})
+	respond := func(model string) int {
+		status, _, _ := send(t, "POST", h.base+"/responses", "sk-team", `{"model":"`+model+`","input":"hi"}`)
+		return status
+	}
+	for i, model := range []string{"translated", "translated", "gpt-x"} {
+		if status := respond(model); status != 200 {
+			t.Fatalf("request %d (%s): %d", i+1, model, status)
+		}
+	}
+	status, _, body := send(t, "GET", h.base+"/gateway/usage?group_by=tenant", "sk-ops", "")
+	if n := gjson.GetBytes(body, `data.#(group=="team").requests`).Int(); status != 200 || n != 3 {
+		t.Fatalf("usage after three /v1/responses requests: %d requests: %s", n, body)
+	}
+	for i, model := range []string{"translated", "gpt-x"} {
+		if status := respond(model); status != 200 {
+			t.Fatalf("request %d of 5 a minute (%s): %d", i+4, model, status)
+		}
+	}
+	if status := respond("translated"); status != 429 {
+		t.Fatalf("a sixth request in a minute: %d, want 429", status)
+	}
+}

@@ -71,12 +71,20 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	if route != nil {
 		pb.model = model // only configured names become metric labels
 	}
+	var req *pipeline.Request
 	if rt.Policy != nil {
-		req := &pipeline.Request{ID: x.id, Start: x.start, Body: body, Model: model, Route: route, Endpoint: path}
+		req = &pipeline.Request{ID: x.id, Start: x.start, Body: body, Model: model, Route: route, Endpoint: path}
 		if err := rt.Policy.Admit(t, req); err != nil {
 			return pb, err
 		}
 		body = req.Body
+	}
+	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
+		// The pipeline serves it: its limits layer admits it, once.
+		pb.body, pb.native = body, true
+		return pb, nil
+	}
+	if req != nil {
 		if x.call, err = rt.Policy.Limit(req); err != nil {
 			return pb, err
 		}
@@ -85,10 +93,6 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 			// a batch) may carry the usage of a call charged already.
 			pb.metered, pb.estimate = true, f.json
 		}
-	}
-	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
-		pb.body, pb.native = body, true
-		return pb, nil
 	}
 	pb.provider, pb.body, err = routeBody(f, body, model, route)
 	return pb, err
