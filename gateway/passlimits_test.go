@@ -266,3 +266,40 @@ upstream = "up-translated"
 		t.Fatalf("a sixth request in a minute: %d, want 429", status)
 	}
 }
+
+// A model the config does not name, passed through with
+// passthrough_unknown_models, spends its tenant's budget at the default
+// list price of its name's prefix: a gpt-4o snapshot's 4,000 input tokens
+// spend a $0.01 budget and the next call is refused. A model no price is
+// known for is refused under a budget (403 model_not_priced) before it
+// reaches the provider. Both used to be free.
+func TestPassthroughOfAnUnconfiguredModelSpendsTheBudget(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(strings.Split(limitsConfig, "[[limits]]")[0], `log_level = "warn"`, `log_level = "warn"
+passthrough_unknown_models = true`, 1) + `
+[[policies]]
+tenant = "team"
+models = ["gpt-4o*", "mystery*"]
+[[budgets]]
+tenant = "team"
+amount = 0.01
+period = "day"
+`
+	h := newHarness(t, cfg, mockllm.Options{})
+	embed := func(model, query string) (int, []byte) {
+		status, _, body := send(t, "POST", h.base+"/embeddings"+query, "sk-team", `{"model":"`+model+`","input":"hi"}`)
+		return status, body
+	}
+	if status, body := embed("mystery-embed", "?usage=10"); status != 403 || gjson.GetBytes(body, "error.code").Str != "model_not_priced" {
+		t.Fatalf("a model without a price under a budget: %d %s", status, body)
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("%d calls reached the provider", n)
+	}
+	if status, body := embed("gpt-4o-2024-11-20", "?usage=4000"); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if status, body := embed("gpt-4o-2024-11-20", "?usage=1"); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
+		t.Fatalf("after $0.01 of gpt-4o on a $0.01 budget: %d %s", status, body)
+	}
+}

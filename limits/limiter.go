@@ -119,7 +119,7 @@ func New(o Options) *Limiter {
 		if up == "" {
 			up = m.Name
 		}
-		l.prices[m.Name] = priceFor(m.Price, up)
+		l.prices[m.Name], _ = priceFor(m.Price, up)
 	}
 	l.rec = newRecorder(l.store, o.Logger)
 	return l

@@ -579,3 +579,42 @@ tokens_per_minute = 100
 		t.Error("a call passed its spent token limit")
 	}
 }
+
+// TestPriceOfAnUnconfiguredModel: a pass-through call of a model the
+// config does not name is priced by the default table, by the prefix of
+// its name (it goes upstream under that name), so that it spends the
+// tenant's budget as a configured model's call does. One that no default
+// price matches is refused where a budget applies (403 model_not_priced),
+// not let through free; where none applies it passes. Such calls used to
+// cost nothing: the price lookup knew only configured names.
+func TestPriceOfAnUnconfiguredModel(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, `
+[[budgets]]
+tenant = "priced"
+amount = 0.01
+period = "day"
+`, func() Store { return NewMemoryStore() })
+	call := func(tenant, model string) (*Call, error) {
+		return fx.l.Hold(&pipeline.Request{ID: "r", Model: model, Endpoint: "/v1/embeddings", Body: []byte(`{"input":"x"}`),
+			Tenant: &pipeline.Tenant{Name: tenant}})
+	}
+	c, err := call("priced", "gpt-4o-2024-11-20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Charge(wire.ChatUsage{Prompt: 4000}, false) // at gpt-4o's $2.50/M: $0.01
+	c.End()
+	var pe *pipeline.Error
+	if _, err := call("priced", "gpt-4o-mini-2024-07-18"); !errors.As(err, &pe) || pe.Code != pipeline.CodeInsufficientQuota {
+		t.Fatalf("after $0.01 of gpt-4o-2024-11-20 on a $0.01 budget: %v", err)
+	}
+	if _, err := call("priced", "mystery-1"); !errors.As(err, &pe) || pe.Status != 403 || pe.Code != pipeline.CodeModelNotPriced {
+		t.Fatalf("a model without a price under a budget: %v", err)
+	}
+	c, err = call("unbudgeted", "mystery-1")
+	if err != nil {
+		t.Fatalf("a model without a price, no budget: %v", err)
+	}
+	c.End()
+}

@@ -92,10 +92,10 @@ func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, o
 	tenant, key := who(r)
 	model := r.Model
 	now := l.now()
-	price := l.prices[model]
+	price, _ := l.price(model)
 	if tg := r.TargetOrDefault(); tg != nil && tg.Model != "" {
 		model = tg.Model // the model that answered (after a fallback) is the one paid
-		price = l.prices[tg.Model]
+		price, _ = l.price(tg.Model)
 	}
 	micro := cost(price, t)
 	if label == "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -57,6 +58,10 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Con
 	l.countRequest(now, sc)
 	if len(sc.checks) == 0 {
 		return ctx, nil, nil
+	}
+	if sc.unpriced {
+		limited.WithLabelValues(string(rune(kindBudget))).Inc()
+		return ctx, nil, unpriced(r.Model)
 	}
 	st := &reqState{model: r.Model} // one allocation: the outcome's counts, the meter's estimate
 	if len(sc.tokens) > 0 {
@@ -256,6 +261,18 @@ func denial(c check, tokens int64, retry time.Duration) error {
 	}
 	return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
 		what, unit, c.limit, cost, retry.Round(time.Millisecond))
+}
+
+// unpriced is the refusal of a call of model, which the config does not
+// name and no default price matches, under a budget: a budget it could
+// spend without a trace is not a budget. 403, as for a model the tenant may
+// not use: retrying does not help, another model or a price does.
+func unpriced(model string) error {
+	if len(model) > 256 {
+		model = strings.ToValidUTF8(model[:256], "")
+	}
+	return pipeline.Forbidden(pipeline.CodeModelNotPriced,
+		"The model '%s' has no price on this gateway, and your spend has a budget: use a model the gateway prices, or ask its operator to configure this one with a price.", model)
 }
 
 // releasingStream frees the request's slots when the stream is closed.

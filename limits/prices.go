@@ -9,8 +9,11 @@ import (
 
 // DefaultPrices are list prices in dollars per million tokens, by upstream
 // model name (the longest matching prefix wins), for models whose
-// [[models]] entry sets no price. Anything else is free: set price on the
-// model to count its spend.
+// [[models]] entry sets no price and for models the config does not name
+// (pass-through calls with server.passthrough_unknown_models). A configured
+// model matching none is free: set price on the model to count its spend.
+// An unconfigured one matching none is refused where a budget applies
+// (scope.unpriced).
 var DefaultPrices = map[string]config.Price{
 	"gpt-4o":       {Input: 2.5, Output: 10, CachedInput: 1.25},
 	"gpt-4o-mini":  {Input: 0.15, Output: 0.6, CachedInput: 0.075},
@@ -22,10 +25,11 @@ var DefaultPrices = map[string]config.Price{
 }
 
 // priceFor returns the price of a model: its own, else the default of its
-// upstream name's longest listed prefix, else zero.
-func priceFor(own *config.Price, upstream string) config.Price {
+// upstream name's longest listed prefix (ok false when none is listed:
+// zero).
+func priceFor(own *config.Price, upstream string) (_ config.Price, ok bool) {
 	if own != nil {
-		return *own
+		return *own, true
 	}
 	best, found := "", config.Price{}
 	for name, p := range DefaultPrices {
@@ -33,7 +37,19 @@ func priceFor(own *config.Price, upstream string) config.Price {
 			best, found = name, p
 		}
 	}
-	return found
+	return found, best != ""
+}
+
+// price returns the price of the client-facing model: a configured
+// model's (priceFor when New built the limiter: zero when none is known,
+// as its operator chose), else, for a model the config does not name,
+// which goes upstream under its own name, the default of that name; ok is
+// false when the model is not configured and no default matches it.
+func (l *Limiter) price(model string) (_ config.Price, ok bool) {
+	if p, ok := l.prices[model]; ok {
+		return p, true
+	}
+	return priceFor(nil, model)
 }
 
 // tokens is the usage of one upstream call.

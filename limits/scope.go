@@ -24,6 +24,9 @@ type scope struct {
 	spend  []spend // the matching budgets' spend counters
 	tools  []check // the matching tool_calls_per_minute counters (cost 1)
 	usage  string  // the usage record's field prefix (UnconfiguredModel's for a model the config does not name)
+	// unpriced: the model is not configured, no default price matches
+	// it, and a budget applies: its calls are refused (admit), not free.
+	unpriced bool
 }
 
 // spend is the spend counter of a budget in the current period.
@@ -52,7 +55,8 @@ func (l *Limiter) scopeOf(tenant, key, model string, now time.Time) *scope {
 
 func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
 	recorded := model
-	if _, ok := l.prices[model]; !ok && model != "" {
+	_, configured := l.prices[model]
+	if !configured && model != "" {
 		// A model the config does not name (a pass-through call's): its
 		// requests are recorded under one name, as its calls are (Charge).
 		recorded = UnconfiguredModel
@@ -87,5 +91,7 @@ func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
 			sc.spend = append(sc.spend, spend{key: k, end: end})
 		}
 	}
+	_, priced := l.price(model) // a configured model is: its operator chose its price
+	sc.unpriced = len(sc.spend) > 0 && model != "" && !priced
 	return sc
 }

@@ -49,6 +49,7 @@ const (
 	CodeAdminRequired            = "admin_required"
 	CodeModelNotFound            = "model_not_found"
 	CodeModelNotAllowed          = "model_not_allowed"
+	CodeModelNotPriced           = "model_not_priced" // a model the config does not name, with no known price, under a budget
 	CodePathNotAllowed           = "path_not_allowed"
 	CodeUnknownURL               = "unknown_url"
 	CodeInvalidPath              = "invalid_path"
