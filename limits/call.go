@@ -17,7 +17,7 @@ type Call struct {
 	l     *Limiter
 	r     *pipeline.Request
 	ctx   context.Context // carries the request's state (the estimate taken) to charge, as Middleware's does to Meter
-	slots []check         // the checks whose slots r holds; nil when none
+	slots held            // what r holds in flight
 	ended atomic.Bool
 }
 
@@ -63,7 +63,7 @@ func (c *Call) Charge(u wire.ChatUsage, estimateInput bool) {
 // request's when its answer ends (with the next batched write, at once in
 // memory). Only the first End frees them.
 func (c *Call) End() {
-	if c.slots != nil && !c.ended.Swap(true) {
-		c.l.release(c.slots, c.r.ID)
+	if c.slots.checks != nil && !c.ended.Swap(true) {
+		c.l.release(c.slots.checks, c.slots.id)
 	}
 }

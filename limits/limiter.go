@@ -2,6 +2,8 @@ package limits
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"path"
 	"strconv"
 	"sync"
@@ -47,6 +49,8 @@ type Limiter struct {
 	today      atomic.Pointer[dayKey]
 	scopes     sync.Map // scopeKey → *scope
 	nScopes    atomic.Int64
+	slotPfx    string // names of concurrency slots (slotName): random, so replicas sharing a store never meet
+	slotSeq    atomic.Uint64
 }
 
 // dayKey is what the keys of one UTC day need, built once a day.
@@ -93,6 +97,9 @@ func New(o Options) *Limiter {
 		l.store = NewMemoryStore()
 	}
 	_, l.sync = l.store.(*memoryStore)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand)
+	l.slotPfx = hex.EncodeToString(rnd[:]) + "-"
 	if l.now == nil {
 		l.now = time.Now
 	}

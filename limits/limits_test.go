@@ -253,6 +253,35 @@ func TestConcurrentSlots(t *testing.T) {
 	})
 }
 
+// Requests that share an id (a client's X-Request-Id) hold a slot each:
+// slots named by the request's id would be one slot, letting any number of
+// them in flight under concurrent = 2, and the first to end would free it.
+func TestConcurrentSlotsAreNotSharedByID(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nconcurrent = 2\n", newStore, "s")
+		h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() {}})
+		req := func() (*pipeline.Response, error) {
+			return h.Chat(context.Background(), &pipeline.Request{ID: "client-chosen", Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+		}
+		first, err := req()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := req(); err != nil {
+			t.Fatalf("a second request: %v", err)
+		}
+		if _, err := req(); err == nil {
+			t.Fatal("a third request with the same id passed while two were in flight")
+		}
+		first.Stream.Close()
+		l.Flush()
+		if _, err := req(); err != nil {
+			t.Fatalf("after the first ended: %v", err)
+		}
+	})
+}
+
 // A request one counter refuses takes nothing from the others.
 func TestRefusedRequestTakesNothing(t *testing.T) {
 	t.Parallel()

@@ -38,30 +38,43 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 				return nil, err
 			}
 			resp, err := next.Chat(ctx, r)
-			if slots != nil {
-				resp, err = l.freeSlots(slots, r.ID, resp, err)
+			if slots.checks != nil {
+				resp, err = l.freeSlots(slots, resp, err)
 			}
 			return resp, err
 		})
 	}
 }
 
+// held is what a request holds in flight: the checks whose concurrency
+// slots it took (nil when none) and the slots' name.
+type held struct {
+	checks []check
+	id     string
+}
+
 // admit takes r's requests and tokens from the counters of its scope and
-// refuses it over a limit. slots are the checks whose in-flight slots r
-// holds (nil when none), to be freed when its answer ends.
+// refuses it over a limit. slots are what r holds in flight, to be freed
+// when its answer ends. A slot is named for this admission alone, never by
+// r.ID: that is the client's X-Request-Id when it sends one, and requests
+// sharing a name would share one slot.
 //
 //go:noinline
-func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Context, slots []check, _ error) {
+func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Context, slots held, _ error) {
 	tenant, key := who(r)
 	now := l.now()
 	sc := l.scopeOf(tenant, key, r.Model, now)
 	l.countRequest(now, sc)
 	if len(sc.checks) == 0 {
-		return ctx, nil, nil
+		return ctx, held{}, nil
 	}
 	if sc.unpriced {
 		limited.WithLabelValues(string(rune(kindBudget))).Inc()
-		return ctx, nil, unpriced(r.Model)
+		return ctx, held{}, unpriced(r.Model)
+	}
+	id := r.ID
+	if sc.slots {
+		id = l.slotName()
 	}
 	st := &reqState{model: r.Model} // one allocation: the outcome's counts, the meter's estimate
 	if len(sc.tokens) > 0 {
@@ -69,22 +82,28 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Con
 	}
 	checks, out := sc.checks, &st.out
 	out.buf = st.counts[:]
-	if err := l.store.Take(ctx, now, r.ID, checks, st.estimate, out); err != nil {
-		return ctx, nil, l.storeFailed(err)
+	if err := l.store.Take(ctx, now, id, checks, st.estimate, out); err != nil {
+		return ctx, held{}, l.storeFailed(err)
 	}
 	l.report(r.Meta, checks, out, &st.headers)
 	if out.denied >= 0 {
 		c := checks[out.denied]
 		limited.WithLabelValues(string(rune(c.kind))).Inc()
-		return ctx, nil, denial(c, st.estimate, out.retryAfter)
+		return ctx, held{}, denial(c, st.estimate, out.retryAfter)
 	}
 	if st.estimate > 0 {
 		ctx = context.WithValue(ctx, stateKey{}, st)
 	}
 	if sc.slots {
-		slots = checks
+		slots = held{checks: checks, id: id}
 	}
 	return ctx, slots, nil
+}
+
+// slotName returns a name no other admission of any replica has: the
+// limiter's random prefix and a sequence number.
+func (l *Limiter) slotName() string {
+	return l.slotPfx + strconv.FormatUint(l.slotSeq.Add(1), 36)
 }
 
 // freeSlots frees the in-flight slots of request id when its answer ends:
@@ -93,12 +112,12 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Con
 // request's path.
 //
 //go:noinline
-func (l *Limiter) freeSlots(checks []check, id string, resp *pipeline.Response, err error) (*pipeline.Response, error) {
+func (l *Limiter) freeSlots(slots held, resp *pipeline.Response, err error) (*pipeline.Response, error) {
 	if err != nil || resp.Stream == nil {
-		l.release(checks, id)
+		l.release(slots.checks, slots.id)
 		return resp, err
 	}
-	resp.Stream = &releasingStream{Stream: resp.Stream, l: l, checks: checks, id: id}
+	resp.Stream = &releasingStream{Stream: resp.Stream, l: l, checks: slots.checks, id: slots.id}
 	return resp, nil
 }
 
