@@ -45,6 +45,11 @@ func (t *translator) message(m gjson.Result) error {
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
+		if r := m.Get("refusal"); len(blocks) == 0 && r.Type == gjson.String && r.Str != "" {
+			// A refusal with no content is the turn's text: dropped, the
+			// user turns around it would merge into one.
+			blocks = []block{{Type: "text", Text: r.Str}}
+		}
 		if blocks, err = t.toolUses(blocks, m.Get("tool_calls")); err != nil {
 			return err
 		}

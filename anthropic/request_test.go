@@ -151,6 +151,11 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled.BudgetTokens == 2000 && p.MaxTokens == DefaultMaxTokens
 			}},
+		{"a refusal is the assistant turn's text", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,"refusal":"I can't help with that."},{"role":"user","content":"b"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				m := gjson.GetBytes(out, "messages")
+				return m.Get("#").Int() == 3 && m.Get("1.role").Str == "assistant" && m.Get("1.content.0.text").Str == "I can't help with that."
+			}},
 		{"reasoning_effort none", `{"reasoning_effort":"none",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "thinking").Exists() }},
 		{"named tool", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}},` + msgs + `}`, RequestOptions{Model: "m"},
