@@ -96,6 +96,14 @@ func (c *checker) Check(text []byte) ([]byte, error) {
 	return c.release(true)
 }
 
+// CheckMore judges one whole text as the continuation of the texts judged
+// since the last Check (the next text part of one message): max_length
+// counts them together, and after a redact's cut nothing more is kept.
+func (c *checker) CheckMore(text []byte) ([]byte, error) {
+	c.pending = append(c.pending[:0], text...)
+	return c.release(true)
+}
+
 func (c *checker) release(final bool) ([]byte, error) {
 	text := c.pending
 	if final || c.holdAll {

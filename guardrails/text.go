@@ -17,8 +17,12 @@ import (
 func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
-	check := func(v gjson.Result) bool {
-		out, err := ck.Check([]byte(v.Str))
+	check := func(v gjson.Result, more bool) bool {
+		judge := ck.Check
+		if more {
+			judge = ck.CheckMore
+		}
+		out, err := judge([]byte(v.Str))
 		if err != nil {
 			failed = err
 			return false
@@ -36,11 +40,15 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		c := m.Get("content")
 		switch {
 		case c.Type == gjson.String:
-			return check(c)
+			return check(c, false)
 		case c.IsArray():
+			// The parts are one message: max_length counts them together.
+			more := false
 			c.ForEach(func(_, part gjson.Result) bool {
 				if t := part.Get("text"); t.Type == gjson.String {
-					return check(t)
+					ok := check(t, more)
+					more = true
+					return ok
 				}
 				return true
 			})

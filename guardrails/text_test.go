@@ -138,3 +138,27 @@ func texts(body []byte, answer bool) []string {
 	})
 	return out
 }
+
+// A request-stage max_length counts a message, whatever its parts: a
+// message of two text parts is cut at the limit once, not each part at it,
+// and the next message starts its own count.
+func TestRequestMaxLengthCountsTheMessage(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "short", Stage: "request", Kind: "max_length", Action: "redact", MaxLength: 5})
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"ééé"},{"type":"text","text":"abcdefgh"},{"type":"text","text":"z"}]},{"role":"user","content":"123456"}]}`)
+	out, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{g}, nil), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	gjson.GetBytes(out, "messages.0.content.#.text").ForEach(func(_, v gjson.Result) bool { got = append(got, v.Str); return true })
+	if strings.Join(got, "|") != "ééé|ab|" || gjson.GetBytes(out, "messages.1.content").Str != "12345" {
+		t.Fatalf("parts %q, next message %q", got, gjson.GetBytes(out, "messages.1.content").Str)
+	}
+	block := mustGuard(t, config.Guardrail{Name: "short", Stage: "request", Kind: "max_length", Action: "block", MaxLength: 5})
+	_, err = checkRequest(context.Background(), newChecker(context.Background(), []*guard{block}, nil),
+		[]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"abc"},{"type":"text","text":"def"}]}]}`))
+	if err == nil {
+		t.Fatal("a message of 6 characters in two parts passed a block at 5")
+	}
+}
