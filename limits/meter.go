@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -196,6 +197,10 @@ type meteredStream struct {
 	charged bool
 	strip   bool    // the client did not ask for usage: take it out
 	buf     *[]byte // from chunkBufs: the last chunk without its usage member, until the next Next
+	// chunks counts the chunks without usage passed on: what a stream that
+	// ends without usage (cut, or a client that left before its usage
+	// chunk) is charged for its output.
+	chunks atomic.Int64
 }
 
 // chunkBufs holds the buffers of dropUsageMember's copies between chunks:
@@ -239,6 +244,7 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	// A view of chunk: the counts are numbers, not its bytes.
 	c, ok := wire.ParseChatUsage(wire.ChunkUsage(chunk))
 	if !ok {
+		s.chunks.Add(1)
 		if s.strip {
 			// Asked for on the client's behalf, the upstream puts
 			// "usage": null on every chunk; a client that did not ask
@@ -320,8 +326,14 @@ func (s *meteredStream) end() {
 		// Noted for the layers outside and the access log, which do not
 		// see the usage chunk when strip took it out.
 		s.r.Usage.Note(usage)
+		s.l.charge(s.ctx, s.r, tokensOf(usage), true)
+		return
 	}
-	s.l.charge(s.ctx, s.r, tokensOf(usage), seen)
+	// No usage came: the input is estimated, and the output counted as
+	// about a token per chunk after the role's, as OpenAI streams them. A
+	// client that reads an answer and leaves before its usage chunk still
+	// pays for what it read.
+	s.l.charge(s.ctx, s.r, tokens{input: estimate(s.r), output: max(0, s.chunks.Load()-1)}, true)
 }
 
 // countRequest counts one client request of sc in the usage record.

@@ -5,6 +5,9 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -65,5 +68,41 @@ func TestMeteredStreamEndsOnce(t *testing.T) {
 		if c, ok := log.Total(); ok && (c.Prompt != 10 || c.Completion != 5) {
 			t.Fatalf("noted %+v: the call's usage is 10 and 5, noted once", c)
 		}
+	}
+}
+
+// A stream that ends without usage (a client that read the answer and left
+// before its usage chunk) is charged its input estimate and about a token
+// per chunk it passed after the role's, not nothing for its output.
+func TestStreamWithoutUsageChargesItsChunks(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	l := newLimiterAt(t, "", NewMemoryStore, "w", func() time.Time { return at })
+	chunks := []string{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`}
+	for range 8 {
+		chunks = append(chunks, `{"choices":[{"index":0,"delta":{"content":"tok"}}]}`)
+	}
+	up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: &chunkStream{chunks: chunks}}, nil
+	})
+	r := &pipeline.Request{Model: "gpt-x", Stream: true, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"},
+		Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`)}
+	resp, err := l.Meter(up).Chat(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 { // the role and five tokens, then the client leaves
+		if _, err := resp.Stream.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp.Stream.Close()
+	l.Flush()
+	body, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := gjson.GetBytes(body, `data.#(group=="w")`); w.Get("output_tokens").Int() != 5 || w.Get("input_tokens").Int() == 0 {
+		t.Fatalf("usage of a stream cut after five tokens: %s", body)
 	}
 }
