@@ -282,6 +282,39 @@ func TestConcurrentSlotsAreNotSharedByID(t *testing.T) {
 	})
 }
 
+// A layer that panics inside the limits (the server answers the request
+// 500 and goes on) does not keep the request's slot in flight.
+func TestPanicFreesTheSlot(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n", newStore, "p")
+		panicking := true
+		h := l.Middleware()(pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			if panicking {
+				panic("a bug in a layer")
+			}
+			return &pipeline.Response{Body: []byte(`{}`)}, nil
+		}))
+		req := func() (err error) {
+			defer func() {
+				if recover() != nil {
+					err = errors.New("panicked")
+				}
+			}()
+			_, err = h.Chat(context.Background(), &pipeline.Request{ID: "x", Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+			return err
+		}
+		if err := req(); err == nil || err.Error() != "panicked" {
+			t.Fatalf("first request: %v", err)
+		}
+		l.Flush()
+		panicking = false
+		if err := req(); err != nil {
+			t.Fatalf("after a request that panicked: %v", err)
+		}
+	})
+}
+
 // A request one counter refuses takes nothing from the others.
 func TestRefusedRequestTakesNothing(t *testing.T) {
 	t.Parallel()

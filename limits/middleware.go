@@ -37,11 +37,20 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			if err != nil {
 				return nil, err
 			}
-			resp, err := next.Chat(ctx, r)
-			if slots.checks != nil {
-				resp, err = l.freeSlots(slots, resp, err)
+			if slots.checks == nil {
+				return next.Chat(ctx, r)
 			}
-			return resp, err
+			// A layer inside that panics (the server answers 500) must not
+			// keep the slot: nothing would ever free it.
+			freed := false
+			defer func() {
+				if !freed {
+					l.release(slots.checks, slots.id)
+				}
+			}()
+			resp, err := next.Chat(ctx, r)
+			freed = true
+			return l.freeSlots(slots, resp, err)
 		})
 	}
 }
