@@ -76,20 +76,15 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	w := wire.NewChatSSE(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fp.Str, IncludeUsage: includeUsage})
 	b := replayBuilder{w: w, buf: make([]byte, 0, 2*len(completion)+512)}
 	s := &replayStream{hear: hear}
-	var after []storedCall
+	var calls []storedCall
 	if hear != nil {
-		for _, c := range storedCalls(completion) {
-			if c.after {
-				after = append(after, c)
-			} else {
-				s.pins = append(s.pins, pin{chunk: c.at.Content, call: c}) // chunk: the text's offset, for now
-			}
-		}
+		calls = storedCalls(completion)
 	}
 	b.emit(&wire.Event{Kind: wire.Role})
 	// Text before any calls, then the calls on chunks of their own (no
 	// content on tool-call chunks), one after the other. The text is cut
-	// where a server call ran, and the call pinned to the chunk after.
+	// where a server call ran, and the call pinned to the chunk after; a
+	// mixed turn's last calls are pinned after its client calls.
 	content := msg.Get("content").String()
 	done := 0
 	text := func(upTo int) {
@@ -98,13 +93,18 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		}
 		done = upTo
 	}
-	for i := range s.pins {
-		upTo := min(max(s.pins[i].chunk, done), len(content))
+	var after []storedCall
+	for _, c := range calls {
+		if c.after {
+			after = append(after, c)
+			continue
+		}
+		upTo := min(max(c.at.Content, done), len(content))
 		for upTo > done && upTo < len(content) && !utf8.RuneStart(content[upTo]) {
 			upTo--
 		}
 		text(upTo)
-		s.pins[i].chunk = len(b.ends)
+		s.pins = append(s.pins, pin{chunk: len(b.ends), call: c})
 	}
 	text(len(content))
 	msg.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {

@@ -231,18 +231,7 @@ passthrough = ["/v1/embeddings", "/v1/completions"]
 // took two requests from the limit and showed twice in usage.
 func TestResponsesAreAdmittedOnce(t *testing.T) {
 	t.Parallel()
-	cfg := strings.Replace(limitsConfig, `retries = 0`, `retries = 0
-responses = "native"`, 1) + `
-[[providers]]
-name = "chatonly"
-kind = "openai"
-base_url = "{{MOCK}}"
-retries = 0
-[[models]]
-name = "translated"
-provider = "chatonly"
-upstream = "up-translated"
-`
+	cfg := withNativeResponses(limitsConfig)
 	h := newHarness(t, cfg, mockllm.Options{})
 	respond := func(model string) int {
 		status, _, _ := send(t, "POST", h.base+"/responses", "sk-team", `{"model":"`+model+`","input":"hi"}`)

@@ -309,11 +309,7 @@ func calcModel(c *mockllm.Call) mockllm.Turn {
 // usage sums both rounds.
 func TestResponsesServerToolLoop(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+`
-[[tools]]
-name = "calculator"
-kind = "builtin"
-`, mockllm.Options{Respond: calcModel})
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: calcModel})
 	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}
 	p, err := h.client.Responses.New(context.Background(), params)
 	if err != nil {
@@ -362,11 +358,7 @@ kind = "builtin"
 // tool has run, and the JSON answer has its items in that order.
 func TestResponsesMixedTurnOrder(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+`
-[[tools]]
-name = "calculator"
-kind = "builtin"
-`, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
 		return mockllm.Turn{Text: "Checking.", ToolCalls: []mockllm.ToolCall{
 			{Name: "calculator", Arguments: `{"expression":"6*7"}`},
 			{Name: "get_weather", Arguments: `{"city":"Oslo"}`},
@@ -517,11 +509,7 @@ func TestResponsesFallbackAndFailure(t *testing.T) {
 // side effects is never run behind the client's back.
 func TestResponsesFailureKeepsServerCalls(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+`
-[[tools]]
-name = "calculator"
-kind = "builtin"
-`, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
 		if c.LastRole != "tool" {
 			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}}}
 		}
@@ -546,10 +534,7 @@ kind = "builtin"
 // A chat client's hit carries no trace of the calls.
 func TestResponsesCacheHitKeepsServerCalls(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+`
-[[tools]]
-name = "calculator"
-kind = "builtin"
+	h := newHarness(t, baseConfig+calculatorTool+`
 [middleware.cache]
 enabled = true
 store = "memory"
@@ -601,12 +586,18 @@ func TestNodeAgentsResponses(t *testing.T) {
 	}
 }
 
-// With responses = "native" on its provider, a model's /v1/responses
-// passes through unchanged (under its upstream name), and GET of an id not
-// stored here goes to the provider too; other models stay translated.
-func TestResponsesNativeProvider(t *testing.T) {
-	t.Parallel()
-	cfg := strings.Replace(baseConfig, `retries = 0`, `retries = 0
+// calculatorTool offers the builtin calculator as a server tool.
+const calculatorTool = `
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`
+
+// withNativeResponses is cfg with responses = "native" on its provider
+// (whose model gpt-x then passes /v1/responses through), and a model
+// "translated" on a provider that serves chat only.
+func withNativeResponses(cfg string) string {
+	return strings.Replace(cfg, `retries = 0`, `retries = 0
 responses = "native"`, 1) + `
 [[providers]]
 name = "chatonly"
@@ -618,6 +609,14 @@ name = "translated"
 provider = "chatonly"
 upstream = "up-translated"
 `
+}
+
+// With responses = "native" on its provider, a model's /v1/responses
+// passes through unchanged (under its upstream name), and GET of an id not
+// stored here goes to the provider too; other models stay translated.
+func TestResponsesNativeProvider(t *testing.T) {
+	t.Parallel()
+	cfg := withNativeResponses(baseConfig)
 	h := newHarness(t, cfg, mockllm.Options{Respond: responsesModel})
 	status, _, body := h.post("/responses", `{"model":"gpt-x","input":"hi"}`, nil)
 	if status != 200 || gjson.GetBytes(body, "path").Str != "/v1/responses" || gjson.GetBytes(body, "body").Str != `{"model":"up-model","input":"hi"}` {
@@ -651,11 +650,7 @@ upstream = "up-translated"
 // model answers. Streamed and not, against the schema.
 func TestResponsesApproval(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+`
-[[tools]]
-name = "calculator"
-kind = "builtin"
-approval = "always"
+	h := newHarness(t, baseConfig+calculatorTool+`approval = "always"
 `, mockllm.Options{Respond: calcModel})
 	for _, stream := range []bool{false, true} {
 		ask := func(p responses.ResponseNewParams) responses.Response { return h.respond(p, stream) }

@@ -1,7 +1,6 @@
 package mcpclient
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -26,46 +25,15 @@ import (
 const answersServerEnv = "LLMGW_TEST_ANSWERS_MCP_SERVER"
 
 func answersServer() {
-	in := bufio.NewReader(os.Stdin)
-	out := json.NewEncoder(os.Stdout)
-	for {
-		line, err := in.ReadBytes('\n')
-		if err != nil {
-			return
+	stdioServer("answers", []string{"rpcerr", "huge"}, func(tool string, reply map[string]any) {
+		switch tool {
+		case "rpcerr":
+			reply["error"] = map[string]any{"code": -32602, "message": "Invalid params: widget not found"}
+		case "huge":
+			text := strings.Repeat("x", 20<<20)
+			reply["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
 		}
-		var msg struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				ProtocolVersion string `json:"protocolVersion"`
-				Name            string `json:"name"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(line, &msg) != nil || len(msg.ID) == 0 {
-			continue // a notification
-		}
-		reply := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
-		obj := map[string]any{"type": "object"}
-		switch msg.Method {
-		case "initialize":
-			reply["result"] = map[string]any{"protocolVersion": msg.Params.ProtocolVersion,
-				"capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "answers", "version": "1"}}
-		case "tools/list":
-			reply["result"] = map[string]any{"tools": []any{map[string]any{"name": "rpcerr", "inputSchema": obj},
-				map[string]any{"name": "huge", "inputSchema": obj}}}
-		case "tools/call":
-			switch msg.Params.Name {
-			case "rpcerr":
-				reply["error"] = map[string]any{"code": -32602, "message": "Invalid params: widget not found"}
-			case "huge":
-				text := strings.Repeat("x", 20<<20)
-				reply["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
-			}
-		default:
-			reply["result"] = map[string]any{}
-		}
-		_ = out.Encode(reply)
-	}
+	}, nil)
 }
 
 // calls is the gateway_mcp_calls_total count of server and result.

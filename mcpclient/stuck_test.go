@@ -30,6 +30,14 @@ func TestMain(m *testing.M) {
 }
 
 func stuckServer() {
+	stdioServer("stuck", []string{"stuck"}, nil, func() { select {} }) // never reads stdin again
+}
+
+// stdioServer serves MCP on stdin and stdout, as the test binary does when
+// it is a test's stdio server: the handshake, tools/list of tools (then
+// listed, if set), tools/call answered by call (which fills reply; an empty
+// result if nil), and an empty result to anything else.
+func stdioServer(name string, tools []string, call func(tool string, reply map[string]any), listed func()) {
 	in := bufio.NewReader(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
 	for {
@@ -42,22 +50,33 @@ func stuckServer() {
 			Method string          `json:"method"`
 			Params struct {
 				ProtocolVersion string `json:"protocolVersion"`
+				Name            string `json:"name"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(line, &msg) != nil || len(msg.ID) == 0 {
 			continue // a notification
 		}
-		reply := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
+		reply := map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": map[string]any{}}
 		switch msg.Method {
 		case "initialize":
 			reply["result"] = map[string]any{"protocolVersion": msg.Params.ProtocolVersion,
-				"capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "stuck", "version": "1"}}
+				"capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": name, "version": "1"}}
 		case "tools/list":
-			reply["result"] = map[string]any{"tools": []any{map[string]any{"name": "stuck", "inputSchema": map[string]any{"type": "object"}}}}
+			var list []any
+			for _, t := range tools {
+				list = append(list, map[string]any{"name": t, "inputSchema": map[string]any{"type": "object"}})
+			}
+			reply["result"] = map[string]any{"tools": list}
 			_ = out.Encode(reply)
-			select {} // never reads stdin again
-		default:
-			reply["result"] = map[string]any{}
+			if listed != nil {
+				listed()
+			}
+			continue
+		case "tools/call":
+			if call != nil {
+				delete(reply, "result")
+				call(msg.Params.Name, reply)
+			}
 		}
 		_ = out.Encode(reply)
 	}

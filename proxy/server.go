@@ -373,12 +373,19 @@ func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		e = pipeline.Errorf(fasthttp.StatusBadRequest, "invalid_request_error", "malformed_request", "the request could not be parsed as HTTP")
 	}
+	ctx.SetStatusCode(s.earlyError(ctx, e))
+}
+
+// earlyError writes e's envelope and a request id into ctx's response, for
+// a request answered before it is served (readError, expect): no exchange
+// exists yet. It returns the status to answer with.
+func (s *Server) earlyError(ctx *fasthttp.RequestCtx, e error) int {
 	env := mapError(e)
 	var id [idLen]byte
 	ctx.Response.Header.Set("X-Request-Id", s.requestID(ctx, &id)) // copied: id may go
-	ctx.SetStatusCode(env.status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(env.body)
+	return env.status
 }
 
 // expect answers a request that asks before sending its body (Expect:
@@ -390,12 +397,7 @@ func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 	if cl := ctx.Request.Header.ContentLength(); max <= 0 || cl <= max {
 		return fasthttp.StatusContinue
 	}
-	env := mapError(tooLarge(max))
-	var id [idLen]byte
-	ctx.Response.Header.Set("X-Request-Id", s.requestID(ctx, &id))
-	ctx.SetContentType("application/json")
-	ctx.SetBody(env.body)
-	return env.status
+	return s.earlyError(ctx, tooLarge(max))
 }
 
 // The routes the gateway serves itself; every other /v1/ path passes
