@@ -29,8 +29,11 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 	// The work before and after next.Chat is in functions of their own, so
 	// that their locals are not on the stack while next runs.
 	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-		r, strip := askUsage(r)
-		resp, err := next.Chat(ctx, r)
+		// The call may go with a copy of r that asks for usage; the meter
+		// keeps r itself, which the layers above hold anyway: a stream
+		// holds no second request and body while it lasts.
+		call, strip := askUsage(r)
+		resp, err := next.Chat(ctx, call)
 		if err != nil {
 			return resp, err
 		}

@@ -106,3 +106,34 @@ func TestStreamWithoutUsageChargesItsChunks(t *testing.T) {
 		t.Fatalf("usage of a stream cut after five tokens: %s", body)
 	}
 }
+
+// TestMeteredStreamKeepsNoCopy: the meter asks the upstream for a stream's
+// usage with a copy of the request, and the stream it returns holds the
+// request the meter was given, not that copy and its body: an open stream
+// holds what it needs, and thousands of them are open at once.
+func TestMeteredStreamKeepsNoCopy(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, "", NewMemoryStore, "")
+	var sent *pipeline.Request
+	up := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		sent = r
+		return &pipeline.Response{Stream: &chunkStream{chunks: []string{`{"choices":[{"index":0,"delta":{"content":"x"}}]}`}}}, nil
+	})
+	r := &pipeline.Request{Model: "gpt-x", Stream: true, Meta: &pipeline.Meta{}, Usage: new(pipeline.UsageLog),
+		Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`)}
+	resp, err := l.Meter(up).Chat(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Stream.Close()
+	if sent == r || !gjson.GetBytes(sent.Body, "stream_options.include_usage").Bool() {
+		t.Fatalf("the upstream was sent %s: usage not asked for on a copy", sent.Body)
+	}
+	m, ok := resp.Stream.(*meteredStream)
+	if !ok {
+		t.Fatalf("the stream is a %T, not metered", resp.Stream)
+	}
+	if m.r != r {
+		t.Fatal("the metered stream holds the copy sent upstream, not the request it was given")
+	}
+}

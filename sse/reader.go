@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // ErrEventTooLarge is returned by Reader.Next when one event (or one line)
@@ -20,11 +21,16 @@ var ErrEventTooLarge = errors.New("sse: event too large")
 // any real chunk, far below what would let a broken upstream exhaust memory.
 const DefaultMaxEventBytes = 4 << 20
 
-// initialBufSize is a Reader's first buffer: a chat chunk or two (a few
-// hundred bytes each). It doubles for a longer line; reads come from a
-// buffered connection, so a small buffer costs copies, not system calls.
-// An open stream holds it while it waits.
+// initialBufSize is a Reader's buffer: a chat chunk or two (a few hundred
+// bytes each). It doubles for a longer line; reads come from a buffered
+// connection, so a small buffer costs copies, not system calls.
 const initialBufSize = 1024
+
+// idleBufs holds the buffers of Readers that are waiting for input with
+// nothing pending: an open stream spends most of its life waiting between
+// events, and a gateway holding thousands of them would otherwise hold a
+// buffer for each. A Reader takes one back once bytes arrive.
+var idleBufs = sync.Pool{New: func() any { return new([initialBufSize]byte) }}
 
 // Event is one dispatched SSE event.
 //
@@ -54,8 +60,9 @@ type Reader struct {
 	r   io.Reader
 	max int
 
-	buf        []byte // buffered input; buf[start:end] is unread
+	buf        []byte // buffered input; buf[start:end] is unread; nil while waiting with nothing pending
 	start, end int
+	wait       [16]byte // what a read with nothing pending reads into, before buf is taken back
 	err        error // sticky error from r, returned once buf is drained
 
 	skipLF  bool // the previous line ended in '\r': drop a leading '\n'
@@ -277,6 +284,18 @@ func (rd *Reader) fill() error {
 			rd.viewAt -= keep
 		}
 	}
+	if rd.end == 0 {
+		// Nothing is pending: wait for input without a buffer. A grown
+		// buffer (a long line) is left to the collector.
+		if len(rd.buf) == initialBufSize {
+			idleBufs.Put((*[initialBufSize]byte)(rd.buf))
+		}
+		rd.buf = nil
+		n := rd.read(rd.wait[:])
+		rd.buf = idleBufs.Get().(*[initialBufSize]byte)[:]
+		rd.end = copy(rd.buf, rd.wait[:n])
+		return nil
+	}
 	if rd.end == len(rd.buf) {
 		if rd.end-rd.start > rd.max+3 { // the line alone (plus BOM) is past the limit
 			return ErrEventTooLarge
@@ -292,27 +311,33 @@ func (rd *Reader) fill() error {
 		copy(nb, rd.buf[:rd.end])
 		rd.buf = nb
 	}
+	rd.end += rd.read(rd.buf[rd.end:])
+	return nil
+}
+
+// read reads into p and returns how many bytes came, setting rd.err when
+// the input failed or ended.
+func (rd *Reader) read(p []byte) int {
 	// Retry a few empty reads, as bufio does, before calling it an error.
 	for range 100 {
-		n, err := rd.r.Read(rd.buf[rd.end:])
-		if n < 0 || n > len(rd.buf)-rd.end {
+		n, err := rd.r.Read(p)
+		if n < 0 || n > len(p) {
 			rd.err = errors.New("sse: reader returned invalid count")
-			return nil
+			return 0
 		}
-		rd.end += n
 		if n > 0 && rd.activity != nil {
 			rd.activity.Active()
 		}
 		if err != nil {
 			rd.err = err
-			return nil
+			return n
 		}
 		if n > 0 {
-			return nil
+			return n
 		}
 	}
 	rd.err = io.ErrNoProgress
-	return nil
+	return 0
 }
 
 // IsDone reports whether data is exactly the stream terminator "[DONE]".

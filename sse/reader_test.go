@@ -323,7 +323,8 @@ func FuzzFirstIsData(f *testing.F) {
 }
 
 // TestRetainedAcrossReset: a Reader keeps its buffers across Reset, and
-// Retained counts them, so that a pool can refuse one that grew large.
+// Retained counts them, so that a pool can refuse one that grew large; a
+// grown input buffer is let go once a read finds nothing pending.
 func TestRetainedAcrossReset(t *testing.T) {
 	t.Parallel()
 	rd := NewReader(strings.NewReader("data: "+strings.Repeat("x", 10000)+"\n\n"), 0)
@@ -338,7 +339,57 @@ func TestRetainedAcrossReset(t *testing.T) {
 		t.Fatalf("%d bytes retained after a 10000-byte event", n)
 	}
 	rd.Reset(strings.NewReader("data: {}\n\n"))
-	if ev, err := rd.Next(); err != nil || string(ev.Data) != "{}" || rd.Retained() != n {
-		t.Fatalf("after Reset: %q, %v, %d bytes retained (was %d)", ev.Data, err, rd.Retained(), n)
+	if rd.Retained() != n {
+		t.Fatalf("after Reset: %d bytes retained (was %d)", rd.Retained(), n)
 	}
+	if ev, err := rd.Next(); err != nil || string(ev.Data) != "{}" || rd.Retained() > initialBufSize {
+		t.Fatalf("the next event: %q, %v, %d bytes retained (was %d)", ev.Data, err, rd.Retained(), n)
+	}
+}
+
+// TestIdleHoldsNoBuffer: a Reader waiting for input with nothing pending
+// holds no input buffer; an open stream spends most of its life there.
+func TestIdleHoldsNoBuffer(t *testing.T) {
+	t.Parallel()
+	event := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("y", 300) + "\"}}]}\n\n"
+	src := &heldProbe{chunks: []string{event, event, event}}
+	rd := NewReader(src, 0)
+	src.rd = rd
+	for i := range 3 {
+		ev, err := rd.Next()
+		if err != nil || !strings.Contains(string(ev.Data), strings.Repeat("y", 300)) {
+			t.Fatalf("event %d: %q, %v", i, ev.Data, err)
+		}
+	}
+	if _, err := rd.Next(); err != io.EOF {
+		t.Fatalf("after the events: %v", err)
+	}
+	// Each event's first read, and the one that found the end, come with
+	// nothing pending: none of them may hold a buffer.
+	if src.bare != 4 {
+		t.Fatalf("%d of %d reads were made without a buffer held, want 4", src.bare, src.reads)
+	}
+}
+
+// heldProbe is an input of chunks, each read whole or in pieces; it counts
+// the reads made while its Reader held no input buffer.
+type heldProbe struct {
+	rd          *Reader
+	chunks      []string
+	reads, bare int
+}
+
+func (p *heldProbe) Read(b []byte) (int, error) {
+	p.reads++
+	if p.rd.buf == nil {
+		p.bare++
+	}
+	if len(p.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, p.chunks[0])
+	if p.chunks[0] = p.chunks[0][n:]; p.chunks[0] == "" {
+		p.chunks = p.chunks[1:]
+	}
+	return n, nil
 }
