@@ -120,6 +120,7 @@ type replayStream struct {
 func (r *replayStream) Next() ([]byte, error) {
 	if len(r.buf) > 0 {
 		c := r.buf[0]
+		r.buf[0] = nil // the stream holds no copy it has handed out
 		r.buf = r.buf[1:]
 		r.dequeue()
 		return c, nil

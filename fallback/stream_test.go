@@ -254,3 +254,33 @@ func TestPrimedChunksAreQueued(t *testing.T) {
 		t.Fatal("a closed stream's chunks stay queued")
 	}
 }
+
+// TestReplayHoldsNoHandedChunk: once the chunks read while priming are
+// handed out, the stream holds no copy of them: an open stream waits with
+// what it needs, and thousands of them are open at once.
+func TestReplayHoldsNoHandedChunk(t *testing.T) {
+	t.Parallel()
+	inner := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: newFakeStream(ctx, []string{roleChunk, textA, textB}, nil)}, nil
+	})
+	route := rt("a", 0, nil, dep("p", "a", 1))
+	resp, err := New(withDefaults(Options{}, route), nil)(inner).Chat(t.Context(), &pipeline.Request{Stream: true, Route: route, Meta: &pipeline.Meta{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Stream.Close()
+	rs, ok := resp.Stream.(*replayStream)
+	if !ok {
+		t.Fatalf("the stream is a %T", resp.Stream)
+	}
+	for range 2 { // the role chunk, then the first content
+		if _, err := resp.Stream.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range rs.arr {
+		if c != nil {
+			t.Fatalf("primed chunk %d still held: %q", i, c)
+		}
+	}
+}
