@@ -39,8 +39,9 @@ type Ctx struct {
 	mu              sync.Mutex // serialises making it real with Stop and Cancel
 
 	// Once isReal is set (after them), the context that c is made of: a
-	// cancel context of the parent and, while the deadline applied, the
-	// timer that cancels it. They never change after.
+	// cancel context of the parent and, while the deadline applies, the
+	// timer that cancels it. inner and cancel never change after; timer is
+	// read and dropped (by Stop) under mu.
 	isReal atomic.Bool
 	inner  context.Context
 	cancel context.CancelFunc
@@ -155,6 +156,7 @@ func (c *Ctx) Stop() bool {
 			c.state.Store(ended) // the timer fired: inner is cancelled
 			return false
 		}
+		c.timer = nil // stopped for good: a stream outlives it by far
 	} else if c.over() {
 		c.state.Store(ended) // making it real cancels it
 		return false

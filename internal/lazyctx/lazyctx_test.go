@@ -72,6 +72,10 @@ func TestStopBeforeDeadline(t *testing.T) {
 		if !c.Stop() {
 			t.Fatalf("real=%v: Stop before the deadline reported it passed", real)
 		}
+		if c.timer != nil {
+			// A stream holds its context long after its deadline stopped.
+			t.Fatalf("real=%v: a stopped deadline keeps its timer", real)
+		}
 		if !c.Stop() {
 			t.Fatalf("real=%v: a second Stop reported otherwise than the first", real)
 		}
