@@ -59,18 +59,17 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		msg, typ, param, code := "upstream error", pipeline.TypeUpstream, "", ""
 		if e := gjson.GetBytes(ue.Body, "error"); e.IsObject() {
 			// The upstream's envelope was written for API clients; keep its
-			// meaning-bearing fields, bounded in size.
-			msg = truncate(ue.Messages.ClientText(e.Get("message").String()), 1024)
-			typ = orDefault(truncate(e.Get("type").String(), 64), typ)
-			param = truncate(ue.Messages.ClientParam(e.Get("param").String()), 64)
-			code = truncate(e.Get("code").String(), 64)
+			// meaning-bearing fields, bounded in size. A key of the
+			// gateway's, quoted back by the upstream, is masked before the
+			// cut: a key the cut split would be a prefix no longer masked.
+			msg = truncate(redactString(ue.Messages.ClientText(e.Get("message").String())), 1024)
+			typ = orDefault(truncate(redactString(e.Get("type").String()), 64), typ)
+			param = truncate(redactString(ue.Messages.ClientParam(e.Get("param").String())), 64)
+			code = truncate(redactString(e.Get("code").String()), 64)
 		}
 		if msg == "" {
 			msg = "upstream returned status " + strconv.Itoa(ue.Status)
 		}
-		// A key of the gateway's, quoted back by the upstream, in any of
-		// the fields passed on.
-		msg, typ, param, code = redactString(msg), redactString(typ), redactString(param), redactString(code)
 		status := ue.Status
 		if status < 400 || status > 599 {
 			status = http.StatusBadGateway

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -220,4 +221,22 @@ func repeatsInside(v gjson.Result, depth int) bool {
 		})
 	}
 	return found
+}
+
+// A key the upstream quotes back across the point where a field is cut is
+// masked whole, not cut to a prefix that no longer matches.
+func TestMapErrorMasksAKeyCutByTheBound(t *testing.T) {
+	t.Parallel()
+	const secret = "sk-upstream-cut-secret-0123456789abcdef"
+	observe.Secrets.Add(secret)
+	for _, c := range []struct {
+		field string
+		pad   int
+	}{{"message", 1024 - 20}, {"type", 64 - 20}, {"code", 64 - 20}, {"param", 64 - 20}} {
+		body := `{"error":{"` + c.field + `":"` + strings.Repeat("x", c.pad) + secret + `"}}`
+		env := mapError(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 400, Body: []byte(body)})
+		if containsAny(env.body, secret[:20]) {
+			t.Errorf("%s: a prefix of the key reached the client: %s", c.field, env.body)
+		}
+	}
 }
