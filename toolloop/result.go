@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/observe"
 
 	"github.com/tidwall/gjson"
 )
@@ -34,7 +35,11 @@ func (e *ToolError) Unwrap() error { return e.Detail }
 
 // okContent wraps data (the executor's output) as {"status":"ok","data":...}:
 // data that is valid JSON is embedded, anything else becomes a JSON string.
+// The gateway's configured secrets in it are masked (observe.Secrets): a
+// service that echoes the credentials it was sent, or an MCP server quoting
+// its env, must not hand them to the model and through it to the client.
 func okContent(data []byte) []byte {
+	data = observe.Secrets.RedactSecrets(data)
 	out := make([]byte, 0, len(data)+32)
 	out = append(out, `{"status":"ok","data":`...)
 	if len(data) > 0 && jsonvalid.Bytes(data) {
@@ -46,7 +51,8 @@ func okContent(data []byte) []byte {
 }
 
 // errContent renders err as {"status":"error","error":{...}}. Only the safe
-// message of a *ToolError is shown unless detailed is set.
+// message of a *ToolError is shown unless detailed is set; configured
+// secrets are masked in either, as in okContent.
 func errContent(err error, detailed bool) []byte {
 	var te *ToolError
 	if !errors.As(err, &te) {
@@ -56,6 +62,7 @@ func errContent(err error, detailed bool) []byte {
 	if detailed && te.Detail != nil {
 		msg += ": " + te.Detail.Error()
 	}
+	msg = string(observe.Secrets.RedactSecrets([]byte(msg)))
 	out := make([]byte, 0, len(msg)+64)
 	out = append(out, `{"status":"error","error":{"type":`...)
 	out = strconv.AppendQuote(out, te.Kind)

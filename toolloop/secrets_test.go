@@ -1,0 +1,44 @@
+package toolloop
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// A tool's service that echoes the credentials the gateway sent it, in its
+// answer or in an error body the detailed error carries, gives the model
+// (and through it the client) the configured secret masked.
+func TestToolResultsMaskConfiguredSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "tool-header-secret-5f2b9c"
+	observe.Secrets.Add(secret)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		echo := `{"you_sent":"` + strings.Repeat("x", 480) + r.Header.Get("X-Token") + `"}`
+		if strings.Contains(r.URL.Path, "fail") {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		_, _ = w.Write([]byte(echo))
+	}))
+	defer srv.Close()
+	headers := map[string]string{"X-Token": secret}
+	l := newLoop(t, []config.Tool{
+		{Name: "echo", Kind: "http", URL: srv.URL, Headers: headers},
+		{Name: "echo_fail", Kind: "http", URL: srv.URL + "/fail", Headers: headers},
+	}, func(o *Options) { o.Loop.IncludeDetailedErrors = true })
+	for _, name := range []string{"echo", "echo_fail"} {
+		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: name, Arguments: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(res.Content), secret[:12]) || !strings.Contains(string(res.Content), observe.Mask) {
+			t.Errorf("%s: %s", name, res.Content)
+		}
+	}
+}
