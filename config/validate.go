@@ -272,8 +272,21 @@ func (c *Config) validateMCPServers(p *problems) {
 }
 
 func (c *Config) validateMiddleware(p *problems, o *origin) {
+	seen := map[string]bool{}
 	for i, mw := range c.Middleware.Request {
-		p.checkEnum(fmt.Sprintf("middleware.request[%d]", i), mw, "policy", "limits", "guardrails", "cache")
+		key := fmt.Sprintf("middleware.request[%d]", i)
+		p.checkEnum(key, mw, "policy", "limits", "guardrails", "cache")
+		if seen[mw] {
+			p.add(key, "%q is listed twice", mw)
+		}
+		seen[mw] = true
+	}
+	// Chat requests are authenticated by the policy middleware alone, and
+	// the others need the tenant it names: with keys, a list without it
+	// (or with a layer before it) would serve chat to anyone, or limit,
+	// check and cache every caller as one.
+	if len(c.Keys) > 0 && (len(c.Middleware.Request) == 0 || c.Middleware.Request[0] != "policy") {
+		p.add("middleware.request", "must start with \"policy\" when [[keys]] are set: it authenticates chat requests")
 	}
 	c.validateLimits(p, o)
 	f := c.Middleware.Fallback
