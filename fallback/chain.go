@@ -70,7 +70,7 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 			lastErr = err
 		}
 
-		next := h.nextFallback(req.Tenant, primary, &position, window, tried)
+		next := h.nextFallback(req, primary, &position, window, tried)
 		if next == nil || !h.fits(shared, 0) {
 			break
 		}
@@ -92,9 +92,9 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 // nextFallback resolves the next usable fallback of primary from *position
 // on. After a context-length error (window >= 0) only models with a larger
 // context window qualify; the others are skipped without being called. A
-// model tenant's policy refuses is never one: a fallback must not reach a
-// model the caller could not ask for.
-func (h *handler) nextFallback(tenant *pipeline.Tenant, primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
+// model the caller's policy refuses is never one: a fallback must not reach
+// a model the caller could not ask for, nor one whose limits it has spent.
+func (h *handler) nextFallback(req *pipeline.Request, primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
 	for *position < len(primary.Fallbacks) {
 		name := primary.Fallbacks[*position]
 		*position++
@@ -103,7 +103,7 @@ func (h *handler) nextFallback(tenant *pipeline.Tenant, primary *pipeline.Route,
 		case r == nil:
 			h.log.Warn().Str("model", primary.Name).Str("fallback", name).Msg("unknown fallback model skipped")
 			continue
-		case !h.allows(tenant, name):
+		case !h.allows(req.Tenant, name):
 			h.log.Debug().Str("model", primary.Name).Str("fallback", name).Msg("fallback skipped: not allowed for the tenant")
 			continue
 		case window >= 0 && r.ContextWindow <= window:
@@ -115,9 +115,14 @@ func (h *handler) nextFallback(tenant *pipeline.Tenant, primary *pipeline.Route,
 		for _, t := range tried {
 			seen = seen || t == r
 		}
-		if !seen {
-			return r
+		if seen {
+			continue
 		}
+		if err := h.admit(req, name); err != nil {
+			h.log.Debug().Str("model", primary.Name).Str("fallback", name).Err(err).Msg("fallback skipped: refused by the caller's limits")
+			continue
+		}
+		return r
 	}
 	return nil
 }

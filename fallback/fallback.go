@@ -68,6 +68,10 @@ type Options struct {
 	// caller's policy refuses is skipped, as if it were not configured.
 	// Default: every model.
 	Allows func(tenant *pipeline.Tenant, model string) bool
+	// Admit applies the caller's limits to a call of the fallback model
+	// for r (the rules of model that r's own admission did not take); a
+	// model it refuses is skipped. Default: every call.
+	Admit func(r *pipeline.Request, model string) error
 }
 
 // handler is the middleware around one route's next handler. Safe for
@@ -77,6 +81,7 @@ type handler struct {
 	t        *tables
 	lookup   func(string) *pipeline.Route
 	allows   func(*pipeline.Tenant, string) bool
+	admit    func(*pipeline.Request, string) error
 	log      zerolog.Logger
 	base     time.Duration
 	max      time.Duration
@@ -120,6 +125,7 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 		t:        t,
 		lookup:   lookup,
 		allows:   opts.Allows,
+		admit:    opts.Admit,
 		log:      opts.Logger,
 		base:     f.BaseBackoff.D(),
 		max:      f.MaxBackoff.D(),
@@ -139,6 +145,9 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 	}
 	if proto.allows == nil {
 		proto.allows = func(*pipeline.Tenant, string) bool { return true }
+	}
+	if proto.admit == nil {
+		proto.admit = func(*pipeline.Request, string) error { return nil }
 	}
 	if proto.lookup == nil {
 		proto.lookup = func(string) *pipeline.Route { return nil }

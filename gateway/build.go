@@ -268,7 +268,7 @@ func (b *builder) buildModelLayers() {
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
 			Lookup: b.lookup, Admit: b.admit, Store: b.store}),
 		"fallback": fallback.New(fallback.Options{Providers: b.providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
-			Shared: shared, Allows: allowsModel}, b.lookup),
+			Shared: shared, Allows: allowsModel, Admit: b.limiter.AdmitFallback}, b.lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,

@@ -337,3 +337,40 @@ models = ["primary", "small"]
 		t.Fatalf("acme, small down: %q %v", got, err)
 	}
 }
+
+// A fallback does not get around the limits of the model it falls back to:
+// a tenant whose calls of "large" are limited gets no more of them through
+// "primary" failing than by asking for large itself, by requests or by
+// tokens (the meter charges the fallback's tokens to large's counters).
+func TestFallbackTakesTheFallbackModelsLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, limit string
+		want        int // large's answers out of 5
+	}{
+		{"requests", "requests_per_minute = 2", 2},
+		{"tokens", "tokens_per_minute = 30", 3}, // 13 tokens a call: the fourth finds the minute spent
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := fallbackConfig + `
+[[keys]]
+tenant = "acme"
+key = "sk-client"
+[[limits]]
+tenant = "*"
+model = "large"
+` + tc.limit + "\n"
+			h := newHarness(t, strings.Replace(cfg, "breaker_failures = 3", "breaker_failures = 1000", 1), mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+				"up-primary": func(int) mockllm.Turn { return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "down")} },
+				"up-small":   func(int) mockllm.Turn { return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "down")} },
+			})})
+			for i := 0; i < 5; i++ {
+				_, _ = h.client.Chat.Completions.New(context.Background(), primaryParams())
+			}
+			if n := h.mock.Calls("up-large"); n != tc.want {
+				t.Fatalf("large was called %d times through fallbacks, want %d", n, tc.want)
+			}
+		})
+	}
+}

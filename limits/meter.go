@@ -107,9 +107,16 @@ func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, o
 	}
 	l.counters(tenant, label).add(t, micro)
 
-	sc := l.scopeOf(tenant, key, r.Model, now)
+	// The counters of the model that answered: a fallback's tokens count
+	// against its own model's rules. The request's estimate was taken from
+	// r.Model's, and comes off a call of that model only.
+	scoped := r.Model
+	if tg := r.TargetOrDefault(); tg != nil && tg.Model != "" {
+		scoped = tg.Model
+	}
+	sc := l.scopeOf(tenant, key, scoped, now)
 	adds := newAdditions()
-	used := t.input + t.output - stateFrom(ctx).takeEstimate(r.Model)
+	used := t.input + t.output - stateFrom(ctx).takeEstimate(scoped)
 	if used > 0 {
 		for _, i := range sc.tokens {
 			c := &sc.checks[i]
@@ -122,7 +129,7 @@ func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, o
 		}
 	}
 	field := sc.usage
-	if label != r.Model {
+	if label != scoped {
 		field = usageField(tenant, key, label)
 	}
 	day, until := l.day(now)

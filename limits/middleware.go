@@ -184,6 +184,48 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 	return nil
 }
 
+// AdmitFallback applies the limits of model to a fallback call the model
+// layer makes for r, a request admitted for r.Model: the call takes a
+// request from each counter of model's scope that r.Model's admission did
+// not already take (a rule of model's own: a fallback must not get around
+// it), and is refused when one of them is spent. Budgets and rules both
+// models match were taken once, by the request. Like Admit it holds no slot
+// and sets no headers.
+func (l *Limiter) AdmitFallback(r *pipeline.Request, model string) error {
+	tenant, key := who(r)
+	now := l.now()
+	taken := l.scopeOf(tenant, key, r.Model, now).checks
+	var checks []check
+	for _, c := range l.scopeOf(tenant, key, model, now).admitted() {
+		if !hasCheck(taken, c.key) {
+			checks = append(checks, c)
+		}
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	var out outcome
+	if err := l.store.Take(context.Background(), now, r.ID, checks, 0, &out); err != nil {
+		return l.storeFailed(err)
+	}
+	if out.denied >= 0 {
+		c := checks[out.denied]
+		limited.WithLabelValues(string(rune(c.kind))).Inc()
+		return denial(c, 0, out.retryAfter)
+	}
+	return nil
+}
+
+// hasCheck reports whether checks holds the counter key.
+func hasCheck(checks []check, key string) bool {
+	for i := range checks {
+		if checks[i].key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // report sets the x-ratelimit-* headers from the tightest counters, and
 // x-gateway-budget-remaining once a budget passed its warning threshold.
 func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome, hs *[6]pipeline.Header) {
