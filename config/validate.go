@@ -288,6 +288,11 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	if len(c.Keys) > 0 && (len(c.Middleware.Request) == 0 || c.Middleware.Request[0] != "policy") {
 		p.add("middleware.request", "must start with \"policy\" when [[keys]] are set: it authenticates chat requests")
 	}
+	// Every other route applies them (pass-through, agent tools, summaries):
+	// without the layer, chat alone would pass every limit and budget.
+	if (len(c.Limits) > 0 || len(c.Budgets) > 0) && !seen["limits"] {
+		p.add("middleware.request", "must list \"limits\" when [[limits]] or [[budgets]] are set")
+	}
 	c.validateLimits(p, o)
 	f := c.Middleware.Fallback
 	for _, d := range []struct {

@@ -125,6 +125,7 @@ func TestValidate(t *testing.T) {
 		{name: "request middleware twice", toml: "[middleware]\nrequest = [\"policy\", \"limits\", \"limits\"]\n", want: `middleware.request[2]: "limits" is listed twice`},
 		{name: "request middleware without policy under keys", toml: "[[keys]]\ntenant = \"t\"\nkey = \"sk-t\"\n[middleware]\nrequest = [\"limits\", \"cache\"]\n", want: `middleware.request: must start with "policy" when [[keys]] are set: it authenticates chat requests`},
 		{name: "request middleware with policy late under keys", toml: "[[keys]]\ntenant = \"t\"\nkey = \"sk-t\"\n[middleware]\nrequest = [\"cache\", \"policy\"]\n", want: `middleware.request: must start with "policy" when [[keys]] are set: it authenticates chat requests`},
+		{name: "request middleware without limits under budgets", toml: "[[budgets]]\ntenant = \"t\"\namount = 1.0\nperiod = \"day\"\n[middleware]\nrequest = [\"policy\", \"cache\"]\n", want: `middleware.request: must list "limits" when [[limits]] or [[budgets]] are set`},
 		{name: "cache store", toml: "[middleware.cache]\nstore = \"disk\"\n", want: `middleware.cache.store: "disk" is not one of memory, redis`},
 		{name: "shared breakers without redis", toml: "[middleware.fallback]\nshared_breakers = true\n", want: `middleware.fallback.shared_breakers: true needs a [redis] section`},
 		{name: "cache store redis without redis", toml: "[middleware.cache]\nstore = \"redis\"\n", want: `middleware.cache.store: redis needs a [redis] section`},
