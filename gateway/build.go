@@ -107,7 +107,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		Routes:   b.routes,
 		Chat:     b.requestLayer(loop, engine, guards),
 		Upstream: b.upstream,
-		Policy:   passPolicy{Engine: engine, limiter: b.limiter},
+		Policy:   passPolicy{Engine: engine, limiter: b.limiter, guards: guards},
 		Close:    b.close,
 	}
 	rt.Responses, rt.NativeResponses = buildResponses(cfg, b.rdb)
@@ -140,6 +140,13 @@ func (b *builder) close() {
 type passPolicy struct {
 	*policies.Engine
 	limiter *limits.Limiter
+	guards  *guardrails.Engine // nil without [[guardrails]]
+}
+
+// Guard runs the tenant's request-stage guardrails over a pass-through
+// body's texts, as the chat pipeline's guardrails middleware runs them.
+func (p passPolicy) Guard(t *pipeline.Tenant, r *pipeline.Request) error {
+	return p.guards.CheckBody(t, r)
 }
 
 var _ proxy.Call = (*limits.Call)(nil)

@@ -451,3 +451,56 @@ func TestGuardrailsSeeWhatTheUpstreamSees(t *testing.T) {
 		t.Fatalf("the upstream got %d requests", n)
 	}
 }
+
+// A pass-through call of a model passes the tenant's request guardrails as
+// a chat request does: a blocked text gets the same 400 without an upstream
+// call, and a redacted one reaches the upstream redacted, whatever the
+// endpoint's field (completions' prompt, embeddings' input, a Responses
+// request's input items).
+func TestGuardrailsPassThrough(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
+	addr := hostOf(h.base)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", `{"model":"gpt-x","prompt":"tell me about Project Falcon"}`},
+		{"/v1/embeddings", `{"model":"gpt-x","input":["fine","project  falcon"]}`},
+		{"/v1/moderations", `{"model":"gpt-x","input":[{"type":"text","text":"PROJECT FALCON"}]}`},
+	} {
+		before := h.mock.TotalCalls()
+		status, body := rawHTTP(t, addr, postRaw(c.path, "sk-client", c.body))
+		if status != 400 || gjson.GetBytes(body, "error.code").Str != "content_blocked" {
+			t.Errorf("%s: %d %s, want 400 content_blocked", c.path, status, body)
+		}
+		if n := h.mock.TotalCalls() - before; n != 0 {
+			t.Errorf("%s: the upstream got %d calls", c.path, n)
+		}
+	}
+	status, body := rawHTTP(t, addr, postRaw("/v1/embeddings", "sk-client", `{"model":"gpt-x","user":"kept@example.com","input":["write to jane@example.com"]}`))
+	up := gjson.GetBytes(body, "body").Str
+	if status != 200 || strings.Contains(up, "jane@example.com") || !strings.Contains(up, "[REDACTED]") || !strings.Contains(up, "kept@example.com") {
+		t.Errorf("redact: %d, upstream got %s", status, up)
+	}
+}
+
+// A classifier judges a pass-through body once, whatever the number of its
+// texts: an embeddings input of many strings is one question.
+func TestGuardrailsPassThroughClassifierAskedOnce(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		flagged := strings.Contains(gjson.GetBytes(body, "text").Str, "toxic")
+		_, _ = w.Write([]byte(`{"flagged":` + map[bool]string{true: "true", false: "false"}[flagged] + `}`))
+	}))
+	t.Cleanup(srv.Close)
+	h := newHarness(t, baseConfig+openPassthrough+guardrail("classifier", "request", "http", "block", `url = "`+srv.URL+`"`), mockllm.Options{})
+	addr := hostOf(h.base)
+	input := `"fine"` + strings.Repeat(`,"fine"`, 99)
+	if status, body := rawHTTP(t, addr, postRaw("/v1/embeddings", "sk-client", `{"model":"gpt-x","input":[`+input+`]}`)); status != 200 || calls.Load() != 1 {
+		t.Errorf("fine: %d %s, classifier asked %d times", status, body, calls.Load())
+	}
+	if status, body := rawHTTP(t, addr, postRaw("/v1/embeddings", "sk-client", `{"model":"gpt-x","input":[`+input+`,"toxic"]}`)); status != 400 || calls.Load() != 2 {
+		t.Errorf("toxic: %d %s, classifier asked %d times", status, body, calls.Load())
+	}
+}

@@ -85,6 +85,14 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		return pb, nil
 	}
 	if req != nil {
+		if f.json {
+			// The chat pipeline's guardrails never see this body: the
+			// same request-stage checks, here.
+			if err := rt.Policy.Guard(t, req); err != nil {
+				return pb, err
+			}
+			body = req.Body
+		}
 		if x.call, err = rt.Policy.Limit(req); err != nil {
 			return pb, err
 		}

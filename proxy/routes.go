@@ -44,6 +44,10 @@ type Policy interface {
 	AllowsModel(t *pipeline.Tenant, model string) bool
 	// RestrictsModels reports whether t may use only some models.
 	RestrictsModels(t *pipeline.Tenant) bool
+	// Guard applies t's request-stage guardrails to the texts of r, a JSON
+	// body that passed Admit and goes to a model outside the chat pipeline;
+	// it may replace r.Body.
+	Guard(t *pipeline.Tenant, r *pipeline.Request) error
 	// BodyLimit returns t's body limit in bytes; 0 = the server's.
 	BodyLimit(t *pipeline.Tenant) int
 	// Limit applies the tenant's rate limits and budgets to r, which

@@ -1,0 +1,113 @@
+package guardrails
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// passFields are the top-level members of a pass-through body whose texts
+// reach the model: completions' prompt and suffix, the input of
+// embeddings, moderations, speech and the Responses API, its
+// instructions, and messages.
+var passFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true, "messages": true}
+
+// itemTexts are the members of an item in those fields that hold its text
+// (a message's content, a part's text, a tool output); other members
+// (type, role, ids, image data) are not text the guardrails judge, as on
+// chat.
+var itemTexts = map[string]bool{"text": true, "content": true, "output": true}
+
+// CheckBody runs t's request-stage guardrails over the texts of r, a JSON
+// body sent outside the chat pipeline (a pass-through call of a model), as
+// the middleware runs them over a chat request's messages: each text on
+// its own, except that an http classifier is asked once, about the texts
+// joined (an embeddings input of thousands of strings is one question, not
+// thousands). A block is the same 400 content_blocked; redactions replace
+// r.Body. A nil Engine, or a tenant without request guardrails, passes.
+func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
+	if e == nil {
+		return nil
+	}
+	var local, remote []*guard
+	for _, g := range e.guards(t, StageRequest) {
+		if g.http != nil {
+			remote = append(remote, g)
+		} else {
+			local = append(local, g)
+		}
+	}
+	ctx := context.Background() // each classifier call is bounded by its guard's timeout
+	if len(remote) > 0 {
+		var joined []byte
+		walkTexts(r.Body, func(v gjson.Result) bool {
+			joined = append(append(joined, v.Str...), '\n')
+			return true
+		})
+		if _, err := newChecker(ctx, remote, r.Meta).Check(joined); err != nil {
+			return asClientError(err)
+		}
+	}
+	if len(local) == 0 {
+		return nil
+	}
+	body, err := checkTexts(newChecker(ctx, local, r.Meta), r.Body)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		r.Body = body
+	}
+	return nil
+}
+
+// walkTexts calls visit with each text of body's passFields, in order,
+// until it returns false.
+func walkTexts(body []byte, visit func(v gjson.Result) bool) {
+	var walk func(v gjson.Result) bool
+	walk = func(v gjson.Result) bool {
+		switch {
+		case v.Type == gjson.String:
+			return visit(v)
+		case v.IsArray():
+			ok := true
+			v.ForEach(func(_, item gjson.Result) bool { ok = walk(item); return ok })
+			return ok
+		case v.IsObject():
+			ok := true
+			v.ForEach(func(k, m gjson.Result) bool { ok = !itemTexts[k.Str] || walk(m); return ok })
+			return ok
+		}
+		return true
+	}
+	jsonedit.Root(body).ForEach(func(k, v gjson.Result) bool { return !passFields[k.Str] || walk(v) })
+}
+
+// checkTexts judges each text of body's passFields on its own; it returns
+// the body with redactions, or nil when nothing changed.
+func checkTexts(ck *checker, body []byte) ([]byte, error) {
+	var edits []jsonedit.Edit
+	var failed error
+	walkTexts(body, func(v gjson.Result) bool {
+		out, err := ck.Check([]byte(v.Str))
+		if err != nil {
+			failed = err
+			return false
+		}
+		if !bytes.Equal(out, []byte(v.Str)) {
+			var ok bool
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
+				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
+				return false
+			}
+		}
+		return true
+	})
+	return applyEdits(body, edits, failed, "the request could not be redacted")
+}
