@@ -482,8 +482,10 @@ func TestGuardrailsPassThrough(t *testing.T) {
 	}
 }
 
-// A classifier judges a pass-through body once, whatever the number of its
-// texts: an embeddings input of many strings is one question.
+// A classifier judges a request once, whatever the number of its texts: an
+// embeddings input of many strings, or a chat of many messages, is one
+// question, not one per text (a hostile body of thousands of messages made
+// as many sequential calls, each up to the guard's timeout).
 func TestGuardrailsPassThroughClassifierAskedOnce(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
@@ -502,5 +504,13 @@ func TestGuardrailsPassThroughClassifierAskedOnce(t *testing.T) {
 	}
 	if status, body := rawHTTP(t, addr, postRaw("/v1/embeddings", "sk-client", `{"model":"gpt-x","input":[`+input+`,"toxic"]}`)); status != 400 || calls.Load() != 2 {
 		t.Errorf("toxic: %d %s, classifier asked %d times", status, body, calls.Load())
+	}
+	// The same on chat: a request of a hundred messages is one question.
+	msgs := `{"role":"user","content":"fine"}` + strings.Repeat(`,{"role":"user","content":[{"type":"text","text":"fine"}]}`, 99)
+	if status, body := rawHTTP(t, addr, postRaw("/v1/chat/completions", "sk-client", `{"model":"gpt-x","messages":[`+msgs+`]}`)); status != 200 || calls.Load() != 3 {
+		t.Errorf("chat: %d %s, classifier asked %d times", status, body, calls.Load())
+	}
+	if status, body := rawHTTP(t, addr, postRaw("/v1/chat/completions", "sk-client", `{"model":"gpt-x","messages":[`+msgs+`,{"role":"user","content":"toxic"}]}`)); status != 400 || calls.Load() != 4 {
+		t.Errorf("chat, toxic: %d %s, classifier asked %d times", status, body, calls.Load())
 	}
 }

@@ -81,8 +81,16 @@ func (e *Engine) Middleware() pipeline.Middleware {
 	return func(next pipeline.Handler) pipeline.Handler {
 		return pipeline.HandlerFunc(func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 			in, out := e.guards(req.Tenant, StageRequest), e.guards(req.Tenant, StageResponse)
-			if len(in) > 0 {
-				body, err := checkRequest(ctx, newChecker(ctx, in, req.Meta), req.Body)
+			local, remote := splitRemote(in)
+			if len(remote) > 0 {
+				// One question about every message's text, however many
+				// messages: not one classifier call per message.
+				if err := askOnce(ctx, remote, req.Meta, messageTexts(req.Body)); err != nil {
+					return nil, err
+				}
+			}
+			if len(local) > 0 {
+				body, err := checkRequest(ctx, newChecker(ctx, local, req.Meta), req.Body)
 				if err != nil {
 					return nil, err
 				}

@@ -35,14 +35,7 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 	if e == nil {
 		return nil
 	}
-	var local, remote []*guard
-	for _, g := range e.guards(t, StageRequest) {
-		if g.http != nil {
-			remote = append(remote, g)
-		} else {
-			local = append(local, g)
-		}
-	}
+	local, remote := splitRemote(e.guards(t, StageRequest))
 	ctx := context.Background() // each classifier call is bounded by its guard's timeout
 	if len(remote) > 0 {
 		var joined []byte
@@ -50,8 +43,8 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 			joined = append(append(joined, v.Str...), '\n')
 			return true
 		})
-		if _, err := newChecker(ctx, remote, r.Meta).Check(joined); err != nil {
-			return asClientError(err)
+		if err := askOnce(ctx, remote, r.Meta, joined); err != nil {
+			return err
 		}
 	}
 	if len(local) == 0 {
@@ -110,4 +103,29 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 		return true
 	})
 	return applyEdits(body, edits, failed, "the request could not be redacted")
+}
+
+// splitRemote parts guards into those judged here and the http
+// classifiers.
+func splitRemote(guards []*guard) (local, remote []*guard) {
+	for _, g := range guards {
+		if g.http != nil {
+			remote = append(remote, g)
+		} else {
+			local = append(local, g)
+		}
+	}
+	return local, remote
+}
+
+// askOnce asks the classifiers remote about text, one call each; a block
+// is the 400 content_blocked envelope.
+func askOnce(ctx context.Context, remote []*guard, meta *pipeline.Meta, text []byte) error {
+	if len(text) == 0 {
+		return nil
+	}
+	if _, err := newChecker(ctx, remote, meta).Check(text); err != nil {
+		return asClientError(err)
+	}
+	return nil
 }

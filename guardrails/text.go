@@ -58,6 +58,28 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 	return applyEdits(body, edits, failed, "the request could not be redacted")
 }
 
+// messageTexts returns the text of every message of a chat body (a string
+// content, or its parts' texts), each followed by a newline.
+func messageTexts(body []byte) []byte {
+	var out []byte
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		c := m.Get("content")
+		switch {
+		case c.Type == gjson.String:
+			out = append(append(out, c.Str...), '\n')
+		case c.IsArray():
+			c.ForEach(func(_, part gjson.Result) bool {
+				if t := part.Get("text"); t.Type == gjson.String {
+					out = append(append(out, t.Str...), '\n')
+				}
+				return true
+			})
+		}
+		return true
+	})
+	return out
+}
+
 // checkAnswer runs the response stage over every choice's content of a
 // chat.completion; nil when nothing changed.
 func checkAnswer(ck *checker, body []byte) ([]byte, error) {
