@@ -34,7 +34,7 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 		return
 	}
 	var e Event
-	if c := root.Get("choices.0"); c.IsObject() {
+	if c := choiceZero(root.Get("choices")); c.IsObject() {
 		if !d.role {
 			d.role = true
 			e = Event{Kind: Role}
@@ -75,6 +75,22 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 		e = Event{Kind: Usage, Raw: []byte(u.Raw)}
 		emit(&e)
 	}
+}
+
+// choiceZero returns the member of choices whose index is 0, or the zero
+// Result. A stream of several choices (n > 1) sends each in chunks of its
+// own, and the decoded response is choice 0's: another choice's text or
+// finish is not its.
+func choiceZero(choices gjson.Result) gjson.Result {
+	var c gjson.Result
+	choices.ForEach(func(_, v gjson.Result) bool {
+		if v.Get("index").Int() == 0 {
+			c = v
+			return false
+		}
+		return true
+	})
+	return c
 }
 
 // emitTexts emits a Text event for each non-empty text member of obj (a

@@ -157,6 +157,35 @@ func TestChunkDecoder(t *testing.T) {
 	}
 }
 
+// A stream of several choices (n > 1) decodes as its choice 0: the other
+// choices' text and finish are not mixed into it.
+func TestChunkDecoderFollowsChoiceZero(t *testing.T) {
+	var d ChunkDecoder
+	var got []string
+	emit := func(e *Event) {
+		switch e.Kind {
+		case Role:
+			got = append(got, "role")
+		case Text:
+			got = append(got, e.Key+":"+string(e.Text))
+		case Finish:
+			got = append(got, "finish:"+e.Finish)
+		}
+	}
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":"a"},"finish_reason":null}]}`,
+		`{"choices":[{"index":1,"delta":{"role":"assistant","content":"b"},"finish_reason":null}]}`,
+		`{"choices":[{"index":1,"delta":{},"finish_reason":"length"}]}`,
+		`{"choices":[{"index":1,"delta":{"content":"c"},"finish_reason":null},{"index":0,"delta":{"content":"d"},"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	} {
+		d.Decode([]byte(c), emit)
+	}
+	if s, want := join(got), "role|content:a|content:d|finish:stop"; s != want {
+		t.Fatalf("got  %s\nwant %s", s, want)
+	}
+}
+
 func join(s []string) string {
 	var b bytes.Buffer
 	for i, v := range s {
