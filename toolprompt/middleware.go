@@ -195,11 +195,17 @@ func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err err
 func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewritten, body []byte) (*pipeline.Response, error) {
 	var t tries
 	var usage []byte
+	var side []wire.Event // every attempt's reasoning and refusal, as a stream shows them
 	for {
-		res := gjson.GetManyBytes(body, "choices.0.message.content", "usage", "choices.0.finish_reason", "choices.0.message.tool_calls")
+		res := gjson.GetManyBytes(body, "choices.0.message.content", "usage", "choices.0.finish_reason", "choices.0.message.tool_calls", "choices.0.message")
 		usage = addUsage(usage, res[1])
 		if res[3].IsArray() && len(res[3].Array()) > 0 {
 			return &pipeline.Response{Body: body}, nil // the model called natively after all
+		}
+		for _, k := range sideKeys {
+			if v := res[4].Get(k); v.Type == gjson.String && v.Str != "" {
+				side = append(side, wire.Event{Kind: wire.Text, Key: k, Text: []byte(v.Str)})
+			}
 		}
 		o := h.read([]byte(res[0].Str))
 		retry, err := h.judge(rw, o, &t)
@@ -207,7 +213,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			return nil, err
 		}
 		if retry == "" {
-			return &pipeline.Response{Body: completion(body, o, res[2].Str, usage)}, nil
+			return &pipeline.Response{Body: completion(body, o, res[2].Str, usage, side)}, nil
 		}
 		if up, err = reask(up, o.text, retry); err != nil {
 			return nil, pipeline.Internal(err, "the request could not be extended")
@@ -224,10 +230,18 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 	}
 }
 
-// completion builds the chat.completion of o on body's id and model.
-func completion(body []byte, o *outcome, finish string, usage []byte) []byte {
+// sideKeys are the message's texts other than content: the stream forwards
+// them as they come, from every attempt, and never reads them as calls.
+var sideKeys = [...]string{"reasoning_content", "reasoning", "refusal"}
+
+// completion builds the chat.completion of o on body's id and model, with
+// the side texts (reasoning, refusal) of every attempt.
+func completion(body []byte, o *outcome, finish string, usage []byte, side []wire.Event) []byte {
 	enc := wire.NewChatJSON(headerOf(body, false))
 	var out []byte
+	for i := range side {
+		out = enc.Encode(out, &side[i])
+	}
 	for _, e := range events(o, finish, usage) {
 		out = enc.Encode(out, &e)
 	}

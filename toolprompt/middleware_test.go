@@ -1,0 +1,89 @@
+package toolprompt
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// chunkStream serves chunks, then io.EOF.
+func chunkStream(chunks ...string) pipeline.Stream {
+	return &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
+		if len(chunks) == 0 {
+			return nil, io.EOF
+		}
+		c := chunks[0]
+		chunks = chunks[1:]
+		return []byte(c), nil
+	}, CloseFunc: func() {}}
+}
+
+const toolsBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}]`
+
+// The JSON answer of a prompted model carries the reasoning and refusal
+// its stream forwards, from every attempt: a malformed block re-asks, and
+// both attempts' side texts are shown either way.
+func TestSideTextsSameBothWays(t *testing.T) {
+	t.Parallel()
+	replies := []struct{ content, reasoning, refusal string }{
+		{"```tool_calls\n{oops}\n```", "first ", "No. "},
+		{"Fine.", "second", "Still no."},
+	}
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	n := 0
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		rp := replies[min(n, len(replies)-1)]
+		n++
+		if r.Stream {
+			return &pipeline.Response{Stream: chunkStream(
+				head+`{"role":"assistant","reasoning_content":`+q(rp.reasoning)+`},"finish_reason":null}]}`,
+				head+`{"refusal":`+q(rp.refusal)+`},"finish_reason":null}]}`,
+				head+`{"content":`+q(rp.content)+`},"finish_reason":null}]}`,
+				head+`{},"finish_reason":"stop"}]}`,
+			)}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+			q(rp.content) + `,"refusal":` + q(rp.refusal) + `,"reasoning_content":` + q(rp.reasoning) + `},"logprobs":null,"finish_reason":"stop"}]}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+
+	n = 0
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := gjson.GetBytes(resp.Body, "choices.0.message")
+
+	n = 0
+	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true}`), Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasoning, refusal, content string
+	for {
+		c, err := resp.Stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := gjson.GetBytes(c, "choices.0.delta")
+		reasoning += d.Get("reasoning_content").Str
+		refusal += d.Get("refusal").Str
+		content += d.Get("content").Str
+	}
+	if reasoning != "first second" || refusal != "No. Still no." || content != "Fine." {
+		t.Fatalf("stream: reasoning %q refusal %q content %q", reasoning, refusal, content)
+	}
+	if msg.Get("reasoning_content").Str != reasoning || msg.Get("refusal").Str != refusal || msg.Get("content").Str != content {
+		t.Fatalf("JSON message %s, stream reasoning %q refusal %q content %q", msg.Raw, reasoning, refusal, content)
+	}
+}
+
+func q(s string) string { b, _ := json.Marshal(s); return string(b) }
