@@ -24,6 +24,8 @@ type recorder struct {
 	id, model   string
 	created     int64
 	fingerprint string
+	tier        string
+	reasoning   [2][]byte // reasoning_content, reasoning: by reasoningKeys
 	content     []byte
 	hasContent  bool
 	calls       []recordedCall
@@ -59,6 +61,9 @@ func (r *recorder) add(chunk []byte) {
 	if fp := top.Get("system_fingerprint"); fp.Type == gjson.String {
 		r.fingerprint = fp.Str
 	}
+	if st := top.Get("service_tier"); st.Type == gjson.String {
+		r.tier = st.Str
+	}
 	top.Get("choices").ForEach(func(_, ch gjson.Result) bool {
 		if ch.Get("index").Int() != 0 {
 			r.bad = true // n > 1 is never cached
@@ -69,6 +74,11 @@ func (r *recorder) add(chunk []byte) {
 			return false
 		}
 		d := ch.Get("delta")
+		for i, k := range reasoningKeys {
+			if v := d.Get(k); v.Type == gjson.String {
+				r.reasoning[i] = append(r.reasoning[i], v.Str...)
+			}
+		}
 		if c := d.Get("content"); c.Type == gjson.String {
 			r.content = append(r.content, c.Str...)
 			r.hasContent = true
@@ -119,7 +129,12 @@ func (r *recorder) completion() []byte {
 			return nil // not a function call: never stored, never replayed
 		}
 	}
-	j := wire.NewChatJSON(wire.Header{ID: r.id, Created: r.created, Model: r.model, Fingerprint: r.fingerprint})
+	j := wire.NewChatJSON(wire.Header{ID: r.id, Created: r.created, Model: r.model, Fingerprint: r.fingerprint, ServiceTier: r.tier})
+	for i, k := range reasoningKeys {
+		if len(r.reasoning[i]) > 0 {
+			j.Encode(nil, &wire.Event{Kind: wire.Text, Key: k, Text: r.reasoning[i]})
+		}
+	}
 	if r.hasContent {
 		j.Encode(nil, &wire.Event{Kind: wire.Text, Key: "content", Text: r.content})
 	}
@@ -133,6 +148,11 @@ func (r *recorder) completion() []byte {
 	}
 	return j.Encode(make([]byte, 0, len(r.content)+len(r.usage)+256), &wire.Event{Kind: wire.End})
 }
+
+// reasoningKeys are the message members of the model's reasoning that an
+// entry keeps beside the content, as the stream and the JSON answer show
+// them.
+var reasoningKeys = [...]string{"reasoning_content", "reasoning"}
 
 // recordingStream passes every chunk of inner through the moment it arrives
 // and feeds a copy of what matters to a recorder; at a clean end (io.EOF) it

@@ -16,7 +16,8 @@ import (
 const replayPiece = 64
 
 // replayStream serves a cached chat.completion as a chat.completion.chunk
-// sequence that follows docs/wire.md (rules 5 to 13): a role chunk, content,
+// sequence that follows docs/wire.md (rules 5 to 13): a role chunk, the
+// reasoning (reasoning_content, reasoning) when the answer had some, content,
 // then one tool call after another (first delta with id/type/full name, then
 // argument fragments), a separate finish chunk, and a usage chunk
 // (choices: []) only when the client asked for usage. All chunks are built
@@ -70,10 +71,10 @@ func (s *replayStream) Buffered() bool { return !s.closed.Load() }
 // them, and a mixed turn's last ones after its client calls.
 func newReplayStream(completion []byte, id string, created int64, model string, includeUsage bool, hear func(*pipeline.ServerCall)) *replayStream {
 	res := gjson.GetManyBytes(completion, "system_fingerprint", "choices.0.message",
-		"choices.0.finish_reason", "usage")
-	fp, msg, finish, usage := res[0], res[1], res[2], res[3]
+		"choices.0.finish_reason", "usage", "service_tier")
+	fp, msg, finish, usage, tier := res[0], res[1], res[2], res[3], res[4]
 
-	w := wire.NewChatSSE(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fp.Str, IncludeUsage: includeUsage})
+	w := wire.NewChatSSE(wire.Header{ID: id, Created: created, Model: model, Fingerprint: fp.Str, ServiceTier: tier.Str, IncludeUsage: includeUsage})
 	b := replayBuilder{w: w, buf: make([]byte, 0, 2*len(completion)+512)}
 	s := &replayStream{hear: hear}
 	var calls []storedCall
@@ -81,6 +82,11 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		calls = storedCalls(completion)
 	}
 	b.emit(&wire.Event{Kind: wire.Role})
+	for _, k := range reasoningKeys {
+		for _, frag := range splitRunes(msg.Get(k).String(), replayPiece) {
+			b.emit(&wire.Event{Kind: wire.Text, Key: k, Text: []byte(frag)})
+		}
+	}
 	// Text before any calls, then the calls on chunks of their own (no
 	// content on tool-call chunks), one after the other. The text is cut
 	// where a server call ran, and the call pinned to the chunk after; a

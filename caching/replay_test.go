@@ -232,3 +232,73 @@ func FuzzRecorder(f *testing.F) {
 }
 
 var _ pipeline.Stream = (*replayStream)(nil)
+
+// A hit shows the reasoning and the service_tier of the answer it replays,
+// in either form, whichever form filled the entry: the live answer had
+// them, and a replay differs from it only in id and created.
+func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
+	t.Parallel()
+	const head = `{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","service_tier":"flex","choices":[{"index":0,"delta":`
+	chunks := []string{
+		head + `{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`,
+		head + `{"reasoning_content":"Think "},"logprobs":null,"finish_reason":null}]}`,
+		head + `{"reasoning_content":"first."},"logprobs":null,"finish_reason":null}]}`,
+		head + `{"content":"Hello"},"logprobs":null,"finish_reason":null}]}`,
+		head + `{},"logprobs":null,"finish_reason":"stop"}]}`,
+		`{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","service_tier":"flex","choices":[],"usage":` + upstreamUsage + `}`,
+	}
+	body := `{"id":"chatcmpl-up","object":"chat.completion","created":1767225600,"model":"up-model","service_tier":"flex","choices":[{"index":0,"message":{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"Think first."},"logprobs":null,"finish_reason":"stop"}],"usage":` + upstreamUsage + `}`
+	up := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if r.Stream {
+			return &pipeline.Response{Stream: sliceStream(chunks)}, nil
+		}
+		return &pipeline.Response{Body: []byte(body)}, nil
+	})
+	streamBody := strings.Replace(det, `"temperature":0`, `"temperature":0,"stream":true,"stream_options":{"include_usage":true}`, 1)
+	for _, fillStream := range []bool{true, false} {
+		h, _ := newCache(up, newClock(), nil)
+		fill := det
+		if fillStream {
+			fill = streamBody
+		}
+		resp, err := h.Chat(context.Background(), newReq(fill, "acme"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fillStream {
+			if _, err := drain(t, resp.Stream); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, readStream := range []bool{true, false} {
+			read := det
+			if readStream {
+				read = streamBody
+			}
+			r := newReq(read, "acme")
+			resp, err := h.Chat(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reasoning, tier string
+			if readStream {
+				got, err := drain(t, resp.Stream)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range got {
+					reasoning += gjson.Get(c, "choices.0.delta.reasoning_content").String()
+					if tier = gjson.Get(c, "service_tier").String(); tier != "flex" {
+						t.Errorf("fill stream %v: chunk without the service_tier: %s", fillStream, c)
+					}
+				}
+			} else {
+				reasoning = gjson.GetBytes(resp.Body, "choices.0.message.reasoning_content").String()
+				tier = gjson.GetBytes(resp.Body, "service_tier").String()
+			}
+			if r.Meta.Get(HeaderCache) != "hit" || reasoning != "Think first." || tier != "flex" {
+				t.Errorf("fill stream %v, read stream %v: %q, reasoning %q, service_tier %q", fillStream, readStream, r.Meta.Get(HeaderCache), reasoning, tier)
+			}
+		}
+	}
+}
