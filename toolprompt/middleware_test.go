@@ -87,3 +87,55 @@ func TestSideTextsSameBothWays(t *testing.T) {
 }
 
 func q(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// An upstream that sends its running usage totals on every chunk is
+// counted once per attempt, as its JSON answer is: the stream's usage is
+// the JSON answer's, summed over the attempts.
+func TestRunningUsageCountedOnce(t *testing.T) {
+	t.Parallel()
+	const usage = `{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`
+	replies := []string{"```tool_calls\n{oops}\n```", "Fine."}
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	n := 0
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		content := replies[min(n, len(replies)-1)]
+		n++
+		if r.Stream {
+			return &pipeline.Response{Stream: chunkStream(
+				head+`{"role":"assistant","content":""},"finish_reason":null}],"usage":`+usage+`}`,
+				head+`{"content":`+q(content)+`},"finish_reason":null}],"usage":`+usage+`}`,
+				head+`{},"finish_reason":"stop"}],"usage":`+usage+`}`,
+			)}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+			q(content) + `},"logprobs":null,"finish_reason":"stop"}],"usage":` + usage + `}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+
+	n = 0
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gjson.GetBytes(resp.Body, "usage.total_tokens").Int()
+
+	n = 0
+	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true,"stream_options":{"include_usage":true}}`), Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int64
+	for {
+		c, err := resp.Stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += gjson.GetBytes(c, "usage.total_tokens").Int()
+	}
+	if want != 30 || got != want {
+		t.Fatalf("total_tokens: JSON %d, stream %d, want 30", want, got)
+	}
+}

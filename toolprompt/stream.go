@@ -34,7 +34,8 @@ type stream struct {
 	text   []byte // this attempt's content
 	native bool   // the upstream sent tool calls of its own
 	finish string
-	usage  []byte
+	usage  []byte // the usage of the attempts before this one, summed
+	last   []byte // this attempt's last usage: some upstreams send running totals
 	tries  tries
 
 	queue [][]byte
@@ -108,7 +109,7 @@ func (s *stream) onEvent(e *wire.Event) {
 	case wire.Finish:
 		s.finish = e.Finish
 	case wire.Usage:
-		s.usage = addUsage(s.usage, gjson.ParseBytes(e.Raw))
+		s.last = append(s.last[:0], e.Raw...)
 	default:
 		s.emit(e)
 	}
@@ -120,6 +121,10 @@ func (s *stream) endAttempt() error {
 	if s.enc == nil { // an empty stream: nothing to judge
 		s.done = true
 		return nil
+	}
+	if len(s.last) > 0 {
+		s.usage = addUsage(s.usage, gjson.ParseBytes(s.last))
+		s.last = s.last[:0]
 	}
 	if s.native {
 		s.emit(&wire.Event{Kind: wire.Finish, Finish: s.finish})
