@@ -205,7 +205,8 @@ func TestPromptedHistoryRendered(t *testing.T) {
 // TestPromptedMalformedBlockRecovers: a malformed block goes back to the
 // model as an error result naming the problem; its corrected block
 // becomes the calls, and the stream never breaks. Past
-// max_consecutive_errors the text is the answer.
+// max_consecutive_errors the text is the answer. The text a stream showed
+// before a malformed block stays shown, and the JSON answer has it too.
 func TestPromptedMalformedBlockRecovers(t *testing.T) {
 	t.Parallel()
 	for _, stream := range []bool{true, false} {
@@ -222,8 +223,8 @@ func TestPromptedMalformedBlockRecovers(t *testing.T) {
 		p := userMsg("time?")
 		promptedClientTools(&p)
 		msg := h.message(p, stream, schema)
-		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Arguments != `{"tz":"UTC"}` {
-			t.Fatalf("stream %v: %+v", stream, msg)
+		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Arguments != `{"tz":"UTC"}` || msg.Content != "Sure.\n" {
+			t.Fatalf("stream %v: content %q, calls %s", stream, msg.Content, msg.JSON.ToolCalls.Raw())
 		}
 		reqs := h.mock.Requests()
 		if len(reqs) != 2 {
@@ -247,6 +248,9 @@ func TestPromptedMalformedBlockRecovers(t *testing.T) {
 	}
 	if n := len(h.mock.Requests()); n != 3 || sum.FinishReason != "stop" || !strings.HasSuffix(acc.Choices[0].Message.Content, bad) {
 		t.Errorf("%d calls, finish %q, content %q", n, sum.FinishReason, acc.Choices[0].Message.Content)
+	}
+	if msg := h.message(p, false, schema); msg.Content != acc.Choices[0].Message.Content {
+		t.Errorf("JSON content %q, streamed %q", msg.Content, acc.Choices[0].Message.Content)
 	}
 }
 

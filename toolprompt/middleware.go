@@ -145,6 +145,13 @@ func (h *handler) judge(rw *rewritten, o *outcome, t *tries) (retry string, err 
 		"the model did not call a tool as tool_choice requires")
 }
 
+// holds reports whether a reply is judged whole before any of its text is
+// shown: a required tool, or the json_schema format. Otherwise the text
+// before a call block is shown as it comes, also of a reply re-asked.
+func (h *handler) holds(rw *rewritten) bool {
+	return h.schema || rw.choice == choiceRequired || rw.choice == choiceNamed
+}
+
 // reask returns the request of the next attempt: the previous one with the
 // model's reply and the error as a tool result.
 func reask(prev *pipeline.Request, text []byte, msg string) (*pipeline.Request, error) {
@@ -196,6 +203,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 	var t tries
 	var usage []byte
 	var side []wire.Event // every attempt's reasoning and refusal, as a stream shows them
+	var before []byte     // the text a stream showed live of the attempts re-asked
 	for {
 		res := gjson.GetManyBytes(body, "choices.0.message.content", "usage", "choices.0.finish_reason", "choices.0.message.tool_calls", "choices.0.message")
 		usage = addUsage(usage, res[1])
@@ -213,7 +221,13 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			return nil, err
 		}
 		if retry == "" {
+			if len(before) > 0 {
+				o.shown = append(before, o.shown...)
+			}
 			return &pipeline.Response{Body: completion(body, o, res[2].Str, usage, side)}, nil
+		}
+		if !h.holds(rw) {
+			before = append(before, o.shown...) // the text before the block
 		}
 		if up, err = reask(up, o.text, retry); err != nil {
 			return nil, pipeline.Internal(err, "the request could not be extended")

@@ -43,8 +43,7 @@ type stream struct {
 }
 
 func (h *handler) newStream(ctx context.Context, up *pipeline.Request, rw *rewritten, src pipeline.Stream) *stream {
-	return &stream{h: h, ctx: ctx, up: up, rw: rw, src: src,
-		hold: h.schema || rw.choice == choiceRequired || rw.choice == choiceNamed}
+	return &stream{h: h, ctx: ctx, up: up, rw: rw, src: src, hold: h.holds(rw)}
 }
 
 // Next returns the next chunk.
