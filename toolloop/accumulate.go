@@ -94,8 +94,8 @@ const (
 // accumulator merges tool-call deltas by index, in order of first appearance.
 // It never panics on any input: entries that are not objects are ignored, a
 // missing index continues the last call unless a new id starts a new one, a
-// negative index counts as 0 (a Bedrock quirk), and at most maxCalls calls
-// are tracked. Not safe for concurrent use.
+// new id at an index already in use starts a new call too, a negative index
+// counts as 0 (a Bedrock quirk), and at most maxCalls calls are tracked. Not safe for concurrent use.
 type accumulator struct {
 	calls   []*call
 	ignored int // deltas dropped (over maxCalls or not an object)
@@ -150,6 +150,12 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 			return nil, false
 		}
 		c = a.byIndex(int(i))
+		if c != nil && idStr != "" && c.upID != "" && idStr != c.upID {
+			// A new id at an index in use: some upstreams send every
+			// parallel call at index 0. It is a call of its own, and
+			// takes the index over for the fragments that follow.
+			c = a.newCall(int(i))
+		}
 	case len(a.calls) > 0 && (idStr == "" || idStr == a.calls[len(a.calls)-1].upID):
 		c = a.calls[len(a.calls)-1]
 	default:
@@ -210,12 +216,19 @@ func (a *accumulator) appendName(c *call, frag string) {
 	c.name = c.nameB.String()
 }
 
+// byIndex returns the call at upstream index i, the last one started there,
+// or a new one.
 func (a *accumulator) byIndex(i int) *call {
-	for _, c := range a.calls {
-		if c.upIndex == i {
-			return c
+	for j := len(a.calls) - 1; j >= 0; j-- {
+		if a.calls[j].upIndex == i {
+			return a.calls[j]
 		}
 	}
+	return a.newCall(i)
+}
+
+// newCall starts a call at upstream index i; nil past maxCalls.
+func (a *accumulator) newCall(i int) *call {
 	if len(a.calls) >= maxCalls {
 		return nil
 	}

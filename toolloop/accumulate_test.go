@@ -30,6 +30,12 @@ func TestAccumulator(t *testing.T) {
 			`{"index":-1,"id":"a","function":{"name":"f","arguments":"{"}}`,
 			`{"index":0,"function":{"name":"f","arguments":"}"}}`},
 			[]call{{id: "a", name: "f", args: []byte(`{}`)}}},
+		{"new id at a used index starts a call", []string{
+			`{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}`,
+			`{"index":0,"id":"b","type":"function","function":{"name":"g","arguments":"{"}}`,
+			`{"index":0,"function":{"arguments":"}"}}`,
+			`{"index":0,"id":"b","function":{"arguments":""}}`},
+			[]call{{id: "a", name: "f", args: []byte(`{"x":1}`)}, {id: "b", name: "g", args: []byte(`{}`)}}},
 		{"object arguments", []string{`{"index":0,"id":"a","function":{"name":"f","arguments":{"x":1}}}`},
 			[]call{{id: "a", name: "f", args: []byte(`{"x":1}`)}}},
 		{"junk ignored", []string{`1`, `"x"`, `null`, `{"index":"zero"}`}, []call{{}}},

@@ -402,3 +402,44 @@ func TestLogprobsSameBothWays(t *testing.T) {
 		})
 	}
 }
+
+// Parallel calls an upstream streams all at index 0, each whole with its
+// own id (as some OpenAI-compatible servers do), stay apart: the stream
+// shows two calls, as the JSON answer of the same turn has them.
+func TestParallelCallsAtOneIndexStayApart(t *testing.T) {
+	t.Parallel()
+	const body = userBody + `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},{"type":"function","function":{"name":"get_time","parameters":{"type":"object"}}}]`
+	turn := always([]string{
+		chunk("up-1", `{"role":"assistant","content":null}`, ""),
+		chunk("up-1", callWhole(0, "call_a", "get_weather", `{"city":"Oslo"}`), ""),
+		chunk("up-1", callWhole(0, "call_b", "get_time", `{"tz":"CET"}`), ""),
+		chunk("up-1", `{}`, "tool_calls"),
+	}, completion("up-1", "", `[{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},`+
+		`{"id":"call_b","type":"function","function":{"name":"get_time","arguments":"{\"tz\":\"CET\"}"}}]`, "tool_calls", 10, 2))
+	var forms []string
+	for _, stream := range []bool{false, true} {
+		l := newLoop(t, []config.Tool{calcTool}, nil)
+		b := body + `}`
+		if stream {
+			b = body + `,"stream":true}`
+		}
+		resp, err := l.Chat(context.Background(), request(&fakeModel{turns: []turnFn{turn}}, stream, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls []string
+		if stream {
+			for _, c := range checkStream(t, sse(t, resp.Stream), false).ToolCalls {
+				calls = append(calls, c.Name+" "+c.Arguments)
+			}
+		} else {
+			for _, c := range gjson.GetBytes(resp.Body, "choices.0.message.tool_calls").Array() {
+				calls = append(calls, c.Get("function.name").Str+" "+c.Get("function.arguments").Str)
+			}
+		}
+		forms = append(forms, strings.Join(calls, " | "))
+	}
+	if want := `get_weather {"city":"Oslo"} | get_time {"tz":"CET"}`; forms[0] != want || forms[1] != want {
+		t.Fatalf("JSON %q, stream %q, want %q", forms[0], forms[1], want)
+	}
+}
