@@ -11,11 +11,15 @@ import (
 // ChunkDecoder turns the chat.completion.chunk objects of one stream back
 // into events, for the forms that are not chat (Responses). It follows the
 // chunks' own tool-call indices, so parallel calls whose fragments
-// interleave keep their calls apart. Not safe for concurrent use.
+// interleave keep their calls apart, and numbers the calls 0, 1, 2… in the
+// order their headers come. A new id at an index in use starts a new call
+// (some upstreams send every parallel call at index 0), which takes the
+// index over. Not safe for concurrent use.
 type ChunkDecoder struct {
 	role     bool
 	finished bool
-	headers  []bool // by tool-call index: header seen
+	at       []int    // by the chunks' tool-call index: the call it feeds, -1 before its header
+	ids      []string // by call: the id its header carried
 }
 
 // textKeys are the delta members that carry text, in the order a chunk
@@ -47,20 +51,22 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			if i < 0 || i > maxCalls {
 				return true
 			}
-			for len(d.headers) <= i {
-				d.headers = append(d.headers, false)
+			for len(d.at) <= i {
+				d.at = append(d.at, -1)
 			}
-			if !d.headers[i] {
-				id, name := tc.Get("id").String(), tc.Get("function.name").String()
-				if id == "" && name == "" {
+			id := tc.Get("id").String()
+			if j := d.at[i]; j < 0 || id != "" && d.ids[j] != "" && id != d.ids[j] {
+				name := tc.Get("function.name").String()
+				if id == "" && name == "" || len(d.ids) > maxCalls {
 					return true // a fragment before its header: nothing to attach it to
 				}
-				d.headers[i] = true
-				e = Event{Kind: CallHeader, Index: i, ID: id, Name: name}
+				d.at[i] = len(d.ids)
+				d.ids = append(d.ids, id)
+				e = Event{Kind: CallHeader, Index: d.at[i], ID: id, Name: name}
 				emit(&e)
 			}
 			if a := tc.Get("function.arguments").String(); a != "" {
-				e = Event{Kind: CallArgs, Index: i, Text: []byte(a)}
+				e = Event{Kind: CallArgs, Index: d.at[i], Text: []byte(a)}
 				emit(&e)
 			}
 			return true

@@ -116,8 +116,9 @@ func TestResponsesFail(t *testing.T) {
 	}
 }
 
-// The chunk decoder follows the chunks' tool-call indices, emits the role
-// once and the finish once, and ignores what is not a chunk.
+// The chunk decoder follows the chunks' tool-call indices, numbers the calls
+// in header order, starts a new call at a new id on an index in use, emits
+// the role once and the finish once, and ignores what is not a chunk.
 func TestChunkDecoder(t *testing.T) {
 	var d ChunkDecoder
 	var got []string
@@ -144,6 +145,8 @@ func TestChunkDecoder(t *testing.T) {
 		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}]}}]}`,
 		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"[]"}}]}}]}`,
 		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":5,"function":{"arguments":"orphan"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"h","arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"x"}}]}}]}`,
 		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
 		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
 		`{"choices":[],"usage":{"prompt_tokens":1}}`,
@@ -151,7 +154,7 @@ func TestChunkDecoder(t *testing.T) {
 	} {
 		d.Decode([]byte(c), emit)
 	}
-	want := "role|content:hi|call1:b:g|call0:a:f|args0:{|args1:[]|finish:tool_calls|usage"
+	want := "role|content:hi|call0:b:g|call1:a:f|args1:{|args0:[]|call2:c:h|args2:{}|args2:x|finish:tool_calls|usage"
 	if s := join(got); s != want {
 		t.Fatalf("got  %s\nwant %s", s, want)
 	}
