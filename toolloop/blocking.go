@@ -13,7 +13,8 @@ import (
 )
 
 // runBlocking is the non-streaming loop: it returns the final
-// chat.completion with the first round's id/created, the last round's
+// chat.completion with the first round's id/created (and
+// system_fingerprint and service_tier), the last round's
 // message (server calls removed) whose content is the text of every round,
 // as the stream of the same request shows it, and usage summed over every
 // round.
@@ -40,6 +41,12 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		res := readCompletion(body)
 		if s.iterations == 1 {
 			s.id, s.created = res.id.String(), res.created.Int()
+			if res.fingerprint.Type == gjson.String {
+				s.fingerprint = res.fingerprint.Str
+			}
+			if res.tier.Type == gjson.String {
+				s.tier = res.tier.Str
+			}
 		}
 		s.noteUsage(s.usage.add(res.usage))
 		text := []byte(res.content.String())
@@ -216,6 +223,17 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 		}
 		if s.created != 0 && (got.created.Type != gjson.Number || got.created.Raw != strconv.FormatInt(s.created, 10)) {
 			setRaw("created", strconv.AppendInt(nil, s.created, 10))
+		}
+		for _, f := range [...]struct {
+			key, first string
+			got        gjson.Result
+		}{{"system_fingerprint", s.fingerprint, got.fingerprint}, {"service_tier", s.tier, got.tier}} {
+			switch {
+			case f.first != "" && (f.got.Type != gjson.String || f.got.Str != f.first):
+				set(f.key, f.first)
+			case f.first == "" && f.got.Exists() && err == nil:
+				body, err = sjson.DeleteBytes(body, f.key)
+			}
 		}
 	}
 	if s.usage.seen {

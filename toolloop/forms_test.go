@@ -443,3 +443,55 @@ func TestParallelCallsAtOneIndexStayApart(t *testing.T) {
 		t.Fatalf("JSON %q, stream %q, want %q", forms[0], forms[1], want)
 	}
 }
+
+// A stream shows the first round's system_fingerprint and service_tier on
+// every chunk (its chunks leave before later rounds come); the JSON answer
+// of the same rounds has the first round's too, not the last one's.
+func TestFingerprintAndTierOfFirstRoundBothWays(t *testing.T) {
+	t.Parallel()
+	mark := func(s, fp, tier string) string {
+		if fp == "" {
+			return s
+		}
+		return strings.Replace(s, `"model":"gpt-x",`, `"model":"gpt-x","system_fingerprint":"`+fp+`","service_tier":"`+tier+`",`, 1)
+	}
+	marks := func(chunks []string, fp, tier string) []string {
+		out := make([]string, len(chunks))
+		for i, c := range chunks {
+			out[i] = mark(c, fp, tier)
+		}
+		return out
+	}
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	for _, tc := range []struct{ name, fp, tier string }{
+		{"first round marked", "fp_1", "default"},
+		{"first round unmarked", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			turns := []turnFn{
+				always(marks(toolRound("up-1", "c1", "calculator", `{"expression":"1+2"}`, 1, 1), tc.fp, tc.tier),
+					mark(completion("up-1", "", calc, "tool_calls", 1, 1), tc.fp, tc.tier)),
+				always(marks(textRound("up-2", "It is 3.", 1, 1), "fp_2", "flex"),
+					mark(completion("up-2", "It is 3.", "", "stop", 1, 1), "fp_2", "flex")),
+			}
+			l := newLoop(t, []config.Tool{calcTool}, nil)
+			resp, err := l.Chat(context.Background(), request(&fakeModel{turns: turns}, true, userBody+`,"stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := checkStream(t, sse(t, resp.Stream), false)
+			last := sum.Chunks[len(sum.Chunks)-1]
+			streamed := gjson.GetBytes(last, "system_fingerprint").Str + "/" + gjson.GetBytes(last, "service_tier").Str
+
+			resp, err = l.Chat(context.Background(), request(&fakeModel{turns: turns}, false, userBody+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := gjson.GetBytes(resp.Body, "system_fingerprint").Str + "/" + gjson.GetBytes(resp.Body, "service_tier").Str
+			if want := tc.fp + "/" + tc.tier; streamed != want || body != want {
+				t.Fatalf("streamed %q, JSON %q, want %q", streamed, body, want)
+			}
+		})
+	}
+}

@@ -45,6 +45,10 @@ type session struct {
 
 	id      string // the first round's id and created, shown on every chunk
 	created int64
+	// The first round's system_fingerprint and service_tier ("" when it
+	// had none): a stream shows them on every chunk, and so the JSON
+	// answer of several rounds has them too.
+	fingerprint, tier string
 
 	// Context editing's prompt hint (pipeline.PromptHint): the
 	// upstream's prompt_tokens for an earlier round and how many messages
