@@ -734,3 +734,27 @@ func TestResponsesNoAnswerFallsBack(t *testing.T) {
 		})
 	}
 }
+
+// An Anthropic model behind the Responses API: its thinking block is a
+// reasoning item whose reasoning_text part is added before its deltas and
+// done after them (the Node client throws on a delta for a part it never
+// saw), streamed and not, with the same text.
+func TestResponsesAnthropicReasoning(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	params := responses.ResponseNewParams{Model: "claude-small", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")}}
+	streamed, sum := h.streamResponse(params)
+	for i, r := range []responses.Response{h.respond(params, false), streamed} {
+		if got := outputItems(r); got != "reasoning|message:"+claudeText {
+			t.Fatalf("answer %d: output %s", i, got)
+		}
+		if rs := r.Output[0].AsReasoning(); len(rs.Content) != 1 || rs.Content[0].Text != "The user greets me." {
+			t.Fatalf("answer %d: reasoning %s", i, r.Output[0].RawJSON())
+		}
+	}
+	for _, want := range []string{"response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done"} {
+		if !contains(sum.Events, want) {
+			t.Errorf("stream lacks %s: %v", want, sum.Events)
+		}
+	}
+}

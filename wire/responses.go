@@ -31,8 +31,8 @@ type ResponsesHeader struct {
 // The events map as follows: Role opens the response (response.created and
 // response.in_progress); Text with Key "content" or "refusal" is a part of
 // the message item (response.output_text.delta, response.refusal.delta);
-// Key "reasoning_content" or "reasoning" is a reasoning item
-// (response.reasoning_text.delta); CallHeader and CallArgs are a
+// Key "reasoning_content" or "reasoning" is a reasoning item with one
+// reasoning_text part (response.reasoning_text.delta); CallHeader and CallArgs are a
 // function_call item (response.function_call_arguments.delta), numbered
 // by Index so that interleaved parallel calls land on their own items, or
 // an mcp_approval_request item when the header is marked Approval;
@@ -357,6 +357,7 @@ func (r *Responses) reasoningText(dst []byte, text []byte) []byte {
 		r.reason = len(r.items)
 		r.items = append(r.items, respItem{kind: itemReasoning, id: r.itemID("rs"), parts: []respPart{{}}})
 		dst = r.itemAdded(dst, r.reason)
+		dst = r.partAdded(dst, r.reason, 0)
 	}
 	it := &r.items[r.reason]
 	it.parts[0].text = append(it.parts[0].text, text...)
@@ -406,14 +407,7 @@ func (r *Responses) closeItem(dst []byte, i int) []byte {
 			dst = r.partDone(dst, i, n-1)
 		}
 	case itemReasoning:
-		if r.stream {
-			dst = r.event(dst, "response.reasoning_text.done")
-			dst = r.partRef(dst, i, 0)
-			dst = append(dst, `,"text":`...)
-			dst = appendString(dst, it.parts[0].text)
-			dst = endEvent(dst)
-		}
-		it.parts[0].done = true
+		dst = r.partDone(dst, i, 0)
 	case itemCall:
 		if r.stream && !it.approval {
 			dst = r.event(dst, "response.function_call_arguments.done")
@@ -485,21 +479,28 @@ func (r *Responses) partAdded(dst []byte, i, p int) []byte {
 	dst = r.event(dst, "response.content_part.added")
 	dst = r.partRef(dst, i, p)
 	dst = append(dst, `,"part":`...)
-	dst = appendPart(dst, &r.items[i].parts[p])
+	dst = r.appendPart(dst, i, p)
 	return endEvent(dst)
 }
 
+// partDone writes the *.done events of content part p of item i: its
+// whole text, then content_part.done.
 func (r *Responses) partDone(dst []byte, i, p int) []byte {
 	part := &r.items[i].parts[p]
 	part.done = true
 	if !r.stream {
 		return dst
 	}
-	if part.refusal {
+	switch {
+	case r.items[i].kind == itemReasoning:
+		dst = r.event(dst, "response.reasoning_text.done")
+		dst = r.partRef(dst, i, p)
+		dst = append(dst, `,"text":`...)
+	case part.refusal:
 		dst = r.event(dst, "response.refusal.done")
 		dst = r.partRef(dst, i, p)
 		dst = append(dst, `,"refusal":`...)
-	} else {
+	default:
 		dst = r.event(dst, "response.output_text.done")
 		dst = r.partRef(dst, i, p)
 		dst = append(dst, `,"logprobs":[],"text":`...)
@@ -509,7 +510,7 @@ func (r *Responses) partDone(dst []byte, i, p int) []byte {
 	dst = r.event(dst, "response.content_part.done")
 	dst = r.partRef(dst, i, p)
 	dst = append(dst, `,"part":`...)
-	dst = appendPart(dst, part)
+	dst = r.appendPart(dst, i, p)
 	return endEvent(dst)
 }
 
@@ -525,6 +526,17 @@ func (r *Responses) partRef(dst []byte, i, p int) []byte {
 	dst = r.itemRef(dst, i)
 	dst = append(dst, `,"content_index":`...)
 	return strconv.AppendInt(dst, int64(p), 10)
+}
+
+// appendPart appends content part p of item i as it stands.
+func (r *Responses) appendPart(dst []byte, i, p int) []byte {
+	part := &r.items[i].parts[p]
+	if r.items[i].kind == itemReasoning {
+		dst = append(dst, `{"type":"reasoning_text","text":`...)
+		dst = appendString(dst, part.text)
+		return append(dst, '}')
+	}
+	return appendPart(dst, part)
 }
 
 func appendPart(dst []byte, p *respPart) []byte {
@@ -575,9 +587,7 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 		dst = append(dst, status...)
 		dst = append(dst, `","content":[`...)
 		if whole {
-			dst = append(dst, `{"type":"reasoning_text","text":`...)
-			dst = appendString(dst, it.parts[0].text)
-			dst = append(dst, '}')
+			dst = r.appendPart(dst, i, 0)
 		}
 		return append(dst, "]}"...)
 	case itemCall:

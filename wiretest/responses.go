@@ -168,10 +168,7 @@ func (c *respChecker) itemEvent(typ string, ev gjson.Result) error {
 		it.parts[ci] = &bytes.Buffer{}
 	case "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta":
 		if it.parts[ci] == nil {
-			if typ != "response.reasoning_text.delta" {
-				return fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
-			}
-			it.parts[ci] = &bytes.Buffer{}
+			return fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
 		}
 		it.parts[ci].WriteString(ev.Get("delta").Str)
 	case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
@@ -209,7 +206,7 @@ func checkFinal(typ string, r gjson.Result, items []*respItemState) error {
 		}
 		it := items[i]
 		switch it.typ {
-		case "message":
+		case "message", "reasoning":
 			for ci, p := range it.parts {
 				c := o.Get(fmt.Sprintf("content.%d", ci))
 				got := c.Get("text").Str
