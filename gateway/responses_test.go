@@ -738,7 +738,8 @@ func TestResponsesNoAnswerFallsBack(t *testing.T) {
 // An Anthropic model behind the Responses API: its thinking block is a
 // reasoning item whose reasoning_text part is added before its deltas and
 // done after them (the Node client throws on a delta for a part it never
-// saw), streamed and not, with the same text.
+// saw), streamed and not, with the same text; the usage keeps Claude's
+// prompt-cache reads and writes.
 func TestResponsesAnthropicReasoning(t *testing.T) {
 	t.Parallel()
 	h := anthropicHarness(t)
@@ -750,6 +751,9 @@ func TestResponsesAnthropicReasoning(t *testing.T) {
 		}
 		if rs := r.Output[0].AsReasoning(); len(rs.Content) != 1 || rs.Content[0].Text != "The user greets me." {
 			t.Fatalf("answer %d: reasoning %s", i, r.Output[0].RawJSON())
+		}
+		if d := r.Usage.InputTokensDetails; d.CachedTokens != 20 || d.CacheWriteTokens != 10 {
+			t.Fatalf("answer %d: usage %s", i, r.Usage.RawJSON())
 		}
 	}
 	for _, want := range []string{"response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done"} {

@@ -143,24 +143,25 @@ func DecodeCompletion(body []byte, emit func(*Event)) {
 }
 
 // AppendResponsesUsage appends the Responses API's usage object for a chat
-// usage object: input and output tokens, their total, and the cached and
-// reasoning token details (zero when the upstream did not report them).
+// usage object: input and output tokens, their total, and the cached,
+// cache-write and reasoning token details (zero when the upstream did not
+// report them).
 func AppendResponsesUsage(dst, chat []byte) []byte {
-	r := gjson.GetManyBytes(chat, "prompt_tokens", "completion_tokens", "total_tokens",
-		"prompt_tokens_details.cached_tokens", "completion_tokens_details.reasoning_tokens")
-	in, out := r[0].Int(), r[1].Int()
-	total := r[2].Int()
-	if !r[2].Exists() {
-		total = in + out
+	u, _ := ParseChatUsage(gjson.ParseBytes(chat))
+	total := u.Total
+	if total == 0 {
+		total = u.Prompt + u.Completion
 	}
 	dst = append(dst, `{"input_tokens":`...)
-	dst = strconv.AppendInt(dst, in, 10)
+	dst = strconv.AppendInt(dst, u.Prompt, 10)
 	dst = append(dst, `,"input_tokens_details":{"cached_tokens":`...)
-	dst = strconv.AppendInt(dst, r[3].Int(), 10)
-	dst = append(dst, `,"cache_write_tokens":0},"output_tokens":`...)
-	dst = strconv.AppendInt(dst, out, 10)
+	dst = strconv.AppendInt(dst, u.Cached, 10)
+	dst = append(dst, `,"cache_write_tokens":`...)
+	dst = strconv.AppendInt(dst, u.CacheWrite, 10)
+	dst = append(dst, `},"output_tokens":`...)
+	dst = strconv.AppendInt(dst, u.Completion, 10)
 	dst = append(dst, `,"output_tokens_details":{"reasoning_tokens":`...)
-	dst = strconv.AppendInt(dst, r[4].Int(), 10)
+	dst = strconv.AppendInt(dst, u.Reasoning, 10)
 	dst = append(dst, `},"total_tokens":`...)
 	dst = strconv.AppendInt(dst, total, 10)
 	return append(dst, '}')

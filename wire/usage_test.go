@@ -68,3 +68,24 @@ func FuzzChatUsageJSON(f *testing.F) {
 		}
 	})
 }
+
+// The Responses usage of a chat usage keeps every count the chat usage
+// reported, prompt-cache writes in either spelling included.
+func TestAppendResponsesUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, chat, want string }{
+		{"plain", `{"prompt_tokens":10,"completion_tokens":5}`,
+			`{"input_tokens":10,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":15}`},
+		{"details", `{"prompt_tokens":50,"completion_tokens":5,"total_tokens":55,"prompt_tokens_details":{"cached_tokens":20,"cache_write_tokens":10},"completion_tokens_details":{"reasoning_tokens":2}}`,
+			`{"input_tokens":50,"input_tokens_details":{"cached_tokens":20,"cache_write_tokens":10},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":55}`},
+		{"anthropic spelling", `{"prompt_tokens":50,"completion_tokens":5,"cache_creation_input_tokens":30}`,
+			`{"input_tokens":50,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":30},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":55}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := string(AppendResponsesUsage(nil, []byte(tc.chat))); got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
