@@ -132,17 +132,27 @@ func (r *Request) conversation(input gjson.Result, prior []byte, resolve Resolve
 		r.Input = append(r.Input, "}]}]"...)
 		h.add(`{"role":"user","content":`+input.Raw+`}`, "user")
 	case input.IsArray():
-		r.Input = append(r.Input, input.Raw...)
+		// Input keeps a referenced item itself: input_items lists what the
+		// model was given, never a reference to it.
+		r.Input = append(r.Input, '[')
 		i := 0
 		var err error
 		input.ForEach(func(_, it gjson.Result) bool {
-			err = h.item(it, "input["+strconv.Itoa(i)+"]", resolve)
+			param := "input[" + strconv.Itoa(i) + "]"
+			if it, err = h.resolve(it, param, resolve); err == nil {
+				err = h.item(it, param)
+			}
+			if i > 0 {
+				r.Input = append(r.Input, ',')
+			}
+			r.Input = append(r.Input, it.Raw...)
 			i++
 			return err == nil
 		})
 		if err != nil {
 			return err
 		}
+		r.Input = append(r.Input, ']')
 	case !input.Exists() || input.Type == gjson.Null:
 		if len(prior) == 0 {
 			return pipeline.BadRequest("input", "input is required")
@@ -317,35 +327,38 @@ func (h *history) array() []byte {
 	return append(b, ']')
 }
 
-// item adds one input item.
-func (h *history) item(it gjson.Result, param string, resolve Resolver) error {
+// resolve returns input item it, or the stored item it references.
+func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjson.Result, error) {
 	if !it.IsObject() {
-		return pipeline.BadRequest(param, "each input item must be an object")
+		return it, pipeline.BadRequest(param, "each input item must be an object")
 	}
 	typ := it.Get("type").String()
-	if typ == "" && !it.Get("role").Exists() && it.Get("id").Exists() {
-		typ = "item_reference" // the type of a reference may be left out
+	if typ != "item_reference" && (typ != "" || it.Get("role").Exists() || !it.Get("id").Exists()) {
+		return it, nil // the type of a reference may be left out
 	}
-	if typ == "item_reference" {
-		id := it.Get("id").String()
-		if h.refs[id] {
-			// Each reference would copy the item again: a small body of
-			// references to one large item would expand without bound.
-			return pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
-		}
-		ref := gjson.Result{}
-		if resolve != nil {
-			ref = resolve(id)
-		}
-		if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
-			return pipeline.BadRequest(param+".id", "no stored item has this id")
-		}
-		if h.refs == nil {
-			h.refs = map[string]bool{}
-		}
-		h.refs[id] = true
-		it, typ = ref, ref.Get("type").String()
+	id := it.Get("id").String()
+	if h.refs[id] {
+		// Each reference would copy the item again: a small body of
+		// references to one large item would expand without bound.
+		return it, pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
 	}
+	ref := gjson.Result{}
+	if resolve != nil {
+		ref = resolve(id)
+	}
+	if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
+		return it, pipeline.BadRequest(param+".id", "no stored item has this id")
+	}
+	if h.refs == nil {
+		h.refs = map[string]bool{}
+	}
+	h.refs[id] = true
+	return ref, nil
+}
+
+// item adds one input item, references resolved.
+func (h *history) item(it gjson.Result, param string) error {
+	typ := it.Get("type").String()
 	switch typ {
 	case "", "message":
 		return h.message(it, param)

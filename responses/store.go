@@ -208,38 +208,90 @@ func InputList(responseID string, input gjson.Result) []byte {
 }
 
 // appendInputItem appends a stored input item as input_items lists it:
-// with its id, and a message's string content as one text part.
+// with its id, a call's or call output's status, and a message's content
+// as the parts of an input message (user, system, developer) or of an
+// output message (assistant).
 func appendInputItem(b []byte, it gjson.Result, id string) []byte {
-	typ := it.Get("type").String()
-	if typ != "" && typ != "message" {
-		if it.Get("id").Exists() {
-			return append(b, it.Raw...)
-		}
-		b = append(b, `{"id":`...)
-		b = jsonstring.Append(b, id)
-		b = append(b, ',')
-		return append(b, strings.TrimSpace(it.Raw)[1:]...)
-	}
-	role := it.Get("role").String()
 	b = append(b, `{"id":`...)
 	b = jsonstring.Append(b, id)
+	typ := it.Get("type").String()
+	if typ != "" && typ != "message" {
+		status := it.Get("status").Type == gjson.String
+		if !status && (typ == "function_call" || typ == "function_call_output") {
+			b = append(b, `,"status":"completed"`...)
+		}
+		it.ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "id" && (k.Str != "status" || status) {
+				b = append(b, ',')
+				b = append(b, k.Raw...)
+				b = append(b, ':')
+				b = append(b, v.Raw...)
+			}
+			return true
+		})
+		return append(b, '}')
+	}
+	role := it.Get("role").String()
 	b = append(b, `,"type":"message","status":"completed","role":`...)
 	b = jsonstring.Append(b, role)
-	b = append(b, `,"content":`...)
+	b = append(b, `,"content":[`...)
 	c := it.Get("content")
-	if c.Type != gjson.String {
-		return append(append(b, c.Raw...), '}')
+	if c.Type == gjson.String {
+		b = appendInputPart(b, role, "", c.Str, gjson.Result{})
+	} else {
+		n := 0
+		c.ForEach(func(_, p gjson.Result) bool {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = appendInputPart(b, role, p.Get("type").String(), p.Get("text").String(), p)
+			return true
+		})
 	}
-	part := "input_text"
-	if role == "assistant" {
-		part = "output_text"
+	return append(b, "]}"...)
+}
+
+// appendInputPart appends a content part of an input message of role: an
+// assistant's text is output_text (with its annotations and logprobs,
+// empty when it had none) or a refusal; another role's text is input_text,
+// and its images have a detail.
+func appendInputPart(b []byte, role, typ, text string, p gjson.Result) []byte {
+	switch {
+	case role == "assistant" && typ == "refusal":
+		b = append(b, `{"type":"refusal","refusal":`...)
+		b = jsonstring.Append(b, p.Get("refusal").String())
+		return append(b, '}')
+	case role == "assistant":
+		b = append(b, `{"type":"output_text","text":`...)
+		b = jsonstring.Append(b, text)
+		for _, k := range [...]string{"annotations", "logprobs"} {
+			b = append(b, `,"`...)
+			b = append(b, k...)
+			b = append(b, `":`...)
+			if v := p.Get(k); v.IsArray() {
+				b = append(b, v.Raw...)
+			} else {
+				b = append(b, "[]"...)
+			}
+		}
+		return append(b, '}')
+	case typ == "", typ == "input_text", typ == "output_text", typ == "text":
+		b = append(b, `{"type":"input_text","text":`...)
+		b = jsonstring.Append(b, text)
+		return append(b, '}')
+	case typ == "input_image" && p.Get("detail").Type != gjson.String:
+		b = append(b, `{"detail":"auto"`...)
+		p.ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "detail" {
+				b = append(b, ',')
+				b = append(b, k.Raw...)
+				b = append(b, ':')
+				b = append(b, v.Raw...)
+			}
+			return true
+		})
+		return append(b, '}')
 	}
-	b = append(b, `[{"type":"`...)
-	b = append(b, part...)
-	b = append(b, `","text":`...)
-	b = append(b, c.Raw...)
-	if part == "output_text" {
-		b = append(b, `,"annotations":[]`...)
-	}
-	return append(b, "}]}"...)
+	return append(b, p.Raw...)
 }

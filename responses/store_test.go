@@ -3,9 +3,13 @@ package responses
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/caching"
+	"github.com/llmgw/gateway/wiretest"
 )
 
 // A record is read back only by its tenant, a record over MaxBytes is not
@@ -85,4 +89,50 @@ type countingKV struct {
 func (c *countingKV) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	c.gets++
 	return c.KV.Get(ctx, key)
+}
+
+// input_items lists every kind of input item as the item resource the
+// schema describes: ids and statuses filled in, a message's parts in its
+// role's form, and a referenced item as the stored item itself.
+func TestInputListItems(t *testing.T) {
+	t.Parallel()
+	schema := wiretest.LoadResponsesSchema(t)
+	stored := gjson.Parse(`{"id":"msg_p_0","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"before","annotations":[],"logprobs":[]}]}`)
+	resolve := func(id string) gjson.Result {
+		if id == "msg_p_0" {
+			return stored
+		}
+		return gjson.Result{}
+	}
+	for _, tc := range []struct{ name, item, want string }{
+		{"user string", `{"role":"user","content":"hi"}`, `content.0.type=input_text`},
+		{"user parts", `{"type":"message","role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"https://x/y.png"}]}`, `content.1.detail=auto`},
+		{"assistant string", `{"role":"assistant","content":"earlier"}`, `content.0.type=output_text`},
+		{"assistant parts", `{"role":"assistant","content":[{"type":"output_text","text":"earlier"}]}`, `content.0.text=earlier`},
+		{"function call without id", `{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"}`, `status=completed`},
+		{"function call output", `{"type":"function_call_output","call_id":"c1","output":"sunny"}`, `call_id=c1`},
+		{"reference", `{"type":"item_reference","id":"msg_p_0"}`, `id=msg_p_0`},
+		{"reference without type", `{"id":"msg_p_0"}`, `content.0.text=before`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			body := `{"model":"m","input":[{"role":"user","content":"w"},` + tc.item + `]}`
+			if strings.Contains(tc.item, "function_call_output") {
+				body = `{"model":"m","input":[{"role":"user","content":"w"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},` + tc.item + `]}`
+			}
+			r, err := Translate([]byte(body), nil, resolve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := InputList("resp_x", gjson.ParseBytes(r.Input))
+			if err := schema.Validate("ResponseItemList", list); err != nil {
+				t.Fatalf("%v\n%s", err, list)
+			}
+			k, v, _ := strings.Cut(tc.want, "=")
+			last := strconv.Itoa(int(gjson.GetBytes(list, "data.#").Int()) - 1)
+			if got := gjson.GetBytes(list, "data."+last+"."+k).String(); got != v {
+				t.Fatalf("%s = %q, want %q: %s", k, got, v, list)
+			}
+		})
+	}
 }
