@@ -112,7 +112,15 @@ func (r *Request) options(root gjson.Result) error {
 		}
 		r.Store = v.Type != gjson.False
 	}
-	r.Stream = root.Get("stream").Type == gjson.True
+	switch v := root.Get("stream"); v.Type {
+	case gjson.True:
+		r.Stream = true
+	case gjson.False, gjson.Null:
+	default:
+		if v.Exists() {
+			return pipeline.BadRequest("stream", "stream must be a boolean")
+		}
+	}
 	return nil
 }
 
@@ -615,6 +623,14 @@ func appendFormat(c []byte, text gjson.Result) ([]byte, error) {
 	case "json_object":
 		return append(c, `,"response_format":{"type":"json_object"}`...), nil
 	case "json_schema":
+		// The response object echoes text whole: a format the schema
+		// refuses would make every answer to it invalid.
+		if n := f.Get("name"); n.Type != gjson.String || n.Str == "" {
+			return c, pipeline.BadRequest("text.format.name", "a json_schema format needs a name")
+		}
+		if !f.Get("schema").IsObject() {
+			return c, pipeline.BadRequest("text.format.schema", "a json_schema format needs a schema object")
+		}
 		c = append(c, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
 		c = jsonstring.Append(c, f.Get("name").String())
 		for _, k := range [...]string{"schema", "strict", "description"} {
