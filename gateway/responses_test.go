@@ -762,3 +762,49 @@ func TestResponsesAnthropicReasoning(t *testing.T) {
 		}
 	}
 }
+
+// input_items pages as the API does: newest first unless order=asc, limit
+// items a page, has_more and after to walk on; the SDK's auto-pager lists
+// every item once, in order.
+func TestResponsesInputItemsPages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: responsesModel})
+	ctx := context.Background()
+	var input responses.ResponseInputParam
+	for _, s := range []string{"one", "two", "three"} {
+		input = append(input, responses.ResponseInputItemParamOfMessage(s, responses.EasyInputMessageRoleUser))
+	}
+	r, err := h.client.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := func(items []responses.ResponseItemUnion) string {
+		var s []string
+		for _, it := range items {
+			s = append(s, it.AsMessage().Content[0].Text)
+		}
+		return strings.Join(s, ",")
+	}
+	page, err := h.client.Responses.InputItems.List(ctx, r.ID, responses.InputItemListParams{})
+	if err != nil || texts(page.Data) != "three,two,one" || page.HasMore {
+		t.Fatalf("default order: %v %s", err, page.RawJSON())
+	}
+	raw, _ := h.lastRaw()
+	if err := wiretest.LoadResponsesSchema(t).Validate("ResponseItemList", raw); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	pager := h.client.Responses.InputItems.ListAutoPaging(ctx, r.ID, responses.InputItemListParams{
+		Limit: openai.Int(2), Order: responses.InputItemListParamsOrderAsc})
+	var all []responses.ResponseItemUnion
+	for pager.Next() {
+		all = append(all, pager.Current())
+	}
+	if err := pager.Err(); err != nil || texts(all) != "one,two,three" {
+		t.Fatalf("pages of 2, ascending: %v %q", err, texts(all))
+	}
+	_, err = h.client.Responses.InputItems.List(ctx, r.ID, responses.InputItemListParams{Limit: openai.Int(101)})
+	var apiErr *openai.Error
+	if !asStatus(err, &apiErr, http.StatusBadRequest) || apiErr.Param != "limit" {
+		t.Fatalf("limit=101: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -361,12 +362,40 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		s.writeError(ctx, x, notFound)
 		return
 	}
-	ctx.SetContentType("application/json")
 	if sub == "input_items" {
-		ctx.SetBody(responses.InputList(id, rec.Input))
+		page, err := inputPage(ctx.QueryArgs())
+		if err != nil {
+			s.writeError(ctx, x, err)
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBody(responses.InputList(id, rec.Input, page))
 		return
 	}
+	ctx.SetContentType("application/json")
 	ctx.SetBodyString(rec.Response.Raw)
+}
+
+// inputPage reads the page of input_items a query asks for: limit (1 to
+// 100), order (asc or desc) and after.
+func inputPage(args *fasthttp.Args) (responses.InputPage, error) {
+	var p responses.InputPage
+	if v := args.Peek("limit"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > 100 {
+			return p, pipeline.BadRequest("limit", "limit must be an integer from 1 to 100")
+		}
+		p.Limit = n
+	}
+	switch o := string(args.Peek("order")); o {
+	case "", "desc":
+	case "asc":
+		p.Asc = true
+	default:
+		return p, pipeline.BadRequest("order", "order must be asc or desc")
+	}
+	p.After = string(args.Peek("after"))
+	return p, nil
 }
 
 // storeUnavailable is the 503 of a stored-responses store that failed.

@@ -2,6 +2,7 @@ package responses
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -179,32 +180,66 @@ func AnswerMessage(completion []byte) []byte {
 	return append(b, '}')
 }
 
-// InputList is the body of GET /v1/responses/{id}/input_items: the stored
-// input items, each given an id when it had none.
-func InputList(responseID string, input gjson.Result) []byte {
-	b := []byte(`{"object":"list","data":[`)
-	var first, last string
-	n := 0
+// InputPage is the page of input items a GET of input_items asks for.
+type InputPage struct {
+	Limit int    // items on the page, 1 to 100; 0 is the default, 20
+	Asc   bool   // oldest first; the default order is newest first
+	After string // the page starts after the item with this id
+}
+
+// InputList is the body of GET /v1/responses/{id}/input_items: page p of
+// the stored input items, each given an id when it had none.
+func InputList(responseID string, input gjson.Result, p InputPage) []byte {
+	type entry struct {
+		id string
+		it gjson.Result
+	}
+	var items []entry
 	input.ForEach(func(_, it gjson.Result) bool {
 		id := it.Get("id").String()
 		if id == "" {
-			id = "in_" + strings.TrimPrefix(responseID, "resp_") + "_" + strconv.Itoa(n)
+			id = "in_" + strings.TrimPrefix(responseID, "resp_") + "_" + strconv.Itoa(len(items))
 		}
-		if n == 0 {
-			first = id
-		} else {
-			b = append(b, ',')
-		}
-		last = id
-		b = appendInputItem(b, it, id)
-		n++
+		items = append(items, entry{id, it})
 		return true
 	})
+	if !p.Asc {
+		slices.Reverse(items)
+	}
+	if p.After != "" {
+		i := slices.IndexFunc(items, func(e entry) bool { return e.id == p.After })
+		if i < 0 {
+			items = nil // an id not listed: nothing after it
+		} else {
+			items = items[i+1:]
+		}
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	more := len(items) > limit
+	if more {
+		items = items[:limit]
+	}
+	b := []byte(`{"object":"list","data":[`)
+	for i, e := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendInputItem(b, e.it, e.id)
+	}
+	var first, last string
+	if len(items) > 0 {
+		first, last = items[0].id, items[len(items)-1].id
+	}
 	b = append(b, `],"first_id":`...)
 	b = jsonstring.Append(b, first)
 	b = append(b, `,"last_id":`...)
 	b = jsonstring.Append(b, last)
-	return append(b, `,"has_more":false}`...)
+	b = append(b, `,"has_more":`...)
+	b = strconv.AppendBool(b, more)
+	return append(b, '}')
 }
 
 // appendInputItem appends a stored input item as input_items lists it:

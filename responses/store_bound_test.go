@@ -77,7 +77,7 @@ func FuzzStoreLoad(f *testing.F) {
 			t.Fatalf("a %d-byte record over MaxBytes loaded", len(rec))
 		}
 		if found {
-			_ = InputList("resp_a", r.Input)
+			_ = InputList("resp_a", r.Input, InputPage{After: "in_a_1"})
 		}
 		_ = s.Resolver(ctx, "t")("msg_a_0")
 	})

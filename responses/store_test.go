@@ -124,7 +124,7 @@ func TestInputListItems(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			list := InputList("resp_x", gjson.ParseBytes(r.Input))
+			list := InputList("resp_x", gjson.ParseBytes(r.Input), InputPage{Asc: true})
 			if err := schema.Validate("ResponseItemList", list); err != nil {
 				t.Fatalf("%v\n%s", err, list)
 			}
@@ -132,6 +132,38 @@ func TestInputListItems(t *testing.T) {
 			last := strconv.Itoa(int(gjson.GetBytes(list, "data.#").Int()) - 1)
 			if got := gjson.GetBytes(list, "data."+last+"."+k).String(); got != v {
 				t.Fatalf("%s = %q, want %q: %s", k, got, v, list)
+			}
+		})
+	}
+}
+
+// InputList pages newest first by default, oldest first when asked, limit
+// items at a time from after the item named.
+func TestInputListPages(t *testing.T) {
+	t.Parallel()
+	input := gjson.Parse(`[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]`)
+	for _, tc := range []struct {
+		name string
+		page InputPage
+		want string // texts, then has_more
+	}{
+		{"default", InputPage{}, "c,b,a false"},
+		{"asc", InputPage{Asc: true}, "a,b,c false"},
+		{"limit", InputPage{Limit: 2}, "c,b true"},
+		{"after", InputPage{Limit: 2, After: "in_x_1"}, "a false"},
+		{"asc after", InputPage{Asc: true, After: "in_x_0"}, "b,c false"},
+		{"after unknown", InputPage{After: "in_y_0"}, " false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			list := gjson.ParseBytes(InputList("resp_x", input, tc.page))
+			var texts []string
+			list.Get("data.#.content.0.text").ForEach(func(_, v gjson.Result) bool {
+				texts = append(texts, v.Str)
+				return true
+			})
+			if got := strings.Join(texts, ",") + " " + list.Get("has_more").Raw; got != tc.want {
+				t.Fatalf("got %q, want %q: %s", got, tc.want, list.Raw)
 			}
 		})
 	}
