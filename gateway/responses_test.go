@@ -199,8 +199,8 @@ func TestResponsesFunctionCallsAndFollowUp(t *testing.T) {
 	}
 }
 
-// Stored responses: GET returns the object, input_items the input, DELETE
-// removes it; another tenant's key sees none of them, and a follow-up on an
+// Stored responses: GET returns the object, input_items the input, cancel
+// is refused (nothing runs in the background), DELETE removes it; another tenant's key sees none of them, and a follow-up on an
 // unknown id is a 404 envelope.
 func TestResponsesStoredAndTenantScoped(t *testing.T) {
 	t.Parallel()
@@ -253,6 +253,14 @@ tenant = "b"
 	}
 	if err := h.client.Responses.Delete(ctx, r.ID, asB); !asStatus(err, &apiErr, http.StatusNotFound) {
 		t.Fatalf("tenant b deleted tenant a's response: %v", err)
+	}
+	// Nothing runs in the background: cancelling a stored response is a
+	// 400, another tenant's (or an unknown) one a 404.
+	if _, err := h.client.Responses.Cancel(ctx, r.ID, asA); !asStatus(err, &apiErr, http.StatusBadRequest) {
+		t.Fatalf("cancel of a finished response: %v", err)
+	}
+	if _, err := h.client.Responses.Cancel(ctx, r.ID, asB); !asStatus(err, &apiErr, http.StatusNotFound) {
+		t.Fatalf("tenant b cancelled tenant a's response: %v", err)
 	}
 	if err := h.client.Responses.Delete(ctx, r.ID, asA); err != nil {
 		t.Fatal(err)

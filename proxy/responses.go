@@ -297,8 +297,9 @@ func (f *responsesForm) save(object, answer []byte) {
 	}
 }
 
-// handleStoredResponse serves GET and DELETE /v1/responses/{id} and GET
-// /v1/responses/{id}/input_items from the tenant's stored responses.
+// handleStoredResponse serves GET and DELETE /v1/responses/{id}, GET
+// /v1/responses/{id}/input_items and POST /v1/responses/{id}/cancel from
+// the tenant's stored responses.
 func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	rt := x.rt
 	t, ok := s.tenant(ctx, x)
@@ -312,11 +313,15 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 	}
 	rest := strings.TrimPrefix(path, responsesRoute+"/")
 	id, sub, _ := strings.Cut(rest, "/")
-	if sub != "" && sub != "input_items" {
+	if sub != "" && sub != "input_items" && sub != "cancel" {
 		s.writeError(ctx, x, unknownURL(path))
 		return
 	}
 	switch {
+	case sub == "cancel" && ctx.IsPost():
+	case sub == "cancel":
+		s.methodNotAllowed(ctx, x, fasthttp.MethodPost)
+		return
 	case ctx.IsGet():
 	case ctx.IsDelete() && sub == "":
 	default:
@@ -360,6 +365,11 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		return
 	case !ok:
 		s.writeError(ctx, x, notFound)
+		return
+	}
+	if sub == "cancel" {
+		// Every response here ran to its end before it was stored.
+		s.writeError(ctx, x, pipeline.BadRequest("", "Only responses created with background set to true can be cancelled; this response has already finished."))
 		return
 	}
 	if sub == "input_items" {
