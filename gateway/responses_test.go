@@ -816,3 +816,24 @@ func TestResponsesInputItemsPages(t *testing.T) {
 		t.Fatalf("limit=101: %v", err)
 	}
 }
+
+// A follow-up (previous_response_id) of a response whose loop ran server
+// tools continues from what that response's model saw: its text before
+// the calls, the calls and their results, then its answer; streamed and
+// not.
+func TestResponsesFollowUpSeesServerCalls(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: calcModel})
+	for _, stream := range []bool{false, true} {
+		first := h.respond(responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}, stream)
+		n := len(h.mock.Requests())
+		h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("thanks")}}, stream)
+		msgs := gjson.GetBytes(h.mock.Requests()[n].Body, "messages")
+		if msgs.Get("#").Int() != 6 || msgs.Get("1.content").Str != "Let me compute." || msgs.Get("1.tool_calls.#").Int() != 2 ||
+			gjson.Get(msgs.Get("2.content").Str, "data.result").Int() != 42 || msgs.Get("2.tool_call_id").Str != msgs.Get("1.tool_calls.0.id").Str ||
+			msgs.Get("3.role").Str != "tool" || msgs.Get("4.content").Str != "The answer is 42." || msgs.Get("5.content").Str != "thanks" {
+			t.Fatalf("stream=%v: the follow-up's model saw %s", stream, msgs.Raw)
+		}
+	}
+}

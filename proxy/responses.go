@@ -78,7 +78,6 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	} else {
 		form.enc = wire.NewResponsesJSON(h)
 	}
-	form.answer = wire.NewChatJSON(wire.Header{ID: id, Model: rq.Model})
 	x.model = rq.Model
 	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream, arrayIn(rq.Chat, gjson.GetBytes(rq.Chat, "tools")))
 	req.OnServerCall = form.serverCall
@@ -99,7 +98,6 @@ type responsesForm struct {
 	rq     *responses.Request
 	h      wire.ResponsesHeader
 	enc    *wire.Responses
-	answer *wire.ChatJSON // the same events as chat, for the stored history
 	dec    wire.ChunkDecoder
 	dst    []byte // scratch of the event callback
 
@@ -182,7 +180,7 @@ func (f *responsesForm) body(completion []byte) []byte {
 		}
 		out = f.enc.Encode(out, e)
 	})
-	f.save(out, responses.AnswerMessage(completion))
+	f.save(out)
 	return out
 }
 
@@ -246,7 +244,6 @@ func (f *responsesForm) chunk(dst, chunk []byte) []byte {
 func (f *responsesForm) emit(e *wire.Event) {
 	markApproval(e)
 	f.dst = f.enc.Encode(f.dst, e)
-	f.answer.Encode(nil, e)
 }
 
 // markApproval marks the call the tool loop handed out for a person's
@@ -261,9 +258,8 @@ func (f *responsesForm) end(dst []byte) []byte {
 	dst = f.flush(dst)
 	e := wire.Event{Kind: wire.End}
 	dst = f.enc.Encode(dst, &e)
-	completion := f.answer.Encode(nil, &e)
 	if f.rq.Store {
-		f.save(f.enc.Object(nil), responses.AnswerMessage(completion))
+		f.save(f.enc.Object(nil))
 	}
 	return dst
 }
@@ -281,14 +277,15 @@ func (f *responsesForm) fail(dst []byte, err error) []byte {
 	return f.enc.Fail(dst, code, env.Get("message").String())
 }
 
-// save stores the finished response (object) when the request asked.
-func (f *responsesForm) save(object, answer []byte) {
+// save stores the finished response (object) when the request asked,
+// with the conversation its output continues.
+func (f *responsesForm) save(object []byte) {
 	if !f.rq.Store || f.enc.Status() == "failed" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(f.s.base, 5*time.Second)
 	defer cancel()
-	fits, err := f.store.Save(ctx, f.tenant, f.h.ID, object, f.rq.Input, f.rq.History, answer)
+	fits, err := f.store.Save(ctx, f.tenant, f.h.ID, object, f.rq.Input, f.rq.History, responses.AnswerMessages(object))
 	switch {
 	case err != nil:
 		f.s.log.Warn().Str("response_id", f.h.ID).AnErr("cause", err).Msg("could not store the response")

@@ -289,6 +289,9 @@ type history struct {
 	// join, -1 when the next call starts a new one.
 	open  int
 	calls []string // the open assistant message's tool calls
+	// results are the tool messages of the open message's calls the
+	// gateway ran itself: they follow it once its calls are written.
+	results []string
 	// refs are the item ids referenced so far: an item is given once, so
 	// what references expand to is bounded by the stored responses they
 	// load (at most maxReferenced).
@@ -321,6 +324,8 @@ func (h *history) flush() {
 	m := h.msgs[h.open]
 	h.msgs[h.open] = m[:len(m)-1] + `,"tool_calls":[` + strings.Join(h.calls, ",") + "]}"
 	h.calls = h.calls[:0]
+	h.msgs = append(h.msgs, h.results...)
+	h.results = h.results[:0]
 }
 
 func (h *history) array() []byte {
@@ -385,7 +390,7 @@ func (h *history) item(it gjson.Result, param string) error {
 		if e := it.Get("error"); e.Exists() && e.Type != gjson.Null {
 			out = "error: " + e.Get("content").String()
 		}
-		h.add(toolResult(id, out), "tool")
+		h.results = append(h.results, toolResult(id, out))
 		return nil
 	case "mcp_approval_request":
 		// A gated call this gateway handed out, replayed by the client.

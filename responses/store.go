@@ -72,8 +72,9 @@ func (s *Store) get(ctx context.Context, k string) ([]byte, bool, error) {
 }
 
 // Save stores a finished response. history is the conversation as chat
-// messages before this response; answer is the assistant message that
-// ends it (nil for none). It reports whether the record fit.
+// messages before this response; answer is the messages the response adds
+// (AnswerMessages: comma-separated, empty for none). It reports whether
+// the record fit.
 func (s *Store) Save(ctx context.Context, tenant, id string, object, input, history, answer []byte) (bool, error) {
 	n := len(object) + len(input) + len(history) + len(answer) + 48
 	if s.MaxBytes > 0 && n > s.MaxBytes {
@@ -159,25 +160,19 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 // may load.
 const maxReferenced = 16
 
-// AnswerMessage is the chat message a response's answer adds to the
-// conversation, from the chat.completion the pipeline produced: the
-// message with its content and tool calls.
-func AnswerMessage(completion []byte) []byte {
-	m := gjson.GetBytes(completion, "choices.0.message")
-	if !m.IsObject() {
-		return nil
-	}
-	b := []byte(`{"role":"assistant","content":`)
-	if c := m.Get("content"); c.Type == gjson.String {
-		b = append(b, c.Raw...)
-	} else {
-		b = append(b, "null"...)
-	}
-	if tc := m.Get("tool_calls"); tc.IsArray() && len(tc.Array()) > 0 {
-		b = append(b, `,"tool_calls":`...)
-		b = append(b, tc.Raw...)
-	}
-	return append(b, '}')
+// AnswerMessages is the chat messages a response object's output adds to
+// the conversation, comma-separated (a JSON array's members): its
+// messages, its client calls, and each tool the gateway ran (an mcp_call)
+// as a call and its result, in output order, so that a follow-up's model
+// sees what the response's model saw. Reasoning is left out.
+func AnswerMessages(object []byte) []byte {
+	h := history{open: -1}
+	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
+		_ = h.item(it, "output") // an output item of ours is never refused
+		return true
+	})
+	a := h.array()
+	return a[1 : len(a)-1]
 }
 
 // InputPage is the page of input items a GET of input_items asks for.

@@ -168,3 +168,27 @@ func TestInputListPages(t *testing.T) {
 		})
 	}
 }
+
+// A response's output continues the conversation as the chat messages its
+// model produced and saw: the text and the calls of one turn in one
+// assistant message, the results of the calls the gateway ran after it;
+// reasoning left out.
+func TestAnswerMessages(t *testing.T) {
+	t.Parallel()
+	obj := `{"output":[{"type":"reasoning","id":"rs_x_0","summary":[]},` +
+		`{"type":"message","id":"msg_x_1","role":"assistant","content":[{"type":"output_text","text":"Checking.","annotations":[],"logprobs":[]}]},` +
+		`{"type":"function_call","id":"fc_x_2","call_id":"call_c","name":"weather","arguments":"{}","status":"completed"},` +
+		`{"type":"mcp_call","id":"mcp_x_3","server_label":"builtin","name":"calc","arguments":"{\"e\":\"1+1\"}","output":"2","error":null,"status":"completed"},` +
+		`{"type":"message","id":"msg_x_4","role":"assistant","content":[{"type":"output_text","text":"Done.","annotations":[],"logprobs":[]}]}]}`
+	got := "[" + string(AnswerMessages([]byte(obj))) + "]"
+	want := `[{"role":"assistant","content":"Checking.","tool_calls":[` +
+		`{"id":"call_c","type":"function","function":{"name":"weather","arguments":"{}"}},` +
+		`{"id":"mcp_x_3","type":"function","function":{"name":"calc","arguments":"{\"e\":\"1+1\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"mcp_x_3","content":"2"},{"role":"assistant","content":"Done."}]`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	if got := AnswerMessages([]byte(`{"output":[]}`)); len(got) != 0 {
+		t.Fatalf("no output: %s", got)
+	}
+}
