@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -223,7 +224,8 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 }
 
 // translateTools turns function tools into Anthropic tools; a marker on
-// the tool or on its function becomes the tool's cache_control.
+// the tool or on its function becomes the tool's cache_control. A schema
+// without a type gets "type":"object".
 func translateTools(tools gjson.Result) ([]tool, error) {
 	if !tools.IsArray() {
 		if tools.Exists() && tools.Type != gjson.Null {
@@ -241,8 +243,11 @@ func translateTools(tools gjson.Result) ([]tool, error) {
 			return false
 		}
 		schema := json.RawMessage(`{"type":"object"}`)
-		if p := fn.Get("parameters"); p.IsObject() {
+		if p := fn.Get("parameters"); p.IsObject() && p.Get("type").Exists() {
 			schema = json.RawMessage(p.Raw)
+		} else if p.IsObject() {
+			// Anthropic requires the type ({} is a valid schema to OpenAI).
+			schema, _ = sjson.SetRawBytes([]byte(p.Raw), "type", []byte(`"object"`))
 		}
 		out = append(out, tool{Name: fn.Get("name").Str, Description: fn.Get("description").Str, InputSchema: schema,
 			CacheControl: marker(t, fn)})

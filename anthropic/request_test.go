@@ -168,6 +168,13 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.ToolChoice.OfAuto != nil && p.ToolChoice.OfAuto.DisableParallelToolUse.Value
 			}},
+		// OpenAI takes {} for a function without parameters; Anthropic
+		// refuses an input_schema without its type.
+		{"parameters without a type", `{"tools":[{"type":"function","function":{"name":"f","parameters":{}}},{"type":"function","function":{"name":"g","parameters":{"properties":{"a":{"type":"string"}}}}}],` + msgs + `}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				return gjson.GetBytes(out, "tools.0.input_schema").Raw == `{"type":"object"}` &&
+					gjson.GetBytes(out, "tools.1.input_schema.type").Str == "object" && gjson.GetBytes(out, "tools.1.input_schema.properties.a.type").Str == "string"
+			}},
 		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
