@@ -181,8 +181,9 @@ const maxBudget = 1 << 31
 // setSampling sets temperature and top_p, or thinking from the client's
 // thinking object (passed through) or reasoning_effort. Anthropic refuses
 // temperature and top_p changes while thinking, so they are not sent then,
-// and max_tokens grows past the thinking budget when it must. Anthropic
-// also refuses thinking with a tool_choice that forces a call ("Thinking
+// and max_tokens grows past the thinking budget when it must; "disabled"
+// thinking is sent with them. Anthropic also refuses thinking with a
+// tool_choice that forces a call ("Thinking
 // may not be enabled when tool_choice forces tool use"): the forced call
 // is what the client asked of this answer, so thinking is left out then
 // (after its settings are checked) and the request is sent as one without
@@ -203,10 +204,11 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	if out.Thinking != nil && (budget < 0 || budget > maxBudget) {
 		return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
 	}
-	if out.Thinking != nil && out.ToolChoice.forcesCall() && gjson.GetBytes(out.Thinking, "type").Str != "disabled" {
-		out.Thinking = nil
+	thinking := out.Thinking != nil && gjson.GetBytes(out.Thinking, "type").Str != "disabled"
+	if thinking && out.ToolChoice.forcesCall() {
+		out.Thinking, thinking = nil, false
 	}
-	if out.Thinking != nil {
+	if thinking {
 		if out.MaxTokens <= budget {
 			out.MaxTokens += budget // both at most maxBudget here: no overflow
 		}

@@ -195,6 +195,10 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.ToolChoice.OfAny != nil && p.Thinking.OfDisabled != nil
 			}},
+		{"disabled thinking keeps sampling", `{"thinking":{"type":"disabled"},"temperature":0.2,"top_p":0.5,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfDisabled != nil && p.Temperature.Value == 0.2 && p.TopP.Value == 0.5
+			}},
 		{"reasoning_effort, auto", `{"reasoning_effort":"low",` + tool + `,"tool_choice":"auto",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.ToolChoice.OfAuto != nil && p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024
