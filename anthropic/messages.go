@@ -188,7 +188,7 @@ func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, erro
 			}
 			input = json.RawMessage(args)
 		}
-		blocks = append(blocks, block{Type: "tool_use", ID: id, Name: name, Input: input, CacheControl: marker(c)})
+		blocks = append(blocks, block{Type: "tool_use", ID: toolID(id), Name: name, Input: input, CacheControl: marker(c)})
 		return true
 	})
 	return blocks, err
@@ -206,7 +206,7 @@ func (t *translator) toolResult(m gjson.Result) ([]block, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := block{Type: "tool_result", ToolUseID: id}
+	b := block{Type: "tool_result", ToolUseID: toolID(id)}
 	var text strings.Builder
 	for i := range content {
 		if content[i].CacheControl != nil {
@@ -223,4 +223,26 @@ func (t *translator) toolResult(m gjson.Result) ([]block, error) {
 // envelope.
 func isErrorResult(s string) bool {
 	return strings.HasPrefix(strings.TrimSpace(s), "{") && jsonvalid.String(s) && gjson.Get(s, "status").Str == "error"
+}
+
+// toolID is a tool call id as Anthropic accepts one (^[a-zA-Z0-9_-]+$):
+// every other byte becomes '_'. Ids another provider minted (a fallback
+// turn's, "functions.get_weather:0") would fail the request; a call and
+// its result map alike, so they still pair.
+func toolID(id string) string {
+	valid := func(c byte) bool {
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+	}
+	for i := 0; i < len(id); i++ {
+		if !valid(id[i]) {
+			b := []byte(id)
+			for j := i; j < len(b); j++ {
+				if !valid(b[j]) {
+					b[j] = '_'
+				}
+			}
+			return string(b)
+		}
+	}
+	return id
 }

@@ -175,6 +175,13 @@ func TestTranslateRequestOptions(t *testing.T) {
 				return gjson.GetBytes(out, "tools.0.input_schema").Raw == `{"type":"object"}` &&
 					gjson.GetBytes(out, "tools.1.input_schema.type").Str == "object" && gjson.GetBytes(out, "tools.1.input_schema.properties.a.type").Str == "string"
 			}},
+		// Anthropic refuses ids outside ^[a-zA-Z0-9_-]+$, as other
+		// providers mint them (a turn answered by a fallback model).
+		{"foreign tool call ids", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"functions.f:0","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"functions.f:0","content":"ok"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				return gjson.GetBytes(out, "messages.1.content.0.id").Str == "functions_f_0" &&
+					gjson.GetBytes(out, "messages.2.content.0.tool_use_id").Str == "functions_f_0"
+			}},
 		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
