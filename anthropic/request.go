@@ -43,6 +43,7 @@ type messagesRequest struct {
 	TopP          *float64        `json:"top_p,omitempty"`
 	Thinking      json.RawMessage `json:"thinking,omitempty"`
 	Metadata      *metadata       `json:"metadata,omitempty"`
+	OutputConfig  *outputConfig   `json:"output_config,omitempty"`
 	Stream        bool            `json:"stream,omitempty"`
 }
 
@@ -90,6 +91,16 @@ type metadata struct {
 	UserID string `json:"user_id"`
 }
 
+// outputConfig carries a structured output's JSON schema.
+type outputConfig struct {
+	Format outputFormat `json:"format"`
+}
+
+type outputFormat struct {
+	Type   string          `json:"type"` // json_schema
+	Schema json.RawMessage `json:"schema"`
+}
+
 // TranslateRequest returns the Messages request for the chat request body
 // (validated JSON, as the pipeline holds it). A chat request that Anthropic
 // cannot express is a *pipeline.Error (400) naming the offending field.
@@ -132,6 +143,9 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	}
 	if u := root.Get("user"); u.Type == gjson.String && u.Str != "" {
 		out.Metadata = &metadata{UserID: u.Str}
+	}
+	if out.OutputConfig, err = outputFormatOf(root.Get("response_format")); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -257,6 +271,20 @@ func translateTools(tools gjson.Result) ([]tool, error) {
 		return true
 	})
 	return out, err
+}
+
+// outputFormatOf maps a json_schema response_format to Anthropic's
+// structured output; nil for any other (text, json_object: the model is
+// not held to a format then).
+func outputFormatOf(rf gjson.Result) (*outputConfig, error) {
+	if rf.Get("type").Str != "json_schema" {
+		return nil, nil
+	}
+	schema := rf.Get("json_schema.schema")
+	if !schema.IsObject() {
+		return nil, pipeline.BadRequest("response_format.json_schema.schema", "a json_schema response_format needs a schema object")
+	}
+	return &outputConfig{Format: outputFormat{Type: "json_schema", Schema: json.RawMessage(schema.Raw)}}, nil
 }
 
 // forcesCall reports whether the choice makes the model call a tool (any,

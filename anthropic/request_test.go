@@ -182,6 +182,14 @@ func TestTranslateRequestOptions(t *testing.T) {
 				return gjson.GetBytes(out, "messages.1.content.0.id").Str == "functions_f_0" &&
 					gjson.GetBytes(out, "messages.2.content.0.tool_use_id").Str == "functions_f_0"
 			}},
+		// A schema the client's code parses the answer with: dropping it
+		// gave free text.
+		{"json_schema response_format", `{"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}}},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.OutputConfig.Format.Schema["required"].([]any)[0] == "a" && gjson.GetBytes(out, "output_config.format.type").Str == "json_schema"
+			}},
+		{"json_object response_format", `{"response_format":{"type":"json_object"},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "output_config").Exists() }},
 		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
@@ -251,6 +259,7 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		// max_tokens plus a budget near 2^63 overflowed: Anthropic got a
 		// negative max_tokens.
 		{"huge budget", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":9223372036854775807},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
+		{"json_schema without a schema", `{"response_format":{"type":"json_schema","json_schema":{"name":"x"}},"messages":[{"role":"user","content":"x"}]}`, "response_format.json_schema.schema"},
 		{"negative budget", `{"thinking":{"type":"enabled","budget_tokens":-5},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
 	}
 	for _, tc := range tests {
