@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/config"
 )
@@ -204,13 +206,10 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: tool name is not a valid OpenAI function name; skipped")
 			continue
 		}
-		params := []byte(`{"type":"object","properties":{}}`)
-		if t.InputSchema != nil {
-			b, err := json.Marshal(t.InputSchema)
-			if err != nil {
-				continue
-			}
-			params = b
+		params, ok := inputSchema(t.InputSchema)
+		if !ok {
+			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: tool input schema is not an object schema; skipped")
+			continue
 		}
 		desc := t.Description
 		if desc == "" {
@@ -223,6 +222,31 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		})
 	}
 	return out, nil
+}
+
+// inputSchema is a tool's input schema as function parameters: an object
+// schema ("type":"object" added when the type is left out, as in {}), or
+// the empty object schema when there is none. ok is false for anything
+// else (true, a string schema): MCP requires an object schema, and
+// upstreams refuse every request that offers a function with another.
+func inputSchema(in any) (params []byte, ok bool) {
+	if in == nil {
+		return []byte(`{"type":"object","properties":{}}`), true
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, false
+	}
+	r := gjson.ParseBytes(b)
+	switch typ := r.Get("type"); {
+	case !r.IsObject():
+		return nil, false
+	case !typ.Exists():
+		b, err = sjson.SetBytes(b, "type", "object")
+		return b, err == nil
+	default:
+		return b, typ.Str == "object"
+	}
 }
 
 // wanted applies allow (empty = all) then deny, as globs on the server's name.

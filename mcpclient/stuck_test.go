@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		answersServer()
 		return
 	}
+	if os.Getenv(oddSchemasServerEnv) == "1" {
+		oddSchemasServer()
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -33,9 +37,13 @@ func stuckServer() {
 	stdioServer("stuck", []string{"stuck"}, nil, func() { select {} }) // never reads stdin again
 }
 
+// toolSchemas, in a test's stdio server process, is the inputSchema
+// tools/list gives a tool instead of {"type":"object"}.
+var toolSchemas map[string]any
+
 // stdioServer serves MCP on stdin and stdout, as the test binary does when
 // it is a test's stdio server: the handshake, tools/list of tools (then
-// listed, if set), tools/call answered by call (which fills reply; an empty
+// listed, if set; schemas from toolSchemas), tools/call answered by call (which fills reply; an empty
 // result if nil), and an empty result to anything else.
 func stdioServer(name string, tools []string, call func(tool string, reply map[string]any), listed func()) {
 	in := bufio.NewReader(os.Stdin)
@@ -64,7 +72,11 @@ func stdioServer(name string, tools []string, call func(tool string, reply map[s
 		case "tools/list":
 			var list []any
 			for _, t := range tools {
-				list = append(list, map[string]any{"name": t, "inputSchema": map[string]any{"type": "object"}})
+				schema, ok := toolSchemas[t]
+				if !ok {
+					schema = map[string]any{"type": "object"}
+				}
+				list = append(list, map[string]any{"name": t, "inputSchema": schema})
 			}
 			reply["result"] = map[string]any{"tools": list}
 			_ = out.Encode(reply)
