@@ -17,7 +17,7 @@ var ErrUnavailable = errors.New("mcpclient: the tool's MCP server is not connect
 // {}). data is what the model should see: the structured content as JSON,
 // else the text of the content blocks (other blocks summarised). isError is
 // a failure the model can act on, data its message: a tool-level failure
-// (MCP isError), a JSON-RPC error the server answered with (unknown tool,
+// (MCP isError; see errorData), a JSON-RPC error the server answered with (unknown tool,
 // invalid params; its message, bounded), or an answer over the bound on
 // one message (the gateway's message). err is a transport failure (server
 // down, timeout, protocol error). A failure at the transport, the too
@@ -61,7 +61,7 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	}
 	if res.IsError {
 		metricCalls.WithLabelValues(s.cfg.Name, "tool_error").Inc()
-		return []byte(contentText(res.Content)), true, nil
+		return errorData(res), true, nil
 	}
 	metricCalls.WithLabelValues(s.cfg.Name, "ok").Inc()
 	return resultData(res), false, nil
@@ -101,6 +101,23 @@ func resultData(res *mcp.CallToolResult) []byte {
 		}
 	}
 	return []byte(contentText(res.Content))
+}
+
+// msgNoMessage is what the model sees of a tool failure that came
+// without a message.
+var msgNoMessage = []byte("the tool failed without saying why")
+
+// errorData is the message of a failed CallToolResult: the text of its
+// blocks, else its structured content (some servers put the error only
+// there), else msgNoMessage: an empty error result tells the model nothing.
+func errorData(res *mcp.CallToolResult) []byte {
+	if text := contentText(res.Content); strings.TrimSpace(text) != "" {
+		return []byte(text)
+	}
+	if data := resultData(res); len(data) > 0 && string(data) != "null" {
+		return data
+	}
+	return msgNoMessage
 }
 
 // contentText joins the blocks of a result as text. Binary blocks (image,
