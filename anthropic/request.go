@@ -159,15 +159,24 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 // maxTokens is the client's max_completion_tokens or max_tokens, else the
 // model's default.
 func maxTokens(root gjson.Result, def int) int64 {
-	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
-		if v := root.Get(k); v.Type == gjson.Number && v.Int() > 0 {
-			return v.Int()
-		}
+	if v := clientMaxTokens(root); v > 0 {
+		return v
 	}
 	if def > 0 {
 		return int64(def)
 	}
 	return DefaultMaxTokens
+}
+
+// clientMaxTokens is the client's max_completion_tokens or max_tokens, 0
+// when it sets neither.
+func clientMaxTokens(root gjson.Result) int64 {
+	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
+		if v := root.Get(k); v.Type == gjson.Number && v.Int() > 0 {
+			return v.Int()
+		}
+	}
+	return 0
 }
 
 // stopSequences reads stop (a string or a list of strings); empty entries
@@ -187,6 +196,9 @@ func stopSequences(stop gjson.Result) []string {
 	return out
 }
 
+// minBudget is Anthropic's smallest thinking budget.
+const minBudget = 1024
+
 // maxBudget bounds a thinking budget: far above any model's output limit,
 // and low enough that max_tokens plus it cannot overflow (a budget near
 // 2^63 sent Anthropic a negative max_tokens).
@@ -194,9 +206,13 @@ const maxBudget = 1 << 31
 
 // setSampling sets temperature and top_p, or thinking from the client's
 // thinking object (passed through) or reasoning_effort. Anthropic refuses
-// temperature and top_p changes while thinking, so they are not sent then,
-// and max_tokens grows past the thinking budget when it must; "disabled"
-// thinking is sent with them. Anthropic also refuses thinking with a
+// temperature and top_p changes while thinking, so they are not sent then;
+// "disabled" thinking is sent with them. Anthropic's max_tokens counts
+// thinking and must exceed the budget: a default max_tokens grows past the
+// budget, but the client's (or a policy's cap written as the client's)
+// bounds thinking and answer together, as OpenAI's does for reasoning, so
+// the budget shrinks under it, and thinking is left out when less than
+// minBudget fits. Anthropic also refuses thinking with a
 // tool_choice that forces a call ("Thinking
 // may not be enabled when tool_choice forces tool use"): the forced call
 // is what the client asked of this answer, so thinking is left out then
@@ -222,10 +238,21 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	if thinking && out.ToolChoice.forcesCall() {
 		out.Thinking, thinking = nil, false
 	}
-	if thinking {
-		if out.MaxTokens <= budget {
+	if thinking && out.MaxTokens <= budget {
+		switch {
+		case clientMaxTokens(root) == 0:
 			out.MaxTokens += budget // both at most maxBudget here: no overflow
+		case out.MaxTokens-1 < minBudget:
+			out.Thinking, thinking = nil, false
+		default:
+			th, err := sjson.SetBytes(out.Thinking, "budget_tokens", out.MaxTokens-1)
+			if err != nil {
+				return pipeline.BadRequest("thinking", "the thinking object cannot be sent to this model")
+			}
+			out.Thinking = th
 		}
+	}
+	if thinking {
 		return nil
 	}
 	if t := root.Get("temperature"); t.Type == gjson.Number {

@@ -141,9 +141,23 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return reflect.DeepEqual(p.StopSequences, []string{"a", "b"})
 			}},
-		{"reasoning_effort", `{"reasoning_effort":"medium","temperature":0.2,"max_tokens":1000,` + msgs + `}`, RequestOptions{Model: "m"},
+		{"reasoning_effort", `{"reasoning_effort":"medium","temperature":0.2,` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 1000},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 4096 && p.MaxTokens == 5096 && !p.Temperature.Valid()
+			}},
+		// The client's max_tokens (or a policy's cap) bounds thinking and
+		// answer together: growing it let thinking run past the cap.
+		{"client max_tokens bounds thinking", `{"reasoning_effort":"high","max_tokens":5000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 4999 && p.MaxTokens == 5000
+			}},
+		{"thinking object under the client's max_tokens", `{"thinking":{"type":"enabled","budget_tokens":8000},"max_completion_tokens":3000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 2999 && p.MaxTokens == 3000
+			}},
+		{"client max_tokens too small to think", `{"reasoning_effort":"low","temperature":0.2,"max_tokens":1000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return !gjson.GetBytes(out, "thinking").Exists() && p.MaxTokens == 1000 && p.Temperature.Value == 0.2
 			}},
 		{"huge max_tokens, budget within the bound", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":2147483648},` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 9223372036854775807 }},

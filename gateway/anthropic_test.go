@@ -445,3 +445,34 @@ func TestAnthropicNodeClient(t *testing.T) {
 		}
 	}
 }
+
+// A policy's max_tokens cap bounds a Claude answer's thinking too: the
+// budget fits under the cap, where max_tokens used to grow past it (to the
+// budget plus the cap), so that reasoning_effort bypassed the cap.
+func TestAnthropicPolicyCapBoundsThinking(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, anthropicConfig+`
+[[keys]]
+name = "capped"
+tenant = "capped"
+key = "sk-capped"
+[[policies]]
+tenant = "capped"
+max_tokens = 2000
+`, mockllm.Options{Respond: claudeRespond})
+	auth := map[string]string{"Authorization": "Bearer sk-capped"}
+	for _, body := range []string{
+		`{"model":"claude-big","reasoning_effort":"high","messages":[{"role":"user","content":"hello"}]}`,
+		`{"model":"claude-big","reasoning_effort":"high","max_tokens":9000,"messages":[{"role":"user","content":"hello"}]}`,
+	} {
+		status, _, raw := h.post("/chat/completions", body, auth)
+		if status != http.StatusOK {
+			t.Fatalf("%d %s", status, raw)
+		}
+		reqs := messagesRequests(h)
+		sent := reqs[len(reqs)-1].Body
+		if mt, b := gjson.GetBytes(sent, "max_tokens").Int(), gjson.GetBytes(sent, "thinking.budget_tokens").Int(); mt != 2000 || b != 1999 {
+			t.Errorf("%s: sent max_tokens %d, budget %d", body, mt, b)
+		}
+	}
+}
