@@ -9,7 +9,8 @@
 // chat.completion.chunk objects, both through the wire encoders. StatusError
 // and the decoders' error events become *pipeline.UpstreamError with an
 // OpenAI-style error body, so fallback, retries and the proxy's error mapper
-// read them as they read any upstream's.
+// read them as they read any upstream's; Renumber makes the message
+// indexes such an error names count the chat body's messages.
 //
 // Nothing here does I/O; every function is safe for concurrent use, and a
 // StreamDecoder serves one stream.

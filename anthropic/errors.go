@@ -3,10 +3,12 @@ package anthropic
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
@@ -89,4 +91,54 @@ func envelope(body []byte) []byte {
 		out = jsonstring.Append(out, code)
 	}
 	return append(out, "}}"...)
+}
+
+// Renumber rewrites the message indexes in the message of an error
+// envelope (Anthropic's "messages.2.content.0...", counted in the
+// translated request, where system messages are gone and runs of one role
+// are merged) as indexes of chat's messages: the first chat message each
+// translated one holds. So the proxy's error mapper, which maps the chat
+// body's indexes to the client's, names the right message. envelope and
+// chat are only read; the result is envelope itself when nothing changed.
+func Renumber(envelope, chat []byte) []byte {
+	msg := gjson.GetBytes(envelope, "error.message")
+	if !strings.Contains(msg.Str, "messages.") {
+		return envelope
+	}
+	var t translator
+	gjson.GetBytes(chat, "messages").ForEach(func(_, m gjson.Result) bool {
+		return t.message(m) == nil
+	})
+	var b strings.Builder
+	text := msg.Str
+	for {
+		at := strings.Index(text, "messages.")
+		if at < 0 {
+			break
+		}
+		end := at + len("messages.")
+		digits := end
+		for digits < len(text) && digits-end < 9 && text[digits] >= '0' && text[digits] <= '9' {
+			digits++
+		}
+		b.WriteString(text[:end])
+		n, err := strconv.Atoi(text[end:digits])
+		wordBefore := at > 0 && isWordByte(text[at-1])
+		if err == nil && !wordBefore && n < len(t.from) && (digits == len(text) || !isWordByte(text[digits])) {
+			b.WriteString(strconv.Itoa(t.from[n]))
+		} else {
+			b.WriteString(text[end:digits])
+		}
+		text = text[digits:]
+	}
+	b.WriteString(text)
+	out, err := sjson.SetBytes(envelope, "error.message", b.String())
+	if err != nil {
+		return envelope
+	}
+	return out
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

@@ -19,7 +19,8 @@ import (
 type translator struct {
 	system []block
 	msgs   []message
-	i      int // index of the chat message being read, for errors
+	from   []int // by message: the index of the first chat message it holds
+	i      int   // index of the chat message being read, for errors
 }
 
 func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" }
@@ -76,6 +77,7 @@ func (t *translator) add(role string, blocks []block) {
 	n := len(t.msgs)
 	if n == 0 || t.msgs[n-1].Role != role {
 		t.msgs = append(t.msgs, message{Role: role, Content: blocks})
+		t.from = append(t.from, t.i)
 		return
 	}
 	last := &t.msgs[n-1]

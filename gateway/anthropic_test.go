@@ -476,3 +476,20 @@ max_tokens = 2000
 		}
 	}
 }
+
+// An Anthropic error that names a message by index counts the translated
+// request's messages (no system message, runs of one role merged): the
+// client sees the index of its own message.
+func TestAnthropicErrorNamesClientMessage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, anthropicConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Fault: &mockllm.Fault{Status: 400, Message: "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"}}
+	}})
+	body := `{"model":"claude-big","tool_choice":"none","messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},{"role":"user","content":"b"},
+	 {"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{}"}}]},
+	 {"role":"tool","tool_call_id":"c1","content":"r"}]}`
+	status, _, raw := h.post("/chat/completions", body, nil)
+	if msg := gjson.GetBytes(raw, "error.message").Str; status != http.StatusBadRequest || !strings.HasPrefix(msg, "messages.3.content.0.tool_use.id:") {
+		t.Fatalf("%d %s", status, raw)
+	}
+}

@@ -322,6 +322,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 			RetryAfter: retryAfter(&resp.Header), Body: readErrorBody(resp)}
 		if pc.messages {
 			ue = anthropic.StatusError(target.Provider, status, ue.Body, ue.RetryAfter)
+			ue.Body = anthropic.Renumber(ue.Body, req.Body)
 		}
 		ue.Messages = req.Messages
 		pc.endCall(c, freq, resp)
