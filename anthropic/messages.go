@@ -149,14 +149,18 @@ func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, err
 	return out, err
 }
 
-// imageBlock reads an image URL: a base64 data URL, or an http(s) URL that
-// Anthropic fetches itself.
+// imageBlock reads an image URL: a base64 data URL (its media type in
+// lower case, image/jpg as image/jpeg), or an http(s) URL that Anthropic
+// fetches itself.
 func imageBlock(url, at string) (block, error) {
 	if rest, ok := strings.CutPrefix(url, "data:"); ok {
 		meta, data, ok := strings.Cut(rest, ",")
 		media, isBase64 := strings.CutSuffix(meta, ";base64")
 		if !ok || !isBase64 || media == "" || data == "" {
 			return block{}, pipeline.BadRequest(at+".image_url.url", "an image data URL must be data:<media type>;base64,<data>")
+		}
+		if media = strings.ToLower(media); media == "image/jpg" {
+			media = "image/jpeg" // a common misspelling OpenAI reads; Anthropic takes only image/jpeg
 		}
 		return block{Type: "image", Source: &source{Type: "base64", MediaType: media, Data: data}}, nil
 	}

@@ -204,6 +204,13 @@ func TestTranslateRequestOptions(t *testing.T) {
 			}},
 		{"json_object response_format", `{"response_format":{"type":"json_object"},` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "output_config").Exists() }},
+		// Anthropic takes image/jpeg, image/png, image/gif and image/webp
+		// only; OpenAI also reads image/jpg.
+		{"image/jpg", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/jpg;base64,/9j/4AAQ"}},{"type":"image_url","image_url":{"url":"data:Image/PNG;base64,iVBORw0KGgo="}}]}]}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				c := p.Messages[0].Content
+				return c[0].OfImage.Source.OfBase64.MediaType == "image/jpeg" && c[1].OfImage.Source.OfBase64.MediaType == "image/png"
+			}},
 		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
