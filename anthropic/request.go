@@ -217,7 +217,8 @@ const maxBudget = 1 << 31
 // may not be enabled when tool_choice forces tool use"): the forced call
 // is what the client asked of this answer, so thinking is left out then
 // (after its settings are checked) and the request is sent as one without
-// it, as other gateways do, rather than refused.
+// it, as other gateways do, rather than refused. The same goes for a
+// request whose last assistant message called a tool (lastAssistantCalls).
 func setSampling(out *messagesRequest, root gjson.Result) error {
 	var budget int64
 	if th := root.Get("thinking"); th.IsObject() {
@@ -235,7 +236,7 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
 	}
 	thinking := out.Thinking != nil && gjson.GetBytes(out.Thinking, "type").Str != "disabled"
-	if thinking && out.ToolChoice.forcesCall() {
+	if thinking && (out.ToolChoice.forcesCall() || lastAssistantCalls(out.Messages)) {
 		out.Thinking, thinking = nil, false
 	}
 	if thinking && out.MaxTokens <= budget {
@@ -312,6 +313,26 @@ func outputFormatOf(rf gjson.Result) (*outputConfig, error) {
 		return nil, pipeline.BadRequest("response_format.json_schema.schema", "a json_schema response_format needs a schema object")
 	}
 	return &outputConfig{Format: outputFormat{Type: "json_schema", Schema: json.RawMessage(schema.Raw)}}, nil
+}
+
+// lastAssistantCalls reports whether the last assistant message calls a
+// tool. With thinking on, Anthropic requires that message to start with
+// the thinking block (and its signature) it was answered with, which the
+// chat form does not carry: such a request (a tool loop's next round, a
+// client's follow-up with tool results) is sent without thinking.
+func lastAssistantCalls(msgs []message) bool {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != "assistant" {
+			continue
+		}
+		for _, b := range msgs[i].Content {
+			if b.Type == "tool_use" {
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // forcesCall reports whether the choice makes the model call a tool (any,

@@ -243,6 +243,18 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.ToolChoice.OfNone != nil && p.Thinking.OfEnabled != nil
 			}},
+		// After an assistant turn that called a tool (a tool loop's next
+		// round), Anthropic wants that turn's thinking block back, which the
+		// chat form does not carry: the request goes without thinking.
+		{"reasoning_effort after a tool call", `{"reasoning_effort":"low","temperature":0.3,` + tool + `,"messages":[{"role":"user","content":"x"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"call_1","content":"42"}]}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return !gjson.GetBytes(out, "thinking").Exists() && p.Temperature.Value == 0.3
+			}},
+		{"reasoning_effort after a plain answer", `{"reasoning_effort":"low",` + tool + `,"messages":[{"role":"user","content":"x"},` +
+			`{"role":"assistant","content":"y"},{"role":"user","content":"z"}]}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.Thinking.OfEnabled != nil }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
