@@ -1,14 +1,11 @@
 package guardrails
 
 import (
-	"bytes"
 	"context"
-	"errors"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonedit"
-	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -88,19 +85,8 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
 	walkTexts(body, func(v gjson.Result) bool {
-		out, err := ck.Check([]byte(v.Str))
-		if err != nil {
-			failed = err
-			return false
-		}
-		if !bytes.Equal(out, []byte(v.Str)) {
-			var ok bool
-			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
-				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
-				return false
-			}
-		}
-		return true
+		edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
+		return failed == nil
 	})
 	return applyEdits(body, edits, failed, "the request could not be redacted")
 }

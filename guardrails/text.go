@@ -90,21 +90,26 @@ func checkAnswer(ck *checker, body []byte) ([]byte, error) {
 		if c.Type != gjson.String {
 			return true
 		}
-		text, err := ck.Check([]byte(c.Str))
-		if err != nil {
-			failed = err
-			return false
-		}
-		if !bytes.Equal(text, []byte(c.Str)) {
-			var ok bool
-			if edits, ok = jsonedit.ReplaceValue(edits, body, c, jsonstring.Append(nil, string(text))); !ok {
-				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the answer could not be redacted")
-				return false
-			}
-		}
-		return true
+		edits, failed = checkText(ck, body, c, edits, "the answer could not be redacted")
+		return failed == nil
 	})
 	return applyEdits(body, edits, failed, "the answer could not be redacted")
+}
+
+// checkText judges v, a string of body, and adds the edit that redacts it
+// to edits when the guards changed it; what names the failure of an edit.
+func checkText(ck *checker, body []byte, v gjson.Result, edits []jsonedit.Edit, what string) ([]jsonedit.Edit, error) {
+	text, err := ck.Check([]byte(v.Str))
+	if err != nil {
+		return edits, err
+	}
+	if !bytes.Equal(text, []byte(v.Str)) {
+		var ok bool
+		if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(text))); !ok {
+			return edits, pipeline.Internal(errors.New("guardrails: a text's position is unknown"), what)
+		}
+	}
+	return edits, nil
 }
 
 // applyEdits returns body with the redactions made in one copy (one sjson

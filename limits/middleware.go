@@ -168,12 +168,17 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 	now := l.now()
 	sc := l.scopeOf(tenant, key, r.Model, now)
 	l.countRequest(now, sc)
-	checks := sc.admitted()
+	return l.takeCall(now, r.ID, sc.admitted())
+}
+
+// takeCall takes one call of request id from checks (no slot in flight),
+// or refuses it with the first spent one's denial.
+func (l *Limiter) takeCall(now time.Time, id string, checks []check) error {
 	if len(checks) == 0 {
 		return nil
 	}
 	var out outcome
-	if err := l.store.Take(context.Background(), now, r.ID, checks, 0, &out); err != nil {
+	if err := l.store.Take(context.Background(), now, id, checks, 0, &out); err != nil {
 		return l.storeFailed(err)
 	}
 	if out.denied >= 0 {
@@ -201,19 +206,7 @@ func (l *Limiter) AdmitFallback(r *pipeline.Request, model string) error {
 			checks = append(checks, c)
 		}
 	}
-	if len(checks) == 0 {
-		return nil
-	}
-	var out outcome
-	if err := l.store.Take(context.Background(), now, r.ID, checks, 0, &out); err != nil {
-		return l.storeFailed(err)
-	}
-	if out.denied >= 0 {
-		c := checks[out.denied]
-		limited.WithLabelValues(string(rune(c.kind))).Inc()
-		return denial(c, 0, out.retryAfter)
-	}
-	return nil
+	return l.takeCall(now, r.ID, checks)
 }
 
 // hasCheck reports whether checks holds the counter key.
