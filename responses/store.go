@@ -250,15 +250,7 @@ func appendInputItem(b []byte, it gjson.Result, id string) []byte {
 		if !status && (typ == "function_call" || typ == "function_call_output") {
 			b = append(b, `,"status":"completed"`...)
 		}
-		it.ForEach(func(k, v gjson.Result) bool {
-			if k.Str != "id" && (k.Str != "status" || status) {
-				b = append(b, ',')
-				b = append(b, k.Raw...)
-				b = append(b, ':')
-				b = append(b, v.Raw...)
-			}
-			return true
-		})
+		b = appendMembers(b, it, func(k string) bool { return k != "id" && (k != "status" || status) })
 		return append(b, '}')
 	}
 	role := it.Get("role").String()
@@ -312,16 +304,23 @@ func appendInputPart(b []byte, role, typ, text string, p gjson.Result) []byte {
 		return append(b, '}')
 	case typ == "input_image" && p.Get("detail").Type != gjson.String:
 		b = append(b, `{"detail":"auto"`...)
-		p.ForEach(func(k, v gjson.Result) bool {
-			if k.Str != "detail" {
-				b = append(b, ',')
-				b = append(b, k.Raw...)
-				b = append(b, ':')
-				b = append(b, v.Raw...)
-			}
-			return true
-		})
+		b = appendMembers(b, p, func(k string) bool { return k != "detail" })
 		return append(b, '}')
 	}
 	return append(b, p.Raw...)
+}
+
+// appendMembers appends ',' and each member of obj whose key keep accepts,
+// as it was written.
+func appendMembers(b []byte, obj gjson.Result, keep func(key string) bool) []byte {
+	obj.ForEach(func(k, v gjson.Result) bool {
+		if keep(k.Str) {
+			b = append(b, ',')
+			b = append(b, k.Raw...)
+			b = append(b, ':')
+			b = append(b, v.Raw...)
+		}
+		return true
+	})
+	return b
 }
