@@ -680,3 +680,43 @@ period = "day"
 	}
 	c.End()
 }
+
+// flakyStore fails its writes while down, as Redis does during an outage.
+type flakyStore struct {
+	Store
+	down atomic.Bool
+}
+
+func (s *flakyStore) Add(ctx context.Context, now time.Time, adds []addition) error {
+	if s.down.Load() {
+		return errors.New("store down")
+	}
+	return s.Store.Add(ctx, now, adds)
+}
+
+// A slot whose release was to be written while the store was down is freed
+// by the first write after it comes back, not only after slotTTL: releasing
+// a slot twice is harmless, holding it is a tenant locked out.
+func TestSlotReleasedAfterStoreOutage(t *testing.T) {
+	t.Parallel()
+	st := &flakyStore{Store: NewMemoryStore()}
+	l := newLimiter(t, "[[limits]]\ntenant = \"*\"\nconcurrent = 1\n", func() Store { return st }, "o")
+	closed := make(chan struct{})
+	h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() { close(closed) }})
+	req := func(id string) (*pipeline.Response, error) {
+		return h.Chat(context.Background(), &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+	}
+	first, err := req("one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.down.Store(true)
+	first.Stream.Close()
+	<-closed
+	l.Flush() // fails: the store is down
+	st.down.Store(false)
+	l.Flush()
+	if _, err := req("two"); err != nil {
+		t.Fatalf("after the store came back: %v (the slot was never released)", err)
+	}
+}

@@ -135,8 +135,22 @@ func (r *recorder) flush() {
 	defer cancel()
 	if err := r.store.Add(ctx, time.Now(), out); err != nil {
 		storeErrors.Inc()
-		recordsDropped.Add(float64(len(out)))
-		r.log.Warn().Err(err).Int("counters", len(out)).Msg("limits: usage not recorded")
+		// Releases are kept for the next write (removing a slot twice is
+		// harmless): a lost one would hold its concurrency slot for slotTTL
+		// after a short outage. Counts are dropped, never written twice.
+		var kept []addition
+		for _, a := range out {
+			if a.kind == kindRelease {
+				kept = append(kept, a)
+			}
+		}
+		if len(kept) > 0 {
+			r.mu.Lock()
+			r.pending = append(kept, r.pending...)
+			r.mu.Unlock()
+		}
+		recordsDropped.Add(float64(len(out) - len(kept)))
+		r.log.Warn().Err(err).Int("counters", len(out)-len(kept)).Int("releases_kept", len(kept)).Msg("limits: usage not recorded")
 	}
 }
 
