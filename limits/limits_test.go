@@ -720,3 +720,45 @@ func TestSlotReleasedAfterStoreOutage(t *testing.T) {
 		t.Fatalf("after the store came back: %v (the slot was never released)", err)
 	}
 }
+
+// lateStore takes the counters but answers with an error while late, as
+// Redis does when the script runs but its reply comes after the timeout.
+type lateStore struct {
+	Store
+	late atomic.Bool
+}
+
+func (s *lateStore) Take(ctx context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error {
+	err := s.Store.Take(ctx, now, id, checks, tokens, out)
+	if err == nil && s.late.Load() {
+		err = context.DeadlineExceeded
+	}
+	return err
+}
+
+// A request admitted without an answer from the store (fail open) must not
+// leave behind a slot the store took for it: nothing would release it.
+func TestSlotOfUnansweredTakeIsReleased(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []string{"open", "closed"} {
+		t.Run(fail, func(t *testing.T) {
+			t.Parallel()
+			st := &lateStore{Store: NewMemoryStore()}
+			l := newLimiter(t, "[middleware.limits]\nfail = \""+fail+"\"\n[[limits]]\ntenant = \"*\"\nconcurrent = 1\n", func() Store { return st }, "u")
+			h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				return &pipeline.Response{Body: []byte(`{}`)}, nil
+			}))
+			req := func(id string) error {
+				_, err := h.Chat(context.Background(), &pipeline.Request{ID: id, Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+				return err
+			}
+			st.late.Store(true)
+			_ = req("late")
+			st.late.Store(false)
+			l.Flush()
+			if err := req("next"); err != nil {
+				t.Fatalf("after a late answer: %v (its slot is still held)", err)
+			}
+		})
+	}
+}

@@ -92,6 +92,12 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Con
 	checks, out := sc.checks, &st.out
 	out.buf = st.counts[:]
 	if err := l.store.Take(ctx, now, id, checks, st.estimate, out); err != nil {
+		if sc.slots {
+			// The script may have run and only its answer been lost (Redis
+			// slower than its timeout): a slot taken then would be held for
+			// slotTTL. Releasing one never taken is harmless.
+			l.release(checks, id)
+		}
 		return ctx, held{}, l.storeFailed(err)
 	}
 	l.report(r.Meta, checks, out, &st.headers)
