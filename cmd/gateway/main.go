@@ -129,6 +129,13 @@ func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen st
 		return
 	}
 	override(cfg, level, format, listen)
+	if was := srv.Runtime().Config.Server.MetricsListen; cfg.Server.MetricsListen != was {
+		// The metrics listener is opened at start only: a new value would
+		// make the main listener refuse /metrics with nothing else serving
+		// it, or serve it there while the old listener still does.
+		log.Warn().Str("metrics_listen", was).Msg("reload: server.metrics_listen changes only on restart; keeping the current one")
+		cfg.Server.MetricsListen = was
+	}
 	rt, err := gateway.Build(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("reload refused: cannot build the new config; keeping the old one")

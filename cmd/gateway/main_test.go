@@ -366,3 +366,72 @@ func TestGCFloor(t *testing.T) {
 		}
 	}
 }
+
+// A reload that sets server.metrics_listen does not open that listener
+// (it is opened at start only), so /metrics stays where it was: on the
+// main listener behind the admin key, not refused there with nothing
+// serving it.
+func TestReloadKeepsMetricsListen(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	path := filepath.Join(t.TempDir(), "config.toml")
+	write := func(extra, models string) {
+		body := fmt.Sprintf(`
+[server]
+log_level = "error"
+admin_key = "adm-1"
+%s
+[[providers]]
+name = "demo"
+kind = "mock"
+[[models]]
+name = "demo"
+provider = "demo"
+[[models]]
+name = "other"
+provider = "demo"
+[[keys]]
+tenant = "team"
+key = "k-1"
+[[policies]]
+tenant = "team"
+models = [%s]
+`, extra, models)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("", `"demo", "other"`)
+	cmd, base := testproc.Start(t, bin, path)
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+	metrics := func() int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer adm-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := metrics(); s != 200 {
+		t.Fatalf("/metrics before the reload: %d", s)
+	}
+	write(`metrics_listen = "127.0.0.1:1"`, `"demo"`)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var status int
+	for range 100 { // the reload is asynchronous
+		if status, _, _ = chat(addr, "other", "k-1"); status == 403 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if status != 403 {
+		t.Fatalf("the reload did not happen: %d", status)
+	}
+	if s := metrics(); s != 200 {
+		t.Fatalf("/metrics after a reload that set metrics_listen: %d (no listener serves it)", s)
+	}
+}
