@@ -137,10 +137,11 @@ func (r *recorder) flush() {
 		storeErrors.Inc()
 		// Releases are kept for the next write (removing a slot twice is
 		// harmless): a lost one would hold its concurrency slot for slotTTL
-		// after a short outage. Counts are dropped, never written twice.
+		// after a short outage. Counts are dropped, never written twice. A
+		// long outage keeps at most maxPending of them.
 		var kept []addition
 		for _, a := range out {
-			if a.kind == kindRelease {
+			if a.kind == kindRelease && len(kept) < maxPending {
 				kept = append(kept, a)
 			}
 		}
