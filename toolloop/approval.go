@@ -289,8 +289,9 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 		if d.kind == decEdit {
 			c.args = d.args
 		}
-		res, err := l.chain.CallTool(withToolSet(ctx, &toolSet{tools: tools}), &pipeline.ToolCall{ID: id, Name: c.name, Arguments: c.args, Request: req})
-		if err != nil {
+		var res *pipeline.ToolResult
+		l.runCall(withToolSet(ctx, &toolSet{tools: tools}), &pipeline.ToolCall{ID: id, Name: c.name, Arguments: c.args, Request: req}, &res)
+		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
 		content = res.Content

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tidwall/gjson"
@@ -77,5 +78,44 @@ func TestPanickingRoundEndsTheStream(t *testing.T) {
 			t.Fatalf("stream ended with %v, want an internal error", err)
 		}
 		return
+	}
+}
+
+// An approved call whose tool panics fails its call like any other: the
+// model sees "the tool failed" and the request still gets its answer.
+func TestPanickingApprovedToolFailsItsCall(t *testing.T) {
+	m := &fakeModel{turns: []turnFn{
+		always(nil, completion("up-1", "", `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`, "tool_calls", 1, 1)),
+		always(nil, completion("up-2", "done", "", "stop", 1, 1)),
+	}}
+	st := NewMemoryState(time.Hour, 100, 1<<20)
+	l := newLoop(t, []config.Tool{gatedCalc}, func(o *Options) {
+		o.State = st
+		o.ToolMiddleware = append(o.ToolMiddleware, func(next pipeline.ToolHandler) pipeline.ToolHandler {
+			return pipeline.ToolHandlerFunc(func(context.Context, *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+				panic("a bug in a tool")
+			})
+		})
+	})
+	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := gjson.GetBytes(resp.Body, "choices.0.message")
+	id := msg.Get("tool_calls.0.id").Str
+	if !strings.HasPrefix(id, approvalPrefix) {
+		t.Fatalf("no call awaiting approval: %s", resp.Body)
+	}
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"what is 1+2?"},` + msg.Raw +
+		`,{"role":"tool","tool_call_id":` + q(id) + `,"content":"{\"decision\":\"approve\"}"}]}`
+	resp, err = l.Chat(context.Background(), request(m, false, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(resp.Body, "choices.0.message.content").Str; got != "done" {
+		t.Fatalf("answer %q", got)
+	}
+	if tm := toolMessages(m.body(1)); len(tm) != 1 || !strings.Contains(tm[0].Get("content").Str, "the tool failed") {
+		t.Fatalf("tool results %v", tm)
 	}
 }
