@@ -86,7 +86,10 @@ func Parse(doc []byte, s config.OpenAPI, client *http.Client) ([]*Operation, err
 		return nil, errors.New("not an OpenAPI 3.0 or 3.1 document")
 	}
 	m, err := d.BuildV3Model()
-	if err != nil && m == nil {
+	if err != nil {
+		// A model built with errors lacks what failed (a $ref that does
+		// not resolve drops the parameter or body that used it): its
+		// operations would call the service without them.
 		return nil, err
 	}
 	model := &m.Model

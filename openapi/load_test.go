@@ -78,6 +78,8 @@ func TestParseErrorsSayWhat(t *testing.T) {
 		{"swagger 2", `{"swagger":"2.0","info":{"title":"x","version":"1"},"paths":{}}`, "not an OpenAPI 3.0 or 3.1 document"},
 		{"no server", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"responses":{"200":{"description":"ok"}}}}}}`, "base_url is required"},
 		{"garbage", `{{{`, ""},
+		{"body ref missing", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"servers":[{"url":"http://a.b"}],"paths":{"/a":{"post":{"operationId":"op","requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/Nope"}}}},"responses":{"200":{"description":"ok"}}}}}}`, "#/components/schemas/Nope"},
+		{"parameter ref missing", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"servers":[{"url":"http://a.b"}],"paths":{"/a/{id}":{"get":{"operationId":"op","parameters":[{"$ref":"#/components/parameters/Id"}],"responses":{"200":{"description":"ok"}}}}}}`, "#/components/parameters/Id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.doc), config.OpenAPI{Name: "x"}, http.DefaultClient)
