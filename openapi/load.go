@@ -10,6 +10,7 @@
 package openapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,7 +258,9 @@ func inline(sp *base.SchemaProxy, desc string) (json.RawMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = b
+		if out, err = cutRefs(b); err != nil {
+			return nil, err
+		}
 	}
 	if desc == "" {
 		return out, nil
@@ -271,4 +274,38 @@ func inline(sp *base.SchemaProxy, desc string) (json.RawMessage, error) {
 		m["description"] = d
 	}
 	return json.Marshal(m)
+}
+
+// cutRefs replaces every schema that is still a $ref in b (where a
+// recursive schema recurses: MarshalJSONInline leaves the reference) by
+// {}, any value. The tool's schema is a document of its own, in which
+// such a reference points nowhere and would not compile.
+func cutRefs(b []byte) (json.RawMessage, error) {
+	if !bytes.Contains(b, []byte(`"$ref"`)) {
+		return b, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(cutRef(v))
+}
+
+func cutRef(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if _, ok := x["$ref"].(string); ok {
+			return map[string]any{}
+		}
+		for k, e := range x {
+			x[k] = cutRef(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = cutRef(e)
+		}
+	}
+	return v
 }

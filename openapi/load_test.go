@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
@@ -205,5 +206,35 @@ paths:
 				t.Fatalf("query %q, want %q", req.URL.RawQuery, tc.query)
 			}
 		})
+	}
+}
+
+// TestParseRecursiveSchema: a schema that refers to itself is cut where it
+// recurses, so the tool's parameters are a schema of their own that
+// compiles (a $ref left in it would point nowhere, and the loop would drop
+// the tool).
+func TestParseRecursiveSchema(t *testing.T) {
+	t.Parallel()
+	doc := `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"servers":[{"url":"http://a.b"}],
+"components":{"schemas":{"Node":{"type":"object","properties":{"name":{"type":"string"},"next":{"$ref":"#/components/schemas/Node"}}}}},
+"paths":{"/a":{"post":{"operationId":"op","requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/Node"}}}},"responses":{"200":{"description":"ok"}}}}}}`
+	ops, err := Parse([]byte(doc), config.OpenAPI{Name: "x"}, http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := ops[0].Tool.Parameters
+	if strings.Contains(params, "$ref") || gjson.Get(params, "properties.body.properties.name.type").Str != "string" {
+		t.Fatalf("parameters %s", params)
+	}
+	s, err := jsonschema.UnmarshalJSON(strings.NewReader(params))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("tool.json", s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compile("tool.json"); err != nil {
+		t.Fatalf("parameters %s do not compile: %v", params, err)
 	}
 }
