@@ -30,6 +30,7 @@ import (
 	"github.com/pb33f/libopenapi/datamodel"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/llmgw/gateway/config"
 )
@@ -223,6 +224,9 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 	if err != nil {
 		return nil, err
 	}
+	if err := compiles(schema); err != nil {
+		return nil, fmt.Errorf("parameters: %w", err)
+	}
 	desc := strings.TrimSpace(op.Summary + "\n\n" + op.Description)
 	if desc == "" {
 		desc = method + " " + p
@@ -308,4 +312,21 @@ func cutRef(v any) any {
 		}
 	}
 	return v
+}
+
+// compiles reports why schema is not a JSON Schema the tool loop can
+// compile (it compiles every tool's parameters, and drops a tool whose
+// do not), or nil. Only the document itself is read, never a $ref's.
+func compiles(schema []byte) error {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return err
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(jsonschema.SchemeURLLoader{})
+	if err := c.AddResource("tool.json", doc); err != nil {
+		return err
+	}
+	_, err = c.Compile("tool.json")
+	return err
 }

@@ -80,6 +80,7 @@ func TestParseErrorsSayWhat(t *testing.T) {
 		{"no server", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"responses":{"200":{"description":"ok"}}}}}}`, "base_url is required"},
 		{"garbage", `{{{`, ""},
 		{"body ref missing", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"servers":[{"url":"http://a.b"}],"paths":{"/a":{"post":{"operationId":"op","requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/Nope"}}}},"responses":{"200":{"description":"ok"}}}}}}`, "#/components/schemas/Nope"},
+		{"body schema invalid", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"servers":[{"url":"http://a.b"}],"paths":{"/a":{"post":{"operationId":"op","requestBody":{"content":{"application/json":{"schema":{"type":"bogus"}}}},"responses":{"200":{"description":"ok"}}}}}}`, `operation "op": parameters`},
 		{"parameter ref missing", `{"openapi":"3.0.0","info":{"title":"x","version":"1"},"servers":[{"url":"http://a.b"}],"paths":{"/a/{id}":{"get":{"operationId":"op","parameters":[{"$ref":"#/components/parameters/Id"}],"responses":{"200":{"description":"ok"}}}}}}`, "#/components/parameters/Id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
