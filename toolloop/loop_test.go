@@ -344,6 +344,57 @@ func TestTextBeforeToolCallsIsForwarded(t *testing.T) {
 	}
 }
 
+// TestTextAroundToolCallsAsJSON: whitespace, then a call, then text in
+// the same round: the stream shows what the JSON answer's content says,
+// the whitespace included; whitespace alone before a call is hidden by
+// both.
+func TestTextAroundToolCallsAsJSON(t *testing.T) {
+	t.Parallel()
+	call := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1\"}"}}]`
+	for _, tc := range []struct {
+		name, after, want string
+	}{
+		{name: "text after the call", after: "Checking", want: "\nCheckingDone."},
+		{name: "only whitespace", want: "Done."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			round := []string{
+				chunk("up-1", `{"role":"assistant","content":"\n"}`, ""),
+				chunk("up-1", callWhole(0, "c1", "calculator", `{"expression":"1"}`), ""),
+			}
+			if tc.after != "" {
+				round = append(round, chunk("up-1", `{"content":`+q(tc.after)+`}`, ""))
+			}
+			round = append(round, chunk("up-1", `{}`, "tool_calls"))
+			var got [2]string
+			for i, stream := range []bool{true, false} {
+				m := &fakeModel{turns: []turnFn{
+					always(round, completion("up-1", "\n"+tc.after, call, "tool_calls", 1, 1)),
+					always(textRound("up-2", "Done.", 1, 1), completion("up-2", "Done.", "", "stop", 1, 1)),
+				}}
+				l := newLoop(t, []config.Tool{calcTool}, nil)
+				body := userBody + `}`
+				if stream {
+					body = userBody + `,"stream":true}`
+				}
+				resp, err := l.Chat(context.Background(), request(m, stream, body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if stream {
+					got[i] = checkStream(t, sse(t, resp.Stream), false).Content
+				} else {
+					got[i] = gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+				}
+			}
+			if got[0] != tc.want || got[1] != tc.want {
+				t.Fatalf("stream %q, JSON %q, want %q", got[0], got[1], tc.want)
+			}
+		})
+	}
+}
+
 func TestFastPath(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -349,11 +349,10 @@ func (st *loopStream) onChunk(ch []byte) {
 			}
 		case "tool_calls":
 			v.ForEach(func(_, e gjson.Result) bool {
-				if c, _ := st.acc.add(e); c != nil && st.textMode == textUndecided && len(st.held) > 0 {
-					// Whitespace before a tool call is not worth showing.
-					st.held, st.text = st.held[:0], st.text[:0]
-					st.heldLP.Reset()
-				}
+				// Whitespace before a tool call stays held: endRound drops
+				// it when no other text follows (the JSON answer hides
+				// such a text too), and text that follows shows it.
+				st.acc.add(e)
 				return st.kept() <= limit
 			})
 		}
