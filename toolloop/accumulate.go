@@ -283,7 +283,7 @@ func callsFromMessage(tc gjson.Result, gatewayIDs bool) []*call {
 		c.assignID(gatewayIDs)
 		if args.Type == gjson.String {
 			c.args = []byte(args.String())
-		} else if args.Exists() {
+		} else if args.Exists() && args.Type != gjson.Null { // null: none, as a stream's delta
 			c.args = []byte(args.Raw)
 		}
 		calls = append(calls, c)

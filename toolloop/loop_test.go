@@ -395,6 +395,44 @@ func TestTextAroundToolCallsAsJSON(t *testing.T) {
 	}
 }
 
+// TestNullArgumentsAsStream: "arguments": null is no arguments in a JSON
+// turn as in a streamed one: the tool runs with none, and the history the
+// next round sends is the same.
+func TestNullArgumentsAsStream(t *testing.T) {
+	t.Parallel()
+	var hist [2]string
+	for i, stream := range []bool{true, false} {
+		m := &fakeModel{turns: []turnFn{
+			always([]string{
+				chunk("up-1", `{"role":"assistant","content":null}`, ""),
+				chunk("up-1", `{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"current_time","arguments":null}}]}`, ""),
+				chunk("up-1", `{}`, "tool_calls"),
+			}, completion("up-1", "", `[{"id":"c1","type":"function","function":{"name":"current_time","arguments":null}}]`, "tool_calls", 1, 1)),
+			always(textRound("up-2", "Done.", 1, 1), completion("up-2", "Done.", "", "stop", 1, 1)),
+		}}
+		l := newLoop(t, []config.Tool{timeTool}, nil)
+		body := userBody + `}`
+		if stream {
+			body = userBody + `,"stream":true}`
+		}
+		resp, err := l.Chat(context.Background(), request(m, stream, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stream {
+			sse(t, resp.Stream)
+		}
+		msgs := gjson.GetBytes(m.body(1), "messages")
+		if r := msgs.Get("2.content").Str; !strings.Contains(r, `"status":"ok"`) {
+			t.Fatalf("stream %v: result %s", stream, r)
+		}
+		hist[i] = msgs.Get("1.tool_calls.0.function.arguments").Raw
+	}
+	if hist[0] != hist[1] {
+		t.Fatalf("arguments in the history: stream %s, JSON %s", hist[0], hist[1])
+	}
+}
+
 func TestFastPath(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
