@@ -3,9 +3,11 @@ package openapi
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tidwall/gjson"
@@ -237,5 +239,27 @@ func TestParseRecursiveSchema(t *testing.T) {
 	}
 	if _, err := c.Compile("tool.json"); err != nil {
 		t.Fatalf("parameters %s do not compile: %v", params, err)
+	}
+}
+
+// TestCallCutsAHugeAnswerVisibly: an answer over the read bound is a
+// prefix that says so (the loop's own cap may cut it further), never a
+// prefix passed off as the whole answer.
+func TestCallCutsAHugeAnswerVisibly(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		// 9 bytes, then 2-byte runes: the read bound splits one.
+		_, _ = w.Write([]byte(`{"item":"` + strings.Repeat("é", maxAnswer) + `"}`))
+	}))
+	defer srv.Close()
+	ops := byName(parseFile(t, "petstore.yaml", config.OpenAPI{Name: "pets", BaseURL: srv.URL}))
+	data, isErr, err := ops["getPetById"].Call(context.Background(), []byte(`{"petId":7}`))
+	if err != nil || isErr {
+		t.Fatalf("err %v, isError %v", err, isErr)
+	}
+	if !utf8.Valid(data) || len(data) > maxAnswer+100 || !strings.HasSuffix(string(data), "it is larger than 1048576 bytes]") ||
+		strings.Contains(string(data), "\uFFFD") {
+		t.Fatalf("%d bytes, ending %q", len(data), data[max(0, len(data)-80):])
 	}
 }

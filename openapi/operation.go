@@ -148,9 +148,21 @@ func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError
 		return nil, false, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return nil, false, err
+	}
+	cut := len(b) > maxAnswer
+	if cut {
+		b = b[:maxAnswer]
+		for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.FullRune(b[len(b)-i:]) {
+					b = b[:len(b)-i] // a rune the cut split
+				}
+				break
+			}
+		}
 	}
 	if resp.StatusCode/100 != 2 {
 		msg := "HTTP " + strconv.Itoa(resp.StatusCode)
@@ -161,6 +173,12 @@ func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError
 	}
 	if len(b) == 0 {
 		return []byte(`{"status":` + strconv.Itoa(resp.StatusCode) + `}`), false, nil
+	}
+	if cut {
+		// A prefix: never valid as the JSON it was, and the model must
+		// know it lacks the rest.
+		note := fmt.Sprintf("\n\n[the answer was cut here: it is larger than %d bytes]", maxAnswer)
+		return []byte(strings.ToValidUTF8(string(b), "\uFFFD") + note), false, nil
 	}
 	if jsonvalid.Bytes(b) {
 		return b, false, nil
