@@ -63,7 +63,7 @@ type Reader struct {
 	buf        []byte // buffered input; buf[start:end] is unread; nil while waiting with nothing pending
 	start, end int
 	wait       [16]byte // what a read with nothing pending reads into, before buf is taken back
-	err        error // sticky error from r, returned once buf is drained
+	err        error    // sticky error from r, returned once buf is drained
 
 	skipLF  bool // the previous line ended in '\r': drop a leading '\n'
 	started bool // the first line has been read (BOM handling)
