@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -260,5 +261,42 @@ func TestShutdownClosesConnectionKeptAfterStream(t *testing.T) {
 	}
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("the connection kept after the stream is still open after shutdown")
+	}
+}
+
+// TestPassthroughToHTTP10: a pass-through answer to an HTTP/1.0 client, an
+// event stream or JSON, is not chunked (HTTP/1.0 knows no chunks: fasthttp
+// chunked it all the same) but ends with the connection; and the request
+// goes upstream as HTTP/1.1, where it went as the client's HTTP/1.0 and
+// closed the provider's connection after every answer.
+func TestPassthroughToHTTP10(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{})
+	u, err := url.Parse(h.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-x","input":"hi"}`
+	for _, q := range []string{"sse=3&usage=2", "usage=2"} {
+		c, br := dialGateway(t, u.Host)
+		write(t, c, "POST /v1/embeddings?"+q+" HTTP/1.0\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+
+			strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || len(resp.TransferEncoding) != 0 || !resp.Close {
+			t.Fatalf("%s: status %d, transfer encoding %v, close %v, %v", q, resp.StatusCode, resp.TransferEncoding, resp.Close, err)
+		}
+		if bytes.Contains(got, []byte("\r\n")) || !bytes.Contains(got, []byte(`"proto":"HTTP/1.1"`)) || !bytes.Contains(got, []byte(`"usage":{"prompt_tokens":2`)) {
+			t.Fatalf("%s: body %q", q, got)
+		}
+		if strings.HasPrefix(q, "sse") && !bytes.HasSuffix(got, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("%s: the stream's body %q", q, got)
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("%s: after the answer the connection gave %v, want EOF", q, err)
+		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // echo answers any other /v1/* request with what arrived, for pass-through
-// tests: {"method","path","query","headers":{...},"body":<string>}. Header
+// tests: {"method","proto","path","query","headers":{...},"body":<string>}. Header
 // values are exact (Authorization included). Query parameters steer it:
 // status=NNN answers with that status; sse=N streams N events
 // `data: {"n":i,"echo":<the JSON above>}` with ChunkDelay between them, then
@@ -20,6 +20,8 @@ func (s *Server) echo(ctx *fasthttp.RequestCtx) {
 	b := make([]byte, 0, 256+len(ctx.PostBody()))
 	b = append(b, `{"method":`...)
 	b = jsonstring.Append(b, string(ctx.Method()))
+	b = append(b, `,"proto":`...)
+	b = jsonstring.Append(b, string(ctx.Request.Header.Protocol()))
 	b = append(b, `,"path":`...)
 	b = jsonstring.Append(b, string(ctx.Path()))
 	b = append(b, `,"query":`...)

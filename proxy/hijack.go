@@ -97,6 +97,20 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	return true
 }
 
+// handOver is an answer written on a hijacked connection (a chat stream,
+// a pass-through answer to an HTTP/1.0 client) until fasthttp hands the
+// connection over.
+type handOver interface {
+	// abandon ends the answer when fasthttp closed the connection instead.
+	abandon()
+}
+
+// abandon ends a stream whose connection was never handed over.
+func (k *sink) abandon() {
+	k.gone()
+	k.finish()
+}
+
 // tcpOf returns the TCP connection under c: c itself, or the one a
 // keptConn serves again.
 func tcpOf(c net.Conn) (*net.TCPConn, bool) {

@@ -125,8 +125,67 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		// An answered call costs the tenant what it reports, as a chat call does.
 		m = &passMeter{call: x.call, estimate: pb.estimate, tap: newUsageTap(resp.Header.ContentType())}
 	}
-	ctx.SetBodyStreamWriter(s.copyBody(x, pc, freq, resp, ctx.Conn(), m))
+	s.writeBody(ctx, x, s.copyBody(x, pc, freq, resp, ctx.Conn(), m))
 }
+
+// writeBody has body write a pass-through answer: through fasthttp for an
+// HTTP/1.1 client (chunked, its length being unknown); for an HTTP/1.0
+// client, which knows no chunked framing and which fasthttp would answer
+// chunked all the same, as it is on the hijacked connection, ended by
+// closing it, as a chat stream is (hijackStream).
+func (s *Server) writeBody(ctx *fasthttp.RequestCtx, x *exchange, body fasthttp.StreamWriter) {
+	conn := ctx.Conn()
+	if ctx.Request.Header.IsHTTP11() || ctx.IsHead() {
+		ctx.SetBodyStreamWriter(body)
+		return
+	}
+	ctx.Response.SetConnectionClose()
+	ctx.Response.Header.SetContentLength(-2) // no framing: the body ends with the connection
+	h := &passHandOver{head: ctx.Response.Header.AppendBytes(nil), body: body}
+	// Until fasthttp hands the connection over, a connection it closes
+	// instead ends the copy as a client that left does (connState).
+	s.awaiting.Store(conn, h)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		if !s.awaiting.CompareAndDelete(conn, h) {
+			return
+		}
+		s.connsMu.Lock()
+		s.streaming[conn] = struct{}{} // closed by Shutdown at its deadline
+		s.connsMu.Unlock()
+		defer func() {
+			if r := recover(); r != nil {
+				s.logPanic(r, x) // the client sees its answer cut, never a hang
+			}
+			s.connsMu.Lock()
+			delete(s.streaming, conn)
+			s.connsMu.Unlock()
+			s.closeKept(conn) // the end of the body (the server keeps hijacked connections)
+		}()
+		w := bufio.NewWriterSize(c, 4<<10)
+		if _, err := w.Write(h.head); err != nil {
+			h.abandon()
+			return
+		}
+		body(w) // each write flushed (relay)
+	})
+}
+
+// passHandOver is a pass-through answer to an HTTP/1.0 client waiting for
+// its connection to be handed over: the head to write, then the body.
+type passHandOver struct {
+	head []byte
+	body fasthttp.StreamWriter
+}
+
+// abandon runs the copy for a client that is gone: it releases the
+// upstream answer, charges its usage and finishes the request.
+func (h *passHandOver) abandon() { h.body(bufio.NewWriterSize(goneWriter{}, 16)) }
+
+// goneWriter is the connection of a client that is gone.
+type goneWriter struct{}
+
+func (goneWriter) Write([]byte) (int, error) { return 0, net.ErrClosed }
 
 // passMeter charges a pass-through call with the usage its answer reports
 // (Call.Charge), read by tap while the answer is copied.
@@ -199,6 +258,12 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 // pb's body or upload. It returns the upstream's first-byte timeout.
 func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *providerClient, pb passBody, id string) time.Duration {
 	ctx.Request.Header.CopyTo(&freq.Header)
+	if !freq.Header.IsHTTP11() {
+		// The client's protocol is its own hop's: an HTTP/1.0 client's
+		// request went upstream as HTTP/1.0, which closed the provider's
+		// connection after every answer.
+		freq.Header.SetProtocol("HTTP/1.1")
+	}
 	for _, h := range hopByHop(ctx.Request.Header.Peek("Connection")) {
 		freq.Header.Del(h)
 	}

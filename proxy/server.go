@@ -81,7 +81,7 @@ type Server struct {
 	// those idle after a stream, waiting for their next request.
 	streaming map[net.Conn]struct{}
 	idle      map[*keptConn]struct{}
-	awaiting  sync.Map     // net.Conn → *sink: a stream whose connection fasthttp has yet to hand over
+	awaiting  sync.Map     // net.Conn → handOver: an answer whose connection fasthttp has yet to hand over
 	stopping  atomic.Bool  // Shutdown has begun: idle connections close
 	handovers atomic.Int64 // streams given a goroutine of their own (hijackStream)
 
@@ -232,10 +232,8 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		if sk, ok := s.awaiting.Load(c); ok && st == fasthttp.StateClosed && s.awaiting.CompareAndDelete(c, sk) {
 			// fasthttp closed the connection instead of handing it over:
-			// the stream never started.
-			k := sk.(*sink)
-			k.gone()
-			k.finish()
+			// the answer never started.
+			sk.(handOver).abandon()
 		}
 		s.peers.forget(c)
 		s.connsMu.Lock()
