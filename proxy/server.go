@@ -375,15 +375,14 @@ func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // earlyError writes e's envelope and a request id into ctx's response, for
-// a request answered before it is served (readError, expect): no exchange
-// exists yet. It returns the status to answer with.
+// a request answered before it is served (readError, expect), and finishes
+// it as any request is: it counts in the metrics and has its access line.
+// It returns the status to answer with.
 func (s *Server) earlyError(ctx *fasthttp.RequestCtx, e error) int {
-	env := mapError(e)
-	var id [idLen]byte
-	ctx.Response.Header.Set("X-Request-Id", s.requestID(ctx, &id)) // copied: id may go
-	ctx.SetContentType("application/json")
-	ctx.SetBody(env.body)
-	return env.status
+	x := s.begin(ctx, s.rt.Load())
+	s.writeError(ctx, x, e)
+	s.end(ctx, x)
+	return ctx.Response.StatusCode()
 }
 
 // expect answers a request that asks before sending its body (Expect:
