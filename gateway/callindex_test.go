@@ -4,8 +4,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/openai/openai-go/v3"
 
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
@@ -62,5 +65,53 @@ func TestUpstreamCallIndexesRepaired(t *testing.T) {
 				t.Fatalf("%v\n%s", err, raw)
 			}
 		})
+	}
+}
+
+// Some servers (vLLM with continuous usage stats, among others) put the
+// running usage on every chunk. Relayed as it came to a client that asked
+// for usage, openai-go's accumulator added the totals up: 6+7+8 = 21 tokens
+// for an answer of 8. The client gets the last total once, in a usage-only
+// chunk at the end as OpenAI sends it; a client that did not ask gets none.
+func TestUpstreamRunningUsageSentOnce(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
+	ev := func(delta, finish string, completion int) string {
+		f := "null"
+		if finish != "" {
+			f = `"` + finish + `"`
+		}
+		return "data: " + head + delta + `,"finish_reason":` + f + `}],"usage":{"prompt_tokens":5,"completion_tokens":` +
+			strconv.Itoa(completion) + `,"total_tokens":` + strconv.Itoa(5+completion) + "}}\n\n"
+	}
+	body := ev(`{"role":"assistant","content":"Hel"}`, "", 1) + ev(`{"content":"lo"}`, "", 2) + ev(`{}`, "stop", 3) + "data: [DONE]\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	for _, asked := range []bool{true, false} {
+		p := userMsg("hi")
+		if asked {
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		acc, err := sdkStream(h, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := h.lastRaw()
+		want := int64(0)
+		if asked {
+			want = 8
+		}
+		if acc.Usage.TotalTokens != want || acc.Choices[0].Message.Content != "Hello" {
+			t.Fatalf("asked %v: openai-go accumulated %d tokens (want %d), content %q\n%s", asked, acc.Usage.TotalTokens, want, acc.Choices[0].Message.Content, raw)
+		}
+		// With usage asked for: one usage chunk, last, with no choices;
+		// without: none.
+		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
+			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
+		}
 	}
 }

@@ -205,8 +205,13 @@ type meteredStream struct {
 	usage   wire.ChatUsage // the last usage chunk's, when seen
 	seen    bool
 	charged bool
-	strip   bool    // the client did not ask for usage: take it out
-	buf     *[]byte // from chunkBufs: the last chunk without its usage member, until the next Next
+	strip   bool // the client did not ask for usage: take it out
+	// tail is the usage-only chunk still to send before the end, for a
+	// client that asked for usage from an upstream that put it on chunks
+	// with content; ended says it was sent and the end comes next.
+	tail  []byte
+	ended bool
+	buf   *[]byte // from chunkBufs: the last chunk without its usage member, until the next Next
 	// chunks counts the chunks without usage passed on: what a stream that
 	// ends without usage (cut, or a client that left before its usage
 	// chunk) is charged for its output.
@@ -230,6 +235,9 @@ func (s *meteredStream) release() {
 
 func (s *meteredStream) Next() ([]byte, error) {
 	s.release()
+	if s.ended {
+		return nil, io.EOF
+	}
 	for {
 		chunk, err := s.Stream.Next()
 		if err == nil {
@@ -240,6 +248,10 @@ func (s *meteredStream) Next() ([]byte, error) {
 		}
 		if err == io.EOF {
 			s.end()
+			if s.tail != nil {
+				s.ended = true
+				return s.tail, nil
+			}
 		}
 		return chunk, err
 	}
@@ -266,22 +278,51 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	s.mu.Lock()
 	s.usage, s.seen = c, true
 	s.mu.Unlock()
-	if s.strip {
-		// Not asked for: a usage-only chunk goes, a usage field on a
-		// chunk with content is removed.
-		if c := gjson.GetBytes(chunk, "choices"); !c.IsArray() || len(c.Array()) == 0 {
-			return nil, true
+	root := jsonedit.Root(chunk)
+	withContent := false
+	root.Get("choices").ForEach(func(_, _ gjson.Result) bool { withContent = true; return false })
+	if !withContent {
+		if s.strip {
+			return nil, true // not asked for: the usage-only chunk goes
 		}
-		// Every top-level usage, in one copy: a chunk may repeat the key
-		// (sjson deletes the first).
-		if edits, ok := jsonedit.DeleteMembers(nil, chunk, jsonedit.Root(chunk), "usage"); ok && len(edits) > 0 {
-			if b, ok := jsonedit.Apply(chunk, edits); ok {
-				chunk = b
-			}
+		s.tail = nil // the upstream's own usage chunk, as OpenAI sends it
+		return chunk, false
+	}
+	if !s.strip {
+		// Asked for, but on a chunk with content (some servers send a
+		// running total on every chunk): SDKs add up every usage they get,
+		// so it goes once, in a chunk of its own at the end, as OpenAI
+		// sends it, with the last total.
+		s.tail = usageChunk(s.tail[:0], root)
+	}
+	// Off the chunk with content: every top-level usage, in one copy (a
+	// chunk may repeat the key; sjson deletes the first).
+	if edits, ok := jsonedit.DeleteMembers(nil, chunk, root, "usage"); ok && len(edits) > 0 {
+		if b, ok := jsonedit.Apply(chunk, edits); ok {
+			chunk = b
 		}
 	}
 	return chunk, false
 }
+
+// usageChunk appends to dst the usage-only chunk of root, a chunk with
+// content and a usage: its id, created and model, no choices, its usage.
+func usageChunk(dst []byte, root gjson.Result) []byte {
+	dst = append(dst, '{')
+	for _, k := range usageChunkKeys {
+		if v := root.Get(k); v.Exists() && (k != "usage" || v.IsObject()) {
+			dst = append(append(append(append(dst, '"'), k...), `":`...), v.Raw...)
+			dst = append(dst, ',')
+		}
+		if k == "model" {
+			dst = append(dst, `"choices":[],`...)
+		}
+	}
+	return append(dst[:len(dst)-1], '}')
+}
+
+// usageChunkKeys are the members a usage-only chunk copies, in order.
+var usageChunkKeys = [...]string{"id", "object", "created", "model", "system_fingerprint", "usage"}
 
 // nullUsageTail is how a chunk ends whose last member is "usage": null:
 // the quote before usage is not escaped, so the member is the top-level
