@@ -16,10 +16,10 @@ const keyVersion = "v1"
 
 // ignoredFields are request members that never change the answer: transport
 // (stream, stream_options), attribution (user, metadata, safety_identifier),
-// provider-side caching and storage hints, and the client's model alias
-// (replaced by the resolved upstream model). Every other member, known or
-// not, is part of the key: a field we do not understand may change the
-// answer, so it must not produce a false hit.
+// provider-side caching and storage hints, and the client's model name
+// (replaced by the route and its resolved upstream model: resolvedModel).
+// Every other member, known or not, is part of the key: a field we do not
+// understand may change the answer, so it must not produce a false hit.
 var ignoredFields = map[string]bool{
 	"model":                  true,
 	"stream":                 true,
@@ -35,16 +35,20 @@ var ignoredFields = map[string]bool{
 	"request_id":             true,
 }
 
-// resolvedModel is the model the answer comes from: the deployment's provider
-// and upstream name, else the route, else the client's name.
+// resolvedModel names what answers: the route (the configured model the
+// client named) and the deployment's provider and upstream name, else the
+// client's name. The route counts, not only its upstream: two models of one
+// upstream model may differ in what they answer with (the server tools
+// offered to each, tool selection, prompted tool calling, fallbacks).
 func resolvedModel(r *pipeline.Request) string {
-	if t := r.TargetOrDefault(); t != nil {
-		return t.Provider + "/" + t.Upstream
-	}
+	s := "client/" + r.Model
 	if r.Route != nil {
-		return "route/" + r.Route.Name
+		s = "route/" + r.Route.Name
 	}
-	return "client/" + r.Model
+	if t := r.TargetOrDefault(); t != nil {
+		s += "\x00" + t.Provider + "/" + t.Upstream
+	}
+	return s
 }
 
 // requestKey returns the cache key of r: a namespace ("tenant:<name>:" or

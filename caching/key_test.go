@@ -29,6 +29,7 @@ func TestRequestKey(t *testing.T) {
 			`"temperature":0,"stream":true,"stream_options":{"include_usage":true},"user":"u1","metadata":{"k":"v"},"safety_identifier":"s","prompt_cache_key":"p","store":true`, 1), same: true},
 		{name: "client alias ignored, upstream counts", body: strings.Replace(baseBody, `"model":"demo"`, `"model":"alias"`, 1), same: true},
 		{name: "other upstream model", body: baseBody, route: &pipeline.Route{Name: "demo", Deployments: []pipeline.Target{{Provider: "mock", Upstream: "mock-2"}}}},
+		{name: "other model of the same upstream", body: baseBody, route: &pipeline.Route{Name: "demo-agent", Deployments: []pipeline.Target{{Provider: "mock", Upstream: "mock-1"}}}},
 		{name: "other message", body: strings.Replace(baseBody, `"Hi"`, `"Hi!"`, 1)},
 		{name: "message order", body: strings.Replace(baseBody, `{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}`, `{"role":"user","content":"Hi"},{"role":"system","content":"Be brief."}`, 1)},
 		{name: "other tools", body: strings.Replace(baseBody, `"name":"f"`, `"name":"g"`, 1)},
