@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/pipeline"
 
 	"github.com/tidwall/gjson"
 )
@@ -45,7 +47,10 @@ func decodeEntry(e []byte, now time.Time) ([]byte, bool) {
 
 // storable reports whether a chat.completion is a final answer worth
 // keeping: one choice that stopped (or hit the length limit) with text, or,
-// when toolCalls is set, a turn of client function calls.
+// when toolCalls is set, a turn of client function calls. A turn that hands
+// a call over for approval (an id the tool loop minted) is not: every pause
+// mints its own id, and a replayed id would take the decision made on the
+// pause it came from, whatever the client decides now.
 func storable(completion []byte, toolCalls bool) bool {
 	if !jsonvalid.Bytes(completion) {
 		return false
@@ -65,8 +70,9 @@ func storable(completion []byte, toolCalls bool) bool {
 		}
 		ok := true
 		calls.ForEach(func(_, c gjson.Result) bool {
-			ok = c.Get("type").String() == "function" && c.Get("id").String() != "" &&
-				c.Get("function.name").String() != ""
+			id := c.Get("id").String()
+			ok = c.Get("type").String() == "function" && id != "" &&
+				!strings.HasPrefix(id, pipeline.ApprovalIDPrefix) && c.Get("function.name").String() != ""
 			return ok
 		})
 		return ok
