@@ -50,14 +50,18 @@ func decodeEntry(e []byte, now time.Time) ([]byte, bool) {
 // when toolCalls is set, a turn of client function calls. A turn that hands
 // a call over for approval (an id the tool loop minted) is not: every pause
 // mints its own id, and a replayed id would take the decision made on the
-// pause it came from, whatever the client decides now.
+// pause it came from, whatever the client decides now. Nor is an answer
+// made after a server call failed (its serverCallsKey member says so): the
+// failure may be passing (a tool's service down for a moment), and the
+// answer would repeat it for the whole TTL.
 func storable(completion []byte, toolCalls bool) bool {
 	if !jsonvalid.Bytes(completion) {
 		return false
 	}
 	res := gjson.GetManyBytes(completion, "choices.#", "choices.0.finish_reason",
-		"choices.0.message.content", "choices.0.message.tool_calls", "error", "choices.0.logprobs")
-	if res[0].Int() != 1 || res[4].Exists() || (res[5].Exists() && res[5].Type != gjson.Null) {
+		"choices.0.message.content", "choices.0.message.tool_calls", "error", "choices.0.logprobs",
+		serverCallsKey+".#(error==true)")
+	if res[0].Int() != 1 || res[4].Exists() || (res[5].Exists() && res[5].Type != gjson.Null) || res[6].Exists() {
 		return false
 	}
 	calls := res[3]

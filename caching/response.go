@@ -281,8 +281,8 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 			return flightResult{resp: resp}, err
 		}
 		fr := flightResult{resp: resp}
-		if storable(resp.Body, c.opts.Config.ToolCalls) {
-			fr.completion = append([]byte(nil), calls.add(resp.Body)...)
+		if completion := calls.add(resp.Body); storable(completion, c.opts.Config.ToolCalls) {
+			fr.completion = append([]byte(nil), completion...)
 			if !h.noStore {
 				c.store(ctx, key, fr.completion, h)
 			}
