@@ -15,13 +15,15 @@ import (
 // cached prompt prefix then stays byte-identical from round to round, and a
 // cleared result is never restored.
 //
-// Clears are keyed by tool_call_id and keep the placeholder they were made
-// with; dropped turns are keyed by a hash of the dropped messages' JSON. An
-// EditLog is safe for concurrent use.
+// Clears are keyed by tool_call_id and a hash of the tool message's JSON (an
+// upstream that numbers its calls per response gives one id to results of
+// several turns, and only the one cleared stays cleared) and keep the
+// placeholder they were made with; dropped turns are keyed by a hash of the
+// dropped messages' JSON. An EditLog is safe for concurrent use.
 type EditLog struct {
 	mu        sync.Mutex
 	clears    []clearEntry
-	byID      map[string]int // tool_call_id → index in clears
+	byMsg     map[clearKey]int // the cleared tool message → index in clears
 	drops     []dropEntry
 	cleared   int // tool results cleared
 	saved     int // tokens saved, as counted when decided
@@ -34,6 +36,13 @@ type EditLog struct {
 type dropEntry struct {
 	hashes  []uint64
 	summary string
+}
+
+// clearKey names a cleared tool message: its tool_call_id and the hash of
+// its JSON as received.
+type clearKey struct {
+	id   string
+	hash uint64
 }
 
 type clearEntry struct {
@@ -108,7 +117,7 @@ func (l *EditLog) empty() bool {
 	return len(l.clears) == 0 && len(l.drops) == 0
 }
 
-// reapply applies the logged edits to t: clears first (by tool_call_id), then
+// reapply applies the logged edits to t: clears first (by clearKey), then
 // drops, each only where the transcript still holds the dropped messages at
 // its start. The caller holds l.mu.
 func (l *EditLog) reapply(t *transcript) {
@@ -118,7 +127,7 @@ func (l *EditLog) reapply(t *transcript) {
 			if m.role != "tool" || m.callID == "" {
 				continue
 			}
-			if k, ok := l.byID[m.callID]; ok {
+			if k, ok := l.byMsg[clearKey{m.callID, hashMessage(m.raw)}]; ok {
 				e := l.clears[k]
 				t.clear(i, e.placeholder, e.inputs)
 			}
@@ -132,15 +141,16 @@ func (l *EditLog) reapply(t *transcript) {
 // record adds new clears (tool message indexes in t) and a drop to the log.
 // The caller holds l.mu.
 func (l *EditLog) record(t *transcript, cleared []int, placeholder string, inputs bool, saved int, drop []uint64, summary string) {
-	if l.byID == nil {
-		l.byID = map[string]int{}
+	if l.byMsg == nil {
+		l.byMsg = map[clearKey]int{}
 	}
 	for _, i := range cleared {
 		id := t.msgs[i].callID
-		if _, ok := l.byID[id]; ok {
+		k := clearKey{id, hashMessage(t.msgs[i].raw)}
+		if _, ok := l.byMsg[k]; ok {
 			continue
 		}
-		l.byID[id] = len(l.clears)
+		l.byMsg[k] = len(l.clears)
 		l.clears = append(l.clears, clearEntry{id: id, placeholder: placeholder, inputs: inputs})
 		l.cleared++
 	}
