@@ -473,14 +473,18 @@ func hasServerTools(cfg *config.Config) bool {
 func toolSetVersion(cfg *config.Config) string {
 	tools, servers := cfg.Tools, cfg.MCPServers
 	h := sha256.New()
+	// Everything that changes what a model is offered or what a tool
+	// does: also the models that get each tool, a builtin's kind and an
+	// agent's or write_todos's system prompt.
 	for _, s := range cfg.OpenAPI {
-		fmt.Fprintf(h, "openapi\x00%s\x00%s\x00%s\x00%s\x00%q\x00", s.Name, s.Spec, s.BaseURL, s.Prefix, s.Operations)
+		fmt.Fprintf(h, "openapi\x00%s\x00%s\x00%s\x00%s\x00%q\x00%q\x00", s.Name, s.Spec, s.BaseURL, s.Prefix, s.Operations, s.Models)
 	}
 	for _, t := range tools {
-		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00", t.Name, t.Kind, t.Description, t.Parameters, t.URL, t.Model)
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%q\x00%q\x00", t.Name, t.Kind, t.Description, t.Parameters, t.URL, t.Model,
+			t.Builtin, t.System, t.Models)
 	}
 	for _, s := range servers {
-		fmt.Fprintf(h, "mcp\x00%s\x00%s\x00%q\x00%s\x00%s\x00%q\x00%q\x00", s.Name, s.Command, s.Args, s.URL, s.Prefix, s.Allow, s.Deny)
+		fmt.Fprintf(h, "mcp\x00%s\x00%s\x00%q\x00%s\x00%s\x00%q\x00%q\x00%q\x00", s.Name, s.Command, s.Args, s.URL, s.Prefix, s.Allow, s.Deny, s.Models)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
