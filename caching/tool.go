@@ -15,9 +15,9 @@ import (
 // canonicalised arguments (so key order and whitespace in the model's
 // arguments do not matter). Error and Stop results are never stored; calls
 // with arguments that are not valid JSON are never cached. Store failures
-// count as misses (metric gateway_cache_store_errors_total{cache="tool"}).
-// ttlFor is called once per call and must be safe for concurrent use; so is
-// the returned middleware.
+// count as misses (metric gateway_cache_store_errors_total{cache="tool"}),
+// and a call whose lookup failed stores nothing. ttlFor is called once per
+// call and must be safe for concurrent use; so is the returned middleware.
 func NewToolResultCache(store Store, ttlFor func(tool string) time.Duration) pipeline.ToolMiddleware {
 	return func(next pipeline.ToolHandler) pipeline.ToolHandler {
 		if store == nil || ttlFor == nil {
@@ -29,9 +29,15 @@ func NewToolResultCache(store Store, ttlFor func(tool string) time.Duration) pip
 				return next.CallTool(ctx, c)
 			}
 			key := toolKey(c)
-			if val, ok, err := store.Get(ctx, key); err != nil {
+			val, ok, err := store.Get(ctx, key)
+			if err != nil {
+				// Fail open, and do not write to a store that just
+				// failed: an unreachable Redis would cost the call a
+				// second timeout.
 				storeErrors.WithLabelValues("tool", "get").Inc()
-			} else if ok {
+				return next.CallTool(ctx, c)
+			}
+			if ok {
 				toolHit.Inc()
 				return &pipeline.ToolResult{CallID: c.ID, Name: c.Name, Content: append([]byte(nil), val...)}, nil
 			}

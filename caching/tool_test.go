@@ -3,6 +3,7 @@ package caching
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,6 +115,29 @@ func TestToolResultCacheStoreDown(t *testing.T) {
 	if counterValue(storeErrors.WithLabelValues("tool", "get")) <= before {
 		t.Error("store error not counted")
 	}
+	// A store that just failed is not written to: with Redis unreachable,
+	// each call would otherwise wait out a second timeout.
+	st := &countingStore{}
+	h = pipeline.ChainTools(inner, NewToolResultCache(st, func(string) time.Duration { return time.Minute }))
+	if _, err := h.CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "t", Arguments: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if st.gets.Load() != 1 || st.sets.Load() != 0 {
+		t.Errorf("after a failed get: %d gets, %d sets; want 1, 0", st.gets.Load(), st.sets.Load())
+	}
+}
+
+// countingStore fails every call and counts them.
+type countingStore struct{ gets, sets atomic.Int64 }
+
+func (s *countingStore) Get(context.Context, string) ([]byte, bool, error) {
+	s.gets.Add(1)
+	return nil, false, errors.New("store down")
+}
+
+func (s *countingStore) Set(context.Context, string, []byte, time.Duration) error {
+	s.sets.Add(1)
+	return errors.New("store down")
 }
 
 func TestErrorLogRateLimited(t *testing.T) {
