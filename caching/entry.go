@@ -96,9 +96,21 @@ func newCompletionID() string {
 	return string(b[:])
 }
 
+// todosTrace returns the x_gateway object a hit of completion shows:
+// {"todos":...} when the answer had a plan (write_todos), which the live
+// answer shows with or without a trace; nil otherwise. The rest of the
+// stored x_gateway traces the original run, not this one.
+func todosTrace(completion []byte) []byte {
+	td := gjson.GetBytes(completion, "x_gateway.todos")
+	if !td.IsArray() {
+		return nil
+	}
+	return append(append([]byte(`{"todos":`), td.Raw...), '}')
+}
+
 // renderJSON writes completion as the answer to a new request: a fresh id
 // and created, the client's model name, every other member unchanged except
-// x_gateway (a trace of the original run, not of this one).
+// x_gateway, of which only the plan is kept (todosTrace).
 func renderJSON(completion []byte, id string, created int64, model string) []byte {
 	out := make([]byte, 0, len(completion)+96)
 	out = append(out, `{"id":`...)
@@ -118,5 +130,9 @@ func renderJSON(completion []byte, id string, created int64, model string) []byt
 		out = append(out, v.Raw...)
 		return true
 	})
+	if tr := todosTrace(completion); tr != nil {
+		out = append(out, `,"x_gateway":`...)
+		out = append(out, tr...)
+	}
 	return append(out, '}')
 }

@@ -31,6 +31,7 @@ type recorder struct {
 	calls       []recordedCall
 	finish      string
 	usage       []byte
+	todos       []byte // x_gateway.todos of the last chunk that had them
 }
 
 type recordedCall struct {
@@ -115,6 +116,9 @@ func (r *recorder) add(chunk []byte) {
 	if u := top.Get("usage"); u.IsObject() {
 		r.usage = append(r.usage[:0], u.Raw...)
 	}
+	if td := top.Get("x_gateway.todos"); td.IsArray() {
+		r.todos = append(r.todos[:0], td.Raw...)
+	}
 }
 
 // completion returns the assembled chat.completion (encoded by
@@ -142,7 +146,11 @@ func (r *recorder) completion() []byte {
 		j.Encode(nil, &wire.Event{Kind: wire.CallHeader, ID: c.id, Name: c.name})
 		j.Encode(nil, &wire.Event{Kind: wire.CallArgs, Text: c.args})
 	}
-	j.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: r.finish})
+	var trace []byte
+	if r.todos != nil {
+		trace = append(append([]byte(`{"todos":`), r.todos...), '}')
+	}
+	j.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: r.finish, Trace: trace})
 	if len(r.usage) > 0 {
 		j.Encode(nil, &wire.Event{Kind: wire.Usage, Raw: r.usage})
 	}

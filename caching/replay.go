@@ -20,7 +20,8 @@ const replayPiece = 64
 // reasoning (reasoning_content, reasoning) when the answer had some, content,
 // then one tool call after another (first delta with id/type/full name, then
 // argument fragments), a separate finish chunk, and a usage chunk
-// (choices: []) only when the client asked for usage. All chunks are built
+// (choices: []) only when the client asked for usage; the last chunk
+// carries the answer's plan (x_gateway.todos) when it had one. All chunks are built
 // up front into one buffer; Next hands them out in order. Used by one
 // goroutine at a time.
 type replayStream struct {
@@ -123,12 +124,19 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	for _, c := range after {
 		s.pins = append(s.pins, pin{chunk: len(b.ends), call: c})
 	}
-	b.emit(&wire.Event{Kind: wire.Finish, Finish: finish.String()})
+	// The plan goes on the last chunk, as the loop puts it: the usage
+	// chunk when the client asked for usage, else the finish chunk.
+	trace := todosTrace(completion)
+	finishTrace, usageTrace := trace, []byte(nil)
+	if includeUsage {
+		finishTrace, usageTrace = nil, trace
+	}
+	b.emit(&wire.Event{Kind: wire.Finish, Finish: finish.String(), Trace: finishTrace})
 	u := []byte(`{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}`)
 	if usage.IsObject() {
 		u = []byte(usage.Raw)
 	}
-	b.emit(&wire.Event{Kind: wire.Usage, Raw: u})
+	b.emit(&wire.Event{Kind: wire.Usage, Raw: u, Trace: usageTrace})
 
 	s.chunks = make([][]byte, len(b.ends))
 	for i, e := range b.ends {
