@@ -126,7 +126,7 @@ func (r *Request) options(root gjson.Result) error {
 
 // conversation builds History (prior, then input) and Input.
 func (r *Request) conversation(input gjson.Result, prior []byte, resolve Resolver) error {
-	h := history{open: -1}
+	h := history{open: -1, lookup: resolve}
 	if len(prior) > 0 {
 		gjson.ParseBytes(prior).ForEach(func(_, m gjson.Result) bool {
 			h.add(m.Raw, m.Get("role").Str)
@@ -296,6 +296,9 @@ type history struct {
 	// what references expand to is bounded by the stored responses they
 	// load (at most maxReferenced).
 	refs map[string]bool
+	// lookup finds a stored output item by its id (nil: none), for an
+	// mcp_call replayed without its output.
+	lookup Resolver
 }
 
 func (h *history) add(msg, role string) {
@@ -386,6 +389,14 @@ func (h *history) item(it gjson.Result, param string) error {
 		// history: the model sees the call and its result as it did then.
 		id := it.Get("id").String()
 		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))
+		if !it.Get("output").Exists() && h.lookup != nil {
+			// @openai/agents replays an mcp_call without its output,
+			// which it expects the server to have kept: take the output
+			// (or error) of the item stored under that id.
+			if st := h.lookup(id); st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
+				it = st
+			}
+		}
 		out := it.Get("output").String()
 		if e := it.Get("error"); e.Exists() && e.Type != gjson.Null {
 			out = "error: " + e.Get("content").String()

@@ -192,3 +192,38 @@ func TestAnswerMessages(t *testing.T) {
 		t.Fatalf("no output: %s", got)
 	}
 }
+
+// @openai/agents replays the mcp_call items of an earlier response without
+// their output, which it expects the server to have kept: the model of the
+// next turn still sees each result (or error), taken from the stored item
+// of the same tenant. An item the store does not hold keeps an empty
+// result.
+func TestTranslateMcpCallOutputFromStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := &Store{KV: caching.NewMemoryStore(1 << 20)}
+	obj := []byte(`{"id":"resp_a","output":[
+		{"id":"mcp_a_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"completed","error":null,"output":"42"},
+		{"id":"mcp_a_1","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"failed","output":null,"error":{"type":"mcp_tool_execution_error","content":"boom"}}]}`)
+	if _, err := s.Save(ctx, "t", "resp_a", obj, []byte(`[]`), []byte(`[]`), nil); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"m","input":[{"role":"user","content":"q"},
+		{"id":"mcp_a_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"completed","error":null},
+		{"id":"mcp_a_1","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"failed","error":null},
+		{"id":"mcp_b_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"completed","error":null}]}`)
+	for _, tc := range []struct{ name, tenant, want string }{
+		{"same tenant", "t", `["42","error: boom",""]`},
+		{"other tenant", "u", `["","",""]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Translate(body, nil, s.Resolver(ctx, tc.tenant))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := gjson.GetBytes(r.Chat, `messages.#(role=="tool")#.content`).Raw; got != tc.want {
+				t.Fatalf("tool results %s, want %s\n%s", got, tc.want, r.Chat)
+			}
+		})
+	}
+}
