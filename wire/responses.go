@@ -126,7 +126,10 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 	case CallArgs:
 		dst = r.callArgs(dst, e)
 	case ServerCall:
-		dst = r.closeOpen(dst)
+		// The loop reports a server call once its round was read whole:
+		// every item before it is complete (a mixed turn's client calls
+		// too), and is done before the mcp_call is added.
+		dst = r.closeAll(dst)
 		r.items = append(r.items, respItem{kind: itemServerCall, id: r.itemID("mcp"), name: e.Name, args: append([]byte(nil), e.Text...),
 			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish})
 		dst = r.serverCall(dst, len(r.items)-1)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -92,6 +93,35 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 	if o.Get("output.#").Int() != 4 || o.Get("output.1.type").Str != "mcp_call" || o.Get("output.2.status").Str != "failed" ||
 		o.Get("output.2.error.content").Str != "bad input" || o.Get("output.3.content.0.text").Str != "it is 2" {
 		t.Fatalf("server calls: %s", o.Get("output").Raw)
+	}
+}
+
+// A mixed turn: the client's call is streamed while the round is read, and
+// the server call is reported once it ran, after the round. The call is
+// done before the mcp_call is added, so a client that takes a call on its
+// output_item.done (the AI SDK) lists the calls in the JSON answer's order.
+func TestResponsesServerCallClosesCalls(t *testing.T) {
+	events := []Event{{Kind: Role}, text("content", "checking"),
+		{Kind: CallHeader, Index: 0, ID: "call_a", Name: "get_weather"}, {Kind: CallArgs, Index: 0, Text: []byte(`{"city":"Oslo"}`)},
+		{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{"e":"1+1"}`), Raw: []byte(`2`)},
+		{Kind: Finish, Finish: "tool_calls"}, {Kind: End}}
+	stream, final, object := encodeBoth(events)
+	if _, err := wiretest.CheckResponsesStream(stream, wiretest.LoadResponsesSchema(t)); err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	if final.Raw != string(object) {
+		t.Fatalf("stream and JSON differ:\n%s\n%s", final.Raw, object)
+	}
+	var done []string // item types in the order of their output_item.done
+	for ev := range bytes.SplitSeq(stream, []byte("\n\n")) {
+		if i := bytes.Index(ev, []byte("data: ")); i >= 0 && gjson.GetBytes(ev[i+6:], "type").Str == "response.output_item.done" {
+			done = append(done, gjson.GetBytes(ev[i+6:], "item.type").Str)
+		}
+	}
+	var order []string
+	gjson.GetBytes(object, "output.#.type").ForEach(func(_, v gjson.Result) bool { order = append(order, v.Str); return true })
+	if fmt.Sprint(done) != fmt.Sprint(order) {
+		t.Fatalf("items done in the order %v; the answer lists %v\n%s", done, order, stream)
 	}
 }
 
