@@ -23,11 +23,17 @@ kind = "builtin"
 `
 
 // mixedResponder: a user message starts a mixed turn (calculator and
-// lookup_city together); "prior" first runs a server-only round. After the
+// lookup_city together); "prior" first runs a server-only round, and
+// "client only" runs one and then calls lookup_city alone. After the
 // client's result, it answers with every trailing tool result.
 func mixedResponder(c *mockllm.Call) mockllm.Turn {
 	tools := len(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Array())
+	clientOnly := strings.Contains(gjson.GetBytes(c.Body, "messages.0.content").String(), "client only")
 	switch {
+	case c.LastRole == "user" && clientOnly:
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+	case clientOnly && tools == 1 && !hasClientResult(c):
+		return mockllm.Turn{Text: "Checking.", ToolCalls: []mockllm.ToolCall{{Name: "lookup_city", Arguments: `{"name":"Zürich"}`}}}
 	case c.LastRole == "user" && strings.Contains(c.LastText, "prior"):
 		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}}}
 	case c.LastRole == "user" || (tools == 1 && !hasClientResult(c)):
@@ -102,6 +108,12 @@ func TestMixedTurnFollowUp(t *testing.T) {
 			wantShape: "user assistant(calculator,lookup_city) tool tool"},
 		{name: "stream after a server-only round", stream: true, prompt: "prior",
 			wantShape: "user assistant(calculator) tool assistant(calculator,lookup_city) tool tool"},
+		// A round of client calls only, after a server-only round: the
+		// follow-up still carries the server round the client never saw.
+		{name: "stream, client calls after a server round", stream: true, prompt: "client only",
+			wantShape: "user assistant(calculator) tool assistant(lookup_city) tool"},
+		{name: "blocking, client calls after a server round", prompt: "client only",
+			wantShape: "user assistant(calculator) tool assistant(lookup_city) tool"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,7 +158,7 @@ func TestMixedTurnFollowUp(t *testing.T) {
 			if got := upstreamShape(lastUpstream(h)); got != tc.wantShape {
 				t.Fatalf("upstream history %q, want %q", got, tc.wantShape)
 			}
-			if !strings.Contains(answer, `"result":42`) || !strings.Contains(answer, "420000 inhabitants") {
+			if (tc.prompt != "client only" && !strings.Contains(answer, `"result":42`)) || !strings.Contains(answer, "420000 inhabitants") {
 				t.Fatalf("final answer %q", answer)
 			}
 		})

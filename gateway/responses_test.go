@@ -837,3 +837,27 @@ func TestResponsesFollowUpSeesServerCalls(t *testing.T) {
 		}
 	}
 }
+
+// Behind the Responses API the client is shown every server call (an
+// mcp_call item), so a follow-up of a round of client calls alone after a
+// server round gives the model that round once, from the stored response,
+// streamed and not.
+func TestResponsesClientRoundAfterServerRound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig, mockllm.Options{Respond: mixedResponder})
+	city := responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{Name: "lookup_city",
+		Parameters: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}}}
+	for _, stream := range []bool{false, true} {
+		first := h.respond(responses.ResponseNewParams{Model: "gpt-x", Tools: []responses.ToolUnionParam{city},
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("client only")}}, stream)
+		if got := outputItems(first); got != "mcp_call:calculator|message:Checking.|function_call" {
+			t.Fatalf("stream=%v: output %s", stream, got)
+		}
+		fc := first.Output[2].AsFunctionCall()
+		h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID), Tools: []responses.ToolUnionParam{city},
+			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: []responses.ResponseInputItemUnionParam{callOutput(fc.CallID, "Zürich: 420000 inhabitants")}}}, stream)
+		if got, want := upstreamShape(lastUpstream(h)), "user assistant(calculator) tool assistant(lookup_city) tool"; got != want {
+			t.Fatalf("stream=%v: upstream history %q, want %q", stream, got, want)
+		}
+	}
+}

@@ -82,6 +82,9 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			if len(client) == 0 {
 				f.setText = true
 			}
+			if d.saveHidden {
+				s.saveHidden(ctx, text, calls, client, nil, nil)
+			}
 			s.answer(&f, text, nil, f.setText)
 			s.awaitApproval(ctx)
 			s.end(d.reason)

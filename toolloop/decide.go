@@ -28,8 +28,9 @@ type decision struct {
 	// resultsAnswer: the server results' text is the answer (tool_choice
 	// required, or a stop result).
 	resultsAnswer bool
-	// saveHidden: a mixed turn; its hidden server part is kept for the
-	// client's follow-up.
+	// saveHidden: the round hands client calls out; the hidden server part
+	// of the response (earlier server-only rounds, this round's server
+	// calls) is kept for the client's follow-up.
 	saveHidden bool
 }
 
@@ -54,7 +55,9 @@ func decide(o roundOutcome) decision {
 		case o.client > 0 && cut:
 			return decision{finish: answer, reason: "client_tool_calls"}
 		case o.client > 0:
-			return decision{finish: "tool_calls", reason: "client_tool_calls"}
+			// Only client calls: the server-only rounds before them, if
+			// any, are kept for the follow-up as a mixed turn's are.
+			return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: o.server == 0}
 		case o.server > 0 && cut && !o.final:
 			return decision{finish: answer, reason: "cut"}
 		}

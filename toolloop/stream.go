@@ -496,6 +496,9 @@ func (st *loopStream) endRound() {
 
 	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: st.finish}
 	if d := decide(o); d.next == stepEnd {
+		if d.saveHidden {
+			s.saveHidden(st.ctx, st.text, calls, client, nil, nil)
+		}
 		st.finishStream(d.finish, d.reason)
 		return
 	}

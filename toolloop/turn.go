@@ -383,9 +383,17 @@ func appendToolMessage(dst []byte, id string, content []byte) []byte {
 	return append(dst, '}')
 }
 
-// saveHidden keeps the hidden part of a mixed turn when a StateStore is set.
+// saveHidden keeps the hidden part of a round that hands client calls out,
+// when a StateStore is set: the earlier server-only rounds, and this
+// round's server calls with their results (a mixed turn). A round without
+// server calls hides nothing when no server round came before it, or when
+// the client was shown them (OnServerCall: the Responses API's mcp_call
+// items, which its follow-up carries).
 func (s *session) saveHidden(ctx context.Context, text []byte, calls, client []*call, server []*call, results []*pipeline.ToolResult) {
 	if s.l.opts.State == nil || len(client) == 0 {
+		return
+	}
+	if len(server) == 0 && (len(s.history) <= 1 || s.req.OnServerCall != nil) {
 		return
 	}
 	t := &HiddenTurn{Assistant: appendAssistant(nil, text, calls), Saved: time.Now()}
