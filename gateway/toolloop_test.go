@@ -354,13 +354,19 @@ func TestToolTimeoutAndAgentTool(t *testing.T) {
 }
 
 // nodeResponder calls the calculator (a server tool) first, then the
-// client's get_weather, then answers with both results.
+// client's get_weather, then answers with both results: "6*7=42" only when
+// the calculator's result is still in the history the client's follow-up
+// became upstream, "6*7=?" when it was lost.
 func nodeResponder(c *mockllm.Call) mockllm.Turn {
 	switch {
 	case c.LastRole == "user":
 		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
 	case strings.Contains(strings.Join(c.ToolResults, ""), "temp_c"):
-		return mockllm.Turn{Text: "6*7=42 and Oslo: " + strings.Join(c.ToolResults, "")}
+		product := "?"
+		if strings.Contains(string(c.Body), `\"result\":42`) {
+			product = "42"
+		}
+		return mockllm.Turn{Text: "6*7=" + product + " and Oslo: " + strings.Join(c.ToolResults, "")}
 	default:
 		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
 	}

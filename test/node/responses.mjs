@@ -26,6 +26,8 @@ const agent = new Agent({ name: "helper", instructions: "Answer briefly.", model
 
 {
   const result = await run(agent, "What is 6*7 and the weather in Oslo?");
+  // "6*7=42": the agent replays the gateway's mcp_call without its output,
+  // and the model still sees the calculator's result.
   assert.match(String(result.finalOutput), /6\*7=42 and Oslo: .*temp_c/);
   assert.deepEqual(calls, ["Oslo"]);
   const kinds = result.newItems.map((i) => i.type);

@@ -66,5 +66,7 @@ const weatherTool = {
   assert.deepEqual(seen, ["get_weather"], `the runner saw ${JSON.stringify(seen)}`);
   assert.ok(!JSON.stringify(runner.messages).includes(serverTool), "no server tool call in the runner's messages");
   assert.match(content, /temp_c/, `final answer ${content}`);
+  // The follow-up reached the model with the server round it had run.
+  assert.match(content, /^6\*7=42 /, `final answer ${content}`);
   console.log("runTools: ok");
 }
