@@ -10,15 +10,16 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// HiddenTurn is what the client never saw of a mixed turn (server and client
-// calls together): the assistant message with every tool call of the turn
-// and the server calls' tool messages, as raw JSON, and the server-only
-// rounds of the same client request before it. Owned by the store once
-// saved; read-only after Load.
+// HiddenTurn is what the client never saw of a round that handed client
+// calls out: the server-only rounds of the same client request before it,
+// and for a mixed turn (server and client calls together) the assistant
+// message with every tool call of the turn and the server calls' tool
+// messages, as raw JSON (a round of client calls alone has no tool
+// messages). Owned by the store once saved; read-only after Load.
 type HiddenTurn struct {
 	Prior       []byte   // earlier hidden rounds: messages separated by ',' (no brackets); may be empty
 	Assistant   []byte   // {"role":"assistant",...,"tool_calls":[all calls]}
-	ToolResults [][]byte // {"role":"tool","tool_call_id":...} of the server calls, in call order
+	ToolResults [][]byte // {"role":"tool","tool_call_id":...} of the server calls, in call order; may be empty
 	ClientIDs   []string // ids of the client calls returned to the client
 	Saved       time.Time
 }
