@@ -365,11 +365,16 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 	if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
 		return it, pipeline.BadRequest(param+".id", "no stored item has this id")
 	}
+	h.markRef(id)
+	return ref, nil
+}
+
+// markRef notes that the stored item id was given.
+func (h *history) markRef(id string) {
 	if h.refs == nil {
 		h.refs = map[string]bool{}
 	}
 	h.refs[id] = true
-	return ref, nil
 }
 
 // item adds one input item, references resolved.
@@ -392,9 +397,15 @@ func (h *history) item(it gjson.Result, param string) error {
 		if !it.Get("output").Exists() && h.lookup != nil {
 			// @openai/agents replays an mcp_call without its output,
 			// which it expects the server to have kept: take the output
-			// (or error) of the item stored under that id.
+			// (or error) of the item stored under that id. Once per id,
+			// as a reference: small items naming one stored output must
+			// not expand without bound.
+			if h.refs[id] {
+				return pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
+			}
 			if st := h.lookup(id); st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
 				it = st
+				h.markRef(id)
 			}
 		}
 		out := it.Get("output").String()

@@ -2,6 +2,7 @@ package responses
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/caching"
+	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wiretest"
 )
 
@@ -225,5 +227,13 @@ func TestTranslateMcpCallOutputFromStore(t *testing.T) {
 				t.Fatalf("tool results %s, want %s\n%s", got, tc.want, r.Chat)
 			}
 		})
+	}
+	// Each stored output is given once, as a referenced item is: many
+	// small items naming one output must not expand without bound.
+	item := `{"id":"mcp_a_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","error":null}`
+	_, err := Translate([]byte(`{"model":"m","input":[`+item+`,`+item+`]}`), nil, s.Resolver(ctx, "t"))
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "input[1].id" {
+		t.Fatalf("one stored output named twice: %v, want a 400 naming input[1].id", err)
 	}
 }
