@@ -255,6 +255,16 @@ func TestPitfall_SmallerWindowFallbackSkipped(t *testing.T) {
 					return mockllm.Turn{Fault: &mockllm.Fault{Status: 400, Type: "invalid_request_error", Code: "-", Message: "prompt is too long: 2051 tokens > 1000 maximum"}}
 				},
 			})},
+		// Some providers (vLLM, OpenRouter) report the error after the 200:
+		// an error event before any content, or a 200 JSON error object. It
+		// is the same context-length error as a 400's.
+		{name: "context length in a 200 answer", prompt: strings.Repeat(sentence, 50),
+			respond: byModel(map[string]func(int) mockllm.Turn{
+				"up-primary": func(int) mockllm.Turn {
+					return mockllm.Turn{Fault: &mockllm.Fault{ErrorEvent: true, ErrorOK: true, Type: "invalid_request_error",
+						Code: "context_length_exceeded", Message: "This model's maximum context length is 300 tokens."}}
+				},
+			})},
 		// ~1800 tokens: over the primary's configured window, so the
 		// primary's own context editing refuses it before any upstream
 		// call; that refusal must still move to the larger window.

@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -58,8 +59,15 @@ func hasElement(r gjson.Result) bool {
 // errorAnswer is the failure an upstream's error object in a 200 answer
 // is, streamed (an error event) or not: a 502 whose body, copied from
 // body, mapError relays as it relays a 5xx error body. It is retried and
-// falls back as a 5xx is.
+// falls back as a 5xx is. An error saying the prompt is over the model's
+// window is a 400, as that error before the 200 is: a retry cannot fit
+// the prompt, the fallback moves to a larger window, and the client is
+// told that its request is too long, not that the upstream failed.
 func (pc *providerClient) errorAnswer(body []byte, cause error, msgs pipeline.MessageMap) *pipeline.UpstreamError {
-	return &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: fasthttp.StatusBadGateway,
+	status := fasthttp.StatusBadGateway
+	if fallback.ContextLengthExceeded(body) {
+		status = fasthttp.StatusBadRequest
+	}
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status,
 		Provider: pc.cfg.Name, Body: append([]byte(nil), body...), Err: cause, Messages: msgs}
 }

@@ -50,10 +50,17 @@ func TestNoAnswerIsAFailure(t *testing.T) {
 		kind       pipeline.UpstreamKind
 		noContent  bool // the failure wraps pipeline.ErrNoContent
 		answer     bool // returned as the answer
+		status     int  // the client's status for a status failure; 0 = 502
 	}{
 		{name: "error object only", body: `{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}`, kind: pipeline.UpstreamStatus},
 		{name: "error object and empty choices", body: head + `"choices":[],"error":{"message":"overloaded","type":"server_error"}}`, kind: pipeline.UpstreamStatus},
 		{name: "error string", body: `{"error":"overloaded"}`, kind: pipeline.UpstreamStatus},
+		// Over the window: the 400 the same error before the 200 is, so
+		// that it is not retried and falls back to a larger window only.
+		{name: "context length error", body: `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
+			kind: pipeline.UpstreamStatus, status: 400},
+		{name: "context length message only", body: `{"error":{"message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","code":400}}`,
+			kind: pipeline.UpstreamStatus, status: 400},
 		{name: "credentials error", body: `{"error":{"message":"bad key sk-abc","type":"authentication_error","code":"invalid_api_key"}}`, kind: pipeline.UpstreamStatus},
 		{name: "empty choices", body: head + `"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3}}`, kind: pipeline.UpstreamCut, noContent: true},
 		{name: "empty choices with spaces", body: head + `"choices":[ ` + "\n" + ` ]}`, kind: pipeline.UpstreamCut, noContent: true},
@@ -98,7 +105,11 @@ func TestNoAnswerIsAFailure(t *testing.T) {
 			_, serr := sresp.Stream.Next()
 			sresp.Stream.Close()
 			je, se := mapError(ue), mapError(serr)
-			if je.status != 502 || se.status != je.status || !bytes.Equal(se.body, je.body) {
+			want := c.status
+			if want == 0 {
+				want = 502
+			}
+			if je.status != want || se.status != je.status || !bytes.Equal(se.body, je.body) {
 				t.Fatalf("JSON: %d %s\nstream: %d %s", je.status, je.body, se.status, se.body)
 			}
 			if c.name == "error object only" && !bytes.Contains(je.body, []byte(`"message":"overloaded"`)) {
