@@ -64,14 +64,16 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 
 // hasContent reports whether a chunk carries something the client sees as
 // the answer: a non-empty content, refusal or reasoning delta, tool_calls,
-// a function_call or audio delta, or a finish_reason. chunk is only read;
+// a function_call or audio delta, or a finish_reason (a non-empty string). chunk is only read;
 // any bytes are safe.
 func hasContent(chunk []byte) bool {
 	found := false
 	// gjson.Get on a string view: GetBytes would copy the result, and
 	// nothing read here outlives the call.
 	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
-		if fr := c.Get("finish_reason"); fr.Exists() && fr.Type != gjson.Null {
+		// Ollama and SGLang send "finish_reason":"" on every chunk: only
+		// a reason ends the choice.
+		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 			found = true
 			return false
 		}

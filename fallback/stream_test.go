@@ -20,7 +20,9 @@ const (
 	finishChunk  = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
 	toolChunk    = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}`
 	refusalChunk = `{"choices":[{"index":0,"delta":{"refusal":"no"},"finish_reason":null}]}`
-	usageChunk   = `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	// emptyFinishRole is a role chunk as Ollama and SGLang send it.
+	emptyFinishRole = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":""}]}`
+	usageChunk      = `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
 )
 
 func cut() error {
@@ -35,6 +37,8 @@ func TestStreamFailureBeforeContent(t *testing.T) {
 		primary step
 	}{
 		{name: "cut_after_role", primary: step{chunks: []string{roleChunk}, end: cut()}},
+		// Ollama and SGLang send "finish_reason":"" on every chunk: not an end.
+		{name: "cut_after_role_with_empty_finish", primary: step{chunks: []string{emptyFinishRole}, end: cut()}},
 		{name: "idle_at_start", primary: step{chunks: []string{}, end: &pipeline.UpstreamError{Kind: pipeline.UpstreamIdle}}},
 		{name: "malformed", primary: step{chunks: []string{roleChunk, string(pipeline.KeepAlive)}, end: &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed}}},
 		{name: "clean_end_without_content", primary: step{chunks: []string{roleChunk, usageChunk}}},
@@ -124,6 +128,8 @@ func TestHasContent(t *testing.T) {
 		{name: "refusal", chunk: refusalChunk, want: true},
 		{name: "reasoning", chunk: `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, want: true},
 		{name: "usage", chunk: usageChunk, want: false},
+		{name: "empty_finish_reason", chunk: emptyFinishRole, want: false},
+		{name: "empty_finish_reason_text", chunk: `{"choices":[{"delta":{"content":"x"},"finish_reason":""}]}`, want: true},
 		{name: "null_content", chunk: `{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null}]}`, want: false},
 		{name: "empty_tool_calls", chunk: `{"choices":[{"delta":{"tool_calls":[]}}]}`, want: false},
 		{name: "second_choice", chunk: `{"choices":[{"delta":{}},{"delta":{"content":"x"}}]}`, want: true},
