@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -740,6 +742,29 @@ func TestResponsesNoAnswerFallsBack(t *testing.T) {
 				t.Fatalf("nothing left: %v, want %d %q", err, f.want.status, f.want.msg)
 			}
 		})
+	}
+}
+
+// An upstream that sends "finish_reason":"" on every chunk before the last
+// (Ollama, SGLang) still gives the Responses client its whole text: an
+// empty reason is not the end of the answer.
+func TestResponsesEmptyFinishReason(t *testing.T) {
+	t.Parallel()
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":` +
+			delta + `,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, chunk(`{"role":"assistant","content":""}`, `""`)+chunk(`{"content":"Hello"}`, `""`)+
+			chunk(`{"content":" world"}`, `""`)+chunk(`{}`, `"stop"`)+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.Replace(baseConfig, "{{MOCK}}", up.URL+"/v1", 1), mockllm.Options{})
+	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}
+	final, sum := h.streamResponse(params)
+	if final.Status != "completed" || final.OutputText() != "Hello world" {
+		t.Fatalf("status %q, text %q (events %v)", final.Status, final.OutputText(), sum.Events)
 	}
 }
 

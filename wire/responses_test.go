@@ -219,6 +219,35 @@ func TestChunkDecoderFollowsChoiceZero(t *testing.T) {
 	}
 }
 
+// Ollama and SGLang send "finish_reason":"" on every chunk before the
+// last: an empty reason is no finish, or every text after the role chunk
+// would be dropped.
+func TestChunkDecoderEmptyFinishReason(t *testing.T) {
+	var d ChunkDecoder
+	var got []string
+	emit := func(e *Event) {
+		switch e.Kind {
+		case Role:
+			got = append(got, "role")
+		case Text:
+			got = append(got, e.Key+":"+string(e.Text))
+		case Finish:
+			got = append(got, "finish:"+e.Finish)
+		}
+	}
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":""}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":""}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":""}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	} {
+		d.Decode([]byte(c), emit)
+	}
+	if s, want := join(got), "role|content:Hel|content:lo|finish:stop"; s != want {
+		t.Fatalf("got  %s\nwant %s", s, want)
+	}
+}
+
 func join(s []string) string {
 	var b bytes.Buffer
 	for i, v := range s {
