@@ -63,9 +63,10 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 }
 
 // hasContent reports whether a chunk carries something the client sees as
-// the answer: a non-empty content, refusal or reasoning delta, tool_calls,
-// a function_call or audio delta, or a finish_reason (a non-empty string). chunk is only read;
-// any bytes are safe.
+// the answer: a non-empty content (a string, or a list of parts as
+// Mistral's reasoning models stream it), refusal or reasoning delta,
+// tool_calls, a function_call or audio delta, or a finish_reason (a
+// non-empty string). chunk is only read; any bytes are safe.
 func hasContent(chunk []byte) bool {
 	found := false
 	// gjson.Get on a string view: GetBytes would copy the result, and
@@ -83,7 +84,9 @@ func hasContent(chunk []byte) bool {
 		}
 		d.ForEach(func(k, v gjson.Result) bool {
 			switch k.Str {
-			case "content", "refusal", "reasoning_content", "reasoning":
+			case "content":
+				found = (v.Type == gjson.String && v.Str != "") || (v.IsArray() && v.Get("0").Exists())
+			case "refusal", "reasoning_content", "reasoning":
 				found = v.Type == gjson.String && v.Str != ""
 			case "tool_calls":
 				found = v.IsArray() && v.Get("0").Exists()

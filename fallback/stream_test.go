@@ -128,6 +128,9 @@ func TestHasContent(t *testing.T) {
 		{name: "refusal", chunk: refusalChunk, want: true},
 		{name: "reasoning", chunk: `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, want: true},
 		{name: "usage", chunk: usageChunk, want: false},
+		// Mistral's magistral streams its thinking as a list of parts.
+		{name: "content_parts", chunk: `{"choices":[{"delta":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"hm"}]}]},"finish_reason":null}]}`, want: true},
+		{name: "empty_content_parts", chunk: `{"choices":[{"delta":{"content":[]},"finish_reason":null}]}`, want: false},
 		{name: "empty_finish_reason", chunk: emptyFinishRole, want: false},
 		{name: "empty_finish_reason_text", chunk: `{"choices":[{"delta":{"content":"x"},"finish_reason":""}]}`, want: true},
 		{name: "null_content", chunk: `{"choices":[{"delta":{"role":"assistant","content":null},"finish_reason":null}]}`, want: false},
