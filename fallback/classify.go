@@ -3,6 +3,7 @@ package fallback
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -56,7 +57,7 @@ func classify(err error) class {
 
 // contextPhrases are the messages providers use when a prompt is over the
 // model's window (OpenAI, Azure, Anthropic, Gemini, vLLM, Mistral, Groq,
-// llama.cpp). Lower case.
+// llama.cpp, xAI). Lower case.
 var contextPhrases = []string{
 	"context_length_exceeded",
 	"maximum context length",
@@ -67,14 +68,21 @@ var contextPhrases = []string{
 	"input is too long",
 	"exceeds the maximum number of tokens",
 	"reduce the length of the messages",
+	"available context size", // llama.cpp: "request (N tokens) exceeds the available context size (M tokens)"
+	"maximum prompt length",  // xAI: "This model's maximum prompt length is N but the request contains M tokens."
 }
+
+// contextCodes are the error codes and types that say the prompt is over
+// the model's window: OpenAI's, and llama.cpp's type.
+var contextCodes = []string{pipeline.CodeContextLengthExceeded, "exceed_context_size_error"}
 
 // maxScan bounds how much of a non-JSON error body is searched.
 const maxScan = 4 << 10
 
 // ContextLengthExceeded reports whether an upstream error body says the
 // prompt is longer than the model's context window: error.code (or
-// error.type) context_length_exceeded, or one of the known provider messages.
+// error.type) context_length_exceeded or llama.cpp's
+// exceed_context_size_error, or one of the known provider messages.
 // body is only read; any bytes are safe (untrusted input).
 func ContextLengthExceeded(body []byte) bool {
 	if len(body) == 0 {
@@ -84,7 +92,7 @@ func ContextLengthExceeded(body []byte) bool {
 	if jsonvalid.Bytes(body) {
 		e := gjson.GetBytes(body, "error")
 		if e.IsObject() {
-			if e.Get("code").Str == pipeline.CodeContextLengthExceeded || e.Get("type").Str == pipeline.CodeContextLengthExceeded {
+			if slices.Contains(contextCodes, e.Get("code").Str) || slices.Contains(contextCodes, e.Get("type").Str) {
 				return true
 			}
 			msg = e.Get("message").Str

@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{name: "404", err: status(404, ``), want: classFatal},
 		{name: "422", err: status(422, ``), want: classFatal},
 		{name: "400_context", err: status(400, `{"error":{"code":"context_length_exceeded"}}`), want: classContextLength},
+		{name: "400_llama_cpp_context", err: status(400, `{"error":{"code":400,"message":"request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error"}}`), want: classContextLength},
 		{name: "413_context", err: status(413, `prompt is too long`), want: classContextLength},
 		{name: "cut", err: &pipeline.UpstreamError{Kind: pipeline.UpstreamCut}, want: classRetryable},
 		{name: "idle", err: &pipeline.UpstreamError{Kind: pipeline.UpstreamIdle}, want: classRetryable},
@@ -56,6 +57,10 @@ func TestContextLengthExceeded(t *testing.T) {
 		{name: "openai_message", body: `{"error":{"message":"This model's maximum context length is 128000 tokens.","code":null}}`, want: true},
 		{name: "anthropic", body: `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 201000 tokens > 200000 maximum"}}`, want: true},
 		{name: "gemini", body: `{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`, want: true},
+		// llama.cpp's server: a numeric code, a type of its own.
+		{name: "llama_cpp", body: `{"error":{"code":400,"message":"request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9412,"n_ctx":8192}}`, want: true},
+		{name: "llama_cpp_type", body: `{"error":{"code":400,"message":"","type":"exceed_context_size_error"}}`, want: true},
+		{name: "xai", body: `{"code":"Client specified an invalid argument","error":"This model's maximum prompt length is 131072 but the request contains 136973 tokens."}`, want: true},
 		{name: "string_error", body: `{"error":"Input is too long for requested model."}`, want: true},
 		{name: "top_message", body: `{"message":"too many tokens in request"}`, want: true},
 		{name: "context_window", body: `{"error":{"message":"exceeds the context window"}}`, want: true},
