@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
@@ -314,6 +315,12 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider, Messages: req.Messages}
 			}
 			return nil, pc.bodyError(errResponseTooLarge)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// The upstream answered, then closed before the end of its
+			// answer: a cut, as the same answer streamed is, not a
+			// connection that could not be made.
+			return nil, pc.bodyError(err)
 		}
 		return nil, pc.transportError(err)
 	}
