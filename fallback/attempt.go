@@ -77,7 +77,13 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 			c.Route = route
 			c.Target = d.target
 		}
-		resp, err := h.attempt(ctx, c, d.target.Provider)
+		var resp *pipeline.Response
+		var err error
+		if probe {
+			resp, err = h.attemptProbe(ctx, c, d)
+		} else {
+			resp, err = h.attempt(ctx, c, d.target.Provider)
+		}
 		if err == nil {
 			d.br.done(h.now(), probe, resultSuccess)
 			d.attempts[outcomeSuccess].Inc()
@@ -126,6 +132,24 @@ func (h *handler) failed(ctx context.Context, d *deployment, probe bool, route *
 		d.attempts[outcomeClientError].Inc()
 		return false, 0
 	}
+}
+
+// attemptProbe is attempt for the half-open probe of d's circuit. A panic
+// below (a bug, which the request's recovery answers with a 500) still
+// frees the probe slot; otherwise the circuit would wait for ever for a
+// probe that never ends, and refuse every request to d until a reload.
+//
+//go:noinline
+func (h *handler) attemptProbe(ctx context.Context, req *pipeline.Request, d *deployment) (*pipeline.Response, error) {
+	ended := false
+	defer func() {
+		if !ended {
+			d.br.done(h.now(), true, resultNeutral)
+		}
+	}()
+	resp, err := h.attempt(ctx, req, d.target.Provider)
+	ended = true
+	return resp, err
 }
 
 // attempt makes one call to next; a stream is primed up to its first content.

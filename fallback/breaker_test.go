@@ -132,6 +132,32 @@ func TestBreakerHalfOpen(t *testing.T) {
 	}
 }
 
+// A half-open probe that panics below the fallback layer (a bug; the
+// request's recovery answers it with a 500) frees the probe slot: the next
+// request probes again instead of every request finding the circuit open
+// until the next reload.
+func TestBreakerProbePanicFreesTheProbe(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	fail := step{err: status(500, `{}`)}
+	e := newEnv(breakerOpts(clk, 2), map[string][]step{"p/a": {fail, fail, {panics: true}, {body: `{}`}}}, false,
+		rt("a", 0, nil, dep("p", "a", 1)))
+	e.chat(t, "a", false)
+	e.chat(t, "a", false)
+	clk.Advance(31 * time.Second)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the probe did not panic")
+			}
+		}()
+		e.chat(t, "a", false)
+	}()
+	if _, _, err := e.chat(t, "a", false); err != nil || e.f.count("p/a") != 4 {
+		t.Fatalf("after a panicked probe: err %v, calls %d (want a new probe that answers)", err, e.f.count("p/a"))
+	}
+}
+
 func TestBreakerOneProbe(t *testing.T) {
 	t.Parallel()
 	clk := newClock()

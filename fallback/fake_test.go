@@ -19,6 +19,7 @@ type step struct {
 	chunks []string // stream answer
 	end    error    // after the chunks; nil = io.EOF
 	block  bool     // wait for ctx to end, then fail with a timeout
+	panics bool     // panic, as a bug in a layer below would
 }
 
 // fake is a scripted inner handler, keyed by "provider/upstream"; the last
@@ -50,6 +51,8 @@ func (f *fake) Chat(ctx context.Context, r *pipeline.Request) (*pipeline.Respons
 	}
 	s := steps[min(n, len(steps)-1)]
 	switch {
+	case s.panics:
+		panic("fake: a bug below the fallback layer")
 	case s.block:
 		<-ctx.Done()
 		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamTimeout, Provider: provider, Err: ctx.Err()}
