@@ -90,7 +90,10 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	}
 	delta := ch.Get("delta")
 	content, role := delta.Get("content"), delta.Get("role").Exists()
-	ends := delta.Get("tool_calls").Exists() || ch.Get("finish_reason").Type == gjson.String
+	// Ollama and SGLang send "finish_reason":"" on every chunk: only a
+	// reason ends the choice.
+	fr := ch.Get("finish_reason")
+	ends := delta.Get("tool_calls").Exists() || fr.Type == gjson.String && fr.Str != ""
 	if content.Type != gjson.String || content.Str == "" {
 		if ends {
 			if err := s.flush(i); err != nil {

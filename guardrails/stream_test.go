@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
@@ -61,4 +63,32 @@ func BenchmarkResponseStream(b *testing.B) {
 		n += len(chunks)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/chunk")
+}
+
+// Ollama and SGLang send "finish_reason":"" on every chunk. Taken for an end,
+// it flushed the held text after every chunk, so a value split over two
+// chunks went out unredacted. Only a reason ends a choice.
+func TestStreamEmptyFinishReasonIsNoEnd(t *testing.T) {
+	t.Parallel()
+	text := "Mail me: alice@example.com, thanks."
+	var chunks [][]byte
+	for _, c := range chunksOf(text, 4) {
+		chunks = append(chunks, []byte(strings.Replace(string(c), `"finish_reason":null`, `"finish_reason":""`, 1)))
+	}
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Replacement: "[X]", Window: 32})
+	s := newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{g}, nil)
+	var got strings.Builder
+	for {
+		c, err := s.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.WriteString(gjson.GetBytes(c, "choices.0.delta.content").Str)
+	}
+	if want := "Mail me: [X], thanks."; got.String() != want {
+		t.Fatalf("streamed %q, want %q", got.String(), want)
+	}
 }
