@@ -152,3 +152,39 @@ func BenchmarkNoAnswer(b *testing.B) {
 		}
 	}
 }
+
+// A stream request answered with JSON: an error object is the failure it is
+// in a JSON answer, with the same envelope (its message kept, a window
+// error a 400); another body is a malformed answer. It was read as an event
+// stream without events: a cut, whose 502 lost the upstream's message.
+func TestStreamAnsweredWithJSON(t *testing.T) {
+	t.Parallel()
+	bodies := map[string]string{
+		"overloaded": `{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}`,
+		"window":     `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
+		"completion": `{"id":"c","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		_, _ = w.Write([]byte(bodies[r.Header.Get("X-Request-Id")]))
+	}))
+	t.Cleanup(srv.Close)
+	_, u := testUpstream(t, srv.URL+"/v1", "")
+	for name, want := range map[string]int{"overloaded": 502, "window": 400} {
+		jreq, sreq := chatReq(false), chatReq(true)
+		jreq.ID, sreq.ID = name, name
+		_, jerr := u.Chat(context.Background(), jreq)
+		_, serr := u.Chat(context.Background(), sreq)
+		je, se := mapError(jerr), mapError(serr)
+		if se.status != want || je.status != want || !bytes.Equal(se.body, je.body) {
+			t.Fatalf("%s: JSON %d %s\nstream %d %s", name, je.status, je.body, se.status, se.body)
+		}
+	}
+	sreq := chatReq(true)
+	sreq.ID = "completion"
+	_, err := u.Chat(context.Background(), sreq)
+	var ue *pipeline.UpstreamError
+	if !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamMalformed {
+		t.Fatalf("a completion for a stream: %v, want a malformed answer", err)
+	}
+}

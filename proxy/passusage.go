@@ -86,10 +86,16 @@ func newUsageTap(contentType []byte) *usageTap {
 
 // isEventStream reports whether contentType is an event stream's (types
 // compare without regard to case).
-func isEventStream(contentType []byte) bool {
+func isEventStream(contentType []byte) bool { return isMediaType(contentType, "text/event-stream") }
+
+// isJSON reports whether contentType is JSON's.
+func isJSON(contentType []byte) bool { return isMediaType(contentType, "application/json") }
+
+// isMediaType reports whether contentType starts with the media type mt
+// (parameters may follow), in any case.
+func isMediaType(contentType []byte, mt string) bool {
 	ct := bytes.TrimSpace(contentType)
-	const sse = "text/event-stream"
-	return len(ct) >= len(sse) && bytes.EqualFold(ct[:len(sse)], []byte(sse))
+	return len(ct) >= len(mt) && bytes.EqualFold(ct[:len(mt)], []byte(mt))
 }
 
 // write takes the next bytes of the answer.

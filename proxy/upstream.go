@@ -374,6 +374,20 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		}
 		return &pipeline.Response{Body: body}, nil
 	}
+	if !pc.messages && isJSON(resp.Header.ContentType()) {
+		// A stream asked for and JSON answered: an error object after the
+		// 200, which is the failure it is in a JSON answer (errorAnswer),
+		// or an upstream that does not stream.
+		body := readErrorBody(resp)
+		pc.endCall(c, freq, resp)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if e := gjson.GetBytes(body, "error"); e.Exists() && e.Type != gjson.Null {
+			return nil, pc.errorAnswer(body, errErrorEvent, req.Messages)
+		}
+		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errJSONForStream}
+	}
 	conn := c.conn.Load()
 	if !c.end() {
 		resp.SetConnectionClose() // cancelled while Do ran; the stream reports it
@@ -392,6 +406,10 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	}
 	return &pipeline.Response{Stream: s}, nil
 }
+
+// errJSONForStream is the failure of a stream request answered with a
+// JSON body that is not an error.
+var errJSONForStream = errors.New("the upstream answered a stream request with JSON, not an event stream")
 
 // endCall ends c and releases the request and response; a connection whose
 // call was cancelled never goes back to the pool.
