@@ -184,7 +184,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 	}
-	return s.rename(data), false, nil
+	return s.rename(flattenParts(data, "delta")), false, nil
 }
 
 // rename gives data the client's model name, as setModel does, and reuses
