@@ -209,9 +209,10 @@ type meteredStream struct {
 	// tail is the usage-only chunk still to send before the end, for a
 	// client that asked for usage from an upstream that put it on chunks
 	// with content; ended says it was sent and the end comes next.
-	tail  []byte
-	ended bool
-	buf   *[]byte // from chunkBufs: the last chunk without its usage member, until the next Next
+	tail     []byte
+	ended    bool
+	complete atomic.Bool // the stream came to its end (io.EOF)
+	buf      *[]byte     // from chunkBufs: the last chunk without its usage member, until the next Next
 	// chunks counts the chunks without usage passed on: what a stream that
 	// ends without usage (cut, or a client that left before its usage
 	// chunk) is charged for its output.
@@ -247,6 +248,7 @@ func (s *meteredStream) Next() ([]byte, error) {
 			}
 		}
 		if err == io.EOF {
+			s.complete.Store(true)
 			s.end()
 			if s.tail != nil {
 				s.ended = true
@@ -378,6 +380,12 @@ func (s *meteredStream) end() {
 		// see the usage chunk when strip took it out.
 		s.r.Usage.Note(usage)
 		s.l.charge(s.ctx, s.r, tokensOf(usage), true)
+		return
+	}
+	if !s.complete.Load() && s.chunks.Load() <= 1 {
+		// Failed (or left by its client) before any content: charged
+		// nothing, as the same failure of a JSON answer is. A fallback's
+		// failed attempt does not add to what the answer costs.
 		return
 	}
 	// No usage came: the input is estimated, and the output counted as

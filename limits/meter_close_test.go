@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,3 +138,57 @@ func TestMeteredStreamKeepsNoCopy(t *testing.T) {
 		t.Fatal("the metered stream holds the copy sent upstream, not the request it was given")
 	}
 }
+
+// A stream that fails before any content (a fallback's failed attempt, a
+// client that left before the first token) is charged nothing, as the
+// same failure of a JSON answer is: a request answered by its fallback
+// used to pay for the failed attempt's estimated input too.
+func TestStreamFailedBeforeContentChargesNothing(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	l := newLimiterAt(t, "", NewMemoryStore, "w", func() time.Time { return at })
+	for _, stream := range []bool{true, false} {
+		up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			if !stream {
+				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "p", Err: io.ErrUnexpectedEOF}
+			}
+			return &pipeline.Response{Stream: &failingStream{chunks: []string{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`}}}, nil
+		})
+		r := &pipeline.Request{Model: "gpt-x", Stream: stream, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"},
+			Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("long prompt ", 100) + `"}]}`)}
+		resp, err := l.Meter(up).Chat(context.Background(), r)
+		if stream {
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if _, err := resp.Stream.Next(); err != nil {
+					break
+				}
+			}
+			resp.Stream.Close()
+		}
+	}
+	l.Flush()
+	body, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := gjson.GetBytes(body, `data.#(group=="w")`); w.Get("input_tokens").Int() != 0 || w.Get("output_tokens").Int() != 0 {
+		t.Fatalf("usage of failed calls: %s", body)
+	}
+}
+
+// failingStream yields chunks, then a cut.
+type failingStream struct{ chunks []string }
+
+func (s *failingStream) Next() ([]byte, error) {
+	if len(s.chunks) == 0 {
+		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "p", Err: io.ErrUnexpectedEOF}
+	}
+	c := s.chunks[0]
+	s.chunks = s.chunks[1:]
+	return []byte(c), nil
+}
+
+func (s *failingStream) Close() {}
