@@ -124,7 +124,9 @@ func (s *Server) messages(ctx *fasthttp.RequestCtx, reqID string) {
 // every tool_use answered by a tool_result at the start of the next
 // message (and no result without its call), non-empty text blocks, tools
 // with a name and an input_schema, at most 4 cache_control blocks, no
-// thinking with a tool_choice that forces a call. body is only read.
+// thinking with a tool_choice that forces a call, and with thinking on, a
+// last assistant message with tool_use blocks that starts with the thinking
+// block the mock signed (signatureMock). body is only read.
 func parseMessages(body []byte) (*parsed, *messagesError) {
 	if !jsonvalid.Bytes(body) || !gjson.ParseBytes(body).IsObject() {
 		return nil, badMessages("the request body is not a JSON object")
@@ -170,6 +172,11 @@ func parseMessages(body []byte) (*parsed, *messagesError) {
 	}
 	if err := checkConversation(root.Get("messages"), &p.call); err != nil {
 		return p, err
+	}
+	if th := root.Get("thinking"); th.IsObject() && th.Get("type").Str != "disabled" {
+		if err := checkThinkingTurn(root.Get("messages")); err != nil {
+			return p, err
+		}
 	}
 	p.promptTokens = max(1, (len(root.Get("messages").Raw)+len(root.Get("system").Raw)+len(root.Get("tools").Raw))/4)
 	return p, nil
@@ -308,4 +315,40 @@ func countCacheControl(root gjson.Result) int {
 
 func oneOfStr(s string, list ...string) bool {
 	return indexOf(list, s) >= 0
+}
+
+// signatureMock is the signature of every thinking block the mock sends.
+const signatureMock = "c2lnbmF0dXJl"
+
+// checkThinkingTurn applies Anthropic's rule for thinking with tools: the
+// last assistant message, when it has tool_use blocks, must start with a
+// thinking or redacted_thinking block, and a thinking block must carry the
+// signature it was sent with.
+func checkThinkingTurn(msgs gjson.Result) *messagesError {
+	list := msgs.Array()
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].Get("role").Str != "assistant" {
+			continue
+		}
+		blocks := list[i].Get("content").Array()
+		if len(blocks) == 0 {
+			return nil
+		}
+		uses := false
+		for j, b := range blocks {
+			switch b.Get("type").Str {
+			case "tool_use":
+				uses = true
+			case "thinking":
+				if b.Get("signature").Str != signatureMock {
+					return badMessages("messages.%d.content.%d: Invalid `signature` in `thinking` block", i, j)
+				}
+			}
+		}
+		if first := blocks[0].Get("type").Str; uses && first != "thinking" && first != "redacted_thinking" {
+			return badMessages("messages.%d.content.0.type: Expected `thinking` or `redacted_thinking`, but found `%s`. When `thinking` is enabled, a final `assistant` message must start with a thinking block.", i, first)
+		}
+		return nil
+	}
+	return nil
 }

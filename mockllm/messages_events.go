@@ -73,7 +73,7 @@ func newMessagesChunker(a *answer) *messagesChunker {
 	}
 	ch := a.chunking
 	if t := a.turn.Thinking; t != "" {
-		sig := []byte(`{"type":"content_block_delta","index":` + strconv.Itoa(index) + `,"delta":{"type":"signature_delta","signature":"c2lnbmF0dXJl"}}`)
+		sig := []byte(`{"type":"content_block_delta","index":` + strconv.Itoa(index) + `,"delta":{"type":"signature_delta","signature":"` + signatureMock + `"}}`)
 		block(`{"type":"thinking","thinking":""}`, runeChunks(t, ch.TextRunes), "thinking_delta", "thinking", sig)
 	}
 	if t := a.turn.Text; t != "" {
@@ -165,7 +165,7 @@ func appendMessage(dst []byte, a *answer) []byte {
 		sep()
 		dst = append(dst, `{"type":"thinking","thinking":`...)
 		dst = jsonstring.Append(dst, t)
-		dst = append(dst, `,"signature":"c2lnbmF0dXJl"}`...)
+		dst = append(dst, `,"signature":"`+signatureMock+`"}`...)
 	}
 	if t := a.turn.Text; t != "" {
 		sep()

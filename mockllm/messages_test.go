@@ -118,6 +118,8 @@ func TestMessagesValidation(t *testing.T) {
 		{"five markers", `{"model":"m","max_tokens":5,"system":[{"type":"text","text":"s"` + cc + `}],"tools":[{"name":"a","input_schema":{"type":"object"}` + cc + `}],"messages":[{"role":"user","content":[{"type":"text","text":"a"` + cc + `},{"type":"text","text":"b"` + cc + `},{"type":"text","text":"c"` + cc + `}]}]}`, "maximum of 4 blocks"},
 		{"tool without schema", `{"model":"m","max_tokens":5,"tools":[{"name":"a"}],"messages":[{"role":"user","content":"x"}]}`, "input_schema"},
 		{"thinking with a forced call", `{"model":"m","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":1024},"tools":[{"name":"a","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice forces tool use"},
+		{"thinking, tool turn without its block", `{"model":"m","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1"}]}]}`, "must start with a thinking block"},
+		{"thinking, forged signature", `{"model":"m","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"forged"},{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1"}]}]}`, "Invalid `signature`"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
