@@ -28,6 +28,13 @@ func FuzzStreamDecoder(f *testing.F) {
 	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{}}\n\ndata: {\"type\":\"content_block_start\",\"index\":1023,\"content_block\":{\"type\":\"tool_use\",\"input\":{\"a\":1}}}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d := NewStreamDecoder("a", wire.Header{Model: "m", IncludeUsage: true})
+		var th pipeline.Thinking
+		d.NoteThinking(&th)
+		defer func() {
+			if th.Blocks != nil && (!gjson.ValidBytes(th.Blocks) || th.Blocks[0] != '[') {
+				t.Fatalf("thinking blocks %q", th.Blocks)
+			}
+		}()
 		rd := sse.NewReader(bytes.NewReader(body), 1<<16)
 		for !d.Done() {
 			ev, err := rd.Next()
@@ -72,6 +79,9 @@ func FuzzDecodeMessage(f *testing.F) {
 		if !gjson.ValidBytes(out) || !gjson.GetBytes(out, "choices.0.message").IsObject() {
 			t.Fatalf("completion %q", out)
 		}
+		if th := MessageThinking(body); th != nil && (!gjson.ValidBytes(th) || th[0] != '[') {
+			t.Fatalf("thinking blocks %q", th)
+		}
 	})
 }
 
@@ -81,6 +91,7 @@ func FuzzTranslateRequest(f *testing.F) {
 	f.Add([]byte(fullChat))
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"x","content":[{"type":"text","text":"{\"status\":\"error\"}","cache_control":{}}]}]}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;base64,"}}]}],"stop":[1,null],"thinking":{"budget_tokens":"x"}}`))
+	f.Add([]byte(`{"reasoning_effort":"low","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y","tool_calls":[{"id":"c","function":{"name":"f"}}],"x_gateway_thinking":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"d"},{"type":"thinking"}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if !gjson.ValidBytes(body) {
 			return // the pipeline validated its body at ingress
@@ -96,6 +107,14 @@ func FuzzTranslateRequest(f *testing.F) {
 		var sent messagesRequest // decoded again: the markers as Anthropic reads them
 		if err := json.Unmarshal(out, &sent); err != nil || len(markers(&sent)) > MaxBreakpoints {
 			t.Fatalf("request %q: %v", out, err)
+		}
+		on := sent.Thinking != nil && gjson.GetBytes(sent.Thinking, "type").Str != "disabled"
+		for _, m := range sent.Messages {
+			for i, b := range m.Content {
+				if b.isThinking() && (!on || m.Role != "assistant" || i > 0 && !m.Content[i-1].isThinking()) {
+					t.Fatalf("thinking block out of place: %q", out)
+				}
+			}
 		}
 	})
 }

@@ -54,6 +54,12 @@ func (t *translator) message(m gjson.Result) error {
 		if blocks, err = t.toolUses(blocks, m.Get("tool_calls")); err != nil {
 			return err
 		}
+		if hasToolUse(blocks) {
+			// The tool loop's turn: its signed thinking comes first.
+			if th := thinkingBlocks(m); len(th) > 0 {
+				blocks = append(th, blocks...)
+			}
+		}
 	case "tool":
 		blocks, err = t.toolResult(m)
 		if err != nil {
@@ -69,7 +75,8 @@ func (t *translator) message(m gjson.Result) error {
 
 // add appends blocks to the conversation, merging them into the last
 // message when it has the same role. In a user message the tool_result
-// blocks come first, as Anthropic requires.
+// blocks come first, as Anthropic requires; thinking blocks are kept only
+// at the start of a message, so a merged message's are dropped.
 func (t *translator) add(role string, blocks []block) {
 	if len(blocks) == 0 {
 		return
@@ -82,6 +89,9 @@ func (t *translator) add(role string, blocks []block) {
 	}
 	last := &t.msgs[n-1]
 	for _, b := range blocks {
+		if b.isThinking() {
+			continue
+		}
 		if b.Type != "tool_result" {
 			last.Content = append(last.Content, b)
 			continue

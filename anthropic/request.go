@@ -64,6 +64,9 @@ type block struct {
 	ToolUseID    string          `json:"tool_use_id,omitempty"`   // tool_result
 	Content      []block         `json:"content,omitempty"`       // tool_result
 	IsError      bool            `json:"is_error,omitempty"`      // tool_result
+	Thinking     *string         `json:"thinking,omitempty"`      // thinking (its text may be empty)
+	Signature    string          `json:"signature,omitempty"`     // thinking
+	Data         string          `json:"data,omitempty"`          // redacted_thinking
 	CacheControl json.RawMessage `json:"cache_control,omitempty"` // any
 }
 
@@ -218,7 +221,9 @@ const maxBudget = 1 << 31
 // is what the client asked of this answer, so thinking is left out then
 // (after its settings are checked) and the request is sent as one without
 // it, as other gateways do, rather than refused. The same goes for a
-// request whose last assistant message called a tool (lastAssistantCalls).
+// request whose last assistant message called a tool without its thinking
+// blocks (lastAssistantUnsigned). Without thinking, no thinking block is
+// sent.
 func setSampling(out *messagesRequest, root gjson.Result) error {
 	var budget int64
 	if th := root.Get("thinking"); th.IsObject() {
@@ -236,7 +241,7 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
 	}
 	thinking := out.Thinking != nil && gjson.GetBytes(out.Thinking, "type").Str != "disabled"
-	if thinking && (out.ToolChoice.forcesCall() || lastAssistantCalls(out.Messages)) {
+	if thinking && (out.ToolChoice.forcesCall() || lastAssistantUnsigned(out.Messages)) {
 		out.Thinking, thinking = nil, false
 	}
 	if thinking && out.MaxTokens <= budget {
@@ -256,6 +261,7 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	if thinking {
 		return nil
 	}
+	dropThinking(out.Messages)
 	if t := root.Get("temperature"); t.Type == gjson.Number {
 		v := min(t.Float(), 1) // OpenAI's range is 0..2, Anthropic's 0..1
 		out.Temperature = &v
@@ -315,22 +321,30 @@ func outputFormatOf(rf gjson.Result) (*outputConfig, error) {
 	return &outputConfig{Format: outputFormat{Type: "json_schema", Schema: json.RawMessage(schema.Raw)}}, nil
 }
 
-// lastAssistantCalls reports whether the last assistant message calls a
-// tool. With thinking on, Anthropic requires that message to start with
-// the thinking block (and its signature) it was answered with, which the
-// chat form does not carry: such a request (a tool loop's next round, a
-// client's follow-up with tool results) is sent without thinking.
-func lastAssistantCalls(msgs []message) bool {
+// lastAssistantUnsigned reports whether the last assistant message calls
+// a tool without starting with a thinking block. With thinking on,
+// Anthropic requires that message to start with the signed thinking blocks
+// it was answered with: the tool loop's own rounds carry them
+// (pipeline.ThinkingMember), a client's history does not, and such a
+// request (a client's follow-up with tool results) is sent without
+// thinking.
+func lastAssistantUnsigned(msgs []message) bool {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role != "assistant" {
 			continue
 		}
-		for _, b := range msgs[i].Content {
-			if b.Type == "tool_use" {
-				return true
-			}
+		c := msgs[i].Content
+		return hasToolUse(c) && !c[0].isThinking()
+	}
+	return false
+}
+
+// hasToolUse reports whether blocks hold a tool_use block.
+func hasToolUse(blocks []block) bool {
+	for _, b := range blocks {
+		if b.Type == "tool_use" {
+			return true
 		}
-		return false
 	}
 	return false
 }

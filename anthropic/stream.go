@@ -46,6 +46,13 @@ type StreamDecoder struct {
 	finished bool
 	done     bool
 
+	// The signed thinking blocks go to sink (NoteThinking); thText and
+	// thSig build the thinking block at index thAt (-1: none open).
+	sink   *pipeline.Thinking
+	thText []byte
+	thSig  []byte
+	thAt   int
+
 	buf  []byte // the chunks not yet popped, back to back
 	ends []int  // end offset of each chunk in buf
 	next int    // the next chunk to pop
@@ -56,6 +63,13 @@ type StreamDecoder struct {
 // message's).
 func NewStreamDecoder(provider string, h wire.Header) *StreamDecoder {
 	return &StreamDecoder{provider: provider, h: h}
+}
+
+// NoteThinking makes d hand the stream's signed thinking and
+// redacted_thinking blocks to t (pipeline.Thinking), each as it ends. They
+// are not chunks: the client never sees a signature.
+func (d *StreamDecoder) NoteThinking(t *pipeline.Thinking) {
+	d.sink, d.thAt = t, -1
 }
 
 // Done reports whether message_stop came: the stream is complete.
@@ -112,8 +126,15 @@ func (d *StreamDecoder) Feed(data []byte) error {
 	case "content_block_delta":
 		d.blockDelta(ev)
 	case "content_block_stop":
-		if i := int(ev.Get("index").Int()); d.kind(i) == blockToolUse && !d.args[i] {
+		i := int(ev.Get("index").Int())
+		if d.kind(i) == blockToolUse && !d.args[i] {
 			d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte("{}")}) // a call without input
+		}
+		if d.sink != nil && i == d.thAt {
+			if len(d.thSig) > 0 { // unsigned, Anthropic would refuse it back
+				d.sink.Blocks = appendThinking(d.sink.Blocks, string(d.thText), string(d.thSig))
+			}
+			d.thAt = -1
 		}
 	case "message_delta":
 		if s := ev.Get("delta.stop_reason"); s.Type == gjson.String {
@@ -147,6 +168,15 @@ func (d *StreamDecoder) blockStart(ev gjson.Result) {
 	case "thinking":
 		d.blocks[i] = blockThinking
 		d.text("reasoning_content", cb.Get("thinking").Str)
+		if d.sink != nil {
+			d.thAt = i
+			d.thText = append(d.thText[:0], cb.Get("thinking").Str...)
+			d.thSig = append(d.thSig[:0], cb.Get("signature").Str...)
+		}
+	case "redacted_thinking":
+		if data := cb.Get("data").Str; d.sink != nil && data != "" {
+			d.sink.Blocks = appendRedacted(d.sink.Blocks, data)
+		}
 	case "tool_use":
 		d.blocks[i] = blockToolUse
 		d.emit(&wire.Event{Kind: wire.CallHeader, ID: cb.Get("id").Str, Name: cb.Get("name").Str})
@@ -167,7 +197,15 @@ func (d *StreamDecoder) blockDelta(ev gjson.Result) {
 		}
 	case "thinking_delta":
 		if k == blockThinking {
-			d.text("reasoning_content", delta.Get("thinking").Str)
+			t := delta.Get("thinking").Str
+			d.text("reasoning_content", t)
+			if d.sink != nil && i == d.thAt {
+				d.thText = append(d.thText, t...)
+			}
+		}
+	case "signature_delta":
+		if d.sink != nil && k == blockThinking && i == d.thAt {
+			d.thSig = append(d.thSig, delta.Get("signature").Str...)
 		}
 	case "input_json_delta":
 		if k == blockToolUse {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -45,6 +46,21 @@ context_window = 200000
 name = "claude-flaky"
 provider = "claude"
 upstream = "claude-flaky"
+[[models]]
+name = "claude-think"
+provider = "claude"
+upstream = "claude-think"
+fallbacks = ["gpt-fallback"]
+[[providers]]
+name = "oai"
+kind = "openai"
+base_url = "{{MOCK}}"
+api_key = "sk-oai"
+retries = 0
+[[models]]
+name = "gpt-fallback"
+provider = "oai"
+upstream = "gpt-mock"
 [[tools]]
 name = "calculator"
 kind = "builtin"
@@ -61,6 +77,10 @@ func claudeRespond(c *mockllm.Call) mockllm.Turn {
 	switch {
 	case c.Model == "claude-flaky" && c.N == 1:
 		return mockllm.Turn{Fault: &mockllm.Fault{Status: 529, RetryAfter: "0"}}
+	case c.Model == "claude-think" && strings.Count(string(c.Body), `"tool_result"`) > 0:
+		return mockllm.Turn{Fault: &mockllm.Fault{Status: 529, RetryAfter: "0"}} // a loop's second round falls back
+	case c.Model == "gpt-mock":
+		return mockllm.Turn{Text: "Final from GPT: " + strings.Join(c.ToolResults, " | ")}
 	case strings.Contains(c.LastText, "weather") || strings.Contains(c.LastText, "Oslo"):
 		return mockllm.Turn{Text: "Checking both.", ToolCalls: []mockllm.ToolCall{
 			{Name: "get_weather", Arguments: `{"city":"Köln","note":"naïve 🌧 \"quoted\""}`},
@@ -69,13 +89,17 @@ func claudeRespond(c *mockllm.Call) mockllm.Turn {
 	case strings.Contains(c.LastText, "compute") || strings.Count(string(c.Body), `"tool_result"`) > 0:
 		round := strings.Count(string(c.Body), `"tool_result"`)
 		u := &mockllm.Usage{Prompt: 100 * (round + 1), Completion: 10, Cached: 40, CacheWrite: 5}
+		thinking := "" // a signed thinking block each round, when thinking is on
+		if gjson.GetBytes(c.Body, "thinking.type").Str == "enabled" {
+			thinking = "Round " + strconv.Itoa(round) + " thinks."
+		}
 		switch round {
 		case 0:
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: u}
+			return mockllm.Turn{Thinking: thinking, ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: u}
 		case 1:
-			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}}, Usage: u}
+			return mockllm.Turn{Thinking: thinking, ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}}, Usage: u}
 		default:
-			return mockllm.Turn{Text: "Final: " + strings.Join(c.ToolResults, " | "), Usage: u}
+			return mockllm.Turn{Thinking: thinking, Text: "Final: " + strings.Join(c.ToolResults, " | "), Usage: u}
 		}
 	}
 	return mockllm.Turn{Text: claudeText, Thinking: "The user greets me.", Usage: &mockllm.Usage{Prompt: 50, Completion: 5, Cached: 20, CacheWrite: 10}}
@@ -316,6 +340,123 @@ func TestAnthropicServerToolLoop(t *testing.T) {
 	// Cache writes (5 a round) are summed too, beside the cached reads.
 	if raw, _ := h.lastRaw(); gjson.GetBytes(raw, "usage.prompt_tokens_details.cache_write_tokens").Int() != 15 {
 		t.Errorf("cache writes: %s", gjson.GetBytes(raw, "usage").Raw)
+	}
+}
+
+// TestAnthropicThinkingAcrossLoopRounds: with thinking on, each round of
+// the server-side tool loop sends the assistant turn of the round before
+// back starting with its signed thinking block, as Anthropic requires (the
+// mock refuses the turn otherwise), and so keeps thinking on; the client's
+// answer, streamed or not, shows the reasoning but never the signature nor
+// the gateway's member that carried it.
+func TestAnthropicThinkingAcrossLoopRounds(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	schema := wiretest.LoadSchema(t)
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"claude-big","reasoning_effort":"medium","stream":` + strconv.FormatBool(stream) +
+			`,"messages":[{"role":"user","content":"compute 6*7 then 2+3"}]}`
+		status, _, raw := h.post("/chat/completions", body, nil)
+		if status != http.StatusOK || strings.Contains(string(raw), "event: error") || !strings.Contains(string(raw), `"finish_reason":"stop"`) {
+			t.Fatalf("stream %v: %d %s", stream, status, raw)
+		}
+		if !stream {
+			if err := schema.Completion(raw); err != nil {
+				t.Fatal(err)
+			}
+			if m := gjson.GetBytes(raw, "choices.0.message"); !strings.HasPrefix(m.Get("content").Str, "Final: ") ||
+				m.Get("reasoning_content").Str != "Round 0 thinks.Round 1 thinks.Round 2 thinks." {
+				t.Errorf("json answer %s", raw)
+			}
+		}
+		for _, leak := range []string{"c2lnbmF0dXJl", "signature", "x_gateway_thinking", "redacted_thinking"} {
+			if strings.Contains(string(raw), leak) {
+				t.Errorf("stream %v: the client's answer holds %q: %s", stream, leak, raw)
+			}
+		}
+		reqs := messagesRequests(h)
+		reqs = reqs[len(reqs)-3:]
+		for i, r := range reqs {
+			if got := gjson.GetBytes(r.Body, "thinking.type").Str; got != "enabled" {
+				t.Errorf("stream %v, round %d: thinking %q: %s", stream, i+1, got, r.Body)
+			}
+			if i == 0 {
+				continue
+			}
+			msgs := gjson.GetBytes(r.Body, "messages").Array()
+			last := msgs[len(msgs)-2] // the assistant turn before the tool results
+			want := `{"type":"thinking","thinking":"Round ` + strconv.Itoa(i-1) + ` thinks.","signature":"c2lnbmF0dXJl"}`
+			if first := last.Get("content.0").Raw; last.Get("role").Str != "assistant" || first != want ||
+				last.Get("content.1.type").Str != "tool_use" {
+				t.Errorf("stream %v, round %d: last assistant turn %s", stream, i+1, last.Raw)
+			}
+			if strings.Contains(string(r.Body), "x_gateway_thinking") {
+				t.Errorf("stream %v, round %d: the member reached Anthropic: %s", stream, i+1, r.Body)
+			}
+		}
+	}
+	// The Responses API runs the same loop: its rounds keep thinking, and
+	// neither its answer nor the response it stores shows the blocks.
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"claude-big","reasoning":{"effort":"medium"},"stream":` + strconv.FormatBool(stream) +
+			`,"input":"compute 6*7 then 2+3"}`
+		status, _, raw := h.post("/responses", body, nil)
+		if status != http.StatusOK || !strings.Contains(string(raw), "Final: ") {
+			t.Fatalf("responses, stream %v: %d %s", stream, status, raw)
+		}
+		reqs := messagesRequests(h)
+		if r := reqs[len(reqs)-1]; gjson.GetBytes(r.Body, "thinking.type").Str != "enabled" {
+			t.Errorf("responses, stream %v: the last round went without thinking: %s", stream, r.Body)
+		}
+		var stored []byte
+		if !stream {
+			id := gjson.GetBytes(raw, "id").Str
+			for _, path := range []string{"/responses/" + id, "/responses/" + id + "/input_items"} {
+				resp, err := http.Get(h.base + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+				}
+				stored = append(stored, b...)
+			}
+		}
+		for _, leak := range []string{"c2lnbmF0dXJl", "signature", "x_gateway_thinking", "redacted_thinking"} {
+			if strings.Contains(string(raw), leak) || strings.Contains(string(stored), leak) {
+				t.Errorf("responses, stream %v: the answer holds %q: %s %s", stream, leak, raw, stored)
+			}
+		}
+	}
+}
+
+// TestAnthropicThinkingNeverReachesOpenAI: a loop round that falls back
+// from Claude to an OpenAI-kind model goes there without the member that
+// carries Claude's signed thinking.
+func TestAnthropicThinkingNeverReachesOpenAI(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"claude-think","reasoning_effort":"medium","stream":` + strconv.FormatBool(stream) +
+			`,"messages":[{"role":"user","content":"compute 6*7"}]}`
+		status, _, raw := h.post("/chat/completions", body, nil)
+		if status != http.StatusOK || strings.Contains(string(raw), "event: error") || strings.Contains(string(raw), "c2lnbmF0dXJl") {
+			t.Fatalf("stream %v: %d %s", stream, status, raw)
+		}
+		var sent []byte
+		for _, r := range h.mock.Requests() {
+			if r.Model == "gpt-mock" {
+				sent = r.Body
+			}
+		}
+		if sent == nil || !strings.Contains(string(sent), `"tool_calls"`) {
+			t.Fatalf("stream %v: no fallback round reached the OpenAI model: %s", stream, sent)
+		}
+		if strings.Contains(string(sent), "x_gateway_thinking") || strings.Contains(string(sent), "c2lnbmF0dXJl") {
+			t.Errorf("stream %v: the OpenAI model got Claude's thinking: %s", stream, sent)
+		}
 	}
 }
 

@@ -78,6 +78,11 @@ type Request struct {
 	// goroutine that drives the loop: for a stream, from within its Next.
 	OnServerCall func(*ServerCall)
 
+	// Thinking, when set, receives the signed reasoning blocks of the
+	// answer (see Thinking). The tool loop sets a new one on each round's
+	// request; nil costs nothing and collects nothing.
+	Thinking *Thinking
+
 	fields fieldMemo // what Field found in Body
 }
 

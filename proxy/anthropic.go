@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"strings"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/anthropic"
+	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -52,5 +54,30 @@ func decodeMessage(provider string, body []byte, req *pipeline.Request) (*pipeli
 	if err != nil {
 		return nil, err
 	}
+	if req.Thinking != nil {
+		req.Thinking.Blocks = anthropic.MessageThinking(body)
+	}
 	return &pipeline.Response{Body: out}, nil
+}
+
+// withoutThinking returns body without the gateway's thinking member
+// (pipeline.ThinkingMember) on its messages, for a provider other than
+// anthropic: the signed blocks are Anthropic's and the member is no part
+// of the chat API. body itself when no message has it (the usual case,
+// found without parsing), else a new slice.
+func withoutThinking(body []byte) []byte {
+	if !bytes.Contains(body, []byte(pipeline.ThinkingMember)) {
+		return body
+	}
+	var edits []jsonedit.Edit
+	ok := true
+	jsonedit.Root(body).Get("messages").ForEach(func(_, m gjson.Result) bool {
+		edits, ok = jsonedit.DeleteMembers(edits, body, m, pipeline.ThinkingMember)
+		return ok
+	})
+	if !ok {
+		return body
+	}
+	out, _ := jsonedit.Apply(body, edits)
+	return out
 }

@@ -29,3 +29,29 @@ func TestAnthropicProviderRequest(t *testing.T) {
 		}
 	}
 }
+
+// A request to a provider other than anthropic goes without the tool
+// loop's thinking member, wherever it sits in a message; a body without
+// it is sent as is, and text that merely names it is kept.
+func TestWithoutThinking(t *testing.T) {
+	t.Parallel()
+	const blocks = `[{"type":"thinking","thinking":"t","signature":"s"}]`
+	tests := []struct{ name, body, want string }{
+		{"none", `{"messages":[{"role":"user","content":"x"}]}`, `{"messages":[{"role":"user","content":"x"}]}`},
+		{"named in text", `{"messages":[{"role":"user","content":"x_gateway_thinking"}]}`, `{"messages":[{"role":"user","content":"x_gateway_thinking"}]}`},
+		{"last member", `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[],"x_gateway_thinking":` + blocks + `}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[]}]}`},
+		{"first member, twice", `{"messages":[{"x_gateway_thinking":` + blocks + `,"role":"assistant"},{"role":"tool","content":"1"},{"x_gateway_thinking":[],"role":"assistant"}]}`,
+			`{"messages":[{"role":"assistant"},{"role":"tool","content":"1"},{"role":"assistant"}]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := []byte(tc.body)
+			out := withoutThinking(in)
+			if string(out) != tc.want || string(in) != tc.body {
+				t.Errorf("got %s (input now %s)", out, in)
+			}
+		})
+	}
+}

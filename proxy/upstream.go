@@ -234,7 +234,13 @@ func (u *Upstream) prepare(ctx context.Context, req *pipeline.Request, x *upstre
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if req.Thinking != nil {
+		req.Thinking.Blocks = nil // this attempt's, or none
+	}
 	body := req.Body
+	if !pc.messages {
+		body = withoutThinking(body) // the tool loop's member is Anthropic's alone
+	}
 	var model gjson.Result // the body's model string, to be replaced by the upstream's name
 	if pc.messages {
 		var err error
@@ -403,6 +409,9 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	s.msgMap = req.Messages
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
+		if req.Thinking != nil {
+			s.msgs.NoteThinking(req.Thinking)
+		}
 	}
 	return &pipeline.Response{Stream: s}, nil
 }

@@ -113,7 +113,7 @@ func (s *session) awaitApproval(ctx context.Context) {
 	}
 	now := time.Now()
 	for _, c := range s.pending {
-		t := &HiddenTurn{Assistant: appendAssistant(nil, nil, []*call{c}), ClientIDs: []string{c.id}, Saved: now}
+		t := &HiddenTurn{Assistant: appendAssistant(nil, nil, []*call{c}, nil), ClientIDs: []string{c.id}, Saved: now}
 		if err := st.Save(ctx, approvalStateKey(s.req.Tenant, c.id), t); err != nil {
 			metricApproval.WithLabelValues("save_error").Inc()
 			s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Str("tool", c.name).Msg("tool loop: saving a call awaiting approval failed; its answer will find it expired")

@@ -68,6 +68,10 @@ type session struct {
 	todos []byte     // the last list write_todos returned (todos.go); nil = none
 
 	pending []*call // calls shown to the client for approval (approval.go)
+
+	// thinking receives the current round's signed reasoning blocks
+	// (pipeline.Thinking); appendTurn keeps them on its assistant message.
+	thinking *pipeline.Thinking
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
@@ -104,6 +108,8 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	r := s.req.Clone()
 	r.Body = body
+	s.thinking = &pipeline.Thinking{}
+	r.Thinking = s.thinking
 	// An upstream error naming a message names the client's (pipeline.MessageMap).
 	r.Messages.Prepend(s.p.prepended)
 	if len(s.history) > 0 {
@@ -349,11 +355,16 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 		AfterClientCalls: s.afterClient})
 }
 
-// appendTurn adds the assistant message (its text and every call of the
-// turn) and the tool results, in call order, to the history.
+// appendTurn adds the assistant message (its text, every call of the turn
+// and the round's signed reasoning blocks) and the tool results, in call
+// order, to the history.
 func (s *session) appendTurn(text []byte, calls []*call, results []*pipeline.ToolResult) {
 	s.history = append(s.history, ',')
-	s.history = appendAssistant(s.history, text, calls)
+	var thinking []byte
+	if s.thinking != nil {
+		thinking = s.thinking.Blocks
+	}
+	s.history = appendAssistant(s.history, text, calls, thinking)
 	for i, r := range results {
 		s.history = append(s.history, ',')
 		s.history = appendToolMessage(s.history, calls[i].id, r.Content)
@@ -361,7 +372,10 @@ func (s *session) appendTurn(text []byte, calls []*call, results []*pipeline.Too
 	s.msgs += 1 + len(results)
 }
 
-func appendAssistant(dst, text []byte, calls []*call) []byte {
+// appendAssistant appends an assistant message. thinking, when set, is a
+// JSON array of the provider's signed reasoning blocks (pipeline.Thinking),
+// kept in the gateway's own member for the next round's request only.
+func appendAssistant(dst, text []byte, calls []*call, thinking []byte) []byte {
 	dst = append(dst, `{"role":"assistant","content":`...)
 	if len(text) == 0 {
 		dst = append(dst, "null"...)
@@ -371,6 +385,10 @@ func appendAssistant(dst, text []byte, calls []*call) []byte {
 	if len(calls) > 0 {
 		dst = append(dst, `,"tool_calls":`...)
 		dst = appendToolCalls(dst, calls, false)
+	}
+	if len(thinking) > 0 {
+		dst = append(dst, `,"`+pipeline.ThinkingMember+`":`...)
+		dst = append(dst, thinking...)
 	}
 	return append(dst, '}')
 }
@@ -396,7 +414,7 @@ func (s *session) saveHidden(ctx context.Context, text []byte, calls, client []*
 	if len(server) == 0 && (len(s.history) <= 1 || s.req.OnServerCall != nil) {
 		return
 	}
-	t := &HiddenTurn{Assistant: appendAssistant(nil, text, calls), Saved: time.Now()}
+	t := &HiddenTurn{Assistant: appendAssistant(nil, text, calls, nil), Saved: time.Now()}
 	if len(s.history) > 1 {
 		t.Prior = append([]byte(nil), s.history[1:]...) // history starts with ','
 	}
