@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -65,6 +67,10 @@ type providerClient struct {
 	// upstreamSeconds is this provider's histogram, resolved once.
 	upstreamSeconds prometheus.Observer
 	messages        bool // kind anthropic: chat is translated to the Messages API
+	// noStreamOptions: the provider refused stream_options (older Azure
+	// API versions do), which the gateway adds to ask for a stream's
+	// usage on a client's behalf: it is left out from then on.
+	noStreamOptions atomic.Bool
 }
 
 // NewUpstream builds a client pool per provider. Providers must have a base
@@ -206,8 +212,31 @@ func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, err
 	}
 	err := x.pc.hc.Do(x.freq, x.resp)
-	return u.answer(ctx, req, &x, err)
+	resp, err := u.answer(ctx, req, &x, err)
+	if err != nil && !x.noStreamOptions && x.pc.refusedStreamOptions(req, err) {
+		return u.Chat(ctx, req) // once more, without them
+	}
+	return resp, err
 }
+
+// refusedStreamOptions reports whether err is pc's refusal of the
+// stream_options the gateway added to req (the client asked for no usage),
+// and if so leaves them out of pc's requests from then on. A client that
+// asked for usage gets the refusal.
+//
+//go:noinline
+func (pc *providerClient) refusedStreamOptions(req *pipeline.Request, err error) bool {
+	var ue *pipeline.UpstreamError
+	if !req.Stream || req.IncludeUsage || pc.messages || !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamStatus ||
+		ue.Status != fasthttp.StatusBadRequest && ue.Status != fasthttp.StatusUnprocessableEntity ||
+		!bytes.Contains(ue.Body, streamOptionsName) {
+		return false
+	}
+	pc.noStreamOptions.Store(true)
+	return true
+}
+
+var streamOptionsName = []byte("stream_options")
 
 // upstreamCall is one call's state between prepare and answer.
 type upstreamCall struct {
@@ -217,6 +246,7 @@ type upstreamCall struct {
 	resp            *fasthttp.Response
 	c               *call
 	start, deadline time.Time
+	noStreamOptions bool // stream_options were left out (refusedStreamOptions)
 }
 
 // prepare builds the upstream request of req into x.
@@ -240,6 +270,14 @@ func (u *Upstream) prepare(ctx context.Context, req *pipeline.Request, x *upstre
 	body := req.Body
 	if !pc.messages {
 		body = withoutThinking(body) // the tool loop's member is Anthropic's alone
+		if req.Stream && !req.IncludeUsage && pc.noStreamOptions.Load() {
+			// Refused by this provider (refusedStreamOptions): the stream
+			// comes without usage, and the meter charges its estimate.
+			if b, err := sjson.DeleteBytes(body, "stream_options"); err == nil {
+				body = b
+			}
+			x.noStreamOptions = true
+		}
 	}
 	var model gjson.Result // the body's model string, to be replaced by the upstream's name
 	if pc.messages {

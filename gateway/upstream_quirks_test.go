@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
@@ -113,5 +116,52 @@ func TestUpstreamRunningUsageSentOnce(t *testing.T) {
 		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
 			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
 		}
+	}
+}
+
+// An upstream that refuses stream_options (older Azure API versions), which
+// the gateway adds to ask for a stream's usage on a client's behalf: every
+// stream of a client that asked for no usage failed with its 400. The
+// provider is asked once more without them, and never with them again; a
+// client that asked for usage itself gets the refusal.
+func TestUpstreamRefusingStreamOptions(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var calls []bool // whether each call carried stream_options
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		has := gjson.GetBytes(b, "stream_options").Exists()
+		mu.Lock()
+		calls = append(calls, has)
+		mu.Unlock()
+		if has {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"error":{"message":"Unrecognized request argument supplied: stream_options","type":"invalid_request_error","param":null,"code":null}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}]}`+
+			"\n\n"+`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	for i := range 2 {
+		acc, err := sdkStream(h, userMsg("hi"))
+		if err != nil || acc.Choices[0].Message.Content != "hi" {
+			t.Fatalf("stream %d: %v, %+v", i, err, acc.Choices)
+		}
+	}
+	mu.Lock()
+	if len(calls) != 3 || !calls[0] || calls[1] || calls[2] {
+		t.Fatalf("upstream calls with stream_options: %v, want [true false false]", calls)
+	}
+	mu.Unlock()
+	p := userMsg("hi")
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	_, err := sdkStream(h, p)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "stream_options") {
+		t.Fatalf("a client that asked for usage got %v, want the upstream's 400", err)
 	}
 }
