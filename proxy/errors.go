@@ -62,10 +62,10 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			// meaning-bearing fields, bounded in size. A key of the
 			// gateway's, quoted back by the upstream, is masked before the
 			// cut: a key the cut split would be a prefix no longer masked.
-			msg = truncate(redactString(ue.Messages.ClientText(e.Get("message").String())), 1024)
-			typ = orDefault(truncate(redactString(e.Get("type").String()), 64), typ)
-			param = truncate(redactString(ue.Messages.ClientParam(e.Get("param").String())), 64)
-			code = truncate(redactString(e.Get("code").String()), 64)
+			msg = redactCut(ue.Messages.ClientText(e.Get("message").String()), 1024)
+			typ = orDefault(redactCut(e.Get("type").String(), 64), typ)
+			param = redactCut(ue.Messages.ClientParam(e.Get("param").String()), 64)
+			code = redactCut(e.Get("code").String(), 64)
 		}
 		if msg == "" {
 			msg = "upstream returned status " + strconv.Itoa(ue.Status)
@@ -93,6 +93,21 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	default:
 		return serverEnvelope(http.StatusBadGateway, "upstream unreachable", pipeline.CodeUpstreamUnreachable)
 	}
+}
+
+// redactCut returns s with secrets masked, cut to at most n bytes; a mask
+// the cut would split goes whole.
+func redactCut(s string, n int) string {
+	r := redactString(s)
+	out := truncate(r, n)
+	if len(out) < len(r) {
+		for k := min(len(observe.Mask)-1, len(out)); k > 0; k-- {
+			if strings.HasSuffix(out, observe.Mask[:k]) && strings.HasPrefix(r[len(out)-k:], observe.Mask) {
+				return out[:len(out)-k]
+			}
+		}
+	}
+	return out
 }
 
 func redactString(s string) string {

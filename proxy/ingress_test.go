@@ -232,11 +232,16 @@ func TestMapErrorMasksAKeyCutByTheBound(t *testing.T) {
 	for _, c := range []struct {
 		field string
 		pad   int
-	}{{"message", 1024 - 20}, {"type", 64 - 20}, {"code", 64 - 20}, {"param", 64 - 20}} {
+	}{{"message", 1024 - 20}, {"type", 64 - 20}, {"code", 64 - 20}, {"param", 64 - 20},
+		{"message", 1024 - 4}, {"type", 64 - 4}, {"code", 64 - 4}, {"param", 64 - 4}} {
 		body := `{"error":{"` + c.field + `":"` + strings.Repeat("x", c.pad) + secret + `"}}`
 		env := mapError(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 400, Body: []byte(body)})
 		if containsAny(env.body, secret[:20]) {
 			t.Errorf("%s: a prefix of the key reached the client: %s", c.field, env.body)
+		}
+		// Nor half a mask: the cut takes it whole.
+		if v := gjson.GetBytes(env.body, "error."+c.field).Str; strings.Contains(v, "[RED") && !strings.HasSuffix(v, observe.Mask) {
+			t.Errorf("%s: the cut split the mask: %q", c.field, v)
 		}
 	}
 }
