@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/internal/testproc"
@@ -793,6 +794,33 @@ func TestResponsesAnthropicReasoning(t *testing.T) {
 		if !contains(sum.Events, want) {
 			t.Errorf("stream lacks %s: %v", want, sum.Events)
 		}
+	}
+}
+
+// With reasoning.summary asked for (as the Vercel AI SDK asks, which shows
+// only a summary), the reasoning text is the item's summary_text part, with
+// the summary events, as OpenAI's reasoning models give theirs; it used to be
+// reasoning_text content only, which such a client shows as empty.
+func TestResponsesReasoningSummary(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	params := responses.ResponseNewParams{Model: "claude-small", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")},
+		Reasoning: shared.ReasoningParam{Summary: shared.ReasoningSummaryAuto}}
+	streamed, sum := h.streamResponse(params)
+	for i, r := range []responses.Response{h.respond(params, false), streamed} {
+		rs := r.Output[0].AsReasoning()
+		if len(rs.Summary) != 1 || rs.Summary[0].Text != "The user greets me." || len(rs.Content) != 0 {
+			t.Fatalf("answer %d: reasoning %s", i, r.Output[0].RawJSON())
+		}
+	}
+	for _, want := range []string{"response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+		"response.reasoning_summary_text.done", "response.reasoning_summary_part.done"} {
+		if !contains(sum.Events, want) {
+			t.Errorf("stream lacks %s: %v", want, sum.Events)
+		}
+	}
+	if contains(sum.Events, "response.reasoning_text.delta") {
+		t.Errorf("the reasoning was sent twice: %v", sum.Events)
 	}
 }
 

@@ -71,7 +71,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand)
 	id := "resp_" + hex.EncodeToString(rnd[:])
-	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo}
+	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo, Summary: rq.Summary}
 	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h}
 	if rq.Stream {
 		form.enc = wire.NewResponsesStream(h)

@@ -28,6 +28,9 @@ type Request struct {
 	// Echo is the request's settings as the response object reports them
 	// (wire.ResponsesHeader.Echo).
 	Echo []byte
+	// Summary: reasoning.summary asked for a reasoning summary
+	// (wire.ResponsesHeader.Summary).
+	Summary bool
 }
 
 // Head reads what must be known before a request is translated: the model
@@ -95,6 +98,9 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 	}
 	r.Chat = append(c, '}')
 	r.Echo = echo(root)
+	if sum := root.Get("reasoning.summary"); sum.Type == gjson.String && sum.Str != "" && sum.Str != "none" {
+		r.Summary = true
+	}
 	return r, nil
 }
 

@@ -20,6 +20,11 @@ type ResponsesHeader struct {
 	Created int64
 	Model   string
 	Echo    []byte
+	// Summary: the request asked for a reasoning summary (reasoning.summary):
+	// reasoning text goes as the item's summary_text part
+	// (response.reasoning_summary_text.delta), as OpenAI's reasoning models
+	// give theirs, not as reasoning_text content.
+	Summary bool
 }
 
 // Responses encodes a response's events in the Responses API's form: as
@@ -367,8 +372,13 @@ func (r *Responses) reasoningText(dst []byte, text []byte) []byte {
 	if !r.stream {
 		return dst
 	}
-	dst = r.event(dst, "response.reasoning_text.delta")
-	dst = r.partRef(dst, r.reason, 0)
+	if r.h.Summary {
+		dst = r.event(dst, "response.reasoning_summary_text.delta")
+		dst = r.summaryRef(dst, r.reason)
+	} else {
+		dst = r.event(dst, "response.reasoning_text.delta")
+		dst = r.partRef(dst, r.reason, 0)
+	}
 	dst = append(dst, `,"delta":`...)
 	dst = appendString(dst, text)
 	return endEvent(dst)
@@ -479,6 +489,13 @@ func (r *Responses) partAdded(dst []byte, i, p int) []byte {
 	if !r.stream {
 		return dst
 	}
+	if r.summaryOf(i) {
+		dst = r.event(dst, "response.reasoning_summary_part.added")
+		dst = r.summaryRef(dst, i)
+		dst = append(dst, `,"part":`...)
+		dst = r.appendPart(dst, i, p)
+		return endEvent(dst)
+	}
 	dst = r.event(dst, "response.content_part.added")
 	dst = r.partRef(dst, i, p)
 	dst = append(dst, `,"part":`...)
@@ -495,6 +512,17 @@ func (r *Responses) partDone(dst []byte, i, p int) []byte {
 		return dst
 	}
 	switch {
+	case r.summaryOf(i):
+		dst = r.event(dst, "response.reasoning_summary_text.done")
+		dst = r.summaryRef(dst, i)
+		dst = append(dst, `,"text":`...)
+		dst = appendString(dst, part.text)
+		dst = endEvent(dst)
+		dst = r.event(dst, "response.reasoning_summary_part.done")
+		dst = r.summaryRef(dst, i)
+		dst = append(dst, `,"part":`...)
+		dst = r.appendPart(dst, i, p)
+		return endEvent(dst)
 	case r.items[i].kind == itemReasoning:
 		dst = r.event(dst, "response.reasoning_text.done")
 		dst = r.partRef(dst, i, p)
@@ -525,6 +553,18 @@ func (r *Responses) itemRef(dst []byte, i int) []byte {
 	return strconv.AppendInt(dst, int64(i), 10)
 }
 
+// summaryRef appends the members that name the summary part of reasoning
+// item i in an event (there is one, summary_index 0).
+func (r *Responses) summaryRef(dst []byte, i int) []byte {
+	dst = r.itemRef(dst, i)
+	return append(dst, `,"summary_index":0`...)
+}
+
+// summaryOf reports whether item i's text is a reasoning summary.
+func (r *Responses) summaryOf(i int) bool {
+	return r.h.Summary && r.items[i].kind == itemReasoning
+}
+
 func (r *Responses) partRef(dst []byte, i, p int) []byte {
 	dst = r.itemRef(dst, i)
 	dst = append(dst, `,"content_index":`...)
@@ -534,6 +574,11 @@ func (r *Responses) partRef(dst []byte, i, p int) []byte {
 // appendPart appends content part p of item i as it stands.
 func (r *Responses) appendPart(dst []byte, i, p int) []byte {
 	part := &r.items[i].parts[p]
+	if r.summaryOf(i) {
+		dst = append(dst, `{"type":"summary_text","text":`...)
+		dst = appendString(dst, part.text)
+		return append(dst, '}')
+	}
 	if r.items[i].kind == itemReasoning {
 		dst = append(dst, `{"type":"reasoning_text","text":`...)
 		dst = appendString(dst, part.text)
@@ -586,10 +631,14 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 	case itemReasoning:
 		dst = append(dst, `{"id":`...)
 		dst = jsonstring.Append(dst, it.id)
-		dst = append(dst, `,"type":"reasoning","summary":[],"status":"`...)
+		dst = append(dst, `,"type":"reasoning","summary":[`...)
+		if whole && r.h.Summary {
+			dst = r.appendPart(dst, i, 0)
+		}
+		dst = append(dst, `],"status":"`...)
 		dst = append(dst, status...)
 		dst = append(dst, `","content":[`...)
-		if whole {
+		if whole && !r.h.Summary {
 			dst = r.appendPart(dst, i, 0)
 		}
 		return append(dst, "]}"...)
