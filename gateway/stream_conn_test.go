@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -298,5 +299,78 @@ func TestPassthroughToHTTP10(t *testing.T) {
 		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 			t.Errorf("%s: after the answer the connection gave %v, want EOF", q, err)
 		}
+	}
+}
+
+// An HTTP/1.0 pass-through answer whose body is empty still gets its head
+// (it was written only with the body's first bytes), and a shutdown waits
+// for an HTTP/1.0 answer still being copied, as it waits for a chat stream:
+// an unframed body cut short would look complete.
+func TestPassthroughToHTTP10EmptyAndShutdown(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") == "" {
+			w.WriteHeader(200) // no body
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":0}\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	u, err := url.Parse(h.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-x","input":"hi"}`
+	req := func(q string) string {
+		return "POST /v1/embeddings" + q + " HTTP/1.0\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: " +
+			strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	c, br := dialGateway(t, u.Host)
+	write(t, c, req(""))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("an empty answer: %v", err)
+	}
+	c, br = dialGateway(t, u.Host)
+	write(t, c, req("?slow=1"))
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, len("data: {\"n\":0}\n\n"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- h.srv.Shutdown(ctx)
+	}()
+	select {
+	case err := <-shut:
+		t.Fatalf("shutdown returned (%v) with an answer still being copied", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the answer's rest %q, %v", rest, err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v", err)
 	}
 }

@@ -141,9 +141,13 @@ func (s *Server) writeBody(ctx *fasthttp.RequestCtx, x *exchange, body fasthttp.
 	}
 	ctx.Response.SetConnectionClose()
 	ctx.Response.Header.SetContentLength(-2) // no framing: the body ends with the connection
-	h := &passHandOver{head: ctx.Response.Header.AppendBytes(nil), body: body}
-	// Until fasthttp hands the connection over, a connection it closes
-	// instead ends the copy as a client that left does (connState).
+	h := &passHandOver{s: s, head: ctx.Response.Header.AppendBytes(nil), body: body}
+	// fasthttp stops counting a connection it hands over: Shutdown waits
+	// for the copy as for a chat stream (an unframed body cut by a
+	// shutdown would look complete). Until fasthttp hands the connection
+	// over, a connection it closes instead ends the copy as a client that
+	// left does (connState).
+	s.chats.add()
 	s.awaiting.Store(conn, h)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
@@ -156,31 +160,41 @@ func (s *Server) writeBody(ctx *fasthttp.RequestCtx, x *exchange, body fasthttp.
 		defer func() {
 			if r := recover(); r != nil {
 				s.logPanic(r, x) // the client sees its answer cut, never a hang
+				s.finish(x)      // once: the copy may have finished it
 			}
 			s.connsMu.Lock()
 			delete(s.streaming, conn)
 			s.connsMu.Unlock()
 			s.closeKept(conn) // the end of the body (the server keeps hijacked connections)
+			s.chats.done()
 		}()
 		w := bufio.NewWriterSize(c, 4<<10)
 		if _, err := w.Write(h.head); err != nil {
-			h.abandon()
+			h.body(goneBody())
 			return
 		}
-		body(w) // each write flushed (relay)
+		body(w)       // each write flushed (relay)
+		_ = w.Flush() // the head, when the body was empty
 	})
 }
 
 // passHandOver is a pass-through answer to an HTTP/1.0 client waiting for
 // its connection to be handed over: the head to write, then the body.
 type passHandOver struct {
+	s    *Server
 	head []byte
 	body fasthttp.StreamWriter
 }
 
 // abandon runs the copy for a client that is gone: it releases the
 // upstream answer, charges its usage and finishes the request.
-func (h *passHandOver) abandon() { h.body(bufio.NewWriterSize(goneWriter{}, 16)) }
+func (h *passHandOver) abandon() {
+	h.body(goneBody())
+	h.s.chats.done()
+}
+
+// goneBody is the writer of a client that is gone.
+func goneBody() *bufio.Writer { return bufio.NewWriterSize(goneWriter{}, 16) }
 
 // goneWriter is the connection of a client that is gone.
 type goneWriter struct{}
