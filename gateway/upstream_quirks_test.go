@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -146,6 +147,13 @@ func TestUpstreamRefusingStreamOptions(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	// stream_options of the client's own: its refusal is the client's, and
+	// marks nothing (a client must not turn metering off for everyone).
+	own := userMsg("hi")
+	own.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeObfuscation: openai.Bool(false)}
+	if _, err := sdkStream(h, own); err == nil {
+		t.Fatal("a client's own stream_options were taken out")
+	}
 	for i := range 2 {
 		acc, err := sdkStream(h, userMsg("hi"))
 		if err != nil || acc.Choices[0].Message.Content != "hi" {
@@ -153,8 +161,8 @@ func TestUpstreamRefusingStreamOptions(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if len(calls) != 3 || !calls[0] || calls[1] || calls[2] {
-		t.Fatalf("upstream calls with stream_options: %v, want [true false false]", calls)
+	if want := "[true true false false]"; fmt.Sprint(calls) != want {
+		t.Fatalf("upstream calls with stream_options: %v, want %s", calls, want)
 	}
 	mu.Unlock()
 	p := userMsg("hi")

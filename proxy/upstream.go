@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -207,36 +206,68 @@ func (u *Upstream) provider(name string) *providerClient { return u.providers[na
 // stack for the whole stream: a path that stays within Go's 8 KiB stack
 // holds half the memory per open stream of one that grows it to 16 KiB.
 func (u *Upstream) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-	var x upstreamCall
+	return u.call(ctx, req, false)
+}
+
+// call is Chat, with the stream_options the gateway added left out when
+// without is set.
+func (u *Upstream) call(ctx context.Context, req *pipeline.Request, without bool) (*pipeline.Response, error) {
+	x := upstreamCall{noStreamOptions: without}
 	if err := u.prepare(ctx, req, &x); err != nil {
 		return nil, err
 	}
 	err := x.pc.hc.Do(x.freq, x.resp)
 	resp, err := u.answer(ctx, req, &x, err)
-	if err != nil && !x.noStreamOptions && x.pc.refusedStreamOptions(req, err) {
-		return u.Chat(ctx, req) // once more, without them
+	if err != nil && !x.noStreamOptions && !x.pc.messages && refusedStreamOptions(req, err) {
+		// Once more without them; the provider is marked only when that
+		// call is answered, so that an unrelated 400 marks nothing.
+		if resp, err = u.call(ctx, req, true); err == nil {
+			x.pc.noStreamOptions.Store(true)
+		}
 	}
 	return resp, err
 }
 
-// refusedStreamOptions reports whether err is pc's refusal of the
-// stream_options the gateway added to req (the client asked for no usage),
-// and if so leaves them out of pc's requests from then on. A client that
-// asked for usage gets the refusal.
+// refusedStreamOptions reports whether err is the upstream's refusal of
+// the stream_options the gateway added to req to meter a stream whose
+// client asked for no usage (they are then {"include_usage":true} and
+// nothing else): a 400 or 422 whose error names stream_options as its param,
+// or says it knows no such argument (older Azure API versions: "Unrecognized
+// request argument supplied: stream_options"). A client that asked for
+// usage, or sent stream_options of its own, gets the refusal.
 //
 //go:noinline
-func (pc *providerClient) refusedStreamOptions(req *pipeline.Request, err error) bool {
+func refusedStreamOptions(req *pipeline.Request, err error) bool {
 	var ue *pipeline.UpstreamError
-	if !req.Stream || req.IncludeUsage || pc.messages || !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamStatus ||
-		ue.Status != fasthttp.StatusBadRequest && ue.Status != fasthttp.StatusUnprocessableEntity ||
-		!bytes.Contains(ue.Body, streamOptionsName) {
+	if !req.Stream || req.IncludeUsage || !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamStatus ||
+		ue.Status != fasthttp.StatusBadRequest && ue.Status != fasthttp.StatusUnprocessableEntity {
 		return false
 	}
-	pc.noStreamOptions.Store(true)
-	return true
+	so := gjson.GetBytes(req.Body, "stream_options")
+	n := 0
+	so.ForEach(func(_, _ gjson.Result) bool { n++; return true })
+	if n != 1 || !so.Get("include_usage").Bool() {
+		return false
+	}
+	e := gjson.GetBytes(ue.Body, "error")
+	if strings.HasPrefix(e.Get("param").Str, "stream_options") {
+		return true
+	}
+	msg := strings.ToLower(e.Get("message").Str)
+	if !strings.Contains(msg, "stream_options") {
+		return false
+	}
+	for _, w := range unknownArgument {
+		if strings.Contains(msg, w) {
+			return true
+		}
+	}
+	return false
 }
 
-var streamOptionsName = []byte("stream_options")
+// unknownArgument are the words of an error that says an argument is not
+// one the upstream knows.
+var unknownArgument = []string{"unrecognized", "unknown", "extra", "not permitted", "not allowed", "unsupported", "not supported"}
 
 // upstreamCall is one call's state between prepare and answer.
 type upstreamCall struct {
@@ -270,7 +301,7 @@ func (u *Upstream) prepare(ctx context.Context, req *pipeline.Request, x *upstre
 	body := req.Body
 	if !pc.messages {
 		body = withoutThinking(body) // the tool loop's member is Anthropic's alone
-		if req.Stream && !req.IncludeUsage && pc.noStreamOptions.Load() {
+		if req.Stream && !req.IncludeUsage && (x.noStreamOptions || pc.noStreamOptions.Load()) {
 			// Refused by this provider (refusedStreamOptions): the stream
 			// comes without usage, and the meter charges its estimate.
 			if b, err := sjson.DeleteBytes(body, "stream_options"); err == nil {
