@@ -5,11 +5,9 @@ import (
 	"context"
 	"io"
 	"sync/atomic"
-	"unsafe"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Priming limits: a stream that sends this many chunks (or bytes) without
@@ -45,7 +43,7 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 		if len(c) > 0 && c[0] == ':' {
 			continue
 		}
-		if hasContent(c) || len(buf) >= maxPrimeChunks || size >= maxPrimeBytes {
+		if wire.ChunkHasContent(c) || len(buf) >= maxPrimeChunks || size >= maxPrimeBytes {
 			if !stop() { // ctx ended meanwhile and closed s
 				return nil, context.Cause(ctx)
 			}
@@ -60,44 +58,6 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 		buf = append(buf, bytes.Clone(c))
 		size += len(c)
 	}
-}
-
-// hasContent reports whether a chunk carries something the client sees as
-// the answer: a non-empty content (a string, or a list of parts as
-// Mistral's reasoning models stream it), refusal or reasoning delta,
-// tool_calls, a function_call or audio delta, or a finish_reason (a
-// non-empty string). chunk is only read; any bytes are safe.
-func hasContent(chunk []byte) bool {
-	found := false
-	// gjson.Get on a string view: GetBytes would copy the result, and
-	// nothing read here outlives the call.
-	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
-		// Ollama and SGLang send "finish_reason":"" on every chunk: only
-		// a reason ends the choice.
-		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
-			found = true
-			return false
-		}
-		d := c.Get("delta")
-		if !d.IsObject() {
-			return true
-		}
-		d.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
-			case "content":
-				found = (v.Type == gjson.String && v.Str != "") || (v.IsArray() && v.Get("0").Exists())
-			case "refusal", "reasoning_content", "reasoning":
-				found = v.Type == gjson.String && v.Str != ""
-			case "tool_calls":
-				found = v.IsArray() && v.Get("0").Exists()
-			case "function_call", "audio":
-				found = v.IsObject()
-			}
-			return !found
-		})
-		return !found
-	})
-	return found
 }
 
 // replayStream yields the chunks buffered while priming, then the first

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 const (
@@ -142,8 +143,8 @@ func TestHasContent(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := hasContent([]byte(tc.chunk)); got != tc.want {
-				t.Fatalf("hasContent = %v, want %v", got, tc.want)
+			if got := wire.ChunkHasContent([]byte(tc.chunk)); got != tc.want {
+				t.Fatalf("ChunkHasContent = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -154,8 +155,8 @@ func FuzzHasContent(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		hasContent(b)
-		if hasContent(b) != hasContent(append([]byte(nil), b...)) {
+		wire.ChunkHasContent(b)
+		if wire.ChunkHasContent(b) != wire.ChunkHasContent(append([]byte(nil), b...)) {
 			t.Fatal("not deterministic")
 		}
 	})

@@ -212,6 +212,7 @@ type meteredStream struct {
 	tail     []byte
 	ended    bool
 	complete atomic.Bool // the stream came to its end (io.EOF)
+	content  atomic.Bool // a chunk with content was passed on (wire.ChunkHasContent)
 	buf      *[]byte     // from chunkBufs: the last chunk without its usage member, until the next Next
 	// chunks counts the chunks without usage passed on: what a stream that
 	// ends without usage (cut, or a client that left before its usage
@@ -269,6 +270,9 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	c, ok := wire.ParseChatUsage(wire.ChunkUsage(chunk))
 	if !ok {
 		s.chunks.Add(1)
+		if !s.content.Load() && wire.ChunkHasContent(chunk) {
+			s.content.Store(true) // read until the first content: usually a chunk or two
+		}
 		if s.strip {
 			// Asked for on the client's behalf, the upstream puts
 			// "usage": null on every chunk; a client that did not ask
@@ -382,7 +386,7 @@ func (s *meteredStream) end() {
 		s.l.charge(s.ctx, s.r, tokensOf(usage), true)
 		return
 	}
-	if !s.complete.Load() && s.chunks.Load() <= 1 {
+	if !s.complete.Load() && !s.content.Load() {
 		// Failed (or left by its client) before any content: charged
 		// nothing, as the same failure of a JSON answer is. A fallback's
 		// failed attempt does not add to what the answer costs.

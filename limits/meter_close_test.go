@@ -152,7 +152,10 @@ func TestStreamFailedBeforeContentChargesNothing(t *testing.T) {
 			if !stream {
 				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "p", Err: io.ErrUnexpectedEOF}
 			}
-			return &pipeline.Response{Stream: &failingStream{chunks: []string{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`}}}, nil
+			// An empty preamble chunk (Azure's prompt_filter_results) and
+			// the role chunk: no content yet.
+			return &pipeline.Response{Stream: &failingStream{chunks: []string{`{"choices":[],"prompt_filter_results":[]}`,
+				`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`}}}, nil
 		})
 		r := &pipeline.Request{Model: "gpt-x", Stream: stream, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"},
 			Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("long prompt ", 100) + `"}]}`)}
@@ -192,3 +195,34 @@ func (s *failingStream) Next() ([]byte, error) {
 }
 
 func (s *failingStream) Close() {}
+
+// A stream cut after content it passed on is charged, even when its first
+// chunk carried the role and the content together (as TGI sends it).
+func TestStreamCutAfterContentIsCharged(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	l := newLimiterAt(t, "", NewMemoryStore, "w", func() time.Time { return at })
+	up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: &failingStream{chunks: []string{`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`}}}, nil
+	})
+	r := &pipeline.Request{Model: "gpt-x", Stream: true, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"},
+		Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`)}
+	resp, err := l.Meter(up).Chat(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := resp.Stream.Next(); err != nil {
+			break
+		}
+	}
+	resp.Stream.Close()
+	l.Flush()
+	body, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := gjson.GetBytes(body, `data.#(group=="w")`); w.Get("input_tokens").Int() == 0 {
+		t.Fatalf("a stream cut after its content was not charged: %s", body)
+	}
+}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -20,4 +21,42 @@ func ContentText(c gjson.Result) string {
 		return true
 	})
 	return strings.Join(parts, "\n")
+}
+
+// ChunkHasContent reports whether a chat chunk carries something the client
+// sees as the answer: a non-empty content (a string, or a list of parts as
+// Mistral's reasoning models stream it), refusal or reasoning delta,
+// tool_calls, a function_call or audio delta, or a finish_reason (a
+// non-empty string). chunk is only read; any bytes are safe.
+func ChunkHasContent(chunk []byte) bool {
+	found := false
+	// gjson.Get on a string view: GetBytes would copy the result, and
+	// nothing read here outlives the call.
+	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
+		// Ollama and SGLang send "finish_reason":"" on every chunk: only
+		// a reason ends the choice.
+		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+			found = true
+			return false
+		}
+		d := c.Get("delta")
+		if !d.IsObject() {
+			return true
+		}
+		d.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "content":
+				found = (v.Type == gjson.String && v.Str != "") || (v.IsArray() && v.Get("0").Exists())
+			case "refusal", "reasoning_content", "reasoning":
+				found = v.Type == gjson.String && v.Str != ""
+			case "tool_calls":
+				found = v.IsArray() && v.Get("0").Exists()
+			case "function_call", "audio":
+				found = v.IsObject()
+			}
+			return !found
+		})
+		return !found
+	})
+	return found
 }
