@@ -173,3 +173,31 @@ func TestUpstreamRefusingStreamOptions(t *testing.T) {
 		t.Fatalf("a client that asked for usage got %v, want the upstream's 400", err)
 	}
 }
+
+// An upstream that ignores "stream": true and answers JSON: the client's
+// SDK gets the stream of that answer, its usage when it asked for it, and
+// none when it did not.
+func TestUpstreamThatDoesNotStream(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,`+
+			`"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`)
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	for _, asked := range []bool{true, false} {
+		p := userMsg("hi")
+		if asked {
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		acc, err := sdkStream(h, p)
+		raw, _ := h.lastRaw()
+		if err != nil || acc.Choices[0].Message.Content != "Hello there" || acc.Choices[0].FinishReason != "stop" || (acc.Usage.TotalTokens == 7) != asked {
+			t.Fatalf("asked %v: %v, %+v, usage %d\n%s", asked, err, acc.Choices, acc.Usage.TotalTokens, raw)
+		}
+		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
+			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
+		}
+	}
+}

@@ -155,14 +155,16 @@ func BenchmarkNoAnswer(b *testing.B) {
 
 // A stream request answered with JSON: an error object is the failure it is
 // in a JSON answer, with the same envelope (its message kept, a window
-// error a 400); another body is a malformed answer. It was read as an event
-// stream without events: a cut, whose 502 lost the upstream's message.
+// error a 400); a chat.completion (an upstream that does not stream) is the
+// stream of it; another body is a malformed answer. It was all read as an
+// event stream without events: a cut, whose 502 lost the upstream's message.
 func TestStreamAnsweredWithJSON(t *testing.T) {
 	t.Parallel()
 	bodies := map[string]string{
 		"overloaded": `{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}`,
 		"window":     `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
 		"completion": `{"id":"c","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`,
+		"nothing":    `{"object":"list"}`,
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
@@ -180,11 +182,38 @@ func TestStreamAnsweredWithJSON(t *testing.T) {
 			t.Fatalf("%s: JSON %d %s\nstream %d %s", name, je.status, je.body, se.status, se.body)
 		}
 	}
+	// An upstream that does not stream: its answer comes as the stream of
+	// it, under the client's model name.
 	sreq := chatReq(true)
 	sreq.ID = "completion"
-	_, err := u.Chat(context.Background(), sreq)
+	resp, err := u.Chat(context.Background(), sreq)
+	if err != nil || resp.Stream == nil {
+		t.Fatalf("a completion for a stream: %v", err)
+	}
+	var text strings.Builder
+	finish := ""
+	for {
+		c, err := resp.Stream.Next()
+		if err != nil {
+			break
+		}
+		if gjson.GetBytes(c, "model").Str != "m" {
+			t.Fatalf("chunk %s", c)
+		}
+		text.WriteString(gjson.GetBytes(c, "choices.0.delta.content").Str)
+		if f := gjson.GetBytes(c, "choices.0.finish_reason").Str; f != "" {
+			finish = f
+		}
+	}
+	resp.Stream.Close()
+	if text.String() != "hi" || finish != "stop" {
+		t.Fatalf("streamed %q, finish %q", text.String(), finish)
+	}
+	// A body that is neither an error nor an answer is malformed.
+	sreq.ID = "nothing"
+	_, err = u.Chat(context.Background(), sreq)
 	var ue *pipeline.UpstreamError
 	if !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamMalformed {
-		t.Fatalf("a completion for a stream: %v, want a malformed answer", err)
+		t.Fatalf("an empty object for a stream: %v, want a malformed answer", err)
 	}
 }

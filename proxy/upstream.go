@@ -26,6 +26,7 @@ import (
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // maxErrorBody bounds how much of an upstream error body is kept.
@@ -461,7 +462,11 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		if e := gjson.GetBytes(body, "error"); e.Exists() && e.Type != gjson.Null {
 			return nil, pc.errorAnswer(body, errErrorEvent, req.Messages)
 		}
-		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errJSONForStream}
+		if len(body) == maxErrorBody || !jsonvalid.Bytes(body) || pc.noAnswer(body, req.Messages) != nil {
+			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errJSONForStream}
+		}
+		// An upstream that does not stream: its answer, as the stream of it.
+		return &pipeline.Response{Stream: completionStream(body, req.Model)}, nil
 	}
 	conn := c.conn.Load()
 	if !c.end() {
@@ -484,6 +489,40 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	}
 	return &pipeline.Response{Stream: s}, nil
 }
+
+// completionStream is a chat.completion (an upstream's JSON answer to a
+// stream request) as the chunks a stream of it carries, under model,
+// encoded by wire.ChatSSE as every stream the gateway makes is. Its usage
+// chunk is there for the meter, which takes it out for a client that did
+// not ask for it.
+func completionStream(body []byte, model string) pipeline.Stream {
+	res := gjson.GetManyBytes(body, "id", "created", "system_fingerprint", "service_tier")
+	enc := wire.NewChatSSE(wire.Header{ID: res[0].Str, Created: res[1].Int(), Model: model,
+		Fingerprint: res[2].Str, ServiceTier: res[3].Str, IncludeUsage: true})
+	var chunks [][]byte
+	wire.DecodeCompletion(body, func(e *wire.Event) {
+		if c := enc.Encode(nil, e); len(c) > 0 {
+			chunks = append(chunks, c)
+		}
+	})
+	return &chunkList{chunks: chunks}
+}
+
+// chunkList is a stream of chunks all at hand.
+type chunkList struct {
+	chunks [][]byte
+}
+
+func (l *chunkList) Next() ([]byte, error) {
+	if len(l.chunks) == 0 {
+		return nil, io.EOF
+	}
+	c := l.chunks[0]
+	l.chunks = l.chunks[1:]
+	return c, nil
+}
+
+func (l *chunkList) Close() {}
 
 // errJSONForStream is the failure of a stream request answered with a
 // JSON body that is not an error.
