@@ -17,7 +17,7 @@ const keyVersion = "v1"
 // ignoredFields are request members that never change the answer: transport
 // (stream, stream_options), attribution (user, metadata, safety_identifier),
 // provider-side caching and storage hints, and the client's model name
-// (replaced by the route and its resolved upstream model: resolvedModel).
+// (replaced by the route and its resolved upstream model: appendResolvedModel).
 // Every other member, known or not, is part of the key: a field we do not
 // understand may change the answer, so it must not produce a false hit.
 var ignoredFields = map[string]bool{
@@ -35,20 +35,23 @@ var ignoredFields = map[string]bool{
 	"request_id":             true,
 }
 
-// resolvedModel names what answers: the route (the configured model the
+// appendResolvedModel appends what answers (each name quoted, so the
+// parts cannot run into each other): the route (the configured model the
 // client named) and the deployment's provider and upstream name, else the
 // client's name. The route counts, not only its upstream: two models of one
 // upstream model may differ in what they answer with (the server tools
 // offered to each, tool selection, prompted tool calling, fallbacks).
-func resolvedModel(r *pipeline.Request) string {
-	s := "client/" + r.Model
+func appendResolvedModel(dst []byte, r *pipeline.Request) []byte {
 	if r.Route != nil {
-		s = "route/" + r.Route.Name
+		dst = jsonstring.Append(append(dst, "route"...), r.Route.Name)
+	} else {
+		dst = jsonstring.Append(append(dst, "client"...), r.Model)
 	}
 	if t := r.TargetOrDefault(); t != nil {
-		s += "\x00" + t.Provider + "/" + t.Upstream
+		dst = jsonstring.Append(dst, t.Provider)
+		dst = jsonstring.Append(dst, t.Upstream)
 	}
-	return s
+	return dst
 }
 
 // requestKey returns the cache key of r: a namespace ("tenant:<name>:" or
@@ -58,7 +61,7 @@ func requestKey(r *pipeline.Request, toolSet string, shared bool) string {
 	c := getCanon()
 	c.buf = append(c.buf, keyVersion...)
 	c.buf = append(c.buf, 0)
-	c.buf = jsonstring.Append(c.buf, resolvedModel(r))
+	c.buf = appendResolvedModel(c.buf, r)
 	c.buf = append(c.buf, 0)
 	c.buf = jsonstring.Append(c.buf, toolSet)
 	c.buf = append(c.buf, 0)
