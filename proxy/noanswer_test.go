@@ -217,3 +217,46 @@ func TestStreamAnsweredWithJSON(t *testing.T) {
 		t.Fatalf("an empty object for a stream: %v, want a malformed answer", err)
 	}
 }
+
+// A JSON answer to a stream request is read up to the provider's
+// max_response_bytes, as a JSON answer is: one over the 64 KiB an error body
+// is read to comes whole, one over the bound is malformed.
+func TestStreamAnsweredWithLargeJSON(t *testing.T) {
+	t.Parallel()
+	text := strings.Repeat("long answer ", 10000) // 120 KB
+	answer := `{"id":"c","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"` + text + `"},"finish_reason":"stop"}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(answer))
+	}))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		extra string
+		whole bool
+	}{{"", true}, {"max_response_bytes = 100000", false}} {
+		_, u := testUpstream(t, srv.URL+"/v1", c.extra)
+		resp, err := u.Chat(context.Background(), chatReq(true))
+		if !c.whole {
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamMalformed {
+				t.Fatalf("over max_response_bytes: %v, want a malformed answer", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got strings.Builder
+		for {
+			chunk, err := resp.Stream.Next()
+			if err != nil {
+				break
+			}
+			got.WriteString(gjson.GetBytes(chunk, "choices.0.delta.content").Str)
+		}
+		resp.Stream.Close()
+		if got.String() != text {
+			t.Fatalf("streamed %d bytes of %d", got.Len(), len(text))
+		}
+	}
+}

@@ -453,8 +453,10 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	if !pc.messages && isJSON(resp.Header.ContentType()) {
 		// A stream asked for and JSON answered: an error object after the
 		// 200, which is the failure it is in a JSON answer (errorAnswer),
-		// or an upstream that does not stream.
-		body := readErrorBody(resp)
+		// or an upstream that does not stream, whose answer is bounded as
+		// a JSON answer is (max_response_bytes).
+		limit := max(pc.cfg.MaxResponseBytes, maxErrorBody)
+		body := readBounded(resp, limit)
 		pc.endCall(c, freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -462,7 +464,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		if e := gjson.GetBytes(body, "error"); e.Exists() && e.Type != gjson.Null {
 			return nil, pc.errorAnswer(body, errErrorEvent, req.Messages)
 		}
-		if len(body) == maxErrorBody || !jsonvalid.Bytes(body) || pc.noAnswer(body, req.Messages) != nil {
+		if len(body) >= limit || !jsonvalid.Bytes(body) || pc.noAnswer(body, req.Messages) != nil {
 			return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errJSONForStream}
 		}
 		// An upstream that does not stream: its answer, as the stream of it.
@@ -591,14 +593,17 @@ func release(req *fasthttp.Request, resp *fasthttp.Response) {
 }
 
 // readErrorBody copies at most maxErrorBody bytes of an error response.
-func readErrorBody(resp *fasthttp.Response) []byte {
+func readErrorBody(resp *fasthttp.Response) []byte { return readBounded(resp, maxErrorBody) }
+
+// readBounded reads at most limit bytes of resp's body.
+func readBounded(resp *fasthttp.Response, limit int) []byte {
 	if s := resp.BodyStream(); s != nil {
 		buf := make([]byte, 0, 4096)
-		for len(buf) < maxErrorBody {
+		for len(buf) < limit {
 			if len(buf) == cap(buf) {
 				buf = append(buf, 0)[:len(buf)]
 			}
-			n, err := s.Read(buf[len(buf):cap(buf)])
+			n, err := s.Read(buf[len(buf):min(cap(buf), limit)])
 			buf = buf[:len(buf)+n]
 			if err != nil {
 				break
@@ -607,8 +612,8 @@ func readErrorBody(resp *fasthttp.Response) []byte {
 		return buf
 	}
 	b := resp.Body()
-	if len(b) > maxErrorBody {
-		b = b[:maxErrorBody]
+	if len(b) > limit {
+		b = b[:limit]
 	}
 	return append([]byte(nil), b...)
 }
