@@ -13,17 +13,21 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// chunkStream yields chunks, then io.EOF; Close may come from any
-// goroutine.
+// chunkStream yields chunks, then end (io.EOF when nil); Close may come
+// from any goroutine.
 type chunkStream struct {
 	mu     sync.Mutex
 	chunks []string
+	end    error
 }
 
 func (s *chunkStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.chunks) == 0 {
+		if s.end != nil {
+			return nil, s.end
+		}
 		return nil, io.EOF
 	}
 	c := s.chunks[0]
@@ -154,8 +158,8 @@ func TestStreamFailedBeforeContentChargesNothing(t *testing.T) {
 			}
 			// An empty preamble chunk (Azure's prompt_filter_results) and
 			// the role chunk: no content yet.
-			return &pipeline.Response{Stream: &failingStream{chunks: []string{`{"choices":[],"prompt_filter_results":[]}`,
-				`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`}}}, nil
+			return &pipeline.Response{Stream: &chunkStream{chunks: []string{`{"choices":[],"prompt_filter_results":[]}`,
+				`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`}, end: cut}}, nil
 		})
 		r := &pipeline.Request{Model: "gpt-x", Stream: stream, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"},
 			Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("long prompt ", 100) + `"}]}`)}
@@ -164,37 +168,37 @@ func TestStreamFailedBeforeContentChargesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for {
-				if _, err := resp.Stream.Next(); err != nil {
-					break
-				}
-			}
-			resp.Stream.Close()
+			drain(resp.Stream)
 		}
 	}
+	if w := usageOf(t, l, at); w.Get("input_tokens").Int() != 0 || w.Get("output_tokens").Int() != 0 {
+		t.Fatalf("usage of failed calls: %s", w.Raw)
+	}
+}
+
+// cut is how the streams of these tests fail.
+var cut = &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "p", Err: io.ErrUnexpectedEOF}
+
+// drain reads s to its end and closes it.
+func drain(s pipeline.Stream) {
+	for {
+		if _, err := s.Next(); err != nil {
+			break
+		}
+	}
+	s.Close()
+}
+
+// usageOf flushes l's usage record and returns tenant w's row of day at.
+func usageOf(t *testing.T, l *Limiter, at time.Time) gjson.Result {
+	t.Helper()
 	l.Flush()
 	body, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := gjson.GetBytes(body, `data.#(group=="w")`); w.Get("input_tokens").Int() != 0 || w.Get("output_tokens").Int() != 0 {
-		t.Fatalf("usage of failed calls: %s", body)
-	}
+	return gjson.GetBytes(body, `data.#(group=="w")`)
 }
-
-// failingStream yields chunks, then a cut.
-type failingStream struct{ chunks []string }
-
-func (s *failingStream) Next() ([]byte, error) {
-	if len(s.chunks) == 0 {
-		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "p", Err: io.ErrUnexpectedEOF}
-	}
-	c := s.chunks[0]
-	s.chunks = s.chunks[1:]
-	return []byte(c), nil
-}
-
-func (s *failingStream) Close() {}
 
 // A stream cut after content it passed on is charged, even when its first
 // chunk carried the role and the content together (as TGI sends it).
@@ -203,7 +207,7 @@ func TestStreamCutAfterContentIsCharged(t *testing.T) {
 	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
 	l := newLimiterAt(t, "", NewMemoryStore, "w", func() time.Time { return at })
 	up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return &pipeline.Response{Stream: &failingStream{chunks: []string{`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`}}}, nil
+		return &pipeline.Response{Stream: &chunkStream{chunks: []string{`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`}, end: cut}}, nil
 	})
 	r := &pipeline.Request{Model: "gpt-x", Stream: true, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"},
 		Body: []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`)}
@@ -211,18 +215,8 @@ func TestStreamCutAfterContentIsCharged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := resp.Stream.Next(); err != nil {
-			break
-		}
-	}
-	resp.Stream.Close()
-	l.Flush()
-	body, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := gjson.GetBytes(body, `data.#(group=="w")`); w.Get("input_tokens").Int() == 0 {
-		t.Fatalf("a stream cut after its content was not charged: %s", body)
+	drain(resp.Stream)
+	if w := usageOf(t, l, at); w.Get("input_tokens").Int() == 0 {
+		t.Fatalf("a stream cut after its content was not charged: %s", w.Raw)
 	}
 }

@@ -507,24 +507,15 @@ func completionStream(body []byte, model string) pipeline.Stream {
 			chunks = append(chunks, c)
 		}
 	})
-	return &chunkList{chunks: chunks}
+	return &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
+		if len(chunks) == 0 {
+			return nil, io.EOF
+		}
+		c := chunks[0]
+		chunks = chunks[1:]
+		return c, nil
+	}}
 }
-
-// chunkList is a stream of chunks all at hand.
-type chunkList struct {
-	chunks [][]byte
-}
-
-func (l *chunkList) Next() ([]byte, error) {
-	if len(l.chunks) == 0 {
-		return nil, io.EOF
-	}
-	c := l.chunks[0]
-	l.chunks = l.chunks[1:]
-	return c, nil
-}
-
-func (l *chunkList) Close() {}
 
 // errJSONForStream is the failure of a stream request answered with a
 // JSON body that is not an error.
