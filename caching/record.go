@@ -108,8 +108,8 @@ func (r *recorder) add(chunk []byte) {
 			c.args = append(c.args, tc.Get("function.arguments").String()...)
 			return true
 		})
-		if fr := ch.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
-			r.finish = fr.Str
+		if fr := wire.FinishReason(ch); fr != "" {
+			r.finish = fr
 		}
 		return !r.bad
 	})

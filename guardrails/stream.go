@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -90,10 +91,7 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	}
 	delta := ch.Get("delta")
 	content, role := delta.Get("content"), delta.Get("role").Exists()
-	// Ollama and SGLang send "finish_reason":"" on every chunk: only a
-	// reason ends the choice.
-	fr := ch.Get("finish_reason")
-	ends := delta.Get("tool_calls").Exists() || fr.Type == gjson.String && fr.Str != ""
+	ends := delta.Get("tool_calls").Exists() || wire.FinishReason(ch) != ""
 	if content.Type != gjson.String || content.Str == "" {
 		if ends {
 			if err := s.flush(i); err != nil {

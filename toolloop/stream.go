@@ -311,8 +311,8 @@ func (st *loopStream) onChunk(ch []byte) {
 	if !choice.IsObject() {
 		return
 	}
-	if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
-		st.finish = fr.Str
+	if fr := wire.FinishReason(choice); fr != "" {
+		st.finish = fr
 	}
 	// The chunk's logprobs go with its content text (held with it, if it
 	// is held), or with its refusal when it has no content text: the

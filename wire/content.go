@@ -23,6 +23,16 @@ func ContentText(c gjson.Result) string {
 	return strings.Join(parts, "\n")
 }
 
+// FinishReason returns the reason a choice's finish_reason gives, "" when
+// it gives none: null, absent, or the "" Ollama and SGLang send on every
+// chunk, which ends nothing.
+func FinishReason(choice gjson.Result) string {
+	if fr := choice.Get("finish_reason"); fr.Type == gjson.String {
+		return fr.Str
+	}
+	return ""
+}
+
 // ChunkHasContent reports whether a chat chunk carries something the client
 // sees as the answer: a non-empty content (a string, or a list of parts as
 // Mistral's reasoning models stream it), refusal or reasoning delta,
@@ -33,9 +43,7 @@ func ChunkHasContent(chunk []byte) bool {
 	// gjson.Get on a string view: GetBytes would copy the result, and
 	// nothing read here outlives the call.
 	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
-		// Ollama and SGLang send "finish_reason":"" on every chunk: only
-		// a reason ends the choice.
-		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+		if FinishReason(c) != "" {
 			found = true
 			return false
 		}

@@ -71,11 +71,9 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			}
 			return true
 		})
-		// Ollama and SGLang send "finish_reason":"" on every chunk: only
-		// a reason is the finish.
-		if f := c.Get("finish_reason"); f.Type == gjson.String && f.Str != "" && !d.finished {
+		if f := FinishReason(c); f != "" && !d.finished {
 			d.finished = true
-			e = Event{Kind: Finish, Finish: f.Str}
+			e = Event{Kind: Finish, Finish: f}
 			emit(&e)
 		}
 	}
