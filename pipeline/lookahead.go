@@ -66,3 +66,20 @@ func (l *Lookahead) Buffered() bool {
 	p := l.src.Load()
 	return p != nil && (*p).Buffered()
 }
+
+// Complete reports whether the current upstream stream's every remaining
+// event is already in memory, its end included, so that reading it to its
+// end never waits for the network (a short answer sent in one burst); false
+// when there is none, or when it cannot tell. A Buffered stream tells by
+// also having a Complete method.
+func (l *Lookahead) Complete() bool {
+	if l == nil {
+		return false
+	}
+	p := l.src.Load()
+	if p == nil {
+		return false
+	}
+	c, ok := (*p).(interface{ Complete() bool })
+	return ok && c.Complete()
+}

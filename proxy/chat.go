@@ -178,6 +178,13 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 			size = len(sk.buf)
 		}
 		ctx.SetBodyStream(sk, size)
+	case ctx.Request.Header.IsHTTP11() && req.Lookahead.Complete():
+		// The rest of the upstream's stream is here too (a short answer
+		// sent in one burst): nothing in it waits for the network, so
+		// fasthttp writes it, content first, and the stream needs no
+		// goroutine of its own (the hand-over would cost more than the
+		// whole stream).
+		ctx.SetBodyStream(sk, -1)
 	case !s.hijackStream(ctx, sk):
 		ctx.SetBodyStream(sk, -1)
 	}

@@ -148,6 +148,27 @@ func (s *upstreamStream) Buffered() bool {
 	return s.body.firstIsData(raw)
 }
 
+// Complete reports whether the rest of the stream, to the end of its body,
+// is already in memory, so that reading it to its end (its Nexts, the
+// drain after [DONE]) never waits for the network: a short answer the
+// upstream sent in one burst. Like Buffered it never blocks, and an
+// Anthropic stream, a sized body or a stream busy in Next or Close says
+// false.
+func (s *upstreamStream) Complete() bool {
+	if s.msgs != nil || !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	if s.closed || s.body.br == nil {
+		return false
+	}
+	if s.done {
+		return true // read to its end already
+	}
+	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
+	return s.body.bufferedBody(raw, func([]byte) bool { return true })
+}
+
 // eventEnds reports whether the body bytes readable from raw without the
 // network end the event that tail (the SSE reader's unread bytes) begins.
 func (b bodyReader) eventEnds(tail, raw []byte) bool {
@@ -196,12 +217,17 @@ func (b bodyReader) firstIsData(raw []byte) bool {
 // returns false. For a chunked body it stops before a chunk whose size
 // line, or whose closing CRLF, is not whole in raw: fasthttp reads the
 // CRLF in the same read as the chunk's last byte, and would wait for it.
-func (b bodyReader) bufferedBody(raw []byte, run func([]byte) bool) {
+// It reports whether raw holds the body's end, so that reading the body to
+// its end never waits for the network: for a chunked body, every chunk
+// whole, then the last (empty) chunk and the blank line after it, with no
+// trailer; a sized body, or one read to the connection's close, says
+// false (how much of it is still to come is not known here).
+func (b bodyReader) bufferedBody(raw []byte, run func([]byte) bool) (end bool) {
 	if *b.length != -1 { // sized (>= 0) or read to the connection's close (-2): raw is body
 		if len(raw) > 0 {
 			run(raw)
 		}
-		return
+		return false
 	}
 	left := *b.left
 	for {
@@ -210,23 +236,26 @@ func (b bodyReader) bufferedBody(raw []byte, run func([]byte) bool) {
 				if len(raw) > 0 {
 					run(raw)
 				}
-				return
+				return false
 			}
 			if len(raw) < left+2 || raw[left] != '\r' || raw[left+1] != '\n' {
-				return
+				return false
 			}
 			if !run(raw[:left]) {
-				return
+				return false
 			}
 			raw = raw[left+2:]
 		}
 		i := bytes.Index(raw, crlf)
 		if i <= 0 {
-			return
+			return false
 		}
 		size, ok := chunkSize(raw[:i])
-		if !ok || size == 0 { // not a size line, or the body's last chunk
-			return
+		if !ok {
+			return false // not a size line
+		}
+		if size == 0 { // the body's last chunk
+			return bytes.HasPrefix(raw[i+2:], crlf)
 		}
 		raw, left = raw[i+2:], size
 	}

@@ -81,6 +81,8 @@ func FuzzBufferedBody(f *testing.F) {
 	f.Add([]byte("data: {\"a\":1}\r\n\r\ndata: {}\n\n"), []byte{5, 3, 40}, uint16(3), uint16(30))
 	f.Add([]byte("data: {\"x\":1}\n\n"), []byte{1, 1, 1}, uint16(0), uint16(200))
 	f.Add([]byte("xyz"), []byte{}, uint16(1), uint16(5))
+	f.Add([]byte("xyz"), []byte{}, uint16(0), uint16(11)) // to the last chunk, without its blank line
+	f.Add([]byte("xyz"), []byte{}, uint16(0), uint16(13)) // to the body's end
 	f.Fuzz(func(t *testing.T, body, sizeBytes []byte, fromRaw, endRaw uint16) {
 		if len(body) == 0 {
 			return
@@ -113,10 +115,15 @@ func FuzzBufferedBody(f *testing.F) {
 		length := -1
 		b := bodyReader{left: &left, length: &length}
 		var got []byte
-		b.bufferedBody(raw, func(run []byte) bool { got = append(got, run...); return true })
+		ends := b.bufferedBody(raw, func(run []byte) bool { got = append(got, run...); return true })
 		want := readable(body, at, from, end, sizes)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("framed %q from %d (left %d), buffered to %d: got %q, want %q", framed, pos, left, end, got, want)
+		}
+		// The body's end counts as buffered only with the last chunk's
+		// blank line, the framing's last byte.
+		if ends != (end == len(framed)) {
+			t.Fatalf("framed %q from %d (left %d), buffered to %d of %d: end reported %v", framed, pos, left, end, len(framed), ends)
 		}
 		// Arbitrary bytes: no panic.
 		b.bufferedBody(body, func([]byte) bool { return true })
