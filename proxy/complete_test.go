@@ -14,11 +14,12 @@ import (
 )
 
 // burstUpstream serves every request with a chunked event stream of three
-// content events and [DONE]. With hold 0 it sends the whole answer, the
-// body's last chunk included, in one write; otherwise it sends the content
-// events, then [DONE] and the end of the body hold later.
-// It counts the connections it accepted in conns.
-func burstUpstream(t *testing.T, hold time.Duration, conns *atomic.Int32) string {
+// content events and [DONE]. It sends the whole answer, the body's last
+// chunk included, in one write, or, with a split, the part before it first
+// and the rest 50 ms later: split "end" sends the body's last chunk later
+// (as servers do that end the body after the handler returns), split
+// "done" [DONE] too. It counts the connections it accepted in conns.
+func burstUpstream(t *testing.T, split string, conns *atomic.Int32) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,14 +50,19 @@ func burstUpstream(t *testing.T, hold time.Duration, conns *atomic.Int32) string
 					}
 					_, _ = req.Body.Read(make([]byte, 1<<16))
 					_ = req.Body.Close()
-					first, rest := head+chunk(events.String()), chunk(event("[DONE]"))+"0\r\n\r\n"
-					if hold == 0 {
-						_, _ = c.Write([]byte(first + rest))
-						continue
+					all := head + chunk(events.String()) + chunk(event("[DONE]")) + "0\r\n\r\n"
+					at := len(all)
+					switch split {
+					case "end":
+						at = strings.LastIndex(all, "0\r\n")
+					case "done":
+						at = strings.Index(all, "[DONE]")
 					}
-					_, _ = c.Write([]byte(first))
-					time.Sleep(hold)
-					_, _ = c.Write([]byte(rest))
+					_, _ = c.Write([]byte(all[:at]))
+					if at < len(all) {
+						time.Sleep(50 * time.Millisecond)
+						_, _ = c.Write([]byte(all[at:]))
+					}
 				}
 			}()
 		}
@@ -65,26 +71,26 @@ func burstUpstream(t *testing.T, hold time.Duration, conns *atomic.Int32) string
 }
 
 // TestCompleteStreamIsNotHandedOver: a stream whose whole upstream answer,
-// to the end of its body, is already here when its head is written (a
-// short answer the upstream sent in one burst) is written by fasthttp,
-// content first, without a goroutine of its own: nothing in it waits for
-// the network, and the hand-over would cost more than the stream. A
-// stream whose end is still to come is handed over. Both reach the client
-// whole, and the upstream connection is used again.
+// to its [DONE] or the end of its body, is already here when its head is
+// written (a short answer the upstream sent in one burst) is written by
+// fasthttp, content first, without a goroutine of its own: none of its
+// events waits for the network, and the hand-over would cost more than the
+// stream. A stream whose [DONE] is still to come is handed over. All reach
+// the client whole, and the upstream connection is used again.
 func TestCompleteStreamIsNotHandedOver(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name      string
-		hold      time.Duration
+		split     string
 		handovers int64
 	}{
-		{"whole answer here", 0, 0},
-		{"end still to come", 50 * time.Millisecond, 2},
+		{"", 0},     // the whole answer here
+		{"end", 0},  // the body's end a moment later
+		{"done", 2}, // [DONE] still to come
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run("split="+tc.split, func(t *testing.T) {
 			t.Parallel()
 			var conns atomic.Int32
-			cfg, u := testUpstream(t, burstUpstream(t, tc.hold, &conns), "")
+			cfg, u := testUpstream(t, burstUpstream(t, tc.split, &conns), "")
 			addr, srv := serveRuntime(t, cfg, u, u)
 			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
 			for range 2 {
@@ -102,5 +108,22 @@ func TestCompleteStreamIsNotHandedOver(t *testing.T) {
 				t.Fatalf("%d upstream connections for two sequential streams: the connection was not reused", n)
 			}
 		})
+	}
+}
+
+// TestTailKeepsLastBytes: tail holds the last bytes of everything added,
+// whatever the pieces' sizes.
+func TestTailKeepsLastBytes(t *testing.T) {
+	t.Parallel()
+	var all []byte
+	var last tail
+	for i, n := range []int{0, 3, 30, 1, 0, 23, 24, 25, 2, 7, 100, 5} {
+		piece := []byte(strings.Repeat(string(rune('a'+i)), n))
+		all = append(all, piece...)
+		last.add(piece)
+		want := all[max(0, len(all)-len(last.buf)):]
+		if string(last.bytes()) != string(want) {
+			t.Fatalf("after %d pieces: %q, want %q", i+1, last.bytes(), want)
+		}
 	}
 }

@@ -148,12 +148,14 @@ func (s *upstreamStream) Buffered() bool {
 	return s.body.firstIsData(raw)
 }
 
-// Complete reports whether the rest of the stream, to the end of its body,
-// is already in memory, so that reading it to its end (its Nexts, the
-// drain after [DONE]) never waits for the network: a short answer the
-// upstream sent in one burst. Like Buffered it never blocks, and an
-// Anthropic stream, a sized body or a stream busy in Next or Close says
-// false.
+// Complete reports whether the rest of the stream, to its terminator, is
+// already in memory, so that its Nexts never wait for the upstream's next
+// event: a short answer the upstream sent in one burst. The terminator is
+// the [DONE] event, last in what is buffered, or the end of a chunked
+// body. (After [DONE] the stream reads the body's end, which an upstream
+// may send a moment later, as it does on every stream.) Like Buffered it
+// never blocks, and an Anthropic stream or a stream busy in Next or Close
+// says false.
 func (s *upstreamStream) Complete() bool {
 	if s.msgs != nil || !s.mu.TryLock() {
 		return false
@@ -165,9 +167,33 @@ func (s *upstreamStream) Complete() bool {
 	if s.done {
 		return true // read to its end already
 	}
+	var last tail
+	last.add(s.rd.Buffered())
 	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	return s.body.bufferedBody(raw, func([]byte) bool { return true })
+	end := s.body.bufferedBody(raw, func(run []byte) bool { last.add(run); return true })
+	return end || sse.EndsWithDone(last.bytes())
 }
+
+// tail keeps the last bytes of what is added to it: enough for a [DONE]
+// event that runs of a chunked body may split.
+type tail struct {
+	buf [24]byte
+	n   int
+}
+
+func (t *tail) add(b []byte) {
+	if len(b) >= len(t.buf) {
+		t.n = copy(t.buf[:], b[len(b)-len(t.buf):])
+		return
+	}
+	if keep := len(t.buf) - len(b); t.n > keep {
+		copy(t.buf[:], t.buf[t.n-keep:t.n])
+		t.n = keep
+	}
+	t.n += copy(t.buf[t.n:], b)
+}
+
+func (t *tail) bytes() []byte { return t.buf[:t.n] }
 
 // eventEnds reports whether the body bytes readable from raw without the
 // network end the event that tail (the SSE reader's unread bytes) begins.

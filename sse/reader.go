@@ -346,6 +346,49 @@ func IsDone(data []byte) bool {
 	return string(data) == "[DONE]"
 }
 
+// EndsWithDone reports whether b, raw SSE input that starts at an event's
+// start (or the last bytes of such input, more than the last event and
+// the blank line before it), ends with a whole "data: [DONE]" event: a
+// data line of exactly [DONE] that starts an event, and the blank line
+// that ends it. A Reader given b returns that event last without reading
+// more. Any line ending is accepted, and the space after the colon is
+// optional.
+func EndsWithDone(b []byte) bool {
+	v, ok := cutLineEnd(b)
+	if !ok {
+		return false
+	}
+	if v, ok = cutLineEnd(v); !ok { // the blank line
+		return false
+	}
+	for _, line := range [...]string{"data: [DONE]", "data:[DONE]"} {
+		if rest, ok := bytes.CutSuffix(v, []byte(line)); ok {
+			if len(rest) == 0 {
+				return true // b starts with it
+			}
+			// The line starts the event: a blank line (two line ends) before it.
+			rest, ok = cutLineEnd(rest)
+			if !ok {
+				return false
+			}
+			_, ok = cutLineEnd(rest)
+			return ok || len(rest) == 0
+		}
+	}
+	return false
+}
+
+// cutLineEnd cuts one line end (CRLF, LF or CR) off the end of b.
+func cutLineEnd(b []byte) ([]byte, bool) {
+	if v, ok := bytes.CutSuffix(b, []byte("\r\n")); ok {
+		return v, true
+	}
+	if n := len(b); n > 0 && (b[n-1] == '\n' || b[n-1] == '\r') {
+		return b[:n-1], true
+	}
+	return b, false
+}
+
 // Buffered returns the input read but not yet parsed: valid until the next
 // call to Next. A writer uses it to tell whether the next event is already
 // here (see HasEvent).

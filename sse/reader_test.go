@@ -393,3 +393,58 @@ func (p *heldProbe) Read(b []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TestEndsWithDone: the terminator counts only as a whole event of its own,
+// last in the input.
+func TestEndsWithDone(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want bool
+	}{
+		{"data: [DONE]\n\n", true},
+		{"data:[DONE]\r\n\r\n", true},
+		{"data: {}\n\ndata: [DONE]\n\n", true},
+		{"data: {}\r\n\r\ndata: [DONE]\r\n\r\n", true},
+		{"data: {}\r\rdata: [DONE]\r\r", true},
+		{"data: [DONE]\n", false},                   // its blank line still to come
+		{"data: [DONE]\n\ndata: {}\n\n", false},     // an event after it
+		{"data: {}\ndata: [DONE]\n\n", false},       // a second data line of one event
+		{"data: {}\r\ndata: [DONE]\r\n\r\n", false}, // the same with CRLF
+		{"data: [DONE] \n\n", false},
+		{"data: {\"a\":\"data: [DONE]\"}\n\n", false},
+		{"", false},
+	} {
+		if got := EndsWithDone([]byte(c.in)); got != c.want {
+			t.Errorf("EndsWithDone(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// FuzzEndsWithDone: never panics, and says true only when a Reader given
+// the bytes returns [DONE] as its last event without reading more.
+func FuzzEndsWithDone(f *testing.F) {
+	for _, s := range []string{"data: [DONE]\n\n", "data: {}\ndata: [DONE]\n\n", "x\r\r\ndata:[DONE]\r\n\r\n", "\rdata: [DONE]\n\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !EndsWithDone(b) {
+			return
+		}
+		rd := NewReader(io.MultiReader(bytes.NewReader(b), iotest.ErrReader(errors.New("read more"))), 0)
+		var last []byte
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				if !IsDone(last) || len(rd.Buffered()) != 0 {
+					t.Fatalf("true for %q, whose last event is %q (%v)", b, last, err)
+				}
+				return
+			}
+			last = append(last[:0], ev.Data...)
+			if IsDone(last) && len(rd.Buffered()) == 0 {
+				return // the Reader had no more bytes: [DONE] was last
+			}
+		}
+	})
+}
