@@ -3,6 +3,7 @@ package toolloop
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"github.com/rs/zerolog"
 	"strings"
 	"sync"
@@ -198,6 +199,74 @@ func TestToolChoiceRequiredExecutesWithoutSecondCall(t *testing.T) {
 				t.Fatalf("allowed_tools: only calculator may be offered: %s", gjson.GetBytes(m.body(0), "tools").Raw)
 			}
 		})
+	}
+}
+
+// TestRequiredChoiceMetByClientTool: tool_choice "required" (or
+// allowed_tools in required mode naming a client tool) from a client that
+// offers its own tool is the client's: it expects a call of one of its tools
+// (the Vercel AI SDK throws ToolChoiceViolationError on an answer without
+// one). A server call does not end the answer with its results, as it does
+// when no client tool can meet the choice: the loop calls the model again
+// with the client's tool_choice, and hands the client call over. The final
+// round (max_iterations 2 here) keeps the choice instead of "none".
+func TestRequiredChoiceMetByClientTool(t *testing.T) {
+	t.Parallel()
+	const weather = `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	calc, city := `{"expression":"2^10"}`, `{"city":"Oslo"}`
+	for _, tc := range []struct {
+		name, choice string
+		maxIter      int
+	}{
+		{"required", `"required"`, 0},
+		{"required, final round", `"required"`, 2},
+		{"allowed_tools required", `{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"calculator"}},{"type":"function","function":{"name":"get_weather"}}]}}`, 0},
+	} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream=%v", tc.name, stream), func(t *testing.T) {
+				t.Parallel()
+				m := &fakeModel{turns: []turnFn{
+					always(toolRound("up-1", "call_a", "calculator", calc, 10, 5),
+						completion("up-1", "", `[{"id":"call_a","type":"function","function":{"name":"calculator","arguments":`+q(calc)+`}}]`, "tool_calls", 10, 5)),
+					always(toolRound("up-2", "call_b", "get_weather", city, 10, 5),
+						completion("up-2", "", `[{"id":"call_b","type":"function","function":{"name":"get_weather","arguments":`+q(city)+`}}]`, "tool_calls", 10, 5)),
+				}}
+				l := newLoop(t, []config.Tool{calcTool}, func(o *Options) {
+					if tc.maxIter > 0 {
+						o.Loop.MaxIterations = tc.maxIter
+					}
+				})
+				body := userBody + weather + `,"tool_choice":` + tc.choice
+				if stream {
+					body += `,"stream":true`
+				}
+				resp, err := l.Chat(context.Background(), request(m, stream, body+`}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var content, finish string
+				var calls []string
+				if stream {
+					sum := checkStream(t, sse(t, resp.Stream), false)
+					content, finish = sum.Content, sum.FinishReason
+					for _, c := range sum.ToolCalls {
+						calls = append(calls, c.Name)
+					}
+				} else {
+					content = gjson.GetBytes(resp.Body, "choices.0.message.content").String()
+					finish = gjson.GetBytes(resp.Body, "choices.0.finish_reason").String()
+					for _, c := range gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#.function.name").Array() {
+						calls = append(calls, c.Str)
+					}
+				}
+				if m.calls() != 2 || finish != "tool_calls" || len(calls) != 1 || calls[0] != "get_weather" || strings.Contains(content, "1024") {
+					t.Fatalf("calls %d, finish %q, client calls %v, content %q; want 2 model calls and the get_weather call", m.calls(), finish, calls, content)
+				}
+				if got := gjson.GetBytes(m.body(1), "tool_choice").Raw; got != tc.choice {
+					t.Fatalf("second call's tool_choice %s, want the client's %s", got, tc.choice)
+				}
+			})
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
@@ -13,7 +14,15 @@ type choiceMode uint8
 
 const (
 	choiceAuto     choiceMode = iota // auto, absent, a named client tool, custom
-	choiceRequired                   // "required", allowed_tools mode required, or a named server tool
+	choiceRequired                   // "required", allowed_tools mode required, or a named server tool, that no client tool meets
+	// choiceClientRequired is "required", or allowed_tools in required
+	// mode, when the client offers a tool that meets it. The client then
+	// expects a call of one of its own tools (the Vercel AI SDK throws
+	// ToolChoiceViolationError on an answer without one), and a server call
+	// does not meet the choice: the loop goes on, with the client's
+	// tool_choice in every round, the final one included, until the model
+	// calls a client tool or answers.
+	choiceClientRequired
 )
 
 // plan is the per-request result of prepare. Immutable after prepare.
@@ -66,6 +75,9 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 	clientTools, err := p.readClientTools(reg, req, clientTools)
 	if err != nil {
 		return nil, err
+	}
+	if p.choice == choiceRequired && p.clientMeets(tc) {
+		p.choice = choiceClientRequired
 	}
 	if p.body, err = p.upstreamBody(req, clientTools, tools); err != nil {
 		return nil, err
@@ -124,6 +136,28 @@ func allowedTools(tc gjson.Result, tools []*tool) (_ choiceMode, _ []*tool, run 
 		return choiceRequired, kept, true
 	}
 	return choiceAuto, kept, true
+}
+
+// clientMeets reports whether a call of one of the client's tools meets
+// the required tool_choice tc: "required" with a client tool offered, or
+// allowed_tools in required mode that names one. A named tool is a server
+// tool here (toolChoice), which no client call meets.
+func (p *plan) clientMeets(tc gjson.Result) bool {
+	if len(p.clientNames) == 0 {
+		return false
+	}
+	if tc.Type == gjson.String {
+		return tc.Str == "required"
+	}
+	if tc.Get("type").Str != "allowed_tools" {
+		return false
+	}
+	meets := false
+	tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
+		meets = slices.Contains(p.clientNames, toolName(v))
+		return !meets
+	})
+	return meets
 }
 
 // readClientTools records the client's tool names and returns its tools

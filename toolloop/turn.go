@@ -91,7 +91,10 @@ func (s *session) noteUsage(n int64) {
 }
 
 // nextRequest builds the next model call: the injected body with the
-// history appended, and tool_choice "none" when the call is the final one.
+// history appended, and tool_choice "none" when the call is the final one,
+// unless the client's own tools meet its required choice: "none" would
+// break the choice for certain, so the final call keeps it (server calls
+// it makes are dropped, as in any final round).
 func (s *session) nextRequest() (*pipeline.Request, error) {
 	body := s.p.body
 	if len(s.history) > 0 {
@@ -100,7 +103,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not extend messages")
 		}
 	}
-	if s.final {
+	if s.final && s.p.choice != choiceClientRequired {
 		var err error
 		if body, err = sjson.SetBytes(body, "tool_choice", "none"); err != nil {
 			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not set tool_choice")
