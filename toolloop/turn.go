@@ -205,7 +205,7 @@ func (s *session) checkBudget() {
 	}
 	s.final, s.stop = true, reason
 	s.l.log.Info().Str("request_id", s.req.ID).Str("reason", reason).Int("iterations", s.iterations).
-		Int("consecutive_errors", s.consecErrors).Int("tool_calls", s.lim.toolCalls).Int64("model_calls", s.lim.model.used.Load()).Msg("tool loop budget reached: final model call with tool_choice none")
+		Int("consecutive_errors", s.consecErrors).Int("tool_calls", s.lim.toolCalls).Int64("model_calls", s.lim.model.used.Load()).Msg("tool loop budget reached: the next model call is final")
 }
 
 // gatewayIDs reports whether the calls of this request get ids of the

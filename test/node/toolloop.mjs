@@ -1,4 +1,4 @@
-// Driven by gateway/node_test.go: the real `openai` npm package against a
+// Driven by TestNodeSDKToolLoop (gateway/toolloop_test.go): the real `openai` npm package against a
 // gateway whose model calls a server tool (run inside the gateway) and then a
 // client tool (run here). Exits non-zero with a message on any failure.
 import OpenAI from "openai";
