@@ -36,9 +36,11 @@ type Server struct {
 	Listen       string   `toml:"listen"`         // default "127.0.0.1:8080"
 	MaxBodyBytes int      `toml:"max_body_bytes"` // default 8 MiB
 	ReadTimeout  Duration `toml:"read_timeout"`   // reading a request; default 30s
-	// WriteTimeout bounds each write of a streamed answer to a client: a
-	// client that stops reading (but keeps its connection) ends its
-	// request as one that left, once a write has waited this long. Default 60s.
+	// WriteTimeout bounds each write of a streamed answer to a client, and
+	// the whole write of a chat answer over 64 KiB: a client that stops
+	// reading (but keeps its connection) ends its request as one that
+	// left, or loses its connection, once a write has waited this long.
+	// Default 60s.
 	WriteTimeout    Duration `toml:"write_timeout"`
 	IdleTimeout     Duration `toml:"idle_timeout"`     // keep-alive; default 120s
 	ShutdownTimeout Duration `toml:"shutdown_timeout"` // in-flight grace; default 30s

@@ -145,7 +145,11 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	s.setMetaHeaders(ctx, req)
 	if resp.Stream == nil {
 		ctx.SetContentType("application/json")
-		ctx.SetBody(form.body(resp.Body))
+		body := form.body(resp.Body)
+		if len(body) > unreadBytes {
+			boundWrite(ctx, x)
+		}
+		ctx.SetBody(body)
 		x.usage, x.hasUsage = resp.ChatUsage() // read once: the meter read it already
 		return
 	}
@@ -177,6 +181,9 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		if !ctx.Request.Header.IsHTTP11() {
 			size = len(sk.buf)
 		}
+		if len(sk.buf) > unreadBytes {
+			boundWrite(ctx, x)
+		}
 		ctx.SetBodyStream(sk, size)
 	case ctx.Request.Header.IsHTTP11() && req.Lookahead.Complete():
 		// The rest of the upstream's stream is here too (a short answer
@@ -184,11 +191,29 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		// fasthttp writes it, content first, and the stream needs no
 		// goroutine of its own (the hand-over would cost more than the
 		// whole stream).
+		boundWrite(ctx, x)
 		ctx.SetBodyStream(sk, -1)
 	case !s.hijackStream(ctx, sk):
 		ctx.SetBodyStream(sk, -1)
 	}
 	sk.handed = true
+}
+
+// unreadBytes is how much of an answer fasthttp may write without a
+// deadline: a client's socket buffers take that much whole, whether it
+// reads or not, so the write never waits for it.
+const unreadBytes = 64 << 10
+
+// boundWrite bounds the time fasthttp may take to write ctx's answer
+// (server.write_timeout, as each write of a stream on a connection of its
+// own is bounded): a client that stops reading a large answer, but keeps
+// its connection, loses the connection instead of holding the request's
+// goroutine and buffers for as long as it likes. fasthttp clears the
+// deadline once the answer is written.
+func boundWrite(ctx *fasthttp.RequestCtx, x *exchange) {
+	if wt := x.rt.Config.Server.WriteTimeout.D(); wt > 0 {
+		_ = ctx.SetWriteDeadline(time.Now().Add(wt))
+	}
 }
 
 func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {

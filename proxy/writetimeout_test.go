@@ -88,3 +88,36 @@ func TestPassthroughBodyHasATotalDeadline(t *testing.T) {
 		t.Fatalf("the trickling answer lasted %v; total_timeout is 2s", d)
 	}
 }
+
+// TestStalledReaderOfLargeAnswerLosesIt: a client that stops reading a large
+// JSON answer (more than its socket buffers take whole) but keeps its
+// connection loses the connection once the answer's write has waited
+// server.write_timeout, as a stream's client does, instead of holding the
+// request's goroutine and the answer's bytes for as long as it likes.
+// Without the deadline the client, reading at last, gets the whole answer.
+func TestStalledReaderOfLargeAnswerLosesIt(t *testing.T) {
+	t.Parallel()
+	answer := []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("x", 16<<20) + `"},"finish_reason":"stop"}]}`)
+	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Body: answer}, nil
+	})
+	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
+	cfg.Server.WriteTimeout = config.Duration(500 * time.Millisecond)
+	addr, srv := serveRuntime(t, cfg, u, chat)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	time.Sleep(2 * time.Second) // not reading, for four times write_timeout
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, _ := io.Copy(io.Discard, conn) // ends at the gateway's close (or the guard)
+	if n >= int64(len(answer)) {
+		t.Fatalf("the client read %d bytes, the whole answer, after stalling past write_timeout", n)
+	}
+}
