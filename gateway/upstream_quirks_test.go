@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -199,5 +201,55 @@ func TestUpstreamThatDoesNotStream(t *testing.T) {
 		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
 			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
 		}
+	}
+}
+
+// Some servers (Ollama, SGLang) send "finish_reason":"" on every chunk
+// before the last, and may in a JSON answer's choice. The gateway reads ""
+// as no finish, but relayed as it came the client got a value the OpenAI
+// schema does not allow (a reason or null): the client gets null, streamed
+// and not, and openai-go still accumulates the answer and its real reason.
+func TestUpstreamEmptyFinishReasonRelayedAsNull(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
+	ev := func(delta, finish string) string {
+		return "data: " + head + delta + `,"finish_reason":` + finish + "}]}\n\n"
+	}
+	stream := ev(`{"role":"assistant","content":""}`, `""`) + ev(`{"content":"Hel"}`, `""`) + ev(`{"content":"lo"}`, `""`) +
+		ev(`{}`, `"stop"`) + "data: [DONE]\n\n"
+	answer := `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":"Hello"}, "finish_reason": ""}]}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if gjson.GetBytes(b, "stream").Bool() {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, stream)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+
+	acc, err := sdkStream(h, userMsg("hi"))
+	raw, _ := h.lastRaw()
+	if err != nil || acc.Choices[0].Message.Content != "Hello" || acc.Choices[0].FinishReason != "stop" {
+		t.Fatalf("stream: %v, %+v\n%s", err, acc.Choices, raw)
+	}
+	if bytes.Contains(raw, []byte(`"finish_reason":""`)) || bytes.Count(raw, []byte(`"finish_reason":null`)) != 3 {
+		t.Fatalf("stream: want null on every chunk but the last\n%s", raw)
+	}
+	if _, err := wiretest.CheckStream(raw, wiretest.Options{}); err != nil {
+		t.Fatalf("stream: %v\n%s", err, raw)
+	}
+
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("hi"))
+	raw, _ = h.lastRaw()
+	if err != nil || resp.Choices[0].Message.Content != "Hello" || resp.Choices[0].FinishReason != "" {
+		t.Fatalf("JSON: %v, %+v\n%s", err, resp, raw)
+	}
+	if fr := gjson.GetBytes(raw, "choices.0.finish_reason"); fr.Type != gjson.Null {
+		t.Fatalf("JSON: finish_reason %s, want null\n%s", fr.Raw, raw)
 	}
 }

@@ -1,0 +1,77 @@
+package proxy
+
+import "bytes"
+
+// Some upstreams (Ollama, SGLang) send "finish_reason":"" on every chunk
+// before the last, and may in a JSON answer's choice. The gateway reads ""
+// as no finish (wire.FinishReason), but the OpenAI schema allows only a
+// reason or null there, and a typed client (a generated SDK, a schema
+// check) rejects "" or takes it for a reason. A relayed chunk or answer
+// gets null instead.
+
+// finishHead and finishTail are the key "finish_reason" with its quotes,
+// split at its '_': the search looks for that byte, which is rare in a
+// chunk (a few key names), where bytes.Index would stop at every quote.
+var finishHead, finishTail = []byte(`"finish`), []byte(`_reason"`)
+
+// nullFinish appends to dst[:0] body with every "finish_reason" member whose
+// value is the empty string given null instead, and reports true; when body
+// has none (nearly always: one byte search per chunk, no parse) it returns
+// body itself and false, and dst is untouched. body is only read.
+func nullFinish(dst, body []byte) ([]byte, bool) {
+	at := emptyFinishAt(body, 0)
+	if at < 0 {
+		return body, false
+	}
+	dst = dst[:0]
+	from := 0
+	for at >= 0 {
+		dst = append(dst, body[from:at]...)
+		dst = append(dst, "null"...)
+		from = at + len(`""`)
+		at = emptyFinishAt(body, from)
+	}
+	return append(dst, body[from:]...), true
+}
+
+// emptyFinishAt returns the index in body, from from on, of the value ""
+// of a "finish_reason" member, or -1. A match is a key: its opening quote
+// follows '{' or ',' (inside a string a quote is escaped), and ':' and ""
+// follow it, with any whitespace between.
+func emptyFinishAt(body []byte, from int) int {
+	for {
+		i := bytes.IndexByte(body[from:], '_')
+		if i < 0 {
+			return -1
+		}
+		k := from + i // at '_'
+		from = k + 1
+		if k < len(finishHead) || !bytes.HasPrefix(body[k:], finishTail) || !bytes.Equal(body[k-len(finishHead):k], finishHead) {
+			continue
+		}
+		j := k - len(finishHead) // at the opening quote
+		for j > 0 && isSpace(body[j-1]) {
+			j--
+		}
+		if j == 0 || (body[j-1] != '{' && body[j-1] != ',') {
+			continue
+		}
+		v := skipSpace(body, k+len(finishTail))
+		if v == len(body) || body[v] != ':' {
+			continue
+		}
+		v = skipSpace(body, v+1)
+		if v+1 < len(body) && body[v] == '"' && body[v+1] == '"' {
+			return v
+		}
+	}
+}
+
+// skipSpace returns the index of the first byte of body from i on that is
+// not JSON whitespace, or len(body).
+func skipSpace(body []byte, i int) int {
+	for i < len(body) && isSpace(body[i]) {
+		i++
+	}
+	return i
+}

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/llmgw/gateway/jsonvalid"
+)
+
+func TestNullFinish(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, in, want string }{
+		{"null", `{"choices":[{"delta":{"content":"x"},"finish_reason":null}]}`, ""},
+		{"reason", `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, ""},
+		{"empty", `{"choices":[{"delta":{"content":"x"},"finish_reason":""}]}`,
+			`{"choices":[{"delta":{"content":"x"},"finish_reason":null}]}`},
+		{"spaces", `{"choices": [{"message": {"content": "x"}, "finish_reason" : ""}]}`,
+			`{"choices": [{"message": {"content": "x"}, "finish_reason" : null}]}`},
+		{"first member", `{"choices":[{"finish_reason":"","index":0}]}`, `{"choices":[{"finish_reason":null,"index":0}]}`},
+		{"two choices", `{"choices":[{"index":0,"finish_reason":""},{"index":1,"finish_reason":"stop"},{"index":2,"finish_reason":""}]}`,
+			`{"choices":[{"index":0,"finish_reason":null},{"index":1,"finish_reason":"stop"},{"index":2,"finish_reason":null}]}`},
+		{"in a string", `{"choices":[{"delta":{"content":"\"finish_reason\":\"\""},"finish_reason":null}]}`, ""},
+		{"string ending in the name", `{"choices":[{"delta":{"content":"finish_reason"},"finish_reason":null}]}`, ""},
+		{"a value, not a key", `{"a":["finish_reason",""]}`, ""},
+		{"cut", `{"finish_reason":"`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			want := c.want
+			if want == "" {
+				want = c.in
+			}
+			got, ok := nullFinish([]byte("reused"), []byte(c.in))
+			if string(got) != want || ok != (c.want != "") {
+				t.Fatalf("got %s (%v), want %s", got, ok, want)
+			}
+		})
+	}
+}
+
+// FuzzNullFinish: nullFinish never panics, never changes its input, keeps
+// valid JSON valid, and changes only "" into null.
+func FuzzNullFinish(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"delta":{"content":"x"},"finish_reason":""}]}`))
+	f.Add([]byte(`{"choices":[{"delta":{"content":"\",\"finish_reason\":\"\""},"finish_reason":null}]}`))
+	f.Add([]byte(`{ "finish_reason" :  "" , "x":{"finish_reason":""}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in := bytes.Clone(body)
+		out, ok := nullFinish(nil, body)
+		if !bytes.Equal(body, in) {
+			t.Fatal("the input was changed")
+		}
+		if !ok {
+			if !bytes.Equal(out, in) {
+				t.Fatalf("%q changed without reporting it: %q", in, out)
+			}
+			return
+		}
+		if !jsonvalid.Bytes(in) {
+			return
+		}
+		if !jsonvalid.Bytes(out) {
+			t.Fatalf("%q gave invalid JSON %q", in, out)
+		}
+		null := []byte("null")
+		if n := len(out) - len(in); n <= 0 || n%2 != 0 || bytes.Count(out, null)-bytes.Count(in, null) != n/2 {
+			t.Fatalf("%q gave %q", in, out)
+		}
+	})
+}
+
+// BenchmarkNullFinish is the cost every relayed chunk pays: a typical
+// text chunk, whose finish_reason is null, and the chunk of an upstream
+// that sends "" on every chunk, given null in the stream's reused buffer.
+func BenchmarkNullFinish(b *testing.B) {
+	const head = `{"id":"chatcmpl-abc123","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o-mini","system_fingerprint":"fp_0ba0d124f1","choices":[{"index":0,"delta":{"content":" quick brown"},"logprobs":null,"finish_reason":`
+	for _, c := range []struct {
+		name, finish string
+		fixed        bool
+	}{{"null", "null", false}, {"empty", `""`, true}} {
+		chunk := []byte(head + c.finish + `}]}`)
+		b.Run(c.name, func(b *testing.B) {
+			var buf []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				out, ok := nullFinish(buf, chunk)
+				if ok != c.fixed {
+					b.Fatal(string(out))
+				}
+				if ok {
+					buf = out
+				}
+			}
+		})
+	}
+}
