@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -122,7 +123,8 @@ type flightResult struct {
 // served without calling next: JSON for a JSON request, a replayed chunk
 // stream for a stream request, whatever form the entry was produced in. A
 // stream miss is passed through chunk by chunk while a copy is assembled on
-// the side and stored at a clean end. Concurrent identical non-stream misses
+// the side and stored at a clean end. An answer a fallback model gave is
+// never stored (servedByFallback). Concurrent identical non-stream misses
 // make one upstream call (single flight); identical concurrent streams each
 // go upstream, so no stream waits a whole generation for its first byte.
 // Store failures fail open (bypass). The returned middleware is safe for
@@ -216,7 +218,7 @@ func (c *responseCache) serve(r *pipeline.Request, completion []byte) *pipeline.
 func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
 	calls := c.listen(r, h)
 	resp, err := c.next.Chat(ctx, r)
-	if err != nil || h.noStore || resp == nil {
+	if err != nil || h.noStore || resp == nil || servedByFallback(r) {
 		return resp, err
 	}
 	if resp.Stream != nil {
@@ -233,6 +235,24 @@ func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key strin
 	}
 	c.store(ctx, key, calls.add(resp.Body), h)
 	return resp, nil
+}
+
+// servedByFallback reports whether one of the fallback models of r's model
+// answered r, not r's own (fallback.HeaderModel names the model that
+// answered). Such an answer is the client's, but it is neither stored nor
+// shared with the followers of a single flight: it stands in for an
+// answer the model could not give then, and stored under the model's key
+// it would answer every identical request for the whole TTL, long after
+// the model is back.
+func servedByFallback(r *pipeline.Request) bool {
+	answered := r.Meta.Get(fallback.HeaderModel)
+	if answered == "" {
+		return false
+	}
+	if r.Route != nil {
+		return answered != r.Route.Name
+	}
+	return answered != r.Model
 }
 
 // listen returns the log of the server calls r's miss runs, for the answer
@@ -281,6 +301,9 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 			return flightResult{resp: resp}, err
 		}
 		fr := flightResult{resp: resp}
+		if servedByFallback(r) {
+			return fr, nil // the followers call next themselves
+		}
 		if completion := calls.add(resp.Body); storable(completion, c.opts.Config.ToolCalls) {
 			fr.completion = append([]byte(nil), completion...)
 			if !h.noStore {

@@ -6,11 +6,13 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -489,5 +491,56 @@ func TestCacheable(t *testing.T) {
 				t.Fatalf("cacheable(%s, %v) = %v, want %v", tc.body, tc.always, got, tc.want)
 			}
 		})
+	}
+}
+
+// An answer a fallback model gave (fallback.HeaderModel names another
+// model than the request's) is its client's alone: not stored, and not
+// shared with the followers of its single flight, which call the model
+// themselves; the model's own answer is then stored.
+func TestResponseCacheFallbackAnswerNotShared(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	up := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		answered, content := testRoute.Name, "from the model"
+		if calls.Add(1) == 1 {
+			time.Sleep(100 * time.Millisecond) // the followers join the flight
+			answered, content = "backup", "from the backup"
+		}
+		r.Meta.Set(fallback.HeaderModel, answered)
+		body := `{"id":"chatcmpl-up","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+			content + `"},"finish_reason":"stop"}],"usage":` + upstreamUsage + `}`
+		return &pipeline.Response{Body: []byte(body)}, nil
+	})
+	h, _ := newCache(up, newClock(), nil)
+	ask := func() (string, string) {
+		r := newReq(det, "acme")
+		resp, err := h.Chat(context.Background(), r)
+		if err != nil {
+			t.Error(err)
+			return "", ""
+		}
+		return gjson.GetBytes(resp.Body, "choices.0.message.content").Str, r.Meta.Get(HeaderCache)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if c, hv := ask(); c != "from the backup" || hv != "miss" {
+			t.Errorf("leader: %q, %s", c, hv)
+		}
+	})
+	time.Sleep(30 * time.Millisecond)
+	for range 3 {
+		wg.Go(func() {
+			if c, hv := ask(); c != "from the model" || hv != "miss" {
+				t.Errorf("follower: %q, %s; want the model's own answer", c, hv)
+			}
+		})
+	}
+	wg.Wait()
+	if n := calls.Load(); n != 4 {
+		t.Fatalf("%d calls, want the leader's and one per follower", n)
+	}
+	if c, hv := ask(); c != "from the model" || hv != "hit" || calls.Load() != 4 {
+		t.Fatalf("after: %q, %s, %d calls; want the model's answer from the cache", c, hv, calls.Load())
 	}
 }

@@ -1,0 +1,51 @@
+package gateway
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// An answer a fallback model gave while the requested model failed reaches
+// its client, but is never stored in the response cache: stored under the
+// requested model's key, it answered every identical request with the
+// stand-in for the whole TTL, after the model was back. The next request
+// reaches the recovered model, and that answer is the one cached. Streams
+// store on their own path (the recorder), JSON answers through the single
+// flight: both are covered.
+func TestCacheNeverStoresAFallbackAnswer(t *testing.T) {
+	t.Parallel()
+	usage := &mockllm.Usage{Prompt: 5, Completion: 2}
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, fallbackConfig+"[middleware.cache]\nenabled = true\n", mockllm.Options{Respond: byModel(map[string]func(int) mockllm.Turn{
+				"up-primary": func(n int) mockllm.Turn {
+					if n <= 2 { // the call and its one retry
+						return mockllm.Turn{Fault: mockllm.StatusFault(500, "", "")}
+					}
+					return mockllm.Turn{Text: fmt.Sprintf("primary answer %d", n), Usage: usage}
+				},
+				"up-small": func(int) mockllm.Turn { return mockllm.Turn{Text: "stand-in answer", Usage: usage} },
+			})})
+			p := primaryParams()
+			p.Temperature = det("").Temperature
+			calls := func() [2]int { return [2]int{h.mock.Calls("up-primary"), h.mock.Calls("up-small")} }
+			for _, step := range []struct {
+				name string
+				want result
+				// upstream calls after the step: primary, small
+				calls [2]int
+			}{
+				{"primary fails, the fallback answers", result{status: 200, model: "small", cache: "miss", content: "stand-in answer"}, [2]int{2, 1}},
+				{"primary back: not the stand-in from the cache", result{status: 200, model: "primary", cache: "miss", content: "primary answer 3"}, [2]int{3, 1}},
+				{"the primary's answer is cached", result{status: 200, cache: "hit", content: "primary answer 3"}, [2]int{3, 1}},
+			} {
+				if got := chatResult(t, h, p, stream); got != step.want || calls() != step.calls {
+					t.Fatalf("%s: got %+v, upstream calls %v; want %+v, calls %v", step.name, got, calls(), step.want, step.calls)
+				}
+			}
+		})
+	}
+}
