@@ -207,8 +207,10 @@ func TestUpstreamThatDoesNotStream(t *testing.T) {
 // Some servers (Ollama, SGLang) send "finish_reason":"" on every chunk
 // before the last, and may in a JSON answer's choice. The gateway reads ""
 // as no finish, but relayed as it came the client got a value the OpenAI
-// schema does not allow (a reason or null): the client gets null, streamed
-// and not, and openai-go still accumulates the answer and its real reason.
+// schema does not allow (a reason or null in a chunk, a reason in an
+// answer): a chunk's becomes null, and openai-go still accumulates the
+// answer and its real reason; an answer's becomes "stop", the reason a
+// finished answer without one gets when the gateway streams it.
 func TestUpstreamEmptyFinishReasonRelayedAsNull(t *testing.T) {
 	t.Parallel()
 	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
@@ -246,10 +248,10 @@ func TestUpstreamEmptyFinishReasonRelayedAsNull(t *testing.T) {
 
 	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("hi"))
 	raw, _ = h.lastRaw()
-	if err != nil || resp.Choices[0].Message.Content != "Hello" || resp.Choices[0].FinishReason != "" {
+	if err != nil || resp.Choices[0].Message.Content != "Hello" || resp.Choices[0].FinishReason != "stop" {
 		t.Fatalf("JSON: %v, %+v\n%s", err, resp, raw)
 	}
-	if fr := gjson.GetBytes(raw, "choices.0.finish_reason"); fr.Type != gjson.Null {
-		t.Fatalf("JSON: finish_reason %s, want null\n%s", fr.Raw, raw)
+	if fr := gjson.GetBytes(raw, "choices.0.finish_reason"); fr.Str != "stop" {
+		t.Fatalf("JSON: finish_reason %s, want \"stop\" (an answer's reason is never null)\n%s", fr.Raw, raw)
 	}
 }

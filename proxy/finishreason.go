@@ -5,20 +5,29 @@ import "bytes"
 // Some upstreams (Ollama, SGLang) send "finish_reason":"" on every chunk
 // before the last, and may in a JSON answer's choice. The gateway reads ""
 // as no finish (wire.FinishReason), but the OpenAI schema allows only a
-// reason or null there, and a typed client (a generated SDK, a schema
-// check) rejects "" or takes it for a reason. A relayed chunk or answer
-// gets null instead.
+// reason or null in a chunk, and only a reason in an answer, and a typed
+// client (a generated SDK, a schema check) rejects "" or takes it for a
+// reason. A relayed chunk gets null instead (not finished yet); a JSON
+// answer, which is finished, gets "stop", the reason the gateway gives an
+// answer it turns into a stream without one (wire.ChatSSE).
 
 // finishHead and finishTail are the key "finish_reason" with its quotes,
 // split at its '_': the search looks for that byte, which is rare in a
 // chunk (a few key names), where bytes.Index would stop at every quote.
 var finishHead, finishTail = []byte(`"finish`), []byte(`_reason"`)
 
-// nullFinish appends to dst[:0] body with every "finish_reason" member whose
-// value is the empty string given null instead, and reports true; when body
-// has none (nearly always: one byte search per chunk, no parse) it returns
-// body itself and false, and dst is untouched. body is only read.
-func nullFinish(dst, body []byte) ([]byte, bool) {
+// Replacements for an empty finish_reason: in a chunk, in an answer.
+var (
+	finishNull = []byte("null")
+	finishStop = []byte(`"stop"`)
+)
+
+// fillFinish appends to dst[:0] body with every "finish_reason" member whose
+// value is the empty string given the value with instead (finishNull or
+// finishStop), and reports true; when body has none (nearly always: one
+// byte search per chunk, no parse) it returns body itself and false, and
+// dst is untouched. body is only read.
+func fillFinish(dst, body, with []byte) ([]byte, bool) {
 	at := emptyFinishAt(body, 0)
 	if at < 0 {
 		return body, false
@@ -27,7 +36,7 @@ func nullFinish(dst, body []byte) ([]byte, bool) {
 	from := 0
 	for at >= 0 {
 		dst = append(dst, body[from:at]...)
-		dst = append(dst, "null"...)
+		dst = append(dst, with...)
 		from = at + len(`""`)
 		at = emptyFinishAt(body, from)
 	}

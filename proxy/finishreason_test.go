@@ -2,12 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/llmgw/gateway/jsonvalid"
 )
 
-func TestNullFinish(t *testing.T) {
+func TestFillFinish(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ name, in, want string }{
 		{"null", `{"choices":[{"delta":{"content":"x"},"finish_reason":null}]}`, ""},
@@ -30,23 +31,36 @@ func TestNullFinish(t *testing.T) {
 			if want == "" {
 				want = c.in
 			}
-			got, ok := nullFinish([]byte("reused"), []byte(c.in))
+			got, ok := fillFinish([]byte("reused"), []byte(c.in), finishNull)
 			if string(got) != want || ok != (c.want != "") {
 				t.Fatalf("got %s (%v), want %s", got, ok, want)
+			}
+			// An answer's gets "stop" where a chunk's gets null.
+			stopped := c.in
+			if c.want != "" {
+				stopped = strings.ReplaceAll(want, `"finish_reason":null`, `"finish_reason":"stop"`)
+				stopped = strings.ReplaceAll(stopped, `"finish_reason" : null`, `"finish_reason" : "stop"`)
+			}
+			if got, _ := fillFinish(nil, []byte(c.in), finishStop); string(got) != stopped {
+				t.Fatalf("answer: got %s, want %s", got, stopped)
 			}
 		})
 	}
 }
 
-// FuzzNullFinish: nullFinish never panics, never changes its input, keeps
-// valid JSON valid, and changes only "" into null.
-func FuzzNullFinish(f *testing.F) {
+// FuzzFillFinish: fillFinish never panics, never changes its input, keeps
+// valid JSON valid, and changes only "" into null (or "stop").
+func FuzzFillFinish(f *testing.F) {
 	f.Add([]byte(`{"choices":[{"delta":{"content":"x"},"finish_reason":""}]}`))
 	f.Add([]byte(`{"choices":[{"delta":{"content":"\",\"finish_reason\":\"\""},"finish_reason":null}]}`))
 	f.Add([]byte(`{ "finish_reason" :  "" , "x":{"finish_reason":""}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in := bytes.Clone(body)
-		out, ok := nullFinish(nil, body)
+		out, ok := fillFinish(nil, body, finishNull)
+		if stop, _ := fillFinish(nil, body, finishStop); !bytes.Equal(stop, bytes.ReplaceAll(out, []byte("null"), []byte(`"stop"`))) &&
+			!bytes.Contains(in, []byte("null")) {
+			t.Fatalf("%q: null %q, stop %q", in, out, stop)
+		}
 		if !bytes.Equal(body, in) {
 			t.Fatal("the input was changed")
 		}
@@ -69,10 +83,10 @@ func FuzzNullFinish(f *testing.F) {
 	})
 }
 
-// BenchmarkNullFinish is the cost every relayed chunk pays: a typical
+// BenchmarkFillFinish is the cost every relayed chunk pays: a typical
 // text chunk, whose finish_reason is null, and the chunk of an upstream
 // that sends "" on every chunk, given null in the stream's reused buffer.
-func BenchmarkNullFinish(b *testing.B) {
+func BenchmarkFillFinish(b *testing.B) {
 	const head = `{"id":"chatcmpl-abc123","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o-mini","system_fingerprint":"fp_0ba0d124f1","choices":[{"index":0,"delta":{"content":" quick brown"},"logprobs":null,"finish_reason":`
 	for _, c := range []struct {
 		name, finish string
@@ -83,7 +97,7 @@ func BenchmarkNullFinish(b *testing.B) {
 			var buf []byte
 			b.ReportAllocs()
 			for b.Loop() {
-				out, ok := nullFinish(buf, chunk)
+				out, ok := fillFinish(buf, chunk, finishNull)
 				if ok != c.fixed {
 					b.Fatal(string(out))
 				}

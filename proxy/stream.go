@@ -47,7 +47,7 @@ type upstreamStream struct {
 	idle     time.Duration
 	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
-	fix      []byte                   // nullFinish's output (never a view of rd's), reused by the next chunk
+	fix      []byte                   // fillFinish's output (never a view of rd's), reused by the next chunk
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
 	at       int                      // where the model string starts in head
@@ -144,7 +144,7 @@ func (s *upstreamStream) next() ([]byte, error) {
 	}
 }
 
-// chunk checks, evens out (nullFinish, flattenParts) and renames one data
+// chunk checks, evens out (fillFinish, flattenParts) and renames one data
 // event of an OpenAI stream: skip for an empty one, io.EOF at [DONE]. It is
 // a function of its own so that its locals are not on the goroutine's
 // stack while next waits for the upstream: a stream's goroutine keeps its
@@ -185,7 +185,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 	}
-	if fixed, ok := nullFinish(s.fix, data); ok {
+	if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
 		s.fix, data = fixed, fixed
 	}
 	return s.rename(flattenParts(data, "delta")), false, nil

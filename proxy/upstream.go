@@ -430,7 +430,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 			if failed = pc.noAnswer(out, req.Messages); failed != nil {
 				break
 			}
-			fixed, _ := nullFinish(nil, out)
+			fixed, _ := fillFinish(nil, out, finishStop)
 			body = setModel(nil, flattenParts(fixed, "message"), req.Model)
 			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
 				body = append([]byte(nil), out...)
