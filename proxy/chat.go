@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -183,6 +184,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		}
 		if len(sk.buf) > unreadBytes {
 			boundWrite(ctx, x)
+			sk.conn = ctx.Conn()
 		}
 		ctx.SetBodyStream(sk, size)
 	case ctx.Request.Header.IsHTTP11() && req.Lookahead.Complete():
@@ -192,6 +194,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		// goroutine of its own (the hand-over would cost more than the
 		// whole stream).
 		boundWrite(ctx, x)
+		sk.conn = ctx.Conn()
 		ctx.SetBodyStream(sk, -1)
 	case !s.hijackStream(ctx, sk):
 		ctx.SetBodyStream(sk, -1)
@@ -206,14 +209,20 @@ const unreadBytes = 64 << 10
 
 // boundWrite bounds the time fasthttp may take to write ctx's answer
 // (server.write_timeout, as each write of a stream on a connection of its
-// own is bounded): a client that stops reading a large answer, but keeps
-// its connection, loses the connection instead of holding the request's
-// goroutine and buffers for as long as it likes. fasthttp clears the
-// deadline once the answer is written.
+// own is bounded; a stream's WriteTo moves the deadline before each of its
+// writes): a client that stops reading a large answer, but keeps its
+// connection, loses the connection instead of holding the request's
+// goroutine and buffers for as long as it likes. fasthttp clears a
+// deadline the handler set once the answer is written, and flushes the
+// answer's end first: it is set (to none) without a write_timeout too, or
+// fasthttp would hold a stream's last chunk back while a request the client
+// pipelined behind it waits.
 func boundWrite(ctx *fasthttp.RequestCtx, x *exchange) {
+	var at time.Time
 	if wt := x.rt.Config.Server.WriteTimeout.D(); wt > 0 {
-		_ = ctx.SetWriteDeadline(time.Now().Add(wt))
+		at = time.Now().Add(wt)
 	}
+	_ = ctx.SetWriteDeadline(at)
 }
 
 func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {
@@ -280,11 +289,14 @@ type sink struct {
 	// writeTimeout bounds each write to the client (server.write_timeout):
 	// a client that stops reading ends the stream as one that left.
 	writeTimeout time.Duration
-	req          *pipeline.Request
-	stream       pipeline.Stream
-	cancel       context.CancelFunc
-	watch        peerWatch // of the client connection, until release
-	form         outputForm
+	// conn is the client's connection when fasthttp writes the stream
+	// whole (WriteTo), for each write's deadline; nil otherwise.
+	conn   net.Conn
+	req    *pipeline.Request
+	stream pipeline.Stream
+	cancel context.CancelFunc
+	watch  peerWatch // of the client connection, until release
+	form   outputForm
 
 	buf      []byte  // the events not yet written; nil while bufp is
 	bufp     *[]byte // buf's holder in sinkBufs while held (see hold and drop)
@@ -316,13 +328,25 @@ var (
 func (k *sink) SupportsBodyWriteTo() bool { return true }
 
 // WriteTo writes every event to w: one Write for each event, or for each
-// burst of events that were already buffered upstream together.
-func (k *sink) WriteTo(w io.Writer) (int64, error) {
-	var n int64
+// burst of events that were already buffered upstream together. fasthttp
+// calls it (a stream it writes whole, chatOut), outside the handler's
+// recovery: a layer that panics in it ends the stream here (panicked).
+func (k *sink) WriteTo(w io.Writer) (n int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = k.panicked(r)
+		}
+	}()
 	for {
 		b := k.burst()
 		if len(b) == 0 {
 			break // ended with nothing more to write
+		}
+		if k.conn != nil && k.writeTimeout > 0 {
+			// Each write is bounded, as on a connection of the stream's
+			// own; the time the layers take between writes (the end's
+			// drain, a cache's store) is not counted against the client.
+			_ = k.conn.SetWriteDeadline(time.Now().Add(k.writeTimeout))
 		}
 		m, err := w.Write(b)
 		n += int64(m)
@@ -384,7 +408,14 @@ func (k *sink) Read(p []byte) (int, error) {
 }
 
 // Close ends the request if WriteTo did not (the connection failed first).
+// fasthttp calls it outside any recovery: a layer's Close that panics ends
+// the stream here (panicked), never the process.
 func (k *sink) Close() error {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = k.panicked(r)
+		}
+	}()
 	if !k.ended && k.failure == nil {
 		k.gone()
 	}
@@ -397,6 +428,29 @@ func (k *sink) wrote(n int) {
 		k.ttfb = time.Since(k.req.Start)
 	}
 	k.written += n
+}
+
+// panicked ends a stream fasthttp writes after a layer panicked in it, as
+// recoverStream ends one on its own goroutine: the panic is logged and
+// counted, the upstream side closed (a Close that panics is not called
+// again) and the request finished as a 500. The error it returns makes
+// fasthttp close the connection: the client sees the stream cut, never a
+// hang.
+func (k *sink) panicked(r any) error {
+	k.s.logPanic(r, k.x)
+	err := pipeline.Internal(fmt.Errorf("proxy: panic: %v", r), "internal error")
+	k.failure, k.ended = err, true
+	if st := k.stream; st != nil {
+		k.stream = nil // released here, whatever its Close does
+		func() {
+			defer func() { _ = recover() }() // the layers' Close may be what panicked
+			k.s.peers.unwatch(k.watch)
+			st.Close()
+		}()
+		k.cancel()
+	}
+	k.finish()
+	return err
 }
 
 // gone records that the client went away.
@@ -487,8 +541,8 @@ func (k *sink) finish() {
 	if k.finished {
 		return
 	}
+	k.release() // before finished: a layer's Close that panics leaves the finish to panicked
 	k.finished = true
-	k.release()
 	x := k.x
 	x.status = fasthttp.StatusOK
 	switch {

@@ -2,24 +2,35 @@ package proxy
 
 import (
 	"bufio"
+	"cmp"
+	"context"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testproc"
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // burstUpstream serves every request with a chunked event stream of three
 // content events and [DONE]. It sends the whole answer, the body's last
 // chunk included, in one write, or, with a split, the part before it first
-// and the rest 50 ms later: split "end" sends the body's last chunk later
-// (as servers do that end the body after the handler returns), split
-// "done" [DONE] too. It counts the connections it accepted in conns.
-func burstUpstream(t *testing.T, split string, conns *atomic.Int32) string {
+// and the rest later (50 ms, or late): split "end" sends the body's last
+// chunk later (as servers do that end the body after the handler returns),
+// split "done" [DONE] too. It counts the connections it accepted in conns
+// (may be nil).
+func burstUpstream(t *testing.T, split string, late time.Duration, conns *atomic.Int32) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,7 +50,9 @@ func burstUpstream(t *testing.T, split string, conns *atomic.Int32) string {
 			if err != nil {
 				return
 			}
-			conns.Add(1)
+			if conns != nil {
+				conns.Add(1)
+			}
 			go func() {
 				defer c.Close()
 				br := bufio.NewReader(c)
@@ -60,7 +73,7 @@ func burstUpstream(t *testing.T, split string, conns *atomic.Int32) string {
 					}
 					_, _ = c.Write([]byte(all[:at]))
 					if at < len(all) {
-						time.Sleep(50 * time.Millisecond)
+						time.Sleep(cmp.Or(late, 50*time.Millisecond))
 						_, _ = c.Write([]byte(all[at:]))
 					}
 				}
@@ -90,7 +103,7 @@ func TestCompleteStreamIsNotHandedOver(t *testing.T) {
 		t.Run("split="+tc.split, func(t *testing.T) {
 			t.Parallel()
 			var conns atomic.Int32
-			cfg, u := testUpstream(t, burstUpstream(t, tc.split, &conns), "")
+			cfg, u := testUpstream(t, burstUpstream(t, tc.split, 0, &conns), "")
 			addr, srv := serveRuntime(t, cfg, u, u)
 			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
 			for range 2 {
@@ -125,5 +138,158 @@ func TestTailKeepsLastBytes(t *testing.T) {
 		if string(last.bytes()) != string(want) {
 			t.Fatalf("after %d pieces: %q, want %q", i+1, last.bytes(), want)
 		}
+	}
+}
+
+// rawStream sends one stream request (and, if given, requests pipelined
+// behind it) on a connection of its own and returns what it read until
+// the stream's last chunk, the connection's end or a 5 s guard, and when
+// [DONE] and the last chunk came.
+func rawStream(t *testing.T, addr string, pipelined ...string) (got string, doneAt, endAt time.Duration) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := func(body string) string {
+		return "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	out := req(`{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	for _, b := range pipelined {
+		out += req(b)
+	}
+	start := time.Now()
+	_, _ = io.WriteString(conn, out)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		b = append(b, buf[:n]...)
+		if doneAt == 0 && strings.Contains(string(b), "data: [DONE]") {
+			doneAt = time.Since(start)
+		}
+		if strings.Contains(string(b), "\r\n0\r\n\r\n") {
+			return string(b), doneAt, time.Since(start)
+		}
+		if err != nil {
+			return string(b), doneAt, 0
+		}
+	}
+}
+
+// TestCompleteStreamWriteDeadlineIsPerWrite: each write of a stream
+// fasthttp writes whole is bounded by write_timeout, as on a connection of
+// the stream's own, not the stream as a whole: the time the layers take
+// between writes (here the drain after [DONE], waiting for an upstream's
+// late body end) is not the client's. With one deadline for the whole
+// stream, a client reading at once lost its [DONE] and last chunk.
+func TestCompleteStreamWriteDeadlineIsPerWrite(t *testing.T) {
+	t.Parallel()
+	cfg, u := testUpstream(t, burstUpstream(t, "end", 1500*time.Millisecond, nil), "")
+	cfg.Server.WriteTimeout = config.Duration(300 * time.Millisecond)
+	addr, srv := serveRuntime(t, cfg, u, u)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	got, _, end := rawStream(t, addr)
+	if !strings.Contains(got, `"three"`) || !strings.Contains(got, "data: [DONE]") || end == 0 {
+		t.Fatalf("a client reading at once got a cut stream:\n%q", got)
+	}
+	if h := srv.handovers.Load(); h != 0 {
+		t.Fatalf("%d hand-overs: the stream was not written by fasthttp", h)
+	}
+}
+
+// TestCompleteStreamEndNotHeldBehindPipelined: without a write_timeout,
+// the last chunk of a stream fasthttp writes whole still leaves with it,
+// not when the answer to a request the client pipelined behind it is
+// written (fasthttp holds its writer's bytes while a pipelined request is
+// buffered, unless the handler set a write deadline).
+func TestCompleteStreamEndNotHeldBehindPipelined(t *testing.T) {
+	t.Parallel()
+	cfg, u := testUpstream(t, burstUpstream(t, "", 0, nil), "")
+	cfg.Server.WriteTimeout = 0
+	release := make(chan struct{})
+	chat := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if r.Stream {
+			return u.Chat(ctx, r)
+		}
+		<-release // the pipelined request is answered only once the stream has ended
+		return &pipeline.Response{Body: []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)}, nil
+	})
+	addr, srv := serveRuntime(t, cfg, u, chat)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	defer close(release)
+	got, _, end := rawStream(t, addr, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	if end == 0 {
+		t.Fatalf("the stream's last chunk never came while the pipelined request waited:\n%q", got)
+	}
+}
+
+// TestCompleteStreamPanics: a layer that panics in a stream fasthttp
+// writes whole (in Next, or in its Close) is handled as on a stream's own
+// goroutine: the panic is counted and logged, the request finished as a
+// 500, the connection closed; the process goes on. fasthttp recovers a
+// panic in a body's WriteTo on its own (the request was then logged as a
+// client that left, the panic nowhere), and calls the body's Close outside
+// any recovery (a panicking Close ended the process: run in a child).
+func TestCompleteStreamPanics(t *testing.T) {
+	if os.Getenv("LLMGW_PANIC_CHILD") != "" {
+		completeStreamPanic(t, os.Getenv("LLMGW_PANIC_CHILD"))
+		return
+	}
+	t.Parallel()
+	for _, where := range []string{"next", "close"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCompleteStreamPanics$", "-test.v")
+		cmd.Env = append(os.Environ(), "LLMGW_PANIC_CHILD="+where)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("a panic in a layer's %s: %v\n%.3000s", where, err, out)
+		}
+	}
+}
+
+// completeStreamPanic is TestCompleteStreamPanics's child, whose layer
+// panics where says.
+func completeStreamPanic(t *testing.T, where string) {
+	cfg, u := testUpstream(t, burstUpstream(t, "", 0, nil), "")
+	chat := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		resp, err := u.Chat(ctx, r)
+		if err != nil || resp.Stream == nil {
+			return resp, err
+		}
+		up := resp.Stream
+		n := 0
+		return &pipeline.Response{Stream: &pipeline.StreamFunc{
+			NextFunc: func() ([]byte, error) {
+				if n++; where == "next" && n == 4 { // the Next that reads [DONE], in WriteTo
+					panic("a bug in a stream layer")
+				}
+				return up.Next()
+			},
+			CloseFunc: func() {
+				up.Close()
+				if where == "close" {
+					panic("a bug in a layer's Close")
+				}
+			},
+		}}, nil
+	})
+	before := testutil.ToFloat64(panics)
+	logs := &lockedBuffer{}
+	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
+	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.New(logs))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	_, _, _ = rawStream(t, ln.Addr().String())
+	waitFor(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), `"status":500`) })
+	if d := testutil.ToFloat64(panics) - before; d != 1 {
+		t.Fatalf("%v panics counted, want 1\n%s", d, logs)
+	}
+	if h := srv.handovers.Load(); h != 0 {
+		t.Fatalf("%d hand-overs: the stream was not written by fasthttp", h)
 	}
 }

@@ -34,6 +34,12 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // accessLines counts the access-log lines of request id.
 func (l *lockedBuffer) accessLines(id string) int {
 	l.mu.Lock()
