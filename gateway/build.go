@@ -313,6 +313,9 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 		Loop:   cfg.ToolLoop,
 		Lookup: b.lookup,
 		Admit:  b.admit,
+		// The loop's later rounds, in their model-call layer
+		// (toolloop.ModelCallLimit): the tenant's limits and budgets.
+		AdmitRound: b.limiter.AdmitRound,
 		ToolMiddleware: []pipeline.ToolMiddleware{
 			guards.ToolMiddleware(), // outside the result cache: cached results are checked too
 			b.limiter.ToolLimit(),

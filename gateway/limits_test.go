@@ -113,8 +113,8 @@ func TestRateLimitAcrossReplicas(t *testing.T) {
 }
 
 // A tool-loop request is priced over all its rounds and can exhaust a
-// budget; the usage API's totals equal the responses' usage priced by the
-// table; only admin keys may read it.
+// budget, which then stops its later rounds; the usage API's totals equal
+// the responses' usage priced by the table; only admin keys may read it.
 func TestBudgetToolLoopAndUsageAPI(t *testing.T) {
 	t.Parallel()
 	_, url := newToolServer(t, 0)
@@ -139,7 +139,7 @@ period = "day"
 	client := openai.NewClient(option.WithBaseURL(h.base), option.WithAPIKey("sk-team"), option.WithMaxRetries(0))
 
 	// twoRounds: 3 upstream calls, prompt 100+200+300, completion 30:
-	// 600 × 2 + 30 × 10 = 1500 µ$, under the 2000 µ$ budget when it starts.
+	// 300 + 500 + 700 = 1500 µ$, under the 2000 µ$ budget when it starts.
 	resp, err := client.Chat.Completions.New(context.Background(), userMsg("compute"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,25 +148,18 @@ period = "day"
 	if u.PromptTokens != 600 || u.CompletionTokens != 30 {
 		t.Fatalf("usage %+v", u)
 	}
-	// The second request starts at 1500 µ$ and spends another 1500: over.
-	if _, err := client.Chat.Completions.New(context.Background(), userMsg("compute again")); err != nil {
-		t.Fatalf("second request (started under budget): %v", err)
-	}
-	// Spend reaches the counter about one store write after a call ends, so
-	// at most one more request may start before it is seen.
+	// The second request starts at 1500 µ$; its first two rounds spend 800
+	// more (2300, over), so its third round is refused; the third request
+	// is refused before any round (the memory store sees spend at once).
 	var apiErr *openai.Error
-	var last error
-	ok := 2
-	for ; ok < 4; ok++ {
-		if _, last = client.Chat.Completions.New(context.Background(), userMsg("one more")); last != nil {
-			break
+	for i, prompt := range []string{"compute again", "one more"} {
+		_, err := client.Chat.Completions.New(context.Background(), userMsg(prompt))
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" {
+			t.Fatalf("request %d over budget: %v", i+2, err)
 		}
 	}
-	if !errors.As(last, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" {
-		t.Fatalf("over budget after %d requests: %v", ok, last)
-	}
-	if ok > 3 {
-		t.Fatalf("%d requests passed a budget two of them exhaust", ok)
+	if calls := h.mock.TotalCalls(); calls != 5 {
+		t.Fatalf("upstream calls %d, want 3 + 2", calls)
 	}
 
 	get := func(key string) (int, []byte) {
@@ -180,11 +173,12 @@ period = "day"
 	if status != 200 {
 		t.Fatalf("admin key: %d %s", status, body)
 	}
+	// Three client requests; five upstream calls: 100+200+300+100+200
+	// input tokens, 5 × 10 output, 1500 + 800 µ$.
 	team := gjson.GetBytes(body, `data.#(group=="team")`)
-	n := int64(ok) // answered requests, each 3 upstream calls of 600 + 30 tokens, 1500 µ$
-	if team.Get("requests").Int() != n+1 || team.Get("upstream_calls").Int() != 3*n || team.Get("input_tokens").Int() != 600*n ||
-		team.Get("output_tokens").Int() != 30*n || team.Get("cost_microdollars").Int() != 1500*n {
-		t.Fatalf("usage report after %d answered requests: %s", n, body)
+	if team.Get("requests").Int() != 3 || team.Get("upstream_calls").Int() != 5 || team.Get("input_tokens").Int() != 900 ||
+		team.Get("output_tokens").Int() != 50 || team.Get("cost_microdollars").Int() != 2300 {
+		t.Fatalf("usage report: %s", body)
 	}
 }
 

@@ -484,6 +484,72 @@ amount = 0.0001
 	})
 }
 
+// A later model call of an admitted request (a tool loop's later round)
+// passes AdmitRound: it takes no request (requests_per_minute = 1 lets
+// every round of the one request through) and no estimate, and is refused
+// once the request's own earlier calls spent the budget or overdrew the
+// tokens counter, on either store: on Redis it writes what the meter
+// queued first, without the test's Flush.
+func TestAdmitRound(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		l := newLimiter(t, `
+[[limits]]
+tenant = "*"
+requests_per_minute = 1
+[[limits]]
+tenant = "b"
+tokens_per_minute = 40
+[[budgets]]
+tenant = "a"
+amount = 0.0002
+`, newStore, "round")
+		var calls atomic.Int64
+		// Each call: 10 input and 5 output tokens, 70 µ$.
+		meter := l.Meter(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			calls.Add(1)
+			return &pipeline.Response{Body: []byte(`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5}}`)}, nil
+		}))
+		// A loop of up to 10 calls, each after the first admitted by AdmitRound.
+		loop := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			for i := range 10 {
+				if i > 0 {
+					if err := l.AdmitRound(r); err != nil {
+						return nil, err
+					}
+				}
+				if _, err := meter.Chat(ctx, r); err != nil {
+					return nil, err
+				}
+			}
+			return &pipeline.Response{Body: []byte(`{}`)}, nil
+		}))
+		run := func(tenant string) error {
+			_, err := loop.Chat(context.Background(), &pipeline.Request{ID: "r-" + tenant, Model: "gpt-x", Meta: &pipeline.Meta{},
+				Body:   []byte(`{"model":"gpt-x","messages":[{"role":"user","content":"hello there"}]}`),
+				Tenant: &pipeline.Tenant{Name: tenant}})
+			return err
+		}
+		// Within its limits (tenant c: one request a minute, no budget):
+		// every call runs.
+		if err := run("c"); err != nil || calls.Load() != 10 {
+			t.Fatalf("within limits: %d calls, %v", calls.Load(), err)
+		}
+		// 200 µ$: three calls spend 210, the fourth is refused.
+		calls.Store(0)
+		if s, code := status(run("a")); s != 429 || code != "insufficient_quota" || calls.Load() != 3 {
+			t.Fatalf("budget: %d calls, then %d %s", calls.Load(), s, code)
+		}
+		// 40 tokens a minute: three calls use 45, the fourth is refused.
+		calls.Store(0)
+		err := run("b")
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 429 || pe.Code != "rate_limit_exceeded" || pe.Type != pipeline.TypeTokens || pe.RetryAfter <= 0 || calls.Load() != 3 {
+			t.Fatalf("tokens: %d calls, then %v", calls.Load(), err)
+		}
+	})
+}
+
 // tool_calls_per_minute: a call over the limit does not run; the model gets
 // an error result instead.
 func TestToolCallsPerMinute(t *testing.T) {

@@ -177,6 +177,32 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 	return l.takeCall(now, r.ID, sc.admitted())
 }
 
+// AdmitRound applies the limits and budgets to a later model call of r, a
+// client request the request layer admitted (Middleware): a tool loop's
+// round after the first, for the same model. The request layer took the
+// request, its estimated input and its slot once, for the first call; a
+// later call takes none of them again (requests_per_minute counts client
+// requests; its tokens are charged by Meter when it ends). It is refused,
+// with the 429 the request layer gives, when a budget of r's scope is spent
+// or a tokens_per_minute counter is overdrawn: by this request's earlier
+// calls or by any other. On a shared store, what is queued for the store
+// (the earlier calls' spend and tokens) is written first, so that a later
+// call sees its own request's earlier calls on either store. Like Admit it
+// holds no slot and sets no headers.
+func (l *Limiter) AdmitRound(r *pipeline.Request) error {
+	tenant, key := who(r)
+	now := l.now()
+	checks := l.scopeOf(tenant, key, r.Model, now).later
+	if len(checks) == 0 {
+		return nil
+	}
+	if !l.sync {
+		l.rec.flush()
+		now = l.now()
+	}
+	return l.takeCall(now, r.ID, checks)
+}
+
 // takeCall takes one call of request id from checks (no slot in flight),
 // or refuses it with the first spent one's denial.
 func (l *Limiter) takeCall(now time.Time, id string, checks []check) error {
@@ -327,6 +353,12 @@ func denial(c check, tokens int64, retry time.Duration) error {
 	}
 	if retry < time.Millisecond {
 		retry = time.Millisecond
+	}
+	if cost == 0 {
+		// A later call of an admitted request, which takes nothing before
+		// it is made (AdmitRound, Admit): the counter is overdrawn.
+		return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, used up by earlier calls. Please try again in %s.",
+			what, unit, c.limit, retry.Round(time.Millisecond))
 	}
 	return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
 		what, unit, c.limit, cost, retry.Round(time.Millisecond))

@@ -27,6 +27,10 @@ type scope struct {
 	// unpriced: the model is not configured, no default price matches
 	// it, and a budget applies: its calls are refused (admit), not free.
 	unpriced bool
+	// later: the counters a later model call of an admitted request must
+	// pass (AdmitRound): the tokens counters (cost 0: refused once
+	// overdrawn) and the budgets; nil when there are none.
+	later []check
 }
 
 // spend is the spend counter of a budget in the current period.
@@ -89,6 +93,11 @@ func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
 			k, end := l.periodKey(b, tenant, key, now)
 			sc.checks = append(sc.checks, check{key: k, kind: kindBudget, limit: b.micro, warn: 1 - b.warnAt})
 			sc.spend = append(sc.spend, spend{key: k, end: end})
+		}
+	}
+	for _, c := range sc.checks {
+		if c.hdr == hdrTokens || c.kind == kindBudget {
+			sc.later = append(sc.later, c)
 		}
 	}
 	_, priced := l.price(model) // a configured model is: its operator chose its price

@@ -41,6 +41,10 @@ type modelCalls struct {
 	// last call: every other call leaves one, so the loop always has a call
 	// left for its final answer.
 	round atomic.Pointer[pipeline.Request]
+	// first is the request of the loop's first round, which the request
+	// layer admitted; admit (Options.AdmitRound) admits every later one.
+	first atomic.Pointer[pipeline.Request]
+	admit func(r *pipeline.Request) error
 }
 
 type modelCallsKey struct{}
@@ -85,25 +89,43 @@ func (m *modelCalls) take(r *pipeline.Request) bool {
 
 // ModelCallLimit is the outermost step of every route's model-call layer:
 // inside a tool loop it counts the call against tool_loop.max_model_calls
-// and refuses one past it with an error wrapping ErrModelCallLimit. Retries
-// and fallbacks are attempts of the same call (a fallback route's own layer
+// and refuses one past it with an error wrapping ErrModelCallLimit; a
+// round after the first must also pass the tenant's limits and budgets
+// (Options.AdmitRound), whose refusal it returns as it is. Retries and
+// fallbacks are attempts of the same call (a fallback route's own layer
 // does not count it again). Outside a tool loop it only calls next.
 func ModelCallLimit(next pipeline.Handler) pipeline.Handler {
 	return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-		if m, ok := ctx.Value(modelCallsKey{}).(*modelCalls); ok && !fallback.Nested(ctx) && !m.take(r) {
-			e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeMaxModelCalls,
-				"this request reached the gateway's limit of %d model calls (tool_loop.max_model_calls)", m.max)
-			e.Err = ErrModelCallLimit
-			return nil, e
+		if m, ok := ctx.Value(modelCallsKey{}).(*modelCalls); ok && !fallback.Nested(ctx) {
+			if !m.take(r) {
+				return nil, m.refused()
+			}
+			// The first round was admitted by the request layer, and a
+			// tool's own call by its tool (Options.Admit): neither is
+			// admitted again.
+			if m.admit != nil && m.round.Load() == r && m.first.Load() != r {
+				if err := m.admit(r); err != nil {
+					return nil, err
+				}
+			}
 		}
 		return next.Chat(ctx, r)
 	})
+}
+
+// refused is the error of a call past tool_loop.max_model_calls.
+func (m *modelCalls) refused() error {
+	e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeMaxModelCalls,
+		"this request reached the gateway's limit of %d model calls (tool_loop.max_model_calls)", m.max)
+	e.Err = ErrModelCallLimit
+	return e
 }
 
 // withLimits starts counting the request's model calls: the context it
 // returns carries the counter to every model-call layer the request reaches.
 func (s *session) withLimits(ctx context.Context) context.Context {
 	s.lim.model.max = int64(s.l.cfg.MaxModelCalls)
+	s.lim.model.admit = s.l.opts.AdmitRound
 	s.lim.ctx = limitCtx{Context: ctx, calls: &s.lim.model}
 	return &s.lim.ctx
 }

@@ -34,6 +34,51 @@ func TestModelCallLimitReservesTheLastCall(t *testing.T) {
 	}
 }
 
+// A round after the first must pass AdmitRound (the tenant's limits), and
+// its refusal is returned as it is, without calling the model; the first
+// round (the request layer admitted it) and a tool's own call (its tool
+// admitted it) are not admitted again.
+func TestModelCallLimitAdmitsLaterRounds(t *testing.T) {
+	t.Parallel()
+	ok := &pipeline.Response{Body: []byte(`{}`)}
+	var called int
+	h := ModelCallLimit(pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		called++
+		return ok, nil
+	}))
+	refusal := pipeline.Errorf(429, pipeline.TypeInsufficientQuota, pipeline.CodeInsufficientQuota, "spent")
+	var admitted []*pipeline.Request
+	refuse := false
+	m := &modelCalls{max: 100, admit: func(r *pipeline.Request) error {
+		admitted = append(admitted, r)
+		if refuse {
+			return refusal
+		}
+		return nil
+	}}
+	ctx := context.WithValue(context.Background(), modelCallsKey{}, m)
+	first, second, third, tool := &pipeline.Request{}, &pipeline.Request{}, &pipeline.Request{}, &pipeline.Request{}
+	m.first.Store(first)
+	m.round.Store(first)
+	for _, r := range []*pipeline.Request{first, tool} {
+		if _, err := h.Chat(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.round.Store(second)
+	if _, err := h.Chat(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	m.round.Store(third)
+	refuse = true
+	if _, err := h.Chat(ctx, third); err != refusal {
+		t.Fatalf("refused round: err %v, want the refusal as it is", err)
+	}
+	if len(admitted) != 2 || admitted[0] != second || admitted[1] != third || called != 3 {
+		t.Fatalf("admitted %d calls, model called %d times; want the later rounds admitted and 3 calls", len(admitted), called)
+	}
+}
+
 // BenchmarkModelCallLimit is the cost ModelCallLimit adds to every model
 // call: a context lookup outside a loop, and a count inside one.
 func BenchmarkModelCallLimit(b *testing.B) {

@@ -30,6 +30,15 @@ type Options struct {
 	// every round's body is built from that admitted body for the same
 	// model.
 	Admit func(r *pipeline.Request) error
+	// AdmitRound applies the tenant's limits and budgets to each round of
+	// the loop after the first (limits.Limiter.AdmitRound), in the round's
+	// model-call layer (ModelCallLimit): a spent budget or an overdrawn
+	// tokens_per_minute stops the loop's model calls. Its error (a 429)
+	// ends the request: the JSON answer is that error, a stream ends with
+	// it as its error event. It must not take another client request or
+	// input estimate: the request layer took those for the first round.
+	// nil admits every round.
+	AdmitRound func(r *pipeline.Request) error
 	// ToolMiddleware is inserted into the function layer after the loop's
 	// own policy and validation steps and before the size cap, retry and
 	// timeout (e.g. a result cache). mws[0] is outermost.

@@ -134,6 +134,9 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 		// model call, the only one a stream's headers can describe.
 		r.Meta = &pipeline.Meta{}
 	}
+	if s.iterations == 0 {
+		s.lim.model.first.Store(r) // the request layer's: ModelCallLimit does not admit it again
+	}
 	s.iterations++
 	s.sent = s.msgs
 	s.lim.model.round.Store(r)

@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// roundsConfig: gpt-x priced at $2 input / $10 output per million tokens,
+// the calculator as the only server tool, and up to 10 rounds; {{LIMITS}}
+// is replaced by each test's limits and budgets (for the tenant "default":
+// the harness's key names none).
+const roundsConfig = `
+[server]
+log_level = "warn"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+api_key = "sk-upstream-secret"
+retries = 0
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "up-model"
+context_window = 100000
+price = { input = 2, output = 10 }
+[[tools]]
+name = "calculator"
+kind = "builtin"
+[tool_loop]
+max_iterations = 10
+keepalive_interval = "100ms"
+{{LIMITS}}
+`
+
+// calcRounds calls the calculator in every round until the request has
+// rounds-1 tool results, then answers; each call reports 100 prompt and
+// 10 completion tokens: 110 tokens, 300 µ$ at roundsConfig's price.
+func calcRounds(rounds int) func(*mockllm.Call) mockllm.Turn {
+	return func(c *mockllm.Call) mockllm.Turn {
+		u := &mockllm.Usage{Prompt: 100, Completion: 10}
+		if len(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Array()) >= rounds-1 {
+			return mockllm.Turn{Text: "done", Usage: u}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: u}
+	}
+}
+
+// loopBody is a tool-loop request, streamed or not.
+func loopBody(stream bool) string {
+	if stream {
+		return `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"compute"}]}`
+	}
+	return `{"model":"gpt-x","messages":[{"role":"user","content":"compute"}]}`
+}
+
+// streamError returns the error object of the stream's error event
+// ("event: error"), and whether the stream ended with it (nothing but
+// [DONE] after it).
+func streamError(body []byte) (gjson.Result, bool) {
+	events := bytes.Split(bytes.TrimSpace(body), []byte("\n\n"))
+	for i, ev := range events {
+		data, ok := bytes.CutPrefix(ev, []byte("event: error\ndata: "))
+		if !ok {
+			continue
+		}
+		if e := gjson.GetBytes(data, "error"); e.Exists() {
+			rest := events[i+1:]
+			return e, len(rest) == 0 || (len(rest) == 1 && string(rest[0]) == "data: [DONE]")
+		}
+	}
+	return gjson.Result{}, false
+}
+
+// A loop's later rounds pass the tenant's budget: once the request's own
+// rounds have spent it, the next model call is not made. The JSON answer is
+// the request layer's 429 insufficient_quota; a stream, already answering,
+// ends with that error as its error event. The rounds made are charged.
+func TestLoopRoundRefusedWhenBudgetSpent(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			t.Parallel()
+			// 500 µ$: round 1 spends 300 (under), round 2 another 300 (over):
+			// round 3 is refused.
+			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", `
+[[budgets]]
+tenant = "default"
+amount = 0.0005
+period = "day"
+`, 1), mockllm.Options{Respond: calcRounds(5)})
+			status, _, body := h.post("/chat/completions", loopBody(stream), nil)
+			var e gjson.Result
+			if stream {
+				if status != 200 {
+					t.Fatalf("stream status %d %s", status, body)
+				}
+				var last bool
+				if e, last = streamError(body); !last {
+					t.Fatalf("the stream does not end with an error event:\n%s", body)
+				}
+			} else {
+				if status != 429 {
+					t.Fatalf("status %d %s, want 429", status, body)
+				}
+				e = gjson.GetBytes(body, "error")
+			}
+			if e.Get("code").Str != "insufficient_quota" || e.Get("type").Str != "insufficient_quota" {
+				t.Fatalf("error %s, want insufficient_quota", e.Raw)
+			}
+			if n := h.mock.TotalCalls(); n != 2 {
+				t.Fatalf("upstream calls %d, want 2 (the third round refused)", n)
+			}
+			// Both rounds were charged: the next request is refused up front.
+			if status, _, body := h.post("/chat/completions", loopBody(false), nil); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
+				t.Fatalf("next request: %d %s", status, body)
+			}
+			if n := h.mock.TotalCalls(); n != 2 {
+				t.Fatalf("upstream calls %d after a refused request", n)
+			}
+		})
+	}
+}
+
+// A loop's later rounds pass the tenant's tokens_per_minute: once the
+// request's own rounds have used it up, the next model call is not made,
+// with the request layer's 429 rate_limit_exceeded and its retry-after.
+func TestLoopRoundRefusedWhenTokensSpent(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			t.Parallel()
+			// 200 tokens a minute: round 1 uses 110, round 2 another 110
+			// (20 over): round 3 is refused.
+			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", `
+[[limits]]
+tenant = "*"
+tokens_per_minute = 200
+`, 1), mockllm.Options{Respond: calcRounds(5)})
+			status, hdr, body := h.post("/chat/completions", loopBody(stream), nil)
+			var e gjson.Result
+			if stream {
+				if status != 200 {
+					t.Fatalf("stream status %d %s", status, body)
+				}
+				var last bool
+				if e, last = streamError(body); !last {
+					t.Fatalf("the stream does not end with an error event:\n%s", body)
+				}
+			} else {
+				if status != 429 || hdr.Get("Retry-After") == "" {
+					t.Fatalf("status %d, retry-after %q: %s; want 429 with retry-after", status, hdr.Get("Retry-After"), body)
+				}
+				e = gjson.GetBytes(body, "error")
+			}
+			if e.Get("code").Str != "rate_limit_exceeded" || e.Get("type").Str != "tokens" {
+				t.Fatalf("error %s, want rate_limit_exceeded on tokens", e.Raw)
+			}
+			if n := h.mock.TotalCalls(); n != 2 {
+				t.Fatalf("upstream calls %d, want 2 (the third round refused)", n)
+			}
+		})
+	}
+}
+
+// A loop within its limits runs every round: a later round takes no
+// client request and no second input estimate. With requests_per_minute = 1
+// a four-round loop finishes, and the client's next request is the one
+// refused.
+func TestLoopRoundsWithinLimitsAllRun(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", `
+[[limits]]
+tenant = "*"
+requests_per_minute = 1
+tokens_per_minute = 100000
+[[budgets]]
+tenant = "default"
+amount = 1
+period = "day"
+`, 1), mockllm.Options{Respond: calcRounds(4)})
+			status, _, body := h.post("/chat/completions", loopBody(stream), nil)
+			if status != 200 {
+				t.Fatalf("status %d %s", status, body)
+			}
+			if e, _ := streamError(body); e.Exists() {
+				t.Fatalf("stream error %s", e.Raw)
+			}
+			if !bytes.Contains(body, []byte("done")) {
+				t.Fatalf("no final answer: %s", body)
+			}
+			if n := h.mock.TotalCalls(); n != 4 {
+				t.Fatalf("upstream calls %d, want 4", n)
+			}
+			if status, _, body := h.post("/chat/completions", loopBody(false), nil); status != 429 || gjson.GetBytes(body, "error.type").Str != "requests" {
+				t.Fatalf("second client request: %d %s, want 429 on requests", status, body)
+			}
+		})
+	}
+}
