@@ -53,6 +53,23 @@ func BenchmarkLimits(b *testing.B) {
 				}
 			}
 		})
+		// What a tool loop's later round adds (AdmitRound): nothing on a
+		// plain request, which has no later round.
+		b.Run("round/"+c.name, func(b *testing.B) {
+			cfg, err := config.Parse([]byte(baseTOML + c.toml))
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := New(Options{Config: cfg, Logger: zerolog.Nop()})
+			defer l.Close()
+			r := &pipeline.Request{ID: "x", Model: "gpt-x", Body: body, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "a", Key: "k"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.AdmitRound(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
