@@ -92,6 +92,7 @@ type respItem struct {
 	output   []byte // mcp_call
 	errMsg   string // mcp_call: the error, when the run failed
 	done     bool
+	cut      bool // still open when a length or content-filter finish ended the response
 }
 
 // NewResponsesStream returns the encoder of a streamed response: Encode
@@ -140,6 +141,14 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		dst = r.serverCall(dst, len(r.items)-1)
 	case Finish:
 		r.finish = cmp.Or(e.Finish, "stop")
+		if r.finish == "length" || r.finish == "content_filter" {
+			// Only what the cut answer left open is incomplete: an item
+			// done before it (an earlier round's, a server call) stays
+			// completed, as its output_item.done said.
+			for i := range r.items {
+				r.items[i].cut = !r.items[i].done
+			}
+		}
 		dst = r.closeAll(dst)
 	case Usage:
 		r.usage = append(r.usage[:0], e.Raw...)
@@ -608,7 +617,7 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 	}
 	if it.done {
 		status = "completed"
-		if r.finish == "length" && it.kind != itemServerCall {
+		if it.cut {
 			status = "incomplete"
 		}
 	}

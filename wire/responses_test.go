@@ -52,6 +52,14 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 			{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{}`), Finish: "bad input"},
 			text("content", "it is 2"), {Kind: Finish, Finish: "stop"}, {Kind: End}},
 		"length": {{Kind: Role}, text("content", "cut"), {Kind: Finish, Finish: "length"}, {Kind: End}},
+		// A loop's last round cut: the items done before it stay completed,
+		// in the terminal response as in their output_item.done.
+		"length after a server call": {{Kind: Role}, text("reasoning_content", "plan"), text("content", "let me"),
+			{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{"e":"1+1"}`), Raw: []byte(`2`)},
+			text("content", "it is"), {Kind: Finish, Finish: "length"}, {Kind: End}},
+		"content filter after a server call": {{Kind: Role}, text("content", "let me"),
+			{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{"e":"1+1"}`), Raw: []byte(`2`)},
+			text("content", "it is"), {Kind: Finish, Finish: "content_filter"}, {Kind: End}},
 	}
 	for name, events := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -66,11 +74,26 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 			if err := schema.Validate("Response", object); err != nil {
 				t.Fatalf("%v\n%s", err, object)
 			}
-			want := "response.completed"
-			if name == "length" {
-				want = "response.incomplete"
-				if gjson.GetBytes(object, "incomplete_details.reason").Str != "max_output_tokens" {
+			want, reason := "response.completed", ""
+			switch name {
+			case "length", "length after a server call":
+				want, reason = "response.incomplete", "max_output_tokens"
+			case "content filter after a server call":
+				want, reason = "response.incomplete", "content_filter"
+			}
+			if reason != "" {
+				if gjson.GetBytes(object, "incomplete_details.reason").Str != reason {
 					t.Fatalf("incomplete_details: %s", object)
+				}
+				// What was open when the answer was cut is incomplete; what
+				// was done before it (and the server call) is completed.
+				o := gjson.ParseBytes(object)
+				last := o.Get("output.#").Int() - 1
+				if o.Get(fmt.Sprintf("output.%d.status", last)).Str != "incomplete" {
+					t.Fatalf("the cut item is not incomplete: %s", o.Get("output").Raw)
+				}
+				if last > 0 && o.Get("output.0.status").Str != "completed" {
+					t.Fatalf("an item done before the cut is not completed: %s", o.Get("output").Raw)
 				}
 			}
 			if sum.Terminal != want {

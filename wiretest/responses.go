@@ -2,7 +2,9 @@ package wiretest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"reflect"
 
 	"github.com/tidwall/gjson"
 
@@ -23,6 +25,7 @@ type respItemState struct {
 	parts map[int]*bytes.Buffer // content index → text so far
 	args  bytes.Buffer
 	done  bool
+	final gjson.Result // the item its output_item.done carried
 }
 
 // CheckResponsesStream checks a Responses API SSE stream against what the
@@ -35,7 +38,9 @@ type respItemState struct {
 // any event about it, and done once; a content part is added before its
 // deltas; each *.done text equals its deltas; exactly one terminal event
 // ends the stream, and its response lists every item streamed with the same
-// ids and final texts and arguments.
+// ids and final texts and arguments, each as its output_item.done carried it
+// (status included: a client that keeps items as they are done sees the
+// same output as one that reads the terminal response).
 func CheckResponsesStream(raw []byte, schema *Schema) (*ResponsesSummary, error) {
 	evs, err := splitTypedEvents(raw)
 	if err != nil {
@@ -182,7 +187,7 @@ func (c *respChecker) itemEvent(typ string, ev gjson.Result) error {
 			return fmt.Errorf("%s of %q: arguments differ from their deltas", typ, it.id)
 		}
 	case "response.output_item.done":
-		it.done = true
+		it.done, it.final = true, ev.Get("item")
 	}
 	return nil
 }
@@ -222,8 +227,21 @@ func checkFinal(typ string, r gjson.Result, items []*respItemState) error {
 				return fmt.Errorf("%s: output %d arguments differ from the deltas", typ, i)
 			}
 		}
+		if it.done && !sameJSON(o, it.final) {
+			return fmt.Errorf("%s: output %d is %s; its output_item.done said %s", typ, i, clip([]byte(o.Raw)), clip([]byte(it.final.Raw)))
+		}
 	}
 	return nil
+}
+
+// sameJSON reports whether a and b are the same JSON value, whatever the
+// order of their members.
+func sameJSON(a, b gjson.Result) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a.Raw), &x) != nil || json.Unmarshal([]byte(b.Raw), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // typedEvent is one SSE event with its event line.
