@@ -315,3 +315,34 @@ func TestNodeSDKApprovalRunTools(t *testing.T) {
 		t.Fatalf("the gated tool ran %v", runs)
 	}
 }
+
+// TestApprovalDecisionRunsOnce: one approval runs the gated call once,
+// whether the answer comes in concurrent requests or twice in one request's
+// history; the others see the decided result or an error result.
+func TestApprovalDecisionRunsOnce(t *testing.T) {
+	t.Parallel()
+	h, se := approvalHarness(t, "")
+	schema := wiretest.LoadSchema(t)
+
+	p, msg := pause(t, h, se, "racing approvals", false, schema)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = h.client.Chat.Completions.New(context.Background(), answer(p, msg, `{"decision":"approve"}`))
+		}()
+	}
+	wg.Wait()
+	if n := len(se.runs()); n != 1 {
+		t.Fatalf("6 concurrent requests with one approval ran the tool %d times", n)
+	}
+
+	p, msg = pause(t, h, se, "approval given twice", false, schema)
+	twice := answer(p, msg, `{"decision":"approve"}`)
+	twice.Messages = append(twice.Messages, openai.ToolMessage(`{"decision":"approve"}`, msg.ToolCalls[0].ID))
+	_, _ = h.client.Chat.Completions.New(context.Background(), twice)
+	if n := len(se.runs()); n != 2 {
+		t.Fatalf("an approval given twice in one request ran the tool %d times", n-1)
+	}
+}

@@ -274,7 +274,15 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 		metricApproval.WithLabelValues("refused").Inc()
 		return errContent(&ToolError{Kind: "approval_invalid", Message: "this call was not handed out for approval to this caller; the tool was not run"}, false), nil, nil
 	case len(rec.ToolResults) > 0: // decided by an earlier request
-		return []byte(gjson.GetBytes(rec.ToolResults[0], "content").String()), nil, nil
+		return decidedContent(rec), nil, nil
+	}
+	if cl, ok := l.opts.State.(StateClaimer); ok {
+		// One decision runs the call once: a request that carries the
+		// answer twice, or requests racing with it, find it claimed.
+		won, err := cl.Claim(ctx, approvalClaimKey(req.Tenant, id))
+		if err != nil || !won {
+			return l.claimedElsewhere(ctx, req, id, err), nil, nil
+		}
 	}
 	tc := gjson.GetManyBytes(rec.Assistant, "tool_calls.0.function.name", "tool_calls.0.function.arguments")
 	c := &call{id: id, name: tc[0].String(), args: []byte(tc[1].String()), kind: kindServer}
@@ -319,6 +327,33 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 		}
 	}
 	return content, ran, nil
+}
+
+// approvalClaimKey is the store key that claims the call with approval id
+// for the one request that applies its decision (StateClaimer).
+func approvalClaimKey(t *pipeline.Tenant, id string) string {
+	return StateKey(t, "approval-claim:"+id)
+}
+
+// decidedContent is the result a decided call keeps.
+func decidedContent(rec *HiddenTurn) []byte {
+	return []byte(gjson.GetBytes(rec.ToolResults[0], "content").String())
+}
+
+// claimedElsewhere is the content of an answer to a call whose decision
+// another request claimed (or whose claim failed: err): that request's
+// result once kept, else an error result. The tool does not run again.
+func (l *Loop) claimedElsewhere(ctx context.Context, req *pipeline.Request, id string, err error) []byte {
+	if err != nil {
+		metricApproval.WithLabelValues("load_error").Inc()
+		l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: claiming a decided call failed; it is not run")
+		return errContent(&ToolError{Kind: "approval_expired", Message: "the approval state is unavailable; the tool was not run"}, false)
+	}
+	metricApproval.WithLabelValues("claimed").Inc()
+	if got, err := l.opts.State.Load(ctx, []string{approvalStateKey(req.Tenant, id)}); err == nil && len(got) == 1 && got[0] != nil && len(got[0].ToolResults) > 0 {
+		return decidedContent(got[0])
+	}
+	return errContent(&ToolError{Kind: "approval_in_progress", Message: "a decision on this call is being applied by another request; the tool was not run again"}, false)
 }
 
 // answerContent is the result of a call the person answered in the tool's

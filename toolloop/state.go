@@ -52,6 +52,16 @@ type StateStore interface {
 	Load(ctx context.Context, keys []string) ([]*HiddenTurn, error)
 }
 
+// StateClaimer is implemented by a StateStore that can claim a key once:
+// the first Claim of a key reports true, every later one (until the store's
+// TTL or bounds drop the claim) false, on every replica that shares the
+// store. settle claims a call awaiting approval before it applies a
+// decision, so that one decision runs the call once, however many requests
+// (concurrent, or one carrying the answer twice) bring it.
+type StateClaimer interface {
+	Claim(ctx context.Context, key string) (bool, error)
+}
+
 // StateKey is the store key of the turn whose first client call has id,
 // for tenant (nil when the gateway is open). The tenant is part of the key
 // so that one tenant can never splice another's hidden tool results into

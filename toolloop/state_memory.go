@@ -29,7 +29,10 @@ type memEntry struct {
 	size    int
 }
 
-var _ StateStore = (*MemoryState)(nil)
+var (
+	_ StateStore   = (*MemoryState)(nil)
+	_ StateClaimer = (*MemoryState)(nil)
+)
 
 // NewMemoryState returns a store keeping at most maxEntries turns and
 // maxBytes bytes, each for ttl (tool_loop.state_ttl, state_max_entries,
@@ -44,6 +47,14 @@ func (m *MemoryState) Save(_ context.Context, key string, t *HiddenTurn) error {
 	e := &memEntry{key: key, turn: t, size: t.size() + len(key) + 64}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.saveLocked(e)
+	return nil
+}
+
+// saveLocked keeps e, replacing an older entry with its key, and drops the
+// oldest entries past the bounds or expired. m.mu is held.
+func (m *MemoryState) saveLocked(e *memEntry) {
+	key := e.key
 	now := m.now()
 	e.expires = now.Add(m.ttl)
 	if el, ok := m.byKey[key]; ok {
@@ -59,7 +70,19 @@ func (m *MemoryState) Save(_ context.Context, key string, t *HiddenTurn) error {
 		}
 		m.remove(front)
 	}
-	return nil
+}
+
+// Claim reports whether key was not kept yet, and keeps it (an empty turn,
+// under the store's TTL and bounds) when so: StateClaimer.
+func (m *MemoryState) Claim(_ context.Context, key string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byKey[key]; ok && m.now().Before(el.Value.(*memEntry).expires) {
+		return false, nil
+	}
+	t := &HiddenTurn{}
+	m.saveLocked(&memEntry{key: key, turn: t, size: t.size() + len(key) + 64})
+	return true, nil
 }
 
 // Load returns the live turns for keys.

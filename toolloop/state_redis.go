@@ -34,7 +34,10 @@ type RedisState struct {
 	maxBytes int
 }
 
-var _ StateStore = (*RedisState)(nil)
+var (
+	_ StateStore   = (*RedisState)(nil)
+	_ StateClaimer = (*RedisState)(nil)
+)
 
 // RedisStateOption configures a RedisState.
 type RedisStateOption func(*RedisState)
@@ -70,6 +73,12 @@ func (r *RedisState) Save(ctx context.Context, key string, t *HiddenTurn) error 
 		return fmt.Errorf("%w (%d > %d bytes)", errTurnTooLarge, len(b), r.maxBytes)
 	}
 	return r.client.Set(ctx, r.prefix+key, b, r.ttl).Err()
+}
+
+// Claim sets key (a marker no Load decodes) only when it is not set, with
+// the store's TTL, in one SET NX: StateClaimer, across replicas.
+func (r *RedisState) Claim(ctx context.Context, key string) (bool, error) {
+	return r.client.SetNX(ctx, r.prefix+key, "claimed", r.ttl).Result()
 }
 
 // Load reads keys in one round trip: a pipeline of bounded GETs (one

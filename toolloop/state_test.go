@@ -5,10 +5,13 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
@@ -201,3 +204,47 @@ func TestResume(t *testing.T) {
 }
 
 func joinIDs(s []string) string { return strings.Join(s, "|") }
+
+// TestStateClaim: a key is claimed once, by the first Claim, until the
+// store's TTL; memory and Redis alike (the Redis half skips without
+// redis-server).
+func TestStateClaim(t *testing.T) {
+	t.Parallel()
+	m := NewMemoryState(time.Minute, 10, stateMaxBytes)
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	claimOnce(t, m)
+	now = now.Add(61 * time.Second)
+	if won, err := m.Claim(context.Background(), "k"); err != nil || !won {
+		t.Fatalf("a claim past the TTL: %v %v", won, err)
+	}
+	t.Run("redis", func(t *testing.T) {
+		srv := testredis.Start(t)
+		claimOnce(t, NewRedisState(srv.Client(t), "test:claim:", time.Minute))
+	})
+}
+
+func claimOnce(t *testing.T, s StateClaimer) {
+	t.Helper()
+	ctx := context.Background()
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if won, err := s.Claim(ctx, "k"); err != nil {
+				t.Error(err)
+			} else if won {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d of 8 concurrent claims won", n)
+	}
+	if won, _ := s.Claim(ctx, "other"); !won {
+		t.Fatal("another key was claimed already")
+	}
+}

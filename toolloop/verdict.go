@@ -13,7 +13,7 @@ import (
 
 var metricApproval = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 	Name: "gateway_toolloop_approval_total",
-	Help: "Calls awaiting approval: pending (handed to the client), approve, edit, reject, answer (the person's own result), invalid (a malformed decision), expired, refused (an id not minted for the caller), save_error, load_error.",
+	Help: "Calls awaiting approval: pending (handed to the client), approve, edit, reject, answer (the person's own result), invalid (a malformed decision), expired, refused (an id not minted for the caller), claimed (a decision another request applied or is applying: nothing runs again), save_error, load_error.",
 }, []string{"op"})
 
 // verdictKind is what a person answered to a call awaiting approval.
