@@ -59,6 +59,7 @@ const (
 	CodeRequestTooLarge          = "request_too_large"
 	CodeRequestTimeout           = "request_timeout"
 	CodeIntegerAboveMax          = "integer_above_max_value"
+	CodeIntegerBelowMin          = "integer_below_min_value"
 	CodeContextLengthExceeded    = "context_length_exceeded"
 	CodeMaxModelCalls            = "max_model_calls"
 	CodeRateLimitExceeded        = "rate_limit_exceeded"

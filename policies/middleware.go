@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"unsafe"
@@ -106,6 +107,7 @@ const (
 // model run to its own maximum and bypass the cap, so it gets
 // c.set = cap in both modes (for chat max_completion_tokens, the field
 // every current OpenAI model accepts). A field that is not a number,
+// is below 1 (-1 means no limit to llama.cpp and Ollama), is not an integer,
 // appears twice or has an escaped name or another case ("MAX_TOKENS":
 // Go's encoding/json reads it as max_tokens) is a 400: a lenient upstream
 // could otherwise read a value this check did not (a numeric string, the
@@ -117,7 +119,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	var count [2]int
 	var seen, over [2]bool
 	var raw [2]string
-	bad := -1
+	bad, below := -1, -1
 	// One pass over the top-level keys instead of one gjson.Get per field:
 	// the messages usually come first and dominate the body. The string view
 	// aliases body, which nobody writes (pipeline.Request rules), and no
@@ -139,8 +141,13 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 			bad = i
 			return false
 		case v.Type == gjson.Null:
-		case v.Type != gjson.Number:
+		case v.Type != gjson.Number || v.Num != math.Trunc(v.Num):
 			bad = i
+			return false
+		case v.Num < 1:
+			// -1 is "no limit" to llama.cpp and Ollama (n_predict,
+			// num_predict): it would bypass the cap. OpenAI refuses it too.
+			below = i
 			return false
 		default:
 			seen[i] = true
@@ -152,6 +159,12 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	})
 	if bad >= 0 {
 		return nil, pipeline.BadRequest(fields[bad], "Invalid '%s': expected one integer value.", fields[bad])
+	}
+	if below >= 0 {
+		e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeIntegerBelowMin,
+			"Invalid '%s': integer below minimum value. Expected a value >= 1.", fields[below])
+		e.Param = fields[below]
+		return nil, e
 	}
 	if p.MaxTokensMode == ModeReject {
 		for i := range over {

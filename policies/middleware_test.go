@@ -94,6 +94,15 @@ func TestMiddleware(t *testing.T) {
 		{name: "numeric string is refused", key: "k-clamp", model: "demo",
 			body:   `{"model":"demo","max_tokens":"5000",` + messages + `}`,
 			status: 400, param: "max_tokens"},
+		{name: "negative max_tokens is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","max_tokens":-1,` + messages + `}`,
+			status: 400, code: "integer_below_min_value", param: "max_tokens"},
+		{name: "zero max_completion_tokens is refused", key: "k-reject", model: "demo",
+			body:   `{"model":"demo","max_completion_tokens":0,` + messages + `}`,
+			status: 400, code: "integer_below_min_value", param: "max_completion_tokens"},
+		{name: "fractional max_tokens is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","max_tokens":50.5,` + messages + `}`,
+			status: 400, param: "max_tokens"},
 		{name: "duplicate field is refused", key: "k-clamp", model: "demo",
 			body:   `{"model":"demo","max_tokens":5,` + messages + `,"max_tokens":5000}`,
 			status: 400, param: "max_tokens"},
@@ -234,7 +243,8 @@ func FuzzCapTokens(f *testing.F) {
 			return
 		}
 		for _, f := range []string{fieldMaxTokens, fieldMaxCompletionTokens} {
-			if v := gjson.GetBytes(req.Body, f); v.Type == gjson.Number && v.Num > 100 {
+			// Below 1 is unbounded to some upstreams (llama.cpp, Ollama: -1).
+			if v := gjson.GetBytes(req.Body, f); v.Type == gjson.Number && (v.Num > 100 || v.Num < 1) {
 				t.Fatalf("%s = %s after clamp: %s", f, v.Raw, req.Body)
 			}
 		}
