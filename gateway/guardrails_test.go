@@ -514,3 +514,43 @@ func TestGuardrailsPassThroughClassifierAskedOnce(t *testing.T) {
 		t.Errorf("chat, toxic: %d %s, classifier asked %d times", status, body, calls.Load())
 	}
 }
+
+// TestGuardrailsRequestStageToolCallsAndTools: the request stage judges
+// every text of the request the model reads, not only message contents: a
+// blocked phrase in an earlier tool call's arguments or in a tool's
+// description is blocked, and a PII value there reaches the upstream
+// redacted (the arguments still JSON).
+func TestGuardrailsRequestStageToolCallsAndTools(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig, mockllm.Options{})
+	history := func(args, description string) string {
+		return `{"model":"gpt-x","messages":[{"role":"user","content":"hi"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"note","arguments":` + args + `}}]},` +
+			`{"role":"tool","tool_call_id":"call_1","content":"ok"}],` +
+			`"tools":[{"type":"function","function":{"name":"note","description":` + description + `,"parameters":{"type":"object"}}}]}`
+	}
+	for _, body := range []string{
+		history(`"{\"text\":\"tell me about project falcon\"}"`, `"Takes a note"`),
+		history(`"{}"`, `"Takes a note about Project Falcon"`),
+	} {
+		status, _, b := h.post("/chat/completions", body, nil)
+		if status != 400 || gjson.GetBytes(b, "error.code").Str != "content_blocked" {
+			t.Fatalf("status %d: %s, want 400 content_blocked", status, b)
+		}
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("a blocked request reached the upstream (%d calls)", n)
+	}
+	status, _, b := h.post("/chat/completions", history(`"{\"to\":\"ann@example.com\"}"`, `"Mails bob@example.com"`), nil)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, b)
+	}
+	up := h.mock.Requests()[0].Body
+	args := gjson.GetBytes(up, "messages.1.tool_calls.0.function.arguments").Str
+	if args != `{"to":"[REDACTED]"}` {
+		t.Errorf("upstream arguments %s", args)
+	}
+	if d := gjson.GetBytes(up, "tools.0.function.description").Str; d != "Mails [REDACTED]" {
+		t.Errorf("upstream description %q", d)
+	}
+}

@@ -4,20 +4,24 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
 
 // checkRequest runs the request stage over every message's text (a string
-// content, or the text of its parts). It returns the body with redactions,
-// or nil when nothing changed; a block is the 400 content_blocked envelope.
+// content, or the text of its parts, and the arguments of an assistant
+// message's tool calls, which the model reads as much as its content) and
+// every tool's description. It returns the body with redactions, or nil
+// when nothing changed; a block is the 400 content_blocked envelope.
 func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
-	check := func(v gjson.Result, more bool) bool {
+	check := func(v gjson.Result, more, args bool) bool {
 		judge := ck.Check
 		if more {
 			judge = ck.CheckMore
@@ -28,6 +32,12 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 			return false
 		}
 		if !bytes.Equal(out, []byte(v.Str)) {
+			if args && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out) {
+				// A redaction that breaks the call's JSON cannot be sent.
+				failed = pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked,
+					"a guardrail's redaction of a tool call's arguments would break their JSON; the request was not sent")
+				return false
+			}
 			var ok bool
 			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
 				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
@@ -37,46 +47,77 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		return true
 	}
 	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
-		c := m.Get("content")
-		switch {
-		case c.Type == gjson.String:
-			return check(c, false)
-		case c.IsArray():
-			// The parts are one message: max_length counts them together.
-			more := false
-			c.ForEach(func(_, part gjson.Result) bool {
-				if t := part.Get("text"); t.Type == gjson.String {
-					ok := check(t, more)
-					more = true
-					return ok
-				}
-				return true
-			})
-		}
+		// The texts of one message: max_length counts them together.
+		more := false
+		visitMessage(m, func(t gjson.Result, args bool) bool {
+			ok := check(t, more, args)
+			more = true
+			return ok
+		})
 		return failed == nil
 	})
+	if failed == nil {
+		visitToolDescriptions(body, func(t gjson.Result) bool { return check(t, false, false) })
+	}
 	return applyEdits(body, edits, failed, "the request could not be redacted")
 }
 
-// messageTexts returns the text of every message of a chat body (a string
-// content, or its parts' texts), each followed by a newline.
-func messageTexts(body []byte) []byte {
-	var out []byte
-	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
-		c := m.Get("content")
-		switch {
-		case c.Type == gjson.String:
-			out = append(append(out, c.Str...), '\n')
-		case c.IsArray():
-			c.ForEach(func(_, part gjson.Result) bool {
-				if t := part.Get("text"); t.Type == gjson.String {
-					out = append(append(out, t.Str...), '\n')
-				}
-				return true
-			})
+// visitMessage calls visit with each text of chat message m, in order: a
+// string content or its parts' texts, then each tool call's arguments
+// (args set: a JSON text that must stay one). visit returns false to stop.
+func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
+	c := m.Get("content")
+	switch {
+	case c.Type == gjson.String:
+		if !visit(c, false) {
+			return
+		}
+	case c.IsArray():
+		stopped := false
+		c.ForEach(func(_, part gjson.Result) bool {
+			if t := part.Get("text"); t.Type == gjson.String && !visit(t, false) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		if stopped {
+			return
+		}
+	}
+	m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		if a := tc.Get("function.arguments"); a.Type == gjson.String {
+			return visit(a, true)
 		}
 		return true
 	})
+}
+
+// visitToolDescriptions calls visit with each tool's description (the
+// model reads them as it reads the messages); visit returns false to stop.
+func visitToolDescriptions(body []byte, visit func(gjson.Result) bool) {
+	gjson.GetBytes(body, "tools").ForEach(func(_, t gjson.Result) bool {
+		if d := t.Get("function.description"); d.Type == gjson.String {
+			return visit(d)
+		}
+		return true
+	})
+}
+
+// messageTexts returns the text of every message of a chat body (as
+// visitMessage reads it) and every tool's description, each followed by a
+// newline.
+func messageTexts(body []byte) []byte {
+	var out []byte
+	add := func(t gjson.Result) bool {
+		out = append(append(out, t.Str...), '\n')
+		return true
+	}
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		visitMessage(m, func(t gjson.Result, _ bool) bool { return add(t) })
+		return true
+	})
+	visitToolDescriptions(body, add)
 	return out
 }
 
