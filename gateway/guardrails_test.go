@@ -465,6 +465,10 @@ func TestGuardrailsPassThrough(t *testing.T) {
 		{"/v1/completions", `{"model":"gpt-x","prompt":"tell me about Project Falcon"}`},
 		{"/v1/embeddings", `{"model":"gpt-x","input":["fine","project  falcon"]}`},
 		{"/v1/moderations", `{"model":"gpt-x","input":[{"type":"text","text":"PROJECT FALCON"}]}`},
+		// Texts the model reads outside message contents: a tool call's
+		// arguments and a tool's description.
+		{"/v1/completions", `{"model":"gpt-x","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"n","arguments":"{\"q\":\"project falcon\"}"}}]}]}`},
+		{"/v1/completions", `{"model":"gpt-x","prompt":"hi","tools":[{"type":"function","name":"n","description":"about Project Falcon"}]}`},
 	} {
 		before := h.mock.TotalCalls()
 		status, body := rawHTTP(t, addr, postRaw(c.path, "sk-client", c.body))

@@ -6,6 +6,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -13,13 +14,16 @@ import (
 // reach the model: completions' prompt and suffix, the input of
 // embeddings, moderations, speech and the Responses API, its
 // instructions, and messages.
-var passFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true, "messages": true}
+var passFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true, "messages": true, "tools": true}
 
 // itemTexts are the members of an item in those fields that hold its text
-// (a message's content, a part's text, a tool output); other members
-// (type, role, ids, image data) are not text the guardrails judge, as on
-// chat.
-var itemTexts = map[string]bool{"text": true, "content": true, "output": true}
+// (a message's content, a part's text, a tool output, a tool call's
+// arguments, a tool's description, and the chat form's tool_calls and
+// function objects that hold the last two); other members (type, role,
+// ids, names, parameter schemas, image data) are not text the guardrails
+// judge, as on chat.
+var itemTexts = map[string]bool{"text": true, "content": true, "output": true,
+	"arguments": true, "description": true, "tool_calls": true, "function": true}
 
 // CheckBody runs t's request-stage guardrails over the texts of r, a JSON
 // body sent outside the chat pipeline (a pass-through call of a model), as
@@ -36,7 +40,7 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 	ctx := context.Background() // each classifier call is bounded by its guard's timeout
 	if len(remote) > 0 {
 		var joined []byte
-		walkTexts(r.Body, func(v gjson.Result) bool {
+		walkTexts(r.Body, func(v gjson.Result, _ bool) bool {
 			joined = append(append(joined, v.Str...), '\n')
 			return true
 		})
@@ -58,25 +62,29 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 }
 
 // walkTexts calls visit with each text of body's passFields, in order,
-// until it returns false.
-func walkTexts(body []byte, visit func(v gjson.Result) bool) {
-	var walk func(v gjson.Result) bool
-	walk = func(v gjson.Result) bool {
+// until it returns false; args is set for a tool call's arguments (a JSON
+// text that must stay one).
+func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) {
+	var walk func(v gjson.Result, args bool) bool
+	walk = func(v gjson.Result, args bool) bool {
 		switch {
 		case v.Type == gjson.String:
-			return visit(v)
+			return visit(v, args)
 		case v.IsArray():
 			ok := true
-			v.ForEach(func(_, item gjson.Result) bool { ok = walk(item); return ok })
+			v.ForEach(func(_, item gjson.Result) bool { ok = walk(item, false); return ok })
 			return ok
 		case v.IsObject():
 			ok := true
-			v.ForEach(func(k, m gjson.Result) bool { ok = !itemTexts[k.Str] || walk(m); return ok })
+			v.ForEach(func(k, m gjson.Result) bool { ok = !itemTexts[k.Str] || walk(m, k.Str == "arguments"); return ok })
 			return ok
 		}
 		return true
 	}
-	jsonedit.Root(body).ForEach(func(k, v gjson.Result) bool { return !passFields[k.Str] || walk(v) })
+	jsonedit.Root(body).ForEach(func(k, v gjson.Result) bool {
+		// A top-level tools string is no text the model reads.
+		return !passFields[k.Str] || (k.Str == "tools" && v.Type == gjson.String) || walk(v, false)
+	})
 }
 
 // checkTexts judges each text of body's passFields on its own; it returns
@@ -84,8 +92,12 @@ func walkTexts(body []byte, visit func(v gjson.Result) bool) {
 func checkTexts(ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
-	walkTexts(body, func(v gjson.Result) bool {
+	walkTexts(body, func(v gjson.Result, args bool) bool {
+		n := len(edits)
 		edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
+		if failed == nil && args && len(edits) > n && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes([]byte(gjson.ParseBytes(edits[len(edits)-1].Text).Str)) {
+			failed = brokenArguments()
+		}
 		return failed == nil
 	})
 	return applyEdits(body, edits, failed, "the request could not be redacted")

@@ -34,8 +34,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		if !bytes.Equal(out, []byte(v.Str)) {
 			if args && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out) {
 				// A redaction that breaks the call's JSON cannot be sent.
-				failed = pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked,
-					"a guardrail's redaction of a tool call's arguments would break their JSON; the request was not sent")
+				failed = brokenArguments()
 				return false
 			}
 			var ok bool
@@ -60,6 +59,13 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		visitToolDescriptions(body, func(t gjson.Result) bool { return check(t, false, false) })
 	}
 	return applyEdits(body, edits, failed, "the request could not be redacted")
+}
+
+// brokenArguments is the 400 of a redaction that would leave a tool call's
+// arguments invalid JSON: they cannot be sent, redacted or not.
+func brokenArguments() error {
+	return pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked,
+		"a guardrail's redaction of a tool call's arguments would break their JSON; the request was not sent")
 }
 
 // visitMessage calls visit with each text of chat message m, in order: a
