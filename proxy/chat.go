@@ -440,15 +440,12 @@ func (k *sink) panicked(r any) error {
 	k.s.logPanic(r, k.x)
 	err := pipeline.Internal(fmt.Errorf("proxy: panic: %v", r), "internal error")
 	k.failure, k.ended = err, true
-	if st := k.stream; st != nil {
-		k.stream = nil // released here, whatever its Close does
-		func() {
-			defer func() { _ = recover() }() // the layers' Close may be what panicked
-			k.s.peers.unwatch(k.watch)
-			st.Close()
-		}()
-		k.cancel()
-	}
+	func() {
+		defer func() { _ = recover() }() // the layers' Close may be what panicked
+		k.release()
+	}()
+	k.stream = nil // released, or its Close panicked: never called again
+	k.cancel()
 	k.finish()
 	return err
 }
