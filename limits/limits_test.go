@@ -550,6 +550,39 @@ amount = 0.0002
 	})
 }
 
+// A tokens counter at exactly zero refuses the calls that take nothing
+// before they are made (a tool loop's later round, an agent tool's call),
+// on either store; one token left still lets them through. The clock
+// stands still, so the counter does not refill between the calls.
+func TestCallsRefusedAtZeroTokens(t *testing.T) {
+	t.Parallel()
+	at := time.Now()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		for _, c := range []struct {
+			used int // tokens the first call reports, of 60 a minute
+			ok   bool
+		}{{59, true}, {60, false}} {
+			fx := newFixtureAt(t, "[[limits]]\ntenant = \"*\"\ntokens_per_minute = 60\n", newStore, func() time.Time { return at })
+			fx.usage = fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":0}`, c.used)
+			r, err := fx.do("a", "", "gpt-x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fx.l.Flush()
+			agent := &pipeline.Request{ID: "agent", Model: "gpt-x", Body: []byte(`{}`), Tenant: r.Tenant}
+			for name, err := range map[string]error{"round": fx.l.AdmitRound(r), "agent": fx.l.Admit(agent)} {
+				s, code := status(err)
+				switch {
+				case c.ok && err != nil:
+					t.Fatalf("%d of 60 used, %s call refused: %v", c.used, name, err)
+				case !c.ok && (s != 429 || code != "rate_limit_exceeded"):
+					t.Fatalf("%d of 60 used, %s call: %v", c.used, name, err)
+				}
+			}
+		}
+	})
+}
+
 // tool_calls_per_minute: a call over the limit does not run; the model gets
 // an error result instead.
 func TestToolCallsPerMinute(t *testing.T) {

@@ -77,7 +77,10 @@ func (m *memoryStore) Take(_ context.Context, now time.Time, id string, checks [
 		refused := false
 		switch c.kind {
 		case kindRate:
-			if wait, ok := delay(buckets[i], now, c.costOf(tokens)); !ok || wait > 0 {
+			// A check that takes nothing (a later call of an admitted
+			// request) still needs a unit left: a counter at exactly
+			// zero is spent, not merely not overdrawn.
+			if wait, ok := delay(buckets[i], now, max(c.costOf(tokens), 1)); !ok || wait > 0 {
 				refused, out.retryAfter = true, wait
 				if !ok {
 					out.retryAfter = time.Minute

@@ -184,8 +184,8 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 // later call takes none of them again (requests_per_minute counts client
 // requests; its tokens are charged by Meter when it ends). It is refused,
 // with the 429 the request layer gives, when a budget of r's scope is spent
-// or a tokens_per_minute counter is overdrawn: by this request's earlier
-// calls or by any other. On a shared store, what is queued for the store
+// or a tokens_per_minute counter has no token left (at zero or overdrawn):
+// by this request's earlier calls or by any other. On a shared store, what is queued for the store
 // (the earlier calls' spend and tokens) is written first, so that a later
 // call sees its own request's earlier calls on either store. Like Admit it
 // holds no slot and sets no headers.

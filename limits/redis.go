@@ -34,8 +34,11 @@ for i = 1, n do
     local tat = tonumber(redis.call('GET', KEYS[i]) or now)
     if tat < now then tat = now end
     local nt = tat + cost * t
-    if nt - now > 60000 then
-      if denied == 0 then denied = i; retry = nt - now - 60000 end
+    -- A cost of 0 (a later call of an admitted request) takes nothing but
+    -- still needs one unit left: a counter at exactly zero is spent.
+    local need = tat + math.max(cost, 1) * t
+    if need - now > 60000 then
+      if denied == 0 then denied = i; retry = need - now - 60000 end
       rem[i] = math.max(0, math.floor((60000 - (tat - now)) / t))
       reset[i] = tat - now
     else

@@ -28,8 +28,8 @@ type scope struct {
 	// it, and a budget applies: its calls are refused (admit), not free.
 	unpriced bool
 	// later: the counters a later model call of an admitted request must
-	// pass (AdmitRound): the tokens counters (cost 0: refused once
-	// overdrawn) and the budgets; nil when there are none.
+	// pass (AdmitRound): the tokens counters (cost 0: refused once no
+	// token is left) and the budgets; nil when there are none.
 	later []check
 }
 

@@ -96,7 +96,9 @@ const (
 type Store interface {
 	// Take passes every check or none: when one refuses, nothing is taken.
 	// id names the request's concurrency slots; tokens is the cost on the
-	// tokens counters (check.costOf). checks are only read. It answers in
+	// tokens counters (check.costOf); a rate check whose cost is 0 takes
+	// nothing but refuses when less than one unit is left, so that a
+	// counter at exactly zero refuses every call. checks are only read. It answers in
 	// out (its buf, if any, may hold the answer's counts).
 	Take(ctx context.Context, now time.Time, id string, checks []check, tokens int64, out *outcome) error
 	// Add applies unchecked changes.
