@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -97,6 +98,8 @@ const (
 	fieldMaxTokens           = "max_tokens"
 	fieldMaxCompletionTokens = "max_completion_tokens"
 	fieldMaxOutputTokens     = "max_output_tokens"
+	fieldN                   = "n"
+	fieldBestOf              = "best_of"
 )
 
 // capTokens enforces p.MaxTokens on the token-limit fields c names (for
@@ -112,66 +115,108 @@ const (
 // Go's encoding/json reads it as max_tokens) is a 400: a lenient upstream
 // could otherwise read a value this check did not (a numeric string, the
 // last of two duplicates).
+//
+// The cap bounds the request's output, not one choice's: max_tokens is per
+// choice, so n = 8 under a cap of C would otherwise get 8×C tokens. The
+// choice fields c names (n, and completions' best_of, which generates that
+// many candidates) share the cap: each choice gets C / n (rounded down),
+// and the token fields are checked, lowered or set against that. n = 1
+// (or absent) leaves the cap as it was; n above C, which leaves a choice
+// less than a token, is a 400 naming n. The choice fields follow the token
+// fields' rules (one integer >= 1; null is 1).
 // body is not modified; a rewrite returns a new slice.
 func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	fields := c.fields
 	limit := float64(p.MaxTokens)
 	var count [2]int
 	var seen, over [2]bool
+	var num [2]float64
 	var raw [2]string
-	bad, below := -1, -1
+	bad, below := "", ""
+	var choiceCount [2]int
+	choices, choiceRaw, tooMany := 1.0, "", "" // the most choices a field asks for
 	// One pass over the top-level keys instead of one gjson.Get per field:
 	// the messages usually come first and dominate the body. The string view
 	// aliases body, which nobody writes (pipeline.Request rules), and no
 	// Result outlives this function except raw, which is only formatted.
 	json := unsafe.String(unsafe.SliceData(body), len(body))
 	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
+		name, counted := "", 0
 		i := -1
 		for j, f := range fields {
 			if strings.EqualFold(k.Str, f) {
-				i = j
+				i, name = j, f
+				count[j]++
+				counted = count[j]
 			}
 		}
-		if i < 0 {
+		ci := -1
+		for j, f := range c.choices {
+			if strings.EqualFold(k.Str, f) {
+				ci, name = j, f
+				choiceCount[j]++
+				counted = choiceCount[j]
+			}
+		}
+		if name == "" {
 			return true
 		}
-		count[i]++
 		switch {
-		case count[i] > 1 || k.Str != fields[i] || len(k.Raw) != len(fields[i])+2:
-			bad = i
+		case counted > 1 || k.Str != name || len(k.Raw) != len(name)+2:
+			bad = name
 			return false
 		case v.Type == gjson.Null:
 		case v.Type != gjson.Number || v.Num != math.Trunc(v.Num):
-			bad = i
+			bad = name
 			return false
 		case v.Num < 1:
 			// -1 is "no limit" to llama.cpp and Ollama (n_predict,
 			// num_predict): it would bypass the cap. OpenAI refuses it too.
-			below = i
+			below = name
 			return false
-		default:
-			seen[i] = true
-			if v.Num > limit {
-				over[i], raw[i] = true, v.Raw
+		case ci >= 0:
+			if v.Num > choices {
+				choices, choiceRaw = v.Num, v.Raw
+				if v.Num > limit {
+					tooMany = name
+				}
 			}
+		default:
+			seen[i], num[i], raw[i] = true, v.Num, v.Raw
 		}
 		return true
 	})
-	if bad >= 0 {
-		return nil, pipeline.BadRequest(fields[bad], "Invalid '%s': expected one integer value.", fields[bad])
+	if bad != "" {
+		return nil, pipeline.BadRequest(bad, "Invalid '%s': expected one integer value.", bad)
 	}
-	if below >= 0 {
+	if below != "" {
 		e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeIntegerBelowMin,
-			"Invalid '%s': integer below minimum value. Expected a value >= 1.", fields[below])
-		e.Param = fields[below]
+			"Invalid '%s': integer below minimum value. Expected a value >= 1.", below)
+		e.Param = below
 		return nil, e
+	}
+	if tooMany != "" {
+		e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeIntegerAboveMax,
+			"Invalid '%s': integer above maximum value. Expected a value <= %d (this API key's max_tokens limit, shared by the choices), but got %s instead.",
+			tooMany, p.MaxTokens, choiceRaw)
+		e.Param = tooMany
+		return nil, e
+	}
+	// Each choice's share of the cap; choices <= limit, so it is >= 1.
+	perChoice := int64(math.Floor(limit / choices))
+	for i := range fields {
+		over[i] = seen[i] && num[i] > float64(perChoice)
 	}
 	if p.MaxTokensMode == ModeReject {
 		for i := range over {
 			if over[i] {
+				shared := ""
+				if choices > 1 {
+					shared = " (this API key's max_tokens limit of " + strconv.Itoa(p.MaxTokens) + " shared by " + choiceRaw + " choices)"
+				}
 				e := pipeline.Invalid(http.StatusBadRequest, pipeline.CodeIntegerAboveMax,
-					"Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.",
-					fields[i], p.MaxTokens, raw[i])
+					"Invalid '%s': integer above maximum value. Expected a value <= %d%s, but got %s instead.",
+					fields[i], perChoice, shared, raw[i])
 				e.Param = fields[i]
 				return nil, e
 			}
@@ -186,7 +231,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 		if !over[i] && f != set {
 			continue
 		}
-		b, err := sjson.SetBytes(out, fields[i], int64(p.MaxTokens))
+		b, err := sjson.SetBytes(out, fields[i], perChoice)
 		if err != nil {
 			// Unreachable for a body validated at ingress; fail closed.
 			e := pipeline.BadRequest("", "The request body is not a JSON object.")

@@ -118,6 +118,37 @@ func TestMiddleware(t *testing.T) {
 		{name: "nested max_tokens is not the field", key: "k-clamp", model: "demo",
 			body: `{"model":"demo","metadata":{"max_tokens":"x"},"max_tokens":5,` + messages + `}`, same: true,
 			want: map[string]string{"metadata.max_tokens": `"x"`, "max_tokens": "5"}},
+		// max_tokens is per choice: n choices share the cap (100 here).
+		{name: "n shares the cap: clamp", key: "k-clamp", model: "demo",
+			body: `{"model":"demo","n":8,` + messages + `,"max_tokens":100}`,
+			want: map[string]string{"max_tokens": "12", "n": "8", "max_completion_tokens": ""}},
+		{name: "n shares the cap: set when absent", key: "k-clamp", model: "demo",
+			body: `{"model":"demo",` + messages + `,"n":3}`,
+			want: map[string]string{"max_completion_tokens": "33", "n": "3", "max_tokens": ""}},
+		{name: "n shares the cap: under it passes", key: "k-reject", model: "demo",
+			body: `{"model":"demo","n":2,"max_tokens":50,` + messages + `}`, same: true,
+			want: map[string]string{"max_tokens": "50", "n": "2"}},
+		{name: "n shares the cap: reject", key: "k-reject", model: "demo",
+			body:   `{"model":"demo","n":2,"max_tokens":51,` + messages + `}`,
+			status: 400, code: "integer_above_max_value", param: "max_tokens"},
+		{name: "n of 1 keeps the cap", key: "k-clamp", model: "demo",
+			body: `{"model":"demo","n":1,"max_tokens":100,` + messages + `}`, same: true,
+			want: map[string]string{"max_tokens": "100", "n": "1"}},
+		{name: "null n is one choice", key: "k-clamp", model: "demo",
+			body: `{"model":"demo","n":null,"max_tokens":100,` + messages + `}`, same: true,
+			want: map[string]string{"max_tokens": "100", "n": "null"}},
+		{name: "n above the cap is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","n":101,` + messages + `}`,
+			status: 400, code: "integer_above_max_value", param: "n"},
+		{name: "zero n is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","n":0,` + messages + `}`,
+			status: 400, code: "integer_below_min_value", param: "n"},
+		{name: "n as a string is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","n":"8",` + messages + `}`,
+			status: 400, param: "n"},
+		{name: "n in another case is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","n":1,"N":8,` + messages + `}`,
+			status: 400, param: "n"},
 		{name: "model not allowed", key: "k-clamp", model: "claude-3",
 			body:   `{"model":"claude-3",` + messages + `}`,
 			status: 403, code: "model_not_allowed", param: "model"},
@@ -225,6 +256,7 @@ func FuzzCapTokens(f *testing.F) {
 	for _, s := range []string{
 		`{"max_tokens":5000}`, `{"max_completion_tokens":1e9,"max_tokens":-1}`, `{}`, `[]`, ``, `{"max_tokens":`,
 		`{"a":{"max_tokens":1},"max_tokens":null}`, `{"max_tokens":"9"}`, `{"max_tokens":1,"max_tokens":2}`,
+		`{"n":8,"max_tokens":100}`, `{"n":3}`, `{"N":3,"n":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -242,9 +274,10 @@ func FuzzCapTokens(f *testing.F) {
 		if err != nil || !gjson.ValidBytes(orig) || !strings.HasPrefix(strings.TrimSpace(string(orig)), "{") {
 			return
 		}
+		n := max(1, gjson.GetBytes(req.Body, fieldN).Num) // max_tokens is per choice
 		for _, f := range []string{fieldMaxTokens, fieldMaxCompletionTokens} {
 			// Below 1 is unbounded to some upstreams (llama.cpp, Ollama: -1).
-			if v := gjson.GetBytes(req.Body, f); v.Type == gjson.Number && (v.Num > 100 || v.Num < 1) {
+			if v := gjson.GetBytes(req.Body, f); v.Type == gjson.Number && (v.Num*n > 100 || v.Num < 1) {
 				t.Fatalf("%s = %s after clamp: %s", f, v.Raw, req.Body)
 			}
 		}

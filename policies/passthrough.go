@@ -27,18 +27,21 @@ var DefaultPassthrough = []string{
 }
 
 // tokenCap names, for an endpoint, the request fields that bound the
-// output length, and the one set to the cap when a request sets none.
+// output length, the one set to the cap when a request sets none, and the
+// fields that multiply it: each of n choices (and each of completions'
+// best_of candidates) may run to the token field's value.
 type tokenCap struct {
-	fields []string
-	set    string
+	fields  []string
+	set     string
+	choices []string
 }
 
 // tokenCaps maps each endpoint whose body asks a model for output to its
 // token fields. An endpoint not listed has no output budget to cap
 // (embeddings, moderations, audio, images).
 var tokenCaps = map[string]tokenCap{
-	pipeline.ChatEndpoint: {fields: []string{fieldMaxTokens, fieldMaxCompletionTokens}, set: fieldMaxCompletionTokens},
-	"/v1/completions":     {fields: []string{fieldMaxTokens}, set: fieldMaxTokens},
+	pipeline.ChatEndpoint: {fields: []string{fieldMaxTokens, fieldMaxCompletionTokens}, set: fieldMaxCompletionTokens, choices: []string{fieldN}},
+	"/v1/completions":     {fields: []string{fieldMaxTokens}, set: fieldMaxTokens, choices: []string{fieldN, fieldBestOf}},
 	"/v1/responses":       {fields: []string{fieldMaxOutputTokens}, set: fieldMaxOutputTokens},
 }
 

@@ -61,6 +61,10 @@ func TestPassthroughPolicy(t *testing.T) {
 		{"/v1/responses", `{"model":"gpt-x","input":"x","max_output_tokens":900}`, "max_output_tokens", 50},
 		{"/v1/responses", `{"model":"gpt-x","input":"x"}`, "max_output_tokens", 50},
 		{"/v1/completions", `{"model":"gpt-x","prompt":"x","max_tokens":900}`, "max_tokens", 50},
+		// n and best_of candidates share the cap (each may run to max_tokens).
+		{"/v1/completions", `{"model":"gpt-x","prompt":"x","n":2,"best_of":5}`, "max_tokens", 10},
+		{"", `{"model":"gpt-x","messages":[],"n":4,"max_tokens":900}`, "max_tokens", 12},
+		{"/v1/responses", `{"model":"gpt-x","input":"x","n":4}`, "max_output_tokens", 50}, // no n on responses
 		{"", `{"model":"gpt-x","messages":[]}`, "max_completion_tokens", 50},
 		{"/v1/embeddings", `{"model":"gpt-x","input":"x"}`, "max_tokens", 0},
 	}
