@@ -128,7 +128,8 @@ func New(o Options) *Limiter {
 		}
 		l.prices[m.Name], _ = priceFor(m.Price, up)
 	}
-	l.rec = newRecorder(l.store, o.Logger)
+	// The recorder's sequence key is this limiter's own, as its slot names are.
+	l.rec = newRecorder(l.store, o.Logger, o.Prefix+"rec:"+l.slotPfx)
 	return l
 }
 

@@ -10,10 +10,18 @@ import (
 )
 
 const (
-	recordEvery      = 50 * time.Millisecond
-	maxPending       = 100_000 // additions queued before new ones are dropped (and counted)
+	recordEvery = 50 * time.Millisecond
+	maxPending  = 100_000 // additions queued before new ones are dropped (and counted)
+	// maxBacklog bounds the counter rows (spend, usage, token corrections,
+	// merged by counter) kept for a later write after a failed one: about
+	// 1.5 MB. Past it a failed batch's rows are dropped and counted.
+	maxBacklog = 10_000
+	// maxChunk bounds the additions of one store write: one script on
+	// Redis, which blocks the server while it runs.
+	maxChunk         = 1000
 	recordWriteLimit = 2 * time.Second
 	minGap           = 2 * time.Millisecond // between writes asked for at once
+	warnEvery        = 10 * time.Second
 )
 
 // recorder queues usage, spend and token corrections and writes them in
@@ -25,19 +33,35 @@ const (
 type recorder struct {
 	store Store
 	log   zerolog.Logger
+	// seqKey names the store counter of the last batch this recorder
+	// wrote (kindSeq): a batch sent again after an error whose outcome is
+	// unknown is skipped when it was applied, never counted twice.
+	seqKey string
 
-	mu      sync.Mutex
-	pending []addition
-	write   sync.Mutex // one batch written at a time
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
-	closed  atomic.Bool
+	mu         sync.Mutex
+	pending    []addition
+	write      sync.Mutex // one batch written at a time; guards what follows
+	seq        int64
+	backlog    []batch   // batches not written yet (a failed write's stay), oldest first
+	backlogN   int       // additions in backlog
+	maxBacklog int       // maxBacklog; tests lower it
+	lastWarn   time.Time // of a failed write: an outage logs once per warnEvery, not per retry
+	kick       chan struct{}
+	stop       chan struct{}
+	done       chan struct{}
+	once       sync.Once
+	closed     atomic.Bool
 }
 
-func newRecorder(store Store, log zerolog.Logger) *recorder {
-	r := &recorder{store: store, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+// batch is one store write: its additions and its sequence number.
+type batch struct {
+	seq  int64
+	adds []addition // adds[0] is the kindSeq marker
+}
+
+func newRecorder(store Store, log zerolog.Logger, seqKey string) *recorder {
+	r := &recorder{store: store, log: log, seqKey: seqKey, maxBacklog: maxBacklog,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
 }
@@ -99,17 +123,91 @@ func (r *recorder) soon() {
 	}
 }
 
-// flush writes everything queued so far.
+// flush writes everything queued so far, after what earlier writes failed
+// to: the backlog goes first, oldest first, and a write that fails stops
+// the flush, so that batches reach the store in the order of their
+// sequence numbers (the store skips one at or below the last it applied).
 func (r *recorder) flush() {
 	r.write.Lock()
 	defer r.write.Unlock()
 	r.mu.Lock()
-	batch := r.pending
+	pending := r.pending
 	r.pending = nil
 	r.mu.Unlock()
-	if len(batch) == 0 {
-		return
+	if len(pending) > 0 {
+		r.queue(merge(pending))
 	}
+	for len(r.backlog) > 0 {
+		b := r.backlog[0]
+		ctx, cancel := context.WithTimeout(context.Background(), recordWriteLimit)
+		err := r.store.Add(ctx, time.Now(), b.adds)
+		cancel()
+		if err != nil {
+			storeErrors.Inc()
+			r.trim()
+			if now := time.Now(); now.Sub(r.lastWarn) >= warnEvery {
+				r.lastWarn = now
+				r.log.Warn().Err(err).Int("batches", len(r.backlog)).Int("counters", r.backlogN).Msg("limits: usage not recorded yet; kept for the next write")
+			}
+			break
+		}
+		r.backlog[0] = batch{}
+		r.backlog = r.backlog[1:]
+		r.backlogN -= len(b.adds) - 1
+		backlogGauge.Sub(float64(len(b.adds) - 1))
+	}
+	if len(r.backlog) == 0 {
+		r.backlog = nil // let a long outage's array go
+	}
+}
+
+// queue appends adds to the backlog as batches of at most maxChunk, each
+// with the next sequence number.
+func (r *recorder) queue(adds []addition) {
+	for len(adds) > 0 {
+		n := min(len(adds), maxChunk)
+		r.seq++
+		b := batch{seq: r.seq, adds: make([]addition, 0, n+1)}
+		b.adds = append(b.adds, addition{key: r.seqKey, kind: kindSeq, n: r.seq})
+		b.adds = append(b.adds, adds[:n]...)
+		r.backlog = append(r.backlog, b)
+		r.backlogN += n
+		backlogGauge.Add(float64(n))
+		adds = adds[n:]
+	}
+}
+
+// trim bounds what a failed write leaves: past maxBacklog, the newest
+// batches lose their counts (dropped and counted), the oldest are kept.
+// Their releases are kept while the backlog holds fewer than maxPending:
+// removing a slot twice is harmless, and a lost release would hold its
+// concurrency slot for slotTTL.
+func (r *recorder) trim() {
+	dropped := 0
+	for i := len(r.backlog) - 1; i >= 0 && r.backlogN > r.maxBacklog; i-- {
+		b := &r.backlog[i]
+		kept := b.adds[:1] // the kindSeq marker
+		for _, a := range b.adds[1:] {
+			if a.kind == kindRelease && r.backlogN < maxPending {
+				kept = append(kept, a)
+			} else {
+				dropped++
+			}
+		}
+		r.backlogN -= len(b.adds) - len(kept)
+		clear(b.adds[len(kept):])
+		b.adds = kept
+	}
+	if dropped > 0 {
+		recordsDropped.Add(float64(dropped))
+		backlogGauge.Sub(float64(dropped))
+		r.log.Warn().Int("counters", dropped).Int("backlog", r.backlogN).Msg("limits: usage backlog full; counters dropped")
+	}
+}
+
+// merge merges the additions of one counter (the same key, field and
+// kind) into one, in place.
+func merge(batch []addition) []addition {
 	type id struct {
 		key, field string
 		kind       kind
@@ -131,28 +229,7 @@ func (r *recorder) flush() {
 		merged[k] = len(out)
 		out = append(out, a)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), recordWriteLimit)
-	defer cancel()
-	if err := r.store.Add(ctx, time.Now(), out); err != nil {
-		storeErrors.Inc()
-		// Releases are kept for the next write (removing a slot twice is
-		// harmless): a lost one would hold its concurrency slot for slotTTL
-		// after a short outage. Counts are dropped, never written twice. A
-		// long outage keeps at most maxPending of them.
-		var kept []addition
-		for _, a := range out {
-			if a.kind == kindRelease && len(kept) < maxPending {
-				kept = append(kept, a)
-			}
-		}
-		if len(kept) > 0 {
-			r.mu.Lock()
-			r.pending = append(kept, r.pending...)
-			r.mu.Unlock()
-		}
-		recordsDropped.Add(float64(len(out) - len(kept)))
-		r.log.Warn().Err(err).Int("counters", len(out)-len(kept)).Int("releases_kept", len(kept)).Msg("limits: usage not recorded")
-	}
+	return out
 }
 
 func (r *recorder) close() {
@@ -160,4 +237,14 @@ func (r *recorder) close() {
 	<-r.done
 	r.closed.Store(true)
 	r.flush() // anything added while the last write ran
+	r.write.Lock()
+	defer r.write.Unlock()
+	if r.backlogN > 0 {
+		// Nothing will write them now: a reload's new limiter has a
+		// recorder of its own.
+		recordsDropped.Add(float64(r.backlogN))
+		r.log.Warn().Int("counters", r.backlogN).Msg("limits: usage not recorded at close")
+		backlogGauge.Sub(float64(r.backlogN))
+		r.backlog, r.backlogN = nil, 0
+	}
 }

@@ -96,6 +96,45 @@ redis.call('SET', KEYS[1], nt, 'PX', math.ceil(nt - now) + 1000)
 return 1
 `)
 
+// batchScript applies a numbered batch of additions (kindSeq first) all or
+// nothing, once: KEYS[1] holds the number of the last batch its writer
+// applied, and a batch at or below it is skipped. So a batch whose write
+// failed with an unknown outcome (a timeout after Redis ran it) can be sent
+// again without being counted twice. KEYS[i+1] is the key of the i-th
+// operation. ARGV: the batch's number, now (ms), then per operation its
+// code, and two arguments: r (GCRA advance, as addScript: limit, cost),
+// i (INCRBY n), h (HINCRBY field, n), z (ZREM member), e (PEXPIREAT ms).
+var batchScript = redis.NewScript(`
+local seq = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[1]) or -1) >= seq then return 0 end
+local now = tonumber(ARGV[2])
+for i = 2, #KEYS do
+  local j = 3 + (i-2)*3
+  local op, k, a, b = ARGV[j], KEYS[i], ARGV[j+1], ARGV[j+2]
+  if op == 'r' then
+    local t = 60000 / tonumber(a)
+    local tat = tonumber(redis.call('GET', k) or now)
+    if tat < now then tat = now end
+    local nt = tat + tonumber(b) * t
+    redis.call('SET', k, nt, 'PX', math.ceil(nt - now) + 1000)
+  elseif op == 'i' then
+    redis.call('INCRBY', k, a)
+  elseif op == 'h' then
+    redis.call('HINCRBY', k, a, b)
+  elseif op == 'z' then
+    redis.call('ZREM', k, a)
+  elseif op == 'e' then
+    redis.call('PEXPIREAT', k, a)
+  end
+end
+redis.call('SET', KEYS[1], seq, 'PX', ARGV[3 + (#KEYS-1)*3])
+return 1
+`)
+
+// seqTTL is how long Redis keeps a writer's last batch number: far longer
+// than a batch waits to be sent again.
+const seqTTL = 24 * time.Hour
+
 // redisStore keeps the counters in Redis, shared by every replica. Every
 // call is bounded by the client's own timeouts. Safe for concurrent use.
 type redisStore struct {
@@ -142,6 +181,9 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 }
 
 func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) error {
+	if len(adds) > 0 && adds[0].kind == kindSeq {
+		return s.addBatch(ctx, now, adds)
+	}
 	pipe := s.rdb.Pipeline()
 	for _, a := range adds {
 		switch a.kind {
@@ -186,4 +228,38 @@ func (s *redisStore) Usage(ctx context.Context, keys []string) ([]map[string]int
 		}
 	}
 	return out, nil
+}
+
+// addBatch applies adds, a numbered batch (adds[0] is its kindSeq), in one
+// batchScript: all or nothing, and once however often it is sent.
+func (s *redisStore) addBatch(ctx context.Context, now time.Time, adds []addition) error {
+	keys := []string{adds[0].key}
+	args := []any{adds[0].n, ms(now)}
+	op := func(key, code string, a, b any) {
+		keys = append(keys, key)
+		args = append(args, code, a, b)
+	}
+	for _, a := range adds[1:] {
+		switch a.kind {
+		case kindRate:
+			if a.n > 0 {
+				op(a.key, "r", a.limit, min(a.n, a.limit))
+			}
+		case kindBudget:
+			op(a.key, "i", a.n, 0)
+		case kindRelease:
+			op(a.key, "z", a.field, 0)
+		case kindUsage:
+			for i, n := range a.row {
+				if n != 0 {
+					op(a.key, "h", a.field+metricNames[i], n)
+				}
+			}
+		}
+		if !a.until.IsZero() && a.kind != kindRate {
+			op(a.key, "e", ms(a.until), 0)
+		}
+	}
+	args = append(args, seqTTL.Milliseconds())
+	return batchScript.Run(ctx, s.rdb, keys, args...).Err()
 }

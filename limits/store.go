@@ -86,10 +86,15 @@ const (
 var metricNames = [numMetrics]string{"requests", "calls", "input", "output", "cached", "cost"}
 
 // kindUsage is an addition to the usage record (a hash of counters);
-// kindRelease frees the concurrency slot named field in key.
+// kindRelease frees the concurrency slot named field in key; kindSeq, first
+// in a batch, numbers it (n) in the writer's sequence counter key: a store
+// that may apply a write whose error it reports (Redis: a reply lost to a
+// timeout) applies the batch all or nothing, and skips it when key already
+// holds n or more, so that sending it again never counts it twice.
 const (
 	kindUsage   kind = 'u'
 	kindRelease kind = 'x'
+	kindSeq     kind = 's'
 )
 
 // Store keeps the counters. Implementations are safe for concurrent use.

@@ -1,0 +1,103 @@
+package limits
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgw/gateway/internal/testredis"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// meteredCall makes one upstream call of tenant w through l's meter: 10
+// input and 5 output tokens of gpt-x, 70 µ$.
+func meteredCall(t *testing.T, l *Limiter) {
+	t.Helper()
+	up := l.Meter(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Body: []byte(`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5}}`)}, nil
+	}))
+	r := &pipeline.Request{ID: "c", Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "w"}}
+	if _, err := up.Chat(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The spend and usage of calls made while Redis is down (fail open) are
+// written once it is back, not dropped: a real redis-server is killed and
+// started again (empty: it keeps nothing on disk), so what it holds after
+// is only what the outage's calls recorded.
+func TestSpendKeptThroughRedisOutage(t *testing.T) {
+	t.Parallel()
+	srv := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	at := time.Now()
+	l := newLimiterAt(t, "[[budgets]]\ntenant = \"w\"\namount = 0.0001\n", func() Store { return NewRedisStore(rdb) }, "outage", func() time.Time { return at })
+
+	srv.Stop()
+	for range 2 {
+		meteredCall(t, l)
+		l.Flush() // fails: Redis is down
+	}
+	srv.Start()
+	l.Flush()
+	if u := usageOf(t, l, at); u.Get("input_tokens").Int() != 20 || u.Get("output_tokens").Int() != 10 || u.Get("upstream_calls").Int() != 2 {
+		t.Fatalf("usage after the outage: %s", u.Raw)
+	}
+	// 140 µ$ of a 100 µ$ budget: spent.
+	err := l.Admit(&pipeline.Request{ID: "next", Model: "gpt-x", Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "w"}})
+	if s, code := status(err); s != 429 || code != pipeline.CodeInsufficientQuota {
+		t.Fatalf("after spending the budget during the outage: %v", err)
+	}
+}
+
+// A batch sent again after an error whose outcome was unknown (Redis ran
+// it, its reply was lost) is applied once.
+func TestBatchSentAgainCountsOnce(t *testing.T) {
+	t.Parallel()
+	st := NewRedisStore(testredis.Start(t).Client(t))
+	now := time.Now()
+	b := []addition{{key: "rec:x", kind: kindSeq, n: 1}, {key: "spend", kind: kindBudget, n: 70}}
+	for range 2 {
+		if err := st.Add(context.Background(), now, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b = []addition{{key: "rec:x", kind: kindSeq, n: 2}, {key: "spend", kind: kindBudget, n: 5}}
+	if err := st.Add(context.Background(), now, b); err != nil {
+		t.Fatal(err)
+	}
+	var out outcome
+	if err := st.Take(context.Background(), now, "r", []check{{key: "spend", kind: kindBudget, limit: 1000}}, 0, &out); err != nil || out.remaining[0] != 1000-75 {
+		t.Fatalf("spend after batches 1, 1 again, 2: remaining %v, %v", out.remaining, err)
+	}
+}
+
+// The backlog of a long outage is bounded: past it, a failed batch's
+// counters are dropped and counted, and what was kept is written once the
+// store is back.
+func TestUsageBacklogIsBounded(t *testing.T) {
+	t.Parallel()
+	st := &flakyStore{Store: NewMemoryStore()}
+	at := time.Now()
+	l := newLimiterAt(t, "", func() Store { return st }, "bound", func() time.Time { return at })
+	l.rec.write.Lock()
+	l.rec.maxBacklog = 1 // a call's usage row
+	l.rec.write.Unlock()
+	st.down.Store(true)
+	before := testutil.ToFloat64(recordsDropped)
+	meteredCall(t, l)
+	l.Flush()
+	meteredCall(t, l)
+	l.Flush()
+	if d := testutil.ToFloat64(recordsDropped) - before; d < 1 {
+		t.Fatalf("dropped %v counters past the bound, want 1", d)
+	}
+	st.down.Store(false)
+	if u := usageOf(t, l, at); u.Get("upstream_calls").Int() != 1 {
+		t.Fatalf("usage after the outage: %s", u.Raw)
+	}
+}
