@@ -225,6 +225,11 @@ func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key strin
 		ctx := context.WithoutCancel(ctx)
 		rs := &recordingStream{inner: resp.Stream, calls: r.Usage}
 		rs.done = func(completion []byte) {
+			// A tool loop's later round may have fallen back since
+			// next returned (its first round only had answered then).
+			if servedByFallback(r) {
+				return
+			}
 			c.store(ctx, key, calls.add(completion), h)
 		}
 		if calls != nil {
@@ -244,15 +249,24 @@ func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key strin
 // answer the model could not give then, and stored under the model's key
 // it would answer every identical request for the whole TTL, long after
 // the model is back.
+//
+// A tool loop's later rounds report the model that answered them with
+// Meta.NoteAnswered (the request's own header describes its first call):
+// a fallback in any round counts.
 func servedByFallback(r *pipeline.Request) bool {
-	answered := r.Meta.Get(fallback.HeaderModel)
-	if answered == "" {
-		return false
-	}
+	own := r.Model
 	if r.Route != nil {
-		return answered != r.Route.Name
+		own = r.Route.Name
 	}
-	return answered != r.Model
+	if answered := r.Meta.Get(fallback.HeaderModel); answered != "" && answered != own {
+		return true
+	}
+	for _, answered := range r.Meta.Answered() {
+		if answered != own {
+			return true
+		}
+	}
+	return false
 }
 
 // listen returns the log of the server calls r's miss runs, for the answer

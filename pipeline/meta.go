@@ -10,6 +10,9 @@ type Meta struct {
 	header []Header
 	inline [4]Header // the usual few headers need no allocation
 	group  []Header  // a layer's own block of headers (SetGroup), after header
+	// answered are the models that answered the request's later model
+	// calls (NoteAnswered); never response headers.
+	answered []string
 }
 
 // Header is one response header.
@@ -151,4 +154,34 @@ func (m *Meta) Headers() []Header {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append(append([]Header(nil), m.header...), m.group...)
+}
+
+// NoteAnswered records model as having answered a model call made for this
+// request whose headers went into a Meta of its own: a tool loop's later
+// round, which the client's x-gateway-model cannot describe (a stream's
+// headers are gone by then). The response cache reads them with
+// Answered, so that an answer a fallback model wrote part of is never
+// stored. Not a response header.
+func (m *Meta) NoteAnswered(model string) {
+	if m == nil || model == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.answered {
+		if a == model {
+			return
+		}
+	}
+	m.answered = append(m.answered, model)
+}
+
+// Answered returns a copy of the models NoteAnswered recorded.
+func (m *Meta) Answered() []string {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.answered...)
 }

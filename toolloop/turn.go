@@ -169,8 +169,9 @@ func (s *session) withHistory() []byte {
 
 // noteRound runs after a round's model call answered (r is the request
 // nextRequest built for it): it records the round's model and upstream
-// attempts for the trace, and passes a later round's other response headers
-// (context edits) on to the client's Meta.
+// attempts for the trace, notes the model that answered a later round in
+// the client's Meta (not as a header), and passes a later round's other
+// response headers (context edits) on to it.
 func (s *session) noteRound(r *pipeline.Request) {
 	if s.traceOn {
 		rt := roundTrace{model: r.Meta.Get(fallback.HeaderModel), attempts: -1}
@@ -182,6 +183,10 @@ func (s *session) noteRound(r *pipeline.Request) {
 	if r.Meta == s.req.Meta || s.req.Meta == nil {
 		return
 	}
+	// The model that answered this round, for the response cache's
+	// fallback check (pipeline.Meta.NoteAnswered): the client's
+	// x-gateway-model keeps describing the first call.
+	s.req.Meta.NoteAnswered(r.Meta.Get(fallback.HeaderModel))
 	for _, h := range r.Meta.Headers() {
 		if h.Key != fallback.HeaderAttempts && h.Key != fallback.HeaderModel {
 			s.req.Meta.Set(h.Key, h.Value)
