@@ -70,6 +70,15 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			text, shown = nil, false
 			f.text, f.setText = nil, true
 		}
+		// seen is the text the client is shown of this round. Under a
+		// JSON response_format, a round whose server calls run shows none
+		// (the stream holds it and drops it too): the answer's content is
+		// the structured text alone. The history keeps it.
+		seen := text
+		if s.p.structured && decide(o).next != stepEnd {
+			seen, shown = nil, false
+			f.text, f.setText = nil, true
+		}
 		s.logprobs(&f, &res, shown)
 		if shown && res.logprobs.IsObject() {
 			s.shownLP.Add([]byte(res.logprobs.Raw)) // the next round's "earlier" ones
@@ -97,7 +106,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			return nil, err
 		}
 		if s.req.OnServerCall != nil {
-			s.textsAt = s.textsThrough(text, &res)
+			s.textsAt = s.textsThrough(seen, &res)
 			// A mixed turn: a stream hands the round's client calls out as
 			// they come, before its server calls have run.
 			s.afterClient = len(client) > 0
@@ -106,18 +115,18 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		if d := decide(o); d.next == stepEnd {
 			f.finish = d.finish
 			if d.resultsAnswer {
-				s.answer(&f, text, resultsText(results), true)
+				s.answer(&f, seen, resultsText(results), true)
 				f.calls, f.setCalls = nil, true
 			} else {
 				s.saveHidden(ctx, text, calls, client, server, results)
 				f.calls, f.setCalls = client, true
-				s.answer(&f, text, nil, f.setText)
+				s.answer(&f, seen, nil, f.setText)
 			}
 			s.awaitApproval(ctx)
 			s.end(d.reason)
 			return s.finalBody(body, &res, f)
 		}
-		s.shown = append(s.shown, text...)
+		s.shown = append(s.shown, seen...)
 		for i := range sideTexts {
 			if res.side[i].Type == gjson.String { // as the stream: only text
 				s.shownSide[i] = append(s.shownSide[i], res.side[i].Str...)

@@ -35,6 +35,10 @@ type plan struct {
 	todos       bool       // write_todos is offered
 	prepended   int        // messages put in front of the client's (a system message for the tools' prompts)
 	sel         *selection // what tool selection did; nil = it did not run
+	// structured: response_format asks for JSON (json_object or
+	// json_schema), so the answer's content must be the structured text
+	// alone: the text of a round whose server calls run is not shown.
+	structured bool
 }
 
 // prepare decides whether the loop runs and builds the upstream body. It
@@ -43,7 +47,7 @@ type plan struct {
 func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*plan, error) {
 	// One pass over the body's keys (the first of a name counts, as for a
 	// path); the values are views into req.Body, which no one writes.
-	var tc, clientTools, msgs, n gjson.Result
+	var tc, clientTools, msgs, n, rf gjson.Result
 	view(req.Body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "tool_choice":
@@ -54,6 +58,8 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 			keepFirst(&msgs, v)
 		case "n":
 			keepFirst(&n, v)
+		case "response_format":
+			keepFirst(&rf, v)
 		}
 		return true
 	})
@@ -61,6 +67,9 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 		return nil, nil // several choices: the loop follows one; offer no server tools
 	}
 	p := &plan{messages: []byte(msgs.Raw)}
+	if t := rf.Get("type"); rf.IsObject() && t.Type == gjson.String {
+		p.structured = t.Str == "json_object" || t.Str == "json_schema"
+	}
 	if !msgs.IsArray() {
 		return nil, pipeline.BadRequest("messages", "messages must be an array")
 	}

@@ -384,6 +384,12 @@ func (st *loopStream) onText(t string, lp []byte) {
 			case '{':
 				st.textMode = textHeld
 			default:
+				if st.s.p.structured {
+					// Under a JSON response_format, whether a round's
+					// text is shown depends on its end (endRound).
+					st.textMode = textHeld
+					return
+				}
 				st.textMode = textLive
 				st.emitHeld()
 			}
@@ -474,6 +480,10 @@ func (st *loopStream) endRound() {
 	}
 	st.roundEnded = true
 	calls := st.acc.calls
+	server, client := s.split(calls)
+	ensureIDs(calls)
+	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: st.finish}
+	d := decide(o)
 	switch st.textMode {
 	case textUndecided:
 		if len(calls) == 0 {
@@ -482,20 +492,22 @@ func (st *loopStream) endRound() {
 			st.text = st.text[:0]
 		}
 	case textHeld:
-		if isEcho(st.text, calls) {
+		switch {
+		case isEcho(st.text, calls):
 			st.text = st.text[:0]
-		} else {
+		case s.p.structured && d.next != stepEnd:
+			// Under a JSON response_format the answer's content is the
+			// structured text alone: a round whose server calls run shows
+			// none of its text (as the JSON answer); the history keeps it.
+		default:
 			st.emitHeld()
 		}
 	}
 	st.held, st.textMode = st.held[:0], textLive
 	st.heldLP.Reset()
-	server, client := s.split(calls)
-	ensureIDs(calls)
 	st.pump()
 
-	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: st.finish}
-	if d := decide(o); d.next == stepEnd {
+	if d.next == stepEnd {
 		if d.saveHidden {
 			s.saveHidden(st.ctx, st.text, calls, client, nil, nil)
 		}
