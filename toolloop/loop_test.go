@@ -579,3 +579,76 @@ func TestBodyFromModelLayerInStream(t *testing.T) {
 		t.Fatalf("content %q usage %s", sum.Content, sum.Usage)
 	}
 }
+
+// Under a client-required tool_choice, a model that calls only server tools
+// while it may still reach the final round, whose server calls are never
+// run: the final round offers the client's tools alone (an allowed_tools
+// choice narrowed to them), so the answer ends with a client call, which
+// the client's "required" asks for (the Vercel AI SDK throws
+// ToolChoiceViolationError on an answer without one).
+func TestRequiredChoiceFinalRoundOffersOnlyClientTools(t *testing.T) {
+	t.Parallel()
+	const weather = `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	calc, city := `{"expression":"2^10"}`, `{"city":"Oslo"}`
+	for _, tc := range []struct {
+		name, choice, finalChoice string
+	}{
+		{"required", `"required"`, `"required"`},
+		{"allowed_tools required",
+			`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"calculator"}},{"type":"function","function":{"name":"get_weather"}}]}}`,
+			`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"get_weather"}}]}}`},
+	} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream=%v", tc.name, stream), func(t *testing.T) {
+				t.Parallel()
+				// The server tool whenever it is offered, else the client's.
+				m := &fakeModel{turns: []turnFn{func(r *pipeline.Request) ([]string, string) {
+					for _, n := range gjson.GetBytes(r.Body, "tools.#.function.name").Array() {
+						if n.Str == "calculator" {
+							return toolRound("up-c", "call_c", "calculator", calc, 10, 5),
+								completion("up-c", "", `[{"id":"call_c","type":"function","function":{"name":"calculator","arguments":`+q(calc)+`}}]`, "tool_calls", 10, 5)
+						}
+					}
+					return toolRound("up-w", "call_w", "get_weather", city, 10, 5),
+						completion("up-w", "", `[{"id":"call_w","type":"function","function":{"name":"get_weather","arguments":`+q(city)+`}}]`, "tool_calls", 10, 5)
+				}}}
+				l := newLoop(t, []config.Tool{calcTool}, func(o *Options) { o.Loop.MaxIterations = 3 })
+				body := userBody + weather + `,"tool_choice":` + tc.choice
+				if stream {
+					body += `,"stream":true`
+				}
+				resp, err := l.Chat(context.Background(), request(m, stream, body+`}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var finish string
+				var calls []string
+				if stream {
+					sum := checkStream(t, sse(t, resp.Stream), false)
+					finish = sum.FinishReason
+					for _, c := range sum.ToolCalls {
+						calls = append(calls, c.Name)
+					}
+				} else {
+					finish = gjson.GetBytes(resp.Body, "choices.0.finish_reason").String()
+					for _, c := range gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#.function.name").Array() {
+						calls = append(calls, c.Str)
+					}
+				}
+				if m.calls() != 3 || finish != "tool_calls" || len(calls) != 1 || calls[0] != "get_weather" {
+					t.Fatalf("model calls %d, finish %q, client calls %v; want 3 model calls ending in the get_weather call", m.calls(), finish, calls)
+				}
+				if got := gjson.GetBytes(m.body(1), "tools.#.function.name").Raw; got != `["get_weather","calculator"]` {
+					t.Fatalf("second round's tools %s, want every tool", got)
+				}
+				final := m.body(2)
+				if got := gjson.GetBytes(final, "tools.#.function.name").Raw; got != `["get_weather"]` {
+					t.Fatalf("final round's tools %s, want the client's alone", got)
+				}
+				if got := gjson.GetBytes(final, "tool_choice").Raw; got != tc.finalChoice {
+					t.Fatalf("final round's tool_choice %s, want %s", got, tc.finalChoice)
+				}
+			})
+		}
+	}
+}

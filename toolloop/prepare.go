@@ -20,8 +20,9 @@ const (
 	// expects a call of one of its own tools (the Vercel AI SDK throws
 	// ToolChoiceViolationError on an answer without one), and a server call
 	// does not meet the choice: the loop goes on, with the client's
-	// tool_choice in every round, the final one included, until the model
-	// calls a client tool or answers.
+	// tool_choice in every round, the final one included (which offers
+	// only the client's tools: plan.finalTools), until the model calls a
+	// client tool or answers.
 	choiceClientRequired
 )
 
@@ -39,6 +40,13 @@ type plan struct {
 	// json_schema), so the answer's content must be the structured text
 	// alone: the text of a round whose server calls run is not shown.
 	structured bool
+	// Under choiceClientRequired, what the final round offers instead of
+	// the whole tool set: the client's tools alone (finalTools, a JSON
+	// array), and, for an allowed_tools choice, that choice narrowed to
+	// them (finalChoice; nil = the client's tool_choice as it is). Server
+	// calls of a final round are never run, so only a client call can
+	// meet the required choice there.
+	finalTools, finalChoice []byte
 }
 
 // prepare decides whether the loop runs and builds the upstream body. It
@@ -87,6 +95,9 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 	}
 	if p.choice == choiceRequired && p.clientMeets(tc) {
 		p.choice = choiceClientRequired
+		if p.finalTools, p.finalChoice, err = p.clientOnly(tc, clientTools); err != nil {
+			return nil, err
+		}
 	}
 	if p.body, err = p.upstreamBody(req, clientTools, tools); err != nil {
 		return nil, err
@@ -167,6 +178,32 @@ func (p *plan) clientMeets(tc gjson.Result) bool {
 		return !meets
 	})
 	return meets
+}
+
+// clientOnly returns what the final round of a choiceClientRequired plan
+// offers: the client's tools as the upstream gets them, and an
+// allowed_tools choice tc cut down to the client's names (nil for
+// "required", which stays as it is). An allowed_tools list that named a
+// server tool the final round no longer offers would be the upstream's 400.
+func (p *plan) clientOnly(tc, clientTools gjson.Result) (tools, choice []byte, err error) {
+	tools = []byte(clientTools.Raw)
+	if tc.Type == gjson.String {
+		return tools, nil, nil
+	}
+	kept := []byte{'['}
+	tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
+		if p.isClient(toolName(v)) {
+			if len(kept) > 1 {
+				kept = append(kept, ',')
+			}
+			kept = append(kept, v.Raw...)
+		}
+		return true
+	})
+	if choice, err = sjson.SetRawBytes([]byte(tc.Raw), "allowed_tools.tools", append(kept, ']')); err != nil {
+		return nil, nil, pipeline.BadRequest("tool_choice", "tool_choice could not be read")
+	}
+	return tools, choice, nil
 }
 
 // readClientTools records the client's tool names and returns its tools

@@ -93,8 +93,9 @@ func (s *session) noteUsage(n int64) {
 // nextRequest builds the next model call: the injected body with the
 // history appended, and tool_choice "none" when the call is the final one,
 // unless the client's own tools meet its required choice: "none" would
-// break the choice for certain, so the final call keeps it (server calls
-// it makes are dropped, as in any final round).
+// break the choice for certain, so the final call keeps it and offers the
+// client's tools alone (plan.finalTools): a server call it made would be
+// dropped, as in any final round, and leave the choice unmet.
 func (s *session) nextRequest() (*pipeline.Request, error) {
 	body := s.p.body
 	if len(s.history) > 0 {
@@ -103,10 +104,18 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not extend messages")
 		}
 	}
-	if s.final && s.p.choice != choiceClientRequired {
+	if s.final {
 		var err error
-		if body, err = sjson.SetBytes(body, "tool_choice", "none"); err != nil {
-			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not set tool_choice")
+		switch {
+		case s.p.choice != choiceClientRequired:
+			body, err = sjson.SetBytes(body, "tool_choice", "none")
+		default:
+			if body, err = sjson.SetRawBytes(body, "tools", s.p.finalTools); err == nil && s.p.finalChoice != nil {
+				body, err = sjson.SetRawBytes(body, "tool_choice", s.p.finalChoice)
+			}
+		}
+		if err != nil {
+			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not set the final round's tools")
 		}
 	}
 	r := s.req.Clone()
