@@ -71,7 +71,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand)
 	id := "resp_" + hex.EncodeToString(rnd[:])
-	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo, Summary: rq.Summary}
+	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo, Summary: rq.Summary, Logprobs: rq.Logprobs}
 	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h}
 	if rq.Stream {
 		form.enc = wire.NewResponsesStream(h)
@@ -217,6 +217,12 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 		}
 		e := *t
 		e.Text = t.Text[*n:upTo]
+		if upTo < len(t.Text) && t.Key == "content" {
+			// The part's tokens go with it, the rest with the text after
+			// the call: the message items the stream had, each with
+			// the logprobs of its round.
+			e.Logprobs, t.Logprobs = wire.CutLogprobs(t.Logprobs, upTo-*n)
+		}
 		*n = upTo
 		dst = f.enc.Encode(dst, &e)
 	}

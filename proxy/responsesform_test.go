@@ -56,3 +56,19 @@ func TestResponsesJSONCutsAtCharacters(t *testing.T) {
 		t.Fatalf("texts %q\n%s", texts, out)
 	}
 }
+
+// A JSON answer asked for logprobs whose texts a server call parts gives
+// each message item the tokens of its own text, as the stream has them
+// (each round's chunks with its message item).
+func TestResponsesJSONCutsLogprobs(t *testing.T) {
+	f := &responsesForm{rq: &responses.Request{}, enc: wire.NewResponsesJSON(wire.ResponsesHeader{ID: "resp_1", Model: "m", Logprobs: true})}
+	f.serverCall(&pipeline.ServerCall{Name: "a", Source: "builtin", Arguments: []byte(`{}`), Output: []byte(`{}`), At: &pipeline.TextsAt{Content: 3}})
+	out := f.body([]byte(`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"onetwo"},` +
+		`"logprobs":{"content":[{"token":"on","logprob":-1,"bytes":[111,110],"top_logprobs":[]},{"token":"e","logprob":-2,"bytes":[101],"top_logprobs":[]},` +
+		`{"token":"two","logprob":-3,"bytes":[116,119,111],"top_logprobs":[]}],"refusal":null},"finish_reason":"stop"}]}`))
+	o := gjson.ParseBytes(out)
+	if o.Get("output.0.content.0.logprobs.#.token").Raw != `["on","e"]` || o.Get("output.1.type").Str != "mcp_call" ||
+		o.Get("output.2.content.0.logprobs.#.token").Raw != `["two"]` {
+		t.Fatalf("%s", out)
+	}
+}

@@ -31,6 +31,10 @@ type Request struct {
 	// Summary: reasoning.summary asked for a reasoning summary
 	// (wire.ResponsesHeader.Summary).
 	Summary bool
+	// Logprobs: include names "message.output_text.logprobs", so the
+	// output text carries its tokens' logprobs (wire.ResponsesHeader.Logprobs)
+	// and the chat request asks for them.
+	Logprobs bool
 }
 
 // Head reads what must be known before a request is translated: the model
@@ -67,7 +71,7 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 		return nil, err
 	}
 	root := gjson.ParseBytes(body)
-	r := &Request{Model: model, Previous: previous, Store: true}
+	r := &Request{Model: model, Previous: previous, Store: true, Logprobs: includesLogprobs(root.Get("include"))}
 	if err := r.options(root); err != nil {
 		return nil, err
 	}
@@ -93,7 +97,7 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 	if r.Stream {
 		c = append(c, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	}
-	if c, err = appendSettings(c, root); err != nil {
+	if c, err = appendSettings(c, root, r.Logprobs); err != nil {
 		return nil, err
 	}
 	r.Chat = append(c, '}')
@@ -189,9 +193,22 @@ var passedSettings = [...]struct{ from, to string }{
 	{"top_logprobs", "top_logprobs"},
 }
 
+// includesLogprobs reports whether include (the request's list of extra
+// output) asks for the output text's logprobs. Anything but an array asks
+// for nothing.
+func includesLogprobs(include gjson.Result) bool {
+	found := false
+	include.ForEach(func(_, v gjson.Result) bool {
+		found = v.Type == gjson.String && v.Str == "message.output_text.logprobs"
+		return !found
+	})
+	return found && include.IsArray()
+}
+
 // appendSettings appends the chat request's tools, tool choice, format and
-// sampling settings.
-func appendSettings(c []byte, root gjson.Result) ([]byte, error) {
+// sampling settings. logprobs: the client asked for the output's logprobs,
+// which chat gives only with logprobs:true (top_logprobs alone is refused).
+func appendSettings(c []byte, root gjson.Result, logprobs bool) ([]byte, error) {
 	var err error
 	tools := root.Get("tools")
 	if tools.Exists() && tools.Type != gjson.Null {
@@ -214,9 +231,13 @@ func appendSettings(c []byte, root gjson.Result) ([]byte, error) {
 		c = append(c, m.to...)
 		c = append(c, `":`...)
 		c = append(c, v.Raw...)
-		if m.from == "top_logprobs" {
+		if m.from == "top_logprobs" && !logprobs {
 			c = append(c, `,"logprobs":true`...)
 		}
+	}
+	if logprobs {
+		// Asked for by include whether or not top_logprobs is given.
+		c = append(c, `,"logprobs":true`...)
 	}
 	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null && tools.IsArray() && len(tools.Array()) > 0 {
 		c = append(c, `,"parallel_tool_calls":`...)

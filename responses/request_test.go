@@ -219,3 +219,42 @@ func TestTranslateRefusesDuplicateReferences(t *testing.T) {
 		t.Fatalf("two distinct items: %d messages, want 3", n)
 	}
 }
+
+// include "message.output_text.logprobs" asks the upstream for logprobs
+// (logprobs:true, once), with or without top_logprobs, and marks the
+// request so the output carries them; top_logprobs alone asks the upstream
+// too (chat refuses top_logprobs without logprobs) but shows none, as
+// OpenAI's Responses API leaves them out unless included.
+func TestTranslateIncludeLogprobs(t *testing.T) {
+	cases := []struct {
+		name, extra string
+		logprobs    string // the chat body's logprobs, raw ("" absent)
+		top         string // the chat body's top_logprobs, raw
+		shown       bool   // Request.Logprobs
+	}{
+		{"include alone", `,"include":["message.output_text.logprobs"]`, `true`, ``, true},
+		{"include with top_logprobs", `,"include":["reasoning.encrypted_content","message.output_text.logprobs"],"top_logprobs":3`, `true`, `3`, true},
+		{"include with top_logprobs null", `,"include":["message.output_text.logprobs"],"top_logprobs":null`, `true`, ``, true},
+		{"top_logprobs alone", `,"top_logprobs":2`, `true`, `2`, false},
+		{"other includes", `,"include":["reasoning.encrypted_content"]`, ``, ``, false},
+		{"include not an array", `,"include":"message.output_text.logprobs"`, ``, ``, false},
+		{"nothing", ``, ``, ``, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Translate([]byte(`{"model":"m","input":"hi"`+tc.extra+`}`), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := gjson.GetBytes(r.Chat, "logprobs").Raw; got != tc.logprobs || strings.Count(string(r.Chat), `"logprobs"`) > 1 {
+				t.Errorf("chat logprobs %s, want %q\n%s", got, tc.logprobs, r.Chat)
+			}
+			if got := gjson.GetBytes(r.Chat, "top_logprobs").Raw; got != tc.top {
+				t.Errorf("chat top_logprobs %s, want %q\n%s", got, tc.top, r.Chat)
+			}
+			if r.Logprobs != tc.shown {
+				t.Errorf("Logprobs %v, want %v", r.Logprobs, tc.shown)
+			}
+		})
+	}
+}

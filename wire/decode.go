@@ -45,7 +45,7 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			emit(&e)
 		}
 		delta := c.Get("delta")
-		emitTexts(delta, emit)
+		emitTexts(delta, choiceLogprobs(c), emit)
 		delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 			i := int(tc.Get("index").Int())
 			if i < 0 || i > maxCalls {
@@ -100,14 +100,32 @@ func choiceZero(choices gjson.Result) gjson.Result {
 }
 
 // emitTexts emits a Text event for each non-empty text member of obj (a
-// delta or a message).
-func emitTexts(obj gjson.Result, emit func(*Event)) {
+// delta or a message). The choice's logprobs object lp (nil: none) goes
+// with the content text, or with the refusal when there is no content
+// text, as the tool loop pairs them: its token lists cover both, and it
+// is shown once.
+func emitTexts(obj gjson.Result, lp []byte, emit func(*Event)) {
+	c := obj.Get("content")
+	hasContent := c.Type == gjson.String && c.Str != ""
 	for _, k := range textKeys {
 		if v := obj.Get(k); v.Type == gjson.String && v.Str != "" {
 			e := Event{Kind: Text, Key: k, Text: []byte(v.Str)}
+			if k == "content" || k == "refusal" && !hasContent {
+				e.Logprobs = lp
+			}
 			emit(&e)
 		}
 	}
+}
+
+// choiceLogprobs returns the logprobs object of choice c as its own bytes,
+// nil when it has none (or it is not valid JSON: an Event's logprobs are
+// written as they are).
+func choiceLogprobs(c gjson.Result) []byte {
+	if l := c.Get("logprobs"); l.IsObject() && jsonvalid.String(l.Raw) {
+		return []byte(l.Raw)
+	}
+	return nil
 }
 
 // maxCalls bounds the tool-call index a chunk may name, so that a hostile
@@ -122,7 +140,7 @@ func DecodeCompletion(body []byte, emit func(*Event)) {
 	e = Event{Kind: Role}
 	emit(&e)
 	msg := root.Get("choices.0.message")
-	emitTexts(msg, emit)
+	emitTexts(msg, choiceLogprobs(root.Get("choices.0")), emit)
 	i := 0
 	msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 		e = Event{Kind: CallHeader, Index: i, ID: tc.Get("id").String(), Name: tc.Get("function.name").String()}

@@ -1,11 +1,14 @@
 package wire
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 )
 
@@ -106,4 +109,123 @@ func (p *logprobList) appendJSON(dst []byte) []byte {
 	dst = append(dst, '[')
 	dst = append(dst, p.items...)
 	return append(dst, ']')
+}
+
+// appendResponsesLogprobs appends to items (Responses LogProb objects,
+// comma-separated, no brackets) those of lp's "content" token list, lp
+// being a chat choice's logprobs object. The Responses API has no place
+// for the refusal list: output_text carries the content's tokens only.
+// Each item is rebuilt in the Responses form (token, logprob, bytes,
+// top_logprobs; each top entry token, logprob, bytes) rather than copied,
+// so that what an upstream adds or leaves out never breaks the schema the
+// client reads: a null bytes becomes [], an entry without a string token
+// or a numeric logprob is left out. lp that is not a valid object adds
+// nothing.
+func appendResponsesLogprobs(items, lp []byte) []byte {
+	if len(lp) == 0 || !jsonvalid.Bytes(lp) {
+		return items
+	}
+	r := gjson.Parse(unsafe.String(unsafe.SliceData(lp), len(lp))) // read only
+	if !r.IsObject() {
+		return items
+	}
+	r.Get("content").ForEach(func(_, it gjson.Result) bool {
+		if !tokenLogprob(it) {
+			return true
+		}
+		if len(items) > 0 {
+			items = append(items, ',')
+		}
+		items = appendTokenLogprob(items, it)
+		items = append(items, `,"top_logprobs":[`...)
+		n := 0
+		it.Get("top_logprobs").ForEach(func(_, top gjson.Result) bool {
+			if !tokenLogprob(top) {
+				return true
+			}
+			if n > 0 {
+				items = append(items, ',')
+			}
+			n++
+			items = append(appendTokenLogprob(items, top), '}')
+			return true
+		})
+		items = append(items, "]}"...)
+		return true
+	})
+	return items
+}
+
+// tokenLogprob reports whether it is a token entry the Responses form can
+// show: an object with a string token and a numeric logprob.
+func tokenLogprob(it gjson.Result) bool {
+	return it.IsObject() && it.Get("token").Type == gjson.String && it.Get("logprob").Type == gjson.Number
+}
+
+// appendTokenLogprob appends `{"token":…,"logprob":…,"bytes":[…]` (the
+// object left open) for the token entry it. Bytes other than integers 0 to
+// 255 are left out; no bytes (null) is [].
+func appendTokenLogprob(dst []byte, it gjson.Result) []byte {
+	dst = append(dst, `{"token":`...)
+	dst = jsonstring.Append(dst, it.Get("token").Str) // re-encoded: always valid UTF-8
+	dst = append(dst, `,"logprob":`...)
+	dst = append(dst, it.Get("logprob").Raw...)
+	dst = append(dst, `,"bytes":[`...)
+	n := 0
+	it.Get("bytes").ForEach(func(_, b gjson.Result) bool {
+		if b.Type == gjson.Number && b.Num >= 0 && b.Num <= 255 && b.Num == math.Trunc(b.Num) {
+			if n > 0 {
+				dst = append(dst, ',')
+			}
+			n++
+			dst = strconv.AppendInt(dst, int64(b.Num), 10)
+		}
+		return true
+	})
+	return append(dst, ']')
+}
+
+// CutLogprobs parts lp, the chat logprobs object of a content text, into
+// those of the text's first n bytes and those of the rest, for a caller
+// that cuts the text there (a tool loop's JSON answer shown as the items
+// its stream had). Tokens are counted off in order, each as long as its
+// bytes (its token's text when it has no bytes): a token goes with the
+// first part when it ends within n bytes. Each part is an object with the
+// content list alone ({"content":[...]}); the refusal list goes with
+// neither, as no Responses text shows it. lp that is not a valid object
+// gives nil, nil.
+func CutLogprobs(lp []byte, n int) (head, rest []byte) {
+	if len(lp) == 0 || !jsonvalid.Bytes(lp) {
+		return nil, nil
+	}
+	r := gjson.Parse(unsafe.String(unsafe.SliceData(lp), len(lp))) // read only
+	if !r.IsObject() {
+		return nil, nil
+	}
+	head, rest = []byte(`{"content":[`), []byte(`{"content":[`)
+	h, t := 0, 0 // items in each
+	at := 0      // bytes of text the tokens so far cover
+	r.Get("content").ForEach(func(_, it gjson.Result) bool {
+		if b := it.Get("bytes"); b.IsArray() {
+			b.ForEach(func(_, _ gjson.Result) bool { at++; return true })
+		} else {
+			at += len(it.Get("token").Str)
+		}
+		if at <= n {
+			head = appendItem(head, &h, it.Raw)
+		} else {
+			rest = appendItem(rest, &t, it.Raw)
+		}
+		return true
+	})
+	return append(head, "]}"...), append(rest, "]}"...)
+}
+
+// appendItem appends raw as the next member of an array holding *count.
+func appendItem(dst []byte, count *int, raw string) []byte {
+	if *count > 0 {
+		dst = append(dst, ',')
+	}
+	*count++
+	return append(dst, raw...)
 }

@@ -25,6 +25,12 @@ type ResponsesHeader struct {
 	// (response.reasoning_summary_text.delta), as OpenAI's reasoning models
 	// give theirs, not as reasoning_text content.
 	Summary bool
+	// Logprobs: the request asked for the output text's logprobs (include
+	// "message.output_text.logprobs"). The content tokens of the Text
+	// events' Logprobs then fill each output_text's logprobs, each delta's
+	// with its own tokens; otherwise they stay [], whatever the upstream
+	// sent, as OpenAI leaves them.
+	Logprobs bool
 }
 
 // Responses encodes a response's events in the Responses API's form: as
@@ -60,6 +66,7 @@ type Responses struct {
 	msg    int // index of the open message item, -1 for none
 	reason int // index of the open reasoning item, -1 for none
 	calls  []int
+	lp     []byte // scratch: a delta's LogProb items
 	finish string
 	usage  []byte
 	fail   []byte // the error object of a failed response
@@ -75,9 +82,10 @@ const (
 )
 
 type respPart struct {
-	refusal bool
-	text    []byte
-	done    bool
+	refusal  bool
+	text     []byte
+	logprobs []byte // output_text: its Responses LogProb items, comma-separated
+	done     bool
 }
 
 type respItem struct {
@@ -123,7 +131,7 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		switch {
 		case len(e.Text) == 0:
 		case e.Key == "content" || e.Key == "refusal":
-			dst = r.messageText(dst, e.Key == "refusal", e.Text)
+			dst = r.messageText(dst, e.Key == "refusal", e.Text, e.Logprobs)
 		case e.Key == "reasoning_content" || e.Key == "reasoning":
 			dst = r.reasoningText(dst, e.Text)
 		}
@@ -328,7 +336,9 @@ func idSuffix(id string) string {
 	return id
 }
 
-func (r *Responses) messageText(dst []byte, refusal bool, text []byte) []byte {
+// messageText adds a fragment of the message's text (or refusal) and, when
+// the request asked for them, the content tokens of its logprobs object lp.
+func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byte {
 	if r.reason >= 0 {
 		dst = r.closeItem(dst, r.reason)
 		r.reason = -1
@@ -348,6 +358,11 @@ func (r *Responses) messageText(dst []byte, refusal bool, text []byte) []byte {
 	}
 	p := len(it.parts) - 1
 	it.parts[p].text = append(it.parts[p].text, text...)
+	r.lp = r.lp[:0]
+	if r.h.Logprobs && !refusal {
+		r.lp = appendResponsesLogprobs(r.lp, lp)
+		it.parts[p].logprobs = appendItems(it.parts[p].logprobs, r.lp)
+	}
 	if !r.stream {
 		return dst
 	}
@@ -360,7 +375,7 @@ func (r *Responses) messageText(dst []byte, refusal bool, text []byte) []byte {
 	dst = append(dst, `,"delta":`...)
 	dst = appendString(dst, text)
 	if !refusal {
-		dst = append(dst, `,"logprobs":[]`...)
+		dst = appendLogprobs(dst, r.lp) // the delta's own tokens
 	}
 	return endEvent(dst)
 }
@@ -543,7 +558,8 @@ func (r *Responses) partDone(dst []byte, i, p int) []byte {
 	default:
 		dst = r.event(dst, "response.output_text.done")
 		dst = r.partRef(dst, i, p)
-		dst = append(dst, `,"logprobs":[],"text":`...)
+		dst = appendLogprobs(dst, part.logprobs)
+		dst = append(dst, `,"text":`...)
 	}
 	dst = appendString(dst, part.text)
 	dst = endEvent(dst)
@@ -602,9 +618,30 @@ func appendPart(dst []byte, p *respPart) []byte {
 		dst = appendString(dst, p.text)
 		return append(dst, '}')
 	}
-	dst = append(dst, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
+	dst = append(dst, `{"type":"output_text","annotations":[]`...)
+	dst = appendLogprobs(dst, p.logprobs)
+	dst = append(dst, `,"text":`...)
 	dst = appendString(dst, p.text)
 	return append(dst, '}')
+}
+
+// appendLogprobs appends the member "logprobs" holding items (LogProb
+// objects, comma-separated), [] when there are none.
+func appendLogprobs(dst, items []byte) []byte {
+	dst = append(dst, `,"logprobs":[`...)
+	dst = append(dst, items...)
+	return append(dst, ']')
+}
+
+// appendItems appends the comma-separated items more to those of list.
+func appendItems(list, more []byte) []byte {
+	if len(more) == 0 {
+		return list
+	}
+	if len(list) > 0 {
+		list = append(list, ',')
+	}
+	return append(list, more...)
 }
 
 // appendItem appends output item i as it stands.

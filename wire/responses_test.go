@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -299,4 +300,146 @@ func FuzzChunkDecoder(f *testing.F) {
 			}
 		}
 	})
+}
+
+// lpChunk is a chat logprobs object of the given tokens, each with one top
+// alternative.
+func lpChunk(tokens ...string) []byte {
+	b := []byte(`{"content":[`)
+	for i, tok := range tokens {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"token":%q,"logprob":-0.%d,"bytes":%s,"top_logprobs":[{"token":%q,"logprob":-1.5,"bytes":null}]}`,
+			tok, i+1, byteList(tok), tok+"!")
+	}
+	return append(b, `],"refusal":null}`...)
+}
+
+func byteList(s string) string {
+	var parts []string
+	for _, c := range []byte(s) {
+		parts = append(parts, fmt.Sprint(c))
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// Asked for (ResponsesHeader.Logprobs), the content tokens of the Text
+// events' logprobs fill output_text.logprobs in the Responses form: each
+// delta carries its own tokens, output_text.done, output_item.done and the
+// terminal response all of them, the JSON answer the same; every event and
+// the object validate against the schema (LogProb: bytes an array, null
+// bytes []). Entries the schema cannot take are left out, and a refusal's
+// logprobs are not shown. Not asked for, they stay [].
+func TestResponsesLogprobs(t *testing.T) {
+	schema := wiretest.LoadResponsesSchema(t)
+	withLP := func(s string, lp []byte) Event { e := text("content", s); e.Logprobs = lp; return e }
+	refusal := text("refusal", "no")
+	refusal.Logprobs = []byte(`{"content":null,"refusal":[{"token":"no","logprob":-0.1,"bytes":[110,111],"top_logprobs":[]}]}`)
+	events := []Event{{Kind: Role},
+		withLP("Hel", lpChunk("Hel")),
+		withLP("lo é", []byte(`{"content":[{"token":"lo","logprob":-0.2,"bytes":[108,111],"top_logprobs":[]},`+
+			`{"token":" é","logprob":-0.3,"bytes":null,"top_logprobs":[]},{"token":7,"logprob":-1},{"token":"x"}],"refusal":null}`)),
+		withLP("!", []byte(`null`)),
+		refusal,
+		{Kind: Finish, Finish: "stop"}, {Kind: End}}
+
+	h := respHeader
+	h.Logprobs = true
+	s, j := NewResponsesStream(h), NewResponsesJSON(h)
+	var stream, object []byte
+	for i := range events {
+		stream = s.Encode(stream, &events[i])
+		object = j.Encode(object, &events[i])
+	}
+	sum, err := wiretest.CheckResponsesStream(stream, schema)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	if err := schema.Validate("Response", object); err != nil {
+		t.Fatalf("%v\n%s", err, object)
+	}
+	if sum.Final.Raw != string(object) {
+		t.Fatalf("stream and JSON differ:\n%s\n%s", sum.Final.Raw, object)
+	}
+	want := `[{"token":"Hel","logprob":-0.1,"bytes":[72,101,108],"top_logprobs":[{"token":"Hel!","logprob":-1.5,"bytes":[]}]},` +
+		`{"token":"lo","logprob":-0.2,"bytes":[108,111],"top_logprobs":[]},{"token":" é","logprob":-0.3,"bytes":[],"top_logprobs":[]}]`
+	o := gjson.ParseBytes(object)
+	if got := o.Get("output.0.content.0.logprobs").Raw; got != want {
+		t.Fatalf("output_text.logprobs\n got %s\nwant %s", got, want)
+	}
+	if got := o.Get("output.0.content.1.logprobs"); got.Exists() || o.Get("output.0.content.1.type").Str != "refusal" {
+		t.Fatalf("refusal part %s", o.Get("output.0.content.1").Raw)
+	}
+	var deltas []string
+	for ev := range bytes.SplitSeq(stream, []byte("\n\n")) {
+		i := bytes.Index(ev, []byte("data: "))
+		if i < 0 {
+			continue
+		}
+		d := gjson.ParseBytes(ev[i+6:])
+		switch d.Get("type").Str {
+		case "response.output_text.delta":
+			deltas = append(deltas, d.Get("logprobs.#.token").Raw)
+		case "response.output_text.done":
+			if d.Get("logprobs").Raw != want {
+				t.Fatalf("output_text.done logprobs %s", d.Get("logprobs").Raw)
+			}
+		}
+	}
+	if got := strings.Join(deltas, " "); got != `["Hel"] ["lo"," é"] []` {
+		t.Fatalf("delta tokens %s", got)
+	}
+
+	// Not asked for: [] everywhere, whatever the events carry.
+	stream, final, object := encodeBoth(events)
+	if _, err := wiretest.CheckResponsesStream(stream, schema); err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	if final.Get("output.0.content.0.logprobs").Raw != `[]` || gjson.GetBytes(object, "output.0.content.0.logprobs").Raw != `[]` ||
+		bytes.Contains(stream, []byte(`"logprobs":[{`)) {
+		t.Fatalf("logprobs shown unasked:\n%s\n%s", stream, object)
+	}
+}
+
+// The decoders give a choice's logprobs to its content text (to the
+// refusal only when there is no content text), as the tool loop pairs
+// them: a streamed chunk's and a whole completion's.
+func TestDecodersCarryLogprobs(t *testing.T) {
+	lp := `{"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],"top_logprobs":[]}],"refusal":null}`
+	got := map[string]string{}
+	note := func(e *Event) {
+		if e.Kind == Text {
+			got[e.Key] = string(e.Logprobs)
+		}
+	}
+	var d ChunkDecoder
+	d.Decode([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"refusal":"r","content":"Hi"},"logprobs":`+lp+`,"finish_reason":null}]}`), note)
+	if got["content"] != lp || got["refusal"] != "" {
+		t.Fatalf("chunk: %q", got)
+	}
+	clear(got)
+	d.Decode([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"refusal":"r"},"logprobs":`+lp+`,"finish_reason":null}]}`), note)
+	if got["refusal"] != lp {
+		t.Fatalf("refusal chunk: %q", got)
+	}
+	clear(got)
+	DecodeCompletion([]byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"logprobs":`+lp+`,"finish_reason":"stop"}]}`), note)
+	if got["content"] != lp {
+		t.Fatalf("completion: %q", got)
+	}
+}
+
+// CutLogprobs parts a text's tokens where the text is cut, by their bytes
+// (or their text when they have none).
+func TestCutLogprobs(t *testing.T) {
+	lp := []byte(`{"content":[{"token":"on","logprob":-1,"bytes":[111,110],"top_logprobs":[]},{"token":"e","logprob":-2,"bytes":null,"top_logprobs":[]},` +
+		`{"token":"two","logprob":-3,"bytes":[116,119,111],"top_logprobs":[]}],"refusal":null}`)
+	head, rest := CutLogprobs(lp, 3)
+	if gjson.GetBytes(head, "content.#.token").Raw != `["on","e"]` || gjson.GetBytes(rest, "content.#.token").Raw != `["two"]` {
+		t.Fatalf("head %s rest %s", head, rest)
+	}
+	if head, rest := CutLogprobs([]byte(`{"content":[`), 3); head != nil || rest != nil {
+		t.Fatalf("cut of invalid JSON: %s %s", head, rest)
+	}
 }

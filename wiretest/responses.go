@@ -23,6 +23,7 @@ type respItemState struct {
 	id    string
 	typ   string
 	parts map[int]*bytes.Buffer // content index → text so far
+	lps   map[int][]any         // content index → the logprobs of its output_text deltas so far
 	args  bytes.Buffer
 	done  bool
 	final gjson.Result // the item its output_item.done carried
@@ -36,9 +37,11 @@ type respItemState struct {
 // response.in_progress; every lifecycle event carries the whole response
 // with one id; output indices are dense and each item is added once, before
 // any event about it, and done once; a content part is added before its
-// deltas; each *.done text equals its deltas; exactly one terminal event
-// ends the stream, and its response lists every item streamed with the same
-// ids and final texts and arguments, each as its output_item.done carried it
+// deltas; each *.done text equals its deltas, and an output_text's logprobs
+// (on output_text.done and in the terminal response) are its deltas'
+// logprobs in order; exactly one terminal event ends the stream, and its
+// response lists every item streamed with the same ids and final texts and
+// arguments, each as its output_item.done carried it
 // (status included: a client that keeps items as they are done sees the
 // same output as one that reads the terminal response).
 func CheckResponsesStream(raw []byte, schema *Schema) (*ResponsesSummary, error) {
@@ -132,7 +135,7 @@ func (c *respChecker) added(ev gjson.Result) error {
 			return fmt.Errorf("item id %q added twice", o.id)
 		}
 	}
-	c.items = append(c.items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}})
+	c.items = append(c.items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}, lps: map[int][]any{}})
 	return nil
 }
 
@@ -176,9 +179,15 @@ func (c *respChecker) itemEvent(typ string, ev gjson.Result) error {
 			return fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
 		}
 		it.parts[ci].WriteString(ev.Get("delta").Str)
+		if typ == "response.output_text.delta" {
+			it.lps[ci] = append(it.lps[ci], jsonList(ev.Get("logprobs"))...)
+		}
 	case "response.output_text.done", "response.refusal.done", "response.reasoning_text.done":
 		if p := it.parts[ci]; p == nil || p.String() != ev.Get(doneKeys[typ]).Str {
 			return fmt.Errorf("%s of %q: done text differs from its deltas", typ, it.id)
+		}
+		if typ == "response.output_text.done" && !sameList(ev.Get("logprobs"), it.lps[ci]) {
+			return fmt.Errorf("%s of %q: logprobs %s differ from those of its deltas", typ, it.id, clip([]byte(ev.Get("logprobs").Raw)))
 		}
 	case "response.function_call_arguments.delta", "response.mcp_call_arguments.delta":
 		it.args.WriteString(ev.Get("delta").Str)
@@ -221,6 +230,9 @@ func checkFinal(typ string, r gjson.Result, items []*respItemState) error {
 				if got != p.String() {
 					return fmt.Errorf("%s: output %d content %d is %q; the deltas said %q", typ, i, ci, clip([]byte(got)), clip(p.Bytes()))
 				}
+				if c.Get("type").Str == "output_text" && !sameList(c.Get("logprobs"), it.lps[ci]) {
+					return fmt.Errorf("%s: output %d content %d has logprobs %s; the deltas had others", typ, i, ci, clip([]byte(c.Get("logprobs").Raw)))
+				}
 			}
 		case "function_call", "mcp_call":
 			if o.Get("arguments").Str != it.args.String() {
@@ -242,6 +254,29 @@ func sameJSON(a, b gjson.Result) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// jsonList returns the members of the JSON array a, decoded; none when a
+// is not an array.
+func jsonList(a gjson.Result) []any {
+	var list []any
+	if !a.IsArray() || json.Unmarshal([]byte(a.Raw), &list) != nil {
+		return nil
+	}
+	return list
+}
+
+// sameList reports whether a is the JSON array of the members list. An
+// absent a is not compared: the schema requires it where it must be.
+func sameList(a gjson.Result, list []any) bool {
+	if !a.Exists() {
+		return true
+	}
+	got := jsonList(a)
+	if !a.IsArray() || len(got) != len(list) {
+		return false
+	}
+	return len(list) == 0 || reflect.DeepEqual(got, list)
 }
 
 // typedEvent is one SSE event with its event line.

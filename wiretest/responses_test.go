@@ -50,6 +50,8 @@ func TestCheckResponsesStream(t *testing.T) {
 		"final lists no item":     {`"output":[{"id":"msg_1","type":"message","status":"completed","content":[{"type":"output_text","text":"Hi"}]}]`, `"output":[]`, "lists 0 output items"},
 		"index skipped":           {`"sequence_number":2,"output_index":0`, `"sequence_number":2,"output_index":1`, "next is 0"},
 		"delta before its part":   {`"sequence_number":3,"item_id":"msg_1","output_index":0,"content_index":0`, `"sequence_number":3,"item_id":"msg_1","output_index":0,"content_index":1`, "never added"},
+		"done logprobs differ":    {`"content_index":0,"text":"Hi"}`, `"content_index":0,"logprobs":[{"token":"Hi","logprob":-1}],"text":"Hi"}`, "logprobs"},
+		"final logprobs differ":   {`"text":"Hi"}]}]}}`, `"text":"Hi","logprobs":[{"token":"Hi","logprob":-1}]}]}]}}`, "logprobs"},
 	}
 	for name, tc := range cases {
 		raw := strings.Replace(validResponses, tc.from, tc.to, 1)
