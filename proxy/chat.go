@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -291,7 +292,16 @@ type sink struct {
 	writeTimeout time.Duration
 	// conn is the client's connection when fasthttp writes the stream
 	// whole (WriteTo), for each write's deadline; nil otherwise.
-	conn   net.Conn
+	conn net.Conn
+	// out is fasthttp's buffered writer under WriteTo's writer, when
+	// found (bufferedWriterOf), from the end of WriteTo until Close: the
+	// body's end that fasthttp writes after WriteTo (the last chunk) is
+	// flushed there, so that the request's finish sees the write fail.
+	// held is the byte count of the stream's last write, counted once
+	// that end is out, as a stream on its own connection counts its last
+	// write, which carries the last chunk.
+	out    *bufio.Writer
+	held   int
 	req    *pipeline.Request
 	stream pipeline.Stream
 	cancel context.CancelFunc
@@ -337,6 +347,7 @@ func (k *sink) WriteTo(w io.Writer) (n int64, err error) {
 			err = k.panicked(r)
 		}
 	}()
+	out := bufferedWriterOf(w)
 	for {
 		b := k.burst()
 		if len(b) == 0 {
@@ -354,11 +365,42 @@ func (k *sink) WriteTo(w io.Writer) (n int64, err error) {
 			k.gone()
 			return n, err
 		}
-		k.wrote(m)
+		if k.ended && out != nil {
+			k.held = m // counted with the body's end (Close)
+		} else {
+			k.wrote(m)
+		}
 		k.drop() // all written; the next event takes a buffer again
 	}
-	k.finish()
+	if out == nil {
+		k.finish()
+		return n, nil
+	}
+	// fasthttp writes the body's end (the last chunk) after this returns
+	// and flushes it after Close: finishing here would log a client that
+	// left before it as served whole. Close flushes it and finishes.
+	k.out = out
 	return n, nil
+}
+
+// flushEnd flushes what fasthttp wrote after WriteTo (the body's end),
+// under the write deadline of every write, and ends the stream as one
+// whose client left when that fails, as a stream on its own connection
+// whose last write fails. A flush that fails leaves the error in the
+// writer: fasthttp's own flush then fails too and closes the connection.
+func (k *sink) flushEnd() {
+	out := k.out
+	k.out = nil
+	if k.conn != nil && k.writeTimeout > 0 {
+		_ = k.conn.SetWriteDeadline(time.Now().Add(k.writeTimeout))
+	}
+	if err := out.Flush(); err != nil {
+		k.gone()
+		return
+	}
+	if k.held > 0 {
+		k.wrote(k.held)
+	}
 }
 
 // burst returns the bytes of the next write: the next event, with the
@@ -416,6 +458,9 @@ func (k *sink) Close() error {
 			_ = k.panicked(r)
 		}
 	}()
+	if k.out != nil {
+		k.flushEnd()
+	}
 	if !k.ended && k.failure == nil {
 		k.gone()
 	}
