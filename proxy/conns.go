@@ -34,7 +34,6 @@ type trackedConn struct {
 
 	call atomic.Pointer[call] // the call whose request this connection carries
 	mu   sync.Mutex           // orders a cancelled call's expired deadline against fasthttp's own
-	sock socketPeek           // what the socket holds beyond the reader's buffer (streams)
 }
 
 func (c *trackedConn) Close() error {
@@ -97,7 +96,6 @@ func (c *trackedConn) Handshake() error {
 // wrap registers c and returns the tracked connection.
 func (t *connTable) wrap(c net.Conn) net.Conn {
 	tc := &trackedConn{Conn: c, table: t, key: c.LocalAddr().String()}
-	tc.sock.init(c)
 	t.m.Store(tc.key, tc)
 	return tc
 }

@@ -149,8 +149,7 @@ func (s *upstreamStream) Buffered() bool {
 }
 
 // Complete reports whether the rest of the stream, to its terminator, is
-// already in memory (the connection's reader, or the socket's receive
-// queue beyond it), so that its Nexts never wait for the upstream's next
+// already in memory, so that its Nexts never wait for the upstream's next
 // event: a short answer the upstream sent in one burst. The terminator is
 // the [DONE] event, last in what is buffered, or the end of a chunked
 // body. (After [DONE] the stream reads the body's end, which an upstream
@@ -168,38 +167,12 @@ func (s *upstreamStream) Complete() bool {
 	if s.done {
 		return true // read to its end already
 	}
-	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	if s.endsIn(raw) {
-		return true
-	}
-	// A burst larger than the connection's read buffer: its rest may be in
-	// the socket already, where reading it does not wait either.
-	if s.conn == nil || len(raw) > maxPeek {
-		return false
-	}
-	bp := peekBufs.Get().(*[]byte)
-	defer peekBufs.Put(bp)
-	buf := append((*bp)[:0], raw...)
-	n := s.conn.sock.peek(buf[len(buf):cap(buf)])
-	return n > 0 && s.endsIn(buf[:len(buf)+n])
-}
-
-// endsIn reports whether the stream's terminator is in raw, the body
-// bytes from where the body reader stopped, read as the reader would.
-func (s *upstreamStream) endsIn(raw []byte) bool {
 	var last tail
 	last.add(s.rd.Buffered())
+	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
 	end := s.body.bufferedBody(raw, func(run []byte) bool { last.add(run); return true })
 	return end || sse.EndsWithDone(last.bytes())
 }
-
-// maxPeek bounds how far past the read buffer Complete looks: a longer
-// burst is handed over, as any stream is.
-const maxPeek = 32 << 10
-
-// peekBufs holds Complete's scratch buffers: the reader's buffered bytes
-// followed by the socket's.
-var peekBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2*maxPeek); return &b }}
 
 // tail keeps the last bytes of what is added to it: enough for a [DONE]
 // event that runs of a chunked body may split.
