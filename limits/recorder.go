@@ -38,25 +38,27 @@ type recorder struct {
 	// unknown is skipped when it was applied, never counted twice.
 	seqKey string
 
-	mu         sync.Mutex
-	pending    []addition
-	write      sync.Mutex // one batch written at a time; guards what follows
-	seq        int64
-	backlog    []batch   // batches not written yet (a failed write's stay), oldest first
-	backlogN   int       // additions in backlog
-	maxBacklog int       // maxBacklog; tests lower it
-	lastWarn   time.Time // of a failed write: an outage logs once per warnEvery, not per retry
-	kick       chan struct{}
-	stop       chan struct{}
-	done       chan struct{}
-	once       sync.Once
-	closed     atomic.Bool
+	mu           sync.Mutex
+	pending      []addition
+	write        sync.Mutex // one batch written at a time; guards what follows
+	seq          int64
+	backlog      []batch   // batches not written yet (a failed write's stay), oldest first
+	backlogN     int       // additions in backlog
+	maxBacklog   int       // maxBacklog; tests lower it
+	lastWarn     time.Time // of a failed write: an outage logs once per warnEvery, not per retry
+	lastDropWarn time.Time // of counters dropped past maxBacklog, likewise
+	kick         chan struct{}
+	stop         chan struct{}
+	done         chan struct{}
+	once         sync.Once
+	closed       atomic.Bool
 }
 
 // batch is one store write: its additions and its sequence number.
 type batch struct {
 	seq  int64
 	adds []addition // adds[0] is the kindSeq marker
+	sent bool       // a write of it was attempted: it may have been applied, so it is never merged into
 }
 
 func newRecorder(store Store, log zerolog.Logger, seqKey string) *recorder {
@@ -138,6 +140,7 @@ func (r *recorder) flush() {
 		r.queue(merge(pending))
 	}
 	for len(r.backlog) > 0 {
+		r.backlog[0].sent = true
 		b := r.backlog[0]
 		ctx, cancel := context.WithTimeout(context.Background(), recordWriteLimit)
 		err := r.store.Add(ctx, time.Now(), b.adds)
@@ -162,8 +165,21 @@ func (r *recorder) flush() {
 }
 
 // queue appends adds to the backlog as batches of at most maxChunk, each
-// with the next sequence number.
+// with the next sequence number. While the backlog holds a failed write's
+// batches, new rows are merged into its last batch when no write of that
+// batch was attempted yet (a batch that was sent may have been applied, so
+// it is only ever sent again as it is): an outage's backlog grows by new
+// counters, not by one batch per flush.
 func (r *recorder) queue(adds []addition) {
+	if n := len(r.backlog); n > 0 && !r.backlog[n-1].sent && len(r.backlog[n-1].adds) <= maxChunk {
+		last := r.backlog[n-1].adds[1:]
+		r.backlog[n-1] = batch{}
+		r.backlog = r.backlog[:n-1]
+		r.backlogN -= len(last)
+		backlogGauge.Sub(float64(len(last)))
+		both := make([]addition, 0, len(last)+len(adds))
+		adds = merge(append(append(both, last...), adds...))
+	}
 	for len(adds) > 0 {
 		n := min(len(adds), maxChunk)
 		r.seq++
@@ -181,26 +197,50 @@ func (r *recorder) queue(adds []addition) {
 // batches lose their counts (dropped and counted), the oldest are kept.
 // Their releases are kept while the backlog holds fewer than maxPending:
 // removing a slot twice is harmless, and a lost release would hold its
-// concurrency slot for slotTTL.
+// concurrency slot for slotTTL. A batch left with nothing but its number
+// is dropped (the store skips a batch at or below the last number it
+// applied, so a gap is harmless), and what a batch keeps is copied, so
+// that the array of what it dropped goes.
 func (r *recorder) trim() {
 	dropped := 0
 	for i := len(r.backlog) - 1; i >= 0 && r.backlogN > r.maxBacklog; i-- {
 		b := &r.backlog[i]
-		kept := b.adds[:1] // the kindSeq marker
+		releases := 0
 		for _, a := range b.adds[1:] {
 			if a.kind == kindRelease && r.backlogN < maxPending {
-				kept = append(kept, a)
-			} else {
-				dropped++
+				releases++
 			}
 		}
-		r.backlogN -= len(b.adds) - len(kept)
-		clear(b.adds[len(kept):])
+		if releases == len(b.adds)-1 {
+			continue
+		}
+		kept := make([]addition, 1, 1+releases)
+		kept[0] = b.adds[0] // the kindSeq marker
+		for _, a := range b.adds[1:] {
+			if a.kind == kindRelease && len(kept) <= releases {
+				kept = append(kept, a)
+			}
+		}
+		n := len(b.adds) - len(kept)
+		dropped += n
+		r.backlogN -= n
 		b.adds = kept
 	}
-	if dropped > 0 {
-		recordsDropped.Add(float64(dropped))
-		backlogGauge.Sub(float64(dropped))
+	if dropped == 0 {
+		return
+	}
+	out := r.backlog[:0]
+	for _, b := range r.backlog {
+		if len(b.adds) > 1 {
+			out = append(out, b)
+		}
+	}
+	clear(r.backlog[len(out):])
+	r.backlog = out
+	recordsDropped.Add(float64(dropped))
+	backlogGauge.Sub(float64(dropped))
+	if now := time.Now(); now.Sub(r.lastDropWarn) >= warnEvery {
+		r.lastDropWarn = now
 		r.log.Warn().Int("counters", dropped).Int("backlog", r.backlogN).Msg("limits: usage backlog full; counters dropped")
 	}
 }

@@ -2,11 +2,14 @@ package limits
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/pipeline"
@@ -99,5 +102,36 @@ func TestUsageBacklogIsBounded(t *testing.T) {
 	st.down.Store(false)
 	if u := usageOf(t, l, at); u.Get("upstream_calls").Int() != 1 {
 		t.Fatalf("usage after the outage: %s", u.Raw)
+	}
+}
+
+// downStore fails every write, as Redis does through an outage.
+type downStore struct{ Store }
+
+func (downStore) Add(context.Context, time.Time, []addition) error { return errors.New("down") }
+
+// A long outage's backlog holds its bound in memory too: 2,000 failed
+// flushes of 50 new counters each neither make 2,000 batches nor keep the
+// arrays of the counters dropped past maxBacklog.
+func TestBacklogMemoryBounded(t *testing.T) {
+	t.Parallel()
+	r := newRecorder(downStore{NewMemoryStore()}, zerolog.Nop(), "rec:x")
+	t.Cleanup(r.close)
+	for i := range 2000 {
+		adds := make([]addition, 50)
+		for j := range adds {
+			adds[j] = addition{key: "usage", kind: kindUsage, field: strconv.Itoa(i*50 + j), row: usageRow{1}}
+		}
+		r.add(adds)
+		r.flush()
+	}
+	r.write.Lock()
+	defer r.write.Unlock()
+	c := 0
+	for _, b := range r.backlog {
+		c += cap(b.adds)
+	}
+	if len(r.backlog) > 1000 || c > 2*maxBacklog || r.backlogN > maxBacklog {
+		t.Fatalf("backlog of %d batches, %d additions' room, %d counted", len(r.backlog), c, r.backlogN)
 	}
 }
