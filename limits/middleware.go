@@ -187,7 +187,9 @@ func (l *Limiter) Admit(r *pipeline.Request) error {
 // or a tokens_per_minute counter has no token left (at zero or overdrawn):
 // by this request's earlier calls or by any other. On a shared store, what is queued for the store
 // (the earlier calls' spend and tokens) is written first, so that a later
-// call sees its own request's earlier calls on either store. Like Admit it
+// call sees its own request's earlier calls on either store; unless an
+// earlier write failed: then the round does not wait on the store's
+// retries, and is admitted on what the store holds. Like Admit it
 // holds no slot and sets no headers.
 func (l *Limiter) AdmitRound(r *pipeline.Request) error {
 	tenant, key := who(r)
@@ -197,7 +199,10 @@ func (l *Limiter) AdmitRound(r *pipeline.Request) error {
 		return nil
 	}
 	if !l.sync {
-		l.rec.flush()
+		// Only what is new, never a retry of a failed write: a failing
+		// store must not hold up the round (the backlog is the background
+		// writer's).
+		l.rec.flushNew()
 		now = l.now()
 	}
 	return l.takeCall(now, r.ID, checks)

@@ -22,6 +22,9 @@ const (
 	recordWriteLimit = 2 * time.Second
 	minGap           = 2 * time.Millisecond // between writes asked for at once
 	warnEvery        = 10 * time.Second
+	// maxRetryGap bounds the back-off of the background writer's retries
+	// of a failed write: recordEvery, doubled per failure.
+	maxRetryGap = time.Second
 )
 
 // recorder queues usage, spend and token corrections and writes them in
@@ -42,16 +45,21 @@ type recorder struct {
 	pending      []addition
 	write        sync.Mutex // one batch written at a time; guards what follows
 	seq          int64
-	backlog      []batch   // batches not written yet (a failed write's stay), oldest first
-	backlogN     int       // additions in backlog
-	maxBacklog   int       // maxBacklog; tests lower it
-	lastWarn     time.Time // of a failed write: an outage logs once per warnEvery, not per retry
-	lastDropWarn time.Time // of counters dropped past maxBacklog, likewise
-	kick         chan struct{}
-	stop         chan struct{}
-	done         chan struct{}
-	once         sync.Once
-	closed       atomic.Bool
+	backlog      []batch       // batches not written yet (a failed write's stay), oldest first
+	backlogN     int           // additions in backlog
+	maxBacklog   int           // maxBacklog; tests lower it
+	lastWarn     time.Time     // of a failed write: an outage logs once per warnEvery, not per retry
+	lastDropWarn time.Time     // of counters dropped past maxBacklog, likewise
+	retryGap     time.Duration // back-off after a failed write; 0 when the last write succeeded
+	retryAt      time.Time     // the background writer retries the backlog from then on
+	// behind is set while the backlog holds a failed write's batches (set
+	// and cleared under write): a request's flush does not wait on them.
+	behind atomic.Bool
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	closed atomic.Bool
 }
 
 // batch is one store write: its additions and its sequence number.
@@ -76,8 +84,11 @@ func (r *recorder) run() {
 	for {
 		select {
 		case <-t.C:
-			r.flush()
+			r.flushAs(flushTick)
 		case <-r.kick:
+			if r.behind.Load() {
+				continue // the ticker retries, after its back-off
+			}
 			// Under load, calls that end within minGap of the last write
 			// share the next one: one store write per gap, not per call.
 			if d := time.Since(last); d < minGap {
@@ -88,7 +99,7 @@ func (r *recorder) run() {
 					return
 				}
 			}
-			r.flush()
+			r.flushAs(flushTick)
 			last = time.Now()
 		case <-r.stop:
 			r.flush()
@@ -125,19 +136,51 @@ func (r *recorder) soon() {
 	}
 }
 
+// How a flush treats a backlog left by failed writes.
+type flushMode int
+
+const (
+	flushNow     flushMode = iota // retry it now (Flush, Close)
+	flushTick                     // the background writer: retry it once its back-off is over
+	flushRequest                  // on a request's path: never wait on it; write only what is new
+)
+
 // flush writes everything queued so far, after what earlier writes failed
+// to, at once.
+func (r *recorder) flush() { r.flushAs(flushNow) }
+
+// flushNew writes what was queued so far when no earlier write failed; it
+// never waits on retries of failed writes (those are the background
+// writer's), so a request that asks for it is not held up by a failing
+// store. It waits on a write in progress of new rows: one round trip on a
+// healthy store.
+func (r *recorder) flushNew() { r.flushAs(flushRequest) }
+
+// flushAs writes everything queued so far, after what earlier writes failed
 // to: the backlog goes first, oldest first, and a write that fails stops
 // the flush, so that batches reach the store in the order of their
 // sequence numbers (the store skips one at or below the last it applied).
-func (r *recorder) flush() {
+// While the backlog waits (mode says not to retry it now), new rows are
+// added to it, and nothing is written.
+func (r *recorder) flushAs(mode flushMode) {
+	if mode == flushRequest && r.behind.Load() {
+		return
+	}
 	r.write.Lock()
 	defer r.write.Unlock()
+	if mode == flushRequest && len(r.backlog) > 0 {
+		return // a write failed while this one waited for it
+	}
 	r.mu.Lock()
 	pending := r.pending
 	r.pending = nil
 	r.mu.Unlock()
 	if len(pending) > 0 {
 		r.queue(merge(pending))
+	}
+	if mode == flushTick && len(r.backlog) > 0 && r.retryGap > 0 && time.Now().Before(r.retryAt) {
+		r.trim()
+		return
 	}
 	for len(r.backlog) > 0 {
 		r.backlog[0].sent = true
@@ -147,6 +190,9 @@ func (r *recorder) flush() {
 		cancel()
 		if err != nil {
 			storeErrors.Inc()
+			r.behind.Store(true)
+			r.retryGap = min(max(2*r.retryGap, recordEvery), maxRetryGap)
+			r.retryAt = time.Now().Add(r.retryGap)
 			r.trim()
 			if now := time.Now(); now.Sub(r.lastWarn) >= warnEvery {
 				r.lastWarn = now
@@ -161,6 +207,8 @@ func (r *recorder) flush() {
 	}
 	if len(r.backlog) == 0 {
 		r.backlog = nil // let a long outage's array go
+		r.retryGap = 0
+		r.behind.Store(false)
 	}
 }
 

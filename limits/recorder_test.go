@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,5 +134,42 @@ func TestBacklogMemoryBounded(t *testing.T) {
 	}
 	if len(r.backlog) > 1000 || c > 2*maxBacklog || r.backlogN > maxBacklog {
 		t.Fatalf("backlog of %d batches, %d additions' room, %d counted", len(r.backlog), c, r.backlogN)
+	}
+}
+
+// slowAddStore's writes fail after 200 ms, as a Redis slower than the
+// client's timeout does.
+type slowAddStore struct{ Store }
+
+func (slowAddStore) Add(context.Context, time.Time, []addition) error {
+	time.Sleep(200 * time.Millisecond)
+	return errors.New("i/o timeout")
+}
+
+// A tool loop's later round does not wait on the retries of a failed
+// write: ten rounds at once, after a write failed, are admitted without
+// queueing behind ten retries of 200 ms each.
+func TestAdmitRoundDoesNotWaitOnBacklog(t *testing.T) {
+	t.Parallel()
+	fx := newFixtureAt(t, "[[limits]]\ntenant = \"*\"\ntokens_per_minute = 100000\n", func() Store { return slowAddStore{NewMemoryStore()} }, time.Now)
+	r, err := fx.do("a", "", "gpt-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.l.Flush() // fails: the store's writes time out
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fx.l.AdmitRound(r); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("10 rounds took %v", d)
 	}
 }

@@ -67,7 +67,7 @@ func (l *Limiter) Report(ctx context.Context, q UsageQuery) ([]byte, error) {
 	if to.Sub(from) > maxReportDays*24*time.Hour {
 		return nil, pipeline.BadRequest("from", "a report covers at most %d days", maxReportDays)
 	}
-	l.Flush()
+	l.rec.flushNew() // what is queued, never waiting on retries of a failed write
 	var keys, days []string
 	for d := from; !d.After(to); d = d.Add(24 * time.Hour) {
 		keys = append(keys, l.prefix+"usage:"+d.Format("20060102"))
