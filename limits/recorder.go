@@ -193,6 +193,7 @@ func (r *recorder) flushAs(mode flushMode) {
 			r.behind.Store(true)
 			r.retryGap = min(max(2*r.retryGap, recordEvery), maxRetryGap)
 			r.retryAt = time.Now().Add(r.retryGap)
+			r.dropRates()
 			r.trim()
 			if now := time.Now(); now.Sub(r.lastWarn) >= warnEvery {
 				r.lastWarn = now
@@ -277,6 +278,48 @@ func (r *recorder) trim() {
 	if dropped == 0 {
 		return
 	}
+	r.compact()
+	recordsDropped.Add(float64(dropped))
+	backlogGauge.Sub(float64(dropped))
+	if now := time.Now(); now.Sub(r.lastDropWarn) >= warnEvery {
+		r.lastDropWarn = now
+		r.log.Warn().Int("counters", dropped).Int("backlog", r.backlogN).Msg("limits: usage backlog full; counters dropped")
+	}
+}
+
+// dropRates drops the token-rate corrections (kindRate) of the backlog
+// after a failed write, counted as dropped. A rate counter is a minute's
+// window: corrections written after an outage would move a tenant's tokens
+// counter minutes ahead of now, and refuse it for what it used while the
+// store could not count it (fail open), not for what it uses now. Spend,
+// usage and slot releases are kept.
+func (r *recorder) dropRates() {
+	dropped := 0
+	for i := range r.backlog {
+		b := &r.backlog[i]
+		kept := b.adds[:1]
+		for _, a := range b.adds[1:] {
+			if a.kind == kindRate {
+				dropped++
+			} else {
+				kept = append(kept, a)
+			}
+		}
+		clear(b.adds[len(kept):])
+		b.adds = kept
+	}
+	if dropped > 0 {
+		r.backlogN -= dropped
+		recordsDropped.Add(float64(dropped))
+		backlogGauge.Sub(float64(dropped))
+		r.compact()
+	}
+}
+
+// compact drops the batches of the backlog left with nothing but their
+// number: the store skips a batch at or below the last number it applied,
+// so a gap is harmless.
+func (r *recorder) compact() {
 	out := r.backlog[:0]
 	for _, b := range r.backlog {
 		if len(b.adds) > 1 {
@@ -285,12 +328,6 @@ func (r *recorder) trim() {
 	}
 	clear(r.backlog[len(out):])
 	r.backlog = out
-	recordsDropped.Add(float64(dropped))
-	backlogGauge.Sub(float64(dropped))
-	if now := time.Now(); now.Sub(r.lastDropWarn) >= warnEvery {
-		r.lastDropWarn = now
-		r.log.Warn().Int("counters", dropped).Int("backlog", r.backlogN).Msg("limits: usage backlog full; counters dropped")
-	}
 }
 
 // merge merges the additions of one counter (the same key, field and

@@ -173,3 +173,26 @@ func TestAdmitRoundDoesNotWaitOnBacklog(t *testing.T) {
 		t.Fatalf("10 rounds took %v", d)
 	}
 }
+
+// A batch whose write failed keeps its spend but not its token-rate
+// correction: written after an outage, corrections would move the tokens
+// counter minutes ahead of now.
+func TestFailedBatchDropsRateCorrections(t *testing.T) {
+	t.Parallel()
+	rdb := testredis.Start(t).Client(t)
+	st := &flakyStore{Store: NewRedisStore(rdb)}
+	r := newRecorder(st, zerolog.Nop(), "rec:x")
+	t.Cleanup(r.close)
+	st.down.Store(true)
+	r.add([]addition{{key: "rl:t:w", kind: kindRate, limit: 1000, n: 500}, {key: "spend:w", kind: kindBudget, n: 70}})
+	r.flush() // fails
+	st.down.Store(false)
+	r.flush()
+	ctx := context.Background()
+	if n, err := rdb.Exists(ctx, "rl:t:w").Result(); err != nil || n != 0 {
+		t.Fatalf("the rate correction of a failed write was written later (%d, %v)", n, err)
+	}
+	if v, err := rdb.Get(ctx, "spend:w").Int64(); err != nil || v != 70 {
+		t.Fatalf("spend after the outage: %d, %v", v, err)
+	}
+}
