@@ -22,7 +22,7 @@ var (
 		Name: "gateway_limits_store_errors_total", Help: "Limit checks and usage writes that could not reach their store.",
 	})
 	recordsDropped = observe.Factory.NewCounter(prometheus.CounterOpts{
-		Name: "gateway_usage_records_dropped_total", Help: "Usage counter updates dropped (queue full, the backlog kept through a store outage full, or the token-rate corrections of a failed write).",
+		Name: "gateway_usage_records_dropped_total", Help: "Usage counter updates dropped (queue full, the backlog kept through a store outage full, the token-rate corrections of a failed write, or a batch Redis refused).",
 	})
 	backlogGauge = observe.Factory.NewGauge(prometheus.GaugeOpts{
 		Name: "gateway_usage_records_backlog", Help: "Usage counter updates whose store write failed, kept to be written again.",

@@ -2,17 +2,20 @@ package limits
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
 
 const (
 	recordEvery = 50 * time.Millisecond
 	maxPending  = 100_000 // additions queued before new ones are dropped (and counted)
-	// maxBacklog bounds the counter rows (spend, usage, token corrections,
+	// maxBacklog bounds the counter rows (spend and usage,
 	// merged by counter) kept for a later write after a failed one: about
 	// 1.5 MB. Past it a failed batch's rows are dropped and counted.
 	maxBacklog = 10_000
@@ -41,17 +44,18 @@ type recorder struct {
 	// unknown is skipped when it was applied, never counted twice.
 	seqKey string
 
-	mu           sync.Mutex
-	pending      []addition
-	write        sync.Mutex // one batch written at a time; guards what follows
-	seq          int64
-	backlog      []batch       // batches not written yet (a failed write's stay), oldest first
-	backlogN     int           // additions in backlog
-	maxBacklog   int           // maxBacklog; tests lower it
-	lastWarn     time.Time     // of a failed write: an outage logs once per warnEvery, not per retry
-	lastDropWarn time.Time     // of counters dropped past maxBacklog, likewise
-	retryGap     time.Duration // back-off after a failed write; 0 when the last write succeeded
-	retryAt      time.Time     // the background writer retries the backlog from then on
+	mu             sync.Mutex
+	pending        []addition
+	write          sync.Mutex // one batch written at a time; guards what follows
+	seq            int64
+	backlog        []batch       // batches not written yet (a failed write's stay), oldest first
+	backlogN       int           // additions in backlog
+	maxBacklog     int           // maxBacklog; tests lower it
+	lastWarn       time.Time     // of a failed write: an outage logs once per warnEvery, not per retry
+	lastDropWarn   time.Time     // of counters dropped past maxBacklog, likewise
+	lastRefuseWarn time.Time     // of a batch the store refused, likewise
+	retryGap       time.Duration // back-off after a failed write; 0 when the last write succeeded
+	retryAt        time.Time     // the background writer retries the backlog from then on
 	// behind is set while the backlog holds a failed write's batches (set
 	// and cleared under write): a request's flush does not wait on them.
 	behind atomic.Bool
@@ -188,7 +192,16 @@ func (r *recorder) flushAs(mode flushMode) {
 		ctx, cancel := context.WithTimeout(context.Background(), recordWriteLimit)
 		err := r.store.Add(ctx, time.Now(), b.adds)
 		cancel()
-		if err != nil {
+		if err != nil && refused(err) {
+			// Sent again, it would be refused again (and whatever
+			// the script did before its error done again): dropped.
+			storeErrors.Inc()
+			recordsDropped.Add(float64(len(b.adds) - 1))
+			if now := time.Now(); now.Sub(r.lastRefuseWarn) >= warnEvery {
+				r.lastRefuseWarn = now
+				r.log.Error().Err(err).Int("counters", len(b.adds)-1).Msg("limits: store refused a usage batch; dropped")
+			}
+		} else if err != nil {
 			storeErrors.Inc()
 			r.behind.Store(true)
 			r.retryGap = min(max(2*r.retryGap, recordEvery), maxRetryGap)
@@ -285,6 +298,32 @@ func (r *recorder) trim() {
 		r.lastDropWarn = now
 		r.log.Warn().Int("counters", dropped).Int("backlog", r.backlogN).Msg("limits: usage backlog full; counters dropped")
 	}
+}
+
+// transientReplies are the Redis error replies that refuse a script before
+// it changed anything and may pass later: the server is loading, busy with
+// another script, a replica after a failover (read-only), out of memory
+// (refused at a script's first write only), or its cluster is not ready.
+var transientReplies = []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+	"OOM", "MISCONF", "NOREPLICAS", "MOVED", "ASK", "NOSCRIPT"}
+
+// refused reports whether err is Redis's error reply to a batch (a key of
+// the wrong type, a script error) rather than a network error or a
+// timeout: the same batch would fail the same way for ever, and block every
+// batch after it. Redis does not undo what a script did before its error,
+// so such a batch may also have been applied in part.
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, code := range transientReplies {
+		if strings.HasPrefix(msg, code+" ") || strings.Contains(msg, ": "+code+" ") {
+			return false
+		}
+	}
+	return true
 }
 
 // dropRates drops the token-rate corrections (kindRate) of the backlog

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -194,5 +195,68 @@ func TestFailedBatchDropsRateCorrections(t *testing.T) {
 	}
 	if v, err := rdb.Get(ctx, "spend:w").Int64(); err != nil || v != 70 {
 		t.Fatalf("spend after the outage: %d, %v", v, err)
+	}
+}
+
+// A batch Redis answers with an error reply (here a key of the wrong type)
+// would fail the same way for ever: it is dropped and counted, and the
+// batches after it are written; a network error's batch is kept.
+func TestBatchRefusedByRedisIsDropped(t *testing.T) {
+	t.Parallel()
+	rdb := testredis.Start(t).Client(t)
+	ctx := context.Background()
+	if err := rdb.HSet(ctx, "spend:w", "x", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder(NewRedisStore(rdb), zerolog.Nop(), "rec:x")
+	t.Cleanup(r.close)
+	before := testutil.ToFloat64(recordsDropped)
+	r.add([]addition{{key: "spend:w", kind: kindBudget, n: 70}}) // WRONGTYPE
+	r.flush()
+	r.add([]addition{{key: "spend:v", kind: kindBudget, n: 5}})
+	r.flush()
+	if v, err := rdb.Get(ctx, "spend:v").Int64(); err != nil || v != 5 {
+		t.Fatalf("spend behind a refused batch: %d, %v", v, err)
+	}
+	if d := testutil.ToFloat64(recordsDropped) - before; d < 1 {
+		t.Fatalf("dropped %v counters, want the refused batch's", d)
+	}
+	r.write.Lock()
+	n := len(r.backlog)
+	r.write.Unlock()
+	if n != 0 {
+		t.Fatalf("backlog of %d batches after a refused one", n)
+	}
+}
+
+// replyError is a Redis error reply, as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+var _ redis.Error = replyError("")
+
+// Only a Redis error reply that would refuse the batch again is final: a
+// timeout, a lost connection, or a reply that Redis cannot run it yet (a
+// failover's read-only replica, loading, busy) keeps it for a retry.
+func TestRefusedReplies(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value script: abc"), true},
+		{replyError("ERR Error running script (call to f_abc): @user_script:9: user_script:9: bad"), true},
+		{replyError("READONLY You can't write against a read only replica. script: abc"), false},
+		{replyError("ERR Error running script (call to f_abc): @user_script:9: READONLY You can't write"), false},
+		{replyError("LOADING Redis is loading the dataset in memory"), false},
+		{replyError("BUSY Redis is busy running a script."), false},
+		{context.DeadlineExceeded, false},
+		{fmt.Errorf("write: %w", errors.New("connection reset by peer")), false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("refused(%q) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -96,11 +96,14 @@ redis.call('SET', KEYS[1], nt, 'PX', math.ceil(nt - now) + 1000)
 return 1
 `)
 
-// batchScript applies a numbered batch of additions (kindSeq first) all or
-// nothing, once: KEYS[1] holds the number of the last batch its writer
+// batchScript applies a numbered batch of additions (kindSeq first) in one
+// step, once: KEYS[1] holds the number of the last batch its writer
 // applied, and a batch at or below it is skipped. So a batch whose write
 // failed with an unknown outcome (a timeout after Redis ran it) can be sent
-// again without being counted twice. KEYS[i+1] is the key of the i-th
+// again without being counted twice. An operation that fails (a key of the
+// wrong type) ends the script with an error reply, and Redis does not undo
+// the operations before it, nor is the number set: the recorder drops such
+// a batch rather than send it again. KEYS[i+1] is the key of the i-th
 // operation. ARGV: the batch's number, now (ms), then per operation its
 // code, and two arguments: r (GCRA advance, as addScript: limit, cost),
 // i (INCRBY n), h (HINCRBY field, n), z (ZREM member), e (PEXPIREAT ms).
@@ -231,7 +234,8 @@ func (s *redisStore) Usage(ctx context.Context, keys []string) ([]map[string]int
 }
 
 // addBatch applies adds, a numbered batch (adds[0] is its kindSeq), in one
-// batchScript: all or nothing, and once however often it is sent.
+// batchScript: once however often it is sent (an error reply may leave it
+// applied in part: see batchScript).
 func (s *redisStore) addBatch(ctx context.Context, now time.Time, adds []addition) error {
 	keys := []string{adds[0].key}
 	args := []any{adds[0].n, ms(now)}

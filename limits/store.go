@@ -89,8 +89,10 @@ var metricNames = [numMetrics]string{"requests", "calls", "input", "output", "ca
 // kindRelease frees the concurrency slot named field in key; kindSeq, first
 // in a batch, numbers it (n) in the writer's sequence counter key: a store
 // that may apply a write whose error it reports (Redis: a reply lost to a
-// timeout) applies the batch all or nothing, and skips it when key already
-// holds n or more, so that sending it again never counts it twice.
+// timeout) applies the batch in one step (Redis: one script, which a lost
+// connection does not interrupt), and skips it when key already holds n or
+// more, so that sending it again never counts it twice. A script that fails
+// partway (an error reply) is not undone: such a batch is not sent again.
 const (
 	kindUsage   kind = 'u'
 	kindRelease kind = 'x'
