@@ -61,9 +61,10 @@ func eventError(provider string, data []byte) *pipeline.UpstreamError {
 }
 
 // envelope rewrites Anthropic's error body ({"type":"error","error":{"type",
-// "message"}}) as {"error":{"message","type","param","code"}}. A prompt over
-// the model's window gets the code context_length_exceeded. A body that is
-// not Anthropic's error is returned copied, as it is.
+// "message"}}) as {"error":{"message","type","param","code"}}. A request
+// over the model's window (overWindow) gets the code
+// context_length_exceeded. A body that is not Anthropic's error is
+// returned copied, as it is.
 func envelope(body []byte) []byte {
 	e := gjson.GetBytes(body, "error")
 	if !jsonvalid.Bytes(body) || !e.IsObject() {
@@ -72,7 +73,7 @@ func envelope(body []byte) []byte {
 	typ, msg := e.Get("type").Str, e.Get("message").Str
 	var code string
 	switch {
-	case typ == "invalid_request_error" && strings.Contains(strings.ToLower(msg), "prompt is too long"):
+	case typ == "invalid_request_error" && overWindow(msg):
 		code = pipeline.CodeContextLengthExceeded
 	case typ == "rate_limit_error":
 		code = pipeline.CodeRateLimitExceeded
@@ -91,6 +92,18 @@ func envelope(body []byte) []byte {
 		out = jsonstring.Append(out, code)
 	}
 	return append(out, "}}"...)
+}
+
+// overWindow reports whether an invalid_request_error's message says the
+// request does not fit the model's context window: the prompt alone
+// ("prompt is too long: 215000 tokens > 200000 maximum"), or the prompt
+// with max_tokens, which models since Claude 3.7 refuse instead of
+// shortening the answer ("input length and `max_tokens` exceed context
+// limit: 178959 + 64000 > 200000, ..."). OpenAI's code for both is
+// context_length_exceeded, which fallback reads.
+func overWindow(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "prompt is too long") || strings.Contains(m, "exceed context limit")
 }
 
 // Renumber rewrites the message indexes in the message of an error

@@ -233,6 +233,9 @@ func TestStatusErrorMapping(t *testing.T) {
 		context   bool
 	}{
 		{"prompt too long", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}`, pipeline.CodeContextLengthExceeded, 400, true},
+		// Since Claude 3.7 a prompt that fits, but not with max_tokens, is
+		// refused with this message (OpenAI's context_length_exceeded too).
+		{"prompt plus max_tokens too long", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"input length and ` + "`max_tokens`" + ` exceed context limit: 178959 + 64000 > 200000, decrease input length or ` + "`max_tokens`" + ` and try again"}}`, pipeline.CodeContextLengthExceeded, 400, true},
 		{"other 400", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}`, "", 400, false},
 		{"overloaded", 529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, "overloaded", 503, false},
 		{"rate limited", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, pipeline.CodeRateLimitExceeded, 429, false},
