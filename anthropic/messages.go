@@ -75,8 +75,9 @@ func (t *translator) message(m gjson.Result) error {
 
 // add appends blocks to the conversation, merging them into the last
 // message when it has the same role. In a user message the tool_result
-// blocks come first, as Anthropic requires; thinking blocks are kept only
-// at the start of a message, so a merged message's are dropped.
+// blocks come first, as Anthropic requires, and a second result for one
+// call (mergeResult) joins the first; thinking blocks are kept only at
+// the start of a message, so a merged message's are dropped.
 func (t *translator) add(role string, blocks []block) {
 	if len(blocks) == 0 {
 		return
@@ -98,9 +99,30 @@ func (t *translator) add(role string, blocks []block) {
 		}
 		k := 0 // after the results already there, before any text
 		for k < len(last.Content) && last.Content[k].Type == "tool_result" {
+			if last.Content[k].ToolUseID == b.ToolUseID {
+				break
+			}
 			k++
 		}
+		if k < len(last.Content) && last.Content[k].Type == "tool_result" {
+			mergeResult(&last.Content[k], b)
+			continue
+		}
 		last.Content = slices.Insert(last.Content, k, b)
+	}
+}
+
+// mergeResult joins b, a second tool_result for the call r answers, to r:
+// Anthropic refuses two results for one tool_use_id ("each tool_use must
+// have a single result"), where OpenAI takes two tool messages with the
+// same tool_call_id (a history that recorded a result twice). The model
+// reads both contents, in order; r is an error only when both are, and
+// keeps its marker, else takes b's.
+func mergeResult(r *block, b block) {
+	r.Content = append(r.Content, b.Content...)
+	r.IsError = r.IsError && b.IsError
+	if r.CacheControl == nil {
+		r.CacheControl = b.CacheControl
 	}
 }
 

@@ -329,3 +329,34 @@ func TestTranslateRequestCapsBreakpoints(t *testing.T) {
 		}
 	}
 }
+
+// Two tool messages answering one call (a history that recorded a result
+// twice) are one tool_result: Anthropic refuses a second result for a
+// tool_use_id ("each tool_use must have a single result"), where OpenAI
+// takes both. Both texts reach the model, in order.
+func TestTranslateRequestMergesDuplicateToolResults(t *testing.T) {
+	t.Parallel()
+	body := `{"messages":[{"role":"user","content":"x"},
+	 {"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},
+	 {"role":"tool","tool_call_id":"c1","content":"first"},
+	 {"role":"tool","tool_call_id":"c2","content":"{\"status\":\"error\",\"error\":{\"message\":\"boom\"}}"},
+	 {"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"second","cache_control":{"type":"ephemeral"}}]},
+	 {"role":"user","content":"go on"}]}`
+	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdkRoundTrip(t, out)
+	user := gjson.GetBytes(out, "messages.2.content")
+	if n := len(user.Array()); n != 3 {
+		t.Fatalf("%d blocks, want 2 results and the text: %s", n, out)
+	}
+	r1, r2 := user.Get("0"), user.Get("1")
+	if r1.Get("tool_use_id").Str != "c1" || r1.Get("content.#.text").Raw != `["first","second"]` || r1.Get("is_error").Bool() ||
+		!r1.Get("cache_control").Exists() {
+		t.Errorf("merged result %s", r1.Raw)
+	}
+	if r2.Get("tool_use_id").Str != "c2" || !r2.Get("is_error").Bool() || user.Get("2.text").Str != "go on" {
+		t.Errorf("blocks %s", user.Raw)
+	}
+}
