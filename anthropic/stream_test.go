@@ -293,3 +293,38 @@ func TestDecodeMessage(t *testing.T) {
 		t.Errorf("error body: %v", err)
 	}
 }
+
+// message_delta's counts are running totals: Anthropic repeats the input
+// side there, and servers that speak its API (as base_url allows) send
+// zeros or leave counts out. A total never goes down, so a zero after
+// message_start's count keeps the count: the stream's usage is the JSON
+// answer's.
+func TestStreamDecoderUsageTotalsOnlyGrow(t *testing.T) {
+	t.Parallel()
+	start := `{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":10,"cache_creation_input_tokens":3,"cache_read_input_tokens":7,"output_tokens":1}}}`
+	text := []string{`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}`, `{"type":"content_block_stop","index":0}`}
+	const want = `{"prompt_tokens":20,"completion_tokens":42,"total_tokens":62,"prompt_tokens_details":{"cached_tokens":7,"cache_write_tokens":3}}`
+	for _, delta := range []string{
+		`{"output_tokens":42}`,
+		`{"input_tokens":10,"cache_creation_input_tokens":3,"cache_read_input_tokens":7,"output_tokens":42}`,
+		`{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":42}`,
+	} {
+		evs := append(append([]string{start}, text...),
+			`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":`+delta+`}`, `{"type":"message_stop"}`)
+		d := NewStreamDecoder("a", wire.Header{Model: "m", IncludeUsage: true})
+		var out []byte
+		for _, e := range evs {
+			if err := d.Feed([]byte(e)); err != nil {
+				t.Fatal(err)
+			}
+			for c, ok := d.Pop(); ok; c, ok = d.Pop() {
+				out = sse.AppendData(out, c)
+			}
+		}
+		sum := wiretest.CheckStreamAll(t, sse.AppendData(out, []byte("[DONE]")), wiretest.Options{WantUsage: true}, nil)
+		if string(sum.Usage) != want {
+			t.Errorf("delta usage %s: stream usage %s, want %s", delta, sum.Usage, want)
+		}
+	}
+}

@@ -13,7 +13,10 @@ type usage struct {
 }
 
 // read takes the counts usage holds (a message's usage object, or a
-// message_delta's running totals); absent counts keep their value.
+// message_delta's running totals). Every count is a running total of the
+// message, so a count only grows: an absent one, or a smaller one (the
+// zeros some servers speaking Anthropic's API send in message_delta),
+// keeps its value.
 func (u *usage) read(r gjson.Result) {
 	if !r.IsObject() {
 		return
@@ -28,7 +31,7 @@ func (u *usage) read(r gjson.Result) {
 		{"cache_creation_input_tokens", &u.cacheWrite},
 	} {
 		if v := r.Get(f.key); v.Type == gjson.Number {
-			*f.dst = max(0, v.Int())
+			*f.dst = max(*f.dst, v.Int())
 		}
 	}
 }
