@@ -188,10 +188,14 @@ func imageBlock(url, at string) (block, error) {
 	if rest, ok := strings.CutPrefix(url, "data:"); ok {
 		meta, data, ok := strings.Cut(rest, ",")
 		media, isBase64 := strings.CutSuffix(meta, ";base64")
-		if !ok || !isBase64 || media == "" || data == "" {
+		if !ok || !isBase64 || strings.TrimSpace(strings.Split(media, ";")[0]) == "" || data == "" {
 			return block{}, pipeline.BadRequest(at+".image_url.url", "an image data URL must be data:<media type>;base64,<data>")
 		}
-		if media = strings.ToLower(media); media == "image/jpg" {
+		// Parameters a data URL may carry before ;base64 (a file name from
+		// some SDKs: data:image/png;name=cat.png;base64,...) are not part of
+		// the media type Anthropic checks.
+		media, _, _ = strings.Cut(media, ";")
+		if media = strings.TrimSpace(strings.ToLower(media)); media == "image/jpg" {
 			media = "image/jpeg" // a common misspelling OpenAI reads; Anthropic takes only image/jpeg
 		}
 		return block{Type: "image", Source: &source{Type: "base64", MediaType: media, Data: data}}, nil

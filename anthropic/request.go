@@ -266,7 +266,11 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		v := min(t.Float(), 1) // OpenAI's range is 0..2, Anthropic's 0..1
 		out.Temperature = &v
 	}
-	if p := root.Get("top_p"); p.Type == gjson.Number {
+	// Current Claude models refuse temperature and top_p together
+	// ("cannot both be specified"), and Anthropic asks for one or the other
+	// on every model; OpenAI clients often send both. temperature is the one
+	// kept: it is what nearly every client means to set.
+	if p := root.Get("top_p"); p.Type == gjson.Number && out.Temperature == nil {
 		v := p.Float()
 		out.TopP = &v
 	}

@@ -114,7 +114,7 @@ func TestTranslateRequestFull(t *testing.T) {
 	if p.ToolChoice.OfAny == nil || !p.ToolChoice.OfAny.DisableParallelToolUse.Value {
 		t.Errorf("tool_choice %s", gjson.GetBytes(out, "tool_choice").Raw)
 	}
-	if len(p.StopSequences) != 1 || p.StopSequences[0] != "END" || p.Temperature.Value != 1 || p.TopP.Value != 0.9 || p.Metadata.UserID.Value != "user-42" {
+	if len(p.StopSequences) != 1 || p.StopSequences[0] != "END" || p.Temperature.Value != 1 || p.TopP.Valid() || p.Metadata.UserID.Value != "user-42" {
 		t.Errorf("sampling %s", out)
 	}
 	if strings.Contains(string(out), `\u003c`) {
@@ -211,6 +211,11 @@ func TestTranslateRequestOptions(t *testing.T) {
 				c := p.Messages[0].Content
 				return c[0].OfImage.Source.OfBase64.MediaType == "image/jpeg" && c[1].OfImage.Source.OfBase64.MediaType == "image/png"
 			}},
+		// A data URL's parameters are not its media type.
+		{"data URL with parameters", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;name=cat.png;base64,iVBORw0KGgo="}}]}]}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Messages[0].Content[0].OfImage.Source.OfBase64.MediaType == "image/png"
+			}},
 		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
@@ -231,9 +236,18 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.ToolChoice.OfAny != nil && p.Thinking.OfDisabled != nil
 			}},
-		{"disabled thinking keeps sampling", `{"thinking":{"type":"disabled"},"temperature":0.2,"top_p":0.5,` + msgs + `}`, RequestOptions{Model: "m"},
+		{"disabled thinking keeps sampling", `{"thinking":{"type":"disabled"},"temperature":0.2,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
-				return p.Thinking.OfDisabled != nil && p.Temperature.Value == 0.2 && p.TopP.Value == 0.5
+				return p.Thinking.OfDisabled != nil && p.Temperature.Value == 0.2
+			}},
+		// Current Claude models refuse the two together: temperature wins.
+		{"temperature and top_p: temperature only", `{"temperature":0.2,"top_p":0.5,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.Temperature.Value == 0.2 && !gjson.GetBytes(out, "top_p").Exists()
+			}},
+		{"top_p alone is sent", `{"top_p":0.5,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.TopP.Value == 0.5 && !gjson.GetBytes(out, "temperature").Exists()
 			}},
 		{"reasoning_effort, auto", `{"reasoning_effort":"low",` + tool + `,"tool_choice":"auto",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
@@ -279,6 +293,7 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		{"audio part", `{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]}`, "messages[0].content[0].type"},
 		{"image for assistant", `{"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, "messages[0].content[0].type"},
 		{"bad data URL", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]}]}`, "messages[0].content[0].image_url.url"},
+		{"data URL without a media type", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;name=x;base64,abc"}}]}]}`, "messages[0].content[0].image_url.url"},
 		{"ftp image", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]}]}`, "messages[0].content[0].image_url.url"},
 		{"arguments not an object", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":"[1]"}}]}]}`, "messages[1].tool_calls[0].function.arguments"},
 		{"call without id", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"f"}}]}]}`, "messages[1].tool_calls[0]"},
