@@ -84,6 +84,12 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, x *exchange) {
 		x.status = ctx.Response.StatusCode()
 	}
 	x.bytes = len(ctx.Response.Body())
+	if x.bytes > unreadBytes {
+		// Any route's large answer (a stored response, input_items,
+		// /metrics, the usage report), not only chat's: fasthttp writes it
+		// once the handler returns, without a deadline of its own.
+		boundWrite(ctx, x)
+	}
 	s.finish(x)
 }
 
