@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path"
 	"sync"
 	"time"
@@ -191,6 +192,17 @@ func reapStdio(tr mcp.Transport) {
 	}
 }
 
+// maxServerTools bounds the tools the gateway takes up from one server
+// (after allow and deny). Every one is offered to the model in each request
+// that may use it, and tools/list pages on for as long as the server gives
+// a next cursor: a server that lists more (or pages without end) is a
+// misconfiguration or a fault, and is refused as a whole rather than cut
+// at an arbitrary tool.
+const maxServerTools = 1024
+
+// errTooManyTools is the listing failure of a server over maxServerTools.
+var errTooManyTools = fmt.Errorf("the server lists more than %d tools; select fewer with allow or deny", maxServerTools)
+
 // list pages through tools/list and applies allow, deny and prefix.
 func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, error) {
 	var out []*Tool
@@ -200,6 +212,9 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		}
 		if t == nil || !s.wanted(t.Name) {
 			continue
+		}
+		if len(out) == maxServerTools {
+			return nil, errTooManyTools
 		}
 		name := s.cfg.Prefix + t.Name
 		if !toolName.MatchString(name) {

@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 		oddSchemasServer()
 		return
 	}
+	if os.Getenv(manyToolsServerEnv) == "1" {
+		manyToolsServer()
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,0 +1,46 @@
+package mcpclient
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// manyToolsServerEnv makes the test binary a stdio MCP server whose
+// tools/list names one tool more than maxServerTools.
+const manyToolsServerEnv = "LLMGW_TEST_MANY_TOOLS_MCP_SERVER"
+
+func manyToolsServer() {
+	tools := make([]string, maxServerTools+1)
+	for i := range tools {
+		tools[i] = fmt.Sprintf("t%d", i)
+	}
+	stdioServer("many", tools, nil, nil)
+}
+
+// TestToolListBounded: a server that lists more than maxServerTools tools
+// (here one more) is not taken up: its listing fails, the server shows as
+// down with the reason, and none of its tools is offered, instead of every
+// request's body carrying every one of them (and the gateway
+// holding whatever a server cares to list, page after page).
+func TestToolListBounded(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Start(Options{
+		Servers: defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: "1"}}),
+		Logger:  testLogger(t),
+	})
+	defer m.Close()
+	if n := len(m.Tools()); n != 0 {
+		t.Fatalf("%d tools taken up from a server that lists %d; want none over the bound of %d", n, maxServerTools+1, maxServerTools)
+	}
+	if st := m.Status()["mcp:many"]; !strings.Contains(st, "listing tools failed") {
+		t.Fatalf("status %q; want the listing's failure", st)
+	}
+}
