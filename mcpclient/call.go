@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -42,7 +44,12 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = []byte("{}")
 	}
-	res, err := callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)})
+	res, err := callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)}, m.opts.StuckGrace, func() {
+		select {
+		case s.stuck <- sess:
+		default:
+		}
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, err
@@ -70,24 +77,45 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 // callTool is sess.CallTool bounded by ctx. The SDK's write of a request
 // to a stdio server does not watch the context: a server that stopped
 // reading its stdin blocks the call past its tool_timeout and past the
-// client's leaving. The call then returns ctx's error; its goroutine ends
-// once the connection does (the prober's ping fails on the same lock, and a
-// reconnect or shutdown kills the server).
-func callTool(ctx context.Context, sess *mcp.ClientSession, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+// client's leaving. The call then returns ctx's error; should it still be
+// blocked grace later, stuck is called, and the connection is ended (the
+// server's process killed, which fails the blocked writes): the write lock
+// it holds would block every later call and ping on it too, each leaving a
+// goroutine and its arguments behind, and the keep-alive would never
+// notice. A server that is only slow to answer returns at once: the SDK
+// waits for an answer on the context.
+func callTool(ctx context.Context, sess *mcp.ClientSession, p *mcp.CallToolParams, grace time.Duration, stuck func()) (*mcp.CallToolResult, error) {
+	return bounded(ctx, func() (*mcp.CallToolResult, error) { return sess.CallTool(ctx, p) }, grace, stuck)
+}
+
+// bounded runs fn on a goroutine of its own and returns its result, or
+// ctx's error once ctx ends. Then, if stuck is set, it is called when fn
+// has still not returned grace later.
+func bounded[T any](ctx context.Context, fn func() (T, error), grace time.Duration, stuck func()) (T, error) {
 	type result struct {
-		res *mcp.CallToolResult
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
+	var finished atomic.Bool
 	go func() {
-		res, err := sess.CallTool(ctx, p)
-		done <- result{res, err}
+		v, err := fn()
+		finished.Store(true)
+		done <- result{v, err}
 	}()
 	select {
 	case r := <-done:
-		return r.res, r.err
+		return r.v, r.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		if stuck != nil {
+			time.AfterFunc(grace, func() {
+				if !finished.Load() {
+					stuck()
+				}
+			})
+		}
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 

@@ -32,7 +32,11 @@ type Options struct {
 	// the connection (and so hides its tools) until a reconnect succeeds.
 	// Default 10s.
 	KeepAlive time.Duration
-	Logger    zerolog.Logger
+	// StuckGrace is how long a call may stay blocked past its deadline
+	// before its connection is taken for wedged and reopened (see
+	// callTool). Default 5s.
+	StuckGrace time.Duration
+	Logger     zerolog.Logger
 }
 
 // Tool is one MCP tool as the gateway offers it. Immutable.
@@ -81,6 +85,9 @@ func Start(opts Options) *Manager {
 	}
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = 10 * time.Second
+	}
+	if opts.StuckGrace <= 0 {
+		opts.StuckGrace = 5 * time.Second
 	}
 	m := &Manager{opts: opts, log: opts.Logger}
 	m.snap.Store(&snapshot{byName: map[string]*Tool{}})

@@ -22,8 +22,9 @@ type server struct {
 	cfg     config.MCPServer
 	timeout time.Duration
 	client  *mcp.Client
-	changed chan struct{} // tools/list_changed, coalesced
-	probe   chan struct{} // a call failed at the transport: ping now
+	changed chan struct{}           // tools/list_changed, coalesced
+	probe   chan struct{}           // a call failed at the transport: ping now
+	stuck   chan *mcp.ClientSession // a call is blocked past its deadline on this session: end it
 
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil while down
@@ -33,7 +34,7 @@ type server struct {
 
 func newServer(m *Manager, cfg config.MCPServer) *server {
 	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
-		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1)}
+		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1), stuck: make(chan *mcp.ClientSession, 1)}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -147,9 +148,19 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 			}
 			s.setUp(sess, tools)
 			log.Info().Strs("tools", names(tools)).Msg("mcp: tool list changed")
+		case st := <-s.stuck:
+			if st != sess {
+				continue // a call on an earlier connection
+			}
+			s.setDown("down: not reading its input", nil)
+			log.Warn().Msg("mcp: a call is still blocked sending to the server past its deadline; reconnecting")
+			reapStdio(tr) // fails the blocked writes, which Close would wait for
+			return nil
 		case <-s.probe:
 			pctx, cancel := context.WithTimeout(ctx, min(s.timeout, 5*time.Second))
-			err := sess.Ping(pctx, nil)
+			// Bounded by pctx: the SDK's write ignores it, and a wedged
+			// stdio server would hold this loop, and Close, for good.
+			_, err := bounded(pctx, func() (struct{}, error) { return struct{}{}, sess.Ping(pctx, nil) }, 0, nil)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				s.setDown("down: ping failed", err)
