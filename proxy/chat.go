@@ -155,6 +155,11 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		x.usage, x.hasUsage = resp.ChatUsage() // read once: the meter read it already
 		return
 	}
+	if w, ok := form.(interface {
+		wrap(pipeline.Stream) pipeline.Stream
+	}); ok {
+		resp.Stream = w.wrap(resp.Stream)
+	}
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand)
 	id := "resp_" + hex.EncodeToString(rnd[:])
 	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo, Summary: rq.Summary, Logprobs: rq.Logprobs}
-	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h}
+	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h, max: s.responsesMax}
 	if rq.Stream {
 		form.enc = wire.NewResponsesStream(h)
 	} else {
@@ -100,6 +101,8 @@ type responsesForm struct {
 	enc    *wire.Responses
 	dec    wire.ChunkDecoder
 	dst    []byte // scratch of the event callback
+	kept   int    // bytes of text, logprobs and call arguments the encoder keeps for the response object
+	max    int    // bound on kept (Server.responsesMax)
 
 	mu      sync.Mutex
 	pending []serverCall // server calls the loop ran since the last chunk
@@ -249,7 +252,39 @@ func (f *responsesForm) chunk(dst, chunk []byte) []byte {
 
 func (f *responsesForm) emit(e *wire.Event) {
 	markApproval(e)
+	f.kept += len(e.Text) + len(e.Logprobs)
 	f.dst = f.enc.Encode(f.dst, e)
+}
+
+// maxResponsesOutput bounds the output a streamed Responses answer keeps:
+// unlike a chat stream, which keeps nothing of what it passes on, the
+// encoder keeps every text, logprob and argument for response.completed,
+// and an upstream that streams without end would grow it without limit.
+// It is the bound of a tool loop's streamed round (and the default of
+// max_response_bytes, the bound on a non-streamed answer).
+const maxResponsesOutput = 32 << 20
+
+// wrap bounds stream by what the form keeps: once over max, the next
+// chunk is not read and the stream ends with upstream_response_too_large
+// (response.failed), as a tool loop's round over its bound does.
+func (f *responsesForm) wrap(stream pipeline.Stream) pipeline.Stream {
+	if f.max <= 0 {
+		return stream
+	}
+	return &boundedForm{Stream: stream, f: f}
+}
+
+type boundedForm struct {
+	pipeline.Stream
+	f *responsesForm
+}
+
+func (b *boundedForm) Next() ([]byte, error) {
+	if b.f.kept > b.f.max {
+		return nil, pipeline.Errorf(http.StatusBadGateway, pipeline.TypeServer, pipeline.CodeUpstreamResponseTooLarge,
+			"upstream response exceeds the gateway's size limit")
+	}
+	return b.Stream.Next()
 }
 
 // markApproval marks the call the tool loop handed out for a person's

@@ -74,6 +74,9 @@ type Server struct {
 	idSeq  atomic.Uint64
 	peers  peerWatcher // cancels requests whose client left
 	chats  activity    // chat requests and streams still running
+	// responsesMax bounds the output a streamed Responses answer keeps
+	// (maxResponsesOutput; tests set less).
+	responsesMax int
 
 	connsMu sync.Mutex
 	open    map[net.Conn]struct{} // the main listener's connections (ConnState)
@@ -105,7 +108,8 @@ const streamWorkers = 10 * time.Second
 
 // NewServer returns a server for rt.
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
-	s := &Server{log: log, open: map[net.Conn]struct{}{}, streaming: map[net.Conn]struct{}{}, idle: map[*keptConn]struct{}{}}
+	s := &Server{log: log, open: map[net.Conn]struct{}{}, streaming: map[net.Conn]struct{}{}, idle: map[*keptConn]struct{}{},
+		responsesMax: maxResponsesOutput}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.workers, _ = ants.NewPool(-1, ants.WithExpiryDuration(streamWorkers), // unbounded: never fails
 		ants.WithPanicHandler(func(r any) { // the stream recovers its own; this is the rest of the hand-over
