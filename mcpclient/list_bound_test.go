@@ -13,10 +13,16 @@ import (
 // tools/list names one tool more than maxServerTools.
 const manyToolsServerEnv = "LLMGW_TEST_MANY_TOOLS_MCP_SERVER"
 
+// With the value "skipped", the one more has a name no OpenAI function
+// may have, so it is skipped, and the server lists exactly the bound's
+// worth of tools the gateway takes.
 func manyToolsServer() {
 	tools := make([]string, maxServerTools+1)
 	for i := range tools {
 		tools[i] = fmt.Sprintf("t%d", i)
+	}
+	if os.Getenv(manyToolsServerEnv) == "skipped" {
+		tools[maxServerTools] = "bad name"
 	}
 	stdioServer("many", tools, nil, nil)
 }
@@ -42,5 +48,24 @@ func TestToolListBounded(t *testing.T) {
 	}
 	if st := m.Status()["mcp:many"]; !strings.Contains(st, "listing tools failed") {
 		t.Fatalf("status %q; want the listing's failure", st)
+	}
+}
+
+// TestToolListBoundCountsToolsTakenUp: a tool skipped for its name does
+// not count against the bound: a server with exactly maxServerTools usable
+// tools and one unusable is taken up whole.
+func TestToolListBoundCountsToolsTakenUp(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Start(Options{
+		Servers: defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: "skipped"}}),
+		Logger:  testLogger(t),
+	})
+	defer m.Close()
+	if n := len(m.Tools()); n != maxServerTools {
+		t.Fatalf("%d tools taken up (status %q); want all %d usable ones", n, m.Status()["mcp:many"], maxServerTools)
 	}
 }

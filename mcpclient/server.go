@@ -217,6 +217,7 @@ var errTooManyTools = fmt.Errorf("the server lists more than %d tools; select fe
 // list pages through tools/list and applies allow, deny and prefix.
 func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, error) {
 	var out []*Tool
+	read := 0
 	for t, err := range sess.Tools(ctx, nil) {
 		if err != nil {
 			return nil, err
@@ -224,7 +225,10 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		if t == nil || !s.wanted(t.Name) {
 			continue
 		}
-		if len(out) == maxServerTools {
+		// The bound is on the tools taken up; tools skipped below count
+		// only against a looser bound on the listing's length (and its
+		// warnings).
+		if read++; read > 2*maxServerTools {
 			return nil, errTooManyTools
 		}
 		name := s.cfg.Prefix + t.Name
@@ -236,6 +240,9 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		if !ok {
 			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: tool input schema is not an object schema; skipped")
 			continue
+		}
+		if len(out) == maxServerTools {
+			return nil, errTooManyTools
 		}
 		desc := t.Description
 		if desc == "" {
