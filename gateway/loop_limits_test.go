@@ -59,6 +59,20 @@ func loopBody(stream bool) string {
 	return `{"model":"gpt-x","messages":[{"role":"user","content":"compute"}]}`
 }
 
+// eachLoopForm runs f in parallel subtests for a JSON answer and a stream,
+// each with a gateway of its own on roundsConfig with limits, whose model
+// answers with calcRounds(rounds).
+func eachLoopForm(t *testing.T, limits string, rounds int, f func(t *testing.T, h *harness, stream bool)) {
+	t.Helper()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", limits, 1), mockllm.Options{Respond: calcRounds(rounds)})
+			f(t, h, stream)
+		})
+	}
+}
+
 // streamError returns the error object of the stream's error event
 // ("event: error"), and whether the stream ended with it (nothing but
 // [DONE] after it).
@@ -105,33 +119,29 @@ func loopRefused(t *testing.T, h *harness, stream bool) (e gjson.Result, retryAf
 // ends with that error as its error event. The rounds made are charged.
 func TestLoopRoundRefusedWhenBudgetSpent(t *testing.T) {
 	t.Parallel()
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
-			t.Parallel()
-			// 500 µ$: round 1 spends 300 (under), round 2 another 300 (over):
-			// round 3 is refused.
-			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", `
+	// 500 µ$: round 1 spends 300 (under), round 2 another 300 (over):
+	// round 3 is refused.
+	eachLoopForm(t, `
 [[budgets]]
 tenant = "default"
 amount = 0.0005
 period = "day"
-`, 1), mockllm.Options{Respond: calcRounds(5)})
-			e, _ := loopRefused(t, h, stream)
-			if e.Get("code").Str != "insufficient_quota" || e.Get("type").Str != "insufficient_quota" {
-				t.Fatalf("error %s, want insufficient_quota", e.Raw)
-			}
-			if n := h.mock.TotalCalls(); n != 2 {
-				t.Fatalf("upstream calls %d, want 2 (the third round refused)", n)
-			}
-			// Both rounds were charged: the next request is refused up front.
-			if status, _, body := h.post("/chat/completions", loopBody(false), nil); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
-				t.Fatalf("next request: %d %s", status, body)
-			}
-			if n := h.mock.TotalCalls(); n != 2 {
-				t.Fatalf("upstream calls %d after a refused request", n)
-			}
-		})
-	}
+`, 5, func(t *testing.T, h *harness, stream bool) {
+		e, _ := loopRefused(t, h, stream)
+		if e.Get("code").Str != "insufficient_quota" || e.Get("type").Str != "insufficient_quota" {
+			t.Fatalf("error %s, want insufficient_quota", e.Raw)
+		}
+		if n := h.mock.TotalCalls(); n != 2 {
+			t.Fatalf("upstream calls %d, want 2 (the third round refused)", n)
+		}
+		// Both rounds were charged: the next request is refused up front.
+		if status, _, body := h.post("/chat/completions", loopBody(false), nil); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
+			t.Fatalf("next request: %d %s", status, body)
+		}
+		if n := h.mock.TotalCalls(); n != 2 {
+			t.Fatalf("upstream calls %d after a refused request", n)
+		}
+	})
 }
 
 // A loop's later rounds pass the tenant's tokens_per_minute: once the
@@ -139,28 +149,24 @@ period = "day"
 // with the request layer's 429 rate_limit_exceeded and its retry-after.
 func TestLoopRoundRefusedWhenTokensSpent(t *testing.T) {
 	t.Parallel()
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
-			t.Parallel()
-			// 200 tokens a minute: round 1 uses 110, round 2 another 110
-			// (20 over): round 3 is refused.
-			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", `
+	// 200 tokens a minute: round 1 uses 110, round 2 another 110
+	// (20 over): round 3 is refused.
+	eachLoopForm(t, `
 [[limits]]
 tenant = "*"
 tokens_per_minute = 200
-`, 1), mockllm.Options{Respond: calcRounds(5)})
-			e, retryAfter := loopRefused(t, h, stream)
-			if !stream && retryAfter == "" {
-				t.Fatal("a 429 on tokens without retry-after")
-			}
-			if e.Get("code").Str != "rate_limit_exceeded" || e.Get("type").Str != "tokens" {
-				t.Fatalf("error %s, want rate_limit_exceeded on tokens", e.Raw)
-			}
-			if n := h.mock.TotalCalls(); n != 2 {
-				t.Fatalf("upstream calls %d, want 2 (the third round refused)", n)
-			}
-		})
-	}
+`, 5, func(t *testing.T, h *harness, stream bool) {
+		e, retryAfter := loopRefused(t, h, stream)
+		if !stream && retryAfter == "" {
+			t.Fatal("a 429 on tokens without retry-after")
+		}
+		if e.Get("code").Str != "rate_limit_exceeded" || e.Get("type").Str != "tokens" {
+			t.Fatalf("error %s, want rate_limit_exceeded on tokens", e.Raw)
+		}
+		if n := h.mock.TotalCalls(); n != 2 {
+			t.Fatalf("upstream calls %d, want 2 (the third round refused)", n)
+		}
+	})
 }
 
 // A loop within its limits runs every round: a later round takes no
@@ -169,10 +175,7 @@ tokens_per_minute = 200
 // refused.
 func TestLoopRoundsWithinLimitsAllRun(t *testing.T) {
 	t.Parallel()
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, strings.Replace(roundsConfig, "{{LIMITS}}", `
+	eachLoopForm(t, `
 [[limits]]
 tenant = "*"
 requests_per_minute = 1
@@ -181,23 +184,22 @@ tokens_per_minute = 100000
 tenant = "default"
 amount = 1
 period = "day"
-`, 1), mockllm.Options{Respond: calcRounds(4)})
-			status, _, body := h.post("/chat/completions", loopBody(stream), nil)
-			if status != 200 {
-				t.Fatalf("status %d %s", status, body)
-			}
-			if e, _ := streamError(body); e.Exists() {
-				t.Fatalf("stream error %s", e.Raw)
-			}
-			if !bytes.Contains(body, []byte("done")) {
-				t.Fatalf("no final answer: %s", body)
-			}
-			if n := h.mock.TotalCalls(); n != 4 {
-				t.Fatalf("upstream calls %d, want 4", n)
-			}
-			if status, _, body := h.post("/chat/completions", loopBody(false), nil); status != 429 || gjson.GetBytes(body, "error.type").Str != "requests" {
-				t.Fatalf("second client request: %d %s, want 429 on requests", status, body)
-			}
-		})
-	}
+`, 4, func(t *testing.T, h *harness, stream bool) {
+		status, _, body := h.post("/chat/completions", loopBody(stream), nil)
+		if status != 200 {
+			t.Fatalf("status %d %s", status, body)
+		}
+		if e, _ := streamError(body); e.Exists() {
+			t.Fatalf("stream error %s", e.Raw)
+		}
+		if !bytes.Contains(body, []byte("done")) {
+			t.Fatalf("no final answer: %s", body)
+		}
+		if n := h.mock.TotalCalls(); n != 4 {
+			t.Fatalf("upstream calls %d, want 4", n)
+		}
+		if status, _, body := h.post("/chat/completions", loopBody(false), nil); status != 429 || gjson.GetBytes(body, "error.type").Str != "requests" {
+			t.Fatalf("second client request: %d %s, want 429 on requests", status, body)
+		}
+	})
 }
