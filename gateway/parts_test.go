@@ -29,18 +29,7 @@ func TestContentPartsFromUpstream(t *testing.T) {
 	answer := `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":` +
 		`[{"type":"thinking","thinking":[{"type":"text","text":"hmm"}]},{"type":"text","text":"Hello"}]},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if gjson.GetBytes(b, "stream").Bool() {
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, stream)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, answer)
-	}))
-	t.Cleanup(up.Close)
-	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	h := fixedUpstreamHarness(t, stream, answer)
 	for _, tools := range []bool{false, true} {
 		p := userMsg("hi")
 		if tools {
@@ -65,4 +54,24 @@ func TestContentPartsFromUpstream(t *testing.T) {
 			t.Fatalf("tools %v: JSON message %s", tools, resp.Choices[0].Message.RawJSON())
 		}
 	}
+}
+
+// fixedUpstreamHarness is a gateway on baseConfig whose upstream answers
+// every streamed request with the event stream stream and every other with
+// the JSON answer, as they are: an upstream's quirks the mock would not
+// write.
+func fixedUpstreamHarness(t *testing.T, stream, answer string) *harness {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if gjson.GetBytes(b, "stream").Bool() {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, stream)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(up.Close)
+	return newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
 }

@@ -221,18 +221,7 @@ func TestUpstreamEmptyFinishReasonRelayedAsNull(t *testing.T) {
 		ev(`{}`, `"stop"`) + "data: [DONE]\n\n"
 	answer := `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
 		`"message":{"role":"assistant","content":"Hello"}, "finish_reason": ""}]}`
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if gjson.GetBytes(b, "stream").Bool() {
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, stream)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, answer)
-	}))
-	t.Cleanup(up.Close)
-	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	h := fixedUpstreamHarness(t, stream, answer)
 
 	acc, err := sdkStream(h, userMsg("hi"))
 	raw, _ := h.lastRaw()
