@@ -63,16 +63,30 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	s.connsMu.Lock()
 	s.streaming[conn] = struct{}{} // closed by Shutdown at its deadline
 	s.connsMu.Unlock()
+	// The first events were read already, to choose the upstream: they
+	// leave at once, with the head, in one write that does not wait for
+	// the network (a write error means the client left, which the stream's
+	// goroutine then finds). On the connection's first request, fasthttp
+	// holds no earlier response unflushed, so they leave from here, before
+	// the hand-over; otherwise from the hand-over, once fasthttp has
+	// flushed a response it held back for a request pipelined behind it.
+	// (A connection a stream gave back is served anew: its first request
+	// is its first again.)
+	early := ctx.ConnRequestNum() == 1
+	if early && s.writeFirst(conn, tcp, sk) != nil {
+		// It panicked: recoverStream ended the stream and closed conn.
+		s.awaiting.CompareAndDelete(conn, sk)
+		ctx.SetConnectionClose()
+		return true
+	}
 	s.handovers.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		s.awaiting.CompareAndDelete(conn, sk)
-		// The first events leave at once, from here: fasthttp has flushed
-		// any response of a request pipelined in front of this one. (They
-		// were read already, to choose the upstream: this write does not
-		// wait for it; a write error means the client left, which the
-		// stream's goroutine then finds.)
-		if s.writeFirst(conn, tcp, sk) != nil {
+		if s.handingOver != nil {
+			s.handingOver()
+		}
+		if !early && s.writeFirst(conn, tcp, sk) != nil {
 			return
 		}
 		// fasthttp keeps the request context, and the read buffer c reads

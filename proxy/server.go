@@ -87,6 +87,10 @@ type Server struct {
 	awaiting  sync.Map     // net.Conn → handOver: an answer whose connection fasthttp has yet to hand over
 	stopping  atomic.Bool  // Shutdown has begun: idle connections close
 	handovers atomic.Int64 // streams given a goroutine of their own (hijackStream)
+	// handingOver, when set (by tests, before Serve), runs as fasthttp
+	// starts a stream's hand-over, before anything of the stream is
+	// written from there.
+	handingOver func()
 
 	adminMu sync.Mutex
 	admin   []*fasthttp.Server // operator listeners (ServeAdmin)
