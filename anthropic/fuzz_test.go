@@ -90,6 +90,7 @@ func FuzzDecodeMessage(f *testing.F) {
 func FuzzTranslateRequest(f *testing.F) {
 	f.Add([]byte(fullChat))
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"x","content":[{"type":"text","text":"{\"status\":\"error\"}","cache_control":{}}]}]}`))
+	f.Add([]byte(`{"thinking":{"type":"enabled","budget_tokens":500},"max_tokens":1030,"messages":[{"role":"user","content":"x"}]}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;base64,"}}]}],"stop":[1,null],"thinking":{"budget_tokens":"x"}}`))
 	f.Add([]byte(`{"reasoning_effort":"low","messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y","tool_calls":[{"id":"c","function":{"name":"f"}}],"x_gateway_thinking":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"d"},{"type":"thinking"}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -109,6 +110,10 @@ func FuzzTranslateRequest(f *testing.F) {
 			t.Fatalf("request %q: %v", out, err)
 		}
 		on := sent.Thinking != nil && gjson.GetBytes(sent.Thinking, "type").Str != "disabled"
+		if b := gjson.GetBytes(sent.Thinking, "budget_tokens"); gjson.GetBytes(sent.Thinking, "type").Str == "enabled" &&
+			(b.Type != gjson.Number || b.Int() < minBudget || b.Int() >= sent.MaxTokens) {
+			t.Fatalf("budget_tokens %s with max_tokens %d: %q", b.Raw, sent.MaxTokens, out)
+		}
 		for _, m := range sent.Messages {
 			for i, b := range m.Content {
 				if b.isThinking() && (!on || m.Role != "assistant" || i > 0 && !m.Content[i-1].isThinking()) {

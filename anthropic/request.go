@@ -215,7 +215,10 @@ const maxBudget = 1 << 31
 // budget, but the client's (or a policy's cap written as the client's)
 // bounds thinking and answer together, as OpenAI's does for reasoning, so
 // the budget shrinks under it, and thinking is left out when less than
-// minBudget fits. Anthropic also refuses thinking with a
+// minBudget fits (rather than refused: reasoning_effort is a hint OpenAI
+// honours under any max_tokens). An enabled budget under minBudget, or
+// none, is raised to minBudget, Anthropic's smallest, before that. So the
+// pair sent always has minBudget <= budget_tokens < max_tokens. Anthropic also refuses thinking with a
 // tool_choice that forces a call ("Thinking
 // may not be enabled when tool_choice forces tool use"): the forced call
 // is what the client asked of this answer, so thinking is left out then
@@ -239,6 +242,17 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	}
 	if out.Thinking != nil && (budget < 0 || budget > maxBudget) {
 		return pipeline.BadRequest("thinking.budget_tokens", "thinking.budget_tokens must be a number of tokens from 0 to %d", maxBudget)
+	}
+	if bt := gjson.GetBytes(out.Thinking, "budget_tokens"); gjson.GetBytes(out.Thinking, "type").Str == "enabled" &&
+		(budget < minBudget || bt.Type != gjson.Number) {
+		// Anthropic requires a budget while thinking is enabled, and refuses
+		// one under minBudget: a smaller (or missing) one is raised to it.
+		budget = max(budget, minBudget)
+		th, err := sjson.SetBytes(out.Thinking, "budget_tokens", budget)
+		if err != nil {
+			return pipeline.BadRequest("thinking", "the thinking object cannot be sent to this model")
+		}
+		out.Thinking = th
 	}
 	thinking := out.Thinking != nil && gjson.GetBytes(out.Thinking, "type").Str != "disabled"
 	if thinking && (out.ToolChoice.forcesCall() || lastAssistantUnsigned(out.Messages)) {

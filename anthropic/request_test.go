@@ -161,6 +161,24 @@ func TestTranslateRequestOptions(t *testing.T) {
 			}},
 		{"huge max_tokens, budget within the bound", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":2147483648},` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 9223372036854775807 }},
+		// Anthropic refuses a budget under 1024 ("budget_tokens: Input should
+		// be greater than or equal to 1024"), and requires one while enabled.
+		{"thinking budget under the minimum", `{"thinking":{"type":"enabled","budget_tokens":500},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024 && p.MaxTokens == DefaultMaxTokens
+			}},
+		{"thinking without a budget", `{"thinking":{"type":"enabled"},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024 && p.MaxTokens == DefaultMaxTokens
+			}},
+		{"small budget, client max_tokens too small to think", `{"thinking":{"type":"enabled","budget_tokens":500},"max_tokens":1000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return !gjson.GetBytes(out, "thinking").Exists() && p.MaxTokens == 1000
+			}},
+		{"model max_tokens under the budget", `{"reasoning_effort":"low",` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 1000},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024 && p.MaxTokens == 2024
+			}},
 		{"thinking pass-through", `{"thinking":{"type":"enabled","budget_tokens":2000},` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled.BudgetTokens == 2000 && p.MaxTokens == DefaultMaxTokens
