@@ -114,8 +114,8 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		return nil, pipeline.BadRequest("", "the request body must be a JSON object")
 	}
 	out := messagesRequest{Model: opts.Model, Stream: root.Get("stream").Bool()}
-	if n := root.Get("n"); n.Exists() && n.Int() > 1 {
-		return nil, pipeline.BadRequest("n", "this model returns one choice: n must be 1")
+	if err := unsupported(root); err != nil {
+		return nil, err
 	}
 	var t translator
 	var err error
@@ -157,6 +157,28 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		return nil, pipeline.BadRequest("", "the request cannot be sent to this model")
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// unsupported refuses what Anthropic cannot answer and a client would
+// otherwise get silently without: more than one choice (n > 1), and token
+// logprobs (logprobs true, top_logprobs > 0). Each is a 400 with the code
+// unsupported_parameter, naming the field.
+func unsupported(root gjson.Result) error {
+	refuse := func(param, msg string) error {
+		e := pipeline.BadRequest(param, "%s", msg)
+		e.Code = pipeline.CodeUnsupportedParameter
+		return e
+	}
+	if n := root.Get("n"); n.Exists() && n.Int() > 1 {
+		return refuse("n", "this model returns one choice: n must be 1")
+	}
+	if root.Get("logprobs").Type == gjson.True {
+		return refuse("logprobs", "this model returns no logprobs: logprobs must be false")
+	}
+	if t := root.Get("top_logprobs"); t.Type == gjson.Number && t.Float() > 0 {
+		return refuse("top_logprobs", "this model returns no logprobs: top_logprobs must be 0")
+	}
+	return nil
 }
 
 // maxTokens is the client's max_completion_tokens or max_tokens, else the

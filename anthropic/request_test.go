@@ -340,6 +340,33 @@ func TestTranslateRequestRefuses(t *testing.T) {
 	}
 }
 
+// Anthropic returns no logprobs and one choice: a request for either is an
+// unsupported_parameter 400 naming it, never an answer without them.
+// logprobs false, top_logprobs 0 and n 1 ask for nothing and are sent.
+func TestTranslateRequestUnsupportedParameters(t *testing.T) {
+	t.Parallel()
+	const msgs = `"messages":[{"role":"user","content":"x"}]`
+	for _, tc := range []struct{ body, param string }{
+		{`{"logprobs":true,` + msgs + `}`, "logprobs"},
+		{`{"logprobs":true,"top_logprobs":3,` + msgs + `}`, "logprobs"},
+		{`{"top_logprobs":2,` + msgs + `}`, "top_logprobs"},
+		{`{"n":3,` + msgs + `}`, "n"},
+		{`{"logprobs":false,"top_logprobs":0,"n":1,` + msgs + `}`, ""},
+	} {
+		_, err := TranslateRequest([]byte(tc.body), RequestOptions{Model: "m"})
+		var pe *pipeline.Error
+		if tc.param == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.body, err)
+			}
+			continue
+		}
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != tc.param || pe.Code != pipeline.CodeUnsupportedParameter {
+			t.Errorf("%s: %#v", tc.body, err)
+		}
+	}
+}
+
 func TestTranslateRequestCapsBreakpoints(t *testing.T) {
 	t.Parallel()
 	cc := `"cache_control":{"type":"ephemeral"}`

@@ -55,7 +55,8 @@ const (
 	CodeInvalidPath              = "invalid_path"
 	CodeMethodNotAllowed         = "method_not_allowed"
 	CodeUnsupportedMediaType     = "unsupported_media_type"
-	CodeResponseNotFound         = "response_not_found" // an unknown, expired or other tenant's response id
+	CodeUnsupportedParameter     = "unsupported_parameter" // a request field the model's provider cannot honour
+	CodeResponseNotFound         = "response_not_found"    // an unknown, expired or other tenant's response id
 	CodeRequestTooLarge          = "request_too_large"
 	CodeRequestTimeout           = "request_timeout"
 	CodeIntegerAboveMax          = "integer_above_max_value"
