@@ -130,6 +130,9 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		return nil, pipeline.BadRequest("messages", "at least one user or assistant message is required")
 	}
 	out.System, out.Messages = t.system, t.msgs
+	if root.Get("response_format.type").Str == "json_object" {
+		out.System = append(out.System, block{Type: "text", Text: jsonObjectInstruction})
+	}
 	if out.Tools, err = translateTools(root.Get("tools")); err != nil {
 		return nil, err
 	}
@@ -347,9 +350,16 @@ func translateTools(tools gjson.Result) ([]tool, error) {
 	return out, err
 }
 
+// jsonObjectInstruction is the system block a json_object response_format
+// adds: Anthropic has no JSON mode that takes any object (structured
+// outputs need a schema), and prefilling "{" is refused while thinking and
+// would need the decoders to put the "{" back, so the model is asked. The
+// answer is not checked.
+const jsonObjectInstruction = "Respond with a single valid JSON object and nothing else: no text before or after it, and no Markdown code fence."
+
 // outputFormatOf maps a json_schema response_format to Anthropic's
-// structured output; nil for any other (text, json_object: the model is
-// not held to a format then).
+// structured output; nil for any other (text; json_object, which asks
+// for JSON in the system instead: jsonObjectInstruction).
 func outputFormatOf(rf gjson.Result) (*outputConfig, error) {
 	if rf.Get("type").Str != "json_schema" {
 		return nil, nil

@@ -367,6 +367,29 @@ func TestTranslateRequestUnsupportedParameters(t *testing.T) {
 	}
 }
 
+// Anthropic has no JSON mode: a json_object response_format becomes a last
+// system block asking for one JSON object, after the client's own system
+// text; other formats add none.
+func TestTranslateRequestJSONObject(t *testing.T) {
+	t.Parallel()
+	const msgs = `"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"list two colours as JSON"}]`
+	out, err := TranslateRequest([]byte(`{"response_format":{"type":"json_object"},`+msgs+`}`), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sdkRoundTrip(t, out)
+	if len(p.System) != 2 || p.System[0].Text != "Be brief." || p.System[1].Text != jsonObjectInstruction ||
+		gjson.GetBytes(out, "output_config").Exists() {
+		t.Errorf("json_object: %s", out)
+	}
+	for _, rf := range []string{`{"type":"text"}`, `{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`} {
+		out, err := TranslateRequest([]byte(`{"response_format":`+rf+`,`+msgs+`}`), RequestOptions{Model: "m"})
+		if err != nil || strings.Contains(string(out), "JSON object") {
+			t.Errorf("%s: %v %s", rf, err, out)
+		}
+	}
+}
+
 func TestTranslateRequestCapsBreakpoints(t *testing.T) {
 	t.Parallel()
 	cc := `"cache_control":{"type":"ephemeral"}`
