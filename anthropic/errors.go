@@ -108,9 +108,9 @@ func overWindow(msg string) bool {
 
 // Renumber rewrites the message indexes in the message of an error
 // envelope (Anthropic's "messages.2.content.0...", counted in the
-// translated request, where system messages are gone and runs of one role
-// are merged) as indexes of chat's messages: the first chat message each
-// translated one holds. So the proxy's error mapper, which maps the chat
+// translated request, where leading system messages are gone and runs of
+// one role are merged) as indexes of chat's messages: the first chat
+// message each translated one holds. So the proxy's error mapper, which maps the chat
 // body's indexes to the client's, names the right message. envelope and
 // chat are only read; the result is envelope itself when nothing changed.
 func Renumber(envelope, chat []byte) []byte {

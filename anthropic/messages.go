@@ -15,7 +15,9 @@ import (
 // translator builds the system blocks and the messages of one request.
 // Messages of the same role in a row are merged into one, as Anthropic
 // requires roles to alternate; a tool message is a user message holding a
-// tool_result block.
+// tool_result block. The system and developer messages before the first
+// other one are the system blocks; a later one is a user message of
+// marked text blocks (systemNote).
 type translator struct {
 	system []block
 	msgs   []message
@@ -36,8 +38,16 @@ func (t *translator) message(m gjson.Result) error {
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
-		t.system = append(t.system, withMarker(blocks, m)...)
-		return nil
+		if len(t.msgs) == 0 {
+			t.system = append(t.system, withMarker(blocks, m)...)
+			return nil
+		}
+		// After the conversation has begun, a system message stays where
+		// it was, as a note in the user turn there (systemNote).
+		for i := range blocks {
+			blocks[i].Text = systemNote(blocks[i].Text)
+		}
+		role = "user"
 	case "user":
 		if blocks, err = t.textBlocks(m.Get("content"), true); err != nil {
 			return err
@@ -72,6 +82,15 @@ func (t *translator) message(m gjson.Result) error {
 	t.add(role, withMarker(blocks, m))
 	return nil
 }
+
+// systemNote marks a system message's text as the system's, for a user
+// turn. Anthropic has a system prompt only before the messages: moved
+// there, a system message from the middle of a conversation (an
+// instruction from that point on) would read as applying from the start,
+// would change the cached prompt prefix whenever one is added, and, sent
+// last, would leave the assistant's answer as the last message, which
+// Anthropic continues as a prefill.
+func systemNote(text string) string { return "<system>\n" + text + "\n</system>" }
 
 // add appends blocks to the conversation, merging them into the last
 // message when it has the same role. In a user message the tool_result

@@ -390,6 +390,41 @@ func TestTranslateRequestJSONObject(t *testing.T) {
 	}
 }
 
+// A system or developer message after the conversation has begun stays
+// where it was, as a marked text block of the user turn there (merged with
+// the user content next to it, so roles still alternate); the leading ones
+// are the top-level system. One last after the assistant's answer ends the
+// conversation on a user turn, where moved to the top it left the
+// assistant's text last, which Anthropic takes for a prefill to continue.
+func TestTranslateRequestSystemInPlace(t *testing.T) {
+	t.Parallel()
+	body := `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},` +
+		`{"role":"developer","content":[{"type":"text","text":"Answer in French.","cache_control":{"type":"ephemeral"}}]},{"role":"user","content":"how are you?"},` +
+		`{"role":"assistant","content":"bien"},{"role":"system","content":"Now summarise."}]}`
+	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdkRoundTrip(t, out)
+	if got := gjson.GetBytes(out, "system").Raw; got != `[{"type":"text","text":"Be brief."}]` {
+		t.Errorf("system %s", got)
+	}
+	m := gjson.GetBytes(out, "messages")
+	if m.Get("#.role").Raw != `["user","assistant","user","assistant","user"]` {
+		t.Fatalf("roles %s", m.Raw)
+	}
+	if got := m.Get("2.content").Raw; got != `[{"type":"text","text":"<system>\nAnswer in French.\n</system>","cache_control":{"type":"ephemeral"}},{"type":"text","text":"how are you?"}]` {
+		t.Errorf("in-place note %s", got)
+	}
+	if got := m.Get("4.content.0.text").Str; got != "<system>\nNow summarise.\n</system>" {
+		t.Errorf("last note %q", got)
+	}
+	env := []byte(`{"error":{"message":"messages.2.content.0: bad","type":"invalid_request_error","param":null,"code":null}}`)
+	if got := gjson.GetBytes(Renumber(env, []byte(body)), "error.message").Str; got != "messages.3.content.0: bad" {
+		t.Errorf("renumbered %q", got)
+	}
+}
+
 func TestTranslateRequestCapsBreakpoints(t *testing.T) {
 	t.Parallel()
 	cc := `"cache_control":{"type":"ephemeral"}`
