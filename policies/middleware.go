@@ -54,6 +54,13 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 		e.Param = "model"
 		return e
 	}
+	return p.capBody(r)
+}
+
+// capBody applies p's max_tokens cap to r's body when r's endpoint has
+// token fields (clamp or 400; a body that is not a JSON object is refused
+// there). It may replace r.Body.
+func (p *Policy) capBody(r *pipeline.Request) error {
 	if p.MaxTokens > 0 {
 		if c, ok := endpointCap(r.Endpoint); ok {
 			if !isJSONObject(r.Body) {

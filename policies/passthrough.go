@@ -78,9 +78,10 @@ func (e *Engine) BodyLimit(t *pipeline.Tenant) int {
 // Admit applies t's policy to a request outside the chat pipeline (a
 // pass-through body): the same body size, model allow-list and token caps as
 // chat, through the same Policy.Admit. A body that names no model passes
-// only the size check, unless it goes to a model endpoint (DefaultPassthrough)
-// for a tenant limited to some models: that tenant must name one, or the
-// upstream would pick a model the allow-list never saw.
+// the size check and its endpoint's token cap (an upstream may answer it
+// with a default model), and is refused at a model endpoint
+// (DefaultPassthrough) for a tenant limited to some models: that tenant must
+// name one, or the upstream would pick a model the allow-list never saw.
 func (e *Engine) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 	r.Tenant = t
 	p := PolicyOf(t)
@@ -90,10 +91,15 @@ func (e *Engine) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 	if e.RestrictsModels(t) && isModelEndpoint(r.Endpoint) {
 		return pipeline.BadRequest("model", "you must provide a model parameter")
 	}
-	if p != nil && p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
+	if p == nil {
+		return nil
+	}
+	if p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
 		return tooLarge(len(r.Body), p.MaxBodyBytes)
 	}
-	return nil
+	// No model named, yet the upstream may answer with its default one:
+	// the endpoint's token cap applies all the same.
+	return p.capBody(r)
 }
 
 // ModelEndpoint reports whether path is one of the stateless model

@@ -105,3 +105,45 @@ func TestPassthroughPolicy(t *testing.T) {
 		t.Fatalf("unrestricted tenant without a model: %v", err)
 	}
 }
+
+// A pass-through body that names no model still has its endpoint's token
+// cap applied: an upstream that serves one model answers it with that
+// model, and the tenant's max_tokens would otherwise not bound it.
+func TestPassthroughCapsBodyWithoutModel(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{
+		Keys:     []config.Key{{Tenant: "capped", Key: "k-capped"}},
+		Policies: []config.Policy{{Tenant: "capped", MaxTokens: 50, MaxTokensMode: ModeClamp}},
+	}
+	e, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := e.Authenticate("k-capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ endpoint, body, field string }{
+		{"/v1/completions", `{"prompt":"x","max_tokens":5000}`, "max_tokens"},
+		{"/v1/completions", `{"prompt":"x"}`, "max_tokens"},
+		{"/v1/responses", `{"input":"x","max_output_tokens":5000}`, "max_output_tokens"},
+	} {
+		r := &pipeline.Request{Body: []byte(c.body), Endpoint: c.endpoint}
+		if err := e.Admit(capped, r); err != nil {
+			t.Fatalf("%s %s: %v", c.endpoint, c.body, err)
+		}
+		if got := gjson.GetBytes(r.Body, c.field).Int(); got != 50 {
+			t.Errorf("%s %s: %s = %d, want 50 (%s)", c.endpoint, c.body, c.field, got, r.Body)
+		}
+	}
+	// A form's token fields cannot be read: refused, as with a model.
+	r := &pipeline.Request{Body: []byte("--b\r\n"), Endpoint: "/v1/completions"}
+	if err := e.Admit(capped, r); err == nil {
+		t.Error("a non-JSON body without a model passed the token cap")
+	}
+	// Endpoints without token fields are untouched.
+	r = &pipeline.Request{Body: []byte(`{"input":"x"}`), Endpoint: "/v1/embeddings"}
+	if err := e.Admit(capped, r); err != nil || string(r.Body) != `{"input":"x"}` {
+		t.Errorf("embeddings: %v %s", err, r.Body)
+	}
+}
