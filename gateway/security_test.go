@@ -371,3 +371,62 @@ func TestOperatorRoutesAndModelListing(t *testing.T) {
 		t.Errorf("the operator listener serves the API: %d", status)
 	}
 }
+
+// A multipart call of a model (an image edit's or a transcription's
+// prompt) passes the tenant's request guardrails as a JSON body does: a
+// blocked prompt gets the 400 without an upstream call, a redacted one
+// reaches the upstream redacted, the file part untouched. A compressed
+// body, which the gateway could not judge, is refused.
+func TestGuardrailsPassThroughForms(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
+	form := func(prompt string) (string, []byte) {
+		var b bytes.Buffer
+		w := multipart.NewWriter(&b)
+		fw, _ := w.CreateFormFile("image", "a.png")
+		_, _ = fw.Write([]byte("\x89PNG project falcon jane@example.com"))
+		_ = w.WriteField("model", "gpt-x")
+		_ = w.WriteField("prompt", prompt)
+		_ = w.Close()
+		return w.FormDataContentType(), b.Bytes()
+	}
+	post := func(path, ct string, body []byte, hdr map[string]string) (int, []byte) {
+		req, _ := http.NewRequest("POST", h.base+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set("Authorization", "Bearer sk-client")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for _, path := range []string{"/images/edits", "/audio/transcriptions"} {
+		before := h.mock.TotalCalls()
+		ct, body := form("draw Project Falcon")
+		if status, b := post(path, ct, body, nil); status != 400 || gjson.GetBytes(b, "error.code").Str != "content_blocked" {
+			t.Errorf("%s: blocked prompt: %d %s", path, status, b)
+		}
+		if n := h.mock.TotalCalls() - before; n != 0 {
+			t.Errorf("%s: the upstream got %d calls", path, n)
+		}
+	}
+	ct, body := form("send it to jane@example.com")
+	status, b := post("/images/edits", ct, body, nil)
+	up := gjson.GetBytes(b, "body").Str
+	if status != 200 || !strings.Contains(up, "send it to [REDACTED]") || !strings.Contains(up, "PNG project falcon jane@example.com") {
+		t.Errorf("redacted prompt: %d, upstream got %q", status, up)
+	}
+	before := h.mock.TotalCalls()
+	ct, body = form("fine")
+	if status, b := post("/images/edits", ct, body, map[string]string{"Content-Encoding": "gzip"}); status != 415 {
+		t.Errorf("compressed form: %d %s", status, b)
+	}
+	if n := h.mock.TotalCalls() - before; n != 0 {
+		t.Errorf("compressed form: the upstream got %d calls", n)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -56,6 +57,13 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		return opaqueBody(ctx, x, t, path, limit)
 	}
 	var pb passBody
+	if ce := ctx.Request.Header.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !bytes.EqualFold(bytes.TrimSpace(ce), []byte("identity")) {
+		// The model, the token fields and the texts are judged in the
+		// bytes as sent: an upstream that decodes the body would read
+		// another one.
+		return pb, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
+			"%s takes a JSON or multipart body without Content-Encoding.", truncate(path, 200))
+	}
 	body, err := readBody(ctx, limit)
 	if err != nil {
 		return pb, err
@@ -89,6 +97,13 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 			// The chat pipeline's guardrails never see this body: the
 			// same request-stage checks, here.
 			if err := rt.Policy.Guard(t, req); err != nil {
+				return pb, err
+			}
+			body = req.Body
+		} else if rt.Policy.ModelEndpoint(path) {
+			// A form's prompt (an image edit's, a transcription's) is
+			// judged as a JSON body's is.
+			if err := guardForm(rt.Policy, t, req, f.boundary); err != nil {
 				return pb, err
 			}
 			body = req.Body
@@ -258,17 +273,79 @@ func formModel(body []byte, boundary string) (string, error) {
 	}
 }
 
+// guardedFormFields are the fields of a multipart body that a model reads
+// as text: the names the guardrails judge in a JSON pass-through body.
+var guardedFormFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true}
+
+// guardForm runs t's request-stage guardrails (Policy.Guard) over each
+// guarded field of r's multipart body, each judged as the JSON body
+// {"<name>": "<text>"} would be; a redaction rewrites that field in
+// r.Body, every other part unchanged.
+func guardForm(p Policy, t *pipeline.Tenant, r *pipeline.Request, boundary string) error {
+	mr := multipart.NewReader(bytes.NewReader(r.Body), boundary)
+	var edits map[int]string // part index → the text to send instead
+	for i := 0; ; i++ {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return pipeline.BadRequest("", "the multipart body is malformed")
+		}
+		name := part.FormName()
+		if !guardedFormFields[name] {
+			continue
+		}
+		text, err := io.ReadAll(part)
+		if err != nil {
+			return pipeline.BadRequest(name, "the multipart body is malformed")
+		}
+		obj := jsonstring.Append(append(jsonstring.Append([]byte{'{'}, name), ':'), string(text))
+		jr := &pipeline.Request{ID: r.ID, Start: r.Start, Body: append(obj, '}'), Model: r.Model, Route: r.Route, Endpoint: r.Endpoint, Meta: r.Meta}
+		if err := p.Guard(t, jr); err != nil {
+			return err
+		}
+		if v := gjson.GetBytes(jr.Body, gjson.Escape(name)).String(); v != string(text) {
+			if edits == nil {
+				edits = map[int]string{}
+			}
+			edits[i] = v
+		}
+	}
+	if edits == nil {
+		return nil
+	}
+	body, err := rewriteForm(r.Body, boundary, func(i int, _ *multipart.Part) (string, bool) {
+		v, ok := edits[i]
+		return v, ok
+	})
+	if err != nil {
+		return pipeline.BadRequest("", "the multipart body is malformed")
+	}
+	r.Body = body
+	return nil
+}
+
 // setFormModel returns a copy of the multipart body with its model field set
 // to model, every other part unchanged, under the same boundary.
 func setFormModel(body []byte, boundary, model string) ([]byte, error) {
+	return rewriteForm(body, boundary, func(_ int, p *multipart.Part) (string, bool) {
+		return model, p.FormName() == "model"
+	})
+}
+
+// rewriteForm returns a copy of the multipart body under the same
+// boundary, with the content of each part (by index) for which set
+// reports true replaced by what it returns, every other part unchanged.
+func rewriteForm(body []byte, boundary string, set func(i int, p *multipart.Part) (string, bool)) ([]byte, error) {
 	var out bytes.Buffer
-	out.Grow(len(body) + len(model))
+	out.Grow(len(body) + 256)
 	w := multipart.NewWriter(&out)
 	if err := w.SetBoundary(boundary); err != nil {
 		return nil, err
 	}
 	r := multipart.NewReader(bytes.NewReader(body), boundary)
-	for {
+	for i := 0; ; i++ {
 		p, err := r.NextPart()
 		if err == io.EOF {
 			break
@@ -280,8 +357,8 @@ func setFormModel(body []byte, boundary, model string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.FormName() == "model" {
-			_, err = io.WriteString(dst, model)
+		if v, ok := set(i, p); ok {
+			_, err = io.WriteString(dst, v)
 		} else {
 			_, err = io.Copy(dst, p)
 		}
