@@ -151,8 +151,15 @@ func (p passPolicy) Guard(t *pipeline.Tenant, r *pipeline.Request) error {
 
 var _ proxy.Call = (*limits.Call)(nil)
 
-// Limit admits a pass-through request through limits.Hold.
+// Limit admits a pass-through request through limits.Hold. A call of a
+// model endpoint whose body names no model is refused under a budget
+// (limits.Limiter.RefuseUnnamed): it would be charged at no price.
 func (p passPolicy) Limit(r *pipeline.Request) (proxy.Call, error) {
+	if r.Model == "" && r.Route == nil && p.ModelEndpoint(r.Endpoint) {
+		if err := p.limiter.RefuseUnnamed(r); err != nil {
+			return nil, err
+		}
+	}
 	c, err := p.limiter.Hold(r)
 	if err != nil {
 		return nil, err // not a typed nil in the interface

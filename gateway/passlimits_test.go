@@ -292,3 +292,41 @@ period = "day"
 		t.Fatalf("after $0.01 of gpt-4o on a $0.01 budget: %d %s", status, body)
 	}
 }
+
+// A call of a model endpoint whose body names no model (which an upstream
+// serving one model answers with it) cannot be priced: under a budget it
+// is refused before it reaches the provider (403 model_not_priced), as an
+// unpriced model is, instead of spending nothing. Without a budget it
+// still passes, and a path that calls no model is not affected.
+func TestPassthroughWithoutModelUnderABudget(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Split(limitsConfig, "[[limits]]")[0] + `
+[[policies]]
+tenant = "team"
+passthrough = ["/v1/*"]
+[[budgets]]
+tenant = "team"
+amount = 0.01
+period = "day"
+`
+	h := newHarness(t, cfg, mockllm.Options{})
+	for _, c := range []struct{ path, body string }{
+		{"/completions", `{"prompt":"hi","max_tokens":5}`},
+		{"/embeddings", `{"input":"hi"}`},
+		{"/responses", `{"input":"hi"}`},
+	} {
+		status, _, body := send(t, "POST", h.base+c.path+"?usage=100000", "sk-team", c.body)
+		if status != 403 || gjson.GetBytes(body, "error.code").Str != "model_not_priced" {
+			t.Errorf("%s without a model under a budget: %d %s", c.path, status, body)
+		}
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("%d calls reached the provider", n)
+	}
+	if status, _, body := send(t, "POST", h.base+"/files", "sk-team", `{"purpose":"batch"}`); status != 200 {
+		t.Errorf("a path that calls no model: %d %s", status, body)
+	}
+	if status, _, body := send(t, "POST", h.base+"/embeddings", "sk-ops", `{"input":"hi"}`); status != 200 {
+		t.Errorf("without a budget: %d %s", status, body)
+	}
+}

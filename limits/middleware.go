@@ -369,6 +369,25 @@ func denial(c check, tokens int64, retry time.Duration) error {
 		what, unit, c.limit, cost, retry.Round(time.Millisecond))
 }
 
+// RefuseUnnamed refuses r, a call of a model whose body names none (a
+// pass-through body the upstream answers with its default model), when a
+// budget applies to r's tenant or key: nothing prices a call of no model,
+// so it would spend the budget without a trace, as an unpriced model would
+// (unpriced). nil when no budget applies.
+func (l *Limiter) RefuseUnnamed(r *pipeline.Request) error {
+	tenant, key := who(r)
+	for i := range l.budgets {
+		if l.budgets[i].applies(tenant, key) {
+			limited.WithLabelValues(string(rune(kindBudget))).Inc()
+			e := pipeline.Forbidden(pipeline.CodeModelNotPriced,
+				"Your spend has a budget, and a call that names no model cannot be priced: name a model the gateway prices.")
+			e.Param = "model"
+			return e
+		}
+	}
+	return nil
+}
+
 // unpriced is the refusal of a call of model, which the config does not
 // name and no default price matches, under a budget: a budget it could
 // spend without a trace is not a budget. 403, as for a model the tenant may
