@@ -109,8 +109,25 @@ const (
 	fieldBestOf              = "best_of"
 )
 
+// otherTokenFields bound the output under another name than the OpenAI
+// API's, which some upstreams read before it: llama.cpp's n_predict wins
+// over max_tokens, Ollama's num_predict and Hugging Face TGI's
+// max_new_tokens are theirs. Under a cap they are refused: the cap would
+// bound a field the upstream does not read.
+var otherTokenFields = []string{"n_predict", "num_predict", "max_new_tokens"}
+
+func otherTokenField(key string) bool {
+	for _, f := range otherTokenFields {
+		if strings.EqualFold(key, f) {
+			return true
+		}
+	}
+	return false
+}
+
 // capTokens enforces p.MaxTokens on the token-limit fields c names (for
-// chat: max_tokens and max_completion_tokens).
+// chat: max_tokens and max_completion_tokens). A field of another name that
+// bounds the output (otherTokenFields) is a 400.
 //
 // A field above the cap is lowered to it (clamp) or rejected with a 400
 // naming the field (reject). A request that sets neither field would let the
@@ -148,6 +165,10 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	// Result outlives this function except raw, which is only formatted.
 	json := unsafe.String(unsafe.SliceData(body), len(body))
 	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
+		if otherTokenField(k.Str) {
+			bad = k.Str
+			return false
+		}
 		name, counted := "", 0
 		i := -1
 		for j, f := range fields {
@@ -193,6 +214,9 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 		}
 		return true
 	})
+	if bad != "" && otherTokenField(bad) {
+		return nil, pipeline.BadRequest(bad, "'%s' is not accepted under this API key's max_tokens limit; use '%s'.", bad, c.set)
+	}
 	if bad != "" {
 		return nil, pipeline.BadRequest(bad, "Invalid '%s': expected one integer value.", bad)
 	}

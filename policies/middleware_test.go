@@ -317,3 +317,39 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	}
 }
+
+// Under a max_tokens cap, a field that bounds the output under another
+// name is refused: llama.cpp reads n_predict before max_tokens, so
+// {"max_tokens":50,"n_predict":100000} would run to 100,000 tokens behind a
+// cap of 100. Without a cap the body is the upstream's business.
+func TestCapRefusesOtherTokenFields(t *testing.T) {
+	t.Parallel()
+	e, err := New(middlewareConfig(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clamp, _ := e.Authenticate("k-clamp")
+	for _, c := range []struct{ endpoint, body, param string }{
+		{"", `{"model":"gpt-x","messages":[],"max_tokens":50,"n_predict":100000}`, "n_predict"},
+		{"", `{"model":"gpt-x","messages":[],"N_Predict":-1}`, "N_Predict"},
+		{"/v1/completions", `{"model":"gpt-x","prompt":"x","num_predict":100000}`, "num_predict"},
+		{"/v1/responses", `{"model":"gpt-x","input":"x","max_new_tokens":100000}`, "max_new_tokens"},
+	} {
+		r := &pipeline.Request{Body: []byte(c.body), Model: "gpt-x", Endpoint: c.endpoint}
+		err := e.Admit(clamp, r)
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != c.param {
+			t.Errorf("%s %s: %v, want a 400 naming %s", c.endpoint, c.body, err, c.param)
+		}
+	}
+	open := &config.Config{Keys: []config.Key{{Tenant: "free", Key: "k-free"}}}
+	e2, err := New(open, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, _ := e2.Authenticate("k-free")
+	r := &pipeline.Request{Body: []byte(`{"model":"gpt-x","messages":[],"n_predict":5}`), Model: "gpt-x"}
+	if err := e2.Admit(free, r); err != nil {
+		t.Errorf("without a cap: %v", err)
+	}
+}
