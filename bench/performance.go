@@ -417,11 +417,12 @@ func shortfalls(res *results) []string {
 				}
 				out = append(out, fmt.Sprintf("The gateway adds %s µs to the time to first content token at p50%s, the floor proxy %s µs: "+
 					"on the way up the gateway reads and checks the request and runs both middleware layers before it calls the upstream; "+
-					"on the way back it checks the first content event, passes it through the layers' stream wrappers and commits the "+
-					"stream, whose connection then goes to a goroutine of its own (the hand-over that keeps an open stream's memory below the "+
-					"floor's), one more goroutine wake-up before the first write. Each is tens of µs of CPU; the rest of the figure is the wake-ups of one more process on the way, which the "+
-					"floor pays too. `-profile` shows where the CPU goes; an execution trace of idle streams (the gateway's `-trace`, "+
-					"bench/results/profile/README.md) shows its goroutine never waiting on the way up, and the hand-over as the one wait on the way back.",
+					"on the way back it checks the first content event, passes it through the layers' stream wrappers, commits the "+
+					"stream and writes its first events, before its connection goes to a goroutine of its own (the hand-over that keeps an open "+
+					"stream's memory below the floor's; on a connection's first request, which every request after a stream is, the handler "+
+					"writes them itself, so the first write does not wait for that goroutine). Each is tens of µs of CPU; the rest of the figure "+
+					"is the wake-ups of one more process on the way, which the floor pays too. `-profile` shows where the CPU goes; an execution "+
+					"trace of idle streams (the gateway's `-trace`, bench/results/profile/README.md) shows its goroutine never waiting on the way up.",
 					fmtNum(c.Measured), split, fmtNum(f)))
 				if f > 0 {
 					// The floor's own hop is the least any proxy adds here.
