@@ -227,13 +227,17 @@ func appendSettings(c []byte, root gjson.Result, logprobs bool) ([]byte, error) 
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
 		}
+		if m.from == "top_logprobs" && !logprobs {
+			// Without include's logprobs the answer shows none: asking the
+			// upstream for them (chat needs logprobs:true beside
+			// top_logprobs) would cost it work for nothing, and is refused
+			// by an upstream that has none (Anthropic).
+			continue
+		}
 		c = append(c, `,"`...)
 		c = append(c, m.to...)
 		c = append(c, `":`...)
 		c = append(c, v.Raw...)
-		if m.from == "top_logprobs" && !logprobs {
-			c = append(c, `,"logprobs":true`...)
-		}
 	}
 	if logprobs {
 		// Asked for by include whether or not top_logprobs is given.

@@ -56,7 +56,7 @@ func TestTranslate(t *testing.T) {
 			"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object"},"strict":true},{"type":"function","name":"g"}],
 			"tool_choice":{"type":"function","name":"f"},"parallel_tool_calls":false,
 			"text":{"format":{"type":"json_schema","name":"out","schema":{"type":"object"},"strict":true},"verbosity":"low"},
-			"max_output_tokens":50,"temperature":0.2,"top_p":0.9,"reasoning":{"effort":"low"},"user":"u1","top_logprobs":2,"metadata":{"k":"v"}}`, map[string]string{
+			"max_output_tokens":50,"temperature":0.2,"top_p":0.9,"reasoning":{"effort":"low"},"user":"u1","top_logprobs":2,"include":["message.output_text.logprobs"],"metadata":{"k":"v"}}`, map[string]string{
 			"stream":                `true`,
 			"stream_options":        `{"include_usage":true}`,
 			"tools":                 `[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object"},"strict":true}},{"type":"function","function":{"name":"g","parameters":{"type":"object","properties":{}}}}]`,
@@ -222,9 +222,10 @@ func TestTranslateRefusesDuplicateReferences(t *testing.T) {
 
 // include "message.output_text.logprobs" asks the upstream for logprobs
 // (logprobs:true, once), with or without top_logprobs, and marks the
-// request so the output carries them; top_logprobs alone asks the upstream
-// too (chat refuses top_logprobs without logprobs) but shows none, as
-// OpenAI's Responses API leaves them out unless included.
+// request so the output carries them. top_logprobs alone is not passed
+// (OpenAI's Responses API shows no logprobs unless included, so the
+// upstream is not asked; an upstream without logprobs, Anthropic, would
+// refuse the request).
 func TestTranslateIncludeLogprobs(t *testing.T) {
 	cases := []struct {
 		name, extra string
@@ -235,7 +236,8 @@ func TestTranslateIncludeLogprobs(t *testing.T) {
 		{"include alone", `,"include":["message.output_text.logprobs"]`, `true`, ``, true},
 		{"include with top_logprobs", `,"include":["reasoning.encrypted_content","message.output_text.logprobs"],"top_logprobs":3`, `true`, `3`, true},
 		{"include with top_logprobs null", `,"include":["message.output_text.logprobs"],"top_logprobs":null`, `true`, ``, true},
-		{"top_logprobs alone", `,"top_logprobs":2`, `true`, `2`, false},
+		{"top_logprobs alone", `,"top_logprobs":2`, ``, ``, false},
+		{"top_logprobs 0 alone", `,"top_logprobs":0`, ``, ``, false},
 		{"other includes", `,"include":["reasoning.encrypted_content"]`, ``, ``, false},
 		{"include not an array", `,"include":"message.output_text.logprobs"`, ``, ``, false},
 		{"nothing", ``, ``, ``, false},
