@@ -93,6 +93,15 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 		if !retry {
 			return nil, err
 		}
+		if classify(err) == classUnsupported {
+			// This deployment cannot take the request at all: the others
+			// may. Its refusal is the answer only if nothing else failed.
+			blocked[i] = true
+			if lastErr == nil {
+				lastErr = err
+			}
+			continue
+		}
 		lastErr, last, lastRetryAfter = err, i, retryAfter
 	}
 }
@@ -123,6 +132,10 @@ func (h *handler) failed(ctx context.Context, d *deployment, probe bool, route *
 		d.br.done(now, probe, resultSuccess) // the deployment answered
 		d.attempts[outcomeContextLength].Inc()
 		return false, 0
+	case classUnsupported:
+		d.br.done(now, probe, resultNeutral) // refused before any call
+		d.attempts[outcomeClientError].Inc()
+		return true, 0
 	default:
 		r := resultNeutral
 		if isUpstream {

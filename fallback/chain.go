@@ -60,14 +60,20 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 		default:
 			switch classify(err) {
 			case classRetryable:
-				reason = fallbackOnError
+				reason, lastErr = fallbackOnError, err
 			case classContextLength:
 				window = max(window, route.ContextWindow)
-				reason = fallbackOnContextLength
+				reason, lastErr = fallbackOnContextLength, err
+			case classUnsupported:
+				// The model's provider cannot take the request: another
+				// model's may. A failure of an earlier attempt says more.
+				reason = fallbackOnError
+				if lastErr == nil {
+					lastErr = err
+				}
 			default:
 				return nil, nil, err
 			}
-			lastErr = err
 		}
 
 		next := h.nextFallback(req, primary, &position, window, tried)

@@ -26,6 +26,11 @@ const (
 	// classFatal: the caller's fault (400/401/403/404/422...) or an error that
 	// did not come from the upstream. Returned as it is.
 	classFatal
+	// classUnsupported: the target's provider cannot honour a field of the
+	// request (the Anthropic provider and logprobs), refused before any call.
+	// No retry; the route's other deployments and the fallbacks are tried,
+	// and it is returned only when no target is left that failed otherwise.
+	classUnsupported
 )
 
 // classify sorts an attempt's error. Only *pipeline.UpstreamError is ever
@@ -37,8 +42,13 @@ func classify(err error) class {
 		// The gateway's own refusal (context editing could not fit the
 		// prompt in this model's window) moves to a larger window too.
 		var pe *pipeline.Error
-		if errors.As(err, &pe) && pe.Code == pipeline.CodeContextLengthExceeded {
-			return classContextLength
+		if errors.As(err, &pe) {
+			switch pe.Code {
+			case pipeline.CodeContextLengthExceeded:
+				return classContextLength
+			case pipeline.CodeUnsupportedParameter:
+				return classUnsupported
+			}
 		}
 		return classFatal
 	}

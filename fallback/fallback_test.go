@@ -374,3 +374,61 @@ func TestNoDeployments(t *testing.T) {
 		t.Fatalf("resp %v err %v", resp, err)
 	}
 }
+
+// A target whose provider cannot honour a field of the request (the
+// Anthropic provider refuses logprobs before any call) is skipped, not
+// retried: the route's other deployment, or the next fallback, answers.
+// Its refusal is the client's answer only when nothing else failed; an
+// earlier upstream failure says more.
+func TestUnsupportedParameterMovesOn(t *testing.T) {
+	t.Parallel()
+	unsupported := &pipeline.Error{Status: 400, Type: "invalid_request_error", Code: pipeline.CodeUnsupportedParameter, Param: "logprobs", Message: "no logprobs"}
+	for _, nested := range []bool{true, false} {
+		t.Run("fallback", func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(Options{}, map[string][]step{
+				"a/claude": {{err: unsupported}},
+				"o/gpt":    {{body: `{"id":"gpt"}`}},
+			}, nested, rt("claude", 0, []string{"gpt"}, dep("a", "claude", 1)), rt("gpt", 0, nil, dep("o", "gpt", 1)))
+			resp, req, err := e.chat(t, "claude", false)
+			if err != nil || string(resp.Body) != `{"id":"gpt"}` || req.Meta.Get(HeaderModel) != "gpt" {
+				t.Fatalf("err %v, resp %+v: want gpt's answer", err, resp)
+			}
+			if n := e.f.count("a/claude"); n != 1 {
+				t.Fatalf("claude called %d times: a refusal before the call is not retried", n)
+			}
+		})
+		t.Run("earlier failure wins", func(t *testing.T) {
+			t.Parallel()
+			down := status(503, `{}`)
+			e := newEnv(Options{Providers: []config.Provider{{Name: "o", Retries: intp(0)}}}, map[string][]step{
+				"o/gpt":    {{err: down}},
+				"a/claude": {{err: unsupported}},
+			}, nested, rt("gpt", 0, []string{"claude"}, dep("o", "gpt", 1)), rt("claude", 0, nil, dep("a", "claude", 1)))
+			if _, _, err := e.chat(t, "gpt", false); err != down {
+				t.Fatalf("err = %v, want the primary's 503", err)
+			}
+		})
+		t.Run("nothing else", func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(Options{}, map[string][]step{"a/claude": {{err: unsupported}}}, nested, rt("claude", 0, nil, dep("a", "claude", 1)))
+			if _, _, err := e.chat(t, "claude", false); err != unsupported {
+				t.Fatalf("err = %v, want the refusal", err)
+			}
+		})
+	}
+	t.Run("other deployment", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(Options{}, map[string][]step{
+			"a/m": {{err: unsupported}},
+			"o/m": {{body: `{"id":"o"}`}},
+		}, false, rt("m", 0, nil, dep("a", "m", 1000), dep("o", "m", 1)))
+		resp, _, err := e.chat(t, "m", false)
+		if err != nil || string(resp.Body) != `{"id":"o"}` {
+			t.Fatalf("err %v: want the other deployment's answer", err)
+		}
+		if n := e.f.count("a/m"); n != 1 {
+			t.Fatalf("the refusing deployment was called %d times", n)
+		}
+	})
+}
