@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,9 +154,11 @@ var _ proxy.Call = (*limits.Call)(nil)
 
 // Limit admits a pass-through request through limits.Hold. A call of a
 // model endpoint whose body names no model is refused under a budget
-// (limits.Limiter.RefuseUnnamed): it would be charged at no price.
+// (limits.Limiter.RefuseUnnamed): it would be charged at no price. Except
+// moderations: the SDKs name no model there (it is optional), and a
+// moderation costs nothing.
 func (p passPolicy) Limit(r *pipeline.Request) (proxy.Call, error) {
-	if r.Model == "" && r.Route == nil && p.ModelEndpoint(r.Endpoint) {
+	if r.Model == "" && r.Route == nil && p.ModelEndpoint(r.Endpoint) && !strings.EqualFold(r.Endpoint, "/v1/moderations") {
 		if err := p.limiter.RefuseUnnamed(r); err != nil {
 			return nil, err
 		}

@@ -326,6 +326,11 @@ period = "day"
 	if status, _, body := send(t, "POST", h.base+"/files", "sk-team", `{"purpose":"batch"}`); status != 200 {
 		t.Errorf("a path that calls no model: %d %s", status, body)
 	}
+	// The SDKs' moderations.create sends no model (it is optional), and
+	// moderations cost nothing: no budget is at stake.
+	if status, _, body := send(t, "POST", h.base+"/moderations", "sk-team", `{"input":"hi"}`); status != 200 {
+		t.Errorf("moderations without a model under a budget: %d %s", status, body)
+	}
 	if status, _, body := send(t, "POST", h.base+"/embeddings", "sk-ops", `{"input":"hi"}`); status != 200 {
 		t.Errorf("without a budget: %d %s", status, body)
 	}
