@@ -421,6 +421,15 @@ func TestGuardrailsPassThroughForms(t *testing.T) {
 	if status != 200 || !strings.Contains(up, "send it to [REDACTED]") || !strings.Contains(up, "PNG project falcon jane@example.com") {
 		t.Errorf("redacted prompt: %d, upstream got %q", status, up)
 	}
+	// A prompt no guard changes goes as the client sent it, bytes that are
+	// not UTF-8 (a Latin-1 "café") included.
+	ct, body = form("caf\xe9")
+	if status, b := post("/audio/transcriptions", ct, body, nil); status != 200 {
+		t.Errorf("latin-1 prompt: %d %s", status, b)
+	}
+	if rs := h.mock.Requests(); len(rs) == 0 || !bytes.Contains(rs[len(rs)-1].Body, []byte("name=\"prompt\"\r\n\r\ncaf\xe9\r\n")) {
+		t.Errorf("the upstream did not get the prompt as sent")
+	}
 	before := h.mock.TotalCalls()
 	ct, body = form("fine")
 	if status, b := post("/images/edits", ct, body, map[string]string{"Content-Encoding": "gzip"}); status != 415 {

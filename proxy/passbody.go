@@ -300,12 +300,14 @@ func guardForm(p Policy, t *pipeline.Tenant, r *pipeline.Request, boundary strin
 		if err != nil {
 			return pipeline.BadRequest(name, "the multipart body is malformed")
 		}
-		obj := jsonstring.Append(append(jsonstring.Append([]byte{'{'}, name), ':'), string(text))
-		jr := &pipeline.Request{ID: r.ID, Start: r.Start, Body: append(obj, '}'), Model: r.Model, Route: r.Route, Endpoint: r.Endpoint, Meta: r.Meta}
+		obj := append(jsonstring.Append(append(jsonstring.Append([]byte{'{'}, name), ':'), string(text)), '}')
+		judged := string(obj) // the JSON form replaces invalid UTF-8: only a guard's change is an edit
+		jr := &pipeline.Request{ID: r.ID, Start: r.Start, Body: obj, Model: r.Model, Route: r.Route, Endpoint: r.Endpoint, Meta: r.Meta}
 		if err := p.Guard(t, jr); err != nil {
 			return err
 		}
-		if v := gjson.GetBytes(jr.Body, gjson.Escape(name)).String(); v != string(text) {
+		if string(jr.Body) != judged {
+			v := gjson.GetBytes(jr.Body, gjson.Escape(name)).String()
 			if edits == nil {
 				edits = map[int]string{}
 			}
