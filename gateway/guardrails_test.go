@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
@@ -556,5 +557,36 @@ func TestGuardrailsRequestStageToolCallsAndTools(t *testing.T) {
 	}
 	if d := gjson.GetBytes(up, "tools.0.function.description").Str; d != "Mails [REDACTED]" {
 		t.Errorf("upstream description %q", d)
+	}
+}
+
+// A response guardrail that redacts the answer of a server tool loop
+// behind /v1/responses: the mcp_call item stays between the round's text
+// and the next round's, the same in the stream and the JSON answer. The
+// stream's guardrail held the first round's text back past the call, so
+// the call came first; the JSON answer cut the redacted text at the
+// call's offset into the text before redaction ("… It is" | " 42").
+func TestResponsesGuardrailKeepsServerCallPlace(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig + calculatorTool + `
+[[guardrails]]
+name = "pii"
+stage = "response"
+kind = "pii"
+action = "redact"
+window = 16
+`
+	h := newHarness(t, cfg, mockllm.Options{Chunking: mockllm.Chunking{TextRunes: 5}, Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole != "tool" {
+			return mockllm.Turn{Text: "Computing, mail bob@example.com. ", ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+		}
+		return mockllm.Turn{Text: "It is 42, write to bob@example.com."}
+	}})
+	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}
+	want := "message:Computing, mail [REDACTED]. |mcp_call:calculator|message:It is 42, write to [REDACTED]."
+	for _, stream := range []bool{false, true} {
+		if got := outputItems(h.respond(params, stream)); got != want {
+			t.Errorf("stream %v: output\n got %s\nwant %s", stream, got, want)
+		}
 	}
 }

@@ -106,14 +106,38 @@ func (e *Engine) Middleware() pipeline.Middleware {
 				req = req.Clone()
 				req.Lookahead = nil
 			}
+			var held *heldCalls
+			report := req.OnServerCall
+			if len(out) > 0 && report != nil {
+				// The answer's texts change here: the calls go on where
+				// the rewritten texts put them (servercalls.go).
+				held = &heldCalls{}
+				req = req.Clone()
+				req.OnServerCall = held.note
+			}
 			resp, err := next.Chat(ctx, req)
 			if err != nil || len(out) == 0 {
+				if held != nil {
+					for _, c := range held.take() {
+						report(&c)
+					}
+				}
 				return resp, err
 			}
 			if resp.Stream != nil {
-				return &pipeline.Response{Stream: newStream(ctx, resp.Stream, out, req.Meta)}, nil
+				s := newStream(ctx, resp.Stream, out, req.Meta)
+				s.held, s.report = held, report
+				return &pipeline.Response{Stream: s}, nil
 			}
-			body, err := checkAnswer(newChecker(ctx, out, req.Meta), resp.Body)
+			var body []byte
+			if calls := held.take(); len(calls) > 0 {
+				body, err = checkAnswerAt(newChecker(ctx, out, req.Meta), resp.Body, calls)
+				for i := range calls {
+					report(&calls[i])
+				}
+			} else {
+				body, err = checkAnswer(newChecker(ctx, out, req.Meta), resp.Body)
+			}
 			if err != nil {
 				return nil, err
 			}

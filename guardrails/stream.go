@@ -32,6 +32,16 @@ type stream struct {
 	queue  [][]byte
 	spare  [4][]byte // the queue's storage when it is short
 	ended  bool
+
+	// Server calls of a Responses request (servercalls.go): held noted
+	// them below; each goes to report once the text held before it has
+	// been released, before the chunk that came after it (stashed).
+	held    *heldCalls
+	report  func(*pipeline.ServerCall)
+	due     []pipeline.ServerCall
+	stashed bool
+	stash   []byte
+	stashE  error
 }
 
 func newStream(ctx context.Context, src pipeline.Stream, guards []*guard, meta *pipeline.Meta) *stream {
@@ -48,10 +58,33 @@ func (s *stream) Next() ([]byte, error) {
 			}
 			return c, nil
 		}
-		if s.ended {
-			return nil, io.EOF
+		if len(s.due) > 0 {
+			for i := range s.due {
+				s.report(&s.due[i])
+			}
+			s.due = nil
 		}
-		chunk, err := s.src.Next()
+		var chunk []byte
+		var err error
+		switch {
+		case s.stashed:
+			chunk, err, s.stash, s.stashE, s.stashed = s.stash, s.stashE, nil, nil, false
+		case s.ended:
+			return nil, io.EOF
+		default:
+			chunk, err = s.src.Next()
+			if calls := s.held.take(); len(calls) > 0 {
+				// The text before the calls is complete: judge and
+				// release it first, then report them.
+				for i := range s.checks {
+					if ferr := s.flush(i); ferr != nil {
+						return nil, ferr
+					}
+				}
+				s.due, s.stash, s.stashE, s.stashed = calls, chunk, err, true
+				continue
+			}
+		}
 		if err == io.EOF {
 			s.ended = true
 			for i := range s.checks {

@@ -1,0 +1,117 @@
+package guardrails
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// The Responses API shows each server call the tool loop ran as an item
+// between the answer's texts (pipeline.Request.OnServerCall): a stream where
+// it hears of the call, a JSON answer at the call's offsets into the texts
+// (pipeline.ServerCall.At). The response stage rewrites those texts after
+// the loop, so it holds the calls and hands them on where its output puts
+// them: a stream's held text is judged and released before the call, and a
+// JSON answer's text is judged in the same pieces, the call's offset moved
+// to the end of its piece's rewritten text. Both forms thus put each call
+// after the same text (a match across a call is not one text in either).
+
+// heldCalls collects the server calls reported below the guardrails, with
+// their slices copied (a ServerCall's are valid only during the call).
+type heldCalls struct {
+	mu    sync.Mutex
+	calls []pipeline.ServerCall
+	ats   []pipeline.TextsAt // the calls' At, copied (At points here when set)
+}
+
+func (h *heldCalls) note(c *pipeline.ServerCall) {
+	cp := *c
+	cp.Arguments = append([]byte(nil), c.Arguments...)
+	cp.Output = append([]byte(nil), c.Output...)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var at pipeline.TextsAt
+	if c.At != nil {
+		at = *c.At
+	}
+	h.calls = append(h.calls, cp)
+	h.ats = append(h.ats, at)
+}
+
+// take returns the calls noted since the last take, each At pointing at its
+// own copy; nil for a nil h.
+func (h *heldCalls) take() []pipeline.ServerCall {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	calls, ats := h.calls, h.ats
+	h.calls, h.ats = nil, nil
+	for i := range calls {
+		if calls[i].At != nil {
+			calls[i].At = &ats[i]
+		}
+	}
+	return calls
+}
+
+// checkAnswerAt is checkAnswer for a JSON answer whose first choice's
+// content has server calls among it: the content is judged in the pieces
+// the calls cut it into (as a stream of the same request releases it), and
+// each call's At.Content becomes the length of the rewritten text before
+// it. nil when nothing changed.
+func checkAnswerAt(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte, error) {
+	c := gjson.GetBytes(body, "choices.0.message.content")
+	if c.Type != gjson.String {
+		return checkAnswer(ck, body)
+	}
+	text := []byte(c.Str)
+	var out []byte
+	pos, first := 0, true
+	judge := func(end int) error {
+		end = max(pos, min(end, len(text)))
+		part := text[pos:end]
+		var got []byte
+		var err error
+		if first {
+			got, err = ck.Check(part)
+		} else {
+			got, err = ck.CheckMore(part)
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, got...)
+		pos, first = end, false
+		return nil
+	}
+	for i := range calls {
+		at := calls[i].At
+		if at == nil {
+			continue
+		}
+		if at.Content > pos {
+			if err := judge(at.Content); err != nil {
+				return nil, asClientError(err)
+			}
+		}
+		at.Content = len(out)
+	}
+	if err := judge(len(text)); err != nil {
+		return nil, asClientError(err)
+	}
+	if string(out) == c.Str {
+		return nil, nil
+	}
+	edits, ok := jsonedit.ReplaceValue(nil, body, c, jsonstring.Append(nil, string(out)))
+	if !ok {
+		return nil, pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the answer could not be redacted")
+	}
+	return applyEdits(body, edits, nil, "the answer could not be redacted")
+}
