@@ -827,7 +827,7 @@ func parityRawStream(turns []rawTurn, usage bool) string {
 	}
 	if usage {
 		p, c := rawUsage(turns)
-		sb.WriteString("data: " + rawHead + fmt.Sprintf(`],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":1}}}`, p, c, p+c) + "\n\n")
+		sb.WriteString("data: " + rawHead + fmt.Sprintf(`],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1},"completion_tokens_details":{"reasoning_tokens":1,"audio_tokens":0,"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}}`, p, c, p+c) + "\n\n")
 	}
 	sb.WriteString("data: [DONE]\n\n")
 	return sb.String()
@@ -886,7 +886,7 @@ func rawAnswer(turns []rawTurn) string {
 	p, c := rawUsage(turns)
 	return `{"id":"chatcmpl-raw","object":"chat.completion","created":1700000000,"model":"up-model","system_fingerprint":"fp_raw","choices":[` +
 		strings.Join(choices, ",") +
-		fmt.Sprintf(`],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":1}}}`, p, c, p+c)
+		fmt.Sprintf(`],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1},"completion_tokens_details":{"reasoning_tokens":1,"audio_tokens":0,"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}}`, p, c, p+c)
 }
 
 // TestResponsesStreamJSONParityMatrix runs the chat matrix's cases through
@@ -975,4 +975,25 @@ func normalizeResponse(t *testing.T, raw string, gatewayIDs bool) string {
 	}
 	b, _ := json.Marshal(keep)
 	return string(b)
+}
+
+// A request that offers client tools streams through the tool loop, which
+// writes its own usage (summed over rounds), and answers JSON on the fast
+// path with the upstream's usage as it is. The loop's usage kept only the
+// counts it sums, so the stream lost OpenAI's audio and prediction details
+// that the JSON answer showed.
+func TestLoopStreamKeepsUsageDetails(t *testing.T) {
+	t.Parallel()
+	turns := []rawTurn{{tokens: []string{"no ", "call"}, usage: [2]int{9, 5}}}
+	h := fixedUpstreamHarness(t, parityRawStream(turns, true), rawAnswer(turns))
+	p := withClientTools(userMsg("hi"))
+	js := parityJSON(t, h, p)
+	st := parityStream(t, h, p)
+	for _, a := range []parityAnswer{js, st} {
+		d, _ := a.UsageRaw["completion_tokens_details"].(map[string]any)
+		if d["accepted_prediction_tokens"] != 2.0 || d["rejected_prediction_tokens"] != 1.0 {
+			t.Errorf("usage %v", a.UsageRaw)
+		}
+	}
+	parityCompare(t, parityCase{}, "json", js, "stream", st)
 }

@@ -13,6 +13,21 @@ type ChatUsage struct {
 	CacheWrite                int64 // prompt_tokens_details.cache_write_tokens, else cache_creation_input_tokens: prompt-cache writes
 	HasCacheWrite             bool  // cache_write_tokens is present (a provider that reports writes)
 	Reasoning                 int64 // completion_tokens_details.reasoning_tokens
+	// OpenAI's other details (prompt and completion audio_tokens,
+	// accepted_ and rejected_prediction_tokens), in that order; Has says
+	// which a provider reported: only those are written, so that a sum
+	// over a tool loop's rounds shows what a relayed answer shows.
+	Extra    [4]int64
+	HasExtra [4]bool
+}
+
+// extraDetails names ChatUsage.Extra's members: the details object of
+// each, and its key.
+var extraDetails = [4][2]string{
+	{"prompt_tokens_details", "audio_tokens"},
+	{"completion_tokens_details", "audio_tokens"},
+	{"completion_tokens_details", "accepted_prediction_tokens"},
+	{"completion_tokens_details", "rejected_prediction_tokens"},
 }
 
 // ParseChatUsage reads a usage object in one pass over its keys, reading
@@ -27,6 +42,14 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	}
 	var seen [3]bool
 	var cached, write, topWrite, reasoning gjson.Result
+	var extra [4]gjson.Result
+	details := func(obj string, v gjson.Result) {
+		for i, d := range extraDetails {
+			if d[0] == obj && !extra[i].Exists() {
+				extra[i] = v.Get(d[1])
+			}
+		}
+	}
 	u.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "prompt_tokens":
@@ -42,6 +65,7 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 			if !write.Exists() {
 				write = v.Get("cache_write_tokens")
 			}
+			details(k.Str, v)
 		case "cache_creation_input_tokens": // Anthropic's spelling, kept by a translator
 			if !topWrite.Exists() {
 				topWrite = v
@@ -50,6 +74,7 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 			if !reasoning.Exists() {
 				reasoning = v.Get("reasoning_tokens")
 			}
+			details(k.Str, v)
 		}
 		return true
 	})
@@ -57,6 +82,9 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 		write = topWrite
 	}
 	c.Cached, c.CacheWrite, c.HasCacheWrite, c.Reasoning = cached.Int(), write.Int(), write.Exists(), reasoning.Int()
+	for i, v := range extra {
+		c.Extra[i], c.HasExtra[i] = v.Int(), v.Exists()
+	}
 	return c, true
 }
 
@@ -70,11 +98,15 @@ func (c *ChatUsage) Add(o ChatUsage) {
 	c.CacheWrite += o.CacheWrite
 	c.HasCacheWrite = c.HasCacheWrite || o.HasCacheWrite
 	c.Reasoning += o.Reasoning
+	for i := range c.Extra {
+		c.Extra[i] += o.Extra[i]
+		c.HasExtra[i] = c.HasExtra[i] || o.HasExtra[i]
+	}
 }
 
 // AppendJSON appends c as a chat usage object: total_tokens is prompt +
-// completion when c has no total, and cache_write_tokens is written only
-// when a provider reported cache writes.
+// completion when c has no total, and cache_write_tokens and the Extra
+// details are written only when a provider reported them.
 func (c ChatUsage) AppendJSON(b []byte) []byte {
 	total := c.Total
 	if total == 0 {
@@ -92,9 +124,22 @@ func (c ChatUsage) AppendJSON(b []byte) []byte {
 		b = append(b, `,"cache_write_tokens":`...)
 		b = strconv.AppendInt(b, c.CacheWrite, 10)
 	}
+	b = c.appendExtra(b, 0, 1)
 	b = append(b, `},"completion_tokens_details":{"reasoning_tokens":`...)
 	b = strconv.AppendInt(b, c.Reasoning, 10)
+	b = c.appendExtra(b, 1, 4)
 	return append(b, "}}"...)
+}
+
+// appendExtra appends the reported members of c.Extra[from:to].
+func (c ChatUsage) appendExtra(b []byte, from, to int) []byte {
+	for i := from; i < to; i++ {
+		if c.HasExtra[i] {
+			b = append(append(append(b, `,"`...), extraDetails[i][1]...), `":`...)
+			b = strconv.AppendInt(b, c.Extra[i], 10)
+		}
+	}
+	return b
 }
 
 // first sets *n to v's number the first time a key is seen.

@@ -16,6 +16,7 @@ func FuzzChatUsage(f *testing.F) {
 	f.Add(`{"prompt_tokens_details":{},"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":3}}`)
 	f.Add(`{"prompt_tokens":50,"cache_creation_input_tokens":30}`)
 	f.Add(`{"cache_creation_input_tokens":1,"prompt_tokens_details":{"cache_write_tokens":2}}`)
+	f.Add(`{"prompt_tokens_details":{"audio_tokens":2},"completion_tokens_details":{"audio_tokens":1,"accepted_prediction_tokens":3},"completion_tokens_details":{"rejected_prediction_tokens":4,"audio_tokens":9}}`)
 	f.Add(`[]`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		u := gjson.Parse(raw)
@@ -34,6 +35,10 @@ func FuzzChatUsage(f *testing.F) {
 			Total: u.Get("total_tokens").Int(), Cached: u.Get("prompt_tokens_details.cached_tokens").Int(),
 			CacheWrite: write.Int(), HasCacheWrite: write.Exists(),
 			Reasoning: u.Get("completion_tokens_details.reasoning_tokens").Int()}
+		for i, d := range extraDetails {
+			v := u.Get(d[0] + "." + d[1])
+			want.Extra[i], want.HasExtra[i] = v.Int(), v.Exists()
+		}
 		if got != want {
 			t.Fatalf("%q: got %+v, want %+v", raw, got, want)
 		}
@@ -67,6 +72,25 @@ func FuzzChatUsageJSON(f *testing.F) {
 			t.Fatalf("%+v doubled is %+v", c, sum)
 		}
 	})
+}
+
+// OpenAI's audio and prediction details survive a sum (a tool loop's
+// usage): written when reported, added up, and absent when no call had
+// them.
+func TestChatUsageKeepsOtherDetails(t *testing.T) {
+	a, _ := ParseChatUsage(gjson.Parse(`{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,` +
+		`"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1},` +
+		`"completion_tokens_details":{"reasoning_tokens":1,"audio_tokens":0,"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}`))
+	b, _ := ParseChatUsage(gjson.Parse(`{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25}`))
+	a.Add(b)
+	want := `{"prompt_tokens":30,"completion_tokens":10,"total_tokens":40,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1},` +
+		`"completion_tokens_details":{"reasoning_tokens":1,"audio_tokens":0,"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}`
+	if got := string(a.AppendJSON(nil)); got != want {
+		t.Fatalf("sum\n got %s\nwant %s", got, want)
+	}
+	if got := string(b.AppendJSON(nil)); got != `{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}` {
+		t.Fatalf("without details: %s", got)
+	}
 }
 
 // The Responses usage of a chat usage keeps every count the chat usage
