@@ -10,12 +10,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/wiretest"
@@ -35,6 +37,7 @@ type parityCase struct {
 	mock   func(*mockllm.Call) mockllm.Turn // the mock's script, or
 	raw    func(body []byte) []rawTurn      // a raw upstream's answer, one turn per choice
 	chunk  *mockllm.Chunking                // the mock's chunking
+	delay  time.Duration                    // the mock's pause between stream events
 	params func() openai.ChatCompletionNewParams
 	// gatewayIDs: the tool loop names client calls (call_ and random bits),
 	// so the two forms' ids differ and only their form is compared.
@@ -135,9 +138,10 @@ func parityUsage(p, c int) *mockllm.Usage {
 	return &mockllm.Usage{Prompt: p, Completion: c, Cached: p / 4}
 }
 
-// toolRounds counts the tool results in a request.
+// toolRounds counts the tool results in a request (chat tool messages, or
+// the Messages API's tool_result blocks).
 func toolRounds(body []byte) int {
-	return len(gjson.GetBytes(body, `messages.#(role=="tool")#`).Array())
+	return len(gjson.GetBytes(body, `messages.#(role=="tool")#`).Array()) + strings.Count(string(body), `"type":"tool_result"`)
 }
 
 func withClientTools(p openai.ChatCompletionNewParams) openai.ChatCompletionNewParams {
@@ -470,11 +474,64 @@ func parityCases() []parityCase {
 				}
 				return mockllm.Turn{Text: "It is 42.", Usage: parityUsage(40, 5)}
 			}},
-		{name: "upstream error mid-stream", config: baseConfig, params: base, wantErr: true,
+		{name: "reasoning plain", config: baseConfig, params: base,
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{reason: []string{"Hmm, ", "let me think."}, tokens: []string{"Done."}, usage: [2]int{9, 4}}}
+			}},
+		{name: "reasoning client tools offered", config: baseConfig,
+			params: func() openai.ChatCompletionNewParams { return withClientTools(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{reason: []string{"Hmm, ", "let me think."}, tokens: []string{"Calling."}, usage: [2]int{9, 4},
+					calls: []rawCall{{"call_r1", "lookup_city", `{"name":"Bern"}`}}}}
+			}},
+		{name: "reasoning server rounds", config: parityServerTools, params: base,
+			raw: func(body []byte) []rawTurn {
+				if toolRounds(body) == 0 {
+					return []rawTurn{{reason: []string{"First ", "thought."}, tokens: []string{"Let ", "me ", "see. "}, usage: [2]int{20, 6},
+						calls: []rawCall{{"call_s1", "calculator", `{"expression":"6*7"}`}}}}
+				}
+				return []rawTurn{{reason: []string{"Second ", "thought."}, tokens: []string{"It ", "is ", "42."}, usage: [2]int{30, 4}}}
+			}},
+		{name: "cache hit reasoning", config: cacheConfig, cache: true,
+			params: func() openai.ChatCompletionNewParams { return det("cache me") },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{reason: []string{"Hmm, ", "let me think."}, tokens: []string{"Cached ", "answer."}, usage: [2]int{9, 4}}}
+			}},
+		{name: "anthropic thinking server loop", config: parityAnthropic, params: base,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				u := &mockllm.Usage{Prompt: 40 + toolRounds(c.Body), Completion: 9}
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Thinking: "Need a tool.", Text: "Computing. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: u}
+				}
+				return mockllm.Turn{Thinking: "Got it.", Text: "It is 42.", Usage: u}
+			}},
+		{name: "server tool error result", config: parityServerTools, params: base,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Text: "Trying. ", ToolCalls: []mockllm.ToolCall{calc("6*/7")}, Usage: parityUsage(20, 5)}
+				}
+				return mockllm.Turn{Text: "The tool failed.", Usage: parityUsage(30, 5)}
+			}},
+		{name: "fallback exhausted", config: parityFallback, params: base, wantErr: true,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "overloaded "+c.Model)}
+			}},
+		{name: "no answer left", config: baseConfig, params: base, wantErr: true,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Fault: mockllm.ErrorAnswerFault("server_error", "the model is down")}
+			}},
+		{name: "error in fallback round of loop", config: parityFallback, params: base, wantErr: true,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Text: "Computing. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: parityUsage(20, 5)}
+				}
+				return mockllm.Turn{Fault: mockllm.StatusFault(400, "invalid_request_error", "bad round from "+c.Model)}
+			}},
+		{name: "upstream error mid-stream", config: baseConfig, params: base, wantErr: true, delay: 15 * time.Millisecond,
 			mock: func(*mockllm.Call) mockllm.Turn {
 				return mockllm.Turn{Text: "partial answer that fails", Fault: mockllm.ErrorEventFault(3, "server_error", "the model crashed")}
 			}},
-		{name: "upstream error in server loop", config: parityServerTools, params: base, wantErr: true,
+		{name: "upstream error in server loop", config: parityServerTools, params: base, wantErr: true, delay: 15 * time.Millisecond,
 			mock: func(c *mockllm.Call) mockllm.Turn {
 				if toolRounds(c.Body) == 0 {
 					return mockllm.Turn{Text: "Computing. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: parityUsage(20, 5)}
@@ -515,7 +572,7 @@ func parityHarness(t *testing.T, tc parityCase) *harness {
 		t.Cleanup(up.Close)
 		return newHarness(t, strings.ReplaceAll(tc.config, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
 	}
-	opts := mockllm.Options{Respond: tc.mock}
+	opts := mockllm.Options{Respond: tc.mock, ChunkDelay: tc.delay}
 	if tc.chunk != nil {
 		opts.Chunking = *tc.chunk
 	}
@@ -527,7 +584,10 @@ func runParityCase(t *testing.T, tc parityCase) {
 		h := parityHarness(t, tc)
 		js, jsStatus := parityError(t, h, tc.params(), false)
 		st, stStatus := parityError(t, h, tc.params(), true)
-		if js != st {
+		if testing.Verbose() {
+			t.Logf("json (%d) %s; stream (%d) %s", jsStatus, js, stStatus, st)
+		}
+		if js != st || (stStatus != 200 && stStatus != jsStatus) {
 			t.Fatalf("errors differ:\n json   (%d) %s\n stream (%d) %s", jsStatus, js, stStatus, st)
 		}
 		return
@@ -564,6 +624,7 @@ func runParityCase(t *testing.T, tc parityCase) {
 type parityAnswer struct {
 	Model       string
 	Fingerprint string
+	ServiceTier string
 	Choices     []parityChoice
 	Usage       parityUsageRec
 	UsageRaw    map[string]any // every usage member, details included
@@ -590,7 +651,7 @@ type parityUsageRec struct {
 }
 
 func normalizeCompletion(c openai.ChatCompletion) parityAnswer {
-	a := parityAnswer{Model: c.Model, Fingerprint: c.SystemFingerprint}
+	a := parityAnswer{Model: c.Model, Fingerprint: c.SystemFingerprint, ServiceTier: string(c.ServiceTier)}
 	if c.JSON.Usage.Valid() || c.Usage.TotalTokens != 0 {
 		a.Usage = parityUsageRec{
 			Prompt: c.Usage.PromptTokens, Completion: c.Usage.CompletionTokens, Total: c.Usage.TotalTokens,
@@ -698,11 +759,10 @@ func parityError(t *testing.T, h *harness, p openai.ChatCompletionNewParams, str
 	t.Helper()
 	body, _ := json.Marshal(p)
 	if stream {
-		body, _ = json.Marshal(struct {
-			openai.ChatCompletionNewParams
-			Stream        bool                                    `json:"stream"`
-			StreamOptions openai.ChatCompletionStreamOptionsParam `json:"stream_options"`
-		}{p, true, openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+		// (The params marshal themselves: fields beside them in a
+		// struct would be dropped.)
+		body, _ = sjson.SetRawBytes(body, "stream", []byte("true"))
+		body, _ = sjson.SetRawBytes(body, "stream_options", []byte(`{"include_usage":true}`))
 	}
 	status, _, raw := h.post("/chat/completions", string(body), nil)
 	e := gjson.GetBytes(raw, "error")
@@ -753,6 +813,7 @@ func parityCompare(t *testing.T, tc parityCase, an string, a parityAnswer, bn st
 // tokens), each its own delta with its own logprob, then tool calls whose
 // arguments come in 3-byte fragments.
 type rawTurn struct {
+	reason   []string // reasoning_content deltas, before the text
 	tokens   []string
 	refusal  []string
 	logprobs bool
@@ -784,7 +845,7 @@ func (r rawTurn) finishReason() string {
 	return "stop"
 }
 
-const rawHead = `{"id":"chatcmpl-raw","object":"chat.completion.chunk","created":1700000000,"model":"up-model","system_fingerprint":"fp_raw","choices":[`
+const rawHead = `{"id":"chatcmpl-raw","object":"chat.completion.chunk","created":1700000000,"model":"up-model","system_fingerprint":"fp_raw","service_tier":"default","choices":[`
 
 func parityRawStream(turns []rawTurn, usage bool) string {
 	var sb strings.Builder
@@ -797,6 +858,10 @@ func parityRawStream(turns []rawTurn, usage bool) string {
 	}
 	for i, r := range turns {
 		ev(fmt.Sprintf(`{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`, i))
+		for _, tok := range r.reason {
+			b, _ := json.Marshal(tok)
+			ev(fmt.Sprintf(`{"index":%d,"delta":{"reasoning_content":%s},"logprobs":null,"finish_reason":null}`, i, b))
+		}
 		for _, tok := range r.tokens {
 			b, _ := json.Marshal(tok)
 			lp := "null"
@@ -853,6 +918,10 @@ func rawAnswer(turns []rawTurn) string {
 			refusal = string(b)
 		}
 		msg := fmt.Sprintf(`{"role":"assistant","content":%s,"refusal":%s`, content, refusal)
+		if len(r.reason) > 0 {
+			b, _ := json.Marshal(strings.Join(r.reason, ""))
+			msg += `,"reasoning_content":` + string(b)
+		}
 		if len(r.calls) > 0 {
 			var cs []string
 			for _, c := range r.calls {
@@ -884,7 +953,7 @@ func rawAnswer(turns []rawTurn) string {
 		choices = append(choices, fmt.Sprintf(`{"index":%d,"message":%s,"logprobs":%s,"finish_reason":%q}`, i, msg, lp, r.finishReason()))
 	}
 	p, c := rawUsage(turns)
-	return `{"id":"chatcmpl-raw","object":"chat.completion","created":1700000000,"model":"up-model","system_fingerprint":"fp_raw","choices":[` +
+	return `{"id":"chatcmpl-raw","object":"chat.completion","created":1700000000,"model":"up-model","system_fingerprint":"fp_raw","service_tier":"default","choices":[` +
 		strings.Join(choices, ",") +
 		fmt.Sprintf(`],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1},"completion_tokens_details":{"reasoning_tokens":1,"audio_tokens":0,"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}}`, p, c, p+c)
 }
@@ -897,13 +966,30 @@ func TestResponsesStreamJSONParityMatrix(t *testing.T) {
 	t.Parallel()
 	for _, tc := range parityCases() {
 		p := tc.params()
-		if tc.wantErr || (p.N.Valid() && p.N.Value > 1) {
+		if p.N.Valid() && p.N.Value > 1 {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := parityHarness(t, tc)
 			rp := responsesParams(p)
+			if tc.wantErr {
+				js, jsStatus := responsesError(t, h, rp, false)
+				st, stStatus := responsesError(t, h, rp, true)
+				if testing.Verbose() {
+					t.Logf("json (%d) %+v; stream (%d) %+v", jsStatus, js, stStatus, st)
+				}
+				if stStatus == 200 && js.code != "rate_limit_exceeded" {
+					// response.failed's codes are the ResponseError enum,
+					// which has no invalid_request_error: every error but
+					// a rate limit is server_error there.
+					js.code = "server_error"
+				}
+				if js != st || (stStatus != 200 && stStatus != jsStatus) {
+					t.Fatalf("errors differ:\n json   (%d) %s\n stream (%d) %s", jsStatus, js, stStatus, st)
+				}
+				return
+			}
 			r, err := h.client.Responses.New(context.Background(), rp)
 			if err != nil {
 				t.Fatalf("json: %v", err)
@@ -997,3 +1083,32 @@ func TestLoopStreamKeepsUsageDetails(t *testing.T) {
 	}
 	parityCompare(t, parityCase{}, "json", js, "stream", st)
 }
+
+// responsesError sends rp raw and returns its error (code and message) and
+// the HTTP status: a JSON answer's envelope, or a stream's HTTP error or
+// the error of its response.failed event.
+func responsesError(t *testing.T, h *harness, rp responses.ResponseNewParams, stream bool) (respError, int) {
+	t.Helper()
+	body, _ := json.Marshal(rp)
+	if stream {
+		body, _ = sjson.SetRawBytes(body, "stream", []byte("true"))
+	}
+	status, _, raw := h.post("/responses", string(body), nil)
+	e := gjson.GetBytes(raw, "error")
+	if stream && status == 200 {
+		e = gjson.Result{}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && gjson.Get(d, "type").Str == "response.failed" {
+				e = gjson.Get(d, "response.error")
+			}
+		}
+		if !e.Exists() {
+			t.Fatalf("stream does not fail:\n%s", raw)
+		}
+	} else if status == 200 {
+		t.Fatalf("json answer is no error:\n%s", raw)
+	}
+	return respError{e.Get("code").Str, e.Get("message").Str}, status
+}
+
+type respError struct{ code, message string }
