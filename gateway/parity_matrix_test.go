@@ -134,6 +134,16 @@ action = "redact"
 max_length = 60
 `
 
+// parityBlock blocks an answer that names the code name.
+const parityBlock = parityServerTools + `
+[[guardrails]]
+name = "codename"
+stage = "response"
+kind = "regex"
+action = "block"
+patterns = ['(?i)project\s+falcon']
+`
+
 func parityUsage(p, c int) *mockllm.Usage {
 	return &mockllm.Usage{Prompt: p, Completion: c, Cached: p / 4}
 }
@@ -526,6 +536,36 @@ func parityCases() []parityCase {
 					return mockllm.Turn{Text: "Computing. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: parityUsage(20, 5)}
 				}
 				return mockllm.Turn{Fault: mockllm.StatusFault(400, "invalid_request_error", "bad round from "+c.Model)}
+			}},
+		{name: "guardrail logprobs", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: []string{"Write ", "to ", "bob@", "example", ".com ", "about ", "Project ", "Falcon ", "soon."}, logprobs: true, usage: [2]int{9, 4}}}
+			}},
+		{name: "guardrail logprobs no match", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: []string{"Nothing ", "to ", "hide ", "here, ", "it ", "is ", "all ", "fine."}, logprobs: true, usage: [2]int{9, 4}}}
+			}},
+		{name: "guardrail logprobs server rounds", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func(body []byte) []rawTurn {
+				if toolRounds(body) == 0 {
+					return []rawTurn{{tokens: []string{"Let ", "me ", "see. "}, logprobs: true, usage: [2]int{20, 6},
+						calls: []rawCall{{"call_s1", "calculator", `{"expression":"6*7"}`}}}}
+				}
+				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{30, 4}}}
+			}},
+		{name: "guardrail block", config: parityBlock, params: base, wantErr: true, delay: 5 * time.Millisecond,
+			mock: func(*mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Text: "Some text first, then about Project Falcon and more.", Usage: parityUsage(10, 5)}
+			}},
+		{name: "guardrail block server loop", config: parityBlock, params: base, wantErr: true, delay: 5 * time.Millisecond,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Text: "Computing. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: parityUsage(20, 5)}
+				}
+				return mockllm.Turn{Text: "It is 42, says Project Falcon.", Usage: parityUsage(30, 5)}
 			}},
 		{name: "upstream error mid-stream", config: baseConfig, params: base, wantErr: true, delay: 15 * time.Millisecond,
 			mock: func(*mockllm.Call) mockllm.Turn {
@@ -1112,3 +1152,24 @@ func responsesError(t *testing.T, h *harness, rp responses.ResponseNewParams, st
 }
 
 type respError struct{ code, message string }
+
+// A response guardrail holds a stream's text back in windows and releases
+// it in chunks of its own: the held chunks' logprobs were dropped, and the
+// released text carried the first held chunk's logprobs again, so a stream
+// showed one token's logprobs (repeated) where the JSON answer showed
+// every token's. The released chunks now carry the logprobs of the text
+// they release.
+func TestGuardrailStreamKeepsLogprobs(t *testing.T) {
+	t.Parallel()
+	h := parityHarness(t, parityCase{config: parityGuard, raw: func([]byte) []rawTurn {
+		return []rawTurn{{tokens: []string{"Write ", "to ", "bob@", "example", ".com ", "or ", "call ", "me, ", "ok?"}, logprobs: true, usage: [2]int{9, 4}}}
+	}})
+	p := userMsg("hi")
+	p.Logprobs = openai.Bool(true)
+	js := parityJSON(t, h, p)
+	st := parityStream(t, h, p)
+	if n := strings.Count(js.Choices[0].Logprobs, `"Token"`); n != 9 {
+		t.Fatalf("JSON has %d logprobs: %s", n, js.Choices[0].Logprobs)
+	}
+	parityCompare(t, parityCase{}, "json", js, "stream", st)
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"strings"
 	"unsafe"
 
 	"github.com/llmgw/gateway/jsonstring"
@@ -29,6 +30,7 @@ type stream struct {
 	meta   *pipeline.Meta
 	checks [maxChoices]*checker
 	tmpl   [maxChoices][]byte // a held content chunk of the choice, for the chunks of released text
+	lps    [maxChoices]heldLogprobs
 	queue  [][]byte
 	spare  [4][]byte // the queue's storage when it is short
 	ended  bool
@@ -138,6 +140,8 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	}
 	ck := s.checker(i)
 	text := unsafe.Slice(unsafe.StringData(content.Str), len(content.Str))
+	lp := &s.lps[i]
+	lp.hold(len(text), ch.Get("logprobs.content"))
 	out, err := ck.Feed(text)
 	if err != nil {
 		return nil, err
@@ -149,13 +153,18 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 		}
 		out = append(out, rest...)
 	}
+	items, own := lp.release(len(ck.pending))
 	switch {
 	case len(out) == 0 && !ends && !role:
 		return nil, nil
-	case bytes.Equal(out, text):
+	case bytes.Equal(out, text) && own:
 		return chunk, nil
 	}
-	return sjson.SetBytes(chunk, "choices.0.delta.content", string(out))
+	c, err := sjson.SetBytes(chunk, "choices.0.delta.content", string(out))
+	if err != nil || !lp.seen {
+		return c, err
+	}
+	return sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(items))
 }
 
 // flush queues choice i's held text as a content chunk.
@@ -176,8 +185,70 @@ func (s *stream) flush(i int) error {
 	if err != nil {
 		return err
 	}
+	if lp := &s.lps[i]; lp.seen {
+		items, _ := lp.release(0)
+		if c, err = sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(items)); err != nil {
+			return err
+		}
+	}
 	s.queue = append(s.queue, c)
 	return nil
+}
+
+// heldLogprobs keeps the logprobs of a choice's held text: they go out
+// with the text, on the chunk that releases the last of their chunk's
+// text, so that the stream carries every token's logprobs once, in order,
+// as the JSON answer does.
+type heldLogprobs struct {
+	seen  bool     // a chunk of the choice had logprobs
+	fed   int      // bytes of text held so far
+	ends  []int    // per held chunk: fed after its text
+	items []string // per held chunk: its logprobs.content items, joined (may be empty)
+}
+
+// hold notes a chunk of n bytes of text with its logprobs.content.
+func (h *heldLogprobs) hold(n int, content gjson.Result) {
+	raw := ""
+	if content.IsArray() {
+		raw = strings.TrimSpace(content.Raw)
+		// A copy: content is a view of a chunk that is reused.
+		raw = strings.Clone(strings.TrimSpace(raw[1 : len(raw)-1]))
+		h.seen = true
+	}
+	h.fed += n
+	h.ends = append(h.ends, h.fed)
+	h.items = append(h.items, raw)
+}
+
+// release returns the items of the chunks whose text is out, now that
+// pending bytes are still held, joined; own reports that they are the
+// items of the last chunk held alone (that chunk goes out as it came).
+func (h *heldLogprobs) release(pending int) (items string, own bool) {
+	out := h.fed - pending
+	n := 0
+	for n < len(h.ends) && h.ends[n] <= out {
+		n++
+	}
+	own = n == 1 && len(h.ends) == 1
+	var parts []string
+	for _, it := range h.items[:n] {
+		if it != "" {
+			parts = append(parts, it)
+		}
+	}
+	h.ends, h.items = h.ends[n:], h.items[n:]
+	if len(h.ends) == 0 {
+		h.ends, h.items = h.ends[:0], h.items[:0]
+	}
+	return strings.Join(parts, ","), own || (n == 0 && !h.seen)
+}
+
+// logprobsJSON is a chunk's logprobs member for content items.
+func logprobsJSON(items string) []byte {
+	if items == "" {
+		return []byte("null")
+	}
+	return []byte(`{"content":[` + items + `],"refusal":null}`)
 }
 
 func (s *stream) checker(i int) *checker {
