@@ -556,6 +556,41 @@ func parityCases() []parityCase {
 				}
 				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{30, 4}}}
 			}},
+		{name: "guardrail n2 logprobs", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { p := withLogprobs(base()); p.N = openai.Int(2); return p },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{
+					{tokens: []string{"Mail ", "bob@", "example.com ", "about ", "it, ", "and ", "then ", "some ", "more ", "words."}, logprobs: true, usage: [2]int{9, 4}},
+					{tokens: []string{"A ", "second ", "choice ", "that ", "runs ", "on ", "and ", "on ", "until ", "it ", "passes ", "sixty ", "characters."}, logprobs: true, usage: [2]int{9, 4}},
+				}
+			}},
+		{name: "guardrail logprobs client call", config: parityGuard, gatewayIDs: true,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(withClientTools(base())) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: []string{"Looking ", "up ", "bob@", "example.com ", "now."}, logprobs: true, usage: [2]int{9, 4},
+					calls: []rawCall{{"call_c1", "lookup_city", `{"name":"Bern"}`}}}}
+			}},
+		{name: "guardrail cache hit server loop", config: parityGuard + "[middleware.cache]\nenabled = true\n", cache: true, chunk: &mockllm.Chunking{TextRunes: 5},
+			params: func() openai.ChatCompletionNewParams { return det("cache me") },
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Text: "Computing, mail bob@example.com. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: parityUsage(20, 5)}
+				}
+				return mockllm.Turn{Text: "It is 42.", Usage: parityUsage(30, 5)}
+			}},
+		{name: "prompted client call logprobs", config: promptedConfig, gatewayIDs: true,
+			params: func() openai.ChatCompletionNewParams { p := withLogprobs(base()); promptedClientTools(&p); return p },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: []string{"Checking ", "now.\n", "```tool_calls\n", `[{"name": "lookup_city", `, `"arguments": {"name": "Bern"}}]`, "\n```"}, logprobs: true, usage: [2]int{9, 4}}}
+			}},
+		{name: "prompted server loop logprobs", config: promptedConfig,
+			params: func() openai.ChatCompletionNewParams { p := withLogprobs(base()); p.Model = "txt"; return p },
+			raw: func(body []byte) []rawTurn {
+				if !strings.Contains(string(body), "42") {
+					return []rawTurn{{tokens: []string{"Let ", "me ", "compute.\n", "```tool_calls\n", `[{"name": "calculator", "arguments": {"expression": "6*7"}}]`, "\n```"}, logprobs: true, usage: [2]int{9, 4}}}
+				}
+				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{19, 3}}}
+			}},
 		{name: "guardrail block", config: parityBlock, params: base, wantErr: true, delay: 5 * time.Millisecond,
 			mock: func(*mockllm.Call) mockllm.Turn {
 				return mockllm.Turn{Text: "Some text first, then about Project Falcon and more.", Usage: parityUsage(10, 5)}
