@@ -144,6 +144,17 @@ action = "block"
 patterns = ['(?i)project\s+falcon']
 `
 
+// parityApproval gates delete_file behind a person's approval (its server
+// is never called: the call is handed out).
+const parityApproval = parityServerTools + `
+[[tools]]
+name = "delete_file"
+kind = "http"
+url = "http://127.0.0.1:9/never"
+approval = "always"
+parameters = '{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}'
+`
+
 func parityUsage(p, c int) *mockllm.Usage {
 	return &mockllm.Usage{Prompt: p, Completion: c, Cached: p / 4}
 }
@@ -590,6 +601,21 @@ func parityCases() []parityCase {
 					return []rawTurn{{tokens: []string{"Let ", "me ", "compute.\n", "```tool_calls\n", `[{"name": "calculator", "arguments": {"expression": "6*7"}}]`, "\n```"}, logprobs: true, usage: [2]int{9, 4}}}
 				}
 				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{19, 3}}}
+			}},
+		{name: "approval pending", config: parityApproval, gatewayIDs: true, params: base,
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				u := parityUsage(30+toolRounds(c.Body), 6)
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Text: "Computing first. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: u}
+				}
+				return mockllm.Turn{Text: "Now deleting.", ToolCalls: []mockllm.ToolCall{{Name: "delete_file", Arguments: `{"path":"/tmp/x"}`}}, Usage: u}
+			}},
+		{name: "approval pending with client call", config: parityApproval, gatewayIDs: true,
+			params: func() openai.ChatCompletionNewParams { return withClientTools(base()) },
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Text: "Both. ", Usage: parityUsage(30, 6), ToolCalls: []mockllm.ToolCall{
+					{Name: "delete_file", Arguments: `{"path":"/tmp/x"}`}, {Name: "lookup_city", Arguments: `{"name":"Bern"}`}, calc("1+1"),
+				}}
 			}},
 		{name: "guardrail block", config: parityBlock, params: base, wantErr: true, delay: 5 * time.Millisecond,
 			mock: func(*mockllm.Call) mockllm.Turn {
