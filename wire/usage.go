@@ -42,12 +42,10 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	}
 	var seen [3]bool
 	var cached, write, topWrite, reasoning gjson.Result
-	var extra [4]gjson.Result
-	details := func(obj string, v gjson.Result) {
-		for i, d := range extraDetails {
-			if d[0] == obj && !extra[i].Exists() {
-				extra[i] = v.Get(d[1])
-			}
+	var extra [4]gjson.Result // in extraDetails' order
+	firstOf := func(r *gjson.Result, v gjson.Result) {
+		if !r.Exists() {
+			*r = v
 		}
 	}
 	u.ForEach(func(k, v gjson.Result) bool {
@@ -59,22 +57,33 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 		case "total_tokens":
 			first(&seen[2], &c.Total, v)
 		case "prompt_tokens_details":
-			if !cached.Exists() {
-				cached = v.Get("cached_tokens")
-			}
-			if !write.Exists() {
-				write = v.Get("cache_write_tokens")
-			}
-			details(k.Str, v)
+			v.ForEach(func(k, v gjson.Result) bool {
+				switch k.Str {
+				case "cached_tokens":
+					firstOf(&cached, v)
+				case "cache_write_tokens":
+					firstOf(&write, v)
+				case "audio_tokens":
+					firstOf(&extra[0], v)
+				}
+				return true
+			})
 		case "cache_creation_input_tokens": // Anthropic's spelling, kept by a translator
-			if !topWrite.Exists() {
-				topWrite = v
-			}
+			firstOf(&topWrite, v)
 		case "completion_tokens_details":
-			if !reasoning.Exists() {
-				reasoning = v.Get("reasoning_tokens")
-			}
-			details(k.Str, v)
+			v.ForEach(func(k, v gjson.Result) bool {
+				switch k.Str {
+				case "reasoning_tokens":
+					firstOf(&reasoning, v)
+				case "audio_tokens":
+					firstOf(&extra[1], v)
+				case "accepted_prediction_tokens":
+					firstOf(&extra[2], v)
+				case "rejected_prediction_tokens":
+					firstOf(&extra[3], v)
+				}
+				return true
+			})
 		}
 		return true
 	})

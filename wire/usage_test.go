@@ -113,3 +113,15 @@ func TestAppendResponsesUsage(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkParseChatUsage reads an OpenAI usage object with both details
+// objects, as metering does for every answer.
+func BenchmarkParseChatUsage(b *testing.B) {
+	u := gjson.Parse(`{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseChatUsage(u); !ok {
+			b.Fatal("not parsed")
+		}
+	}
+}
