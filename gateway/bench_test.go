@@ -102,7 +102,8 @@ store = "memory"
 // through the redacting queue, to a file), beside the same request sent to
 // the mock directly. cpu-ns/op is the process's CPU per request (client,
 // mock, gateway, garbage collector): the difference between the two is what
-// the gateway costs.
+// the gateway costs. The stream pair does the same for a streamed answer
+// (the mock writes each event on its own, so each is relayed on its own).
 func BenchmarkShipped(b *testing.B) {
 	f, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
 	if err != nil {
@@ -141,4 +142,6 @@ func BenchmarkShipped(b *testing.B) {
 	}
 	b.Run("direct", func(b *testing.B) { run(b, h.mockURL, benchDirect) })
 	b.Run("gateway", func(b *testing.B) { run(b, h.base, benchBody) })
+	b.Run("stream/direct", func(b *testing.B) { run(b, h.mockURL, benchDirectSt) })
+	b.Run("stream/gateway", func(b *testing.B) { run(b, h.base, benchStreamBody) })
 }
