@@ -96,6 +96,8 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 		if classify(err) == classUnsupported {
 			// This deployment cannot take the request at all: the others
 			// may. Its refusal is the answer only if nothing else failed.
+			// It made no upstream call, which x-gateway-attempts counts.
+			st.attempts--
 			blocked[i] = true
 			if lastErr == nil {
 				lastErr = err

@@ -397,6 +397,9 @@ func TestUnsupportedParameterMovesOn(t *testing.T) {
 			if n := e.f.count("a/claude"); n != 1 {
 				t.Fatalf("claude called %d times: a refusal before the call is not retried", n)
 			}
+			if got := req.Meta.Get(HeaderAttempts); got != "1" {
+				t.Fatalf("attempts header = %q: the refusal made no upstream call", got)
+			}
 		})
 		t.Run("earlier failure wins", func(t *testing.T) {
 			t.Parallel()
