@@ -33,16 +33,20 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 		tries, blocked = make([]int, n), make([]bool, n)
 	}
 
-	var lastErr error
+	var lastErr, refused error // refused: a deployment's refusal before any call (classUnsupported)
+	nRefused := 0
 	var lastRetryAfter time.Duration
 	last := -1
 	for {
 		i, probe := h.pick(rs, tries, blocked)
 		if i < 0 {
-			if lastErr == nil {
-				return nil, h.circuitOpen(rs)
+			switch {
+			case lastErr != nil:
+				return nil, lastErr
+			case nRefused == len(rs.deps):
+				return nil, refused
 			}
-			return nil, lastErr
+			return nil, h.circuitOpen(rs) // the others' circuits are open: retrying later may help
 		}
 		d := &rs.deps[i]
 		var wait time.Duration
@@ -99,8 +103,8 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 			// It made no upstream call, which x-gateway-attempts counts.
 			st.attempts--
 			blocked[i] = true
-			if lastErr == nil {
-				lastErr = err
+			if nRefused++; refused == nil {
+				refused = err
 			}
 			continue
 		}

@@ -187,3 +187,25 @@ func TestBreakerOneProbe(t *testing.T) {
 		t.Fatal("breaker not closed after a successful probe")
 	}
 }
+
+// A route whose one deployment refuses the request before any call (a
+// provider that cannot honour a field), falling back to a model whose
+// circuit is open, answers 503 circuit_open: retrying later may help,
+// where the refusal would say the request itself cannot be served.
+func TestRefusalBehindOpenCircuitIsCircuitOpen(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	unsupported := &pipeline.Error{Status: 400, Type: "invalid_request_error", Code: pipeline.CodeUnsupportedParameter, Param: "logprobs", Message: "no logprobs"}
+	for _, nested := range []bool{true, false} {
+		e := newEnv(breakerOpts(clk, 1), map[string][]step{
+			"q/claude": {{err: unsupported}},
+			"p/gpt":    {{err: status(500, `{}`)}},
+		}, nested, rt("claude", 0, []string{"gpt"}, dep("q", "claude", 1)), rt("gpt", 0, nil, dep("p", "gpt", 1)))
+		if _, _, err := e.chat(t, "gpt", false); classify(err) != classRetryable { // opens gpt's circuit
+			t.Fatalf("err = %v", err)
+		}
+		if _, _, err := e.chat(t, "claude", false); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("nested %v: err = %v, want 503 circuit_open", nested, err)
+		}
+	}
+}

@@ -40,6 +40,7 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 
 	var (
 		lastErr  error
+		refused  error           // a target's refusal before any call (classUnsupported)
 		openErr  *pipeline.Error // the shortest circuit wait seen
 		window   = -1            // after a context-length error: the prompt needs more tokens than this
 		tried    = []*pipeline.Route{primary}
@@ -68,8 +69,8 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 				// The model's provider cannot take the request: another
 				// model's may. A failure of an earlier attempt says more.
 				reason = fallbackOnError
-				if lastErr == nil {
-					lastErr = err
+				if refused == nil {
+					refused = err
 				}
 			default:
 				return nil, nil, err
@@ -89,10 +90,13 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 		}
 		route = next
 	}
-	if lastErr == nil && openErr != nil {
-		return nil, nil, openErr // no attempt at all: every circuit was open
+	switch {
+	case lastErr != nil:
+		return nil, nil, lastErr
+	case openErr != nil:
+		return nil, nil, openErr // no upstream attempt at all: every circuit was open, or open and refusing
 	}
-	return nil, nil, lastErr
+	return nil, nil, refused
 }
 
 // nextFallback resolves the next usable fallback of primary from *position
