@@ -56,7 +56,8 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 			})
 			return
 		case strings.Contains(body, "ae-check"):
-			ctx.SetBodyString(`{"accept_encoding":"` + string(ctx.Request.Header.Peek("Accept-Encoding")) + `"}`)
+			ctx.SetBodyString(`{"accept_encoding":"` + string(ctx.Request.Header.Peek("Accept-Encoding")) + `","cookie":"` +
+				string(ctx.Request.Header.Peek("Cookie")) + `","x_api_key":"` + string(ctx.Request.Header.Peek("X-Api-Key")) + `"}`)
 			return
 		case strings.Contains(body, "key-400"):
 			ctx.SetStatusCode(400)
@@ -82,6 +83,8 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 		req.Header.SetContentType("application/json")
 		req.SetBodyString(`{"model":"m","input":"` + input + `"}`)
 		req.Header.Set("Accept-Encoding", "gzip")
+		req.Header.Set("Cookie", "gw_session=client-session")
+		req.Header.Set("X-Api-Key", "sk-client-gateway-key")
 		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -101,6 +104,11 @@ func TestPassthroughKeepsTheGatewaysAccount(t *testing.T) {
 			// client accepts.
 			if got := gjson.GetBytes(resp.Body(), "accept_encoding").Str; got != "identity" {
 				t.Errorf("ae-check: the upstream was asked for %q", got)
+			}
+			// The client's cookies and X-Api-Key are the client's, towards
+			// the gateway: the provider gets neither.
+			if c, k := gjson.GetBytes(resp.Body(), "cookie").Str, gjson.GetBytes(resp.Body(), "x_api_key").Str; c != "" || k != "" {
+				t.Errorf("ae-check: the upstream got Cookie %q and X-Api-Key %q", c, k)
 			}
 		case "stream-echo", "stream-echo-case":
 			got := string(resp.Body())

@@ -34,8 +34,10 @@ var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Da
 var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Anthropic-Organization-Id"}
 
 // clientOnlyHeaders carry the client's identity towards the gateway; the
-// provider gets the gateway's own.
-var clientOnlyHeaders = []string{"Authorization", "Api-Key", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace", callHeader}
+// provider gets the gateway's own. A client's cookies are the gateway's
+// site's, and an X-Api-Key (the Anthropic SDKs' header) may be a gateway
+// key, which the provider must never see.
+var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace", callHeader}
 
 // handlePassthrough forwards any other /v1/* request to a provider, under
 // the same tenant policy as chat: the path must be on the tenant's
