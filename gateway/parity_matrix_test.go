@@ -752,6 +752,7 @@ type parityUsageRec struct {
 }
 
 func normalizeCompletion(c openai.ChatCompletion) parityAnswer {
+	//lint:ignore SA1019 the SDK deprecates the field; the member is still on the wire, in both forms
 	a := parityAnswer{Model: c.Model, Fingerprint: c.SystemFingerprint, ServiceTier: string(c.ServiceTier)}
 	if c.JSON.Usage.Valid() || c.Usage.TotalTokens != 0 {
 		a.Usage = parityUsageRec{
