@@ -1235,3 +1235,42 @@ func TestGuardrailStreamKeepsLogprobs(t *testing.T) {
 	}
 	parityCompare(t, parityCase{}, "json", js, "stream", st)
 }
+
+// A response guardrail holds a Responses stream's text and judges it
+// before each server call the loop reports. When that judgement blocked,
+// the calls it had taken were dropped: the stream failed with no mcp_call
+// although the tool ran, where without the guardrail (and in the tool
+// loop's own failures) a tool that ran is reported before
+// response.failed. Found by review. The JSON answer is the error alone,
+// the same as the stream's.
+func TestGuardrailBlockAtServerCallKeepsCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, parityBlock, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if toolRounds(c.Body) == 0 {
+			return mockllm.Turn{Text: "About Project Falcon. ", Usage: parityUsage(20, 5),
+				ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+		}
+		return mockllm.Turn{Text: "It is 42.", Usage: parityUsage(30, 5)}
+	}})
+	rp := responsesParams(userMsg("hello there"))
+	final, sum := h.streamResponse(rp)
+	if sum.Terminal != "response.failed" {
+		t.Fatalf("terminal %s; events %v", sum.Terminal, sum.Events)
+	}
+	var calls []string
+	for _, it := range final.Output {
+		if it.Type == "mcp_call" {
+			calls = append(calls, it.Name+" "+gjson.Get(it.AsMcpCall().Output, "data.result").Raw)
+		}
+	}
+	if len(calls) != 1 || calls[0] != "calculator 42" {
+		t.Fatalf("mcp_call items %q; events %v", calls, sum.Events)
+	}
+	if e := final.Error; string(e.Code) != "server_error" || !strings.Contains(e.Message, `"codename" blocked`) {
+		t.Fatalf("error %+v", e)
+	}
+	js, status := responsesError(t, h, rp, false)
+	if status != http.StatusBadRequest || js.code != "content_blocked" || js.message != final.Error.Message {
+		t.Fatalf("json (%d) %+v; stream %+v", status, js, final.Error)
+	}
+}

@@ -80,6 +80,12 @@ func (s *stream) Next() ([]byte, error) {
 				// release it first, then report them.
 				for i := range s.checks {
 					if ferr := s.flush(i); ferr != nil {
+						// A block: the calls ran all the same, and
+						// are reported before the error ends the
+						// stream, as without a guardrail.
+						for j := range calls {
+							s.report(&calls[j])
+						}
 						return nil, ferr
 					}
 				}
