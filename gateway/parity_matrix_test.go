@@ -567,6 +567,15 @@ func parityCases() []parityCase {
 				}
 				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{30, 4}}}
 			}},
+		{name: "guardrail logprobs redact before server call", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func(body []byte) []rawTurn {
+				if toolRounds(body) == 0 {
+					return []rawTurn{{tokens: []string{"Mail ", "bob@", "example", ".com. "}, logprobs: true, usage: [2]int{20, 6},
+						calls: []rawCall{{"call_s1", "calculator", `{"expression":"6*7"}`}}}}
+				}
+				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{30, 4}}}
+			}},
 		{name: "guardrail n2 logprobs", config: parityGuard,
 			params: func() openai.ChatCompletionNewParams { p := withLogprobs(base()); p.N = openai.Int(2); return p },
 			raw: func([]byte) []rawTurn {

@@ -18,8 +18,10 @@ import (
 // the loop, so it holds the calls and hands them on where its output puts
 // them: a stream's held text is judged and released before the call, and a
 // JSON answer's text is judged in the same pieces, the call's offset moved
-// to the end of its piece's rewritten text. Both forms thus put each call
-// after the same text (a match across a call is not one text in either).
+// to the end of its piece's rewritten text (and its ContentShift set, so
+// that the tokens of the model's text before it, whose logprobs no rewrite
+// changes, stay before it too). Both forms thus put each call after the
+// same text and tokens (a match across a call is not one text in either).
 
 // heldCalls collects the server calls reported below the guardrails, with
 // their slices copied (a ServerCall's are valid only during the call).
@@ -65,7 +67,8 @@ func (h *heldCalls) take() []pipeline.ServerCall {
 // content has server calls among it: the content is judged in the pieces
 // the calls cut it into (as a stream of the same request releases it), and
 // each call's At.Content becomes the length of the rewritten text before
-// it. nil when nothing changed.
+// it, and its At.ContentShift what that length differs from the model's
+// text before it. nil when nothing changed.
 func checkAnswerAt(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte, error) {
 	c := gjson.GetBytes(body, "choices.0.message.content")
 	if c.Type != gjson.String {
@@ -96,12 +99,13 @@ func checkAnswerAt(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byt
 		if at == nil {
 			continue
 		}
+		tokens := at.Content + at.ContentShift // the model's text before the call
 		if at.Content > pos {
 			if err := judge(at.Content); err != nil {
 				return nil, asClientError(err)
 			}
 		}
-		at.Content = len(out)
+		at.Content, at.ContentShift = len(out), tokens-len(out)
 	}
 	if err := judge(len(text)); err != nil {
 		return nil, asClientError(err)

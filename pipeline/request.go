@@ -112,6 +112,13 @@ type ServerCall struct {
 // TextsAt counts bytes of each text of an answer message.
 type TextsAt struct {
 	Content, Refusal, ReasoningContent, Reasoning int
+	// ContentShift is set by a layer that rewrote the content after the
+	// loop (a redacting guardrail): how many more bytes the content
+	// before the call had as the model wrote it than Content counts now
+	// (negative when the rewrite is longer). The content's logprobs,
+	// which no rewrite changes, cover Content+ContentShift bytes of the
+	// model's text up to the call.
+	ContentShift int
 }
 
 // Of returns the count for the message member key ("content", "refusal",

@@ -204,7 +204,10 @@ func splitAfter(calls []serverCall) (among, after []serverCall) {
 // of the same request has them.
 func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.Event) []byte {
 	var done pipeline.TextsAt // how much of each text is encoded
-	part := func(t *wire.Event, upTo int) {
+	tokens := 0               // bytes of the model's content whose logprobs are placed
+	// part encodes t up to upTo; before a call (c set), the content's
+	// tokens up to the call go with it.
+	part := func(t *wire.Event, upTo int, c *serverCall) {
 		n := done.Of(t.Key)
 		if n == nil {
 			return
@@ -215,17 +218,22 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 		for upTo > *n && upTo < len(t.Text) && !utf8.RuneStart(t.Text[upTo]) {
 			upTo--
 		}
+		e := *t
+		if c != nil && t.Key == "content" {
+			// The part's tokens go with it, the rest with the text after
+			// the call: the message items the stream had, each with the
+			// logprobs of its round. They are cut where the model's text
+			// reached the call, which a rewrite of the text (ContentShift)
+			// does not move. Tokens before the call with no text of their
+			// own left have no item to go in (nor in a stream).
+			cut := c.at.Content + c.at.ContentShift
+			e.Logprobs, t.Logprobs = wire.CutLogprobs(t.Logprobs, cut-tokens)
+			tokens = max(tokens, cut)
+		}
 		if upTo <= *n {
 			return
 		}
-		e := *t
 		e.Text = t.Text[*n:upTo]
-		if upTo < len(t.Text) && t.Key == "content" {
-			// The part's tokens go with it, the rest with the text after
-			// the call: the message items the stream had, each with
-			// the logprobs of its round.
-			e.Logprobs, t.Logprobs = wire.CutLogprobs(t.Logprobs, upTo-*n)
-		}
 		*n = upTo
 		dst = f.enc.Encode(dst, &e)
 	}
@@ -233,13 +241,13 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 		c := &calls[i]
 		for j := range texts {
 			if at := c.at.Of(texts[j].Key); c.hasAt && at != nil {
-				part(&texts[j], *at)
+				part(&texts[j], *at, c)
 			}
 		}
 		dst = f.enc.Encode(dst, &c.e)
 	}
 	for j := range texts {
-		part(&texts[j], len(texts[j].Text))
+		part(&texts[j], len(texts[j].Text), nil)
 	}
 	return dst
 }
