@@ -576,6 +576,20 @@ func parityCases() []parityCase {
 				}
 				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{30, 4}}}
 			}},
+		{name: "guardrail logprobs past max_length", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: wordTokens(150), logprobs: true, usage: [2]int{9, 150}}}
+			}},
+		{name: "guardrail logprobs past max_length server rounds", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func(body []byte) []rawTurn {
+				if toolRounds(body) == 0 {
+					return []rawTurn{{tokens: wordTokens(40), logprobs: true, usage: [2]int{20, 40},
+						calls: []rawCall{{"call_s1", "calculator", `{"expression":"6*7"}`}}}}
+				}
+				return []rawTurn{{tokens: []string{"It ", "is ", "42."}, logprobs: true, usage: [2]int{30, 4}}}
+			}},
 		{name: "guardrail n2 logprobs", config: parityGuard,
 			params: func() openai.ChatCompletionNewParams { p := withLogprobs(base()); p.N = openai.Int(2); return p },
 			raw: func([]byte) []rawTurn {
@@ -1007,6 +1021,15 @@ func parityRawStream(turns []rawTurn, usage bool) string {
 	}
 	sb.WriteString("data: [DONE]\n\n")
 	return sb.String()
+}
+
+// wordTokens returns n tokens of 8 bytes each ("word000 ", "word001 "…).
+func wordTokens(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("word%03d ", i)
+	}
+	return out
 }
 
 func rawUsage(turns []rawTurn) (p, c int) {

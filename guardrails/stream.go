@@ -118,7 +118,9 @@ func (s *stream) Next() ([]byte, error) {
 	}
 }
 
-// chunk handles one chunk; nil drops it (its text is held).
+// chunk handles one chunk; nil drops it (its text is held). Text that
+// went out as nothing (a max_length redact's cut) still gives its tokens'
+// logprobs to the chunk, whose content is then "".
 func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	// A read-only view: nothing taken from it outlives this call (Feed
 	// copies the text).
@@ -161,7 +163,7 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	}
 	items, own := lp.release(len(ck.pending))
 	switch {
-	case len(out) == 0 && !ends && !role:
+	case len(out) == 0 && !ends && !role && items == "":
 		return nil, nil
 	case bytes.Equal(out, text) && own:
 		return chunk, nil
@@ -173,7 +175,8 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	return sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(items))
 }
 
-// flush queues choice i's held text as a content chunk.
+// flush queues choice i's held text as a content chunk, with its tokens'
+// logprobs (content "" when the text went out as nothing but had some).
 func (s *stream) flush(i int) error {
 	ck := s.checks[i]
 	if ck == nil {
@@ -183,7 +186,15 @@ func (s *stream) flush(i int) error {
 	if err != nil {
 		return asClientError(err)
 	}
-	if len(out) == 0 || s.tmpl[i] == nil {
+	if s.tmpl[i] == nil {
+		return nil
+	}
+	lp := &s.lps[i]
+	var items string
+	if lp.seen {
+		items, _ = lp.release(0)
+	}
+	if len(out) == 0 && items == "" {
 		return nil
 	}
 	delta := jsonstring.Append([]byte(`{"content":`), string(out))
@@ -191,8 +202,7 @@ func (s *stream) flush(i int) error {
 	if err != nil {
 		return err
 	}
-	if lp := &s.lps[i]; lp.seen {
-		items, _ := lp.release(0)
+	if lp.seen {
 		if c, err = sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(items)); err != nil {
 			return err
 		}

@@ -45,7 +45,15 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			emit(&e)
 		}
 		delta := c.Get("delta")
-		emitTexts(delta, choiceLogprobs(c), emit)
+		lp := choiceLogprobs(c)
+		emitTexts(delta, lp, emit)
+		if lp != nil && noText(delta) && gjson.GetBytes(lp, "content.0").Exists() {
+			// Tokens whose text a layer took out (a response
+			// guardrail's max_length cut): they go on with the content
+			// as the JSON answer keeps them, without text of their own.
+			e = Event{Kind: Text, Key: "content", Logprobs: lp}
+			emit(&e)
+		}
 		delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 			i := int(tc.Get("index").Int())
 			if i < 0 || i > maxCalls {
@@ -116,6 +124,20 @@ func emitTexts(obj gjson.Result, lp []byte, emit func(*Event)) {
 			emit(&e)
 		}
 	}
+}
+
+// noText reports whether delta has no text: its content is "" and it has
+// no other non-empty text member.
+func noText(delta gjson.Result) bool {
+	if c := delta.Get("content"); c.Type != gjson.String || c.Str != "" {
+		return false
+	}
+	for _, k := range textKeys {
+		if v := delta.Get(k); v.Type == gjson.String && v.Str != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // choiceLogprobs returns the logprobs object of choice c as its own bytes,

@@ -67,6 +67,7 @@ type Responses struct {
 	reason int // index of the open reasoning item, -1 for none
 	calls  []int
 	lp     []byte // scratch: a delta's LogProb items
+	lpHeld []byte // LogProb items of tokens without text, for the next output_text (textLogprobs)
 	finish string
 	usage  []byte
 	fail   []byte // the error object of a failed response
@@ -130,6 +131,9 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 	case Text:
 		switch {
 		case len(e.Text) == 0:
+			if e.Key == "content" && len(e.Logprobs) > 0 {
+				dst = r.textLogprobs(dst, e.Logprobs)
+			}
 		case e.Key == "content" || e.Key == "refusal":
 			dst = r.messageText(dst, e.Key == "refusal", e.Text, e.Logprobs)
 		case e.Key == "reasoning_content" || e.Key == "reasoning":
@@ -142,8 +146,11 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 	case ServerCall:
 		// The loop reports a server call once its round was read whole:
 		// every item before it is complete (a mixed turn's client calls
-		// too), and is done before the mcp_call is added.
+		// too), and is done before the mcp_call is added. Tokens held
+		// for a text that did not come have no item to go in (as in
+		// the JSON answer, proxy's placeCalls).
 		dst = r.closeAll(dst)
+		r.lpHeld = r.lpHeld[:0]
 		r.items = append(r.items, respItem{kind: itemServerCall, id: r.itemID("mcp"), name: e.Name, args: append([]byte(nil), e.Text...),
 			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish})
 		dst = r.serverCall(dst, len(r.items)-1)
@@ -360,6 +367,8 @@ func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byt
 	it.parts[p].text = append(it.parts[p].text, text...)
 	r.lp = r.lp[:0]
 	if r.h.Logprobs && !refusal {
+		r.lp = append(r.lp, r.lpHeld...)
+		r.lpHeld = r.lpHeld[:0]
 		r.lp = appendResponsesLogprobs(r.lp, lp)
 		it.parts[p].logprobs = appendItems(it.parts[p].logprobs, r.lp)
 	}
@@ -377,6 +386,35 @@ func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byt
 	if !refusal {
 		dst = appendLogprobs(dst, r.lp) // the delta's own tokens
 	}
+	return endEvent(dst)
+}
+
+// textLogprobs adds the content tokens of lp, which come without text (a
+// layer took theirs out: a response guardrail's max_length cut), to the
+// open message's output_text, in a delta of no text; with no output_text
+// open they wait for the next one.
+func (r *Responses) textLogprobs(dst, lp []byte) []byte {
+	if !r.h.Logprobs {
+		return dst
+	}
+	var it *respItem
+	if r.msg >= 0 {
+		it = &r.items[r.msg]
+	}
+	if it == nil || len(it.parts) == 0 || it.parts[len(it.parts)-1].refusal {
+		r.lpHeld = appendResponsesLogprobs(r.lpHeld, lp)
+		return dst
+	}
+	p := len(it.parts) - 1
+	r.lp = appendResponsesLogprobs(r.lp[:0], lp)
+	it.parts[p].logprobs = appendItems(it.parts[p].logprobs, r.lp)
+	if !r.stream {
+		return dst
+	}
+	dst = r.event(dst, "response.output_text.delta")
+	dst = r.partRef(dst, r.msg, p)
+	dst = append(dst, `,"delta":""`...)
+	dst = appendLogprobs(dst, r.lp)
 	return endEvent(dst)
 }
 
