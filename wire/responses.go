@@ -407,6 +407,9 @@ func (r *Responses) textLogprobs(dst, lp []byte) []byte {
 	}
 	p := len(it.parts) - 1
 	r.lp = appendResponsesLogprobs(r.lp[:0], lp)
+	if len(r.lp) == 0 {
+		return dst // no token to show: no delta
+	}
 	it.parts[p].logprobs = appendItems(it.parts[p].logprobs, r.lp)
 	if !r.stream {
 		return dst

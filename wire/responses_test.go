@@ -443,3 +443,37 @@ func TestCutLogprobs(t *testing.T) {
 		t.Fatalf("cut of invalid JSON: %s %s", head, rest)
 	}
 }
+
+// A content token that comes without text (a guardrail's max_length cut
+// took its text) but whose logprob cannot be shown (null) gives no
+// output_text.delta: an empty delta carrying no token says nothing.
+func TestResponsesNoEmptyLogprobsDelta(t *testing.T) {
+	schema := wiretest.LoadResponsesSchema(t)
+	withLP := func(s string, lp []byte) Event { e := text("content", s); e.Logprobs = lp; return e }
+	events := []Event{{Kind: Role},
+		withLP("Hi", lpChunk("Hi")),
+		withLP("", []byte(`{"content":[{"token":"n","logprob":null}],"refusal":null}`)),
+		withLP("", lpChunk("cut")),
+		{Kind: Finish, Finish: "length"}, {Kind: End}}
+	h := respHeader
+	h.Logprobs = true
+	s, j := NewResponsesStream(h), NewResponsesJSON(h)
+	var stream, object []byte
+	for i := range events {
+		stream = s.Encode(stream, &events[i])
+		object = j.Encode(object, &events[i])
+	}
+	sum, err := wiretest.CheckResponsesStream(stream, schema)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	if sum.Final.Raw != string(object) {
+		t.Fatalf("stream and JSON differ:\n%s\n%s", sum.Final.Raw, object)
+	}
+	if got := gjson.GetBytes(object, "output.0.content.0.logprobs.#.token").Raw; got != `["Hi","cut"]` {
+		t.Fatalf("output_text tokens %s", got)
+	}
+	if n := bytes.Count(stream, []byte(`"type":"response.output_text.delta"`)); n != 2 {
+		t.Fatalf("%d output_text deltas, want 2 (Hi, and the cut token's):\n%s", n, stream)
+	}
+}
