@@ -156,7 +156,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	var seen, over [2]bool
 	var num [2]float64
 	var raw [2]string
-	bad, below := "", ""
+	bad, below, alias := "", "", "" // alias: a field of otherTokenFields
 	var choiceCount [2]int
 	choices, choiceRaw, tooMany := 1.0, "", "" // the most choices a field asks for
 	// One pass over the top-level keys instead of one gjson.Get per field:
@@ -166,7 +166,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	json := unsafe.String(unsafe.SliceData(body), len(body))
 	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
 		if otherTokenField(k.Str) {
-			bad = k.Str
+			alias = k.Str
 			return false
 		}
 		name, counted := "", 0
@@ -214,8 +214,8 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 		}
 		return true
 	})
-	if bad != "" && otherTokenField(bad) {
-		return nil, pipeline.BadRequest(bad, "'%s' is not accepted under this API key's max_tokens limit; use '%s'.", bad, c.set)
+	if alias != "" {
+		return nil, pipeline.BadRequest(alias, "'%s' is not accepted under this API key's max_tokens limit; use '%s'.", alias, c.set)
 	}
 	if bad != "" {
 		return nil, pipeline.BadRequest(bad, "Invalid '%s': expected one integer value.", bad)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -41,16 +40,9 @@ func firstWriteGateway(t *testing.T, more <-chan struct{}, handingOver func()) s
 			CloseFunc: func() {},
 		}}, nil
 	})
-	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
-	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
-	srv.handingOver = handingOver
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	addr, srv := serveRuntime(t, cfg, u, chat, func(s *Server) { s.handingOver = handingOver })
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return ln.Addr().String()
+	return addr
 }
 
 func chatRequest(body string) string {
@@ -166,14 +158,8 @@ func TestStreamFirstWritePanics(t *testing.T) {
 			CloseFunc: func() {},
 		}}, nil
 	})
-	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
-	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	addr, srv := serveRuntime(t, cfg, u, chat)
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,10 +35,13 @@ func serveGateway(t *testing.T, base string, chat pipeline.Handler) (addr string
 
 // serveRuntime serves a gateway of cfg and u (model m on provider p) whose
 // chat pipeline is chat.
-func serveRuntime(t *testing.T, cfg *config.Config, u *Upstream, chat pipeline.Handler) (addr string, srv *Server) {
+func serveRuntime(t *testing.T, cfg *config.Config, u *Upstream, chat pipeline.Handler, set ...func(*Server)) (addr string, srv *Server) {
 	t.Helper()
 	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
 	srv = NewServer(&Runtime{Config: cfg, Routes: routes, Chat: chat, Upstream: u}, zerolog.Nop())
+	for _, f := range set { // before Serve: the server's goroutines read what f sets
+		f(srv)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

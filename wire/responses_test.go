@@ -17,7 +17,12 @@ var respHeader = ResponsesHeader{ID: "resp_abc", Created: 1767225600, Model: "gp
 // encodeBoth runs events through the stream and the JSON form; it returns
 // the stream's bytes, the terminal event's response and the JSON object.
 func encodeBoth(events []Event) (stream []byte, final gjson.Result, object []byte) {
-	s, j := NewResponsesStream(respHeader), NewResponsesJSON(respHeader)
+	return encodeBothWith(respHeader, events)
+}
+
+// encodeBothWith is encodeBoth under header h.
+func encodeBothWith(h ResponsesHeader, events []Event) (stream []byte, final gjson.Result, object []byte) {
+	s, j := NewResponsesStream(h), NewResponsesJSON(h)
 	for i := range events {
 		stream = s.Encode(stream, &events[i])
 		object = j.Encode(object, &events[i])
@@ -346,12 +351,7 @@ func TestResponsesLogprobs(t *testing.T) {
 
 	h := respHeader
 	h.Logprobs = true
-	s, j := NewResponsesStream(h), NewResponsesJSON(h)
-	var stream, object []byte
-	for i := range events {
-		stream = s.Encode(stream, &events[i])
-		object = j.Encode(object, &events[i])
-	}
+	stream, _, object := encodeBothWith(h, events)
 	sum, err := wiretest.CheckResponsesStream(stream, schema)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stream)
@@ -457,12 +457,7 @@ func TestResponsesNoEmptyLogprobsDelta(t *testing.T) {
 		{Kind: Finish, Finish: "length"}, {Kind: End}}
 	h := respHeader
 	h.Logprobs = true
-	s, j := NewResponsesStream(h), NewResponsesJSON(h)
-	var stream, object []byte
-	for i := range events {
-		stream = s.Encode(stream, &events[i])
-		object = j.Encode(object, &events[i])
-	}
+	stream, _, object := encodeBothWith(h, events)
 	sum, err := wiretest.CheckResponsesStream(stream, schema)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stream)
