@@ -15,7 +15,7 @@ type Responses struct {
 	// else memory.
 	Store            string   `toml:"store"`
 	TTL              Duration `toml:"ttl"`                // how long a stored response is kept; default 720h (30 days)
-	MaxBytes         int64    `toml:"max_bytes"`          // the memory store's bound; default 64 MiB
+	MaxBytes         int64    `toml:"max_bytes"`          // the memory store's bound, the heaviest tenant evicted first; default 64 MiB
 	MaxResponseBytes int      `toml:"max_response_bytes"` // a larger stored record (input, output, history) is not kept; default 4 MiB
 }
 

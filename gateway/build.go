@@ -524,7 +524,7 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 	case c.Store == "none":
 		kv = noStore{}
 	default:
-		kv = caching.NewMemoryStore(c.MaxBytes)
+		kv = responses.NewMemoryKV(c.MaxBytes)
 	}
 	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes}, native
 }

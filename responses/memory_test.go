@@ -1,0 +1,97 @@
+package responses
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Over its bound, the memory store evicts from the tenant holding the
+// most bytes: a tenant that fills the store with large responses evicts
+// its own oldest ones, and another tenant's one small response survives.
+// A single least-recently-used order evicted that response first.
+func TestMemoryKVEvictsTheHeaviestTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kv := NewMemoryKV(64 << 10)
+	s := &Store{KV: kv}
+	obj := []byte(`{"id":"resp_b","output":[]}`)
+	if ok, err := s.Save(ctx, "b", "resp_b", obj, []byte(`[]`), []byte(`[]`), nil); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	big := []byte(`{"output":["` + string(bytes.Repeat([]byte{'x'}, 4<<10)) + `"]}`)
+	for i := range 100 {
+		id := fmt.Sprintf("resp_a%d", i)
+		if ok, err := s.Save(ctx, "a", id, big, []byte(`[]`), []byte(`[]`), nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if kv.Bytes() > 64<<10 {
+		t.Fatalf("%d bytes held, over the bound", kv.Bytes())
+	}
+	if _, ok, _ := s.Load(ctx, "b", "resp_b"); !ok {
+		t.Fatal("tenant a's responses evicted tenant b's only one")
+	}
+	for i, want := range map[int]bool{0: false, 50: false, 99: true} {
+		if _, ok, _ := s.Load(ctx, "a", fmt.Sprintf("resp_a%d", i)); ok != want {
+			t.Errorf("tenant a's response %d kept: %v, want %v", i, ok, want)
+		}
+	}
+}
+
+// Within a tenant the least recently used entry goes first: one read
+// since keeps an old entry; and a tenant whose entries are all gone
+// (deleted, expired, evicted) leaves nothing behind.
+func TestMemoryKVWithinATenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kv := NewMemoryKV(4 * (entryOverhead + 64))
+	now := time.Unix(0, 0)
+	kv.now = func() time.Time { return now }
+	val := bytes.Repeat([]byte{'v'}, 64-len(key("t", "resp_0")))
+	set := func(tenant, id string, ttl time.Duration) {
+		t.Helper()
+		if err := kv.Set(ctx, key(tenant, id), val, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(tenant, id string) bool {
+		_, ok, _ := kv.Get(ctx, key(tenant, id))
+		return ok
+	}
+	for i := range 4 {
+		set("t", fmt.Sprintf("resp_%d", i), 0)
+	}
+	has("t", "resp_0") // now the most recently used
+	set("t", "resp_4", 0)
+	if !has("t", "resp_0") || has("t", "resp_1") || !has("t", "resp_4") {
+		t.Fatal("not the least recently used entry evicted")
+	}
+	set("u", "resp_x", time.Minute)
+	now = now.Add(2 * time.Minute)
+	if has("u", "resp_x") {
+		t.Fatal("an expired entry read")
+	}
+	for _, id := range []string{"resp_0", "resp_2", "resp_3", "resp_4"} {
+		_ = kv.Delete(ctx, key("t", id))
+	}
+	if kv.Bytes() != 0 || len(kv.tenants) != 0 || len(kv.heavy) != 0 {
+		t.Fatalf("empty store holds %d bytes, %d tenants, %d in its heap", kv.Bytes(), len(kv.tenants), len(kv.heavy))
+	}
+}
+
+func BenchmarkMemoryKVSet(b *testing.B) {
+	ctx := context.Background()
+	kv := NewMemoryKV(1 << 20)
+	val := bytes.Repeat([]byte{'v'}, 1<<10)
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = key(fmt.Sprintf("tenant%d", i%16), fmt.Sprintf("resp_%d", i))
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_ = kv.Set(ctx, keys[i%len(keys)], val, time.Hour)
+	}
+}
