@@ -9,12 +9,13 @@ import (
 // (POST /v1/responses for configured models, and the stored responses
 // behind GET and DELETE /v1/responses/{id}).
 type Responses struct {
-	// Store is where responses made with store on are kept: memory, redis
-	// (shared by replicas) or none (store is then ignored and follow-ups
-	// by previous_response_id fail). Default: redis when [redis] is set,
-	// else memory.
+	// Store is where responses made with store on are kept, with the
+	// record of which tenant created each response a native provider
+	// stores: memory, redis (shared by replicas) or none (store is then
+	// ignored and follow-ups by previous_response_id fail; the records are
+	// kept in memory). Default: redis when [redis] is set, else memory.
 	Store            string   `toml:"store"`
-	TTL              Duration `toml:"ttl"`                // how long a stored response is kept; default 720h (30 days)
+	TTL              Duration `toml:"ttl"`                // how long a stored response (or a record) is kept; default 720h (30 days)
 	MaxBytes         int64    `toml:"max_bytes"`          // the memory store's bound, the heaviest tenant evicted first; default 64 MiB
 	MaxResponseBytes int      `toml:"max_response_bytes"` // a larger stored record (input, output, history) is not kept; default 4 MiB
 }

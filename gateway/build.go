@@ -111,7 +111,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		Policy:   passPolicy{Engine: engine, limiter: b.limiter, guards: guards},
 		Close:    b.close,
 	}
-	rt.Responses, rt.NativeResponses = buildResponses(cfg, b.rdb)
+	rt.Responses, rt.ResponseOwners, rt.NativeResponses = buildResponses(cfg, b.rdb)
 	limiter := b.limiter
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
@@ -502,10 +502,11 @@ func toolSetVersion(cfg *config.Config) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// buildResponses returns the store of Responses API responses (nil when
-// [responses] store = "none" serves /v1/responses without one) and the
-// models whose provider serves the Responses API natively.
-func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.Store, map[string]bool) {
+// buildResponses returns the store of Responses API responses (one that
+// keeps nothing when [responses] store = "none"), the record of which
+// tenant created each response a provider stores on a pass-through, and
+// the models whose provider serves the Responses API natively.
+func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.Store, *responses.Owners, map[string]bool) {
 	native := map[string]bool{}
 	nativeProvider := map[string]bool{}
 	for _, p := range cfg.Providers {
@@ -517,16 +518,23 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 		}
 	}
 	c := cfg.Responses
-	var kv responses.KV
+	// The owners of the provider's responses live beside the stored
+	// responses (shared by replicas on Redis); with store = "none" they are
+	// still kept, in memory: they are what lets a tenant continue its own
+	// native responses at all.
+	var kv, owners responses.KV
 	switch {
 	case c.Store == "redis" && rdb != nil:
 		kv = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
+		owners = kv
 	case c.Store == "none":
-		kv = noStore{}
+		kv, owners = noStore{}, responses.NewMemoryKV(c.MaxBytes)
 	default:
 		kv = responses.NewMemoryKV(c.MaxBytes)
+		owners = kv
 	}
-	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes}, native
+	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes},
+		&responses.Owners{KV: owners, TTL: c.TTL.D()}, native
 }
 
 // noStore keeps nothing: [responses] store = "none".

@@ -624,7 +624,8 @@ upstream = "up-translated"
 
 // With responses = "native" on its provider, a model's /v1/responses
 // passes through unchanged (under its upstream name), and GET of an id not
-// stored here goes to the provider too; other models stay translated.
+// stored here goes to the provider too when the tenant created it there;
+// other models stay translated.
 func TestResponsesNativeProvider(t *testing.T) {
 	t.Parallel()
 	cfg := withNativeResponses(baseConfig)
@@ -638,11 +639,13 @@ func TestResponsesNativeProvider(t *testing.T) {
 		t.Fatalf("translated: %d %s", status, body)
 	}
 	// The provider's stored responses are shared by everyone behind its
-	// key: reading them is opt-in, like any stateful pass-through path.
+	// key: reading them is opt-in, like any stateful pass-through path,
+	// and even then only a response the tenant created through the
+	// gateway passes (responses_owner_test.go): this id is no one's.
 	for _, tc := range []struct {
 		cfg  string
 		want int
-	}{{cfg, http.StatusForbidden}, {cfg + openPassthrough, http.StatusOK}} {
+	}{{cfg, http.StatusForbidden}, {cfg + openPassthrough, http.StatusNotFound}} {
 		h := newHarness(t, tc.cfg, mockllm.Options{Respond: responsesModel})
 		resp, err := http.Get(h.base + "/responses/resp_theirs")
 		if err != nil {

@@ -43,6 +43,9 @@ type passBody struct {
 	// body is a JSON body whose tokens estimate the call's input.
 	metered  bool
 	estimate bool
+	// record: a POST /v1/responses passed through, whose answer's
+	// response id is recorded as tenant's (ownerRecord).
+	record bool
 }
 
 // passthroughBody reads, checks and routes a pass-through body. JSON and
@@ -53,6 +56,9 @@ type passBody struct {
 func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path string, limit int) (passBody, error) {
 	rt := x.rt
 	f := formOf(&ctx.Request.Header)
+	if cl := ctx.Request.Header.ContentLength(); !f.json && (cl > 0 || cl == -1) && rt.ResponseOwners != nil && underResponses(path) {
+		return passBody{}, refuseForm(path)
+	}
 	if f.opaque() {
 		return opaqueBody(ctx, x, t, path, limit)
 	}
@@ -91,6 +97,14 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		// The pipeline serves it: its limits layer admits it, once.
 		pb.body, pb.native = body, true
 		return pb, nil
+	}
+	if f.json && rt.ResponseOwners != nil && underResponses(path) {
+		// The provider keeps what this request names or creates under the
+		// gateway's one account (passowner.go).
+		if err := s.checkOwnedBody(rt, tenantName(t), body); err != nil {
+			return pb, err
+		}
+		pb.record = ctx.IsPost() && len(path) == len(responsesRoute)
 	}
 	if req != nil {
 		if f.json {
@@ -216,24 +230,15 @@ func jsonModel(body []byte) (string, error) {
 	if !root.IsObject() {
 		return "", nil // not ours to judge; the upstream answers
 	}
-	var model gjson.Result
-	n := 0
-	root.ForEach(func(k, v gjson.Result) bool {
-		// Some upstreams match keys without regard to case and keep the
-		// last: "MODEL" or an escaped "model" is a second model.
-		if strings.EqualFold(k.Str, "model") {
-			n++
-			model = v
-			if k.Raw != `"model"` {
-				n = 2
-			}
-		}
-		return n < 2
-	})
+	// Some upstreams match keys without regard to case and keep the last:
+	// "MODEL" or an escaped "model" is a second model.
+	m, err := onlyMembers(root, "model")
+	if err != nil {
+		return "", err
+	}
+	model := m[0]
 	switch {
-	case n > 1:
-		return "", pipeline.BadRequest("model", "model must appear once")
-	case n == 0 || model.Type == gjson.Null:
+	case !model.Exists() || model.Type == gjson.Null:
 		return "", nil
 	case model.Type != gjson.String || model.Str == "":
 		return "", pipeline.BadRequest("model", "model must be a non-empty string")

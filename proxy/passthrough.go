@@ -127,7 +127,13 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		// An answered call costs the tenant what it reports, as a chat call does.
 		m = &passMeter{call: x.call, estimate: pb.estimate, tap: newUsageTap(resp.Header.ContentType())}
 	}
-	s.writeBody(ctx, x, s.copyBody(x, pc, freq, resp, ctx.Conn(), m))
+	var own *ownerRecord
+	if pb.record && resp.StatusCode() < 300 {
+		if tap := newOwnerTap(resp.Header.ContentType()); tap != nil {
+			own = &ownerRecord{tap: tap, owners: x.rt.ResponseOwners, tenant: tenantName(pb.tenant)}
+		}
+	}
+	s.writeBody(ctx, x, s.copyBody(x, pc, freq, resp, ctx.Conn(), m, own))
 }
 
 // writeBody has body write a pass-through answer: through fasthttp for an
@@ -245,6 +251,9 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 		return nil, passBody{}, pipeline.Forbidden(pipeline.CodePathNotAllowed,
 			"This API key may not use %s through this gateway.", truncate(path, 200))
 	}
+	if err := s.checkOwnedPath(rt, tenantName(t), path); err != nil {
+		return nil, passBody{}, err
+	}
 	limit := rt.Config.Server.MaxBodyBytes
 	if rt.Policy != nil {
 		if l := rt.Policy.BodyLimit(t); l > 0 && l < limit {
@@ -253,8 +262,8 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 	}
 	pb, err := s.passthroughBody(ctx, x, t, path, limit)
 	x.model = pb.model
+	pb.tenant = t
 	if err != nil || pb.native {
-		pb.tenant = t
 		return nil, pb, err
 	}
 	provider := pb.provider
@@ -325,10 +334,12 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 }
 
 // copyBody returns the writer that streams resp's body to the client, with
-// the provider's idle timeout between reads, and then finishes x. It owns
-// freq and resp and releases them. A truncated upstream body closes the
-// client's connection: it must not end with a clean final chunk.
-func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Request, resp *fasthttp.Response, client net.Conn, m *passMeter) fasthttp.StreamWriter {
+// the provider's idle timeout between reads, and then finishes x. m (may
+// be nil) meters the answer; own (may be nil) records the response it
+// creates before the client reads its id. It owns freq and resp and
+// releases them. A truncated upstream body closes the client's
+// connection: it must not end with a clean final chunk.
+func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Request, resp *fasthttp.Response, client net.Conn, m *passMeter, own *ownerRecord) fasthttp.StreamWriter {
 	conn := pc.conns.lookup(resp.LocalAddr())
 	if conn != nil {
 		_ = conn.SetReadDeadline(time.Time{})
@@ -360,6 +371,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
 			}
 			k, err := src.Read(buf)
+			if own != nil && k > 0 {
+				own.write(s, buf[:k])
+			}
 			if mask != nil && !gone {
 				// Whole lines, masked; an incomplete last line waits for
 				// the rest (a secret never spans a line), all of it at the end.

@@ -48,6 +48,11 @@ type Runtime struct {
 	// NativeResponses names the models whose provider serves the Responses
 	// API itself (responses = "native"): their /v1/responses pass through.
 	NativeResponses map[string]bool
+	// ResponseOwners records which tenant created each response a
+	// provider stores on a /v1/responses pass-through, and only that
+	// tenant may name it (passowner.go); nil keeps no records and checks
+	// nothing (a runtime without tenants).
+	ResponseOwners *responses.Owners
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
 	// Close releases what the runtime holds, after its last request.

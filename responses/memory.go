@@ -13,17 +13,18 @@ import (
 var _ KV = (*MemoryKV)(nil)
 
 // entryOverhead approximates the bookkeeping bytes of one entry (list
-// element, map slot, the entry struct), so that many tiny entries cannot
-// exceed the bound by much.
+// element, map slot, the entry struct), so that many tiny entries (owner
+// records) cannot exceed the bound by much.
 const entryOverhead = 96
 
-// MemoryKV is the in-process KV of stored responses: bounded by bytes
-// (keys, values and entryOverhead each), with a TTL per entry. Over its
-// bound it evicts from the tenant that holds the most bytes, that tenant's
-// least recently used entry first, so that a tenant storing many large
-// responses evicts its own and not every other tenant's. The tenant is the
-// one the key names (Store's keys: "resp:" + tenant + NUL + id). Each
-// operation costs O(log tenants) besides the evictions it causes.
+// MemoryKV is the in-process KV of stored responses and of provider
+// response owners: bounded by bytes (keys, values and entryOverhead each),
+// with a TTL per entry. Over its bound it evicts from the tenant that
+// holds the most bytes, that tenant's least recently used entry first, so
+// that a tenant storing many large responses evicts its own and not every
+// other tenant's. The tenant is the one the key names (Store's and
+// Owners' keys: "<kind>:" + tenant + NUL + id). Each operation costs
+// O(log tenants) besides the evictions it causes.
 //
 // Get hands out the stored slice: read it, never modify it. Set keeps val.
 // Safe for concurrent use.

@@ -1,0 +1,410 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/responses"
+)
+
+// A Responses API request passed through to a provider (a model whose
+// provider serves the API natively, or an unconfigured model passed
+// through) is stored by the provider under the gateway's one account,
+// where every tenant's responses sit side by side. The gateway records
+// which tenant created each (Runtime.ResponseOwners, from the answer as it
+// is copied: ownerTap) and lets only that tenant name it: in a request's
+// previous_response_id, or in a pass-through path /v1/responses/{id}/….
+// Any other id is answered as an unknown stored response is (404
+// response_not_found) before anything goes upstream.
+
+// responsesCollections are the sub-paths of /v1/responses that name no
+// response (their bodies are checked instead).
+var responsesCollections = map[string]bool{"input_tokens": true, "compact": true}
+
+// underResponses reports whether path is /v1/responses or under it, in any
+// case (a lenient upstream matches paths without regard to case).
+func underResponses(path string) bool {
+	n := len(responsesRoute)
+	return len(path) >= n && strings.EqualFold(path[:n], responsesRoute) && (len(path) == n || path[n] == '/')
+}
+
+// pathResponseID returns the response id a pass-through path names
+// (/v1/responses/{id} and its sub-paths); ok is false for any other path.
+func pathResponseID(path string) (id string, ok bool) {
+	if !underResponses(path) || len(path) == len(responsesRoute) {
+		return "", false
+	}
+	id, _, _ = strings.Cut(path[len(responsesRoute)+1:], "/")
+	return id, !responsesCollections[id]
+}
+
+// checkOwnedPath refuses a pass-through path naming a provider response
+// that tenant did not create, as an unknown stored response is refused.
+func (s *Server) checkOwnedPath(rt *Runtime, tenant, path string) error {
+	id, ok := pathResponseID(path)
+	if !ok || rt.ResponseOwners == nil {
+		return nil
+	}
+	owns, err := s.owns(rt.ResponseOwners, tenant, id)
+	if err != nil || owns {
+		return err
+	}
+	return pipeline.NotFound(pipeline.CodeResponseNotFound, "Response with id '%s' not found.", truncate(id, 128))
+}
+
+// checkOwnedBody refuses a pass-through Responses body whose
+// previous_response_id names a provider response tenant did not create,
+// as a translated request naming an unknown stored response is refused
+// (handleResponses). A conversation (the Conversations API) is refused:
+// conversations are not scoped by tenant. body is valid JSON (jsonModel).
+func (s *Server) checkOwnedBody(rt *Runtime, tenant string, body []byte) error {
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil
+	}
+	m, err := onlyMembers(root, "conversation", "previous_response_id")
+	if err != nil {
+		return err
+	}
+	conv, prev := m[0], m[1]
+	if conv.Exists() && conv.Type != gjson.Null {
+		return pipeline.BadRequest("conversation", "conversation is not supported through this gateway; continue a response with previous_response_id instead.")
+	}
+	switch {
+	case !prev.Exists() || prev.Type == gjson.Null:
+		return nil
+	case prev.Type != gjson.String:
+		return pipeline.BadRequest("previous_response_id", "previous_response_id must be a string")
+	}
+	owns, err := s.owns(rt.ResponseOwners, tenant, prev.Str)
+	if err != nil || owns {
+		return err
+	}
+	e := pipeline.NotFound(pipeline.CodeResponseNotFound, "Previous response with id '%s' not found.", truncate(prev.Str, 128))
+	e.Param = "previous_response_id"
+	return e
+}
+
+// owns looks up whether tenant created the provider's response id.
+func (s *Server) owns(o *responses.Owners, tenant, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	ok, err := o.Owns(ctx, tenant, id)
+	if err != nil {
+		return false, storeUnavailable(err)
+	}
+	return ok, nil
+}
+
+// onlyMembers returns root's members of the names given (at most two), in
+// their order, in one pass over root. A second member of a name, or one spelled
+// otherwise (another case, an escape), is refused: the gateway and a
+// lenient upstream, which may match keys without regard to case and keep
+// the last, must read the same one.
+func onlyMembers(root gjson.Result, names ...string) ([2]gjson.Result, error) {
+	var vals [2]gjson.Result
+	var seen [2]bool
+	var bad string
+	root.ForEach(func(k, v gjson.Result) bool {
+		for i, name := range names {
+			if !strings.EqualFold(k.Str, name) {
+				continue
+			}
+			if seen[i] || len(k.Raw) != len(name)+2 || k.Raw[1:len(k.Raw)-1] != name {
+				bad = name
+				return false
+			}
+			seen[i], vals[i] = true, v
+		}
+		return true
+	})
+	if bad != "" {
+		return vals, pipeline.BadRequest(bad, "%s must appear once", bad)
+	}
+	return vals, nil
+}
+
+// refuseForm refuses a body other than JSON under /v1/responses: a lenient
+// upstream may read one as JSON, or a form's fields as the request's, with
+// a previous_response_id the gateway never judged.
+func refuseForm(path string) error {
+	return pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
+		"%s takes an application/json body.", truncate(path, 200))
+}
+
+// ownerRecord records, as a pass-through answer of POST /v1/responses is
+// copied to the client, the response id it creates as tenant's. Used by
+// the copy's one goroutine.
+type ownerRecord struct {
+	tap    *ownerTap
+	owners *responses.Owners
+	tenant string
+}
+
+// write takes the next bytes of the answer, before the client gets them:
+// once the id is read it is recorded, so that the client's follow-up,
+// sent once it has read the id, finds the record on any replica.
+func (r *ownerRecord) write(s *Server, p []byte) {
+	id, ok := r.tap.write(p)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	if err := r.owners.Record(ctx, r.tenant, id); err != nil {
+		s.log.Warn().Str("response_id", id).AnErr("cause", err).Msg("could not record the owner of a provider's response")
+	}
+}
+
+// ownerTap reads the id of the response a pass-through answer of POST
+// /v1/responses creates: a JSON answer's top-level "id" when its "object"
+// is "response"; an event stream's first data line with a "response.id"
+// (response.created). It follows the bytes as they pass and keeps only a
+// few of them, whatever the answer's size.
+type ownerTap struct {
+	sse  bool
+	sc   idScan
+	col  int  // SSE: bytes of the current line matched against "data:"
+	skip bool // SSE: the current line is not a data line
+	done bool
+}
+
+// newOwnerTap returns a tap for an answer of contentType, or nil for an
+// answer that is neither JSON nor an event stream.
+func newOwnerTap(contentType []byte) *ownerTap {
+	switch {
+	case isEventStream(contentType):
+		return &ownerTap{sse: true, sc: idScan{in: "response"}}
+	case isJSON(contentType), len(bytes.TrimSpace(contentType)) == 0:
+		return &ownerTap{}
+	}
+	return nil
+}
+
+// write takes the next bytes of the answer; it returns the response id
+// once, with the bytes that complete it.
+func (o *ownerTap) write(p []byte) (string, bool) {
+	if o.done {
+		return "", false
+	}
+	if !o.sse {
+		o.sc.scan(p)
+		if !o.sc.done {
+			return "", false
+		}
+		o.done = true
+		return o.sc.id, o.sc.hasID && o.sc.hasObject && o.sc.object == "response"
+	}
+	const prefix = "data:"
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		part := p
+		if i >= 0 {
+			part = p[:i]
+		}
+		if !o.skip && o.col < len(prefix) {
+			n := min(len(prefix)-o.col, len(part))
+			if string(part[:n]) != prefix[o.col:o.col+n] {
+				o.skip = true
+			}
+			o.col += n
+			part = part[n:]
+		}
+		if !o.skip && o.col == len(prefix) {
+			o.sc.scan(part)
+			if o.sc.hasID {
+				o.done = true
+				return o.sc.id, true
+			}
+		}
+		if i < 0 {
+			return "", false
+		}
+		p = p[i+1:]
+		o.sc.reset()
+		o.col, o.skip = 0, false
+	}
+	return "", false
+}
+
+// idScan finds the "id" and "object" string members of a JSON object (or
+// of its member object named in: a Responses event's "response") by
+// following the nesting byte by byte, as a JSON reader takes the first
+// member of a name. An escaped key at those levels ends the scan with
+// nothing found; an escaped or over-long value is not kept.
+type idScan struct {
+	in string
+
+	depth     int
+	entered   bool // the object at depth 2 is the member named in
+	seenIn    bool
+	inString  bool
+	escaped   bool
+	expectKey bool
+	keying    bool
+	key       []byte // the key being read, its first maxScanKey bytes
+	keyLong   bool
+	keyEsc    bool
+	afterKey  bool // a key was read: its colon comes next
+	want      int  // what the next value is (want*)
+	capture   int  // the want* whose string value is being read into val
+	val       []byte
+	valBad    bool
+
+	id, object       string
+	hasID, hasObject bool
+	seenID, seenObj  bool
+	done             bool
+}
+
+const (
+	wantNone = iota
+	wantIn
+	wantID
+	wantObject
+)
+
+// maxScanKey bounds the key bytes idScan keeps: its longest name.
+const maxScanKey = 16
+
+// reset readies s for another object, keeping its buffers.
+func (s *idScan) reset() {
+	*s = idScan{in: s.in, key: s.key[:0], val: s.val[:0]}
+}
+
+// keyLevel reports whether the object at the current depth has the
+// members idScan reads: the top level's, or the member named in's.
+func (s *idScan) keyLevel() bool {
+	return s.depth == 1 || (s.depth == 2 && s.entered)
+}
+
+// member is what the value after the key just read is.
+func (s *idScan) member() int {
+	target := s.in == "" || s.depth == 2
+	switch k := string(s.key); {
+	case s.keyLong:
+	case !target && k == s.in && !s.seenIn:
+		s.seenIn = true
+		return wantIn
+	case target && k == "id" && !s.seenID:
+		s.seenID = true
+		return wantID
+	case target && k == "object" && !s.seenObj:
+		s.seenObj = true
+		return wantObject
+	}
+	return wantNone
+}
+
+// scan takes the next bytes of the JSON text.
+func (s *idScan) scan(p []byte) {
+	for i := 0; i < len(p) && !s.done; i++ {
+		c := p[i]
+		if s.inString {
+			switch {
+			case s.escaped:
+				s.escaped = false
+			case c == '\\':
+				s.escaped = true
+				s.keyEsc = s.keyEsc || s.keying
+				s.valBad = s.valBad || s.capture != wantNone
+			case c == '"':
+				s.inString = false
+				if s.keying {
+					s.keying, s.afterKey = false, true
+				}
+				if s.capture != wantNone {
+					s.keep()
+				}
+			case s.keying:
+				if len(s.key) < maxScanKey {
+					s.key = append(s.key, c)
+				} else {
+					s.keyLong = true
+				}
+			case s.capture != wantNone:
+				if len(s.val) < maxScanValue {
+					s.val = append(s.val, c)
+				} else {
+					s.valBad = true
+				}
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			s.inString = true
+			switch {
+			case s.expectKey && s.keyLevel():
+				s.expectKey, s.keying, s.keyLong, s.keyEsc = false, true, false, false
+				s.key = s.key[:0]
+			case s.want == wantID || s.want == wantObject:
+				s.capture, s.valBad = s.want, false
+				s.val = s.val[:0]
+			}
+		case ':':
+			if s.afterKey {
+				s.afterKey = false
+				if s.keyEsc {
+					s.done = true // it may spell a name read here: give up
+					return
+				}
+				s.want = s.member()
+				continue
+			}
+		case ',':
+			if s.keyLevel() {
+				s.expectKey = true
+			}
+		case '{', '[':
+			s.depth++
+			switch {
+			case s.depth == 1 && c != '{':
+				s.done = true // not an object
+				return
+			case s.want == wantIn && c == '{':
+				s.entered = true
+			}
+			if c == '{' && s.keyLevel() {
+				s.expectKey = true
+			}
+		case '}', ']':
+			if s.depth <= 1 || (s.entered && s.depth == 2) {
+				s.done = true // the object read ended
+				return
+			}
+			s.depth--
+		}
+		s.want = wantNone
+	}
+}
+
+// maxScanValue bounds the id or object value idScan keeps; a longer one
+// is not kept.
+const maxScanValue = 128
+
+// keep ends the string value being read.
+func (s *idScan) keep() {
+	what := s.capture
+	s.capture = wantNone
+	if s.valBad || len(s.val) == 0 {
+		return
+	}
+	switch what {
+	case wantID:
+		s.id, s.hasID = string(s.val), true
+	case wantObject:
+		s.object, s.hasObject = string(s.val), true
+	}
+	if s.hasID && (s.in != "" || s.hasObject) {
+		s.done = true
+	}
+}
