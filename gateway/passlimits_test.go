@@ -335,3 +335,111 @@ period = "day"
 		t.Errorf("without a budget: %d %s", status, body)
 	}
 }
+
+// accountLimitsUpstream is a provider that reports its account's rate
+// limits on every answer, as OpenAI's API does: the counters of the one
+// account every tenant of the gateway shares. ?status=429 answers a rate
+// limit error with retry-after-ms.
+type accountLimitsUpstream struct{}
+
+func (accountLimitsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	for k, v := range map[string]string{
+		"X-Ratelimit-Limit-Requests": "10000", "X-Ratelimit-Remaining-Requests": "9321", "X-Ratelimit-Reset-Requests": "6ms",
+		"X-Ratelimit-Limit-Tokens": "2000000", "X-Ratelimit-Remaining-Tokens": "1999000", "X-Ratelimit-Reset-Tokens": "30ms",
+		"Anthropic-Ratelimit-Requests-Remaining": "49",
+	} {
+		h.Set(k, v)
+	}
+	h.Set("Content-Type", "application/json")
+	if r.URL.Query().Get("status") == "429" {
+		h.Set("Retry-After-Ms", "1500")
+		h.Set("Retry-After", "2")
+		w.WriteHeader(429)
+		fmt.Fprint(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)
+		return
+	}
+	fmt.Fprint(w, `{"object":"list","data":[],"usage":{"prompt_tokens":1,"total_tokens":1}}`)
+}
+
+// A pass-through answer never carries the provider account's rate-limit
+// headers (x-ratelimit-*, anthropic-ratelimit-*), which count every
+// tenant's traffic: a tenant with rate limits gets its own instead, as on
+// the chat route (limit 5, remaining 4, 3, ...), on an answer, on the
+// upstream's 429 (with the upstream's retry-after, as chat relays it) and
+// on the gateway's own 429; a tenant without limits gets none. The
+// upstream's used to reach every client.
+func TestPassthroughReportsTheTenantsRateLimits(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(accountLimitsUpstream{})
+	t.Cleanup(srv.Close)
+	h := newHarness(t, strings.ReplaceAll(limitsConfig, "{{MOCK}}", srv.URL+"/v1")+`
+[[policies]]
+tenant = "team"
+passthrough = ["/v1/embeddings", "/v1/files"]
+`, mockllm.Options{})
+	embed := func(key, query string) (int, http.Header, []byte) {
+		return send(t, "POST", h.base+"/embeddings"+query, key, `{"model":"gpt-x","input":"hi"}`)
+	}
+	noAccount := func(what string, hdr http.Header) {
+		t.Helper()
+		for k := range hdr {
+			if strings.HasPrefix(strings.ToLower(k), "anthropic-ratelimit-") {
+				t.Errorf("%s: the provider account's %s reached the client", what, k)
+			}
+		}
+		for _, k := range []string{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"} {
+			if v := hdr.Get(k); v != "" {
+				t.Errorf("%s: %s = %q: the tenant has no token limit", what, k, v)
+			}
+		}
+	}
+	tenant := func(what string, hdr http.Header, remaining string) {
+		t.Helper()
+		noAccount(what, hdr)
+		if l, r, reset := hdr.Get("X-Ratelimit-Limit-Requests"), hdr.Get("X-Ratelimit-Remaining-Requests"), hdr.Get("X-Ratelimit-Reset-Requests"); l != "5" || r != remaining || reset == "" || reset == "6ms" {
+			t.Errorf("%s: x-ratelimit-*-requests = %q %q %q, want the tenant's: 5 %s and its reset", what, l, r, reset, remaining)
+		}
+	}
+
+	status, hdr, body := embed("sk-team", "")
+	if status != 200 {
+		t.Fatalf("embeddings: %d %s", status, body)
+	}
+	tenant("an answer", hdr, "4")
+	status, hdr, body = embed("sk-team", "?status=429")
+	if status != 429 || hdr.Get("Retry-After") != "2" || hdr.Get("Retry-After-Ms") != "1500" || gjson.GetBytes(body, "error.code").Str != "rate_limit_exceeded" {
+		t.Fatalf("the upstream's 429: %d retry-after %q retry-after-ms %q %s", status, hdr.Get("Retry-After"), hdr.Get("Retry-After-Ms"), body)
+	}
+	tenant("the upstream's 429", hdr, "3")
+	// An upload (no model, streamed through) is limited as well.
+	req, _ := http.NewRequest("POST", h.base+"/files", strings.NewReader("raw bytes"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Authorization", "Bearer sk-team")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	tenant("an upload", resp.Header, "2")
+	for range 2 {
+		embed("sk-team", "")
+	}
+	status, hdr, _ = embed("sk-team", "")
+	if status != 429 || hdr.Get("Retry-After") == "" {
+		t.Fatalf("the sixth call in a minute: %d, want 429 with retry-after", status)
+	}
+	tenant("the gateway's 429", hdr, "0")
+
+	// A tenant without limits: none at all.
+	status, hdr, body = embed("sk-ops", "")
+	if status != 200 {
+		t.Fatalf("embeddings without limits: %d %s", status, body)
+	}
+	noAccount("a tenant without limits", hdr)
+	for k := range hdr {
+		if strings.HasPrefix(strings.ToLower(k), "x-ratelimit-") {
+			t.Errorf("a tenant without limits: %s = %q", k, hdr.Get(k))
+		}
+	}
+}

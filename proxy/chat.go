@@ -140,11 +140,11 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		if errors.Is(err, context.Canceled) && s.base.Err() != nil {
 			err = errShuttingDown
 		}
-		s.setMetaHeaders(ctx, req)
+		setMetaHeaders(ctx, req.Meta)
 		s.writeError(ctx, x, err)
 		return
 	}
-	s.setMetaHeaders(ctx, req)
+	setMetaHeaders(ctx, req.Meta)
 	if resp.Stream == nil {
 		ctx.SetContentType("application/json")
 		body := form.body(resp.Body)
@@ -231,8 +231,11 @@ func boundWrite(ctx *fasthttp.RequestCtx, x *exchange) {
 	_ = ctx.SetWriteDeadline(at)
 }
 
-func (s *Server) setMetaHeaders(ctx *fasthttp.RequestCtx, req *pipeline.Request) {
-	req.Meta.Each(func(key, value string) { ctx.Response.Header.Set(key, value) })
+// setMetaHeaders sets the headers the layers of a request reported in m
+// (a chat request's, or a pass-through request's limits: the tenant's own
+// x-ratelimit-*) on its answer, error or not.
+func setMetaHeaders(ctx *fasthttp.RequestCtx, m *pipeline.Meta) {
+	m.Each(func(key, value string) { ctx.Response.Header.Set(key, value) })
 }
 
 // readBody copies the request body (the pipeline outlives the handler),

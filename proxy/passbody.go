@@ -87,7 +87,8 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	}
 	var req *pipeline.Request
 	if rt.Policy != nil {
-		req = &pipeline.Request{ID: x.id, Start: x.start, Body: body, Model: model, Route: route, Endpoint: path}
+		// Meta: the limits report the tenant's x-ratelimit-* into it (Limit).
+		req = &pipeline.Request{ID: x.id, Start: x.start, Body: body, Model: model, Route: route, Endpoint: path, Meta: &x.meta}
 		if err := rt.Policy.Admit(t, req); err != nil {
 			return pb, err
 		}
@@ -147,7 +148,7 @@ func opaqueBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path 
 	}
 	if rt.Policy != nil {
 		// No model to judge, but the tenant's request limits still apply.
-		req := &pipeline.Request{ID: x.id, Start: x.start, Endpoint: path}
+		req := &pipeline.Request{ID: x.id, Start: x.start, Endpoint: path, Meta: &x.meta}
 		if err := rt.Policy.Admit(t, req); err != nil {
 			return passBody{}, err
 		}

@@ -33,6 +33,15 @@ var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Da
 // gateway gets none of them.
 var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Anthropic-Organization-Id"}
 
+// upstreamLimitPrefixes begin the names of the provider's rate-limit
+// headers (OpenAI's and the OpenAI-compatible servers' x-ratelimit-*,
+// Anthropic's anthropic-ratelimit-*). They count the gateway's one account,
+// which every tenant shares: relayed, they would show a tenant the others'
+// traffic, and an SDK that paces itself by them would back off for the
+// others' load. A tenant with rate limits gets its own instead, as on the
+// chat route (setMetaHeaders).
+var upstreamLimitPrefixes = []string{"X-Ratelimit-", "Anthropic-Ratelimit-"}
+
 // clientOnlyHeaders carry the client's identity towards the gateway; the
 // provider gets the gateway's own. A client's cookies are the gateway's
 // site's, and an X-Api-Key (the Anthropic SDKs' header) may be a gateway
@@ -53,7 +62,7 @@ var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cooki
 func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	pc, pb, err := s.passTarget(ctx, x, path)
 	if err != nil {
-		s.writeError(ctx, x, err)
+		s.passError(ctx, x, err)
 		return
 	}
 	if pb.native {
@@ -99,7 +108,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		default:
 			err = pc.transportError(err)
 		}
-		s.writeError(ctx, x, err)
+		s.passError(ctx, x, err)
 		return
 	}
 	pc.upstreamSeconds.Observe(time.Since(x.start).Seconds())
@@ -116,11 +125,12 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		resp.SetConnectionClose() // its body may not have been read to the end
 		release(freq, resp)
 		x.provider = pc.cfg.Name
-		s.writeError(ctx, x, ue)
+		s.passError(ctx, x, ue)
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode())
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
+	setMetaHeaders(ctx, &x.meta)
 	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true
 	var m *passMeter
 	if pb.metered && x.call != nil && resp.StatusCode() < 300 {
@@ -134,6 +144,14 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		}
 	}
 	s.writeBody(ctx, x, s.copyBody(x, pc, freq, resp, ctx.Conn(), m, own))
+}
+
+// passError writes err as a pass-through request's answer, with the
+// headers its admission reported (the tenant's x-ratelimit-*: a 429 of the
+// tenant's limits or of the upstream's carries them, as on the chat route).
+func (s *Server) passError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
+	setMetaHeaders(ctx, &x.meta)
+	s.writeError(ctx, x, err)
 }
 
 // writeBody has body write a pass-through answer: through fasthttp for an
@@ -321,12 +339,13 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 
 // copyResponseHeaders copies an upstream response's headers to the client's
 // response, without the hop-by-hop ones (those its Connection header lists
-// included) and those the gateway writes itself.
+// included), those the gateway writes itself and those about the gateway's
+// provider account (its identity, its rate limits).
 func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	hop := hopByHop(src.Peek("Connection"))
 	for k, v := range src.All() {
 		ks := string(k)
-		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) {
+		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) {
 			continue
 		}
 		dst.SetBytesKV(k, v)
@@ -499,6 +518,17 @@ func hopByHop(connection []byte) []string {
 		}
 	}
 	return out
+}
+
+// hasPrefixFold reports whether name begins with one of prefixes, ignoring
+// case.
+func hasPrefixFold(prefixes []string, name string) bool {
+	for _, p := range prefixes {
+		if len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasFold reports whether list holds name, ignoring case.

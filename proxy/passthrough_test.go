@@ -10,8 +10,9 @@ import (
 
 // TestCopyResponseHeaders checks the pass-through's response-side header
 // hygiene: hop-by-hop headers (fixed, and those the upstream's Connection
-// header lists) and the headers the gateway writes itself never reach the
-// client; everything else does, unchanged.
+// header lists), the headers the gateway writes itself and those about the
+// gateway's provider account (its identity, its rate limits) never reach
+// the client; everything else does, unchanged.
 func TestCopyResponseHeaders(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -22,8 +23,19 @@ func TestCopyResponseHeaders(t *testing.T) {
 	}{
 		{
 			name:    "end-to-end headers pass",
-			headers: [][2]string{{"Content-Type", "application/json"}, {"X-Ratelimit-Remaining-Requests", "9"}, {"Openai-Processing-Ms", "12"}},
-			keep:    []string{"Content-Type: application/json", "X-Ratelimit-Remaining-Requests: 9", "Openai-Processing-Ms: 12"},
+			headers: [][2]string{{"Content-Type", "application/json"}, {"Openai-Processing-Ms", "12"}},
+			keep:    []string{"Content-Type: application/json", "Openai-Processing-Ms: 12"},
+		},
+		{
+			// The gateway's shared provider account's counters: the
+			// handler sets the tenant's own where it has limits.
+			name: "the provider account's rate limits",
+			headers: [][2]string{{"X-Ratelimit-Limit-Requests", "10000"}, {"x-ratelimit-remaining-requests", "9"}, {"X-Ratelimit-Reset-Requests", "6ms"},
+				{"X-Ratelimit-Limit-Tokens", "2000000"}, {"X-Ratelimit-Remaining-Tokens", "1999000"}, {"X-Ratelimit-Reset-Tokens", "30ms"},
+				{"Anthropic-Ratelimit-Requests-Remaining", "49"}, {"X-Ratelimit", "odd"}, {"X-Kept", "1"}},
+			keep: []string{"X-Kept: 1", "X-Ratelimit: odd"},
+			drop: []string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests",
+				"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Requests-Remaining"},
 		},
 		{
 			name: "fixed hop-by-hop headers",
