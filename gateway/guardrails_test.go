@@ -590,3 +590,53 @@ window = 16
 		}
 	}
 }
+
+// The request stage judges what the model reads beside the messages, on
+// chat and on pass-through alike: a structured output's schema, a client
+// tool's parameter schema and documents (vLLM's and llama.cpp's RAG
+// input). A blocked phrase there is the 400 without an upstream call; a
+// PII value in a description or a document reaches the upstream redacted,
+// the schema otherwise as sent. They used to reach the upstream unjudged.
+func TestGuardrailsRequestStageSideTexts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
+	addr := hostOf(h.base)
+	schema := func(description string) string {
+		return `{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object","properties":{"a":{"type":"string","description":"` + description + `"}},"required":["a"]}}}`
+	}
+	tool := func(description string) string {
+		return `[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"q":{"type":"string","description":"` + description + `"}}}}}]`
+	}
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		for _, extra := range []string{
+			`"response_format":` + schema("about Project Falcon"),
+			`"tools":` + tool("about Project Falcon"),
+			`"documents":[{"title":"t","text":"Project Falcon notes"}]`,
+		} {
+			before := h.mock.TotalCalls()
+			status, body := rawHTTP(t, addr, postRaw(path, "sk-client", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],`+extra+`}`))
+			if status != 400 || gjson.GetBytes(body, "error.code").Str != "content_blocked" {
+				t.Errorf("%s %.40s: %d %s, want 400 content_blocked", path, extra, status, body)
+			}
+			if n := h.mock.TotalCalls() - before; n != 0 {
+				t.Errorf("%s %.40s: the upstream got %d calls", path, extra, n)
+			}
+		}
+	}
+	status, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"response_format":`+schema("mail ann@example.com")+
+		`,"tools":`+tool("mail bob@example.com")+`,"documents":["from jane@example.com"]}`, nil)
+	if status != 200 {
+		t.Fatalf("redact: %d %s", status, b)
+	}
+	up := h.mock.Requests()[len(h.mock.Requests())-1].Body
+	for path, want := range map[string]string{
+		"response_format.json_schema.schema.properties.a.description": "mail [REDACTED]",
+		"response_format.json_schema.schema.required.0":               "a",
+		"tools.0.function.parameters.properties.q.description":        "mail [REDACTED]",
+		"documents.0": "from [REDACTED]",
+	} {
+		if got := gjson.GetBytes(up, path).Str; got != want {
+			t.Errorf("the upstream's %s = %q, want %q", path, got, want)
+		}
+	}
+}

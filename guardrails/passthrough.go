@@ -27,7 +27,9 @@ var itemTexts = map[string]bool{"text": true, "content": true, "output": true,
 
 // CheckBody runs t's request-stage guardrails over the texts of r, a JSON
 // body sent outside the chat pipeline (a pass-through call of a model), as
-// the middleware runs them over a chat request's messages: each text on
+// the middleware runs them over a chat request's messages and side texts
+// (a structured output's schema, the tools' names and parameter schemas,
+// documents and a rerank's query): each text on
 // its own, except that an http classifier is asked once, about the texts
 // joined (an embeddings input of thousands of strings is one question, not
 // thousands). A block is the same 400 content_blocked; redactions replace
@@ -39,12 +41,7 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 	local, remote := splitRemote(e.guards(t, StageRequest))
 	ctx := context.Background() // each classifier call is bounded by its guard's timeout
 	if len(remote) > 0 {
-		var joined []byte
-		walkTexts(r.Body, func(v gjson.Result, _ bool) bool {
-			joined = append(append(joined, v.Str...), '\n')
-			return true
-		})
-		if err := askOnce(ctx, remote, r.Meta, joined); err != nil {
+		if err := askOnce(ctx, remote, r.Meta, bodyTexts(r.Body)); err != nil {
 			return err
 		}
 	}
@@ -59,6 +56,19 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 		r.Body = body
 	}
 	return nil
+}
+
+// bodyTexts returns every text of a pass-through body that CheckBody
+// judges (walkTexts, visitSideTexts), each followed by a newline.
+func bodyTexts(body []byte) []byte {
+	var out []byte
+	add := func(v gjson.Result, _ bool) bool {
+		out = append(append(out, v.Str...), '\n')
+		return true
+	}
+	walkTexts(body, add)
+	visitSideTexts(body, add)
+	return out
 }
 
 // walkTexts calls visit with each text of body's passFields, in order,
@@ -87,8 +97,9 @@ func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) {
 	})
 }
 
-// checkTexts judges each text of body's passFields on its own; it returns
-// the body with redactions, or nil when nothing changed.
+// checkTexts judges each text of body's passFields, then each side text
+// (visitSideTexts), on its own; it returns the body with redactions, or
+// nil when nothing changed.
 func checkTexts(ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
@@ -100,6 +111,9 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 		}
 		return failed == nil
 	})
+	if failed == nil {
+		edits, failed = checkSideTexts(ck, body, edits)
+	}
 	return applyEdits(body, edits, failed, "the request could not be redacted")
 }
 

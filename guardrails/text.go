@@ -15,8 +15,9 @@ import (
 
 // checkRequest runs the request stage over every message's text (a string
 // content, or the text of its parts, and the arguments of an assistant
-// message's tool calls, which the model reads as much as its content) and
-// every tool's description. It returns the body with redactions, or nil
+// message's tool calls, which the model reads as much as its content),
+// every tool's description and the side texts (sidetexts.go: a structured
+// output's schema, the tools' names and parameter schemas, documents). It returns the body with redactions, or nil
 // when nothing changed; a block is the 400 content_blocked envelope.
 func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
@@ -58,7 +59,32 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 	if failed == nil {
 		visitToolDescriptions(body, func(t gjson.Result) bool { return check(t, false, false) })
 	}
+	if failed == nil {
+		edits, failed = checkSideTexts(ck, body, edits)
+	}
 	return applyEdits(body, edits, failed, "the request could not be redacted")
+}
+
+// checkSideTexts judges each side text of body on its own (visitSideTexts)
+// and adds the edits that redact its prose to edits; a redaction of a
+// fixed text is fixedRedacted.
+func checkSideTexts(ck *checker, body []byte, edits []jsonedit.Edit) ([]jsonedit.Edit, error) {
+	var failed error
+	visitSideTexts(body, func(v gjson.Result, fixed bool) bool {
+		if !fixed {
+			edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
+			return failed == nil
+		}
+		out, err := ck.Check([]byte(v.Str))
+		switch {
+		case err != nil:
+			failed = err
+		case string(out) != v.Str:
+			failed = fixedRedacted()
+		}
+		return failed == nil
+	})
+	return edits, failed
 }
 
 // brokenArguments is the 400 of a redaction that would leave a tool call's
@@ -111,8 +137,8 @@ func visitToolDescriptions(body []byte, visit func(gjson.Result) bool) {
 }
 
 // messageTexts returns the text of every message of a chat body (as
-// visitMessage reads it) and every tool's description, each followed by a
-// newline.
+// visitMessage reads it), every tool's description and every side text
+// (visitSideTexts), each followed by a newline.
 func messageTexts(body []byte) []byte {
 	var out []byte
 	add := func(t gjson.Result) bool {
@@ -124,6 +150,7 @@ func messageTexts(body []byte) []byte {
 		return true
 	})
 	visitToolDescriptions(body, add)
+	visitSideTexts(body, func(t gjson.Result, _ bool) bool { return add(t) })
 	return out
 }
 
