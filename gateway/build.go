@@ -153,8 +153,9 @@ func (p passPolicy) Guard(t *pipeline.Tenant, r *pipeline.Request) error {
 var _ proxy.Call = (*limits.Call)(nil)
 
 // Limit admits a pass-through request through limits.Hold. A call of a
-// model endpoint whose body names no model is refused under a budget
-// (limits.Limiter.RefuseUnnamed): it would be charged at no price. Except
+// model endpoint whose body names no model is refused under a budget or a
+// rate rule that names models (limits.Limiter.RefuseUnnamed): it would be
+// charged at no price, and counted by no per-model rule. Except
 // moderations: the SDKs name no model there (it is optional), and a
 // moderation costs nothing.
 func (p passPolicy) Limit(r *pipeline.Request) (proxy.Call, error) {

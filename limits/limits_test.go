@@ -861,3 +861,69 @@ func TestSlotOfUnansweredTakeIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// TestRefuseUnnamed: a call that names no model is refused where a limit
+// cannot account for it: a budget of its tenant or key (403
+// model_not_priced), or a rate rule of its tenant and key that names
+// models (400, param model), which such a call would otherwise get
+// around. Tenant-wide rules (no model, or "*") count it, and rules of
+// other tenants or keys do not concern it.
+func TestRefuseUnnamed(t *testing.T) {
+	t.Parallel()
+	l := newLimiterAt(t, `
+[[limits]]
+tenant = "per-model"
+model = "gpt-x"
+requests_per_minute = 5
+[[limits]]
+tenant = "per-model"
+requests_per_minute = 50
+[[limits]]
+tenant = "glob"
+model = "gpt-*"
+tokens_per_minute = 1000
+[[limits]]
+tenant = "wide"
+requests_per_minute = 5
+[[limits]]
+tenant = "star"
+model = "*"
+requests_per_minute = 5
+[[limits]]
+tenant = "keyed"
+key = "k1"
+model = "gpt-x"
+concurrent = 2
+[[budgets]]
+tenant = "budget"
+amount = 1
+period = "day"
+`, func() Store { return NewMemoryStore() }, "t", nil)
+	tests := []struct {
+		name, tenant, key string
+		status            int
+		code              string
+	}{
+		{name: "a per-model rule", tenant: "per-model", status: 400},
+		{name: "a rule of a model pattern", tenant: "glob", status: 400},
+		{name: "a per-model rule of the caller's key", tenant: "keyed", key: "k1", status: 400},
+		{name: "a per-model rule of another key", tenant: "keyed", key: "k2"},
+		{name: "a tenant-wide rule", tenant: "wide"},
+		{name: "a rule of every model", tenant: "star"},
+		{name: "no rule", tenant: "other"},
+		{name: "a budget", tenant: "budget", status: 403, code: pipeline.CodeModelNotPriced},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := l.RefuseUnnamed(&pipeline.Request{ID: "r", Endpoint: "/v1/embeddings", Tenant: &pipeline.Tenant{Name: tc.tenant, Key: tc.key}})
+			var pe *pipeline.Error
+			switch {
+			case tc.status == 0 && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.status != 0 && (!errors.As(err, &pe) || pe.Status != tc.status || pe.Code != tc.code || pe.Param != "model"):
+				t.Fatalf("got %v, want %d %q naming model", err, tc.status, tc.code)
+			}
+		})
+	}
+}

@@ -370,10 +370,15 @@ func denial(c check, tokens int64, retry time.Duration) error {
 }
 
 // RefuseUnnamed refuses r, a call of a model whose body names none (a
-// pass-through body the upstream answers with its default model), when a
-// budget applies to r's tenant or key: nothing prices a call of no model,
-// so it would spend the budget without a trace, as an unpriced model would
-// (unpriced). nil when no budget applies.
+// pass-through body the upstream answers with its default model), that no
+// limit could account for. Under a budget of r's tenant or key: nothing
+// prices a call of no model, so it would spend the budget without a trace,
+// as an unpriced model would (unpriced); 403 model_not_priced. Under a rate
+// rule of r's tenant and key that names models (model = "gpt-4o"): the
+// call matches no such rule, so it would get around every one of them
+// (the upstream's default model may well be one they name), while the
+// tenant-wide rules count it; 400, as for a tenant whose policy allows some
+// models. nil when neither applies.
 func (l *Limiter) RefuseUnnamed(r *pipeline.Request) error {
 	tenant, key := who(r)
 	for i := range l.budgets {
@@ -383,6 +388,14 @@ func (l *Limiter) RefuseUnnamed(r *pipeline.Request) error {
 				"Your spend has a budget, and a call that names no model cannot be priced: name a model the gateway prices.")
 			e.Param = "model"
 			return e
+		}
+	}
+	for i := range l.rules {
+		rl := &l.rules[i]
+		if matches(rl.tenant, tenant) && matches(rl.key, key) && !matches(rl.model, "") {
+			limited.WithLabelValues(string(rune(kindRate))).Inc()
+			return pipeline.BadRequest("model",
+				"Your rate limits are set per model, and a call that names no model cannot be counted against them: name the model to call.")
 		}
 	}
 	return nil
