@@ -640,3 +640,26 @@ func TestGuardrailsRequestStageSideTexts(t *testing.T) {
 		}
 	}
 }
+
+// A request guardrail judges a text whatever the case of its name, on chat
+// and pass-through: an upstream decoding with Go's encoding/json reads
+// "Content" as a message's content and "Prompt" as the prompt. Such texts
+// used to reach the upstream unjudged.
+func TestGuardrailsNamesInAnyCase(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
+	addr := hostOf(h.base)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"},{"role":"user","Content":"about Project Falcon"}]}`},
+		{"/v1/completions", `{"model":"gpt-x","Prompt":"about Project Falcon"}`},
+	} {
+		before := h.mock.TotalCalls()
+		status, body := rawHTTP(t, addr, postRaw(c.path, "sk-client", c.body))
+		if status != 400 || gjson.GetBytes(body, "error.code").Str != "content_blocked" {
+			t.Errorf("%s: %d %s, want 400 content_blocked", c.path, status, body)
+		}
+		if n := h.mock.TotalCalls() - before; n != 0 {
+			t.Errorf("%s: the upstream got %d calls", c.path, n)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package guardrails
 
 import (
 	"context"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -14,7 +15,7 @@ import (
 // reach the model: completions' prompt and suffix, the input of
 // embeddings, moderations, speech and the Responses API, its
 // instructions, and messages.
-var passFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true, "messages": true, "tools": true}
+var passFields = []string{"prompt", "suffix", "input", "instructions", "messages", "tools"}
 
 // itemTexts are the members of an item in those fields that hold its text
 // (a message's content, a part's text, a tool output, a tool call's
@@ -22,8 +23,7 @@ var passFields = map[string]bool{"prompt": true, "suffix": true, "input": true, 
 // function objects that hold the last two); other members (type, role,
 // ids, names, parameter schemas, image data) are not text the guardrails
 // judge, as on chat.
-var itemTexts = map[string]bool{"text": true, "content": true, "output": true,
-	"arguments": true, "description": true, "tool_calls": true, "function": true}
+var itemTexts = []string{"text", "content", "output", "arguments", "description", "tool_calls", "function"}
 
 // CheckBody runs t's request-stage guardrails over the texts of r, a JSON
 // body sent outside the chat pipeline (a pass-through call of a model), as
@@ -86,15 +86,33 @@ func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) {
 			return ok
 		case v.IsObject():
 			ok := true
-			v.ForEach(func(k, m gjson.Result) bool { ok = !itemTexts[k.Str] || walk(m, k.Str == "arguments"); return ok })
+			v.ForEach(func(k, m gjson.Result) bool {
+				name := named(k.Str, itemTexts)
+				ok = name == "" || walk(m, name == "arguments")
+				return ok
+			})
 			return ok
 		}
 		return true
 	}
 	jsonedit.Root(body).ForEach(func(k, v gjson.Result) bool {
+		// Names compare without regard to case, as an upstream decoding
+		// with Go's encoding/json matches them ("Prompt" is its prompt).
 		// A top-level tools string is no text the model reads.
-		return !passFields[k.Str] || (k.Str == "tools" && v.Type == gjson.String) || walk(v, false)
+		name := named(k.Str, passFields)
+		return name == "" || (name == "tools" && v.Type == gjson.String) || walk(v, false)
 	})
+}
+
+// named returns the name of names that k is, compared as Go's
+// encoding/json compares them (strings.EqualFold), or "".
+func named(k string, names []string) string {
+	for _, n := range names {
+		if strings.EqualFold(k, n) {
+			return n
+		}
+	}
+	return ""
 }
 
 // checkTexts judges each text of body's passFields, then each side text

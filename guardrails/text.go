@@ -97,42 +97,52 @@ func brokenArguments() error {
 // visitMessage calls visit with each text of chat message m, in order: a
 // string content or its parts' texts, then each tool call's arguments
 // (args set: a JSON text that must stay one). visit returns false to stop.
+// Names compare without regard to case, and every member of a repeated
+// name is visited (members): an upstream decoding with Go's encoding/json
+// reads "Content" as the content.
 func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
-	c := m.Get("content")
-	switch {
-	case c.Type == gjson.String:
-		if !visit(c, false) {
-			return
-		}
-	case c.IsArray():
-		stopped := false
-		c.ForEach(func(_, part gjson.Result) bool {
-			if t := part.Get("text"); t.Type == gjson.String && !visit(t, false) {
-				stopped = true
-				return false
-			}
-			return true
-		})
-		if stopped {
-			return
-		}
-	}
-	m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
-		if a := tc.Get("function.arguments"); a.Type == gjson.String {
-			return visit(a, true)
+	ok := members(m, "content", func(c gjson.Result) bool {
+		switch {
+		case c.Type == gjson.String:
+			return visit(c, false)
+		case c.IsArray():
+			ok := true
+			c.ForEach(func(_, part gjson.Result) bool {
+				ok = members(part, "text", func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) })
+				return ok
+			})
+			return ok
 		}
 		return true
+	})
+	if !ok {
+		return
+	}
+	members(m, "tool_calls", func(calls gjson.Result) bool {
+		ok := true
+		calls.ForEach(func(_, tc gjson.Result) bool {
+			ok = members(tc, "function", func(f gjson.Result) bool {
+				return members(f, "arguments", func(a gjson.Result) bool { return a.Type != gjson.String || visit(a, true) })
+			})
+			return ok
+		})
+		return ok
 	})
 }
 
 // visitToolDescriptions calls visit with each tool's description (the
 // model reads them as it reads the messages); visit returns false to stop.
+// Names compare as visitMessage's do.
 func visitToolDescriptions(body []byte, visit func(gjson.Result) bool) {
-	gjson.GetBytes(body, "tools").ForEach(func(_, t gjson.Result) bool {
-		if d := t.Get("function.description"); d.Type == gjson.String {
-			return visit(d)
-		}
-		return true
+	members(jsonedit.Root(body), "tools", func(tools gjson.Result) bool {
+		ok := true
+		tools.ForEach(func(_, t gjson.Result) bool {
+			ok = members(t, "function", func(f gjson.Result) bool {
+				return members(f, "description", func(d gjson.Result) bool { return d.Type != gjson.String || visit(d) })
+			})
+			return ok
+		})
+		return ok
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
 )
 
 func redactingChecker(t testing.TB) *checker {
@@ -164,5 +165,49 @@ func TestRequestMaxLengthCountsTheMessage(t *testing.T) {
 		[]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"abc"},{"type":"text","text":"def"}]}]}`))
 	if err == nil {
 		t.Fatal("a message of 6 characters in two parts passed a block at 5")
+	}
+}
+
+// A chat request's texts are judged whatever the case of their names, and
+// every one of a repeated name: an upstream decoding with Go's
+// encoding/json reads "Content" as a message's content, and one that keeps
+// the last of two equal names reads the second. They used to pass
+// unjudged.
+func TestRequestNamesInAnyCase(t *testing.T) {
+	t.Parallel()
+	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
+	tests := []struct {
+		name, body, path, want string
+	}{
+		{name: "a message's content", body: `{"model":"m","messages":[{"role":"user","Content":"say secret-1"}]}`,
+			path: "messages.0.Content", want: "say [X]"},
+		{name: "a part's text", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","TEXT":"say secret-2"}]}]}`,
+			path: "messages.0.content.0.TEXT", want: "say [X]"},
+		{name: "a tool call's arguments", body: `{"model":"m","messages":[{"role":"assistant","Tool_Calls":[{"id":"c","Function":{"name":"f","Arguments":"{\"q\":\"secret-3\"}"}}]}]}`,
+			path: "messages.0.Tool_Calls.0.Function.Arguments", want: `{"q":"[X]"}`},
+		{name: "a tool's description", body: `{"model":"m","messages":[{"role":"user","content":"hi"}],"Tools":[{"type":"function","function":{"name":"f","Description":"say secret-4"}}]}`,
+			path: "Tools.0.function.Description", want: "say [X]"},
+		{name: "a repeated part text", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"fine","text":"say secret-5"}]}]}`,
+			path: "messages.0.content.0.text", want: "fine"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			body := []byte(tc.body)
+			var pe *pipeline.Error
+			if _, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{block}, nil), body); !errors.As(err, &pe) || pe.Code != pipeline.CodeContentBlocked {
+				t.Fatalf("block: %v, want 400 content_blocked", err)
+			}
+			if !strings.Contains(string(messageTexts(body)), "secret-") {
+				t.Errorf("an http classifier is not asked about it: %q", messageTexts(body))
+			}
+			out, err := checkRequest(context.Background(), redactingChecker(t), body)
+			if err != nil || !json.Valid(out) || strings.Contains(string(out), "secret-") {
+				t.Fatalf("redact: %s %v", out, err)
+			}
+			if got := gjson.GetBytes(out, tc.path).Str; got != tc.want {
+				t.Fatalf("redact: %s = %q, want %q", tc.path, got, tc.want)
+			}
+		})
 	}
 }

@@ -1,0 +1,48 @@
+package guardrails
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// A pass-through body's texts are judged whatever the case of their
+// names: an upstream decoding with Go's encoding/json reads "Prompt" as
+// its prompt and "Content" as a message's content ("ſ" folds to "s"), so
+// the request stage judges them too. They used to pass unjudged.
+func TestPassThroughNamesInAnyCase(t *testing.T) {
+	t.Parallel()
+	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
+	redact := mustGuard(t, config.Guardrail{Name: "r", Stage: StageRequest, Kind: "regex", Action: "redact", Replacement: "[X]", Patterns: []string{`secret-[0-9]+`}})
+	tests := []struct {
+		name, body, path, want string
+	}{
+		{name: "a top-level name", body: `{"model":"m","Prompt":"say secret-1"}`, path: "Prompt", want: "say [X]"},
+		{name: "an item's name", body: `{"model":"m","messages":[{"role":"user","Content":"say secret-2"}]}`, path: "messages.0.Content", want: "say [X]"},
+		{name: "a name all in capitals", body: `{"model":"m","INPUT":["say secret-3"]}`, path: "INPUT.0", want: "say [X]"},
+		{name: "a long s", body: `{"model":"m","ſuffix":"say secret-4"}`, path: "ſuffix", want: "say [X]"},
+		{name: "a tool call's arguments", body: `{"model":"m","Messages":[{"role":"assistant","Tool_Calls":[{"Function":{"Arguments":"{\"q\":\"secret-5\"}"}}]}]}`,
+			path: "Messages.0.Tool_Calls.0.Function.Arguments", want: `{"q":"[X]"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := (&Engine{def: stages{StageRequest: {block}}}).CheckBody(nil, &pipeline.Request{Body: []byte(tc.body)})
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Code != pipeline.CodeContentBlocked {
+				t.Fatalf("block: %v, want 400 content_blocked", err)
+			}
+			r := &pipeline.Request{Body: []byte(tc.body)}
+			if err := (&Engine{def: stages{StageRequest: {redact}}}).CheckBody(nil, r); err != nil {
+				t.Fatal(err)
+			}
+			if got := gjson.GetBytes(r.Body, tc.path).Str; got != tc.want {
+				t.Fatalf("redact: %s = %q, want %q", tc.path, got, tc.want)
+			}
+		})
+	}
+}
