@@ -553,6 +553,32 @@ func parityCases() []parityCase {
 			raw: func([]byte) []rawTurn {
 				return []rawTurn{{tokens: []string{"Write ", "to ", "bob@", "example", ".com ", "about ", "Project ", "Falcon ", "soon."}, logprobs: true, usage: [2]int{9, 4}}}
 			}},
+		{name: "guardrail logprobs redact inside one token", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: []string{"Mail ", "me at bob@example.com today", " ok"}, logprobs: true, usage: [2]int{9, 4}}}
+			}},
+		{name: "guardrail logprobs redact across windows", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				// One-byte tokens: the held text is released in windows,
+				// with the addresses' tokens on either side of a release.
+				var toks []string
+				for _, r := range "Hi a@b.io, c@d.io x carol@example.net." {
+					toks = append(toks, string(r))
+				}
+				return []rawTurn{{tokens: toks, logprobs: true, usage: [2]int{9, 40}}}
+			}},
+		{name: "guardrail refusal logprobs", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{refusal: []string{"No, bob@exa", "mple.com, about ", "Project Falcon."}, logprobs: true, usage: [2]int{9, 4}}}
+			}},
+		{name: "guardrail refusal past max_length", config: parityGuard,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{refusal: wordTokens(20), logprobs: true, usage: [2]int{9, 20}}}
+			}},
 		{name: "guardrail logprobs no match", config: parityGuard,
 			params: func() openai.ChatCompletionNewParams { return withLogprobs(base()) },
 			raw: func([]byte) []rawTurn {
@@ -650,6 +676,10 @@ func parityCases() []parityCase {
 					return mockllm.Turn{Text: "Computing. ", ToolCalls: []mockllm.ToolCall{calc("6*7")}, Usage: parityUsage(20, 5)}
 				}
 				return mockllm.Turn{Text: "It is 42, says Project Falcon.", Usage: parityUsage(30, 5)}
+			}},
+		{name: "guardrail block refusal", config: parityBlock, params: base, wantErr: true,
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{refusal: []string{"I won't ", "discuss Project ", "Falcon."}, usage: [2]int{9, 4}}}
 			}},
 		{name: "upstream error mid-stream", config: baseConfig, params: base, wantErr: true, delay: 15 * time.Millisecond,
 			mock: func(*mockllm.Call) mockllm.Turn {
@@ -1252,7 +1282,8 @@ type respError struct{ code, message string }
 // released text carried the first held chunk's logprobs again, so a stream
 // showed one token's logprobs (repeated) where the JSON answer showed
 // every token's. The released chunks now carry the logprobs of the text
-// they release.
+// they release (the three tokens of the redacted address as one item,
+// logprobs.go in package guardrails).
 func TestGuardrailStreamKeepsLogprobs(t *testing.T) {
 	t.Parallel()
 	h := parityHarness(t, parityCase{config: parityGuard, raw: func([]byte) []rawTurn {
@@ -1262,7 +1293,7 @@ func TestGuardrailStreamKeepsLogprobs(t *testing.T) {
 	p.Logprobs = openai.Bool(true)
 	js := parityJSON(t, h, p)
 	st := parityStream(t, h, p)
-	if n := strings.Count(js.Choices[0].Logprobs, `"Token"`); n != 9 {
+	if n := strings.Count(js.Choices[0].Logprobs, `"Token"`); n != 7 {
 		t.Fatalf("JSON has %d logprobs: %s", n, js.Choices[0].Logprobs)
 	}
 	parityCompare(t, parityCase{}, "json", js, "stream", st)

@@ -66,6 +66,15 @@ type checker struct {
 	regions      []int
 	runes        int  // runes released so far (max_length)
 	cutoff       bool // a max_length redact cut the text: nothing more is released
+
+	// What the judgements since the last Check did to the text, for its
+	// logprobs (logprobs.go): base is how many bytes of the model's text
+	// were judged and released, edits the redactions made in them, and
+	// trunc where a max_length redact cut the text (when cutoff), each
+	// counted in the model's text from the last Check.
+	base  int
+	edits []edit
+	trunc int
 }
 
 func newChecker(ctx context.Context, guards []*guard, meta *pipeline.Meta) *checker {
@@ -93,6 +102,7 @@ func (c *checker) Flush() ([]byte, error) { return c.release(true) }
 // Check judges one whole text on its own (max_length counts it alone).
 func (c *checker) Check(text []byte) ([]byte, error) {
 	c.pending, c.runes, c.cutoff = append(c.pending[:0], text...), 0, false
+	c.base, c.edits, c.trunc = 0, c.edits[:0], 0
 	return c.release(true)
 }
 
@@ -138,6 +148,7 @@ func (c *checker) release(final bool) ([]byte, error) {
 		}
 	}
 	out, pos := c.out[:0], 0
+	first := len(c.edits) // this judgement's edits
 	for _, s := range c.spans {
 		if s.end > cut {
 			continue
@@ -151,6 +162,9 @@ func (c *checker) release(final bool) ([]byte, error) {
 		if s.start >= pos {
 			out = append(out, text[pos:s.start]...)
 			out = append(out, s.g.repl...)
+			c.edits = append(c.edits, edit{c.base + s.start, c.base + s.end, s.g.repl})
+		} else if s.end > pos {
+			c.edits[len(c.edits)-1].end = c.base + s.end // overlapping matches: one redaction
 		}
 		pos = max(pos, s.end)
 	}
@@ -159,6 +173,7 @@ func (c *checker) release(final bool) ([]byte, error) {
 	}
 	if c.cutoff {
 		out = out[:0]
+		c.edits = c.edits[:first]
 	}
 	for _, g := range c.guards {
 		if g.kind != "max_length" {
@@ -173,13 +188,38 @@ func (c *checker) release(final bool) ([]byte, error) {
 		}
 		if g.action == actionRedact {
 			out = out[:runeOffset(out, g.maxLen-c.runes)]
-			c.cutoff = true
+			c.cutAt(len(out), first)
 		}
 	}
 	c.runes += utf8.RuneCount(out)
+	c.base += cut
 	c.pending = append(c.pending[:0], text[cut:]...)
 	c.out = out
 	return out, nil
+}
+
+// cutAt notes a max_length cut of this judgement's output at k: where it
+// falls in the model's text (trunc), with the edits from first on that it
+// cuts off dropped, and one it cuts inside keeping its replacement's head.
+func (c *checker) cutAt(k, first int) {
+	out, orig := 0, c.base // the output written, and the model's text it stands for
+	for i := first; i < len(c.edits); i++ {
+		e := &c.edits[i]
+		if k <= out+e.start-orig {
+			c.edits = c.edits[:i]
+			break
+		}
+		out += e.start - orig
+		if k < out+len(e.repl) {
+			e.repl = e.repl[:k-out]
+			c.edits = c.edits[:i+1]
+			out, orig = k, e.end
+			break
+		}
+		out += len(e.repl)
+		orig = e.end
+	}
+	c.trunc, c.cutoff = orig+k-out, true
 }
 
 // runeStart returns i moved back to the start of a rune (0 when negative).

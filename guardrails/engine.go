@@ -129,14 +129,10 @@ func (e *Engine) Middleware() pipeline.Middleware {
 				s.held, s.report = held, report
 				return &pipeline.Response{Stream: s}, nil
 			}
-			var body []byte
-			if calls := held.take(); len(calls) > 0 {
-				body, err = checkAnswerAt(newChecker(ctx, out, req.Meta), resp.Body, calls)
-				for i := range calls {
-					report(&calls[i])
-				}
-			} else {
-				body, err = checkAnswer(newChecker(ctx, out, req.Meta), resp.Body)
+			calls := held.take()
+			body, err := checkAnswer(newChecker(ctx, out, req.Meta), resp.Body, calls)
+			for i := range calls {
+				report(&calls[i])
 			}
 			if err != nil {
 				return nil, err

@@ -1,12 +1,7 @@
 package guardrails
 
 import (
-	"errors"
 	"sync"
-
-	"github.com/llmgw/gateway/jsonedit"
-	"github.com/llmgw/gateway/jsonstring"
-	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -18,10 +13,10 @@ import (
 // the loop, so it holds the calls and hands them on where its output puts
 // them: a stream's held text is judged and released before the call, and a
 // JSON answer's text is judged in the same pieces, the call's offset moved
-// to the end of its piece's rewritten text (and its ContentShift set, so
-// that the tokens of the model's text before it, whose logprobs no rewrite
-// changes, stay before it too). Both forms thus put each call after the
-// same text and tokens (a match across a call is not one text in either).
+// to the end of its piece's rewritten text. The content's logprobs are
+// rewritten with it (logprobs.go), so the tokens before the call still
+// cover the text before it. Both forms thus put each call after the same
+// text and tokens (a match across a call is not one text in either).
 
 // heldCalls collects the server calls reported below the guardrails, with
 // their slices copied (a ServerCall's are valid only during the call).
@@ -63,18 +58,12 @@ func (h *heldCalls) take() []pipeline.ServerCall {
 	return calls
 }
 
-// checkAnswerAt is checkAnswer for a JSON answer whose first choice's
-// content has server calls among it: the content is judged in the pieces
-// the calls cut it into (as a stream of the same request releases it), and
-// each call's At.Content becomes the length of the rewritten text before
-// it, and its At.ContentShift what that length differs from the model's
-// text before it. nil when nothing changed.
-func checkAnswerAt(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte, error) {
-	c := gjson.GetBytes(body, "choices.0.message.content")
-	if c.Type != gjson.String {
-		return checkAnswer(ck, body)
-	}
-	text := []byte(c.Str)
+// checkPieces judges text, the first choice's content of a JSON answer
+// with server calls among it, in the pieces the calls cut it into (as a
+// stream of the same request releases it): each call's At.Content becomes
+// the length of the rewritten text before it. It returns the rewritten
+// text; ck's edits are those of the whole text.
+func checkPieces(ck *checker, text []byte, calls []pipeline.ServerCall) ([]byte, error) {
 	var out []byte
 	pos, first := 0, true
 	judge := func(end int) error {
@@ -99,23 +88,15 @@ func checkAnswerAt(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byt
 		if at == nil {
 			continue
 		}
-		tokens := at.Content + at.ContentShift // the model's text before the call
 		if at.Content > pos {
 			if err := judge(at.Content); err != nil {
-				return nil, asClientError(err)
+				return nil, err
 			}
 		}
-		at.Content, at.ContentShift = len(out), tokens-len(out)
+		at.Content = len(out)
 	}
 	if err := judge(len(text)); err != nil {
-		return nil, asClientError(err)
+		return nil, err
 	}
-	if string(out) == c.Str {
-		return nil, nil
-	}
-	edits, ok := jsonedit.ReplaceValue(nil, body, c, jsonstring.Append(nil, string(out)))
-	if !ok {
-		return nil, pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the answer could not be redacted")
-	}
-	return applyEdits(body, edits, nil, "the answer could not be redacted")
+	return out, nil
 }

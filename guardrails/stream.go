@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"strings"
 	"unsafe"
 
 	"github.com/llmgw/gateway/jsonstring"
@@ -19,18 +18,16 @@ import (
 const maxChoices = 16
 
 // stream runs the response stage over a chunk stream: each choice's
-// content goes through its checker, which holds back its window; held text
-// comes out rewritten in a content chunk of its own before the choice's
-// next tool call or finish, or at the end. A block ends the stream with
-// the content_blocked error event.
+// content and refusal go through a checker each, which holds back its
+// window; held text comes out rewritten (with its logprobs, logprobs.go)
+// in a chunk of its own before the choice's next tool call or finish, or
+// at the end. A block ends the stream with the content_blocked error event.
 type stream struct {
 	src    pipeline.Stream
 	ctx    context.Context
 	guards []*guard
 	meta   *pipeline.Meta
-	checks [maxChoices]*checker
-	tmpl   [maxChoices][]byte // a held content chunk of the choice, for the chunks of released text
-	lps    [maxChoices]heldLogprobs
+	texts  [maxChoices][2]heldText // per choice: its content, its refusal
 	queue  [][]byte
 	spare  [4][]byte // the queue's storage when it is short
 	ended  bool
@@ -44,6 +41,16 @@ type stream struct {
 	stashed bool
 	stash   []byte
 	stashE  error
+}
+
+// textKeys are the delta members a stream judges, in heldText order.
+var textKeys = [2]string{"content", "refusal"}
+
+// heldText is one text of a choice as a stream judges it.
+type heldText struct {
+	ck   *checker
+	tmpl []byte // a held chunk of the text, for the chunks of released text
+	lp   heldLogprobs
 }
 
 func newStream(ctx context.Context, src pipeline.Stream, guards []*guard, meta *pipeline.Meta) *stream {
@@ -78,8 +85,8 @@ func (s *stream) Next() ([]byte, error) {
 			if calls := s.held.take(); len(calls) > 0 {
 				// The text before the calls is complete: judge and
 				// release it first, then report them.
-				for i := range s.checks {
-					if ferr := s.flush(i); ferr != nil {
+				for i := range s.texts {
+					if ferr := s.flushChoice(i); ferr != nil {
 						// A block: the calls ran all the same, and
 						// are reported before the error ends the
 						// stream, as without a guardrail.
@@ -95,8 +102,8 @@ func (s *stream) Next() ([]byte, error) {
 		}
 		if err == io.EOF {
 			s.ended = true
-			for i := range s.checks {
-				if err := s.flush(i); err != nil {
+			for i := range s.texts {
+				if err := s.flushChoice(i); err != nil {
 					return nil, err
 				}
 			}
@@ -118,9 +125,8 @@ func (s *stream) Next() ([]byte, error) {
 	}
 }
 
-// chunk handles one chunk; nil drops it (its text is held). Text that
-// went out as nothing (a max_length redact's cut) still gives its tokens'
-// logprobs to the chunk, whose content is then "".
+// chunk handles one chunk; nil drops it (its text is held). A chunk with
+// both a content and a refusal is judged as two, the content first.
 func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	// A read-only view: nothing taken from it outlives this call (Feed
 	// copies the text).
@@ -133,145 +139,162 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 		return nil, nil
 	}
 	delta := ch.Get("delta")
-	content, role := delta.Get("content"), delta.Get("role").Exists()
 	ends := delta.Get("tool_calls").Exists() || wire.FinishReason(ch) != ""
-	if content.Type != gjson.String || content.Str == "" {
+	var has [2]bool
+	for k, key := range textKeys {
+		t := delta.Get(key)
+		has[k] = t.Type == gjson.String && t.Str != ""
+	}
+	switch {
+	case !has[0] && !has[1]:
 		if ends {
-			if err := s.flush(i); err != nil {
+			if err := s.flushChoice(i); err != nil {
 				return nil, err
 			}
 		}
 		return chunk, nil
+	case has[0] && has[1]:
+		// The content alone, with neither the end nor a tool call.
+		first, err := sjson.DeleteBytes(chunk, "choices.0.delta.refusal")
+		if err == nil {
+			first, err = sjson.DeleteBytes(first, "choices.0.delta.tool_calls")
+		}
+		if err == nil {
+			first, err = sjson.SetRawBytes(first, "choices.0.finish_reason", []byte("null"))
+		}
+		lps := ch.Get("logprobs").IsObject() // each part with its own list
+		if err == nil && lps {
+			first, err = sjson.SetRawBytes(first, "choices.0.logprobs.refusal", []byte("null"))
+		}
+		if err != nil {
+			return nil, err
+		}
+		fc := gjson.GetBytes(first, "choices.0")
+		out, err := s.text(first, fc, i, 0, false)
+		if err != nil {
+			return nil, err
+		}
+		if out != nil {
+			s.queue = append(s.queue, out)
+		}
+		if ends {
+			if err := s.flush(i, 0); err != nil {
+				return nil, err
+			}
+		}
+		rest, err := sjson.DeleteBytes(chunk, "choices.0.delta.content")
+		if err == nil {
+			rest, err = sjson.DeleteBytes(rest, "choices.0.delta.role")
+		}
+		if err == nil && lps {
+			rest, err = sjson.SetRawBytes(rest, "choices.0.logprobs.content", []byte("null"))
+		}
+		if err != nil {
+			return nil, err
+		}
+		return s.text(rest, gjson.GetBytes(rest, "choices.0"), i, 1, ends)
+	case has[1]:
+		if ends {
+			if err := s.flush(i, 0); err != nil {
+				return nil, err
+			}
+		}
+		return s.text(chunk, ch, i, 1, ends)
 	}
-	if s.tmpl[i] == nil {
-		s.tmpl[i] = append([]byte(nil), chunk...)
+	if ends {
+		if err := s.flush(i, 1); err != nil {
+			return nil, err
+		}
 	}
-	ck := s.checker(i)
+	return s.text(chunk, ch, i, 0, ends)
+}
+
+// text handles chunk (ch its choice) for choice i's text k, which it has;
+// nil drops it. Text that went out as nothing but whose tokens' logprobs
+// are let out (the run a redaction to "" leaves) goes as "".
+func (s *stream) text(chunk []byte, ch gjson.Result, i, k int, ends bool) ([]byte, error) {
+	key := textKeys[k]
+	h := &s.texts[i][k]
+	if h.tmpl == nil {
+		h.tmpl = append([]byte(nil), chunk...)
+	}
+	if h.ck == nil {
+		h.ck = newChecker(s.ctx, s.guards, s.meta)
+	}
+	content := ch.Get("delta." + key)
 	text := unsafe.Slice(unsafe.StringData(content.Str), len(content.Str))
-	lp := &s.lps[i]
-	lp.hold(len(text), ch.Get("logprobs.content"))
-	out, err := ck.Feed(text)
+	lp := &h.lp
+	before := len(lp.toks)
+	lp.hold(ch.Get("logprobs." + key))
+	out, err := h.ck.Feed(text)
 	if err != nil {
 		return nil, err
 	}
 	if ends {
-		rest, err := ck.Flush()
+		rest, err := h.ck.Flush()
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, rest...)
 	}
-	items, own := lp.release(len(ck.pending))
+	lp.note(h.ck)
+	items, all, changed := lp.release(h.ck.base, ends)
 	switch {
-	case len(out) == 0 && !ends && !role && items == "":
+	case len(out) == 0 && !ends && !ch.Get("delta.role").Exists() && items == "":
 		return nil, nil
-	case bytes.Equal(out, text) && own:
-		return chunk, nil
+	case bytes.Equal(out, text) && before == 0 && all && !changed:
+		return chunk, nil // as it came, with its own logprobs
 	}
-	c, err := sjson.SetBytes(chunk, "choices.0.delta.content", string(out))
+	c, err := sjson.SetBytes(chunk, "choices.0.delta."+key, string(out))
 	if err != nil || !lp.seen {
 		return c, err
 	}
-	return sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(items))
+	return sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(key, items))
 }
 
-// flush queues choice i's held text as a content chunk, with its tokens'
-// logprobs (content "" when the text went out as nothing but had some).
-func (s *stream) flush(i int) error {
-	ck := s.checks[i]
-	if ck == nil {
+// flushChoice queues choice i's held texts.
+func (s *stream) flushChoice(i int) error {
+	for k := range textKeys {
+		if err := s.flush(i, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush queues choice i's held text k as a chunk of its own, with its
+// tokens' logprobs (the text "" when it went out as nothing but has some).
+func (s *stream) flush(i, k int) error {
+	h := &s.texts[i][k]
+	if h.ck == nil {
 		return nil
 	}
-	out, err := ck.Flush()
+	out, err := h.ck.Flush()
 	if err != nil {
 		return asClientError(err)
 	}
-	if s.tmpl[i] == nil {
+	if h.tmpl == nil {
 		return nil
 	}
-	lp := &s.lps[i]
-	var items string
-	if lp.seen {
-		items, _ = lp.release(0)
-	}
+	lp := &h.lp
+	lp.note(h.ck)
+	items, _, _ := lp.release(h.ck.base, true)
 	if len(out) == 0 && items == "" {
 		return nil
 	}
-	delta := jsonstring.Append([]byte(`{"content":`), string(out))
-	c, err := sjson.SetRawBytes(s.tmpl[i], "choices.0.delta", append(delta, '}'))
+	key := textKeys[k]
+	delta := jsonstring.Append([]byte(`{"`+key+`":`), string(out))
+	c, err := sjson.SetRawBytes(h.tmpl, "choices.0.delta", append(delta, '}'))
 	if err != nil {
 		return err
 	}
 	if lp.seen {
-		if c, err = sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(items)); err != nil {
+		if c, err = sjson.SetRawBytes(c, "choices.0.logprobs", logprobsJSON(key, items)); err != nil {
 			return err
 		}
 	}
 	s.queue = append(s.queue, c)
 	return nil
-}
-
-// heldLogprobs keeps the logprobs of a choice's held text: they go out
-// with the text, on the chunk that releases the last of their chunk's
-// text, so that the stream carries every token's logprobs once, in order,
-// as the JSON answer does.
-type heldLogprobs struct {
-	seen  bool     // a chunk of the choice had logprobs
-	fed   int      // bytes of text held so far
-	ends  []int    // per held chunk: fed after its text
-	items []string // per held chunk: its logprobs.content items, joined (may be empty)
-}
-
-// hold notes a chunk of n bytes of text with its logprobs.content.
-func (h *heldLogprobs) hold(n int, content gjson.Result) {
-	raw := ""
-	if content.IsArray() {
-		raw = strings.TrimSpace(content.Raw)
-		// A copy: content is a view of a chunk that is reused.
-		raw = strings.Clone(strings.TrimSpace(raw[1 : len(raw)-1]))
-		h.seen = true
-	}
-	h.fed += n
-	h.ends = append(h.ends, h.fed)
-	h.items = append(h.items, raw)
-}
-
-// release returns the items of the chunks whose text is out, now that
-// pending bytes are still held, joined; own reports that they are the
-// items of the last chunk held alone (that chunk goes out as it came).
-func (h *heldLogprobs) release(pending int) (items string, own bool) {
-	out := h.fed - pending
-	n := 0
-	for n < len(h.ends) && h.ends[n] <= out {
-		n++
-	}
-	own = n == 1 && len(h.ends) == 1
-	var parts []string
-	for _, it := range h.items[:n] {
-		if it != "" {
-			parts = append(parts, it)
-		}
-	}
-	h.ends, h.items = h.ends[n:], h.items[n:]
-	if len(h.ends) == 0 {
-		h.ends, h.items = h.ends[:0], h.items[:0]
-	}
-	return strings.Join(parts, ","), own || (n == 0 && !h.seen)
-}
-
-// logprobsJSON is a chunk's logprobs member for content items.
-func logprobsJSON(items string) []byte {
-	if items == "" {
-		return []byte("null")
-	}
-	return []byte(`{"content":[` + items + `],"refusal":null}`)
-}
-
-func (s *stream) checker(i int) *checker {
-	if s.checks[i] == nil {
-		s.checks[i] = newChecker(s.ctx, s.guards, s.meta)
-	}
-	return s.checks[i]
 }
 
 // Close closes the source.

@@ -164,20 +164,52 @@ func messageTexts(body []byte) []byte {
 	return out
 }
 
-// checkAnswer runs the response stage over every choice's content of a
-// chat.completion; nil when nothing changed.
-func checkAnswer(ck *checker, body []byte) ([]byte, error) {
+// checkAnswer runs the response stage over every choice's content and
+// refusal of a chat.completion, each text on its own, and rewrites their
+// logprobs as the texts are rewritten (logprobs.go); nil when nothing
+// changed. The first choice's content, when calls ran among it, is judged
+// in the pieces they cut it into (checkPieces).
+func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte, error) {
+	const what = "the answer could not be redacted"
 	var edits []jsonedit.Edit
 	var failed error
+	n := 0
 	gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
-		c := ch.Get("message.content")
-		if c.Type != gjson.String {
-			return true
+		first := n == 0
+		n++
+		for _, key := range textKeys {
+			v := ch.Get("message." + key)
+			if v.Type != gjson.String {
+				continue
+			}
+			var out []byte
+			if first && key == "content" && len(calls) > 0 {
+				out, failed = checkPieces(ck, []byte(v.Str), calls)
+			} else {
+				out, failed = ck.Check([]byte(v.Str))
+			}
+			if failed != nil {
+				return false
+			}
+			if string(out) == v.Str {
+				continue
+			}
+			var ok bool
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
+				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), what)
+				return false
+			}
+			list := ch.Get("logprobs." + key)
+			if items, changed := rewriteList(list, ck); changed {
+				if edits, ok = jsonedit.ReplaceValue(edits, body, list, items); !ok {
+					failed = pipeline.Internal(errors.New("guardrails: a logprobs list's position is unknown"), what)
+					return false
+				}
+			}
 		}
-		edits, failed = checkText(ck, body, c, edits, "the answer could not be redacted")
-		return failed == nil
+		return true
 	})
-	return applyEdits(body, edits, failed, "the answer could not be redacted")
+	return applyEdits(body, edits, failed, what)
 }
 
 // checkText judges v, a string of body, and adds the edit that redacts it

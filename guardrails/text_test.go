@@ -79,7 +79,7 @@ func FuzzCheckRequest(f *testing.F) {
 			var out []byte
 			var err error
 			if answer {
-				out, err = checkAnswer(redactingChecker(t), body)
+				out, err = checkAnswer(redactingChecker(t), body, nil)
 			} else {
 				out, err = checkRequest(context.Background(), redactingChecker(t), body)
 			}

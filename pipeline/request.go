@@ -111,14 +111,11 @@ type ServerCall struct {
 
 // TextsAt counts bytes of each text of an answer message.
 type TextsAt struct {
+	// A layer that rewrites the content after the loop (a redacting
+	// guardrail) moves Content to the rewritten text's length before the
+	// call, and rewrites the content's logprobs to match it: the tokens
+	// before the call still cover Content bytes.
 	Content, Refusal, ReasoningContent, Reasoning int
-	// ContentShift is set by a layer that rewrote the content after the
-	// loop (a redacting guardrail): how many more bytes the content
-	// before the call had as the model wrote it than Content counts now
-	// (negative when the rewrite is longer). The content's logprobs,
-	// which no rewrite changes, cover Content+ContentShift bytes of the
-	// model's text up to the call.
-	ContentShift int
 }
 
 // Of returns the count for the message member key ("content", "refusal",

@@ -222,11 +222,12 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 		if c != nil && t.Key == "content" {
 			// The part's tokens go with it, the rest with the text after
 			// the call: the message items the stream had, each with the
-			// logprobs of its round. They are cut where the model's text
-			// reached the call, which a rewrite of the text (ContentShift)
-			// does not move. Tokens before the call with no text of their
-			// own left have no item to go in (nor in a stream).
-			cut := c.at.Content + c.at.ContentShift
+			// logprobs of its round. They are cut where the text reached
+			// the call (a layer that rewrites the text rewrites its
+			// logprobs with it, pipeline.TextsAt). Tokens before the call
+			// with no text of their own left have no item to go in (nor
+			// in a stream).
+			cut := c.at.Content
 			e.Logprobs, t.Logprobs = wire.CutLogprobs(t.Logprobs, cut-tokens)
 			tokens = max(tokens, cut)
 		}
