@@ -147,3 +147,53 @@ func TestGuardrailJudgesRefusal(t *testing.T) {
 		}
 	})
 }
+
+// The arguments of the tool calls an answer hands the client went out
+// unjudged: a model could put an address or a blocked word in them. They
+// are judged as a text of their own, in both forms (a stream holds a
+// call's fragments until its choice ends): redacted inside the JSON,
+// blocked, or, when a redaction would break the JSON, withheld.
+func TestGuardrailJudgesToolCallArguments(t *testing.T) {
+	t.Parallel()
+	call := func(args string) func([]byte) []rawTurn {
+		return func([]byte) []rawTurn {
+			return []rawTurn{{tokens: []string{"Asking."}, usage: [2]int{9, 4}, calls: []rawCall{{"call_1", "lookup_city", args}}}}
+		}
+	}
+	p := withClientTools(userMsg("hi"))
+	t.Run("redact", func(t *testing.T) {
+		t.Parallel()
+		h := parityHarness(t, parityCase{config: parityGuardRelay, raw: call(`{"name":"Project Falcon","mail":"bob@example.com"}`)})
+		const want = `{"name":"[REDACTED]","mail":"[REDACTED]"}`
+		for form, a := range map[string]parityAnswer{"json": parityJSON(t, h, p), "stream": parityStream(t, h, p)} {
+			if tc := a.Choices[0].ToolCalls; len(tc) != 1 || tc[0].Arguments != want {
+				t.Errorf("%s: calls %+v, want arguments %s", form, tc, want)
+			}
+		}
+		for _, stream := range []bool{false, true} {
+			r := h.respond(responsesParams(p), stream)
+			if got := gjson.Get(r.RawJSON(), `output.#(type=="function_call").arguments`).Str; got != want {
+				t.Errorf("responses (stream %v): arguments %s, want %s", stream, got, want)
+			}
+		}
+	})
+	for _, tc := range []struct{ name, config, args, message string }{
+		{"block", parityBlock, `{"name":"Project Falcon"}`, "codename"},
+		{"redaction breaks the JSON", parityArgsBreak, `{"name":"secret"}`, "break their JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := parityHarness(t, parityCase{config: tc.config, raw: call(tc.args)})
+			for _, stream := range []bool{false, true} {
+				e, status := parityError(t, h, p, stream)
+				if !strings.Contains(e, "code=content_blocked") || !strings.Contains(e, tc.message) {
+					t.Errorf("chat (stream %v, %d): %s", stream, status, e)
+				}
+				re, _ := responsesError(t, h, responsesParams(p), stream)
+				if !strings.Contains(re.message, tc.message) {
+					t.Errorf("responses (stream %v): %+v", stream, re)
+				}
+			}
+		})
+	}
+}

@@ -113,7 +113,14 @@ keepalive_interval = "50ms"
 
 // parityGuard redacts the answer: a code name, e-mail addresses and
 // anything past 60 characters.
-const parityGuard = parityServerTools + `
+const parityGuard = parityServerTools + parityGuardrails
+
+// parityGuardRelay is parityGuard without server tools: a client call's
+// chunks come as the upstream sent them, not as the tool loop rebuilds
+// them.
+const parityGuardRelay = baseConfig + parityGuardrails
+
+const parityGuardrails = `
 [[guardrails]]
 name = "codename"
 stage = "response"
@@ -142,6 +149,17 @@ stage = "response"
 kind = "regex"
 action = "block"
 patterns = ['(?i)project\s+falcon']
+`
+
+// parityArgsBreak redacts a match that takes a JSON quote with it: in a
+// tool call's arguments the redaction would break their JSON.
+const parityArgsBreak = parityServerTools + `
+[[guardrails]]
+name = "quoted"
+stage = "response"
+kind = "regex"
+action = "redact"
+patterns = ['secret"']
 `
 
 // parityApproval gates delete_file behind a person's approval (its server
@@ -680,6 +698,58 @@ func parityCases() []parityCase {
 		{name: "guardrail block refusal", config: parityBlock, params: base, wantErr: true,
 			raw: func([]byte) []rawTurn {
 				return []rawTurn{{refusal: []string{"I won't ", "discuss Project ", "Falcon."}, usage: [2]int{9, 4}}}
+			}},
+		{name: "guardrail redact interleaved client calls", config: parityGuard, gatewayIDs: true, chunk: &mockllm.Chunking{ArgBytes: 2, InterleaveToolCalls: true},
+			params: func() openai.ChatCompletionNewParams { return withClientTools(base()) },
+			mock: func(*mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Usage: parityUsage(40, 20), ToolCalls: []mockllm.ToolCall{
+					{ID: "call_a", Name: "lookup_city", Arguments: `{"name":"Zürich","mail":"bob@example.com"}`},
+					{ID: "call_b", Name: "local_time", Arguments: `{"tz":"Project Falcon"}`},
+				}}
+			}},
+		{name: "guardrail redact raw client calls with text", config: parityGuard, gatewayIDs: true,
+			params: func() openai.ChatCompletionNewParams { return withLogprobs(withClientTools(base())) },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{tokens: []string{"Asking ", "bob@", "example.com."}, logprobs: true, usage: [2]int{9, 4},
+					calls: []rawCall{{"call_c1", "lookup_city", `{"name":"Bern","cc":"carol@example.net"}`}, {"call_c2", "local_time", `{}`}}}}
+			}},
+		{name: "guardrail redact relayed interleaved client calls", config: parityGuardRelay, chunk: &mockllm.Chunking{ArgBytes: 2, InterleaveToolCalls: true},
+			params: func() openai.ChatCompletionNewParams { return withClientTools(base()) },
+			mock: func(*mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Text: "Mail bob@example.com.", Usage: parityUsage(40, 20), ToolCalls: []mockllm.ToolCall{
+					{ID: "call_a", Name: "lookup_city", Arguments: `{"name":"Zürich","mail":"bob@example.com"}`},
+					{ID: "call_b", Name: "local_time", Arguments: `{"tz":"Project Falcon"}`},
+				}}
+			}},
+		{name: "guardrail redact relayed n2 client calls", config: parityGuardRelay,
+			params: func() openai.ChatCompletionNewParams { p := withClientTools(base()); p.N = openai.Int(2); return p },
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{
+					{tokens: []string{"one"}, usage: [2]int{9, 4}, calls: []rawCall{{"call_x1", "lookup_city", `{"name":"bob@example.com"}`}}},
+					{usage: [2]int{9, 4}, calls: []rawCall{{"call_y1", "local_time", `{"tz":"project falcon"}`}, {"call_y2", "lookup_city", `{}`}}},
+				}
+			}},
+		{name: "guardrail server and client call in one round", config: parityGuard, gatewayIDs: true,
+			chunk:  &mockllm.Chunking{ArgBytes: 4},
+			params: func() openai.ChatCompletionNewParams { return withClientTools(base()) },
+			mock: func(c *mockllm.Call) mockllm.Turn {
+				u := parityUsage(50+toolRounds(c.Body), 9)
+				if toolRounds(c.Body) == 0 {
+					return mockllm.Turn{Text: "Checking bob@example.com. ", Usage: u, ToolCalls: []mockllm.ToolCall{
+						calc("2+3"), {Name: "lookup_city", Arguments: `{"name":"Bern","cc":"bob@example.com"}`}, {Name: "local_time", Arguments: `{"tz":"CET"}`},
+					}}
+				}
+				return mockllm.Turn{Text: "unexpected round", Usage: u}
+			}},
+		{name: "guardrail block client call", config: parityBlock, params: func() openai.ChatCompletionNewParams { return withClientTools(base()) }, wantErr: true,
+			mock: func(*mockllm.Call) mockllm.Turn {
+				return mockllm.Turn{Text: "Looking up.", Usage: parityUsage(40, 20), ToolCalls: []mockllm.ToolCall{
+					{ID: "call_a", Name: "lookup_city", Arguments: `{"name":"Project Falcon"}`},
+				}}
+			}},
+		{name: "guardrail redaction would break arguments", config: parityArgsBreak, params: func() openai.ChatCompletionNewParams { return withClientTools(base()) }, wantErr: true,
+			raw: func([]byte) []rawTurn {
+				return []rawTurn{{usage: [2]int{9, 4}, calls: []rawCall{{"call_c1", "lookup_city", `{"name":"secret"}`}}}}
 			}},
 		{name: "upstream error mid-stream", config: baseConfig, params: base, wantErr: true, delay: 15 * time.Millisecond,
 			mock: func(*mockllm.Call) mockllm.Turn {

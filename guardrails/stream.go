@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"strings"
 	"unsafe"
 
 	"github.com/llmgw/gateway/jsonstring"
@@ -28,6 +29,8 @@ type stream struct {
 	guards []*guard
 	meta   *pipeline.Meta
 	texts  [maxChoices][2]heldText // per choice: its content, its refusal
+	args   []*guard                // the guards of tool calls' arguments (toolcalls.go)
+	calls  [maxChoices][]heldCall  // per choice: its tool calls, held until it ends
 	queue  [][]byte
 	spare  [4][]byte // the queue's storage when it is short
 	ended  bool
@@ -54,7 +57,7 @@ type heldText struct {
 }
 
 func newStream(ctx context.Context, src pipeline.Stream, guards []*guard, meta *pipeline.Meta) *stream {
-	return &stream{src: src, ctx: ctx, guards: guards, meta: meta}
+	return &stream{src: src, ctx: ctx, guards: guards, meta: meta, args: argGuards(guards)}
 }
 
 // Next returns the next chunk, rewritten.
@@ -86,7 +89,11 @@ func (s *stream) Next() ([]byte, error) {
 				// The text before the calls is complete: judge and
 				// release it first, then report them.
 				for i := range s.texts {
-					if ferr := s.flushChoice(i); ferr != nil {
+					ferr := s.flushChoice(i)
+					if ferr == nil {
+						ferr = s.releaseCalls(i)
+					}
+					if ferr != nil {
 						// A block: the calls ran all the same, and
 						// are reported before the error ends the
 						// stream, as without a guardrail.
@@ -104,6 +111,9 @@ func (s *stream) Next() ([]byte, error) {
 			s.ended = true
 			for i := range s.texts {
 				if err := s.flushChoice(i); err != nil {
+					return nil, err
+				}
+				if err := s.releaseCalls(i); err != nil {
 					return nil, err
 				}
 			}
@@ -125,8 +135,9 @@ func (s *stream) Next() ([]byte, error) {
 	}
 }
 
-// chunk handles one chunk; nil drops it (its text is held). A chunk with
-// both a content and a refusal is judged as two, the content first.
+// chunk handles one chunk; nil drops it (its text is held). Its tool
+// calls are held (toolcalls.go), and go out, judged, before its choice's
+// finish.
 func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	// A read-only view: nothing taken from it outlives this call (Feed
 	// copies the text).
@@ -138,8 +149,53 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	if i < 0 || i >= maxChoices {
 		return nil, nil
 	}
+	hadCalls := ch.Get("delta.tool_calls").Exists()
+	if hadCalls && len(s.args) > 0 {
+		var err error
+		if chunk, err = s.holdCalls(chunk, ch, i); err != nil {
+			return nil, err
+		}
+		ch = gjson.GetBytes(chunk, "choices.0")
+	}
+	finish := wire.FinishReason(ch)
+	if len(s.calls[i]) == 0 {
+		return s.judgeTexts(chunk, ch, i, hadCalls || finish != "")
+	}
+	if finish == "" {
+		out, err := s.judgeTexts(chunk, ch, i, hadCalls)
+		if err != nil || out == nil || strings.TrimSpace(gjson.GetBytes(out, "choices.0.delta").Raw) != "{}" {
+			return out, err
+		}
+		return nil, nil // it had only calls
+	}
+	// The end of a choice with calls held: its texts, then the calls, then
+	// the finish on a chunk of its own.
+	body, err := sjson.SetRawBytes(chunk, "choices.0.finish_reason", []byte("null"))
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.judgeTexts(body, gjson.GetBytes(body, "choices.0"), i, true)
+	if err != nil {
+		return nil, err
+	}
+	if out != nil && strings.TrimSpace(gjson.GetBytes(out, "choices.0.delta").Raw) != "{}" {
+		s.queue = append(s.queue, out)
+	}
+	if err := s.releaseCalls(i); err != nil {
+		return nil, err
+	}
+	end, err := sjson.SetRawBytes(chunk, "choices.0.delta", []byte("{}"))
+	if err == nil && ch.Get("logprobs").Exists() {
+		end, err = sjson.SetRawBytes(end, "choices.0.logprobs", []byte("null"))
+	}
+	return end, err
+}
+
+// judgeTexts handles chunk's content and refusal (ch its choice, i its index;
+// ends: the choice's texts end with it); nil drops it. A chunk with both
+// a content and a refusal is judged as two, the content first.
+func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]byte, error) {
 	delta := ch.Get("delta")
-	ends := delta.Get("tool_calls").Exists() || wire.FinishReason(ch) != ""
 	var has [2]bool
 	for k, key := range textKeys {
 		t := delta.Get(key)

@@ -164,19 +164,41 @@ func messageTexts(body []byte) []byte {
 	return out
 }
 
-// checkAnswer runs the response stage over every choice's content and
-// refusal of a chat.completion, each text on its own, and rewrites their
-// logprobs as the texts are rewritten (logprobs.go); nil when nothing
-// changed. The first choice's content, when calls ran among it, is judged
+// checkAnswer runs the response stage over every choice's content,
+// refusal and tool calls' arguments of a chat.completion, each text on its
+// own, and rewrites the logprobs of the first two as they are rewritten
+// (logprobs.go, toolcalls.go); nil when nothing changed. The first choice's content, when calls ran among it, is judged
 // in the pieces they cut it into (checkPieces).
 func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte, error) {
 	const what = "the answer could not be redacted"
 	var edits []jsonedit.Edit
 	var failed error
+	var args *checker // the tool calls' (toolcalls.go)
 	n := 0
 	gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
 		first := n == 0
 		n++
+		ch.Get("message.tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			a := tc.Get("function.arguments")
+			if a.Type != gjson.String {
+				return true
+			}
+			if args == nil {
+				args = newChecker(ck.ctx, argGuards(ck.guards), ck.meta)
+			}
+			var out []byte
+			if out, failed = judgeArgs(args, []byte(a.Str)); failed != nil || string(out) == a.Str {
+				return failed == nil
+			}
+			var ok bool
+			if edits, ok = jsonedit.ReplaceValue(edits, body, a, jsonstring.Append(nil, string(out))); !ok {
+				failed = pipeline.Internal(errors.New("guardrails: a tool call's position is unknown"), what)
+			}
+			return failed == nil
+		})
+		if failed != nil {
+			return false
+		}
 		for _, key := range textKeys {
 			v := ch.Get("message." + key)
 			if v.Type != gjson.String {
