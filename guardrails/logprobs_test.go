@@ -221,6 +221,24 @@ func FuzzLogprobsRewrite(f *testing.F) {
 		if out != nil && !jsonvalid.Bytes(out) {
 			t.Fatalf("invalid answer %s", out)
 		}
+		// The same list on each chunk of a stream.
+		var chunks [][]byte
+		for _, tok := range toks {
+			chunks = append(chunks, []byte(`{"choices":[{"index":0,"delta":{"content":`+string(mustJSON(tok))+`},"logprobs":{"content":`+list+`},"finish_reason":null}]}`))
+		}
+		s := newStream(context.Background(), &sliceStream{chunks: chunks}, guards, nil)
+		for {
+			c, err := s.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !jsonvalid.Bytes(c) {
+				t.Fatalf("invalid chunk %s", c)
+			}
+		}
 	})
 }
 

@@ -2,9 +2,11 @@ package guardrails
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -56,4 +58,81 @@ func TestStreamHoldsToolCalls(t *testing.T) {
 	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("calls\n%s\nwant\n%s\nstream\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"), raw.String())
 	}
+}
+
+// FuzzStreamToolCalls: for any arguments cut into any fragments of two
+// interleaved calls, a stream sends each call once, whole, judged as the
+// JSON answer judges it, in valid framing.
+func FuzzStreamToolCalls(f *testing.F) {
+	f.Add(`{"to":"bob@example.com"}`, `{"tz":"CET"}`, []byte{3, 1, 4})
+	f.Add(`{"a":"secret"}`, ``, []byte{1})
+	f.Add("\"é\\u0040\"", `[`, []byte{})
+	guards := []*guard{
+		mustGuard(f, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16}),
+		mustGuard(f, config.Guardrail{Name: "q", Kind: "regex", Action: "redact", Patterns: []string{`secret"`}}),
+	}
+	head := `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	tail := `,"logprobs":null,"finish_reason":null}]}`
+	f.Fuzz(func(t *testing.T, a, b string, cuts []byte) {
+		if !utf8.ValidString(a) || !utf8.ValidString(b) {
+			return
+		}
+		args := []string{a, b}
+		chunks := [][]byte{[]byte(head + `{"role":"assistant","content":null}` + tail)}
+		for k := range args {
+			chunks = append(chunks, []byte(head+fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":"call_%d","type":"function","function":{"name":"f","arguments":""}}]}`, k, k)+tail))
+		}
+		rest := []string{a, b}
+		for n := 0; rest[0] != "" || rest[1] != ""; n++ {
+			k := n % 2
+			if rest[k] == "" {
+				k = 1 - k
+			}
+			m := len(rest[k])
+			if n < len(cuts) {
+				m = min(int(cuts[n]%8)+1, m)
+			}
+			for m < len(rest[k]) && !utf8.RuneStart(rest[k][m]) {
+				m++
+			}
+			chunks = append(chunks, []byte(head+fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, k, mustJSON(rest[k][:m]))+tail))
+			rest[k] = rest[k][m:]
+		}
+		chunks = append(chunks, []byte(head+`{},"logprobs":null,"finish_reason":"tool_calls"}]}`))
+		var want []string
+		var wantErr bool
+		for _, x := range args {
+			out, err := judgeArgs(newChecker(context.Background(), guards, nil), []byte(x))
+			wantErr = wantErr || err != nil
+			want = append(want, string(out))
+		}
+		s := newStream(context.Background(), &sliceStream{chunks: chunks}, guards, nil)
+		var raw strings.Builder
+		var got []string
+		for {
+			c, err := s.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				if !wantErr {
+					t.Fatalf("error %v; want arguments %q", err, want)
+				}
+				return
+			}
+			raw.WriteString("data: " + string(c) + "\n\n")
+			if tc := gjson.GetBytes(c, "choices.0.delta.tool_calls"); tc.Exists() {
+				got = append(got, tc.Get("0.function.arguments").Str)
+			}
+		}
+		if wantErr {
+			t.Fatalf("no error; arguments %q", got)
+		}
+		if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+			t.Fatalf("arguments %q, want %q", got, want)
+		}
+		if _, err := wiretest.CheckStream([]byte(raw.String()+"data: [DONE]\n\n"), wiretest.Options{}); err != nil {
+			t.Fatalf("%v\n%s", err, raw.String())
+		}
+	})
 }
