@@ -519,19 +519,27 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 		}
 	}
 	c := cfg.Responses
-	// The owners of the provider's responses live beside the stored
-	// responses (shared by replicas on Redis); with store = "none" they are
-	// still kept, in memory: they are what lets a tenant continue its own
-	// native responses at all.
-	var kv, owners responses.KV
+	var kv responses.KV
 	switch {
 	case c.Store == "redis" && rdb != nil:
 		kv = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
-		owners = kv
 	case c.Store == "none":
-		kv, owners = noStore{}, responses.NewMemoryKV(c.MaxBytes)
+		kv = noStore{}
 	default:
 		kv = responses.NewMemoryKV(c.MaxBytes)
+	}
+	// The owners of the provider's responses are what lets a tenant
+	// continue its own native responses at all, whatever the store of the
+	// gateway's own: in Redis whenever [redis] is set, so that a follow-up
+	// on another replica finds them; else beside the stored responses (in
+	// their own memory with store = "none").
+	var owners responses.KV
+	switch {
+	case rdb != nil:
+		owners = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
+	case c.Store == "none":
+		owners = responses.NewMemoryKV(c.MaxBytes)
+	default:
 		owners = kv
 	}
 	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes},

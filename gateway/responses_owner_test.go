@@ -245,20 +245,28 @@ func TestNativeResponsesRefuseWhatTheyCannotScope(t *testing.T) {
 
 // Replicas sharing Redis agree on who owns a provider's response: created
 // through one gateway, it is continued through the other by its tenant
-// and refused there to another.
+// and refused there to another. They do whatever the store of the
+// gateway's own responses: with store = "none" or "memory" the owners
+// were kept per replica, and the tenant's follow-up on the other was a 404.
 func TestNativeResponseOwnersAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	redis := "\n[redis]\naddr = \"" + testredis.Start(t).Addr() + "\"\nprefix = \"owner-test:\"\n"
-	up := &responsesAPI{}
-	one, two := newOwnerHarness(t, up, redis), newOwnerHarness(t, up, redis)
-	for _, stream := range []bool{false, true} {
-		id := createResponse(t, one.base, "sk-a", stream)
-		cont := `{"model":"gpt-x","input":"and then?","previous_response_id":"` + id + `"}`
-		if status, _, body := send(t, "POST", two.base+"/responses", "sk-b", cont); status != 404 {
-			t.Fatalf("stream %v: tenant b on the other replica: %d %s, want 404", stream, status, body)
-		}
-		if status, _, body := send(t, "POST", two.base+"/responses", "sk-a", cont); status != 200 {
-			t.Fatalf("stream %v: tenant a on the other replica: %d %s", stream, status, body)
-		}
+	addr := testredis.Start(t).Addr()
+	for _, store := range []string{"redis", "memory", "none"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			extra := "\n[responses]\nstore = \"" + store + "\"\n[redis]\naddr = \"" + addr + "\"\nprefix = \"owner-test-" + store + ":\"\n"
+			up := &responsesAPI{}
+			one, two := newOwnerHarness(t, up, extra), newOwnerHarness(t, up, extra)
+			for _, stream := range []bool{false, true} {
+				id := createResponse(t, one.base, "sk-a", stream)
+				cont := `{"model":"gpt-x","input":"and then?","previous_response_id":"` + id + `"}`
+				if status, _, body := send(t, "POST", two.base+"/responses", "sk-b", cont); status != 404 {
+					t.Fatalf("stream %v: tenant b on the other replica: %d %s, want 404", stream, status, body)
+				}
+				if status, _, body := send(t, "POST", two.base+"/responses", "sk-a", cont); status != 200 {
+					t.Fatalf("stream %v: tenant a on the other replica: %d %s", stream, status, body)
+				}
+			}
+		})
 	}
 }

@@ -10,8 +10,9 @@ import (
 // that serves the API natively): the provider keeps every tenant's
 // responses under the gateway's one account, and only the tenant that
 // created one may continue it (previous_response_id) or reach it by its
-// path. A record is a key scoped by tenant, as a Store's are, in the same
-// KV (memory or Redis, shared by replicas) and with the same TTL. A
+// path. A record is a key scoped by tenant, as a Store's are, with the
+// stored responses' TTL, in Redis whenever the gateway has it (shared by
+// replicas, whatever the stored responses' store), else in memory. A
 // response created before the gateway kept records has none: it is
 // another tenant's as far as the gateway can tell. Safe for concurrent
 // use.
