@@ -3,6 +3,7 @@ package responses
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -88,9 +89,15 @@ func (s *MemoryKV) Get(_ context.Context, key string) ([]byte, bool, error) {
 	return e.val, true, nil
 }
 
+// ErrTooLarge is MemoryKV.Set's answer to a value larger than its whole
+// bound: nothing is stored (and any value the key held is gone).
+var ErrTooLarge = errors.New("responses: value larger than the memory store's bound")
+
 // Set stores val under key for ttl (<= 0: no expiry), then evicts until
 // the total fits in the bound: each time the least recently used entry of
-// the tenant holding the most bytes.
+// the tenant holding the most bytes, never the entry just stored (when it
+// is all that tenant holds, the next heaviest tenant's goes instead). A
+// value larger than the bound is not stored: ErrTooLarge.
 func (s *MemoryKV) Set(_ context.Context, key string, val []byte, ttl time.Duration) error {
 	size := entrySize(key, val)
 	name := keyTenant(key)
@@ -102,7 +109,7 @@ func (s *MemoryKV) Set(_ context.Context, key string, val []byte, ttl time.Durat
 		t = s.tenants[name]
 	}
 	if size > s.maxBytes {
-		return nil
+		return ErrTooLarge
 	}
 	if t == nil {
 		t = s.newTenant(name)
@@ -115,12 +122,29 @@ func (s *MemoryKV) Set(_ context.Context, key string, val []byte, ttl time.Durat
 	t.bytes += size
 	s.bytes += size
 	heap.Fix(&s.heavy, t.index)
-	for s.bytes > s.maxBytes && len(s.heavy) > 0 {
-		h := s.heavy[0]
+	for s.bytes > s.maxBytes {
+		h := s.heaviestBut(t)
 		h.lru.RemoveOldest()
 		s.settle(h)
 	}
 	return nil
+}
+
+// heaviestBut returns the tenant to evict from while just is over the
+// bound: the one holding the most bytes, unless that is just holding only
+// the entry just stored (its least recently used), then the next heaviest:
+// one of the heap's root's children. There is one, as the entry alone
+// fits in the bound.
+func (s *MemoryKV) heaviestBut(just *tenantEntries) *tenantEntries {
+	h := s.heavy[0]
+	if h != just || h.lru.Len() > 1 {
+		return h
+	}
+	next := s.heavy[1]
+	if len(s.heavy) > 2 && s.heavy.Less(2, 1) {
+		next = s.heavy[2]
+	}
+	return next
 }
 
 // Delete removes key; a missing key is not an error.

@@ -82,6 +82,53 @@ func TestMemoryKVWithinATenant(t *testing.T) {
 	}
 }
 
+// What Save reports is what Load finds. A new tenant whose one response
+// makes it the heaviest evicts the next heaviest tenant's, not the
+// response just saved (bound 1000: a and b hold 400 each, c saves 450;
+// Save reported it fit and Load missed it); a response larger than the
+// whole bound is reported as not fitting.
+func TestMemoryKVKeepsWhatItJustStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	kv := NewMemoryKV(1000)
+	s := &Store{KV: kv}
+	// save stores a record whose entry in kv is size bytes: its key,
+	// entryOverhead and the record's framing besides the object.
+	save := func(tenant, id string, size int) bool {
+		t.Helper()
+		frame := len(`{"response":,"input":[],"history":[]}`)
+		n := size - frame - len(key(tenant, id)) - entryOverhead - len(`{"x":""}`)
+		obj := []byte(`{"x":"` + string(bytes.Repeat([]byte{'x'}, n)) + `"}`)
+		ok, err := s.Save(ctx, tenant, id, obj, []byte(`[]`), []byte(`[]`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	loads := func(tenant, id string) bool {
+		_, ok, _ := s.Load(ctx, tenant, id)
+		return ok
+	}
+	if !save("a", "resp_a", 400) || !save("b", "resp_b", 410) {
+		t.Fatal("a and b do not fit")
+	}
+	if !save("c", "resp_c", 450) {
+		t.Fatal("c's response reported too large")
+	}
+	if !loads("c", "resp_c") {
+		t.Fatal("Save reported c's response stored; Load misses it")
+	}
+	if loads("b", "resp_b") || !loads("a", "resp_a") {
+		t.Fatal("not the next heaviest tenant's response evicted")
+	}
+	if kv.Bytes() > 1000 {
+		t.Fatalf("%d bytes held, over the bound", kv.Bytes())
+	}
+	if save("c", "resp_big", 1001) {
+		t.Fatal("a response larger than the bound reported stored")
+	}
+}
+
 func BenchmarkMemoryKVSet(b *testing.B) {
 	ctx := context.Background()
 	kv := NewMemoryKV(1 << 20)

@@ -2,6 +2,7 @@ package responses
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,7 @@ func (s *Store) get(ctx context.Context, k string) ([]byte, bool, error) {
 // Save stores a finished response. history is the conversation as chat
 // messages before this response; answer is the messages the response adds
 // (AnswerMessages: comma-separated, empty for none). It reports whether
-// the record fit.
+// the record fit: under MaxBytes and, in a MemoryKV, under its bound.
 func (s *Store) Save(ctx context.Context, tenant, id string, object, input, history, answer []byte) (bool, error) {
 	n := len(object) + len(input) + len(history) + len(answer) + 48
 	if s.MaxBytes > 0 && n > s.MaxBytes {
@@ -100,7 +101,13 @@ func (s *Store) Save(ctx context.Context, tenant, id string, object, input, hist
 		b = append(b, ']')
 	}
 	b = append(b, '}')
-	return true, s.KV.Set(ctx, key(tenant, id), b, s.TTL)
+	switch err := s.KV.Set(ctx, key(tenant, id), b, s.TTL); {
+	case errors.Is(err, ErrTooLarge):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // Delete removes the response id stored for tenant, reporting whether it
