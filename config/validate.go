@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -325,8 +326,13 @@ func (c *Config) validateKeys(p *problems) {
 	names := map[string]int{}
 	for i, k := range c.Keys {
 		at := fmt.Sprintf("keys[%d]", i)
-		if k.Tenant == "" {
+		switch {
+		case k.Tenant == "":
 			p.add(at+".tenant", "required")
+		case strings.ContainsFunc(k.Tenant, unicode.IsControl):
+			// Stores key records by tenant, a NUL before the id: a
+			// tenant name with one could spell another's key.
+			p.add(at+".tenant", "%q has a control character", k.Tenant)
 		}
 		// A key's name scopes limits, budgets and usage: two keys of one
 		// name would share them, even across tenants.

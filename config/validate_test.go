@@ -149,6 +149,8 @@ func TestValidate(t *testing.T) {
 		{name: "budget period", toml: "[[budgets]]\ntenant = \"a\"\namount = 1.0\nperiod = \"week\"\n", want: `budgets[0].period: "week" is not one of day, month, total`},
 		{name: "budget warn at", toml: "[[budgets]]\ntenant = \"a\"\namount = 1.0\nwarn_at = 2.0\n", want: `budgets[0].warn_at: must be a fraction between 0 and 1`},
 		{name: "key tenant", toml: "[[keys]]\nkey = \"k\"\n", want: `keys[0].tenant: required`},
+		{name: "key tenant with a NUL", toml: "[[keys]]\ntenant = \"a\\u0000b\"\nkey = \"k\"\n", want: `keys[0].tenant: "a\x00b" has a control character`},
+		{name: "key tenant with a tab", toml: "[[keys]]\ntenant = \"a\\tb\"\nkey = \"k\"\n", want: `keys[0].tenant: "a\tb" has a control character`},
 		{name: "key without secret", toml: "[[keys]]\ntenant = \"a\"\n", want: `keys[0]: set key or sha256 (the ${ENV} reference may be unset)`},
 		{name: "key and sha256", toml: "[[keys]]\ntenant = \"a\"\nkey = \"k\"\nsha256 = \"" + strings.Repeat("ab", 32) + "\"\n", want: `keys[0]: set only one of key, sha256`},
 		{name: "key sha256", toml: "[[keys]]\ntenant = \"a\"\nsha256 = \"xyz\"\n", want: `keys[0].sha256: not 64 hex digits`},
