@@ -38,12 +38,14 @@ func underResponses(path string) bool {
 
 // pathResponseID returns the response id a pass-through path names
 // (/v1/responses/{id} and its sub-paths); ok is false for any other path.
+// A collection's name is one only as the last segment: with more after it
+// (/v1/responses/compact/…) it is an id, as far as a provider can tell.
 func pathResponseID(path string) (id string, ok bool) {
 	if !underResponses(path) || len(path) == len(responsesRoute) {
 		return "", false
 	}
-	id, _, _ = strings.Cut(path[len(responsesRoute)+1:], "/")
-	return id, !responsesCollections[id]
+	id, _, more := strings.Cut(path[len(responsesRoute)+1:], "/")
+	return id, more || !responsesCollections[id]
 }
 
 // checkOwnedPath refuses a pass-through path naming a provider response

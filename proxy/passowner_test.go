@@ -101,3 +101,33 @@ func FuzzOwnerTap(f *testing.F) {
 		}
 	})
 }
+
+// A pass-through path names a response unless it is /v1/responses itself
+// or one of its collections as the last segment: a collection's name with
+// more after it (/v1/Responses/compact/resp_x) is checked as an id, which
+// it was not.
+func TestPathResponseID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		path, id string
+		ok       bool
+	}{
+		{"/v1/responses", "", false},
+		{"/v1/responses/input_tokens", "", false},
+		{"/v1/responses/compact", "", false},
+		{"/v1/responses/resp_1", "resp_1", true},
+		{"/v1/Responses/resp_1/input_items", "resp_1", true},
+		{"/v1/responses/compact/resp_1", "compact", true},
+		{"/v1/Responses/input_tokens/x", "input_tokens", true},
+		{"/v1/chat/completions", "", false},
+		{"/v1/responsesx/resp_1", "", false},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			id, ok := pathResponseID(tc.path)
+			if ok != tc.ok || (ok && id != tc.id) {
+				t.Fatalf("%q %v, want %q %v", id, ok, tc.id, tc.ok)
+			}
+		})
+	}
+}

@@ -50,8 +50,9 @@ type Runtime struct {
 	NativeResponses map[string]bool
 	// ResponseOwners records which tenant created each response a
 	// provider stores on a /v1/responses pass-through, and only that
-	// tenant may name it (passowner.go); nil keeps no records and checks
-	// nothing (a runtime without tenants).
+	// tenant may name it (passowner.go). The gateway's build always sets
+	// it, without keys too (every request is then the default tenant's);
+	// nil, in a Runtime made by hand, keeps no records and checks nothing.
 	ResponseOwners *responses.Owners
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
