@@ -208,11 +208,45 @@ type ownerRecord struct {
 	tap    *ownerTap
 	owners *responses.Owners
 	tenant string
+	held   []byte // bytes of a JSON answer from its id on, until it is recorded
+	spent  bool   // held outgrew maxOwnerHold: nothing more is held
 }
 
-// write takes the next bytes of the answer, before the client gets them:
-// once the id is read it is recorded, so that the client's follow-up,
-// sent once it has read the id, finds the record on any replica.
+// maxOwnerHold bounds what a JSON answer holds back from its id on while
+// its object is not yet read: past it the bytes go out unrecorded, and the
+// id is recorded when the object comes, still before the answer's end.
+const maxOwnerHold = 64 << 10
+
+// pass takes the next bytes of the answer (end: the last) and returns
+// those that may go out now, so that the client's follow-up, sent once it
+// has read the id, finds the record on any replica: the id is recorded
+// before the bytes that carry it. In a JSON answer, where the id is
+// recorded only with its object "response", the bytes from the id's on
+// are held until the object is read (at most maxOwnerHold bytes). An
+// event stream's lines go out whole (lineMasker) and hold nothing here.
+// The result is p or the bytes held, which the caller relays before the
+// next call.
+func (r *ownerRecord) pass(s *Server, p []byte, end bool) []byte {
+	if len(p) > 0 {
+		r.write(s, p)
+	}
+	if !end && !r.spent && r.tap.pending() {
+		if len(r.held)+len(p) <= maxOwnerHold {
+			r.held = append(r.held, p...)
+			return nil
+		}
+		r.spent = true
+	}
+	if len(r.held) == 0 {
+		return p
+	}
+	out := append(r.held, p...)
+	r.held = nil
+	return out
+}
+
+// write takes the next bytes of the answer, before the client gets them,
+// and records the id once it is read.
 func (r *ownerRecord) write(s *Server, p []byte) {
 	id, ok := r.tap.write(p)
 	if !ok {
@@ -248,6 +282,12 @@ func newOwnerTap(contentType []byte) *ownerTap {
 		return &ownerTap{}
 	}
 	return nil
+}
+
+// pending reports whether a JSON answer's id is being read or was read
+// while its object is not yet known: its bytes must wait for the record.
+func (o *ownerTap) pending() bool {
+	return !o.sse && !o.done && (o.sc.hasID || o.sc.capture == wantID)
 }
 
 // write takes the next bytes of the answer; it returns the response id

@@ -390,8 +390,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
 			}
 			k, err := src.Read(buf)
-			if own != nil && k > 0 {
-				own.write(s, buf[:k])
+			out := buf[:k]
+			if own != nil {
+				out = own.pass(s, out, err != nil)
 			}
 			if mask != nil && !gone {
 				// Whole lines, masked; an incomplete last line waits for
@@ -404,7 +405,7 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				}
 				mask.drop(n)
 			}
-			if k > 0 {
+			if k > 0 || len(out) > 0 {
 				if tap != nil {
 					tap.write(buf[:k])
 				}
@@ -412,8 +413,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				case gone:
 					drained += k
 				case mask != nil: // relayed above
-				case relay(w, client, buf[:k], wt):
-					x.bytes += k
+				case len(out) == 0: // held until the owner is recorded
+				case relay(w, client, out, wt):
+					x.bytes += len(out)
 				default:
 					// The client left. A JSON answer's usage comes at its
 					// end, and the provider bills the whole answer: read on
