@@ -33,14 +33,19 @@ var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Da
 // gateway gets none of them.
 var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Anthropic-Organization-Id"}
 
-// upstreamLimitPrefixes begin the names of the provider's rate-limit
-// headers (OpenAI's and the OpenAI-compatible servers' x-ratelimit-*,
-// Anthropic's anthropic-ratelimit-*). They count the gateway's one account,
-// which every tenant shares: relayed, they would show a tenant the others'
-// traffic, and an SDK that paces itself by them would back off for the
-// others' load. A tenant with rate limits gets its own instead, as on the
-// chat route (setMetaHeaders).
-var upstreamLimitPrefixes = []string{"X-Ratelimit-", "Anthropic-Ratelimit-"}
+// upstreamLimitHeaders and upstreamLimitPrefixes name the provider's
+// rate-limit headers: OpenAI's and the OpenAI-compatible servers'
+// x-ratelimit-* (and a bare x-ratelimit), Anthropic's anthropic-ratelimit-*,
+// and the IETF draft's RateLimit, RateLimit-Policy and RateLimit-* that
+// other servers send. They count the gateway's one account, which every
+// tenant shares: relayed, they would show a tenant the others' traffic,
+// and an SDK that paces itself by them would back off for the others'
+// load. A tenant with rate limits gets its own instead, as on the chat
+// route (setMetaHeaders).
+var (
+	upstreamLimitHeaders  = []string{"X-Ratelimit", "Ratelimit", "Ratelimit-Policy"}
+	upstreamLimitPrefixes = []string{"X-Ratelimit-", "Anthropic-Ratelimit-", "Ratelimit-"}
+)
 
 // clientOnlyHeaders carry the client's identity towards the gateway; the
 // provider gets the gateway's own. A client's cookies are the gateway's
@@ -345,7 +350,8 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	hop := hopByHop(src.Peek("Connection"))
 	for k, v := range src.All() {
 		ks := string(k)
-		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) {
+		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) ||
+			hasFold(upstreamLimitHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) {
 			continue
 		}
 		dst.SetBytesKV(k, v)

@@ -32,10 +32,19 @@ func TestCopyResponseHeaders(t *testing.T) {
 			name: "the provider account's rate limits",
 			headers: [][2]string{{"X-Ratelimit-Limit-Requests", "10000"}, {"x-ratelimit-remaining-requests", "9"}, {"X-Ratelimit-Reset-Requests", "6ms"},
 				{"X-Ratelimit-Limit-Tokens", "2000000"}, {"X-Ratelimit-Remaining-Tokens", "1999000"}, {"X-Ratelimit-Reset-Tokens", "30ms"},
-				{"Anthropic-Ratelimit-Requests-Remaining", "49"}, {"X-Ratelimit", "odd"}, {"X-Kept", "1"}},
-			keep: []string{"X-Kept: 1", "X-Ratelimit: odd"},
+				{"Anthropic-Ratelimit-Requests-Remaining", "49"}, {"X-Ratelimit", "odd"}, {"X-Kept", "1"}, {"X-Ratelimiter", "kept"}},
+			keep: []string{"X-Kept: 1", "X-Ratelimiter: kept"},
 			drop: []string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests",
-				"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Requests-Remaining"},
+				"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Requests-Remaining", "X-Ratelimit"},
+		},
+		{
+			// The IETF draft's fields (draft-ietf-httpapi-ratelimit-headers),
+			// in its current and earlier forms.
+			name: "the provider account's IETF rate-limit fields",
+			headers: [][2]string{{"RateLimit", `"default";r=50;t=30`}, {"RateLimit-Policy", `"default";q=100;w=60`},
+				{"RateLimit-Limit", "100"}, {"ratelimit-remaining", "50"}, {"RateLimit-Reset", "30"}, {"X-Kept", "1"}},
+			keep: []string{"X-Kept: 1"},
+			drop: []string{"RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
 		},
 		{
 			name: "fixed hop-by-hop headers",
