@@ -153,18 +153,23 @@ func (p passPolicy) Guard(t *pipeline.Tenant, r *pipeline.Request) error {
 var _ proxy.Call = (*limits.Call)(nil)
 
 // Limit admits a pass-through request through limits.Hold. A call of a
-// model endpoint whose body names no model is refused under a budget or a
-// rate rule that names models (limits.Limiter.RefuseUnnamed): it would be
-// charged at no price, and counted by no per-model rule. Except
-// moderations: the SDKs name no model there (it is optional), and a
-// moderation costs nothing.
+// model endpoint whose body names no model (the SDKs make it optional for
+// images and a Responses call of a saved prompt) may be a call of any
+// model: it counts against every rate rule of its tenant and key, per-model
+// ones too (limits.Limiter.HoldUnnamed), and is refused under a budget
+// (limits.Limiter.RefuseUnnamed): it would be charged at no price. Except
+// moderations: the SDKs name no model there either, but a moderation costs
+// nothing and calls a moderation model, which a per-model rule of chat
+// models does not name; the tenant-wide rules count it.
 func (p passPolicy) Limit(r *pipeline.Request) (proxy.Call, error) {
+	hold := p.limiter.Hold
 	if r.Model == "" && r.Route == nil && p.ModelEndpoint(r.Endpoint) && !strings.EqualFold(r.Endpoint, "/v1/moderations") {
 		if err := p.limiter.RefuseUnnamed(r); err != nil {
 			return nil, err
 		}
+		hold = p.limiter.HoldUnnamed
 	}
-	c, err := p.limiter.Hold(r)
+	c, err := hold(r)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}

@@ -18,6 +18,7 @@ type Call struct {
 	r     *pipeline.Request
 	ctx   context.Context // carries the request's state (the estimate taken) to charge, as Middleware's does to Meter
 	slots held            // what r holds in flight
+	model string          // the model of r's scope: r.Model, or anyModel (HoldUnnamed)
 	ended atomic.Bool
 }
 
@@ -28,11 +29,27 @@ type Call struct {
 // spent budget with the 429 chat gives. The caller ends the Call once r's
 // answer has ended, on every path. r is kept until then.
 func (l *Limiter) Hold(r *pipeline.Request) (*Call, error) {
-	ctx, slots, err := l.admit(context.Background(), r)
+	return l.hold(r, r.Model)
+}
+
+// HoldUnnamed is Hold for r, a call of a model whose body names none (a
+// pass-through body the upstream answers with its default model, an image
+// generation or a Responses call of a saved prompt, where the SDKs make
+// the model optional). It may be a call of any model, so it counts against
+// every rate rule of its tenant and key, tenant-wide and per model (see
+// rule.scope): it can neither get around a per-model rule nor be refused
+// for naming none. Its tokens are charged to the same counters. A budget
+// refuses it first (RefuseUnnamed).
+func (l *Limiter) HoldUnnamed(r *pipeline.Request) (*Call, error) {
+	return l.hold(r, anyModel)
+}
+
+func (l *Limiter) hold(r *pipeline.Request, model string) (*Call, error) {
+	ctx, slots, err := l.admit(context.Background(), r, model)
 	if err != nil {
 		return nil, err
 	}
-	return &Call{l: l, r: r, ctx: ctx, slots: slots}, nil
+	return &Call{l: l, r: r, ctx: ctx, slots: slots, model: model}, nil
 }
 
 // Charge records the call as Meter records a model call, once its upstream
@@ -52,11 +69,14 @@ func (c *Call) Charge(u wire.ChatUsage, estimateInput bool) {
 	if estimateInput {
 		t.input = estimate(r)
 	}
-	if r.Route == nil && r.Model != "" {
+	switch {
+	case c.model == anyModel:
+		c.l.chargeIn(c.ctx, r, t, true, "", anyModel)
+	case r.Route == nil && r.Model != "":
 		c.l.chargeAs(c.ctx, r, t, true, UnconfiguredModel)
-		return
+	default:
+		c.l.charge(c.ctx, r, t, true)
 	}
-	c.l.charge(c.ctx, r, t, true)
 }
 
 // End frees the call's slots in flight, as Middleware frees a chat

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,11 +149,24 @@ func matches(pattern, v string) bool {
 	return ok
 }
 
+// anyModel is the model of a call of a model whose body names none (a
+// pass-through body the upstream answers with its default model,
+// HoldUnnamed): no client's name, as model names are non-empty strings the
+// client sends, and NUL is in none a provider serves.
+const anyModel = "\x00"
+
 // scope names a rule's counter after its kind prefix: each dimension the
 // rule names (tenant, key, model), empty for the ones it shares. ok is
 // false when the rule does not apply.
+//
+// A call of anyModel may be a call of any model: every rule of its tenant
+// and key applies. It counts against the counter of a rule that names one
+// model (model = "gpt-4o") as a call naming that model does; a rule of a
+// pattern ("gpt-4o*", "*") keeps a counter per model it matches, and which
+// of them is the upstream's default cannot be told, so the call counts
+// against one of the rule's own (the model part empty), as one more model.
 func (r *rule) scope(tenant, key, model string) (string, bool) {
-	if !matches(r.tenant, tenant) || !matches(r.key, key) || !matches(r.model, model) {
+	if !matches(r.tenant, tenant) || !matches(r.key, key) || (model != anyModel && !matches(r.model, model)) {
 		return "", false
 	}
 	if r.tenant == "" {
@@ -161,8 +175,13 @@ func (r *rule) scope(tenant, key, model string) (string, bool) {
 	if r.key == "" {
 		key = ""
 	}
-	if r.model == "" {
+	switch {
+	case r.model == "":
 		model = ""
+	case model == anyModel && strings.ContainsAny(r.model, "*?[\\"):
+		model = ""
+	case model == anyModel:
+		model = r.model
 	}
 	return tenant + ":" + key + ":" + model, true
 }

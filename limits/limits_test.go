@@ -862,12 +862,13 @@ func TestSlotOfUnansweredTakeIsReleased(t *testing.T) {
 	}
 }
 
-// TestRefuseUnnamed: a call that names no model is refused where a limit
-// cannot account for it: a budget of its tenant or key (403
-// model_not_priced), or a rate rule of its tenant and key that names
-// models (400, param model), which such a call would otherwise get
-// around. Tenant-wide rules (no model, or "*") count it, and rules of
-// other tenants or keys do not concern it.
+// TestRefuseUnnamed: a call that names no model is refused where a
+// budget of its tenant or key applies (403 model_not_priced): it cannot be
+// priced. Rate rules, tenant-wide or per model, do not refuse it (they
+// count it: TestHoldUnnamed), and budgets of other tenants do not concern
+// it. Under a per-model rule it used to be refused with 400 though the
+// SDKs make the model optional (images, a Responses call of a saved
+// prompt).
 func TestRefuseUnnamed(t *testing.T) {
 	t.Parallel()
 	l := newLimiterAt(t, `
@@ -876,54 +877,135 @@ tenant = "per-model"
 model = "gpt-x"
 requests_per_minute = 5
 [[limits]]
-tenant = "per-model"
-requests_per_minute = 50
-[[limits]]
 tenant = "glob"
 model = "gpt-*"
 tokens_per_minute = 1000
 [[limits]]
-tenant = "wide"
-requests_per_minute = 5
-[[limits]]
-tenant = "star"
-model = "*"
-requests_per_minute = 5
-[[limits]]
 tenant = "keyed"
-key = "k1"
+key = "kr"
 model = "gpt-x"
 concurrent = 2
 [[budgets]]
 tenant = "budget"
 amount = 1
 period = "day"
+[[budgets]]
+key = "k1"
+amount = 1
+period = "day"
 `, func() Store { return NewMemoryStore() }, "t", nil)
 	tests := []struct {
 		name, tenant, key string
-		status            int
-		code              string
+		refused           bool
 	}{
-		{name: "a per-model rule", tenant: "per-model", status: 400},
-		{name: "a rule of a model pattern", tenant: "glob", status: 400},
-		{name: "a per-model rule of the caller's key", tenant: "keyed", key: "k1", status: 400},
-		{name: "a per-model rule of another key", tenant: "keyed", key: "k2"},
-		{name: "a tenant-wide rule", tenant: "wide"},
-		{name: "a rule of every model", tenant: "star"},
+		{name: "a per-model rule", tenant: "per-model"},
+		{name: "a rule of a model pattern", tenant: "glob"},
+		{name: "a per-model rule of the caller's key", tenant: "keyed", key: "kr"},
 		{name: "no rule", tenant: "other"},
-		{name: "a budget", tenant: "budget", status: 403, code: pipeline.CodeModelNotPriced},
+		{name: "a budget", tenant: "budget", refused: true},
+		{name: "a budget of the caller's key", tenant: "keyed-budget", key: "k1", refused: true},
+		{name: "a budget of another key", tenant: "keyed-budget", key: "k2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := l.RefuseUnnamed(&pipeline.Request{ID: "r", Endpoint: "/v1/embeddings", Tenant: &pipeline.Tenant{Name: tc.tenant, Key: tc.key}})
+			err := l.RefuseUnnamed(&pipeline.Request{ID: "r", Endpoint: "/v1/images/generations", Tenant: &pipeline.Tenant{Name: tc.tenant, Key: tc.key}})
 			var pe *pipeline.Error
 			switch {
-			case tc.status == 0 && err != nil:
+			case !tc.refused && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.status != 0 && (!errors.As(err, &pe) || pe.Status != tc.status || pe.Code != tc.code || pe.Param != "model"):
-				t.Fatalf("got %v, want %d %q naming model", err, tc.status, tc.code)
+			case tc.refused && (!errors.As(err, &pe) || pe.Status != 403 || pe.Code != pipeline.CodeModelNotPriced || pe.Param != "model"):
+				t.Fatalf("got %v, want 403 %s naming model", err, pipeline.CodeModelNotPriced)
 			}
 		})
+	}
+}
+
+// TestHoldUnnamed: a call that names no model may be a call of any model,
+// so it counts against every rate rule of its tenant and key: the counter
+// of a rule naming one model, which the calls naming that model share; a
+// counter of its own under a rule of a pattern (whose counters are per
+// model); the tenant-wide counters. Its tokens are charged to the same
+// counters. Rules of another key do not count it. It used to match only
+// the tenant-wide rules, getting around every per-model one.
+func TestHoldUnnamed(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, `
+[[limits]]
+tenant = "u"
+model = "gpt-x"
+requests_per_minute = 2
+[[limits]]
+tenant = "g"
+model = "gpt-*"
+requests_per_minute = 2
+[[limits]]
+tenant = "w"
+requests_per_minute = 2
+[[limits]]
+tenant = "k"
+key = "k1"
+model = "gpt-x"
+requests_per_minute = 1
+[[limits]]
+tenant = "tok"
+model = "gpt-x"
+tokens_per_minute = 100
+`, func() Store { return NewMemoryStore() })
+	req := func(tenant, key, model string) *pipeline.Request {
+		return &pipeline.Request{ID: "r", Model: model, Endpoint: "/v1/images/generations", Body: []byte(`{"prompt":"a cat"}`),
+			Tenant: &pipeline.Tenant{Name: tenant, Key: key}}
+	}
+	take := func(r *pipeline.Request) error {
+		hold := fx.l.Hold
+		if r.Model == "" {
+			hold = fx.l.HoldUnnamed
+		}
+		c, err := hold(r)
+		if err == nil {
+			c.End()
+		}
+		return err
+	}
+	steps := []struct {
+		name, tenant, key, model string
+		refused                  bool
+	}{
+		{name: "a call naming the rule's model", tenant: "u", model: "gpt-x"},
+		{name: "a call naming none, on the same counter", tenant: "u"},
+		{name: "a third call naming none", tenant: "u", refused: true},
+		{name: "a third call naming the model", tenant: "u", model: "gpt-x", refused: true},
+		{name: "another model's call", tenant: "u", model: "gpt-y"},
+		{name: "a pattern rule's first call naming none", tenant: "g"},
+		{name: "a pattern rule's second call naming none", tenant: "g"},
+		{name: "a pattern rule's third call naming none", tenant: "g", refused: true},
+		{name: "a pattern rule's model, on its own counter", tenant: "g", model: "gpt-4o"},
+		{name: "a tenant-wide rule's call naming a model", tenant: "w", model: "gpt-x"},
+		{name: "a tenant-wide rule's call naming none", tenant: "w"},
+		{name: "a tenant-wide rule's third call", tenant: "w", refused: true},
+		{name: "the key's call naming none", tenant: "k", key: "k1"},
+		{name: "the key's second call", tenant: "k", key: "k1", model: "gpt-x", refused: true},
+		{name: "another key's call naming none", tenant: "k", key: "k2"},
+	}
+	for _, st := range steps {
+		err := take(req(st.tenant, st.key, st.model))
+		var pe *pipeline.Error
+		switch {
+		case !st.refused && err != nil:
+			t.Fatalf("%s: refused: %v", st.name, err)
+		case st.refused && (!errors.As(err, &pe) || pe.Status != 429):
+			t.Fatalf("%s: got %v, want 429", st.name, err)
+		}
+	}
+	// Tokens: a call naming none is charged to the model's token counter.
+	c, err := fx.l.HoldUnnamed(req("tok", "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Charge(wire.ChatUsage{Prompt: 150}, false)
+	c.End()
+	fx.l.Flush()
+	if err := fx.l.Admit(req("tok", "", "gpt-x")); err == nil {
+		t.Error("a call of gpt-x passed after a call naming none spent its tokens")
 	}
 }

@@ -90,6 +90,13 @@ func (l *Limiter) charge(ctx context.Context, r *pipeline.Request, t tokens, ok 
 // chargeAs is charge with the call metered under label in the metrics and
 // the usage record ("": the model that answered).
 func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, ok bool, label string) {
+	l.chargeIn(ctx, r, t, ok, label, "")
+}
+
+// chargeIn is chargeAs with the tokens added to the counters of scoped's
+// scope ("": the model that answered; anyModel for a call that named none,
+// HoldUnnamed).
+func (l *Limiter) chargeIn(ctx context.Context, r *pipeline.Request, t tokens, ok bool, label, scoped string) {
 	if !ok {
 		t = tokens{input: estimate(r)}
 	}
@@ -110,9 +117,11 @@ func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, o
 	// The counters of the model that answered: a fallback's tokens count
 	// against its own model's rules. The request's estimate was taken from
 	// r.Model's, and comes off a call of that model only.
-	scoped := r.Model
-	if tg := r.TargetOrDefault(); tg != nil && tg.Model != "" {
-		scoped = tg.Model
+	if scoped == "" {
+		scoped = r.Model
+		if tg := r.TargetOrDefault(); tg != nil && tg.Model != "" {
+			scoped = tg.Model
+		}
 	}
 	sc := l.scopeOf(tenant, key, scoped, now)
 	adds := newAdditions()

@@ -33,7 +33,7 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 		// The work before and after next.Chat is in functions of their
 		// own, so that their locals are not on the stack while next runs.
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			ctx, slots, err := l.admit(ctx, r)
+			ctx, slots, err := l.admit(ctx, r, r.Model)
 			if err != nil {
 				return nil, err
 			}
@@ -62,17 +62,17 @@ type held struct {
 	id     string
 }
 
-// admit takes r's requests and tokens from the counters of its scope and
-// refuses it over a limit. slots are what r holds in flight, to be freed
+// admit takes r's requests and tokens from the counters of its scope (that
+// of model: r.Model, or anyModel) and refuses it over a limit. slots are what r holds in flight, to be freed
 // when its answer ends. A slot is named for this admission alone, never by
 // r.ID: that is the client's X-Request-Id when it sends one, and requests
 // sharing a name would share one slot.
 //
 //go:noinline
-func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Context, slots held, _ error) {
+func (l *Limiter) admit(ctx context.Context, r *pipeline.Request, model string) (_ context.Context, slots held, _ error) {
 	tenant, key := who(r)
 	now := l.now()
-	sc := l.scopeOf(tenant, key, r.Model, now)
+	sc := l.scopeOf(tenant, key, model, now)
 	l.countRequest(now, sc)
 	if len(sc.checks) == 0 {
 		return ctx, held{}, nil
@@ -85,7 +85,7 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request) (_ context.Con
 	if sc.slots {
 		id = l.slotName()
 	}
-	st := &reqState{model: r.Model} // one allocation: the outcome's counts, the meter's estimate
+	st := &reqState{model: model} // one allocation: the outcome's counts, the meter's estimate
 	if len(sc.tokens) > 0 {
 		st.estimate = max(1, estimate(r))
 	}
@@ -370,15 +370,11 @@ func denial(c check, tokens int64, retry time.Duration) error {
 }
 
 // RefuseUnnamed refuses r, a call of a model whose body names none (a
-// pass-through body the upstream answers with its default model), that no
-// limit could account for. Under a budget of r's tenant or key: nothing
-// prices a call of no model, so it would spend the budget without a trace,
-// as an unpriced model would (unpriced); 403 model_not_priced. Under a rate
-// rule of r's tenant and key that names models (model = "gpt-4o"): the
-// call matches no such rule, so it would get around every one of them
-// (the upstream's default model may well be one they name), while the
-// tenant-wide rules count it; 400, as for a tenant whose policy allows some
-// models. nil when neither applies.
+// pass-through body the upstream answers with its default model), when a
+// budget applies to r's tenant or key: nothing prices a call of no model,
+// so it would spend the budget without a trace, as an unpriced model would
+// (unpriced); 403 model_not_priced. nil when no budget applies. Rate rules
+// count such a call (HoldUnnamed) instead of refusing it.
 func (l *Limiter) RefuseUnnamed(r *pipeline.Request) error {
 	tenant, key := who(r)
 	for i := range l.budgets {
@@ -388,14 +384,6 @@ func (l *Limiter) RefuseUnnamed(r *pipeline.Request) error {
 				"Your spend has a budget, and a call that names no model cannot be priced: name a model the gateway prices.")
 			e.Param = "model"
 			return e
-		}
-	}
-	for i := range l.rules {
-		rl := &l.rules[i]
-		if matches(rl.tenant, tenant) && matches(rl.key, key) && !matches(rl.model, "") {
-			limited.WithLabelValues(string(rune(kindRate))).Inc()
-			return pipeline.BadRequest("model",
-				"Your rate limits are set per model, and a call that names no model cannot be counted against them: name the model to call.")
 		}
 	}
 	return nil

@@ -60,7 +60,10 @@ func (l *Limiter) scopeOf(tenant, key, model string, now time.Time) *scope {
 func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
 	recorded := model
 	_, configured := l.prices[model]
-	if !configured && model != "" {
+	switch {
+	case model == anyModel:
+		recorded = "" // the usage record names no model, as it did
+	case !configured && model != "":
 		// A model the config does not name (a pass-through call's): its
 		// requests are recorded under one name, as its calls are (Charge).
 		recorded = UnconfiguredModel
@@ -101,6 +104,7 @@ func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
 		}
 	}
 	_, priced := l.price(model) // a configured model is: its operator chose its price
-	sc.unpriced = len(sc.spend) > 0 && model != "" && !priced
+	// A call of anyModel under a budget is refused before (RefuseUnnamed).
+	sc.unpriced = len(sc.spend) > 0 && model != "" && model != anyModel && !priced
 	return sc
 }
