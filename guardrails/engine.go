@@ -85,7 +85,11 @@ func (e *Engine) Middleware() pipeline.Middleware {
 			if len(remote) > 0 {
 				// One question about every message's text, however many
 				// messages: not one classifier call per message.
-				if err := askOnce(ctx, remote, req.Meta, messageTexts(req.Body)); err != nil {
+				texts, err := messageTexts(req.Body)
+				if err != nil {
+					return nil, err
+				}
+				if err := askOnce(ctx, remote, req.Meta, texts); err != nil {
 					return nil, err
 				}
 			}

@@ -12,18 +12,19 @@ import (
 )
 
 // passFields are the top-level members of a pass-through body whose texts
-// reach the model: completions' prompt and suffix, the input of
-// embeddings, moderations, speech and the Responses API, its
-// instructions, and messages.
+// reach the model: completions' prompt and suffix (and the variables of
+// the Responses API's saved prompt), the input of embeddings,
+// moderations, speech and the Responses API, its instructions, and
+// messages.
 var passFields = []string{"prompt", "suffix", "input", "instructions", "messages", "tools"}
 
 // itemTexts are the members of an item in those fields that hold its text
 // (a message's content, a part's text, a tool output, a tool call's
-// arguments, a tool's description, and the chat form's tool_calls and
-// function objects that hold the last two); other members (type, role,
+// arguments, a tool's description, and the chat form's tool_calls,
+// function and legacy function_call objects that hold the last two); other members (type, role,
 // ids, names, parameter schemas, image data) are not text the guardrails
 // judge, as on chat.
-var itemTexts = []string{"text", "content", "output", "arguments", "description", "tool_calls", "function"}
+var itemTexts = []string{"text", "content", "output", "arguments", "description", "tool_calls", "function", "function_call"}
 
 // CheckBody runs t's request-stage guardrails over the texts of r, a JSON
 // body sent outside the chat pipeline (a pass-through call of a model), as
@@ -41,7 +42,11 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 	local, remote := splitRemote(e.guards(t, StageRequest))
 	ctx := context.Background() // each classifier call is bounded by its guard's timeout
 	if len(remote) > 0 {
-		if err := askOnce(ctx, remote, r.Meta, bodyTexts(r.Body)); err != nil {
+		texts, err := bodyTexts(r.Body)
+		if err != nil {
+			return err
+		}
+		if err := askOnce(ctx, remote, r.Meta, texts); err != nil {
 			return err
 		}
 	}
@@ -59,49 +64,75 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 }
 
 // bodyTexts returns every text of a pass-through body that CheckBody
-// judges (walkTexts, visitSideTexts), each followed by a newline.
-func bodyTexts(body []byte) []byte {
+// judges (walkTexts, visitSideTexts), each followed by a newline; or
+// tooDeep.
+func bodyTexts(body []byte) ([]byte, error) {
 	var out []byte
 	add := func(v gjson.Result, _ bool) bool {
 		out = append(append(out, v.Str...), '\n')
 		return true
 	}
-	walkTexts(body, add)
-	visitSideTexts(body, add)
-	return out
+	if err := walkTexts(body, add); err != nil {
+		return nil, err
+	}
+	err := visitSideTexts(body, add)
+	return out, err
 }
 
 // walkTexts calls visit with each text of body's passFields, in order,
 // until it returns false; args is set for a tool call's arguments (a JSON
-// text that must stay one).
-func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) {
-	var walk func(v gjson.Result, args bool) bool
-	walk = func(v gjson.Result, args bool) bool {
+// text that must stay one). It returns tooDeep when a text is nested past
+// maxTextDepth (an input of arrays in arrays: each level would read the
+// bytes below it again).
+func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) error {
+	deep := false
+	var walk func(v gjson.Result, args bool, depth int) bool
+	walk = func(v gjson.Result, args bool, depth int) bool {
 		switch {
 		case v.Type == gjson.String:
 			return visit(v, args)
+		case !v.IsArray() && !v.IsObject():
+			return true
+		case depth >= maxTextDepth:
+			deep = true
+			return false
 		case v.IsArray():
 			ok := true
-			v.ForEach(func(_, item gjson.Result) bool { ok = walk(item, false); return ok })
-			return ok
-		case v.IsObject():
-			ok := true
-			v.ForEach(func(k, m gjson.Result) bool {
-				name := named(k.Str, itemTexts)
-				ok = name == "" || walk(m, name == "arguments")
-				return ok
-			})
+			v.ForEach(func(_, item gjson.Result) bool { ok = walk(item, false, depth+1); return ok })
 			return ok
 		}
-		return true
+		ok := true
+		v.ForEach(func(k, m gjson.Result) bool {
+			name := named(k.Str, itemTexts)
+			ok = name == "" || walk(m, name == "arguments", depth+1)
+			return ok
+		})
+		return ok
 	}
+	var param string
 	jsonedit.Root(body).ForEach(func(k, v gjson.Result) bool {
 		// Names compare without regard to case, as an upstream decoding
 		// with Go's encoding/json matches them ("Prompt" is its prompt).
 		// A top-level tools string is no text the model reads.
-		name := named(k.Str, passFields)
-		return name == "" || (name == "tools" && v.Type == gjson.String) || walk(v, false)
+		param = k.Str
+		switch name := named(k.Str, passFields); {
+		case name == "" || (name == "tools" && v.Type == gjson.String):
+			return true
+		case name == "prompt" && v.IsObject():
+			// The Responses API's saved prompt {"id","version","variables"}:
+			// a variable is a string or an input item (input_text's text).
+			return members(v, "variables", func(vars gjson.Result) bool {
+				ok := true
+				vars.ForEach(func(_, x gjson.Result) bool { ok = walk(x, false, 2); return ok })
+				return ok
+			})
+		}
+		return walk(v, false, 0)
 	})
+	if deep {
+		return tooDeep(param)
+	}
+	return nil
 }
 
 // named returns the name of names that k is, compared as Go's
@@ -121,7 +152,7 @@ func named(k string, names []string) string {
 func checkTexts(ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
-	walkTexts(body, func(v gjson.Result, args bool) bool {
+	deep := walkTexts(body, func(v gjson.Result, args bool) bool {
 		n := len(edits)
 		edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
 		if failed == nil && args && len(edits) > n && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes([]byte(gjson.ParseBytes(edits[len(edits)-1].Text).Str)) {
@@ -129,6 +160,9 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 		}
 		return failed == nil
 	})
+	if failed == nil {
+		failed = deep
+	}
 	if failed == nil {
 		edits, failed = checkSideTexts(ck, body, edits)
 	}

@@ -13,7 +13,9 @@ import (
 // A pass-through body's texts are judged whatever the case of their
 // names: an upstream decoding with Go's encoding/json reads "Prompt" as
 // its prompt and "Content" as a message's content ("ſ" folds to "s"), so
-// the request stage judges them too. They used to pass unjudged.
+// the request stage judges them too. They used to pass unjudged, as did a
+// legacy function call's arguments and the Responses API's prompt
+// variables.
 func TestPassThroughNamesInAnyCase(t *testing.T) {
 	t.Parallel()
 	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
@@ -27,6 +29,12 @@ func TestPassThroughNamesInAnyCase(t *testing.T) {
 		{name: "a long s", body: `{"model":"m","ſuffix":"say secret-4"}`, path: "ſuffix", want: "say [X]"},
 		{name: "a tool call's arguments", body: `{"model":"m","Messages":[{"role":"assistant","Tool_Calls":[{"Function":{"Arguments":"{\"q\":\"secret-5\"}"}}]}]}`,
 			path: "Messages.0.Tool_Calls.0.Function.Arguments", want: `{"q":"[X]"}`},
+		{name: "a legacy function call's arguments", body: `{"model":"m","messages":[{"role":"assistant","function_call":{"name":"f","arguments":"{\"q\":\"secret-6\"}"}}]}`,
+			path: "messages.0.function_call.arguments", want: `{"q":"[X]"}`},
+		{name: "a saved prompt's variable", body: `{"model":"m","prompt":{"id":"pmpt_1","variables":{"city":"say secret-7"}}}`,
+			path: "prompt.variables.city", want: "say [X]"},
+		{name: "a saved prompt's input_text variable", body: `{"prompt":{"id":"pmpt_1","Variables":{"doc":{"type":"input_text","text":"say secret-8"}}}}`,
+			path: "prompt.Variables.doc.text", want: "say [X]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

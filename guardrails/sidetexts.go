@@ -14,18 +14,21 @@ import (
 // the descriptions of its tools: the JSON schema of a structured output
 // (response_format.json_schema.schema, the Responses API's
 // text.format.schema), the names and parameter schemas of the client's
-// tools, and retrieved documents (vLLM's and llama.cpp's top-level
-// documents, with a rerank's query). The request stage judges them as it
-// judges the messages.
+// tools and of chat's legacy functions (with a function's description),
+// retrieved documents (vLLM's and llama.cpp's top-level documents, with a
+// rerank's query) and vLLM's chat_template_kwargs, whose values a chat
+// template may print (its documents, say). The request stage judges them
+// as it judges the messages.
 //
 // A text is prose or fixed. Prose (a document, a schema's description,
 // title or $comment) is free text: a redaction rewrites it in place, as a
 // message's. A fixed text is a name or value something acts on: a
 // schema's property names, enum and const values, defaults, examples,
-// patterns and $refs, a tool's name. Rewritten, the schema would accept
-// other output or refer to nothing, and a tool would be called by another
-// name: a redaction there refuses the request instead (fixedRedacted), and
-// a block blocks as anywhere.
+// patterns and $refs, a tool's name, the member names of a document or of
+// chat_template_kwargs. Rewritten, the schema would accept other output or
+// refer to nothing, a tool would be called by another name, a template
+// would find no variable: a redaction there refuses the request instead
+// (fixedRedacted), and a block blocks as anywhere.
 
 // errFixedRedacted is the cause of the 400 of a redaction in a fixed text.
 var errFixedRedacted = errors.New("guardrails: a redaction would change a schema's or tool's names or values")
@@ -39,59 +42,122 @@ func fixedRedacted() error {
 	return e
 }
 
+// maxTextDepth is how many arrays and objects deep below a top-level
+// member the walks of the texts guardrails judge go (side texts, and a
+// pass-through body's texts: walkTexts). Each level reads the bytes below
+// it again: walked to the body's own nesting limit (jsonvalid's 1000), a
+// body of 1 MiB nested 999 deep cost half a second of CPU per request. A
+// text deeper than this is not judged: the request is refused (tooDeep).
+// A tool's parameter schema reaches it at about 14 levels of nested
+// properties.
+const maxTextDepth = 32
+
+// errTooDeep is the cause of the 400 of a text nested past maxTextDepth.
+var errTooDeep = errors.New("guardrails: a text is nested too deep to judge")
+
+// tooDeep is the 400 of a request whose member param holds a text nested
+// past maxTextDepth: the guardrails cannot judge it, so it is not sent.
+func tooDeep(param string) error {
+	e := pipeline.BadRequest(param,
+		"'%s' nests arrays and objects more than %d levels deep, deeper than the gateway's guardrails judge texts; the request was not sent",
+		param, maxTextDepth)
+	e.Err = errTooDeep
+	return e
+}
+
+// sideWalk is one walk of a body's side texts: visit, and whether the walk
+// met a container past maxTextDepth.
+type sideWalk struct {
+	visit func(v gjson.Result, fixed bool) bool
+	deep  bool
+}
+
+// container reports whether v is an array or an object at depth, and
+// notes a walk too deep when depth is past maxTextDepth.
+func (w *sideWalk) container(v gjson.Result, depth int) bool {
+	if !v.IsArray() && !v.IsObject() {
+		return false
+	}
+	if depth >= maxTextDepth {
+		w.deep = true
+	}
+	return true
+}
+
 // visitSideTexts calls visit with each side text of body, a JSON object,
 // in order, until it returns false; fixed marks a fixed text. Top-level
 // and nested member names are matched without regard to case, and every
 // member of a repeated name is visited: an upstream that decodes with Go's
 // encoding/json matches names so, and one that keeps the last of two
-// equal names reads the one gjson's Get would not.
-func visitSideTexts(body []byte, visit func(v gjson.Result, fixed bool) bool) {
+// equal names reads the one gjson's Get would not. It returns tooDeep when
+// a side text is nested past maxTextDepth (the texts before it were
+// visited).
+func visitSideTexts(body []byte, visit func(v gjson.Result, fixed bool) bool) error {
+	w := &sideWalk{visit: visit}
+	var param string
 	jsonedit.Root(body).ForEach(func(k, v gjson.Result) bool {
+		param = k.Str
 		switch {
 		case strings.EqualFold(k.Str, "response_format"):
 			// {"type":"json_schema","json_schema":{"name","description","schema"}}
 			return members(v, "json_schema", func(js gjson.Result) bool {
 				return members(js, "description", func(d gjson.Result) bool { return d.Type != gjson.String || visit(d, false) }) &&
-					members(js, "schema", func(s gjson.Result) bool { return walkSchema(s, false, visit) })
+					members(js, "schema", func(s gjson.Result) bool { return w.schema(s, false, 2) })
 			})
 		case strings.EqualFold(k.Str, "text"):
 			// The Responses API's {"format":{"type":"json_schema","name","description","schema"}}.
 			return members(v, "format", func(f gjson.Result) bool {
 				return members(f, "description", func(d gjson.Result) bool { return d.Type != gjson.String || visit(d, false) }) &&
-					members(f, "schema", func(s gjson.Result) bool { return walkSchema(s, false, visit) })
+					members(f, "schema", func(s gjson.Result) bool { return w.schema(s, false, 2) })
 			})
 		case strings.EqualFold(k.Str, "tools"):
 			ok := true
-			v.ForEach(func(_, t gjson.Result) bool { ok = visitTool(t, visit); return ok })
+			v.ForEach(func(_, t gjson.Result) bool { ok = w.tool(t); return ok })
 			return ok
-		case strings.EqualFold(k.Str, "documents"):
-			return walkStrings(v, visit)
+		case strings.EqualFold(k.Str, "functions"):
+			// Chat's legacy function calling: [{"name","description","parameters"}].
+			ok := true
+			v.ForEach(func(_, f gjson.Result) bool {
+				ok = !f.IsObject() || (w.function(f, 1) &&
+					members(f, "description", func(d gjson.Result) bool { return d.Type != gjson.String || visit(d, false) }))
+				return ok
+			})
+			return ok
+		case strings.EqualFold(k.Str, "documents"), strings.EqualFold(k.Str, "chat_template_kwargs"):
+			return w.strings(v, 0)
 		case strings.EqualFold(k.Str, "query"):
 			return v.Type != gjson.String || visit(v, false)
 		}
 		return true
 	})
+	if w.deep {
+		return tooDeep(param)
+	}
+	return nil
 }
 
-// visitTool calls visit with the side texts of tool t: its name, its
-// parameter schema and a custom tool's format (a grammar), in the chat
-// form ({"function":{...}}, {"custom":{...}}) and the Responses form (at
-// the top), and a chat custom tool's description. A function's
-// description, and any tool's in the Responses form, is judged with the
-// messages already (visitToolDescriptions, walkTexts).
-func visitTool(t gjson.Result, visit func(v gjson.Result, fixed bool) bool) bool {
+// tool visits the side texts of tool t: its name, its parameter schema
+// and a custom tool's format (a grammar), in the chat form
+// ({"function":{...}}, {"custom":{...}}) and the Responses form (at the
+// top), and a chat custom tool's description. A function's description,
+// and any tool's in the Responses form, is judged with the messages
+// already (visitToolDescriptions, walkTexts).
+func (w *sideWalk) tool(t gjson.Result) bool {
 	if !t.IsObject() {
 		return true
 	}
-	fn := func(f gjson.Result) bool {
-		return members(f, "name", func(n gjson.Result) bool { return n.Type != gjson.String || visit(n, true) }) &&
-			members(f, "parameters", func(s gjson.Result) bool { return walkSchema(s, false, visit) }) &&
-			members(f, "format", func(s gjson.Result) bool { return walkSchema(s, true, visit) })
-	}
-	return fn(t) && members(t, "function", fn) &&
+	return w.function(t, 1) && members(t, "function", func(f gjson.Result) bool { return w.function(f, 2) }) &&
 		members(t, "custom", func(c gjson.Result) bool {
-			return fn(c) && members(c, "description", func(d gjson.Result) bool { return d.Type != gjson.String || visit(d, false) })
+			return w.function(c, 2) && members(c, "description", func(d gjson.Result) bool { return d.Type != gjson.String || w.visit(d, false) })
 		})
+}
+
+// function visits the name, parameter schema and format of f, a function
+// or tool at depth.
+func (w *sideWalk) function(f gjson.Result, depth int) bool {
+	return members(f, "name", func(n gjson.Result) bool { return n.Type != gjson.String || w.visit(n, true) }) &&
+		members(f, "parameters", func(s gjson.Result) bool { return w.schema(s, false, depth+1) }) &&
+		members(f, "format", func(s gjson.Result) bool { return w.schema(s, true, depth+1) })
 }
 
 // members calls f with the value of every member of obj named name
@@ -111,37 +177,39 @@ func members(obj gjson.Result, name string, f func(gjson.Result) bool) bool {
 	return ok
 }
 
-// walkSchema calls visit with every text of the JSON schema s, in order:
-// every member name as fixed, a description, title or $comment as prose,
-// and every other string as fixed (fixed also inside enum, const, default
-// and examples, whose values are data however they are named); except
-// JSON Schema's own words (schemaWord), which are the same in every
-// schema. The depth is the body's, which ingress bounds (jsonvalid).
-func walkSchema(s gjson.Result, fixed bool, visit func(v gjson.Result, fixed bool) bool) bool {
+// schema visits every text of the JSON schema s at depth, in order: every
+// member name as fixed, a description, title or $comment as prose, and
+// every other string as fixed (fixed also inside enum, const, default and
+// examples, whose values are data however they are named); except JSON
+// Schema's own words (schemaWord), which are the same in every schema. It
+// stops at maxTextDepth (w.deep).
+func (w *sideWalk) schema(s gjson.Result, fixed bool, depth int) bool {
 	switch {
 	case s.Type == gjson.String:
-		return schemaWord(s.Str) || visit(s, true)
+		return schemaWord(s.Str) || w.visit(s, true)
+	case !w.container(s, depth):
+		return true
+	case w.deep:
+		return false
 	case s.IsArray():
 		ok := true
-		s.ForEach(func(_, item gjson.Result) bool { ok = walkSchema(item, fixed, visit); return ok })
-		return ok
-	case s.IsObject():
-		ok := true
-		s.ForEach(func(k, v gjson.Result) bool {
-			if ok = schemaWord(k.Str) || visit(k, true); !ok {
-				return false
-			}
-			switch {
-			case !fixed && v.Type == gjson.String && isProse(k.Str):
-				ok = visit(v, false)
-			default:
-				ok = walkSchema(v, fixed || isData(k.Str), visit)
-			}
-			return ok
-		})
+		s.ForEach(func(_, item gjson.Result) bool { ok = w.schema(item, fixed, depth+1); return ok })
 		return ok
 	}
-	return true
+	ok := true
+	s.ForEach(func(k, v gjson.Result) bool {
+		if ok = schemaWord(k.Str) || w.visit(k, true); !ok {
+			return false
+		}
+		switch {
+		case !fixed && v.Type == gjson.String && isProse(k.Str):
+			ok = w.visit(v, false)
+		default:
+			ok = w.schema(v, fixed || isData(k.Str), depth+1)
+		}
+		return ok
+	})
+	return ok
 }
 
 // schemaWord reports whether s is one of JSON Schema's keywords or type
@@ -177,17 +245,29 @@ func isData(keyword string) bool {
 	return false
 }
 
-// walkStrings calls visit with every string in v, as prose, in order:
-// a document's text and its other fields (a title, a snippet) alike, as a
-// chat template renders them.
-func walkStrings(v gjson.Result, visit func(v gjson.Result, fixed bool) bool) bool {
+// strings visits every string in v at depth, in order: a value as prose
+// (a document's text and its other fields, a title, a snippet, alike, as a
+// chat template renders them), a member name as fixed (a template prints
+// a document's names too, and looks its variables up by them). It stops at
+// maxTextDepth (w.deep).
+func (w *sideWalk) strings(v gjson.Result, depth int) bool {
 	switch {
 	case v.Type == gjson.String:
-		return visit(v, false)
-	case v.IsArray() || v.IsObject():
-		ok := true
-		v.ForEach(func(_, item gjson.Result) bool { ok = walkStrings(item, visit); return ok })
-		return ok
+		return w.visit(v, false)
+	case !w.container(v, depth):
+		return true
+	case w.deep:
+		return false
 	}
-	return true
+	ok := true
+	v.ForEach(func(k, item gjson.Result) bool {
+		if k.Type == gjson.String {
+			if ok = w.visit(k, true); !ok {
+				return false
+			}
+		}
+		ok = w.strings(item, depth+1)
+		return ok
+	})
+	return ok
 }

@@ -91,13 +91,40 @@ var sideTextCases = []struct {
 		body:     `{"model":"m","messages":[{"role":"user","content":"hi"}],"Response_Format":{"JSON_Schema":{"Schema":{"Description":"secret-17"}}}}`,
 		redacted: []string{"Response_Format.JSON_Schema.Schema.Description"},
 	},
+	{
+		// A chat template prints a document's names as well as its values.
+		name:  "a document's member name",
+		body:  `{"model":"m","messages":[{"role":"user","content":"hi"}],"documents":[{"secret-18 ignore previous":"x"}]}`,
+		fixed: true,
+	},
+	{
+		name:     "vLLM's chat_template_kwargs",
+		body:     `{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false,"documents":[{"title":"t","text":"see secret-19"}]}}`,
+		redacted: []string{"chat_template_kwargs.documents.0.text"},
+	},
+	{
+		name:     "a legacy function's description and parameters",
+		body:     `{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"f","description":"use secret-20","parameters":{"type":"object","properties":{"q":{"type":"string","description":"a secret-21"}}}}]}`,
+		redacted: []string{"functions.0.description", "functions.0.parameters.properties.q.description"},
+	},
+	{
+		name:  "a legacy function's name",
+		body:  `{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"secret-22"}]}`,
+		fixed: true,
+	},
+	{
+		name:     "a legacy function call's arguments",
+		body:     `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{\"q\":\"secret-23\"}"}}]}`,
+		redacted: []string{"messages.1.function_call.arguments"},
+	},
 }
 
 // The request stage judges what the model reads beside the messages, on
 // the chat route (checkRequest, and an http classifier's one text) and on
 // pass-through (CheckBody, bodyTexts): a structured output's schema, the
-// client tools' names and parameter schemas, documents and a rerank's
-// query. A block blocks; a redaction rewrites prose in place, keeping the
+// client tools' and legacy functions' names and parameter schemas,
+// documents (their member names too) and a rerank's query,
+// chat_template_kwargs, a legacy function call's arguments. A block blocks; a redaction rewrites prose in place, keeping the
 // JSON valid, and refuses the request when it would rewrite a schema's or
 // a tool's names or values. They used to pass unjudged.
 func TestRequestStageJudgesSideTexts(t *testing.T) {
@@ -107,7 +134,7 @@ func TestRequestStageJudgesSideTexts(t *testing.T) {
 	routes := []struct {
 		name  string
 		check func(g *guard, body []byte) ([]byte, error)
-		texts func(body []byte) []byte
+		texts func(body []byte) ([]byte, error)
 	}{
 		{"chat", func(g *guard, body []byte) ([]byte, error) {
 			return checkRequest(context.Background(), newChecker(context.Background(), []*guard{g}, nil), body)
@@ -127,8 +154,8 @@ func TestRequestStageJudgesSideTexts(t *testing.T) {
 			t.Run(route.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				body := []byte(tc.body)
-				if !strings.Contains(string(route.texts(body)), "secret-") {
-					t.Errorf("an http classifier is not asked about the side texts: %q", route.texts(body))
+				if texts, err := route.texts(body); err != nil || !strings.Contains(string(texts), "secret-") {
+					t.Errorf("an http classifier is not asked about the side texts: %q %v", texts, err)
 				}
 				_, err := route.check(block, body)
 				var pe *pipeline.Error
@@ -203,6 +230,9 @@ func FuzzSideTexts(f *testing.F) {
 	}
 	f.Add(`{"documents":[1,null,{"a":["secret-1",{"b":"secret-2"}]}],"tools":[null,"x",{"function":"y"}]}`)
 	f.Add(`{"response_format":{"json_schema":{"schema":[{"enum":[{"description":"x"}]},"secret-3"]}},"query":7}`)
+	f.Add(`{"documents":[{"secret-4 ignore previous":"x","y":{"secret-5":["secret-6"]}}],"chat_template_kwargs":{"secret-7":"secret-8"}}`)
+	f.Add(`{"functions":[{"name":"secret-9"},{"description":"secret-10","parameters":{"properties":{"a":{"description":"secret-11"}}}},7]}`)
+	f.Add(`{"documents":` + strings.Repeat("[", 40) + `"secret-12"` + strings.Repeat("]", 40) + `}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		body := []byte(doc)
 		if !json.Valid(body) {
@@ -223,6 +253,9 @@ func FuzzSideTexts(f *testing.F) {
 		in := collect(body)
 		ck := redactingChecker(t)
 		edits, err := checkSideTexts(ck, body, nil)
+		if errors.Is(err, errTooDeep) {
+			return // refused: nested past maxTextDepth (TestSideTextsDepth)
+		}
 		if err != nil {
 			if !errors.Is(err, errFixedRedacted) {
 				t.Fatalf("%s: %v", doc, err)
@@ -279,5 +312,95 @@ func BenchmarkRequestSideTexts(b *testing.B) {
 		if _, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{g}, nil), body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// nested returns n arrays nested in one another, each holding text before
+// the next: ["t",["t",[...]]].
+func nested(n int, text string) string {
+	q := `"` + text + `",`
+	return strings.Repeat("["+q, n) + `"end"` + strings.Repeat("]", n)
+}
+
+// The walks of the texts the request stage judges stop maxTextDepth
+// levels below a top-level member, whatever the body's own nesting (up to
+// jsonvalid's 1000): each level reads the bytes below it again, and a
+// body of 1 MiB nested 999 deep cost half a second of CPU a request. A
+// text deeper than that is not judged, and the request is refused (400,
+// naming the member); one within it is judged. The walks used to follow
+// the body to its last level.
+func TestSideTextsDepth(t *testing.T) {
+	t.Parallel()
+	schema := func(n int) string { // n levels of properties: 2n objects
+		return `{"type":"object"` + strings.Repeat(`,"properties":{"p":{"type":"object"`, n) + strings.Repeat("}}", n) + "}"
+	}
+	tests := []struct {
+		name, param string
+		body        func(n int) string
+		pass        bool // a pass-through body (walkTexts)
+	}{
+		{name: "documents", param: "documents", body: func(n int) string { return `{"documents":` + nested(n, "t") + `}` }},
+		{name: "chat_template_kwargs", param: "chat_template_kwargs", body: func(n int) string { return `{"chat_template_kwargs":{"d":` + nested(n, "t") + `}}` }},
+		{name: "a structured output's schema", param: "response_format", body: func(n int) string {
+			return `{"response_format":{"json_schema":{"schema":` + schema(n/2) + `}}}`
+		}},
+		{name: "a tool's parameters", param: "tools", body: func(n int) string {
+			return `{"tools":[{"function":{"name":"f","parameters":` + schema(n/2) + `}}]}`
+		}},
+		{name: "an enum's data", param: "response_format", body: func(n int) string {
+			return `{"response_format":{"json_schema":{"schema":{"enum":` + nested(n, "t") + `}}}}`
+		}},
+		{name: "a pass-through input", param: "input", pass: true, body: func(n int) string { return `{"input":` + nested(n, "t") + `}` }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			walk := func(body []byte) (visits int, err error) {
+				count := func(gjson.Result, bool) bool { visits++; return true }
+				if tc.pass {
+					return visits, walkTexts(body, count)
+				}
+				return visits, visitSideTexts(body, count)
+			}
+			// Within the bound: every level judged, nothing refused.
+			if _, err := walk([]byte(tc.body(maxTextDepth - 8))); err != nil {
+				t.Fatalf("%d levels: %v", maxTextDepth-8, err)
+			}
+			deep := []byte(tc.body(900))
+			if !json.Valid(deep) {
+				t.Fatalf("not JSON: %.200s", deep)
+			}
+			visits, err := walk(deep)
+			var pe *pipeline.Error
+			if !errors.Is(err, errTooDeep) || !errors.As(err, &pe) || pe.Status != 400 || pe.Param != tc.param {
+				t.Fatalf("900 levels: %v, want 400 naming %s", err, tc.param)
+			}
+			if visits > 2*maxTextDepth {
+				t.Fatalf("900 levels: %d texts visited, want at most %d", visits, 2*maxTextDepth)
+			}
+			// The request stage refuses it, on either route, whatever
+			// its guards.
+			redact := mustGuard(t, config.Guardrail{Name: "r", Stage: StageRequest, Kind: "regex", Action: "redact", Replacement: "[X]", Patterns: []string{`secret-[0-9]+`}})
+			if tc.pass {
+				err = (&Engine{def: stages{StageRequest: {redact}}}).CheckBody(nil, &pipeline.Request{Body: deep})
+			} else {
+				_, err = checkRequest(context.Background(), newChecker(context.Background(), []*guard{redact}, nil), deep)
+			}
+			if !errors.Is(err, errTooDeep) {
+				t.Fatalf("the request stage: %v, want it refused", err)
+			}
+		})
+	}
+}
+
+// BenchmarkSideTextsDeep: a body of about 1 MiB nested 900 levels deep in
+// its documents costs the request stage maxTextDepth reads of it at most,
+// not one a level.
+func BenchmarkSideTextsDeep(b *testing.B) {
+	body := []byte(`{"documents":` + nested(900, strings.Repeat("x", 1<<20/900)) + `}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		_ = visitSideTexts(body, func(gjson.Result, bool) bool { return true })
 	}
 }

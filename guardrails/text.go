@@ -70,7 +70,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 // fixed text is fixedRedacted.
 func checkSideTexts(ck *checker, body []byte, edits []jsonedit.Edit) ([]jsonedit.Edit, error) {
 	var failed error
-	visitSideTexts(body, func(v gjson.Result, fixed bool) bool {
+	deep := visitSideTexts(body, func(v gjson.Result, fixed bool) bool {
 		if !fixed {
 			edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
 			return failed == nil
@@ -84,6 +84,9 @@ func checkSideTexts(ck *checker, body []byte, edits []jsonedit.Edit) ([]jsonedit
 		}
 		return failed == nil
 	})
+	if failed == nil {
+		failed = deep
+	}
 	return edits, failed
 }
 
@@ -95,8 +98,8 @@ func brokenArguments() error {
 }
 
 // visitMessage calls visit with each text of chat message m, in order: a
-// string content or its parts' texts, then each tool call's arguments
-// (args set: a JSON text that must stay one). visit returns false to stop.
+// string content or its parts' texts, then each tool call's arguments and
+// a legacy function_call's (args set: a JSON text that must stay one). visit returns false to stop.
 // Names compare without regard to case, and every member of a repeated
 // name is visited (members): an upstream decoding with Go's encoding/json
 // reads "Content" as the content.
@@ -118,16 +121,21 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
 	if !ok {
 		return
 	}
-	members(m, "tool_calls", func(calls gjson.Result) bool {
+	arguments := func(f gjson.Result) bool {
+		return members(f, "arguments", func(a gjson.Result) bool { return a.Type != gjson.String || visit(a, true) })
+	}
+	ok = members(m, "tool_calls", func(calls gjson.Result) bool {
 		ok := true
 		calls.ForEach(func(_, tc gjson.Result) bool {
-			ok = members(tc, "function", func(f gjson.Result) bool {
-				return members(f, "arguments", func(a gjson.Result) bool { return a.Type != gjson.String || visit(a, true) })
-			})
+			ok = members(tc, "function", arguments)
 			return ok
 		})
 		return ok
 	})
+	if ok {
+		// The legacy function calling's {"function_call":{"name","arguments"}}.
+		members(m, "function_call", arguments)
+	}
 }
 
 // visitToolDescriptions calls visit with each tool's description (the
@@ -148,8 +156,8 @@ func visitToolDescriptions(body []byte, visit func(gjson.Result) bool) {
 
 // messageTexts returns the text of every message of a chat body (as
 // visitMessage reads it), every tool's description and every side text
-// (visitSideTexts), each followed by a newline.
-func messageTexts(body []byte) []byte {
+// (visitSideTexts), each followed by a newline; or tooDeep.
+func messageTexts(body []byte) ([]byte, error) {
 	var out []byte
 	add := func(t gjson.Result) bool {
 		out = append(append(out, t.Str...), '\n')
@@ -160,8 +168,8 @@ func messageTexts(body []byte) []byte {
 		return true
 	})
 	visitToolDescriptions(body, add)
-	visitSideTexts(body, func(t gjson.Result, _ bool) bool { return add(t) })
-	return out
+	err := visitSideTexts(body, func(t gjson.Result, _ bool) bool { return add(t) })
+	return out, err
 }
 
 // checkAnswer runs the response stage over every choice's content,
