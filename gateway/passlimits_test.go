@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -380,10 +382,39 @@ requests_per_minute = 3
 	}
 }
 
+// sendHTTP10 POSTs a JSON body to rawURL as an HTTP/1.0 client and reads
+// the answer to the connection's end.
+func sendHTTP10(t *testing.T, rawURL, key, body string) (int, http.Header, []byte) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST %s HTTP/1.0\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		u.RequestURI(), u.Host, key, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the answer's body: %v", err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
 // accountLimitsUpstream is a provider that reports its account's rate
-// limits on every answer, as OpenAI's API does: the counters of the one
-// account every tenant of the gateway shares. ?status=429 answers a rate
-// limit error with retry-after-ms.
+// limits on every answer, as OpenAI's API does (and in the IETF draft's
+// fields, as some servers do): the counters of the one account every
+// tenant of the gateway shares. ?status=429 answers a rate limit error
+// with retry-after-ms; ?sse=1 answers a stream of events.
 type accountLimitsUpstream struct{}
 
 func (accountLimitsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -391,9 +422,17 @@ func (accountLimitsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range map[string]string{
 		"X-Ratelimit-Limit-Requests": "10000", "X-Ratelimit-Remaining-Requests": "9321", "X-Ratelimit-Reset-Requests": "6ms",
 		"X-Ratelimit-Limit-Tokens": "2000000", "X-Ratelimit-Remaining-Tokens": "1999000", "X-Ratelimit-Reset-Tokens": "30ms",
-		"Anthropic-Ratelimit-Requests-Remaining": "49",
+		"Anthropic-Ratelimit-Requests-Remaining": "49", "X-Ratelimit": "odd", "Ratelimit": `"default";r=50;t=30`,
+		"Ratelimit-Policy": `"default";q=100;w=60`, "Ratelimit-Remaining": "50",
 	} {
 		h.Set(k, v)
+	}
+	if r.URL.Query().Get("sse") == "1" {
+		h.Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"hi\"}]}\n\n")
+		w.(http.Flusher).Flush()
+		fmt.Fprint(w, "data: {\"object\":\"text_completion\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2}}\n\ndata: [DONE]\n\n")
+		return
 	}
 	h.Set("Content-Type", "application/json")
 	if r.URL.Query().Get("status") == "429" {
@@ -407,12 +446,14 @@ func (accountLimitsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // A pass-through answer never carries the provider account's rate-limit
-// headers (x-ratelimit-*, anthropic-ratelimit-*), which count every
-// tenant's traffic: a tenant with rate limits gets its own instead, as on
-// the chat route (limit 5, remaining 4, 3, ...), on an answer, on the
-// upstream's 429 (with the upstream's retry-after, as chat relays it) and
-// on the gateway's own 429; a tenant without limits gets none. The
-// upstream's used to reach every client.
+// headers (x-ratelimit, x-ratelimit-*, anthropic-ratelimit-*, the IETF
+// draft's ratelimit*), which count every tenant's traffic: a tenant with
+// rate limits gets its own instead, as on the chat route (limit 5,
+// remaining 4, 3, ...), on an answer, on the upstream's 429 (with the
+// upstream's retry-after, as chat relays it), on an upload, on a streamed
+// (SSE) answer, on the answer to an HTTP/1.0 client (written on the
+// hijacked connection) and on the gateway's own 429; a tenant without
+// limits gets none. The upstream's used to reach every client.
 func TestPassthroughReportsTheTenantsRateLimits(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(accountLimitsUpstream{})
@@ -420,7 +461,7 @@ func TestPassthroughReportsTheTenantsRateLimits(t *testing.T) {
 	h := newHarness(t, strings.ReplaceAll(limitsConfig, "{{MOCK}}", srv.URL+"/v1")+`
 [[policies]]
 tenant = "team"
-passthrough = ["/v1/embeddings", "/v1/files"]
+passthrough = ["/v1/embeddings", "/v1/files", "/v1/completions"]
 `, mockllm.Options{})
 	embed := func(key, query string) (int, http.Header, []byte) {
 		return send(t, "POST", h.base+"/embeddings"+query, key, `{"model":"gpt-x","input":"hi"}`)
@@ -428,7 +469,7 @@ passthrough = ["/v1/embeddings", "/v1/files"]
 	noAccount := func(what string, hdr http.Header) {
 		t.Helper()
 		for k := range hdr {
-			if strings.HasPrefix(strings.ToLower(k), "anthropic-ratelimit-") {
+			if lk := strings.ToLower(k); strings.HasPrefix(lk, "anthropic-ratelimit-") || strings.HasPrefix(lk, "ratelimit") || lk == "x-ratelimit" {
 				t.Errorf("%s: the provider account's %s reached the client", what, k)
 			}
 		}
@@ -466,9 +507,19 @@ passthrough = ["/v1/embeddings", "/v1/files"]
 	}
 	resp.Body.Close()
 	tenant("an upload", resp.Header, "2")
-	for range 2 {
-		embed("sk-team", "")
+	// A streamed answer (SSE) carries them in its head as well.
+	status, hdr, body = send(t, "POST", h.base+"/completions?sse=1", "sk-team", `{"model":"gpt-x","prompt":"hi","stream":true}`)
+	if status != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "text/event-stream") || !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("a streamed completion: %d %q %s", status, hdr.Get("Content-Type"), body)
 	}
+	tenant("a streamed answer", hdr, "1")
+	// So does the answer to an HTTP/1.0 client, written on the hijacked
+	// connection and ended by closing it.
+	status, hdr, body = sendHTTP10(t, h.base+"/embeddings", "sk-team", `{"model":"gpt-x","input":"hi"}`)
+	if status != 200 || !strings.Contains(string(body), `"object":"list"`) {
+		t.Fatalf("embeddings over HTTP/1.0: %d %s", status, body)
+	}
+	tenant("an answer to an HTTP/1.0 client", hdr, "0")
 	status, hdr, _ = embed("sk-team", "")
 	if status != 429 || hdr.Get("Retry-After") == "" {
 		t.Fatalf("the sixth call in a minute: %d, want 429 with retry-after", status)
