@@ -29,6 +29,9 @@ type Call struct {
 // spent budget with the 429 chat gives. The caller ends the Call once r's
 // answer has ended, on every path. r is kept until then.
 func (l *Limiter) Hold(r *pipeline.Request) (*Call, error) {
+	if err := namedModel(r.Model); err != nil {
+		return nil, err
+	}
 	return l.hold(r, r.Model)
 }
 

@@ -151,9 +151,21 @@ func matches(pattern, v string) bool {
 
 // anyModel is the model of a call of a model whose body names none (a
 // pass-through body the upstream answers with its default model,
-// HoldUnnamed): no client's name, as model names are non-empty strings the
-// client sends, and NUL is in none a provider serves.
+// HoldUnnamed). NUL is in no model's name a provider serves, and a
+// client that names one holding it is refused (namedModel).
 const anyModel = "\x00"
+
+// namedModel refuses a model name holding a NUL: a client could otherwise
+// name anyModel ("\u0000" in JSON, a raw byte in a form field) and be
+// counted as a call that names none, which a budget refuses only when the
+// caller says so (HoldUnnamed): named, it would pass unpriced and cost
+// nothing. No real model's name holds one.
+func namedModel(model string) error {
+	if strings.IndexByte(model, 0) >= 0 {
+		return pipeline.BadRequest("model", "The model name must not contain a NUL character.")
+	}
+	return nil
+}
 
 // scope names a rule's counter after its kind prefix: each dimension the
 // rule names (tenant, key, model), empty for the ones it shares. ok is

@@ -1009,3 +1009,35 @@ tokens_per_minute = 100
 		t.Error("a call of gpt-x passed after a call naming none spent its tokens")
 	}
 }
+
+// TestNULModelIsNotUnnamed: a client's model name holding NUL (the
+// stand-in for a call that names none) is refused with 400 on both entries,
+// Hold and the chat middleware. Before, "\x00" passed a budget as a call
+// of a model that names none would not, and was charged nothing.
+func TestNULModelIsNotUnnamed(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, `
+[[budgets]]
+tenant = "b"
+amount = 1
+period = "day"
+`, func() Store { return NewMemoryStore() })
+	for _, model := range []string{"\x00", "gpt\x00x"} {
+		r := &pipeline.Request{ID: "r", Model: model, Endpoint: "/v1/completions", Body: []byte(`{"prompt":"hi"}`),
+			Tenant: &pipeline.Tenant{Name: "b"}}
+		c, err := fx.l.Hold(r)
+		if c != nil {
+			c.End()
+		}
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "model" {
+			t.Errorf("Hold of model %q under a budget: %v, want 400 naming model", model, err)
+		}
+		if _, err := fx.do("b", "", model); !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "model" {
+			t.Errorf("chat of model %q under a budget: %v, want 400 naming model", model, err)
+		}
+	}
+	if n := fx.calls.Load(); n != 0 {
+		t.Errorf("%d calls went upstream", n)
+	}
+}

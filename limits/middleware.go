@@ -33,6 +33,9 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 		// The work before and after next.Chat is in functions of their
 		// own, so that their locals are not on the stack while next runs.
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			if err := namedModel(r.Model); err != nil {
+				return nil, err
+			}
 			ctx, slots, err := l.admit(ctx, r, r.Model)
 			if err != nil {
 				return nil, err
