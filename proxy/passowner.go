@@ -3,8 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -66,24 +64,19 @@ func (s *Server) checkOwnedPath(rt *Runtime, tenant, path string) error {
 // previous_response_id names a provider response tenant did not create,
 // as a translated request naming an unknown stored response is refused
 // (handleResponses). A conversation (the Conversations API) is refused:
-// conversations are not scoped by tenant; so are input items the provider
-// would resolve from its stored items (storedInputItem). body is valid
-// JSON (jsonModel).
+// conversations are not scoped by tenant. body is valid JSON (jsonModel).
 func (s *Server) checkOwnedBody(rt *Runtime, tenant string, body []byte) error {
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
 		return nil
 	}
-	m, err := onlyMembers(root, "conversation", "previous_response_id", "input")
+	m, err := onlyMembers(root, "conversation", "previous_response_id")
 	if err != nil {
 		return err
 	}
 	conv, prev := m[0], m[1]
 	if conv.Exists() && conv.Type != gjson.Null {
 		return pipeline.BadRequest("conversation", "conversation is not supported through this gateway; continue a response with previous_response_id instead.")
-	}
-	if err := checkInputItems(m[2]); err != nil {
-		return err
 	}
 	switch {
 	case !prev.Exists() || prev.Type == gjson.Null:
@@ -100,60 +93,6 @@ func (s *Server) checkOwnedBody(rt *Runtime, tenant string, body []byte) error {
 	return e
 }
 
-// checkInputItems refuses, in a pass-through request's input, an item the
-// provider would resolve by its id from the items it stores for the
-// gateway's one account, every tenant's alike: an item reference
-// ({"type":"item_reference","id":…}, or an id with neither type nor
-// content), and a reasoning item with an id and no encrypted_content (its
-// reasoning is read from storage by that id). Any other item carries what
-// it says (a message its content, a call its arguments, an output its
-// output); its id only names it.
-func checkInputItems(input gjson.Result) error {
-	if !input.IsArray() {
-		return nil
-	}
-	var err error
-	i := 0
-	input.ForEach(func(_, item gjson.Result) bool {
-		err = storedInputItem(item, i)
-		i++
-		return err == nil
-	})
-	return err
-}
-
-// storedInputItem refuses input item i if the provider would resolve it
-// from storage (checkInputItems).
-func storedInputItem(item gjson.Result, i int) error {
-	if !item.IsObject() {
-		return nil
-	}
-	m, err := onlyMembers(item, "type", "id", "encrypted_content", "content")
-	var e *pipeline.Error
-	if errors.As(err, &e) {
-		e.Param, e.Message = "input", fmt.Sprintf("input[%d].%s", i, e.Message)
-	}
-	if err != nil {
-		return err
-	}
-	typ, id, enc, content := m[0], m[1], m[2], m[3]
-	if !id.Exists() || id.Type == gjson.Null {
-		return nil
-	}
-	if typ.Type != gjson.String && typ.Type != gjson.Null && typ.Exists() {
-		return pipeline.BadRequest("input", "input[%d].type must be a string", i)
-	}
-	switch {
-	case typ.Str == "item_reference", typ.Str == "" && !content.Exists():
-		return pipeline.BadRequest("input", "input[%d]: item references are not supported through this gateway; "+
-			"send the item itself, or continue a response with previous_response_id.", i)
-	case typ.Str == "reasoning" && (enc.Type != gjson.String || enc.Str == ""):
-		return pipeline.BadRequest("input", "input[%d]: a reasoning item passed back through this gateway needs its encrypted_content "+
-			"(request it with include: [\"reasoning.encrypted_content\"]), or continue a response with previous_response_id.", i)
-	}
-	return nil
-}
-
 // owns looks up whether tenant created the provider's response id.
 func (s *Server) owns(o *responses.Owners, tenant, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
@@ -165,14 +104,14 @@ func (s *Server) owns(o *responses.Owners, tenant, id string) (bool, error) {
 	return ok, nil
 }
 
-// onlyMembers returns root's members of the names given (at most four),
-// in their order, in one pass over root. A second member of a name, or one
-// spelled otherwise (another case, an escape), is refused: the gateway and
-// a lenient upstream, which may match keys without regard to case and keep
+// onlyMembers returns root's members of the names given (at most two), in
+// their order, in one pass over root. A second member of a name, or one spelled
+// otherwise (another case, an escape), is refused: the gateway and a
+// lenient upstream, which may match keys without regard to case and keep
 // the last, must read the same one.
-func onlyMembers(root gjson.Result, names ...string) ([4]gjson.Result, error) {
-	var vals [4]gjson.Result
-	var seen [4]bool
+func onlyMembers(root gjson.Result, names ...string) ([2]gjson.Result, error) {
+	var vals [2]gjson.Result
+	var seen [2]bool
 	var bad string
 	root.ForEach(func(k, v gjson.Result) bool {
 		for i, name := range names {
