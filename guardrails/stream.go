@@ -31,9 +31,11 @@ type stream struct {
 	texts  [maxChoices][2]heldText // per choice: its content, its refusal
 	args   []*guard                // the guards of tool calls' arguments (toolcalls.go)
 	calls  [maxChoices][]heldCall  // per choice: its tool calls, held until it ends
-	queue  [][]byte
-	spare  [4][]byte // the queue's storage when it is short
-	ended  bool
+	// argBytes is the arguments held in calls, bounded by maxHeldArgs.
+	argBytes int
+	queue    [][]byte
+	spare    [4][]byte // the queue's storage when it is short
+	ended    bool
 
 	// Server calls of a Responses request (servercalls.go): held noted
 	// them below; each goes to report once the text held before it has
@@ -149,7 +151,7 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	if i < 0 || i >= maxChoices {
 		return nil, nil
 	}
-	hadCalls := ch.Get("delta.tool_calls").Exists()
+	hadCalls := ch.Get("delta.tool_calls").Exists() || ch.Get("delta.function_call").Exists()
 	if hadCalls && len(s.args) > 0 {
 		var err error
 		if chunk, err = s.holdCalls(chunk, ch, i); err != nil {

@@ -28,6 +28,10 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 			judge = ck.CheckMore
 		}
 		out, err := judge([]byte(v.Str))
+		if args && err == nil {
+			// The decoded strings too (arguments.go).
+			out, err = judgeDecoded(ck, out)
+		}
 		if err != nil {
 			failed = err
 			return false
@@ -182,20 +186,24 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 	var edits []jsonedit.Edit
 	var failed error
 	var args *checker // the tool calls' (toolcalls.go)
+	argBytes := 0
 	n := 0
 	gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
 		first := n == 0
 		n++
-		ch.Get("message.tool_calls").ForEach(func(_, tc gjson.Result) bool {
-			a := tc.Get("function.arguments")
+		judge := func(a gjson.Result, k callKind) bool {
 			if a.Type != gjson.String {
 				return true
+			}
+			if argBytes += len(a.Str); argBytes > maxHeldArgs {
+				failed = tooLongArguments() // as a stream, which holds them, fails
+				return false
 			}
 			if args == nil {
 				args = newChecker(ck.ctx, argGuards(ck.guards), ck.meta)
 			}
 			var out []byte
-			if out, failed = judgeArgs(args, []byte(a.Str)); failed != nil || string(out) == a.Str {
+			if out, failed = judgeCall(args, k, []byte(a.Str)); failed != nil || string(out) == a.Str {
 				return failed == nil
 			}
 			var ok bool
@@ -203,7 +211,16 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 				failed = pipeline.Internal(errors.New("guardrails: a tool call's position is unknown"), what)
 			}
 			return failed == nil
+		}
+		ch.Get("message.tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			if c := tc.Get("custom"); c.Exists() {
+				return judge(c.Get("input"), callCustom)
+			}
+			return judge(tc.Get("function.arguments"), callFunction)
 		})
+		if failed == nil {
+			judge(ch.Get("message.function_call.arguments"), callLegacy)
+		}
 		if failed != nil {
 			return false
 		}

@@ -86,7 +86,11 @@ func (e *Engine) checkJSON(ctx context.Context, c *pipeline.ToolCall, stage stri
 	if len(gs) == 0 {
 		return nil, nil
 	}
-	out, err := newChecker(ctx, gs, meta).Check(text)
+	ck := newChecker(ctx, gs, meta)
+	out, err := ck.Check(text)
+	if err == nil {
+		out, err = judgeDecoded(ck, out) // the decoded strings too (arguments.go)
+	}
 	var b *Blocked
 	if errors.As(err, &b) {
 		return nil, &toolloop.ToolError{Kind: "content_blocked", Message: b.Error()}

@@ -22,7 +22,11 @@ import (
 // JSON invalid withholds the answer instead (400 content_blocked, or the
 // error event of a stream). A stream holds a choice's calls until the
 // choice ends (or a server call is reported, after the round that had
-// them) and sends each whole, arguments and all, in one chunk.
+// them) and sends each whole, arguments and all, in one chunk. The
+// deprecated function_call is held and judged the same way, a custom
+// tool's input as a text (not JSON). The decoded text of the arguments'
+// escaped strings is judged too, and what is held is bounded
+// (arguments.go).
 
 // argGuards are the guards of guards that judge a tool call's arguments.
 func argGuards(guards []*guard) []*guard {
@@ -45,7 +49,7 @@ func judgeArgs(ck *checker, args []byte) ([]byte, error) {
 	if !bytes.Equal(out, args) && jsonvalid.Bytes(args) && !jsonvalid.Bytes(out) {
 		return nil, brokenAnswerArguments()
 	}
-	return out, nil
+	return judgeDecoded(ck, out) // arguments.go
 }
 
 // brokenAnswerArguments is the error of a redaction that would leave the
@@ -56,31 +60,82 @@ func brokenAnswerArguments() error {
 }
 
 // heldCall is a client tool call a stream holds: the chunk and the entry
-// of its first delta, and its arguments so far.
+// of its first delta, and its arguments so far. A legacy function_call
+// (index -1) and a custom tool's input are held the same way.
 type heldCall struct {
 	index int64
+	kind  callKind
 	head  []byte // the chunk of its first delta (owned)
-	entry string // its first tool_calls entry (owned)
+	entry string // its first tool_calls entry, or function_call object (owned)
 	args  []byte
 }
 
-// holdCalls holds the tool_calls entries of chunk (ch its choice, i its
-// index) and returns the chunk without them.
+// callKind is what a held call's arguments are.
+type callKind uint8
+
+const (
+	callFunction callKind = iota // a tool call's function.arguments
+	callCustom                   // a custom tool call's custom.input: free text
+	callLegacy                   // the deprecated delta.function_call's arguments
+)
+
+// argsPath is where a call of kind k keeps its arguments, in its entry.
+func (k callKind) argsPath() string {
+	switch k {
+	case callCustom:
+		return "custom.input"
+	case callLegacy:
+		return "arguments"
+	}
+	return "function.arguments"
+}
+
+// judgeCall judges the arguments of a call of kind k: a custom tool's
+// input is a text of its own, the others JSON texts (judgeArgs).
+func judgeCall(ck *checker, k callKind, args []byte) ([]byte, error) {
+	if k == callCustom {
+		return ck.Check(args)
+	}
+	return judgeArgs(ck, args)
+}
+
+// holdCalls holds the tool_calls entries and the function_call of chunk
+// (ch its choice, i its index) and returns the chunk without them. Past
+// maxHeldArgs the answer is withheld.
 func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error) {
-	ch.Get("delta.tool_calls").ForEach(func(_, e gjson.Result) bool {
-		idx := e.Get("index").Int()
-		frag := e.Get("function.arguments").Str
-		for k := range s.calls[i] {
-			if c := &s.calls[i][k]; c.index == idx {
+	hold := func(idx int64, e gjson.Result, k callKind) {
+		for n := range s.calls[i] {
+			if c := &s.calls[i][n]; c.index == idx {
+				frag := e.Get(c.kind.argsPath()).Str
 				c.args = append(c.args, frag...)
-				return true
+				s.argBytes += len(frag)
+				return
 			}
 		}
-		s.calls[i] = append(s.calls[i], heldCall{index: idx, head: append([]byte(nil), chunk...),
+		frag := e.Get(k.argsPath()).Str
+		s.argBytes += len(frag)
+		s.calls[i] = append(s.calls[i], heldCall{index: idx, kind: k, head: append([]byte(nil), chunk...),
 			entry: strings.Clone(e.Raw), args: []byte(frag)})
+	}
+	ch.Get("delta.tool_calls").ForEach(func(_, e gjson.Result) bool {
+		k := callFunction
+		if e.Get("custom").Exists() {
+			k = callCustom
+		}
+		hold(e.Get("index").Int(), e, k)
 		return true
 	})
-	return sjson.DeleteBytes(chunk, "choices.0.delta.tool_calls")
+	if fc := ch.Get("delta.function_call"); fc.IsObject() {
+		hold(-1, fc, callLegacy)
+	}
+	if s.argBytes > maxHeldArgs {
+		return nil, tooLongArguments()
+	}
+	out, err := sjson.DeleteBytes(chunk, "choices.0.delta.tool_calls")
+	if err == nil && ch.Get("delta.function_call").Exists() {
+		out, err = sjson.DeleteBytes(out, "choices.0.delta.function_call")
+	}
+	return out, err
 }
 
 // releaseCalls judges choice i's held calls and queues each, whole, in a
@@ -89,15 +144,21 @@ func (s *stream) releaseCalls(i int) error {
 	calls := s.calls[i]
 	s.calls[i] = nil
 	for _, c := range calls {
-		args, err := judgeArgs(newChecker(s.ctx, s.args, s.meta), c.args)
+		s.argBytes -= len(c.args)
+		args, err := judgeCall(newChecker(s.ctx, s.args, s.meta), c.kind, c.args)
 		if err != nil {
 			return asClientError(err)
 		}
-		entry, err := sjson.SetRawBytes([]byte(c.entry), "function.arguments", jsonstring.Append(nil, string(args)))
+		entry, err := sjson.SetRawBytes([]byte(c.entry), c.kind.argsPath(), jsonstring.Append(nil, string(args)))
 		if err != nil {
 			return err
 		}
-		delta := append(append([]byte(`{"tool_calls":[`), entry...), "]}"...)
+		var delta []byte
+		if c.kind == callLegacy {
+			delta = append(append([]byte(`{"function_call":`), entry...), '}')
+		} else {
+			delta = append(append([]byte(`{"tool_calls":[`), entry...), "]}"...)
+		}
 		out, err := sjson.SetRawBytes(c.head, "choices.0.delta", delta)
 		if err == nil {
 			out, err = sjson.SetRawBytes(out, "choices.0.finish_reason", []byte("null"))

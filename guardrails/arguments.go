@@ -1,0 +1,106 @@
+package guardrails
+
+import (
+	"net/http"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// A JSON text (a tool call's arguments, a tool's result) can spell a value
+// with escapes: "bob\u0040example.com" is bob@example.com to whoever
+// decodes it, but not to a pattern run over the JSON text. So after the
+// JSON text is judged, the decoded text of each string in it (member names
+// too) that has an escape is judged again by the pattern guards (regex,
+// pii): a match in either counts. A block blocks; a redaction of a decoded
+// string writes the string back, rewritten, as a JSON string literal in the
+// same place, so the JSON stays valid. An http classifier is asked about
+// the JSON text only (once, not once per string).
+
+// maxHeldArgs bounds the tool-call arguments of one answer the response
+// stage judges (all its choices' calls together, legacy function_call and
+// custom tools' input included): a stream holds them whole until their
+// choice ends, so past it the answer cannot be judged whole and is
+// withheld (400 content_blocked, or the stream's error event), in a JSON
+// answer and a stream alike.
+const maxHeldArgs = 1 << 20
+
+// tooLongArguments is the error of an answer whose tool calls' arguments
+// pass maxHeldArgs.
+func tooLongArguments() error {
+	return pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked,
+		"the answer's tool call arguments exceed the 1 MiB the response guardrails judge; the answer was withheld")
+}
+
+// patternChecker returns a checker of c's pattern guards (regex, pii)
+// that shares c's record of the guards that fired; nil when c has none.
+// The caller hands its fired list back (c.fired = p.fired).
+func (c *checker) patternChecker() *checker {
+	var gs []*guard
+	for _, g := range c.guards {
+		if g.kind == "regex" || g.kind == "pii" {
+			gs = append(gs, g)
+		}
+	}
+	if len(gs) == 0 {
+		return nil
+	}
+	p := newChecker(c.ctx, gs, c.meta)
+	p.fired = c.fired
+	return p
+}
+
+// judgeDecoded judges the decoded text of every string literal of text
+// that has an escape with ck's pattern guards, and returns text with the
+// redacted ones rewritten (text itself when none is). Text that is not
+// valid JSON is scanned all the same: a string that does not end is left
+// as it is.
+func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
+	var p *checker
+	var out []byte
+	last := 0 // text[last:] is not copied to out yet
+	for i := 0; i < len(text); i++ {
+		if text[i] != '"' {
+			continue
+		}
+		end, esc := i+1, false
+		for end < len(text) && text[end] != '"' {
+			if text[end] == '\\' {
+				esc = true
+				end++
+			}
+			end++
+		}
+		if end >= len(text) {
+			break // unterminated
+		}
+		lit := text[i : end+1]
+		i = end
+		if !esc {
+			continue
+		}
+		if p == nil {
+			if p = ck.patternChecker(); p == nil {
+				return text, nil
+			}
+		}
+		s := gjson.ParseBytes(lit).Str
+		judged, err := p.Check([]byte(s))
+		ck.fired = p.fired
+		if err != nil {
+			return nil, err
+		}
+		if string(judged) == s {
+			continue
+		}
+		out = append(out, text[last:end+1-len(lit)]...)
+		out = jsonstring.Append(out, string(judged))
+		last = end + 1
+	}
+	if out == nil {
+		return text, nil
+	}
+	return append(out, text[last:]...), nil
+}

@@ -1,0 +1,261 @@
+package guardrails
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// drainStream reads s to its end: the chunks, and the error that ended it
+// (nil at EOF).
+func drainStream(s *stream) ([][]byte, error) {
+	var out [][]byte
+	for {
+		c, err := s.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, append([]byte(nil), c...))
+	}
+}
+
+// isContentBlocked reports whether err is the 400 content_blocked envelope.
+func isContentBlocked(err error) bool {
+	var pe *pipeline.Error
+	return errors.As(err, &pe) && pe.Code == pipeline.CodeContentBlocked
+}
+
+const (
+	chunkHead = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	chunkTail = `,"logprobs":null,"finish_reason":null}]}`
+)
+
+// A JSON text's escapes do not hide a value from the pattern guards: the
+// decoded text of an escaped string is judged too, at the request stage
+// (a history's tool call arguments), the response stage (the answer's,
+// JSON and stream alike) and the tool_input stage. A redaction rewrites
+// the string in place and leaves valid JSON; a block blocks.
+func TestArgumentsDecodedStrings(t *testing.T) {
+	t.Parallel()
+	pii := config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16}
+	word := config.Guardrail{Name: "word", Kind: "regex", Action: "block", Patterns: []string{`block phrase`}}
+	cases := []struct {
+		name string
+		g    config.Guardrail
+		args string // the arguments' JSON text
+		want string // the arguments after the guard, "" for a block
+	}{
+		{"escaped at sign redacted", pii, `{"to":"bob\u0040example.com","n":1}`, `{"to":"[REDACTED]","n":1}`},
+		{"escaped member name redacted", pii, `{"bob\u0040example.com":true}`, `{"[REDACTED]":true}`},
+		{"escaped letter blocks", word, `{"q":"\u0062lock phrase"}`, ""},
+		{"escaped space blocks", word, `["block\u0020phrase"]`, ""},
+		{"plain escapes pass", word, `{"q":"a \"quoted\" \\ line\n"}`, `{"q":"a \"quoted\" \\ line\n"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := mustGuard(t, tc.g)
+			ctx := context.Background()
+			check := func(stage string, got string, err error) {
+				t.Helper()
+				switch {
+				case tc.want == "" && !isContentBlocked(err):
+					t.Errorf("%s: %q, %v; want content_blocked", stage, got, err)
+				case tc.want != "" && err != nil:
+					t.Errorf("%s: %v", stage, err)
+				case tc.want != "" && got != tc.want:
+					t.Errorf("%s: %s, want %s", stage, got, tc.want)
+				}
+			}
+			lit := string(mustJSON(tc.args))
+
+			// Request stage: an assistant message's tool call in the history.
+			req := `{"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":` + lit + `}}]}]}`
+			out, err := checkRequest(ctx, newChecker(ctx, []*guard{g}, nil), []byte(req))
+			if out == nil {
+				out = []byte(req)
+			}
+			check("request", gjson.GetBytes(out, "messages.0.tool_calls.0.function.arguments").Str, err)
+
+			// Response stage, JSON.
+			ans := `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":` + lit + `}}]},"finish_reason":"tool_calls"}]}`
+			out, err = checkAnswer(newChecker(ctx, []*guard{g}, nil), []byte(ans), nil)
+			if out == nil {
+				out = []byte(ans)
+			}
+			check("answer", gjson.GetBytes(out, "choices.0.message.tool_calls.0.function.arguments").Str, err)
+
+			// Response stage, stream: the arguments in two fragments.
+			mid := len(tc.args) / 2
+			chunks := [][]byte{
+				[]byte(chunkHead + `{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":""}}]}` + chunkTail),
+				[]byte(chunkHead + `{"tool_calls":[{"index":0,"function":{"arguments":` + string(mustJSON(tc.args[:mid])) + `}}]}` + chunkTail),
+				[]byte(chunkHead + `{"tool_calls":[{"index":0,"function":{"arguments":` + string(mustJSON(tc.args[mid:])) + `}}]}` + chunkTail),
+				[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"tool_calls"}]}`),
+			}
+			got, err := drainStream(newStream(ctx, &sliceStream{chunks: chunks}, []*guard{g}, nil))
+			var args string
+			for _, c := range got {
+				args += gjson.GetBytes(c, "choices.0.delta.tool_calls.0.function.arguments").Str
+			}
+			check("stream", args, err)
+
+			// Tool stage: the arguments a server tool gets.
+			eng := &Engine{def: stages{StageToolInput: {g}}}
+			g.stage = StageToolInput
+			tool, err := eng.checkJSON(ctx, &pipeline.ToolCall{Name: "f"}, StageToolInput, []byte(tc.args))
+			if tc.want == "" {
+				if err == nil { // a block is the tool's content_blocked error result
+					t.Errorf("tool_input: %q, no block", tool)
+				}
+				return
+			}
+			if tool == nil {
+				tool = []byte(tc.args)
+			}
+			check("tool_input", string(tool), err)
+		})
+	}
+}
+
+// The tool calls an answer hands the client are held on a stream until
+// their choice ends; past maxHeldArgs (all calls together) the answer
+// cannot be judged whole: the stream ends with the content_blocked error
+// (no finish, so no [DONE] after it) and the JSON answer is the same 400.
+func TestToolCallArgumentsBound(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	ctx := context.Background()
+	frag := strings.Repeat("x", 32<<10)
+	for _, tc := range []struct {
+		name    string
+		n       int // fragments of 32 KiB, spread over two calls
+		blocked bool
+	}{
+		{"under the bound", maxHeldArgs/len(frag) - 1, false},
+		{"over the bound", maxHeldArgs/len(frag) + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			chunks := [][]byte{
+				[]byte(chunkHead + `{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"\""}}]}` + chunkTail),
+				[]byte(chunkHead + `{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"f","arguments":"\""}}]}` + chunkTail),
+			}
+			whole := [2]string{`"`, `"`}
+			for k := range tc.n {
+				chunks = append(chunks, []byte(chunkHead+fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":"%s"}}]}`, k%2, frag)+chunkTail))
+				whole[k%2] += frag
+			}
+			for k := range whole {
+				chunks = append(chunks, []byte(chunkHead+fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":"\""}}]}`, k)+chunkTail))
+				whole[k] += `"`
+			}
+			chunks = append(chunks, []byte(chunkHead+`{},"logprobs":null,"finish_reason":"tool_calls"}]}`))
+			got, err := drainStream(newStream(ctx, &sliceStream{chunks: chunks}, []*guard{g}, nil))
+			if tc.blocked != isContentBlocked(err) || !tc.blocked && err != nil {
+				t.Fatalf("stream: error %v, want blocked %v", err, tc.blocked)
+			}
+			if tc.blocked {
+				for _, c := range got {
+					if gjson.GetBytes(c, "choices.0.finish_reason").String() != "" {
+						t.Fatalf("a finish before the error: %s", c)
+					}
+				}
+			}
+			ans := `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
+				`{"id":"a","type":"function","function":{"name":"f","arguments":` + string(mustJSON(whole[0])) + `}},` +
+				`{"id":"b","type":"function","function":{"name":"f","arguments":` + string(mustJSON(whole[1])) + `}}]},"finish_reason":"tool_calls"}]}`
+			_, err = checkAnswer(newChecker(ctx, []*guard{g}, nil), []byte(ans), nil)
+			if tc.blocked != isContentBlocked(err) || !tc.blocked && err != nil {
+				t.Fatalf("answer: error %v, want blocked %v", err, tc.blocked)
+			}
+		})
+	}
+}
+
+// A legacy function_call and a custom tool's input are the model's words
+// as much as a tool call's arguments: judged the same, in a JSON answer and
+// a stream (held until the choice ends, sent whole before the finish).
+func TestLegacyAndCustomCallsJudged(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16})
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		chunks []string // deltas
+		ans    string   // the JSON answer's message
+		path   string   // where the arguments are, in a chunk's choice and in the message
+		want   string
+	}{
+		{
+			name: "function_call",
+			chunks: []string{
+				`{"role":"assistant","content":null,"function_call":{"name":"mail","arguments":""}}`,
+				`{"function_call":{"arguments":"{\"to\":\"bob@exa"}}`,
+				`{"function_call":{"arguments":"mple.com\"}"}}`,
+			},
+			ans:  `{"role":"assistant","content":null,"function_call":{"name":"mail","arguments":"{\"to\":\"bob@example.com\"}"}}`,
+			path: "function_call.arguments",
+			want: `{"to":"[REDACTED]"}`,
+		},
+		{
+			name: "custom input",
+			chunks: []string{
+				`{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"c","type":"custom","custom":{"name":"sh","input":""}}]}`,
+				`{"tool_calls":[{"index":0,"custom":{"input":"mail bob@exa"}}]}`,
+				`{"tool_calls":[{"index":0,"custom":{"input":"mple.com now"}}]}`,
+			},
+			ans:  `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"custom","custom":{"name":"sh","input":"mail bob@example.com now"}}]}`,
+			path: "tool_calls.0.custom.input",
+			want: `mail [REDACTED] now`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var chunks [][]byte
+			for _, d := range tc.chunks {
+				chunks = append(chunks, []byte(chunkHead+d+chunkTail))
+			}
+			finish := "function_call"
+			if strings.Contains(tc.ans, "tool_calls") {
+				finish = "tool_calls"
+			}
+			chunks = append(chunks, []byte(chunkHead+`{},"logprobs":null,"finish_reason":"`+finish+`"}]}`))
+			got, err := drainStream(newStream(ctx, &sliceStream{chunks: chunks}, []*guard{g}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw strings.Builder
+			var args []string
+			for _, c := range got {
+				raw.WriteString("data: " + string(c) + "\n\n")
+				if a := gjson.GetBytes(c, "choices.0.delta."+tc.path); a.Exists() {
+					args = append(args, a.Str)
+				}
+			}
+			if len(args) != 1 || args[0] != tc.want {
+				t.Errorf("stream arguments %q, want one %q\n%s", args, tc.want, raw.String())
+			}
+			ans := `{"choices":[{"index":0,"message":` + tc.ans + `,"finish_reason":"` + finish + `"}]}`
+			out, err := checkAnswer(newChecker(ctx, []*guard{g}, nil), []byte(ans), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := gjson.GetBytes(out, "choices.0.message."+tc.path).Str; a != tc.want {
+				t.Errorf("answer arguments %q, want %q", a, tc.want)
+			}
+		})
+	}
+}
