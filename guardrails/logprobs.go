@@ -22,7 +22,8 @@ import (
 //     across tokens) become one item whose token and bytes are their text
 //     rewritten (the replacement, with the untouched text of the first and
 //     last token around it), whose logprob is the sum of theirs (the
-//     log-probability of the model writing them all) and whose
+//     log-probability of the model writing them all; null when one of
+//     theirs is not a number) and whose
 //     top_logprobs is empty; no item when that text is empty (a
 //     redaction to "");
 //   - the tokens past a max_length cut are dropped, and a token across it
@@ -142,10 +143,14 @@ func crosses(edits []edit, b int) bool {
 // text, rewritten by the edits (sorted) that fall in it.
 func appendRun(dst []byte, run []lpToken, edits []edit, cs, ce int) []byte {
 	var model []byte // the run's text as the model wrote it
-	sum := 0.0
+	sum, known := 0.0, true
 	for _, t := range run {
 		model = appendTokenBytes(model, t.raw)
-		sum += gjson.Get(t.raw, "logprob").Float()
+		// A token whose logprob is not a number (null) leaves the run's
+		// unknown: counted as 0 it would claim a likelier run.
+		lp := gjson.Get(t.raw, "logprob")
+		known = known && lp.Type == gjson.Number
+		sum += lp.Float()
 	}
 	at := func(p int) int { return min(max(p-cs, 0), len(model)) }
 	var text []byte
@@ -174,7 +179,11 @@ func appendRun(dst []byte, run []lpToken, edits []edit, cs, ce int) []byte {
 	dst = append(dst, `{"token":`...)
 	dst = jsonstring.Append(dst, string(text))
 	dst = append(dst, `,"logprob":`...)
-	dst = strconv.AppendFloat(dst, sum, 'g', -1, 64)
+	if known {
+		dst = strconv.AppendFloat(dst, sum, 'g', -1, 64)
+	} else {
+		dst = append(dst, "null"...)
+	}
 	dst = append(dst, `,"bytes":[`...)
 	for k, b := range text {
 		if k > 0 {

@@ -282,3 +282,32 @@ func TestStreamContentAndRefusalInOneChunk(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
+
+// A run's logprob is the sum of its tokens', and null when one of theirs
+// is null: summed as 0, an unknown logprob made the run look likelier.
+func TestRunLogprobWithNull(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	for _, tc := range []struct {
+		name, first, want string
+	}{
+		{"numbers sum", `-0.25`, `-0.75`},
+		{"null stays null", `null`, `null`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			list := `[{"token":"to ","logprob":-1,"bytes":[116,111,32],"top_logprobs":[]},` +
+				`{"token":"bob@","logprob":` + tc.first + `,"top_logprobs":[]},` +
+				`{"token":"example.com","logprob":-0.5,"top_logprobs":[]}]`
+			body := []byte(`{"choices":[{"index":0,"message":{"content":"to bob@example.com"},"logprobs":{"content":` + list + `}}]}`)
+			out, err := checkAnswer(newChecker(context.Background(), []*guard{g}, nil), body, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			item := gjson.GetBytes(out, "choices.0.logprobs.content.1")
+			if item.Get("token").Str != "[REDACTED]" || item.Get("logprob").Raw != tc.want {
+				t.Fatalf("item %s, want token [REDACTED] and logprob %s", item.Raw, tc.want)
+			}
+		})
+	}
+}

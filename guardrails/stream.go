@@ -164,7 +164,10 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 		return s.judgeTexts(chunk, ch, i, hadCalls || finish != "")
 	}
 	if finish == "" {
-		out, err := s.judgeTexts(chunk, ch, i, hadCalls)
+		// Not an end of the texts: the calls are held, so text after them
+		// goes out before them anyway, and a match across a call is one
+		// text, as in the JSON answer's content.
+		out, err := s.judgeTexts(chunk, ch, i, false)
 		if err != nil || out == nil || strings.TrimSpace(gjson.GetBytes(out, "choices.0.delta").Raw) != "{}" {
 			return out, err
 		}

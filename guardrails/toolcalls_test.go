@@ -136,3 +136,38 @@ func FuzzStreamToolCalls(f *testing.F) {
 		}
 	})
 }
+
+// Text on both sides of a held tool call is one text, as the JSON answer's
+// content is: judged in two pieces (the call ended the text), an address
+// split by the call went out unredacted on the stream only.
+func TestStreamTextAcrossHeldCall(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16})
+	chunks := [][]byte{
+		[]byte(chunkHead + `{"role":"assistant","content":"Mail bob@"}` + chunkTail),
+		[]byte(chunkHead + `{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}` + chunkTail),
+		[]byte(chunkHead + `{"content":"example.com now"}` + chunkTail),
+		[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"tool_calls"}]}`),
+	}
+	got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{g}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw strings.Builder
+	content := ""
+	for _, c := range got {
+		raw.WriteString("data: " + string(c) + "\n\n")
+		content += gjson.GetBytes(c, "choices.0.delta.content").Str
+	}
+	ans := `{"choices":[{"index":0,"message":{"role":"assistant","content":"Mail bob@example.com now","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	out, err := checkAnswer(newChecker(context.Background(), []*guard{g}, nil), []byte(ans), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := gjson.GetBytes(out, "choices.0.message.content").Str; content != want || want != "Mail [REDACTED] now" {
+		t.Fatalf("stream content %q, JSON %q\n%s", content, want, raw.String())
+	}
+	if _, err := wiretest.CheckStream([]byte(raw.String()+"data: [DONE]\n\n"), wiretest.Options{}); err != nil {
+		t.Fatalf("%v\n%s", err, raw.String())
+	}
+}
