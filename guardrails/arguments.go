@@ -27,11 +27,16 @@ import (
 // answer and a stream alike.
 const maxHeldArgs = 1 << 20
 
+// maxHeldCalls bounds the calls of one answer the response stage judges,
+// as maxHeldArgs bounds their arguments (a stream keeps each call's first
+// entry and its chunk's envelope until it goes out).
+const maxHeldCalls = 1024
+
 // tooLongArguments is the error of an answer whose tool calls' arguments
 // pass maxHeldArgs.
 func tooLongArguments() error {
 	return pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked,
-		"the answer's tool call arguments exceed the 1 MiB the response guardrails judge; the answer was withheld")
+		"the answer's tool calls exceed the 1024 calls or 1 MiB of arguments the response guardrails judge; the answer was withheld")
 }
 
 // patternChecker returns a checker of c's pattern guards (regex, pii)

@@ -259,3 +259,42 @@ func TestLegacyAndCustomCallsJudged(t *testing.T) {
 		})
 	}
 }
+
+// The number of calls a stream holds is bounded as their arguments are
+// (each keeps its first entry and chunk envelope), the JSON answer alike.
+func TestToolCallCountBound(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		n       int
+		blocked bool
+	}{
+		{"at the bound", maxHeldCalls, false},
+		{"past the bound", maxHeldCalls + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			chunks := [][]byte{[]byte(chunkHead + `{"role":"assistant","content":null}` + chunkTail)}
+			var entries []string
+			for k := range tc.n {
+				chunks = append(chunks, []byte(chunkHead+fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":"c%d","type":"function","function":{"name":"f","arguments":"{}"}}]}`, k, k)+chunkTail))
+				entries = append(entries, fmt.Sprintf(`{"id":"c%d","type":"function","function":{"name":"f","arguments":"{}"}}`, k))
+			}
+			chunks = append(chunks, []byte(chunkHead+`{},"logprobs":null,"finish_reason":"tool_calls"}]}`))
+			got, err := drainStream(newStream(ctx, &sliceStream{chunks: chunks}, []*guard{g}, nil))
+			if tc.blocked != isContentBlocked(err) || !tc.blocked && err != nil {
+				t.Fatalf("stream: error %v, want blocked %v", err, tc.blocked)
+			}
+			if !tc.blocked && len(got) != tc.n+2 {
+				t.Fatalf("stream: %d chunks, want %d", len(got), tc.n+2)
+			}
+			ans := `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` + strings.Join(entries, ",") + `]},"finish_reason":"tool_calls"}]}`
+			_, err = checkAnswer(newChecker(ctx, []*guard{g}, nil), []byte(ans), nil)
+			if tc.blocked != isContentBlocked(err) || !tc.blocked && err != nil {
+				t.Fatalf("answer: error %v, want blocked %v", err, tc.blocked)
+			}
+		})
+	}
+}

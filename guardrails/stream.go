@@ -31,11 +31,14 @@ type stream struct {
 	texts  [maxChoices][2]heldText // per choice: its content, its refusal
 	args   []*guard                // the guards of tool calls' arguments (toolcalls.go)
 	calls  [maxChoices][]heldCall  // per choice: its tool calls, held until it ends
-	// argBytes is the arguments held in calls, bounded by maxHeldArgs.
-	argBytes int
-	queue    [][]byte
-	spare    [4][]byte // the queue's storage when it is short
-	ended    bool
+	// argBytes and nCalls are the arguments and the calls held in calls,
+	// bounded as a JSON answer's are (maxHeldArgs, maxHeldCalls);
+	// metaBytes, what else they hold (each call's first entry and chunk
+	// envelope), has a bound of maxHeldArgs too, which no real answer nears.
+	argBytes, nCalls, metaBytes int
+	queue                       [][]byte
+	spare                       [4][]byte // the queue's storage when it is short
+	ended                       bool
 
 	// Server calls of a Responses request (servercalls.go): held noted
 	// them below; each goes to report once the text held before it has

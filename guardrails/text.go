@@ -186,7 +186,7 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 	var edits []jsonedit.Edit
 	var failed error
 	var args *checker // the tool calls' (toolcalls.go)
-	argBytes := 0
+	argBytes, nCalls := 0, 0
 	n := 0
 	gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
 		first := n == 0
@@ -195,7 +195,7 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 			if a.Type != gjson.String {
 				return true
 			}
-			if argBytes += len(a.Str); argBytes > maxHeldArgs {
+			if argBytes, nCalls = argBytes+len(a.Str), nCalls+1; argBytes > maxHeldArgs || nCalls > maxHeldCalls {
 				failed = tooLongArguments() // as a stream, which holds them, fails
 				return false
 			}

@@ -114,8 +114,26 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 		}
 		frag := e.Get(k.argsPath()).Str
 		s.argBytes += len(frag)
-		s.calls[i] = append(s.calls[i], heldCall{index: idx, kind: k, head: append([]byte(nil), chunk...),
-			entry: strings.Clone(e.Raw), args: []byte(frag)})
+		s.nCalls++
+		entry := e.Raw
+		if frag != "" { // held in args: not twice
+			if ent, err := sjson.Set(entry, k.argsPath(), ""); err == nil {
+				entry = ent
+			}
+		}
+		// The head keeps the chunk's envelope only: its delta and logprobs
+		// are replaced when the call goes out, and held they would be
+		// memory no bound counts.
+		head, err := sjson.SetRawBytes(chunk, "choices.0.delta", []byte("{}"))
+		if err == nil && ch.Get("logprobs").Exists() {
+			head, err = sjson.SetRawBytes(head, "choices.0.logprobs", []byte("null"))
+		}
+		if err != nil {
+			head = append([]byte(nil), chunk...)
+		}
+		s.metaBytes += len(head) + len(entry)
+		s.calls[i] = append(s.calls[i], heldCall{index: idx, kind: k, head: head,
+			entry: strings.Clone(entry), args: []byte(frag)})
 	}
 	ch.Get("delta.tool_calls").ForEach(func(_, e gjson.Result) bool {
 		k := callFunction
@@ -128,7 +146,7 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 	if fc := ch.Get("delta.function_call"); fc.IsObject() {
 		hold(-1, fc, callLegacy)
 	}
-	if s.argBytes > maxHeldArgs {
+	if s.argBytes > maxHeldArgs || s.nCalls > maxHeldCalls || s.metaBytes > maxHeldArgs {
 		return nil, tooLongArguments()
 	}
 	out, err := sjson.DeleteBytes(chunk, "choices.0.delta.tool_calls")
@@ -145,6 +163,8 @@ func (s *stream) releaseCalls(i int) error {
 	s.calls[i] = nil
 	for _, c := range calls {
 		s.argBytes -= len(c.args)
+		s.metaBytes -= len(c.head) + len(c.entry)
+		s.nCalls--
 		args, err := judgeCall(newChecker(s.ctx, s.args, s.meta), c.kind, c.args)
 		if err != nil {
 			return asClientError(err)
