@@ -298,3 +298,28 @@ func TestToolCallCountBound(t *testing.T) {
 		})
 	}
 }
+
+// The bound is the answer's, all choices together: a stream that released
+// one choice's calls before the next choice's came still counts them, as
+// the JSON answer of the same calls does.
+func TestToolCallArgumentsBoundOverChoices(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	ctx := context.Background()
+	args := string(mustJSON(`"` + strings.Repeat("y", maxHeldArgs*3/5) + `"`))
+	head := `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":%d,"delta":`
+	var chunks [][]byte
+	for i := range 2 {
+		chunks = append(chunks,
+			[]byte(fmt.Sprintf(head, i)+`{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":`+args+`}}]}`+chunkTail),
+			[]byte(fmt.Sprintf(head, i)+`{},"logprobs":null,"finish_reason":"tool_calls"}]}`))
+	}
+	if _, err := drainStream(newStream(ctx, &sliceStream{chunks: chunks}, []*guard{g}, nil)); !isContentBlocked(err) {
+		t.Errorf("stream: error %v, want content_blocked", err)
+	}
+	choice := `{"index":%d,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":` + args + `}}]},"finish_reason":"tool_calls"}`
+	ans := `{"choices":[` + fmt.Sprintf(choice, 0) + `,` + fmt.Sprintf(choice, 1) + `]}`
+	if _, err := checkAnswer(newChecker(ctx, []*guard{g}, nil), []byte(ans), nil); !isContentBlocked(err) {
+		t.Errorf("answer: error %v, want content_blocked", err)
+	}
+}

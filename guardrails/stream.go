@@ -31,10 +31,11 @@ type stream struct {
 	texts  [maxChoices][2]heldText // per choice: its content, its refusal
 	args   []*guard                // the guards of tool calls' arguments (toolcalls.go)
 	calls  [maxChoices][]heldCall  // per choice: its tool calls, held until it ends
-	// argBytes and nCalls are the arguments and the calls held in calls,
-	// bounded as a JSON answer's are (maxHeldArgs, maxHeldCalls);
-	// metaBytes, what else they hold (each call's first entry and chunk
-	// envelope), has a bound of maxHeldArgs too, which no real answer nears.
+	// argBytes and nCalls count the arguments and the calls of the answer
+	// (released ones too, so that the bounds, maxHeldArgs and maxHeldCalls,
+	// hold the sum over all choices as the JSON answer's do); metaBytes,
+	// what else calls keep (each call's first entry and chunk envelope),
+	// has a bound of maxHeldArgs too, which no real answer nears.
 	argBytes, nCalls, metaBytes int
 	queue                       [][]byte
 	spare                       [4][]byte // the queue's storage when it is short

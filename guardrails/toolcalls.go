@@ -162,9 +162,7 @@ func (s *stream) releaseCalls(i int) error {
 	calls := s.calls[i]
 	s.calls[i] = nil
 	for _, c := range calls {
-		s.argBytes -= len(c.args)
 		s.metaBytes -= len(c.head) + len(c.entry)
-		s.nCalls--
 		args, err := judgeCall(newChecker(s.ctx, s.args, s.meta), c.kind, c.args)
 		if err != nil {
 			return asClientError(err)
