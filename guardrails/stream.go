@@ -31,6 +31,7 @@ type stream struct {
 	texts  [maxChoices][2]heldText // per choice: its content, its refusal
 	args   []*guard                // the guards of tool calls' arguments (toolcalls.go)
 	calls  [maxChoices][]heldCall  // per choice: its tool calls, held until it ends
+	shown  [maxChoices]int         // per choice: the tool calls sent (the next one's index)
 	// argBytes and nCalls count the arguments and the calls of the answer
 	// (released ones too, so that the bounds, maxHeldArgs and maxHeldCalls,
 	// hold the sum over all choices as the JSON answer's do); metaBytes,
@@ -149,7 +150,19 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	// copies the text).
 	ch := gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices.0")
 	if !ch.IsObject() {
-		return chunk, nil // the usage chunk: every finish came before it
+		// The usage chunk comes last: whatever a choice that ended without
+		// a finish left held goes out before it.
+		if gjson.GetBytes(chunk, "usage").IsObject() {
+			for i := range s.texts {
+				if err := s.flushChoice(i); err != nil {
+					return nil, err
+				}
+				if err := s.releaseCalls(i); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return chunk, nil
 	}
 	i := int(ch.Get("index").Int())
 	if i < 0 || i >= maxChoices {

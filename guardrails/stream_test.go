@@ -92,3 +92,27 @@ func TestStreamEmptyFinishReasonIsNoEnd(t *testing.T) {
 		t.Fatalf("streamed %q, want %q", got.String(), want)
 	}
 }
+
+// The usage chunk comes last. A choice that ended without a finish (an
+// upstream cut short) left its held text and tool calls to the end of the
+// stream, after the usage chunk; they now go out before it.
+func TestStreamUsageChunkLast(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16})
+	chunks := [][]byte{
+		[]byte(chunkHead + `{"role":"assistant","content":"Mail bob@"}` + chunkTail),
+		[]byte(chunkHead + `{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}` + chunkTail),
+		[]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`),
+	}
+	got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{g}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, c := range got {
+		seen = append(seen, gjson.GetBytes(c, "choices.0.delta").Raw+gjson.GetBytes(c, "usage").Raw)
+	}
+	if len(got) != 4 || !gjson.GetBytes(got[3], "usage").IsObject() {
+		t.Fatalf("chunks %q: want the text, the call, then usage last", seen)
+	}
+}

@@ -64,6 +64,7 @@ func brokenAnswerArguments() error {
 // (index -1) and a custom tool's input are held the same way.
 type heldCall struct {
 	index int64
+	id    string // its id, when its first delta had one
 	kind  callKind
 	head  []byte // the chunk of its first delta (owned)
 	entry string // its first tool_calls entry, or function_call object (owned)
@@ -104,8 +105,11 @@ func judgeCall(ck *checker, k callKind, args []byte) ([]byte, error) {
 // maxHeldArgs the answer is withheld.
 func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error) {
 	hold := func(idx int64, e gjson.Result, k callKind) {
-		for n := range s.calls[i] {
-			if c := &s.calls[i][n]; c.index == idx {
+		id := e.Get("id").Str
+		for n := len(s.calls[i]) - 1; n >= 0; n-- {
+			// A new id at an index in use is a new call: some upstreams
+			// send every parallel call at index 0, each with its own id.
+			if c := &s.calls[i][n]; c.index == idx && (id == "" || c.id == "" || id == c.id) {
 				frag := e.Get(c.kind.argsPath()).Str
 				c.args = append(c.args, frag...)
 				s.argBytes += len(frag)
@@ -132,7 +136,7 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 			head = append([]byte(nil), chunk...)
 		}
 		s.metaBytes += len(head) + len(entry)
-		s.calls[i] = append(s.calls[i], heldCall{index: idx, kind: k, head: head,
+		s.calls[i] = append(s.calls[i], heldCall{index: idx, id: id, kind: k, head: head,
 			entry: strings.Clone(entry), args: []byte(frag)})
 	}
 	ch.Get("delta.tool_calls").ForEach(func(_, e gjson.Result) bool {
@@ -175,6 +179,12 @@ func (s *stream) releaseCalls(i int) error {
 		if c.kind == callLegacy {
 			delta = append(append([]byte(`{"function_call":`), entry...), '}')
 		} else {
+			// Numbered in the order they go out: dense, and apart when
+			// the upstream sent several at one index.
+			if entry, err = sjson.SetBytes(entry, "index", int64(s.shown[i])); err != nil {
+				return err
+			}
+			s.shown[i]++
 			delta = append(append([]byte(`{"tool_calls":[`), entry...), "]}"...)
 		}
 		out, err := sjson.SetRawBytes(c.head, "choices.0.delta", delta)

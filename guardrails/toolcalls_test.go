@@ -171,3 +171,41 @@ func TestStreamTextAcrossHeldCall(t *testing.T) {
 		t.Fatalf("%v\n%s", err, raw.String())
 	}
 }
+
+// Some upstreams send every parallel call at index 0, each whole with its
+// own id (wire's decoder keeps them apart). Held by index alone, the calls
+// became one: the first id and name, both argument objects concatenated.
+// A new id at an index in use is a new call, and the calls go out numbered
+// densely in the order they are sent.
+func TestStreamHeldCallsAtOneIndex(t *testing.T) {
+	t.Parallel()
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16})
+	chunks := [][]byte{
+		[]byte(chunkHead + `{"role":"assistant","content":null}` + chunkTail),
+		[]byte(chunkHead + `{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"mail","arguments":"{\"to\":\"bob@example.com\"}"}}]}` + chunkTail),
+		[]byte(chunkHead + `{"tool_calls":[{"index":0,"id":"b","type":"function","function":{"name":"time","arguments":"{}"}}]}` + chunkTail),
+		[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"tool_calls"}]}`),
+	}
+	got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{g}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw strings.Builder
+	var calls []string
+	for _, c := range got {
+		raw.WriteString("data: " + string(c) + "\n\n")
+		if tc := gjson.GetBytes(c, "choices.0.delta.tool_calls"); tc.Exists() {
+			calls = append(calls, tc.Raw)
+		}
+	}
+	want := []string{
+		`[{"index":0,"id":"a","type":"function","function":{"name":"mail","arguments":"{\"to\":\"[REDACTED]\"}"}}]`,
+		`[{"index":1,"id":"b","type":"function","function":{"name":"time","arguments":"{}"}}]`,
+	}
+	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("calls\n%s\nwant\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := wiretest.CheckStream([]byte(raw.String()+"data: [DONE]\n\n"), wiretest.Options{}); err != nil {
+		t.Fatalf("%v\n%s", err, raw.String())
+	}
+}
