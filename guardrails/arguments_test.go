@@ -43,7 +43,7 @@ const (
 
 // A JSON text's escapes do not hide a value from the pattern guards: the
 // decoded text of an escaped string is judged too, at the request stage
-// (a history's tool call arguments), the response stage (the answer's,
+// (a history's tool call arguments, chat and pass-through), the response stage (the answer's,
 // JSON and stream alike) and the tool_input stage. A redaction rewrites
 // the string in place and leaves valid JSON; a block blocks.
 func TestArgumentsDecodedStrings(t *testing.T) {
@@ -110,6 +110,12 @@ func TestArgumentsDecodedStrings(t *testing.T) {
 				args += gjson.GetBytes(c, "choices.0.delta.tool_calls.0.function.arguments").Str
 			}
 			check("stream", args, err)
+
+			// Request stage of a pass-through call: a native /v1/responses
+			// input's function_call item.
+			pr := &pipeline.Request{Body: []byte(`{"model":"m","input":[{"type":"function_call","call_id":"a","name":"f","arguments":` + lit + `}]}`)}
+			err = (&Engine{def: stages{StageRequest: {g}}}).CheckBody(nil, pr)
+			check("pass-through", gjson.GetBytes(pr.Body, "input.0.arguments").Str, err)
 
 			// Tool stage: the arguments a server tool gets.
 			eng := &Engine{def: stages{StageToolInput: {g}}}

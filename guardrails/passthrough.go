@@ -2,11 +2,13 @@ package guardrails
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -153,10 +155,25 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
 	deep := walkTexts(body, func(v gjson.Result, args bool) bool {
-		n := len(edits)
-		edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
-		if failed == nil && args && len(edits) > n && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes([]byte(gjson.ParseBytes(edits[len(edits)-1].Text).Str)) {
+		if !args {
+			edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
+			return failed == nil
+		}
+		out, err := ck.Check([]byte(v.Str))
+		if err == nil {
+			out, err = judgeDecoded(ck, out) // the decoded strings too (arguments.go)
+		}
+		switch {
+		case err != nil:
+			failed = err
+		case string(out) == v.Str:
+		case jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out):
 			failed = brokenArguments()
+		default:
+			var ok bool
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
+				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
+			}
 		}
 		return failed == nil
 	})
