@@ -1,11 +1,13 @@
 package guardrails
 
 import (
+	"bytes"
 	"net/http"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -60,9 +62,12 @@ func (c *checker) patternChecker() *checker {
 // judgeDecoded judges the decoded text of every string literal of text
 // that has an escape with ck's pattern guards, and returns text with the
 // redacted ones rewritten (text itself when none is). Text that is not
-// valid JSON is scanned all the same: a string that does not end is left
-// as it is.
+// valid JSON is left to the judgement of its text: no client decodes it,
+// and what looks like a string in it may be none.
 func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
+	if bytes.IndexByte(text, '\\') < 0 || !jsonvalid.Bytes(text) {
+		return text, nil
+	}
 	var p *checker
 	var out []byte
 	last := 0 // text[last:] is not copied to out yet
@@ -79,7 +84,7 @@ func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
 			end++
 		}
 		if end >= len(text) {
-			break // unterminated
+			break // unterminated: not after jsonvalid, but cheap to keep safe
 		}
 		lit := text[i : end+1]
 		i = end

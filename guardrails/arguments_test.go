@@ -60,6 +60,7 @@ func TestArgumentsDecodedStrings(t *testing.T) {
 		{"escaped member name redacted", pii, `{"bob\u0040example.com":true}`, `{"[REDACTED]":true}`},
 		{"escaped letter blocks", word, `{"q":"\u0062lock phrase"}`, ""},
 		{"escaped space blocks", word, `["block\u0020phrase"]`, ""},
+		{"not JSON: its text only", word, `{"q":"\u0062lock phrase"`, `{"q":"\u0062lock phrase"`},
 		{"plain escapes pass", word, `{"q":"a \"quoted\" \\ line\n"}`, `{"q":"a \"quoted\" \\ line\n"}`},
 	}
 	for _, tc := range cases {
