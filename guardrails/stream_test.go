@@ -116,3 +116,30 @@ func TestStreamUsageChunkLast(t *testing.T) {
 		t.Fatalf("chunks %q: want the text, the call, then usage last", seen)
 	}
 }
+
+// A tenant without response guardrails pays nothing for them: its stream
+// is the upstream's, not wrapped, so nothing is held or scanned (another
+// tenant's response guardrails wrap only that tenant's).
+func TestNoResponseGuardrailsNoStream(t *testing.T) {
+	t.Parallel()
+	req := mustGuard(t, config.Guardrail{Name: "in", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`x`}})
+	out := mustGuard(t, config.Guardrail{Name: "out", Stage: StageResponse, Kind: "pii", Action: "redact"})
+	e := &Engine{def: stages{StageRequest: {req}}, tenants: map[string]stages{"guarded": {StageResponse: {out}}}}
+	src := &sliceStream{chunks: chunksOf("bob@example.com", 4)}
+	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: src}, nil
+	})
+	h := e.Middleware()(next)
+	for _, tc := range []struct {
+		tenant  string
+		wrapped bool
+	}{{"plain", false}, {"guarded", true}} {
+		resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"messages":[]}`), Stream: true, Tenant: &pipeline.Tenant{Name: tc.tenant}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wrapped := resp.Stream != pipeline.Stream(src); wrapped != tc.wrapped {
+			t.Errorf("tenant %s: stream wrapped %v, want %v", tc.tenant, wrapped, tc.wrapped)
+		}
+	}
+}
