@@ -311,3 +311,67 @@ func TestRunLogprobWithNull(t *testing.T) {
 		})
 	}
 }
+
+// A token that is part of a character comes with its bytes and no text of
+// its own: a chunk whose content is "" but whose logprobs have an item.
+// Such a chunk went out as it came, ahead of the text held before it, and
+// its bytes were not counted, so the tokens after it were placed too
+// early: the token holding the start of a redacted address kept its item
+// ("� b"). Its tokens are held in their place now, and the stream's items
+// are the JSON answer's, redaction and max_length cut alike.
+func TestStreamPartialCharacterTokens(t *testing.T) {
+	t.Parallel()
+	items := []string{
+		`{"token":"\ufffd","logprob":-1,"bytes":[226,130],"top_logprobs":[]}`,
+		`{"token":"\ufffd b","logprob":-1,"bytes":[172,32,98],"top_logprobs":[]}`,
+		`{"token":"ob@","logprob":-1,"bytes":[111,98,64],"top_logprobs":[]}`,
+		`{"token":"example.com \ufffd","logprob":-1,"bytes":[101,120,97,109,112,108,101,46,99,111,109,32,195],"top_logprobs":[]}`,
+		`{"token":"\ufffd","logprob":-1,"bytes":[169],"top_logprobs":[]}`,
+	}
+	lp := func(items ...string) string {
+		return `,"logprobs":{"content":[` + strings.Join(items, ",") + `],"refusal":null},"finish_reason":null}]}`
+	}
+	chunks := [][]byte{
+		[]byte(chunkHead + `{"role":"assistant","content":""}` + lp(items[0])),
+		[]byte(chunkHead + `{"content":"€ bob@"}` + lp(items[1:3]...)),
+		[]byte(chunkHead + `{"content":"example.com é"}` + lp(items[3:]...)),
+		[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"stop"}]}`),
+	}
+	body := []byte(`{"choices":[{"index":0,"message":{"content":"€ bob@example.com é"},"logprobs":{"content":[` + strings.Join(items, ",") + `]}}]}`)
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 8})
+	short := mustGuard(t, config.Guardrail{Name: "len", Kind: "max_length", Action: "redact", MaxLength: 3})
+	for _, tc := range []struct {
+		name   string
+		guards []*guard
+	}{{"redaction", []*guard{pii}}, {"redaction and max_length", []*guard{pii, short}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, tc.guards, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text string
+			var lps []string
+			for _, c := range got {
+				text += gjson.GetBytes(c, "choices.0.delta.content").Str
+				gjson.GetBytes(c, "choices.0.logprobs.content").ForEach(func(_, it gjson.Result) bool { lps = append(lps, it.Raw); return true })
+			}
+			out, err := checkAnswer(newChecker(context.Background(), tc.guards, nil), body, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := gjson.GetBytes(out, "choices.0")
+			if want := ch.Get("message.content").Str; text != want {
+				t.Errorf("stream text %q, JSON %q", text, want)
+			}
+			if s, j := "["+strings.Join(lps, ",")+"]", ch.Get("logprobs.content").Raw; s != j {
+				t.Errorf("stream items\n%s\nJSON items\n%s", s, j)
+			}
+			for _, it := range lps {
+				if tok := gjson.Get(it, "token").Str; strings.Contains(tok, "b") {
+					t.Errorf("an item shows the redacted address: %s", it)
+				}
+			}
+		})
+	}
+}

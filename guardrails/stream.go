@@ -220,8 +220,13 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 	delta := ch.Get("delta")
 	var has [2]bool
 	for k, key := range textKeys {
+		// A text of "" whose tokens have logprobs (a token that is part
+		// of a character: its bytes, no text yet) has them held in their
+		// place too: let out as they came, before the text held, they
+		// went out of order and left the tokens after them misplaced,
+		// so a redaction missed the one it touched.
 		t := delta.Get(key)
-		has[k] = t.Type == gjson.String && t.Str != ""
+		has[k] = t.Type == gjson.String && t.Str != "" || ch.Get("logprobs."+key+".0").Exists()
 	}
 	switch {
 	case !has[0] && !has[1]:
