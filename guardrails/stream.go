@@ -56,6 +56,13 @@ type stream struct {
 // textKeys are the delta members a stream judges, in heldText order.
 var textKeys = [2]string{"content", "refusal"}
 
+// textPaths are the paths, in a choice, of each text, its logprobs list
+// and that list's first item: built once, not per chunk.
+var textPaths = [2]struct{ delta, logprobs, first string }{
+	{"delta.content", "logprobs.content", "logprobs.content.0"},
+	{"delta.refusal", "logprobs.refusal", "logprobs.refusal.0"},
+}
+
 // heldText is one text of a choice as a stream judges it.
 type heldText struct {
 	ck   *checker
@@ -226,7 +233,9 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 		// went out of order and left the tokens after them misplaced,
 		// so a redaction missed the one it touched.
 		t := delta.Get(key)
-		has[k] = t.Type == gjson.String && t.Str != "" || ch.Get("logprobs."+key+".0").Exists()
+		if has[k] = t.Type == gjson.String && t.Str != ""; !has[k] {
+			has[k] = ch.Get(textPaths[k].first).Exists()
+		}
 	}
 	switch {
 	case !has[0] && !has[1]:
@@ -304,11 +313,11 @@ func (s *stream) text(chunk []byte, ch gjson.Result, i, k int, ends bool) ([]byt
 	if h.ck == nil {
 		h.ck = newChecker(s.ctx, s.guards, s.meta)
 	}
-	content := ch.Get("delta." + key)
+	content := ch.Get(textPaths[k].delta)
 	text := unsafe.Slice(unsafe.StringData(content.Str), len(content.Str))
 	lp := &h.lp
 	before := len(lp.toks)
-	lp.hold(ch.Get("logprobs." + key))
+	lp.hold(ch.Get(textPaths[k].logprobs))
 	out, err := h.ck.Feed(text)
 	if err != nil {
 		return nil, err
