@@ -175,7 +175,7 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 	if i < 0 || i >= maxChoices {
 		return nil, nil
 	}
-	hadCalls := ch.Get("delta.tool_calls").Exists() || ch.Get("delta.function_call").Exists()
+	hadCalls := carriesCalls(ch)
 	if hadCalls && len(s.args) > 0 {
 		var err error
 		if chunk, err = s.holdCalls(chunk, ch, i); err != nil {

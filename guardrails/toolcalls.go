@@ -100,6 +100,27 @@ func judgeCall(ck *checker, k callKind, args []byte) ([]byte, error) {
 	return judgeArgs(ck, args)
 }
 
+// carriesCalls reports whether choice ch's delta carries a tool call: a
+// tool_calls array with an object in it, or a function_call object. Some
+// OpenAI-compatible servers send "tool_calls":null, "function_call":null
+// or "tool_calls":[] on every delta; those are no calls, and a chunk with
+// one is text like any other (a call ends the text before it).
+func carriesCalls(ch gjson.Result) bool {
+	if fc := ch.Get("delta.function_call"); fc.IsObject() {
+		return true
+	}
+	tc := ch.Get("delta.tool_calls")
+	if !tc.IsArray() {
+		return false
+	}
+	found := false
+	tc.ForEach(func(_, e gjson.Result) bool {
+		found = e.IsObject()
+		return !found
+	})
+	return found
+}
+
 // holdCalls holds the tool_calls entries and the function_call of chunk
 // (ch its choice, i its index) and returns the chunk without them. Past
 // maxHeldArgs the answer is withheld.
@@ -139,14 +160,19 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 		s.calls[i] = append(s.calls[i], heldCall{index: idx, id: id, kind: k, head: head,
 			entry: strings.Clone(entry), args: []byte(frag)})
 	}
-	ch.Get("delta.tool_calls").ForEach(func(_, e gjson.Result) bool {
-		k := callFunction
-		if e.Get("custom").Exists() {
-			k = callCustom
-		}
-		hold(e.Get("index").Int(), e, k)
-		return true
-	})
+	if tc := ch.Get("delta.tool_calls"); tc.IsArray() {
+		tc.ForEach(func(_, e gjson.Result) bool {
+			if !e.IsObject() {
+				return true
+			}
+			k := callFunction
+			if e.Get("custom").Exists() {
+				k = callCustom
+			}
+			hold(e.Get("index").Int(), e, k)
+			return true
+		})
+	}
 	if fc := ch.Get("delta.function_call"); fc.IsObject() {
 		hold(-1, fc, callLegacy)
 	}

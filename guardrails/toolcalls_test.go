@@ -209,3 +209,36 @@ func TestStreamHeldCallsAtOneIndex(t *testing.T) {
 		t.Fatalf("%v\n%s", err, raw.String())
 	}
 }
+
+// "tool_calls":null, "function_call":null or "tool_calls":[] on every
+// delta, as some OpenAI-compatible servers send, are no calls: the text
+// around them is one text (an address split across chunks is redacted),
+// and no bogus call goes out before the finish.
+func TestStreamNullToolCallsAreNoCalls(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	for _, f := range []string{`"tool_calls":null`, `"function_call":null`, `"tool_calls":[]`, `"tool_calls":[null]`} {
+		t.Run(f, func(t *testing.T) {
+			t.Parallel()
+			chunks := [][]byte{
+				[]byte(chunkHead + `{"role":"assistant","content":"mail bob@",` + f + `}` + chunkTail),
+				[]byte(chunkHead + `{"content":"example.com now",` + f + `}` + chunkTail),
+				[]byte(chunkHead + `{},"finish_reason":"stop"}]}`),
+			}
+			got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{pii}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text string
+			for _, c := range got {
+				text += gjson.GetBytes(c, "choices.0.delta.content").Str
+				if gjson.GetBytes(c, "choices.0.delta.tool_calls.0").IsObject() {
+					t.Errorf("a call went out: %s", c)
+				}
+			}
+			if text != "mail [REDACTED] now" {
+				t.Errorf("text %q, want the address redacted", text)
+			}
+		})
+	}
+}
