@@ -57,10 +57,11 @@ type stream struct {
 var textKeys = [2]string{"content", "refusal"}
 
 // textPaths are the paths, in a choice, of each text, its logprobs list
-// and that list's first item: built once, not per chunk.
-var textPaths = [2]struct{ delta, logprobs, first string }{
-	{"delta.content", "logprobs.content", "logprobs.content.0"},
-	{"delta.refusal", "logprobs.refusal", "logprobs.refusal.0"},
+// and that list's first item: built once, not per chunk;
+// chunkLogprobs is the logprobs list's path in a one-choice chunk.
+var textPaths = [2]struct{ delta, logprobs, first, chunkLogprobs string }{
+	{"delta.content", "logprobs.content", "logprobs.content.0", "choices.0.logprobs.content"},
+	{"delta.refusal", "logprobs.refusal", "logprobs.refusal.0", "choices.0.logprobs.refusal"},
 }
 
 // heldText is one text of a choice as a stream judges it.

@@ -183,6 +183,21 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 	if err == nil && ch.Get("delta.function_call").Exists() {
 		out, err = sjson.DeleteBytes(out, "choices.0.delta.function_call")
 	}
+	// The logprobs of a chunk of calls are the calls' tokens (their
+	// arguments as the model wrote them, before any redaction): left on
+	// the chunk, they would be taken for the tokens of its text and go out
+	// with it. A text the chunk has (not "") keeps its list.
+	for k := range textKeys {
+		if err != nil {
+			break
+		}
+		if t := ch.Get(textPaths[k].delta); t.Type == gjson.String && t.Str != "" {
+			continue
+		}
+		if ch.Get(textPaths[k].logprobs).Exists() {
+			out, err = sjson.SetRawBytes(out, textPaths[k].chunkLogprobs, []byte("null"))
+		}
+	}
 	return out, err
 }
 

@@ -242,3 +242,36 @@ func TestStreamNullToolCallsAreNoCalls(t *testing.T) {
 		})
 	}
 }
+
+// The logprobs of a chunk of tool-call deltas are the arguments' tokens:
+// they never go out as the content's, where they would carry what a
+// redaction took out of the arguments.
+func TestStreamToolCallLogprobsDropped(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	item := func(s string) string {
+		return `{"token":"` + strings.ReplaceAll(s, `"`, `\"`) + `","logprob":-1,"top_logprobs":[]}`
+	}
+	chunks := [][]byte{
+		[]byte(chunkHead + `{"role":"assistant","content":"ok "},"logprobs":{"content":[` + item("ok ") + `]},"finish_reason":null}]}`),
+		[]byte(chunkHead + `{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{\"e\":\"bob@example.com\"}"}}]},"logprobs":{"content":[` + item(`{"e":"bob@example.com"}`) + `]},"finish_reason":null}]}`),
+		[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"tool_calls"}]}`),
+	}
+	got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{pii}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []string
+	for _, c := range got {
+		if strings.Contains(string(c), "bob@example.com") {
+			t.Errorf("the address went out: %s", c)
+		}
+		gjson.GetBytes(c, "choices.0.logprobs.content.#.token").ForEach(func(_, v gjson.Result) bool {
+			toks = append(toks, v.Str)
+			return true
+		})
+	}
+	if fmt.Sprint(toks) != "[ok ]" {
+		t.Errorf("content tokens %q, want the text's only", toks)
+	}
+}
