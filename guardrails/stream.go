@@ -137,6 +137,14 @@ func (s *stream) Next() ([]byte, error) {
 		if err != nil || len(chunk) == 0 || chunk[0] == ':' {
 			return chunk, err
 		}
+		if gjson.GetBytes(chunk, "choices.1").Exists() {
+			// Several choices in one chunk: each is judged as a chunk of
+			// its own, as the upstreams that stream n > 1 send them.
+			if err := s.splitChoices(chunk); err != nil {
+				return nil, asClientError(err)
+			}
+			continue
+		}
 		out, err := s.chunk(chunk)
 		if err != nil {
 			return nil, asClientError(err)
@@ -219,6 +227,35 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 		end, err = sjson.SetRawBytes(end, "choices.0.logprobs", []byte("null"))
 	}
 	return end, err
+}
+
+// splitChoices handles each choice of chunk as a chunk of its own, with
+// the rest of chunk's envelope (its usage, if any, on the last only), and
+// queues what comes out.
+func (s *stream) splitChoices(chunk []byte) error {
+	choices := gjson.GetBytes(chunk, "choices").Array()
+	envelope, err := sjson.DeleteBytes(chunk, "usage")
+	if err != nil {
+		return err
+	}
+	for n, ch := range choices {
+		base := envelope
+		if n == len(choices)-1 {
+			base = chunk
+		}
+		part, err := sjson.SetRawBytes(base, "choices", []byte("["+ch.Raw+"]"))
+		if err != nil {
+			return err
+		}
+		out, err := s.chunk(part)
+		if err != nil {
+			return err
+		}
+		if out != nil {
+			s.queue = append(s.queue, out)
+		}
+	}
+	return nil
 }
 
 // judgeTexts handles chunk's content and refusal (ch its choice, i its index;

@@ -143,3 +143,53 @@ func TestNoResponseGuardrailsNoStream(t *testing.T) {
 		}
 	}
 }
+
+// Every choice of a chunk is judged: a chunk with several choices (or the
+// same index twice) is handled as one chunk per choice, each with the
+// chunk's envelope and a single choice.
+func TestStreamJudgesEveryChoiceOfAChunk(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[`
+	tests := []struct {
+		name   string
+		chunks []string
+	}{
+		{"two choices", []string{
+			head + `{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null},{"index":1,"delta":{"role":"assistant","content":"mail bob@example.com","tool_calls":[{"index":0,"id":"x","type":"function","function":{"name":"f","arguments":"{\"e\":\"bob@example.com\"}"}}]},"finish_reason":null}]}`,
+			head + `{"index":0,"delta":{},"finish_reason":"stop"},{"index":1,"delta":{},"finish_reason":"stop"}]}`,
+		}},
+		{"one index twice", []string{
+			head + `{"index":0,"delta":{"role":"assistant","content":"mail "},"finish_reason":null},{"index":0,"delta":{"content":"bob@example.com"},"finish_reason":null}]}`,
+			head + `{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"total_tokens":3}}`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var chunks [][]byte
+			for _, c := range tt.chunks {
+				chunks = append(chunks, []byte(c))
+			}
+			got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{pii}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			usage := 0
+			for _, c := range got {
+				if strings.Contains(string(c), "bob@example.com") {
+					t.Errorf("the address went out: %s", c)
+				}
+				if n := len(gjson.GetBytes(c, "choices").Array()); n > 1 {
+					t.Errorf("a chunk with %d choices: %s", n, c)
+				}
+				if gjson.GetBytes(c, "usage").Exists() {
+					usage++
+				}
+			}
+			if want := strings.Count(strings.Join(tt.chunks, ""), `"usage"`); usage != want {
+				t.Errorf("%d chunks with usage, want %d", usage, want)
+			}
+		})
+	}
+}
