@@ -192,10 +192,11 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 		first := n == 0
 		n++
 		judge := func(a gjson.Result, k callKind) bool {
-			if a.Type != gjson.String {
+			if a.Type == gjson.Null {
 				return true
 			}
-			if argBytes, nCalls = argBytes+len(a.Str), nCalls+1; argBytes > maxHeldArgs || nCalls > maxHeldCalls {
+			text := argsText(a) // toolcalls.go: not a string, its JSON text
+			if argBytes, nCalls = argBytes+len(text), nCalls+1; argBytes > maxHeldArgs || nCalls > maxHeldCalls {
 				failed = tooLongArguments() // as a stream, which holds them, fails
 				return false
 			}
@@ -203,7 +204,7 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 				args = newChecker(ck.ctx, argGuards(ck.guards), ck.meta)
 			}
 			var out []byte
-			if out, failed = judgeCall(args, k, []byte(a.Str)); failed != nil || string(out) == a.Str {
+			if out, failed = judgeCall(args, k, []byte(text)); failed != nil || (string(out) == text && a.Type == gjson.String) {
 				return failed == nil
 			}
 			var ok bool

@@ -24,7 +24,8 @@ import (
 // choice ends (or a server call is reported, after the round that had
 // them) and sends each whole, arguments and all, in one chunk. The
 // deprecated function_call is held and judged the same way, a custom
-// tool's input as a text (not JSON). The decoded text of the arguments'
+// tool's input as a text (not JSON). Arguments that are not a string are
+// judged as their JSON text (argsText). The decoded text of the arguments'
 // escaped strings is judged too, and what is held is bounded
 // (arguments.go).
 
@@ -100,6 +101,21 @@ func judgeCall(ck *checker, k callKind, args []byte) ([]byte, error) {
 	return judgeArgs(ck, args)
 }
 
+// argsText is the text of a call's arguments v as they are judged: a
+// string's value, or, for arguments that are not a string (some servers
+// send an object), their JSON text, which is judged and goes out as a
+// string, in a stream and in a JSON answer alike. Null or missing
+// arguments are "".
+func argsText(v gjson.Result) string {
+	switch v.Type {
+	case gjson.String:
+		return v.Str
+	case gjson.Null:
+		return ""
+	}
+	return v.Raw
+}
+
 // carriesCalls reports whether choice ch's delta carries a tool call: a
 // tool_calls array with an object in it, or a function_call object. Some
 // OpenAI-compatible servers send "tool_calls":null, "function_call":null
@@ -131,13 +147,13 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 			// A new id at an index in use is a new call: some upstreams
 			// send every parallel call at index 0, each with its own id.
 			if c := &s.calls[i][n]; c.index == idx && (id == "" || c.id == "" || id == c.id) {
-				frag := e.Get(c.kind.argsPath()).Str
+				frag := argsText(e.Get(c.kind.argsPath()))
 				c.args = append(c.args, frag...)
 				s.argBytes += len(frag)
 				return
 			}
 		}
-		frag := e.Get(k.argsPath()).Str
+		frag := argsText(e.Get(k.argsPath()))
 		s.argBytes += len(frag)
 		s.nCalls++
 		entry := e.Raw

@@ -275,3 +275,40 @@ func TestStreamToolCallLogprobsDropped(t *testing.T) {
 		t.Errorf("content tokens %q, want the text's only", toks)
 	}
 }
+
+// Arguments that are not a JSON string (an object, as some servers send)
+// are judged as their JSON text and go out as a string of it, in a JSON
+// answer and in a stream alike.
+func TestNonStringArgumentsJudged(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	const want = `{"e":"[REDACTED]"}`
+	body := []byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"f","arguments":{"e":"bob@example.com"}}}]},"finish_reason":"tool_calls"}]}`)
+	out, err := checkAnswer(newChecker(context.Background(), []*guard{pii}, nil), body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out == nil {
+		out = body
+	}
+	if got := gjson.GetBytes(out, "choices.0.message.tool_calls.0.function.arguments"); got.Type != gjson.String || got.Str != want {
+		t.Errorf("JSON answer's arguments %s, want %q", got.Raw, want)
+	}
+	chunks := [][]byte{
+		[]byte(chunkHead + `{"role":"assistant","tool_calls":[{"index":0,"id":"x","type":"function","function":{"name":"f","arguments":{"e":"bob@example.com"}}}]}` + chunkTail),
+		[]byte(chunkHead + `{},"finish_reason":"tool_calls"}]}`),
+	}
+	got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{pii}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args string
+	for _, c := range got {
+		if a := gjson.GetBytes(c, "choices.0.delta.tool_calls.0.function.arguments"); a.Exists() {
+			args += a.Str
+		}
+	}
+	if args != want {
+		t.Errorf("stream's arguments %q, want %q", args, want)
+	}
+}
