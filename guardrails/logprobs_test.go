@@ -375,3 +375,37 @@ func TestStreamPartialCharacterTokens(t *testing.T) {
 		})
 	}
 }
+
+// The logprobs items a stream holds past the text it has seen (chunks of
+// "" with items, or items whose bytes outrun the text) are bounded by
+// maxPending bytes; past it they are dropped and the stream goes on.
+func TestStreamHeldLogprobsBounded(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	tests := []struct {
+		name, content, item string
+		n                   int
+	}{
+		{"no text", "", `{"token":"` + strings.Repeat("x", 1000) + `","logprob":-1,"bytes":[226],"top_logprobs":[]}`, 20000},
+		{"bytes past the text", "a", `{"token":"a","logprob":-1,"bytes":[` + strings.Repeat("97,", 999) + `97],"top_logprobs":[]}`, 5000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			chunk := []byte(chunkHead + `{"content":"` + tt.content + `"},"logprobs":{"content":[` + tt.item + `],"refusal":null},"finish_reason":null}]}`)
+			s := newStream(context.Background(), &sliceStream{}, []*guard{pii}, nil)
+			for n := 0; n < tt.n; n++ {
+				if _, err := s.chunk(chunk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held := 0
+			for _, tk := range s.texts[0][0].lp.toks {
+				held += len(tk.raw)
+			}
+			if held > 2*maxPending {
+				t.Errorf("held %d bytes of logprob items (%d items)", held, len(s.texts[0][0].lp.toks))
+			}
+		})
+	}
+}
