@@ -223,15 +223,17 @@ func rewriteList(list gjson.Result, ck *checker) ([]byte, bool) {
 // across them into text still held, so that the stream carries every
 // item once, in order, as the JSON answer does.
 //
-// Items that run ahead of the text (a chunk with "" and items, or items
-// whose bytes outrun the chunk's text) wait for text that may never come:
-// those held past the text seen are bounded by maxPending bytes of their
-// JSON, and an item past that bound is dropped (logprobs are advisory; the
-// stream goes on). A JSON answer, bounded by its size, keeps them.
+// Items wait for the text they cover to be released, and items that run
+// ahead of the text (a chunk with "" and items, or items whose bytes
+// outrun the chunk's text) or cover none of it (no bytes) wait for text
+// that may never come: all the items held are bounded by maxPending bytes
+// of their JSON, and an item past that bound is dropped (logprobs are
+// advisory; the stream goes on). A JSON answer, bounded by its size,
+// keeps them.
 type heldLogprobs struct {
 	seen  bool // a chunk of the text had logprobs
 	at    int  // bytes the items so far cover
-	fed   int  // bytes of the text seen so far
+	size  int  // bytes of the JSON of the items in toks
 	toks  []lpToken
 	edits []edit // the checker's edits that reach past the items let out
 	cut   bool   // the checker cut the text at trunc
@@ -239,28 +241,21 @@ type heldLogprobs struct {
 }
 
 // hold notes the token list of a chunk (any JSON value: only an array
-// has items) whose text is n bytes long. An item that starts past the
-// text seen is dropped when the held items past it would pass maxPending
-// bytes; its bytes still count, so the items after it keep their place.
-func (h *heldLogprobs) hold(list gjson.Result, n int) {
-	h.fed += n
+// has items). An item is dropped when the held
+// items would pass maxPending bytes with it, wherever it falls; its bytes
+// still count, so the items after it keep their place.
+func (h *heldLogprobs) hold(list gjson.Result) {
 	if !list.IsArray() {
 		return
 	}
 	h.seen = true
-	ahead := 0 // the held items past the text seen: a suffix of toks
-	for k := len(h.toks) - 1; k >= 0 && h.toks[k].start >= h.fed; k-- {
-		ahead += len(h.toks[k].raw)
-	}
 	list.ForEach(func(_, it gjson.Result) bool {
 		n := tokenLen(it)
-		if h.at >= h.fed {
-			if ahead+len(it.Raw) > maxPending {
-				h.at += n
-				return true
-			}
-			ahead += len(it.Raw)
+		if h.size+len(it.Raw) > maxPending {
+			h.at += n
+			return true
 		}
+		h.size += len(it.Raw)
 		h.toks = append(h.toks, lpToken{raw: strings.Clone(it.Raw), start: h.at, end: h.at + n})
 		h.at += n
 		return true
@@ -299,6 +294,9 @@ func (h *heldLogprobs) release(released int, final bool) (items string, all, cha
 		k++
 	}
 	h.edits = append(h.edits[:0], h.edits[k:]...)
+	for _, t := range h.toks[:n] {
+		h.size -= len(t.raw)
+	}
 	h.toks = append(h.toks[:0], h.toks[n:]...)
 	return string(b), len(h.toks) == 0, changed
 }

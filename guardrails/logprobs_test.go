@@ -383,17 +383,28 @@ func TestStreamHeldLogprobsBounded(t *testing.T) {
 	t.Parallel()
 	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
 	tests := []struct {
-		name, content, item string
-		n                   int
+		name, first, content, item string
+		n                          int
 	}{
-		{"no text", "", `{"token":"` + strings.Repeat("x", 1000) + `","logprob":-1,"bytes":[226],"top_logprobs":[]}`, 20000},
-		{"bytes past the text", "a", `{"token":"a","logprob":-1,"bytes":[` + strings.Repeat("97,", 999) + `97],"top_logprobs":[]}`, 5000},
+		{"no text", "", "", `{"token":"` + strings.Repeat("x", 1000) + `","logprob":-1,"bytes":[226],"top_logprobs":[]}`, 20000},
+		{"bytes past the text", "", "a", `{"token":"a","logprob":-1,"bytes":[` + strings.Repeat("97,", 999) + `97],"top_logprobs":[]}`, 5000},
+		// Items covering no bytes, behind an item that covers less than
+		// its chunk's text: held within the text seen, they wait for it.
+		{"no bytes behind the text", chunkHead + `{"content":"hello"},"logprobs":{"content":[{"token":"he","logprob":-1,"bytes":[104,101],"top_logprobs":[]}],"refusal":null},"finish_reason":null}]}`,
+			"", `{"token":"","logprob":-1,"bytes":[],"top_logprobs":[` + strings.Repeat(`{"token":"x","logprob":-1,"bytes":[120]},`, 40) + `{"token":"x","logprob":-1,"bytes":[120]}]}`, 20000},
+		{"empty token behind the text", chunkHead + `{"content":"hello"},"logprobs":{"content":[{"token":"he","logprob":-1,"bytes":[104,101],"top_logprobs":[]}],"refusal":null},"finish_reason":null}]}`,
+			"", `{"token":"","logprob":-1,"top_logprobs":[` + strings.Repeat(`{"token":"x","logprob":-1,"bytes":[120]},`, 40) + `{"token":"x","logprob":-1,"bytes":[120]}]}`, 20000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			chunk := []byte(chunkHead + `{"content":"` + tt.content + `"},"logprobs":{"content":[` + tt.item + `],"refusal":null},"finish_reason":null}]}`)
 			s := newStream(context.Background(), &sliceStream{}, []*guard{pii}, nil)
+			if tt.first != "" {
+				if _, err := s.chunk([]byte(tt.first)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for n := 0; n < tt.n; n++ {
 				if _, err := s.chunk(chunk); err != nil {
 					t.Fatal(err)
