@@ -137,9 +137,11 @@ func (s *stream) Next() ([]byte, error) {
 		if err != nil || len(chunk) == 0 || chunk[0] == ':' {
 			return chunk, err
 		}
-		if gjson.GetBytes(chunk, "choices.1").Exists() {
+		if gjson.GetBytes(chunk, "choices.1").Exists() ||
+			gjson.GetBytes(chunk, "choices.0").Exists() && gjson.GetBytes(chunk, "usage").IsObject() {
 			// Several choices in one chunk: each is judged as a chunk of
-			// its own, as the upstreams that stream n > 1 send them.
+			// its own, as the upstreams that stream n > 1 send them; a
+			// usage with a choice goes after it on a chunk of its own.
 			if err := s.splitChoices(chunk); err != nil {
 				return nil, asClientError(err)
 			}
@@ -230,17 +232,22 @@ func (s *stream) chunk(chunk []byte) ([]byte, error) {
 }
 
 // splitChoices handles each choice of chunk as a chunk of its own, with
-// the rest of chunk's envelope (its usage, if any, on the last only), and
-// queues what comes out.
+// the rest of chunk's envelope, and queues what comes out. A usage of
+// chunk goes on none of them (a piece whose text is held would drop it,
+// or the template of its text keep it for the flush too), and it follows
+// them on a usage chunk of its own ("choices":[]), after every choice's
+// held text and calls, as the usage chunk of a stream comes. (A usage that
+// is not an object, null, stays on the last piece.)
 func (s *stream) splitChoices(chunk []byte) error {
 	choices := gjson.GetBytes(chunk, "choices").Array()
+	usage := gjson.GetBytes(chunk, "usage").IsObject()
 	envelope, err := sjson.DeleteBytes(chunk, "usage")
 	if err != nil {
 		return err
 	}
 	for n, ch := range choices {
 		base := envelope
-		if n == len(choices)-1 {
+		if n == len(choices)-1 && !usage {
 			base = chunk
 		}
 		part, err := sjson.SetRawBytes(base, "choices", []byte("["+ch.Raw+"]"))
@@ -255,6 +262,18 @@ func (s *stream) splitChoices(chunk []byte) error {
 			s.queue = append(s.queue, out)
 		}
 	}
+	if !usage {
+		return nil
+	}
+	last, err := sjson.SetRawBytes(chunk, "choices", []byte("[]"))
+	if err != nil {
+		return err
+	}
+	out, err := s.chunk(last) // flushes every choice, then the usage
+	if err != nil {
+		return err
+	}
+	s.queue = append(s.queue, out)
 	return nil
 }
 

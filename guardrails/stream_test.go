@@ -1,6 +1,7 @@
 package guardrails
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"strings"
@@ -189,6 +190,79 @@ func TestStreamJudgesEveryChoiceOfAChunk(t *testing.T) {
 			}
 			if want := strings.Count(strings.Join(tt.chunks, ""), `"usage"`); usage != want {
 				t.Errorf("%d chunks with usage, want %d", usage, want)
+			}
+		})
+	}
+}
+
+// A chunk's usage goes out once, on the stream's last chunk, when the
+// chunk is split by choice: not dropped with a piece whose text is held,
+// not copied by the template of a text's first chunk into its flush, not
+// dropped with a choice past maxChoices, and after the text held at the
+// end.
+func TestStreamSplitChunkUsageOnceLast(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[`
+	const usage = `"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`
+	tests := []struct {
+		name   string
+		chunks []string
+		want   [2]string // each choice's content, joined
+	}{
+		{"held text", []string{
+			head + `{"index":0,"delta":{"role":"assistant","content":"hello "},"finish_reason":null},{"index":1,"delta":{"role":"assistant","content":"mail "},"finish_reason":null}]}`,
+			head + `{"index":0,"delta":{"content":"there"},"finish_reason":null},{"index":1,"delta":{"content":"bob"},"finish_reason":null}],` + usage,
+		}, [2]string{"hello there", "mail bob"}},
+		{"first text", []string{
+			head + `{"index":0,"delta":{"role":"assistant","content":"hello"},"finish_reason":null},{"index":1,"delta":{"role":"assistant","content":"mail bob"},"finish_reason":null}],` + usage,
+		}, [2]string{"hello", "mail bob"}},
+		{"past maxChoices", []string{
+			head + `{"index":0,"delta":{"role":"assistant","content":"hello"},"finish_reason":null},{"index":20,"delta":{"role":"assistant","content":"x"},"finish_reason":null}],` + usage,
+		}, [2]string{"hello", ""}},
+		{"one choice", []string{
+			head + `{"index":0,"delta":{"role":"assistant","content":"hello"},"finish_reason":null}],` + usage,
+		}, [2]string{"hello", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var chunks [][]byte
+			for _, c := range tt.chunks {
+				chunks = append(chunks, []byte(c))
+			}
+			got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{pii}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text [2]string
+			n := 0
+			for k, c := range got {
+				if gjson.GetBytes(c, "usage").IsObject() {
+					n++
+					if k != len(got)-1 {
+						t.Errorf("usage on chunk %d of %d: %s", k+1, len(got), c)
+					}
+					if cs := gjson.GetBytes(c, "choices"); !cs.IsArray() || len(cs.Array()) != 0 {
+						t.Errorf("usage chunk with choices %s", cs.Raw)
+					}
+					for _, key := range []string{"id", "object", "created", "model"} {
+						if !gjson.GetBytes(c, key).Exists() {
+							t.Errorf("usage chunk without %s: %s", key, c)
+						}
+					}
+				}
+				for _, ch := range gjson.GetBytes(c, "choices").Array() {
+					if i := ch.Get("index").Int(); i < 2 {
+						text[i] += ch.Get("delta.content").Str
+					}
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d usage chunks, want 1: %s", n, bytes.Join(got, []byte("\n")))
+			}
+			if text != tt.want {
+				t.Errorf("texts %q, want %q", text, tt.want)
 			}
 		})
 	}
