@@ -223,17 +223,19 @@ func rewriteList(list gjson.Result, ck *checker) ([]byte, bool) {
 // across them into text still held, so that the stream carries every
 // item once, in order, as the JSON answer does.
 //
-// Items wait for the text they cover to be released, and items that run
-// ahead of the text (a chunk with "" and items, or items whose bytes
-// outrun the chunk's text) or cover none of it (no bytes) wait for text
-// that may never come: all the items held are bounded by maxPending bytes
-// of their JSON, and an item past that bound is dropped (logprobs are
-// advisory; the stream goes on). A JSON answer, bounded by its size,
+// Items that cover bytes of the text seen wait for it to be released, and
+// are bounded with it. Items that run ahead of the text (a chunk with ""
+// and items, or items whose bytes outrun the chunk's text) or cover no
+// bytes at all (which the text does not bound, wherever they fall) wait
+// for text that may never come: those held are bounded by maxPending
+// bytes of their JSON, and an item past that bound is dropped (logprobs
+// are advisory; the stream goes on). A JSON answer, bounded by its size,
 // keeps them.
 type heldLogprobs struct {
 	seen  bool // a chunk of the text had logprobs
 	at    int  // bytes the items so far cover
-	size  int  // bytes of the JSON of the items in toks
+	fed   int  // bytes of the text seen so far
+	empty int  // bytes of the JSON of the held items that cover no bytes
 	toks  []lpToken
 	edits []edit // the checker's edits that reach past the items let out
 	cut   bool   // the checker cut the text at trunc
@@ -241,21 +243,37 @@ type heldLogprobs struct {
 }
 
 // hold notes the token list of a chunk (any JSON value: only an array
-// has items). An item is dropped when the held
-// items would pass maxPending bytes with it, wherever it falls; its bytes
-// still count, so the items after it keep their place.
-func (h *heldLogprobs) hold(list gjson.Result) {
+// has items) whose text is n bytes long. An item that starts past the
+// text seen, or covers no bytes, is dropped when the held items of those
+// kinds would pass maxPending bytes with it; its bytes still count, so
+// the items after it keep their place.
+func (h *heldLogprobs) hold(list gjson.Result, n int) {
+	h.fed += n
 	if !list.IsArray() {
 		return
 	}
 	h.seen = true
+	ahead := 0 // the held items past the text seen, but those of no bytes
+	for k := len(h.toks) - 1; k >= 0 && h.toks[k].start >= h.fed; k-- {
+		if h.toks[k].end > h.toks[k].start {
+			ahead += len(h.toks[k].raw)
+		}
+	}
 	list.ForEach(func(_, it gjson.Result) bool {
 		n := tokenLen(it)
-		if h.size+len(it.Raw) > maxPending {
-			h.at += n
-			return true
+		switch {
+		case n == 0:
+			if ahead+h.empty+len(it.Raw) > maxPending {
+				return true
+			}
+			h.empty += len(it.Raw)
+		case h.at >= h.fed:
+			if ahead+h.empty+len(it.Raw) > maxPending {
+				h.at += n
+				return true
+			}
+			ahead += len(it.Raw)
 		}
-		h.size += len(it.Raw)
 		h.toks = append(h.toks, lpToken{raw: strings.Clone(it.Raw), start: h.at, end: h.at + n})
 		h.at += n
 		return true
@@ -295,7 +313,9 @@ func (h *heldLogprobs) release(released int, final bool) (items string, all, cha
 	}
 	h.edits = append(h.edits[:0], h.edits[k:]...)
 	for _, t := range h.toks[:n] {
-		h.size -= len(t.raw)
+		if t.end == t.start {
+			h.empty -= len(t.raw)
+		}
 	}
 	h.toks = append(h.toks[:0], h.toks[n:]...)
 	return string(b), len(h.toks) == 0, changed

@@ -420,3 +420,27 @@ func TestStreamHeldLogprobsBounded(t *testing.T) {
 		})
 	}
 }
+
+// The items of the text a stream holds back are bounded with the text,
+// not by maxPending: however large (top_logprobs), none is dropped.
+func TestStreamHeldLogprobsOfTheTextKept(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"})
+	item := `{"token":"hello","logprob":-1,"bytes":[104,101,108,108,111],"top_logprobs":[` + strings.Repeat(`{"token":"hello","logprob":-1.25,"bytes":[104,101,108,108,111]},`, 39) + `{"token":"hello","logprob":-1.25,"bytes":[104,101,108,108,111]}]}`
+	const n = 300
+	var chunks [][]byte
+	for k := 0; k < n; k++ {
+		chunks = append(chunks, []byte(chunkHead+`{"content":"hello"},"logprobs":{"content":[`+item+`],"refusal":null},"finish_reason":null}]}`))
+	}
+	got, err := drainStream(newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{pii}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := 0
+	for _, c := range got {
+		items += len(gjson.GetBytes(c, "choices.0.logprobs.content").Array())
+	}
+	if items != n {
+		t.Errorf("%d items out, want %d", items, n)
+	}
+}

@@ -374,7 +374,7 @@ func (s *stream) text(chunk []byte, ch gjson.Result, i, k int, ends bool) ([]byt
 	text := unsafe.Slice(unsafe.StringData(content.Str), len(content.Str))
 	lp := &h.lp
 	before := len(lp.toks)
-	lp.hold(ch.Get(textPaths[k].logprobs))
+	lp.hold(ch.Get(textPaths[k].logprobs), len(text))
 	out, err := h.ck.Feed(text)
 	if err != nil {
 		return nil, err
