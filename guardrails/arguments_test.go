@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -28,6 +29,22 @@ func drainStream(s *stream) ([][]byte, error) {
 		}
 		out = append(out, append([]byte(nil), c...))
 	}
+}
+
+// mustDrain is drainStream for a stream that must end well: it fails t on
+// an error or on a chunk that is not valid JSON.
+func mustDrain(t testing.TB, s *stream) [][]byte {
+	t.Helper()
+	chunks, err := drainStream(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chunks {
+		if !jsonvalid.Bytes(c) {
+			t.Fatalf("invalid chunk %s", c)
+		}
+	}
+	return chunks
 }
 
 // isContentBlocked reports whether err is the 400 content_blocked envelope.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -79,17 +78,7 @@ func streamText(t testing.TB, guards []*guard, key string, toks []string) lpText
 	s := newStream(context.Background(), &sliceStream{chunks: lpChunks(key, toks)}, guards, nil)
 	var text strings.Builder
 	var items []string
-	for {
-		c, err := s.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !jsonvalid.Bytes(c) {
-			t.Fatalf("invalid chunk %s", c)
-		}
+	for _, c := range mustDrain(t, s) {
 		text.WriteString(gjson.GetBytes(c, "choices.0.delta."+key).Str)
 		if l := gjson.GetBytes(c, "choices.0.logprobs."+key); l.IsArray() {
 			l.ForEach(func(_, it gjson.Result) bool {
@@ -226,19 +215,7 @@ func FuzzLogprobsRewrite(f *testing.F) {
 		for _, tok := range toks {
 			chunks = append(chunks, []byte(`{"choices":[{"index":0,"delta":{"content":`+string(mustJSON(tok))+`},"logprobs":{"content":`+list+`},"finish_reason":null}]}`))
 		}
-		s := newStream(context.Background(), &sliceStream{chunks: chunks}, guards, nil)
-		for {
-			c, err := s.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !jsonvalid.Bytes(c) {
-				t.Fatalf("invalid chunk %s", c)
-			}
-		}
+		mustDrain(t, newStream(context.Background(), &sliceStream{chunks: chunks}, guards, nil))
 	})
 }
 
@@ -258,14 +235,7 @@ func TestStreamContentAndRefusalInOneChunk(t *testing.T) {
 	}
 	s := newStream(context.Background(), &sliceStream{chunks: chunks}, lpGuards(t), nil)
 	got := map[string]string{}
-	for {
-		c, err := s.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range mustDrain(t, s) {
 		for _, key := range textKeys {
 			got[key] += gjson.GetBytes(c, "choices.0.delta."+key).Str
 			if l := gjson.GetBytes(c, "choices.0.logprobs."+key); l.IsArray() {

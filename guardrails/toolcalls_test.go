@@ -34,14 +34,7 @@ func TestStreamHoldsToolCalls(t *testing.T) {
 	s := newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{g}, nil)
 	var raw strings.Builder
 	var calls []string
-	for {
-		c, err := s.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range mustDrain(t, s) {
 		raw.WriteString("data: " + string(c) + "\n\n")
 		if tc := gjson.GetBytes(c, "choices.0.delta.tool_calls"); tc.Exists() {
 			calls = append(calls, tc.Raw)
