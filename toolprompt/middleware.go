@@ -286,8 +286,9 @@ func events(o *outcome, finish string, usage []byte) []wire.Event {
 // headerOf reads what every chunk of the answer repeats from an upstream
 // chunk or completion.
 func headerOf(b []byte, includeUsage bool) wire.Header {
-	res := gjson.GetManyBytes(b, "id", "created", "model", "system_fingerprint")
-	return wire.Header{ID: res[0].Str, Created: res[1].Int(), Model: res[2].Str, Fingerprint: res[3].Str, IncludeUsage: includeUsage}
+	res := gjson.GetManyBytes(b, "id", "created", "model", "system_fingerprint", "service_tier")
+	return wire.Header{ID: res[0].Str, Created: res[1].Int(), Model: res[2].Str, Fingerprint: res[3].Str,
+		ServiceTier: res[4].Str, IncludeUsage: includeUsage}
 }
 
 // addUsage adds the token counts of u to sum (the first usage is kept as

@@ -139,3 +139,50 @@ func TestRunningUsageCountedOnce(t *testing.T) {
 		t.Fatalf("total_tokens: JSON %d, stream %d, want 30", want, got)
 	}
 }
+
+// The upstream's service_tier (the tier that served the request, which a
+// client may be billed by) reaches the client in both forms of a prompted
+// answer, as it does on a native one.
+func TestServiceTierKept(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","service_tier":"flex","choices":[{"index":0,"delta":`
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if r.Stream {
+			return &pipeline.Response{Stream: chunkStream(
+				head+`{"role":"assistant","content":"Fine."},"finish_reason":null}]}`,
+				head+`{},"finish_reason":"stop"}]}`,
+			)}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","service_tier":"flex","choices":[{"index":0,"message":{"role":"assistant","content":"Fine."},"logprobs":null,"finish_reason":"stop"}]}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(resp.Body, "service_tier").Str; got != "flex" {
+		t.Fatalf("JSON answer's service_tier %q, want flex: %s", got, resp.Body)
+	}
+	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true}`), Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0
+	for {
+		c, err := resp.Stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks++
+		if got := gjson.GetBytes(c, "service_tier").Str; got != "flex" {
+			t.Fatalf("chunk's service_tier %q, want flex: %s", got, c)
+		}
+	}
+	if chunks == 0 {
+		t.Fatal("no chunks")
+	}
+}
