@@ -35,7 +35,8 @@ type passBody struct {
 	model    string
 	provider string
 	// native: a Responses API request the pipeline serves itself
-	// (Runtime.servesResponses); body is as the tenant policy left it.
+	// (Runtime.servesResponses), a create or an input_tokens count; body
+	// is as the tenant policy left it.
 	native bool
 	tenant *pipeline.Tenant
 	// metered: a POST to a model endpoint, whose answer's usage is charged
@@ -94,10 +95,35 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		}
 		body = req.Body
 	}
-	if path == responsesRoute && ctx.IsPost() && f.json && rt.servesResponses(model) {
-		// The pipeline serves it: its limits layer admits it, once.
-		pb.body, pb.native = body, true
-		return pb, nil
+	if ctx.IsPost() && f.json && rt.servesResponses(model) {
+		if responsesCollection(path) && rt.Policy != nil && !rt.Policy.AllowsPath(t, responsesRoute) {
+			// Served here, a collection is part of the tenant's
+			// /v1/responses, as a stored response is.
+			return pb, pathNotAllowed(responsesRoute)
+		}
+		switch path {
+		case responsesRoute:
+			// The pipeline serves it: its limits layer admits it, once.
+			pb.body, pb.native = body, true
+			return pb, nil
+		case inputTokensRoute:
+			// Answered here without a model call: a request to the
+			// limits, as any pass-through request is.
+			if req != nil {
+				if x.call, err = rt.Policy.Limit(req); err != nil {
+					return pb, err
+				}
+			}
+			pb.body, pb.native = body, true
+			return pb, nil
+		case compactRoute:
+			return pb, compactUnsupported(model)
+		}
+	}
+	if responsesCollection(path) && rt.Policy != nil && !rt.Policy.AllowsPath(t, path) {
+		// Passed through, a collection is the provider's endpoint of its
+		// own, on the tenant's allow-list by its own path (passTarget).
+		return pb, pathNotAllowed(path)
 	}
 	if f.json && rt.ResponseOwners != nil && underResponses(path) {
 		// The provider keeps what this request names or creates under the

@@ -71,7 +71,11 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		return
 	}
 	if pb.native {
-		s.handleResponses(ctx, x, pb.tenant, pb.body)
+		if path == inputTokensRoute {
+			s.handleInputTokens(ctx, x, pb.tenant, pb.body)
+		} else {
+			s.handleResponses(ctx, x, pb.tenant, pb.body)
+		}
 		return
 	}
 	freq := fasthttp.AcquireRequest()
@@ -270,9 +274,11 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 		// chat endpoint around the pipeline.
 		return nil, passBody{}, unknownURL(path)
 	}
-	if rt.Policy != nil && !rt.Policy.AllowsPath(t, path) {
-		return nil, passBody{}, pipeline.Forbidden(pipeline.CodePathNotAllowed,
-			"This API key may not use %s through this gateway.", truncate(path, 200))
+	if rt.Policy != nil && !rt.Policy.AllowsPath(t, path) && !(responsesCollection(path) && rt.Policy.AllowsPath(t, responsesRoute)) {
+		// A collection of the Responses API comes with it for the models
+		// the gateway serves; passed through, it needs its own path
+		// (passthroughBody), once the model is known.
+		return nil, passBody{}, pathNotAllowed(path)
 	}
 	if err := s.checkOwnedPath(rt, tenantName(t), path); err != nil {
 		return nil, passBody{}, err
@@ -298,6 +304,12 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 		return nil, pb, pipeline.NotFound(pipeline.CodeUnknownURL, "No provider serves %s", truncate(path, 200))
 	}
 	return pc, pb, nil
+}
+
+// pathNotAllowed is the 403 of a path not on the tenant's allow-list.
+func pathNotAllowed(path string) error {
+	return pipeline.Forbidden(pipeline.CodePathNotAllowed,
+		"This API key may not use %s through this gateway.", truncate(path, 200))
 }
 
 // outboundRequest fills freq with the client's request for pc: its method,

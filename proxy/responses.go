@@ -40,29 +40,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	rt := x.rt
 	st := rt.Responses
 	tenant := tenantName(t)
-	_, prevID, err := responses.Head(body)
-	if err != nil {
-		s.writeError(ctx, x, err)
-		return
-	}
-	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
-	defer cancel()
-	var prior []byte
-	if prevID != "" {
-		rec, ok, err := st.Load(lctx, tenant, prevID)
-		if err != nil {
-			s.writeError(ctx, x, storeUnavailable(err))
-			return
-		}
-		if !ok {
-			e := pipeline.NotFound(pipeline.CodeResponseNotFound, "Previous response with id '%s' not found.", truncate(prevID, 128))
-			e.Param = "previous_response_id"
-			s.writeError(ctx, x, e)
-			return
-		}
-		prior = []byte(rec.History.Raw)
-	}
-	rq, err := responses.Translate(body, prior, st.Resolver(lctx, tenant))
+	rq, err := s.translateResponses(st, tenant, body)
 	if err != nil {
 		s.writeError(ctx, x, err)
 		return
@@ -87,6 +65,32 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	// the client sent, so it names the input.
 	req.Messages = pipeline.MessageMap{Rewritten: true, Input: true}
 	s.runChat(ctx, x, req, form)
+}
+
+// translateResponses translates a Responses request body of tenant into
+// its chat request, after the history of the previous response it
+// continues (an id tenant has not stored is a 404, as OpenAI answers).
+func (s *Server) translateResponses(st *responses.Store, tenant string, body []byte) (*responses.Request, error) {
+	_, prevID, err := responses.Head(body)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	var prior []byte
+	if prevID != "" {
+		rec, ok, err := st.Load(lctx, tenant, prevID)
+		if err != nil {
+			return nil, storeUnavailable(err)
+		}
+		if !ok {
+			e := pipeline.NotFound(pipeline.CodeResponseNotFound, "Previous response with id '%s' not found.", truncate(prevID, 128))
+			e.Param = "previous_response_id"
+			return nil, e
+		}
+		prior = []byte(rec.History.Raw)
+	}
+	return responses.Translate(body, prior, st.Resolver(lctx, tenant))
 }
 
 // responsesForm writes a chat call's result as the Responses API: the

@@ -448,6 +448,14 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 			return
 		}
 		s.handleModels(ctx, x, path)
+	case responsesCollection(path) && x.rt.Responses != nil:
+		// Not a stored response's id: a POST naming its model, which the
+		// gateway serves (input_tokens, compact) or passes through.
+		if !ctx.IsPost() {
+			s.methodNotAllowed(ctx, x, fasthttp.MethodPost)
+			return
+		}
+		s.handlePassthrough(ctx, x, path)
 	case strings.HasPrefix(path, responsesRoute+"/") && x.rt.Responses != nil:
 		s.handleStoredResponse(ctx, x, path)
 	case strings.HasPrefix(path, "/v1/"):
