@@ -65,10 +65,11 @@ type Counter struct {
 }
 
 type counterSlot struct {
-	once  sync.Once
-	c     *Counter
-	err   error
-	built atomic.Bool // c is set (CounterBuilt)
+	once    sync.Once
+	c       *Counter
+	err     error
+	built   atomic.Bool // c is set (CounterBuilt)
+	started atomic.Bool // a background build was asked for (BuildCounter)
 }
 
 var counters sync.Map // encoding name → *counterSlot
@@ -306,11 +307,28 @@ func (c *Counter) callCost(call gjson.Result) int {
 	return 0
 }
 
-// CounterBuilt reports whether the Counter of an encoding has been built in
-// this process (its tables are held).
+// CounterBuilt reports whether the Counter of an encoding ("" =
+// config.DefaultEncoding) has been built in this process (its tables are
+// held).
 func CounterBuilt(encoding string) bool {
+	if encoding == "" {
+		encoding = config.DefaultEncoding
+	}
 	v, ok := counters.Load(encoding)
 	return ok && v.(*counterSlot).built.Load()
+}
+
+// BuildCounter starts building the Counter of an encoding on a goroutine
+// of its own, once, for a caller that must not wait for the build (see
+// CounterFor) and makes do without a count until it is done.
+func BuildCounter(encoding string) {
+	if encoding == "" {
+		encoding = config.DefaultEncoding
+	}
+	v, _ := counters.LoadOrStore(encoding, &counterSlot{})
+	if v.(*counterSlot).started.CompareAndSwap(false, true) {
+		go func() { _, _ = CounterFor(encoding) }()
+	}
 }
 
 // CountJSON estimates the input tokens of any JSON request body, for an

@@ -70,7 +70,7 @@ func (c *Call) Charge(u wire.ChatUsage, estimateInput bool) {
 	t := tokensOf(u)
 	r := c.r
 	if estimateInput {
-		t.input = estimate(r)
+		t.input = estimateAtEnd(r)
 	}
 	switch {
 	case c.model == anyModel:

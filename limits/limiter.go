@@ -261,6 +261,32 @@ func estimate(r *pipeline.Request) int64 {
 	return int64(n)
 }
 
+// estimateAtEnd is estimate for a charge made at the end of an answer that
+// reported no usage (a stream cut, or closed by its client or a shutdown,
+// or an upstream that never reports usage). The answer's last bytes wait for
+// the charge, and building a tokenizer takes about half a second (seconds on a
+// loaded machine: long enough to outlast a shutdown's last writes). So when
+// the route's tokenizer is not built yet, the input is taken as a token per
+// four bytes of the body, and the tokenizer is built in the background for
+// the charges after it.
+func estimateAtEnd(r *pipeline.Request) int64 {
+	enc := ""
+	if r.Route != nil {
+		enc = r.Route.Encoding
+	}
+	if counterBuilt(enc) {
+		return estimate(r)
+	}
+	contextedit.BuildCounter(enc)
+	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint && !jsonCall(r.Body) {
+		return 0 // media, as estimate has it
+	}
+	return int64(len(r.Body)+3) / 4
+}
+
+// counterBuilt is contextedit.CounterBuilt; tests replace it.
+var counterBuilt = contextedit.CounterBuilt
+
 // jsonCall reports whether body is a JSON object or array, as a JSON call's
 // body is (the pass-through checked it is valid JSON): its first byte past
 // any white space opens one.

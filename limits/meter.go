@@ -98,7 +98,7 @@ func (l *Limiter) chargeAs(ctx context.Context, r *pipeline.Request, t tokens, o
 // HoldUnnamed).
 func (l *Limiter) chargeIn(ctx context.Context, r *pipeline.Request, t tokens, ok bool, label, scoped string) {
 	if !ok {
-		t = tokens{input: estimate(r)}
+		t = tokens{input: estimateAtEnd(r)}
 	}
 	tenant, key := who(r)
 	model := r.Model
@@ -405,7 +405,7 @@ func (s *meteredStream) end() {
 	// about a token per chunk after the role's, as OpenAI streams them. A
 	// client that reads an answer and leaves before its usage chunk still
 	// pays for what it read.
-	s.l.charge(s.ctx, s.r, tokens{input: estimate(s.r), output: max(0, s.chunks.Load()-1)}, true)
+	s.l.charge(s.ctx, s.r, tokens{input: estimateAtEnd(s.r), output: max(0, s.chunks.Load()-1)}, true)
 }
 
 // countRequest counts one client request of sc in the usage record.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -219,4 +220,55 @@ func TestStreamCutAfterContentIsCharged(t *testing.T) {
 	if w := usageOf(t, l, at); w.Get("input_tokens").Int() == 0 {
 		t.Fatalf("a stream cut after its content was not charged: %s", w.Raw)
 	}
+}
+
+// TestChargeAtEndDoesNotBuildTheTokenizer: the charge of an answer that
+// reported no usage is made before the answer's last bytes go out, so it
+// does not wait for the first build of the route's tokenizer (half a
+// second, seconds on a loaded machine, which outlasted a shutdown's last
+// writes and cut the stream quietly): until the tokenizer is built, the
+// input is taken as a token per four bytes of the body. Not parallel: it
+// replaces counterBuilt.
+func TestChargeAtEndDoesNotBuildTheTokenizer(t *testing.T) {
+	body := []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"what is the capital of France, and why?"}]}`)
+	exact := estimate(&pipeline.Request{Model: "gpt-x", Body: body})
+	rough := int64(len(body)+3) / 4
+	if exact == rough {
+		t.Fatalf("the body's count %d is its rough estimate too: pick another body", exact)
+	}
+	for _, built := range []bool{false, true} {
+		counterBuilt = func(string) bool { return built }
+		at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+		l := newLimiterAt(t, "", NewMemoryStore, "w", func() time.Time { return at })
+		up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{Stream: &chunkStream{chunks: []string{
+				`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+				`{"choices":[{"index":0,"delta":{"content":"Paris"}}]}`,
+			}}}, nil
+		})
+		r := &pipeline.Request{Model: "gpt-x", Stream: true, Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "w"}, Body: body}
+		resp, err := l.Meter(up).Chat(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := resp.Stream.Next(); err != nil {
+				break
+			}
+		}
+		resp.Stream.Close()
+		l.Flush()
+		report, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rough
+		if built {
+			want = exact
+		}
+		if got := gjson.GetBytes(report, `data.#(group=="w").input_tokens`).Int(); got != want {
+			t.Errorf("tokenizer built %v: charged %d input tokens, want %d (count %d, rough %d)", built, got, want, exact, rough)
+		}
+	}
+	counterBuilt = contextedit.CounterBuilt
 }
