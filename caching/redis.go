@@ -105,3 +105,39 @@ func (s *RedisStore) Delete(ctx context.Context, key string) error {
 	defer cancel()
 	return s.client.Del(ctx, s.prefix+key).Err()
 }
+
+// SetMany stores val under each of keys with ttl (<= 0: no expiry), in
+// one round trip. val is not retained.
+func (s *RedisStore) SetMany(ctx context.Context, keys []string, val []byte, ttl time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if ttl < 0 {
+		ttl = 0
+	}
+	pipe := s.client.Pipeline()
+	for _, k := range keys {
+		pipe.Set(ctx, s.prefix+k, val, ttl)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// ExistMany reports which of keys hold a value, in one round trip, without
+// reading the values.
+func (s *RedisStore) ExistMany(ctx context.Context, keys []string) ([]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Exists(ctx, s.prefix+k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	there := make([]bool, len(keys))
+	for i, c := range cmds {
+		there[i] = c.Val() > 0
+	}
+	return there, nil
+}

@@ -40,6 +40,7 @@ func (u *responsesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.calls = append(u.calls, r.Method+" "+r.URL.Path+" "+string(b))
 	u.n++
 	id := fmt.Sprintf("resp_%d%s", u.n, strings.Repeat("x", 40))
+	rs, msg := fmt.Sprintf("rs_%d%s", u.n, strings.Repeat("r", 40)), fmt.Sprintf("msg_%d%s", u.n, strings.Repeat("m", 40))
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
@@ -49,19 +50,25 @@ func (u *responsesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The object as the provider writes it: the id first, though a
 	// nested "id" (an output item's) comes before the top level's end.
+	// Its output items' ids are the response's own.
+	reasoning := fmt.Sprintf(`{"id":%q,"type":"reasoning","summary":[]}`, rs)
+	message := fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi \"there\"","annotations":[]}]}`, msg)
 	obj := fmt.Sprintf(`{"id":%q,"object":"response","created_at":1,"status":"completed","model":"up-model",`+
-		`"previous_response_id":%s,"output":[{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"output_text","text":"hi \"there\"","annotations":[]}]}],`+
-		`"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}`, id, orNull(gjson.GetBytes(b, "previous_response_id").Raw))
+		`"previous_response_id":%s,"output":[%s,%s],`+
+		`"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}`, id, orNull(gjson.GetBytes(b, "previous_response_id").Raw), reasoning, message)
 	if !gjson.GetBytes(b, "stream").Bool() {
 		fmt.Fprint(w, obj)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	created := strings.Replace(obj, `"status":"completed"`, `"status":"in_progress"`, 1)
+	created = created[:strings.Index(created, `"output":[`)] + `"output":[]}`
 	fmt.Fprintf(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":%s}\n\n", created)
 	w.(http.Flusher).Flush()
-	fmt.Fprintf(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"hi\"}\n\n")
-	fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":%s}\n\n", obj)
+	fmt.Fprintf(w, "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":%s}\n\n", reasoning)
+	fmt.Fprintf(w, "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":1,\"item\":%s}\n\n", message)
+	fmt.Fprintf(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":%q,\"output_index\":1,\"content_index\":0,\"delta\":\"hi\"}\n\n", msg)
+	fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":4,\"response\":%s}\n\n", obj)
 }
 
 func orNull(raw string) string {

@@ -57,6 +57,7 @@ const (
 	CodeUnsupportedMediaType     = "unsupported_media_type"
 	CodeUnsupportedParameter     = "unsupported_parameter" // a request field the model's provider cannot honour
 	CodeResponseNotFound         = "response_not_found"    // an unknown, expired or other tenant's response id
+	CodeItemNotFound             = "item_not_found"        // an unknown, expired or other tenant's stored item id
 	CodeRequestTooLarge          = "request_too_large"
 	CodeRequestTimeout           = "request_timeout"
 	CodeIntegerAboveMax          = "integer_above_max_value"

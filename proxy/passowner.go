@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,14 +64,16 @@ func (s *Server) checkOwnedPath(rt *Runtime, tenant, path string) error {
 // checkOwnedBody refuses a pass-through Responses body whose
 // previous_response_id names a provider response tenant did not create,
 // as a translated request naming an unknown stored response is refused
-// (handleResponses). A conversation (the Conversations API) is refused:
-// conversations are not scoped by tenant. body is valid JSON (jsonModel).
+// (handleResponses), or whose input names a stored item no answer of
+// tenant's carried (checkOwnedItems). A conversation (the Conversations
+// API) is refused: conversations are not scoped by tenant. body is valid
+// JSON (jsonModel).
 func (s *Server) checkOwnedBody(rt *Runtime, tenant string, body []byte) error {
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
 		return nil
 	}
-	m, err := onlyMembers(root, "conversation", "previous_response_id")
+	m, err := onlyMembers(root, "conversation", "previous_response_id", "input")
 	if err != nil {
 		return err
 	}
@@ -80,16 +83,85 @@ func (s *Server) checkOwnedBody(rt *Runtime, tenant string, body []byte) error {
 	}
 	switch {
 	case !prev.Exists() || prev.Type == gjson.Null:
-		return nil
+		return s.checkOwnedItems(rt, tenant, m[2])
 	case prev.Type != gjson.String:
 		return pipeline.BadRequest("previous_response_id", "previous_response_id must be a string")
 	}
 	owns, err := s.owns(rt.ResponseOwners, tenant, prev.Str)
-	if err != nil || owns {
+	if err != nil {
 		return err
+	}
+	if owns {
+		return s.checkOwnedItems(rt, tenant, m[2])
 	}
 	e := pipeline.NotFound(pipeline.CodeResponseNotFound, "Previous response with id '%s' not found.", truncate(prev.Str, 128))
 	e.Param = "previous_response_id"
+	return e
+}
+
+// checkOwnedItems refuses an input naming by id a stored item that no
+// answer of tenant's carried (itemTap), as an unknown item: an
+// item_reference (whose type may be left out: any item with an id and no
+// type), or a reasoning item without its encrypted_content, both of which
+// the provider reads from every tenant's items alike. At most
+// responses.MaxItems are looked up, in one call.
+func (s *Server) checkOwnedItems(rt *Runtime, tenant string, input gjson.Result) error {
+	if !input.IsArray() {
+		return nil
+	}
+	var ids []string
+	var bad error
+	i := -1
+	input.ForEach(func(_, it gjson.Result) bool {
+		i++
+		if !it.IsObject() {
+			return true
+		}
+		m, name := members(it, "type", "id", "encrypted_content")
+		if name != "" {
+			bad = pipeline.BadRequest("input", "input[%d].%s must appear once", i, name)
+			return false
+		}
+		typ, id, enc := m[0], m[1], m[2]
+		if !id.Exists() || id.Type == gjson.Null {
+			return true
+		}
+		switch {
+		case typ.Exists() && typ.Type != gjson.Null && typ.Type != gjson.String:
+			bad = pipeline.BadRequest("input", "input[%d].type must be a string", i)
+			return false
+		case !typ.Exists() || typ.Type == gjson.Null || strings.EqualFold(typ.Str, "item_reference"):
+		case strings.EqualFold(typ.Str, "reasoning") && enc.Str == "":
+		default:
+			return true // the item is what the request says
+		}
+		switch {
+		case id.Type != gjson.String:
+			bad = pipeline.BadRequest("input", "input[%d].id must be a string", i)
+			return false
+		case len(ids) == responses.MaxItems:
+			bad = pipeline.BadRequest("input", "input may name at most %d stored items by id", responses.MaxItems)
+			return false
+		}
+		ids = append(ids, id.Str)
+		return true
+	})
+	if bad != nil || len(ids) == 0 {
+		return bad
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	missing, ok, err := rt.ResponseOwners.OwnsItems(ctx, tenant, ids)
+	if err != nil {
+		return storeUnavailable(err)
+	}
+	if ok {
+		return nil
+	}
+	e := pipeline.NotFound(pipeline.CodeItemNotFound, "Item with id '%s' not found.", truncate(missing, 128))
+	e.Param = "input"
 	return e
 }
 
@@ -104,14 +176,23 @@ func (s *Server) owns(o *responses.Owners, tenant, id string) (bool, error) {
 	return ok, nil
 }
 
-// onlyMembers returns root's members of the names given (at most two), in
-// their order, in one pass over root. A second member of a name, or one spelled
-// otherwise (another case, an escape), is refused: the gateway and a
-// lenient upstream, which may match keys without regard to case and keep
+// onlyMembers returns root's members of the names given (at most three),
+// in their order, in one pass over root. A second member of a name, or one
+// spelled otherwise (another case, an escape), is refused: the gateway and
+// a lenient upstream, which may match keys without regard to case and keep
 // the last, must read the same one.
-func onlyMembers(root gjson.Result, names ...string) ([2]gjson.Result, error) {
-	var vals [2]gjson.Result
-	var seen [2]bool
+func onlyMembers(root gjson.Result, names ...string) ([3]gjson.Result, error) {
+	vals, bad := members(root, names...)
+	if bad != "" {
+		return vals, pipeline.BadRequest(bad, "%s must appear once", bad)
+	}
+	return vals, nil
+}
+
+// members is onlyMembers, with the name of the member refused ("" if none).
+func members(root gjson.Result, names ...string) ([3]gjson.Result, string) {
+	var vals [3]gjson.Result
+	var seen [3]bool
 	var bad string
 	root.ForEach(func(k, v gjson.Result) bool {
 		for i, name := range names {
@@ -126,10 +207,7 @@ func onlyMembers(root gjson.Result, names ...string) ([2]gjson.Result, error) {
 		}
 		return true
 	})
-	if bad != "" {
-		return vals, pipeline.BadRequest(bad, "%s must appear once", bad)
-	}
-	return vals, nil
+	return vals, bad
 }
 
 // refuseForm refuses a body other than JSON under /v1/responses: a lenient
@@ -145,6 +223,7 @@ func refuseForm(path string) error {
 // the copy's one goroutine.
 type ownerRecord struct {
 	tap    *ownerTap
+	items  *itemTap
 	owners *responses.Owners
 	tenant string
 	held   []byte // bytes of a JSON answer from its id on, until it is recorded
@@ -169,12 +248,13 @@ func (r *ownerRecord) pass(s *Server, p []byte, end bool) []byte {
 	if len(p) > 0 {
 		r.write(s, p)
 	}
-	if !end && !r.spent && r.tap.pending() {
+	if !end && !r.spent && (r.tap.pending() || r.items.pending()) {
 		if len(r.held)+len(p) <= maxOwnerHold {
 			r.held = append(r.held, p...)
 			return nil
 		}
 		r.spent = true
+		r.items.spend()
 	}
 	if len(r.held) == 0 {
 		return p
@@ -188,13 +268,21 @@ func (r *ownerRecord) pass(s *Server, p []byte, end bool) []byte {
 // and records the id once it is read.
 func (r *ownerRecord) write(s *Server, p []byte) {
 	id, ok := r.tap.write(p)
-	if !ok {
+	items := r.items.write(p)
+	if !ok && len(items) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
-	if err := r.owners.Record(ctx, r.tenant, id); err != nil {
-		s.log.Warn().Str("response_id", id).AnErr("cause", err).Msg("could not record the owner of a provider's response")
+	if ok {
+		if err := r.owners.Record(ctx, r.tenant, id); err != nil {
+			s.log.Warn().Str("response_id", id).AnErr("cause", err).Msg("could not record the owner of a provider's response")
+		}
+	}
+	if len(items) > 0 {
+		if err := r.owners.RecordItems(ctx, r.tenant, items); err != nil {
+			s.log.Warn().Int("items", len(items)).AnErr("cause", err).Msg("could not record the owner of a provider's output items")
+		}
 	}
 }
 

@@ -142,7 +142,7 @@ func TestOwnerRecordPass(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, piece), func(t *testing.T) {
 				t.Parallel()
 				owners := &responses.Owners{KV: responses.NewMemoryKV(1 << 20)}
-				r := &ownerRecord{tap: newOwnerTap([]byte("application/json")), owners: owners, tenant: "t"}
+				r := &ownerRecord{tap: newOwnerTap([]byte("application/json")), items: newItemTap(false), owners: owners, tenant: "t"}
 				var out []byte
 				body := []byte(tc.body)
 				for len(body) > 0 {

@@ -149,7 +149,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	var own *ownerRecord
 	if pb.record && resp.StatusCode() < 300 {
 		if tap := newOwnerTap(resp.Header.ContentType()); tap != nil {
-			own = &ownerRecord{tap: tap, owners: x.rt.ResponseOwners, tenant: tenantName(pb.tenant)}
+			own = &ownerRecord{tap: tap, items: newItemTap(tap.sse), owners: x.rt.ResponseOwners, tenant: tenantName(pb.tenant)}
 		}
 	}
 	s.writeBody(ctx, x, s.copyBody(x, pc, freq, resp, ctx.Conn(), m, own))

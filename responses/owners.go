@@ -55,3 +55,84 @@ func (o *Owners) Owns(ctx context.Context, tenant, id string) (bool, error) {
 	}
 	return ok, err
 }
+
+// Items: the output items of a tenant's responses (messages, reasoning,
+// tool calls), which a later request may name by id (an item_reference,
+// or a reasoning item without its encrypted_content) and the provider
+// reads from every tenant's alike. A record is a key of its own kind,
+// "item:", so that an item's id never passes as a response's.
+
+// MaxItems bounds the item ids one answer records and one request looks
+// up.
+const MaxItems = 1024
+
+func itemKey(tenant, id string) string { return "item:" + tenant + "\x00" + id }
+
+// manyKV is a KV that writes or looks up many keys in one round trip
+// (caching.RedisStore).
+type manyKV interface {
+	SetMany(ctx context.Context, keys []string, val []byte, ttl time.Duration) error
+	ExistMany(ctx context.Context, keys []string) ([]bool, error)
+}
+
+// RecordItems notes that tenant's response carried the output items ids
+// (at most MaxItems; an id empty or over maxProviderID is skipped).
+func (o *Owners) RecordItems(ctx context.Context, tenant string, ids []string) error {
+	keys := make([]string, 0, min(len(ids), MaxItems))
+	for _, id := range ids[:min(len(ids), MaxItems)] {
+		if id != "" && len(id) <= maxProviderID {
+			keys = append(keys, itemKey(tenant, id))
+		}
+	}
+	if m, ok := o.KV.(manyKV); ok && len(keys) > 1 {
+		return m.SetMany(ctx, keys, owned, o.TTL)
+	}
+	for _, k := range keys {
+		if err := o.KV.Set(ctx, k, owned, o.TTL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OwnsItems returns the first of ids (at most MaxItems) that no response
+// of tenant's carried, or ok when tenant's responses carried them all.
+func (o *Owners) OwnsItems(ctx context.Context, tenant string, ids []string) (missing string, ok bool, err error) {
+	if len(ids) > MaxItems {
+		return "", false, nil
+	}
+	for _, id := range ids {
+		if id == "" || len(id) > maxProviderID {
+			return id, false, nil
+		}
+	}
+	if m, many := o.KV.(manyKV); many && len(ids) > 1 {
+		keys := make([]string, len(ids))
+		for i, id := range ids {
+			keys[i] = itemKey(tenant, id)
+		}
+		there, err := m.ExistMany(ctx, keys)
+		if err != nil {
+			return "", false, err
+		}
+		for i, id := range ids {
+			if i >= len(there) || !there[i] {
+				return id, false, nil
+			}
+		}
+		return "", true, nil
+	}
+	for _, id := range ids {
+		k := itemKey(tenant, id)
+		var found bool
+		if b, bounded := o.KV.(boundedKV); bounded {
+			_, found, err = b.GetMax(ctx, k, len(owned))
+		} else {
+			_, found, err = o.KV.Get(ctx, k)
+		}
+		if err != nil || !found {
+			return id, false, err
+		}
+	}
+	return "", true, nil
+}
