@@ -245,26 +245,20 @@ func (s *itemScan) scan(p []byte) {
 				if s.capture != capNone {
 					s.keep()
 				}
-			case s.keying:
-				if len(s.key) < maxScanKey {
-					s.key = append(s.key, c)
-				} else {
-					s.keyLong = true
-				}
-			case s.capture != capNone:
-				if len(s.val) < maxScanValue {
-					s.val = append(s.val, c)
-				} else {
-					s.valBad = true
-				}
 			default:
-				// A string read past: skip to its end or next escape.
-				j := bytes.IndexAny(p[i+1:], "\"\\")
-				if j < 0 {
-					i = len(p) - 1
-				} else {
-					i += j
+				// The rest of the string up to its end or next escape: kept
+				// (a key's or an id's first bytes) or skipped.
+				end := len(p)
+				if j := bytes.IndexAny(p[i:], "\"\\"); j >= 0 {
+					end = i + j
 				}
+				switch {
+				case s.keying:
+					s.key, s.keyLong = appendMax(s.key, p[i:end], maxScanKey, s.keyLong)
+				case s.capture != capNone:
+					s.val, s.valBad = appendMax(s.val, p[i:end], maxScanValue, s.valBad)
+				}
+				i = end - 1
 			}
 			continue
 		}
@@ -330,6 +324,15 @@ func (s *itemScan) scan(p []byte) {
 		}
 		s.next, s.want = nNone, capNone
 	}
+}
+
+// appendMax appends p to b up to limit bytes; over is true (or was) when p
+// did not fit.
+func appendMax(b, p []byte, limit int, over bool) ([]byte, bool) {
+	if room := limit - len(b); len(p) > room {
+		return append(b, p[:room]...), true
+	}
+	return append(b, p...), over
 }
 
 // keep ends the string value being read.
