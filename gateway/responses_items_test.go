@@ -95,6 +95,39 @@ func TestNativeResponseItemsAreTheirTenants(t *testing.T) {
 	}
 }
 
+// The output items of a response read back or cancelled by the tenant
+// that created it (one made in the background has its items only then)
+// are that tenant's too.
+func TestNativeResponseItemsReadBackAreTheirTenants(t *testing.T) {
+	t.Parallel()
+	up := &responsesAPI{}
+	h := newOwnerHarness(t, up, "")
+	for _, tc := range []struct{ method, sub string }{{"GET", ""}, {"POST", "/cancel"}} {
+		id := createResponse(t, h.base, "sk-a", false)
+		status, _, body := send(t, tc.method, h.base+"/responses/"+id+tc.sub, "sk-a", "")
+		item := gjson.GetBytes(body, "output.0.id").Str
+		if status != 200 || !strings.HasPrefix(item, "msg_of_") {
+			t.Fatalf("%s %s: %d %s", tc.method, tc.sub, status, body)
+		}
+		ref := `{"model":"gpt-x","input":[{"type":"item_reference","id":"` + item + `"}]}`
+		if status, _, body := send(t, "POST", h.base+"/responses", "sk-b", ref); status != 404 {
+			t.Fatalf("%s %s: tenant b names a's item: %d %s, want 404", tc.method, tc.sub, status, body)
+		}
+		if status, _, body := send(t, "POST", h.base+"/responses", "sk-a", ref); status != 200 {
+			t.Fatalf("%s %s: tenant a names its own item: %d %s", tc.method, tc.sub, status, body)
+		}
+	}
+	// A deletion's answer records nothing.
+	id := createResponse(t, h.base, "sk-a", false)
+	if status, _, body := send(t, "DELETE", h.base+"/responses/"+id, "sk-a", ""); status != 200 {
+		t.Fatalf("delete: %d %s", status, body)
+	}
+	ref := `{"model":"gpt-x","input":[{"type":"item_reference","id":"msg_of_` + id + `"}]}`
+	if status, _, body := send(t, "POST", h.base+"/responses", "sk-a", ref); status != 404 {
+		t.Fatalf("an item of a deletion's answer: %d %s, want 404", status, body)
+	}
+}
+
 // Input items the gateway and a lenient provider might read differently,
 // or too many to look up, are refused before they go upstream.
 func TestNativeResponseItemsRefuseWhatTheyCannotScope(t *testing.T) {

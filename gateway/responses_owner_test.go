@@ -45,7 +45,9 @@ func (u *responsesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
 		id = strings.TrimPrefix(r.URL.Path, "/v1/responses/")
-		fmt.Fprintf(w, `{"id":%q,"object":"response","status":"completed","output":[]}`, id)
+		// A response read back (made in the background, say) has the
+		// output items it has by now.
+		fmt.Fprintf(w, `{"id":%q,"object":"response","status":"completed","output":[{"id":"msg_of_%s","type":"message"}]}`, id, strings.ReplaceAll(id, "/", "_"))
 		return
 	}
 	// The object as the provider writes it: the id first, though a

@@ -45,8 +45,11 @@ type passBody struct {
 	metered  bool
 	estimate bool
 	// record: a POST /v1/responses passed through, whose answer's
-	// response id is recorded as tenant's (ownerRecord).
-	record bool
+	// response id and output items are recorded as tenant's
+	// (ownerRecord). recordItems: a retrieval or cancellation of a
+	// response of tenant's, whose answer's output items are.
+	record      bool
+	recordItems bool
 }
 
 // passthroughBody reads, checks and routes a pass-through body. JSON and

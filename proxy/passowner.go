@@ -47,6 +47,18 @@ func pathResponseID(path string) (id string, ok bool) {
 	return id, more || !responsesCollections[id]
 }
 
+// answersResponse reports whether a pass-through request of path answers
+// with the response its path names (checkOwnedPath found it tenant's),
+// whose output items are then tenant's too: GET /v1/responses/{id} (as
+// JSON or a stream) and POST /v1/responses/{id}/cancel.
+func answersResponse(path string, get, post bool) bool {
+	if _, ok := pathResponseID(path); !ok {
+		return false
+	}
+	_, sub, _ := strings.Cut(path[len(responsesRoute)+1:], "/")
+	return (get && sub == "") || (post && strings.EqualFold(sub, "cancel"))
+}
+
 // checkOwnedPath refuses a pass-through path naming a provider response
 // that tenant did not create, as an unknown stored response is refused.
 func (s *Server) checkOwnedPath(rt *Runtime, tenant, path string) error {

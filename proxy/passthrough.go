@@ -147,8 +147,9 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		m = &passMeter{call: x.call, estimate: pb.estimate, tap: newUsageTap(resp.Header.ContentType())}
 	}
 	var own *ownerRecord
-	if pb.record && resp.StatusCode() < 300 {
+	if (pb.record || pb.recordItems) && resp.StatusCode() < 300 {
 		if tap := newOwnerTap(resp.Header.ContentType()); tap != nil {
+			tap.done = !pb.record // the response id is the path's, recorded
 			own = &ownerRecord{tap: tap, items: newItemTap(tap.sse), owners: x.rt.ResponseOwners, tenant: tenantName(pb.tenant)}
 		}
 	}
@@ -292,6 +293,7 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 	pb, err := s.passthroughBody(ctx, x, t, path, limit)
 	x.model = pb.model
 	pb.tenant = t
+	pb.recordItems = rt.ResponseOwners != nil && answersResponse(path, ctx.IsGet(), ctx.IsPost())
 	if err != nil || pb.native {
 		return nil, pb, err
 	}
