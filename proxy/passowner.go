@@ -231,28 +231,31 @@ func refuseForm(path string) error {
 }
 
 // ownerRecord records, as a pass-through answer of POST /v1/responses is
-// copied to the client, the response id it creates as tenant's. Used by
-// the copy's one goroutine.
+// copied to the client, the response id it creates and its output items'
+// ids as tenant's (or only the items', of a response read back: tap
+// done). Used by the copy's one goroutine.
 type ownerRecord struct {
 	tap    *ownerTap
 	items  *itemTap
 	owners *responses.Owners
 	tenant string
-	held   []byte // bytes of a JSON answer from its id on, until it is recorded
+	held   []byte // bytes of a JSON answer from its id (or first item) on, until recorded
 	spent  bool   // held outgrew maxOwnerHold: nothing more is held
 }
 
 // maxOwnerHold bounds what a JSON answer holds back from its id on while
 // its object is not yet read: past it the bytes go out unrecorded, and the
-// id is recorded when the object comes, still before the answer's end.
+// id is recorded when the object comes, still before the answer's end
+// (the output items' ids are not: itemTap.spend).
 const maxOwnerHold = 64 << 10
 
 // pass takes the next bytes of the answer (end: the last) and returns
 // those that may go out now, so that the client's follow-up, sent once it
 // has read the id, finds the record on any replica: the id is recorded
 // before the bytes that carry it. In a JSON answer, where the id is
-// recorded only with its object "response", the bytes from the id's on
-// are held until the object is read (at most maxOwnerHold bytes). An
+// recorded only with its object "response", the bytes from the id's (or
+// an output item's) on are held until the object is read (at most
+// maxOwnerHold bytes). An
 // event stream's lines go out whole (lineMasker) and hold nothing here.
 // The result is p or the bytes held, which the caller relays before the
 // next call.
@@ -277,7 +280,7 @@ func (r *ownerRecord) pass(s *Server, p []byte, end bool) []byte {
 }
 
 // write takes the next bytes of the answer, before the client gets them,
-// and records the id once it is read.
+// and records the id once it is read, and the items' ids read in them.
 func (r *ownerRecord) write(s *Server, p []byte) {
 	id, ok := r.tap.write(p)
 	items := r.items.write(p)
