@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmgw/gateway/config"
 )
@@ -41,6 +42,10 @@ func TestToolListBounded(t *testing.T) {
 	m := Start(Options{
 		Servers: defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: "1"}}),
 		Logger:  testLogger(t),
+		// The first attempt lists 1,025 tools from a race-built binary;
+		// on a loaded machine that outlasts the default wait, and the
+		// status would still be the attempt's, not its failure.
+		StartWait: time.Minute,
 	})
 	defer m.Close()
 	if n := len(m.Tools()); n != 0 {
@@ -61,8 +66,9 @@ func TestToolListBoundCountsToolsTakenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := Start(Options{
-		Servers: defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: "skipped"}}),
-		Logger:  testLogger(t),
+		Servers:   defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: "skipped"}}),
+		Logger:    testLogger(t),
+		StartWait: time.Minute,
 	})
 	defer m.Close()
 	if n := len(m.Tools()); n != maxServerTools {
