@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,6 +129,15 @@ func New(o Options) *Limiter {
 			up = m.Name
 		}
 		l.prices[m.Name], _ = priceFor(m.Price, up)
+	}
+	if slices.ContainsFunc(cfg.Limits, func(r config.Limit) bool { return r.TokensPerMinute > 0 }) {
+		// A token rule counts every request's input before its call: the
+		// tokenizers are built now, in the background, rather than by the
+		// first request of each (half a second it would wait).
+		contextedit.BuildCounter("") // a request without a route
+		for _, m := range cfg.Models {
+			contextedit.BuildCounter(m.Encoding)
+		}
 	}
 	// The recorder's sequence key is this limiter's own, as its slot names are.
 	l.rec = newRecorder(l.store, o.Logger, o.Prefix+"rec:"+l.slotPfx)

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -271,4 +272,25 @@ func TestChargeAtEndDoesNotBuildTheTokenizer(t *testing.T) {
 		}
 	}
 	counterBuilt = contextedit.CounterBuilt
+}
+
+// TestTokenRulesBuildTheTokenizersAtStart: a token rule counts every
+// request's input before its call, so a limiter with one builds its models'
+// tokenizers in the background when it is made, not in its first request.
+// A limiter without one builds none (r50k_base is no other test's here).
+func TestTokenRulesBuildTheTokenizersAtStart(t *testing.T) {
+	t.Parallel()
+	const model = "\n[[models]]\nname = \"old\"\nprovider = \"up\"\nencoding = \"%s\"\n"
+	newLimiter(t, fmt.Sprintf(model, "p50k_base")+"\n[[limits]]\ntenant = \"w\"\nrequests_per_minute = 5\n", NewMemoryStore, "")
+	newLimiter(t, fmt.Sprintf(model, "r50k_base")+"\n[[limits]]\ntenant = \"w\"\ntokens_per_minute = 500\n", NewMemoryStore, "")
+	deadline := time.Now().Add(time.Minute)
+	for !contextedit.CounterBuilt("r50k_base") {
+		if time.Now().After(deadline) {
+			t.Fatal("a limiter with a token rule did not build its model's tokenizer in a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if contextedit.CounterBuilt("p50k_base") {
+		t.Fatal("a limiter without a token rule built its model's tokenizer")
+	}
 }
