@@ -78,6 +78,15 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	if err != nil {
 		return pb, err
 	}
+	if len(body) == 0 && !(ctx.IsPost() && needsModel(rt, path)) {
+		// No body, whatever its Content-Type says (an SDK sends
+		// application/json on every DELETE): nothing to read a model
+		// from, passed through as a request without one is.
+		if err := admitOpaque(x, t, path); err != nil {
+			return pb, err
+		}
+		return pb, nil
+	}
 	model, err := f.model(body)
 	if err != nil {
 		return pb, err
@@ -170,21 +179,8 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 // (a lenient upstream parses any body as JSON: a model endpoint's body is
 // judged here or not sent at all).
 func opaqueBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path string, limit int) (passBody, error) {
-	rt := x.rt
-	if rt.Policy != nil && rt.Policy.ModelEndpoint(path) {
-		return passBody{}, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
-			"%s takes application/json or multipart/form-data.", truncate(path, 200))
-	}
-	if rt.Policy != nil {
-		// No model to judge, but the tenant's request limits still apply.
-		req := &pipeline.Request{ID: x.id, Start: x.start, Endpoint: path, Meta: &x.meta}
-		if err := rt.Policy.Admit(t, req); err != nil {
-			return passBody{}, err
-		}
-		var err error
-		if x.call, err = rt.Policy.Limit(req); err != nil {
-			return passBody{}, err
-		}
+	if err := admitOpaque(x, t, path); err != nil {
+		return passBody{}, err
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl > limit {
 		_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
@@ -194,6 +190,37 @@ func opaqueBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path 
 		return passBody{body: ctx.Request.Body()}, nil // fasthttp's buffer lives until the handler's writer ends
 	}
 	return passBody{upload: &uploadReader{r: ctx.RequestBodyStream(), max: int64(limit)}}, nil
+}
+
+// admitOpaque admits a pass-through request whose body names no model (an
+// opaque body, or none): a model endpoint refuses it; any other passes the
+// tenant's request limits.
+func admitOpaque(x *exchange, t *pipeline.Tenant, path string) error {
+	rt := x.rt
+	if rt.Policy == nil {
+		return nil
+	}
+	if rt.Policy.ModelEndpoint(path) {
+		return pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
+			"%s takes application/json or multipart/form-data.", truncate(path, 200))
+	}
+	// No model to judge, but the tenant's request limits still apply.
+	req := &pipeline.Request{ID: x.id, Start: x.start, Endpoint: path, Meta: &x.meta}
+	if err := rt.Policy.Admit(t, req); err != nil {
+		return err
+	}
+	var err error
+	x.call, err = rt.Policy.Limit(req)
+	return err
+}
+
+// needsModel reports whether a POST to path must name its model in its
+// body: a model endpoint's, or a Responses API collection's (input_tokens,
+// compact). Such a POST with an empty JSON body is refused as malformed,
+// as it always was; any other empty body is no body (passthroughBody).
+// Without a policy every POST keeps that rule.
+func needsModel(rt *Runtime, path string) bool {
+	return rt.Policy == nil || rt.Policy.ModelEndpoint(path) || responsesCollection(path)
 }
 
 // routeBody sends body to route's first deployment: its provider, and the
