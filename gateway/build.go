@@ -45,12 +45,27 @@ func Build(cfg *config.Config, log zerolog.Logger) (*proxy.Runtime, error) {
 	return build(cfg, log, seams{})
 }
 
+// Check runs every step of Build that can refuse cfg, so that a config
+// Check accepts is one Build accepts: it builds the runtime and closes it,
+// without starting what outlives a build or reaches outside the process
+// (no demo model listens, no MCP server is started).
+func Check(cfg *config.Config, log zerolog.Logger) error {
+	rt, err := build(cfg, log, seams{check: true})
+	if err != nil {
+		return err
+	}
+	rt.Close()
+	return nil
+}
+
 // seams replace the world outside the process in benchmarks: the handler
 // every model call ends in instead of the providers, and the span exporter
-// instead of OTLP. Zero values are the real ones.
+// instead of OTLP. Zero values are the real ones. check is Check's build:
+// the demo models and the MCP servers are not started.
 type seams struct {
 	upstream pipeline.Handler
 	spans    sdktrace.SpanExporter
+	check    bool
 }
 
 // builder carries one build's parts as its steps make them. closers are
@@ -202,6 +217,10 @@ func (b *builder) startUpstream() error {
 		if b.providers[i].Kind != "mock" {
 			continue
 		}
+		if b.seams.check {
+			b.providers[i].BaseURL = "http://127.0.0.1/v1" // not served: a check calls no model
+			continue
+		}
 		url, stop, err := startMock(b.providers[i], b.cfg.Models, b.log)
 		if err != nil {
 			return fmt.Errorf("providers[%d] %q: %w", i, b.providers[i].Name, err)
@@ -314,7 +333,7 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 	cfg := b.cfg
 	// MCP servers: connected now (bounded wait), their tools offered as
 	// server tools while they are up. Close stops their child processes.
-	if len(cfg.MCPServers) > 0 {
+	if len(cfg.MCPServers) > 0 && !b.seams.check {
 		b.mcp = mcpclient.Start(mcpclient.Options{Servers: cfg.MCPServers, Logger: b.log})
 		b.closers = append(b.closers, b.mcp.Close)
 	}

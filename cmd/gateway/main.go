@@ -54,6 +54,17 @@ func run() int {
 		return 1
 	}
 	if *check {
+		// What stops a start stops the check: the build's validation
+		// too (a second [[policies]] of one tenant, a spec that does not
+		// load), with what it built closed again.
+		// Its warnings are the check's; its info lines are a start's.
+		log, flush := observe.NewLogger("warn", cfg.Server.LogFormat, os.Stderr)
+		err := gateway.Check(cfg, log)
+		flush()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", *path, err)
+			return 1
+		}
 		fmt.Printf("%s: ok (%d providers, %d models, %d tools)\n", *path, len(cfg.Providers), len(cfg.Models), len(cfg.Tools))
 		return 0
 	}

@@ -135,6 +135,66 @@ func TestCheckRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// -check runs the build's validation too: a config the gateway refuses to
+// start with (here two [[policies]] of one tenant, an error only the build
+// finds) fails the check with the start's message, exit 1. It used to
+// pass. The shipped config still passes (TestShippedConfigOffline).
+func TestCheckRunsTheBuild(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	path := filepath.Join(t.TempDir(), "dup.toml")
+	body := `[server]
+listen = "127.0.0.1:1"
+[[providers]]
+name = "echo"
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+api_key = "sk-x"
+[[models]]
+name = "echo"
+provider = "echo"
+[[keys]]
+name = "b"
+tenant = "tb"
+key = "key-tb-2222222222"
+[[policies]]
+tenant = "tb"
+models = ["echo"]
+[[policies]]
+tenant = "tb"
+tool_trace = true
+`
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const want = `policies[1]: tenant "tb" already has policies[0]`
+	out, err := exec.Command(bin, "-check", "-config", path).CombinedOutput()
+	if code := exitCode(err); code != 1 || !strings.Contains(string(out), want) || strings.Contains(string(out), ": ok (") {
+		t.Fatalf("-check of two policies for one tenant: exit %d, %q; want exit 1 with %q", code, out, want)
+	}
+	// The start refuses it with the same message.
+	out, err = exec.Command(bin, "-config", path).CombinedOutput()
+	if code := exitCode(err); code != 1 || !strings.Contains(string(out), strings.ReplaceAll(want, `"`, `\"`)) {
+		t.Fatalf("start with two policies for one tenant: exit %d, %q", code, out)
+	}
+	out, err = exec.Command(bin, "-check", "-config", "../../config.toml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "config.toml: ok (") {
+		t.Fatalf("-check of the shipped config: %v %q", err, out)
+	}
+}
+
+// exitCode is a finished command's exit status (0 for a nil error, -1 for
+// one that did not run).
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
 // TestReloadOnSIGHUP: a stream in flight finishes on the old config, the next
 // request sees the new allow-list, and an invalid file keeps the old config.
 func TestReloadOnSIGHUP(t *testing.T) {
