@@ -400,15 +400,41 @@ func (s *Server) earlyError(ctx *fasthttp.RequestCtx, e error) int {
 }
 
 // expect answers a request that asks before sending its body (Expect:
-// 100-continue): a body over max_body_bytes by its Content-Length is refused
-// at once with the 413 envelope, before the client sends a byte of it;
+// 100-continue) from its head, as its route would after the body: a body
+// over max_body_bytes by its Content-Length is refused with the 413
+// envelope; on a route that takes the caller's key (keyedRoute) a key the
+// policy refuses gets its 401, and a body over the key's tenant's
+// max_body_bytes the 413, all before the client sends a byte of the body;
 // fasthttp closes the connection after. Any other goes on.
 func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
-	max := s.srv.MaxRequestBodySize
-	if cl := ctx.Request.Header.ContentLength(); max <= 0 || cl <= max {
+	cl := ctx.Request.Header.ContentLength()
+	if max := s.srv.MaxRequestBodySize; max > 0 && cl > max {
+		return s.earlyError(ctx, tooLarge(max))
+	}
+	rt := s.rt.Load()
+	if rt.Policy == nil {
 		return fasthttp.StatusContinue
 	}
-	return s.earlyError(ctx, tooLarge(max))
+	path, err := canonicalPath(string(ctx.Request.URI().PathOriginal()))
+	if err != nil || !keyedRoute(path) {
+		return fasthttp.StatusContinue // the route answers it
+	}
+	t, err := rt.authenticate(ctx)
+	if err != nil {
+		return s.earlyError(ctx, err)
+	}
+	if l := rt.Policy.BodyLimit(t); l > 0 && cl > l {
+		return s.earlyError(ctx, tooLarge(l))
+	}
+	return fasthttp.StatusContinue
+}
+
+// keyedRoute reports whether route serves the canonical path only to a
+// caller whose key the policy accepts (Runtime.authenticate), under its
+// tenant's body limit: every /v1/ route but the operators' usage API,
+// which takes the admin key.
+func keyedRoute(path string) bool {
+	return strings.HasPrefix(path, "/v1/") && path != usageRoute
 }
 
 // The routes the gateway serves itself; every other /v1/ path passes
