@@ -356,9 +356,12 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 			b.limiter.ToolLimit(),
 			caching.NewToolResultCache(b.store, toolTTL(cfg.Tools)),
 		},
-		State:      buildState(cfg, b.rdb),
-		NewEditLog: contextedit.NewEditLog,
-		Logger:     b.log,
+		State: buildState(cfg, b.rdb),
+		// Without approval_secret: the process's random key, the same
+		// after a reload, as the calls awaiting approval are (buildState).
+		ApprovalKey: keep(cfg.Path, "approval-key", toolloop.NewApprovalKey),
+		NewEditLog:  contextedit.NewEditLog,
+		Logger:      b.log,
 	}
 	var sources []toolloop.ToolSource // never a typed nil in the interface
 	if b.mcp != nil {
@@ -445,46 +448,64 @@ func buildStore(cfg *config.Config, rdb redis.UniversalClient) caching.Store {
 
 // buildState returns the mixed-turn state store: Redis when [redis] is set
 // (so that any replica can continue a turn), else memory bounded by
-// tool_loop.state_max_entries and state_max_bytes; nil when no server tool can exist.
+// tool_loop.state_max_entries and state_max_bytes, kept across reloads
+// (keep); nil when no server tool can exist.
 func buildState(cfg *config.Config, rdb redis.UniversalClient) toolloop.StateStore {
 	if !hasServerTools(cfg) {
 		return nil
 	}
+	c := cfg.ToolLoop
 	if rdb != nil {
-		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", cfg.ToolLoop.StateTTL.D(), toolloop.RedisStateMaxBytes(cfg.ToolLoop.StateMaxBytes))
+		return toolloop.NewRedisState(rdb, cfg.Redis.Prefix+"turn:", c.StateTTL.D(), toolloop.RedisStateMaxBytes(c.StateMaxBytes))
 	}
-	return toolloop.NewMemoryState(cfg.ToolLoop.StateTTL.D(), cfg.ToolLoop.StateMaxEntries, cfg.ToolLoop.StateMaxBytes)
-}
-
-// limitStores keep the rate counters, spend and usage of a gateway without
-// Redis for the life of the process, per config file: a reload (SIGHUP)
-// builds a new runtime but must not reset a tenant's spend or its limits.
-// A config that was not read from a file gets a store of its own.
-var (
-	limitStoresMu sync.Mutex
-	limitStores   = map[string]limits.Store{}
-)
-
-func limitStore(path string) limits.Store {
-	if path == "" {
-		return limits.NewMemoryStore()
-	}
-	limitStoresMu.Lock()
-	defer limitStoresMu.Unlock()
-	s := limitStores[path]
-	if s == nil {
-		s = limits.NewMemoryStore()
-		limitStores[path] = s
-	}
+	s := keep(cfg.Path, "tool-loop-state", func() *toolloop.MemoryState {
+		return toolloop.NewMemoryState(c.StateTTL.D(), c.StateMaxEntries, c.StateMaxBytes)
+	})
+	s.Resize(c.StateTTL.D(), c.StateMaxEntries, c.StateMaxBytes) // a reload's bounds
 	return s
 }
 
+// kept holds, per config file and kind, what a gateway without Redis keeps
+// in memory for the life of the process: a reload (SIGHUP) builds a new
+// runtime but must not reset a tenant's rate counters, spend and usage,
+// forget the Responses API responses it stored or the owners of its native
+// ones, nor the tool loop's turns and calls awaiting approval and the
+// generated key of their approval ids. Each build takes the one of its
+// file, made on the first; what has bounds takes the config's current
+// ones (Resize). A config that was not read from a file gets new ones.
+// Keys in these stores are tenant-scoped, as in Redis.
+var (
+	keptMu sync.Mutex
+	kept   = map[keptKey]any{}
+)
+
+type keptKey struct{ path, kind string }
+
+// keep returns the value of kind kept for the config file path, made by
+// make the first time (every time when path is "").
+func keep[T any](path, kind string, make func() T) T {
+	if path == "" {
+		return make()
+	}
+	keptMu.Lock()
+	defer keptMu.Unlock()
+	k := keptKey{path, kind}
+	if v, ok := kept[k].(T); ok {
+		return v
+	}
+	v := make()
+	kept[k] = v
+	return v
+}
+
 // buildLimiter returns the rate limits, budgets and usage record: shared
-// through Redis when [redis] is set, else in memory.
+// through Redis when [redis] is set, else in memory, kept across reloads.
 func buildLimiter(cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) *limits.Limiter {
-	o := limits.Options{Config: cfg, Store: limitStore(cfg.Path), Logger: log}
+	o := limits.Options{Config: cfg, Logger: log}
 	if rdb != nil {
 		o.Store, o.Prefix = limits.NewRedisStore(rdb), limitsPrefix(cfg.Redis)
+	} else {
+		o.Store = keep(cfg.Path, "limits", limits.NewMemoryStore)
 	}
 	return limits.New(o)
 }
@@ -550,7 +571,7 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 	case c.Store == "none":
 		kv = noStore{}
 	default:
-		kv = responses.NewMemoryKV(c.MaxBytes)
+		kv = memoryKV(cfg.Path, "responses", c.MaxBytes)
 	}
 	// The owners of the provider's responses are what lets a tenant
 	// continue its own native responses at all, whatever the store of the
@@ -562,12 +583,22 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 	case rdb != nil:
 		owners = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
 	case c.Store == "none":
-		owners = responses.NewMemoryKV(c.MaxBytes)
+		owners = memoryKV(cfg.Path, "response-owners", c.MaxBytes)
 	default:
 		owners = kv
 	}
 	return &responses.Store{KV: kv, TTL: c.TTL.D(), MaxBytes: c.MaxResponseBytes},
 		&responses.Owners{KV: owners, TTL: c.TTL.D()}, native
+}
+
+// memoryKV returns the memory KV of kind kept for the config file path
+// (keep), bounded by maxBytes (responses.max_bytes): a reload that changes
+// the bound resizes it in place, evicting as a store over its bound does,
+// rather than dropping every tenant's responses.
+func memoryKV(path, kind string, maxBytes int64) *responses.MemoryKV {
+	kv := keep(path, kind, func() *responses.MemoryKV { return responses.NewMemoryKV(maxBytes) })
+	kv.Resize(maxBytes)
+	return kv
 }
 
 // noStore keeps nothing: [responses] store = "none".

@@ -39,6 +39,9 @@ type harness struct {
 	last *bytes.Buffer
 	hdr  http.Header
 
+	toml string // the config, {{MOCK}} replaced (newHarnessAt)
+	path string // the file it is read from; "" = none
+
 	logs   *lockedBuffer   // the gateway's log, at every level; nil = discarded
 	logger *zerolog.Logger // the gateway's logger when set (logs is then unused)
 }
@@ -71,19 +74,44 @@ passthrough = ["/v1/*"]
 
 func newHarness(t testing.TB, toml string, opts mockllm.Options) *harness {
 	t.Helper()
+	return newHarnessAt(t, "", toml, opts)
+}
+
+// newHarnessAt is newHarness with the config as read from the file path
+// (config.Config.Path; "" = not from a file), which h.reload reads again.
+func newHarnessAt(t testing.TB, path, toml string, opts mockllm.Options) *harness {
+	t.Helper()
 	mock := mockllm.New(opts)
 	mockURL, err := mock.ListenLoopback()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mock.Close() })
-	cfg, err := config.Parse([]byte(strings.ReplaceAll(toml, "{{MOCK}}", mockURL)))
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	h := &harness{t: t, mock: mock, mockURL: mockURL}
-	h.srv = h.start(cfg)
+	h := &harness{t: t, mock: mock, mockURL: mockURL, toml: strings.ReplaceAll(toml, "{{MOCK}}", mockURL), path: path}
+	h.srv = h.start(h.config())
 	return h
+}
+
+// config parses h's config, as read from h.path.
+func (h *harness) config() *config.Config {
+	h.t.Helper()
+	cfg, err := config.Parse([]byte(h.toml))
+	if err != nil {
+		h.t.Fatalf("config: %v", err)
+	}
+	cfg.Path = h.path
+	return cfg
+}
+
+// reload is what cmd/gateway does on SIGHUP: it builds a runtime of the
+// config read again, serves new requests with it and closes the old one.
+func (h *harness) reload() {
+	h.t.Helper()
+	rt, err := Build(h.config(), zerolog.Nop())
+	if err != nil {
+		h.t.Fatalf("reload: %v", err)
+	}
+	h.srv.Swap(rt).Close()
 }
 
 // newLoggedHarness is newHarness with the gateway's log kept in h.logs.

@@ -130,6 +130,20 @@ func (s *MemoryKV) Set(_ context.Context, key string, val []byte, ttl time.Durat
 	return nil
 }
 
+// Resize sets the bound to maxBytes and evicts, as Set does, until the
+// entries held fit in it: a reload that changes responses.max_bytes keeps
+// the store (gateway.Build), smaller or larger.
+func (s *MemoryKV) Resize(maxBytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxBytes = maxBytes
+	for s.bytes > s.maxBytes && len(s.heavy) > 0 {
+		h := s.heavy[0]
+		h.lru.RemoveOldest()
+		s.settle(h)
+	}
+}
+
 // heaviestBut returns the tenant to evict from while just is over the
 // bound: the one holding the most bytes, unless that is just holding only
 // the entry just stored (its least recently used), then the next heaviest:

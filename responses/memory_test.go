@@ -142,3 +142,46 @@ func BenchmarkMemoryKVSet(b *testing.B) {
 		_ = kv.Set(ctx, keys[i%len(keys)], val, time.Hour)
 	}
 }
+
+// Resize (a reload with another responses.max_bytes) keeps what fits in
+// the new bound and evicts as Set does: from the heaviest tenant, its
+// least recently used entry first; a larger bound keeps everything and
+// holds more afterwards.
+func TestMemoryKVResize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	val := bytes.Repeat([]byte{'v'}, 64-len(key("t", "resp_0")))
+	kv := NewMemoryKV(8 * (entryOverhead + 64))
+	set := func(tenant, id string) {
+		t.Helper()
+		if err := kv.Set(ctx, key(tenant, id), val, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(tenant, id string) bool {
+		_, ok, _ := kv.Get(ctx, key(tenant, id))
+		return ok
+	}
+	for i := range 5 {
+		set("a", fmt.Sprintf("resp_%d", i))
+	}
+	set("b", "resp_0")
+	kv.Resize(16 * (entryOverhead + 64))
+	if kv.Bytes() != 6*(entryOverhead+64) {
+		t.Fatalf("a larger bound: %d bytes held, want all 6 entries", kv.Bytes())
+	}
+	for i := 5; i < 12; i++ {
+		set("a", fmt.Sprintf("resp_%d", i))
+	}
+	if !has("a", "resp_0") || !has("b", "resp_0") {
+		t.Fatal("evicted under the larger bound")
+	}
+	kv.Resize(4 * (entryOverhead + 64))
+	if kv.Bytes() > 4*(entryOverhead+64) {
+		t.Fatalf("%d bytes held over the smaller bound", kv.Bytes())
+	}
+	// a's resp_0 was read last (above): resp_1 is its least recently used.
+	if !has("b", "resp_0") || has("a", "resp_1") || has("a", "resp_5") || !has("a", "resp_11") {
+		t.Fatal("the smaller bound did not evict the heaviest tenant's oldest entries")
+	}
+}

@@ -48,11 +48,20 @@ func needsApproval(req *pipeline.Request, t *tool) bool {
 // approvalKey keys the tag of approval ids. Immutable.
 type approvalKey []byte
 
-// newApprovalKey returns the configured secret's key, or a random one.
-func newApprovalKey(secret string) approvalKey {
+// newApprovalKey returns the configured secret's key, else generated
+// (Options.ApprovalKey), else a random one.
+func newApprovalKey(secret string, generated []byte) approvalKey {
 	if secret != "" {
 		return approvalKey(secret)
 	}
+	if len(generated) > 0 {
+		return approvalKey(generated)
+	}
+	return NewApprovalKey()
+}
+
+// NewApprovalKey returns a random key for approval ids (Options.ApprovalKey).
+func NewApprovalKey() []byte {
 	k := make([]byte, 32)
 	_, _ = rand.Read(k) // never fails (crypto/rand)
 	return k

@@ -82,7 +82,7 @@ func FuzzParseVerdict(f *testing.F) {
 func TestApprovalIDs(t *testing.T) {
 	t.Parallel()
 	acme, globex := &pipeline.Tenant{Name: "acme"}, &pipeline.Tenant{Name: "globex"}
-	k := newApprovalKey("s3cret")
+	k := newApprovalKey("s3cret", nil)
 	id := k.mint(acme)
 	if !strings.HasPrefix(id, approvalPrefix) || len(id) > 64 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
 		t.Fatalf("id %q: want the prefix, at most 64 characters of [A-Za-z0-9_-]", id)
@@ -102,15 +102,32 @@ func TestApprovalIDs(t *testing.T) {
 		want   bool
 	}{
 		{name: "own", key: k, tenant: acme, id: id, want: true},
-		{name: "same secret, another process", key: newApprovalKey("s3cret"), tenant: acme, id: id, want: true},
+		{name: "same secret, another process", key: newApprovalKey("s3cret", nil), tenant: acme, id: id, want: true},
 		{name: "other tenant", key: k, tenant: globex, id: id},
 		{name: "no tenant", key: k, id: id},
-		{name: "other secret", key: newApprovalKey("other"), tenant: acme, id: id},
-		{name: "random key", key: newApprovalKey(""), tenant: acme, id: id},
+		{name: "other secret", key: newApprovalKey("other", nil), tenant: acme, id: id},
+		{name: "random key", key: newApprovalKey("", nil), tenant: acme, id: id},
 		{name: "tampered nonce", key: k, tenant: acme, id: tampered},
 		{name: "no tag", key: k, tenant: acme, id: approvalPrefix + "ABC"},
 		{name: "ordinary id", key: k, tenant: acme, id: newCallID()},
 	}
+	// A generated key (Options.ApprovalKey) is what a reload hands on: the
+	// ids it minted verify under it, not under another random key, and a
+	// configured secret wins over it.
+	gen := NewApprovalKey()
+	gid := newApprovalKey("", gen).mint(acme)
+	tests = append(tests, []struct {
+		name   string
+		key    approvalKey
+		tenant *pipeline.Tenant
+		id     string
+		want   bool
+	}{
+		{name: "same generated key", key: newApprovalKey("", gen), tenant: acme, id: gid, want: true},
+		{name: "generated key, other tenant", key: newApprovalKey("", gen), tenant: globex, id: gid},
+		{name: "another random key", key: newApprovalKey("", nil), tenant: acme, id: gid},
+		{name: "secret over generated key", key: newApprovalKey("s3cret", gen), tenant: acme, id: gid},
+	}...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

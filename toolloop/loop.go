@@ -47,6 +47,11 @@ type Options struct {
 	Source ToolSource
 	// State keeps the hidden part of mixed turns; nil = not kept (see StateStore).
 	State StateStore
+	// ApprovalKey keys the ids of calls awaiting approval when
+	// Loop.ApprovalSecret is unset (NewApprovalKey); nil = a random key of
+	// this Loop's own. A process passes the same key to the loops of its
+	// reloads, so that an id handed out before a reload is still its.
+	ApprovalKey []byte
 	// NewEditLog returns the context-edit log of one client request
 	// (contextedit.NewEditLog), put on every round's Request.EditLog so that
 	// each round gets the same edits; nil = none, each round is edited on
@@ -85,7 +90,7 @@ var _ pipeline.Handler = (*Loop)(nil)
 // (config.ApplyDefaults) and validates them.
 func New(opts Options) (*Loop, error) {
 	cfg := opts.Loop
-	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret), roundMax: maxRoundBytes}
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret, opts.ApprovalKey), roundMax: maxRoundBytes}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
 		return nil, err

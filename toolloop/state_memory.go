@@ -16,7 +16,7 @@ type MemoryState struct {
 	maxBytes   int
 
 	mu    sync.Mutex
-	order *list.List // of *memEntry, oldest first (save order; ttl is fixed)
+	order *list.List // of *memEntry, oldest first (save order; expiry order too while ttl stays as it is)
 	byKey map[string]*list.Element
 	bytes int
 	now   func() time.Time
@@ -62,6 +62,12 @@ func (m *MemoryState) saveLocked(e *memEntry) {
 	}
 	m.byKey[key] = m.order.PushBack(e)
 	m.bytes += e.size
+	m.trim(now)
+}
+
+// trim drops the oldest entries while the store is over a bound or the
+// oldest has expired. m.mu is held.
+func (m *MemoryState) trim(now time.Time) {
 	for m.order.Len() > 0 {
 		front := m.order.Front()
 		fe := front.Value.(*memEntry)
@@ -70,6 +76,21 @@ func (m *MemoryState) saveLocked(e *memEntry) {
 		}
 		m.remove(front)
 	}
+}
+
+// Resize sets the store's TTL and bounds and drops the oldest entries
+// until the rest fit: a reload that changes tool_loop.state_ttl,
+// state_max_entries or state_max_bytes keeps the store (gateway.Build). A
+// new TTL applies to the entries saved from now on; those kept expire when
+// they were to. Expiry is then no longer save order, so an expired entry
+// may stay behind a live one until it is the oldest or a bound drops it:
+// within the bounds, and never loaded (Load and Claim check every entry's
+// expiry).
+func (m *MemoryState) Resize(ttl time.Duration, maxEntries, maxBytes int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ttl, m.maxEntries, m.maxBytes = ttl, maxEntries, maxBytes
+	m.trim(m.now())
 }
 
 // Claim reports whether key was not kept yet, and keeps it (an empty turn,

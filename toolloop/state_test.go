@@ -248,3 +248,40 @@ func claimOnce(t *testing.T, s StateClaimer) {
 		t.Fatal("another key was claimed already")
 	}
 }
+
+// Resize (a reload with other tool_loop state settings) keeps the turns
+// that fit in the new bounds, dropping the oldest first, and applies a new
+// TTL to the turns saved from then on; a turn kept expires when it was to.
+func TestMemoryStateResize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := NewMemoryState(time.Hour, 10, stateMaxBytes)
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	for i := range 6 {
+		_ = m.Save(ctx, "k"+strconv.Itoa(i), testTurn("c"+strconv.Itoa(i)))
+	}
+	m.Resize(time.Hour, 20, stateMaxBytes)
+	if n, _ := m.Len(); n != 6 {
+		t.Fatalf("larger bounds: %d entries kept, want 6", n)
+	}
+	m.Resize(time.Minute, 4, stateMaxBytes)
+	got, _ := m.Load(ctx, []string{"k0", "k1", "k2", "k5"})
+	if n, _ := m.Len(); n != 4 || got[0] != nil || got[1] != nil || got[2] == nil || got[3] == nil {
+		t.Fatalf("smaller bound: %d entries, k0 %v k1 %v k2 %v k5 %v", n, got[0] != nil, got[1] != nil, got[2] != nil, got[3] != nil)
+	}
+	_, b := m.Len()
+	m.Resize(time.Minute, 4, b-1)
+	if n, b2 := m.Len(); n != 3 || b2 > b-1 {
+		t.Fatalf("smaller byte bound: %d entries, %d bytes", n, b2)
+	}
+	_ = m.Save(ctx, "new", testTurn("n")) // under the new TTL
+	now = now.Add(2 * time.Minute)
+	got, _ = m.Load(ctx, []string{"new", "k5"})
+	if got[0] != nil || got[1] == nil {
+		t.Fatalf("after 2 minutes: the new turn (1m TTL) kept %v, an old one (1h TTL) kept %v", got[0] != nil, got[1] != nil)
+	}
+	if n, b := m.Len(); n > 4 || b > stateMaxBytes {
+		t.Fatalf("over the bounds: %d entries, %d bytes", n, b)
+	}
+}
