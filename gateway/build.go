@@ -482,10 +482,10 @@ var (
 type keptKey struct{ path, kind string }
 
 // keep returns the value of kind kept for the config file path, made by
-// make the first time (every time when path is "").
-func keep[T any](path, kind string, make func() T) T {
+// newValue the first time (every time when path is "").
+func keep[T any](path, kind string, newValue func() T) T {
 	if path == "" {
-		return make()
+		return newValue()
 	}
 	keptMu.Lock()
 	defer keptMu.Unlock()
@@ -493,7 +493,7 @@ func keep[T any](path, kind string, make func() T) T {
 	if v, ok := kept[k].(T); ok {
 		return v
 	}
-	v := make()
+	v := newValue()
 	kept[k] = v
 	return v
 }
