@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1039,5 +1040,116 @@ period = "day"
 	}
 	if n := fx.calls.Load(); n != 0 {
 		t.Errorf("%d calls went upstream", n)
+	}
+}
+
+// TestChargeOfInsaneUsage: an upstream's usage with a negative count, or
+// one so large its cost overflows (1.5e300 reads as math.MinInt64), is
+// charged without a panic: a negative count as none, a huge one as
+// maxCallTokens; the token and cost counters, the budget's spend and the
+// usage record only grow. Prometheus counters panic on a negative Add:
+// through a pass-through's copy goroutine that ended the process.
+func TestChargeOfInsaneUsage(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	fx := newFixtureAt(t, `
+[[budgets]]
+tenant = "insane"
+amount = 1000000000000
+period = "day"
+`, func() Store { return NewMemoryStore() }, func() time.Time { return at })
+	counter := func(kind string) float64 {
+		return testutil.ToFloat64(tokensTotal.WithLabelValues("insane", "gpt-x", kind))
+	}
+	spent := func() float64 { return testutil.ToFloat64(costTotal.WithLabelValues("insane", "gpt-x")) }
+	report := func() gjson.Result {
+		fx.l.Flush()
+		b, err := fx.l.Report(context.Background(), UsageQuery{Tenant: "insane", From: at, To: at, GroupBy: "model"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gjson.GetBytes(b, `data.#(group=="gpt-x")`)
+	}
+	type snap struct{ in, out, cached, cost, rIn, rOut, rCost float64 }
+	take := func() snap {
+		r := report()
+		return snap{counter("input"), counter("output"), counter("cached"), spent(),
+			r.Get("input_tokens").Float(), r.Get("output_tokens").Float(), r.Get("cost_microdollars").Float()}
+	}
+	prev := take()
+	for _, tc := range []struct {
+		name   string
+		u      wire.ChatUsage
+		in     float64 // the input tokens it adds
+		out    float64
+		cached float64
+	}{
+		{"negative prompt", wire.ChatUsage{Prompt: -5, Completion: 3}, 0, 3, 0},
+		{"negative completion", wire.ChatUsage{Prompt: 4, Completion: -1}, 4, 0, 0},
+		{"negative cached", wire.ChatUsage{Prompt: 4, Cached: -100}, 4, 0, 0},
+		{"min int64 (1.5e300)", wire.ChatUsage{Prompt: math.MinInt64, Completion: math.MinInt64, Cached: math.MinInt64}, 0, 0, 0},
+		{"max int64", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64, Cached: math.MaxInt64}, maxCallTokens, maxCallTokens, maxCallTokens},
+		{"max int64 again", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64}, maxCallTokens, maxCallTokens, 0},
+	} {
+		c, err := fx.l.Hold(&pipeline.Request{ID: "r", Model: "gpt-x", Route: &pipeline.Route{Name: "gpt-x"}, Endpoint: "/v1/embeddings",
+			Body: []byte(`{"input":"x"}`), Tenant: &pipeline.Tenant{Name: "insane"}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("%s: Charge panicked: %v", tc.name, p)
+				}
+			}()
+			c.Charge(tc.u, false)
+		}()
+		c.End()
+		now := take()
+		if now.in-prev.in != tc.in || now.out-prev.out != tc.out || now.cached-prev.cached != tc.cached {
+			t.Errorf("%s: counted %v input, %v output, %v cached; want %v, %v, %v", tc.name,
+				now.in-prev.in, now.out-prev.out, now.cached-prev.cached, tc.in, tc.out, tc.cached)
+		}
+		if now.rIn-prev.rIn != tc.in || now.rOut-prev.rOut != tc.out {
+			t.Errorf("%s: the usage record grew by %v input, %v output; want %v, %v", tc.name, now.rIn-prev.rIn, now.rOut-prev.rOut, tc.in, tc.out)
+		}
+		if now.cost < prev.cost || now.rCost < prev.rCost || now.rCost < 0 || now.cost > float64(6*maxCallCost) {
+			t.Errorf("%s: cost went from %v to %v (record %v to %v)", tc.name, prev.cost, now.cost, prev.rCost, now.rCost)
+		}
+		if tc.in == 0 && tc.out == 0 && now.cost != prev.cost {
+			t.Errorf("%s: nothing charged, but the cost rose by %v", tc.name, now.cost-prev.cost)
+		}
+		prev = now
+	}
+	if prev.cost == 0 {
+		t.Error("the huge usage cost nothing")
+	}
+}
+
+// TestCostSaturates: cost is never negative nor over maxCallCost, whatever
+// the counts and the price (a NaN or negative price included).
+func TestCostSaturates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p    config.Price
+		t    tokens
+		want int64
+	}{
+		{config.Price{Input: 2, Output: 10}, tokens{input: 10, output: 5}, 70},
+		{config.Price{Input: 2, Output: 10}, tokens{input: -10, output: -5}, 0},
+		{config.Price{Input: 2, Output: 10, CachedInput: 1}, tokens{input: 10, cached: -100}, 20},
+		{config.Price{Input: 2, Output: 10}, tokens{input: math.MaxInt64, output: math.MaxInt64}, 12 * maxCallTokens},
+		{config.Price{Input: 1e6, Output: 1e6}, tokens{input: math.MaxInt64, output: math.MaxInt64}, maxCallCost},
+		{config.Price{Input: 1e300, Output: 1e300}, tokens{input: 1, output: 1}, maxCallCost},
+		{config.Price{Input: -2}, tokens{input: 10}, 0},
+		{config.Price{Input: math.NaN()}, tokens{input: 10}, 0},
+		{config.Price{Input: math.Inf(1)}, tokens{input: 10}, maxCallCost},
+	} {
+		if got := cost(tc.p, tc.t); got != tc.want {
+			t.Errorf("cost(%+v, %+v) = %d, want %d", tc.p, tc.t, got, tc.want)
+		}
+	}
+	if addSat(math.MaxInt64-1, 5) != math.MaxInt64 || addSat(math.MinInt64+1, -5) != math.MinInt64 || addSat(3, -5) != -2 {
+		t.Error("addSat wraps")
 	}
 }

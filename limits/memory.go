@@ -156,7 +156,7 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 				m.bucket(a.key, a.limit).ReserveN(now, int(min(a.n, a.limit)))
 			}
 		case kindBudget:
-			m.spend[a.key] += a.n
+			m.spend[a.key] = addSat(m.spend[a.key], a.n)
 		case kindRelease:
 			if _, ok := m.slots[slot{a.key, a.field}]; ok {
 				delete(m.slots, slot{a.key, a.field})
@@ -176,7 +176,7 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 				u[a.field] = row
 			}
 			for i, n := range a.row {
-				row[i] += n
+				row[i] = addSat(row[i], n)
 			}
 		}
 		if !a.until.IsZero() {

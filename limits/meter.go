@@ -100,6 +100,10 @@ func (l *Limiter) chargeIn(ctx context.Context, r *pipeline.Request, t tokens, o
 	if !ok {
 		t = tokens{input: estimateAtEnd(r)}
 	}
+	// Every charge comes here (a chat call's, a stream's, a tool loop
+	// round's, a pass-through's): the one place the upstream's counts are
+	// made sane before they reach the counters, the spend and the record.
+	t = t.sane()
 	tenant, key := who(r)
 	model := r.Model
 	now := l.now()

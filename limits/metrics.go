@@ -35,11 +35,21 @@ type meterCounters struct {
 	input, output, cached, cost prometheus.Counter
 }
 
+// add counts one call. Its caller made t sane and micro is a cost; a
+// negative is skipped all the same: a Prometheus counter's Add panics on
+// one, and the panic would be the request's, or the process's.
 func (m *meterCounters) add(t tokens, micro int64) {
-	m.input.Add(float64(t.input))
-	m.output.Add(float64(t.output))
-	m.cached.Add(float64(t.cached))
-	m.cost.Add(float64(micro))
+	addCounter(m.input, t.input)
+	addCounter(m.output, t.output)
+	addCounter(m.cached, t.cached)
+	addCounter(m.cost, micro)
+}
+
+// addCounter adds n to c when it is positive.
+func addCounter(c prometheus.Counter, n int64) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
 }
 
 // meterKey names the counters of a tenant and model.

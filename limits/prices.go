@@ -57,10 +57,54 @@ type tokens struct {
 	input, output, cached int64
 }
 
+// maxCallTokens bounds each count of one call's usage: far above any
+// real call (about a trillion tokens), low enough that a call's cost, and
+// the day's sums of many, stay far from int64's end.
+const maxCallTokens = 1 << 40
+
+// maxCallCost bounds the price of one call in micro-dollars (about $1e9):
+// a float that large is still exact, and its int64 has room for millions
+// of such calls in a sum.
+const maxCallCost = 1 << 50
+
+// sane returns t with every count within [0, maxCallTokens]. The counts
+// are the upstream's: a negative one (or a huge one, which gjson reads as
+// a negative int64 on amd64: 1.5e300) would take the Prometheus counters
+// down, which panics, and the spend of a budget with them; a huge one
+// would overflow the cost. A negative count is charged as none.
+func (t tokens) sane() tokens {
+	return tokens{input: saneCount(t.input), output: saneCount(t.output), cached: saneCount(t.cached)}
+}
+
+func saneCount(n int64) int64 { return min(max(n, 0), maxCallTokens) }
+
 // cost returns the price of t in micro-dollars. A price in dollars per
-// million tokens is exactly micro-dollars per token.
+// million tokens is exactly micro-dollars per token. It is never negative
+// and never over maxCallCost, whatever t and p (a configured price may be
+// anything a float holds).
 func cost(p config.Price, t tokens) int64 {
+	t = t.sane()
 	cached := min(t.cached, t.input)
 	c := float64(t.input-cached)*p.Input + float64(cached)*p.CachedInput + float64(t.output)*p.Output
+	switch {
+	case !(c > 0): // zero, negative, NaN
+		return 0
+	case c >= maxCallCost:
+		return maxCallCost
+	}
 	return int64(math.Round(c))
+}
+
+// addSat returns a+b, saturated at int64's ends instead of wrapping: a sum
+// of spend or usage that wrapped would turn negative (a budget spent
+// becoming unspent).
+func addSat(a, b int64) int64 {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }

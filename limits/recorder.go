@@ -381,9 +381,9 @@ func merge(batch []addition) []addition {
 	for _, a := range batch {
 		k := id{a.key, a.field, a.kind}
 		if i, ok := merged[k]; ok {
-			out[i].n += a.n
+			out[i].n = addSat(out[i].n, a.n)
 			for j, n := range a.row {
-				out[i].row[j] += n
+				out[i].row[j] = addSat(out[i].row[j], n)
 			}
 			if a.until.After(out[i].until) {
 				out[i].until = a.until
