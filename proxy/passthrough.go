@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -402,6 +403,19 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		mask = &lineMasker{}
 	}
 	return func(w *bufio.Writer) {
+		// fasthttp runs this in a goroutine of its own (SetBodyStreamWriter)
+		// that recovers nothing: a panic here (a bug) must end this answer,
+		// not the process.
+		released := false
+		defer func() {
+			if r := recover(); r != nil {
+				s.recoverBody(x, client, r)
+				if !released {
+					released = true
+					release(freq, resp)
+				}
+			}
+		}()
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
 		gone, drained := false, 0
@@ -458,12 +472,27 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		if wt > 0 {
 			_ = client.SetWriteDeadline(time.Time{}) // fasthttp's writes that follow set none
 		}
+		released = true
 		release(freq, resp)
 		if m != nil {
 			m.charge() // whether or not the client read it all: the upstream answered
 		}
 		s.finish(x)
 	}
+}
+
+// recoverBody ends a pass-through answer whose copy panicked (a bug): the
+// panic is logged and counted (gateway_panics_total), the client's
+// connection closed, so that the body ends without a clean final chunk (it
+// sees the answer cut, never a hang or a truncated answer that looks
+// whole), and the request finished (its slot freed), once.
+func (s *Server) recoverBody(x *exchange, client net.Conn, r any) {
+	s.logPanic(r, x)
+	if client != nil {
+		_ = client.Close()
+	}
+	x.status, x.cause = fasthttp.StatusInternalServerError, pipeline.Internal(fmt.Errorf("proxy: panic: %v", r), "internal error")
+	s.finish(x)
 }
 
 // lineMasker holds the incomplete last line of an event stream between
