@@ -1044,7 +1044,7 @@ period = "day"
 }
 
 // TestChargeOfInsaneUsage: an upstream's usage with a negative count, or
-// one so large its cost overflows (1.5e300 reads as math.MinInt64), is
+// one so large its cost overflows (1.5e300 reads as math.MaxInt64), is
 // charged without a panic: a negative count as none, a huge one as
 // maxCallTokens; the token and cost counters, the budget's spend and the
 // usage record only grow. Prometheus counters panic on a negative Add:
@@ -1087,8 +1087,8 @@ period = "day"
 		{"negative prompt", wire.ChatUsage{Prompt: -5, Completion: 3}, 0, 3, 0},
 		{"negative completion", wire.ChatUsage{Prompt: 4, Completion: -1}, 4, 0, 0},
 		{"negative cached", wire.ChatUsage{Prompt: 4, Cached: -100}, 4, 0, 0},
-		{"min int64 (1.5e300)", wire.ChatUsage{Prompt: math.MinInt64, Completion: math.MinInt64, Cached: math.MinInt64}, 0, 0, 0},
-		{"max int64", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64, Cached: math.MaxInt64}, maxCallTokens, maxCallTokens, maxCallTokens},
+		{"min int64", wire.ChatUsage{Prompt: math.MinInt64, Completion: math.MinInt64, Cached: math.MinInt64}, 0, 0, 0},
+		{"max int64 (1.5e300)", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64, Cached: math.MaxInt64}, maxCallTokens, maxCallTokens, maxCallTokens},
 		{"max int64 again", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64}, maxCallTokens, maxCallTokens, 0},
 	} {
 		c, err := fx.l.Hold(&pipeline.Request{ID: "r", Model: "gpt-x", Route: &pipeline.Route{Name: "gpt-x"}, Endpoint: "/v1/embeddings",

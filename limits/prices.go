@@ -68,10 +68,10 @@ const maxCallTokens = 1 << 40
 const maxCallCost = 1 << 50
 
 // sane returns t with every count within [0, maxCallTokens]. The counts
-// are the upstream's: a negative one (or a huge one, which gjson reads as
-// a negative int64 on amd64: 1.5e300) would take the Prometheus counters
+// are the upstream's: a negative one would take the Prometheus counters
 // down, which panics, and the spend of a budget with them; a huge one
-// would overflow the cost. A negative count is charged as none.
+// (1.5e300 reads as math.MaxInt64) would overflow the cost's conversion
+// to int64, to a negative. A negative count is charged as none.
 func (t tokens) sane() tokens {
 	return tokens{input: saneCount(t.input), output: saneCount(t.output), cached: saneCount(t.cached)}
 }

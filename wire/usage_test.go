@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -18,11 +19,21 @@ func FuzzChatUsage(f *testing.F) {
 	f.Add(`{"cache_creation_input_tokens":1,"prompt_tokens_details":{"cache_write_tokens":2}}`)
 	f.Add(`{"prompt_tokens_details":{"audio_tokens":2},"completion_tokens_details":{"audio_tokens":1,"accepted_prediction_tokens":3},"completion_tokens_details":{"rejected_prediction_tokens":4,"audio_tokens":9}}`)
 	f.Add(`[]`)
+	// An upstream's negative and absurd counts.
+	f.Add(`{"prompt_tokens":-5,"completion_tokens":-1,"prompt_tokens_details":{"cached_tokens":-100}}`)
+	f.Add(`{"prompt_tokens":1.5e300,"completion_tokens":-1.5e300,"total_tokens":99999999999999999999}`)
+	f.Add(`{"prompt_tokens":"1e400","completion_tokens":9223372036854775807,"total_tokens":-9223372036854775808}`)
+	f.Add(`{"prompt_tokens_details":{"cached_tokens":1e19},"completion_tokens_details":{"reasoning_tokens":-1e19}}`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		u := gjson.Parse(raw)
 		got, ok := ParseChatUsage(u)
 		if ok != u.IsObject() {
 			t.Fatalf("ok %v for %q", ok, raw)
+		}
+		// A count's sign is its number's: a huge count never reads as a
+		// negative one (nor a huge negative one as positive).
+		if p := u.Get("prompt_tokens"); ok && p.Type == gjson.Number && (p.Num >= 1 && got.Prompt <= 0 || p.Num <= -1 && got.Prompt >= 0) {
+			t.Fatalf("%q: prompt_tokens %v read as %d", raw, p.Num, got.Prompt)
 		}
 		if !ok || !gjson.Valid(raw) {
 			return
@@ -123,5 +134,31 @@ func BenchmarkParseChatUsage(b *testing.B) {
 		if _, ok := ParseChatUsage(u); !ok {
 			b.Fatal("not parsed")
 		}
+	}
+}
+
+// An upstream's count past int64's ends reads as the nearest end (gjson's
+// Int saturates), never as the other one; a negative one stays negative:
+// metering (limits' tokens.sane), not parsing, decides what a negative or
+// absurd count is charged, and the client sees the usage as it came.
+func TestUsageCountsSaturate(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want ChatUsage
+	}{
+		{`{"prompt_tokens":1.5e300,"completion_tokens":-1.5e300,"total_tokens":99999999999999999999,"prompt_tokens_details":{"cached_tokens":"1e300"}}`,
+			ChatUsage{Prompt: math.MaxInt64, Completion: math.MinInt64, Total: math.MaxInt64, Cached: math.MaxInt64}},
+		{`{"prompt_tokens":-5,"completion_tokens":-1,"total_tokens":"7","prompt_tokens_details":{"cached_tokens":-100}}`,
+			ChatUsage{Prompt: -5, Completion: -1, Total: 7, Cached: -100}},
+		{`{"prompt_tokens":9223372036854775807,"completion_tokens":-9223372036854775808,"total_tokens":1e18}`,
+			ChatUsage{Prompt: math.MaxInt64, Completion: math.MinInt64, Total: 1e18}},
+	} {
+		if got, _ := ParseChatUsage(gjson.Parse(tc.raw)); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.raw, got, tc.want)
+		}
+	}
+	got, _ := ParseResponsesUsage(gjson.Parse(`{"input_tokens":1.5e300,"output_tokens":-3,"input_tokens_details":{"cached_tokens":-1e300}}`))
+	if want := (ChatUsage{Prompt: math.MaxInt64, Completion: -3, Cached: math.MinInt64}); got != want {
+		t.Errorf("responses usage: %+v, want %+v", got, want)
 	}
 }
