@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/llmgw/gateway/observe"
 )
 
 // ErrUnavailable reports a call to a tool whose server is not connected.
@@ -51,6 +55,10 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		}
 	})
 	if err != nil {
+		var pe *panicError
+		if errors.As(err, &pe) {
+			m.log.Error().Str("server", s.cfg.Name).Str("tool", t.Remote).Str("panic", fmt.Sprint(pe.p)).Bytes("stack", pe.stack).Msg("mcp: a tool call panicked")
+		}
 		if ctx.Err() != nil {
 			return nil, false, err
 		}
@@ -99,6 +107,16 @@ func bounded[T any](ctx context.Context, fn func() (T, error), grace time.Durati
 	done := make(chan result, 1)
 	var finished atomic.Bool
 	go func() {
+		defer func() {
+			// A panic in fn (the SDK's, on a server's answer) on this
+			// goroutine is no request's to recover: it would end the
+			// process. It is counted and becomes the call's error.
+			if p := recover(); p != nil {
+				observe.Panics.Inc()
+				finished.Store(true)
+				done <- result{err: &panicError{p: p, stack: debug.Stack()}}
+			}
+		}()
 		v, err := fn()
 		finished.Store(true)
 		done <- result{v, err}
@@ -118,6 +136,15 @@ func bounded[T any](ctx context.Context, fn func() (T, error), grace time.Durati
 		return zero, ctx.Err()
 	}
 }
+
+// panicError is the error of a bounded call whose function panicked (a
+// bug), with the panic's value and stack for the log.
+type panicError struct {
+	p     any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("mcpclient: the call panicked: %v", e.p) }
 
 // resultData maps a successful CallToolResult: structured content wins (it
 // is the machine-readable form; the text blocks usually repeat it), else the
