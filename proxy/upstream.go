@@ -158,6 +158,14 @@ func (pc *providerClient) dialAside(addr string, timeout time.Duration) (net.Con
 	}
 	ch := make(chan dialed, 1)
 	go func() {
+		defer func() {
+			// No request's recovery covers this goroutine: a panic (a bug)
+			// fails the dial instead of ending the process.
+			if r := recover(); r != nil {
+				panics.Inc()
+				ch <- dialed{nil, fmt.Errorf("proxy: dial panicked: %v", r)}
+			}
+		}()
 		c, err := pc.dial(addr, timeout)
 		ch <- dialed{c, err}
 	}()
