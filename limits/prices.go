@@ -63,8 +63,8 @@ type tokens struct {
 const maxCallTokens = 1 << 40
 
 // maxCallCost bounds the price of one call in micro-dollars (about $1e9):
-// a float that large is still exact, and its int64 has room for millions
-// of such calls in a sum.
+// a float that large is still exact, and an int64 sum has room for over
+// eight thousand such calls (the memory store's sums saturate: addSat).
 const maxCallCost = 1 << 50
 
 // sane returns t with every count within [0, maxCallTokens]. The counts
