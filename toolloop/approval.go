@@ -401,12 +401,13 @@ func toolName(v gjson.Result) string {
 // A client may define a function named after a gated tool that returns the
 // person's decision (the openai SDK's runTools() dispatches calls to
 // functions by name); the model still sees the server tool's definition,
-// and the call stays the gateway's.
-func withoutStandIns(req *pipeline.Request, reg *registry, clientTools gjson.Result) gjson.Result {
+// and the call stays the gateway's. offered are the server tools offered
+// to req (prepare): a gated tool that is not is no stand-in's.
+func withoutStandIns(req *pipeline.Request, offered []*tool, clientTools gjson.Result) gjson.Result {
 	out := make([]byte, 0, len(clientTools.Raw))
 	out = append(out, '[')
 	clientTools.ForEach(func(_, v gjson.Result) bool {
-		if t := reg.byName[toolName(v)]; t != nil && needsApproval(req, t) {
+		if t := offeredTool(offered, toolName(v)); t != nil && needsApproval(req, t) {
 			return true
 		}
 		if len(out) > 1 {

@@ -121,6 +121,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	reg := l.registry()
 	tools := l.applicable(reg, req)
+	offered := tools // before tool selection and allowed_tools narrow them
 	var settled *settledRuns
 	if hasApprovals(req.Body) {
 		var err error
@@ -135,7 +136,7 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	// A stream offering client tools goes through the loop even without a
 	// server tool: its re-streamer normalizes the client's tool calls
 	// (sequential, one first delta each), which an upstream may interleave.
-	p, err := l.prepare(reg, req, tools)
+	p, err := l.prepare(req, offered, tools)
 	if err != nil {
 		return nil, err
 	}

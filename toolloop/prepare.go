@@ -49,10 +49,12 @@ type plan struct {
 	finalTools, finalChoice []byte
 }
 
-// prepare decides whether the loop runs and builds the upstream body. It
-// returns nil, nil for the fast path (tool_choice none, n > 1, or no server
-// tool left after allowed_tools).
-func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*plan, error) {
+// prepare decides whether the loop runs and builds the upstream body.
+// offered are the server tools req's model and tenant may use (model
+// scope, tenant policy), tools those of them left for this request (tool
+// selection). It returns nil, nil for the fast path (tool_choice none,
+// n > 1, or no server tool left after allowed_tools).
+func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, error) {
 	// One pass over the body's keys (the first of a name counts, as for a
 	// path); the values are views into req.Body, which no one writes.
 	var tc, clientTools, msgs, n, rf gjson.Result
@@ -89,7 +91,7 @@ func (l *Loop) prepare(reg *registry, req *pipeline.Request, tools []*tool) (*pl
 	for _, t := range tools {
 		p.todos = p.todos || t.todos
 	}
-	clientTools, err := p.readClientTools(reg, req, clientTools)
+	clientTools, err := p.readClientTools(req, offered, clientTools)
 	if err != nil {
 		return nil, err
 	}
@@ -209,8 +211,12 @@ func (p *plan) clientOnly(tc, clientTools gjson.Result) (tools, choice []byte, e
 // readClientTools records the client's tool names and returns its tools
 // as the upstream gets them: without the stand-ins a client offers for a
 // gated server tool (approval.go). Any other name clash with a server tool
-// is the client's error.
-func (p *plan) readClientTools(reg *registry, req *pipeline.Request, clientTools gjson.Result) (gjson.Result, error) {
+// offered to req (offered: its model's and tenant's) is the client's
+// error. A server tool not offered to req is none of its business: a
+// client tool of that name is the client's own (LangChain's deepagents
+// define a write_todos of their own), its calls go back to the client
+// (classify), and the refusal would tell the tenant that the tool exists.
+func (p *plan) readClientTools(req *pipeline.Request, offered []*tool, clientTools gjson.Result) (gjson.Result, error) {
 	if clientTools.Exists() && !clientTools.IsArray() {
 		return clientTools, pipeline.BadRequest("tools", "tools must be an array")
 	}
@@ -218,7 +224,7 @@ func (p *plan) readClientTools(reg *registry, req *pipeline.Request, clientTools
 	standIns := false
 	clientTools.ForEach(func(_, v gjson.Result) bool {
 		name := toolName(v)
-		if t := reg.byName[name]; t != nil {
+		if t := offeredTool(offered, name); t != nil {
 			if needsApproval(req, t) {
 				standIns = true
 				return true
@@ -233,7 +239,7 @@ func (p *plan) readClientTools(reg *registry, req *pipeline.Request, clientTools
 		return clientTools, pipeline.BadRequest("tools", "the tool name %q is reserved by a server-side tool of this gateway; rename your tool", clash)
 	}
 	if standIns {
-		clientTools = withoutStandIns(req, reg, clientTools)
+		clientTools = withoutStandIns(req, offered, clientTools)
 	}
 	return clientTools, nil
 }
@@ -296,6 +302,16 @@ func injectTools(reqBody []byte, clientTools gjson.Result, tools []*tool) ([]byt
 		return nil, pipeline.BadRequest("tools", "tools could not be extended")
 	}
 	return body, nil
+}
+
+// offeredTool returns the tool of offered named name (exactly), or nil.
+func offeredTool(offered []*tool, name string) *tool {
+	for _, t := range offered {
+		if t.cfg.Name == name {
+			return t
+		}
+	}
+	return nil
 }
 
 func (p *plan) isClient(name string) bool {
