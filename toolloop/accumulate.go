@@ -98,8 +98,12 @@ const (
 // counts as 0 (a Bedrock quirk), and at most maxCalls calls are tracked. Not safe for concurrent use.
 type accumulator struct {
 	calls   []*call
-	ignored int // deltas dropped (over maxCalls or not an object)
-	size    int // bytes kept of the calls' upstream ids, names and arguments (see maxRoundBytes)
+	ignored int // deltas dropped (over maxCalls, not an object, or far)
+	// far: a delta's index was past maxCallIndex. Its call is dropped, and
+	// the loop fails the round (upstream_malformed) rather than answer
+	// without the call.
+	far  bool
+	size int // bytes kept of the calls' upstream ids, names and arguments (see maxRoundBytes)
 
 	// gatewayIDs gives every call an id of the gateway's own instead of
 	// the upstream's (see call.assignID and session.gatewayIDs).
@@ -108,9 +112,12 @@ type accumulator struct {
 
 const maxCalls = 128
 
+// maxCallIndex is the largest tool-call index the accumulator takes.
+const maxCallIndex = 1 << 20
+
 func (a *accumulator) reset() {
 	a.calls = a.calls[:0]
-	a.ignored, a.size = 0, 0
+	a.ignored, a.size, a.far = 0, 0, false
 }
 
 // add merges one tool_calls[] entry and returns the call it touched, or nil.
@@ -145,8 +152,9 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 		if i < 0 {
 			i = 0
 		}
-		if i > 1<<20 {
+		if i > maxCallIndex {
 			a.ignored++
+			a.far = true
 			return nil, false
 		}
 		c = a.byIndex(int(i))

@@ -39,6 +39,10 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		body := resp.Body
 		res := readCompletion(body)
+		if res.stray {
+			s.end("error")
+			return nil, malformed(s.req, errStrayChoices)
+		}
 		if s.iterations == 1 {
 			s.id, s.created = res.id.String(), res.created.Int()
 			if res.fingerprint.Type == gjson.String {
@@ -298,7 +302,7 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 // and the edits of choices.0 are that choice's.
 func onlyChoiceZero(body []byte) ([]byte, error) {
 	ch := gjson.GetBytes(body, "choices")
-	zero := choiceZero(ch)
+	zero, _ := choiceZero(ch)
 	if !zero.Exists() || ch.Get("#").Int() == 1 { // none to follow, or it is the only one
 		return body, nil
 	}

@@ -22,9 +22,13 @@ type completionView struct {
 	finish, logprobs          gjson.Result
 	content, toolCalls        gjson.Result
 	side                      [len(sideTexts)]gjson.Result
+	// stray: choices holds choices, none at index 0 (choiceZero).
+	stray bool
 }
 
 func readCompletion(body []byte) (c completionView) {
+	zeroSeen := false
+	defer func() { c.stray = c.stray && !zeroSeen }()
 	view(body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
@@ -41,7 +45,10 @@ func readCompletion(body []byte) (c completionView) {
 			keepFirst(&c.tier, v)
 		case "choices":
 			if v.IsArray() {
-				c.readChoice(choiceZero(v)) // the one the stream follows
+				zero, stray := choiceZero(v) // the one the stream follows
+				c.stray = c.stray || stray
+				zeroSeen = zeroSeen || zero.Exists()
+				c.readChoice(zero)
 			} else {
 				eachKey(v, "0", c.readChoice)
 			}

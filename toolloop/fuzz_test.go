@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/llmgw/gateway/wire"
+	"github.com/llmgw/gateway/wiretest"
 	"math"
 	"strings"
 	"testing"
@@ -69,8 +70,17 @@ func FuzzDeltaRoundTrip(f *testing.F) {
 		lines := bytes.Split(data, []byte("\n"))
 		var a, g accumulator
 		g.gatewayIDs = true
+		far := false
+		defer func() {
+			if a.far != far {
+				t.Fatalf("far %v, want %v", a.far, far)
+			}
+		}()
 		for _, ln := range lines {
 			e := gjson.ParseBytes(ln)
+			if i := e.Get("index"); e.IsObject() && i.Type == gjson.Number && i.Int() > maxCallIndex {
+				far = true
+			}
 			before := make(map[*call]int, len(a.calls))
 			for _, c := range a.calls {
 				before[c] = len(c.args)
@@ -335,6 +345,9 @@ func FuzzRestream(f *testing.F) {
 		withLogprobs(chunk("u1", `{"refusal":"no"}`, ""), `{"content":[{"token":"y"`),
 		chunk("u1", `{}`, "stop"),
 	}))
+	// Rounds the loop cannot follow: an error event, never an empty answer.
+	f.Add(join([]string{strings.Replace(chunk("u1", `{"content":"hi"}`, ""), `"index":0`, `"index":1`, 1), chunk("u1", `{}`, "stop")}))
+	f.Add(join([]string{chunk("u1", callWhole(1<<20+1, "a", "get_weather", `{}`), ""), chunk("u1", `{}`, "tool_calls")}))
 	l := newLoop(f, []config.Tool{calcTool}, nil)
 	const body = `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -350,11 +363,18 @@ func FuzzRestream(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := checkStream(t, sse(t, resp.Stream), false)
+		raw := sse(t, resp.Stream)
+		all, bad := upstreamCalls(lines)
+		if bad {
+			// No choice 0 in a round with choices, or a call index out of
+			// range: the round fails (upstream_malformed).
+			wiretest.CheckStreamAll(t, raw, wiretest.Options{WantError: true}, nil)
+			return
+		}
+		sum := checkStream(t, raw, false)
 
 		var want []*call
 		var last []bool // the round's last call: never closed early
-		all := upstreamCalls(lines)
 		for j, c := range all {
 			if c.name == "get_weather" {
 				want = append(want, c)
@@ -380,9 +400,13 @@ func FuzzRestream(f *testing.F) {
 }
 
 // upstreamCalls accumulates the tool calls of choice 0 of a round's chunks,
-// reading each chunk the way loopStream.onChunk does.
-func upstreamCalls(lines []string) []*call {
+// reading each chunk the way loopStream.onChunk does; bad reports a round
+// the loop must fail: chunks with choices but never one at index 0, or a
+// call index past maxCallIndex.
+func upstreamCalls(lines []string) (_ []*call, bad bool) {
 	var a accumulator
+	stray, zero := false, false
+	defer func() { bad = bad || stray && !zero }()
 	for _, ln := range lines {
 		if ln == "" || ln[0] == ':' {
 			continue
@@ -394,18 +418,29 @@ func upstreamCalls(lines []string) []*call {
 			}
 			return true
 		})
-		choice := choiceZero(choices)
+		choice, s := choiceZero(choices)
+		stray = stray || s
 		if !choice.IsObject() {
 			continue
 		}
+		zero = true
 		choice.Get("delta").ForEach(func(k, v gjson.Result) bool {
 			if k.Str == "tool_calls" {
-				v.ForEach(func(_, e gjson.Result) bool { a.add(e); return true })
+				v.ForEach(func(_, e gjson.Result) bool {
+					if i := e.Get("index"); e.IsObject() && i.Type == gjson.Number && i.Int() > maxCallIndex {
+						bad = true
+					}
+					a.add(e)
+					return true
+				})
 			}
 			return true
 		})
+		if bad {
+			return a.calls, true
+		}
 	}
-	return a.calls
+	return a.calls, false
 }
 
 // FuzzReadCompletion: the one-pass reader of a round's chat.completion
@@ -418,6 +453,7 @@ func FuzzReadCompletion(f *testing.F) {
 		`{"id":"x","id":"y","choices":[{"message":{"content":"a","content":"b","refusal":null,"reasoning":"r"}},{}],"choices":[]}`,
 		`{"choices":{"0":{"finish_reason":"stop","message":{"reasoning_content":"t"}}}}`,
 		withLogprobs(`{"service_tier":"default","system_fingerprint":"fp","choices":[{"index":0,"message":{"content":"Hi"},"logprobs":null,"finish_reason":"stop"}]}`, tokenLP("Hi")),
+		`{"choices":[{"index":1,"message":{"content":"hi"},"finish_reason":"stop"}]}`, `{"choices":[{"index":2},{"index":"0"}],"choices":[1]}`,
 		`{"choices":[{"message":[1,2]}]}`, `{"choices":[{}],"choices":[{"message":{}},{"message":{"content":"x"}}],"choices":[{"message":{"content":"y"}}]}`, `{"choices":{"0":{},"0":{"finish_reason":"stop"}}}`, `[]`, `"s"`, `{"choices":[1]}`, `{"usage":null,"created":"7"}`,
 	} {
 		f.Add([]byte(s))
@@ -429,6 +465,27 @@ func FuzzReadCompletion(f *testing.F) {
 		c := readCompletion(body)
 		if !gjson.ValidBytes(body) {
 			return
+		}
+		// stray: a choices array holds a choice, and none of them (in any
+		// choices key) is at index 0.
+		stray, zero := false, false
+		eachKey(gjson.ParseBytes(body), "choices", func(ch gjson.Result) {
+			if !ch.IsArray() {
+				return
+			}
+			for _, x := range ch.Array() {
+				if x.Get("index").Int() == 0 {
+					zero = true
+					break
+				}
+				stray = stray || x.IsObject()
+			}
+		})
+		if want := stray && !zero; c.stray != want {
+			t.Fatalf("stray %v, want %v", c.stray, want)
+		}
+		if c.stray {
+			return // no choice to read; gjson's choices.0 is another one
 		}
 		got := []gjson.Result{c.id, c.created, c.model, c.usage, c.finish, c.content, c.toolCalls, c.side[0], c.side[1], c.side[2],
 			c.fingerprint, c.tier, c.logprobs}

@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -59,7 +60,9 @@ type loopStream struct {
 	textMode   int
 	finish     string
 	roundEnded bool
-	emitPos    int // next call to consider for re-streaming
+	emitPos    int  // next call to consider for re-streaming
+	zero       bool // a chunk carried choice 0
+	stray      bool // a chunk carried choices, none at index 0 (choiceZero)
 
 	started bool // id/created known, role sent
 	nextOut int  // next dense index for a client call
@@ -256,20 +259,38 @@ func (st *loopStream) begin(id string, created int64, model, fingerprint, tier s
 }
 
 // choiceZero returns the member of a chunk's choices whose index is 0 (the
-// one choice the loop follows), or the zero Result.
-func choiceZero(choices gjson.Result) gjson.Result {
-	var choice gjson.Result
+// one choice the loop follows), or the zero Result; stray reports that
+// choices holds a choice object but none at index 0 (one at index 1, say:
+// a choice the loop does not follow, since it runs only for n <= 1).
+func choiceZero(choices gjson.Result) (choice gjson.Result, stray bool) {
 	if !choices.IsArray() {
-		return choice
+		return choice, false
 	}
 	choices.ForEach(func(_, c gjson.Result) bool {
 		if c.Get("index").Int() == 0 {
 			choice = c
 			return false
 		}
+		stray = stray || c.IsObject()
 		return true
 	})
-	return choice
+	return choice, stray && !choice.Exists()
+}
+
+// errStrayChoices is the cause of the failure of a round whose upstream
+// answered with choices, none of them at index 0, and errFarCallIndex of
+// one whose tool call had an index past maxCallIndex. Followed as if they
+// were not there, either round would end as an empty answer, finish_reason
+// "stop", which the client could not tell from a real one.
+var (
+	errStrayChoices = errors.New("toolloop: the upstream's choices have no index 0")
+	errFarCallIndex = errors.New("toolloop: a tool call's index is out of range")
+)
+
+// malformed is the upstream_malformed failure of a round of req whose
+// upstream answer the loop cannot follow (cause).
+func malformed(req *pipeline.Request, cause error) error {
+	return &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: req.Route.Name, Err: cause}
 }
 
 func (st *loopStream) onChunk(ch []byte) {
@@ -307,10 +328,16 @@ func (st *loopStream) onChunk(ch []byte) {
 		}
 		st.begin(id.String(), created.Int(), model.String(), fp, tr)
 	}
-	choice := choiceZero(choices)
+	choice, stray := choiceZero(choices)
+	if stray {
+		// Another choice only: the round fails at its end unless a chunk
+		// brings choice 0 (an upstream may send extra choices beside it).
+		st.stray = true
+	}
 	if !choice.IsObject() {
 		return
 	}
+	st.zero = true
 	if fr := wire.FinishReason(choice); fr != "" {
 		st.finish = fr
 	}
@@ -360,6 +387,10 @@ func (st *loopStream) onChunk(ch []byte) {
 	})
 	if st.kept() > limit {
 		st.tooLarge()
+		return
+	}
+	if st.acc.far {
+		st.fail(malformed(st.s.req, errFarCallIndex))
 		return
 	}
 	st.pump()
@@ -470,6 +501,10 @@ func (st *loopStream) pump() {
 func (st *loopStream) endRound() {
 	s := st.s
 	st.closeUp()
+	if st.stray && !st.zero {
+		st.fail(malformed(s.req, errStrayChoices))
+		return
+	}
 	if len(st.roundUsage) > 0 {
 		u := gjson.ParseBytes(st.roundUsage)
 		s.noteUsage(s.usage.add(u))
@@ -572,6 +607,7 @@ func (st *loopStream) startModelCall() {
 		st.text, st.held, st.textMode = st.text[:0], st.held[:0], textUndecided
 		st.heldLP.Reset()
 		st.finish, st.roundEnded, st.emitPos = "", false, 0
+		st.zero, st.stray = false, false
 		st.state = stRound
 	})
 }
