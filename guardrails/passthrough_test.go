@@ -35,6 +35,15 @@ func TestPassThroughNamesInAnyCase(t *testing.T) {
 			path: "prompt.variables.city", want: "say [X]"},
 		{name: "a saved prompt's input_text variable", body: `{"prompt":{"id":"pmpt_1","Variables":{"doc":{"type":"input_text","text":"say secret-8"}}}}`,
 			path: "prompt.Variables.doc.text", want: "say [X]"},
+		// A native /v1/responses: the model reads an assistant's refusal
+		// part back, and a reasoning item's summary (vLLM's Responses API
+		// makes it that turn's reasoning). They used to pass unjudged.
+		{name: "a Responses refusal part", body: `{"model":"m","input":[{"role":"assistant","content":[{"type":"refusal","refusal":"say secret-9"}]},{"role":"user","content":"hi"}]}`,
+			path: "input.0.content.0.refusal", want: "say [X]"},
+		{name: "a reasoning item's summary", body: `{"model":"m","input":[{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"say secret-10"}]},{"role":"user","content":"hi"}]}`,
+			path: "input.0.summary.0.text", want: "say [X]"},
+		{name: "a chat message's refusal", body: `{"model":"m","messages":[{"role":"assistant","Refusal":"say secret-11"}]}`,
+			path: "messages.0.Refusal", want: "say [X]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,28 +16,31 @@ import (
 // text.format.schema), the names and parameter schemas of the client's
 // tools and of chat's legacy functions (with a function's description),
 // retrieved documents (vLLM's and llama.cpp's top-level documents, with a
-// rerank's query) and vLLM's chat_template_kwargs, whose values a chat
-// template may print (its documents, say). The request stage judges them
-// as it judges the messages.
+// rerank's query), vLLM's chat_template_kwargs, whose values a chat
+// template may print (its documents, say), and vLLM's chat_template, the
+// template itself, whose literal text the model reads verbatim. The
+// request stage judges them as it judges the messages.
 //
 // A text is prose or fixed. Prose (a document, a schema's description,
 // title or $comment) is free text: a redaction rewrites it in place, as a
 // message's. A fixed text is a name or value something acts on: a
 // schema's property names, enum and const values, defaults, examples,
 // patterns and $refs, a tool's name, the member names of a document or of
-// chat_template_kwargs. Rewritten, the schema would accept other output or
-// refer to nothing, a tool would be called by another name, a template
-// would find no variable: a redaction there refuses the request instead
-// (fixedRedacted), and a block blocks as anywhere.
+// chat_template_kwargs, a chat_template. Rewritten, the schema would
+// accept other output or refer to nothing, a tool would be called by
+// another name, a template would find no variable or no longer parse (a
+// redaction's replacement inside a {{ ... }} or {% ... %} tag): a
+// redaction there refuses the request instead (fixedRedacted), and a
+// block blocks as anywhere.
 
 // errFixedRedacted is the cause of the 400 of a redaction in a fixed text.
-var errFixedRedacted = errors.New("guardrails: a redaction would change a schema's or tool's names or values")
+var errFixedRedacted = errors.New("guardrails: a redaction would change a schema's, tool's or template's names or values")
 
 // fixedRedacted is the 400 content_blocked of a redaction in a fixed text:
 // the request cannot be sent redacted, and is not sent as it is.
 func fixedRedacted() error {
 	e := pipeline.Invalid(400, pipeline.CodeContentBlocked,
-		"a guardrail's redaction would change a JSON schema's or a tool's names or values; the request was not sent")
+		"a guardrail's redaction would change a JSON schema's, a tool's or a chat template's names or values; the request was not sent")
 	e.Err = errFixedRedacted
 	return e
 }
@@ -125,6 +128,10 @@ func visitSideTexts(body []byte, visit func(v gjson.Result, fixed bool) bool) er
 			return ok
 		case strings.EqualFold(k.Str, "documents"), strings.EqualFold(k.Str, "chat_template_kwargs"):
 			return w.strings(v, 0)
+		case strings.EqualFold(k.Str, "chat_template"):
+			// vLLM's request-level Jinja template: the model reads its
+			// literal text; a redaction could break its syntax.
+			return v.Type != gjson.String || visit(v, true)
 		case strings.EqualFold(k.Str, "query"):
 			return v.Type != gjson.String || visit(v, false)
 		}

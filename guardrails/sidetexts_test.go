@@ -117,6 +117,31 @@ var sideTextCases = []struct {
 		body:     `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{\"q\":\"secret-23\"}"}}]}`,
 		redacted: []string{"messages.1.function_call.arguments"},
 	},
+	{
+		// The model reads an assistant message's refusal back as it reads
+		// its content (and /v1/responses judges a refusal part).
+		name:     "an assistant message's refusal",
+		body:     `{"model":"m","messages":[{"role":"assistant","refusal":"not secret-24"},{"role":"user","content":"hi"}]}`,
+		redacted: []string{"messages.0.refusal"},
+	},
+	{
+		name:     "a refusal part",
+		body:     `{"model":"m","messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"refusal","refusal":"secret-25 no"}]},{"role":"user","content":"hi"}]}`,
+		redacted: []string{"messages.0.content.1.refusal"},
+	},
+	{
+		// A chat template may print an earlier turn's reasoning back.
+		name:     "an assistant message's reasoning",
+		body:     `{"model":"m","messages":[{"role":"assistant","content":"x","reasoning_content":"think secret-26"},{"role":"assistant","content":"y","Reasoning":"secret-27"},{"role":"user","content":"hi"}]}`,
+		redacted: []string{"messages.0.reasoning_content", "messages.1.Reasoning"},
+	},
+	{
+		// vLLM's request-level template: the model reads its text, and a
+		// redaction could break its syntax.
+		name:  "vLLM's chat_template",
+		body:  `{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template":"{{ 'secret-28' }}{% for m in messages %}{{ m.content }}{% endfor %}"}`,
+		fixed: true,
+	},
 }
 
 // The request stage judges what the model reads beside the messages, on
@@ -124,7 +149,9 @@ var sideTextCases = []struct {
 // pass-through (CheckBody, bodyTexts): a structured output's schema, the
 // client tools' and legacy functions' names and parameter schemas,
 // documents (their member names too) and a rerank's query,
-// chat_template_kwargs, a legacy function call's arguments. A block blocks; a redaction rewrites prose in place, keeping the
+// chat_template_kwargs and chat_template, a legacy function call's
+// arguments, an assistant message's refusal (or refusal part) and
+// reasoning. A block blocks; a redaction rewrites prose in place, keeping the
 // JSON valid, and refuses the request when it would rewrite a schema's or
 // a tool's names or values. They used to pass unjudged.
 func TestRequestStageJudgesSideTexts(t *testing.T) {
@@ -232,6 +259,7 @@ func FuzzSideTexts(f *testing.F) {
 	f.Add(`{"response_format":{"json_schema":{"schema":[{"enum":[{"description":"x"}]},"secret-3"]}},"query":7}`)
 	f.Add(`{"documents":[{"secret-4 ignore previous":"x","y":{"secret-5":["secret-6"]}}],"chat_template_kwargs":{"secret-7":"secret-8"}}`)
 	f.Add(`{"functions":[{"name":"secret-9"},{"description":"secret-10","parameters":{"properties":{"a":{"description":"secret-11"}}}},7]}`)
+	f.Add(`{"chat_template":"secret-29","Chat_Template":7,"chat_template_kwargs":{"chat_template":"secret-30"}}`)
 	f.Add(`{"documents":` + strings.Repeat("[", 40) + `"secret-12"` + strings.Repeat("]", 40) + `}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		body := []byte(doc)

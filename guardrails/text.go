@@ -14,8 +14,9 @@ import (
 )
 
 // checkRequest runs the request stage over every message's text (a string
-// content, or the text of its parts, and the arguments of an assistant
-// message's tool calls, which the model reads as much as its content),
+// content, or the text of its parts, an assistant message's refusal and
+// reasoning, and the arguments of its tool calls, which the model reads as
+// much as its content: visitMessage),
 // every tool's description and the side texts (sidetexts.go: a structured
 // output's schema, the tools' names and parameter schemas, documents). It returns the body with redactions, or nil
 // when nothing changed; a block is the 400 content_blocked envelope.
@@ -102,12 +103,19 @@ func brokenArguments() error {
 }
 
 // visitMessage calls visit with each text of chat message m, in order: a
-// string content or its parts' texts, then each tool call's arguments and
-// a legacy function_call's (args set: a JSON text that must stay one). visit returns false to stop.
+// string content or its parts' texts (a text part's text, a refusal
+// part's refusal), the message's refusal, its reasoning (vLLM's and
+// DeepSeek's reasoning_content, or reasoning, which a chat template may
+// print back into the prompt), then each tool call's arguments and a
+// legacy function_call's (args set: a JSON text that must stay one).
+// visit returns false to stop. A message's name is not visited: it names
+// the participant (OpenAI allows no whitespace in it), as a tool call's
+// name and id name what it calls, none of them prose the guardrails judge.
 // Names compare without regard to case, and every member of a repeated
 // name is visited (members): an upstream decoding with Go's encoding/json
 // reads "Content" as the content.
 func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
+	text := func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) }
 	ok := members(m, "content", func(c gjson.Result) bool {
 		switch {
 		case c.Type == gjson.String:
@@ -115,13 +123,16 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
 		case c.IsArray():
 			ok := true
 			c.ForEach(func(_, part gjson.Result) bool {
-				ok = members(part, "text", func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) })
+				ok = members(part, "text", text) && members(part, "refusal", text)
 				return ok
 			})
 			return ok
 		}
 		return true
 	})
+	for _, key := range [...]string{"refusal", "reasoning_content", "reasoning"} {
+		ok = ok && members(m, key, text)
+	}
 	if !ok {
 		return
 	}

@@ -70,6 +70,7 @@ func TestRedactManyPartsIsLinear(t *testing.T) {
 func FuzzCheckRequest(f *testing.F) {
 	f.Add(`{"messages":[{"content":"x secret-1"},{"content":[{"text":"secret-22\u00e9"},{"text":5},"s"]}]}`)
 	f.Add(`{"messages":[{"content":"no"}],"choices":[{"message":{"content":"secret-3"}}]}`)
+	f.Add(`{"messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"secret-4"},{"refusal":7}],"refusal":"secret-5","reasoning_content":"x secret-6","reasoning":"secret-7","name":"secret-8"}]}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		body := []byte(doc)
 		if !json.Valid(body) {
@@ -133,11 +134,18 @@ func texts(body []byte, answer bool) []string {
 		}
 		if c.IsArray() {
 			c.ForEach(func(_, p gjson.Result) bool {
-				if t := p.Get("text"); t.Type == gjson.String {
-					out = append(out, t.Str)
+				for _, k := range []string{"text", "refusal"} {
+					if t := p.Get(k); t.Type == gjson.String {
+						out = append(out, t.Str)
+					}
 				}
 				return true
 			})
+		}
+		for _, k := range []string{"refusal", "reasoning_content", "reasoning"} {
+			if t := m.Get(k); t.Type == gjson.String {
+				out = append(out, t.Str)
+			}
 		}
 		return true
 	})
