@@ -663,3 +663,39 @@ func TestGuardrailsNamesInAnyCase(t *testing.T) {
 		}
 	}
 }
+
+// An assistant message's refusal (the member, or a refusal part), its
+// reasoning and vLLM's chat_template reach the model too: the request
+// stage blocks them on chat and on pass-through, before any upstream call,
+// and redacts a refusal in place. They used to reach the upstream unjudged.
+func TestGuardrailsRequestStageRefusalAndTemplate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
+	addr := hostOf(h.base)
+	const user = `{"role":"user","content":"hi"}`
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		for _, body := range []string{
+			`{"model":"gpt-x","messages":[{"role":"assistant","refusal":"project falcon"},` + user + `]}`,
+			`{"model":"gpt-x","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"project falcon"}]},` + user + `]}`,
+			`{"model":"gpt-x","messages":[{"role":"assistant","content":"ok","reasoning_content":"project falcon"},` + user + `]}`,
+			`{"model":"gpt-x","messages":[` + user + `],"chat_template":"{{ 'project falcon' }}"}`,
+		} {
+			before := h.mock.TotalCalls()
+			status, out := rawHTTP(t, addr, postRaw(path, "sk-client", body))
+			if status != 400 || gjson.GetBytes(out, "error.code").Str != "content_blocked" {
+				t.Errorf("%s %.90s: %d %s, want 400 content_blocked", path, body, status, out)
+			}
+			if n := h.mock.TotalCalls() - before; n != 0 {
+				t.Errorf("%s %.90s: the upstream got %d calls", path, body, n)
+			}
+		}
+	}
+	status, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"mail ann@example.com"}],"refusal":"or bob@example.com"},`+user+`]}`, nil)
+	if status != 200 {
+		t.Fatalf("redact: %d %s", status, b)
+	}
+	up := h.mock.Requests()[len(h.mock.Requests())-1].Body
+	if a, b := gjson.GetBytes(up, "messages.0.content.0.refusal").Str, gjson.GetBytes(up, "messages.0.refusal").Str; a != "mail [REDACTED]" || b != "or [REDACTED]" {
+		t.Errorf("the upstream got the refusals %q and %q", a, b)
+	}
+}
