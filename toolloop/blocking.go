@@ -39,10 +39,6 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		body := resp.Body
 		res := readCompletion(body)
-		if res.stray {
-			s.end("error")
-			return nil, malformed(s.req, errStrayChoices)
-		}
 		if s.iterations == 1 {
 			s.id, s.created = res.id.String(), res.created.Int()
 			if res.fingerprint.Type == gjson.String {
@@ -53,6 +49,11 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			}
 		}
 		s.noteUsage(s.usage.add(res.usage))
+		if res.stray {
+			// The round's usage is counted: the upstream spent it.
+			s.end("error")
+			return nil, malformed(s.req, errStrayChoices)
+		}
 		text := []byte(res.content.String())
 		calls := callsFromMessage(res.toolCalls, s.gatewayIDs())
 		f := finalEdit{}

@@ -501,14 +501,14 @@ func (st *loopStream) pump() {
 func (st *loopStream) endRound() {
 	s := st.s
 	st.closeUp()
-	if st.stray && !st.zero {
-		st.fail(malformed(s.req, errStrayChoices))
-		return
-	}
 	if len(st.roundUsage) > 0 {
 		u := gjson.ParseBytes(st.roundUsage)
 		s.noteUsage(s.usage.add(u))
 		st.roundUsage = st.roundUsage[:0]
+	}
+	if st.stray && !st.zero {
+		st.fail(malformed(s.req, errStrayChoices)) // after the round's usage: the upstream spent it
+		return
 	}
 	if !st.started {
 		st.begin("", 0, "", "", "")
