@@ -219,3 +219,19 @@ func TestRequestNamesInAnyCase(t *testing.T) {
 		})
 	}
 }
+
+// A request-stage max_length counts an assistant message's refusal and
+// reasoning with its content, as its calls' arguments: the texts of one
+// message the model reads back.
+func TestRequestMaxLengthCountsRefusalAndReasoning(t *testing.T) {
+	t.Parallel()
+	block := mustGuard(t, config.Guardrail{Name: "short", Stage: "request", Kind: "max_length", Action: "block", MaxLength: 5})
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"assistant","content":"abc","refusal":"def"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"abc"}],"reasoning_content":"def"}]}`,
+	} {
+		if _, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{block}, nil), []byte(body)); err == nil {
+			t.Errorf("%s: a message of 6 characters passed a block at 5", body)
+		}
+	}
+}
