@@ -396,10 +396,18 @@ func (c *Counter) countValue(key string, v gjson.Result, depth int, budget *int)
 	return 0
 }
 
+// EstimateJSON is CountJSON without a tokenizer, for a caller that must
+// not wait for a Counter's build (CounterFor): every text is estimated from
+// its bytes (estimateBytes), and media count as CountJSON counts them.
+func EstimateJSON(body []byte) int {
+	var c *Counter // countText estimates what a nil Counter would tokenize
+	return c.CountJSON(body)
+}
+
 // countText tokenizes a string value while the budget lasts, and
-// estimates it from its bytes after.
+// estimates it from its bytes after (always, for a nil Counter).
 func (c *Counter) countText(v gjson.Result, budget *int) int {
-	if len(v.Str) > *budget {
+	if c == nil || len(v.Str) > *budget {
 		*budget = 0
 		return estimateBytes(v.Str)
 	}

@@ -207,7 +207,27 @@ func FuzzCountJSON(f *testing.F) {
 		if n < 0 || n > len(body)+tokensPerImage*len(body) {
 			t.Fatalf("CountJSON = %d for %d bytes", n, len(body))
 		}
+		if e := EstimateJSON(body); e < 0 || e > len(body)+tokensPerImage*len(body) {
+			t.Fatalf("EstimateJSON = %d for %d bytes", e, len(body))
+		}
 	})
+}
+
+// TestEstimateJSON: without a tokenizer, text is estimated from its bytes
+// and media count as CountJSON counts them: a 4 MiB image is an image, not
+// a million tokens of text.
+func TestEstimateJSON(t *testing.T) {
+	t.Parallel()
+	b64 := strings.Repeat("iVBORw0KGgoAAAANSUhEUgAA", 4<<20/24)
+	chat := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is in this picture?"},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + b64 + `"}}]}]}`
+	if n := EstimateJSON([]byte(chat)); n < tokensPerImage || n > tokensPerImage+100 {
+		t.Errorf("a chat body with a 4 MiB image: %d tokens, want about one image's %d", n, tokensPerImage)
+	}
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)
+	if n := EstimateJSON([]byte(`{"input":"` + prose + `"}`)); n < len(prose)/5 || n > len(prose)/3 {
+		t.Errorf("%d bytes of prose: %d tokens, want about a token per four bytes", len(prose), n)
+	}
 }
 
 // TestCounterDropsUnreadTables: a Counter's encoder holds neither the

@@ -213,6 +213,31 @@ func TestResponsesInputTokensLimited(t *testing.T) {
 	}
 }
 
+// Counting calls no model, so it takes a request from the tenant's limits
+// but none of its tokens_per_minute: a client that counts before it sends
+// (what the endpoint is for) can still send.
+func TestResponsesInputTokensTakeNoTokens(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+`
+[[keys]]
+name = "team-key"
+tenant = "team"
+key = "sk-team"
+[[limits]]
+tenant = "team"
+tokens_per_minute = 3000
+`, mockllm.Options{Respond: responsesModel})
+	body := `{"model":"gpt-x","input":"` + strings.Repeat("hello world ", 200) + `"}`
+	for i := range 15 {
+		if status, _, b := send(t, http.MethodPost, h.base+"/responses/input_tokens", "sk-team", body); status != http.StatusOK {
+			t.Fatalf("count %d (no model called) refused: %d %s", i, status, b)
+		}
+	}
+	if status, _, b := send(t, http.MethodPost, h.base+"/responses", "sk-team", body); status != http.StatusOK {
+		t.Fatalf("the create after counting: %d %s", status, b)
+	}
+}
+
 // POST /v1/responses/compact for a model the gateway serves is refused
 // with a clear envelope, without a model call; GET is a 405.
 func TestResponsesCompactUnsupported(t *testing.T) {

@@ -248,8 +248,8 @@ func (b *budgetRule) applies(tenant, key string) bool {
 // tell nothing of in tokens.
 func estimate(r *pipeline.Request) int64 {
 	other := r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint
-	if other && !jsonCall(r.Body) {
-		return 0
+	if other && (!jsonCall(r.Body) || r.Endpoint == pipeline.InputTokensEndpoint) {
+		return 0 // media, or a count that calls no model
 	}
 	enc := ""
 	if r.Route != nil {
@@ -276,9 +276,10 @@ func estimate(r *pipeline.Request) int64 {
 // or an upstream that never reports usage). The answer's last bytes wait for
 // the charge, and building a tokenizer takes about half a second (seconds on a
 // loaded machine: long enough to outlast a shutdown's last writes). So when
-// the route's tokenizer is not built yet, the input is taken as a token per
-// four bytes of the body, and the tokenizer is built in the background for
-// the charges after it.
+// the route's tokenizer is not built yet, the input is estimated from the
+// body's bytes (contextedit.EstimateJSON: text from its bytes, media as
+// images and files), and the tokenizer is built in the background for the
+// charges after it.
 func estimateAtEnd(r *pipeline.Request) int64 {
 	enc := ""
 	if r.Route != nil {
@@ -288,10 +289,10 @@ func estimateAtEnd(r *pipeline.Request) int64 {
 		return estimate(r)
 	}
 	contextedit.BuildCounter(enc)
-	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint && !jsonCall(r.Body) {
-		return 0 // media, as estimate has it
+	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint && (!jsonCall(r.Body) || r.Endpoint == pipeline.InputTokensEndpoint) {
+		return 0 // as estimate has it
 	}
-	return int64(len(r.Body)+3) / 4
+	return int64(contextedit.EstimateJSON(r.Body))
 }
 
 // counterBuilt is contextedit.CounterBuilt; tests replace it.

@@ -228,12 +228,12 @@ func TestStreamCutAfterContentIsCharged(t *testing.T) {
 // does not wait for the first build of the route's tokenizer (half a
 // second, seconds on a loaded machine, which outlasted a shutdown's last
 // writes and cut the stream quietly): until the tokenizer is built, the
-// input is taken as a token per four bytes of the body. Not parallel: it
+// input is estimated from the body's bytes (EstimateJSON). Not parallel: it
 // replaces counterBuilt.
 func TestChargeAtEndDoesNotBuildTheTokenizer(t *testing.T) {
 	body := []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"what is the capital of France, and why?"}]}`)
 	exact := estimate(&pipeline.Request{Model: "gpt-x", Body: body})
-	rough := int64(len(body)+3) / 4
+	rough := int64(contextedit.EstimateJSON(body))
 	if exact == rough {
 		t.Fatalf("the body's count %d is its rough estimate too: pick another body", exact)
 	}

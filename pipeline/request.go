@@ -137,6 +137,11 @@ func (t *TextsAt) Of(key string) *int {
 // ChatEndpoint is the chat completions path, the pipeline's own endpoint.
 const ChatEndpoint = "/v1/chat/completions"
 
+// InputTokensEndpoint is the Responses API's count of a request's input
+// tokens: it calls no model, so it takes a request from the limits, and no
+// tokens.
+const InputTokensEndpoint = "/v1/responses/input_tokens"
+
 // Hints are the gateway's own request headers, copied at ingress.
 type Hints struct {
 	Cache     string // x-gateway-cache: "", "no-cache", "no-store" or "ttl=N"

@@ -16,7 +16,7 @@ import (
 // serves (Runtime.servesResponses) the gateway answers them itself; for
 // any other they pass through like a create (passowner.go checks them).
 const (
-	inputTokensRoute = responsesRoute + "/input_tokens"
+	inputTokensRoute = pipeline.InputTokensEndpoint
 	compactRoute     = responsesRoute + "/compact"
 )
 
