@@ -20,11 +20,15 @@ import (
 // is returned once, at most responses.MaxItems of them; the rest are not
 // recorded. It keeps a few bytes, whatever the answer's size.
 type itemTap struct {
-	sse      bool
-	sc       itemScan
-	col      int  // SSE: bytes of the current line matched against "data:"
-	skip     bool // SSE: the current line is not a data line
-	stopped  bool
+	sse     bool
+	sc      itemScan
+	col     int  // SSE: bytes of the current line matched against "data:"
+	skip    bool // SSE: the current line is not a data line
+	stopped bool
+	// spent: a JSON answer's bytes went out before its object was known
+	// (spend); ids read while it is still unknown go out unrecorded, so
+	// they are dropped, and those read once it is known are recorded.
+	spent    bool
 	returned map[string]struct{}
 }
 
@@ -38,13 +42,14 @@ func (t *itemTap) pending() bool {
 	return !t.sse && !t.stopped && t.sc.object == objUnknown && (len(t.sc.found) > 0 || t.sc.capture == capID)
 }
 
-// spend gives up on a JSON answer whose object is not yet known, when its
-// bytes went out without waiting for it: the ids they carried are not
-// recorded, nor any after them.
+// spend is told that a JSON answer's bytes go out without waiting for its
+// object: the ids they carried, and any read until the object is known,
+// are not recorded (never after the client has them); those read after a
+// "response" object are.
 func (t *itemTap) spend() {
 	if !t.sse && t.sc.object == objUnknown {
-		t.stopped = true
-		t.sc.found = nil
+		t.spent = true
+		t.sc.found = t.sc.found[:0]
 	}
 }
 
@@ -63,6 +68,10 @@ func (t *itemTap) write(p []byte) []string {
 			return ids
 		case objOther:
 			t.stopped, t.sc.found = true, nil
+		case objUnknown:
+			if t.spent {
+				t.sc.found = t.sc.found[:0] // out before the object is known
+			}
 		}
 		if t.sc.done && t.sc.object != objResponse {
 			t.stopped, t.sc.found = true, nil

@@ -333,3 +333,31 @@ func TestPassthroughRecordsItemsBeforeRelayingThem(t *testing.T) {
 		})
 	}
 }
+
+// A JSON answer whose object comes more than maxOwnerHold bytes after its
+// id (an upstream that writes long instructions between them) goes out
+// before the object is known; its output items come after the object and
+// are recorded before the bytes that carry them go out.
+func TestOwnerRecordItemsAfterALateObject(t *testing.T) {
+	t.Parallel()
+	s := &Server{base: context.Background(), log: zerolog.Nop()}
+	body := `{"id":"resp_1","instructions":"` + strings.Repeat("x", 2*maxOwnerHold) + `","object":"response","output":[{"id":"msg_after"}]}`
+	owners := &responses.Owners{KV: responses.NewMemoryKV(1 << 30)}
+	r := &ownerRecord{tap: newOwnerTap([]byte("application/json")), items: newItemTap(false), owners: owners, tenant: "t"}
+	for b := []byte(body); len(b) > 0; {
+		n := min(4096, len(b))
+		r.pass(s, b[:n], n == len(b))
+		b = b[n:]
+	}
+	resp, err := owners.Owns(context.Background(), "t", "resp_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, item, err := owners.OwnsItems(context.Background(), "t", []string{"msg_after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp || !item {
+		t.Fatalf("response recorded %v, its output item after the late object recorded %v; want both", resp, item)
+	}
+}
