@@ -59,7 +59,6 @@ func TestNativeResponseItemsAreTheirTenants(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			rs, msg := createItems(t, h.base, "sk-a", stream)
-			before := up.seen()
 			for _, tc := range []struct{ name, key, body, id string }{
 				{"another tenant's items", "sk-b", itemsInput(rs, msg), msg},
 				{"another tenant's reasoning", "sk-b", `{"model":"gpt-x","input":[{"type":"reasoning","id":"` + rs + `","summary":[],"encrypted_content":null}]}`, rs},
@@ -78,7 +77,7 @@ func TestNativeResponseItemsAreTheirTenants(t *testing.T) {
 					t.Fatalf("%s: the provider got the refused request", tc.name)
 				}
 			}
-			before = up.seen()
+			before := up.seen()
 			if status, _, body := send(t, "POST", h.base+"/responses", "sk-a", itemsInput(rs, msg)); status != 200 {
 				t.Fatalf("tenant a names its own items: %d %s", status, body)
 			}
