@@ -70,13 +70,16 @@ type seams struct {
 
 // builder carries one build's parts as its steps make them. closers are
 // the stops of what has started, in start order: Close (or a failed build)
-// runs them last first.
+// runs them last first. commits change what the running runtime shares
+// with this one (a kept store's bounds): they run once the build can no
+// longer fail, so a refused reload changes nothing.
 type builder struct {
 	cfg   *config.Config
 	log   zerolog.Logger
 	seams seams
 
 	closers   []func()
+	commits   []func()
 	providers []config.Provider // cfg.Providers with the demo models' URLs
 	upstream  *proxy.Upstream
 	routes    map[string]*pipeline.Route
@@ -126,7 +129,7 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		Policy:   passPolicy{Engine: engine, limiter: b.limiter, guards: guards},
 		Close:    b.close,
 	}
-	rt.Responses, rt.ResponseOwners, rt.NativeResponses = buildResponses(cfg, b.rdb)
+	rt.Responses, rt.ResponseOwners, rt.NativeResponses = buildResponses(cfg, b.rdb, b.commit)
 	limiter := b.limiter
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
@@ -136,8 +139,14 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		// still serves, so it stays ready and /readyz names the server.
 		rt.Ready = func() (bool, map[string]string) { return true, mcp.Status() }
 	}
+	for _, c := range b.commits {
+		c()
+	}
 	return rt, nil
 }
+
+// commit adds f to what runs once the build has succeeded.
+func (b *builder) commit(f func()) { b.commits = append(b.commits, f) }
 
 // close stops what the build started, last started first.
 func (b *builder) close() {
@@ -356,7 +365,7 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 			b.limiter.ToolLimit(),
 			caching.NewToolResultCache(b.store, toolTTL(cfg.Tools)),
 		},
-		State: buildState(cfg, b.rdb),
+		State: buildState(cfg, b.rdb, b.commit),
 		// Without approval_secret: the process's random key, the same
 		// after a reload, as the calls awaiting approval are (buildState).
 		ApprovalKey: keep(cfg.Path, "approval-key", toolloop.NewApprovalKey),
@@ -449,8 +458,9 @@ func buildStore(cfg *config.Config, rdb redis.UniversalClient) caching.Store {
 // buildState returns the mixed-turn state store: Redis when [redis] is set
 // (so that any replica can continue a turn), else memory bounded by
 // tool_loop.state_max_entries and state_max_bytes, kept across reloads
-// (keep); nil when no server tool can exist.
-func buildState(cfg *config.Config, rdb redis.UniversalClient) toolloop.StateStore {
+// (keep; a reload's bounds apply once its build succeeds: commit); nil when
+// no server tool can exist.
+func buildState(cfg *config.Config, rdb redis.UniversalClient, commit func(func())) toolloop.StateStore {
 	if !hasServerTools(cfg) {
 		return nil
 	}
@@ -461,7 +471,7 @@ func buildState(cfg *config.Config, rdb redis.UniversalClient) toolloop.StateSto
 	s := keep(cfg.Path, "tool-loop-state", func() *toolloop.MemoryState {
 		return toolloop.NewMemoryState(c.StateTTL.D(), c.StateMaxEntries, c.StateMaxBytes)
 	})
-	s.Resize(c.StateTTL.D(), c.StateMaxEntries, c.StateMaxBytes) // a reload's bounds
+	commit(func() { s.Resize(c.StateTTL.D(), c.StateMaxEntries, c.StateMaxBytes) }) // a reload's bounds
 	return s
 }
 
@@ -552,7 +562,7 @@ func toolSetVersion(cfg *config.Config) string {
 // keeps nothing when [responses] store = "none"), the record of which
 // tenant created each response a provider stores on a pass-through, and
 // the models whose provider serves the Responses API natively.
-func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.Store, *responses.Owners, map[string]bool) {
+func buildResponses(cfg *config.Config, rdb redis.UniversalClient, commit func(func())) (*responses.Store, *responses.Owners, map[string]bool) {
 	native := map[string]bool{}
 	nativeProvider := map[string]bool{}
 	for _, p := range cfg.Providers {
@@ -571,7 +581,7 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 	case c.Store == "none":
 		kv = noStore{}
 	default:
-		kv = memoryKV(cfg.Path, "responses", c.MaxBytes)
+		kv = memoryKV(cfg.Path, "responses", c.MaxBytes, commit)
 	}
 	// The owners of the provider's responses are what lets a tenant
 	// continue its own native responses at all, whatever the store of the
@@ -583,7 +593,7 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 	case rdb != nil:
 		owners = caching.NewRedisStore(rdb, cfg.Redis.Prefix, cfg.Redis.Timeout.D())
 	case c.Store == "none":
-		owners = memoryKV(cfg.Path, "response-owners", c.MaxBytes)
+		owners = memoryKV(cfg.Path, "response-owners", c.MaxBytes, commit)
 	default:
 		owners = kv
 	}
@@ -595,9 +605,9 @@ func buildResponses(cfg *config.Config, rdb redis.UniversalClient) (*responses.S
 // (keep), bounded by maxBytes (responses.max_bytes): a reload that changes
 // the bound resizes it in place, evicting as a store over its bound does,
 // rather than dropping every tenant's responses.
-func memoryKV(path, kind string, maxBytes int64) *responses.MemoryKV {
+func memoryKV(path, kind string, maxBytes int64, commit func(func())) *responses.MemoryKV {
 	kv := keep(path, kind, func() *responses.MemoryKV { return responses.NewMemoryKV(maxBytes) })
-	kv.Resize(maxBytes)
+	commit(func() { kv.Resize(maxBytes) })
 	return kv
 }
 

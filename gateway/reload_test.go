@@ -13,10 +13,13 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/toolloop"
 	"github.com/llmgw/gateway/wiretest"
 )
 
@@ -211,5 +214,49 @@ func TestReloadKeepsApprovalKey(t *testing.T) {
 	}
 	if seen := gatedResult(t, h, msg.ToolCalls[0].ID); !strings.Contains(seen, `"approval_expired"`) {
 		t.Fatalf("the model saw %s, want approval_expired", seen)
+	}
+}
+
+// A reload the build refuses leaves the running runtime's kept stores as
+// they were: the new bounds of the kept tool-loop state apply only once a
+// build succeeds (toolloop.New can refuse a config that parses).
+func TestRefusedReloadKeepsStateBounds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.toml")
+	base := strings.ReplaceAll(baseConfig, "{{MOCK}}", "http://127.0.0.1:1/v1") + `
+[[tools]]
+name = "calculator"
+kind = "builtin"
+`
+	parse := func(s string) *config.Config {
+		cfg, err := config.Parse([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Path = path
+		return cfg
+	}
+	rt, err := Build(parse(base), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	st := keep(path, "tool-loop-state", func() *toolloop.MemoryState { t.Fatal("not kept"); return nil })
+	for i := range 10 {
+		_ = st.Save(context.Background(), fmt.Sprint("k", i), &toolloop.HiddenTurn{})
+	}
+	bad := base + `
+[[tools]]
+name = "broken"
+kind = "builtin"
+builtin = "calculator"
+parameters = '{"$ref":"#/nowhere"}'
+[tool_loop]
+state_max_entries = 1
+`
+	if _, err := Build(parse(bad), zerolog.Nop()); err == nil {
+		t.Fatal("the bad config built")
+	}
+	if n, _ := st.Len(); n != 10 {
+		t.Fatalf("the running runtime's tool-loop state holds %d of its 10 turns after a refused reload", n)
 	}
 }
