@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +19,17 @@ import (
 // callback panics during the handshake dial does itself.)
 // Not parallel: it counts the process's panics.
 func TestDialPanicFailsTheDial(t *testing.T) {
-	up := httptest.NewTLSServer(http.NotFoundHandler())
+	var open atomic.Int64 // the upstream's connections not yet closed
+	up := httptest.NewUnstartedServer(http.NotFoundHandler())
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	up.StartTLS()
 	t.Cleanup(up.Close)
 	pc := &providerClient{tls: &tls.Config{InsecureSkipVerify: true, VerifyConnection: func(tls.ConnectionState) error {
 		panic("a bug in a TLS callback")
@@ -29,5 +41,13 @@ func TestDialPanicFailsTheDial(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(panics) - before; n != 1 {
 		t.Fatalf("gateway_panics_total rose by %v, want 1", n)
+	}
+	// The socket the handshake ran on is closed, not left to a finalizer.
+	deadline := time.Now().Add(10 * time.Second)
+	for open.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := open.Load(); n != 0 {
+		t.Fatalf("%d upstream connections still open after the dial panicked", n)
 	}
 }

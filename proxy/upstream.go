@@ -182,6 +182,12 @@ func (pc *providerClient) dial(addr string, timeout time.Duration) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			_ = c.Close() // a panic in the handshake (a TLS callback) leaves no socket open
+			panic(r)
+		}
+	}()
 	if pc.tls != nil {
 		tc := tls.Client(c, pc.tls)
 		_ = c.SetDeadline(time.Now().Add(timeout))
