@@ -136,6 +136,14 @@ var sideTextCases = []struct {
 		redacted: []string{"messages.0.reasoning_content", "messages.1.Reasoning"},
 	},
 	{
+		// Reasoning taken back as a content part: Anthropic's thinking
+		// (a string) and Mistral's (text parts of its own).
+		name: "a thinking part",
+		body: `{"model":"m","messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"so secret-29"},` +
+			`{"type":"thinking","thinking":[{"type":"text","text":"then secret-30"}]},{"type":"text","text":"ok"}]},{"role":"user","content":"hi"}]}`,
+		redacted: []string{"messages.0.content.0.thinking", "messages.0.content.1.thinking.0.text"},
+	},
+	{
 		// vLLM's request-level template: the model reads its text, and a
 		// redaction could break its syntax.
 		name:  "vLLM's chat_template",
@@ -151,7 +159,7 @@ var sideTextCases = []struct {
 // documents (their member names too) and a rerank's query,
 // chat_template_kwargs and chat_template, a legacy function call's
 // arguments, an assistant message's refusal (or refusal part) and
-// reasoning. A block blocks; a redaction rewrites prose in place, keeping the
+// reasoning (or thinking part). A block blocks; a redaction rewrites prose in place, keeping the
 // JSON valid, and refuses the request when it would rewrite a schema's or
 // a tool's names or values. They used to pass unjudged.
 func TestRequestStageJudgesSideTexts(t *testing.T) {

@@ -104,7 +104,8 @@ func brokenArguments() error {
 
 // visitMessage calls visit with each text of chat message m, in order: a
 // string content or its parts' texts (a text part's text, a refusal
-// part's refusal), the message's refusal, its reasoning (vLLM's and
+// part's refusal, a thinking part's thinking, a string or parts of its
+// own, as Anthropic and Mistral take reasoning back), the message's refusal, its reasoning (vLLM's and
 // DeepSeek's reasoning_content, or reasoning, which a chat template may
 // print back into the prompt), then each tool call's arguments and a
 // legacy function_call's (args set: a JSON text that must stay one).
@@ -116,20 +117,25 @@ func brokenArguments() error {
 // reads "Content" as the content.
 func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
 	text := func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) }
-	ok := members(m, "content", func(c gjson.Result) bool {
+	var parts func(c gjson.Result) bool
+	parts = func(c gjson.Result) bool {
 		switch {
 		case c.Type == gjson.String:
 			return visit(c, false)
 		case c.IsArray():
 			ok := true
 			c.ForEach(func(_, part gjson.Result) bool {
-				ok = members(part, "text", text) && members(part, "refusal", text)
+				// A thinking part holds a string (Anthropic's form) or
+				// parts of its own (Mistral's); the ingress bounds the
+				// nesting (jsonvalid.MaxDepth).
+				ok = members(part, "text", text) && members(part, "refusal", text) && members(part, "thinking", parts)
 				return ok
 			})
 			return ok
 		}
 		return true
-	})
+	}
+	ok := members(m, "content", parts)
 	for _, key := range [...]string{"refusal", "reasoning_content", "reasoning"} {
 		ok = ok && members(m, key, text)
 	}
