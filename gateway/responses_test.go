@@ -234,6 +234,20 @@ tenant = "b"
 	if err := schema.Validate("Response", raw); err != nil {
 		t.Fatal(err)
 	}
+	// Streamed again, a finished response is a clear 400 (nothing runs in
+	// the background), not its JSON to a client that reads events.
+	again := h.client.Responses.GetStreaming(ctx, r.ID, responses.ResponseGetParams{}, asA)
+	for again.Next() {
+		t.Fatalf("an event from a finished response: %s", again.Current().RawJSON())
+	}
+	var streamErr *openai.Error
+	if !asStatus(again.Err(), &streamErr, http.StatusBadRequest) || streamErr.Param != "stream" {
+		t.Fatalf("get with stream: %v", again.Err())
+	}
+	if status, _, body := send(t, http.MethodGet, h.base+"/responses/"+r.ID+"?stream=true", "sk-a", ""); status != http.StatusBadRequest ||
+		gjson.GetBytes(body, "error.param").Str != "stream" {
+		t.Fatalf("get with ?stream=true (the Node SDK's form): %d %s", status, body)
+	}
 	items, err := h.client.Responses.InputItems.List(ctx, r.ID, responses.InputItemListParams{}, asA)
 	if err != nil || len(items.Data) != 1 || items.Data[0].AsMessage().Content[0].Text != "remember me" {
 		t.Fatalf("input items: %v %+v", err, items)

@@ -433,6 +433,14 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		ctx.SetBody(responses.InputList(id, rec.Input, page))
 		return
 	}
+	if string(ctx.QueryArgs().Peek("stream")) == "true" || gjson.GetBytes(ctx.PostBody(), "stream").Type == gjson.True {
+		// A stored response streams again only while it runs in the
+		// background, and nothing here does: say so, rather than answer
+		// JSON to a client that reads events (and finds none). The Node
+		// SDK asks in the query, openai-go in a JSON body.
+		s.writeError(ctx, x, pipeline.BadRequest("stream", "Only responses created with background set to true can be streamed again; this response has already finished: retrieve it without stream."))
+		return
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBodyString(rec.Response.Raw)
 }
