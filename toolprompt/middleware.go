@@ -78,6 +78,11 @@ func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	if rw == nil {
 		return h.next.Chat(ctx, req)
 	}
+	if rw.names != nil && req.Field(pipeline.FieldN).Int() > 1 {
+		// The calls are read from one reply: the others would be billed
+		// upstream and dropped here.
+		return nil, pipeline.BadRequest("n", "n greater than 1 is not supported with tools on a model without native tool calling (tool_calling = \"prompted\")")
+	}
 	up := req.Clone()
 	up.Body = rw.body
 	up.Messages.Rewrite() // tool results merged, calls turned into text

@@ -3,6 +3,7 @@ package toolprompt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"testing"
 
@@ -184,5 +185,36 @@ func TestServiceTierKept(t *testing.T) {
 	}
 	if chunks == 0 {
 		t.Fatal("no chunks")
+	}
+}
+
+// Tools with n > 1 are refused: the calls are read from one reply, and
+// the other choices would be billed upstream and dropped (they were,
+// silently). Without tools, n passes as it is.
+func TestSeveralChoicesWithToolsRefused(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		calls++
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"},{"index":1,"message":{"role":"assistant","content":"b"},"finish_reason":"stop"}]}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+	for _, stream := range []bool{false, true} {
+		body := toolsBody + `,"n":2}`
+		if stream {
+			body = toolsBody + `,"n":2,"stream":true}`
+		}
+		_, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(body), Stream: stream})
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "n" {
+			t.Fatalf("stream %v: %v, want a 400 on n", stream, err)
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("the upstream was called %d times", calls)
+	}
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}`)})
+	if err != nil || gjson.GetBytes(resp.Body, "choices.#").Int() != 2 {
+		t.Fatalf("without tools: %v %s", err, resp.Body)
 	}
 }
