@@ -518,3 +518,29 @@ func TestToolLoopStreamKeepsTheFingerprint(t *testing.T) {
 		t.Fatalf("JSON system_fingerprint %q, the stream's chunks %q", want, got)
 	}
 }
+
+// A model that ignores tool_choice "none" and calls a server tool in the
+// loop's forced final round: the call is not run, and the answer, which
+// may hold no text, ends with finish_reason "length" (a limit ended it),
+// in JSON and stream alike, not an empty "stop".
+func TestToolLoopFinalRoundCallsEndWithLength(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(strings.ReplaceAll(toolConfig, "{{HTTP}}", "http://127.0.0.1:1/"), "[tool_loop]", "[tool_loop]\nmax_iterations = 2", 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}}}
+	}})
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("loop forever"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := resp.Choices[0]; c.FinishReason != "length" || c.Message.Content != "" || len(c.Message.ToolCalls) != 0 {
+		t.Fatalf("JSON: finish %q content %q calls %d, want an empty answer ended by length", c.FinishReason, c.Message.Content, len(c.Message.ToolCalls))
+	}
+	acc, _, err := h.streamChat(userMsg("loop forever"), wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := acc.Choices[0]; c.FinishReason != "length" || c.Message.Content != "" {
+		t.Fatalf("stream: finish %q content %q, want length", c.FinishReason, c.Message.Content)
+	}
+}

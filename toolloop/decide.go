@@ -38,7 +38,8 @@ type decision struct {
 // rule 12): "tool_calls" when client calls were shown and the upstream
 // finished the round, and the upstream's own reason otherwise ("length",
 // "content_filter"), with "tool_calls" and a missing reason turned into
-// "stop". A forced final round never runs its server calls, and neither
+// "stop". A forced final round never runs its server calls (when it made
+// some, the budget ended the answer: "length"), and neither
 // does a round the upstream cut: its last call's arguments may be cut off,
 // and another round would most likely be cut again, so the answer ends
 // there with the upstream's reason. Pure: the stream and the JSON answer
@@ -60,6 +61,12 @@ func decide(o roundOutcome) decision {
 			return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: o.server == 0}
 		case o.server > 0 && cut && !o.final:
 			return decision{finish: answer, reason: "cut"}
+		case o.server > 0 && !cut:
+			// The forced final round still called server tools (a model
+			// that ignores tool_choice "none"): the loop's budget ended the
+			// answer, which may hold no text. "length" says a limit ended
+			// it, where "stop" would call an empty answer complete.
+			return decision{finish: "length", reason: "answer"}
 		}
 		return decision{finish: answer, reason: "answer"}
 	case !o.ran:
