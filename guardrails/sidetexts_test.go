@@ -440,3 +440,42 @@ func BenchmarkSideTextsDeep(b *testing.B) {
 		_ = visitSideTexts(body, func(gjson.Result, bool) bool { return true })
 	}
 }
+
+// Thinking parts nested in thinking parts are followed up to
+// maxThinkingDepth (Mistral nests one level); a deeper chain is refused as
+// too deep, on the chat route and for an http classifier's text, rather
+// than walked: each level was read again from its start, so 490 levels
+// around 4 MiB took seconds.
+func TestThinkingDepth(t *testing.T) {
+	t.Parallel()
+	nested := func(depth int) []byte {
+		b := []byte(`{"model":"m","messages":[{"role":"assistant","content":`)
+		for range depth {
+			b = append(b, `[{"type":"thinking","thinking":`...)
+		}
+		b = append(b, `"so secret-1"`...)
+		for range depth {
+			b = append(b, `}]`...)
+		}
+		return append(b, `},{"role":"user","content":"hi"}]}`...)
+	}
+	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
+	check := func(body []byte) error {
+		_, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{block}, nil), body)
+		return err
+	}
+	deepest := nested(maxThinkingDepth + 1)
+	if err := check(deepest); err == nil || errors.Is(err, errTooDeep) {
+		t.Fatalf("%d levels: %v, want the text judged and blocked", maxThinkingDepth+1, err)
+	}
+	if texts, err := messageTexts(deepest); err != nil || !strings.Contains(string(texts), "secret-1") {
+		t.Fatalf("%d levels, the classifier's text: %q %v", maxThinkingDepth+1, texts, err)
+	}
+	tooDeepBody := nested(maxThinkingDepth + 2)
+	if err := check(tooDeepBody); !errors.Is(err, errTooDeep) {
+		t.Fatalf("%d levels: %v, want too deep", maxThinkingDepth+2, err)
+	}
+	if _, err := messageTexts(tooDeepBody); !errors.Is(err, errTooDeep) {
+		t.Fatalf("%d levels, the classifier's text: %v, want too deep", maxThinkingDepth+2, err)
+	}
+}

@@ -54,11 +54,13 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
 		// The texts of one message: max_length counts them together.
 		more := false
-		visitMessage(m, func(t gjson.Result, args bool) bool {
+		if visitMessage(m, func(t gjson.Result, args bool) bool {
 			ok := check(t, more, args)
 			more = true
 			return ok
-		})
+		}) && failed == nil {
+			failed = tooDeep("messages")
+		}
 		return failed == nil
 	})
 	if failed == nil {
@@ -115,27 +117,31 @@ func brokenArguments() error {
 // Names compare without regard to case, and every member of a repeated
 // name is visited (members): an upstream decoding with Go's encoding/json
 // reads "Content" as the content.
-func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
+func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (deep bool) {
 	text := func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) }
-	var parts func(c gjson.Result) bool
-	parts = func(c gjson.Result) bool {
+	var parts func(c gjson.Result, depth int) bool
+	parts = func(c gjson.Result, depth int) bool {
 		switch {
 		case c.Type == gjson.String:
 			return visit(c, false)
 		case c.IsArray():
+			if depth > maxThinkingDepth {
+				deep = true
+				return false
+			}
 			ok := true
 			c.ForEach(func(_, part gjson.Result) bool {
 				// A thinking part holds a string (Anthropic's form) or
-				// parts of its own (Mistral's); the ingress bounds the
-				// nesting (jsonvalid.MaxDepth).
-				ok = members(part, "text", text) && members(part, "refusal", text) && members(part, "thinking", parts)
+				// parts of its own (Mistral's).
+				ok = members(part, "text", text) && members(part, "refusal", text) &&
+					members(part, "thinking", func(t gjson.Result) bool { return parts(t, depth+1) })
 				return ok
 			})
 			return ok
 		}
 		return true
 	}
-	ok := members(m, "content", parts)
+	ok := members(m, "content", func(c gjson.Result) bool { return parts(c, 0) })
 	for _, key := range [...]string{"refusal", "reasoning_content", "reasoning"} {
 		ok = ok && members(m, key, text)
 	}
@@ -157,7 +163,15 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) {
 		// The legacy function calling's {"function_call":{"name","arguments"}}.
 		members(m, "function_call", arguments)
 	}
+	return deep
 }
+
+// maxThinkingDepth bounds how deep visitMessage follows thinking parts in
+// thinking parts (Mistral's holds text parts, one level). Each level is
+// read again from its start, so a deeper chain is refused (tooDeep), as
+// side texts nested past maxTextDepth are, rather than walked at a cost
+// that grows with the square of its depth.
+const maxThinkingDepth = 4
 
 // visitToolDescriptions calls visit with each tool's description (the
 // model reads them as it reads the messages); visit returns false to stop.
@@ -184,12 +198,18 @@ func messageTexts(body []byte) ([]byte, error) {
 		out = append(append(out, t.Str...), '\n')
 		return true
 	}
+	var err error
 	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
-		visitMessage(m, func(t gjson.Result, _ bool) bool { return add(t) })
-		return true
+		if visitMessage(m, func(t gjson.Result, _ bool) bool { return add(t) }) {
+			err = tooDeep("messages")
+		}
+		return err == nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	visitToolDescriptions(body, add)
-	err := visitSideTexts(body, func(t gjson.Result, _ bool) bool { return add(t) })
+	err = visitSideTexts(body, func(t gjson.Result, _ bool) bool { return add(t) })
 	return out, err
 }
 

@@ -433,7 +433,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		ctx.SetBody(responses.InputList(id, rec.Input, page))
 		return
 	}
-	if string(ctx.QueryArgs().Peek("stream")) == "true" || gjson.GetBytes(ctx.PostBody(), "stream").Type == gjson.True {
+	if string(ctx.QueryArgs().Peek("stream")) == "true" || asksStream(&ctx.Request) {
 		// A stored response streams again only while it runs in the
 		// background, and nothing here does: say so, rather than answer
 		// JSON to a client that reads events (and finds none). The Node
@@ -443,6 +443,19 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBodyString(rec.Response.Raw)
+}
+
+// asksStream reports whether a GET's body is a small JSON object asking
+// for a stream ({"stream":true}, openai-go's form). Nothing else of a
+// GET's body is read: one that is larger, or of unknown length, is not
+// read at all (the server streams request bodies, and this route has no
+// body limit of its own).
+func asksStream(r *fasthttp.Request) bool {
+	const maxGetBody = 1 << 10
+	if n := r.Header.ContentLength(); n <= 0 || n > maxGetBody {
+		return false
+	}
+	return gjson.GetBytes(r.Body(), "stream").Type == gjson.True
 }
 
 // inputPage reads the page of input_items a query asks for: limit (1 to
