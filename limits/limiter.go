@@ -247,19 +247,14 @@ func (b *budgetRule) applies(tenant, key string) bool {
 // multipart form: audio, images), whose parts are media that their bytes
 // tell nothing of in tokens.
 func estimate(r *pipeline.Request) int64 {
-	other := r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint
-	if other && (!jsonCall(r.Body) || r.Endpoint == pipeline.InputTokensEndpoint) {
-		return 0 // media, or a count that calls no model
+	if noTokens(r) {
+		return 0
 	}
-	enc := ""
-	if r.Route != nil {
-		enc = r.Route.Encoding
-	}
-	c, err := contextedit.CounterFor(enc)
+	c, err := contextedit.CounterFor(encodingOf(r))
 	if err != nil {
 		return 0
 	}
-	if other {
+	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint {
 		// Not a chat body, whatever it holds: a messages array in it is not
 		// what the endpoint reads.
 		return int64(c.CountJSON(r.Body))
@@ -269,6 +264,22 @@ func estimate(r *pipeline.Request) int64 {
 		return int64(c.CountJSON(r.Body))
 	}
 	return int64(n)
+}
+
+// noTokens reports whether r's body counts no input tokens: another
+// endpoint's body that is not a JSON object or array (media), or a count
+// that calls no model (pipeline.InputTokensEndpoint).
+func noTokens(r *pipeline.Request) bool {
+	other := r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint
+	return other && (!jsonCall(r.Body) || r.Endpoint == pipeline.InputTokensEndpoint)
+}
+
+// encodingOf is the tokenizer of r's route ("" without one: the default).
+func encodingOf(r *pipeline.Request) string {
+	if r.Route != nil {
+		return r.Route.Encoding
+	}
+	return ""
 }
 
 // estimateAtEnd is estimate for a charge made at the end of an answer that
@@ -281,17 +292,14 @@ func estimate(r *pipeline.Request) int64 {
 // images and files), and the tokenizer is built in the background for the
 // charges after it.
 func estimateAtEnd(r *pipeline.Request) int64 {
-	enc := ""
-	if r.Route != nil {
-		enc = r.Route.Encoding
-	}
-	if counterBuilt(enc) {
+	enc := encodingOf(r)
+	switch {
+	case counterBuilt(enc):
 		return estimate(r)
+	case noTokens(r):
+		return 0
 	}
 	contextedit.BuildCounter(enc)
-	if r.Endpoint != "" && r.Endpoint != pipeline.ChatEndpoint && (!jsonCall(r.Body) || r.Endpoint == pipeline.InputTokensEndpoint) {
-		return 0 // as estimate has it
-	}
 	return int64(contextedit.EstimateJSON(r.Body))
 }
 
