@@ -358,8 +358,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		return
 	}
 	if rt.Policy != nil && !rt.Policy.AllowsPath(t, responsesRoute) {
-		s.writeError(ctx, x, pipeline.Forbidden(pipeline.CodePathNotAllowed,
-			"This API key may not use %s through this gateway.", responsesRoute))
+		s.writeError(ctx, x, pathNotAllowed(responsesRoute))
 		return
 	}
 	rest := strings.TrimPrefix(path, responsesRoute+"/")
