@@ -415,3 +415,43 @@ func (h *harness) message(p openai.ChatCompletionNewParams, stream bool, schema 
 	}
 	return resp.Choices[0].Message
 }
+
+// A prompted model that writes a call block in the loop's forced final
+// round (tool_choice "none", the tools no longer described) ends its answer
+// as a native model's does: the call is not run, it is not shown as text,
+// and finish_reason is "length", in JSON and stream alike.
+func TestPromptedFinalRoundCallsEndWithLength(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(promptedConfig, "[tool_loop]", "[tool_loop]\nmax_iterations = 2", 1)
+	h := newHarness(t, cfg, mockllm.Options{
+		Respond: textOnly(func(c *mockllm.Call) string {
+			return "Once more.\n```tool_calls\n{\"name\":\"calculator\",\"arguments\":{\"expression\":\"1+1\"}}\n```"
+		}),
+		Chunking: mockllm.Chunking{TextRunes: 5},
+	})
+	schema := wiretest.LoadSchema(t)
+	for _, stream := range []bool{false, true} {
+		p := userMsg("loop forever")
+		p.Model = "txt"
+		var finish, content string
+		var calls int
+		if stream {
+			acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := acc.Choices[0]
+			finish, content, calls = c.FinishReason, c.Message.Content, len(c.Message.ToolCalls)
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := resp.Choices[0]
+			finish, content, calls = c.FinishReason, c.Message.Content, len(c.Message.ToolCalls)
+		}
+		if finish != "length" || calls != 0 || strings.Contains(content, "tool_calls") || strings.Contains(content, "calculator") {
+			t.Errorf("stream %v: finish %q calls %d content %q, want the block dropped and length", stream, finish, calls, content)
+		}
+	}
+}

@@ -125,7 +125,7 @@ func (h *handler) judge(rw *rewritten, o *outcome, t *tries) (retry string, err 
 		}
 	}
 	if o.err != nil {
-		if t.malformed < h.maxErrors {
+		if t.malformed < h.maxErrors && rw.choice != choiceNone {
 			t.malformed++
 			return fmt.Sprintf("### error\nYour tool call could not be used: %v. Write the calls again as the format says.", o.err), nil
 		}

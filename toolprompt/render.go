@@ -104,7 +104,13 @@ func (h *handler) rewrite(body []byte) (*rewritten, error) {
 		case choiceNamed:
 			prompt += "\n\nYou must call the tool \"" + rw.named + "\" in this reply."
 		}
-	} else {
+	}
+	// Under tool_choice "none" the tools are not described, but a block the
+	// model writes anyway (after a history of calls, say) is still read as
+	// calls, as a native model's calls would arrive: the layer above decides
+	// what a call it did not allow means (the tool loop's forced final round
+	// ends with "length"). It is never asked again.
+	if len(rw.names) == 0 {
 		rw.names = nil // nothing is parsed back
 	}
 	m := renderMessages(msgs, prompt)
@@ -117,7 +123,7 @@ func (h *handler) rewrite(body []byte) (*rewritten, error) {
 	if body, err = sjson.SetRawBytes(body, "messages", m); err != nil {
 		return nil, err
 	}
-	if h.schema && rw.names != nil {
+	if h.schema && prompt != "" {
 		if body, err = sjson.SetRawBytes(body, "response_format", []byte(responseFormat)); err != nil {
 			return nil, err
 		}
