@@ -95,15 +95,15 @@ const (
 // It never panics on any input: entries that are not objects are ignored, a
 // missing index continues the last call unless a new id starts a new one, a
 // new id at an index already in use starts a new call too, a negative index
-// counts as 0 (a Bedrock quirk), and at most maxCalls calls are tracked. Not safe for concurrent use.
+// counts as 0 (a Bedrock quirk), and at most maxCalls calls are tracked (more fail the round: see overflow). Not safe for concurrent use.
 type accumulator struct {
 	calls   []*call
 	ignored int // deltas dropped (over maxCalls, not an object, or far)
-	// far: a delta's index was past maxCallIndex. Its call is dropped, and
-	// the loop fails the round (upstream_malformed) rather than answer
-	// without the call.
-	far  bool
-	size int // bytes kept of the calls' upstream ids, names and arguments (see maxRoundBytes)
+	// overflow: a delta's index was past maxCallIndex, or it started a call
+	// past maxCalls. Its call is dropped, and the loop fails the round
+	// (upstream_malformed) rather than answer without the call.
+	overflow bool
+	size     int // bytes kept of the calls' upstream ids, names and arguments (see maxRoundBytes)
 
 	// gatewayIDs gives every call an id of the gateway's own instead of
 	// the upstream's (see call.assignID and session.gatewayIDs).
@@ -117,7 +117,7 @@ const maxCallIndex = 1 << 20
 
 func (a *accumulator) reset() {
 	a.calls = a.calls[:0]
-	a.ignored, a.size, a.far = 0, 0, false
+	a.ignored, a.size, a.overflow = 0, 0, false
 }
 
 // add merges one tool_calls[] entry and returns the call it touched, or nil.
@@ -154,7 +154,7 @@ func (a *accumulator) add(e gjson.Result) (c *call, fragment bool) {
 		}
 		if i > maxCallIndex {
 			a.ignored++
-			a.far = true
+			a.overflow = true
 			return nil, false
 		}
 		c = a.byIndex(int(i))
@@ -238,6 +238,7 @@ func (a *accumulator) byIndex(i int) *call {
 // newCall starts a call at upstream index i; nil past maxCalls.
 func (a *accumulator) newCall(i int) *call {
 	if len(a.calls) >= maxCalls {
+		a.overflow = true
 		return nil
 	}
 	c := &call{upIndex: i}
@@ -255,15 +256,17 @@ func (a *accumulator) nextFreeIndex() int {
 	return n
 }
 
-// callsFromMessage reads message.tool_calls of a non-stream turn.
+// callsFromMessage reads message.tool_calls of a non-stream turn: up to
+// maxCalls+1 calls, so that the caller can tell a round that made too many
+// (see errCallOverflow).
 func callsFromMessage(tc gjson.Result, gatewayIDs bool) []*call {
 	if !tc.IsArray() {
 		return nil
 	}
 	var calls []*call
 	tc.ForEach(func(_, v gjson.Result) bool {
-		if len(calls) >= maxCalls || !v.IsObject() {
-			return len(calls) < maxCalls
+		if len(calls) > maxCalls || !v.IsObject() {
+			return len(calls) <= maxCalls
 		}
 		// One pass over the entry, finding what the paths id,
 		// function.name and function.arguments find (see completionView).

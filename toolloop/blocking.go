@@ -56,6 +56,10 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		}
 		text := []byte(res.content.String())
 		calls := callsFromMessage(res.toolCalls, s.gatewayIDs())
+		if len(calls) > maxCalls {
+			s.end("error")
+			return nil, malformed(s.req, errCallOverflow)
+		}
 		f := finalEdit{}
 		server, client := s.split(calls)
 		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: res.finish.String()}

@@ -3,6 +3,7 @@ package toolloop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // An upstream round the loop cannot follow (its choices have no index 0,
-// or a tool call's index is out of range) is the upstream's failure,
+// a tool call's index is out of range, or it made more calls than a round
+// takes) is the upstream's failure,
 // upstream_malformed, never an empty answer that ends with "stop": as a
 // JSON answer and as a stream alike.
 func TestMalformedRoundFails(t *testing.T) {
@@ -31,6 +33,7 @@ func TestMalformedRoundFails(t *testing.T) {
 			body:   `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":1,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}]}`},
 		{name: "call index past the range",
 			chunks: []string{chunk("up", `{"role":"assistant","content":""}`, ""), chunk("up", callWhole(99999999, "a", "mine", "{}"), ""), chunk("up", `{}`, "tool_calls")}},
+		{name: "more calls than a round takes", chunks: overCalls(false), body: overCalls(true)[0]},
 	}
 	for _, tc := range cases {
 		for _, stream := range []bool{false, true} {
@@ -69,6 +72,20 @@ func TestMalformedRoundFails(t *testing.T) {
 			})
 		}
 	}
+}
+
+// overCalls is a round of maxCalls+1 client calls: one chunk's delta, or
+// (json) a completion's message.
+func overCalls(json bool) []string {
+	var calls []string
+	for i := range maxCalls + 1 {
+		calls = append(calls, fmt.Sprintf(`{"index":%d,"id":"c%d","type":"function","function":{"name":"mine","arguments":"{}"}}`, i, i))
+	}
+	list := "[" + strings.Join(calls, ",") + "]"
+	if json {
+		return []string{`{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":` + list + `},"finish_reason":"tool_calls"}]}`}
+	}
+	return []string{chunk("up", `{"role":"assistant","content":""}`, ""), chunk("up", `{"tool_calls":`+list+`}`, ""), chunk("up", `{}`, "tool_calls")}
 }
 
 // Choices beside choice 0 (an upstream that sends more than asked) are

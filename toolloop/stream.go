@@ -278,13 +278,14 @@ func choiceZero(choices gjson.Result) (choice gjson.Result, stray bool) {
 }
 
 // errStrayChoices is the cause of the failure of a round whose upstream
-// answered with choices, none of them at index 0, and errFarCallIndex of
-// one whose tool call had an index past maxCallIndex. Followed as if they
+// answered with choices, none of them at index 0, and errCallOverflow of
+// one whose tool call had an index past maxCallIndex, or that made more
+// than maxCalls calls. Followed as if they
 // were not there, either round would end as an empty answer, finish_reason
 // "stop", which the client could not tell from a real one.
 var (
 	errStrayChoices = errors.New("toolloop: the upstream's choices have no index 0")
-	errFarCallIndex = errors.New("toolloop: a tool call's index is out of range")
+	errCallOverflow = errors.New("toolloop: a tool call's index is out of range, or the round made more than 128 calls")
 )
 
 // malformed is the upstream_malformed failure of a round of req whose
@@ -389,8 +390,8 @@ func (st *loopStream) onChunk(ch []byte) {
 		st.tooLarge()
 		return
 	}
-	if st.acc.far {
-		st.fail(malformed(st.s.req, errFarCallIndex))
+	if st.acc.overflow {
+		st.fail(malformed(st.s.req, errCallOverflow))
 		return
 	}
 	st.pump()
