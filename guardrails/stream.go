@@ -28,10 +28,10 @@ type stream struct {
 	ctx    context.Context
 	guards []*guard
 	meta   *pipeline.Meta
-	texts  [maxChoices][2]heldText // per choice: its content, its refusal
-	args   []*guard                // the guards of tool calls' arguments (toolcalls.go)
-	calls  [maxChoices][]heldCall  // per choice: its tool calls, held until it ends
-	shown  [maxChoices]int         // per choice: the tool calls sent (the next one's index)
+	texts  [maxChoices][nTexts]heldText // per choice: each of textKeys
+	args   []*guard                     // the guards of tool calls' arguments (toolcalls.go)
+	calls  [maxChoices][]heldCall       // per choice: its tool calls, held until it ends
+	shown  [maxChoices]int              // per choice: the tool calls sent (the next one's index)
 	// argBytes and nCalls count the arguments and the calls of the answer
 	// (released ones too, so that the bounds, maxHeldArgs and maxHeldCalls,
 	// hold the sum over all choices as the JSON answer's do); metaBytes,
@@ -53,13 +53,23 @@ type stream struct {
 	stashE  error
 }
 
-// textKeys are the delta members a stream judges, in heldText order.
-var textKeys = [2]string{"content", "refusal"}
+// textKeys are the delta (and message) members the response stage judges,
+// in heldText order, which is also the order of the pieces a chunk that
+// has several is judged in: the reasoning a model streams before its
+// answer (DeepSeek's and vLLM's reasoning_content, or reasoning), the
+// content, the refusal. The reasoning is text the client is shown as the
+// answer's is, so a redaction or a block applies to it too.
+var textKeys = [nTexts]string{"reasoning_content", "reasoning", "content", "refusal"}
+
+const nTexts = 4
 
 // textPaths are the paths, in a choice, of each text, its logprobs list
 // and that list's first item: built once, not per chunk;
-// chunkLogprobs is the logprobs list's path in a one-choice chunk.
-var textPaths = [2]struct{ delta, logprobs, first, chunkLogprobs string }{
+// chunkLogprobs is the logprobs list's path in a one-choice chunk. The
+// reasoning has no logprobs list: its paths are "".
+var textPaths = [nTexts]struct{ delta, logprobs, first, chunkLogprobs string }{
+	{"delta.reasoning_content", "", "", ""},
+	{"delta.reasoning", "", "", ""},
 	{"delta.content", "logprobs.content", "logprobs.content.0", "choices.0.logprobs.content"},
 	{"delta.refusal", "logprobs.refusal", "logprobs.refusal.0", "choices.0.logprobs.refusal"},
 }
@@ -277,12 +287,16 @@ func (s *stream) splitChoices(chunk []byte) error {
 	return nil
 }
 
-// judgeTexts handles chunk's content and refusal (ch its choice, i its index;
-// ends: the choice's texts end with it); nil drops it. A chunk with both
-// a content and a refusal is judged as two, the content first.
+// judgeTexts handles chunk's texts (ch its choice, i its index; ends: the
+// choice's texts end with it); nil drops it. A chunk with several texts
+// (a reasoning and a content, a content and a refusal) is judged as one
+// piece per text, in textKeys order; only the first piece keeps the role,
+// and only the last the tool calls and the finish.
 func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]byte, error) {
 	delta := ch.Get("delta")
-	var has [2]bool
+	var has [nTexts]bool
+	var present [nTexts]int
+	n := 0
 	for k, key := range textKeys {
 		// A text of "" whose tokens have logprobs (a token that is part
 		// of a character: its bytes, no text yet) has them held in their
@@ -290,36 +304,59 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 		// went out of order and left the tokens after them misplaced,
 		// so a redaction missed the one it touched.
 		t := delta.Get(key)
-		if has[k] = t.Type == gjson.String && t.Str != ""; !has[k] {
+		if has[k] = t.Type == gjson.String && t.Str != ""; !has[k] && textPaths[k].first != "" {
 			has[k] = ch.Get(textPaths[k].first).Exists()
 		}
+		if has[k] {
+			present[n] = k
+			n++
+		}
 	}
-	switch {
-	case !has[0] && !has[1]:
+	if n == 0 {
 		if ends {
 			if err := s.flushChoice(i); err != nil {
 				return nil, err
 			}
 		}
 		return chunk, nil
-	case has[0] && has[1]:
-		// The content alone, with neither the end nor a tool call.
-		first, err := sjson.DeleteBytes(chunk, "choices.0.delta.refusal")
-		if err == nil {
-			first, err = sjson.DeleteBytes(first, "choices.0.delta.tool_calls")
+	}
+	lps := ch.Get("logprobs").IsObject() // each piece with its own list
+	// piece is chunk with only text k of the ones it has (first: with the
+	// role; last: with the calls and the finish).
+	piece := func(k int, first, last bool) ([]byte, error) {
+		var err error
+		out := chunk
+		for _, o := range present[:n] {
+			if o == k {
+				continue
+			}
+			if out, err = sjson.DeleteBytes(out, "choices.0.delta."+textKeys[o]); err != nil {
+				return nil, err
+			}
+			if lps && textPaths[o].chunkLogprobs != "" {
+				if out, err = sjson.SetRawBytes(out, textPaths[o].chunkLogprobs, []byte("null")); err != nil {
+					return nil, err
+				}
+			}
 		}
-		if err == nil {
-			first, err = sjson.SetRawBytes(first, "choices.0.finish_reason", []byte("null"))
+		if !first {
+			if out, err = sjson.DeleteBytes(out, "choices.0.delta.role"); err != nil {
+				return nil, err
+			}
 		}
-		lps := ch.Get("logprobs").IsObject() // each part with its own list
-		if err == nil && lps {
-			first, err = sjson.SetRawBytes(first, "choices.0.logprobs.refusal", []byte("null"))
+		if !last {
+			if out, err = sjson.DeleteBytes(out, "choices.0.delta.tool_calls"); err == nil {
+				out, err = sjson.SetRawBytes(out, "choices.0.finish_reason", []byte("null"))
+			}
 		}
+		return out, err
+	}
+	for j, k := range present[:n-1] {
+		p, err := piece(k, j == 0, false)
 		if err != nil {
 			return nil, err
 		}
-		fc := gjson.GetBytes(first, "choices.0")
-		out, err := s.text(first, fc, i, 0, false)
+		out, err := s.text(p, gjson.GetBytes(p, "choices.0"), i, k, false)
 		if err != nil {
 			return nil, err
 		}
@@ -327,35 +364,30 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 			s.queue = append(s.queue, out)
 		}
 		if ends {
-			if err := s.flush(i, 0); err != nil {
+			if err := s.flush(i, k); err != nil {
 				return nil, err
 			}
 		}
-		rest, err := sjson.DeleteBytes(chunk, "choices.0.delta.content")
-		if err == nil {
-			rest, err = sjson.DeleteBytes(rest, "choices.0.delta.role")
-		}
-		if err == nil && lps {
-			rest, err = sjson.SetRawBytes(rest, "choices.0.logprobs.content", []byte("null"))
-		}
-		if err != nil {
-			return nil, err
-		}
-		return s.text(rest, gjson.GetBytes(rest, "choices.0"), i, 1, ends)
-	case has[1]:
-		if ends {
-			if err := s.flush(i, 0); err != nil {
-				return nil, err
-			}
-		}
-		return s.text(chunk, ch, i, 1, ends)
 	}
 	if ends {
-		if err := s.flush(i, 1); err != nil {
-			return nil, err
+		// The texts this chunk does not have end before its last one.
+		for k := range textKeys {
+			if !has[k] {
+				if err := s.flush(i, k); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
-	return s.text(chunk, ch, i, 0, ends)
+	last := present[n-1]
+	if n == 1 {
+		return s.text(chunk, ch, i, last, ends)
+	}
+	p, err := piece(last, false, true)
+	if err != nil {
+		return nil, err
+	}
+	return s.text(p, gjson.GetBytes(p, "choices.0"), i, last, ends)
 }
 
 // text handles chunk (ch its choice) for choice i's text k, which it has;
@@ -374,7 +406,11 @@ func (s *stream) text(chunk []byte, ch gjson.Result, i, k int, ends bool) ([]byt
 	text := unsafe.Slice(unsafe.StringData(content.Str), len(content.Str))
 	lp := &h.lp
 	before := len(lp.toks)
-	lp.hold(ch.Get(textPaths[k].logprobs), len(text))
+	var list gjson.Result
+	if textPaths[k].logprobs != "" {
+		list = ch.Get(textPaths[k].logprobs)
+	}
+	lp.hold(list, len(text))
 	out, err := h.ck.Feed(text)
 	if err != nil {
 		return nil, err

@@ -213,8 +213,8 @@ func messageTexts(body []byte) ([]byte, error) {
 	return out, err
 }
 
-// checkAnswer runs the response stage over every choice's content,
-// refusal and tool calls' arguments of a chat.completion, each text on its
+// checkAnswer runs the response stage over every choice's reasoning,
+// content, refusal and tool calls' arguments of a chat.completion, each text on its
 // own, and rewrites the logprobs of the first two as they are rewritten
 // (logprobs.go, toolcalls.go); nil when nothing changed. The first choice's content, when calls ran among it, is judged
 // in the pieces they cut it into (checkPieces).

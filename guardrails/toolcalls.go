@@ -210,7 +210,7 @@ func (s *stream) holdCalls(chunk []byte, ch gjson.Result, i int) ([]byte, error)
 		if t := ch.Get(textPaths[k].delta); t.Type == gjson.String && t.Str != "" {
 			continue
 		}
-		if ch.Get(textPaths[k].logprobs).Exists() {
+		if textPaths[k].logprobs != "" && ch.Get(textPaths[k].logprobs).Exists() {
 			out, err = sjson.SetRawBytes(out, textPaths[k].chunkLogprobs, []byte("null"))
 		}
 	}
