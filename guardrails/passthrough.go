@@ -27,12 +27,16 @@ var passFields = []string{"prompt", "suffix", "input", "instructions", "messages
 // a server that runs the model itself, vLLM's Responses API say, reads it
 // back as the reasoning of that turn, as it reads the item's content) and
 // a chat message's reasoning_content or reasoning, a thinking part's
-// thinking (a string, or parts of its own), and the chat form's
-// tool_calls, function and legacy function_call objects that hold calls'
-// arguments); other members (type, role, ids, names, parameter schemas,
+// thinking (a string, or parts of its own), the chat form's tool_calls,
+// function and legacy function_call objects that hold calls' arguments,
+// an MCP tool's server_description (shown to the model with its tools),
+// and a tool call item's action (a web search's query or queries, the
+// text a computer call typed) and a file search's queries, which the
+// model reads back); other members (type, role, ids, names, parameter schemas,
 // image data) are not text the guardrails judge, as on chat.
 var itemTexts = []string{"text", "content", "refusal", "output", "arguments", "description", "summary",
-	"reasoning_content", "reasoning", "thinking", "tool_calls", "function", "function_call"}
+	"reasoning_content", "reasoning", "thinking", "tool_calls", "function", "function_call",
+	"server_description", "action", "query", "queries"}
 
 // CheckBody runs t's request-stage guardrails over the texts of r, a JSON
 // body sent outside the chat pipeline (a pass-through call of a model), as

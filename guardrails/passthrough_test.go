@@ -44,6 +44,14 @@ func TestPassThroughNamesInAnyCase(t *testing.T) {
 			path: "input.0.summary.0.text", want: "say [X]"},
 		{name: "a chat message's refusal", body: `{"model":"m","messages":[{"role":"assistant","Refusal":"say secret-11"}]}`,
 			path: "messages.0.Refusal", want: "say [X]"},
+		// An MCP tool's server_description is shown to the model with its
+		// tools; a web_search_call item's query (or queries) is read back.
+		{name: "an MCP tool's server description", body: `{"model":"m","input":"hi","tools":[{"type":"mcp","server_label":"d","server_url":"https://x.example","server_description":"say secret-12"}]}`,
+			path: "tools.0.server_description", want: "say [X]"},
+		{name: "a web search call's query", body: `{"model":"m","input":[{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"say secret-13"}},{"role":"user","content":"hi"}]}`,
+			path: "input.0.action.query", want: "say [X]"},
+		{name: "a web search call's queries", body: `{"model":"m","input":[{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","queries":["ok","say secret-14"]}}]}`,
+			path: "input.0.action.queries.1", want: "say [X]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
