@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,9 @@ type trackedConn struct {
 	key   string
 	once  sync.Once
 
-	call atomic.Pointer[call] // the call whose request this connection carries
-	mu   sync.Mutex           // orders a cancelled call's expired deadline against fasthttp's own
+	call      atomic.Pointer[call] // the call whose request this connection carries
+	lastWrite atomic.Int64         // time of the last Write, since monoStart; 0 before the first
+	mu        sync.Mutex           // orders a cancelled call's expired deadline against fasthttp's own
 }
 
 func (c *trackedConn) Close() error {
@@ -41,8 +43,16 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Write finds the token of the call whose request starts here.
+// Write finds the token of the call whose request starts here. On a
+// connection that wrote nothing for staleAfter, it first makes sure the
+// upstream has not closed it meanwhile (a keep-alive timeout shorter than
+// the pool's): such a connection takes no request (errStaleConn), and the
+// call is sent again on a new one (retryStale).
 func (c *trackedConn) Write(p []byte) (int, error) {
+	now := int64(time.Since(monoStart))
+	if last := c.lastWrite.Swap(now); last != 0 && now-last > int64(staleAfter) && peerClosed(c.Conn) {
+		return 0, errStaleConn
+	}
 	if c.call.Load() == nil {
 		c.table.claim(c, p)
 	}
@@ -111,6 +121,18 @@ func (t *connTable) lookup(addr net.Addr) *trackedConn {
 	}
 	return v.(*trackedConn)
 }
+
+// staleAfter is how long a connection writes nothing before its next
+// Write checks that the upstream has not closed it. Under load every
+// pooled connection writes more often, and no check is made.
+const staleAfter = 100 * time.Millisecond
+
+// monoStart is the origin of trackedConn.lastWrite, on the monotonic clock.
+var monoStart = time.Now()
+
+// errStaleConn is the error of a Write on a pooled connection the
+// upstream closed while it was idle: nothing of the request was written.
+var errStaleConn = errors.New("proxy: the upstream closed the idle connection")
 
 // past is a deadline that has expired: setting it unblocks a pending read.
 var past = time.Unix(1, 0)

@@ -142,8 +142,22 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		MaxResponseBodySize: p.MaxResponseBytes,
 		ReadBufferSize:      p.ReadBuffer,
 		Dial:                func(addr string) (net.Conn, error) { return pc.dialAside(addr, connect) },
+		RetryIfErr:          retryStale,
 	}
 	return pc, nil
+}
+
+// retryStale reports whether a call that failed is sent once more, on a
+// new connection: only when its request was written nowhere, because the
+// pooled connection it was to go on had been closed by the upstream while
+// idle (errStaleConn). Servers with short keep-alive timeouts (Node's and
+// uvicorn's 5 s, against the pool's 90 s) leave the pool such
+// connections; fasthttp sends a POST (every model call) once, so the first
+// call after an idle spell failed as unreachable whatever the provider's
+// retries. A request that reached the upstream is never sent again here
+// (the provider's retries decide that). Once only.
+func retryStale(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	return false, errors.Is(err, errStaleConn) && attempts < 2
 }
 
 // dialAside dials on a goroutine of its own. Connecting (the dialer's

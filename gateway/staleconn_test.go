@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// An upstream that closes idle keep-alive connections sooner than the
+// gateway's pool drops them (Node's and uvicorn's servers do after 5 s)
+// leaves the pool a connection it has closed. A request written on it
+// reads the close before any byte of an answer: the upstream never saw
+// it, and the gateway sends it again on a new connection instead of
+// failing it with a 502, even with retries = 0 (chat and pass-through).
+func TestStaleUpstreamConnectionIsRetried(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fasthttp.Server{
+		IdleTimeout: 20 * time.Millisecond,
+		ConnState: func(_ net.Conn, s fasthttp.ConnState) {
+			if s == fasthttp.StateNew {
+				conns.Add(1)
+			}
+		},
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("application/json")
+			if strings.HasSuffix(string(ctx.Path()), "/embeddings") {
+				ctx.SetBodyString(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5]}],"model":"up-model","usage":{"prompt_tokens":1,"total_tokens":1}}`)
+				return
+			}
+			ctx.SetBodyString(`{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+		},
+	}
+	go func() { _ = up.Serve(ln) }()
+	t.Cleanup(func() { _ = up.Shutdown() })
+	cfg := strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1) + openPassthrough
+	h := newHarness(t, cfg, mockllm.Options{})
+	for i := range 4 {
+		for _, path := range []string{"/chat/completions", "/embeddings"} {
+			body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
+			if path == "/embeddings" {
+				body = `{"model":"gpt-x","input":"hi"}`
+			}
+			if code, _, b := h.post(path, body, nil); code != 200 {
+				t.Fatalf("request %d %s: %d %s", i, path, code, b)
+			}
+			time.Sleep(150 * time.Millisecond) // the upstream closes the idle connection; the gateway checks after 100 ms idle
+		}
+	}
+	if n := conns.Load(); n < 4 {
+		t.Fatalf("the upstream saw %d connections: its idle ones were not closed, the test tests nothing", n)
+	}
+}

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package proxy
+
+import "net"
+
+// peerClosed reports false where poll's POLLRDHUP is not available: a
+// closed idle connection then fails its call, as any closed connection
+// does.
+func peerClosed(net.Conn) bool { return false }
