@@ -52,7 +52,14 @@ var (
 // provider gets the gateway's own. A client's cookies are the gateway's
 // site's, and an X-Api-Key (the Anthropic SDKs' header) may be a gateway
 // key, which the provider must never see.
-var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "X-Gateway-Cache", "X-Gateway-Tool-Trace", callHeader}
+var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "Forwarded", "X-Real-Ip"}
+
+// clientOnlyPrefixes start the names of more headers that stay with the
+// gateway: its own namespace (a client's x-gateway-* controls the gateway,
+// or claims to: x-gateway-tenant) and the forwarding claims a client may
+// write (X-Forwarded-For: unverified, and the client's address is not the
+// provider's business), as on chat, which forwards none of them.
+var clientOnlyPrefixes = []string{"X-Gateway-", "X-Forwarded-"}
 
 // handlePassthrough forwards any other /v1/* request to a provider, under
 // the same tenant policy as chat: the path must be on the tenant's
@@ -331,6 +338,17 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 		freq.Header.Del(h)
 	}
 	for _, h := range clientOnlyHeaders {
+		freq.Header.Del(h)
+	}
+	var prefixed []string // made only when the client sent such a header
+	for k := range freq.Header.All() {
+		for _, p := range clientOnlyPrefixes {
+			if len(k) >= len(p) && strings.EqualFold(string(k[:len(p)]), p) {
+				prefixed = append(prefixed, string(k))
+			}
+		}
+	}
+	for _, h := range prefixed {
 		freq.Header.Del(h)
 	}
 	// The original path: a decoded %3F must not become a query upstream.
