@@ -54,6 +54,7 @@ const (
 	CodeUnknownURL               = "unknown_url"
 	CodeInvalidPath              = "invalid_path"
 	CodeMethodNotAllowed         = "method_not_allowed"
+	CodeAmbiguousCredential      = "ambiguous_credential" // more than one Authorization or Api-Key header
 	CodeUnsupportedMediaType     = "unsupported_media_type"
 	CodeUnsupportedParameter     = "unsupported_parameter" // a request field the model's provider cannot honour
 	CodeResponseNotFound         = "response_not_found"    // an unknown, expired or other tenant's response id

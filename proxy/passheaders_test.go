@@ -60,3 +60,52 @@ func TestPassthroughDropsGatewayAndForwardingHeaders(t *testing.T) {
 		t.Errorf("a client header was dropped: %s", names)
 	}
 }
+
+// A request with two credentials is refused whatever their order, before
+// any tenant is decided: a proxy in front that reads the other header
+// would otherwise decide on another tenant than the gateway. One
+// Authorization and an equal Api-Key pass.
+func TestAmbiguousCredentialRefused(t *testing.T) {
+	t.Parallel()
+	addr, _ := serveGateway(t, serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"object":"list","data":[]}`)
+	}), pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	for _, tc := range []struct {
+		name    string
+		headers [][2]string
+		expect  bool
+		want    int
+	}{
+		{"two authorizations", [][2]string{{"Authorization", "Bearer a"}, {"Authorization", "Bearer b"}}, false, 400},
+		{"two authorizations, expect 100-continue", [][2]string{{"Authorization", "Bearer a"}, {"Authorization", "Bearer b"}}, true, 400},
+		{"two api keys", [][2]string{{"Api-Key", "a"}, {"Api-Key", "b"}}, false, 400},
+		{"authorization and another api key", [][2]string{{"Authorization", "Bearer a"}, {"Api-Key", "b"}}, false, 400},
+		{"authorization and the same api key", [][2]string{{"Authorization", "Bearer a"}, {"Api-Key", "a"}}, false, 200},
+		{"one authorization", [][2]string{{"Authorization", "Bearer a"}}, false, 200},
+	} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://gw/v1/embeddings")
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.Header.DisableNormalizing()
+		for _, h := range tc.headers {
+			req.Header.Add(h[0], h[1])
+		}
+		if tc.expect {
+			req.Header.Set("Expect", "100-continue")
+		}
+		req.SetBodyString(`{"model":"m","input":"hi"}`)
+		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if resp.StatusCode() != tc.want || (tc.want == 400 && !strings.Contains(string(resp.Body()), `"code":"ambiguous_credential"`)) {
+			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode(), resp.Body(), tc.want)
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+}

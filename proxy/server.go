@@ -411,6 +411,9 @@ func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 	if max := s.srv.MaxRequestBodySize; max > 0 && cl > max {
 		return s.earlyError(ctx, tooLarge(max))
 	}
+	if err := ambiguousCredential(&ctx.Request.Header); err != nil {
+		return s.earlyError(ctx, err)
+	}
 	rt := s.rt.Load()
 	if rt.Policy == nil {
 		return fasthttp.StatusContinue
@@ -447,6 +450,10 @@ const (
 )
 
 func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
+	if err := ambiguousCredential(&ctx.Request.Header); err != nil {
+		s.writeError(ctx, x, err)
+		return
+	}
 	path := chatRoute // the chat route needs no string of its own
 	if raw := ctx.Request.URI().PathOriginal(); string(raw) != chatRoute {
 		var err error
@@ -497,6 +504,22 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx, x *exchange, allow s
 	ctx.Response.Header.Set("Allow", allow)
 	s.writeError(ctx, x, pipeline.Invalid(fasthttp.StatusMethodNotAllowed, pipeline.CodeMethodNotAllowed,
 		"Method %s is not allowed on %s; use %s", ctx.Method(), ctx.Path(), allow))
+}
+
+// ambiguousCredential refuses a request that names more than one
+// credential: two Authorization or Api-Key headers, or both with different
+// keys. bearer reads the first Authorization; a proxy in front that reads
+// the last, or the Api-Key, would decide on another tenant than the
+// gateway. Nothing is allocated for a request with one of each or none.
+func ambiguousCredential(h *fasthttp.RequestHeader) error {
+	auth, keys := h.PeekAll(fasthttp.HeaderAuthorization), len(h.PeekAll("Api-Key"))
+	switch {
+	case len(auth) > 1, keys > 1,
+		keys == 1 && len(auth) == 1 && bearer(h) != string(h.Peek("Api-Key")):
+		return pipeline.Invalid(fasthttp.StatusBadRequest, pipeline.CodeAmbiguousCredential,
+			"The request carries more than one credential (Authorization or Api-Key headers); send one.")
+	}
+	return nil
 }
 
 // bearer returns the credential from Authorization: Bearer, or api-key.
