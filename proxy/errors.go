@@ -79,6 +79,15 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			// the status (clients see the upstream's verdict) but never its
 			// message, which may quote key fragments.
 			msg, typ, param, code = "the upstream provider rejected the gateway's credentials", pipeline.TypeUpstreamAuth, "", pipeline.CodeUpstreamAuth
+		} else if status == http.StatusTooManyRequests || aboutRateLimit(typ, code) {
+			// About the gateway's one provider account, which every tenant
+			// shares: the provider's text names the account (its org id) and
+			// counts its use (limit, used, requested), which would show a
+			// tenant the others' traffic, as its x-ratelimit headers would.
+			msg, param = "the upstream provider is rate limiting the gateway's requests; retry later", ""
+			if strings.EqualFold(code, "insufficient_quota") || strings.EqualFold(typ, "insufficient_quota") {
+				msg = "the upstream provider's quota for the gateway's account is exhausted"
+			}
 		}
 		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status}
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
@@ -115,6 +124,17 @@ func redactString(s string) string {
 		return s
 	}
 	return string(observe.Secrets.Redact([]byte(s)))
+}
+
+// aboutRateLimit reports whether an upstream error's type or code says it
+// is about the provider account's rate limits or quota, whatever its
+// status (an error event in a stream has none).
+func aboutRateLimit(typ, code string) bool {
+	switch strings.ToLower(code) {
+	case "rate_limit_exceeded", "insufficient_quota", "rate_limit_error":
+		return true
+	}
+	return strings.EqualFold(typ, "rate_limit_error") || strings.EqualFold(typ, "insufficient_quota")
 }
 
 // aboutCredentials reports whether an upstream error's type or code says

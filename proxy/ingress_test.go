@@ -156,8 +156,21 @@ func TestMapErrorNeverLeaksCauses(t *testing.T) {
 			t.Fatalf("%v → %s", err, env.body)
 		}
 	}
-	if env := mapError(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 429, Body: []byte(`{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded","param":null}}`)}); env.status != 429 || !containsAny(env.body, "slow down") {
+	if env := mapError(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 400, Body: []byte(`{"error":{"message":"bad temperature","type":"invalid_request_error","code":null,"param":"temperature"}}`)}); env.status != 400 || !containsAny(env.body, "bad temperature", `"param":"temperature"`) {
 		t.Fatalf("upstream envelope: %d %s", env.status, env.body)
+	}
+	// A rate limit or quota error is about the gateway's one provider
+	// account, which every tenant shares: its status and code pass, its
+	// text (the account's org id, its limit and use) does not, in a 429 or
+	// in an error event of a 200 stream.
+	for _, ue := range []*pipeline.UpstreamError{
+		{Kind: pipeline.UpstreamStatus, Status: 429, Body: []byte(`{"error":{"message":"Rate limit reached for gpt-4o in organization org-SECRET on tokens per min (TPM): Limit 30000, Used 29999","type":"tokens","code":"rate_limit_exceeded","param":null}}`)},
+		{Kind: pipeline.UpstreamStatus, Status: 200, Body: []byte(`{"error":{"message":"org-SECRET exceeded its quota","type":"insufficient_quota","code":"insufficient_quota","param":null}}`)},
+	} {
+		env := mapError(ue)
+		if containsAny(env.body, "org-SECRET", "30000") || !containsAny(env.body, "the upstream provider", `"code":"`) {
+			t.Fatalf("rate limit envelope: %d %s", env.status, env.body)
+		}
 	}
 }
 
