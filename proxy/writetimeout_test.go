@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,5 +127,49 @@ func TestStalledReaderOfLargeAnswerLosesIt(t *testing.T) {
 	n, _ := io.Copy(io.Discard, conn) // ends at the gateway's close (or the guard)
 	if n+1 >= int64(len(answer)) {
 		t.Fatalf("the client read %d bytes, the whole answer, after stalling past write_timeout", n)
+	}
+}
+
+// TestSlowReaderKeepsItsStream: a client that reads slowly but steadily
+// (4 KiB every 50 ms through a small receive buffer) keeps its stream
+// for as long as it reads, though the gateway's writes wait longer than
+// server.write_timeout for room in the socket: the deadline gives up on a
+// client that stops reading, not on one that reads slowly.
+func TestSlowReaderKeepsItsStream(t *testing.T) {
+	t.Parallel()
+	closed := make(chan struct{})
+	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 64<<10) + `"},"finish_reason":null}]}`)
+	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: &pipeline.StreamFunc{
+			NextFunc:  func() ([]byte, error) { return chunk, nil }, // endless
+			CloseFunc: func() { close(closed) },
+		}}, nil
+	})
+	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
+	cfg.Server.WriteTimeout = config.Duration(300 * time.Millisecond)
+	addr, srv := serveRuntime(t, cfg, u, chat)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+	}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	var b [4 << 10]byte
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			t.Fatalf("the stream to a slow reader ended: %v", err)
+		}
+		select {
+		case <-closed:
+			t.Fatal("the stream to a client still reading was ended")
+		default:
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -8,3 +8,6 @@ import "net"
 // closed idle connection then fails its call, as any closed connection
 // does.
 func peerClosed(net.Conn) bool { return false }
+
+// sendQueued cannot tell where SIOCOUTQ is not available.
+func sendQueued(*net.TCPConn) (int, bool) { return 0, false }

@@ -35,3 +35,17 @@ func peerClosed(c net.Conn) bool {
 	})
 	return closed
 }
+
+// sendQueued returns the bytes c has sent or queued that the peer has not
+// acknowledged yet (SIOCOUTQ), and whether it could tell.
+func sendQueued(c *net.TCPConn) (int, bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	n, qerr := 0, error(nil)
+	if err := rc.Control(func(fd uintptr) { n, qerr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil || qerr != nil {
+		return 0, false
+	}
+	return n, true
+}
