@@ -35,7 +35,8 @@ func (e *Engine) Middleware() pipeline.Middleware {
 	}
 }
 
-// Admit applies p's request limits to r: body size, model, then max_tokens.
+// Admit applies p's request limits to r: body size, model, the stored
+// objects it names (storedRefs), then max_tokens.
 // It may replace r.Body with a new slice (clamp mode) and returns a
 // *pipeline.Error for a denial. A nil Policy admits everything.
 func (p *Policy) Admit(r *pipeline.Request) error {
@@ -53,6 +54,9 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 		e := pipeline.Forbidden(pipeline.CodeModelNotAllowed, "The model `%s` is not allowed for this API key.", model)
 		e.Param = "model"
 		return e
+	}
+	if err := p.storedRefs(r); err != nil {
+		return err
 	}
 	return p.capBody(r)
 }

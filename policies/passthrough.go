@@ -97,6 +97,9 @@ func (e *Engine) Admit(t *pipeline.Tenant, r *pipeline.Request) error {
 	if p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
 		return tooLarge(len(r.Body), p.MaxBodyBytes)
 	}
+	if err := p.storedRefs(r); err != nil {
+		return err
+	}
 	// No model named, yet the upstream may answer with its default one:
 	// the endpoint's token cap applies all the same.
 	return p.capBody(r)
