@@ -1,6 +1,12 @@
 package proxy
 
-import "bytes"
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
 
 // Some upstreams (Ollama, SGLang) send "finish_reason":"" on every chunk
 // before the last, and may in a JSON answer's choice. The gateway reads ""
@@ -24,11 +30,13 @@ var (
 
 // fillFinish appends to dst[:0] body with every "finish_reason" member whose
 // value is the empty string given the value with instead (finishNull or
-// finishStop), and reports true; when body has none (nearly always: one
+// finishStop; with finishStop, a JSON answer's, a null one too: an answer
+// is finished), and reports true; when body has none (nearly always: one
 // byte search per chunk, no parse) it returns body itself and false, and
 // dst is untouched. body is only read.
 func fillFinish(dst, body, with []byte) ([]byte, bool) {
-	at := emptyFinishAt(body, 0)
+	answer := bytes.Equal(with, finishStop)
+	at, n := emptyFinishAt(body, 0, answer)
 	if at < 0 {
 		return body, false
 	}
@@ -37,21 +45,22 @@ func fillFinish(dst, body, with []byte) ([]byte, bool) {
 	for at >= 0 {
 		dst = append(dst, body[from:at]...)
 		dst = append(dst, with...)
-		from = at + len(`""`)
-		at = emptyFinishAt(body, from)
+		from = at + n
+		at, n = emptyFinishAt(body, from, answer)
 	}
 	return append(dst, body[from:]...), true
 }
 
 // emptyFinishAt returns the index in body, from from on, of the value ""
-// of a "finish_reason" member, or -1. A match is a key: its opening quote
-// follows '{' or ',' (inside a string a quote is escaped), and ':' and ""
-// follow it, with any whitespace between.
-func emptyFinishAt(body []byte, from int) int {
+// (or, with null, null) of a "finish_reason" member and the value's
+// length, or -1. A match is a key: its opening quote follows '{' or ','
+// (inside a string a quote is escaped), and ':' and the value follow it,
+// with any whitespace between.
+func emptyFinishAt(body []byte, from int, null bool) (int, int) {
 	for {
 		i := bytes.IndexByte(body[from:], '_')
 		if i < 0 {
-			return -1
+			return -1, 0
 		}
 		k := from + i // at '_'
 		from = k + 1
@@ -71,7 +80,10 @@ func emptyFinishAt(body []byte, from int) int {
 		}
 		v = skipSpace(body, v+1)
 		if v+1 < len(body) && body[v] == '"' && body[v+1] == '"' {
-			return v
+			return v, len(`""`)
+		}
+		if null && bytes.HasPrefix(body[v:], finishNull) {
+			return v, len(finishNull)
 		}
 	}
 }
@@ -83,4 +95,25 @@ func skipSpace(body []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// finishKey is the member fillFinish rewrites, quoted.
+var finishKey = []byte(`"finish_reason"`)
+
+// addFinish gives each choice of a JSON answer that has no finish_reason
+// member "stop", as a stream without one ends (wire.ChatSSE); body itself
+// when it names the member (nearly always: one byte search). An answer
+// without the member fails the schema, and an SDK that reads it gets no
+// reason.
+func addFinish(body []byte) []byte {
+	if bytes.Contains(body, finishKey) {
+		return body
+	}
+	n := len(gjson.GetBytes(body, "choices").Array())
+	for i := range n {
+		if out, err := sjson.SetRawBytes(body, "choices."+strconv.Itoa(i)+".finish_reason", finishStop); err == nil {
+			body = out
+		}
+	}
+	return body
 }

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonvalid"
 )
@@ -35,12 +38,10 @@ func TestFillFinish(t *testing.T) {
 			if string(got) != want || ok != (c.want != "") {
 				t.Fatalf("got %s (%v), want %s", got, ok, want)
 			}
-			// An answer's gets "stop" where a chunk's gets null.
-			stopped := c.in
-			if c.want != "" {
-				stopped = strings.ReplaceAll(want, `"finish_reason":null`, `"finish_reason":"stop"`)
-				stopped = strings.ReplaceAll(stopped, `"finish_reason" : null`, `"finish_reason" : "stop"`)
-			}
+			// An answer's gets "stop" where a chunk's gets null, and its
+			// null finish_reason too: an answer is finished.
+			stopped := strings.ReplaceAll(want, `"finish_reason":null`, `"finish_reason":"stop"`)
+			stopped = strings.ReplaceAll(stopped, `"finish_reason" : null`, `"finish_reason" : "stop"`)
 			if got, _ := fillFinish(nil, []byte(c.in), finishStop); string(got) != stopped {
 				t.Fatalf("answer: got %s, want %s", got, stopped)
 			}
@@ -76,6 +77,9 @@ func FuzzFillFinish(f *testing.F) {
 		if !jsonvalid.Bytes(out) {
 			t.Fatalf("%q gave invalid JSON %q", in, out)
 		}
+		if stop, _ := fillFinish(nil, body, finishStop); !jsonvalid.Bytes(stop) {
+			t.Fatalf("%q gave invalid JSON %q", in, stop)
+		}
 		null := []byte("null")
 		if n := len(out) - len(in); n <= 0 || n%2 != 0 || bytes.Count(out, null)-bytes.Count(in, null) != n/2 {
 			t.Fatalf("%q gave %q", in, out)
@@ -106,5 +110,22 @@ func BenchmarkFillFinish(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A JSON answer whose choices have no finish_reason gets "stop" on each,
+// as the same answer streamed ends; one that has the member is left.
+func TestAddFinish(t *testing.T) {
+	t.Parallel()
+	in := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a"}},{"index":1,"message":{"role":"assistant","content":"b"}}]}`
+	out := addFinish([]byte(in))
+	for i, want := range []string{"stop", "stop"} {
+		if got := gjson.GetBytes(out, "choices."+strconv.Itoa(i)+".finish_reason").Str; got != want {
+			t.Fatalf("choice %d: %q in %s", i, got, out)
+		}
+	}
+	has := `{"choices":[{"index":0,"message":{"content":"a"},"finish_reason":"length"}]}`
+	if got := addFinish([]byte(has)); string(got) != has {
+		t.Fatalf("changed %s", got)
 	}
 }

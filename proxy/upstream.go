@@ -459,6 +459,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 				break
 			}
 			fixed, _ := fillFinish(nil, out, finishStop)
+			fixed = addFinish(fixed)
 			body = setModel(nil, flattenParts(fixed, "message"), req.Model)
 			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
 				body = append([]byte(nil), out...)
