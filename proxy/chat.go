@@ -42,6 +42,9 @@ func (s *Server) chatIn(ctx *fasthttp.RequestCtx, x *exchange) *pipeline.Request
 	}
 	in, err := parseChat(body)
 	if err != nil {
+		if ee := encodedBody(&ctx.Request.Header, chatRoute); ee != nil {
+			err = ee // a compressed body, not bad JSON (looked at only when the body failed)
+		}
 		s.writeError(ctx, x, err)
 		return nil
 	}

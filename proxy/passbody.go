@@ -67,12 +67,11 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		return opaqueBody(ctx, x, t, path, limit)
 	}
 	var pb passBody
-	if ce := ctx.Request.Header.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !bytes.EqualFold(bytes.TrimSpace(ce), []byte("identity")) {
+	if err := encodedBody(&ctx.Request.Header, path); err != nil {
 		// The model, the token fields and the texts are judged in the
 		// bytes as sent: an upstream that decodes the body would read
 		// another one.
-		return pb, pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
-			"%s takes a JSON or multipart body without Content-Encoding.", truncate(path, 200))
+		return pb, err
 	}
 	body, err := readBody(ctx, limit)
 	if err != nil {
@@ -465,4 +464,15 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 		return n, u.err
 	}
 	return n, err
+}
+
+// encodedBody is the 415 of a request to path whose body has a
+// Content-Encoding (other than identity), or nil. The gateway decodes no
+// request body: it judges the bytes as sent.
+func encodedBody(h *fasthttp.RequestHeader, path string) error {
+	if ce := h.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !bytes.EqualFold(bytes.TrimSpace(ce), []byte("identity")) {
+		return pipeline.Invalid(http.StatusUnsupportedMediaType, pipeline.CodeUnsupportedMediaType,
+			"%s takes a JSON or multipart body without Content-Encoding.", truncate(path, 200))
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
 	"net"
 	"strings"
 	"testing"
@@ -36,5 +38,24 @@ func TestAnswerWithoutFinishReason(t *testing.T) {
 		if code != 200 || gjson.GetBytes(b, "choices.0.finish_reason").Str != "stop" {
 			t.Fatalf("%s: %d %s", text, code, b)
 		}
+	}
+}
+
+// A compressed chat body is refused as the pass-through refuses one, 415
+// unsupported_media_type, not as JSON it cannot parse (the gateway decodes
+// no request body).
+func TestCompressedChatBodyIs415(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{})
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	_, _ = zw.Write([]byte(`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`))
+	_ = zw.Close()
+	code, _, b := h.post("/chat/completions", zb.String(), map[string]string{"Content-Encoding": "gzip"})
+	if code != 415 || gjson.GetBytes(b, "error.code").Str != "unsupported_media_type" {
+		t.Fatalf("%d %s", code, b)
+	}
+	if n := h.mock.TotalCalls(); n != 0 {
+		t.Fatalf("the upstream got %d calls", n)
 	}
 }
