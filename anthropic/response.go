@@ -69,11 +69,28 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 	return j.Encode(out, &e), nil
 }
 
-// toolInput is a tool_use block's input as arguments: the object's JSON,
-// {} when there is none.
+// toolInput is a tool_use block's input as arguments: its JSON as sent,
+// {} when there is none. An input that is not an object (a model's
+// mistake) goes as it is, as its streamed fragments do: the client, or
+// the tool loop's validation, sees what the model wrote.
 func toolInput(in gjson.Result) []byte {
-	if !in.IsObject() {
+	if !in.Exists() || in.Type == gjson.Null {
 		return []byte("{}")
 	}
 	return []byte(in.Raw)
+}
+
+// hasInput reports whether a tool_use block's start carries its input
+// whole: anything but none, null and the empty object the start of a
+// streamed input carries.
+func hasInput(in gjson.Result) bool {
+	if !in.Exists() || in.Type == gjson.Null {
+		return false
+	}
+	if !in.IsObject() {
+		return true
+	}
+	members := false
+	in.ForEach(func(_, _ gjson.Result) bool { members = true; return false })
+	return members
 }

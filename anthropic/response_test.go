@@ -70,6 +70,10 @@ func TestDecodeMessageEqualsStream(t *testing.T) {
 			`{"type":"text","text":"Hi."}`},
 		{name: "empty thinking", want: "", content: `{"type":"thinking","thinking":"","signature":"c2ln"},{"type":"text","text":"Hi."}`},
 		{name: "no thinking", want: "", content: `{"type":"text","text":"Hi."}`},
+		// A model's input that is not an object goes as it is both ways
+		// (the JSON answer made it {}).
+		{name: "an input that is not an object", want: "", content: `{"type":"tool_use","id":"toolu_1","name":"f","input":[1,2]},` +
+			`{"type":"tool_use","id":"toolu_2","name":"g","input":"x"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

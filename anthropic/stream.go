@@ -180,7 +180,7 @@ func (d *StreamDecoder) blockStart(ev gjson.Result) {
 	case "tool_use":
 		d.blocks[i] = blockToolUse
 		d.emit(&wire.Event{Kind: wire.CallHeader, ID: cb.Get("id").Str, Name: cb.Get("name").Str})
-		if in := cb.Get("input"); in.IsObject() && len(in.Map()) > 0 { // a call sent whole
+		if in := cb.Get("input"); hasInput(in) { // a call sent whole
 			d.args[i] = true
 			d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(in.Raw)})
 		}
