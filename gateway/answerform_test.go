@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -57,5 +58,39 @@ func TestCompressedChatBodyIs415(t *testing.T) {
 	}
 	if n := h.mock.TotalCalls(); n != 0 {
 		t.Fatalf("the upstream got %d calls", n)
+	}
+}
+
+// Tool-call arguments an upstream sends as an object reach the client as
+// the string of that object, in a JSON answer and in a stream, outside the
+// tool loop as inside it: the openai-go client reads them either way.
+func TestObjectArgumentsBecomeStrings(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if gjson.GetBytes(ctx.PostBody(), "stream").Bool() {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyString(`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":{"q":"x"}}}]},"finish_reason":null}]}` +
+				"\n\n" + `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n")
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":{"q":"x"}}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}}
+	go func() { _ = up.Serve(ln) }()
+	t.Cleanup(func() { _ = up.Shutdown() })
+	h := newHarness(t, strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1), mockllm.Options{})
+	p := userMsg("look it up")
+	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup"})}
+	for _, stream := range []bool{false, true} {
+		if m := h.message(p, stream, nil); len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"q":"x"}` {
+			t.Fatalf("stream %v: %+v", stream, m.ToolCalls)
+		}
+	}
+	if _, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`, nil); gjson.GetBytes(b, "choices.0.message.tool_calls.0.function.arguments").Type != gjson.String {
+		t.Fatalf("raw JSON: %s", b)
 	}
 }

@@ -188,7 +188,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
 		s.fix, data = fixed, fixed
 	}
-	return s.rename(flattenParts(data, "delta")), false, nil
+	return s.rename(stringArgs(flattenParts(data, "delta"), "delta")), false, nil
 }
 
 // rename gives data the client's model name, as setModel does, and reuses

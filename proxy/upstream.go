@@ -460,7 +460,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 			}
 			fixed, _ := fillFinish(nil, out, finishStop)
 			fixed = addFinish(fixed)
-			body = setModel(nil, flattenParts(fixed, "message"), req.Model)
+			body = setModel(nil, stringArgs(flattenParts(fixed, "message"), "message"), req.Model)
 			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
 				body = append([]byte(nil), out...)
 			}

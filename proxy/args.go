@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Some upstreams send a tool call's arguments as a JSON object, not as the
+// string of it. The chat form's arguments are a string: a typed SDK fails
+// to read the answer, or an accumulator concatenates objects. The tool loop
+// and the response guardrails already read such arguments as the string of
+// their JSON; the answers relayed as they are get the same: the member
+// becomes the string of its JSON text, in a JSON answer and in a chunk.
+
+var argsKey = []byte(`"arguments"`)
+
+// hasRawArgs reports whether body may hold an "arguments" member whose
+// value is not a string (nor null); false means it holds none (one byte
+// search on a chunk without calls). Inside a string a quote is escaped, so
+// a match is a key or a value "arguments" (a false alarm costs a parse).
+func hasRawArgs(body []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(body[i:], argsKey)
+		if j < 0 {
+			return false
+		}
+		i += j + len(argsKey)
+		v := skipSpace(body, i)
+		if v == len(body) || body[v] != ':' {
+			continue
+		}
+		if v = skipSpace(body, v+1); v < len(body) && body[v] != '"' && body[v] != 'n' {
+			return true
+		}
+	}
+}
+
+// stringArgs returns body, a JSON answer (key "message") or a chunk (key
+// "delta"), with each choice's tool calls' (and legacy function_call's)
+// arguments that are not a string made the string of their JSON; body
+// itself when there are none.
+func stringArgs(body []byte, key string) []byte {
+	if !hasRawArgs(body) {
+		return body
+	}
+	type edit struct {
+		path string
+		raw  string
+	}
+	var edits []edit
+	gjson.GetBytes(body, "choices").ForEach(func(ci, ch gjson.Result) bool {
+		base := "choices." + strconv.Itoa(int(ci.Int())) + "." + key
+		note := func(path string, a gjson.Result) {
+			if a.Exists() && a.Type != gjson.String && a.Type != gjson.Null {
+				edits = append(edits, edit{path, a.Raw})
+			}
+		}
+		ch.Get(key+".tool_calls").ForEach(func(ti, tc gjson.Result) bool {
+			note(base+".tool_calls."+strconv.Itoa(int(ti.Int()))+".function.arguments", tc.Get("function.arguments"))
+			return true
+		})
+		note(base+".function_call.arguments", ch.Get(key+".function_call.arguments"))
+		return true
+	})
+	for _, e := range edits {
+		if out, err := sjson.SetBytes(body, e.path, e.raw); err == nil {
+			body = out
+		}
+	}
+	return body
+}
