@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
+	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -92,5 +95,43 @@ func TestObjectArgumentsBecomeStrings(t *testing.T) {
 	}
 	if _, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`, nil); gjson.GetBytes(b, "choices.0.message.tool_calls.0.function.arguments").Type != gjson.String {
 		t.Fatalf("raw JSON: %s", b)
+	}
+}
+
+// A JSON answer cut before its Content-Length ends fails the same way
+// whether the client asked for JSON or for a stream (which the gateway
+// makes of such an answer): upstream_cut, not the part that arrived
+// served as whole.
+func TestCutJSONAnswerFailsBothWays(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var req fasthttp.Request
+				if req.Read(br) != nil {
+					return
+				}
+				body := `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}]}`
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body)+100)+"\r\n\r\n"+body)
+			}()
+		}
+	}()
+	h := newHarness(t, strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1), mockllm.Options{})
+	for _, stream := range []string{"false", "true"} {
+		code, _, b := h.post("/chat/completions", `{"model":"gpt-x","stream":`+stream+`,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if code != 502 || gjson.GetBytes(b, "error.code").Str != "upstream_cut" {
+			t.Fatalf("stream %s: %d %s", stream, code, b)
+		}
 	}
 }

@@ -486,10 +486,16 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		// or an upstream that does not stream, whose answer is bounded as
 		// a JSON answer is (max_response_bytes).
 		limit := max(pc.cfg.MaxResponseBytes, maxErrorBody)
-		body := readBounded(resp, limit)
+		body, rerr := readBounded(resp, limit)
 		pc.endCall(c, freq, resp)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if rerr != nil {
+			// Cut or stalled before its end: the failure it is when the
+			// same answer is asked for as JSON (answer), not the part of
+			// it that arrived.
+			return nil, pc.bodyError(rerr)
 		}
 		if e := gjson.GetBytes(body, "error"); e.Exists() && e.Type != gjson.Null {
 			return nil, pc.errorAnswer(body, errErrorEvent, req.Messages)
@@ -614,10 +620,14 @@ func release(req *fasthttp.Request, resp *fasthttp.Response) {
 }
 
 // readErrorBody copies at most maxErrorBody bytes of an error response.
-func readErrorBody(resp *fasthttp.Response) []byte { return readBounded(resp, maxErrorBody) }
+func readErrorBody(resp *fasthttp.Response) []byte {
+	b, _ := readBounded(resp, maxErrorBody) // what arrived of an error body is its message
+	return b
+}
 
-// readBounded reads at most limit bytes of resp's body.
-func readBounded(resp *fasthttp.Response, limit int) []byte {
+// readBounded reads at most limit bytes of resp's body, and the error that
+// ended the read before its end (a cut, a stall), or nil.
+func readBounded(resp *fasthttp.Response, limit int) ([]byte, error) {
 	if s := resp.BodyStream(); s != nil {
 		buf := make([]byte, 0, 4096)
 		for len(buf) < limit {
@@ -626,17 +636,20 @@ func readBounded(resp *fasthttp.Response, limit int) []byte {
 			}
 			n, err := s.Read(buf[len(buf):min(cap(buf), limit)])
 			buf = buf[:len(buf)+n]
-			if err != nil {
+			if err == io.EOF {
 				break
 			}
+			if err != nil {
+				return buf, err
+			}
 		}
-		return buf
+		return buf, nil
 	}
 	b := resp.Body()
 	if len(b) > limit {
 		b = b[:limit]
 	}
-	return append([]byte(nil), b...)
+	return append([]byte(nil), b...), nil
 }
 
 // retryAfter reads retry-after-ms (preferred) or retry-after (seconds or an
