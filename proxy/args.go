@@ -58,7 +58,7 @@ func stringArgs(body []byte, key string) []byte {
 				edits = append(edits, edit{path, a.Raw})
 			}
 		}
-		ch.Get(key+".tool_calls").ForEach(func(ti, tc gjson.Result) bool {
+		ch.Get(key + ".tool_calls").ForEach(func(ti, tc gjson.Result) bool {
 			note(base+".tool_calls."+strconv.Itoa(int(ti.Int()))+".function.arguments", tc.Get("function.arguments"))
 			return true
 		})
