@@ -1,13 +1,18 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -108,4 +113,83 @@ func TestAmbiguousCredentialRefused(t *testing.T) {
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
 	}
+}
+
+// A pass-through answer that quotes a configured secret has it masked:
+// in an event stream also when the secret is spelt with \u escapes (any
+// JSON reader decodes them back), and in a 2xx JSON answer as it passes,
+// a secret split between two writes included.
+func TestPassthroughMasksSecretsInAnswers(t *testing.T) {
+	t.Parallel()
+	const secret = "sk-upstream-mask-answer-secret"
+	observe.Secrets.Add(secret)
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		switch {
+		case strings.Contains(string(ctx.PostBody()), `"sse"`):
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyString("data: {\"echo\":\"sk-upstream-m\\u0061sk-answer-secret\",\"ok\":\"caf\\u00e9\"}\n\ndata: [DONE]\n\n")
+		default:
+			ctx.SetContentType("application/json")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+				_, _ = w.WriteString(`{"object":"list","data":[],"echo":"Bearer sk-upstream-mask-an`)
+				_ = w.Flush()
+				time.Sleep(20 * time.Millisecond)
+				_, _ = w.WriteString(`swer-secret"}`)
+			})
+		}
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	for _, input := range []string{"sse", "json"} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://gw/v1/embeddings")
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(`{"model":"m","input":"` + input + `"}`)
+		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		body := string(resp.Body())
+		decoded := body
+		if input == "sse" {
+			decoded = gjson.Get(strings.TrimPrefix(strings.SplitN(body, "\n", 2)[0], "data: "), "echo").Str
+			if !strings.Contains(body, `caf\u00e9`) {
+				t.Errorf("sse: a string without a secret was rewritten: %s", body)
+			}
+		}
+		if resp.StatusCode() != 200 || strings.Contains(decoded, secret) || !strings.Contains(decoded, observe.Mask) {
+			t.Errorf("%s: %d %s (decoded %q)", input, resp.StatusCode(), body, decoded)
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+}
+
+// FuzzMaskEscaped: any bytes are masked without a panic; bytes without a
+// \u escape come back as they are, and a secret spelt with escapes in a
+// JSON string of a line never survives as its decoded text.
+func FuzzMaskEscaped(f *testing.F) {
+	const secret = "sk-fuzz-mask-escaped-secret"
+	observe.Secrets.Add(secret)
+	f.Add([]byte("data: {\"k\":\"sk-fuzz-m\\u0061sk-escaped-secret\"}\n\n"))
+	f.Add([]byte("data: {\"k\":\"a\\\"b\\u00e9\"}\n\"\\u"))
+	f.Add([]byte(`"\u"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out := maskEscaped(b)
+		if !bytes.Contains(b, escapeU) && !bytes.Equal(out, b) {
+			t.Fatalf("%q changed into %q", b, out)
+		}
+		for _, line := range bytes.Split(out, []byte("\n")) {
+			if line := bytes.TrimPrefix(line, []byte("data: ")); jsonvalid.Bytes(line) {
+				gjson.ParseBytes(line).ForEach(func(_, v gjson.Result) bool {
+					if v.Type == gjson.String && strings.Contains(v.Str, secret) {
+						t.Fatalf("%q left the secret in %q", b, out)
+					}
+					return true
+				})
+			}
+		}
+	})
 }

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/internal/lazyctx"
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
@@ -413,12 +415,18 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		tap = m.tap
 	}
 	var mask *lineMasker
-	if isEventStream(resp.Header.ContentType()) {
+	switch ct := resp.Header.ContentType(); {
+	case isEventStream(ct):
 		// An event stream is text whose events may be errors quoting the
 		// gateway's key, as an error status's body may (handlePassthrough):
-		// its lines go out with the configured secrets and credentials
-		// masked. Other bodies (JSON answers, audio, files) go as they are.
+		// its lines go out with the configured secrets masked, escaped
+		// forms included.
 		mask = &lineMasker{}
+	case isJSON(ct):
+		// A JSON answer too, as it passes (an upstream that echoes the
+		// request's headers): its raw form. Audio, files and images go as
+		// they are.
+		mask = &lineMasker{json: true}
 	}
 	return func(w *bufio.Writer) {
 		// fasthttp runs this in a goroutine of its own (SetBodyStreamWriter)
@@ -448,12 +456,13 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 			}
 			if mask != nil && !gone {
 				// Whole lines, masked; an incomplete last line waits for
-				// the rest (a secret never spans a line), all of it at the end.
-				out, n := mask.lines(buf[:k], err != nil)
-				if len(out) > 0 && !relay(w, client, out, wt) {
+				// the rest (a secret never spans a line), all of it at the
+				// end. What the owner record lets go (out) is what is masked.
+				masked, n := mask.lines(out, err != nil)
+				if len(masked) > 0 && !relay(w, client, masked, wt) {
 					gone = true
 				} else {
-					x.bytes += len(out)
+					x.bytes += len(masked)
 				}
 				mask.drop(n)
 			}
@@ -515,32 +524,88 @@ func (s *Server) recoverBody(x *exchange, client net.Conn, r any) {
 
 // lineMasker holds the incomplete last line of an event stream between
 // reads, bounded by maxEventBytes (a longer line goes out in parts, cut
-// where no registered secret is split).
-type lineMasker struct{ held []byte }
+// where no registered secret is split). For a JSON answer (json), whose
+// lines may be as long as the answer, it holds only what may begin a
+// secret at the end of what it read.
+type lineMasker struct {
+	held []byte
+	json bool
+}
 
 // lines adds p and returns the complete lines held, with secrets masked
-// (a view of what it holds until drop), and how many held bytes they
-// were; at the end, everything.
+// (a view of what it holds until drop, or a copy), and how many held
+// bytes they were; at the end, everything.
 func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	m.held = append(m.held, p...)
-	// What was held before p has no newline (drop let go of every line):
-	// only p is searched, so a long line costs its length once.
-	if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
-		n = len(m.held) - len(p) + i + 1
-	}
-	if end {
+	switch {
+	case end:
 		n = len(m.held)
-	} else if len(m.held) > maxEventBytes {
-		// A line this long goes out without its end, but never a secret
-		// cut in two: the part from where one may begin waits for more.
+	case m.json:
 		n = observe.Secrets.SafeCut(m.held, len(m.held))
+	default:
+		// What was held before p has no newline (drop let go of every
+		// line): only p is searched, so a long line costs its length once.
+		if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
+			n = len(m.held) - len(p) + i + 1
+		}
+		if len(m.held) > maxEventBytes {
+			// A line this long goes out without its end, but never a
+			// secret cut in two: the part from where one may begin waits
+			// for more.
+			n = observe.Secrets.SafeCut(m.held, len(m.held))
+		}
 	}
 	if n == 0 {
 		return nil, 0
 	}
 	// The configured secrets only: credential-looking values a model
 	// writes ("api_key": in a tool call's arguments) are its answer.
-	return observe.Secrets.RedactSecrets(m.held[:n]), n
+	out = observe.Secrets.RedactSecrets(m.held[:n])
+	if !m.json && bytes.Contains(out, escapeU) {
+		out = maskEscaped(out)
+	}
+	return out, n
+}
+
+var escapeU = []byte(`\u`)
+
+// maskEscaped masks the configured secrets in the JSON strings of b's
+// lines that spell one with \u escapes (a key written
+// "sk-\u0041BC...": any JSON reader decodes it to the key): such a
+// string is written again, decoded, masked and encoded. A JSON string
+// holds no raw newline, so the strings are found line by line.
+func maskEscaped(b []byte) []byte {
+	var out []byte // nil until a string changes
+	last := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		j, esc := i+1, false
+		for ; j < len(b) && b[j] != '"' && b[j] != '\n'; j++ {
+			if b[j] == '\\' {
+				esc = true
+				j++
+			}
+		}
+		if j >= len(b) || b[j] != '"' {
+			i = j // an unterminated string: nothing to decode
+			continue
+		}
+		if esc && bytes.Contains(b[i:j], escapeU) {
+			s := gjson.ParseBytes(b[i : j+1]).Str
+			if m := observe.Secrets.RedactSecrets([]byte(s)); string(m) != s {
+				out = append(out, b[last:i]...)
+				out = jsonstring.Append(out, string(m))
+				last = j + 1
+			}
+		}
+		i = j
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
 }
 
 // drop lets go of the first n held bytes, which were written.
