@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,5 +134,28 @@ func TestCutJSONAnswerFailsBothWays(t *testing.T) {
 		if code != 502 || gjson.GetBytes(b, "error.code").Str != "upstream_cut" {
 			t.Fatalf("stream %s: %d %s", stream, code, b)
 		}
+	}
+}
+
+// A model endpoint takes a POST only: another method is 405 with Allow:
+// POST, not a complaint about a body it should not have, and nothing
+// reaches the provider.
+func TestModelEndpointMethods(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
+	for _, m := range []string{"OPTIONS", "GET", "PUT", "DELETE"} {
+		req, _ := http.NewRequest(m, h.base+"/embeddings", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" || gjson.GetBytes(b, "error.code").Str != "method_not_allowed" {
+			t.Errorf("%s: %d allow %q %s", m, resp.StatusCode, resp.Header.Get("Allow"), b)
+		}
+	}
+	if n := h.mock.TotalCalls(); n != 0 {
+		t.Fatalf("the provider got %d calls", n)
 	}
 }

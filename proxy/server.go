@@ -491,6 +491,10 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 		s.handlePassthrough(ctx, x, path)
 	case strings.HasPrefix(path, responsesRoute+"/") && x.rt.Responses != nil:
 		s.handleStoredResponse(ctx, x, path)
+	case !ctx.IsPost() && x.rt.Policy != nil && x.rt.Policy.ModelEndpoint(path):
+		// A model endpoint takes a POST only (an OPTIONS or a GET is not
+		// a body of the wrong type).
+		s.methodNotAllowed(ctx, x, fasthttp.MethodPost)
 	case strings.HasPrefix(path, "/v1/"):
 		s.handlePassthrough(ctx, x, path)
 	default:
