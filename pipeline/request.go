@@ -78,6 +78,13 @@ type Request struct {
 	// goroutine that drives the loop: for a stream, from within its Next.
 	OnServerCall func(*ServerCall)
 
+	// FinalRound is set by the tool loop on the forced final round it
+	// made (tool_choice "none", its budget spent): a model that calls a
+	// tool anyway has the call read and passed up as a call, so that the
+	// loop ends the answer by its rule (finish "length"). Without it, a
+	// client's own tool_choice "none" gets no calls.
+	FinalRound bool
+
 	// Thinking, when set, receives the signed reasoning blocks of the
 	// answer (see Thinking). The tool loop sets a new one on each round's
 	// request; nil costs nothing and collects nothing.

@@ -68,7 +68,7 @@ type handler struct {
 // Chat rewrites the request for a model without tools, and its answer back
 // into tool calls.
 func (h *handler) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-	rw, err := h.rewrite(req.Body)
+	rw, err := h.rewrite(req.Body, req.FinalRound)
 	if err != nil {
 		if pe := (*pipeline.Error)(nil); errors.As(err, &pe) {
 			return nil, pe

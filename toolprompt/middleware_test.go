@@ -220,58 +220,67 @@ func TestSeveralChoicesWithToolsRefused(t *testing.T) {
 }
 
 // Under tool_choice "none" the model is shown no tools and never asked
-// again: a malformed block is its answer's text, a well-formed one arrives
-// as calls (the layer above judges a call it did not allow), and the
-// upstream request carries neither tools nor a response format.
+// again, and the upstream request carries neither tools nor a response
+// format. A client's own "none" gets the reply as text, a block in it
+// included, as a native model's under "none" is text. In the tool loop's
+// forced final round (FinalRound) a well-formed block arrives as calls
+// (the loop drops them and ends with "length"); a malformed one, or one
+// naming no offered tool, is the answer's text.
 func TestChoiceNoneReadsWithoutReasking(t *testing.T) {
 	t.Parallel()
-	for _, schemaFormat := range []bool{false, true} {
-		for _, tc := range []struct {
-			reply string
-			calls int
-		}{
-			{"Done.\n```tool_calls\n{oops}\n```", 0},
-			{"Done.\n```tool_calls\n{\"name\":\"lookup\",\"arguments\":{}}\n```", 1},
-			{"Done.\n```tool_calls\n{\"name\":\"elsewhere\",\"arguments\":{}}\n```", 0},
-		} {
-			reply := tc.reply
-			if schemaFormat {
-				reply = `{"thought":"t","calls":[{"name":"lookup","arguments":{}}]}`
-				if tc.calls == 0 {
-					reply = `{"thought":"t","calls":[{"name":"elsewhere","arguments":{}}]}`
+	for _, final := range []bool{false, true} {
+		for _, schemaFormat := range []bool{false, true} {
+			for _, tc := range []struct {
+				reply string
+				calls int
+			}{
+				{"Done.\n```tool_calls\n{oops}\n```", 0},
+				{"Done.\n```tool_calls\n{\"name\":\"lookup\",\"arguments\":{}}\n```", 1},
+				{"Done.\n```tool_calls\n{\"name\":\"elsewhere\",\"arguments\":{}}\n```", 0},
+			} {
+				reply := tc.reply
+				if schemaFormat {
+					reply = `{"thought":"t","calls":[{"name":"lookup","arguments":{}}]}`
+					if tc.calls == 0 {
+						reply = `{"thought":"t","calls":[{"name":"elsewhere","arguments":{}}]}`
+					}
 				}
-			}
-			var ups []*pipeline.Request
-			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-				ups = append(ups, r)
-				return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
-					q(reply) + `},"logprobs":null,"finish_reason":"stop"}]}`)}, nil
-			})
-			format := ""
-			if schemaFormat {
-				format = "json_schema"
-			}
-			h := New(Options{MaxErrors: 2, Format: format})(next)
-			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"tool_choice":"none"}`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ups) != 1 {
-				t.Fatalf("schema %v reply %q: %d upstream calls, want 1 (no re-ask)", schemaFormat, reply, len(ups))
-			}
-			up := gjson.GetManyBytes(ups[0].Body, "tools", "tool_choice", "response_format", "messages.0.role")
-			if up[0].Exists() || up[1].Exists() || up[2].Exists() || up[3].Str == "system" {
-				t.Fatalf("schema %v: upstream body %s", schemaFormat, ups[0].Body)
-			}
-			msg := gjson.GetBytes(resp.Body, "choices.0")
-			if n := len(msg.Get("message.tool_calls").Array()); n != tc.calls {
-				t.Fatalf("schema %v reply %q: %d calls, want %d: %s", schemaFormat, reply, n, tc.calls, resp.Body)
-			}
-			if tc.calls == 0 && msg.Get("message.content").Str != reply {
-				t.Fatalf("schema %v reply %q: content %q, want the reply as text", schemaFormat, reply, msg.Get("message.content").Str)
-			}
-			if want := map[bool]string{true: "tool_calls", false: "stop"}[tc.calls > 0]; msg.Get("finish_reason").Str != want {
-				t.Fatalf("schema %v reply %q: finish %s, want %s", schemaFormat, reply, msg.Get("finish_reason").Str, want)
+				want := tc.calls
+				if !final {
+					want = 0
+				}
+				var ups []*pipeline.Request
+				next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+					ups = append(ups, r)
+					return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+						q(reply) + `},"logprobs":null,"finish_reason":"stop"}]}`)}, nil
+				})
+				format := ""
+				if schemaFormat {
+					format = "json_schema"
+				}
+				h := New(Options{MaxErrors: 2, Format: format})(next)
+				resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"tool_choice":"none"}`), FinalRound: final})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ups) != 1 {
+					t.Fatalf("final %v schema %v reply %q: %d upstream calls, want 1 (no re-ask)", final, schemaFormat, reply, len(ups))
+				}
+				up := gjson.GetManyBytes(ups[0].Body, "tools", "tool_choice", "response_format", "messages.0.role")
+				if up[0].Exists() || up[1].Exists() || up[2].Exists() || up[3].Str == "system" {
+					t.Fatalf("final %v schema %v: upstream body %s", final, schemaFormat, ups[0].Body)
+				}
+				msg := gjson.GetBytes(resp.Body, "choices.0")
+				if n := len(msg.Get("message.tool_calls").Array()); n != want {
+					t.Fatalf("final %v schema %v reply %q: %d calls, want %d: %s", final, schemaFormat, reply, n, want, resp.Body)
+				}
+				if want == 0 && msg.Get("message.content").Str != reply {
+					t.Fatalf("final %v schema %v reply %q: content %q, want the reply as text", final, schemaFormat, reply, msg.Get("message.content").Str)
+				}
+				if w := map[bool]string{true: "tool_calls", false: "stop"}[want > 0]; msg.Get("finish_reason").Str != w {
+					t.Fatalf("final %v schema %v reply %q: finish %s, want %s", final, schemaFormat, reply, msg.Get("finish_reason").Str, w)
+				}
 			}
 		}
 	}

@@ -54,7 +54,7 @@ type rewritten struct {
 // rewrite returns the request body without tools, with the tools described
 // in the system prompt and earlier calls and results rendered as text; nil
 // when the request neither offers tools nor carries calls in its history.
-func (h *handler) rewrite(body []byte) (*rewritten, error) {
+func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages")
 	tools, tc, msgs := res[0], res[1], res[2]
 	history := hasToolHistory(msgs)
@@ -105,12 +105,13 @@ func (h *handler) rewrite(body []byte) (*rewritten, error) {
 			prompt += "\n\nYou must call the tool \"" + rw.named + "\" in this reply."
 		}
 	}
-	// Under tool_choice "none" the tools are not described, but a block the
-	// model writes anyway (after a history of calls, say) is still read as
-	// calls, as a native model's calls would arrive: the layer above decides
-	// what a call it did not allow means (the tool loop's forced final round
-	// ends with "length"). It is never asked again.
-	if len(rw.names) == 0 {
+	// Under tool_choice "none" the tools are not described and the reply is
+	// text, as a native model's under "none" is. In the tool loop's forced
+	// final round (final) a block the model writes anyway (after a history
+	// of calls, say) is read as calls, which the loop drops and ends the
+	// answer with "length", as it does a native model's; it is never asked
+	// again.
+	if len(rw.names) == 0 || (rw.choice == choiceNone && !final) {
 		rw.names = nil // nothing is parsed back
 	}
 	m := renderMessages(msgs, prompt)

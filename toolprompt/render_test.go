@@ -16,7 +16,7 @@ func FuzzRewrite(f *testing.F) {
 		if !gjson.ValidBytes(body) || !gjson.GetBytes(body, "messages").IsArray() {
 			return
 		}
-		rw, err := h.rewrite(body)
+		rw, err := h.rewrite(body, false)
 		if err != nil || rw == nil {
 			return
 		}
