@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +35,7 @@ func TestStaleUpstreamConnectionIsRetried(t *testing.T) {
 			}
 		},
 		Handler: func(ctx *fasthttp.RequestCtx) {
+			time.Sleep(30 * time.Millisecond) // concurrent calls each take a connection of their own
 			ctx.SetContentType("application/json")
 			if strings.HasSuffix(string(ctx.Path()), "/embeddings") {
 				ctx.SetBodyString(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5]}],"model":"up-model","usage":{"prompt_tokens":1,"total_tokens":1}}`)
@@ -45,19 +48,34 @@ func TestStaleUpstreamConnectionIsRetried(t *testing.T) {
 	t.Cleanup(func() { _ = up.Shutdown() })
 	cfg := strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1) + openPassthrough
 	h := newHarness(t, cfg, mockllm.Options{})
+	// Rounds of four concurrent calls, each after the upstream closed
+	// the pool's idle connections: every round finds four stale ones.
 	for i := range 4 {
-		for _, path := range []string{"/chat/completions", "/embeddings"} {
-			body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
-			if path == "/embeddings" {
-				body = `{"model":"gpt-x","input":"hi"}`
+		var wg sync.WaitGroup
+		errs := make(chan string, 8)
+		for range 4 {
+			for _, path := range []string{"/chat/completions", "/embeddings"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
+					if path == "/embeddings" {
+						body = `{"model":"gpt-x","input":"hi"}`
+					}
+					if code, _, b := h.post(path, body, nil); code != 200 {
+						errs <- fmt.Sprintf("round %d %s: %d %s", i, path, code, b)
+					}
+				}()
 			}
-			if code, _, b := h.post(path, body, nil); code != 200 {
-				t.Fatalf("request %d %s: %d %s", i, path, code, b)
-			}
-			time.Sleep(150 * time.Millisecond) // the upstream closes the idle connection; the gateway checks after 100 ms idle
 		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		time.Sleep(150 * time.Millisecond) // the upstream closes the idle connections; the gateway checks after 100 ms unused
 	}
-	if n := conns.Load(); n < 4 {
+	if n := conns.Load(); n < 12 {
 		t.Fatalf("the upstream saw %d connections: its idle ones were not closed, the test tests nothing", n)
 	}
 }

@@ -33,9 +33,13 @@ type trackedConn struct {
 	key   string
 	once  sync.Once
 
-	call      atomic.Pointer[call] // the call whose request this connection carries
-	lastWrite atomic.Int64         // time of the last Write, since monoStart; 0 before the first
-	mu        sync.Mutex           // orders a cancelled call's expired deadline against fasthttp's own
+	call atomic.Pointer[call] // the call whose request this connection carries
+	// lastUse is the time of the last Read or Write, since monoStart (0
+	// before the first); writing is whether that was a Write, so that the
+	// check below runs at a request's first Write only.
+	lastUse atomic.Int64
+	writing atomic.Bool
+	mu      sync.Mutex // orders a cancelled call's expired deadline against fasthttp's own
 }
 
 func (c *trackedConn) Close() error {
@@ -43,14 +47,23 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Write finds the token of the call whose request starts here. On a
-// connection that wrote nothing for staleAfter, it first makes sure the
-// upstream has not closed it meanwhile (a keep-alive timeout shorter than
-// the pool's): such a connection takes no request (errStaleConn), and the
-// call is sent again on a new one (retryStale).
+// Read notes the time of the connection's last use.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.lastUse.Store(int64(time.Since(monoStart)))
+	c.writing.Store(false)
+	return n, err
+}
+
+// Write finds the token of the call whose request starts here. At a
+// request's first Write on a connection unused for staleAfter (it read or
+// wrote nothing since), it first makes sure the upstream has not closed
+// it meanwhile (a keep-alive timeout shorter than the pool's): such a
+// connection takes no request (errStaleConn), and the call is sent again
+// (retryStale).
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := int64(time.Since(monoStart))
-	if last := c.lastWrite.Swap(now); last != 0 && now-last > int64(staleAfter) && peerClosed(c.Conn) {
+	if last := c.lastUse.Swap(now); !c.writing.Swap(true) && last != 0 && now-last > int64(staleAfter) && peerClosed(c.Conn) {
 		return 0, errStaleConn
 	}
 	if c.call.Load() == nil {
@@ -122,12 +135,13 @@ func (t *connTable) lookup(addr net.Addr) *trackedConn {
 	return v.(*trackedConn)
 }
 
-// staleAfter is how long a connection writes nothing before its next
-// Write checks that the upstream has not closed it. Under load every
-// pooled connection writes more often, and no check is made.
+// staleAfter is how long a connection is unused (no Read, no Write)
+// before a request's first Write checks that the upstream has not closed
+// it. A connection that goes back to the pool and out again sooner (under
+// load, every one) is not checked.
 const staleAfter = 100 * time.Millisecond
 
-// monoStart is the origin of trackedConn.lastWrite, on the monotonic clock.
+// monoStart is the origin of trackedConn.lastUse, on the monotonic clock.
 var monoStart = time.Now()
 
 // errStaleConn is the error of a Write on a pooled connection the

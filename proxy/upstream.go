@@ -142,22 +142,30 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		MaxResponseBodySize: p.MaxResponseBytes,
 		ReadBufferSize:      p.ReadBuffer,
 		Dial:                func(addr string) (net.Conn, error) { return pc.dialAside(addr, connect) },
-		RetryIfErr:          retryStale,
+		RetryIfErr:          pc.retryStale,
 	}
 	return pc, nil
 }
 
-// retryStale reports whether a call that failed is sent once more, on a
-// new connection: only when its request was written nowhere, because the
-// pooled connection it was to go on had been closed by the upstream while
-// idle (errStaleConn). Servers with short keep-alive timeouts (Node's and
-// uvicorn's 5 s, against the pool's 90 s) leave the pool such
-// connections; fasthttp sends a POST (every model call) once, so the first
-// call after an idle spell failed as unreachable whatever the provider's
-// retries. A request that reached the upstream is never sent again here
-// (the provider's retries decide that). Once only.
-func retryStale(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	return false, errors.Is(err, errStaleConn) && attempts < 2
+// retryStale reports whether a call that failed is sent again. A call
+// whose request was written nowhere, because the pooled connection it was
+// to go on had been closed by the upstream while idle (errStaleConn), is:
+// servers with short keep-alive timeouts (Node's and uvicorn's 5 s,
+// against the pool's 90 s) close every idle connection, so the other idle
+// ones are closed first and the call goes on a new connection. Without
+// this, fasthttp sends a POST (every model call) once, and the first call
+// after an idle spell failed as unreachable whatever the provider's
+// retries. Otherwise fasthttp's own rule stands: an idempotent request
+// (GET, HEAD, PUT) is retried, a POST that reached the upstream is never
+// sent again here (the provider's retries decide that). fasthttp bounds
+// the attempts (MaxIdemponentCallAttempts).
+func (pc *providerClient) retryStale(req *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+	if errors.Is(err, errStaleConn) {
+		pc.hc.CloseIdleConnections()
+		return false, true
+	}
+	h := &req.Header
+	return false, h.IsGet() || h.IsHead() || h.IsPut()
 }
 
 // dialAside dials on a goroutine of its own. Connecting (the dialer's
