@@ -2,26 +2,29 @@ package policies
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// A model request can name objects the provider stores for the gateway's
-// one account instead of carrying their bytes: a file (a chat file part's
-// file_id, a Responses input_file or input_image, an image edit's images,
-// a code interpreter container's file_ids), vector stores (a file_search
-// tool's vector_store_ids), a code interpreter container, a conversation
+// A request can name objects the provider stores for the gateway's one
+// account instead of carrying their bytes: a file (a chat file part's
+// file_id, a Responses input_file or input_image, an image edit's images
+// or mask, a code interpreter container's file_ids, the files a vector
+// store or a container is made of), vector stores (a file_search tool's
+// vector_store_ids), a code interpreter container, a conversation
 // (Responses' conversation) and a stored audio answer (an assistant
 // message's audio.id). The provider resolves those ids across the account,
 // whoever created them: a tenant that names one reads another tenant's
-// object through the model. The endpoints of those objects are opt-in per
-// tenant (DefaultPassthrough leaves them out), so a request may name an
-// object of a kind only when its tenant may use that kind's endpoint.
-// (Response ids and items are scoped by owner instead: the gateway records
-// who created each.)
+// object, through the model or through an object of its own made of it.
+// The endpoints of those objects are opt-in per tenant (DefaultPassthrough
+// leaves them out), so a request may name an object of a kind only when
+// its tenant may use that kind's endpoint. (Response ids and items are
+// scoped by owner instead: the gateway records who created each.)
 
 // refKind is a kind of stored object a request may name, and the
 // pass-through path that reaches its objects.
@@ -30,24 +33,50 @@ type refKind struct {
 }
 
 var (
-	refFile         = refKind{"stored files", "/v1/files"}
-	refVectorStore  = refKind{"vector stores", "/v1/vector_stores"}
-	refContainer    = refKind{"containers", "/v1/containers"}
-	refConversation = refKind{"conversations", "/v1/conversations"}
+	refFile         = &refKind{"stored files", "/v1/files"}
+	refVectorStore  = &refKind{"vector stores", "/v1/vector_stores"}
+	refContainer    = &refKind{"containers", "/v1/containers"}
+	refConversation = &refKind{"conversations", "/v1/conversations"}
 	// An audio answer's id names no endpoint of its own; the audio is a
 	// file of the account's, as far as the policy goes.
-	refAudio = refKind{"stored audio answers", "/v1/files"}
+	refAudio = &refKind{"stored audio answers", "/v1/files"}
 )
 
 // maxRefDepth bounds how deep the walk for references goes: the deepest
-// reference (an input item's content part) is 4 levels down.
-const maxRefDepth = 8
+// reference (a saved prompt variable's file, an input item's part) is
+// about 4 levels down.
+const maxRefDepth = 10
+
+// refSkips are members whose values name no stored object though they may
+// hold one's member names: JSON schemas (a tool's parameters, a structured
+// output's schema, whose properties, examples and defaults may be called
+// file_id), metadata, and what a Responses turn replayed as input carries
+// about files it cited or searched (annotations, a file search's results),
+// which the model does not load.
+var refSkips = []string{"parameters", "schema", "json_schema", "input_schema", "response_format", "format",
+	"metadata", "annotations", "results"}
+
+// refKeys are byte strings one of which a body that names a stored object
+// other than through an id member holds (idKey finds those); `\u`
+// because a key may be spelt with escapes, which the walk reads decoded.
+// A chat body can name only files and audio answers.
+var (
+	chatRefKeys = [][]byte{[]byte(`"audio"`), []byte(`\u`)}
+	refKeys     = [][]byte{[]byte(`"audio"`), []byte(`"container"`), []byte(`"conversation"`), []byte(`\u`)}
+)
 
 // mayRefer reports whether body can name a stored object: false for a
 // body without any of the members that do (the common case, found by a
-// few byte searches).
-func mayRefer(body []byte) bool {
-	for _, k := range refKeys {
+// few byte searches, fewer on chat).
+func mayRefer(body []byte, chat bool) bool {
+	if idKey(body) {
+		return true
+	}
+	keys := refKeys
+	if chat {
+		keys = chatRefKeys
+	}
+	for _, k := range keys {
 		if bytes.Contains(body, k) {
 			return true
 		}
@@ -55,106 +84,103 @@ func mayRefer(body []byte) bool {
 	return false
 }
 
-var refKeys = [][]byte{[]byte(`"file_id`), []byte(`"vector_store_ids"`), []byte(`"container"`), []byte(`"conversation"`), []byte(`"audio"`)}
+// idKey reports whether body holds "_id" in any case (file_id, file_ids,
+// vector_store_ids, File_Id), looking only at its underscores.
+func idKey(body []byte) bool {
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(body[i:], '_')
+		if j < 0 || i+j+2 >= len(body) {
+			return false
+		}
+		i += j
+		if body[i+1]|0x20 == 'i' && body[i+2]|0x20 == 'd' {
+			return true
+		}
+	}
+}
 
 // storedRefs refuses r when it names a stored object of a kind its tenant
-// may not reach (403 path_not_allowed, param the member).
+// may not reach (403 path_not_allowed, param the member). Member names
+// compare without regard to case, as an upstream decoding with Go's
+// encoding/json reads them.
 func (p *Policy) storedRefs(r *pipeline.Request) error {
-	if p == nil || !mayRefer(r.Body) {
+	if p == nil || !mayRefer(r.Body, r.Endpoint == "" || r.Endpoint == pipeline.ChatEndpoint) {
 		return nil
 	}
 	root := gjson.ParseBytes(r.Body)
 	if !root.IsObject() {
 		return nil
 	}
-	var err error
-	check := func(k refKind, param string) bool {
-		if !p.paths.match(k.path) {
-			err = pipeline.Forbidden(pipeline.CodePathNotAllowed,
-				"This API key may not refer to %s (%s): %s is not among the paths it may use.", k.what, param, k.path)
-			err.(*pipeline.Error).Param = param
-		}
-		return err == nil
+	kind, path := walkRefs(root, 0, func(k *refKind) bool { return p.paths.match(k.path) })
+	if kind == nil {
+		return nil
 	}
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "conversation":
-			if v.Type == gjson.String || v.IsObject() {
-				return check(refConversation, "conversation")
-			}
-		case "messages":
-			return walkMessages(v, check)
-		case "input", "tools", "images", "prompt":
-			// Where the others are: input items and their parts, tools,
-			// an image edit's images, a saved prompt's variables. Schemas,
-			// metadata and the like are not walked: a string named file_id
-			// there is no reference.
-			return walkRefs(v, k.Str, 1, check)
-		}
-		return true
-	})
-	return err
+	slices.Reverse(path)
+	param := strings.Join(path, ".")
+	param = strings.ReplaceAll(param, ".[", "[")
+	e := pipeline.Forbidden(pipeline.CodePathNotAllowed,
+		"This API key may not refer to %s (%s): %s is not among the paths it may use.", kind.what, param, kind.path)
+	e.Param = param
+	return e
 }
 
-// walkMessages finds an assistant message's stored audio answer
-// (audio.id) in chat messages, and the files below them.
-func walkMessages(msgs gjson.Result, check func(refKind, string) bool) bool {
-	if !msgs.IsArray() {
-		return true
+// walkRefs follows v, a value depth levels down, for a stored object of a
+// kind not allowed; it returns the kind and the path to the member
+// (innermost first), or nil. Nothing is allocated until one is found.
+func walkRefs(v gjson.Result, depth int, allowed func(*refKind) bool) (*refKind, []string) {
+	if depth > maxRefDepth {
+		return nil, nil
 	}
-	i := 0
-	ok := true
-	msgs.ForEach(func(_, m gjson.Result) bool {
-		param := "messages[" + strconv.Itoa(i) + "]"
-		i++
-		if a := m.Get("audio"); a.IsObject() && a.Get("id").Exists() {
-			if ok = check(refAudio, param+".audio.id"); !ok {
-				return false
-			}
-		}
-		ok = walkRefs(m, param, 2, check)
-		return ok
-	})
-	return ok
-}
-
-// walkRefs follows v (at param, depth levels down) for the members that
-// name stored objects.
-func walkRefs(v gjson.Result, param string, depth int, check func(refKind, string) bool) bool {
-	if depth > maxRefDepth || (!v.IsObject() && !v.IsArray()) {
-		return true
-	}
-	ok := true
-	if v.IsArray() {
+	switch {
+	case v.IsArray():
+		var kind *refKind
+		var path []string
 		i := 0
 		v.ForEach(func(_, e gjson.Result) bool {
-			ok = walkRefs(e, param+"["+strconv.Itoa(i)+"]", depth+1, check)
+			if kind, path = walkRefs(e, depth+1, allowed); kind != nil {
+				path = append(path, "["+strconv.Itoa(i)+"]")
+			}
 			i++
-			return ok
+			return kind == nil
 		})
-		return ok
+		return kind, path
+	case !v.IsObject():
+		return nil, nil
 	}
+	var kind *refKind
+	var path []string
 	v.ForEach(func(k, m gjson.Result) bool {
-		at := param + "." + k.Str
-		switch k.Str {
-		case "file_id", "file_ids":
-			if m.Type == gjson.String || (m.IsArray() && len(m.Array()) > 0) {
-				ok = check(refFile, at)
+		key := k.Str
+		switch {
+		case slices.ContainsFunc(refSkips, func(s string) bool { return strings.EqualFold(s, key) }):
+		case strings.EqualFold(key, "file_id") || strings.EqualFold(key, "file_ids"):
+			if (m.Type == gjson.String || m.IsArray() && len(m.Array()) > 0) && !allowed(refFile) {
+				kind = refFile
 			}
-		case "vector_store_ids":
-			if m.IsArray() && len(m.Array()) > 0 {
-				ok = check(refVectorStore, at)
+		case strings.EqualFold(key, "vector_store_ids"):
+			if m.IsArray() && len(m.Array()) > 0 && !allowed(refVectorStore) {
+				kind = refVectorStore
 			}
-		case "container":
-			if m.Type == gjson.String {
-				ok = check(refContainer, at)
-				return ok
+		case depth == 0 && strings.EqualFold(key, "conversation") && (m.Type == gjson.String || m.IsObject()):
+			if !allowed(refConversation) {
+				kind = refConversation
 			}
-			ok = walkRefs(m, at, depth+1, check) // {"type":"auto","file_ids":[...]}
+		case strings.EqualFold(key, "container") && m.Type == gjson.String:
+			if !allowed(refContainer) {
+				kind = refContainer
+			}
+		case strings.EqualFold(key, "audio") && m.IsObject():
+			// An assistant message's stored audio answer: {"id": ...}.
+			if id := m.Get("id"); id.Exists() && !allowed(refAudio) {
+				kind, path = refAudio, []string{"id"}
+			}
 		default:
-			ok = walkRefs(m, at, depth+1, check)
+			kind, path = walkRefs(m, depth+1, allowed)
 		}
-		return ok
+		if kind != nil {
+			path = append(path, key)
+		}
+		return kind == nil
 	})
-	return ok
+	return kind, path
 }

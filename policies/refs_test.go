@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
@@ -42,6 +43,16 @@ func TestStoredRefs(t *testing.T) {
 		{"/v1/responses", `{"model":"m","input":"q","conversation":{"id":"conv_x"}}`, "conversation"},
 		{"/v1/responses", `{"model":"m","prompt":{"id":"pmpt_1","variables":{"doc":{"type":"input_file","file_id":"file-x"}}}}`, "prompt.variables.doc.file_id"},
 		{"/v1/images/edits", `{"model":"m","prompt":"p","images":[{"file_id":"file-x"}]}`, "images[0].file_id"},
+		{"/v1/images/edits", `{"model":"m","prompt":"p","mask":{"file_id":"file-x"}}`, "mask.file_id"},
+		// Keys spelt with escapes or in another case (Go's encoding/json
+		// reads both), and the objects made of files.
+		{"/v1/responses", `{"model":"m","input":[{"role":"user","content":[{"type":"input_file","file\u005fid":"file-x"}]}]}`, "input[0].content[0].file_id"},
+		{"/v1/responses", `{"model":"m","input":"q","conversati\u006fn":"conv_x"}`, "conversation"},
+		{"", `{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"File_Id":"file-x"}}]}]}`, "messages[0].content[0].file.File_Id"},
+		{"/v1/vector_stores", `{"name":"mine","file_ids":["file-x"]}`, "file_ids"},
+		{"/v1/vector_stores/vs_1/files", `{"file_id":"file-x"}`, "file_id"},
+		{"/v1/containers", `{"name":"c","file_ids":["file-x"]}`, "file_ids"},
+		{"/v1/conversations", `{"items":[{"type":"message","role":"user","content":[{"type":"input_file","file_id":"file-x"}]}]}`, "items[0].content[0].file_id"},
 	}
 	for _, tc := range refs {
 		for _, tn := range []*pipeline.Tenant{plain, all} {
@@ -60,7 +71,12 @@ func TestStoredRefs(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object","properties":{"file_id":{"type":"string"},"container":{"type":"string"}},"examples":[{"file_id":"file-x"}]}}}}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"metadata":{"file_id":"file-x","conversation":"c"}}`,
 		`{"model":"m","modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"},"messages":[{"role":"user","content":"hi"}]}`,
-		`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"file_id":{"type":"string"}}}}}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"file_id":{"type":"string"}},"examples":[{"file_id":"file-x"}],"default":{"container":"c"}}}}]}`,
+		// A stateless Responses turn replays what file search found and
+		// cited: metadata about files, which the model does not load.
+		`{"model":"m","input":[{"type":"file_search_call","id":"fs_1","status":"completed","queries":["q"],"results":[{"file_id":"file-x","text":"t"}]},` +
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a","annotations":[{"type":"file_citation","file_id":"file-x","index":0}]}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \u2014 no reference"}]}`,
 	} {
 		if err := e.Admit(plain, &pipeline.Request{Model: "m", Body: []byte(body)}); err != nil {
 			t.Errorf("%s: %v", body, err)
@@ -80,11 +96,22 @@ func FuzzStoredRefs(f *testing.F) {
 	f.Add(`{"input":[{"content":[{"file_id":"f"}]}],"tools":[{"container":{"file_ids":["f"]}},{"vector_store_ids":["v"]}],"conversation":"c"}`)
 	f.Add(`{"messages":[[[[[[[[[[{"file_id":"x"}]]]]]]]]]]}`)
 	f.Add(`[1,2]`)
+	f.Add(`{"File_ID":"x","conversati\u006fn":"c"}`)
 	p := &Policy{paths: &globs{}}
+	all := &Policy{paths: &globs{all: true}}
 	f.Fuzz(func(t *testing.T, body string) {
-		err := p.storedRefs(&pipeline.Request{Body: []byte(body)})
-		if err != nil && !mayRefer([]byte(body)) {
+		r := &pipeline.Request{Endpoint: "/v1/responses", Body: []byte(body)}
+		err := p.storedRefs(r)
+		if err != nil && !mayRefer([]byte(body), false) {
 			t.Fatalf("refused a body naming nothing: %v", err)
+		}
+		if all.storedRefs(r) != nil {
+			t.Fatal("refused a tenant allowed every path")
+		}
+		// A file_id member of the top-level object (the one gjson reads,
+		// decoded) is always found.
+		if v := gjson.Get(body, "file_id"); gjson.Valid(body) && v.Type == gjson.String && err == nil {
+			t.Fatalf("passed %s", body)
 		}
 	})
 }
