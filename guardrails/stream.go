@@ -63,6 +63,9 @@ var textKeys = [nTexts]string{"reasoning_content", "reasoning", "content", "refu
 
 const nTexts = 4
 
+// nReasoning is how many of textKeys, the first ones, are reasoning.
+const nReasoning = 2
+
 // textPaths are the paths, in a choice, of each text, its logprobs list
 // and that list's first item: built once, not per chunk;
 // chunkLogprobs is the logprobs list's path in a one-choice chunk. The
@@ -319,6 +322,15 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 			}
 		}
 		return chunk, nil
+	}
+	if present[0] >= nReasoning {
+		// The answer begins (or goes on): the reasoning held back before
+		// it goes out first, as it came.
+		for k := range nReasoning {
+			if err := s.flush(i, k); err != nil {
+				return nil, err
+			}
+		}
 	}
 	lps := ch.Get("logprobs").IsObject() // each piece with its own list
 	// piece is chunk with only text k of the ones it has (first: with the
