@@ -81,13 +81,16 @@ func toolInput(in gjson.Result) []byte {
 }
 
 // hasInput reports whether a tool_use block's start carries its input
-// whole: anything but none, null and the empty object the start of a
-// streamed input carries.
+// whole: anything but none, null and an empty value (the {} the start of a
+// streamed input carries, or "" or []), which input_json_delta fragments
+// may follow.
 func hasInput(in gjson.Result) bool {
-	if !in.Exists() || in.Type == gjson.Null {
+	switch {
+	case !in.Exists() || in.Type == gjson.Null:
 		return false
-	}
-	if !in.IsObject() {
+	case in.Type == gjson.String:
+		return in.Str != ""
+	case !in.IsObject() && !in.IsArray():
 		return true
 	}
 	members := false

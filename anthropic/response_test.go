@@ -121,3 +121,21 @@ func TestDecodeMessageEqualsStream(t *testing.T) {
 		})
 	}
 }
+
+// A tool_use block's start carries its input whole unless it is empty:
+// the {} (or "", or []) a streamed input starts with is followed by its
+// fragments, and counting it would prefix them ("{}{...}").
+func TestHasInput(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		`{}`: false, `{ }`: false, `""`: false, `[]`: false, `null`: false,
+		`{"x":1}`: true, `[1]`: true, `"x"`: true, `7`: true,
+	} {
+		if got := hasInput(gjson.Parse(in)); got != want {
+			t.Errorf("%s: %v, want %v", in, got, want)
+		}
+	}
+	if hasInput(gjson.Result{}) {
+		t.Error("a missing input counted")
+	}
+}

@@ -151,6 +151,10 @@ func (r *Redactor) RedactSecrets(p []byte) []byte {
 	return p
 }
 
+// Any reports whether a secret is registered: a caller may skip work that
+// only finds them.
+func (r *Redactor) Any() bool { return r.set.Load() != nil }
+
 // SafeCut returns the largest cut m <= n of p at which no registered
 // secret is split: where a secret (or, at p's end, what may be the start
 // of one) begins before n and ends after it, m is where it begins. A caller

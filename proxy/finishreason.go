@@ -102,18 +102,29 @@ var finishKey = []byte(`"finish_reason"`)
 
 // addFinish gives each choice of a JSON answer that has no finish_reason
 // member "stop", as a stream without one ends (wire.ChatSSE); body itself
-// when it names the member (nearly always: one byte search). An answer
-// without the member fails the schema, and an SDK that reads it gets no
-// reason.
+// when it names the member as often as it has messages (nearly always: two
+// byte counts; a quote inside a string is escaped, so neither counts text).
+// An answer without the member fails the schema, and an SDK that reads it
+// gets no reason.
 func addFinish(body []byte) []byte {
-	if bytes.Contains(body, finishKey) {
+	if n := bytes.Count(body, finishKey); n > 0 && n >= bytes.Count(body, messageKey) {
 		return body
 	}
-	n := len(gjson.GetBytes(body, "choices").Array())
-	for i := range n {
+	var missing []int
+	i := 0
+	gjson.GetBytes(body, "choices").ForEach(func(_, ch gjson.Result) bool {
+		if !ch.Get("finish_reason").Exists() {
+			missing = append(missing, i)
+		}
+		i++
+		return true
+	})
+	for _, i := range missing {
 		if out, err := sjson.SetRawBytes(body, "choices."+strconv.Itoa(i)+".finish_reason", finishStop); err == nil {
 			body = out
 		}
 	}
 	return body
 }
+
+var messageKey = []byte(`"message"`)

@@ -124,6 +124,10 @@ func TestAddFinish(t *testing.T) {
 			t.Fatalf("choice %d: %q in %s", i, got, out)
 		}
 	}
+	two := `{"choices":[{"index":0,"message":{"content":"a"},"finish_reason":"length"},{"index":1,"message":{"content":"b"}}]}`
+	if got := gjson.GetBytes(addFinish([]byte(two)), "choices.#.finish_reason").Raw; got != `["length","stop"]` {
+		t.Fatalf("two choices, one without: %s", got)
+	}
 	has := `{"choices":[{"index":0,"message":{"content":"a"},"finish_reason":"length"}]}`
 	if got := addFinish([]byte(has)); string(got) != has {
 		t.Fatalf("changed %s", got)

@@ -561,7 +561,7 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	// The configured secrets only: credential-looking values a model
 	// writes ("api_key": in a tool call's arguments) are its answer.
 	out = observe.Secrets.RedactSecrets(m.held[:n])
-	if !m.json && bytes.Contains(out, escapeU) {
+	if !m.json && observe.Secrets.Any() && bytes.Contains(out, escapeU) {
 		out = maskEscaped(out)
 	}
 	return out, n
@@ -583,7 +583,7 @@ func maskEscaped(b []byte) []byte {
 		}
 		j, esc := i+1, false
 		for ; j < len(b) && b[j] != '"' && b[j] != '\n'; j++ {
-			if b[j] == '\\' {
+			if b[j] == '\\' && j+1 < len(b) && b[j+1] != '\n' {
 				esc = true
 				j++
 			}
