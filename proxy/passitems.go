@@ -1,10 +1,6 @@
 package proxy
 
-import (
-	"bytes"
-
-	"github.com/llmgw/gateway/responses"
-)
+import "github.com/llmgw/gateway/responses"
 
 // A pass-through Responses answer's output items (messages, reasoning,
 // tool calls) are stored by the provider beside every other tenant's, and
@@ -22,8 +18,7 @@ import (
 type itemTap struct {
 	sse     bool
 	sc      itemScan
-	col     int  // SSE: bytes of the current line matched against "data:"
-	skip    bool // SSE: the current line is not a data line
+	data    dataLines // SSE
 	stopped bool
 	// spent: a JSON answer's bytes went out before its object was known
 	// (spend); ids read while it is still unknown go out unrecorded, so
@@ -78,30 +73,13 @@ func (t *itemTap) write(p []byte) []string {
 		}
 		return nil
 	}
-	const prefix = "data:"
-	for len(p) > 0 && !t.stopped {
-		i := bytes.IndexByte(p, '\n')
-		part := p
-		if i >= 0 {
-			part = p[:i]
-		}
-		if !t.skip && t.col < len(prefix) {
-			n := min(len(prefix)-t.col, len(part))
-			if string(part[:n]) != prefix[t.col:t.col+n] {
-				t.skip = true
-			}
-			t.col += n
-			part = part[n:]
-		}
-		if !t.skip && t.col == len(prefix) {
-			t.sc.scan(part)
-		}
-		if i < 0 {
+	for len(p) > 0 {
+		data, rest, ended := t.data.cut(p)
+		if t.sc.scan(data); !ended {
 			break
 		}
-		p = p[i+1:]
+		p = rest
 		t.sc.reset()
-		t.col, t.skip = 0, false
 	}
 	return t.take()
 }
@@ -160,22 +138,13 @@ const maxItemDepth = 4
 type itemScan struct {
 	sse bool
 
-	depth     int
+	lx        jsonLexer
 	node      [maxItemDepth + 1]uint8 // the node at each depth; deeper ones are nNone
 	seen      [maxItemDepth + 1]uint8 // the names read in the object at each depth (bits)
-	inString  bool
-	escaped   bool
 	expectKey bool
-	keying    bool
-	key       []byte // the key being read, its first maxScanKey bytes
-	keyLong   bool
-	keyEsc    bool
-	afterKey  bool
 	next      uint8 // the node the next value is, if it opens as one
 	want      uint8 // the cap* the next value is, if a string
-	capture   uint8 // the cap* of the string being read into val
-	val       []byte
-	valBad    bool
+	capture   uint8 // the cap* of the string being read
 	done      bool
 
 	object uint8    // JSON: the answer's "object"
@@ -185,7 +154,7 @@ type itemScan struct {
 // reset readies s for another data line, keeping its buffers and what it
 // found.
 func (s *itemScan) reset() {
-	*s = itemScan{sse: s.sse, key: s.key[:0], val: s.val[:0], found: s.found}
+	*s = itemScan{sse: s.sse, lx: jsonLexer{buf: s.lx.buf[:0]}, found: s.found}
 }
 
 func (s *itemScan) nodeAt(d int) uint8 {
@@ -200,15 +169,16 @@ func keyed(n uint8) bool { return n == nRoot || n == nEvent || n == nResp || n =
 // member notes the key just read in the object at the current depth and
 // sets what its value is.
 func (s *itemScan) member() {
-	if s.keyLong || s.depth > maxItemDepth {
+	d := s.lx.depth
+	if s.lx.long || d > maxItemDepth {
 		return
 	}
 	first := func(bit uint8) bool {
-		was := s.seen[s.depth]&bit != 0
-		s.seen[s.depth] |= bit
+		was := s.seen[d]&bit != 0
+		s.seen[d] |= bit
 		return !was
 	}
-	switch k := string(s.key); s.node[s.depth] {
+	switch k := string(s.lx.buf); s.node[d] {
 	case nRoot:
 		switch {
 		case k == "object" && first(1):
@@ -236,96 +206,62 @@ func (s *itemScan) member() {
 
 // scan takes the next bytes of the JSON text.
 func (s *itemScan) scan(p []byte) {
-	for i := 0; i < len(p) && !s.done; i++ {
-		c := p[i]
-		if s.inString {
+	lx := &s.lx
+	lx.feed(p)
+	for !s.done {
+		switch lx.next() {
+		case lexEnd:
+			return
+		case lexString:
 			switch {
-			case s.escaped:
-				s.escaped = false
-			case c == '\\':
-				s.escaped = true
-				s.keyEsc = s.keyEsc || s.keying
-				s.valBad = s.valBad || s.capture != capNone
-			case c == '"':
-				s.inString = false
-				if s.keying {
-					s.keying, s.afterKey = false, true
-				}
-				if s.capture != capNone {
-					s.keep()
-				}
-			default:
-				// The rest of the string up to its end or next escape: kept
-				// (a key's or an id's first bytes) or skipped.
-				end := len(p)
-				if j := bytes.IndexAny(p[i:], "\"\\"); j >= 0 {
-					end = i + j
-				}
-				switch {
-				case s.keying:
-					s.key, s.keyLong = appendMax(s.key, p[i:end], maxScanKey, s.keyLong)
-				case s.capture != capNone:
-					s.val, s.valBad = appendMax(s.val, p[i:end], maxScanValue, s.valBad)
-				}
-				i = end - 1
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '"':
-			s.inString = true
-			switch {
-			case s.expectKey && keyed(s.nodeAt(s.depth)):
-				s.expectKey, s.keying, s.keyLong, s.keyEsc = false, true, false, false
-				s.key = s.key[:0]
+			case s.expectKey && keyed(s.nodeAt(lx.depth)):
+				s.expectKey = false
+				lx.readString(lexMember, maxScanKey)
 			case s.want != capNone:
-				s.capture, s.valBad = s.want, false
-				s.val = s.val[:0]
+				s.capture = s.want
+				lx.readString(lexValue, maxScanValue)
 			}
-		case ':':
-			if s.afterKey {
-				s.afterKey = false
-				if s.keyEsc {
-					s.done = true // it may spell a name read here: give up
-					return
-				}
-				s.member()
-				continue
+		case lexValue:
+			s.keep()
+			continue
+		case lexMember:
+			if lx.esc {
+				s.done = true // it may spell a name read here: give up
+				return
 			}
-		case ',':
-			if keyed(s.nodeAt(s.depth)) {
+			s.member()
+			continue
+		case lexComma:
+			if keyed(s.nodeAt(lx.depth)) {
 				s.expectKey = true
 			}
-		case '{', '[':
+		case lexOpen:
+			d, c := lx.depth-1, lx.c // the depth the value opens at
 			child := nNone
 			switch {
-			case s.depth == 0 && c != '{':
+			case d == 0 && c != '{':
 				s.done = true // not an object
 				return
-			case s.depth == 0 && s.sse:
+			case d == 0 && s.sse:
 				child = nEvent
-			case s.depth == 0:
+			case d == 0:
 				child = nRoot
-			case s.nodeAt(s.depth) == nOutput && c == '{':
+			case s.nodeAt(d) == nOutput && c == '{':
 				child = nItem
 			case s.next == nOutput && c == '[':
 				child = nOutput
 			case (s.next == nItem || s.next == nResp) && c == '{':
 				child = s.next
 			}
-			s.depth++
-			if s.depth <= maxItemDepth {
-				s.node[s.depth], s.seen[s.depth] = child, 0
+			if d+1 <= maxItemDepth {
+				s.node[d+1], s.seen[d+1] = child, 0
 			}
 			s.expectKey = c == '{' && keyed(child)
-		case '}', ']':
-			if s.depth <= 1 {
+		case lexClose:
+			if lx.depth < 1 {
 				s.done = true // the object read ended
 				return
 			}
-			s.depth--
 			s.expectKey = false
 		}
 		if s.want == capObject && s.capture == capNone && s.object == objUnknown {
@@ -335,15 +271,6 @@ func (s *itemScan) scan(p []byte) {
 	}
 }
 
-// appendMax appends p to b up to limit bytes; over is true (or was) when p
-// did not fit.
-func appendMax(b, p []byte, limit int, over bool) ([]byte, bool) {
-	if room := limit - len(b); len(p) > room {
-		return append(b, p[:room]...), true
-	}
-	return append(b, p...), over
-}
-
 // keep ends the string value being read.
 func (s *itemScan) keep() {
 	what := s.capture
@@ -351,11 +278,11 @@ func (s *itemScan) keep() {
 	switch {
 	case what == capObject:
 		s.object = objOther
-		if !s.valBad && string(s.val) == "response" {
+		if !s.lx.long && !s.lx.esc && string(s.lx.buf) == "response" {
 			s.object = objResponse
 		}
-	case s.valBad || len(s.val) == 0 || len(s.found) >= responses.MaxItems:
+	case s.lx.long || s.lx.esc || len(s.lx.buf) == 0 || len(s.found) >= responses.MaxItems:
 	default:
-		s.found = append(s.found, string(s.val))
+		s.found = append(s.found, string(s.lx.buf))
 	}
 }

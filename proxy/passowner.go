@@ -309,8 +309,7 @@ func (r *ownerRecord) write(s *Server, p []byte) {
 type ownerTap struct {
 	sse  bool
 	sc   idScan
-	col  int  // SSE: bytes of the current line matched against "data:"
-	skip bool // SSE: the current line is not a data line
+	data dataLines // SSE
 	done bool
 }
 
@@ -346,36 +345,50 @@ func (o *ownerTap) write(p []byte) (string, bool) {
 		o.done = true
 		return o.sc.id, o.sc.hasID && o.sc.hasObject && o.sc.object == "response"
 	}
-	const prefix = "data:"
 	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		part := p
-		if i >= 0 {
-			part = p[:i]
+		data, rest, ended := o.data.cut(p)
+		if o.sc.scan(data); o.sc.hasID {
+			o.done = true
+			return o.sc.id, true
 		}
-		if !o.skip && o.col < len(prefix) {
-			n := min(len(prefix)-o.col, len(part))
-			if string(part[:n]) != prefix[o.col:o.col+n] {
-				o.skip = true
-			}
-			o.col += n
-			part = part[n:]
+		if !ended {
+			break
 		}
-		if !o.skip && o.col == len(prefix) {
-			o.sc.scan(part)
-			if o.sc.hasID {
-				o.done = true
-				return o.sc.id, true
-			}
-		}
-		if i < 0 {
-			return "", false
-		}
-		p = p[i+1:]
+		p = rest
 		o.sc.reset()
-		o.col, o.skip = 0, false
 	}
 	return "", false
+}
+
+// dataLines follows an event stream's lines as they pass, for a scan of
+// its data lines' values.
+type dataLines struct {
+	col  int  // bytes of the current line matched against "data:"
+	skip bool // the current line is not a data line
+}
+
+// cut cuts p after its first line end, if it has one (ended): data is the
+// bytes before it of a data line's value, rest the bytes after it.
+func (d *dataLines) cut(p []byte) (data, rest []byte, ended bool) {
+	const prefix = "data:"
+	data = p
+	i := bytes.IndexByte(p, '\n')
+	if i >= 0 {
+		data, rest = p[:i], p[i+1:]
+	}
+	if !d.skip && d.col < len(prefix) {
+		n := min(len(prefix)-d.col, len(data))
+		d.skip = string(data[:n]) != prefix[d.col:d.col+n]
+		d.col += n
+		data = data[n:]
+	}
+	if d.skip || d.col < len(prefix) {
+		data = nil
+	}
+	if i >= 0 {
+		d.col, d.skip = 0, false
+	}
+	return data, rest, i >= 0
 }
 
 // idScan finds the "id" and "object" string members of a JSON object (or
@@ -386,21 +399,12 @@ func (o *ownerTap) write(p []byte) (string, bool) {
 type idScan struct {
 	in string
 
-	depth     int
+	lx        jsonLexer
 	entered   bool // the object at depth 2 is the member named in
 	seenIn    bool
-	inString  bool
-	escaped   bool
 	expectKey bool
-	keying    bool
-	key       []byte // the key being read, its first maxScanKey bytes
-	keyLong   bool
-	keyEsc    bool
-	afterKey  bool // a key was read: its colon comes next
-	want      int  // what the next value is (want*)
-	capture   int  // the want* whose string value is being read into val
-	val       []byte
-	valBad    bool
+	want      int // what the next value is (want*)
+	capture   int // the want* whose string value is being read
 
 	id, object       string
 	hasID, hasObject bool
@@ -420,20 +424,20 @@ const maxScanKey = 16
 
 // reset readies s for another object, keeping its buffers.
 func (s *idScan) reset() {
-	*s = idScan{in: s.in, key: s.key[:0], val: s.val[:0]}
+	*s = idScan{in: s.in, lx: jsonLexer{buf: s.lx.buf[:0]}}
 }
 
 // keyLevel reports whether the object at the current depth has the
 // members idScan reads: the top level's, or the member named in's.
 func (s *idScan) keyLevel() bool {
-	return s.depth == 1 || (s.depth == 2 && s.entered)
+	return s.lx.depth == 1 || (s.lx.depth == 2 && s.entered)
 }
 
 // member is what the value after the key just read is.
 func (s *idScan) member() int {
-	target := s.in == "" || s.depth == 2
-	switch k := string(s.key); {
-	case s.keyLong:
+	target := s.in == "" || s.lx.depth == 2
+	switch k := string(s.lx.buf); {
+	case s.lx.long:
 	case !target && k == s.in && !s.seenIn:
 		s.seenIn = true
 		return wantIn
@@ -449,84 +453,51 @@ func (s *idScan) member() int {
 
 // scan takes the next bytes of the JSON text.
 func (s *idScan) scan(p []byte) {
-	for i := 0; i < len(p) && !s.done; i++ {
-		c := p[i]
-		if s.inString {
-			switch {
-			case s.escaped:
-				s.escaped = false
-			case c == '\\':
-				s.escaped = true
-				s.keyEsc = s.keyEsc || s.keying
-				s.valBad = s.valBad || s.capture != wantNone
-			case c == '"':
-				s.inString = false
-				if s.keying {
-					s.keying, s.afterKey = false, true
-				}
-				if s.capture != wantNone {
-					s.keep()
-				}
-			case s.keying:
-				if len(s.key) < maxScanKey {
-					s.key = append(s.key, c)
-				} else {
-					s.keyLong = true
-				}
-			case s.capture != wantNone:
-				if len(s.val) < maxScanValue {
-					s.val = append(s.val, c)
-				} else {
-					s.valBad = true
-				}
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '"':
-			s.inString = true
+	lx := &s.lx
+	lx.feed(p)
+	for !s.done {
+		switch lx.next() {
+		case lexEnd:
+			return
+		case lexString:
 			switch {
 			case s.expectKey && s.keyLevel():
-				s.expectKey, s.keying, s.keyLong, s.keyEsc = false, true, false, false
-				s.key = s.key[:0]
+				s.expectKey = false
+				lx.readString(lexMember, maxScanKey)
 			case s.want == wantID || s.want == wantObject:
-				s.capture, s.valBad = s.want, false
-				s.val = s.val[:0]
+				s.capture = s.want
+				lx.readString(lexValue, maxScanValue)
 			}
-		case ':':
-			if s.afterKey {
-				s.afterKey = false
-				if s.keyEsc {
-					s.done = true // it may spell a name read here: give up
-					return
-				}
-				s.want = s.member()
-				continue
+		case lexValue:
+			s.keep()
+			continue
+		case lexMember:
+			if lx.esc {
+				s.done = true // it may spell a name read here: give up
+				return
 			}
-		case ',':
+			s.want = s.member()
+			continue
+		case lexComma:
 			if s.keyLevel() {
 				s.expectKey = true
 			}
-		case '{', '[':
-			s.depth++
+		case lexOpen:
 			switch {
-			case s.depth == 1 && c != '{':
+			case lx.depth == 1 && lx.c != '{':
 				s.done = true // not an object
 				return
-			case s.want == wantIn && c == '{':
+			case s.want == wantIn && lx.c == '{':
 				s.entered = true
 			}
-			if c == '{' && s.keyLevel() {
+			if lx.c == '{' && s.keyLevel() {
 				s.expectKey = true
 			}
-		case '}', ']':
-			if s.depth <= 1 || (s.entered && s.depth == 2) {
+		case lexClose:
+			if lx.depth < 1 || (s.entered && lx.depth == 1) {
 				s.done = true // the object read ended
 				return
 			}
-			s.depth--
 		}
 		s.want = wantNone
 	}
@@ -540,14 +511,14 @@ const maxScanValue = 128
 func (s *idScan) keep() {
 	what := s.capture
 	s.capture = wantNone
-	if s.valBad || len(s.val) == 0 {
+	if s.lx.long || s.lx.esc || len(s.lx.buf) == 0 {
 		return
 	}
 	switch what {
 	case wantID:
-		s.id, s.hasID = string(s.val), true
+		s.id, s.hasID = string(s.lx.buf), true
 	case wantObject:
-		s.object, s.hasObject = string(s.val), true
+		s.object, s.hasObject = string(s.lx.buf), true
 	}
 	if s.hasID && (s.in != "" || s.hasObject) {
 		s.done = true

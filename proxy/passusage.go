@@ -31,22 +31,15 @@ type usageTap struct {
 	// path: an object that lacks the rest of the path is passed over for a
 	// later member of its name, but of the last name only the first member
 	// counts.
-	path       []string // nil: usagePath
-	level      int      // path members entered so far: keys are looked at depth level+1
-	done       bool     // the path's object cannot come any more
-	depth      int
-	inString   bool
-	escaped    bool
-	expectKey  bool   // at depth 1, the next string is a member's key
-	keying     bool   // reading a depth-1 key into key
-	key        []byte // the last depth-1 key (its first bytes)
-	keyDone    bool   // key is complete; its colon comes next
-	valueNext  bool   // the next value is a path member's
-	usageKey   bool   // the path's last name was seen at this level: only its first value counts, as gjson reads it
-	capturing  bool   // inside the usage object, copying it to found
-	captured   bool   // found holds the whole usage object
-	keyTooLong bool   // longer than maxUsageKey: not usage
-	keyEscaped bool   // has an escape: may spell usage once unescaped
+	path      []string // nil: usagePath
+	level     int      // path members entered so far: keys are looked at depth level+1
+	done      bool     // the path's object cannot come any more
+	lx        jsonLexer
+	expectKey bool // at depth level+1, the next string is a member's key
+	valueNext bool // the next value is a path member's
+	usageKey  bool // the path's last name was seen at this level: only its first value counts, as gjson reads it
+	capturing bool // inside the usage object, copying it to found
+	captured  bool // found holds the whole usage object
 
 	// SSE: the line being read.
 	line     []byte
@@ -117,129 +110,90 @@ func (u *usageTap) scan(p []byte) {
 	if path == nil {
 		path = usagePath
 	}
-	keyDepth := u.level + 1
-	for i := 0; i < len(p); i++ {
-		if !u.capturing && !u.keying && !u.escaped {
-			// Bytes that change nothing here are skipped in a tight loop:
-			// in a string all but its quote and escapes, deeper than the
-			// top level all but strings and brackets (an embeddings
-			// answer's numbers).
-			skip := &deepSkip
+	lx := &u.lx
+	lx.feed(p)
+	start := 0 // where the usage object's bytes in p start, while capturing
+	for {
+		keyDepth := u.level + 1
+		lx.deep = keyDepth // keys are read there; deeper, only the nesting counts
+		switch lx.next() {
+		case lexEnd:
+			if u.capturing {
+				u.copy(p[start:])
+			}
+			return
+		case lexString:
+			if lx.depth == keyDepth && u.expectKey {
+				u.expectKey = false
+				lx.readString(lexMember, maxUsageKey)
+			}
+		case lexMember:
+			// A key read at depth level+1: deeper colons are not reported.
+			last := u.level+1 == len(path)
 			switch {
-			case u.inString:
-				skip = &stringSkip
-			case u.depth <= keyDepth:
-				skip = nil
-			}
-			if skip != nil {
-				for i < len(p) && skip[p[i]] {
-					i++
-				}
-				if i == len(p) {
-					return
-				}
-			}
-		}
-		c := p[i]
-		if u.capturing {
-			if len(u.found) >= maxUsageBytes {
-				u.capturing, u.over, u.found = false, true, nil
-			} else {
-				u.found = append(u.found, c)
-			}
-		}
-		if u.inString {
-			switch {
-			case u.escaped:
-				u.escaped = false
-				u.keyEscaped = u.keyEscaped || u.keying
-			case c == '\\':
-				u.escaped = true
-			case c == '"':
-				u.inString = false
-				if u.keying {
-					u.keying, u.keyDone = false, true
-				}
-			case u.keying:
-				if len(u.key) < maxUsageKey {
-					u.key = append(u.key, c)
-				} else {
-					u.keyTooLong = true
-				}
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '"':
-			u.inString = true
-			if u.depth == keyDepth && u.expectKey {
-				u.expectKey, u.keying, u.keyTooLong, u.keyEscaped = false, true, false, false
-				u.key = u.key[:0]
-			}
-		case ':':
-			if u.depth == keyDepth && u.keyDone {
-				u.keyDone = false
-				last := u.level+1 == len(path)
-				switch {
-				case last && u.usageKey:
-				case u.keyEscaped && last:
-					// It may spell the name, as gjson reads it: a later
-					// member of that name is not the one gjson would read.
-					u.usageKey = true
-				case u.keyEscaped:
-					// It may spell a name of the path, whose object gjson
-					// would read: give up rather than read another.
-					u.done = true
-					return
-				case !u.keyTooLong && string(u.key) == path[u.level]:
-					u.valueNext = true
-					u.usageKey = u.usageKey || last
-				}
-				continue
-			}
-		case ',':
-			if u.depth == keyDepth {
-				u.expectKey = true
-			}
-		case '{', '[':
-			enter := false
-			if u.depth == keyDepth && u.valueNext && c == '{' && !u.over {
-				if u.level+1 < len(path) {
-					enter = true // the path goes on inside this object
-				} else {
-					u.capturing = true
-					u.found = append(u.found[:0], c)
-				}
-			}
-			u.depth++
-			if enter {
-				u.level++
-				keyDepth = u.level + 1
-				u.usageKey = false
-			}
-			if u.depth == keyDepth && c == '{' {
-				u.expectKey = true
-			}
-		case '}', ']':
-			u.depth--
-			if u.capturing && u.depth == keyDepth {
-				u.capturing, u.captured = false, true
+			case last && u.usageKey:
+			case lx.esc && last:
+				// It may spell the name, as gjson reads it: a later
+				// member of that name is not the one gjson would read.
+				u.usageKey = true
+			case lx.esc:
+				// It may spell a name of the path, whose object gjson
+				// would read: give up rather than read another.
+				u.done = true
 				return
+			case !lx.long && string(lx.buf) == path[u.level]:
+				u.valueNext = true
+				u.usageKey = u.usageKey || last
 			}
-			if u.depth < keyDepth && u.level > 0 {
+			continue
+		case lexComma:
+			if lx.depth == keyDepth {
+				u.expectKey = true
+			}
+		case lexOpen:
+			if lx.depth-1 == keyDepth && u.valueNext && lx.c == '{' && !u.over {
+				if u.level+1 < len(path) {
+					// The path goes on inside this object.
+					u.level++
+					keyDepth = u.level + 1
+					u.usageKey = false
+				} else {
+					u.capturing, start = true, lx.i-1
+					u.found = u.found[:0]
+				}
+			}
+			if lx.depth == keyDepth && lx.c == '{' {
+				u.expectKey = true
+			}
+		case lexClose:
+			if u.capturing && lx.depth == keyDepth {
+				if u.copy(p[start:lx.i]) {
+					u.capturing, u.captured = false, true
+					return
+				}
+			}
+			if lx.depth < keyDepth && u.level > 0 {
 				// The path's member ended without the rest of the path.
 				if u.usageKey {
 					u.done = true // it had the last name, not an object: gjson reads no other
 					return
 				}
 				u.level--
-				keyDepth = u.level + 1
 			}
 		}
 		u.valueNext = false
 	}
+}
+
+// copy adds b to the usage object's bytes in found; it reports false, and
+// ends the capture with over, when they would exceed maxUsageBytes.
+func (u *usageTap) copy(b []byte) bool {
+	if len(u.found)+len(b) > maxUsageBytes {
+		u.capturing, u.over, u.found = false, true, nil
+		return false
+	}
+	u.found = append(u.found, b...)
+	return true
 }
 
 // settled reports whether the rest of a JSON answer cannot change what the
@@ -251,16 +205,6 @@ func (u *usageTap) settled() bool {
 	// The top-level usage member was seen and its value is not an object.
 	return u.usageKey && u.level == 0 && len(u.path) <= 1 && !u.valueNext && !u.capturing
 }
-
-// stringSkip and deepSkip mark the bytes scan passes over in a string and
-// below the top level.
-var stringSkip, deepSkip = func() (str, deep [256]bool) {
-	for c := range 256 {
-		str[c] = c != '"' && c != '\\'
-		deep[c] = str[c] && c != '{' && c != '}' && c != '[' && c != ']'
-	}
-	return str, deep
-}()
 
 // lines reads an SSE answer line by line and keeps the last usage object
 // of its data lines.
@@ -308,7 +252,7 @@ func (u *usageTap) startLong(part []byte) {
 		}
 		for i, path := range [2][]string{usagePath, responseUsagePath} {
 			sc := &u.long[i]
-			*sc = usageTap{path: path, found: sc.found[:0], key: sc.key[:0]}
+			*sc = usageTap{path: path, found: sc.found[:0], lx: jsonLexer{buf: sc.lx.buf[:0]}}
 		}
 		skip := min(len(prefix), len(u.line))
 		u.scanLong(u.line[skip:])
