@@ -1,6 +1,9 @@
 package proxy
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // jsonLexer follows the bytes of a JSON text as they pass, piece by piece,
 // and reports its structure to a scan that reads a few members of it
@@ -103,10 +106,7 @@ func (l *jsonLexer) next() int {
 			continue
 		}
 		if l.deep > 0 && l.depth > l.deep {
-			for i < len(p) && deepSkip[p[i]] {
-				i++
-			}
-			if i == len(p) {
+			if i = skipDeep(p, i); i == len(p) {
 				break
 			}
 		}
@@ -139,6 +139,25 @@ func (l *jsonLexer) next() int {
 	}
 	l.i = i
 	return ev
+}
+
+// skipDeep returns the index in p of the first quote or bracket from i
+// on, or len(p). It tests eight bytes at a time (a byte b is a bracket
+// when b|0x20 is '{' or '}'), then the word that has one byte by byte.
+func skipDeep(p []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(w uint64) uint64 { return (w - ones) &^ w & highs }
+	for ; i+8 <= len(p); i += 8 {
+		w := binary.LittleEndian.Uint64(p[i:])
+		b := w | 0x20*ones
+		if hasZero(w^'"'*ones)|hasZero(b^'{'*ones)|hasZero(b^'}'*ones) != 0 {
+			break
+		}
+	}
+	for i < len(p) && deepSkip[p[i]] {
+		i++
+	}
+	return i
 }
 
 // deepSkip marks the bytes passed over below the depth a scan reads, and

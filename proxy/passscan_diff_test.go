@@ -65,13 +65,17 @@ func FuzzUsageTapDifferential(f *testing.F) {
 
 		// The usage tap on an event stream: the body's lines, after one
 		// data line too long to keep whole that carries the body.
-		stream := body
+		var writes [][]byte
 		if long {
-			line := append([]byte("data:"+strings.Repeat(" ", maxUsageLine)), bytes.ReplaceAll(body, []byte("\n"), []byte(" "))...)
-			stream = append(append(line, '\n'), body...)
+			writes = append(writes, []byte("data:"))
+			for range maxUsageLine / 4096 {
+				writes = append(writes, []byte(strings.Repeat(" ", 4096)))
+			}
+			writes = append(writes, split(rng, bytes.ReplaceAll(body, []byte("\n"), []byte(" ")))...)
+			writes = append(writes, []byte("\n"))
 		}
 		u, o := &usageTap{sse: true}, &oldUsageTap{sse: true}
-		for _, p := range split(rng, stream) {
+		for _, p := range append(writes, split(rng, body)...) {
 			u.write(p)
 			o.write(p)
 		}
@@ -141,4 +145,25 @@ func split(rng *rand.Rand, b []byte) [][]byte {
 		b = b[n:]
 	}
 	return out
+}
+
+// skipDeep stops at the first quote or bracket, wherever it is in the
+// words it tests, and at no other byte.
+func TestSkipDeep(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for at := range 20 {
+			p := bytes.Repeat([]byte("-0.0123456,"), 2)
+			p[at] = byte(c)
+			want := 0
+			for want < len(p) && deepSkip[p[want]] {
+				want++
+			}
+			for from := 0; from <= at; from++ {
+				if got := skipDeep(p, from); got != max(want, from) {
+					t.Fatalf("%q from %d: %d, want %d", p, from, got, max(want, from))
+				}
+			}
+		}
+	}
 }
