@@ -1,37 +1,28 @@
 package proxy
 
-import (
-	"bytes"
-	"encoding/binary"
-)
+import "bytes"
 
-// jsonLexer follows the bytes of a JSON text as they pass, piece by piece,
-// and reports its structure to a scan that reads a few members of it
-// (usageTap, idScan, itemScan). It keeps nothing of the text but the first
-// bytes of a string the scan asks for (a key, an id), whatever the
-// answer's size, and does not check the text: a scan reads an invalid one
-// as far as it can, and its caller judges what it found. The bytes that
-// change nothing are passed over in tight loops: a string's up to its
-// quote or next escape, and below the depth a scan reads (deep) all but
-// strings and brackets (an embeddings answer's numbers).
+// jsonLexer follows a JSON text as its pieces pass and reports its
+// structure to a scan that reads a few members (usageTap, idScan,
+// itemScan), keeping only the first bytes of the strings the scan asks
+// for. It does not check the text: a scan reads an invalid one as far as
+// it can. Bytes that change nothing pass in tight loops: a string's, and
+// below the depth a scan reads all but strings and brackets.
 type jsonLexer struct {
-	p     []byte // the piece being read
-	i     int    // the next byte of p
-	quote int    // the index in p of the next quote at or after i, if not below i
-	c     byte   // the bracket of the last lexOpen or lexClose
-	depth int    // the brackets open
-	// deep, if above 0, is the deepest level whose colons, commas and
-	// other bytes a scan reads: deeper, only strings and brackets count.
-	deep     int
-	inString bool
-	escaped  bool // the string's next byte is escaped
-	keyRead  bool // a key was read (readString) and its colon is still to come
-
-	read int    // what the string being read is: lexMember (a key), lexValue, or 0 if it is not read
-	buf  []byte // its first max bytes
-	max  int
-	long bool // it has more than max bytes
-	esc  bool // it has an escape: its bytes are not what it spells
+	p               []byte // the piece being read: a scan sets it, and i to 0
+	i               int    // the next byte of p
+	c               byte   // the bracket of the last lexOpen or lexClose
+	depth           int    // the brackets open
+	deep            int    // if above 0, the deepest level a scan reads: deeper, only strings and brackets count
+	inString        bool
+	escaped         bool   // the string's next byte is escaped
+	keyRead         bool   // a key was read (readString) and its colon is still to come
+	first, firstEnd int    // a string's first bytes (lexString): p[first:firstEnd]
+	read            int    // what the string being read is: lexMember (a key), lexValue, or 0 if it is not read
+	buf             []byte // its first max bytes
+	max             int
+	long            bool // it has more than max bytes
+	esc             bool // it has an escape: its bytes are not what it spells
 }
 
 // The events of a jsonLexer.
@@ -39,24 +30,35 @@ const (
 	lexEnd    = iota // the piece is read
 	lexOpen          // '{' or '[' (c); depth counts it
 	lexClose         // '}' or ']' (c); depth no longer counts it
-	lexColon         // ':' other than a member's
 	lexMember        // the ':' after a key read: buf and its flags hold the key
 	lexComma         // ','
 	lexString        // a string starts: readString reads it, else it is passed over
 	lexValue         // the string read with readString(lexValue, …) ended
-	lexOther         // a run of other bytes: a number, a literal, stray bytes
+	lexOther         // a run of other bytes (a number, a literal), or a colon not a member's
 )
 
-// feed starts the reading of the next piece of the text.
-func (l *jsonLexer) feed(p []byte) {
-	l.p, l.i, l.quote = p, 0, -1
+// readString reads the string that just started (lexString) as a key
+// (lexMember: its colon comes as that event) or a value (lexValue),
+// keeping its first max bytes in buf. It reports whether the value is
+// already read (it ended in the piece, without an escape); if not, its end
+// comes as lexValue.
+func (l *jsonLexer) readString(what, max int) bool {
+	l.buf, l.max, l.long, l.esc = l.buf[:0], max, false, false
+	l.keep(l.p[l.first:l.firstEnd])
+	if l.inString {
+		l.read = what
+		return false
+	}
+	l.keyRead = l.keyRead || what == lexMember
+	return what == lexValue
 }
 
-// readString reads the string that just started (lexString) as a key
-// (lexMember: its colon comes as that event) or a value (lexValue: its end
-// does), keeping its first max bytes in buf.
-func (l *jsonLexer) readString(what, max int) {
-	l.read, l.buf, l.max, l.long, l.esc = what, l.buf[:0], max, false, false
+// keep adds b to buf, up to max bytes.
+func (l *jsonLexer) keep(b []byte) {
+	if room := l.max - len(l.buf); len(b) > room {
+		b, l.long = b[:room], true
+	}
+	l.buf = append(l.buf, b...)
 }
 
 // next reads up to the next event and returns it.
@@ -69,24 +71,12 @@ func (l *jsonLexer) next() int {
 				i++
 				continue
 			}
-			// The string's bytes up to its quote or next escape: the quote
-			// is searched for once, the escapes before it one by one.
-			if l.quote < i {
-				l.quote = len(p)
-				if j := bytes.IndexByte(p[i:], '"'); j >= 0 {
-					l.quote = i + j
-				}
-			}
-			end := l.quote
-			if j := bytes.IndexByte(p[i:end], '\\'); j >= 0 {
-				end = i + j
+			end := i
+			for end < len(p) && stringSkip[p[end]] {
+				end++
 			}
 			if l.read != 0 {
-				if room := l.max - len(l.buf); end-i > room {
-					l.buf, l.long = append(l.buf, p[i:i+room]...), true
-				} else {
-					l.buf = append(l.buf, p[i:end]...)
-				}
+				l.keep(p[i:end])
 			}
 			if i = end; i == len(p) {
 				break
@@ -106,7 +96,10 @@ func (l *jsonLexer) next() int {
 			continue
 		}
 		if l.deep > 0 && l.depth > l.deep {
-			if i = skipDeep(p, i); i == len(p) {
+			for i < len(p) && deepSkip[p[i]] {
+				i++
+			}
+			if i == len(p) {
 				break
 			}
 		}
@@ -116,14 +109,22 @@ func (l *jsonLexer) next() int {
 		case ' ', '\t', '\n', '\r':
 			continue
 		case '"':
-			l.inString, ev = true, lexString
+			// Its bytes up to its end or an escape pass now, for readString.
+			l.first, ev = i, lexString
+			for i < len(p) && stringSkip[p[i]] {
+				i++
+			}
+			l.firstEnd = i
+			if l.inString = i == len(p) || p[i] == '\\'; !l.inString {
+				i++
+			}
 		case '{', '[':
 			l.depth, l.c, ev = l.depth+1, c, lexOpen
 		case '}', ']':
 			l.depth, l.c, ev = l.depth-1, c, lexClose
 		case ':':
 			// Outside the text's brackets a colon is no member's.
-			ev = lexColon
+			ev = lexOther
 			if l.keyRead && l.depth > 0 {
 				l.keyRead, ev = false, lexMember
 			}
@@ -141,31 +142,13 @@ func (l *jsonLexer) next() int {
 	return ev
 }
 
-// skipDeep returns the index in p of the first quote or bracket from i
-// on, or len(p). It tests eight bytes at a time (a byte b is a bracket
-// when b|0x20 is '{' or '}'), then the word that has one byte by byte.
-func skipDeep(p []byte, i int) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	hasZero := func(w uint64) uint64 { return (w - ones) &^ w & highs }
-	for ; i+8 <= len(p); i += 8 {
-		w := binary.LittleEndian.Uint64(p[i:])
-		b := w | 0x20*ones
-		if hasZero(w^'"'*ones)|hasZero(b^'{'*ones)|hasZero(b^'}'*ones) != 0 {
-			break
-		}
-	}
-	for i < len(p) && deepSkip[p[i]] {
-		i++
-	}
-	return i
-}
-
-// deepSkip marks the bytes passed over below the depth a scan reads, and
-// plainByte those of a run of other bytes (lexOther).
-var deepSkip, plainByte = func() (deep, plain [256]bool) {
+// stringSkip marks the bytes passed over in a string, deepSkip those below
+// the depth a scan reads, plainByte those of a run of other bytes.
+var stringSkip, deepSkip, plainByte = func() (str, deep, plain [256]bool) {
 	for c := range 256 {
+		str[c] = c != '"' && c != '\\'
 		plain[c] = bytes.IndexByte([]byte(`"{}[]:,`), byte(c)) < 0
 		deep[c] = c != '"' && c != '{' && c != '}' && c != '[' && c != ']'
 	}
-	return deep, plain
+	return str, deep, plain
 }()

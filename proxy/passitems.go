@@ -207,7 +207,7 @@ func (s *itemScan) member() {
 // scan takes the next bytes of the JSON text.
 func (s *itemScan) scan(p []byte) {
 	lx := &s.lx
-	lx.feed(p)
+	lx.p, lx.i = p, 0
 	for !s.done {
 		switch lx.next() {
 		case lexEnd:
@@ -218,8 +218,9 @@ func (s *itemScan) scan(p []byte) {
 				s.expectKey = false
 				lx.readString(lexMember, maxScanKey)
 			case s.want != capNone:
-				s.capture = s.want
-				lx.readString(lexValue, maxScanValue)
+				if s.capture = s.want; lx.readString(lexValue, maxScanValue) {
+					s.keep()
+				}
 			}
 		case lexValue:
 			s.keep()

@@ -454,7 +454,7 @@ func (s *idScan) member() int {
 // scan takes the next bytes of the JSON text.
 func (s *idScan) scan(p []byte) {
 	lx := &s.lx
-	lx.feed(p)
+	lx.p, lx.i = p, 0
 	for !s.done {
 		switch lx.next() {
 		case lexEnd:
@@ -465,8 +465,9 @@ func (s *idScan) scan(p []byte) {
 				s.expectKey = false
 				lx.readString(lexMember, maxScanKey)
 			case s.want == wantID || s.want == wantObject:
-				s.capture = s.want
-				lx.readString(lexValue, maxScanValue)
+				if s.capture = s.want; lx.readString(lexValue, maxScanValue) {
+					s.keep()
+				}
 			}
 		case lexValue:
 			s.keep()

@@ -146,24 +146,3 @@ func split(rng *rand.Rand, b []byte) [][]byte {
 	}
 	return out
 }
-
-// skipDeep stops at the first quote or bracket, wherever it is in the
-// words it tests, and at no other byte.
-func TestSkipDeep(t *testing.T) {
-	t.Parallel()
-	for c := range 256 {
-		for at := range 20 {
-			p := bytes.Repeat([]byte("-0.0123456,"), 2)
-			p[at] = byte(c)
-			want := 0
-			for want < len(p) && deepSkip[p[want]] {
-				want++
-			}
-			for from := 0; from <= at; from++ {
-				if got := skipDeep(p, from); got != max(want, from) {
-					t.Fatalf("%q from %d: %d, want %d", p, from, got, max(want, from))
-				}
-			}
-		}
-	}
-}

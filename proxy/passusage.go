@@ -111,7 +111,7 @@ func (u *usageTap) scan(p []byte) {
 		path = usagePath
 	}
 	lx := &u.lx
-	lx.feed(p)
+	lx.p, lx.i = p, 0
 	start := 0 // where the usage object's bytes in p start, while capturing
 	for {
 		keyDepth := u.level + 1
