@@ -55,19 +55,26 @@ func TestResponseStageJudgesReasoning(t *testing.T) {
 			t.Fatalf("%s JSON: %s", key, msg.Raw)
 		}
 	}
-	// The reasoning held back when the answer begins goes out before it.
-	order := [][]byte{
+	// The reasoning held back when the answer begins goes out before it,
+	// whether the answer begins in a chunk of its own or in the chunk that
+	// ends the reasoning (vLLM's reasoning parsers send both at </think>).
+	for _, order := range [][][]byte{{
 		[]byte(chunkHead + `{"role":"assistant","reasoning_content":"a long reasoning text, held in part"}` + chunkTail),
 		[]byte(chunkHead + `{"content":"an answer much longer than the window of sixteen bytes"}` + chunkTail),
 		[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"stop"}]}`),
-	}
-	seenContent := false
-	for _, c := range mustDrain(t, newStream(context.Background(), &sliceStream{chunks: order}, []*guard{pii}, nil)) {
-		d := gjson.GetBytes(c, "choices.0.delta")
-		if d.Get("reasoning_content").Str != "" && seenContent {
-			t.Fatalf("reasoning %q went out after the answer began", d.Get("reasoning_content").Str)
+	}, {
+		[]byte(chunkHead + `{"role":"assistant","reasoning_content":"a long reasoning text, held in part"}` + chunkTail),
+		[]byte(chunkHead + `{"reasoning_content":" and its end","content":"an answer much longer than the window of sixteen bytes"}` + chunkTail),
+		[]byte(chunkHead + `{},"logprobs":null,"finish_reason":"stop"}]}`),
+	}} {
+		seenContent := false
+		for _, c := range mustDrain(t, newStream(context.Background(), &sliceStream{chunks: order}, []*guard{pii}, nil)) {
+			d := gjson.GetBytes(c, "choices.0.delta")
+			if d.Get("reasoning_content").Str != "" && seenContent {
+				t.Fatalf("reasoning %q went out after the answer began", d.Get("reasoning_content").Str)
+			}
+			seenContent = seenContent || d.Get("content").Str != ""
 		}
-		seenContent = seenContent || d.Get("content").Str != ""
 	}
 	block := mustGuard(t, config.Guardrail{Name: "words", Kind: "regex", Action: "block", Patterns: []string{`(?i)falcon`}})
 	chunks := [][]byte{

@@ -323,13 +323,19 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 		}
 		return chunk, nil
 	}
-	if present[0] >= nReasoning {
-		// The answer begins (or goes on): the reasoning held back before
-		// it goes out first, as it came.
+	// flushReasoning lets out the reasoning held back, before the answer's
+	// text that follows it (in this chunk or a later one) goes out.
+	flushReasoning := func() error {
 		for k := range nReasoning {
 			if err := s.flush(i, k); err != nil {
-				return nil, err
+				return err
 			}
+		}
+		return nil
+	}
+	if present[0] >= nReasoning {
+		if err := flushReasoning(); err != nil {
+			return nil, err
 		}
 	}
 	lps := ch.Get("logprobs").IsObject() // each piece with its own list
@@ -377,6 +383,12 @@ func (s *stream) judgeTexts(chunk []byte, ch gjson.Result, i int, ends bool) ([]
 		}
 		if ends {
 			if err := s.flush(i, k); err != nil {
+				return nil, err
+			}
+		}
+		if k < nReasoning && present[j+1] >= nReasoning {
+			// The chunk's reasoning is judged; its answer text comes next.
+			if err := flushReasoning(); err != nil {
 				return nil, err
 			}
 		}

@@ -50,19 +50,26 @@ const maxRefDepth = 10
 // refSkips are members whose values name no stored object though they may
 // hold one's member names: JSON schemas (a tool's parameters, a structured
 // output's schema, whose properties, examples and defaults may be called
-// file_id), metadata, and what a Responses turn replayed as input carries
-// about files it cited or searched (annotations, a file search's results),
-// which the model does not load.
+// file_id), metadata, an MCP tool's headers, and what a Responses turn
+// replayed as input carries about files it cited or searched (annotations,
+// a file search's results), which the model does not load. Under names the
+// client chose (a saved prompt's variables) nothing is skipped.
 var refSkips = []string{"parameters", "schema", "json_schema", "input_schema", "response_format", "format",
-	"metadata", "annotations", "results"}
+	"metadata", "headers", "annotations", "results"}
+
+// refFileMembers name a file by its id as a string: a fine-tuning job's
+// files (its endpoint is opt-in; the files are the account's).
+var refFileMembers = []string{"training_file", "validation_file"}
 
 // refKeys are byte strings one of which a body that names a stored object
 // other than through an id member holds (idKey finds those); `\u`
 // because a key may be spelt with escapes, which the walk reads decoded.
-// A chat body can name only files and audio answers.
+// These are searched as OpenAI spells them, which is how OpenAI (the
+// provider that stores such objects) reads them. A chat body can name only
+// files and audio answers.
 var (
 	chatRefKeys = [][]byte{[]byte(`"audio"`), []byte(`\u`)}
-	refKeys     = [][]byte{[]byte(`"audio"`), []byte(`"container"`), []byte(`"conversation"`), []byte(`\u`)}
+	refKeys     = [][]byte{[]byte(`"audio"`), []byte(`"container"`), []byte(`"conversation"`), []byte(`_file"`), []byte(`\u`)}
 )
 
 // mayRefer reports whether body can name a stored object: false for a
@@ -84,8 +91,9 @@ func mayRefer(body []byte, chat bool) bool {
 	return false
 }
 
-// idKey reports whether body holds "_id" in any case (file_id, file_ids,
-// vector_store_ids, File_Id), looking only at its underscores.
+// idKey reports whether body holds file_id, file_ids or vector_store_ids,
+// in any case, looking only at its underscores (tool_call_id, call_id and
+// the like, in every tool-using conversation, do not count).
 func idKey(body []byte) bool {
 	for i := 0; ; i++ {
 		j := bytes.IndexByte(body[i:], '_')
@@ -93,10 +101,27 @@ func idKey(body []byte) bool {
 			return false
 		}
 		i += j
-		if body[i+1]|0x20 == 'i' && body[i+2]|0x20 == 'd' {
+		if body[i+1]|0x20 != 'i' || body[i+2]|0x20 != 'd' {
+			continue
+		}
+		if foldedBefore(body, i, "file") || foldedBefore(body, i, "store") {
 			return true
 		}
 	}
+}
+
+// foldedBefore reports whether the bytes of body just before i are word,
+// in any case (word is lower case letters).
+func foldedBefore(body []byte, i int, word string) bool {
+	if i < len(word) {
+		return false
+	}
+	for k := range len(word) {
+		if body[i-len(word)+k]|0x20 != word[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // storedRefs refuses r when it names a stored object of a kind its tenant
@@ -111,7 +136,7 @@ func (p *Policy) storedRefs(r *pipeline.Request) error {
 	if !root.IsObject() {
 		return nil
 	}
-	kind, path := walkRefs(root, 0, func(k *refKind) bool { return p.paths.match(k.path) })
+	kind, path := walkRefs(root, 0, true, func(k *refKind) bool { return p.paths.match(k.path) })
 	if kind == nil {
 		return nil
 	}
@@ -126,8 +151,9 @@ func (p *Policy) storedRefs(r *pipeline.Request) error {
 
 // walkRefs follows v, a value depth levels down, for a stored object of a
 // kind not allowed; it returns the kind and the path to the member
-// (innermost first), or nil. Nothing is allocated until one is found.
-func walkRefs(v gjson.Result, depth int, allowed func(*refKind) bool) (*refKind, []string) {
+// (innermost first), or nil. skips: members named in refSkips are passed
+// over. Nothing is allocated until one is found.
+func walkRefs(v gjson.Result, depth int, skips bool, allowed func(*refKind) bool) (*refKind, []string) {
 	if depth > maxRefDepth {
 		return nil, nil
 	}
@@ -137,7 +163,7 @@ func walkRefs(v gjson.Result, depth int, allowed func(*refKind) bool) (*refKind,
 		var path []string
 		i := 0
 		v.ForEach(func(_, e gjson.Result) bool {
-			if kind, path = walkRefs(e, depth+1, allowed); kind != nil {
+			if kind, path = walkRefs(e, depth+1, skips, allowed); kind != nil {
 				path = append(path, "["+strconv.Itoa(i)+"]")
 			}
 			i++
@@ -152,7 +178,14 @@ func walkRefs(v gjson.Result, depth int, allowed func(*refKind) bool) (*refKind,
 	v.ForEach(func(k, m gjson.Result) bool {
 		key := k.Str
 		switch {
-		case slices.ContainsFunc(refSkips, func(s string) bool { return strings.EqualFold(s, key) }):
+		case skips && slices.ContainsFunc(refSkips, func(s string) bool { return strings.EqualFold(s, key) }):
+		case depth == 1 && strings.EqualFold(key, "variables") && m.IsObject():
+			// A saved prompt's variables: names the client chose.
+			kind, path = walkRefs(m, depth+1, false, allowed)
+		case slices.ContainsFunc(refFileMembers, func(s string) bool { return strings.EqualFold(s, key) }) && m.Type == gjson.String:
+			if !allowed(refFile) {
+				kind = refFile
+			}
 		case strings.EqualFold(key, "file_id") || strings.EqualFold(key, "file_ids"):
 			if (m.Type == gjson.String || m.IsArray() && len(m.Array()) > 0) && !allowed(refFile) {
 				kind = refFile
@@ -169,13 +202,13 @@ func walkRefs(v gjson.Result, depth int, allowed func(*refKind) bool) (*refKind,
 			if !allowed(refContainer) {
 				kind = refContainer
 			}
-		case strings.EqualFold(key, "audio") && m.IsObject():
+		case strings.EqualFold(key, "audio") && m.Get("id").Exists():
 			// An assistant message's stored audio answer: {"id": ...}.
-			if id := m.Get("id"); id.Exists() && !allowed(refAudio) {
+			if !allowed(refAudio) {
 				kind, path = refAudio, []string{"id"}
 			}
 		default:
-			kind, path = walkRefs(m, depth+1, allowed)
+			kind, path = walkRefs(m, depth+1, skips, allowed)
 		}
 		if kind != nil {
 			path = append(path, key)

@@ -53,6 +53,12 @@ func TestStoredRefs(t *testing.T) {
 		{"/v1/vector_stores/vs_1/files", `{"file_id":"file-x"}`, "file_id"},
 		{"/v1/containers", `{"name":"c","file_ids":["file-x"]}`, "file_ids"},
 		{"/v1/conversations", `{"items":[{"type":"message","role":"user","content":[{"type":"input_file","file_id":"file-x"}]}]}`, "items[0].content[0].file_id"},
+		// A saved prompt's variables have names the client chose: none is
+		// passed over, whatever it is called.
+		{"/v1/responses", `{"model":"m","prompt":{"id":"pmpt_1","variables":{"format":{"type":"input_file","file_id":"file-x"}}}}`, "prompt.variables.format.file_id"},
+		{"/v1/responses", `{"model":"m","prompt":{"id":"pmpt_1","variables":{"results":{"type":"input_file","file_id":"file-x"}}}}`, "prompt.variables.results.file_id"},
+		{"/v1/responses", `{"model":"m","prompt":{"id":"pmpt_1","variables":{"audio":{"type":"input_file","file_id":"file-x"}}}}`, "prompt.variables.audio.file_id"},
+		{"/v1/fine_tuning/jobs", `{"model":"m","training_file":"file-x"}`, "training_file"},
 	}
 	for _, tc := range refs {
 		for _, tn := range []*pipeline.Tenant{plain, all} {
@@ -77,6 +83,7 @@ func TestStoredRefs(t *testing.T) {
 		`{"model":"m","input":[{"type":"file_search_call","id":"fs_1","status":"completed","queries":["q"],"results":[{"file_id":"file-x","text":"t"}]},` +
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a","annotations":[{"type":"file_citation","file_id":"file-x","index":0}]}]}]}`,
 		`{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \u2014 no reference"}]}`,
+		`{"model":"m","input":"q","tools":[{"type":"mcp","server_label":"s","server_url":"https://x.example","headers":{"container":"abc"}}]}`,
 	} {
 		if err := e.Admit(plain, &pipeline.Request{Model: "m", Body: []byte(body)}); err != nil {
 			t.Errorf("%s: %v", body, err)
@@ -114,4 +121,22 @@ func FuzzStoredRefs(f *testing.F) {
 			t.Fatalf("passed %s", body)
 		}
 	})
+}
+
+// A tool-using conversation that names no stored object is not walked:
+// its tool_call_id and call_id members do not set the pre-filter off.
+func TestStoredRefsPrefilter(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"ok"}],"previous_response_id":"resp_1","safety_identifier":"u"}`)
+	for _, chat := range []bool{true, false} {
+		if mayRefer(body, chat) {
+			t.Errorf("chat %v: a body without references would be walked", chat)
+		}
+	}
+	for _, b := range []string{`{"File_Ids":[]}`, `{"vector_store_ids":[]}`, `{"x":"\u0041"}`} {
+		if !mayRefer([]byte(b), false) {
+			t.Errorf("%s would not be walked", b)
+		}
+	}
 }
