@@ -156,7 +156,7 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 // this, fasthttp sends a POST (every model call) once, and the first call
 // after an idle spell failed as unreachable whatever the provider's
 // retries. Otherwise fasthttp's own rule stands: an idempotent request
-// (GET, HEAD, PUT) is retried, a POST that reached the upstream is never
+// (GET, HEAD, PUT, QUERY) is retried, a POST that reached the upstream is never
 // sent again here (the provider's retries decide that). fasthttp bounds
 // the attempts (MaxIdemponentCallAttempts).
 func (pc *providerClient) retryStale(req *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
@@ -165,7 +165,7 @@ func (pc *providerClient) retryStale(req *fasthttp.Request, _ int, err error) (r
 		return false, true
 	}
 	h := &req.Header
-	return false, h.IsGet() || h.IsHead() || h.IsPut()
+	return false, h.IsGet() || h.IsHead() || h.IsPut() || h.IsQuery()
 }
 
 // dialAside dials on a goroutine of its own. Connecting (the dialer's
