@@ -23,21 +23,14 @@ import (
 // and as the schema requires of an answer.
 func TestAnswerWithoutFinishReason(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	h := harnessOn(t, baseConfig, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		finish := ""
 		if strings.Contains(string(ctx.PostBody()), "null please") {
 			finish = `, "finish_reason": null`
 		}
 		ctx.SetBodyString(`{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null` + finish + `}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
-	}}
-	go func() { _ = up.Serve(ln) }()
-	t.Cleanup(func() { _ = up.Shutdown() })
-	h := newHarness(t, strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1), mockllm.Options{})
+	}})
 	for _, text := range []string{"missing please", "null please"} {
 		code, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"`+text+`"}]}`, nil)
 		if code != 200 || gjson.GetBytes(b, "choices.0.finish_reason").Str != "stop" {
@@ -70,11 +63,7 @@ func TestCompressedChatBodyIs415(t *testing.T) {
 // tool loop as inside it: the openai-go client reads them either way.
 func TestObjectArgumentsBecomeStrings(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	h := harnessOn(t, baseConfig, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		if gjson.GetBytes(ctx.PostBody(), "stream").Bool() {
 			ctx.SetContentType("text/event-stream")
 			ctx.SetBodyString(`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":{"q":"x"}}}]},"finish_reason":null}]}` +
@@ -83,10 +72,7 @@ func TestObjectArgumentsBecomeStrings(t *testing.T) {
 		}
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":{"q":"x"}}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
-	}}
-	go func() { _ = up.Serve(ln) }()
-	t.Cleanup(func() { _ = up.Shutdown() })
-	h := newHarness(t, strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1), mockllm.Options{})
+	}})
 	p := userMsg("look it up")
 	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup"})}
 	for _, stream := range []bool{false, true} {
@@ -158,4 +144,18 @@ func TestModelEndpointMethods(t *testing.T) {
 	if n := h.mock.TotalCalls(); n != 0 {
 		t.Fatalf("the provider got %d calls", n)
 	}
+}
+
+// harnessOn is a harness whose provider is the server up (not the mock),
+// on a loopback port of its own, with cfg's "{{MOCK}}" base URL pointing at
+// it; up is shut down with the test.
+func harnessOn(t *testing.T, cfg string, up *fasthttp.Server) *harness {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = up.Serve(ln) }()
+	t.Cleanup(func() { _ = up.Shutdown() })
+	return newHarness(t, strings.Replace(cfg, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1), mockllm.Options{})
 }

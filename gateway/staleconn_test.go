@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/llmgw/gateway/mockllm"
 )
 
 // An upstream that closes idle keep-alive connections sooner than the
@@ -23,11 +21,7 @@ import (
 func TestStaleUpstreamConnectionIsRetried(t *testing.T) {
 	t.Parallel()
 	var conns atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := &fasthttp.Server{
+	h := harnessOn(t, baseConfig+openPassthrough, &fasthttp.Server{
 		IdleTimeout: 20 * time.Millisecond,
 		ConnState: func(_ net.Conn, s fasthttp.ConnState) {
 			if s == fasthttp.StateNew {
@@ -43,11 +37,7 @@ func TestStaleUpstreamConnectionIsRetried(t *testing.T) {
 			}
 			ctx.SetBodyString(`{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 		},
-	}
-	go func() { _ = up.Serve(ln) }()
-	t.Cleanup(func() { _ = up.Shutdown() })
-	cfg := strings.Replace(baseConfig, `base_url = "{{MOCK}}"`, `base_url = "http://`+ln.Addr().String()+`/v1"`, 1) + openPassthrough
-	h := newHarness(t, cfg, mockllm.Options{})
+	})
 	// Rounds of four concurrent calls, each after the upstream closed
 	// the pool's idle connections: every round finds four stale ones.
 	for i := range 4 {
