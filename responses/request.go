@@ -600,8 +600,13 @@ func appendTools(c []byte, tools gjson.Result) ([]byte, error) {
 	if len(arr) == 0 {
 		return c, nil
 	}
+	start := len(c)
 	c = append(c, `,"tools":[`...)
+	n := 0
 	for i, t := range arr {
+		if gatewayMCP(t) {
+			continue
+		}
 		if t.Get("type").String() != "function" {
 			return c, pipeline.BadRequest("tools["+strconv.Itoa(i)+"].type",
 				"tools of type %q are not supported by this gateway; configure server tools instead", t.Get("type").String())
@@ -610,9 +615,10 @@ func appendTools(c []byte, tools gjson.Result) ([]byte, error) {
 		if name.Type != gjson.String || name.Str == "" {
 			return c, pipeline.BadRequest("tools["+strconv.Itoa(i)+"].name", "a function tool needs a name")
 		}
-		if i > 0 {
+		if n > 0 {
 			c = append(c, ',')
 		}
+		n++
 		c = append(c, `{"type":"function","function":{"name":`...)
 		c = append(c, name.Raw...)
 		if d := t.Get("description"); d.Type == gjson.String {
@@ -631,7 +637,20 @@ func appendTools(c []byte, tools gjson.Result) ([]byte, error) {
 		}
 		c = append(c, "}}"...)
 	}
+	if n == 0 {
+		return c[:start], nil // only the gateway's own: the chat request offers none of the client's
+	}
 	return append(c, ']'), nil
+}
+
+// gatewayMCP reports whether t declares the gateway itself as an MCP
+// server ({"type":"mcp","server_label":"gateway"}): the server tools the
+// gateway runs are its config's, offered by its policy, and the
+// declaration only lets a client route the gateway's mcp_approval_request
+// items, which carry that label (the Agents SDK asks for a hosted MCP tool
+// of the label before it surfaces an approval as an interruption).
+func gatewayMCP(t gjson.Result) bool {
+	return t.Get("type").String() == "mcp" && t.Get("server_label").String() == "gateway"
 }
 
 func appendToolChoice(c []byte, tc gjson.Result) ([]byte, error) {

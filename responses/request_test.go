@@ -134,6 +134,7 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`: "input[0].content[0]",
 		`{"model":"m","input":"x","tools":[{"type":"web_search"}]}`:                                "tools[0].type",
 		`{"model":"m","input":"x","tools":[{"type":"function"}]}`:                                  "tools[0].name",
+		`{"model":"m","input":"x","tools":[{"type":"mcp","server_label":"other"}]}`:                "tools[0].type",
 		`{"model":"m","input":"x","tool_choice":"sometimes"}`:                                      "tool_choice",
 		`{"model":"m","input":"x","text":{"format":{"type":"yaml"}}}`:                              "text.format.type",
 		`{"model":"m","input":"x","text":{"format":{"type":"json_schema","schema":{}}}}`:           "text.format.name",
@@ -258,5 +259,30 @@ func TestTranslateIncludeLogprobs(t *testing.T) {
 				t.Errorf("Logprobs %v, want %v", r.Logprobs, tc.shown)
 			}
 		})
+	}
+}
+
+// A tool declaring the gateway itself as an MCP server (what the Agents
+// SDK's hosted MCP tool sends so that it can route the gateway's approval
+// requests) is accepted and offers the model nothing of the client's: the
+// gateway's server tools are its config's. Another MCP server is refused.
+func TestTranslateAcceptsTheGatewayAsMCPServer(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"model":"m","input":"x","tools":[{"type":"mcp","server_label":"gateway","server_url":"http://gw","require_approval":"always"}]}`:          ``,
+		`{"model":"m","input":"x","tools":[{"type":"mcp","server_label":"gateway"},{"type":"function","name":"f"}]}`:                                `["f"]`,
+		`{"model":"m","input":"x","tools":[{"type":"function","name":"f"},{"type":"mcp","server_label":"gateway"},{"type":"function","name":"g"}]}`: `["f","g"]`,
+	} {
+		rq, err := Translate([]byte(body), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		tools := gjson.GetBytes(rq.Chat, "tools")
+		if got := gjson.GetBytes(rq.Chat, "tools.#.function.name").Raw; want == "" && tools.Exists() || want != "" && got != want {
+			t.Fatalf("%s: chat tools %s", body, tools.Raw)
+		}
+		if !gjson.ValidBytes(rq.Chat) {
+			t.Fatalf("%s: invalid chat body %s", body, rq.Chat)
+		}
 	}
 }
