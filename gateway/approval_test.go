@@ -316,6 +316,23 @@ func TestNodeSDKApprovalRunTools(t *testing.T) {
 	}
 }
 
+// TestNodeAgentsApproval runs test/node/agents-approval.mjs: an
+// @openai/agents run that declares the gateway as a hosted MCP server gets
+// the gated call as an interruption, approves it and resumes to the tool's
+// result, streamed and not (the README's recipe).
+func TestNodeAgentsApproval(t *testing.T) {
+	t.Parallel()
+	skipWithoutNode(t)
+	h, se := approvalHarness(t, "")
+	out := runNode(t, "agents-approval.mjs", "GATEWAY_BASE_URL="+h.base, "GATEWAY_API_KEY=sk-client")
+	if !strings.Contains(out, "stream=false: ok") || !strings.Contains(out, "stream=true: ok") {
+		t.Fatalf("node output: %s", out)
+	}
+	if runs := se.runs(); len(runs) != 2 {
+		t.Fatalf("the gated tool ran %v", runs)
+	}
+}
+
 // TestApprovalDecisionRunsOnce: one approval runs the gated call once,
 // whether the answer comes in concurrent requests or twice in one request's
 // history; the others see the decided result or an error result.
