@@ -69,6 +69,7 @@ const (
 	CodeInsufficientQuota        = "insufficient_quota"
 	CodeTooLargeForLimit         = "request_too_large_for_limit" // needs more than a rate limit's whole minute
 	CodeUsageUnavailable         = "usage_unavailable"
+	CodeApprovalUnavailable      = "approval_unavailable" // a call awaiting approval could not be kept (the state store failed)
 	CodeCircuitOpen              = "circuit_open"
 	CodeServerShuttingDown       = "server_shutting_down"
 	CodeClientClosed             = "client_closed"

@@ -108,28 +108,32 @@ func (s *session) gate(c *call) bool {
 // awaitApproval runs when a response ends: it keeps every call the round
 // showed for approval, as the model made it, and marks a JSON response
 // pending. A stream's headers left with its first model call; its last
-// chunk's x_gateway lists the calls instead.
-func (s *session) awaitApproval(ctx context.Context) {
+// chunk's x_gateway lists the calls instead. A call it cannot keep (the
+// state store failed: Redis down) fails the response, 503: a pause whose
+// decision would find nothing is no pause to hand a person.
+func (s *session) awaitApproval(ctx context.Context) error {
 	if len(s.pending) == 0 {
-		return
+		return nil
 	}
 	if s.req.Meta != nil && !s.req.Stream {
 		s.req.Meta.Set(HeaderApproval, "pending")
 	}
 	st := s.l.opts.State
 	if st == nil {
-		return // nothing kept: the answer will find no state and the tool will not run
+		return nil // nothing kept: the answer will find no state and the tool will not run
 	}
 	now := time.Now()
 	for _, c := range s.pending {
 		t := &HiddenTurn{Assistant: appendAssistant(nil, nil, []*call{c}, nil), ClientIDs: []string{c.id}, Saved: now}
 		if err := st.Save(ctx, approvalStateKey(s.req.Tenant, c.id), t); err != nil {
 			metricApproval.WithLabelValues("save_error").Inc()
-			s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Str("tool", c.name).Msg("tool loop: saving a call awaiting approval failed; its answer will find it expired")
-			continue
+			s.l.log.Warn().Err(err).Str("request_id", s.req.ID).Str("tool", c.name).Msg("tool loop: saving a call awaiting approval failed; the response fails")
+			return pipeline.Unavailable(pipeline.CodeApprovalUnavailable, time.Second, err,
+				"the call awaiting approval could not be kept; retry the request")
 		}
 		metricApproval.WithLabelValues("pending").Inc()
 	}
+	return nil
 }
 
 // appendApprovals adds "awaiting_approval" (id, name and arguments of each

@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +251,39 @@ func BenchmarkApprovalChecks(b *testing.B) {
 		}
 		if s.gate(c) {
 			b.Fatal("calculator gated")
+		}
+	}
+}
+
+// A call awaiting approval that cannot be kept fails the response with
+// 503 approval_unavailable, JSON and stream alike: the pause would be
+// handed to a person whose decision finds nothing.
+func TestApprovalUnsavedFails(t *testing.T) {
+	t.Parallel()
+	round := []string{
+		chunk("up", `{"role":"assistant","content":null}`, ""),
+		chunk("up", callWhole(0, "u1", "calculator", `{"expression":"6*7"}`), ""),
+		chunk("up", `{}`, "tool_calls"),
+	}
+	body := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"6*7\"}"}}]},"finish_reason":"tool_calls"}]}`
+	for _, stream := range []bool{false, true} {
+		m := &fakeModel{turns: []turnFn{always(round, body)}}
+		l := newLoop(t, []config.Tool{gatedCalc}, func(o *Options) { o.State = failingState{} }) // state_test.go: a store that cannot save
+		b := userBody + `}`
+		if stream {
+			b = userBody + `,"stream":true}`
+		}
+		resp, err := l.Chat(context.Background(), request(m, stream, b))
+		if stream && err == nil {
+			for {
+				if _, err = resp.Stream.Next(); err != nil {
+					break
+				}
+			}
+		}
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 503 || pe.Code != pipeline.CodeApprovalUnavailable {
+			t.Fatalf("stream %v: err %v, want 503 approval_unavailable", stream, err)
 		}
 	}
 }

@@ -104,7 +104,10 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				s.saveHidden(ctx, text, calls, client, nil, nil)
 			}
 			s.answer(&f, text, nil, f.setText)
-			s.awaitApproval(ctx)
+			if err := s.awaitApproval(ctx); err != nil {
+				s.end("")
+				return nil, err
+			}
 			s.end(d.reason)
 			return s.finalBody(body, &res, f)
 		}
@@ -131,7 +134,10 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				f.calls, f.setCalls = client, true
 				s.answer(&f, seen, nil, f.setText)
 			}
-			s.awaitApproval(ctx)
+			if err := s.awaitApproval(ctx); err != nil {
+				s.end("")
+				return nil, err
+			}
 			s.end(d.reason)
 			return s.finalBody(body, &res, f)
 		}

@@ -676,7 +676,10 @@ func (st *loopStream) run(fn func(context.Context) opResult) (res opResult) {
 // input estimate).
 func (st *loopStream) finishStream(finish, reason string) {
 	s := st.s
-	s.awaitApproval(st.ctx)
+	if err := s.awaitApproval(st.ctx); err != nil {
+		st.fail(err)
+		return
+	}
 	if st.ended.CompareAndSwap(false, true) {
 		s.end(reason)
 	}
