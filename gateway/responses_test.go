@@ -969,3 +969,40 @@ func TestStoredResponseGetLeavesALargeBodyUnread(t *testing.T) {
 		}
 	}
 }
+
+// The Responses API's max_tool_calls caps the server tools the gateway
+// runs for the response, below tool_loop.max_tool_calls: a call past it is
+// not run (its mcp_call fails with limit_reached) and the model answers;
+// the response object repeats the setting. JSON and stream alike.
+func TestResponsesMaxToolCalls(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: calcModel})
+	params := responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")},
+		MaxToolCalls: openai.Int(1)}
+	p, err := h.client.Responses.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := h.streamResponse(params)
+	for i, r := range []responses.Response{*p, stream} {
+		var ran, refused int
+		for _, it := range r.Output {
+			if it.Type != "mcp_call" {
+				continue
+			}
+			c := it.AsMcpCall()
+			switch {
+			case c.Status == "completed":
+				ran++
+			case strings.Contains(c.Output+fmt.Sprint(c.Error), "limit_reached"):
+				refused++
+			}
+		}
+		if ran != 1 || refused != 1 || r.MaxToolCalls != 1 {
+			t.Fatalf("response %d: %d run, %d refused, max_tool_calls %d: %s", i, ran, refused, r.MaxToolCalls, r.RawJSON())
+		}
+	}
+	if code, _, b := h.post("/responses", `{"model":"gpt-x","input":"x","max_tool_calls":-1}`, nil); code != 400 || gjson.GetBytes(b, "error.param").Str != "max_tool_calls" {
+		t.Fatalf("negative max_tool_calls: %d %s", code, b)
+	}
+}

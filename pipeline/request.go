@@ -78,6 +78,12 @@ type Request struct {
 	// goroutine that drives the loop: for a stream, from within its Next.
 	OnServerCall func(*ServerCall)
 
+	// MaxToolCalls, when LimitToolCalls is set, is the client's own cap on
+	// the server tool calls of the request (the Responses API's
+	// max_tool_calls); the tool loop takes the lower of it and its config's.
+	MaxToolCalls   int
+	LimitToolCalls bool
+
 	// FinalRound is set by the tool loop on the forced final round it
 	// made (tool_choice "none", its budget spent): a model that calls a
 	// tool anyway has the call read and passed up as a call, so that the

@@ -60,6 +60,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	x.model = rq.Model
 	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream, arrayIn(rq.Chat, gjson.GetBytes(rq.Chat, "tools")))
 	req.OnServerCall = form.serverCall
+	req.MaxToolCalls, req.LimitToolCalls = rq.MaxToolCalls, rq.LimitToolCalls
 	// The chat messages are the translation of instructions, input and a
 	// stored history: an upstream error naming one by index names nothing
 	// the client sent, so it names the input.

@@ -31,6 +31,11 @@ type Request struct {
 	// Summary: reasoning.summary asked for a reasoning summary
 	// (wire.ResponsesHeader.Summary).
 	Summary bool
+	// MaxToolCalls, with LimitToolCalls: max_tool_calls, the client's cap
+	// on the server tools the gateway runs for the response (they show as
+	// mcp_call items); the tool loop takes the lower of it and its own.
+	MaxToolCalls   int
+	LimitToolCalls bool
 	// Logprobs: include names "message.output_text.logprobs", so the
 	// output text carries its tokens' logprobs (wire.ResponsesHeader.Logprobs)
 	// and the chat request asks for them.
@@ -130,6 +135,12 @@ func (r *Request) options(root gjson.Result) error {
 		if v.Exists() {
 			return pipeline.BadRequest("stream", "stream must be a boolean")
 		}
+	}
+	if v := root.Get("max_tool_calls"); v.Exists() && v.Type != gjson.Null {
+		if v.Type != gjson.Number || v.Num < 0 || v.Num != float64(int64(v.Num)) || v.Num > 1<<20 {
+			return pipeline.BadRequest("max_tool_calls", "max_tool_calls must be a non-negative integer")
+		}
+		r.MaxToolCalls, r.LimitToolCalls = int(v.Num), true
 	}
 	return nil
 }
@@ -278,6 +289,7 @@ func echo(root gjson.Result) []byte {
 	member("temperature", "null")
 	member("top_p", "null")
 	member("max_output_tokens", "null")
+	member("max_tool_calls", "null")
 	member("previous_response_id", "null")
 	member("text", `{"format":{"type":"text"}}`)
 	member("reasoning", `{"effort":null,"summary":null}`)
@@ -295,6 +307,10 @@ func echoTools(b []byte, tools gjson.Result) []byte {
 			b = append(b, ',')
 		}
 		n++
+		if gatewayMCP(t) {
+			b = append(b, t.Raw...) // as the client declared it
+			return true
+		}
 		b = append(b, `{"type":"function","name":`...)
 		b = jsonstring.Append(b, t.Get("name").String())
 		for _, k := range [...]string{"description", "parameters", "strict"} {

@@ -134,12 +134,12 @@ func (s *session) withLimits(ctx context.Context) context.Context {
 // call past tools.max_calls or tool_loop.max_tool_calls gets its error
 // result in results and is not run; every other call is counted.
 func (s *session) admit(tcs []pipeline.ToolCall, results []*pipeline.ToolResult) {
-	max := s.l.cfg.MaxToolCalls
+	max, whose := s.maxToolCalls()
 	for i := range tcs {
 		c := &tcs[i]
 		if s.lim.toolCalls >= max {
 			results[i] = s.refuse(c, "max_tool_calls",
-				fmt.Sprintf("this request reached its limit of %d server tool calls (tool_loop.max_tool_calls); the call was not run", max))
+				fmt.Sprintf("this request reached its limit of %d server tool calls (%s); the call was not run", max, whose))
 			continue
 		}
 		if k := s.limitedTool(c.Name); k >= 0 {
@@ -153,6 +153,16 @@ func (s *session) admit(tcs []pipeline.ToolCall, results []*pipeline.ToolResult)
 		}
 		s.lim.toolCalls++
 	}
+}
+
+// maxToolCalls is the request's limit on server tool calls and the name
+// of the setting it comes from: tool_loop.max_tool_calls, or the client's
+// own lower cap (the Responses API's max_tool_calls).
+func (s *session) maxToolCalls() (int, string) {
+	if s.req.LimitToolCalls && s.req.MaxToolCalls < s.l.cfg.MaxToolCalls {
+		return s.req.MaxToolCalls, "the request's max_tool_calls"
+	}
+	return s.l.cfg.MaxToolCalls, "tool_loop.max_tool_calls"
 }
 
 // refuse returns the error result of a call a limit stops, and logs it.
@@ -198,7 +208,7 @@ func (s *session) limitReason() string {
 	if len(s.p.clientNames) > 0 {
 		return ""
 	}
-	if s.lim.toolCalls >= s.l.cfg.MaxToolCalls {
+	if max, _ := s.maxToolCalls(); s.lim.toolCalls >= max {
 		return "max_tool_calls"
 	}
 	if s.lim.perTool == nil {
