@@ -147,8 +147,10 @@ func TestCompose(t *testing.T) {
 			t.Errorf("%s: healthcheck %q does not check /readyz on the listen port %d", name, hc, listen)
 		}
 		grace, err := time.ParseDuration(str(at(s, "stop_grace_period")))
-		if err != nil || grace <= cfg.Server.ShutdownTimeout.D() {
-			t.Errorf("%s: stop_grace_period %v is not longer than shutdown_timeout %v", name, grace, cfg.Server.ShutdownTimeout.D())
+		// After shutdown_timeout the gateway gives the streams still
+		// running up to 2 s to write their error event, then exits.
+		if err != nil || grace < cfg.Server.ShutdownTimeout.D()+5*time.Second {
+			t.Errorf("%s: stop_grace_period %v is not shutdown_timeout %v + 5 s", name, grace, cfg.Server.ShutdownTimeout.D())
 		}
 		if env := keys(at(s, "environment")); !slices.Equal(env, vars) {
 			t.Errorf("%s: environment %q, the config reads %q", name, env, vars)
@@ -285,11 +287,12 @@ func TestKubernetes(t *testing.T) {
 		t.Error("Service selector does not match the pods")
 	}
 
-	// SIGTERM grace: preStop, then shutdown_timeout, before SIGKILL.
+	// SIGTERM grace: preStop, then shutdown_timeout and the final error
+	// events, before SIGKILL.
 	grace, _ := at(pod, "terminationGracePeriodSeconds").(int)
 	pre, _ := at(c, "lifecycle", "preStop", "sleep", "seconds").(int)
-	if need := cfg.Server.ShutdownTimeout.D() + time.Duration(pre)*time.Second; time.Duration(grace)*time.Second <= need {
-		t.Errorf("terminationGracePeriodSeconds %d is not longer than preStop %ds + shutdown_timeout %v", grace, pre, cfg.Server.ShutdownTimeout.D())
+	if need := cfg.Server.ShutdownTimeout.D() + time.Duration(pre)*time.Second + 5*time.Second; time.Duration(grace)*time.Second < need {
+		t.Errorf("terminationGracePeriodSeconds %d is not preStop %ds + shutdown_timeout %v + 5 s (the final error events)", grace, pre, cfg.Server.ShutdownTimeout.D())
 	}
 	for _, r := range []string{"cpu", "memory"} {
 		if str(at(c, "resources", "requests", r)) == "" {
