@@ -544,3 +544,29 @@ func TestToolLoopFinalRoundCallsEndWithLength(t *testing.T) {
 		t.Fatalf("stream: finish %q content %q, want length", c.FinishReason, c.Message.Content)
 	}
 }
+
+// A JSON answer that fails after the loop ran a server tool (here the
+// next round's upstream 500) tells the client not to retry: the official
+// SDKs retry a 5xx by default, and the retry would run the tool again.
+// A failure before any tool ran stays retryable.
+func TestFailureAfterServerToolIsNotRetried(t *testing.T) {
+	t.Parallel()
+	se, url := newSideEffects(t)
+	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", url), mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch {
+		case strings.Contains(c.LastText, "fail at once"):
+			return mockllm.Turn{Fault: mockllm.StatusFault(500, "server_error", "boom")}
+		case c.LastRole == "tool":
+			return mockllm.Turn{Fault: mockllm.StatusFault(500, "server_error", "boom")}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "slow_lookup", Arguments: `{"key":"k"}`}}}
+	}})
+	code, hdr, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"look it up"}]}`, nil)
+	if code < 500 || hdr.Get("X-Should-Retry") != "false" || len(se.runs()) != 1 {
+		t.Fatalf("after a tool ran: %d x-should-retry %q, tool runs %d: %s", code, hdr.Get("X-Should-Retry"), len(se.runs()), b)
+	}
+	code, hdr, b = h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"fail at once"}]}`, nil)
+	if code < 500 || hdr.Get("X-Should-Retry") == "false" {
+		t.Fatalf("before any tool ran: %d x-should-retry %q: %s", code, hdr.Get("X-Should-Retry"), b)
+	}
+}

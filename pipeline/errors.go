@@ -199,3 +199,21 @@ var ErrNoContent = errors.New("pipeline: upstream answered without content")
 
 // ErrClientGone reports that the client disconnected; it is logged as 499.
 var ErrClientGone = errors.New("pipeline: client disconnected")
+
+// AfterSideEffects wraps err, the failure of a request during which the
+// gateway already ran server tools (whose effects a retry would repeat: an
+// HTTP tool that wrote something, an e-mail sent): the client is told not
+// to retry (x-should-retry: false), which the official SDKs obey, whatever
+// err's status would otherwise allow.
+func AfterSideEffects(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &SideEffectsError{Err: err}
+}
+
+// SideEffectsError is AfterSideEffects' error; Unwrap gives the failure.
+type SideEffectsError struct{ Err error }
+
+func (e *SideEffectsError) Error() string { return e.Err.Error() }
+func (e *SideEffectsError) Unwrap() error { return e.Err }

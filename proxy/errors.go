@@ -35,7 +35,12 @@ const statusClientClosed = 499
 func mapError(err error) envelope {
 	var pe *pipeline.Error
 	var ue *pipeline.UpstreamError
+	var se *pipeline.SideEffectsError
 	switch {
+	case errors.As(err, &se):
+		env := mapError(se.Err)
+		env.permanent = true
+		return env
 	case errors.As(err, &pe):
 		return envelope{status: pe.Status, body: errorJSON(pe.Message, pe.Type, pe.Param, pe.Code),
 			retryAfter: pe.RetryAfter, permanent: (pe.Status >= 400 && pe.Status < 500 && pe.Status != http.StatusRequestTimeout &&

@@ -156,7 +156,13 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	if req.Stream {
 		return s.startStream(ctx)
 	}
-	return s.runBlocking(ctx)
+	resp, err := s.runBlocking(ctx)
+	if err != nil && s.lim.toolCalls > 0 {
+		// A JSON answer that fails after server tools ran: a retry would
+		// run them again (a stream's error event is never retried).
+		err = pipeline.AfterSideEffects(err)
+	}
+	return resp, err
 }
 
 // offersTools reports whether body has a non-empty tools array.
