@@ -187,6 +187,7 @@ func hasApprovals(body []byte) bool {
 // The raw decision never reaches the model. tools is the request's offered
 // set. It fails only when ctx ends; req is not modified.
 func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool) (*pipeline.Request, *settledRuns, error) {
+	req = dropUnanswered(req)
 	msgs := gjson.GetBytes(req.Body, "messages")
 	if !msgs.IsArray() {
 		return req, nil, nil
@@ -421,4 +422,88 @@ func withoutStandIns(req *pipeline.Request, offered []*tool, clientTools gjson.R
 		return true
 	})
 	return gjson.ParseBytes(append(out, ']'))
+}
+
+// dropUnanswered returns req without the calls awaiting approval that its
+// history hands out but never answers: a person who moves on to the next
+// message without deciding (as OpenAI lets a conversation go on past an
+// unanswered mcp_approval_request) leaves an assistant call without its
+// tool message, which an upstream refuses on that turn and every later
+// one. Such a call was not run; it is left out of what the model reads (an
+// assistant message left with neither calls nor text goes too). req itself
+// when there is none.
+func dropUnanswered(req *pipeline.Request) *pipeline.Request {
+	msgs := gjson.GetBytes(req.Body, "messages")
+	answered := map[string]bool{}
+	asked := false
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").Str {
+		case "tool":
+			if id := m.Get("tool_call_id").Str; strings.HasPrefix(id, approvalPrefix) {
+				answered[id] = true
+			}
+		case "assistant":
+			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+				asked = asked || strings.HasPrefix(c.Get("id").Str, approvalPrefix)
+				return !asked
+			})
+		}
+		return true
+	})
+	if !asked {
+		return req
+	}
+	out := []byte{'['}
+	changed, n := false, 0
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		raw := m.Raw
+		if m.Get("role").Str == "assistant" {
+			calls := m.Get("tool_calls")
+			var kept []string
+			dropped := false
+			calls.ForEach(func(_, c gjson.Result) bool {
+				if id := c.Get("id").Str; strings.HasPrefix(id, approvalPrefix) && !answered[id] {
+					dropped = true
+				} else {
+					kept = append(kept, c.Raw)
+				}
+				return true
+			})
+			if dropped {
+				changed = true
+				text := m.Get("content")
+				if len(kept) == 0 && (text.Type == gjson.Null || !text.Exists() || text.Type == gjson.String && text.Str == "") {
+					return true // nothing left of it
+				}
+				var err error
+				var b []byte
+				if len(kept) == 0 {
+					b, err = sjson.DeleteBytes([]byte(raw), "tool_calls")
+				} else {
+					b, err = sjson.SetRawBytes([]byte(raw), "tool_calls", []byte("["+strings.Join(kept, ",")+"]"))
+				}
+				if err != nil {
+					return true
+				}
+				raw = string(b)
+			}
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		out = append(out, raw...)
+		return true
+	})
+	if !changed {
+		return req
+	}
+	body, err := sjson.SetRawBytes(req.Body, "messages", append(out, ']'))
+	if err != nil {
+		return req
+	}
+	r := req.Clone()
+	r.Body = body
+	r.Messages.Rewrite() // messages were dropped: an index no longer names the client's
+	return r
 }

@@ -287,3 +287,33 @@ func TestApprovalUnsavedFails(t *testing.T) {
 		}
 	}
 }
+
+// A call awaiting approval that the history hands out but never answers
+// (the person went on to the next message) is left out of what the model
+// reads: an upstream would refuse an assistant call without its tool
+// message on this turn and every later one. An answered one stays.
+func TestUnansweredApprovalDropped(t *testing.T) {
+	t.Parallel()
+	const pending = `{"role":"assistant","content":null,"tool_calls":[{"id":"call_gwa_PENDING","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+1\"}"}}]}`
+	for _, tc := range []struct{ name, history string }{
+		{"alone", `{"role":"user","content":"add"},` + pending + `,{"role":"user","content":"never mind, tell a joke"}`},
+		{"beside text", `{"role":"user","content":"add"},` + strings.Replace(pending, `"content":null`, `"content":"Let me add."`, 1) + `,{"role":"user","content":"never mind"}`},
+	} {
+		m := &fakeModel{turns: []turnFn{always(textRound("up", "A joke.", 1, 1), `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"A joke."},"finish_reason":"stop"}]}`)}}
+		l := newLoop(t, []config.Tool{gatedCalc}, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 1<<20) })
+		resp, err := l.Chat(context.Background(), request(m, false, `{"model":"gpt-x","messages":[`+tc.history+`]}`))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c := gjson.GetBytes(resp.Body, "choices.0.message.content").Str; c != "A joke." {
+			t.Fatalf("%s: answer %s", tc.name, resp.Body)
+		}
+		up := string(m.bodies[0])
+		if strings.Contains(up, "call_gwa_PENDING") || !strings.Contains(up, "never mind") || !gjson.Valid(up) {
+			t.Fatalf("%s: the model read %s", tc.name, up)
+		}
+		if tc.name == "beside text" && !strings.Contains(up, "Let me add.") {
+			t.Fatalf("%s: the assistant's text was dropped: %s", tc.name, up)
+		}
+	}
+}
