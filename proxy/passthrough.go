@@ -533,9 +533,23 @@ type lineMasker struct {
 }
 
 // lines adds p and returns the complete lines held, with secrets masked
-// (a view of what it holds until drop, or a copy), and how many held
-// bytes they were; at the end, everything.
+// (a view of what it holds until drop, or of p, or a copy), and how many
+// held bytes they were (0 when they are p's, never held); at the end,
+// everything.
 func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
+	if m.json && len(m.held) == 0 {
+		// Nothing held (nearly always): p goes out as it is but for what
+		// may begin a secret at its end, without being copied first.
+		k := len(p)
+		if !end {
+			k = observe.Secrets.SafeCut(p, len(p))
+		}
+		m.held = append(m.held, p[k:]...)
+		if k == 0 {
+			return nil, 0
+		}
+		return observe.Secrets.RedactSecrets(p[:k]), 0
+	}
 	m.held = append(m.held, p...)
 	switch {
 	case end:
