@@ -24,18 +24,7 @@ import (
 // connection, and with it the stream's goroutine and upstream call.
 func TestStalledReaderEndsItsStream(t *testing.T) {
 	t.Parallel()
-	closed := make(chan struct{})
-	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 64<<10) + `"},"finish_reason":null}]}`)
-	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return &pipeline.Response{Stream: &pipeline.StreamFunc{
-			NextFunc:  func() ([]byte, error) { return chunk, nil }, // endless
-			CloseFunc: func() { close(closed) },
-		}}, nil
-	})
-	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
-	cfg.Server.WriteTimeout = config.Duration(time.Second)
-	addr, srv := serveRuntime(t, cfg, u, chat)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	addr, closed := endlessStream(t, time.Second)
 
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -137,18 +126,7 @@ func TestStalledReaderOfLargeAnswerLosesIt(t *testing.T) {
 // client that stops reading, not on one that reads slowly.
 func TestSlowReaderKeepsItsStream(t *testing.T) {
 	t.Parallel()
-	closed := make(chan struct{})
-	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 64<<10) + `"},"finish_reason":null}]}`)
-	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return &pipeline.Response{Stream: &pipeline.StreamFunc{
-			NextFunc:  func() ([]byte, error) { return chunk, nil }, // endless
-			CloseFunc: func() { close(closed) },
-		}}, nil
-	})
-	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
-	cfg.Server.WriteTimeout = config.Duration(300 * time.Millisecond)
-	addr, srv := serveRuntime(t, cfg, u, chat)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	addr, closed := endlessStream(t, 300*time.Millisecond)
 
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
@@ -172,4 +150,24 @@ func TestSlowReaderKeepsItsStream(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// endlessStream serves a gateway with write_timeout wt whose chat streams
+// never end (64 KiB events, as fast as they are taken); closed is closed
+// when the stream's upstream is.
+func endlessStream(t *testing.T, wt time.Duration) (addr string, closed chan struct{}) {
+	t.Helper()
+	closed = make(chan struct{})
+	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 64<<10) + `"},"finish_reason":null}]}`)
+	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Stream: &pipeline.StreamFunc{
+			NextFunc:  func() ([]byte, error) { return chunk, nil },
+			CloseFunc: func() { close(closed) },
+		}}, nil
+	})
+	cfg, u := testUpstream(t, "http://127.0.0.1:1", "")
+	cfg.Server.WriteTimeout = config.Duration(wt)
+	addr, srv := serveRuntime(t, cfg, u, chat)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return addr, closed
 }
