@@ -89,10 +89,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			// shares: the provider's text names the account (its org id) and
 			// counts its use (limit, used, requested), which would show a
 			// tenant the others' traffic, as its x-ratelimit headers would.
-			msg, param = "the upstream provider is rate limiting the gateway's requests; retry later", ""
-			if strings.EqualFold(code, "insufficient_quota") || strings.EqualFold(typ, "insufficient_quota") {
-				msg = "the upstream provider's quota for the gateway's account is exhausted"
-			}
+			msg, param = rateLimitMessage(typ, code), ""
 		}
 		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status}
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
@@ -129,6 +126,16 @@ func redactString(s string) string {
 		return s
 	}
 	return string(observe.Secrets.Redact([]byte(s)))
+}
+
+// rateLimitMessage is the gateway's text for an upstream error about the
+// provider account's rate limits (or its quota, when typ or code says so),
+// in place of the provider's.
+func rateLimitMessage(typ, code string) string {
+	if strings.EqualFold(code, "insufficient_quota") || strings.EqualFold(typ, "insufficient_quota") {
+		return "the upstream provider's quota for the gateway's account is exhausted"
+	}
+	return "the upstream provider is rate limiting the gateway's requests; retry later"
 }
 
 // aboutRateLimit reports whether an upstream error's type or code says it

@@ -193,3 +193,85 @@ func FuzzMaskEscaped(f *testing.F) {
 		}
 	})
 }
+
+// TestPassthroughRewritesLimitEvents: an upstream stream's error event about
+// the provider account's rate limits (chat's error object, Responses' error
+// event and response.failed) reaches the client with the gateway's own
+// message, code kept, as a 429 answer does: the provider's text names the
+// account and counts its use. Other events, a model's text about rate
+// limits included, pass as they are.
+func TestPassthroughRewritesLimitEvents(t *testing.T) {
+	t.Parallel()
+	const org = "org-probe-limit-7c1"
+	leak := "Rate limit reached for gpt-4o in organization " + org + " on tokens per min (TPM): Limit 30000, Used 29950, Requested 700."
+	content := `data: {"type":"response.output_text.delta","delta":"an error\" about ` + org + ` rate_limit_exceeded"}`
+	events := []string{
+		content,
+		`data: {"error":{"message":"` + leak + `","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`,
+		"event: error\r\ndata:" + `{"type":"error","code":"rate_limit_exceeded","message":"` + leak + `","param":null,"sequence_number":3}`,
+		`data: {"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"insufficient_quota","message":"` + leak + `"}}}`,
+	}
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyString(strings.Join(events, "\n\n") + "\n\n")
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw/v1/embeddings")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"model":"m","input":"x"}`)
+	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	body := string(resp.Body())
+	if !strings.HasPrefix(body, content+"\n\n") {
+		t.Errorf("a text event was changed: %s", body)
+	}
+	if n := strings.Count(body, org); n != 1 {
+		t.Errorf("the provider's account is named %d times (once is the model's text): %s", n, body)
+	}
+	var data []gjson.Result
+	for _, line := range strings.Split(body, "\n") {
+		if p, ok := strings.CutPrefix(line, "data:"); ok {
+			data = append(data, gjson.Parse(p))
+		}
+	}
+	if len(data) != len(events) {
+		t.Fatalf("%d events, want %d: %s", len(data), len(events), body)
+	}
+	for i, path := range map[int]string{1: "error", 2: "", 3: "response.error"} {
+		e := data[i]
+		if path != "" {
+			e = e.Get(path)
+		}
+		if !strings.Contains(e.Get("message").Str, "upstream provider") || !strings.Contains(e.Get("code").Str, "_") {
+			t.Errorf("event %d: %s", i, data[i].Raw)
+		}
+	}
+	if !strings.Contains(data[3].Get("response.error.message").Str, "quota") {
+		t.Errorf("a quota error is not told as one: %s", data[3].Raw)
+	}
+}
+
+// FuzzRewriteLimitEvents: any bytes are rewritten without a panic, keep
+// their number of lines, and come back as they are without an "error".
+func FuzzRewriteLimitEvents(f *testing.F) {
+	f.Add([]byte("data: {\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"org-x\"}}\n\n"))
+	f.Add([]byte("data:{\"type\":\"error\",\"code\":\"insufficient_quota\"}\r\ndata: {\"error\":1}"))
+	f.Add([]byte("data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"type\":\"rate_limit_error\"}}}\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out := rewriteLimitEvents(b)
+		if !bytes.Contains(b, errorWord) && !bytes.Equal(out, b) {
+			t.Fatalf("%q changed into %q", b, out)
+		}
+		if bytes.Count(out, []byte("\n")) != bytes.Count(b, []byte("\n")) {
+			t.Fatalf("%q: lines changed in %q", b, out)
+		}
+	})
+}

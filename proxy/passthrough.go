@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/internal/lazyctx"
@@ -578,7 +579,83 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	if !m.json && observe.Secrets.Any() && bytes.Contains(out, escapeU) {
 		out = maskEscaped(out)
 	}
+	if !m.json && bytes.Contains(out, errorWord) {
+		out = rewriteLimitEvents(out)
+	}
 	return out, n
+}
+
+var (
+	errorWord = []byte(`rror"`) // "error" as a key, or a type's value
+	dataField = []byte("data:")
+)
+
+// rewriteLimitEvents gives the error events among b's lines that are about
+// the provider account's rate limits or quota the gateway's own message, as
+// an error status's answer gets (mapUpstream): the provider's text names the
+// account every tenant shares and counts its use. An event's error is its
+// "error" object (chat), its "response.error" (Responses' response.failed)
+// or the event itself when its type is "error" (Responses' error event).
+func rewriteLimitEvents(b []byte) []byte {
+	var out []byte // nil until a line changes
+	last := 0
+	for start := 0; start < len(b); {
+		end := bytes.IndexByte(b[start:], '\n')
+		if end < 0 {
+			end = len(b)
+		} else {
+			end += start
+		}
+		line := b[start:end]
+		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(line, errorWord) {
+			if q, changed := limitEvent(p); changed {
+				out = append(out, b[last:start]...)
+				out = append(out, dataField...)
+				out = append(out, ' ')
+				out = append(out, q...)
+				last = end
+			}
+		}
+		start = end + 1
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// limitEvent is rewriteLimitEvents for one event's data.
+func limitEvent(p []byte) ([]byte, bool) {
+	p = bytes.TrimSpace(p)
+	if !gjson.ValidBytes(p) {
+		return nil, false
+	}
+	ev := gjson.ParseBytes(p)
+	changed := false
+	for _, path := range [...]string{"error", "response.error", ""} {
+		e := ev
+		if path != "" {
+			e = ev.Get(path)
+		} else if ev.Get("type").Str != "error" {
+			continue
+		}
+		if !e.IsObject() {
+			continue
+		}
+		typ, code := e.Get("type").String(), e.Get("code").String()
+		if !aboutRateLimit(typ, code) {
+			continue
+		}
+		key := "message"
+		if path != "" {
+			key = path + ".message"
+		}
+		if q, err := sjson.SetBytes(p, key, rateLimitMessage(typ, code)); err == nil {
+			p, changed = q, true
+			ev = gjson.ParseBytes(p)
+		}
+	}
+	return p, changed
 }
 
 var escapeU = []byte(`\u`)
