@@ -138,20 +138,9 @@ func TestPassthroughMasksSecretsInAnswers(t *testing.T) {
 			})
 		}
 	})
-	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return nil, nil
-	}))
-	c := &fasthttp.HostClient{Addr: addr}
+	addr := passGateway(t, base)
 	for _, input := range []string{"sse", "json"} {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		req.SetRequestURI("http://gw/v1/embeddings")
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.Header.SetContentType("application/json")
-		req.SetBodyString(`{"model":"m","input":"` + input + `"}`)
-		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		body := string(resp.Body())
+		status, body := postEmbeddings(t, addr, `{"model":"m","input":"`+input+`"}`)
 		decoded := body
 		if input == "sse" {
 			decoded = gjson.Get(strings.TrimPrefix(strings.SplitN(body, "\n", 2)[0], "data: "), "echo").Str
@@ -159,12 +148,38 @@ func TestPassthroughMasksSecretsInAnswers(t *testing.T) {
 				t.Errorf("sse: a string without a secret was rewritten: %s", body)
 			}
 		}
-		if resp.StatusCode() != 200 || strings.Contains(decoded, secret) || !strings.Contains(decoded, observe.Mask) {
-			t.Errorf("%s: %d %s (decoded %q)", input, resp.StatusCode(), body, decoded)
+		if status != 200 || strings.Contains(decoded, secret) || !strings.Contains(decoded, observe.Mask) {
+			t.Errorf("%s: %d %s (decoded %q)", input, status, body, decoded)
 		}
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
 	}
+}
+
+// passGateway serves a gateway whose pass-through routes go to base (its
+// chat handler answers nothing) and returns its address.
+func passGateway(t *testing.T, base string) string {
+	t.Helper()
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	return addr
+}
+
+// postEmbeddings posts body to the gateway's /v1/embeddings and returns the
+// answer's status and body.
+func postEmbeddings(t *testing.T, addr, body string) (int, string) {
+	t.Helper()
+	c := &fasthttp.HostClient{Addr: addr}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw/v1/embeddings")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(body)
+	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode(), string(resp.Body())
 }
 
 // FuzzMaskEscaped: any bytes are masked without a panic; bytes without a
@@ -215,21 +230,7 @@ func TestPassthroughRewritesLimitEvents(t *testing.T) {
 		ctx.SetContentType("text/event-stream")
 		ctx.SetBodyString(strings.Join(events, "\n\n") + "\n\n")
 	})
-	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return nil, nil
-	}))
-	c := &fasthttp.HostClient{Addr: addr}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://gw/v1/embeddings")
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyString(`{"model":"m","input":"x"}`)
-	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	body := string(resp.Body())
+	_, body := postEmbeddings(t, passGateway(t, base), `{"model":"m","input":"x"}`)
 	if !strings.HasPrefix(body, content+"\n\n") {
 		t.Errorf("a text event was changed: %s", body)
 	}
