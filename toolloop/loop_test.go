@@ -507,11 +507,16 @@ func TestFastPath(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
 		tools      []config.Tool
+		stream     bool
 	}{
-		{"no tools configured", userBody + `}`, nil},
-		{"model glob does not match", userBody + `}`, []config.Tool{{Name: "calculator", Kind: "builtin", Models: []string{"claude-*"}}}},
-		{"tool_choice none", userBody + `,"tool_choice":"none"}`, []config.Tool{calcTool}},
-		{"allowed_tools names only client tools", userBody + `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"x"}}]}}}`, []config.Tool{calcTool}},
+		{"no tools configured", userBody + `}`, nil, false},
+		{"model glob does not match", userBody + `}`, []config.Tool{{Name: "calculator", Kind: "builtin", Models: []string{"claude-*"}}}, false},
+		{"tool_choice none", userBody + `,"tool_choice":"none"}`, []config.Tool{calcTool}, false},
+		{"a custom tool offered", userBody + `,"tools":[{"type":"function","function":{"name":"f"}},{"type":"custom","custom":{"name":"code_exec"}}]}`, []config.Tool{calcTool}, false},
+		{"a custom tool offered in a stream, no server tool", userBody + `,"stream":true,"tools":[{"type":"custom","custom":{"name":"code_exec"}}]}`, nil, true},
+		{"deprecated functions", userBody + `,"functions":[{"name":"get_weather","parameters":{"type":"object"}}]}`, []config.Tool{calcTool}, false},
+		{"deprecated function_call", userBody + `,"function_call":"auto"}`, []config.Tool{calcTool}, false},
+		{"allowed_tools names only client tools", userBody + `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"x"}}]}}}`, []config.Tool{calcTool}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -522,7 +527,7 @@ func TestFastPath(t *testing.T) {
 				return want, nil
 			})
 			l := newLoop(t, tc.tools, nil)
-			req := request(h, false, tc.body)
+			req := request(h, tc.stream, tc.body)
 			resp, err := l.Chat(context.Background(), req)
 			if err != nil || resp != want || got != req {
 				t.Fatalf("fast path must pass req and the response through unchanged (err %v)", err)

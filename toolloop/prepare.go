@@ -58,8 +58,11 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 	// One pass over the body's keys (the first of a name counts, as for a
 	// path); the values are views into req.Body, which no one writes.
 	var tc, clientTools, msgs, n, rf gjson.Result
+	legacy := false
 	view(req.Body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
+		case "functions", "function_call":
+			legacy = legacy || v.Type != gjson.Null
 		case "tool_choice":
 			keepFirst(&tc, v)
 		case "tools":
@@ -75,6 +78,14 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 	})
 	if n.Exists() && n.Int() > 1 {
 		return nil, nil // several choices: the loop follows one; offer no server tools
+	}
+	if legacy || offersCustom(clientTools) {
+		// The deprecated functions, or a custom (free-form) tool: the
+		// loop reads and re-streams function tool calls only, so such a
+		// request is relayed as the upstream answers it, with no server
+		// tool offered, rather than its calls lost or run as unknown
+		// server tools.
+		return nil, nil
 	}
 	p := &plan{messages: []byte(msgs.Raw)}
 	if t := rf.Get("type"); rf.IsObject() && t.Type == gjson.String {
@@ -105,6 +116,19 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		return nil, err
 	}
 	return p, nil
+}
+
+// offersCustom reports whether the client's tools include a custom one
+// (type "custom", called with free-form input instead of JSON arguments).
+func offersCustom(clientTools gjson.Result) bool {
+	custom := false
+	if clientTools.IsArray() {
+		clientTools.ForEach(func(_, v gjson.Result) bool {
+			custom = v.Get("type").Str == "custom"
+			return !custom
+		})
+	}
+	return custom
 }
 
 // toolChoice reads tool_choice tc: the loop's choice mode and the server
