@@ -11,6 +11,7 @@
 package toolprompt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -176,6 +177,13 @@ func reask(prev *pipeline.Request, text []byte, msg string) (*pipeline.Request, 
 func (h *handler) read(content []byte) *outcome {
 	o := &outcome{text: content}
 	if h.schema {
+		if len(bytes.TrimSpace(content)) == 0 {
+			// No structured text at all: a model that declines answers a
+			// response_format with a refusal and no content. That is its
+			// answer (the refusal goes on as a side text), not a
+			// malformed reply to ask again.
+			return o
+		}
 		o.shown, o.found, o.calls, o.err = parseStructured(content)
 		return o
 	}

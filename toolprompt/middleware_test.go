@@ -285,3 +285,53 @@ func TestChoiceNoneReadsWithoutReasking(t *testing.T) {
 		}
 	}
 }
+
+// A json_schema-format model that declines answers with a refusal and no
+// content: that is the answer, in one upstream call, JSON and stream alike,
+// not a malformed reply asked again (each attempt's refusal would be shown).
+func TestStructuredRefusalIsTheAnswer(t *testing.T) {
+	t.Parallel()
+	const refusal = "I can't help with that."
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	for _, stream := range []bool{false, true} {
+		calls := 0
+		next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			calls++
+			if r.Stream {
+				return &pipeline.Response{Stream: chunkStream(
+					head+`{"role":"assistant","content":null,"refusal":""},"finish_reason":null}]}`,
+					head+`{"refusal":`+q(refusal)+`},"finish_reason":null}]}`,
+					head+`{},"finish_reason":"stop"}]}`,
+				)}, nil
+			}
+			return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":` +
+				q(refusal) + `},"logprobs":null,"finish_reason":"stop"}]}`)}, nil
+		})
+		h := New(Options{MaxErrors: 2, Format: "json_schema"})(next)
+		body := toolsBody + `}`
+		if stream {
+			body = toolsBody + `,"stream":true}`
+		}
+		resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(body), Stream: stream})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := gjson.GetBytes(resp.Body, "choices.0.message.refusal").Str
+		if stream {
+			got = ""
+			for {
+				c, err := resp.Stream.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += gjson.GetBytes(c, "choices.0.delta.refusal").Str
+			}
+		}
+		if calls != 1 || got != refusal {
+			t.Errorf("stream %v: %d upstream calls, refusal %q", stream, calls, got)
+		}
+	}
+}
