@@ -64,6 +64,9 @@ func storable(completion []byte, toolCalls bool) bool {
 	if res[0].Int() != 1 || res[4].Exists() || (res[5].Exists() && res[5].Type != gjson.Null) || res[6].Exists() {
 		return false
 	}
+	if !replayableMembers(gjson.GetBytes(completion, "choices.0.message")) {
+		return false
+	}
 	calls := res[3]
 	switch res[1].String() {
 	case "stop", "length":

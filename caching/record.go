@@ -75,6 +75,10 @@ func (r *recorder) add(chunk []byte) {
 			return false
 		}
 		d := ch.Get("delta")
+		if !replayableMembers(d) {
+			r.bad = true
+			return false
+		}
 		for i, k := range reasoningKeys {
 			if v := d.Get(k); v.Type == gjson.String {
 				r.reasoning[i] = append(r.reasoning[i], v.Str...)
@@ -155,6 +159,24 @@ func (r *recorder) completion() []byte {
 		j.Encode(nil, &wire.Event{Kind: wire.Usage, Raw: r.usage})
 	}
 	return j.Encode(make([]byte, 0, len(r.content)+len(r.usage)+256), &wire.Event{Kind: wire.End})
+}
+
+// replayableMembers reports whether message or delta m carries nothing a
+// replay would lose: no member beyond the texts and calls an entry keeps
+// (a search model's annotations, audio, a provider's own members), unless
+// it is null or an empty array. A replay in the other form would show the
+// answer without them.
+func replayableMembers(m gjson.Result) bool {
+	ok := true
+	m.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "role", "content", "refusal", "tool_calls", "reasoning_content", "reasoning":
+			return true
+		}
+		ok = v.Type == gjson.Null || v.IsArray() && len(v.Array()) == 0
+		return ok
+	})
+	return ok
 }
 
 // reasoningKeys are the message members of the model's reasoning that an

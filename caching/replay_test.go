@@ -302,3 +302,34 @@ func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
 		}
 	}
 }
+
+// An answer carrying a message member a replay would lose (a search model's
+// annotations, a provider's own reasoning_details) is never stored, from a
+// JSON answer or a stream: a hit in the other form would show it without
+// them. Null members and empty arrays (OpenAI's "annotations": []) are
+// stored as the answer without them is.
+func TestAnswersWithOtherMembersAreNotStored(t *testing.T) {
+	t.Parallel()
+	const head = `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"See example.com."`
+	const chunkHead = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	for _, tc := range []struct {
+		member string
+		stored bool
+	}{
+		{`"annotations":[{"type":"url_citation","url_citation":{"start_index":4,"end_index":15,"url":"https://example.com","title":"E"}}]`, false},
+		{`"reasoning_details":[{"type":"reasoning.text","text":"r"}]`, false},
+		{`"annotations":[]`, true},
+		{`"audio":null`, true},
+	} {
+		if got := storable([]byte(head+`,`+tc.member+`},"finish_reason":"stop"}]}`), true); got != tc.stored {
+			t.Errorf("JSON answer with %s: storable %v", tc.member, got)
+		}
+		var r recorder
+		r.add([]byte(chunkHead + `{"role":"assistant","content":"See example.com."},"finish_reason":null}]}`))
+		r.add([]byte(chunkHead + `{` + tc.member + `},"finish_reason":null}]}`))
+		r.add([]byte(chunkHead + `{},"finish_reason":"stop"}]}`))
+		if got := r.completion() != nil; got != tc.stored {
+			t.Errorf("stream with %s: recorded %v", tc.member, got)
+		}
+	}
+}

@@ -275,6 +275,13 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 			setRaw("choices.0.message."+k, appendJSONString(nil, v))
 		}
 	}
+	if len(s.shown) > 0 {
+		// The message's annotations point into this round's text, which
+		// now follows what earlier rounds showed (as the stream moves them).
+		if a := gjson.GetBytes(body, "choices.0.message.annotations"); a.IsArray() && len(a.Raw) > 2 {
+			setRaw("choices.0.message.annotations", wire.ShiftAnnotations([]byte(a.Raw), wire.Characters(s.shown)))
+		}
+	}
 	if f.setText {
 		if len(f.text) == 0 {
 			setRaw("choices.0.message.content", []byte("null"))

@@ -3,6 +3,7 @@ package toolloop
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -493,5 +494,96 @@ func TestFingerprintAndTierOfFirstRoundBothWays(t *testing.T) {
 				t.Fatalf("streamed %q, JSON %q, want %q", streamed, body, want)
 			}
 		})
+	}
+}
+
+// A search model's annotations (and any other message member the loop does
+// not read) reach the client in both forms: the stream sends the last
+// round's before its finish, as the JSON answer's message carries them;
+// after earlier rounds' text, their offsets count from the start of the
+// whole content in both.
+func TestAnnotationsBothWays(t *testing.T) {
+	t.Parallel()
+	cite := func(start, end int) string {
+		return `[{"type":"url_citation","url_citation":{"start_index":` + strconv.Itoa(start) + `,"end_index":` + strconv.Itoa(end) +
+			`,"url":"https://example.com","title":"Example"}}]`
+	}
+	calc := `[{"id":"c1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+	const first, answer = "First round, é. ", "See example.com."
+	final := completion("up-2", answer, "", "stop", 1, 1)
+	final, _ = setRaw(final, "choices.0.message.annotations", cite(4, 15))
+	final, _ = setRaw(final, "choices.0.message.reasoning_details", `[{"type":"reasoning.text","text":"r"}]`)
+	finalChunks := []string{
+		chunk("up-2", `{"role":"assistant","content":"See "}`, ""),
+		chunk("up-2", `{"content":"example.com."}`, ""),
+		chunk("up-2", `{"annotations":`+cite(4, 15)+`}`, ""),
+		chunk("up-2", `{"reasoning_details":[{"type":"reasoning.text","text":"r"}],"annotations":[]}`, ""),
+		chunk("up-2", `{}`, "stop"),
+	}
+	for _, rounds := range []int{1, 2} {
+		var streamed, bodies []turnFn
+		if rounds == 2 {
+			streamed = append(streamed, always([]string{
+				chunk("up-1", `{"role":"assistant","content":`+q(first)+`}`, ""),
+				chunk("up-1", callWhole(0, "c1", "calculator", `{"expression":"1+2"}`), ""),
+				chunk("up-1", `{}`, "tool_calls"),
+			}, ""))
+			bodies = append(bodies, always(nil, completion("up-1", first, calc, "tool_calls", 1, 1)))
+		}
+		streamed = append(streamed, always(finalChunks, ""))
+		bodies = append(bodies, always(nil, final))
+
+		l := newLoop(t, []config.Tool{calcTool}, nil)
+		resp, err := l.Chat(context.Background(), request(&fakeModel{turns: streamed}, true, userBody+`,"stream":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := checkStream(t, sse(t, resp.Stream), false)
+		var acc openai.ChatCompletionAccumulator
+		var details string
+		var streamedCites []string
+		for _, ch := range sum.Chunks {
+			var c openai.ChatCompletionChunk
+			if err := json.Unmarshal(ch, &c); err != nil {
+				t.Fatal(err)
+			}
+			acc.AddChunk(c)
+			if d := gjson.GetBytes(ch, "choices.0.delta.reasoning_details"); d.Exists() {
+				details += d.Raw
+			}
+			// openai-go's accumulator keeps no annotations; the Node SDK's
+			// joins the arrays of the deltas, as here.
+			gjson.GetBytes(ch, "choices.0.delta.annotations").ForEach(func(_, a gjson.Result) bool {
+				streamedCites = append(streamedCites, a.Get("url_citation.start_index").String()+"-"+a.Get("url_citation.end_index").String())
+				return true
+			})
+		}
+		resp, err = l.Chat(context.Background(), request(&fakeModel{turns: bodies}, false, userBody+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := gjson.GetBytes(resp.Body, "choices.0.message")
+		content := msg.Get("content").Str
+		if content != acc.Choices[0].Message.Content {
+			t.Fatalf("%d rounds: JSON content %q, streamed %q", rounds, content, acc.Choices[0].Message.Content)
+		}
+		var jsonCites []string
+		msg.Get("annotations").ForEach(func(_, a gjson.Result) bool {
+			jsonCites = append(jsonCites, a.Get("url_citation.start_index").String()+"-"+a.Get("url_citation.end_index").String())
+			return true
+		})
+		if strings.Join(jsonCites, ",") != strings.Join(streamedCites, ",") || len(jsonCites) != 1 {
+			t.Fatalf("%d rounds: JSON annotations %v, streamed %v", rounds, jsonCites, streamedCites)
+		}
+		// The citation spans "example.com" in the whole content.
+		runes := []rune(content)
+		var start, end int
+		_, _ = fmt.Sscanf(jsonCites[0], "%d-%d", &start, &end)
+		if end > len(runes) || string(runes[start:end]) != "example.com" {
+			t.Fatalf("%d rounds: the citation %d-%d of %q does not span the cited text", rounds, start, end, content)
+		}
+		if details != msg.Get("reasoning_details").Raw {
+			t.Fatalf("%d rounds: JSON reasoning_details %s, streamed %s", rounds, msg.Get("reasoning_details").Raw, details)
+		}
 	}
 }

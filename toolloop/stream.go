@@ -60,9 +60,13 @@ type loopStream struct {
 	textMode   int
 	finish     string
 	roundEnded bool
-	emitPos    int  // next call to consider for re-streaming
-	zero       bool // a chunk carried choice 0
-	stray      bool // a chunk carried choices, none at index 0 (choiceZero)
+	emitPos    int          // next call to consider for re-streaming
+	zero       bool         // a chunk carried choice 0
+	stray      bool         // a chunk carried choices, none at index 0 (choiceZero)
+	extra      wire.Members // the round's other delta members (annotations…), sent at the end if the round is the last
+	shownChars int          // characters of content shown before this round (annotations count from them)
+
+	shownTotal int // characters of content shown so far
 
 	started bool // id/created known, role sent
 	nextOut int  // next dense index for a client call
@@ -383,6 +387,12 @@ func (st *loopStream) onChunk(ch []byte) {
 				st.acc.add(e)
 				return st.kept() <= limit
 			})
+		case "role", "function_call":
+		default:
+			// What the JSON answer's message carries beside its texts
+			// and calls (the last round's message, as the upstream
+			// wrote it): sent before the finish.
+			st.extra.Add(k.Str, v)
 		}
 		return st.kept() <= limit
 	})
@@ -438,6 +448,7 @@ func (st *loopStream) emitText(t, lp []byte) {
 	if len(t) == 0 {
 		return
 	}
+	st.shownTotal += wire.Characters(t)
 	st.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: t, Logprobs: lp})
 }
 
@@ -609,6 +620,8 @@ func (st *loopStream) startModelCall() {
 		st.heldLP.Reset()
 		st.finish, st.roundEnded, st.emitPos = "", false, 0
 		st.zero, st.stray = false, false
+		st.extra.Reset()
+		st.shownChars = st.shownTotal
 		st.state = stRound
 	})
 }
@@ -684,6 +697,9 @@ func (st *loopStream) finishStream(finish, reason string) {
 		s.end(reason)
 	}
 	tr := s.traceJSON()
+	if st.extra.Size() > 0 {
+		st.emit(&wire.Event{Kind: wire.Extra, Raw: st.extra.AppendJSON(nil, st.shownChars)})
+	}
 	if s.req.IncludeUsage && s.usage.seen {
 		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish})
 		var buf [256]byte // the usage object, on the stack: Encode copies it

@@ -16,6 +16,7 @@ type ChatJSON struct {
 	hasContent bool
 	refusal    []byte
 	reasoning  []jsonText // reasoning_content, reasoning: kept as the stream forwards them
+	extra      []byte     // the message's other members (Extra)
 	calls      []jsonCall
 	logprobs   Logprobs
 	finish     string
@@ -68,6 +69,8 @@ func (j *ChatJSON) Encode(dst []byte, e *Event) []byte {
 		if n := len(j.calls); n > 0 {
 			j.calls[n-1].args = append(j.calls[n-1].args, e.Text...)
 		}
+	case Extra:
+		j.extra = append(j.extra[:0], e.Raw...)
 	case Finish:
 		if j.finish == "" {
 			j.finish = e.Finish
@@ -104,6 +107,10 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 		out = jsonstring.Append(out, r.key)
 		out = append(out, ':')
 		out = appendString(out, r.text)
+	}
+	if len(j.extra) > 0 {
+		out = append(out, ',')
+		out = append(out, j.extra...)
 	}
 	if len(j.calls) > 0 {
 		out = append(out, `,"tool_calls":[`...)

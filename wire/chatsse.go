@@ -93,6 +93,15 @@ func (w *ChatSSE) Encode(dst []byte, e *Event) []byte {
 		dst = appendString(dst, e.Text)
 		dst = append(dst, `}}]}`...)
 		return w.close(dst, "", nil)
+	case Extra:
+		if len(e.Raw) == 0 {
+			return dst
+		}
+		dst = w.open(dst)
+		dst = append(dst, '{')
+		dst = append(dst, e.Raw...)
+		dst = append(dst, '}')
+		return w.close(dst, "", nil)
 	case Finish:
 		w.finished = true
 		dst = w.open(dst)

@@ -27,6 +27,13 @@ const (
 	ServerCall
 	// End closes the response: nothing follows it.
 	End
+	// Extra carries the message's members that no other kind does (a
+	// search model's annotations, a provider's own such as
+	// reasoning_details): Raw is an object's members as JSON
+	// ("key":value,…, each key once). It comes at most once, before
+	// Finish. ChatSSE sends it as a delta of its own, ChatJSON puts the
+	// members in the message; the Responses form has no place for them.
+	Extra
 )
 
 // Event is one step of a response's neutral output. The encoders copy what
@@ -48,7 +55,8 @@ type Event struct {
 	Index int
 	// Finish is the finish_reason of a Finish event.
 	Finish string
-	// Raw is the usage JSON object of a Usage event.
+	// Raw is the usage JSON object of a Usage event, the members of an
+	// Extra event.
 	Raw []byte
 	// Logprobs, on a Text event, is the choice's logprobs object (valid JSON)
 	// of the chunk the fragment came in, or of the chunks it joins

@@ -1,0 +1,145 @@
+package wire
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Members gathers a message's members that no other event kind carries,
+// from the deltas of a stream or a message, for one Extra event: each key
+// once, in the order it first came; the arrays of a key that comes again
+// (annotations, a chunk at a time) are joined, any other value replaced.
+// Null values and empty arrays are left out, as a stream that never sent
+// the key. The zero value is ready; not safe for concurrent use.
+type Members struct {
+	keys []string
+	vals [][]byte
+	size int
+}
+
+// Add records member k of value v.
+func (m *Members) Add(k string, v gjson.Result) {
+	if !v.Exists() || v.Type == gjson.Null || v.IsArray() && isEmptyArray(v) {
+		return
+	}
+	raw := strings.TrimSpace(v.Raw)
+	for i, key := range m.keys {
+		if key != k {
+			continue
+		}
+		old := m.vals[i] // trimmed: an array ends with its ']'
+		if v.IsArray() && len(old) > 0 && old[0] == '[' {
+			m.size -= len(old)
+			m.vals[i] = append(append(old[:len(old)-1], ','), trimArray(v.Raw)...)
+			m.vals[i] = append(m.vals[i], ']')
+		} else {
+			m.size -= len(old)
+			m.vals[i] = append(old[:0], raw...)
+		}
+		m.size += len(m.vals[i])
+		return
+	}
+	m.keys = append(m.keys, k)
+	m.vals = append(m.vals, []byte(raw))
+	m.size += len(k) + len(raw)
+}
+
+// Size is about how many bytes m keeps.
+func (m *Members) Size() int { return m.size }
+
+// Reset empties m.
+func (m *Members) Reset() {
+	m.keys, m.vals, m.size = m.keys[:0], m.vals[:0], 0
+}
+
+// AppendJSON appends m's members ("key":value,…) to dst, the offsets of
+// the annotations moved by shift characters (ShiftAnnotations); dst as it
+// is when m is empty.
+func (m *Members) AppendJSON(dst []byte, shift int) []byte {
+	for i, k := range m.keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, []byte(k))
+		dst = append(dst, ':')
+		v := m.vals[i]
+		if k == "annotations" {
+			v = ShiftAnnotations(v, shift)
+		}
+		dst = append(dst, v...)
+	}
+	return dst
+}
+
+// ShiftAnnotations returns the annotations array a with the offsets of its
+// url_citation items (start_index, end_index: characters, counted as
+// Unicode code points) moved by n, for a message whose content now follows
+// n characters of text shown before the text they were given for; a as it
+// is when n is 0 or a is not an array.
+func ShiftAnnotations(a []byte, n int) []byte {
+	arr := gjson.ParseBytes(a)
+	if n == 0 || !arr.IsArray() {
+		return a
+	}
+	out := make([]byte, 0, len(a)+16)
+	out = append(out, '[')
+	first := true
+	arr.ForEach(func(_, v gjson.Result) bool {
+		item := []byte(v.Raw)
+		if v.Get("type").Str == "url_citation" {
+			for _, p := range [...]string{"url_citation.start_index", "url_citation.end_index"} {
+				if x := v.Get(p); x.Type == gjson.Number {
+					if moved, err := sjson.SetBytes(item, p, x.Int()+int64(n)); err == nil {
+						item = moved
+					}
+				}
+			}
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, item...)
+		return true
+	})
+	return append(out, ']')
+}
+
+// Characters counts the characters of text as annotation offsets count
+// them (Unicode code points).
+func Characters(text []byte) int { return utf8.RuneCount(text) }
+
+func isEmptyArray(v gjson.Result) bool {
+	empty := true
+	v.ForEach(func(_, _ gjson.Result) bool {
+		empty = false
+		return false
+	})
+	return empty
+}
+
+// trimArray returns the inside of array raw a: its items, without the
+// brackets and the space around them.
+func trimArray(a string) string {
+	i, j := 0, len(a)
+	for i < j && a[i] != '[' {
+		i++
+	}
+	for j > i && a[j-1] != ']' {
+		j--
+	}
+	if j-i < 2 {
+		return ""
+	}
+	inner := a[i+1 : j-1]
+	for len(inner) > 0 && (inner[0] == ' ' || inner[0] == '\n' || inner[0] == '\t' || inner[0] == '\r') {
+		inner = inner[1:]
+	}
+	for len(inner) > 0 && (inner[len(inner)-1] == ' ' || inner[len(inner)-1] == '\n' || inner[len(inner)-1] == '\t' || inner[len(inner)-1] == '\r') {
+		inner = inner[:len(inner)-1]
+	}
+	return inner
+}

@@ -1,0 +1,81 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+func TestMembers(t *testing.T) {
+	t.Parallel()
+	var m Members
+	for _, kv := range [][2]string{
+		{"annotations", `[{"type":"url_citation","url_citation":{"start_index":0,"end_index":3}}]`},
+		{"audio", `null`},
+		{"annotations", `[]`},
+		{"provider", `"a"`},
+		{"annotations", ` [ {"type":"file_citation"} ] `},
+		{"provider", `"b"`},
+	} {
+		m.Add(kv[0], gjson.Parse(kv[1]))
+	}
+	got := string(m.AppendJSON(nil, 2))
+	want := `"annotations":[{"type":"url_citation","url_citation":{"start_index":2,"end_index":5}},{"type":"file_citation"}],"provider":"b"`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	m.Reset()
+	if m.Size() != 0 || len(m.AppendJSON(nil, 0)) != 0 {
+		t.Fatal("Reset left members")
+	}
+}
+
+// ChatSSE sends an Extra event's members as a delta of their own before
+// the finish; ChatJSON puts them in the message.
+func TestExtraBothForms(t *testing.T) {
+	t.Parallel()
+	h := Header{ID: "c", Created: 1, Model: "m"}
+	events := []Event{{Kind: Role}, {Kind: Text, Key: "content", Text: []byte("hi")},
+		{Kind: Extra, Raw: []byte(`"annotations":[{"type":"x"}]`)}, {Kind: Finish, Finish: "stop"}, {Kind: End}}
+	sse, js := NewChatSSE(h), NewChatJSON(h)
+	var chunks []string
+	var out []byte
+	for i := range events {
+		if c := sse.Encode(nil, &events[i]); len(c) > 0 {
+			chunks = append(chunks, string(c))
+		}
+		out = js.Encode(out, &events[i])
+	}
+	if len(chunks) != 4 || gjson.Get(chunks[2], "choices.0.delta.annotations.0.type").Str != "x" || !gjson.Valid(chunks[2]) {
+		t.Fatalf("chunks %q", chunks)
+	}
+	if gjson.GetBytes(out, "choices.0.message.annotations.0.type").Str != "x" || !gjson.ValidBytes(out) {
+		t.Fatalf("JSON %s", out)
+	}
+}
+
+// FuzzMembers: members of any values, the annotations of any shape, make
+// valid JSON members (the object they go in is valid), and an array of
+// annotations keeps its items.
+func FuzzMembers(f *testing.F) {
+	f.Add("annotations", []byte(`[{"type":"url_citation","url_citation":{"start_index":1,"end_index":2}}]`), []byte(`[{"type":"url_citation"}]`), 3)
+	f.Add("x", []byte(`{"a":1}`), []byte(`null`), -4)
+	f.Add("annotations", []byte(`[1,[2],"3"]`), []byte(`[{"type":"url_citation","url_citation":{"start_index":"a","end_index":1e400}}]`), 1)
+	f.Fuzz(func(t *testing.T, key string, a, b []byte, shift int) {
+		if !gjson.ValidBytes(a) || !gjson.ValidBytes(b) {
+			return
+		}
+		var m Members
+		m.Add(key, gjson.ParseBytes(a))
+		m.Add(key, gjson.ParseBytes(b))
+		obj := append(append([]byte{'{'}, m.AppendJSON(nil, shift)...), '}')
+		if !gjson.ValidBytes(obj) {
+			t.Fatalf("%q %q %q: %s", key, a, b, obj)
+		}
+		if arr := gjson.ParseBytes(a); arr.IsArray() {
+			if got := gjson.ParseBytes(ShiftAnnotations(a, shift)); len(got.Array()) != len(arr.Array()) {
+				t.Fatalf("%q: %d items, want %d", a, len(got.Array()), len(arr.Array()))
+			}
+		}
+	})
+}
