@@ -287,3 +287,26 @@ func TestResponsesCollectionsNative(t *testing.T) {
 		t.Fatalf("translated under the default allow-list: %d %s", status, body)
 	}
 }
+
+// A chat call without a valid key is a 401 whatever its body: the key is
+// checked before the body is read, as on every other route, so a caller
+// without one learns nothing of the body's checks nor which models exist.
+// With the key, the same bodies get their own errors.
+func TestChatKeyBeforeBody(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, inputTokensConfig, mockllm.Options{Respond: responsesModel})
+	for _, body := range []string{`{}`, `{"model":"gpt-x","messages":[]}`, `not json`, `{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`} {
+		for _, key := range []string{"", "sk-wrong"} {
+			status, _, b := send(t, http.MethodPost, h.base+"/chat/completions", key, body)
+			if status != http.StatusUnauthorized || gjson.GetBytes(b, "error.type").Str != "invalid_request_error" {
+				t.Errorf("key %q, body %s: %d %s", key, body, status, b)
+			}
+		}
+		if status, _, b := send(t, http.MethodPost, h.base+"/chat/completions", "sk-a", body); status != http.StatusBadRequest && status != http.StatusNotFound {
+			t.Errorf("valid key, body %s: %d %s", body, status, b)
+		}
+	}
+	if h.mock.TotalCalls() != 0 {
+		t.Fatalf("%d model calls", h.mock.TotalCalls())
+	}
+}

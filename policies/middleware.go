@@ -14,7 +14,8 @@ import (
 )
 
 // Middleware returns the request-layer middleware: it authenticates
-// req.Credential, sets req.Tenant, and enforces the tenant's body size limit
+// req.Credential and sets req.Tenant (unless the route set it, having
+// authenticated the same credential), and enforces the tenant's body size limit
 // (413), model allow-list (403) and max_tokens cap (clamp, or 400) before
 // calling next. A clamped body is a new slice stored in req.Body; the old one
 // is never written. Denials return a *pipeline.Error without calling next.
@@ -22,11 +23,14 @@ import (
 func (e *Engine) Middleware() pipeline.Middleware {
 	return func(next pipeline.Handler) pipeline.Handler {
 		return pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-			t, err := e.Authenticate(r.Credential)
-			if err != nil {
-				return nil, err
+			t := r.Tenant // authenticated already by the route, when set
+			if t == nil {
+				var err error
+				if t, err = e.Authenticate(r.Credential); err != nil {
+					return nil, err
+				}
+				r.Tenant = t
 			}
-			r.Tenant = t
 			if err := PolicyOf(t).Admit(r); err != nil {
 				return nil, err
 			}

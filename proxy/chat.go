@@ -35,6 +35,13 @@ func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 //go:noinline
 func (s *Server) chatIn(ctx *fasthttp.RequestCtx, x *exchange) *pipeline.Request {
 	rt := x.rt
+	// The key first: a caller without a valid one gets its 401 before the
+	// body is read, as on every other route, and learns nothing of the
+	// body's checks (nor of which models exist).
+	t, ok := s.tenant(ctx, x)
+	if !ok {
+		return nil
+	}
 	body, err := readBody(ctx, rt.Config.Server.MaxBodyBytes)
 	if err != nil {
 		s.writeError(ctx, x, err)
@@ -50,15 +57,13 @@ func (s *Server) chatIn(ctx *fasthttp.RequestCtx, x *exchange) *pipeline.Request
 	}
 	route := rt.Routes[in.model]
 	if route == nil {
-		// Only a caller with a valid key learns which names exist.
-		if _, ok := s.tenant(ctx, x); !ok {
-			return nil
-		}
 		s.writeError(ctx, x, modelNotFound(in.model)) // no client-chosen metric labels
 		return nil
 	}
 	x.model = in.model
-	return s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage, in.tools)
+	req := s.chatRequest(ctx, x, body, in.model, route, in.stream, in.includeUsage, in.tools)
+	req.Tenant = t // the policy layer takes it as authenticated
+	return req
 }
 
 // chatRequest is the pipeline request of one chat call: the body the
