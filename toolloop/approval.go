@@ -115,11 +115,9 @@ func (s *session) awaitApproval(ctx context.Context) error {
 	if len(s.pending) == 0 {
 		return nil
 	}
-	if s.req.Meta != nil && !s.req.Stream {
-		s.req.Meta.Set(HeaderApproval, "pending")
-	}
 	st := s.l.opts.State
 	if st == nil {
+		s.markPending()
 		return nil // nothing kept: the answer will find no state and the tool will not run
 	}
 	now := time.Now()
@@ -133,7 +131,16 @@ func (s *session) awaitApproval(ctx context.Context) error {
 		}
 		metricApproval.WithLabelValues("pending").Inc()
 	}
+	s.markPending()
 	return nil
+}
+
+// markPending sets the JSON answer's approval header: only once the
+// answer hands calls over (their save failed: an error, which has none).
+func (s *session) markPending() {
+	if s.req.Meta != nil && !s.req.Stream {
+		s.req.Meta.Set(HeaderApproval, "pending")
+	}
 }
 
 // appendApprovals adds "awaiting_approval" (id, name and arguments of each

@@ -273,7 +273,8 @@ func TestApprovalUnsavedFails(t *testing.T) {
 		if stream {
 			b = userBody + `,"stream":true}`
 		}
-		resp, err := l.Chat(context.Background(), request(m, stream, b))
+		req := request(m, stream, b)
+		resp, err := l.Chat(context.Background(), req)
 		if stream && err == nil {
 			for {
 				if _, err = resp.Stream.Next(); err != nil {
@@ -284,6 +285,10 @@ func TestApprovalUnsavedFails(t *testing.T) {
 		var pe *pipeline.Error
 		if !errors.As(err, &pe) || pe.Status != 503 || pe.Code != pipeline.CodeApprovalUnavailable {
 			t.Fatalf("stream %v: err %v, want 503 approval_unavailable", stream, err)
+		}
+		// The error hands nothing over: no header says a call awaits a decision.
+		if v := req.Meta.Get(HeaderApproval); v != "" {
+			t.Fatalf("stream %v: the failed answer says %s: %s", stream, HeaderApproval, v)
 		}
 	}
 }
