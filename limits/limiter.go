@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"path"
 	"slices"
@@ -105,16 +106,28 @@ func New(o Options) *Limiter {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	seen := map[string]int{}
 	for i, r := range cfg.Limits {
-		// A counter's key names its rule and its limit: a reload that changes
-		// a limit (or reorders the rules) starts fresh counters instead of
-		// inheriting another limit's state.
-		key := func(kind string, limit int64) string {
-			return o.Prefix + "rl:" + kind + ":" + strconv.Itoa(i) + "/" + strconv.FormatInt(limit, 10) + ":"
+		// A counter's key names its rule by what the rule selects, not by
+		// its place in the file: a reload that adds, removes or reorders
+		// rules keeps the others' counters (and a rolling deploy's
+		// replicas share them). The requests in flight are counted whatever
+		// the cap, so a changed concurrent keeps them. A per-minute
+		// counter's state is a time that means something only at its
+		// rate, so its key names the rate too: a changed rate starts
+		// a fresh minute.
+		id := ruleID(r)
+		if n := seen[id]; n > 0 {
+			id += "#" + strconv.Itoa(n) // rules selecting the same calls keep a counter each
+		}
+		seen[ruleID(r)]++
+		key := func(kind string) string { return o.Prefix + "rl:" + kind + ":" + id + ":" }
+		rate := func(kind string, limit int64) string {
+			return o.Prefix + "rl:" + kind + ":" + id + "/" + strconv.FormatInt(limit, 10) + ":"
 		}
 		l.rules = append(l.rules, rule{index: i, tenant: r.Tenant, key: r.Key, model: r.Model,
 			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute,
-			keyR: key("r", r.RequestsPerMinute), keyT: key("t", r.TokensPerMinute), keyC: key("c", r.Concurrent), keyX: key("x", r.ToolCallsPerMinute)})
+			keyR: rate("r", r.RequestsPerMinute), keyT: rate("t", r.TokensPerMinute), keyC: key("c"), keyX: rate("x", r.ToolCallsPerMinute)})
 	}
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,
@@ -142,6 +155,13 @@ func New(o Options) *Limiter {
 	// The recorder's sequence key is this limiter's own, as its slot names are.
 	l.rec = newRecorder(l.store, o.Logger, o.Prefix+"rec:"+l.slotPfx)
 	return l
+}
+
+// ruleID names a [[limits]] rule by what it selects: a digest of its
+// tenant, key and model patterns (any bytes, kept out of the store key).
+func ruleID(r config.Limit) string {
+	sum := sha256.Sum256([]byte(r.Tenant + "\x00" + r.Key + "\x00" + r.Model))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Close flushes queued usage and stops the recorder.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1152,4 +1153,62 @@ func TestCostSaturates(t *testing.T) {
 	if addSat(math.MaxInt64-1, 5) != math.MaxInt64 || addSat(math.MinInt64+1, -5) != math.MinInt64 || addSat(3, -5) != -2 {
 		t.Error("addSat wraps")
 	}
+}
+
+// A reload that raises a concurrent cap, or puts another rule before it,
+// keeps counting the requests in flight: with 3 of 3 held, a cap raised to
+// 4 admits one more, not four (the counter is named by what the rule
+// selects, not by its place or its cap). A per-minute rule keeps its
+// counter when only another rule is added before it.
+func TestReloadKeepsCounters(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		st := newStore()
+		build := func(toml string) *Limiter {
+			cfg, err := config.Parse([]byte(baseTOML + toml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, prefix := st, "k:"
+			if p, ok := st.(*prefixed); ok {
+				inner, prefix = p.Store, "k"+string(rune('a'+p.n))+":"
+			}
+			l := New(Options{Config: cfg, Store: inner, Prefix: prefix, Logger: zerolog.Nop()})
+			t.Cleanup(l.Close)
+			return l
+		}
+		held := func(l *Limiter, n int) (admitted int) {
+			h := streaming(l, &pipeline.StreamFunc{NextFunc: func() ([]byte, error) { return nil, nil }, CloseFunc: func() {}})
+			for i := range n {
+				_, err := h.Chat(context.Background(), &pipeline.Request{ID: "r" + strconv.Itoa(i), Model: "gpt-x", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+				if err == nil {
+					admitted++
+				}
+			}
+			return admitted
+		}
+		rpm := func(l *Limiter) error {
+			h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				return &pipeline.Response{Body: []byte(`{}`)}, nil
+			}))
+			_, err := h.Chat(context.Background(), &pipeline.Request{ID: "m", Model: "gpt-y", Meta: &pipeline.Meta{}, Body: []byte(`{}`), Tenant: &pipeline.Tenant{Name: "a"}})
+			return err
+		}
+		const perMinute = "[[limits]]\ntenant = \"*\"\nmodel = \"gpt-y\"\nrequests_per_minute = 1\n"
+		before := build("[[limits]]\ntenant = \"*\"\nmodel = \"gpt-x\"\nconcurrent = 3\n" + perMinute)
+		if n := held(before, 5); n != 3 {
+			t.Fatalf("%d admitted under a cap of 3", n)
+		}
+		if err := rpm(before); err != nil {
+			t.Fatal(err)
+		}
+		after := build("[[limits]]\ntenant = \"b\"\nrequests_per_minute = 5\n" +
+			"[[limits]]\ntenant = \"*\"\nmodel = \"gpt-x\"\nconcurrent = 4\n" + perMinute)
+		if n := held(after, 5); n != 1 {
+			t.Fatalf("with 3 in flight, %d admitted under the raised cap of 4", n)
+		}
+		if err := rpm(after); err == nil {
+			t.Fatal("the per-minute counter started afresh when a rule was put before it")
+		}
+	})
 }
