@@ -54,6 +54,7 @@ type upstreamStream struct {
 	keep     bool                     // the model in head is the client's already
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
 	msgMap   pipeline.MessageMap      // the request's, for an error event's param
+	pairs    surrogates               // surrogate pairs split between chunks, put back together
 	done     bool                     // [DONE] (or message_stop) seen
 	clean    bool                     // and the body ended right after it: the connection may be pooled
 
@@ -188,6 +189,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
 		s.fix, data = fixed, fixed
 	}
+	data = s.pairs.pair(data)
 	return s.rename(stringArgs(flattenParts(data, "delta"), "delta")), false, nil
 }
 

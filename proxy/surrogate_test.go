@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// An upstream that cuts its text by UTF-16 units splits a surrogate pair
+// between two chunks; each chunk, read alone as every layer reads it, then
+// holds the character whole (the tool loop's stream showed U+FFFD twice
+// where the JSON answer had it). Text, reasoning, refusal and arguments
+// alike; a backslash written as text ("\\ud83d") is text.
+func TestUpstreamStreamJoinsSplitSurrogates(t *testing.T) {
+	t.Parallel()
+	head := `data: {"id":"a","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":`
+	u := rawUpstream(t, head+`{"role":"assistant","content":"a\ud83d","reasoning_content":"r\uD83D"}}]}`+"\n\n"+
+		head+`{"content":"\ude00b","reasoning_content":"\uDE01s"}}]}`+"\n\n"+
+		head+`{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":\"\ud83d"}}]}}]}`+"\n\n"+
+		head+`{"tool_calls":[{"index":0,"function":{"arguments":"\ude02\"}"}}]}}]}`+"\n\n"+
+		head+`{"refusal":"no \\ud83d"}}]}`+"\n\n"+
+		head+`{"refusal":"\\ude00"}}]}`+"\n\n"+
+		"data: [DONE]\n\n")
+	chunks, err := streamAll(t, u)
+	if err != nil || len(chunks) != 6 {
+		t.Fatalf("%v %q", err, chunks)
+	}
+	var content, reasoning, args, refusal string
+	for _, c := range chunks {
+		if !gjson.ValidBytes(c) {
+			t.Fatalf("invalid chunk %s", c)
+		}
+		d := gjson.GetBytes(c, "choices.0.delta")
+		content += d.Get("content").Str
+		reasoning += d.Get("reasoning_content").Str
+		args += d.Get("tool_calls.0.function.arguments").Str
+		refusal += d.Get("refusal").Str
+	}
+	if content != "a😀b" || reasoning != "r😁s" || args != `{"x":"😂"}` || refusal != `no \ud83d\ude00` {
+		t.Fatalf("content %q reasoning %q arguments %q refusal %q", content, reasoning, args, refusal)
+	}
+	if strings.ContainsRune(content+reasoning+args, '\uFFFD') {
+		t.Fatal("a replacement character")
+	}
+}
+
+// FuzzSurrogates: any two chunks are paired without a panic; valid JSON
+// stays valid, and chunks without a \u escape pass as they are.
+func FuzzSurrogates(f *testing.F) {
+	f.Add([]byte(`{"c":"a\ud83d"}`), []byte(`{"c":"\ude00b"}`))
+	f.Add([]byte(`{"c":"a\\ud83d","d":"\uDBFF"}`), []byte(`["\uDC00","\udfff"]`))
+	f.Add([]byte(`"\ud800"`), []byte(`"\"\udc00"`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var s surrogates
+		for _, in := range [][]byte{a, b} {
+			in = append([]byte(nil), in...)
+			out := s.pair(in)
+			if gjson.ValidBytes(in) && !gjson.ValidBytes(out) {
+				t.Fatalf("%q became invalid: %q", in, out)
+			}
+			if !strings.Contains(string(in), `\u`) && len(s.carry) == 0 && string(out) != string(in) {
+				t.Fatalf("%q changed into %q", in, out)
+			}
+		}
+	})
+}
