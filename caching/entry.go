@@ -10,6 +10,7 @@ import (
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 
 	"github.com/tidwall/gjson"
 )
@@ -109,6 +110,35 @@ func todosTrace(completion []byte) []byte {
 		return nil
 	}
 	return append(append([]byte(`{"todos":`), td.Raw...), '}')
+}
+
+// topMembers returns completion's top-level members that a replayed stream
+// carries on its finish chunk ("key":value,…), as the live stream of the
+// tool loop does: a provider's own (citations, search results), not those
+// every chunk has in its own form, the trace or the stored server calls.
+func topMembers(completion []byte) []byte {
+	var m wire.Members
+	gjson.ParseBytes(completion).ForEach(func(k, v gjson.Result) bool {
+		if !commonTop(k.Str) {
+			m.Set(k.Str, v)
+		}
+		return true
+	})
+	if m.Size() == 0 {
+		return nil
+	}
+	return m.AppendJSON(nil, 0)
+}
+
+// commonTop reports whether a completion's or chunk's top-level member
+// named k is one the encoders write themselves (or the entry keeps apart).
+func commonTop(k string) bool {
+	switch k {
+	case "id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier",
+		"x_gateway", "obfuscation", "error", serverCallsKey:
+		return true
+	}
+	return false
 }
 
 // renderJSON writes completion as the answer to a new request: a fresh id

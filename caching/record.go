@@ -31,7 +31,8 @@ type recorder struct {
 	calls       []recordedCall
 	finish      string
 	usage       []byte
-	todos       []byte // x_gateway.todos of the last chunk that had them
+	todos       []byte       // x_gateway.todos of the last chunk that had them
+	top         wire.Members // the stream's other top-level members (topMembers)
 }
 
 type recordedCall struct {
@@ -123,6 +124,12 @@ func (r *recorder) add(chunk []byte) {
 	if td := top.Get("x_gateway.todos"); td.IsArray() {
 		r.todos = append(r.todos[:0], td.Raw...)
 	}
+	top.ForEach(func(k, v gjson.Result) bool {
+		if !commonTop(k.Str) {
+			r.top.Set(k.Str, v) // a provider's own, on every chunk or the last: the last value
+		}
+		return true
+	})
 }
 
 // completion returns the assembled chat.completion (encoded by
@@ -154,7 +161,11 @@ func (r *recorder) completion() []byte {
 	if r.todos != nil {
 		trace = append(append([]byte(`{"todos":`), r.todos...), '}')
 	}
-	j.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: r.finish, Trace: trace})
+	var top []byte
+	if r.top.Size() > 0 {
+		top = r.top.AppendJSON(nil, 0)
+	}
+	j.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: r.finish, Raw: top, Trace: trace})
 	if len(r.usage) > 0 {
 		j.Encode(nil, &wire.Event{Kind: wire.Usage, Raw: r.usage})
 	}

@@ -131,7 +131,7 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	if includeUsage {
 		finishTrace, usageTrace = nil, trace
 	}
-	b.emit(&wire.Event{Kind: wire.Finish, Finish: finish.String(), Trace: finishTrace})
+	b.emit(&wire.Event{Kind: wire.Finish, Finish: finish.String(), Raw: topMembers(completion), Trace: finishTrace})
 	u := []byte(`{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}`)
 	if usage.IsObject() {
 		u = []byte(usage.Raw)

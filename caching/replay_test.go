@@ -238,7 +238,9 @@ var _ pipeline.Stream = (*replayStream)(nil)
 // them, and a replay differs from it only in id and created.
 func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
 	t.Parallel()
-	const head = `{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","service_tier":"flex","choices":[{"index":0,"delta":`
+	// citations: a provider's own top-level member (Perplexity's, on every
+	// chunk), which a hit carries in either form as the live answer did.
+	const head = `{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","service_tier":"flex","citations":["u"],"choices":[{"index":0,"delta":`
 	chunks := []string{
 		head + `{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`,
 		head + `{"reasoning_content":"Think "},"logprobs":null,"finish_reason":null}]}`,
@@ -247,7 +249,7 @@ func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
 		head + `{},"logprobs":null,"finish_reason":"stop"}]}`,
 		`{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","service_tier":"flex","choices":[],"usage":` + upstreamUsage + `}`,
 	}
-	body := `{"id":"chatcmpl-up","object":"chat.completion","created":1767225600,"model":"up-model","service_tier":"flex","choices":[{"index":0,"message":{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"Think first."},"logprobs":null,"finish_reason":"stop"}],"usage":` + upstreamUsage + `}`
+	body := `{"id":"chatcmpl-up","object":"chat.completion","created":1767225600,"model":"up-model","service_tier":"flex","citations":["u"],"choices":[{"index":0,"message":{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"Think first."},"logprobs":null,"finish_reason":"stop"}],"usage":` + upstreamUsage + `}`
 	up := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		if r.Stream {
 			return &pipeline.Response{Stream: sliceStream(chunks)}, nil
@@ -280,13 +282,14 @@ func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var reasoning, tier string
+			var reasoning, tier, citations string
 			if readStream {
 				got, err := drain(t, resp.Stream)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, c := range got {
+					citations += gjson.Get(c, "citations").Raw
 					reasoning += gjson.Get(c, "choices.0.delta.reasoning_content").String()
 					if tier = gjson.Get(c, "service_tier").String(); tier != "flex" {
 						t.Errorf("fill stream %v: chunk without the service_tier: %s", fillStream, c)
@@ -295,9 +298,10 @@ func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
 			} else {
 				reasoning = gjson.GetBytes(resp.Body, "choices.0.message.reasoning_content").String()
 				tier = gjson.GetBytes(resp.Body, "service_tier").String()
+				citations = gjson.GetBytes(resp.Body, "citations").Raw
 			}
-			if r.Meta.Get(HeaderCache) != "hit" || reasoning != "Think first." || tier != "flex" {
-				t.Errorf("fill stream %v, read stream %v: %q, reasoning %q, service_tier %q", fillStream, readStream, r.Meta.Get(HeaderCache), reasoning, tier)
+			if r.Meta.Get(HeaderCache) != "hit" || reasoning != "Think first." || tier != "flex" || citations != `["u"]` {
+				t.Errorf("fill stream %v, read stream %v: %q, reasoning %q, service_tier %q, citations %s", fillStream, readStream, r.Meta.Get(HeaderCache), reasoning, tier, citations)
 			}
 		}
 	}

@@ -513,12 +513,15 @@ func TestAnnotationsBothWays(t *testing.T) {
 	final := completion("up-2", answer, "", "stop", 1, 1)
 	final, _ = setRaw(final, "choices.0.message.annotations", cite(4, 15))
 	final, _ = setRaw(final, "choices.0.message.reasoning_details", `[{"type":"reasoning.text","text":"r"}]`)
+	const citations = `["https://example.com"]` // a provider's own top-level member (Perplexity's)
+	final, _ = setRaw(final, "citations", citations)
+	withCitations := func(c string) string { return strings.Replace(c, `{"id":`, `{"citations":`+citations+`,"id":`, 1) }
 	finalChunks := []string{
-		chunk("up-2", `{"role":"assistant","content":"See "}`, ""),
-		chunk("up-2", `{"content":"example.com."}`, ""),
-		chunk("up-2", `{"annotations":`+cite(4, 15)+`}`, ""),
-		chunk("up-2", `{"reasoning_details":[{"type":"reasoning.text","text":"r"}],"annotations":[]}`, ""),
-		chunk("up-2", `{}`, "stop"),
+		withCitations(chunk("up-2", `{"role":"assistant","content":"See "}`, "")),
+		withCitations(chunk("up-2", `{"content":"example.com."}`, "")),
+		withCitations(chunk("up-2", `{"annotations":`+cite(4, 15)+`}`, "")),
+		withCitations(chunk("up-2", `{"reasoning_details":[{"type":"reasoning.text","text":"r"}],"annotations":[]}`, "")),
+		withCitations(chunk("up-2", `{}`, "stop")),
 	}
 	for _, rounds := range []int{1, 2} {
 		var streamed, bodies []turnFn
@@ -540,9 +543,12 @@ func TestAnnotationsBothWays(t *testing.T) {
 		}
 		sum := checkStream(t, sse(t, resp.Stream), false)
 		var acc openai.ChatCompletionAccumulator
-		var details string
+		var details, topCitations string
 		var streamedCites []string
 		for _, ch := range sum.Chunks {
+			if c := gjson.GetBytes(ch, "citations"); c.Exists() {
+				topCitations += c.Raw // the last round's, once
+			}
 			var c openai.ChatCompletionChunk
 			if err := json.Unmarshal(ch, &c); err != nil {
 				t.Fatal(err)
@@ -581,6 +587,9 @@ func TestAnnotationsBothWays(t *testing.T) {
 		_, _ = fmt.Sscanf(jsonCites[0], "%d-%d", &start, &end)
 		if end > len(runes) || string(runes[start:end]) != "example.com" {
 			t.Fatalf("%d rounds: the citation %d-%d of %q does not span the cited text", rounds, start, end, content)
+		}
+		if j := gjson.GetBytes(resp.Body, "citations").Raw; j != citations || topCitations != j {
+			t.Fatalf("%d rounds: JSON citations %s, streamed %s", rounds, j, topCitations)
 		}
 		if details != msg.Get("reasoning_details").Raw {
 			t.Fatalf("%d rounds: JSON reasoning_details %s, streamed %s", rounds, msg.Get("reasoning_details").Raw, details)

@@ -37,7 +37,7 @@ func roundTooLarge() error {
 
 // kept returns the bytes the current round keeps.
 func (st *loopStream) kept() int {
-	return len(st.text) + len(st.held) + st.heldLP.Size() + st.acc.size + st.extra.Size()
+	return len(st.text) + len(st.held) + st.heldLP.Size() + st.acc.size + st.extra.Size() + st.top.Size()
 }
 
 // tooLarge ends the stream with roundTooLarge and lets go of the round.

@@ -64,6 +64,7 @@ type loopStream struct {
 	zero       bool         // a chunk carried choice 0
 	stray      bool         // a chunk carried choices, none at index 0 (choiceZero)
 	extra      wire.Members // the round's other delta members (annotations…), sent at the end if the round is the last
+	top        wire.Members // the round's other top-level members (citations…), on the finish chunk if the round is the last
 	shownChars int          // characters of content shown before this round (annotations count from them)
 
 	shownTotal int // characters of content shown so far
@@ -320,6 +321,12 @@ func (st *loopStream) onChunk(ch []byte) {
 			if v.IsObject() {
 				st.roundUsage = append(st.roundUsage[:0], v.Raw...)
 			}
+		case "object", "obfuscation", "error", "x_gateway":
+		default:
+			// A provider's own member (citations, search results), as the
+			// JSON answer keeps the last round's: the finish chunk carries
+			// the last value each had.
+			st.top.Set(k.Str, v)
 		}
 		return true
 	})
@@ -621,6 +628,7 @@ func (st *loopStream) startModelCall() {
 		st.finish, st.roundEnded, st.emitPos = "", false, 0
 		st.zero, st.stray = false, false
 		st.extra.Reset()
+		st.top.Reset()
 		st.shownChars = st.shownTotal
 		st.state = stRound
 	})
@@ -700,12 +708,16 @@ func (st *loopStream) finishStream(finish, reason string) {
 	if st.extra.Size() > 0 {
 		st.emit(&wire.Event{Kind: wire.Extra, Raw: st.extra.AppendJSON(nil, st.shownChars)})
 	}
+	var top []byte
+	if st.top.Size() > 0 {
+		top = st.top.AppendJSON(nil, 0)
+	}
 	if s.req.IncludeUsage && s.usage.seen {
-		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish})
+		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Raw: top})
 		var buf [256]byte // the usage object, on the stack: Encode copies it
 		st.emit(&wire.Event{Kind: wire.Usage, Raw: s.usage.appendJSON(buf[:0]), Trace: tr})
 	} else {
-		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Trace: tr})
+		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Raw: top, Trace: tr})
 	}
 	st.state = stDone
 }

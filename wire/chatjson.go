@@ -17,6 +17,7 @@ type ChatJSON struct {
 	refusal    []byte
 	reasoning  []jsonText // reasoning_content, reasoning: kept as the stream forwards them
 	extra      []byte     // the message's other members (Extra)
+	top        []byte     // the response's other top-level members (Finish's Raw)
 	calls      []jsonCall
 	logprobs   Logprobs
 	finish     string
@@ -75,6 +76,7 @@ func (j *ChatJSON) Encode(dst []byte, e *Event) []byte {
 		if j.finish == "" {
 			j.finish = e.Finish
 			j.trace = append(j.trace[:0], e.Trace...)
+			j.top = append(j.top[:0], e.Raw...)
 		}
 	case Usage:
 		j.usage = append(j.usage[:0], e.Raw...)
@@ -143,6 +145,10 @@ func (j *ChatJSON) appendCompletion(out []byte) []byte {
 	}
 	out = AppendFingerprint(out, j.h.Fingerprint)
 	out = AppendServiceTier(out, j.h.ServiceTier)
+	if len(j.top) > 0 {
+		out = append(out, ',')
+		out = append(out, j.top...)
+	}
 	out = appendTrace(out, j.trace)
 	return append(out, '}')
 }

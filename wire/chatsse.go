@@ -110,7 +110,13 @@ func (w *ChatSSE) Encode(dst []byte, e *Event) []byte {
 		if finish == "" {
 			finish = "stop"
 		}
-		return w.close(dst, finish, e.Trace)
+		dst = AppendChoiceEnd(dst, finish, w.usage)
+		if len(e.Raw) > 0 {
+			dst = append(dst, ',')
+			dst = append(dst, e.Raw...)
+		}
+		dst = appendTrace(dst, e.Trace)
+		return append(dst, '}')
 	case Usage:
 		if !w.usage || w.usageSent || !w.finished {
 			return dst

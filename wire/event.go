@@ -56,7 +56,9 @@ type Event struct {
 	// Finish is the finish_reason of a Finish event.
 	Finish string
 	// Raw is the usage JSON object of a Usage event, the members of an
-	// Extra event.
+	// Extra event, and on a Finish event the response's top-level members
+	// no other field carries (a provider's own, such as citations:
+	// "key":value,…), which go on the finish chunk or in the object.
 	Raw []byte
 	// Logprobs, on a Text event, is the choice's logprobs object (valid JSON)
 	// of the chunk the fragment came in, or of the chunks it joins

@@ -20,8 +20,14 @@ type Members struct {
 	size int
 }
 
-// Add records member k of value v.
-func (m *Members) Add(k string, v gjson.Result) {
+// Add records member k of value v, an array joined to the one k had.
+func (m *Members) Add(k string, v gjson.Result) { m.add(k, v, true) }
+
+// Set records member k of value v, in place of the one k had (a member
+// an upstream repeats whole on every chunk).
+func (m *Members) Set(k string, v gjson.Result) { m.add(k, v, false) }
+
+func (m *Members) add(k string, v gjson.Result, join bool) {
 	if !v.Exists() || v.Type == gjson.Null || v.IsArray() && isEmptyArray(v) {
 		return
 	}
@@ -31,7 +37,7 @@ func (m *Members) Add(k string, v gjson.Result) {
 			continue
 		}
 		old := m.vals[i] // trimmed: an array ends with its ']'
-		if v.IsArray() && len(old) > 0 && old[0] == '[' {
+		if join && v.IsArray() && len(old) > 0 && old[0] == '[' {
 			m.size -= len(old)
 			m.vals[i] = append(append(old[:len(old)-1], ','), trimArray(v.Raw)...)
 			m.vals[i] = append(m.vals[i], ']')

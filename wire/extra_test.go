@@ -31,12 +31,13 @@ func TestMembers(t *testing.T) {
 }
 
 // ChatSSE sends an Extra event's members as a delta of their own before
-// the finish; ChatJSON puts them in the message.
+// the finish, and a Finish event's top-level members on the finish chunk;
+// ChatJSON puts them in the message and the object.
 func TestExtraBothForms(t *testing.T) {
 	t.Parallel()
 	h := Header{ID: "c", Created: 1, Model: "m"}
 	events := []Event{{Kind: Role}, {Kind: Text, Key: "content", Text: []byte("hi")},
-		{Kind: Extra, Raw: []byte(`"annotations":[{"type":"x"}]`)}, {Kind: Finish, Finish: "stop"}, {Kind: End}}
+		{Kind: Extra, Raw: []byte(`"annotations":[{"type":"x"}]`)}, {Kind: Finish, Finish: "stop", Raw: []byte(`"citations":["u"]`)}, {Kind: End}}
 	sse, js := NewChatSSE(h), NewChatJSON(h)
 	var chunks []string
 	var out []byte
@@ -49,7 +50,10 @@ func TestExtraBothForms(t *testing.T) {
 	if len(chunks) != 4 || gjson.Get(chunks[2], "choices.0.delta.annotations.0.type").Str != "x" || !gjson.Valid(chunks[2]) {
 		t.Fatalf("chunks %q", chunks)
 	}
-	if gjson.GetBytes(out, "choices.0.message.annotations.0.type").Str != "x" || !gjson.ValidBytes(out) {
+	if gjson.Get(chunks[3], "citations.0").Str != "u" || !gjson.Valid(chunks[3]) {
+		t.Fatalf("finish chunk %s", chunks[3])
+	}
+	if gjson.GetBytes(out, "choices.0.message.annotations.0.type").Str != "x" || gjson.GetBytes(out, "citations.0").Str != "u" || !gjson.ValidBytes(out) {
 		t.Fatalf("JSON %s", out)
 	}
 }
