@@ -174,9 +174,10 @@ func (r *recorder) completion() []byte {
 
 // replayableMembers reports whether message or delta m carries nothing a
 // replay would lose: no member beyond the texts and calls an entry keeps
-// (a search model's annotations, audio, a provider's own members), unless
-// it is null or an empty array. A replay in the other form would show the
-// answer without them.
+// that is a non-empty array or object (a search model's annotations,
+// audio, a provider's own such as reasoning_details: wire.MessageMember).
+// A replay in the other form would show the answer without them. Nulls,
+// empty ones and scalars (a provider's per-chunk figures) do not count.
 func replayableMembers(m gjson.Result) bool {
 	ok := true
 	m.ForEach(func(k, v gjson.Result) bool {
@@ -184,7 +185,7 @@ func replayableMembers(m gjson.Result) bool {
 		case "role", "content", "refusal", "tool_calls", "reasoning_content", "reasoning":
 			return true
 		}
-		ok = v.Type == gjson.Null || v.IsArray() && len(v.Array()) == 0
+		ok = !wire.MessageMember(v)
 		return ok
 	})
 	return ok

@@ -324,6 +324,9 @@ func TestAnswersWithOtherMembersAreNotStored(t *testing.T) {
 		{`"reasoning_details":[{"type":"reasoning.text","text":"r"}]`, false},
 		{`"annotations":[]`, true},
 		{`"audio":null`, true},
+		{`"token_id":2`, true}, // Together's, on every delta: no message member
+		{`"extra":{}`, true},
+		{`"flag":false`, true},
 	} {
 		if got := storable([]byte(head+`,`+tc.member+`},"finish_reason":"stop"}]}`), true); got != tc.stored {
 			t.Errorf("JSON answer with %s: storable %v", tc.member, got)

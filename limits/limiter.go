@@ -117,17 +117,29 @@ func New(o Options) *Limiter {
 		// rate, so its key names the rate too: a changed rate starts
 		// a fresh minute.
 		id := ruleID(r)
-		if n := seen[id]; n > 0 {
-			id += "#" + strconv.Itoa(n) // rules selecting the same calls keep a counter each
+		// Rules selecting the same calls with the same kind of limit keep
+		// a counter each, numbered in their order among those alone: a
+		// rule of another kind put between them changes nothing.
+		nth := func(kind string, limit int64) string {
+			if limit <= 0 {
+				return ""
+			}
+			n := seen[kind+id]
+			seen[kind+id]++
+			if n == 0 {
+				return ""
+			}
+			return "#" + strconv.Itoa(n)
 		}
-		seen[ruleID(r)]++
-		key := func(kind string) string { return o.Prefix + "rl:" + kind + ":" + id + ":" }
+		key := func(kind string, limit int64) string {
+			return o.Prefix + "rl:" + kind + ":" + id + nth(kind, limit) + ":"
+		}
 		rate := func(kind string, limit int64) string {
-			return o.Prefix + "rl:" + kind + ":" + id + "/" + strconv.FormatInt(limit, 10) + ":"
+			return o.Prefix + "rl:" + kind + ":" + id + nth(kind, limit) + "/" + strconv.FormatInt(limit, 10) + ":"
 		}
 		l.rules = append(l.rules, rule{index: i, tenant: r.Tenant, key: r.Key, model: r.Model,
 			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute,
-			keyR: rate("r", r.RequestsPerMinute), keyT: rate("t", r.TokensPerMinute), keyC: key("c"), keyX: rate("x", r.ToolCallsPerMinute)})
+			keyR: rate("r", r.RequestsPerMinute), keyT: rate("t", r.TokensPerMinute), keyC: key("c", r.Concurrent), keyX: rate("x", r.ToolCallsPerMinute)})
 	}
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,

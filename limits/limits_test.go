@@ -1155,7 +1155,8 @@ func TestCostSaturates(t *testing.T) {
 	}
 }
 
-// A reload that raises a concurrent cap, or puts another rule before it,
+// A reload that raises a concurrent cap, or puts other rules before it
+// (one selecting the same calls with another kind of limit included),
 // keeps counting the requests in flight: with 3 of 3 held, a cap raised to
 // 4 admits one more, not four (the counter is named by what the rule
 // selects, not by its place or its cap). A per-minute rule keeps its
@@ -1203,6 +1204,8 @@ func TestReloadKeepsCounters(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := build("[[limits]]\ntenant = \"b\"\nrequests_per_minute = 5\n" +
+			"[[limits]]\ntenant = \"*\"\nmodel = \"gpt-x\"\nrequests_per_minute = 100\n" + // same selector, another kind
+
 			"[[limits]]\ntenant = \"*\"\nmodel = \"gpt-x\"\nconcurrent = 4\n" + perMinute)
 		if n := held(after, 5); n != 1 {
 			t.Fatalf("with 3 in flight, %d admitted under the raised cap of 4", n)

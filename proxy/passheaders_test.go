@@ -260,6 +260,18 @@ func TestPassthroughRewritesLimitEvents(t *testing.T) {
 	}
 }
 
+// A rewritten line keeps its own ending (CRLF framing stays CRLF), and a
+// line with no rate-limit or quota code is not touched.
+func TestRewriteLimitEventsKeepsLineEnds(t *testing.T) {
+	t.Parallel()
+	in := "data: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"org-x\"}\r\n\r\n" +
+		"data: {\"type\":\"response.created\",\"response\":{\"error\":null}}\r\n\r\n"
+	out := string(rewriteLimitEvents([]byte(in)))
+	if strings.Contains(out, "org-x") || strings.Count(out, "\r\n") != 4 || !strings.HasSuffix(out, strings.SplitN(in, "\r\n\r\n", 2)[1]) {
+		t.Fatalf("%q", out)
+	}
+}
+
 // FuzzRewriteLimitEvents: any bytes are rewritten without a panic, keep
 // their number of lines, and come back as they are without an "error".
 func FuzzRewriteLimitEvents(f *testing.F) {

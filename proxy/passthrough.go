@@ -587,7 +587,11 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 
 var (
 	errorWord = []byte(`rror"`) // "error" as a key, or a type's value
-	dataField = []byte("data:")
+	// The codes aboutRateLimit knows hold one of these: a line with
+	// neither (every Responses event's "error":null) is not parsed.
+	rateLimitWord = []byte("rate_limit")
+	quotaWord     = []byte("quota")
+	dataField     = []byte("data:")
 )
 
 // rewriteLimitEvents gives the error events among b's lines that are about
@@ -607,12 +611,16 @@ func rewriteLimitEvents(b []byte) []byte {
 			end += start
 		}
 		line := b[start:end]
-		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(line, errorWord) {
+		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(line, errorWord) &&
+			(bytes.Contains(line, rateLimitWord) || bytes.Contains(line, quotaWord)) {
 			if q, changed := limitEvent(p); changed {
 				out = append(out, b[last:start]...)
 				out = append(out, dataField...)
 				out = append(out, ' ')
 				out = append(out, q...)
+				if bytes.HasSuffix(line, []byte{'\r'}) {
+					out = append(out, '\r') // the line's own ending, kept
+				}
 				last = end
 			}
 		}

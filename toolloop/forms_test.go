@@ -517,8 +517,8 @@ func TestAnnotationsBothWays(t *testing.T) {
 	final, _ = setRaw(final, "citations", citations)
 	withCitations := func(c string) string { return strings.Replace(c, `{"id":`, `{"citations":`+citations+`,"id":`, 1) }
 	finalChunks := []string{
-		withCitations(chunk("up-2", `{"role":"assistant","content":"See "}`, "")),
-		withCitations(chunk("up-2", `{"content":"example.com."}`, "")),
+		withCitations(chunk("up-2", `{"role":"assistant","content":"See ","token_id":1}`, "")), // Together's per-delta token_id: no message member
+		withCitations(chunk("up-2", `{"content":"example.com.","token_id":2}`, "")),
 		withCitations(chunk("up-2", `{"annotations":`+cite(4, 15)+`}`, "")),
 		withCitations(chunk("up-2", `{"reasoning_details":[{"type":"reasoning.text","text":"r"}],"annotations":[]}`, "")),
 		withCitations(chunk("up-2", `{}`, "stop")),
@@ -546,6 +546,9 @@ func TestAnnotationsBothWays(t *testing.T) {
 		var details, topCitations string
 		var streamedCites []string
 		for _, ch := range sum.Chunks {
+			if gjson.GetBytes(ch, "choices.0.delta.token_id").Exists() {
+				t.Fatalf("%d rounds: a per-chunk figure became a message member: %s", rounds, ch)
+			}
 			if c := gjson.GetBytes(ch, "citations"); c.Exists() {
 				topCitations += c.Raw // the last round's, once
 			}

@@ -514,6 +514,7 @@ func TestFastPath(t *testing.T) {
 		{"tool_choice none", userBody + `,"tool_choice":"none"}`, []config.Tool{calcTool}, false},
 		{"a custom tool offered", userBody + `,"tools":[{"type":"function","function":{"name":"f"}},{"type":"custom","custom":{"name":"code_exec"}}]}`, []config.Tool{calcTool}, false},
 		{"a custom tool offered in a stream, no server tool", userBody + `,"stream":true,"tools":[{"type":"custom","custom":{"name":"code_exec"}}]}`, nil, true},
+		{"a provider's own tool offered", userBody + `,"tools":[{"type":"web_search"}]}`, []config.Tool{calcTool}, false},
 		{"deprecated functions", userBody + `,"functions":[{"name":"get_weather","parameters":{"type":"object"}}]}`, []config.Tool{calcTool}, false},
 		{"deprecated function_call", userBody + `,"function_call":"auto"}`, []config.Tool{calcTool}, false},
 		{"allowed_tools names only client tools", userBody + `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"x"}}]}}}`, []config.Tool{calcTool}, false},

@@ -79,10 +79,11 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 	if n.Exists() && n.Int() > 1 {
 		return nil, nil // several choices: the loop follows one; offer no server tools
 	}
-	if legacy || offersCustom(clientTools) {
-		// The deprecated functions, or a custom (free-form) tool: the
-		// loop reads and re-streams function tool calls only, so such a
-		// request is relayed as the upstream answers it, with no server
+	if legacy || offersNonFunction(clientTools) {
+		// The deprecated functions, or a tool that is not a function (a
+		// custom free-form tool, a provider's own such as a web search):
+		// the loop reads and re-streams function tool calls only, so such
+		// a request is relayed as the upstream answers it, with no server
 		// tool offered, rather than its calls lost or run as unknown
 		// server tools.
 		return nil, nil
@@ -118,17 +119,20 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 	return p, nil
 }
 
-// offersCustom reports whether the client's tools include a custom one
-// (type "custom", called with free-form input instead of JSON arguments).
-func offersCustom(clientTools gjson.Result) bool {
-	custom := false
+// offersNonFunction reports whether the client's tools include one whose
+// type is not "function": a custom one (called with free-form input
+// instead of JSON arguments) or a provider's own (OpenRouter's and Groq's
+// web search). A tool without a type is taken for a function.
+func offersNonFunction(clientTools gjson.Result) bool {
+	other := false
 	if clientTools.IsArray() {
 		clientTools.ForEach(func(_, v gjson.Result) bool {
-			custom = v.Get("type").Str == "custom"
-			return !custom
+			t := v.Get("type")
+			other = t.Exists() && t.Str != "function"
+			return !other
 		})
 	}
-	return custom
+	return other
 }
 
 // toolChoice reads tool_choice tc: the loop's choice mode and the server

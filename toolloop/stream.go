@@ -394,7 +394,9 @@ func (st *loopStream) onChunk(ch []byte) {
 				st.acc.add(e)
 				return st.kept() <= limit
 			})
-		case "role", "function_call":
+		case "role", "function_call", "audio":
+			// audio comes in fragments of its own shape (id, data,
+			// transcript): not a member kept whole.
 		default:
 			// What the JSON answer's message carries beside its texts
 			// and calls (the last round's message, as the upstream

@@ -174,14 +174,14 @@ func reask(prev *pipeline.Request, text []byte, msg string) (*pipeline.Request, 
 }
 
 // read parses a whole reply's content.
-func (h *handler) read(content []byte) *outcome {
+func (h *handler) read(content []byte, refused bool) *outcome {
 	o := &outcome{text: content}
 	if h.schema {
-		if len(bytes.TrimSpace(content)) == 0 {
-			// No structured text at all: a model that declines answers a
-			// response_format with a refusal and no content. That is its
-			// answer (the refusal goes on as a side text), not a
-			// malformed reply to ask again.
+		if refused && len(bytes.TrimSpace(content)) == 0 {
+			// A model that declines answers a response_format with a
+			// refusal and no content. That is its answer (the refusal
+			// goes on as a side text), not a malformed reply to ask
+			// again; an empty reply without one is malformed.
 			return o
 		}
 		o.shown, o.found, o.calls, o.err = parseStructured(content)
@@ -228,7 +228,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 				side = append(side, wire.Event{Kind: wire.Text, Key: k, Text: []byte(v.Str)})
 			}
 		}
-		o := h.read([]byte(res[0].Str))
+		o := h.read([]byte(res[0].Str), res[4].Get("refusal").Str != "")
 		retry, err := h.judge(rw, o, &t)
 		if err != nil {
 			return nil, err

@@ -289,11 +289,16 @@ func TestChoiceNoneReadsWithoutReasking(t *testing.T) {
 // A json_schema-format model that declines answers with a refusal and no
 // content: that is the answer, in one upstream call, JSON and stream alike,
 // not a malformed reply asked again (each attempt's refusal would be shown).
+// An empty reply without a refusal is malformed: asked again.
 func TestStructuredRefusalIsTheAnswer(t *testing.T) {
 	t.Parallel()
-	const refusal = "I can't help with that."
 	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
-	for _, stream := range []bool{false, true} {
+	for _, c := range []struct {
+		stream  bool
+		refusal string
+		calls   int
+	}{{false, "I can't help with that.", 1}, {true, "I can't help with that.", 1}, {false, "", 3}, {true, "", 3}} {
+		stream, refusal := c.stream, c.refusal
 		calls := 0
 		next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 			calls++
@@ -330,8 +335,8 @@ func TestStructuredRefusalIsTheAnswer(t *testing.T) {
 				got += gjson.GetBytes(c, "choices.0.delta.refusal").Str
 			}
 		}
-		if calls != 1 || got != refusal {
-			t.Errorf("stream %v: %d upstream calls, refusal %q", stream, calls, got)
+		if calls != c.calls || c.calls == 1 && got != refusal {
+			t.Errorf("stream %v, refusal %q: %d upstream calls, refusal %q", stream, refusal, calls, got)
 		}
 	}
 }

@@ -28,15 +28,16 @@ type stream struct {
 	src    pipeline.Stream
 	closed bool
 
-	enc    *wire.ChatSSE
-	dec    wire.ChunkDecoder
-	sc     Scanner
-	text   []byte // this attempt's content
-	native bool   // the upstream sent tool calls of its own
-	finish string
-	usage  []byte // the usage of the attempts before this one, summed
-	last   []byte // this attempt's last usage: some upstreams send running totals
-	tries  tries
+	enc     *wire.ChatSSE
+	dec     wire.ChunkDecoder
+	sc      Scanner
+	text    []byte // this attempt's content
+	native  bool   // the upstream sent tool calls of its own
+	refused bool   // this attempt's reply holds a refusal
+	finish  string
+	usage   []byte // the usage of the attempts before this one, summed
+	last    []byte // this attempt's last usage: some upstreams send running totals
+	tries   tries
 
 	queue [][]byte
 	done  bool
@@ -90,6 +91,7 @@ func (s *stream) onEvent(e *wire.Event) {
 	switch e.Kind {
 	case wire.Text:
 		if e.Key != "content" {
+			s.refused = s.refused || e.Key == "refusal" && len(e.Text) > 0
 			s.emit(e)
 			return
 		}
@@ -132,7 +134,7 @@ func (s *stream) endAttempt() error {
 	}
 	var o *outcome
 	if s.hold {
-		o = s.h.read(s.text)
+		o = s.h.read(s.text, s.refused)
 	} else {
 		tail, found, calls, err := s.sc.End()
 		o = &outcome{text: s.text, shown: tail, found: found, calls: calls, err: err}
@@ -171,7 +173,7 @@ func (s *stream) endAttempt() error {
 		resp.Stream.Close()
 		return context.Canceled
 	}
-	s.up, s.dec, s.sc, s.text, s.finish = up, wire.ChunkDecoder{}, Scanner{}, nil, ""
+	s.up, s.dec, s.sc, s.text, s.finish, s.refused = up, wire.ChunkDecoder{}, Scanner{}, nil, "", false
 	return nil
 }
 

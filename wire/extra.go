@@ -8,29 +8,49 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Members gathers a message's members that no other event kind carries,
-// from the deltas of a stream or a message, for one Extra event: each key
-// once, in the order it first came; the arrays of a key that comes again
-// (annotations, a chunk at a time) are joined, any other value replaced.
-// Null values and empty arrays are left out, as a stream that never sent
-// the key. The zero value is ready; not safe for concurrent use.
+// Members gathers a response's members that no other event kind carries,
+// for one Extra event (a message's) or a Finish event's Raw (the
+// response's top level): each key once, in the order it first came, at
+// most maxMembers keys. Null values and empty arrays are left out, as a
+// stream that never sent the key. The zero value is ready; not safe for
+// concurrent use.
 type Members struct {
 	keys []string
 	vals [][]byte
 	size int
 }
 
-// Add records member k of value v, an array joined to the one k had.
-func (m *Members) Add(k string, v gjson.Result) { m.add(k, v, true) }
+// maxMembers bounds the keys Members keeps: a provider's own members are a
+// few; an upstream that sends thousands of distinct keys gets the first.
+const maxMembers = 32
+
+// Add records member k of a message delta: an array (annotations, a chunk
+// at a time) joined to the one k had, an object in place of it. A scalar
+// is left out: a provider's per-chunk figure (Together's token_id on every
+// delta) belongs to no message, and the JSON answer's message has none.
+func (m *Members) Add(k string, v gjson.Result) {
+	if !MessageMember(v) {
+		return
+	}
+	m.add(k, v, true)
+}
+
+// MessageMember reports whether v, the value of a message member no event
+// kind carries, is one Members.Add keeps: a non-empty array or object.
+func MessageMember(v gjson.Result) bool {
+	return (v.IsArray() || v.IsObject()) && !isEmptyArray(v)
+}
 
 // Set records member k of value v, in place of the one k had (a member
 // an upstream repeats whole on every chunk).
-func (m *Members) Set(k string, v gjson.Result) { m.add(k, v, false) }
-
-func (m *Members) add(k string, v gjson.Result, join bool) {
+func (m *Members) Set(k string, v gjson.Result) {
 	if !v.Exists() || v.Type == gjson.Null || v.IsArray() && isEmptyArray(v) {
 		return
 	}
+	m.add(k, v, false)
+}
+
+func (m *Members) add(k string, v gjson.Result, join bool) {
 	raw := strings.TrimSpace(v.Raw)
 	for i, key := range m.keys {
 		if key != k {
@@ -46,6 +66,9 @@ func (m *Members) add(k string, v gjson.Result, join bool) {
 			m.vals[i] = append(old[:0], raw...)
 		}
 		m.size += len(m.vals[i])
+		return
+	}
+	if len(m.keys) >= maxMembers {
 		return
 	}
 	m.keys = append(m.keys, k)
@@ -118,6 +141,7 @@ func ShiftAnnotations(a []byte, n int) []byte {
 // them (Unicode code points).
 func Characters(text []byte) int { return utf8.RuneCount(text) }
 
+// isEmptyArray reports whether array (or object) v has no member.
 func isEmptyArray(v gjson.Result) bool {
 	empty := true
 	v.ForEach(func(_, _ gjson.Result) bool {

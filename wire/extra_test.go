@@ -6,6 +6,9 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+// Members of a message's deltas (Add): arrays joined, objects replaced,
+// scalars (a per-chunk token_id), nulls and empty ones left out. Top-level
+// members (Set): the last value, scalars too. At most maxMembers keys.
 func TestMembers(t *testing.T) {
 	t.Parallel()
 	var m Members
@@ -13,20 +16,36 @@ func TestMembers(t *testing.T) {
 		{"annotations", `[{"type":"url_citation","url_citation":{"start_index":0,"end_index":3}}]`},
 		{"audio", `null`},
 		{"annotations", `[]`},
-		{"provider", `"a"`},
+		{"token_id", `7`},
+		{"details", `{"a":1}`},
 		{"annotations", ` [ {"type":"file_citation"} ] `},
-		{"provider", `"b"`},
+		{"details", `{"a":2}`},
+		{"empty", `{}`},
+		{"token_id", `8`},
 	} {
 		m.Add(kv[0], gjson.Parse(kv[1]))
 	}
 	got := string(m.AppendJSON(nil, 2))
-	want := `"annotations":[{"type":"url_citation","url_citation":{"start_index":2,"end_index":5}},{"type":"file_citation"}],"provider":"b"`
+	want := `"annotations":[{"type":"url_citation","url_citation":{"start_index":2,"end_index":5}},{"type":"file_citation"}],"details":{"a":2}`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 	m.Reset()
 	if m.Size() != 0 || len(m.AppendJSON(nil, 0)) != 0 {
 		t.Fatal("Reset left members")
+	}
+	for _, v := range []string{`"a"`, `["x"]`, `["y"]`, `null`} {
+		m.Set("provider", gjson.Parse(v))
+	}
+	if got := string(m.AppendJSON(nil, 0)); got != `"provider":["y"]` {
+		t.Fatalf("set: %s", got)
+	}
+	m.Reset()
+	for i := range 3 * maxMembers {
+		m.Set("k"+string(rune('A'+i)), gjson.Parse(`1`))
+	}
+	if n := len(gjson.Parse("{" + string(m.AppendJSON(nil, 0)) + "}").Map()); n != maxMembers {
+		t.Fatalf("%d members kept, bound %d", n, maxMembers)
 	}
 }
 
