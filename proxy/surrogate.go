@@ -24,7 +24,7 @@ var escU = []byte(`\u`)
 // and this chunk's trailing high halves taken off (a view of data when
 // neither applies, else of s's buffer, valid until the next call).
 func (s *surrogates) pair(data []byte) []byte {
-	if len(s.carry) == 0 && bytes.Index(data, escU) < 0 {
+	if len(s.carry) == 0 && !bytes.Contains(data, escU) {
 		return data
 	}
 	out := s.buf[:0]
