@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
@@ -635,7 +636,7 @@ func rewriteLimitEvents(b []byte) []byte {
 // limitEvent is rewriteLimitEvents for one event's data.
 func limitEvent(p []byte) ([]byte, bool) {
 	p = bytes.TrimSpace(p)
-	if !gjson.ValidBytes(p) {
+	if !jsonvalid.Bytes(p) {
 		return nil, false
 	}
 	ev := gjson.ParseBytes(p)
