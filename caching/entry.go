@@ -71,7 +71,8 @@ func storable(completion []byte, toolCalls bool) bool {
 	calls := res[3]
 	switch res[1].String() {
 	case "stop", "length":
-		return res[2].Type == gjson.String && res[2].Str != "" && !calls.Exists()
+		// "tool_calls": null (SGLang, LiteLLM) or [] is no call.
+		return res[2].Type == gjson.String && res[2].Str != "" && !(calls.IsArray() && len(calls.Array()) > 0)
 	case "tool_calls":
 		if !toolCalls || !calls.IsArray() || len(calls.Array()) == 0 {
 			return false

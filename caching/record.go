@@ -93,7 +93,11 @@ func (r *recorder) add(chunk []byte) {
 			r.bad = true
 			return false
 		}
-		d.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		calls := d.Get("tool_calls")
+		if !calls.IsArray() {
+			calls = gjson.Result{} // null: no call (ForEach would visit the null)
+		}
+		calls.ForEach(func(_, tc gjson.Result) bool {
 			i := int(tc.Get("index").Int())
 			if i < 0 || i > len(r.calls) || i >= 128 {
 				r.bad = true

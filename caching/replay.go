@@ -114,7 +114,11 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		s.pins = append(s.pins, pin{chunk: len(b.ends), call: c})
 	}
 	text(len(content))
-	msg.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+	msgCalls := msg.Get("tool_calls")
+	if !msgCalls.IsArray() {
+		msgCalls = gjson.Result{} // null: no call (ForEach would visit the null)
+	}
+	msgCalls.ForEach(func(_, c gjson.Result) bool {
 		b.emit(&wire.Event{Kind: wire.CallHeader, ID: c.Get("id").String(), Name: c.Get("function.name").String()})
 		for _, frag := range splitRunes(c.Get("function.arguments").String(), replayPiece) {
 			b.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(frag)})

@@ -340,3 +340,30 @@ func TestAnswersWithOtherMembersAreNotStored(t *testing.T) {
 		}
 	}
 }
+
+// An answer whose message says "tool_calls": null (SGLang, LiteLLM) is a
+// text answer: stored, from JSON or a stream, and replayed without a call.
+func TestNullToolCallsAreCached(t *testing.T) {
+	t.Parallel()
+	body := `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls":null},"finish_reason":"stop"}]}`
+	if !storable([]byte(body), true) {
+		t.Fatal("a text answer with tool_calls null is not stored")
+	}
+	const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	var r recorder
+	r.add([]byte(head + `{"role":"assistant","content":"hi","tool_calls":null},"finish_reason":null}]}`))
+	r.add([]byte(head + `{"tool_calls":null},"finish_reason":"stop"}]}`))
+	c := r.completion()
+	if c == nil || !storable(c, true) {
+		t.Fatalf("a streamed text answer with tool_calls null is not stored: %s", c)
+	}
+	chunks, err := drain(t, newReplayStream([]byte(body), "id", 1, "m", false, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chunks {
+		if gjson.Get(ch, "choices.0.delta.tool_calls").Exists() {
+			t.Fatalf("the replay has a call: %s", ch)
+		}
+	}
+}

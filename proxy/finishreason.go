@@ -128,3 +128,42 @@ func addFinish(body []byte) []byte {
 }
 
 var messageKey = []byte(`"message"`)
+
+var toolCallsKey = []byte(`"tool_calls"`)
+
+// callsFinish gives each choice of a JSON answer that made tool calls and
+// has no finish reason (none, null or "": Ollama, SGLang) "tool_calls", as
+// the same answer streamed through the tool loop ends; body itself when no
+// choice needs it (nearly always: byte searches, no parse). fillFinish and
+// addFinish then give the others "stop".
+func callsFinish(body []byte) []byte {
+	if !bytes.Contains(body, toolCallsKey) {
+		return body
+	}
+	if i, _ := emptyFinishAt(body, 0, true); i < 0 {
+		if n := bytes.Count(body, finishKey); n > 0 && n >= bytes.Count(body, messageKey) {
+			return body
+		}
+	}
+	choices := gjson.GetBytes(body, "choices")
+	if !choices.IsArray() {
+		return body
+	}
+	var fix []int
+	i := 0
+	choices.ForEach(func(_, ch gjson.Result) bool {
+		calls := ch.Get("message.tool_calls")
+		if f := ch.Get("finish_reason"); (!f.Exists() || f.Type == gjson.Null || f.Type == gjson.String && f.Str == "") &&
+			calls.IsArray() && len(calls.Array()) > 0 {
+			fix = append(fix, i)
+		}
+		i++
+		return true
+	})
+	for _, i := range fix {
+		if out, err := sjson.SetBytes(body, "choices."+strconv.Itoa(i)+".finish_reason", "tool_calls"); err == nil {
+			body = out
+		}
+	}
+	return body
+}

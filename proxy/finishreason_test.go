@@ -133,3 +133,24 @@ func TestAddFinish(t *testing.T) {
 		t.Fatalf("changed %s", got)
 	}
 }
+
+// A JSON answer's choice that made tool calls without a finish reason
+// (none, null or "") gets "tool_calls", as the same answer streamed through
+// the tool loop ends; a reason it has is kept, and a choice without calls
+// is left to fillFinish and addFinish ("stop").
+func TestCallsFinish(t *testing.T) {
+	t.Parallel()
+	const calls = `"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]`
+	for _, tc := range []struct{ in, want string }{
+		{`{"choices":[{"index":0,"message":{` + calls + `},"finish_reason":""}]}`, `["tool_calls"]`},
+		{`{"choices":[{"index":0,"message":{` + calls + `},"finish_reason":null}]}`, `["tool_calls"]`},
+		{`{"choices":[{"index":0,"message":{` + calls + `}}]}`, `["tool_calls"]`},
+		{`{"choices":[{"index":0,"message":{` + calls + `},"finish_reason":"length"}]}`, `["length"]`},
+		{`{"choices":[{"index":0,"message":{"content":"a","tool_calls":null},"finish_reason":""},{"index":1,"message":{` + calls + `},"finish_reason":""}]}`, `["stop","tool_calls"]`},
+	} {
+		fixed, _ := fillFinish(nil, callsFinish([]byte(tc.in)), finishStop)
+		if got := gjson.GetBytes(addFinish(fixed), "choices.#.finish_reason").Raw; got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}

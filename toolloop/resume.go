@@ -63,7 +63,11 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 			continue
 		}
 		var ids []string
-		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+		calls := m.Get("tool_calls")
+		if !calls.IsArray() {
+			continue // null: no call (ForEach would visit the null)
+		}
+		calls.ForEach(func(_, c gjson.Result) bool {
 			ids = append(ids, c.Get("id").String())
 			return true
 		})

@@ -58,12 +58,14 @@ func parseOffer(body []byte) *offer {
 		case "user":
 			o.text = wire.ContentText(m.Get("content"))
 		case "assistant":
-			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
-				if n := toolName(c); n != "" {
-					o.pinned[n] = true
-				}
-				return true
-			})
+			if calls := m.Get("tool_calls"); calls.IsArray() { // null: no call (ForEach would visit the null)
+				calls.ForEach(func(_, c gjson.Result) bool {
+					if n := toolName(c); n != "" {
+						o.pinned[n] = true
+					}
+					return true
+				})
+			}
 			if n := m.Get("function_call.name").Str; n != "" {
 				o.pinned[n] = true
 			}

@@ -54,7 +54,11 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			e = Event{Kind: Text, Key: "content", Logprobs: lp}
 			emit(&e)
 		}
-		delta.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		calls := delta.Get("tool_calls")
+		if !calls.IsArray() {
+			calls = gjson.Result{} // null: no call (ForEach would visit the null)
+		}
+		calls.ForEach(func(_, tc gjson.Result) bool {
 			i := int(tc.Get("index").Int())
 			if i < 0 || i > maxCalls {
 				return true
@@ -164,7 +168,11 @@ func DecodeCompletion(body []byte, emit func(*Event)) {
 	msg := root.Get("choices.0.message")
 	emitTexts(msg, choiceLogprobs(root.Get("choices.0")), emit)
 	i := 0
-	msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+	calls := msg.Get("tool_calls")
+	if !calls.IsArray() {
+		calls = gjson.Result{} // "tool_calls": null (SGLang, LiteLLM): no call; ForEach would visit the null
+	}
+	calls.ForEach(func(_, tc gjson.Result) bool {
 		e = Event{Kind: CallHeader, Index: i, ID: tc.Get("id").String(), Name: tc.Get("function.name").String()}
 		emit(&e)
 		e = Event{Kind: CallArgs, Index: i, Text: []byte(tc.Get("function.arguments").String())}

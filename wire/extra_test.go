@@ -102,3 +102,20 @@ func FuzzMembers(f *testing.F) {
 		}
 	})
 }
+
+// "tool_calls": null (SGLang, LiteLLM, Mistral write it on every message and
+// delta) is no call: decoding a completion or a chunk with it starts none.
+func TestNullToolCallsAreNone(t *testing.T) {
+	t.Parallel()
+	var kinds []Kind
+	DecodeCompletion([]byte(`{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls":null},"finish_reason":"stop"}]}`),
+		func(e *Event) { kinds = append(kinds, e.Kind) })
+	var d ChunkDecoder
+	d.Decode([]byte(`{"id":"c","choices":[{"index":0,"delta":{"content":"x","tool_calls":null},"finish_reason":null}]}`),
+		func(e *Event) { kinds = append(kinds, e.Kind) })
+	for _, k := range kinds {
+		if k == CallHeader || k == CallArgs {
+			t.Fatalf("a call from a null: %v", kinds)
+		}
+	}
+}
