@@ -136,8 +136,14 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	if out.Tools, err = translateTools(root.Get("tools")); err != nil {
 		return nil, err
 	}
+	tc := root.Get("tool_choice")
+	if tc.Get("type").Str == "allowed_tools" {
+		// Anthropic has no allowed list: the tools offered are the
+		// allowed ones, chosen as its mode says.
+		out.Tools, tc = allowedTools(out.Tools, tc.Get("allowed_tools"))
+	}
 	if len(out.Tools) > 0 {
-		if out.ToolChoice, err = translateToolChoice(root.Get("tool_choice"), root.Get("parallel_tool_calls")); err != nil {
+		if out.ToolChoice, err = translateToolChoice(tc, root.Get("parallel_tool_calls")); err != nil {
 			return nil, err
 		}
 	}
@@ -436,6 +442,31 @@ func translateToolChoice(tc, parallel gjson.Result) (*toolChoice, error) {
 		}
 	}
 	return out, nil
+}
+
+// allowedTools narrows tools to those an allowed_tools choice's list names
+// (chat's {"type":"function","function":{"name":…}}, or a bare name) and
+// returns the choice its mode makes: "required" or "auto".
+func allowedTools(tools []tool, allowed gjson.Result) ([]tool, gjson.Result) {
+	names := map[string]bool{}
+	allowed.Get("tools").ForEach(func(_, t gjson.Result) bool {
+		if n := t.Get("function.name").Str; n != "" {
+			names[n] = true
+		} else if n := t.Get("name").Str; n != "" {
+			names[n] = true
+		}
+		return true
+	})
+	kept := tools[:0:0]
+	for _, t := range tools {
+		if names[t.Name] {
+			kept = append(kept, t)
+		}
+	}
+	if allowed.Get("mode").Str == "required" {
+		return kept, gjson.Parse(`"required"`)
+	}
+	return kept, gjson.Parse(`"auto"`)
 }
 
 // marker returns the first cache_control object among objs, or nil.

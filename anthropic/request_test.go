@@ -194,6 +194,22 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.ToolChoice.OfTool != nil && p.ToolChoice.OfTool.Name == "f"
 			}},
+		// Anthropic has no allowed list: only the allowed tools are offered.
+		{"allowed_tools required", `{"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}],` +
+			`"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"b"}}]}},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.ToolChoice.OfAny != nil && gjson.GetBytes(out, "tools.#.name").Raw == `["b"]`
+			}},
+		{"allowed_tools auto", `{"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}],` +
+			`"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"zz"}}]}},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return p.ToolChoice.OfAuto != nil && gjson.GetBytes(out, "tools.#.name").Raw == `["a"]`
+			}},
+		{"allowed_tools naming no tool", `{"tools":[{"type":"function","function":{"name":"a"}}],` +
+			`"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"zz"}}]}},` + msgs + `}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				return !gjson.GetBytes(out, "tools").Exists() && !gjson.GetBytes(out, "tool_choice").Exists()
+			}},
 		{"tool_choice none", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none","parallel_tool_calls":false,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.ToolChoice.OfNone != nil }},
 		{"parallel off alone", `{"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false,` + msgs + `}`, RequestOptions{Model: "m"},
