@@ -487,6 +487,30 @@ func capBreakpoints(r *messagesRequest) {
 	for _, m := range marks[:max(0, len(marks)-MaxBreakpoints)] {
 		*m = nil
 	}
+	orderTTLs(marks[max(0, len(marks)-MaxBreakpoints):])
+}
+
+// orderTTLs makes every marker before the last one-hour marker (in prefix
+// order) a one-hour one too: Anthropic refuses a request whose 1h marker
+// comes after a 5m one, which the gateway's own markers (a prompt_cache
+// breakpoint of the default 5m before a client's 1h one on its last
+// message, or the provider's prompt_cache_ttl = "1h" after a client's
+// plain marker) would otherwise make. A longer life for a prefix of what
+// is kept an hour costs a dearer cache write, never a refused request.
+func orderTTLs(marks []*json.RawMessage) {
+	last := -1
+	for i, m := range marks {
+		if gjson.GetBytes(*m, "ttl").Str == "1h" {
+			last = i
+		}
+	}
+	for _, m := range marks[:max(0, last)] {
+		if gjson.GetBytes(*m, "ttl").Str != "1h" {
+			if out, err := sjson.SetBytes(*m, "ttl", "1h"); err == nil {
+				*m = out
+			}
+		}
+	}
 }
 
 // markers lists r's cache_control markers in prefix order: tools, system

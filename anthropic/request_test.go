@@ -494,3 +494,57 @@ func TestTranslateRequestMergesDuplicateToolResults(t *testing.T) {
 		t.Errorf("blocks %s", user.Raw)
 	}
 }
+
+// Anthropic refuses a one-hour cache marker after a five-minute one: the
+// markers before the last one-hour marker become one-hour ones (the
+// gateway's own 5m markers on tools and system before a client's 1h marker
+// on its last message); markers after it, or in an order Anthropic takes,
+// stay as they are.
+func TestCacheTTLOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"5m before 1h", `{"tools":[{"type":"function","function":{"name":"f"},"cache_control":{"type":"ephemeral"}}],` +
+			`"messages":[{"role":"system","content":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"5m"}}]},` +
+			`{"role":"user","content":[{"type":"text","text":"doc","cache_control":{"type":"ephemeral","ttl":"1h"}}]},` +
+			`{"role":"assistant","content":"a"},{"role":"user","content":[{"type":"text","text":"q","cache_control":{"type":"ephemeral"}}]}]}`,
+			`1h 1h 1h 5m`},
+		{"1h then 5m", `{"messages":[{"role":"system","content":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"1h"}}]},` +
+			`{"role":"user","content":[{"type":"text","text":"q","cache_control":{"type":"ephemeral"}}]}]}`,
+			`1h 5m`},
+	} {
+		out, err := TranslateRequest([]byte(tc.body), RequestOptions{Model: "m"})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var ttls []string
+		var walk func(v gjson.Result)
+		walk = func(v gjson.Result) {
+			if v.IsObject() {
+				if cc := v.Get("cache_control"); cc.IsObject() {
+					ttl := cc.Get("ttl").Str
+					if ttl == "" {
+						ttl = "5m"
+					}
+					ttls = append(ttls, ttl)
+				}
+			}
+			if v.IsObject() || v.IsArray() {
+				v.ForEach(func(k, c gjson.Result) bool {
+					if k.Str != "cache_control" {
+						walk(c)
+					}
+					return true
+				})
+			}
+		}
+		root := gjson.ParseBytes(out)
+		walk(root.Get("tools"))
+		walk(root.Get("system"))
+		walk(root.Get("messages"))
+		if got := strings.Join(ttls, " "); got != tc.want {
+			t.Errorf("%s: marker TTLs %s, want %s: %s", tc.name, got, tc.want, out)
+		}
+	}
+}
