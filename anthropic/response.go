@@ -44,8 +44,10 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 	content.ForEach(func(_, b gjson.Result) bool {
 		switch b.Get("type").Str {
 		case "text":
-			e = wire.Event{Kind: wire.Text, Key: "content", Text: []byte(b.Get("text").Str)}
-			out = j.Encode(out, &e)
+			if t := b.Get("text").Str; t != "" { // as the stream: an empty block is no content
+				e = wire.Event{Kind: wire.Text, Key: "content", Text: []byte(t)}
+				out = j.Encode(out, &e)
+			}
 		case "thinking":
 			if t := b.Get("thinking").Str; t != "" { // as the stream: no empty reasoning_content
 				e = wire.Event{Kind: wire.Text, Key: "reasoning_content", Text: []byte(t)}

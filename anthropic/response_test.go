@@ -70,6 +70,9 @@ func TestDecodeMessageEqualsStream(t *testing.T) {
 			`{"type":"text","text":"Hi."}`},
 		{name: "empty thinking", want: "", content: `{"type":"thinking","thinking":"","signature":"c2ln"},{"type":"text","text":"Hi."}`},
 		{name: "no thinking", want: "", content: `{"type":"text","text":"Hi."}`},
+		// An empty text block is no content both ways (the JSON answer
+		// said "", the stream, sending no delta, null).
+		{name: "an empty text block", want: "", content: `{"type":"text","text":""}`},
 		// A model's input that is not an object goes as it is both ways
 		// (the JSON answer made it {}).
 		{name: "an input that is not an object", want: "", content: `{"type":"tool_use","id":"toolu_1","name":"f","input":[1,2]},` +
@@ -88,6 +91,7 @@ func TestDecodeMessageEqualsStream(t *testing.T) {
 			d := NewStreamDecoder("a", h)
 			var raw []byte
 			var streamed string
+			sawContent := false
 			for _, ev := range streamOf(t, body) {
 				if err := d.Feed(ev); err != nil {
 					t.Fatalf("%s: %v", ev, err)
@@ -95,6 +99,7 @@ func TestDecodeMessageEqualsStream(t *testing.T) {
 				for c, ok := d.Pop(); ok; c, ok = d.Pop() {
 					raw = sse.AppendData(raw, c)
 					streamed += gjson.GetBytes(c, "choices.0.delta.reasoning_content").Str
+					sawContent = sawContent || gjson.GetBytes(c, "choices.0.delta.content").Type == gjson.String
 				}
 			}
 			if !d.Done() {
@@ -104,6 +109,9 @@ func TestDecodeMessageEqualsStream(t *testing.T) {
 			msg := gjson.GetBytes(js, "choices.0.message")
 			if r := msg.Get("reasoning_content"); r.Str != tc.want || r.Exists() != (tc.want != "") || streamed != tc.want {
 				t.Errorf("reasoning_content: json %s, stream %q, want %q", r.Raw, streamed, tc.want)
+			}
+			if c := msg.Get("content"); (c.Type == gjson.Null) == sawContent {
+				t.Errorf("json content %s, the stream sent content: %v", c.Raw, sawContent)
 			}
 			sm := acc.Choices[0].Message
 			if msg.Get("content").Str != sm.Content || gjson.GetBytes(js, "choices.0.finish_reason").Str != acc.Choices[0].FinishReason {

@@ -87,7 +87,13 @@ func flattenParts(body []byte, key string) []byte {
 			}
 			return true
 		})
-		repl := jsonstring.Append(nil, string(text))
+		// No text part (a list of thinking alone): no content, as a
+		// stream that sent none shows it, not "" (which the JSON answer
+		// and a relayed chunk would show and the tool loop's stream not).
+		repl := []byte("null")
+		if len(text) > 0 {
+			repl = jsonstring.Append(nil, string(text))
+		}
 		if len(thinking) > 0 && !msg.Get("reasoning_content").Exists() {
 			repl = append(repl, `,"reasoning_content":`...)
 			repl = jsonstring.Append(repl, string(thinking))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -18,12 +19,20 @@ func TestFlattenParts(t *testing.T) {
 		{"thinking parts", `{"choices":[{"delta":{"content" : [{"type":"thinking","thinking":[{"type":"text","text":"t"}]},{"type":"text","text":"a"}]}}]}`,
 			`{"choices":[{"delta":{"content" : "a","reasoning_content":"t"}}]}`},
 		{"thinking string, reasoning kept", `{"choices":[{"delta":{"reasoning_content":"r","content":[{"type":"thinking","thinking":"t"}]}}]}`,
-			`{"choices":[{"delta":{"reasoning_content":"r","content":""}}]}`},
+			`{"choices":[{"delta":{"reasoning_content":"r","content":null}}]}`},
+		// A list of thinking alone is no content, in a JSON answer too: as
+		// a stream that sends none accumulates it (null, not "").
+		{"thinking alone, message", `{"choices":[{"message":{"content":[{"type":"thinking","thinking":"t"}]}}]}`,
+			`{"choices":[{"message":{"content":null,"reasoning_content":"t"}}]}`},
 		{"two choices", `{"choices":[{"delta":{"content":[{"type":"text","text":"a"}]}},{"delta":{"content":[{"type":"text","text":"\"q\""}]}}]}`,
 			`{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"\"q\""}}]}`},
 		{"other key", `{"choices":[{"message":{"content":[{"type":"text","text":"a"}]}}]}`, `{"choices":[{"message":{"content":[{"type":"text","text":"a"}]}}]}`},
 	} {
-		if got := flattenParts([]byte(c.in), "delta"); string(got) != c.want {
+		key := "delta"
+		if strings.Contains(c.name, "message") {
+			key = "message"
+		}
+		if got := flattenParts([]byte(c.in), key); string(got) != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
 	}
