@@ -286,7 +286,7 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		out.Thinking = th
 	}
 	thinking := out.Thinking != nil && gjson.GetBytes(out.Thinking, "type").Str != "disabled"
-	if thinking && (out.ToolChoice.forcesCall() || lastAssistantUnsigned(out.Messages)) {
+	if thinking && (out.ToolChoice.forcesCall() || lastAssistantUnsigned(out.Messages) || prefilled(out.Messages)) {
 		out.Thinking, thinking = nil, false
 	}
 	if thinking && out.MaxTokens <= budget {
@@ -393,6 +393,17 @@ func lastAssistantUnsigned(msgs []message) bool {
 		return hasToolUse(c) && !c[0].isThinking()
 	}
 	return false
+}
+
+// prefilled reports whether the last message is the assistant's (a
+// prefill the answer continues), which Anthropic refuses while thinking
+// unless it starts with a thinking block: such a request goes without.
+func prefilled(msgs []message) bool {
+	if len(msgs) == 0 {
+		return false
+	}
+	last := msgs[len(msgs)-1]
+	return last.Role == "assistant" && (len(last.Content) == 0 || !last.Content[0].isThinking())
 }
 
 // hasToolUse reports whether blocks hold a tool_use block.

@@ -300,6 +300,13 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, out []byte) bool {
 				return !gjson.GetBytes(out, "thinking").Exists() && p.Temperature.Value == 0.3
 			}},
+		// A prefill (the last message is the assistant's) is refused
+		// while thinking: the request goes without.
+		{"reasoning_effort with a prefill", `{"reasoning_effort":"low","messages":[{"role":"user","content":"x"},` +
+			`{"role":"assistant","content":"Sure, here:"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				return !gjson.GetBytes(out, "thinking").Exists() && gjson.GetBytes(out, "messages.1.role").Str == "assistant"
+			}},
 		{"reasoning_effort after a plain answer", `{"reasoning_effort":"low",` + tool + `,"messages":[{"role":"user","content":"x"},` +
 			`{"role":"assistant","content":"y"},{"role":"user","content":"z"}]}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.Thinking.OfEnabled != nil }},
