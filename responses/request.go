@@ -142,6 +142,9 @@ func (r *Request) options(root gjson.Result) error {
 		}
 		r.MaxToolCalls, r.LimitToolCalls = int(v.Num), true
 	}
+	if v := root.Get("truncation"); v.Exists() && v.Type != gjson.Null && v.Str != "auto" && v.Str != "disabled" {
+		return pipeline.BadRequest("truncation", "truncation must be auto or disabled")
+	}
 	return nil
 }
 
@@ -294,6 +297,7 @@ func echo(root gjson.Result) []byte {
 	member("text", `{"format":{"type":"text"}}`)
 	member("reasoning", `{"effort":null,"summary":null}`)
 	member("store", "true")
+	member("truncation", `"disabled"`)
 	return b
 }
 

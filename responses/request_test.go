@@ -143,6 +143,7 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","instructions":5}`:                                               "instructions",
 		`{"model":"m","input":"x","store":"yes"}`:                                                  "store",
 		`{"model":"m","input":"x","previous_response_id":5}`:                                       "previous_response_id",
+		`{"model":"m","input":"x","truncation":"bogus"}`:                                           "truncation",
 		`not json`: "",
 		// Echoed into the response object: a broken byte there is a body
 		// the client's JSON parser refuses.
@@ -283,6 +284,24 @@ func TestTranslateAcceptsTheGatewayAsMCPServer(t *testing.T) {
 		}
 		if !gjson.ValidBytes(rq.Chat) {
 			t.Fatalf("%s: invalid chat body %s", body, rq.Chat)
+		}
+	}
+}
+
+// The response object repeats truncation as OpenAI's does: the request's,
+// or "disabled".
+func TestEchoTruncation(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"model":"m","input":"x"}`:                     "disabled",
+		`{"model":"m","input":"x","truncation":"auto"}`: "auto",
+	} {
+		r, err := Translate([]byte(body), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gjson.Get("{"+string(r.Echo)+"}", "truncation").Str; got != want {
+			t.Errorf("%s: truncation %q, want %q", body, got, want)
 		}
 	}
 }
