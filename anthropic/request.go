@@ -457,7 +457,8 @@ func translateToolChoice(tc, parallel gjson.Result) (*toolChoice, error) {
 
 // allowedTools narrows tools to those an allowed_tools choice's list names
 // (chat's {"type":"function","function":{"name":…}}, or a bare name) and
-// returns the choice its mode makes: "required" or "auto".
+// returns the choice its mode makes: "required" or "auto"; when it names
+// none of them, all tools with "none".
 func allowedTools(tools []tool, allowed gjson.Result) ([]tool, gjson.Result) {
 	names := map[string]bool{}
 	allowed.Get("tools").ForEach(func(_, t gjson.Result) bool {
@@ -473,6 +474,11 @@ func allowedTools(tools []tool, allowed gjson.Result) ([]tool, gjson.Result) {
 		if names[t.Name] {
 			kept = append(kept, t)
 		}
+	}
+	if len(kept) == 0 {
+		// None of them allowed: the tools stay (a history with tool_use
+		// or tool_result blocks needs them), and none may be called.
+		return tools, gjson.Parse(`"none"`)
 	}
 	if allowed.Get("mode").Str == "required" {
 		return kept, gjson.Parse(`"required"`)

@@ -71,8 +71,10 @@ func storable(completion []byte, toolCalls bool) bool {
 	calls := res[3]
 	switch res[1].String() {
 	case "stop", "length":
-		// "tool_calls": null (SGLang, LiteLLM) or [] is no call.
-		return res[2].Type == gjson.String && res[2].Str != "" && !(calls.IsArray() && len(calls.Array()) > 0)
+		// "tool_calls": null (SGLang, LiteLLM) or [] is no call; anything
+		// else a replay could not show both ways.
+		return res[2].Type == gjson.String && res[2].Str != "" &&
+			(!calls.Exists() || calls.Type == gjson.Null || calls.IsArray() && len(calls.Array()) == 0)
 	case "tool_calls":
 		if !toolCalls || !calls.IsArray() || len(calls.Array()) == 0 {
 			return false

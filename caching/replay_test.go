@@ -349,6 +349,9 @@ func TestNullToolCallsAreCached(t *testing.T) {
 	if !storable([]byte(body), true) {
 		t.Fatal("a text answer with tool_calls null is not stored")
 	}
+	if storable([]byte(strings.Replace(body, `"tool_calls":null`, `"tool_calls":{}`, 1)), true) {
+		t.Fatal("a text answer with tool_calls an object is stored")
+	}
 	const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
 	var r recorder
 	r.add([]byte(head + `{"role":"assistant","content":"hi","tool_calls":null},"finish_reason":null}]}`))

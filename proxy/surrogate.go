@@ -1,6 +1,10 @@
 package proxy
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+)
 
 // surrogates moves a UTF-16 surrogate pair that an upstream split between
 // two chunks back together. A server that cuts its text by UTF-16 units
@@ -9,16 +13,30 @@ import "bytes"
 // ("\ude00…"); each chunk read alone decodes its half to U+FFFD, which is
 // what every layer that reads the text (the tool loop's re-streamer, the
 // Responses form, the guardrails) would show, where the JSON answer of the
-// same request has the character. The high half is taken off the end of
-// its string and put back in front of the low half in the next chunk: each
-// chunk leaves at once, and both are valid JSON throughout.
+// same request has the character. The high half is taken off the end of a
+// text member (content, reasoning, refusal, arguments) of a chunk of one
+// choice and put back in front of the low half that starts the same member
+// of the same choice in the next chunk: each chunk leaves at once, and
+// both are valid JSON throughout. A carried half the next chunk does not
+// take was a lone half, which decodes to U+FFFD alone: it is dropped.
 type surrogates struct {
-	carry [][6]byte // high halves taken off the last chunk's strings, in order
+	carry []carried // high halves taken off the last chunk's strings, in order
+	hold  []carried // the halves this chunk carries (an array of its own: carry is read meanwhile)
 	buf   []byte    // the rewritten chunk
-	hold  [][6]byte // the halves this chunk carries (an array of its own: carry is read meanwhile)
+}
+
+// carried is a high half, the member it was taken from and its choice.
+type carried struct {
+	half   [6]byte
+	key    string
+	choice int64
 }
 
 var escU = []byte(`\u`)
+
+// pairKeys are the members whose strings are text a stream sends in
+// pieces.
+var pairKeys = [...]string{"content", "refusal", "reasoning_content", "reasoning", "arguments", "text"}
 
 // pair returns data with the halves carried from the last chunk put back
 // and this chunk's trailing high halves taken off (a view of data when
@@ -31,6 +49,7 @@ func (s *surrogates) pair(data []byte) []byte {
 	last, changed := 0, false
 	carry := s.carry
 	s.hold = s.hold[:0]
+	choice, known := int64(0), false
 	for i := 0; ; {
 		j := bytes.Index(data[i:], escU)
 		if j < 0 {
@@ -46,19 +65,31 @@ func (s *surrogates) pair(data []byte) []byte {
 			continue
 		}
 		i = at + 6
-		switch {
-		case v >= 0xD800 && v <= 0xDBFF && at+6 < len(data) && data[at+6] == '"':
-			// A high half that ends its string: carried to the next chunk.
-			var h [6]byte
-			copy(h[:], data[at:at+6])
-			s.hold = append(s.hold, h)
+		high := v >= 0xD800 && v <= 0xDBFF && at+6 < len(data) && data[at+6] == '"'
+		low := v >= 0xDC00 && v <= 0xDFFF && len(carry) > 0 && at > 0 && data[at-1] == '"' && escapes(data, at-1)
+		if !high && !low {
+			continue
+		}
+		if !known {
+			// Rare: parsed once per chunk that has a candidate.
+			choice, known = onlyChoice(data)
+			if !known {
+				break // several choices, or none: nothing is moved
+			}
+		}
+		switch key := memberOf(data, at); {
+		case high && isPairKey(key):
+			// A high half that ends a text member: carried to the next chunk.
+			c := carried{key: key, choice: choice}
+			copy(c.half[:], data[at:at+6])
+			s.hold = append(s.hold, c)
 			out = append(out, data[last:at]...)
 			last, changed = at+6, true
-		case v >= 0xDC00 && v <= 0xDFFF && len(carry) > 0 && at > 0 && data[at-1] == '"' && escapes(data, at-1):
-			// A low half that starts its string: the carried high half
-			// goes in front of it.
+		case low && carry[0].key == key && carry[0].choice == choice:
+			// A low half that starts the same member: the carried high
+			// half goes in front of it.
 			out = append(out, data[last:at]...)
-			out = append(out, carry[0][:]...)
+			out = append(out, carry[0].half[:]...)
 			carry = carry[1:]
 			last, changed = at, true
 		}
@@ -69,6 +100,71 @@ func (s *surrogates) pair(data []byte) []byte {
 	}
 	s.buf = append(out, data[last:]...)
 	return s.buf
+}
+
+// onlyChoice returns the index of a chunk's one choice; false when it has
+// several or none.
+func onlyChoice(data []byte) (int64, bool) {
+	ch := gjson.GetBytes(data, "choices")
+	if !ch.IsArray() {
+		return 0, false
+	}
+	n, idx := 0, int64(0)
+	ch.ForEach(func(_, c gjson.Result) bool {
+		n++
+		idx = c.Get("index").Int()
+		return n < 2
+	})
+	return idx, n == 1
+}
+
+// memberOf returns the key of the member whose string holds data[at] (an
+// escape inside a string), or "" when it is not a member's value (an array
+// item) or its key holds an escape.
+func memberOf(data []byte, at int) string {
+	// The string's opening quote: the last quote before at that no
+	// backslash escapes (a string holds no other).
+	q := at - 1
+	for ; q >= 0; q-- {
+		if data[q] == '"' && escapes(data, q) {
+			break
+		}
+	}
+	k := skipBack(data, q-1)
+	if k < 0 || data[k] != ':' {
+		return ""
+	}
+	k = skipBack(data, k-1)
+	if k < 0 || data[k] != '"' {
+		return ""
+	}
+	start := bytes.LastIndexByte(data[:k], '"')
+	if start < 0 || bytes.IndexByte(data[start+1:k], '\\') >= 0 {
+		return ""
+	}
+	return string(data[start+1 : k])
+}
+
+// skipBack returns the index of the last byte at or before i that is not
+// JSON whitespace, or -1.
+func skipBack(data []byte, i int) int {
+	for ; i >= 0; i-- {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return i
+		}
+	}
+	return -1
+}
+
+func isPairKey(k string) bool {
+	for _, p := range pairKeys {
+		if k == p {
+			return true
+		}
+	}
+	return false
 }
 
 // escapes reports whether the byte at data[i] is not itself escaped (a

@@ -65,3 +65,35 @@ func FuzzSurrogates(f *testing.F) {
 		}
 	})
 }
+
+// Only a text member of a chunk of one choice gives its high half, and
+// only the same member of the same choice takes it back: another member
+// (an id), another choice, or a chunk of several choices leaves both
+// halves where they are.
+func TestSurrogatesPairOnlyTheSameText(t *testing.T) {
+	t.Parallel()
+	const (
+		a = `{"choices":[{"index":0,"delta":{"content":"a\ud83d"}}]}`
+		b = `{"choices":[{"index":0,"delta":{"content":"\ude00b"}}]}`
+	)
+	for _, tc := range []struct {
+		name   string
+		chunks [2]string
+		want   [2]string
+	}{
+		{"same member, same choice", [2]string{a, b}, [2]string{`{"choices":[{"index":0,"delta":{"content":"a"}}]}`, `{"choices":[{"index":0,"delta":{"content":"\ud83d\ude00b"}}]}`}},
+		{"another choice", [2]string{a, strings.Replace(b, `"index":0`, `"index":1`, 1)}, [2]string{`{"choices":[{"index":0,"delta":{"content":"a"}}]}`, strings.Replace(b, `"index":0`, `"index":1`, 1)}},
+		{"another member", [2]string{a, strings.Replace(b, `"content"`, `"refusal"`, 1)}, [2]string{`{"choices":[{"index":0,"delta":{"content":"a"}}]}`, strings.Replace(b, `"content"`, `"refusal"`, 1)}},
+		{"not a text member", [2]string{`{"id":"x\ud83d","choices":[{"index":0,"delta":{}}]}`, `{"id":"\ude00","choices":[{"index":0,"delta":{}}]}`},
+			[2]string{`{"id":"x\ud83d","choices":[{"index":0,"delta":{}}]}`, `{"id":"\ude00","choices":[{"index":0,"delta":{}}]}`}},
+		{"several choices", [2]string{`{"choices":[{"index":0,"delta":{"content":"a\ud83d"}},{"index":1,"delta":{}}]}`, b},
+			[2]string{`{"choices":[{"index":0,"delta":{"content":"a\ud83d"}},{"index":1,"delta":{}}]}`, b}},
+	} {
+		var s surrogates
+		for i, c := range tc.chunks {
+			if got := string(s.pair([]byte(c))); got != tc.want[i] {
+				t.Errorf("%s, chunk %d: %s, want %s", tc.name, i, got, tc.want[i])
+			}
+		}
+	}
+}

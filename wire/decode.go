@@ -180,7 +180,11 @@ func DecodeCompletion(body []byte, emit func(*Event)) {
 		i++
 		return i <= maxCalls
 	})
-	e = Event{Kind: Finish, Finish: root.Get("choices.0.finish_reason").String()}
+	finish := root.Get("choices.0.finish_reason").String()
+	if finish == "" && i > 0 {
+		finish = "tool_calls" // calls without a reason (Ollama, SGLang): as the JSON answer is given one
+	}
+	e = Event{Kind: Finish, Finish: finish}
 	emit(&e)
 	if u := root.Get("usage"); u.IsObject() {
 		e = Event{Kind: Usage, Raw: []byte(u.Raw)}

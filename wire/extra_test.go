@@ -119,3 +119,26 @@ func TestNullToolCallsAreNone(t *testing.T) {
 		}
 	}
 }
+
+// A completion whose calls come without a finish reason decodes to a
+// "tool_calls" finish (a stream made of it ends as the JSON answer does);
+// without calls, the reason stays for the encoder ("stop").
+func TestDecodeCompletionCallsFinish(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":""}]}`:     "tool_calls",
+		`{"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}`:                        "tool_calls",
+		`{"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}]}`: "stop",
+		`{"choices":[{"index":0,"message":{"content":"x","tool_calls":null},"finish_reason":""}]}`:                                                          "",
+	} {
+		got := "?"
+		DecodeCompletion([]byte(body), func(e *Event) {
+			if e.Kind == Finish {
+				got = e.Finish
+			}
+		})
+		if got != want {
+			t.Errorf("%s: finish %q, want %q", body, got, want)
+		}
+	}
+}
