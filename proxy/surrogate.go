@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/hex"
 
 	"github.com/tidwall/gjson"
 )
@@ -180,18 +181,9 @@ func escapes(data []byte, i int) bool {
 
 // hex4 reads four hex digits.
 func hex4(b []byte) (rune, bool) {
-	var v rune
-	for _, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			v = v<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			v = v<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			v = v<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
+	var d [2]byte
+	if _, err := hex.Decode(d[:], b); err != nil {
+		return 0, false
 	}
-	return v, true
+	return rune(d[0])<<8 | rune(d[1]), true
 }
