@@ -24,14 +24,30 @@ type heldCalls struct {
 	mu    sync.Mutex
 	calls []pipeline.ServerCall
 	ats   []pipeline.TextsAt // the calls' At, copied (At points here when set)
+	ck    *checker           // judges each call's arguments and output (under mu)
 }
 
+// note keeps a copy of c with its arguments and output judged as texts of
+// their own, as the answer's are: a Responses client is shown them (an
+// mcp_call item). One a guard blocks is shown as a failed call.
 func (h *heldCalls) note(c *pipeline.ServerCall) {
 	cp := *c
-	cp.Arguments = append([]byte(nil), c.Arguments...)
-	cp.Output = append([]byte(nil), c.Output...)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	cp.Arguments, cp.Output = append([]byte(nil), c.Arguments...), append([]byte(nil), c.Output...)
+	if h.ck != nil {
+		args, err := h.ck.Check(cp.Arguments)
+		args = append([]byte(nil), args...) // Check's result is valid until its next call
+		var out []byte
+		if err == nil {
+			out, err = h.ck.Check(cp.Output)
+		}
+		if err != nil {
+			cp.Arguments, cp.Output, cp.IsError = []byte("{}"), []byte("the call's text was blocked by a guardrail"), true
+		} else {
+			cp.Arguments, cp.Output = args, append([]byte(nil), out...)
+		}
+	}
 	var at pipeline.TextsAt
 	if c.At != nil {
 		at = *c.At

@@ -47,6 +47,7 @@ type stream struct {
 	// been released, before the chunk that came after it (stashed).
 	held    *heldCalls
 	report  func(*pipeline.ServerCall)
+	side    *checker // judges the chunks' side members (side.go), each string on its own
 	due     []pipeline.ServerCall
 	stashed bool
 	stash   []byte
@@ -149,6 +150,14 @@ func (s *stream) Next() ([]byte, error) {
 		}
 		if err != nil || len(chunk) == 0 || chunk[0] == ':' {
 			return chunk, err
+		}
+		if s.side == nil {
+			s.side = newChecker(s.ctx, s.guards, s.meta)
+		}
+		if out, err := checkSide(s.side, chunk, "delta"); err != nil {
+			return nil, asClientError(err)
+		} else if out != nil {
+			chunk = out
 		}
 		if gjson.GetBytes(chunk, "choices.1").Exists() ||
 			gjson.GetBytes(chunk, "choices.0").Exists() && gjson.GetBytes(chunk, "usage").IsObject() {

@@ -294,6 +294,9 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 		}
 		return true
 	})
+	if failed == nil {
+		edits, failed = sideEdits(ck, body, "message", edits, what)
+	}
 	return applyEdits(body, edits, failed, what)
 }
 

@@ -1,0 +1,93 @@
+package guardrails
+
+import (
+	"errors"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// An answer carries text beside its choices' texts and calls: the trace and
+// plan the tool loop shows (x_gateway: a pending call's arguments, the to-do
+// list, traced calls), a message's other members (a search model's
+// annotations, OpenRouter's reasoning_details) and a provider's own
+// top-level members (Perplexity's citations). The response stage judges
+// every string in them as a text of its own, as it judges the content: a
+// match redacted there is not shown one member further down.
+
+// plainMember reports whether a message or delta member named k is one
+// the response stage judges elsewhere (texts, calls) or holds no text.
+func plainMember(k string) bool {
+	switch k {
+	case "role", "content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call", "audio":
+		return true
+	}
+	return false
+}
+
+// plainTop reports whether a top-level member named k of an answer or a
+// chunk holds no text to judge (or is judged elsewhere: choices).
+func plainTop(k string) bool {
+	switch k {
+	case "id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier", "obfuscation", "error":
+		return true
+	}
+	return false
+}
+
+// sideEdits adds to edits the redactions of the strings of body's side
+// members: the top-level ones but choices, and each choice's message (key
+// "message") or delta (key "delta") members but its texts and calls.
+func sideEdits(ck *checker, body []byte, key string, edits []jsonedit.Edit, what string) ([]jsonedit.Edit, error) {
+	var err error
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case k.Str == "choices":
+			v.ForEach(func(_, ch gjson.Result) bool {
+				ch.Get(key).ForEach(func(mk, mv gjson.Result) bool {
+					if !plainMember(mk.Str) {
+						edits, err = leafEdits(ck, body, mv, edits, what, 0)
+					}
+					return err == nil
+				})
+				return err == nil
+			})
+		case !plainTop(k.Str):
+			edits, err = leafEdits(ck, body, v, edits, what, 0)
+		}
+		return err == nil
+	})
+	return edits, err
+}
+
+// maxSideDepth bounds the nesting leafEdits follows (the body's own is
+// bounded by jsonvalid; this keeps the recursion short whatever it is).
+const maxSideDepth = 32
+
+// leafEdits adds the redactions of every string in v (an object, an array
+// or a string of body) to edits.
+func leafEdits(ck *checker, body []byte, v gjson.Result, edits []jsonedit.Edit, what string, depth int) ([]jsonedit.Edit, error) {
+	var err error
+	switch {
+	case v.Type == gjson.String:
+		return checkText(ck, body, v, edits, what)
+	case depth >= maxSideDepth:
+		return edits, pipeline.Internal(errors.New("guardrails: a side member nests too deep"), what)
+	case v.IsObject() || v.IsArray():
+		v.ForEach(func(_, c gjson.Result) bool {
+			edits, err = leafEdits(ck, body, c, edits, what, depth+1)
+			return err == nil
+		})
+	}
+	return edits, err
+}
+
+// checkSide returns chunk (or an answer) with its side members' strings
+// judged: nil when nothing changed.
+func checkSide(ck *checker, body []byte, key string) ([]byte, error) {
+	const what = "the answer could not be redacted"
+	edits, err := sideEdits(ck, body, key, nil, what)
+	return applyEdits(body, edits, err, what)
+}
