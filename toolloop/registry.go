@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -183,6 +184,10 @@ func compileSchema(params string) (*jsonschema.Schema, error) {
 
 // toolDef serialises the OpenAI tool definition once.
 func toolDef(name, desc, params string) ([]byte, error) {
+	// What the model is shown of a tool is masked as its results are: an
+	// MCP server's listing may spell a secret the config gives it (its env).
+	desc = string(observe.Secrets.RedactSecrets([]byte(desc)))
+	params = string(observe.Secrets.RedactSecrets([]byte(params)))
 	var buf bytes.Buffer
 	buf.WriteString(`{"type":"function","function":{"name":`)
 	buf.Write(appendJSONString(nil, []byte(name)))

@@ -42,3 +42,21 @@ func TestToolResultsMaskConfiguredSecrets(t *testing.T) {
 		}
 	}
 }
+
+// What the model is shown of a tool (its description and parameter schema,
+// as an MCP server lists them) has the configured secrets masked, as its
+// results do: a listing that spells a server's env value would otherwise
+// reach the model on every request, and through it any client.
+func TestToolDefinitionMasksConfiguredSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "mcp-env-secret-8d1e4a"
+	observe.Secrets.Add(secret)
+	def, err := toolDef("descleak", "Use token "+secret+" when asked",
+		`{"type":"object","properties":{"q":{"type":"string","description":"mentions `+secret+`"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(def), secret[:12]) || strings.Count(string(def), observe.Mask) != 2 {
+		t.Fatalf("%s", def)
+	}
+}
