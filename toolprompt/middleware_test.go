@@ -66,14 +66,7 @@ func TestSideTextsSameBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reasoning, refusal, content string
-	for {
-		c, err := resp.Stream.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range drainChunks(t, resp.Stream) {
 		d := gjson.GetBytes(c, "choices.0.delta")
 		reasoning += d.Get("reasoning_content").Str
 		refusal += d.Get("refusal").Str
@@ -88,6 +81,22 @@ func TestSideTextsSameBothWays(t *testing.T) {
 }
 
 func q(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// drainChunks reads s to its end and returns its chunks (copied).
+func drainChunks(t *testing.T, s pipeline.Stream) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for {
+		c, err := s.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, append([]byte(nil), c...))
+	}
+}
 
 // An upstream that sends its running usage totals on every chunk is
 // counted once per attempt, as its JSON answer is: the stream's usage is
@@ -126,14 +135,7 @@ func TestRunningUsageCountedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got int64
-	for {
-		c, err := resp.Stream.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range drainChunks(t, resp.Stream) {
 		got += gjson.GetBytes(c, "usage.total_tokens").Int()
 	}
 	if want != 30 || got != want {
@@ -324,14 +326,7 @@ func TestStructuredRefusalIsTheAnswer(t *testing.T) {
 		got := gjson.GetBytes(resp.Body, "choices.0.message.refusal").Str
 		if stream {
 			got = ""
-			for {
-				c, err := resp.Stream.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+			for _, c := range drainChunks(t, resp.Stream) {
 				got += gjson.GetBytes(c, "choices.0.delta.refusal").Str
 			}
 		}
