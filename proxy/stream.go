@@ -190,7 +190,26 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		s.fix, data = fixed, fixed
 	}
 	data = s.pairs.pair(data)
+	if bytes.Contains(data, xGroq) {
+		data = groqUsage(data)
+	}
 	return s.rename(stringArgs(flattenParts(data, "delta"), "delta")), false, nil
+}
+
+var xGroq = []byte(`"x_groq"`)
+
+// groqUsage gives a chunk whose usage is only in x_groq.usage (Groq's
+// streams before stream_options) that usage at the top, where every layer
+// reads it: the JSON answer of the same request has it there.
+func groqUsage(data []byte) []byte {
+	res := gjson.GetManyBytes(data, "usage", "x_groq.usage")
+	if res[0].IsObject() || !res[1].IsObject() {
+		return data
+	}
+	if out, err := sjson.SetRawBytes(data, "usage", []byte(res[1].Raw)); err == nil {
+		return out
+	}
+	return data
 }
 
 // rename gives data the client's model name, as setModel does, and reuses
