@@ -115,7 +115,7 @@ func (e *Engine) Middleware() pipeline.Middleware {
 			if len(out) > 0 && report != nil {
 				// The answer's texts change here: the calls go on where
 				// the rewritten texts put them (servercalls.go).
-				held = &heldCalls{ck: newChecker(ctx, out, req.Meta)}
+				held = &heldCalls{ck: newChecker(ctx, sideGuards(out), req.Meta)}
 				req = req.Clone()
 				req.OnServerCall = held.note
 			}

@@ -17,6 +17,20 @@ import (
 // every string in them as a text of its own, as it judges the content: a
 // match redacted there is not shown one member further down.
 
+// sideGuards are the guards that judge side strings: neither max_length
+// (a side string is no part of the answer's length) nor http (an external
+// classifier judges the answer, not each of its references, which a
+// provider may repeat on every chunk).
+func sideGuards(guards []*guard) []*guard {
+	var out []*guard
+	for _, g := range guards {
+		if g.kind != "max_length" && g.http == nil {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // plainMember reports whether a message or delta member named k is one
 // the response stage judges elsewhere (texts, calls) or holds no text.
 func plainMember(k string) bool {

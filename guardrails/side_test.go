@@ -62,3 +62,25 @@ func TestResponseStageJudgesSideMembers(t *testing.T) {
 		}
 	}
 }
+
+// A max_length guard bounds the answer's texts, not its side members: a
+// to-do list longer than the bound is shown whole.
+func TestSideMembersOutsideMaxLength(t *testing.T) {
+	t.Parallel()
+	cut := mustGuard(t, config.Guardrail{Name: "short", Kind: "max_length", Action: "redact", MaxLength: 5})
+	const todo = "a to-do item much longer than five"
+	body := []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}],"x_gateway":{"todos":[{"content":"` + todo + `","status":"pending"}]}}`)
+	out, err := checkAnswer(newChecker(context.Background(), []*guard{cut}, nil), body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil && gjson.GetBytes(out, "x_gateway.todos.0.content").Str != todo {
+		t.Fatalf("JSON: %s", out)
+	}
+	chunks := [][]byte{[]byte(chunkHead + `{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}],"x_gateway":{"todos":[{"content":"` + todo + `","status":"pending"}]}}`)}
+	for _, c := range mustDrain(t, newStream(context.Background(), &sliceStream{chunks: chunks}, []*guard{cut}, nil)) {
+		if x := gjson.GetBytes(c, "x_gateway.todos.0.content"); x.Exists() && x.Str != todo {
+			t.Fatalf("stream: %s", c)
+		}
+	}
+}

@@ -152,12 +152,14 @@ func (s *stream) Next() ([]byte, error) {
 			return chunk, err
 		}
 		if s.side == nil {
-			s.side = newChecker(s.ctx, s.guards, s.meta)
+			s.side = newChecker(s.ctx, sideGuards(s.guards), s.meta)
 		}
-		if out, err := checkSide(s.side, chunk, "delta"); err != nil {
-			return nil, asClientError(err)
-		} else if out != nil {
-			chunk = out
+		if len(s.side.guards) > 0 {
+			if out, err := checkSide(s.side, chunk, "delta"); err != nil {
+				return nil, asClientError(err)
+			} else if out != nil {
+				chunk = out
+			}
 		}
 		if gjson.GetBytes(chunk, "choices.1").Exists() ||
 			gjson.GetBytes(chunk, "choices.0").Exists() && gjson.GetBytes(chunk, "usage").IsObject() {

@@ -294,8 +294,8 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 		}
 		return true
 	})
-	if failed == nil {
-		edits, failed = sideEdits(ck, body, "message", edits, what)
+	if side := sideGuards(ck.guards); failed == nil && len(side) > 0 {
+		edits, failed = sideEdits(newChecker(ck.ctx, side, ck.meta), body, "message", edits, what)
 	}
 	return applyEdits(body, edits, failed, what)
 }
