@@ -36,8 +36,8 @@ func (h *heldCalls) note(c *pipeline.ServerCall) {
 	defer h.mu.Unlock()
 	cp.Arguments, cp.Output = append([]byte(nil), c.Arguments...), append([]byte(nil), c.Output...)
 	if h.ck != nil {
-		args, err := h.ck.Check(cp.Arguments)
-		args = append([]byte(nil), args...) // Check's result is valid until its next call
+		args, err := judgeArgs(h.ck, cp.Arguments) // JSON text: a redaction must keep it JSON
+		args = append([]byte(nil), args...)        // Check's result is valid until its next call
 		var out []byte
 		if err == nil {
 			out, err = h.ck.Check(cp.Output)

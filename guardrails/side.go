@@ -6,6 +6,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonedit"
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -80,8 +81,21 @@ func sideEdits(ck *checker, body []byte, key string, edits []jsonedit.Edit, what
 // bounded by jsonvalid; this keeps the recursion short whatever it is).
 const maxSideDepth = 32
 
+// opaqueKey reports whether a side member named k holds no text a person
+// wrote (an id the client sends back, a type, a signature a provider
+// checks): its strings are not judged, at any depth.
+func opaqueKey(k string) bool {
+	switch k {
+	case "id", "call_id", "tool_call_id", "type", "status", "name", "signature", "data", "index", "encrypted_content":
+		return true
+	}
+	return false
+}
+
 // leafEdits adds the redactions of every string in v (an object, an array
-// or a string of body) to edits.
+// or a string of body) to edits; a string under "arguments" is a call's
+// JSON text, judged as arguments are (judgeArgs: a redaction that would
+// break its JSON is an error).
 func leafEdits(ck *checker, body []byte, v gjson.Result, edits []jsonedit.Edit, what string, depth int) ([]jsonedit.Edit, error) {
 	var err error
 	switch {
@@ -89,13 +103,38 @@ func leafEdits(ck *checker, body []byte, v gjson.Result, edits []jsonedit.Edit, 
 		return checkText(ck, body, v, edits, what)
 	case depth >= maxSideDepth:
 		return edits, pipeline.Internal(errors.New("guardrails: a side member nests too deep"), what)
-	case v.IsObject() || v.IsArray():
+	case v.IsObject():
+		v.ForEach(func(k, c gjson.Result) bool {
+			switch {
+			case opaqueKey(k.Str):
+			case k.Str == "arguments" && c.Type == gjson.String:
+				edits, err = argsEdit(ck, body, c, edits, what)
+			default:
+				edits, err = leafEdits(ck, body, c, edits, what, depth+1)
+			}
+			return err == nil
+		})
+	case v.IsArray():
 		v.ForEach(func(_, c gjson.Result) bool {
 			edits, err = leafEdits(ck, body, c, edits, what, depth+1)
 			return err == nil
 		})
 	}
 	return edits, err
+}
+
+// argsEdit judges a call's arguments v (a JSON text in a string of body)
+// as the answer's calls' are, and adds the edit of its redaction.
+func argsEdit(ck *checker, body []byte, v gjson.Result, edits []jsonedit.Edit, what string) ([]jsonedit.Edit, error) {
+	out, err := judgeArgs(ck, []byte(v.Str))
+	if err != nil || string(out) == v.Str {
+		return edits, err
+	}
+	edits, ok := jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out)))
+	if !ok {
+		return edits, pipeline.Internal(errors.New("guardrails: a text's position is unknown"), what)
+	}
+	return edits, nil
 }
 
 // checkSide returns chunk (or an answer) with its side members' strings

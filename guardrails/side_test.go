@@ -84,3 +84,28 @@ func TestSideMembersOutsideMaxLength(t *testing.T) {
 		}
 	}
 }
+
+// Side strings that are no one's text (ids, types, names, signatures) are
+// not judged: a block guard does not fire on them, and an id the client
+// sends back is not redacted. A pending call's arguments are JSON text,
+// judged as the answer's calls' are: a redaction that would break the JSON
+// withholds the answer rather than showing broken arguments.
+func TestSideOpaqueAndArguments(t *testing.T) {
+	t.Parallel()
+	block := mustGuard(t, config.Guardrail{Name: "words", Kind: "regex", Action: "block", Patterns: []string{`falcon`}})
+	body := []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi",` +
+		`"reasoning_details":[{"type":"reasoning.encrypted","id":"falcon-1","data":"falcon","signature":"falcon"}]},"logprobs":null,"finish_reason":"stop"}],` +
+		`"x_gateway":{"awaiting_approval":[{"id":"call_falcon","name":"falcon","arguments":"{}"}]}}`)
+	if _, err := checkAnswer(newChecker(context.Background(), []*guard{block}, nil), body, nil); err != nil {
+		t.Fatalf("an opaque string was judged: %v", err)
+	}
+	cut := mustGuard(t, config.Guardrail{Name: "cut", Kind: "regex", Action: "redact", Patterns: []string{`secret[^ ]*`}})
+	args := []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}],` +
+		`"x_gateway":{"awaiting_approval":[{"id":"call_1","name":"f","arguments":"{\"k\":\"secret\"}"}]}}`)
+	out, err := checkAnswer(newChecker(context.Background(), []*guard{cut}, nil), args, nil)
+	if err == nil {
+		if a := gjson.GetBytes(out, "x_gateway.awaiting_approval.0.arguments"); out != nil && !gjson.Valid(a.Str) {
+			t.Fatalf("broken arguments shown: %s", a.Str)
+		}
+	}
+}

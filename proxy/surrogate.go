@@ -181,6 +181,9 @@ func escapes(data []byte, i int) bool {
 
 // hex4 reads four hex digits.
 func hex4(b []byte) (rune, bool) {
+	if len(b) != 4 {
+		return 0, false
+	}
 	var d [2]byte
 	if _, err := hex.Decode(d[:], b); err != nil {
 		return 0, false

@@ -3,6 +3,7 @@ package toolloop
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -159,6 +161,56 @@ func newTool(tc config.Tool, params string, exec executor, opts *Options) (*tool
 	return t, nil
 }
 
+// maskSchema returns a tool's parameter schema with the configured secrets
+// masked in its strings. Masked as text when that keeps it JSON (nearly
+// always: a secret is a token inside a string); otherwise (a secret spelt
+// as a number, or with escapes) every decoded string is masked and the
+// schema encoded again.
+func maskSchema(params string) string {
+	masked := string(observe.Secrets.RedactSecrets([]byte(params)))
+	if masked == params && !strings.Contains(params, `\u`) {
+		return params
+	}
+	if masked != params && jsonvalid.String(masked) {
+		return masked
+	}
+	var v any
+	dec := json.NewDecoder(strings.NewReader(params))
+	dec.UseNumber() // a number as written, to be compared with a secret
+	if err := dec.Decode(&v); err != nil {
+		return masked // not JSON: jsonCompact refuses it either way
+	}
+	out, err := json.Marshal(maskStrings(v))
+	if err != nil {
+		return masked
+	}
+	return string(out)
+}
+
+// maskStrings masks the configured secrets in every string of v (decoded
+// JSON), keys included.
+func maskStrings(v any) any {
+	switch x := v.(type) {
+	case string:
+		return string(observe.Secrets.RedactSecrets([]byte(x)))
+	case []any:
+		for i := range x {
+			x[i] = maskStrings(x[i])
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[string(observe.Secrets.RedactSecrets([]byte(k)))] = maskStrings(e)
+		}
+		return out
+	case json.Number:
+		if string(observe.Secrets.RedactSecrets([]byte(x))) != string(x) {
+			return observe.Mask
+		}
+	}
+	return v
+}
+
 // readCap bounds what an http tool reads: enough to truncate with a note.
 func readCap(maxResult int) int64 {
 	if maxResult <= 0 {
@@ -187,7 +239,7 @@ func toolDef(name, desc, params string) ([]byte, error) {
 	// What the model is shown of a tool is masked as its results are: an
 	// MCP server's listing may spell a secret the config gives it (its env).
 	desc = string(observe.Secrets.RedactSecrets([]byte(desc)))
-	params = string(observe.Secrets.RedactSecrets([]byte(params)))
+	params = maskSchema(params)
 	var buf bytes.Buffer
 	buf.WriteString(`{"type":"function","function":{"name":`)
 	buf.Write(appendJSONString(nil, []byte(name)))

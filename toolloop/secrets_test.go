@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -58,5 +59,26 @@ func TestToolDefinitionMasksConfiguredSecrets(t *testing.T) {
 	}
 	if strings.Contains(string(def), secret[:12]) || strings.Count(string(def), observe.Mask) != 2 {
 		t.Fatalf("%s", def)
+	}
+}
+
+// A secret a schema spells as a number or with \u escapes is masked too,
+// and the schema stays JSON (the tool still registers).
+func TestToolDefinitionMaskKeepsJSON(t *testing.T) {
+	t.Parallel()
+	const secret = "4417123456789"
+	observe.Secrets.Add(secret)
+	observe.Secrets.Add("esc-secret-77a1")
+	for _, params := range []string{
+		`{"type":"object","properties":{"pin":{"type":"integer","default":` + secret + `}}}`,
+		`{"type":"object","properties":{"q":{"type":"string","description":"e\u0073c-secret-77a1"}}}`,
+	} {
+		def, err := toolDef("t", "", params)
+		if err != nil {
+			t.Fatalf("%s: %v", params, err)
+		}
+		if !jsonvalid.Bytes(def) || strings.Contains(string(def), secret) || strings.Contains(string(def), "esc-secret") || strings.Contains(string(def), `e\u0073c`) {
+			t.Fatalf("%s: %s", params, def)
+		}
 	}
 }
