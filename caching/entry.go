@@ -134,14 +134,10 @@ func topMembers(completion []byte) []byte {
 }
 
 // commonTop reports whether a completion's or chunk's top-level member
-// named k is one the encoders write themselves (or the entry keeps apart).
+// named k is one the encoders write themselves (wire.OwnTop) or the entry
+// keeps apart (the trace, the stored server calls).
 func commonTop(k string) bool {
-	switch k {
-	case "id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier",
-		"x_gateway", "obfuscation", "error", serverCallsKey:
-		return true
-	}
-	return false
+	return wire.OwnTop(k) || k == "x_gateway" || k == serverCallsKey
 }
 
 // renderJSON writes completion as the answer to a new request: a fresh id

@@ -8,6 +8,7 @@ import (
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // An answer carries text beside its choices' texts and calls: the trace and
@@ -32,26 +33,6 @@ func sideGuards(guards []*guard) []*guard {
 	return out
 }
 
-// plainMember reports whether a message or delta member named k is one
-// the response stage judges elsewhere (texts, calls) or holds no text.
-func plainMember(k string) bool {
-	switch k {
-	case "role", "content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call", "audio":
-		return true
-	}
-	return false
-}
-
-// plainTop reports whether a top-level member named k of an answer or a
-// chunk holds no text to judge (or is judged elsewhere: choices).
-func plainTop(k string) bool {
-	switch k {
-	case "id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier", "obfuscation", "error":
-		return true
-	}
-	return false
-}
-
 // sideEdits adds to edits the redactions of the strings of body's side
 // members: the top-level ones but choices, and each choice's message (key
 // "message") or delta (key "delta") members but its texts and calls.
@@ -62,14 +43,14 @@ func sideEdits(ck *checker, body []byte, key string, edits []jsonedit.Edit, what
 		case k.Str == "choices":
 			v.ForEach(func(_, ch gjson.Result) bool {
 				ch.Get(key).ForEach(func(mk, mv gjson.Result) bool {
-					if !plainMember(mk.Str) {
+					if !wire.OwnMember(mk.Str) {
 						edits, err = leafEdits(ck, body, mv, edits, what, 0)
 					}
 					return err == nil
 				})
 				return err == nil
 			})
-		case !plainTop(k.Str):
+		case !wire.OwnTop(k.Str):
 			edits, err = leafEdits(ck, body, v, edits, what, 0)
 		}
 		return err == nil

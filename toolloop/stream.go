@@ -321,12 +321,13 @@ func (st *loopStream) onChunk(ch []byte) {
 			if v.IsObject() {
 				st.roundUsage = append(st.roundUsage[:0], v.Raw...)
 			}
-		case "object", "obfuscation", "error", "x_gateway":
 		default:
 			// A provider's own member (citations, search results), as the
 			// JSON answer keeps the last round's: the finish chunk carries
 			// the last value each had.
-			st.top.Set(k.Str, v)
+			if !wire.OwnTop(k.Str) && k.Str != "x_gateway" {
+				st.top.Set(k.Str, v)
+			}
 		}
 		return true
 	})
@@ -394,14 +395,14 @@ func (st *loopStream) onChunk(ch []byte) {
 				st.acc.add(e)
 				return st.kept() <= limit
 			})
-		case "role", "function_call", "audio":
-			// audio comes in fragments of its own shape (id, data,
-			// transcript): not a member kept whole.
 		default:
 			// What the JSON answer's message carries beside its texts
 			// and calls (the last round's message, as the upstream
-			// wrote it): sent before the finish.
-			st.extra.Add(k.Str, v)
+			// wrote it): sent before the finish. Audio comes in
+			// fragments of its own shape, not a member kept whole.
+			if !wire.OwnMember(k.Str) {
+				st.extra.Add(k.Str, v)
+			}
 		}
 		return st.kept() <= limit
 	})

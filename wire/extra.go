@@ -38,13 +38,35 @@ func (m *Members) Add(k string, v gjson.Result) {
 // MessageMember reports whether v, the value of a message member no event
 // kind carries, is one Members.Add keeps: a non-empty array or object.
 func MessageMember(v gjson.Result) bool {
-	return (v.IsArray() || v.IsObject()) && !isEmptyArray(v)
+	return (v.IsArray() || v.IsObject()) && !isEmpty(v)
+}
+
+// OwnTop reports whether a top-level member named k of a completion or a
+// chunk is one the encoders write themselves (or the stream machinery
+// reads: usage, error), not a provider's own such as citations.
+func OwnTop(k string) bool {
+	switch k {
+	case "id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier", "obfuscation", "error":
+		return true
+	}
+	return false
+}
+
+// OwnMember reports whether a message or delta member named k is one an
+// event kind carries (role, texts, calls) or that comes in a shape of its
+// own (function_call, audio fragments), not one Members gathers.
+func OwnMember(k string) bool {
+	switch k {
+	case "role", "content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call", "audio":
+		return true
+	}
+	return false
 }
 
 // Set records member k of value v, in place of the one k had (a member
 // an upstream repeats whole on every chunk).
 func (m *Members) Set(k string, v gjson.Result) {
-	if !v.Exists() || v.Type == gjson.Null || v.IsArray() && isEmptyArray(v) {
+	if !v.Exists() || v.Type == gjson.Null || v.IsArray() && isEmpty(v) {
 		return
 	}
 	m.add(k, v, false)
@@ -57,12 +79,12 @@ func (m *Members) add(k string, v gjson.Result, join bool) {
 			continue
 		}
 		old := m.vals[i] // trimmed: an array ends with its ']'
+		m.size -= len(old)
 		if join && v.IsArray() && len(old) > 0 && old[0] == '[' {
-			m.size -= len(old)
-			m.vals[i] = append(append(old[:len(old)-1], ','), trimArray(v.Raw)...)
-			m.vals[i] = append(m.vals[i], ']')
+			// Both trimmed arrays: old's items, then raw's.
+			old = append(append(old[:len(old)-1], ','), strings.TrimSpace(raw[1:len(raw)-1])...)
+			m.vals[i] = append(old, ']')
 		} else {
-			m.size -= len(old)
 			m.vals[i] = append(old[:0], raw...)
 		}
 		m.size += len(m.vals[i])
@@ -141,35 +163,12 @@ func ShiftAnnotations(a []byte, n int) []byte {
 // them (Unicode code points).
 func Characters(text []byte) int { return utf8.RuneCount(text) }
 
-// isEmptyArray reports whether array (or object) v has no member.
-func isEmptyArray(v gjson.Result) bool {
+// isEmpty reports whether array or object v has no member.
+func isEmpty(v gjson.Result) bool {
 	empty := true
 	v.ForEach(func(_, _ gjson.Result) bool {
 		empty = false
 		return false
 	})
 	return empty
-}
-
-// trimArray returns the inside of array raw a: its items, without the
-// brackets and the space around them.
-func trimArray(a string) string {
-	i, j := 0, len(a)
-	for i < j && a[i] != '[' {
-		i++
-	}
-	for j > i && a[j-1] != ']' {
-		j--
-	}
-	if j-i < 2 {
-		return ""
-	}
-	inner := a[i+1 : j-1]
-	for len(inner) > 0 && (inner[0] == ' ' || inner[0] == '\n' || inner[0] == '\t' || inner[0] == '\r') {
-		inner = inner[1:]
-	}
-	for len(inner) > 0 && (inner[len(inner)-1] == ' ' || inner[len(inner)-1] == '\n' || inner[len(inner)-1] == '\t' || inner[len(inner)-1] == '\r') {
-		inner = inner[:len(inner)-1]
-	}
-	return inner
 }
