@@ -131,15 +131,17 @@ func New(o Options) *Limiter {
 			}
 			return "#" + strconv.Itoa(n)
 		}
-		key := func(kind string, limit int64) string {
-			return o.Prefix + "rl:" + kind + ":" + id + nth(kind, limit) + ":"
-		}
-		rate := func(kind string, limit int64) string {
-			return o.Prefix + "rl:" + kind + ":" + id + nth(kind, limit) + "/" + strconv.FormatInt(limit, 10) + ":"
+		key := func(kind string, limit int64, rate bool) string {
+			k := o.Prefix + "rl:" + kind + ":" + id + nth(kind, limit)
+			if rate {
+				k += "/" + strconv.FormatInt(limit, 10)
+			}
+			return k + ":"
 		}
 		l.rules = append(l.rules, rule{index: i, tenant: r.Tenant, key: r.Key, model: r.Model,
 			rpm: r.RequestsPerMinute, tpm: r.TokensPerMinute, conc: r.Concurrent, tools: r.ToolCallsPerMinute,
-			keyR: rate("r", r.RequestsPerMinute), keyT: rate("t", r.TokensPerMinute), keyC: key("c", r.Concurrent), keyX: rate("x", r.ToolCallsPerMinute)})
+			keyR: key("r", r.RequestsPerMinute, true), keyT: key("t", r.TokensPerMinute, true),
+			keyC: key("c", r.Concurrent, false), keyX: key("x", r.ToolCallsPerMinute, true)})
 	}
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,

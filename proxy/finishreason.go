@@ -107,7 +107,7 @@ var finishKey = []byte(`"finish_reason"`)
 // An answer without the member fails the schema, and an SDK that reads it
 // gets no reason.
 func addFinish(body []byte) []byte {
-	if n := bytes.Count(body, finishKey); n > 0 && n >= bytes.Count(body, messageKey) {
+	if namesEveryFinish(body) {
 		return body
 	}
 	var missing []int
@@ -129,6 +129,14 @@ func addFinish(body []byte) []byte {
 
 var messageKey = []byte(`"message"`)
 
+// namesEveryFinish reports whether body names the finish_reason member as
+// often as it has messages: two byte counts (a quote inside a string is
+// escaped, so neither counts text).
+func namesEveryFinish(body []byte) bool {
+	n := bytes.Count(body, finishKey)
+	return n > 0 && n >= bytes.Count(body, messageKey)
+}
+
 var toolCallsKey = []byte(`"tool_calls"`)
 
 // callsFinish gives each choice of a JSON answer that made tool calls and
@@ -140,10 +148,8 @@ func callsFinish(body []byte) []byte {
 	if !bytes.Contains(body, toolCallsKey) {
 		return body
 	}
-	if i, _ := emptyFinishAt(body, 0, true); i < 0 {
-		if n := bytes.Count(body, finishKey); n > 0 && n >= bytes.Count(body, messageKey) {
-			return body
-		}
+	if i, _ := emptyFinishAt(body, 0, true); i < 0 && namesEveryFinish(body) {
+		return body
 	}
 	choices := gjson.GetBytes(body, "choices")
 	if !choices.IsArray() {
