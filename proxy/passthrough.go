@@ -580,8 +580,8 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	if !m.json && observe.Secrets.Any() && bytes.Contains(out, escapeU) {
 		out = maskEscaped(out)
 	}
-	if !m.json && bytes.Contains(out, errorWord) {
-		out = rewriteLimitEvents(out)
+	if !m.json && bytes.Contains(out, errorWord) && (bytes.Contains(out, rateLimitWord) || bytes.Contains(out, quotaWord)) {
+		out = rewriteLimitEvents(out) // each line is checked again: these words may be in another line
 	}
 	return out, n
 }
