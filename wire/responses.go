@@ -55,6 +55,15 @@ type ResponsesHeader struct {
 // response.incomplete, carrying the whole object. Fail ends a stream with
 // response.failed instead.
 //
+// A round of the model (the events up to its Finish, or up to a
+// ServerCall, which ends a round of the tool loop) keeps its message item
+// open until the round ends: a text that comes after the round's calls
+// joins the message already there, as a JSON answer's message holds one
+// content text before its calls (otherwise the stream would list a second
+// message after the calls, the JSON answer one message before them). A
+// reasoning item stays open across calls too, and is done once the
+// message's text begins.
+//
 // Not safe for concurrent use.
 type Responses struct {
 	h      ResponsesHeader
@@ -175,7 +184,6 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 
 // callHeader starts a function_call (or mcp_approval_request) item.
 func (r *Responses) callHeader(dst []byte, e *Event) []byte {
-	dst = r.closeOpen(dst)
 	for len(r.calls) <= e.Index {
 		r.calls = append(r.calls, -1)
 	}
@@ -347,6 +355,8 @@ func idSuffix(id string) string {
 // the request asked for them, the content tokens of its logprobs object lp.
 func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byte {
 	if r.reason >= 0 {
+		// The reasoning is done once the answer's text begins, as in
+		// OpenAI's own streams (a client shows it finished).
 		dst = r.closeItem(dst, r.reason)
 		r.reason = -1
 	}
@@ -422,10 +432,6 @@ func (r *Responses) textLogprobs(dst, lp []byte) []byte {
 }
 
 func (r *Responses) reasoningText(dst []byte, text []byte) []byte {
-	if r.msg >= 0 {
-		dst = r.closeItem(dst, r.msg)
-		r.msg = -1
-	}
 	if r.reason < 0 {
 		r.reason = len(r.items)
 		r.items = append(r.items, respItem{kind: itemReasoning, id: r.itemID("rs"), parts: []respPart{{}}})
@@ -447,19 +453,6 @@ func (r *Responses) reasoningText(dst []byte, text []byte) []byte {
 	dst = append(dst, `,"delta":`...)
 	dst = appendString(dst, text)
 	return endEvent(dst)
-}
-
-// closeOpen closes the open message or reasoning item.
-func (r *Responses) closeOpen(dst []byte) []byte {
-	if r.msg >= 0 {
-		dst = r.closeItem(dst, r.msg)
-		r.msg = -1
-	}
-	if r.reason >= 0 {
-		dst = r.closeItem(dst, r.reason)
-		r.reason = -1
-	}
-	return dst
 }
 
 // closeAll closes every item still open, in output order.

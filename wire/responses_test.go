@@ -472,3 +472,63 @@ func TestResponsesNoEmptyLogprobsDelta(t *testing.T) {
 		t.Fatalf("%d output_text deltas, want 2 (Hi, and the cut token's):\n%s", n, stream)
 	}
 }
+
+// The same answer streamed and in one completion builds the same
+// response: a text that comes after the round's calls joins the message
+// before them in a stream too, as the completion's one content holds it,
+// and reasoning that goes on across the calls stays one item.
+func TestResponsesStreamedAnswerEqualsCompletion(t *testing.T) {
+	schema := wiretest.LoadResponsesSchema(t)
+	cases := map[string]struct {
+		chunks     []string
+		completion string
+	}{
+		"text after the calls": {
+			chunks: []string{
+				`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me "}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"f","arguments":"{}"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"content":"check."}}]}`,
+				`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+			},
+			completion: `{"choices":[{"index":0,"message":{"role":"assistant","content":"Let me check.",` +
+				`"tool_calls":[{"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+		},
+		"reasoning across the calls": {
+			chunks: []string{
+				`{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"first "}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"f","arguments":"{}"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"reasoning_content":"then"}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","function":{"name":"g","arguments":"{}"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+			},
+			completion: `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"reasoning_content":"first then",` +
+				`"tool_calls":[{"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}},` +
+				`{"id":"call_b","type":"function","function":{"name":"g","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			s, j := NewResponsesStream(respHeader), NewResponsesJSON(respHeader)
+			var stream, object []byte
+			var d ChunkDecoder
+			for _, ch := range c.chunks {
+				d.Decode([]byte(ch), func(e *Event) { stream = s.Encode(stream, e) })
+			}
+			end := Event{Kind: End}
+			stream = s.Encode(stream, &end)
+			DecodeCompletion([]byte(c.completion), func(e *Event) { object = j.Encode(object, e) })
+			if _, err := wiretest.CheckResponsesStream(stream, schema); err != nil {
+				t.Fatalf("%v\n%s", err, stream)
+			}
+			var last []byte
+			for ev := range bytes.SplitSeq(stream, []byte("\n\n")) {
+				if i := bytes.Index(ev, []byte("data: ")); i >= 0 {
+					last = ev[i+6:]
+				}
+			}
+			if got := gjson.GetBytes(last, "response.output").Raw; got != gjson.GetBytes(object, "output").Raw {
+				t.Fatalf("stream and completion differ:\n%s\n%s", got, gjson.GetBytes(object, "output").Raw)
+			}
+		})
+	}
+}
