@@ -570,3 +570,41 @@ func TestFailureAfterServerToolIsNotRetried(t *testing.T) {
 		t.Fatalf("before any tool ran: %d x-should-retry %q: %s", code, hdr.Get("X-Should-Retry"), b)
 	}
 }
+
+// A JSON request the gateway's shutdown ends after a server tool ran is
+// answered 503 with x-should-retry: false, as any other failure after a
+// tool: an SDK's automatic retry on another replica would run the tool again.
+func TestShutdownAfterServerToolIsNotRetried(t *testing.T) {
+	t.Parallel()
+	se, url := newSideEffects(t)
+	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", url), mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole == "tool" {
+			return mockllm.Turn{Text: "late", Fault: &mockllm.Fault{Stall: time.Minute}}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "slow_lookup", Arguments: `{"key":"k"}`}}}
+	}})
+	type answer struct {
+		code int
+		hdr  http.Header
+		body []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, hdr, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"look it up"}]}`, nil)
+		done <- answer{code, hdr, b}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(se.runs()) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tool never ran")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the next round is waiting on the stalled upstream
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = h.srv.Shutdown(ctx)
+	a := <-done
+	if a.code != http.StatusServiceUnavailable || a.hdr.Get("X-Should-Retry") != "false" ||
+		gjson.GetBytes(a.body, "error.code").Str != "server_shutting_down" {
+		t.Fatalf("%d x-should-retry %q: %s", a.code, a.hdr.Get("X-Should-Retry"), a.body)
+	}
+}

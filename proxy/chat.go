@@ -146,7 +146,14 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.base.Err() != nil {
-			err = errShuttingDown
+			// Keep what a retry needs to know: after a server tool ran,
+			// a retry would run it again (x-should-retry: false).
+			var se *pipeline.SideEffectsError
+			if errors.As(err, &se) {
+				err = pipeline.AfterSideEffects(errShuttingDown)
+			} else {
+				err = errShuttingDown
+			}
 		}
 		setMetaHeaders(ctx, req.Meta)
 		s.writeError(ctx, x, err)
