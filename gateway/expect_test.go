@@ -94,3 +94,35 @@ func TestExpectContinueJudgesTheKey(t *testing.T) {
 		t.Fatalf("a good request after 100 Continue: %d %s", resp.StatusCode, b)
 	}
 }
+
+// A reload that changes server.max_body_bytes applies to a client that
+// sends Expect: 100-continue as to one that sends its body at once: the
+// head is judged by the limit in force, not the one the server started
+// with.
+func TestExpectContinueFollowsReloadedBodyLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.Replace(baseConfig, "[server]", "[server]\nmax_body_bytes = 1000", 1), mockllm.Options{})
+	addr := strings.TrimSuffix(strings.TrimPrefix(h.base, "http://"), "/v1")
+	if _, _, resp, body := expectHead(t, addr, "POST", "/v1/chat/completions", "k", 5000); resp.StatusCode != 413 {
+		t.Fatalf("before the reload: %d %s, want 413", resp.StatusCode, body)
+	}
+	h.toml = strings.Replace(h.toml, "max_body_bytes = 1000", "max_body_bytes = 10000", 1)
+	h.reload()
+	big := `{"model":"gpt-x","messages":[{"role":"user","content":"` + strings.Repeat("a", 4000) + `"}]}`
+	c, br, resp, body := expectHead(t, addr, "POST", "/v1/chat/completions", "k", len(big))
+	if resp.StatusCode != http.StatusContinue {
+		t.Fatalf("raised by a reload: %d %s, want 100 Continue", resp.StatusCode, body)
+	}
+	if _, err := io.WriteString(c, big); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the body under the raised limit: %v %v", resp, err)
+	}
+	h.toml = strings.Replace(h.toml, "max_body_bytes = 10000", "max_body_bytes = 100", 1)
+	h.reload()
+	if _, _, resp, body := expectHead(t, addr, "POST", "/v1/chat/completions", "k", 500); resp.StatusCode != 413 ||
+		!strings.Contains(gjson.GetBytes(body, "error.message").Str, "100") {
+		t.Fatalf("lowered by a reload: %d %s, want 413 naming 100 bytes", resp.StatusCode, body)
+	}
+}

@@ -408,13 +408,13 @@ func (s *Server) earlyError(ctx *fasthttp.RequestCtx, e error) int {
 // fasthttp closes the connection after. Any other goes on.
 func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 	cl := ctx.Request.Header.ContentLength()
-	if max := s.srv.MaxRequestBodySize; max > 0 && cl > max {
+	rt := s.rt.Load() // the limit a reload set, as the route reads it
+	if max := rt.Config.Server.MaxBodyBytes; max > 0 && cl > max {
 		return s.earlyError(ctx, tooLarge(max))
 	}
 	if err := ambiguousCredential(&ctx.Request.Header); err != nil {
 		return s.earlyError(ctx, err)
 	}
-	rt := s.rt.Load()
 	if rt.Policy == nil {
 		return fasthttp.StatusContinue
 	}
