@@ -140,13 +140,7 @@ func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen st
 		return
 	}
 	override(cfg, level, format, listen)
-	if was := srv.Runtime().Config.Server.MetricsListen; cfg.Server.MetricsListen != was {
-		// The metrics listener is opened at start only: a new value would
-		// make the main listener refuse /metrics with nothing else serving
-		// it, or serve it there while the old listener still does.
-		log.Warn().Str("metrics_listen", was).Msg("reload: server.metrics_listen changes only on restart; keeping the current one")
-		cfg.Server.MetricsListen = was
-	}
+	keepStartOnly(&cfg.Server, &srv.Runtime().Config.Server, log)
 	rt, err := gateway.Build(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("reload refused: cannot build the new config; keeping the old one")
@@ -163,6 +157,28 @@ func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen st
 		old.Close()
 	}()
 	log.Info().Int("models", len(cfg.Models)).Msg("config reloaded")
+}
+
+// keepStartOnly keeps the [server] settings the listeners and the HTTP
+// server take at start at the values in use (was), with a warning for
+// each one the new config changed: the listen addresses (the metrics
+// listener's too: a new value would make the main listener refuse
+// /metrics with nothing else serving it), the read and idle timeouts and
+// the connection buffers.
+func keepStartOnly(now, was *config.Server, log zerolog.Logger) {
+	keep(log, "listen", &now.Listen, was.Listen)
+	keep(log, "metrics_listen", &now.MetricsListen, was.MetricsListen)
+	keep(log, "read_timeout", &now.ReadTimeout, was.ReadTimeout)
+	keep(log, "idle_timeout", &now.IdleTimeout, was.IdleTimeout)
+	keep(log, "read_buffer", &now.ReadBuffer, was.ReadBuffer)
+	keep(log, "write_buffer", &now.WriteBuffer, was.WriteBuffer)
+}
+
+func keep[T comparable](log zerolog.Logger, key string, now *T, was T) {
+	if *now != was {
+		log.Warn().Str("key", "server."+key).Msg("reload: server." + key + " changes only on restart; keeping the current one")
+		*now = was
+	}
 }
 
 // longestRequest bounds how long a request of cfg can run.

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// A reload keeps the [server] settings the server takes at start, and
+// warns for each one it changed: a reload that said "config reloaded"
+// while a new listen address or idle timeout did nothing misled the
+// operator. Settings a reload applies are left as the new file has them.
+func TestReloadKeepsStartOnlySettings(t *testing.T) {
+	was := config.Server{Listen: "127.0.0.1:8080", MetricsListen: "", ReadTimeout: config.Duration(30 * time.Second),
+		IdleTimeout: config.Duration(120 * time.Second), ReadBuffer: 4096, WriteBuffer: 4096, MaxBodyBytes: 1000}
+	now := config.Server{Listen: "127.0.0.1:8085", MetricsListen: "127.0.0.1:9", ReadTimeout: config.Duration(time.Second),
+		IdleTimeout: config.Duration(time.Second), ReadBuffer: 8192, WriteBuffer: 1024, MaxBodyBytes: 2000}
+	var logs bytes.Buffer
+	keepStartOnly(&now, &was, zerolog.New(&logs))
+	want := was
+	want.MaxBodyBytes = 2000
+	if now != want {
+		t.Fatalf("after the reload: %+v, want %+v", now, want)
+	}
+	for _, key := range []string{"listen", "metrics_listen", "read_timeout", "idle_timeout", "read_buffer", "write_buffer"} {
+		if !strings.Contains(logs.String(), `"key":"server.`+key+`"`) {
+			t.Errorf("no warning for server.%s: %s", key, logs.String())
+		}
+	}
+	logs.Reset()
+	keepStartOnly(&now, &was, zerolog.New(&logs))
+	if logs.Len() != 0 {
+		t.Fatalf("warnings for a reload that changed none of them: %s", logs.String())
+	}
+}
