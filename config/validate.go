@@ -101,9 +101,16 @@ func (c *Config) validate(o *origin) error {
 	return errors.Join(p.errs...)
 }
 
+// LogLevels and LogFormats are the values server.log_level and
+// server.log_format take (the command's -log-level and -log-format too).
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"json", "console"}
+)
+
 func (c *Config) validateServer(p *problems) {
-	p.checkEnum("server.log_level", c.Server.LogLevel, "debug", "info", "warn", "error")
-	p.checkEnum("server.log_format", c.Server.LogFormat, "json", "console")
+	p.checkEnum("server.log_level", c.Server.LogLevel, LogLevels...)
+	p.checkEnum("server.log_format", c.Server.LogFormat, LogFormats...)
 	p.checkPositive("server.max_body_bytes", int64(c.Server.MaxBodyBytes))
 	p.checkBuffer("server.read_buffer", c.Server.ReadBuffer)
 	p.checkBuffer("server.write_buffer", c.Server.WriteBuffer)

@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +42,10 @@ func run() int {
 	flag.Parse()
 	if *health != "" {
 		return healthcheck(*health)
+	}
+	if err := checkFlags(*level, *format); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		return 2
 	}
 	stopProfiles, err := startProfiles(*cpuProfile, *memProfile, *traceFile)
 	if err != nil {
@@ -190,6 +196,18 @@ func longestRequest(cfg *config.Config) time.Duration {
 		}
 	}
 	return d + cfg.ToolLoop.WallTime.D()
+}
+
+// checkFlags refuses a -log-level or -log-format the config file would
+// refuse too (a bad one would otherwise be taken as info, or as JSON).
+func checkFlags(level, format string) error {
+	if level != "" && !slices.Contains(config.LogLevels, level) {
+		return fmt.Errorf("-log-level %q is not one of %s", level, strings.Join(config.LogLevels, ", "))
+	}
+	if format != "" && !slices.Contains(config.LogFormats, format) {
+		return fmt.Errorf("-log-format %q is not one of %s", format, strings.Join(config.LogFormats, ", "))
+	}
+	return nil
 }
 
 func override(cfg *config.Config, level, format, listen string) {

@@ -38,3 +38,19 @@ func TestReloadKeepsStartOnlySettings(t *testing.T) {
 		t.Fatalf("warnings for a reload that changed none of them: %s", logs.String())
 	}
 }
+
+// -log-level and -log-format are refused with the values the config file
+// refuses, instead of being taken as info and JSON.
+func TestCheckFlags(t *testing.T) {
+	for _, c := range []struct {
+		level, format string
+		ok            bool
+	}{
+		{"", "", true}, {"debug", "console", true}, {"error", "json", true},
+		{"bogus", "", false}, {"", "xml", false}, {"INFO", "", false},
+	} {
+		if err := checkFlags(c.level, c.format); (err == nil) != c.ok {
+			t.Errorf("-log-level %q -log-format %q: %v, want ok %v", c.level, c.format, err, c.ok)
+		}
+	}
+}
