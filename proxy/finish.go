@@ -25,6 +25,9 @@ type exchange struct {
 	start  time.Time
 	method string // copied from the request
 	route  string // metric label (routeLabel)
+	path   string // the path for the log, when route labels many paths; "" = route
+	tenant string // pass-through: the caller's tenant, for the log
+	sse    bool   // pass-through: the answer is an event stream
 
 	model    string            // a configured model name, or ""
 	provider string            // pass-through: the provider that answered
@@ -56,6 +59,9 @@ type exchange struct {
 func (s *Server) begin(ctx *fasthttp.RequestCtx, rt *Runtime) *exchange {
 	rt.inflight.add()
 	x := &exchange{rt: rt, start: time.Now(), method: methodName(ctx.Method()), route: routeLabel(string(ctx.Path()))}
+	if x.route != chatRoute && x.route != modelsRoute {
+		x.path = logPath(ctx.Path())
+	}
 	x.id = s.requestID(ctx, &x.idBuf)
 	ctx.Response.Header.Set("X-Request-Id", x.id)
 	return x
@@ -162,7 +168,11 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 	if x.cause != nil && (status >= 500 || s.log.GetLevel() <= zerolog.DebugLevel) {
 		ev = ev.AnErr("cause", x.cause)
 	}
-	ev = ev.Str("request_id", x.id).Str("method", x.method).Str("path", x.route).Str("model", x.model)
+	path := x.path
+	if path == "" {
+		path = x.route
+	}
+	ev = ev.Str("request_id", x.id).Str("method", x.method).Str("path", path).Str("model", x.model)
 	provider := x.provider
 	req := x.req
 	if req != nil {
@@ -173,17 +183,21 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 	if provider != "" {
 		ev = ev.Str("provider", provider)
 	}
-	if req != nil {
-		if req.Tenant != nil {
-			ev = ev.Str("tenant", req.Tenant.Name)
-		}
-		if req.TraceID != "" {
-			ev = ev.Str("trace_id", req.TraceID)
-		}
+	switch {
+	case req != nil && req.Tenant != nil:
+		ev = ev.Str("tenant", req.Tenant.Name)
+	case req == nil && x.tenant != "":
+		ev = ev.Str("tenant", x.tenant)
+	}
+	if req != nil && req.TraceID != "" {
+		ev = ev.Str("trace_id", req.TraceID)
 	}
 	ev = ev.Int("status", status)
-	if req != nil {
+	switch {
+	case req != nil:
 		ev = ev.Bool("stream", req.Stream)
+	case x.later: // a pass-through answer
+		ev = ev.Bool("stream", x.sse)
 	}
 	ev = ev.Dur("latency", elapsed)
 	if x.answered() {
@@ -200,6 +214,18 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 		}
 	}
 	ev.Msg("request")
+}
+
+// maxLogPath bounds the path an access line shows.
+const maxLogPath = 256
+
+// logPath returns the request path p as the access line shows it: at
+// most maxLogPath bytes.
+func logPath(p []byte) string {
+	if len(p) > maxLogPath {
+		p = p[:maxLogPath]
+	}
+	return string(p)
 }
 
 // activity counts running requests and tells when none is left. The zero

@@ -82,6 +82,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		s.passError(ctx, x, err)
 		return
 	}
+	x.tenant = tenantName(pb.tenant)
 	if pb.native {
 		if path == inputTokensRoute {
 			s.handleInputTokens(ctx, x, pb.tenant, pb.body)
@@ -153,6 +154,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	copyResponseHeaders(&ctx.Response.Header, &resp.Header)
 	setMetaHeaders(ctx, &x.meta)
 	x.status, x.provider, x.later = resp.StatusCode(), pc.cfg.Name, true
+	x.sse = isEventStream(resp.Header.ContentType())
 	var m *passMeter
 	if pb.metered && x.call != nil && resp.StatusCode() < 300 {
 		// An answered call costs the tenant what it reports, as a chat call does.
@@ -257,9 +259,9 @@ type passMeter struct {
 	tap      *usageTap
 }
 
-func (m *passMeter) charge() {
-	var u wire.ChatUsage
-	ok := false
+// charge charges the call and returns the usage the answer reported (ok
+// false when it reported none: then an estimate was charged, if any).
+func (m *passMeter) charge() (u wire.ChatUsage, ok bool) {
 	if m.tap != nil {
 		u, ok = m.tap.usage()
 	}
@@ -271,6 +273,7 @@ func (m *passMeter) charge() {
 		// input's estimate for a JSON call, and the output the tap saw.
 		m.call.Charge(u, m.estimate)
 	}
+	return u, ok
 }
 
 // passTarget applies the tenant policy to a pass-through request and picks
@@ -504,7 +507,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		released = true
 		release(freq, resp)
 		if m != nil {
-			m.charge() // whether or not the client read it all: the upstream answered
+			// Whether or not the client read it all: the upstream answered.
+			// The access line shows what the answer reported.
+			x.usage, x.hasUsage = m.charge()
 		}
 		s.finish(x)
 	}

@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// A pass-through request's access line says what a chat request's does:
+// its path (not the route's metric label), its tenant, whether the answer
+// was a stream, and the token usage the answer reported, which the tenant
+// is charged. They used to log "/v1/*", no tenant, no stream and no tokens.
+func TestPassthroughAccessLine(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/completions") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"+
+				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2,\"total_tokens\":6}}\n\ndata: [DONE]\n\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"object":"list","data":[],"usage":{"prompt_tokens":7,"total_tokens":7}}`)
+	}))
+	t.Cleanup(up.Close)
+	cfg := strings.ReplaceAll(strings.Replace(limitsConfig, `log_level = "warn"`, `log_level = "info"`, 1), "{{MOCK}}", up.URL+"/v1") + openPassthrough
+	h := newLoggedHarness(t, cfg, mockllm.Options{})
+	if status, _, body := send(t, "POST", h.base+"/embeddings", "sk-team", `{"model":"gpt-x","input":"hi"}`); status != 200 {
+		t.Fatalf("embeddings: %d %s", status, body)
+	}
+	if status, _, body := send(t, "POST", h.base+"/completions", "sk-team", `{"model":"gpt-x","prompt":"hi","stream":true}`); status != 200 {
+		t.Fatalf("completions: %d %s", status, body)
+	}
+	line := func(path string) gjson.Result {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			for l := range strings.SplitSeq(h.logs.String(), "\n") {
+				if gjson.Get(l, "message").Str == "request" && gjson.Get(l, "path").Str == path {
+					return gjson.Parse(l)
+				}
+			}
+		}
+		t.Fatalf("no access line for %s:\n%s", path, h.logs.String())
+		return gjson.Result{}
+	}
+	for _, c := range []struct {
+		path           string
+		stream         bool
+		prompt, output int64
+	}{
+		{"/v1/embeddings", false, 7, 0},
+		{"/v1/completions", true, 4, 2},
+	} {
+		l := line(c.path)
+		if l.Get("tenant").Str != "team" || !l.Get("stream").Exists() || l.Get("stream").Bool() != c.stream ||
+			l.Get("prompt_tokens").Int() != c.prompt || l.Get("completion_tokens").Int() != c.output || !l.Get("prompt_tokens").Exists() {
+			t.Errorf("%s: %s", c.path, l.Raw)
+		}
+	}
+}
