@@ -190,8 +190,16 @@ func TestSetModel(t *testing.T) {
 	cases := []struct{ in, model, want string }{
 		{`{"id":"x","model":"up","choices":[]}`, "gpt-x", `{"id":"x","model":"gpt-x","choices":[]}`},
 		{`{"id":"x","model":"gpt-x"}`, "gpt-x", `{"id":"x","model":"gpt-x"}`},
-		{`{"id":"x"}`, "gpt-x", `{"id":"x"}`},
 		{`{"model":"a"}`, `we"ird/é`, `{"model":"we\"ird/é"}`},
+		// An upstream that sends no model, or one that is not a string
+		// (its deployment's object, a number), does not show it: the
+		// client sees the name it asked for.
+		{`{"id":"x"}`, "gpt-x", `{"model":"gpt-x","id":"x"}`},
+		{`{ }`, "gpt-x", `{"model":"gpt-x" }`},
+		{`{"model":{"internal":"dep-7"},"id":"x"}`, "gpt-x", `{"model":"gpt-x","id":"x"}`},
+		{`{"id":"x","model":7}`, "gpt-x", `{"id":"x","model":"gpt-x"}`},
+		{`{"id":"x","model":null}`, "gpt-x", `{"id":"x","model":"gpt-x"}`},
+		{`[1]`, "gpt-x", `[1]`},
 	}
 	for _, c := range cases {
 		if got := string(setModel(nil, []byte(c.in), c.model)); got != c.want {

@@ -223,7 +223,7 @@ func (s *upstreamStream) rename(data []byte) []byte {
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
 		s.head = s.head[:0]
-		if end <= maxModelHead {
+		if end > at && end <= maxModelHead { // an insertion (no model) is not kept: the next chunk may have one
 			s.head = append(s.headArr[:0], data[:end]...)
 		}
 		if keep {

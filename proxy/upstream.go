@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -706,26 +707,39 @@ func setModel(dst, doc []byte, model string) []byte {
 	return spliceModel(dst, doc, at, end, model)
 }
 
-// modelSpan finds doc's top-level "model" string, doc[at:end] with its
-// quotes; keep is true when setModel leaves doc as it is (no such string,
-// or it names model already). What it returns depends on doc[:end] only
-// (gjson stops at the first top-level "model"): upstreamStream.rename
-// relies on that.
+// modelSpan finds doc's top-level "model" value, doc[at:end]; keep is
+// true when setModel leaves doc as it is (it names model already, or doc
+// is not an object). A value that is not a string (an upstream's
+// deployment object, a number) is replaced too, and a doc without a model
+// gets one: at == end == 1, an insertion after the opening brace. What it
+// returns for a found value depends on doc[:end] only (gjson stops at the
+// first top-level "model"): upstreamStream.rename relies on that.
 func modelSpan(doc []byte, model string) (at, end int, keep bool) {
 	r := gjson.Get(unsafe.String(unsafe.SliceData(doc), len(doc)), "model") // read-only view; no copy per chunk
-	if !r.Exists() || r.Type != gjson.String || r.Index <= 0 {
+	switch {
+	case !r.Exists() && len(doc) > 1 && doc[0] == '{':
+		return 1, 1, false
+	case !r.Exists() || r.Index <= 0:
 		return 0, 0, true
 	}
-	return r.Index, r.Index + len(r.Raw), r.Str == model
+	return r.Index, r.Index + len(r.Raw), r.Type == gjson.String && r.Str == model
 }
 
 // spliceModel appends to dst doc with doc[at:end] replaced by model, as a
-// JSON string.
+// JSON string; at == end inserts a "model" member there (modelSpan).
 func spliceModel(dst, doc []byte, at, end int, model string) []byte {
-	if n := len(doc) - (end - at) + len(model) + 2; cap(dst) < n {
+	if n := len(doc) - (end - at) + len(model) + 12; cap(dst) < n {
 		dst = make([]byte, 0, n+n/8) // one allocation; room for a few escapes
 	}
 	dst = append(dst[:0], doc[:at]...)
+	if at == end {
+		dst = append(dst, `"model":`...)
+		dst = jsonstring.Append(dst, model)
+		if rest := bytes.TrimLeft(doc[end:], " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+			dst = append(dst, ',')
+		}
+		return append(dst, doc[end:]...)
+	}
 	dst = jsonstring.Append(dst, model)
 	return append(dst, doc[end:]...)
 }
