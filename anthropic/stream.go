@@ -16,8 +16,9 @@ const maxBlocks = 1024
 
 // The kinds of content block a stream opens.
 const (
-	blockOther    byte = iota // not shown: redacted thinking, server tools, unknown kinds
-	blockText                 // text_delta → content
+	blockUnstarted byte = iota // no content_block_start named it
+	blockOther                 // not shown: redacted thinking, server tools, unknown kinds
+	blockText                  // text_delta → content
 	blockThinking             // thinking_delta → reasoning_content
 	blockToolUse              // input_json_delta → tool-call arguments
 )
@@ -25,6 +26,7 @@ const (
 var (
 	errBadEvent = errors.New("anthropic: stream event is not a JSON object")
 	errOrder    = errors.New("anthropic: content before message_start")
+	errBlock    = errors.New("anthropic: a content block the stream cannot follow (its index out of range, its deltas before its start, a tool_use without a name)")
 )
 
 // StreamDecoder turns the events of one Messages stream into
@@ -122,9 +124,13 @@ func (d *StreamDecoder) Feed(data []byte) error {
 		d.u.read(msg.Get("usage"))
 		d.emit(&wire.Event{Kind: wire.Role})
 	case "content_block_start":
-		d.blockStart(ev)
+		if !d.blockStart(ev) {
+			return d.malformed(errBlock)
+		}
 	case "content_block_delta":
-		d.blockDelta(ev)
+		if !d.blockDelta(ev) {
+			return d.malformed(errBlock)
+		}
 	case "content_block_stop":
 		i := int(ev.Get("index").Int())
 		if d.kind(i) == blockToolUse && !d.args[i] {
@@ -151,15 +157,21 @@ func (d *StreamDecoder) Feed(data []byte) error {
 	return nil
 }
 
-func (d *StreamDecoder) blockStart(ev gjson.Result) {
-	i := int(ev.Get("index").Int())
-	if i < 0 || i >= maxBlocks {
-		return
+// blockStart opens a content block; it reports false for one the stream
+// cannot follow: an index that is not one of [0, maxBlocks), or a tool_use
+// without a name. Such a block, ignored, would lose the text or the call it
+// carries, and the answer would end as a whole one (a tool_use stop with
+// no call is a "stop").
+func (d *StreamDecoder) blockStart(ev gjson.Result) bool {
+	i, ok := blockIndex(ev)
+	if !ok {
+		return false
 	}
 	for len(d.blocks) <= i {
-		d.blocks = append(d.blocks, blockOther)
+		d.blocks = append(d.blocks, blockUnstarted)
 		d.args = append(d.args, false)
 	}
+	d.blocks[i] = blockOther
 	cb := ev.Get("content_block")
 	switch cb.Get("type").Str {
 	case "text":
@@ -178,19 +190,45 @@ func (d *StreamDecoder) blockStart(ev gjson.Result) {
 			d.sink.Blocks = appendRedacted(d.sink.Blocks, data)
 		}
 	case "tool_use":
+		name := cb.Get("name")
+		if name.Type != gjson.String || name.Str == "" {
+			return false
+		}
 		d.blocks[i] = blockToolUse
-		d.emit(&wire.Event{Kind: wire.CallHeader, ID: cb.Get("id").Str, Name: cb.Get("name").Str})
+		d.emit(&wire.Event{Kind: wire.CallHeader, ID: cb.Get("id").Str, Name: name.Str})
 		if in := cb.Get("input"); hasInput(in) { // a call sent whole
 			d.args[i] = true
 			d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(in.Raw)})
 		}
 	}
+	return true
 }
 
-func (d *StreamDecoder) blockDelta(ev gjson.Result) {
-	i := int(ev.Get("index").Int())
+// blockIndex reads an event's content block index: an integer in [0,
+// maxBlocks).
+func blockIndex(ev gjson.Result) (int, bool) {
+	v := ev.Get("index")
+	if v.Type != gjson.Number || v.Num < 0 || v.Num >= maxBlocks || v.Num != float64(int(v.Num)) {
+		return 0, false
+	}
+	return int(v.Num), true
+}
+
+// blockDelta adds a delta to its block; it reports false for a delta of
+// text, thinking or tool input whose block never started (or whose index
+// is not one), which it could not place.
+func (d *StreamDecoder) blockDelta(ev gjson.Result) bool {
+	i, ok := blockIndex(ev)
 	delta := ev.Get("delta")
-	switch k := d.kind(i); delta.Get("type").Str {
+	typ := delta.Get("type").Str
+	if k := d.kind(i); !ok || k == blockUnstarted {
+		switch typ {
+		case "text_delta", "thinking_delta", "input_json_delta":
+			return false
+		}
+		return true
+	}
+	switch k := d.kind(i); typ {
 	case "text_delta":
 		if k == blockText {
 			d.text("content", delta.Get("text").Str)
@@ -215,12 +253,13 @@ func (d *StreamDecoder) blockDelta(ev gjson.Result) {
 			}
 		}
 	}
+	return true
 }
 
-// kind is the kind of block i, blockOther when it was never started.
+// kind is the kind of block i, blockUnstarted when it was never started.
 func (d *StreamDecoder) kind(i int) byte {
 	if i < 0 || i >= len(d.blocks) {
-		return blockOther
+		return blockUnstarted
 	}
 	return d.blocks[i]
 }

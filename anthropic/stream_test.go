@@ -190,13 +190,14 @@ func TestStreamDecoderRejects(t *testing.T) {
 	}
 }
 
-func TestStreamDecoderIgnoresUnknownAndBadIndexes(t *testing.T) {
+// Blocks and events the chat form has no place for (a server tool's
+// block, an event type not known) are left out; a call without input gets
+// {}. (Blocks it cannot follow fail the stream: TestStreamBlocksItCannotFollow.)
+func TestStreamDecoderIgnoresUnknownBlocks(t *testing.T) {
 	t.Parallel()
 	d := NewStreamDecoder("a", wire.Header{Model: "m"})
 	events := []string{
 		`{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3}}}`,
-		`{"type":"content_block_start","index":99999999,"content_block":{"type":"text","text":"lost"}}`,
-		`{"type":"content_block_delta","index":-1,"delta":{"type":"text_delta","text":"lost"}}`,
 		`{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search"}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}`,
 		`{"type":"brand_new_event"}`,
@@ -213,7 +214,7 @@ func TestStreamDecoderIgnoresUnknownAndBadIndexes(t *testing.T) {
 			out = sse.AppendData(out, c)
 		}
 	}
-	if !d.Done() || bytes.Contains(out, []byte("lost")) || bytes.Contains(out, []byte("web_search")) {
+	if !d.Done() || bytes.Contains(out, []byte("web_search")) {
 		t.Fatalf("done %v, out %s", d.Done(), out)
 	}
 	cc := accumulate(t, sse.AppendData(out, []byte("[DONE]")))
@@ -326,5 +327,51 @@ func TestStreamDecoderUsageTotalsOnlyGrow(t *testing.T) {
 		if string(sum.Usage) != want {
 			t.Errorf("delta usage %s: stream usage %s, want %s", delta, sum.Usage, want)
 		}
+	}
+}
+
+// A stream whose content block the decoder cannot follow (an index out of
+// range, a delta before its block's start, a tool_use without a name) is
+// malformed, as a JSON message with such a call is: ignored, the block's
+// text or call was lost and the stream ended as a whole answer (a
+// tool_use stop with no call became "stop").
+func TestStreamBlocksItCannotFollow(t *testing.T) {
+	t.Parallel()
+	start := `{"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}}`
+	for name, evs := range map[string][]string{
+		"index past the bound":  {`{"type":"content_block_start","index":4294967296,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}`},
+		"negative index":        {`{"type":"content_block_start","index":-1,"content_block":{"type":"text","text":""}}`},
+		"fractional index":      {`{"type":"content_block_start","index":0.5,"content_block":{"type":"text","text":""}}`},
+		"text before its start": {`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lost"}}`},
+		"input before its start": {`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+			`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{}"}}`},
+		"tool_use without a name": {`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":null,"input":{}}}`},
+	} {
+		d := NewStreamDecoder("anthropic", wire.Header{Created: 1, Model: "claude"})
+		var err error
+		for _, ev := range append([]string{start}, evs...) {
+			if err = d.Feed([]byte(ev)); err != nil {
+				break
+			}
+		}
+		var ue *pipeline.UpstreamError
+		if !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamMalformed {
+			t.Errorf("%s: %v, want a malformed upstream", name, err)
+		}
+	}
+	// Deltas of a block the decoder does not show (a server tool's) and
+	// delta kinds it does not know stay ignored.
+	d := NewStreamDecoder("anthropic", wire.Header{Created: 1, Model: "claude"})
+	for _, ev := range []string{start,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"s","name":"web_search","input":{}}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"q\":1}"}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"citations_delta","citation":{}}}`} {
+		if err := d.Feed([]byte(ev)); err != nil {
+			t.Fatalf("%s: %v", ev, err)
+		}
+	}
+	if _, err := DecodeMessage("anthropic", []byte(`{"type":"message","id":"m","content":[{"type":"tool_use","id":5,"input":{}}],"stop_reason":"tool_use"}`),
+		wire.Header{Created: 1, Model: "claude"}); err == nil {
+		t.Error("a JSON message's tool_use without a name was taken")
 	}
 }
