@@ -41,6 +41,7 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 	var out []byte
 	e := wire.Event{Kind: wire.Role}
 	out = j.Encode(out, &e)
+	bad := false
 	content.ForEach(func(_, b gjson.Result) bool {
 		switch b.Get("type").Str {
 		case "text":
@@ -54,13 +55,20 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 				out = j.Encode(out, &e)
 			}
 		case "tool_use":
-			e = wire.Event{Kind: wire.CallHeader, ID: b.Get("id").Str, Name: b.Get("name").Str}
+			name := b.Get("name")
+			if bad = name.Type != gjson.String || name.Str == ""; bad {
+				return false // a call no one can answer: as the stream, malformed
+			}
+			e = wire.Event{Kind: wire.CallHeader, ID: b.Get("id").Str, Name: name.Str}
 			out = j.Encode(out, &e)
 			e = wire.Event{Kind: wire.CallArgs, Text: toolInput(b.Get("input"))}
 			out = j.Encode(out, &e)
 		}
 		return true
 	})
+	if bad {
+		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: provider, Err: errBlock}
+	}
 	var u usage
 	u.read(root.Get("usage"))
 	e = wire.Event{Kind: wire.Finish, Finish: finishReason(root.Get("stop_reason").Str)}

@@ -147,3 +147,19 @@ func TestHasInput(t *testing.T) {
 		t.Error("a missing input counted")
 	}
 }
+
+// A usage count that is not one (1e400, negative) is not taken: the total
+// never overflows, and a client never sees a count past MaxTokenCount.
+func TestUsageCountsAreCounts(t *testing.T) {
+	t.Parallel()
+	out, err := DecodeMessage("anthropic", []byte(`{"type":"message","id":"m","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn",`+
+		`"usage":{"input_tokens":1e400,"output_tokens":3,"cache_read_input_tokens":-4}}`), wire.Header{Created: 1, Model: "claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := gjson.GetBytes(out, "usage")
+	if u.Get("prompt_tokens").Int() != 0 || u.Get("completion_tokens").Int() != 3 || u.Get("total_tokens").Int() != 3 ||
+		u.Get("prompt_tokens_details.cached_tokens").Int() != 0 {
+		t.Fatalf("usage %s", u.Raw)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
 )
 
 // usage is Anthropic's token accounting of one message. Input tokens
@@ -30,8 +32,8 @@ func (u *usage) read(r gjson.Result) {
 		{"cache_read_input_tokens", &u.cacheRead},
 		{"cache_creation_input_tokens", &u.cacheWrite},
 	} {
-		if v := r.Get(f.key); v.Type == gjson.Number {
-			*f.dst = max(*f.dst, v.Int())
+		if n, ok := wire.TokenCount(r.Get(f.key)); ok {
+			*f.dst = max(*f.dst, n)
 		}
 	}
 }

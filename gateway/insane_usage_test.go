@@ -75,8 +75,11 @@ func insaneUsage(w http.ResponseWriter, r *http.Request) {
 // panic was on fasthttp's body-writer goroutine and ended the process; on
 // the chat route it cost the request a 500, or a stream cut without
 // [DONE], and the call was never charged. Now every answer reaches its
-// client whole, with the usage as the upstream sent it; the meter charges
-// a negative count as none and a huge one as 1<<40 tokens; nothing panics.
+// client whole (a relayed answer with the usage as the upstream sent it);
+// a usage with a count that is not one (negative, 1.5e300) is no usage
+// to the meter, which charges the call's estimate as for an upstream that
+// reports none (a huge count used to charge 1<<40 tokens, enough to spend
+// any budget on one broken answer); nothing panics.
 // Not parallel: it counts the process's panics.
 func TestInsaneUpstreamUsage(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(insaneUsage))
@@ -124,9 +127,8 @@ func TestInsaneUpstreamUsage(t *testing.T) {
 		}
 	}
 
-	// Charged sanely: negative counts as none, 1.5e300 as 1<<40 tokens:
-	// 2 × 2^40 + 7 input tokens at $2/M, 2 × 3 output at $10/M (the huge
-	// answers').
+	// Charged sanely: the nine broken reports are estimates (a few tokens
+	// each), the normal call its 7; nothing near 1<<40.
 	var team gjson.Result
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		status, _, body := send(t, "GET", h.base+"/gateway/usage?group_by=tenant", "sk-ops", "")
@@ -138,8 +140,8 @@ func TestInsaneUpstreamUsage(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if team.Get("upstream_calls").Int() != 10 || team.Get("input_tokens").Int() != 2<<40+7 || team.Get("output_tokens").Int() != 6 ||
-		team.Get("cached_tokens").Int() != 0 || team.Get("cost_microdollars").Int() != 4<<40+74 {
+	if in := team.Get("input_tokens").Int(); team.Get("upstream_calls").Int() != 10 || in < 7+9 || in > 1000 || team.Get("output_tokens").Int() > 100 ||
+		team.Get("cached_tokens").Int() != 0 || team.Get("cost_microdollars").Int() > 10000 {
 		t.Fatalf("usage of the team: %s", team.Raw)
 	}
 	if n := testutil.ToFloat64(observe.Panics) - panicsBefore; n != 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/wire"
 )
 
 // DefaultPrices are list prices in dollars per million tokens, by upstream
@@ -57,10 +58,11 @@ type tokens struct {
 	input, output, cached int64
 }
 
-// maxCallTokens bounds each count of one call's usage: far above any
-// real call (about a trillion tokens), low enough that a call's cost, and
-// the day's sums of many, stay far from int64's end.
-const maxCallTokens = 1 << 40
+// maxCallTokens bounds each count of one call's usage (the bound the
+// usage readers apply, wire.MaxTokenCount; sums of a call's rounds may
+// reach it): low enough that a call's cost, and the day's sums of many,
+// stay far from int64's end.
+const maxCallTokens = wire.MaxTokenCount
 
 // maxCallCost bounds the price of one call in micro-dollars (about $1e9):
 // a float that large is still exact, and an int64 sum has room for over

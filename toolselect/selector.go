@@ -25,6 +25,7 @@ import (
 	"github.com/llmgw/gateway/fallback"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/tracing"
+	"github.com/llmgw/gateway/wire"
 )
 
 // HeaderSelected is the response header "kept/offered": how many tools the
@@ -259,8 +260,9 @@ func (s *Selector) call(ctx context.Context, req *pipeline.Request, st *settings
 		resp.Stream.Close()
 		return "", errors.New("toolselect: the selector answered with a stream")
 	}
-	u := gjson.GetBytes(resp.Body, "usage")
-	res.Prompt, res.Answer = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+	if u, ok := wire.ParseChatUsage(gjson.GetBytes(resp.Body, "usage")); ok {
+		res.Prompt, res.Answer = u.Prompt, u.Completion
+	}
 	return gjson.GetBytes(resp.Body, "choices.0.message.content").String(), nil
 }
 

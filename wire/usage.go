@@ -1,10 +1,33 @@
 package wire
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/tidwall/gjson"
 )
+
+// MaxTokenCount bounds a token count taken from an upstream's usage: far
+// above any real call (about a trillion tokens), low enough that sums of
+// many stay far from int64's end.
+const MaxTokenCount = 1 << 40
+
+// TokenCount reads one count of an upstream's usage: a JSON integer in
+// [0, MaxTokenCount]. ok is false for anything else (a negative count, a
+// fraction, a string, 1e400): an upstream's garbage is never shown to a
+// client, summed or charged as a count.
+func TokenCount(v gjson.Result) (n int64, ok bool) {
+	if v.Type != gjson.Number || v.Num < 0 || v.Num > MaxTokenCount || v.Num != math.Trunc(v.Num) {
+		return 0, false
+	}
+	return int64(v.Num), true
+}
+
+// detail reads a usage detail: its count, 0 when it is not one.
+func detail(v gjson.Result) int64 {
+	n, _ := TokenCount(v)
+	return n
+}
 
 // ChatUsage is the token counts of a chat completion's usage object.
 type ChatUsage struct {
@@ -35,12 +58,16 @@ var extraDetails = [4][2]string{
 // detail from the first details object that has it. Cache writes without
 // prompt_tokens_details.cache_write_tokens are read from a top-level
 // cache_creation_input_tokens (Anthropic's usage, as a translator may keep
-// it). ok is false when u is not an object.
+// it). ok is false when u is not an object, or when its prompt, completion
+// or total count is present (not null) but not a count (TokenCount): such
+// a usage is no report at all, as if the upstream had sent none (a
+// metered call is then estimated). A detail that is not a count is 0.
 func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	if !u.IsObject() {
 		return c, false
 	}
 	var seen [3]bool
+	bad := false
 	var cached, write, topWrite, reasoning gjson.Result
 	var extra [4]gjson.Result // in extraDetails' order
 	firstOf := func(r *gjson.Result, v gjson.Result) {
@@ -51,11 +78,11 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	u.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "prompt_tokens":
-			first(&seen[0], &c.Prompt, v)
+			bad = !first(&seen[0], &c.Prompt, v) || bad
 		case "completion_tokens":
-			first(&seen[1], &c.Completion, v)
+			bad = !first(&seen[1], &c.Completion, v) || bad
 		case "total_tokens":
-			first(&seen[2], &c.Total, v)
+			bad = !first(&seen[2], &c.Total, v) || bad
 		case "prompt_tokens_details":
 			v.ForEach(func(k, v gjson.Result) bool {
 				switch k.Str {
@@ -90,9 +117,12 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	if !write.Exists() {
 		write = topWrite
 	}
-	c.Cached, c.CacheWrite, c.HasCacheWrite, c.Reasoning = cached.Int(), write.Int(), write.Exists(), reasoning.Int()
+	if bad {
+		return ChatUsage{}, false
+	}
+	c.Cached, c.CacheWrite, c.HasCacheWrite, c.Reasoning = detail(cached), detail(write), write.Exists(), detail(reasoning)
 	for i, v := range extra {
-		c.Extra[i], c.HasExtra[i] = v.Int(), v.Exists()
+		c.Extra[i], c.HasExtra[i] = detail(v), v.Exists()
 	}
 	return c, true
 }
@@ -152,10 +182,16 @@ func (c ChatUsage) appendExtra(b []byte, from, to int) []byte {
 }
 
 // first sets *n to v's number the first time a key is seen.
-func first(seen *bool, n *int64, v gjson.Result) {
-	if !*seen {
-		*seen, *n = true, v.Int()
+// first reads the first of a repeated count into n; it reports false when
+// that first one is present, not null, and not a count.
+func first(seen *bool, n *int64, v gjson.Result) bool {
+	if *seen {
+		return true
 	}
+	*seen = true
+	var ok bool
+	*n, ok = TokenCount(v)
+	return ok || v.Type == gjson.Null
 }
 
 // ParseResponsesUsage reads a Responses API usage object (input_tokens,
@@ -167,6 +203,12 @@ func ParseResponsesUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	}
 	r := gjson.GetMany(u.Raw, "input_tokens", "output_tokens", "total_tokens",
 		"input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens")
-	c.Prompt, c.Completion, c.Total, c.Cached, c.Reasoning = r[0].Int(), r[1].Int(), r[2].Int(), r[3].Int(), r[4].Int()
+	for i, dst := range [...]*int64{&c.Prompt, &c.Completion, &c.Total} {
+		var ok bool
+		if *dst, ok = TokenCount(r[i]); !ok && r[i].Exists() && r[i].Type != gjson.Null {
+			return ChatUsage{}, false // as ParseChatUsage: no report at all
+		}
+	}
+	c.Cached, c.Reasoning = detail(r[3]), detail(r[4])
 	return c, true
 }

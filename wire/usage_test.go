@@ -27,33 +27,61 @@ func FuzzChatUsage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		u := gjson.Parse(raw)
 		got, ok := ParseChatUsage(u)
-		if ok != u.IsObject() {
-			t.Fatalf("ok %v for %q", ok, raw)
+		// Every count read is a count: never negative, never huge.
+		for _, n := range append([]int64{got.Prompt, got.Completion, got.Total, got.Cached, got.CacheWrite, got.Reasoning}, got.Extra[:]...) {
+			if n < 0 || n > MaxTokenCount {
+				t.Fatalf("%q: a count of %d in %+v", raw, n, got)
+			}
 		}
-		// A count's sign is its number's: a huge count never reads as a
-		// negative one (nor a huge negative one as positive).
-		if p := u.Get("prompt_tokens"); ok && p.Type == gjson.Number && (p.Num >= 1 && got.Prompt <= 0 || p.Num <= -1 && got.Prompt >= 0) {
-			t.Fatalf("%q: prompt_tokens %v read as %d", raw, p.Num, got.Prompt)
+		if !gjson.Valid(raw) {
+			if ok && !u.IsObject() {
+				t.Fatalf("ok for %q", raw)
+			}
+			return
 		}
-		if !ok || !gjson.Valid(raw) {
+		// A usage whose prompt, completion or total is there but is not a
+		// count is no usage at all.
+		wantOK := u.IsObject()
+		for _, k := range []string{"prompt_tokens", "completion_tokens", "total_tokens"} {
+			if v := u.Get(k); v.Exists() && v.Type != gjson.Null && !isCount(v) {
+				wantOK = false
+			}
+		}
+		if ok != wantOK {
+			t.Fatalf("ok %v for %q, want %v", ok, raw, wantOK)
+		}
+		if !ok {
 			return
 		}
 		write := u.Get("prompt_tokens_details.cache_write_tokens")
 		if !write.Exists() {
 			write = u.Get("cache_creation_input_tokens")
 		}
-		want := ChatUsage{Prompt: u.Get("prompt_tokens").Int(), Completion: u.Get("completion_tokens").Int(),
-			Total: u.Get("total_tokens").Int(), Cached: u.Get("prompt_tokens_details.cached_tokens").Int(),
-			CacheWrite: write.Int(), HasCacheWrite: write.Exists(),
-			Reasoning: u.Get("completion_tokens_details.reasoning_tokens").Int()}
+		want := ChatUsage{Prompt: countOf(u.Get("prompt_tokens")), Completion: countOf(u.Get("completion_tokens")),
+			Total: countOf(u.Get("total_tokens")), Cached: countOf(u.Get("prompt_tokens_details.cached_tokens")),
+			CacheWrite: countOf(write), HasCacheWrite: write.Exists(),
+			Reasoning: countOf(u.Get("completion_tokens_details.reasoning_tokens"))}
 		for i, d := range extraDetails {
 			v := u.Get(d[0] + "." + d[1])
-			want.Extra[i], want.HasExtra[i] = v.Int(), v.Exists()
+			want.Extra[i], want.HasExtra[i] = countOf(v), v.Exists()
 		}
 		if got != want {
 			t.Fatalf("%q: got %+v, want %+v", raw, got, want)
 		}
 	})
+}
+
+// isCount is TokenCount's rule, said another way: a JSON number whose
+// value is a whole number from 0 to MaxTokenCount.
+func isCount(v gjson.Result) bool {
+	return v.Type == gjson.Number && v.Num >= 0 && v.Num <= MaxTokenCount && math.Floor(v.Num) == v.Num
+}
+
+func countOf(v gjson.Result) int64 {
+	if !isCount(v) {
+		return 0
+	}
+	return int64(v.Num)
 }
 
 // FuzzChatUsageJSON: a usage written by AppendJSON reads back as itself
@@ -63,6 +91,11 @@ func FuzzChatUsageJSON(f *testing.F) {
 	f.Add(int64(10), int64(5), int64(0), int64(2), int64(1), true, int64(3))
 	f.Add(int64(-1), int64(1<<40), int64(7), int64(0), int64(0), false, int64(0))
 	f.Fuzz(func(t *testing.T, prompt, completion, total, cached, write int64, hasWrite bool, reasoning int64) {
+		// Counts as the readers give them (TokenCount), halved so that a
+		// total written as prompt + completion is one too.
+		for _, n := range []*int64{&prompt, &completion, &total, &cached, &write, &reasoning} {
+			*n = (*n & (MaxTokenCount - 1)) / 2
+		}
 		if !hasWrite {
 			write = 0
 		}
@@ -137,28 +170,34 @@ func BenchmarkParseChatUsage(b *testing.B) {
 	}
 }
 
-// An upstream's count past int64's ends reads as the nearest end (gjson's
-// Int saturates), never as the other one; a negative one stays negative:
-// metering (limits' tokens.sane), not parsing, decides what a negative or
-// absurd count is charged, and the client sees the usage as it came.
-func TestUsageCountsSaturate(t *testing.T) {
+// An upstream's usage whose prompt, completion or total is not a count
+// (negative, a fraction, huge, a string) is no usage: a client is never
+// shown it, a tool loop never sums it, a meter never charges it (the call
+// is estimated, as one without usage). A detail that is not a count is 0.
+// Null is no count, not a bad one.
+func TestUsageCountsAreCounts(t *testing.T) {
 	for _, tc := range []struct {
 		raw  string
 		want ChatUsage
+		ok   bool
 	}{
-		{`{"prompt_tokens":1.5e300,"completion_tokens":-1.5e300,"total_tokens":99999999999999999999,"prompt_tokens_details":{"cached_tokens":"1e300"}}`,
-			ChatUsage{Prompt: math.MaxInt64, Completion: math.MinInt64, Total: math.MaxInt64, Cached: math.MaxInt64}},
-		{`{"prompt_tokens":-5,"completion_tokens":-1,"total_tokens":"7","prompt_tokens_details":{"cached_tokens":-100}}`,
-			ChatUsage{Prompt: -5, Completion: -1, Total: 7, Cached: -100}},
-		{`{"prompt_tokens":9223372036854775807,"completion_tokens":-9223372036854775808,"total_tokens":1e18}`,
-			ChatUsage{Prompt: math.MaxInt64, Completion: math.MinInt64, Total: 1e18}},
+		{`{"prompt_tokens":1.5e300,"completion_tokens":1}`, ChatUsage{}, false},
+		{`{"prompt_tokens":-5,"completion_tokens":1}`, ChatUsage{}, false},
+		{`{"prompt_tokens":5,"completion_tokens":1,"total_tokens":"6"}`, ChatUsage{}, false},
+		{`{"prompt_tokens":5,"completion_tokens":1.5}`, ChatUsage{}, false},
+		{`{"prompt_tokens":1099511627777}`, ChatUsage{}, false},
+		{`{"prompt_tokens":1099511627776,"completion_tokens":2,"total_tokens":null,"prompt_tokens_details":{"cached_tokens":-100},` +
+			`"completion_tokens_details":{"reasoning_tokens":1e300}}`, ChatUsage{Prompt: 1 << 40, Completion: 2}, true},
+		{`{"prompt_tokens":5e0,"completion_tokens":2.0,"total_tokens":7}`, ChatUsage{Prompt: 5, Completion: 2, Total: 7}, true},
 	} {
-		if got, _ := ParseChatUsage(gjson.Parse(tc.raw)); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.raw, got, tc.want)
+		if got, ok := ParseChatUsage(gjson.Parse(tc.raw)); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %+v %v, want %+v %v", tc.raw, got, ok, tc.want, tc.ok)
 		}
 	}
-	got, _ := ParseResponsesUsage(gjson.Parse(`{"input_tokens":1.5e300,"output_tokens":-3,"input_tokens_details":{"cached_tokens":-1e300}}`))
-	if want := (ChatUsage{Prompt: math.MaxInt64, Completion: -3, Cached: math.MinInt64}); got != want {
-		t.Errorf("responses usage: %+v, want %+v", got, want)
+	if got, ok := ParseResponsesUsage(gjson.Parse(`{"input_tokens":1.5e300,"output_tokens":3}`)); ok || got != (ChatUsage{}) {
+		t.Errorf("responses usage with a huge count: %+v %v", got, ok)
+	}
+	if got, ok := ParseResponsesUsage(gjson.Parse(`{"input_tokens":4,"output_tokens":3,"input_tokens_details":{"cached_tokens":-1}}`)); !ok || got != (ChatUsage{Prompt: 4, Completion: 3}) {
+		t.Errorf("responses usage with a bad detail: %+v %v", got, ok)
 	}
 }
