@@ -19,8 +19,8 @@ const (
 	blockUnstarted byte = iota // no content_block_start named it
 	blockOther                 // not shown: redacted thinking, server tools, unknown kinds
 	blockText                  // text_delta → content
-	blockThinking             // thinking_delta → reasoning_content
-	blockToolUse              // input_json_delta → tool-call arguments
+	blockThinking              // thinking_delta → reasoning_content
+	blockToolUse               // input_json_delta → tool-call arguments
 )
 
 var (
