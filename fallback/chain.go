@@ -64,7 +64,13 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 				reason, lastErr = fallbackOnError, err
 			case classContextLength:
 				window = max(window, route.ContextWindow)
-				reason, lastErr = fallbackOnContextLength, err
+				reason = fallbackOnContextLength
+				if lastErr == nil || classify(lastErr) == classContextLength {
+					// A fallback too small for a prompt an earlier model
+					// took says nothing of that model's failure (a 429 with
+					// its retry-after, a 500): the earlier error is the answer.
+					lastErr = err
+				}
 			case classUnsupported:
 				// The model's provider cannot take the request: another
 				// model's may. A failure of an earlier attempt says more.

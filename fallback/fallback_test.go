@@ -435,3 +435,21 @@ func TestUnsupportedParameterMovesOn(t *testing.T) {
 		}
 	})
 }
+
+// A primary that fails with a retryable error (a 429 with its retry-after,
+// a 500) and whose only fallback is too small for the prompt answers with
+// the primary's error: the fallback's context-length refusal says nothing
+// of why the primary failed, and turned a retryable 429 into a final 400.
+// A context-length error of the primary itself still stands.
+func TestSmallFallbackKeepsThePrimaryError(t *testing.T) {
+	t.Parallel()
+	limited := status(429, `{"error":{"message":"slow down","code":"rate_limit_exceeded"}}`)
+	tooLong := status(400, `{"error":{"code":"context_length_exceeded","message":"too long"}}`)
+	e := newEnv(Options{}, map[string][]step{"p/big": {{err: limited}, {err: limited}, {err: limited}}, "p/small": {{err: tooLong}}}, true,
+		rt("big", 100000, []string{"small"}, dep("p", "big", 1)),
+		rt("small", 50, nil, dep("p", "small", 1)))
+	_, _, err := e.chat(t, "big", false)
+	if err != limited {
+		t.Fatalf("err = %v, want the primary's 429", err)
+	}
+}
