@@ -344,9 +344,12 @@ func TestContextEditFallbackToSmallerWindow(t *testing.T) {
 			}
 			small := toolContents(chatBodies(h, "up-small")[0])
 			if !tc.edit {
+				// The small model refused the prompt as too long; the answer
+				// is the primary's 500, which a retry may get past, not a
+				// context-length 400 for a prompt the primary takes.
 				var apiErr *openai.Error
-				if !asAPIError(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "context_length_exceeded" {
-					t.Fatalf("want 400 context_length_exceeded from the small model, got %v", err)
+				if !asAPIError(err, &apiErr) || apiErr.StatusCode != 500 {
+					t.Fatalf("want the primary's 500, got %v", err)
 				}
 				if small[0] == placeholder {
 					t.Fatal("the small model's request was edited without context editing")
