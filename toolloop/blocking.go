@@ -71,7 +71,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end(d.reason)
 			return s.finalBody(body, &res, f)
 		}
-		ensureIDs(calls)
+		madeIDs := ensureIDs(calls)
 		shown := true
 		if hiddenText(text, calls) {
 			// An echo of the arguments, or only whitespace before the calls:
@@ -95,8 +95,9 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		if d := decide(o); d.next == stepEnd {
 			// The server calls of a forced final or a cut round are never
 			// run: drop them. The client calls are written again when they
-			// were renamed (as the stream names them).
-			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0 || s.gatewayIDs(), d.finish
+			// were renamed, or given the id they came without (as the
+			// stream names them).
+			f.calls, f.setCalls, f.finish = client, len(server) > 0 || len(s.pending) > 0 || s.gatewayIDs() || madeIDs, d.finish
 			if len(client) == 0 {
 				f.setText = true
 			}

@@ -130,12 +130,15 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 		}
 	}
 	req, tools, sel := l.selectTools(ctx, req, tools)
-	if len(tools) == 0 && !(req.Stream && offersTools(req.Body)) {
+	if len(tools) == 0 && !offersTools(req.Body) {
 		return req.Route.ModelLayer.Chat(ctx, req)
 	}
-	// A stream offering client tools goes through the loop even without a
-	// server tool: its re-streamer normalizes the client's tool calls
-	// (sequential, one first delta each), which an upstream may interleave.
+	// A request offering client tools goes through the loop even without a
+	// server tool: it normalizes the client's tool calls (an id for a call
+	// without one, the upstream's id when it comes late, "tool_calls" as
+	// the finish of an answer that calls, sequential calls with one first
+	// delta each in a stream), the JSON answer as the stream, so that
+	// both forms of a request carry the same calls.
 	p, err := l.prepare(req, offered, tools)
 	if err != nil {
 		return nil, err

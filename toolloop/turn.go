@@ -230,13 +230,15 @@ func (s *session) checkBudget() {
 // gateway's own (call.assignID): when server tools are in play.
 func (s *session) gatewayIDs() bool { return len(s.p.set.tools) > 0 }
 
-// ensureIDs gives every call an id (the history needs one per call).
-func ensureIDs(calls []*call) {
+// ensureIDs gives every call an id (the history needs one per call, and a
+// client's tool message must name it); it reports whether it made one.
+func ensureIDs(calls []*call) (made bool) {
 	for _, c := range calls {
 		if c.id == "" {
-			c.id = newCallID()
+			c.id, made = newCallID(), true
 		}
 	}
+	return made
 }
 
 // split classifies calls; it returns the server and the client calls.

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// noIDCalls is an upstream that calls a client tool without an id (Ollama,
+// some Gemini bridges) and says "stop", streamed or not.
+func noIDCalls(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if !gjson.GetBytes(body, "stream").Bool() {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":null,`+
+			`"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, c := range []string{
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}]}`,
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},"finish_reason":null}]}`,
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	} {
+		fmt.Fprint(w, "data: "+c+"\n\n")
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// A request offering only client tools gets the same calls whether it
+// streams or not: an id made for a call the upstream sent without one, and
+// finish_reason "tool_calls". The stream went through the tool loop's
+// normalisation and the JSON answer did not: the JSON call had an empty id
+// (no tool message can answer it) and ended "stop".
+func TestClientToolCallsSameBothWays(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(noIDCalls))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	p := userMsg("weather in Oslo?")
+	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather"})}
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for form, c := range map[string]openai.ChatCompletionChoice{"JSON": resp.Choices[0], "stream": acc.Choices[0]} {
+		calls := c.Message.ToolCalls
+		if c.FinishReason != "tool_calls" || len(calls) != 1 || calls[0].ID == "" || calls[0].Function.Name != "get_weather" ||
+			calls[0].Function.Arguments != `{"city":"Oslo"}` {
+			t.Errorf("%s: finish %q calls %+v", form, c.FinishReason, calls)
+		}
+	}
+}
