@@ -54,6 +54,10 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			s.end("error")
 			return nil, malformed(s.req, errStrayChoices)
 		}
+		if badShape(res.content, res.toolCalls) {
+			s.end("error")
+			return nil, malformed(s.req, errShape)
+		}
 		text := []byte(res.content.String())
 		calls := callsFromMessage(res.toolCalls, s.gatewayIDs())
 		if len(calls) > maxCalls {

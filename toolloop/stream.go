@@ -291,7 +291,25 @@ func choiceZero(choices gjson.Result) (choice gjson.Result, stray bool) {
 var (
 	errStrayChoices = errors.New("toolloop: the upstream's choices have no index 0")
 	errCallOverflow = errors.New("toolloop: a tool call's index is out of range, or the round made more than 128 calls")
+	errShape        = errors.New("toolloop: the upstream's message content is not text, or its tool_calls not a list")
 )
+
+// badShape reports whether a message's (or a delta's) content or
+// tool_calls has a type no answer has: content that is not a string, a
+// list of parts or null, tool_calls that is not a list or null. Followed,
+// such a round would drop the content or the calls (a stream) or relay
+// them as they are with a finish that contradicts them (a JSON answer).
+func badShape(content, toolCalls gjson.Result) bool {
+	switch content.Type {
+	case gjson.True, gjson.False, gjson.Number:
+		return true
+	case gjson.JSON:
+		if !content.IsArray() {
+			return true
+		}
+	}
+	return toolCalls.Exists() && toolCalls.Type != gjson.Null && !toolCalls.IsArray()
+}
 
 // malformed is the upstream_malformed failure of a round of req whose
 // upstream answer the loop cannot follow (cause).
@@ -359,6 +377,10 @@ func (st *loopStream) onChunk(ch []byte) {
 	// token lists of both are in the one object, and the stream shows it
 	// once.
 	delta := choice.Get("delta")
+	if badShape(delta.Get("content"), delta.Get("tool_calls")) {
+		st.fail(malformed(st.s.req, errShape))
+		return
+	}
 	var lp []byte
 	if l := choice.Get("logprobs"); l.IsObject() && jsonvalid.String(l.Raw) { // written as it is
 		lp = []byte(l.Raw)
