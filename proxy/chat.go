@@ -258,14 +258,7 @@ func setMetaHeaders(ctx *fasthttp.RequestCtx, m *pipeline.Meta) {
 func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 	cl := ctx.Request.Header.ContentLength()
 	if cl > max {
-		// Read (and drop) a moderately oversized body so the client, still
-		// sending, gets to read the 413 instead of a connection reset.
-		if cl <= 4*max && ctx.Request.IsBodyStream() {
-			_, _ = io.Copy(io.Discard, io.LimitReader(ctx.RequestBodyStream(), int64(cl)))
-		} else {
-			ctx.SetConnectionClose()
-		}
-		return nil, tooLarge(max)
+		return nil, tooLarge(max) // the handler drops a moderate excess (discardUnread)
 	}
 	if ctx.Request.IsBodyStream() {
 		if cl >= 0 { // known size: one exact allocation

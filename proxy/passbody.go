@@ -182,8 +182,7 @@ func opaqueBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipeline.Tenant, path 
 		return passBody{}, err
 	}
 	if cl := ctx.Request.Header.ContentLength(); cl > limit {
-		_, err := readBody(ctx, limit) // drains a moderate excess so the client reads the 413
-		return passBody{}, err
+		return passBody{}, tooLarge(limit) // the handler drops a moderate excess (discardUnread)
 	}
 	if !ctx.Request.IsBodyStream() {
 		return passBody{body: ctx.Request.Body()}, nil // fasthttp's buffer lives until the handler's writer ends

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime/debug"
 	"strconv"
@@ -304,7 +305,31 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	x := s.begin(ctx, s.rt.Load())
 	defer s.recoverRequest(ctx, x)
 	s.route(ctx, x)
+	if x.cause != nil && !x.later {
+		discardUnread(ctx, 4*int64(x.rt.Config.Server.MaxBodyBytes))
+	}
 	s.end(ctx, x)
+}
+
+// discardUnread reads and drops what is left of a request body that an
+// error answered before reading it all (a chunked body over the limit, a
+// pass-through refused by its head), up to limit bytes. A connection
+// closed with bytes unread is reset, and a client still sending reads the
+// reset instead of the answer (an SDK then retries, as after a network
+// error). A longer body, or an answer that closes the connection anyway,
+// ends the connection.
+func discardUnread(ctx *fasthttp.RequestCtx, limit int64) {
+	if !ctx.Request.IsBodyStream() || ctx.Response.ConnectionClose() {
+		return
+	}
+	if cl := ctx.Request.Header.ContentLength(); int64(cl) > limit {
+		ctx.SetConnectionClose()
+		return
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(ctx.RequestBodyStream(), limit+1))
+	if err != nil || n > limit {
+		ctx.SetConnectionClose()
+	}
 }
 
 // recoverRequest turns a panic while serving x (a bug: no input should
