@@ -67,6 +67,7 @@ type UsageLog struct {
 // cache-write count, and their sum. Since sums what was noted after one.
 type UsageMark struct {
 	n, writes int
+	extras    [len(wire.ChatUsage{}.Extra)]int // notes that had each detail of Extra
 	total     wire.ChatUsage
 }
 
@@ -80,6 +81,11 @@ func (l *UsageLog) Note(c wire.ChatUsage) {
 	l.at.n++
 	if c.HasCacheWrite {
 		l.at.writes++
+	}
+	for i, has := range c.HasExtra {
+		if has {
+			l.at.extras[i]++
+		}
 	}
 	l.at.total.Add(c)
 }
@@ -104,9 +110,13 @@ func (l *UsageLog) Since(m UsageMark) (wire.ChatUsage, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.at.total
-	return wire.ChatUsage{Prompt: t.Prompt - m.total.Prompt, Completion: t.Completion - m.total.Completion,
+	c := wire.ChatUsage{Prompt: t.Prompt - m.total.Prompt, Completion: t.Completion - m.total.Completion,
 		Total: t.Total - m.total.Total, Cached: t.Cached - m.total.Cached, CacheWrite: t.CacheWrite - m.total.CacheWrite,
-		HasCacheWrite: l.at.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning}, l.at.n > m.n
+		HasCacheWrite: l.at.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning}
+	for i := range c.Extra { // OpenAI's audio and prediction details, as the upstream reported them
+		c.Extra[i], c.HasExtra[i] = t.Extra[i]-m.total.Extra[i], l.at.extras[i] > m.extras[i]
+	}
+	return c, l.at.n > m.n
 }
 
 // Total returns the sum of every usage noted; ok is false when none was.

@@ -129,4 +129,14 @@ func TestUsageLog(t *testing.T) {
 	if c, _ := l.Since(start); c != want {
 		t.Fatalf("since the start %+v, want the total %+v", c, want)
 	}
+	// OpenAI's audio and prediction details are kept too (a cache entry
+	// stored from a stream without usage takes its usage from the log).
+	third := l.Mark()
+	l.Note(wire.ChatUsage{Prompt: 1, Extra: [4]int64{2, 0, 3, 0}, HasExtra: [4]bool{true, false, true, false}})
+	if c, _ := l.Since(third); c.Extra != [4]int64{2, 0, 3, 0} || c.HasExtra != [4]bool{true, false, true, false} {
+		t.Fatalf("details since the mark: %+v", c)
+	}
+	if c, _ := l.Since(second); c.HasExtra != [4]bool{true, false, true, false} || c.Extra[2] != 3 {
+		t.Fatalf("details since an earlier mark: %+v", c)
+	}
 }
