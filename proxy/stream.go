@@ -198,6 +198,10 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 
 var xGroq = []byte(`"x_groq"`)
 
+// errNotStream is the cause of the failure of a stream request answered
+// with a body that holds no SSE at all.
+var errNotStream = errors.New("proxy: the upstream's stream holds no event, only other text")
+
 // groqUsage gives a chunk whose usage is only in x_groq.usage (Groq's
 // streams before stream_options) that usage at the top, where every layer
 // reads it: the JSON answer of the same request has it there.
@@ -291,6 +295,15 @@ func (s *upstreamStream) readError(err error) error {
 	}
 	if err == io.EOF { // the body ended without [DONE]
 		err = io.ErrUnexpectedEOF
+	}
+	if stray := s.rd.Stray(); stray != nil && err == io.ErrUnexpectedEOF {
+		// Not a stream at all, though its content type said so: an error
+		// object is the error it says (as a JSON answer's is), anything
+		// else (an HTML page) is malformed, not a cut.
+		if stray[0] == '{' && jsonvalid.Bytes(stray) && gjson.GetBytes(stray, "error").IsObject() {
+			return s.pc.errorAnswer(stray, errErrorAnswer, s.msgMap)
+		}
+		return &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errNotStream}
 	}
 	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: s.pc.cfg.Name, Err: err}
 	var ne net.Error

@@ -25,7 +25,16 @@ func FuzzReader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte, piece uint8) {
 		const limit = 256
-		whole, werr := readAll(NewReader(bytes.NewReader(in), limit))
+		wr := NewReader(bytes.NewReader(in), limit)
+		whole, werr := readAll(wr)
+		// The stray line is the same however the input is cut into reads,
+		// none once an event came, and bounded.
+		if len(whole) > 0 && wr.Stray() != nil || len(wr.Stray()) > maxStray {
+			t.Fatalf("stray %q after %d events", wr.Stray(), len(whole))
+		}
+		if or := NewReader(iotest.OneByteReader(bytes.NewReader(in)), limit); func() bool { _, _ = readAll(or); return string(or.Stray()) != string(wr.Stray()) }() {
+			t.Fatalf("stray %q read byte by byte, %q whole", or.Stray(), wr.Stray())
+		}
 		for _, e := range whole {
 			if bytes.IndexByte([]byte(e.data), '\r') >= 0 || bytes.IndexByte([]byte(e.name), '\r') >= 0 {
 				t.Fatalf("event contains \\r: %q", e)

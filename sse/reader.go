@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 )
 
@@ -82,6 +83,27 @@ type Reader struct {
 	fatal           error
 
 	activity Activity // told of every read that brought bytes; nil = none
+
+	// stray is the first line, before any event was dispatched, that is
+	// not an SSE line at all (no field SSE knows: an error object or an
+	// HTML page where a stream was due), at most maxStray bytes; sent
+	// says an event was dispatched.
+	stray []byte
+	sent  bool
+}
+
+// maxStray bounds the stray line a Reader keeps.
+const maxStray = 4096
+
+// Stray returns, while no event was dispatched, the first line of the
+// input that was no SSE field, comment or blank line (at most 4 KiB of
+// it), or nil: what a server that answered a stream request with
+// something else sent instead. Valid until the next Reset.
+func (rd *Reader) Stray() []byte {
+	if rd.sent {
+		return nil
+	}
+	return rd.stray
 }
 
 // Activity is told each time bytes arrive from a Reader's input, comments
@@ -143,6 +165,7 @@ func (rd *Reader) Next() (Event, error) {
 					ev.Name = rd.name
 				}
 				rd.clearEvent()
+				rd.sent = true
 				return ev, nil
 			}
 			rd.clearEvent()
@@ -201,7 +224,29 @@ func (rd *Reader) field(line []byte) {
 	case "event":
 		rd.name = append(rd.name[:0], value...)
 		rd.hasName = true
+	case "id", "retry":
+	default:
+		rd.noteStray(line)
 	}
+}
+
+// noteStray keeps line as the stray line (Stray) when it is the first one
+// before any event that is no SSE: not a comment, and no field SSE knows,
+// even cut short.
+func (rd *Reader) noteStray(line []byte) {
+	if rd.sent || rd.stray != nil || len(line) == 0 || line[0] == ':' {
+		return
+	}
+	name := line
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		name = line[:i]
+	}
+	for _, f := range [...]string{"data", "event", "id", "retry"} {
+		if string(name) == f || (len(name) == len(line) && strings.HasPrefix(f, string(name))) {
+			return // a field, or the start of one cut with the input
+		}
+	}
+	rd.stray = append([]byte(nil), line[:min(len(line), maxStray)]...)
 }
 
 // readLine returns the next line without its terminator. The slice aliases
@@ -221,7 +266,10 @@ func (rd *Reader) readLine() ([]byte, error) {
 		}
 		if rd.err != nil {
 			if rd.start < rd.end {
-				// An unterminated last line: its bytes belong to a cut event.
+				// An unterminated last line: its bytes belong to a cut
+				// event, unless they are no SSE at all (a whole body
+				// that is something else).
+				rd.noteStray(rd.buf[rd.start:rd.end])
 				rd.dirty = true
 				rd.start = rd.end
 			}

@@ -448,3 +448,39 @@ func FuzzEndsWithDone(f *testing.F) {
 		}
 	})
 }
+
+// Stray keeps the first line that is no SSE at all, while no event has
+// come: what a server sent instead of a stream (an error object, a page).
+// Known fields, comments and blank lines are not stray; once an event
+// came, there is none.
+func TestReaderStray(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+	}{
+		{`{"error":{"message":"overloaded"}}`, `{"error":{"message":"overloaded"}}`},
+		{"<html>\n<body>502</body>\n", "<html>"},
+		{": ping\nid: 1\nretry: 10\n\n{\"error\":1}\n", `{"error":1}`},
+		{"data: {}\n\n{\"error\":1}\n", ""},
+		{"data: {}\n\n", ""},
+		{"", ""},
+	} {
+		rd := NewReader(strings.NewReader(c.in), 0)
+		var err error
+		for err == nil {
+			_, err = rd.Next()
+		}
+		if got := string(rd.Stray()); got != c.want {
+			t.Errorf("%q: stray %q, want %q", c.in, got, c.want)
+		}
+	}
+	long := strings.Repeat("x", 3*maxStray)
+	rd := NewReader(strings.NewReader(long+"\n"), 0)
+	_, _ = rd.Next()
+	if len(rd.Stray()) != maxStray {
+		t.Errorf("a long stray line kept %d bytes", len(rd.Stray()))
+	}
+	rd.Reset(strings.NewReader("data: x\n\n"))
+	if rd.Stray() != nil {
+		t.Error("Reset kept the stray line")
+	}
+}
