@@ -74,3 +74,18 @@ func (c *Config) Secrets() []string {
 	}
 	return out
 }
+
+// UpstreamAddrs returns what names the providers' addresses in an error
+// text: each base_url as written and without its path, and its host with
+// and without the port.
+func (c *Config) UpstreamAddrs() []string {
+	var out []string
+	for _, p := range c.Providers {
+		u, err := url.Parse(strings.TrimSpace(p.BaseURL))
+		if err != nil || u.Host == "" {
+			continue
+		}
+		out = append(out, strings.TrimRight(p.BaseURL, "/"), u.Scheme+"://"+u.Host, u.Host, u.Hostname())
+	}
+	return out
+}

@@ -17,8 +17,12 @@ import (
 )
 
 // registerSecrets hands cfg's secrets to the process log redactor before
-// anything built from cfg can log.
-func registerSecrets(cfg *config.Config) { observe.Secrets.Add(cfg.Secrets()...) }
+// anything built from cfg can log, and its providers' addresses to the
+// masking of forwarded upstream error messages.
+func registerSecrets(cfg *config.Config) {
+	observe.Secrets.Add(cfg.Secrets()...)
+	observe.UpstreamAddrs.Add(cfg.UpstreamAddrs()...)
+}
 
 var redisLinesSuppressed = observe.Factory.NewCounter(prometheus.CounterOpts{
 	Name: "gateway_redis_log_lines_suppressed_total",

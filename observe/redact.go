@@ -25,6 +25,14 @@ const MinSecretLen = 6
 // may still be logged after a reload).
 var Secrets = &Redactor{}
 
+// UpstreamAddrs holds the configured providers' base URLs and hosts
+// (config.Config.UpstreamAddrs): an upstream's error message the gateway
+// forwards to a client has them masked (RedactSecrets), as a secret is, so
+// that a provider that names its own address (an internal proxy's host,
+// a deployment's URL) does not show the client where the gateway's
+// upstreams are. Logs keep them. gateway.Build adds each config's.
+var UpstreamAddrs = &Redactor{}
+
 // Redactor masks registered secret values and the values of credential
 // headers (Authorization, Proxy-Authorization, X-Api-Key, Api-Key, Cookie,
 // Set-Cookie, and "Bearer <token>") in log lines. Safe for concurrent use;

@@ -121,11 +121,13 @@ func redactCut(s string, n int) string {
 	return out
 }
 
+// redactString masks the secrets of an upstream's error text, and the
+// providers' addresses (observe.UpstreamAddrs).
 func redactString(s string) string {
 	if s == "" {
 		return s
 	}
-	return string(observe.Secrets.Redact([]byte(s)))
+	return string(observe.UpstreamAddrs.RedactSecrets(observe.Secrets.Redact([]byte(s))))
 }
 
 // rateLimitMessage is the gateway's text for an upstream error about the
