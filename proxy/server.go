@@ -305,7 +305,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	x := s.begin(ctx, s.rt.Load())
 	defer s.recoverRequest(ctx, x)
 	s.route(ctx, x)
-	if x.cause != nil && !x.later {
+	if !x.later && x.cause != nil { // later first: a body writer may be setting cause already
 		discardUnread(ctx, 4*int64(x.rt.Config.Server.MaxBodyBytes))
 	}
 	s.end(ctx, x)
