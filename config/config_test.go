@@ -12,6 +12,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key names line", "[server]\nlisten = \"x\"\n\nlisen = 1\n", `line 4: unknown key "server.lisen"`},
 		{"unknown tool select key", "[middleware.tool_select]\nmodel = \"x\"\nmax_tool = 3\n", `line 3: unknown key "middleware.tool_select.max_tool"`},
 		{"unknown table", "[servr]\nlisten = \"x\"\n", `unknown key "servr`},
+		// A key inside an inline table is named with the tables around it.
+		{"unknown key in an inline table", "[[models]]\nname = \"m\"\nprice = {input = 1.0, outptu = 2.0}\n", `line 3: unknown key "models.price.outptu"`},
+		{"unknown key in an array of inline tables", "[[models]]\nname = \"m\"\ndeployments = [{provider = \"p\", wieght = 2}]\n", `line 3: unknown key "models.deployments.wieght"`},
 		{"bad duration", "[server]\nread_timeout = \"soon\"\n", "line 2"},
 		{"bad kind", "[[providers]]\nname=\"p\"\nkind=\"grpc\"\n", `providers[0].kind: "grpc" is not one of openai, anthropic, mock`},
 		{"bad base url", "[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"ftp://x\"\n", `providers[0].base_url`},

@@ -33,8 +33,15 @@ func Parse(b []byte) (*Config, error) {
 		var strict *toml.StrictMissingError
 		if errors.As(err, &strict) && len(strict.Errors) > 0 {
 			e := strict.Errors[0]
-			row, _ := e.Position()
-			return nil, fmt.Errorf("line %d: unknown key %q", row, strings.Join(e.Key(), "."))
+			row, col := e.Position()
+			key := e.Key()
+			if n := len(key); n > 0 {
+				// The decoder names a key inside an inline table by its
+				// table and its own name only: put the inline tables'
+				// names between, from the line itself.
+				key = append(append(key[:n-1:n-1], inlineTables(lineAt(b, row), col)...), key[n-1])
+			}
+			return nil, fmt.Errorf("line %d: unknown key %q", row, strings.Join(key, "."))
 		}
 		var de *toml.DecodeError
 		if errors.As(err, &de) {
@@ -126,4 +133,59 @@ func (c *Config) expand() {
 			c.Redis.Addrs[i] = Expand(c.Redis.Addrs[i])
 		}
 	}
+}
+
+// lineAt returns line row (1-based) of b, or nil.
+func lineAt(b []byte, row int) []byte {
+	for i := 1; i < row; i++ {
+		j := bytes.IndexByte(b, '\n')
+		if j < 0 {
+			return nil
+		}
+		b = b[j+1:]
+	}
+	if j := bytes.IndexByte(b, '\n'); j >= 0 {
+		b = b[:j]
+	}
+	return b
+}
+
+// inlineTables returns the keys of the inline tables (a = {...}, or a =
+// [{...}]) open at column col (1-based) of a TOML line, outermost first.
+func inlineTables(line []byte, col int) []string {
+	var open []string
+	var key []byte // the last key read, before its =
+	var word []byte
+	for i := 0; i < len(line) && i < col-1; i++ {
+		switch c := line[i]; {
+		case c == '"' || c == '\'':
+			j := i + 1
+			for j < len(line) && line[j] != c {
+				if c == '"' && line[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			word = append(word[:0], line[min(i+1, len(line)):min(j, len(line))]...)
+			i = j
+		case c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			if i == 0 || !isBare(line[i-1]) {
+				word = word[:0]
+			}
+			word = append(word, c)
+		case c == '=':
+			key = append(key[:0], word...)
+		case c == '{':
+			open = append(open, string(key))
+		case c == '}':
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
+		}
+	}
+	return open
+}
+
+func isBare(c byte) bool {
+	return c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
