@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // An anthropic provider gets Anthropic's URL, API version and prompt
 // caching unless it says otherwise.
@@ -19,15 +22,18 @@ func TestAnthropicProviderDefaults(t *testing.T) {
 	}
 }
 
-// An openai provider without base_url calls OpenAI, as the config
-// reference says; one with its own keeps it.
-func TestOpenAIProviderDefaultURL(t *testing.T) {
-	t.Parallel()
-	c, err := Parse([]byte("[[providers]]\nname = \"a\"\nkind = \"openai\"\napi_key = \"sk\"\n[[providers]]\nname = \"b\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, b := c.Providers[0].BaseURL, c.Providers[1].BaseURL; a != "https://api.openai.com/v1" || b != "http://127.0.0.1:9/v1" {
-		t.Errorf("base_url %q and %q", a, b)
+// An openai provider must say where it is: a base_url that is missing, or
+// that expands from an unset variable to nothing, is refused, never
+// replaced by OpenAI's (which would send that provider's key and every
+// prompt to OpenAI).
+func TestOpenAIProviderNeedsBaseURL(t *testing.T) {
+	t.Setenv("LLMGW_TEST_UNSET_URL", "")
+	for _, doc := range []string{
+		"[[providers]]\nname = \"a\"\nkind = \"openai\"\napi_key = \"sk\"\n",
+		"[[providers]]\nname = \"a\"\nkind = \"openai\"\napi_key = \"sk\"\nbase_url = \"${LLMGW_TEST_UNSET_URL}\"\n",
+	} {
+		if _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), "base_url") {
+			t.Errorf("%q: %v, want base_url refused", doc, err)
+		}
 	}
 }

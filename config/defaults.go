@@ -182,9 +182,6 @@ func (c *Config) setProviderDefaults() {
 		setInt(&p.MaxConns, 1024)
 		setInt(&p.MaxResponseBytes, 32<<20)
 		setInt(&p.ReadBuffer, DefaultConnBuffer)
-		if p.Kind == "openai" {
-			setStr(&p.BaseURL, "https://api.openai.com/v1")
-		}
 		if p.Kind == "anthropic" {
 			setStr(&p.BaseURL, "https://api.anthropic.com")
 			setStr(&p.AnthropicVersion, "2023-06-01")

@@ -227,7 +227,11 @@ func (s *upstreamStream) rename(data []byte) []byte {
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
 		s.head = s.head[:0]
-		if end > at && end <= maxModelHead { // an insertion (no model) is not kept: the next chunk may have one
+		// Kept only when the value ends with its own delimiter (a string,
+		// an object, a list): a number's head ("model":1) is a prefix of
+		// another number's ("model":12). An insertion (no model) is not
+		// kept either: the next chunk may have one.
+		if end > at && end <= maxModelHead && bytes.IndexByte([]byte(`"}]`), data[end-1]) >= 0 {
 			s.head = append(s.headArr[:0], data[:end]...)
 		}
 		if keep {

@@ -216,6 +216,8 @@ func FuzzStreamRename(f *testing.F) {
 	f.Add([]byte(`{"id":"a","model":"up"}`), []byte(`{"id":"a","model":"up"`), `we"ird`)
 	f.Add([]byte(`{"choices":[{"model":"x"}],"model":"up"}`), []byte(`{"choices":[{"model":"x"}],"model":"up"}`), "m")
 	f.Add([]byte(`{"id":"a"}`), []byte(`{"id":"a","model":"up"}`), "m")
+	f.Add([]byte(`{"id":"x","model":1,"c":[]}`), []byte(`{"id":"x","model":12,"c":[]}`), "m")
+	f.Add([]byte(`{"id":"x","model":true}`), []byte(`{"id":"x","model":truex}`), "m")
 	f.Fuzz(func(t *testing.T, a, b []byte, model string) {
 		s := &upstreamStream{model: model}
 		want := string(setModel(nil, a, model))
