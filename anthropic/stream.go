@@ -12,7 +12,7 @@ import (
 
 // maxBlocks bounds the content block index a stream may name, so that a
 // hostile index cannot make the decoder allocate.
-const maxBlocks = 1024
+const maxBlocks = 1 << 16
 
 // The kinds of content block a stream opens.
 const (
@@ -205,9 +205,13 @@ func (d *StreamDecoder) blockStart(ev gjson.Result) bool {
 }
 
 // blockIndex reads an event's content block index: an integer in [0,
-// maxBlocks).
+// maxBlocks); none is 0 (a server that speaks the API loosely and sends
+// one block).
 func blockIndex(ev gjson.Result) (int, bool) {
 	v := ev.Get("index")
+	if !v.Exists() {
+		return 0, true
+	}
 	if v.Type != gjson.Number || v.Num < 0 || v.Num >= maxBlocks || v.Num != float64(int(v.Num)) {
 		return 0, false
 	}

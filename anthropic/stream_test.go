@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 
@@ -373,5 +374,39 @@ func TestStreamBlocksItCannotFollow(t *testing.T) {
 	if _, err := DecodeMessage("anthropic", []byte(`{"type":"message","id":"m","content":[{"type":"tool_use","id":5,"input":{}}],"stop_reason":"tool_use"}`),
 		wire.Header{Created: 1, Model: "claude"}); err == nil {
 		t.Error("a JSON message's tool_use without a name was taken")
+	}
+}
+
+// An answer of many blocks (a long web-search answer, each cited passage a
+// text block of its own) streams as it decodes as JSON, and a block event
+// without an index (a server that speaks the API loosely) is block 0.
+func TestStreamManyBlocksAndNoIndex(t *testing.T) {
+	t.Parallel()
+	d := NewStreamDecoder("anthropic", wire.Header{Created: 1, Model: "claude"})
+	evs := []string{`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}}`}
+	for i := range 2000 {
+		evs = append(evs, fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"text","text":""}}`, i),
+			fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":"p "}}`, i))
+	}
+	for _, ev := range evs {
+		if err := d.Feed([]byte(ev)); err != nil {
+			t.Fatalf("%v at %s", err, ev)
+		}
+		for _, ok := d.Pop(); ok; _, ok = d.Pop() {
+		}
+	}
+	d = NewStreamDecoder("anthropic", wire.Header{Created: 1, Model: "claude"})
+	var out []byte
+	for _, ev := range []string{evs[0], `{"type":"content_block_start","content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","delta":{"type":"text_delta","text":"loose"}}`} {
+		if err := d.Feed([]byte(ev)); err != nil {
+			t.Fatalf("%v at %s", err, ev)
+		}
+		for c, ok := d.Pop(); ok; c, ok = d.Pop() {
+			out = append(out, c...)
+		}
+	}
+	if !bytes.Contains(out, []byte("loose")) {
+		t.Fatalf("the text of a block without an index: %s", out)
 	}
 }

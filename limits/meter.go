@@ -280,8 +280,8 @@ func (s *meteredStream) Next() ([]byte, error) {
 //go:noinline
 func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	// A view of chunk: the counts are numbers, not its bytes.
-	c, ok := wire.ParseChatUsage(wire.ChunkUsage(chunk))
-	if !ok {
+	u := wire.ChunkUsage(chunk)
+	if !u.IsObject() {
 		s.chunks.Add(1)
 		if !s.content.Load() && wire.ChunkHasContent(chunk) {
 			s.content.Store(true) // read until the first content: usually a chunk or two
@@ -294,9 +294,13 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 		}
 		return chunk, false
 	}
-	s.mu.Lock()
-	s.usage, s.seen = c, true
-	s.mu.Unlock()
+	if c, ok := wire.ParseChatUsage(u); ok {
+		// A usage whose counts are no counts is not kept (the call is
+		// estimated), but its chunk is handled as a usage chunk all the same.
+		s.mu.Lock()
+		s.usage, s.seen = c, true
+		s.mu.Unlock()
+	}
 	root := jsonedit.Root(chunk)
 	withContent := false
 	root.Get("choices").ForEach(func(_, _ gjson.Result) bool { withContent = true; return false })

@@ -200,6 +200,7 @@ func TestSetModel(t *testing.T) {
 		{`{"id":"x","model":7}`, "gpt-x", `{"id":"x","model":"gpt-x"}`},
 		{`{"id":"x","model":null}`, "gpt-x", `{"id":"x","model":"gpt-x"}`},
 		{`[1]`, "gpt-x", `[1]`},
+		{" \n{\"id\":\"x\"}", "gpt-x", " \n{\"model\":\"gpt-x\",\"id\":\"x\"}"},
 	}
 	for _, c := range cases {
 		if got := string(setModel(nil, []byte(c.in), c.model)); got != c.want {

@@ -343,8 +343,12 @@ func (u *usageTap) usage() (wire.ChatUsage, bool) {
 		return wire.ChatUsage{Completion: int64(u.text+3) / 4}, false
 	}
 	v := gjson.ParseBytes(u.found)
+	parse := wire.ParseChatUsage
 	if v.Get("input_tokens").Exists() || v.Get("output_tokens").Exists() {
-		return wire.ParseResponsesUsage(v)
+		parse = wire.ParseResponsesUsage
 	}
-	return wire.ParseChatUsage(v)
+	if c, ok := parse(v); ok {
+		return c, true
+	}
+	return wire.ChatUsage{Completion: int64(u.text+3) / 4}, false // a usage whose counts are no counts: as none
 }

@@ -711,18 +711,32 @@ func setModel(dst, doc []byte, model string) []byte {
 // true when setModel leaves doc as it is (it names model already, or doc
 // is not an object). A value that is not a string (an upstream's
 // deployment object, a number) is replaced too, and a doc without a model
-// gets one: at == end == 1, an insertion after the opening brace. What it
+// gets one: at == end, an insertion after the opening brace. What it
 // returns for a found value depends on doc[:end] only (gjson stops at the
 // first top-level "model"): upstreamStream.rename relies on that.
 func modelSpan(doc []byte, model string) (at, end int, keep bool) {
 	r := gjson.Get(unsafe.String(unsafe.SliceData(doc), len(doc)), "model") // read-only view; no copy per chunk
 	switch {
-	case !r.Exists() && len(doc) > 1 && doc[0] == '{':
-		return 1, 1, false
-	case !r.Exists() || r.Index <= 0:
+	case !r.Exists():
+		if i := firstNonSpace(doc); i < len(doc)-1 && doc[i] == '{' {
+			return i + 1, i + 1, false
+		}
+		return 0, 0, true
+	case r.Index <= 0:
 		return 0, 0, true
 	}
 	return r.Index, r.Index + len(r.Raw), r.Type == gjson.String && r.Str == model
+}
+
+// firstNonSpace returns the index of b's first byte that is not JSON
+// whitespace (len(b) when there is none).
+func firstNonSpace(b []byte) int {
+	for i, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return i
+		}
+	}
+	return len(b)
 }
 
 // spliceModel appends to dst doc with doc[at:end] replaced by model, as a

@@ -1,0 +1,38 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// A JSON answer of one round keeps the upstream's usage as it came, with
+// the members the gateway does not read (OpenRouter's cost, DeepSeek's
+// cache hit and miss counts), whether or not the request offers client
+// tools (which takes it through the tool loop): the loop rewrote it to
+// its own sum of the one round and dropped them.
+func TestClientToolsJSONKeepsUsage(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8,"cost":0.0012,"prompt_cache_hit_tokens":4,"prompt_cache_miss_tokens":1}}`)
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	base := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]%s}`
+	st1, _, plain := h.post("/chat/completions", fmt.Sprintf(base, ""), nil)
+	st2, _, tools := h.post("/chat/completions", fmt.Sprintf(base, `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]`), nil)
+	pu, tu := gjson.GetBytes(plain, "usage"), gjson.GetBytes(tools, "usage")
+	if st1 != 200 || st2 != 200 || pu.Raw != tu.Raw || tu.Get("cost").Raw != "0.0012" {
+		t.Errorf("usage without tools %d %s, with a client tool %d %s", st1, pu.Raw, st2, tu.Raw)
+	}
+}
