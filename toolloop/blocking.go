@@ -268,10 +268,7 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 			}
 		}
 	}
-	if s.usage.seen && s.iterations > 1 {
-		// The rounds' sum. One round's usage is the body's own, kept with
-		// the members the gateway does not read (OpenRouter's cost,
-		// DeepSeek's cache hit and miss counts), as a relayed answer keeps them.
+	if s.usage.seen {
 		setRaw("usage", s.usage.appendJSON(make([]byte, 0, 256)))
 	}
 	for i, k := range sideTexts {

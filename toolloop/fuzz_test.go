@@ -516,14 +516,21 @@ func FuzzUsageAdd(f *testing.F) {
 		r := gjson.ParseBytes(b)
 		var got usage
 		prompt := got.add(r)
+		// One usage is written as it came; two are their sum.
+		if one := string(got.appendJSON(nil)); got.seen && one != r.Raw {
+			t.Fatalf("one usage written as %s, came as %s", one, r.Raw)
+		}
 		got.add(r)
 		want := usage{}
 		if c, ok := wire.ParseChatUsage(r); ok {
 			want.seen, want.sum = true, c
 			want.sum.Add(c)
 		}
-		if got != want || prompt*2 != want.sum.Prompt {
+		if got.seen != want.seen || got.sum != want.sum || prompt*2 != want.sum.Prompt {
 			t.Fatalf("one pass %+v (prompt %d), by path %+v", got, prompt, want)
+		}
+		if want.seen && string(got.appendJSON(nil)) != string(want.sum.AppendJSON(nil)) {
+			t.Fatalf("two usages written as %s", got.appendJSON(nil))
 		}
 	})
 }
