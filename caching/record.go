@@ -225,15 +225,26 @@ func (s *recordingStream) Next() ([]byte, error) {
 	if !s.ended {
 		s.ended = true
 		if err == io.EOF {
-			if c, ok := s.calls.Total(); ok && len(s.rec.usage) == 0 {
-				s.rec.usage = c.AppendJSON(nil)
-			}
-			if c := s.rec.completion(); c != nil {
-				s.done(c)
-			}
+			s.finish()
 		}
 	}
 	return chunk, err
+}
+
+// finish hands the completion of a stream that ended to done. A function
+// of its own, so that its locals are not in Next's frame: Next is on the
+// stack of every stream while it waits for the upstream, and a stream's
+// goroutine keeps its stack, at its deepest, for as long as the stream
+// lasts.
+//
+//go:noinline
+func (s *recordingStream) finish() {
+	if c, ok := s.calls.Total(); ok && len(s.rec.usage) == 0 {
+		s.rec.usage = c.AppendJSON(nil)
+	}
+	if c := s.rec.completion(); c != nil {
+		s.done(c)
+	}
 }
 
 // Close closes inner.

@@ -230,6 +230,14 @@ func (rd *Reader) field(line []byte) {
 	}
 }
 
+// noteTail notes the unterminated last line, buf[start:end], as stray
+// (noteStray). A function of its own, taking no slice, so that readLine's
+// frame stays small: readLine is on the stack of every stream while it
+// waits for the upstream.
+//
+//go:noinline
+func (rd *Reader) noteTail() { rd.noteStray(rd.buf[rd.start:rd.end]) }
+
 // noteStray keeps line as the stray line (Stray) when it is the first one
 // before any event that is no SSE: not a comment, and no field SSE knows,
 // even cut short.
@@ -269,7 +277,7 @@ func (rd *Reader) readLine() ([]byte, error) {
 				// An unterminated last line: its bytes belong to a cut
 				// event, unless they are no SSE at all (a whole body
 				// that is something else).
-				rd.noteStray(rd.buf[rd.start:rd.end])
+				rd.noteTail()
 				rd.dirty = true
 				rd.start = rd.end
 			}
