@@ -268,8 +268,13 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 			}
 		}
 	}
-	if s.usage.seen {
+	switch {
+	case s.usage.seen:
 		setRaw("usage", s.usage.appendJSON(make([]byte, 0, 256)))
+	case got.usage.Exists() && got.usage.Type != gjson.Null && err == nil:
+		// A usage whose counts are no counts: none, as the stream of the
+		// same answer sends no usage chunk for it.
+		body, err = sjson.DeleteBytes(body, "usage")
 	}
 	for i, k := range sideTexts {
 		if len(s.shownSide[i]) == 0 {
