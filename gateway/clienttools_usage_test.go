@@ -13,11 +13,11 @@ import (
 	"github.com/llmgw/gateway/mockllm"
 )
 
-// A JSON answer of one round keeps the upstream's usage as it came, with
-// the members the gateway does not read (OpenRouter's cost, DeepSeek's
-// cache hit and miss counts), whether or not the request offers client
-// tools (which takes it through the tool loop): the loop rewrote it to
-// its own sum of the one round and dropped them.
+// A JSON answer of one round keeps the members of the upstream's usage the
+// gateway does not read (OpenRouter's cost, DeepSeek's cache hit and miss
+// counts) and its counts, whether or not the request offers client tools
+// (which takes it through the tool loop): the loop rewrote the usage to its
+// own sum of the one round and dropped them.
 func TestClientToolsJSONKeepsUsage(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +32,11 @@ func TestClientToolsJSONKeepsUsage(t *testing.T) {
 	st1, _, plain := h.post("/chat/completions", fmt.Sprintf(base, ""), nil)
 	st2, _, tools := h.post("/chat/completions", fmt.Sprintf(base, `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]`), nil)
 	pu, tu := gjson.GetBytes(plain, "usage"), gjson.GetBytes(tools, "usage")
-	if st1 != 200 || st2 != 200 || pu.Raw != tu.Raw || tu.Get("cost").Raw != "0.0012" {
+	same := true
+	for _, k := range []string{"prompt_tokens", "completion_tokens", "total_tokens", "cost", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens"} {
+		same = same && pu.Get(k).Raw == tu.Get(k).Raw
+	}
+	if st1 != 200 || st2 != 200 || !same || tu.Get("cost").Raw != "0.0012" {
 		t.Errorf("usage without tools %d %s, with a client tool %d %s", st1, pu.Raw, st2, tu.Raw)
 	}
 }

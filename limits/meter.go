@@ -281,7 +281,15 @@ func (s *meteredStream) Next() ([]byte, error) {
 func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	// A view of chunk: the counts are numbers, not its bytes.
 	u := wire.ChunkUsage(chunk)
-	if !u.IsObject() {
+	c, ok := wire.ParseChatUsage(u)
+	if !ok && u.IsObject() && s.strip && !hasChoice(chunk) {
+		// A usage-only chunk whose counts are no counts: asked for on the
+		// client's behalf, it goes; it is not kept (the call is estimated).
+		return nil, true
+	}
+	if !ok {
+		// No usage, or one whose counts are no counts on a chunk with
+		// content: the chunk counts as content (the estimate's output).
 		s.chunks.Add(1)
 		if !s.content.Load() && wire.ChunkHasContent(chunk) {
 			s.content.Store(true) // read until the first content: usually a chunk or two
@@ -294,13 +302,9 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 		}
 		return chunk, false
 	}
-	if c, ok := wire.ParseChatUsage(u); ok {
-		// A usage whose counts are no counts is not kept (the call is
-		// estimated), but its chunk is handled as a usage chunk all the same.
-		s.mu.Lock()
-		s.usage, s.seen = c, true
-		s.mu.Unlock()
-	}
+	s.mu.Lock()
+	s.usage, s.seen = c, true
+	s.mu.Unlock()
 	root := jsonedit.Root(chunk)
 	withContent := false
 	root.Get("choices").ForEach(func(_, _ gjson.Result) bool { withContent = true; return false })
@@ -326,6 +330,17 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 		}
 	}
 	return chunk, false
+}
+
+// hasChoice reports whether chunk's choices hold an element.
+func hasChoice(chunk []byte) bool {
+	ch := jsonedit.Root(chunk).Get("choices")
+	if !ch.IsArray() { // ForEach visits a null or a scalar once
+		return false
+	}
+	has := false
+	ch.ForEach(func(_, _ gjson.Result) bool { has = true; return false })
+	return has
 }
 
 // usageChunk appends to dst the usage-only chunk of root, a chunk with

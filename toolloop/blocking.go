@@ -270,7 +270,7 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 	}
 	switch {
 	case s.usage.seen:
-		setRaw("usage", s.usage.appendJSON(make([]byte, 0, 256)))
+		setRaw("usage", s.usage.appendJSON(make([]byte, 0, 256), s.iterations))
 	case got.usage.Exists() && got.usage.Type != gjson.Null && err == nil:
 		// A usage whose counts are no counts: none, as the stream of the
 		// same answer sends no usage chunk for it.

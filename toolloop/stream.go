@@ -740,7 +740,7 @@ func (st *loopStream) finishStream(finish, reason string) {
 	if s.req.IncludeUsage && s.usage.seen {
 		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Raw: top})
 		var buf [256]byte // the usage object, on the stack: Encode copies it
-		st.emit(&wire.Event{Kind: wire.Usage, Raw: s.usage.appendJSON(buf[:0]), Trace: tr})
+		st.emit(&wire.Event{Kind: wire.Usage, Raw: s.usage.appendJSON(buf[:0], s.iterations), Trace: tr})
 	} else {
 		st.emit(&wire.Event{Kind: wire.Finish, Finish: finish, Raw: top, Trace: tr})
 	}

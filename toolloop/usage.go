@@ -30,13 +30,37 @@ func (u *usage) add(r gjson.Result) (prompt int64) {
 	return c.Prompt
 }
 
-// appendJSON appends the usage object: the one round's as the upstream
-// wrote it (with the members the gateway does not read: OpenRouter's
-// cost, DeepSeek's cache counts, as a relayed answer keeps them), or the
-// rounds' sum. The JSON answer and the stream write the same.
-func (u *usage) appendJSON(b []byte) []byte {
-	if u.n == 1 {
-		return append(b, u.one...)
+// appendJSON appends the usage object of a loop of rounds rounds: the
+// counts the gateway reads (wire.ChatUsage, summed), and, when one round
+// reported the only usage, the members of its own the gateway does not
+// read (OpenRouter's cost, DeepSeek's cache hit and miss counts), as a
+// relayed answer keeps them. The JSON answer and the stream write the same.
+func (u *usage) appendJSON(b []byte, rounds int) []byte {
+	b = u.sum.AppendJSON(b)
+	if u.n != 1 || rounds != 1 {
+		return b
 	}
-	return u.sum.AppendJSON(b)
+	b = b[:len(b)-1] // the closing brace
+	seen := map[string]bool{}
+	gjson.ParseBytes(u.one).ForEach(func(k, v gjson.Result) bool {
+		if !ownUsage(k.Str) && !seen[k.Str] { // the first of a repeated key, as the readers take it
+			seen[k.Str] = true
+			b = append(b, ',')
+			b = append(b, k.Raw...)
+			b = append(b, ':')
+			b = append(b, v.Raw...)
+		}
+		return true
+	})
+	return append(b, '}')
+}
+
+// ownUsage reports whether key is a usage member the gateway writes itself
+// (ChatUsage.AppendJSON) or reads into one it writes.
+func ownUsage(key string) bool {
+	switch key {
+	case "prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details", "cache_creation_input_tokens":
+		return true
+	}
+	return false
 }
