@@ -116,6 +116,7 @@ type responseCache struct {
 type flightResult struct {
 	completion []byte
 	resp       *pipeline.Response // the leader's own response
+	model      string             // a fallback's answer: the model that gave it (fallback.HeaderModel)
 }
 
 // NewResponseCache returns the response-cache middleware of the request
@@ -299,9 +300,10 @@ func (c *responseCache) store(ctx context.Context, key string, completion []byte
 
 // coalesce makes one upstream call for concurrent identical non-stream
 // misses. The leader's answer is its own; followers get a fresh rendering of
-// the shared completion when it was storable, and otherwise call next
-// themselves (a non-final answer is not shared). A leader that failed because
-// its own client left does not fail the followers.
+// the shared completion when it was storable (a fallback's answer too,
+// which is not stored), and otherwise call next themselves (a non-final
+// answer is not shared). A leader that failed because its own client left
+// does not fail the followers.
 func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
 	// Do, not DoChan: the leader runs the call in its own goroutine (no
 	// hand-off on every miss); a follower waits at most as long as the
@@ -316,7 +318,15 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 		}
 		fr := flightResult{resp: resp}
 		if servedByFallback(r) {
-			return fr, nil // the followers call next themselves
+			// Not stored, but given to the followers waiting for it: run
+			// again, each would first wait for the primary that just
+			// failed, then get the same fallback's answer.
+			if m := r.Meta.Get(fallback.HeaderModel); m != "" {
+				if completion := calls.add(resp.Body); storable(completion, c.opts.Config.ToolCalls) {
+					fr.completion, fr.model = append([]byte(nil), completion...), m
+				}
+			}
+			return fr, nil
 		}
 		if completion := calls.add(resp.Body); storable(completion, c.opts.Config.ToolCalls) {
 			fr.completion = append([]byte(nil), completion...)
@@ -337,6 +347,9 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 	if res.Err == nil && fr.completion != nil {
 		resultCoalesced.Inc()
 		r.Meta.Set(HeaderCache, "hit")
+		if fr.model != "" {
+			r.Meta.Set(fallback.HeaderModel, fr.model) // a fallback's answer says so, as the leader's
+		}
 		return c.serve(r, fr.completion), nil
 	}
 	if res.Err != nil && !errors.Is(res.Err, context.Canceled) &&

@@ -495,10 +495,12 @@ func TestCacheable(t *testing.T) {
 }
 
 // An answer a fallback model gave (fallback.HeaderModel names another
-// model than the request's) is its client's alone: not stored, and not
-// shared with the followers of its single flight, which call the model
-// themselves; the model's own answer is then stored.
-func TestResponseCacheFallbackAnswerNotShared(t *testing.T) {
+// model than the request's) is not stored, but the followers of its single
+// flight get it, named as the fallback's: run again, each would first wait
+// for the primary that had just failed (a stall: its whole timeout again),
+// then get the same fallback. The next request calls the model again, and
+// the model's own answer is stored.
+func TestResponseCacheFallbackAnswerSharedNotStored(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
 	up := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
@@ -513,34 +515,37 @@ func TestResponseCacheFallbackAnswerNotShared(t *testing.T) {
 		return &pipeline.Response{Body: []byte(body)}, nil
 	})
 	h, _ := newCache(up, newClock(), nil)
-	ask := func() (string, string) {
+	ask := func() (string, string, string) {
 		r := newReq(det, "acme")
 		resp, err := h.Chat(context.Background(), r)
 		if err != nil {
 			t.Error(err)
-			return "", ""
+			return "", "", ""
 		}
-		return gjson.GetBytes(resp.Body, "choices.0.message.content").Str, r.Meta.Get(HeaderCache)
+		return gjson.GetBytes(resp.Body, "choices.0.message.content").Str, r.Meta.Get(HeaderCache), r.Meta.Get(fallback.HeaderModel)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if c, hv := ask(); c != "from the backup" || hv != "miss" {
-			t.Errorf("leader: %q, %s", c, hv)
+		if c, hv, m := ask(); c != "from the backup" || hv != "miss" || m != "backup" {
+			t.Errorf("leader: %q, %s, %s", c, hv, m)
 		}
 	})
 	time.Sleep(30 * time.Millisecond)
 	for range 3 {
 		wg.Go(func() {
-			if c, hv := ask(); c != "from the model" || hv != "miss" {
-				t.Errorf("follower: %q, %s; want the model's own answer", c, hv)
+			if c, hv, m := ask(); c != "from the backup" || hv != "hit" || m != "backup" {
+				t.Errorf("follower: %q, %s, %s; want the backup's answer, named so", c, hv, m)
 			}
 		})
 	}
 	wg.Wait()
-	if n := calls.Load(); n != 4 {
-		t.Fatalf("%d calls, want the leader's and one per follower", n)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d calls, want the leader's only", n)
 	}
-	if c, hv := ask(); c != "from the model" || hv != "hit" || calls.Load() != 4 {
+	if c, hv, _ := ask(); c != "from the model" || hv != "miss" || calls.Load() != 2 {
+		t.Fatalf("next: %q, %s, %d calls; want the model called again (the backup's answer was not stored)", c, hv, calls.Load())
+	}
+	if c, hv, _ := ask(); c != "from the model" || hv != "hit" || calls.Load() != 2 {
 		t.Fatalf("after: %q, %s, %d calls; want the model's answer from the cache", c, hv, calls.Load())
 	}
 }
