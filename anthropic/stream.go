@@ -225,14 +225,15 @@ func (d *StreamDecoder) blockDelta(ev gjson.Result) bool {
 	i, ok := blockIndex(ev)
 	delta := ev.Get("delta")
 	typ := delta.Get("type").Str
-	if k := d.kind(i); !ok || k == blockUnstarted {
+	k := d.kind(i)
+	if !ok || k == blockUnstarted {
 		switch typ {
 		case "text_delta", "thinking_delta", "input_json_delta":
 			return false
 		}
 		return true
 	}
-	switch k := d.kind(i); typ {
+	switch typ {
 	case "text_delta":
 		if k == blockText {
 			d.text("content", delta.Get("text").Str)

@@ -317,20 +317,18 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 			return flightResult{resp: resp}, err
 		}
 		fr := flightResult{resp: resp}
-		if servedByFallback(r) {
+		byFallback := servedByFallback(r)
+		if byFallback {
 			// Not stored, but given to the followers waiting for it: run
 			// again, each would first wait for the primary that just
 			// failed, then get the same fallback's answer.
-			if m := r.Meta.Get(fallback.HeaderModel); m != "" {
-				if completion := calls.add(resp.Body); storable(completion, c.opts.Config.ToolCalls) {
-					fr.completion, fr.model = append([]byte(nil), completion...), m
-				}
+			if fr.model = r.Meta.Get(fallback.HeaderModel); fr.model == "" {
+				return fr, nil // a later round's model (a tool loop): each follower calls next
 			}
-			return fr, nil
 		}
 		if completion := calls.add(resp.Body); storable(completion, c.opts.Config.ToolCalls) {
 			fr.completion = append([]byte(nil), completion...)
-			if !h.noStore {
+			if !byFallback && !h.noStore {
 				c.store(ctx, key, fr.completion, h)
 			}
 		}

@@ -168,7 +168,7 @@ func inlineTables(line []byte, col int) []string {
 			}
 			word = append(word[:0], line[min(i+1, len(line)):min(j, len(line))]...)
 			i = j
-		case c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		case isBare(c):
 			if i == 0 || !isBare(line[i-1]) {
 				word = word[:0]
 			}

@@ -2,6 +2,7 @@ package guardrails
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/tidwall/gjson"
 
@@ -24,13 +25,7 @@ import (
 // classifier judges the answer, not each of its references, which a
 // provider may repeat on every chunk).
 func sideGuards(guards []*guard) []*guard {
-	var out []*guard
-	for _, g := range guards {
-		if g.kind != "max_length" && g.http == nil {
-			out = append(out, g)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(guards), func(g *guard) bool { return g.kind == "max_length" || g.http != nil })
 }
 
 // sideEdits adds to edits the redactions of the strings of body's side

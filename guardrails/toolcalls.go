@@ -3,6 +3,7 @@ package guardrails
 import (
 	"bytes"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -31,13 +32,7 @@ import (
 
 // argGuards are the guards of guards that judge a tool call's arguments.
 func argGuards(guards []*guard) []*guard {
-	var out []*guard
-	for _, g := range guards {
-		if g.kind != "max_length" {
-			out = append(out, g)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(guards), func(g *guard) bool { return g.kind == "max_length" })
 }
 
 // judgeArgs returns args as ck's judgement rewrites them; a block, or a

@@ -282,7 +282,7 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	// A view of chunk: the counts are numbers, not its bytes.
 	u := wire.ChunkUsage(chunk)
 	c, ok := wire.ParseChatUsage(u)
-	if !ok && u.IsObject() && s.strip && !hasChoice(chunk) {
+	if !ok && u.IsObject() && s.strip && !hasChoice(jsonedit.Root(chunk)) {
 		// A usage-only chunk whose counts are no counts: asked for on the
 		// client's behalf, it goes; it is not kept (the call is estimated).
 		return nil, true
@@ -306,9 +306,7 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	s.usage, s.seen = c, true
 	s.mu.Unlock()
 	root := jsonedit.Root(chunk)
-	withContent := false
-	root.Get("choices").ForEach(func(_, _ gjson.Result) bool { withContent = true; return false })
-	if !withContent {
+	if !hasChoice(root) {
 		if s.strip {
 			return nil, true // not asked for: the usage-only chunk goes
 		}
@@ -332,9 +330,10 @@ func (s *meteredStream) observe(chunk []byte) (out []byte, skip bool) {
 	return chunk, false
 }
 
-// hasChoice reports whether chunk's choices hold an element.
-func hasChoice(chunk []byte) bool {
-	ch := jsonedit.Root(chunk).Get("choices")
+// hasChoice reports whether the choices of a chunk (its root) hold an
+// element.
+func hasChoice(root gjson.Result) bool {
+	ch := root.Get("choices")
 	if !ch.IsArray() { // ForEach visits a null or a scalar once
 		return false
 	}

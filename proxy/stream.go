@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,7 +232,7 @@ func (s *upstreamStream) rename(data []byte) []byte {
 		// an object, a list): a number's head ("model":1) is a prefix of
 		// another number's ("model":12). An insertion (no model) is not
 		// kept either: the next chunk may have one.
-		if end > at && end <= maxModelHead && bytes.IndexByte([]byte(`"}]`), data[end-1]) >= 0 {
+		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 {
 			s.head = append(s.headArr[:0], data[:end]...)
 		}
 		if keep {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -749,7 +748,7 @@ func spliceModel(dst, doc []byte, at, end int, model string) []byte {
 	if at == end {
 		dst = append(dst, `"model":`...)
 		dst = jsonstring.Append(dst, model)
-		if rest := bytes.TrimLeft(doc[end:], " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+		if rest := doc[end:]; firstNonSpace(rest) < len(rest) && rest[firstNonSpace(rest)] != '}' {
 			dst = append(dst, ',')
 		}
 		return append(dst, doc[end:]...)

@@ -135,10 +135,10 @@ func (l *Loop) Chat(ctx context.Context, req *pipeline.Request) (*pipeline.Respo
 	}
 	// A request offering client tools goes through the loop even without a
 	// server tool: it normalizes the client's tool calls (an id for a call
-	// without one, the upstream's id when it comes late, "tool_calls" as
-	// the finish of an answer that calls, sequential calls with one first
-	// delta each in a stream), the JSON answer as the stream, so that
-	// both forms of a request carry the same calls.
+	// without one, "tool_calls" as the finish of an answer that calls,
+	// sequential calls with one first delta each in a stream), the JSON
+	// answer as the stream, so that both forms of a request carry the same
+	// calls.
 	p, err := l.prepare(req, offered, tools)
 	if err != nil {
 		return nil, err

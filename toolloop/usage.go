@@ -1,6 +1,8 @@
 package toolloop
 
 import (
+	"slices"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/wire"
@@ -41,10 +43,11 @@ func (u *usage) appendJSON(b []byte, rounds int) []byte {
 		return b
 	}
 	b = b[:len(b)-1] // the closing brace
-	seen := map[string]bool{}
+	var seenArr [8]string
+	seen := seenArr[:0]
 	gjson.ParseBytes(u.one).ForEach(func(k, v gjson.Result) bool {
-		if !ownUsage(k.Str) && !seen[k.Str] { // the first of a repeated key, as the readers take it
-			seen[k.Str] = true
+		if !ownUsage(k.Str) && !slices.Contains(seen, k.Str) { // the first of a repeated key, as the readers take it
+			seen = append(seen, k.Str)
 			b = append(b, ',')
 			b = append(b, k.Raw...)
 			b = append(b, ':')
