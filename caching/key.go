@@ -3,10 +3,11 @@ package caching
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/llmgw/gateway/jsonstring"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -65,6 +66,12 @@ func requestKey(r *pipeline.Request, toolSet string, shared bool) string {
 	c.buf = append(c.buf, 0)
 	c.buf = jsonstring.Append(c.buf, toolSet)
 	c.buf = append(c.buf, 0)
+	if r.LimitToolCalls {
+		// The Responses API's max_tool_calls, which its translation to
+		// chat carries beside the body: it decides which server calls run.
+		c.buf = strconv.AppendInt(append(c.buf, "max_tool_calls"...), int64(r.MaxToolCalls), 10)
+		c.buf = append(c.buf, 0)
+	}
 	head := len(c.buf)
 	// The top-level object, minus the ignored members, canonicalised like
 	// any other object.

@@ -19,6 +19,7 @@ func TestRequestKey(t *testing.T) {
 		tenant  string
 		toolSet string
 		route   *pipeline.Route
+		max     *int // the Responses API's max_tool_calls, beside the body
 		same    bool
 	}{
 		{name: "identical", body: baseBody, same: true},
@@ -40,6 +41,8 @@ func TestRequestKey(t *testing.T) {
 		{name: "unknown member counts", body: strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"verbosity":"low"`, 1)},
 		{name: "other tenant", body: baseBody, tenant: "other"},
 		{name: "other tool set", body: baseBody, toolSet: "ts2"},
+		{name: "max_tool_calls 0", body: baseBody, max: new(0)},
+		{name: "max_tool_calls 3", body: baseBody, max: new(3)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,6 +57,9 @@ func TestRequestKey(t *testing.T) {
 			r := newReq(tt.body, tenant)
 			if tt.route != nil {
 				r.Route = tt.route
+			}
+			if tt.max != nil {
+				r.MaxToolCalls, r.LimitToolCalls = *tt.max, true
 			}
 			got := requestKey(r, ts, false)
 			if (got == base) != tt.same {
