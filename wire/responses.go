@@ -74,7 +74,12 @@ type Responses struct {
 	items  []respItem
 	msg    int // index of the open message item, -1 for none
 	reason int // index of the open reasoning item, -1 for none
-	calls  []int
+	// reasonKey is the member the open reasoning item's text comes from.
+	// An upstream may send the same text under both names (vLLM during
+	// its rename of reasoning_content to reasoning): the first one an
+	// item sees is its text, the other is dropped.
+	reasonKey string
+	calls     []int
 	lp     []byte // scratch: a delta's LogProb items
 	lpHeld []byte // LogProb items of tokens without text, for the next output_text (textLogprobs)
 	finish string
@@ -146,7 +151,7 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		case e.Key == "content" || e.Key == "refusal":
 			dst = r.messageText(dst, e.Key == "refusal", e.Text, e.Logprobs)
 		case e.Key == "reasoning_content" || e.Key == "reasoning":
-			dst = r.reasoningText(dst, e.Text)
+			dst = r.reasoningText(dst, e.Key, e.Text)
 		}
 	case CallHeader:
 		dst = r.callHeader(dst, e)
@@ -431,8 +436,12 @@ func (r *Responses) textLogprobs(dst, lp []byte) []byte {
 	return endEvent(dst)
 }
 
-func (r *Responses) reasoningText(dst []byte, text []byte) []byte {
+func (r *Responses) reasoningText(dst []byte, key string, text []byte) []byte {
+	if r.reason >= 0 && key != r.reasonKey {
+		return dst
+	}
 	if r.reason < 0 {
+		r.reasonKey = key
 		r.reason = len(r.items)
 		r.items = append(r.items, respItem{kind: itemReasoning, id: r.itemID("rs"), parts: []respPart{{}}})
 		dst = r.itemAdded(dst, r.reason)

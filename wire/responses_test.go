@@ -482,7 +482,20 @@ func TestResponsesStreamedAnswerEqualsCompletion(t *testing.T) {
 	cases := map[string]struct {
 		chunks     []string
 		completion string
+		reasoning  string // the reasoning item's text, when there is one
 	}{
+		"both names of the reasoning": {
+			// vLLM during its rename sends each text under both names.
+			chunks: []string{
+				`{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"think A ","reasoning":"think A "}}]}`,
+				`{"choices":[{"index":0,"delta":{"reasoning_content":"think B","reasoning":"think B"}}]}`,
+				`{"choices":[{"index":0,"delta":{"content":"ans"}}]}`,
+				`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+			},
+			completion: `{"choices":[{"index":0,"message":{"role":"assistant","content":"ans",` +
+				`"reasoning_content":"think A think B","reasoning":"think A think B"},"finish_reason":"stop"}]}`,
+			reasoning: "think A think B",
+		},
 		"text after the calls": {
 			chunks: []string{
 				`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me "}}]}`,
@@ -528,6 +541,11 @@ func TestResponsesStreamedAnswerEqualsCompletion(t *testing.T) {
 			}
 			if got := gjson.GetBytes(last, "response.output").Raw; got != gjson.GetBytes(object, "output").Raw {
 				t.Fatalf("stream and completion differ:\n%s\n%s", got, gjson.GetBytes(object, "output").Raw)
+			}
+			if c.reasoning != "" {
+				if got := gjson.GetBytes(object, `output.#(type=="reasoning").content.0.text`).String(); got != c.reasoning {
+					t.Errorf("reasoning %q, want %q", got, c.reasoning)
+				}
 			}
 		})
 	}
