@@ -1,8 +1,11 @@
 package responses
 
 import (
+	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -145,7 +148,95 @@ func (r *Request) options(root gjson.Result) error {
 	if v := root.Get("truncation"); v.Exists() && v.Type != gjson.Null && v.Str != "auto" && v.Str != "disabled" {
 		return pipeline.BadRequest("truncation", "truncation must be auto or disabled")
 	}
-	return nil
+	return checkSettings(root)
+}
+
+// numberSettings are the numeric settings and their ranges.
+var numberSettings = [...]struct {
+	key      string
+	min, max float64
+	integer  bool
+}{
+	{"temperature", 0, 2, false}, {"top_p", 0, 1, false},
+	{"max_output_tokens", 1, math.MaxInt32, true}, {"top_logprobs", 0, 20, true},
+}
+
+// checkSettings refuses a setting of the wrong type or out of its range,
+// as OpenAI does (null is the default of each). Passed on, an upstream
+// may read it otherwise or refuse it in its own words, and the response
+// object repeats it where the clients' types expect a number, a string
+// or a map of strings.
+func checkSettings(root gjson.Result) error {
+	for _, n := range numberSettings {
+		v := root.Get(n.key)
+		switch {
+		case !v.Exists() || v.Type == gjson.Null:
+		case v.Type != gjson.Number || (n.integer && v.Num != math.Trunc(v.Num)):
+			kind := "a number"
+			if n.integer {
+				kind = "an integer"
+			}
+			return pipeline.BadRequest(n.key, "Invalid '%s': expected %s.", n.key, kind)
+		case v.Num < n.min || v.Num > n.max:
+			return pipeline.BadRequest(n.key, "Invalid '%s': expected a value from %g to %g.", n.key, n.min, n.max)
+		}
+	}
+	for _, key := range [...]string{"user", "safety_identifier", "prompt_cache_key", "service_tier", "reasoning.summary"} {
+		if v := root.Get(key); v.Exists() && v.Type != gjson.Null && v.Type != gjson.String {
+			return pipeline.BadRequest(key, "Invalid '%s': expected a string.", key)
+		}
+	}
+	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null && !v.IsBool() {
+		return pipeline.BadRequest("parallel_tool_calls", "Invalid 'parallel_tool_calls': expected a boolean.")
+	}
+	for _, o := range [...]string{"reasoning", "text"} {
+		if v := root.Get(o); v.Exists() && v.Type != gjson.Null && !v.IsObject() {
+			return pipeline.BadRequest(o, "Invalid '%s': expected an object.", o)
+		}
+	}
+	if err := oneOf(root.Get("reasoning.effort"), "reasoning.effort", "none", "minimal", "low", "medium", "high", "xhigh", "max"); err != nil {
+		return err
+	}
+	if err := oneOf(root.Get("text.verbosity"), "text.verbosity", "low", "medium", "high"); err != nil {
+		return err
+	}
+	return checkMetadata(root.Get("metadata"))
+}
+
+// oneOf refuses v unless it is absent, null or one of the strings values.
+func oneOf(v gjson.Result, param string, values ...string) error {
+	if !v.Exists() || v.Type == gjson.Null || (v.Type == gjson.String && slices.Contains(values, v.Str)) {
+		return nil
+	}
+	return pipeline.BadRequest(param, "Invalid '%s': expected one of %s.", param, strings.Join(values, ", "))
+}
+
+// checkMetadata refuses metadata that is not what OpenAI keeps: at most
+// 16 pairs, keys of at most 64 characters, string values of at most 512.
+func checkMetadata(v gjson.Result) error {
+	if !v.Exists() || v.Type == gjson.Null {
+		return nil
+	}
+	if !v.IsObject() {
+		return pipeline.BadRequest("metadata", "Invalid 'metadata': expected an object of strings.")
+	}
+	n := 0
+	var err error
+	v.ForEach(func(k, val gjson.Result) bool {
+		n++
+		switch {
+		case n > 16:
+			err = pipeline.BadRequest("metadata", "Invalid 'metadata': expected at most 16 pairs.")
+		case utf8.RuneCountInString(k.Str) > 64:
+			err = pipeline.BadRequest("metadata", "Invalid 'metadata': a key is longer than 64 characters.")
+		case val.Type != gjson.String:
+			err = pipeline.BadRequest("metadata", "Invalid 'metadata': expected an object of strings.")
+		case utf8.RuneCountInString(val.Str) > 512:
+			err = pipeline.BadRequest("metadata", "Invalid 'metadata': a value is longer than 512 characters.")
+		}
+		return err == nil
+	})
+	return err
 }
 
 // conversation builds History (prior, then input) and Input.
@@ -438,7 +529,11 @@ func (h *history) item(it gjson.Result, param string) error {
 		h.call(toolCall(it.Get("call_id").String(), it.Get("name").String(), it.Get("arguments").String()))
 		return nil
 	case "function_call_output":
-		h.add(toolResult(it.Get("call_id").String(), outputText(it.Get("output"))), "tool")
+		out, err := outputText(it.Get("output"), param+".output")
+		if err != nil {
+			return err
+		}
+		h.add(toolResult(it.Get("call_id").String(), out), "tool")
 		return nil
 	case "mcp_call":
 		// A tool this gateway ran, replayed by a client that keeps its own
@@ -508,17 +603,31 @@ func toolResult(id, content string) string {
 }
 
 // outputText is a function_call_output's output as text: a string as is,
-// the texts of a list of parts joined.
-func outputText(v gjson.Result) string {
-	if v.Type == gjson.String {
-		return v.Str
+// the texts of a list of parts joined. A chat tool message carries text
+// only: an image or a file part is refused, not dropped.
+func outputText(v gjson.Result, param string) (string, error) {
+	switch {
+	case v.Type == gjson.String:
+		return v.Str, nil
+	case !v.IsArray():
+		return "", pipeline.BadRequest(param, "output must be a string or an array of parts")
 	}
 	var sb strings.Builder
+	var err error
+	i := 0
 	v.ForEach(func(_, p gjson.Result) bool {
-		sb.WriteString(p.Get("text").String())
+		switch typ := p.Get("type").String(); typ {
+		case "input_text", "output_text", "text":
+			sb.WriteString(p.Get("text").String())
+		default:
+			err = pipeline.BadRequest(param+"["+strconv.Itoa(i)+"].type",
+				"function_call_output parts of type %q are not supported: a chat model's tool result is text", typ)
+			return false
+		}
+		i++
 		return true
 	})
-	return sb.String()
+	return sb.String(), err
 }
 
 func (h *history) message(it gjson.Result, param string) error {
@@ -536,17 +645,24 @@ func (h *history) message(it gjson.Result, param string) error {
 	case content.Type == gjson.String:
 		b = append(b, content.Raw...)
 	case content.IsArray() && (role == "assistant" || role == "system" || role == "developer"):
-		// Chat takes only text parts here: join them.
-		var sb strings.Builder
+		// Chat takes only text parts here: join them. An assistant's
+		// refusal parts are its message's refusal, as chat has it.
+		var text, refusal strings.Builder
 		content.ForEach(func(_, p gjson.Result) bool {
-			if t := p.Get("text"); t.Exists() {
-				sb.WriteString(t.String())
-			} else {
-				sb.WriteString(p.Get("refusal").String())
+			switch t := p.Get("text"); {
+			case t.Exists():
+				text.WriteString(t.String())
+			case role == "assistant":
+				refusal.WriteString(p.Get("refusal").String())
+			default:
+				text.WriteString(p.Get("refusal").String())
 			}
 			return true
 		})
-		b = jsonstring.Append(b, sb.String())
+		b = jsonstring.Append(b, text.String())
+		if refusal.Len() > 0 {
+			b = jsonstring.Append(append(b, `,"refusal":`...), refusal.String())
+		}
 	case content.IsArray():
 		var err error
 		if b, err = appendParts(b, content, param+".content"); err != nil {

@@ -2,6 +2,7 @@ package responses
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -28,6 +29,9 @@ func TestTranslate(t *testing.T) {
 		}},
 		{"assistant parts joined", `{"model":"m","input":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"},{"type":"output_text","text":"b"}]}]}`, map[string]string{
 			"messages.0": `{"role":"assistant","content":"ab"}`,
+		}},
+		{"an assistant's refusal part is its refusal", `{"model":"m","input":[{"role":"assistant","content":[{"type":"output_text","text":"hello"},{"type":"refusal","refusal":"no"}]}]}`, map[string]string{
+			"messages.0": `{"role":"assistant","content":"hello","refusal":"no"}`,
 		}},
 		{"calls join the assistant message before them; outputs become tool messages", `{"model":"m","input":[
 			{"role":"user","content":"q"},{"role":"assistant","content":"let me"},
@@ -144,6 +148,25 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","store":"yes"}`:                                                  "store",
 		`{"model":"m","input":"x","previous_response_id":5}`:                                       "previous_response_id",
 		`{"model":"m","input":"x","truncation":"bogus"}`:                                           "truncation",
+		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_image","image_url":"http://x/i.png"}]}]}`: "input[1].output[1].type",
+		`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`: "input[0].output",
+		// Settings the response object repeats, of the wrong type or range.
+		`{"model":"m","input":"x","max_output_tokens":"a"}`:                             "max_output_tokens",
+		`{"model":"m","input":"x","max_output_tokens":0}`:                               "max_output_tokens",
+		`{"model":"m","input":"x","max_output_tokens":2.5}`:                             "max_output_tokens",
+		`{"model":"m","input":"x","temperature":"hot"}`:                                 "temperature",
+		`{"model":"m","input":"x","temperature":2.1}`:                                   "temperature",
+		`{"model":"m","input":"x","top_p":-0.1}`:                                        "top_p",
+		`{"model":"m","input":"x","top_logprobs":21}`:                                   "top_logprobs",
+		`{"model":"m","input":"x","reasoning":{"effort":"bogus"}}`:                      "reasoning.effort",
+		`{"model":"m","input":"x","reasoning":"high"}`:                                  "reasoning",
+		`{"model":"m","input":"x","text":{"verbosity":"loud"}}`:                         "text.verbosity",
+		`{"model":"m","input":"x","parallel_tool_calls":"yes"}`:                         "parallel_tool_calls",
+		`{"model":"m","input":"x","user":5}`:                                            "user",
+		`{"model":"m","input":"x","metadata":{"a":1}}`:                                  "metadata",
+		`{"model":"m","input":"x","metadata":[]}`:                                       "metadata",
+		`{"model":"m","input":"x","metadata":{"k":"` + strings.Repeat("v", 513) + `"}}`: "metadata",
+		`{"model":"m","input":"x","metadata":{` + manyPairs(17) + `}}`:                  "metadata",
 		`not json`: "",
 		// Echoed into the response object: a broken byte there is a body
 		// the client's JSON parser refuses.
@@ -157,6 +180,18 @@ func TestTranslateRefuses(t *testing.T) {
 			t.Errorf("%s: %v (param %q), want a 400 naming %q", body, err, paramOf(pe), param)
 		}
 	}
+}
+
+// manyPairs returns n metadata pairs, "k0":"v" and on.
+func manyPairs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%d":"v"`, i)
+	}
+	return b.String()
 }
 
 func paramOf(e *pipeline.Error) string {
@@ -302,6 +337,20 @@ func TestEchoTruncation(t *testing.T) {
 		}
 		if got := gjson.Get("{"+string(r.Echo)+"}", "truncation").Str; got != want {
 			t.Errorf("%s: truncation %q, want %q", body, got, want)
+		}
+	}
+}
+
+// Settings at the ends of their ranges, and null, are taken.
+func TestTranslateAcceptsSettingsAtTheirBounds(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","input":"x","temperature":2,"top_p":0,"max_output_tokens":1,"top_logprobs":20}`,
+		`{"model":"m","input":"x","temperature":null,"top_p":null,"max_output_tokens":null,"reasoning":null,"metadata":null,"text":null}`,
+		`{"model":"m","input":"x","reasoning":{"effort":"none","summary":"auto"},"text":{"verbosity":"high"},"parallel_tool_calls":false}`,
+		`{"model":"m","input":"x","metadata":{` + manyPairs(15) + `,"` + strings.Repeat("é", 64) + `":"` + strings.Repeat("é", 512) + `"}}`,
+	} {
+		if _, err := Translate([]byte(body), nil, nil); err != nil {
+			t.Errorf("%.120s: %v", body, err)
 		}
 	}
 }
