@@ -317,6 +317,13 @@ func refused(err error) bool {
 	if !errors.As(err, &re) {
 		return false
 	}
+	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+		// The gateway's credentials or their rights, refused (a password
+		// or an ACL changed on the server before the gateway's config):
+		// the batch, its slot releases included, waits for the fix
+		// instead of being dropped.
+		return false
+	}
 	msg := re.Error()
 	for _, code := range transientReplies {
 		if strings.HasPrefix(msg, code+" ") || strings.Contains(msg, ": "+code+" ") {

@@ -229,6 +229,38 @@ func TestBatchRefusedByRedisIsDropped(t *testing.T) {
 	}
 }
 
+// A batch Redis refuses for the gateway's credentials (a password changed
+// on the server before the gateway's config) is kept and written once they
+// pass again: dropped, its slot releases would lock the tenant out for the
+// slots' TTL, and its spend would be lost.
+func TestBatchKeptThroughAuthFailure(t *testing.T) {
+	t.Parallel()
+	srv := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := context.Background()
+	r := newRecorder(NewRedisStore(rdb), zerolog.Nop(), "rec:auth")
+	t.Cleanup(r.close)
+	if err := admin.ConfigSet(ctx, "requirepass", "rotated").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.ClientKillByFilter(ctx, "TYPE", "normal").Err() // the gateway's connection authenticated before
+	r.add([]addition{{key: "spend:a", kind: kindBudget, n: 7}})
+	r.flush() // NOAUTH
+	_ = admin.Close()
+	admin = redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "rotated", MaxRetries: -1})
+	if err := admin.ConfigSet(ctx, "requirepass", "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.retryAt = time.Time{} // no wait for the next try
+	r.flush()
+	if v, err := admin.Get(ctx, "spend:a").Int64(); err != nil || v != 7 {
+		t.Fatalf("spend written after the credentials passed again: %d, %v", v, err)
+	}
+}
+
 // replyError is a Redis error reply, as go-redis returns one.
 type replyError string
 
@@ -252,6 +284,9 @@ func TestRefusedReplies(t *testing.T) {
 		{replyError("ERR Error running script (call to f_abc): @user_script:9: READONLY You can't write"), false},
 		{replyError("LOADING Redis is loading the dataset in memory"), false},
 		{replyError("BUSY Redis is busy running a script."), false},
+		{replyError("WRONGPASS invalid username-password pair or user is disabled."), false},
+		{replyError("NOAUTH Authentication required."), false},
+		{replyError("NOPERM User gw has no permissions to run the 'evalsha' command"), false},
 		{context.DeadlineExceeded, false},
 		{fmt.Errorf("write: %w", errors.New("connection reset by peer")), false},
 	} {
