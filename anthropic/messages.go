@@ -2,6 +2,8 @@ package anthropic
 
 import (
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +55,11 @@ func (t *translator) message(m gjson.Result) error {
 			return err
 		}
 	case "assistant":
+		if fc := m.Get("function_call"); fc.Exists() && fc.Type != gjson.Null {
+			e := pipeline.BadRequest(t.at()+".function_call", "the legacy function_call cannot be sent to this model: send tool_calls")
+			e.Code = pipeline.CodeUnsupportedParameter
+			return e
+		}
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
@@ -287,9 +294,11 @@ func isErrorResult(s string) bool {
 }
 
 // toolID is a tool call id as Anthropic accepts one (^[a-zA-Z0-9_-]+$):
-// every other byte becomes '_'. Ids another provider minted (a fallback
-// turn's, "functions.get_weather:0") would fail the request; a call and
-// its result map alike, so they still pair.
+// every other byte becomes '_', and a short hash of the id is appended so
+// that two ids that differ only there ("call.A", "call:A") stay two. Ids
+// another provider minted (a fallback turn's, "functions.get_weather:0")
+// would fail the request; a call and its result map alike, so they still
+// pair.
 func toolID(id string) string {
 	valid := func(c byte) bool {
 		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
@@ -302,7 +311,9 @@ func toolID(id string) string {
 					b[j] = '_'
 				}
 			}
-			return string(b)
+			h := fnv.New32a()
+			h.Write([]byte(id))
+			return string(fmt.Appendf(b, "_%08x", h.Sum32()))
 		}
 	}
 	return id

@@ -149,12 +149,17 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	}
 	capBreakpoints(&out)
 	out.MaxTokens = maxTokens(root, opts.MaxTokens)
-	out.StopSequences = stopSequences(root.Get("stop"))
+	if out.StopSequences, err = stopSequences(root.Get("stop")); err != nil {
+		return nil, err
+	}
 	if err := setSampling(&out, root); err != nil {
 		return nil, err
 	}
-	if u := root.Get("user"); u.Type == gjson.String && u.Str != "" {
-		out.Metadata = &metadata{UserID: u.Str}
+	for _, k := range [...]string{"user", "safety_identifier"} {
+		if u := root.Get(k); u.Type == gjson.String && u.Str != "" {
+			out.Metadata = &metadata{UserID: u.Str}
+			break
+		}
 	}
 	if out.OutputConfig, err = outputFormatOf(root.Get("response_format")); err != nil {
 		return nil, err
@@ -169,16 +174,22 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 }
 
 // unsupported refuses what Anthropic cannot answer and a client would
-// otherwise get silently without: more than one choice (n > 1), and token
-// logprobs (logprobs true, top_logprobs > 0). Each is a 400 with the code
-// unsupported_parameter, naming the field.
+// otherwise get silently without: more than one choice (n other than 1),
+// token logprobs (logprobs true, top_logprobs > 0), a logit_bias, a
+// presence or frequency penalty, audio output, a web search, and the
+// legacy functions and function_call (which the chat form still takes:
+// send them as tools). Each is a 400 with the code
+// unsupported_parameter, naming the field. A seed (best effort on OpenAI
+// too) and a prediction (a speed-up) are not sent, and change nothing
+// the client can hold the answer to.
 func unsupported(root gjson.Result) error {
 	refuse := func(param, msg string) error {
 		e := pipeline.BadRequest(param, "%s", msg)
 		e.Code = pipeline.CodeUnsupportedParameter
 		return e
 	}
-	if n := root.Get("n"); n.Exists() && n.Int() > 1 {
+	set := func(v gjson.Result) bool { return v.Exists() && v.Type != gjson.Null }
+	if n := root.Get("n"); set(n) && (n.Type != gjson.Number || n.Num != 1) {
 		return refuse("n", "this model returns one choice: n must be 1")
 	}
 	if root.Get("logprobs").Type == gjson.True {
@@ -186,6 +197,30 @@ func unsupported(root gjson.Result) error {
 	}
 	if t := root.Get("top_logprobs"); t.Type == gjson.Number && t.Float() > 0 {
 		return refuse("top_logprobs", "this model returns no logprobs: top_logprobs must be 0")
+	}
+	if lb := root.Get("logit_bias"); set(lb) && (!lb.IsObject() || len(lb.Map()) > 0) {
+		return refuse("logit_bias", "this model takes no logit_bias")
+	}
+	for _, k := range [...]string{"presence_penalty", "frequency_penalty"} {
+		if v := root.Get(k); set(v) && (v.Type != gjson.Number || v.Num != 0) {
+			return refuse(k, "this model takes no "+k+": it must be 0")
+		}
+	}
+	audio := false
+	root.Get("modalities").ForEach(func(_, m gjson.Result) bool {
+		audio = m.Str == "audio"
+		return !audio
+	})
+	if audio || set(root.Get("audio")) {
+		return refuse("modalities", "this model answers in text only: audio output is not available")
+	}
+	if set(root.Get("web_search_options")) {
+		return refuse("web_search_options", "this model cannot search the web here")
+	}
+	for _, k := range [...]string{"functions", "function_call"} {
+		if set(root.Get(k)) {
+			return refuse(k, "the legacy "+k+" are not supported for this model: send tools and tool_choice")
+		}
 	}
 	return nil
 }
@@ -214,20 +249,30 @@ func clientMaxTokens(root gjson.Result) int64 {
 }
 
 // stopSequences reads stop (a string or a list of strings); empty entries
-// are dropped, as Anthropic refuses them.
-func stopSequences(stop gjson.Result) []string {
+// are dropped. Anthropic refuses a sequence of whitespace only ("\n"):
+// that is a 400 naming stop rather than a stop the model would write past.
+func stopSequences(stop gjson.Result) ([]string, error) {
 	var out []string
-	add := func(s gjson.Result) {
-		if s.Type == gjson.String && strings.TrimSpace(s.Str) != "" {
+	var err error
+	add := func(s gjson.Result) bool {
+		switch {
+		case s.Type != gjson.String || s.Str == "":
+		case strings.TrimSpace(s.Str) == "":
+			e := pipeline.BadRequest("stop", "this model cannot stop at a sequence of whitespace only")
+			e.Code = pipeline.CodeUnsupportedParameter
+			err = e
+			return false
+		default:
 			out = append(out, s.Str)
 		}
+		return true
 	}
 	if stop.IsArray() {
-		stop.ForEach(func(_, s gjson.Result) bool { add(s); return true })
+		stop.ForEach(func(_, s gjson.Result) bool { return add(s) })
 	} else {
 		add(stop)
 	}
-	return out
+	return out, err
 }
 
 // minBudget is Anthropic's smallest thinking budget.
@@ -260,6 +305,7 @@ const maxBudget = 1 << 31
 // sent.
 func setSampling(out *messagesRequest, root gjson.Result) error {
 	var budget int64
+	effort := false // the budget is reasoning_effort's, not the client's own
 	if th := root.Get("thinking"); th.IsObject() {
 		out.Thinking = json.RawMessage(th.Raw)
 		budget = th.Get("budget_tokens").Int()
@@ -268,7 +314,7 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 		if !ok {
 			return pipeline.BadRequest("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high")
 		}
-		budget = b
+		budget, effort = b, true
 		out.Thinking = json.RawMessage(`{"type":"enabled","budget_tokens":` + strconv.FormatInt(b, 10) + `}`)
 	}
 	if out.Thinking != nil && (budget < 0 || budget > maxBudget) {
@@ -289,19 +335,24 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	if thinking && (out.ToolChoice.forcesCall() || lastAssistantUnsigned(out.Messages) || prefilled(out.Messages)) {
 		out.Thinking, thinking = nil, false
 	}
-	if thinking && out.MaxTokens <= budget {
-		switch {
-		case clientMaxTokens(root) == 0:
-			out.MaxTokens += budget // both at most maxBudget here: no overflow
-		case out.MaxTokens-1 < minBudget:
+	switch client := clientMaxTokens(root) > 0; {
+	case !thinking:
+	case !client && out.MaxTokens <= budget:
+		out.MaxTokens += budget // both at most maxBudget here: no overflow
+	case client && (out.MaxTokens <= budget || (effort && budget > out.MaxTokens/2)):
+		// Under the client's max_tokens, thinking takes at most half: a
+		// budget of max_tokens-1 left the answer one token. An effort's
+		// budget is shrunk so whenever it would take more; the client's
+		// own thinking object only when it does not fit.
+		if out.MaxTokens/2 < minBudget {
 			out.Thinking, thinking = nil, false
-		default:
-			th, err := sjson.SetBytes(out.Thinking, "budget_tokens", out.MaxTokens-1)
-			if err != nil {
-				return pipeline.BadRequest("thinking", "the thinking object cannot be sent to this model")
-			}
-			out.Thinking = th
+			break
 		}
+		th, err := sjson.SetBytes(out.Thinking, "budget_tokens", out.MaxTokens/2)
+		if err != nil {
+			return pipeline.BadRequest("thinking", "the thinking object cannot be sent to this model")
+		}
+		out.Thinking = th
 	}
 	if thinking {
 		return nil

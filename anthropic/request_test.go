@@ -137,7 +137,9 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 777 }},
 		{"client max_tokens wins", `{"max_tokens":12,` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 777},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 12 }},
-		{"stop list", `{"stop":["a"," ","b"],` + msgs + `}`, RequestOptions{Model: "m"},
+		{"safety_identifier is the user", `{"safety_identifier":"u-9",` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool { return p.Metadata.UserID.Value == "u-9" }},
+		{"stop list", `{"stop":["a","","b"],` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return reflect.DeepEqual(p.StopSequences, []string{"a", "b"})
 			}},
@@ -149,11 +151,25 @@ func TestTranslateRequestOptions(t *testing.T) {
 		// answer together: growing it let thinking run past the cap.
 		{"client max_tokens bounds thinking", `{"reasoning_effort":"high","max_tokens":5000,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
-				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 4999 && p.MaxTokens == 5000
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 2500 && p.MaxTokens == 5000
+			}},
+		// Thinking takes at most half of the client's max_tokens: the
+		// answer keeps the rest (max_tokens-1 left it one token).
+		{"effort's budget over half the client's max_tokens", `{"reasoning_effort":"medium","max_tokens":6000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 3000 && p.MaxTokens == 6000
+			}},
+		{"effort under a max_tokens of 1500: no room to think", `{"reasoning_effort":"medium","max_completion_tokens":1500,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, out []byte) bool {
+				return !gjson.GetBytes(out, "thinking").Exists() && p.MaxTokens == 1500
+			}},
+		{"the client's own budget that fits is kept", `{"thinking":{"type":"enabled","budget_tokens":2500},"max_tokens":3000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 2500
 			}},
 		{"thinking object under the client's max_tokens", `{"thinking":{"type":"enabled","budget_tokens":8000},"max_completion_tokens":3000,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
-				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 2999 && p.MaxTokens == 3000
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1500 && p.MaxTokens == 3000
 			}},
 		{"client max_tokens too small to think", `{"reasoning_effort":"low","temperature":0.2,"max_tokens":1000,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, out []byte) bool {
@@ -229,8 +245,18 @@ func TestTranslateRequestOptions(t *testing.T) {
 		// providers mint them (a turn answered by a fallback model).
 		{"foreign tool call ids", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"functions.f:0","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"functions.f:0","content":"ok"}]}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool {
-				return gjson.GetBytes(out, "messages.1.content.0.id").Str == "functions_f_0" &&
-					gjson.GetBytes(out, "messages.2.content.0.tool_use_id").Str == "functions_f_0"
+				id := gjson.GetBytes(out, "messages.1.content.0.id").Str
+				return strings.HasPrefix(id, "functions_f_0_") && gjson.GetBytes(out, "messages.2.content.0.tool_use_id").Str == id
+			}},
+		// Two ids that differ only in bytes Anthropic refuses stay two
+		// calls, each with its own result.
+		{"ids that differ in refused bytes", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[` +
+			`{"id":"call.A","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"call:A","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"call.A","content":"r1"},{"role":"tool","tool_call_id":"call:A","content":"r2"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				a, b := gjson.GetBytes(out, "messages.1.content.0.id").Str, gjson.GetBytes(out, "messages.1.content.1.id").Str
+				return a != b && gjson.GetBytes(out, "messages.2.content.0.tool_use_id").Str == a &&
+					gjson.GetBytes(out, "messages.2.content.1.tool_use_id").Str == b && gjson.GetBytes(out, "messages.2.content.#").Int() == 2
 			}},
 		// A schema the client's code parses the answer with: dropping it
 		// gave free text.
@@ -376,7 +402,21 @@ func TestTranslateRequestUnsupportedParameters(t *testing.T) {
 		{`{"logprobs":true,"top_logprobs":3,` + msgs + `}`, "logprobs"},
 		{`{"top_logprobs":2,` + msgs + `}`, "top_logprobs"},
 		{`{"n":3,` + msgs + `}`, "n"},
+		{`{"n":0,` + msgs + `}`, "n"},
+		{`{"n":1.5,` + msgs + `}`, "n"},
+		{`{"logit_bias":{"50256":-100},` + msgs + `}`, "logit_bias"},
+		{`{"presence_penalty":0.5,` + msgs + `}`, "presence_penalty"},
+		{`{"frequency_penalty":-1,` + msgs + `}`, "frequency_penalty"},
+		{`{"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"},` + msgs + `}`, "modalities"},
+		{`{"web_search_options":{},` + msgs + `}`, "web_search_options"},
+		{`{"functions":[{"name":"f","parameters":{"type":"object"}}],` + msgs + `}`, "functions"},
+		{`{"function_call":{"name":"f"},` + msgs + `}`, "function_call"},
+		{`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"user","content":"y"}]}`, "messages[1].function_call"},
+		{`{"stop":["\n"],` + msgs + `}`, "stop"},
+		{`{"stop":" \t",` + msgs + `}`, "stop"},
+		// What asks for nothing, or only for what the answer may ignore.
 		{`{"logprobs":false,"top_logprobs":0,"n":1,` + msgs + `}`, ""},
+		{`{"n":null,"logit_bias":{},"presence_penalty":0,"frequency_penalty":null,"modalities":["text"],"audio":null,"functions":null,"seed":7,"stop":["","x"],` + msgs + `}`, ""},
 	} {
 		_, err := TranslateRequest([]byte(tc.body), RequestOptions{Model: "m"})
 		var pe *pipeline.Error

@@ -163,3 +163,17 @@ func TestUsageCountsAreCounts(t *testing.T) {
 		t.Fatalf("usage %s", u.Raw)
 	}
 }
+
+// Each stop_reason maps to the finish_reason a client acts on: a turn
+// Anthropic paused (pause_turn) is not a whole answer.
+func TestFinishReason(t *testing.T) {
+	t.Parallel()
+	for stop, want := range map[string]string{
+		"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "model_context_window_exceeded": "length",
+		"pause_turn": "length", "tool_use": "tool_calls", "refusal": "content_filter",
+	} {
+		if got := finishReason(stop); got != want {
+			t.Errorf("%s: %s, want %s", stop, got, want)
+		}
+	}
+}

@@ -59,13 +59,14 @@ func (u *usage) appendChat(dst []byte) []byte {
 // finishReason maps a stop_reason to a chat finish_reason.
 func finishReason(stop string) string {
 	switch stop {
-	case "max_tokens", "model_context_window_exceeded":
+	case "max_tokens", "model_context_window_exceeded",
+		"pause_turn": // Anthropic paused a long turn for a continuation: the answer is not whole
 		return "length"
 	case "tool_use":
 		return "tool_calls"
 	case "refusal":
 		return "content_filter"
-	default: // end_turn, stop_sequence, pause_turn
+	default: // end_turn, stop_sequence
 		return "stop"
 	}
 }
