@@ -80,11 +80,11 @@ type Responses struct {
 	// item sees is its text, the other is dropped.
 	reasonKey string
 	calls     []int
-	lp     []byte // scratch: a delta's LogProb items
-	lpHeld []byte // LogProb items of tokens without text, for the next output_text (textLogprobs)
-	finish string
-	usage  []byte
-	fail   []byte // the error object of a failed response
+	lp        []byte // scratch: a delta's LogProb items
+	lpHeld    []byte // LogProb items of tokens without text, for the next output_text (textLogprobs)
+	finish    string
+	usage     []byte
+	fail      []byte // the error object of a failed response
 }
 
 type itemKind uint8
