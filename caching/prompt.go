@@ -175,11 +175,16 @@ func addBreakpoints(body, marker []byte) []byte {
 		}
 	}
 	ms := msgs.Array()
+	// The system breakpoint goes on the last of the system messages the
+	// conversation starts with: the prefix every conversation of the app
+	// shares (Anthropic's system prompt). A system message from the middle
+	// of one conversation is no such prefix.
 	sys := -1
 	for i, m := range ms {
-		if role := m.Get("role").String(); role == "system" || role == "developer" {
-			sys = i
+		if role := m.Get("role").String(); role != "system" && role != "developer" {
+			break
 		}
+		sys = i
 	}
 	if sys >= 0 && free > 0 {
 		if st, e := markMessage(sys, ms[sys], marker); st == markable {

@@ -84,6 +84,9 @@ func TestPromptCacheAnthropicBreakpoints(t *testing.T) {
 			want: body(`[{"type":"function","function":{"name":"a"},"cache_control":`+mk+`}]`,
 				msgs(`{"role":"system","content":"S","cache_control":`+mk+`}`, `{"role":"user","content":[{"type":"text","text":"1","cache_control":`+mk+`}]}`,
 					`{"role":"user","content":[{"type":"text","text":"2","cache_control":`+mk+`}]}`, user))},
+		{name: "a system message mid-conversation does not take the system breakpoint",
+			in:   body("", msgs(sys, user, `{"role":"assistant","content":"Y"}`, `{"role":"system","content":"MID"}`, user, `{"role":"assistant","content":"Z"}`, user)),
+			want: body("", msgs(sysM, user, `{"role":"assistant","content":"Y"}`, `{"role":"system","content":"MID"}`, user, `{"role":"assistant","content":"Z"}`, userM))},
 		{name: "escaped text kept verbatim", in: body("", msgs(`{"role":"user","content":"a\"b\\n\u00e9"}`)),
 			want: body("", msgs(`{"role":"user","content":[{"type":"text","text":"a\"b\\n\u00e9","cache_control":`+mk+`}]}`))},
 	}
