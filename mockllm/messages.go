@@ -243,6 +243,11 @@ func checkConversation(msgs gjson.Result, call *Call) *messagesError {
 			return unansweredUse(at, pending)
 		}
 		pending = uses
+		if role == "user" && len(results) > 0 && text.Len() == 0 {
+			// Tool results alone: the chat form's tool messages, which the
+			// responders answer as such.
+			role = "tool"
+		}
 		call.LastRole, call.LastText, call.ToolResults = role, text.String(), results
 	}
 	if len(pending) > 0 {

@@ -136,3 +136,32 @@ func TestMessagesValidation(t *testing.T) {
 		t.Errorf("no version header: %d %s", r.status, r.body)
 	}
 }
+
+// A user turn of tool results alone is the chat form's tool messages to the
+// responders (LastRole "tool"), so the demo answers with the results in
+// Messages mode as in chat; a turn with text after its results is the
+// user's.
+func TestMessagesToolResultsAreToolTurn(t *testing.T) {
+	t.Parallel()
+	calls := make(chan *Call, 2)
+	_, addr := start(t, Options{Respond: func(c *Call) Turn { calls <- c; return Turn{Text: "ok"} }})
+	c := sdkClient(addr)
+	use := sdk.NewAssistantMessage(sdk.NewToolUseBlock("toolu_1", map[string]any{}, "calc"))
+	for _, tc := range []struct {
+		name string
+		last sdk.MessageParam
+		want string
+	}{
+		{"results alone", sdk.NewUserMessage(sdk.NewToolResultBlock("toolu_1", "14", false)), "tool"},
+		{"results and text", sdk.NewUserMessage(sdk.NewToolResultBlock("toolu_1", "14", false), sdk.NewTextBlock("and?")), "user"},
+	} {
+		_, err := c.Messages.New(context.Background(), sdk.MessageNewParams{Model: "m", MaxTokens: 10,
+			Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("hi")), use, tc.last}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := <-calls; got.LastRole != tc.want || len(got.ToolResults) != 1 || got.ToolResults[0] != "14" {
+			t.Errorf("%s: LastRole %q, results %q", tc.name, got.LastRole, got.ToolResults)
+		}
+	}
+}

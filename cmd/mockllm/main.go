@@ -100,11 +100,30 @@ func responder(replyBytes int) func(*mockllm.Call) mockllm.Turn {
 	}
 }
 
+// toolResults counts the tool results of a history: chat's tool messages
+// and the Messages API's tool_result blocks.
+func toolResults(body []byte) int {
+	n := 0
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").Str == "tool" {
+			n++
+		}
+		m.Get("content").ForEach(func(_, b gjson.Result) bool {
+			if b.Get("type").Str == "tool_result" {
+				n++
+			}
+			return true
+		})
+		return true
+	})
+	return n
+}
+
 // toolRounds is the tools-<N> rule: call the calculator once per round until
 // the history holds N tool results, then answer (the bench's tool loop).
 func toolRounds(c *mockllm.Call, n string) mockllm.Turn {
 	want, _ := strconv.Atoi(n)
-	done := int(gjson.GetBytes(c.Body, `messages.#(role=="tool")#`).Get("#").Int())
+	done := toolResults(c.Body)
 	switch {
 	case done >= want:
 		return mockllm.Turn{Text: "done after " + strconv.Itoa(done) + " tool rounds"}

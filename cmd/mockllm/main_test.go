@@ -40,3 +40,17 @@ func TestResponder(t *testing.T) {
 		})
 	}
 }
+
+// tools-N counts the results of both forms: chat's tool messages and the
+// Messages API's tool_result blocks (it looped to max_iterations on an
+// Anthropic provider).
+func TestToolResultsBothForms(t *testing.T) {
+	t.Parallel()
+	chat := `{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[]},{"role":"tool","content":"1"},{"role":"tool","content":"2"}]}`
+	msgs := `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use"}]},{"role":"user","content":[{"type":"tool_result","content":"1"},{"type":"tool_result","content":"2"}]}]}`
+	for _, b := range []string{chat, msgs} {
+		if n := toolResults([]byte(b)); n != 2 {
+			t.Errorf("%s: %d results, want 2", b, n)
+		}
+	}
+}
