@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -65,8 +66,12 @@ func prefix(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
 
 // Add registers secrets. Each is matched as written, JSON-escaped (as
 // zerolog writes it) and Go-quoted (as %q writes it), so that it is found in
-// a JSON line, in a console line and in a quoted error text. Secrets shorter
-// than MinSecretLen are ignored.
+// a JSON line, in a console line and in a quoted error text; and in the
+// other JSON encodings services echo it in (a tool's answer quoting the
+// credentials it was sent): with '/' escaped (PHP), with every character
+// past ASCII as \u escapes (Python's ensure_ascii, PHP; either case of hex
+// digit), with <, > and & as \u escapes (Go's encoding/json). Secrets
+// shorter than MinSecretLen are ignored.
 func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,6 +89,9 @@ func (r *Redactor) Add(secrets ...string) {
 		quoted = quoted[1 : len(quoted)-1]
 		for _, form := range []string{s, jsonEscape(s), quoted, jsonEscape(quoted)} {
 			next.forms[form] = true
+		}
+		for _, e := range jsonEncodings {
+			next.forms[e.escape(s)] = true
 		}
 	}
 	for f := range next.forms {
@@ -145,6 +153,58 @@ func jsonEscape(s string) string {
 			b = append(b, s[i:i+size]...)
 		}
 		i += size
+	}
+	return string(b)
+}
+
+// jsonEncoding is one way a JSON encoder may write a string: which
+// characters it writes as escapes beyond those it must.
+type jsonEncoding struct {
+	slash, html, nonASCII, upper bool
+}
+
+// jsonEncodings are the encodings a secret is matched in besides
+// jsonEscape's (which escapes only what JSON requires).
+var jsonEncodings = func() []jsonEncoding {
+	var out []jsonEncoding
+	for _, slash := range []bool{false, true} {
+		for _, html := range []bool{false, true} {
+			for _, nonASCII := range []bool{false, true} {
+				for _, upper := range []bool{false, true} {
+					out = append(out, jsonEncoding{slash, html, nonASCII, upper})
+				}
+			}
+		}
+	}
+	return out
+}()
+
+// escape returns s as e writes it (without the quotes).
+func (e jsonEncoding) escape(s string) string {
+	hex := "0123456789abcdef"
+	if e.upper {
+		hex = "0123456789ABCDEF"
+	}
+	u := func(b []byte, r rune) []byte {
+		return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
+	}
+	var b []byte
+	for _, r := range jsonEscape(s) { // what JSON requires first; its escapes are ASCII
+		switch {
+		case r == '/' && e.slash:
+			b = append(b, '\\', '/')
+		case (r == '<' || r == '>' || r == '&') && e.html:
+			b = u(b, r)
+		case r >= utf8.RuneSelf && e.nonASCII:
+			if r > 0xffff {
+				hi, lo := utf16.EncodeRune(r)
+				b = u(u(b, hi), lo)
+			} else {
+				b = u(b, r)
+			}
+		default:
+			b = utf8.AppendRune(b, r)
+		}
 	}
 	return string(b)
 }

@@ -237,3 +237,31 @@ func FuzzSafeCut(f *testing.F) {
 		}
 	})
 }
+
+// A service that echoes the credentials it was sent writes them in its
+// JSON encoder's way: '/' escaped (PHP's json_encode), characters past
+// ASCII as \u escapes (Python's ensure_ascii, in either case of hex), <,
+// > and & as \u escapes (Go's encoding/json). Each decodes to the secret,
+// so each is masked.
+func TestRedactSecretsInEveryJSONEncoding(t *testing.T) {
+	t.Parallel()
+	const slashy, wide = "k3y/With+slash/Secret==", "pässwörd<&>-secret-🔑"
+	r := &Redactor{}
+	r.Add(slashy, wide)
+	goJSON, _ := json.Marshal(map[string]string{"k": wide})
+	for _, echoed := range []string{
+		`{"X-Key":"k3y\/With+slash\/Secret=="}`,
+		`{"X-Key":"p\u00e4ssw\u00f6rd<&>-secret-\ud83d\udd11"}`,
+		`{"X-Key":"p\u00E4ssw\u00F6rd<&>-secret-\uD83D\uDD11"}`,
+		`{"X-Key":"p\u00e4ssw\u00f6rd\u003c\u0026\u003e-secret-\ud83d\udd11"}`,
+		string(goJSON),
+	} {
+		var v map[string]string
+		if err := json.Unmarshal([]byte(echoed), &v); err != nil || (v["X-Key"] != slashy && v["X-Key"] != wide && v["k"] != wide) {
+			t.Fatalf("%s is not an encoding of a secret: %v %q", echoed, err, v)
+		}
+		if got := string(r.RedactSecrets([]byte(echoed))); !strings.Contains(got, Mask) || strings.Contains(got, "secret") || strings.Contains(got, "Secret") {
+			t.Errorf("%s → %s", echoed, got)
+		}
+	}
+}
