@@ -330,7 +330,7 @@ func (b *builder) buildModelLayers() {
 		}
 		if m.ToolCalling == "prompted" { // innermost: every attempt and fallback deployment is prompted
 			mws = append(mws, toolprompt.New(toolprompt.Options{Format: m.PromptedFormat, Prompt: m.ToolPrompt,
-				MaxErrors: cfg.ToolLoop.MaxConsecutiveErrors, Logger: log}))
+				MaxErrors: cfg.ToolLoop.MaxConsecutiveErrors, TakeCall: toolloop.TakeModelCall, Logger: log}))
 		}
 		b.routes[m.Name].ModelLayer = pipeline.Chain(call, mws...)
 	}

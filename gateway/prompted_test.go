@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/mockllm"
@@ -452,6 +453,51 @@ func TestPromptedFinalRoundCallsEndWithLength(t *testing.T) {
 		}
 		if finish != "length" || calls != 0 || strings.Contains(content, "tool_calls") || strings.Contains(content, "calculator") {
 			t.Errorf("stream %v: finish %q calls %d content %q, want the block dropped and length", stream, finish, calls, content)
+		}
+	}
+}
+
+// A prompted model's re-asks (a malformed block sent back to it) are model
+// calls: counted against tool_loop.max_model_calls, never taking the call
+// kept for the final answer, and listed on their round in x_gateway. Four
+// upstream calls were made for a limit of 2 (one plus three re-asks), and
+// the trace showed one.
+func TestPromptedReasksCountAsModelCalls(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(promptedConfig, "max_consecutive_errors = 2", "max_consecutive_errors = 3\nmax_model_calls = 3", 1)
+	const malformed = "Pre.\n```tool_calls\n[{\"name\":\"calculator\"\n```"
+	h := newHarness(t, cfg, mockllm.Options{Respond: textOnly(func(*mockllm.Call) string { return malformed })})
+	p := userMsg("compute")
+	p.Model = "txt"
+	trace := option.WithHeader("x-gateway-tool-trace", "1")
+	for _, stream := range []bool{false, true} {
+		h.mock.ResetRecords()
+		var content string
+		var xg gjson.Result
+		if stream {
+			acc, sum, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t), trace)
+			if err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			content, xg = acc.Choices[0].Message.Content, gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "x_gateway")
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), p, trace)
+			if err != nil {
+				t.Fatalf("json: %v", err)
+			}
+			raw, _ := h.lastRaw()
+			content, xg = resp.Choices[0].Message.Content, gjson.GetBytes(raw, "x_gateway")
+		}
+		// The round's call, one re-ask (which leaves the last call), and
+		// the reply taken as the answer.
+		if n := h.mock.Calls("txt-model"); n != 2 {
+			t.Errorf("stream %v: %d upstream calls, want 2 (max_model_calls 3, one kept)", stream, n)
+		}
+		if !strings.Contains(content, "Pre.") {
+			t.Errorf("stream %v: content %q", stream, content)
+		}
+		if r := xg.Get("rounds"); r.Get("#").Int() != 1 || r.Get("0.reasks").Int() != 1 {
+			t.Errorf("stream %v: rounds %s", stream, r.Raw)
 		}
 	}
 }

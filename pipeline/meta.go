@@ -13,6 +13,9 @@ type Meta struct {
 	// answered are the models that answered the request's later model
 	// calls (NoteAnswered); never response headers.
 	answered []string
+	// reasks counts the calls a prompted model's middleware made again
+	// within one model call (NoteReask); never a response header.
+	reasks int
 }
 
 // Header is one response header.
@@ -154,6 +157,28 @@ func (m *Meta) Headers() []Header {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append(append([]Header(nil), m.header...), m.group...)
+}
+
+// NoteReask counts one more call that a prompted model's tool-calling
+// middleware made to ask the model again, within the model call m
+// describes.
+func (m *Meta) NoteReask() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.reasks++
+	m.mu.Unlock()
+}
+
+// Reasks returns how many calls NoteReask counted.
+func (m *Meta) Reasks() int {
+	if m == nil {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reasks
 }
 
 // NoteAnswered records model as having answered a model call made for this

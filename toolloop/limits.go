@@ -72,10 +72,14 @@ var ErrModelCallLimit = errors.New("toolloop: the request reached tool_loop.max_
 
 // take counts one call for r, or reports false when r may not have one.
 func (m *modelCalls) take(r *pipeline.Request) bool {
-	reserve := int64(1)
 	if m.round.Load() == r {
-		reserve = 0
+		return m.takeLeaving(0)
 	}
+	return m.takeLeaving(1)
+}
+
+// takeLeaving counts one call if reserve calls are still left after it.
+func (m *modelCalls) takeLeaving(reserve int64) bool {
 	for {
 		u := m.used.Load()
 		if u+reserve >= m.max {
@@ -111,6 +115,17 @@ func ModelCallLimit(next pipeline.Handler) pipeline.Handler {
 		}
 		return next.Chat(ctx, r)
 	})
+}
+
+// TakeModelCall counts one more model call against the
+// tool_loop.max_model_calls of the request ctx carries, for a call made
+// inside a model's call layer, below ModelCallLimit (a prompted model's
+// re-ask), and reports false for one past it: it may never take the call
+// kept for the loop's final answer. Outside a tool loop it takes nothing
+// and reports true.
+func TakeModelCall(ctx context.Context) bool {
+	m, ok := ctx.Value(modelCallsKey{}).(*modelCalls)
+	return !ok || m.takeLeaving(1)
 }
 
 // refused is the error of a call past tool_loop.max_model_calls.

@@ -3,6 +3,8 @@ package toolloop
 import (
 	"strconv"
 	"time"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // trace records what the loop did, for the x_gateway field (tool_trace).
@@ -17,6 +19,10 @@ type trace struct {
 type roundTrace struct {
 	model    string
 	attempts int
+	// meta is the round's Meta, read when the trace is written: a
+	// prompted model's re-asks within the round (a stream's come after
+	// the round began) are counted there.
+	meta *pipeline.Meta
 }
 
 type traceCall struct {
@@ -84,6 +90,13 @@ func (t *trace) appendJSON(dst []byte, iterations int, stop string, cleared, sav
 		if r.attempts >= 0 {
 			dst = append(dst, `"attempts":`...)
 			dst = strconv.AppendInt(dst, int64(r.attempts), 10)
+		}
+		if n := r.meta.Reasks(); n > 0 {
+			if r.model != "" || r.attempts >= 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `"reasks":`...)
+			dst = strconv.AppendInt(dst, int64(n), 10)
 		}
 		dst = append(dst, '}')
 	}

@@ -184,7 +184,7 @@ func (s *session) withHistory() []byte {
 // response headers (context edits) on to it.
 func (s *session) noteRound(r *pipeline.Request) {
 	if s.traceOn {
-		rt := roundTrace{model: r.Meta.Get(fallback.HeaderModel), attempts: -1}
+		rt := roundTrace{model: r.Meta.Get(fallback.HeaderModel), attempts: -1, meta: r.Meta}
 		if n, err := strconv.Atoi(r.Meta.Get(fallback.HeaderAttempts)); err == nil {
 			rt.attempts = n
 		}

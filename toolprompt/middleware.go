@@ -39,7 +39,12 @@ type Options struct {
 	// model with what was wrong before its text is taken as the answer
 	// (tool_loop.max_consecutive_errors).
 	MaxErrors int
-	Logger    zerolog.Logger
+	// TakeCall, when set, is asked before each re-ask whether the request
+	// may make one more model call (toolloop.TakeModelCall): a re-ask is a
+	// model call, counted against tool_loop.max_model_calls. Refused, the
+	// reply is taken as it is, as after MaxErrors.
+	TakeCall func(context.Context) bool
+	Logger   zerolog.Logger
 }
 
 // New returns the prompted tool-calling middleware.
@@ -54,7 +59,7 @@ func New(o Options) pipeline.Middleware {
 		prompt = DefaultPrompt
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
-		return &handler{next: next, schema: schema, prompt: prompt, maxErrors: o.MaxErrors, log: o.Logger}
+		return &handler{next: next, schema: schema, prompt: prompt, maxErrors: o.MaxErrors, take: o.TakeCall, log: o.Logger}
 	}
 }
 
@@ -63,6 +68,7 @@ type handler struct {
 	schema    bool
 	prompt    string
 	maxErrors int
+	take      func(context.Context) bool
 	log       zerolog.Logger
 }
 
@@ -113,10 +119,38 @@ type outcome struct {
 	err   error // the block or structured reply was malformed
 }
 
-// judge decides what to do with an outcome, the one rule of both forms:
-// a non-empty retry is sent back to the model as a tool error result; err
-// fails the call; otherwise o is delivered (as calls when it has some).
-func (h *handler) judge(rw *rewritten, o *outcome, t *tries) (retry string, err error) {
+// judge decides what to do with an outcome of up, the one rule of both
+// forms: a non-empty retry is sent back to the model as a tool error
+// result (a model call, taken from the request's and counted on up's
+// Meta); err fails the call; otherwise o is delivered (as calls when it
+// has some).
+func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten, o *outcome, t *tries) (retry string, err error) {
+	retry, err = h.rule(rw, o, t)
+	if retry == "" || err != nil {
+		return retry, err
+	}
+	if h.take != nil && !h.take(ctx) {
+		// No model call left to ask again with: as after the last re-ask.
+		if o.err != nil {
+			o.calls, o.shown = nil, o.text
+			return "", nil
+		}
+		return "", choiceUnmet()
+	}
+	up.Meta.NoteReask()
+	return retry, nil
+}
+
+// choiceUnmet is the error of a reply without the call tool_choice
+// requires, after its re-ask.
+func choiceUnmet() error {
+	return pipeline.Errorf(http.StatusBadGateway, pipeline.TypeUpstream, pipeline.CodeToolChoiceUnmet,
+		"the model did not call a tool as tool_choice requires")
+}
+
+// rule is judge's rule: what an outcome asks for, before it is known
+// whether the request may make the call a re-ask is.
+func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err error) {
 	if o.err == nil {
 		for _, c := range o.calls {
 			if !slices.Contains(rw.names, c.Name) {
@@ -147,8 +181,7 @@ func (h *handler) judge(rw *rewritten, o *outcome, t *tries) (retry string, err 
 		t.reasked = true
 		return "### error\n" + missing, nil
 	}
-	return "", pipeline.Errorf(http.StatusBadGateway, pipeline.TypeUpstream, pipeline.CodeToolChoiceUnmet,
-		"the model did not call a tool as tool_choice requires")
+	return "", choiceUnmet()
 }
 
 // holds reports whether a reply is judged whole before any of its text is
@@ -229,7 +262,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			}
 		}
 		o := h.read([]byte(res[0].Str), res[4].Get("refusal").Str != "")
-		retry, err := h.judge(rw, o, &t)
+		retry, err := h.judge(ctx, up, rw, o, &t)
 		if err != nil {
 			return nil, err
 		}

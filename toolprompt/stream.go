@@ -139,7 +139,7 @@ func (s *stream) endAttempt() error {
 		tail, found, calls, err := s.sc.End()
 		o = &outcome{text: s.text, shown: tail, found: found, calls: calls, err: err}
 	}
-	retry, err := s.h.judge(s.rw, o, &s.tries)
+	retry, err := s.h.judge(s.ctx, s.up, s.rw, o, &s.tries)
 	if err != nil {
 		return err
 	}
