@@ -372,6 +372,10 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 		NewEditLog:  contextedit.NewEditLog,
 		Logger:      b.log,
 	}
+	o.ServerPrefixes = map[string]string{}
+	for _, m := range cfg.MCPServers {
+		o.ServerPrefixes[m.Name] = m.Prefix
+	}
 	var sources []toolloop.ToolSource // never a typed nil in the interface
 	if b.mcp != nil {
 		sources = append(sources, b.mcp)

@@ -45,6 +45,11 @@ type Options struct {
 	ToolMiddleware []pipeline.ToolMiddleware
 	// Source adds tools that come and go at run time (MCP servers); nil = none.
 	Source ToolSource
+	// ServerPrefixes are the configured MCP servers' name prefixes, by
+	// server name: a called name with one of them is never resolved, as a
+	// near miss, to another server's tool (when its server is down, its
+	// tools are not offered, and a near miss would run another's).
+	ServerPrefixes map[string]string
 	// State keeps the hidden part of mixed turns; nil = not kept (see StateStore).
 	State StateStore
 	// ApprovalKey keys the ids of calls awaiting approval when

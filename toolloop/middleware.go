@@ -106,6 +106,9 @@ func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 		tools := l.offered(ctx)
 		t := resolveName(tools, c.Name)
+		if t != nil && t.cfg.Name != c.Name && l.otherServers(c.Name, t) {
+			t = nil
+		}
 		if t == nil {
 			names := make([]string, len(tools))
 			for i, t := range tools {
@@ -129,6 +132,18 @@ func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 		}
 		return res, err
 	})
+}
+
+// otherServers reports whether name carries the prefix of an MCP server
+// other than t's: a near miss of it is another server's tool, not t.
+func (l *Loop) otherServers(name string, t *tool) bool {
+	for server, prefix := range l.opts.ServerPrefixes {
+		if prefix != "" && server != t.cfg.Server && len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix) &&
+			!strings.EqualFold(t.cfg.Name[:min(len(prefix), len(t.cfg.Name))], prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxNameDistance is the largest edit distance a near-miss name may have.

@@ -105,3 +105,28 @@ func BenchmarkRegistryFastPath(b *testing.B) {
 		}
 	}
 }
+
+// A call of a down MCP server's tool (its tools are not offered) is never
+// resolved, as a near miss, to another server's tool of a similar name:
+// evh_echo ran ev_echo. A near miss within one server's tools still is.
+func TestNearMissStaysOnItsServer(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	echo := srcTool("ev_echo", `{"type":"object"}`)
+	echo.Server = "ev"
+	src.set(echo) // evh is down: its evh_echo is not offered
+	l, err := New(Options{Source: src, ServerPrefixes: map[string]string{"ev": "ev_", "evh": "evh_"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ called, want string }{
+		{"evh_echo", `"unknown_tool"`},
+		{"EV_ECHO", `ev_echo:{}`},
+		{"ev_ecko", `ev_echo:{}`},
+	} {
+		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
+		if err != nil || !strings.Contains(string(res.Content), tc.want) {
+			t.Errorf("%s: %s, %v; want %s", tc.called, res.Content, err, tc.want)
+		}
+	}
+}
