@@ -63,10 +63,11 @@ func (t *translator) message(m gjson.Result) error {
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
-		if r := m.Get("refusal"); len(blocks) == 0 && r.Type == gjson.String && r.Str != "" {
-			// A refusal with no content is the turn's text: dropped, the
-			// user turns around it would merge into one.
-			blocks = []block{{Type: "text", Text: r.Str}}
+		if r := m.Get("refusal"); r.Type == gjson.String && r.Str != "" {
+			// A refusal is what the assistant said, after its content:
+			// dropped, the model would not see it (and with no content,
+			// the user turns around it would merge into one).
+			blocks = append(blocks, block{Type: "text", Text: r.Str})
 		}
 		if blocks, err = t.toolUses(blocks, m.Get("tool_calls")); err != nil {
 			return err

@@ -339,16 +339,18 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	case !thinking:
 	case !client && out.MaxTokens <= budget:
 		out.MaxTokens += budget // both at most maxBudget here: no overflow
-	case client && (out.MaxTokens <= budget || (effort && budget > out.MaxTokens/2)):
-		// Under the client's max_tokens, thinking takes at most half: a
-		// budget of max_tokens-1 left the answer one token. An effort's
-		// budget is shrunk so whenever it would take more; the client's
-		// own thinking object only when it does not fit.
-		if out.MaxTokens/2 < minBudget {
+	case client && (out.MaxTokens <= budget || (effort && budget > max(out.MaxTokens/2, minBudget))):
+		// Under the client's max_tokens, thinking takes half, or
+		// Anthropic's minimum when half is less: a budget of max_tokens-1
+		// left the answer one token. An effort's budget is shrunk so
+		// whenever it would take more; the client's own thinking object
+		// only when it does not fit. Without room for the minimum and an
+		// answer, no thinking.
+		if out.MaxTokens <= minBudget {
 			out.Thinking, thinking = nil, false
 			break
 		}
-		th, err := sjson.SetBytes(out.Thinking, "budget_tokens", out.MaxTokens/2)
+		th, err := sjson.SetBytes(out.Thinking, "budget_tokens", max(out.MaxTokens/2, minBudget))
 		if err != nil {
 			return pipeline.BadRequest("thinking", "the thinking object cannot be sent to this model")
 		}

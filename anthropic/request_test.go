@@ -159,9 +159,17 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 3000 && p.MaxTokens == 6000
 			}},
-		{"effort under a max_tokens of 1500: no room to think", `{"reasoning_effort":"medium","max_completion_tokens":1500,` + msgs + `}`, RequestOptions{Model: "m"},
-			func(p sdk.MessageNewParams, out []byte) bool {
-				return !gjson.GetBytes(out, "thinking").Exists() && p.MaxTokens == 1500
+		{"effort under a max_tokens of 1500: the minimum budget", `{"reasoning_effort":"medium","max_completion_tokens":1500,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024 && p.MaxTokens == 1500
+			}},
+		{"low effort under a max_tokens of 2000 stays", `{"reasoning_effort":"low","max_tokens":2000,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024 && p.MaxTokens == 2000
+			}},
+		{"own budget that does not fit, shrunk to the minimum", `{"thinking":{"type":"enabled","budget_tokens":1500},"max_tokens":1500,` + msgs + `}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 1024 && p.MaxTokens == 1500
 			}},
 		{"the client's own budget that fits is kept", `{"thinking":{"type":"enabled","budget_tokens":2500},"max_tokens":3000,` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
@@ -198,6 +206,11 @@ func TestTranslateRequestOptions(t *testing.T) {
 		{"thinking pass-through", `{"thinking":{"type":"enabled","budget_tokens":2000},` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled.BudgetTokens == 2000 && p.MaxTokens == DefaultMaxTokens
+			}},
+		{"a refusal after content is kept", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"hello","refusal":"no"},{"role":"user","content":"b"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				m := gjson.GetBytes(out, "messages.1")
+				return m.Get("content.#").Int() == 2 && m.Get("content.0.text").Str == "hello" && m.Get("content.1.text").Str == "no"
 			}},
 		{"a refusal is the assistant turn's text", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,"refusal":"I can't help with that."},{"role":"user","content":"b"}]}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool {

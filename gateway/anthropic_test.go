@@ -588,7 +588,8 @@ func TestAnthropicNodeClient(t *testing.T) {
 }
 
 // A policy's max_tokens cap bounds a Claude answer's thinking too: the
-// budget fits under the cap (at most half of it), where max_tokens used to
+// budget fits under the cap (half of it, or Anthropic's minimum of 1024
+// when half is less), where max_tokens used to
 // grow past it (to the budget plus the cap), so that reasoning_effort
 // bypassed the cap.
 func TestAnthropicPolicyCapBoundsThinking(t *testing.T) {
@@ -600,7 +601,7 @@ tenant = "capped"
 key = "sk-capped"
 [[policies]]
 tenant = "capped"
-max_tokens = 4000
+max_tokens = 2000
 `, mockllm.Options{Respond: claudeRespond})
 	auth := map[string]string{"Authorization": "Bearer sk-capped"}
 	for _, body := range []string{
@@ -613,7 +614,7 @@ max_tokens = 4000
 		}
 		reqs := messagesRequests(h)
 		sent := reqs[len(reqs)-1].Body
-		if mt, b := gjson.GetBytes(sent, "max_tokens").Int(), gjson.GetBytes(sent, "thinking.budget_tokens").Int(); mt != 4000 || b != 2000 {
+		if mt, b := gjson.GetBytes(sent, "max_tokens").Int(), gjson.GetBytes(sent, "thinking.budget_tokens").Int(); mt != 2000 || b != 1024 {
 			t.Errorf("%s: sent max_tokens %d, budget %d", body, mt, b)
 		}
 	}

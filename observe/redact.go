@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf16"
@@ -93,6 +94,7 @@ func (r *Redactor) Add(secrets ...string) {
 		for _, e := range jsonEncodings {
 			next.forms[e.escape(s)] = true
 		}
+		next.forms[dotnetEscape(s)] = true
 	}
 	for f := range next.forms {
 		k := prefix([]byte(f))
@@ -204,6 +206,44 @@ func (e jsonEncoding) escape(s string) string {
 			}
 		default:
 			b = utf8.AppendRune(b, r)
+		}
+	}
+	return string(b)
+}
+
+// dotnetEscape returns s as .NET's System.Text.Json writes it by default
+// (JavaScriptEncoder.Default): '"', '+', '\'', '`', '<', '>', '&', DEL and
+// every character past ASCII as upper-case \u escapes, the other controls
+// as JSON's short escapes where there is one.
+func dotnetEscape(s string) string {
+	const hex = "0123456789ABCDEF"
+	u := func(b []byte, r rune) []byte {
+		return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
+	}
+	var b []byte
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		switch {
+		case r == '\\':
+			b = append(b, '\\', '\\')
+		case r == '\n':
+			b = append(b, '\\', 'n')
+		case r == '\r':
+			b = append(b, '\\', 'r')
+		case r == '\t':
+			b = append(b, '\\', 't')
+		case r == '\b':
+			b = append(b, '\\', 'b')
+		case r == '\f':
+			b = append(b, '\\', 'f')
+		case r > 0xffff:
+			hi, lo := utf16.EncodeRune(r)
+			b = u(u(b, hi), lo)
+		case r < 0x20 || r >= 0x7f || strings.ContainsRune("\"+'`<>&", r):
+			b = u(b, r) // an invalid byte is U+FFFD, as .NET writes it
+		default:
+			b = append(b, byte(r))
 		}
 	}
 	return string(b)

@@ -241,7 +241,8 @@ func FuzzSafeCut(f *testing.F) {
 // A service that echoes the credentials it was sent writes them in its
 // JSON encoder's way: '/' escaped (PHP's json_encode), characters past
 // ASCII as \u escapes (Python's ensure_ascii, in either case of hex), <,
-// > and & as \u escapes (Go's encoding/json). Each decodes to the secret,
+// > and & as \u escapes (Go's encoding/json), '+' and those as upper-case
+// \u escapes (.NET's System.Text.Json). Each decodes to the secret,
 // so each is masked.
 func TestRedactSecretsInEveryJSONEncoding(t *testing.T) {
 	t.Parallel()
@@ -254,6 +255,8 @@ func TestRedactSecretsInEveryJSONEncoding(t *testing.T) {
 		`{"X-Key":"p\u00e4ssw\u00f6rd<&>-secret-\ud83d\udd11"}`,
 		`{"X-Key":"p\u00E4ssw\u00F6rd<&>-secret-\uD83D\uDD11"}`,
 		`{"X-Key":"p\u00e4ssw\u00f6rd\u003c\u0026\u003e-secret-\ud83d\udd11"}`,
+		`{"X-Key":"k3y/With\u002Bslash/Secret=="}`, // .NET's System.Text.Json
+		`{"X-Key":"p\u00E4ssw\u00F6rd\u003C\u0026\u003E-secret-\uD83D\uDD11"}`,
 		string(goJSON),
 	} {
 		var v map[string]string

@@ -96,7 +96,7 @@ func approvalStateKey(t *pipeline.Tenant, id string) string {
 // the tool chain resolves the name): c becomes a client call with an
 // approval id. It reports whether it did.
 func (s *session) gate(c *call) bool {
-	t := resolveName(s.p.set.tools, c.name)
+	t := s.l.resolve(s.p.set.tools, c.name)
 	if t == nil || !needsApproval(s.req, t) {
 		return false
 	}

@@ -203,7 +203,7 @@ func (s *session) limitedTool(name string) int {
 	if s.lim.perTool == nil {
 		return -1
 	}
-	t := resolveName(tools, name)
+	t := s.l.resolve(tools, name)
 	for k, u := range tools {
 		if u == t && t.cfg.MaxCalls > 0 {
 			return k

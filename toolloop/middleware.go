@@ -105,10 +105,7 @@ func (l *Loop) observeMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 		tools := l.offered(ctx)
-		t := resolveName(tools, c.Name)
-		if t != nil && t.cfg.Name != c.Name && l.otherServers(c.Name, t) {
-			t = nil
-		}
+		t := l.resolve(tools, c.Name)
 		if t == nil {
 			names := make([]string, len(tools))
 			for i, t := range tools {
@@ -134,16 +131,30 @@ func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	})
 }
 
-// otherServers reports whether name carries the prefix of an MCP server
-// other than t's: a near miss of it is another server's tool, not t.
-func (l *Loop) otherServers(name string, t *tool) bool {
-	for server, prefix := range l.opts.ServerPrefixes {
-		if prefix != "" && server != t.cfg.Server && len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix) &&
-			!strings.EqualFold(t.cfg.Name[:min(len(prefix), len(t.cfg.Name))], prefix) {
-			return true
+// resolve is resolveName, kept to the called name's MCP server: a name
+// that carries a configured server's prefix (the longest one it carries)
+// is resolved only to a tool of that server, and one that carries none
+// only to a tool without one. When a server is down its tools are not
+// offered, and a look-alike of another server's would run instead.
+func (l *Loop) resolve(tools []*tool, name string) *tool {
+	t := resolveName(tools, name)
+	if t == nil || t.cfg.Name == name || len(l.opts.ServerPrefixes) == 0 {
+		return t
+	}
+	carried := ""
+	for _, p := range l.opts.ServerPrefixes {
+		if len(p) > len(carried) && len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) {
+			carried = p
 		}
 	}
-	return false
+	own := ""
+	if t.cfg.Server != "" {
+		own = l.opts.ServerPrefixes[t.cfg.Server]
+	}
+	if !strings.EqualFold(carried, own) {
+		return nil
+	}
+	return t
 }
 
 // maxNameDistance is the largest edit distance a near-miss name may have.

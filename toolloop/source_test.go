@@ -109,6 +109,7 @@ func BenchmarkRegistryFastPath(b *testing.B) {
 // A call of a down MCP server's tool (its tools are not offered) is never
 // resolved, as a near miss, to another server's tool of a similar name:
 // evh_echo ran ev_echo. A near miss within one server's tools still is.
+// Prefixes may nest (ev, evh) and a server may have none.
 func TestNearMissStaysOnItsServer(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{}
@@ -123,6 +124,29 @@ func TestNearMissStaysOnItsServer(t *testing.T) {
 		{"evh_echo", `"unknown_tool"`},
 		{"EV_ECHO", `ev_echo:{}`},
 		{"ev_ecko", `ev_echo:{}`},
+	} {
+		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
+		if err != nil || !strings.Contains(string(res.Content), tc.want) {
+			t.Errorf("%s: %s, %v; want %s", tc.called, res.Content, err, tc.want)
+		}
+	}
+}
+
+func TestNearMissNestedAndMissingPrefixes(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	evh, b, plain := srcTool("evh_echo", `{"type":"object"}`), srcTool("b_echo", `{"type":"object"}`), srcTool("search", `{"type":"object"}`)
+	evh.Server, b.Server, plain.Server = "evh", "b", "c"
+	src.set(evh, b, plain) // ev (prefix "ev") and a (no prefix) are down
+	l, err := New(Options{Source: src, ServerPrefixes: map[string]string{"ev": "ev", "evh": "evh", "a": "", "b": "b_", "c": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ called, want string }{
+		{"ev_echo", `"unknown_tool"`}, // ev's, not evh's
+		{"echo", `"unknown_tool"`},    // the unprefixed a's, not b's
+		{"evh_ecko", `evh_echo:{}`},
+		{"serch", `search:{}`}, // a near miss on an unprefixed server
 	} {
 		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
 		if err != nil || !strings.Contains(string(res.Content), tc.want) {
