@@ -149,9 +149,7 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	}
 	capBreakpoints(&out)
 	out.MaxTokens = maxTokens(root, opts.MaxTokens)
-	if out.StopSequences, err = stopSequences(root.Get("stop")); err != nil {
-		return nil, err
-	}
+	out.StopSequences = stopSequences(root.Get("stop"))
 	if err := setSampling(&out, root); err != nil {
 		return nil, err
 	}
@@ -248,21 +246,14 @@ func clientMaxTokens(root gjson.Result) int64 {
 	return 0
 }
 
-// stopSequences reads stop (a string or a list of strings); empty entries
-// are dropped. Anthropic refuses a sequence of whitespace only ("\n"):
-// that is a 400 naming stop rather than a stop the model would write past.
-func stopSequences(stop gjson.Result) ([]string, error) {
+// stopSequences reads stop (a string or a list of strings) for
+// stop_sequences: empty entries are dropped, and so are those of
+// whitespace only, which Anthropic refuses and the answer's decoder
+// applies instead (LocalStops).
+func stopSequences(stop gjson.Result) []string {
 	var out []string
-	var err error
 	add := func(s gjson.Result) bool {
-		switch {
-		case s.Type != gjson.String || s.Str == "":
-		case strings.TrimSpace(s.Str) == "":
-			e := pipeline.BadRequest("stop", "this model cannot stop at a sequence of whitespace only")
-			e.Code = pipeline.CodeUnsupportedParameter
-			err = e
-			return false
-		default:
+		if s.Type == gjson.String && strings.TrimSpace(s.Str) != "" {
 			out = append(out, s.Str)
 		}
 		return true
@@ -272,7 +263,7 @@ func stopSequences(stop gjson.Result) ([]string, error) {
 	} else {
 		add(stop)
 	}
-	return out, err
+	return out
 }
 
 // minBudget is Anthropic's smallest thinking budget.

@@ -425,8 +425,6 @@ func TestTranslateRequestUnsupportedParameters(t *testing.T) {
 		{`{"functions":[{"name":"f","parameters":{"type":"object"}}],` + msgs + `}`, "functions"},
 		{`{"function_call":{"name":"f"},` + msgs + `}`, "function_call"},
 		{`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"user","content":"y"}]}`, "messages[1].function_call"},
-		{`{"stop":["\n"],` + msgs + `}`, "stop"},
-		{`{"stop":" \t",` + msgs + `}`, "stop"},
 		// What asks for nothing, or only for what the answer may ignore.
 		{`{"logprobs":false,"top_logprobs":0,"n":1,` + msgs + `}`, ""},
 		{`{"n":null,"logit_bias":{},"presence_penalty":0,"frequency_penalty":null,"modalities":["text"],"audio":null,"functions":null,"seed":7,"stop":["","x"],` + msgs + `}`, ""},

@@ -23,6 +23,12 @@ var errNotMessage = errors.New("anthropic: response body is not a message")
 // that is not a message is an UpstreamMalformed error. body is only read;
 // the result is a new slice.
 func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) {
+	return DecodeMessageStopping(provider, body, h, nil)
+}
+
+// DecodeMessageStopping is DecodeMessage with the local stop sequences of
+// the request (LocalStops) applied to the answer's content.
+func DecodeMessageStopping(provider string, body []byte, h wire.Header, stops []string) ([]byte, error) {
 	if !jsonvalid.Bytes(body) {
 		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: provider, Err: errNotMessage}
 	}
@@ -39,20 +45,22 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 	}
 	j := wire.NewChatJSON(h)
 	var out []byte
+	st := newStopper(stops)
+	put := func(e *wire.Event) { out = j.Encode(out, e) }
 	e := wire.Event{Kind: wire.Role}
-	out = j.Encode(out, &e)
+	st.pass(&e, put)
 	bad := false
 	content.ForEach(func(_, b gjson.Result) bool {
 		switch b.Get("type").Str {
 		case "text":
 			if t := b.Get("text").Str; t != "" { // as the stream: an empty block is no content
 				e = wire.Event{Kind: wire.Text, Key: "content", Text: []byte(t)}
-				out = j.Encode(out, &e)
+				st.pass(&e, put)
 			}
 		case "thinking":
 			if t := b.Get("thinking").Str; t != "" { // as the stream: no empty reasoning_content
 				e = wire.Event{Kind: wire.Text, Key: "reasoning_content", Text: []byte(t)}
-				out = j.Encode(out, &e)
+				st.pass(&e, put)
 			}
 		case "tool_use":
 			name := b.Get("name")
@@ -60,9 +68,9 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 				return false // a call no one can answer: as the stream, malformed
 			}
 			e = wire.Event{Kind: wire.CallHeader, ID: b.Get("id").Str, Name: name.Str}
-			out = j.Encode(out, &e)
+			st.pass(&e, put)
 			e = wire.Event{Kind: wire.CallArgs, Text: toolInput(b.Get("input"))}
-			out = j.Encode(out, &e)
+			st.pass(&e, put)
 		}
 		return true
 	})
@@ -72,11 +80,12 @@ func DecodeMessage(provider string, body []byte, h wire.Header) ([]byte, error) 
 	var u usage
 	u.read(root.Get("usage"))
 	e = wire.Event{Kind: wire.Finish, Finish: finishReason(root.Get("stop_reason").Str)}
-	out = j.Encode(out, &e)
+	st.pass(&e, put)
 	e = wire.Event{Kind: wire.Usage, Raw: u.appendChat(nil)}
-	out = j.Encode(out, &e)
+	st.pass(&e, put)
 	e = wire.Event{Kind: wire.End}
-	return j.Encode(out, &e), nil
+	st.pass(&e, put)
+	return out, nil
 }
 
 // toolInput is a tool_use block's input as arguments: its JSON as sent,

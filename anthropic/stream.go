@@ -55,6 +55,8 @@ type StreamDecoder struct {
 	thSig  []byte
 	thAt   int
 
+	stops *stopper // the local stop sequences (StopAt); nil: none
+
 	buf  []byte // the chunks not yet popped, back to back
 	ends []int  // end offset of each chunk in buf
 	next int    // the next chunk to pop
@@ -73,6 +75,10 @@ func NewStreamDecoder(provider string, h wire.Header) *StreamDecoder {
 func (d *StreamDecoder) NoteThinking(t *pipeline.Thinking) {
 	d.sink, d.thAt = t, -1
 }
+
+// StopAt makes d apply the request's local stop sequences (LocalStops)
+// to the content, as DecodeMessageStopping does.
+func (d *StreamDecoder) StopAt(stops []string) { d.stops = newStopper(stops) }
 
 // Done reports whether message_stop came: the stream is complete.
 func (d *StreamDecoder) Done() bool { return d.done }
@@ -285,8 +291,17 @@ func (d *StreamDecoder) finish() {
 	d.emit(&wire.Event{Kind: wire.Usage, Raw: d.u.appendChat(nil)})
 }
 
-// emit encodes e as the next chunk, when the stream rules let it be one.
+// emit encodes e as the next chunk, when the stream rules (and the local
+// stop sequences) let it be one.
 func (d *StreamDecoder) emit(e *wire.Event) {
+	if d.stops != nil {
+		d.stops.pass(e, d.encode)
+		return
+	}
+	d.encode(e)
+}
+
+func (d *StreamDecoder) encode(e *wire.Event) {
 	n := len(d.buf)
 	d.buf = d.enc.Encode(d.buf, e)
 	if len(d.buf) > n {

@@ -636,3 +636,33 @@ func TestAnthropicErrorNamesClientMessage(t *testing.T) {
 		t.Fatalf("%d %s", status, raw)
 	}
 }
+
+// A stop sequence of whitespace only, which Anthropic refuses, is applied
+// by the gateway to a Claude answer, streamed and not: the content ends
+// where it begins, the finish is "stop", and the upstream is not sent it.
+func TestAnthropicWhitespaceStop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, anthropicConfig, mockllm.Options{
+		Respond:  func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: "first line\nsecond line"} },
+		Chunking: mockllm.Chunking{TextRunes: 3, SplitWrites: true}})
+	p := claudeMsg("claude-big", "two lines")
+	p.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"\n", "END"}}
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for form, c := range map[string]openai.ChatCompletionChoice{"json": resp.Choices[0], "stream": acc.Choices[0]} {
+		if c.Message.Content != "first line" || c.FinishReason != "stop" {
+			t.Errorf("%s: content %q finish %q", form, c.Message.Content, c.FinishReason)
+		}
+	}
+	for _, r := range messagesRequests(h) {
+		if got := gjson.GetBytes(r.Body, "stop_sequences").Raw; got != `["END"]` {
+			t.Errorf("upstream stop_sequences %s", got)
+		}
+	}
+}

@@ -50,7 +50,7 @@ func chatHeader(req *pipeline.Request) wire.Header {
 
 // decodeMessage answers with the chat.completion of a Messages body.
 func decodeMessage(provider string, body []byte, req *pipeline.Request) (*pipeline.Response, error) {
-	out, err := anthropic.DecodeMessage(provider, body, chatHeader(req))
+	out, err := anthropic.DecodeMessageStopping(provider, body, chatHeader(req), anthropic.LocalStops(req.Body))
 	if err != nil {
 		return nil, err
 	}

@@ -529,6 +529,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	s.msgMap = req.Messages
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
+		s.msgs.StopAt(anthropic.LocalStops(req.Body))
 		if req.Thinking != nil {
 			s.msgs.NoteThinking(req.Thinking)
 		}

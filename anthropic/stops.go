@@ -1,0 +1,125 @@
+package anthropic
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
+)
+
+// Anthropic refuses a stop sequence of whitespace only ("\n", "\n\n"),
+// which OpenAI clients use to get one line or one paragraph. The
+// translation leaves such a sequence out of stop_sequences, and the
+// answer's decoder (DecodeMessageStopping, StreamDecoder.StopAt) ends the
+// content where the first of them begins, as the model would have: the
+// text from there on, and every block after it, is not shown, and the
+// finish is "stop". The model writes on upstream, so its usage counts
+// what it wrote.
+
+// LocalStops returns the stop sequences of the chat body that the gateway
+// applies itself: the non-empty ones of whitespace only. nil when there
+// are none (the usual case, found without parsing more than stop).
+func LocalStops(body []byte) []string {
+	stop := gjson.GetBytes(body, "stop")
+	var out []string
+	add := func(s gjson.Result) bool {
+		if s.Type == gjson.String && s.Str != "" && strings.TrimSpace(s.Str) == "" {
+			out = append(out, s.Str)
+		}
+		return true
+	}
+	if stop.IsArray() {
+		stop.ForEach(func(_, s gjson.Result) bool { return add(s) })
+	} else {
+		add(stop)
+	}
+	return out
+}
+
+// stopper applies local stop sequences to the events of one answer. Not
+// safe for concurrent use.
+type stopper struct {
+	stops   []string
+	held    []byte // content not passed yet: it may be the start of a stop sequence
+	stopped bool
+}
+
+func newStopper(stops []string) *stopper {
+	if len(stops) == 0 {
+		return nil
+	}
+	return &stopper{stops: stops}
+}
+
+// pass hands e to out as the stop sequences let it through: content up to
+// the first match (holding back what may begin one until the next
+// fragment shows it does not), nothing of the answer after it but its
+// finish, "stop", and its usage. A nil stopper passes everything.
+func (s *stopper) pass(e *wire.Event, out func(*wire.Event)) {
+	if s == nil || e.Kind == wire.Role {
+		out(e)
+		return
+	}
+	switch {
+	case e.Kind == wire.Finish:
+		s.flush(out)
+		if s.stopped {
+			f := *e
+			f.Finish = "stop"
+			out(&f)
+			return
+		}
+		out(e)
+	case e.Kind == wire.Usage || e.Kind == wire.End:
+		s.flush(out)
+		out(e)
+	case s.stopped:
+	case e.Kind == wire.Text && e.Key == "content":
+		if t := s.text(e.Text); len(t) > 0 {
+			f := *e
+			f.Text = t
+			out(&f)
+		}
+	default:
+		s.flush(out) // another block: the held text cannot begin a match any more
+		out(e)
+	}
+}
+
+// text takes the next content fragment and returns what may be shown.
+func (s *stopper) text(t []byte) []byte {
+	buf := append(s.held, t...)
+	at := -1
+	for _, st := range s.stops {
+		if i := bytes.Index(buf, []byte(st)); i >= 0 && (at < 0 || i < at) {
+			at = i
+		}
+	}
+	if at >= 0 {
+		s.stopped, s.held = true, nil
+		return buf[:at]
+	}
+	keep := 0 // the longest end of buf that begins a stop sequence
+	for _, st := range s.stops {
+		for k := min(len(st)-1, len(buf)); k > keep; k-- {
+			if bytes.HasSuffix(buf, []byte(st[:k])) {
+				keep = k
+				break
+			}
+		}
+	}
+	s.held = append([]byte(nil), buf[len(buf)-keep:]...)
+	return buf[:len(buf)-keep]
+}
+
+// flush passes the held content: what came after it was no match.
+func (s *stopper) flush(out func(*wire.Event)) {
+	if len(s.held) == 0 || s.stopped {
+		return
+	}
+	held := s.held
+	s.held = nil
+	out(&wire.Event{Kind: wire.Text, Key: "content", Text: held})
+}
