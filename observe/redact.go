@@ -212,7 +212,7 @@ func (e jsonEncoding) escape(s string) string {
 }
 
 // dotnetEscape returns s as .NET's System.Text.Json writes it by default
-// (JavaScriptEncoder.Default): '"', '+', '\'', '`', '<', '>', '&', DEL and
+// (JavaScriptEncoder.Default): '"', '+', '\”, '`', '<', '>', '&', DEL and
 // every character past ASCII as upper-case \u escapes, the other controls
 // as JSON's short escapes where there is one.
 func dotnetEscape(s string) string {
