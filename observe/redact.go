@@ -212,9 +212,10 @@ func (e jsonEncoding) escape(s string) string {
 }
 
 // dotnetEscape returns s as .NET's System.Text.Json writes it by default
-// (JavaScriptEncoder.Default): '"', '+', '\”, '`', '<', '>', '&', DEL and
-// every character past ASCII as upper-case \u escapes, the other controls
-// as JSON's short escapes where there is one.
+// (JavaScriptEncoder.Default): the double quote, the plus sign, the
+// apostrophe, the backtick, <, >, &, DEL and every character past ASCII as
+// upper-case \u escapes, the other controls as JSON's short escapes where
+// there is one.
 func dotnetEscape(s string) string {
 	const hex = "0123456789ABCDEF"
 	u := func(b []byte, r rune) []byte {
