@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"slices"
 	"strings"
 	"time"
 
@@ -206,10 +207,18 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 	var (
 		items   []gjson.Result
 		answers []answer
+		twice   bool // an approval answered by two tool messages: the later ones are dropped
 	)
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		if m.Get("role").Str == "tool" {
 			if id := m.Get("tool_call_id").Str; strings.HasPrefix(id, approvalPrefix) {
+				if slices.ContainsFunc(answers, func(a answer) bool { return a.id == id }) {
+					// A second answer to one call (the same decision sent
+					// twice) settles nothing more, and an upstream refuses
+					// a tool message its call does not expect.
+					twice = true
+					return true
+				}
 				answers = append(answers, answer{pos: len(items), id: id})
 			}
 		}
@@ -275,6 +284,9 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 	}
 	r := req.Clone()
 	r.Body = body
+	if twice {
+		r.Messages.Rewrite() // messages were dropped: an index no longer names the client's
+	}
 	return r, runs, nil
 }
 

@@ -323,3 +323,21 @@ func TestUnansweredApprovalDropped(t *testing.T) {
 		}
 	}
 }
+
+// The same decision sent twice for one call (two tool messages answering
+// it) settles once, and the second message is left out of what the model
+// reads: an upstream refuses a tool message its call does not expect, and
+// the client got that 400 after the tool had run.
+func TestApprovalAnsweredTwiceSentOnce(t *testing.T) {
+	t.Parallel()
+	const call = `{"role":"assistant","content":null,"tool_calls":[{"id":"call_gwa_X","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+1\"}"}}]}`
+	const answer = `{"role":"tool","tool_call_id":"call_gwa_X","content":"{\"decision\":\"approve\"}"}`
+	m := &fakeModel{turns: []turnFn{always(textRound("up", "Done.", 1, 1), `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`)}}
+	l := newLoop(t, []config.Tool{gatedCalc}, func(o *Options) { o.State = NewMemoryState(time.Hour, 100, 1<<20) })
+	if _, err := l.Chat(context.Background(), request(m, false, `{"model":"gpt-x","messages":[{"role":"user","content":"add"},`+call+`,`+answer+`,`+answer+`]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := gjson.GetBytes(m.bodies[0], `messages.#(tool_call_id=="call_gwa_X")#`).Get("#").Int(); n != 1 {
+		t.Fatalf("the model read %d answers to the call: %s", n, m.bodies[0])
+	}
+}
