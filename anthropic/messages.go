@@ -63,10 +63,12 @@ func (t *translator) message(m gjson.Result) error {
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
-		if r := m.Get("refusal"); r.Type == gjson.String && r.Str != "" {
+		if r := m.Get("refusal"); r.Type == gjson.String && r.Str != "" &&
+			!slices.ContainsFunc(blocks, func(b block) bool { return b.Text == r.Str }) {
 			// A refusal is what the assistant said, after its content:
 			// dropped, the model would not see it (and with no content,
-			// the user turns around it would merge into one).
+			// the user turns around it would merge into one). Given also
+			// as a refusal part of the content, it is there already.
 			blocks = append(blocks, block{Type: "text", Text: r.Str})
 		}
 		if blocks, err = t.toolUses(blocks, m.Get("tool_calls")); err != nil {

@@ -207,6 +207,11 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled.BudgetTokens == 2000 && p.MaxTokens == DefaultMaxTokens
 			}},
+		{"a refusal given twice is sent once", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"refusal","refusal":"I can't."}],"refusal":"I can't."},{"role":"user","content":"b"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				m := gjson.GetBytes(out, "messages.1")
+				return m.Get("content.#").Int() == 1 && m.Get("content.0.text").Str == "I can't."
+			}},
 		{"a refusal after content is kept", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"hello","refusal":"no"},{"role":"user","content":"b"}]}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool {
 				m := gjson.GetBytes(out, "messages.1")

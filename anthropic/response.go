@@ -46,21 +46,20 @@ func DecodeMessageStopping(provider string, body []byte, h wire.Header, stops []
 	j := wire.NewChatJSON(h)
 	var out []byte
 	st := newStopper(stops)
-	put := func(e *wire.Event) { out = j.Encode(out, e) }
 	e := wire.Event{Kind: wire.Role}
-	st.pass(&e, put)
+	out = encodeStopping(out, j, st, &e)
 	bad := false
 	content.ForEach(func(_, b gjson.Result) bool {
 		switch b.Get("type").Str {
 		case "text":
 			if t := b.Get("text").Str; t != "" { // as the stream: an empty block is no content
 				e = wire.Event{Kind: wire.Text, Key: "content", Text: []byte(t)}
-				st.pass(&e, put)
+				out = encodeStopping(out, j, st, &e)
 			}
 		case "thinking":
 			if t := b.Get("thinking").Str; t != "" { // as the stream: no empty reasoning_content
 				e = wire.Event{Kind: wire.Text, Key: "reasoning_content", Text: []byte(t)}
-				st.pass(&e, put)
+				out = encodeStopping(out, j, st, &e)
 			}
 		case "tool_use":
 			name := b.Get("name")
@@ -68,9 +67,9 @@ func DecodeMessageStopping(provider string, body []byte, h wire.Header, stops []
 				return false // a call no one can answer: as the stream, malformed
 			}
 			e = wire.Event{Kind: wire.CallHeader, ID: b.Get("id").Str, Name: name.Str}
-			st.pass(&e, put)
+			out = encodeStopping(out, j, st, &e)
 			e = wire.Event{Kind: wire.CallArgs, Text: toolInput(b.Get("input"))}
-			st.pass(&e, put)
+			out = encodeStopping(out, j, st, &e)
 		}
 		return true
 	})
@@ -80,12 +79,25 @@ func DecodeMessageStopping(provider string, body []byte, h wire.Header, stops []
 	var u usage
 	u.read(root.Get("usage"))
 	e = wire.Event{Kind: wire.Finish, Finish: finishReason(root.Get("stop_reason").Str)}
-	st.pass(&e, put)
+	out = encodeStopping(out, j, st, &e)
 	e = wire.Event{Kind: wire.Usage, Raw: u.appendChat(nil)}
-	st.pass(&e, put)
+	out = encodeStopping(out, j, st, &e)
 	e = wire.Event{Kind: wire.End}
-	st.pass(&e, put)
-	return out, nil
+	return encodeStopping(out, j, st, &e), nil
+}
+
+// encodeStopping appends e as st (nil: none) lets it be shown.
+func encodeStopping(out []byte, j *wire.ChatJSON, st *stopper, e *wire.Event) []byte {
+	if st != nil {
+		flush, show := st.filter(e)
+		if flush != nil {
+			out = j.Encode(out, &wire.Event{Kind: wire.Text, Key: "content", Text: flush})
+		}
+		if !show {
+			return out
+		}
+	}
+	return j.Encode(out, e)
 }
 
 // toolInput is a tool_use block's input as arguments: its JSON as sent,

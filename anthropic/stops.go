@@ -42,8 +42,9 @@ func LocalStops(body []byte) []string {
 // safe for concurrent use.
 type stopper struct {
 	stops   []string
-	held    []byte // content not passed yet: it may be the start of a stop sequence
+	held    []byte // content not shown yet: it may be the start of a stop sequence
 	stopped bool
+	called  bool // a call was shown before the stop
 }
 
 func newStopper(stops []string) *stopper {
@@ -53,38 +54,38 @@ func newStopper(stops []string) *stopper {
 	return &stopper{stops: stops}
 }
 
-// pass hands e to out as the stop sequences let it through: content up to
-// the first match (holding back what may begin one until the next
-// fragment shows it does not), nothing of the answer after it but its
-// finish, "stop", and its usage. A nil stopper passes everything.
-func (s *stopper) pass(e *wire.Event, out func(*wire.Event)) {
-	if s == nil || e.Kind == wire.Role {
-		out(e)
-		return
-	}
+// filter decides what of e is shown: the content up to the first match
+// (holding back what may begin one until the next fragment shows it does
+// not), nothing of the answer after it but its finish and its usage. It
+// returns the held content to show before e (nil: none) and whether e is
+// shown, and may replace e.Text and e.Finish: the finish after a match is
+// "stop", or "tool_calls" when a call was shown before it. The chat
+// content is the text blocks joined, whatever comes between them, so the
+// held content stays held across reasoning and calls. e does not escape:
+// passed to a callback, every event of every Anthropic answer would go to
+// the heap.
+func (s *stopper) filter(e *wire.Event) (flush []byte, show bool) {
 	switch {
+	case e.Kind == wire.Role:
+		return nil, true
 	case e.Kind == wire.Finish:
-		s.flush(out)
 		if s.stopped {
-			f := *e
-			f.Finish = "stop"
-			out(&f)
-			return
+			e.Finish = "stop"
+			if s.called {
+				e.Finish = "tool_calls"
+			}
 		}
-		out(e)
+		return s.take(), true
 	case e.Kind == wire.Usage || e.Kind == wire.End:
-		s.flush(out)
-		out(e)
+		return s.take(), true
 	case s.stopped:
+		return nil, false
 	case e.Kind == wire.Text && e.Key == "content":
-		if t := s.text(e.Text); len(t) > 0 {
-			f := *e
-			f.Text = t
-			out(&f)
-		}
+		e.Text = s.text(e.Text)
+		return nil, len(e.Text) > 0
 	default:
-		s.flush(out) // another block: the held text cannot begin a match any more
-		out(e)
+		s.called = s.called || e.Kind == wire.CallHeader
+		return nil, true
 	}
 }
 
@@ -114,12 +115,13 @@ func (s *stopper) text(t []byte) []byte {
 	return buf[:len(buf)-keep]
 }
 
-// flush passes the held content: what came after it was no match.
-func (s *stopper) flush(out func(*wire.Event)) {
+// take returns the held content, which the answer's end shows: what came
+// after it was no match.
+func (s *stopper) take() []byte {
 	if len(s.held) == 0 || s.stopped {
-		return
+		return nil
 	}
-	held := s.held
+	h := s.held
 	s.held = nil
-	out(&wire.Event{Kind: wire.Text, Key: "content", Text: held})
+	return h
 }

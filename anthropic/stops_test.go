@@ -138,15 +138,20 @@ func FuzzStopper(f *testing.F) {
 		}
 		s := newStopper(stops)
 		var got strings.Builder
-		out := func(e *wire.Event) {
-			if e.Kind == wire.Text {
+		pass := func(e *wire.Event) {
+			flush, show := s.filter(e)
+			got.Write(flush)
+			if show && e.Kind == wire.Text && e.Key == "content" {
 				got.Write(e.Text)
 			}
 		}
-		for _, part := range []string{text[:a], text[a:b], text[b:]} {
-			s.pass(&wire.Event{Kind: wire.Text, Key: "content", Text: []byte(part)}, out)
+		for i, part := range []string{text[:a], text[a:b], text[b:]} {
+			pass(&wire.Event{Kind: wire.Text, Key: "content", Text: []byte(part)})
+			if i == 0 {
+				pass(&wire.Event{Kind: wire.Text, Key: "reasoning_content", Text: []byte("between")}) // not content: no break in it
+			}
 		}
-		s.pass(&wire.Event{Kind: wire.Finish, Finish: "stop"}, out)
+		pass(&wire.Event{Kind: wire.Finish, Finish: "stop"})
 		if got.String() != want || s.stopped != stopped {
 			t.Fatalf("%q cut at %d, %d: %q (stopped %v), want %q (%v)", text, a, b, got.String(), s.stopped, want, stopped)
 		}
@@ -161,4 +166,34 @@ func clampCut(v, n int) int {
 		return 0
 	}
 	return v % (n + 1)
+}
+
+// The content is the text blocks joined: a stop sequence that spans a
+// thinking block between two of them still ends it there. A call shown
+// before the match stays a call: the finish is tool_calls.
+func TestLocalStopsAcrossBlocks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, content, stop, want, finish string
+		call                              bool
+	}{
+		{"thinking between", `{"type":"text","text":"a\n"},{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"\nb"}`, "\n\n", "a", "stop", false},
+		{"a call before the match", `{"type":"tool_use","id":"toolu_1","name":"f","input":{}},{"type":"text","text":"x\ny"}`, "\n", "x", "tool_calls", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"id":"m","type":"message","content":[` + tc.content + `],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":4}}`
+			content, call, finish, _ := decodeStream(t, []string{tc.stop}, streamOf(t, body))
+			if content != tc.want || call != tc.call || finish != tc.finish {
+				t.Errorf("stream: content %q call %v finish %q", content, call, finish)
+			}
+			js, err := DecodeMessageStopping("a", []byte(body), wire.Header{Created: 1, Model: "claude"}, []string{tc.stop})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := gjson.GetBytes(js, "choices.0")
+			if c.Get("message.content").Str != tc.want || c.Get("message.tool_calls").Exists() != tc.call || c.Get("finish_reason").Str != tc.finish {
+				t.Errorf("json: %s", js)
+			}
+		})
+	}
 }

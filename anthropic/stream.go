@@ -295,8 +295,13 @@ func (d *StreamDecoder) finish() {
 // stop sequences) let it be one.
 func (d *StreamDecoder) emit(e *wire.Event) {
 	if d.stops != nil {
-		d.stops.pass(e, d.encode)
-		return
+		flush, show := d.stops.filter(e)
+		if flush != nil {
+			d.encode(&wire.Event{Kind: wire.Text, Key: "content", Text: flush})
+		}
+		if !show {
+			return
+		}
 	}
 	d.encode(e)
 }

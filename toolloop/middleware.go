@@ -131,30 +131,30 @@ func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	})
 }
 
-// resolve is resolveName, kept to the called name's MCP server: a name
-// that carries a configured server's prefix (the longest one it carries)
-// is resolved only to a tool of that server, and one that carries none
-// only to a tool without one. When a server is down its tools are not
+// resolve is resolveName, kept to the called name's MCP server: a name is
+// resolved only to a tool whose name carries the same configured server
+// prefix (the longest one each carries), or none when it carries none. When a server is down its tools are not
 // offered, and a look-alike of another server's would run instead.
 func (l *Loop) resolve(tools []*tool, name string) *tool {
 	t := resolveName(tools, name)
 	if t == nil || t.cfg.Name == name || len(l.opts.ServerPrefixes) == 0 {
 		return t
 	}
-	carried := ""
-	for _, p := range l.opts.ServerPrefixes {
-		if len(p) > len(carried) && len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) {
-			carried = p
-		}
-	}
-	own := ""
-	if t.cfg.Server != "" {
-		own = l.opts.ServerPrefixes[t.cfg.Server]
-	}
-	if !strings.EqualFold(carried, own) {
+	if !strings.EqualFold(l.carried(name), l.carried(t.cfg.Name)) {
 		return nil
 	}
 	return t
+}
+
+// carried is the longest configured server prefix name begins with.
+func (l *Loop) carried(name string) string {
+	c := ""
+	for _, p := range l.opts.ServerPrefixes {
+		if len(p) > len(c) && len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) {
+			c = p
+		}
+	}
+	return c
 }
 
 // maxNameDistance is the largest edit distance a near-miss name may have.

@@ -137,7 +137,10 @@ func TestNearMissNestedAndMissingPrefixes(t *testing.T) {
 	src := &fakeSource{}
 	evh, b, plain := srcTool("evh_echo", `{"type":"object"}`), srcTool("b_echo", `{"type":"object"}`), srcTool("search", `{"type":"object"}`)
 	evh.Server, b.Server, plain.Server = "evh", "b", "c"
-	src.set(evh, b, plain) // ev (prefix "ev") and a (no prefix) are down
+	// Names that happen to begin with another server's prefix.
+	every, hello := srcTool("everything", `{"type":"object"}`), srcTool("evhello", `{"type":"object"}`)
+	every.Server, hello.Server = "c", "ev"
+	src.set(evh, b, plain, every, hello) // ev's evh_... and a (no prefix) are down
 	l, err := New(Options{Source: src, ServerPrefixes: map[string]string{"ev": "ev", "evh": "evh", "a": "", "b": "b_", "c": ""}})
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +150,9 @@ func TestNearMissNestedAndMissingPrefixes(t *testing.T) {
 		{"echo", `"unknown_tool"`},    // the unprefixed a's, not b's
 		{"evh_ecko", `evh_echo:{}`},
 		{"serch", `search:{}`}, // a near miss on an unprefixed server
+		{"Everything", `everything:{}`},
+		{"everythng", `everything:{}`},
+		{"EVHELLO", `evhello:{}`},
 	} {
 		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
 		if err != nil || !strings.Contains(string(res.Content), tc.want) {
