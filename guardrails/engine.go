@@ -3,6 +3,7 @@ package guardrails
 import (
 	"context"
 	"fmt"
+	"github.com/tidwall/gjson"
 	"net/http"
 
 	"github.com/llmgw/gateway/config"
@@ -74,6 +75,29 @@ func (e *Engine) guards(t *pipeline.Tenant, stage string) []*guard {
 
 // Middleware is the request-layer middleware of the request and response
 // stages; nil for a nil Engine.
+// asksForAudio reports whether a chat body asks for an audio answer
+// (modalities with "audio", or audio settings).
+func asksForAudio(body []byte) bool {
+	res := gjson.GetManyBytes(body, "modalities", "audio")
+	audio := res[1].Exists() && res[1].Type != gjson.Null
+	if res[0].IsArray() {
+		res[0].ForEach(func(_, m gjson.Result) bool {
+			audio = audio || m.Str == "audio"
+			return !audio
+		})
+	}
+	return audio
+}
+
+// errAudioUnchecked refuses an audio answer where response guardrails
+// apply: they judge text, and the audio would say what they redact or
+// block in its transcript.
+func errAudioUnchecked() error {
+	e := pipeline.BadRequest("modalities", "audio answers are not available under this key's response guardrails, which check text: ask for text only")
+	e.Code = pipeline.CodeUnsupportedParameter
+	return e
+}
+
 func (e *Engine) Middleware() pipeline.Middleware {
 	if e == nil {
 		return nil
@@ -81,6 +105,9 @@ func (e *Engine) Middleware() pipeline.Middleware {
 	return func(next pipeline.Handler) pipeline.Handler {
 		return pipeline.HandlerFunc(func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 			in, out := e.guards(req.Tenant, StageRequest), e.guards(req.Tenant, StageResponse)
+			if len(out) > 0 && asksForAudio(req.Body) {
+				return nil, errAudioUnchecked()
+			}
 			local, remote := splitRemote(in)
 			if len(remote) > 0 {
 				// One question about every message's text, however many

@@ -134,6 +134,20 @@ func visitSideTexts(body []byte, visit func(v gjson.Result, fixed bool) bool) er
 			return v.Type != gjson.String || visit(v, true)
 		case strings.EqualFold(k.Str, "query"):
 			return v.Type != gjson.String || visit(v, false)
+		case strings.EqualFold(k.Str, "prediction"):
+			// Predicted output: {"type":"content","content": a string or
+			// text parts}, text the model reads and largely repeats.
+			return members(v, "content", func(c gjson.Result) bool {
+				if c.Type == gjson.String {
+					return visit(c, false)
+				}
+				ok := true
+				c.ForEach(func(_, p gjson.Result) bool {
+					ok = members(p, "text", func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) })
+					return ok
+				})
+				return ok
+			})
 		}
 		return true
 	})

@@ -75,6 +75,16 @@ var sideTextCases = []struct {
 		redacted: []string{"query"},
 	},
 	{
+		name:     "predicted output as a string",
+		body:     `{"model":"m","messages":[{"role":"user","content":"hi"}],"prediction":{"type":"content","content":"x secret-21 y"}}`,
+		redacted: []string{"prediction.content"},
+	},
+	{
+		name:     "predicted output as text parts",
+		body:     `{"model":"m","messages":[{"role":"user","content":"hi"}],"prediction":{"type":"content","content":[{"type":"text","text":"secret-22"}]}}`,
+		redacted: []string{"prediction.content.0.text"},
+	},
+	{
 		name:     "the Responses API's text format schema",
 		body:     `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"object","description":"secret-15"}}}}`,
 		redacted: []string{"text.format.schema.description"},

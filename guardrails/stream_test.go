@@ -3,6 +3,7 @@ package guardrails
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -265,5 +266,38 @@ func TestStreamSplitChunkUsageOnceLast(t *testing.T) {
 				t.Errorf("texts %q, want %q", text, tt.want)
 			}
 		})
+	}
+}
+
+// Response guardrails judge text: an audio answer would say what they
+// redact or block in its transcript, so a request for one is refused where
+// they apply (its transcript reached the client unjudged, JSON and stream),
+// and passes where they do not.
+func TestAudioRefusedUnderResponseGuardrails(t *testing.T) {
+	t.Parallel()
+	out := mustGuard(t, config.Guardrail{Name: "out", Stage: StageResponse, Kind: "pii", Action: "redact"})
+	e := &Engine{tenants: map[string]stages{"guarded": {StageResponse: {out}}}}
+	called := 0
+	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		called++
+		return &pipeline.Response{Body: []byte(`{"choices":[]}`)}, nil
+	})
+	h := e.Middleware()(next)
+	for _, tc := range []struct {
+		tenant, body string
+		refused      bool
+	}{
+		{"guarded", `{"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"},"messages":[]}`, true},
+		{"guarded", `{"audio":{"voice":"alloy"},"messages":[]}`, true},
+		{"guarded", `{"modalities":["text"],"audio":null,"messages":[]}`, false},
+		{"plain", `{"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"},"messages":[]}`, false},
+	} {
+		before := called
+		_, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(tc.body), Tenant: &pipeline.Tenant{Name: tc.tenant}})
+		var pe *pipeline.Error
+		refused := errors.As(err, &pe) && pe.Status == 400 && pe.Param == "modalities"
+		if refused != tc.refused || (called > before) == tc.refused {
+			t.Errorf("%s %s: err %v, upstream called %v", tc.tenant, tc.body, err, called > before)
+		}
 	}
 }
