@@ -27,11 +27,11 @@ func (pc *providerClient) setMessages() {
 // beta features.
 func (pc *providerClient) setMessagesHeaders(h *fasthttp.RequestHeader) {
 	if pc.cfg.APIKey != "" {
-		h.Set("X-Api-Key", pc.cfg.APIKey)
+		setOnly(h, "X-Api-Key", pc.cfg.APIKey)
 	}
-	h.Set("Anthropic-Version", pc.cfg.AnthropicVersion)
+	setOnly(h, "Anthropic-Version", pc.cfg.AnthropicVersion)
 	if len(pc.cfg.AnthropicBeta) > 0 {
-		h.Set("Anthropic-Beta", strings.Join(pc.cfg.AnthropicBeta, ","))
+		setOnly(h, "Anthropic-Beta", strings.Join(pc.cfg.AnthropicBeta, ","))
 	}
 }
 

@@ -288,3 +288,47 @@ func FuzzRewriteLimitEvents(f *testing.F) {
 		}
 	})
 }
+
+// A header the gateway sets on a pass-through call is the one value the
+// provider gets: a client that repeats it (two Accept-Encoding: gzip, two
+// X-Request-Id) used to have its second copy sent beside the gateway's
+// (fasthttp's Set replaces only the first), so the provider could answer
+// compressed, past the usage meter and the secret mask.
+func TestPassthroughHeadersTheGatewaySetsAreSingle(t *testing.T) {
+	t.Parallel()
+	got := make(chan map[string][]string, 1)
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		seen := map[string][]string{}
+		for k, v := range ctx.Request.Header.All() {
+			seen[strings.ToLower(string(k))] = append(seen[strings.ToLower(string(k))], string(v))
+		}
+		got <- seen
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"object":"list","data":[]}`)
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw/v1/embeddings")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"model":"m","input":"hi"}`)
+	for range 2 {
+		req.Header.Add("Accept-Encoding", "gzip")
+		req.Header.Add("X-Request-Id", "client-chosen")
+	}
+	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	seen := <-got
+	if ae := seen["accept-encoding"]; len(ae) != 1 || ae[0] != "identity" {
+		t.Errorf("Accept-Encoding at the provider: %q", ae)
+	}
+	if id := seen["x-request-id"]; len(id) != 1 {
+		t.Errorf("X-Request-Id at the provider: %q", id)
+	}
+}

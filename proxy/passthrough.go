@@ -370,7 +370,7 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 	// Uncompressed: the answer's usage is read on its way through
 	// (passMeter), an error answer is mapped (mapError) and an event
 	// stream masked (lineMasker), none of which can read compressed bytes.
-	freq.Header.Set(fasthttp.HeaderAcceptEncoding, "identity")
+	setOnly(&freq.Header, fasthttp.HeaderAcceptEncoding, "identity")
 	if pb.upload != nil {
 		// The upload is a reader the client's connection feeds (the
 		// upload owns the server's request stream; fasthttp never sees it

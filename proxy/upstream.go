@@ -599,17 +599,26 @@ func (c headerCarrier) Keys() []string        { return nil }
 // the client's Authorization reaches the upstream.
 func (pc *providerClient) setHeaders(h *fasthttp.RequestHeader, requestID string) {
 	if pc.auth != "" {
-		h.Set(fasthttp.HeaderAuthorization, pc.auth)
+		setOnly(h, fasthttp.HeaderAuthorization, pc.auth)
 	}
 	if pc.messages {
 		pc.setMessagesHeaders(h)
 	}
 	for k, v := range pc.cfg.Headers {
-		h.Set(k, v)
+		setOnly(h, k, v)
 	}
 	if requestID != "" {
-		h.Set("X-Request-Id", requestID)
+		setOnly(h, "X-Request-Id", requestID)
 	}
+}
+
+// setOnly makes v the one value of header k. fasthttp's Set replaces only
+// the first of a repeated header: a pass-through request, which carries
+// the client's headers, would send a second copy the client gave beside
+// the gateway's (an operator's account header, Accept-Encoding).
+func setOnly(h *fasthttp.RequestHeader, k, v string) {
+	h.Del(k)
+	h.Set(k, v)
 }
 
 func (pc *providerClient) transportError(err error) error {
