@@ -332,3 +332,33 @@ func TestPassthroughHeadersTheGatewaySetsAreSingle(t *testing.T) {
 		t.Errorf("X-Request-Id at the provider: %q", id)
 	}
 }
+
+// A pass-through answer compressed though the gateway asked for identity
+// is refused (502), not relayed: neither the usage meter nor the secret
+// mask can read it, so it went uncharged and unmasked.
+func TestPassthroughCompressedAnswerRefused(t *testing.T) {
+	t.Parallel()
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.Response.Header.Set("Content-Encoding", "gzip")
+		ctx.SetBody(fasthttp.AppendGzipBytes(nil, []byte(`{"object":"list","data":[],"usage":{"prompt_tokens":100000,"total_tokens":100000}}`)))
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw/v1/embeddings")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"model":"m","input":"hi"}`)
+	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode() != fasthttp.StatusBadGateway || len(resp.Header.ContentEncoding()) > 0 ||
+		gjson.GetBytes(resp.Body(), "error.code").Str != "upstream_malformed" {
+		t.Fatalf("%d %s: %q", resp.StatusCode(), resp.Header.ContentEncoding(), resp.Body())
+	}
+}

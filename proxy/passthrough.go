@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -148,6 +149,16 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		release(freq, resp)
 		x.provider = pc.cfg.Name
 		s.passError(ctx, x, ue)
+		return
+	}
+	if ce := bytes.TrimSpace(resp.Header.ContentEncoding()); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+		// Asked for identity (outboundRequest), compressed anyway: neither
+		// the meter nor the mask can read it, and relayed as it is it would
+		// go uncharged and unmasked.
+		resp.SetConnectionClose()
+		release(freq, resp)
+		x.provider = pc.cfg.Name
+		s.passError(ctx, x, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: pc.cfg.Name, Err: errCompressedAnswer})
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode())
@@ -397,6 +408,10 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 		dst.SetBytesKV(k, v)
 	}
 }
+
+// errCompressedAnswer is the cause of a pass-through answer compressed
+// though the gateway asked for it uncompressed.
+var errCompressedAnswer = errors.New("proxy: the upstream answered compressed, though asked for identity")
 
 // copyBody returns the writer that streams resp's body to the client, with
 // the provider's idle timeout between reads, and then finishes x. m (may
