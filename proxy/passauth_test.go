@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -240,4 +243,69 @@ func TestLineMaskerLongLineKeepsSecretWhole(t *testing.T) {
 			t.Fatalf("split %d: %d bytes out, ending %q", split, len(got), got[max(0, len(got)-20):])
 		}
 	}
+}
+
+// feedJSON runs a JSON answer through a masker in the given parts.
+func feedJSON(parts ...[]byte) []byte {
+	m := lineMasker{json: true}
+	var got []byte
+	for i, p := range parts {
+		out, n := m.lines(p, i == len(parts)-1)
+		got = append(got, out...)
+		m.drop(n)
+	}
+	return got
+}
+
+// A pass-through JSON answer that spells a secret with \u escapes (any
+// JSON reader decodes it to the key) goes out masked, wherever the reads
+// cut it: the string still open at a read's end is held until it closes.
+func TestJSONMaskerEscapedSecret(t *testing.T) {
+	const secret = "sk-json-escaped-secret-42"
+	observe.Secrets.Add(secret)
+	body := []byte(`{"object":"list","note":"\u0073k-json-escaped-secret-42 and sk-json-escaped\u002dsecret-42","data":[1.5,2]}`)
+	for i := 0; i <= len(body); i++ {
+		for _, parts := range [][][]byte{{body[:i], body[i:]}, {body[:i], body[i:], nil}} {
+			got := feedJSON(parts...)
+			var v struct{ Note string }
+			if err := json.Unmarshal(got, &v); err != nil {
+				t.Fatalf("cut at %d: %q is not JSON: %v", i, got, err)
+			}
+			if strings.Contains(v.Note, "secret-42") || !strings.Contains(v.Note, observe.Mask) {
+				t.Fatalf("cut at %d: note %q", i, v.Note)
+			}
+		}
+	}
+}
+
+// FuzzJSONMasker: a JSON answer comes out the same however its reads cut
+// it, no configured secret goes out in a string, escaped or not, and
+// nothing changes where there is none.
+func FuzzJSONMasker(f *testing.F) {
+	observe.Secrets.Add("sk-fuzz-json-secret")
+	f.Add([]byte(`{"a":"\u0073k-fuzz-json-secret","b":"x\\\"y"}`), uint16(9), uint16(30))
+	f.Add([]byte(`{"k":"sk-fuzz-json-secret"}`), uint16(3), uint16(12))
+	f.Add([]byte(`["a\\","b\"c",1]`), uint16(4), uint16(6))
+	f.Fuzz(func(t *testing.T, b []byte, c1, c2 uint16) {
+		i, j := int(c1)%(len(b)+1), int(c2)%(len(b)+1)
+		if i > j {
+			i, j = j, i
+		}
+		want := feedJSON(b)
+		if got := feedJSON(b[:i], b[i:j], b[j:]); string(got) != string(want) {
+			t.Fatalf("cut at %d, %d: %q, whole %q", i, j, got, want)
+		}
+		if jsonvalid.Bytes(b) {
+			if !jsonvalid.Bytes(want) {
+				t.Fatalf("%q masked into %q, not JSON", b, want)
+			}
+			var v any
+			if err := json.Unmarshal(want, &v); err == nil && strings.Contains(fmt.Sprint(v), "sk-fuzz-json-secret") {
+				t.Fatalf("the secret went out: %q", want)
+			}
+		}
+		if !bytes.Contains(b, []byte("sk-fuzz")) && !bytes.Contains(b, []byte(`\u`)) && string(want) != string(b) {
+			t.Fatalf("bytes changed with nothing to mask: %q -> %q", b, want)
+		}
+	})
 }

@@ -548,36 +548,31 @@ func (s *Server) recoverBody(x *exchange, client net.Conn, r any) {
 // reads, bounded by maxEventBytes (a longer line goes out in parts, cut
 // where no registered secret is split). For a JSON answer (json), whose
 // lines may be as long as the answer, it holds only what may begin a
-// secret at the end of what it read.
+// secret at the end of what it read, or the string still open there (up
+// to maxHeldString bytes of it), so that a string spelling a secret with
+// \u escapes is decoded whole (str follows the strings across reads).
 type lineMasker struct {
 	held []byte
 	json bool
+	str  jsonStrings
 }
+
+// maxHeldString bounds the open string a JSON answer's masking holds: a
+// longer one (an image's base64) goes out as it comes.
+const maxHeldString = 64 << 10
 
 // lines adds p and returns the complete lines held, with secrets masked
 // (a view of what it holds until drop, or of p, or a copy), and how many
 // held bytes they were (0 when they are p's, never held); at the end,
 // everything.
 func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
-	if m.json && len(m.held) == 0 {
-		// Nothing held (nearly always): p goes out as it is but for what
-		// may begin a secret at its end, without being copied first.
-		k := len(p)
-		if !end {
-			k = observe.Secrets.SafeCut(p, len(p))
-		}
-		m.held = append(m.held, p[k:]...)
-		if k == 0 {
-			return nil, 0
-		}
-		return observe.Secrets.RedactSecrets(p[:k]), 0
+	if m.json {
+		return m.jsonPart(p, end)
 	}
 	m.held = append(m.held, p...)
 	switch {
 	case end:
 		n = len(m.held)
-	case m.json:
-		n = observe.Secrets.SafeCut(m.held, len(m.held))
 	default:
 		// What was held before p has no newline (drop let go of every
 		// line): only p is searched, so a long line costs its length once.
@@ -597,13 +592,114 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	// The configured secrets only: credential-looking values a model
 	// writes ("api_key": in a tool call's arguments) are its answer.
 	out = observe.Secrets.RedactSecrets(m.held[:n])
-	if !m.json && observe.Secrets.Any() && bytes.Contains(out, escapeU) {
+	if observe.Secrets.Any() && bytes.Contains(out, escapeU) {
 		out = maskEscaped(out)
 	}
-	if !m.json && bytes.Contains(out, errorWord) && (bytes.Contains(out, rateLimitWord) || bytes.Contains(out, quotaWord)) {
+	if bytes.Contains(out, errorWord) && (bytes.Contains(out, rateLimitWord) || bytes.Contains(out, quotaWord)) {
 		out = rewriteLimitEvents(out) // each line is checked again: these words may be in another line
 	}
 	return out, n
+}
+
+// jsonPart is lines for a JSON answer. With nothing held (nearly always),
+// p goes out as it is but for the end it must hold, without being copied
+// first.
+func (m *lineMasker) jsonPart(p []byte, end bool) (out []byte, n int) {
+	buf, fresh := p, len(m.held) == 0
+	if !fresh {
+		m.held = append(m.held, p...)
+		buf = m.held
+	}
+	k := len(buf)
+	if !end {
+		k = observe.Secrets.SafeCut(buf, k)
+		if observe.Secrets.Any() {
+			st := m.str
+			if open := st.advance(buf); open >= 0 && len(buf)-open <= maxHeldString {
+				k = min(k, open)
+			}
+		}
+	}
+	out = observe.Secrets.RedactSecrets(buf[:k])
+	if observe.Secrets.Any() && bytes.Contains(out, escapeU) {
+		out = maskEscapedFrom(out, m.str)
+	}
+	m.str.advance(buf[:k])
+	if fresh {
+		m.held = append(m.held, p[k:]...)
+		return out, 0
+	}
+	return out, k
+}
+
+// jsonStrings follows where a JSON text's strings are, read in pieces:
+// inside one or not, and whether the next byte is escaped.
+type jsonStrings struct{ inStr, esc bool }
+
+// advance moves the state over b and returns the index in b of the
+// opening quote of the string open at b's end, -1 when none is or it
+// opened before b. It jumps from quote to quote (bytes.IndexByte): an
+// answer of numbers costs a scan, not a loop per byte.
+func (j *jsonStrings) advance(b []byte) int {
+	open, i := -1, 0
+	if j.esc && len(b) > 0 {
+		i, j.esc = 1, false // escaped by the backslash that ended the last piece
+	}
+	for i < len(b) {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			if j.inStr {
+				j.esc = backslashesBefore(b, len(b), i)%2 == 1
+			}
+			break
+		}
+		q += i
+		switch {
+		case !j.inStr:
+			j.inStr, open = true, q
+		case backslashesBefore(b, q, i)%2 == 1: // an escaped quote
+		default:
+			j.inStr, open = false, -1
+		}
+		i = q + 1
+	}
+	return open
+}
+
+// backslashesBefore counts the backslashes right before b[at], not before
+// b[from].
+func backslashesBefore(b []byte, at, from int) int {
+	k := at
+	for k > from && b[k-1] == '\\' {
+		k--
+	}
+	return at - k
+}
+
+// maskEscapedFrom is maskEscaped for b that begins as st says: inside a
+// string whose start went out already, that tail is left as it is.
+func maskEscapedFrom(b []byte, st jsonStrings) []byte {
+	if !st.inStr {
+		return maskEscaped(b)
+	}
+	// Where the tail ends: the first quote that closes it.
+	tail := jsonStrings{inStr: true, esc: st.esc}
+	end := -1
+	for i := range b {
+		tail.advance(b[i : i+1])
+		if !tail.inStr {
+			end = i + 1
+			break
+		}
+	}
+	if end < 0 {
+		return b
+	}
+	rest := maskEscaped(b[end:])
+	if len(rest) == len(b)-end && (len(rest) == 0 || &rest[0] == &b[end]) {
+		return b
+	}
+	return append(append([]byte(nil), b[:end]...), rest...)
 }
 
 var (
