@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -360,5 +361,59 @@ func TestPassthroughCompressedAnswerRefused(t *testing.T) {
 	if resp.StatusCode() != fasthttp.StatusBadGateway || len(resp.Header.ContentEncoding()) > 0 ||
 		gjson.GetBytes(resp.Body(), "error.code").Str != "upstream_malformed" {
 		t.Fatalf("%d %s: %q", resp.StatusCode(), resp.Header.ContentEncoding(), resp.Body())
+	}
+}
+
+// A pass-through answer quoting the gateway's key is masked whatever its
+// text type (plain text, problem+json, NDJSON, none), and so are its
+// headers (an echoed key, the provider's address in Location); binary
+// media go as they are. Only application/json and event streams were.
+func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
+	t.Parallel()
+	const key = "sk-passthrough-masked-key-77"
+	observe.Secrets.Add(key)
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ct := string(ctx.QueryArgs().Peek("ct"))
+		if ct != "" {
+			ctx.SetContentType(ct)
+		} else {
+			ctx.Response.Header.SetNoDefaultContentType(true)
+		}
+		ctx.Response.Header.Set("X-Debug-Key", key)
+		ctx.Response.Header.Set("Location", "http://"+ctx.LocalAddr().String()+"/v1/files/f1")
+		ctx.SetBodyString(`{"note":"` + key + `"}`)
+	})
+	upstreamHost := strings.TrimPrefix(strings.TrimSuffix(base, "/v1"), "http://")
+	observe.UpstreamAddrs.Add(upstreamHost)
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	for _, tc := range []struct {
+		ct     string
+		masked bool
+	}{
+		{"text/plain", true}, {"application/problem+json", true}, {"application/x-ndjson", true}, {"", true},
+		{"application/json; charset=utf-8", true}, {"audio/mpeg", false},
+	} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://gw/v1/embeddings?ct=" + url.QueryEscape(tc.ct))
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(`{"model":"m","input":"hi"}`)
+		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if body := string(resp.Body()); strings.Contains(body, key) == tc.masked {
+			t.Errorf("%q: body %s", tc.ct, body)
+		}
+		if h := string(resp.Header.Peek("X-Debug-Key")); strings.Contains(h, key) {
+			t.Errorf("%q: X-Debug-Key %s", tc.ct, h)
+		}
+		if l := string(resp.Header.Peek("Location")); strings.Contains(l, upstreamHost) {
+			t.Errorf("%q: Location %s", tc.ct, l)
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
 	}
 }

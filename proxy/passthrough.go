@@ -405,7 +405,10 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 			hasFold(upstreamLimitHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) {
 			continue
 		}
-		dst.SetBytesKV(k, v)
+		// A header quoting the gateway's key (an echo of the request's) or
+		// a provider's address (Location, Link, a backend host) is
+		// masked, as the body is.
+		dst.SetBytesKV(k, observe.UpstreamAddrs.RedactSecrets(observe.Secrets.RedactSecrets(v)))
 	}
 }
 
@@ -442,10 +445,11 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		// its lines go out with the configured secrets masked, escaped
 		// forms included.
 		mask = &lineMasker{}
-	case isJSON(ct):
+	case isText(ct):
 		// A JSON answer too, as it passes (an upstream that echoes the
-		// request's headers): its raw form. Audio, files and images go as
-		// they are.
+		// request's headers): its raw form; and any other text (a
+		// problem+json, NDJSON, plain text, no type at all). Audio, files
+		// and images go as they are.
 		mask = &lineMasker{json: true}
 	}
 	return func(w *bufio.Writer) {

@@ -84,6 +84,25 @@ func isEventStream(contentType []byte) bool { return isMediaType(contentType, "t
 // isJSON reports whether contentType is JSON's.
 func isJSON(contentType []byte) bool { return isMediaType(contentType, "application/json") }
 
+// isText reports whether contentType is text a secret may be quoted in:
+// none at all, text/*, or a JSON type (application/json, +json, NDJSON).
+// Binary media (audio, images, files) are not.
+func isText(contentType []byte) bool {
+	ct := bytes.TrimSpace(contentType)
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = bytes.TrimSpace(ct[:i])
+	}
+	if len(ct) == 0 || isMediaType(ct, "text/") {
+		return true
+	}
+	for i := 0; i+4 <= len(ct); i++ {
+		if bytes.EqualFold(ct[i:i+4], []byte("json")) {
+			return true
+		}
+	}
+	return false
+}
+
 // isMediaType reports whether contentType starts with the media type mt
 // (parameters may follow), in any case.
 func isMediaType(contentType []byte, mt string) bool {
