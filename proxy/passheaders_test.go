@@ -4,6 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -415,5 +419,67 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 		}
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
+	}
+}
+
+// A pass-through stream whose client leaves while the upstream is silent
+// ends the upstream call at once (its connection closed), as on the chat
+// route: it ran on until the provider's idle timeout, holding the
+// tenant's concurrency slot and the provider generating.
+func TestPassthroughStreamClientLeavesWhileUpstreamSilent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	closed := make(chan time.Time, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		ev := "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(ev), ev)
+		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		_, _ = r.ReadByte() // silent until the gateway closes the connection
+		closed <- time.Now()
+	}()
+	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	client, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","prompt":"hi","stream":true}`
+	_, _ = fmt.Fprintf(client, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	cr := bufio.NewReader(client)
+	for {
+		line, err := cr.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no event before the client leaves: %v", err)
+		}
+		if strings.HasPrefix(line, "data:") {
+			break
+		}
+	}
+	left := time.Now()
+	_ = client.Close()
+	select {
+	case at := <-closed:
+		if d := at.Sub(left); d > 3*time.Second {
+			t.Fatalf("the upstream call ended %v after the client left", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream call went on after the client left")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -457,8 +458,10 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		// that recovers nothing: a panic here (a bug) must end this answer,
 		// not the process.
 		released := false
+		var watch peerWatch // the client's, while a stream is copied
 		defer func() {
 			if r := recover(); r != nil {
+				s.peers.unwatch(watch)
 				s.recoverBody(x, client, r)
 				if !released {
 					released = true
@@ -468,7 +471,20 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		}()
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
-		gone, drained := false, 0
+		gone, drained, cut := false, 0, false
+		// A stream's client that leaves while the upstream is silent ends
+		// the call at once, as on the chat route: its upstream connection
+		// is closed (the read it waits in fails), so the provider stops
+		// generating and the call's concurrency slot is let go. A failed
+		// write notices only when the next event comes. A JSON answer is
+		// read on for its usage (below), not watched.
+		var left atomic.Bool
+		if x.sse && conn != nil {
+			watch = s.peers.watch(client, func() {
+				left.Store(true)
+				_ = conn.Close()
+			})
+		}
 		for src != nil {
 			if conn != nil && (idle > 0 || !end.IsZero()) {
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
@@ -513,12 +529,15 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				}
 			}
 			if err != nil {
-				if err != io.EOF && !gone {
-					_ = client.Close()
-					x.status = fasthttp.StatusBadGateway
-				}
+				cut = err != io.EOF && !gone
 				break
 			}
+		}
+		s.peers.unwatch(watch) // before the client's connection may be closed
+		watch = peerWatch{}
+		if cut && !left.Load() {
+			_ = client.Close()
+			x.status = fasthttp.StatusBadGateway
 		}
 		if wt > 0 {
 			_ = client.SetWriteDeadline(time.Time{}) // fasthttp's writes that follow set none
