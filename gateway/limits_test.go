@@ -169,6 +169,12 @@ period = "day"
 	if status, body := get("sk-team"); status != 403 {
 		t.Fatalf("non-admin key: %d %s", status, body)
 	}
+	// A missing or unknown key is 401, as on every other route.
+	for _, key := range []string{"", "sk-nobody"} {
+		if status, body := get(key); status != 401 || gjson.GetBytes(body, "error.code").Str != "invalid_api_key" {
+			t.Fatalf("key %q: %d %s", key, status, body)
+		}
+	}
 	status, body := get("sk-ops")
 	if status != 200 {
 		t.Fatalf("admin key: %d %s", status, body)

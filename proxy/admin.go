@@ -177,20 +177,31 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 
 // usageAllowed admits keys with role = "admin", the server's admin key,
 // or, on a gateway with neither keys nor an admin key, anyone.
+// A missing or unknown key is a 401, as on every other route; a tenant's
+// key without the role is a 403.
 func (s *Server) usageAllowed(ctx *fasthttp.RequestCtx, rt *Runtime) error {
+	var authErr error
 	if rt.Policy != nil {
-		if t, err := rt.authenticate(ctx); err == nil && t != nil && t.Admin {
+		t, err := rt.authenticate(ctx)
+		if err == nil && t != nil && t.Admin {
 			return nil
 		}
+		authErr = err
 	}
 	if rt.Config.Server.AdminKey != "" {
 		if rt.adminKeyOK(ctx) {
 			return nil
 		}
+		if authErr != nil {
+			return authErr
+		}
 		return pipeline.Forbidden(pipeline.CodeAdminRequired, "The usage API needs a key with role = \"admin\" or the admin key.")
 	}
 	if rt.Policy == nil || rt.Policy.Open() {
 		return nil
+	}
+	if authErr != nil {
+		return authErr
 	}
 	return pipeline.Forbidden(pipeline.CodeAdminRequired, "The usage API needs a key with role = \"admin\".")
 }
