@@ -383,7 +383,7 @@ var noAnswerFaults = []struct {
 	{"error before any content", mockllm.ErrorAnswerFault("server_error", "overloaded"),
 		result{status: 502, typ: "server_error", msg: "overloaded"}},
 	{"answer without content", mockllm.EmptyFault(),
-		result{status: 502, typ: "server_error", code: "upstream_cut", msg: "upstream closed the connection before the response was complete"}},
+		result{status: 502, typ: "server_error", code: "upstream_cut", msg: "upstream answered without any content"}},
 }
 
 // Pitfall: a 200 answer without an answer was passed to JSON clients as

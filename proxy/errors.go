@@ -95,6 +95,10 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
 		return serverEnvelope(http.StatusGatewayTimeout, "upstream timed out", pipeline.CodeUpstreamTimeout)
 	case pipeline.UpstreamCut:
+		if errors.Is(ue.Err, pipeline.ErrNoContent) {
+			// A whole answer with nothing in it: no connection was cut.
+			return serverEnvelope(http.StatusBadGateway, "upstream answered without any content", pipeline.CodeUpstreamCut)
+		}
 		return serverEnvelope(http.StatusBadGateway, "upstream closed the connection before the response was complete", pipeline.CodeUpstreamCut)
 	case pipeline.UpstreamMalformed:
 		if errors.Is(ue.Err, errResponseTooLarge) {
