@@ -38,6 +38,10 @@ func TestPassthroughAccessLine(t *testing.T) {
 	if status, _, body := send(t, "POST", h.base+"/completions", "sk-team", `{"model":"gpt-x","prompt":"hi","stream":true}`); status != 200 {
 		t.Fatalf("completions: %d %s", status, body)
 	}
+	// A refused one names its tenant too.
+	if status, _, body := send(t, "POST", h.base+"/moderations", "sk-team", `{"model":`); status != 400 {
+		t.Fatalf("moderations: %d %s", status, body)
+	}
 	line := func(path string) gjson.Result {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			for l := range strings.SplitSeq(h.logs.String(), "\n") {
@@ -62,5 +66,8 @@ func TestPassthroughAccessLine(t *testing.T) {
 			l.Get("prompt_tokens").Int() != c.prompt || l.Get("completion_tokens").Int() != c.output || !l.Get("prompt_tokens").Exists() {
 			t.Errorf("%s: %s", c.path, l.Raw)
 		}
+	}
+	if l := line("/v1/moderations"); l.Get("tenant").Str != "team" || l.Get("status").Int() != 400 {
+		t.Errorf("refused: %s", l.Raw)
 	}
 }

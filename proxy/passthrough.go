@@ -297,6 +297,7 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 	if err != nil {
 		return nil, passBody{}, err
 	}
+	x.tenant = tenantName(t) // a refusal's access line names it too
 	if strings.EqualFold(path, chatRoute) || !strings.HasPrefix(string(ctx.Request.URI().PathOriginal()), "/v1/") {
 		// A case variant of the chat route must not reach the upstream's
 		// chat endpoint around the pipeline.
