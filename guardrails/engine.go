@@ -3,8 +3,10 @@ package guardrails
 import (
 	"context"
 	"fmt"
-	"github.com/tidwall/gjson"
 	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
@@ -73,19 +75,24 @@ func (e *Engine) guards(t *pipeline.Tenant, stage string) []*guard {
 	return e.def[stage]
 }
 
-// Middleware is the request-layer middleware of the request and response
-// stages; nil for a nil Engine.
 // asksForAudio reports whether a chat body asks for an audio answer
-// (modalities with "audio", or audio settings).
+// (modalities with "audio", or audio settings). Member names and the
+// modality are read in any case, as an upstream decoding with Go's
+// encoding/json reads them.
 func asksForAudio(body []byte) bool {
-	res := gjson.GetManyBytes(body, "modalities", "audio")
-	audio := res[1].Exists() && res[1].Type != gjson.Null
-	if res[0].IsArray() {
-		res[0].ForEach(func(_, m gjson.Result) bool {
-			audio = audio || m.Str == "audio"
-			return !audio
-		})
-	}
+	audio := false
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case strings.EqualFold(k.Str, "audio"):
+			audio = v.Exists() && v.Type != gjson.Null
+		case strings.EqualFold(k.Str, "modalities") && v.IsArray():
+			v.ForEach(func(_, m gjson.Result) bool {
+				audio = strings.EqualFold(m.Str, "audio")
+				return !audio
+			})
+		}
+		return !audio
+	})
 	return audio
 }
 
@@ -98,6 +105,8 @@ func errAudioUnchecked() error {
 	return e
 }
 
+// Middleware is the request-layer middleware of the request and response
+// stages; nil for a nil Engine.
 func (e *Engine) Middleware() pipeline.Middleware {
 	if e == nil {
 		return nil

@@ -289,6 +289,8 @@ func TestAudioRefusedUnderResponseGuardrails(t *testing.T) {
 	}{
 		{"guarded", `{"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"},"messages":[]}`, true},
 		{"guarded", `{"audio":{"voice":"alloy"},"messages":[]}`, true},
+		{"guarded", `{"Modalities":["text","AUDIO"],"messages":[]}`, true}, // an upstream may read names in any case
+		{"guarded", `{"AUDIO":{"voice":"alloy","format":"wav"},"messages":[]}`, true},
 		{"guarded", `{"modalities":["text"],"audio":null,"messages":[]}`, false},
 		{"plain", `{"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"},"messages":[]}`, false},
 	} {

@@ -286,6 +286,7 @@ func FuzzJSONMasker(f *testing.F) {
 	f.Add([]byte(`{"a":"\u0073k-fuzz-json-secret","b":"x\\\"y"}`), uint16(9), uint16(30))
 	f.Add([]byte(`{"k":"sk-fuzz-json-secret"}`), uint16(3), uint16(12))
 	f.Add([]byte(`["a\\","b\"c",1]`), uint16(4), uint16(6))
+	f.Add([]byte("a\"b\n\"\\u0073k-fuzz-json-secret\""), uint16(5), uint16(30)) // a raw newline inside quotes: not JSON, cut anywhere
 	f.Fuzz(func(t *testing.T, b []byte, c1, c2 uint16) {
 		i, j := int(c1)%(len(b)+1), int(c2)%(len(b)+1)
 		if i > j {

@@ -398,7 +398,8 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 		masked bool
 	}{
 		{"text/plain", true}, {"application/problem+json", true}, {"application/x-ndjson", true}, {"", true},
-		{"application/json; charset=utf-8", true}, {"audio/mpeg", false},
+		{"application/json; charset=utf-8", true}, {"application/problem+xml", true}, {"application/yaml", true},
+		{"audio/mpeg", false}, {"application/octet-stream", false},
 	} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.SetRequestURI("http://gw/v1/embeddings?ct=" + url.QueryEscape(tc.ct))
@@ -481,5 +482,47 @@ func TestPassthroughStreamClientLeavesWhileUpstreamSilent(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the upstream call went on after the client left")
+	}
+}
+
+// An answer compressed under a second Content-Encoding line (fasthttp
+// keeps only the last, identity) is caught by its first bytes: the client
+// never gets it as a complete answer, which the meter and the mask could
+// not read.
+func TestPassthroughCompressedUnderTwoHeadersCut(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	gz := fasthttp.AppendGzipBytes(nil, []byte(`{"object":"list","data":[],"usage":{"prompt_tokens":100000,"total_tokens":100000}}`))
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Encoding: identity\r\nContent-Length: %d\r\n\r\n", len(gz))
+		_, _ = c.Write(gz)
+	}()
+	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	c := &fasthttp.HostClient{Addr: addr}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://gw/v1/embeddings")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"model":"m","input":"hi"}`)
+	if err := c.DoTimeout(req, resp, 5*time.Second); err == nil && resp.StatusCode() == 200 {
+		t.Fatalf("a compressed answer went out whole: %q", resp.Body())
 	}
 }

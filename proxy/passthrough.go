@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -152,7 +153,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		s.passError(ctx, x, ue)
 		return
 	}
-	if ce := bytes.TrimSpace(resp.Header.ContentEncoding()); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+	if compressed(&resp.Header) {
 		// Asked for identity (outboundRequest), compressed anyway: neither
 		// the meter nor the mask can read it, and relayed as it is it would
 		// go uncharged and unmasked.
@@ -414,6 +415,34 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	}
 }
 
+// compressed reports whether an answer's Content-Encoding names a coding
+// other than identity (each of a list). fasthttp keeps only the last
+// Content-Encoding line of an answer: one that sends two is caught by its
+// first bytes instead (looksCompressed).
+func compressed(h *fasthttp.ResponseHeader) bool {
+	for c := range bytes.SplitSeq(h.ContentEncoding(), []byte(",")) {
+		if c = bytes.TrimSpace(c); len(c) > 0 && !bytes.EqualFold(c, []byte("identity")) {
+			return true
+		}
+	}
+	return false
+}
+
+// looksCompressed reports whether b, the first bytes of an answer, start
+// as gzip, zstd or zlib data do: no text does (their second bytes are no
+// UTF-8 a text begins with).
+func looksCompressed(b []byte) bool {
+	switch {
+	case len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b: // gzip
+		return true
+	case len(b) >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd: // zstd
+		return true
+	case len(b) >= 2 && b[0] == 0x78 && (b[1] == 0x01 || b[1] == 0x9c || b[1] == 0xda): // zlib
+		return true
+	}
+	return false
+}
+
 // errCompressedAnswer is the cause of a pass-through answer compressed
 // though the gateway asked for it uncompressed.
 var errCompressedAnswer = errors.New("proxy: the upstream answered compressed, though asked for identity")
@@ -449,9 +478,9 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		mask = &lineMasker{}
 	case isText(ct):
 		// A JSON answer too, as it passes (an upstream that echoes the
-		// request's headers): its raw form; and any other text (a
-		// problem+json, NDJSON, plain text, no type at all). Audio, files
-		// and images go as they are.
+		// request's headers): its raw form; and any other answer that is
+		// not binary media (a problem+json, NDJSON, plain text, XML, no
+		// type at all). Audio, files and images go as they are.
 		mask = &lineMasker{json: true}
 	}
 	return func(w *bufio.Writer) {
@@ -472,18 +501,26 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		}()
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
-		gone, drained, cut := false, 0, false
+		gone, drained, cut, first := false, 0, false, true
 		// A stream's client that leaves while the upstream is silent ends
 		// the call at once, as on the chat route: its upstream connection
 		// is closed (the read it waits in fails), so the provider stops
 		// generating and the call's concurrency slot is let go. A failed
 		// write notices only when the next event comes. A JSON answer is
 		// read on for its usage (below), not watched.
-		var left atomic.Bool
+		var (
+			left      atomic.Bool
+			watchMu   sync.Mutex
+			unwatched bool // the copy ended: a late callback must not close a connection back in the pool
+		)
 		if x.sse && conn != nil {
 			watch = s.peers.watch(client, func() {
-				left.Store(true)
-				_ = conn.Close()
+				watchMu.Lock()
+				defer watchMu.Unlock()
+				if !unwatched {
+					left.Store(true)
+					_ = conn.Close()
+				}
 			})
 		}
 		for src != nil {
@@ -491,6 +528,17 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
 			}
 			k, err := src.Read(buf)
+			if first && k > 0 {
+				first = false
+				if (mask != nil || tap != nil) && looksCompressed(buf[:k]) {
+					// Compressed under a header fasthttp did not keep (a
+					// second Content-Encoding line): neither the meter nor
+					// the mask can read it. The head went out: the answer
+					// is cut, never ended cleanly.
+					cut = true
+					break
+				}
+			}
 			out := buf[:k]
 			if own != nil {
 				out = own.pass(s, out, err != nil)
@@ -536,7 +584,18 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		}
 		s.peers.unwatch(watch) // before the client's connection may be closed
 		watch = peerWatch{}
-		if cut && !left.Load() {
+		watchMu.Lock()
+		unwatched = true
+		watchMu.Unlock()
+		switch {
+		case left.Load():
+			// The client left: its call was ended here. Never a clean end
+			// of the body (a half-closed client reads on), and the access
+			// line counts no success.
+			resp.SetConnectionClose()
+			_ = client.Close()
+			x.status = statusClientClosed
+		case cut:
 			_ = client.Close()
 			x.status = fasthttp.StatusBadGateway
 		}
@@ -578,7 +637,9 @@ func (s *Server) recoverBody(x *exchange, client net.Conn, r any) {
 type lineMasker struct {
 	held []byte
 	json bool
-	str  jsonStrings
+	str  jsonStrings // at held's start
+	end  jsonStrings // at held's end: each byte read is scanned once here
+	open int         // index in held of the open string's quote; -1: none, or it began before held
 }
 
 // maxHeldString bounds the open string a JSON answer's masking holds: a
@@ -627,21 +688,29 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 
 // jsonPart is lines for a JSON answer. With nothing held (nearly always),
 // p goes out as it is but for the end it must hold, without being copied
-// first.
+// first. Each byte is scanned for strings twice, when read and when let
+// go, however long it is held.
 func (m *lineMasker) jsonPart(p []byte, end bool) (out []byte, n int) {
-	buf, fresh := p, len(m.held) == 0
+	base := len(m.held)
+	fresh := base == 0
+	if fresh {
+		m.open = -1
+	}
+	buf := p
 	if !fresh {
 		m.held = append(m.held, p...)
 		buf = m.held
 	}
+	if o := m.end.advance(p); o >= 0 {
+		m.open = base + o
+	} else if !m.end.inStr {
+		m.open = -1
+	}
 	k := len(buf)
 	if !end {
 		k = observe.Secrets.SafeCut(buf, k)
-		if observe.Secrets.Any() {
-			st := m.str
-			if open := st.advance(buf); open >= 0 && len(buf)-open <= maxHeldString {
-				k = min(k, open)
-			}
+		if observe.Secrets.Any() && m.open >= 0 && len(buf)-m.open <= maxHeldString {
+			k = min(k, m.open)
 		}
 	}
 	out = observe.Secrets.RedactSecrets(buf[:k])
@@ -649,6 +718,12 @@ func (m *lineMasker) jsonPart(p []byte, end bool) (out []byte, n int) {
 		out = maskEscapedFrom(out, m.str)
 	}
 	m.str.advance(buf[:k])
+	switch {
+	case m.open >= k:
+		m.open -= k
+	default:
+		m.open = -1 // let go from inside it (longer than maxHeldString)
+	}
 	if fresh {
 		m.held = append(m.held, p[k:]...)
 		return out, 0
@@ -663,14 +738,30 @@ type jsonStrings struct{ inStr, esc bool }
 // advance moves the state over b and returns the index in b of the
 // opening quote of the string open at b's end, -1 when none is or it
 // opened before b. It jumps from quote to quote (bytes.IndexByte): an
-// answer of numbers costs a scan, not a loop per byte.
+// answer of numbers costs a scan, not a loop per byte. A string ends at a
+// raw newline too, which no JSON string holds (as maskEscaped reads one):
+// text that is no JSON is read the same way however it is cut.
 func (j *jsonStrings) advance(b []byte) int {
 	open, i := -1, 0
 	if j.esc && len(b) > 0 {
-		i, j.esc = 1, false // escaped by the backslash that ended the last piece
+		j.esc = false
+		if b[0] == '\n' {
+			j.inStr = false
+		}
+		i = 1 // escaped by the backslash that ended the last piece
 	}
 	for i < len(b) {
 		q := bytes.IndexByte(b[i:], '"')
+		if j.inStr {
+			lim := len(b)
+			if q >= 0 {
+				lim = i + q
+			}
+			if nl := bytes.IndexByte(b[i:lim], '\n'); nl >= 0 {
+				j.inStr, open, i = false, -1, i+nl+1
+				continue
+			}
+		}
 		if q < 0 {
 			if j.inStr {
 				j.esc = backslashesBefore(b, len(b), i)%2 == 1

@@ -84,24 +84,22 @@ func isEventStream(contentType []byte) bool { return isMediaType(contentType, "t
 // isJSON reports whether contentType is JSON's.
 func isJSON(contentType []byte) bool { return isMediaType(contentType, "application/json") }
 
-// isText reports whether contentType is text a secret may be quoted in:
-// none at all, text/*, or a JSON type (application/json, +json, NDJSON).
-// Binary media (audio, images, files) are not.
+// isText reports whether contentType may be text a secret is quoted in:
+// anything but binary media (audio, images, video, fonts, archives, PDF,
+// octet streams), none at all included. The masking it decides is bytes
+// replaced where a registered secret stands: harmless where none does.
 func isText(contentType []byte) bool {
-	ct := bytes.TrimSpace(contentType)
-	if i := bytes.IndexByte(ct, ';'); i >= 0 {
-		ct = bytes.TrimSpace(ct[:i])
-	}
-	if len(ct) == 0 || isMediaType(ct, "text/") {
-		return true
-	}
-	for i := 0; i+4 <= len(ct); i++ {
-		if bytes.EqualFold(ct[i:i+4], []byte("json")) {
-			return true
+	for _, b := range binaryTypes {
+		if isMediaType(contentType, b) {
+			return false
 		}
 	}
-	return false
+	return true
 }
+
+// binaryTypes are the media types (or their prefixes) of binary answers.
+var binaryTypes = [...]string{"audio/", "image/", "video/", "font/", "application/octet-stream", "application/pdf",
+	"application/zip", "application/gzip", "application/x-tar", "application/x-protobuf", "application/wasm"}
 
 // isMediaType reports whether contentType starts with the media type mt
 // (parameters may follow), in any case.

@@ -6,7 +6,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"slices"
 	"strings"
 	"time"
 
@@ -208,17 +207,19 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 		items   []gjson.Result
 		answers []answer
 		twice   bool // an approval answered by two tool messages: the later ones are dropped
+		seen    = map[string]bool{}
 	)
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		if m.Get("role").Str == "tool" {
 			if id := m.Get("tool_call_id").Str; strings.HasPrefix(id, approvalPrefix) {
-				if slices.ContainsFunc(answers, func(a answer) bool { return a.id == id }) {
+				if seen[id] {
 					// A second answer to one call (the same decision sent
 					// twice) settles nothing more, and an upstream refuses
 					// a tool message its call does not expect.
 					twice = true
 					return true
 				}
+				seen[id] = true
 				answers = append(answers, answer{pos: len(items), id: id})
 			}
 		}
