@@ -20,7 +20,10 @@ const MaxBreakpoints = 4
 const DefaultMaxTokens = 4096
 
 // thinkingBudgets maps reasoning_effort to a thinking budget in tokens.
-var thinkingBudgets = map[string]int64{"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+// xhigh and max, which the current SDKs offer, take high's: the largest
+// budget whose grown max_tokens stays under the output limit of every
+// current Claude model.
+var thinkingBudgets = map[string]int64{"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 16384, "max": 16384}
 
 // RequestOptions are what a translation needs besides the chat body.
 type RequestOptions struct {
@@ -303,7 +306,7 @@ func setSampling(out *messagesRequest, root gjson.Result) error {
 	} else if re := root.Get("reasoning_effort"); re.Type == gjson.String && re.Str != "none" {
 		b, ok := thinkingBudgets[re.Str]
 		if !ok {
-			return pipeline.BadRequest("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high")
+			return pipeline.BadRequest("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high, xhigh, max")
 		}
 		budget, effort = b, true
 		out.Thinking = json.RawMessage(`{"type":"enabled","budget_tokens":` + strconv.FormatInt(b, 10) + `}`)

@@ -137,6 +137,14 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 777 }},
 		{"client max_tokens wins", `{"max_tokens":12,` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 777},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.MaxTokens == 12 }},
+		{"xhigh and max, which the SDKs offer, think as high does", `{"reasoning_effort":"xhigh",` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 1000},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 16384
+			}},
+		{"max effort", `{"reasoning_effort":"max",` + msgs + `}`, RequestOptions{Model: "m", MaxTokens: 1000},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 16384
+			}},
 		{"safety_identifier is the user", `{"safety_identifier":"u-9",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.Metadata.UserID.Value == "u-9" }},
 		{"stop list", `{"stop":["a","","b"],` + msgs + `}`, RequestOptions{Model: "m"},

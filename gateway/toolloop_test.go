@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -606,5 +607,19 @@ func TestShutdownAfterServerToolIsNotRetried(t *testing.T) {
 	if a.code != http.StatusServiceUnavailable || a.hdr.Get("X-Should-Retry") != "false" ||
 		gjson.GetBytes(a.body, "error.code").Str != "server_shutting_down" {
 		t.Fatalf("%d x-should-retry %q: %s", a.code, a.hdr.Get("X-Should-Retry"), a.body)
+	}
+}
+
+// "tools": null is no tools, as OpenAI takes it (every other optional
+// member set to null is): a tool-loop model answered it 400.
+func TestToolsNullIsNoTools(t *testing.T) {
+	t.Parallel()
+	_, url := newToolServer(t, 0)
+	h := newHarness(t, strings.ReplaceAll(toolConfig, "{{HTTP}}", url), mockllm.Options{})
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"gpt-x","stream":` + strconv.FormatBool(stream) + `,"tools":null,"messages":[{"role":"user","content":"hi"}]}`
+		if status, _, raw := h.post("/chat/completions", body, nil); status != 200 {
+			t.Fatalf("stream %v: %d %s", stream, status, raw)
+		}
 	}
 }

@@ -604,7 +604,8 @@ func toolResult(id, content string) string {
 
 // outputText is a function_call_output's output as text: a string as is,
 // the texts of a list of parts joined. A chat tool message carries text
-// only: an image or a file part is refused, not dropped.
+// only: an image or a file part is a note that it was there, never dropped
+// without a word; a part of another type is refused.
 func outputText(v gjson.Result, param string) (string, error) {
 	switch {
 	case v.Type == gjson.String:
@@ -619,6 +620,12 @@ func outputText(v gjson.Result, param string) (string, error) {
 		switch typ := p.Get("type").String(); typ {
 		case "input_text", "output_text", "text":
 			sb.WriteString(p.Get("text").String())
+		case "input_image", "input_file":
+			// A chat tool message holds text only. The agents SDKs send a
+			// tool's image this way: the model is told it was there, as
+			// those SDKs tell a chat model themselves, rather than the run
+			// failing.
+			sb.WriteString("[the tool returned " + strings.TrimPrefix(typ, "input_") + " content, which this model's tool results cannot carry]")
 		default:
 			err = pipeline.BadRequest(param+"["+strconv.Itoa(i)+"].type",
 				"function_call_output parts of type %q are not supported: a chat model's tool result is text", typ)

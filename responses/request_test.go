@@ -30,6 +30,10 @@ func TestTranslate(t *testing.T) {
 		{"assistant parts joined", `{"model":"m","input":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"},{"type":"output_text","text":"b"}]}]}`, map[string]string{
 			"messages.0": `{"role":"assistant","content":"ab"}`,
 		}},
+		{"a tool's image is a note in its text result", `{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},` +
+			`{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see "},{"type":"input_image","image_url":"http://x/i.png"}]}]}`, map[string]string{
+			"messages.1": `{"role":"tool","tool_call_id":"c","content":"see [the tool returned image content, which this model's tool results cannot carry]"}`,
+		}},
 		{"an assistant's refusal part is its refusal", `{"model":"m","input":[{"role":"assistant","content":[{"type":"output_text","text":"hello"},{"type":"refusal","refusal":"no"}]}]}`, map[string]string{
 			"messages.0": `{"role":"assistant","content":"hello","refusal":"no"}`,
 		}},
@@ -148,7 +152,7 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","store":"yes"}`:                                                  "store",
 		`{"model":"m","input":"x","previous_response_id":5}`:                                       "previous_response_id",
 		`{"model":"m","input":"x","truncation":"bogus"}`:                                           "truncation",
-		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_image","image_url":"http://x/i.png"}]}]}`: "input[1].output[1].type",
+		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_audio"}]}]}`: "input[1].output[1].type",
 		`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`: "input[0].output",
 		// Settings the response object repeats, of the wrong type or range.
 		`{"model":"m","input":"x","max_output_tokens":"a"}`:                             "max_output_tokens",
