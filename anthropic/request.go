@@ -254,17 +254,23 @@ func clientMaxTokens(root gjson.Result) int64 {
 // whitespace only, which Anthropic refuses and the answer's decoder
 // applies instead (LocalStops).
 func stopSequences(stop gjson.Result) []string {
+	return stopsWhere(stop, func(s string) bool { return strings.TrimSpace(s) != "" })
+}
+
+// stopsWhere returns the strings of stop (a string or a list of strings)
+// that keep reports true for.
+func stopsWhere(stop gjson.Result, keep func(string) bool) []string {
 	var out []string
-	add := func(s gjson.Result) bool {
-		if s.Type == gjson.String && strings.TrimSpace(s.Str) != "" {
+	add := func(_, s gjson.Result) bool {
+		if s.Type == gjson.String && keep(s.Str) {
 			out = append(out, s.Str)
 		}
 		return true
 	}
 	if stop.IsArray() {
-		stop.ForEach(func(_, s gjson.Result) bool { return add(s) })
+		stop.ForEach(add)
 	} else {
-		add(stop)
+		add(gjson.Result{}, stop)
 	}
 	return out
 }

@@ -22,20 +22,7 @@ import (
 // applies itself: the non-empty ones of whitespace only. nil when there
 // are none (the usual case, found without parsing more than stop).
 func LocalStops(body []byte) []string {
-	stop := gjson.GetBytes(body, "stop")
-	var out []string
-	add := func(s gjson.Result) bool {
-		if s.Type == gjson.String && s.Str != "" && strings.TrimSpace(s.Str) == "" {
-			out = append(out, s.Str)
-		}
-		return true
-	}
-	if stop.IsArray() {
-		stop.ForEach(func(_, s gjson.Result) bool { return add(s) })
-	} else {
-		add(stop)
-	}
-	return out
+	return stopsWhere(gjson.GetBytes(body, "stop"), func(s string) bool { return s != "" && strings.TrimSpace(s) == "" })
 }
 
 // stopper applies local stop sequences to the events of one answer. Not

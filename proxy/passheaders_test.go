@@ -115,8 +115,6 @@ func TestAmbiguousCredentialRefused(t *testing.T) {
 		if resp.StatusCode() != tc.want || (tc.want == 400 && !strings.Contains(string(resp.Body()), `"code":"ambiguous_credential"`)) {
 			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode(), resp.Body(), tc.want)
 		}
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
 	}
 }
 
@@ -314,19 +312,12 @@ func TestPassthroughHeadersTheGatewaySetsAreSingle(t *testing.T) {
 	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 		return nil, nil
 	}))
-	c := &fasthttp.HostClient{Addr: addr}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://gw/v1/embeddings")
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyString(`{"model":"m","input":"hi"}`)
-	for range 2 {
-		req.Header.Add("Accept-Encoding", "gzip")
-		req.Header.Add("X-Request-Id", "client-chosen")
-	}
-	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+	if _, err := passCall(t, addr, "", func(req *fasthttp.Request) {
+		for range 2 {
+			req.Header.Add("Accept-Encoding", "gzip")
+			req.Header.Add("X-Request-Id", "client-chosen")
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	seen := <-got
@@ -351,15 +342,8 @@ func TestPassthroughCompressedAnswerRefused(t *testing.T) {
 	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 		return nil, nil
 	}))
-	c := &fasthttp.HostClient{Addr: addr}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://gw/v1/embeddings")
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyString(`{"model":"m","input":"hi"}`)
-	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+	resp, err := passCall(t, addr, "", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode() != fasthttp.StatusBadGateway || len(resp.Header.ContentEncoding()) > 0 ||
@@ -392,7 +376,6 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 		return nil, nil
 	}))
-	c := &fasthttp.HostClient{Addr: addr}
 	for _, tc := range []struct {
 		ct     string
 		masked bool
@@ -401,12 +384,8 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 		{"application/json; charset=utf-8", true}, {"application/problem+xml", true}, {"application/yaml", true},
 		{"audio/mpeg", false}, {"application/octet-stream", false},
 	} {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		req.SetRequestURI("http://gw/v1/embeddings?ct=" + url.QueryEscape(tc.ct))
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.Header.SetContentType("application/json")
-		req.SetBodyString(`{"model":"m","input":"hi"}`)
-		if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+		resp, err := passCall(t, addr, "/v1/embeddings?ct="+url.QueryEscape(tc.ct), nil)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if body := string(resp.Body()); strings.Contains(body, key) == tc.masked {
@@ -418,8 +397,6 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 		if l := string(resp.Header.Peek("Location")); strings.Contains(l, upstreamHost) {
 			t.Errorf("%q: Location %s", tc.ct, l)
 		}
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
 	}
 }
 
@@ -514,15 +491,28 @@ func TestPassthroughCompressedUnderTwoHeadersCut(t *testing.T) {
 	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 		return nil, nil
 	}))
-	c := &fasthttp.HostClient{Addr: addr}
+	if resp, err := passCall(t, addr, "", nil); err == nil && resp.StatusCode() == 200 {
+		t.Fatalf("a compressed answer went out whole: %q", resp.Body())
+	}
+}
+
+// passCall posts an embeddings request to the gateway at addr (uri: its
+// path and query, "" for /v1/embeddings), with set's changes, and returns
+// the answer, released when the test ends.
+func passCall(t *testing.T, addr, uri string, set func(*fasthttp.Request)) (*fasthttp.Response, error) {
+	t.Helper()
+	if uri == "" {
+		uri = "/v1/embeddings"
+	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://gw/v1/embeddings")
+	t.Cleanup(func() { fasthttp.ReleaseRequest(req); fasthttp.ReleaseResponse(resp) })
+	req.SetRequestURI("http://gw" + uri)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.SetBodyString(`{"model":"m","input":"hi"}`)
-	if err := c.DoTimeout(req, resp, 5*time.Second); err == nil && resp.StatusCode() == 200 {
-		t.Fatalf("a compressed answer went out whole: %q", resp.Body())
+	if set != nil {
+		set(req)
 	}
+	c := &fasthttp.HostClient{Addr: addr}
+	return resp, c.DoTimeout(req, resp, 5*time.Second)
 }
