@@ -383,6 +383,7 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 		{"text/plain", true}, {"application/problem+json", true}, {"application/x-ndjson", true}, {"", true},
 		{"application/json; charset=utf-8", true}, {"application/problem+xml", true}, {"application/yaml", true},
 		{"audio/mpeg", false}, {"application/octet-stream", false},
+		{"image/svg+xml", true}, {"audio/mpeg, application/json", true}, // text under a media type; a list
 	} {
 		resp, err := passCall(t, addr, "/v1/embeddings?ct="+url.QueryEscape(tc.ct), nil)
 		if err != nil {
@@ -515,4 +516,90 @@ func passCall(t *testing.T, addr, uri string, set func(*fasthttp.Request)) (*fas
 	}
 	c := &fasthttp.HostClient{Addr: addr}
 	return resp, c.DoTimeout(req, resp, 5*time.Second)
+}
+
+// Every value of a repeated answer header reaches the client (Vary: Accept
+// and Vary: Origin), each masked: only the last was kept.
+func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
+	t.Parallel()
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Add("Vary", "Accept")
+		ctx.Response.Header.Add("Vary", "Origin")
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"object":"list","data":[]}`)
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	resp, err := passCall(t, addr, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vary []string
+	for _, v := range resp.Header.PeekAll("Vary") {
+		vary = append(vary, string(v))
+	}
+	if strings.Join(vary, ",") != "Accept,Origin" {
+		t.Fatalf("Vary at the client: %q", vary)
+	}
+}
+
+// A JSON answer whose client left while the provider stalls is read on
+// for its usage only drainIdle per read: the call, and the tenant's
+// concurrency slot, were held until the provider's idle or total timeout.
+func TestPassthroughJSONClientLeavesWhileUpstreamStalls(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	closed := make(chan time.Time, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		part := `{"object":"list","data":[`
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(part), part)
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, _ = r.ReadByte() // stalled until the gateway closes the connection
+		closed <- time.Now()
+	}()
+	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	client, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","input":"hi"}`
+	_, _ = fmt.Fprintf(client, "POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 0, 512)
+	for !strings.Contains(string(got), `"data":[`) {
+		b := make([]byte, 256)
+		n, err := client.Read(b)
+		if err != nil {
+			t.Fatalf("no body before the client leaves: %v (%q)", err, got)
+		}
+		got = append(got, b[:n]...)
+	}
+	left := time.Now()
+	_ = client.Close()
+	select {
+	case at := <-closed:
+		if d := at.Sub(left); d > drainIdle+3*time.Second {
+			t.Fatalf("the upstream call ended %v after the client left", d)
+		}
+	case <-time.After(drainIdle + 10*time.Second):
+		t.Fatal("the upstream call went on after the client left")
+	}
 }

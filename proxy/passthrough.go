@@ -411,7 +411,7 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 		// A header quoting the gateway's key (an echo of the request's) or
 		// a provider's address (Location, Link, a backend host) is
 		// masked, as the body is.
-		dst.SetBytesKV(k, observe.UpstreamAddrs.RedactSecrets(observe.Secrets.RedactSecrets(v)))
+		dst.AddBytesKV(k, observe.UpstreamAddrs.RedactSecrets(observe.Secrets.RedactSecrets(v))) // every value of a repeated one
 	}
 }
 
@@ -502,30 +502,46 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		src := resp.BodyStream()
 		buf := make([]byte, 32<<10)
 		gone, drained, cut, first := false, 0, false, true
-		// A stream's client that leaves while the upstream is silent ends
-		// the call at once, as on the chat route: its upstream connection
-		// is closed (the read it waits in fails), so the provider stops
-		// generating and the call's concurrency slot is let go. A failed
-		// write notices only when the next event comes. A JSON answer is
-		// read on for its usage (below), not watched.
+		// A client that leaves while the upstream is silent is noticed at
+		// once, as on the chat route (a failed write notices only when the
+		// next bytes come). A stream's upstream connection is closed (the
+		// read it waits in fails), so the provider stops generating and
+		// the call's concurrency slot is let go. A JSON answer is read on
+		// for its usage (below), each read waiting drainIdle at most.
 		var (
 			left      atomic.Bool
 			watchMu   sync.Mutex
-			unwatched bool // the copy ended: a late callback must not close a connection back in the pool
+			unwatched bool // the copy ended: a late callback must not touch a connection back in the pool
 		)
-		if x.sse && conn != nil {
+		if conn != nil {
+			sse := x.sse
 			watch = s.peers.watch(client, func() {
 				watchMu.Lock()
 				defer watchMu.Unlock()
-				if !unwatched {
-					left.Store(true)
+				if unwatched {
+					return
+				}
+				left.Store(true)
+				if sse {
 					_ = conn.Close()
+				} else {
+					_ = conn.SetReadDeadline(time.Now().Add(drainIdle))
 				}
 			})
 		}
 		for src != nil {
-			if conn != nil && (idle > 0 || !end.IsZero()) {
-				_ = conn.SetReadDeadline(readDeadline(time.Now(), idle, end))
+			if left.Load() && !x.sse {
+				gone = true // writes to it would fail: read on for the usage alone
+			}
+			if conn != nil && (idle > 0 || !end.IsZero() || gone) {
+				wait := idle
+				if gone && (wait <= 0 || wait > drainIdle) {
+					// Read on for the usage of an answer no one reads any
+					// more, but not for as long as a stalled provider
+					// holds it: the slot it holds is the tenant's.
+					wait = drainIdle
+				}
+				_ = conn.SetReadDeadline(readDeadline(time.Now(), wait, end))
 			}
 			k, err := src.Read(buf)
 			if first && k > 0 {
@@ -588,10 +604,15 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		unwatched = true
 		watchMu.Unlock()
 		switch {
-		case left.Load():
+		case left.Load() && x.sse:
 			// The client left: its call was ended here. Never a clean end
 			// of the body (a half-closed client reads on), and the access
 			// line counts no success.
+			resp.SetConnectionClose()
+			_ = client.Close()
+			x.status = statusClientClosed
+		case gone:
+			// The client left: its answer was read on for the usage alone.
 			resp.SetConnectionClose()
 			_ = client.Close()
 			x.status = statusClientClosed
@@ -961,6 +982,11 @@ func relay(w *bufio.Writer, client net.Conn, p []byte, wt time.Duration) bool {
 // base64 images, whose usage comes after them. The reads reuse one buffer
 // and the tap keeps only the usage, so draining costs time, not memory.
 const maxDrain = 32 << 20
+
+// drainIdle bounds the wait for each read of that drain: a provider that
+// stalls after its client left is not waited for until its idle or total
+// timeout.
+const drainIdle = 5 * time.Second
 
 // readDeadline is the deadline of the next read of a pass-through body:
 // idle from now, but never past end (zero: no total bound).

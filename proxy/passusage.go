@@ -89,12 +89,24 @@ func isJSON(contentType []byte) bool { return isMediaType(contentType, "applicat
 // octet streams), none at all included. The masking it decides is bytes
 // replaced where a registered secret stands: harmless where none does.
 func isText(contentType []byte) bool {
+	ct := bytes.TrimSpace(contentType)
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = bytes.TrimSpace(ct[:i])
+	}
+	if bytes.IndexByte(ct, ',') >= 0 || hasSuffixFold(ct, "+xml") || hasSuffixFold(ct, "+json") {
+		return true // a list of types (which one holds?), or text under a media type (image/svg+xml)
+	}
 	for _, b := range binaryTypes {
-		if isMediaType(contentType, b) {
+		if isMediaType(ct, b) {
 			return false
 		}
 	}
 	return true
+}
+
+// hasSuffixFold reports whether b ends with suffix, in any case.
+func hasSuffixFold(b []byte, suffix string) bool {
+	return len(b) >= len(suffix) && bytes.EqualFold(b[len(b)-len(suffix):], []byte(suffix))
 }
 
 // binaryTypes are the media types (or their prefixes) of binary answers.
