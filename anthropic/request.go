@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"slices"
 	"bytes"
 	"encoding/json"
 	"strconv"
@@ -150,6 +151,15 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(out.Tools) == 0 {
+		// Anthropic refuses tool_use and tool_result blocks in a request
+		// without tools ("must define tools"), where OpenAI takes a
+		// history of calls without them (a summary or compaction turn):
+		// the history's tools are declared, and none may be called.
+		if out.Tools = historyTools(out.Messages); len(out.Tools) > 0 {
+			out.ToolChoice = &toolChoice{Type: "none"}
+		}
+	}
 	capBreakpoints(&out)
 	out.MaxTokens = maxTokens(root, opts.MaxTokens)
 	out.StopSequences = stopSequences(root.Get("stop"))
@@ -220,7 +230,7 @@ func unsupported(root gjson.Result) error {
 	}
 	for _, k := range [...]string{"functions", "function_call"} {
 		if set(root.Get(k)) {
-			return refuse(k, "the legacy "+k+" are not supported for this model: send tools and tool_choice")
+			return refuse(k, "the legacy "+k+" field is not supported for this model: send tools and tool_choice")
 		}
 	}
 	return nil
@@ -537,6 +547,20 @@ func allowedTools(tools []tool, allowed gjson.Result) ([]tool, gjson.Result) {
 		return kept, gjson.Parse(`"required"`)
 	}
 	return kept, gjson.Parse(`"auto"`)
+}
+
+// historyTools declares the tools msgs' tool_use blocks call, each once,
+// with an open schema; nil when there are none.
+func historyTools(msgs []message) []tool {
+	var out []tool
+	for _, m := range msgs {
+		for _, b := range m.Content {
+			if b.Type == "tool_use" && !slices.ContainsFunc(out, func(t tool) bool { return t.Name == b.Name }) {
+				out = append(out, tool{Name: b.Name, InputSchema: json.RawMessage(`{"type":"object"}`)})
+			}
+		}
+	}
+	return out
 }
 
 // marker returns the first cache_control object among objs, or nil.

@@ -145,6 +145,13 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Thinking.OfEnabled != nil && p.Thinking.OfEnabled.BudgetTokens == 16384
 			}},
+		// Anthropic refuses tool_use blocks in a request without tools; a
+		// summary turn replaying a history of calls sends none.
+		{"a history of calls without tools declares them", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"x","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"x","content":"r"},{"role":"user","content":"sum up"}]}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				return gjson.GetBytes(out, "tools.#").Int() == 1 && gjson.GetBytes(out, "tools.0.name").Str == "f" &&
+					gjson.GetBytes(out, "tool_choice.type").Str == "none"
+			}},
 		{"safety_identifier is the user", `{"safety_identifier":"u-9",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(p sdk.MessageNewParams, _ []byte) bool { return p.Metadata.UserID.Value == "u-9" }},
 		{"stop list", `{"stop":["a","","b"],` + msgs + `}`, RequestOptions{Model: "m"},

@@ -197,3 +197,38 @@ func TestLocalStopsAcrossBlocks(t *testing.T) {
 		})
 	}
 }
+
+// Once a stop sequence the gateway applies has matched, the answer the
+// client gets is whole: an error event, or a cut, in the tail the model
+// writes on past it ends the stream with its finish, not a failure.
+func TestLocalStopEndsBeforeATailsFailure(t *testing.T) {
+	t.Parallel()
+	start := [][]byte{
+		[]byte(`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":3,"output_tokens":1}}}`),
+		[]byte(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+		[]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\nb"}}`),
+	}
+	content, _, finish, _ := decodeStream(t, []string{"\n"}, append(start, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)))
+	if content != "a" || finish != "stop" {
+		t.Errorf("error after the stop: content %q finish %q", content, finish)
+	}
+	d := NewStreamDecoder("a", wire.Header{Created: 1, Model: "claude"})
+	d.StopAt([]string{"\n"})
+	for _, ev := range start {
+		if err := d.Feed(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !d.EndStopped() || !d.Done() {
+		t.Error("a cut after the stop did not end the stream")
+	}
+	// Before the stop matched, a failure is one.
+	d = NewStreamDecoder("a", wire.Header{Created: 1, Model: "claude"})
+	d.StopAt([]string{"\n"})
+	if err := d.Feed(start[0]); err != nil {
+		t.Fatal(err)
+	}
+	if d.EndStopped() || d.Feed([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)) == nil {
+		t.Error("a failure before the stop matched was swallowed")
+	}
+}

@@ -80,6 +80,24 @@ func (d *StreamDecoder) NoteThinking(t *pipeline.Thinking) {
 // to the content, as DecodeMessageStopping does.
 func (d *StreamDecoder) StopAt(stops []string) { d.stops = newStopper(stops) }
 
+// EndStopped ends the stream when a local stop sequence has matched (the
+// answer the client gets is whole: the model was only writing on past
+// it), and reports whether it did: an error event or a cut in that hidden
+// tail is no failure of the answer. Its finish is emitted; its usage,
+// which the end of the stream would have brought, is not (the meter
+// estimates it).
+func (d *StreamDecoder) EndStopped() bool {
+	if d.stops == nil || !d.stops.stopped || d.done || d.enc == nil {
+		return false
+	}
+	if !d.finished {
+		d.finished = true
+		d.emit(&wire.Event{Kind: wire.Finish, Finish: finishReason(d.stop)})
+	}
+	d.done = true
+	return true
+}
+
 // Done reports whether message_stop came: the stream is complete.
 func (d *StreamDecoder) Done() bool { return d.done }
 
@@ -158,6 +176,9 @@ func (d *StreamDecoder) Feed(data []byte) error {
 		d.finish()
 		d.done = true
 	case "error":
+		if d.EndStopped() {
+			return nil // the answer ended at its stop sequence: the hidden tail's failure is no failure of it
+		}
 		return eventError(d.provider, data)
 	}
 	return nil

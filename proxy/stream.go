@@ -130,6 +130,9 @@ func (s *upstreamStream) next() ([]byte, error) {
 		s.armDeadline()
 		ev, err := s.rd.Next()
 		if err != nil {
+			if s.msgs != nil && s.ctx.Err() == nil && s.msgs.EndStopped() {
+				continue // cut past a stop sequence the gateway applied: the answer ended there
+			}
 			return nil, s.readError(err)
 		}
 		if s.msgs != nil {
