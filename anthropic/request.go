@@ -1,9 +1,9 @@
 package anthropic
 
 import (
-	"slices"
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
