@@ -310,3 +310,32 @@ func TestToolLoopMaxModelCallsCountsSummaries(t *testing.T) {
 		})
 	}
 }
+
+// "tools": null is no client tools: the loop's limits end it as they do
+// without it (a null read as a tool list of one nameless client tool made
+// the loop wait for client calls and skip its forced final round).
+func TestToolsNullKeepsTheLoopsLimits(t *testing.T) {
+	t.Parallel()
+	calls := map[string]int{}
+	for _, tools := range []string{``, `"tools":null,`} {
+		h := newHarness(t, strings.Replace(loopLimitsConfig, "{{LIMITS}}", `
+[[tools]]
+name = "calculator"
+kind = "builtin"
+[tool_loop]
+max_tool_calls = 3
+`, 1), mockllm.Options{
+			Respond: finalAnswer(func(c *mockllm.Call, results int) []mockllm.ToolCall {
+				return []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}, {Name: "calculator", Arguments: `{"expression":"2+2"}`}}
+			}),
+		})
+		status, _, raw := h.post("/chat/completions", `{"model":"gpt-x",`+tools+`"messages":[{"role":"user","content":"go"}]}`, nil)
+		if status != 200 || gjson.GetBytes(raw, "choices.0.message.content").Str != "final answer" {
+			t.Fatalf("%q: %d %s", tools, status, raw)
+		}
+		calls[tools] = h.mock.Calls("up-model")
+	}
+	if calls[``] != calls[`"tools":null,`] {
+		t.Fatalf("upstream calls %v: null tools changed the loop", calls)
+	}
+}

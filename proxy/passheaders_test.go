@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
@@ -573,9 +574,7 @@ func TestPassthroughJSONClientLeavesWhileUpstreamStalls(t *testing.T) {
 		_, _ = r.ReadByte() // stalled until the gateway closes the connection
 		closed <- time.Now()
 	}()
-	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return nil, nil
-	}))
+	addr, logs := loggedGateway(t, "http://"+ln.Addr().String()+"/v1")
 	client, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -601,5 +600,58 @@ func TestPassthroughJSONClientLeavesWhileUpstreamStalls(t *testing.T) {
 		}
 	case <-time.After(drainIdle + 10*time.Second):
 		t.Fatal("the upstream call went on after the client left")
+	}
+	// A client that left, not an upstream failure (502).
+	var line gjson.Result
+	waitFor(t, 5*time.Second, func() bool {
+		for l := range strings.SplitSeq(logs.String(), "\n") {
+			if gjson.Get(l, "message").Str == "request" {
+				line = gjson.Parse(l)
+				return true
+			}
+		}
+		return false
+	})
+	if line.Get("status").Int() != statusClientClosed {
+		t.Fatalf("access line %s, want status %d", line.Raw, statusClientClosed)
+	}
+}
+
+// loggedGateway is serveGateway for pass-through tests that read the
+// access lines.
+func loggedGateway(t *testing.T, base string) (string, *lockedBuffer) {
+	t.Helper()
+	cfg, u := testUpstream(t, base, "")
+	routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
+	logs := &lockedBuffer{}
+	srv := NewServer(&Runtime{Config: cfg, Routes: routes, Upstream: u,
+		Chat: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return nil, nil })}, zerolog.New(logs))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return ln.Addr().String(), logs
+}
+
+// A file of a compressed type (an archive, S3's binary/octet-stream) is
+// relayed as it is: only an answer the gateway reads as text is refused
+// for starting as compressed data.
+func TestPassthroughCompressedFileRelayed(t *testing.T) {
+	t.Parallel()
+	gz := fasthttp.AppendGzipBytes(nil, []byte(strings.Repeat("hello world\n", 100)))
+	for _, ct := range []string{"application/x-gzip", "binary/octet-stream", "application/vnd.openxmlformats-officedocument.wordprocessingml.document", "application/x-custom"} {
+		base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType(ct)
+			ctx.SetBody(gz)
+		})
+		addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			return nil, nil
+		}))
+		resp, err := passCall(t, addr, "", nil)
+		if err != nil || resp.StatusCode() != 200 || !bytes.Equal(resp.Body(), gz) {
+			t.Errorf("%s: %v %d, %d of %d bytes", ct, err, resp.StatusCode(), len(resp.Body()), len(gz))
+		}
 	}
 }

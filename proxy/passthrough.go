@@ -530,8 +530,15 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 			})
 		}
 		for src != nil {
+			// Under watchMu, so that the callback's short deadline is
+			// never overwritten by a long one set after it.
+			watchMu.Lock()
 			if left.Load() && !x.sse {
 				gone = true // writes to it would fail: read on for the usage alone
+			}
+			if gone && (tap == nil || tap.settled()) {
+				watchMu.Unlock()
+				break // nothing more to read on for
 			}
 			if conn != nil && (idle > 0 || !end.IsZero() || gone) {
 				wait := idle
@@ -543,10 +550,14 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 				}
 				_ = conn.SetReadDeadline(readDeadline(time.Now(), wait, end))
 			}
+			watchMu.Unlock()
 			k, err := src.Read(buf)
+			if left.Load() && !x.sse {
+				gone = true // it left while the read waited: its timeout is the drain's, no failure
+			}
 			if first && k > 0 {
 				first = false
-				if (mask != nil || tap != nil) && looksCompressed(buf[:k]) {
+				if (tap != nil || readsAsText(resp.Header.ContentType())) && looksCompressed(buf[:k]) {
 					// Compressed under a header fasthttp did not keep (a
 					// second Content-Encoding line): neither the meter nor
 					// the mask can read it. The head went out: the answer
@@ -603,6 +614,12 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 		watchMu.Lock()
 		unwatched = true
 		watchMu.Unlock()
+		if left.Load() {
+			// Whatever the answer's state, the callback may have left a
+			// short deadline on the upstream connection: it goes, not
+			// back to the pool.
+			resp.SetConnectionClose()
+		}
 		switch {
 		case left.Load() && x.sse:
 			// The client left: its call was ended here. Never a clean end

@@ -110,8 +110,24 @@ func hasSuffixFold(b []byte, suffix string) bool {
 }
 
 // binaryTypes are the media types (or their prefixes) of binary answers.
-var binaryTypes = [...]string{"audio/", "image/", "video/", "font/", "application/octet-stream", "application/pdf",
-	"application/zip", "application/gzip", "application/x-tar", "application/x-protobuf", "application/wasm"}
+var binaryTypes = [...]string{"audio/", "image/", "video/", "font/", "application/octet-stream", "binary/",
+	"application/pdf", "application/zip", "application/gzip", "application/x-gzip", "application/zstd",
+	"application/x-bzip2", "application/x-7z-compressed", "application/x-zip-compressed", "application/x-tar",
+	"application/x-protobuf", "application/protobuf", "application/grpc", "application/wasm", "application/ogg",
+	"application/vnd."}
+
+// readsAsText reports whether an answer of contentType is read as text
+// by the gateway's own parts, so that compressed bytes under it are no
+// answer: none at all, text/*, JSON (+json), XML (+xml), an event stream.
+// Other types (a file's own, which may be an archive) go as they come.
+func readsAsText(contentType []byte) bool {
+	ct := bytes.TrimSpace(contentType)
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = bytes.TrimSpace(ct[:i])
+	}
+	return len(ct) == 0 || isMediaType(ct, "text/") || isJSON(ct) || hasSuffixFold(ct, "+json") ||
+		hasSuffixFold(ct, "+xml") || hasSuffixFold(ct, "/xml")
+}
 
 // isMediaType reports whether contentType starts with the media type mt
 // (parameters may follow), in any case.

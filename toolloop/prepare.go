@@ -245,8 +245,11 @@ func (p *plan) clientOnly(tc, clientTools gjson.Result) (tools, choice []byte, e
 // define a write_todos of their own), its calls go back to the client
 // (classify), and the refusal would tell the tenant that the tool exists.
 func (p *plan) readClientTools(req *pipeline.Request, offered []*tool, clientTools gjson.Result) (gjson.Result, error) {
-	if clientTools.Exists() && clientTools.Type != gjson.Null && !clientTools.IsArray() {
-		return clientTools, pipeline.BadRequest("tools", "tools must be an array") // null is no tools, as OpenAI takes it
+	if clientTools.Type == gjson.Null {
+		return gjson.Result{}, nil // no tools, as OpenAI takes it (absent or null)
+	}
+	if !clientTools.IsArray() {
+		return clientTools, pipeline.BadRequest("tools", "tools must be an array")
 	}
 	var clash string
 	standIns := false
