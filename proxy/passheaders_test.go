@@ -408,6 +408,27 @@ func TestPassthroughMasksEveryTextAndHeader(t *testing.T) {
 // tenant's concurrency slot and the provider generating.
 func TestPassthroughStreamClientLeavesWhileUpstreamSilent(t *testing.T) {
 	t.Parallel()
+	ev := "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"
+	base, closed := stallingUpstream(t, "text/event-stream", ev)
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	left := leaveAfter(t, addr, "/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, "data:")
+	select {
+	case at := <-closed:
+		if d := at.Sub(left); d > 3*time.Second {
+			t.Fatalf("the upstream call ended %v after the client left", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream call went on after the client left")
+	}
+}
+
+// stallingUpstream serves one pass-through call: the head of an answer of
+// contentType, its first chunk, then nothing until the gateway closes the
+// connection, whose time closed receives. It returns the base URL.
+func stallingUpstream(t *testing.T, contentType, first string) (string, <-chan time.Time) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -426,42 +447,36 @@ func TestPassthroughStreamClientLeavesWhileUpstreamSilent(t *testing.T) {
 			return
 		}
 		_, _ = io.Copy(io.Discard, req.Body)
-		ev := "data: {\"choices\":[{\"text\":\"hi\"}]}\n\n"
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(ev), ev)
-		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", contentType, len(first), first)
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		_, _ = r.ReadByte() // silent until the gateway closes the connection
 		closed <- time.Now()
 	}()
-	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return nil, nil
-	}))
+	return "http://" + ln.Addr().String() + "/v1", closed
+}
+
+// leaveAfter posts body to path on the gateway at addr, reads the answer
+// until marker, closes the connection and returns when it did.
+func leaveAfter(t *testing.T, addr, path, body, marker string) time.Time {
+	t.Helper()
 	client, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"model":"m","prompt":"hi","stream":true}`
-	_, _ = fmt.Fprintf(client, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_, _ = fmt.Fprintf(client, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
-	cr := bufio.NewReader(client)
-	for {
-		line, err := cr.ReadString('\n')
+	var got []byte
+	for !strings.Contains(string(got), marker) {
+		b := make([]byte, 256)
+		n, err := client.Read(b)
 		if err != nil {
-			t.Fatalf("no event before the client leaves: %v", err)
+			t.Fatalf("no %q before the client leaves: %v (%q)", marker, err, got)
 		}
-		if strings.HasPrefix(line, "data:") {
-			break
-		}
+		got = append(got, b[:n]...)
 	}
 	left := time.Now()
 	_ = client.Close()
-	select {
-	case at := <-closed:
-		if d := at.Sub(left); d > 3*time.Second {
-			t.Fatalf("the upstream call ended %v after the client left", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the upstream call went on after the client left")
-	}
+	return left
 }
 
 // An answer compressed under a second Content-Encoding line (fasthttp
@@ -550,49 +565,9 @@ func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
 // concurrency slot, were held until the provider's idle or total timeout.
 func TestPassthroughJSONClientLeavesWhileUpstreamStalls(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	closed := make(chan time.Time, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		r := bufio.NewReader(c)
-		req, err := http.ReadRequest(r)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		part := `{"object":"list","data":[`
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(part), part)
-		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-		_, _ = r.ReadByte() // stalled until the gateway closes the connection
-		closed <- time.Now()
-	}()
-	addr, logs := loggedGateway(t, "http://"+ln.Addr().String()+"/v1")
-	client, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := `{"model":"m","input":"hi"}`
-	_, _ = fmt.Fprintf(client, "POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, 0, 512)
-	for !strings.Contains(string(got), `"data":[`) {
-		b := make([]byte, 256)
-		n, err := client.Read(b)
-		if err != nil {
-			t.Fatalf("no body before the client leaves: %v (%q)", err, got)
-		}
-		got = append(got, b[:n]...)
-	}
-	left := time.Now()
-	_ = client.Close()
+	base, closed := stallingUpstream(t, "application/json", `{"object":"list","data":[`)
+	addr, logs := loggedGateway(t, base)
+	left := leaveAfter(t, addr, "/v1/embeddings", `{"model":"m","input":"hi"}`, `"data":[`)
 	select {
 	case at := <-closed:
 		if d := at.Sub(left); d > drainIdle+3*time.Second {
