@@ -295,7 +295,7 @@ var passedSettings = [...]struct{ from, to string }{
 	{"safety_identifier", "safety_identifier"}, {"prompt_cache_key", "prompt_cache_key"},
 	{"service_tier", "service_tier"}, {"max_output_tokens", "max_completion_tokens"},
 	{"reasoning.effort", "reasoning_effort"}, {"text.verbosity", "verbosity"},
-	{"top_logprobs", "top_logprobs"},
+	{"top_logprobs", "top_logprobs"}, {"prompt_cache_retention", "prompt_cache_retention"},
 }
 
 // includesLogprobs reports whether include (the request's list of extra
@@ -389,6 +389,19 @@ func echo(root gjson.Result) []byte {
 	member("reasoning", `{"effort":null,"summary":null}`)
 	member("store", "true")
 	member("truncation", `"disabled"`)
+	// Repeated when the request gave them, as OpenAI's object does.
+	for _, o := range [...]struct {
+		key  string
+		kind gjson.Type
+	}{{"top_logprobs", gjson.Number}, {"service_tier", gjson.String}, {"user", gjson.String}, {"safety_identifier", gjson.String},
+		{"prompt_cache_key", gjson.String}, {"prompt_cache_retention", gjson.String}, {"background", gjson.False}} {
+		if v := root.Get(o.key); v.Type == o.kind {
+			b = append(b, `,"`...)
+			b = append(b, o.key...)
+			b = append(b, `":`...)
+			b = append(b, v.Raw...)
+		}
+	}
 	return b
 }
 

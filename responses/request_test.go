@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 	"github.com/llmgw/gateway/wiretest"
 )
 
@@ -356,5 +357,37 @@ func TestTranslateAcceptsSettingsAtTheirBounds(t *testing.T) {
 		if _, err := Translate([]byte(body), nil, nil); err != nil {
 			t.Errorf("%.120s: %v", body, err)
 		}
+	}
+}
+
+// The response object repeats the settings the request gave that OpenAI's
+// repeats too (they were left out), and the answer with them is one the
+// Responses schema takes; prompt_cache_retention reaches the upstream.
+func TestTranslateEchoesEverySetting(t *testing.T) {
+	t.Parallel()
+	body := `{"model":"m","input":"hi","top_logprobs":5,"service_tier":"flex","user":"u","safety_identifier":"s",` +
+		`"prompt_cache_key":"k","prompt_cache_retention":"24h","background":false,"store":false}`
+	r, err := Translate([]byte(body), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := gjson.Parse("{" + string(r.Echo) + "}")
+	for k, want := range map[string]string{"top_logprobs": "5", "service_tier": `"flex"`, "user": `"u"`, "safety_identifier": `"s"`,
+		"prompt_cache_key": `"k"`, "prompt_cache_retention": `"24h"`, "background": "false", "store": "false"} {
+		if got := echo.Get(k).Raw; got != want {
+			t.Errorf("echo %s = %s, want %s", k, got, want)
+		}
+	}
+	if gjson.GetBytes(r.Chat, "prompt_cache_retention").Str != "24h" {
+		t.Errorf("chat request %s", r.Chat)
+	}
+	h := wire.ResponsesHeader{ID: "resp_1", Created: 1767225600, Model: "m", Echo: r.Echo}
+	enc := wire.NewResponsesJSON(h)
+	var out []byte
+	for _, e := range []wire.Event{{Kind: wire.Role}, {Kind: wire.Text, Key: "content", Text: []byte("hi")}, {Kind: wire.Finish, Finish: "stop"}, {Kind: wire.End}} {
+		out = enc.Encode(out, &e)
+	}
+	if err := wiretest.LoadResponsesSchema(t).Validate("Response", out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }
