@@ -134,7 +134,10 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		return nil, pipeline.BadRequest("messages", "at least one user or assistant message is required")
 	}
 	out.System, out.Messages = t.system, t.msgs
-	if root.Get("response_format.type").Str == "json_object" {
+	if rf := root.Get("response_format"); rf.Get("type").Str == "json_object" ||
+		(rf.Get("type").Str == "json_schema" && !rf.Get("json_schema.schema").Exists()) {
+		// A json_schema without a schema (OpenAI's allows it) asks for
+		// JSON of no given shape: as json_object.
 		out.System = append(out.System, block{Type: "text", Text: jsonObjectInstruction})
 	}
 	if out.Tools, err = translateTools(root.Get("tools")); err != nil {
@@ -434,6 +437,9 @@ func outputFormatOf(rf gjson.Result) (*outputConfig, error) {
 		return nil, nil
 	}
 	schema := rf.Get("json_schema.schema")
+	if !schema.Exists() {
+		return nil, nil // no shape given: asked for as json_object is (TranslateRequest)
+	}
 	if !schema.IsObject() {
 		return nil, pipeline.BadRequest("response_format.json_schema.schema", "a json_schema response_format needs a schema object")
 	}

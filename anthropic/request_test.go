@@ -409,7 +409,7 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		// max_tokens plus a budget near 2^63 overflowed: Anthropic got a
 		// negative max_tokens.
 		{"huge budget", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":9223372036854775807},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
-		{"json_schema without a schema", `{"response_format":{"type":"json_schema","json_schema":{"name":"x"}},"messages":[{"role":"user","content":"x"}]}`, "response_format.json_schema.schema"},
+		{"json_schema with a schema that is no object", `{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":"x"}},"messages":[{"role":"user","content":"x"}]}`, "response_format.json_schema.schema"},
 		{"negative budget", `{"thinking":{"type":"enabled","budget_tokens":-5},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
 	}
 	for _, tc := range tests {
@@ -483,6 +483,12 @@ func TestTranslateRequestJSONObject(t *testing.T) {
 		if err != nil || strings.Contains(string(out), "JSON object") {
 			t.Errorf("%s: %v %s", rf, err, out)
 		}
+	}
+	// A json_schema without a schema (OpenAI's allows it) is JSON of no
+	// given shape: asked for as json_object is, not a 400.
+	out, err = TranslateRequest([]byte(`{"response_format":{"type":"json_schema","json_schema":{"name":"x"}},`+msgs+`}`), RequestOptions{Model: "m"})
+	if err != nil || !strings.Contains(string(out), jsonObjectInstruction[:20]) || gjson.GetBytes(out, "output_config").Exists() {
+		t.Errorf("json_schema without a schema: %v %s", err, out)
 	}
 }
 
