@@ -71,8 +71,9 @@ func prefix(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
 // other JSON encodings services echo it in (a tool's answer quoting the
 // credentials it was sent): with '/' escaped (PHP), with every character
 // past ASCII as \u escapes (Python's ensure_ascii, PHP; either case of hex
-// digit), with <, > and & as \u escapes (Go's encoding/json). Secrets
-// shorter than MinSecretLen are ignored.
+// digit), with <, > and & as \u escapes (Go's encoding/json), and as
+// .NET's System.Text.Json writes it (jsonEncodings). Secrets shorter than
+// MinSecretLen are ignored.
 func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -94,7 +95,6 @@ func (r *Redactor) Add(secrets ...string) {
 		for _, e := range jsonEncodings {
 			next.forms[e.escape(s)] = true
 		}
-		next.forms[dotnetEscape(s)] = true
 	}
 	for f := range next.forms {
 		k := prefix([]byte(f))
@@ -121,67 +121,38 @@ func (r *Redactor) Add(secrets ...string) {
 }
 
 // jsonEscape returns s escaped the way zerolog escapes a string value
-// (without the quotes).
-func jsonEscape(s string) string {
-	var b []byte
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c == '\b':
-				b = append(b, '\\', 'b')
-			case c == '\f':
-				b = append(b, '\\', 'f')
-			case c < 0x20 || c == 0x7f:
-				b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return string(b)
-}
+// (without the quotes): only what JSON requires.
+func jsonEscape(s string) string { return jsonEncoding{}.escape(s) }
 
 // jsonEncoding is one way a JSON encoder may write a string: which
-// characters it writes as escapes beyond those it must.
+// characters it writes as \u escapes beyond those JSON requires.
 type jsonEncoding struct {
-	slash, html, nonASCII, upper bool
+	slash    bool   // '/' as \/ (PHP)
+	nonASCII bool   // every character past ASCII (Python's ensure_ascii, PHP, .NET)
+	upper    bool   // upper-case hex digits
+	extra    string // these too (Go's encoding/json: <>&; .NET's: "+'`<>&)
 }
 
 // jsonEncodings are the encodings a secret is matched in besides
-// jsonEscape's (which escapes only what JSON requires).
+// jsonEscape's: each combination of '/' escaped, Go's <>&, every
+// character past ASCII and the case of the hex digits, and .NET's
+// System.Text.Json default (JavaScriptEncoder.Default).
 var jsonEncodings = func() []jsonEncoding {
 	var out []jsonEncoding
 	for _, slash := range []bool{false, true} {
-		for _, html := range []bool{false, true} {
+		for _, extra := range []string{"", "<>&"} {
 			for _, nonASCII := range []bool{false, true} {
 				for _, upper := range []bool{false, true} {
-					out = append(out, jsonEncoding{slash, html, nonASCII, upper})
+					out = append(out, jsonEncoding{slash: slash, nonASCII: nonASCII, upper: upper, extra: extra})
 				}
 			}
 		}
 	}
-	return out
+	return append(out, jsonEncoding{nonASCII: true, upper: true, extra: "\"+'`<>&"})
 }()
 
-// escape returns s as e writes it (without the quotes).
+// escape returns s as e writes it (without the quotes). An invalid byte
+// is U+FFFD, written as an escape.
 func (e jsonEncoding) escape(s string) string {
 	hex := "0123456789abcdef"
 	if e.upper {
@@ -191,43 +162,15 @@ func (e jsonEncoding) escape(s string) string {
 		return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
 	}
 	var b []byte
-	for _, r := range jsonEscape(s) { // what JSON requires first; its escapes are ASCII
-		switch {
-		case r == '/' && e.slash:
-			b = append(b, '\\', '/')
-		case (r == '<' || r == '>' || r == '&') && e.html:
-			b = u(b, r)
-		case r >= utf8.RuneSelf && e.nonASCII:
-			if r > 0xffff {
-				hi, lo := utf16.EncodeRune(r)
-				b = u(u(b, hi), lo)
-			} else {
-				b = u(b, r)
-			}
-		default:
-			b = utf8.AppendRune(b, r)
-		}
-	}
-	return string(b)
-}
-
-// dotnetEscape returns s as .NET's System.Text.Json writes it by default
-// (JavaScriptEncoder.Default): the double quote, the plus sign, the
-// apostrophe, the backtick, <, >, &, DEL and every character past ASCII as
-// upper-case \u escapes, the other controls as JSON's short escapes where
-// there is one.
-func dotnetEscape(s string) string {
-	const hex = "0123456789ABCDEF"
-	u := func(b []byte, r rune) []byte {
-		return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
-	}
-	var b []byte
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
+		invalid := r == utf8.RuneError && size == 1
 		i += size
 		switch {
-		case r == '\\':
-			b = append(b, '\\', '\\')
+		case strings.ContainsRune(e.extra, r):
+			b = u(b, r)
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
 		case r == '\n':
 			b = append(b, '\\', 'n')
 		case r == '\r':
@@ -238,13 +181,17 @@ func dotnetEscape(s string) string {
 			b = append(b, '\\', 'b')
 		case r == '\f':
 			b = append(b, '\\', 'f')
-		case r > 0xffff:
+		case r < 0x20 || r == 0x7f || invalid:
+			b = u(b, r)
+		case r == '/' && e.slash:
+			b = append(b, '\\', '/')
+		case r > 0xffff && e.nonASCII:
 			hi, lo := utf16.EncodeRune(r)
 			b = u(u(b, hi), lo)
-		case r < 0x20 || r >= 0x7f || strings.ContainsRune("\"+'`<>&", r):
-			b = u(b, r) // an invalid byte is U+FFFD, as .NET writes it
+		case r >= utf8.RuneSelf && e.nonASCII:
+			b = u(b, r)
 		default:
-			b = append(b, byte(r))
+			b = utf8.AppendRune(b, r)
 		}
 	}
 	return string(b)
