@@ -666,3 +666,25 @@ func TestAnthropicWhitespaceStop(t *testing.T) {
 		}
 	}
 }
+
+// A request Anthropic cannot take is refused naming what the client sent:
+// a chat request its own message's index, a Responses request its own
+// fields (include, input), not the chat request the gateway built from it.
+func TestAnthropicRefusalsNameTheClientsFields(t *testing.T) {
+	t.Parallel()
+	h := anthropicHarness(t)
+	for _, c := range []struct{ path, body, param string }{
+		{"/chat/completions", `{"model":"claude-big","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,AAAA"}}]}]}`,
+			"messages[1].content[0].type"},
+		{"/responses", `{"model":"claude-big","include":["message.output_text.logprobs"],"input":"hi"}`, "include"},
+		{"/responses", `{"model":"claude-big","instructions":"s","input":[{"role":"user","content":[{"type":"input_file","filename":"a.pdf","file_data":"data:application/pdf;base64,AAAA"}]}]}`, "input"},
+	} {
+		status, _, raw := h.post(c.path, c.body, nil)
+		if p := gjson.GetBytes(raw, "error.param").Str; status != http.StatusBadRequest || p != c.param {
+			t.Errorf("%s %s: %d %s, want param %q", c.path, c.body, status, raw, c.param)
+		}
+		if c.path == "/responses" && strings.Contains(gjson.GetBytes(raw, "error.message").Str, "messages[") {
+			t.Errorf("%s: the message names the chat request: %s", c.body, raw)
+		}
+	}
+}

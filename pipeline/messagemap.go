@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -57,6 +58,11 @@ func (m MessageMap) ClientParam(param string) string {
 	if m == (MessageMap{}) {
 		return param
 	}
+	if m.Input {
+		if p, ok := responsesParam(param); ok {
+			return p
+		}
+	}
 	if param == messagesKey {
 		return m.name()
 	}
@@ -68,6 +74,55 @@ func (m MessageMap) ClientParam(param string) string {
 		return ref
 	}
 	return ref + param[n:]
+}
+
+// responsesParam names a chat request field by the Responses request
+// field it was translated from: a refusal of the chat request the gateway
+// built from a Responses request names what the client sent. ok is false
+// for a param that is not a translated field. A tool's index is dropped:
+// the chat tools are the client's function tools alone, so their indices
+// need not be the client's.
+func responsesParam(param string) (string, bool) {
+	name, rest := param, ""
+	if i := strings.IndexAny(param, ".["); i >= 0 {
+		name, rest = param[:i], param[i:]
+	}
+	switch name {
+	case "logprobs":
+		return "include", true
+	case "max_completion_tokens", "max_tokens":
+		return "max_output_tokens", true
+	case "reasoning_effort":
+		return "reasoning.effort", true
+	case "verbosity":
+		return "text.verbosity", true
+	case "tools", "functions":
+		return "tools", true
+	case "tool_choice", "function_call":
+		return "tool_choice", true
+	case "response_format":
+		// response_format.json_schema.schema is text.format.schema.
+		rest = strings.TrimPrefix(rest, ".json_schema")
+		if rest != "" && rest[0] != '.' {
+			rest = ""
+		}
+		return "text.format" + rest, true
+	}
+	return "", false
+}
+
+// ClientError returns err with its param and message naming what the
+// client sent (ClientParam, ClientText) when it is a refusal of the
+// request the gateway built (an *Error: a provider translation's), else
+// err itself.
+func (m MessageMap) ClientError(err error) error {
+	var pe *Error
+	if m == (MessageMap{}) || !errors.As(err, &pe) {
+		return err
+	}
+	c := *pe
+	c.Param, c.Message = m.ClientParam(pe.Param), m.ClientText(pe.Message)
+	return &c
 }
 
 // ClientText returns an upstream error's message with each reference to a

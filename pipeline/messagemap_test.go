@@ -156,3 +156,36 @@ func shiftedIndex(param, got string, shift int) (int, bool) {
 	gn, err2 := strconv.Atoi(got[gi:gj])
 	return gn, err1 == nil && err2 == nil && param[:pi] == got[:gi] && param[pj:] == got[gj:] && gn == pn-shift
 }
+
+// A Responses request's refusal names the Responses field the chat field
+// was translated from; a chat request's keeps the chat name.
+func TestClientParamResponsesFields(t *testing.T) {
+	in := MessageMap{Rewritten: true, Input: true}
+	for param, want := range map[string]string{
+		"logprobs":                           "include",
+		"max_completion_tokens":              "max_output_tokens",
+		"max_tokens":                         "max_output_tokens",
+		"reasoning_effort":                   "reasoning.effort",
+		"verbosity":                          "text.verbosity",
+		"tools[3].function.name":             "tools",
+		"tools.3":                            "tools",
+		"tool_choice.function.name":          "tool_choice",
+		"response_format":                    "text.format",
+		"response_format.json_schema.schema": "text.format.schema",
+		"response_format.type":               "text.format.type",
+		"messages[2].content":                "input",
+		"temperature":                        "temperature",
+		"logprobsx":                          "logprobsx",
+	} {
+		if got := in.ClientParam(param); got != want {
+			t.Errorf("%q: got %q, want %q", param, got, want)
+		}
+	}
+	if got := (MessageMap{Prepended: 1}).ClientParam("logprobs"); got != "logprobs" {
+		t.Errorf("chat: %q", got)
+	}
+	err := (MessageMap{Rewritten: true, Input: true}).ClientError(BadRequest("messages[1].content[0].type", "bad part at messages[1].content[0]"))
+	if e := err.(*Error); e.Param != "input" || e.Message != "bad part at input" {
+		t.Errorf("ClientError: %+v", e)
+	}
+}

@@ -351,7 +351,7 @@ func (u *Upstream) prepare(ctx context.Context, req *pipeline.Request, x *upstre
 	if pc.messages {
 		var err error
 		if body, err = u.messagesBody(target, body); err != nil {
-			return err
+			return req.Messages.ClientError(err)
 		}
 	} else if m := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model"); m.Str != target.Upstream {
 		if m.Type == gjson.String && m.Index > 0 {
