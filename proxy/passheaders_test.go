@@ -485,6 +485,15 @@ func leaveAfter(t *testing.T, addr, path, body, marker string) time.Time {
 // not read.
 func TestPassthroughCompressedUnderTwoHeadersCut(t *testing.T) {
 	t.Parallel()
+	for _, split := range []bool{false, true} {
+		t.Run(fmt.Sprintf("split=%v", split), func(t *testing.T) {
+			t.Parallel()
+			compressedUnderTwoHeaders(t, split)
+		})
+	}
+}
+
+func compressedUnderTwoHeaders(t *testing.T, split bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -502,8 +511,15 @@ func TestPassthroughCompressedUnderTwoHeadersCut(t *testing.T) {
 			return
 		}
 		_, _ = io.Copy(io.Discard, req.Body)
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Encoding: identity\r\nContent-Length: %d\r\n\r\n", len(gz))
-		_, _ = c.Write(gz)
+		if !split {
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Encoding: identity\r\nContent-Length: %d\r\n\r\n", len(gz))
+			_, _ = c.Write(gz)
+			return
+		}
+		// The magic bytes in two reads: a first chunk of one byte.
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n%s\r\n", gz[:1])
+		time.Sleep(100 * time.Millisecond)
+		_, _ = fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(gz)-1, gz[1:])
 	}()
 	addr, _ := serveGateway(t, "http://"+ln.Addr().String()+"/v1", pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 		return nil, nil

@@ -443,6 +443,21 @@ func looksCompressed(b []byte) bool {
 	return false
 }
 
+// magicLen is the length of the longest magic number looksCompressed
+// reads (zstd's).
+const magicLen = 4
+
+// compressedPrefix reports whether b, shorter than magicLen, may be the
+// start of a magic number looksCompressed reads.
+func compressedPrefix(b []byte) bool {
+	for _, m := range [...]string{"\x1f\x8b", "\x28\xb5\x2f\xfd", "\x78"} {
+		if len(b) < len(m) && string(b) == m[:len(b)] {
+			return true
+		}
+	}
+	return false
+}
+
 // errCompressedAnswer is the cause of a pass-through answer compressed
 // though the gateway asked for it uncompressed.
 var errCompressedAnswer = errors.New("proxy: the upstream answered compressed, though asked for identity")
@@ -552,6 +567,13 @@ func (s *Server) copyBody(x *exchange, pc *providerClient, freq *fasthttp.Reques
 			}
 			watchMu.Unlock()
 			k, err := src.Read(buf)
+			for first && err == nil && k > 0 && k < magicLen && compressedPrefix(buf[:k]) {
+				// A first read too short to tell (a one-byte chunk): read
+				// on until the magic bytes are whole.
+				var n int
+				n, err = src.Read(buf[k:])
+				k += n
+			}
 			if left.Load() && !x.sse {
 				gone = true // it left while the read waited: its timeout is the drain's, no failure
 			}
