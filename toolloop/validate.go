@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -39,7 +40,11 @@ func (l *Loop) validateMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 
 func validateArgs(sch *jsonschema.Schema, args []byte) error {
 	inst, err := argsInstance(args)
-	if err != nil {
+	var dup *repeatedKeyError
+	switch {
+	case errors.As(err, &dup):
+		return &ToolError{Kind: "invalid_arguments", Message: "the arguments repeat the key " + strconv.Quote(string(*dup)) + "; send each key once"}
+	case err != nil:
 		return &ToolError{Kind: "invalid_arguments", Message: "the arguments are not valid JSON; send one JSON object"}
 	}
 	err = sch.Validate(inst)
@@ -84,17 +89,89 @@ func validateArgs(sch *jsonschema.Schema, args []byte) error {
 // instance for every input (FuzzArgsInstance). The instance's strings may
 // be views of args (view): validateArgs uses it, and the errors that name
 // its values, only while args is unchanged.
+//
+// Arguments nested deeper than jsonvalid allows are not JSON to the
+// gateway, and a key repeated in one object is refused (errRepeatedKey):
+// the validator would judge one of its values and the tool might read the
+// other, so that a value the schema refuses would reach the tool.
 func argsInstance(args []byte) (any, error) {
-	if !jsonvalid.Bytes(args) || !utf8.Valid(args) || bytes.Contains(args, unicodeEscape) {
+	if !jsonvalid.Bytes(args) {
+		return nil, errInvalidArgs
+	}
+	v := view(args)
+	if !utf8.Valid(args) || bytes.Contains(args, unicodeEscape) {
+		if k, ok := repeatedKey(v); ok {
+			return nil, repeatedKeyError(k)
+		}
 		return jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	}
-	return instanceOf(view(args)), nil
+	var dup *repeatedKeyError
+	inst := instanceOf(v, &dup)
+	if dup != nil {
+		return nil, dup
+	}
+	return inst, nil
+}
+
+var errInvalidArgs = errors.New("toolloop: tool arguments are not JSON")
+
+// repeatedKeyError names a key an object of the arguments repeats.
+type repeatedKeyError string
+
+func (e repeatedKeyError) Error() string { return "toolloop: the arguments repeat the key " + string(e) }
+
+// repeatedKey finds a key that an object in v repeats, comparing keys as
+// the schema validator's reader decodes them (each byte of invalid UTF-8
+// as U+FFFD).
+func repeatedKey(v gjson.Result) (string, bool) {
+	var found string
+	dup := false
+	var walk func(v gjson.Result)
+	walk = func(v gjson.Result) {
+		if v.IsArray() {
+			v.ForEach(func(_, e gjson.Result) bool {
+				walk(e)
+				return !dup
+			})
+			return
+		}
+		if !v.IsObject() {
+			return
+		}
+		seen := map[string]bool{}
+		v.ForEach(func(k, e gjson.Result) bool {
+			key := decodedKey(k.Str)
+			if seen[key] {
+				found, dup = key, true
+				return false
+			}
+			seen[key] = true
+			walk(e)
+			return !dup
+		})
+	}
+	walk(v)
+	return found, dup
+}
+
+// decodedKey is s with each byte of invalid UTF-8 replaced by U+FFFD, as
+// encoding/json reads a string.
+func decodedKey(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r) // an invalid byte ranges as U+FFFD, one byte at a time
+	}
+	return b.String()
 }
 
 var unicodeEscape = []byte(`\u`)
 
-// instanceOf converts one valid JSON value found by gjson.
-func instanceOf(v gjson.Result) any {
+// instanceOf converts one valid JSON value found by gjson; a repeated key
+// of an object is set in *dup (the first found).
+func instanceOf(v gjson.Result, dup **repeatedKeyError) any {
 	switch v.Type {
 	case gjson.Null:
 		return nil
@@ -110,14 +187,18 @@ func instanceOf(v gjson.Result) any {
 	if v.IsArray() {
 		a := []any{}
 		v.ForEach(func(_, e gjson.Result) bool {
-			a = append(a, instanceOf(e))
+			a = append(a, instanceOf(e, dup))
 			return true
 		})
 		return a
 	}
 	m := map[string]any{}
 	v.ForEach(func(k, e gjson.Result) bool {
-		m[k.Str] = instanceOf(e) // a repeated key: the last one, as encoding/json
+		if _, ok := m[k.Str]; ok && *dup == nil {
+			e := repeatedKeyError(k.Str)
+			*dup = &e
+		}
+		m[k.Str] = instanceOf(e, dup)
 		return true
 	})
 	return m

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // A schema error names the deepest failing property as a JSON pointer: the
@@ -74,6 +76,16 @@ func FuzzArgsInstance(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, gerr := argsInstance(b)
 		want, werr := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		var dup *repeatedKeyError
+		switch {
+		case errors.As(gerr, &dup):
+			return // refused where the library keeps the last value
+		case errors.Is(gerr, errInvalidArgs) && werr == nil:
+			if bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) <= jsonvalid.MaxDepth {
+				t.Fatalf("%q: refused, not deep", b)
+			}
+			return // deeper than the gateway takes
+		}
 		if (gerr != nil) != (werr != nil) {
 			t.Fatalf("%q: error %v, library's %v", b, gerr, werr)
 		}
@@ -81,6 +93,33 @@ func FuzzArgsInstance(f *testing.F) {
 			t.Fatalf("%q: instance %#v, library's %#v", b, got, want)
 		}
 	})
+}
+
+// Arguments deeper than the gateway takes JSON, or repeating a key in one
+// object, are invalid arguments: the schema would judge one value of a
+// repeated key and the tool might read the other.
+func TestValidateArgsRepeatedKeyAndDepth(t *testing.T) {
+	t.Parallel()
+	sch, err := compileSchema(`{"type":"object","properties":{"q":{"type":"string","enum":["safe"]}},"required":["q"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := `{"q":"safe","x":` + strings.Repeat("[", 1500) + strings.Repeat("]", 1500) + `}`
+	for args, refused := range map[string]bool{
+		`{"q":"evil","q":"safe"}`:                        true,
+		`{"\u0071":"evil","q":"safe"}`:                   true,
+		"{\"q\":\"safe\",\"x\":{\"\xff\":1,\"\xfe\":2}}": true,
+		`{"q":"safe","x":{"a":1,"a":1}}`:                 true,
+		deep:                                             true,
+		`{"q":"safe","x":{"q":1}}`:                       false,
+		`{"q":"safe","x":[{"a":1},{"a":2}]}`:             false,
+	} {
+		err := validateArgs(sch, []byte(args))
+		var te *ToolError
+		if refused != (err != nil) || err != nil && (!errors.As(err, &te) || te.Kind != "invalid_arguments") {
+			t.Errorf("%.60q: %v, want refused %v", args, err, refused)
+		}
+	}
 }
 
 // A deep argument list is an invalid-arguments result, not a crash.
