@@ -475,6 +475,14 @@ const (
 )
 
 func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
+	if p := ctx.Request.Header.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
+		// fasthttp serves any version it is given as HTTP/1.1: a client
+		// speaking another would read the answer wrongly.
+		ctx.SetConnectionClose()
+		s.writeError(ctx, x, &pipeline.Error{Status: fasthttp.StatusHTTPVersionNotSupported, Type: pipeline.TypeInvalidRequest,
+			Code: "http_version_not_supported", Message: "This server speaks HTTP/1.1 and HTTP/1.0."})
+		return
+	}
 	if err := ambiguousCredential(&ctx.Request.Header); err != nil {
 		s.writeError(ctx, x, err)
 		return
