@@ -517,7 +517,7 @@ func keep[T any](path, kind string, newValue func() T) T {
 func buildLimiter(cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) *limits.Limiter {
 	o := limits.Options{Config: cfg, Logger: log}
 	if rdb != nil {
-		o.Store, o.Prefix = limits.NewRedisStore(rdb), limitsPrefix(cfg.Redis)
+		o.Store, o.Prefix = limits.NewRedisStore(rdb, cfg.Redis.Timeout.D()), limitsPrefix(cfg.Redis)
 	} else {
 		o.Store = keep(cfg.Path, "limits", limits.NewMemoryStore)
 	}

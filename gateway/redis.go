@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,11 +27,19 @@ func redisClient(r *config.Redis) (redis.UniversalClient, error) {
 		Username: r.Username, Password: r.Password, DB: r.DB,
 		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
 		MaxRetries: -1, // fail fast: callers fail open
-		TLSConfig:  tlsConf,
+		// A caller's deadline bounds the whole call, retries and
+		// redirects of a cluster included.
+		ContextTimeoutEnabled: true,
+		TLSConfig:             tlsConf,
 	}
 	switch r.Mode {
 	case "cluster":
-		o.Addrs, o.IsClusterMode = r.Addrs, true
+		o.Addrs = r.Addrs
+		co := o.Cluster()
+		co.ClusterStateReloadInterval = clusterReload
+		c := redis.NewClusterClient(co)
+		c.AddHook(followFailover{c})
+		return c, nil
 	case "sentinel":
 		o.Addrs, o.MasterName = r.Addrs, r.MasterName
 		o.SentinelUsername, o.SentinelPassword = r.SentinelUsername, r.SentinelPassword
@@ -75,4 +85,44 @@ func limitsPrefix(r *config.Redis) string {
 		return r.Prefix + "{limits}:"
 	}
 	return r.Prefix
+}
+
+// clusterReload bounds how old a cluster client's map of slots to nodes
+// gets without a failure that reloads it (go-redis's default is a minute).
+const clusterReload = 10 * time.Second
+
+// followFailover reloads a cluster client's map of slots to nodes when a
+// call fails other than by a Redis reply (a refused connection, a
+// timeout): go-redis reloads it on a MOVED or ASK reply, which a master
+// that died never sends, so every call for its slots went on failing on
+// it for up to a minute after its replica had taken over (found by a
+// probe killing a master). The reload runs in the background, one at a
+// time.
+type followFailover struct{ c *redis.ClusterClient }
+
+func (followFailover) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f followFailover) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		f.failed(err)
+		return err
+	}
+}
+
+func (f followFailover) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		f.failed(err)
+		return err
+	}
+}
+
+func (f followFailover) failed(err error) {
+	var reply redis.Error
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &reply) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") && !redis.HasErrorPrefix(err, "TRYAGAIN") {
+		return // answered by Redis: the map is not the cause
+	}
+	f.c.ReloadState(context.Background())
 }

@@ -286,3 +286,108 @@ func TestRedisTLSFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisClusterFollowsFailover: when a cluster master dies and its
+// replica takes over its slots, the gateway's client follows within
+// moments; go-redis alone keeps its map of slots to nodes, and so fails
+// every call for those slots on the dead master, until its periodic reload
+// a minute later, since a dead master sends no MOVED. A call while the
+// master is down is bounded by the configured timeout.
+func TestRedisClusterFollowsFailover(t *testing.T) {
+	t.Parallel()
+	cl := testredis.StartReplicatedCluster(t)
+	rdb, err := redisClient(&config.Redis{Mode: "cluster", Addrs: cl.Addrs()[:2], Timeout: config.Duration(200 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	const key = "fo:{limits}:probe"
+	set := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		return rdb.Set(ctx, key, "v", 0).Err()
+	}
+	if err := set(); err != nil {
+		t.Fatal(err)
+	}
+	master := slotMaster(t, rdb.(*redis.ClusterClient), key)
+	node := cl.Node(master)
+	if node == nil {
+		t.Fatalf("no node at %s", master)
+	}
+	node.Stop()
+	// While it is down and not yet replaced, a call fails within its bound.
+	start := time.Now()
+	if err := set(); err == nil {
+		t.Fatal("a call to a dead master succeeded")
+	} else if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a call to a dead master took %v", d)
+	}
+	// A survivor names the promoted replica.
+	var survivor string
+	for _, a := range cl.Addrs() {
+		if a != master {
+			survivor = a
+			break
+		}
+	}
+	direct := redis.NewClient(&redis.Options{Addr: survivor, MaxRetries: -1})
+	t.Cleanup(func() { _ = direct.Close() })
+	slot := int(direct.ClusterKeySlot(context.Background(), key).Val())
+	promoted := time.Now().Add(20 * time.Second)
+	for time.Now().Before(promoted) {
+		if m := ownerOf(direct, slot); m != "" && m != master {
+			break
+		}
+		_ = set() // traffic meanwhile, as a gateway's
+		time.Sleep(100 * time.Millisecond)
+	}
+	if m := ownerOf(direct, slot); m == "" || m == master {
+		t.Fatalf("the replica was not promoted: owner %q", m)
+	}
+	// The client follows at once (go-redis's own reload comes after a minute).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := set()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the promotion the client still fails: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// slotMaster is the address of the master that holds key's slot.
+func slotMaster(t *testing.T, c *redis.ClusterClient, key string) string {
+	t.Helper()
+	var addr string
+	err := c.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		if n, err := m.Exists(ctx, key).Result(); err == nil && n == 1 {
+			addr = m.Options().Addr
+		}
+		return nil
+	})
+	if err != nil || addr == "" {
+		t.Fatalf("no master holds %s: %v", key, err)
+	}
+	return addr
+}
+
+// ownerOf is the address of the master slot is assigned to in rdb's view,
+// "" when it cannot say.
+func ownerOf(rdb *redis.Client, slot int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	slots, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return ""
+	}
+	for _, s := range slots {
+		if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
+			return s.Nodes[0].Addr
+		}
+	}
+	return ""
+}

@@ -54,7 +54,7 @@ func stores(t *testing.T, f func(t *testing.T, newStore func() Store)) {
 		var n atomic.Int64
 		f(t, func() Store {
 			// Each limiter gets its own key space on the shared server.
-			return &prefixed{Store: NewRedisStore(rdb), n: n.Add(1)}
+			return &prefixed{Store: NewRedisStore(rdb, 0), n: n.Add(1)}
 		})
 	})
 }
@@ -422,7 +422,7 @@ func TestRedisDownFailOpenAndClosed(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
 		defer rdb.Close()
 		cfg, _ := config.Parse([]byte(baseTOML + "[middleware.limits]\nfail = \"" + mode + "\"\n[[limits]]\ntenant = \"*\"\nrequests_per_minute = 100\n"))
-		l := New(Options{Config: cfg, Store: NewRedisStore(rdb), Prefix: mode + ":", Logger: zerolog.Nop()})
+		l := New(Options{Config: cfg, Store: NewRedisStore(rdb, 0), Prefix: mode + ":", Logger: zerolog.Nop()})
 		defer l.Close()
 		h := l.Middleware()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 			return &pipeline.Response{Body: []byte(`{}`)}, nil

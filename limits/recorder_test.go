@@ -40,7 +40,7 @@ func TestSpendKeptThroughRedisOutage(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	at := time.Now()
-	l := newLimiterAt(t, "[[budgets]]\ntenant = \"w\"\namount = 0.0001\n", func() Store { return NewRedisStore(rdb) }, "outage", func() time.Time { return at })
+	l := newLimiterAt(t, "[[budgets]]\ntenant = \"w\"\namount = 0.0001\n", func() Store { return NewRedisStore(rdb, 0) }, "outage", func() time.Time { return at })
 
 	srv.Stop()
 	for range 2 {
@@ -63,7 +63,7 @@ func TestSpendKeptThroughRedisOutage(t *testing.T) {
 // it, its reply was lost) is applied once.
 func TestBatchSentAgainCountsOnce(t *testing.T) {
 	t.Parallel()
-	st := NewRedisStore(testredis.Start(t).Client(t))
+	st := NewRedisStore(testredis.Start(t).Client(t), 0)
 	now := time.Now()
 	b := []addition{{key: "rec:x", kind: kindSeq, n: 1}, {key: "spend", kind: kindBudget, n: 70}}
 	for range 2 {
@@ -181,7 +181,7 @@ func TestAdmitRoundDoesNotWaitOnBacklog(t *testing.T) {
 func TestFailedBatchDropsRateCorrections(t *testing.T) {
 	t.Parallel()
 	rdb := testredis.Start(t).Client(t)
-	st := &flakyStore{Store: NewRedisStore(rdb)}
+	st := &flakyStore{Store: NewRedisStore(rdb, 0)}
 	r := newRecorder(st, zerolog.Nop(), "rec:x")
 	t.Cleanup(r.close)
 	st.down.Store(true)
@@ -208,7 +208,7 @@ func TestBatchRefusedByRedisIsDropped(t *testing.T) {
 	if err := rdb.HSet(ctx, "spend:w", "x", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := newRecorder(NewRedisStore(rdb), zerolog.Nop(), "rec:x")
+	r := newRecorder(NewRedisStore(rdb, 0), zerolog.Nop(), "rec:x")
 	t.Cleanup(r.close)
 	before := testutil.ToFloat64(recordsDropped)
 	r.add([]addition{{key: "spend:w", kind: kindBudget, n: 70}}) // WRONGTYPE
@@ -241,7 +241,7 @@ func TestBatchKeptThroughAuthFailure(t *testing.T) {
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx := context.Background()
-	r := newRecorder(NewRedisStore(rdb), zerolog.Nop(), "rec:auth")
+	r := newRecorder(NewRedisStore(rdb, 0), zerolog.Nop(), "rec:auth")
 	t.Cleanup(r.close)
 	if err := admin.ConfigSet(ctx, "requirepass", "rotated").Err(); err != nil {
 		t.Fatal(err)

@@ -138,17 +138,23 @@ return 1
 // than a batch waits to be sent again.
 const seqTTL = 24 * time.Hour
 
-// redisStore keeps the counters in Redis, shared by every replica. Every
-// call is bounded by the client's own timeouts. Safe for concurrent use.
+// redisStore keeps the counters in Redis, shared by every replica. A
+// request's check is bounded by timeout as a whole (the script's EVALSHA
+// and EVAL, a cluster's redirects and retries); the other calls by the
+// client's own timeouts and their callers'. Safe for concurrent use.
 type redisStore struct {
-	rdb redis.UniversalClient
+	rdb     redis.UniversalClient
+	timeout time.Duration
 }
 
 var _ Store = (*redisStore)(nil)
 
 // NewRedisStore returns a Store on rdb; keys are used as given (the caller
-// prefixes them).
-func NewRedisStore(rdb redis.UniversalClient) Store { return &redisStore{rdb: rdb} }
+// prefixes them). timeout bounds a request's check (0: the client's own
+// timeouts alone).
+func NewRedisStore(rdb redis.UniversalClient, timeout time.Duration) Store {
+	return &redisStore{rdb: rdb, timeout: timeout}
+}
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
@@ -166,6 +172,11 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 	for i, c := range checks {
 		keys[i] = c.key
 		args = append(args, string(rune(c.kind)), c.limit, c.costOf(tokens))
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
 	}
 	vals, err := takeScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {

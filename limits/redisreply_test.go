@@ -91,7 +91,7 @@ func TestTakeRefusesAnOutOfRangeReply(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: fakeRedis(t, reply), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
 		var out outcome
-		err := NewRedisStore(rdb).Take(context.Background(), time.Now(), "id", []check{{key: "k", kind: kindRate, limit: 10}}, 0, &out)
+		err := NewRedisStore(rdb, 0).Take(context.Background(), time.Now(), "id", []check{{key: "k", kind: kindRate, limit: 10}}, 0, &out)
 		if err == nil {
 			t.Fatalf("reply %q: no error (denied %d)", reply, out.denied)
 		}

@@ -13,8 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a Redis Cluster of three masters (no replicas) on loopback
-// ports, created with redis-cli --cluster create.
+// Cluster is a Redis Cluster of three masters (and, started by
+// StartReplicatedCluster, a replica of each) on loopback ports, created
+// with redis-cli --cluster create.
 type Cluster struct {
 	Nodes []*Server
 }
@@ -23,10 +24,40 @@ type Cluster struct {
 // the test when redis-server or redis-cli is missing.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, 0)
+}
+
+// StartReplicatedCluster runs three masters with a replica each, which
+// takes over its master's slots when the master dies (Stop).
+func StartReplicatedCluster(t testing.TB) *Cluster {
+	t.Helper()
+	c := startCluster(t, 1)
+	for _, n := range c.Nodes {
+		waitFor(t, "a replica of every master on "+n.Addr(), func(ctx context.Context, rdb *redis.Client) bool {
+			info, err := rdb.Info(ctx, "replication").Result()
+			return err == nil && (strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") ||
+				strings.Contains(info, "role:master") && strings.Contains(info, "connected_slaves:1"))
+		}, n.Addr(), "")
+	}
+	return c
+}
+
+// Node returns the node at addr, nil when there is none.
+func (c *Cluster) Node(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+func startCluster(t testing.TB, replicas int) *Cluster {
+	t.Helper()
 	bin, cli := lookPath(t, "redis-server"), lookPath(t, "redis-cli")
 	dir := t.TempDir()
 	c := &Cluster{}
-	for i := range 3 {
+	for i := range 3 * (1 + replicas) {
 		// The bus port is chosen too: the default (port+10000) may be taken.
 		c.Nodes = append(c.Nodes, newServer(t, bin, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(i)+".conf"),
@@ -35,7 +66,7 @@ func StartCluster(t testing.TB) *Cluster {
 	parallel(c.Nodes, (*Server).launch)
 	parallel(c.Nodes, (*Server).wait)
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -43,7 +74,7 @@ func StartCluster(t testing.TB) *Cluster {
 	for _, n := range c.Nodes {
 		waitFor(t, "cluster_state:ok on "+n.Addr(), func(ctx context.Context, rdb *redis.Client) bool {
 			info, err := rdb.ClusterInfo(ctx).Result()
-			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
+			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Nodes)))
 		}, n.Addr(), "")
 	}
 	return c
