@@ -658,3 +658,51 @@ func TestRequiredChoiceFinalRoundOffersOnlyClientTools(t *testing.T) {
 		}
 	}
 }
+
+// With no server tool offered the loop only normalizes the client's calls:
+// a call of a tool the client did not offer is handed over with the others
+// in one model call, streamed and not, never answered by the gateway as an
+// unknown server tool (which dropped it, or looped the model until its
+// error budget ran out).
+func TestUnofferedCallWithoutServerToolsIsTheClients(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		m := &fakeModel{turns: []turnFn{always(
+			[]string{
+				chunk("up-1", `{"role":"assistant","content":null}`, ""),
+				chunk("up-1", callWhole(0, "call_w", "get_weather", `{"city":"Oslo"}`), ""),
+				chunk("up-1", callWhole(1, "call_t", "get_time", `{}`), ""),
+				chunk("up-1", `{}`, "tool_calls"),
+				usageChunk("up-1", 10, 5, 0),
+			},
+			completion("up-1", "", `[{"id":"call_w","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},`+
+				`{"id":"call_t","type":"function","function":{"name":"get_time","arguments":"{}"}}]`, "tool_calls", 10, 5))}}
+		l := newLoop(t, nil, nil)
+		body := userBody + `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+		if stream {
+			body += `,"stream":true`
+		}
+		resp, err := l.Chat(context.Background(), request(m, stream, body+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		var finish string
+		if stream {
+			sum := checkStream(t, sse(t, resp.Stream), false)
+			for _, c := range sum.ToolCalls {
+				names = append(names, c.Name)
+			}
+			finish = sum.FinishReason
+		} else {
+			gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#.function.name").ForEach(func(_, v gjson.Result) bool {
+				names = append(names, v.Str)
+				return true
+			})
+			finish = gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str
+		}
+		if strings.Join(names, ",") != "get_weather,get_time" || finish != "tool_calls" || m.calls() != 1 {
+			t.Errorf("stream %v: calls %v finish %q model calls %d", stream, names, finish, m.calls())
+		}
+	}
+}

@@ -261,6 +261,11 @@ func (s *session) classify(c *call) {
 	switch {
 	case s.p.isClient(c.name):
 		c.kind = kindClient
+	case len(s.p.set.tools) == 0:
+		// No server tool is offered (the loop only normalizes the client's
+		// calls): a call of a name the client did not offer is the
+		// client's too, as the provider would have handed it over.
+		c.kind = kindClient
 	case s.gate(c): // a gated server tool: shown to the client for approval
 	default:
 		c.kind = kindServer // unknown names go to the tool chain: an error result the model can act on
