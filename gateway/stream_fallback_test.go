@@ -447,18 +447,23 @@ func TestNoAnswerIsNeverCached(t *testing.T) {
 }
 
 // An upstream that cuts its answer off (a JSON body shorter than its
-// Content-Length, a stream before its first event) is the same failure
+// Content-Length, a stream before its first event, a connection reset
+// after the request was sent) is the same failure
 // streamed or not: when every model does, both clients get 502
 // upstream_cut, never "upstream unreachable" for an upstream that answered.
 func TestCutAnswerIsTheSameErrorStreamedOrNot(t *testing.T) {
 	t.Parallel()
 	want := result{status: 502, typ: "server_error", code: "upstream_cut", msg: "upstream closed the connection before the response was complete"}
-	for _, stream := range []bool{false, true} {
+	for _, c := range []struct {
+		stream bool
+		fault  *mockllm.Fault
+	}{{false, mockllm.CutFault(0)}, {true, mockllm.CutFault(0)}, {false, mockllm.ResetFault()}, {true, mockllm.ResetFault()}} {
+		stream := c.stream
 		h := newHarness(t, fallbackConfig, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
-			return mockllm.Turn{Text: "an answer long enough to be cut in half", Fault: mockllm.CutFault(0)}
+			return mockllm.Turn{Text: "an answer long enough to be cut in half", Fault: c.fault}
 		}})
 		if got := chatResult(t, h, primaryParams(), stream); got != want {
-			t.Fatalf("stream=%v: got %+v, want %+v", stream, got, want)
+			t.Fatalf("stream=%v reset=%v: got %+v, want %+v", stream, c.fault.Reset, got, want)
 		}
 		if calls := [3]int{h.mock.Calls("up-primary"), h.mock.Calls("up-small"), h.mock.Calls("up-large")}; calls != [3]int{2, 2, 2} {
 			t.Fatalf("stream=%v: upstream calls %v, want a retry and every fallback", stream, calls)

@@ -166,10 +166,10 @@ type UpstreamKind int
 // The kinds of upstream failure.
 const (
 	UpstreamStatus    UpstreamKind = iota // a non-2xx response
-	UpstreamConnect                       // refused, reset, DNS, TLS before any response
+	UpstreamConnect                       // refused, DNS, TLS: the request was not taken
 	UpstreamTimeout                       // connect, first-byte or total timeout
 	UpstreamIdle                          // a stream stalled longer than the idle timeout
-	UpstreamCut                           // the connection ended before [DONE]
+	UpstreamCut                           // the connection ended (closed, reset) after the request, before the answer was whole
 	UpstreamMalformed                     // bytes that are not a valid SSE chunk
 )
 

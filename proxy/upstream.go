@@ -624,9 +624,17 @@ func setOnly(h *fasthttp.RequestHeader, k, v string) {
 func (pc *providerClient) transportError(err error) error {
 	kind := pipeline.UpstreamConnect
 	var ne net.Error
-	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
-		errors.Is(err, fasthttp.ErrNoFreeConns) || (errors.As(err, &ne) && ne.Timeout()) {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
+		errors.Is(err, fasthttp.ErrNoFreeConns) || (errors.As(err, &ne) && ne.Timeout()):
 		kind = pipeline.UpstreamTimeout
+	case errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &op) && op.Op == "read":
+		// The upstream was reached and took the request, then closed or
+		// reset the connection without an answer: cut, as a stream that
+		// ends before its first event is, not unreachable.
+		kind = pipeline.UpstreamCut
 	}
 	return &pipeline.UpstreamError{Kind: kind, Provider: pc.cfg.Name, Err: err}
 }
