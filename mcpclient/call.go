@@ -69,6 +69,11 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
 		signal(s.probe)
 		if tooLarge(err) {
+			if !s.breakSession(sess) {
+				// The connection was broken by another call's answer: this
+				// call's own output is not known to be too large.
+				return nil, false, ErrUnavailable
+			}
 			m.log.Warn().Err(err).Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is over the bound on one message")
 			return msgTooLarge, true, nil
 		}

@@ -72,6 +72,21 @@ func TestCallJSONRPCErrorOverStdio(t *testing.T) {
 	if err != nil || !isErr || string(data) != string(msgTooLarge) {
 		t.Fatalf("answer over the bound: %q isErr=%v err=%v", data, isErr, err)
 	}
+	// The answer broke the connection: the next call is not told its own
+	// output was too large, and the server is back moments later.
+	data, _, err = m.Call(ctx, "rpcerr", nil)
+	if string(data) == string(msgTooLarge) {
+		t.Fatalf("the call after the broken connection: %q err=%v", data, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		data, _, err = m.Call(ctx, "rpcerr", nil)
+		if err == nil && string(data) == "Invalid params: widget not found" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the broken connection: %q err=%v", data, err)
+		}
+	}
 }
 
 // rpcServer is an SDK server whose "widget" and "long" tools answer with

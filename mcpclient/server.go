@@ -25,6 +25,7 @@ type server struct {
 	changed chan struct{}           // tools/list_changed, coalesced
 	probe   chan struct{}           // a call failed at the transport: ping now
 	stuck   chan *mcp.ClientSession // a call is blocked past its deadline on this session: end it
+	broken  chan *mcp.ClientSession // an answer over the bound broke this session: end it
 
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil while down
@@ -34,7 +35,8 @@ type server struct {
 
 func newServer(m *Manager, cfg config.MCPServer) *server {
 	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
-		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1), stuck: make(chan *mcp.ClientSession, 1)}
+		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1), stuck: make(chan *mcp.ClientSession, 1),
+		broken: make(chan *mcp.ClientSession, 1)}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -155,6 +157,13 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 			s.setDown("down: not reading its input", nil)
 			log.Warn().Msg("mcp: a call is still blocked sending to the server past its deadline; reconnecting")
 			reapStdio(tr) // fails the blocked writes, which Close would wait for
+			return nil
+		case b := <-s.broken:
+			if b != sess {
+				continue // a call on an earlier connection
+			}
+			log.Warn().Msg("mcp: an answer over the bound on one message broke the connection; reconnecting")
+			reapStdio(tr)
 			return nil
 		case <-s.probe:
 			pctx, cancel := context.WithTimeout(ctx, min(s.timeout, 5*time.Second))
@@ -316,6 +325,27 @@ func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
 	metricUp.WithLabelValues(s.cfg.Name).Set(1)
 	metricTools.WithLabelValues(s.cfg.Name).Set(float64(len(tools)))
 	s.m.publish()
+}
+
+// breakSession takes sess, which an answer over the bound on one message
+// broke (the SDK closes the connection), out of use at once and has the
+// connection ended: calls made on it meanwhile would fail with the same
+// error, and be told their own output was too large. It reports whether
+// sess was still in use (false: an earlier call broke it, or it was
+// replaced).
+func (s *server) breakSession(sess *mcp.ClientSession) bool {
+	s.mu.Lock()
+	current := s.session == sess
+	s.mu.Unlock()
+	if !current {
+		return false
+	}
+	s.setDown("down: connection broken", nil)
+	select {
+	case s.broken <- sess:
+	default:
+	}
+	return true
 }
 
 func (s *server) setDown(state string, err error) {
