@@ -706,3 +706,31 @@ func TestUnofferedCallWithoutServerToolsIsTheClients(t *testing.T) {
 		}
 	}
 }
+
+// A server call is reported with where its tool lives: a near miss under
+// the tool it ran as, and a name no tool answers to as "gateway" (it got
+// the gateway's unknown-tool error), never as a builtin.
+func TestServerCallSource(t *testing.T) {
+	t.Parallel()
+	calls := `[{"id":"c1","type":"function","function":{"name":"nonexistent_zz","arguments":"{}"}},` +
+		`{"id":"c2","type":"function","function":{"name":"calculater","arguments":"{\"expression\":\"1+1\"}"}}]`
+	m := &fakeModel{turns: []turnFn{
+		always(nil, completion("up-1", "", calls, "tool_calls", 10, 5)),
+		always(nil, completion("up-2", "done", "", "stop", 10, 5)),
+	}}
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	req := request(m, false, userBody+`}`)
+	var mu sync.Mutex
+	got := map[string]string{}
+	req.OnServerCall = func(c *pipeline.ServerCall) {
+		mu.Lock()
+		got[c.Name] = c.Source
+		mu.Unlock()
+	}
+	if _, err := l.Chat(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got["nonexistent_zz"] != "gateway" || got["calculater"] != "builtin" {
+		t.Fatalf("sources %v", got)
+	}
+}

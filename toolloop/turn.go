@@ -372,8 +372,14 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 
 // reportCall tells the request's OnServerCall of a server call that ran.
 func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
-	src := "builtin"
-	if t := s.p.set.get(c.name); t != nil {
+	// A name no offered tool answers to (an unknown tool) lives nowhere:
+	// "gateway", whose error result it got, as an approval's label is.
+	src := "gateway"
+	t := s.p.set.get(c.name)
+	if t == nil && r.Name != "" {
+		t = s.p.set.get(r.Name) // a near miss, run under the tool's own name
+	}
+	if t != nil {
 		src = t.cfg.Kind
 		if t.cfg.Server != "" {
 			src = t.cfg.Server
