@@ -22,8 +22,11 @@ func manyToolsServer() {
 	for i := range tools {
 		tools[i] = fmt.Sprintf("t%d", i)
 	}
-	if os.Getenv(manyToolsServerEnv) == "skipped" {
+	switch os.Getenv(manyToolsServerEnv) {
+	case "skipped":
 		tools[maxServerTools] = "bad name"
+	case "repeated":
+		tools[maxServerTools] = "t7" // listed twice
 	}
 	stdioServer("many", tools, nil, nil)
 }
@@ -58,20 +61,26 @@ func TestToolListBounded(t *testing.T) {
 
 // TestToolListBoundCountsToolsTakenUp: a tool skipped for its name does
 // not count against the bound: a server with exactly maxServerTools usable
-// tools and one unusable is taken up whole.
+// tools and one unusable is taken up whole. A name the server lists twice is taken up once (the first), and the
+// repeat counts as a skipped tool does.
 func TestToolListBoundCountsToolsTakenUp(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := Start(Options{
-		Servers:   defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: "skipped"}}),
-		Logger:    testLogger(t),
-		StartWait: time.Minute,
-	})
-	defer m.Close()
-	if n := len(m.Tools()); n != maxServerTools {
-		t.Fatalf("%d tools taken up (status %q); want all %d usable ones", n, m.Status()["mcp:many"], maxServerTools)
+	for _, mode := range []string{"skipped", "repeated"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			m := Start(Options{
+				Servers:   defaulted(config.MCPServer{Name: "many", Command: exe, Env: map[string]string{manyToolsServerEnv: mode}}),
+				Logger:    testLogger(t),
+				StartWait: time.Minute,
+			})
+			defer m.Close()
+			if n := len(m.Tools()); n != maxServerTools {
+				t.Fatalf("%d tools taken up (status %q); want all %d usable ones", n, m.Status()["mcp:many"], maxServerTools)
+			}
+		})
 	}
 }

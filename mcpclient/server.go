@@ -227,6 +227,7 @@ var errTooManyTools = fmt.Errorf("the server lists more than %d tools; select fe
 func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, error) {
 	var out []*Tool
 	read := 0
+	seen := map[string]bool{}
 	for t, err := range sess.Tools(ctx, nil) {
 		if err != nil {
 			return nil, err
@@ -245,6 +246,11 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: tool name is not a valid OpenAI function name; skipped")
 			continue
 		}
+		if seen[name] {
+			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: the server lists a tool name twice; the first is kept")
+			continue
+		}
+		seen[name] = true
 		params, ok := inputSchema(t.InputSchema)
 		if !ok {
 			s.m.log.Warn().Str("mcp_server", s.cfg.Name).Str("tool", name).Msg("mcp: tool input schema is not an object schema; skipped")

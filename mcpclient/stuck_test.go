@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		oddSchemasServer()
 		return
 	}
-	if v := os.Getenv(manyToolsServerEnv); v == "1" || v == "skipped" {
+	if v := os.Getenv(manyToolsServerEnv); v == "1" || v == "skipped" || v == "repeated" {
 		manyToolsServer()
 		return
 	}
