@@ -527,6 +527,11 @@ func TestResponsesFallbackAndFailure(t *testing.T) {
 		!strings.HasPrefix("partial answer that is cut", f.OutputText()) || f.OutputText() == "" {
 		t.Fatalf("cut: %s status %q error %+v text %q", sum.Terminal, f.Status, f.Error.Message, f.OutputText())
 	}
+	// Its id was announced: it is stored, failed, as OpenAI keeps one.
+	g, err := h.client.Responses.Get(context.Background(), f.ID, responses.ResponseGetParams{})
+	if err != nil || g.Status != "failed" || g.Error.Message != f.Error.Message || g.OutputText() != f.OutputText() {
+		t.Fatalf("GET of the failed response: %v %+v", err, g)
+	}
 }
 
 // A round that fails after a server tool ran ends the stream with

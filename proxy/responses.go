@@ -329,13 +329,19 @@ func (f *responsesForm) fail(dst []byte, err error) []byte {
 	if c := env.Get("code").String(); c == pipeline.CodeRateLimitExceeded {
 		code = c
 	}
-	return f.enc.Fail(dst, code, env.Get("message").String())
+	dst = f.enc.Fail(dst, code, env.Get("message").String())
+	if f.rq.Store {
+		// Its id was announced (response.created): a GET finds it failed,
+		// with its error and what it output before, as OpenAI keeps one.
+		f.save(f.enc.Object(nil))
+	}
+	return dst
 }
 
-// save stores the finished response (object) when the request asked,
-// with the conversation its output continues.
+// save stores the finished or failed response (object) when the request
+// asked, with the conversation its output continues.
 func (f *responsesForm) save(object []byte) {
-	if !f.rq.Store || f.enc.Status() == "failed" {
+	if !f.rq.Store {
 		return
 	}
 	ctx, cancel := context.WithTimeout(f.s.base, 5*time.Second)
