@@ -67,16 +67,21 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 			return rpcMessage(we), true, nil
 		}
 		metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
-		signal(s.probe)
 		if tooLarge(err) {
+			// Before the probe, whose failed ping would take the session
+			// down first and leave this call looking like a bystander.
 			if !s.breakSession(sess) {
 				// The connection was broken by another call's answer: this
-				// call's own output is not known to be too large.
+				// call's own output is not known to be too large. (Calls
+				// in flight together all fail with the SDK's one error:
+				// the first to get here is told, which may not be the
+				// one whose answer was too large.)
 				return nil, false, ErrUnavailable
 			}
 			m.log.Warn().Err(err).Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is over the bound on one message")
 			return msgTooLarge, true, nil
 		}
+		signal(s.probe)
 		return nil, false, err
 	}
 	if res.IsError {

@@ -91,7 +91,7 @@ func validateArgs(sch *jsonschema.Schema, args []byte) error {
 // its values, only while args is unchanged.
 //
 // Arguments nested deeper than jsonvalid allows are not JSON to the
-// gateway, and a key repeated in one object is refused (errRepeatedKey):
+// gateway, and a key repeated in one object is refused (repeatedKeyError):
 // the validator would judge one of its values and the tool might read the
 // other, so that a value the schema refuses would reach the tool.
 func argsInstance(args []byte) (any, error) {
@@ -101,7 +101,8 @@ func argsInstance(args []byte) (any, error) {
 	v := view(args)
 	if !utf8.Valid(args) || bytes.Contains(args, unicodeEscape) {
 		if k, ok := repeatedKey(v); ok {
-			return nil, repeatedKeyError(k)
+			e := repeatedKeyError(k)
+			return nil, &e
 		}
 		return jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	}
@@ -118,7 +119,7 @@ var errInvalidArgs = errors.New("toolloop: tool arguments are not JSON")
 // repeatedKeyError names a key an object of the arguments repeats.
 type repeatedKeyError string
 
-func (e repeatedKeyError) Error() string { return "toolloop: the arguments repeat the key " + string(e) }
+func (e *repeatedKeyError) Error() string { return "toolloop: the arguments repeat the key " + string(*e) }
 
 // repeatedKey finds a key that an object in v repeats, comparing keys as
 // the schema validator's reader decodes them (each byte of invalid UTF-8

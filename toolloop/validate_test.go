@@ -70,7 +70,7 @@ func TestSchemaRefsNeverReadFiles(t *testing.T) {
 // gives it, for every input: the same instance, or an error for both.
 func FuzzArgsInstance(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":1,"a":2}`, `{"n":1.50e+3,"s":"x\"y\n","b":[true,false,null]}`, `[1,{"k":[]}]`,
-		`"\u00e9\ud800"`, "{\"bad\xff\":1}", `{"a":`, `1 2`, ` 7 `, `-0.0`, `{"a":{"b":{"c":[[[]]]}}}`} {
+		`"\u00e9\ud800"`, "{\"bad\xff\":1}", `{"\u0071":1,"q":2}`, "{\"q\":\"\xff\",\"q\":1}", `{"a":`, `1 2`, ` 7 `, `-0.0`, `{"a":{"b":{"c":[[[]]]}}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -118,6 +118,9 @@ func TestValidateArgsRepeatedKeyAndDepth(t *testing.T) {
 		var te *ToolError
 		if refused != (err != nil) || err != nil && (!errors.As(err, &te) || te.Kind != "invalid_arguments") {
 			t.Errorf("%.60q: %v, want refused %v", args, err, refused)
+		}
+		if refused && args != deep && te != nil && !strings.Contains(te.Message, "repeat the key") {
+			t.Errorf("%.60q: %q does not say which key repeats", args, te.Message)
 		}
 	}
 }
