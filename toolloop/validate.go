@@ -119,7 +119,9 @@ var errInvalidArgs = errors.New("toolloop: tool arguments are not JSON")
 // repeatedKeyError names a key an object of the arguments repeats.
 type repeatedKeyError string
 
-func (e *repeatedKeyError) Error() string { return "toolloop: the arguments repeat the key " + string(*e) }
+func (e *repeatedKeyError) Error() string {
+	return "toolloop: the arguments repeat the key " + string(*e)
+}
 
 // repeatedKey finds a key that an object in v repeats, comparing keys as
 // the schema validator's reader decodes them (each byte of invalid UTF-8
