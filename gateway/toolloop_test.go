@@ -588,11 +588,21 @@ func TestShutdownAfterServerToolIsNotRetried(t *testing.T) {
 		code int
 		hdr  http.Header
 		body []byte
+		err  error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		code, hdr, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"look it up"}]}`, nil)
-		done <- answer{code, hdr, b}
+		// Not h.post: its t.Fatal on this goroutine would leave the test
+		// waiting for ever.
+		resp, err := http.Post(h.base+"/chat/completions", "application/json",
+			strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"look it up"}]}`))
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, resp.Header, b, err}
 	}()
 	for deadline := time.Now().Add(10 * time.Second); len(se.runs()) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -604,6 +614,9 @@ func TestShutdownAfterServerToolIsNotRetried(t *testing.T) {
 	defer cancel()
 	_ = h.srv.Shutdown(ctx)
 	a := <-done
+	if a.err != nil {
+		t.Fatalf("the answer at shutdown: %v", a.err)
+	}
 	if a.code != http.StatusServiceUnavailable || a.hdr.Get("X-Should-Retry") != "false" ||
 		gjson.GetBytes(a.body, "error.code").Str != "server_shutting_down" {
 		t.Fatalf("%d x-should-retry %q: %s", a.code, a.hdr.Get("X-Should-Retry"), a.body)

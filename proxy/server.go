@@ -191,7 +191,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = c.Close()
 	}
 	s.connsMu.Unlock()
-	defer s.closeConns()
+	defer func() {
+		// A handler that returned has its answer still to be written by
+		// fasthttp (a JSON request cancelled at the grace period's end,
+		// answered 503): closed now, its client would read a reset.
+		s.waitWritten(finalWrites)
+		s.closeConns()
+	}()
 	s.adminMu.Lock()
 	for _, a := range s.admin {
 		_ = a.Shutdown() // operator routes answer at once: nothing to drain
@@ -264,6 +270,19 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 
 // closeConns closes every connection still open when Shutdown returns:
 // their requests have ended or were given up on.
+// waitWritten waits, up to d, until fasthttp has closed every connection
+// it serves (at shutdown it closes each once its answer is written).
+func (s *Server) waitWritten(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		s.connsMu.Lock()
+		n := len(s.open)
+		s.connsMu.Unlock()
+		if n == 0 {
+			return
+		}
+	}
+}
+
 func (s *Server) closeConns() {
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()
