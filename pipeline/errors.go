@@ -81,6 +81,7 @@ const (
 	CodeUpstreamMalformed        = "upstream_malformed"
 	CodeUpstreamResponseTooLarge = "upstream_response_too_large"
 	CodeUpstreamUnreachable      = "upstream_unreachable"
+	CodeHTTPVersionNotSupported  = "http_version_not_supported" // a request line of another HTTP version than 1.1 or 1.0
 	CodeNoRoute                  = "no_route"
 	CodeBadUpstream              = "bad_upstream"
 	CodeToolChoiceUnmet          = "tool_choice_unmet" // a prompted model did not call the tool tool_choice requires

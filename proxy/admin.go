@@ -28,7 +28,11 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	srv := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			x := s.begin(ctx, s.rt.Load())
-			path, err := canonicalPath(string(ctx.Request.URI().PathOriginal()))
+			err := unsupportedVersion(ctx)
+			var path string
+			if err == nil {
+				path, err = canonicalPath(string(ctx.Request.URI().PathOriginal()))
+			}
 			if err == nil && !s.handleOps(ctx, x, path, false) {
 				err = unknownURL(path)
 			}

@@ -294,6 +294,19 @@ func (s *Server) closeConns() {
 	}
 }
 
+// unsupportedVersion refuses (505, its connection closed) a request line
+// of an HTTP version other than 1.1 and 1.0: fasthttp serves any version
+// it is given as HTTP/1.1, which a client speaking another would read
+// wrongly.
+func unsupportedVersion(ctx *fasthttp.RequestCtx) error {
+	if p := ctx.Request.Header.Protocol(); string(p) == "HTTP/1.1" || string(p) == "HTTP/1.0" {
+		return nil
+	}
+	ctx.SetConnectionClose()
+	return &pipeline.Error{Status: fasthttp.StatusHTTPVersionNotSupported, Type: pipeline.TypeInvalidRequest,
+		Code: pipeline.CodeHTTPVersionNotSupported, Message: "This server speaks HTTP/1.1 and HTTP/1.0."}
+}
+
 // requestID returns the client's X-Request-Id, or a new id written into
 // buf: the string is a view of buf, which must outlive it and never change
 // (it is the exchange's own array).
@@ -451,6 +464,9 @@ func (s *Server) earlyError(ctx *fasthttp.RequestCtx, e error) int {
 // max_body_bytes the 413, all before the client sends a byte of the body;
 // fasthttp closes the connection after. Any other goes on.
 func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
+	if err := unsupportedVersion(ctx); err != nil {
+		return s.earlyError(ctx, err)
+	}
 	cl := ctx.Request.Header.ContentLength()
 	rt := s.rt.Load() // the limit a reload set, as the route reads it
 	if max := rt.Config.Server.MaxBodyBytes; max > 0 && cl > max {
@@ -494,12 +510,8 @@ const (
 )
 
 func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
-	if p := ctx.Request.Header.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
-		// fasthttp serves any version it is given as HTTP/1.1: a client
-		// speaking another would read the answer wrongly.
-		ctx.SetConnectionClose()
-		s.writeError(ctx, x, &pipeline.Error{Status: fasthttp.StatusHTTPVersionNotSupported, Type: pipeline.TypeInvalidRequest,
-			Code: "http_version_not_supported", Message: "This server speaks HTTP/1.1 and HTTP/1.0."})
+	if err := unsupportedVersion(ctx); err != nil {
+		s.writeError(ctx, x, err)
 		return
 	}
 	if err := ambiguousCredential(&ctx.Request.Header); err != nil {
