@@ -167,7 +167,7 @@ type UpstreamKind int
 // The kinds of upstream failure.
 const (
 	UpstreamStatus    UpstreamKind = iota // a non-2xx response
-	UpstreamConnect                       // refused, DNS, TLS: the request was not taken
+	UpstreamConnect                       // refused, DNS, a TLS verification failure: the request was not taken
 	UpstreamTimeout                       // connect, first-byte or total timeout
 	UpstreamIdle                          // a stream stalled longer than the idle timeout
 	UpstreamCut                           // the connection ended (closed, reset) after the request, before the answer was whole

@@ -633,7 +633,9 @@ func (pc *providerClient) transportError(err error) error {
 		errors.As(err, &op) && op.Op == "read":
 		// The upstream was reached and took the request, then closed or
 		// reset the connection without an answer: cut, as a stream that
-		// ends before its first event is, not unreachable.
+		// ends before its first event is, not unreachable. (fasthttp
+		// reports a reset during a TLS handshake the same way: it is
+		// counted here too.)
 		kind = pipeline.UpstreamCut
 	}
 	return &pipeline.UpstreamError{Kind: kind, Provider: pc.cfg.Name, Err: err}
