@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -354,5 +355,43 @@ period = "day"
 	}
 	if status, _, body := chatRequest(t, h.base, "sk-team"); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
 		t.Fatalf("a chat call after the budget was spent through pass-through: %d %s", status, body)
+	}
+}
+
+// A JSON call whose client leaves before the answer is charged an estimate
+// of its input, as a stream the client leaves is: the provider had the
+// request. It was charged nothing, so a tenant could spend the operator's
+// money by leaving just before each answer.
+func TestAbandonedJSONCallIsCharged(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{FirstByteDelay: 2 * time.Second,
+		Respond: mockllm.Sequence(mockllm.Turn{Text: "too late", Usage: &mockllm.Usage{Prompt: 7, Completion: 11}})})
+	var before int64
+	for _, c := range []struct{ path, body string }{
+		{"/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"a question the client will not wait for"}]}`},
+		{"/embeddings?delay=2000", `{"model":"gpt-x","input":"a text the client will not wait for"}`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.base+c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s: the client got %d before it left", c.path, resp.StatusCode)
+		}
+		cancel()
+		var body []byte
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			_, _, body = getUsage(t, h.base, "")
+			if gjson.GetBytes(body, "total.input_tokens").Int() > before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the abandoned call was not charged: %s", c.path, body)
+			}
+		}
+		if n := gjson.GetBytes(body, "total.output_tokens").Int(); n != 0 {
+			t.Fatalf("%s: output tokens %d of an answer never read", c.path, n)
+		}
+		before = gjson.GetBytes(body, "total.input_tokens").Int()
 	}
 }

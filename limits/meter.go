@@ -35,6 +35,13 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 		call, strip := askUsage(r)
 		resp, err := next.Chat(ctx, call)
 		if err != nil {
+			if ctx.Err() != nil {
+				// The client left (or the gateway shut down) with the call
+				// under way: the provider had the request and may bill it,
+				// as it would a stream the client left. Its input is
+				// estimated, as an abandoned stream's is.
+				l.charge(ctx, r, tokens{}, false)
+			}
 			return resp, err
 		}
 		l.metered(ctx, r, resp, strip)

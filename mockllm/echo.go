@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"github.com/llmgw/gateway/jsonstring"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -15,8 +16,11 @@ import (
 // `data: {"n":i,"echo":<the JSON above>}` with ChunkDelay between them, then
 // [DONE]; usage=N reports N prompt tokens, as embeddings do: a top-level
 // "usage":{"prompt_tokens":N,"total_tokens":N} after the echo (in the last
-// event when streamed).
+// event when streamed); delay=N waits N ms before the answer's head.
 func (s *Server) echo(ctx *fasthttp.RequestCtx) {
+	if ms, err := strconv.Atoi(string(ctx.QueryArgs().Peek("delay"))); err == nil && ms > 0 {
+		s.sleep(time.Duration(ms) * time.Millisecond)
+	}
 	b := make([]byte, 0, 256+len(ctx.PostBody()))
 	b = append(b, `{"method":`...)
 	b = jsonstring.Append(b, string(ctx.Method()))

@@ -133,6 +133,11 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		default:
 			err = pc.transportError(err)
 		}
+		if left && pb.metered && pb.estimate && x.call != nil {
+			// The provider had the request and may bill it: its input is
+			// estimated, as a chat call's whose client left is.
+			x.call.Charge(wire.ChatUsage{}, true)
+		}
 		s.passError(ctx, x, err)
 		return
 	}
