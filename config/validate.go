@@ -112,6 +112,10 @@ func (c *Config) validateServer(p *problems) {
 	p.checkEnum("server.log_level", c.Server.LogLevel, LogLevels...)
 	p.checkEnum("server.log_format", c.Server.LogFormat, LogFormats...)
 	p.checkPositive("server.max_body_bytes", int64(c.Server.MaxBodyBytes))
+	p.checkPositive("server.read_timeout", int64(c.Server.ReadTimeout))
+	p.checkPositive("server.write_timeout", int64(c.Server.WriteTimeout))
+	p.checkPositive("server.idle_timeout", int64(c.Server.IdleTimeout))
+	p.checkPositive("server.shutdown_timeout", int64(c.Server.ShutdownTimeout))
 	p.checkBuffer("server.read_buffer", c.Server.ReadBuffer)
 	p.checkBuffer("server.write_buffer", c.Server.WriteBuffer)
 	if g := c.Server.GCMinGrowthBytes; g != nil && (*g < 0 || *g > 1<<30) {
@@ -141,6 +145,15 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
 		p.checkBuffer(at+".read_buffer", pr.ReadBuffer)
 		p.checkPositive(at+".retry_after_cap", int64(pr.RetryAfterCap))
+		p.checkPositive(at+".connect_timeout", int64(pr.ConnectTimeout))
+		p.checkPositive(at+".first_byte_timeout", int64(pr.FirstByteTimeout))
+		p.checkPositive(at+".stream_idle_timeout", int64(pr.StreamIdleTimeout))
+		p.checkPositive(at+".total_timeout", int64(pr.TotalTimeout))
+		p.checkPositive(at+".max_conns", int64(pr.MaxConns))
+		if pr.Mock != nil {
+			p.checkPositive(at+".mock.first_byte_delay", int64(pr.Mock.FirstByteDelay))
+			p.checkPositive(at+".mock.chunk_delay", int64(pr.Mock.ChunkDelay))
+		}
 		if *pr.Retries < 0 || *pr.Retries > 10 {
 			p.add(at+".retries", "%d is outside 0..10", *pr.Retries)
 		}
@@ -202,6 +215,8 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 		}
 		tools[t.Name] = true
 		p.checkPositive(at+".timeout", int64(t.Timeout))
+		p.checkPositive(at+".concurrency", int64(t.Concurrency))
+		p.checkPositive(at+".cache_ttl", int64(t.CacheTTL))
 		if t.Parameters != "" && !json.Valid([]byte(t.Parameters)) {
 			p.add(at+".parameters", "not valid JSON")
 		}
@@ -322,6 +337,11 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 		p.add("middleware.fallback.shared_breakers", "true needs a [redis] section")
 	}
 	ce := c.Middleware.ContextEdit
+	p.checkPositive("middleware.context_edit.keep", int64(ce.Keep))
+	p.checkPositive("middleware.context_edit.clear_at_least", int64(ce.ClearAtLeast))
+	if ce.Trigger < 0 {
+		p.add("middleware.context_edit.trigger", "%v is negative", ce.Trigger)
+	}
 	p.checkEnum("middleware.context_edit.last_resort", ce.LastResort, "error", "drop_turns", "summarize")
 	p.checkEnum("middleware.context_edit.summary_fallback", ce.SummaryFallback, "error", "drop_turns")
 	if ce.LastResort == "summarize" && !slices.ContainsFunc(c.Models, func(m Model) bool { return m.Name == ce.SummaryModel }) {
