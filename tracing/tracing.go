@@ -58,6 +58,20 @@ func New(ctx context.Context, cfg config.Tracing) (*Tracer, error) {
 	return NewWithExporter(cfg, exp), nil
 }
 
+// serviceResource is the process's resource named name, unless the
+// environment names it (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES): the
+// environment's attributes win over the config's, as the README says.
+func serviceResource(name string) *resource.Resource {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(name)))
+	if err != nil {
+		return resource.Default()
+	}
+	if env, err := resource.Merge(res, resource.Environment()); err == nil {
+		res = env
+	}
+	return res
+}
+
 // NewWithExporter builds the tracer provider of cfg (enabled or not)
 // around exp, batched as New does: for tests and benchmarks that export to
 // memory.
@@ -66,10 +80,7 @@ func NewWithExporter(cfg config.Tracing, exp sdktrace.SpanExporter) *Tracer {
 	if cfg.SampleRatio != nil {
 		ratio = *cfg.SampleRatio
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName)))
-	if err != nil {
-		res = resource.Default()
-	}
+	res := serviceResource(cfg.ServiceName)
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
