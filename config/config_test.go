@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -100,6 +101,13 @@ func TestShippedConfigIsValid(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-test")
 	if c, err = Load("../config.toml"); err != nil || len(c.Models) < 3 {
 		t.Fatalf("with a key, the OpenAI models appear: %v %d", err, len(c.Models))
+	}
+	// The README's quick start: the OpenAI models fall back to demo
+	// (fallbacks do not chain, so each lists it).
+	for _, m := range c.Models {
+		if m.Provider == "openai" && !slices.Contains(m.Fallbacks, "demo") {
+			t.Errorf("%s does not fall back to demo: %v", m.Name, m.Fallbacks)
+		}
 	}
 	_ = os.Getenv
 }
