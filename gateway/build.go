@@ -280,6 +280,9 @@ func (b *builder) startShared() (err error) {
 	b.store = buildStore(cfg, b.rdb)
 	b.limiter = buildLimiter(cfg, b.rdb, b.log)
 	b.closers = append(b.closers, b.limiter.Close)
+	if cfg.Tracing.Enabled {
+		useOtelLogger(b.log)
+	}
 	if b.seams.spans != nil && cfg.Tracing.Enabled {
 		b.tracer = tracing.NewWithExporter(cfg.Tracing, b.seams.spans)
 	} else if b.tracer, err = tracing.New(context.Background(), cfg.Tracing); err != nil {

@@ -111,3 +111,69 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestTraceExportFailuresLogThroughZerolog: with the trace collector down,
+// each failed export is reported by OpenTelemetry's global error handler,
+// which wrote to stderr on its own ("traces export: ... connection
+// refused") among the JSON lines. The reports reach the gateway's logger,
+// rate limited, and nothing goes to stderr.
+//
+// Not parallel: the error handler and stderr are the process's.
+func TestTraceExportFailuresLogThroughZerolog(t *testing.T) {
+	mock := mockllm.New(mockllm.Options{Respond: numbered})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collector := dead.Addr().String()
+	_ = dead.Close() // nothing listens there now
+	cfg, err := config.Parse([]byte(strings.ReplaceAll(cacheConfig, "{{MOCK}}", mockURL) +
+		"\n[tracing]\nenabled = true\nendpoint = \"http://" + collector + "\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &lockedBuffer{}
+	log := zerolog.New(sink).Level(zerolog.WarnLevel)
+	stderr := captureStderr(t)
+	rt, err := Build(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := proxy.NewServer(rt, log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+	for range 3 {
+		resp, err := http.Post(url, "application/json", strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"q"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// The batch goes out within a second; its export fails at once.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(sink.String(), `"source":"otel"`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	srv.Runtime().Close()
+	leaked := stderr()
+	if strings.Contains(leaked, "export") {
+		t.Errorf("OpenTelemetry wrote to stderr on its own:\n%s", leaked)
+	}
+	if !strings.Contains(sink.String(), `"source":"otel"`) {
+		t.Errorf("no failed export reached the gateway's logger:\n%s", sink.String())
+	}
+}

@@ -85,14 +85,18 @@ func (t *Tracer) Request() pipeline.Middleware {
 			if r.Hints.TraceParent != "" {
 				ctx = propagator.Extract(ctx, propagation.MapCarrier{"traceparent": r.Hints.TraceParent, "tracestate": r.Hints.TraceState})
 			}
-			ctx, span := t.tr.Start(ctx, serverSpanName, serverSpan...)
+			name, path := serverSpanName, urlPathChat
+			if r.Messages.Input {
+				name, path = responsesSpanName, urlPathResponses // a Responses request, translated to chat
+			}
+			ctx, span := t.tr.Start(ctx, name, serverSpan...)
 			if !span.IsRecording() {
 				// Not sampled: the context still carries the trace for
 				// propagation, and nothing else is spent on it.
 				return next.Chat(ctx, r)
 			}
 			a := newAttrs()
-			a.add(semconv.HTTPRequestMethodPost, urlPathChat, semconv.GenAIOperationNameChat,
+			a.add(semconv.HTTPRequestMethodPost, path, semconv.GenAIOperationNameChat,
 				semconv.GenAIRequestModel(r.Model), attrStream.Bool(r.Stream))
 			r.TraceID = span.SpanContext().TraceID().String()
 			ctx = context.WithValue(ctx, stateKey{}, &requestState{})
@@ -118,15 +122,23 @@ func (t *Tracer) Request() pipeline.Middleware {
 				a.end(span)
 				return resp, nil
 			}
-			resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a}
+			resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a, server: true}
 			return resp, nil
 		})
 	}
 }
 
 var (
-	urlPathChat = semconv.URLPath(pipeline.ChatEndpoint)
-	status200   = semconv.HTTPResponseStatusCode(200)
+	urlPathChat      = semconv.URLPath(pipeline.ChatEndpoint)
+	urlPathResponses = semconv.URLPath(responsesEndpoint)
+	status200        = semconv.HTTPResponseStatusCode(200)
+)
+
+// responsesEndpoint is the Responses API's path, whose requests the
+// pipeline serves translated to chat (pipeline.MessageMap.Input).
+const (
+	responsesEndpoint = "/v1/responses"
+	responsesSpanName = "POST " + responsesEndpoint
 )
 
 // cacheResults are the events' options of the response cache's answers.
@@ -316,8 +328,10 @@ func fail(span trace.Span, a *attrs, err error) {
 	switch {
 	case errors.As(err, &pe):
 		status = strconv.Itoa(pe.Status)
-	case errors.As(err, &ue):
+	case errors.As(err, &ue) && ue.Kind == pipeline.UpstreamStatus:
 		status = "upstream_" + strconv.Itoa(ue.Status)
+	case errors.As(err, &ue):
+		status = "upstream_" + ue.Kind.String() // no status: upstream_cut, upstream_timeout…
 	}
 	a.add(semconv.ErrorTypeKey.String(status))
 	span.SetStatus(codes.Error, status)
@@ -371,6 +385,7 @@ var (
 type spanStream struct {
 	pipeline.Stream
 	span   trace.Span
+	server bool // the request's span, which carries the HTTP status
 	usage  bool
 	mu     sync.Mutex
 	attrs  *attrs // nil once ended
@@ -418,6 +433,8 @@ func (s *spanStream) end(err error) {
 	}
 	if err != nil {
 		fail(s.span, s.attrs, err)
+	} else if s.server {
+		s.attrs.add(status200) // the answer streamed whole, as a JSON answer's 200
 	}
 	if s.finish != "" {
 		s.attrs.add(finishReason(s.finish))

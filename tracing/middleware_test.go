@@ -60,9 +60,10 @@ func TestSpanAttributes(t *testing.T) {
 	t.Parallel()
 	route := &pipeline.Route{Name: "gpt-x", Deployments: []pipeline.Target{{Provider: "up", Upstream: "gpt-x-up", Model: "gpt-x"}}}
 	for _, tc := range []struct {
-		name   string
-		stream bool
-	}{{"json", false}, {"stream", true}} {
+		name      string
+		stream    bool
+		responses bool
+	}{{"json", false, false}, {"stream", true, false}, {"responses", false, true}, {"responses stream", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			n := 0
@@ -86,20 +87,22 @@ func TestSpanAttributes(t *testing.T) {
 			})
 			r := &pipeline.Request{Model: "gpt-x", Route: route, Stream: tc.stream, Body: []byte(`{"model":"gpt-x","messages":[]}`),
 				Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "team"}}
+			endpoint := "/v1/chat/completions"
+			if tc.responses {
+				r.Messages.Input, endpoint = true, "/v1/responses"
+			}
 			spans := recorded(t, r, up)
 			if len(spans) != 3 {
 				t.Fatalf("%d spans", len(spans))
 			}
 			failed, ok, server := spans[0], spans[1], spans[2]
 			stream := fmt.Sprint(tc.stream)
-			if server.Name() != "POST /v1/chat/completions" || server.SpanKind() != trace.SpanKindServer {
+			if server.Name() != "POST "+endpoint || server.SpanKind() != trace.SpanKindServer {
 				t.Fatalf("server span %q %v", server.Name(), server.SpanKind())
 			}
-			want := "gateway.stream=" + stream + " gateway.tenant=team gen_ai.operation.name=chat gen_ai.request.model=gpt-x http.request.method=POST url.path=/v1/chat/completions"
-			if !tc.stream {
-				want += " http.response.status_code=200"
-				want = sortedAttrs(want)
-			}
+			want := sortedAttrs("gateway.stream=" + stream + " gateway.tenant=team gen_ai.operation.name=chat gen_ai.request.model=gpt-x http.request.method=POST url.path=" + endpoint +
+				" http.response.status_code=200")
+
 			if got := attrList(server); got != want {
 				t.Fatalf("server span:\n got %s\nwant %s", got, want)
 			}
