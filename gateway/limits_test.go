@@ -247,6 +247,12 @@ tokens_per_minute = 1000000
 	if status != 200 || gjson.GetBytes(body, "total.output_tokens").Int() != 11 || gjson.GetBytes(body, "total.input_tokens").Int() != 7 {
 		t.Fatalf("usage record: %d %s", status, body)
 	}
+	// The default window is the last 30 days, today included.
+	from, _ := time.Parse(time.DateOnly, gjson.GetBytes(body, "from").Str)
+	to, _ := time.Parse(time.DateOnly, gjson.GetBytes(body, "to").Str)
+	if days := int(to.Sub(from).Hours()/24) + 1; days != 30 {
+		t.Fatalf("default window of %d days: %s", days, body)
+	}
 }
 
 func getUsage(t *testing.T, base, key string) (int, http.Header, []byte) {

@@ -156,7 +156,7 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 	}
 	args := ctx.QueryArgs()
 	to := x.start.UTC()
-	from := to.AddDate(0, 0, -30)
+	from := to.AddDate(0, 0, -29) // the last 30 days, today included
 	for _, p := range []struct {
 		name string
 		t    *time.Time
