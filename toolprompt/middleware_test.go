@@ -335,3 +335,69 @@ func TestStructuredRefusalIsTheAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A model that calls natively after all answers as it wrote, in both
+// forms: the stream shows the text its scanner held back (a block, a
+// fence's start) as the JSON answer's content carries it.
+func TestNativeCallsKeepTheTextBothWays(t *testing.T) {
+	t.Parallel()
+	const text = "Let me check.\n```tool_calls\n[{\"name\":\"lookup\",\"arguments\":{}}]\n```\nEnds with ```tool_ca"
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	call := `{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{}"}}`
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if r.Stream {
+			return &pipeline.Response{Stream: chunkStream(
+				head+`{"role":"assistant","content":`+q(text[:20])+`},"finish_reason":null}]}`,
+				head+`{"content":`+q(text[20:])+`},"finish_reason":null}]}`,
+				head+`{"tool_calls":[`+call+`]},"finish_reason":null}]}`,
+				head+`{},"finish_reason":"tool_calls"}]}`,
+			)}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+			q(text) + `,"tool_calls":[` + call + `]},"logprobs":null,"finish_reason":"tool_calls"}]}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonContent := gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true}`), Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var content string
+	for _, c := range drainChunks(t, resp.Stream) {
+		content += gjson.GetBytes(c, "choices.0.delta.content").Str
+	}
+	if content != jsonContent || content != text {
+		t.Fatalf("stream %q, JSON %q", content, jsonContent)
+	}
+}
+
+// With prompted_format json_schema the tool protocol is a response format
+// of the gateway's: a client's own structured output cannot be combined
+// with tools there, and is refused rather than dropped.
+func TestSchemaFormatRefusesClientResponseFormat(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		calls++
+		return &pipeline.Response{Body: []byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"{}"},"finish_reason":"stop"}]}`)}, nil
+	})
+	h := New(Options{Format: "json_schema", MaxErrors: 2})(next)
+	for _, rf := range []string{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`, `{"type":"json_object"}`} {
+		_, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"response_format":` + rf + `}`)})
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "response_format" {
+			t.Fatalf("%s: %v, want a 400 on response_format", rf, err)
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("the upstream was called %d times", calls)
+	}
+	// Without tools it is the client's to use.
+	if _, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`)}); err != nil {
+		t.Fatalf("without tools: %v", err)
+	}
+}

@@ -125,6 +125,12 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 		return nil, err
 	}
 	if h.schema && prompt != "" {
+		if rf := gjson.GetBytes(body, "response_format.type"); rf.Str == "json_schema" || rf.Str == "json_object" {
+			// The protocol's own schema takes its place: the client's
+			// structured output would be lost without a word.
+			return nil, pipeline.BadRequest("response_format",
+				"response_format %s cannot be combined with tools on this model: its tool calls are read through a response format of the gateway's (prompted_format = \"json_schema\")", rf.Str)
+		}
 		if body, err = sjson.SetRawBytes(body, "response_format", []byte(responseFormat)); err != nil {
 			return nil, err
 		}

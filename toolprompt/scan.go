@@ -49,6 +49,12 @@ type Scanner struct {
 	over    bool // the block outgrew maxBlock
 	out     []byte
 	shown   int // bytes released by Feed
+	// indent is the number of spaces the released text ends with after
+	// its last line break (or its start), -1 when another character came
+	// since: the fence opens a block only at the start of a line
+	// (indented three spaces at most, as a Markdown fence), so that prose
+	// that mentions it is not taken for a call.
+	indent int
 }
 
 // Released returns how many bytes of text Feed has released.
@@ -62,7 +68,16 @@ func (s *Scanner) Feed(text []byte) []byte {
 		return nil
 	}
 	buf := append(s.held, text...)
-	if i := bytes.Index(buf, []byte(fenceOpen)); i >= 0 {
+	for from := 0; ; {
+		j := bytes.Index(buf[from:], []byte(fenceOpen))
+		if j < 0 {
+			break
+		}
+		i := from + j
+		if !s.lineStartAt(buf, i) {
+			from = i + 1 // in a line of prose: not a block
+			continue
+		}
 		s.out = append(s.out[:0], buf[:i]...)
 		s.inBlock = true
 		s.addBlock(buf[i+len(fenceOpen):])
@@ -74,7 +89,35 @@ func (s *Scanner) Feed(text []byte) []byte {
 	s.out = append(s.out[:0], buf[:len(buf)-keep]...)
 	s.held = append(buf[:0], buf[len(buf)-keep:]...)
 	s.shown += len(s.out)
+	s.track(s.out)
 	return s.out
+}
+
+// lineStartAt reports whether buf[i] (buf follows the released text)
+// begins a line, after at most three spaces.
+func (s *Scanner) lineStartAt(buf []byte, i int) bool {
+	j := i
+	for j > 0 && buf[j-1] == ' ' {
+		j--
+	}
+	if j > 0 {
+		return buf[j-1] == '\n' && i-j <= 3
+	}
+	return s.indent >= 0 && s.indent+i <= 3
+}
+
+// track follows the indentation of the released text's last line.
+func (s *Scanner) track(released []byte) {
+	for _, c := range released {
+		switch {
+		case c == '\n':
+			s.indent = 0
+		case c == ' ' && s.indent >= 0:
+			s.indent++
+		default:
+			s.indent = -1
+		}
+	}
 }
 
 func (s *Scanner) addBlock(b []byte) {
@@ -114,11 +157,30 @@ func (s *Scanner) End() (tail []byte, found bool, calls []Call, err error) {
 		return nil, true, nil, fmt.Errorf("the tool_calls block is longer than %d bytes", maxBlock)
 	}
 	body := s.block
-	if i := bytes.Index(body, []byte(fenceClose)); i >= 0 {
+	if i := closingFence(body); i >= 0 {
 		body = body[:i]
 	}
 	calls, err = ParseBlock(body)
 	return nil, true, calls, err
+}
+
+// closingFence returns where the block body b ends: the first fence
+// outside a JSON string (arguments may hold Markdown, code fences
+// included), or, when a string never closes, the first fence at all; -1
+// for none.
+func closingFence(b []byte) int {
+	inStr := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inStr && c == '\\':
+			i++
+		case c == '"':
+			inStr = !inStr
+		case !inStr && c == '`' && bytes.HasPrefix(b[i:], []byte(fenceClose)):
+			return i
+		}
+	}
+	return bytes.Index(b, []byte(fenceClose))
 }
 
 // ParseBlock parses the JSON inside a call block: an array of

@@ -129,3 +129,55 @@ func FuzzParseStructured(f *testing.F) {
 		_ = answer
 	})
 }
+
+// A call's arguments may hold Markdown code fences (a file's content, a
+// snippet for a code tool): the block ends at the first fence outside a
+// JSON string, not at one inside the arguments, split anywhere.
+func TestScannerFenceInsideArguments(t *testing.T) {
+	t.Parallel()
+	reply := "Writing file.\n```tool_calls\n[{\"name\":\"write_file\",\"arguments\":{\"path\":\"a.md\",\"content\":\"# T\\n```python\\nprint(\\\"```\\\")\\n```\\n\"}}]\n```\nignored"
+	for _, size := range []int{1, 3, 7, len(reply)} {
+		var sc Scanner
+		for i := 0; i < len(reply); i += size {
+			sc.Feed([]byte(reply[i:min(i+size, len(reply))]))
+		}
+		_, found, calls, err := sc.End()
+		if err != nil || !found || len(calls) != 1 || string(calls[0].Args) != "{\"path\":\"a.md\",\"content\":\"# T\\n```python\\nprint(\\\"```\\\")\\n```\\n\"}" {
+			t.Fatalf("size %d: found %v err %v calls %+v", size, found, err, calls)
+		}
+	}
+}
+
+// The fence opens a block only at the start of a line (indented three
+// spaces at most, as in Markdown): prose that mentions it is text, however
+// the text is split.
+func TestScannerFenceOnlyAtLineStart(t *testing.T) {
+	t.Parallel()
+	block := "```tool_calls\n[{\"name\":\"a\",\"arguments\":{}}]\n```"
+	for _, tc := range []struct {
+		reply string
+		found bool
+	}{
+		{"To call tools, you write a block that starts with ```tool_calls and ends with ``` — that is the protocol.", false},
+		{"Say ```tool_calls\n[{\"name\":\"a\"}]\n``` to call", false},
+		{"    " + block, false},
+		{block, true},
+		{"   " + block, true},
+		{"text\n" + block, true},
+		{"text\n  " + block, true},
+		{"mention ```tool_calls here\nthen\n" + block, true},
+	} {
+		for _, size := range []int{1, 2, 5, len(tc.reply)} {
+			var sc Scanner
+			var shown []byte
+			for i := 0; i < len(tc.reply); i += size {
+				shown = append(shown, sc.Feed([]byte(tc.reply[i:min(i+size, len(tc.reply))]))...)
+			}
+			tail, found, _, _ := sc.End()
+			shown = append(shown, tail...)
+			if found != tc.found || !found && string(shown) != tc.reply {
+				t.Errorf("%q size %d: found %v, shown %q", tc.reply, size, found, shown)
+			}
+		}
+	}
+}

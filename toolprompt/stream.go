@@ -128,6 +128,16 @@ func (s *stream) endAttempt() error {
 		s.last = s.last[:0]
 	}
 	if s.native {
+		// The model called natively after all: its text is the answer's
+		// as written, as the JSON form returns it, so the text the
+		// scanner held back (a block, a fence's start) goes out too.
+		shown := 0
+		if !s.hold {
+			shown = s.sc.Released()
+		}
+		if tail := s.text[min(shown, len(s.text)):]; len(tail) > 0 {
+			s.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: tail})
+		}
 		s.emit(&wire.Event{Kind: wire.Finish, Finish: s.finish})
 		s.finishUsage()
 		return nil
