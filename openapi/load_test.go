@@ -212,6 +212,34 @@ paths:
 	}
 }
 
+// base_url's query is kept, and the model cannot replace it; an object
+// query parameter is exploded into its properties, OpenAPI's default style.
+func TestQueryKeepsBaseAndExplodesObjects(t *testing.T) {
+	t.Parallel()
+	doc := []byte(`openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /items:
+    get:
+      operationId: listItems
+      parameters:
+        - {name: tag, in: query, schema: {type: string}}
+        - {name: code, in: query, schema: {type: string}}
+        - {name: filter, in: query, schema: {type: object}}
+`)
+	ops, err := Parse(doc, config.OpenAPI{Name: "t", BaseURL: "https://h.test/api?code=FUNCKEY"}, http.DefaultClient)
+	if err != nil || len(ops) != 1 {
+		t.Fatalf("ops %v, err %v", ops, err)
+	}
+	req, err := ops[0].request(context.Background(), []byte(`{"tag":"a","code":"mine","filter":{"x":"1","y":2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := req.URL.RawQuery; got != "code=FUNCKEY&tag=a&x=1&y=2" || req.URL.Path != "/api/items" {
+		t.Fatalf("URL %s", req.URL)
+	}
+}
+
 // TestParseRecursiveSchema: a schema that refers to itself is cut where it
 // recurses, so the tool's parameters are a schema of their own that
 // compiles (a $ref left in it would point nowhere, and the loop would drop
@@ -261,5 +289,24 @@ func TestCallCutsAHugeAnswerVisibly(t *testing.T) {
 	if !utf8.Valid(data) || len(data) > maxAnswer+100 || !strings.HasSuffix(string(data), "it is larger than 1048576 bytes]") ||
 		strings.Contains(string(data), "\uFFFD") {
 		t.Fatalf("%d bytes, ending %q", len(data), data[max(0, len(data)-80):])
+	}
+}
+
+// A redirect loop on the API's host ends at its fifth redirect with that
+// redirect as the answer, an error result naming its status, not as an
+// unreachable server.
+func TestRedirectLoopIsTheAnswer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Path, http.StatusFound)
+	}))
+	defer srv.Close()
+	resp, err := newClient().Get(srv.URL + "/loop")
+	if err != nil {
+		t.Fatalf("a redirect loop failed the call: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }

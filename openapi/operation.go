@@ -71,11 +71,19 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 			}
 			p = strings.ReplaceAll(p, "{"+prm.name+"}", url.PathEscape(s))
 		case "query":
-			if v.IsArray() {
+			switch {
+			case v.IsArray():
 				for _, e := range v.Array() {
 					q.Add(prm.name, scalar(e))
 				}
-			} else {
+			case v.IsObject():
+				// OpenAPI's default query style (form, exploded): each
+				// property is a parameter of its own.
+				v.ForEach(func(k, e gjson.Result) bool {
+					q.Add(k.Str, scalar(e))
+					return true
+				})
+			default:
 				q.Set(prm.name, scalar(v))
 			}
 		case "header":
@@ -89,7 +97,15 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 	u := *o.base
 	u.Path = strings.TrimRight(o.base.Path, "/") + unescape(p)
 	u.RawPath = strings.TrimRight(o.base.EscapedPath(), "/") + p
-	u.RawQuery = q.Encode()
+	// base_url's own query (a function key, an API version) is the
+	// operator's: kept, and never replaced by the model's.
+	base := o.base.Query()
+	for k, vs := range q {
+		if _, ok := base[k]; !ok {
+			base[k] = vs
+		}
+	}
+	u.RawQuery = base.Encode()
 	u.Fragment, u.RawFragment = "", ""
 	var body io.Reader
 	if o.body {

@@ -2,7 +2,6 @@ package openapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -50,11 +49,14 @@ func Load(ctx context.Context, cfg *config.Config) (*Source, error) {
 	return s, nil
 }
 
-// newClient follows redirects only within the host it asked.
+// newClient follows redirects only within the host it asked, five at
+// most: past them, as for another host, the redirect itself is the
+// answer (an error result naming its status), not a failure to reach the
+// server.
 func newClient() *http.Client {
 	return &http.Client{CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 5 {
-			return errors.New("too many redirects")
+			return http.ErrUseLastResponse
 		}
 		if req.URL.Host != via[0].URL.Host || req.URL.Scheme != via[0].URL.Scheme {
 			return http.ErrUseLastResponse
