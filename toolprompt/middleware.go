@@ -151,6 +151,9 @@ func choiceUnmet() error {
 // rule is judge's rule: what an outcome asks for, before it is known
 // whether the request may make the call a re-ask is.
 func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err error) {
+	if rw.single && len(o.calls) > 1 {
+		o.calls = o.calls[:1] // parallel_tool_calls false: the first call, as a native model makes one
+	}
 	if o.err == nil {
 		for _, c := range o.calls {
 			if !slices.Contains(rw.names, c.Name) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -399,5 +400,48 @@ func TestSchemaFormatRefusesClientResponseFormat(t *testing.T) {
 	// Without tools it is the client's to use.
 	if _, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`)}); err != nil {
 		t.Fatalf("without tools: %v", err)
+	}
+}
+
+// allowed_tools narrows the tools the model is shown and may call, as on a
+// native model: a call of another is asked again like an unknown tool's;
+// parallel_tool_calls false asks for one call and keeps the first.
+func TestAllowedToolsAndSingleCall(t *testing.T) {
+	t.Parallel()
+	const body = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[` +
+		`{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}},` +
+		`{"type":"function","function":{"name":"write_file","parameters":{"type":"object"}}}]`
+	reply := func(content string) *pipeline.Response {
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+			q(content) + `},"logprobs":null,"finish_reason":"stop"}]}`)}
+	}
+	var prompts []string
+	replies := []string{
+		"```tool_calls\n[{\"name\":\"lookup\",\"arguments\":{}}]\n```",
+		"```tool_calls\n[{\"name\":\"write_file\",\"arguments\":{}}]\n```",
+	}
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		prompts = append(prompts, gjson.GetBytes(r.Body, "messages.0.content").Str)
+		return reply(replies[min(len(prompts)-1, len(replies)-1)]), nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Meta: &pipeline.Meta{}, Body: []byte(body +
+		`,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"write_file"}}]}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(prompts[0], `"lookup"`) || !strings.Contains(prompts[0], `"write_file"`) {
+		t.Fatalf("the prompt shows tools outside allowed_tools:\n%s", prompts[0])
+	}
+	if len(prompts) != 2 || gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#.function.name").Raw != `["write_file"]` {
+		t.Fatalf("%d model calls, answer %s", len(prompts), resp.Body)
+	}
+
+	two := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return reply("```tool_calls\n[{\"name\":\"lookup\",\"arguments\":{}},{\"name\":\"write_file\",\"arguments\":{}}]\n```"), nil
+	})
+	resp, err = New(Options{MaxErrors: 2})(two).Chat(context.Background(), &pipeline.Request{Meta: &pipeline.Meta{}, Body: []byte(body + `,"parallel_tool_calls":false}`)})
+	if err != nil || gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#").Int() != 1 {
+		t.Fatalf("parallel_tool_calls false: %v %s", err, resp.Body)
 	}
 }

@@ -49,23 +49,34 @@ type rewritten struct {
 	names  []string // the offered tools
 	choice choiceMode
 	named  string // choiceNamed: the tool
+	single bool   // parallel_tool_calls false: one call per reply
 }
 
 // rewrite returns the request body without tools, with the tools described
 // in the system prompt and earlier calls and results rendered as text; nil
 // when the request neither offers tools nor carries calls in its history.
 func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
-	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages")
+	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages", "parallel_tool_calls")
 	tools, tc, msgs := res[0], res[1], res[2]
 	history := hasToolHistory(msgs)
 	if !(tools.IsArray() && len(tools.Array()) > 0) && !history {
 		return nil, nil
 	}
-	rw := &rewritten{}
+	rw := &rewritten{single: res[3].Type == gjson.False}
+	// allowed_tools narrows the tools the model is shown (and may call)
+	// to the ones it lists, as a native model's are.
+	var allowed map[string]bool
+	if tc.IsObject() && tc.Get("type").Str == "allowed_tools" {
+		allowed = map[string]bool{}
+		tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
+			allowed[v.Get("function.name").Str] = true
+			return true
+		})
+	}
 	var lines []byte
 	tools.ForEach(func(_, t gjson.Result) bool {
 		f := t.Get("function")
-		if t.Get("type").Str != "function" || f.Get("name").Str == "" {
+		if t.Get("type").Str != "function" || f.Get("name").Str == "" || allowed != nil && !allowed[f.Get("name").Str] {
 			return true
 		}
 		rw.names = append(rw.names, f.Get("name").Str)
@@ -103,6 +114,9 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 			prompt += "\n\nYou must call at least one tool in this reply."
 		case choiceNamed:
 			prompt += "\n\nYou must call the tool \"" + rw.named + "\" in this reply."
+		}
+		if rw.single {
+			prompt += "\n\nCall at most one tool in this reply."
 		}
 	}
 	// Under tool_choice "none" the tools are not described and the reply is
