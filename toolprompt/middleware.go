@@ -253,11 +253,17 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 	var usage []byte
 	var side []wire.Event // every attempt's reasoning and refusal, as a stream shows them
 	var before []byte     // the text a stream showed live of the attempts re-asked
-	for {
+	for asked := false; ; asked = true {
 		res := gjson.GetManyBytes(body, "choices.0.message.content", "usage", "choices.0.finish_reason", "choices.0.message.tool_calls", "choices.0.message")
 		usage = addUsage(usage, res[1])
 		if res[3].IsArray() && len(res[3].Array()) > 0 {
-			return &pipeline.Response{Body: body}, nil // the model called natively after all
+			// The model called natively after all: its answer as written,
+			// after what the attempts asked again showed (as a stream
+			// shows it), with the usage of them all.
+			if !asked {
+				return &pipeline.Response{Body: body}, nil
+			}
+			return &pipeline.Response{Body: nativeAfterReasks(body, before, side, usage)}, nil
 		}
 		for _, k := range sideKeys {
 			if v := res[4].Get(k); v.Type == gjson.String && v.Str != "" {
@@ -291,6 +297,35 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 		}
 		body = resp.Body
 	}
+}
+
+// nativeAfterReasks is the chat.completion of body, a native answer that
+// came after re-asks: the earlier attempts' side texts and shown text
+// (before) come first, as a stream shows them, and usage is theirs summed.
+func nativeAfterReasks(body, before []byte, side []wire.Event, usage []byte) []byte {
+	enc := wire.NewChatJSON(headerOf(body, false))
+	var out []byte
+	for i := range side {
+		out = enc.Encode(out, &side[i])
+	}
+	shown := len(before) == 0
+	wire.DecodeCompletion(body, func(e *wire.Event) {
+		switch {
+		case e.Kind == wire.Text && e.Key == "content" && !shown:
+			c := *e
+			c.Text = append(append([]byte(nil), before...), e.Text...)
+			e, shown = &c, true
+		case (e.Kind == wire.CallHeader || e.Kind == wire.Finish) && !shown:
+			out = enc.Encode(out, &wire.Event{Kind: wire.Text, Key: "content", Text: before})
+			shown = true
+		case e.Kind == wire.Usage && len(usage) > 0:
+			return // the sum goes out instead, before End
+		case e.Kind == wire.End && len(usage) > 0:
+			out = enc.Encode(out, &wire.Event{Kind: wire.Usage, Raw: usage})
+		}
+		out = enc.Encode(out, e)
+	})
+	return out
 }
 
 // sideKeys are the message's texts other than content: the stream forwards

@@ -445,3 +445,59 @@ func TestAllowedToolsAndSingleCall(t *testing.T) {
 		t.Fatalf("parallel_tool_calls false: %v %s", err, resp.Body)
 	}
 }
+
+// A native call after a re-ask: the JSON answer carries what the stream
+// showed, the re-asked attempt's text first, and the usage of both.
+func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	call := `{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{}"}}`
+	bad := "Let me check.\n```tool_calls\nnot json\n```"
+	n := 0
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		n++
+		first := n%2 == 1
+		if r.Stream {
+			if first {
+				return &pipeline.Response{Stream: chunkStream(
+					head+`{"role":"assistant","content":`+q(bad)+`},"finish_reason":null}]}`,
+					head+`{},"finish_reason":"stop"}]}`,
+					`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`,
+				)}, nil
+			}
+			return &pipeline.Response{Stream: chunkStream(
+				head+`{"role":"assistant","content":"Second."},"finish_reason":null}]}`,
+				head+`{"tool_calls":[`+call+`]},"finish_reason":null}]}`,
+				head+`{},"finish_reason":"tool_calls"}]}`,
+				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26}}`,
+			)}, nil
+		}
+		if first {
+			return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(bad) + `},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Second.","tool_calls":[` + call + `]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26}}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jc := gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+	ju := gjson.GetBytes(resp.Body, "usage.total_tokens").Int()
+	n = 0
+	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true,"stream_options":{"include_usage":true}}`), Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc string
+	var su int64
+	for _, c := range drainChunks(t, resp.Stream) {
+		sc += gjson.GetBytes(c, "choices.0.delta.content").Str
+		if u := gjson.GetBytes(c, "usage.total_tokens"); u.Exists() {
+			su = u.Int()
+		}
+	}
+	if jc != sc || ju != su || jc != "Let me check.\nSecond." || ju != 41 {
+		t.Fatalf("JSON content %q usage %d; stream content %q usage %d", jc, ju, sc, su)
+	}
+}
