@@ -68,13 +68,26 @@ func (s *Scanner) Feed(text []byte) []byte {
 		return nil
 	}
 	buf := append(s.held, text...)
+	keep := -1 // held from an undecided fence on
 	for from := 0; ; {
 		j := bytes.Index(buf[from:], []byte(fenceOpen))
 		if j < 0 {
 			break
 		}
 		i := from + j
-		if !s.lineStartAt(buf, i) {
+		opens := s.lineStartAt(buf, i)
+		if !opens {
+			switch callsFollow(buf[i+len(fenceOpen):]) {
+			case undecided:
+				keep = len(buf) - i
+			case yes:
+				opens = true
+			}
+		}
+		if keep >= 0 {
+			break
+		}
+		if !opens {
 			from = i + 1 // in a line of prose: not a block
 			continue
 		}
@@ -85,12 +98,49 @@ func (s *Scanner) Feed(text []byte) []byte {
 		s.shown += len(s.out)
 		return s.out
 	}
-	keep := partialFence(buf)
+	if keep < 0 {
+		keep = partialFence(buf)
+	}
 	s.out = append(s.out[:0], buf[:len(buf)-keep]...)
 	s.held = append(buf[:0], buf[len(buf)-keep:]...)
 	s.shown += len(s.out)
 	s.track(s.out)
 	return s.out
+}
+
+// A fence after text on its line opens a block only when the calls follow
+// it: a line break, then '[' or '{' (whitespace between). callsFollow reads
+// what comes after such a fence: yes, no, or undecided when b ends first
+// (the fence is held until it is known, up to maxLookahead bytes).
+type lookahead uint8
+
+const (
+	no lookahead = iota
+	yes
+	undecided
+)
+
+const maxLookahead = 256
+
+func callsFollow(b []byte) lookahead {
+	broke := false
+	for i, c := range b {
+		switch {
+		case i >= maxLookahead:
+			return no
+		case c == '\n':
+			broke = true
+		case c == ' ' || c == '\t' || c == '\r':
+		case broke && (c == '[' || c == '{'):
+			return yes
+		default:
+			return no
+		}
+	}
+	if len(b) >= maxLookahead {
+		return no
+	}
+	return undecided
 }
 
 // lineStartAt reports whether buf[i] (buf follows the released text)

@@ -148,9 +148,10 @@ func TestScannerFenceInsideArguments(t *testing.T) {
 	}
 }
 
-// The fence opens a block only at the start of a line (indented three
-// spaces at most, as in Markdown): prose that mentions it is text, however
-// the text is split.
+// The fence opens a block at the start of a line (indented three spaces
+// at most, as in Markdown), or after text on its line when the calls
+// follow it on the next: prose that mentions it is text, however the text
+// is split.
 func TestScannerFenceOnlyAtLineStart(t *testing.T) {
 	t.Parallel()
 	block := "```tool_calls\n[{\"name\":\"a\",\"arguments\":{}}]\n```"
@@ -159,8 +160,14 @@ func TestScannerFenceOnlyAtLineStart(t *testing.T) {
 		found bool
 	}{
 		{"To call tools, you write a block that starts with ```tool_calls and ends with ``` — that is the protocol.", false},
-		{"Say ```tool_calls\n[{\"name\":\"a\"}]\n``` to call", false},
-		{"    " + block, false},
+		{"Say ```tool_calls\n[{\"name\":\"a\"}]\n``` to call", true},
+		{"Let me check the weather. " + block, true},
+		{"Let me check.\n\t" + block, true},
+		{"    " + block, true},
+		{"a ```tool_calls block ends with ```", false},
+		{"ends with ```tool_calls", false},
+		{"ends with ```tool_calls\n", false},
+		{"ends with ```tool_calls\nand more", false},
 		{block, true},
 		{"   " + block, true},
 		{"text\n" + block, true},
