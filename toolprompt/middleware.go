@@ -241,8 +241,13 @@ func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err err
 		calls, err = ParseBlock([]byte(res[0].Raw))
 		return nil, true, calls, err
 	}
-	if res[1].Type == gjson.String {
+	switch {
+	case res[1].Type == gjson.String:
 		return []byte(res[1].Str), false, nil, nil
+	case res[1].IsObject() || res[1].IsArray():
+		// Structured output the client asked for (protocolFormat): the
+		// answer is that JSON.
+		return []byte(res[1].Raw), false, nil, nil
 	}
 	return nil, true, nil, fmt.Errorf(`the reply has neither "calls" nor "answer"`)
 }

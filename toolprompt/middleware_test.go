@@ -377,29 +377,27 @@ func TestNativeCallsKeepTheTextBothWays(t *testing.T) {
 }
 
 // With prompted_format json_schema the tool protocol is a response format
-// of the gateway's: a client's own structured output cannot be combined
-// with tools there, and is refused rather than dropped.
-func TestSchemaFormatRefusesClientResponseFormat(t *testing.T) {
+// of the gateway's: a client's own structured output is what its "answer"
+// holds, so the client gets its JSON, never free text in its place.
+func TestSchemaFormatKeepsClientResponseFormat(t *testing.T) {
 	t.Parallel()
-	calls := 0
-	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		calls++
-		return &pipeline.Response{Body: []byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"{}"},"finish_reason":"stop"}]}`)}, nil
+	var sent []byte
+	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		sent = r.Body
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+			q(`{"thought":"t","answer":{"x":7}}`) + `},"logprobs":null,"finish_reason":"stop"}]}`)}, nil
 	})
 	h := New(Options{Format: "json_schema", MaxErrors: 2})(next)
-	for _, rf := range []string{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`, `{"type":"json_object"}`} {
-		_, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"response_format":` + rf + `}`)})
-		var pe *pipeline.Error
-		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "response_format" {
-			t.Fatalf("%s: %v, want a 400 on response_format", rf, err)
-		}
+	resp, err := h.Chat(context.Background(), &pipeline.Request{Meta: &pipeline.Meta{}, Body: []byte(toolsBody +
+		`,"response_format":{"type":"json_schema","json_schema":{"name":"client","schema":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}}}}`)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if calls != 0 {
-		t.Fatalf("the upstream was called %d times", calls)
+	if got := gjson.GetBytes(sent, "response_format.json_schema.schema.properties.answer").Raw; got != `{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}` {
+		t.Fatalf("the protocol's answer schema %s", got)
 	}
-	// Without tools it is the client's to use.
-	if _, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`)}); err != nil {
-		t.Fatalf("without tools: %v", err)
+	if c := gjson.GetBytes(resp.Body, "choices.0.message.content").Str; c != `{"x":7}` {
+		t.Fatalf("content %q", c)
 	}
 }
 

@@ -33,6 +33,31 @@ const resultsHead = "Tool results:"
 // responseFormat is the structured output asked for in the json_schema format.
 const responseFormat = `{"type":"json_schema","json_schema":{"name":"tool_protocol","schema":{"type":"object","properties":{"thought":{"type":"string"},"answer":{"type":"string"},"calls":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"arguments":{"type":"object"}},"required":["name","arguments"]}}},"required":["thought"]}}}`
 
+// protocolFormat is the response format of the json_schema protocol for a
+// request whose own response format is rf: a client's structured output
+// (a json_schema's schema, or any object for json_object) is what the
+// protocol's "answer" holds, so that it is kept rather than replaced.
+func protocolFormat(rf gjson.Result) []byte {
+	var answer string
+	switch rf.Get("type").Str {
+	case "json_schema":
+		if sch := rf.Get("json_schema.schema"); sch.IsObject() {
+			answer = sch.Raw
+		} else {
+			answer = `{"type":"object"}`
+		}
+	case "json_object":
+		answer = `{"type":"object"}`
+	default:
+		return []byte(responseFormat)
+	}
+	b, err := sjson.SetRawBytes([]byte(responseFormat), "json_schema.schema.properties.answer", []byte(answer))
+	if err != nil {
+		return []byte(responseFormat)
+	}
+	return b
+}
+
 // choiceMode is what the request's tool_choice asks of this call.
 type choiceMode uint8
 
@@ -139,13 +164,7 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 		return nil, err
 	}
 	if h.schema && prompt != "" {
-		if rf := gjson.GetBytes(body, "response_format.type"); rf.Str == "json_schema" || rf.Str == "json_object" {
-			// The protocol's own schema takes its place: the client's
-			// structured output would be lost without a word.
-			return nil, pipeline.BadRequest("response_format",
-				"response_format %s cannot be combined with tools on this model: its tool calls are read through a response format of the gateway's (prompted_format = \"json_schema\")", rf.Str)
-		}
-		if body, err = sjson.SetRawBytes(body, "response_format", []byte(responseFormat)); err != nil {
+		if body, err = sjson.SetRawBytes(body, "response_format", protocolFormat(gjson.GetBytes(body, "response_format"))); err != nil {
 			return nil, err
 		}
 	}
