@@ -401,3 +401,32 @@ func TestAbandonedJSONCallIsCharged(t *testing.T) {
 		before = gjson.GetBytes(body, "total.input_tokens").Int()
 	}
 }
+
+// A stream whose client leaves after the upstream's head but before any
+// content (a reasoning model's long first wait) is charged its input's
+// estimate too; a stream that fails before content on the upstream's side
+// is not (a fallback's failed attempt adds nothing).
+func TestStreamLeftBeforeContentIsCharged(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{ChunkDelay: 2 * time.Second,
+		Respond: mockllm.Sequence(mockllm.Turn{Text: "late words", Usage: &mockllm.Usage{Prompt: 7, Completion: 11}})})
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/chat/completions",
+		strings.NewReader(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"think long about this"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	var body []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, _, body = getUsage(t, h.base, "")
+		if gjson.GetBytes(body, "total.input_tokens").Int() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned stream was not charged: %s", body)
+		}
+	}
+}

@@ -425,9 +425,16 @@ func (s *meteredStream) end() {
 		return
 	}
 	if !s.complete.Load() && !s.content.Load() {
-		// Failed (or left by its client) before any content: charged
-		// nothing, as the same failure of a JSON answer is. A fallback's
-		// failed attempt does not add to what the answer costs.
+		if s.ctx.Err() != nil {
+			// Left by its client before any content (a reasoning model
+			// sends its head early): the provider had the request, and the
+			// input is estimated, as a JSON call's whose client left.
+			s.l.charge(s.ctx, s.r, tokens{}, false)
+			return
+		}
+		// Failed before any content: charged nothing, as the same
+		// failure of a JSON answer is. A fallback's failed attempt does
+		// not add to what the answer costs.
 		return
 	}
 	// No usage came: the input is estimated, and the output counted as
