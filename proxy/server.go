@@ -191,11 +191,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = c.Close()
 	}
 	s.connsMu.Unlock()
+	var final time.Time // set when the grace period ran out: what is left of finalWrites bounds the last wait too
 	defer func() {
 		// A handler that returned has its answer still to be written by
 		// fasthttp (a JSON request cancelled at the grace period's end,
 		// answered 503): closed now, its client would read a reset.
-		s.waitWritten(finalWrites)
+		d := finalWrites
+		if !final.IsZero() {
+			d = time.Until(final)
+		}
+		s.waitWritten(d)
 		s.closeConns()
 	}()
 	s.adminMu.Lock()
@@ -215,13 +220,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.cancel()
 		case <-ctx.Done():
 			s.cancel()
+			final = time.Now().Add(finalWrites)
 			s.chats.wait(finalWrites)
 			err = ctx.Err()
 		}
 	case <-ctx.Done():
 		s.cancel() // ends the requests still running; their writers then return
+		final = time.Now().Add(finalWrites)
 		err = <-done
-		s.chats.wait(finalWrites)
+		s.chats.wait(time.Until(final))
 	}
 	s.peers.close()
 	s.workers.Release()
@@ -268,8 +275,6 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
-// closeConns closes every connection still open when Shutdown returns:
-// their requests have ended or were given up on.
 // waitWritten waits, up to d, until fasthttp has closed every connection
 // it serves (at shutdown it closes each once its answer is written).
 func (s *Server) waitWritten(d time.Duration) {
@@ -283,6 +288,8 @@ func (s *Server) waitWritten(d time.Duration) {
 	}
 }
 
+// closeConns closes every connection still open when Shutdown returns:
+// their requests have ended or were given up on.
 func (s *Server) closeConns() {
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()

@@ -434,7 +434,7 @@ func (s *spanStream) end(err error) {
 	if err != nil {
 		fail(s.span, s.attrs, err)
 	} else if s.server {
-		s.attrs.add(status200) // the answer streamed whole, as a JSON answer's 200
+		s.attrs.add(status200) // the stream's head was a 200 (a client that left counts too), as a JSON answer's
 	}
 	if s.finish != "" {
 		s.attrs.add(finishReason(s.finish))
