@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
@@ -64,12 +65,80 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		return failed == nil
 	})
 	if failed == nil {
+		failed = checkAcrossParts(ck, body)
+	}
+	if failed == nil {
 		visitToolDescriptions(body, func(t gjson.Result) bool { return check(t, false, false) })
 	}
 	if failed == nil {
 		edits, failed = checkSideTexts(ck, body, edits)
 	}
 	return applyEdits(body, edits, failed, "the request could not be redacted")
+}
+
+// checkAcrossParts judges, for each message whose content is a list of
+// parts, the texts of its text parts joined as the judging of each part
+// left them (as an upstream reads them: OpenAI runs them together, a chat
+// template may put line breaks between them), with the regex and pii
+// guards. What still matches there spans two parts (a value split over
+// them, "bob@" and "example.com"), which the judging of each part let
+// pass: a block blocks, and a redaction, which cannot be made within the
+// parts, blocks too (spanningBlocked).
+func checkAcrossParts(ck *checker, body []byte) error {
+	guards := sideGuards(ck.guards)
+	if len(guards) == 0 {
+		return nil
+	}
+	var cross *checker
+	var failed error
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		var texts []string
+		m.Get("content").ForEach(func(_, p gjson.Result) bool {
+			if t := p.Get("text"); t.Type == gjson.String {
+				texts = append(texts, t.Str)
+			}
+			return true
+		})
+		if len(texts) < 2 || !m.Get("content").IsArray() {
+			return true
+		}
+		if cross == nil {
+			cross = newChecker(ck.ctx, guards, ck.meta)
+			cross.fired = append(cross.fired, ck.fired...) // counted once a request
+		}
+		// The parts as the per-part judging left them (redacted), joined:
+		// what still matches there spans two parts.
+		per := make([]string, len(texts))
+		for i, t := range texts {
+			o, err := cross.Check([]byte(t))
+			if err != nil {
+				failed = err
+				return false
+			}
+			per[i] = string(o)
+		}
+		for _, sep := range [...]string{"", "\n"} {
+			joined := strings.Join(per, sep)
+			out, err := cross.Check([]byte(joined))
+			if err != nil {
+				failed = err
+				return false
+			}
+			if string(out) != joined {
+				failed = spanningBlocked()
+				return false
+			}
+		}
+		return true
+	})
+	return failed
+}
+
+// spanningBlocked is the 400 of a request whose guardrail match spans the
+// text parts of one message, which a redaction cannot be made in.
+func spanningBlocked() error {
+	return pipeline.Invalid(http.StatusBadRequest, pipeline.CodeContentBlocked,
+		"a guardrail matched text that spans a message's content parts; the request was not sent")
 }
 
 // checkSideTexts judges each side text of body on its own (visitSideTexts)

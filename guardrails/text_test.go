@@ -235,3 +235,35 @@ func TestRequestMaxLengthCountsRefusalAndReasoning(t *testing.T) {
 		}
 	}
 }
+
+// A value split over two text parts of one message, which an upstream
+// reads as one text, is judged too: a block blocks, and a redaction that
+// no part holds alone blocks (it cannot be made within the parts); a
+// redaction within a part is made as before.
+func TestRequestValueSplitOverParts(t *testing.T) {
+	t.Parallel()
+	redact := mustGuard(t, config.Guardrail{Name: "pii", Stage: StageRequest, Kind: "pii", Action: "redact"})
+	block := mustGuard(t, config.Guardrail{Name: "falcon", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`(?i)project\s+falcon`}})
+	parts := func(a, b string) []byte {
+		return []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":` + strconv.Quote(a) + `},{"type":"text","text":` + strconv.Quote(b) + `}]}]}`)
+	}
+	for _, tc := range []struct {
+		g       *guard
+		a, b    string
+		blocked bool
+	}{
+		{redact, "my mail is bob@", "example.com thanks", true},
+		{block, "Project", " Falcon", true},
+		{block, "Project", "Falcon", true}, // a template's line break between them
+		{redact, "mail bob@example.com", "and more", false},
+		{block, "Project", "Hawk", false},
+	} {
+		out, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{tc.g}, nil), parts(tc.a, tc.b))
+		if tc.blocked != (err != nil) {
+			t.Errorf("%q + %q: %v, want blocked %v", tc.a, tc.b, err, tc.blocked)
+		}
+		if !tc.blocked && tc.g == redact && !strings.Contains(gjson.GetBytes(out, "messages.0.content.0.text").Str, "[") {
+			t.Errorf("%q + %q: not redacted within its part: %s", tc.a, tc.b, out)
+		}
+	}
+}
