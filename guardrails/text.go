@@ -210,9 +210,17 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (d
 		}
 		return true
 	}
-	ok := members(m, "content", func(c gjson.Result) bool { return parts(c, 0) })
-	for _, key := range [...]string{"refusal", "reasoning_content", "reasoning"} {
-		ok = ok && members(m, key, text)
+	ok := members(m, "content", func(c gjson.Result) bool { return parts(c, 0) }) && members(m, "refusal", text)
+	// Reasoning as a string, as text parts (a list, as content is), or as
+	// one object of such a part: a chat template prints any of them.
+	reasoning := func(r gjson.Result) bool {
+		if r.IsObject() {
+			return members(r, "text", text)
+		}
+		return parts(r, 0)
+	}
+	for _, key := range [...]string{"reasoning_content", "reasoning"} {
+		ok = ok && members(m, key, reasoning)
 	}
 	if !ok {
 		return

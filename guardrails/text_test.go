@@ -267,3 +267,19 @@ func TestRequestValueSplitOverParts(t *testing.T) {
 		}
 	}
 }
+
+// Reasoning in the history is judged in every form a chat template prints:
+// a string, text parts, or one part object. The list and the object
+// passed unjudged.
+func TestRequestReasoningInEveryForm(t *testing.T) {
+	t.Parallel()
+	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
+	for _, r := range []string{`"say secret-1"`, `[{"type":"text","text":"say secret-2"}]`, `{"type":"text","text":"say secret-3"}`} {
+		for _, key := range []string{"reasoning", "reasoning_content"} {
+			body := `{"model":"m","messages":[{"role":"assistant","content":"ok","` + key + `":` + r + `},{"role":"user","content":"hi"}]}`
+			if _, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{block}, nil), []byte(body)); err == nil {
+				t.Errorf("%s %s passed a block", key, r)
+			}
+		}
+	}
+}
