@@ -435,6 +435,14 @@ func TestAllowedToolsAndSingleCall(t *testing.T) {
 		t.Fatalf("%d model calls, answer %s", len(prompts), resp.Body)
 	}
 
+	// An allowed list that names none of the tools is the client's mistake.
+	_, err = h.Chat(context.Background(), &pipeline.Request{Meta: &pipeline.Meta{}, Body: []byte(body +
+		`,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"nope"}}]}}}`)})
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Param != "tool_choice" {
+		t.Fatalf("allowed_tools naming no tool: %v", err)
+	}
+
 	two := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		return reply("```tool_calls\n[{\"name\":\"lookup\",\"arguments\":{}},{\"name\":\"write_file\",\"arguments\":{}}]\n```"), nil
 	})

@@ -122,6 +122,10 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 		return true
 	})
 	rw.choice, rw.named = readChoice(tc)
+	if allowed != nil && len(rw.names) == 0 && tools.IsArray() && len(tools.Array()) > 0 {
+		// The client's mistake: no reply of the model could meet it.
+		return nil, pipeline.BadRequest("tool_choice", "tool_choice allowed_tools names none of the request's function tools")
+	}
 	if rw.choice == choiceNamed && !slices.Contains(rw.names, rw.named) {
 		// The client's mistake, as an upstream with tool calling answers
 		// it: no reply of the model could meet it.
