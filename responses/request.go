@@ -245,6 +245,12 @@ func (r *Request) conversation(input gjson.Result, prior []byte, resolve Resolve
 	if len(prior) > 0 {
 		gjson.ParseBytes(prior).ForEach(func(_, m gjson.Result) bool {
 			h.add(m.Raw, m.Get("role").Str)
+			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+				if id := c.Get("id").Str; strings.HasPrefix(id, pipeline.ApprovalIDPrefix) {
+					h.ask(id)
+				}
+				return true
+			})
 			return true
 		})
 	}
@@ -454,6 +460,18 @@ type history struct {
 	// lookup finds a stored output item by its id (nil: none), for an
 	// mcp_call replayed without its output.
 	lookup Resolver
+	// asked are the ids of the calls awaiting approval so far (an
+	// mcp_approval_request item, or a stored history's call of that id):
+	// an mcp_approval_response answers one of them.
+	asked map[string]bool
+}
+
+// ask records id as a call awaiting approval.
+func (h *history) ask(id string) {
+	if h.asked == nil {
+		h.asked = map[string]bool{}
+	}
+	h.asked[id] = true
 }
 
 func (h *history) add(msg, role string) {
@@ -576,10 +594,15 @@ func (h *history) item(it gjson.Result, param string) error {
 	case "mcp_approval_request":
 		// A gated call this gateway handed out, replayed by the client.
 		h.call(toolCall(it.Get("id").String(), it.Get("name").String(), it.Get("arguments").String()))
+		h.ask(it.Get("id").String())
 		return nil
 	case "mcp_approval_response":
 		// The person's decision, as the tool loop reads it from the
 		// answering tool message.
+		if id := it.Get("approval_request_id").String(); !h.asked[id] {
+			return pipeline.BadRequest(param+".approval_request_id",
+				"no mcp_approval_request with the id %.64q comes before this response: give the request item (or previous_response_id of the response that made it)", id)
+		}
 		d := []byte(`{"decision":"approve"}`)
 		if it.Get("approve").Type != gjson.True {
 			d = []byte(`{"decision":"reject"`)

@@ -155,6 +155,8 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","truncation":"bogus"}`:                                           "truncation",
 		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_audio"}]}]}`: "input[1].output[1].type",
 		`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`: "input[0].output",
+		// An approval answer with no approval request before it.
+		`{"model":"m","input":[{"type":"mcp_approval_response","approval_request_id":"call_gwa_nope","approve":true}]}`: "input[0].approval_request_id",
 		// Settings the response object repeats, of the wrong type or range.
 		`{"model":"m","input":"x","max_output_tokens":"a"}`:                             "max_output_tokens",
 		`{"model":"m","input":"x","max_output_tokens":0}`:                               "max_output_tokens",
