@@ -28,6 +28,7 @@ type recorder struct {
 	reasoning   [2][]byte // reasoning_content, reasoning: by reasoningKeys
 	content     []byte
 	hasContent  bool
+	refusal     []byte
 	calls       []recordedCall
 	finish      string
 	usage       []byte
@@ -89,9 +90,8 @@ func (r *recorder) add(chunk []byte) {
 			r.content = append(r.content, c.Str...)
 			r.hasContent = true
 		}
-		if rf := d.Get("refusal"); rf.Type == gjson.String && rf.Str != "" {
-			r.bad = true
-			return false
+		if rf := d.Get("refusal"); rf.Type == gjson.String {
+			r.refusal = append(r.refusal, rf.Str...)
 		}
 		calls := d.Get("tool_calls")
 		if !calls.IsArray() {
@@ -156,6 +156,9 @@ func (r *recorder) completion() []byte {
 	}
 	if r.hasContent {
 		j.Encode(nil, &wire.Event{Kind: wire.Text, Key: "content", Text: r.content})
+	}
+	if len(r.refusal) > 0 {
+		j.Encode(nil, &wire.Event{Kind: wire.Text, Key: "refusal", Text: r.refusal})
 	}
 	for _, c := range r.calls {
 		j.Encode(nil, &wire.Event{Kind: wire.CallHeader, ID: c.id, Name: c.name})

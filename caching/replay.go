@@ -114,6 +114,11 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		s.pins = append(s.pins, pin{chunk: len(b.ends), call: c})
 	}
 	text(len(content))
+	// A refusal (the model's, in some round of a loop) after the content,
+	// as the answer's message holds both.
+	for _, frag := range splitRunes(msg.Get("refusal").String(), replayPiece) {
+		b.emit(&wire.Event{Kind: wire.Text, Key: "refusal", Text: []byte(frag)})
+	}
 	msgCalls := msg.Get("tool_calls")
 	if !msgCalls.IsArray() {
 		msgCalls = gjson.Result{} // null: no call (ForEach would visit the null)

@@ -370,3 +370,73 @@ func TestNullToolCallsAreCached(t *testing.T) {
 		}
 	}
 }
+
+// A hit shows the refusal of the answer it replays, in either form,
+// whichever form filled the entry: a stream replay left it out, and a
+// streamed answer with one was never stored.
+func TestReplayKeepsRefusal(t *testing.T) {
+	t.Parallel()
+	const head = `{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","choices":[{"index":0,"delta":`
+	chunks := []string{
+		head + `{"role":"assistant","content":"Let me see. "},"logprobs":null,"finish_reason":null}]}`,
+		head + `{"refusal":"I can't "},"logprobs":null,"finish_reason":null}]}`,
+		head + `{"refusal":"help with that."},"logprobs":null,"finish_reason":null}]}`,
+		head + `{},"logprobs":null,"finish_reason":"stop"}]}`,
+		`{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1767225600,"model":"up-model","choices":[],"usage":` + upstreamUsage + `}`,
+	}
+	body := `{"id":"chatcmpl-up","object":"chat.completion","created":1767225600,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"Let me see. ","refusal":"I can't help with that."},"logprobs":null,"finish_reason":"stop"}],"usage":` + upstreamUsage + `}`
+	up := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		if r.Stream {
+			return &pipeline.Response{Stream: sliceStream(chunks)}, nil
+		}
+		return &pipeline.Response{Body: []byte(body)}, nil
+	})
+	streamBody := strings.Replace(det, `"temperature":0`, `"temperature":0,"stream":true,"stream_options":{"include_usage":true}`, 1)
+	for _, fillStream := range []bool{true, false} {
+		h, _ := newCache(up, newClock(), nil)
+		fill := det
+		if fillStream {
+			fill = streamBody
+		}
+		resp, err := h.Chat(context.Background(), newReq(fill, "acme"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fillStream {
+			if _, err := drain(t, resp.Stream); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, readStream := range []bool{true, false} {
+			read := det
+			if readStream {
+				read = streamBody
+			}
+			r := newReq(read, "acme")
+			resp, err := h.Chat(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Meta.Get("x-gateway-cache") != "hit" {
+				t.Fatalf("fill stream %v, read stream %v: not a hit", fillStream, readStream)
+			}
+			var content, refusal string
+			if readStream {
+				got, err := drain(t, resp.Stream)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range got {
+					content += gjson.Get(c, "choices.0.delta.content").String()
+					refusal += gjson.Get(c, "choices.0.delta.refusal").String()
+				}
+			} else {
+				content = gjson.GetBytes(resp.Body, "choices.0.message.content").String()
+				refusal = gjson.GetBytes(resp.Body, "choices.0.message.refusal").String()
+			}
+			if content != "Let me see. " || refusal != "I can't help with that." {
+				t.Errorf("fill stream %v, read stream %v: content %q refusal %q", fillStream, readStream, content, refusal)
+			}
+		}
+	}
+}
