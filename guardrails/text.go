@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
@@ -24,6 +23,7 @@ import (
 func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
+	outs := map[int][]byte{} // the texts the judging changed, by position (checkAcrossParts)
 	check := func(v gjson.Result, more, args bool) bool {
 		judge := ck.Check
 		if more {
@@ -39,6 +39,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 			return false
 		}
 		if !bytes.Equal(out, []byte(v.Str)) {
+			outs[v.Index] = out
 			if args && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out) {
 				// A redaction that breaks the call's JSON cannot be sent.
 				failed = brokenArguments()
@@ -65,7 +66,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		return failed == nil
 	})
 	if failed == nil {
-		failed = checkAcrossParts(ck, body)
+		failed = checkAcrossParts(ck, body, outs)
 	}
 	if failed == nil {
 		visitToolDescriptions(body, func(t gjson.Result) bool { return check(t, false, false) })
@@ -76,62 +77,92 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 	return applyEdits(body, edits, failed, "the request could not be redacted")
 }
 
-// checkAcrossParts judges, for each message whose content is a list of
-// parts, the texts of its text parts joined as the judging of each part
-// left them (as an upstream reads them: OpenAI runs them together, a chat
-// template may put line breaks between them), with the regex and pii
-// guards. What still matches there spans two parts (a value split over
-// them, "bob@" and "example.com"), which the judging of each part let
-// pass: a block blocks, and a redaction, which cannot be made within the
-// parts, blocks too (spanningBlocked).
-func checkAcrossParts(ck *checker, body []byte) error {
+// checkAcrossParts looks, for each message whose content is a list of
+// parts, at the texts of its text parts joined as the per-part judging
+// left them (outs, by the texts' positions in body: redacted, cut by a
+// max_length), run together and with line breaks between them, as an
+// upstream reads them (OpenAI runs them together, a chat template may
+// break lines). A regex or pii match there that crosses from one part
+// into the next (a value split over them, "bob@" and "example.com") was
+// seen by no part's judging: it fires its guardrail, and blocks the
+// request whether the guardrail blocks or redacts (a redaction cannot be
+// made within the parts; spanningBlocked). Matches within a part were
+// judged already.
+func checkAcrossParts(ck *checker, body []byte, outs map[int][]byte) error {
 	guards := sideGuards(ck.guards)
 	if len(guards) == 0 {
 		return nil
 	}
-	var cross *checker
 	var failed error
+	var texts [][]byte
+	var joined []byte
+	var spans []span
+	var regions []int
 	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
-		var texts []string
-		m.Get("content").ForEach(func(_, p gjson.Result) bool {
-			if t := p.Get("text"); t.Type == gjson.String {
-				texts = append(texts, t.Str)
+		return members(m, "content", func(c gjson.Result) bool {
+			if !c.IsArray() {
+				return true
+			}
+			texts = texts[:0]
+			c.ForEach(func(_, p gjson.Result) bool {
+				return members(p, "text", func(t gjson.Result) bool {
+					if t.Type == gjson.String {
+						out, ok := outs[t.Index]
+						if !ok {
+							out = []byte(t.Str)
+						}
+						texts = append(texts, out)
+					}
+					return true
+				})
+			})
+			if len(texts) < 2 {
+				return true
+			}
+			for _, sep := range [...]string{"", "\n"} {
+				joined = joined[:0]
+				var ends []int // where each part but the last ends in joined
+				for i, t := range texts {
+					if i > 0 {
+						joined = append(joined, sep...)
+					}
+					joined = append(joined, t...)
+					ends = append(ends, len(joined))
+				}
+				ends = ends[:len(ends)-1]
+				for _, g := range guards {
+					spans = spans[:0]
+					spans, regions = g.find(joined, spans, regions)
+					for _, sp := range spans {
+						if !spansParts(sp, ends, len(sep)) {
+							continue
+						}
+						if err := ck.fire(g); err != nil {
+							failed = err
+							return false
+						}
+						if g.action == actionRedact {
+							failed = spanningBlocked()
+							return false
+						}
+					}
+				}
 			}
 			return true
 		})
-		if len(texts) < 2 || !m.Get("content").IsArray() {
-			return true
-		}
-		if cross == nil {
-			cross = newChecker(ck.ctx, guards, ck.meta)
-			cross.fired = append(cross.fired, ck.fired...) // counted once a request
-		}
-		// The parts as the per-part judging left them (redacted), joined:
-		// what still matches there spans two parts.
-		per := make([]string, len(texts))
-		for i, t := range texts {
-			o, err := cross.Check([]byte(t))
-			if err != nil {
-				failed = err
-				return false
-			}
-			per[i] = string(o)
-		}
-		for _, sep := range [...]string{"", "\n"} {
-			joined := strings.Join(per, sep)
-			out, err := cross.Check([]byte(joined))
-			if err != nil {
-				failed = err
-				return false
-			}
-			if string(out) != joined {
-				failed = spanningBlocked()
-				return false
-			}
-		}
-		return true
 	})
 	return failed
+}
+
+// spansParts reports whether sp takes in text of two parts: it starts before
+// one part's end (ends) and ends after the separator that follows it.
+func spansParts(sp span, ends []int, sep int) bool {
+	for _, e := range ends {
+		if sp.start < e && sp.end > e+sep {
+			return true
+		}
+	}
+	return false
 }
 
 // spanningBlocked is the 400 of a request whose guardrail match spans the
@@ -215,7 +246,7 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (d
 	// one object of such a part: a chat template prints any of them.
 	reasoning := func(r gjson.Result) bool {
 		if r.IsObject() {
-			return members(r, "text", text)
+			return members(r, "text", text) && members(r, "thinking", text)
 		}
 		return parts(r, 0)
 	}

@@ -257,6 +257,7 @@ func TestRequestValueSplitOverParts(t *testing.T) {
 		{block, "Project", "Falcon", true}, // a template's line break between them
 		{redact, "mail bob@example.com", "and more", false},
 		{block, "Project", "Hawk", false},
+		{redact, "bob@example.com", "bob@example.com", false}, // a match in each part, none across
 	} {
 		out, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{tc.g}, nil), parts(tc.a, tc.b))
 		if tc.blocked != (err != nil) {
@@ -274,12 +275,38 @@ func TestRequestValueSplitOverParts(t *testing.T) {
 func TestRequestReasoningInEveryForm(t *testing.T) {
 	t.Parallel()
 	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
-	for _, r := range []string{`"say secret-1"`, `[{"type":"text","text":"say secret-2"}]`, `{"type":"text","text":"say secret-3"}`} {
+	for _, r := range []string{`"say secret-1"`, `[{"type":"text","text":"say secret-2"}]`, `{"type":"text","text":"say secret-3"}`, `{"type":"thinking","thinking":"say secret-4"}`} {
 		for _, key := range []string{"reasoning", "reasoning_content"} {
 			body := `{"model":"m","messages":[{"role":"assistant","content":"ok","` + key + `":` + r + `},{"role":"user","content":"hi"}]}`
 			if _, err := checkRequest(context.Background(), newChecker(context.Background(), []*guard{block}, nil), []byte(body)); err == nil {
 				t.Errorf("%s %s passed a block", key, r)
 			}
+		}
+	}
+}
+
+// What the judging of each part left is what is joined: a value across
+// parts that a max_length cut away is not there, and a redaction whose
+// replacement matches its own pattern does not match across parts. The
+// content is found under any case of its name.
+func TestRequestAcrossPartsJudgesWhatIsSent(t *testing.T) {
+	t.Parallel()
+	short := mustGuard(t, config.Guardrail{Name: "short", Stage: StageRequest, Kind: "max_length", Action: "redact", MaxLength: 10})
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Stage: StageRequest, Kind: "pii", Action: "redact"})
+	pw := mustGuard(t, config.Guardrail{Name: "pw", Stage: StageRequest, Kind: "regex", Action: "redact", Replacement: "[password removed]", Patterns: []string{`(?i)password`}})
+	block := mustGuard(t, config.Guardrail{Name: "falcon", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`(?i)project\s+falcon`}})
+	for _, tc := range []struct {
+		guards  []*guard
+		body    string
+		blocked bool
+	}{
+		{[]*guard{short, pii}, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hello there, write to bob@"},{"type":"text","text":"example.com"}]}]}`, false},
+		{[]*guard{pw}, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"my password is x"},{"type":"text","text":"hello"}]}]}`, false},
+		{[]*guard{block}, `{"model":"m","messages":[{"role":"user","Content":[{"type":"text","Text":"Project"},{"type":"text","text":" Falcon"}]}]}`, true},
+	} {
+		_, err := checkRequest(context.Background(), newChecker(context.Background(), tc.guards, nil), []byte(tc.body))
+		if tc.blocked != (err != nil) {
+			t.Errorf("%s: %v, want blocked %v", tc.body, err, tc.blocked)
 		}
 	}
 }
