@@ -507,3 +507,20 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 		t.Fatalf("JSON content %q usage %d; stream content %q usage %d", jc, ju, sc, su)
 	}
 }
+
+// A client schema's definitions go to the protocol schema's root, where its
+// local $refs ("#/$defs/X") look for them; a schema that refers to its own
+// root is asked for as any object.
+func TestProtocolFormatKeepsDefinitions(t *testing.T) {
+	t.Parallel()
+	rf := gjson.Parse(`{"type":"json_schema","json_schema":{"name":"c","schema":{"type":"object","properties":{"p":{"$ref":"#/$defs/P"},"q":{"$ref":"#/definitions/Q"}},"$defs":{"P":{"type":"integer"}},"definitions":{"Q":{"type":"string"}}}}}`)
+	out := protocolFormat(rf)
+	if gjson.GetBytes(out, `json_schema.schema.\$defs.P.type`).Str != "integer" || gjson.GetBytes(out, "json_schema.schema.definitions.Q.type").Str != "string" ||
+		gjson.GetBytes(out, "json_schema.schema.properties.answer.properties.p.\\$ref").Str != "#/$defs/P" {
+		t.Fatalf("%s", out)
+	}
+	self := protocolFormat(gjson.Parse(`{"type":"json_schema","json_schema":{"name":"c","schema":{"type":"object","properties":{"next":{"$ref":"#"}}}}}`))
+	if a := gjson.GetBytes(self, "json_schema.schema.properties.answer").Raw; a != `{"type":"object"}` {
+		t.Fatalf("self-referring schema: answer %s", a)
+	}
+}

@@ -38,16 +38,15 @@ const responseFormat = `{"type":"json_schema","json_schema":{"name":"tool_protoc
 // (a json_schema's schema, or any object for json_object) is what the
 // protocol's "answer" holds, so that it is kept rather than replaced.
 func protocolFormat(rf gjson.Result) []byte {
-	var answer string
+	answer := `{"type":"object"}`
+	var defs []gjson.Result // the schema's definitions: its local $refs name them from the root
 	switch rf.Get("type").Str {
 	case "json_schema":
-		if sch := rf.Get("json_schema.schema"); sch.IsObject() {
+		if sch := rf.Get("json_schema.schema"); sch.IsObject() && !selfRef(sch.Raw) {
 			answer = sch.Raw
-		} else {
-			answer = `{"type":"object"}`
+			defs = []gjson.Result{sch.Get(`\$defs`), sch.Get("definitions")}
 		}
 	case "json_object":
-		answer = `{"type":"object"}`
 	default:
 		return []byte(responseFormat)
 	}
@@ -55,7 +54,23 @@ func protocolFormat(rf gjson.Result) []byte {
 	if err != nil {
 		return []byte(responseFormat)
 	}
+	// Moved under "answer", the schema's "#/$defs/X" would name the
+	// protocol's root: its definitions go there too.
+	for i, key := range [...]string{`\$defs`, "definitions"} {
+		if defs != nil && defs[i].IsObject() {
+			if out, err := sjson.SetRawBytes(b, "json_schema.schema."+key, []byte(defs[i].Raw)); err == nil {
+				b = out
+			}
+		}
+	}
 	return b
+}
+
+// selfRef reports whether a schema refers to its own root ("$ref": "#"),
+// which under the protocol's "answer" would name the protocol: such a
+// schema is asked for as any JSON object.
+func selfRef(schema string) bool {
+	return strings.Contains(schema, `"$ref":"#"`) || strings.Contains(schema, `"$ref": "#"`)
 }
 
 // choiceMode is what the request's tool_choice asks of this call.

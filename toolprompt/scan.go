@@ -109,7 +109,7 @@ func (s *Scanner) Feed(text []byte) []byte {
 }
 
 // A fence after text on its line opens a block only when the calls follow
-// it: a line break, then '[' or '{' (whitespace between). callsFollow reads
+// it: '[' or '{', after whitespace (a line break or not). callsFollow reads
 // what comes after such a fence: yes, no, or undecided when b ends first
 // (the fence is held until it is known, up to maxLookahead bytes).
 type lookahead uint8
@@ -123,15 +123,12 @@ const (
 const maxLookahead = 256
 
 func callsFollow(b []byte) lookahead {
-	broke := false
 	for i, c := range b {
 		switch {
 		case i >= maxLookahead:
 			return no
-		case c == '\n':
-			broke = true
-		case c == ' ' || c == '\t' || c == '\r':
-		case broke && (c == '[' || c == '{'):
+		case c == '\n' || c == ' ' || c == '\t' || c == '\r':
+		case c == '[' || c == '{':
 			return yes
 		default:
 			return no

@@ -150,7 +150,7 @@ func TestScannerFenceInsideArguments(t *testing.T) {
 
 // The fence opens a block at the start of a line (indented three spaces
 // at most, as in Markdown), or after text on its line when the calls
-// follow it on the next: prose that mentions it is text, however the text
+// follow it ('[' or '{' after whitespace): prose that mentions it is text, however the text
 // is split.
 func TestScannerFenceOnlyAtLineStart(t *testing.T) {
 	t.Parallel()
@@ -162,6 +162,7 @@ func TestScannerFenceOnlyAtLineStart(t *testing.T) {
 		{"To call tools, you write a block that starts with ```tool_calls and ends with ``` — that is the protocol.", false},
 		{"Say ```tool_calls\n[{\"name\":\"a\"}]\n``` to call", true},
 		{"Let me check the weather. " + block, true},
+		{"Let me check. ```tool_calls [{\"name\":\"a\",\"arguments\":{}}]```", true},
 		{"Let me check.\n\t" + block, true},
 		{"    " + block, true},
 		{"a ```tool_calls block ends with ```", false},
