@@ -2,6 +2,7 @@ package caching
 
 import (
 	"io"
+	"math"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -83,22 +84,30 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 		calls = storedCalls(completion)
 	}
 	b.emit(&wire.Event{Kind: wire.Role})
-	for _, k := range reasoningKeys {
-		for _, frag := range splitRunes(msg.Get(k).String(), replayPiece) {
-			b.emit(&wire.Event{Kind: wire.Text, Key: k, Text: []byte(frag)})
-		}
+	// The texts before any calls (the reasoning first, then the content and
+	// a refusal, as a round streams them), then the calls on chunks of
+	// their own (no content on tool-call chunks), one after the other. Each
+	// text is cut where a server call ran, and the call pinned to the chunk
+	// after; a mixed turn's last calls are pinned after its client calls.
+	keys := [...]string{"reasoning_content", "reasoning", "content", "refusal"}
+	var texts [len(keys)]string
+	var done [len(keys)]int
+	for i, k := range keys {
+		texts[i] = msg.Get(k).String()
 	}
-	// Text before any calls, then the calls on chunks of their own (no
-	// content on tool-call chunks), one after the other. The text is cut
-	// where a server call ran, and the call pinned to the chunk after; a
-	// mixed turn's last calls are pinned after its client calls.
-	content := msg.Get("content").String()
-	done := 0
-	text := func(upTo int) {
-		for _, frag := range splitRunes(content[done:upTo], replayPiece) {
-			b.emit(&wire.Event{Kind: wire.Text, Key: "content", Text: []byte(frag)})
+	// cut emits each text up to at(its index), never inside a rune.
+	cut := func(at func(i int) int) {
+		for i, k := range keys {
+			t := texts[i]
+			end := min(max(at(i), done[i]), len(t))
+			for end > done[i] && end < len(t) && !utf8.RuneStart(t[end]) {
+				end--
+			}
+			for _, frag := range splitRunes(t[done[i]:end], replayPiece) {
+				b.emit(&wire.Event{Kind: wire.Text, Key: k, Text: []byte(frag)})
+			}
+			done[i] = end
 		}
-		done = upTo
 	}
 	var after []storedCall
 	for _, c := range calls {
@@ -106,19 +115,10 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 			after = append(after, c)
 			continue
 		}
-		upTo := min(max(c.at.Content, done), len(content))
-		for upTo > done && upTo < len(content) && !utf8.RuneStart(content[upTo]) {
-			upTo--
-		}
-		text(upTo)
+		cut(func(i int) int { return *c.at.Of(keys[i]) }) // up to where the call ran
 		s.pins = append(s.pins, pin{chunk: len(b.ends), call: c})
 	}
-	text(len(content))
-	// A refusal (the model's, in some round of a loop) after the content,
-	// as the answer's message holds both.
-	for _, frag := range splitRunes(msg.Get("refusal").String(), replayPiece) {
-		b.emit(&wire.Event{Kind: wire.Text, Key: "refusal", Text: []byte(frag)})
-	}
+	cut(func(int) int { return math.MaxInt })
 	msgCalls := msg.Get("tool_calls")
 	if !msgCalls.IsArray() {
 		msgCalls = gjson.Result{} // null: no call (ForEach would visit the null)

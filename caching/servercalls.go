@@ -45,7 +45,8 @@ func (l *callLog) hear(c *pipeline.ServerCall, next func(*pipeline.ServerCall)) 
 	case c.At != nil:
 		sc.at = *c.At
 	case l.rec != nil:
-		sc.at.Content = len(l.rec.content)
+		sc.at = pipeline.TextsAt{Content: len(l.rec.content), Refusal: len(l.rec.refusal),
+			ReasoningContent: len(l.rec.reasoning[0]), Reasoning: len(l.rec.reasoning[1])}
 		sc.after = len(l.rec.calls) > 0
 	}
 	l.calls = append(l.calls, sc)

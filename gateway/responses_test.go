@@ -1011,3 +1011,46 @@ func TestResponsesMaxToolCalls(t *testing.T) {
 		t.Fatalf("negative max_tool_calls: %d %s", code, b)
 	}
 }
+
+// A Responses cache hit keeps each round's reasoning item where it was
+// live, between the server calls, whichever form filled the entry and
+// whichever reads it: the replay put all the reasoning first (stream) or
+// after the calls (JSON of a stream-filled entry).
+func TestResponsesCacheHitKeepsReasoningPlaces(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, anthropicConfig+`
+[middleware.cache]
+enabled = true
+store = "memory"
+always = true
+`, mockllm.Options{Respond: claudeRespond})
+	itemsOf := func(r responses.Response) string {
+		var s []string
+		for _, it := range r.Output {
+			switch it.Type {
+			case "reasoning":
+				var text string
+				for _, c := range it.AsReasoning().Content {
+					text += c.Text
+				}
+				s = append(s, "reasoning:"+text)
+			default:
+				s = append(s, outputItems(responses.Response{Output: []responses.ResponseOutputItemUnion{it}}))
+			}
+		}
+		return strings.Join(s, "|")
+	}
+	for _, fill := range []bool{false, true} {
+		params := responses.ResponseNewParams{Model: "claude-big", Reasoning: shared.ReasoningParam{Effort: shared.ReasoningEffortLow},
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(fmt.Sprintf("compute (stream miss %v)", fill))}}
+		live := itemsOf(h.respond(params, fill))
+		if !strings.HasPrefix(live, "reasoning:Round 0 thinks.|mcp_call:calculator|reasoning:Round 1 thinks.|mcp_call:calculator|reasoning:Round 2 thinks.|message:") {
+			t.Fatalf("live (stream %v): %s", fill, live)
+		}
+		for _, stream := range []bool{false, true} {
+			if got := itemsOf(h.respond(params, stream)); got != live {
+				t.Errorf("hit (filled by stream %v, read as stream %v):\n got %s\nwant %s", fill, stream, got, live)
+			}
+		}
+	}
+}
