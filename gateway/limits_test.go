@@ -429,4 +429,13 @@ func TestStreamLeftBeforeContentIsCharged(t *testing.T) {
 			t.Fatalf("the abandoned stream was not charged: %s", body)
 		}
 	}
+	// The provider's failure before any content costs nothing.
+	cut := newHarness(t, baseConfig, mockllm.Options{
+		Respond: mockllm.Sequence(mockllm.Turn{Text: "never shown", Fault: mockllm.CutFault(0)})})
+	if status, _, raw := cut.post("/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil); status != http.StatusBadGateway {
+		t.Fatalf("a stream cut before content: %d %s", status, raw)
+	}
+	if _, _, body := getUsage(t, cut.base, ""); gjson.GetBytes(body, "total.input_tokens").Int() != 0 {
+		t.Fatalf("a stream the provider cut before content was charged: %s", body)
+	}
 }

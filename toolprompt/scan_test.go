@@ -95,6 +95,15 @@ func FuzzScanner(f *testing.F) {
 		}
 		tail, found, calls, err := sc.End()
 		shown = append(shown, tail...)
+		// However the text is split, it reads as the whole text does.
+		var whole Scanner
+		wshown := append([]byte(nil), whole.Feed(text)...)
+		wtail, wfound, wcalls, werr := whole.End()
+		wshown = append(wshown, wtail...)
+		if wfound != found || string(wshown) != string(shown) || len(wcalls) != len(calls) || (werr == nil) != (err == nil) {
+			t.Fatalf("split by %d: found %v shown %q calls %d err %v; whole: found %v shown %q calls %d err %v",
+				n, found, shown, len(calls), err, wfound, wshown, len(wcalls), werr)
+		}
 		if !found {
 			if string(shown) != string(text) {
 				t.Fatalf("no block, but shown %q != text %q", shown, text)
