@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -380,13 +381,20 @@ func slotMaster(t *testing.T, c *redis.ClusterClient, key string) string {
 func ownerOf(rdb *redis.Client, slot int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	slots, err := rdb.ClusterSlots(ctx).Result()
+	shards, err := rdb.ClusterShards(ctx).Result()
 	if err != nil {
 		return ""
 	}
-	for _, s := range slots {
-		if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int64(slot) < r.Start || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return n.IP + ":" + strconv.FormatInt(n.Port, 10)
+				}
+			}
 		}
 	}
 	return ""
