@@ -256,55 +256,25 @@ func TestReplayKeepsReasoningAndServiceTier(t *testing.T) {
 		}
 		return &pipeline.Response{Body: []byte(body)}, nil
 	})
-	streamBody := strings.Replace(det, `"temperature":0`, `"temperature":0,"stream":true,"stream_options":{"include_usage":true}`, 1)
-	for _, fillStream := range []bool{true, false} {
-		h, _ := newCache(up, newClock(), nil)
-		fill := det
-		if fillStream {
-			fill = streamBody
-		}
-		resp, err := h.Chat(context.Background(), newReq(fill, "acme"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fillStream {
-			if _, err := drain(t, resp.Stream); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, readStream := range []bool{true, false} {
-			read := det
-			if readStream {
-				read = streamBody
-			}
-			r := newReq(read, "acme")
-			resp, err := h.Chat(context.Background(), r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var reasoning, tier, citations string
-			if readStream {
-				got, err := drain(t, resp.Stream)
-				if err != nil {
-					t.Fatal(err)
+	crossHits(t, up, func(fillStream, readStream bool, r *pipeline.Request, body []byte, chunks []string) {
+		var reasoning, tier, citations string
+		if readStream {
+			for _, c := range chunks {
+				citations += gjson.Get(c, "citations").Raw
+				reasoning += gjson.Get(c, "choices.0.delta.reasoning_content").String()
+				if tier = gjson.Get(c, "service_tier").String(); tier != "flex" {
+					t.Errorf("fill stream %v: chunk without the service_tier: %s", fillStream, c)
 				}
-				for _, c := range got {
-					citations += gjson.Get(c, "citations").Raw
-					reasoning += gjson.Get(c, "choices.0.delta.reasoning_content").String()
-					if tier = gjson.Get(c, "service_tier").String(); tier != "flex" {
-						t.Errorf("fill stream %v: chunk without the service_tier: %s", fillStream, c)
-					}
-				}
-			} else {
-				reasoning = gjson.GetBytes(resp.Body, "choices.0.message.reasoning_content").String()
-				tier = gjson.GetBytes(resp.Body, "service_tier").String()
-				citations = gjson.GetBytes(resp.Body, "citations").Raw
 			}
-			if r.Meta.Get(HeaderCache) != "hit" || reasoning != "Think first." || tier != "flex" || citations != `["u"]` {
-				t.Errorf("fill stream %v, read stream %v: %q, reasoning %q, service_tier %q, citations %s", fillStream, readStream, r.Meta.Get(HeaderCache), reasoning, tier, citations)
-			}
+		} else {
+			reasoning = gjson.GetBytes(body, "choices.0.message.reasoning_content").String()
+			tier = gjson.GetBytes(body, "service_tier").String()
+			citations = gjson.GetBytes(body, "citations").Raw
 		}
-	}
+		if r.Meta.Get(HeaderCache) != "hit" || reasoning != "Think first." || tier != "flex" || citations != `["u"]` {
+			t.Errorf("fill stream %v, read stream %v: %q, reasoning %q, service_tier %q, citations %s", fillStream, readStream, r.Meta.Get(HeaderCache), reasoning, tier, citations)
+		}
+	})
 }
 
 // An answer carrying a message member a replay would lose (a search model's
@@ -391,6 +361,31 @@ func TestReplayKeepsRefusal(t *testing.T) {
 		}
 		return &pipeline.Response{Body: []byte(body)}, nil
 	})
+	crossHits(t, up, func(fillStream, readStream bool, r *pipeline.Request, body []byte, chunks []string) {
+		if r.Meta.Get(HeaderCache) != "hit" {
+			t.Fatalf("fill stream %v, read stream %v: not a hit", fillStream, readStream)
+		}
+		var content, refusal string
+		if readStream {
+			for _, c := range chunks {
+				content += gjson.Get(c, "choices.0.delta.content").String()
+				refusal += gjson.Get(c, "choices.0.delta.refusal").String()
+			}
+		} else {
+			content = gjson.GetBytes(body, "choices.0.message.content").String()
+			refusal = gjson.GetBytes(body, "choices.0.message.refusal").String()
+		}
+		if content != "Let me see. " || refusal != "I can't help with that." {
+			t.Errorf("fill stream %v, read stream %v: content %q refusal %q", fillStream, readStream, content, refusal)
+		}
+	})
+}
+
+// crossHits fills an entry from up, by a stream and by JSON (a cache of
+// its own each), and reads it in both forms; hit is given each read's
+// request and answer (a stream's chunks drained into chunks).
+func crossHits(t *testing.T, up pipeline.Handler, hit func(fillStream, readStream bool, r *pipeline.Request, body []byte, chunks []string)) {
+	t.Helper()
 	streamBody := strings.Replace(det, `"temperature":0`, `"temperature":0,"stream":true,"stream_options":{"include_usage":true}`, 1)
 	for _, fillStream := range []bool{true, false} {
 		h, _ := newCache(up, newClock(), nil)
@@ -417,26 +412,13 @@ func TestReplayKeepsRefusal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Meta.Get("x-gateway-cache") != "hit" {
-				t.Fatalf("fill stream %v, read stream %v: not a hit", fillStream, readStream)
-			}
-			var content, refusal string
+			var chunks []string
 			if readStream {
-				got, err := drain(t, resp.Stream)
-				if err != nil {
+				if chunks, err = drain(t, resp.Stream); err != nil {
 					t.Fatal(err)
 				}
-				for _, c := range got {
-					content += gjson.Get(c, "choices.0.delta.content").String()
-					refusal += gjson.Get(c, "choices.0.delta.refusal").String()
-				}
-			} else {
-				content = gjson.GetBytes(resp.Body, "choices.0.message.content").String()
-				refusal = gjson.GetBytes(resp.Body, "choices.0.message.refusal").String()
 			}
-			if content != "Let me see. " || refusal != "I can't help with that." {
-				t.Errorf("fill stream %v, read stream %v: content %q refusal %q", fillStream, readStream, content, refusal)
-			}
+			hit(fillStream, readStream, r, resp.Body, chunks)
 		}
 	}
 }

@@ -42,16 +42,7 @@ func TestRedisOutageLogsThroughZerologRateLimited(t *testing.T) {
 	}
 	sink := &lockedBuffer{}
 	log := zerolog.New(sink).Level(zerolog.WarnLevel)
-	rt, err := Build(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := proxy.NewServer(rt, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	srv, ln := serveBuilt(t, cfg, log)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -140,16 +131,7 @@ func TestTraceExportFailuresLogThroughZerolog(t *testing.T) {
 	sink := &lockedBuffer{}
 	log := zerolog.New(sink).Level(zerolog.WarnLevel)
 	stderr := captureStderr(t)
-	rt, err := Build(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := proxy.NewServer(rt, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	srv, ln := serveBuilt(t, cfg, log)
 	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
 	for range 3 {
 		resp, err := http.Post(url, "application/json", strings.NewReader(`{"model":"gpt-x","messages":[{"role":"user","content":"q"}]}`))
@@ -176,4 +158,21 @@ func TestTraceExportFailuresLogThroughZerolog(t *testing.T) {
 	if !strings.Contains(sink.String(), `"source":"otel"`) {
 		t.Errorf("no failed export reached the gateway's logger:\n%s", sink.String())
 	}
+}
+
+// serveBuilt builds cfg's runtime with log and serves it on a loopback
+// listener; the caller shuts it down.
+func serveBuilt(t *testing.T, cfg *config.Config, log zerolog.Logger) (*proxy.Server, net.Listener) {
+	t.Helper()
+	rt, err := Build(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := proxy.NewServer(rt, log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, ln
 }

@@ -419,6 +419,12 @@ func outputItems(r responses.Response) string {
 			items = append(items, "message:"+text)
 		case "mcp_call":
 			items = append(items, "mcp_call:"+it.AsMcpCall().Name)
+		case "reasoning":
+			item := "reasoning"
+			for _, c := range it.AsReasoning().Content {
+				item += ":" + c.Text
+			}
+			items = append(items, item)
 		default:
 			items = append(items, string(it.Type))
 		}
@@ -802,7 +808,7 @@ func TestResponsesAnthropicReasoning(t *testing.T) {
 	params := responses.ResponseNewParams{Model: "claude-small", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")}}
 	streamed, sum := h.streamResponse(params)
 	for i, r := range []responses.Response{h.respond(params, false), streamed} {
-		if got := outputItems(r); got != "reasoning|message:"+claudeText {
+		if got := outputItems(r); got != "reasoning:The user greets me.|message:"+claudeText {
 			t.Fatalf("answer %d: output %s", i, got)
 		}
 		if rs := r.Output[0].AsReasoning(); len(rs.Content) != 1 || rs.Content[0].Text != "The user greets me." {
@@ -1024,31 +1030,15 @@ enabled = true
 store = "memory"
 always = true
 `, mockllm.Options{Respond: claudeRespond})
-	itemsOf := func(r responses.Response) string {
-		var s []string
-		for _, it := range r.Output {
-			switch it.Type {
-			case "reasoning":
-				var text string
-				for _, c := range it.AsReasoning().Content {
-					text += c.Text
-				}
-				s = append(s, "reasoning:"+text)
-			default:
-				s = append(s, outputItems(responses.Response{Output: []responses.ResponseOutputItemUnion{it}}))
-			}
-		}
-		return strings.Join(s, "|")
-	}
 	for _, fill := range []bool{false, true} {
 		params := responses.ResponseNewParams{Model: "claude-big", Reasoning: shared.ReasoningParam{Effort: shared.ReasoningEffortLow},
 			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(fmt.Sprintf("compute (stream miss %v)", fill))}}
-		live := itemsOf(h.respond(params, fill))
+		live := outputItems(h.respond(params, fill))
 		if !strings.HasPrefix(live, "reasoning:Round 0 thinks.|mcp_call:calculator|reasoning:Round 1 thinks.|mcp_call:calculator|reasoning:Round 2 thinks.|message:") {
 			t.Fatalf("live (stream %v): %s", fill, live)
 		}
 		for _, stream := range []bool{false, true} {
-			if got := itemsOf(h.respond(params, stream)); got != live {
+			if got := outputItems(h.respond(params, stream)); got != live {
 				t.Errorf("hit (filled by stream %v, read as stream %v):\n got %s\nwant %s", fill, stream, got, live)
 			}
 		}
