@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/observe"
-	"github.com/llmgw/gateway/proxy"
 )
 
 // Load and memory bugs other gateways shipped; see toolcall_stream_test.go and
@@ -68,16 +66,8 @@ func stuckLogGateway(t *testing.T) (*harness, *stuckSink, func()) {
 	var once sync.Once
 	closeLog := func() { once.Do(func() { sink.unblock(); flush() }) }
 	t.Cleanup(closeLog)
-	rt, err := Build(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := proxy.NewServer(rt, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	srv, ln := serveBuilt(t, cfg, log)
+	rt := srv.Runtime()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -19,7 +19,6 @@ import (
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/observe"
-	"github.com/llmgw/gateway/proxy"
 )
 
 // lockedBuffer is a log sink tests read after the logger is closed. Safe
@@ -147,16 +146,7 @@ timeout = "50ms"
 	}
 	sink := &lockedBuffer{}
 	log, closeLog := observe.NewLogger("debug", "json", sink)
-	rt, err := Build(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := proxy.NewServer(rt, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
+	srv, ln := serveBuilt(t, cfg, log)
 	addr := ln.Addr().String()
 
 	// Normal traffic: a good key (upstream 401, through the Redis cache that
