@@ -192,7 +192,8 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 			if _, dup := props[key]; dup || key == bodyKey {
 				key = prm.In + "_" + prm.Name
 			}
-			o.params = append(o.params, param{key: key, name: prm.Name, in: prm.In})
+			o.params = append(o.params, param{key: key, name: prm.Name, in: prm.In,
+				explode: (prm.Style == "" || prm.Style == "form") && (prm.Explode == nil || *prm.Explode)})
 		}
 		props[key] = schema
 		if prm.In == "path" || prm.Required != nil && *prm.Required {

@@ -226,6 +226,8 @@ paths:
         - {name: tag, in: query, schema: {type: string}}
         - {name: code, in: query, schema: {type: string}}
         - {name: filter, in: query, schema: {type: object}}
+        - {name: deep, in: query, style: deepObject, schema: {type: object}}
+        - {name: packed, in: query, explode: false, schema: {type: object}}
 `)
 	ops, err := Parse(doc, config.OpenAPI{Name: "t", BaseURL: "https://h.test/api?code=FUNCKEY"}, http.DefaultClient)
 	if err != nil || len(ops) != 1 {
@@ -236,6 +238,14 @@ paths:
 		t.Fatal(err)
 	}
 	if got := req.URL.RawQuery; got != "code=FUNCKEY&tag=a&x=1&y=2" || req.URL.Path != "/api/items" {
+		t.Fatalf("URL %s", req.URL)
+	}
+	// Another declared style is not exploded: the object goes whole.
+	req, err = ops[0].request(context.Background(), []byte(`{"deep":{"x":"1"},"packed":{"y":"2"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := req.URL.Query(); got.Get("deep") != `{"x":"1"}` || got.Get("packed") != `{"y":"2"}` || got.Has("x") || got.Has("y") {
 		t.Fatalf("URL %s", req.URL)
 	}
 }

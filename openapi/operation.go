@@ -33,7 +33,13 @@ type Operation struct {
 }
 
 // param is one path, query or header parameter: key is its argument's name.
-type param struct{ key, name, in string }
+type param struct {
+	key, name, in string
+	// explode: an object value is sent as one query key per property
+	// (OpenAPI's default for a query parameter: style form, explode
+	// true); otherwise as its JSON text under the parameter's name.
+	explode bool
+}
 
 // maxAnswer bounds the body of an operation's answer that is read; the tool
 // loop caps the result it shows further (tool_loop.max_result_bytes).
@@ -76,7 +82,7 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 				for _, e := range v.Array() {
 					q.Add(prm.name, scalar(e))
 				}
-			case v.IsObject():
+			case v.IsObject() && prm.explode:
 				// OpenAPI's default query style (form, exploded): each
 				// property is a parameter of its own.
 				v.ForEach(func(k, e gjson.Result) bool {
