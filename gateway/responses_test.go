@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1042,5 +1043,31 @@ always = true
 				t.Errorf("hit (filled by stream %v, read as stream %v):\n got %s\nwant %s", fill, stream, got, live)
 			}
 		}
+	}
+}
+
+// A streamed Responses answer shows a server call as soon as its tool ran
+// (at the loop's next keep-alive), not when the next round starts to
+// answer: a client watching the stream sees the call and its result while
+// the model is still thinking.
+func TestResponsesServerCallShownBeforeTheNextRound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool+`
+[tool_loop]
+keepalive_interval = "50ms"
+`, mockllm.Options{FirstByteDelay: 600 * time.Millisecond, Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastRole != "tool" {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"2+3"}`}}}
+		}
+		return mockllm.Turn{Text: "Five."}
+	}})
+	status, _, raw := h.post("/responses", `{"model":"gpt-x","stream":true,"input":"2+3?"}`, nil)
+	if status != 200 {
+		t.Fatalf("%d %s", status, raw)
+	}
+	call := bytes.Index(raw, []byte("response.mcp_call.completed"))
+	lastPulse := bytes.LastIndex(raw, []byte("\n:"))
+	if call < 0 || lastPulse < 0 || call > lastPulse {
+		t.Fatalf("the server call (at %d) came after the keep-alives (last at %d):\n%s", call, lastPulse, raw)
 	}
 }

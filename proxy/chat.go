@@ -100,6 +100,14 @@ type outputForm interface {
 	fail(dst []byte, err error) []byte
 }
 
+// pulser is a form that writes what it holds at a keep-alive: the tool
+// loop sends one while a round's tools run and the next round is awaited,
+// and what the loop reported meanwhile (a server call) goes out then
+// rather than with the next round's first chunk.
+type pulser interface {
+	pulse(dst []byte) []byte
+}
+
 // chatForm is the chat completions form: the pipeline's own output.
 type chatForm struct{}
 
@@ -538,6 +546,9 @@ func (k *sink) event() []byte {
 func (k *sink) chunk(chunk []byte) []byte {
 	k.hold()
 	if len(chunk) > 0 && chunk[0] == ':' {
+		if p, ok := k.form.(pulser); ok {
+			k.buf = p.pulse(k.buf)
+		}
 		k.buf = sse.AppendComment(k.buf, chunk[1:])
 		return k.buf
 	}

@@ -258,6 +258,10 @@ func (f *responsesForm) placeCalls(dst []byte, calls []serverCall, texts []wire.
 	return dst
 }
 
+// pulse writes the server calls the loop reported since the last chunk:
+// at a keep-alive, each as soon as its tool ran, not with the next round.
+func (f *responsesForm) pulse(dst []byte) []byte { return f.flush(dst) }
+
 func (f *responsesForm) chunk(dst, chunk []byte) []byte {
 	f.dst = f.flush(dst)
 	f.dec.Decode(chunk, f.emit)
