@@ -37,14 +37,14 @@ const (
 	redisLogPeriod = 10 * time.Second
 )
 
-// redisLog is the logger of a library whose logging is the whole
+// libraryLog is the logger of a library whose logging is the whole
 // process's (go-redis's redis.SetLogger, OpenTelemetry's error handler):
 // it writes the library's messages as warnings to the logger of the most
 // recently built config, at most redisLogBurst lines a redisLogPeriod,
 // each with the number of lines suppressed before it, and never to stderr
 // outside the logger (an unreachable trace collector reports every failed
 // export). Safe for concurrent use.
-type redisLog struct {
+type libraryLog struct {
 	source     string // the "source" field of its lines
 	prefix     string // taken off each message
 	counter    prometheus.Counter
@@ -59,10 +59,10 @@ var otelLinesSuppressed = observe.Factory.NewCounter(prometheus.CounterOpts{
 })
 
 var (
-	redisLogger = &redisLog{source: "go-redis", prefix: "redis: ", counter: redisLinesSuppressed,
+	redisLogger = &libraryLog{source: "go-redis", prefix: "redis: ", counter: redisLinesSuppressed,
 		sampler: zerolog.BurstSampler{Burst: redisLogBurst, Period: redisLogPeriod}}
 	redisLogOnce sync.Once
-	otelLogger   = &redisLog{source: "otel", counter: otelLinesSuppressed,
+	otelLogger   = &libraryLog{source: "otel", counter: otelLinesSuppressed,
 		sampler: zerolog.BurstSampler{Burst: redisLogBurst, Period: redisLogPeriod}}
 	otelLogOnce sync.Once
 )
@@ -82,7 +82,7 @@ func useOtelLogger(log zerolog.Logger) {
 }
 
 // Printf implements go-redis's logging interface.
-func (l *redisLog) Printf(_ context.Context, format string, v ...any) {
+func (l *libraryLog) Printf(_ context.Context, format string, v ...any) {
 	if !l.sampler.Sample(zerolog.WarnLevel) {
 		l.suppressed.Add(1)
 		l.counter.Inc()

@@ -23,7 +23,7 @@ import (
 func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error) {
 	var edits []jsonedit.Edit
 	var failed error
-	outs := map[int][]byte{} // the texts the judging changed, by position (checkAcrossParts)
+	var outs map[int][]byte // the texts the judging changed, by position (checkAcrossParts)
 	check := func(v gjson.Result, more, args bool) bool {
 		judge := ck.Check
 		if more {
@@ -39,6 +39,9 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 			return false
 		}
 		if !bytes.Equal(out, []byte(v.Str)) {
+			if outs == nil {
+				outs = map[int][]byte{}
+			}
 			outs[v.Index] = out
 			if args && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out) {
 				// A redaction that breaks the call's JSON cannot be sent.

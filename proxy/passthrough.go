@@ -437,25 +437,25 @@ func compressed(h *fasthttp.ResponseHeader) bool {
 // as gzip, zstd or zlib data do: no text does (their second bytes are no
 // UTF-8 a text begins with).
 func looksCompressed(b []byte) bool {
-	switch {
-	case len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b: // gzip
-		return true
-	case len(b) >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd: // zstd
-		return true
-	case len(b) >= 2 && b[0] == 0x78 && (b[1] == 0x01 || b[1] == 0x9c || b[1] == 0xda): // zlib
-		return true
+	for _, m := range compressedMagic {
+		if bytes.HasPrefix(b, []byte(m)) {
+			return true
+		}
 	}
 	return false
 }
 
-// magicLen is the length of the longest magic number looksCompressed
-// reads (zstd's).
+// compressedMagic are the first bytes of gzip, zstd and zlib (its three
+// common levels) data.
+var compressedMagic = [...]string{"\x1f\x8b", "\x28\xb5\x2f\xfd", "\x78\x01", "\x78\x9c", "\x78\xda"}
+
+// magicLen is the length of the longest of compressedMagic (zstd's).
 const magicLen = 4
 
 // compressedPrefix reports whether b, shorter than magicLen, may be the
-// start of a magic number looksCompressed reads.
+// start of one of compressedMagic.
 func compressedPrefix(b []byte) bool {
-	for _, m := range [...]string{"\x1f\x8b", "\x28\xb5\x2f\xfd", "\x78"} {
+	for _, m := range compressedMagic {
 		if len(b) < len(m) && string(b) == m[:len(b)] {
 			return true
 		}
