@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -144,11 +145,11 @@ func repeatedKey(v gjson.Result) (string, bool) {
 		seen := map[string]bool{}
 		v.ForEach(func(k, e gjson.Result) bool {
 			key := decodedKey(k.Str)
-			if seen[key] {
+			if seen[foldKey(key)] {
 				found, dup = key, true
 				return false
 			}
-			seen[key] = true
+			seen[foldKey(key)] = true
 			walk(e)
 			return !dup
 		})
@@ -196,15 +197,75 @@ func instanceOf(v gjson.Result, dup **repeatedKeyError) any {
 		return a
 	}
 	m := map[string]any{}
+	plain := true // every key ASCII without capitals: none can fold into another
 	v.ForEach(func(k, e gjson.Result) bool {
 		if _, ok := m[k.Str]; ok && *dup == nil {
 			e := repeatedKeyError(k.Str)
 			*dup = &e
 		}
+		plain = plain && isPlainKey(k.Str)
 		m[k.Str] = instanceOf(e, dup)
 		return true
 	})
+	if !plain && *dup == nil {
+		if k, ok := foldedTwice(m); ok {
+			e := repeatedKeyError(k)
+			*dup = &e
+		}
+	}
 	return m
+}
+
+// A key that differs from another of its object only in case is a repeated
+// key too: a tool that reads its arguments with encoding/json (Go's
+// default) matches keys without regard to case, so {"q":"safe","Q":"evil"}
+// would pass a schema's check on "q" and reach the tool as "evil".
+
+// isPlainKey reports whether s is ASCII without capital letters: its fold
+// is itself.
+func isPlainKey(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// foldedTwice returns a key of m whose fold another key of m shares.
+func foldedTwice(m map[string]any) (string, bool) {
+	seen := make(map[string]struct{}, len(m))
+	for k := range m {
+		f := foldKey(k)
+		if _, ok := seen[f]; ok {
+			return k, true
+		}
+		seen[f] = struct{}{}
+	}
+	return "", false
+}
+
+// foldKey maps s to one representative of the keys equal to it under
+// Unicode simple case folding (strings.EqualFold): each rune becomes the
+// least rune of its folding orbit.
+func foldKey(s string) string {
+	if isPlainKey(s) {
+		// Its runes are the least of their orbits unless they are
+		// lower-case letters, whose orbit's least is the capital.
+		if strings.IndexFunc(s, func(r rune) bool { return 'a' <= r && r <= 'z' }) < 0 {
+			return s
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 // failingPath returns the path of the property a leaf validation error is

@@ -111,6 +111,12 @@ func TestValidateArgsRepeatedKeyAndDepth(t *testing.T) {
 		"{\"q\":\"safe\",\"x\":{\"\xff\":1,\"\xfe\":2}}": true,
 		`{"q":"safe","x":{"a":1,"a":1}}`:                 true,
 		deep:                                             true,
+		`{"q":"safe","Q":"evil"}`:                        true,
+		`{"Q":"evil","q":"safe"}`:                        true,
+		`{"q":"safe","x":{"Ab":1,"aB":2}}`:               true,
+		`{"q":"safe","x":{"\u212a":1,"k":2}}`:            true, // the Kelvin sign folds to k
+		"{\"q\":\"safe\",\"x\":{\"\u212a\":1,\"K\":2}}":  true,
+		`{"q":"safe","x":{"Ab":1,"ac":2}}`:               false,
 		`{"q":"safe","x":{"q":1}}`:                       false,
 		`{"q":"safe","x":[{"a":1},{"a":2}]}`:             false,
 	} {
