@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -191,6 +192,9 @@ func TestToolLoopTwoServerRounds(t *testing.T) {
 	check(acc.Usage)
 	if sum.KeepAlives == 0 {
 		t.Error("no keep-alive comment while the 300ms tools ran")
+	}
+	if raw, _ := h.lastRaw(); !bytes.Contains(raw, []byte("\n\n: keep-alive\n\n")) || bytes.Contains(raw, []byte(":  ")) {
+		t.Errorf("keep-alive comments are not \": keep-alive\"\n%s", raw)
 	}
 	// The parallel http calls overlapped: both were at the server at once.
 	ts.mu.Lock()

@@ -244,3 +244,109 @@ func TestUpstreamEmptyFinishReasonRelayedAsNull(t *testing.T) {
 		t.Fatalf("JSON: finish_reason %s, want \"stop\" (an answer's reason is never null)\n%s", fr.Raw, raw)
 	}
 }
+
+// An upstream that never names a choice's finish (Ollama-like "" on every
+// chunk, or null) streams a finish chunk of the gateway's for it before the
+// usage chunk or [DONE]: "stop", or "tool_calls" after calls, the reasons
+// the JSON answer of the same request gives.
+func TestUpstreamNeverFinishingGetsAFinish(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","system_fingerprint":"fp_1","choices":[`
+	ev := func(choices string) string { return "data: " + head + choices + "]}\n\n" }
+	text := func(i int, delta, finish string) string {
+		return fmt.Sprintf(`{"index":%d,"delta":%s,"finish_reason":%s}`, i, delta, finish)
+	}
+	usage := "data: " + head + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	call := `{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]}`
+	for _, tc := range []struct {
+		name, stream string
+		usage        bool
+		want         []string // each choice's accumulated finish
+	}{
+		{name: "empty", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `""`)) + ev(text(0, `{"content":"lo"}`, `""`)) + "data: [DONE]\n\n", want: []string{"stop"}},
+		{name: "null", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + "data: [DONE]\n\n", want: []string{"stop"}},
+		{name: "before usage", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `""`)) + usage + "data: [DONE]\n\n", want: []string{"stop"}},
+		{name: "calls", stream: ev(text(0, call, `""`)) + "data: [DONE]\n\n", want: []string{"tool_calls"}},
+		{name: "two choices, one ended", stream: ev(text(0, `{"role":"assistant","content":"a"}`, `null`)) + ev(text(1, `{"role":"assistant","content":"b"}`, `null`)) +
+			ev(text(1, `{}`, `"length"`)) + "data: [DONE]\n\n", want: []string{"stop", "length"}},
+		{name: "ended", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + ev(text(0, `{}`, `"length"`)) + "data: [DONE]\n\n", want: []string{"length"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, tc.stream, `{}`)
+			p := userMsg("hi")
+			if tc.usage {
+				p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			}
+			acc, err := sdkStream(h, p)
+			raw, _ := h.lastRaw()
+			if err != nil || len(acc.Choices) != len(tc.want) {
+				t.Fatalf("%v, %+v\n%s", err, acc.Choices, raw)
+			}
+			for i, want := range tc.want {
+				if got := string(acc.Choices[i].FinishReason); got != want {
+					t.Errorf("choice %d finished %q, want %q\n%s", i, got, want, raw)
+				}
+			}
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: tc.usage}); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			if tc.usage && acc.Usage.TotalTokens != 5 {
+				t.Errorf("usage %+v", acc.Usage)
+			}
+			if acc.SystemFingerprint != "fp_1" || bytes.Count(raw, []byte(`"id":"c1","object":"chat.completion.chunk","created":7,`)) != bytes.Count(raw, []byte("data: {")) {
+				t.Errorf("a made chunk lacks the stream's id or created, or the fingerprint is lost\n%s", raw)
+			}
+		})
+	}
+}
+
+// An upstream whose body ends without [DONE] after the whole answer (every
+// choice finished) answered in full: the stream ends as a complete one, as
+// the JSON answer does. Without a finish, the end is a cut: an error event.
+func TestUpstreamCompleteWithoutDone(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","choices":[`
+	ev := func(choices string) string { return "data: " + head + choices + "]}\n\n" }
+	text := ev(`{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}`)
+	finish := ev(`{"index":0,"delta":{},"finish_reason":"stop"}`)
+	usage := "data: " + head + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	for _, tc := range []struct {
+		name, stream string
+		usage, whole bool
+	}{
+		{name: "finished", stream: text + finish, whole: true},
+		{name: "finished with usage", stream: text + finish + usage, usage: true, whole: true},
+		{name: "no finish", stream: text},
+		{name: "usage missing", stream: text + finish, usage: true, whole: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, tc.stream, `{}`)
+			p := userMsg("hi")
+			if tc.usage {
+				p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			}
+			acc, err := sdkStream(h, p)
+			raw, _ := h.lastRaw()
+			if tc.whole {
+				if err != nil || acc.Choices[0].Message.Content != "Hello" || acc.Choices[0].FinishReason != "stop" {
+					t.Fatalf("%v, %+v\n%s", err, acc.Choices, raw)
+				}
+				// An upstream that sends no usage chunk gets none relayed, as
+				// after [DONE] (the JSON answer then has no usage either).
+				want := tc.usage && strings.Contains(tc.stream, `"usage"`)
+				if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: want}); err != nil {
+					t.Fatalf("%v\n%s", err, raw)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("a cut stream ended without an error\n%s", raw)
+			}
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantError: true}); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+		})
+	}
+}

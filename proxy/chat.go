@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -549,7 +550,7 @@ func (k *sink) chunk(chunk []byte) []byte {
 		if p, ok := k.form.(pulser); ok {
 			k.buf = p.pulse(k.buf)
 		}
-		k.buf = sse.AppendComment(k.buf, chunk[1:])
+		k.buf = sse.AppendComment(k.buf, bytes.TrimPrefix(chunk[1:], []byte(" ")))
 		return k.buf
 	}
 	if u := wire.ChunkUsage(chunk); u.IsObject() {

@@ -3,9 +3,12 @@ package proxy
 import (
 	"bytes"
 	"strconv"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/wire"
 )
 
 // Some upstreams (Ollama, SGLang) send "finish_reason":"" on every chunk
@@ -172,4 +175,166 @@ func callsFinish(body []byte) []byte {
 		}
 	}
 	return body
+}
+
+// finishes follows which choices of a relayed chat stream have ended, so
+// that a choice its upstream never ends (one that sends "" or null to the
+// last chunk) ends with "stop", or "tool_calls" after calls, in a finish
+// chunk of its own before the usage chunk or [DONE]: the JSON answer of the
+// same request names those reasons (addFinish, callsFinish), and an SDK
+// reading the stream would otherwise keep no reason at all. A choice that
+// never had content gets none: a stream without content is a failure
+// (pipeline.ErrNoContent), which fallback retries. The usual chunk (one
+// choice, index 0, which had content; no call) costs two searches for a
+// rare byte; the chunks before the first content, and those with a call or
+// another choice, are parsed.
+type finishes struct {
+	seen, ended, calls uint64 // bit i: choice i had content, ended, had calls
+	wide               bool   // an index outside 0..63: not followed, nothing added
+	headed             bool   // id, created and fingerprint read (from the first chunk)
+	created            int64
+	id, fp             []byte // backed by idArr and fpArr unless longer
+	idArr              [48]byte
+	fpArr              [24]byte
+}
+
+// see takes one relayed chunk (after fillFinish) and its keys (keysOf),
+// and reports whether it holds no choice (a usage chunk's "choices":[]).
+func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
+	if f.seen&1 != 0 && ks.finishes <= 1 && !ks.calls && firstIndexZero(chunk) {
+		if ks.named {
+			f.ended |= 1
+		}
+		return false
+	}
+	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
+	if !f.headed {
+		f.headed = true
+		// Read once per stream, from the first chunk: an SDK's
+		// accumulator keeps the last chunk's fingerprint, so the made
+		// chunk must repeat it.
+		f.id = append(f.idArr[:0], gjson.Get(view, "id").Str...)
+		f.created = gjson.Get(view, "created").Int()
+		f.fp = append(f.fpArr[:0], gjson.Get(view, "system_fingerprint").Str...)
+	}
+	none = true
+	gjson.Get(view, "choices").ForEach(func(_, c gjson.Result) bool {
+		none = false
+		i := c.Get("index")
+		if i.Type != gjson.Number || i.Num < 0 || i.Num > 63 || i.Num != float64(int(i.Num)) {
+			f.wide = true
+			return false
+		}
+		bit := uint64(1) << int(i.Num)
+		d := c.Get("delta")
+		if wire.DeltaHasContent(d) {
+			f.seen |= bit
+		}
+		if tc := d.Get("tool_calls"); tc.IsArray() && tc.Get("0").Exists() {
+			f.calls |= bit
+		}
+		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+			f.ended |= bit
+		}
+		return true
+	})
+	return none
+}
+
+// firstIndexZero reports whether the first "index" member of chunk is 0:
+// a choice's index, in a chunk without tool calls. The search is for its
+// 'x', rare in a chunk, where one for the quote would stop at every key.
+func firstIndexZero(chunk []byte) bool {
+	for from := 0; ; {
+		i := bytes.IndexByte(chunk[from:], 'x')
+		if i < 0 {
+			return false
+		}
+		k := from + i // at 'x'
+		from = k + 1
+		if k < 5 || string(chunk[k-5:k]) != `"inde` || !bytes.HasPrefix(chunk[k+1:], []byte(`":`)) {
+			continue
+		}
+		v := k + 3
+		return v+1 < len(chunk) && chunk[v] == '0' && (chunk[v+1] == ',' || chunk[v+1] == '}')
+	}
+}
+
+// complete reports whether every choice that had content has ended: an
+// upstream whose body then ends without [DONE] sent the whole answer.
+func (f *finishes) complete() bool {
+	return f.seen != 0 && !f.wide && f.seen&^f.ended == 0
+}
+
+// chunkKeys is what one pass over a chunk's '_' bytes finds (keysOf).
+type chunkKeys struct {
+	finishes int  // "finish_reason" members: one per choice
+	named    bool // one's value is a non-empty string
+	empty    bool // one's value is "" (fillFinish's to rewrite)
+	calls    bool // a "tool_calls" member
+}
+
+// keysOf finds chunk's "finish_reason" and "tool_calls" members. Both keys
+// hold a '_', which the search looks for: it is rare in a chunk, where a
+// search for a quote would stop at every key. A quote inside a string is
+// escaped, so text never counts.
+func keysOf(chunk []byte) (ks chunkKeys) {
+	for from := 0; ; {
+		i := bytes.IndexByte(chunk[from:], '_')
+		if i < 0 {
+			return ks
+		}
+		k := from + i // at '_'
+		from = k + 1
+		switch {
+		case k >= len(finishHead) && bytes.HasPrefix(chunk[k:], finishTail) && bytes.Equal(chunk[k-len(finishHead):k], finishHead):
+			ks.finishes++
+			v := skipSpace(chunk, k+len(finishTail))
+			if v < len(chunk) && chunk[v] == ':' {
+				if v = skipSpace(chunk, v+1); v+1 < len(chunk) && chunk[v] == '"' {
+					ks.empty = ks.empty || chunk[v+1] == '"'
+					ks.named = ks.named || chunk[v+1] != '"'
+				}
+			}
+		case k >= len(`"tool`) && string(chunk[k-len(`"tool`):k]) == `"tool` && bytes.HasPrefix(chunk[k:], []byte(`_calls"`)):
+			ks.calls = true
+		}
+	}
+}
+
+// due appends to dst the finish chunk of every choice seen and not ended,
+// and marks them ended; it returns dst unchanged when there is none.
+// model is the client's name for the model; usageNull puts "usage":null
+// on the chunk, as on the upstream's choice chunks when usage was asked for.
+func (f *finishes) due(dst []byte, model string, usageNull bool) []byte {
+	open := f.seen &^ f.ended
+	if f.wide || open == 0 {
+		return dst
+	}
+	f.ended |= open
+	h := wire.Header{ID: string(f.id), Created: f.created, Model: model}
+	dst = wire.AppendHead(dst, "chat.completion.chunk", h)
+	dst = wire.AppendFingerprint(dst, string(f.fp))
+	dst = append(dst, `,"choices":[`...)
+	for i := 0; open != 0; i, open = i+1, open>>1 {
+		if open&1 == 0 {
+			continue
+		}
+		if dst[len(dst)-1] != '[' {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"index":`...)
+		dst = strconv.AppendInt(dst, int64(i), 10)
+		dst = append(dst, `,"delta":{},"logprobs":null,"finish_reason":`...)
+		if f.calls&(1<<i) != 0 {
+			dst = append(dst, `"tool_calls"}`...)
+		} else {
+			dst = append(dst, `"stop"}`...)
+		}
+	}
+	dst = append(dst, ']')
+	if usageNull {
+		dst = append(dst, `,"usage":null`...)
+	}
+	return append(dst, '}')
 }

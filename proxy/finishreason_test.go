@@ -154,3 +154,30 @@ func TestCallsFinish(t *testing.T) {
 		}
 	}
 }
+
+// keysOf and firstIndexZero read keys, never text that spells them.
+func TestChunkKeys(t *testing.T) {
+	t.Parallel()
+	for chunk, want := range map[string]chunkKeys{
+		`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`:                                         {finishes: 1},
+		`{"choices":[{"index":0,"delta":{},"finish_reason" : "stop"}]}`:                                                  {finishes: 1, named: true},
+		`{"choices":[{"index":0,"delta":{},"finish_reason":""}]}`:                                                        {finishes: 1, empty: true},
+		`{"choices":[{"index":0,"delta":{"content":"\"finish_reason\":\"stop\" \"tool_calls\""},"finish_reason":null}]}`: {finishes: 1},
+		`{"choices":[{"index":0,"delta":{"tool_calls":[]}},{"index":1,"delta":{},"finish_reason":"stop"}]}`:              {finishes: 1, named: true, calls: true},
+	} {
+		if got := keysOf([]byte(chunk)); got != want {
+			t.Errorf("%s: %+v, want %+v", chunk, got, want)
+		}
+	}
+	for chunk, want := range map[string]bool{
+		`{"choices":[{"index":0,"delta":{}}]}`:                         true,
+		`{"choices":[{"index":10,"delta":{}}]}`:                        false,
+		`{"choices":[{"index":1,"delta":{}}]}`:                         false,
+		`{"choices":[{"delta":{"content":"\"index\":0,"},"index":2}]}`: false,
+		`{"choices":[{"index": 0}]}`:                                   false, // spaced: parsed instead
+	} {
+		if got := firstIndexZero([]byte(chunk)); got != want {
+			t.Errorf("%s: %v, want %v", chunk, got, want)
+		}
+	}
+}

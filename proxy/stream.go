@@ -57,6 +57,10 @@ type upstreamStream struct {
 	msgMap   pipeline.MessageMap      // the request's, for an error event's param
 	pairs    surrogates               // surrogate pairs split between chunks, put back together
 	done     bool                     // [DONE] (or message_stop) seen
+	fin      finishes                 // the choices ended so far, for a finish the upstream never sends
+	finBuf   []byte                   // the finish chunk fin made
+	held     []byte                   // a usage chunk due after the finish chunk just returned; nil if none
+	usageNul bool                     // the client asked for usage: a made chunk carries "usage":null
 	clean    bool                     // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
@@ -110,6 +114,11 @@ func (s *upstreamStream) next() ([]byte, error) {
 	if s.closed {
 		return nil, io.ErrClosedPipe
 	}
+	if s.held != nil {
+		chunk := s.held
+		s.held = nil
+		return chunk, nil
+	}
 	if s.done {
 		return nil, io.EOF
 	}
@@ -132,6 +141,14 @@ func (s *upstreamStream) next() ([]byte, error) {
 		if err != nil {
 			if s.msgs != nil && s.ctx.Err() == nil && s.msgs.EndStopped() {
 				continue // cut past a stop sequence the gateway applied: the answer ended there
+			}
+			if err == io.EOF && s.msgs == nil && s.ctx.Err() == nil && s.rd.Stray() == nil && s.fin.complete() {
+				// The body ended without [DONE] after the whole answer
+				// (every choice finished): an end, as the same answer's
+				// JSON is whole, not a cut. The connection is not
+				// pooled: its state is not known.
+				s.done = true
+				return nil, io.EOF
 			}
 			return nil, s.readError(err)
 		}
@@ -185,19 +202,36 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if sse.IsDone(data) {
 		s.done = true
 		s.drain()
+		if s.finBuf = s.fin.due(s.finBuf[:0], s.model, s.usageNul); len(s.finBuf) > 0 {
+			return s.finBuf, false, nil // io.EOF on the next call
+		}
 		return nil, false, io.EOF
 	}
 	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
 	}
-	if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
-		s.fix, data = fixed, fixed
+	ks := keysOf(data)
+	if ks.empty {
+		if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
+			s.fix, data = fixed, fixed
+			ks = keysOf(data)
+		}
 	}
+	none := s.fin.see(data, ks)
 	data = s.pairs.pair(data)
 	if bytes.Contains(data, xGroq) {
 		data = groqUsage(data)
 	}
-	return s.rename(stringArgs(flattenParts(data, "delta"), "delta")), false, nil
+	data = s.rename(stringArgs(flattenParts(data, "delta"), "delta"))
+	if none {
+		// The usage chunk is the stream's last: the finishes the
+		// upstream never sent go before it.
+		if s.finBuf = s.fin.due(s.finBuf[:0], s.model, s.usageNul); len(s.finBuf) > 0 {
+			s.held = data
+			return s.finBuf, false, nil
+		}
+	}
+	return data, false, nil
 }
 
 var xGroq = []byte(`"x_groq"`)

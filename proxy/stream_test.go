@@ -195,7 +195,7 @@ func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
 				return pc.conns.wrap(&deadlineCounter{Conn: c, n: &sets}), nil
 			}
 			chunks, err := streamAll(t, u)
-			if err != nil || len(chunks) != events {
+			if err != nil || len(chunks) != events+1 { // and the finish the upstream did not send
 				t.Fatalf("%d chunks, %v", len(chunks), err)
 			}
 			if n := sets.Load(); n < tc.min || n > tc.max {
@@ -295,7 +295,7 @@ func TestUpstreamStreamKeepAliveIsActivity(t *testing.T) {
 			chunks, err := streamAll(t, u)
 			var ue *pipeline.UpstreamError
 			switch {
-			case tc.ok && (err != nil || len(chunks) != 2):
+			case tc.ok && (err != nil || len(chunks) != 3): // both, and the finish the upstream did not send
 				t.Fatalf("%d chunks, %v; want both events", len(chunks), err)
 			case !tc.ok && (!errors.As(err, &ue) || ue.Kind != pipeline.UpstreamIdle):
 				t.Fatalf("%d chunks, %v; want an idle cut", len(chunks), err)

@@ -23,7 +23,8 @@ func TestUpstreamStreamJoinsSplitSurrogates(t *testing.T) {
 		head+`{"refusal":"\\ude00"}}]}`+"\n\n"+
 		"data: [DONE]\n\n")
 	chunks, err := streamAll(t, u)
-	if err != nil || len(chunks) != 6 {
+	// The seventh is the gateway's finish: the upstream named none.
+	if err != nil || len(chunks) != 7 || gjson.GetBytes(chunks[6], "choices.0.finish_reason").Str != "tool_calls" {
 		t.Fatalf("%v %q", err, chunks)
 	}
 	var content, reasoning, args, refusal string

@@ -43,27 +43,30 @@ func ChunkHasContent(chunk []byte) bool {
 	// gjson.Get on a string view: GetBytes would copy the result, and
 	// nothing read here outlives the call.
 	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
-		if FinishReason(c) != "" {
-			found = true
-			return false
+		found = FinishReason(c) != "" || DeltaHasContent(c.Get("delta"))
+		return !found
+	})
+	return found
+}
+
+// DeltaHasContent reports whether a chunk choice's delta carries something
+// of the answer (ChunkHasContent, but for the finish_reason).
+func DeltaHasContent(d gjson.Result) bool {
+	if !d.IsObject() {
+		return false
+	}
+	found := false
+	d.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content":
+			found = (v.Type == gjson.String && v.Str != "") || (v.IsArray() && v.Get("0").Exists())
+		case "refusal", "reasoning_content", "reasoning":
+			found = v.Type == gjson.String && v.Str != ""
+		case "tool_calls":
+			found = v.IsArray() && v.Get("0").Exists()
+		case "function_call", "audio":
+			found = v.IsObject()
 		}
-		d := c.Get("delta")
-		if !d.IsObject() {
-			return true
-		}
-		d.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
-			case "content":
-				found = (v.Type == gjson.String && v.Str != "") || (v.IsArray() && v.Get("0").Exists())
-			case "refusal", "reasoning_content", "reasoning":
-				found = v.Type == gjson.String && v.Str != ""
-			case "tool_calls":
-				found = v.IsArray() && v.Get("0").Exists()
-			case "function_call", "audio":
-				found = v.IsObject()
-			}
-			return !found
-		})
 		return !found
 	})
 	return found
