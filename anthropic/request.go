@@ -3,6 +3,7 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,6 +154,13 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		if out.ToolChoice, err = translateToolChoice(tc, root.Get("parallel_tool_calls")); err != nil {
 			return nil, err
 		}
+		if out.ToolChoice != nil && out.ToolChoice.Type == "tool" && !slices.ContainsFunc(out.Tools, func(t tool) bool { return t.Name == out.ToolChoice.Name }) {
+			return nil, pipeline.BadRequest("tool_choice", "tool_choice names the function %q, which tools does not offer", out.ToolChoice.Name)
+		}
+	} else if tc.Str == "required" || tc.IsObject() && tc.Get("type").Str != "allowed_tools" {
+		// OpenAI refuses a choice that needs a tool without tools;
+		// dropped, the model would answer in text as if it were asked to.
+		return nil, pipeline.BadRequest("tool_choice", "tool_choice is only allowed when tools are specified")
 	}
 	if len(out.Tools) == 0 {
 		// Anthropic refuses tool_use and tool_result blocks in a request
@@ -164,6 +172,9 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		}
 	}
 	capBreakpoints(&out)
+	if err := checkMaxTokens(root); err != nil {
+		return nil, err
+	}
 	out.MaxTokens = maxTokens(root, opts.MaxTokens)
 	out.StopSequences = stopSequences(root.Get("stop"))
 	if err := setSampling(&out, root); err != nil {
@@ -249,6 +260,26 @@ func maxTokens(root gjson.Result, def int) int64 {
 		return int64(def)
 	}
 	return DefaultMaxTokens
+}
+
+// checkMaxTokens refuses a max_completion_tokens or max_tokens that is not
+// a whole number of at least 1, as OpenAI does: Anthropic requires
+// max_tokens, and one taken for unset would send the model's default, an
+// answer far longer (and dearer) than the client allowed.
+func checkMaxTokens(root gjson.Result) error {
+	for _, k := range [...]string{"max_completion_tokens", "max_tokens"} {
+		v := root.Get(k)
+		if !v.Exists() || v.Type == gjson.Null {
+			continue
+		}
+		if v.Type != gjson.Number || v.Num != math.Trunc(v.Num) {
+			return pipeline.BadRequest(k, "%s must be an integer", k)
+		}
+		if v.Num < 1 {
+			return pipeline.BadRequest(k, "%s must be at least 1", k)
+		}
+	}
+	return nil
 }
 
 // clientMaxTokens is the client's max_completion_tokens or max_tokens, 0

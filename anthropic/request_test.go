@@ -311,7 +311,7 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Messages[0].Content[0].OfImage.Source.OfBase64.MediaType == "image/png"
 			}},
-		{"tool_choice without tools", `{"tool_choice":"required",` + msgs + `}`, RequestOptions{Model: "m"},
+		{"tool_choice auto without tools", `{"tool_choice":"auto",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
 		// call is kept, thinking left out, and sampling sent as without it.
@@ -410,6 +410,16 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		// negative max_tokens.
 		{"huge budget", `{"max_tokens":9223372036854775807,"thinking":{"type":"enabled","budget_tokens":9223372036854775807},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
 		{"json_schema with a schema that is no object", `{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":"x"}},"messages":[{"role":"user","content":"x"}]}`, "response_format.json_schema.schema"},
+		// A choice that needs a tool, with none (or not the one named), and
+		// a token cap that is not a whole number of at least 1, were
+		// dropped: the model answered as unasked, up to the model's default.
+		{"required without tools", `{"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
+		{"named without tools", `{"tool_choice":{"type":"function","function":{"name":"f"}},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
+		{"named not offered", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
+		{"max_tokens 0", `{"max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, "max_tokens"},
+		{"max_tokens negative", `{"max_tokens":-5,"messages":[{"role":"user","content":"x"}]}`, "max_tokens"},
+		{"max_tokens a string", `{"max_tokens":"10","messages":[{"role":"user","content":"x"}]}`, "max_tokens"},
+		{"max_completion_tokens fraction", `{"max_completion_tokens":1.5,"messages":[{"role":"user","content":"x"}]}`, "max_completion_tokens"},
 		{"negative budget", `{"thinking":{"type":"enabled","budget_tokens":-5},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
 	}
 	for _, tc := range tests {
