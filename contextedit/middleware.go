@@ -235,13 +235,13 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		if !h.s.dropTurns {
 			metricLastResort.WithLabelValues(route, "error").Inc()
 			metricCalls.WithLabelValues(route, outcomeRejected).Inc()
-			return nil, exceeded(b, count)
+			return nil, req.Messages.ClientError(exceeded(b, count, saved > 0))
 		}
 		cut, after := t.planDrop(count, b.target)
 		if cut < 0 || after > b.limit {
 			metricLastResort.WithLabelValues(route, "drop_failed").Inc()
 			metricCalls.WithLabelValues(route, outcomeRejected).Inc()
-			return nil, exceeded(b, after)
+			return nil, req.Messages.ClientError(exceeded(b, after, saved > 0 || after < count))
 		}
 		metricLastResort.WithLabelValues(route, "drop_turns").Inc()
 		dropped = t.drop(cut)
@@ -319,9 +319,14 @@ func (h *handler) planClears(t *transcript, count int, b budget) []int {
 	return plan
 }
 
-// exceeded is the error OpenAI returns for a prompt over the window.
-func exceeded(b budget, count int) *pipeline.Error {
-	msg := "This model's maximum context length is %d tokens. However, your messages resulted in about %d tokens after context editing"
+// exceeded is the error OpenAI returns for a prompt over the window; edited
+// says the count is what context editing left. The caller names the
+// client's field (req.Messages: "input" on /v1/responses).
+func exceeded(b budget, count int, edited bool) *pipeline.Error {
+	msg := "This model's maximum context length is %d tokens. However, your messages resulted in about %d tokens"
+	if edited {
+		msg += " after context editing"
+	}
 	args := []any{b.window, count}
 	if out := b.window - b.limit; out > 0 {
 		msg += " and %d tokens are requested for the completion"

@@ -540,3 +540,25 @@ func value(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// The refusal names the client's field: "input" for a Responses request's
+// messages. It says "after context editing" only when editing took
+// something out.
+func TestLastResortErrorNamesClientField(t *testing.T) {
+	t.Parallel()
+	h, _ := newHandler(ceConfig(nil))
+	req := request(chatBody(userMsg(strings.Repeat("word ", 300))), 60)
+	req.Messages.Input = true
+	_, err := h.Chat(context.Background(), req)
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Code != "context_length_exceeded" || pe.Param != "input" {
+		t.Fatalf("err = %#v, want context_length_exceeded naming input", err)
+	}
+	if strings.Contains(pe.Message, "after context editing") {
+		t.Errorf("message = %q: nothing was edited", pe.Message)
+	}
+	_, err = h.Chat(context.Background(), request(chatBody(loop(10, 8, search)...), 600))
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "after context editing") {
+		t.Errorf("err = %v: the results cleared were not said", err)
+	}
+}

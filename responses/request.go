@@ -57,8 +57,12 @@ func Head(body []byte) (model, previous string, err error) {
 		return "", "", pipeline.BadRequest("model", "model must be a non-empty string")
 	}
 	p := root.Get("previous_response_id")
-	switch p.Type {
-	case gjson.Null, gjson.String:
+	switch {
+	case p.Type == gjson.String && p.Str == "" && p.Exists():
+		// Read as none, the request would answer without the history the
+		// client meant to continue.
+		return "", "", pipeline.BadRequest("previous_response_id", "previous_response_id must not be empty: leave it out, or send null, to start a conversation")
+	case p.Type == gjson.Null, p.Type == gjson.String:
 	default:
 		return "", "", pipeline.BadRequest("previous_response_id", "previous_response_id must be a string")
 	}
@@ -79,6 +83,9 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 		return nil, err
 	}
 	root := gjson.ParseBytes(body)
+	if err := checkInclude(root.Get("include")); err != nil {
+		return nil, err
+	}
 	r := &Request{Model: model, Previous: previous, Store: true, Logprobs: includesLogprobs(root.Get("include"))}
 	if err := r.options(root); err != nil {
 		return nil, err
@@ -307,6 +314,34 @@ var passedSettings = [...]struct{ from, to string }{
 // includesLogprobs reports whether include (the request's list of extra
 // output) asks for the output text's logprobs. Anything but an array asks
 // for nothing.
+// includable are the values OpenAI's include takes. Those for tools the
+// gateway does not run, and encrypted reasoning, add nothing to its answers;
+// any other value is a 400, as OpenAI refuses it.
+var includable = []string{"file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+	"message.input_image.image_url", "computer_call_output.output.image_url", "code_interpreter_call.outputs",
+	"reasoning.encrypted_content", "message.output_text.logprobs"}
+
+// checkInclude refuses an include that is not a list of includable values.
+func checkInclude(include gjson.Result) error {
+	if !include.Exists() || include.Type == gjson.Null {
+		return nil
+	}
+	if !include.IsArray() {
+		return pipeline.BadRequest("include", "include must be an array of strings")
+	}
+	var err error
+	i := 0
+	include.ForEach(func(_, v gjson.Result) bool {
+		if v.Type != gjson.String || !slices.Contains(includable, v.Str) {
+			err = pipeline.BadRequest("include["+strconv.Itoa(i)+"]", "include values must be one of: %s", strings.Join(includable, ", "))
+			return false
+		}
+		i++
+		return true
+	})
+	return err
+}
+
 func includesLogprobs(include gjson.Result) bool {
 	found := false
 	include.ForEach(func(_, v gjson.Result) bool {
@@ -655,7 +690,12 @@ func outputText(v gjson.Result, param string) (string, error) {
 	v.ForEach(func(_, p gjson.Result) bool {
 		switch typ := p.Get("type").String(); typ {
 		case "input_text", "output_text", "text":
-			sb.WriteString(p.Get("text").String())
+			t, terr := partText(p, param+"["+strconv.Itoa(i)+"]")
+			if terr != nil {
+				err = terr
+				return false
+			}
+			sb.WriteString(t)
 		case "input_image", "input_file":
 			// A chat tool message holds text only. The agents SDKs send a
 			// tool's image this way: the model is told it was there, as
@@ -691,10 +731,17 @@ func (h *history) message(it gjson.Result, param string) error {
 		// Chat takes only text parts here: join them. An assistant's
 		// refusal parts are its message's refusal, as chat has it.
 		var text, refusal strings.Builder
+		var err error
+		i := 0
 		content.ForEach(func(_, p gjson.Result) bool {
+			defer func() { i++ }()
 			switch t := p.Get("text"); {
-			case t.Exists():
-				text.WriteString(t.String())
+			case t.Exists() || strings.HasSuffix(p.Get("type").Str, "text"):
+				var s string
+				if s, err = partText(p, param+".content["+strconv.Itoa(i)+"]"); err != nil {
+					return false
+				}
+				text.WriteString(s)
 			case role == "assistant":
 				refusal.WriteString(p.Get("refusal").String())
 			default:
@@ -702,6 +749,9 @@ func (h *history) message(it gjson.Result, param string) error {
 			}
 			return true
 		})
+		if err != nil {
+			return err
+		}
 		b = jsonstring.Append(b, text.String())
 		if refusal.Len() > 0 {
 			b = jsonstring.Append(append(b, `,"refusal":`...), refusal.String())
@@ -718,6 +768,17 @@ func (h *history) message(it gjson.Result, param string) error {
 	return nil
 }
 
+// partText is a text part's text, which must be a string: a number or a
+// missing text, sent on as its string or "", would ask the model something
+// the client never wrote.
+func partText(p gjson.Result, param string) (string, error) {
+	t := p.Get("text")
+	if t.Type != gjson.String {
+		return "", pipeline.BadRequest(param+".text", "a text part's text must be a string")
+	}
+	return t.Str, nil
+}
+
 // appendParts appends a user message's content parts in chat's form.
 func appendParts(b []byte, parts gjson.Result, param string) ([]byte, error) {
 	b = append(b, '[')
@@ -729,8 +790,13 @@ func appendParts(b []byte, parts gjson.Result, param string) ([]byte, error) {
 		}
 		switch p.Get("type").String() {
 		case "input_text", "output_text", "text":
+			t, terr := partText(p, param+"["+strconv.Itoa(i)+"]")
+			if terr != nil {
+				err = terr
+				return false
+			}
 			b = append(b, `{"type":"text","text":`...)
-			b = jsonstring.Append(b, p.Get("text").String())
+			b = jsonstring.Append(b, t)
 			b = append(b, '}')
 		case "input_image":
 			url := p.Get("image_url")

@@ -152,7 +152,17 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","instructions":5}`:                                               "instructions",
 		`{"model":"m","input":"x","store":"yes"}`:                                                  "store",
 		`{"model":"m","input":"x","previous_response_id":5}`:                                       "previous_response_id",
-		`{"model":"m","input":"x","truncation":"bogus"}`:                                           "truncation",
+		// Values that were read as a default: "" as no previous response, a
+		// text part's number as its digits, a missing text as "", an
+		// unknown include as nothing.
+		`{"model":"m","input":"x","previous_response_id":""}`:                                "previous_response_id",
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":5}]}]}`: "input[0].content[0].text",
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_text"}]}]}`:          "input[0].content[0].text",
+		`{"model":"m","input":[{"role":"assistant","content":[{"type":"output_text"}]}]}`:    "input[0].content[0].text",
+		`{"model":"m","input":"x","include":["bogus.thing"]}`:                                "include[0]",
+		`{"model":"m","input":"x","include":["message.output_text.logprobs",7]}`:             "include[1]",
+		`{"model":"m","input":"x","include":"message.output_text.logprobs"}`:                 "include",
+		`{"model":"m","input":"x","truncation":"bogus"}`:                                     "truncation",
 		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_audio"}]}]}`: "input[1].output[1].type",
 		`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`: "input[0].output",
 		// An approval answer with no approval request before it.
@@ -283,7 +293,6 @@ func TestTranslateIncludeLogprobs(t *testing.T) {
 		{"top_logprobs alone", `,"top_logprobs":2`, ``, ``, false},
 		{"top_logprobs 0 alone", `,"top_logprobs":0`, ``, ``, false},
 		{"other includes", `,"include":["reasoning.encrypted_content"]`, ``, ``, false},
-		{"include not an array", `,"include":"message.output_text.logprobs"`, ``, ``, false},
 		{"nothing", ``, ``, ``, false},
 	}
 	for _, tc := range cases {
