@@ -33,9 +33,10 @@ func (l *Limiter) Meter(next pipeline.Handler) pipeline.Handler {
 		// keeps r itself, which the layers above hold anyway: a stream
 		// holds no second request and body while it lasts.
 		call, strip := askUsage(r)
+		live := ctx.Err() == nil // an attempt begun after the client left reaches no provider
 		resp, err := next.Chat(ctx, call)
 		if err != nil {
-			if ctx.Err() != nil {
+			if live && ctx.Err() != nil {
 				// The client left (or the gateway shut down) with the call
 				// under way: the provider had the request and may bill it,
 				// as it would a stream the client left. Its input is

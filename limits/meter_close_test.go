@@ -294,3 +294,37 @@ func TestTokenRulesBuildTheTokenizersAtStart(t *testing.T) {
 		t.Fatal("a limiter without a token rule built its model's tokenizer")
 	}
 }
+
+// A call begun on a context already done (a fallback's next attempt after
+// the client left) reaches no provider: it is not charged. One whose
+// client leaves while it is under way is, its input estimated.
+func TestAttemptAfterClientLeftIsFree(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	l := newLimiterAt(t, "", NewMemoryStore, "w", func() time.Time { return at })
+	for _, before := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(context.Background())
+		if before {
+			cancel()
+		}
+		up := pipeline.HandlerFunc(func(ctx context.Context, _ *pipeline.Request) (*pipeline.Response, error) {
+			cancel() // the client leaves while the call is under way
+			return nil, ctx.Err()
+		})
+		tenant := fmt.Sprintf("w-%v", before)
+		r := &pipeline.Request{Model: "gpt-x", Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: tenant},
+			Body: []byte(`{"model":"gpt-x","messages":[{"role":"user","content":"a question long enough to estimate"}]}`)}
+		if _, err := l.Meter(up).Chat(ctx, r); err == nil {
+			t.Fatal("no error")
+		}
+		l.Flush()
+		body, err := l.Report(context.Background(), UsageQuery{From: at, To: at, GroupBy: "tenant"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		charged := gjson.GetBytes(body, `data.#(group=="`+tenant+`").input_tokens`).Int() > 0
+		if charged == before {
+			t.Errorf("cancelled before the call: %v; charged %v\n%s", before, charged, body)
+		}
+	}
+}
