@@ -157,10 +157,8 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 		if out.ToolChoice != nil && out.ToolChoice.Type == "tool" && !slices.ContainsFunc(out.Tools, func(t tool) bool { return t.Name == out.ToolChoice.Name }) {
 			return nil, pipeline.BadRequest("tool_choice", "tool_choice names the function %q, which tools does not offer", out.ToolChoice.Name)
 		}
-	} else if tc.Str == "required" || tc.IsObject() && tc.Get("type").Str != "allowed_tools" {
-		// OpenAI refuses a choice that needs a tool without tools;
-		// dropped, the model would answer in text as if it were asked to.
-		return nil, pipeline.BadRequest("tool_choice", "tool_choice is only allowed when tools are specified")
+	} else if err := choiceWithoutTools(root.Get("tool_choice")); err != nil {
+		return nil, err
 	}
 	if len(out.Tools) == 0 {
 		// Anthropic refuses tool_use and tool_result blocks in a request
@@ -553,6 +551,22 @@ func translateToolChoice(tc, parallel gjson.Result) (*toolChoice, error) {
 		}
 	}
 	return out, nil
+}
+
+// choiceWithoutTools refuses a tool_choice sent without tools (or whose
+// allowed_tools named none) that OpenAI refuses: one that is no choice at
+// all, or one that needs a call. Dropped, the model would answer in text
+// as if it had been asked to.
+func choiceWithoutTools(tc gjson.Result) error {
+	switch {
+	case !tc.Exists() || tc.Type == gjson.Null, tc.Str == "auto", tc.Str == "none":
+		return nil
+	case tc.Type == gjson.String && tc.Str != "required":
+		return pipeline.BadRequest("tool_choice", "tool_choice must be auto, none, required or a function")
+	case tc.Get("type").Str == "allowed_tools" && tc.Get("allowed_tools.mode").Str != "required":
+		return nil
+	}
+	return pipeline.BadRequest("tool_choice", "tool_choice is only allowed when tools are specified")
 }
 
 // allowedTools narrows tools to those an allowed_tools choice's list names

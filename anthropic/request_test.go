@@ -413,6 +413,8 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		// A choice that needs a tool, with none (or not the one named), and
 		// a token cap that is not a whole number of at least 1, were
 		// dropped: the model answered as unasked, up to the model's default.
+		{"bogus without tools", `{"tool_choice":"bogus","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
+		{"allowed_tools required without tools", `{"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[]}},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
 		{"required without tools", `{"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
 		{"named without tools", `{"tool_choice":{"type":"function","function":{"name":"f"}},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},
 		{"named not offered", `{"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}},"messages":[{"role":"user","content":"x"}]}`, "tool_choice"},

@@ -182,15 +182,15 @@ func callsFinish(body []byte) []byte {
 // last chunk) ends with "stop", or "tool_calls" after calls, in a finish
 // chunk of its own before the usage chunk or [DONE]: the JSON answer of the
 // same request names those reasons (addFinish, callsFinish), and an SDK
-// reading the stream would otherwise keep no reason at all. A choice that
-// never had content gets none: a stream without content is a failure
+// reading the stream would otherwise keep no reason at all. Nothing is
+// added to a stream in which no choice had content: that is a failure
 // (pipeline.ErrNoContent), which fallback retries. The usual chunk (one
 // choice, index 0, which had content; no call) costs two searches for a
 // rare byte; the chunks before the first content, and those with a call or
-// another choice, are parsed.
+// several choices or another one, are parsed.
 type finishes struct {
-	seen, ended, calls uint64 // bit i: choice i had content, ended, had calls
-	wide               bool   // an index outside 0..63: not followed, nothing added
+	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
+	wide                        bool   // an index outside 0..63: not followed, nothing added
 	headed             bool   // id, created and fingerprint read (from the first chunk)
 	created            int64
 	id, fp             []byte // backed by idArr and fpArr unless longer
@@ -201,7 +201,7 @@ type finishes struct {
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
 // and reports whether it holds no choice (a usage chunk's "choices":[]).
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
-	if f.seen&1 != 0 && ks.finishes <= 1 && !ks.calls && firstIndexZero(chunk) {
+	if f.seen&1 != 0 && !ks.calls && onlyIndexZero(chunk) {
 		if ks.named {
 			f.ended |= 1
 		}
@@ -226,6 +226,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 			return false
 		}
 		bit := uint64(1) << int(i.Num)
+		f.present |= bit
 		d := c.Get("delta")
 		if wire.DeltaHasContent(d) {
 			f.seen |= bit
@@ -241,29 +242,40 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 	return none
 }
 
-// firstIndexZero reports whether the first "index" member of chunk is 0:
-// a choice's index, in a chunk without tool calls. The search is for its
-// 'x', rare in a chunk, where one for the quote would stop at every key.
-func firstIndexZero(chunk []byte) bool {
+// onlyIndexZero reports whether chunk has one "index" member, whose value
+// is 0: the index of its one choice, in a chunk without tool calls. The
+// search is for its 'x', rare in a chunk, where one for the quote would
+// stop at every key; a quote inside a string is escaped, so text never
+// counts.
+func onlyIndexZero(chunk []byte) bool {
+	zero := false
+	n := 0
 	for from := 0; ; {
 		i := bytes.IndexByte(chunk[from:], 'x')
 		if i < 0 {
-			return false
+			return n == 1 && zero
 		}
 		k := from + i // at 'x'
 		from = k + 1
 		if k < 5 || string(chunk[k-5:k]) != `"inde` || !bytes.HasPrefix(chunk[k+1:], []byte(`":`)) {
 			continue
 		}
+		n++
 		v := k + 3
-		return v+1 < len(chunk) && chunk[v] == '0' && (chunk[v+1] == ',' || chunk[v+1] == '}')
+		zero = v+1 < len(chunk) && chunk[v] == '0' && (chunk[v+1] == ',' || chunk[v+1] == '}')
 	}
 }
 
-// complete reports whether every choice that had content has ended: an
-// upstream whose body then ends without [DONE] sent the whole answer.
+// complete reports whether some choice had content and every choice has
+// ended: an upstream whose body then ends without [DONE] sent the whole
+// answer.
 func (f *finishes) complete() bool {
-	return f.seen != 0 && !f.wide && f.seen&^f.ended == 0
+	return f.seen != 0 && !f.wide && f.present&^f.ended == 0
+}
+
+// open reports whether due would end a choice.
+func (f *finishes) open() bool {
+	return f.seen != 0 && !f.wide && f.present&^f.ended != 0
 }
 
 // chunkKeys is what one pass over a chunk's '_' bytes finds (keysOf).
@@ -302,15 +314,16 @@ func keysOf(chunk []byte) (ks chunkKeys) {
 	}
 }
 
-// due appends to dst the finish chunk of every choice seen and not ended,
-// and marks them ended; it returns dst unchanged when there is none.
+// due appends to dst the finish chunk of every choice that came and did not
+// end, when some choice had content, and marks them ended; it returns dst
+// unchanged when there is none.
 // model is the client's name for the model; usageNull puts "usage":null
 // on the chunk, as on the upstream's choice chunks when usage was asked for.
 func (f *finishes) due(dst []byte, model string, usageNull bool) []byte {
-	open := f.seen &^ f.ended
-	if f.wide || open == 0 {
+	if !f.open() {
 		return dst
 	}
+	open := f.present &^ f.ended
 	f.ended |= open
 	h := wire.Header{ID: string(f.id), Created: f.created, Model: model}
 	dst = wire.AppendHead(dst, "chat.completion.chunk", h)

@@ -155,7 +155,7 @@ func TestCallsFinish(t *testing.T) {
 	}
 }
 
-// keysOf and firstIndexZero read keys, never text that spells them.
+// keysOf and onlyIndexZero read keys, never text that spells them.
 func TestChunkKeys(t *testing.T) {
 	t.Parallel()
 	for chunk, want := range map[string]chunkKeys{
@@ -175,8 +175,9 @@ func TestChunkKeys(t *testing.T) {
 		`{"choices":[{"index":1,"delta":{}}]}`:                         false,
 		`{"choices":[{"delta":{"content":"\"index\":0,"},"index":2}]}`: false,
 		`{"choices":[{"index": 0}]}`:                                   false, // spaced: parsed instead
+		`{"choices":[{"index":0,"delta":{}},{"index":1,"delta":{}}]}`:  false, // several choices: parsed
 	} {
-		if got := firstIndexZero([]byte(chunk)); got != want {
+		if got := onlyIndexZero([]byte(chunk)); got != want {
 			t.Errorf("%s: %v, want %v", chunk, got, want)
 		}
 	}

@@ -125,7 +125,7 @@ type serverCall struct {
 // serverCall is the request's OnServerCall: the run becomes an mcp_call
 // item before whatever the stream carries next.
 func (f *responsesForm) serverCall(c *pipeline.ServerCall) {
-	e := wire.Event{Kind: wire.ServerCall, Name: c.Name, Key: c.Source,
+	e := wire.Event{Kind: wire.ServerCall, Name: c.Name, Key: c.Source, ID: c.ApprovalID,
 		Text: append([]byte(nil), c.Arguments...), Raw: append([]byte(nil), c.Output...)}
 	if c.IsError {
 		e.Finish, e.Raw = string(c.Output), nil

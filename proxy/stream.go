@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 	"github.com/llmgw/gateway/sse"
 )
 
@@ -59,7 +60,9 @@ type upstreamStream struct {
 	done     bool                     // [DONE] (or message_stop) seen
 	fin      finishes                 // the choices ended so far, for a finish the upstream never sends
 	finBuf   []byte                   // the finish chunk fin made
-	held     []byte                   // a usage chunk due after the finish chunk just returned; nil if none
+	held     []byte                   // a chunk due before the next read; nil if none
+	usage    []byte                   // a copy of a usage chunk held back while a choice is open (hasUsage)
+	hasUsage bool
 	usageNul bool                     // the client asked for usage: a made chunk carries "usage":null
 	clean    bool                     // and the body ended right after it: the connection may be pooled
 
@@ -120,6 +123,10 @@ func (s *upstreamStream) next() ([]byte, error) {
 		return chunk, nil
 	}
 	if s.done {
+		if s.hasUsage {
+			s.hasUsage = false
+			return s.usage, nil
+		}
 		return nil, io.EOF
 	}
 	for {
@@ -148,7 +155,7 @@ func (s *upstreamStream) next() ([]byte, error) {
 				// JSON is whole, not a cut. The connection is not
 				// pooled: its state is not known.
 				s.done = true
-				return nil, io.EOF
+				return s.ended()
 			}
 			return nil, s.readError(err)
 		}
@@ -202,10 +209,8 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if sse.IsDone(data) {
 		s.done = true
 		s.drain()
-		if s.finBuf = s.fin.due(s.finBuf[:0], s.model, s.usageNul); len(s.finBuf) > 0 {
-			return s.finBuf, false, nil // io.EOF on the next call
-		}
-		return nil, false, io.EOF
+		chunk, err := s.ended()
+		return chunk, false, err
 	}
 	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
@@ -223,15 +228,33 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		data = groqUsage(data)
 	}
 	data = s.rename(stringArgs(flattenParts(data, "delta"), "delta"))
-	if none {
-		// The usage chunk is the stream's last: the finishes the
-		// upstream never sent go before it.
-		if s.finBuf = s.fin.due(s.finBuf[:0], s.model, s.usageNul); len(s.finBuf) > 0 {
-			s.held = data
-			return s.finBuf, false, nil
-		}
+	switch {
+	case s.hasUsage:
+		// A usage chunk held back, and more came: it was not the last.
+		s.hasUsage, s.held = false, data
+		return s.usage, false, nil
+	case none && s.fin.open() && wire.ChunkUsage(data).IsObject():
+		// A usage chunk while a choice is open: if the stream ends after
+		// it, the finish the upstream did not send goes before it (the
+		// usage chunk is the last); if more comes, it goes out as it was.
+		s.usage, s.hasUsage = append(s.usage[:0], data...), true
+		return nil, true, nil
 	}
 	return data, false, nil
+}
+
+// ended returns what the stream's end gives after its last chunk: the
+// finish of every choice the upstream left open (finishes.due), before the
+// usage chunk held back for it, then io.EOF.
+func (s *upstreamStream) ended() ([]byte, error) {
+	if s.finBuf = s.fin.due(s.finBuf[:0], s.model, s.usageNul); len(s.finBuf) > 0 {
+		return s.finBuf, nil // the held usage chunk, then io.EOF, on the next calls
+	}
+	if s.hasUsage {
+		s.hasUsage = false
+		return s.usage, nil
+	}
+	return nil, io.EOF
 }
 
 var xGroq = []byte(`"x_groq"`)
