@@ -718,13 +718,26 @@ func TestResponsesApproval(t *testing.T) {
 				ran = append(ran, it.AsMcpCall())
 			}
 		}
-		if len(ran) != 1 || gjson.Get(ran[0].Output, "data.result").Int() != 42 || next.OutputText() != "The answer is 42." {
+		if len(ran) != 1 || gjson.Get(ran[0].Output, "data.result").Int() != 42 || next.OutputText() != "The answer is 42." || ran[0].ApprovalRequestID != reqs[0].ID {
 			t.Fatalf("stream=%v: after the decisions: calls %+v, text %q", stream, ran, next.OutputText())
 		}
 		got := h.mock.Requests()
 		tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
 		if !strings.Contains(tools.Raw, "rejected") || !strings.Contains(tools.Raw, "not that one") || strings.Contains(tools.Raw, "decision") {
 			t.Fatalf("stream=%v: the model saw %s", stream, tools.Raw)
+		}
+		// A follow-up's history holds the approved run once, with its
+		// result, as the model saw it: not the call again beside it with
+		// the decision as its result.
+		ask(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(next.ID),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("thanks")}})
+		got = h.mock.Requests()
+		msgs := gjson.GetBytes(got[len(got)-1].Body, "messages")
+		calls := gjson.Get(msgs.Raw, `#.tool_calls|@flatten|#(id=="`+reqs[0].ID+`")#`)
+		results := gjson.Get(msgs.Raw, `#(tool_call_id=="`+reqs[0].ID+`")#.content`)
+		runs := gjson.Get(msgs.Raw, `#.tool_calls|@flatten|#(function.arguments=="{\"expression\":\"6*7\"}")#`)
+		if len(calls.Array()) != 1 || len(runs.Array()) != 1 || len(results.Array()) != 1 || !strings.Contains(results.Array()[0].Str, "42") {
+			t.Fatalf("stream=%v: the follow-up's history has the approved call %d times, results %s\n%s", stream, len(runs.Array()), results.Raw, msgs.Raw)
 		}
 	}
 }

@@ -120,6 +120,9 @@ type ServerCall struct {
 	// also handed client calls back (a mixed turn): a stream carries those
 	// calls before it, as it hands them out while the round is read.
 	AfterClientCalls bool
+	// ApprovalID is the id of the approval request a person answered, for
+	// a gated call run on their approval; "" for any other.
+	ApprovalID string
 }
 
 // TextsAt counts bytes of each text of an answer message.

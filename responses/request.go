@@ -499,6 +499,10 @@ type history struct {
 	// mcp_approval_request item, or a stored history's call of that id):
 	// an mcp_approval_response answers one of them.
 	asked map[string]bool
+	// settled is set for a response's own output (AnswerMessages), which
+	// joins a history where the loop put each approved run's result in
+	// its decision's place: an mcp_call run on an approval adds nothing.
+	settled bool
 }
 
 // ask records id as a call awaiting approval.
@@ -605,24 +609,28 @@ func (h *history) item(it gjson.Result, param string) error {
 		// A tool this gateway ran, replayed by a client that keeps its own
 		// history: the model sees the call and its result as it did then.
 		id := it.Get("id").String()
-		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))
-		if !it.Get("output").Exists() && h.lookup != nil {
-			// @openai/agents replays an mcp_call without its output,
-			// which it expects the server to have kept: take the output
-			// (or error) of the item stored under that id. Once per id,
-			// as a reference: small items naming one stored output must
-			// not expand without bound.
-			if h.refs[id] {
-				return pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
-			}
-			if st := h.lookup(id); st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
-				it = st
-				h.markRef(id)
-			}
+		approved := it.Get("approval_request_id").String()
+		if approved != "" && h.settled {
+			// A gated call run on a person's approval: the history it
+			// joins holds the call and, in its decision's place, this
+			// result (the loop settled it there).
+			return nil
 		}
-		out := it.Get("output").String()
-		if e := it.Get("error"); e.Exists() && e.Type != gjson.Null {
-			out = "error: " + e.Get("content").String()
+		if approved != "" && h.asked[approved] {
+			// Replayed after its approval request (and the decision): the
+			// call is that request's, and its result takes the
+			// decision's place, as the model saw it.
+			out, err := h.mcpOutput(it, id, param)
+			if err != nil {
+				return err
+			}
+			h.settle(approved, toolResult(approved, out))
+			return nil
+		}
+		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))
+		out, err := h.mcpOutput(it, id, param)
+		if err != nil {
+			return err
 		}
 		h.results = append(h.results, toolResult(id, out))
 		return nil
@@ -653,6 +661,42 @@ func (h *history) item(it gjson.Result, param string) error {
 		return nil // reasoning is not sent back to chat upstreams
 	}
 	return pipeline.BadRequest(param+".type", "input items of type %q are not supported by this gateway", typ)
+}
+
+// mcpOutput is an mcp_call item's result as its tool message holds it: its
+// output, or its error. @openai/agents replays an mcp_call without its
+// output, which it expects the server to have kept: the output (or error)
+// of the item stored under that id is taken, once per id, as a reference
+// (small items naming one stored output must not expand without bound).
+func (h *history) mcpOutput(it gjson.Result, id, param string) (string, error) {
+	if !it.Get("output").Exists() && h.lookup != nil {
+		if h.refs[id] {
+			return "", pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
+		}
+		if st := h.lookup(id); st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
+			it = st
+			h.markRef(id)
+		}
+	}
+	out := it.Get("output").String()
+	if e := it.Get("error"); e.Exists() && e.Type != gjson.Null {
+		out = "error: " + e.Get("content").String()
+	}
+	return out, nil
+}
+
+// settle puts result in the place of the tool message that answers call id
+// (a person's decision), or adds it when there is none.
+func (h *history) settle(id, result string) {
+	for _, list := range [][]string{h.msgs, h.results} {
+		for i, m := range list {
+			if gjson.Get(m, "role").Str == "tool" && gjson.Get(m, "tool_call_id").Str == id {
+				list[i] = result
+				return
+			}
+		}
+	}
+	h.add(result, "tool")
 }
 
 func toolCall(id, name, args string) string {

@@ -128,6 +128,40 @@ func TestTranslateContinues(t *testing.T) {
 	}
 }
 
+// A gated call run on a person's approval is in a history once: replayed
+// by a client that keeps its own (the request, the decision, the mcp_call
+// that ran on it), the call is the request's and the run's output takes
+// the decision's place; in a response's own output (AnswerMessages), which
+// joins a history where the loop settled it, it adds nothing.
+func TestApprovedRunOnceInHistory(t *testing.T) {
+	const id = "call_gwa_X1"
+	input := `[{"role":"user","content":"6 times 7?"},` +
+		`{"type":"mcp_approval_request","id":"` + id + `","server_label":"gateway","name":"calculator","arguments":"{\"expression\":\"6*7\"}"},` +
+		`{"type":"mcp_approval_response","approval_request_id":"` + id + `","approve":true},` +
+		`{"type":"mcp_call","id":"mcp_1_0","server_label":"builtin","name":"calculator","arguments":"{\"expression\":\"6*7\"}","approval_request_id":"` + id + `","status":"completed","output":"42"},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"It is 42."}]},` +
+		`{"role":"user","content":"thanks"}]`
+	r, err := Translate([]byte(`{"model":"m","store":false,"input":`+input+`}`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := gjson.GetBytes(r.Chat, "messages")
+	calls := gjson.Get(msgs.Raw, `#.tool_calls|@flatten`)
+	results := gjson.Get(msgs.Raw, `#(role=="tool")#`)
+	if len(calls.Array()) != 1 || calls.Get("0.id").Str != id || len(results.Array()) != 1 ||
+		results.Get("0.tool_call_id").Str != id || results.Get("0.content").Str != "42" {
+		t.Fatalf("messages %s", msgs.Raw)
+	}
+	answer := AnswerMessages([]byte(`{"output":[` +
+		`{"id":"mcp_1_0","type":"mcp_call","server_label":"builtin","name":"calculator","arguments":"{}","approval_request_id":"` + id + `","status":"completed","error":null,"output":"42"},` +
+		`{"id":"mcp_1_1","type":"mcp_call","server_label":"builtin","name":"calculator","arguments":"{}","status":"completed","error":null,"output":"1"},` +
+		`{"id":"msg_1_2","type":"message","role":"assistant","content":[{"type":"output_text","text":"It is 42."}]}]}`))
+	a := gjson.Parse("[" + string(answer) + "]")
+	if n := len(gjson.Get(a.Raw, `#.tool_calls|@flatten`).Array()); n != 1 || !strings.Contains(a.Raw, "mcp_1_1") || strings.Contains(a.Raw, "mcp_1_0") {
+		t.Fatalf("answer messages %s", answer)
+	}
+}
+
 // Bad requests are 400s naming the parameter.
 func TestTranslateRefuses(t *testing.T) {
 	cases := map[string]string{

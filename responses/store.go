@@ -173,7 +173,7 @@ const maxReferenced = 16
 // as a call and its result, in output order, so that a follow-up's model
 // sees what the response's model saw. Reasoning is left out.
 func AnswerMessages(object []byte) []byte {
-	h := history{open: -1}
+	h := history{open: -1, settled: true}
 	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
 		_ = h.item(it, "output") // an output item of ours is never refused
 		return true

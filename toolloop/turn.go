@@ -385,8 +385,12 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 			src = t.cfg.Server
 		}
 	}
-	s.req.OnServerCall(&pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
-		AfterClientCalls: s.afterClient})
+	sc := &pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
+		AfterClientCalls: s.afterClient}
+	if strings.HasPrefix(c.id, approvalPrefix) {
+		sc.ApprovalID = c.id
+	}
+	s.req.OnServerCall(sc)
 }
 
 // appendTurn adds the assistant message (its text, every call of the turn

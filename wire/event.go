@@ -43,7 +43,7 @@ type Event struct {
 	Kind Kind
 	Key  string // Text: the message field the fragment belongs to
 	Text []byte // Text, CallArgs: the fragment, unescaped
-	ID   string // CallHeader
+	ID   string // CallHeader; ServerCall: the approval request a gated run answered ("" if none)
 	Name string // CallHeader, ServerCall
 	// Approval marks a CallHeader whose call waits for a person's
 	// approval: the Responses form shows it as an mcp_approval_request

@@ -113,6 +113,7 @@ type respItem struct {
 	args     []byte
 	label    string // mcp_call: server_label
 	output   []byte // mcp_call
+	approved string // mcp_call: the approval request it ran on, when gated
 	errMsg   string // mcp_call: the error, when the run failed
 	done     bool
 	cut      bool // still open when a length or content-filter finish ended the response
@@ -166,7 +167,7 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		dst = r.closeAll(dst)
 		r.lpHeld = r.lpHeld[:0]
 		r.items = append(r.items, respItem{kind: itemServerCall, id: r.itemID("mcp"), name: e.Name, args: append([]byte(nil), e.Text...),
-			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish})
+			label: e.Key, output: append([]byte(nil), e.Raw...), errMsg: e.Finish, approved: e.ID})
 		dst = r.serverCall(dst, len(r.items)-1)
 	case Finish:
 		r.finish = cmp.Or(e.Finish, "stop")
@@ -770,6 +771,10 @@ func (r *Responses) appendItem(dst []byte, i int) []byte {
 			dst = appendString(dst, it.args)
 		} else {
 			dst = append(dst, `""`...)
+		}
+		if it.approved != "" {
+			dst = append(dst, `,"approval_request_id":`...)
+			dst = jsonstring.Append(dst, it.approved)
 		}
 		switch {
 		case !it.done:
