@@ -191,11 +191,11 @@ func callsFinish(body []byte) []byte {
 type finishes struct {
 	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
 	wide                        bool   // an index outside 0..63: not followed, nothing added
-	headed             bool   // id, created and fingerprint read (from the first chunk)
-	created            int64
-	id, fp             []byte // backed by idArr and fpArr unless longer
-	idArr              [48]byte
-	fpArr              [24]byte
+	headed                      bool   // id, created and fingerprint read (from the first chunk)
+	created                     int64
+	id, fp                      []byte // backed by idArr and fpArr unless longer
+	idArr                       [48]byte
+	fpArr                       [24]byte
 }
 
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),

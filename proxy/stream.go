@@ -18,8 +18,8 @@ import (
 	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
-	"github.com/llmgw/gateway/wire"
 	"github.com/llmgw/gateway/sse"
+	"github.com/llmgw/gateway/wire"
 )
 
 var errorKey = []byte(`"error"`)
@@ -63,8 +63,8 @@ type upstreamStream struct {
 	held     []byte                   // a chunk due before the next read; nil if none
 	usage    []byte                   // a copy of a usage chunk held back while a choice is open (hasUsage)
 	hasUsage bool
-	usageNul bool                     // the client asked for usage: a made chunk carries "usage":null
-	clean    bool                     // and the body ended right after it: the connection may be pooled
+	usageNul bool // the client asked for usage: a made chunk carries "usage":null
+	clean    bool // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
