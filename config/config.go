@@ -217,6 +217,10 @@ type Middleware struct {
 	Cache       Cache       `toml:"cache"`
 	ContextEdit ContextEdit `toml:"context_edit"`
 	ToolSelect  ToolSelect  `toml:"tool_select"`
+	// placedGuardrails is 1 + the index in Request where the defaults
+	// placed "guardrails" (0: the file's list is as written), so that a
+	// problem names the file's index.
+	placedGuardrails int
 }
 
 // Fallback configures retries, backoff and circuit breaking.

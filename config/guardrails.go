@@ -51,6 +51,7 @@ func (c *Config) setGuardrailDefaults() {
 	if len(c.Guardrails) > 0 && !slices.Contains(c.Middleware.Request, "guardrails") {
 		at := slices.Index(c.Middleware.Request, "policy") + 1
 		c.Middleware.Request = slices.Insert(slices.Clone(c.Middleware.Request), at, "guardrails")
+		c.Middleware.placedGuardrails = at + 1
 	}
 	for i := range c.Guardrails {
 		g := &c.Guardrails[i]

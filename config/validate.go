@@ -141,6 +141,11 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 			p.checkHTTPURL(at+".base_url", pr.BaseURL)
 		}
 		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
+		// Sent as is in every cache_control marker: a value Anthropic does
+		// not take would fail every request.
+		if pr.PromptCacheTTL != "" {
+			p.checkEnum(at+".prompt_cache_ttl", pr.PromptCacheTTL, "5m", "1h")
+		}
 		validateAnthropic(p, at, pr)
 		p.checkPositive(at+".max_response_bytes", int64(pr.MaxResponseBytes))
 		p.checkBuffer(at+".read_buffer", pr.ReadBuffer)
@@ -151,6 +156,7 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 		p.checkPositive(at+".total_timeout", int64(pr.TotalTimeout))
 		p.checkPositive(at+".max_conns", int64(pr.MaxConns))
 		if pr.Mock != nil {
+			p.checkPositive(at+".mock.chunk_size", int64(pr.Mock.ChunkSize))
 			p.checkPositive(at+".mock.first_byte_delay", int64(pr.Mock.FirstByteDelay))
 			p.checkPositive(at+".mock.chunk_delay", int64(pr.Mock.ChunkDelay))
 		}
@@ -297,7 +303,11 @@ func (c *Config) validateMCPServers(p *problems) {
 func (c *Config) validateMiddleware(p *problems, o *origin) {
 	seen := map[string]bool{}
 	for i, mw := range c.Middleware.Request {
-		key := fmt.Sprintf("middleware.request[%d]", i)
+		at := i
+		if placed := c.Middleware.placedGuardrails - 1; placed >= 0 && i > placed {
+			at-- // the file's index: the defaults placed guardrails before it
+		}
+		key := fmt.Sprintf("middleware.request[%d]", at)
 		p.checkEnum(key, mw, "policy", "limits", "guardrails", "cache")
 		if seen[mw] {
 			p.add(key, "%q is listed twice", mw)
@@ -389,6 +399,8 @@ func (c *Config) validatePolicies(p *problems) {
 			p.add(at+".tenant", "required (\"*\" for every tenant)")
 		}
 		p.checkEnum(at+".max_tokens_mode", pol.MaxTokensMode, "clamp", "reject")
+		p.checkPositive(at+".max_tokens", int64(pol.MaxTokens))
+		p.checkPositive(at+".max_body_bytes", int64(pol.MaxBodyBytes))
 		p.checkPatterns(at+".models", pol.Models)
 		p.checkPatterns(at+".tools", pol.Tools)
 		p.checkPatterns(at+".passthrough", pol.Passthrough)
