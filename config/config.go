@@ -227,7 +227,7 @@ type Middleware struct {
 type Fallback struct {
 	BaseBackoff     Duration `toml:"base_backoff"`     // default 200ms
 	MaxBackoff      Duration `toml:"max_backoff"`      // default 5s
-	Deadline        Duration `toml:"deadline"`         // total per request; default 2m
+	Deadline        Duration `toml:"deadline"`         // total per request; default the longest provider total_timeout (10m), at least 2m
 	BreakerFailures int      `toml:"breaker_failures"` // consecutive failures to open; default 5
 	BreakerCooldown Duration `toml:"breaker_cooldown"` // default 30s
 	// SharedBreakers shares circuit openings between replicas through

@@ -262,7 +262,17 @@ func (c *Config) setMiddlewareDefaults() {
 	f := &mw.Fallback
 	setDur(&f.BaseBackoff, 200*time.Millisecond)
 	setDur(&f.MaxBackoff, 5*time.Second)
-	setDur(&f.Deadline, 2*time.Minute)
+	if f.Deadline == 0 {
+		// The chain may take as long as a provider's attempt may: a JSON
+		// answer arrives whole at its end, and a reasoning model's takes
+		// minutes, which a shorter deadline cut whatever total_timeout
+		// allowed.
+		d := 2 * time.Minute
+		for _, p := range c.Providers {
+			d = max(d, p.TotalTimeout.D())
+		}
+		f.Deadline = Duration(d)
+	}
 	setInt(&f.BreakerFailures, 5)
 	setDur(&f.BreakerCooldown, 30*time.Second)
 	ch := &mw.Cache

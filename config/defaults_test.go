@@ -84,6 +84,9 @@ func TestDefaults(t *testing.T) {
 		{"middleware.fallback.base_backoff", f.BaseBackoff, sec(200 * time.Millisecond)},
 		{"middleware.fallback.max_backoff", f.MaxBackoff, sec(5 * time.Second)},
 		{"middleware.fallback.deadline", f.Deadline, sec(2 * time.Minute)},
+		// With providers, the longest total_timeout: a slow JSON answer is
+		// cut by its attempt's timeout, not by a shorter deadline.
+		{"middleware.fallback.deadline with providers", withParts.Middleware.Fallback.Deadline, sec(10 * time.Minute)},
 		{"middleware.fallback.breaker_failures", f.BreakerFailures, 5},
 		{"middleware.fallback.breaker_cooldown", f.BreakerCooldown, sec(30 * time.Second)},
 		{"middleware.cache.store", ch.Store, "memory"},
