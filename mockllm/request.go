@@ -56,6 +56,12 @@ func parseChat(body []byte) (*parsed, *apiError) {
 		}
 		p.includeUsage = so.Get("include_usage").Type == gjson.True
 	}
+	if n := root.Get("n"); n.Exists() && n.Type != gjson.Null && (n.Type != gjson.Number || n.Num != 1) {
+		// The mock answers with one choice: a request for more is refused,
+		// as a provider that cannot honour it refuses it, never answered
+		// with fewer than asked for.
+		return nil, invalid("n", "unsupported_parameter", "this model returns one choice: n must be 1")
+	}
 
 	msgs := root.Get("messages")
 	if !msgs.Exists() {

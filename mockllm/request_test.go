@@ -33,6 +33,9 @@ func TestValidation(t *testing.T) {
 		{name: "missing model", body: `{"messages":` + msgs(user) + `}`, status: 400, param: "model"},
 		{name: "empty model", body: `{"model":"","messages":` + msgs(user) + `}`, status: 400, param: "model"},
 		{name: "missing messages", body: `{"model":"m"}`, status: 400, param: "messages", code: "missing_required_parameter"},
+		// One choice is all the mock answers: more is refused, never answered with fewer.
+		{name: "n 2", body: `{"model":"m","n":2,"messages":` + msgs(user) + `}`, status: 400, param: "n", code: "unsupported_parameter"},
+		{name: "n 1", body: `{"model":"m","n":1,"messages":` + msgs(user) + `}`, status: 200},
 		{name: "empty messages", body: `{"model":"m","messages":[]}`, status: 400, param: "messages", code: "empty_array"},
 		{name: "messages not array", body: `{"model":"m","messages":"hi"}`, status: 400, param: "messages"},
 		{name: "unknown role", body: chatBody("m", false, false, `[{"role":"robot","content":"x"}]`), status: 400, param: "messages.[0].role", code: "invalid_value"},
