@@ -270,7 +270,13 @@ func TestUpstreamNeverFinishingGetsAFinish(t *testing.T) {
 		// is not the end: the finish goes before the last usage chunk.
 		{name: "empty chunk mid-stream", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + mid + ev(text(0, `{"content":"lo"}`, `null`)) + "data: [DONE]\n\n",
 			want: []string{"stop"}, text: "Hello"},
-		{name: "usage mid-stream", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + usage + ev(text(0, `{"content":"lo"}`, `null`)) + usage + "data: [DONE]\n\n",
+		{name: "usage mid-stream", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + usage + ev(text(0, `{"content":"lo"}`, `null`)) + usage + usage + "data: [DONE]\n\n",
+			want: []string{"stop"}, text: "Hello", loose: true},
+		// An Azure-style first chunk (no id, a prompt filter's) gives the
+		// made chunk nothing: its id, created, fingerprint and service tier
+		// are the answer's.
+		{name: "prompt filter first", stream: "data: {\"id\":\"\",\"object\":\"\",\"created\":0,\"model\":\"\",\"choices\":[],\"prompt_filter_results\":[]}\n\n" +
+			"data: " + strings.Replace(head, `"system_fingerprint"`, `"service_tier":"default","system_fingerprint"`, 1) + text(0, `{"role":"assistant","content":"Hello"}`, `""`) + "]}\n\n" + "data: [DONE]\n\n",
 			want: []string{"stop"}, text: "Hello", loose: true},
 		// Two choices in one chunk: choice 0 without the key, choice 1
 		// ending; choice 0 still gets its own finish.
@@ -307,13 +313,25 @@ func TestUpstreamNeverFinishingGetsAFinish(t *testing.T) {
 			if tc.text != "" && acc.Choices[0].Message.Content != tc.text {
 				t.Errorf("choice 0 says %q, want %q\n%s", acc.Choices[0].Message.Content, tc.text, raw)
 			}
+			// The made finish follows the last content and precedes the
+			// last usage chunk, whatever came between.
+			events := strings.Split(strings.TrimSpace(string(raw)), "\n\n")
+			last := len(events) - 2 // before [DONE]
+			if tc.usage {
+				if !strings.Contains(events[last], `"usage":{`) || !strings.Contains(events[last-1], `"finish_reason":"stop"`) {
+					t.Errorf("the finish is not right before the last usage chunk\n%s", raw)
+				}
+			}
+			if strings.Contains(tc.stream, `"service_tier"`) && acc.ServiceTier != "default" {
+				t.Errorf("service tier %q: the made chunk lost it\n%s", acc.ServiceTier, raw)
+			}
 			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: tc.usage}); err != nil && !tc.loose {
 				t.Fatalf("%v\n%s", err, raw)
 			}
 			if tc.usage && !tc.loose && acc.Usage.TotalTokens != 5 {
 				t.Errorf("usage %+v", acc.Usage)
 			}
-			if acc.SystemFingerprint != "fp_1" || bytes.Count(raw, []byte(`"id":"c1","object":"chat.completion.chunk","created":7,`)) != bytes.Count(raw, []byte("data: {")) {
+			if acc.SystemFingerprint != "fp_1" || bytes.Count(raw, []byte(`"id":"c1","object":"chat.completion.chunk","created":7,`)) != bytes.Count(raw, []byte("data: {"))-strings.Count(tc.stream, `"id":""`) {
 				t.Errorf("a made chunk lacks the stream's id or created, or the fingerprint is lost\n%s", raw)
 			}
 		})
@@ -338,6 +356,11 @@ func TestUpstreamCompleteWithoutDone(t *testing.T) {
 		{name: "finished with usage", stream: text + finish + usage, usage: true, whole: true},
 		{name: "no finish", stream: text},
 		{name: "usage missing", stream: text + finish, usage: true, whole: true},
+		// The usage chunk, which comes last, ends the answer: the finish the
+		// upstream did not send goes before it.
+		{name: "usage, no finish", stream: text + usage, usage: true, whole: true},
+		// A failure after a usage chunk: the usage goes out before the error.
+		{name: "usage, then garbage", stream: text + usage + "data: not json\n\n", usage: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -363,7 +386,10 @@ func TestUpstreamCompleteWithoutDone(t *testing.T) {
 			if err == nil {
 				t.Fatalf("a cut stream ended without an error\n%s", raw)
 			}
-			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantError: true}); err != nil {
+			if u := bytes.Index(raw, []byte(`"usage":{`)); strings.Contains(tc.stream, `"usage"`) && (u < 0 || u > bytes.Index(raw, []byte("event: error"))) {
+				t.Fatalf("the upstream's usage did not go out before the error\n%s", raw)
+			}
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantError: true, WantUsage: tc.usage}); err != nil {
 				t.Fatalf("%v\n%s", err, raw)
 			}
 		})

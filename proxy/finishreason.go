@@ -191,11 +191,11 @@ func callsFinish(body []byte) []byte {
 type finishes struct {
 	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
 	wide                        bool   // an index outside 0..63: not followed, nothing added
-	headed                      bool   // id, created and fingerprint read (from the first chunk)
 	created                     int64
-	id, fp                      []byte // backed by idArr and fpArr unless longer
+	id, fp, tier                []byte // backed by idArr, fpArr and tierArr unless longer
 	idArr                       [48]byte
 	fpArr                       [24]byte
+	tierArr                     [12]byte
 }
 
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
@@ -208,14 +208,15 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 		return false
 	}
 	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
-	if !f.headed {
-		f.headed = true
-		// Read once per stream, from the first chunk: an SDK's
-		// accumulator keeps the last chunk's fingerprint, so the made
-		// chunk must repeat it.
+	if len(f.id) == 0 {
+		// Read from the first chunk that has an id (not an Azure prompt
+		// filter's first, whose id is ""): an SDK's accumulator keeps the
+		// last chunk's fingerprint and service tier, so the made chunk
+		// must repeat them.
 		f.id = append(f.idArr[:0], gjson.Get(view, "id").Str...)
 		f.created = gjson.Get(view, "created").Int()
 		f.fp = append(f.fpArr[:0], gjson.Get(view, "system_fingerprint").Str...)
+		f.tier = append(f.tierArr[:0], gjson.Get(view, "service_tier").Str...)
 	}
 	none = true
 	gjson.Get(view, "choices").ForEach(func(_, c gjson.Result) bool {
@@ -280,10 +281,9 @@ func (f *finishes) open() bool {
 
 // chunkKeys is what one pass over a chunk's '_' bytes finds (keysOf).
 type chunkKeys struct {
-	finishes int  // "finish_reason" members: one per choice
-	named    bool // one's value is a non-empty string
-	empty    bool // one's value is "" (fillFinish's to rewrite)
-	calls    bool // a "tool_calls" member
+	named bool // a "finish_reason" member's value is a non-empty string
+	empty bool // one's value is "" (fillFinish's to rewrite)
+	calls bool // a "tool_calls" member
 }
 
 // keysOf finds chunk's "finish_reason" and "tool_calls" members. Both keys
@@ -300,7 +300,6 @@ func keysOf(chunk []byte) (ks chunkKeys) {
 		from = k + 1
 		switch {
 		case k >= len(finishHead) && bytes.HasPrefix(chunk[k:], finishTail) && bytes.Equal(chunk[k-len(finishHead):k], finishHead):
-			ks.finishes++
 			v := skipSpace(chunk, k+len(finishTail))
 			if v < len(chunk) && chunk[v] == ':' {
 				if v = skipSpace(chunk, v+1); v+1 < len(chunk) && chunk[v] == '"' {
@@ -327,6 +326,7 @@ func (f *finishes) due(dst []byte, model string, usageNull bool) []byte {
 	f.ended |= open
 	h := wire.Header{ID: string(f.id), Created: f.created, Model: model}
 	dst = wire.AppendHead(dst, "chat.completion.chunk", h)
+	dst = wire.AppendServiceTier(dst, string(f.tier))
 	dst = wire.AppendFingerprint(dst, string(f.fp))
 	dst = append(dst, `,"choices":[`...)
 	for i := 0; open != 0; i, open = i+1, open>>1 {

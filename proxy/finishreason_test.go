@@ -159,11 +159,11 @@ func TestCallsFinish(t *testing.T) {
 func TestChunkKeys(t *testing.T) {
 	t.Parallel()
 	for chunk, want := range map[string]chunkKeys{
-		`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`:                                         {finishes: 1},
-		`{"choices":[{"index":0,"delta":{},"finish_reason" : "stop"}]}`:                                                  {finishes: 1, named: true},
-		`{"choices":[{"index":0,"delta":{},"finish_reason":""}]}`:                                                        {finishes: 1, empty: true},
-		`{"choices":[{"index":0,"delta":{"content":"\"finish_reason\":\"stop\" \"tool_calls\""},"finish_reason":null}]}`: {finishes: 1},
-		`{"choices":[{"index":0,"delta":{"tool_calls":[]}},{"index":1,"delta":{},"finish_reason":"stop"}]}`:              {finishes: 1, named: true, calls: true},
+		`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`:                                         {},
+		`{"choices":[{"index":0,"delta":{},"finish_reason" : "stop"}]}`:                                                  {named: true},
+		`{"choices":[{"index":0,"delta":{},"finish_reason":""}]}`:                                                        {empty: true},
+		`{"choices":[{"index":0,"delta":{"content":"\"finish_reason\":\"stop\" \"tool_calls\""},"finish_reason":null}]}`: {},
+		`{"choices":[{"index":0,"delta":{"tool_calls":[]}},{"index":1,"delta":{},"finish_reason":"stop"}]}`:              {named: true, calls: true},
 	} {
 		if got := keysOf([]byte(chunk)); got != want {
 			t.Errorf("%s: %+v, want %+v", chunk, got, want)

@@ -350,7 +350,8 @@ func (f *responsesForm) save(object []byte) {
 	}
 	ctx, cancel := context.WithTimeout(f.s.base, 5*time.Second)
 	defer cancel()
-	fits, err := f.store.Save(ctx, f.tenant, f.h.ID, object, f.rq.Input, f.rq.History, responses.AnswerMessages(object))
+	history := responses.SettleApproved(f.rq.History, object)
+	fits, err := f.store.Save(ctx, f.tenant, f.h.ID, object, f.rq.Input, history, responses.AnswerMessages(object))
 	switch {
 	case err != nil:
 		f.s.log.Warn().Str("response_id", f.h.ID).AnErr("cause", err).Msg("could not store the response")

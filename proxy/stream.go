@@ -61,10 +61,12 @@ type upstreamStream struct {
 	fin      finishes                 // the choices ended so far, for a finish the upstream never sends
 	finBuf   []byte                   // the finish chunk fin made
 	held     []byte                   // a chunk due before the next read; nil if none
-	usage    []byte                   // a copy of a usage chunk held back while a choice is open (hasUsage)
+	usage    [2][]byte                // copies of usage chunks held back while a choice is open, in turn
+	usageAt  int                      // usage[usageAt] is held (hasUsage)
 	hasUsage bool
-	usageNul bool // the client asked for usage: a made chunk carries "usage":null
-	clean    bool // and the body ended right after it: the connection may be pooled
+	failed   error // the failure that follows the held usage chunk, returned from then on
+	usageNul bool  // the client asked for usage: a made chunk carries "usage":null
+	clean    bool  // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
@@ -122,13 +124,29 @@ func (s *upstreamStream) next() ([]byte, error) {
 		s.held = nil
 		return chunk, nil
 	}
+	if s.failed != nil {
+		return nil, s.failed
+	}
 	if s.done {
 		if s.hasUsage {
 			s.hasUsage = false
-			return s.usage, nil
+			return s.usage[s.usageAt], nil
 		}
 		return nil, io.EOF
 	}
+	chunk, err := s.read()
+	if err != nil && err != io.EOF && s.hasUsage {
+		// The usage the upstream sent goes out before its failure, as it
+		// did before it was held: the meter charges what it says.
+		s.hasUsage, s.failed = false, err
+		return s.usage[s.usageAt], nil
+	}
+	return chunk, err
+}
+
+// read is next past what is held: the next chunk the upstream's events
+// give, or the stream's end.
+func (s *upstreamStream) read() ([]byte, error) {
 	for {
 		if s.msgs != nil {
 			if chunk, ok := s.msgs.Pop(); ok {
@@ -149,11 +167,12 @@ func (s *upstreamStream) next() ([]byte, error) {
 			if s.msgs != nil && s.ctx.Err() == nil && s.msgs.EndStopped() {
 				continue // cut past a stop sequence the gateway applied: the answer ended there
 			}
-			if err == io.EOF && s.msgs == nil && s.ctx.Err() == nil && s.rd.Stray() == nil && s.fin.complete() {
+			if err == io.EOF && s.msgs == nil && s.ctx.Err() == nil && s.rd.Stray() == nil && (s.fin.complete() || s.hasUsage) {
 				// The body ended without [DONE] after the whole answer
-				// (every choice finished): an end, as the same answer's
-				// JSON is whole, not a cut. The connection is not
-				// pooled: its state is not known.
+				// (every choice finished, or the usage chunk, which
+				// comes last, came): an end, as the same answer's JSON
+				// is whole, not a cut. The connection is not pooled:
+				// its state is not known.
 				s.done = true
 				return s.ended()
 			}
@@ -228,17 +247,23 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		data = groqUsage(data)
 	}
 	data = s.rename(stringArgs(flattenParts(data, "delta"), "delta"))
-	switch {
-	case s.hasUsage:
-		// A usage chunk held back, and more came: it was not the last.
-		s.hasUsage, s.held = false, data
-		return s.usage, false, nil
-	case none && s.fin.open() && wire.ChunkUsage(data).IsObject():
+	held := s.hasUsage
+	if none && s.fin.open() && wire.ChunkUsage(data).IsObject() {
 		// A usage chunk while a choice is open: if the stream ends after
 		// it, the finish the upstream did not send goes before it (the
 		// usage chunk is the last); if more comes, it goes out as it was.
-		s.usage, s.hasUsage = append(s.usage[:0], data...), true
+		// One held before it goes out now (the buffers take turns).
+		s.usageAt ^= 1
+		s.usage[s.usageAt], s.hasUsage = append(s.usage[s.usageAt][:0], data...), true
+		if held {
+			return s.usage[s.usageAt^1], false, nil
+		}
 		return nil, true, nil
+	}
+	if held {
+		// A usage chunk held back, and more came: it was not the last.
+		s.hasUsage, s.held = false, data
+		return s.usage[s.usageAt], false, nil
 	}
 	return data, false, nil
 }
@@ -252,7 +277,7 @@ func (s *upstreamStream) ended() ([]byte, error) {
 	}
 	if s.hasUsage {
 		s.hasUsage = false
-		return s.usage, nil
+		return s.usage[s.usageAt], nil
 	}
 	return nil, io.EOF
 }
