@@ -1084,3 +1084,34 @@ keepalive_interval = "50ms"
 		t.Fatalf("the server call (at %d) came after the keep-alives (last at %d):\n%s", call, lastPulse, raw)
 	}
 }
+
+// A follow-up of an approved run, after the tool loop's record of the
+// approval expired (tool_loop.state_ttl, far shorter than a stored
+// response's life), still shows the model the run's result, kept in the
+// stored history in the decision's place: not approval_expired, and the
+// tool does not run again.
+func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"300ms\"\n"+calculatorTool+`approval = "always"
+`, mockllm.Options{Respond: calcModel})
+	first := h.respond(responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}, false)
+	var items responses.ResponseInputParam
+	for _, it := range first.Output {
+		if it.Type == "mcp_approval_request" {
+			items = append(items, responses.ResponseInputItemParamOfMcpApprovalResponse(it.ID, true))
+		}
+	}
+	if len(items) == 0 {
+		t.Fatalf("no approval request: %s", first.RawJSON())
+	}
+	next := h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: items}}, false)
+	time.Sleep(500 * time.Millisecond) // the approval's record expires
+	h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(next.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("thanks")}}, false)
+	got := h.mock.Requests()
+	tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
+	if !strings.Contains(tools.Raw, "42") || strings.Contains(tools.Raw, "approval_expired") || strings.Contains(tools.Raw, "decision") {
+		t.Fatalf("the follow-up's model saw %s", tools.Raw)
+	}
+}

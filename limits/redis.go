@@ -153,8 +153,8 @@ type redisStore struct {
 	// configured fail mode says, instead of each waiting the timeout out on
 	// a Redis that hangs (a stopped process, a full network buffer): at 200
 	// ms a request, a few clients took the gateway from hundreds of
-	// requests a second to tens. One check a stallPause finds out whether
-	// Redis answers again.
+	// requests a second to tens. After each stallPause one check finds out
+	// whether Redis answers again.
 	stalledUntil atomic.Int64
 }
 
@@ -196,8 +196,12 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 		keys[i] = c.key
 		args = append(args, string(rune(c.kind)), c.limit, c.costOf(tokens))
 	}
-	if until := s.stalledUntil.Load(); until != 0 && ms(now) < until {
-		return errStalled
+	if until := s.stalledUntil.Load(); until != 0 {
+		// Skipped until the pause ends; then one check asks (the one that
+		// moves the pause on), and the others are skipped until it knows.
+		if ms(now) < until || !s.stalledUntil.CompareAndSwap(until, ms(now.Add(stallPause))) {
+			return errStalled
+		}
 	}
 	tctx := ctx
 	if s.timeout > 0 {
@@ -211,6 +215,9 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 			s.stalledUntil.Store(ms(now.Add(stallPause)))
 		}
 		return err
+	}
+	if s.stalledUntil.Load() != 0 {
+		s.stalledUntil.Store(0) // it answered: checks ask again
 	}
 	n := len(checks)
 	if len(vals) != 2+2*n || vals[0] < 0 || vals[0] > int64(n) {

@@ -58,7 +58,7 @@ func Head(body []byte) (model, previous string, err error) {
 	}
 	p := root.Get("previous_response_id")
 	switch {
-	case p.Type == gjson.String && p.Str == "" && p.Exists():
+	case p.Type == gjson.String && p.Str == "":
 		// Read as none, the request would answer without the history the
 		// client meant to continue.
 		return "", "", pipeline.BadRequest("previous_response_id", "previous_response_id must not be empty: leave it out, or send null, to start a conversation")
@@ -311,9 +311,6 @@ var passedSettings = [...]struct{ from, to string }{
 	{"top_logprobs", "top_logprobs"}, {"prompt_cache_retention", "prompt_cache_retention"},
 }
 
-// includesLogprobs reports whether include (the request's list of extra
-// output) asks for the output text's logprobs. Anything but an array asks
-// for nothing.
 // includable are the values OpenAI's include takes. Those for tools the
 // gateway does not run, and encrypted reasoning, add nothing to its answers;
 // any other value is a 400, as OpenAI refuses it.
@@ -342,6 +339,8 @@ func checkInclude(include gjson.Result) error {
 	return err
 }
 
+// includesLogprobs reports whether include (the request's list of extra
+// output, checked by checkInclude) asks for the output text's logprobs.
 func includesLogprobs(include gjson.Result) bool {
 	found := false
 	include.ForEach(func(_, v gjson.Result) bool {

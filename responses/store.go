@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -181,6 +182,52 @@ func AnswerMessages(object []byte) []byte {
 	a := h.array()
 	return a[1 : len(a)-1]
 }
+
+// SettleApproved returns history (a JSON array of chat messages) with the
+// tool message of each call a person approved holding the run's result,
+// as the response object's mcp_call item with that approval_request_id
+// has it, instead of the decision: a stored history is then whole on its
+// own, where the decision could be settled only while the tool loop still
+// keeps the approval (tool_loop.state_ttl), and AnswerMessages leaves the
+// run out. history itself when object ran no approved call.
+func SettleApproved(msgs, object []byte) []byte {
+	if !bytes.Contains(object, approvalRequestKey) {
+		return msgs
+	}
+	ran := map[string]string{}
+	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
+		if id := it.Get("approval_request_id").Str; id != "" && it.Get("type").Str == "mcp_call" {
+			ran[id] = it.Get("output").Str
+			if e := it.Get("error"); e.IsObject() {
+				// The tool's error result, as the model saw it (the
+				// gateway's {"status":"error",...}), or wrapped so.
+				ran[id] = e.Get("content").Str
+				if !strings.HasPrefix(ran[id], `{"status":"error"`) {
+					ran[id] = string(jsonstring.Append([]byte(`{"status":"error","error":{"type":"tool_error","message":`), ran[id])) + "}}"
+				}
+			}
+		}
+		return true
+	})
+	if len(ran) == 0 {
+		return msgs
+	}
+	b := []byte{'['}
+	gjson.ParseBytes(msgs).ForEach(func(_, m gjson.Result) bool {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		if out, ok := ran[m.Get("tool_call_id").Str]; ok && m.Get("role").Str == "tool" {
+			b = append(b, toolResult(m.Get("tool_call_id").Str, out)...)
+		} else {
+			b = append(b, m.Raw...)
+		}
+		return true
+	})
+	return append(b, ']')
+}
+
+var approvalRequestKey = []byte(`"approval_request_id"`)
 
 // InputPage is the page of input items a GET of input_items asks for.
 type InputPage struct {

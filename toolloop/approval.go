@@ -297,10 +297,25 @@ type settledRun struct {
 	res *pipeline.ToolResult
 }
 
+// settledResult reports whether text is a tool result in the gateway's own
+// form ({"status":"ok",...} or {"status":"error",...}), not a decision.
+func settledResult(text string) bool {
+	if !strings.HasPrefix(strings.TrimSpace(text), "{") {
+		return false
+	}
+	s := gjson.Get(text, "status")
+	return s.Type == gjson.String && (s.Str == "ok" || s.Str == "error") && !gjson.Get(text, "decision").Exists()
+}
+
 // settleOne returns the content the model sees for the answer text to the
 // call with approval id, whose kept state is rec (nil when none).
 func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*tool, rec *HiddenTurn, id, text string) ([]byte, *settledRun, error) {
 	switch {
+	case rec == nil && l.approval.verify(req.Tenant, id) && settledResult(text):
+		// A result the gateway wrote in the decision's place (a stored
+		// Responses history keeps the run's): the history is whole
+		// without the kept state, which expires first. Nothing runs.
+		return []byte(text), nil, nil
 	case rec == nil && l.approval.verify(req.Tenant, id):
 		metricApproval.WithLabelValues("expired").Inc()
 		return errContent(&ToolError{Kind: "approval_expired", Message: "the approval of this call expired (or its state is unavailable) before a decision could be applied; the tool was not run"}, false), nil, nil

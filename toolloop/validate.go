@@ -145,11 +145,12 @@ func repeatedKey(v gjson.Result) (string, bool) {
 		seen := map[string]bool{}
 		v.ForEach(func(k, e gjson.Result) bool {
 			key := decodedKey(k.Str)
-			if seen[foldKey(key)] {
+			folded := foldKey(key)
+			if seen[folded] {
 				found, dup = key, true
 				return false
 			}
-			seen[foldKey(key)] = true
+			seen[folded] = true
 			walk(e)
 			return !dup
 		})
