@@ -191,11 +191,10 @@ func callsFinish(body []byte) []byte {
 type finishes struct {
 	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
 	wide                        bool   // an index outside 0..63: not followed, nothing added
+	idEnd, fpEnd                uint16 // where the id and the fingerprint end in head
 	created                     int64
-	id, fp, tier                []byte // backed by idArr, fpArr and tierArr unless longer
-	idArr                       [48]byte
-	fpArr                       [24]byte
-	tierArr                     [12]byte
+	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer)
+	headArr                     [80]byte
 }
 
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
@@ -208,15 +207,17 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 		return false
 	}
 	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
-	if len(f.id) == 0 {
+	if f.idEnd == 0 {
 		// Read from the first chunk that has an id (not an Azure prompt
 		// filter's first, whose id is ""): an SDK's accumulator keeps the
 		// last chunk's fingerprint and service tier, so the made chunk
 		// must repeat them.
-		f.id = append(f.idArr[:0], gjson.Get(view, "id").Str...)
+		f.head = append(f.headArr[:0], headField(view, "id")...)
+		f.idEnd = uint16(len(f.head))
 		f.created = gjson.Get(view, "created").Int()
-		f.fp = append(f.fpArr[:0], gjson.Get(view, "system_fingerprint").Str...)
-		f.tier = append(f.tierArr[:0], gjson.Get(view, "service_tier").Str...)
+		f.head = append(f.head, headField(view, "system_fingerprint")...)
+		f.fpEnd = uint16(len(f.head))
+		f.head = append(f.head, headField(view, "service_tier")...)
 	}
 	none = true
 	gjson.Get(view, "choices").ForEach(func(_, c gjson.Result) bool {
@@ -242,6 +243,17 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 	})
 	return none
 }
+
+// headField is a chunk's string member key, or "" when it is longer than
+// maxHeadField: no provider's id, fingerprint or tier is.
+func headField(chunk, key string) string {
+	if s := gjson.Get(chunk, key).Str; len(s) <= maxHeadField {
+		return s
+	}
+	return ""
+}
+
+const maxHeadField = 1024
 
 // onlyIndexZero reports whether chunk has one "index" member, whose value
 // is 0: the index of its one choice, in a chunk without tool calls. The
@@ -324,10 +336,10 @@ func (f *finishes) due(dst []byte, model string, usageNull bool) []byte {
 	}
 	open := f.present &^ f.ended
 	f.ended |= open
-	h := wire.Header{ID: string(f.id), Created: f.created, Model: model}
+	h := wire.Header{ID: string(f.head[:f.idEnd]), Created: f.created, Model: model}
 	dst = wire.AppendHead(dst, "chat.completion.chunk", h)
-	dst = wire.AppendServiceTier(dst, string(f.tier))
-	dst = wire.AppendFingerprint(dst, string(f.fp))
+	dst = wire.AppendServiceTier(dst, string(f.head[f.fpEnd:]))
+	dst = wire.AppendFingerprint(dst, string(f.head[f.idEnd:f.fpEnd]))
 	dst = append(dst, `,"choices":[`...)
 	for i := 0; open != 0; i, open = i+1, open>>1 {
 		if open&1 == 0 {

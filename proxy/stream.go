@@ -59,7 +59,6 @@ type upstreamStream struct {
 	pairs    surrogates               // surrogate pairs split between chunks, put back together
 	done     bool                     // [DONE] (or message_stop) seen
 	fin      finishes                 // the choices ended so far, for a finish the upstream never sends
-	finBuf   []byte                   // the finish chunk fin made
 	held     []byte                   // a chunk due before the next read; nil if none
 	usage    [2][]byte                // copies of usage chunks held back while a choice is open, in turn
 	usageAt  int                      // usage[usageAt] is held (hasUsage)
@@ -272,8 +271,9 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 // finish of every choice the upstream left open (finishes.due), before the
 // usage chunk held back for it, then io.EOF.
 func (s *upstreamStream) ended() ([]byte, error) {
-	if s.finBuf = s.fin.due(s.finBuf[:0], s.model, s.usageNul); len(s.finBuf) > 0 {
-		return s.finBuf, nil // the held usage chunk, then io.EOF, on the next calls
+	// buf (rename's) holds nothing unread: the last chunk was returned.
+	if s.buf = s.fin.due(s.buf[:0], s.model, s.usageNul); len(s.buf) > 0 {
+		return s.buf, nil // the held usage chunk, then io.EOF, on the next calls
 	}
 	if s.hasUsage {
 		s.hasUsage = false
