@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/internal/fold"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -218,25 +219,9 @@ func (s *keySet) add(k string) (repeated bool) {
 
 func (s *keySet) norm(k string) string {
 	if s.fold {
-		return foldKey(k)
+		return fold.Key(k)
 	}
 	return k
-}
-
-// foldKey maps k to one spelling per class of strings.EqualFold, so that
-// the map and the comparison agree: each rune becomes the least rune of its
-// simple case folding orbit ("ſ" and "S" become "S", the Kelvin sign "K").
-func foldKey(k string) string {
-	var b strings.Builder
-	b.Grow(len(k))
-	for _, r := range k {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
 }
 
 // repeatedKey is the 400 for a key given twice. The key is the client's own

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -15,6 +14,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
+	"github.com/llmgw/gateway/internal/fold"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -145,7 +145,7 @@ func repeatedKey(v gjson.Result) (string, bool) {
 		seen := map[string]bool{}
 		v.ForEach(func(k, e gjson.Result) bool {
 			key := decodedKey(k.Str)
-			folded := foldKey(key)
+			folded := fold.Key(key)
 			if seen[folded] {
 				found, dup = key, true
 				return false
@@ -204,7 +204,7 @@ func instanceOf(v gjson.Result, dup **repeatedKeyError) any {
 			e := repeatedKeyError(k.Str)
 			*dup = &e
 		}
-		plain = plain && isPlainKey(k.Str)
+		plain = plain && fold.Plain(k.Str)
 		m[k.Str] = instanceOf(e, dup)
 		return true
 	})
@@ -222,51 +222,17 @@ func instanceOf(v gjson.Result, dup **repeatedKeyError) any {
 // default) matches keys without regard to case, so {"q":"safe","Q":"evil"}
 // would pass a schema's check on "q" and reach the tool as "evil".
 
-// isPlainKey reports whether s is ASCII without capital letters: its fold
-// is itself.
-func isPlainKey(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
 // foldedTwice returns a key of m whose fold another key of m shares.
 func foldedTwice(m map[string]any) (string, bool) {
 	seen := make(map[string]struct{}, len(m))
 	for k := range m {
-		f := foldKey(k)
+		f := fold.Key(k)
 		if _, ok := seen[f]; ok {
 			return k, true
 		}
 		seen[f] = struct{}{}
 	}
 	return "", false
-}
-
-// foldKey maps s to one representative of the keys equal to it under
-// Unicode simple case folding (strings.EqualFold): each rune becomes the
-// least rune of its folding orbit.
-func foldKey(s string) string {
-	if isPlainKey(s) {
-		// Its runes are the least of their orbits unless they are
-		// lower-case letters, whose orbit's least is the capital.
-		if strings.IndexFunc(s, func(r rune) bool { return 'a' <= r && r <= 'z' }) < 0 {
-			return s
-		}
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
 }
 
 // failingPath returns the path of the property a leaf validation error is
