@@ -17,6 +17,8 @@ type Config struct {
 	MCPServers []MCPServer `toml:"mcp_servers"`
 	ToolLoop   ToolLoop    `toml:"tool_loop"`
 	Middleware Middleware  `toml:"middleware"`
+	// urlSecrets are the values ${NAME} put in URL fields (expandURL).
+	urlSecrets []string
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`

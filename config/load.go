@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -87,6 +88,31 @@ func Expand(s string) string {
 	})
 }
 
+// expandURL expands a URL field, keeping each value the environment put in
+// its query or user info (an API key, a password) as a secret: the log
+// redactor, and what a tool's error shows the model, mask it (Secrets). A
+// value in the host or path (an address) stays visible in logs.
+func (c *Config) expandURL(s *string) {
+	if !strings.Contains(*s, "${") {
+		return
+	}
+	var vals []string
+	*s = envRef.ReplaceAllStringFunc(*s, func(m string) string {
+		v := os.Getenv(m[2 : len(m)-1])
+		vals = append(vals, v)
+		return v
+	})
+	u, err := url.Parse(*s)
+	if err != nil {
+		return
+	}
+	for _, v := range vals {
+		if v != "" && (strings.Contains(u.RawQuery, v) || strings.Contains(u.Query().Encode(), url.QueryEscape(v)) || u.User != nil && strings.Contains(u.User.String(), v)) {
+			c.urlSecrets = append(c.urlSecrets, v)
+		}
+	}
+}
+
 func expandMap(m map[string]string) {
 	for k, v := range m {
 		m[k] = Expand(v)
@@ -99,17 +125,17 @@ func (c *Config) expand() {
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		p.APIKey = Expand(p.APIKey)
-		p.BaseURL = Expand(p.BaseURL)
+		c.expandURL(&p.BaseURL)
 		expandMap(p.Headers)
 	}
 	for i := range c.Tools {
 		expandMap(c.Tools[i].Headers)
-		c.Tools[i].URL = Expand(c.Tools[i].URL)
+		c.expandURL(&c.Tools[i].URL)
 	}
 	for i := range c.MCPServers {
 		expandMap(c.MCPServers[i].Env)
 		expandMap(c.MCPServers[i].Headers)
-		c.MCPServers[i].URL = Expand(c.MCPServers[i].URL)
+		c.expandURL(&c.MCPServers[i].URL)
 	}
 	for i := range c.Keys {
 		c.Keys[i].Key = Expand(c.Keys[i].Key)
@@ -117,20 +143,23 @@ func (c *Config) expand() {
 	}
 	c.Server.AdminKey = Expand(c.Server.AdminKey)
 	c.ToolLoop.ApprovalSecret = Expand(c.ToolLoop.ApprovalSecret)
-	c.Tracing.Endpoint = Expand(c.Tracing.Endpoint)
+	c.expandURL(&c.Tracing.Endpoint)
 	for i := range c.OpenAPI {
 		expandMap(c.OpenAPI[i].Headers)
+		c.expandURL(&c.OpenAPI[i].BaseURL)
+		c.expandURL(&c.OpenAPI[i].Spec)
 	}
 	for i := range c.Guardrails {
 		expandMap(c.Guardrails[i].Headers)
+		c.expandURL(&c.Guardrails[i].URL)
 	}
 	expandMap(c.Tracing.Headers)
 	if c.Redis != nil {
-		c.Redis.Addr = Expand(c.Redis.Addr)
+		c.expandURL(&c.Redis.Addr)
 		c.Redis.Password = Expand(c.Redis.Password)
 		c.Redis.SentinelPassword = Expand(c.Redis.SentinelPassword)
 		for i := range c.Redis.Addrs {
-			c.Redis.Addrs[i] = Expand(c.Redis.Addrs[i])
+			c.expandURL(&c.Redis.Addrs[i])
 		}
 	}
 }

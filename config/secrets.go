@@ -9,7 +9,9 @@ import (
 // provider api_keys and header values, gateway keys, the admin key and the
 // tool loop's approval_secret, the
 // Redis password, tool, MCP server, guardrail and tracing exporter header values, MCP
-// server env values, and the password of any URL that carries one. A header
+// server env values, the password of any URL that carries one, the values
+// of URL query parameters named as credentials (key=, token=, sig=, ...),
+// and what ${NAME} put in a URL's query or user info. A header
 // value with an auth scheme ("Bearer xyz") is returned whole and without
 // its scheme. The result is a new slice; empty values are left out.
 func (c *Config) Secrets() []string {
@@ -33,11 +35,21 @@ func (c *Config) Secrets() []string {
 		}
 	}
 	addURL := func(raw string) {
-		if u, err := url.Parse(raw); err == nil && u.User != nil {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		if u.User != nil {
 			p, _ := u.User.Password()
 			add(p)
 		}
+		for k, vs := range u.Query() {
+			if credentialParam(k) {
+				add(vs...)
+			}
+		}
 	}
+	add(c.urlSecrets...)
 	for _, p := range c.Providers {
 		add(p.APIKey)
 		addMap(p.Headers)
@@ -73,6 +85,18 @@ func (c *Config) Secrets() []string {
 		addURL(c.Redis.Addr)
 	}
 	return out
+}
+
+// credentialParam reports whether a URL query parameter's name says it
+// carries a credential (key=, api_key=, token=, sig=, ...).
+func credentialParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"key", "token", "secret", "password", "passwd", "sig", "auth", "credential"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // UpstreamAddrs returns what names the providers' addresses in an error

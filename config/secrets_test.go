@@ -105,3 +105,40 @@ func set(root reflect.Value, path []reflect.StructField, v string) {
 		cur.SetMapIndex(reflect.ValueOf("X-Name"), reflect.ValueOf(v))
 	}
 }
+
+// An OpenAPI base_url (and spec) reads ${NAME} as the other URL fields do,
+// and a credential in a URL's query, whether the environment put it there
+// or the file wrote it under a credential's name, is a secret: a tool's
+// error shown to the model masks it. An address the environment names is
+// not.
+func TestURLQueryCredentialsAreSecrets(t *testing.T) {
+	t.Setenv("GW_TEST_TOK", "tok-from-env-123")
+	t.Setenv("GW_TEST_HOST", "api.internal.example")
+	c, err := Parse([]byte(`
+[[openapi]]
+name = "o"
+spec = "https://${GW_TEST_HOST}/spec.json?x=${GW_TEST_TOK}"
+base_url = "https://${GW_TEST_HOST}/api?api_key=${GW_TEST_TOK}"
+[[openapi]]
+name = "p"
+spec = "https://h/spec.json"
+base_url = "https://h/api?token=literal-token-456&v=2024-01-01"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.OpenAPI[0].BaseURL != "https://api.internal.example/api?api_key=tok-from-env-123" || !strings.Contains(c.OpenAPI[0].Spec, "x=tok-from-env-123") {
+		t.Fatalf("not expanded: %q %q", c.OpenAPI[0].BaseURL, c.OpenAPI[0].Spec)
+	}
+	secrets := c.Secrets()
+	for _, want := range []string{"tok-from-env-123", "literal-token-456"} {
+		if !slices.Contains(secrets, want) {
+			t.Errorf("%q is not a secret: %q", want, secrets)
+		}
+	}
+	for _, not := range []string{"api.internal.example", "2024-01-01"} {
+		if slices.Contains(secrets, not) {
+			t.Errorf("%q is taken for a secret: %q", not, secrets)
+		}
+	}
+}
