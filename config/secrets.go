@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -88,16 +89,26 @@ func (c *Config) Secrets() []string {
 }
 
 // credentialParam reports whether a URL query parameter's name says it
-// carries a credential (key=, api_key=, token=, sig=, ...).
+// carries a credential: one of its words (split at '_', '-' and '.') is
+// one (key=, api_key=, access-token=, sig=, ...), or it is one of the
+// run-together names (apikey=).
 func credentialParam(name string) bool {
 	n := strings.ToLower(name)
-	for _, w := range []string{"key", "token", "secret", "password", "passwd", "sig", "auth", "credential"} {
-		if strings.Contains(n, w) {
+	if slices.Contains(credentialNames, n) {
+		return true
+	}
+	for _, w := range strings.FieldsFunc(n, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
+		if slices.Contains(credentialWords, w) {
 			return true
 		}
 	}
 	return false
 }
+
+var (
+	credentialWords = []string{"key", "token", "secret", "password", "passwd", "pwd", "sig", "signature", "auth", "authorization", "credential", "credentials"}
+	credentialNames = []string{"apikey", "accesstoken", "authtoken", "sessiontoken", "clientsecret"}
+)
 
 // UpstreamAddrs returns what names the providers' addresses in an error
 // text: each base_url as written and without its path, and its host with
