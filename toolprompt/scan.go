@@ -75,6 +75,16 @@ func (s *Scanner) Feed(text []byte) []byte {
 			break
 		}
 		i := from + j
+		switch labelEnds(buf[i+len(fenceOpen):]) {
+		case no: // a fence of another label (```tool_calls_config): text
+			from = i + 1
+			continue
+		case undecided:
+			keep = len(buf) - i
+		}
+		if keep >= 0 {
+			break
+		}
 		opens := s.lineStartAt(buf, i)
 		if !opens {
 			switch callsFollow(buf[i+len(fenceOpen):]) {
@@ -121,6 +131,20 @@ const (
 )
 
 const maxLookahead = 256
+
+// labelEnds reads what follows the fence's label: yes when the label ends
+// there, no when it goes on (a letter, digit, '_' or '-': another label),
+// undecided when b is empty.
+func labelEnds(b []byte) lookahead {
+	if len(b) == 0 {
+		return undecided
+	}
+	switch c := b[0]; {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		return no
+	}
+	return yes
+}
 
 func callsFollow(b []byte) lookahead {
 	for i, c := range b {

@@ -183,6 +183,11 @@ func TestScannerFenceOnlyAtLineStart(t *testing.T) {
 		{"text\n" + block, true},
 		{"text\n  " + block, true},
 		{"mention ```tool_calls here\nthen\n" + block, true},
+		// A fence whose label only starts with the protocol's is another
+		// block: a config file shown in the answer.
+		{"Here it is:\n```tool_calls_config\n{\"retries\": 3}\n```\nDone.", false},
+		{"```tool_calls-v2 [1]\n```", false},
+		{"```tool_calls2\n[{\"name\":\"a\",\"arguments\":{}}]\n```", false},
 	} {
 		for _, size := range []int{1, 2, 5, len(tc.reply)} {
 			var sc Scanner
