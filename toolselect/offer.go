@@ -20,7 +20,7 @@ const (
 // Its strings are copies (gjson.GetManyBytes): it never points into the body.
 type offer struct {
 	client []clientTool
-	pinned map[string]bool // called by the history or named by tool_choice: never dropped
+	pinned map[string]bool // called by the history, named by tool_choice, or the client's under "required": never dropped
 	text   string          // the latest user turn's text
 	none   bool            // tool_choice "none": the model calls no tool anyway
 }
@@ -76,6 +76,16 @@ func parseOffer(body []byte) *offer {
 	switch {
 	case tc.Type == gjson.String:
 		o.none = tc.Str == "none"
+		if tc.Str == "required" {
+			// The client expects a call of one of its own tools: with none
+			// of them left, the loop would answer with a server tool's
+			// result as text, which such a client refuses.
+			for _, t := range o.client {
+				if t.name != "" {
+					o.pinned[t.name] = true
+				}
+			}
+		}
 	case tc.IsObject():
 		if n := toolName(tc); n != "" {
 			o.pinned[n] = true

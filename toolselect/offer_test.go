@@ -48,6 +48,11 @@ func TestParseOffer(t *testing.T) {
 	if !named.pinned["n"] || !none.none {
 		t.Fatalf("tool_choice: named %v, none %v", named.pinned, none.none)
 	}
+	// "required" wants a call of the client's own tools: every one stays.
+	required := parseOffer([]byte(`{"tool_choice":"required","tools":[{"type":"function","function":{"name":"mine"}},{"type":"function","function":{"name":"also"}}],"messages":[]}`))
+	if !required.pinned["mine"] || !required.pinned["also"] || len(required.pinned) != 2 {
+		t.Fatalf("tool_choice required: pinned %v", required.pinned)
+	}
 }
 
 // withClientTools keeps the kept tools and the unnamed one, in order, and
