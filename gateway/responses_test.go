@@ -1085,11 +1085,11 @@ keepalive_interval = "50ms"
 	}
 }
 
-// A follow-up of an approved run, after the tool loop's record of the
-// approval expired (tool_loop.state_ttl, far shorter than a stored
-// response's life), still shows the model the run's result, kept in the
-// stored history in the decision's place: not approval_expired, and the
-// tool does not run again.
+// A follow-up of an approved run and a rejected call, after the tool loop's
+// record of the approvals expired (tool_loop.state_ttl, far shorter than a
+// stored response's life), still shows the model the run's result and the
+// rejection with its reason, kept in the stored history in the decisions'
+// places: not approval_expired, and the tool does not run again.
 func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"300ms\"\n"+calculatorTool+`approval = "always"
@@ -1098,10 +1098,12 @@ func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 	var items responses.ResponseInputParam
 	for _, it := range first.Output {
 		if it.Type == "mcp_approval_request" {
-			items = append(items, responses.ResponseInputItemParamOfMcpApprovalResponse(it.ID, true))
+			items = append(items, responses.ResponseInputItemParamOfMcpApprovalResponse(it.ID, len(items) == 0))
 		}
 	}
-	if len(items) == 0 {
+	if len(items) == 2 {
+		items[1].OfMcpApprovalResponse.Reason = openai.String("not that one")
+	} else {
 		t.Fatalf("no approval request: %s", first.RawJSON())
 	}
 	next := h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
@@ -1111,7 +1113,7 @@ func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("thanks")}}, false)
 	got := h.mock.Requests()
 	tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
-	if !strings.Contains(tools.Raw, "42") || strings.Contains(tools.Raw, "approval_expired") || strings.Contains(tools.Raw, "decision") {
+	if !strings.Contains(tools.Raw, "42") || !strings.Contains(tools.Raw, "not that one") || strings.Contains(tools.Raw, "approval_expired") || strings.Contains(tools.Raw, "decision") {
 		t.Fatalf("the follow-up's model saw %s", tools.Raw)
 	}
 }

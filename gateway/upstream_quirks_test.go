@@ -316,6 +316,11 @@ func TestUpstreamNeverFinishingGetsAFinish(t *testing.T) {
 					t.Errorf("the finish is not right before the last usage chunk\n%s", raw)
 				}
 			}
+			// The made chunk carries no usage member: a null would clear, in
+			// npm openai's accumulator, a usage that came before it.
+			if bytes.Contains(raw, []byte(`"logprobs":null,"finish_reason":"stop"}],"usage":null`)) {
+				t.Errorf("the made finish chunk says usage null\n%s", raw)
+			}
 			if strings.Contains(tc.stream, `"service_tier"`) && acc.ServiceTier != "default" {
 				t.Errorf("service tier %q: the made chunk lost it\n%s", acc.ServiceTier, raw)
 			}

@@ -77,6 +77,13 @@ type Request struct {
 	// Responses API shows them as mcp_call items). It is called by the
 	// goroutine that drives the loop: for a stream, from within its Next.
 	OnServerCall func(*ServerCall)
+	// OnSettled, when set, hears what the model is shown, in place of a
+	// person's decision, for each call that awaited approval (the run's
+	// result, a rejection, the person's own answer), so that a stored
+	// history can keep it: the loop's record of the approval expires long
+	// before a stored response does. The content is valid only during the
+	// call.
+	OnSettled func(id string, content []byte)
 
 	// MaxToolCalls, when LimitToolCalls is set, is the client's own cap on
 	// the server tool calls of the request (the Responses API's

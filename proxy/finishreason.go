@@ -327,10 +327,10 @@ func keysOf(chunk []byte) (ks chunkKeys) {
 
 // due appends to dst the finish chunk of every choice that came and did not
 // end, when some choice had content, and marks them ended; it returns dst
-// unchanged when there is none.
-// model is the client's name for the model; usageNull puts "usage":null
-// on the chunk, as on the upstream's choice chunks when usage was asked for.
-func (f *finishes) due(dst []byte, model string, usageNull bool) []byte {
+// unchanged when there is none. model is the client's name for the model.
+// The chunk has no usage member: a "usage":null would clear, in npm
+// openai's accumulator, a usage the upstream sent before it.
+func (f *finishes) due(dst []byte, model string) []byte {
 	if !f.open() {
 		return dst
 	}
@@ -357,9 +357,5 @@ func (f *finishes) due(dst []byte, model string, usageNull bool) []byte {
 			dst = append(dst, `"stop"}`...)
 		}
 	}
-	dst = append(dst, ']')
-	if usageNull {
-		dst = append(dst, `,"usage":null`...)
-	}
-	return append(dst, '}')
+	return append(dst, "]}"...)
 }

@@ -60,6 +60,9 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	x.model = rq.Model
 	req := s.chatRequest(ctx, x, rq.Chat, rq.Model, rt.Routes[rq.Model], rq.Stream, rq.Stream, arrayIn(rq.Chat, gjson.GetBytes(rq.Chat, "tools")))
 	req.OnServerCall = form.serverCall
+	if rq.Store {
+		req.OnSettled = form.settle
+	}
 	req.MaxToolCalls, req.LimitToolCalls = rq.MaxToolCalls, rq.LimitToolCalls
 	// The chat messages are the translation of instructions, input and a
 	// stored history: an upstream error naming one by index names nothing
@@ -110,7 +113,19 @@ type responsesForm struct {
 	max    int    // bound on kept (Server.responsesMax)
 
 	mu      sync.Mutex
-	pending []serverCall // server calls the loop ran since the last chunk
+	pending []serverCall      // server calls the loop ran since the last chunk
+	settled map[string]string // what the model was shown for each decided call, by its id (OnSettled)
+}
+
+// settle is the request's OnSettled: the stored history keeps what the
+// model was shown in place of each decision.
+func (f *responsesForm) settle(id string, content []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.settled == nil {
+		f.settled = map[string]string{}
+	}
+	f.settled[id] = string(content)
 }
 
 // serverCall is a server call's mcp_call event and, for a JSON answer,
@@ -350,7 +365,9 @@ func (f *responsesForm) save(object []byte) {
 	}
 	ctx, cancel := context.WithTimeout(f.s.base, 5*time.Second)
 	defer cancel()
-	history := responses.SettleApproved(f.rq.History, object)
+	f.mu.Lock()
+	history := responses.Settle(f.rq.History, f.settled)
+	f.mu.Unlock()
 	fits, err := f.store.Save(ctx, f.tenant, f.h.ID, object, f.rq.Input, history, responses.AnswerMessages(object))
 	switch {
 	case err != nil:

@@ -64,7 +64,6 @@ type upstreamStream struct {
 	usageAt  int                      // usage[usageAt] is held (hasUsage)
 	hasUsage bool
 	failed   error // the failure that follows the held usage chunk, returned from then on
-	usageNul bool  // the client asked for usage: a made chunk carries "usage":null
 	clean    bool  // and the body ended right after it: the connection may be pooled
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
@@ -272,7 +271,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 // usage chunk held back for it, then io.EOF.
 func (s *upstreamStream) ended() ([]byte, error) {
 	// buf (rename's) holds nothing unread: the last chunk was returned.
-	if s.buf = s.fin.due(s.buf[:0], s.model, s.usageNul); len(s.buf) > 0 {
+	if s.buf = s.fin.due(s.buf[:0], s.model); len(s.buf) > 0 {
 		return s.buf, nil // the held usage chunk, then io.EOF, on the next calls
 	}
 	if s.hasUsage {

@@ -527,7 +527,6 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 	}
 	s := newUpstreamStream(ctx, pc, resp, conn, req.Model, deadline, look)
 	s.msgMap = req.Messages
-	s.usageNul = req.IncludeUsage
 	if pc.messages {
 		s.msgs = anthropic.NewStreamDecoder(target.Provider, chatHeader(req))
 		s.msgs.StopAt(anthropic.LocalStops(req.Body))

@@ -160,16 +160,16 @@ func TestApprovedRunOnceInHistory(t *testing.T) {
 	if n := len(gjson.Get(a.Raw, `#.tool_calls|@flatten`).Array()); n != 1 || !strings.Contains(a.Raw, "mcp_1_1") || strings.Contains(a.Raw, "mcp_1_0") {
 		t.Fatalf("answer messages %s", answer)
 	}
-	// The stored history holds the run's result in the decision's place:
-	// whole without the loop's record of the approval, which expires first.
+	// The stored history holds what the model was shown in the decision's
+	// place: whole without the loop's record of the approval, which expires
+	// first.
 	history := `[{"role":"user","content":"6 times 7?"},{"role":"assistant","content":null,"tool_calls":[{"id":"` + id + `","type":"function","function":{"name":"calculator","arguments":"{}"}}]},` +
 		`{"role":"tool","tool_call_id":"` + id + `","content":"{\"decision\":\"approve\"}"},{"role":"tool","tool_call_id":"other","content":"kept"}]`
-	object := `{"output":[{"id":"mcp_1_0","type":"mcp_call","server_label":"builtin","name":"calculator","arguments":"{}","approval_request_id":"` + id + `","status":"completed","error":null,"output":"42"}]}`
-	settled := gjson.ParseBytes(SettleApproved([]byte(history), []byte(object)))
+	settled := gjson.ParseBytes(Settle([]byte(history), map[string]string{id: "42"}))
 	if settled.Get("#").Int() != 4 || settled.Get("2.content").Str != "42" || settled.Get("2.tool_call_id").Str != id || settled.Get("3.content").Str != "kept" {
 		t.Fatalf("settled history %s", settled.Raw)
 	}
-	if got := SettleApproved([]byte(history), []byte(`{"output":[]}`)); string(got) != history {
+	if got := Settle([]byte(history), nil); string(got) != history {
 		t.Fatalf("a response without an approved run changed the history: %s", got)
 	}
 }

@@ -1,7 +1,6 @@
 package responses
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -183,33 +182,15 @@ func AnswerMessages(object []byte) []byte {
 	return a[1 : len(a)-1]
 }
 
-// SettleApproved returns history (a JSON array of chat messages) with the
-// tool message of each call a person approved holding the run's result,
-// as the response object's mcp_call item with that approval_request_id
-// has it, instead of the decision: a stored history is then whole on its
+// Settle returns msgs (a history: a JSON array of chat messages) with the
+// tool message answering each call of settled (by its id) holding what the
+// model was shown there instead of the person's decision: the run's result,
+// a rejection, the person's answer. A stored history is then whole on its
 // own, where the decision could be settled only while the tool loop still
-// keeps the approval (tool_loop.state_ttl), and AnswerMessages leaves the
-// run out. history itself when object ran no approved call.
-func SettleApproved(msgs, object []byte) []byte {
-	if !bytes.Contains(object, approvalRequestKey) {
-		return msgs
-	}
-	ran := map[string]string{}
-	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
-		if id := it.Get("approval_request_id").Str; id != "" && it.Get("type").Str == "mcp_call" {
-			ran[id] = it.Get("output").Str
-			if e := it.Get("error"); e.IsObject() {
-				// The tool's error result, as the model saw it (the
-				// gateway's {"status":"error",...}), or wrapped so.
-				ran[id] = e.Get("content").Str
-				if !strings.HasPrefix(ran[id], `{"status":"error"`) {
-					ran[id] = string(jsonstring.Append([]byte(`{"status":"error","error":{"type":"tool_error","message":`), ran[id])) + "}}"
-				}
-			}
-		}
-		return true
-	})
-	if len(ran) == 0 {
+// keeps the approval (tool_loop.state_ttl), and AnswerMessages leaves an
+// approved run out. msgs itself when settled is empty.
+func Settle(msgs []byte, settled map[string]string) []byte {
+	if len(settled) == 0 {
 		return msgs
 	}
 	b := []byte{'['}
@@ -217,7 +198,7 @@ func SettleApproved(msgs, object []byte) []byte {
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-		if out, ok := ran[m.Get("tool_call_id").Str]; ok && m.Get("role").Str == "tool" {
+		if out, ok := settled[m.Get("tool_call_id").Str]; ok && m.Get("role").Str == "tool" {
 			b = append(b, toolResult(m.Get("tool_call_id").Str, out)...)
 		} else {
 			b = append(b, m.Raw...)
@@ -226,8 +207,6 @@ func SettleApproved(msgs, object []byte) []byte {
 	})
 	return append(b, ']')
 }
-
-var approvalRequestKey = []byte(`"approval_request_id"`)
 
 // InputPage is the page of input items a GET of input_items asks for.
 type InputPage struct {

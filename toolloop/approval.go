@@ -259,6 +259,9 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 			runs.calls = append(runs.calls, ran.c)
 			runs.results = append(runs.results, ran.res)
 		}
+		if req.OnSettled != nil {
+			req.OnSettled(a.id, content)
+		}
 		contents[a.pos] = content
 	}
 	out := make([]byte, 0, len(msgs.Raw)+256*len(answers))
