@@ -106,8 +106,23 @@ func (c *Config) expandURL(s *string) {
 	if err != nil {
 		return
 	}
+	// Secret: what is the whole password of the user info, or the whole
+	// value of a query parameter named as a credential. Another value (an
+	// api-version, a region) stays readable in logs and tool results.
+	whole := map[string]bool{}
+	if u.User != nil {
+		p, _ := u.User.Password()
+		whole[p] = true
+	}
+	for k, vs := range u.Query() {
+		if credentialParam(k) {
+			for _, v := range vs {
+				whole[v] = true
+			}
+		}
+	}
 	for _, v := range vals {
-		if v != "" && (strings.Contains(u.RawQuery, v) || strings.Contains(u.Query().Encode(), url.QueryEscape(v)) || u.User != nil && strings.Contains(u.User.String(), v)) {
+		if v != "" && whole[v] {
 			c.urlSecrets = append(c.urlSecrets, v)
 		}
 	}

@@ -89,25 +89,33 @@ func (c *Config) Secrets() []string {
 }
 
 // credentialParam reports whether a URL query parameter's name says it
-// carries a credential: one of its words (split at '_', '-' and '.') is
-// one (key=, api_key=, access-token=, sig=, ...), or it is one of the
-// run-together names (apikey=).
+// carries a credential: its last word (split at '_', '-', '.' and a
+// lower-to-upper case change) is one (key=, api_key=, access-token=,
+// apiToken=, sig=, code=), or it is a run-together one (apikey=). A name
+// whose credential word comes earlier (token_type=,
+// oauth_signature_method=) names something else.
 func credentialParam(name string) bool {
-	n := strings.ToLower(name)
-	if slices.Contains(credentialNames, n) {
+	if slices.Contains(credentialNames, strings.ToLower(name)) {
 		return true
 	}
-	for _, w := range strings.FieldsFunc(n, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
-		if slices.Contains(credentialWords, w) {
-			return true
+	last := name
+	for i := len(name) - 1; i > 0; i-- {
+		c := name[i]
+		if c == '_' || c == '-' || c == '.' {
+			last = name[i+1:]
+			break
+		}
+		if 'A' <= c && c <= 'Z' && 'a' <= name[i-1] && name[i-1] <= 'z' {
+			last = name[i:]
+			break
 		}
 	}
-	return false
+	return slices.Contains(credentialWords, strings.ToLower(last))
 }
 
 var (
-	credentialWords = []string{"key", "token", "secret", "password", "passwd", "pwd", "sig", "signature", "auth", "authorization", "credential", "credentials"}
-	credentialNames = []string{"apikey", "accesstoken", "authtoken", "sessiontoken", "clientsecret"}
+	credentialWords = []string{"key", "token", "secret", "password", "passwd", "pwd", "sig", "signature", "auth", "code", "credential", "credentials"}
+	credentialNames = []string{"apikey", "accesstoken", "authtoken", "sessiontoken", "clientsecret", "secretkey", "accesskey"}
 )
 
 // UpstreamAddrs returns what names the providers' addresses in an error

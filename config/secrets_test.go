@@ -114,6 +114,7 @@ func set(root reflect.Value, path []reflect.StructField, v string) {
 func TestURLQueryCredentialsAreSecrets(t *testing.T) {
 	t.Setenv("GW_TEST_TOK", "tok-from-env-123")
 	t.Setenv("GW_TEST_HOST", "api.internal.example")
+	t.Setenv("GW_TEST_VER", "2024-10-21")
 	c, err := Parse([]byte(`
 [[openapi]]
 name = "o"
@@ -122,7 +123,11 @@ base_url = "https://${GW_TEST_HOST}/api?api_key=${GW_TEST_TOK}"
 [[openapi]]
 name = "p"
 spec = "https://h/spec.json"
-base_url = "https://h/api?token=literal-token-456&v=2024-01-01"
+base_url = "https://h/api?token=literal-token-456&v=2024-01-01&apiToken=camel-token-789&oauth_signature_method=HMAC-SHA256"
+[[openapi]]
+name = "q"
+spec = "https://h/spec.json"
+base_url = "https://h/api?api-version=${GW_TEST_VER}"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -131,14 +136,29 @@ base_url = "https://h/api?token=literal-token-456&v=2024-01-01"
 		t.Fatalf("not expanded: %q %q", c.OpenAPI[0].BaseURL, c.OpenAPI[0].Spec)
 	}
 	secrets := c.Secrets()
-	for _, want := range []string{"tok-from-env-123", "literal-token-456"} {
+	for _, want := range []string{"tok-from-env-123", "literal-token-456", "camel-token-789"} {
 		if !slices.Contains(secrets, want) {
 			t.Errorf("%q is not a secret: %q", want, secrets)
 		}
 	}
-	for _, not := range []string{"api.internal.example", "2024-01-01"} {
+	for _, not := range []string{"api.internal.example", "2024-01-01", "2024-10-21", "HMAC-SHA256"} {
 		if slices.Contains(secrets, not) {
 			t.Errorf("%q is taken for a secret: %q", not, secrets)
+		}
+	}
+}
+
+// A URL in a config error shows no password, no query (it may hold a key
+// the environment put there) and nothing of a URL that does not parse.
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://user:pw-secret@h/api?api_key=k-secret&v=1": "https://user:xxxxx@h/api?...",
+		"https://h/api":   "https://h/api",
+		"http://[::1:x/a": "(a URL that does not parse)",
+	} {
+		if got := redactURL(in); got != want || strings.Contains(got, "secret") {
+			t.Errorf("%q: %q, want %q", in, got, want)
 		}
 	}
 }

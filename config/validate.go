@@ -408,12 +408,19 @@ func (c *Config) validatePolicies(p *problems) {
 	}
 }
 
-// redactURL returns u without the password of its user info, for messages.
+// redactURL returns u for a message without what may be a credential: the
+// password of its user info, and its query, which may hold a key (${NAME}
+// in a URL is read from the environment). One that does not parse is not
+// shown at all.
 func redactURL(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(a URL that does not parse)"
 	}
-	return u
+	if p.RawQuery != "" {
+		p.RawQuery = "..."
+	}
+	return p.Redacted()
 }
 
 // origin maps the indexes of the validated config back to the file's:

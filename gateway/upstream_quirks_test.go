@@ -356,9 +356,9 @@ func TestUpstreamCompleteWithoutDone(t *testing.T) {
 		{name: "finished with usage", stream: text + finish + usage, usage: true, whole: true},
 		{name: "no finish", stream: text},
 		{name: "usage missing", stream: text + finish, usage: true, whole: true},
-		// The usage chunk, which comes last, ends the answer: the finish the
-		// upstream did not send goes before it.
-		{name: "usage, no finish", stream: text + usage, usage: true, whole: true},
+		// A usage chunk does not end an answer (some upstreams send one after
+		// every piece): without a finish the end is a cut, the usage before it.
+		{name: "usage, no finish", stream: text + usage, usage: true},
 		// A failure after a usage chunk: the usage goes out before the error.
 		{name: "usage, then garbage", stream: text + usage + "data: not json\n\n", usage: true},
 	} {

@@ -165,12 +165,12 @@ func (s *upstreamStream) read() ([]byte, error) {
 			if s.msgs != nil && s.ctx.Err() == nil && s.msgs.EndStopped() {
 				continue // cut past a stop sequence the gateway applied: the answer ended there
 			}
-			if err == io.EOF && s.msgs == nil && s.ctx.Err() == nil && s.rd.Stray() == nil && (s.fin.complete() || s.hasUsage) {
+			if err == io.EOF && s.msgs == nil && s.ctx.Err() == nil && s.rd.Stray() == nil && s.fin.complete() {
 				// The body ended without [DONE] after the whole answer
-				// (every choice finished, or the usage chunk, which
-				// comes last, came): an end, as the same answer's JSON
-				// is whole, not a cut. The connection is not pooled:
-				// its state is not known.
+				// (every choice finished): an end, as the same answer's
+				// JSON is whole, not a cut. A usage chunk alone does not
+				// end it (some upstreams send one after every piece).
+				// The connection is not pooled: its state is not known.
 				s.done = true
 				return s.ended()
 			}

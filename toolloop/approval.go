@@ -259,7 +259,7 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 			runs.calls = append(runs.calls, ran.c)
 			runs.results = append(runs.results, ran.res)
 		}
-		if req.OnSettled != nil {
+		if req.OnSettled != nil && !transient(content) {
 			req.OnSettled(a.id, content)
 		}
 		contents[a.pos] = content
@@ -298,6 +298,17 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 type settledRun struct {
 	c   *call
 	res *pipeline.ToolResult
+}
+
+// transient reports whether content is an outcome a later request may not
+// meet (the call claimed by another request, the state unreadable or gone):
+// a stored history does not keep it in the decision's place.
+func transient(content []byte) bool {
+	switch gjson.GetBytes(content, "error.type").Str {
+	case "approval_in_progress", "approval_expired":
+		return true
+	}
+	return false
 }
 
 // settledResult reports whether text is a tool result in the gateway's own

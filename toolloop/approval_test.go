@@ -341,3 +341,19 @@ func TestApprovalAnsweredTwiceSentOnce(t *testing.T) {
 		t.Fatalf("the model read %d answers to the call: %s", n, m.bodies[0])
 	}
 }
+
+// A stored history keeps only outcomes a later request meets too: not a
+// call claimed by another request, nor a state that could not be read.
+func TestTransientOutcomes(t *testing.T) {
+	t.Parallel()
+	for content, want := range map[string]bool{
+		`{"status":"error","error":{"type":"approval_in_progress","message":"m"}}`: true,
+		`{"status":"error","error":{"type":"approval_expired","message":"m"}}`:     true,
+		`{"status":"error","error":{"type":"rejected","message":"no"}}`:            false,
+		`{"status":"ok","data":{"result":42}}`:                                     false,
+	} {
+		if got := transient([]byte(content)); got != want {
+			t.Errorf("%s: %v, want %v", content, got, want)
+		}
+	}
+}
