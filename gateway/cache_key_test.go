@@ -39,8 +39,11 @@ func TestPitfall_CacheKeySizeFixed(t *testing.T) {
 	t.Parallel()
 	rs := testredis.Start(t)
 	// gpt-big has no context window: the gateway does not count the prompt.
+	// Redis calls get seconds, not the default 200 ms: under a full test
+	// run's load a 1 MB request's lookup or store could time out, and a
+	// miss here would say nothing about key sizes.
 	cfg := strings.Replace(tenantsConfig, "enabled = true\n", "enabled = true\nstore = \"redis\"\n", 1) +
-		"[[models]]\nname = \"gpt-big\"\nprovider = \"up\"\nupstream = \"up-big\"\n[redis]\naddr = \"" + rs.Addr() + "\"\n"
+		"[[models]]\nname = \"gpt-big\"\nprovider = \"up\"\nupstream = \"up-big\"\n[redis]\naddr = \"" + rs.Addr() + "\"\ntimeout = \"5s\"\n"
 	h := newHarness(t, cfg, mockllm.Options{Respond: numbered})
 	huge := strings.Repeat("ünïcødé payload ", 1<<20/18) // about 1 MB of JSON
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
