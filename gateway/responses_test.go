@@ -1109,8 +1109,13 @@ func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 	next := h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: items}}, false)
 	time.Sleep(500 * time.Millisecond) // the approval's record expires
-	h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(next.ID),
+	last := h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(next.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("thanks")}}, false)
+	for _, it := range last.Output {
+		if it.Type == "mcp_call" { // the settled calls ran once; a new call of the model's would be gated
+			t.Fatalf("the follow-up ran a tool: %s", it.RawJSON())
+		}
+	}
 	got := h.mock.Requests()
 	tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
 	if !strings.Contains(tools.Raw, "42") || !strings.Contains(tools.Raw, "not that one") || strings.Contains(tools.Raw, "approval_expired") || strings.Contains(tools.Raw, "decision") {
