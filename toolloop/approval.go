@@ -244,7 +244,15 @@ func (l *Loop) settle(ctx context.Context, req *pipeline.Request, tools []*tool)
 			copy(recs[len(answers)-len(lookups):], got)
 		} else {
 			metricApproval.WithLabelValues("load_error").Inc()
-			l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: approval state unavailable; the answered calls are not run")
+			for _, a := range lookups {
+				if !settledResult(messageText(items[a.pos].Get("content"))) {
+					// A decision that needs the state: told "not run" now,
+					// it would run on a later replay of the same history,
+					// once the store answers. The request fails instead.
+					l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: approval state unavailable; the request fails")
+					return nil, nil, errApprovalUnreadable(err)
+				}
+			}
 		}
 	}
 	contents := make(map[int][]byte, len(answers))
@@ -343,8 +351,13 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 		// One decision runs the call once: a request that carries the
 		// answer twice, or requests racing with it, find it claimed.
 		won, err := cl.Claim(ctx, approvalClaimKey(req.Tenant, id))
-		if err != nil || !won {
-			return l.claimedElsewhere(ctx, req, id, err), nil, nil
+		if err != nil {
+			metricApproval.WithLabelValues("load_error").Inc()
+			l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: claiming a decided call failed; the request fails")
+			return nil, nil, errApprovalUnreadable(err)
+		}
+		if !won {
+			return l.claimedElsewhere(ctx, req, id), nil, nil
 		}
 	}
 	tc := gjson.GetManyBytes(rec.Assistant, "tool_calls.0.function.name", "tool_calls.0.function.arguments")
@@ -392,6 +405,13 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 	return content, ran, nil
 }
 
+// errApprovalUnreadable fails a request whose decision cannot be applied
+// while the state store fails: 503 approval_unavailable, to be retried.
+func errApprovalUnreadable(err error) error {
+	return pipeline.Unavailable(pipeline.CodeApprovalUnavailable, time.Second, err,
+		"the decision on a call awaiting approval cannot be applied right now; retry the request")
+}
+
 // approvalClaimKey is the store key that claims the call with approval id
 // for the one request that applies its decision (StateClaimer).
 func approvalClaimKey(t *pipeline.Tenant, id string) string {
@@ -406,12 +426,7 @@ func decidedContent(rec *HiddenTurn) []byte {
 // claimedElsewhere is the content of an answer to a call whose decision
 // another request claimed (or whose claim failed: err): that request's
 // result once kept, else an error result. The tool does not run again.
-func (l *Loop) claimedElsewhere(ctx context.Context, req *pipeline.Request, id string, err error) []byte {
-	if err != nil {
-		metricApproval.WithLabelValues("load_error").Inc()
-		l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: claiming a decided call failed; it is not run")
-		return errContent(&ToolError{Kind: "approval_expired", Message: "the approval state is unavailable; the tool was not run"}, false)
-	}
+func (l *Loop) claimedElsewhere(ctx context.Context, req *pipeline.Request, id string) []byte {
 	metricApproval.WithLabelValues("claimed").Inc()
 	if got, err := l.opts.State.Load(ctx, []string{approvalStateKey(req.Tenant, id)}); err == nil && len(got) == 1 && got[0] != nil && len(got[0].ToolResults) > 0 {
 		return decidedContent(got[0])

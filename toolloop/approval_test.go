@@ -357,3 +357,33 @@ func TestTransientOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// A decision that cannot be applied because the state store fails (Redis
+// stalled) fails the request with 503 approval_unavailable: told "not
+// run", the call would run on a later replay of the same history once the
+// store answers. A history whose answer is already a settled result (a
+// stored response's) needs no state and goes on.
+func TestApprovalStateUnreadableFails(t *testing.T) {
+	t.Parallel()
+	const call = `{"role":"assistant","content":null,"tool_calls":[{"id":"call_gwa_X","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+1\"}"}}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	for _, tc := range []struct {
+		answer string
+		fails  bool
+	}{
+		{`{\"decision\":\"approve\"}`, true},
+		{`{\"status\":\"ok\",\"data\":{\"result\":2}}`, false},
+	} {
+		m := &fakeModel{turns: []turnFn{always(textRound("up", "Done.", 1, 1), done)}}
+		l := newLoop(t, []config.Tool{gatedCalc}, func(o *Options) { o.State = failingState{} })
+		body := `{"model":"gpt-x","messages":[{"role":"user","content":"add"},` + call + `,{"role":"tool","tool_call_id":"call_gwa_X","content":"` + tc.answer + `"}]}`
+		_, err := l.Chat(context.Background(), request(m, false, body))
+		var pe *pipeline.Error
+		if failed := errors.As(err, &pe) && pe.Status == 503 && pe.Code == pipeline.CodeApprovalUnavailable; failed != tc.fails || !tc.fails && err != nil {
+			t.Fatalf("answer %s: err %v, want failed %v", tc.answer, err, tc.fails)
+		}
+		if tc.fails && len(m.bodies) != 0 {
+			t.Fatalf("answer %s: the model was called: %s", tc.answer, m.bodies[0])
+		}
+	}
+}
