@@ -182,26 +182,15 @@ func FuzzRequest(f *testing.F) {
 // the nested member b of a.
 func TestArgumentKeysAreLiteral(t *testing.T) {
 	t.Parallel()
-	doc := []byte(`openapi: 3.0.0
-info: {title: t, version: "1"}
-paths:
-  /items:
-    get:
-      operationId: listItems
-      parameters:
+	op := listItems(t, "https://h.test/", `
         - {name: "@reverse", in: query, schema: {type: string}}
-        - {name: "a.b", in: query, schema: {type: string}}
-`)
-	ops, err := Parse(doc, config.OpenAPI{Name: "t", BaseURL: "https://h.test/"}, http.DefaultClient)
-	if err != nil || len(ops) != 1 {
-		t.Fatalf("ops %v, err %v", ops, err)
-	}
+        - {name: "a.b", in: query, schema: {type: string}}`)
 	for _, tc := range []struct{ name, args, query string }{
 		{"literal keys", `{"@reverse":"r","a.b":"d","a":{"b":"nested"}}`, "%40reverse=r&a.b=d"},
 		{"modifier and path inert", `{"a":{"b":"nested"},"x":[1,2]}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := ops[0].request(context.Background(), []byte(tc.args))
+			req, err := op.request(context.Background(), []byte(tc.args))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,24 +205,13 @@ paths:
 // query parameter is exploded into its properties, OpenAPI's default style.
 func TestQueryKeepsBaseAndExplodesObjects(t *testing.T) {
 	t.Parallel()
-	doc := []byte(`openapi: 3.0.0
-info: {title: t, version: "1"}
-paths:
-  /items:
-    get:
-      operationId: listItems
-      parameters:
+	op := listItems(t, "https://h.test/api?code=FUNCKEY", `
         - {name: tag, in: query, schema: {type: string}}
         - {name: code, in: query, schema: {type: string}}
         - {name: filter, in: query, schema: {type: object}}
         - {name: deep, in: query, style: deepObject, schema: {type: object}}
-        - {name: packed, in: query, explode: false, schema: {type: object}}
-`)
-	ops, err := Parse(doc, config.OpenAPI{Name: "t", BaseURL: "https://h.test/api?code=FUNCKEY"}, http.DefaultClient)
-	if err != nil || len(ops) != 1 {
-		t.Fatalf("ops %v, err %v", ops, err)
-	}
-	req, err := ops[0].request(context.Background(), []byte(`{"tag":"a","code":"mine","filter":{"x":"1","y":2}}`))
+        - {name: packed, in: query, explode: false, schema: {type: object}}`)
+	req, err := op.request(context.Background(), []byte(`{"tag":"a","code":"mine","filter":{"x":"1","y":2}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +219,7 @@ paths:
 		t.Fatalf("URL %s", req.URL)
 	}
 	// Another declared style is not exploded: the object goes whole.
-	req, err = ops[0].request(context.Background(), []byte(`{"deep":{"x":"1"},"packed":{"y":"2"}}`))
+	req, err = op.request(context.Background(), []byte(`{"deep":{"x":"1"},"packed":{"y":"2"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,4 +297,22 @@ func TestRedirectLoopIsTheAnswer(t *testing.T) {
 	if resp.StatusCode != http.StatusFound {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
+}
+
+// listItems parses a spec of one operation, GET /items (listItems), with
+// the given YAML parameter list, served at baseURL.
+func listItems(t *testing.T, baseURL, params string) *Operation {
+	t.Helper()
+	doc := []byte(`openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /items:
+    get:
+      operationId: listItems
+      parameters:` + params + "\n")
+	ops, err := Parse(doc, config.OpenAPI{Name: "t", BaseURL: baseURL}, http.DefaultClient)
+	if err != nil || len(ops) != 1 {
+		t.Fatalf("ops %v, err %v", ops, err)
+	}
+	return ops[0]
 }

@@ -67,21 +67,10 @@ func emptyFinishAt(body []byte, from int, null bool) (int, int) {
 		}
 		k := from + i // at '_'
 		from = k + 1
-		if k < len(finishHead) || !bytes.HasPrefix(body[k:], finishTail) || !bytes.Equal(body[k-len(finishHead):k], finishHead) {
+		v := finishValueAt(body, k)
+		if v < 0 {
 			continue
 		}
-		j := k - len(finishHead) // at the opening quote
-		for j > 0 && isSpace(body[j-1]) {
-			j--
-		}
-		if j == 0 || (body[j-1] != '{' && body[j-1] != ',') {
-			continue
-		}
-		v := skipSpace(body, k+len(finishTail))
-		if v == len(body) || body[v] != ':' {
-			continue
-		}
-		v = skipSpace(body, v+1)
 		if v+1 < len(body) && body[v] == '"' && body[v+1] == '"' {
 			return v, len(`""`)
 		}
@@ -89,6 +78,28 @@ func emptyFinishAt(body []byte, from int, null bool) (int, int) {
 			return v, len(finishNull)
 		}
 	}
+}
+
+// finishValueAt returns the index of the value of the "finish_reason"
+// member whose key's '_' is body[k], or -1 when body[k] is not in such a
+// key: its opening quote follows '{' or ',' (inside a string a quote is
+// escaped), and ':' follows it, with any whitespace between.
+func finishValueAt(body []byte, k int) int {
+	if k < len(finishHead) || !bytes.HasPrefix(body[k:], finishTail) || !bytes.Equal(body[k-len(finishHead):k], finishHead) {
+		return -1
+	}
+	j := k - len(finishHead) // at the opening quote
+	for j > 0 && isSpace(body[j-1]) {
+		j--
+	}
+	if j == 0 || (body[j-1] != '{' && body[j-1] != ',') {
+		return -1
+	}
+	v := skipSpace(body, k+len(finishTail))
+	if v == len(body) || body[v] != ':' {
+		return -1
+	}
+	return skipSpace(body, v+1)
 }
 
 // skipSpace returns the index of the first byte of body from i on that is
@@ -310,14 +321,11 @@ func keysOf(chunk []byte) (ks chunkKeys) {
 		}
 		k := from + i // at '_'
 		from = k + 1
-		switch {
-		case k >= len(finishHead) && bytes.HasPrefix(chunk[k:], finishTail) && bytes.Equal(chunk[k-len(finishHead):k], finishHead):
-			v := skipSpace(chunk, k+len(finishTail))
-			if v < len(chunk) && chunk[v] == ':' {
-				if v = skipSpace(chunk, v+1); v+1 < len(chunk) && chunk[v] == '"' {
-					ks.empty = ks.empty || chunk[v+1] == '"'
-					ks.named = ks.named || chunk[v+1] != '"'
-				}
+		switch v := finishValueAt(chunk, k); {
+		case v >= 0:
+			if v+1 < len(chunk) && chunk[v] == '"' {
+				ks.empty = ks.empty || chunk[v+1] == '"'
+				ks.named = ks.named || chunk[v+1] != '"'
 			}
 		case k >= len(`"tool`) && string(chunk[k-len(`"tool`):k]) == `"tool` && bytes.HasPrefix(chunk[k:], []byte(`_calls"`)):
 			ks.calls = true
