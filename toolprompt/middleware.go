@@ -380,17 +380,19 @@ func headerOf(b []byte, includeUsage bool) wire.Header {
 		ServiceTier: res[4].Str, IncludeUsage: includeUsage}
 }
 
-// addUsage adds the token counts of u to sum (the first usage is kept as
-// it is, details included).
+// addUsage adds the token counts of u to sum: the first usage is kept as
+// the upstream wrote it; a sum of several is wire.ChatUsage's, every count
+// and detail added up (cached and cache-write tokens too), as the tool
+// loop sums its rounds.
 func addUsage(sum []byte, u gjson.Result) []byte {
-	if !u.IsObject() {
+	c, ok := wire.ParseChatUsage(u)
+	if !ok {
 		return sum
 	}
 	if sum == nil {
 		return []byte(u.Raw)
 	}
-	for _, k := range [...]string{"prompt_tokens", "completion_tokens", "total_tokens"} {
-		sum, _ = sjson.SetBytes(sum, k, gjson.GetBytes(sum, k).Int()+u.Get(k).Int())
-	}
-	return sum
+	total, _ := wire.ParseChatUsage(gjson.ParseBytes(sum))
+	total.Add(c)
+	return total.AppendJSON(sum[:0])
 }

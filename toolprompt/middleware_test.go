@@ -453,7 +453,8 @@ func TestAllowedToolsAndSingleCall(t *testing.T) {
 }
 
 // A native call after a re-ask: the JSON answer carries what the stream
-// showed, the re-asked attempt's text first, and the usage of both.
+// showed, the re-asked attempt's text first, and the usage of both,
+// every count summed.
 func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 	t.Parallel()
 	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
@@ -468,20 +469,20 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 				return &pipeline.Response{Stream: chunkStream(
 					head+`{"role":"assistant","content":`+q(bad)+`},"finish_reason":null}]}`,
 					head+`{},"finish_reason":"stop"}]}`,
-					`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`,
+					`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":7,"cache_write_tokens":3}}}`,
 				)}, nil
 			}
 			return &pipeline.Response{Stream: chunkStream(
 				head+`{"role":"assistant","content":"Second."},"finish_reason":null}]}`,
 				head+`{"tool_calls":[`+call+`]},"finish_reason":null}]}`,
 				head+`{},"finish_reason":"tool_calls"}]}`,
-				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26}}`,
+				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":4}}}`,
 			)}, nil
 		}
 		if first {
-			return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(bad) + `},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)}, nil
+			return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(bad) + `},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":7,"cache_write_tokens":3}}}`)}, nil
 		}
-		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Second.","tool_calls":[` + call + `]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26}}`)}, nil
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Second.","tool_calls":[` + call + `]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":4}}}`)}, nil
 	})
 	h := New(Options{MaxErrors: 2})(next)
 	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
@@ -490,6 +491,7 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 	}
 	jc := gjson.GetBytes(resp.Body, "choices.0.message.content").Str
 	ju := gjson.GetBytes(resp.Body, "usage.total_tokens").Int()
+	jd := gjson.GetBytes(resp.Body, "usage.prompt_tokens_details").Raw
 	n = 0
 	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true,"stream_options":{"include_usage":true}}`), Stream: true})
 	if err != nil {
@@ -497,14 +499,21 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 	}
 	var sc string
 	var su int64
+	var sd string
 	for _, c := range drainChunks(t, resp.Stream) {
 		sc += gjson.GetBytes(c, "choices.0.delta.content").Str
 		if u := gjson.GetBytes(c, "usage.total_tokens"); u.Exists() {
 			su = u.Int()
+			sd = gjson.GetBytes(c, "usage.prompt_tokens_details").Raw
 		}
 	}
 	if jc != sc || ju != su || jc != "Let me check.\nSecond." || ju != 41 {
 		t.Fatalf("JSON content %q usage %d; stream content %q usage %d", jc, ju, sc, su)
+	}
+	// The cache counts are summed as the prompt's are (a probe saw those
+	// of one attempt only).
+	if want := `{"cached_tokens":11,"cache_write_tokens":3}`; jd != want || sd != want {
+		t.Fatalf("prompt_tokens_details: JSON %s, stream %s; want %s", jd, sd, want)
 	}
 }
 
