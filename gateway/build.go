@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -331,9 +332,21 @@ func (b *builder) buildModelLayers() {
 		for _, name := range m.Middleware {
 			mws = append(mws, modelMW[name]) // nil (not built yet) is skipped by Chain
 		}
-		if m.ToolCalling == "prompted" { // innermost: every attempt and fallback deployment is prompted
-			mws = append(mws, toolprompt.New(toolprompt.Options{Format: m.PromptedFormat, Prompt: m.ToolPrompt,
-				MaxErrors: cfg.ToolLoop.MaxConsecutiveErrors, TakeCall: toolloop.TakeModelCall, Logger: log}))
+		if m.ToolCalling == "prompted" {
+			// Innermost, so that every attempt and fallback deployment is
+			// prompted; but outside prompt_cache when that is the innermost
+			// layer, so that its breakpoints are placed on the body the
+			// upstream gets (the system message that holds the tool
+			// prompt, the rendered results of the latest round): placed
+			// before, they were on the tools and tool messages the
+			// rewrite replaces, and were lost.
+			tp := toolprompt.New(toolprompt.Options{Format: m.PromptedFormat, Prompt: m.ToolPrompt,
+				MaxErrors: cfg.ToolLoop.MaxConsecutiveErrors, TakeCall: toolloop.TakeModelCall, Logger: log})
+			if n := len(m.Middleware); n > 0 && m.Middleware[n-1] == "prompt_cache" {
+				mws = slices.Insert(mws, len(mws)-1, tp)
+			} else {
+				mws = append(mws, tp)
+			}
 		}
 		b.routes[m.Name].ModelLayer = pipeline.Chain(call, mws...)
 	}

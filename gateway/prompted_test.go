@@ -501,3 +501,56 @@ func TestPromptedReasksCountAsModelCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptedAnthropicKeepsCacheBreakpoints: a prompted model on an
+// Anthropic provider gets the prompt cache's breakpoints on the body the
+// upstream receives: the system block that holds the tool prompt (the
+// tools' descriptions, the largest stable prefix), and in a later loop
+// round the message of rendered results. A probe found neither: the
+// breakpoints were placed on the tools and tool messages the prompted
+// rewrite replaces.
+func TestPromptedAnthropicKeepsCacheBreakpoints(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, `
+[server]
+log_level = "warn"
+[[providers]]
+name = "claude"
+kind = "anthropic"
+base_url = "{{MOCK}}"
+api_key = "sk-ant-upstream-secret"
+retries = 0
+[[models]]
+name = "claude-txt"
+provider = "claude"
+upstream = "claude-old"
+tool_calling = "prompted"
+[[tools]]
+name = "calculator"
+kind = "builtin"
+models = ["claude-txt"]
+`, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if strings.HasPrefix(c.LastText, "Tool results:") {
+			return mockllm.Turn{Text: "The answer is 42."}
+		}
+		return mockllm.Turn{Text: "```tool_calls\n{\"name\":\"calculator\",\"arguments\":{\"expression\":\"6*7\"}}\n```"}
+	}})
+	p := claudeMsg("claude-txt", "what is 6*7?")
+	if got := h.message(p, false, nil).Content; got != "The answer is 42." {
+		t.Fatalf("content %q", got)
+	}
+	reqs := messagesRequests(h)
+	if len(reqs) != 2 {
+		t.Fatalf("%d upstream calls, want 2", len(reqs))
+	}
+	sys := gjson.GetBytes(reqs[0].Body, "system")
+	last := sys.Get(itoa(len(sys.Array()) - 1))
+	if !strings.Contains(last.Get("text").Str, "You can call tools") || !last.Get("cache_control").IsObject() {
+		t.Errorf("first round's system blocks %s: the tool prompt's block has no cache_control", sys.Raw)
+	}
+	msgs := gjson.GetBytes(reqs[1].Body, "messages")
+	lastMsg := msgs.Get(itoa(len(msgs.Array()) - 1))
+	if !strings.Contains(lastMsg.Raw, "Tool results:") || !strings.Contains(lastMsg.Raw, `"cache_control"`) {
+		t.Errorf("second round's last message %s has no cache_control", lastMsg.Raw)
+	}
+}

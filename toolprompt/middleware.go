@@ -117,6 +117,7 @@ type outcome struct {
 	found bool   // a block (or structured reply) was read
 	calls []Call
 	err   error // the block or structured reply was malformed
+	cut   bool  // the upstream ended the reply at its token limit (finish_reason "length")
 }
 
 // judge decides what to do with an outcome of up, the one rule of both
@@ -163,6 +164,18 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 		}
 	}
 	if o.err != nil {
+		if o.cut {
+			// Cut at the token limit inside its block: asked again, the
+			// reply would most likely be cut again (as the tool loop does
+			// not go on from a native round the upstream cut). The answer
+			// is the text before the block, with finish_reason "length";
+			// the block's fragment is protocol, not text.
+			o.calls = nil
+			if h.schema {
+				o.shown = o.text
+			}
+			return "", nil
+		}
 		if t.malformed < h.maxErrors && rw.choice != choiceNone {
 			t.malformed++
 			return fmt.Sprintf("### error\nYour tool call could not be used: %v. Write the calls again as the format says.", o.err), nil
@@ -276,6 +289,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			}
 		}
 		o := h.read([]byte(res[0].Str), res[4].Get("refusal").Str != "")
+		o.cut = res[2].Str == "length"
 		retry, err := h.judge(ctx, up, rw, o, &t)
 		if err != nil {
 			return nil, err

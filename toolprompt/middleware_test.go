@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -531,5 +532,60 @@ func TestProtocolFormatKeepsDefinitions(t *testing.T) {
 	self := protocolFormat(gjson.Parse(`{"type":"json_schema","json_schema":{"name":"c","schema":{"type":"object","properties":{"next":{"$ref":"#"}}}}}`))
 	if a := gjson.GetBytes(self, "json_schema.schema.properties.answer").Raw; a != `{"type":"object"}` {
 		t.Fatalf("self-referring schema: answer %s", a)
+	}
+}
+
+// A reply that asks for nothing more than its text: an empty block ([]),
+// and a block the upstream cut at its token limit (finish_reason
+// "length"). Neither is asked again (a probe saw a cut reply asked three
+// times, each cut again, and then its fragment shown); the answer is the
+// text before the block, the block's bytes never shown, JSON and stream
+// alike, with the upstream's finish.
+func TestNoReaskForEmptyOrCutBlock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, reply, finish string
+	}{
+		{"empty list", "Done.\n```tool_calls\n[]\n```", "stop"},
+		{"cut at the limit", "Going.\n```tool_calls\n[{\"name\":\"lookup\",\"argu", "length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+			var calls atomic.Int32
+			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				calls.Add(1)
+				if r.Stream {
+					return &pipeline.Response{Stream: chunkStream(
+						head+`{"role":"assistant","content":`+q(tc.reply[:9])+`},"finish_reason":null}]}`,
+						head+`{"content":`+q(tc.reply[9:])+`},"finish_reason":null}]}`,
+						head+`{},"finish_reason":"`+tc.finish+`"}]}`,
+					)}, nil
+				}
+				return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(tc.reply) + `},"finish_reason":"` + tc.finish + `"}]}`)}, nil
+			})
+			h := New(Options{MaxErrors: 3})(next)
+			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			jc := gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+			jf := gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str
+			resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true}`), Stream: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sc, sf string
+			for _, c := range drainChunks(t, resp.Stream) {
+				sc += gjson.GetBytes(c, "choices.0.delta.content").Str
+				if f := gjson.GetBytes(c, "choices.0.finish_reason"); f.Str != "" {
+					sf = f.Str
+				}
+			}
+			want := tc.reply[:strings.Index(tc.reply, "\n")+1]
+			if n := calls.Load(); n != 2 || jc != want || sc != want || jf != tc.finish || sf != tc.finish {
+				t.Fatalf("%d upstream calls (want 2, one each way); JSON %q %s, stream %q %s; want %q %s", n, jc, jf, sc, sf, want, tc.finish)
+			}
+		})
 	}
 }

@@ -277,7 +277,7 @@ func ParseBlock(b []byte) ([]Call, error) {
 		return nil, fmt.Errorf("the tool_calls block must hold a JSON array of calls")
 	}
 	if len(items) == 0 {
-		return nil, fmt.Errorf("the tool_calls block holds no call")
+		return nil, nil // an empty list: a reply without calls
 	}
 	if len(items) > maxCalls {
 		return nil, fmt.Errorf("the tool_calls block holds more than %d calls", maxCalls)

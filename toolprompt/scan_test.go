@@ -46,7 +46,6 @@ func TestParseBlockErrorsSayWhatToFix(t *testing.T) {
 	for _, tc := range []struct{ name, block, want string }{
 		{"not json", `[{"name":"x",`, "not valid JSON"},
 		{"empty", ``, "empty"},
-		{"no calls", `[]`, "no call"},
 		{"scalar", `42`, "array"},
 		{"no name", `[{"arguments":{}}]`, `call 1: "name"`},
 		{"bad args", `[{"name":"a"},{"name":"b","arguments":[1]}]`, `call 2: "arguments"`},
@@ -58,6 +57,14 @@ func TestParseBlockErrorsSayWhatToFix(t *testing.T) {
 				t.Errorf("err %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// An empty list is a reply without calls, not a malformed block.
+func TestParseBlockEmptyListHasNoCalls(t *testing.T) {
+	t.Parallel()
+	if calls, err := ParseBlock([]byte(" [ ] ")); err != nil || len(calls) != 0 {
+		t.Fatalf("calls %v, err %v", calls, err)
 	}
 }
 

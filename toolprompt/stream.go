@@ -149,12 +149,13 @@ func (s *stream) endAttempt() error {
 		tail, found, calls, err := s.sc.End()
 		o = &outcome{text: s.text, shown: tail, found: found, calls: calls, err: err}
 	}
+	o.cut = s.finish == "length"
 	retry, err := s.h.judge(s.ctx, s.up, s.rw, o, &s.tries)
 	if err != nil {
 		return err
 	}
 	if retry == "" {
-		if !s.hold && len(o.calls) == 0 && o.found { // gave up on a malformed block: show the rest
+		if !s.hold && o.err != nil && !o.cut { // gave up on a malformed block: show the rest
 			o.shown = o.text[min(s.sc.Released(), len(o.text)):]
 		}
 		for _, e := range events(o, s.finish, nil)[1:] { // the role is out
