@@ -17,6 +17,7 @@ import (
 // its path (not the route's metric label), its tenant, whether the answer
 // was a stream, and the token usage the answer reported, which the tenant
 // is charged. They used to log "/v1/*", no tenant, no stream and no tokens.
+// Every other authenticated request's line names the tenant too.
 func TestPassthroughAccessLine(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -41,6 +42,18 @@ func TestPassthroughAccessLine(t *testing.T) {
 	// A refused one names its tenant too.
 	if status, _, body := send(t, "POST", h.base+"/moderations", "sk-team", `{"model":`); status != 400 {
 		t.Fatalf("moderations: %d %s", status, body)
+	}
+	// So do the other routes a tenant's key opens, answered or refused
+	// (a probe saw no tenant on these: an operator could not tell who
+	// probed other tenants' response ids or model names).
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/models", ""},
+		{"GET", "/responses/resp_probe", ""},
+		{"POST", "/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`},
+	} {
+		if status, _, body := send(t, r.method, h.base+r.path, "sk-team", r.body); status != 200 && status != 404 {
+			t.Fatalf("%s %s: %d %s", r.method, r.path, status, body)
+		}
 	}
 	line := func(path string) gjson.Result {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -69,5 +82,10 @@ func TestPassthroughAccessLine(t *testing.T) {
 	}
 	if l := line("/v1/moderations"); l.Get("tenant").Str != "team" || l.Get("status").Int() != 400 {
 		t.Errorf("refused: %s", l.Raw)
+	}
+	for _, p := range []string{"/v1/models", "/v1/responses/resp_probe", "/v1/chat/completions"} {
+		if l := line(p); l.Get("tenant").Str != "team" {
+			t.Errorf("%s: no tenant: %s", p, l.Raw)
+		}
 	}
 }

@@ -26,7 +26,7 @@ type exchange struct {
 	method string // copied from the request
 	route  string // metric label (routeLabel)
 	path   string // the path for the log, when route labels many paths; "" = route
-	tenant string // pass-through: the caller's tenant, for the log
+	tenant string // the authenticated caller's tenant, for the log (a chat request's is req.Tenant)
 	sse    bool   // pass-through: the answer is an event stream
 
 	model    string            // a configured model name, or ""
@@ -186,7 +186,7 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 	switch {
 	case req != nil && req.Tenant != nil:
 		ev = ev.Str("tenant", req.Tenant.Name)
-	case req == nil && x.tenant != "":
+	case x.tenant != "":
 		ev = ev.Str("tenant", x.tenant)
 	}
 	if req != nil && req.TraceID != "" {

@@ -89,6 +89,7 @@ func (s *Server) tenant(ctx *fasthttp.RequestCtx, x *exchange) (*pipeline.Tenant
 		s.writeError(ctx, x, err)
 		return nil, false
 	}
+	x.tenant = tenantName(t) // every line of an authenticated request names its tenant
 	return t, true
 }
 
