@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/internal/testredis"
@@ -403,6 +404,46 @@ func TestResponsesMixedTurnOrder(t *testing.T) {
 	}
 	if got := outputItems(*p); got != want {
 		t.Fatalf("JSON output %s, the stream's %s", got, want)
+	}
+}
+
+// @openai/agents replays a mixed turn's mcp_call without its output. With
+// store: false nothing is stored under its id: the item is left out, so
+// that the turn's kept server calls and results take its place, as for a
+// client that sends only its own calls (a probe saw the model told the
+// calculator returned "").
+func TestResponsesMixedTurnReplayWithoutOutput(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if len(c.ToolResults) > 0 {
+			return mockllm.Turn{Text: "Results: " + strings.Join(c.ToolResults, " | ")}
+		}
+		return mockllm.Turn{Text: "Checking.", ToolCalls: []mockllm.ToolCall{
+			{Name: "calculator", Arguments: `{"expression":"6*7"}`},
+			{Name: "get_weather", Arguments: `{"city":"Oslo"}`},
+		}}
+	}})
+	weather := `{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}`
+	status, _, first := send(t, "POST", h.base+"/responses", "sk-client",
+		`{"model":"gpt-x","store":false,"input":"go","tools":[`+weather+`]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, first)
+	}
+	mcp := gjson.GetBytes(first, `output.#(type=="mcp_call")`)
+	call := gjson.GetBytes(first, `output.#(type=="function_call")`)
+	if !mcp.Exists() || !call.Exists() {
+		t.Fatalf("first answer %s", first)
+	}
+	replayed, _ := sjson.Delete(mcp.Raw, "output") // as @openai/agents sends it back
+	follow := `{"model":"gpt-x","store":false,"tools":[` + weather + `],"input":[{"role":"user","content":"go"},` +
+		replayed + `,` + call.Raw + `,{"type":"function_call_output","call_id":` + call.Get("call_id").Raw + `,"output":"sunny"}]}`
+	status, _, next := send(t, "POST", h.base+"/responses", "sk-client", follow)
+	if status != 200 {
+		t.Fatalf("%d %s", status, next)
+	}
+	text := gjson.GetBytes(next, `output.#(type=="message").content.0.text`).Str
+	if !strings.Contains(text, "42") || !strings.Contains(text, "sunny") || strings.Contains(text, ":  |") {
+		t.Fatalf("the model saw %q; want the kept calculator result and the client's", text)
 	}
 }
 

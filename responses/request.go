@@ -619,18 +619,28 @@ func (h *history) item(it gjson.Result, param string) error {
 			// Replayed after its approval request (and the decision): the
 			// call is that request's, and its result takes the
 			// decision's place, as the model saw it.
-			out, err := h.mcpOutput(it, id, param)
+			out, _, err := h.mcpOutput(it, id, param)
 			if err != nil {
 				return err
 			}
 			h.settle(approved, toolResult(approved, out))
 			return nil
 		}
-		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))
-		out, err := h.mcpOutput(it, id, param)
+		out, known, err := h.mcpOutput(it, id, param)
 		if err != nil {
 			return err
 		}
+		if !known {
+			// Replayed without its output (@openai/agents does), and not
+			// stored (store: false): the call is left out, as a client
+			// that keeps no server calls leaves it. An empty result
+			// would tell the model the tool returned nothing; left out,
+			// a mixed turn's kept server calls and results take its
+			// place (the tool loop's resume), and an older one is a turn
+			// whose hidden calls the model no longer sees.
+			return nil
+		}
+		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))
 		h.results = append(h.results, toolResult(id, out))
 		return nil
 	case "mcp_approval_request":
@@ -667,21 +677,22 @@ func (h *history) item(it gjson.Result, param string) error {
 // output, which it expects the server to have kept: the output (or error)
 // of the item stored under that id is taken, once per id, as a reference
 // (small items naming one stored output must not expand without bound).
-func (h *history) mcpOutput(it gjson.Result, id, param string) (string, error) {
+func (h *history) mcpOutput(it gjson.Result, id, param string) (out string, known bool, err error) {
 	if !it.Get("output").Exists() && h.lookup != nil {
 		if h.refs[id] {
-			return "", pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
+			return "", false, pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
 		}
 		if st := h.lookup(id); st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
 			it = st
 			h.markRef(id)
 		}
 	}
-	out := it.Get("output").String()
-	if e := it.Get("error"); e.Exists() && e.Type != gjson.Null {
+	o, e := it.Get("output"), it.Get("error")
+	out = o.String()
+	if e.Exists() && e.Type != gjson.Null {
 		out = "error: " + e.Get("content").String()
 	}
-	return out, nil
+	return out, o.Type != gjson.Null || e.Type != gjson.Null, nil
 }
 
 // settle puts result in the place of the tool message that answers call id

@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -198,8 +199,9 @@ func TestAnswerMessages(t *testing.T) {
 // @openai/agents replays the mcp_call items of an earlier response without
 // their output, which it expects the server to have kept: the model of the
 // next turn still sees each result (or error), taken from the stored item
-// of the same tenant. An item the store does not hold keeps an empty
-// result.
+// of the same tenant. An item the store does not hold is left out, call
+// and result (a probe saw the model told the tool returned ""): as a
+// client that keeps no server calls sends its history.
 func TestTranslateMcpCallOutputFromStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -215,8 +217,8 @@ func TestTranslateMcpCallOutputFromStore(t *testing.T) {
 		{"id":"mcp_a_1","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"failed","error":null},
 		{"id":"mcp_b_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","status":"completed","error":null}]}`)
 	for _, tc := range []struct{ name, tenant, want string }{
-		{"same tenant", "t", `["42","error: boom",""]`},
-		{"other tenant", "u", `["","",""]`},
+		{"same tenant", "t", `["42","error: boom"]`},
+		{"other tenant", "u", `[]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Translate(body, nil, s.Resolver(ctx, tc.tenant))
@@ -225,6 +227,9 @@ func TestTranslateMcpCallOutputFromStore(t *testing.T) {
 			}
 			if got := gjson.GetBytes(r.Chat, `messages.#(role=="tool")#.content`).Raw; got != tc.want {
 				t.Fatalf("tool results %s, want %s\n%s", got, tc.want, r.Chat)
+			}
+			if bytes.Contains(r.Chat, []byte("mcp_b_0")) {
+				t.Fatalf("the call without a known result is in the history: %s", r.Chat)
 			}
 		})
 	}
