@@ -18,6 +18,10 @@ type roundOutcome struct {
 	ran      bool   // the server calls have run
 	stopReq  bool   // a server result asked to stop (only with ran)
 	upstream string // the upstream's finish_reason ("" when it sent none)
+	// spent: the rounds so far used the request's whole output cap
+	// (max_completion_tokens or max_tokens), which bounds the answer, not
+	// each round: no round may follow.
+	spent bool
 }
 
 // decision is the end-of-round rule's answer.
@@ -69,6 +73,11 @@ func decide(o roundOutcome) decision {
 			return decision{finish: "length", reason: "answer"}
 		}
 		return decision{finish: answer, reason: "answer"}
+	case !o.ran && o.spent && o.client == 0 && !o.required:
+		// The output cap is spent and only another round could use the
+		// server calls' results: they are not run (as a cut round's), and
+		// the answer ends as the cap ends one.
+		return decision{finish: "length", reason: "max_tokens"}
 	case !o.ran:
 		return decision{next: stepRunTools}
 	case o.client > 0:

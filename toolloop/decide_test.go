@@ -21,19 +21,24 @@ func TestDecide(t *testing.T) {
 					for _, ran := range []bool{false, true} {
 						for _, stopReq := range []bool{false, true} {
 							for _, up := range []string{"", "stop", "tool_calls", "length", "content_filter"} {
-								o := roundOutcome{final: final, server: server, client: client, required: required, ran: ran, stopReq: stopReq, upstream: up}
-								cut := up == "length" || up == "content_filter"
-								if (!ran && stopReq) || (ran && (final || server == 0 || cut)) {
-									continue // cannot happen: only run server calls report, and only they run
-								}
-								t.Run(fmt.Sprintf("%+v", o), func(t *testing.T) {
-									t.Parallel()
-									got := decide(o)
-									want := wantDecision(o)
-									if got != want {
-										t.Fatalf("decide = %+v, want %+v", got, want)
+								for _, spent := range []bool{false, true} {
+									o := roundOutcome{final: final, server: server, client: client, required: required, ran: ran, stopReq: stopReq, upstream: up, spent: spent}
+									cut := up == "length" || up == "content_filter"
+									if (!ran && stopReq) || (ran && (final || server == 0 || cut)) {
+										continue // cannot happen: only run server calls report, and only they run
 									}
-								})
+									if ran && spent && client == 0 && !required {
+										continue // cannot happen: a spent cap ends such a round before its calls run
+									}
+									t.Run(fmt.Sprintf("%+v", o), func(t *testing.T) {
+										t.Parallel()
+										got := decide(o)
+										want := wantDecision(o)
+										if got != want {
+											t.Fatalf("decide = %+v, want %+v", got, want)
+										}
+									})
+								}
 							}
 						}
 					}
@@ -63,6 +68,8 @@ func wantDecision(o roundOutcome) decision {
 		return decision{finish: "length", reason: "answer"}
 	case o.server == 0: // client calls only: earlier server rounds are kept
 		return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: true}
+	case !o.ran && o.spent && o.client == 0 && !o.required: // the output cap is spent: no round may follow, so the calls are not run
+		return decision{finish: "length", reason: "max_tokens"}
 	case !o.ran:
 		return decision{next: stepRunTools}
 	case o.client > 0: // mixed turn

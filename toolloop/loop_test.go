@@ -107,6 +107,51 @@ func TestBlockingTwoServerRoundsThenAnswer(t *testing.T) {
 	}
 }
 
+// The request's output cap bounds the whole answer, not each round (a
+// probe saw max_output_tokens 8 answered with 20): a later round is given
+// what the earlier ones left of it, and a round that spends it ends the
+// answer with "length", its server calls not run. Streamed and JSON alike.
+func TestOutputCapSpansRounds(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
+			t.Parallel()
+			calc := `[{"id":"call_a","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"1+2\"}"}}]`
+			clock := `[{"id":"call_b","type":"function","function":{"name":"current_time","arguments":"{}"}}]`
+			m := &fakeModel{turns: []turnFn{
+				always(toolRound("up-1", "call_a", "calculator", `{"expression":"1+2"}`, 10, 5), completion("up-1", "", calc, "tool_calls", 10, 5)),
+				always(toolRound("up-2", "call_b", "current_time", `{}`, 20, 4), completion("up-2", "", clock, "tool_calls", 20, 4)),
+				always(textRound("up-3", "never asked", 30, 1), completion("up-3", "never asked", "", "stop", 30, 1)),
+			}}
+			l := newLoop(t, []config.Tool{calcTool, timeTool}, nil)
+			body := userBody + `,"max_completion_tokens":8}`
+			if stream {
+				body = userBody + `,"max_completion_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`
+			}
+			resp, err := l.Chat(context.Background(), request(m, stream, body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var finish string
+			var completionTokens int64
+			if stream {
+				sum := checkStream(t, sse(t, resp.Stream), true)
+				finish = sum.FinishReason
+				completionTokens = gjson.GetBytes(sum.Chunks[len(sum.Chunks)-1], "usage.completion_tokens").Int()
+			} else {
+				finish = gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str
+				completionTokens = gjson.GetBytes(resp.Body, "usage.completion_tokens").Int()
+			}
+			if finish != "length" || m.calls() != 2 || completionTokens != 9 {
+				t.Fatalf("finish %q after %d model calls, %d completion tokens; want length after 2, 9", finish, m.calls(), completionTokens)
+			}
+			if got := gjson.GetBytes(m.body(1), "max_completion_tokens").Int(); got != 3 {
+				t.Fatalf("the second round was given max_completion_tokens %d, want 3 (8 less the first round's 5)", got)
+			}
+		})
+	}
+}
+
 func TestClientCallsNormalized(t *testing.T) {
 	t.Parallel()
 	// Upstream: a server call (index 0), two client calls with interleaved

@@ -561,7 +561,8 @@ func (st *loopStream) endRound() {
 	calls := st.acc.calls
 	server, client := s.split(calls)
 	ensureIDs(calls)
-	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired, upstream: st.finish}
+	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired,
+		upstream: st.finish, spent: s.outputSpent()}
 	d := decide(o)
 	switch st.textMode {
 	case textUndecided:
