@@ -404,3 +404,37 @@ func streamFrom(t *testing.T, stream string, usage bool) (openai.ChatCompletion,
 	raw, _ := h.lastRaw()
 	return acc, raw, err
 }
+
+// An upstream that leaves the role out of a choice's first delta: the
+// relay gives that delta "role":"assistant", once per choice, as every SDK
+// expects (npm openai's finalChatCompletion threw "missing role for choice
+// 0", found by a probe; the same request's JSON answer had the role).
+func TestUpstreamWithoutRoleGetsOne(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","choices":[`
+	ev := func(choices string) string { return "data: " + head + choices + "]}\n\n" }
+	for _, tc := range []struct {
+		name, stream string
+		choices      int
+	}{
+		{"one choice", ev(`{"index":0,"delta":{"content":"abc"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{"content":" def"},"finish_reason":null}`) + ev(`{"index":0,"delta":{},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 1},
+		{"second choice later", ev(`{"index":0,"delta":{"role":"assistant","content":"abc"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{},"finish_reason":"stop"},{"index":1,"delta":{"content":"xyz"},"finish_reason":null}`) +
+			ev(`{"index":1,"delta":{},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			acc, raw, err := streamFrom(t, tc.stream, false)
+			if err != nil || len(acc.Choices) != tc.choices {
+				t.Fatalf("%v, %+v\n%s", err, acc.Choices, raw)
+			}
+			if n := bytes.Count(raw, []byte(`"role":"assistant"`)); n != tc.choices {
+				t.Fatalf("%d roles, want one per choice\n%s", n, raw)
+			}
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{}); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+		})
+	}
+}

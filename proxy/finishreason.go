@@ -209,13 +209,18 @@ type finishes struct {
 }
 
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
-// and reports whether it holds no choice (a usage chunk's "choices":[]).
-func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
+// and reports whether it holds no choice (a usage chunk's "choices":[]),
+// and in noRole the positions in its choices array (bit i: the i-th) of
+// the choices that come for the first time with a delta that has no role:
+// every SDK's accumulator takes the role from a choice's first delta (npm
+// openai's throws "missing role" without one), which a few upstreams leave
+// out.
+func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 	if f.seen&1 != 0 && !ks.calls && onlyIndexZero(chunk) {
 		if ks.named {
 			f.ended |= 1
 		}
-		return false
+		return false, 0
 	}
 	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
 	if f.idEnd == 0 {
@@ -231,6 +236,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 		f.head = append(f.head, headField(view, "service_tier")...)
 	}
 	none = true
+	pos := 0
 	gjson.Get(view, "choices").ForEach(func(_, c gjson.Result) bool {
 		none = false
 		i := c.Get("index")
@@ -239,8 +245,12 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 			return false
 		}
 		bit := uint64(1) << int(i.Num)
-		f.present |= bit
 		d := c.Get("delta")
+		if f.present&bit == 0 && pos < 64 && d.IsObject() && !d.Get("role").Exists() {
+			noRole |= 1 << pos
+		}
+		pos++
+		f.present |= bit
 		if wire.DeltaHasContent(d) {
 			f.seen |= bit
 		}
@@ -252,7 +262,21 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool) {
 		}
 		return true
 	})
-	return none
+	return none, noRole
+}
+
+// addRoles gives the deltas of chunk's choices at the positions noRole
+// names (finishes.see) the assistant's role; chunk itself when it cannot.
+// Rare: an upstream that sends no role.
+func addRoles(chunk []byte, noRole uint64) []byte {
+	for pos := 0; noRole != 0; pos, noRole = pos+1, noRole>>1 {
+		if noRole&1 != 0 {
+			if out, err := sjson.SetBytes(chunk, "choices."+strconv.Itoa(pos)+".delta.role", "assistant"); err == nil {
+				chunk = out
+			}
+		}
+	}
+	return chunk
 }
 
 // headField is a chunk's string member key, or "" when it is longer than

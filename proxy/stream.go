@@ -239,7 +239,10 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 			ks = keysOf(data)
 		}
 	}
-	none := s.fin.see(data, ks)
+	none, noRole := s.fin.see(data, ks)
+	if noRole != 0 {
+		data = addRoles(data, noRole)
+	}
 	data = s.pairs.pair(data)
 	if bytes.Contains(data, xGroq) {
 		data = groqUsage(data)
