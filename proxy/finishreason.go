@@ -201,6 +201,7 @@ func callsFinish(body []byte) []byte {
 // several choices or another one, are parsed.
 type finishes struct {
 	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
+	roled                       uint64 // bit i: choice i's role was sent (the upstream's, or one see asked for)
 	wide                        bool   // an index outside 0..63: not followed, nothing added
 	idEnd, fpEnd                uint16 // where the id and the fingerprint end in head
 	created                     int64
@@ -211,8 +212,9 @@ type finishes struct {
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
 // and reports whether it holds no choice (a usage chunk's "choices":[]),
 // and in noRole the positions in its choices array (bit i: the i-th) of
-// the choices that come for the first time with a delta that has no role:
-// every SDK's accumulator takes the role from a choice's first delta (npm
+// the choices whose delta (an object, or null) is the first to come
+// without the choice's role having come: a missing, null or empty role.
+// Every SDK's accumulator takes the role from a choice's deltas (npm
 // openai's throws "missing role" without one), which a few upstreams leave
 // out.
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
@@ -246,8 +248,14 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 		}
 		bit := uint64(1) << int(i.Num)
 		d := c.Get("delta")
-		if f.present&bit == 0 && pos < 64 && d.IsObject() && !d.Get("role").Exists() {
-			noRole |= 1 << pos
+		if f.roled&bit == 0 {
+			switch r := d.Get("role"); {
+			case r.Type == gjson.String && r.Str != "":
+				f.roled |= bit
+			case (d.IsObject() || d.Type == gjson.Null) && pos < 64:
+				noRole |= 1 << pos
+				f.roled |= bit
+			}
 		}
 		pos++
 		f.present |= bit

@@ -239,7 +239,7 @@ func FuzzStreamRename(f *testing.F) {
 // out of the pool, so the next stream cannot write over that chunk.
 func TestUpstreamStreamCloseAfterChunk(t *testing.T) {
 	t.Parallel()
-	first := `{"id":"a","model":"m","choices":[{"index":0,"delta":{"content":"first"}}]}` // named already: the chunk is the reader's own bytes
+	first := `{"id":"a","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"first"}}]}` // named already, with its role: the chunk is the reader's own bytes
 	u := rawUpstream(t, "data: "+first+"\n\ndata: "+first+"\n\ndata: [DONE]\n\n")
 	other := rawUpstream(t, "data: "+strings.Repeat(`{"id":"b","choices":[]}`+"\n\ndata: ", 50)+"[DONE]\n\n")
 	req := &pipeline.Request{Body: []byte(`{"model":"m","stream":true,"messages":[]}`), Model: "m", Stream: true,

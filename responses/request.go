@@ -619,9 +619,14 @@ func (h *history) item(it gjson.Result, param string) error {
 			// Replayed after its approval request (and the decision): the
 			// call is that request's, and its result takes the
 			// decision's place, as the model saw it.
-			out, _, err := h.mcpOutput(it, id, param)
+			out, known, err := h.mcpOutput(it, id, param)
 			if err != nil {
 				return err
+			}
+			if !known {
+				// The decision's place must hold a result, or the loop
+				// would apply the approval again and run the call again.
+				out = unkeptResult
 			}
 			h.settle(approved, toolResult(approved, out))
 			return nil
@@ -678,7 +683,7 @@ func (h *history) item(it gjson.Result, param string) error {
 // of the item stored under that id is taken, once per id, as a reference
 // (small items naming one stored output must not expand without bound).
 func (h *history) mcpOutput(it gjson.Result, id, param string) (out string, known bool, err error) {
-	if !it.Get("output").Exists() && h.lookup != nil {
+	if o, e := it.Get("output"), it.Get("error"); o.Type == gjson.Null && e.Type == gjson.Null && h.lookup != nil {
 		if h.refs[id] {
 			return "", false, pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
 		}
@@ -689,11 +694,20 @@ func (h *history) mcpOutput(it gjson.Result, id, param string) (out string, know
 	}
 	o, e := it.Get("output"), it.Get("error")
 	out = o.String()
-	if e.Exists() && e.Type != gjson.Null {
+	switch {
+	case e.Type == gjson.String: // OpenAI's form: the error's text
+		out = "error: " + e.Str
+	case e.IsObject(): // the gateway's: {type, content}
 		out = "error: " + e.Get("content").String()
+	case e.Type != gjson.Null:
+		out = "error: " + e.Raw
 	}
 	return out, o.Type != gjson.Null || e.Type != gjson.Null, nil
 }
+
+// unkeptResult is the result the model is shown of a call approved and
+// run whose output the client's replay left out and nothing stored.
+const unkeptResult = "the tool ran, but its result was not kept (the response was not stored) and the replayed call did not carry it"
 
 // settle puts result in the place of the tool message that answers call id
 // (a person's decision), or adds it when there is none.

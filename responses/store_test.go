@@ -233,12 +233,43 @@ func TestTranslateMcpCallOutputFromStore(t *testing.T) {
 			}
 		})
 	}
+	// An SDK that writes unset fields as null: the stored output is still
+	// taken; an error in OpenAI's form (a string) is shown as its text.
+	nulls := []byte(`{"model":"m","input":[{"role":"user","content":"q"},
+		{"id":"mcp_a_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","output":null,"error":null},
+		{"id":"mcp_c_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","output":null,"error":"bad input"}]}`)
+	r, err := Translate(nulls, nil, s.Resolver(ctx, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(r.Chat, `messages.#(role=="tool")#.content`).Raw; got != `["42","error: bad input"]` {
+		t.Fatalf("tool results %s\n%s", got, r.Chat)
+	}
 	// Each stored output is given once, as a referenced item is: many
 	// small items naming one output must not expand without bound.
 	item := `{"id":"mcp_a_0","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","error":null}`
-	_, err := Translate([]byte(`{"model":"m","input":[`+item+`,`+item+`]}`), nil, s.Resolver(ctx, "t"))
+	_, err = Translate([]byte(`{"model":"m","input":[`+item+`,`+item+`]}`), nil, s.Resolver(ctx, "t"))
 	var pe *pipeline.Error
 	if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "input[1].id" {
 		t.Fatalf("one stored output named twice: %v, want a 400 naming input[1].id", err)
+	}
+}
+
+// An approved call replayed without its output, and not stored: the
+// decision's place holds a result saying so, not "" (the tool returned
+// nothing) and not the decision (which the loop would apply again).
+func TestApprovedCallWithoutKeptOutput(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"m","input":[{"role":"user","content":"q"},
+		{"id":"mcpr_1","type":"mcp_approval_request","server_label":"builtin","name":"calc","arguments":"{}"},
+		{"type":"mcp_approval_response","approval_request_id":"mcpr_1","approve":true},
+		{"id":"mcp_1","type":"mcp_call","server_label":"builtin","name":"calc","arguments":"{}","approval_request_id":"mcpr_1"}]}`)
+	r, err := Translate(body, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := gjson.GetBytes(r.Chat, `messages.#(role=="tool")#`).Array()
+	if len(tools) != 1 || tools[0].Get("tool_call_id").Str != "mcpr_1" || tools[0].Get("content").Str != unkeptResult {
+		t.Fatalf("tool messages %v\n%s", tools, r.Chat)
 	}
 }

@@ -24,7 +24,7 @@ var (
 	})
 	metricLoopEnd = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_toolloop_end_total",
-		Help: "Why the tool loop ended (answer, client_tool_calls, approval, tool_choice, tool_stop, cut, max_iterations, wall_time, max_consecutive_errors, error, canceled).",
+		Help: "Why the tool loop ended (answer, client_tool_calls, approval, tool_choice, tool_stop, cut, max_tokens, max_iterations, wall_time, max_consecutive_errors, max_model_calls, max_tool_calls, max_calls, error, canceled).",
 	}, []string{"reason"})
 )
 

@@ -73,55 +73,22 @@ type session struct {
 	// (pipeline.Thinking); appendTurn keeps them on its assistant message.
 	thinking *pipeline.Thinking
 
-	// outCap is the request's cap on output tokens (the least of its
-	// max_completion_tokens and max_tokens; 0 = none), which bounds the
-	// whole answer, as a provider's bounds one answer: each round after
-	// the first is given what the rounds before left of it (capFields).
-	outCap    int64
-	capFields [2]bool // max_completion_tokens, max_tokens: which the body sets
-}
-
-// capKeys are the request fields that cap the answer's output tokens.
-var capKeys = [2]string{"max_completion_tokens", "max_tokens"}
-
-// readCap reads the request's output cap into s.
-func (s *session) readCap() {
-	res := gjson.GetManyBytes(s.p.body, capKeys[0], capKeys[1])
-	for i, v := range res {
-		if v.Type == gjson.Number && v.Num >= 1 {
-			s.capFields[i] = true
-			if n := v.Int(); s.outCap == 0 || n < s.outCap {
-				s.outCap = n
-			}
-		}
-	}
+	// outCap is the request's cap on output tokens, which bounds the whole
+	// answer, as a provider's bounds one answer: each round after the first
+	// is given what the rounds before left of it.
+	outCap wire.OutputCap
 }
 
 // outputSpent reports whether the rounds so far, by their usage, used the
 // request's whole output cap. Without usage from the upstream the cap is
 // each round's, as before.
 func (s *session) outputSpent() bool {
-	return s.outCap > 0 && s.usage.seen && s.usage.sum.Completion >= s.outCap
-}
-
-// capLeft gives body's cap fields what the rounds before left of the cap.
-func (s *session) capLeft(body []byte) ([]byte, error) {
-	if s.outCap == 0 || !s.usage.seen || s.usage.sum.Completion == 0 {
-		return body, nil
-	}
-	left := max(s.outCap-s.usage.sum.Completion, 1)
-	var err error
-	for i, set := range s.capFields {
-		if set && err == nil {
-			body, err = sjson.SetBytes(body, capKeys[i], left)
-		}
-	}
-	return body, err
+	return s.usage.seen && s.outCap.Spent(s.usage.sum.Completion)
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
-	s.readCap()
+	s.outCap = wire.ReadOutputCap(p.body)
 	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
 	view(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
 	s.clientMsgs = s.msgs - p.prepended - int(req.Messages.Prepended)
@@ -152,7 +119,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	if s.iterations > 0 {
 		var err error
-		if body, err = s.capLeft(body); err != nil {
+		if body, err = s.outCap.Left(body, s.usage.sum.Completion); err != nil {
 			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not set the round's token cap")
 		}
 	}

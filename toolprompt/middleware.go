@@ -117,8 +117,16 @@ type outcome struct {
 	found bool   // a block (or structured reply) was read
 	calls []Call
 	err   error // the block or structured reply was malformed
-	cut   bool  // the upstream ended the reply at its token limit (finish_reason "length")
+	cut   bool  // the upstream cut the reply (finish_reason "length" or "content_filter")
+	// spent: the attempts so far used the request's whole output cap (by
+	// their usage): no attempt may follow.
+	spent bool
+	used  int64 // the attempts' output tokens so far, by their usage
 }
+
+// cutBy reports whether an upstream finish_reason says the reply was cut:
+// asked again, it would most likely be cut again.
+func cutBy(finish string) bool { return finish == "length" || finish == "content_filter" }
 
 // judge decides what to do with an outcome of up, the one rule of both
 // forms: a non-empty retry is sent back to the model as a tool error
@@ -130,8 +138,9 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 	if retry == "" || err != nil {
 		return retry, err
 	}
-	if h.take != nil && !h.take(ctx) {
-		// No model call left to ask again with: as after the last re-ask.
+	if o.spent || h.take != nil && !h.take(ctx) {
+		// No model call (or output token) left to ask again with: as
+		// after the last re-ask.
 		if o.err != nil {
 			o.calls, o.shown = nil, o.text
 			return "", nil
@@ -164,15 +173,16 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 		}
 	}
 	if o.err != nil {
-		if o.cut {
-			// Cut at the token limit inside its block: asked again, the
-			// reply would most likely be cut again (as the tool loop does
-			// not go on from a native round the upstream cut). The answer
-			// is the text before the block, with finish_reason "length";
-			// the block's fragment is protocol, not text.
+		if o.cut || o.spent {
+			// Cut inside its block (or the output cap spent): asked again,
+			// the reply would most likely be cut again (as the tool loop
+			// does not go on from a native round the upstream cut). The
+			// answer is the text before the block, with the upstream's
+			// finish_reason; the block's fragment (a structured reply's
+			// whole JSON) is protocol, not text.
 			o.calls = nil
 			if h.schema {
-				o.shown = o.text
+				o.shown = nil
 			}
 			return "", nil
 		}
@@ -208,11 +218,16 @@ func (h *handler) holds(rw *rewritten) bool {
 }
 
 // reask returns the request of the next attempt: the previous one with the
-// model's reply and the error as a tool result.
-func reask(prev *pipeline.Request, text []byte, msg string) (*pipeline.Request, error) {
+// model's reply and the error as a tool result, and what the attempts so
+// far (used output tokens) left of the request's output cap: the cap
+// bounds the answer, not each attempt.
+func reask(prev *pipeline.Request, text []byte, msg string, cap wire.OutputCap, used int64) (*pipeline.Request, error) {
 	body, err := sjson.SetBytes(prev.Body, "messages.-1", map[string]string{"role": "assistant", "content": string(text)})
 	if err == nil {
 		body, err = sjson.SetBytes(body, "messages.-1", map[string]string{"role": "user", "content": resultsHead + "\n\n" + msg})
+	}
+	if err == nil {
+		body, err = cap.Left(body, used)
 	}
 	if err != nil {
 		return nil, err
@@ -289,7 +304,8 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			}
 		}
 		o := h.read([]byte(res[0].Str), res[4].Get("refusal").Str != "")
-		o.cut = res[2].Str == "length"
+		o.cut, o.used = cutBy(res[2].Str), completionOf(usage)
+		o.spent = rw.cap.Spent(o.used)
 		retry, err := h.judge(ctx, up, rw, o, &t)
 		if err != nil {
 			return nil, err
@@ -303,7 +319,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 		if !h.holds(rw) {
 			before = append(before, o.shown...) // the text before the block
 		}
-		if up, err = reask(up, o.text, retry); err != nil {
+		if up, err = reask(up, o.text, retry, rw.cap, o.used); err != nil {
 			return nil, pipeline.Internal(err, "the request could not be extended")
 		}
 		resp, err := h.next.Chat(ctx, up)
@@ -392,6 +408,16 @@ func headerOf(b []byte, includeUsage bool) wire.Header {
 	res := gjson.GetManyBytes(b, "id", "created", "model", "system_fingerprint", "service_tier")
 	return wire.Header{ID: res[0].Str, Created: res[1].Int(), Model: res[2].Str, Fingerprint: res[3].Str,
 		ServiceTier: res[4].Str, IncludeUsage: includeUsage}
+}
+
+// completionOf is the output tokens of a usage object (addUsage's sum): 0
+// without one.
+func completionOf(usage []byte) int64 {
+	if len(usage) == 0 {
+		return 0
+	}
+	c, _ := wire.ParseChatUsage(gjson.ParseBytes(usage))
+	return c.Completion
 }
 
 // addUsage adds the token counts of u to sum: the first usage is kept as

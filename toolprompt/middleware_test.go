@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -548,6 +549,7 @@ func TestNoReaskForEmptyOrCutBlock(t *testing.T) {
 	}{
 		{"empty list", "Done.\n```tool_calls\n[]\n```", "stop"},
 		{"cut at the limit", "Going.\n```tool_calls\n[{\"name\":\"lookup\",\"argu", "length"},
+		{"cut by a filter", "Going.\n```tool_calls\n[{\"name\":\"lookup\",\"argu", "content_filter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -587,5 +589,50 @@ func TestNoReaskForEmptyOrCutBlock(t *testing.T) {
 				t.Fatalf("%d upstream calls (want 2, one each way); JSON %q %s, stream %q %s; want %q %s", n, jc, jf, sc, sf, want, tc.finish)
 			}
 		})
+	}
+}
+
+// The request's output cap bounds the answer, not each attempt: a re-ask
+// is given what the attempts before left of it, and once they spent it the
+// model is not asked again (the text before the block is the answer).
+// JSON and stream alike.
+func TestReaskGetsWhatTheCapLeaves(t *testing.T) {
+	t.Parallel()
+	bad := "Let me see.\n```tool_calls\nnot json\n```"
+	for _, stream := range []bool{false, true} {
+		var caps []int64
+		next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			caps = append(caps, gjson.GetBytes(r.Body, "max_completion_tokens").Int())
+			usage := `{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`
+			if r.Stream {
+				head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+				return &pipeline.Response{Stream: chunkStream(
+					head+`{"role":"assistant","content":`+q(bad)+`},"finish_reason":null}]}`,
+					head+`{},"finish_reason":"stop"}]}`,
+					`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":`+usage+`}`,
+				)}, nil
+			}
+			return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(bad) + `},"finish_reason":"stop"}],"usage":` + usage + `}`)}, nil
+		})
+		h := New(Options{MaxErrors: 3})(next)
+		body := toolsBody + `,"max_completion_tokens":8}`
+		if stream {
+			body = toolsBody + `,"max_completion_tokens":8,"stream":true,"stream_options":{"include_usage":true}}`
+		}
+		resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(body), Stream: stream})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var content string
+		if stream {
+			for _, c := range drainChunks(t, resp.Stream) {
+				content += gjson.GetBytes(c, "choices.0.delta.content").Str
+			}
+		} else {
+			content = gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+		}
+		if fmt.Sprint(caps) != "[8 3]" || content != "Let me see.\nLet me see.\n" {
+			t.Fatalf("stream %v: caps %v (want [8 3]: the re-ask gets 8 less 5, and none follows the cap spent), content %q", stream, caps, content)
+		}
 	}
 }

@@ -90,6 +90,7 @@ type rewritten struct {
 	choice choiceMode
 	named  string // choiceNamed: the tool
 	single bool   // parallel_tool_calls false: one call per reply
+	cap    wire.OutputCap
 }
 
 // rewrite returns the request body without tools, with the tools described
@@ -187,7 +188,7 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 			return nil, err
 		}
 	}
-	rw.body = body
+	rw.body, rw.cap = body, wire.ReadOutputCap(body)
 	return rw, nil
 }
 

@@ -149,13 +149,14 @@ func (s *stream) endAttempt() error {
 		tail, found, calls, err := s.sc.End()
 		o = &outcome{text: s.text, shown: tail, found: found, calls: calls, err: err}
 	}
-	o.cut = s.finish == "length"
+	o.cut, o.used = cutBy(s.finish), completionOf(s.usage)
+	o.spent = s.rw.cap.Spent(o.used)
 	retry, err := s.h.judge(s.ctx, s.up, s.rw, o, &s.tries)
 	if err != nil {
 		return err
 	}
 	if retry == "" {
-		if !s.hold && o.err != nil && !o.cut { // gave up on a malformed block: show the rest
+		if !s.hold && o.err != nil && !o.cut && !o.spent { // gave up on a malformed block: show the rest
 			o.shown = o.text[min(s.sc.Released(), len(o.text)):]
 		}
 		for _, e := range events(o, s.finish, nil)[1:] { // the role is out
@@ -164,7 +165,7 @@ func (s *stream) endAttempt() error {
 		s.finishUsage()
 		return nil
 	}
-	up, err := reask(s.up, o.text, retry)
+	up, err := reask(s.up, o.text, retry, s.rw.cap, o.used)
 	if err != nil {
 		return pipeline.Internal(err, "the request could not be extended")
 	}
