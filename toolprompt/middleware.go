@@ -161,6 +161,11 @@ func choiceUnmet() error {
 // rule is judge's rule: what an outcome asks for, before it is known
 // whether the request may make the call a re-ask is.
 func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err error) {
+	if rw.choice == choiceNamed && o.err == nil {
+		// A named tool_choice: the calls of that tool only, as a native
+		// model under it calls that function and no other.
+		o.calls = slices.DeleteFunc(o.calls, func(c Call) bool { return c.Name != rw.named })
+	}
 	if rw.single && len(o.calls) > 1 {
 		o.calls = o.calls[:1] // parallel_tool_calls false: the first call, as a native model makes one
 	}

@@ -452,6 +452,13 @@ func TestAllowedToolsAndSingleCall(t *testing.T) {
 	if err != nil || gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#").Int() != 1 {
 		t.Fatalf("parallel_tool_calls false: %v %s", err, resp.Body)
 	}
+	// A named tool_choice keeps the calls of that tool only, as a native
+	// model under it calls no other (a probe saw the others handed out).
+	resp, err = New(Options{MaxErrors: 2})(two).Chat(context.Background(), &pipeline.Request{Meta: &pipeline.Meta{}, Body: []byte(body +
+		`,"tool_choice":{"type":"function","function":{"name":"write_file"}}}`)})
+	if err != nil || gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.#.function.name").Raw != `["write_file"]` {
+		t.Fatalf("named tool_choice: %v %s", err, resp.Body)
+	}
 }
 
 // A native call after a re-ask: the JSON answer carries what the stream
