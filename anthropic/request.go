@@ -3,7 +3,6 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // MaxBreakpoints is Anthropic's limit of cache_control blocks per request.
@@ -270,7 +270,7 @@ func checkMaxTokens(root gjson.Result) error {
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
 		}
-		if v.Type != gjson.Number || v.Num != math.Trunc(v.Num) {
+		if !wire.Integer(v) {
 			return pipeline.BadRequest(k, "%s must be an integer", k)
 		}
 		if v.Num < 1 {

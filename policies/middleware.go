@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -202,7 +203,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 			bad = name
 			return false
 		case v.Type == gjson.Null:
-		case v.Type != gjson.Number || v.Num != math.Trunc(v.Num):
+		case !wire.Integer(v):
 			bad = name
 			return false
 		case v.Num < 1:

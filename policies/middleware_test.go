@@ -94,6 +94,17 @@ func TestMiddleware(t *testing.T) {
 		{name: "numeric string is refused", key: "k-clamp", model: "demo",
 			body:   `{"model":"demo","max_tokens":"5000",` + messages + `}`,
 			status: 400, param: "max_tokens"},
+		// A literal that only rounds to an integer in a float64 is no
+		// integer (a probe saw it pass the cap's check unchanged).
+		{name: "a fraction that rounds away is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","max_tokens":50.000000000000000000001,` + messages + `}`,
+			status: 400, param: "max_tokens"},
+		{name: "n that rounds to an integer is refused", key: "k-clamp", model: "demo",
+			body:   `{"model":"demo","n":2.0000000000000000001,` + messages + `}`,
+			status: 400, param: "n"},
+		{name: "a whole float is an integer", key: "k-clamp", model: "demo",
+			body: `{"model":"demo","max_tokens":50.0,` + messages + `}`, same: true,
+			want: map[string]string{"max_tokens": "50.0"}},
 		{name: "negative max_tokens is refused", key: "k-clamp", model: "demo",
 			body:   `{"model":"demo","max_tokens":-1,` + messages + `}`,
 			status: 400, code: "integer_below_min_value", param: "max_tokens"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/wire"
 )
 
 // Request is a Responses API request translated into a chat request.
@@ -178,7 +179,7 @@ func checkSettings(root gjson.Result) error {
 		v := root.Get(n.key)
 		switch {
 		case !v.Exists() || v.Type == gjson.Null:
-		case v.Type != gjson.Number || (n.integer && v.Num != math.Trunc(v.Num)):
+		case v.Type != gjson.Number || (n.integer && !wire.Integer(v)):
 			kind := "a number"
 			if n.integer {
 				kind = "an integer"
