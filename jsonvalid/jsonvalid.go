@@ -29,6 +29,10 @@ func Bytes(b []byte) bool {
 	return shallow(b) && gjson.ValidBytes(b)
 }
 
+// TooDeep reports whether b nests an array or object deeper than MaxDepth,
+// which Bytes refuses whatever else b holds: an error can say so.
+func TooDeep(b []byte) bool { return !shallow(b) }
+
 // String is Bytes for a string.
 func String(s string) bool {
 	return Bytes(unsafe.Slice(unsafe.StringData(s), len(s)))

@@ -9,6 +9,15 @@ import (
 	"github.com/llmgw/gateway/jsonvalid"
 )
 
+// InvalidJSON is the error of a request body jsonvalid refuses: one nested
+// past its bound is named so, not called invalid.
+func InvalidJSON(body []byte) *Error {
+	if jsonvalid.TooDeep(body) {
+		return BadRequest("", "the request body nests arrays and objects more than %d levels deep", jsonvalid.MaxDepth)
+	}
+	return BadRequest("", "the request body is not valid JSON")
+}
+
 // RequestObject checks the body of a request the gateway reads itself (a
 // chat or Responses request) and returns it parsed, as a view of body: a
 // JSON object, its nesting bounded, its text valid UTF-8. JSON text is
@@ -20,7 +29,7 @@ func RequestObject(body []byte) (gjson.Result, error) {
 		return gjson.Result{}, BadRequest("", "the request body is empty; expected a JSON object")
 	}
 	if !jsonvalid.Bytes(body) {
-		return gjson.Result{}, BadRequest("", "the request body is not valid JSON")
+		return gjson.Result{}, InvalidJSON(body)
 	}
 	if !utf8.Valid(body) {
 		return gjson.Result{}, BadRequest("", "the request body is not valid UTF-8")

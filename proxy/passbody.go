@@ -279,7 +279,7 @@ func (f bodyForm) setModel(body []byte, model string) ([]byte, error) {
 // lenient upstream must read the same one.
 func jsonModel(body []byte) (string, error) {
 	if !jsonvalid.Bytes(body) {
-		return "", pipeline.BadRequest("", "the request body is not valid JSON")
+		return "", pipeline.InvalidJSON(body)
 	}
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
