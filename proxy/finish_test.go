@@ -41,6 +41,18 @@ func (l *lockedBuffer) String() string {
 }
 
 // accessLines counts the access-log lines of request id.
+// accessLine returns the access-log line of request id ("" if none).
+func (l *lockedBuffer) accessLine(id string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range bytes.Split(l.b.Bytes(), []byte("\n")) {
+		if gjson.GetBytes(line, "message").Str == "request" && gjson.GetBytes(line, "request_id").Str == id {
+			return string(line)
+		}
+	}
+	return ""
+}
+
 func (l *lockedBuffer) accessLines(id string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -239,6 +251,18 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 			}
 			if got := logs.accessLines(id); got != 1 {
 				t.Errorf("%d access-log lines for the request, want 1", got)
+			}
+			// A head fasthttp could not read is not logged as its
+			// defaults, GET /; one it read is logged as it was.
+			if tc.raw != "" {
+				line := logs.accessLine(id)
+				want := "- -"
+				if tc.status == 413 {
+					want = "POST /v1/chat/completions"
+				}
+				if got := gjson.Get(line, "method").Str + " " + gjson.Get(line, "path").Str; got != want {
+					t.Errorf("logged %q, want %q: %s", got, want, line)
+				}
 			}
 		})
 	}

@@ -449,7 +449,15 @@ func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		e = pipeline.Errorf(fasthttp.StatusBadRequest, "invalid_request_error", "malformed_request", "the request could not be parsed as HTTP")
 	}
-	ctx.SetStatusCode(s.earlyError(ctx, e))
+	x := s.begin(ctx, s.rt.Load())
+	if e.Status != fasthttp.StatusRequestEntityTooLarge && len(ctx.Request.Header.RawHeaders()) == 0 {
+		// The head was never read: fasthttp's defaults (GET /) are not
+		// the request's, and the access line must not say they were.
+		x.method, x.path = "-", "-"
+	}
+	s.writeError(ctx, x, e)
+	s.end(ctx, x)
+	ctx.SetStatusCode(ctx.Response.StatusCode())
 }
 
 // earlyError writes e's envelope and a request id into ctx's response, for
