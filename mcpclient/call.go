@@ -70,12 +70,16 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		if tooLarge(err) {
 			// Before the probe, whose failed ping would take the session
 			// down first and leave this call looking like a bystander.
-			if !s.breakSession(sess) {
+			// Over HTTP each call reads its own answer, so the error is
+			// this call's, even when the SDK took the session down before
+			// the call got here (as it does with the TypeScript SDK's
+			// servers).
+			if !s.breakSession(sess) && s.cfg.URL == "" {
 				// The connection was broken by another call's answer: this
 				// call's own output is not known to be too large. (Calls
-				// in flight together all fail with the SDK's one error:
-				// the first to get here is told, which may not be the
-				// one whose answer was too large.)
+				// in flight together on one stdio connection all fail with
+				// the SDK's one error: the first to get here is told,
+				// which may not be the one whose answer was too large.)
 				return nil, false, ErrUnavailable
 			}
 			m.log.Warn().Err(err).Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is over the bound on one message")

@@ -3,9 +3,13 @@ package mcpclient
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -156,5 +160,53 @@ func TestCallJSONRPCErrorOverHTTP(t *testing.T) {
 				t.Fatalf("answer over the bound: %q isErr=%v err=%v", data[:min(len(data), 100)], isErr, err)
 			}
 		})
+	}
+}
+
+// TestCallHugeAnswerFromNodeHTTP: a Node MCP server over Streamable HTTP
+// (the TypeScript SDK's transport) whose answer is over the bound on one
+// message: the call is told its output was too large, as over stdio. The
+// SDK takes the session down as it fails the call, and a probe found the
+// call then told "the server is unreachable", taken for a bystander of a
+// connection broken by another call; over HTTP each call reads its own
+// answer, so the error is the call's own.
+func TestCallHugeAnswerFromNodeHTTP(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node not installed")
+	}
+	script, _ := filepath.Abs("../test/node/huge-mcp.mjs")
+	if _, err := os.Stat("../test/node/node_modules/@modelcontextprotocol/sdk"); err != nil {
+		t.Skip("@modelcontextprotocol/sdk not installed: run `npm ci` in test/node")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	cmd := exec.Command("node", script, port)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 100*time.Millisecond); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Node MCP server did not listen")
+		}
+	}
+	m := Start(Options{Servers: defaulted(config.MCPServer{Name: "node-huge", URL: "http://127.0.0.1:" + port + "/mcp", Timeout: config.Duration(20 * time.Second)}),
+		KeepAlive: time.Hour, Logger: testLogger(t)})
+	defer m.Close()
+	if tools := toolNames(m); tools != "huge,small" {
+		t.Fatalf("tools %q (status %v)", tools, m.Status())
+	}
+	data, isErr, err := m.Call(context.Background(), "huge", []byte(`{"n":`+strconv.Itoa(maxMessageBytes+1024)+`}`))
+	if err != nil || !isErr || string(data) != string(msgTooLarge) {
+		t.Fatalf("answer over the bound: %.100q isErr=%v err=%v", data, isErr, err)
 	}
 }
