@@ -206,7 +206,7 @@ type finishes struct {
 	idEnd, fpEnd                uint16 // where the id and the fingerprint end in head
 	created                     int64
 	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer)
-	headArr                     [80]byte
+	headArr                     [72]byte
 }
 
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
