@@ -48,6 +48,7 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = []byte("{}")
 	}
+	ctx, over := withOverFlag(ctx)
 	res, err := callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)}, m.opts.StuckGrace, func() {
 		select {
 		case s.stuck <- sess:
@@ -70,16 +71,17 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		if tooLarge(err) {
 			// Before the probe, whose failed ping would take the session
 			// down first and leave this call looking like a bystander.
-			// Over HTTP each call reads its own answer, so the error is
-			// this call's, even when the SDK took the session down before
+			// The SDK fails every call in flight with the one error. Over
+			// HTTP the call whose own answer went over the bound knows it
+			// (its flag), even when the SDK took the session down before
 			// the call got here (as it does with the TypeScript SDK's
-			// servers).
-			if !s.breakSession(sess) && s.cfg.URL == "" {
-				// The connection was broken by another call's answer: this
-				// call's own output is not known to be too large. (Calls
-				// in flight together on one stdio connection all fail with
-				// the SDK's one error: the first to get here is told,
-				// which may not be the one whose answer was too large.)
+			// servers); over stdio the first call to get here is told,
+			// which may not be the one whose answer was too large.
+			broke := s.breakSession(sess)
+			if own := over.Load(); s.cfg.URL != "" && !own || s.cfg.URL == "" && !broke {
+				// The connection was broken by another call's answer (or
+				// an oversize notification): this call's own output is
+				// not known to be too large.
 				return nil, false, ErrUnavailable
 			}
 			m.log.Warn().Err(err).Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is over the bound on one message")

@@ -3,6 +3,7 @@ package mcpclient
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -208,5 +209,55 @@ func TestCallHugeAnswerFromNodeHTTP(t *testing.T) {
 	data, isErr, err := m.Call(context.Background(), "huge", []byte(`{"n":`+strconv.Itoa(maxMessageBytes+1024)+`}`))
 	if err != nil || !isErr || string(data) != string(msgTooLarge) {
 		t.Fatalf("answer over the bound: %.100q isErr=%v err=%v", data, isErr, err)
+	}
+}
+
+// TestCallHugeAnswerBystanderOverHTTP: the SDK fails every call in flight
+// on an HTTP connection with the one error an answer over the bound gives.
+// Only the call whose answer it was is told its output was too large; a
+// call that was waiting for its own answer is told the server is
+// unavailable (the review of the first fix found it told "too large" too).
+func TestCallHugeAnswerBystanderOverHTTP(t *testing.T) {
+	t.Parallel()
+	for _, jsonAnswers := range []bool{false, true} {
+		t.Run(fmt.Sprint("json=", jsonAnswers), func(t *testing.T) {
+			t.Parallel()
+			s, _ := rpcServer()
+			started := make(chan struct{}, 1)
+			s.AddTool(&mcp.Tool{Name: "slow", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				started <- struct{}{}
+				select {
+				case <-time.After(3 * time.Second):
+				case <-ctx.Done():
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+			})
+			srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+				&mcp.StreamableHTTPOptions{JSONResponse: jsonAnswers}))
+			defer srv.Close()
+			name := fmt.Sprint("bystander-", jsonAnswers)
+			m := Start(Options{Servers: defaulted(config.MCPServer{Name: name, URL: srv.URL, Timeout: config.Duration(20 * time.Second)}), KeepAlive: time.Hour, Logger: testLogger(t)})
+			defer m.Close()
+			if tools := toolNames(m); tools != "huge,long,slow,widget" {
+				t.Fatalf("tools %q (status %v)", tools, m.Status())
+			}
+			type result struct {
+				data []byte
+				err  error
+			}
+			slow := make(chan result, 1)
+			go func() {
+				data, _, err := m.Call(context.Background(), "slow", nil)
+				slow <- result{data, err}
+			}()
+			<-started
+			data, isErr, err := m.Call(context.Background(), "huge", nil)
+			if err != nil || !isErr || string(data) != string(msgTooLarge) {
+				t.Fatalf("the call whose answer was too large: %.100q isErr=%v err=%v", data, isErr, err)
+			}
+			if r := <-slow; string(r.data) == string(msgTooLarge) {
+				t.Fatalf("the call in flight beside it was told its own output was too large (err %v)", r.err)
+			}
+		})
 	}
 }

@@ -1,12 +1,14 @@
 package mcpclient
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -75,6 +77,7 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	over := overFlag(r.Context()) // the tool call's, when this is one's POST
 	// An event stream is bounded per event by the SDK (MaxEventSize), and
 	// may rightly run long; any other body is read whole, so bound it. The
 	// media type is parsed as the SDK parses it.
@@ -83,20 +86,43 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 		if resp.ContentLength > left {
 			left = -1 // declared too large: fail on the first read
 		}
-		resp.Body = &limitedBody{ReadCloser: resp.Body, left: left}
+		resp.Body = &limitedBody{ReadCloser: resp.Body, left: left, over: over}
+	} else if over != nil {
+		resp.Body = &eventSizer{ReadCloser: resp.Body, over: over}
 	}
 	return resp, nil
 }
 
+// overKey carries, in a tool call's context, the flag its answer sets when
+// it goes over maxMessageBytes: the SDK fails every call in flight on the
+// connection with the one error, and only the call whose own answer went
+// over is told its output was too large.
+type overKey struct{}
+
+// withOverFlag returns ctx with a new flag for one call's answer.
+func withOverFlag(ctx context.Context) (context.Context, *atomic.Bool) {
+	f := new(atomic.Bool)
+	return context.WithValue(ctx, overKey{}, f), f
+}
+
+// overFlag returns the flag of ctx's call, or nil.
+func overFlag(ctx context.Context) *atomic.Bool {
+	f, _ := ctx.Value(overKey{}).(*atomic.Bool)
+	return f
+}
+
 // limitedBody reads at most left bytes of a body, then fails with
-// errTooLarge when there is more.
+// errTooLarge when there is more (and sets over, when the body is a tool
+// call's answer).
 type limitedBody struct {
 	io.ReadCloser
 	left int64 // bytes still allowed; < 0: over the bound
+	over *atomic.Bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.left < 0 {
+		b.setOver()
 		return 0, errTooLarge
 	}
 	if int64(len(p)) > b.left+1 {
@@ -105,8 +131,44 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if int64(n) > b.left {
 		n, b.left = int(b.left), -1
+		b.setOver()
 		return n, errTooLarge
 	}
 	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) setOver() {
+	if b.over != nil {
+		b.over.Store(true)
+	}
+}
+
+// eventSizer passes a tool call's event stream through and sets over once
+// an event runs past maxMessageBytes, counted in its raw bytes (field names
+// included): past the SDK's own bound on the event, which then fails the
+// read, it is always set.
+type eventSizer struct {
+	io.ReadCloser
+	over *atomic.Bool
+	n    int64 // bytes of the current event so far
+	nl   bool  // the last byte was a line end (a second one ends the event)
+}
+
+func (e *eventSizer) Read(p []byte) (int, error) {
+	n, err := e.ReadCloser.Read(p)
+	for _, c := range p[:n] {
+		switch {
+		case c == '\n' && e.nl:
+			e.n, e.nl = 0, false
+		case c == '\n':
+			e.nl = true
+		case c != '\r':
+			e.nl = false
+			if e.n++; e.n > maxMessageBytes {
+				e.over.Store(true)
+			}
+		}
+	}
 	return n, err
 }
