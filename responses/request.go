@@ -148,7 +148,7 @@ func (r *Request) options(root gjson.Result) error {
 		}
 	}
 	if v := root.Get("max_tool_calls"); v.Exists() && v.Type != gjson.Null {
-		if v.Type != gjson.Number || v.Num < 0 || v.Num != float64(int64(v.Num)) || v.Num > 1<<20 {
+		if !wire.Integer(v) || v.Num < 0 || v.Num > 1<<20 {
 			return pipeline.BadRequest("max_tool_calls", "max_tool_calls must be a non-negative integer")
 		}
 		r.MaxToolCalls, r.LimitToolCalls = int(v.Num), true

@@ -273,3 +273,15 @@ func TestApprovedCallWithoutKeptOutput(t *testing.T) {
 		t.Fatalf("tool messages %v\n%s", tools, r.Chat)
 	}
 }
+
+// max_tool_calls is an integer by its literal: one that only rounds to an
+// integer in a float64 is refused, as every integer setting is.
+func TestMaxToolCallsIsAnInteger(t *testing.T) {
+	t.Parallel()
+	for raw, ok := range map[string]bool{"2": true, "2.0": true, "0": true, "2.0000000000000000001": false, "-1": false, `"2"`: false} {
+		_, err := Translate([]byte(`{"model":"m","input":"q","max_tool_calls":`+raw+`}`), nil, nil)
+		if (err == nil) != ok {
+			t.Errorf("max_tool_calls %s: err %v", raw, err)
+		}
+	}
+}

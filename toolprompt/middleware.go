@@ -120,8 +120,19 @@ type outcome struct {
 	cut   bool  // the upstream cut the reply (finish_reason "length" or "content_filter")
 	// spent: the attempts so far used the request's whole output cap (by
 	// their usage): no attempt may follow.
-	spent bool
-	used  int64 // the attempts' output tokens so far, by their usage
+	spent  bool
+	used   int64  // the attempts' output tokens so far, by their usage
+	finish string // the answer's finish_reason when not the upstream's ("length": the cap ended it)
+}
+
+// ended gives up on asking again, because the upstream cut the reply or
+// the output cap is spent: the answer is what the reply said, and a spent
+// cap, not the model, ended it ("length"; a cut keeps the upstream's
+// reason).
+func (o *outcome) ended() {
+	if o.spent && !o.cut {
+		o.finish = "length"
+	}
 }
 
 // cutBy reports whether an upstream finish_reason says the reply was cut:
@@ -138,9 +149,9 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 	if retry == "" || err != nil {
 		return retry, err
 	}
-	if o.spent || h.take != nil && !h.take(ctx) {
-		// No model call (or output token) left to ask again with: as
-		// after the last re-ask.
+	if h.take != nil && !h.take(ctx) {
+		// No model call left to ask again with: as after the last
+		// re-ask.
 		if o.err != nil {
 			o.calls, o.shown = nil, o.text
 			return "", nil
@@ -189,6 +200,7 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 			if h.schema {
 				o.shown = nil
 			}
+			o.ended()
 			return "", nil
 		}
 		if t.malformed < h.maxErrors && rw.choice != choiceNone {
@@ -206,6 +218,12 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 		missing = fmt.Sprintf("You must call the tool %q now.", rw.named)
 	}
 	if missing == "" {
+		return "", nil
+	}
+	if o.cut || o.spent {
+		// The reply cannot be asked again: it is the answer, as a native
+		// model's cut reply without the call is (the tool loop's rule).
+		o.ended()
 		return "", nil
 	}
 	if !t.reasked {
@@ -319,7 +337,11 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			if len(before) > 0 {
 				o.shown = append(before, o.shown...)
 			}
-			return &pipeline.Response{Body: completion(body, o, res[2].Str, usage, side)}, nil
+			finish := res[2].Str
+			if o.finish != "" {
+				finish = o.finish
+			}
+			return &pipeline.Response{Body: completion(body, o, finish, usage, side)}, nil
 		}
 		if !h.holds(rw) {
 			before = append(before, o.shown...) // the text before the block

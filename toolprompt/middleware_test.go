@@ -630,16 +630,49 @@ func TestReaskGetsWhatTheCapLeaves(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var content string
+		var content, finish string
 		if stream {
 			for _, c := range drainChunks(t, resp.Stream) {
 				content += gjson.GetBytes(c, "choices.0.delta.content").Str
+				if f := gjson.GetBytes(c, "choices.0.finish_reason").Str; f != "" {
+					finish = f
+				}
 			}
 		} else {
 			content = gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+			finish = gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str
 		}
-		if fmt.Sprint(caps) != "[8 3]" || content != "Let me see.\nLet me see.\n" {
-			t.Fatalf("stream %v: caps %v (want [8 3]: the re-ask gets 8 less 5, and none follows the cap spent), content %q", stream, caps, content)
+		if fmt.Sprint(caps) != "[8 3]" || content != "Let me see.\nLet me see.\n" || finish != "length" {
+			t.Fatalf("stream %v: caps %v (want [8 3]: the re-ask gets 8 less 5, and none follows the cap spent), content %q, finish %q (want length: the cap ended it)", stream, caps, content, finish)
 		}
+	}
+}
+
+// A reply cut at the token limit (or after which the output cap is spent)
+// without the call tool_choice requires is the answer, with "length", as a
+// native model's cut reply is: not asked again, and not a 502 (the review
+// found a spent cap failed the first such reply with tool_choice_unmet).
+func TestRequiredCallCutIsTheAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, finish, extra string }{
+		{"cut", "length", ""},
+		{"cap spent", "stop", `,"max_completion_tokens":5`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			calls := 0
+			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				calls++
+				return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"I think"},"finish_reason":"` + tc.finish + `"}],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}`)}, nil
+			})
+			resp, err := New(Options{MaxErrors: 2})(next).Chat(context.Background(), &pipeline.Request{Meta: &pipeline.Meta{},
+				Body: []byte(toolsBody + `,"tool_choice":"required"` + tc.extra + `}`)})
+			if err != nil || calls != 1 {
+				t.Fatalf("%d model calls, err %v", calls, err)
+			}
+			if c, f := gjson.GetBytes(resp.Body, "choices.0.message.content").Str, gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str; c != "I think" || f != "length" {
+				t.Fatalf("content %q finish %q; want the reply, length", c, f)
+			}
+		})
 	}
 }

@@ -159,7 +159,11 @@ func (s *stream) endAttempt() error {
 		if !s.hold && o.err != nil && !o.cut && !o.spent { // gave up on a malformed block: show the rest
 			o.shown = o.text[min(s.sc.Released(), len(o.text)):]
 		}
-		for _, e := range events(o, s.finish, nil)[1:] { // the role is out
+		finish := s.finish
+		if o.finish != "" {
+			finish = o.finish
+		}
+		for _, e := range events(o, finish, nil)[1:] { // the role is out
 			s.emit(&e)
 		}
 		s.finishUsage()

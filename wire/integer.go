@@ -40,8 +40,9 @@ func Integer(v gjson.Result) bool {
 			return false
 		}
 		for _, c := range r[end:e] {
-			if exp = exp*10 + int(c-'0'); exp > 1<<20 {
-				exp = 1 << 20 // far past any digit: the sign decides
+			if exp = exp*10 + int(c-'0'); exp > len(r) {
+				exp = len(r) + 1 // past every digit the literal has: the sign decides
+				break
 			}
 		}
 		if neg {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -14,6 +15,10 @@ func TestInteger(t *testing.T) {
 		"1e2": true, "1E400": true, "1.5e1": true, "100e-2": true, "-2.50e1": true,
 		"1.55e1": false, "5e-1": false, "12e-1": false, "5.": false, "1e": false, "1e+": false,
 		`"5"`: false, "null": false, "true": false,
+		// An exponent past every digit the literal has: its sign decides
+		// (a review found a fixed clamp let a long literal through).
+		"1" + strings.Repeat("0", 70) + "e-100": false, "1" + strings.Repeat("0", 70) + "e-60": true,
+		"1" + strings.Repeat("0", 1<<20+100) + "e-2000000": false,
 	} {
 		if got := Integer(gjson.Parse(raw)); got != want {
 			t.Errorf("Integer(%s) = %v, want %v", raw, got, want)
