@@ -1130,6 +1130,40 @@ keepalive_interval = "50ms"
 // record of the approvals expired (tool_loop.state_ttl, far shorter than a
 // stored response's life), still shows the model the run's result and the
 // rejection with its reason, kept in the stored history in the decisions'
+// A client that keeps its own history (store: false) replays an approved
+// run's mcp_call without its output, after the approval's record expired:
+// the model is told the result was not kept, not that the tool was not run
+// (a regression probe found the note read as a new decision and turned
+// into approval_expired).
+func TestResponsesApprovedRunReplayedWithoutOutput(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"300ms\"\n"+calculatorTool+`approval = "always"
+`, mockllm.Options{Respond: calcModel})
+	status, _, first := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"input":"6 times 7?"}`)
+	req := gjson.GetBytes(first, `output.#(type=="mcp_approval_request")`)
+	if status != 200 || !req.Exists() {
+		t.Fatalf("%d %s", status, first)
+	}
+	history := `{"role":"user","content":"6 times 7?"},` + req.Raw + `,{"type":"mcp_approval_response","approval_request_id":` + req.Get("id").Raw + `,"approve":true}`
+	status, _, next := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"input":[`+history+`]}`)
+	run := gjson.GetBytes(next, `output.#(type=="mcp_call")`)
+	if status != 200 || !run.Exists() {
+		t.Fatalf("%d %s", status, next)
+	}
+	time.Sleep(500 * time.Millisecond) // the approval's record expires
+	replayed, _ := sjson.Delete(run.Raw, "output")
+	status, _, last := send(t, "POST", h.base+"/responses", "sk-client",
+		`{"model":"gpt-x","store":false,"input":[`+history+`,`+replayed+`,{"role":"user","content":"thanks"}]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, last)
+	}
+	got := h.mock.Requests()
+	tools := gjson.GetBytes(got[len(got)-1].Body, `messages.#(role=="tool")#.content`)
+	if !strings.Contains(tools.Raw, "result_not_kept") || strings.Contains(tools.Raw, "approval_expired") {
+		t.Fatalf("the follow-up's model saw %s", tools.Raw)
+	}
+}
+
 // places: not approval_expired, and the tool does not run again.
 func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 	t.Parallel()

@@ -254,7 +254,9 @@ func TestBatchKeptThroughAuthFailure(t *testing.T) {
 	if err := admin.ConfigSet(ctx, "requirepass", "").Err(); err != nil {
 		t.Fatal(err)
 	}
+	r.write.Lock()          // the background writer reads it under write, on its tick
 	r.retryAt = time.Time{} // no wait for the next try
+	r.write.Unlock()
 	r.flush()
 	if v, err := admin.Get(ctx, "spend:a").Int64(); err != nil || v != 7 {
 		t.Fatalf("spend written after the credentials passed again: %d, %v", v, err)

@@ -707,8 +707,11 @@ func (h *history) mcpOutput(it gjson.Result, id, param string) (out string, know
 }
 
 // unkeptResult is the result the model is shown of a call approved and
-// run whose output the client's replay left out and nothing stored.
-const unkeptResult = "the tool ran, but its result was not kept (the response was not stored) and the replayed call did not carry it"
+// run whose output the client's replay left out and nothing stored: a
+// result in the gateway's own form, which the tool loop shows as it is
+// rather than read as a decision (once the approval's record has expired,
+// a decision would tell the model the tool was not run).
+const unkeptResult = `{"status":"error","error":{"type":"result_not_kept","message":"the tool ran, but its result was not kept (the response was not stored) and the replayed call did not carry it"}}`
 
 // settle puts result in the place of the tool message that answers call id
 // (a person's decision), or adds it when there is none.
