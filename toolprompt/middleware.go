@@ -193,12 +193,12 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 			// Cut inside its block (or the output cap spent): asked again,
 			// the reply would most likely be cut again (as the tool loop
 			// does not go on from a native round the upstream cut). The
-			// answer is the text before the block, with the upstream's
-			// finish_reason; the block's fragment (a structured reply's
-			// whole JSON) is protocol, not text.
+			// answer is the text before the block (a structured reply's
+			// answer so far), with the upstream's finish_reason; the
+			// block's fragment is protocol, not text.
 			o.calls = nil
 			if h.schema {
-				o.shown = nil
+				o.shown = partialAnswer(o.text)
 			}
 			o.ended()
 			return "", nil
@@ -279,6 +279,27 @@ func (h *handler) read(content []byte, refused bool) *outcome {
 	tail, found, calls, err := sc.End()
 	o.shown, o.found, o.calls, o.err = append(live, tail...), found, calls, err
 	return o
+}
+
+// partialAnswer is the text of a json_schema reply cut while it wrote its
+// "answer" string ({"thought": "...", "answer": "Par): what a native model
+// cut at the same place shows; nil for any other cut reply (a cut call, or
+// a cut structured answer, is protocol, not text).
+func partialAnswer(b []byte) []byte {
+	if n := len(b) - len(bytes.TrimRight(b, `\`)); n%2 == 1 {
+		b = b[:len(b)-1] // cut inside an escape: without its start
+	}
+	for _, closer := range [...]string{`"}`, `}`} {
+		doc := append(append([]byte(nil), b...), closer...)
+		if !jsonvalid.Bytes(doc) {
+			continue
+		}
+		if a := gjson.GetBytes(doc, "answer"); a.Type == gjson.String && !gjson.GetBytes(doc, "calls").Exists() {
+			return []byte(a.Str)
+		}
+		return nil
+	}
+	return nil
 }
 
 // parseStructured reads a json_schema reply: {"answer": ...} is text,

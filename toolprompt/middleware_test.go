@@ -676,3 +676,36 @@ func TestRequiredCallCutIsTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A json_schema reply cut while it wrote its answer shows the answer's
+// text so far, as a native model's cut reply does; a cut call shows
+// nothing of the protocol.
+func TestPartialAnswer(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"thought":"t","answer":"Par`:          "Par",
+		`{"thought":"t","answer":"a \"q`:        `a "q`,
+		`{"thought":"t","answer":"a \`:          "a ",
+		`{"thought":"t","answer":"done"`:        "done",
+		`{"thought":"t","calls":[{"name":"x"`:   "",
+		`{"thought":"half`:                      "",
+		`{"thought":"t","answer":{"k":"partial`: "",
+	} {
+		if got := string(partialAnswer([]byte(in))); got != want {
+			t.Errorf("partialAnswer(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzPartialAnswer: a cut reply of any bytes never panics, and what it
+// shows is no longer than the reply.
+func FuzzPartialAnswer(f *testing.F) {
+	for _, s := range []string{`{"thought":"t","answer":"Par`, `{"answer":"a \`, `{"answer":"\u00`, `{`, `"`, `\\\`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got := partialAnswer([]byte(s)); len(got) > len(s) {
+			t.Fatalf("%q shows %q", s, got)
+		}
+	})
+}
