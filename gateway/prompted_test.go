@@ -511,24 +511,12 @@ func TestPromptedReasksCountAsModelCalls(t *testing.T) {
 // rewrite replaces.
 func TestPromptedAnthropicKeepsCacheBreakpoints(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, `
-[server]
-log_level = "warn"
-[[providers]]
-name = "claude"
-kind = "anthropic"
-base_url = "{{MOCK}}"
-api_key = "sk-ant-upstream-secret"
-retries = 0
+	h := newHarness(t, anthropicConfig+`
 [[models]]
 name = "claude-txt"
 provider = "claude"
 upstream = "claude-old"
 tool_calling = "prompted"
-[[tools]]
-name = "calculator"
-kind = "builtin"
-models = ["claude-txt"]
 `, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
 		if strings.HasPrefix(c.LastText, "Tool results:") {
 			return mockllm.Turn{Text: "The answer is 42."}
