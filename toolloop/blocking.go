@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
@@ -40,7 +41,15 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		body := resp.Body
 		res := readCompletion(body)
 		if s.iterations == 1 {
-			s.id, s.created = res.id.String(), res.created.Int()
+			// As the stream's begin: an answer without an id, or with a
+			// created that is no unix time, gets the gateway's.
+			s.id, s.created = res.id.Str, res.created.Int()
+			if res.id.Type != gjson.String || s.id == "" {
+				s.id = gatewayID()
+			}
+			if s.created <= 0 {
+				s.created = time.Now().Unix()
+			}
 			if res.fingerprint.Type == gjson.String {
 				s.fingerprint = res.fingerprint.Str
 			}
@@ -250,13 +259,15 @@ func (s *session) finalBody(body []byte, got *completionView, f finalEdit) (*pip
 		}
 	}
 	body, err = onlyChoiceZero(body)
+	// The first round's id and created, or the gateway's when it had none
+	// (as the stream's begin gives them).
+	if s.id != "" && (got.id.Type != gjson.String || got.id.Str != s.id) {
+		set("id", s.id)
+	}
+	if s.created != 0 && (got.created.Type != gjson.Number || got.created.Raw != strconv.FormatInt(s.created, 10)) {
+		setRaw("created", strconv.AppendInt(nil, s.created, 10))
+	}
 	if s.iterations > 1 {
-		if s.id != "" && (got.id.Type != gjson.String || got.id.Str != s.id) {
-			set("id", s.id)
-		}
-		if s.created != 0 && (got.created.Type != gjson.Number || got.created.Raw != strconv.FormatInt(s.created, 10)) {
-			setRaw("created", strconv.AppendInt(nil, s.created, 10))
-		}
 		for _, f := range [...]struct {
 			key, first string
 			got        gjson.Result

@@ -152,6 +152,35 @@ func TestOutputCapSpansRounds(t *testing.T) {
 	}
 }
 
+// An upstream answer without an id gets the gateway's, JSON and stream
+// alike (a schema probe found the stream's made one and the JSON answer
+// relayed none).
+func TestAnswerWithoutIDGetsOne(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		m := &fakeModel{turns: []turnFn{always(textRound("", "Hi there.", 3, 2), completion("", "Hi there.", "", "stop", 3, 2))}}
+		l := newLoop(t, []config.Tool{calcTool}, nil)
+		body := userBody + `}`
+		if stream {
+			body = userBody + `,"stream":true}`
+		}
+		resp, err := l.Chat(context.Background(), request(m, stream, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		if stream {
+			sum := checkStream(t, sse(t, resp.Stream), false)
+			id = gjson.GetBytes(sum.Chunks[0], "id").Str
+		} else {
+			id = gjson.GetBytes(resp.Body, "id").Str
+		}
+		if !strings.HasPrefix(id, "chatcmpl-gw") {
+			t.Fatalf("stream %v: id %q, want the gateway's", stream, id)
+		}
+	}
+}
+
 func TestClientCallsNormalized(t *testing.T) {
 	t.Parallel()
 	// Upstream: a server call (index 0), two client calls with interleaved
