@@ -27,12 +27,6 @@ func redisClient(r *config.Redis) (redis.UniversalClient, error) {
 		Username: r.Username, Password: r.Password, DB: r.DB,
 		DialTimeout: r.Timeout.D(), ReadTimeout: r.Timeout.D(), WriteTimeout: r.Timeout.D(),
 		MaxRetries: -1, // fail fast: callers fail open
-		// One dial per connection asked for: go-redis's default dials a
-		// refused address five times, 100 ms apart, so that while Redis
-		// refused connections every store call (the response cache's,
-		// the Responses store's) waited its timeout instead of failing
-		// at once.
-		DialerRetries: 1,
 		// A caller's deadline bounds the whole call, retries and
 		// redirects of a cluster included.
 		ContextTimeoutEnabled: true,
