@@ -396,11 +396,15 @@ func TestToolSelectTraced(t *testing.T) {
 				continue
 			}
 			at := map[string]string{}
+			counts := map[string]int64{}
 			for _, a := range e.Attributes {
 				at[a.Key] = a.Value.GetStringValue()
+				counts[a.Key] = a.Value.GetIntValue()
 			}
+			// Token counts are numbers, as on the chat spans (a tracing
+			// probe found them strings).
 			event = at["gateway.tool_select.outcome"] == "selected" && at["gateway.tool_select.selected"] == "3/40" &&
-				at["gen_ai.usage.input_tokens"] == "7000" && at["gen_ai.usage.output_tokens"] == "7"
+				counts["gen_ai.usage.input_tokens"] == 7000 && counts["gen_ai.usage.output_tokens"] == 7
 			if !event {
 				t.Errorf("event attributes %v", at)
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/fallback"
@@ -294,9 +295,9 @@ func (s *Selector) report(ctx context.Context, req *pipeline.Request, st *settin
 	sel := strconv.Itoa(res.Kept) + "/" + strconv.Itoa(res.Offered)
 	req.Meta.Set(HeaderSelected, sel)
 	tracing.Event(ctx, "gateway.tool_select",
-		"gateway.tool_select.outcome", res.Outcome,
-		"gateway.tool_select.selected", sel,
-		"gateway.tool_select.model", st.model,
-		"gen_ai.usage.input_tokens", strconv.FormatInt(res.Prompt, 10),
-		"gen_ai.usage.output_tokens", strconv.FormatInt(res.Answer, 10))
+		attribute.String("gateway.tool_select.outcome", res.Outcome),
+		attribute.String("gateway.tool_select.selected", sel),
+		attribute.String("gateway.tool_select.model", st.model),
+		attribute.Int64("gen_ai.usage.input_tokens", res.Prompt),
+		attribute.Int64("gen_ai.usage.output_tokens", res.Answer))
 }

@@ -366,14 +366,6 @@ func clip(s string) string {
 	return strings.ToValidUTF8(s, "")
 }
 
-func pairs(kv []string) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		out = append(out, attribute.String(kv[i], kv[i+1]))
-	}
-	return out
-}
-
 var (
 	usageKey  = []byte(`"usage"`)
 	finishKey = []byte(`"finish_reason"`)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -125,11 +126,12 @@ func (t *Tracer) Shutdown(ctx context.Context) {
 	}
 }
 
-// Event adds a named event to the span in ctx (a no-op without one).
-func Event(ctx context.Context, name string, kv ...string) {
+// Event adds a named event with attrs to the span in ctx (a no-op without
+// one). Counts are typed as numbers, as the chat spans' are.
+func Event(ctx context.Context, name string, attrs ...attribute.KeyValue) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	span.AddEvent(name, trace.WithAttributes(pairs(kv)...))
+	span.AddEvent(name, trace.WithAttributes(attrs...))
 }
