@@ -18,6 +18,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -207,7 +208,11 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 			a.end(span)
 			return resp, nil
 		}
-		resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a, usage: true}
+		ss := &spanStream{Stream: resp.Stream, span: span, attrs: a, usage: true}
+		if t.content {
+			ss.text = []byte{} // the answer's text, for gen_ai.output.messages
+		}
+		resp.Stream = ss
 		return resp, nil
 	})
 }
@@ -382,12 +387,23 @@ type spanStream struct {
 	mu     sync.Mutex
 	attrs  *attrs // nil once ended
 	finish string
+	// text is the content the stream's chunks carried, up to maxContent,
+	// when content is captured (nil otherwise): at its end it is the
+	// call's gen_ai.output.messages, as a JSON answer's message is.
+	text []byte
 }
 
 func (s *spanStream) Next() ([]byte, error) {
 	chunk, err := s.Stream.Next()
 	switch {
 	case err == nil && s.usage:
+		if s.text != nil && len(s.text) < maxContent {
+			if c := gjson.GetBytes(chunk, "choices.0.delta.content"); c.Type == gjson.String {
+				s.mu.Lock()
+				s.text = append(s.text, c.Str...)
+				s.mu.Unlock()
+			}
+		}
 		hasUsage, hasFinish := bytes.Contains(chunk, usageKey), bytes.Contains(chunk, finishKey)
 		if !hasUsage && !hasFinish {
 			break
@@ -430,6 +446,10 @@ func (s *spanStream) end(err error) {
 	}
 	if s.finish != "" {
 		s.attrs.add(finishReason(s.finish))
+	}
+	if s.text != nil {
+		msg := jsonstring.Append([]byte(`{"role":"assistant","content":`), clip(string(s.text)))
+		s.attrs.add(attribute.String("gen_ai.output.messages", string(append(msg, '}'))))
 	}
 	s.attrs.end(s.span)
 	s.attrs = nil

@@ -184,3 +184,53 @@ func TestUnsampledRequest(t *testing.T) {
 		t.Fatalf("call and tool run in %v and %v, want the request's %v", atUpstream, atTool, atRequest)
 	}
 }
+
+// With capture_content, a model call's span carries its answer, streamed
+// or not: a stream's text, gathered from its chunks (a tracing probe found
+// only the JSON answer's).
+func TestCapturedAnswer(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation), content: true}
+		up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			if !stream {
+				return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}]}`)}, nil
+			}
+			chunks := []string{`{"choices":[{"delta":{"role":"assistant","content":"Hello"}}]}`, `{"choices":[{"delta":{"content":" there"}}]}`, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`}
+			return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
+				if len(chunks) == 0 {
+					return nil, io.EOF
+				}
+				c := chunks[0]
+				chunks = chunks[1:]
+				return []byte(c), nil
+			}, CloseFunc: func() {}}}, nil
+		})
+		r := &pipeline.Request{Model: "m", Stream: stream, Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), Meta: &pipeline.Meta{}}
+		resp, err := tr.ModelCall(up).Chat(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Stream != nil {
+			for err == nil {
+				_, err = resp.Stream.Next()
+			}
+			resp.Stream.Close()
+		}
+		spans := rec.Ended()
+		if len(spans) != 1 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		var out string
+		for _, kv := range spans[0].Attributes() {
+			if kv.Key == "gen_ai.output.messages" {
+				out = kv.Value.AsString()
+			}
+		}
+		if !strings.Contains(out, `"content":"Hello there"`) {
+			t.Fatalf("stream %v: gen_ai.output.messages %q", stream, out)
+		}
+	}
+}
