@@ -404,7 +404,7 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 		o.Selector = sel // the same: nil stays an untyped nil
 	}
 	if b.tracer != nil {
-		o.ToolMiddleware = append([]pipeline.ToolMiddleware{b.tracer.Tool()}, o.ToolMiddleware...)
+		o.Outer = b.tracer.Tool() // a span for every server call, those the loop refuses too
 	}
 	return toolloop.New(o)
 }

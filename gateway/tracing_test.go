@@ -190,3 +190,30 @@ endpoint = "` + otlpURL + `"
 		}
 	}
 }
+
+// A server call the loop refuses before it runs (arguments that are not
+// JSON) gets its execute_tool span too, marked as failed: every server tool
+// call has one (a tracing probe found none for refused calls).
+func TestTracingSpanForRefusedToolCall(t *testing.T) {
+	t.Parallel()
+	rc, otlpURL := newOTLPReceiver(t)
+	h := newHarness(t, baseConfig+calculatorTool+"[tracing]\nenabled = true\nendpoint = \""+otlpURL+"\"\n", mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if len(c.ToolResults) > 0 {
+			return mockllm.Turn{Text: "done"}
+		}
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `not json`}}}
+	}})
+	if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("compute")); err != nil {
+		t.Fatal(err)
+	}
+	spans := rc.wait(t, 4) // the request, two model calls, the refused tool call
+	var tool *tracepb.Span
+	for _, s := range spans {
+		if strings.HasPrefix(s.Name, "execute_tool ") {
+			tool = s
+		}
+	}
+	if tool == nil || tool.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || attr(tool, "gen_ai.tool.name") != "calculator" {
+		t.Fatalf("tool span %v", tool)
+	}
+}

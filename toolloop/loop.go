@@ -43,6 +43,11 @@ type Options struct {
 	// own policy and validation steps and before the size cap, retry and
 	// timeout (e.g. a result cache). mws[0] is outermost.
 	ToolMiddleware []pipeline.ToolMiddleware
+	// Outer is outermost on the function layer, before the loop's own
+	// steps: it sees every server call, those they refuse (an unknown
+	// tool, a policy's denial, invalid arguments) too. The tracer's
+	// execute_tool span goes here. nil = none.
+	Outer pipeline.ToolMiddleware
 	// Source adds tools that come and go at run time (MCP servers); nil = none.
 	Source ToolSource
 	// ServerPrefixes are the configured MCP servers' name prefixes, by
@@ -105,7 +110,7 @@ func New(opts Options) (*Loop, error) {
 	if opts.Source != nil {
 		reg.version = opts.Source.Version() - 1 // differs: the first request builds the snapshot
 	}
-	l.chain = l.buildChain(opts.ToolMiddleware)
+	l.chain = l.buildChain(opts.Outer, opts.ToolMiddleware)
 	return l, nil
 }
 

@@ -53,8 +53,12 @@ func (l *Loop) lookup(ctx context.Context, name string) *tool {
 }
 
 // buildChain composes the function layer once, outermost first.
-func (l *Loop) buildChain(extra []pipeline.ToolMiddleware) pipeline.ToolHandler {
-	mws := []pipeline.ToolMiddleware{l.observeMW, l.resolveMW, l.policyMW, l.validateMW}
+func (l *Loop) buildChain(outer pipeline.ToolMiddleware, extra []pipeline.ToolMiddleware) pipeline.ToolHandler {
+	var mws []pipeline.ToolMiddleware
+	if outer != nil {
+		mws = append(mws, outer)
+	}
+	mws = append(mws, l.observeMW, l.resolveMW, l.policyMW, l.validateMW)
 	mws = append(mws, extra...)
 	mws = append(mws, l.capMW, l.retryMW, l.timeoutMW)
 	return pipeline.ChainTools(pipeline.ToolHandlerFunc(l.execute), mws...)
