@@ -255,3 +255,19 @@ func (p toolPolicy) AllowsTool(name string) bool        { return p(name) }
 func (toolPolicy) TracesTools() bool                    { return false }
 func (toolPolicy) CachesResponses(def bool) bool        { return def }
 func (toolPolicy) ApprovalRequired(string) (bool, bool) { return false, false }
+
+// chatLoop runs userBody, streamed or not, through a loop that offers
+// tool, with m as the model.
+func chatLoop(t *testing.T, tool config.Tool, m pipeline.Handler, stream bool) *pipeline.Response {
+	t.Helper()
+	l := newLoop(t, []config.Tool{tool}, nil)
+	body := userBody + `}`
+	if stream {
+		body = userBody + `,"stream":true}`
+	}
+	resp, err := l.Chat(context.Background(), request(m, stream, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}

@@ -159,15 +159,7 @@ func TestAnswerWithoutIDGetsOne(t *testing.T) {
 	t.Parallel()
 	for _, stream := range []bool{false, true} {
 		m := &fakeModel{turns: []turnFn{always(textRound("", "Hi there.", 3, 2), completion("", "Hi there.", "", "stop", 3, 2))}}
-		l := newLoop(t, []config.Tool{calcTool}, nil)
-		body := userBody + `}`
-		if stream {
-			body = userBody + `,"stream":true}`
-		}
-		resp, err := l.Chat(context.Background(), request(m, stream, body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := chatLoop(t, calcTool, m, stream)
 		var id string
 		if stream {
 			sum := checkStream(t, sse(t, resp.Stream), false)
@@ -443,15 +435,7 @@ func TestArgumentEchoDropped(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			mm := &fakeModel{turns: m.turns}
-			l := newLoop(t, []config.Tool{calcTool}, nil)
-			body := userBody + `}`
-			if stream {
-				body = userBody + `,"stream":true}`
-			}
-			resp, err := l.Chat(context.Background(), request(mm, stream, body))
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := chatLoop(t, calcTool, mm, stream)
 			content := gjson.GetBytes(resp.Body, "choices.0.message.content").String()
 			if stream {
 				content = checkStream(t, sse(t, resp.Stream), false).Content
@@ -516,15 +500,7 @@ func TestTextAroundToolCallsAsJSON(t *testing.T) {
 					always(round, completion("up-1", "\n"+tc.after, call, "tool_calls", 1, 1)),
 					always(textRound("up-2", "Done.", 1, 1), completion("up-2", "Done.", "", "stop", 1, 1)),
 				}}
-				l := newLoop(t, []config.Tool{calcTool}, nil)
-				body := userBody + `}`
-				if stream {
-					body = userBody + `,"stream":true}`
-				}
-				resp, err := l.Chat(context.Background(), request(m, stream, body))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := chatLoop(t, calcTool, m, stream)
 				if stream {
 					got[i] = checkStream(t, sse(t, resp.Stream), false).Content
 				} else {
@@ -553,15 +529,7 @@ func TestNullArgumentsAsStream(t *testing.T) {
 			}, completion("up-1", "", `[{"id":"c1","type":"function","function":{"name":"current_time","arguments":null}}]`, "tool_calls", 1, 1)),
 			always(textRound("up-2", "Done.", 1, 1), completion("up-2", "Done.", "", "stop", 1, 1)),
 		}}
-		l := newLoop(t, []config.Tool{timeTool}, nil)
-		body := userBody + `}`
-		if stream {
-			body = userBody + `,"stream":true}`
-		}
-		resp, err := l.Chat(context.Background(), request(m, stream, body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := chatLoop(t, timeTool, m, stream)
 		if stream {
 			sse(t, resp.Stream)
 		}

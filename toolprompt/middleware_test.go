@@ -12,20 +12,9 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/internal/teststream"
 	"github.com/llmgw/gateway/pipeline"
 )
-
-// chunkStream serves chunks, then io.EOF.
-func chunkStream(chunks ...string) pipeline.Stream {
-	return &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
-		if len(chunks) == 0 {
-			return nil, io.EOF
-		}
-		c := chunks[0]
-		chunks = chunks[1:]
-		return []byte(c), nil
-	}, CloseFunc: func() {}}
-}
 
 const toolsBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}]`
 
@@ -44,7 +33,7 @@ func TestSideTextsSameBothWays(t *testing.T) {
 		rp := replies[min(n, len(replies)-1)]
 		n++
 		if r.Stream {
-			return &pipeline.Response{Stream: chunkStream(
+			return &pipeline.Response{Stream: teststream.Chunks(
 				head+`{"role":"assistant","reasoning_content":`+q(rp.reasoning)+`},"finish_reason":null}]}`,
 				head+`{"refusal":`+q(rp.refusal)+`},"finish_reason":null}]}`,
 				head+`{"content":`+q(rp.content)+`},"finish_reason":null}]}`,
@@ -114,7 +103,7 @@ func TestRunningUsageCountedOnce(t *testing.T) {
 		content := replies[min(n, len(replies)-1)]
 		n++
 		if r.Stream {
-			return &pipeline.Response{Stream: chunkStream(
+			return &pipeline.Response{Stream: teststream.Chunks(
 				head+`{"role":"assistant","content":""},"finish_reason":null}],"usage":`+usage+`}`,
 				head+`{"content":`+q(content)+`},"finish_reason":null}],"usage":`+usage+`}`,
 				head+`{},"finish_reason":"stop"}],"usage":`+usage+`}`,
@@ -154,7 +143,7 @@ func TestServiceTierKept(t *testing.T) {
 	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","service_tier":"flex","choices":[{"index":0,"delta":`
 	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		if r.Stream {
-			return &pipeline.Response{Stream: chunkStream(
+			return &pipeline.Response{Stream: teststream.Chunks(
 				head+`{"role":"assistant","content":"Fine."},"finish_reason":null}]}`,
 				head+`{},"finish_reason":"stop"}]}`,
 			)}, nil
@@ -308,7 +297,7 @@ func TestStructuredRefusalIsTheAnswer(t *testing.T) {
 		next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 			calls++
 			if r.Stream {
-				return &pipeline.Response{Stream: chunkStream(
+				return &pipeline.Response{Stream: teststream.Chunks(
 					head+`{"role":"assistant","content":null,"refusal":""},"finish_reason":null}]}`,
 					head+`{"refusal":`+q(refusal)+`},"finish_reason":null}]}`,
 					head+`{},"finish_reason":"stop"}]}`,
@@ -349,7 +338,7 @@ func TestNativeCallsKeepTheTextBothWays(t *testing.T) {
 	call := `{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{}"}}`
 	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		if r.Stream {
-			return &pipeline.Response{Stream: chunkStream(
+			return &pipeline.Response{Stream: teststream.Chunks(
 				head+`{"role":"assistant","content":`+q(text[:20])+`},"finish_reason":null}]}`,
 				head+`{"content":`+q(text[20:])+`},"finish_reason":null}]}`,
 				head+`{"tool_calls":[`+call+`]},"finish_reason":null}]}`,
@@ -475,13 +464,13 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 		first := n%2 == 1
 		if r.Stream {
 			if first {
-				return &pipeline.Response{Stream: chunkStream(
+				return &pipeline.Response{Stream: teststream.Chunks(
 					head+`{"role":"assistant","content":`+q(bad)+`},"finish_reason":null}]}`,
 					head+`{},"finish_reason":"stop"}]}`,
 					`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":7,"cache_write_tokens":3}}}`,
 				)}, nil
 			}
-			return &pipeline.Response{Stream: chunkStream(
+			return &pipeline.Response{Stream: teststream.Chunks(
 				head+`{"role":"assistant","content":"Second."},"finish_reason":null}]}`,
 				head+`{"tool_calls":[`+call+`]},"finish_reason":null}]}`,
 				head+`{},"finish_reason":"tool_calls"}]}`,
@@ -565,7 +554,7 @@ func TestNoReaskForEmptyOrCutBlock(t *testing.T) {
 			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 				calls.Add(1)
 				if r.Stream {
-					return &pipeline.Response{Stream: chunkStream(
+					return &pipeline.Response{Stream: teststream.Chunks(
 						head+`{"role":"assistant","content":`+q(tc.reply[:9])+`},"finish_reason":null}]}`,
 						head+`{"content":`+q(tc.reply[9:])+`},"finish_reason":null}]}`,
 						head+`{},"finish_reason":"`+tc.finish+`"}]}`,
@@ -613,7 +602,7 @@ func TestReaskGetsWhatTheCapLeaves(t *testing.T) {
 			usage := `{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`
 			if r.Stream {
 				head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
-				return &pipeline.Response{Stream: chunkStream(
+				return &pipeline.Response{Stream: teststream.Chunks(
 					head+`{"role":"assistant","content":`+q(bad)+`},"finish_reason":null}]}`,
 					head+`{},"finish_reason":"stop"}]}`,
 					`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":`+usage+`}`,

@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/llmgw/gateway/internal/teststream"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -75,15 +75,8 @@ func TestSpanAttributes(t *testing.T) {
 				if !tc.stream {
 					return &pipeline.Response{Body: []byte(`{"choices":[{"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5}}`)}, nil
 				}
-				chunks := []string{`{"choices":[{"delta":{"content":"hi"}}]}`, `{"choices":[{"delta":{},"finish_reason":"length"}]}`, `{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4,"cache_write_tokens":2}}}`}
-				return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
-					if len(chunks) == 0 {
-						return nil, io.EOF
-					}
-					c := chunks[0]
-					chunks = chunks[1:]
-					return []byte(c), nil
-				}, CloseFunc: func() {}}}, nil
+				return &pipeline.Response{Stream: teststream.Chunks(`{"choices":[{"delta":{"content":"hi"}}]}`, `{"choices":[{"delta":{},"finish_reason":"length"}]}`,
+					`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4,"cache_write_tokens":2}}}`)}, nil
 			})
 			r := &pipeline.Request{Model: "gpt-x", Route: route, Stream: tc.stream, Body: []byte(`{"model":"gpt-x","messages":[]}`),
 				Meta: &pipeline.Meta{}, Tenant: &pipeline.Tenant{Name: "team"}}
@@ -198,15 +191,8 @@ func TestCapturedAnswer(t *testing.T) {
 			if !stream {
 				return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}]}`)}, nil
 			}
-			chunks := []string{`{"choices":[{"delta":{"role":"assistant","content":"Hello"}}]}`, `{"choices":[{"delta":{"content":" there"}}]}`, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`}
-			return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
-				if len(chunks) == 0 {
-					return nil, io.EOF
-				}
-				c := chunks[0]
-				chunks = chunks[1:]
-				return []byte(c), nil
-			}, CloseFunc: func() {}}}, nil
+			return &pipeline.Response{Stream: teststream.Chunks(`{"choices":[{"delta":{"role":"assistant","content":"Hello"}}]}`,
+				`{"choices":[{"delta":{"content":" there"}}]}`, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`)}, nil
 		})
 		r := &pipeline.Request{Model: "m", Stream: stream, Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), Meta: &pipeline.Meta{}}
 		resp, err := tr.ModelCall(up).Chat(context.Background(), r)
