@@ -91,6 +91,11 @@ func (t *Tracer) Request() pipeline.Middleware {
 				name, path = responsesSpanName, urlPathResponses // a Responses request, translated to chat
 			}
 			ctx, span := t.tr.Start(ctx, name, serverSpan...)
+			if sc := span.SpanContext(); sc.HasTraceID() {
+				// The access line's trace_id, sampled or not: an unsampled
+				// request's upstream calls carry the trace too.
+				r.TraceID = sc.TraceID().String()
+			}
 			if !span.IsRecording() {
 				// Not sampled: the context still carries the trace for
 				// propagation, and nothing else is spent on it.
@@ -99,7 +104,6 @@ func (t *Tracer) Request() pipeline.Middleware {
 			a := newAttrs()
 			a.add(semconv.HTTPRequestMethodPost, path, semconv.GenAIOperationNameChat,
 				semconv.GenAIRequestModel(r.Model), attrStream.Bool(r.Stream))
-			r.TraceID = span.SpanContext().TraceID().String()
 			ctx = context.WithValue(ctx, stateKey{}, &requestState{})
 			resp, err := next.Chat(ctx, r)
 			if r.Tenant != nil {

@@ -173,6 +173,11 @@ func TestUnsampledRequest(t *testing.T) {
 	if atRequest.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || atRequest.IsSampled() {
 		t.Fatalf("request span context %v", atRequest)
 	}
+	// The access line names the trace all the same (a tracing probe found
+	// no trace_id on an unsampled request's line).
+	if r.TraceID != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("TraceID %q", r.TraceID)
+	}
 	if !atUpstream.Equal(atRequest) || !atTool.Equal(atRequest) {
 		t.Fatalf("call and tool run in %v and %v, want the request's %v", atUpstream, atTool, atRequest)
 	}
