@@ -217,3 +217,36 @@ func TestTracingSpanForRefusedToolCall(t *testing.T) {
 		t.Fatalf("tool span %v", tool)
 	}
 }
+
+// A server call a limit refuses before the tool chain (the turn's second
+// call over max_tool_calls = 1) has its execute_tool span too, marked as
+// failed, beside the span of the call that ran.
+func TestTracingSpanForLimitedToolCall(t *testing.T) {
+	t.Parallel()
+	rc, otlpURL := newOTLPReceiver(t)
+	h := newHarness(t, baseConfig+calculatorTool+"[tool_loop]\nmax_tool_calls = 1\n[tracing]\nenabled = true\nendpoint = \""+otlpURL+"\"\n",
+		mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+			if len(c.ToolResults) > 0 {
+				return mockllm.Turn{Text: "done"}
+			}
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"1+1"}`}, {Name: "calculator", Arguments: `{"expression":"2+2"}`}}}
+		}})
+	if _, err := h.client.Chat.Completions.New(context.Background(), userMsg("compute")); err != nil {
+		t.Fatal(err)
+	}
+	spans := rc.wait(t, 5) // the request, two model calls, two tool calls
+	failed, ok := 0, 0
+	for _, s := range spans {
+		if !strings.HasPrefix(s.Name, "execute_tool ") {
+			continue
+		}
+		if s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			failed++
+		} else {
+			ok++
+		}
+	}
+	if failed != 1 || ok != 1 {
+		t.Fatalf("tool spans: %d failed, %d ok; want one of each", failed, ok)
+	}
+}

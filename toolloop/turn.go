@@ -326,6 +326,14 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 // refused it (*res set).
 func (l *Loop) runCall(ctx context.Context, c *pipeline.ToolCall, res **pipeline.ToolResult) {
 	if *res != nil {
+		if l.opts.Outer != nil {
+			// Refused by a limit before the chain: the outermost layer
+			// (the trace's execute_tool span) sees it all the same.
+			r := *res
+			_, _ = l.opts.Outer(pipeline.ToolHandlerFunc(func(context.Context, *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+				return r, nil
+			})).CallTool(ctx, c)
+		}
 		return
 	}
 	defer func() {
