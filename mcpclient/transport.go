@@ -145,14 +145,15 @@ func (b *limitedBody) setOver() {
 }
 
 // eventSizer passes a tool call's event stream through and sets over once
-// an event runs past maxMessageBytes, counted in its raw bytes (field names
-// included): past the SDK's own bound on the event, which then fails the
-// read, it is always set.
+// an event runs past maxMessageBytes, counted in every raw byte of its
+// lines (field names and line ends included, as the SDK counts them): past
+// the SDK's own bound on the event, which then fails the read, it is
+// always set.
 type eventSizer struct {
 	io.ReadCloser
 	over *atomic.Bool
 	n    int64 // bytes of the current event so far
-	nl   bool  // the last byte was a line end (a second one ends the event)
+	nl   bool  // the last byte ended a line (another line end ends the event)
 }
 
 func (e *eventSizer) Read(p []byte) (int, error) {
@@ -160,14 +161,19 @@ func (e *eventSizer) Read(p []byte) (int, error) {
 	for _, c := range p[:n] {
 		switch {
 		case c == '\n' && e.nl:
-			e.n, e.nl = 0, false
+			e.n, e.nl = 0, false // a blank line: the event ended
+			continue
+		case c == '\r' && e.nl:
+			continue // the blank line's own
+		}
+		if e.n++; e.n > maxMessageBytes {
+			e.over.Store(true)
+		}
+		switch {
 		case c == '\n':
 			e.nl = true
 		case c != '\r':
 			e.nl = false
-			if e.n++; e.n > maxMessageBytes {
-				e.over.Store(true)
-			}
 		}
 	}
 	return n, err

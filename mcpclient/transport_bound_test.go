@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +130,32 @@ func TestMCPToolResultOverBound(t *testing.T) {
 			t.Fatalf("json=%v: a %d-byte tool result over the %d-byte bound was read", jsonResponse, n, maxMessageBytes)
 		} else {
 			t.Logf("json=%v: %v", jsonResponse, err)
+		}
+	}
+}
+
+// An event counts every byte of its lines, line ends included, as the
+// SDK's bound counts them: an event the SDK refuses always sets the call's
+// flag (the review found one over by a few CRLF-ended lines did not).
+func TestEventSizerCountsLineEnds(t *testing.T) {
+	t.Parallel()
+	head := "event: message\r\nid: 1\r\ndata: "
+	over := int64(2) // bytes past the bound, line ends included
+	data := strings.Repeat("x", int(maxMessageBytes+over)-len(head)-len("\r\n"))
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{head + data + "\r\n\r\n", true},
+		{head + data[:len(data)-int(over)-1] + "\r\n\r\n" + head + "small\r\n\r\n", false},
+	} {
+		over := new(atomic.Bool)
+		e := &eventSizer{ReadCloser: io.NopCloser(strings.NewReader(tc.body)), over: over}
+		if _, err := io.Copy(io.Discard, e); err != nil {
+			t.Fatal(err)
+		}
+		if over.Load() != tc.want {
+			t.Fatalf("%d-byte body: over %v, want %v", len(tc.body), over.Load(), tc.want)
 		}
 	}
 }

@@ -286,20 +286,48 @@ func (h *handler) read(content []byte, refused bool) *outcome {
 // cut at the same place shows; nil for any other cut reply (a cut call, or
 // a cut structured answer, is protocol, not text).
 func partialAnswer(b []byte) []byte {
-	if n := len(b) - len(bytes.TrimRight(b, `\`)); n%2 == 1 {
-		b = b[:len(b)-1] // cut inside an escape: without its start
-	}
+	b = withoutCutEscape(b)
 	for _, closer := range [...]string{`"}`, `}`} {
 		doc := append(append([]byte(nil), b...), closer...)
 		if !jsonvalid.Bytes(doc) {
 			continue
 		}
-		if a := gjson.GetBytes(doc, "answer"); a.Type == gjson.String && !gjson.GetBytes(doc, "calls").Exists() {
+		if a := gjson.GetBytes(doc, "answer"); a.Type == gjson.String && len(gjson.GetBytes(doc, "calls").Array()) == 0 {
 			return []byte(a.Str)
 		}
 		return nil
 	}
 	return nil
+}
+
+// withoutCutEscape returns b without an escape its end cut (a backslash
+// alone, or "\u" and fewer than four hex digits), so that closing the
+// string makes it valid JSON.
+func withoutCutEscape(b []byte) []byte {
+	for k := 0; k < 6 && k < len(b); k++ {
+		i := len(b) - 1 - k
+		if b[i] != '\\' {
+			continue
+		}
+		if run := i + 1 - len(bytes.TrimRight(b[:i+1], `\`)); run%2 == 0 {
+			return b // an escaped backslash: what follows is text
+		}
+		if tail := b[i+1:]; len(tail) == 0 || tail[0] == 'u' && len(tail) < 5 && isHex(tail[1:]) {
+			return b[:i]
+		}
+		return b // a whole escape
+	}
+	return b
+}
+
+// isHex reports whether b holds hex digits only.
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseStructured reads a json_schema reply: {"answer": ...} is text,

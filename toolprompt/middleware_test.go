@@ -672,13 +672,16 @@ func TestRequiredCallCutIsTheAnswer(t *testing.T) {
 func TestPartialAnswer(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		`{"thought":"t","answer":"Par`:          "Par",
-		`{"thought":"t","answer":"a \"q`:        `a "q`,
-		`{"thought":"t","answer":"a \`:          "a ",
-		`{"thought":"t","answer":"done"`:        "done",
-		`{"thought":"t","calls":[{"name":"x"`:   "",
-		`{"thought":"half`:                      "",
-		`{"thought":"t","answer":{"k":"partial`: "",
+		`{"thought":"t","answer":"Par`:            "Par",
+		`{"thought":"t","answer":"a \"q`:          `a "q`,
+		`{"thought":"t","answer":"a \`:            "a ",
+		`{"thought":"t","answer":"Caf\u00`:        "Caf",
+		`{"thought":"t","answer":"a\\`:            `a\`,
+		`{"thought":"t","answer":"ok","calls":[]`: "ok",
+		`{"thought":"t","answer":"done"`:          "done",
+		`{"thought":"t","calls":[{"name":"x"`:     "",
+		`{"thought":"half`:                        "",
+		`{"thought":"t","answer":{"k":"partial`:   "",
 	} {
 		if got := string(partialAnswer([]byte(in))); got != want {
 			t.Errorf("partialAnswer(%s) = %q, want %q", in, got, want)

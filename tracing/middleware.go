@@ -251,16 +251,27 @@ func (t *Tracer) Tool() pipeline.ToolMiddleware {
 			if unsampled(ctx) {
 				return next.CallTool(ctx, c)
 			}
-			ctx, span := t.tr.Start(ctx, "execute_tool "+c.Name, internalSpan...)
+			// The name the model wrote, bounded and valid UTF-8: the span is
+			// started before the loop resolves it (an unknown or misspelt
+			// name comes straight from the upstream's answer).
+			name := clipName(c.Name)
+			ctx, span := t.tr.Start(ctx, "execute_tool "+name, internalSpan...)
 			if !span.IsRecording() {
 				return next.CallTool(ctx, c)
 			}
 			a := newAttrs()
-			a.add(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(c.Name), semconv.GenAIToolCallID(c.ID))
+			a.add(semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolCallID(c.ID))
 			if t.content {
 				a.add(attribute.String("gen_ai.tool.call.arguments", clip(string(c.Arguments))))
 			}
 			res, err := next.CallTool(ctx, c)
+			if res != nil && res.Name != "" && res.Name != c.Name {
+				// Resolved to a configured tool (a near miss): the span
+				// names the tool that ran.
+				name = clipName(res.Name)
+				span.SetName("execute_tool " + name)
+			}
+			a.add(semconv.GenAIToolName(name))
 			switch {
 			case err != nil:
 				fail(span, a, err)
@@ -366,6 +377,17 @@ func (a *attrs) end(span trace.Span) {
 	attrPool.Put(a)
 }
 
+// maxToolName bounds a tool name on a span (OpenAI's own bound is 64).
+const maxToolName = 128
+
+// clipName is clip for a tool name.
+func clipName(s string) string {
+	if len(s) > maxToolName {
+		s = s[:maxToolName]
+	}
+	return strings.ToValidUTF8(s, "")
+}
+
 // clip bounds s without splitting a character: an invalid UTF-8 attribute
 // would make the exporter drop its whole batch.
 func clip(s string) string {
@@ -452,7 +474,7 @@ func (s *spanStream) end(err error) {
 		s.attrs.add(finishReason(s.finish))
 	}
 	if s.text != nil {
-		msg := jsonstring.Append([]byte(`{"role":"assistant","content":`), clip(string(s.text)))
+		msg := jsonstring.Append([]byte(`{"role":"assistant","content":`), clip(string(s.text[:min(len(s.text), maxContent)])))
 		s.attrs.add(attribute.String("gen_ai.output.messages", string(append(msg, '}'))))
 	}
 	s.attrs.end(s.span)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -222,6 +223,40 @@ func TestCapturedAnswer(t *testing.T) {
 		}
 		if !strings.Contains(out, `"content":"Hello there"`) {
 			t.Fatalf("stream %v: gen_ai.output.messages %q", stream, out)
+		}
+	}
+}
+
+// An execute_tool span names the tool that ran when the loop resolved a
+// near miss, and a name the model made up is bounded and valid UTF-8 (an
+// invalid attribute would make the exporter drop its whole batch).
+func TestToolSpanName(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation)}
+	tool := tr.Tool()(pipeline.ToolHandlerFunc(func(_ context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
+		if c.Name == "calculatr" {
+			return &pipeline.ToolResult{Name: "calculator"}, nil // resolved
+		}
+		return &pipeline.ToolResult{Name: c.Name, IsError: true}, nil // unknown
+	}))
+	long := strings.Repeat("x", 300) + "\xff"
+	for _, name := range []string{"calculatr", long} {
+		if _, err := tool.CallTool(context.Background(), &pipeline.ToolCall{Name: name, ID: "c1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 || spans[0].Name() != "execute_tool calculator" {
+		t.Fatalf("spans %d, first %q", len(spans), spans[0].Name())
+	}
+	if n := spans[1].Name(); len(n) > len("execute_tool ")+maxToolName || !utf8.ValidString(n) {
+		t.Fatalf("made-up name: %d bytes, valid %v", len(n), utf8.ValidString(n))
+	}
+	for _, kv := range spans[0].Attributes() {
+		if kv.Key == "gen_ai.tool.name" && kv.Value.AsString() != "calculator" {
+			t.Fatalf("gen_ai.tool.name %q", kv.Value.AsString())
 		}
 	}
 }
