@@ -77,8 +77,11 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 			// the call got here (as it does with the TypeScript SDK's
 			// servers); over stdio the first call to get here is told,
 			// which may not be the one whose answer was too large.
-			broke := s.breakSession(sess)
-			if own := over.Load(); s.cfg.URL != "" && !own || s.cfg.URL == "" && !broke {
+			own := s.breakSession(sess)
+			if s.cfg.URL != "" {
+				own = over.Load()
+			}
+			if !own {
 				// The connection was broken by another call's answer (or
 				// an oversize notification): this call's own output is
 				// not known to be too large.

@@ -76,7 +76,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 		f := finalEdit{}
 		server, client := s.split(calls)
 		o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired,
-			upstream: res.finish.String(), spent: s.outputSpent()}
+			upstream: res.finish.String(), spent: len(server) > 0 && s.outputSpent()}
 		if len(calls) == 0 {
 			d := decide(o)
 			f.finish = d.finish

@@ -567,7 +567,7 @@ func (st *loopStream) endRound() {
 	server, client := s.split(calls)
 	ensureIDs(calls)
 	o := roundOutcome{final: s.final, server: len(server), client: len(client), required: s.p.choice == choiceRequired,
-		upstream: st.finish, spent: s.outputSpent()}
+		upstream: st.finish, spent: len(server) > 0 && s.outputSpent()}
 	d := decide(o)
 	switch st.textMode {
 	case textUndecided:

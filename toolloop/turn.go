@@ -75,20 +75,29 @@ type session struct {
 
 	// outCap is the request's cap on output tokens, which bounds the whole
 	// answer, as a provider's bounds one answer: each round after the first
-	// is given what the rounds before left of it.
-	outCap wire.OutputCap
+	// is given what the rounds before left of it. Read when first needed
+	// (capRead): an answer of one round never needs it.
+	outCap  wire.OutputCap
+	capRead bool
+}
+
+// outputCap returns the request's output cap.
+func (s *session) outputCap() wire.OutputCap {
+	if !s.capRead {
+		s.outCap, s.capRead = wire.ReadOutputCap(s.p.body), true
+	}
+	return s.outCap
 }
 
 // outputSpent reports whether the rounds so far, by their usage, used the
 // request's whole output cap. Without usage from the upstream the cap is
 // each round's, as before.
 func (s *session) outputSpent() bool {
-	return s.usage.seen && s.outCap.Spent(s.usage.sum.Completion)
+	return s.usage.seen && s.outputCap().Spent(s.usage.sum.Completion)
 }
 
 func (l *Loop) newSession(req *pipeline.Request, p *plan) *session {
 	s := &session{l: l, req: req, p: p, start: time.Now()}
-	s.outCap = wire.ReadOutputCap(p.body)
 	s.traceOn = req.Hints.ToolTrace || req.Tenant.TracesTools()
 	view(p.messages).ForEach(func(_, _ gjson.Result) bool { s.msgs++; return true })
 	s.clientMsgs = s.msgs - p.prepended - int(req.Messages.Prepended)
@@ -119,7 +128,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	}
 	if s.iterations > 0 {
 		var err error
-		if body, err = s.outCap.Left(body, s.usage.sum.Completion); err != nil {
+		if body, err = s.outputCap().Left(body, s.usage.sum.Completion); err != nil {
 			return nil, pipeline.Errorf(http.StatusInternalServerError, pipeline.TypeServer, "", "the tool loop could not set the round's token cap")
 		}
 	}

@@ -12,6 +12,7 @@ package toolprompt
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,9 +136,15 @@ func (o *outcome) ended() {
 	}
 }
 
-// cutBy reports whether an upstream finish_reason says the reply was cut:
-// asked again, it would most likely be cut again.
-func cutBy(finish string) bool { return finish == "length" || finish == "content_filter" }
+// upstreamEnd notes how the attempt ended: its upstream finish_reason (a
+// reply cut at the limit or by a filter would most likely be cut again if
+// asked again) and the output tokens used so far (usage, the attempts'
+// summed) against the request's cap.
+func (o *outcome) upstreamEnd(finish string, usage []byte, c wire.OutputCap) {
+	o.cut = finish == "length" || finish == "content_filter"
+	o.used = completionOf(usage)
+	o.spent = c.Spent(o.used)
+}
 
 // judge decides what to do with an outcome of up, the one rule of both
 // forms: a non-empty retry is sent back to the model as a tool error
@@ -376,8 +383,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			}
 		}
 		o := h.read([]byte(res[0].Str), res[4].Get("refusal").Str != "")
-		o.cut, o.used = cutBy(res[2].Str), completionOf(usage)
-		o.spent = rw.cap.Spent(o.used)
+		o.upstreamEnd(res[2].Str, usage, rw.cap)
 		retry, err := h.judge(ctx, up, rw, o, &t)
 		if err != nil {
 			return nil, err
@@ -386,11 +392,7 @@ func (h *handler) blocking(ctx context.Context, up *pipeline.Request, rw *rewrit
 			if len(before) > 0 {
 				o.shown = append(before, o.shown...)
 			}
-			finish := res[2].Str
-			if o.finish != "" {
-				finish = o.finish
-			}
-			return &pipeline.Response{Body: completion(body, o, finish, usage, side)}, nil
+			return &pipeline.Response{Body: completion(body, o, cmp.Or(o.finish, res[2].Str), usage, side)}, nil
 		}
 		if !h.holds(rw) {
 			before = append(before, o.shown...) // the text before the block

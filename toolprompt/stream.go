@@ -1,6 +1,7 @@
 package toolprompt
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"io"
@@ -149,8 +150,7 @@ func (s *stream) endAttempt() error {
 		tail, found, calls, err := s.sc.End()
 		o = &outcome{text: s.text, shown: tail, found: found, calls: calls, err: err}
 	}
-	o.cut, o.used = cutBy(s.finish), completionOf(s.usage)
-	o.spent = s.rw.cap.Spent(o.used)
+	o.upstreamEnd(s.finish, s.usage, s.rw.cap)
 	retry, err := s.h.judge(s.ctx, s.up, s.rw, o, &s.tries)
 	if err != nil {
 		return err
@@ -159,11 +159,7 @@ func (s *stream) endAttempt() error {
 		if !s.hold && o.err != nil && !o.cut && !o.spent { // gave up on a malformed block: show the rest
 			o.shown = o.text[min(s.sc.Released(), len(o.text)):]
 		}
-		finish := s.finish
-		if o.finish != "" {
-			finish = o.finish
-		}
-		for _, e := range events(o, finish, nil)[1:] { // the role is out
+		for _, e := range events(o, cmp.Or(o.finish, s.finish), nil)[1:] { // the role is out
 			s.emit(&e)
 		}
 		s.finishUsage()

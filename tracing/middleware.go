@@ -254,7 +254,7 @@ func (t *Tracer) Tool() pipeline.ToolMiddleware {
 			// The name the model wrote, bounded and valid UTF-8: the span is
 			// started before the loop resolves it (an unknown or misspelt
 			// name comes straight from the upstream's answer).
-			name := clipName(c.Name)
+			name := clipTo(c.Name, maxToolName)
 			ctx, span := t.tr.Start(ctx, "execute_tool "+name, internalSpan...)
 			if !span.IsRecording() {
 				return next.CallTool(ctx, c)
@@ -268,7 +268,7 @@ func (t *Tracer) Tool() pipeline.ToolMiddleware {
 			if res != nil && res.Name != "" && res.Name != c.Name {
 				// Resolved to a configured tool (a near miss): the span
 				// names the tool that ran.
-				name = clipName(res.Name)
+				name = clipTo(res.Name, maxToolName)
 				span.SetName("execute_tool " + name)
 			}
 			a.add(semconv.GenAIToolName(name))
@@ -380,19 +380,14 @@ func (a *attrs) end(span trace.Span) {
 // maxToolName bounds a tool name on a span (OpenAI's own bound is 64).
 const maxToolName = 128
 
-// clipName is clip for a tool name.
-func clipName(s string) string {
-	if len(s) > maxToolName {
-		s = s[:maxToolName]
-	}
-	return strings.ToValidUTF8(s, "")
-}
-
 // clip bounds s without splitting a character: an invalid UTF-8 attribute
 // would make the exporter drop its whole batch.
-func clip(s string) string {
-	if len(s) > maxContent {
-		s = s[:maxContent]
+func clip(s string) string { return clipTo(s, maxContent) }
+
+// clipTo is clip with a bound of n bytes.
+func clipTo(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
 	}
 	return strings.ToValidUTF8(s, "")
 }
