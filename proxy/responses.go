@@ -285,7 +285,7 @@ func (f *responsesForm) chunk(dst, chunk []byte) []byte {
 
 func (f *responsesForm) emit(e *wire.Event) {
 	markApproval(e)
-	f.kept += len(e.Text) + len(e.Logprobs)
+	f.kept += len(e.Text) + len(e.Logprobs) + len(e.Raw)
 	f.dst = f.enc.Encode(f.dst, e)
 }
 

@@ -83,6 +83,7 @@ func (d *ChunkDecoder) Decode(chunk []byte, emit func(*Event)) {
 			}
 			return true
 		})
+		emitAnnotations(delta, emit)
 		if f := FinishReason(c); f != "" && !d.finished {
 			d.finished = true
 			e = Event{Kind: Finish, Finish: f}
@@ -180,6 +181,7 @@ func DecodeCompletion(body []byte, emit func(*Event)) {
 		i++
 		return i <= maxCalls
 	})
+	emitAnnotations(msg, emit)
 	finish := root.Get("choices.0.finish_reason").String()
 	if finish == "" && i > 0 {
 		finish = "tool_calls" // calls without a reason (Ollama, SGLang): as the JSON answer is given one
@@ -217,4 +219,18 @@ func AppendResponsesUsage(dst, chat []byte) []byte {
 	dst = append(dst, `},"total_tokens":`...)
 	dst = strconv.AppendInt(dst, total, 10)
 	return append(dst, '}')
+}
+
+// emitAnnotations emits an Extra event for the annotations of obj (a delta
+// or a message: a search model's url_citation items), when it has any.
+// Their offsets are the upstream's: characters of the message's content.
+func emitAnnotations(obj gjson.Result, emit func(*Event)) {
+	a := obj.Get("annotations")
+	if !a.IsArray() || isEmpty(a) {
+		return
+	}
+	raw := make([]byte, 0, len(`"annotations":`)+len(a.Raw))
+	raw = append(append(raw, `"annotations":`...), a.Raw...)
+	e := Event{Kind: Extra, Raw: raw}
+	emit(&e)
 }

@@ -30,9 +30,11 @@ const (
 	// Extra carries the message's members that no other kind does (a
 	// search model's annotations, a provider's own such as
 	// reasoning_details): Raw is an object's members as JSON
-	// ("key":value,…, each key once). It comes at most once, before
-	// Finish. ChatSSE sends it as a delta of its own, ChatJSON puts the
-	// members in the message; the Responses form has no place for them.
+	// ("key":value,…, each key once). The tool loop sends it at most
+	// once, before Finish; a decoded stream (ChunkDecoder) sends one for
+	// each chunk that carries annotations. ChatSSE sends it as a delta of
+	// its own, ChatJSON puts the members in the message; the Responses
+	// form keeps only the annotations, on the message's output_text.
 	Extra
 )
 

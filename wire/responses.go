@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"strconv"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/jsonstring"
 )
 
@@ -50,7 +52,9 @@ type ResponsesHeader struct {
 // ServerCall is an mcp_call item, a tool the gateway ran itself, given
 // whole; Finish closes every open item (their *.done events) and decides
 // the status ("length" is incomplete with reason max_output_tokens,
-// "content_filter" incomplete with reason content_filter); Usage is kept
+// "content_filter" incomplete with reason content_filter); Extra's
+// url_citation annotations go on the open message's output_text
+// (response.output_text.annotation.added, see annotate); Usage is kept
 // for the terminal event, which End writes: response.completed or
 // response.incomplete, carrying the whole object. Fail ends a stream with
 // response.failed instead.
@@ -100,6 +104,8 @@ type respPart struct {
 	refusal  bool
 	text     []byte
 	logprobs []byte // output_text: its Responses LogProb items, comma-separated
+	notes    []byte // output_text: its annotations, comma-separated (annotate)
+	nNotes   int
 	done     bool
 }
 
@@ -180,6 +186,8 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 			}
 		}
 		dst = r.closeAll(dst)
+	case Extra:
+		dst = r.annotate(dst, e.Raw)
 	case Usage:
 		r.usage = append(r.usage[:0], e.Raw...)
 	case End:
@@ -662,7 +670,9 @@ func appendPart(dst []byte, p *respPart) []byte {
 		dst = appendString(dst, p.text)
 		return append(dst, '}')
 	}
-	dst = append(dst, `{"type":"output_text","annotations":[]`...)
+	dst = append(dst, `{"type":"output_text","annotations":[`...)
+	dst = append(dst, p.notes...)
+	dst = append(dst, ']')
 	dst = appendLogprobs(dst, p.logprobs)
 	dst = append(dst, `,"text":`...)
 	dst = appendString(dst, p.text)
@@ -806,3 +816,93 @@ func (r *Responses) event(dst []byte, typ string) []byte {
 }
 
 func endEvent(dst []byte) []byte { return append(dst, "}\n\n"...) }
+
+// maxNotes bounds the annotations one output_text keeps: a search model
+// cites a handful of sources; an upstream that sends thousands gets the
+// first.
+const maxNotes = 256
+
+// annotate adds the url_citation annotations among members (an Extra
+// event's Raw: "key":value,…) to the output_text of the open message, in
+// the Responses form ({"type":"url_citation","end_index",…} where chat
+// nests them under "url_citation"), each announced in a stream by
+// response.output_text.annotation.added. Chat counts their offsets from
+// the start of the whole content, earlier rounds' text included (the tool
+// loop shifts them so); here each round's text is a message of its own,
+// so they count from the start of this output_text: the characters of
+// the output_text parts before it are taken off. An annotation with no
+// open output_text to point into (the last round wrote no text), or that
+// points before it, is left out, as are other kinds (chat has none).
+func (r *Responses) annotate(dst, members []byte) []byte {
+	if r.msg < 0 {
+		return dst
+	}
+	it := &r.items[r.msg]
+	p := len(it.parts) - 1
+	if p < 0 || it.parts[p].refusal {
+		return dst
+	}
+	a := gjson.Get("{"+string(members)+"}", "annotations")
+	if !a.IsArray() {
+		return dst
+	}
+	before := int64(0)
+	for i := 0; i <= r.msg; i++ {
+		if r.items[i].kind != itemMessage {
+			continue
+		}
+		for j, q := range r.items[i].parts {
+			if i == r.msg && j == p {
+				break
+			}
+			if !q.refusal {
+				before += int64(Characters(q.text))
+			}
+		}
+	}
+	part := &it.parts[p]
+	a.ForEach(func(_, v gjson.Result) bool {
+		if part.nNotes >= maxNotes {
+			return false
+		}
+		c := v.Get("url_citation")
+		start, end, url := c.Get("start_index"), c.Get("end_index"), c.Get("url")
+		if v.Get("type").Str != "url_citation" || start.Type != gjson.Number || end.Type != gjson.Number || url.Type != gjson.String {
+			return true
+		}
+		s, e := start.Int()-before, end.Int()-before
+		if s < 0 || e < s {
+			return true
+		}
+		at := len(part.notes)
+		if part.nNotes > 0 {
+			part.notes = append(part.notes, ',')
+			at++
+		}
+		part.notes = append(part.notes, `{"type":"url_citation","end_index":`...)
+		part.notes = strconv.AppendInt(part.notes, e, 10)
+		part.notes = append(part.notes, `,"start_index":`...)
+		part.notes = strconv.AppendInt(part.notes, s, 10)
+		part.notes = append(part.notes, `,"title":`...)
+		title := c.Get("title")
+		if title.Type != gjson.String {
+			title.Str = ""
+		}
+		part.notes = jsonstring.Append(part.notes, title.Str)
+		part.notes = append(part.notes, `,"url":`...)
+		part.notes = jsonstring.Append(part.notes, url.Str)
+		part.notes = append(part.notes, '}')
+		if r.stream {
+			dst = r.event(dst, "response.output_text.annotation.added")
+			dst = r.partRef(dst, r.msg, p)
+			dst = append(dst, `,"annotation_index":`...)
+			dst = strconv.AppendInt(dst, int64(part.nNotes), 10)
+			dst = append(dst, `,"annotation":`...)
+			dst = append(dst, part.notes[at:]...)
+			dst = endEvent(dst)
+		}
+		part.nNotes++
+		return true
+	})
+	return dst
+}

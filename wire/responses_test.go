@@ -293,6 +293,7 @@ func join(s []string) string {
 func FuzzChunkDecoder(f *testing.F) {
 	f.Add([]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"hi","tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}`))
 	f.Add([]byte(`{"choices":[{"delta":{"tool_calls":[{"index":99999999999,"id":"x"}]}}]}`))
+	f.Add([]byte(`{"choices":[{"index":0,"delta":{"content":"a\u00e9","annotations":[{"type":"url_citation","url_citation":{"start_index":0,"end_index":2,"title":{"x":1},"url":"u\"v"}}]}}]}`))
 	f.Fuzz(func(t *testing.T, chunk []byte) {
 		var d ChunkDecoder
 		s := NewResponsesStream(respHeader)
@@ -483,6 +484,9 @@ func TestResponsesStreamedAnswerEqualsCompletion(t *testing.T) {
 		chunks     []string
 		completion string
 		reasoning  string // the reasoning item's text, when there is one
+		// annotations: the message's output_text annotations, when it
+		// has any.
+		annotations string
 	}{
 		"both names of the reasoning": {
 			// vLLM during its rename sends each text under both names.
@@ -505,6 +509,21 @@ func TestResponsesStreamedAnswerEqualsCompletion(t *testing.T) {
 			},
 			completion: `{"choices":[{"index":0,"message":{"role":"assistant","content":"Let me check.",` +
 				`"tool_calls":[{"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+		},
+		"a search model's annotations": {
+			// OpenAI's search models send the annotations in a delta of
+			// their own after the text; a stream may split them.
+			chunks: []string{
+				`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Oslo é "}}]}`,
+				`{"choices":[{"index":0,"delta":{"content":"is cold [1]."}}]}`,
+				`{"choices":[{"index":0,"delta":{"annotations":[{"type":"url_citation","url_citation":{"end_index":19,"start_index":7,"title":"Weather","url":"https://example.com/w"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"annotations":[{"type":"url_citation","url_citation":{"end_index":6,"start_index":0,"title":"Oslo","url":"https://example.com/o"}}]},"finish_reason":"stop"}]}`,
+			},
+			completion: `{"choices":[{"index":0,"message":{"role":"assistant","content":"Oslo é is cold [1].","annotations":[` +
+				`{"type":"url_citation","url_citation":{"end_index":19,"start_index":7,"title":"Weather","url":"https://example.com/w"}},` +
+				`{"type":"url_citation","url_citation":{"end_index":6,"start_index":0,"title":"Oslo","url":"https://example.com/o"}}]},"finish_reason":"stop"}]}`,
+			annotations: `[{"type":"url_citation","end_index":19,"start_index":7,"title":"Weather","url":"https://example.com/w"},` +
+				`{"type":"url_citation","end_index":6,"start_index":0,"title":"Oslo","url":"https://example.com/o"}]`,
 		},
 		"reasoning across the calls": {
 			chunks: []string{
@@ -547,6 +566,83 @@ func TestResponsesStreamedAnswerEqualsCompletion(t *testing.T) {
 					t.Errorf("reasoning %q, want %q", got, c.reasoning)
 				}
 			}
+			if c.annotations != "" {
+				if got := gjson.GetBytes(object, `output.#(type=="message").content.0.annotations`).Raw; got != c.annotations {
+					t.Errorf("annotations %s, want %s", got, c.annotations)
+				}
+				if err := schema.Validate("Response", object); err != nil {
+					t.Fatalf("%v\n%s", err, object)
+				}
+			}
 		})
+	}
+}
+
+// A tool loop's answer: chat counts the last round's annotation offsets
+// from the start of the whole content, earlier rounds' text included; in
+// the Responses form that round's text is a message of its own, and they
+// count from its start. What cannot be placed is left out: an annotation
+// before the message, one without a url, another kind, one with nowhere to
+// go (the round wrote only a refusal).
+func TestResponsesAnnotations(t *testing.T) {
+	schema := wiretest.LoadResponsesSchema(t)
+	note := func(start, end int, url string) string {
+		return fmt.Sprintf(`{"type":"url_citation","url_citation":{"start_index":%d,"end_index":%d,"title":"T","url":%q}}`, start, end, url)
+	}
+	extra := func(items ...string) Event {
+		return Event{Kind: Extra, Raw: []byte(`"annotations":[` + strings.Join(items, ",") + `]`)}
+	}
+	// "Let me check. " is 14 characters (é is one).
+	events := []Event{{Kind: Role}, text("content", "Let mé check. "),
+		{Kind: ServerCall, Name: "search", Key: "builtin", Text: []byte(`{"q":"x"}`), Raw: []byte(`found`)},
+		text("content", "It rains [1]."),
+		extra(note(14, 27, "https://a.example"), note(2, 5, "https://before.example"), `{"type":"file_citation","file_id":"f"}`,
+			`{"type":"url_citation","url_citation":{"start_index":14,"end_index":16,"title":"no url"}}`, note(23, 26, "https://b.example")),
+		{Kind: Finish, Finish: "stop"}, {Kind: End}}
+	stream, final, object := encodeBoth(events)
+	if _, err := wiretest.CheckResponsesStream(stream, schema); err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	if final.Raw != string(object) {
+		t.Fatalf("stream and JSON differ:\n%s\n%s", final.Raw, object)
+	}
+	if err := schema.Validate("Response", object); err != nil {
+		t.Fatalf("%v\n%s", err, object)
+	}
+	o := gjson.ParseBytes(object)
+	want := `[{"type":"url_citation","end_index":13,"start_index":0,"title":"T","url":"https://a.example"},` +
+		`{"type":"url_citation","end_index":12,"start_index":9,"title":"T","url":"https://b.example"}]`
+	if got := o.Get("output.2.content.0.annotations").Raw; got != want {
+		t.Fatalf("annotations %s\nwant %s", got, want)
+	}
+	if got := o.Get("output.0.content.0.annotations").Raw; got != "[]" {
+		t.Fatalf("the first round's message got annotations: %s", got)
+	}
+	if n := strings.Count(string(stream), "event: response.output_text.annotation.added\n"); n != 2 {
+		t.Fatalf("%d annotation.added events, want 2:\n%s", n, stream)
+	}
+
+	// Nowhere to put them: the round's text is a refusal, or there is none.
+	for name, events := range map[string][]Event{
+		"refusal": {{Kind: Role}, text("refusal", "no"), extra(note(0, 2, "https://a.example")), {Kind: Finish, Finish: "stop"}, {Kind: End}},
+		"no text": {{Kind: Role}, extra(note(0, 2, "https://a.example")), {Kind: Finish, Finish: "stop"}, {Kind: End}},
+	} {
+		stream, _, object := encodeBoth(events)
+		if _, err := wiretest.CheckResponsesStream(stream, schema); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, stream)
+		}
+		if strings.Contains(string(object), "a.example") || strings.Contains(string(stream), "annotation.added") {
+			t.Fatalf("%s: an annotation was placed:\n%s", name, stream)
+		}
+	}
+
+	// An upstream that sends thousands keeps the first maxNotes.
+	many := make([]string, maxNotes+10)
+	for i := range many {
+		many[i] = note(0, 1, "https://m.example")
+	}
+	_, _, object = encodeBoth([]Event{{Kind: Role}, text("content", "x"), extra(many...), {Kind: Finish, Finish: "stop"}, {Kind: End}})
+	if n := gjson.GetBytes(object, "output.0.content.0.annotations.#").Int(); n != maxNotes {
+		t.Fatalf("%d annotations kept, want %d", n, maxNotes)
 	}
 }

@@ -24,6 +24,7 @@ type respItemState struct {
 	typ   string
 	parts map[int]*bytes.Buffer // content index → text so far
 	lps   map[int][]any         // content index → the logprobs of its output_text deltas so far
+	notes map[int][]any         // content index → the annotations added to its output_text so far
 	args  bytes.Buffer
 	done  bool
 	final gjson.Result // the item its output_item.done carried
@@ -135,7 +136,7 @@ func (c *respChecker) added(ev gjson.Result) error {
 			return fmt.Errorf("item id %q added twice", o.id)
 		}
 	}
-	c.items = append(c.items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}, lps: map[int][]any{}})
+	c.items = append(c.items, &respItemState{id: it.Get("id").Str, typ: it.Get("type").Str, parts: map[int]*bytes.Buffer{}, lps: map[int][]any{}, notes: map[int][]any{}})
 	return nil
 }
 
@@ -189,6 +190,18 @@ func (c *respChecker) itemEvent(typ string, ev gjson.Result) error {
 		if typ == "response.output_text.done" && !sameList(ev.Get("logprobs"), it.lps[ci]) {
 			return fmt.Errorf("%s of %q: logprobs %s differ from those of its deltas", typ, it.id, clip([]byte(ev.Get("logprobs").Raw)))
 		}
+	case "response.output_text.annotation.added":
+		if it.parts[ci] == nil {
+			return fmt.Errorf("%s for content part %d of %q that was never added", typ, ci, it.id)
+		}
+		if n := ev.Get("annotation_index").Int(); n != int64(len(it.notes[ci])) {
+			return fmt.Errorf("%s of %q: annotation_index %d; next is %d", typ, it.id, n, len(it.notes[ci]))
+		}
+		it.notes[ci] = append(it.notes[ci], jsonList(gjson.Parse("["+ev.Get("annotation").Raw+"]"))...)
+	case "response.content_part.done":
+		if p := ev.Get("part"); p.Get("type").Str == "output_text" && !sameList(p.Get("annotations"), it.notes[ci]) {
+			return fmt.Errorf("%s of %q: annotations %s differ from those added", typ, it.id, clip([]byte(p.Get("annotations").Raw)))
+		}
 	case "response.function_call_arguments.delta", "response.mcp_call_arguments.delta":
 		it.args.WriteString(ev.Get("delta").Str)
 	case "response.function_call_arguments.done", "response.mcp_call_arguments.done":
@@ -232,6 +245,9 @@ func checkFinal(typ string, r gjson.Result, items []*respItemState) error {
 				}
 				if c.Get("type").Str == "output_text" && !sameList(c.Get("logprobs"), it.lps[ci]) {
 					return fmt.Errorf("%s: output %d content %d has logprobs %s; the deltas had others", typ, i, ci, clip([]byte(c.Get("logprobs").Raw)))
+				}
+				if c.Get("type").Str == "output_text" && !sameList(c.Get("annotations"), it.notes[ci]) {
+					return fmt.Errorf("%s: output %d content %d has annotations %s; the stream added others", typ, i, ci, clip([]byte(c.Get("annotations").Raw)))
 				}
 			}
 		case "function_call", "mcp_call":
