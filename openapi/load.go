@@ -95,16 +95,20 @@ func Parse(doc []byte, s config.OpenAPI, client *http.Client) ([]*Operation, err
 		return nil, err
 	}
 	model := &m.Model
+	// OpenAPI 3.0's schemas are a dialect of JSON Schema: translated
+	// (from30) before they are offered and compiled.
+	v30 := strings.HasPrefix(d.GetSpecInfo().Version, "3.0")
 	base := s.BaseURL
 	if base == "" {
 		for _, srv := range model.Servers {
-			if u, err := url.Parse(srv.URL); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-				base = srv.URL
+			su := serverURL(srv)
+			if u, err := url.Parse(su); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+				base = su
 				break
 			}
 		}
 		if base == "" {
-			return nil, errors.New("base_url is required: the spec's servers name no absolute http(s) URL")
+			return nil, errors.New("base_url is required: the spec's servers name no absolute http(s) URL (with their variables' defaults)")
 		}
 	}
 	bu, err := url.Parse(base)
@@ -125,7 +129,7 @@ func Parse(doc []byte, s config.OpenAPI, client *http.Client) ([]*Operation, err
 			if !selected(s.Operations, id) {
 				continue
 			}
-			o, err := newOperation(s, bu, client, strings.ToUpper(method), p, id, item.Parameters, op)
+			o, err := newOperation(s, bu, client, strings.ToUpper(method), p, id, item.Parameters, op, v30)
 			if err != nil {
 				return nil, fmt.Errorf("operation %q: %w", id, err)
 			}
@@ -166,7 +170,7 @@ func toolName(prefix, id string) string {
 
 // newOperation builds one operation's tool: its parameters schema and how
 // its arguments map onto the request.
-func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p, id string, shared []*v3.Parameter, op *v3.Operation) (*Operation, error) {
+func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p, id string, shared []*v3.Parameter, op *v3.Operation, v30 bool) (*Operation, error) {
 	o := &Operation{method: method, path: p, base: bu, headers: s.Headers, client: client}
 	props := map[string]json.RawMessage{}
 	var required []string
@@ -178,7 +182,7 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 		if prm.In != "path" && prm.In != "query" && prm.In != "header" {
 			continue
 		}
-		schema, err := inline(prm.Schema, prm.Description)
+		schema, err := inline(prm.Schema, prm.Description, v30)
 		if err != nil {
 			return nil, fmt.Errorf("parameter %q: %w", prm.Name, err)
 		}
@@ -205,7 +209,7 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 			if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
 				continue
 			}
-			schema, err := inline(media.Schema, rb.Description)
+			schema, err := inline(media.Schema, rb.Description, v30)
 			if err != nil {
 				return nil, fmt.Errorf("request body: %w", err)
 			}
@@ -247,9 +251,25 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 // bodyKey is the argument that holds the JSON request body.
 const bodyKey = "body"
 
+// serverURL is srv's URL with each {variable} replaced by its default.
+func serverURL(srv *v3.Server) string {
+	u := srv.URL
+	if srv.Variables == nil || !strings.Contains(u, "{") {
+		return u
+	}
+	for name, v := range srv.Variables.FromOldest() {
+		if v != nil {
+			u = strings.ReplaceAll(u, "{"+name+"}", v.Default)
+		}
+	}
+	return u
+}
+
 // inline returns a schema as JSON with every $ref inlined; a missing
-// schema is any value. A recursive schema is cut where it recurses.
-func inline(sp *base.SchemaProxy, desc string) (json.RawMessage, error) {
+// schema is any value. A recursive schema is cut where it recurses. An
+// OpenAPI 3.0 document's schema (v30) is translated to JSON Schema
+// (from30).
+func inline(sp *base.SchemaProxy, desc string, v30 bool) (json.RawMessage, error) {
 	out := json.RawMessage(`{}`)
 	if sp != nil {
 		s := sp.Schema()
@@ -265,6 +285,11 @@ func inline(sp *base.SchemaProxy, desc string) (json.RawMessage, error) {
 		}
 		if out, err = cutRefs(b); err != nil {
 			return nil, err
+		}
+		if v30 {
+			if out, err = from30(out); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if desc == "" {
@@ -313,6 +338,82 @@ func cutRef(v any) any {
 		}
 	}
 	return v
+}
+
+// from30 translates an OpenAPI 3.0 schema into the JSON Schema a tool's
+// parameters are (3.1's schemas are JSON Schema already): "nullable": true
+// becomes null among its types (and in its enum, which would refuse it
+// otherwise), or an anyOf with null for a schema without a type; a
+// boolean exclusiveMinimum or exclusiveMaximum becomes the bound itself.
+// Without it a null the spec allows is refused, and a boolean bound does
+// not compile.
+func from30(b []byte) (json.RawMessage, error) {
+	if !bytes.Contains(b, []byte(`"nullable"`)) && !bytes.Contains(b, []byte(`"exclusiveM`)) {
+		return b, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(schema30(v))
+}
+
+// schema30 translates one 3.0 schema and the schemas inside it.
+func schema30(v any) any {
+	s, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	for _, k := range [...]string{"items", "not", "additionalProperties"} {
+		if e, ok := s[k]; ok {
+			s[k] = schema30(e)
+		}
+	}
+	for _, k := range [...]string{"allOf", "anyOf", "oneOf"} {
+		if list, ok := s[k].([]any); ok {
+			for i, e := range list {
+				list[i] = schema30(e)
+			}
+		}
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		for k, e := range props {
+			props[k] = schema30(e)
+		}
+	}
+	for _, b := range [...][2]string{{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}} {
+		if x, ok := s[b[0]].(bool); ok {
+			delete(s, b[0])
+			if bound, has := s[b[1]]; x && has {
+				s[b[0]] = bound
+				delete(s, b[1])
+			}
+		}
+	}
+	nullable, _ := s["nullable"].(bool)
+	delete(s, "nullable")
+	if !nullable {
+		return s
+	}
+	if enum, ok := s["enum"].([]any); ok && !slices.Contains(enum, any(nil)) {
+		s["enum"] = append(enum, nil)
+	}
+	switch t := s["type"].(type) {
+	case string:
+		s["type"] = []any{t, "null"}
+		return s
+	case []any:
+		if !slices.Contains(t, any("null")) {
+			s["type"] = append(t, "null")
+		}
+		return s
+	}
+	if _, ok := s["enum"]; ok {
+		return s
+	}
+	return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
 }
 
 // compiles reports why schema is not a JSON Schema the tool loop can

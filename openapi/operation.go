@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/observe"
 )
 
 // Operation is one operation offered as a server tool. Read-only after
@@ -188,6 +189,9 @@ func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError
 	}
 	if resp.StatusCode/100 != 2 {
 		msg := "HTTP " + strconv.Itoa(resp.StatusCode)
+		// Masked before the cut: a secret the cut splits would be no
+		// longer whole, and its start would be shown.
+		b = observe.Secrets.RedactSecrets(b)
 		if t := strings.TrimSpace(string(b[:min(len(b), errorBody)])); t != "" {
 			msg += ": " + strings.ToValidUTF8(t, "")
 		}
