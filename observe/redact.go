@@ -3,6 +3,7 @@ package observe
 import (
 	"bytes"
 	"io"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,7 +73,8 @@ func prefix(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
 // credentials it was sent): with '/' escaped (PHP), with every character
 // past ASCII as \u escapes (Python's ensure_ascii, PHP; either case of hex
 // digit), with <, > and & as \u escapes (Go's encoding/json), and as
-// .NET's System.Text.Json writes it (jsonEncodings). Secrets shorter than
+// .NET's System.Text.Json writes it (jsonEncodings); and as a URL carries
+// it (urlForms). Secrets shorter than
 // MinSecretLen are ignored.
 func (r *Redactor) Add(secrets ...string) {
 	r.mu.Lock()
@@ -94,6 +96,9 @@ func (r *Redactor) Add(secrets ...string) {
 		}
 		for _, e := range jsonEncodings {
 			next.forms[e.escape(s)] = true
+		}
+		for _, u := range urlForms(s) {
+			next.forms[u] = true
 		}
 	}
 	for f := range next.forms {
@@ -118,6 +123,21 @@ func (r *Redactor) Add(secrets ...string) {
 		})
 	}
 	r.set.Store(next)
+}
+
+// urlForms returns the forms s takes in a URL (a key in a base_url's query,
+// quoted back by an error or an API that echoes its request): query- and
+// path-escaped, a space as %20 too, and, when s itself reads as
+// query-escaped ('+' a space, %XX a byte), what a parser that decoded it
+// sends and writes back.
+func urlForms(s string) []string {
+	q := url.QueryEscape(s)
+	forms := []string{q, url.PathEscape(s), strings.ReplaceAll(q, "+", "%20")}
+	if d, err := url.QueryUnescape(s); err == nil && d != s && len(d) >= MinSecretLen {
+		dq := url.QueryEscape(d)
+		forms = append(forms, d, jsonEscape(d), dq, url.PathEscape(d), strings.ReplaceAll(dq, "+", "%20"))
+	}
+	return forms
 }
 
 // jsonEscape returns s escaped the way zerolog escapes a string value

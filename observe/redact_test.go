@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -264,6 +265,28 @@ func TestRedactSecretsInEveryJSONEncoding(t *testing.T) {
 			t.Fatalf("%s is not an encoding of a secret: %v %q", echoed, err, v)
 		}
 		if got := string(r.RedactSecrets([]byte(echoed))); !strings.Contains(got, Mask) || strings.Contains(got, "secret") || strings.Contains(got, "Secret") {
+			t.Errorf("%s → %s", echoed, got)
+		}
+	}
+}
+
+// A secret in a URL (a key in a base_url's query) is masked in the forms a
+// URL carries it in: query- and path-escaped, and as a query parser that
+// read its '+' as a space sends it and writes it back; an error that
+// quotes the URL, or an API that echoes its request, shows none of it.
+func TestRedactSecretsInURLForms(t *testing.T) {
+	t.Parallel()
+	const key = "s3cr+t/K3y=zz"
+	r := &Redactor{}
+	r.Add(key)
+	u, _ := url.Parse("http://api.test/x?code=" + key) // as base_url is read
+	for _, echoed := range []string{
+		`Get "http://api.test/x?code=` + url.QueryEscape(key) + `": connection refused`,
+		`{"uri":"/x/` + url.PathEscape(key) + `"}`,
+		`{"uri":"/x?` + u.Query().Encode() + `"}`,
+		`{"code":["` + u.Query().Get("code") + `"]}`,
+	} {
+		if got := string(r.RedactSecrets([]byte(echoed))); !strings.Contains(got, Mask) || strings.Contains(got, "K3y") {
 			t.Errorf("%s → %s", echoed, got)
 		}
 	}
