@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -131,6 +132,7 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.msgs = trimPrefill(t.msgs)
 	if len(t.msgs) == 0 {
 		return nil, pipeline.BadRequest("messages", "at least one user or assistant message is required")
 	}
@@ -491,6 +493,31 @@ func lastAssistantUnsigned(msgs []message) bool {
 		return hasToolUse(c) && !c[0].isThinking()
 	}
 	return false
+}
+
+// trimPrefill takes the trailing whitespace off a last assistant message's
+// last text (a prefill the answer continues): Anthropic refuses a final
+// assistant content that ends in whitespace ("final assistant content
+// cannot end with trailing whitespace"), which OpenAI takes. A text left
+// empty is dropped, and a message left empty with it.
+func trimPrefill(msgs []message) []message {
+	n := len(msgs)
+	if n == 0 || msgs[n-1].Role != "assistant" {
+		return msgs
+	}
+	last := &msgs[n-1]
+	k := len(last.Content) - 1
+	if k < 0 || last.Content[k].Type != "text" {
+		return msgs
+	}
+	last.Content[k].Text = strings.TrimRightFunc(last.Content[k].Text, unicode.IsSpace)
+	if last.Content[k].Text != "" {
+		return msgs
+	}
+	if last.Content = last.Content[:k]; len(last.Content) == 0 {
+		return msgs[:n-1]
+	}
+	return msgs
 }
 
 // prefilled reports whether the last message is the assistant's (a

@@ -646,3 +646,26 @@ func TestCacheTTLOrder(t *testing.T) {
 		}
 	}
 }
+
+// A prefill (a last assistant message) that ends in whitespace is sent
+// without it: Anthropic refuses "final assistant content cannot end with
+// trailing whitespace", which OpenAI takes. One that is only whitespace is
+// no prefill; an earlier assistant message keeps its text as it was.
+func TestTranslateRequestTrimsPrefill(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure, here it is:\n "}]}`:                                   `["hi","Sure, here it is:"]`,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":" \n\t"}]}`:                                                  `["hi"]`,
+		`{"messages":[{"role":"assistant","content":"a \n"},{"role":"user","content":"hi "}]}`:                                                  `["a \n","hi "]`,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"x"},{"type":"text","text":"\n"}]}]}`: `["hi","x"]`,
+	} {
+		out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sdkRoundTrip(t, out)
+		if got := gjson.GetBytes(out, "messages.#.content.#.text|@flatten").Raw; got != want {
+			t.Errorf("%s: texts %s, want %s", body, got, want)
+		}
+	}
+}
