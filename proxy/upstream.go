@@ -488,11 +488,12 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		}
 		return &pipeline.Response{Body: body}, nil
 	}
-	if !pc.messages && isJSON(resp.Header.ContentType()) {
+	if isJSON(resp.Header.ContentType()) {
 		// A stream asked for and JSON answered: an error object after the
 		// 200, which is the failure it is in a JSON answer (errorAnswer),
 		// or an upstream that does not stream, whose answer is bounded as
-		// a JSON answer is (max_response_bytes).
+		// a JSON answer is (max_response_bytes). A Messages body is read
+		// as a JSON answer of that API is (decodeMessage).
 		limit := max(pc.cfg.MaxResponseBytes, maxErrorBody)
 		body, rerr := readBounded(resp, limit)
 		pc.endCall(c, freq, resp)
@@ -504,6 +505,16 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 			// same answer is asked for as JSON (answer), not the part of
 			// it that arrived.
 			return nil, pc.bodyError(rerr)
+		}
+		if pc.messages {
+			if len(body) >= limit {
+				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: target.Provider, Err: errJSONForStream}
+			}
+			r, err := decodeMessage(target.Provider, body, req)
+			if err != nil {
+				return nil, err
+			}
+			return &pipeline.Response{Stream: completionStream(r.Body, req.Model)}, nil
 		}
 		if e := gjson.GetBytes(body, "error"); e.Exists() && e.Type != gjson.Null {
 			return nil, pc.errorAnswer(body, errErrorEvent, req.Messages)
