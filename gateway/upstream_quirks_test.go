@@ -119,6 +119,10 @@ func TestUpstreamRunningUsageSentOnce(t *testing.T) {
 		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
 			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
 		}
+		// The message's annotations too, in a delta of their own.
+		if !bytes.Contains(raw, []byte(`"delta":{"annotations":[{"type":"url_citation","url_citation":{"start_index":0,"end_index":5,"title":"T","url":"https://example.com/"}}]}`)) {
+			t.Fatalf("asked %v: no annotations delta\n%s", asked, raw)
+		}
 	}
 }
 
@@ -177,14 +181,15 @@ func TestUpstreamRefusingStreamOptions(t *testing.T) {
 }
 
 // An upstream that ignores "stream": true and answers JSON: the client's
-// SDK gets the stream of that answer, its usage when it asked for it, and
-// none when it did not.
+// SDK gets the stream of that answer (its annotations too), its usage when
+// it asked for it, and none when it did not.
 func TestUpstreamThatDoesNotStream(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,`+
-			`"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`)
+			`"message":{"role":"assistant","content":"Hello there","annotations":[{"type":"url_citation","url_citation":{"start_index":0,"end_index":5,"title":"T","url":"https://example.com/"}}]},`+
+			`"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`)
 	}))
 	t.Cleanup(up.Close)
 	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
@@ -200,6 +205,10 @@ func TestUpstreamThatDoesNotStream(t *testing.T) {
 		}
 		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
 			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
+		}
+		// The message's annotations too, in a delta of their own.
+		if !bytes.Contains(raw, []byte(`"delta":{"annotations":[{"type":"url_citation","url_citation":{"start_index":0,"end_index":5,"title":"T","url":"https://example.com/"}}]}`)) {
+			t.Fatalf("asked %v: no annotations delta\n%s", asked, raw)
 		}
 	}
 }
