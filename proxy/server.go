@@ -117,6 +117,16 @@ type Server struct {
 // the collector shrinks an idle one).
 const streamWorkers = 10 * time.Second
 
+// maxPooledBody is the largest body buffer fasthttp keeps in its pools
+// when a request or response is released (a client's body, an upstream's
+// JSON answer): a larger one is left to the collector. The pools hand a
+// buffer to the next request whatever its size, so a few answers refused
+// at max_response_bytes (their buffers grown to it) stayed live for good,
+// passed from request to request: 32 MiB each at the default.
+const maxPooledBody = 1 << 20
+
+func init() { fasthttp.SetBodySizePoolLimit(maxPooledBody, maxPooledBody) }
+
 // NewServer returns a server for rt.
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 	s := &Server{log: log, open: map[net.Conn]struct{}{}, streaming: map[net.Conn]struct{}{}, idle: map[*keptConn]struct{}{},
