@@ -19,6 +19,9 @@ type Config struct {
 	Middleware Middleware  `toml:"middleware"`
 	// urlSecrets are the values ${NAME} put in URL fields (expandURL).
 	urlSecrets []string
+	// envValues is every value ${NAME} put anywhere (expand): a
+	// validation error shows none of them (masked).
+	envValues  []string
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`

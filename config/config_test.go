@@ -17,6 +17,14 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key in an inline table", "[[models]]\nname = \"m\"\nprice = {input = 1.0, outptu = 2.0}\n", `line 3: unknown key "models.price.outptu"`},
 		{"unknown key in an array of inline tables", "[[models]]\nname = \"m\"\ndeployments = [{provider = \"p\", wieght = 2}]\n", `line 3: unknown key "models.deployments.wieght"`},
 		{"bad duration", "[server]\nread_timeout = \"soon\"\n", "line 2"},
+		// A bare number would be nanoseconds: every call would time out.
+		{"bare duration", "[server]\nwrite_timeout = 5\n", `line 2: server.write_timeout: a duration is a string with a unit`},
+		{"bare duration in an array table", "[[providers]]\nname=\"p\"\nkind=\"mock\"\nconnect_timeout = 30\n", `line 4: providers[0].connect_timeout: a duration is a string with a unit`},
+		{"bare duration in a nested table", "[tool_loop]\nwall_time = 1.5\n", `line 2: tool_loop.wall_time: a duration is a string with a unit`},
+		// A value of the wrong type is named by its key, not a Go field.
+		{"string for a number", "[server]\nmax_body_bytes = \"big\"\n", `line 2: server.max_body_bytes: want a whole number, got a string`},
+		{"number for a string", "[[providers]]\nname = 5\n", `line 2: providers[0].name: want a string, got an integer`},
+		{"string for a list", "[[models]]\nname = \"m\"\nfallbacks = \"x\"\n", `line 3: models[0].fallbacks: want a list, got a string`},
 		{"bad kind", "[[providers]]\nname=\"p\"\nkind=\"grpc\"\n", `providers[0].kind: "grpc" is not one of openai, anthropic, mock`},
 		{"bad base url", "[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"ftp://x\"\n", `providers[0].base_url`},
 		{"unknown provider", "[[models]]\nname=\"m\"\nprovider=\"nope\"\n", `line 3: models[0].provider: unknown provider "nope"`},
@@ -144,5 +152,22 @@ func TestGCMinGrowthZeroStays(t *testing.T) {
 	}
 	if g := c.Server.GCMinGrowthBytes; g == nil || *g != 0 {
 		t.Fatalf("gc_min_growth_bytes = 0 became %v", g)
+	}
+}
+
+// A value from the environment in the wrong field (a key as a base_url)
+// is not printed by the error that says so: at start and by -check the
+// log redactor does not know it yet.
+func TestValidationErrorsMaskEnvironmentValues(t *testing.T) {
+	t.Setenv("LLMGW_TEST_KEY", "sk-SECRETVALUE123")
+	for _, toml := range []string{
+		"[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"${LLMGW_TEST_KEY}\"\n",
+		"[[tools]]\nname=\"t\"\nkind=\"http\"\nurl=\"${LLMGW_TEST_KEY}/x\"\n",
+		"[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"ftp://h/${LLMGW_TEST_KEY}\"\n",
+	} {
+		_, err := Parse([]byte(toml))
+		if err == nil || strings.Contains(err.Error(), "SECRETVALUE") || !strings.Contains(err.Error(), "not an http(s) URL") {
+			t.Errorf("%q: %v", toml, err)
+		}
 	}
 }

@@ -31,6 +31,9 @@ func Parse(b []byte) (*Config, error) {
 	var c Config
 	dec := toml.NewDecoder(bytes.NewReader(b)).DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
+		if terr := typeErrors(b); terr != nil {
+			return nil, withLines(terr, b) // by key, not by Go field
+		}
 		var strict *toml.StrictMissingError
 		if errors.As(err, &strict) && len(strict.Errors) > 0 {
 			e := strict.Errors[0]
@@ -51,12 +54,15 @@ func Parse(b []byte) (*Config, error) {
 		}
 		return nil, fmt.Errorf("decode: %w", err)
 	}
+	if err := typeErrors(b); err != nil {
+		return nil, withLines(err, b) // a bare duration decodes
+	}
 	c.expand()
 	o := newOrigin(&c)
 	c.ApplyDefaults()
 	o.mapTo(&c)
 	if err := c.validate(o); err != nil {
-		return nil, withLines(err, b)
+		return nil, c.maskEnv(withLines(err, b))
 	}
 	return &c, nil
 }
@@ -80,12 +86,9 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // Expand replaces ${NAME} references with the environment's values.
 func Expand(s string) string {
-	if !strings.Contains(s, "${") {
-		return s
-	}
-	return envRef.ReplaceAllStringFunc(s, func(m string) string {
-		return os.Getenv(m[2 : len(m)-1])
-	})
+	var c Config
+	c.expandStr(&s)
+	return s
 }
 
 // expandURL expands a URL field, keeping each value the environment put in
@@ -102,6 +105,7 @@ func (c *Config) expandURL(s *string) {
 		vals = append(vals, v)
 		return v
 	})
+	c.envValues = append(c.envValues, vals...)
 	u, err := url.Parse(*s)
 	if err != nil {
 		return
@@ -128,56 +132,99 @@ func (c *Config) expandURL(s *string) {
 	}
 }
 
-func expandMap(m map[string]string) {
+// expandStr is Expand, noting the values it put in (envValues).
+func (c *Config) expandStr(s *string) {
+	if !strings.Contains(*s, "${") {
+		return
+	}
+	*s = envRef.ReplaceAllStringFunc(*s, func(m string) string {
+		v := os.Getenv(m[2 : len(m)-1])
+		c.envValues = append(c.envValues, v)
+		return v
+	})
+}
+
+func (c *Config) expandMap(m map[string]string) {
 	for k, v := range m {
-		m[k] = Expand(v)
+		c.expandStr(&v)
+		m[k] = v
 	}
 }
 
 // expand resolves the secret-bearing fields; other fields stay literal.
 func (c *Config) expand() {
-	c.Server.AdminKey = Expand(c.Server.AdminKey)
+	c.expandStr(&c.Server.AdminKey)
 	for i := range c.Providers {
 		p := &c.Providers[i]
-		p.APIKey = Expand(p.APIKey)
+		c.expandStr(&p.APIKey)
 		c.expandURL(&p.BaseURL)
-		expandMap(p.Headers)
+		c.expandMap(p.Headers)
 	}
 	for i := range c.Tools {
-		expandMap(c.Tools[i].Headers)
+		c.expandMap(c.Tools[i].Headers)
 		c.expandURL(&c.Tools[i].URL)
 	}
 	for i := range c.MCPServers {
-		expandMap(c.MCPServers[i].Env)
-		expandMap(c.MCPServers[i].Headers)
+		c.expandMap(c.MCPServers[i].Env)
+		c.expandMap(c.MCPServers[i].Headers)
 		c.expandURL(&c.MCPServers[i].URL)
 	}
 	for i := range c.Keys {
-		c.Keys[i].Key = Expand(c.Keys[i].Key)
-		c.Keys[i].SHA256 = Expand(c.Keys[i].SHA256)
+		c.expandStr(&c.Keys[i].Key)
+		c.expandStr(&c.Keys[i].SHA256)
 	}
-	c.Server.AdminKey = Expand(c.Server.AdminKey)
-	c.ToolLoop.ApprovalSecret = Expand(c.ToolLoop.ApprovalSecret)
+	c.expandStr(&c.ToolLoop.ApprovalSecret)
 	c.expandURL(&c.Tracing.Endpoint)
 	for i := range c.OpenAPI {
-		expandMap(c.OpenAPI[i].Headers)
+		c.expandMap(c.OpenAPI[i].Headers)
 		c.expandURL(&c.OpenAPI[i].BaseURL)
 		c.expandURL(&c.OpenAPI[i].Spec)
 	}
 	for i := range c.Guardrails {
-		expandMap(c.Guardrails[i].Headers)
+		c.expandMap(c.Guardrails[i].Headers)
 		c.expandURL(&c.Guardrails[i].URL)
 	}
-	expandMap(c.Tracing.Headers)
+	c.expandMap(c.Tracing.Headers)
 	if c.Redis != nil {
 		c.expandURL(&c.Redis.Addr)
-		c.Redis.Password = Expand(c.Redis.Password)
-		c.Redis.SentinelPassword = Expand(c.Redis.SentinelPassword)
+		c.expandStr(&c.Redis.Password)
+		c.expandStr(&c.Redis.SentinelPassword)
 		for i := range c.Redis.Addrs {
 			c.expandURL(&c.Redis.Addrs[i])
 		}
 	}
 }
+
+// maskEnv masks, in the message of every *KeyError joined in err, each
+// value the environment gave (envValues) that is long enough to be a
+// secret, as written and as a URL escapes it: a key put in the wrong
+// field (base_url = "${API_KEY}") is not printed by the error that says
+// so, at start or by -check, before the log redactor knows it.
+func (c *Config) maskEnv(err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	for _, e := range joined.Unwrap() {
+		ke, ok := e.(*KeyError)
+		if !ok {
+			continue
+		}
+		for _, v := range c.envValues {
+			if len(v) < minMasked {
+				continue
+			}
+			for _, form := range [...]string{v, url.PathEscape(v), url.QueryEscape(v)} {
+				ke.Msg = strings.ReplaceAll(ke.Msg, form, "[REDACTED]")
+			}
+		}
+	}
+	return err
+}
+
+// minMasked is the shortest environment value maskEnv masks: a shorter
+// one (a port, a region) protects nothing and would mangle the message.
+const minMasked = 6
 
 // lineAt returns line row (1-based) of b, or nil.
 func lineAt(b []byte, row int) []byte {

@@ -61,6 +61,9 @@ func (r *Redis) validate(p *problems) {
 			}
 		}
 	}
+	if r.DB < 0 {
+		p.add("redis.db", "must not be negative")
+	}
 	if r.Mode == "cluster" && r.DB != 0 {
 		p.add("redis.db", "a Redis Cluster has only db 0")
 	}

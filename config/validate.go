@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/url"
 	"path"
 	"regexp"
@@ -98,7 +100,57 @@ func (c *Config) validate(o *origin) error {
 	c.validateGuardrails(&p)
 	c.validateOpenAPI(&p)
 	c.Redis.validate(&p)
+	c.validateHeaders(&p, o)
 	return errors.Join(p.errs...)
+}
+
+// validateHeaders reports a configured header whose name is not an HTTP
+// token, or whose value holds a control character: sent as written, it
+// made a malformed request (a name with a space), or a mangled one.
+func (c *Config) validateHeaders(p *problems, o *origin) {
+	for i, pr := range c.Providers {
+		p.checkHeaders(fmt.Sprintf("providers[%d].headers", o.provider(i)), pr.Headers)
+	}
+	for i, t := range c.Tools {
+		p.checkHeaders(fmt.Sprintf("tools[%d].headers", i), t.Headers)
+	}
+	for i, s := range c.MCPServers {
+		p.checkHeaders(fmt.Sprintf("mcp_servers[%d].headers", i), s.Headers)
+	}
+	for i, s := range c.OpenAPI {
+		p.checkHeaders(fmt.Sprintf("openapi[%d].headers", i), s.Headers)
+	}
+	for i, g := range c.Guardrails {
+		p.checkHeaders(fmt.Sprintf("guardrails[%d].headers", i), g.Headers)
+	}
+	p.checkHeaders("tracing.headers", c.Tracing.Headers)
+}
+
+func (p *problems) checkHeaders(key string, h map[string]string) {
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if !IsToken(name) {
+			p.add(key, "%q is not a header name", name)
+		}
+		if strings.ContainsFunc(h[name], func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+			p.add(key+"."+name, "the value holds a control character")
+		}
+	}
+}
+
+// IsToken reports whether s is an HTTP token (RFC 9110 tchar), as a
+// header name or a method is.
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // LogLevels and LogFormats are the values server.log_level and
@@ -120,6 +172,26 @@ func (c *Config) validateServer(p *problems) {
 	p.checkBuffer("server.write_buffer", c.Server.WriteBuffer)
 	if g := c.Server.GCMinGrowthBytes; g != nil && (*g < 0 || *g > 1<<30) {
 		p.add("server.gc_min_growth_bytes", "%d is outside 0..1073741824 (1 GiB)", *g)
+	}
+	p.checkListen("server.listen", c.Server.Listen)
+	if c.Server.MetricsListen != "" {
+		p.checkListen("server.metrics_listen", c.Server.MetricsListen)
+		if c.Server.MetricsListen == c.Server.Listen && !strings.HasSuffix(c.Server.Listen, ":0") { // port 0: each its own
+			p.add("server.metrics_listen", "%q is listen's address too: give it a port of its own, or leave it out to serve /metrics on listen", c.Server.MetricsListen)
+		}
+	}
+}
+
+// checkListen reports an address a listener cannot take: host:port (the
+// host may be empty, for every interface) with a port in 0..65535.
+func (p *problems) checkListen(key, addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		p.add(key, "%q is not host:port", addr)
+		return
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
+		p.add(key, "%q: the port is not a number in 0..65535", addr)
 	}
 }
 

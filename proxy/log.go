@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+
+	"github.com/llmgw/gateway/config"
 )
 
 // fasthttpLogger sends fasthttp's own messages (a connection that failed to
@@ -89,7 +91,7 @@ func redactQuoted(s string, midLine bool) string {
 // its query) and protocol.
 func redactRequestLine(line string) string {
 	parts := strings.Split(line, " ")
-	if len(parts) != 3 || !isToken(parts[0]) {
+	if len(parts) != 3 || !config.IsToken(parts[0]) {
 		return redactHeaderLine(line)
 	}
 	if strings.HasPrefix(parts[0], "HTTP/") { // a status line
@@ -112,25 +114,10 @@ func redactRequestLine(line string) string {
 // line that is not "token: value" becomes its length.
 func redactHeaderLine(line string) string {
 	name, value, ok := strings.Cut(line, ":")
-	if !ok || !isToken(name) {
+	if !ok || !config.IsToken(name) {
 		return fmt.Sprintf("[%d bytes]", len(line))
 	}
 	return fmt.Sprintf("%s: [%d bytes]", name, len(strings.TrimSpace(value)))
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 tchar).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 // isAddr reports whether s is an IP address with a port, as fasthttp quotes

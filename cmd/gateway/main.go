@@ -170,8 +170,11 @@ func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen st
 // each one the new config changed: the listen addresses (the metrics
 // listener's too: a new value would make the main listener refuse
 // /metrics with nothing else serving it), the read and idle timeouts and
-// the connection buffers.
+// the connection buffers, and the log's level and format (the logger every
+// part holds is built at start).
 func keepStartOnly(now, was *config.Server, log zerolog.Logger) {
+	keep(log, "log_level", &now.LogLevel, was.LogLevel)
+	keep(log, "log_format", &now.LogFormat, was.LogFormat)
 	keep(log, "listen", &now.Listen, was.Listen)
 	keep(log, "metrics_listen", &now.MetricsListen, was.MetricsListen)
 	keep(log, "read_timeout", &now.ReadTimeout, was.ReadTimeout)

@@ -13,13 +13,15 @@ import (
 
 // A reload keeps the [server] settings the server takes at start, and
 // warns for each one it changed: a reload that said "config reloaded"
-// while a new listen address or idle timeout did nothing misled the
-// operator. Settings a reload applies are left as the new file has them.
+// while a new listen address, idle timeout or log level did nothing misled
+// the operator. Settings a reload applies are left as the new file has them.
 func TestReloadKeepsStartOnlySettings(t *testing.T) {
 	was := config.Server{Listen: "127.0.0.1:8080", MetricsListen: "", ReadTimeout: config.Duration(30 * time.Second),
-		IdleTimeout: config.Duration(120 * time.Second), ReadBuffer: 4096, WriteBuffer: 4096, MaxBodyBytes: 1000}
+		IdleTimeout: config.Duration(120 * time.Second), ReadBuffer: 4096, WriteBuffer: 4096, MaxBodyBytes: 1000,
+		LogLevel: "info", LogFormat: "json"}
 	now := config.Server{Listen: "127.0.0.1:8085", MetricsListen: "127.0.0.1:9", ReadTimeout: config.Duration(time.Second),
-		IdleTimeout: config.Duration(time.Second), ReadBuffer: 8192, WriteBuffer: 1024, MaxBodyBytes: 2000}
+		IdleTimeout: config.Duration(time.Second), ReadBuffer: 8192, WriteBuffer: 1024, MaxBodyBytes: 2000,
+		LogLevel: "debug", LogFormat: "console"}
 	var logs bytes.Buffer
 	keepStartOnly(&now, &was, zerolog.New(&logs))
 	want := was
@@ -27,7 +29,7 @@ func TestReloadKeepsStartOnlySettings(t *testing.T) {
 	if now != want {
 		t.Fatalf("after the reload: %+v, want %+v", now, want)
 	}
-	for _, key := range []string{"listen", "metrics_listen", "read_timeout", "idle_timeout", "read_buffer", "write_buffer"} {
+	for _, key := range []string{"listen", "metrics_listen", "read_timeout", "idle_timeout", "read_buffer", "write_buffer", "log_level", "log_format"} {
 		if !strings.Contains(logs.String(), `"key":"server.`+key+`"`) {
 			t.Errorf("no warning for server.%s: %s", key, logs.String())
 		}
