@@ -187,6 +187,12 @@ period = "day"
 		team.Get("output_tokens").Int() != 50 || team.Get("cost_microdollars").Int() != 2300 {
 		t.Fatalf("usage report: %s", body)
 	}
+	// Only to: the 30 days up to it (from was today's default, and a to a
+	// year ahead was refused for the span).
+	if status, _, body := send(t, "GET", h.base+"/gateway/usage?to="+time.Now().UTC().AddDate(2, 0, 0).Format("2006-01-02"), "sk-ops", ""); status != 200 ||
+		gjson.GetBytes(body, "total.requests").Int() != 0 {
+		t.Fatalf("only to: %d %s", status, body)
+	}
 }
 
 // Every upstream call of a tool loop counts against tokens_per_minute: one

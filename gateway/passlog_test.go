@@ -55,6 +55,11 @@ func TestPassthroughAccessLine(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", r.method, r.path, status, body)
 		}
 	}
+	// The usage API refuses a tenant's key without the admin role, and its
+	// line names who asked.
+	if status, _, body := send(t, "GET", h.base+"/gateway/usage", "sk-team", ""); status != 403 {
+		t.Fatalf("usage with a tenant's key: %d %s", status, body)
+	}
 	line := func(path string) gjson.Result {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			for l := range strings.SplitSeq(h.logs.String(), "\n") {
@@ -83,7 +88,7 @@ func TestPassthroughAccessLine(t *testing.T) {
 	if l := line("/v1/moderations"); l.Get("tenant").Str != "team" || l.Get("status").Int() != 400 {
 		t.Errorf("refused: %s", l.Raw)
 	}
-	for _, p := range []string{"/v1/models", "/v1/responses/resp_probe", "/v1/chat/completions"} {
+	for _, p := range []string{"/v1/models", "/v1/responses/resp_probe", "/v1/chat/completions", "/v1/gateway/usage"} {
 		if l := line(p); l.Get("tenant").Str != "team" {
 			t.Errorf("%s: no tenant: %s", p, l.Raw)
 		}

@@ -63,6 +63,15 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, main bool) bool {
 	rt := x.rt
 	switch path {
+	case "/healthz", "/readyz", "/metrics":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			s.methodNotAllowed(ctx, x, "GET, HEAD")
+			return true
+		}
+	default:
+		return false
+	}
+	switch path {
 	case "/healthz":
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
@@ -146,7 +155,7 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 		s.methodNotAllowed(ctx, x, fasthttp.MethodGet)
 		return
 	}
-	if err := s.usageAllowed(ctx, rt); err != nil {
+	if err := s.usageAllowed(ctx, x); err != nil {
 		s.writeError(ctx, x, err)
 		return
 	}
@@ -156,7 +165,7 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 	}
 	args := ctx.QueryArgs()
 	to := x.start.UTC()
-	from := to.AddDate(0, 0, -29) // the last 30 days, today included
+	from := time.Time{} // default: the 30 days up to to, to included
 	for _, p := range []struct {
 		name string
 		t    *time.Time
@@ -170,6 +179,9 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 			*p.t = t
 		}
 	}
+	if from.IsZero() {
+		from = to.AddDate(0, 0, -29)
+	}
 	body, err := rt.Usage(context.Background(), string(args.Peek("tenant")), from, to, string(args.Peek("group_by")))
 	if err != nil {
 		s.writeError(ctx, x, err)
@@ -182,13 +194,18 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 // usageAllowed admits keys with role = "admin", the server's admin key,
 // or, on a gateway with neither keys nor an admin key, anyone.
 // A missing or unknown key is a 401, as on every other route; a tenant's
-// key without the role is a 403.
-func (s *Server) usageAllowed(ctx *fasthttp.RequestCtx, rt *Runtime) error {
+// key without the role is a 403. The access line names the tenant of a
+// key it read, admitted or not.
+func (s *Server) usageAllowed(ctx *fasthttp.RequestCtx, x *exchange) error {
+	rt := x.rt
 	var authErr error
 	if rt.Policy != nil {
 		t, err := rt.authenticate(ctx)
-		if err == nil && t != nil && t.Admin {
-			return nil
+		if err == nil && t != nil {
+			x.tenant = tenantName(t)
+			if t.Admin {
+				return nil
+			}
 		}
 		authErr = err
 	}

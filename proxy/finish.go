@@ -120,7 +120,7 @@ func (s *Server) finish(x *exchange) {
 	requestCounts.Get(requestKey{x.route, x.model, status}).Inc()
 	requestSecondsOf.Get(x.route).Observe(elapsed.Seconds())
 	if x.answered() {
-		chatFirstByte.Observe(ttfb.Seconds())
+		firstByteOf.Get(x.route).Observe(ttfb.Seconds())
 	}
 	s.accessLog(x, status, elapsed, ttfb)
 	if x.stream {

@@ -32,7 +32,7 @@ var (
 		return requestsTotal.WithLabelValues(k.route, k.model, statusLabel(k.status))
 	})
 	requestSecondsOf = observe.NewLabeled(func(route string) prometheus.Observer { return requestSeconds.WithLabelValues(route) })
-	chatFirstByte    = firstByteSeconds.WithLabelValues(chatRoute)
+	firstByteOf      = observe.NewLabeled(func(route string) prometheus.Observer { return firstByteSeconds.WithLabelValues(route) })
 )
 
 // requestKey is the label values of gateway_requests_total: a route label

@@ -652,6 +652,8 @@ func routeLabel(path string) string {
 		return chatRoute
 	case path == modelsRoute:
 		return modelsRoute
+	case path == responsesRoute:
+		return responsesRoute
 	case strings.HasPrefix(path, "/v1/models/"):
 		return "/v1/models/{id}"
 	case strings.HasPrefix(path, "/v1/"):
