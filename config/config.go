@@ -19,6 +19,9 @@ type Config struct {
 	Middleware Middleware  `toml:"middleware"`
 	// urlSecrets are the values ${NAME} put in URL fields (expandURL).
 	urlSecrets []string
+	// Dropped names the optional providers left out for want of a key
+	// (with the models only they serve), for the build to log.
+	Dropped []string `toml:"-"`
 	// envValues is every value ${NAME} put anywhere (expand): a
 	// validation error shows none of them (masked).
 	envValues  []string

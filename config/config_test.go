@@ -171,3 +171,16 @@ func TestValidationErrorsMaskEnvironmentValues(t *testing.T) {
 		}
 	}
 }
+
+// An optional provider without a key is left out and named in Dropped,
+// which the build logs: it was dropped without a word.
+func TestDroppedProvidersAreNamed(t *testing.T) {
+	c, err := Parse([]byte("[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\napi_key=\"${SURELY_UNSET_VAR_42}\"\n" +
+		"[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"a\"\nprovider=\"o\"\n[[models]]\nname=\"b\"\nprovider=\"m\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Dropped) != 1 || c.Dropped[0] != "o" || len(c.Providers) != 1 || len(c.Models) != 1 {
+		t.Fatalf("dropped %v, providers %d, models %d", c.Dropped, len(c.Providers), len(c.Models))
+	}
+}

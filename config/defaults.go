@@ -142,6 +142,7 @@ func (c *Config) dropOptionalProviders() {
 	for _, p := range c.Providers {
 		if p.Optional && p.APIKey == "" && p.Name != "" { // unnamed: left for validate to report
 			dropped[p.Name] = true
+			c.Dropped = append(c.Dropped, p.Name)
 			continue
 		}
 		kept = append(kept, p)

@@ -101,6 +101,9 @@ func (c *Config) validate(o *origin) error {
 	c.validateOpenAPI(&p)
 	c.Redis.validate(&p)
 	c.validateHeaders(&p, o)
+	if c.Tracing.Endpoint != "" {
+		p.checkHTTPURL("tracing.endpoint", c.Tracing.Endpoint)
+	}
 	return errors.Join(p.errs...)
 }
 
@@ -476,6 +479,11 @@ func (c *Config) validatePolicies(p *problems) {
 		p.checkPatterns(at+".models", pol.Models)
 		p.checkPatterns(at+".tools", pol.Tools)
 		p.checkPatterns(at+".passthrough", pol.Passthrough)
+		for j, g := range pol.Passthrough {
+			if !strings.HasPrefix(g, "/") && g != "*" {
+				p.add(fmt.Sprintf("%s.passthrough[%d]", at, j), "%q matches no path: a path starts with /, as in \"/v1/embeddings\"", g)
+			}
+		}
 		p.checkPatterns(at+".approval_tools", pol.ApprovalTools)
 	}
 }

@@ -99,6 +99,9 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 		}
 	}()
 	registerSecrets(cfg)
+	for _, name := range cfg.Dropped {
+		log.Info().Str("provider", name).Msg("provider is optional and its api_key is unset: left out, with the models only it serves")
+	}
 	if err := b.startUpstream(); err != nil {
 		return nil, err
 	}
