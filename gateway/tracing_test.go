@@ -155,6 +155,10 @@ endpoint = "` + otlpURL + `"
 		if string(s.ParentSpanId) != string(server.SpanId) || s.Kind != tracepb.Span_SPAN_KIND_CLIENT || attr(s, "gen_ai.operation.name") != "chat" {
 			t.Fatalf("chat span %q: parent %x kind %v", s.Name, s.ParentSpanId, s.Kind)
 		}
+		// A later round's call of a deployment is a round, not a retry.
+		if attr(s, "gateway.retry") != "false" {
+			t.Fatalf("chat span %q (attempt %s) marked a retry", s.Name, attr(s, "gateway.attempt"))
+		}
 		switch attr(s, "gen_ai.request.model") {
 		case "up-model":
 			if s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || attr(s, "gateway.fallback") != "false" {

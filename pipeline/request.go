@@ -98,6 +98,11 @@ type Request struct {
 	// client's own tool_choice "none" gets no calls.
 	FinalRound bool
 
+	// Round numbers the tool loop's model calls of one client request
+	// (0: the first, or a request outside the loop). A tracer tells a
+	// round from a retry by it: a round calls the same deployment anew.
+	Round int
+
 	// Thinking, when set, receives the signed reasoning blocks of the
 	// answer (see Thinking). The tool loop sets a new one on each round's
 	// request; nil costs nothing and collects nothing.

@@ -149,6 +149,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	r := s.req.Clone()
 	r.Body = body
 	r.FinalRound = s.final && s.p.choice != choiceClientRequired
+	r.Round = s.iterations
 	s.thinking = &pipeline.Thinking{}
 	r.Thinking = s.thinking
 	// An upstream error naming a message names the client's (pipeline.MessageMap).

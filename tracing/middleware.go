@@ -51,19 +51,25 @@ const maxCallNames = 1024
 type requestState struct {
 	mu    sync.Mutex
 	n     int
-	tried []deployment
+	round int           // the tool-loop round tried holds (pipeline.Request.Round)
+	tried []deployment  // in round
 	first [2]deployment // tried's first backing array: most requests try one or two
 }
 
 // deployment is a provider and upstream model tried.
 type deployment struct{ provider, upstream string }
 
-// attempt counts an attempt at provider's upstream model: its 1-based
-// number, and whether that deployment was tried before.
-func (s *requestState) attempt(provider, upstream string) (n int, retry bool) {
+// attempt counts an attempt at provider's upstream model in a tool-loop
+// round: its 1-based number in the request, and whether that deployment
+// was tried before in the same round (a later round's call of it is no
+// retry).
+func (s *requestState) attempt(provider, upstream string, round int) (n int, retry bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n++
+	if round != s.round {
+		s.round, s.tried = round, s.tried[:0]
+	}
 	d := deployment{provider, upstream}
 	if slices.Contains(s.tried, d) {
 		return s.n, true
@@ -181,7 +187,7 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 		}
 		attempt, retry := 1, false
 		if st, _ := ctx.Value(stateKey{}).(*requestState); st != nil {
-			attempt, retry = st.attempt(provider, upstream)
+			attempt, retry = st.attempt(provider, upstream, r.Round)
 		}
 		ctx, span := t.tr.Start(ctx, t.callName(upstream), clientSpan...)
 		if !span.IsRecording() {

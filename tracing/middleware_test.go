@@ -260,3 +260,20 @@ func TestToolSpanName(t *testing.T) {
 		}
 	}
 }
+
+// A retry is a second call of a deployment in one tool-loop round; the
+// next round's call of it is none. The attempt number counts every call
+// of the request.
+func TestAttemptRetryPerRound(t *testing.T) {
+	t.Parallel()
+	var st requestState
+	for i, want := range []struct {
+		round, n int
+		retry    bool
+	}{{0, 1, false}, {0, 2, true}, {1, 3, false}, {1, 4, true}, {2, 5, false}} {
+		n, retry := st.attempt("up", "m", want.round)
+		if n != want.n || retry != want.retry {
+			t.Errorf("call %d (round %d): attempt %d retry %v, want %d %v", i, want.round, n, retry, want.n, want.retry)
+		}
+	}
+}
