@@ -293,6 +293,11 @@ func (b *builder) startShared() (err error) {
 		return err
 	}
 	if tracer := b.tracer; tracer != nil {
+		kinds := make(map[string]string, len(cfg.Providers))
+		for _, p := range cfg.Providers {
+			kinds[p.Name] = p.Kind
+		}
+		tracer.SetProviders(kinds)
 		b.closers = append(b.closers, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -155,6 +155,11 @@ endpoint = "` + otlpURL + `"
 		if string(s.ParentSpanId) != string(server.SpanId) || s.Kind != tracepb.Span_SPAN_KIND_CLIENT || attr(s, "gen_ai.operation.name") != "chat" {
 			t.Fatalf("chat span %q: parent %x kind %v", s.Name, s.ParentSpanId, s.Kind)
 		}
+		// The provider by its kind's well-known name; its configured name
+		// beside it.
+		if attr(s, "gen_ai.provider.name") != "openai" || attr(s, "gateway.provider") != "up" {
+			t.Fatalf("chat span %q: provider %q (%q)", s.Name, attr(s, "gen_ai.provider.name"), attr(s, "gateway.provider"))
+		}
 		// A later round's call of a deployment is a round, not a retry.
 		if attr(s, "gateway.retry") != "false" {
 			t.Fatalf("chat span %q (attempt %s) marked a retry", s.Name, attr(s, "gateway.attempt"))

@@ -32,6 +32,7 @@ const (
 	attrRetry    = attribute.Key("gateway.retry")    // the same deployment was tried before
 	attrFallback = attribute.Key("gateway.fallback") // the model is not the one the client asked for
 	attrTenant   = attribute.Key("gateway.tenant")
+	attrProvider = attribute.Key("gateway.provider") // the provider's configured name
 	attrStream   = attribute.Key("gateway.stream")
 )
 
@@ -195,7 +196,7 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 		}
 		a := newAttrs()
 		a.add(
-			semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(provider),
+			semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(t.providerName(provider)), attrProvider.String(provider),
 			semconv.GenAIRequestModel(upstream), attrAttempt.Int(attempt), attrRetry.Bool(retry),
 			attrFallback.Bool(model != "" && model != r.Model), attrStream.Bool(r.Stream),
 		)

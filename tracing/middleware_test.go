@@ -25,6 +25,7 @@ func recorded(t *testing.T, r *pipeline.Request, up pipeline.Handler) []sdktrace
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation)}
+	tr.SetProviders(map[string]string{"up": "openai"})
 	call := tr.ModelCall(up)
 	h := tr.Request()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		if _, err := call.Chat(ctx, r); err == nil {
@@ -111,8 +112,8 @@ func TestSpanAttributes(t *testing.T) {
 					t.Fatalf("call span %q %v", s.Name(), s.SpanKind())
 				}
 			}
-			want = "error.type=upstream_503 gateway.attempt=1 gateway.fallback=false gateway.retry=false gateway.stream=" + stream +
-				" gen_ai.operation.name=chat gen_ai.provider.name=up gen_ai.request.model=gpt-x-up"
+			want = "error.type=upstream_503 gateway.attempt=1 gateway.fallback=false gateway.provider=up gateway.retry=false gateway.stream=" + stream +
+				" gen_ai.operation.name=chat gen_ai.provider.name=openai gen_ai.request.model=gpt-x-up"
 			if got := attrList(failed); got != want || failed.Status().Code != codes.Error || len(failed.Events()) != 1 {
 				t.Fatalf("failed call:\n got %s %v %v\nwant %s", got, failed.Status(), failed.Events(), want)
 			}
@@ -121,7 +122,7 @@ func TestSpanAttributes(t *testing.T) {
 				usage, finish, cache = "7 3", "length", " gen_ai.usage.cache_read.input_tokens=4 gen_ai.usage.cache_creation.input_tokens=2"
 			}
 			want = sortedAttrs("gateway.attempt=2 gateway.fallback=false gateway.retry=true gateway.stream=" + stream +
-				" gen_ai.operation.name=chat gen_ai.provider.name=up gen_ai.request.model=gpt-x-up gen_ai.response.model=gpt-x-up" +
+				" gen_ai.operation.name=chat gateway.provider=up gen_ai.provider.name=openai gen_ai.request.model=gpt-x-up gen_ai.response.model=gpt-x-up" +
 				" gen_ai.usage.input_tokens=" + strings.Fields(usage)[0] + " gen_ai.usage.output_tokens=" + strings.Fields(usage)[1] +
 				" gen_ai.response.finish_reasons=[\"" + finish + "\"]" + cache)
 			if got := attrList(ok); got != want || ok.Status().Code == codes.Error {

@@ -38,8 +38,12 @@ type Tracer struct {
 	tp      *sdktrace.TracerProvider
 	tr      trace.Tracer
 	content bool
-	names   sync.Map // upstream model → its call spans' name
-	nNames  atomic.Int64
+	// kinds maps a configured provider's name to its kind (SetProviders):
+	// gen_ai.provider.name is the kind's well-known name, the configured
+	// name gateway.provider. Read-only once the build is done.
+	kinds  map[string]string
+	names  sync.Map // upstream model → its call spans' name
+	nNames atomic.Int64
 }
 
 // propagator is W3C trace context (traceparent, tracestate).
@@ -117,6 +121,30 @@ func exporter(ctx context.Context, cfg config.Tracing) (*otlptrace.Exporter, err
 		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
 	}
 	return otlptracehttp.New(ctx, opts...)
+}
+
+// SetProviders records the kind of each configured provider (by name),
+// before the tracer serves a request.
+func (t *Tracer) SetProviders(kinds map[string]string) {
+	if t != nil {
+		t.kinds = kinds
+	}
+}
+
+// providerName is gen_ai.provider.name for the provider configured as
+// name: the GenAI conventions' well-known name of its kind ("openai" for
+// any OpenAI-compatible API, "anthropic"), the gateway's own for its demo
+// model, and name itself for one the tracer was not told of.
+func (t *Tracer) providerName(name string) string {
+	switch t.kinds[name] {
+	case "openai":
+		return "openai"
+	case "anthropic":
+		return "anthropic"
+	case "mock":
+		return "llmgw.mock"
+	}
+	return name
 }
 
 // Shutdown flushes and stops the exporter.
