@@ -37,7 +37,7 @@ func walkTypes(t reflect.Type, v any, path string, errs *[]error) {
 		*errs = append(*errs, &KeyError{Key: path, Msg: "want " + want + ", got " + tomlKind(v)})
 	}
 	if t == durationType {
-		if _, ok := v.(string); !ok {
+		if _, ok := v.(string); !ok && v != any(int64(0)) { // 0: the default, or off, as "0s"
 			*errs = append(*errs, &KeyError{Key: path, Msg: "a duration is a string with a unit, such as \"30s\" or \"500ms\" (a bare number would be read as nanoseconds)"})
 		}
 		return

@@ -23,8 +23,8 @@ type Config struct {
 	// (with the models only they serve), for the build to log.
 	Dropped []string `toml:"-"`
 	// envValues is every value ${NAME} put anywhere (expand): a
-	// validation error shows none of them (masked).
-	envValues  []string
+	// validation error masks the secrets among them (maskEnv).
+	envValues  []envValue
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`
@@ -362,6 +362,9 @@ type Policy struct {
 
 // Duration is a time.Duration written as "1.5s" in TOML.
 type Duration time.Duration
+
+// envValue is what ${name} expanded to.
+type envValue struct{ name, value string }
 
 // UnmarshalText parses a Go duration string.
 func (d *Duration) UnmarshalText(b []byte) error {

@@ -170,6 +170,18 @@ func TestValidationErrorsMaskEnvironmentValues(t *testing.T) {
 			t.Errorf("%q: %v", toml, err)
 		}
 	}
+	// A value that went into a secret field is masked whatever its
+	// variable's name; one that is no secret (a host) stays readable.
+	t.Setenv("LLMGW_TEST_VALUE", "opaque-SECRETVALUE-9")
+	t.Setenv("LLMGW_TEST_HOST", "localhost")
+	_, err := Parse([]byte("[[providers]]\nname=\"p\"\nkind=\"openai\"\napi_key=\"${LLMGW_TEST_VALUE}\"\nbase_url=\"${LLMGW_TEST_VALUE}\"\n"))
+	if err == nil || strings.Contains(err.Error(), "SECRETVALUE") {
+		t.Errorf("a secret field's value: %v", err)
+	}
+	_, err = Parse([]byte("[[tools]]\nname=\"t\"\nkind=\"http\"\nurl=\"${LLMGW_TEST_HOST}/x\"\n"))
+	if err == nil || !strings.Contains(err.Error(), `"localhost/x"`) {
+		t.Errorf("a host: %v", err)
+	}
 }
 
 // An optional provider without a key is left out and named in Dropped,
@@ -182,5 +194,27 @@ func TestDroppedProvidersAreNamed(t *testing.T) {
 	}
 	if len(c.Dropped) != 1 || c.Dropped[0] != "o" || len(c.Providers) != 1 || len(c.Models) != 1 {
 		t.Fatalf("dropped %v, providers %d, models %d", c.Dropped, len(c.Providers), len(c.Models))
+	}
+}
+
+// Header values and an api_key from the environment lose the whitespace
+// around them (a key read from a file keeps its newline), which HTTP does
+// not count as part of a value.
+func TestHeaderValuesTrimmed(t *testing.T) {
+	t.Setenv("LLMGW_TEST_FILE_KEY", "sk-abc123\n")
+	c, err := Parse([]byte("[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\napi_key=\"${LLMGW_TEST_FILE_KEY}\"\n" +
+		"headers = { X-Key = \"${LLMGW_TEST_FILE_KEY}\" }\n[[models]]\nname=\"m\"\nprovider=\"p\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Providers[0]; p.APIKey != "sk-abc123" || p.Headers["X-Key"] != "sk-abc123" {
+		t.Fatalf("api_key %q, header %q", p.APIKey, p.Headers["X-Key"])
+	}
+}
+
+// A bare 0 is 0 in any unit: the default, or off where 0 is off.
+func TestBareZeroDuration(t *testing.T) {
+	if _, err := Parse([]byte("[server]\nwrite_timeout = 0\n[[tools]]\nname=\"t\"\nkind=\"builtin\"\ncache_ttl = 0\n")); err != nil {
+		t.Fatal(err)
 	}
 }

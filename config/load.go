@@ -7,9 +7,12 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/llmgw/gateway/observe"
 )
 
 // Load reads, decodes, expands, defaults and validates the file at path.
@@ -101,11 +104,12 @@ func (c *Config) expandURL(s *string) {
 	}
 	var vals []string
 	*s = envRef.ReplaceAllStringFunc(*s, func(m string) string {
-		v := os.Getenv(m[2 : len(m)-1])
+		name := m[2 : len(m)-1]
+		v := os.Getenv(name)
 		vals = append(vals, v)
+		c.envValues = append(c.envValues, envValue{name, v})
 		return v
 	})
-	c.envValues = append(c.envValues, vals...)
 	u, err := url.Parse(*s)
 	if err != nil {
 		return
@@ -138,8 +142,9 @@ func (c *Config) expandStr(s *string) {
 		return
 	}
 	*s = envRef.ReplaceAllStringFunc(*s, func(m string) string {
-		v := os.Getenv(m[2 : len(m)-1])
-		c.envValues = append(c.envValues, v)
+		name := m[2 : len(m)-1]
+		v := os.Getenv(name)
+		c.envValues = append(c.envValues, envValue{name, v})
 		return v
 	})
 }
@@ -151,22 +156,33 @@ func (c *Config) expandMap(m map[string]string) {
 	}
 }
 
+// expandHeaders expands header values and trims the whitespace around
+// each, which HTTP does not count as part of a value: a key read from a
+// file with its newline (a Kubernetes secret) is the key.
+func (c *Config) expandHeaders(m map[string]string) {
+	for k, v := range m {
+		c.expandStr(&v)
+		m[k] = strings.TrimSpace(v)
+	}
+}
+
 // expand resolves the secret-bearing fields; other fields stay literal.
 func (c *Config) expand() {
 	c.expandStr(&c.Server.AdminKey)
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		c.expandStr(&p.APIKey)
+		p.APIKey = strings.TrimSpace(p.APIKey) // sent in a header (expandHeaders)
 		c.expandURL(&p.BaseURL)
-		c.expandMap(p.Headers)
+		c.expandHeaders(p.Headers)
 	}
 	for i := range c.Tools {
-		c.expandMap(c.Tools[i].Headers)
+		c.expandHeaders(c.Tools[i].Headers)
 		c.expandURL(&c.Tools[i].URL)
 	}
 	for i := range c.MCPServers {
 		c.expandMap(c.MCPServers[i].Env)
-		c.expandMap(c.MCPServers[i].Headers)
+		c.expandHeaders(c.MCPServers[i].Headers)
 		c.expandURL(&c.MCPServers[i].URL)
 	}
 	for i := range c.Keys {
@@ -176,15 +192,15 @@ func (c *Config) expand() {
 	c.expandStr(&c.ToolLoop.ApprovalSecret)
 	c.expandURL(&c.Tracing.Endpoint)
 	for i := range c.OpenAPI {
-		c.expandMap(c.OpenAPI[i].Headers)
+		c.expandHeaders(c.OpenAPI[i].Headers)
 		c.expandURL(&c.OpenAPI[i].BaseURL)
 		c.expandURL(&c.OpenAPI[i].Spec)
 	}
 	for i := range c.Guardrails {
-		c.expandMap(c.Guardrails[i].Headers)
+		c.expandHeaders(c.Guardrails[i].Headers)
 		c.expandURL(&c.Guardrails[i].URL)
 	}
-	c.expandMap(c.Tracing.Headers)
+	c.expandHeaders(c.Tracing.Headers)
 	if c.Redis != nil {
 		c.expandURL(&c.Redis.Addr)
 		c.expandStr(&c.Redis.Password)
@@ -195,36 +211,32 @@ func (c *Config) expand() {
 	}
 }
 
-// maskEnv masks, in the message of every *KeyError joined in err, each
-// value the environment gave (envValues) that is long enough to be a
-// secret, as written and as a URL escapes it: a key put in the wrong
-// field (base_url = "${API_KEY}") is not printed by the error that says
-// so, at start or by -check, before the log redactor knows it.
+// maskEnv masks, in the message of every *KeyError joined in err, the
+// secrets ${NAME} gave: a value of a variable named as a credential
+// (API_KEY, DB_PASSWORD: credentialParam) or one that went into a secret
+// field (Secrets), in every form the log redactor knows (escaped in JSON,
+// in a URL). A key put in the wrong field (base_url = "${API_KEY}") is
+// then not printed by the error that says so, at start or by -check,
+// before the log redactor knows it. Other values (a host) stay readable.
 func (c *Config) maskEnv(err error) error {
 	joined, ok := err.(interface{ Unwrap() []error })
-	if !ok {
+	if !ok || len(c.envValues) == 0 {
 		return err
 	}
-	for _, e := range joined.Unwrap() {
-		ke, ok := e.(*KeyError)
-		if !ok {
-			continue
+	secrets := c.Secrets()
+	var r observe.Redactor
+	for _, e := range c.envValues {
+		if credentialParam(e.name) || slices.Contains(secrets, strings.TrimSpace(e.value)) {
+			r.Add(e.value)
 		}
-		for _, v := range c.envValues {
-			if len(v) < minMasked {
-				continue
-			}
-			for _, form := range [...]string{v, url.PathEscape(v), url.QueryEscape(v)} {
-				ke.Msg = strings.ReplaceAll(ke.Msg, form, "[REDACTED]")
-			}
+	}
+	for _, e := range joined.Unwrap() {
+		if ke, ok := e.(*KeyError); ok {
+			ke.Msg = string(r.RedactSecrets([]byte(ke.Msg)))
 		}
 	}
 	return err
 }
-
-// minMasked is the shortest environment value maskEnv masks: a shorter
-// one (a port, a region) protects nothing and would mangle the message.
-const minMasked = 6
 
 // lineAt returns line row (1-based) of b, or nil.
 func lineAt(b []byte, row int) []byte {

@@ -108,8 +108,9 @@ func (c *Config) validate(o *origin) error {
 }
 
 // validateHeaders reports a configured header whose name is not an HTTP
-// token, or whose value holds a control character: sent as written, it
-// made a malformed request (a name with a space), or a mangled one.
+// token, or whose value holds a control character (inside it: the
+// whitespace around a value is trimmed, expandHeaders): sent as written,
+// it made a malformed request (a name with a space), or a mangled one.
 func (c *Config) validateHeaders(p *problems, o *origin) {
 	for i, pr := range c.Providers {
 		p.checkHeaders(fmt.Sprintf("providers[%d].headers", o.provider(i)), pr.Headers)
@@ -194,7 +195,7 @@ func (p *problems) checkListen(key, addr string) {
 		return
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
-		p.add(key, "%q: the port is not a number in 0..65535", addr)
+		p.add(key, "%q: the port is neither a number in 0..65535 nor a service name", addr)
 	}
 }
 

@@ -62,14 +62,18 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 // load balancers. The separate metrics listener is trusted as a whole.
 func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, main bool) bool {
 	rt := x.rt
-	switch path {
-	case "/healthz", "/readyz", "/metrics":
-		if !ctx.IsGet() && !ctx.IsHead() {
-			s.methodNotAllowed(ctx, x, "GET, HEAD")
+	if path != "/healthz" && path != "/readyz" && path != "/metrics" {
+		return false
+	}
+	if path == "/metrics" && main {
+		if err := rt.admin(ctx); err != nil { // before the method: a 404 where metrics_listen serves them
+			s.writeError(ctx, x, err)
 			return true
 		}
-	default:
-		return false
+	}
+	if !ctx.IsGet() && !ctx.IsHead() {
+		s.methodNotAllowed(ctx, x, "GET, HEAD")
+		return true
 	}
 	switch path {
 	case "/healthz":
@@ -77,16 +81,8 @@ func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, m
 		ctx.SetBodyString(`{"status":"ok"}`)
 	case "/readyz":
 		s.handleReady(ctx, rt, !main || rt.admin(ctx) == nil)
-	case "/metrics":
-		if main {
-			if err := rt.admin(ctx); err != nil {
-				s.writeError(ctx, x, err)
-				return true
-			}
-		}
-		serveMetrics(ctx)
 	default:
-		return false
+		serveMetrics(ctx)
 	}
 	return true
 }

@@ -433,6 +433,8 @@ func nativeAfterReasks(body, before []byte, side []wire.Event, usage []byte) []b
 			shown = true
 		case e.Kind == wire.Usage && len(usage) > 0:
 			return // the sum goes out instead, before End
+		case e.Kind == wire.Extra:
+			return // annotations point into the reply's own text, not the joined one (as the stream, onEvent)
 		case e.Kind == wire.End && len(usage) > 0:
 			out = enc.Encode(out, &wire.Event{Kind: wire.Usage, Raw: usage})
 		}

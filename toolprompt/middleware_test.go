@@ -1,6 +1,7 @@
 package toolprompt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -458,6 +459,9 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
 	call := `{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{}"}}`
 	bad := "Let me check.\n```tool_calls\nnot json\n```"
+	// The reply's annotations point into its own text ("Second."), not
+	// the answer's, which starts with the earlier attempt's: left out.
+	note := `[{"type":"url_citation","url_citation":{"start_index":0,"end_index":6,"title":"T","url":"https://e.example"}}]`
 	n := 0
 	next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		n++
@@ -472,6 +476,7 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 			}
 			return &pipeline.Response{Stream: teststream.Chunks(
 				head+`{"role":"assistant","content":"Second."},"finish_reason":null}]}`,
+				head+`{"annotations":`+note+`},"finish_reason":null}]}`,
 				head+`{"tool_calls":[`+call+`]},"finish_reason":null}]}`,
 				head+`{},"finish_reason":"tool_calls"}]}`,
 				`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":4}}}`,
@@ -480,7 +485,7 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 		if first {
 			return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(bad) + `},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":7,"cache_write_tokens":3}}}`)}, nil
 		}
-		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Second.","tool_calls":[` + call + `]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":4}}}`)}, nil
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Second.","annotations":` + note + `,"tool_calls":[` + call + `]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26,"prompt_tokens_details":{"cached_tokens":4}}}`)}, nil
 	})
 	h := New(Options{MaxErrors: 2})(next)
 	resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
@@ -490,6 +495,7 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 	jc := gjson.GetBytes(resp.Body, "choices.0.message.content").Str
 	ju := gjson.GetBytes(resp.Body, "usage.total_tokens").Int()
 	jd := gjson.GetBytes(resp.Body, "usage.prompt_tokens_details").Raw
+	resp0 := resp.Body
 	n = 0
 	resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true,"stream_options":{"include_usage":true}}`), Stream: true})
 	if err != nil {
@@ -498,7 +504,13 @@ func TestNativeCallAfterReaskSameBothWays(t *testing.T) {
 	var sc string
 	var su int64
 	var sd string
+	if bytes.Contains(resp0, []byte("url_citation")) {
+		t.Fatalf("JSON answer kept the reply's annotations: %s", resp0)
+	}
 	for _, c := range drainChunks(t, resp.Stream) {
+		if bytes.Contains(c, []byte("url_citation")) {
+			t.Fatalf("the stream kept the reply's annotations: %s", c)
+		}
 		sc += gjson.GetBytes(c, "choices.0.delta.content").Str
 		if u := gjson.GetBytes(c, "usage.total_tokens"); u.Exists() {
 			su = u.Int()

@@ -112,6 +112,10 @@ func (s *stream) onEvent(e *wire.Event) {
 		s.finish = e.Finish
 	case wire.Usage:
 		s.last = append(s.last[:0], e.Raw...)
+	case wire.Extra:
+		// A reply's annotations point into its own text, which the
+		// prompt's protocol rewrites (and a re-ask replaces): left out,
+		// as the prompted form has always shown none.
 	default:
 		s.emit(e)
 	}

@@ -84,6 +84,7 @@ type Responses struct {
 	// item sees is its text, the other is dropped.
 	reasonKey string
 	calls     []int
+	chars     int64  // characters of every output_text so far (annotate)
 	lp        []byte // scratch: a delta's LogProb items
 	lpHeld    []byte // LogProb items of tokens without text, for the next output_text (textLogprobs)
 	finish    string
@@ -106,6 +107,7 @@ type respPart struct {
 	logprobs []byte // output_text: its Responses LogProb items, comma-separated
 	notes    []byte // output_text: its annotations, comma-separated (annotate)
 	nNotes   int
+	chars    int64 // output_text: its characters (Unicode code points)
 	done     bool
 }
 
@@ -389,6 +391,11 @@ func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byt
 	}
 	p := len(it.parts) - 1
 	it.parts[p].text = append(it.parts[p].text, text...)
+	if !refusal {
+		n := int64(Characters(text))
+		it.parts[p].chars += n
+		r.chars += n
+	}
 	r.lp = r.lp[:0]
 	if r.h.Logprobs && !refusal {
 		r.lp = append(r.lp, r.lpHeld...)
@@ -846,21 +853,8 @@ func (r *Responses) annotate(dst, members []byte) []byte {
 	if !a.IsArray() {
 		return dst
 	}
-	before := int64(0)
-	for i := 0; i <= r.msg; i++ {
-		if r.items[i].kind != itemMessage {
-			continue
-		}
-		for j, q := range r.items[i].parts {
-			if i == r.msg && j == p {
-				break
-			}
-			if !q.refusal {
-				before += int64(Characters(q.text))
-			}
-		}
-	}
 	part := &it.parts[p]
+	before := r.chars - part.chars // every output_text before this one
 	a.ForEach(func(_, v gjson.Result) bool {
 		if part.nNotes >= maxNotes {
 			return false
