@@ -496,26 +496,43 @@ func lastAssistantUnsigned(msgs []message) bool {
 }
 
 // trimPrefill takes the trailing whitespace off a last assistant message's
-// last text (a prefill the answer continues): Anthropic refuses a final
+// text (a prefill the answer continues): Anthropic refuses a final
 // assistant content that ends in whitespace ("final assistant content
 // cannot end with trailing whitespace"), which OpenAI takes. A text left
-// empty is dropped, and a message left empty with it.
+// empty is dropped, and the text before it trimmed in turn; a message
+// left empty goes too. A breakpoint on what is dropped moves to the block
+// that now ends the messages, so the prefix stays cached.
 func trimPrefill(msgs []message) []message {
-	n := len(msgs)
-	if n == 0 || msgs[n-1].Role != "assistant" {
+	var cc json.RawMessage // a dropped block's breakpoint
+	for n := len(msgs); n > 0 && msgs[n-1].Role == "assistant"; n = len(msgs) {
+		last := &msgs[n-1]
+		for k := len(last.Content) - 1; k >= 0 && last.Content[k].Type == "text"; k-- {
+			b := &last.Content[k]
+			if b.Text = strings.TrimRightFunc(b.Text, unicode.IsSpace); b.Text != "" {
+				return keepBreakpoint(msgs, cc)
+			}
+			if cc == nil {
+				cc = b.CacheControl
+			}
+			last.Content = last.Content[:k]
+		}
+		if len(last.Content) > 0 {
+			return keepBreakpoint(msgs, cc) // it ends in a block other than text
+		}
+		msgs = msgs[:n-1]
+	}
+	return keepBreakpoint(msgs, cc)
+}
+
+// keepBreakpoint puts cc, a dropped block's breakpoint, on the last block
+// of msgs when it has none.
+func keepBreakpoint(msgs []message, cc json.RawMessage) []message {
+	if cc == nil || len(msgs) == 0 {
 		return msgs
 	}
-	last := &msgs[n-1]
-	k := len(last.Content) - 1
-	if k < 0 || last.Content[k].Type != "text" {
-		return msgs
-	}
-	last.Content[k].Text = strings.TrimRightFunc(last.Content[k].Text, unicode.IsSpace)
-	if last.Content[k].Text != "" {
-		return msgs
-	}
-	if last.Content = last.Content[:k]; len(last.Content) == 0 {
-		return msgs[:n-1]
+	last := &msgs[len(msgs)-1]
+	if k := len(last.Content) - 1; k >= 0 && last.Content[k].CacheControl == nil {
+		last.Content[k].CacheControl = cc
 	}
 	return msgs
 }

@@ -658,6 +658,8 @@ func TestTranslateRequestTrimsPrefill(t *testing.T) {
 		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":" \n\t"}]}`:                                                  `["hi"]`,
 		`{"messages":[{"role":"assistant","content":"a \n"},{"role":"user","content":"hi "}]}`:                                                  `["a \n","hi "]`,
 		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"x"},{"type":"text","text":"\n"}]}]}`: `["hi","x"]`,
+		// The part before a dropped one is trimmed in turn.
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"A "},{"type":"text","text":" \n"}]}]}`: `["hi","A"]`,
 	} {
 		out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
 		if err != nil {
@@ -667,5 +669,27 @@ func TestTranslateRequestTrimsPrefill(t *testing.T) {
 		if got := gjson.GetBytes(out, "messages.#.content.#.text|@flatten").Raw; got != want {
 			t.Errorf("%s: texts %s, want %s", body, got, want)
 		}
+	}
+}
+
+// A breakpoint on a prefill's part that trimming drops moves to the block
+// that now ends the messages: the prefix stays cached.
+func TestTrimPrefillKeepsTheBreakpoint(t *testing.T) {
+	t.Parallel()
+	body := `{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"A "},` +
+		`{"type":"text","text":" \n","cache_control":{"type":"ephemeral"}}]}]}`
+	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(out, "messages.1.content").Raw; got != `[{"type":"text","text":"A","cache_control":{"type":"ephemeral"}}]` {
+		t.Fatalf("prefill %s", got)
+	}
+	body = `{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"\n","cache_control":{"type":"ephemeral"}}]}]}`
+	if out, err = TranslateRequest([]byte(body), RequestOptions{Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(out, "messages").Raw; got != `[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]` {
+		t.Fatalf("messages %s", got)
 	}
 }

@@ -203,12 +203,13 @@ func TestDroppedProvidersAreNamed(t *testing.T) {
 func TestHeaderValuesTrimmed(t *testing.T) {
 	t.Setenv("LLMGW_TEST_FILE_KEY", "sk-abc123\n")
 	c, err := Parse([]byte("[[providers]]\nname=\"p\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\napi_key=\"${LLMGW_TEST_FILE_KEY}\"\n" +
-		"headers = { X-Key = \"${LLMGW_TEST_FILE_KEY}\" }\n[[models]]\nname=\"m\"\nprovider=\"p\"\n"))
+		"headers = { X-Key = \"${LLMGW_TEST_FILE_KEY}\" }\n[[models]]\nname=\"m\"\nprovider=\"p\"\n" +
+		"[server]\nadmin_key = \"${LLMGW_TEST_FILE_KEY}\"\n[[keys]]\ntenant = \"t\"\nkey = \"${LLMGW_TEST_FILE_KEY}\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := c.Providers[0]; p.APIKey != "sk-abc123" || p.Headers["X-Key"] != "sk-abc123" {
-		t.Fatalf("api_key %q, header %q", p.APIKey, p.Headers["X-Key"])
+	if p := c.Providers[0]; p.APIKey != "sk-abc123" || p.Headers["X-Key"] != "sk-abc123" || c.Server.AdminKey != "sk-abc123" || c.Keys[0].Key != "sk-abc123" {
+		t.Fatalf("api_key %q, header %q, admin key %q, key %q", p.APIKey, p.Headers["X-Key"], c.Server.AdminKey, c.Keys[0].Key)
 	}
 }
 

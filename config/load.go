@@ -169,6 +169,7 @@ func (c *Config) expandHeaders(m map[string]string) {
 // expand resolves the secret-bearing fields; other fields stay literal.
 func (c *Config) expand() {
 	c.expandStr(&c.Server.AdminKey)
+	c.Server.AdminKey = strings.TrimSpace(c.Server.AdminKey)
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		c.expandStr(&p.APIKey)
@@ -188,6 +189,8 @@ func (c *Config) expand() {
 	for i := range c.Keys {
 		c.expandStr(&c.Keys[i].Key)
 		c.expandStr(&c.Keys[i].SHA256)
+		// Keys are read from headers, whose values HTTP trims.
+		c.Keys[i].Key, c.Keys[i].SHA256 = strings.TrimSpace(c.Keys[i].Key), strings.TrimSpace(c.Keys[i].SHA256)
 	}
 	c.expandStr(&c.ToolLoop.ApprovalSecret)
 	c.expandURL(&c.Tracing.Endpoint)

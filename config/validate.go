@@ -177,27 +177,42 @@ func (c *Config) validateServer(p *problems) {
 	if g := c.Server.GCMinGrowthBytes; g != nil && (*g < 0 || *g > 1<<30) {
 		p.add("server.gc_min_growth_bytes", "%d is outside 0..1073741824 (1 GiB)", *g)
 	}
-	p.checkListen("server.listen", c.Server.Listen)
-	if c.Server.MetricsListen != "" {
-		p.checkListen("server.metrics_listen", c.Server.MetricsListen)
-		if c.Server.MetricsListen == c.Server.Listen && !strings.HasSuffix(c.Server.Listen, ":0") { // port 0: each its own
-			p.add("server.metrics_listen", "%q is listen's address too: give it a port of its own, or leave it out to serve /metrics on listen", c.Server.MetricsListen)
-		}
-	}
 }
 
-// checkListen reports an address a listener cannot take: host:port (the
-// host may be empty, for every interface) with a port in 0..65535.
-func (p *problems) checkListen(key, addr string) {
-	_, port, err := net.SplitHostPort(addr)
+// CheckListen reports listen addresses the listeners cannot take: each
+// host:port (the host may be empty, for every interface) with a port in
+// 0..65535 or a service name, and metrics_listen not listen's own port.
+// The command checks them once -listen has had its say (a file's listen
+// may be a placeholder the flag replaces), at start and by -check.
+func (s *Server) CheckListen() error {
+	var p problems
+	lh, lp := p.checkListen("server.listen", s.Listen)
+	if s.MetricsListen != "" {
+		mh, mp := p.checkListen("server.metrics_listen", s.MetricsListen)
+		if lp != "" && lp == mp && lp != "0" && (lh == mh || anyHost(lh) || anyHost(mh)) {
+			p.add("server.metrics_listen", "%q takes listen's port (%q): give it a port of its own, or leave it out to serve /metrics on listen", s.MetricsListen, s.Listen)
+		}
+	}
+	return errors.Join(p.errs...)
+}
+
+// checkListen reports an address a listener cannot take, and returns its
+// host and port ("" when it is not host:port).
+func (p *problems) checkListen(key, addr string) (host, port string) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		p.add(key, "%q is not host:port", addr)
-		return
+		return "", ""
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
 		p.add(key, "%q: the port is neither a number in 0..65535 nor a service name", addr)
+		return "", ""
 	}
+	return host, port
 }
+
+// anyHost reports whether a listen host is every interface's.
+func anyHost(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 
 // checkBuffer reports a connection buffer size outside MinConnBuffer..MaxConnBuffer.
 func (p *problems) checkBuffer(key string, n int) {

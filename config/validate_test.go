@@ -65,12 +65,6 @@ func TestValidate(t *testing.T) {
 		{name: "anthropic version on openai", toml: prov("anthropic_version = \"2023-06-01\"\n"), want: `providers[1].anthropic_version: only for kind anthropic`},
 		{name: "anthropic beta on openai", toml: prov("anthropic_beta = [\"x\"]\n"), want: `providers[1].anthropic_beta: only for kind anthropic`},
 		{name: "model max tokens", toml: model("max_tokens = -1\n"), want: `models[1].max_tokens: must be positive`},
-		{name: "listen without a port", toml: "[server]\nlisten = \"notanaddress\"\n", want: `server.listen: "notanaddress" is not host:port`},
-		{name: "listen port out of range", toml: "[server]\nlisten = \"127.0.0.1:99999\"\n", want: `server.listen: "127.0.0.1:99999": the port is neither a number in 0..65535 nor a service name`},
-		{name: "listen ipv6", toml: "[server]\nlisten = \"[::1]:8080\"\n"},
-		{name: "metrics listen same as listen", toml: "[server]\nlisten = \"127.0.0.1:9000\"\nmetrics_listen = \"127.0.0.1:9000\"\n", want: `server.metrics_listen: "127.0.0.1:9000" is listen's address too`},
-		{name: "metrics listen and listen both ephemeral", toml: "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n"},
-		{name: "metrics listen bad", toml: "[server]\nmetrics_listen = \"x:y:z\"\n", want: `server.metrics_listen: "x:y:z" is not host:port`},
 		{name: "redis negative db", toml: "[redis]\naddr = \"127.0.0.1:6379\"\ndb = -1\n", want: `redis.db: must not be negative`},
 		{name: "provider header name", toml: prov("headers = { \"Bad Name\" = \"v\" }\n"), want: `providers[1].headers: "Bad Name" is not a header name`},
 		{name: "provider header value", toml: prov("headers = { \"X-Key\" = \"a\\nb\" }\n"), want: `providers[1].headers.X-Key: the value holds a control character`},
@@ -242,5 +236,32 @@ func TestValidateReportsEveryProblemInOrder(t *testing.T) {
 	a, b, c := strings.Index(msg, "server.log_level"), strings.Index(msg, "tools[0].kind"), strings.Index(msg, "redis.addr")
 	if a < 0 || b < a || c < b {
 		t.Fatalf("problems missing or out of order:\n%v", err)
+	}
+}
+
+// The listen addresses are checked once -listen has had its say (the
+// command calls CheckListen after it): a file's listen may be a
+// placeholder the flag replaces.
+func TestCheckListen(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ listen, metrics, want string }{
+		{"127.0.0.1:8080", "", ""},
+		{"[::1]:8080", "127.0.0.1:9090", ""},
+		{"127.0.0.1:0", "127.0.0.1:0", ""}, // each its own port
+		{":http", "", ""},
+		{"notanaddress", "", `server.listen: "notanaddress" is not host:port`},
+		{"127.0.0.1:99999", "", `server.listen: "127.0.0.1:99999": the port is neither a number in 0..65535 nor a service name`},
+		{"127.0.0.1:9000", "127.0.0.1:9000", `server.metrics_listen: "127.0.0.1:9000" takes listen's port`},
+		{":27080", "127.0.0.1:27080", `server.metrics_listen: "127.0.0.1:27080" takes listen's port`},
+		{"127.0.0.1:8080", "x:y:z", `server.metrics_listen: "x:y:z" is not host:port`},
+	} {
+		err := (&Server{Listen: c.listen, MetricsListen: c.metrics}).CheckListen()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("listen %q metrics %q: %v, want %q", c.listen, c.metrics, err, c.want)
+		}
+	}
+	// A file's placeholder is no error for Parse: the flag may replace it.
+	if _, err := Parse([]byte("[server]\nlisten = \"${LLMGW_SURELY_UNSET_LISTEN}\"\n")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -71,7 +71,9 @@ func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, m
 			return true
 		}
 	}
-	if !ctx.IsGet() && !ctx.IsHead() {
+	if path == "/metrics" && !ctx.IsGet() && !ctx.IsHead() {
+		// Health checks answer any method (HAProxy's httpchk sends
+		// OPTIONS by default); the metrics are read with GET.
 		s.methodNotAllowed(ctx, x, "GET, HEAD")
 		return true
 	}

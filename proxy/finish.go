@@ -68,15 +68,19 @@ func (s *Server) begin(ctx *fasthttp.RequestCtx, rt *Runtime) *exchange {
 }
 
 // methodName returns m as a string, without an allocation for the usual
-// methods.
+// methods; another is cut at maxMethod bytes (the access line's path is
+// bounded too: a made-up method of kilobytes filled lines).
 func methodName(m []byte) string {
 	for _, k := range knownMethods {
 		if string(m) == k {
 			return k
 		}
 	}
-	return string(m)
+	return string(m[:min(len(m), maxMethod)])
 }
+
+// maxMethod bounds a method as the access line shows it.
+const maxMethod = 32
 
 var knownMethods = [...]string{fasthttp.MethodPost, fasthttp.MethodGet, fasthttp.MethodDelete, fasthttp.MethodPut,
 	fasthttp.MethodPatch, fasthttp.MethodHead, fasthttp.MethodOptions}

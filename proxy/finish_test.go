@@ -202,7 +202,7 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
 		{name: "metrics", method: "GET", path: "/metrics", status: 200},
 		{name: "metrics wrong method", method: "DELETE", path: "/metrics", status: 405},
-		{name: "readyz wrong method", method: "POST", path: "/readyz", status: 405},
+		{name: "readyz any method", method: "OPTIONS", path: "/readyz", status: 200},
 		{name: "unknown url", method: "GET", path: "/nope", status: 404},
 		{name: "bad path", method: "GET", path: "/v1/../x", status: 400},
 		{name: "usage unavailable", method: "GET", path: "/v1/gateway/usage", status: 404},

@@ -59,6 +59,11 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	override(cfg, *level, *format, *listen)
+	if err := cfg.Server.CheckListen(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", *path, err)
+		return 1
+	}
 	if *check {
 		// What stops a start stops the check: the build's validation
 		// too (a second [[policies]] of one tenant, a spec that does not
@@ -74,7 +79,6 @@ func run() int {
 		fmt.Printf("%s: ok (%d providers, %d models, %d tools)\n", *path, len(cfg.Providers), len(cfg.Models), len(cfg.Tools))
 		return 0
 	}
-	override(cfg, *level, *format, *listen)
 	log, flush := observe.NewLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, os.Stderr)
 	defer flush()
 

@@ -135,6 +135,25 @@ func TestCheckRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// The listen address is checked after -listen replaced it: a file whose
+// listen is a placeholder starts with the flag (the image always passes
+// one), and -check agrees; without the flag it is refused.
+func TestCheckListenAfterTheFlag(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	path := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(path, []byte("[server]\nlisten = \"8080\"\n[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-check", "-config", path, "-listen", "127.0.0.1:0").CombinedOutput(); err != nil {
+		t.Fatalf("with -listen: %v %s", err, out)
+	}
+	out, err := exec.Command(bin, "-check", "-config", path).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `server.listen: "8080" is not host:port`) {
+		t.Fatalf("without -listen: %v %s", err, out)
+	}
+}
+
 // -check runs the build's validation too: a config the gateway refuses to
 // start with (here two [[policies]] of one tenant, an error only the build
 // finds) fails the check with the start's message, exit 1. It used to
