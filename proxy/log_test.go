@@ -73,3 +73,15 @@ func TestFasthttpLoggerRedactsConnectionBytes(t *testing.T) {
 		}
 	})
 }
+
+// An unknown method is cut at maxMethod bytes in the access line, as the
+// path is bounded: a made-up method of kilobytes filled the lines.
+func TestMethodNameBounded(t *testing.T) {
+	if got := methodName([]byte("POST")); got != "POST" {
+		t.Fatalf("POST: %q", got)
+	}
+	long := strings.Repeat("X", 3000)
+	if got := methodName([]byte(long)); got != long[:maxMethod] {
+		t.Fatalf("%d bytes", len(got))
+	}
+}
