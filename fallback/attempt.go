@@ -129,7 +129,15 @@ func (h *handler) failed(ctx context.Context, d *deployment, probe bool, route *
 	isUpstream := errors.As(err, &ue)
 	switch classify(err) {
 	case classRetryable:
-		d.br.done(now, probe, resultFailure)
+		r := resultFailure
+		if isUpstream && ue.Kind == pipeline.UpstreamStatus && ue.Status == 429 {
+			// A rate limit: the deployment is up and says when to come
+			// back (retry-after, which the retry waits out). Counted as a
+			// failure, five of them opened the circuit for its whole
+			// cooldown, refusing every caller for longer than asked.
+			r = resultNeutral
+		}
+		d.br.done(now, probe, r)
 		d.attempts[outcomeRetryable].Inc()
 		h.log.Warn().Str("model", route.Name).Str("provider", d.target.Provider).
 			Int("attempt", try).Err(err).Msg("upstream attempt failed")

@@ -92,6 +92,24 @@ func TestBreakerIgnoresClientErrors(t *testing.T) {
 	}
 }
 
+// A 429 is retried and falls back, but does not open the circuit: the
+// deployment is up and says when to come back, and an open circuit
+// refused every caller for its whole cooldown.
+func TestBreakerIgnoresRateLimits(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	e := newEnv(breakerOpts(clk, 2), map[string][]step{"p/a": {{err: status(429, `{}`)}}}, false,
+		rt("a", 0, nil, dep("p", "a", 1)))
+	for range 5 {
+		if _, _, err := e.chat(t, "a", false); classify(err) != classRetryable {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	if got := e.f.count("p/a"); got != 5 {
+		t.Fatalf("calls = %d: 429s opened the circuit", got)
+	}
+}
+
 func TestBreakerHalfOpen(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
