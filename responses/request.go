@@ -589,6 +589,18 @@ func (h *history) markRef(id string) {
 	h.refs[id] = true
 }
 
+// required is the 400 OpenAI answers for an item without one of keys (a
+// non-empty string each): a tool result with no call_id would reach the
+// model as the answer to no call.
+func required(it gjson.Result, param string, keys ...string) error {
+	for _, k := range keys {
+		if v := it.Get(k); v.Type != gjson.String || v.Str == "" {
+			return pipeline.BadRequest(param+"."+k, "Missing required parameter: '%s.%s'.", param, k)
+		}
+	}
+	return nil
+}
+
 // item adds one input item, references resolved.
 func (h *history) item(it gjson.Result, param string) error {
 	typ := it.Get("type").String()
@@ -596,9 +608,15 @@ func (h *history) item(it gjson.Result, param string) error {
 	case "", "message":
 		return h.message(it, param)
 	case "function_call":
+		if err := required(it, param, "call_id", "name"); err != nil {
+			return err
+		}
 		h.call(toolCall(it.Get("call_id").String(), it.Get("name").String(), it.Get("arguments").String()))
 		return nil
 	case "function_call_output":
+		if err := required(it, param, "call_id"); err != nil {
+			return err
+		}
 		out, err := outputText(it.Get("output"), param+".output")
 		if err != nil {
 			return err

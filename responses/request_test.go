@@ -211,6 +211,11 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","truncation":"bogus"}`:                                     "truncation",
 		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"see"},{"type":"input_audio"}]}]}`: "input[1].output[1].type",
 		`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`: "input[0].output",
+		// A tool result or call without its id answers no call (OpenAI's 400).
+		`{"model":"m","input":[{"type":"function_call_output","output":"x"}]}`:              "input[0].call_id",
+		`{"model":"m","input":[{"type":"function_call_output","call_id":"","output":"x"}]}`: "input[0].call_id",
+		`{"model":"m","input":[{"type":"function_call","name":"f","arguments":"{}"}]}`:      "input[0].call_id",
+		`{"model":"m","input":[{"type":"function_call","call_id":"c","arguments":"{}"}]}`:   "input[0].name",
 		// An approval answer with no approval request before it.
 		`{"model":"m","input":[{"type":"mcp_approval_response","approval_request_id":"call_gwa_nope","approve":true}]}`: "input[0].approval_request_id",
 		// Settings the response object repeats, of the wrong type or range.
