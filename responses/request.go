@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
@@ -503,6 +504,10 @@ type history struct {
 	// joins a history where the loop put each approved run's result in
 	// its decision's place: an mcp_call run on an approval adds nothing.
 	settled bool
+	// joinNext: an mcp_call left out (no output known) sat after the open
+	// assistant text; the next assistant text joins it, as one chat
+	// message holds the text of every round of a turn.
+	joinNext bool
 }
 
 // ask records id as a call awaiting approval.
@@ -514,12 +519,35 @@ func (h *history) ask(id string) {
 }
 
 func (h *history) add(msg, role string) {
+	join := h.joinNext
+	h.joinNext = false
+	if join && role == "assistant" && h.open >= 0 && len(h.calls) == 0 && h.join(msg) {
+		return
+	}
 	h.flush()
 	h.msgs = append(h.msgs, msg)
 	h.open = -1
 	if role == "assistant" && !gjson.Get(msg, "tool_calls").Exists() {
 		h.open = len(h.msgs) - 1
 	}
+}
+
+// join appends the text of msg, an assistant message without calls, to
+// the open one's, when both hold plain text: the rounds of one turn whose
+// server call between them was left out, as a chat client sends them (the
+// tool loop's resume then puts the kept rounds in their place). It
+// reports whether it did.
+func (h *history) join(msg string) bool {
+	prev, next := gjson.Get(h.msgs[h.open], "content"), gjson.Get(msg, "content")
+	if prev.Type != gjson.String || next.Type != gjson.String || gjson.Get(msg, "tool_calls").Exists() || gjson.Get(msg, "refusal").Exists() {
+		return false
+	}
+	joined, err := sjson.Set(h.msgs[h.open], "content", prev.Str+next.Str)
+	if err != nil {
+		return false
+	}
+	h.msgs[h.open] = joined
+	return true
 }
 
 // call adds a tool call to the assistant message it belongs to.
@@ -661,7 +689,9 @@ func (h *history) item(it gjson.Result, param string) error {
 			// would tell the model the tool returned nothing; left out,
 			// a mixed turn's kept server calls and results take its
 			// place (the tool loop's resume), and an older one is a turn
-			// whose hidden calls the model no longer sees.
+			// whose hidden calls the model no longer sees. The texts
+			// around it are one turn's: they join (history.join).
+			h.joinNext = h.open >= 0 && len(h.calls) == 0
 			return nil
 		}
 		h.call(toolCall(id, it.Get("name").String(), it.Get("arguments").String()))

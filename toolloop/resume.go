@@ -102,6 +102,12 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 		if ci < len(cands) && cands[ci].pos == i {
 			t, ids := turns[ci], cands[ci].ids
 			ci++
+			if t != nil && sameIDs(ids, t.ClientIDs) && carried(items[:i], t.Prior) {
+				// The client sent the turn's earlier server rounds itself
+				// (a Responses client replaying mcp_call items with their
+				// output): as sent.
+				t = nil
+			}
 			if t != nil && sameIDs(ids, t.ClientIDs) {
 				if len(t.Prior) > 0 {
 					out = append(out, t.Prior...)
@@ -132,6 +138,41 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 	r.Body = body
 	r.Messages.Rewrite() // the hidden turns' messages sit among the client's
 	return r
+}
+
+// carried reports whether the client's messages before a turn's
+// assistant message (since the last user message) already hold every
+// server call of the turn's earlier rounds (prior: messages, comma
+// separated), by tool name and arguments: the ids differ (a replayed
+// mcp_call is named by its item's id), the calls do not.
+func carried(before []gjson.Result, prior []byte) bool {
+	if len(prior) == 0 {
+		return false
+	}
+	type sig struct{ name, args string }
+	sent := map[sig]int{}
+	for i := len(before) - 1; i >= 0 && before[i].Get("role").Str != "user"; i-- {
+		before[i].Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+			sent[sig{c.Get("function.name").Str, c.Get("function.arguments").Str}]++
+			return true
+		})
+	}
+	if len(sent) == 0 {
+		return false
+	}
+	all := true
+	gjson.ParseBytes(append(append([]byte{'['}, prior...), ']')).ForEach(func(_, m gjson.Result) bool {
+		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+			k := sig{c.Get("function.name").Str, c.Get("function.arguments").Str}
+			if sent[k] == 0 {
+				all = false
+			}
+			sent[k]--
+			return all
+		})
+		return all
+	})
+	return all
 }
 
 // sameIDs reports whether a and b hold the same ids (order ignored; the

@@ -479,14 +479,16 @@ func appendToolMessage(dst []byte, id string, content []byte) []byte {
 // saveHidden keeps the hidden part of a round that hands client calls out,
 // when a StateStore is set: the earlier server-only rounds, and this
 // round's server calls with their results (a mixed turn). A round without
-// server calls hides nothing when no server round came before it, or when
-// the client was shown them (OnServerCall: the Responses API's mcp_call
-// items, which its follow-up carries).
+// server calls hides nothing when no server round came before it. One
+// after server rounds is kept for a Responses client too, which was shown
+// them as mcp_call items: @openai/agents replays them without their
+// output, and with store false nothing else holds it (a follow-up that
+// carries them is not spliced again: resume).
 func (s *session) saveHidden(ctx context.Context, text []byte, calls, client []*call, server []*call, results []*pipeline.ToolResult) {
 	if s.l.opts.State == nil || len(client) == 0 {
 		return
 	}
-	if len(server) == 0 && (len(s.history) <= 1 || s.req.OnServerCall != nil) {
+	if len(server) == 0 && len(s.history) <= 1 {
 		return
 	}
 	t := &HiddenTurn{Assistant: appendAssistant(nil, text, calls, nil), Saved: time.Now()}

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/llmgw/gateway/mockllm"
+)
+
+// A mixed turn whose server call came in an earlier round than the client
+// call ("Step 0." and the calculator, then "Step 1." and get_weather),
+// replayed with store false as @openai/agents sends it (each message its
+// own item, the mcp_call without its output): the follow-up's model sees
+// the rounds it produced, the calculator's call and result included.
+func TestResponsesMixedRoundsReplayWithoutOutput(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch strings.Count(string(c.Body), `"role":"tool"`) {
+		case 0:
+			return mockllm.Turn{Text: "Step 0.", ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+		case 1:
+			return mockllm.Turn{Text: "Step 1.", ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
+		}
+		return mockllm.Turn{Text: "Results: " + strings.Join(c.ToolResults, " | ")}
+	}})
+	weather := `{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}`
+	// keep: the client replays the mcp_call with its output (the AI SDK);
+	// otherwise without it, as @openai/agents does.
+	for _, keep := range []bool{false, true} {
+		status, _, first := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"input":"go","tools":[`+weather+`]}`)
+		if status != 200 {
+			t.Fatalf("%d %s", status, first)
+		}
+		input := `[{"role":"user","content":"go"}`
+		var callID string
+		gjson.GetBytes(first, "output").ForEach(func(_, it gjson.Result) bool {
+			raw := it.Raw
+			switch it.Get("type").Str {
+			case "mcp_call":
+				if !keep {
+					raw, _ = sjson.Delete(raw, "output")
+				}
+			case "function_call":
+				callID = it.Get("call_id").Str
+			}
+			input += "," + raw
+			return true
+		})
+		if callID == "" {
+			t.Fatalf("first answer %s", first)
+		}
+		input += `,{"type":"function_call_output","call_id":"` + callID + `","output":"sunny"}]`
+		status, _, next := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"tools":[`+weather+`],"input":`+input+`}`)
+		if status != 200 {
+			t.Fatalf("%d %s", status, next)
+		}
+		reqs := h.mock.Requests()
+		// Once, whether the client carried the server round or not.
+		want := "user | assistant Step 0. [calculator] | tool | assistant Step 1. [get_weather] | tool"
+		if got := historyShape(reqs[len(reqs)-1].Body); got != want {
+			t.Fatalf("output kept %v: the follow-up's history:\n got %s\nwant %s\n%s", keep, got, want, first)
+		}
+	}
+}
+
+// historyShape lists a chat request's messages: each role, an assistant's
+// text and the names of its calls.
+func historyShape(body []byte) string {
+	var shape []string
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		s := m.Get("role").Str
+		if c := m.Get("content").Str; c != "" && s == "assistant" {
+			s += " " + c
+		}
+		m.Get("tool_calls.#.function.name").ForEach(func(_, n gjson.Result) bool {
+			s += " [" + n.Str + "]"
+			return true
+		})
+		shape = append(shape, s)
+		return true
+	})
+	return strings.Join(shape, " | ")
+}
