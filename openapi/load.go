@@ -314,13 +314,19 @@ func cutRefs(b []byte) (json.RawMessage, error) {
 	if !bytes.Contains(b, []byte(`"$ref"`)) {
 		return b, nil
 	}
+	return rewrite(b, cutRef)
+}
+
+// rewrite decodes the JSON b (numbers kept as written), applies f and
+// encodes the result.
+func rewrite(b []byte, f func(any) any) (json.RawMessage, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	return json.Marshal(cutRef(v))
+	return json.Marshal(f(v))
 }
 
 func cutRef(v any) any {
@@ -351,13 +357,7 @@ func from30(b []byte) (json.RawMessage, error) {
 	if !bytes.Contains(b, []byte(`"nullable"`)) && !bytes.Contains(b, []byte(`"exclusiveM`)) {
 		return b, nil
 	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	return json.Marshal(schema30(v))
+	return rewrite(b, schema30)
 }
 
 // schema30 translates one 3.0 schema and the schemas inside it.
