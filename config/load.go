@@ -230,7 +230,7 @@ func (c *Config) maskEnv(err error) error {
 	var r observe.Redactor
 	for _, e := range c.envValues {
 		if credentialParam(e.name) || slices.Contains(secrets, strings.TrimSpace(e.value)) {
-			r.Add(e.value)
+			r.Add(e.value, strings.TrimSpace(e.value)) // keys and header values are kept trimmed
 		}
 	}
 	for _, e := range joined.Unwrap() {

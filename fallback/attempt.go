@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -130,11 +131,13 @@ func (h *handler) failed(ctx context.Context, d *deployment, probe bool, route *
 	switch classify(err) {
 	case classRetryable:
 		r := resultFailure
-		if isUpstream && ue.Kind == pipeline.UpstreamStatus && ue.Status == 429 {
+		if isUpstream && ue.Kind == pipeline.UpstreamStatus && ue.Status == 429 && !bytes.Contains(ue.Body, []byte("insufficient_quota")) {
 			// A rate limit: the deployment is up and says when to come
 			// back (retry-after, which the retry waits out). Counted as a
 			// failure, five of them opened the circuit for its whole
-			// cooldown, refusing every caller for longer than asked.
+			// cooldown, refusing every caller for longer than asked. A
+			// spent quota (OpenAI's insufficient_quota 429) does not pass
+			// with time: it still counts.
 			r = resultNeutral
 		}
 		d.br.done(now, probe, r)

@@ -108,6 +108,15 @@ func TestBreakerIgnoresRateLimits(t *testing.T) {
 	if got := e.f.count("p/a"); got != 5 {
 		t.Fatalf("calls = %d: 429s opened the circuit", got)
 	}
+	// A spent quota does not pass with time: it opens the circuit.
+	quota := newEnv(breakerOpts(clk, 2), map[string][]step{"p/a": {{err: status(429, `{"error":{"code":"insufficient_quota","type":"insufficient_quota"}}`)}}}, false,
+		rt("a", 0, nil, dep("p", "a", 1)))
+	for range 5 {
+		quota.chat(t, "a", false)
+	}
+	if got := quota.f.count("p/a"); got != 2 {
+		t.Fatalf("calls = %d: a spent quota did not open the circuit", got)
+	}
 }
 
 func TestBreakerHalfOpen(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -76,7 +77,11 @@ func methodName(m []byte) string {
 			return k
 		}
 	}
-	return string(m[:min(len(m), maxMethod)])
+	m = m[:min(len(m), maxMethod)]
+	for k := 0; k < utf8.UTFMax-1 && len(m) > 0 && !utf8.Valid(m); k++ { // not inside a character
+		m = m[:len(m)-1]
+	}
+	return string(m)
 }
 
 // maxMethod bounds a method as the access line shows it.

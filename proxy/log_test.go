@@ -84,4 +84,7 @@ func TestMethodNameBounded(t *testing.T) {
 	if got := methodName([]byte(long)); got != long[:maxMethod] {
 		t.Fatalf("%d bytes", len(got))
 	}
+	if got := methodName([]byte(strings.Repeat("é", 100))); got != strings.Repeat("é", maxMethod/2) {
+		t.Fatalf("cut inside a character: %q", got)
+	}
 }

@@ -506,8 +506,11 @@ type history struct {
 	settled bool
 	// joinNext: an mcp_call left out (no output known) sat after the open
 	// assistant text; the next assistant text joins it, as one chat
-	// message holds the text of every round of a turn.
+	// message holds the text of every round of a turn. joined holds the
+	// texts joined so far, written into the open message once (settle):
+	// rewriting it per join cost the square of the body.
 	joinNext bool
+	joined   []string
 }
 
 // ask records id as a call awaiting approval.
@@ -524,6 +527,7 @@ func (h *history) add(msg, role string) {
 	if join && role == "assistant" && h.open >= 0 && len(h.calls) == 0 && h.join(msg) {
 		return
 	}
+	h.settleJoined()
 	h.flush()
 	h.msgs = append(h.msgs, msg)
 	h.open = -1
@@ -532,22 +536,40 @@ func (h *history) add(msg, role string) {
 	}
 }
 
-// join appends the text of msg, an assistant message without calls, to
-// the open one's, when both hold plain text: the rounds of one turn whose
+// join notes the text of msg, an assistant message without calls, for
+// the open one, when both hold plain text: the rounds of one turn whose
 // server call between them was left out, as a chat client sends them (the
 // tool loop's resume then puts the kept rounds in their place). It
-// reports whether it did.
+// reports whether it did. Each message is parsed once, whatever the
+// number of joins.
 func (h *history) join(msg string) bool {
-	prev, next := gjson.Get(h.msgs[h.open], "content"), gjson.Get(msg, "content")
-	if prev.Type != gjson.String || next.Type != gjson.String || gjson.Get(msg, "tool_calls").Exists() || gjson.Get(msg, "refusal").Exists() {
+	next := gjson.Get(msg, "content")
+	if next.Type != gjson.String || gjson.Get(msg, "tool_calls").Exists() || gjson.Get(msg, "refusal").Exists() {
 		return false
 	}
-	joined, err := sjson.Set(h.msgs[h.open], "content", prev.Str+next.Str)
-	if err != nil {
-		return false
+	if h.joined == nil {
+		open := h.msgs[h.open]
+		if gjson.Get(open, "content").Type != gjson.String || gjson.Get(open, "refusal").Exists() {
+			return false
+		}
+		h.joined = []string{}
 	}
-	h.msgs[h.open] = joined
+	h.joined = append(h.joined, next.Str)
 	return true
+}
+
+// settleJoined writes the joined texts into the open message's content.
+func (h *history) settleJoined() {
+	if h.joined == nil {
+		return
+	}
+	texts := h.joined
+	h.joined = nil
+	open := h.msgs[h.open]
+	content := gjson.Get(open, "content").Str + strings.Join(texts, "")
+	if joined, err := sjson.Set(open, "content", content); err == nil {
+		h.msgs[h.open] = joined
+	}
 }
 
 // call adds a tool call to the assistant message it belongs to.
@@ -561,6 +583,7 @@ func (h *history) call(call string) {
 
 // flush writes the open assistant message's tool calls into it.
 func (h *history) flush() {
+	h.settleJoined()
 	if len(h.calls) == 0 {
 		return
 	}

@@ -3,6 +3,7 @@ package responses
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -451,5 +452,31 @@ func TestTranslateEchoesEverySetting(t *testing.T) {
 	}
 	if err := wiretest.LoadResponsesSchema(t).Validate("Response", out); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// Texts joined across left-out mcp_call items cost in proportion to the
+// body: each join rewrote the whole joined message, and a body alternating
+// texts and bare mcp_calls took seconds and gigabytes (the square of its
+// size). Not parallel: the bytes allocated are read around one call.
+func TestJoinedTextsLinear(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","store":false,"input":[{"role":"user","content":"x"}`)
+	for range 10000 {
+		b.WriteString(`,{"role":"assistant","content":"aaaaaaaa"},{"type":"mcp_call","name":"x"}`)
+	}
+	b.WriteString(`]}`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r, err := Translate([]byte(b.String()), nil, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(r.Chat, "messages.1.content").Str; len(got) != 80000 {
+		t.Fatalf("joined text of %d bytes", len(got))
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 40*uint64(b.Len()) {
+		t.Fatalf("%d MB allocated for a %d KB body", alloc>>20, b.Len()>>10)
 	}
 }

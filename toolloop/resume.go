@@ -3,6 +3,7 @@ package toolloop
 import (
 	"bytes"
 	"context"
+	"strings"
 
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
@@ -17,7 +18,7 @@ const maxResumeLookups = 16
 
 var metricState = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 	Name: "gateway_toolloop_state_total",
-	Help: "Mixed-turn state operations: save, save_error, spliced (a follow-up rebuilt), not_found (an assistant tool-call message without kept state: a client-only turn, or expired/evicted), load_error, load_oversized (a stored turn over tool_loop.state_max_bytes, treated as missing and never read).",
+	Help: "Mixed-turn state operations: save, save_error, spliced (a follow-up rebuilt), carried (a follow-up that held the hidden rounds itself, left as sent), not_found (an assistant tool-call message without kept state: a client-only turn, or expired/evicted), load_error, load_oversized (a stored turn over tool_loop.state_max_bytes, treated as missing and never read).",
 }, []string{"op"})
 
 // resume rebuilds the client's history: every assistant message whose
@@ -92,23 +93,43 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 		l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: mixed-turn state unavailable; the follow-up goes upstream as sent")
 		return req
 	}
+	// What each candidate becomes: its kept turn, or nil (as sent). A turn
+	// with earlier rounds also takes the place of the text-only assistant
+	// messages just before it (a Responses client sends each round's text
+	// as a message of its own; the kept rounds hold them).
+	skip := map[int]bool{}
+	for ci, c := range cands {
+		t := turns[ci]
+		switch {
+		case t == nil || !sameIDs(c.ids, t.ClientIDs):
+			turns[ci] = nil
+			metricState.WithLabelValues("not_found").Inc()
+		case carried(items[:c.pos], t.Prior):
+			// The client sent the turn's earlier server rounds itself (a
+			// Responses client replaying mcp_call items with their
+			// output): as sent.
+			metricState.WithLabelValues("carried").Inc()
+			turns[ci] = nil
+		case len(t.Prior) > 0:
+			for j := c.pos - 1; j >= 0 && items[j].Get("role").Str == "assistant" && !items[j].Get("tool_calls").IsArray(); j-- {
+				skip[j] = true
+			}
+		}
+	}
 	out := make([]byte, 0, len(msgs.Raw)+1024)
 	out = append(out, '[')
 	spliced, ci := 0, 0
 	for i, m := range items {
-		if i > 0 {
+		if skip[i] {
+			continue
+		}
+		if len(out) > 1 {
 			out = append(out, ',')
 		}
 		if ci < len(cands) && cands[ci].pos == i {
-			t, ids := turns[ci], cands[ci].ids
+			t := turns[ci]
 			ci++
-			if t != nil && sameIDs(ids, t.ClientIDs) && carried(items[:i], t.Prior) {
-				// The client sent the turn's earlier server rounds itself
-				// (a Responses client replaying mcp_call items with their
-				// output): as sent.
-				t = nil
-			}
-			if t != nil && sameIDs(ids, t.ClientIDs) {
+			if t != nil {
 				if len(t.Prior) > 0 {
 					out = append(out, t.Prior...)
 					out = append(out, ',')
@@ -121,7 +142,6 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 				spliced++
 				continue
 			}
-			metricState.WithLabelValues("not_found").Inc()
 		}
 		out = append(out, m.Raw...)
 	}
@@ -140,20 +160,28 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 	return r
 }
 
-// carried reports whether the client's messages before a turn's
-// assistant message (since the last user message) already hold every
-// server call of the turn's earlier rounds (prior: messages, comma
-// separated), by tool name and arguments: the ids differ (a replayed
-// mcp_call is named by its item's id), the calls do not.
+// carried reports whether the client's messages of the turn before its
+// assistant message (after the client's last own input: a user message,
+// or a tool result of one of its calls) already hold every server call of
+// the turn's earlier rounds (prior: messages, comma separated), counted
+// by tool name: a Responses client that replays the mcp_call items with
+// their output. Names suffice: a chat client's history holds no server
+// tool's name (a client tool may not take one), and the arguments the
+// client was shown may differ from the kept ones (a guardrail redacts
+// them). A replayed call's tool result is named by its mcp item's id.
 func carried(before []gjson.Result, prior []byte) bool {
 	if len(prior) == 0 {
 		return false
 	}
-	type sig struct{ name, args string }
-	sent := map[sig]int{}
-	for i := len(before) - 1; i >= 0 && before[i].Get("role").Str != "user"; i-- {
-		before[i].Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
-			sent[sig{c.Get("function.name").Str, c.Get("function.arguments").Str}]++
+	sent := map[string]int{}
+	for i := len(before) - 1; i >= 0; i-- {
+		m := before[i]
+		role := m.Get("role").Str
+		if role == "user" || role == "tool" && !strings.HasPrefix(m.Get("tool_call_id").Str, "mcp_") {
+			break
+		}
+		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+			sent[c.Get("function.name").Str]++
 			return true
 		})
 	}
@@ -163,11 +191,11 @@ func carried(before []gjson.Result, prior []byte) bool {
 	all := true
 	gjson.ParseBytes(append(append([]byte{'['}, prior...), ']')).ForEach(func(_, m gjson.Result) bool {
 		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
-			k := sig{c.Get("function.name").Str, c.Get("function.arguments").Str}
-			if sent[k] == 0 {
+			name := c.Get("function.name").Str
+			if sent[name] == 0 {
 				all = false
 			}
-			sent[k]--
+			sent[name]--
 			return all
 		})
 		return all

@@ -285,3 +285,30 @@ func TestMemoryStateResize(t *testing.T) {
 		t.Fatalf("over the bounds: %d entries, %d bytes", n, b)
 	}
 }
+
+// carried: the client's history of a turn holds the turn's earlier server
+// calls (a Responses client replaying mcp_call items), matched by name and
+// count, whatever arguments it was shown; the turn starts after the
+// client's last own input, a user message or a result of its own call.
+func TestCarried(t *testing.T) {
+	prior := []byte(`{"role":"assistant","content":"a","tool_calls":[{"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"6*7\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"42"}`)
+	msgs := func(raw string) []gjson.Result { return gjson.Parse(raw).Array() }
+	for name, c := range map[string]struct {
+		before string
+		want   bool
+	}{
+		"chat: no server call":     {`[{"role":"user","content":"go"}]`, false},
+		"replayed, args redacted":  {`[{"role":"user","content":"go"},{"role":"assistant","content":"a","tool_calls":[{"id":"mcp_r_1","type":"function","function":{"name":"calculator","arguments":"{}"}}]},{"role":"tool","tool_call_id":"mcp_r_1","content":"42"}]`, true},
+		"an earlier turn's call":   {`[{"role":"user","content":"go"},{"role":"assistant","content":null,"tool_calls":[{"id":"mcp_r_1","type":"function","function":{"name":"calculator","arguments":"{}"}}]},{"role":"tool","tool_call_id":"mcp_r_1","content":"42"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_w","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]`, false},
+		"once, where it ran twice": {`[{"role":"user","content":"go"},{"role":"assistant","content":null,"tool_calls":[{"id":"mcp_r_1","type":"function","function":{"name":"calculator","arguments":"{}"}}]},{"role":"tool","tool_call_id":"mcp_r_1","content":"42"}]`, false},
+	} {
+		p := prior
+		if name == "once, where it ran twice" {
+			p = append(append(append([]byte(nil), prior...), ','), prior...) // the turn called it in two rounds
+		}
+		if got := carried(msgs(c.before), p); got != c.want {
+			t.Errorf("%s: %v, want %v", name, got, c.want)
+		}
+	}
+}
