@@ -178,6 +178,12 @@ func (p passPolicy) Guard(t *pipeline.Tenant, r *pipeline.Request) error {
 	return p.guards.CheckBody(t, r)
 }
 
+// Redact applies the tenant's request-stage redactions to a Responses
+// body the pipeline serves.
+func (p passPolicy) Redact(t *pipeline.Tenant, r *pipeline.Request) error {
+	return p.guards.RedactBody(t, r)
+}
+
 var _ proxy.Call = (*limits.Call)(nil)
 
 // Limit admits a pass-through request through limits.Hold. A call of a

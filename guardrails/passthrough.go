@@ -75,6 +75,36 @@ func (e *Engine) CheckBody(t *pipeline.Tenant, r *pipeline.Request) error {
 	return nil
 }
 
+// RedactBody applies t's request-stage redacting guards (pattern and PII
+// guards whose action is redact) to r.Body, a Responses request the chat
+// pipeline judges again once translated: what the gateway stores and
+// echoes of the request (its input items, instructions, tools) then holds
+// no text they redact, as the upstream never sees it. Blocks, flags and
+// classifiers are left to that judgement, so each counts, and each
+// classifier is asked, once. A nil Engine passes.
+func (e *Engine) RedactBody(t *pipeline.Tenant, r *pipeline.Request) error {
+	if e == nil {
+		return nil
+	}
+	var redacting []*guard
+	for _, g := range e.guards(t, StageRequest) {
+		if g.http == nil && g.action == "redact" {
+			redacting = append(redacting, g)
+		}
+	}
+	if len(redacting) == 0 {
+		return nil
+	}
+	body, err := checkTexts(newChecker(context.Background(), redacting, r.Meta), r.Body)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		r.Body = body
+	}
+	return nil
+}
+
 // bodyTexts returns every text of a pass-through body that CheckBody
 // judges (walkTexts, visitSideTexts), each followed by a newline; or
 // tooDeep.

@@ -115,6 +115,13 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		switch path {
 		case responsesRoute:
 			// The pipeline serves it: its limits layer admits it, once.
+			// What is stored and echoed of it is redacted first.
+			if req != nil {
+				if err := rt.Policy.Redact(t, req); err != nil {
+					return pb, err
+				}
+				body = req.Body
+			}
 			pb.body, pb.native = body, true
 			return pb, nil
 		case inputTokensRoute:

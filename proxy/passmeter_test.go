@@ -34,6 +34,7 @@ func (p *meterPolicy) ModelEndpoint(path string) bool                      { ret
 func (p *meterPolicy) AllowsModel(*pipeline.Tenant, string) bool           { return true }
 func (p *meterPolicy) RestrictsModels(*pipeline.Tenant) bool               { return false }
 func (p *meterPolicy) Guard(*pipeline.Tenant, *pipeline.Request) error     { return nil }
+func (p *meterPolicy) Redact(*pipeline.Tenant, *pipeline.Request) error    { return nil }
 func (p *meterPolicy) BodyLimit(*pipeline.Tenant) int                      { return 0 }
 func (p *meterPolicy) Limit(*pipeline.Request) (Call, error)               { return p, nil }
 func (p *meterPolicy) End()                                                {}

@@ -48,6 +48,11 @@ type Policy interface {
 	// body that passed Admit and goes to a model outside the chat pipeline;
 	// it may replace r.Body.
 	Guard(t *pipeline.Tenant, r *pipeline.Request) error
+	// Redact applies t's request-stage redactions to r, a Responses
+	// request the pipeline serves (and judges again once translated), so
+	// that what is stored of it holds no redacted text; it may replace
+	// r.Body.
+	Redact(t *pipeline.Tenant, r *pipeline.Request) error
 	// BodyLimit returns t's body limit in bytes; 0 = the server's.
 	BodyLimit(t *pipeline.Tenant) int
 	// Limit applies the tenant's rate limits and budgets to r, which
