@@ -2,6 +2,7 @@ package observe
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/url"
 	"sort"
@@ -542,4 +543,74 @@ func (rw redactWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// RedactEscaped is RedactSecrets, and then, in each JSON string of p
+// written with escapes (a service's answer quoting a credential as
+// "\u0042\u0065…", or .NET's "\u002B" for '+'), the secrets of its
+// decoded text: such a string is written again, masked. A registered
+// encoding (Add) covers the usual escapes; an answer may escape any
+// character. For what a tool returns to the model and the client. p
+// itself when nothing is masked.
+func (r *Redactor) RedactEscaped(p []byte) []byte {
+	p = r.RedactSecrets(p)
+	if r.set.Load() == nil || bytes.IndexByte(p, '\\') < 0 {
+		return p
+	}
+	var out []byte // nil until a string is rewritten
+	last := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] != '"' {
+			continue
+		}
+		end, escaped := stringEnd(p, i)
+		if end < 0 {
+			break
+		}
+		if escaped {
+			if s, ok := unquoteJSON(p[i : end+1]); ok {
+				if masked := r.RedactSecrets([]byte(s)); string(masked) != s {
+					out = append(out, p[last:i]...)
+					out = appendQuoted(out, string(masked))
+					last = end + 1
+				}
+			}
+		}
+		i = end
+	}
+	if out == nil {
+		return p
+	}
+	return append(out, p[last:]...)
+}
+
+// stringEnd returns the index of the quote that closes the JSON string
+// opening at p[i], and whether the string holds an escape; -1 when it is
+// not closed.
+func stringEnd(p []byte, i int) (end int, escaped bool) {
+	for j := i + 1; j < len(p); j++ {
+		switch p[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j, escaped
+		}
+	}
+	return -1, escaped
+}
+
+// unquoteJSON decodes the JSON string q (quotes included).
+func unquoteJSON(q []byte) (string, bool) {
+	var s string
+	if json.Unmarshal(q, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// appendQuoted appends s as a JSON string.
+func appendQuoted(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // a string always encodes
+	return append(dst, b...)
 }

@@ -291,3 +291,68 @@ func TestRedactSecretsInURLForms(t *testing.T) {
 		}
 	}
 }
+
+// A secret in a JSON string written with escapes the registered encodings
+// do not cover (every character \u-escaped, or '=' escaped beside .NET's
+// '+') is masked too, in the decoded text of that string; the rest of the
+// document is left as it was, and nothing changes without a secret.
+func TestRedactEscaped(t *testing.T) {
+	t.Parallel()
+	const key = "hk/Zq8+Rt/Wm3="
+	r := &Redactor{}
+	r.Add(key)
+	esc := func(s string) string {
+		var b strings.Builder
+		for _, c := range s {
+			fmt.Fprintf(&b, `\u%04x`, c)
+		}
+		return b.String()
+	}
+	for _, doc := range []string{
+		`{"k":"Bearer ` + esc(key) + `","n":1}`,
+		`{"k":"Bearer hk/Zq8\u002BRt/Wm3\u003D"}`,
+		`HTTP 500: {"k":"` + esc(key) + `"}`,
+		`["a\"b", "x ` + esc(key) + ` y"]`,
+	} {
+		got := string(r.RedactEscaped([]byte(doc)))
+		var v any
+		decoded := got
+		if strings.HasPrefix(doc, "{") || strings.HasPrefix(doc, "[") {
+			if json.Unmarshal([]byte(got), &v) != nil {
+				t.Errorf("%s → %s: no longer JSON", doc, got)
+			}
+			b, _ := json.Marshal(v)
+			decoded = string(b)
+		}
+		if !strings.Contains(got, Mask) || strings.Contains(decoded, "Zq8") || strings.Contains(got, esc("Zq8")) {
+			t.Errorf("%s → %s", doc, got)
+		}
+	}
+	for _, doc := range []string{`{"k":"\u0041bc"}`, `plain "\n" text`, `{"k":"unclosed \u0041`} {
+		if got := string(r.RedactEscaped([]byte(doc))); got != doc {
+			t.Errorf("%s changed: %s", doc, got)
+		}
+	}
+}
+
+// FuzzRedactEscaped: any bytes never panic, a JSON document stays JSON,
+// and no escaped form of the secret survives in a string that decodes.
+func FuzzRedactEscaped(f *testing.F) {
+	r := &Redactor{}
+	r.Add("fz/Zq8+Rt/Wm3=")
+	f.Add([]byte(`{"k":"\u0066\u007a/Zq8\u002BRt/Wm3\u003D"}`))
+	f.Add([]byte(`["\"", "\\", "\ud83d\ude00", "unclosed`))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		out := r.RedactEscaped(p)
+		if json.Valid(p) && !json.Valid(out) {
+			t.Fatalf("%q → %q: no longer JSON", p, out)
+		}
+		var v any
+		if json.Unmarshal(out, &v) == nil {
+			b, _ := json.Marshal(v)
+			if strings.Contains(string(b), "fz/Zq8+Rt/Wm3=") {
+				t.Fatalf("%q → %q: the secret survives", p, out)
+			}
+		}
+	})
+}

@@ -191,7 +191,7 @@ func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError
 		msg := "HTTP " + strconv.Itoa(resp.StatusCode)
 		// Masked before the cut: a secret the cut splits would be no
 		// longer whole, and its start would be shown.
-		b = observe.Secrets.RedactSecrets(b)
+		b = observe.Secrets.RedactEscaped(b)
 		if t := strings.TrimSpace(string(b[:min(len(b), errorBody)])); t != "" {
 			msg += ": " + strings.ToValidUTF8(t, "")
 		}

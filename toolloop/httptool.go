@@ -56,7 +56,7 @@ func (h *httpTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, &ToolError{Kind: "tool_error", Message: fmt.Sprintf("the tool's service answered HTTP %d", resp.StatusCode),
-			Detail: fmt.Errorf("body: %.512s", observe.Secrets.RedactSecrets(body))} // masked before the cut
+			Detail: fmt.Errorf("body: %.512s", observe.Secrets.RedactEscaped(body))} // masked before the cut
 	}
 	if int64(len(body)) == h.maxBytes {
 		if sz := sizeOf(ctx); sz != nil {

@@ -35,11 +35,12 @@ func (e *ToolError) Unwrap() error { return e.Detail }
 
 // okContent wraps data (the executor's output) as {"status":"ok","data":...}:
 // data that is valid JSON is embedded, anything else becomes a JSON string.
-// The gateway's configured secrets in it are masked (observe.Secrets): a
-// service that echoes the credentials it was sent, or an MCP server quoting
-// its env, must not hand them to the model and through it to the client.
+// The gateway's configured secrets in it are masked (observe.Secrets), in
+// JSON strings however escaped (RedactEscaped): a service that echoes the
+// credentials it was sent, or an MCP server quoting its env, must not hand
+// them to the model and through it to the client.
 func okContent(data []byte) []byte {
-	data = observe.Secrets.RedactSecrets(data)
+	data = observe.Secrets.RedactEscaped(data)
 	out := make([]byte, 0, len(data)+32)
 	out = append(out, `{"status":"ok","data":`...)
 	if len(data) > 0 && jsonvalid.Bytes(data) {
@@ -62,7 +63,7 @@ func errContent(err error, detailed bool) []byte {
 	if detailed && te.Detail != nil {
 		msg += ": " + te.Detail.Error()
 	}
-	msg = string(observe.Secrets.RedactSecrets([]byte(msg)))
+	msg = string(observe.Secrets.RedactEscaped([]byte(msg)))
 	out := make([]byte, 0, len(msg)+64)
 	out = append(out, `{"status":"error","error":{"type":`...)
 	out = strconv.AppendQuote(out, te.Kind)
