@@ -114,6 +114,9 @@ func (c *Config) validate(o *origin) error {
 func (c *Config) validateHeaders(p *problems, o *origin) {
 	for i, pr := range c.Providers {
 		p.checkHeaders(fmt.Sprintf("providers[%d].headers", o.provider(i)), pr.Headers)
+		if hasControl(pr.APIKey) { // sent in a header too
+			p.add(fmt.Sprintf("providers[%d].api_key", o.provider(i)), "the value holds a control character")
+		}
 	}
 	for i, t := range c.Tools {
 		p.checkHeaders(fmt.Sprintf("tools[%d].headers", i), t.Headers)
@@ -135,10 +138,16 @@ func (p *problems) checkHeaders(key string, h map[string]string) {
 		if !IsToken(name) {
 			p.add(key, "%q is not a header name", name)
 		}
-		if strings.ContainsFunc(h[name], func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		if hasControl(h[name]) {
 			p.add(key+"."+name, "the value holds a control character")
 		}
 	}
+}
+
+// hasControl reports whether s holds a control character other than tab,
+// which a header value may not.
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
 }
 
 // IsToken reports whether s is an HTTP token (RFC 9110 tchar), as a

@@ -69,6 +69,7 @@ func TestValidate(t *testing.T) {
 		{name: "provider header name", toml: prov("headers = { \"Bad Name\" = \"v\" }\n"), want: `providers[1].headers: "Bad Name" is not a header name`},
 		{name: "provider header value", toml: prov("headers = { \"X-Key\" = \"a\\nb\" }\n"), want: `providers[1].headers.X-Key: the value holds a control character`},
 		{name: "provider header value with a newline at its end", toml: prov("headers = { \"X-Key\" = \"abc\\n\" }\n")},
+		{name: "provider api key with a control character", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"http://h\"\napi_key = \"sk-\\u0001x\"\n", want: `providers[1].api_key: the value holds a control character`},
 		{name: "tool header name", toml: tool("headers = { \"a:b\" = \"v\" }\n"), want: `tools[0].headers: "a:b" is not a header name`},
 		{name: "provider base url", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"ftp://h\"\n", want: `providers[1].base_url: "ftp://h" is not an http(s) URL`},
 		{name: "provider base url without host", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"http://\"\n", want: `providers[1].base_url: "http:" is not an http(s) URL`},
