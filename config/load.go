@@ -87,13 +87,6 @@ func withLines(err error, b []byte) error {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// Expand replaces ${NAME} references with the environment's values.
-func Expand(s string) string {
-	var c Config
-	c.expandStr(&s)
-	return s
-}
-
 // expandURL expands a URL field, keeping each value the environment put in
 // its query or user info (an API key, a password) as a secret: the log
 // redactor, and what a tool's error shows the model, mask it (Secrets). A
@@ -102,14 +95,9 @@ func (c *Config) expandURL(s *string) {
 	if !strings.Contains(*s, "${") {
 		return
 	}
-	var vals []string
-	*s = envRef.ReplaceAllStringFunc(*s, func(m string) string {
-		name := m[2 : len(m)-1]
-		v := os.Getenv(name)
-		vals = append(vals, v)
-		c.envValues = append(c.envValues, envValue{name, v})
-		return v
-	})
+	from := len(c.envValues)
+	c.expandStr(s)
+	vals := c.envValues[from:] // what this field's references put in
 	u, err := url.Parse(*s)
 	if err != nil {
 		return
@@ -129,14 +117,15 @@ func (c *Config) expandURL(s *string) {
 			}
 		}
 	}
-	for _, v := range vals {
-		if v != "" && whole[v] {
-			c.urlSecrets = append(c.urlSecrets, v)
+	for _, e := range vals {
+		if e.value != "" && whole[e.value] {
+			c.urlSecrets = append(c.urlSecrets, e.value)
 		}
 	}
 }
 
-// expandStr is Expand, noting the values it put in (envValues).
+// expandStr replaces the ${NAME} references in s with the environment's
+// values, noting each (envValues).
 func (c *Config) expandStr(s *string) {
 	if !strings.Contains(*s, "${") {
 		return

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/llmgw/gateway/jsonstring"
 )
 
 // Mask replaces every secret the log redactor finds.
@@ -571,7 +573,7 @@ func (r *Redactor) RedactEscaped(p []byte) []byte {
 			if s, ok := unquoteJSON(p[i : end+1]); ok {
 				if masked := r.RedactSecrets([]byte(s)); string(masked) != s {
 					out = append(out, p[last:i]...)
-					out = appendQuoted(out, string(masked))
+					out = jsonstring.Append(out, string(masked))
 					last = end + 1
 				}
 			}
@@ -607,10 +609,4 @@ func unquoteJSON(q []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// appendQuoted appends s as a JSON string.
-func appendQuoted(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s) // a string always encodes
-	return append(dst, b...)
 }

@@ -65,17 +65,21 @@ func (s *Server) handleOps(ctx *fasthttp.RequestCtx, x *exchange, path string, m
 	if path != "/healthz" && path != "/readyz" && path != "/metrics" {
 		return false
 	}
-	if path == "/metrics" && main {
-		if err := rt.admin(ctx); err != nil { // before the method: a 404 where metrics_listen serves them
+	if path == "/metrics" {
+		var err error
+		if main {
+			err = rt.admin(ctx) // before the method: a 404 where metrics_listen serves them
+		}
+		if err != nil {
 			s.writeError(ctx, x, err)
 			return true
 		}
-	}
-	if path == "/metrics" && !ctx.IsGet() && !ctx.IsHead() {
-		// Health checks answer any method (HAProxy's httpchk sends
-		// OPTIONS by default); the metrics are read with GET.
-		s.methodNotAllowed(ctx, x, "GET, HEAD")
-		return true
+		if !ctx.IsGet() && !ctx.IsHead() {
+			// Health checks answer any method (HAProxy's httpchk sends
+			// OPTIONS by default); the metrics are read with GET.
+			s.methodNotAllowed(ctx, x, "GET, HEAD")
+			return true
+		}
 	}
 	switch path {
 	case "/healthz":

@@ -527,8 +527,7 @@ func (h *history) add(msg, role string) {
 	if join && role == "assistant" && h.open >= 0 && len(h.calls) == 0 && h.join(msg) {
 		return
 	}
-	h.settleJoined()
-	h.flush()
+	h.flush() // the joined texts too
 	h.msgs = append(h.msgs, msg)
 	h.open = -1
 	if role == "assistant" && !gjson.Get(msg, "tool_calls").Exists() {
