@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +41,8 @@ func redisClient(r *config.Redis) (redis.UniversalClient, error) {
 		co.ClusterStateReloadInterval = clusterReload
 		c := redis.NewClusterClient(co)
 		c.AddHook(followFailover{c})
+		// Per node: a dead master must not stop the calls to the others.
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(&outage{}) })
 		return c, nil
 	case "sentinel":
 		o.Addrs, o.MasterName = r.Addrs, r.MasterName
@@ -46,7 +50,112 @@ func redisClient(r *config.Redis) (redis.UniversalClient, error) {
 	default:
 		o.Addrs = []string{r.Addr}
 	}
-	return redis.NewUniversalClient(o), nil
+	c := redis.NewUniversalClient(o)
+	c.AddHook(&outage{})
+	return c, nil
+}
+
+// outagePause is how long calls skip a server that a call found
+// unreachable (refused, or silent past its deadline).
+const outagePause = 250 * time.Millisecond
+
+// errOutage is the error of a call skipped during an outage pause.
+var errOutage = errors.New("redis: a call found the server unreachable a moment ago; not sent")
+
+// outage makes a client's calls fail at once for outagePause after one
+// found the server unreachable: a dial that failed, or a call that ran out
+// of its deadline. Without it every call of an outage waits its deadline
+// out (a refused dial too: go-redis retries it until then), and a request
+// that makes several (a mixed turn's state, an approval's claim, the cache,
+// the limits) waited several in a row, for every request. With it a request
+// pays at most the one that found the outage; after each pause one call
+// finds out whether the server answers again, and the others skip until it
+// knows. A Redis error reply is an answer, not an outage. Callers handle
+// errOutage as any failed call: the cache is bypassed, limits follow their
+// fail mode, state is missing.
+type outage struct {
+	until atomic.Int64 // Unix ns; 0: calls go through
+}
+
+// admit reports whether a call may be sent now, and returns the context
+// to send it with. After a pause, the caller that moves it on asks; the
+// others skip until it knows. The caller that asks carries a mark in its
+// context, so that what go-redis sends inside its call with the same hooks
+// (a new connection's HELLO, AUTH, SELECT) goes too.
+func (o *outage) admit(ctx context.Context) (context.Context, bool) {
+	until := o.until.Load()
+	if until == 0 || ctx.Value(probing{}) != nil {
+		return ctx, true
+	}
+	now := time.Now()
+	if now.UnixNano() < until || !o.until.CompareAndSwap(until, now.Add(outagePause).UnixNano()) {
+		return ctx, false
+	}
+	return context.WithValue(ctx, probing{}, true), true
+}
+
+// probing marks the context of the call that finds out whether the server
+// answers again.
+type probing struct{}
+
+// done records a sent call's outcome.
+func (o *outage) done(ctx context.Context, err error) {
+	switch {
+	case errors.Is(err, errOutage): // skipped inside: says nothing new
+	case err == nil || !unreachable(ctx, err):
+		if o.until.Load() != 0 {
+			o.until.Store(0)
+		}
+	default:
+		o.until.Store(time.Now().Add(outagePause).UnixNano())
+	}
+}
+
+// unreachable reports whether err says the server did not answer: a
+// failed dial, or a deadline or network timeout while the caller was still
+// waiting. A caller that left (context.Canceled) says nothing of the server.
+func unreachable(ctx context.Context, err error) bool {
+	if errors.Is(err, context.Canceled) || ctx.Err() == context.Canceled {
+		return false
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return false
+	}
+	var ne net.Error
+	var op *net.OpError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() ||
+		errors.As(err, &op) && op.Op == "dial"
+}
+
+func (o *outage) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (o *outage) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, ok := o.admit(ctx)
+		if !ok {
+			cmd.SetErr(errOutage)
+			return errOutage
+		}
+		err := next(ctx, cmd)
+		o.done(ctx, err)
+		return err
+	}
+}
+
+func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, ok := o.admit(ctx)
+		if !ok {
+			for _, c := range cmds {
+				c.SetErr(errOutage)
+			}
+			return errOutage
+		}
+		err := next(ctx, cmds)
+		o.done(ctx, err)
+		return err
+	}
 }
 
 // redisTLS returns the TLS config of [redis.tls], nil when it is off.

@@ -2,11 +2,8 @@ package limits
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -148,21 +145,7 @@ const seqTTL = 24 * time.Hour
 type redisStore struct {
 	rdb     redis.UniversalClient
 	timeout time.Duration
-	// stalledUntil (Unix ms; 0: none) is set when a check ran out of
-	// timeout: until then checks fail at once (errStalled), as the
-	// configured fail mode says, instead of each waiting the timeout out on
-	// a Redis that hangs (a stopped process, a full network buffer): at 200
-	// ms a request, a few clients took the gateway from hundreds of
-	// requests a second to tens. After each stallPause one check finds out
-	// whether Redis answers again.
-	stalledUntil atomic.Int64
 }
-
-// stallPause is how long checks skip a Redis that let one time out.
-const stallPause = time.Second
-
-// errStalled is the store error of a check skipped after a timeout.
-var errStalled = errors.New("limits: redis let a check time out less than a second ago; not asked")
 
 var _ Store = (*redisStore)(nil)
 
@@ -174,12 +157,6 @@ func NewRedisStore(rdb redis.UniversalClient, timeout time.Duration) Store {
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
-
-// timedOut reports whether err is a deadline's or a network timeout.
-func timedOut(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
-}
 
 func firstOr(v []int64) int64 {
 	if len(v) == 0 {
@@ -196,13 +173,6 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 		keys[i] = c.key
 		args = append(args, string(rune(c.kind)), c.limit, c.costOf(tokens))
 	}
-	if until := s.stalledUntil.Load(); until != 0 {
-		// Skipped until the pause ends; then one check asks (the one that
-		// moves the pause on), and the others are skipped until it knows.
-		if ms(now) < until || !s.stalledUntil.CompareAndSwap(until, ms(now.Add(stallPause))) {
-			return errStalled
-		}
-	}
 	tctx := ctx
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
@@ -211,13 +181,7 @@ func (s *redisStore) Take(ctx context.Context, now time.Time, id string, checks 
 	}
 	vals, err := takeScript.Run(tctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
-		if s.timeout > 0 && ctx.Err() == nil && timedOut(err) {
-			s.stalledUntil.Store(ms(now.Add(stallPause)))
-		}
 		return err
-	}
-	if s.stalledUntil.Load() != 0 {
-		s.stalledUntil.Store(0) // it answered: checks ask again
 	}
 	n := len(checks)
 	if len(vals) != 2+2*n || vals[0] < 0 || vals[0] > int64(n) {

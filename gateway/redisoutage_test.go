@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/testredis"
+)
+
+// silentRedis accepts connections and never answers (a stopped process, a
+// full network buffer); it counts the connections it accepted.
+func silentRedis(t *testing.T) (addr string, dials *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dials = new(atomic.Int64)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String(), dials
+}
+
+// A Redis that lets a call run out of its deadline is not asked again for
+// a pause: the calls meanwhile fail at once; after it, of the calls made
+// together one asks and the others skip until it knows.
+func TestRedisOutageSkipsASilentServer(t *testing.T) {
+	t.Parallel()
+	addr, dials := silentRedis(t)
+	rdb, err := redisClient(&config.Redis{Addr: addr, Timeout: config.Duration(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if err := rdb.Get(ctx, "k").Err(); err == nil || errors.Is(err, errOutage) {
+		t.Fatalf("first call: %v, want its timeout", err)
+	}
+	sent := dials.Load()
+	start := time.Now()
+	for range 5 {
+		if err := rdb.Get(ctx, "k").Err(); !errors.Is(err, errOutage) {
+			t.Fatalf("a call during the pause: %v, want skipped", err)
+		}
+		pipe := rdb.Pipeline()
+		get := pipe.Get(ctx, "k")
+		if _, err := pipe.Exec(ctx); !errors.Is(err, errOutage) || !errors.Is(get.Err(), errOutage) {
+			t.Fatalf("a pipeline during the pause: %v / %v, want skipped", err, get.Err())
+		}
+	}
+	if d := time.Since(start); d > outagePause/2 || dials.Load() != sent {
+		t.Fatalf("skipped calls took %v and dialed %d times", d, dials.Load()-sent)
+	}
+	time.Sleep(outagePause)
+	var wg sync.WaitGroup
+	var skipped atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			if errors.Is(rdb.Get(ctx, "k").Err(), errOutage) {
+				skipped.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if skipped.Load() != 7 || dials.Load() != sent+1 {
+		t.Fatalf("after the pause: %d of 8 calls skipped, %d dials: want one asking", skipped.Load(), dials.Load()-sent)
+	}
+}
+
+// A Redis that refuses connections costs one call its deadline (go-redis
+// retries a refused dial until then), not every call; once it is back, a
+// call after the pause finds it and the calls after go through again. A
+// Redis error reply is an answer: it skips nothing.
+func TestRedisOutageRefusedAndBack(t *testing.T) {
+	t.Parallel()
+	rs := testredis.Start(t)
+	rdb, err := redisClient(&config.Redis{Addr: rs.Addr(), Timeout: config.Duration(300 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HGet(ctx, "k", "f").Err(); err == nil || errors.Is(err, errOutage) {
+		t.Fatalf("a wrong-type call: %v, want Redis's error reply", err)
+	}
+	if err := rdb.Get(ctx, "k").Err(); err != nil {
+		t.Fatalf("after an error reply: %v", err)
+	}
+	rs.Stop()
+	if err := rdb.Get(ctx, "k").Err(); err == nil || errors.Is(err, errOutage) {
+		t.Fatalf("first call to a stopped server: %v", err)
+	}
+	start := time.Now()
+	for range 4 { // a request's state, claim, cache and limits calls
+		if err := rdb.Get(ctx, "k").Err(); !errors.Is(err, errOutage) {
+			t.Fatalf("a later call: %v, want skipped", err)
+		}
+	}
+	if d := time.Since(start); d > outagePause/2 {
+		t.Fatalf("four skipped calls took %v", d)
+	}
+	rs.Start()
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.Set(ctx, "k", "back", 0).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the server is back but calls still fail")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 3 {
+		if v, err := rdb.Get(ctx, "k").Result(); err != nil || v != "back" {
+			t.Fatalf("after recovery: %q %v", v, err)
+		}
+	}
+}
