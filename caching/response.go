@@ -303,8 +303,33 @@ func (c *responseCache) store(ctx context.Context, key string, completion []byte
 // the shared completion when it was storable (a fallback's answer too,
 // which is not stored), and otherwise call next themselves (a non-final
 // answer is not shared). A leader that failed because its own client left
-// does not fail the followers.
+// does not fail the followers: they start a new flight, which the first of
+// them leads and the others join (up to maxLeads times; then each calls).
 func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
+	for range maxLeads {
+		resp, err := c.flight1(ctx, r, key, h)
+		if err != errLeaderGone {
+			return resp, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	resultMiss.Inc()
+	r.Meta.Set(HeaderCache, "miss")
+	return c.fill(ctx, r, key, h)
+}
+
+// maxLeads bounds the flights a follower joins when their leaders' clients
+// keep leaving.
+const maxLeads = 3
+
+// errLeaderGone is flight1's report that the leader of the flight a
+// follower joined failed because its own client left.
+var errLeaderGone = errors.New("caching: the flight's leader left")
+
+// flight1 runs or joins one flight of coalesce.
+func (c *responseCache) flight1(ctx context.Context, r *pipeline.Request, key string, h hints) (*pipeline.Response, error) {
 	// Do, not DoChan: the leader runs the call in its own goroutine (no
 	// hand-off on every miss); a follower waits at most as long as the
 	// leader's request, which the upstream timeouts bound.
@@ -350,8 +375,10 @@ func (c *responseCache) coalesce(ctx context.Context, r *pipeline.Request, key s
 		}
 		return c.serve(r, fr.completion), nil
 	}
-	if res.Err != nil && !errors.Is(res.Err, context.Canceled) &&
-		!errors.Is(res.Err, context.DeadlineExceeded) && !errors.Is(res.Err, pipeline.ErrClientGone) {
+	if res.Err != nil {
+		if errors.Is(res.Err, context.Canceled) || errors.Is(res.Err, context.DeadlineExceeded) || errors.Is(res.Err, pipeline.ErrClientGone) {
+			return nil, errLeaderGone
+		}
 		resultMiss.Inc()
 		r.Meta.Set(HeaderCache, "miss")
 		return nil, res.Err

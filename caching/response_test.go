@@ -316,6 +316,9 @@ func TestResponseCacheSingleFlight(t *testing.T) {
 	}
 }
 
+// A leader whose client left does not fail its followers, and they do not
+// each call the upstream then: one of them leads a new flight and the others
+// share its answer.
 func TestResponseCacheSingleFlightLeaderGone(t *testing.T) {
 	t.Parallel()
 	up := &upstream{content: "Hello there", delay: 200 * time.Millisecond}
@@ -327,23 +330,29 @@ func TestResponseCacheSingleFlightLeaderGone(t *testing.T) {
 		leaderDone <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	followerDone := make(chan error, 1)
-	var follower *pipeline.Response
-	go func() {
-		var err error
-		follower, err = h.Chat(context.Background(), newReq(det, "acme"))
-		followerDone <- err
-	}()
+	const n = 6
+	var wg sync.WaitGroup
+	followers := make([]*pipeline.Response, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { followers[i], errs[i] = h.Chat(context.Background(), newReq(det, "acme")) })
+	}
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	if err := <-leaderDone; !errors.Is(err, context.Canceled) {
 		t.Errorf("leader: %v, want context.Canceled", err)
 	}
-	if err := <-followerDone; err != nil {
-		t.Fatalf("follower failed with the leader: %v", err)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("follower %d failed with the leader: %v", i, errs[i])
+		}
+		if c := gjson.GetBytes(followers[i].Body, "choices.0.message.content").String(); c != "Hello there" {
+			t.Errorf("follower %d content %q", i, c)
+		}
 	}
-	if c := gjson.GetBytes(follower.Body, "choices.0.message.content").String(); c != "Hello there" {
-		t.Errorf("follower content %q", c)
+	if got := up.calls.Load(); got != 2 {
+		t.Errorf("upstream calls = %d, want 2 (the leader's, and one for the followers)", got)
 	}
 }
 
