@@ -1,9 +1,11 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -283,4 +285,45 @@ func TestManagerStdioEverything(t *testing.T) {
 	if len(m.Tools()) != 0 {
 		t.Fatal("tools still offered after Close")
 	}
+}
+
+// A server that takes longer to start than its calls' timeout still
+// connects: the attempt is not cut at the call timeout (an npx cold start
+// is seconds, a call's timeout may be less).
+func TestManagerSlowStartBeyondCallTimeout(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "hello", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello"}}}, nil
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	slow := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gjson.GetBytes(peekBody(r), "method").String() == "initialize" {
+			time.Sleep(700 * time.Millisecond) // a server still starting
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go func() { _ = slow.Serve(ln) }()
+	t.Cleanup(func() { _ = slow.Close() })
+	m := Start(Options{
+		Servers:    defaulted(config.MCPServer{Name: "slow", URL: "http://" + ln.Addr().String() + "/mcp", Timeout: config.Duration(200 * time.Millisecond)}),
+		StartWait:  3 * time.Second,
+		MaxBackoff: 300 * time.Millisecond, Logger: testLogger(t),
+	})
+	defer m.Close()
+	if got := toolNames(m); got != "hello" {
+		t.Fatalf("tools of a server slower to start than the call timeout: %q (status %v)", got, m.Status())
+	}
+}
+
+// peekBody reads r's body and puts it back for the handler.
+func peekBody(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b
 }

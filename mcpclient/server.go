@@ -103,7 +103,7 @@ func (s *server) run(ctx context.Context, first func()) {
 func (s *server) connectOnce(ctx context.Context, first func()) error {
 	log := s.m.log.With().Str("mcp_server", s.cfg.Name).Logger()
 	tr := transport(&s.cfg)
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cctx, cancel := context.WithTimeout(ctx, max(s.timeout, connectTimeout))
 	sess, err := s.client.Connect(cctx, tr, nil)
 	if err != nil {
 		cancel()
@@ -179,6 +179,13 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 		}
 	}
 }
+
+// connectTimeout is the least a connection attempt (start, initialize
+// and the first tools/list) is given, whatever the calls' timeout: a
+// server's start (npx fetching a package, a cold container) takes far
+// longer than a call should, and one bounded by the call timeout was
+// killed at every attempt and never connected (MCP probe).
+const connectTimeout = 60 * time.Second
 
 // reapStdio kills what is left of a stdio server's process group.
 // closeGrace bounds each wait of closeSession.
