@@ -49,12 +49,28 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		args = []byte("{}")
 	}
 	ctx, over := withOverFlag(ctx)
-	res, err := callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)}, m.opts.StuckGrace, func() {
-		select {
-		case s.stuck <- sess:
-		default:
+	call := func(sess *mcp.ClientSession) (*mcp.CallToolResult, error) {
+		return callTool(ctx, sess, &mcp.CallToolParams{Name: t.Remote, Arguments: json.RawMessage(args)}, m.opts.StuckGrace, func() {
+			select {
+			case s.stuck <- sess:
+			default:
+			}
+		})
+	}
+	res, err := call(sess)
+	if errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
+		// The server no longer knows the session (it expired there, or a
+		// restart behind a load balancer lost it): the call was not run.
+		// It is sent once more on a new session, within its timeout.
+		s.breakSession(sess)
+		if sess = s.nextSession(ctx, sess); sess == nil {
+			return nil, false, ctx.Err()
 		}
-	})
+		res, err = call(sess)
+		if errors.Is(err, mcp.ErrSessionMissing) {
+			err = ErrUnavailable
+		}
+	}
 	if err != nil {
 		var pe *panicError
 		if errors.As(err, &pe) {

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,4 +328,59 @@ func peekBody(r *http.Request) []byte {
 	b, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	return b
+}
+
+// A Streamable HTTP server that no longer knows the session (it expired
+// there, a restart behind a load balancer) answers 404: the call, which it
+// did not run, is sent again on a new session instead of failing.
+func TestManagerCallAfterTheServerEndedTheSession(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	var runs atomic.Int64
+	srv.AddTool(&mcp.Tool{Name: "hello", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello"}}}, nil
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	var mu sync.Mutex
+	seen, forgotten := map[string]bool{}, map[string]bool{} // session ids
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Mcp-Session-Id")
+		mu.Lock()
+		seen[id] = true
+		gone := forgotten[id]
+		mu.Unlock()
+		if gone {
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	m := Start(Options{
+		Servers:    defaulted(config.MCPServer{Name: "s", URL: "http://" + ln.Addr().String() + "/mcp", Timeout: config.Duration(5 * time.Second)}),
+		MaxBackoff: 300 * time.Millisecond, Logger: testLogger(t),
+	})
+	defer m.Close()
+	if data, isErr, err := m.Call(context.Background(), "hello", nil); err != nil || isErr || string(data) != "hello" {
+		t.Fatalf("first call: %q %v %v", data, isErr, err)
+	}
+	mu.Lock()
+	for id := range seen {
+		forgotten[id] = id != "" // every session known so far is gone
+	}
+	mu.Unlock()
+	data, isErr, err := m.Call(context.Background(), "hello", nil)
+	if err != nil || isErr || string(data) != "hello" {
+		t.Fatalf("call after the server ended the session: %q %v %v (status %v)", data, isErr, err, m.Status())
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("the tool ran %d times, want 2", runs.Load())
+	}
 }

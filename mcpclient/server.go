@@ -29,6 +29,7 @@ type server struct {
 
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil while down
+	up      chan struct{}      // closed (and replaced) when a session comes up
 	tools   []*Tool
 	state   string
 }
@@ -36,7 +37,7 @@ type server struct {
 func newServer(m *Manager, cfg config.MCPServer) *server {
 	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
 		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1), stuck: make(chan *mcp.ClientSession, 1),
-		broken: make(chan *mcp.ClientSession, 1)}
+		broken: make(chan *mcp.ClientSession, 1), up: make(chan struct{})}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -162,7 +163,7 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 			if b != sess {
 				continue // a call on an earlier connection
 			}
-			log.Warn().Msg("mcp: an answer over the bound on one message broke the connection; reconnecting")
+			log.Warn().Msg("mcp: the connection can no longer be used (an answer over the bound on one message, or the server ended the session); reconnecting")
 			reapStdio(tr)
 			return nil
 		case <-s.probe:
@@ -334,18 +335,38 @@ func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
 	s.mu.Lock()
 	s.session, s.tools = sess, tools
 	s.state = errf("up: %d tools", len(tools))
+	close(s.up)
+	s.up = make(chan struct{})
 	s.mu.Unlock()
 	metricUp.WithLabelValues(s.cfg.Name).Set(1)
 	metricTools.WithLabelValues(s.cfg.Name).Set(float64(len(tools)))
 	s.m.publish()
 }
 
-// breakSession takes sess, which an answer over the bound on one message
-// broke (the SDK closes the connection), out of use at once and has the
-// connection ended: calls made on it meanwhile would fail with the same
-// error, and be told their own output was too large. It reports whether
-// sess was still in use (false: an earlier call broke it, or it was
-// replaced).
+// nextSession waits, bounded by ctx, for a session other than old to be
+// up, and returns it (nil when ctx ended first).
+func (s *server) nextSession(ctx context.Context, old *mcp.ClientSession) *mcp.ClientSession {
+	for {
+		s.mu.Lock()
+		sess, up := s.session, s.up
+		s.mu.Unlock()
+		if sess != nil && sess != old {
+			return sess
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// breakSession takes sess, which can no longer be used (an answer over the
+// bound on one message broke it, the SDK closing the connection; the
+// server ended it), out of use at once and has the connection ended: calls
+// made on it meanwhile would fail with the same error (and be told their
+// own output was too large). It reports whether sess was still in use
+// (false: an earlier call broke it, or it was replaced).
 func (s *server) breakSession(sess *mcp.ClientSession) bool {
 	s.mu.Lock()
 	current := s.session == sess
