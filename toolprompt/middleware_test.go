@@ -713,3 +713,33 @@ func FuzzPartialAnswer(f *testing.F) {
 		}
 	})
 }
+
+// What a prompted model cannot be offered is refused, not dropped (the
+// client would believe it offered it): a tool of another type than
+// function, and the legacy functions list. Unsupported, so that a fallback
+// model with native tool calling may take the request.
+func TestUndescribableToolsRefused(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		calls++
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"}]}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+	for _, tc := range []struct{ body, param string }{
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"custom","custom":{"name":"get_weather"}}]}`, "tools[0].type"},
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"custom","custom":{"name":"g"}}]}`, "tools[1].type"},
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"get_weather","parameters":{"type":"object"}}]}`, "functions"},
+	} {
+		for _, stream := range []bool{false, true} {
+			_, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(tc.body), Stream: stream})
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != tc.param || pe.Code != pipeline.CodeUnsupportedParameter {
+				t.Fatalf("%s (stream %v): %v, want a 400 unsupported_parameter on %s", tc.body, stream, err, tc.param)
+			}
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("the upstream was called %d times", calls)
+	}
+}

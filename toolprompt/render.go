@@ -3,6 +3,7 @@ package toolprompt
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -97,8 +98,11 @@ type rewritten struct {
 // in the system prompt and earlier calls and results rendered as text; nil
 // when the request neither offers tools nor carries calls in its history.
 func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
-	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages", "parallel_tool_calls")
+	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages", "parallel_tool_calls", "functions")
 	tools, tc, msgs := res[0], res[1], res[2]
+	if err := describable(tools, res[4]); err != nil {
+		return nil, err
+	}
 	history := hasToolHistory(msgs)
 	if !(tools.IsArray() && len(tools.Array()) > 0) && !history {
 		return nil, nil
@@ -190,6 +194,35 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 	}
 	rw.body, rw.cap = body, wire.ReadOutputCap(body)
 	return rw, nil
+}
+
+// describable refuses what a prompted model cannot be offered: a tool of
+// another type than function (a custom tool's free-form input has no call
+// form here) and the legacy functions list, which an upstream without
+// function calling would not take either. Dropped, the client would
+// believe it offered them. Unsupported, so that a fallback model with
+// native tool calling may take the request.
+func describable(tools, functions gjson.Result) error {
+	if functions.Exists() {
+		return unsupported("functions", "this model calls tools through the gateway's prompted tool calling, which reads tools, not the legacy functions; send them as tools of type function")
+	}
+	var err error
+	i := 0
+	tools.ForEach(func(_, t gjson.Result) bool {
+		if t.Get("type").Str != "function" {
+			err = unsupported(fmt.Sprintf("tools[%d].type", i), "this model calls tools through the gateway's prompted tool calling, which offers tools of type function only")
+			return false
+		}
+		i++
+		return true
+	})
+	return err
+}
+
+func unsupported(param, format string, args ...any) error {
+	e := pipeline.BadRequest(param, format, args...)
+	e.Code = pipeline.CodeUnsupportedParameter
+	return e
 }
 
 // readChoice reads tool_choice.
