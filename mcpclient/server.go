@@ -104,7 +104,7 @@ func (s *server) run(ctx context.Context, first func()) {
 func (s *server) connectOnce(ctx context.Context, first func()) error {
 	log := s.m.log.With().Str("mcp_server", s.cfg.Name).Logger()
 	tr := transport(&s.cfg)
-	cctx, cancel := context.WithTimeout(ctx, max(s.timeout, connectTimeout))
+	cctx, cancel := context.WithTimeout(ctx, s.connectTimeout())
 	sess, err := s.client.Connect(cctx, tr, nil)
 	if err != nil {
 		cancel()
@@ -181,12 +181,22 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 	}
 }
 
-// connectTimeout is the least a connection attempt (start, initialize
-// and the first tools/list) is given, whatever the calls' timeout: a
-// server's start (npx fetching a package, a cold container) takes far
-// longer than a call should, and one bounded by the call timeout was
-// killed at every attempt and never connected (MCP probe).
-const connectTimeout = 60 * time.Second
+// connectTimeout bounds a connection attempt (the start, initialize and
+// the first tools/list): the calls' timeout, but at least what a start
+// takes, which is far longer than a call should (found by a probe: a
+// server slower to start than its calls' timeout was killed at every
+// attempt and never connected). A process's start (npx fetching a package,
+// a busy host) gets a minute; an HTTP server, which refuses connections
+// until it listens (a quick failure, retried), gets 10 s for an initialize
+// after a cold start, so that an attempt lost in a network that drops
+// packets is given up, and tried again, within that.
+func (s *server) connectTimeout() time.Duration {
+	least := 10 * time.Second
+	if s.cfg.Command != "" {
+		least = time.Minute
+	}
+	return max(s.timeout, least)
+}
 
 // reapStdio kills what is left of a stdio server's process group.
 // closeGrace bounds each wait of closeSession.
