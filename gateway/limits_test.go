@@ -445,3 +445,101 @@ func TestStreamLeftBeforeContentIsCharged(t *testing.T) {
 		t.Fatalf("a stream the provider cut before content was charged: %s", body)
 	}
 }
+
+// Every model call made for a request passes the tenant's budget, not only
+// the loop's rounds: a prompted model's re-asks (each a model call) stop
+// once the first call spent the budget, and the selector's call, made before
+// the first round, can spend it too: then the first round is refused.
+func TestBudgetStopsReasksAndTheRoundAfterASelector(t *testing.T) {
+	t.Parallel()
+	// Every model at $20 per million tokens: a 100-token call costs 2000
+	// µ$, twice the budget.
+	cfg := `
+[server]
+log_level = "warn"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{{MOCK}}"
+api_key = "sk-upstream-secret"
+retries = 0
+[[models]]
+name = "gpt-x"
+provider = "up"
+upstream = "up-model"
+[models.price]
+input = 20
+output = 20
+[[models]]
+name = "txt"
+provider = "up"
+upstream = "txt-model"
+tool_calling = "prompted"
+[models.price]
+input = 20
+output = 20
+[[models]]
+name = "picker"
+provider = "up"
+upstream = "up-picker"
+[models.price]
+input = 20
+output = 20
+[[keys]]
+name = "team-key"
+tenant = "team"
+key = "sk-team"
+[[budgets]]
+tenant = "team"
+amount = 0.001
+period = "day"
+[tool_loop]
+max_consecutive_errors = 3
+[middleware.tool_select]
+model = "picker"
+max_tools = 5
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if _, ok := c.ToolSelection(); ok {
+			t := mockllm.SelectTools("tool_01")
+			t.Usage = &mockllm.Usage{Prompt: 100, Completion: 1}
+			return t
+		}
+		// A weak model: a block that is not JSON, every time.
+		return mockllm.Turn{Text: "Let me check.\n```tool_calls\nnot json\n```", Usage: &mockllm.Usage{Prompt: 100, Completion: 10}}
+	}})
+	client := openai.NewClient(option.WithBaseURL(h.base), option.WithAPIKey("sk-team"), option.WithMaxRetries(0))
+
+	p := userMsg("check")
+	promptedClientTools(&p)
+	if _, err := client.Chat.Completions.New(context.Background(), p); err != nil {
+		t.Fatalf("the first call is admitted: %v", err)
+	}
+	if calls := h.mock.TotalCalls(); calls != 1 {
+		t.Fatalf("%d upstream calls: the re-asks after the spent budget were sent", calls)
+	}
+	h.mock.ResetRecords()
+	budget := strings.Replace(cfg, "amount = 0.001", "amount = 0.003", 1)
+	h2 := newHarness(t, budget, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if _, ok := c.ToolSelection(); ok {
+			t := mockllm.SelectTools("tool_01")
+			t.Usage = &mockllm.Usage{Prompt: 200, Completion: 1} // 4020 µ$: over the budget
+			return t
+		}
+		return mockllm.Turn{Text: "done"}
+	}})
+	client = openai.NewClient(option.WithBaseURL(h2.base), option.WithAPIKey("sk-team"), option.WithMaxRetries(0))
+	p = userMsg("do thing 1")
+	p.Model = "gpt-x"
+	p.Tools = manyTools(10)
+	_, err := client.Chat.Completions.New(context.Background(), p)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" {
+		t.Fatalf("the round after a selector that spent the budget: %v", err)
+	}
+	for _, r := range h2.mock.Requests() {
+		if r.Model != "up-picker" {
+			t.Fatalf("the model was called after the selector spent the budget")
+		}
+	}
+}

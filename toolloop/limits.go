@@ -117,15 +117,19 @@ func ModelCallLimit(next pipeline.Handler) pipeline.Handler {
 	})
 }
 
-// TakeModelCall counts one more model call against the
+// TakeModelCall counts one more model call, r, against the
 // tool_loop.max_model_calls of the request ctx carries, for a call made
 // inside a model's call layer, below ModelCallLimit (a prompted model's
-// re-ask), and reports false for one past it: it may never take the call
-// kept for the loop's final answer. Outside a tool loop it takes nothing
-// and reports true.
-func TakeModelCall(ctx context.Context) bool {
+// re-ask), and admits it as a later round is (the tenant's limits and
+// budgets, Options.AdmitRound). It reports false for a call past the
+// count (it may never take the call kept for the loop's final answer) or
+// refused. Outside a tool loop it takes nothing and reports true.
+func TakeModelCall(ctx context.Context, r *pipeline.Request) bool {
 	m, ok := ctx.Value(modelCallsKey{}).(*modelCalls)
-	return !ok || m.takeLeaving(1)
+	if !ok {
+		return true
+	}
+	return m.takeLeaving(1) && (m.admit == nil || m.admit(r) == nil)
 }
 
 // refused is the error of a call past tool_loop.max_model_calls.

@@ -173,8 +173,11 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 		// model call, the only one a stream's headers can describe.
 		r.Meta = &pipeline.Meta{}
 	}
-	if s.iterations == 0 {
-		s.lim.model.first.Store(r) // the request layer's: ModelCallLimit does not admit it again
+	if s.iterations == 0 && s.lim.model.used.Load() == 0 {
+		// The request layer admitted it: ModelCallLimit does not admit it
+		// again, unless a model call was made for the request before it
+		// (a tool selector's), which may have spent the budget.
+		s.lim.model.first.Store(r)
 	}
 	s.iterations++
 	s.sent = s.msgs

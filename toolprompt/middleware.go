@@ -41,10 +41,11 @@ type Options struct {
 	// (tool_loop.max_consecutive_errors).
 	MaxErrors int
 	// TakeCall, when set, is asked before each re-ask whether the request
-	// may make one more model call (toolloop.TakeModelCall): a re-ask is a
-	// model call, counted against tool_loop.max_model_calls. Refused, the
-	// reply is taken as it is, as after MaxErrors.
-	TakeCall func(context.Context) bool
+	// may make one more model call, the re-ask (toolloop.TakeModelCall): a
+	// re-ask is a model call, counted against tool_loop.max_model_calls and
+	// admitted by the tenant's limits and budgets. Refused, the reply is
+	// taken as it is, as after MaxErrors.
+	TakeCall func(context.Context, *pipeline.Request) bool
 	Logger   zerolog.Logger
 }
 
@@ -69,7 +70,7 @@ type handler struct {
 	schema    bool
 	prompt    string
 	maxErrors int
-	take      func(context.Context) bool
+	take      func(context.Context, *pipeline.Request) bool
 	log       zerolog.Logger
 }
 
@@ -156,7 +157,7 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 	if retry == "" || err != nil {
 		return retry, err
 	}
-	if h.take != nil && !h.take(ctx) {
+	if h.take != nil && !h.take(ctx, up) {
 		// No model call left to ask again with: as after the last
 		// re-ask.
 		if o.err != nil {
