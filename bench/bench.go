@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,7 +54,13 @@ type figure struct {
 	Unit  string  `json:"unit"`
 }
 
+// fig records a figure. A ratio whose denominator was zero (NaN) is not
+// a figure: a note says so, and a goal that reads it is not measured.
 func (r *scenarioResult) fig(name string, v float64, unit string) {
+	if math.IsNaN(v) {
+		r.Notes = append(r.Notes, name+": not defined (the figure it is divided by is 0)")
+		return
+	}
 	r.Figures = append(r.Figures, figure{Name: name, Value: round(v, 3), Unit: unit})
 }
 

@@ -114,7 +114,7 @@ func realMain() int {
 	var legDur durationFlag
 	flag.Var(&legDur, "duration", "seconds per measured leg (0 = the mode's default); in soak mode the soak's length (e.g. 30m, default 2m)")
 	rate := flag.Float64("rate", 60, "soak mode: requests per second")
-	streams := flag.Int("streams", 0, "concurrent slow streams (0 = the mode's default: 1000 quick, 10000 full)")
+	streams := flag.Int("streams", 0, "concurrent slow streams (0 = the mode's default: 500 quick, 10000 full)")
 	perf := flag.String("performance", "", "also write the README Performance section here (default: OUT/PERFORMANCE.md in full mode)")
 	render := flag.String("render", "", "only re-render results.md, the chart and the Performance section from this results.json, then exit")
 	profile := flag.Bool("profile", false, "profile the gateway: CPU and allocation profiles of the whole run, and their pprof -top, beside the results (OUT/MODE/gateway.*)")
@@ -133,15 +133,12 @@ func realMain() int {
 	flag.Parse()
 
 	if *render != "" {
-		dst := *perf
-		if dst == "" {
-			dst = filepath.Join(filepath.Dir(filepath.Dir(*render)), "PERFORMANCE.md")
-		}
-		if err := renderPerformanceFile(*render, dst); err != nil {
+		wrote, err := renderPerformanceFile(*render, *perf)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
 		}
-		fmt.Println("wrote", dst)
+		fmt.Println("wrote", strings.Join(wrote, ", "))
 		return 0
 	}
 	if *mode == "soak" {
@@ -210,11 +207,12 @@ func realMain() int {
 		fmt.Fprintln(os.Stderr, "bench: interrupted; results not written")
 		return 1
 	}
-	if werr := writeResults(res, dir); werr != nil {
+	files, werr := writeResults(res, dir)
+	if werr != nil {
 		fmt.Fprintln(os.Stderr, "bench:", werr)
 		return 1
 	}
-	fmt.Printf("\nwrote %s/{results.json,results.md,chart.svg}\n", dir)
+	fmt.Printf("\nwrote %s/%s\n", dir, files)
 	if b.profileDir != "" {
 		if werr := writeProfileTops(b.profileDir); werr != nil {
 			fmt.Fprintln(os.Stderr, "bench:", werr)

@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/internal/testproc"
 )
 
 // peerOptions are the flags that add a peer leg: any OpenAI-compatible
@@ -183,6 +185,7 @@ func (b *bench) startPeer(o peerOptions) {
 	if proc != nil {
 		t.upstream = b.api
 	}
+	fmt.Printf("peer %s: asking %s for a chat completion and a stream (up to 60 s each)\n", info.Name, base)
 	if reason := probePeer(t); reason != "" {
 		info.Status, info.Reason = "failed", reason
 		fmt.Printf("peer %s: could not run: %s\n", info.Name, reason)
@@ -198,6 +201,8 @@ func (b *bench) startPeer(o peerOptions) {
 func probePeer(t *target) string {
 	status, _, body, err := t.post(t.body(chatBody), "")
 	switch {
+	case errors.Is(err, fasthttp.ErrTimeout):
+		return "no answer to a chat completion within the client's timeout (it accepted the connection): " + err.Error()
 	case err != nil:
 		return "unreachable: " + err.Error()
 	case status != 200:

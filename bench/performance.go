@@ -8,24 +8,34 @@ import (
 	"strings"
 )
 
-// renderPerformanceFile rewrites the README "Performance" section at dst,
-// and results.md and the chart beside src, from a results.json written by an
-// earlier run.
-func renderPerformanceFile(src, dst string) error {
+// renderPerformanceFile rewrites results.md and the chart beside src from
+// a results.json written by an earlier run, and the README "Performance"
+// section: at dst when given, else, for a full run's results only (the
+// published figures), at PERFORMANCE.md beside the mode's directory, as the
+// run itself wrote it. It returns the paths it wrote.
+func renderPerformanceFile(src, dst string) ([]string, error) {
 	b, err := os.ReadFile(src)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var res results
 	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("%s: %w", src, err)
+		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	res.Targets = checkTargets(&res) // with today's rules
 	dir := filepath.Dir(src)
-	if err := writeResults(&res, dir); err != nil { // results.md and the chart, from the same file
-		return err
+	files, err := writeResults(&res, dir) // results.md and the chart, from the same file
+	if err != nil {
+		return nil, err
 	}
-	return writeSection(dst, renderPerformance(&res, filepath.Join(dir, "chart.svg"), dst))
+	wrote := []string{filepath.Join(dir, files)}
+	if dst == "" && res.Settings.Mode != "full" {
+		return wrote, nil
+	}
+	if dst == "" {
+		dst = filepath.Join(filepath.Dir(dir), "PERFORMANCE.md")
+	}
+	return append(wrote, dst), writeSection(dst, renderPerformance(&res, filepath.Join(dir, "chart.svg"), dst))
 }
 
 // Markers delimit the generated section inside a larger file (README.md).

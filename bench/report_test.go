@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -408,5 +411,92 @@ func TestSweepConfirmsTheFirstStepOverTheBar(t *testing.T) {
 	}
 	if n := countSuperseded(sw.Legs); n != 1 {
 		t.Fatalf("%d superseded", n)
+	}
+}
+
+// A proxy's leg measured against a disturbed direct leg (its added p99 far
+// below zero: direct's own tail was longer) is measured again, as a first
+// step over the bar is; it was counted as under the bar, which made a
+// disturbed step set the saturation rate (bench probe).
+func TestSweepMeasuresADisturbedStepAgain(t *testing.T) {
+	step := func(target string, addedP99 float64) *leg {
+		return &leg{Target: target, Step: "0.50×sat", Added: &pcts{P99: addedP99}}
+	}
+	legs := []*leg{{Target: "direct", Step: "0.50×sat"}, step("floor", -556446), step("gateway", 3000)}
+	retry := firstOverBar(legs, map[string]bool{})
+	if len(retry) != 1 || !retry["floor"] {
+		t.Fatalf("retry %v, want the floor (measured against a disturbed direct)", retry)
+	}
+	if !disturbed(legs[1]) || disturbed(legs[2]) || disturbed(step("x", -9000)) {
+		t.Fatal("disturbed: only an added p99 at or below minus the bar")
+	}
+}
+
+// A ratio whose denominator is zero is no figure (it was 0×, which reads as
+// the opposite of the truth: a peer that saturated at 3477 rps was "0× the
+// gateway's" that saturated at once); a goal that reads it is not measured.
+func TestRatioOverZeroIsNoFigure(t *testing.T) {
+	sw := &scenarioResult{Name: "sweep", Status: "ok"}
+	sw.fig("gateway/floor saturation rate", ratio(3477, 0), "×")
+	if _, ok := sw.figure("gateway/floor saturation rate"); ok || len(sw.Notes) != 1 {
+		t.Fatalf("figures %v, notes %v", sw.Figures, sw.Notes)
+	}
+	res := &results{Scenarios: []*scenarioResult{sw}}
+	for _, c := range checkTargets(res) {
+		if c.Name == "saturation" && c.Status != "not measured" {
+			t.Fatalf("saturation goal: %+v", c)
+		}
+	}
+}
+
+// -render of a quick run's results rewrites its results.md, not the
+// published Performance section beside the full run's (bench probe); a
+// full run's results, or an explicit -performance path, still write it.
+func TestRenderQuickLeavesThePerformanceSection(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for _, mode := range []string{"quick", "full"} {
+		dir := filepath.Join(root, mode)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(&results{Settings: settings{Mode: mode}, runInfo: runInfo{Command: "go run ./bench -mode " + mode, Started: "2026-11-30T00:00:00Z", WallSeconds: 600}})
+		if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perf := filepath.Join(root, "PERFORMANCE.md")
+	if _, err := renderPerformanceFile(filepath.Join(root, "quick", "results.json"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(perf); !os.IsNotExist(err) {
+		t.Fatalf("a quick run's render wrote %s: %v", perf, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "quick", "results.md")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renderPerformanceFile(filepath.Join(root, "full", "results.json"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(perf); err != nil {
+		t.Fatalf("a full run's render: %v", err)
+	}
+}
+
+// The 10,000-stream goal is not judged from quick mode's 500 streams: the
+// projection moved between 285 and 342 MB over two runs of the same code.
+func TestStreamMemoryNotJudgedFromFewStreams(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		streams int
+		want    string
+	}{{500, "not measured"}, {9968, "met"}} {
+		s := &scenarioResult{Name: "streams", Status: "ok"}
+		s.fig("gateway RSS projected for 10,000 streams", 285, "MB")
+		for _, c := range checkTargets(&results{Settings: settings{Streams: tc.streams}, Scenarios: []*scenarioResult{s}}) {
+			if c.Name == "stream memory" && c.Status != tc.want {
+				t.Fatalf("%d streams: %+v, want %s", tc.streams, c, tc.want)
+			}
+		}
 	}
 }

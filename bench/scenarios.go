@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -81,7 +82,7 @@ func byTarget(legs []*leg) map[string]*leg {
 
 func ratio(a, b float64) float64 {
 	if b == 0 {
-		return 0
+		return math.NaN() // fig records no figure for it
 	}
 	return round(a/b, 3)
 }
@@ -176,6 +177,11 @@ func (b *bench) streaming() *scenarioResult {
 		} else if raw != nil {
 			r.fig(t+" added TTFT p50", raw.P50, "µs")
 			r.fig(t+" added TTFT p99", raw.P99, "µs")
+			if m["direct"].TTFTPath != nil {
+				r.Notes = append(r.Notes, t+"'s streams carried no x_mock_held_ns stamp: its added TTFT is taken with the upstream's own time included, "+
+					"not on the path alone as the others'; if its answers do not come from the bench mock (its upstream set in its own config "+
+					"elsewhere, or the stamp dropped on the way), the comparison measures another upstream")
+			}
 		}
 		if a := m[t].AddedTTFB; a != nil {
 			r.fig(t+" added TTFB p50", a.P50, "µs")
