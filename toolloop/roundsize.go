@@ -45,6 +45,8 @@ func (st *loopStream) tooLarge() {
 	st.fail(roundTooLarge())
 	st.text, st.held, st.heldLP = nil, nil, wire.Logprobs{}
 	st.acc.calls, st.acc.size = nil, 0
+	st.extra.Reset()
+	st.top.Reset()
 }
 
 // argScan tells whether a call's arguments, as they grow, are one complete

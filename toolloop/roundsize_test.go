@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
@@ -239,6 +241,9 @@ func FuzzRoundLimit(f *testing.F) {
 		defer a.Close()
 		defer b.Close()
 		for _, ch := range bytes.Split(data, []byte("\n")) {
+			if !gjson.ValidBytes(ch) || !gjson.ParseBytes(ch).IsObject() {
+				continue // a provider's stream hands out JSON objects only, checked (TestChunkNotAnObject)
+			}
 			a.onChunk(ch)
 			b.onChunk(ch)
 			if a.err != nil {
@@ -276,6 +281,26 @@ func BenchmarkInterleavedArgs(b *testing.B) {
 			ctx: ctx, cancel: cancel, op: make(chan opResult, 1)}
 		for _, ch := range chunks {
 			st.onChunk(ch)
+		}
+		st.Close()
+	}
+}
+
+// A provider's stream hands the loop JSON objects only (the OpenAI upstream
+// checks each event); anything else fails the round as malformed, where
+// its value was kept as a member named "" and written to the client as
+// invalid JSON (found by fuzzing).
+func TestChunkNotAnObject(t *testing.T) {
+	t.Parallel()
+	l := newLoop(t, []config.Tool{calcTool}, nil)
+	for _, ch := range []string{`"`, `"text"`, `[1,2]`, `42`} {
+		ctx, cancel := context.WithCancel(context.Background())
+		st := &loopStream{s: l.newSession(request(nil, true, userBody+`}`), &plan{clientNames: []string{"get_weather"}, set: &toolSet{tools: l.static.tools}}),
+			ctx: ctx, cancel: cancel, op: make(chan opResult, 1)}
+		st.onChunk([]byte(ch))
+		var ue *pipeline.UpstreamError
+		if !errors.As(st.err, &ue) || ue.Kind != pipeline.UpstreamMalformed || st.top.Size() != 0 {
+			t.Fatalf("chunk %s: %v, %d bytes of members kept", ch, st.err, st.top.Size())
 		}
 		st.Close()
 	}

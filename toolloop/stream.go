@@ -296,6 +296,7 @@ func choiceZero(choices gjson.Result) (choice gjson.Result, stray bool) {
 var (
 	errStrayChoices = errors.New("toolloop: the upstream's choices have no index 0")
 	errCallOverflow = errors.New("toolloop: a tool call's index is out of range, or the round made more than 128 calls")
+	errNotObject    = errors.New("toolloop: an upstream chunk is not a JSON object")
 	errShape        = errors.New("toolloop: the upstream's message content is not text, or its tool_calls not a list")
 )
 
@@ -324,7 +325,15 @@ func malformed(req *pipeline.Request, cause error) error {
 
 func (st *loopStream) onChunk(ch []byte) {
 	var id, created, model, fingerprint, tier, choices gjson.Result
-	gjson.ParseBytes(ch).ForEach(func(k, v gjson.Result) bool {
+	root := gjson.ParseBytes(ch)
+	if !root.IsObject() {
+		// The providers' streams hand out JSON objects only (the OpenAI
+		// upstream checks each event); anything else is not a chunk, and
+		// its members would be read as one of "" (found by fuzzing).
+		st.fail(malformed(st.s.req, errNotObject))
+		return
+	}
+	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "id":
 			id = v
@@ -354,6 +363,12 @@ func (st *loopStream) onChunk(ch []byte) {
 		}
 		return true
 	})
+	if st.kept() > st.s.l.roundMax {
+		// A chunk of top-level members only (citations, search results)
+		// is bounded as the delta's members are (found by fuzzing).
+		st.tooLarge()
+		return
+	}
 	if !st.started {
 		fp, tr := "", ""
 		if fingerprint.Type == gjson.String {
