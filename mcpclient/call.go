@@ -83,6 +83,11 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 			metricCalls.WithLabelValues(s.cfg.Name, "rpc_error").Inc()
 			return rpcMessage(we), true, nil
 		}
+		if unreadable(err) {
+			// The server answered: no reconnect, and the model is told.
+			metricCalls.WithLabelValues(s.cfg.Name, "unreadable").Inc()
+			return msgUnreadable, true, nil
+		}
 		metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
 		if tooLarge(err) {
 			// Before the probe, whose failed ping would take the session

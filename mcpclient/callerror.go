@@ -74,3 +74,13 @@ func tooLarge(err error) bool {
 	return errors.Is(err, errTooLarge) || strings.Contains(s, errTooLarge.Error()) ||
 		strings.Contains(s, "frame exceeded the configured maximum line length") || strings.Contains(s, "SSE event exceeded")
 }
+
+// unreadable reports whether err is the SDK's refusal of a tool result
+// holding a content block of a type it does not know (a server on a
+// later revision of the protocol): the server answered, and is up.
+func unreadable(err error) bool {
+	return strings.Contains(err.Error(), "unrecognized content type")
+}
+
+// msgUnreadable is the error result of such an answer.
+var msgUnreadable = []byte("the tool's server answered with a content block of a type the gateway cannot read; the rest of its answer is not available either")

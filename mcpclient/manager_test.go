@@ -384,3 +384,62 @@ func TestManagerCallAfterTheServerEndedTheSession(t *testing.T) {
 		t.Fatalf("the tool ran %d times, want 2", runs.Load())
 	}
 }
+
+// A result with a content block of a type the SDK does not know (a server
+// on a later revision of the protocol) is the server's answer: an error
+// result saying so, and the server stays up; it was reported as "the
+// tool's server is unreachable" and made the connection check itself.
+func TestManagerUnknownContentType(t *testing.T) {
+	t.Parallel()
+	// A Streamable HTTP server written by hand: JSON answers, no session.
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		req := gjson.ParseBytes(peekBody(r))
+		var result string
+		switch req.Get("method").String() {
+		case "initialize":
+			result = `{"protocolVersion":` + req.Get("params.protocolVersion").Raw + `,"capabilities":{"tools":{}},"serverInfo":{"name":"future","version":"1"}}`
+		case "tools/list":
+			result = `{"tools":[{"name":"look","inputSchema":{"type":"object"}}]}`
+		case "tools/call":
+			result = `{"content":[{"type":"text","text":"seen"},{"type":"hologram","frames":3}]}`
+		case "ping":
+			result = `{}`
+		}
+		if !req.Get("id").Exists() { // a notification
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if result == "" {
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+req.Get("id").Raw+`,"error":{"code":-32601,"message":"method not found"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+req.Get("id").Raw+`,"result":`+result+`}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	m := Start(Options{
+		Servers: defaulted(config.MCPServer{Name: "future", URL: "http://" + ln.Addr().String() + "/mcp"}),
+		Logger:  testLogger(t),
+	})
+	defer m.Close()
+	if got := toolNames(m); got != "look" {
+		t.Fatalf("tools %q (status %v)", got, m.Status())
+	}
+	data, isErr, err := m.Call(context.Background(), "look", nil)
+	if err != nil || !isErr || string(data) != string(msgUnreadable) {
+		t.Fatalf("call: %q %v %v", data, isErr, err)
+	}
+	time.Sleep(100 * time.Millisecond) // a probe, were one made, would have run
+	if st := m.Status()["mcp:future"]; !strings.HasPrefix(st, "up") {
+		t.Fatalf("status after the answer: %q", st)
+	}
+}
