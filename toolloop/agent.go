@@ -3,6 +3,7 @@ package toolloop
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 
 	"github.com/llmgw/gateway/pipeline"
@@ -88,20 +89,23 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 // names the model and the limit, as the client would see it) and never the
 // request's failure.
 func (a *agentTool) denied(r *pipeline.Request, err error) error {
-	msg, code := "the expert model may not be called for this caller", ""
+	msg, code, kind := "the expert model may not be called for this caller", "", "not_allowed"
 	var pe *pipeline.Error
 	if errors.As(err, &pe) {
 		if pe.Message != "" {
 			msg = pe.Message
 		}
 		code = pe.Code
+		if pe.Status == http.StatusTooManyRequests {
+			kind = "limit_reached" // a rate limit or a spent budget: not a permanent refusal
+		}
 	}
 	ev := a.log.Info().Str("request_id", r.ID).Str("tool", a.name).Str("model", a.model).Str("code", code)
 	if r.Tenant != nil {
 		ev = ev.Str("tenant", r.Tenant.Name)
 	}
 	ev.Msg("agent tool: model call denied by the caller's policy")
-	return &ToolError{Kind: "not_allowed", Message: msg, Detail: err}
+	return &ToolError{Kind: kind, Message: msg, Detail: err}
 }
 
 // streamText drains s and returns the concatenated content deltas. Text

@@ -37,6 +37,15 @@ func TestAgentToolAdmit(t *testing.T) {
 				t.Fatalf("result %s", res.Content)
 			}
 		}},
+		{"rate limited", func(r *pipeline.Request) error {
+			return &pipeline.Error{Status: 429, Code: "rate_limit_exceeded", Message: "Rate limit reached for requests"}
+		}, 0, func(t *testing.T, res *pipeline.ToolResult, _ []byte) {
+			// Retryable: not the permanent not_allowed.
+			r := gjson.ParseBytes(res.Content)
+			if !res.IsError || r.Get("error.type").Str != "limit_reached" || !strings.Contains(r.Get("error.message").Str, "Rate limit") {
+				t.Fatalf("result %s", res.Content)
+			}
+		}},
 		{"admitted with a clamp", func(r *pipeline.Request) error {
 			b, err := sjson.SetBytes(r.Body, "max_completion_tokens", 7)
 			r.Body = b
@@ -75,7 +84,8 @@ func TestAgentToolAdmit(t *testing.T) {
 			// A denial is logged with who was refused what; nothing else is.
 			denied := strings.Contains(logs.String(), `"message":"agent tool: model call denied by the caller's policy"`)
 			if want := tc.wantCalls == 0; denied != want ||
-				want && !strings.Contains(logs.String(), `"tenant":"team","code":"model_not_allowed"`) && !strings.Contains(logs.String(), `"code":"model_not_allowed","tenant":"team"`) {
+				want && (!strings.Contains(logs.String(), `"tenant":"team"`) ||
+					!strings.Contains(logs.String(), `"code":"model_not_allowed"`) && !strings.Contains(logs.String(), `"code":"rate_limit_exceeded"`)) {
 				t.Fatalf("logs: %s", logs.String())
 			}
 		})
