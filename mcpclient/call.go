@@ -60,15 +60,22 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 	res, err := call(sess)
 	if errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
 		// The server no longer knows the session (it expired there, or a
-		// restart behind a load balancer lost it): the call was not run.
-		// It is sent once more on a new session, within its timeout.
+		// restart behind a load balancer lost it): the connection is
+		// opened again at once. The SDK fails every call in flight on the
+		// session with this error, whichever request met the 404, so this
+		// call may have run: it is sent once more on the new session
+		// (within its timeout) only when the server says the tool only
+		// reads or is idempotent; otherwise the model is told the server
+		// was unavailable.
 		s.breakSession(sess)
-		if sess = s.nextSession(ctx, sess); sess == nil {
-			return nil, false, ctx.Err()
+		if t.Repeatable {
+			if sess = s.nextSession(ctx, sess); sess == nil {
+				return nil, false, ctx.Err()
+			}
+			res, err = call(sess)
 		}
-		res, err = call(sess)
 		if errors.Is(err, mcp.ErrSessionMissing) {
-			err = ErrUnavailable
+			err = ErrUnavailable // not the SDK's message: it names the session
 		}
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -331,16 +332,24 @@ func peekBody(r *http.Request) []byte {
 }
 
 // A Streamable HTTP server that no longer knows the session (it expired
-// there, a restart behind a load balancer) answers 404: the call, which it
-// did not run, is sent again on a new session instead of failing.
+// there, a restart behind a load balancer) answers 404, and the SDK fails
+// every call in flight on the session with it, whichever met the 404: a call
+// of a tool the server says only reads is sent again on a new session; any
+// other is reported unavailable (it may have run), and the next call goes
+// to the new session.
 func TestManagerCallAfterTheServerEndedTheSession(t *testing.T) {
 	t.Parallel()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	var runs atomic.Int64
-	srv.AddTool(&mcp.Tool{Name: "hello", InputSchema: json.RawMessage(`{"type":"object"}`)},
+	var reads, writes atomic.Int64
+	srv.AddTool(&mcp.Tool{Name: "read", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			runs.Add(1)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello"}}}, nil
+			reads.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "read"}}}, nil
+		})
+	srv.AddTool(&mcp.Tool{Name: "write", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			writes.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "written"}}}, nil
 		})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -363,25 +372,39 @@ func TestManagerCallAfterTheServerEndedTheSession(t *testing.T) {
 	})}
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { _ = hs.Close() })
+	forget := func() { // every session known so far is gone
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range seen {
+			forgotten[id] = id != ""
+		}
+	}
 	m := Start(Options{
 		Servers:    defaulted(config.MCPServer{Name: "s", URL: "http://" + ln.Addr().String() + "/mcp", Timeout: config.Duration(5 * time.Second)}),
 		MaxBackoff: 300 * time.Millisecond, Logger: testLogger(t),
 	})
 	defer m.Close()
-	if data, isErr, err := m.Call(context.Background(), "hello", nil); err != nil || isErr || string(data) != "hello" {
-		t.Fatalf("first call: %q %v %v", data, isErr, err)
+	call := func(tool string) (string, error) {
+		data, isErr, err := m.Call(context.Background(), tool, nil)
+		if isErr {
+			return "", fmt.Errorf("error result %s", data)
+		}
+		return string(data), err
 	}
-	mu.Lock()
-	for id := range seen {
-		forgotten[id] = id != "" // every session known so far is gone
+	if got, err := call("read"); err != nil || got != "read" {
+		t.Fatalf("first call: %q %v", got, err)
 	}
-	mu.Unlock()
-	data, isErr, err := m.Call(context.Background(), "hello", nil)
-	if err != nil || isErr || string(data) != "hello" {
-		t.Fatalf("call after the server ended the session: %q %v %v (status %v)", data, isErr, err, m.Status())
+	forget()
+	if got, err := call("read"); err != nil || got != "read" || reads.Load() != 2 {
+		t.Fatalf("a read-only call after the server ended the session: %q %v, %d runs (status %v)", got, err, reads.Load(), m.Status())
 	}
-	if runs.Load() != 2 {
-		t.Fatalf("the tool ran %d times, want 2", runs.Load())
+	forget()
+	if _, err := call("write"); !errors.Is(err, ErrUnavailable) || writes.Load() != 0 {
+		t.Fatalf("another call after the server ended the session: %v, %d runs, want unavailable and not sent again", err, writes.Load())
+	}
+	waitFor(t, "the new session", 5*time.Second, nil, func() bool { return strings.HasPrefix(m.Status()["mcp:s"], "up") })
+	if got, err := call("write"); err != nil || got != "written" || writes.Load() != 1 {
+		t.Fatalf("the next call: %q %v, %d runs", got, err, writes.Load())
 	}
 }
 
@@ -441,5 +464,22 @@ func TestManagerUnknownContentType(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a probe, were one made, would have run
 	if st := m.Status()["mcp:future"]; !strings.HasPrefix(st, "up") {
 		t.Fatalf("status after the answer: %q", st)
+	}
+}
+
+// A break signal left for an earlier connection does not keep a later
+// one's out: the connection loop would wait on a session already taken
+// out of use, and the server would stay down for good (review).
+func TestBreakSessionReplacesAStaleSignal(t *testing.T) {
+	t.Parallel()
+	s := newServer(&Manager{log: zerolog.Nop()}, config.MCPServer{Name: "x"})
+	old, cur := new(mcp.ClientSession), new(mcp.ClientSession)
+	s.broken <- old
+	s.session = cur
+	if !s.breakSession(cur) {
+		t.Fatal("the current session was not broken")
+	}
+	if got := <-s.broken; got != cur {
+		t.Fatal("the signal for the current session was dropped for a stale one")
 	}
 }

@@ -285,6 +285,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,
 				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name)},
 			Server: s.cfg.Name, Remote: t.Name,
+			Repeatable: t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint),
 		})
 	}
 	return out, nil
@@ -385,11 +386,19 @@ func (s *server) breakSession(sess *mcp.ClientSession) bool {
 		return false
 	}
 	s.setDown("down: connection broken", nil)
-	select {
-	case s.broken <- sess:
-	default:
+	for {
+		select {
+		case s.broken <- sess:
+			return true
+		default:
+		}
+		// A signal left for an earlier connection (its loop ended
+		// otherwise) would keep this one's out: it goes.
+		select {
+		case <-s.broken:
+		default:
+		}
 	}
-	return true
 }
 
 func (s *server) setDown(state string, err error) {
