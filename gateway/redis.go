@@ -102,30 +102,39 @@ type probing struct{}
 func (o *outage) done(ctx context.Context, err error) {
 	switch {
 	case errors.Is(err, errOutage): // skipped inside: says nothing new
-	case err == nil || !unreachable(ctx, err):
-		if o.until.Load() != 0 {
-			o.until.Store(0)
-		}
-	default:
+	case unreachable(err):
 		o.until.Store(time.Now().Add(outagePause).UnixNano())
+	case err == nil || !undecided(ctx, err):
+		if o.until.Load() != 0 {
+			o.until.Store(0) // it answered
+		}
+	case ctx.Value(probing{}) != nil:
+		// The call that was to find out ended without knowing (its
+		// client left): the next call asks at once.
+		o.until.Store(time.Now().UnixNano())
 	}
 }
 
-// unreachable reports whether err says the server did not answer: a
-// failed dial, or a deadline or network timeout while the caller was still
-// waiting. A caller that left (context.Canceled) says nothing of the server.
-func unreachable(ctx context.Context, err error) bool {
-	if errors.Is(err, context.Canceled) || ctx.Err() == context.Canceled {
-		return false
-	}
+// unreachable reports whether err says the server was not reached or did
+// not answer: a failed dial (refused, or not connected in time), or a
+// read or write on the connection that ran past its deadline. The
+// caller's own context ending (context.Canceled, context.DeadlineExceeded:
+// a deadline that passed before the call was sent, or while it waited for
+// a pooled connection) says nothing of the server.
+func unreachable(err error) bool {
 	var reply redis.Error
-	if errors.As(err, &reply) {
+	if errors.As(err, &reply) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var ne net.Error
 	var op *net.OpError
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() ||
-		errors.As(err, &op) && op.Op == "dial"
+	var ne net.Error
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// undecided reports whether a call's failure left the server's state
+// unknown: the caller's context ended first.
+func undecided(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (o *outage) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -142,3 +142,53 @@ func TestRedisOutageRefusedAndBack(t *testing.T) {
 		}
 	}
 }
+
+// The caller's own context says nothing of the server: a call whose
+// deadline passed before it was sent does not pause the others, and a
+// probing call whose client left neither ends the pause for everyone nor
+// holds it: the next call asks at once, alone (review).
+func TestRedisOutageIgnoresTheCallersContext(t *testing.T) {
+	t.Parallel()
+	rs := testredis.Start(t)
+	rdb, err := redisClient(&config.Redis{Addr: rs.Addr(), Timeout: config.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if err := rdb.Get(expired, "k").Err(); err == nil {
+		t.Fatal("a call past its deadline succeeded")
+	}
+	if err := rdb.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatalf("after a call whose deadline had passed: %v", err)
+	}
+
+	addr, dials := silentRedis(t)
+	silent, err := redisClient(&config.Redis{Addr: addr, Timeout: config.Duration(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Close() })
+	_ = silent.Get(context.Background(), "k").Err() // found unreachable
+	time.Sleep(outagePause)
+	left, leave := context.WithCancel(context.Background())
+	leave() // the client left before the call was sent
+	if err := silent.Get(left, "k").Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the probing call whose client left: %v", err)
+	}
+	sent := dials.Load()
+	var wg sync.WaitGroup
+	var skipped atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			if errors.Is(silent.Get(context.Background(), "k").Err(), errOutage) {
+				skipped.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if skipped.Load() != 7 || dials.Load() != sent+1 {
+		t.Fatalf("after the probe's client left: %d of 8 calls skipped, %d dials: want one asking at once", skipped.Load(), dials.Load()-sent)
+	}
+}

@@ -129,7 +129,14 @@ func TakeModelCall(ctx context.Context, r *pipeline.Request) bool {
 	if !ok {
 		return true
 	}
-	return m.takeLeaving(1) && (m.admit == nil || m.admit(r) == nil)
+	if !m.takeLeaving(1) {
+		return false
+	}
+	if m.admit != nil && m.admit(r) != nil {
+		m.used.Add(-1) // refused: not made
+		return false
+	}
+	return true
 }
 
 // refused is the error of a call past tool_loop.max_model_calls.

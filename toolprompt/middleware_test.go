@@ -742,4 +742,10 @@ func TestUndescribableToolsRefused(t *testing.T) {
 	if calls != 0 {
 		t.Fatalf("the upstream was called %d times", calls)
 	}
+	// An empty or null functions list offers nothing: it passes, as before.
+	for _, fn := range []string{`null`, `[]`} {
+		if _, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":` + fn + `}`)}); err != nil {
+			t.Fatalf("functions %s: %v", fn, err)
+		}
+	}
 }

@@ -203,7 +203,7 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 // believe it offered them. Unsupported, so that a fallback model with
 // native tool calling may take the request.
 func describable(tools, functions gjson.Result) error {
-	if functions.Exists() {
+	if functions.IsArray() && len(functions.Array()) > 0 {
 		return unsupported("functions", "this model calls tools through the gateway's prompted tool calling, which reads tools, not the legacy functions; send them as tools of type function")
 	}
 	var err error
