@@ -518,6 +518,22 @@ max_tools = 5
 	if calls := h.mock.TotalCalls(); calls != 1 {
 		t.Fatalf("%d upstream calls: the re-asks after the spent budget were sent", calls)
 	}
+	// Under tool_choice "required" the refused re-ask is the budget's 429,
+	// not a model that did not call (the model was asked once).
+	weak := func(c *mockllm.Call) mockllm.Turn { // it answers without calling
+		return mockllm.Turn{Text: "It is sunny.", Usage: &mockllm.Usage{Prompt: 100, Completion: 10}}
+	}
+	hr := newHarness(t, cfg, mockllm.Options{Respond: weak})
+	required := userMsg("check")
+	promptedClientTools(&required)
+	required.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+	rc := openai.NewClient(option.WithBaseURL(hr.base), option.WithAPIKey("sk-team"), option.WithMaxRetries(0))
+	_, err := rc.Chat.Completions.New(context.Background(), required)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" || hr.mock.TotalCalls() != 1 {
+		t.Fatalf("tool_choice required, re-ask refused by the budget: %v after %d calls", err, hr.mock.TotalCalls())
+	}
+
 	h.mock.ResetRecords()
 	budget := strings.Replace(cfg, "amount = 0.001", "amount = 0.003", 1)
 	h2 := newHarness(t, budget, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
@@ -532,8 +548,7 @@ max_tools = 5
 	p = userMsg("do thing 1")
 	p.Model = "gpt-x"
 	p.Tools = manyTools(10)
-	_, err := client.Chat.Completions.New(context.Background(), p)
-	var apiErr *openai.Error
+	_, err = client.Chat.Completions.New(context.Background(), p)
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" {
 		t.Fatalf("the round after a selector that spent the budget: %v", err)
 	}

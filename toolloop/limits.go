@@ -121,22 +121,25 @@ func ModelCallLimit(next pipeline.Handler) pipeline.Handler {
 // tool_loop.max_model_calls of the request ctx carries, for a call made
 // inside a model's call layer, below ModelCallLimit (a prompted model's
 // re-ask), and admits it as a later round is (the tenant's limits and
-// budgets, Options.AdmitRound). It reports false for a call past the
+// budgets, Options.AdmitRound). It returns the refusal of a call past the
 // count (it may never take the call kept for the loop's final answer) or
-// refused. Outside a tool loop it takes nothing and reports true.
-func TakeModelCall(ctx context.Context, r *pipeline.Request) bool {
+// of a refused one, nil when the call may be made. Outside a tool loop it
+// takes nothing and returns nil.
+func TakeModelCall(ctx context.Context, r *pipeline.Request) error {
 	m, ok := ctx.Value(modelCallsKey{}).(*modelCalls)
 	if !ok {
-		return true
+		return nil
 	}
 	if !m.takeLeaving(1) {
-		return false
+		return m.refused()
 	}
-	if m.admit != nil && m.admit(r) != nil {
-		m.used.Add(-1) // refused: not made
-		return false
+	if m.admit != nil {
+		if err := m.admit(r); err != nil {
+			m.used.Add(-1) // refused: not made
+			return err
+		}
 	}
-	return true
+	return nil
 }
 
 // refused is the error of a call past tool_loop.max_model_calls.

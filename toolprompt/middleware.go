@@ -44,8 +44,10 @@ type Options struct {
 	// may make one more model call, the re-ask (toolloop.TakeModelCall): a
 	// re-ask is a model call, counted against tool_loop.max_model_calls and
 	// admitted by the tenant's limits and budgets. Refused, the reply is
-	// taken as it is, as after MaxErrors.
-	TakeCall func(context.Context, *pipeline.Request) bool
+	// taken as it is, as after MaxErrors; a reply that must call a tool
+	// (tool_choice) fails with a limit's or budget's own refusal (429),
+	// else as unmet.
+	TakeCall func(context.Context, *pipeline.Request) error
 	Logger   zerolog.Logger
 }
 
@@ -70,7 +72,7 @@ type handler struct {
 	schema    bool
 	prompt    string
 	maxErrors int
-	take      func(context.Context, *pipeline.Request) bool
+	take      func(context.Context, *pipeline.Request) error
 	log       zerolog.Logger
 }
 
@@ -157,14 +159,20 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 	if retry == "" || err != nil {
 		return retry, err
 	}
-	if h.take != nil && !h.take(ctx, up) {
-		// No model call left to ask again with: as after the last
-		// re-ask.
-		if o.err != nil {
-			o.calls, o.shown = nil, o.text
-			return "", nil
+	if h.take != nil {
+		if refused := h.take(ctx, up); refused != nil {
+			// No model call left to ask again with: as after the last
+			// re-ask.
+			if o.err != nil {
+				o.calls, o.shown = nil, o.text
+				return "", nil
+			}
+			var pe *pipeline.Error
+			if errors.As(refused, &pe) && pe.Status == http.StatusTooManyRequests {
+				return "", refused // a spent budget or a limit says so, not the model
+			}
+			return "", choiceUnmet()
 		}
-		return "", choiceUnmet()
 	}
 	up.Meta.NoteReask()
 	return retry, nil
