@@ -454,22 +454,8 @@ func TestBudgetStopsReasksAndTheRoundAfterASelector(t *testing.T) {
 	t.Parallel()
 	// Every model at $20 per million tokens: a 100-token call costs 2000
 	// µ$, twice the budget.
-	cfg := `
-[server]
-log_level = "warn"
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{{MOCK}}"
-api_key = "sk-upstream-secret"
-retries = 0
-[[models]]
-name = "gpt-x"
-provider = "up"
-upstream = "up-model"
-[models.price]
-input = 20
-output = 20
+	const price = "[models.price]\ninput = 20\noutput = 20\n"
+	cfg := strings.Replace(baseConfig, "context_window = 1000\n", "context_window = 8000\n"+price, 1) + `
 [[models]]
 name = "txt"
 provider = "up"
