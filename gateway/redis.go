@@ -88,14 +88,15 @@ func (o *outage) admit(ctx context.Context) (context.Context, bool) {
 		return ctx, true
 	}
 	now := time.Now()
-	if now.UnixNano() < until || !o.until.CompareAndSwap(until, now.Add(outagePause).UnixNano()) {
+	next := now.Add(outagePause).UnixNano()
+	if now.UnixNano() < until || !o.until.CompareAndSwap(until, next) {
 		return ctx, false
 	}
-	return context.WithValue(ctx, probing{}, true), true
+	return context.WithValue(ctx, probing{}, next), true
 }
 
-// probing marks the context of the call that finds out whether the server
-// answers again.
+// probing keys the context of the call that finds out whether the server
+// answers again; its value is the end of the pause that call set (int64).
 type probing struct{}
 
 // done records a sent call's outcome.
@@ -108,10 +109,13 @@ func (o *outage) done(ctx context.Context, err error) {
 		if o.until.Load() != 0 {
 			o.until.Store(0) // it answered
 		}
-	case ctx.Value(probing{}) != nil:
+	default:
 		// The call that was to find out ended without knowing (its
-		// client left): the next call asks at once.
-		o.until.Store(time.Now().UnixNano())
+		// client left): the next call asks at once, unless the call's
+		// own dials found the server unreachable meanwhile (DialHook).
+		if set, ok := ctx.Value(probing{}).(int64); ok {
+			o.until.CompareAndSwap(set, time.Now().UnixNano())
+		}
 	}
 }
 
@@ -137,7 +141,19 @@ func undecided(ctx context.Context, err error) bool {
 	return ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func (o *outage) DialHook(next redis.DialHook) redis.DialHook { return next }
+// DialHook finds the server unreachable at a failed dial: go-redis retries
+// a refused dial until the call's deadline, which then ends the call with
+// the caller's context.DeadlineExceeded, which done cannot tell from a
+// deadline of the caller's own.
+func (o *outage) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil && unreachable(err) {
+			o.until.Store(time.Now().Add(outagePause).UnixNano())
+		}
+		return c, err
+	}
+}
 
 func (o *outage) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
