@@ -555,7 +555,16 @@ func (rw redactWriter) Write(p []byte) (int, error) {
 // character. For what a tool returns to the model and the client. p
 // itself when nothing is masked.
 func (r *Redactor) RedactEscaped(p []byte) []byte {
-	p = r.RedactSecrets(p)
+	return r.MaskEscapedStrings(r.RedactSecrets(p))
+}
+
+// MaskEscapedStrings masks the secrets in the decoded text of each JSON
+// string of p written with escapes: such a string is written again,
+// decoded, masked and encoded. Strings are found line by line (a JSON
+// string holds no raw newline), so p may be the lines of a stream: a
+// quote a line leaves open starts nothing past it. p itself when nothing
+// is masked.
+func (r *Redactor) MaskEscapedStrings(p []byte) []byte {
 	if r.set.Load() == nil || bytes.IndexByte(p, '\\') < 0 {
 		return p
 	}
@@ -565,11 +574,8 @@ func (r *Redactor) RedactEscaped(p []byte) []byte {
 		if p[i] != '"' {
 			continue
 		}
-		end, escaped := stringEnd(p, i)
-		if end < 0 {
-			break
-		}
-		if escaped {
+		end, closed, escaped := stringEnd(p, i)
+		if closed && escaped {
 			if s, ok := unquoteJSON(p[i : end+1]); ok {
 				if masked := r.RedactSecrets([]byte(s)); string(masked) != s {
 					out = append(out, p[last:i]...)
@@ -586,20 +592,24 @@ func (r *Redactor) RedactEscaped(p []byte) []byte {
 	return append(out, p[last:]...)
 }
 
-// stringEnd returns the index of the quote that closes the JSON string
-// opening at p[i], and whether the string holds an escape; -1 when it is
-// not closed.
-func stringEnd(p []byte, i int) (end int, escaped bool) {
+// stringEnd returns where the JSON string opening at p[i] stops: the
+// index of its closing quote (closed), else of the line's end or len(p);
+// and whether the string holds an escape.
+func stringEnd(p []byte, i int) (end int, closed, escaped bool) {
 	for j := i + 1; j < len(p); j++ {
 		switch p[j] {
 		case '\\':
-			escaped = true
-			j++
+			if j+1 < len(p) && p[j+1] != '\n' {
+				escaped = true
+				j++
+			}
 		case '"':
-			return j, escaped
+			return j, true, escaped
+		case '\n':
+			return j, false, escaped
 		}
 	}
-	return -1, escaped
+	return len(p), false, escaped
 }
 
 // unquoteJSON decodes the JSON string q (quotes included).

@@ -196,6 +196,7 @@ func FuzzMaskEscaped(f *testing.F) {
 	f.Add([]byte("data: {\"k\":\"a\\\"b\\u00e9\"}\n\"\\u"))
 	f.Add([]byte(`"\u"`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		b = observe.Secrets.RedactSecrets(b) // as the masker runs it: plain spellings go first
 		out := maskEscaped(b)
 		if !bytes.Contains(b, escapeU) && !bytes.Equal(out, b) {
 			t.Fatalf("%q changed into %q", b, out)

@@ -17,7 +17,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/internal/lazyctx"
-	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
@@ -966,43 +965,9 @@ func limitEvent(p []byte) ([]byte, bool) {
 var escapeU = []byte(`\u`)
 
 // maskEscaped masks the configured secrets in the JSON strings of b's
-// lines that spell one with \u escapes (a key written
-// "sk-\u0041BC...": any JSON reader decodes it to the key): such a
-// string is written again, decoded, masked and encoded. A JSON string
-// holds no raw newline, so the strings are found line by line.
-func maskEscaped(b []byte) []byte {
-	var out []byte // nil until a string changes
-	last := 0
-	for i := 0; i < len(b); i++ {
-		if b[i] != '"' {
-			continue
-		}
-		j, esc := i+1, false
-		for ; j < len(b) && b[j] != '"' && b[j] != '\n'; j++ {
-			if b[j] == '\\' && j+1 < len(b) && b[j+1] != '\n' {
-				esc = true
-				j++
-			}
-		}
-		if j >= len(b) || b[j] != '"' {
-			i = j // an unterminated string: nothing to decode
-			continue
-		}
-		if esc && bytes.Contains(b[i:j], escapeU) {
-			s := gjson.ParseBytes(b[i : j+1]).Str
-			if m := observe.Secrets.RedactSecrets([]byte(s)); string(m) != s {
-				out = append(out, b[last:i]...)
-				out = jsonstring.Append(out, string(m))
-				last = j + 1
-			}
-		}
-		i = j
-	}
-	if out == nil {
-		return b
-	}
-	return append(out, b[last:]...)
-}
+// lines that spell one with escapes (a key written "sk-\u0041BC...": any
+// JSON reader decodes it to the key).
+func maskEscaped(b []byte) []byte { return observe.Secrets.MaskEscapedStrings(b) }
 
 // drop lets go of the first n held bytes, which were written.
 func (m *lineMasker) drop(n int) {
