@@ -117,6 +117,13 @@ type Server struct {
 // the collector shrinks an idle one).
 const streamWorkers = 10 * time.Second
 
+// idleWorkerTime is how long one of fasthttp's workers with nothing to do
+// waits for the next connection before it ends (fasthttp looks for such
+// workers as often). At 10,000 open streams opened at 2,500 a second, the
+// idle workers their requests left held 1,000-1,600 goroutines' stacks a
+// second later with 1 s here (about 30 MB); with 100 ms, none.
+const idleWorkerTime = 100 * time.Millisecond
+
 // maxPooledBody is the largest body buffer fasthttp keeps in its pools
 // when a request or response is released (a client's body, an upstream's
 // JSON answer): a larger one is left to the collector. The pools hand a
@@ -156,11 +163,12 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 		CloseOnShutdown:       true,
 		// A stream's request holds a worker until its first content, then
 		// hands the stream over (hijack.go) and leaves the worker idle,
-		// with a stack grown to the request path's depth. fasthttp keeps
-		// an idle worker 10 s by default: after a burst of new streams,
-		// one idle worker per stream. Under steady load workers are reused
-		// long before a second passes.
-		MaxIdleWorkerDuration: time.Second,
+		// with a stack grown to the request path's depth (8-16 KiB). fasthttp
+		// keeps an idle worker 10 s by default: after a burst of new
+		// streams, one idle worker per stream. Workers are reused last in,
+		// first out, so under steady load the ones in use are reused long
+		// before 100 ms pass; the ones a burst left idle go within 200 ms.
+		MaxIdleWorkerDuration: idleWorkerTime,
 		KeepHijackedConns:     true, // a stream's connection is served again after it (hijack.go)
 		ConnState:             s.connState,
 		Logger:                fasthttpLogger{log},

@@ -129,10 +129,12 @@ func TestIdleWorkersLetGo(t *testing.T) {
 	close(gate)
 	waitFor(t, 5*time.Second, func() bool { return srv.handovers.Load() >= streams })
 	// One goroutine per open stream, and a few to spare; the idle workers
-	// must be gone within a few seconds (fasthttp looks for them once a
-	// second), not after the 10 s fasthttp keeps them by default.
+	// must be gone within a second (fasthttp looks for them every
+	// idleWorkerTime and lets go of those idle that long), not after the
+	// 10 s fasthttp keeps them by default, nor the 1 s the gateway kept
+	// them before.
 	const slack = 5
-	deadline := time.Now().Add(8 * time.Second) // about 2 s unloaded
+	deadline := time.Now().Add(900 * time.Millisecond) // about 200 ms unloaded
 	for runtime.NumGoroutine()-base > streams+slack {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines over the %d before, with %d streams open: idle workers are kept", runtime.NumGoroutine()-base, base, streams)
