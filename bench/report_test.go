@@ -381,9 +381,10 @@ func TestTTFTFloorShare(t *testing.T) {
 }
 
 // TestSweepConfirmsTheFirstStepOverTheBar: a proxy's first step over the
-// bar is measured again, and the second measurement decides; a proxy over
-// the bar at an earlier step, or under it now, is not; the first
-// measurement stays, marked superseded, and is not a saturation step.
+// bar is measured again, with every other proxy not past the bar yet (so
+// that all of the step's figures come from one direct leg), and the second
+// measurement decides; a proxy over the bar at an earlier step is not; the
+// first measurement stays, marked superseded, and is not a saturation step.
 func TestSweepConfirmsTheFirstStepOverTheBar(t *testing.T) {
 	step := func(target string, addedP99 float64, errors int) *leg {
 		return &leg{Target: target, Step: "0.40×sat", OfferedRPS: 9000, Errors: errors, Added: &pcts{P99: addedP99},
@@ -391,17 +392,18 @@ func TestSweepConfirmsTheFirstStepOverTheBar(t *testing.T) {
 	}
 	legs := []*leg{{Target: "direct", Step: "0.40×sat"}, step("floor", 3000, 0), step("gateway", 23000, 0), step("pk", 50, 2)}
 	retry := firstOverBar(legs, map[string]bool{"pk": true})
-	if len(retry) != 1 || !retry["gateway"] {
-		t.Fatalf("retry %v, want the gateway only (the floor is under, pk was over before)", retry)
+	if len(retry) != 2 || !retry["gateway"] || !retry["floor"] {
+		t.Fatalf("retry %v, want the gateway and the floor (pk was over before)", retry)
 	}
 	jobs := []job{{t: &target{name: "direct"}}, {t: &target{name: "floor"}}, {t: &target{name: "gateway"}}, {t: &target{name: "pk"}}}
-	if js := retryJobs(jobs, retry); len(js) != 2 || js[0].t.name != "direct" || js[1].t.name != "gateway" {
+	if js := retryJobs(jobs, retry); len(js) != 3 || js[0].t.name != "direct" || js[1].t.name != "floor" || js[2].t.name != "gateway" {
 		t.Fatalf("retry jobs %v", js)
 	}
-	again := []*leg{{Target: "direct", Step: "0.40×sat, again"}, step("gateway", 4000, 0)}
-	again[1].Step, again[1].ProxyCPUPer1k = "0.40×sat, again", 0.07
+	again := []*leg{{Target: "direct", Step: "0.40×sat, again"}, step("floor", 2500, 0), step("gateway", 4000, 0)}
+	again[1].Step = "0.40×sat, again"
+	again[2].Step, again[2].ProxyCPUPer1k = "0.40×sat, again", 0.07
 	got := byTarget(confirmed(legs, again, retry))
-	if got["gateway"] != again[1] || got["floor"] != legs[1] || !legs[2].Superseded || legs[1].Superseded {
+	if got["gateway"] != again[2] || got["floor"] != again[1] || got["pk"] != legs[3] || !legs[2].Superseded || !legs[1].Superseded || legs[3].Superseded {
 		t.Fatalf("confirmed legs: gateway %+v, floor %+v", got["gateway"], got["floor"])
 	}
 	sw := &scenarioResult{Name: "sweep", Legs: append(legs, again...)}
@@ -409,7 +411,7 @@ func TestSweepConfirmsTheFirstStepOverTheBar(t *testing.T) {
 	if l, ok := saturationLoad(sw, "gateway"); !ok || l.rate != 9000 || l.proxyMS != 0.07 {
 		t.Fatalf("saturation load from the second measurement: %+v %v", l, ok)
 	}
-	if n := countSuperseded(sw.Legs); n != 1 {
+	if n := countSuperseded(sw.Legs); n != 2 {
 		t.Fatalf("%d superseded", n)
 	}
 }
@@ -423,9 +425,22 @@ func TestSweepMeasuresADisturbedStepAgain(t *testing.T) {
 		return &leg{Target: target, Step: "0.50×sat", Added: &pcts{P99: addedP99}}
 	}
 	legs := []*leg{{Target: "direct", Step: "0.50×sat"}, step("floor", -556446), step("gateway", 3000)}
+	// The floor was measured against a disturbed direct, and so, maybe,
+	// was the gateway: both are measured again with direct.
 	retry := firstOverBar(legs, map[string]bool{})
-	if len(retry) != 1 || !retry["floor"] {
-		t.Fatalf("retry %v, want the floor (measured against a disturbed direct)", retry)
+	if len(retry) != 2 || !retry["floor"] || !retry["gateway"] {
+		t.Fatalf("retry %v, want the floor and the gateway", retry)
+	}
+	// A proxy past the bar already is not; a step with every proxy under
+	// the bar and nothing disturbed is measured once.
+	if retry := firstOverBar(legs, map[string]bool{"floor": true}); len(retry) != 0 {
+		t.Fatalf("retry %v with the floor past the bar and the gateway under it", retry)
+	}
+	if retry := firstOverBar([]*leg{legs[0], step("floor", 400), step("gateway", 12000)}, map[string]bool{"floor": true}); len(retry) != 1 || !retry["gateway"] {
+		t.Fatalf("retry %v, want the gateway alone (the floor is past the bar)", retry)
+	}
+	if retry := firstOverBar([]*leg{legs[0], step("floor", 400), step("gateway", 3000)}, map[string]bool{}); len(retry) != 0 {
+		t.Fatalf("retry %v for a step under the bar", retry)
 	}
 	if !disturbed(legs[1]) || disturbed(legs[2]) || disturbed(step("x", -9000)) {
 		t.Fatal("disturbed: only an added p99 at or below minus the bar")

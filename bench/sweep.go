@@ -114,7 +114,7 @@ func (b *bench) sweep() *scenarioResult {
 	}
 	if n := countSuperseded(r.Legs); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d step(s) measured again: a proxy's first step over the bar, or a step whose direct leg was disturbed, is measured a second time "+
-			"(with direct), and the second measurement decides; both are in the table", n))
+			"(with direct and every proxy not past the bar yet), and the second measurement decides; both are in the table", n))
 	}
 	r.fig("direct saturation (closed model)", sat, "rps")
 	r.fig("gateway highest rate with added p99 < 10 ms", best["gateway"], "rps")
@@ -226,15 +226,27 @@ func disturbed(l *leg) bool {
 	return l.Errors == 0 && l.Added != nil && l.Added.P99 <= -addedP99Limit
 }
 
-// firstOverBar returns the proxies whose leg at this step is over the bar
-// while no earlier step was, or was measured against a disturbed direct
-// leg: each is measured again (with direct) before its sweep ends, so that
-// one disturbed step does not end it, or count for it, on its own. Every
-// proxy gets the same second chance, once per step.
+// firstOverBar returns the proxies to measure again at this step (with
+// direct): none, unless a proxy's leg is over the bar while no earlier step
+// was, or was measured against a disturbed direct leg, so that one
+// disturbed step does not end a sweep, or count for it, on its own. Then
+// every proxy not past the bar yet is measured again, not only that one:
+// the step's added figures all come from the second direct leg, so a
+// proxy is never judged against a baseline found disturbed for another.
+// (In a full run, direct's p99 at a step was 44.3 ms, then 25.6 ms when
+// measured again for the floor; the gateway, judged against the first,
+// added -0.7 ms there, about 18 ms against the second, and the two
+// proxies' saturation rates read equal.)
 func firstOverBar(legs []*leg, over map[string]bool) map[string]bool {
-	retry := map[string]bool{}
+	again := false
 	for _, l := range legs {
 		if l.Target != "direct" && !over[l.Target] && (!underBar(l) || disturbed(l)) {
+			again = true
+		}
+	}
+	retry := map[string]bool{}
+	for _, l := range legs {
+		if again && l.Target != "direct" && !over[l.Target] {
 			retry[l.Target] = true
 		}
 	}
