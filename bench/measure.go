@@ -30,20 +30,23 @@ type job struct {
 
 // leg is the figures of one target under one load.
 type leg struct {
-	Target        string  `json:"target"`
-	Step          string  `json:"step,omitempty"`
-	Superseded    bool    `json:"superseded,omitempty"` // a sweep step's first measurement, replaced by a second (sweep.go, confirmed)
-	Load          string  `json:"load"`
-	OfferedRPS    float64 `json:"offered_rps,omitempty"`
-	Concurrency   int     `json:"concurrency,omitempty"`
-	Seconds       float64 `json:"seconds"`
-	Requests      int     `json:"requests"`
-	Errors        int     `json:"errors"`
-	ErrorSample   string  `json:"error_sample,omitempty"`
-	ThroughputRPS float64 `json:"throughput_rps"`
-	Latency       *pcts   `json:"latency"`
-	TTFB          *pcts   `json:"ttfb,omitempty"`
-	TTFT          *pcts   `json:"ttft,omitempty"` // time to the first event with content or a tool call
+	Target     string `json:"target"`
+	Step       string `json:"step,omitempty"`
+	Superseded bool   `json:"superseded,omitempty"` // a sweep step's first measurement, replaced by a second (sweep.go, confirmed)
+	// JudgedP99 is, on the second measurement of a sweep step measured
+	// twice, the added p99 the step judged this proxy by (sweep.go, judge).
+	JudgedP99     *float64 `json:"judged_added_p99,omitempty"`
+	Load          string   `json:"load"`
+	OfferedRPS    float64  `json:"offered_rps,omitempty"`
+	Concurrency   int      `json:"concurrency,omitempty"`
+	Seconds       float64  `json:"seconds"`
+	Requests      int      `json:"requests"`
+	Errors        int      `json:"errors"`
+	ErrorSample   string   `json:"error_sample,omitempty"`
+	ThroughputRPS float64  `json:"throughput_rps"`
+	Latency       *pcts    `json:"latency"`
+	TTFB          *pcts    `json:"ttfb,omitempty"`
+	TTFT          *pcts    `json:"ttft,omitempty"` // time to the first event with content or a tool call
 	// TTFTPath is TTFT less the time the mock held the request until it
 	// wrote that event: the path to and from the upstream alone. Only when
 	// every measured stream's event carried the mock's stamp.

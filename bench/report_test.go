@@ -447,6 +447,39 @@ func TestSweepMeasuresADisturbedStepAgain(t *testing.T) {
 	}
 }
 
+// A step measured twice judges each proxy by the lower of its two p99s less
+// the lower of direct's two: a disturbed direct leg (long p99) neither
+// passes a proxy measured against it nor, measured again, fails one; a
+// disturbed proxy leg does not fail it either. The full run's two cases:
+// the gateway judged against a direct whose p99 was 44.3 ms, then 25.6 ms
+// (it passed at -0.7 ms); the floor under the bar at 7 ms, then over at
+// 11.6 ms when measured again for the gateway (and its sweep ended there).
+func TestSweepJudgesAStepMeasuredTwice(t *testing.T) {
+	at := func(target string, p99, direct float64) *leg {
+		return &leg{Target: target, Latency: &pcts{P99: p99}, Added: &pcts{P99: p99 - direct}}
+	}
+	first := []*leg{{Target: "direct", Latency: &pcts{P99: 44300}}, at("floor", 33300, 44300), at("gateway", 43600, 44300)}
+	again := []*leg{{Target: "direct", Latency: &pcts{P99: 25600}}, at("floor", 30400, 25600), at("gateway", 42000, 25600)}
+	judge(first, again)
+	m := byTarget(again)
+	if m["direct"].JudgedP99 != nil || m["floor"].JudgedP99 == nil || *m["floor"].JudgedP99 != 4800 || *m["gateway"].JudgedP99 != 16400 {
+		t.Fatalf("judged floor %v gateway %v", m["floor"].JudgedP99, m["gateway"].JudgedP99)
+	}
+	if !underBar(m["floor"]) || underBar(m["gateway"]) {
+		t.Fatal("the floor (4.8 ms) is under the bar, the gateway (16.4 ms) over it")
+	}
+	first = []*leg{{Target: "direct", Latency: &pcts{P99: 25000}}, at("floor", 32000, 25000), at("gateway", 36800, 25000)}
+	again = []*leg{{Target: "direct", Latency: &pcts{P99: 25200}}, at("floor", 36800, 25200), at("gateway", 32800, 25200)}
+	judge(first, again)
+	m = byTarget(again)
+	if !underBar(m["floor"]) || !underBar(m["gateway"]) || *m["floor"].JudgedP99 != 7000 || *m["gateway"].JudgedP99 != 7800 {
+		t.Fatalf("judged floor %v gateway %v: both under the bar", *m["floor"].JudgedP99, *m["gateway"].JudgedP99)
+	}
+	if note := judgedNote("0.20×sat", again); !strings.Contains(note, "floor 7000 µs, gateway 7800 µs") {
+		t.Fatalf("note %q", note)
+	}
+}
+
 // A ratio whose denominator is zero is no figure (it was 0×, which reads as
 // the opposite of the truth: a peer that saturated at 3477 rps was "0× the
 // gateway's" that saturated at once); a goal that reads it is not measured.
