@@ -175,6 +175,9 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	if err := checkMaxTokens(root); err != nil {
 		return nil, err
 	}
+	if err := checkSettings(root); err != nil {
+		return nil, err
+	}
 	out.MaxTokens = maxTokens(root, opts.MaxTokens)
 	out.StopSequences = stopSequences(root.Get("stop"))
 	if err := setSampling(&out, root); err != nil {
@@ -278,6 +281,44 @@ func checkMaxTokens(root gjson.Result) error {
 		if v.Num < 1 {
 			return pipeline.BadRequest(k, "%s must be at least 1", k)
 		}
+	}
+	return nil
+}
+
+// samplingRanges are OpenAI's ranges of the sampling settings that are
+// translated (temperature is then capped at Anthropic's 1).
+var samplingRanges = [...]struct {
+	key      string
+	min, max float64
+}{{"temperature", 0, 2}, {"top_p", 0, 1}}
+
+// checkSettings refuses a translated setting of the wrong type, or out of
+// OpenAI's range, as OpenAI does (null is each one's default). Read only
+// when of the right type, it was dropped: "temperature":"0.2" ran at
+// Anthropic's default, "parallel_tool_calls":"false" let the model call in
+// parallel, a stop list of numbers sent no stop sequences.
+func checkSettings(root gjson.Result) error {
+	for _, n := range samplingRanges {
+		v := root.Get(n.key)
+		switch {
+		case !v.Exists() || v.Type == gjson.Null:
+		case v.Type != gjson.Number:
+			return pipeline.BadRequest(n.key, "Invalid '%s': expected a number.", n.key)
+		case v.Num < n.min || v.Num > n.max:
+			return pipeline.BadRequest(n.key, "Invalid '%s': expected a value from %g to %g.", n.key, n.min, n.max)
+		}
+	}
+	stop := root.Get("stop")
+	strs := stop.IsArray()
+	stop.ForEach(func(_, s gjson.Result) bool {
+		strs = s.Type == gjson.String
+		return strs
+	})
+	if stop.Exists() && stop.Type != gjson.Null && stop.Type != gjson.String && !strs {
+		return pipeline.BadRequest("stop", "Invalid 'stop': expected a string or a list of strings.")
+	}
+	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null && !v.IsBool() {
+		return pipeline.BadRequest("parallel_tool_calls", "Invalid 'parallel_tool_calls': expected a boolean.")
 	}
 	return nil
 }

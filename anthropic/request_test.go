@@ -423,6 +423,17 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		{"max_tokens a string", `{"max_tokens":"10","messages":[{"role":"user","content":"x"}]}`, "max_tokens"},
 		{"max_completion_tokens fraction", `{"max_completion_tokens":1.5,"messages":[{"role":"user","content":"x"}]}`, "max_completion_tokens"},
 		{"negative budget", `{"thinking":{"type":"enabled","budget_tokens":-5},"messages":[{"role":"user","content":"x"}]}`, "thinking.budget_tokens"},
+		// Settings of the wrong type were dropped (Anthropic probe): the
+		// model ran at its defaults, in parallel, without stop sequences.
+		{"temperature a string", `{"temperature":"0.2","messages":[{"role":"user","content":"x"}]}`, "temperature"},
+		{"temperature negative", `{"temperature":-1,"messages":[{"role":"user","content":"x"}]}`, "temperature"},
+		{"top_p a string", `{"top_p":"0.5","messages":[{"role":"user","content":"x"}]}`, "top_p"},
+		{"top_p over 1", `{"top_p":1.5,"messages":[{"role":"user","content":"x"}]}`, "top_p"},
+		{"stop of numbers", `{"stop":[1],"messages":[{"role":"user","content":"x"}]}`, "stop"},
+		{"stop mixed", `{"stop":["a",1],"messages":[{"role":"user","content":"x"}]}`, "stop"},
+		{"stop an object", `{"stop":{"a":1},"messages":[{"role":"user","content":"x"}]}`, "stop"},
+		{"stop a number", `{"stop":5,"messages":[{"role":"user","content":"x"}]}`, "stop"},
+		{"parallel_tool_calls a string", `{"parallel_tool_calls":"false","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"x"}]}`, "parallel_tool_calls"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -691,5 +702,28 @@ func TestTrimPrefillKeepsTheBreakpoint(t *testing.T) {
 	}
 	if got := gjson.GetBytes(out, "messages").Raw; got != `[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]` {
 		t.Fatalf("messages %s", got)
+	}
+}
+
+// Settings of the right type, null among them, still pass: checkSettings
+// refuses only the wrong type or OpenAI's out-of-range values.
+func TestTranslateRequestTakesTypedSettings(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"temperature":null,"top_p":null,"stop":null,"parallel_tool_calls":null,"messages":[{"role":"user","content":"x"}]}`,
+		`{"temperature":2,"stop":"x","messages":[{"role":"user","content":"x"}]}`,
+		`{"top_p":0,"stop":[],"messages":[{"role":"user","content":"x"}]}`,
+		`{"stop":["a","b"],"parallel_tool_calls":false,"tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"x"}]}`,
+	} {
+		out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if gjson.Get(body, "parallel_tool_calls").Type == gjson.False && !gjson.GetBytes(out, "tool_choice.disable_parallel_tool_use").Bool() {
+			t.Fatalf("%s: parallel calls not disabled: %s", body, out)
+		}
+		if gjson.Get(body, "temperature").Num == 2 && gjson.GetBytes(out, "temperature").Num != 1 {
+			t.Fatalf("%s: temperature %s", body, out)
+		}
 	}
 }
