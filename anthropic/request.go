@@ -310,10 +310,12 @@ func checkSettings(root gjson.Result) error {
 	}
 	stop := root.Get("stop")
 	strs := stop.IsArray()
-	stop.ForEach(func(_, s gjson.Result) bool {
-		strs = s.Type == gjson.String
-		return strs
-	})
+	if strs {
+		stop.ForEach(func(_, s gjson.Result) bool {
+			strs = s.Type == gjson.String
+			return strs
+		})
+	}
 	if stop.Exists() && stop.Type != gjson.Null && stop.Type != gjson.String && !strs {
 		return pipeline.BadRequest("stop", "Invalid 'stop': expected a string or a list of strings.")
 	}

@@ -432,6 +432,7 @@ func TestTranslateRequestRefuses(t *testing.T) {
 		{"stop of numbers", `{"stop":[1],"messages":[{"role":"user","content":"x"}]}`, "stop"},
 		{"stop mixed", `{"stop":["a",1],"messages":[{"role":"user","content":"x"}]}`, "stop"},
 		{"stop an object", `{"stop":{"a":1},"messages":[{"role":"user","content":"x"}]}`, "stop"},
+		{"stop an object of strings", `{"stop":{"a":"x"},"messages":[{"role":"user","content":"x"}]}`, "stop"},
 		{"stop a number", `{"stop":5,"messages":[{"role":"user","content":"x"}]}`, "stop"},
 		{"parallel_tool_calls a string", `{"parallel_tool_calls":"false","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"x"}]}`, "parallel_tool_calls"},
 	}

@@ -34,17 +34,17 @@ func chartSVG(res *results) string {
 	add := map[string]*series{}
 	for _, l := range sw.Legs {
 		if l.Latency == nil || l.Superseded || strings.HasSuffix(l.Step, againStep) && l.Target == "direct" {
-			continue // a step measured again is drawn with the measurement that counted
+			continue // a step measured again is drawn with its second measurement (the judged added p99 on the right)
 		}
 		if lat[l.Target] == nil {
 			lat[l.Target] = &series{name: l.Target, color: targetColors[l.Target]}
 		}
 		lat[l.Target].pts = append(lat[l.Target].pts, [2]float64{l.OfferedRPS, l.Latency.P99 / 1000})
-		if l.Added != nil {
+		if p99, ok := addedP99(l); ok && l.Target != "direct" {
 			if add[l.Target] == nil {
 				add[l.Target] = &series{name: l.Target + " − direct", color: targetColors[l.Target]}
 			}
-			add[l.Target].pts = append(add[l.Target].pts, [2]float64{l.OfferedRPS, math.Max(l.Added.P99/1000, 0.01)})
+			add[l.Target].pts = append(add[l.Target].pts, [2]float64{l.OfferedRPS, math.Max(p99/1000, 0.01)})
 		}
 	}
 	order := func(m map[string]*series) []*series {

@@ -411,7 +411,7 @@ func TestSweepConfirmsTheFirstStepOverTheBar(t *testing.T) {
 	if l, ok := saturationLoad(sw, "gateway"); !ok || l.rate != 9000 || l.proxyMS != 0.07 {
 		t.Fatalf("saturation load from the second measurement: %+v %v", l, ok)
 	}
-	if n := countSuperseded(sw.Legs); n != 2 {
+	if n := countRemeasured(sw.Legs); n != 1 {
 		t.Fatalf("%d superseded", n)
 	}
 }
@@ -477,6 +477,29 @@ func TestSweepJudgesAStepMeasuredTwice(t *testing.T) {
 	}
 	if note := judgedNote("0.20×sat", again); !strings.Contains(note, "floor 7000 µs, gateway 7800 µs") {
 		t.Fatalf("note %q", note)
+	}
+	// A leg with errors is left out of the minimum: its p99 is that of the
+	// requests that succeeded (review). The gateway's first leg had errors
+	// and a short p99; its second, none, adds 25 ms: over the bar.
+	first = []*leg{{Target: "direct", Latency: &pcts{P99: 20000}}, at("gateway", 24000, 20000)}
+	first[1].Errors = 40
+	again = []*leg{{Target: "direct", Latency: &pcts{P99: 20000}}, at("gateway", 45000, 20000)}
+	judge(first, again)
+	if g := again[1]; g.JudgedP99 == nil || *g.JudgedP99 != 25000 || underBar(g) {
+		t.Fatalf("judged %v: the leg with errors counted", *g.JudgedP99)
+	}
+	// A disturbed direct leg with errors is not the baseline either.
+	first = []*leg{{Target: "direct", Latency: &pcts{P99: 5000}, Errors: 3}, at("floor", 26000, 5000)}
+	again = []*leg{{Target: "direct", Latency: &pcts{P99: 20000}}, at("floor", 27000, 20000)}
+	judge(first, again)
+	if f := again[1]; f.JudgedP99 == nil || *f.JudgedP99 != 6000 {
+		t.Fatalf("judged %v against a direct leg with errors", *f.JudgedP99)
+	}
+	// Nothing to judge by: said so, and the second leg's own figure decides.
+	again = []*leg{{Target: "direct"}, at("floor", 27000, 20000)}
+	judge([]*leg{{Target: "direct"}, at("floor", 26000, 5000)}, again)
+	if again[1].JudgedP99 != nil || !strings.Contains(judgedNote("0.30×sat", again), "no proxy could be judged") {
+		t.Fatalf("judged %v, note %q", again[1].JudgedP99, judgedNote("0.30×sat", again))
 	}
 }
 

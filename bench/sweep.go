@@ -91,7 +91,7 @@ func (b *bench) sweep() *scenarioResult {
 			case disturbed(l):
 				// Measured twice against a disturbed direct leg: the step
 				// decides nothing for this proxy.
-				r.Notes = append(r.Notes, fmt.Sprintf("%s at %.2f×sat: direct's own p99 was longer than this proxy's by more than the bar in both measurements; the step is not counted for it",
+				r.Notes = append(r.Notes, fmt.Sprintf("%s at %.2f×sat: measured twice, direct's lower p99 was longer than this proxy's lower one by more than the bar; the step is not counted for it",
 					l.Target, f))
 			case under && !over[l.Target]:
 				best[l.Target] = max(best[l.Target], ls.rate)
@@ -101,7 +101,7 @@ func (b *bench) sweep() *scenarioResult {
 				}
 				over[l.Target] = true
 			}
-			if l.Added == nil || l.Added.P99 < 5*addedP99Limit {
+			if p99, ok := addedP99(l); !ok || p99 < 5*addedP99Limit {
 				beyond = false
 			}
 			if p99, ok := addedP99(l); f == 0.5 && ok {
@@ -114,7 +114,7 @@ func (b *bench) sweep() *scenarioResult {
 		}
 		wasBeyond = beyond
 	}
-	if n := countSuperseded(r.Legs); n > 0 {
+	if n := countRemeasured(r.Legs); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d step(s) measured again: a proxy's first step over the bar, or a step whose direct leg was disturbed, is measured a second time "+
 			"(with direct and every proxy not past the bar yet), and each proxy is judged by the lower of its two p99s less the lower of direct's two "+
 			"(a disturbance only lengthens a tail); both measurements are in the table, each with its own added figures", n))
@@ -251,6 +251,9 @@ func judgedNote(step string, again []*leg) string {
 			parts = append(parts, fmt.Sprintf("%s %s µs", l.Target, fmtNum(*l.JudgedP99)))
 		}
 	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%s, measured twice: no proxy could be judged (no leg of direct, or of the proxy, without errors); each proxy's second leg decides", step)
+	}
 	return fmt.Sprintf("%s, measured twice, judged by added p99 (the lower of each proxy's two p99s less the lower of direct's two): %s",
 		step, strings.Join(parts, ", "))
 }
@@ -263,19 +266,38 @@ func judgedNote(step string, again []*leg) string {
 // a disturbed proxy leg makes that proxy look slower, and the lower of two
 // measurements is the less disturbed of each. Each of the two legs keeps
 // its own added figures in the table.
+//
+// A leg with errors is left out of its minimum: its p99 is that of the
+// requests that succeeded, which errors shorten rather than lengthen. A
+// proxy whose both legs had errors is judged by its second leg, errors
+// and all (over the bar).
 func judge(first, again []*leg) {
 	f, a := byTarget(first), byTarget(again)
-	fd, ad := f["direct"], a["direct"]
-	if fd == nil || ad == nil || fd.Latency == nil || ad.Latency == nil {
+	direct, ok := lowerP99(f["direct"], a["direct"])
+	if !ok {
 		return
 	}
-	direct := min(fd.Latency.P99, ad.Latency.P99)
 	for name, l := range a {
-		if p := f[name]; name != "direct" && p != nil && p.Latency != nil && l.Latency != nil {
-			v := round(min(p.Latency.P99, l.Latency.P99)-direct, 1)
+		if name == "direct" {
+			continue
+		}
+		if p99, ok := lowerP99(f[name], l); ok {
+			v := round(p99-direct, 1)
 			l.JudgedP99 = &v
 		}
 	}
+}
+
+// lowerP99 is the lower p99 of the legs without errors among first and
+// again (either may be nil); false when neither has one.
+func lowerP99(first, again *leg) (float64, bool) {
+	p99, ok := 0.0, false
+	for _, l := range [...]*leg{first, again} {
+		if l != nil && l.Latency != nil && l.Errors == 0 && (!ok || l.Latency.P99 < p99) {
+			p99, ok = l.Latency.P99, true
+		}
+	}
+	return p99, ok
 }
 
 // firstOverBar returns the proxies to measure again at this step (with
@@ -333,13 +355,13 @@ func confirmed(legs, again []*leg, retry map[string]bool) []*leg {
 	return out
 }
 
-// countSuperseded counts the legs a second measurement replaced.
-func countSuperseded(legs []*leg) int {
-	n := 0
+// countRemeasured counts the steps measured twice.
+func countRemeasured(legs []*leg) int {
+	steps := map[string]bool{}
 	for _, l := range legs {
 		if l.Superseded {
-			n++
+			steps[l.Step] = true
 		}
 	}
-	return n
+	return len(steps)
 }

@@ -749,3 +749,35 @@ func TestUndescribableToolsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A parallel_tool_calls that is not a boolean is refused, as OpenAI refuses
+// it: the prompted layer deletes the field before the upstream call, so no
+// provider would, and "false" as a string let the model make several calls
+// (review). A boolean or null passes.
+func TestParallelToolCallsNotABoolean(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		calls++
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"}]}`)}, nil
+	})
+	h := New(Options{MaxErrors: 2})(next)
+	body := func(p string) []byte {
+		return []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":` + p + `}`)
+	}
+	for _, p := range []string{`"false"`, `0`, `{}`} {
+		_, err := h.Chat(context.Background(), &pipeline.Request{Body: body(p)})
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "parallel_tool_calls" {
+			t.Fatalf("parallel_tool_calls %s: %v, want a 400 naming it", p, err)
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("the upstream was called %d times", calls)
+	}
+	for _, p := range []string{`false`, `true`, `null`} {
+		if _, err := h.Chat(context.Background(), &pipeline.Request{Body: body(p)}); err != nil {
+			t.Fatalf("parallel_tool_calls %s: %v", p, err)
+		}
+	}
+}
