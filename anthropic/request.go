@@ -299,13 +299,8 @@ var samplingRanges = [...]struct {
 // parallel, a stop list of numbers sent no stop sequences.
 func checkSettings(root gjson.Result) error {
 	for _, n := range samplingRanges {
-		v := root.Get(n.key)
-		switch {
-		case !v.Exists() || v.Type == gjson.Null:
-		case v.Type != gjson.Number:
-			return pipeline.BadRequest(n.key, "Invalid '%s': expected a number.", n.key)
-		case v.Num < n.min || v.Num > n.max:
-			return pipeline.BadRequest(n.key, "Invalid '%s': expected a value from %g to %g.", n.key, n.min, n.max)
+		if err := pipeline.CheckNumber(root.Get(n.key), n.key, n.min, n.max, false); err != nil {
+			return err
 		}
 	}
 	stop := root.Get("stop")
@@ -319,10 +314,7 @@ func checkSettings(root gjson.Result) error {
 	if stop.Exists() && stop.Type != gjson.Null && stop.Type != gjson.String && !strs {
 		return pipeline.BadRequest("stop", "Invalid 'stop': expected a string or a list of strings.")
 	}
-	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null && !v.IsBool() {
-		return pipeline.BadRequest("parallel_tool_calls", "Invalid 'parallel_tool_calls': expected a boolean.")
-	}
-	return nil
+	return pipeline.CheckBool(root.Get("parallel_tool_calls"), "parallel_tool_calls")
 }
 
 // clientMaxTokens is the client's max_completion_tokens or max_tokens, 0

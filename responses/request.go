@@ -177,17 +177,8 @@ var numberSettings = [...]struct {
 // or a map of strings.
 func checkSettings(root gjson.Result) error {
 	for _, n := range numberSettings {
-		v := root.Get(n.key)
-		switch {
-		case !v.Exists() || v.Type == gjson.Null:
-		case v.Type != gjson.Number || (n.integer && !wire.Integer(v)):
-			kind := "a number"
-			if n.integer {
-				kind = "an integer"
-			}
-			return pipeline.BadRequest(n.key, "Invalid '%s': expected %s.", n.key, kind)
-		case v.Num < n.min || v.Num > n.max:
-			return pipeline.BadRequest(n.key, "Invalid '%s': expected a value from %g to %g.", n.key, n.min, n.max)
+		if err := pipeline.CheckNumber(root.Get(n.key), n.key, n.min, n.max, n.integer); err != nil {
+			return err
 		}
 	}
 	for _, key := range [...]string{"user", "safety_identifier", "prompt_cache_key", "service_tier", "reasoning.summary"} {
@@ -195,8 +186,8 @@ func checkSettings(root gjson.Result) error {
 			return pipeline.BadRequest(key, "Invalid '%s': expected a string.", key)
 		}
 	}
-	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null && !v.IsBool() {
-		return pipeline.BadRequest("parallel_tool_calls", "Invalid 'parallel_tool_calls': expected a boolean.")
+	if err := pipeline.CheckBool(root.Get("parallel_tool_calls"), "parallel_tool_calls"); err != nil {
+		return err
 	}
 	for _, o := range [...]string{"reasoning", "text"} {
 		if v := root.Get(o); v.Exists() && v.Type != gjson.Null && !v.IsObject() {

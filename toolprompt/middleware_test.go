@@ -714,6 +714,15 @@ func FuzzPartialAnswer(f *testing.F) {
 	})
 }
 
+// answersText is an upstream that answers every call with the text "a"
+// and counts the calls in calls.
+func answersText(calls *int) pipeline.Handler {
+	return pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		*calls++
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"}]}`)}, nil
+	})
+}
+
 // What a prompted model cannot be offered is refused, not dropped (the
 // client would believe it offered it): a tool of another type than
 // function, and the legacy functions list. Unsupported, so that a fallback
@@ -721,11 +730,7 @@ func FuzzPartialAnswer(f *testing.F) {
 func TestUndescribableToolsRefused(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		calls++
-		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"}]}`)}, nil
-	})
-	h := New(Options{MaxErrors: 2})(next)
+	h := New(Options{MaxErrors: 2})(answersText(&calls))
 	for _, tc := range []struct{ body, param string }{
 		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"custom","custom":{"name":"get_weather"}}]}`, "tools[0].type"},
 		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"custom","custom":{"name":"g"}}]}`, "tools[1].type"},
@@ -757,11 +762,7 @@ func TestUndescribableToolsRefused(t *testing.T) {
 func TestParallelToolCallsNotABoolean(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	next := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		calls++
-		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"}]}`)}, nil
-	})
-	h := New(Options{MaxErrors: 2})(next)
+	h := New(Options{MaxErrors: 2})(answersText(&calls))
 	body := func(p string) []byte {
 		return []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":` + p + `}`)
 	}

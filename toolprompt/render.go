@@ -107,10 +107,10 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 	if !(tools.IsArray() && len(tools.Array()) > 0) && !history {
 		return nil, nil
 	}
-	if p := res[3]; p.Exists() && p.Type != gjson.Null && !p.IsBool() {
-		// Deleted below, it would never reach a provider that refuses it:
-		// "false" as a string let the model make several calls.
-		return nil, pipeline.BadRequest("parallel_tool_calls", "Invalid 'parallel_tool_calls': expected a boolean.")
+	// Deleted below, parallel_tool_calls never reaches a provider that
+	// would refuse it: "false" as a string let the model make several calls.
+	if err := pipeline.CheckBool(res[3], "parallel_tool_calls"); err != nil {
+		return nil, err
 	}
 	rw := &rewritten{single: res[3].Type == gjson.False}
 	// allowed_tools narrows the tools the model is shown (and may call)

@@ -1,0 +1,35 @@
+package pipeline
+
+import (
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/wire"
+)
+
+// CheckNumber refuses the request setting v, named key, unless it is
+// absent, null (the setting's default) or a number (a whole one when
+// integer) from min to max, with the 400 OpenAI answers.
+func CheckNumber(v gjson.Result, key string, min, max float64, integer bool) error {
+	switch {
+	case !v.Exists() || v.Type == gjson.Null:
+		return nil
+	case v.Type != gjson.Number || (integer && !wire.Integer(v)):
+		kind := "a number"
+		if integer {
+			kind = "an integer"
+		}
+		return BadRequest(key, "Invalid '%s': expected %s.", key, kind)
+	case v.Num < min || v.Num > max:
+		return BadRequest(key, "Invalid '%s': expected a value from %g to %g.", key, min, max)
+	}
+	return nil
+}
+
+// CheckBool refuses the request setting v, named key, unless it is absent,
+// null or a boolean, with the 400 OpenAI answers.
+func CheckBool(v gjson.Result, key string) error {
+	if v.Exists() && v.Type != gjson.Null && !v.IsBool() {
+		return BadRequest(key, "Invalid '%s': expected a boolean.", key)
+	}
+	return nil
+}
