@@ -504,6 +504,18 @@ max_tools = 5
 	if calls := h.mock.TotalCalls(); calls != 1 {
 		t.Fatalf("%d upstream calls: the re-asks after the spent budget were sent", calls)
 	}
+	// An empty legacy functions list beside the tools offers nothing: the
+	// request is the same, and so are its re-asks' admission.
+	hf := newHarness(t, cfg, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Text: "Let me check.\n```tool_calls\nnot json\n```", Usage: &mockllm.Usage{Prompt: 100, Completion: 10}}
+	}})
+	body := `{"model":"txt","messages":[{"role":"user","content":"check"}],"functions":[],"tools":[{"type":"function","function":{"name":"lookup_city"}}]}`
+	if status, _, raw := hf.post("/chat/completions", body, map[string]string{"Authorization": "Bearer sk-team"}); status != http.StatusOK {
+		t.Fatalf("functions [] beside tools: %d %s", status, raw)
+	}
+	if calls := hf.mock.TotalCalls(); calls != 1 {
+		t.Fatalf("functions [] beside tools: %d upstream calls: the re-asks after the spent budget were sent", calls)
+	}
 	// Under tool_choice "required" the refused re-ask is the budget's 429,
 	// not a model that did not call (the model was asked once).
 	weak := func(c *mockllm.Call) mockllm.Turn { // it answers without calling

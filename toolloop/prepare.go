@@ -61,7 +61,12 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 	legacy := false
 	view(req.Body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case "functions", "function_call":
+		case "functions":
+			// An empty list offers nothing: not legacy, so that the
+			// request gets a session (a prompted model's re-asks are
+			// admitted there).
+			legacy = legacy || v.Type != gjson.Null && !(v.IsArray() && len(v.Array()) == 0)
+		case "function_call":
 			legacy = legacy || v.Type != gjson.Null
 		case "tool_choice":
 			keepFirst(&tc, v)

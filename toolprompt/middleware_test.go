@@ -725,7 +725,7 @@ func answersText(calls *int) pipeline.Handler {
 
 // What a prompted model cannot be offered is refused, not dropped (the
 // client would believe it offered it): a tool of another type than
-// function, and the legacy functions list. Unsupported, so that a fallback
+// function, and the legacy functions and function_call. Unsupported, so that a fallback
 // model with native tool calling may take the request.
 func TestUndescribableToolsRefused(t *testing.T) {
 	t.Parallel()
@@ -735,6 +735,12 @@ func TestUndescribableToolsRefused(t *testing.T) {
 		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"custom","custom":{"name":"get_weather"}}]}`, "tools[0].type"},
 		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"custom","custom":{"name":"g"}}]}`, "tools[1].type"},
 		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"get_weather","parameters":{"type":"object"}}]}`, "functions"},
+		// The tool loop reads any other functions value, and any
+		// function_call, as legacy and runs no session, where re-asks
+		// would not be admitted against budgets.
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"functions":{}}`, "functions"},
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"function_call":"auto"}`, "function_call"},
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}],"function_call":{"name":"f"}}`, "function_call"},
 	} {
 		for _, stream := range []bool{false, true} {
 			_, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(tc.body), Stream: stream})

@@ -98,9 +98,9 @@ type rewritten struct {
 // in the system prompt and earlier calls and results rendered as text; nil
 // when the request neither offers tools nor carries calls in its history.
 func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
-	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages", "parallel_tool_calls", "functions")
+	res := gjson.GetManyBytes(body, "tools", "tool_choice", "messages", "parallel_tool_calls", "functions", "function_call")
 	tools, tc, msgs := res[0], res[1], res[2]
-	if err := describable(tools, res[4]); err != nil {
+	if err := describable(tools, res[4], res[5]); err != nil {
 		return nil, err
 	}
 	history := hasToolHistory(msgs)
@@ -206,10 +206,17 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 // form here) and the legacy functions list, which an upstream without
 // function calling would not take either. Dropped, the client would
 // believe it offered them. Unsupported, so that a fallback model with
-// native tool calling may take the request.
-func describable(tools, functions gjson.Result) error {
-	if functions.IsArray() && len(functions.Array()) > 0 {
+// native tool calling may take the request. An empty functions list
+// offers nothing and passes; any other functions or function_call makes
+// the tool loop relay the request without a session (it reads them as
+// legacy), where re-asks would not be admitted against the tenant's
+// budgets, so they never get that far.
+func describable(tools, functions, functionCall gjson.Result) error {
+	if functions.Type != gjson.Null && !(functions.IsArray() && len(functions.Array()) == 0) {
 		return unsupported("functions", "this model calls tools through the gateway's prompted tool calling, which reads tools, not the legacy functions; send them as tools of type function")
+	}
+	if functionCall.Type != gjson.Null {
+		return unsupported("function_call", "this model calls tools through the gateway's prompted tool calling, which reads tool_choice, not the legacy function_call")
 	}
 	var err error
 	i := 0
