@@ -70,7 +70,10 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		s.breakSession(sess)
 		if t.Repeatable {
 			if sess = s.nextSession(ctx, sess); sess == nil {
-				return nil, false, ctx.Err()
+				if ctx.Err() != nil {
+					return nil, false, ctx.Err()
+				}
+				return nil, false, ErrUnavailable // the reconnect failed
 			}
 			res, err = call(sess)
 		}

@@ -408,6 +408,55 @@ func TestManagerCallAfterTheServerEndedTheSession(t *testing.T) {
 	}
 }
 
+// A repeatable call that met the 404 of a lost session, on a server that
+// then does not come back, fails as unavailable once the reconnect has
+// failed: it waited for a new session until its timeout.
+func TestManagerCallAfterTheSessionEndedAndTheServerWentAway(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "read", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "read"}}}, nil
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	var gone atomic.Bool
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gone.Load() {
+			// No new connection gets in, and none is reused (no
+			// keep-alive): the reconnect is refused.
+			_ = ln.Close()
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})}
+	hs.SetKeepAlivesEnabled(false)
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	const timeout = 30 * time.Second
+	m := Start(Options{
+		Servers:    defaulted(config.MCPServer{Name: "s", URL: "http://" + ln.Addr().String() + "/mcp", Timeout: config.Duration(timeout)}),
+		MaxBackoff: 300 * time.Millisecond, Logger: testLogger(t),
+	})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if data, isErr, err := m.Call(ctx, "read", nil); err != nil || isErr || string(data) != "read" {
+		t.Fatalf("first call: %q %v %v", data, isErr, err)
+	}
+	gone.Store(true)
+	start := time.Now()
+	data, isErr, err := m.Call(ctx, "read", nil)
+	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > 10*time.Second {
+		t.Fatalf("a read-only call after the server ended the session and went away: %q %v %v after %v, want unavailable at once (status %v)",
+			data, isErr, err, took.Round(time.Millisecond), m.Status())
+	}
+}
+
 // A result with a content block of a type the SDK does not know (a server
 // on a later revision of the protocol) is the server's answer: an error
 // result saying so, and the server stays up; it was reported as "the

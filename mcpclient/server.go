@@ -30,6 +30,7 @@ type server struct {
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil while down
 	up      chan struct{}      // closed (and replaced) when a session comes up
+	failed  chan struct{}      // closed when an attempt fails; replaced when a session comes up
 	tools   []*Tool
 	state   string
 }
@@ -37,7 +38,7 @@ type server struct {
 func newServer(m *Manager, cfg config.MCPServer) *server {
 	s := &server{m: m, cfg: cfg, timeout: cfg.Timeout.D(), state: "down: connecting",
 		changed: make(chan struct{}, 1), probe: make(chan struct{}, 1), stuck: make(chan *mcp.ClientSession, 1),
-		broken: make(chan *mcp.ClientSession, 1), up: make(chan struct{})}
+		broken: make(chan *mcp.ClientSession, 1), up: make(chan struct{}), failed: make(chan struct{})}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "llmgw-gateway", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation: the gateway has no user to ask
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -111,6 +112,7 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 		reapStdio(tr)
 		metricConnects.WithLabelValues(s.cfg.Name, "error").Inc()
 		s.setDown("down: connect failed", err)
+		s.attemptFailed()
 		log.Warn().Err(err).Msg("mcp: connect failed")
 		return err
 	}
@@ -121,6 +123,7 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 		reapStdio(tr)
 		metricConnects.WithLabelValues(s.cfg.Name, "error").Inc()
 		s.setDown("down: listing tools failed", err)
+		s.attemptFailed()
 		log.Warn().Err(err).Msg("mcp: tools/list failed")
 		return err
 	}
@@ -348,24 +351,42 @@ func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
 	s.state = errf("up: %d tools", len(tools))
 	close(s.up)
 	s.up = make(chan struct{})
+	s.failed = make(chan struct{})
 	s.mu.Unlock()
 	metricUp.WithLabelValues(s.cfg.Name).Set(1)
 	metricTools.WithLabelValues(s.cfg.Name).Set(float64(len(tools)))
 	s.m.publish()
 }
 
+// attemptFailed wakes the calls waiting in nextSession: the server did not
+// come back, and the next attempt is a backoff away.
+func (s *server) attemptFailed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.failed: // an earlier attempt since the last session failed too
+	default:
+		close(s.failed)
+	}
+}
+
 // nextSession waits, bounded by ctx, for a session other than old to be
-// up, and returns it (nil when ctx ended first).
+// up, and returns it (nil when ctx ended first, or when an attempt to
+// connect failed since the last session came up: the server is down).
+// failed is per session, not per attempt, so an attempt that failed
+// before the wait began is seen too.
 func (s *server) nextSession(ctx context.Context, old *mcp.ClientSession) *mcp.ClientSession {
 	for {
 		s.mu.Lock()
-		sess, up := s.session, s.up
+		sess, up, failed := s.session, s.up, s.failed
 		s.mu.Unlock()
 		if sess != nil && sess != old {
 			return sess
 		}
 		select {
 		case <-up:
+		case <-failed:
+			return nil
 		case <-ctx.Done():
 			return nil
 		}
