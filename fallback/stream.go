@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -26,7 +27,7 @@ const (
 // as a 200 JSON answer without choices is (proxy).
 // ctx cancellation (the deadline, the client leaving) closes s to unblock Next.
 func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeline.Lookahead) (*replayStream, error) {
-	stop := context.AfterFunc(ctx, s.Close)
+	stop := lazyctx.AfterFunc(ctx, s.Close)
 	r := &replayStream{up: s}
 	buf := r.arr[:0]
 	size := 0

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgw/gateway/internal/lazyctx"
 )
 
 // callHeader carries a call's token to the connection that writes the
@@ -44,7 +46,7 @@ type call struct {
 	gen       uint32                      // the table's sweep generation when the call began
 	conn      atomic.Pointer[trackedConn] // set by the connection's first Write
 	cancelled atomic.Bool
-	stop      func() bool // stops the context.AfterFunc; nil until a sweep registered it (under table.mu)
+	stop      func() bool // stops the AfterFunc; nil until a sweep registered it (under table.mu)
 }
 
 // startCall registers a call for ctx and adds its token to h. The caller
@@ -95,7 +97,7 @@ func (t *connTable) sweep() {
 		switch {
 		case c.stop != nil:
 		case c.gen != t.gen:
-			c.stop = context.AfterFunc(c.ctx, c.interrupt) // at once, in a goroutine, when ctx already ended
+			c.stop = lazyctx.AfterFunc(c.ctx, c.interrupt) // at once, in a goroutine, when ctx already ended
 		default:
 			waiting = true
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/responses"
 )
@@ -138,7 +139,10 @@ func init() { fasthttp.SetBodySizePoolLimit(maxPooledBody, maxPooledBody) }
 func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 	s := &Server{log: log, open: map[net.Conn]struct{}{}, streaming: map[net.Conn]struct{}{}, idle: map[*keptConn]struct{}{},
 		responsesMax: maxResponsesOutput}
-	s.base, s.cancel = context.WithCancel(context.Background())
+	// A Ctx: each open stream's request registers with it on a list, not
+	// as a cancel context of its own in a children map (see lazyctx).
+	base := lazyctx.New(context.Background(), time.Time{})
+	s.base, s.cancel = base, base.Cancel
 	s.workers, _ = ants.NewPool(-1, ants.WithExpiryDuration(streamWorkers), // unbounded: never fails
 		ants.WithPanicHandler(func(r any) { // the stream recovers its own; this is the rest of the hand-over
 			panics.Inc()

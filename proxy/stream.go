@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/anthropic"
+	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
@@ -93,7 +94,7 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, resp *fasthttp.R
 	if s.conn != nil {
 		// fasthttp's first-byte deadline would otherwise end long streams.
 		_ = s.conn.SetReadDeadline(time.Time{})
-		s.stopAfter = context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(past) })
+		s.stopAfter = lazyctx.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(past) })
 	}
 	return s
 }

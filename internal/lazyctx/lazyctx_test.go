@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -300,4 +301,220 @@ func BenchmarkCallDeadline(b *testing.B) {
 			c.Cancel()
 		}
 	})
+}
+
+// streamChain is the gateway's shape for a stream: a model call's Ctx with a
+// deadline under a request's Ctx under the server's context, value contexts
+// between, and the function that interrupts the upstream read registered
+// under a value context of the call's.
+func streamChain(base context.Context, f func(), register func(context.Context, func()) func() bool) (req, call *Ctx, stop func() bool) {
+	req = New(base, time.Time{})
+	call = New(context.WithValue(req, key{}, 1), time.Now().Add(time.Hour))
+	return req, call, register(context.WithValue(call, key{}, 2), f)
+}
+
+// AfterFunc reaches its function from every end of the chain, as
+// context.AfterFunc does, and makes no context on the way real.
+func TestAfterFuncEnds(t *testing.T) {
+	t.Parallel()
+	ends := map[string]func(base context.CancelFunc, req, call *Ctx){
+		"the request is cancelled": func(_ context.CancelFunc, req, _ *Ctx) { req.Cancel() },
+		"the server shuts down":    func(base context.CancelFunc, _, _ *Ctx) { base() },
+		"the call is cancelled":    func(_ context.CancelFunc, _, call *Ctx) { call.Cancel() },
+		"the call's deadline":      nil,
+	}
+	for name, end := range ends {
+		t.Run(name, func(t *testing.T) {
+			base, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			ran := make(chan struct{})
+			req := New(base, time.Time{})
+			at := time.Now().Add(time.Hour)
+			if end == nil {
+				at = time.Now().Add(30 * time.Millisecond)
+			}
+			call := New(context.WithValue(req, key{}, 1), at)
+			AfterFunc(context.WithValue(call, key{}, 2), func() { close(ran) })
+			if req.isReal.Load() || call.isReal.Load() {
+				t.Fatal("AfterFunc made a Ctx real")
+			}
+			if end != nil {
+				end(cancel, req, call)
+			}
+			if !closedWithin(ran, 2*time.Second) {
+				t.Fatal("the function did not run")
+			}
+			if !errors.Is(call.Err(), context.Canceled) {
+				t.Fatalf("the call's Err = %v", call.Err())
+			}
+			if end == nil && req.Err() != nil {
+				t.Fatalf("the call's deadline ended the request: %v", req.Err())
+			}
+			req.mu.Lock()
+			left := len(req.funcs)
+			req.mu.Unlock()
+			if left != 0 && req.Err() == nil {
+				t.Fatalf("the ended call is still registered with the live request (%d)", left)
+			}
+		})
+	}
+}
+
+// A stopped function never runs and leaves nothing registered; a function
+// registered on an ended Ctx runs at once.
+func TestAfterFuncStop(t *testing.T) {
+	t.Parallel()
+	base, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan struct{}, 2)
+	req, call, stop := streamChain(base, func() { ran <- struct{}{} }, AfterFunc)
+	_, _, stop2 := streamChain(base, func() { ran <- struct{}{} }, AfterFunc)
+	if !stop() || stop() {
+		t.Fatal("stop reports true once, then false")
+	}
+	call.mu.Lock()
+	n := len(call.funcs)
+	call.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d functions left on the call after stop", n)
+	}
+	call.Cancel()
+	req.Cancel()
+	if closedWithin(make(chan struct{}), 50*time.Millisecond); len(ran) != 0 {
+		t.Fatal("a stopped function ran")
+	}
+	cancel() // the second chain's end
+	select {
+	case <-ran:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the server's end did not reach the second chain")
+	}
+	if stop2() {
+		t.Fatal("stop after the function ran reported it stopped it")
+	}
+	late := make(chan struct{})
+	AfterFunc(context.WithValue(call, key{}, 3), func() { close(late) })
+	if !closedWithin(late, 2*time.Second) {
+		t.Fatal("a function registered on an ended Ctx did not run")
+	}
+}
+
+// Only value contexts are seen through: a context between that ends on its
+// own, or one that never ends, is left to context.AfterFunc.
+func TestAfterFuncBetween(t *testing.T) {
+	t.Parallel()
+	call := New(t.Context(), time.Time{})
+	between, cancel := context.WithCancel(context.WithValue(call, key{}, 1))
+	ran := make(chan struct{})
+	AfterFunc(context.WithValue(between, key{}, 2), func() { close(ran) })
+	cancel()
+	if !closedWithin(ran, 2*time.Second) {
+		t.Fatal("the end of a cancel context between did not run the function")
+	}
+	never := make(chan struct{})
+	AfterFunc(context.WithoutCancel(call), func() { close(never) })
+	call.Cancel()
+	if closedWithin(never, 50*time.Millisecond) {
+		t.Fatal("a function under context.WithoutCancel ran at the Ctx's end")
+	}
+}
+
+// TestAfterFuncConcurrent ends, stops and registers at once (for -race):
+// every function runs exactly when it was not stopped first.
+func TestAfterFuncConcurrent(t *testing.T) {
+	t.Parallel()
+	for i := range 100 {
+		base, cancel := context.WithCancel(t.Context())
+		req := New(base, time.Time{})
+		call := New(req, time.Now().Add(time.Duration(i%5)*time.Millisecond))
+		const n = 8
+		var ran [n]atomic.Int32
+		stops := make([]func() bool, n)
+		var wg sync.WaitGroup
+		for k := range n {
+			wg.Go(func() { stops[k] = AfterFunc(call, func() { ran[k].Add(1) }) })
+		}
+		wg.Wait()
+		stopped := make([]bool, n)
+		for k := range n {
+			wg.Go(func() { stopped[k] = stops[k]() })
+		}
+		switch i % 3 {
+		case 0:
+			wg.Go(call.Cancel)
+		case 1:
+			wg.Go(req.Cancel)
+		case 2:
+			wg.Go(cancel)
+		}
+		wg.Wait()
+		call.Cancel()
+		for k := range n {
+			want := int32(1)
+			if stopped[k] {
+				want = 0
+			}
+			waitFor := time.Now().Add(2 * time.Second)
+			for ran[k].Load() != want && time.Now().Before(waitFor) {
+				time.Sleep(time.Millisecond)
+			}
+			if got := ran[k].Load(); got != want {
+				t.Fatalf("round %d function %d ran %d times, stopped %v", i, k, got, stopped[k])
+			}
+		}
+		cancel()
+	}
+}
+
+// TestAfterFuncHoldsLess: what an open stream's chain holds while it waits,
+// with the interrupt registered by AfterFunc against context.AfterFunc
+// (which makes both Ctx real: a cancel context each, with its done channel
+// and children map).
+func TestAfterFuncHoldsLess(t *testing.T) {
+	const n = 2000
+	held := func(register func(context.Context, func()) func() bool) uint64 {
+		base, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.HeapAlloc
+		calls := make([]*Ctx, n)
+		for i := range calls {
+			_, calls[i], _ = streamChain(base, func() {}, register)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		runtime.KeepAlive(calls)
+		return (ms.HeapAlloc - before) / n
+	}
+	std := held(context.AfterFunc)
+	own := held(AfterFunc)
+	t.Logf("bytes held per stream: context.AfterFunc %d, AfterFunc %d", std, own)
+	if own*10 > std*6 {
+		t.Fatalf("AfterFunc's chain holds %d bytes, context.AfterFunc's %d: want at most 0.6x", own, std)
+	}
+}
+
+// BenchmarkStreamChain is a stream's contexts from start to end: the
+// request's and the call's Ctx, the interrupt registered and stopped, the
+// call's deadline stopped, both cancelled.
+func BenchmarkStreamChain(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		register func(context.Context, func()) func() bool
+	}{{"context.AfterFunc", context.AfterFunc}, {"AfterFunc", AfterFunc}} {
+		b.Run(bc.name, func(b *testing.B) {
+			base := New(context.Background(), time.Time{})
+			defer base.Cancel()
+			b.ReportAllocs()
+			for b.Loop() {
+				req, call, stop := streamChain(base, func() {}, bc.register)
+				call.Stop()
+				stop()
+				call.Cancel()
+				req.Cancel()
+			}
+		})
+	}
 }
