@@ -119,7 +119,10 @@ func (c *Ctx) Err() error {
 // child registers with it, and context.Cause reads its cause). The context
 // package asks for its own cancel context with a key of type *int: before
 // answering one, c becomes real if it has already ended, so that
-// context.Cause agrees with Err.
+// context.Cause agrees with Err. When nothing above answers that key (the
+// parent never ends), c answers it with itself, which the context package
+// takes for no cancel context of its own (it asks only once c is real), and
+// register for a context that can end.
 func (c *Ctx) Value(key any) any {
 	if _, ok := key.(ctxKey); ok {
 		return c
@@ -130,7 +133,11 @@ func (c *Ctx) Value(key any) any {
 	if c.isReal.Load() {
 		return c.inner.Value(key)
 	}
-	return c.Context.Value(key)
+	v := c.Context.Value(key)
+	if v == nil && key == cancelKey && cancelKey != nil {
+		return c
+	}
+	return v
 }
 
 // over reports whether c has ended on its own account (not its parent's).
@@ -195,7 +202,12 @@ func (c *Ctx) Stop() bool {
 	}
 	if c.timer != nil {
 		if !c.timer.Stop() {
-			c.state.Store(ended) // the timer fired: its Cancel ends c
+			// The timer fired: its Cancel ends c and runs the list, but
+			// Err must say so as soon as Stop has.
+			c.state.Store(ended)
+			if c.isReal.Load() {
+				c.cancel()
+			}
 			return false
 		}
 		c.timer = nil // stopped for good: a stream outlives it by far
@@ -247,11 +259,15 @@ func (c *Ctx) fire() {
 }
 
 // AfterFunc is context.AfterFunc: f runs in a goroutine of its own once ctx
-// ends, unless stop came first. When the nearest context above ctx that can
-// end is a Ctx (value contexts between are seen through), f goes on its
-// list, and that Ctx registers on its parent's the same way: none of them
-// is made real, where context.AfterFunc would make each one real, with a
-// cancel context and a children map of its own.
+// ends (at once if it has), unless stop came first. When the nearest
+// context above ctx that can end is a Ctx (value contexts between are seen
+// through), f goes on its list, and that Ctx registers on its parent's the
+// same way: none of them is made real, where context.AfterFunc would make
+// each one real, with a cancel context and a children map of its own.
+//
+// Only the context package's own contexts may sit between ctx and that Ctx:
+// a context of another type that ends on its own while passing Value
+// through is not seen (nothing tells it apart without asking its Done).
 func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
 	return register(ctx, f, true)
 }
@@ -259,6 +275,17 @@ func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
 // register arranges for f to run once ctx ends (in a goroutine of its own
 // when async).
 func register(ctx context.Context, f func(), async bool) (stop func() bool) {
+	if ctx.Err() != nil {
+		// Ended: f runs now, and stop cannot keep it from running, as
+		// with context.AfterFunc (the parent's own registration might
+		// otherwise take a goroutine's hop to run it).
+		if async {
+			go f()
+		} else {
+			f()
+		}
+		return func() bool { return false }
+	}
 	if l, _ := ctx.(*Ctx); l != nil {
 		return l.add(f, async)
 	}

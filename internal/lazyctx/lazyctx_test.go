@@ -518,3 +518,57 @@ func BenchmarkStreamChain(b *testing.B) {
 		})
 	}
 }
+
+// The server's base is a Ctx over context.Background: a chain under it makes
+// nothing real either, the first one included.
+func TestAfterFuncUnderARootCtx(t *testing.T) {
+	t.Parallel()
+	base := New(context.Background(), time.Time{})
+	ran := make(chan struct{})
+	req, call, stop := streamChain(base, func() { close(ran) }, AfterFunc)
+	defer stop()
+	if call.isReal.Load() || req.isReal.Load() || base.isReal.Load() {
+		t.Fatalf("made real: call %v, request %v, base %v", call.isReal.Load(), req.isReal.Load(), base.isReal.Load())
+	}
+	base.Cancel()
+	if !closedWithin(ran, 2*time.Second) {
+		t.Fatal("the base's end did not reach the function")
+	}
+}
+
+// On a context that has already ended, the function runs and stop reports
+// that it could not keep it from running, as with context.AfterFunc.
+func TestAfterFuncOnAnEndedContext(t *testing.T) {
+	t.Parallel()
+	root, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 200 {
+		ran := make(chan struct{})
+		call := New(context.WithValue(root, key{}, 1), time.Time{})
+		if AfterFunc(context.WithValue(call, key{}, 2), func() { close(ran) })() {
+			t.Fatalf("try %d: stop reported true on an ended context", i)
+		}
+		if !closedWithin(ran, 2*time.Second) {
+			t.Fatalf("try %d: the function did not run", i)
+		}
+	}
+}
+
+// A Stop that reports the deadline passed is followed by an Err that says
+// so, also while the timer's own Cancel is still on its way.
+func TestStopAfterTheTimerFired(t *testing.T) {
+	t.Parallel()
+	for i := range 200 {
+		c := New(t.Context(), time.Now().Add(time.Duration(i%3)*100*time.Microsecond))
+		if i%2 == 0 {
+			_ = c.Done()
+		} else {
+			AfterFunc(c, func() {})
+		}
+		time.Sleep(200 * time.Microsecond)
+		if !c.Stop() && c.Err() == nil {
+			t.Fatalf("try %d: Stop reported the deadline passed, Err is nil", i)
+		}
+		c.Cancel()
+	}
+}
