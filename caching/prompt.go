@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -322,15 +323,35 @@ func stripMarkers(body []byte) []byte {
 	return out
 }
 
+// maxKeyTenant is the most of a tenant's name a prompt_cache_key shows.
+const maxKeyTenant = 40
+
 // setPromptCacheKey sets prompt_cache_key to "<tenant>-<16 hex>" (a hash of
-// the tools and the leading system/developer messages, the stable prefix)
-// unless the client sent one.
+// the tools and the leading system/developer messages, the stable prefix,
+// and of a tenant name cut to maxKeyTenant bytes) unless the client sent
+// one.
 func setPromptCacheKey(body []byte, r *pipeline.Request) []byte {
 	res := gjson.GetManyBytes(body, "prompt_cache_key", "tools", "messages")
 	if res[0].Type == gjson.String && res[0].Str != "" {
 		return body
 	}
 	h := fnv.New64a()
+	tenant := "gw"
+	if r.Tenant != nil && r.Tenant.Name != "" {
+		tenant = r.Tenant.Name
+	}
+	if len(tenant) > maxKeyTenant {
+		// Cut (at a character's start) for the key's length: the whole
+		// name goes into the hash, so that tenants whose names share
+		// their first bytes do not share a key.
+		h.Write([]byte(tenant))
+		h.Write([]byte{0})
+		n := maxKeyTenant
+		for n > 0 && !utf8.RuneStart(tenant[n]) {
+			n--
+		}
+		tenant = tenant[:n]
+	}
 	h.Write([]byte(res[1].Raw))
 	res[2].ForEach(func(_, m gjson.Result) bool {
 		if role := m.Get("role").String(); role != "system" && role != "developer" {
@@ -339,13 +360,6 @@ func setPromptCacheKey(body []byte, r *pipeline.Request) []byte {
 		h.Write([]byte(m.Raw))
 		return true
 	})
-	tenant := "gw"
-	if r.Tenant != nil && r.Tenant.Name != "" {
-		tenant = r.Tenant.Name
-	}
-	if len(tenant) > 40 {
-		tenant = tenant[:40]
-	}
 	var sum [8]byte
 	key := tenant + "-" + hexString(h.Sum(sum[:0]))
 	out, err := sjson.SetBytes(body, "prompt_cache_key", key)

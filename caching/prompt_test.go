@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -297,5 +298,36 @@ func TestPromptCacheUsageMetricAnthropicForm(t *testing.T) {
 		if got := counterValue(promptTokens.WithLabelValues("p", model, kind)) - before[kind]; got != want {
 			t.Errorf("%s tokens = %v, want %v", kind, got, want)
 		}
+	}
+}
+
+// Tenants whose names share their first 40 bytes get keys of their own (the
+// key shows a cut name), and a cut never splits a character.
+func TestPromptCacheKeyLongTenants(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"demo","messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}]}`)
+	key := func(tenant string) string {
+		out := setPromptCacheKey(body, &pipeline.Request{Tenant: &pipeline.Tenant{Name: tenant}})
+		return gjson.GetBytes(out, "prompt_cache_key").String()
+	}
+	long := strings.Repeat("x", 40)
+	a, b := key(long+"-alpha"), key(long+"-beta")
+	if a == b {
+		t.Fatalf("two tenants share the key %q", a)
+	}
+	if !strings.HasPrefix(a, long+"-") || len(a) != 40+1+16 {
+		t.Fatalf("key %q, want the cut name and 16 hex", a)
+	}
+	if key("acme") != key("acme") || !strings.HasPrefix(key("acme"), "acme-") {
+		t.Fatalf("a short name's key: %q", key("acme"))
+	}
+	for _, name := range []string{strings.Repeat("y", 39) + "é", strings.Repeat("y", 39) + "è"} {
+		k := key(name)
+		if !utf8.ValidString(k) || !strings.HasPrefix(k, strings.Repeat("y", 39)+"-") {
+			t.Fatalf("tenant %q: key %q", name, k)
+		}
+	}
+	if key(strings.Repeat("y", 39)+"é") == key(strings.Repeat("y", 39)+"è") {
+		t.Fatal("tenants that differ in a cut character share a key")
 	}
 }
