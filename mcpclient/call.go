@@ -89,6 +89,23 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		if ctx.Err() != nil {
 			return nil, false, err
 		}
+		switch refusedAnswer(err) {
+		case codeAnswerTooLarge:
+			// headerRT's answer in place of this call's own, over the
+			// bound (over HTTP): the call alone fails, the connection
+			// is up. Counted as the broken connection's was.
+			if over.Load() {
+				metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
+				m.log.Warn().Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is over the bound on one message")
+				return msgTooLarge, true, nil
+			}
+		case codeAnswerUnreadable:
+			// headerRT's answer in place of this call's own, which the
+			// SDK could not decode: the server answered and is up.
+			metricCalls.WithLabelValues(s.cfg.Name, "unreadable").Inc()
+			m.log.Warn().Str("server", s.cfg.Name).Str("tool", t.Remote).Msg("mcp: a tool's answer is not a JSON-RPC message")
+			return msgMalformed, true, nil
+		}
 		if we := rpcError(err); we != nil {
 			metricCalls.WithLabelValues(s.cfg.Name, "rpc_error").Inc()
 			return rpcMessage(we), true, nil
@@ -100,8 +117,11 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		}
 		metricCalls.WithLabelValues(s.cfg.Name, "error").Inc()
 		if tooLarge(err) {
-			// Before the probe, whose failed ping would take the session
-			// down first and leave this call looking like a bystander.
+			// Over HTTP a call's answer over the bound comes as headerRT's
+			// error answer (above); this is stdio's line, or a body
+			// outside a call's answer. Before the probe, whose failed
+			// ping would take the session down first and leave this
+			// call looking like a bystander.
 			// The SDK fails every call in flight with the one error. Over
 			// HTTP the call whose own answer went over the bound knows it
 			// (its flag), even when the SDK took the session down before

@@ -56,6 +56,8 @@ func TestCallJSONRPCErrorOverStdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Counts since this run's start: -count=N runs share the counters.
+	rpc0, err0 := calls("answers-stdio", "rpc_error"), calls("answers-stdio", "error")
 	m := Start(Options{
 		Servers: defaulted(config.MCPServer{Name: "answers-stdio", Command: exe, Env: map[string]string{answersServerEnv: "1"}}),
 		Logger:  testLogger(t),
@@ -70,8 +72,8 @@ func TestCallJSONRPCErrorOverStdio(t *testing.T) {
 	if err != nil || !isErr || string(data) != "Invalid params: widget not found" {
 		t.Fatalf("JSON-RPC error: %q isErr=%v err=%v", data, isErr, err)
 	}
-	if calls("answers-stdio", "rpc_error") != 1 || calls("answers-stdio", "error") != 0 {
-		t.Errorf("counted rpc_error %v, error %v", calls("answers-stdio", "rpc_error"), calls("answers-stdio", "error"))
+	if calls("answers-stdio", "rpc_error")-rpc0 != 1 || calls("answers-stdio", "error")-err0 != 0 {
+		t.Errorf("counted rpc_error %v, error %v", calls("answers-stdio", "rpc_error")-rpc0, calls("answers-stdio", "error")-err0)
 	}
 	data, isErr, err = m.Call(ctx, "huge", nil)
 	if err != nil || !isErr || string(data) != string(msgTooLarge) {
@@ -138,6 +140,7 @@ func TestCallJSONRPCErrorOverHTTP(t *testing.T) {
 			srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 				&mcp.StreamableHTTPOptions{JSONResponse: tc.json}))
 			defer srv.Close()
+			rpc0, err0 := calls(tc.name, "rpc_error"), calls(tc.name, "error") // -count=N runs share the counters
 			m := Start(Options{Servers: defaulted(config.MCPServer{Name: tc.name, URL: srv.URL}), KeepAlive: time.Hour, Logger: testLogger(t)})
 			defer m.Close()
 			if tools := toolNames(m); tools != "huge,long,widget" {
@@ -153,8 +156,8 @@ func TestCallJSONRPCErrorOverHTTP(t *testing.T) {
 				t.Fatalf("long message: %d bytes %q isErr=%v err=%v", len(data), data[:min(len(data), 20)], isErr, err)
 			}
 			time.Sleep(300 * time.Millisecond) // a probe pings at once
-			if pings.Load() != 0 || calls(tc.name, "rpc_error") != 2 || calls(tc.name, "error") != 0 {
-				t.Errorf("pings %d, counted rpc_error %v, error %v", pings.Load(), calls(tc.name, "rpc_error"), calls(tc.name, "error"))
+			if pings.Load() != 0 || calls(tc.name, "rpc_error")-rpc0 != 2 || calls(tc.name, "error")-err0 != 0 {
+				t.Errorf("pings %d, counted rpc_error %v, error %v", pings.Load(), calls(tc.name, "rpc_error")-rpc0, calls(tc.name, "error")-err0)
 			}
 			data, isErr, err = m.Call(ctx, "huge", nil)
 			if err != nil || !isErr || string(data) != string(msgTooLarge) {
@@ -212,11 +215,12 @@ func TestCallHugeAnswerFromNodeHTTP(t *testing.T) {
 	}
 }
 
-// TestCallHugeAnswerBystanderOverHTTP: the SDK fails every call in flight
-// on an HTTP connection with the one error an answer over the bound gives.
-// Only the call whose answer it was is told its output was too large; a
-// call that was waiting for its own answer is told the server is
-// unavailable (the review of the first fix found it told "too large" too).
+// TestCallHugeAnswerBystanderOverHTTP: only the call whose answer was over
+// the bound is told its output was too large; a call that was waiting for
+// its own answer is not (the review of the first fix found it told "too
+// large" too, when the SDK failed every call in flight on the connection
+// with the one error; now it gets its answer: see
+// TestCallBadAnswerSparesOthersOverHTTP).
 func TestCallHugeAnswerBystanderOverHTTP(t *testing.T) {
 	t.Parallel()
 	for _, jsonAnswers := range []bool{false, true} {

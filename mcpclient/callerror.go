@@ -84,3 +84,7 @@ func unreadable(err error) bool {
 
 // msgUnreadable is the error result of such an answer.
 var msgUnreadable = []byte("the tool's server answered with a content block of a type the gateway cannot read; the rest of its answer is not available either")
+
+// msgMalformed is the error result of an answer that is not a JSON-RPC
+// message at all (headerRT's error answer in its place).
+var msgMalformed = []byte("the tool's server sent an answer the gateway cannot read (not a JSON-RPC message)")

@@ -47,7 +47,8 @@ func transport(c *config.MCPServer) mcp.Transport {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	// MaxEventSize: the SDK's own bound on one SSE event (also its default),
-	// as headerRT bounds a JSON body.
+	// as headerRT bounds a JSON body; headerRT applies it first to a call's
+	// answer, so that the call alone fails (sseGuard).
 	return &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: 1, MaxEventSize: maxMessageBytes}
 }
 
@@ -60,7 +61,9 @@ const maxMessageBytes = mcp.DefaultMaxEventSize
 // errTooLarge is the read error of a response body over maxMessageBytes.
 var errTooLarge = fmt.Errorf("mcpclient: MCP server response body exceeds %d bytes", maxMessageBytes)
 
-// headerRT adds the configured headers (e.g. Authorization) to every request.
+// headerRT adds the configured headers (e.g. Authorization) to every
+// request, bounds the bodies the SDK reads whole, and puts an error answer
+// in the place of a call's answer the SDK could not read (answerguard.go).
 type headerRT struct {
 	base    http.RoundTripper
 	headers map[string]string
@@ -73,30 +76,43 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	// traceparent of the tool call's span, when traced.
 	otel.GetTextMapPropagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	id, call := requestID(r) // a call's POST: its answer is guarded
 	resp, err := h.base.RoundTrip(r)
 	if err != nil {
 		return nil, err
 	}
 	over := overFlag(r.Context()) // the tool call's, when this is one's POST
-	// An event stream is bounded per event by the SDK (MaxEventSize), and
-	// may rightly run long; any other body is read whole, so bound it. The
-	// media type is parsed as the SDK parses it.
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+	// The media type is parsed as the SDK parses it.
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	ok := resp.StatusCode >= 200 && resp.StatusCode < 300 // the SDK reads the answer then
+	switch {
+	case call && ok && mt == "application/json":
+		// An answer the SDK could not read would fail the connection,
+		// every call in flight on it: the call alone gets an error
+		// answer instead (jsonGuard).
+		resp.Body = &jsonGuard{body: resp.Body, id: id, over: over, limit: maxMessageBytes, declared: resp.ContentLength > maxMessageBytes}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	case call && ok && mt == "text/event-stream":
+		// The same for an event of a call's stream (sseGuard). Other
+		// streams (GET) are bounded per event by the SDK (MaxEventSize),
+		// and may rightly run long.
+		resp.Body = newSSEGuard(resp.Body, id, over, maxMessageBytes)
+	case mt != "text/event-stream":
+		// Any other body is read whole: bound it.
 		left := int64(maxMessageBytes)
 		if resp.ContentLength > left {
 			left = -1 // declared too large: fail on the first read
 		}
 		resp.Body = &limitedBody{ReadCloser: resp.Body, left: left, over: over}
-	} else if over != nil {
-		resp.Body = &eventSizer{ReadCloser: resp.Body, over: over}
 	}
 	return resp, nil
 }
 
 // overKey carries, in a tool call's context, the flag its answer sets when
-// it goes over maxMessageBytes: the SDK fails every call in flight on the
-// connection with the one error, and only the call whose own answer went
-// over is told its output was too large.
+// it goes over maxMessageBytes: only the call whose own answer went over
+// is told its output was too large (should the SDK fail the connection,
+// it fails every call in flight on it with the one error).
 type overKey struct{}
 
 // withOverFlag returns ctx with a new flag for one call's answer.
@@ -142,39 +158,4 @@ func (b *limitedBody) setOver() {
 	if b.over != nil {
 		b.over.Store(true)
 	}
-}
-
-// eventSizer passes a tool call's event stream through and sets over once
-// an event runs past maxMessageBytes, counted in every raw byte of its
-// lines (field names and line ends included, as the SDK counts them): past
-// the SDK's own bound on the event, which then fails the read, it is
-// always set.
-type eventSizer struct {
-	io.ReadCloser
-	over *atomic.Bool
-	n    int64 // bytes of the current event so far
-	nl   bool  // the last byte ended a line (another line end ends the event)
-}
-
-func (e *eventSizer) Read(p []byte) (int, error) {
-	n, err := e.ReadCloser.Read(p)
-	for _, c := range p[:n] {
-		switch {
-		case c == '\n' && e.nl:
-			e.n, e.nl = 0, false // a blank line: the event ended
-			continue
-		case c == '\r' && e.nl:
-			continue // the blank line's own
-		}
-		if e.n++; e.n > maxMessageBytes {
-			e.over.Store(true)
-		}
-		switch {
-		case c == '\n':
-			e.nl = true
-		case c != '\r':
-			e.nl = false
-		}
-	}
-	return n, err
 }
