@@ -200,15 +200,13 @@ type sseGuard struct {
 	over  *atomic.Bool // the call's, set when an event is too large
 	limit int
 
-	ev   []byte // the current event's bytes so far, or those being passed on
-	off  int    // of ev, the bytes passed on so far, when passing on
-	out  bool   // ev is being passed on
-	end  error  // the stream's end (io.EOF or a read error), once met
-	name []byte // the current event's name
-	nd   int    // its data lines
-	d0   [2]int // the one data line's value, as offsets in ev (no copy)
-	data []byte // the data lines, when more than one, joined with '\n' as the SDK joins them
-	bad  bool   // it has a line the SDK refuses (no colon)
+	ev   []byte   // the current event's bytes so far, or those being passed on
+	off  int      // of ev, the bytes passed on so far, when passing on
+	out  bool     // ev is being passed on
+	end  error    // the stream's end (io.EOF or a read error), once met
+	name []byte   // the current event's name
+	dl   [][2]int // its data lines' values, as offsets in ev (no copy)
+	bad  bool     // it has a line the SDK refuses (no colon)
 }
 
 func newSSEGuard(body io.ReadCloser, id jsonrpc.ID, over *atomic.Bool, limit int) *sseGuard {
@@ -241,7 +239,7 @@ func (g *sseGuard) Read(p []byte) (int, error) {
 // next reads the next event (or what is left at the stream's end) into
 // ev and sets it to be passed on, or the error answer in its place.
 func (g *sseGuard) next() {
-	g.name, g.data, g.nd, g.bad = g.name[:0], g.data[:0], 0, false
+	g.name, g.dl, g.bad = g.name[:0], g.dl[:0], false
 	for {
 		start := len(g.ev)
 		err := g.readLine()
@@ -261,11 +259,7 @@ func (g *sseGuard) next() {
 			if err == io.EOF {
 				g.end = io.EOF
 			}
-			data := g.data
-			if g.nd == 1 {
-				data = g.ev[g.d0[0]:g.d0[1]]
-			}
-			if g.bad || (len(data) > 0 && (len(g.name) == 0 || string(g.name) == "message") && !decodes(data)) {
+			if g.bad || (len(g.name) == 0 || string(g.name) == "message") && !g.dataDecodes() {
 				g.refuse(codeAnswerUnreadable)
 				return
 			}
@@ -289,23 +283,42 @@ func (g *sseGuard) field(start int, line []byte) {
 	case string(name) == "event":
 		g.name = append(g.name[:0], bytes.TrimSpace(value)...)
 	case string(name) == "data":
-		// One line (the usual) is read where it is in ev; more are
-		// joined in data, a copy.
+		// Noted where it is in ev: copied (joined) only to be decoded.
 		value = bytes.TrimSpace(value)
-		switch g.nd++; g.nd {
-		case 1:
-			g.d0 = [2]int{}
-			if len(value) > 0 {
-				off := start + cap(line) - cap(value) // value is line's, within
-				g.d0 = [2]int{off, off + len(value)}
-			}
-		case 2:
-			g.data = append(append(g.data[:0], g.ev[g.d0[0]:g.d0[1]]...), '\n')
-			g.data = append(g.data, value...)
-		default:
-			g.data = append(append(g.data, '\n'), value...)
+		off := start + cap(line) - cap(value) // value is line's, within
+		if len(value) == 0 {
+			off = start
 		}
+		g.dl = append(g.dl, [2]int{off, off + len(value)})
 	}
+}
+
+// dataDecodes reports whether the event's data, its lines joined with '\n'
+// as the SDK joins them, is empty (one empty line, or none) or decodes as a
+// JSON-RPC message. One line
+// (the usual) is decoded where it is; more are joined in a copy that lives
+// only for the check, so that an event is held at most twice, and only
+// while it is checked.
+func (g *sseGuard) dataDecodes() bool {
+	switch len(g.dl) {
+	case 0:
+		return true
+	case 1:
+		d := g.ev[g.dl[0][0]:g.dl[0][1]]
+		return len(d) == 0 || decodes(d)
+	}
+	n := len(g.dl) - 1
+	for _, o := range g.dl {
+		n += o[1] - o[0]
+	}
+	joined := make([]byte, 0, n)
+	for i, o := range g.dl {
+		if i > 0 {
+			joined = append(joined, '\n')
+		}
+		joined = append(joined, g.ev[o[0]:o[1]]...)
+	}
+	return decodes(joined)
 }
 
 var errEventOver = errors.New("mcpclient: SSE event over the bound")
@@ -339,5 +352,4 @@ func (g *sseGuard) refuse(code int64) {
 	g.body.Close()
 	g.ev = append(append(append(g.ev[:0:0], "data: "...), errorAnswer(g.id, code)...), "\n\n"...)
 	g.off, g.out, g.end = 0, true, io.EOF
-	g.data = nil
 }

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -76,12 +78,24 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	// traceparent of the tool call's span, when traced.
 	otel.GetTextMapPropagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
-	id, call := requestID(r) // a call's POST: its answer is guarded
+	rec, _ := r.Context().Value(overKey{}).(*callRecord) // a tool call's
+	id, call := requestID(r)                             // a call's POST: its answer is guarded
+	switch {
+	case call && rec != nil:
+		rec.setID(id)
+	case rec != nil && r.Method == http.MethodGet:
+		// The SDK resumes a call's stream that ended before its answer
+		// with a GET under the call's context: the stream is that call's.
+		id, call = rec.getID()
+	}
 	resp, err := h.base.RoundTrip(r)
 	if err != nil {
 		return nil, err
 	}
-	over := overFlag(r.Context()) // the tool call's, when this is one's POST
+	var over *atomic.Bool // the tool call's
+	if rec != nil {
+		over = &rec.over
+	}
 	// The media type is parsed as the SDK parses it.
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300 // the SDK reads the answer then
@@ -98,8 +112,9 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 		// streams (GET) are bounded per event by the SDK (MaxEventSize),
 		// and may rightly run long.
 		resp.Body = newSSEGuard(resp.Body, id, over, maxMessageBytes)
-	case mt != "text/event-stream":
-		// Any other body is read whole: bound it.
+	case !ok || mt != "text/event-stream":
+		// Any other body is read whole (the SDK reads an error answer
+		// whole, whatever its type): bound it.
 		left := int64(maxMessageBytes)
 		if resp.ContentLength > left {
 			left = -1 // declared too large: fail on the first read
@@ -115,16 +130,31 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 // it fails every call in flight on it with the one error).
 type overKey struct{}
 
-// withOverFlag returns ctx with a new flag for one call's answer.
-func withOverFlag(ctx context.Context) (context.Context, *atomic.Bool) {
-	f := new(atomic.Bool)
-	return context.WithValue(ctx, overKey{}, f), f
+// callRecord is what overKey carries: the flag, and the id of the call's
+// request once headerRT sent it (a resumed stream's answer is the call's).
+type callRecord struct {
+	over atomic.Bool
+	mu   sync.Mutex
+	id   jsonrpc.ID
+	has  bool
 }
 
-// overFlag returns the flag of ctx's call, or nil.
-func overFlag(ctx context.Context) *atomic.Bool {
-	f, _ := ctx.Value(overKey{}).(*atomic.Bool)
-	return f
+func (c *callRecord) setID(id jsonrpc.ID) {
+	c.mu.Lock()
+	c.id, c.has = id, true
+	c.mu.Unlock()
+}
+
+func (c *callRecord) getID() (jsonrpc.ID, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id, c.has
+}
+
+// withOverFlag returns ctx with a new record for one call, and its flag.
+func withOverFlag(ctx context.Context) (context.Context, *atomic.Bool) {
+	c := new(callRecord)
+	return context.WithValue(ctx, overKey{}, c), &c.over
 }
 
 // limitedBody reads at most left bytes of a body, then fails with
