@@ -652,6 +652,14 @@ func (h *history) item(it gjson.Result, param string) error {
 		if err := required(it, param, "call_id", "name"); err != nil {
 			return err
 		}
+		// A string, as OpenAI requires: stored as sent, an object here
+		// would be listed back by input_items against the schema.
+		switch args := it.Get("arguments"); {
+		case !args.Exists():
+			return pipeline.BadRequest(param+".arguments", "Missing required parameter: '%s.arguments'.", param)
+		case args.Type != gjson.String:
+			return pipeline.BadRequest(param+".arguments", "Invalid '%s.arguments': expected a string.", param)
+		}
 		h.call(toolCall(it.Get("call_id").String(), it.Get("name").String(), it.Get("arguments").String()))
 		return nil
 	case "function_call_output":
@@ -1044,6 +1052,9 @@ func appendToolChoice(c []byte, tc gjson.Result) ([]byte, error) {
 	case tc.IsObject():
 		switch tc.Get("type").String() {
 		case "function":
+			if n := tc.Get("name"); n.Type != gjson.String || n.Str == "" {
+				return c, pipeline.BadRequest("tool_choice.name", "Missing required parameter: 'tool_choice.name'.")
+			}
 			c = append(c, `,"tool_choice":{"type":"function","function":{"name":`...)
 			c = jsonstring.Append(c, tc.Get("name").String())
 			return append(c, "}}"...), nil

@@ -217,6 +217,11 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":[{"type":"function_call_output","call_id":"","output":"x"}]}`: "input[0].call_id",
 		`{"model":"m","input":[{"type":"function_call","name":"f","arguments":"{}"}]}`:      "input[0].call_id",
 		`{"model":"m","input":[{"type":"function_call","call_id":"c","arguments":"{}"}]}`:   "input[0].name",
+		// Stored as sent, arguments that are not a string would be listed
+		// back against the schema.
+		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f"}]}`:                            "input[0].arguments",
+		`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":{"a":1}}]}`:        "input[0].arguments",
+		`{"model":"m","input":"x","tool_choice":{"type":"function"},"tools":[{"type":"function","name":"f"}]}`: "tool_choice.name",
 		// An approval answer with no approval request before it.
 		`{"model":"m","input":[{"type":"mcp_approval_response","approval_request_id":"call_gwa_nope","approve":true}]}`: "input[0].approval_request_id",
 		// Settings the response object repeats, of the wrong type or range.
