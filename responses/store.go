@@ -122,7 +122,9 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 
 // Resolver returns the item resolver of tenant's stored responses: an
 // output item id this gateway minted ("msg_<x>_<n>", "fc_<x>_<n>"…)
-// names the response "resp_<x>" that holds it.
+// names the response "resp_<x>" that holds it, and so does the id
+// input_items lists for an input item that had none ("in_<x>_<n>", the
+// n-th input item).
 //
 // A request's references load each stored response once, and at most
 // maxReferenced of them: a body full of references must not become as many
@@ -130,7 +132,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 	loaded := map[string]*Record{} // nil: not stored (or over the bound)
 	return func(itemID string) gjson.Result {
-		_, rest, ok := strings.Cut(itemID, "_")
+		kind, rest, ok := strings.Cut(itemID, "_")
 		if !ok {
 			return gjson.Result{}
 		}
@@ -152,6 +154,21 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 			return gjson.Result{}
 		}
 		var found gjson.Result
+		if kind == "in" {
+			n, err := strconv.Atoi(rest[i+1:])
+			if err != nil || n < 0 {
+				return found
+			}
+			k := 0
+			rec.Input.ForEach(func(_, it gjson.Result) bool {
+				if k == n && !it.Get("id").Exists() {
+					found = it // InputList's id for it
+				}
+				k++
+				return k <= n
+			})
+			return found
+		}
 		rec.Response.Get("output").ForEach(func(_, it gjson.Result) bool {
 			if it.Get("id").Str == itemID {
 				found = it

@@ -285,3 +285,32 @@ func TestMaxToolCallsIsAnInteger(t *testing.T) {
 		}
 	}
 }
+
+// The ids input_items lists for input items that had none resolve to those
+// items, for their tenant only; an item with an id of its own keeps it.
+func TestResolverFindsListedInputItems(t *testing.T) {
+	ctx := context.Background()
+	s := &Store{KV: caching.NewMemoryStore(1 << 20)}
+	input := `[{"role":"user","content":"q"},{"id":"own_1","type":"message","role":"user","content":"r"},{"role":"user","content":"s"}]`
+	if ok, err := s.Save(ctx, "a", "resp_x2", []byte(`{"id":"resp_x2","output":[]}`), []byte(input), []byte(`[]`), nil); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	list := gjson.GetBytes(InputList("resp_x2", gjson.Parse(input), InputPage{Asc: true}), "data.#.id").Array()
+	if len(list) != 3 || list[0].Str != "in_x2_0" || list[1].Str != "own_1" || list[2].Str != "in_x2_2" {
+		t.Fatalf("listed ids %v", list)
+	}
+	resolve := s.Resolver(ctx, "a")
+	for id, want := range map[string]string{"in_x2_0": "q", "in_x2_2": "s"} {
+		if it := resolve(id); it.Get("content").Str != want {
+			t.Errorf("%s resolved to %s, want the item with content %q", id, it.Raw, want)
+		}
+	}
+	for _, id := range []string{"in_x2_1", "in_x2_3", "in_x2_-1", "in_x2_x"} {
+		if it := resolve(id); it.Exists() {
+			t.Errorf("%s resolved to %s", id, it.Raw)
+		}
+	}
+	if it := s.Resolver(ctx, "b")("in_x2_0"); it.Exists() {
+		t.Error("tenant b resolved tenant a's input item")
+	}
+}
