@@ -605,7 +605,13 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 	if typ != "item_reference" && (typ != "" || it.Get("role").Exists() || !it.Get("id").Exists()) {
 		return it, nil // the type of a reference may be left out
 	}
-	id := it.Get("id").String()
+	switch v := it.Get("id"); {
+	case !v.Exists():
+		return it, pipeline.BadRequest(param+".id", "Missing required parameter: '%s.id'.", param)
+	case v.Type != gjson.String:
+		return it, pipeline.BadRequest(param+".id", "Invalid '%s.id': expected a string.", param)
+	}
+	id := it.Get("id").Str
 	if h.refs[id] {
 		// Each reference would copy the item again: a small body of
 		// references to one large item would expand without bound.

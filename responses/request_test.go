@@ -186,6 +186,8 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":[{"role":"robot","content":"x"}]}`:                                   "input[0].role",
 		`{"model":"m","input":[{"type":"computer_call"}]}`:                                         "input[0].type",
 		`{"model":"m","input":[{"type":"item_reference","id":"msg_x_0"}]}`:                         "input[0].id",
+		`{"model":"m","input":[{"type":"item_reference"}]}`:                                        "input[0].id",
+		`{"model":"m","input":[{"type":"item_reference","id":5}]}`:                                 "input[0].id",
 		`{"model":"m","input":[{"role":"user","content":[{"type":"input_audio"}]}]}`:               "input[0].content[0].type",
 		`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`: "input[0].content[0]",
 		`{"model":"m","input":"x","tools":[{"type":"web_search"}]}`:                                "tools[0].type",
@@ -483,5 +485,20 @@ func TestJoinedTextsLinear(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 40*uint64(b.Len()) {
 		t.Fatalf("%d MB allocated for a %d KB body", alloc>>20, b.Len()>>10)
+	}
+}
+
+// A reference without an id, or with one that is not a string, is told so,
+// not that no stored item has it.
+func TestReferenceIDMessages(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"m","input":[{"type":"item_reference"}]}`:        "Missing required parameter: 'input[0].id'.",
+		`{"model":"m","input":[{"type":"item_reference","id":5}]}`: "Invalid 'input[0].id': expected a string.",
+	} {
+		_, err := Translate([]byte(body), nil, nil)
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Message != want {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
 	}
 }
