@@ -241,14 +241,19 @@ func checkMetadata(v gjson.Result) error {
 
 // conversation builds History (prior, then input) and Input.
 func (r *Request) conversation(input gjson.Result, prior []byte, resolve Resolver) error {
-	h := history{open: -1, lookup: resolve}
+	h := history{open: -1, lookup: resolve, previous: r.Previous}
 	if len(prior) > 0 {
 		gjson.ParseBytes(prior).ForEach(func(_, m gjson.Result) bool {
 			h.add(m.Raw, m.Get("role").Str)
 			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
-				if id := c.Get("id").Str; strings.HasPrefix(id, pipeline.ApprovalIDPrefix) {
+				id := c.Get("id").Str
+				if strings.HasPrefix(id, pipeline.ApprovalIDPrefix) {
 					h.ask(id)
 				}
+				if h.priorCalls == nil {
+					h.priorCalls = map[string]bool{}
+				}
+				h.priorCalls[id] = true
 				return true
 			})
 			return true
@@ -484,6 +489,11 @@ type history struct {
 	// what references expand to is bounded by the stored responses they
 	// load (at most maxReferenced).
 	refs map[string]bool
+	// previous is the id of the response the request continues, and
+	// priorCalls the ids of the tool calls its history holds: a reference
+	// to an item already there would give the model that turn twice.
+	previous   string
+	priorCalls map[string]bool
 	// lookup finds a stored output item by its id (nil: none), for an
 	// mcp_call replayed without its output.
 	lookup Resolver
@@ -624,8 +634,23 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 	if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
 		return it, pipeline.BadRequest(param+".id", "no stored item has this id")
 	}
+	if h.previous != "" && (itemResponse(id) == h.previous || ref.Get("type").Str == "function_call" && h.priorCalls[ref.Get("call_id").Str]) {
+		// OpenAI's answer too: the conversation of previous_response_id
+		// already holds the item.
+		return it, pipeline.BadRequest(param+".id", "Duplicate item found with id %s. Remove duplicate items from your input and try again.", id)
+	}
 	h.markRef(id)
 	return ref, nil
+}
+
+// itemResponse is the id of the response an item id this gateway minted
+// ("<kind>_<x>_<n>") names, "resp_<x>"; "" for another id.
+func itemResponse(itemID string) string {
+	_, rest, ok := strings.Cut(itemID, "_")
+	if i := strings.LastIndexByte(rest, '_'); ok && i > 0 {
+		return "resp_" + rest[:i]
+	}
+	return ""
 }
 
 // markRef notes that the stored item id was given.

@@ -502,3 +502,29 @@ func TestReferenceIDMessages(t *testing.T) {
 		}
 	}
 }
+
+// An item the conversation of previous_response_id already holds, given
+// again by reference, is refused as OpenAI refuses it: the previous
+// response's own items, and a call an earlier response of the chain made.
+// An item of another response passes.
+func TestReferenceAlreadyInThePreviousConversation(t *testing.T) {
+	stored := map[string]string{
+		"fc_S_0":  `{"id":"fc_S_0","type":"function_call","call_id":"C","name":"f","arguments":"{}"}`,
+		"msg_S_1": `{"id":"msg_S_1","type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}`,
+		"fc_T_0":  `{"id":"fc_T_0","type":"function_call","call_id":"D","name":"f","arguments":"{}"}`,
+		"fc_U_0":  `{"id":"fc_U_0","type":"function_call","call_id":"E","name":"f","arguments":"{}"}`,
+	}
+	resolve := func(id string) gjson.Result { return gjson.Parse(stored[id]) }
+	prior := []byte(`[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"D","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"D","content":"r"},{"role":"assistant","content":null,"tool_calls":[{"id":"C","type":"function","function":{"name":"f","arguments":"{}"}}]}]`)
+	for ref, dup := range map[string]bool{"fc_S_0": true, "msg_S_1": true, "fc_T_0": true, "fc_U_0": false} {
+		body := `{"model":"m","previous_response_id":"resp_S","input":[{"type":"item_reference","id":"` + ref + `"},{"type":"function_call_output","call_id":"C","output":"x"}]}`
+		_, err := Translate([]byte(body), prior, resolve)
+		var pe *pipeline.Error
+		switch refused := errors.As(err, &pe) && pe.Param == "input[0].id"; {
+		case dup && !refused:
+			t.Errorf("%s: %v, want a 400 naming input[0].id", ref, err)
+		case !dup && err != nil:
+			t.Errorf("%s: %v", ref, err)
+		}
+	}
+}

@@ -132,15 +132,10 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 	loaded := map[string]*Record{} // nil: not stored (or over the bound)
 	return func(itemID string) gjson.Result {
-		kind, rest, ok := strings.Cut(itemID, "_")
-		if !ok {
+		id := itemResponse(itemID)
+		if id == "" {
 			return gjson.Result{}
 		}
-		i := strings.LastIndexByte(rest, '_')
-		if i < 0 {
-			return gjson.Result{}
-		}
-		id := "resp_" + rest[:i]
 		rec, seen := loaded[id]
 		if !seen {
 			if len(loaded) < maxReferenced {
@@ -154,8 +149,8 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 			return gjson.Result{}
 		}
 		var found gjson.Result
-		if kind == "in" {
-			n, err := strconv.Atoi(rest[i+1:])
+		if strings.HasPrefix(itemID, "in_") {
+			n, err := strconv.Atoi(itemID[strings.LastIndexByte(itemID, '_')+1:])
 			if err != nil || n < 0 {
 				return found
 			}
