@@ -194,11 +194,12 @@ func readAtMost(r io.Reader, n int) ([]byte, error) {
 // limit bytes) before it is passed on: the SDK acts on none before its
 // end either.
 type sseGuard struct {
-	body  io.ReadCloser
-	br    *bufio.Reader
-	id    jsonrpc.ID
-	over  *atomic.Bool // the call's, set when an event is too large
-	limit int
+	body     io.ReadCloser
+	br       *bufio.Reader
+	id       jsonrpc.ID
+	over     *atomic.Bool // the call's, set when an event is too large
+	limit    int          // of an event, its lines' framing included
+	msgLimit int          // of a message event's data, the message itself
 
 	ev   []byte   // the current event's bytes so far, or those being passed on
 	off  int      // of ev, the bytes passed on so far, when passing on
@@ -209,8 +210,10 @@ type sseGuard struct {
 	bad  bool     // it has a line the SDK refuses (no colon)
 }
 
-func newSSEGuard(body io.ReadCloser, id jsonrpc.ID, over *atomic.Bool, limit int) *sseGuard {
-	return &sseGuard{body: body, br: bufio.NewReader(body), id: id, over: over, limit: limit}
+// newSSEGuard guards body, whose events may be limit bytes each (the SDK's
+// bound, framing included) and whose messages msgLimit bytes each.
+func newSSEGuard(body io.ReadCloser, id jsonrpc.ID, over *atomic.Bool, limit, msgLimit int) *sseGuard {
+	return &sseGuard{body: body, br: bufio.NewReader(body), id: id, over: over, limit: limit, msgLimit: msgLimit}
 }
 
 func (g *sseGuard) Close() error { return g.body.Close() }
@@ -259,7 +262,12 @@ func (g *sseGuard) next() {
 			if err == io.EOF {
 				g.end = io.EOF
 			}
-			if g.bad || (len(g.name) == 0 || string(g.name) == "message") && !g.dataDecodes() {
+			message := len(g.name) == 0 || string(g.name) == "message"
+			if message && g.dataLen() > g.msgLimit {
+				g.refuse(codeAnswerTooLarge)
+				return
+			}
+			if g.bad || message && !g.dataDecodes() {
 				g.refuse(codeAnswerUnreadable)
 				return
 			}
@@ -291,6 +299,15 @@ func (g *sseGuard) field(start int, line []byte) {
 		}
 		g.dl = append(g.dl, [2]int{off, off + len(value)})
 	}
+}
+
+// dataLen is the length of the event's data, its lines joined.
+func (g *sseGuard) dataLen() int {
+	n := max(len(g.dl)-1, 0)
+	for _, o := range g.dl {
+		n += o[1] - o[0]
+	}
+	return n
 }
 
 // dataDecodes reports whether the event's data, its lines joined with '\n'

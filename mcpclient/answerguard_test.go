@@ -168,7 +168,7 @@ func TestSSEGuardBound(t *testing.T) {
 	} {
 		over := new(atomic.Bool)
 		closed := new(atomic.Bool)
-		g := newSSEGuard(closeSpy{strings.NewReader(tc.body), closed}, id, over, limit)
+		g := newSSEGuard(closeSpy{strings.NewReader(tc.body), closed}, id, over, limit, limit)
 		got, err := io.ReadAll(g)
 		if err != nil || string(got) != tc.want || over.Load() != tc.over || closed.Load() != (tc.body != tc.want) {
 			t.Errorf("%.40q: read %q err %v over %v closed %v; want %q over %v", tc.body, got, err, over.Load(), closed.Load(), tc.want, tc.over)
@@ -284,7 +284,8 @@ func FuzzSSEGuard(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, limit uint8) {
 		id := mustID(1)
-		g := newSSEGuard(io.NopCloser(iotestHalf{bytes.NewReader(body)}), id, nil, int(limit)+1)
+		msgLimit := int(limit)*3/4 + 1
+		g := newSSEGuard(io.NopCloser(iotestHalf{bytes.NewReader(body)}), id, nil, int(limit)+1, msgLimit)
 		var got []byte
 		buf := make([]byte, 7)
 		for {
@@ -300,7 +301,7 @@ func FuzzSSEGuard(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		good, bad := sdkReads(body, int(limit)+1)
+		good, bad := sdkReads(body, int(limit)+1, msgLimit)
 		if !bad {
 			if !bytes.Equal(got, body) {
 				t.Fatalf("passed on %q of %q, which the SDK reads", got, body)
@@ -321,8 +322,8 @@ func FuzzSSEGuard(f *testing.F) {
 // scanEventsLimited with limit, and processStream), written out plainly
 // for FuzzSSEGuard to hold the guard to: the stream's first good bytes
 // (whole events), and whether it then meets an event that fails the
-// connection.
-func sdkReads(body []byte, limit int) (good int, bad bool) {
+// connection, or a message over msgLimit (the gateway's own bound).
+func sdkReads(body []byte, limit, msgLimit int) (good int, bad bool) {
 	pos, size := 0, 0 // the current line's start; the event's bytes so far
 	var name, data []byte
 	nd := 0
@@ -355,6 +356,9 @@ func sdkReads(body []byte, limit int) (good int, bad bool) {
 		}
 		if len(line) == 0 || eof {
 			if len(data) > 0 && (len(name) == 0 || string(name) == "message") {
+				if len(data) > msgLimit {
+					return good, true
+				}
 				if _, err := jsonrpc.DecodeMessage(data); err != nil {
 					return good, true
 				}
@@ -387,4 +391,35 @@ func mustID(v any) jsonrpc.ID {
 		panic(err)
 	}
 	return id
+}
+
+// The message bound is the message's, not its event's: a message of
+// exactly the bound passes though its framing takes the event past it,
+// one byte more is too large.
+func TestSSEGuardMessageBound(t *testing.T) {
+	t.Parallel()
+	const msgLimit = 120
+	id := mustID(3)
+	event := func(n int) string { // a message event whose data is n bytes
+		head := `{"jsonrpc":"2.0","method":"x","params":"`
+		return "event: message\r\nid: 42\r\ndata: " + head + strings.Repeat("y", n-len(head)-2) + `"}` + "\r\n\r\n"
+	}
+	for _, tc := range []struct {
+		n    int
+		pass bool
+	}{{msgLimit, true}, {msgLimit + 1, false}} {
+		body := event(tc.n)
+		if len(body) <= msgLimit {
+			t.Fatal("the event's framing should take it past the message bound")
+		}
+		over := new(atomic.Bool)
+		got, err := io.ReadAll(newSSEGuard(io.NopCloser(strings.NewReader(body)), id, over, msgLimit+64, msgLimit))
+		want := body
+		if !tc.pass {
+			want = "data: " + string(errorAnswer(id, codeAnswerTooLarge)) + "\n\n"
+		}
+		if err != nil || string(got) != want || over.Load() == tc.pass {
+			t.Errorf("a message of %d bytes (bound %d): read %.60q err %v over %v", tc.n, msgLimit, got, err, over.Load())
+		}
+	}
 }

@@ -48,10 +48,10 @@ func transport(c *config.MCPServer) mcp.Transport {
 		// endpoint: redirects are not followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	// MaxEventSize: the SDK's own bound on one SSE event (also its default),
-	// as headerRT bounds a JSON body; headerRT applies it first to a call's
-	// answer, so that the call alone fails (sseGuard).
-	return &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: 1, MaxEventSize: maxMessageBytes}
+	// MaxEventSize: the SDK's own bound on one SSE event, a message and
+	// its framing; headerRT applies it first to a call's answer, with the
+	// bound on the message itself, so that the call alone fails (sseGuard).
+	return &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc, MaxRetries: 1, MaxEventSize: maxEventBytes}
 }
 
 // maxMessageBytes bounds one message an MCP server sends over HTTP: the
@@ -59,6 +59,12 @@ func transport(c *config.MCPServer) mcp.Transport {
 // headerRT to the bodies the SDK reads whole (application/json answers,
 // error bodies), which it does not bound.
 const maxMessageBytes = mcp.DefaultMaxEventSize
+
+// maxEventBytes bounds one SSE event: a message of maxMessageBytes and room
+// for its field names, id and line ends (an answer of 16 MiB less a few
+// bytes was refused as over 16 MiB when the event's bound was the
+// message's).
+const maxEventBytes = maxMessageBytes + 4<<10
 
 // errTooLarge is the read error of a response body over maxMessageBytes.
 var errTooLarge = fmt.Errorf("mcpclient: MCP server response body exceeds %d bytes", maxMessageBytes)
@@ -111,7 +117,7 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 		// The same for an event of a call's stream (sseGuard). Other
 		// streams (GET) are bounded per event by the SDK (MaxEventSize),
 		// and may rightly run long.
-		resp.Body = newSSEGuard(resp.Body, id, over, maxMessageBytes)
+		resp.Body = newSSEGuard(resp.Body, id, over, maxEventBytes, maxMessageBytes)
 	case !ok || mt != "text/event-stream":
 		// Any other body is read whole (the SDK reads an error answer
 		// whole, whatever its type): bound it.
