@@ -33,3 +33,11 @@ func CheckBool(v gjson.Result, key string) error {
 	}
 	return nil
 }
+
+// OffersFunctions reports whether functions, a chat request's legacy
+// functions member, offers anything: absent, null and an empty list do not.
+// The tool loop and the prompted tool layer decide by it alike, so that a
+// request the loop runs no session for is one the prompted layer refuses.
+func OffersFunctions(functions gjson.Result) bool {
+	return functions.Exists() && functions.Type != gjson.Null && !(functions.IsArray() && len(functions.Array()) == 0)
+}

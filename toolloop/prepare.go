@@ -65,7 +65,7 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 			// An empty list offers nothing: not legacy, so that the
 			// request gets a session (a prompted model's re-asks are
 			// admitted there).
-			legacy = legacy || v.Type != gjson.Null && !(v.IsArray() && len(v.Array()) == 0)
+			legacy = legacy || pipeline.OffersFunctions(v)
 		case "function_call":
 			legacy = legacy || v.Type != gjson.Null
 		case "tool_choice":

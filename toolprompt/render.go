@@ -212,7 +212,7 @@ func (h *handler) rewrite(body []byte, final bool) (*rewritten, error) {
 // legacy), where re-asks would not be admitted against the tenant's
 // budgets, so they never get that far.
 func describable(tools, functions, functionCall gjson.Result) error {
-	if functions.Type != gjson.Null && !(functions.IsArray() && len(functions.Array()) == 0) {
+	if pipeline.OffersFunctions(functions) {
 		return unsupported("functions", "this model calls tools through the gateway's prompted tool calling, which reads tools, not the legacy functions; send them as tools of type function")
 	}
 	if functionCall.Type != gjson.Null {
