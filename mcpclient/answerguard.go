@@ -257,8 +257,8 @@ func (g *sseGuard) next() {
 			return
 		}
 		line := bytes.TrimRight(g.ev[start:], "\r\n")
+		g.field(start, line)
 		if len(line) == 0 || err == io.EOF {
-			g.field(start, line)
 			if err == io.EOF {
 				g.end = io.EOF
 			}
@@ -274,7 +274,6 @@ func (g *sseGuard) next() {
 			g.out = true
 			return
 		}
-		g.field(start, line)
 	}
 }
 

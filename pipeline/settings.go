@@ -39,5 +39,5 @@ func CheckBool(v gjson.Result, key string) error {
 // The tool loop and the prompted tool layer decide by it alike, so that a
 // request the loop runs no session for is one the prompted layer refuses.
 func OffersFunctions(functions gjson.Result) bool {
-	return functions.Exists() && functions.Type != gjson.Null && !(functions.IsArray() && len(functions.Array()) == 0)
+	return functions.Type != gjson.Null && !(functions.IsArray() && len(functions.Array()) == 0) // absent is Null too
 }
