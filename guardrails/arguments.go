@@ -68,35 +68,75 @@ func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
 	if bytes.IndexByte(text, '\\') < 0 || !jsonvalid.Bytes(text) {
 		return text, nil
 	}
+	return judgeValues(ck, text, false)
+}
+
+// keepValid returns out, JSON text as ck judged it whole, when it is
+// still the valid JSON text was. A redaction that broke it (a pattern
+// matched a number: {"card":4111111111111111} became {"card":[REDACTED]})
+// is done again value by value over text: each string, decoded, and each
+// number is judged on its own, and a changed one is written back as a
+// string literal ({"card":"[REDACTED]"}). ok is false when the result is
+// still not valid JSON.
+func keepValid(ck *checker, text, out []byte) (kept []byte, ok bool, err error) {
+	if bytes.Equal(out, text) || jsonvalid.Bytes(out) || !jsonvalid.Bytes(text) {
+		return out, true, nil
+	}
+	if kept, err = judgeValues(ck, text, true); err != nil {
+		return nil, false, err
+	}
+	return kept, jsonvalid.Bytes(kept), nil
+}
+
+// judgeValues judges the strings of JSON text with ck's pattern guards
+// (their decoded text; with all false, only those with an escape) and,
+// with all, its numbers too, and returns text with every changed value
+// rewritten as a JSON string literal (text itself when none is). text
+// must be valid JSON.
+func judgeValues(ck *checker, text []byte, all bool) ([]byte, error) {
 	var p *checker
 	var out []byte
 	last := 0 // text[last:] is not copied to out yet
+scan:
 	for i := 0; i < len(text); i++ {
-		if text[i] != '"' {
-			continue
-		}
-		end, esc := i+1, false
-		for end < len(text) && text[end] != '"' {
-			if text[end] == '\\' {
-				esc = true
+		var lit []byte // the value at i, if any
+		var s string   // its text to judge
+		switch c := text[i]; {
+		case c == '"':
+			end, esc := i+1, false
+			for end < len(text) && text[end] != '"' {
+				if text[end] == '\\' {
+					esc = true
+					end++
+				}
 				end++
 			}
-			end++
-		}
-		if end >= len(text) {
-			break // unterminated: not after jsonvalid, but cheap to keep safe
-		}
-		lit := text[i : end+1]
-		i = end
-		if !esc {
+			if end >= len(text) {
+				break scan // unterminated: not in valid JSON, but cheap to keep safe
+			}
+			lit = text[i : end+1]
+			if !esc && !all {
+				i = end
+				continue
+			}
+			s = gjson.ParseBytes(lit).Str
+		case all && (c == '-' || isDigit(c)):
+			end := i + 1
+			for end < len(text) && bytes.IndexByte([]byte("0123456789.eE+-"), text[end]) >= 0 {
+				end++
+			}
+			lit = text[i:end]
+			s = string(lit)
+		default:
 			continue
 		}
+		start := i
+		i += len(lit) - 1
 		if p == nil {
 			if p = ck.patternChecker(); p == nil {
 				return text, nil
 			}
 		}
-		s := gjson.ParseBytes(lit).Str
 		judged, err := p.Check([]byte(s))
 		ck.fired = p.fired
 		if err != nil {
@@ -105,9 +145,9 @@ func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
 		if string(judged) == s {
 			continue
 		}
-		out = append(out, text[last:end+1-len(lit)]...)
+		out = append(out, text[last:start]...)
 		out = jsonstring.Append(out, string(judged))
-		last = end + 1
+		last = start + len(lit)
 	}
 	if out == nil {
 		return text, nil

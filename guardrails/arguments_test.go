@@ -79,6 +79,12 @@ func TestArgumentsDecodedStrings(t *testing.T) {
 		{"escaped space blocks", word, `["block\u0020phrase"]`, ""},
 		{"not JSON: its text only", word, `{"q":"\u0062lock phrase"`, `{"q":"\u0062lock phrase"`},
 		{"plain escapes pass", word, `{"q":"a \"quoted\" \\ line\n"}`, `{"q":"a \"quoted\" \\ line\n"}`},
+		// A pattern over the JSON text that matches a number would leave
+		// {"card":[REDACTED]}: the values are judged one by one instead,
+		// and a redacted number becomes a string.
+		{"card number as a JSON number", pii, `{"card":4111111111111111,"n":1}`, `{"card":"[REDACTED]","n":1}`},
+		{"phone number in an array", pii, `[4791234567, "call +4791234567", 12]`, `["[REDACTED]", "call [REDACTED]", 12]`},
+		{"unescaped string and number", pii, `{"to":"bob@example.com","card":4111111111111111}`, `{"to":"[REDACTED]","card":"[REDACTED]"}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -201,13 +200,17 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 		}
 		out, err := ck.Check([]byte(v.Str))
 		if err == nil {
-			out, err = judgeDecoded(ck, out) // the decoded strings too (arguments.go)
+			out, err = judgeDecoded(ck, out) // the decoded strings too, and the JSON kept valid (arguments.go)
+		}
+		valid := true
+		if err == nil {
+			out, valid, err = keepValid(ck, []byte(v.Str), out)
 		}
 		switch {
 		case err != nil:
 			failed = err
 		case string(out) == v.Str:
-		case jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out):
+		case !valid:
 			failed = brokenArguments()
 		default:
 			var ok bool

@@ -8,7 +8,6 @@ import (
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
@@ -30,9 +29,12 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 			judge = ck.CheckMore
 		}
 		out, err := judge([]byte(v.Str))
+		valid := true
 		if args && err == nil {
-			// The decoded strings too (arguments.go).
-			out, err = judgeDecoded(ck, out)
+			// The decoded strings too, and the JSON kept valid (arguments.go).
+			if out, err = judgeDecoded(ck, out); err == nil {
+				out, valid, err = keepValid(ck, []byte(v.Str), out)
+			}
 		}
 		if err != nil {
 			failed = err
@@ -43,7 +45,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 				outs = map[int][]byte{}
 			}
 			outs[v.Index] = out
-			if args && jsonvalid.Bytes([]byte(v.Str)) && !jsonvalid.Bytes(out) {
+			if !valid {
 				// A redaction that breaks the call's JSON cannot be sent.
 				failed = brokenArguments()
 				return false

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/toolloop"
 )
@@ -88,8 +87,12 @@ func (e *Engine) checkJSON(ctx context.Context, c *pipeline.ToolCall, stage stri
 	}
 	ck := newChecker(ctx, gs, meta)
 	out, err := ck.Check(text)
+	valid := true
 	if err == nil {
-		out, err = judgeDecoded(ck, out) // the decoded strings too (arguments.go)
+		out, err = judgeDecoded(ck, out) // the decoded strings too, and the JSON kept valid (arguments.go)
+	}
+	if err == nil && len(text) > 0 {
+		out, valid, err = keepValid(ck, text, out)
 	}
 	var b *Blocked
 	if errors.As(err, &b) {
@@ -101,7 +104,7 @@ func (e *Engine) checkJSON(ctx context.Context, c *pipeline.ToolCall, stage stri
 	if bytes.Equal(out, text) {
 		return nil, nil
 	}
-	if len(text) > 0 && jsonvalid.Bytes(text) && !jsonvalid.Bytes(out) {
+	if !valid {
 		return nil, &toolloop.ToolError{Kind: "content_blocked", Message: "a guardrail's redaction could not be applied; the content was withheld"}
 	}
 	return append([]byte(nil), out...), nil

@@ -1,7 +1,6 @@
 package guardrails
 
 import (
-	"bytes"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/llmgw/gateway/jsonstring"
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -39,13 +37,17 @@ func argGuards(guards []*guard) []*guard {
 // redaction that breaks their JSON, is an error.
 func judgeArgs(ck *checker, args []byte) ([]byte, error) {
 	out, err := ck.Check(args)
+	if err == nil {
+		out, err = judgeDecoded(ck, out) // arguments.go
+	}
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(out, args) && jsonvalid.Bytes(args) && !jsonvalid.Bytes(out) {
-		return nil, brokenAnswerArguments()
+	out, valid, err := keepValid(ck, args, out)
+	if err == nil && !valid {
+		err = brokenAnswerArguments()
 	}
-	return judgeDecoded(ck, out) // arguments.go
+	return out, err
 }
 
 // brokenAnswerArguments is the error of a redaction that would leave the
