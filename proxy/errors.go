@@ -83,7 +83,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			// About the gateway's own provider key, not the client's: keep
 			// the status (clients see the upstream's verdict) but never its
 			// message, which may quote key fragments.
-			msg, typ, param, code = "the upstream provider rejected the gateway's credentials", pipeline.TypeUpstreamAuth, "", pipeline.CodeUpstreamAuth
+			msg, typ, param, code = credentialsMessage, pipeline.TypeUpstreamAuth, "", pipeline.CodeUpstreamAuth
 		} else if status == http.StatusTooManyRequests || aboutRateLimit(typ, code) {
 			// About the gateway's one provider account, which every tenant
 			// shares: the provider's text names the account (its org id) and
@@ -133,6 +133,10 @@ func redactString(s string) string {
 	}
 	return string(observe.UpstreamAddrs.RedactSecrets(observe.Secrets.Redact([]byte(s))))
 }
+
+// credentialsMessage is the gateway's text for an upstream error about the
+// gateway's own provider key, in place of the provider's.
+const credentialsMessage = "the upstream provider rejected the gateway's credentials"
 
 // rateLimitMessage is the gateway's text for an upstream error about the
 // provider account's rate limits (or its quota, when typ or code says so),

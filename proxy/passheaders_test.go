@@ -265,26 +265,79 @@ func TestPassthroughRewritesLimitEvents(t *testing.T) {
 	}
 }
 
+// An error event about the gateway's provider key, in a pass-through
+// stream, is the gateway's own, as a 401 answer is: the provider's text
+// (which may quote a fragment of the key, or name its address) is gone, in
+// a chat stream's error, a Responses error event and a response.failed.
+func TestPassthroughRewritesCredentialEvents(t *testing.T) {
+	t.Parallel()
+	const leak = "Incorrect API key provided: sk-proj-****abcd at http://provider.internal/v1"
+	events := []string{
+		`data: {"choices":[{"index":0,"delta":{"content":"invalid_api_key is a code"}}]}`,
+		`data: {"error":{"message":"` + leak + `","type":"invalid_request_error","param":"key","code":"invalid_api_key"}}`,
+		`data: {"type":"error","code":"invalid_api_key","message":"` + leak + `","param":null,"sequence_number":3}`,
+		`data: {"type":"response.failed","response":{"id":"r","status":"failed","error":{"type":"authentication_error","message":"` + leak + `"}}}`,
+	}
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyString(strings.Join(events, "\n\n") + "\n\n")
+	})
+	_, body := postEmbeddings(t, passGateway(t, base), `{"model":"m","input":"x"}`)
+	if !strings.HasPrefix(body, events[0]+"\n\n") {
+		t.Errorf("a text event was changed: %s", body)
+	}
+	if strings.Contains(body, "abcd") || strings.Contains(body, "provider.internal") {
+		t.Errorf("the provider's text reached the client: %s", body)
+	}
+	var data []gjson.Result
+	for _, line := range strings.Split(body, "\n") {
+		if p, ok := strings.CutPrefix(line, "data:"); ok {
+			data = append(data, gjson.Parse(p))
+		}
+	}
+	if len(data) != len(events) {
+		t.Fatalf("%d events, want %d: %s", len(data), len(events), body)
+	}
+	for i, path := range map[int]string{1: "error", 2: "", 3: "response.error"} {
+		e := data[i]
+		if path != "" {
+			e = e.Get(path)
+		}
+		typ := pipeline.TypeUpstreamAuth
+		if path == "" {
+			typ = "error" // a Responses error event's type is its kind
+		}
+		if e.Get("message").Str != credentialsMessage || e.Get("code").Str != pipeline.CodeUpstreamAuth ||
+			e.Get("type").Str != typ || e.Get("param").Exists() {
+			t.Errorf("event %d: %s", i, data[i].Raw)
+		}
+	}
+	if data[2].Get("sequence_number").Int() != 3 {
+		t.Errorf("the event's other fields changed: %s", data[2].Raw)
+	}
+}
+
 // A rewritten line keeps its own ending (CRLF framing stays CRLF), and a
 // line with no rate-limit or quota code is not touched.
-func TestRewriteLimitEventsKeepsLineEnds(t *testing.T) {
+func TestRewriteAccountEventsKeepsLineEnds(t *testing.T) {
 	t.Parallel()
 	in := "data: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"org-x\"}\r\n\r\n" +
 		"data: {\"type\":\"response.created\",\"response\":{\"error\":null}}\r\n\r\n"
-	out := string(rewriteLimitEvents([]byte(in)))
+	out := string(rewriteAccountEvents([]byte(in)))
 	if strings.Contains(out, "org-x") || strings.Count(out, "\r\n") != 4 || !strings.HasSuffix(out, strings.SplitN(in, "\r\n\r\n", 2)[1]) {
 		t.Fatalf("%q", out)
 	}
 }
 
-// FuzzRewriteLimitEvents: any bytes are rewritten without a panic, keep
+// FuzzRewriteAccountEvents: any bytes are rewritten without a panic, keep
 // their number of lines, and come back as they are without an "error".
-func FuzzRewriteLimitEvents(f *testing.F) {
+func FuzzRewriteAccountEvents(f *testing.F) {
 	f.Add([]byte("data: {\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"org-x\"}}\n\n"))
 	f.Add([]byte("data:{\"type\":\"error\",\"code\":\"insufficient_quota\"}\r\ndata: {\"error\":1}"))
 	f.Add([]byte("data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"type\":\"rate_limit_error\"}}}\n"))
+	f.Add([]byte("data: {\"error\":{\"code\":\"invalid_api_key\",\"param\":\"k\",\"message\":\"sk-x\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out := rewriteLimitEvents(b)
+		out := rewriteAccountEvents(b)
 		if !bytes.Contains(b, errorWord) && !bytes.Equal(out, b) {
 			t.Fatalf("%q changed into %q", b, out)
 		}
@@ -574,6 +627,40 @@ func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
 	}
 	if strings.Join(vary, ",") != "Accept,Origin" {
 		t.Fatalf("Vary at the client: %q", vary)
+	}
+}
+
+// A pass-through answer does not carry the provider's headers about its
+// own origin (Alt-Svc, HSTS, WWW-Authenticate) or any in the gateway's
+// namespace (an upstream's x-gateway-cache: hit is not this gateway's);
+// the provider's other headers pass, and the gateway's own are its own.
+func TestPassthroughDropsUpstreamOriginAndGatewayHeaders(t *testing.T) {
+	t.Parallel()
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		for _, h := range []string{"Alt-Svc", "Strict-Transport-Security", "WWW-Authenticate", "X-Gateway-Cache",
+			"x-gateway-model", "X-Gateway-Budget-Remaining", "X-Provider-Kept"} {
+			ctx.Response.Header.Set(h, "upstream")
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"object":"list","data":[]}`)
+	})
+	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return nil, nil
+	}))
+	resp, err := passCall(t, addr, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode() != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
+	}
+	for k, v := range resp.Header.All() {
+		if string(v) == "upstream" && !strings.EqualFold(string(k), "X-Provider-Kept") {
+			t.Errorf("the provider's %s reached the client", k)
+		}
+	}
+	if string(resp.Header.Peek("X-Provider-Kept")) != "upstream" {
+		t.Errorf("a provider header was dropped: %s", resp.Header.String())
 	}
 }
 

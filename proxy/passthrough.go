@@ -40,6 +40,21 @@ var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Da
 // gateway gets none of them.
 var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Anthropic-Organization-Id"}
 
+// upstreamOriginHeaders describe the provider's origin, not the gateway's:
+// relayed, an Alt-Svc would send a client's next requests to the
+// provider's alternative service as if it were the gateway's, an HSTS
+// policy would pin the gateway's host, and a WWW-Authenticate would ask
+// for the provider's credentials (a provider's 401 is answered with the
+// gateway's own message). upstreamOwnPrefixes: the gateway's own
+// namespace, which an upstream (another llmgw in front of a provider, or
+// a provider that means something else by it) must not write at the
+// client (an x-gateway-cache: hit of its own, an x-gateway-model, a
+// budget).
+var (
+	upstreamOriginHeaders = []string{"Alt-Svc", "Strict-Transport-Security", "Www-Authenticate"}
+	upstreamOwnPrefixes   = []string{"X-Gateway-"}
+)
+
 // upstreamLimitHeaders and upstreamLimitPrefixes name the provider's
 // rate-limit headers: OpenAI's and the OpenAI-compatible servers'
 // x-ratelimit-* (and a bare x-ratelimit), Anthropic's anthropic-ratelimit-*,
@@ -403,13 +418,15 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 // copyResponseHeaders copies an upstream response's headers to the client's
 // response, without the hop-by-hop ones (those its Connection header lists
 // included), those the gateway writes itself and those about the gateway's
-// provider account (its identity, its rate limits).
+// provider account (its identity, its rate limits), its origin, or in the
+// gateway's own namespace.
 func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	hop := hopByHop(src.Peek("Connection"))
 	for k, v := range src.All() {
 		ks := string(k)
 		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) ||
-			hasFold(upstreamLimitHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) {
+			hasFold(upstreamLimitHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) ||
+			hasFold(upstreamOriginHeaders, ks) || hasPrefixFold(upstreamOwnPrefixes, ks) {
 			continue
 		}
 		// A header quoting the gateway's key (an echo of the request's) or
@@ -744,8 +761,8 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	if observe.Secrets.Any() && bytes.Contains(out, escapeU) {
 		out = maskEscaped(out)
 	}
-	if bytes.Contains(out, errorWord) && (bytes.Contains(out, rateLimitWord) || bytes.Contains(out, quotaWord)) {
-		out = rewriteLimitEvents(out) // each line is checked again: these words may be in another line
+	if bytes.Contains(out, errorWord) && accountWords(out) {
+		out = rewriteAccountEvents(out) // each line is checked again: these words may be in another line
 	}
 	return out, n
 }
@@ -883,20 +900,32 @@ func maskEscapedFrom(b []byte, st jsonStrings) []byte {
 
 var (
 	errorWord = []byte(`rror"`) // "error" as a key, or a type's value
-	// The codes aboutRateLimit knows hold one of these: a line with
-	// neither (every Responses event's "error":null) is not parsed.
-	rateLimitWord = []byte("rate_limit")
-	quotaWord     = []byte("quota")
-	dataField     = []byte("data:")
+	// The codes and types aboutRateLimit and aboutCredentials know hold one
+	// of these: a line with none (every Responses event's "error":null) is
+	// not parsed.
+	accountWordList = [][]byte{[]byte("rate_limit"), []byte("quota"), []byte("auth"), []byte("permission"), []byte("invalid_")}
+	dataField       = []byte("data:")
 )
 
-// rewriteLimitEvents gives the error events among b's lines that are about
-// the provider account's rate limits or quota the gateway's own message, as
-// an error status's answer gets (mapUpstream): the provider's text names the
-// account every tenant shares and counts its use. An event's error is its
-// "error" object (chat), its "response.error" (Responses' response.failed)
-// or the event itself when its type is "error" (Responses' error event).
-func rewriteLimitEvents(b []byte) []byte {
+// accountWords reports whether b holds one of accountWordList.
+func accountWords(b []byte) bool {
+	for _, w := range accountWordList {
+		if bytes.Contains(b, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// rewriteAccountEvents gives the error events among b's lines that are
+// about the gateway's provider account the gateway's own message, as an
+// error status's answer gets (mapUpstream): one about its rate limits or
+// quota (the provider's text names the account every tenant shares and
+// counts its use), one about its credentials (the provider's text may quote
+// a fragment of the key). An event's error is its "error" object (chat),
+// its "response.error" (Responses' response.failed) or the event itself
+// when its type is "error" (Responses' error event).
+func rewriteAccountEvents(b []byte) []byte {
 	var out []byte // nil until a line changes
 	last := 0
 	for start := 0; start < len(b); {
@@ -907,9 +936,8 @@ func rewriteLimitEvents(b []byte) []byte {
 			end += start
 		}
 		line := b[start:end]
-		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(line, errorWord) &&
-			(bytes.Contains(line, rateLimitWord) || bytes.Contains(line, quotaWord)) {
-			if q, changed := limitEvent(p); changed {
+		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(line, errorWord) && accountWords(line) {
+			if q, changed := accountEvent(p); changed {
 				out = append(out, b[last:start]...)
 				out = append(out, dataField...)
 				out = append(out, ' ')
@@ -928,8 +956,8 @@ func rewriteLimitEvents(b []byte) []byte {
 	return append(out, b[last:]...)
 }
 
-// limitEvent is rewriteLimitEvents for one event's data.
-func limitEvent(p []byte) ([]byte, bool) {
+// accountEvent is rewriteAccountEvents for one event's data.
+func accountEvent(p []byte) ([]byte, bool) {
 	p = bytes.TrimSpace(p)
 	if !jsonvalid.Bytes(p) {
 		return nil, false
@@ -947,17 +975,33 @@ func limitEvent(p []byte) ([]byte, bool) {
 			continue
 		}
 		typ, code := e.Get("type").String(), e.Get("code").String()
-		if !aboutRateLimit(typ, code) {
+		var set [][2]string // the fields of mapUpstream's envelope for it
+		switch {
+		case aboutCredentials(typ, code):
+			set = [][2]string{{"message", credentialsMessage}, {"type", pipeline.TypeUpstreamAuth}, {"code", pipeline.CodeUpstreamAuth}}
+		case aboutRateLimit(typ, code):
+			set = [][2]string{{"message", rateLimitMessage(typ, code)}}
+		default:
 			continue
 		}
-		key := "message"
+		prefix := ""
 		if path != "" {
-			key = path + ".message"
+			prefix = path + "."
 		}
-		if q, err := sjson.SetBytes(p, key, rateLimitMessage(typ, code)); err == nil {
-			p, changed = q, true
-			ev = gjson.ParseBytes(p)
+		for _, kv := range set {
+			if path == "" && kv[0] == "type" {
+				continue // the event's own type: "error"
+			}
+			if q, err := sjson.SetBytes(p, prefix+kv[0], kv[1]); err == nil {
+				p, changed = q, true
+			}
 		}
+		if e.Get("param").Exists() {
+			if q, err := sjson.DeleteBytes(p, prefix+"param"); err == nil {
+				p = q
+			}
+		}
+		ev = gjson.ParseBytes(p)
 	}
 	return p, changed
 }
