@@ -104,6 +104,10 @@ func New(cfg *config.Config, log zerolog.Logger) (*Engine, error) {
 		if j, dup := names[sum]; dup {
 			return nil, fmt.Errorf("%s: same secret as keys[%d]", at, j)
 		}
+		if admin := cfg.Server.AdminKey; admin != "" && sum == sha256.Sum256([]byte(admin)) {
+			// The tenant's key would open /metrics and every tenant's usage.
+			return nil, fmt.Errorf("%s: same secret as server.admin_key", at)
+		}
 		names[sum] = i
 		p, err := policyFor(k.Tenant)
 		if err != nil {

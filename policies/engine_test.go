@@ -157,6 +157,9 @@ func TestNewErrors(t *testing.T) {
 		{name: "same secret twice", cfg: config.Config{Keys: []config.Key{
 			{Tenant: "a", Key: "k"}, {Tenant: "b", SHA256: hexSum("k")},
 		}}, want: "keys[1]: same secret as keys[0]"},
+		{name: "the admin key's secret", cfg: config.Config{Server: config.Server{AdminKey: "adm"}, Keys: []config.Key{
+			{Tenant: "a", Key: "k"}, {Tenant: "b", SHA256: hexSum("adm")},
+		}}, want: "keys[1]: same secret as server.admin_key"},
 		{name: "duplicate policy", cfg: config.Config{Policies: []config.Policy{{Tenant: "*"}, {Tenant: "*"}}}, want: "policies[1]: tenant \"*\" already has policies[0]"},
 		{name: "bad glob", cfg: config.Config{
 			Keys:     []config.Key{{Tenant: "a", Key: "k"}},

@@ -142,11 +142,19 @@ func run() int {
 
 // reload builds a runtime from the file again and swaps it in. New requests
 // use it; in-flight ones finish on the old one, which is closed after the
-// shutdown grace period. An invalid file changes nothing.
+// shutdown grace period. An invalid file changes nothing, and neither does
+// one without keys when the running config has some.
 func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen string, log zerolog.Logger) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		log.Error().Err(err).Msg("reload refused: the new config is invalid; keeping the old one")
+		return
+	}
+	if len(cfg.Keys) == 0 && len(srv.Runtime().Config.Keys) > 0 {
+		// A file emptied, or half written when the signal came, must not
+		// open a gateway that asks for keys (and show anyone the usage the
+		// gateway keeps across reloads). Opening it takes a restart.
+		log.Error().Msg("reload refused: the new config has no [[keys]], which would open the gateway to anyone; keeping the old one (restart to run without keys)")
 		return
 	}
 	override(cfg, level, format, listen)

@@ -297,6 +297,20 @@ models = [%s]
 	if status, _, _ := chat(addr, "demo", ""); status != 401 {
 		t.Fatalf("without a key: %d", status)
 	}
+
+	// A valid file without keys (emptied, or being rewritten) would open
+	// the gateway: refused too.
+	if err := os.WriteFile(path, []byte("[[providers]]\nname = \"demo\"\nkind = \"mock\"\n[[models]]\nname = \"demo\"\nprovider = \"demo\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	if status, body, _ := chat(addr, "demo", ""); status != 401 {
+		t.Fatalf("after a reload without keys, a request without a key: %d %s", status, body)
+	}
+	if status, body, _ := chat(addr, "demo", "k-1"); status != 200 {
+		t.Fatalf("after a reload without keys: %d %s", status, body)
+	}
 }
 
 // demoShutdownGateway starts the binary with a demo model pacing its chunks
