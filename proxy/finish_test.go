@@ -199,6 +199,7 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 		{name: "pass-through client gone", method: "POST", path: "/v1/embeddings", body: `{"input":"a"}`, leave: true},
 		{name: "models", method: "GET", path: "/v1/models", status: 200},
 		{name: "model unknown", method: "GET", path: "/v1/models/nope", status: 404},
+		{name: "model id too long", method: "GET", path: "/v1/models/" + strings.Repeat("m", maxModelField+1), status: 400},
 		{name: "healthz", method: "GET", path: "/healthz", status: 200},
 		{name: "metrics", method: "GET", path: "/metrics", status: 200},
 		{name: "metrics wrong method", method: "DELETE", path: "/metrics", status: 405},

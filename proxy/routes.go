@@ -134,6 +134,11 @@ func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string
 		return
 	}
 	name := strings.TrimPrefix(path, modelsRoute+"/")
+	if len(name) > maxModelField {
+		// As on every route that names a model.
+		s.writeError(ctx, x, pipeline.BadRequest("model", "model must be at most %d bytes", maxModelField))
+		return
+	}
 	b, ok := rt.modelJSON[name]
 	if ok && restricted && !rt.Policy.AllowsModel(t, name) {
 		ok = false
