@@ -721,7 +721,13 @@ type lineMasker struct {
 	str  jsonStrings // at held's start
 	end  jsonStrings // at held's end: each byte read is scanned once here
 	open int         // index in held of the open string's quote; -1: none, or it began before held
+	long bool        // the line being read went past maxEventBytes
 }
+
+// keptHeld bounds the capacity a lineMasker keeps once what it held is
+// written: a long line's buffer (up to maxEventBytes) is let go after it,
+// not kept for the rest of the stream.
+const keptHeld = 64 << 10
 
 // maxHeldString bounds the open string a JSON answer's masking holds: a
 // longer one (an image's base64) goes out as it comes.
@@ -735,6 +741,16 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	if m.json {
 		return m.jsonPart(p, end)
 	}
+	if need := len(m.held) + len(p); need > cap(m.held) {
+		// Doubled, as append grows a small slice, but never past the
+		// bound a line is held to (append's 1.25x steps for a large
+		// slice would allocate five times the line on the way there).
+		c := max(2*cap(m.held), need)
+		if limit := maxEventBytes + len(p); c > limit {
+			c = max(limit, need)
+		}
+		m.held = append(make([]byte, 0, c), m.held...)
+	}
 	m.held = append(m.held, p...)
 	switch {
 	case end:
@@ -742,13 +758,17 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	default:
 		// What was held before p has no newline (drop let go of every
 		// line): only p is searched, so a long line costs its length once.
-		if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
+		i := bytes.LastIndexByte(p, '\n')
+		if i >= 0 {
 			n = len(m.held) - len(p) + i + 1
+			m.long = false // the line held now began after it
 		}
-		if len(m.held) > maxEventBytes {
+		if (m.long && i < 0) || len(m.held) > maxEventBytes {
 			// A line this long goes out without its end, but never a
 			// secret cut in two: the part from where one may begin waits
-			// for more.
+			// for more. The rest of it goes out as it comes, not held up
+			// to the bound again.
+			m.long = true
 			n = observe.Secrets.SafeCut(m.held, len(m.held))
 		}
 	}
@@ -1015,6 +1035,10 @@ func maskEscaped(b []byte) []byte { return observe.Secrets.MaskEscapedStrings(b)
 
 // drop lets go of the first n held bytes, which were written.
 func (m *lineMasker) drop(n int) {
+	if rest := m.held[n:]; cap(m.held) > keptHeld && len(rest) <= keptHeld/2 {
+		m.held = append(make([]byte, 0, keptHeld), rest...)
+		return
+	}
 	m.held = append(m.held[:0], m.held[n:]...)
 }
 
