@@ -1197,3 +1197,28 @@ func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 		t.Fatalf("the follow-up's model saw %s", tools.Raw)
 	}
 }
+
+// A Responses request that gives a top-level key twice (or in two cases)
+// is refused naming it, as a chat request is: the gateway would read the
+// first and the client's own JSON library, like most, the last. The
+// upstream is never called.
+func TestResponsesRepeatedKeyRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{})
+	for _, body := range []string{
+		`{"model":"gpt-x","input":"a","input":"b"}`,
+		`{"model":"gpt-x","input":"a","stream":false,"stream":true}`,
+		`{"model":"gpt-x","input":"a","max_output_tokens":5,"Max_Output_Tokens":5000}`,
+	} {
+		code, _, b := h.post("/responses", body, nil)
+		if code != 400 || !strings.Contains(gjson.GetBytes(b, "error.message").Str, "repeats") {
+			t.Errorf("%s: %d %s", body, code, b)
+		}
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Errorf("the upstream was called %d times", n)
+	}
+	if code, _, b := h.post("/responses", `{"model":"gpt-x","input":"a","stream":false}`, nil); code != 200 {
+		t.Errorf("a plain request: %d %s", code, b)
+	}
+}

@@ -76,16 +76,31 @@ func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
 // matched a number: {"card":4111111111111111} became {"card":[REDACTED]})
 // is done again value by value over text: each string, decoded, and each
 // number is judged on its own, and a changed one is written back as a
-// string literal ({"card":"[REDACTED]"}). ok is false when the result is
-// still not valid JSON.
+// string literal ({"card":"[REDACTED]"}). That is kept only if the
+// pattern guards, run over it whole again, find nothing more: a match
+// that spans values or their quotes (a pattern `secret"`) cannot be
+// redacted this way. ok is false when the result is not valid JSON or
+// not clean (kept is then out, the redaction that broke the JSON).
 func keepValid(ck *checker, text, out []byte) (kept []byte, ok bool, err error) {
 	if bytes.Equal(out, text) || jsonvalid.Bytes(out) || !jsonvalid.Bytes(text) {
 		return out, true, nil
 	}
+	p := ck.patternChecker()
+	if p == nil {
+		return out, false, nil // only a pattern guard redacts
+	}
 	if kept, err = judgeValues(ck, text, true); err != nil {
 		return nil, false, err
 	}
-	return kept, jsonvalid.Bytes(kept), nil
+	again, err := p.Check(kept)
+	ck.fired = p.fired
+	if err != nil {
+		return nil, false, err
+	}
+	if !jsonvalid.Bytes(kept) || !bytes.Equal(again, kept) {
+		return out, false, nil
+	}
+	return kept, true, nil
 }
 
 // judgeValues judges the strings of JSON text with ck's pattern guards

@@ -85,6 +85,10 @@ func TestArgumentsDecodedStrings(t *testing.T) {
 		{"card number as a JSON number", pii, `{"card":4111111111111111,"n":1}`, `{"card":"[REDACTED]","n":1}`},
 		{"phone number in an array", pii, `[4791234567, "call +4791234567", 12]`, `["[REDACTED]", "call [REDACTED]", 12]`},
 		{"unescaped string and number", pii, `{"to":"bob@example.com","card":4111111111111111}`, `{"to":"[REDACTED]","card":"[REDACTED]"}`},
+		// A match across a value's quote cannot be redacted value by value:
+		// the call is withheld, as before.
+		{"match across a quote", config.Guardrail{Name: "q", Kind: "regex", Action: "redact", Patterns: []string{`secret"`}},
+			`{"name":"secret"}`, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

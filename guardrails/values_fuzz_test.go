@@ -9,8 +9,9 @@ import (
 )
 
 // A tool call's arguments are the model's (or a client's) bytes. Whatever
-// valid JSON they are, judging them value by value leaves valid JSON, and
-// a text that is not JSON is never made to look like JSON by it.
+// valid JSON they are, what keepValid keeps is valid JSON with nothing
+// left for the guard to redact, and what it refuses is the whole-text
+// redaction (which the caller withholds).
 func FuzzJudgeValues(f *testing.F) {
 	for _, s := range []string{
 		`{"card":4111111111111111,"n":1}`,
@@ -35,8 +36,18 @@ func FuzzJudgeValues(f *testing.F) {
 		if err != nil {
 			t.Fatalf("keepValid: %v", err)
 		}
-		if jsonvalid.Bytes(text) && (!ok || !jsonvalid.Bytes(out)) {
-			t.Fatalf("valid %q judged to %q (ok %v)", text, out, ok)
+		if !jsonvalid.Bytes(text) {
+			return
+		}
+		if !ok {
+			if string(out) != string(whole) {
+				t.Fatalf("refused %q, but returned %q, not the whole-text %q", text, out, whole)
+			}
+			return
+		}
+		again, err := newChecker(context.Background(), []*guard{g}, nil).Check(out)
+		if !jsonvalid.Bytes(out) || err != nil || string(again) != string(out) {
+			t.Fatalf("valid %q kept as %q, which is not valid or not clean (%q)", text, out, again)
 		}
 	})
 }

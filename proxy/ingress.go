@@ -288,6 +288,27 @@ func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
 	return param, key
 }
 
+// topKeysOnce refuses a body (a valid JSON object) whose top level gives a
+// key twice, as parseChat does in its own walk: a Responses request is
+// read (translated) by the first of two keys, where its client's JSON
+// library, like an upstream's, commonly keeps the last.
+func topKeysOnce(body []byte) error {
+	var top [32]string
+	keys := keySet{small: top[:], fold: true}
+	repeated := ""
+	gjson.ParseBytes(body).ForEach(func(k, _ gjson.Result) bool {
+		if keys.add(k.Str) {
+			repeated = k.Str
+			return false
+		}
+		return true
+	})
+	if repeated != "" {
+		return repeatedKey(repeated)
+	}
+	return nil
+}
+
 // repeatedInnerKey is the 400 for key given twice in the object at param.
 func repeatedInnerKey(param, key string) error {
 	if len(key) > 64 || strings.ContainsFunc(key, unicode.IsControl) || len(param) > 256 || strings.ContainsFunc(param, unicode.IsControl) {

@@ -79,6 +79,9 @@ func (s *Server) translateResponses(st *responses.Store, tenant string, body []b
 	if err != nil {
 		return nil, err
 	}
+	if err := topKeysOnce(body); err != nil {
+		return nil, err
+	}
 	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
 	var prior []byte
