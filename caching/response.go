@@ -286,7 +286,9 @@ func (c *responseCache) store(ctx context.Context, key string, completion []byte
 		return false
 	}
 	ttl := c.opts.Config.TTL.D()
-	if h.ttl > 0 {
+	if h.ttl > 0 && h.ttl < ttl {
+		// A client may keep its answers for less than the operator chose,
+		// never for longer: the store is the operator's, shared by tenants.
 		ttl = h.ttl
 	}
 	if err := c.opts.Store.Set(ctx, key, encodeEntry(completion, c.opts.Now().Add(ttl)), ttl); err != nil {

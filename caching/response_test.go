@@ -75,6 +75,11 @@ func TestResponseCacheDecisions(t *testing.T) {
 			{body: det, advance: 4 * time.Second, header: "hit", calls: 1},
 			{body: det, advance: 2 * time.Second, header: "miss", calls: 2},
 		}},
+		{name: "ttl=N never keeps an answer past the configured ttl", steps: []step{
+			{body: det, hint: "ttl=3600", header: "miss", calls: 1},
+			{body: det, advance: 59 * time.Second, header: "hit", calls: 1},
+			{body: det, advance: 2 * time.Second, header: "miss", calls: 2},
+		}},
 		{name: "configured ttl expires on the injected clock", steps: []step{
 			{body: det, header: "miss", calls: 1},
 			{body: det, advance: 59 * time.Second, header: "hit", calls: 1},
