@@ -405,7 +405,10 @@ func (s *upstreamStream) readError(err error) error {
 		ue.Kind = pipeline.UpstreamMalformed
 	case errors.As(err, &ne) && ne.Timeout():
 		ue.Kind = pipeline.UpstreamIdle
-		if !time.Now().Before(s.deadline) {
+		if !time.Now().Add(s.idle / rearmSlackDiv).Before(s.deadline) {
+			// Past the total deadline, or as near it as an idle deadline
+			// may lag (Active): an idle deadline that stayed a few ms short
+			// of the total one fired for it.
 			ue.Kind = pipeline.UpstreamTimeout
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/sse"
 )
 
 // rawUpstream serves body as an SSE response to every request.
@@ -319,5 +321,30 @@ func TestUpstreamStreamGroqUsage(t *testing.T) {
 	}
 	if gjson.GetBytes(chunks[0], "usage").Exists() || gjson.GetBytes(chunks[1], "usage.total_tokens").Int() != 4 {
 		t.Fatalf("%q", chunks)
+	}
+}
+
+// A read that times out within an idle deadline's lag (idle/64) of the
+// total deadline is the total timeout, not an idle stall: Active leaves an
+// idle deadline that would move by less than that, so near the end the
+// deadline that fires may be the idle one, a few ms early, on a stream
+// whose upstream was sending all along.
+func TestUpstreamStreamTimeoutNearTheTotalDeadline(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		left time.Duration // from now to the total deadline
+		want pipeline.UpstreamKind
+	}{
+		{"within the lag", 5 * time.Millisecond, pipeline.UpstreamTimeout},
+		{"past it", -time.Millisecond, pipeline.UpstreamTimeout},
+		{"well before it", time.Second, pipeline.UpstreamIdle},
+	} {
+		s := &upstreamStream{ctx: context.Background(), rd: sse.NewReader(nil, 1024), pc: &providerClient{},
+			idle: 640 * time.Millisecond, deadline: time.Now().Add(tc.left)}
+		var ue *pipeline.UpstreamError
+		if err := s.readError(os.ErrDeadlineExceeded); !errors.As(err, &ue) || ue.Kind != tc.want {
+			t.Errorf("%s: %v, want kind %v", tc.name, err, tc.want)
+		}
 	}
 }
