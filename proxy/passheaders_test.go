@@ -242,15 +242,7 @@ func TestPassthroughRewritesLimitEvents(t *testing.T) {
 	if n := strings.Count(body, org); n != 1 {
 		t.Errorf("the provider's account is named %d times (once is the model's text): %s", n, body)
 	}
-	var data []gjson.Result
-	for _, line := range strings.Split(body, "\n") {
-		if p, ok := strings.CutPrefix(line, "data:"); ok {
-			data = append(data, gjson.Parse(p))
-		}
-	}
-	if len(data) != len(events) {
-		t.Fatalf("%d events, want %d: %s", len(data), len(events), body)
-	}
+	data := eventData(t, body, len(events))
 	for i, path := range map[int]string{1: "error", 2: "", 3: "response.error"} {
 		e := data[i]
 		if path != "" {
@@ -289,15 +281,7 @@ func TestPassthroughRewritesCredentialEvents(t *testing.T) {
 	if strings.Contains(body, "abcd") || strings.Contains(body, "provider.internal") {
 		t.Errorf("the provider's text reached the client: %s", body)
 	}
-	var data []gjson.Result
-	for _, line := range strings.Split(body, "\n") {
-		if p, ok := strings.CutPrefix(line, "data:"); ok {
-			data = append(data, gjson.Parse(p))
-		}
-	}
-	if len(data) != len(events) {
-		t.Fatalf("%d events, want %d: %s", len(data), len(events), body)
-	}
+	data := eventData(t, body, len(events))
 	for i, path := range map[int]string{1: "error", 2: "", 3: "response.error"} {
 		e := data[i]
 		if path != "" {
@@ -315,6 +299,22 @@ func TestPassthroughRewritesCredentialEvents(t *testing.T) {
 	if data[2].Get("sequence_number").Int() != 3 {
 		t.Errorf("the event's other fields changed: %s", data[2].Raw)
 	}
+}
+
+// eventData returns the data of each event of an event stream's body,
+// which must have want of them.
+func eventData(t *testing.T, body string, want int) []gjson.Result {
+	t.Helper()
+	var data []gjson.Result
+	for _, line := range strings.Split(body, "\n") {
+		if p, ok := strings.CutPrefix(line, "data:"); ok {
+			data = append(data, gjson.Parse(p))
+		}
+	}
+	if len(data) != want {
+		t.Fatalf("%d events, want %d: %s", len(data), want, body)
+	}
+	return data
 }
 
 // A rewritten line keeps its own ending (CRLF framing stays CRLF), and a
@@ -604,13 +604,12 @@ func passCall(t *testing.T, addr, uri string, set func(*fasthttp.Request)) (*fas
 	return resp, c.DoTimeout(req, resp, 5*time.Second)
 }
 
-// Every value of a repeated answer header reaches the client (Vary: Accept
-// and Vary: Origin), each masked: only the last was kept.
-func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
-	t.Parallel()
+// passWithHeaders makes a pass-through call whose provider answers a JSON
+// list with the headers set writes, and returns the client's answer.
+func passWithHeaders(t *testing.T, set func(*fasthttp.ResponseHeader)) *fasthttp.Response {
+	t.Helper()
 	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
-		ctx.Response.Header.Add("Vary", "Accept")
-		ctx.Response.Header.Add("Vary", "Origin")
+		set(&ctx.Response.Header)
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"object":"list","data":[]}`)
 	})
@@ -621,6 +620,17 @@ func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// Every value of a repeated answer header reaches the client (Vary: Accept
+// and Vary: Origin), each masked: only the last was kept.
+func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
+	t.Parallel()
+	resp := passWithHeaders(t, func(h *fasthttp.ResponseHeader) {
+		h.Add("Vary", "Accept")
+		h.Add("Vary", "Origin")
+	})
 	var vary []string
 	for _, v := range resp.Header.PeekAll("Vary") {
 		vary = append(vary, string(v))
@@ -636,21 +646,12 @@ func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
 // the provider's other headers pass, and the gateway's own are its own.
 func TestPassthroughDropsUpstreamOriginAndGatewayHeaders(t *testing.T) {
 	t.Parallel()
-	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
-		for _, h := range []string{"Alt-Svc", "Strict-Transport-Security", "WWW-Authenticate", "X-Gateway-Cache",
+	resp := passWithHeaders(t, func(h *fasthttp.ResponseHeader) {
+		for _, k := range []string{"Alt-Svc", "Strict-Transport-Security", "WWW-Authenticate", "X-Gateway-Cache",
 			"x-gateway-model", "X-Gateway-Budget-Remaining", "X-Provider-Kept"} {
-			ctx.Response.Header.Set(h, "upstream")
+			h.Set(k, "upstream")
 		}
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"object":"list","data":[]}`)
 	})
-	addr, _ := serveGateway(t, base, pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return nil, nil
-	}))
-	resp, err := passCall(t, addr, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if resp.StatusCode() != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
 	}
