@@ -79,18 +79,23 @@ func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
 // string literal ({"card":"[REDACTED]"}). That is kept only if the
 // pattern guards, run over it whole again, find nothing more: a match
 // that spans values or their quotes (a pattern `secret"`) cannot be
-// redacted this way. ok is false when the result is not valid JSON or
-// not clean (kept is then out, the redaction that broke the JSON).
+// redacted this way, and neither can a max_length cut (a cut text is not
+// the text with values replaced). ok is false when the result is not
+// valid JSON or not clean (kept is then out, the redaction that broke the
+// JSON).
 func keepValid(ck *checker, text, out []byte) (kept []byte, ok bool, err error) {
 	if bytes.Equal(out, text) || jsonvalid.Bytes(out) || !jsonvalid.Bytes(text) {
 		return out, true, nil
 	}
-	p := ck.patternChecker()
-	if p == nil {
-		return out, false, nil // only a pattern guard redacts
+	if ck.cutoff {
+		return out, false, nil
 	}
 	if kept, err = judgeValues(ck, text, true); err != nil {
 		return nil, false, err
+	}
+	p := ck.patternChecker() // after judgeValues: it takes the guards that fired so far
+	if p == nil {
+		return out, false, nil // the break was no pattern guard's
 	}
 	again, err := p.Check(kept)
 	ck.fired = p.fired

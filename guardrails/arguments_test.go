@@ -357,3 +357,37 @@ func TestToolCallArgumentsBoundOverChoices(t *testing.T) {
 		t.Errorf("answer: error %v, want content_blocked", err)
 	}
 }
+
+// A max_length redact cuts a JSON text: the value-by-value redaction
+// (keepValid) cannot stand in for a cut, so beside a pattern guard, as
+// alone, arguments or a tool's result cut invalid are withheld, not sent
+// whole; and arguments after a message's cut too.
+func TestMaxLengthCutIsNotUndone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	long := `{"q":"` + strings.Repeat("a", 44) + `"}`
+	afterCut := `{"messages":[{"role":"assistant","content":"` + strings.Repeat("a", 24) +
+		`","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{\"q\":\"secret plan details here\"}"}}]}]}`
+	args := `{"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":` +
+		string(mustJSON(long)) + `}}]}]}`
+	for _, withPII := range []bool{false, true} {
+		gs := []*guard{mustGuard(t, config.Guardrail{Name: "len", Kind: "max_length", Action: "redact", MaxLength: 10})}
+		if withPII {
+			gs = append(gs, mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact"}))
+		}
+		for name, req := range map[string]string{"arguments": args, "arguments after a cut": afterCut} {
+			out, err := checkRequest(ctx, newChecker(ctx, gs, nil), []byte(req))
+			if !isContentBlocked(err) {
+				t.Errorf("pii %v, %s: %s, %v; want content_blocked", withPII, name, out, err)
+			}
+		}
+		for _, g := range gs {
+			g.stage = StageToolOutput
+		}
+		eng := &Engine{def: stages{StageToolOutput: gs}}
+		res, err := eng.checkJSON(ctx, &pipeline.ToolCall{Name: "f"}, StageToolOutput, []byte(long))
+		if err == nil {
+			t.Errorf("pii %v, tool_output: %q passed", withPII, res)
+		}
+	}
+}

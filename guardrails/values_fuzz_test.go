@@ -26,8 +26,14 @@ func FuzzJudgeValues(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	cut, err := compile(config.Guardrail{Name: "len", Kind: "max_length", Action: "redact", MaxLength: 40, Window: 16}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, text []byte) {
-		ck := newChecker(context.Background(), []*guard{g}, nil)
+		// With a max_length cut beside the pattern guard: a cut is never
+		// undone by the value-by-value judgement.
+		ck := newChecker(context.Background(), []*guard{g, cut}, nil)
 		whole, err := ck.Check(text)
 		if err != nil {
 			t.Fatalf("a redacting guard blocked: %v", err)
