@@ -57,3 +57,36 @@ func TestLineMaskerLongLine(t *testing.T) {
 		t.Errorf("out differs from the input masked (%d bytes, want %d); secret left: %v", out.Len(), len(want), strings.Contains(out.String(), secret))
 	}
 }
+
+// The read that takes a line past maxEventBytes may also end it and begin
+// the next event: that event is held whole as any other (here an error
+// about the provider's key, which is rewritten whole), not sent on in
+// pieces as if it were the long line.
+func TestLineMaskerEventAfterLongLine(t *testing.T) {
+	t.Parallel()
+	m := &lineMasker{}
+	var out bytes.Buffer
+	feed := func(p []byte, end bool) {
+		got, n := m.lines(p, end)
+		out.Write(got)
+		m.drop(n)
+	}
+	feed([]byte(`data: {"x":"`), false)
+	read := bytes.Repeat([]byte("y"), 32<<10)
+	for len(m.held)+len(read) <= maxEventBytes {
+		feed(read, false)
+	}
+	const leak = "Incorrect API key provided: sk-proj-****abcd"
+	ev := `data: {"error":{"message":"` + leak + `","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
+	feed(append(append([]byte{}, read...), "\"}\n\n"+ev[:40]...), false)
+	if m.long {
+		t.Error("the event after the long line is taken for part of it")
+	}
+	feed([]byte(ev[40:60]), false)
+	feed([]byte(ev[60:]+"\n\n"), false)
+	feed(nil, true)
+	got := out.String()
+	if strings.Contains(got, "abcd") || !strings.Contains(got, credentialsMessage) {
+		t.Errorf("the error event went out as the provider wrote it: %q", got[strings.LastIndex(got, "\"}\n\n"):])
+	}
+}

@@ -269,6 +269,8 @@ func TestPassthroughRewritesCredentialEvents(t *testing.T) {
 		`data: {"error":{"message":"` + leak + `","type":"invalid_request_error","param":"key","code":"invalid_api_key"}}`,
 		`data: {"type":"error","code":"invalid_api_key","message":"` + leak + `","param":null,"sequence_number":3}`,
 		`data: {"type":"response.failed","response":{"id":"r","status":"failed","error":{"type":"authentication_error","message":"` + leak + `"}}}`,
+		`data: {"error":{"message":"` + leak + `","code":"INVALID_API_KEY"}}`,
+		`data: {"error":{"message":"` + leak + `","type":"authentication\u005ferror"}}`,
 	}
 	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/event-stream")
@@ -282,7 +284,7 @@ func TestPassthroughRewritesCredentialEvents(t *testing.T) {
 		t.Errorf("the provider's text reached the client: %s", body)
 	}
 	data := eventData(t, body, len(events))
-	for i, path := range map[int]string{1: "error", 2: "", 3: "response.error"} {
+	for i, path := range map[int]string{1: "error", 2: "", 3: "response.error", 4: "error", 5: "error"} {
 		e := data[i]
 		if path != "" {
 			e = e.Get(path)
@@ -641,14 +643,15 @@ func TestPassthroughRepeatedResponseHeaders(t *testing.T) {
 }
 
 // A pass-through answer does not carry the provider's headers about its
-// own origin (Alt-Svc, HSTS, WWW-Authenticate) or any in the gateway's
+// own origin (Alt-Svc, HSTS, WWW-Authenticate, CORS, ...) or any in the gateway's
 // namespace (an upstream's x-gateway-cache: hit is not this gateway's);
 // the provider's other headers pass, and the gateway's own are its own.
 func TestPassthroughDropsUpstreamOriginAndGatewayHeaders(t *testing.T) {
 	t.Parallel()
 	resp := passWithHeaders(t, func(h *fasthttp.ResponseHeader) {
 		for _, k := range []string{"Alt-Svc", "Strict-Transport-Security", "WWW-Authenticate", "X-Gateway-Cache",
-			"x-gateway-model", "X-Gateway-Budget-Remaining", "X-Provider-Kept"} {
+			"x-gateway-model", "X-Gateway-Budget-Remaining", "Clear-Site-Data", "NEL", "Report-To", "Content-Security-Policy",
+			"Access-Control-Allow-Origin", "Cross-Origin-Resource-Policy", "X-Provider-Kept"} {
 			h.Set(k, "upstream")
 		}
 	})

@@ -40,19 +40,24 @@ var gatewayOwnHeaders = []string{"Content-Length", "X-Request-Id", "Server", "Da
 // gateway gets none of them.
 var upstreamAccountHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Anthropic-Organization-Id"}
 
-// upstreamOriginHeaders describe the provider's origin, not the gateway's:
-// relayed, an Alt-Svc would send a client's next requests to the
-// provider's alternative service as if it were the gateway's, an HSTS
-// policy would pin the gateway's host, and a WWW-Authenticate would ask
-// for the provider's credentials (a provider's 401 is answered with the
-// gateway's own message). upstreamOwnPrefixes: the gateway's own
-// namespace, which an upstream (another llmgw in front of a provider, or
-// a provider that means something else by it) must not write at the
-// client (an x-gateway-cache: hit of its own, an x-gateway-model, a
-// budget).
+// upstreamOriginHeaders and upstreamOriginPrefixes describe the
+// provider's origin, not the gateway's: relayed, an Alt-Svc would send a
+// client's next requests to the provider's alternative service as if it
+// were the gateway's, an HSTS policy would pin the gateway's host, a
+// Clear-Site-Data would clear a browser's data for it, CORS and the
+// cross-origin and reporting policies would be the provider's for the
+// gateway's answers, and a WWW-Authenticate would ask for the provider's
+// credentials (a provider's 401 is answered with the gateway's own
+// message). upstreamOwnPrefixes: the gateway's own namespace, which an
+// upstream (another llmgw in front of a provider, or a provider that means
+// something else by it) must not write at the client (an x-gateway-cache:
+// hit of its own, an x-gateway-model, a budget).
 var (
-	upstreamOriginHeaders = []string{"Alt-Svc", "Strict-Transport-Security", "Www-Authenticate"}
-	upstreamOwnPrefixes   = []string{"X-Gateway-"}
+	upstreamOriginHeaders = []string{"Alt-Svc", "Strict-Transport-Security", "Www-Authenticate", "Clear-Site-Data",
+		"Content-Security-Policy", "Content-Security-Policy-Report-Only", "Nel", "Report-To", "Reporting-Endpoints",
+		"Permissions-Policy"}
+	upstreamOriginPrefixes = []string{"Access-Control-", "Cross-Origin-"}
+	upstreamOwnPrefixes    = []string{"X-Gateway-"}
 )
 
 // upstreamLimitHeaders and upstreamLimitPrefixes name the provider's
@@ -426,7 +431,7 @@ func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 		ks := string(k)
 		if hasFold(hop, ks) || hasFold(gatewayOwnHeaders, ks) || hasFold(upstreamAccountHeaders, ks) ||
 			hasFold(upstreamLimitHeaders, ks) || hasPrefixFold(upstreamLimitPrefixes, ks) ||
-			hasFold(upstreamOriginHeaders, ks) || hasPrefixFold(upstreamOwnPrefixes, ks) {
+			hasFold(upstreamOriginHeaders, ks) || hasPrefixFold(upstreamOriginPrefixes, ks) || hasPrefixFold(upstreamOwnPrefixes, ks) {
 			continue
 		}
 		// A header quoting the gateway's key (an echo of the request's) or
@@ -726,8 +731,10 @@ type lineMasker struct {
 
 // keptHeld bounds the capacity a lineMasker keeps once what it held is
 // written: a long line's buffer (up to maxEventBytes) is let go after it,
-// not kept for the rest of the stream.
-const keptHeld = 64 << 10
+// not kept for the rest of the stream. Lines up to about this long (an
+// image's partial, a long answer's last event) keep theirs, so that a
+// stream of them does not allocate one per line.
+const keptHeld = 1 << 20
 
 // maxHeldString bounds the open string a JSON answer's masking holds: a
 // longer one (an image's base64) goes out as it comes.
@@ -763,11 +770,12 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 			n = len(m.held) - len(p) + i + 1
 			m.long = false // the line held now began after it
 		}
-		if (m.long && i < 0) || len(m.held) > maxEventBytes {
+		if (m.long && i < 0) || len(m.held)-n > maxEventBytes {
 			// A line this long goes out without its end, but never a
 			// secret cut in two: the part from where one may begin waits
 			// for more. The rest of it goes out as it comes, not held up
-			// to the bound again.
+			// to the bound again. (Only the line still open: a long line
+			// that ended in p goes out whole, and the next one is held.)
 			m.long = true
 			n = observe.Secrets.SafeCut(m.held, len(m.held))
 		}
@@ -781,8 +789,8 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	if observe.Secrets.Any() && bytes.Contains(out, escapeU) {
 		out = maskEscaped(out)
 	}
-	if bytes.Contains(out, errorWord) && accountWords(out) {
-		out = rewriteAccountEvents(out) // each line is checked again: these words may be in another line
+	if bytes.Contains(out, errorWord) {
+		out = rewriteAccountEvents(out) // each line is checked again: the word may be in another line
 	}
 	return out, n
 }
@@ -921,17 +929,24 @@ func maskEscapedFrom(b []byte, st jsonStrings) []byte {
 var (
 	errorWord = []byte(`rror"`) // "error" as a key, or a type's value
 	// The codes and types aboutRateLimit and aboutCredentials know hold one
-	// of these: a line with none (every Responses event's "error":null) is
-	// not parsed.
-	accountWordList = [][]byte{[]byte("rate_limit"), []byte("quota"), []byte("auth"), []byte("permission"), []byte("invalid_")}
+	// of these, in any case: a line with none, and no escape that may
+	// spell one (every Responses event's "error":null), is not parsed.
+	accountWordList = []string{"rate_limit", "quota", "auth", "permission", "invalid_"}
 	dataField       = []byte("data:")
 )
 
-// accountWords reports whether b holds one of accountWordList.
+// accountWords reports whether b holds one of accountWordList, in any
+// case, or a \u escape.
 func accountWords(b []byte) bool {
-	for _, w := range accountWordList {
-		if bytes.Contains(b, w) {
-			return true
+	if bytes.Contains(b, escapeU) {
+		return true
+	}
+	for i := range b {
+		c := b[i] | 0x20 // lower case, for a letter
+		for _, w := range accountWordList {
+			if c == w[0] && len(b)-i >= len(w) && bytes.EqualFold(b[i:i+len(w)], []byte(w)) {
+				return true
+			}
 		}
 	}
 	return false
@@ -1035,8 +1050,11 @@ func maskEscaped(b []byte) []byte { return observe.Secrets.MaskEscapedStrings(b)
 
 // drop lets go of the first n held bytes, which were written.
 func (m *lineMasker) drop(n int) {
-	if rest := m.held[n:]; cap(m.held) > keptHeld && len(rest) <= keptHeld/2 {
-		m.held = append(make([]byte, 0, keptHeld), rest...)
+	if n == 0 {
+		return // nothing written: the line grows where it is
+	}
+	if rest := m.held[n:]; cap(m.held) > keptHeld && len(rest) <= keptHeld/16 {
+		m.held = append(make([]byte, 0, keptHeld/16), rest...)
 		return
 	}
 	m.held = append(m.held[:0], m.held[n:]...)
