@@ -100,6 +100,9 @@ func (s *session) gate(c *call) bool {
 	if t == nil || !needsApproval(s.req, t) {
 		return false
 	}
+	// The person approves the tool that will run: a near miss is shown
+	// (and kept) under its tool's name, not the one the model wrote.
+	c.name = t.cfg.Name
 	c.kind, c.id = kindClient, s.l.approval.mint(s.req.Tenant)
 	s.pending = append(s.pending, c)
 	return true

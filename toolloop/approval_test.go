@@ -387,3 +387,21 @@ func TestApprovalStateUnreadableFails(t *testing.T) {
 		}
 	}
 }
+
+// A near miss of a gated tool is shown for approval under the name of the
+// tool that will run on approval, not the one the model wrote: a person
+// must approve what runs.
+func TestApprovalNearMissShowsTheToolThatRuns(t *testing.T) {
+	t.Parallel()
+	body := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"calculater","arguments":"{\"expression\":\"6*7\"}"}}]},"finish_reason":"tool_calls"}]}`
+	m := &fakeModel{turns: []turnFn{always(nil, body)}}
+	l := newLoop(t, []config.Tool{gatedCalc}, nil)
+	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := gjson.GetBytes(resp.Body, "choices.0.message.tool_calls.0")
+	if call.Get("function.name").Str != "calculator" || !strings.HasPrefix(call.Get("id").Str, approvalPrefix) {
+		t.Fatalf("the call awaiting approval: %s", call.Raw)
+	}
+}

@@ -749,9 +749,10 @@ func TestUnofferedCallWithoutServerToolsIsTheClients(t *testing.T) {
 	}
 }
 
-// A server call is reported with where its tool lives: a near miss under
-// the tool it ran as, and a name no tool answers to as "gateway" (it got
-// the gateway's unknown-tool error), never as a builtin.
+// A server call is reported with where its tool lives, and a near miss
+// under the name of the tool it ran as (calculater ran calculator), and a
+// name no tool answers to as "gateway" (it got the gateway's unknown-tool
+// error), never as a builtin.
 func TestServerCallSource(t *testing.T) {
 	t.Parallel()
 	calls := `[{"id":"c1","type":"function","function":{"name":"nonexistent_zz","arguments":"{}"}},` +
@@ -772,7 +773,7 @@ func TestServerCallSource(t *testing.T) {
 	if _, err := l.Chat(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	if got["nonexistent_zz"] != "gateway" || got["calculater"] != "builtin" {
+	if got["nonexistent_zz"] != "gateway" || got["calculator"] != "builtin" || len(got) != 2 {
 		t.Fatalf("sources %v", got)
 	}
 }

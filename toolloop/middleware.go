@@ -105,7 +105,7 @@ func (l *Loop) observeMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 }
 
 // resolveMW maps the called name onto an offered tool: exact, then
-// case-insensitive, then a unique close match (edit distance <= 2).
+// case-insensitive, then a unique close match (nameAllowance).
 func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 	return pipeline.ToolHandlerFunc(func(ctx context.Context, c *pipeline.ToolCall) (*pipeline.ToolResult, error) {
 		tools := l.offered(ctx)
@@ -140,7 +140,7 @@ func (l *Loop) resolveMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 // prefix (the longest one each carries), or none when it carries none. When a server is down its tools are not
 // offered, and a look-alike of another server's would run instead.
 func (l *Loop) resolve(tools []*tool, name string) *tool {
-	t := resolveName(tools, name)
+	t := resolveName(tools, name, len(name)-len(l.carried(name)))
 	if t == nil || t.cfg.Name == name || len(l.opts.ServerPrefixes) == 0 {
 		return t
 	}
@@ -164,7 +164,26 @@ func (l *Loop) carried(name string) string {
 // maxNameDistance is the largest edit distance a near-miss name may have.
 const maxNameDistance = 2
 
-func resolveName(tools []*tool, name string) *tool {
+// nameAllowance is the edit distance a near miss may have from a called
+// name whose own part (without its server's prefix) is n bytes long: a
+// slip in a long name (calculater, get_wether) is one, but a short name
+// a letter off is another word (lie and die, pid and pig, hand and
+// hang), and running that tool instead would run something the model
+// never asked for.
+func nameAllowance(n int) int {
+	switch {
+	case n >= 10:
+		return maxNameDistance
+	case n >= 5:
+		return 1
+	}
+	return 0
+}
+
+// resolveName finds the tool name calls: exact, then in another case,
+// then the one tool within nameAllowance(core) edits, core being the
+// length of name's own part.
+func resolveName(tools []*tool, name string, core int) *tool {
 	for _, t := range tools {
 		if t.cfg.Name == name {
 			return t
@@ -175,13 +194,17 @@ func resolveName(tools []*tool, name string) *tool {
 			return t
 		}
 	}
+	allowed := nameAllowance(core)
+	if allowed == 0 {
+		return nil
+	}
 	var best *tool
-	bestD, ties := maxNameDistance+1, 0
+	bestD, ties := allowed+1, 0
 	lname := strings.ToLower(name)
 	for _, t := range tools {
-		d := editDistance(lname, strings.ToLower(t.cfg.Name), maxNameDistance+1)
+		d := editDistance(lname, strings.ToLower(t.cfg.Name), allowed+1)
 		switch {
-		case d > maxNameDistance:
+		case d > allowed:
 		case d < bestD:
 			best, bestD, ties = t, d, 0
 		case d == bestD:

@@ -113,9 +113,9 @@ func BenchmarkRegistryFastPath(b *testing.B) {
 func TestNearMissStaysOnItsServer(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{}
-	echo := srcTool("ev_echo", `{"type":"object"}`)
-	echo.Server = "ev"
-	src.set(echo) // evh is down: its evh_echo is not offered
+	echo, search := srcTool("ev_echo", `{"type":"object"}`), srcTool("ev_search", `{"type":"object"}`)
+	echo.Server, search.Server = "ev", "ev"
+	src.set(echo, search) // evh is down: its evh_echo is not offered
 	l, err := New(Options{Source: src, ServerPrefixes: map[string]string{"ev": "ev_", "evh": "evh_"}})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestNearMissStaysOnItsServer(t *testing.T) {
 	for _, tc := range []struct{ called, want string }{
 		{"evh_echo", `"unknown_tool"`},
 		{"EV_ECHO", `ev_echo:{}`},
-		{"ev_ecko", `ev_echo:{}`},
+		{"ev_serch", `ev_search:{}`},
 	} {
 		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
 		if err != nil || !strings.Contains(string(res.Content), tc.want) {
@@ -153,6 +153,41 @@ func TestNearMissNestedAndMissingPrefixes(t *testing.T) {
 		{"Everything", `everything:{}`},
 		{"everythng", `everything:{}`},
 		{"EVHELLO", `evhello:{}`},
+	} {
+		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
+		if err != nil || !strings.Contains(string(res.Content), tc.want) {
+			t.Errorf("%s: %s, %v; want %s", tc.called, res.Content, err, tc.want)
+		}
+	}
+}
+
+// A near miss is a slip in a name, not another word: the edits allowed
+// grow with the length of the name's own part (after its server's
+// prefix), so a short name a letter off another tool's (bad_lie and
+// bad_die, bad_pig and bad_pid) is an unknown tool, never a call of the
+// other, which may do something else entirely.
+func TestNearMissShortNamesAreUnknown(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	var tools []config.Tool
+	for _, n := range []string{"bad_die", "bad_pid", "bad_hang", "bad_delete_file", "bad_weather"} {
+		tl := srcTool(n, `{"type":"object"}`)
+		tl.Server = "bad"
+		tools = append(tools, tl)
+	}
+	src.set(tools...)
+	l, err := New(Options{Source: src, ServerPrefixes: map[string]string{"bad": "bad_"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ called, want string }{
+		{"bad_lie", `"unknown_tool"`},
+		{"bad_pig", `"unknown_tool"`},
+		{"bad_hand", `"unknown_tool"`},
+		{"BAD_DIE", `bad_die:{}`},                 // another case is the same name
+		{"bad_wether", `bad_weather:{}`},          // one edit in a 7-byte name
+		{"bad_delete_fiel", `bad_delete_file:{}`}, // two in an 11-byte one
+		{"bad_wethr", `"unknown_tool"`},           // two in a 7-byte one
 	} {
 		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
 		if err != nil || !strings.Contains(string(res.Content), tc.want) {
