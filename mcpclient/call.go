@@ -71,6 +71,7 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		if t.Repeatable {
 			if sess = s.nextSession(ctx, sess); sess == nil {
 				if ctx.Err() != nil {
+					countEnded(ctx, s.cfg.Name)
 					return nil, false, ctx.Err()
 				}
 				return nil, false, ErrUnavailable // the reconnect failed
@@ -87,6 +88,7 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 			m.log.Error().Str("server", s.cfg.Name).Str("tool", t.Remote).Str("panic", fmt.Sprint(pe.p)).Bytes("stack", pe.stack).Msg("mcp: a tool call panicked")
 		}
 		if ctx.Err() != nil {
+			countEnded(ctx, s.cfg.Name)
 			return nil, false, err
 		}
 		switch refusedAnswer(err) {
@@ -281,4 +283,16 @@ func contentText(blocks []mcp.Content) string {
 		}
 	}
 	return b.String()
+}
+
+// countEnded counts a call whose context ended first: "timeout" when its
+// deadline passed (the server's timeout, or the request's), "cancelled"
+// when it was cancelled (its client left). A server that hangs on every
+// call shows in gateway_mcp_calls_total as such, not as nothing.
+func countEnded(ctx context.Context, server string) {
+	result := "cancelled"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		result = "timeout"
+	}
+	metricCalls.WithLabelValues(server, result).Inc()
 }

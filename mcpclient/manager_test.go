@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -530,5 +531,46 @@ func TestBreakSessionReplacesAStaleSignal(t *testing.T) {
 	}
 	if got := <-s.broken; got != cur {
 		t.Fatal("the signal for the current session was dropped for a stale one")
+	}
+}
+
+// A call the server never answers is counted when its deadline ends it
+// (timeout) or its request does (cancelled): a server that hangs on every
+// call showed nothing in gateway_mcp_calls_total.
+func TestManagerCallsEndedFirstAreCounted(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	release := make(chan struct{})
+	srv.AddTool(&mcp.Tool{Name: "hang", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select { // until the test ends: the server closes only then
+			case <-ctx.Done():
+			case <-release:
+			}
+			return nil, errors.New("hung")
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(release) }) // first
+	m := Start(Options{Servers: defaulted(config.MCPServer{Name: "hangs", URL: ts.URL, Timeout: config.Duration(30 * time.Second)}),
+		Logger: testLogger(t)})
+	defer m.Close()
+	waitFor(t, "the server", 10*time.Second, nil, func() bool { return strings.HasPrefix(m.Status()["mcp:hangs"], "up") })
+	timeout0, cancelled0 := calls("hangs", "timeout"), calls("hangs", "cancelled")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if _, _, err := m.Call(ctx, "hang", nil); err == nil {
+		t.Fatal("a call past its deadline succeeded")
+	}
+	cancel()
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	if _, _, err := m.Call(ctx, "hang", nil); err == nil {
+		t.Fatal("a cancelled call succeeded")
+	}
+	if d := calls("hangs", "timeout") - timeout0; d != 1 {
+		t.Errorf("%v calls counted as timeout, want 1", d)
+	}
+	if d := calls("hangs", "cancelled") - cancelled0; d != 1 {
+		t.Errorf("%v calls counted as cancelled, want 1", d)
 	}
 }

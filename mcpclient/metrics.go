@@ -20,6 +20,6 @@ var (
 	}, []string{"server", "result"})
 	metricCalls = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_mcp_calls_total",
-		Help: "MCP tools/call requests by server and result (ok|tool_error|rpc_error|unreadable|error): rpc_error is a JSON-RPC error the server answered with, unreadable an answer with a content type the gateway cannot read, error a transport failure.",
+		Help: "MCP tools/call requests by server and result (ok|tool_error|rpc_error|unreadable|error|timeout|cancelled): rpc_error is a JSON-RPC error the server answered with, unreadable an answer with a content type the gateway cannot read, error a transport failure, timeout a call its deadline ended first, cancelled one whose request ended first.",
 	}, []string{"server", "result"})
 )
