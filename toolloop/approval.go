@@ -379,6 +379,12 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 		var res *pipeline.ToolResult
 		l.runCall(withToolSet(ctx, &toolSet{tools: tools}), &pipeline.ToolCall{ID: id, Name: c.name, Arguments: c.args, Request: req}, &res)
 		if err := ctx.Err(); err != nil {
+			// The request ended (its client left) while the approved call
+			// ran: it may have partly run, and it is not run again. That
+			// is what a replay shows, not a claim in progress or an
+			// expired approval: the decision was applied.
+			l.keepDecided(context.WithoutCancel(ctx), req, rec, id, errContent(&ToolError{Kind: "interrupted",
+				Message: "the approved call was interrupted when its request ended (the client left); it may have partly run, and it was not run again"}, false))
 			return nil, nil, err
 		}
 		content = res.Content
@@ -398,15 +404,29 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 	default:
 		content = answerContent(text)
 	}
-	if st := l.opts.State; st != nil {
-		kept := &HiddenTurn{Assistant: rec.Assistant, ClientIDs: rec.ClientIDs, Saved: time.Now(),
-			ToolResults: [][]byte{appendToolMessage(nil, id, content)}}
-		if err := st.Save(ctx, approvalStateKey(req.Tenant, id), kept); err != nil {
-			l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: keeping a decided call's result failed; a replay of this history will find it expired")
-		}
-	}
+	l.keepDecided(ctx, req, rec, id, content)
 	return content, ran, nil
 }
+
+// keepDecided keeps content as the result of the call with approval id,
+// whose kept state is rec, for the replays of its history.
+func (l *Loop) keepDecided(ctx context.Context, req *pipeline.Request, rec *HiddenTurn, id string, content []byte) {
+	st := l.opts.State
+	if st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, keepDecidedTimeout)
+	defer cancel()
+	kept := &HiddenTurn{Assistant: rec.Assistant, ClientIDs: rec.ClientIDs, Saved: time.Now(),
+		ToolResults: [][]byte{appendToolMessage(nil, id, content)}}
+	if err := st.Save(ctx, approvalStateKey(req.Tenant, id), kept); err != nil {
+		l.log.Warn().Err(err).Str("request_id", req.ID).Msg("tool loop: keeping a decided call's result failed; a replay of this history will find it expired")
+	}
+}
+
+// keepDecidedTimeout bounds the save of a decided call's result, which
+// may run after its request ended (an interrupted run).
+const keepDecidedTimeout = 5 * time.Second
 
 // errApprovalUnreadable fails a request whose decision cannot be applied
 // while the state store fails: 503 approval_unavailable, to be retried.

@@ -405,3 +405,43 @@ func TestApprovalNearMissShowsTheToolThatRuns(t *testing.T) {
 		t.Fatalf("the call awaiting approval: %s", call.Raw)
 	}
 }
+
+// A request that ends (its client left) while the call it approved runs
+// keeps that outcome: a replay of the history shows the call interrupted,
+// not "in progress" (nothing runs) nor "expired" (the decision was
+// applied), and the tool does not run again.
+func TestApprovalInterruptedRunIsKept(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	hang := srcTool("mcp_hang", `{"type":"object"}`)
+	hang.Approval = "always"
+	src.set(hang)
+	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
+	l := newLoop(t, nil, func(o *Options) { o.Source, o.State = src, NewMemoryState(time.Hour, 100, 1<<20) })
+	first, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := gjson.GetBytes(first.Body, "choices.0.message")
+	id := call.Get("tool_calls.0.id").Str
+	if !strings.HasPrefix(id, approvalPrefix) {
+		t.Fatalf("no call awaiting approval: %s", first.Body)
+	}
+	history := `{"model":"gpt-x","messages":[{"role":"user","content":"hang"},` + call.Raw +
+		`,{"role":"tool","tool_call_id":"` + id + `","content":"{\"decision\":\"approve\"}"}]}`
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := l.Chat(ctx, request(m, false, history)); err == nil {
+		t.Fatal("the request whose client left succeeded")
+	}
+	if _, err := l.Chat(context.Background(), request(m, false, history)); err != nil {
+		t.Fatal(err)
+	}
+	last := m.bodies[len(m.bodies)-1]
+	got := gjson.GetBytes(last, `messages.#(tool_call_id=="`+id+`").content`).Str
+	if gjson.Get(got, "error.type").Str != "interrupted" {
+		t.Fatalf("the replay shows the call as %s", got)
+	}
+}

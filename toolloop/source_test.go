@@ -30,9 +30,13 @@ func (f *fakeSource) Tools() []config.Tool {
 	defer f.mu.Unlock()
 	return f.tools
 }
-func (f *fakeSource) Call(_ context.Context, name string, args []byte) ([]byte, bool, error) {
-	if name == "mcp_fail" {
+func (f *fakeSource) Call(ctx context.Context, name string, args []byte) ([]byte, bool, error) {
+	switch name {
+	case "mcp_fail":
 		return []byte("remote says no"), true, nil
+	case "mcp_hang": // until the call's context ends
+		<-ctx.Done()
+		return nil, false, ctx.Err()
 	}
 	return append([]byte(name+":"), args...), false, nil
 }
