@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
@@ -775,5 +776,33 @@ func TestServerCallSource(t *testing.T) {
 	}
 	if got["nonexistent_zz"] != "gateway" || got["calculator"] != "builtin" || len(got) != 2 {
 		t.Fatalf("sources %v", got)
+	}
+}
+
+// The loop's wall time bounds a tool call running when it ends: the call
+// is stopped (here long before its 5 s timeout), the model reads a
+// wall_time error result, and its final answer follows. It was checked
+// only between rounds, so a call could outlast it by its whole timeout.
+func TestWallTimeStopsARunningCall(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	src.set(srcTool("mcp_hang", `{"type":"object"}`))
+	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
+	l := newLoop(t, nil, func(o *Options) {
+		o.Source = src
+		o.Loop.WallTime = config.Duration(200 * time.Millisecond)
+	})
+	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gjson.GetBytes(resp.Body, "choices.0.message.content").Str != "Done." || len(m.bodies) != 2 {
+		t.Fatalf("%d model calls, answer %s", len(m.bodies), resp.Body)
+	}
+	got := gjson.GetBytes(m.bodies[1], `messages.#(role=="tool").content`).Str
+	if gjson.Get(got, "error.type").Str != "wall_time" {
+		t.Fatalf("the model read %s", got)
 	}
 }

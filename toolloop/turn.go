@@ -309,12 +309,24 @@ func (s *session) classify(c *call) {
 // It fails only when ctx ends.
 func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.ToolResult, error) {
 	tctx := withToolSet(ctx, s.p.set)
+	if wt := s.l.cfg.WallTime.D(); wt > 0 {
+		// The loop's wall time bounds the calls running when it ends, not
+		// only the rounds after them: a tool that outlasts it is stopped,
+		// and the final model call follows.
+		var cancel context.CancelFunc
+		tctx, cancel = context.WithDeadline(tctx, s.start.Add(wt))
+		defer cancel()
+	}
 	results := make([]*pipeline.ToolResult, len(calls))
 	tcs := make([]pipeline.ToolCall, len(calls))
 	for i, c := range calls {
 		tcs[i] = pipeline.ToolCall{ID: c.id, Name: c.name, Arguments: c.args, Request: s.req}
 	}
 	s.admit(tcs, results)
+	refused := make([]bool, len(results)) // by a limit before running: their error stands
+	for i, r := range results {
+		refused[i] = r != nil
+	}
 	if *s.l.cfg.Parallel && len(calls) > 1 {
 		var wg sync.WaitGroup
 		for i := range calls {
@@ -331,6 +343,14 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if tctx.Err() != nil {
+		for i, r := range results {
+			if !refused[i] && (r == nil || r.IsError) {
+				results[i] = s.l.errResult(&tcs[i], &ToolError{Kind: "wall_time",
+					Message: fmt.Sprintf("the tool loop's wall time (%s) ran out while the tool ran; it was stopped", s.l.cfg.WallTime.D())})
+			}
+		}
 	}
 	return results, nil
 }
