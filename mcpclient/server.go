@@ -113,7 +113,11 @@ func (s *server) connectOnce(ctx context.Context, first func()) error {
 		metricConnects.WithLabelValues(s.cfg.Name, "error").Inc()
 		s.setDown("down: connect failed", err)
 		s.attemptFailed()
-		log.Warn().Err(err).Msg("mcp: connect failed")
+		e := log.Warn().Err(err)
+		if tail := stderrOf(tr); tail != "" {
+			e = e.Str("stderr", tail)
+		}
+		e.Msg("mcp: connect failed")
 		return err
 	}
 	tools, err := s.list(cctx, sess)

@@ -39,6 +39,9 @@ func transport(c *config.MCPServer) mcp.Transport {
 		for k, v := range c.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
+		// Its last words, for the log when it fails (stderr.go). A
+		// grandchild that keeps the pipe open does not hold up the wait.
+		cmd.Stderr, cmd.WaitDelay = &stderrTail{}, 2*time.Second
 		isolate(cmd)
 		return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}

@@ -7,10 +7,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/observe"
 )
 
 // A stdio server never inherits the gateway's environment (API keys),
@@ -63,5 +66,55 @@ func TestHTTPHeadersDoNotFollowRedirects(t *testing.T) {
 	case a := <-got:
 		t.Fatalf("the redirect target received Authorization %q", a)
 	default:
+	}
+}
+
+// A stdio server that fails to start is logged with the last of what it
+// wrote to its standard error (node's "Cannot find module", a traceback),
+// its secrets masked: the log said only that the pipe closed.
+func TestStdioStartFailureLogsItsStderr(t *testing.T) {
+	t.Parallel()
+	const secret = "sk-stderr-tail-secret-42"
+	observe.Secrets.Add(secret)
+	lines := make(logLines, 64)
+	m := Start(Options{Servers: defaulted(config.MCPServer{Name: "broken", Command: "sh",
+		Args: []string{"-c", "echo 'Error: Cannot find module /srv/mcp.mjs' >&2; echo 'key " + secret + "' >&2; exit 1"}}),
+		MaxBackoff: time.Hour, Logger: zerolog.New(lines)})
+	defer m.Close()
+	for {
+		select {
+		case line := <-lines:
+			if !strings.Contains(line, "connect failed") {
+				continue
+			}
+			if !strings.Contains(line, "Cannot find module /srv/mcp.mjs") || strings.Contains(line, secret) {
+				t.Fatalf("log: %s", line)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("no log line for the failed start")
+		}
+	}
+}
+
+// logLines is a log writer that hands each line to the test (a full
+// channel holds the logger up: size it for the lines expected).
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	l <- string(p)
+	return len(p), nil
+}
+
+// The kept tail is bounded, whatever the server writes.
+func TestStderrTailBound(t *testing.T) {
+	t.Parallel()
+	var tail stderrTail
+	for i := range 3000 {
+		_, _ = tail.Write([]byte(strings.Repeat("x", i%7) + "\n"))
+	}
+	_, _ = tail.Write([]byte(strings.Repeat("y", 3*maxStderr) + "end"))
+	if len(tail.b) != maxStderr || !strings.HasSuffix(string(tail.b), "yend") {
+		t.Fatalf("%d bytes kept, ending %q", len(tail.b), tail.b[len(tail.b)-8:])
 	}
 }
