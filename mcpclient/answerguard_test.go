@@ -64,6 +64,7 @@ func TestCallBadAnswerSparesOthersOverHTTP(t *testing.T) {
 		{"huge", false, msgTooLarge},
 		{"bad", true, msgMalformed},
 		{"bad", false, msgMalformed},
+		{"page", true, msgMalformed}, // a 200 text/html page in a call's answer's place
 	} {
 		name := fmt.Sprintf("%s-json=%v", tc.tool, tc.jsonAnswer)
 		t.Run(name, func(t *testing.T) {
@@ -92,12 +93,21 @@ func TestCallBadAnswerSparesOthersOverHTTP(t *testing.T) {
 			s.AddTool(&mcp.Tool{Name: "small", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return text("ok"), nil
 			})
+			s.AddTool(&mcp.Tool{Name: "page", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return text("never seen"), nil
+			})
 			h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: tc.jsonAnswer})
 			var inits atomic.Int64 // sessions opened
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Method == http.MethodPost {
-					if bytes.Contains(peekBody(r), []byte(`"method":"initialize"`)) {
+					body := peekBody(r)
+					if bytes.Contains(body, []byte(`"method":"initialize"`)) {
 						inits.Add(1)
+					}
+					if bytes.Contains(body, []byte(`"name":"page"`)) {
+						w.Header().Set("Content-Type", "text/html")
+						_, _ = io.WriteString(w, "<html>502 Bad Gateway</html>")
+						return
 					}
 				}
 				h.ServeHTTP(badAnswers{w}, r)
@@ -106,7 +116,7 @@ func TestCallBadAnswerSparesOthersOverHTTP(t *testing.T) {
 			m := Start(Options{Servers: defaulted(config.MCPServer{Name: "spare-" + name, URL: srv.URL, Timeout: config.Duration(30 * time.Second)}),
 				KeepAlive: time.Hour, Logger: testLogger(t)})
 			defer m.Close()
-			if tools := toolNames(m); tools != "bad,huge,slow,small" {
+			if tools := toolNames(m); tools != "bad,huge,page,slow,small" {
 				t.Fatalf("tools %q (status %v)", tools, m.Status())
 			}
 			type result struct {

@@ -1,6 +1,7 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,6 +123,16 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 		// streams (GET) are bounded per event by the SDK (MaxEventSize),
 		// and may rightly run long.
 		resp.Body = newSSEGuard(resp.Body, id, over, maxEventBytes, maxMessageBytes)
+	case call && ok:
+		// A 2xx answer of another type (a proxy's HTML page) is no JSON-RPC
+		// message either, and the SDK would fail the connection on it: the
+		// call alone gets the unreadable answer, as a JSON one it cannot
+		// read does.
+		_ = resp.Body.Close()
+		body := errorAnswer(id, codeAnswerUnreadable)
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		resp.Header.Set("Content-Type", "application/json")
+		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	case !ok || mt != "text/event-stream":
 		// Any other body is read whole (the SDK reads an error answer
 		// whole, whatever its type): bound it.
