@@ -1222,3 +1222,45 @@ func TestResponsesRepeatedKeyRefused(t *testing.T) {
 		t.Errorf("a plain request: %d %s", code, b)
 	}
 }
+
+// A near miss (calculater) in a mixed turn runs and is kept under its
+// tool's name, in the hidden round and in the mcp_call item alike: a
+// follow-up that replays the items with the client's output carries the
+// server round once (the kept round named the slip and the item the tool,
+// so the round was spliced in a second time).
+func TestResponsesNearMissMixedTurnReplay(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch strings.Count(string(c.Body), `"role":"tool"`) {
+		case 0:
+			return mockllm.Turn{Text: "Step 0.", ToolCalls: []mockllm.ToolCall{{Name: "calculater", Arguments: `{"expression":"6*7"}`}}}
+		case 1:
+			return mockllm.Turn{Text: "Step 1.", ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
+		}
+		return mockllm.Turn{Text: "Results: " + strings.Join(c.ToolResults, " | ")}
+	}})
+	weather := `{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}`
+	status, _, first := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"input":"go","tools":[`+weather+`]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, first)
+	}
+	input := `[{"role":"user","content":"go"}`
+	var callID string
+	gjson.GetBytes(first, "output").ForEach(func(_, it gjson.Result) bool {
+		if it.Get("type").Str == "function_call" {
+			callID = it.Get("call_id").Str
+		}
+		input += "," + it.Raw
+		return true
+	})
+	input += `,{"type":"function_call_output","call_id":"` + callID + `","output":"sunny"}]`
+	status, _, next := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"tools":[`+weather+`],"input":`+input+`}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, next)
+	}
+	reqs := h.mock.Requests()
+	got := historyShape(reqs[len(reqs)-1].Body)
+	if strings.Count(got, "[calculat") != 1 {
+		t.Fatalf("the follow-up's history holds the server call more than once:\n%s", got)
+	}
+}

@@ -31,6 +31,9 @@ var ErrUnavailable = errors.New("mcpclient: the tool's MCP server is not connect
 // JSON-RPC error does not: the server answered. args is only read; data is
 // owned by the caller. Safe for concurrent use.
 func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []byte, isError bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // ended before it was sent: no server's doing, not counted
+	}
 	t := m.Lookup(name)
 	if t == nil {
 		return nil, false, ErrUnavailable

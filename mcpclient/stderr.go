@@ -1,6 +1,7 @@
 package mcpclient
 
 import (
+	"bytes"
 	"strings"
 	"sync"
 
@@ -18,19 +19,20 @@ const maxStderr = 2 << 10
 // standard error, for the log line of a connection that failed: without
 // it, a server that cannot start says only that its pipe closed.
 type stderrTail struct {
-	mu sync.Mutex
-	b  []byte
+	mu  sync.Mutex
+	b   []byte
+	cut bool // b lost its start: it may begin inside a line (a secret)
 }
 
 func (t *stderrTail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(p) >= maxStderr {
-		t.b = append(t.b[:0], p[len(p)-maxStderr:]...)
+		t.b, t.cut = append(t.b[:0], p[len(p)-maxStderr:]...), true
 		return len(p), nil
 	}
 	if over := len(t.b) + len(p) - maxStderr; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
+		t.b, t.cut = append(t.b[:0], t.b[over:]...), true
 	}
 	t.b = append(t.b, p...)
 	return len(p), nil
@@ -50,5 +52,15 @@ func stderrOf(tr mcp.Transport) string {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return strings.TrimSpace(strings.ToValidUTF8(string(observe.Secrets.Redact(t.b)), "\uFFFD"))
+	b := t.b
+	if t.cut {
+		// From the first whole line: a secret cut at the start would be
+		// a part no longer masked.
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		} else {
+			b = nil
+		}
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(observe.Secrets.Redact(b)), "\uFFFD"))
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,14 @@ func TestStderrTailBound(t *testing.T) {
 	_, _ = tail.Write([]byte(strings.Repeat("y", 3*maxStderr) + "end"))
 	if len(tail.b) != maxStderr || !strings.HasSuffix(string(tail.b), "yend") {
 		t.Fatalf("%d bytes kept, ending %q", len(tail.b), tail.b[len(tail.b)-8:])
+	}
+	// What is shown begins at a whole line: the kept bytes may begin
+	// inside a secret, whose end alone would not be masked.
+	var cut stderrTail
+	_, _ = cut.Write([]byte("key sk-stderr-cut-secret-0123456789\nlast line\n"))
+	_, _ = cut.Write([]byte(strings.Repeat("z", maxStderr-30) + "\nthe end\n"))
+	tr := &mcp.CommandTransport{Command: &exec.Cmd{Stderr: &cut}}
+	if got := stderrOf(tr); strings.Contains(got, "0123456789") || !strings.HasPrefix(got, "last line\n") || !strings.HasSuffix(got, "the end") {
+		t.Fatalf("shown %.80q", got)
 	}
 }

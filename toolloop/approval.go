@@ -382,9 +382,14 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 			// The request ended (its client left) while the approved call
 			// ran: it may have partly run, and it is not run again. That
 			// is what a replay shows, not a claim in progress or an
-			// expired approval: the decision was applied.
-			l.keepDecided(context.WithoutCancel(ctx), req, rec, id, errContent(&ToolError{Kind: "interrupted",
-				Message: "the approved call was interrupted when its request ended (the client left); it may have partly run, and it was not run again"}, false))
+			// expired approval: the decision was applied. (A call that
+			// finished as the request ended keeps its own result.)
+			kept := errContent(&ToolError{Kind: "interrupted",
+				Message: "the approved call was interrupted when its request ended (the client left); it may have partly run, and it was not run again"}, false)
+			if res != nil && !res.IsError {
+				kept = res.Content
+			}
+			l.keepDecided(context.WithoutCancel(ctx), req, rec, id, kept)
 			return nil, nil, err
 		}
 		content = res.Content

@@ -806,3 +806,76 @@ func TestWallTimeStopsARunningCall(t *testing.T) {
 		t.Fatalf("the model read %s", got)
 	}
 }
+
+// A call that finished with its own error before the wall time ran out (a
+// parallel sibling hung) keeps it: only a call the wall time ended gets
+// the wall_time result.
+func TestWallTimeKeepsFinishedErrors(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	src.set(srcTool("mcp_hang", `{"type":"object"}`), srcTool("mcp_fail", `{"type":"object"}`))
+	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
+		`{"id":"u1","type":"function","function":{"name":"mcp_fail","arguments":"{}"}},` +
+		`{"id":"u2","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
+	l := newLoop(t, nil, func(o *Options) {
+		o.Source = src
+		o.Loop.WallTime = config.Duration(300 * time.Millisecond)
+	})
+	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
+		t.Fatal(err)
+	}
+	got := gjson.GetBytes(m.bodies[1], `messages.#(role=="tool").content`).Str
+	if !strings.Contains(got, "remote says no") {
+		t.Errorf("mcp_fail finished before the wall time, yet the model read %s", got)
+	}
+}
+
+// A round whose model call spent the wall time runs none of its server
+// calls: each gets a wall_time result saying it was not run, and the
+// final model call follows.
+func TestWallTimeSpentBeforeTools(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	src.set(srcTool("mcp_echo", `{"type":"object"}`))
+	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"mcp_echo","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	slow := func(*pipeline.Request) ([]string, string) { time.Sleep(250 * time.Millisecond); return nil, callBody }
+	m := &fakeModel{turns: []turnFn{slow, always(nil, done)}}
+	l := newLoop(t, nil, func(o *Options) {
+		o.Source = src
+		o.Loop.WallTime = config.Duration(200 * time.Millisecond)
+	})
+	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
+		t.Fatal(err)
+	}
+	got := gjson.GetBytes(m.bodies[1], `messages.#(role=="tool").content`).Str
+	if gjson.Get(got, "error.type").Str != "wall_time" || !strings.Contains(got, "not run") {
+		t.Errorf("the model read %s", got)
+	}
+}
+
+// terminate_on_unknown_calls' stop on an unknown tool's result stands when
+// a parallel sibling meets the wall time.
+func TestWallTimeKeepsStop(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	src.set(srcTool("mcp_hang", `{"type":"object"}`))
+	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
+		`{"id":"u1","type":"function","function":{"name":"zzzz_nothing","arguments":"{}"}},` +
+		`{"id":"u2","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
+	l := newLoop(t, nil, func(o *Options) {
+		o.Source = src
+		o.Loop.WallTime = config.Duration(300 * time.Millisecond)
+		o.Loop.TerminateOnUnknownCalls = true
+	})
+	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.bodies) != 1 {
+		t.Errorf("terminate_on_unknown_calls did not stop the loop: %d model calls", len(m.bodies))
+	}
+}

@@ -217,12 +217,16 @@ func resolveName(tools []*tool, name string, core int) *tool {
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b, or limit when it is
-// at least limit (names are short; the cut keeps adversarial input cheap).
+// editDistance is the edit distance of a and b in which swapping two
+// neighbouring letters is one edit, as a deletion, an insertion or a
+// substitution is (optimal string alignment: "serach" is one edit from
+// "search", not two), or limit when it is at least limit (names are short;
+// the cut keeps adversarial input cheap).
 func editDistance(a, b string, limit int) int {
 	if d := len(a) - len(b); d >= limit || -d >= limit {
 		return limit
 	}
+	pprev := make([]int, len(b)+1) // the row before prev, for swaps
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -237,12 +241,18 @@ func editDistance(a, b string, limit int) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], pprev[j-2]+1)
+			}
 			rowMin = min(rowMin, cur[j])
 		}
 		if rowMin >= limit {
+			// Each later row is at least this one's minimum (a swap reaches
+			// back one row more, from a row whose minimum was at least
+			// limit-1, plus one).
 			return limit
 		}
-		prev, cur = cur, prev
+		pprev, prev, cur = prev, cur, pprev
 	}
 	return min(prev[len(b)], limit)
 }

@@ -37,6 +37,9 @@ func (f *fakeSource) Call(ctx context.Context, name string, args []byte) ([]byte
 	case "mcp_hang": // until the call's context ends
 		<-ctx.Done()
 		return nil, false, ctx.Err()
+	case "mcp_late": // done just as the call's context ends
+		<-ctx.Done()
+		return []byte("late but done"), false, nil
 	}
 	return append([]byte(name+":"), args...), false, nil
 }

@@ -301,6 +301,13 @@ func (s *session) classify(c *call) {
 	case s.gate(c): // a gated server tool: shown to the client for approval
 	default:
 		c.kind = kindServer // unknown names go to the tool chain: an error result the model can act on
+		if t := s.l.resolve(s.p.set.tools, c.name); t != nil {
+			// A near miss runs as its tool, under its tool's name: the
+			// history, a mixed turn's hidden round, the trace and the
+			// Responses items all name the tool that ran (gate does the
+			// same for a gated one).
+			c.name = t.cfg.Name
+		}
 	}
 }
 
@@ -309,28 +316,41 @@ func (s *session) classify(c *call) {
 // It fails only when ctx ends.
 func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.ToolResult, error) {
 	tctx := withToolSet(ctx, s.p.set)
+	var wall context.Context // ends when the loop's wall time runs out; nil without one
 	if wt := s.l.cfg.WallTime.D(); wt > 0 {
 		// The loop's wall time bounds the calls running when it ends, not
 		// only the rounds after them: a tool that outlasts it is stopped,
-		// and the final model call follows.
+		// a call not started yet is not run, and the final model call
+		// follows.
 		var cancel context.CancelFunc
 		tctx, cancel = context.WithDeadline(tctx, s.start.Add(wt))
 		defer cancel()
+		wall = tctx
 	}
 	results := make([]*pipeline.ToolResult, len(calls))
 	tcs := make([]pipeline.ToolCall, len(calls))
 	for i, c := range calls {
 		tcs[i] = pipeline.ToolCall{ID: c.id, Name: c.name, Arguments: c.args, Request: s.req}
 	}
-	s.admit(tcs, results)
-	refused := make([]bool, len(results)) // by a limit before running: their error stands
-	for i, r := range results {
-		refused[i] = r != nil
+	s.admit(tcs, results) // a call a limit refused has its result already, which stands
+	run := func(i int) {
+		if results[i] == nil && wall != nil && wall.Err() != nil {
+			results[i] = s.wallResult(&tcs[i], "it was not run")
+			return
+		}
+		refused := results[i] != nil
+		s.l.runCall(tctx, &tcs[i], &results[i])
+		if r := results[i]; !refused && wall != nil && wall.Err() != nil && (r == nil || r.IsError) {
+			// Ended by the wall time as it returned (a result that came
+			// before, an error included, is the tool's own).
+			results[i] = s.wallResult(&tcs[i], "it was stopped")
+			results[i].Stop = r != nil && r.Stop
+		}
 	}
 	if *s.l.cfg.Parallel && len(calls) > 1 {
 		var wg sync.WaitGroup
 		for i := range calls {
-			wg.Go(func() { s.l.runCall(tctx, &tcs[i], &results[i]) })
+			wg.Go(func() { run(i) })
 		}
 		wg.Wait()
 	} else {
@@ -338,21 +358,20 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 			if ctx.Err() != nil {
 				break
 			}
-			s.l.runCall(tctx, &tcs[i], &results[i])
+			run(i)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if tctx.Err() != nil {
-		for i, r := range results {
-			if !refused[i] && (r == nil || r.IsError) {
-				results[i] = s.l.errResult(&tcs[i], &ToolError{Kind: "wall_time",
-					Message: fmt.Sprintf("the tool loop's wall time (%s) ran out while the tool ran; it was stopped", s.l.cfg.WallTime.D())})
-			}
-		}
-	}
 	return results, nil
+}
+
+// wallResult is the result of call c when the loop's wall time ran out
+// before it ran or while it ran (what says which).
+func (s *session) wallResult(c *pipeline.ToolCall, what string) *pipeline.ToolResult {
+	return s.l.errResult(c, &ToolError{Kind: "wall_time",
+		Message: fmt.Sprintf("the tool loop's wall time (%s) ran out; %s", s.l.cfg.WallTime.D(), what)})
 }
 
 // runCall runs c through the tool chain into *res, unless a limit already
