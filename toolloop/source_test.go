@@ -194,7 +194,8 @@ func TestNearMissShortNamesAreUnknown(t *testing.T) {
 		{"BAD_DIE", `bad_die:{}`},                 // another case is the same name
 		{"bad_wether", `bad_weather:{}`},          // one edit in a 7-byte name
 		{"bad_delete_fiel", `bad_delete_file:{}`}, // two in an 11-byte one
-		{"bad_wethr", `"unknown_tool"`},           // two in a 7-byte one
+		{"bad_wethr", `"unknown_tool"`},
+		{"bad_waether", `bad_weather:{}`}, // two letters swapped: one edit           // two in a 7-byte one
 	} {
 		res, err := l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: tc.called, Arguments: []byte(`{}`)})
 		if err != nil || !strings.Contains(string(res.Content), tc.want) {
