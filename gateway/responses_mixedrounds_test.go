@@ -14,13 +14,26 @@ import (
 // call ("Step 0." and the calculator, then "Step 1." and get_weather),
 // replayed with store false as @openai/agents sends it (each message its
 // own item, the mcp_call without its output): the follow-up's model sees
-// the rounds it produced, the calculator's call and result included.
+// the rounds it produced, the calculator's call and result included. A
+// near miss (calculater) is run and kept under its tool's name, in the
+// kept round and the mcp_call item alike: the kept round named the slip
+// and the item the tool, so a replay with the output carried the server
+// round twice.
 func TestResponsesMixedRoundsReplayWithoutOutput(t *testing.T) {
 	t.Parallel()
+	for _, called := range []string{"calculator", "calculater"} {
+		t.Run(called, func(t *testing.T) {
+			t.Parallel()
+			mixedRoundsReplay(t, called)
+		})
+	}
+}
+
+func mixedRoundsReplay(t *testing.T, called string) {
 	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
 		switch strings.Count(string(c.Body), `"role":"tool"`) {
 		case 0:
-			return mockllm.Turn{Text: "Step 0.", ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+			return mockllm.Turn{Text: "Step 0.", ToolCalls: []mockllm.ToolCall{{Name: called, Arguments: `{"expression":"6*7"}`}}}
 		case 1:
 			return mockllm.Turn{Text: "Step 1.", ToolCalls: []mockllm.ToolCall{{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}
 		}

@@ -779,103 +779,86 @@ func TestServerCallSource(t *testing.T) {
 	}
 }
 
-// The loop's wall time bounds a tool call running when it ends: the call
-// is stopped (here long before its 5 s timeout), the model reads a
-// wall_time error result, and its final answer follows. It was checked
-// only between rounds, so a call could outlast it by its whole timeout.
-func TestWallTimeStopsARunningCall(t *testing.T) {
-	t.Parallel()
+// wallTimeRun runs one request whose model calls the tools named (in
+// parallel, in one round; those named mcp_* are fakeSource's, the others
+// unknown), then answers "Done.", under a loop wall time of wall; slow
+// delays the first model call. It returns the model and the answer.
+func wallTimeRun(t *testing.T, names []string, wall, slow time.Duration, mod func(*Options)) (*fakeModel, *pipeline.Response) {
+	t.Helper()
 	src := &fakeSource{}
-	src.set(srcTool("mcp_hang", `{"type":"object"}`))
-	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+	var tools []config.Tool
+	var calls []string
+	for i, n := range names {
+		if strings.HasPrefix(n, "mcp_") {
+			tools = append(tools, srcTool(n, `{"type":"object"}`))
+		}
+		calls = append(calls, fmt.Sprintf(`{"id":"u%d","type":"function","function":{"name":%q,"arguments":"{}"}}`, i, n))
+	}
+	src.set(tools...)
+	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
+		strings.Join(calls, ",") + `]},"finish_reason":"tool_calls"}]}`
 	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
-	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
+	first := func(*pipeline.Request) ([]string, string) { time.Sleep(slow); return nil, callBody }
+	m := &fakeModel{turns: []turnFn{first, always(nil, done)}}
 	l := newLoop(t, nil, func(o *Options) {
 		o.Source = src
-		o.Loop.WallTime = config.Duration(200 * time.Millisecond)
+		o.Loop.WallTime = config.Duration(wall)
+		if mod != nil {
+			mod(o)
+		}
 	})
 	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gjson.GetBytes(resp.Body, "choices.0.message.content").Str != "Done." || len(m.bodies) != 2 {
-		t.Fatalf("%d model calls, answer %s", len(m.bodies), resp.Body)
-	}
-	got := gjson.GetBytes(m.bodies[1], `messages.#(role=="tool").content`).Str
-	if gjson.Get(got, "error.type").Str != "wall_time" {
-		t.Fatalf("the model read %s", got)
-	}
+	return m, resp
 }
 
-// A call that finished with its own error before the wall time ran out (a
-// parallel sibling hung) keeps it: only a call the wall time ended gets
-// the wall_time result.
-func TestWallTimeKeepsFinishedErrors(t *testing.T) {
-	t.Parallel()
-	src := &fakeSource{}
-	src.set(srcTool("mcp_hang", `{"type":"object"}`), srcTool("mcp_fail", `{"type":"object"}`))
-	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
-		`{"id":"u1","type":"function","function":{"name":"mcp_fail","arguments":"{}"}},` +
-		`{"id":"u2","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
-	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
-	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
-	l := newLoop(t, nil, func(o *Options) {
-		o.Source = src
-		o.Loop.WallTime = config.Duration(300 * time.Millisecond)
-	})
-	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
-		t.Fatal(err)
-	}
-	got := gjson.GetBytes(m.bodies[1], `messages.#(role=="tool").content`).Str
-	if !strings.Contains(got, "remote says no") {
-		t.Errorf("mcp_fail finished before the wall time, yet the model read %s", got)
-	}
+// toolResults are the tool messages' contents of the model's second call.
+func toolResults(m *fakeModel) string {
+	return gjson.GetBytes(m.bodies[1], `messages.#(role=="tool")#.content`).Raw
 }
 
-// A round whose model call spent the wall time runs none of its server
-// calls: each gets a wall_time result saying it was not run, and the
-// final model call follows.
-func TestWallTimeSpentBeforeTools(t *testing.T) {
+// The loop's wall time bounds a tool call running when it ends: the call
+// is stopped (here long before its 5 s timeout), the model reads a
+// wall_time error result, and its final answer follows. It was checked
+// only between rounds, so a call could outlast it by its whole timeout.
+// A call that finished with its own error before (a parallel sibling
+// hung) keeps it; a round whose model call spent the wall time runs none
+// of its calls; terminate_on_unknown_calls' stop on an unknown tool's
+// result stands beside a sibling the wall time ended.
+func TestWallTime(t *testing.T) {
 	t.Parallel()
-	src := &fakeSource{}
-	src.set(srcTool("mcp_echo", `{"type":"object"}`))
-	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"mcp_echo","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
-	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
-	slow := func(*pipeline.Request) ([]string, string) { time.Sleep(250 * time.Millisecond); return nil, callBody }
-	m := &fakeModel{turns: []turnFn{slow, always(nil, done)}}
-	l := newLoop(t, nil, func(o *Options) {
-		o.Source = src
-		o.Loop.WallTime = config.Duration(200 * time.Millisecond)
+	const ms = time.Millisecond
+	t.Run("stops a running call", func(t *testing.T) {
+		t.Parallel()
+		m, resp := wallTimeRun(t, []string{"mcp_hang"}, 200*ms, 0, nil)
+		if gjson.GetBytes(resp.Body, "choices.0.message.content").Str != "Done." || len(m.bodies) != 2 {
+			t.Fatalf("%d model calls, answer %s", len(m.bodies), resp.Body)
+		}
+		if got := toolResults(m); !strings.Contains(got, `wall_time`) || !strings.Contains(got, "stopped") {
+			t.Fatalf("the model read %s", got)
+		}
 	})
-	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
-		t.Fatal(err)
-	}
-	got := gjson.GetBytes(m.bodies[1], `messages.#(role=="tool").content`).Str
-	if gjson.Get(got, "error.type").Str != "wall_time" || !strings.Contains(got, "not run") {
-		t.Errorf("the model read %s", got)
-	}
-}
-
-// terminate_on_unknown_calls' stop on an unknown tool's result stands when
-// a parallel sibling meets the wall time.
-func TestWallTimeKeepsStop(t *testing.T) {
-	t.Parallel()
-	src := &fakeSource{}
-	src.set(srcTool("mcp_hang", `{"type":"object"}`))
-	callBody := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[` +
-		`{"id":"u1","type":"function","function":{"name":"zzzz_nothing","arguments":"{}"}},` +
-		`{"id":"u2","type":"function","function":{"name":"mcp_hang","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
-	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
-	m := &fakeModel{turns: []turnFn{always(nil, callBody), always(nil, done)}}
-	l := newLoop(t, nil, func(o *Options) {
-		o.Source = src
-		o.Loop.WallTime = config.Duration(300 * time.Millisecond)
-		o.Loop.TerminateOnUnknownCalls = true
+	t.Run("keeps a finished call's own error", func(t *testing.T) {
+		t.Parallel()
+		m, _ := wallTimeRun(t, []string{"mcp_fail", "mcp_hang"}, 300*ms, 0, nil)
+		if got := toolResults(m); !strings.Contains(got, "remote says no") {
+			t.Errorf("mcp_fail finished before the wall time, yet the model read %s", got)
+		}
 	})
-	if _, err := l.Chat(context.Background(), request(m, false, userBody+`}`)); err != nil {
-		t.Fatal(err)
-	}
-	if len(m.bodies) != 1 {
-		t.Errorf("terminate_on_unknown_calls did not stop the loop: %d model calls", len(m.bodies))
-	}
+	t.Run("spent before the tools", func(t *testing.T) {
+		t.Parallel()
+		m, _ := wallTimeRun(t, []string{"mcp_echo"}, 200*ms, 250*ms, nil)
+		if got := toolResults(m); !strings.Contains(got, "wall_time") || !strings.Contains(got, "not run") {
+			t.Errorf("the model read %s", got)
+		}
+	})
+	t.Run("keeps a stop", func(t *testing.T) {
+		t.Parallel()
+		m, _ := wallTimeRun(t, []string{"zzzz_nothing", "mcp_hang"}, 300*ms, 0, func(o *Options) { o.Loop.TerminateOnUnknownCalls = true })
+		if len(m.bodies) != 1 {
+			t.Errorf("terminate_on_unknown_calls did not stop the loop: %d model calls", len(m.bodies))
+		}
+	})
 }
