@@ -97,22 +97,15 @@ func TestCallBadAnswerSparesOthersOverHTTP(t *testing.T) {
 				return text("never seen"), nil
 			})
 			h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: tc.jsonAnswer})
-			var inits atomic.Int64 // sessions opened
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost {
-					body := peekBody(r)
-					if bytes.Contains(body, []byte(`"method":"initialize"`)) {
-						inits.Add(1)
+			srv, inits := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(badAnswers{w}, r) }),
+				func(w http.ResponseWriter, _ *http.Request, body []byte) bool {
+					if !bytes.Contains(body, []byte(`"name":"page"`)) {
+						return false
 					}
-					if bytes.Contains(body, []byte(`"name":"page"`)) {
-						w.Header().Set("Content-Type", "text/html")
-						_, _ = io.WriteString(w, "<html>502 Bad Gateway</html>")
-						return
-					}
-				}
-				h.ServeHTTP(badAnswers{w}, r)
-			}))
-			defer srv.Close()
+					w.Header().Set("Content-Type", "text/html")
+					_, _ = io.WriteString(w, "<html>502 Bad Gateway</html>")
+					return true
+				})
 			m := Start(Options{Servers: defaulted(config.MCPServer{Name: "spare-" + name, URL: srv.URL, Timeout: config.Duration(30 * time.Second)}),
 				KeepAlive: time.Hour, Logger: testLogger(t)})
 			defer m.Close()
@@ -149,6 +142,28 @@ func TestCallBadAnswerSparesOthersOverHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingServer serves h over HTTP and counts the sessions opened on it
+// (its initialize requests). answer, when set, may answer a request in h's
+// place (returning true); body is a POST's body, nil otherwise.
+func countingServer(t *testing.T, h http.Handler, answer func(w http.ResponseWriter, r *http.Request, body []byte) bool) (*httptest.Server, *atomic.Int64) {
+	var inits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
+		if r.Method == http.MethodPost {
+			body = peekBody(r)
+			if bytes.Contains(body, []byte(`"method":"initialize"`)) {
+				inits.Add(1)
+			}
+		}
+		if answer != nil && answer(w, r, body) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &inits
 }
 
 // The guard on a call's event stream passes good events on as they came,

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,30 +40,22 @@ func TestCallResumedStreamBadAnswer(t *testing.T) {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
 			})
 			h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-			var inits atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost {
-					b := peekBody(r)
-					if bytes.Contains(b, []byte(`"method":"initialize"`)) {
-						inits.Add(1)
-					}
-					if bytes.Contains(b, []byte(`"name":"resume"`)) {
-						// A priming event, then the stream ends (a proxy cut it).
-						w.Header().Set("Content-Type", "text/event-stream")
-						w.WriteHeader(http.StatusOK)
-						io.WriteString(w, "id: e1\nretry: 10\n\n")
-						return
-					}
-				}
-				if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") == "e1" {
+			srv, inits := countingServer(t, h, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+				switch {
+				case bytes.Contains(body, []byte(`"name":"resume"`)):
+					// A priming event, then the stream ends (a proxy cut it).
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(http.StatusOK)
+					io.WriteString(w, "id: e1\nretry: 10\n\n")
+				case r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") == "e1":
 					w.Header().Set("Content-Type", "text/event-stream")
 					w.WriteHeader(http.StatusOK)
 					io.WriteString(w, tc.event)
-					return
+				default:
+					return false
 				}
-				h.ServeHTTP(w, r)
-			}))
-			defer srv.Close()
+				return true
+			})
 			m := Start(Options{Servers: defaulted(config.MCPServer{Name: "resume-" + tc.name, URL: srv.URL, Timeout: config.Duration(20 * time.Second)}),
 				KeepAlive: time.Hour, Logger: testLogger(t)})
 			defer m.Close()
