@@ -71,6 +71,16 @@ func judgeDecoded(ck *checker, text []byte) ([]byte, error) {
 	return judgeValues(ck, text, false)
 }
 
+// judgeJSON finishes the judgement of JSON text, which ck judged whole
+// into out: the decoded strings are judged too (judgeDecoded) and the
+// JSON is kept valid (keepValid). valid is false when it cannot be.
+func judgeJSON(ck *checker, text, out []byte) (judged []byte, valid bool, err error) {
+	if out, err = judgeDecoded(ck, out); err != nil {
+		return nil, false, err
+	}
+	return keepValid(ck, text, out)
+}
+
 // keepValid returns out, JSON text as ck judged it whole, when it is
 // still the valid JSON text was. A redaction that broke it (a pattern
 // matched a number: {"card":4111111111111111} became {"card":[REDACTED]})

@@ -199,12 +199,9 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 			return failed == nil
 		}
 		out, err := ck.Check([]byte(v.Str))
-		if err == nil {
-			out, err = judgeDecoded(ck, out) // the decoded strings too, and the JSON kept valid (arguments.go)
-		}
 		valid := true
 		if err == nil {
-			out, valid, err = keepValid(ck, []byte(v.Str), out)
+			out, valid, err = judgeJSON(ck, []byte(v.Str), out) // arguments.go
 		}
 		switch {
 		case err != nil:

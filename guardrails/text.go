@@ -31,10 +31,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		out, err := judge([]byte(v.Str))
 		valid := true
 		if args && err == nil {
-			// The decoded strings too, and the JSON kept valid (arguments.go).
-			if out, err = judgeDecoded(ck, out); err == nil {
-				out, valid, err = keepValid(ck, []byte(v.Str), out)
-			}
+			out, valid, err = judgeJSON(ck, []byte(v.Str), out) // arguments.go
 		}
 		if err != nil {
 			failed = err

@@ -89,10 +89,7 @@ func (e *Engine) checkJSON(ctx context.Context, c *pipeline.ToolCall, stage stri
 	out, err := ck.Check(text)
 	valid := true
 	if err == nil {
-		out, err = judgeDecoded(ck, out) // the decoded strings too, and the JSON kept valid (arguments.go)
-	}
-	if err == nil && len(text) > 0 {
-		out, valid, err = keepValid(ck, text, out)
+		out, valid, err = judgeJSON(ck, text, out) // arguments.go
 	}
 	var b *Blocked
 	if errors.As(err, &b) {

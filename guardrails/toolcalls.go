@@ -37,13 +37,10 @@ func argGuards(guards []*guard) []*guard {
 // redaction that breaks their JSON, is an error.
 func judgeArgs(ck *checker, args []byte) ([]byte, error) {
 	out, err := ck.Check(args)
-	if err == nil {
-		out, err = judgeDecoded(ck, out) // arguments.go
-	}
 	if err != nil {
 		return nil, err
 	}
-	out, valid, err := keepValid(ck, args, out)
+	out, valid, err := judgeJSON(ck, args, out) // arguments.go
 	if err == nil && !valid {
 		err = brokenAnswerArguments()
 	}
