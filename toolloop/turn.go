@@ -443,19 +443,10 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 			if r.IsError {
 				status = "error"
 			}
-			s.trace.calls = append(s.trace.calls, traceCall{name: ranName(calls[i], r), args: calls[i].args, status: status, duration: r.Duration})
+			s.trace.calls = append(s.trace.calls, traceCall{name: calls[i].name, args: calls[i].args, status: status, duration: r.Duration})
 		}
 	}
 	return stop
-}
-
-// ranName is the name of the tool that gave c's result r: a near miss's
-// tool's own (the trace and the client see what ran, not the slip).
-func ranName(c *call, r *pipeline.ToolResult) string {
-	if r.Name != "" {
-		return r.Name
-	}
-	return c.name
 }
 
 // reportCall tells the request's OnServerCall of a server call that ran.
@@ -473,7 +464,7 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 			src = t.cfg.Server
 		}
 	}
-	sc := &pipeline.ServerCall{Name: ranName(c, r), Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
+	sc := &pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
 		AfterClientCalls: s.afterClient}
 	if strings.HasPrefix(c.id, approvalPrefix) {
 		sc.ApprovalID = c.id
