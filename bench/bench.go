@@ -205,7 +205,8 @@ func (b *bench) run(ctx context.Context, repo string, sel map[string]bool) (*res
 	res.Targets = checkTargets(res)
 	res.WallSeconds = round(time.Since(b.started).Seconds(), 1)
 	res.Machine.LoadAfter = loadAverage()
-	res.Machine.OtherCores = otherCores(res)
+	res.Machine.OtherCores = legMean(res, func(l *leg) float64 { return l.OtherCores })
+	res.Machine.StealCores = legMean(res, func(l *leg) float64 { return l.StealCores })
 	return res, nil
 }
 
@@ -289,7 +290,7 @@ func printScenario(r *scenarioResult, took time.Duration) {
 	}
 	fmt.Println()
 	if len(r.Legs) > 0 {
-		fmt.Printf("   %-8s %-22s %9s %7s %9s %9s %9s %9s %8s %6s\n", "target", "step/load", "rps", "errors", "p50 µs", "p99 µs", "+p50 µs", "+p99 µs", "cpu/1k", "other")
+		fmt.Printf("   %-8s %-22s %9s %7s %9s %9s %9s %9s %8s %6s %6s\n", "target", "step/load", "rps", "errors", "p50 µs", "p99 µs", "+p50 µs", "+p99 µs", "cpu/1k", "other", "steal")
 	}
 	for _, l := range r.Legs {
 		label := l.Load
@@ -307,8 +308,8 @@ func printScenario(r *scenarioResult, took time.Duration) {
 		if l.CPUNotMeasured {
 			cpu = fmt.Sprintf("%8s", "-")
 		}
-		fmt.Printf("   %-8s %-22s %9.0f %7d %9.0f %9.0f %9.0f %9.0f %s %6.2f\n", l.Target, truncate(label, 22), l.ThroughputRPS,
-			l.Errors, p50, p99, a50, a99, cpu, l.OtherCores)
+		fmt.Printf("   %-8s %-22s %9.0f %7d %9.0f %9.0f %9.0f %9.0f %s %6.2f %6.2f\n", l.Target, truncate(label, 22), l.ThroughputRPS,
+			l.Errors, p50, p99, a50, a99, cpu, l.OtherCores, l.StealCores)
 		if l.ErrorSample != "" {
 			fmt.Printf("            error: %s\n", l.ErrorSample)
 		}
@@ -321,15 +322,16 @@ func printScenario(r *scenarioResult, took time.Duration) {
 	}
 }
 
-// otherCores is the time-weighted mean of the legs' OtherCores.
-func otherCores(res *results) float64 {
+// legMean is the time-weighted mean of a per-leg figure over the run's
+// legs (the held streams' legs, which mostly wait, left out).
+func legMean(res *results, figure func(*leg) float64) float64 {
 	var sum, wall float64
 	for _, s := range res.Scenarios {
 		if s.Name == "streams" {
 			continue
 		}
 		for _, l := range s.Legs {
-			sum += l.OtherCores * l.Seconds
+			sum += figure(l) * l.Seconds
 			wall += l.Seconds
 		}
 	}

@@ -79,8 +79,10 @@ type leg struct {
 	Goroutines       int     `json:"goroutines,omitempty"`
 	// OtherCores is how many cores other processes on the machine kept busy
 	// during the leg (their noise; includes a floor's or gateway's mock when
-	// it is not the measured pair, which never happens here).
+	// it is not the measured pair, which never happens here). StealCores is
+	// how many cores the hypervisor stole meanwhile (see machine).
 	OtherCores float64 `json:"other_processes_cores"`
+	StealCores float64 `json:"steal_cores"`
 	// IdleRSSMB and IdleGoroutines are sampled before a held-streams leg.
 	IdleRSSMB      float64 `json:"idle_rss_mb,omitempty"`
 	IdleGoroutines int     `json:"idle_goroutines,omitempty"`
@@ -101,7 +103,7 @@ type leg struct {
 func (l *leg) ok() int { return l.Requests - l.Errors }
 
 // cpuSnap is the CPU seconds of the processes a leg involves.
-type cpuSnap struct{ proxy, upstream, self, machine float64 }
+type cpuSnap struct{ proxy, upstream, self, machine, steal float64 }
 
 func snap(t *target) cpuSnap {
 	var s cpuSnap
@@ -112,7 +114,7 @@ func snap(t *target) cpuSnap {
 		s.upstream, _ = cpuSeconds(t.upstream.Pid())
 	}
 	s.self, _ = cpuSeconds(0)
-	s.machine = machineBusySeconds()
+	s.machine, s.steal = machineSeconds()
 	return s
 }
 
@@ -175,6 +177,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 			a.cpu.upstream += c1.upstream - c0.upstream
 			a.cpu.self += c1.self - c0.self
 			a.cpu.machine += c1.machine - c0.machine
+			a.cpu.steal += c1.steal - c0.steal
 		}
 	}
 	legs := make([]*leg, len(jobs))
@@ -229,6 +232,7 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 		if a.wall > 0 {
 			other := a.cpu.machine - a.cpu.proxy - a.cpu.upstream - a.cpu.self
 			l.OtherCores = round(max(other, 0)/a.wall.Seconds(), 2)
+			l.StealCores = round(max(a.cpu.steal, 0)/a.wall.Seconds(), 2)
 		}
 		l.GCCycles = a.gc.cycles
 		if a.gc.read > 0 {

@@ -479,6 +479,10 @@ func shortfalls(res *results) []string {
 		out = append(out, fmt.Sprintf("Processes outside the benchmark kept %.2f of the 2 cores busy on average during this run "+
 			"(column *other cores* in results.md): its tails are noisier than on an idle machine.", res.Machine.OtherCores))
 	}
+	if res.Machine.StealCores >= 0.05 {
+		out = append(out, fmt.Sprintf("The hypervisor stole %.2f of the 2 cores on average during this run (column *steal cores* in "+
+			"results.md): every process ran slower than on dedicated cores, and a leg that lost more than another is the less comparable.", res.Machine.StealCores))
+	}
 	return out
 }
 

@@ -42,28 +42,39 @@ func cpuSeconds(pid int) (float64, error) {
 	return float64(ut+st) / clockTicks, nil
 }
 
-// machineBusySeconds returns the CPU seconds all processes on the machine
-// have spent in user and system mode, plus time stolen by the hypervisor.
+// machineSeconds returns, from /proc/stat, the CPU seconds all processes on
+// the machine have spent in user and system mode, and the time the
+// hypervisor stole from this machine's virtual cores (zero on bare metal).
 // Interrupt and softirq time are left out: on loopback they are mostly the
 // benchmark's own network traffic, which no process is charged for.
-func machineBusySeconds() float64 {
+func machineSeconds() (busy, steal float64) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	return parseCPULine(line)
+}
+
+// parseCPULine reads the aggregate "cpu" line of /proc/stat: user nice
+// system idle iowait irq softirq steal guest guest_nice, in clock ticks
+// (guest time is already in user).
+func parseCPULine(line string) (busy, steal float64) {
 	f := strings.Fields(line)
-	var busy uint64
-	for i, v := range f[1:] {
-		// user nice system idle iowait irq softirq steal guest guest_nice;
-		// guest time is already in user.
-		if i != 0 && i != 1 && i != 2 && i != 7 {
-			continue
-		}
-		n, _ := strconv.ParseUint(v, 10, 64)
-		busy += n
+	if len(f) == 0 || f[0] != "cpu" {
+		return 0, 0
 	}
-	return float64(busy) / clockTicks
+	var b, st uint64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		switch i {
+		case 0, 1, 2:
+			b += n
+		case 7:
+			st = n
+		}
+	}
+	return float64(b) / clockTicks, float64(st) / clockTicks
 }
 
 // loadAverage is the 1-minute load average ("" when unknown).
@@ -155,10 +166,14 @@ type machine struct {
 	// LoadBefore and LoadAfter are /proc/loadavg (1, 5, 15 min) at the
 	// start and end of the run; OtherCores is the mean number of cores that
 	// processes other than bench and its children kept busy while bench
-	// measured (noise from outside the benchmark).
+	// measured (noise from outside the benchmark). StealCores is the mean
+	// number of cores the hypervisor took from this virtual machine
+	// meanwhile: time none of the benchmark's processes could run, which
+	// slows every leg it falls in without showing in their CPU figures.
 	LoadBefore string  `json:"loadavg_before"`
 	LoadAfter  string  `json:"loadavg_after,omitempty"`
 	OtherCores float64 `json:"other_processes_cores"`
+	StealCores float64 `json:"steal_cores"`
 }
 
 func describeMachine() machine {

@@ -250,8 +250,9 @@ func markdown(res *results) string {
 func writeMachine(b *strings.Builder, res *results) {
 	m := res.Machine
 	fmt.Fprintf(b, "**Machine:** %s, %d cores, %d GiB, %s, %s (GOMAXPROCS %d). %s. "+
-		"Load average %s before the run, %s after; processes outside the benchmark kept %.2f cores busy on average while it measured.\n\n",
-		orDash(m.CPU), m.Cores, m.MemoryGiB, m.Kernel, m.Go, m.GOMAXPROCS, m.Note, orDash(m.LoadBefore), orDash(m.LoadAfter), m.OtherCores)
+		"Load average %s before the run, %s after; processes outside the benchmark kept %.2f cores busy on average while it measured, "+
+		"and the hypervisor stole %.2f cores (time no process of this machine could run).\n\n",
+		orDash(m.CPU), m.Cores, m.MemoryGiB, m.Kernel, m.Go, m.GOMAXPROCS, m.Note, orDash(m.LoadBefore), orDash(m.LoadAfter), m.OtherCores, m.StealCores)
 	st := res.Settings
 	fmt.Fprintf(b, "**Settings:** mock first byte %g ms, %g ms between stream events, %d-byte replies in %d-rune deltas; "+
 		"%g s per measured leg after %g s warm-up, %d interleaved round(s) of %s; "+
@@ -319,8 +320,8 @@ func writeLegs(b *strings.Builder, s *scenarioResult) {
 		}
 		return
 	}
-	b.WriteString("| target | step | load | rps | errors | p50 | p90 | p99 | p99.9 | max | +p50 | +p99 | +p99.9 | CPU s/1k | mock CPU | bench CPU | RSS MB | peak MB | goroutines | other cores |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| target | step | load | rps | errors | p50 | p90 | p99 | p99.9 | max | +p50 | +p99 | +p99.9 | CPU s/1k | mock CPU | bench CPU | RSS MB | peak MB | goroutines | other cores | steal cores |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, l := range s.Legs {
 		p := l.Latency
 		if p == nil {
@@ -339,9 +340,9 @@ func writeLegs(b *strings.Builder, s *scenarioResult) {
 		if l.CPUNotMeasured {
 			cpu, rss = "– | –", "– | –"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.0f %s | %s | %.3f | %s | %s | %.2f |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.0f %s | %s | %.3f | %s | %s | %.2f | %.2f |\n",
 			l.Target, orDash(l.Step), l.Load, l.ThroughputRPS, l.Errors, p.P50, p.P90, p.P99, p.P999, p.Max, added,
-			cpu, l.LoadgenCPUPer1k, rss, gor, l.OtherCores)
+			cpu, l.LoadgenCPUPer1k, rss, gor, l.OtherCores, l.StealCores)
 	}
 	if stream {
 		b.WriteString("\n*TTFT* is the time to first content token: to the first event whose delta carries non-empty content or a tool call. " +
