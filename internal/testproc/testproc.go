@@ -57,10 +57,12 @@ func Gateway(t testing.TB) string {
 // Build compiles the packages pkgs of the module at root with one go build
 // (the toolchain builds them in parallel) into out: a file for one package,
 // or a directory (ending in a path separator) for several. It builds with
-// the environment's cgo setting, as `go run` and `go build` there do, so
-// that the packages they compiled already are reused from the build cache.
+// the environment's cgo setting and -trimpath: the compiled packages then
+// do not depend on where the checkout is, so a fresh clone of code built
+// before (a CI run, another worktree) reuses them from the build cache
+// instead of compiling the module again (about 40 s on 2 cores).
 func Build(root, out string, pkgs ...string) error {
-	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-o", out}, pkgs...)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, b)
