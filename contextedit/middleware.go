@@ -209,23 +209,20 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		// Summarise the turns a drop would remove, and keep their summary
 		// in their place; fall back below when that is not possible.
 		if cut, after := t.planDrop(count, b.target); cut >= 0 {
-			text, err := h.s.summarize.summary(ctx, req, t, cut)
+			withSummary := func(msg string) int { return after + c.CountText(msg) + 4 }
+			fits := func(text string) bool { return withSummary(summaryMessage(text)) <= b.limit }
+			text, err := h.s.summarize.summary(ctx, req, t, cut, fits)
 			if err == nil {
 				msg := summaryMessage(text)
-				withSummary := after + c.CountText(msg) + 4
-				if withSummary <= b.limit {
-					metricLastResort.WithLabelValues(route, "summarize").Inc()
-					dropped = t.drop(cut)
-					t.insert(cut, msg)
-					summary = msg
-					saved += count - withSummary
-					count = withSummary
-					outcome = outcomeDropped
-				} else {
-					err = errNoSummary
-				}
-			}
-			if err != nil {
+				metricLastResort.WithLabelValues(route, "summarize").Inc()
+				dropped = t.drop(cut)
+				t.insert(cut, msg)
+				summary = msg
+				n := withSummary(msg)
+				saved += count - n
+				count = n
+				outcome = outcomeDropped
+			} else {
 				metricLastResort.WithLabelValues(route, "summarize_failed").Inc()
 				h.log.Warn().Err(err).Str("route", route).Str("summary_model", h.s.summarize.model).Msg("context could not be summarised")
 			}

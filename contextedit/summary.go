@@ -46,12 +46,15 @@ type summarizer struct {
 
 var errNoSummary = errors.New("contextedit: no summary")
 
-// summary returns the summary of the non-system messages of t before cut:
-// from the store when these messages were summarised before, else from the
-// summary model (then stored). The summary call is made on the caller's
-// behalf: it passes the caller's policy (admit) and the summary model's
-// whole model-call layer (fallback, limits, metering).
-func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int) (string, error) {
+// summary returns the summary of the non-system messages of t before cut,
+// one that fits says fits: from the store when these messages were
+// summarised before, else from the summary model (then stored). A summary
+// that does not fit is errNoSummary and is not stored, so that the next
+// request of the conversation asks again rather than reading back one it
+// cannot use. The summary call is made on the caller's behalf: it passes
+// the caller's policy (admit) and the summary model's whole model-call
+// layer (fallback, limits, metering).
+func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int, fits func(string) bool) (string, error) {
 	text := s.transcriptText(t, cut)
 	route := (*pipeline.Route)(nil)
 	if s.lookup != nil {
@@ -79,7 +82,7 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	}
 	key := s.key(req, t, cut)
 	if s.store != nil {
-		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 {
+		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 && fits(string(v)) {
 			return string(v), nil
 		}
 	}
@@ -97,7 +100,7 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 		return "", errNoSummary
 	}
 	out := strings.TrimSpace(gjson.GetBytes(resp.Body, "choices.0.message.content").String())
-	if out == "" {
+	if out == "" || !fits(out) {
 		return "", errNoSummary
 	}
 	if s.store != nil {
