@@ -228,6 +228,42 @@ tokens_per_minute = 1000
 	})
 }
 
+// A call that used more tokens than a minute of the rule is charged in
+// full: the counter goes that many tokens into debt, and the tenant waits
+// until it is paid back at the rule's rate (5,000 tokens at 1,000 a minute:
+// about four minutes past the minute the burst allows), not one minute.
+func TestTokensPerMinuteChargesABigCallInFull(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[limits]]
+tenant = "*"
+tokens_per_minute = 1000
+`, newStore)
+		fx.usage = `{"prompt_tokens":10,"completion_tokens":5000}`
+		if _, err := fx.do("a", "", "gpt-x"); err != nil {
+			t.Fatal(err)
+		}
+		fx.l.Flush()
+		_, err := fx.do("a", "", "gpt-x")
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Status != 429 || pe.RetryAfter < 200*time.Second || pe.RetryAfter > 250*time.Second {
+			t.Fatalf("after a 5,010-token call of a 1,000 TPM rule: %v (retry after %v), want a 429 to wait about 4 minutes", err, pe.RetryAfter)
+		}
+		// The largest usage an upstream may report is charged a day of
+		// the rule at most (and a Redis counter takes it).
+		fx.usage = `{"prompt_tokens":1099511627775,"completion_tokens":1099511627775}`
+		if _, err := fx.do("b", "", "gpt-x"); err != nil {
+			t.Fatal(err)
+		}
+		fx.l.Flush()
+		_, err = fx.do("b", "", "gpt-x")
+		if !errors.As(err, &pe) || pe.Status != 429 || pe.RetryAfter < 23*time.Hour || pe.RetryAfter > 24*time.Hour {
+			t.Fatalf("after the largest usage: %v (retry after %v), want a 429 to wait about a day", err, pe.RetryAfter)
+		}
+	})
+}
+
 func TestConcurrentSlots(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {

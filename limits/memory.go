@@ -152,8 +152,20 @@ func (m *memoryStore) Add(_ context.Context, now time.Time, adds []addition) err
 		switch a.kind {
 		case kindRate:
 			if a.n > 0 {
-				// Taken without a check: the tokens were already used.
-				m.bucket(a.key, a.limit).ReserveN(now, int(min(a.n, a.limit)))
+				// Taken without a check: the tokens were already used,
+				// all of them, however many minutes of the rule that is
+				// (the bucket goes into debt, paid back at its rate). A
+				// bucket takes at most its burst at once, so the burst is
+				// raised for this charge alone (under m.mu, as every use
+				// of the buckets is).
+				l, n := m.bucket(a.key, a.limit), int(min(a.rateCharge(), math.MaxInt32))
+				if burst := l.Burst(); n > burst {
+					l.SetBurstAt(now, n)
+					l.ReserveN(now, n)
+					l.SetBurstAt(now, burst)
+				} else {
+					l.ReserveN(now, n)
+				}
 			}
 		case kindBudget:
 			m.spend[a.key] = addSat(m.spend[a.key], a.n)

@@ -204,7 +204,7 @@ func (s *redisStore) Add(ctx context.Context, now time.Time, adds []addition) er
 		switch a.kind {
 		case kindRate:
 			if a.n > 0 {
-				addScript.Eval(ctx, pipe, []string{a.key}, ms(now), a.limit, min(a.n, a.limit)) // EVALSHA cannot fall back inside a pipeline
+				addScript.Eval(ctx, pipe, []string{a.key}, ms(now), a.limit, a.rateCharge()) // EVALSHA cannot fall back inside a pipeline
 			}
 		case kindBudget:
 			pipe.IncrBy(ctx, a.key, a.n)
@@ -259,7 +259,7 @@ func (s *redisStore) addBatch(ctx context.Context, now time.Time, adds []additio
 		switch a.kind {
 		case kindRate:
 			if a.n > 0 {
-				op(a.key, "r", a.limit, min(a.n, a.limit))
+				op(a.key, "r", a.limit, a.rateCharge())
 			}
 		case kindBudget:
 			op(a.key, "i", a.n, 0)

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -67,6 +68,21 @@ type addition struct {
 	field string    // kindUsage: the row's hash-field prefix (tenant, key, model)
 	row   usageRow  // kindUsage
 	until time.Time // expiry of spend and usage keys; zero = none
+}
+
+// maxDebtMinutes bounds the tokens one call charges a rate rule: however
+// many it used, at most a day of the rule, so that no answer (an upstream
+// may report up to wire.MaxTokenCount) shuts its tenant out for longer,
+// and a Redis counter's deadline stays a plain integer of milliseconds.
+const maxDebtMinutes = 24 * 60
+
+// rateCharge is the tokens a kindRate addition takes from its counter:
+// all it used, up to maxDebtMinutes of the rule.
+func (a *addition) rateCharge() int64 {
+	if a.limit > 0 && a.limit <= math.MaxInt64/maxDebtMinutes {
+		return min(a.n, a.limit*maxDebtMinutes)
+	}
+	return a.n
 }
 
 // usageRow is a set of usage counters of one tenant, key and model.
