@@ -83,7 +83,7 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 			}
 		}
 
-		next := h.nextFallback(req, primary, &position, window, tried)
+		next := h.nextFallback(ctx, req, primary, &position, window, tried)
 		if next == nil || !h.fits(shared, 0) {
 			break
 		}
@@ -110,7 +110,7 @@ func (h *handler) fallBack(ctx context.Context, st *callState, req *pipeline.Req
 // context window qualify; the others are skipped without being called. A
 // model the caller's policy refuses is never one: a fallback must not reach
 // a model the caller could not ask for, nor one whose limits it has spent.
-func (h *handler) nextFallback(req *pipeline.Request, primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
+func (h *handler) nextFallback(ctx context.Context, req *pipeline.Request, primary *pipeline.Route, position *int, window int, tried []*pipeline.Route) *pipeline.Route {
 	for *position < len(primary.Fallbacks) {
 		name := primary.Fallbacks[*position]
 		*position++
@@ -134,7 +134,7 @@ func (h *handler) nextFallback(req *pipeline.Request, primary *pipeline.Route, p
 		if seen {
 			continue
 		}
-		if err := h.admit(req, name); err != nil {
+		if err := h.admit(ctx, req, name); err != nil {
 			h.log.Debug().Str("model", primary.Name).Str("fallback", name).Err(err).Msg("fallback skipped: refused by the caller's limits")
 			continue
 		}

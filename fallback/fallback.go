@@ -69,9 +69,10 @@ type Options struct {
 	// Default: every model.
 	Allows func(tenant *pipeline.Tenant, model string) bool
 	// Admit applies the caller's limits to a call of the fallback model
-	// for r (the rules of model that r's own admission did not take); a
-	// model it refuses is skipped. Default: every call.
-	Admit func(r *pipeline.Request, model string) error
+	// for r (the rules of model that r's own admission did not take), ctx
+	// being the model call's; a model it refuses is skipped. Default:
+	// every call.
+	Admit func(ctx context.Context, r *pipeline.Request, model string) error
 }
 
 // handler is the middleware around one route's next handler. Safe for
@@ -81,7 +82,7 @@ type handler struct {
 	t        *tables
 	lookup   func(string) *pipeline.Route
 	allows   func(*pipeline.Tenant, string) bool
-	admit    func(*pipeline.Request, string) error
+	admit    func(context.Context, *pipeline.Request, string) error
 	log      zerolog.Logger
 	base     time.Duration
 	max      time.Duration
@@ -147,7 +148,7 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 		proto.allows = func(*pipeline.Tenant, string) bool { return true }
 	}
 	if proto.admit == nil {
-		proto.admit = func(*pipeline.Request, string) error { return nil }
+		proto.admit = func(context.Context, *pipeline.Request, string) error { return nil }
 	}
 	if proto.lookup == nil {
 		proto.lookup = func(string) *pipeline.Route { return nil }

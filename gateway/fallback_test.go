@@ -374,3 +374,48 @@ model = "large"
 		})
 	}
 }
+
+// A tool loop whose every round falls back to the same model takes one
+// request from that model's requests_per_minute, for the client request,
+// as its rounds of its own model do: with a rule of one request a minute
+// on large, a three-round loop through large finishes (it broke at the
+// second round), and the next client request finds large's minute spent.
+func TestFallbackRoundsTakeOneRequest(t *testing.T) {
+	t.Parallel()
+	cfg := fallbackConfig + `
+[[tools]]
+name = "calculator"
+kind = "builtin"
+[[keys]]
+tenant = "acme"
+key = "sk-client"
+[[limits]]
+tenant = "*"
+model = "large"
+requests_per_minute = 1
+`
+	var large atomic.Int64
+	h := newHarness(t, strings.Replace(cfg, "breaker_failures = 3", "breaker_failures = 1000", 1), mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		switch c.Model {
+		case "up-primary", "up-small":
+			return mockllm.Turn{Fault: mockllm.StatusFault(503, "", "down")}
+		}
+		if large.Add(1) < 3 {
+			return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}
+		}
+		return mockllm.Turn{Text: "answer from up-large"}
+	}})
+	resp, err := h.client.Chat.Completions.New(context.Background(), primaryParams())
+	if err != nil || resp.Choices[0].Message.Content != "answer from up-large" {
+		t.Fatalf("a loop whose rounds fall back to large: %v", err)
+	}
+	if n := large.Load(); n != 3 {
+		t.Fatalf("large answered %d rounds, want 3", n)
+	}
+	if _, err := h.client.Chat.Completions.New(context.Background(), primaryParams()); err == nil {
+		t.Fatal("the next request fell back to large: its minute was spent")
+	}
+	if n := large.Load(); n != 3 {
+		t.Fatalf("large was called by the next request (%d calls)", n)
+	}
+}

@@ -380,6 +380,30 @@ type reqState struct {
 	out      outcome            // Take's answer (a Store is an interface: a local would escape)
 	counts   [8]int64           // out's counts of a scope's usual few (four) checks
 	headers  [6]pipeline.Header // the x-ratelimit-* headers, lent to the request's Meta
+	fellBack []string           // the fallback models AdmitFallback admitted for the request
+}
+
+// fellBackTo reports whether a call of the request fell back to model
+// before (AdmitFallback admitted it).
+func (s *reqState) fellBackTo(model string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.fellBack, model)
+}
+
+// noteFallback records that a call of the request fell back to model.
+func (s *reqState) noteFallback(model string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.Contains(s.fellBack, model) {
+		s.fellBack = append(s.fellBack, model)
+	}
 }
 
 type stateKey struct{}

@@ -78,6 +78,11 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request, model string) 
 	sc := l.scopeOf(tenant, key, model, now)
 	l.countRequest(now, sc)
 	if len(sc.checks) == 0 {
+		if len(l.rules) > 0 || len(l.budgets) > 0 {
+			// A fallback may still meet a rule of its own model, once for
+			// the request (AdmitFallback).
+			ctx = context.WithValue(ctx, stateKey{}, &reqState{model: model})
+		}
 		return ctx, held{}, nil
 	}
 	if sc.unpriced {
@@ -109,9 +114,7 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request, model string) 
 		limited.WithLabelValues(string(rune(c.kind))).Inc()
 		return ctx, held{}, denial(c, st.estimate, out.retryAfter)
 	}
-	if st.estimate > 0 {
-		ctx = context.WithValue(ctx, stateKey{}, st)
-	}
+	ctx = context.WithValue(ctx, stateKey{}, st)
 	if sc.slots {
 		slots = held{checks: checks, id: id}
 	}
@@ -230,23 +233,37 @@ func (l *Limiter) takeCall(now time.Time, id string, checks []check) error {
 }
 
 // AdmitFallback applies the limits of model to a fallback call the model
-// layer makes for r, a request admitted for r.Model: the call takes a
-// request from each counter of model's scope that r.Model's admission did
-// not already take (a rule of model's own: a fallback must not get around
-// it), and is refused when one of them is spent. Budgets and rules both
+// layer makes for r, a request admitted for r.Model (ctx is its model
+// call's): the first such call of the client request takes a request from
+// each counter of model's scope that r.Model's admission did not already
+// take (a rule of model's own: a fallback must not get around it), and is
+// refused when one of them is spent. A later one (a tool loop's next round
+// falling back again) takes no request again, as a later round of r.Model
+// takes none: it passes model's tokens counters and budgets as AdmitRound
+// does (requests_per_minute counts client requests). Budgets and rules both
 // models match were taken once, by the request. Like Admit it holds no slot
 // and sets no headers.
-func (l *Limiter) AdmitFallback(r *pipeline.Request, model string) error {
+func (l *Limiter) AdmitFallback(ctx context.Context, r *pipeline.Request, model string) error {
 	tenant, key := who(r)
 	now := l.now()
 	taken := l.scopeOf(tenant, key, r.Model, now).checks
+	sc := l.scopeOf(tenant, key, model, now)
+	st := stateFrom(ctx)
+	mine := sc.admitted()
+	if st.fellBackTo(model) {
+		mine = sc.later
+	}
 	var checks []check
-	for _, c := range l.scopeOf(tenant, key, model, now).admitted() {
+	for _, c := range mine {
 		if !hasCheck(taken, c.key) {
 			checks = append(checks, c)
 		}
 	}
-	return l.takeCall(now, r.ID, checks)
+	if err := l.takeCall(now, r.ID, checks); err != nil {
+		return err
+	}
+	st.noteFallback(model)
+	return nil
 }
 
 // hasCheck reports whether checks holds the counter key.
