@@ -72,3 +72,36 @@ func stringArgs(body []byte, key string) []byte {
 	}
 	return body
 }
+
+// Some upstreams (SGLang, LiteLLM, Mistral) send "tool_calls": null (or
+// "function_call": null) on a message that made no call. In the chat
+// schema both are an object or array when present, never null: a JSON
+// answer's null member is left out (a typed client reads either as no
+// call; a schema check refuses the null).
+var nullCallKeys = [...]string{"tool_calls", "function_call"}
+
+// dropNullCalls returns body, a JSON answer, without its messages' null
+// tool_calls and function_call members; body itself when it has none (one
+// byte search per answer without calls).
+func dropNullCalls(body []byte) []byte {
+	if !bytes.Contains(body, toolCallsKey) && !bytes.Contains(body, functionCallKey) {
+		return body
+	}
+	var drop []string
+	gjson.GetBytes(body, "choices").ForEach(func(ci, ch gjson.Result) bool {
+		for _, k := range nullCallKeys {
+			if v := ch.Get("message." + k); v.Type == gjson.Null && v.Exists() {
+				drop = append(drop, "choices."+strconv.Itoa(int(ci.Int()))+".message."+k)
+			}
+		}
+		return true
+	})
+	for _, path := range drop {
+		if out, err := sjson.DeleteBytes(body, path); err == nil {
+			body = out
+		}
+	}
+	return body
+}
+
+var functionCallKey = []byte(`"function_call"`)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -66,5 +67,34 @@ func FuzzStringArgs(f *testing.F) {
 			})
 			return true
 		})
+	})
+}
+
+// FuzzDropNullCalls: never a panic, valid JSON stays valid, and no choice's
+// message keeps a null tool_calls or function_call; an answer without
+// either is returned as it is.
+func FuzzDropNullCalls(f *testing.F) {
+	f.Add(`{"choices":[{"index":0,"message":{"content":"hi","tool_calls":null}}]}`)
+	f.Add(`{"choices":[{"message":{"function_call" :null,"tool_calls":[]}},{"message":{"tool_calls":null}}]}`)
+	f.Add(`{"choices":[{"message":{"content":"\"tool_calls\":null"}}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		out := dropNullCalls([]byte(body))
+		if !jsonvalid.Bytes([]byte(body)) {
+			return
+		}
+		if !jsonvalid.Bytes(out) {
+			t.Fatalf("%s gave invalid %s", body, out)
+		}
+		gjson.GetBytes(out, "choices").ForEach(func(_, ch gjson.Result) bool {
+			for _, k := range nullCallKeys {
+				if v := ch.Get("message." + k); v.Exists() && v.Type == gjson.Null {
+					t.Fatalf("%s kept %s null: %s", body, k, out)
+				}
+			}
+			return true
+		})
+		if !strings.Contains(body, "null") && string(out) != body {
+			t.Fatalf("%s changed to %s", body, out)
+		}
 	})
 }
