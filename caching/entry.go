@@ -54,15 +54,18 @@ func decodeEntry(e []byte, now time.Time) ([]byte, bool) {
 // pause it came from, whatever the client decides now. Nor is an answer
 // made after a server call failed (its serverCallsKey member says so): the
 // failure may be passing (a tool's service down for a moment), and the
-// answer would repeat it for the whole TTL.
+// answer would repeat it for the whole TTL. Nor one a server tool took
+// part in that is not marked idempotent (its call's volatile member): a
+// hit would not run it, and its answer (the time, a message sent) would
+// stand for a call that never happened.
 func storable(completion []byte, toolCalls bool) bool {
 	if !jsonvalid.Bytes(completion) {
 		return false
 	}
 	res := gjson.GetManyBytes(completion, "choices.#", "choices.0.finish_reason",
 		"choices.0.message.content", "choices.0.message.tool_calls", "error", "choices.0.logprobs",
-		serverCallsKey+".#(error==true)")
-	if res[0].Int() != 1 || res[4].Exists() || (res[5].Exists() && res[5].Type != gjson.Null) || res[6].Exists() {
+		serverCallsKey+".#(error==true)", serverCallsKey+".#(volatile==true)")
+	if res[0].Int() != 1 || res[4].Exists() || (res[5].Exists() && res[5].Type != gjson.Null) || res[6].Exists() || res[7].Exists() {
 		return false
 	}
 	if !replayableMembers(gjson.GetBytes(completion, "choices.0.message")) {

@@ -24,6 +24,7 @@ type storedCall struct {
 	name, source   string
 	args, output   []byte
 	isError, after bool
+	volatile       bool // the tool is not Repeatable: the answer is not stored
 	at             pipeline.TextsAt
 }
 
@@ -40,7 +41,7 @@ type callLog struct {
 // the request had (nil for none).
 func (l *callLog) hear(c *pipeline.ServerCall, next func(*pipeline.ServerCall)) {
 	sc := storedCall{name: c.Name, source: c.Source, args: bytes.Clone(c.Arguments), output: bytes.Clone(c.Output),
-		isError: c.IsError, after: c.AfterClientCalls}
+		isError: c.IsError, after: c.AfterClientCalls, volatile: !c.Repeatable}
 	switch {
 	case c.At != nil:
 		sc.at = *c.At
@@ -102,6 +103,9 @@ func withCalls(completion []byte, calls []storedCall) []byte {
 		out = strconv.AppendBool(out, c.isError)
 		out = append(out, `,"after":`...)
 		out = strconv.AppendBool(out, c.after)
+		if c.volatile {
+			out = append(out, `,"volatile":true`...)
+		}
 		out = append(out, `,"at":[`...)
 		for j, n := range []int{c.at.Content, c.at.Refusal, c.at.ReasoningContent, c.at.Reasoning} {
 			if j > 0 {
@@ -143,5 +147,5 @@ func storedCalls(completion []byte) []storedCall {
 func (c *storedCall) tell(hear func(*pipeline.ServerCall)) {
 	at := c.at
 	hear(&pipeline.ServerCall{Name: c.name, Source: c.source, Arguments: c.args, Output: c.output,
-		IsError: c.isError, At: &at, AfterClientCalls: c.after})
+		IsError: c.isError, At: &at, AfterClientCalls: c.after, Repeatable: true})
 }

@@ -167,6 +167,12 @@ type Tool struct {
 	// runs (the loop pauses and hands the call to the client); "" or
 	// "never" = runs as soon as the model calls it.
 	Approval string `toml:"approval"`
+	// Repeatable is set by the gateway, never by config, for a tool whose
+	// own definition says it only reads or that calling it again has no
+	// further effect (an MCP server's readOnlyHint or idempotentHint): an
+	// answer it took part in may be served again, as one of an
+	// Idempotent tool may.
+	Repeatable bool `toml:"-"`
 }
 
 // MCPServer is an MCP tool server whose tools become server tools.

@@ -288,11 +288,12 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		if desc == "" {
 			desc = t.Title
 		}
+		repeatable := t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint)
 		out = append(out, &Tool{
 			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,
-				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name)},
-			Server: s.cfg.Name, Remote: t.Name,
-			Repeatable: t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint),
+				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name),
+				Repeatable: repeatable},
+			Server: s.cfg.Name, Remote: t.Name, Repeatable: repeatable,
 		})
 	}
 	return out, nil

@@ -123,6 +123,10 @@ type ServerCall struct {
 	Arguments []byte
 	Output    []byte
 	IsError   bool
+	// Repeatable: the tool is marked idempotent (or says it only reads),
+	// so an answer it took part in may be served again without running it
+	// (the response cache stores no answer a call without it took part in).
+	Repeatable bool
 	// At is set by a loop that answers with one JSON body: how much of
 	// the answer message's texts the rounds had produced when the call ran,
 	// so that the Responses API places its item where a stream of the same

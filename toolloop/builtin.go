@@ -15,6 +15,9 @@ type builtin struct {
 	params      string
 	description string
 	prompt      string // system prompt addition when offered; the tool's system key replaces it
+	// pure: its result depends on its arguments alone and it changes
+	// nothing outside the request (config.Tool.Repeatable).
+	pure bool
 }
 
 // builtins are the kind="builtin" tools, by builtin name.
@@ -26,11 +29,13 @@ var builtins = map[string]builtin{
 	},
 	"calculator": {
 		exec:        execFunc(calculator),
+		pure:        true,
 		params:      `{"type":"object","properties":{"expression":{"type":"string","description":"Arithmetic with + - * / ^, parentheses, decimals and unary minus"}},"required":["expression"],"additionalProperties":false}`,
 		description: "Evaluate an arithmetic expression exactly as written.",
 	},
 	todosBuiltin: {
 		exec:        execFunc(writeTodos),
+		pure:        true,
 		params:      todosParams,
 		description: todosDescription,
 		prompt:      defaultTodosPrompt,

@@ -98,6 +98,7 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 				return nil, fmt.Errorf("%s.builtin: unknown builtin %q (have current_time, calculator, write_todos)", at, name)
 			}
 			exec = b.exec
+			tc.Repeatable = b.pure
 			switch prompt = b.prompt; {
 			case prompt != "" && tc.System != "":
 				prompt = tc.System

@@ -453,7 +453,7 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 	// A name no offered tool answers to (an unknown tool) lives nowhere:
 	// "gateway", whose error result it got, as an approval's label is.
-	src := "gateway"
+	src, repeatable := "gateway", false
 	t := s.p.set.get(c.name)
 	if t == nil && r.Name != "" {
 		t = s.p.set.get(r.Name) // a near miss, run under the tool's own name
@@ -463,9 +463,10 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 		if t.cfg.Server != "" {
 			src = t.cfg.Server
 		}
+		repeatable = t.cfg.Idempotent || t.cfg.Repeatable
 	}
 	sc := &pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
-		AfterClientCalls: s.afterClient}
+		AfterClientCalls: s.afterClient, Repeatable: repeatable}
 	if strings.HasPrefix(c.id, approvalPrefix) {
 		sc.ApprovalID = c.id
 	}
