@@ -196,8 +196,10 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 			if _, dup := props[key]; dup || key == bodyKey {
 				key = prm.In + "_" + prm.Name
 			}
+			form := prm.Style == "" || prm.Style == "form"
 			o.params = append(o.params, param{key: key, name: prm.Name, in: prm.In,
-				explode: (prm.Style == "" || prm.Style == "form") && (prm.Explode == nil || *prm.Explode)})
+				explode: form && (prm.Explode == nil || *prm.Explode),
+				joined:  form && prm.Explode != nil && !*prm.Explode})
 		}
 		props[key] = schema
 		if prm.In == "path" || prm.Required != nil && *prm.Required {

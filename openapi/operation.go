@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/jsonvalid"
@@ -40,6 +42,10 @@ type param struct {
 	// (OpenAPI's default for a query parameter: style form, explode
 	// true); otherwise as its JSON text under the parameter's name.
 	explode bool
+	// joined: an array value is sent as one key, its values
+	// comma-separated (style form, explode false); otherwise as one key
+	// per value.
+	joined bool
 }
 
 // maxAnswer bounds the body of an operation's answer that is read; the tool
@@ -61,6 +67,7 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 	}
 	p := o.path
 	q := url.Values{}
+	var joined [][2]string // name, escaped value: url.Values would escape the commas
 	hdr := http.Header{}
 	for _, prm := range o.params {
 		v := gjson.GetBytes(args, gjson.Escape(prm.key))
@@ -79,6 +86,16 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 			p = strings.ReplaceAll(p, "{"+prm.name+"}", url.PathEscape(s))
 		case "query":
 			switch {
+			case v.IsArray() && prm.joined:
+				// Each value escaped, so that a comma in one is %2C and
+				// only the separators are commas.
+				var vs []string
+				for _, e := range v.Array() {
+					vs = append(vs, url.QueryEscape(scalar(e)))
+				}
+				if len(vs) > 0 {
+					joined = append(joined, [2]string{prm.name, strings.Join(vs, ",")})
+				}
 			case v.IsArray():
 				for _, e := range v.Array() {
 					q.Add(prm.name, scalar(e))
@@ -106,13 +123,22 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 	u.RawPath = strings.TrimRight(o.base.EscapedPath(), "/") + p
 	// base_url's own query (a function key, an API version) is the
 	// operator's: kept, and never replaced by the model's.
+	own := o.base.Query()
 	base := o.base.Query()
 	for k, vs := range q {
-		if _, ok := base[k]; !ok {
+		if _, ok := own[k]; !ok {
 			base[k] = vs
 		}
 	}
 	u.RawQuery = base.Encode()
+	for _, j := range joined {
+		if _, ok := own[j[0]]; !ok {
+			if u.RawQuery != "" {
+				u.RawQuery += "&"
+			}
+			u.RawQuery += url.QueryEscape(j[0]) + "=" + j[1]
+		}
+	}
 	u.Fragment, u.RawFragment = "", ""
 	var body io.Reader
 	if o.body {
@@ -130,6 +156,8 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	// traceparent, when traced: over a header parameter of its name.
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
 	for k, v := range o.headers { // the operator's headers win over the model's
 		req.Header.Set(k, v)
 	}
@@ -177,7 +205,9 @@ func (o *Operation) Call(ctx context.Context, args []byte) (data []byte, isError
 	}
 	cut := len(b) > maxAnswer
 	if cut {
-		b = b[:maxAnswer]
+		// Not inside a secret: the masking that follows finds only whole
+		// ones, and would leave the start of one the cut split.
+		b = b[:observe.Secrets.SafeCut(b, maxAnswer)]
 		for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
 			if utf8.RuneStart(b[len(b)-i]) {
 				if !utf8.FullRune(b[len(b)-i:]) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/observe"
 )
 
 // Source is every [[openapi]] spec's operations as a tool source of the
@@ -37,6 +38,13 @@ func Load(ctx context.Context, cfg *config.Config) (*Source, error) {
 		ops, err := Parse(doc, sc, newClient())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		if sc.BaseURL == "" {
+			// The spec's server URL stands in for base_url: its
+			// credentials (key=, user info) are masked as base_url's are,
+			// by the rule config applies to it.
+			def := config.Config{OpenAPI: []config.OpenAPI{{BaseURL: ops[0].base.String()}}}
+			observe.Secrets.Add(def.Secrets()...)
 		}
 		for _, o := range ops {
 			if _, dup := s.ops[o.Tool.Name]; dup {

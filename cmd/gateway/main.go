@@ -73,7 +73,9 @@ func run() int {
 		err := gateway.Check(cfg, log)
 		flush()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", *path, err)
+			// Masked as the start's log line is: a spec URL's token= would
+			// land in CI logs.
+			fmt.Fprintf(observe.Secrets.Writer(os.Stderr), "%s: %v\n", *path, err)
 			return 1
 		}
 		fmt.Printf("%s: ok (%d providers, %d models, %d tools)\n", *path, len(cfg.Providers), len(cfg.Models), len(cfg.Tools))
