@@ -65,14 +65,18 @@ func parseHints(s string) hints {
 			h.noStore = true
 		case strings.HasPrefix(tok, "ttl="):
 			n, err := strconv.ParseInt(tok[4:], 10, 64)
+			var ttl time.Duration
 			switch {
 			case err != nil || n < 0:
 			case n == 0:
 				h.noStore = true
 			case n >= int64(maxHintTTL/time.Second): // cap before multiplying: no overflow
-				h.ttl = maxHintTTL
+				ttl = maxHintTTL
 			default:
-				h.ttl = time.Duration(n) * time.Second
+				ttl = time.Duration(n) * time.Second
+			}
+			if ttl > 0 && (h.ttl == 0 || ttl < h.ttl) {
+				h.ttl = ttl // of several, the shortest: a hint only shortens
 			}
 		}
 	}

@@ -193,6 +193,7 @@ func TestParseHints(t *testing.T) {
 		{name: "ttl=0 is no-store", in: "ttl=0", want: hints{noStore: true}},
 		{name: "ttl capped", in: "ttl=999999999", want: hints{ttl: maxHintTTL}},
 		{name: "garbage ignored", in: "ttl=x,ttl=-1,max-age=3,,", want: hints{}},
+		{name: "the shortest ttl", in: "ttl=60, ttl=10, ttl=30", want: hints{ttl: 10 * time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -580,5 +581,34 @@ func TestPromptCacheCachedTokensSummed(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(model+" json", resp.Usage)
+	}
+}
+
+// A client's x-gateway-cache sent as several header lines is read as one
+// list (RFC 9110: repeated lines of a list header are one comma-joined
+// line): a no-store on the second line is kept, whatever the order.
+func TestCacheHintOnSeveralHeaderLines(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, cacheConfig, mockllm.Options{Respond: numbered})
+	body := `{"model":"gpt-x","temperature":0,"messages":[{"role":"user","content":"two lines"}]}`
+	ask := func(lines ...string) string {
+		req, _ := http.NewRequest(http.MethodPost, h.base+"/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for _, l := range lines {
+			req.Header.Add("X-Gateway-Cache", l)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.Header.Get("X-Gateway-Cache")
+	}
+	if v := ask("ttl=60", "no-store"); v != "miss" {
+		t.Fatalf("first ask: %q", v)
+	}
+	if v := ask(); v != "miss" {
+		t.Fatalf("the answer of a request whose second x-gateway-cache line said no-store was stored (%q)", v)
 	}
 }

@@ -77,7 +77,7 @@ func (s *Server) chatRequest(ctx *fasthttp.RequestCtx, x *exchange, body []byte,
 		ID: x.id, Start: x.start, Body: body, Model: model, Stream: stream, IncludeUsage: includeUsage, Tools: tools,
 		Route: route, Credential: bearer(&ctx.Request.Header), Meta: &x.meta,
 		Hints: pipeline.Hints{
-			Cache:     string(ctx.Request.Header.Peek("X-Gateway-Cache")),
+			Cache:     listHeader(&ctx.Request.Header, "X-Gateway-Cache"),
 			ToolTrace: string(ctx.Request.Header.Peek("X-Gateway-Tool-Trace")) == "1",
 		},
 	}
@@ -86,6 +86,21 @@ func (s *Server) chatRequest(ctx *fasthttp.RequestCtx, x *exchange, body []byte,
 		req.Hints.TraceState = string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
 	}
 	return req
+}
+
+// listHeader returns the value of a list header (a comma-separated one),
+// its field lines joined with ", " when the client sent several: HTTP
+// reads repeated lines of a list header as that one line (RFC 9110 5.3),
+// so a no-store on a second line is not lost.
+func listHeader(h *fasthttp.RequestHeader, key string) string {
+	vs := h.PeekAll(key)
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return string(vs[0])
+	}
+	return string(bytes.Join(vs, []byte(", ")))
 }
 
 // outputForm writes a chat call's result in the form the client asked
