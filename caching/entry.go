@@ -33,14 +33,16 @@ func encodeEntry(completion []byte, expires time.Time) []byte {
 	return append(out, completion...)
 }
 
-// decodeEntry returns the completion of an entry still fresh at now. The
-// result aliases e.
-func decodeEntry(e []byte, now time.Time) ([]byte, bool) {
+// decodeEntry returns the completion of an entry still fresh at now, and
+// not due to live longer than ttl from now: one stored under a longer ttl
+// (before a reload lowered it; Redis keeps it across the reload) is stale
+// under the ttl configured now. The result aliases e.
+func decodeEntry(e []byte, now time.Time, ttl time.Duration) ([]byte, bool) {
 	if len(e) <= entryHeader || e[0] != entryVersion {
 		return nil, false
 	}
 	exp := int64(binary.BigEndian.Uint64(e[1:entryHeader]))
-	if now.UnixMilli() >= exp {
+	if now.UnixMilli() >= exp || exp-now.UnixMilli() > ttl.Milliseconds() {
 		return nil, false
 	}
 	return e[entryHeader:], true

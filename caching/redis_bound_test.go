@@ -89,7 +89,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{0xff}, entryHeader+1))
 	f.Fuzz(func(t *testing.T, e []byte) {
-		c, ok := decodeEntry(e, now)
+		c, ok := decodeEntry(e, now, time.Hour)
 		if ok && (len(e) <= entryHeader || !bytes.Equal(c, e[entryHeader:])) {
 			t.Fatalf("decodeEntry(%q) = %q", e, c)
 		}

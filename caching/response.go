@@ -183,7 +183,7 @@ func (c *responseCache) Chat(ctx context.Context, r *pipeline.Request) (*pipelin
 		// them it is a miss, and a refill may store one with usage. (A
 		// stream whose client did not ask records its calls' usage all
 		// the same: recordingStream.)
-		if completion, fresh := decodeEntry(val, c.opts.Now()); fresh &&
+		if completion, fresh := decodeEntry(val, c.opts.Now(), c.opts.Config.TTL.D()); fresh &&
 			(r.Stream && !r.IncludeUsage || hasUsage(completion)) {
 			resultHit.Inc()
 			r.Meta.Set(HeaderCache, "hit")

@@ -80,3 +80,24 @@ func TestMemoryStoreLRUAndTTL(t *testing.T) {
 		t.Errorf("bytes = %d, want %d", s.Bytes(), want)
 	}
 }
+
+// An entry stored under a longer ttl than the one configured now (a reload
+// lowered it; Redis kept the entry) is stale; one within the ttl is fresh,
+// until its own expiry.
+func TestEntryHonoursALoweredTTL(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	e := encodeEntry([]byte(`{"id":"x"}`), now.Add(10*time.Minute))
+	if _, ok := decodeEntry(e, now, 10*time.Minute); !ok {
+		t.Fatal("an entry within the ttl is stale")
+	}
+	if _, ok := decodeEntry(e, now, 2*time.Second); ok {
+		t.Fatal("an entry stored for 10 minutes is fresh under a ttl of 2 s")
+	}
+	if _, ok := decodeEntry(e, now.Add(9*time.Minute+59*time.Second), 2*time.Second); !ok {
+		t.Fatal("an entry due to expire within the new ttl is stale")
+	}
+	if _, ok := decodeEntry(e, now.Add(10*time.Minute), time.Hour); ok {
+		t.Fatal("an expired entry is fresh")
+	}
+}
