@@ -26,6 +26,12 @@ const (
 	entryHeader  = 9
 )
 
+// clockSkew is how far behind the clock of the replica that stored an
+// entry another replica's may be: a fresh entry it reads is then due to
+// live longer than the ttl by that much, and is not taken for one stored
+// under a longer ttl.
+const clockSkew = 5 * time.Second
+
 func encodeEntry(completion []byte, expires time.Time) []byte {
 	out := make([]byte, entryHeader, entryHeader+len(completion))
 	out[0] = entryVersion
@@ -34,15 +40,15 @@ func encodeEntry(completion []byte, expires time.Time) []byte {
 }
 
 // decodeEntry returns the completion of an entry still fresh at now, and
-// not due to live longer than ttl from now: one stored under a longer ttl
-// (before a reload lowered it; Redis keeps it across the reload) is stale
-// under the ttl configured now. The result aliases e.
+// not due to live longer than ttl (and clockSkew) from now: one stored
+// under a longer ttl (before a reload lowered it; Redis keeps it across
+// the reload) is stale under the ttl configured now. The result aliases e.
 func decodeEntry(e []byte, now time.Time, ttl time.Duration) ([]byte, bool) {
 	if len(e) <= entryHeader || e[0] != entryVersion {
 		return nil, false
 	}
 	exp := int64(binary.BigEndian.Uint64(e[1:entryHeader]))
-	if now.UnixMilli() >= exp || exp-now.UnixMilli() > ttl.Milliseconds() {
+	if now.UnixMilli() >= exp || exp-now.UnixMilli() > (ttl+clockSkew).Milliseconds() {
 		return nil, false
 	}
 	return e[entryHeader:], true

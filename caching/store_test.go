@@ -94,6 +94,9 @@ func TestEntryHonoursALoweredTTL(t *testing.T) {
 	if _, ok := decodeEntry(e, now, 2*time.Second); ok {
 		t.Fatal("an entry stored for 10 minutes is fresh under a ttl of 2 s")
 	}
+	if _, ok := decodeEntry(e, now.Add(-3*time.Second), 10*time.Minute); !ok {
+		t.Fatal("a fresh entry read by a replica whose clock is 3 s behind is stale")
+	}
 	if _, ok := decodeEntry(e, now.Add(9*time.Minute+59*time.Second), 2*time.Second); !ok {
 		t.Fatal("an entry due to expire within the new ttl is stale")
 	}

@@ -39,22 +39,6 @@ func TestAnswerWithoutFinishReason(t *testing.T) {
 	}
 }
 
-// An upstream's "tool_calls": null and "function_call": null (SGLang,
-// LiteLLM, Mistral) on a message without calls are left out of the JSON
-// answer: the chat schema allows no null there.
-func TestAnswerNullToolCallsLeftOut(t *testing.T) {
-	t.Parallel()
-	h := harnessOn(t, baseConfig, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls" : null,"function_call":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
-	}})
-	code, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`, nil)
-	msg := gjson.GetBytes(b, "choices.0.message")
-	if code != 200 || msg.Get("content").Str != "hi" || msg.Get("tool_calls").Exists() || msg.Get("function_call").Exists() {
-		t.Fatalf("%d %s", code, b)
-	}
-}
-
 // A compressed chat body is refused as the pass-through refuses one, 415
 // unsupported_media_type, not as JSON it cannot parse (the gateway decodes
 // no request body).

@@ -250,6 +250,36 @@ func TestUpstreamEmptyFinishReasonRelayedAsNull(t *testing.T) {
 	}
 }
 
+// An upstream's "tool_calls": null and "function_call": null on a delta or
+// a message without calls (SGLang, LiteLLM, Mistral) are left out, in the
+// stream and in the JSON answer: the chat schema allows no null there.
+func TestUpstreamNullCallsLeftOut(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
+	ev := func(delta, finish string) string {
+		return "data: " + head + delta + `,"finish_reason":` + finish + "}]}\n\n"
+	}
+	stream := ev(`{"role":"assistant","content":"","tool_calls":null}`, `null`) + ev(`{"content":"Hel","tool_calls" : null,"function_call":null}`, `null`) +
+		ev(`{"content":"lo","tool_calls":null}`, `null`) + ev(`{"tool_calls":null}`, `"stop"`) + "data: [DONE]\n\n"
+	answer := `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":"Hello","tool_calls" : null,"function_call":null},"finish_reason":"stop"}]}`
+	h := fixedUpstreamHarness(t, stream, answer)
+
+	acc, err := sdkStream(h, userMsg("hi"))
+	raw, _ := h.lastRaw()
+	if err != nil || acc.Choices[0].Message.Content != "Hello" || bytes.Contains(raw, []byte("_call")) {
+		t.Fatalf("stream: %v, %+v\n%s", err, acc.Choices, raw)
+	}
+	if _, err := wiretest.CheckStream(raw, wiretest.Options{}); err != nil {
+		t.Fatalf("stream: %v\n%s", err, raw)
+	}
+	resp, err := h.client.Chat.Completions.New(context.Background(), userMsg("hi"))
+	raw, _ = h.lastRaw()
+	if err != nil || resp.Choices[0].Message.Content != "Hello" || bytes.Contains(raw, []byte("_call")) {
+		t.Fatalf("JSON: %v, %+v\n%s", err, resp, raw)
+	}
+}
+
 // An upstream that never names a choice's finish (Ollama-like "" on every
 // chunk, or null) streams a finish chunk of the gateway's for it before the
 // usage chunk or [DONE]: "stop", or "tool_calls" after calls, the reasons

@@ -48,7 +48,7 @@ func (l *Limiter) HoldUnnamed(r *pipeline.Request) (*Call, error) {
 }
 
 func (l *Limiter) hold(r *pipeline.Request, model string) (*Call, error) {
-	ctx, slots, err := l.admit(context.Background(), r, model)
+	ctx, slots, err := l.admit(context.Background(), r, model, false)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,7 @@ type Options struct {
 // what is still queued.
 type Limiter struct {
 	rules      []rule
+	modelRules bool // a rule names a model: AdmitFallback needs the request's state
 	budgets    []budgetRule
 	prices     map[string]config.Price // client-facing model → price
 	store      Store
@@ -143,6 +144,9 @@ func New(o Options) *Limiter {
 			keyR: key("r", r.RequestsPerMinute, true), keyT: key("t", r.TokensPerMinute, true),
 			keyC: key("c", r.Concurrent, false), keyX: key("x", r.ToolCallsPerMinute, true)})
 	}
+	// Budgets match tenants and keys, never models: only a rule naming a
+	// model can apply to a fallback and not to the model asked for.
+	l.modelRules = slices.ContainsFunc(cfg.Limits, func(r config.Limit) bool { return r.Model != "" })
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,
 			micro: int64(b.Amount * 1e6), period: b.Period, warnAt: b.WarnAt})
@@ -380,29 +384,29 @@ type reqState struct {
 	out      outcome            // Take's answer (a Store is an interface: a local would escape)
 	counts   [8]int64           // out's counts of a scope's usual few (four) checks
 	headers  [6]pipeline.Header // the x-ratelimit-* headers, lent to the request's Meta
-	fellBack []string           // the fallback models AdmitFallback admitted for the request
+	fellBack []string           // the fallbacks AdmitFallback admitted for the request: model asked for, NUL, fallback model
 }
 
-// fellBackTo reports whether a call of the request fell back to model
+// fellBackTo reports whether a call of the request made that fallback
 // before (AdmitFallback admitted it).
-func (s *reqState) fellBackTo(model string) bool {
+func (s *reqState) fellBackTo(fallback string) bool {
 	if s == nil {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Contains(s.fellBack, model)
+	return slices.Contains(s.fellBack, fallback)
 }
 
-// noteFallback records that a call of the request fell back to model.
-func (s *reqState) noteFallback(model string) {
+// noteFallback records that a call of the request made that fallback.
+func (s *reqState) noteFallback(fallback string) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !slices.Contains(s.fellBack, model) {
-		s.fellBack = append(s.fellBack, model)
+	if !slices.Contains(s.fellBack, fallback) {
+		s.fellBack = append(s.fellBack, fallback)
 	}
 }
 

@@ -36,7 +36,7 @@ func (l *Limiter) Middleware() pipeline.Middleware {
 			if err := namedModel(r.Model); err != nil {
 				return nil, err
 			}
-			ctx, slots, err := l.admit(ctx, r, r.Model)
+			ctx, slots, err := l.admit(ctx, r, r.Model, true)
 			if err != nil {
 				return nil, err
 			}
@@ -69,18 +69,21 @@ type held struct {
 // of model: r.Model, or anyModel) and refuses it over a limit. slots are what r holds in flight, to be freed
 // when its answer ends. A slot is named for this admission alone, never by
 // r.ID: that is the client's X-Request-Id when it sends one, and requests
-// sharing a name would share one slot.
+// sharing a name would share one slot. memo: r is a chat request, whose
+// model calls may fall back (its state goes into the context returned).
 //
 //go:noinline
-func (l *Limiter) admit(ctx context.Context, r *pipeline.Request, model string) (_ context.Context, slots held, _ error) {
+func (l *Limiter) admit(ctx context.Context, r *pipeline.Request, model string, memo bool) (_ context.Context, slots held, _ error) {
 	tenant, key := who(r)
 	now := l.now()
 	sc := l.scopeOf(tenant, key, model, now)
 	l.countRequest(now, sc)
+	// A chat request's model calls may fall back to a model with a rule
+	// of its own, taken once for the request (AdmitFallback): its state
+	// remembers them.
+	memo = memo && l.modelRules
 	if len(sc.checks) == 0 {
-		if len(l.rules) > 0 || len(l.budgets) > 0 {
-			// A fallback may still meet a rule of its own model, once for
-			// the request (AdmitFallback).
+		if memo {
 			ctx = context.WithValue(ctx, stateKey{}, &reqState{model: model})
 		}
 		return ctx, held{}, nil
@@ -114,7 +117,9 @@ func (l *Limiter) admit(ctx context.Context, r *pipeline.Request, model string) 
 		limited.WithLabelValues(string(rune(c.kind))).Inc()
 		return ctx, held{}, denial(c, st.estimate, out.retryAfter)
 	}
-	ctx = context.WithValue(ctx, stateKey{}, st)
+	if st.estimate > 0 || memo {
+		ctx = context.WithValue(ctx, stateKey{}, st)
+	}
 	if sc.slots {
 		slots = held{checks: checks, id: id}
 	}
@@ -250,7 +255,11 @@ func (l *Limiter) AdmitFallback(ctx context.Context, r *pipeline.Request, model 
 	sc := l.scopeOf(tenant, key, model, now)
 	st := stateFrom(ctx)
 	mine := sc.admitted()
-	if st.fellBackTo(model) {
+	// Remembered per model asked for: the loop's rounds of r.Model share
+	// one fallback request, an agent tool's calls of another model their
+	// own.
+	memo := r.Model + "\x00" + model
+	if st.fellBackTo(memo) {
 		mine = sc.later
 	}
 	var checks []check
@@ -262,7 +271,7 @@ func (l *Limiter) AdmitFallback(ctx context.Context, r *pipeline.Request, model 
 	if err := l.takeCall(now, r.ID, checks); err != nil {
 		return err
 	}
-	st.noteFallback(model)
+	st.noteFallback(memo)
 	return nil
 }
 

@@ -71,7 +71,7 @@ func (m *Manager) Call(ctx context.Context, name string, args []byte) (data []by
 		// reads or is idempotent; otherwise the model is told the server
 		// was unavailable.
 		s.breakSession(sess)
-		if t.Repeatable {
+		if t.Tool.Repeatable {
 			if sess = s.nextSession(ctx, sess); sess == nil {
 				if ctx.Err() != nil {
 					countEnded(ctx, s.cfg.Name)

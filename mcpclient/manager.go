@@ -44,10 +44,10 @@ type Tool struct {
 	config.Tool        // Kind "mcp"; Name is the exposed (prefixed) name; Parameters the input schema JSON
 	Server      string // the [[mcp_servers]] name
 	Remote      string // the tool's name on the server
-	// Repeatable: the server says (its annotations) that the tool only
-	// reads, or that calling it again with the same arguments has no
-	// further effect, so a call whose fate is unknown may be sent again.
-	Repeatable bool
+	// Tool.Repeatable: the server says (its annotations) that the tool
+	// only reads, or that calling it again with the same arguments has no
+	// further effect, so a call whose fate is unknown may be sent again
+	// (and an answer it took part in stored).
 }
 
 // Manager holds the connections to the configured MCP servers. Safe for

@@ -293,7 +293,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,
 				Timeout: config.Duration(s.timeout), Models: s.cfg.Models, MaxCalls: s.cfg.MaxCalls, Approval: s.approval(t.Name),
 				Repeatable: repeatable},
-			Server: s.cfg.Name, Remote: t.Name, Repeatable: repeatable,
+			Server: s.cfg.Name, Remote: t.Name,
 		})
 	}
 	return out, nil

@@ -246,7 +246,10 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 		approval = "always"
 	}
 	o.Tool = config.Tool{Name: toolName(s.Prefix, id), Description: desc, Parameters: string(schema),
-		Kind: "openapi", Server: s.Name, Timeout: s.Timeout, Models: s.Models, Approval: approval}
+		Kind: "openapi", Server: s.Name, Timeout: s.Timeout, Models: s.Models, Approval: approval,
+		// A safe method changes nothing: an answer it took part in may be
+		// served again, as one of an MCP tool that only reads.
+		Repeatable: method == http.MethodGet || method == http.MethodHead}
 	return o, nil
 }
 

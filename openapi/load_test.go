@@ -58,6 +58,11 @@ func TestParsePetstore(t *testing.T) {
 	if ops["pets_deletePet"].Tool.Approval != "always" || ops["pets_getPetById"].Tool.Approval != "" {
 		t.Error("approval globs")
 	}
+	// A safe method's operation is repeatable (an answer it took part in
+	// may be cached), a POST or DELETE one is not.
+	if !ops["pets_getPetById"].Tool.Repeatable || add.Tool.Repeatable || ops["pets_deletePet"].Tool.Repeatable {
+		t.Error("repeatable: GET yes, POST and DELETE no")
+	}
 	find := gjson.Parse(ops["pets_findPetsByStatus"].Tool.Parameters)
 	if find.Get("properties.status.items.enum.0").Str != "available" {
 		t.Errorf("findPetsByStatus %s", find.Raw)

@@ -74,24 +74,57 @@ func stringArgs(body []byte, key string) []byte {
 }
 
 // Some upstreams (SGLang, LiteLLM, Mistral) send "tool_calls": null (or
-// "function_call": null) on a message that made no call. In the chat
-// schema both are an object or array when present, never null: a JSON
-// answer's null member is left out (a typed client reads either as no
-// call; a schema check refuses the null).
+// "function_call": null) on a message or delta that has no call. In the
+// chat schema both are an object or array when present, never null: the
+// null member is left out (a typed client reads either as no call; a
+// schema check refuses the null).
 var nullCallKeys = [...]string{"tool_calls", "function_call"}
 
-// dropNullCalls returns body, a JSON answer, without its messages' null
-// tool_calls and function_call members; body itself when it has none (one
-// byte search per answer without calls).
-func dropNullCalls(body []byte) []byte {
-	if !bytes.Contains(body, toolCallsKey) && !bytes.Contains(body, functionCallKey) {
+// callSuffix ends both keys: one search finds either.
+var callSuffix = []byte(`_call`)
+
+// hasNullCall reports whether body may hold a "tool_calls" or
+// "function_call" member whose value is null; false means it holds none
+// (one byte search on a chunk or answer without calls).
+func hasNullCall(body []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(body[i:], callSuffix)
+		if j < 0 {
+			return false
+		}
+		i += j + len(callSuffix)
+		if i < len(body) && body[i] == 's' {
+			i++
+		}
+		if i == len(body) || body[i] != '"' {
+			continue
+		}
+		v := skipSpace(body, i+1)
+		if v == len(body) || body[v] != ':' {
+			continue
+		}
+		if bytes.HasPrefix(body[skipSpace(body, v+1):], finishNull) {
+			return true
+		}
+	}
+}
+
+// dropNullCalls returns body, a JSON answer (key "message") or a chunk (key
+// "delta"), without its choices' null tool_calls and function_call
+// members; body itself when it has none.
+func dropNullCalls(body []byte, key string) []byte {
+	if !hasNullCall(body) {
+		return body
+	}
+	choices := gjson.GetBytes(body, "choices")
+	if !choices.IsArray() {
 		return body
 	}
 	var drop []string
-	gjson.GetBytes(body, "choices").ForEach(func(ci, ch gjson.Result) bool {
+	choices.ForEach(func(ci, ch gjson.Result) bool {
 		for _, k := range nullCallKeys {
-			if v := ch.Get("message." + k); v.Type == gjson.Null && v.Exists() {
-				drop = append(drop, "choices."+strconv.Itoa(int(ci.Int()))+".message."+k)
+			if v := ch.Get(key + "." + k); v.Type == gjson.Null && v.Exists() {
+				drop = append(drop, "choices."+strconv.Itoa(int(ci.Int()))+"."+key+"."+k)
 			}
 		}
 		return true
@@ -103,5 +136,3 @@ func dropNullCalls(body []byte) []byte {
 	}
 	return body
 }
-
-var functionCallKey = []byte(`"function_call"`)

@@ -248,7 +248,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if bytes.Contains(data, xGroq) {
 		data = groqUsage(data)
 	}
-	data = s.rename(stringArgs(flattenParts(data, "delta"), "delta"))
+	data = s.rename(stringArgs(flattenParts(dropNullCalls(data, "delta"), "delta"), "delta"))
 	held := s.hasUsage
 	if none && s.fin.open() && wire.ChunkUsage(data).IsObject() {
 		// A usage chunk while a choice is open: if the stream ends after

@@ -466,7 +466,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 			if failed = pc.noAnswer(out, req.Messages); failed != nil {
 				break
 			}
-			fixed, _ := fillFinish(nil, callsFinish(dropNullCalls(out)), finishStop)
+			fixed, _ := fillFinish(nil, callsFinish(dropNullCalls(out, "message")), finishStop)
 			fixed = addFinish(fixed)
 			body = setModel(nil, stringArgs(flattenParts(fixed, "message"), "message"), req.Model)
 			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
