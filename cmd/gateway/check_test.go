@@ -20,17 +20,7 @@ func TestOpenAPICheckMasksSpecURL(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	path := filepath.Join(t.TempDir(), "spec.toml")
-	body := `[server]
-listen = "127.0.0.1:1"
-[[providers]]
-name = "echo"
-kind = "openai"
-base_url = "http://127.0.0.1:1/v1"
-api_key = "sk-x"
-[[models]]
-name = "echo"
-provider = "echo"
-[[openapi]]
+	body := checkConfig + `[[openapi]]
 name = "t"
 spec = "` + srv.URL + `/spec?token=LITERALTOK123&sig=SIGVAL999&x=1"
 `

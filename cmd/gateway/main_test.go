@@ -154,15 +154,9 @@ func TestCheckListenAfterTheFlag(t *testing.T) {
 	}
 }
 
-// -check runs the build's validation too: a config the gateway refuses to
-// start with (here two [[policies]] of one tenant, an error only the build
-// finds) fails the check with the start's message, exit 1. It used to
-// pass. The shipped config still passes (TestShippedConfigOffline).
-func TestCheckRunsTheBuild(t *testing.T) {
-	t.Parallel()
-	bin := testproc.Gateway(t)
-	path := filepath.Join(t.TempDir(), "dup.toml")
-	body := `[server]
+// checkConfig is a config -check passes: one model of an upstream that
+// is never called.
+const checkConfig = `[server]
 listen = "127.0.0.1:1"
 [[providers]]
 name = "echo"
@@ -172,7 +166,17 @@ api_key = "sk-x"
 [[models]]
 name = "echo"
 provider = "echo"
-[[keys]]
+`
+
+// -check runs the build's validation too: a config the gateway refuses to
+// start with (here two [[policies]] of one tenant, an error only the build
+// finds) fails the check with the start's message, exit 1. It used to
+// pass. The shipped config still passes (TestShippedConfigOffline).
+func TestCheckRunsTheBuild(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	path := filepath.Join(t.TempDir(), "dup.toml")
+	body := checkConfig + `[[keys]]
 name = "b"
 tenant = "tb"
 key = "key-tb-2222222222"
