@@ -26,6 +26,15 @@ const (
 	summaryTTL      = 24 * time.Hour
 )
 
+// A summary too long for the request that asked is kept for unfitTTL
+// only, marked unfit: a later request it fits takes it, one it does not
+// fit goes to summary_fallback without asking the summary model again,
+// until the mark expires and the model is asked anew.
+const (
+	unfitMark = "\x00unfit\x00"
+	unfitTTL  = 5 * time.Minute
+)
+
 // Store keeps summaries, keyed by the summarised messages, so that every
 // round and every later request of a conversation sends the same summary
 // (and the provider's cached prefix survives). The response cache's stores
@@ -49,9 +58,9 @@ var errNoSummary = errors.New("contextedit: no summary")
 // summary returns the summary of the non-system messages of t before cut,
 // one that fits says fits: from the store when these messages were
 // summarised before, else from the summary model (then stored). A summary
-// that does not fit is errNoSummary and is not stored, so that the next
-// request of the conversation asks again rather than reading back one it
-// cannot use. The summary call is made on the caller's behalf: it passes
+// that does not fit is errNoSummary, and is kept only unfitTTL, so that a
+// later request of the conversation asks again rather than reading back
+// for a day one it cannot use. The summary call is made on the caller's behalf: it passes
 // the caller's policy (admit) and the summary model's whole model-call
 // layer (fallback, limits, metering).
 func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int, fits func(string) bool) (string, error) {
@@ -82,8 +91,14 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	}
 	key := s.key(req, t, cut)
 	if s.store != nil {
-		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 && fits(string(v)) {
-			return string(v), nil
+		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 {
+			text, unfit := strings.CutPrefix(string(v), unfitMark)
+			switch {
+			case fits(text):
+				return text, nil
+			case unfit:
+				return "", errNoSummary // asked lately: too long then, too long now
+			}
 		}
 	}
 	// The summary call is its own conversation: r is a new request, so it
@@ -100,7 +115,13 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 		return "", errNoSummary
 	}
 	out := strings.TrimSpace(gjson.GetBytes(resp.Body, "choices.0.message.content").String())
-	if out == "" || !fits(out) {
+	if out == "" {
+		return "", errNoSummary
+	}
+	if !fits(out) {
+		if s.store != nil {
+			_ = s.store.Set(context.WithoutCancel(ctx), key, []byte(unfitMark+out), unfitTTL)
+		}
 		return "", errNoSummary
 	}
 	if s.store != nil {

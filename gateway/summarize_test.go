@@ -216,38 +216,33 @@ models = ["gpt-x"]
 	}
 }
 
-// A summary too long to fit is not kept: the conversation's next request
-// asks the summary model again (and, with a summary that fits, is
-// answered), instead of reading the unusable one back until it expires.
-// The summary request carries no tools: the server tools the calculator
-// offers every model are for the conversation, not for its summary.
+// A summary too long to fit is not kept for a day: the conversation's
+// next request within unfitTTL goes to summary_fallback without asking the
+// summary model again (contextedit's TestUnfitSummaryIsKeptBriefly follows
+// it past that), never to a day of 400s. The summary request carries no
+// tools: the server tools the calculator offers every model are for the
+// conversation, not for its summary.
 func TestUnfitSummaryIsNotKept(t *testing.T) {
 	t.Parallel()
 	var summaries atomic.Int64
-	var long atomic.Bool
-	long.Store(true)
-	short := summarizeResponder(&summaries, false)
 	h := newHarness(t, summarizeConfig, mockllm.Options{ContextWindow: map[string]int{"up-model": 1000},
 		Respond: func(c *mockllm.Call) mockllm.Turn {
-			if c.Model == "up-sum" && long.Load() {
+			if c.Model == "up-sum" {
 				summaries.Add(1)
 				return mockllm.Turn{Text: strings.Repeat("the summary goes on and on ", 400)}
 			}
-			return short(c)
+			return mockllm.Turn{Text: "42."}
 		}})
 	params := openai.ChatCompletionNewParams{Model: "gpt-x", Messages: longHistory()}
-	_, err := h.client.Chat.Completions.New(context.Background(), params)
-	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.Code != "context_length_exceeded" {
-		t.Fatalf("a summary that does not fit: %v, want context_length_exceeded", err)
+	for i := 0; i < 2; i++ {
+		_, err := h.client.Chat.Completions.New(context.Background(), params)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.Code != "context_length_exceeded" {
+			t.Fatalf("request %d, a summary that does not fit: %v, want context_length_exceeded", i, err)
+		}
 	}
-	long.Store(false)
-	resp, err := h.client.Chat.Completions.New(context.Background(), params)
-	if err != nil || resp.Choices[0].Message.Content != "42." {
-		t.Fatalf("the next request with a summary that fits: %v", err)
-	}
-	if n := summaries.Load(); n != 2 {
-		t.Fatalf("%d summary calls, want 2: the unfit summary was kept", n)
+	if n := summaries.Load(); n != 1 {
+		t.Fatalf("%d summary calls, want 1: the unfit summary was asked for again at once", n)
 	}
 	for _, r := range h.mock.Requests() {
 		if r.Model == "up-sum" && gjson.GetBytes(r.Body, "tools").Exists() {

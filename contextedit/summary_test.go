@@ -1,0 +1,86 @@
+package contextedit
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/gateway/pipeline"
+)
+
+// ttlStore is a Store that records each value's ttl and forgets the
+// values whose ttl "passed" (expire).
+type ttlStore struct {
+	mu  sync.Mutex
+	val map[string][]byte
+	ttl map[string]time.Duration
+}
+
+func (s *ttlStore) Get(_ context.Context, key string) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.val[key]
+	return v, ok, nil
+}
+
+func (s *ttlStore) Set(_ context.Context, key string, val []byte, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.val[key], s.ttl[key] = append([]byte(nil), val...), ttl
+	return nil
+}
+
+// expire forgets the values kept for at most d.
+func (s *ttlStore) expire(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, ttl := range s.ttl {
+		if ttl <= d {
+			delete(s.val, k)
+		}
+	}
+}
+
+// A summary too long for the request is kept only briefly, marked: while
+// it is, a request it does not fit goes to summary_fallback without asking
+// the model again, one it fits takes it; once it expired the model is
+// asked anew, and a summary that fits is kept for a day.
+func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
+	t.Parallel()
+	answer := strings.Repeat("word ", 50)
+	calls := 0
+	route := &pipeline.Route{Name: "sum", ModelLayer: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		calls++
+		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"` + answer + `"}}]}`)}, nil
+	})}
+	st := &ttlStore{val: map[string][]byte{}, ttl: map[string]time.Duration{}}
+	s := &summarizer{model: "sum", prompt: "Summarise.", lookup: func(string) *pipeline.Route { return route }, store: st}
+	req := &pipeline.Request{ID: "r", Meta: &pipeline.Meta{},
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"a long turn"},{"role":"assistant","content":"a reply"},{"role":"user","content":"now"}]}`)}
+	tr, err := parse(req.Body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := func(text string) bool { return len(text) < 100 }
+	long := func(text string) bool { return true }
+	if _, err := s.summary(context.Background(), req, tr, 2, short); err != errNoSummary || calls != 1 {
+		t.Fatalf("a summary too long: %v after %d calls", err, calls)
+	}
+	if _, err := s.summary(context.Background(), req, tr, 2, short); err != errNoSummary || calls != 1 {
+		t.Fatalf("asked again at once: %v after %d calls, want errNoSummary without a call", err, calls)
+	}
+	if text, err := s.summary(context.Background(), req, tr, 2, long); err != nil || text != strings.TrimSpace(answer) || calls != 1 {
+		t.Fatalf("a request the kept summary fits: %q %v after %d calls", text, err, calls)
+	}
+	st.expire(unfitTTL)
+	answer = "short"
+	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 2 {
+		t.Fatalf("after the unfit one expired: %q %v after %d calls", text, err, calls)
+	}
+	st.expire(unfitTTL) // the fitting one is kept for a day
+	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 2 {
+		t.Fatalf("the fitting summary was not kept: %q %v after %d calls", text, err, calls)
+	}
+}
