@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -94,14 +97,14 @@ func streamError(body []byte) (gjson.Result, bool) {
 // loopRefused posts a tool-loop request that its limits stop, and returns
 // the error that ended it: a JSON answer's, which must be a 429 (with its
 // Retry-After header), or the error event a stream must end with.
-func loopRefused(t *testing.T, h *harness, stream bool) (e gjson.Result, retryAfter string) {
+func loopRefused(t *testing.T, h *harness, stream bool) (e gjson.Result, hdr http.Header) {
 	t.Helper()
 	status, hdr, body := h.post("/chat/completions", loopBody(stream), nil)
 	if !stream {
 		if status != 429 {
 			t.Fatalf("status %d %s, want 429", status, body)
 		}
-		return gjson.GetBytes(body, "error"), hdr.Get("Retry-After")
+		return gjson.GetBytes(body, "error"), hdr
 	}
 	if status != 200 {
 		t.Fatalf("stream status %d %s", status, body)
@@ -110,7 +113,7 @@ func loopRefused(t *testing.T, h *harness, stream bool) (e gjson.Result, retryAf
 	if !last {
 		t.Fatalf("the stream does not end with an error event:\n%s", body)
 	}
-	return e, ""
+	return e, nil
 }
 
 // A loop's later rounds pass the tenant's budget: once the request's own
@@ -146,7 +149,9 @@ period = "day"
 
 // A loop's later rounds pass the tenant's tokens_per_minute: once the
 // request's own rounds have used it up, the next model call is not made,
-// with the request layer's 429 rate_limit_exceeded and its retry-after.
+// with the request layer's 429 rate_limit_exceeded and its retry-after; a
+// JSON answer's x-ratelimit-*-tokens say the counter that refused is spent,
+// not what remained when the request was admitted.
 func TestLoopRoundRefusedWhenTokensSpent(t *testing.T) {
 	t.Parallel()
 	// 200 tokens a minute: round 1 uses 110, round 2 another 110
@@ -156,9 +161,14 @@ func TestLoopRoundRefusedWhenTokensSpent(t *testing.T) {
 tenant = "*"
 tokens_per_minute = 200
 `, 5, func(t *testing.T, h *harness, stream bool) {
-		e, retryAfter := loopRefused(t, h, stream)
-		if !stream && retryAfter == "" {
-			t.Fatal("a 429 on tokens without retry-after")
+		e, hdr := loopRefused(t, h, stream)
+		if !stream {
+			ra, _ := strconv.Atoi(hdr.Get("Retry-After"))
+			reset, err := time.ParseDuration(hdr.Get("X-Ratelimit-Reset-Tokens"))
+			if ra <= 0 || hdr.Get("X-Ratelimit-Remaining-Tokens") != "0" || err != nil || reset < time.Duration(ra-1)*time.Second {
+				t.Fatalf("a 429 on tokens: retry-after %q, x-ratelimit-remaining-tokens %q, x-ratelimit-reset-tokens %q",
+					hdr.Get("Retry-After"), hdr.Get("X-Ratelimit-Remaining-Tokens"), hdr.Get("X-Ratelimit-Reset-Tokens"))
+			}
 		}
 		if e.Get("code").Str != "rate_limit_exceeded" || e.Get("type").Str != "tokens" {
 			t.Fatalf("error %s, want rate_limit_exceeded on tokens", e.Raw)

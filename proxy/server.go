@@ -649,12 +649,32 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
 	if env.retryAfter > 0 && (status == fasthttp.StatusTooManyRequests || status == fasthttp.StatusServiceUnavailable) {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((env.retryAfter+time.Second-1)/time.Second)))
 		ctx.Response.Header.Set("Retry-After-Ms", strconv.FormatInt(env.retryAfter.Milliseconds(), 10))
+		spentCounter(&ctx.Response.Header, err, env.retryAfter)
 	}
 	if env.permanent {
 		ctx.Response.Header.Set("X-Should-Retry", "false")
 	}
 	ctx.SetBody(env.body)
 	x.status, x.cause = env.logStatus, err
+}
+
+// spentCounter makes the x-ratelimit-* trio of the counter that refused a
+// request (err, a 429 on requests or tokens) say so: none remaining, reset
+// when the retry may pass. The trio the request's admission reported
+// (already set from its Meta) is what remained then, which a later round
+// of its tool loop may have used up since. A trio not reported is left
+// out, as a tenant without rate rules gets none.
+func spentCounter(h *fasthttp.ResponseHeader, err error, retry time.Duration) {
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Status != fasthttp.StatusTooManyRequests || (pe.Type != pipeline.TypeTokens && pe.Type != pipeline.TypeRequests) {
+		return
+	}
+	remaining := "X-Ratelimit-Remaining-" + pe.Type
+	if len(h.Peek(remaining)) == 0 {
+		return
+	}
+	h.Set(remaining, "0")
+	h.Set("X-Ratelimit-Reset-"+pe.Type, retry.Round(time.Millisecond).String())
 }
 
 // routeLabel keeps metric label cardinality bounded.
