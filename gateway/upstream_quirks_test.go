@@ -280,6 +280,59 @@ func TestUpstreamNullCallsLeftOut(t *testing.T) {
 	}
 }
 
+// A relayed stream's data events without a choices array are evened out:
+// a keep-alive {"type":"ping"} is dropped, a usage chunk that leaves
+// choices out (or sends null) gets [] (the npm SDK's stream helper throws
+// on either), and an {"object":"error"} (an older vLLM form) ends the
+// stream as the error it is, never as a finished answer.
+func TestUpstreamChunksWithoutChoices(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
+	ev := func(delta, finish string) string {
+		return "data: " + head + delta + `,"finish_reason":` + finish + "}]}\n\n"
+	}
+	usage := `"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}`
+	for _, tc := range []struct {
+		name, stream string
+		failed       bool
+	}{
+		{"ping and usage without choices", "data: {\"type\":\"ping\"}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\n" +
+			ev(`{"role":"assistant","content":"Hel"}`, `null`) + ev(`{"content":"lo"}`, `"stop"`) +
+			`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model",` + usage + "}\n\ndata: [DONE]\n\n", false},
+		{"usage with null choices", ev(`{"role":"assistant","content":"Hello"}`, `"stop"`) +
+			`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":null,` + usage + "}\n\ndata: [DONE]\n\n", false},
+		{"error object", ev(`{"role":"assistant","content":"Hel"}`, `null`) +
+			"data: {\"object\":\"error\",\"message\":\"boom\",\"type\":\"BadRequestError\",\"code\":400}\n\ndata: [DONE]\n\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, tc.stream, "{}")
+			status, _, raw := h.post("/chat/completions", `{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, nil)
+			if status != 200 || bytes.Contains(raw, []byte("ping")) {
+				t.Fatalf("%d\n%s", status, raw)
+			}
+			e, _ := streamError(raw)
+			if tc.failed {
+				if !e.Exists() || bytes.Contains(raw, []byte(`"finish_reason":"stop"`)) {
+					t.Fatalf("an error object ended as an answer\n%s", raw)
+				}
+				return
+			}
+			last := ""
+			for _, line := range strings.Split(string(raw), "\n") {
+				if strings.HasPrefix(line, "data: {") {
+					if last = line[len("data: "):]; !gjson.Get(last, "choices").IsArray() {
+						t.Fatalf("a chunk without a choices array: %s\n%s", last, raw)
+					}
+				}
+			}
+			if e.Exists() || !gjson.Get(last, "usage").IsObject() || gjson.Get(last, "choices").Raw != "[]" {
+				t.Fatalf("want the usage chunk with choices [] last\n%s", raw)
+			}
+		})
+	}
+}
+
 // An upstream that never names a choice's finish (Ollama-like "" on every
 // chunk, or null) streams a finish chunk of the gateway's for it before the
 // usage chunk or [DONE]: "stop", or "tool_calls" after calls, the reasons

@@ -16,8 +16,10 @@ import (
 )
 
 // FuzzStreamChunk: whatever data an upstream event carries, chunk never
-// panics; a chunk it passes on is one JSON object on one line without an
-// "error" member, and an error event becomes an upstream error.
+// panics; a chunk it passes on is one JSON object on one line with a
+// choices array and without an "error" member; it skips only an empty
+// event or an object that is no chunk (no choices array, no usage); and an
+// error event becomes an upstream error.
 func FuzzStreamChunk(f *testing.F) {
 	f.Add([]byte(`{"id":"a","model":"up","choices":[{"delta":{"content":"x"}}]}`), "")
 	f.Add([]byte("{\"id\":\"a\",\n\"choices\":[],\"error\":null}"), "")
@@ -40,7 +42,10 @@ func FuzzStreamChunk(f *testing.F) {
 				t.Fatalf("%q: %v is not an upstream error", data, err)
 			}
 		case skip:
-			if len(bytes.TrimSpace(data)) != 0 && len(data) != 0 {
+			one := bytes.ReplaceAll(data, []byte("\n"), []byte(" ")) // several data lines are one
+			noChunk := json.Valid(one) && bytes.HasPrefix(one, []byte("{")) && !gjson.GetBytes(one, "choices").IsArray() &&
+				!gjson.GetBytes(one, "usage").IsObject()
+			if len(data) != 0 && !noChunk {
 				t.Fatalf("%q skipped", data)
 			}
 		default:
@@ -49,6 +54,9 @@ func FuzzStreamChunk(f *testing.F) {
 			}
 			if gjson.GetBytes(chunk, "error").Exists() {
 				t.Fatalf("%q -> %q: an error member passed", data, chunk)
+			}
+			if !gjson.GetBytes(chunk, "choices").IsArray() {
+				t.Fatalf("%q -> %q: no choices array", data, chunk)
 			}
 		}
 	})

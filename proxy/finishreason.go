@@ -239,7 +239,11 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 	}
 	none = true
 	pos := 0
-	gjson.Get(view, "choices").ForEach(func(_, c gjson.Result) bool {
+	cs := gjson.Get(view, "choices")
+	if !cs.IsArray() {
+		return true, 0 // no choice: not even a "choices": null, which ForEach would visit as one
+	}
+	cs.ForEach(func(_, c gjson.Result) bool {
 		none = false
 		i := c.Get("index")
 		if i.Type != gjson.Number || i.Num < 0 || i.Num > 63 || i.Num != float64(int(i.Num)) {

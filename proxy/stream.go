@@ -191,6 +191,29 @@ func (s *upstreamStream) read() ([]byte, error) {
 	}
 }
 
+// choiceless evens out a data event with no choice in it (see saw none):
+// a usage chunk whose choices are missing or null gets [] (the npm SDK's
+// stream helper iterates every chunk's choices, and a missing or null one
+// throws), an error object not under "error" ({"object":"error",...}, an
+// older vLLM form) is the error it says, and any other object (a
+// keep-alive {"type":"ping"}) is no chunk at all: skipped.
+func (s *upstreamStream) choiceless(data []byte) ([]byte, bool, error) {
+	if gjson.GetBytes(data, "choices").IsArray() {
+		return data, false, nil
+	}
+	if gjson.GetBytes(data, "object").Str == "error" {
+		return nil, false, s.pc.errorAnswer(data, errErrorEvent, s.msgMap)
+	}
+	if !wire.ChunkUsage(data).IsObject() {
+		return nil, true, nil
+	}
+	out, err := sjson.SetRawBytes(data, "choices", []byte("[]"))
+	if err != nil {
+		return nil, true, nil
+	}
+	return out, false, nil
+}
+
 // chunk checks, evens out (fillFinish, flattenParts) and renames one data
 // event of an OpenAI stream: skip for an empty one, io.EOF at [DONE]. It is
 // a function of its own so that its locals are not on the goroutine's
@@ -241,6 +264,11 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		}
 	}
 	none, noRole := s.fin.see(data, ks)
+	if none {
+		if data, skip, err = s.choiceless(data); skip || err != nil {
+			return nil, skip, err
+		}
+	}
 	if noRole != 0 {
 		data = addRoles(data, noRole)
 	}
