@@ -333,6 +333,24 @@ func TestUpstreamChunksWithoutChoices(t *testing.T) {
 	}
 }
 
+// One upstream event over the gateway's per-event bound (8 MiB) ends the
+// stream with upstream_response_too_large, as a JSON answer over its bound
+// does, not as a malformed answer.
+func TestUpstreamEventTooLarge(t *testing.T) {
+	t.Parallel()
+	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":"` +
+		strings.Repeat("a", 9<<20) + "\"},\"finish_reason\":null}]}\n\ndata: [DONE]\n\n"
+	h := fixedUpstreamHarness(t, big, "{}")
+	status, _, raw := h.post("/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if status == 200 {
+		e, _ := streamError(raw)
+		raw = []byte(`{"error":` + e.Raw + `}`)
+	}
+	if code := gjson.GetBytes(raw, "error.code").Str; code != "upstream_response_too_large" {
+		t.Fatalf("%d: %.300s", status, raw)
+	}
+}
+
 // An upstream that never names a choice's finish (Ollama-like "" on every
 // chunk, or null) streams a finish chunk of the gateway's for it before the
 // usage chunk or [DONE]: "stop", or "tool_calls" after calls, the reasons

@@ -430,7 +430,9 @@ func (s *upstreamStream) readError(err error) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, sse.ErrEventTooLarge):
-		ue.Kind = pipeline.UpstreamMalformed
+		// Over a size bound, as a JSON answer over max_response_bytes:
+		// upstream_response_too_large, not a malformed answer.
+		ue.Kind, ue.Err = pipeline.UpstreamMalformed, errors.Join(errResponseTooLarge, err)
 	case errors.As(err, &ne) && ne.Timeout():
 		ue.Kind = pipeline.UpstreamIdle
 		if !time.Now().Add(s.idle / rearmSlackDiv).Before(s.deadline) {
