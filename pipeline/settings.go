@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"strconv"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/wire"
@@ -20,9 +22,14 @@ func CheckNumber(v gjson.Result, key string, min, max float64, integer bool) err
 		}
 		return BadRequest(key, "Invalid '%s': expected %s.", key, kind)
 	case v.Num < min || v.Num > max:
-		return BadRequest(key, "Invalid '%s': expected a value from %g to %g.", key, min, max)
+		return BadRequest(key, "Invalid '%s': expected a value from %s to %s.", key, plain(min), plain(max))
 	}
 	return nil
+}
+
+// plain writes a bound as a person would: 2147483647, not 2.147483647e+09.
+func plain(f float64) string {
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 // CheckBool refuses the request setting v, named key, unless it is absent,
