@@ -20,7 +20,7 @@ import (
 func (pc *providerClient) setMessages() {
 	pc.messages = true
 	pc.auth = ""
-	pc.chatURI = pc.scheme + "://" + pc.host + strings.TrimSuffix(pc.basePath, "/v1") + "/v1/messages"
+	pc.chatURI = pc.withQuery(pc.scheme + "://" + pc.host + strings.TrimSuffix(pc.basePath, "/v1") + "/v1/messages")
 }
 
 // setMessagesHeaders writes an anthropic provider's key, API version and

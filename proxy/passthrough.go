@@ -399,8 +399,8 @@ func outboundRequest(ctx *fasthttp.RequestCtx, freq *fasthttp.Request, pc *provi
 	// The original path: a decoded %3F must not become a query upstream.
 	// canonicalPath refused every dot segment, so it stays under basePath.
 	uri := pc.scheme + "://" + pc.host + pc.basePath + strings.TrimPrefix(string(ctx.Request.URI().PathOriginal()), "/v1")
-	if q := ctx.URI().QueryString(); len(q) > 0 {
-		uri += "?" + string(q)
+	if q := pc.query(ctx.URI().QueryString()); q != "" {
+		uri += "?" + q
 	}
 	freq.SetRequestURI(uri)
 	freq.Header.SetMethodBytes(ctx.Method())

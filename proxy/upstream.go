@@ -59,8 +59,11 @@ type providerClient struct {
 	scheme   string
 	host     string
 	basePath string // e.g. "/v1", no trailing slash
-	auth     string // "Bearer <key>" or ""
-	chatURI  string // built once: every chat request goes here
+	// baseQuery is base_url's own query (Azure's api-version=...), sent
+	// with every request: "" when it has none.
+	baseQuery string
+	auth      string // "Bearer <key>" or ""
+	chatURI   string // built once: every chat request goes here
 	// chatURL is chatURI parsed once; each request copies it (SetURI)
 	// instead of parsing the string again.
 	chatURL *fasthttp.URI
@@ -96,16 +99,22 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 	if err != nil || base.Host == "" {
 		return nil, fmt.Errorf("base_url %q is not a URL", p.BaseURL)
 	}
+	if base.User != nil {
+		// Never sent (a request's URL carries no user info): refused, not
+		// dropped without a word.
+		return nil, fmt.Errorf("base_url of provider %q holds user info (user:password@); set api_key or headers instead", p.Name)
+	}
 	pc := &providerClient{
-		cfg:      p,
-		scheme:   base.Scheme,
-		host:     base.Host,
-		basePath: strings.TrimSuffix(base.Path, "/"),
+		cfg:       p,
+		scheme:    base.Scheme,
+		host:      base.Host,
+		basePath:  strings.TrimSuffix(base.Path, "/"),
+		baseQuery: base.RawQuery,
 	}
 	if p.APIKey != "" {
 		pc.auth = "Bearer " + p.APIKey
 	}
-	pc.chatURI = pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions"
+	pc.chatURI = pc.withQuery(pc.scheme + "://" + pc.host + pc.basePath + "/chat/completions")
 	pc.upstreamSeconds = upstreamSeconds.WithLabelValues(p.Name)
 	if p.Kind == "anthropic" {
 		pc.setMessages()
@@ -786,4 +795,32 @@ func spliceModel(dst, doc []byte, at, end int, model string) []byte {
 	}
 	dst = jsonstring.Append(dst, model)
 	return append(dst, doc[end:]...)
+}
+
+// withQuery returns uri with base_url's own query, if any.
+func (pc *providerClient) withQuery(uri string) string {
+	if pc.baseQuery == "" {
+		return uri
+	}
+	return uri + "?" + pc.baseQuery
+}
+
+// query is the query a pass-through request sends upstream: the client's
+// as it came (byte for byte), after base_url's own, whose parameters win:
+// a client's parameter of the same name (api-version=...) is left out, as
+// a tenant must not choose what the operator set.
+func (pc *providerClient) query(client []byte) string {
+	if pc.baseQuery == "" {
+		return string(client)
+	}
+	own, _ := url.ParseQuery(pc.baseQuery)
+	out := pc.baseQuery
+	for _, pair := range strings.Split(string(client), "&") {
+		name, _, _ := strings.Cut(pair, "=")
+		if n, err := url.QueryUnescape(name); pair == "" || err == nil && own.Has(n) {
+			continue
+		}
+		out += "&" + pair
+	}
+	return out
 }

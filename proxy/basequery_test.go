@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/llmgw/gateway/config"
+)
+
+// base_url's own query (Azure's api-version) goes with every request: the
+// chat URI carries it, and a pass-through request's query has it first,
+// the client's parameters after it and never one of the same name (a
+// tenant does not choose what the operator set). A base_url with user info
+// is refused: no request could carry it.
+func TestBaseURLQuery(t *testing.T) {
+	t.Parallel()
+	pc, err := newProviderClient(config.Provider{Name: "az", Kind: "openai", BaseURL: "https://az.example.com/openai/deployments/d?api-version=2024-10-21"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.chatURI != "https://az.example.com/openai/deployments/d/chat/completions?api-version=2024-10-21" {
+		t.Errorf("chat URI %s", pc.chatURI)
+	}
+	for client, want := range map[string]string{
+		"":                              "api-version=2024-10-21",
+		"limit=2&after=x%26y":           "api-version=2024-10-21&limit=2&after=x%26y",
+		"api-version=evil&limit=2":      "api-version=2024-10-21&limit=2",
+		"api%2Dversion=evil&&limit=2":   "api-version=2024-10-21&limit=2",
+		"api-version&api-version=2&x=1": "api-version=2024-10-21&x=1",
+	} {
+		if got := pc.query([]byte(client)); got != want {
+			t.Errorf("query(%q) = %q, want %q", client, got, want)
+		}
+	}
+	plain, err := newProviderClient(config.Provider{Name: "o", Kind: "openai", BaseURL: "https://api.example.com/v1"})
+	if err != nil || plain.query([]byte("a=%2F&b")) != "a=%2F&b" || strings.Contains(plain.chatURI, "?") {
+		t.Errorf("without a base query: %v %q %s", err, plain.query([]byte("a=%2F&b")), plain.chatURI)
+	}
+	if _, err := newProviderClient(config.Provider{Name: "u", Kind: "openai", BaseURL: "https://user:pw@api.example.com/v1"}); err == nil ||
+		strings.Contains(err.Error(), "pw") {
+		t.Errorf("user info: %v", err)
+	}
+	an, err := newProviderClient(config.Provider{Name: "a", Kind: "anthropic", BaseURL: "https://api.example.com/v1?beta=1"})
+	if err != nil || an.chatURI != "https://api.example.com/v1/messages?beta=1" {
+		t.Errorf("anthropic: %v %s", err, an.chatURI)
+	}
+}
