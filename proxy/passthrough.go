@@ -98,6 +98,10 @@ var clientOnlyPrefixes = []string{"X-Gateway-", "X-Forwarded-"}
 // Every request then passes the tenant's rate limits and budgets as a chat
 // request does (Policy.Limit) and holds its slot in flight until finish.
 // path is the canonical path (canonicalPath).
+// errRedirect is the cause of the failure of a pass-through request the
+// upstream answered with a redirect.
+var errRedirect = errors.New("proxy: the upstream answered a pass-through request with a redirect")
+
 func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	pc, pb, err := s.passTarget(ctx, x, path)
 	if err != nil {
@@ -175,6 +179,17 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		release(freq, resp)
 		x.provider = pc.cfg.Name
 		s.passError(ctx, x, ue)
+		return
+	}
+	if st := resp.StatusCode(); st >= fasthttp.StatusMultipleChoices && st != fasthttp.StatusNotModified {
+		// A redirect names an address of the upstream's choosing, which a
+		// client follows with its request (its body, its key to the
+		// gateway): never relayed. A 304 answers the client's own
+		// conditional request.
+		resp.SetConnectionClose()
+		release(freq, resp)
+		x.provider = pc.cfg.Name
+		s.passError(ctx, x, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: pc.cfg.Name, Err: errRedirect})
 		return
 	}
 	if compressed(&resp.Header) {
