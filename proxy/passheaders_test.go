@@ -96,6 +96,9 @@ func TestAmbiguousCredentialRefused(t *testing.T) {
 		{"two api keys", [][2]string{{"Api-Key", "a"}, {"Api-Key", "b"}}, false, 400},
 		{"authorization and another api key", [][2]string{{"Authorization", "Bearer a"}, {"Api-Key", "b"}}, false, 400},
 		{"authorization and the same api key", [][2]string{{"Authorization", "Bearer a"}, {"Api-Key", "a"}}, false, 200},
+		{"basic authorization and an api key", [][2]string{{"Authorization", "Basic b3RoZXI="}, {"Api-Key", "a"}}, false, 400},
+		{"empty authorization and an api key", [][2]string{{"Authorization", ""}, {"Api-Key", "a"}}, false, 400},
+		{"one api key", [][2]string{{"Api-Key", "a"}}, false, 200},
 		{"one authorization", [][2]string{{"Authorization", "Bearer a"}}, false, 200},
 	} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()

@@ -620,7 +620,10 @@ func ambiguousCredential(h *fasthttp.RequestHeader) error {
 	auth, keys := h.PeekAll(fasthttp.HeaderAuthorization), len(h.PeekAll("Api-Key"))
 	switch {
 	case len(auth) > 1, keys > 1,
-		keys == 1 && len(auth) == 1 && bearer(h) != string(h.Peek("Api-Key")):
+		// An Authorization that is no bearer token (Basic, or empty) beside
+		// an Api-Key is another credential, which bearer would skip.
+		// (auth itself is fasthttp's buffer, which the second PeekAll reused.)
+		keys == 1 && len(auth) == 1 && (!hasBearer(h.Peek(fasthttp.HeaderAuthorization)) || bearer(h) != string(h.Peek("Api-Key"))):
 		return pipeline.Invalid(fasthttp.StatusBadRequest, pipeline.CodeAmbiguousCredential,
 			"The request carries more than one credential (Authorization or Api-Key headers); send one.")
 	}
@@ -629,11 +632,15 @@ func ambiguousCredential(h *fasthttp.RequestHeader) error {
 
 // bearer returns the credential from Authorization: Bearer, or api-key.
 func bearer(h *fasthttp.RequestHeader) string {
-	v := h.Peek(fasthttp.HeaderAuthorization)
-	if len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ") {
+	if v := h.Peek(fasthttp.HeaderAuthorization); hasBearer(v) {
 		return strings.TrimSpace(string(v[7:]))
 	}
 	return string(h.Peek("Api-Key"))
+}
+
+// hasBearer reports whether an Authorization value is a bearer token.
+func hasBearer(v []byte) bool {
+	return len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ")
 }
 
 // writeError writes err as the OpenAI envelope and records it on x for
