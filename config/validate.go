@@ -239,6 +239,10 @@ func (c *Config) validateProviders(p *problems, o *origin) map[string]bool {
 		p.checkEnum(at+".kind", pr.Kind, "openai", "anthropic", "mock")
 		if pr.Kind == "openai" || pr.Kind == "anthropic" {
 			p.checkHTTPURL(at+".base_url", pr.BaseURL)
+			if u, err := url.Parse(pr.BaseURL); err == nil && u.User != nil {
+				// No request's URL carries it: refused, not dropped.
+				p.add(at+".base_url", "holds user info (user:password@), which no request sends; set api_key or headers")
+			}
 		}
 		p.checkEnum(at+".prompt_cache", pr.PromptCache, "none", "openai", "anthropic")
 		// Sent as is in every cache_control marker: a value Anthropic does

@@ -90,15 +90,22 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 		}
 	}
 	key := s.key(req, t, cut)
+	kept := false // a summary that fits another request (a larger window) is stored: never replaced by an unfit one
 	if s.store != nil {
 		if v, ok, err := s.store.Get(ctx, key); err == nil && ok && len(v) > 0 {
 			text, unfit := strings.CutPrefix(string(v), unfitMark)
 			switch {
+			case fits(text) && unfit:
+				// Too long for the request that asked, not for this one: a
+				// summary after all, kept as one.
+				_ = s.store.Set(context.WithoutCancel(ctx), key, []byte(text), summaryTTL)
+				return text, nil
 			case fits(text):
 				return text, nil
 			case unfit:
 				return "", errNoSummary // asked lately: too long then, too long now
 			}
+			kept = true
 		}
 	}
 	// The summary call is its own conversation: r is a new request, so it
@@ -119,7 +126,7 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 		return "", errNoSummary
 	}
 	if !fits(out) {
-		if s.store != nil {
+		if s.store != nil && !kept {
 			_ = s.store.Set(context.WithoutCancel(ctx), key, []byte(unfitMark+out), unfitTTL)
 		}
 		return "", errNoSummary

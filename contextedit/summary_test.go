@@ -83,4 +83,43 @@ func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
 	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 2 {
 		t.Fatalf("the fitting summary was not kept: %q %v after %d calls", text, err, calls)
 	}
+	// A request the kept summary does not fit (a smaller window) asks the
+	// model, and its unfit answer does not replace the kept one.
+	tiny := func(text string) bool { return len(text) < 3 }
+	answer = "still too long"
+	if _, err := s.summary(context.Background(), req, tr, 2, tiny); err != errNoSummary || calls != 3 {
+		t.Fatalf("a smaller window: %v after %d calls", err, calls)
+	}
+	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 3 {
+		t.Fatalf("the kept summary was replaced: %q %v after %d calls", text, err, calls)
+	}
+}
+
+// A summary marked unfit that fits a later request (a larger window) is
+// kept as a summary from then on, for a day.
+func TestUnfitSummaryThatFitsIsKept(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	route := &pipeline.Route{Name: "sum", ModelLayer: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		calls++
+		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"a summary of some length"}}]}`)}, nil
+	})}
+	st := &ttlStore{val: map[string][]byte{}, ttl: map[string]time.Duration{}}
+	s := &summarizer{model: "sum", prompt: "Summarise.", lookup: func(string) *pipeline.Route { return route }, store: st}
+	req := &pipeline.Request{ID: "r", Meta: &pipeline.Meta{},
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"a long turn"},{"role":"assistant","content":"a reply"},{"role":"user","content":"now"}]}`)}
+	tr, err := parse(req.Body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return false }); err != errNoSummary {
+		t.Fatal(err)
+	}
+	if text, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return true }); err != nil || text != "a summary of some length" {
+		t.Fatalf("%q %v", text, err)
+	}
+	st.expire(unfitTTL)
+	if text, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return true }); err != nil || text != "a summary of some length" || calls != 1 {
+		t.Fatalf("the summary that fits was not kept for a day: %q %v after %d calls", text, err, calls)
+	}
 }

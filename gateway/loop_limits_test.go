@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,4 +213,44 @@ period = "day"
 			t.Fatalf("second client request: %d %s, want 429 on requests", status, body)
 		}
 	})
+}
+
+// A request refused for the requests it has in flight (concurrent) spends
+// no per-minute counter: its x-ratelimit-*-requests still say what
+// requests_per_minute has left, not none.
+func TestConcurrencyRefusalKeepsTheRateTrio(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var first atomic.Bool
+	h := newHarness(t, baseConfig+`
+[[limits]]
+tenant = "*"
+requests_per_minute = 100
+concurrent = 1
+`, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn {
+		if first.CompareAndSwap(false, true) {
+			<-release
+		}
+		return mockllm.Turn{Text: "ok"}
+	}})
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.Post(h.base+"/chat/completions", "application/json", strings.NewReader(body)); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	for h.mock.TotalCalls() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	status, hdr, b := h.post("/chat/completions", body, nil)
+	close(release)
+	<-done
+	if status != 429 || gjson.GetBytes(b, "error.code").Str != "rate_limit_exceeded" {
+		t.Fatalf("the second request in flight: %d %s", status, b)
+	}
+	if r := hdr.Get("X-Ratelimit-Remaining-Requests"); r == "" || r == "0" {
+		t.Fatalf("x-ratelimit-remaining-requests %q after a concurrency refusal, want what the minute has left", r)
+	}
 }

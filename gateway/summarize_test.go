@@ -216,13 +216,14 @@ models = ["gpt-x"]
 	}
 }
 
-// A summary too long to fit is not kept for a day: the conversation's
-// next request within unfitTTL goes to summary_fallback without asking the
-// summary model again (contextedit's TestUnfitSummaryIsKeptBriefly follows
-// it past that), never to a day of 400s. The summary request carries no
-// tools: the server tools the calculator offers every model are for the
-// conversation, not for its summary.
-func TestUnfitSummaryIsNotKept(t *testing.T) {
+// A summary too long to fit is kept briefly, marked unfit: the
+// conversation's next request within that time goes to summary_fallback
+// without asking the summary model again (contextedit's
+// TestUnfitSummaryIsKeptBriefly follows it past that, never to a day of
+// 400s). The summary request carries no tools: the server tools the
+// calculator offers every model are for the conversation, not for its
+// summary.
+func TestUnfitSummaryIsNotAskedForAgainAtOnce(t *testing.T) {
 	t.Parallel()
 	var summaries atomic.Int64
 	h := newHarness(t, summarizeConfig, mockllm.Options{ContextWindow: map[string]int{"up-model": 1000},

@@ -313,8 +313,14 @@ func TestUpstreamChunksWithoutChoices(t *testing.T) {
 			}
 			e, _ := streamError(raw)
 			if tc.failed {
-				if !e.Exists() || bytes.Contains(raw, []byte(`"finish_reason":"stop"`)) {
+				if !e.Exists() || bytes.Contains(raw, []byte(`"finish_reason":"stop"`)) || e.Get("message").Str != "boom" {
 					t.Fatalf("an error object ended as an answer\n%s", raw)
+				}
+				// The same object as a JSON answer is the same error.
+				h := fixedUpstreamHarness(t, "", `{"object":"error","message":"boom","type":"BadRequestError","code":400}`)
+				status, _, body := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`, nil)
+				if status != 502 || gjson.GetBytes(body, "error.message").Str != "boom" {
+					t.Fatalf("JSON: %d %s", status, body)
 				}
 				return
 			}

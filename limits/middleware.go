@@ -388,14 +388,18 @@ func denial(c check, tokens int64, retry time.Duration) error {
 	if retry < time.Millisecond {
 		retry = time.Millisecond
 	}
+	var e *pipeline.Error
 	if cost == 0 {
 		// A later call of an admitted request, which takes nothing before
 		// it is made (AdmitRound, Admit): the counter is overdrawn.
-		return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, used up by earlier calls. Please try again in %s.",
+		e = pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, used up by earlier calls. Please try again in %s.",
 			what, unit, c.limit, retry.Round(time.Millisecond))
+	} else {
+		e = pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
+			what, unit, c.limit, cost, retry.Round(time.Millisecond))
 	}
-	return pipeline.RateLimited(what, retry, "Rate limit reached on %s per min (%s): Limit %d, Requested %d. Please try again in %s.",
-		what, unit, c.limit, cost, retry.Round(time.Millisecond))
+	e.Spent = true
+	return e
 }
 
 // RefuseUnnamed refuses r, a call of a model whose body names none (a

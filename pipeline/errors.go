@@ -16,7 +16,12 @@ type Error struct {
 	Param      string // envelope param, "" for null
 	Message    string // safe to show to the client
 	RetryAfter time.Duration
-	Err        error // internal cause, for logs only
+	// Spent: a per-minute counter of the gateway's own limits refused
+	// the request, so the x-ratelimit trio of Type (requests or tokens)
+	// says none remains (a concurrency limit or a store that cannot be
+	// asked spends no counter).
+	Spent bool
+	Err   error // internal cause, for logs only
 }
 
 func (e *Error) Error() string {

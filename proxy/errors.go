@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/sse"
 )
 
 // envelope is a mapped error, ready to write: the HTTP status and the OpenAI
@@ -62,7 +63,11 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	switch ue.Kind {
 	case pipeline.UpstreamStatus:
 		msg, typ, param, code := "upstream error", pipeline.TypeUpstream, "", ""
-		if e := gjson.GetBytes(ue.Body, "error"); e.IsObject() {
+		e := gjson.GetBytes(ue.Body, "error")
+		if !e.IsObject() && gjson.GetBytes(ue.Body, "object").Str == "error" {
+			e = gjson.ParseBytes(ue.Body) // {"object":"error","message":...}: the error is the body
+		}
+		if e.IsObject() {
 			// The upstream's envelope was written for API clients; keep its
 			// meaning-bearing fields, bounded in size. A key of the
 			// gateway's, quoted back by the upstream, is masked before the
@@ -101,7 +106,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		}
 		return serverEnvelope(http.StatusBadGateway, "upstream closed the connection before the response was complete", pipeline.CodeUpstreamCut)
 	case pipeline.UpstreamMalformed:
-		if errors.Is(ue.Err, errResponseTooLarge) {
+		if errors.Is(ue.Err, errResponseTooLarge) || errors.Is(ue.Err, sse.ErrEventTooLarge) {
 			return serverEnvelope(http.StatusBadGateway, "upstream response exceeds the gateway's size limit", pipeline.CodeUpstreamResponseTooLarge)
 		}
 		return serverEnvelope(http.StatusBadGateway, "upstream sent a malformed response", pipeline.CodeUpstreamMalformed)

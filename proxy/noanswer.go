@@ -29,13 +29,24 @@ func (pc *providerClient) noAnswer(body []byte, msgs pipeline.MessageMap) error 
 	if hasElement(gjson.Get(doc, "choices")) {
 		return nil
 	}
-	if e := gjson.Get(doc, "error"); e.Exists() && e.Type != gjson.Null {
+	if isErrorObject(doc) {
 		if len(body) > maxErrorBody {
 			body = body[:maxErrorBody]
 		}
 		return pc.errorAnswer(body, errErrorAnswer, msgs)
 	}
 	return &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: pipeline.ErrNoContent}
+}
+
+// isErrorObject reports whether doc, an answer or an event without
+// choices, is an upstream's error: an "error" member that is not null, or
+// an {"object":"error",...} (an older vLLM form). A JSON answer and a
+// stream event decide by it alike.
+func isErrorObject(doc string) bool {
+	if e := gjson.Get(doc, "error"); e.Exists() && e.Type != gjson.Null {
+		return true
+	}
+	return gjson.Get(doc, "object").Str == "error"
 }
 
 // hasElement reports whether r is a JSON array with at least one element,

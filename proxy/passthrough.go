@@ -185,11 +185,13 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		// A redirect names an address of the upstream's choosing, which a
 		// client follows with its request (its body, its key to the
 		// gateway): never relayed. A 304 answers the client's own
-		// conditional request.
+		// conditional request. The log says where it pointed (a trailing
+		// slash the upstream wanted, another host), masked.
+		cause := fmt.Errorf("%w: %d to %s", errRedirect, st, redactCut(string(resp.Header.Peek("Location")), 256))
 		resp.SetConnectionClose()
 		release(freq, resp)
 		x.provider = pc.cfg.Name
-		s.passError(ctx, x, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: pc.cfg.Name, Err: errRedirect})
+		s.passError(ctx, x, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: pc.cfg.Name, Err: cause})
 		return
 	}
 	if compressed(&resp.Header) {

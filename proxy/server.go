@@ -666,14 +666,14 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
 }
 
 // spentCounter makes the x-ratelimit-* trio of the counter that refused a
-// request (err, a 429 on requests or tokens) say so: none remaining, reset
-// when the retry may pass. The trio the request's admission reported
+// request (err, a 429 of a spent per-minute counter: pipeline.Error.Spent)
+// say so: none remaining, reset when the retry may pass. The trio the request's admission reported
 // (already set from its Meta) is what remained then, which a later round
 // of its tool loop may have used up since. A trio not reported is left
 // out, as a tenant without rate rules gets none.
 func spentCounter(h *fasthttp.ResponseHeader, err error, retry time.Duration) {
 	var pe *pipeline.Error
-	if !errors.As(err, &pe) || pe.Status != fasthttp.StatusTooManyRequests || (pe.Type != pipeline.TypeTokens && pe.Type != pipeline.TypeRequests) {
+	if !errors.As(err, &pe) || !pe.Spent || (pe.Type != pipeline.TypeTokens && pe.Type != pipeline.TypeRequests) {
 		return
 	}
 	remaining := "X-Ratelimit-Remaining-" + pe.Type

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -201,7 +202,7 @@ func (s *upstreamStream) choiceless(data []byte) ([]byte, bool, error) {
 	if gjson.GetBytes(data, "choices").IsArray() {
 		return data, false, nil
 	}
-	if gjson.GetBytes(data, "object").Str == "error" {
+	if isErrorObject(unsafe.String(unsafe.SliceData(data), len(data))) { // read only here
 		return nil, false, s.pc.errorAnswer(data, errErrorEvent, s.msgMap)
 	}
 	if !wire.ChunkUsage(data).IsObject() {
@@ -432,7 +433,7 @@ func (s *upstreamStream) readError(err error) error {
 	case errors.Is(err, sse.ErrEventTooLarge):
 		// Over a size bound, as a JSON answer over max_response_bytes:
 		// upstream_response_too_large, not a malformed answer.
-		ue.Kind, ue.Err = pipeline.UpstreamMalformed, errors.Join(errResponseTooLarge, err)
+		ue.Kind = pipeline.UpstreamMalformed
 	case errors.As(err, &ne) && ne.Timeout():
 		ue.Kind = pipeline.UpstreamIdle
 		if !time.Now().Add(s.idle / rearmSlackDiv).Before(s.deadline) {

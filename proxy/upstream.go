@@ -60,8 +60,10 @@ type providerClient struct {
 	host     string
 	basePath string // e.g. "/v1", no trailing slash
 	// baseQuery is base_url's own query (Azure's api-version=...), sent
-	// with every request: "" when it has none.
+	// with every request: "" when it has none. baseNames are its
+	// parameters' names, lower-cased.
 	baseQuery string
+	baseNames map[string]bool
 	auth      string // "Bearer <key>" or ""
 	chatURI   string // built once: every chat request goes here
 	// chatURL is chatURI parsed once; each request copies it (SetURI)
@@ -99,17 +101,19 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 	if err != nil || base.Host == "" {
 		return nil, fmt.Errorf("base_url %q is not a URL", p.BaseURL)
 	}
-	if base.User != nil {
-		// Never sent (a request's URL carries no user info): refused, not
-		// dropped without a word.
-		return nil, fmt.Errorf("base_url of provider %q holds user info (user:password@); set api_key or headers instead", p.Name)
-	}
 	pc := &providerClient{
 		cfg:       p,
 		scheme:    base.Scheme,
 		host:      base.Host,
 		basePath:  strings.TrimSuffix(base.Path, "/"),
 		baseQuery: base.RawQuery,
+	}
+	if base.RawQuery != "" {
+		own, _ := url.ParseQuery(base.RawQuery)
+		pc.baseNames = make(map[string]bool, len(own))
+		for n := range own {
+			pc.baseNames[strings.ToLower(n)] = true
+		}
 	}
 	if p.APIKey != "" {
 		pc.auth = "Bearer " + p.APIKey
@@ -807,17 +811,17 @@ func (pc *providerClient) withQuery(uri string) string {
 
 // query is the query a pass-through request sends upstream: the client's
 // as it came (byte for byte), after base_url's own, whose parameters win:
-// a client's parameter of the same name (api-version=...) is left out, as
-// a tenant must not choose what the operator set.
+// a client's parameter of the same name in any case (api-version=...,
+// Api-Version=...) is left out, as a tenant must not choose what the
+// operator set.
 func (pc *providerClient) query(client []byte) string {
 	if pc.baseQuery == "" {
 		return string(client)
 	}
-	own, _ := url.ParseQuery(pc.baseQuery)
 	out := pc.baseQuery
 	for _, pair := range strings.Split(string(client), "&") {
 		name, _, _ := strings.Cut(pair, "=")
-		if n, err := url.QueryUnescape(name); pair == "" || err == nil && own.Has(n) {
+		if n, err := url.QueryUnescape(name); pair == "" || err == nil && pc.baseNames[strings.ToLower(n)] {
 			continue
 		}
 		out += "&" + pair
