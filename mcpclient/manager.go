@@ -150,17 +150,31 @@ func (m *Manager) Status() map[string]string {
 }
 
 // publish rebuilds the snapshot from every server's current tools. A name
-// offered by two servers goes to the first listed.
+// offered by two servers goes to the first listed, whether it is up or
+// down: while it is down, the other's tool of that name is not offered in
+// its place (its approval gate, its arguments, its effects are another
+// tool's).
 func (m *Manager) publish() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	owner := map[string]string{} // tool name → the first server that offers it
+	for _, s := range m.servers {
+		for _, n := range s.offeredNames() {
+			if _, taken := owner[n]; !taken {
+				owner[n] = s.cfg.Name
+			}
+		}
+	}
 	next := &snapshot{byName: map[string]*Tool{}}
 	for _, s := range m.servers {
 		for _, t := range s.currentTools() {
-			if prev := next.byName[t.Name]; prev != nil {
-				m.log.Warn().Str("tool", t.Name).Str("server", s.cfg.Name).Str("kept", prev.Server).
+			if kept := owner[t.Name]; kept != s.cfg.Name {
+				m.log.Warn().Str("tool", t.Name).Str("server", s.cfg.Name).Str("kept", kept).
 					Msg("mcp: two servers offer the same tool name; set a prefix")
 				continue
+			}
+			if next.byName[t.Name] != nil {
+				continue // listed twice by its server
 			}
 			next.byName[t.Name] = t
 			next.tools = append(next.tools, t.Tool)

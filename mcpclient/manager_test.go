@@ -574,3 +574,33 @@ func TestManagerCallsEndedFirstAreCounted(t *testing.T) {
 		t.Errorf("%v calls counted as cancelled, want 1", d)
 	}
 }
+
+// A tool name two servers offer (neither with a prefix) is the first
+// listed server's, up or down: while it is down, the second server's tool
+// of that name is not offered in its place (its approval gate, its effects
+// are another tool's), and it is the first's again when it is back.
+func TestManagerSameNameStaysTheFirstServers(t *testing.T) {
+	t.Parallel()
+	first, second := newGoServer(t), newGoServer(t)
+	hdr := map[string]string{"X-Test-Token": "t0ken"}
+	m := Start(Options{
+		Servers: defaulted(config.MCPServer{Name: "a", URL: "http://" + first.addr + "/mcp", Headers: hdr, Approval: []string{"hello"}},
+			config.MCPServer{Name: "b", URL: "http://" + second.addr + "/mcp", Headers: hdr, Deny: []string{"broken", "weather", "secret_*"}}),
+		MaxBackoff: 300 * time.Millisecond, KeepAlive: 2 * time.Second, Logger: testLogger(t),
+	})
+	defer m.Close()
+	if got := toolNames(m); got != "broken,hello,secret_admin,weather" || m.Lookup("hello").Server != "a" || m.Lookup("hello").Approval != "always" {
+		t.Fatalf("tools after start: %q (status %v)", got, m.Status())
+	}
+	first.stop()
+	waitFor(t, "the first server's tools to go", 10*time.Second, func() { _, _, _ = m.Call(context.Background(), "hello", nil) },
+		func() bool { return m.Lookup("broken") == nil })
+	if def := m.Lookup("hello"); def != nil {
+		t.Fatalf("with the first server down, hello is offered by %q (approval %q)", def.Server, def.Approval)
+	}
+	first.restart()
+	waitFor(t, "the first server back", 10*time.Second, nil, func() bool { return m.Lookup("broken") != nil })
+	if def := m.Lookup("hello"); def == nil || def.Server != "a" {
+		t.Fatalf("back: hello is %+v", def)
+	}
+}

@@ -32,6 +32,10 @@ type server struct {
 	up      chan struct{}      // closed (and replaced) when a session comes up
 	failed  chan struct{}      // closed when an attempt fails; replaced when a session comes up
 	tools   []*Tool
+	// offered are the names of the tools the server last listed, kept
+	// while it is down: a name it offers stays its (publish), so that a
+	// later server's tool of the same name never stands in for it.
+	offered []string
 	state   string
 }
 
@@ -67,6 +71,14 @@ func (s *server) currentTools() []*Tool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tools
+}
+
+// offeredNames returns the names of the tools the server last listed, up
+// or down.
+func (s *server) offeredNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.offered
 }
 
 func (s *server) current() *mcp.ClientSession {
@@ -353,6 +365,10 @@ func matchAny(globs []string, name string) bool {
 func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
 	s.mu.Lock()
 	s.session, s.tools = sess, tools
+	s.offered = s.offered[:0]
+	for _, t := range tools {
+		s.offered = append(s.offered, t.Name)
+	}
 	s.state = errf("up: %d tools", len(tools))
 	close(s.up)
 	s.up = make(chan struct{})
