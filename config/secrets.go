@@ -10,7 +10,9 @@ import (
 // provider api_keys and header values, gateway keys, the admin key and the
 // tool loop's approval_secret, the
 // Redis password, tool, MCP server, guardrail and tracing exporter header values, MCP
-// server env values, the password of any URL that carries one, the values
+// server env values named as credentials (GITHUB_TOKEN, DB_PASSWORD; not
+// NODE_ENV = "production", which would be masked in every tool result),
+// the password of any URL that carries one, the values
 // of URL query parameters named as credentials (key=, token=, sig=, ...),
 // and what ${NAME} put in a URL's query or user info. A header
 // value with an auth scheme ("Bearer xyz") is returned whole and without
@@ -66,7 +68,11 @@ func (c *Config) Secrets() []string {
 	}
 	for _, s := range c.MCPServers {
 		addMap(s.Headers)
-		addMap(s.Env)
+		for k, v := range s.Env {
+			if credentialParam(k) {
+				add(v)
+			}
+		}
 		addURL(s.URL)
 	}
 	for _, s := range c.OpenAPI {

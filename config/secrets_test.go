@@ -74,6 +74,12 @@ func TestSecretsCoversEverySecretField(t *testing.T) {
 			t.Errorf("Secrets %q lacks %q", c.Secrets(), want)
 		}
 	}
+	// An MCP server's env value is a secret under a credential's name
+	// only: NODE_ENV = "production" would be masked in every tool result.
+	c = Config{MCPServers: []MCPServer{{Env: map[string]string{"GITHUB_TOKEN": "ghp-secret-1", "NODE_ENV": "production", "dbPassword": "pw-secret-2"}}}}
+	if s := c.Secrets(); !slices.Contains(s, "ghp-secret-1") || !slices.Contains(s, "pw-secret-2") || slices.Contains(s, "production") {
+		t.Errorf("MCP env secrets %q", s)
+	}
 	// A hash of a key is not a secret, and neither are names.
 	c = Config{Keys: []Key{{Name: "team-a", SHA256: strings.Repeat("ab", 32)}}}
 	if s := c.Secrets(); len(s) != 0 {
@@ -102,7 +108,7 @@ func set(root reflect.Value, path []reflect.StructField, v string) {
 		cur.SetString(v)
 	case reflect.Map:
 		cur.Set(reflect.MakeMap(cur.Type()))
-		cur.SetMapIndex(reflect.ValueOf("X-Name"), reflect.ValueOf(v))
+		cur.SetMapIndex(reflect.ValueOf("X-Api-Key"), reflect.ValueOf(v)) // a credential's name: an env value is a secret only under one
 	}
 }
 
