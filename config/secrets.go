@@ -72,6 +72,7 @@ func (c *Config) Secrets() []string {
 			if credentialParam(k) {
 				add(v)
 			}
+			addURL(v) // DATABASE_URL = "postgres://user:password@..."
 		}
 		addURL(s.URL)
 	}

@@ -76,8 +76,10 @@ func TestSecretsCoversEverySecretField(t *testing.T) {
 	}
 	// An MCP server's env value is a secret under a credential's name
 	// only: NODE_ENV = "production" would be masked in every tool result.
-	c = Config{MCPServers: []MCPServer{{Env: map[string]string{"GITHUB_TOKEN": "ghp-secret-1", "NODE_ENV": "production", "dbPassword": "pw-secret-2"}}}}
-	if s := c.Secrets(); !slices.Contains(s, "ghp-secret-1") || !slices.Contains(s, "pw-secret-2") || slices.Contains(s, "production") {
+	c = Config{MCPServers: []MCPServer{{Env: map[string]string{"GITHUB_TOKEN": "ghp-secret-1", "NODE_ENV": "production", "dbPassword": "pw-secret-2",
+		"DATABASE_URL": "postgres://app:url-secret-3@db:5432/app"}}}}
+	if s := c.Secrets(); !slices.Contains(s, "ghp-secret-1") || !slices.Contains(s, "pw-secret-2") || !slices.Contains(s, "url-secret-3") ||
+		slices.Contains(s, "production") {
 		t.Errorf("MCP env secrets %q", s)
 	}
 	// A hash of a key is not a secret, and neither are names.
