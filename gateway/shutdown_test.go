@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/internal/testredis"
 	"github.com/llmgw/gateway/mockllm"
 	"github.com/llmgw/gateway/proxy"
 )
@@ -132,4 +135,78 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// A stored Responses stream that a shutdown ends (response.failed, after
+// response.created announced its id) is stored failed, on Redis too: the
+// save used the server's context, which the shutdown had cancelled, and
+// the other replicas could not find the id the client was given.
+func TestShutdownStoresTheFailedResponse(t *testing.T) {
+	t.Parallel()
+	mock := mockllm.New(mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
+		Text: strings.Repeat("a stalled answer ", 20), Fault: &mockllm.Fault{Stall: time.Minute, StallAfter: 3}})})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	toml := strings.ReplaceAll(baseConfig, "{{MOCK}}", mockURL) + "\n[redis]\naddr = \"" + testredis.Start(t).Addr() + "\"\n"
+	serve := func() (*proxy.Server, string) {
+		cfg, err := config.Parse([]byte(toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := Build(cfg, zerolog.New(io.Discard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close() })
+		srv := proxy.NewServer(rt, zerolog.New(io.Discard))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.Serve(ln) }()
+		return srv, ln.Addr().String()
+	}
+	srv, addr := serve()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	body := `{"model":"gpt-x","stream":true,"store":true,"input":"go"}`
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	id := ""
+	for { // until the text streams: the answer is under way
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := gjson.Get(strings.TrimPrefix(line, "data: "), "response.id").Str; id == "" {
+			id = v
+		}
+		if strings.Contains(line, "output_text.delta") && id != "" {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), "response.failed") {
+		t.Fatalf("the stream did not end failed:\n%s", rest)
+	}
+	_, other := serve() // another replica on the same Redis
+	resp, err := http.Get("http://" + other + "/v1/responses/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || gjson.GetBytes(got, "status").Str != "failed" {
+		t.Fatalf("GET %s on another replica: %d %s", id, resp.StatusCode, got)
+	}
 }

@@ -366,7 +366,9 @@ func (f *responsesForm) save(object []byte) {
 	if !f.rq.Store {
 		return
 	}
-	ctx, cancel := context.WithTimeout(f.s.base, 5*time.Second)
+	// Not cancelled by a shutdown, which is what fails a stream while it
+	// drains: its failed response is stored all the same, within the bound.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.s.base), 5*time.Second)
 	defer cancel()
 	f.mu.Lock()
 	history := responses.Settle(f.rq.History, f.settled)
