@@ -1,6 +1,7 @@
 package toolloop
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -74,14 +75,20 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	}
 	// The result is always text: quote it so that an answer like "42" stays a
 	// string in the envelope.
+	var text []byte
 	if resp.Stream != nil {
-		text, err := streamText(resp.Stream, maxRoundBytes)
-		if err != nil {
+		if text, err = streamText(resp.Stream, maxRoundBytes); err != nil {
 			return nil, err
 		}
-		return appendJSONString(nil, text), nil
+	} else {
+		text = []byte(gjson.GetBytes(resp.Body, "choices.0.message.content").String())
 	}
-	return appendJSONString(nil, []byte(gjson.GetBytes(resp.Body, "choices.0.message.content").String())), nil
+	if len(bytes.TrimSpace(text)) == 0 {
+		// Tool calls it was offered none of, or nothing at all: not an
+		// answer the calling model should take for one.
+		return nil, &ToolError{Kind: "tool_error", Message: "the expert model gave no text answer"}
+	}
+	return appendJSONString(nil, text), nil
 }
 
 // denied logs a policy denial of the agent's model call and returns the

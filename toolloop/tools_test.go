@@ -189,12 +189,13 @@ func TestIdempotentToolRetried(t *testing.T) {
 func TestAgentTool(t *testing.T) {
 	t.Parallel()
 	var seen []byte
+	answer := "42"
 	expert := &pipeline.Route{Name: "expert", ModelLayer: pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		seen = r.Body
 		if r.Stream || r.Model != "expert" {
 			t.Errorf("agent call must be non-streaming to its own model, got %v %q", r.Stream, r.Model)
 		}
-		return &pipeline.Response{Body: []byte(completion("e1", "42", "", "stop", 1, 1))}, nil
+		return &pipeline.Response{Body: []byte(completion("e1", answer, "", "stop", 1, 1))}, nil
 	})}
 	l := newLoop(t, []config.Tool{{Name: "ask_expert", Kind: "agent", Model: "expert", System: "You are an expert."}}, func(o *Options) {
 		o.Lookup = func(m string) *pipeline.Route {
@@ -215,6 +216,13 @@ func TestAgentTool(t *testing.T) {
 	if msgs.Get("0.role").String() != "system" || msgs.Get("0.content").String() != "You are an expert." ||
 		msgs.Get("1.role").String() != "user" || msgs.Get("1.content").String() != "What is six times seven?" {
 		t.Fatalf("agent request %s", seen)
+	}
+	// An expert that gives no text (tool calls it was offered none of) is
+	// an error result, never an empty answer taken for one.
+	answer = ""
+	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "ask_expert", Arguments: []byte(`{"instruction":"x"}`)})
+	if gjson.GetBytes(res.Content, "status").Str != "error" || !strings.Contains(gjson.GetBytes(res.Content, "error.message").Str, "no text") {
+		t.Fatalf("an empty expert answer: %s", res.Content)
 	}
 	// Missing instruction: a validation error naming the field.
 	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "ask_expert", Arguments: []byte(`{}`)})
