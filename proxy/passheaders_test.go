@@ -26,8 +26,10 @@ import (
 // control headers (any X-Gateway-*: a client's invented x-gateway-tenant
 // included) and without forwarding headers the client wrote (its
 // X-Forwarded-*, Forwarded, X-Real-Ip: unverified, and the client's
-// address is not the provider's business), as a chat call does; other
-// headers pass.
+// address is not the provider's business), as a chat call does, nor the
+// method and URL overrides a server may honour (X-HTTP-Method-Override:
+// the tenant's allowed POST would become another request); other headers
+// pass.
 func TestPassthroughDropsGatewayAndForwardingHeaders(t *testing.T) {
 	t.Parallel()
 	got := make(chan string, 1)
@@ -52,7 +54,8 @@ func TestPassthroughDropsGatewayAndForwardingHeaders(t *testing.T) {
 	req.Header.SetContentType("application/json")
 	req.SetBodyString(`{"model":"m","input":"hi"}`)
 	for _, h := range []string{"X-Gateway-Tenant", "x-gateway-key", "X-Gateway-Cache", "X-Forwarded-For", "X-Forwarded-Host",
-		"Forwarded", "X-Real-Ip", "X-Client-Kept"} {
+		"Forwarded", "X-Real-Ip", "X-HTTP-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-URL", "X-Rewrite-URL",
+		"X-Original-Method", "X-Client-Kept"} {
 		req.Header.Set(h, "v")
 	}
 	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
@@ -62,7 +65,8 @@ func TestPassthroughDropsGatewayAndForwardingHeaders(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
 	}
 	names := <-got
-	for _, bad := range []string{"x-gateway-tenant", "x-gateway-key", "x-gateway-cache", "x-forwarded-for", "x-forwarded-host", "forwarded", "x-real-ip"} {
+	for _, bad := range []string{"x-gateway-tenant", "x-gateway-key", "x-gateway-cache", "x-forwarded-for", "x-forwarded-host", "forwarded", "x-real-ip",
+		"x-http-method-override", "x-http-method", "x-method-override", "x-original-url", "x-rewrite-url", "x-original-method"} {
 		if strings.Contains(","+names+",", ","+bad+",") {
 			t.Errorf("%s reached the provider (%s)", bad, names)
 		}

@@ -77,8 +77,12 @@ var (
 // clientOnlyHeaders carry the client's identity towards the gateway; the
 // provider gets the gateway's own. A client's cookies are the gateway's
 // site's, and an X-Api-Key (the Anthropic SDKs' header) may be a gateway
-// key, which the provider must never see.
-var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "Forwarded", "X-Real-Ip"}
+// key, which the provider must never see. The method and URL overrides
+// some servers honour (X-HTTP-Method-Override, X-Original-URL) would turn
+// a request the tenant may make (POST /v1/embeddings) into one it may not
+// (DELETE /v1/files/...), under the gateway's credentials.
+var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cookie", "Openai-Organization", "Openai-Project", "Host", "Content-Length", "Forwarded", "X-Real-Ip",
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Url", "X-Rewrite-Url", "X-Original-Method"}
 
 // clientOnlyPrefixes start the names of more headers that stay with the
 // gateway: its own namespace (a client's x-gateway-* controls the gateway,
