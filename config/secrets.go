@@ -10,8 +10,9 @@ import (
 // provider api_keys and header values, gateway keys, the admin key and the
 // tool loop's approval_secret, the
 // Redis password, tool, MCP server, guardrail and tracing exporter header values, MCP
-// server env values named as credentials (GITHUB_TOKEN, DB_PASSWORD; not
-// NODE_ENV = "production", which would be masked in every tool result),
+// server env values named as secrets (secretEnvName: GITHUB_TOKEN,
+// PGPASSWORD; not NODE_ENV = "production", which would be masked in every
+// tool result) and the user info of a URL in any,
 // the password of any URL that carries one, the values
 // of URL query parameters named as credentials (key=, token=, sig=, ...),
 // and what ${NAME} put in a URL's query or user info. A header
@@ -69,10 +70,15 @@ func (c *Config) Secrets() []string {
 	for _, s := range c.MCPServers {
 		addMap(s.Headers)
 		for k, v := range s.Env {
-			if credentialParam(k) {
+			if secretEnvName(k) {
 				add(v)
 			}
 			addURL(v) // DATABASE_URL = "postgres://user:password@..."
+			if u, err := url.Parse(v); err == nil && u.User != nil {
+				if _, hasPassword := u.User.Password(); !hasPassword {
+					add(u.User.Username()) // https://ghp_token@github.com/..., a Sentry DSN's key
+				}
+			}
 		}
 		addURL(s.URL)
 	}
@@ -120,7 +126,30 @@ func credentialParam(name string) bool {
 	return slices.Contains(credentialWords, strings.ToLower(last))
 }
 
+// secretEnvName reports whether an environment variable's name says its
+// value is a secret: a word of it is a credential's (GITHUB_PAT, DB_PASS,
+// SENTRY_DSN, SECRET_KEY_BASE, API_KEYS, AUTH_HEADER, PRIVATE_KEY_PEM), or
+// it runs one together (PGPASSWORD, GPG_PASSPHRASE). NODE_ENV, LOG_LEVEL
+// or PATH say nothing of the kind.
+func secretEnvName(name string) bool {
+	lower := strings.ToLower(name)
+	for _, w := range secretRuns {
+		if strings.Contains(lower, w) {
+			return true
+		}
+	}
+	for _, w := range strings.FieldsFunc(lower, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
+		if slices.Contains(secretEnvWords, w) {
+			return true
+		}
+	}
+	return credentialParam(name)
+}
+
 var (
+	secretRuns     = []string{"password", "passwd", "passphrase", "secret", "token", "apikey", "privatekey", "credential"}
+	secretEnvWords = []string{"key", "keys", "pass", "pwd", "pat", "dsn", "auth", "private", "sig", "signature", "webhook",
+		"cookie", "session", "cert", "connection", "conn"}
 	credentialWords = []string{"key", "token", "secret", "password", "passwd", "pwd", "sig", "signature", "auth", "code", "credential", "credentials"}
 	credentialNames = []string{"apikey", "accesstoken", "authtoken", "sessiontoken", "clientsecret", "secretkey", "accesskey"}
 )

@@ -76,11 +76,27 @@ func TestSecretsCoversEverySecretField(t *testing.T) {
 	}
 	// An MCP server's env value is a secret under a credential's name
 	// only: NODE_ENV = "production" would be masked in every tool result.
-	c = Config{MCPServers: []MCPServer{{Env: map[string]string{"GITHUB_TOKEN": "ghp-secret-1", "NODE_ENV": "production", "dbPassword": "pw-secret-2",
-		"DATABASE_URL": "postgres://app:url-secret-3@db:5432/app"}}}}
-	if s := c.Secrets(); !slices.Contains(s, "ghp-secret-1") || !slices.Contains(s, "pw-secret-2") || !slices.Contains(s, "url-secret-3") ||
-		slices.Contains(s, "production") {
-		t.Errorf("MCP env secrets %q", s)
+	env := map[string]string{"NODE_ENV": "production", "LOG_LEVEL": "verbose", "PATH": "/usr/local/bin", "HOME": "/home/app",
+		"DATABASE_URL": "postgres://app:url-secret@db:5432/app", "REPO": "https://ghp-user-secret@github.com/o/r.git"}
+	secret := []string{"GITHUB_TOKEN", "dbPassword", "PGPASSWORD", "DB_PASS", "GITHUB_PAT", "GPG_PASSPHRASE", "SECRET_KEY_BASE",
+		"API_KEYS", "AUTH_HEADER", "PRIVATE_KEY_PEM", "SENTRY_DSN", "DB_CONNECTION_STRING", "SLACK_WEBHOOK_URL", "AWS_SECRET_ACCESS_KEY"}
+	for _, n := range secret {
+		env[n] = "value-of-" + n
+	}
+	c = Config{MCPServers: []MCPServer{{Env: env}}}
+	s := c.Secrets()
+	for _, n := range secret {
+		if !slices.Contains(s, "value-of-"+n) {
+			t.Errorf("MCP env %s is not a secret", n)
+		}
+	}
+	for _, v := range []string{"production", "verbose", "/usr/local/bin", "/home/app"} {
+		if slices.Contains(s, v) {
+			t.Errorf("MCP env value %q is a secret", v)
+		}
+	}
+	if !slices.Contains(s, "url-secret") || !slices.Contains(s, "ghp-user-secret") {
+		t.Errorf("a URL's password in an MCP env value is not a secret: %q", s)
 	}
 	// A hash of a key is not a secret, and neither are names.
 	c = Config{Keys: []Key{{Name: "team-a", SHA256: strings.Repeat("ab", 32)}}}

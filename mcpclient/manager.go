@@ -153,20 +153,40 @@ func (m *Manager) Status() map[string]string {
 // offered by two servers goes to the first listed, whether it is up or
 // down: while it is down, the other's tool of that name is not offered in
 // its place (its approval gate, its arguments, its effects are another
-// tool's).
+// tool's). Until a server without a prefix has listed its tools once
+// (since start or reload), a later server without one offers none: any of
+// its names may be the earlier one's.
 func (m *Manager) publish() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	owner := map[string]string{} // tool name → the first server that offers it
+	unknown := ""                // the first server without a prefix that has not listed yet
+	held := map[*server]bool{}
 	for _, s := range m.servers {
-		for _, n := range s.offeredNames() {
+		names, listed := s.offeredNames()
+		for _, n := range names {
 			if _, taken := owner[n]; !taken {
 				owner[n] = s.cfg.Name
 			}
 		}
+		if s.cfg.Prefix != "" {
+			continue
+		}
+		if unknown != "" {
+			if len(s.currentTools()) > 0 {
+				m.log.Warn().Str("server", s.cfg.Name).Str("waiting_for", unknown).
+					Msg("mcp: tools held back until an earlier server without a prefix lists its own; set a prefix")
+			}
+			held[s] = true
+		} else if !listed {
+			unknown = s.cfg.Name
+		}
 	}
 	next := &snapshot{byName: map[string]*Tool{}}
 	for _, s := range m.servers {
+		if held[s] {
+			continue
+		}
 		for _, t := range s.currentTools() {
 			if kept := owner[t.Name]; kept != s.cfg.Name {
 				m.log.Warn().Str("tool", t.Name).Str("server", s.cfg.Name).Str("kept", kept).

@@ -80,8 +80,9 @@ func (g *goServer) serve(ln net.Listener) {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	g.srv = &http.Server{Handler: mux}
-	go func() { _ = g.srv.Serve(ln) }()
+	srv := &http.Server{Handler: mux}
+	g.srv = srv
+	go func() { _ = srv.Serve(ln) }()
 }
 
 func (g *goServer) stop() {
@@ -602,5 +603,32 @@ func TestManagerSameNameStaysTheFirstServers(t *testing.T) {
 	waitFor(t, "the first server back", 10*time.Second, nil, func() bool { return m.Lookup("broken") != nil })
 	if def := m.Lookup("hello"); def == nil || def.Server != "a" {
 		t.Fatalf("back: hello is %+v", def)
+	}
+}
+
+// Until a server without a prefix has listed its tools once, a later one
+// without a prefix offers none: any of its names may be the earlier one's
+// (a start or a reload while the gated server is down offered the other
+// server's tool of its name, without its approval).
+func TestManagerHoldsALaterServerUntilTheFirstLists(t *testing.T) {
+	t.Parallel()
+	first, second := newGoServer(t), newGoServer(t)
+	first.stop()
+	hdr := map[string]string{"X-Test-Token": "t0ken"}
+	m := Start(Options{
+		Servers: defaulted(config.MCPServer{Name: "a", URL: "http://" + first.addr + "/mcp", Headers: hdr, Approval: []string{"hello"}},
+			config.MCPServer{Name: "b", URL: "http://" + second.addr + "/mcp", Headers: hdr, Deny: []string{"broken", "weather", "secret_*"}},
+			config.MCPServer{Name: "c", URL: "http://" + second.addr + "/mcp", Headers: hdr, Prefix: "c_", Allow: []string{"weather"}}),
+		MaxBackoff: 300 * time.Millisecond, KeepAlive: 2 * time.Second, Logger: testLogger(t),
+	})
+	defer m.Close()
+	waitFor(t, "the prefixed server's tools", 10*time.Second, nil, func() bool { return m.Lookup("c_weather") != nil })
+	if def := m.Lookup("hello"); def != nil {
+		t.Fatalf("with the first server never listed, hello is offered by %q (approval %q)", def.Server, def.Approval)
+	}
+	first.restart()
+	waitFor(t, "the first server listed", 10*time.Second, nil, func() bool { return m.Lookup("broken") != nil })
+	if def := m.Lookup("hello"); def == nil || def.Server != "a" || def.Approval != "always" {
+		t.Fatalf("hello after the first server listed: %+v", def)
 	}
 }

@@ -34,8 +34,10 @@ type server struct {
 	tools   []*Tool
 	// offered are the names of the tools the server last listed, kept
 	// while it is down: a name it offers stays its (publish), so that a
-	// later server's tool of the same name never stands in for it.
+	// later server's tool of the same name never stands in for it. listed:
+	// it has listed them once (before, its names are unknown).
 	offered []string
+	listed  bool
 	state   string
 }
 
@@ -74,11 +76,11 @@ func (s *server) currentTools() []*Tool {
 }
 
 // offeredNames returns the names of the tools the server last listed, up
-// or down.
-func (s *server) offeredNames() []string {
+// or down (never modified: setUp replaces it), and whether it has listed.
+func (s *server) offeredNames() ([]string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.offered
+	return s.offered, s.listed
 }
 
 func (s *server) current() *mcp.ClientSession {
@@ -365,10 +367,11 @@ func matchAny(globs []string, name string) bool {
 func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
 	s.mu.Lock()
 	s.session, s.tools = sess, tools
-	s.offered = s.offered[:0]
-	for _, t := range tools {
-		s.offered = append(s.offered, t.Name)
+	offered := make([]string, len(tools)) // a new slice: publish reads the old one unlocked
+	for i, t := range tools {
+		offered[i] = t.Name
 	}
+	s.offered, s.listed = offered, true
 	s.state = errf("up: %d tools", len(tools))
 	close(s.up)
 	s.up = make(chan struct{})

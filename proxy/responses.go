@@ -367,8 +367,14 @@ func (f *responsesForm) save(object []byte) {
 		return
 	}
 	// Not cancelled by a shutdown, which is what fails a stream while it
-	// drains: its failed response is stored all the same, within the bound.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.s.base), 5*time.Second)
+	// drains: its failed response is stored all the same, within the bound
+	// (a second then, so that the stream's last event still goes out in
+	// the time a shutdown gives the last writes).
+	bound := 5 * time.Second
+	if f.s.base.Err() != nil {
+		bound = time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.s.base), bound)
 	defer cancel()
 	f.mu.Lock()
 	history := responses.Settle(f.rq.History, f.settled)

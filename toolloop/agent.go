@@ -81,7 +81,11 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 			return nil, err
 		}
 	} else {
-		text = []byte(gjson.GetBytes(resp.Body, "choices.0.message.content").String())
+		msg := gjson.GetBytes(resp.Body, "choices.0.message")
+		if r := msg.Get("refusal").String(); r != "" && strings.TrimSpace(msg.Get("content").String()) == "" {
+			return nil, &ToolError{Kind: "refused", Message: "the expert model refused: " + r}
+		}
+		text = []byte(msg.Get("content").String())
 	}
 	if len(bytes.TrimSpace(text)) == 0 {
 		// Tool calls it was offered none of, or nothing at all: not an

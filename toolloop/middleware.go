@@ -293,8 +293,10 @@ func (l *Loop) retryMW(next pipeline.ToolHandler) pipeline.ToolHandler {
 }
 
 // final reports whether an error result of this type would come back the
-// same on a retry.
-func final(errType string) bool { return errType == "invalid_arguments" || errType == "not_allowed" }
+// same on a retry (an agent tool's expert that refused would refuse again).
+func final(errType string) bool {
+	return errType == "invalid_arguments" || errType == "not_allowed" || errType == "refused"
+}
 
 // timeoutMW bounds one attempt by the tool's timeout.
 func (l *Loop) timeoutMW(next pipeline.ToolHandler) pipeline.ToolHandler {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -189,11 +190,15 @@ func TestIdempotentToolRetried(t *testing.T) {
 func TestAgentTool(t *testing.T) {
 	t.Parallel()
 	var seen []byte
-	answer := "42"
+	answer, refusal := "42", ""
 	expert := &pipeline.Route{Name: "expert", ModelLayer: pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		seen = r.Body
 		if r.Stream || r.Model != "expert" {
 			t.Errorf("agent call must be non-streaming to its own model, got %v %q", r.Stream, r.Model)
+		}
+		if refusal != "" {
+			return &pipeline.Response{Body: []byte(`{"id":"e1","object":"chat.completion","created":1,"model":"expert","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":` +
+				strconv.Quote(refusal) + `},"finish_reason":"stop"}]}`)}, nil
 		}
 		return &pipeline.Response{Body: []byte(completion("e1", answer, "", "stop", 1, 1))}, nil
 	})}
@@ -223,6 +228,12 @@ func TestAgentTool(t *testing.T) {
 	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "ask_expert", Arguments: []byte(`{"instruction":"x"}`)})
 	if gjson.GetBytes(res.Content, "status").Str != "error" || !strings.Contains(gjson.GetBytes(res.Content, "error.message").Str, "no text") {
 		t.Fatalf("an empty expert answer: %s", res.Content)
+	}
+	// A refusal is the expert's answer, an error result saying so.
+	refusal = "I can't help with that."
+	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "ask_expert", Arguments: []byte(`{"instruction":"x"}`)})
+	if gjson.GetBytes(res.Content, "error.type").Str != "refused" || !strings.Contains(gjson.GetBytes(res.Content, "error.message").Str, "can't help") {
+		t.Fatalf("a refusal: %s", res.Content)
 	}
 	// Missing instruction: a validation error naming the field.
 	res, _ = l.Tools().CallTool(context.Background(), &pipeline.ToolCall{ID: "c", Name: "ask_expert", Arguments: []byte(`{}`)})
