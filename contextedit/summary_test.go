@@ -2,6 +2,7 @@ package contextedit
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,17 +44,13 @@ func (s *ttlStore) expire(d time.Duration) {
 	}
 }
 
-// A summary too long for the request is kept only briefly, marked: while
-// it is, a request it does not fit goes to summary_fallback without asking
-// the model again, one it fits takes it; once it expired the model is
-// asked anew, and a summary that fits is kept for a day.
-func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
-	t.Parallel()
-	answer := strings.Repeat("word ", 50)
-	calls := 0
+// summaryFixture is a summarizer over a ttlStore whose model answers what
+// answer returns, and a conversation of three messages to summarise (the
+// two before the latest).
+func summaryFixture(t *testing.T, answer func() string) (*summarizer, *ttlStore, *pipeline.Request, *transcript) {
+	t.Helper()
 	route := &pipeline.Route{Name: "sum", ModelLayer: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		calls++
-		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"` + answer + `"}}]}`)}, nil
+		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":` + strconv.Quote(answer()) + `}}]}`)}, nil
 	})}
 	st := &ttlStore{val: map[string][]byte{}, ttl: map[string]time.Duration{}}
 	s := &summarizer{model: "sum", prompt: "Summarise.", lookup: func(string) *pipeline.Route { return route }, store: st}
@@ -63,6 +60,18 @@ func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, st, req, tr
+}
+
+// A summary too long for the request is kept only briefly, marked: while
+// it is, a request it does not fit goes to summary_fallback without asking
+// the model again, one it fits takes it; once it expired the model is
+// asked anew, and a summary that fits is kept for a day.
+func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
+	t.Parallel()
+	answer := strings.Repeat("word ", 50)
+	calls := 0
+	s, st, req, tr := summaryFixture(t, func() string { calls++; return answer })
 	short := func(text string) bool { return len(text) < 100 }
 	long := func(text string) bool { return true }
 	if _, err := s.summary(context.Background(), req, tr, 2, short); err != errNoSummary || calls != 1 {
@@ -100,18 +109,7 @@ func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
 func TestUnfitSummaryThatFitsIsKept(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	route := &pipeline.Route{Name: "sum", ModelLayer: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		calls++
-		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"a summary of some length"}}]}`)}, nil
-	})}
-	st := &ttlStore{val: map[string][]byte{}, ttl: map[string]time.Duration{}}
-	s := &summarizer{model: "sum", prompt: "Summarise.", lookup: func(string) *pipeline.Route { return route }, store: st}
-	req := &pipeline.Request{ID: "r", Meta: &pipeline.Meta{},
-		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"a long turn"},{"role":"assistant","content":"a reply"},{"role":"user","content":"now"}]}`)}
-	tr, err := parse(req.Body, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st, req, tr := summaryFixture(t, func() string { calls++; return "a summary of some length" })
 	if _, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return false }); err != errNoSummary {
 		t.Fatal(err)
 	}

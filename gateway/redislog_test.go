@@ -161,18 +161,21 @@ func TestTraceExportFailuresLogThroughZerolog(t *testing.T) {
 }
 
 // serveBuilt builds cfg's runtime with log and serves it on a loopback
-// listener; the caller shuts it down.
-func serveBuilt(t *testing.T, cfg *config.Config, log zerolog.Logger) (*proxy.Server, net.Listener) {
+// listener that remembers its connections (connsListener); the caller
+// shuts the server down, the test's end closes the runtime.
+func serveBuilt(t *testing.T, cfg *config.Config, log zerolog.Logger) (*proxy.Server, *connsListener) {
 	t.Helper()
 	rt, err := Build(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { rt.Close() })
 	srv := proxy.NewServer(rt, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &connsListener{Listener: inner}
 	go func() { _ = srv.Serve(ln) }()
 	return srv, ln
 }

@@ -47,6 +47,16 @@ func (l *connsListener) closeAll() {
 	}
 }
 
+// serveToml serves toml's runtime in process (serveBuilt).
+func serveToml(t *testing.T, toml string) (*proxy.Server, *connsListener) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveBuilt(t, cfg, zerolog.New(io.Discard))
+}
+
 // When the shutdown grace period ends with streams still waiting on a
 // stalled upstream, every one of them has ended with event: error (the
 // shutdown envelope) by the time Shutdown returns: the process exits right
@@ -74,22 +84,8 @@ func testShutdownStreams(t *testing.T, toml string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mock.Close() })
-	cfg, err := config.Parse([]byte(strings.NewReplacer("{{MOCK}}", mockURL, "{{HTTP}}", "http://127.0.0.1:1/").Replace(toml)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := Build(cfg, zerolog.New(io.Discard))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	srv := proxy.NewServer(rt, zerolog.New(io.Discard))
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := &connsListener{Listener: inner}
-	go func() { _ = srv.Serve(ln) }()
+	srv, ln := serveToml(t, strings.NewReplacer("{{MOCK}}", mockURL, "{{HTTP}}", "http://127.0.0.1:1/").Replace(toml))
+	inner := ln.Listener
 
 	body := `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"go"}]}`
 	clients := make([]*bufio.Reader, streams)
@@ -151,25 +147,8 @@ func TestShutdownStoresTheFailedResponse(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = mock.Close() })
 	toml := strings.ReplaceAll(baseConfig, "{{MOCK}}", mockURL) + "\n[redis]\naddr = \"" + testredis.Start(t).Addr() + "\"\n"
-	serve := func() (*proxy.Server, string) {
-		cfg, err := config.Parse([]byte(toml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := Build(cfg, zerolog.New(io.Discard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rt.Close() })
-		srv := proxy.NewServer(rt, zerolog.New(io.Discard))
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ln) }()
-		return srv, ln.Addr().String()
-	}
-	srv, addr := serve()
+	srv, ln := serveToml(t, toml)
+	addr := ln.Addr().String()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -199,8 +178,8 @@ func TestShutdownStoresTheFailedResponse(t *testing.T) {
 	if !strings.Contains(string(rest), "response.failed") {
 		t.Fatalf("the stream did not end failed:\n%s", rest)
 	}
-	_, other := serve() // another replica on the same Redis
-	resp, err := http.Get("http://" + other + "/v1/responses/" + id)
+	_, other := serveToml(t, toml) // another replica on the same Redis
+	resp, err := http.Get("http://" + other.Addr().String() + "/v1/responses/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}
