@@ -91,6 +91,10 @@ var clientOnlyHeaders = []string{"Authorization", "Api-Key", "X-Api-Key", "Cooki
 // provider's business), as on chat, which forwards none of them.
 var clientOnlyPrefixes = []string{"X-Gateway-", "X-Forwarded-"}
 
+// errRedirect is the cause of the failure of a pass-through request the
+// upstream answered with a redirect.
+var errRedirect = errors.New("proxy: the upstream answered a pass-through request with a redirect")
+
 // handlePassthrough forwards any other /v1/* request to a provider, under
 // the same tenant policy as chat: the path must be on the tenant's
 // pass-through allow-list, the body is bounded by the tenant's limit, and a
@@ -102,10 +106,6 @@ var clientOnlyPrefixes = []string{"X-Gateway-", "X-Forwarded-"}
 // Every request then passes the tenant's rate limits and budgets as a chat
 // request does (Policy.Limit) and holds its slot in flight until finish.
 // path is the canonical path (canonicalPath).
-// errRedirect is the cause of the failure of a pass-through request the
-// upstream answered with a redirect.
-var errRedirect = errors.New("proxy: the upstream answered a pass-through request with a redirect")
-
 func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path string) {
 	pc, pb, err := s.passTarget(ctx, x, path)
 	if err != nil {
