@@ -47,6 +47,20 @@ func (l *connsListener) closeAll() {
 	}
 }
 
+// stallingMock starts a mock whose answers stall for a minute after their
+// third event, and returns its base URL.
+func stallingMock(t *testing.T) string {
+	t.Helper()
+	mock := mockllm.New(mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
+		Text: strings.Repeat("a stalled answer ", 20), Fault: &mockllm.Fault{Stall: time.Minute, StallAfter: 3}})})
+	mockURL, err := mock.ListenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mock.Close() })
+	return mockURL
+}
+
 // serveToml serves toml's runtime in process (serveBuilt).
 func serveToml(t *testing.T, toml string) (*proxy.Server, *connsListener) {
 	t.Helper()
@@ -77,13 +91,7 @@ func TestShutdownEndsEveryStreamWithAnError(t *testing.T) {
 
 func testShutdownStreams(t *testing.T, toml string) {
 	const streams = 20
-	mock := mockllm.New(mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
-		Text: strings.Repeat("a stalled answer ", 20), Fault: &mockllm.Fault{Stall: time.Minute, StallAfter: 3}})})
-	mockURL, err := mock.ListenLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mock.Close() })
+	mockURL := stallingMock(t)
 	srv, ln := serveToml(t, strings.NewReplacer("{{MOCK}}", mockURL, "{{HTTP}}", "http://127.0.0.1:1/").Replace(toml))
 	inner := ln.Listener
 
@@ -139,13 +147,7 @@ func tail(b []byte, n int) []byte {
 // the other replicas could not find the id the client was given.
 func TestShutdownStoresTheFailedResponse(t *testing.T) {
 	t.Parallel()
-	mock := mockllm.New(mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{
-		Text: strings.Repeat("a stalled answer ", 20), Fault: &mockllm.Fault{Stall: time.Minute, StallAfter: 3}})})
-	mockURL, err := mock.ListenLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mock.Close() })
+	mockURL := stallingMock(t)
 	toml := strings.ReplaceAll(baseConfig, "{{MOCK}}", mockURL) + "\n[redis]\naddr = \"" + testredis.Start(t).Addr() + "\"\n"
 	srv, ln := serveToml(t, toml)
 	addr := ln.Addr().String()
