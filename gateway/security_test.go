@@ -170,17 +170,17 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 func TestPassthroughMultipartModel(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, tenantConfig, mockllm.Options{})
-	form := func(model string) (string, []byte) {
+	form := func(field, model string) (string, []byte) {
 		var b bytes.Buffer
 		w := multipart.NewWriter(&b)
 		fw, _ := w.CreateFormFile("file", "a.wav")
 		_, _ = fw.Write([]byte("RIFF....WAVE"))
-		_ = w.WriteField("model", model)
+		_ = w.WriteField(field, model)
 		_ = w.Close()
 		return w.FormDataContentType(), b.Bytes()
 	}
-	send := func(model string) (int, []byte) {
-		ct, body := form(model)
+	sendField := func(field, model string) (int, []byte) {
+		ct, body := form(field, model)
 		req, _ := http.NewRequest("POST", h.base+"/audio/transcriptions", bytes.NewReader(body))
 		req.Header.Set("Content-Type", ct)
 		req.Header.Set("Authorization", "Bearer sk-team")
@@ -192,20 +192,28 @@ func TestPassthroughMultipartModel(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
+	send := func(model string) (int, []byte) { return sendField("model", model) }
 	before := h.mock.TotalCalls()
 	if status, body := send("secret-model"); status != 403 {
 		t.Fatalf("secret model in a form: %d %s", status, body)
 	}
+	// A field named in another case is the model an upstream that matches
+	// names without regard to case reads: judged and renamed the same.
+	if status, body := sendField("MODEL", "secret-model"); status != 403 {
+		t.Fatalf("secret model in a MODEL field: %d %s", status, body)
+	}
 	if h.mock.TotalCalls() != before {
 		t.Fatal("the upstream was called")
 	}
-	status, body := send("gpt-x")
-	if status != 200 {
-		t.Fatalf("allowed model in a form: %d %s", status, body)
-	}
-	up := gjson.GetBytes(body, "body").Str
-	if !strings.Contains(up, "\r\n\r\nup-model\r\n") || strings.Contains(up, "gpt-x") || !strings.Contains(up, "RIFF....WAVE") {
-		t.Fatalf("upstream form: %q", up)
+	for _, field := range []string{"model", "Model"} {
+		status, body := sendField(field, "gpt-x")
+		if status != 200 {
+			t.Fatalf("allowed model in a %s field: %d %s", field, status, body)
+		}
+		up := gjson.GetBytes(body, "body").Str
+		if !strings.Contains(up, "\r\n\r\nup-model\r\n") || strings.Contains(up, "gpt-x") || !strings.Contains(up, "RIFF....WAVE") {
+			t.Fatalf("upstream form (%s): %q", field, up)
+		}
 	}
 }
 
@@ -380,16 +388,17 @@ func TestOperatorRoutesAndModelListing(t *testing.T) {
 func TestGuardrailsPassThroughForms(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
-	form := func(prompt string) (string, []byte) {
+	formField := func(field, prompt string) (string, []byte) {
 		var b bytes.Buffer
 		w := multipart.NewWriter(&b)
 		fw, _ := w.CreateFormFile("image", "a.png")
 		_, _ = fw.Write([]byte("\x89PNG project falcon jane@example.com"))
 		_ = w.WriteField("model", "gpt-x")
-		_ = w.WriteField("prompt", prompt)
+		_ = w.WriteField(field, prompt)
 		_ = w.Close()
 		return w.FormDataContentType(), b.Bytes()
 	}
+	form := func(prompt string) (string, []byte) { return formField("prompt", prompt) }
 	post := func(path, ct string, body []byte, hdr map[string]string) (int, []byte) {
 		req, _ := http.NewRequest("POST", h.base+path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", ct)
@@ -415,8 +424,23 @@ func TestGuardrailsPassThroughForms(t *testing.T) {
 			t.Errorf("%s: the upstream got %d calls", path, n)
 		}
 	}
-	ct, body := form("send it to jane@example.com")
+	// A field named in another case is the prompt an upstream that matches
+	// names without regard to case reads: judged the same.
+	before := h.mock.TotalCalls()
+	ct, body := formField("PROMPT", "draw Project Falcon")
+	if status, b := post("/images/edits", ct, body, nil); status != 400 || gjson.GetBytes(b, "error.code").Str != "content_blocked" {
+		t.Errorf("blocked PROMPT field: %d %s", status, b)
+	}
+	if n := h.mock.TotalCalls() - before; n != 0 {
+		t.Errorf("PROMPT field: the upstream got %d calls", n)
+	}
+	ct, body = formField("Prompt", "mail jane@example.com")
 	status, b := post("/images/edits", ct, body, nil)
+	if up := gjson.GetBytes(b, "body").Str; status != 200 || !strings.Contains(up, "name=\"Prompt\"\r\n\r\nmail [REDACTED]") {
+		t.Errorf("redacted Prompt field: %d, upstream got %q", status, up)
+	}
+	ct, body = form("send it to jane@example.com")
+	status, b = post("/images/edits", ct, body, nil)
 	up := gjson.GetBytes(b, "body").Str
 	if status != 200 || !strings.Contains(up, "send it to [REDACTED]") || !strings.Contains(up, "PNG project falcon jane@example.com") {
 		t.Errorf("redacted prompt: %d, upstream got %q", status, up)
@@ -430,7 +454,7 @@ func TestGuardrailsPassThroughForms(t *testing.T) {
 	if rs := h.mock.Requests(); len(rs) == 0 || !bytes.Contains(rs[len(rs)-1].Body, []byte("name=\"prompt\"\r\n\r\ncaf\xe9\r\n")) {
 		t.Errorf("the upstream did not get the prompt as sent")
 	}
-	before := h.mock.TotalCalls()
+	before = h.mock.TotalCalls()
 	ct, body = form("fine")
 	if status, b := post("/images/edits", ct, body, map[string]string{"Content-Encoding": "gzip"}); status != 415 {
 		t.Errorf("compressed form: %d %s", status, b)

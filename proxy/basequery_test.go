@@ -11,7 +11,7 @@ import (
 // chat URI carries it, and a pass-through request's query has it first,
 // the client's parameters after it and never one of the same name (a
 // tenant does not choose what the operator set).
-func TestBaseURLQuery(t *testing.T) {
+func TestPassthroughQuery(t *testing.T) {
 	t.Parallel()
 	pc, err := newProviderClient(config.Provider{Name: "az", Kind: "openai", BaseURL: "https://az.example.com/openai/deployments/d?api-version=2024-10-21"})
 	if err != nil {
@@ -35,6 +35,23 @@ func TestBaseURLQuery(t *testing.T) {
 	plain, err := newProviderClient(config.Provider{Name: "o", Kind: "openai", BaseURL: "https://api.example.com/v1"})
 	if err != nil || plain.query([]byte("a=%2F&b")) != "a=%2F&b" || strings.Contains(plain.chatURI, "?") {
 		t.Errorf("without a base query: %v %q %s", err, plain.query([]byte("a=%2F&b")), plain.chatURI)
+	}
+	// A method override in the query (Rails' and Laravel's _method, the
+	// override headers' names) never reaches the provider, with or without
+	// a base query.
+	for client, want := range map[string]string{
+		"_method=DELETE":                          "",
+		"limit=2&_METHOD=delete&x=1":              "limit=2&x=1",
+		"%5Fmethod=DELETE&x=1":                    "x=1",
+		"X-HTTP-Method-Override=DELETE&after=a":   "after=a",
+		"x-http-method=PUT&x-method-override=PUT": "",
+	} {
+		if got := plain.query([]byte(client)); got != want {
+			t.Errorf("plain query(%q) = %q, want %q", client, got, want)
+		}
+		if got, wantAz := pc.query([]byte(client)), strings.TrimSuffix("api-version=2024-10-21&"+want, "&"); got != wantAz {
+			t.Errorf("base query(%q) = %q, want %q", client, got, wantAz)
+		}
 	}
 	an, err := newProviderClient(config.Provider{Name: "a", Kind: "anthropic", BaseURL: "https://api.example.com/v1?beta=1"})
 	if err != nil || an.chatURI != "https://api.example.com/v1/messages?beta=1" {

@@ -311,7 +311,10 @@ func jsonModel(body []byte) (string, error) {
 }
 
 // formModel returns the value of the model field of a multipart body ("" for
-// none); a second model field is refused.
+// none); a second model field is refused. A field name in another case
+// ("MODEL") is a model field too: as with a JSON body's keys (jsonModel),
+// some upstreams match names without regard to case, and the policy must
+// judge the model they read.
 func formModel(body []byte, boundary string) (string, error) {
 	r := multipart.NewReader(bytes.NewReader(body), boundary)
 	model, found := "", false
@@ -323,7 +326,7 @@ func formModel(body []byte, boundary string) (string, error) {
 		if err != nil {
 			return "", pipeline.BadRequest("", "the multipart body is malformed")
 		}
-		if p.FormName() != "model" {
+		if !strings.EqualFold(p.FormName(), "model") {
 			continue
 		}
 		if found {
@@ -341,7 +344,8 @@ func formModel(body []byte, boundary string) (string, error) {
 }
 
 // guardedFormFields are the fields of a multipart body that a model reads
-// as text: the names the guardrails judge in a JSON pass-through body.
+// as text: the names the guardrails judge in a JSON pass-through body,
+// matched in any case (formModel says why).
 var guardedFormFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true}
 
 // guardForm runs t's request-stage guardrails (Policy.Guard) over each
@@ -360,21 +364,22 @@ func guardForm(p Policy, t *pipeline.Tenant, r *pipeline.Request, boundary strin
 			return pipeline.BadRequest("", "the multipart body is malformed")
 		}
 		name := part.FormName()
-		if !guardedFormFields[name] {
+		if !guardedFormFields[strings.ToLower(name)] {
 			continue
 		}
 		text, err := io.ReadAll(part)
 		if err != nil {
 			return pipeline.BadRequest(name, "the multipart body is malformed")
 		}
-		obj := append(jsonstring.Append(append(jsonstring.Append([]byte{'{'}, name), ':'), string(text)), '}')
+		key := strings.ToLower(name) // judged as the name the guardrails know
+		obj := append(jsonstring.Append(append(jsonstring.Append([]byte{'{'}, key), ':'), string(text)), '}')
 		judged := string(obj) // the JSON form replaces invalid UTF-8: only a guard's change is an edit
 		jr := &pipeline.Request{ID: r.ID, Start: r.Start, Body: obj, Model: r.Model, Route: r.Route, Endpoint: r.Endpoint, Meta: r.Meta}
 		if err := p.Guard(t, jr); err != nil {
 			return err
 		}
 		if string(jr.Body) != judged {
-			v := gjson.GetBytes(jr.Body, gjson.Escape(name)).String()
+			v := gjson.GetBytes(jr.Body, gjson.Escape(key)).String()
 			if edits == nil {
 				edits = map[int]string{}
 			}
@@ -399,7 +404,7 @@ func guardForm(p Policy, t *pipeline.Tenant, r *pipeline.Request, boundary strin
 // to model, every other part unchanged, under the same boundary.
 func setFormModel(body []byte, boundary, model string) ([]byte, error) {
 	return rewriteForm(body, boundary, func(_ int, p *multipart.Part) (string, bool) {
-		return model, p.FormName() == "model"
+		return model, strings.EqualFold(p.FormName(), "model")
 	})
 }
 

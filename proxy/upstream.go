@@ -809,22 +809,38 @@ func (pc *providerClient) withQuery(uri string) string {
 	return uri + "?" + pc.baseQuery
 }
 
+// methodOverrideParams are the query parameters some frameworks read as
+// the request's method (Rails' and Laravel's _method, the header names as
+// parameters): like the headers of the same meaning (clientOnlyHeaders),
+// they would turn a request the tenant may make into one it may not, under
+// the gateway's credentials. Never forwarded.
+var methodOverrideParams = map[string]bool{"_method": true, "x-http-method-override": true,
+	"x-http-method": true, "x-method-override": true}
+
 // query is the query a pass-through request sends upstream: the client's
 // as it came (byte for byte), after base_url's own, whose parameters win:
 // a client's parameter of the same name in any case (api-version=...,
 // Api-Version=...) is left out, as a tenant must not choose what the
-// operator set.
+// operator set. Method overrides (methodOverrideParams) are left out too.
 func (pc *providerClient) query(client []byte) string {
-	if pc.baseQuery == "" {
-		return string(client)
+	if len(client) == 0 {
+		return pc.baseQuery
 	}
 	out := pc.baseQuery
-	for _, pair := range strings.Split(string(client), "&") {
+	for pair := range strings.SplitSeq(string(client), "&") {
 		name, _, _ := strings.Cut(pair, "=")
-		if n, err := url.QueryUnescape(name); pair == "" || err == nil && pc.baseNames[strings.ToLower(n)] {
+		if pair == "" {
 			continue
 		}
-		out += "&" + pair
+		// A name that does not decode is sent as it came: no server reads
+		// it as one of these.
+		if n, err := url.QueryUnescape(name); err == nil && (pc.baseNames[strings.ToLower(n)] || methodOverrideParams[strings.ToLower(n)]) {
+			continue
+		}
+		if out != "" {
+			out += "&"
+		}
+		out += pair
 	}
 	return out
 }
