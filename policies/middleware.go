@@ -125,8 +125,12 @@ const (
 // bound a field the upstream does not read.
 var otherTokenFields = []string{"n_predict", "num_predict", "max_new_tokens"}
 
-func otherTokenField(key string) bool {
-	for _, f := range otherTokenFields {
+func otherTokenField(key string) bool { return named(key, otherTokenFields) }
+
+// named reports whether key is one of names, compared as Go's
+// encoding/json compares them.
+func named(key string, names []string) bool {
+	for _, f := range names {
 		if strings.EqualFold(key, f) {
 			return true
 		}
@@ -174,7 +178,7 @@ func (p *Policy) capTokens(body []byte, c tokenCap) ([]byte, error) {
 	// Result outlives this function except raw, which is only formatted.
 	json := unsafe.String(unsafe.SliceData(body), len(body))
 	gjson.Parse(json).ForEach(func(k, v gjson.Result) bool {
-		if otherTokenField(k.Str) {
+		if otherTokenField(k.Str) || named(k.Str, c.others) {
 			alias = k.Str
 			return false
 		}

@@ -345,6 +345,10 @@ func TestCapRefusesOtherTokenFields(t *testing.T) {
 		{"", `{"model":"gpt-x","messages":[],"N_Predict":-1}`, "N_Predict"},
 		{"/v1/completions", `{"model":"gpt-x","prompt":"x","num_predict":100000}`, "num_predict"},
 		{"/v1/responses", `{"model":"gpt-x","input":"x","max_new_tokens":100000}`, "max_new_tokens"},
+		// Another endpoint's OpenAI field, which a lenient upstream reads.
+		{"/v1/completions", `{"model":"gpt-x","prompt":"x","max_tokens":50,"max_completion_tokens":100000}`, "max_completion_tokens"},
+		{"/v1/completions", `{"model":"gpt-x","prompt":"x","Max_Output_Tokens":100000}`, "Max_Output_Tokens"},
+		{"/v1/responses", `{"model":"gpt-x","input":"x","max_output_tokens":50,"max_tokens":100000}`, "max_tokens"},
 	} {
 		r := &pipeline.Request{Body: []byte(c.body), Model: "gpt-x", Endpoint: c.endpoint}
 		err := e.Admit(clamp, r)

@@ -29,11 +29,16 @@ var DefaultPassthrough = []string{
 // tokenCap names, for an endpoint, the request fields that bound the
 // output length, the one set to the cap when a request sets none, and the
 // fields that multiply it: each of n choices (and each of completions'
-// best_of candidates) may run to the token field's value.
+// best_of candidates) may run to the token field's value. others are the
+// OpenAI API's token fields of the other endpoints, which a lenient
+// upstream reads here too (a vLLM or llama.cpp server takes
+// max_completion_tokens on completions): under a cap they are refused, as
+// otherTokenFields are.
 type tokenCap struct {
 	fields  []string
 	set     string
 	choices []string
+	others  []string
 }
 
 // tokenCaps maps each endpoint whose body asks a model for output to its
@@ -41,8 +46,10 @@ type tokenCap struct {
 // (embeddings, moderations, audio, images).
 var tokenCaps = map[string]tokenCap{
 	pipeline.ChatEndpoint: {fields: []string{fieldMaxTokens, fieldMaxCompletionTokens}, set: fieldMaxCompletionTokens, choices: []string{fieldN}},
-	"/v1/completions":     {fields: []string{fieldMaxTokens}, set: fieldMaxTokens, choices: []string{fieldN, fieldBestOf}},
-	"/v1/responses":       {fields: []string{fieldMaxOutputTokens}, set: fieldMaxOutputTokens},
+	"/v1/completions": {fields: []string{fieldMaxTokens}, set: fieldMaxTokens, choices: []string{fieldN, fieldBestOf},
+		others: []string{fieldMaxCompletionTokens, fieldMaxOutputTokens}},
+	"/v1/responses": {fields: []string{fieldMaxOutputTokens}, set: fieldMaxOutputTokens,
+		others: []string{fieldMaxTokens, fieldMaxCompletionTokens}},
 }
 
 // AllowsPath reports whether the tenant t may use the pass-through path
