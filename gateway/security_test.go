@@ -463,3 +463,20 @@ func TestGuardrailsPassThroughForms(t *testing.T) {
 		t.Errorf("compressed form: the upstream got %d calls", n)
 	}
 }
+
+// TestSlowChunkedBodyTimesOut: a chat body sent chunked that stalls past
+// read_timeout is answered 408 request_timeout, as a stalled body of a
+// known length is, not a 400 about the client's syntax.
+func TestSlowChunkedBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, strings.Replace(baseConfig, "[server]", "[server]\nread_timeout = \"300ms\"", 1), mockllm.Options{})
+	before := h.mock.TotalCalls()
+	status, body := rawHTTP(t, hostOf(h.base), "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+		"Transfer-Encoding: chunked\r\n\r\n10\r\n{\"model\":")
+	if status != 408 || gjson.GetBytes(body, "error.code").Str != "request_timeout" {
+		t.Fatalf("a stalled chunked body: %d %s", status, body)
+	}
+	if h.mock.TotalCalls() != before {
+		t.Fatal("the upstream was called")
+	}
+}

@@ -277,6 +277,21 @@ func setMetaHeaders(ctx *fasthttp.RequestCtx, m *pipeline.Meta) {
 	m.Each(func(key, value string) { ctx.Response.Header.Set(key, value) })
 }
 
+// bodyReadError is the answer to a request body that could not be read to
+// its end: 408 when the client was too slow (server.read_timeout), 413 when
+// a chunked body grew over the server's limit, as the same faults of a body
+// fasthttp reads whole are answered (readError), else 400.
+func bodyReadError(err error, max int) error {
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return pipeline.Invalid(fasthttp.StatusRequestTimeout, pipeline.CodeRequestTimeout, "The request body could not be read in time.")
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return tooLarge(max)
+	}
+	return pipeline.BadRequest("", "could not read the request body")
+}
+
 // readBody copies the request body (the pipeline outlives the handler),
 // refusing bodies over max with 413.
 func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
@@ -288,13 +303,13 @@ func readBody(ctx *fasthttp.RequestCtx, max int) ([]byte, error) {
 		if cl >= 0 { // known size: one exact allocation
 			b := make([]byte, cl)
 			if _, err := io.ReadFull(ctx.RequestBodyStream(), b); err != nil {
-				return nil, pipeline.BadRequest("", "could not read the request body")
+				return nil, bodyReadError(err, max)
 			}
 			return b, nil
 		}
 		b, err := io.ReadAll(io.LimitReader(ctx.RequestBodyStream(), int64(max)+1))
 		if err != nil {
-			return nil, pipeline.BadRequest("", "could not read the request body")
+			return nil, bodyReadError(err, max)
 		}
 		if len(b) > max {
 			return nil, tooLarge(max)
