@@ -23,9 +23,12 @@ type Options struct {
 	Logger zerolog.Logger
 
 	// For last_resort = "summarize": the routes (to reach the summary
-	// model), the caller's admission (policy, limits, budgets) applied to
-	// the summary call, and the store summaries are kept in.
+	// model), whether the caller's policy lets it use a model (asked before
+	// a stored summary is reused), the caller's admission (policy, limits,
+	// budgets) applied to a summary call when one is made, and the store
+	// summaries are kept in.
 	Lookup func(model string) *pipeline.Route
+	Allows func(t *pipeline.Tenant, model string) bool
 	Admit  func(*pipeline.Request) error
 	Store  Store
 }
@@ -67,7 +70,8 @@ func newSettings(c config.ContextEdit) settings {
 func New(opts Options) pipeline.Middleware {
 	s := newSettings(opts.Config)
 	if c := opts.Config; c.LastResort == "summarize" {
-		s.summarize = &summarizer{model: c.SummaryModel, prompt: c.SummaryPrompt, lookup: opts.Lookup, admit: opts.Admit, store: opts.Store}
+		s.summarize = &summarizer{model: c.SummaryModel, prompt: c.SummaryPrompt, lookup: opts.Lookup, allows: opts.Allows,
+			admit: opts.Admit, store: opts.Store}
 	}
 	return func(next pipeline.Handler) pipeline.Handler {
 		return &handler{next: next, s: s, log: opts.Logger}
@@ -205,6 +209,7 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 	}
 	var dropped []uint64
 	summary := ""
+	var summaryErr error
 	if b.limit > 0 && count > b.limit && h.s.summarize != nil {
 		// Summarise the turns a drop would remove, and keep their summary
 		// in their place; fall back below when that is not possible.
@@ -212,6 +217,7 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 			withSummary := func(msg string) int { return after + c.CountText(msg) + 4 }
 			fits := func(text string) bool { return withSummary(summaryMessage(text)) <= b.limit }
 			text, err := h.s.summarize.summary(ctx, req, t, cut, fits)
+			summaryErr = err
 			if err == nil {
 				msg := summaryMessage(text)
 				metricLastResort.WithLabelValues(route, "summarize").Inc()
@@ -232,6 +238,12 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		if !h.s.dropTurns {
 			metricLastResort.WithLabelValues(route, "error").Inc()
 			metricCalls.WithLabelValues(route, outcomeRejected).Inc()
+			if limited(summaryErr) {
+				// The summary call was refused by the caller's rate limits
+				// or budgets: that, not the conversation's length, is what
+				// the client can act on (wait and retry).
+				return nil, summaryErr
+			}
 			return nil, req.Messages.ClientError(exceeded(b, count, saved > 0))
 		}
 		cut, after := t.planDrop(count, b.target)

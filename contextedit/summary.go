@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -49,20 +51,34 @@ type summarizer struct {
 	model  string
 	prompt string
 	lookup func(string) *pipeline.Route
+	allows func(*pipeline.Tenant, string) bool
 	admit  func(*pipeline.Request) error
 	store  Store
 }
 
-var errNoSummary = errors.New("contextedit: no summary")
+var (
+	errNoSummary  = errors.New("contextedit: no summary")
+	errNotAllowed = fmt.Errorf("%w: the caller's policy does not allow the summary model", errNoSummary)
+)
+
+// limited reports whether err is a refusal by the caller's rate limits or
+// budgets (a 429).
+func limited(err error) bool {
+	var pe *pipeline.Error
+	return errors.As(err, &pe) && pe.Status == http.StatusTooManyRequests
+}
 
 // summary returns the summary of the non-system messages of t before cut,
 // one that fits says fits: from the store when these messages were
 // summarised before, else from the summary model (then stored). A summary
 // that does not fit is errNoSummary, and is kept only unfitTTL, so that a
 // later request of the conversation asks again rather than reading back
-// for a day one it cannot use. The summary call is made on the caller's behalf: it passes
-// the caller's policy (admit) and the summary model's whole model-call
-// layer (fallback, limits, metering).
+// for a day one it cannot use. A tenant whose policy refuses the summary
+// model (allows) gets no summary, not even one made before. The summary
+// call is made on the caller's behalf: it passes the caller's admission
+// (admit: policy, rate limits and budgets, taken only when a call is
+// made, not for a stored summary read back) and the summary model's whole
+// model-call layer (fallback, limits, metering).
 func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int, fits func(string) bool) (string, error) {
 	text := s.transcriptText(t, cut)
 	route := (*pipeline.Route)(nil)
@@ -80,14 +96,8 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	body = append(body, `},{"role":"user","content":`...)
 	body = jsonstring.Append(body, text)
 	body = append(body, `}]}`...)
-	r := &pipeline.Request{ID: req.ID, Start: req.Start, Body: body, Model: s.model, Route: route,
-		Tenant: req.Tenant, Meta: &pipeline.Meta{}} // its own headers: never the client's
-	if s.admit != nil {
-		// Before the store: a tenant whose policy refuses the summary
-		// model gets no summary, not even one made before.
-		if err := s.admit(r); err != nil {
-			return "", err
-		}
+	if s.allows != nil && !s.allows(req.Tenant, s.model) {
+		return "", errNotAllowed
 	}
 	key := s.key(req, t, cut)
 	kept := false // a summary that fits another request (a larger window) is stored: never replaced by an unfit one
@@ -112,6 +122,13 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	// carries neither the caller's edit log (held by the caller right now)
 	// nor its prompt hint; and it is its own model call even under a
 	// fallback route's call (fallback.NewCall).
+	r := &pipeline.Request{ID: req.ID, Start: req.Start, Body: body, Model: s.model, Route: route,
+		Tenant: req.Tenant, Meta: &pipeline.Meta{}} // its own headers: never the client's
+	if s.admit != nil {
+		if err := s.admit(r); err != nil {
+			return "", err
+		}
+	}
 	sctx := fallback.NewCall(ctx)
 	resp, err := route.ModelLayer.Chat(sctx, r)
 	if err != nil {

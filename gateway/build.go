@@ -335,7 +335,7 @@ func (b *builder) buildModelLayers() {
 	modelMW := map[string]pipeline.Middleware{
 		"prompt_cache": caching.NewPromptCache(caching.PromptOptions{Providers: caching.PromptProviders(b.providers), Logger: log}),
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
-			Lookup: b.lookup, Admit: b.admit, Store: b.store}),
+			Lookup: b.lookup, Allows: allowsModel, Admit: b.admit, Store: b.store}),
 		"fallback": fallback.New(fallback.Options{Providers: b.providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
 			Shared: shared, Allows: allowsModel, Admit: b.limiter.AdmitFallback}, b.lookup),
 	}

@@ -170,6 +170,43 @@ func TestSummarizeFallback(t *testing.T) {
 	}
 }
 
+// A stored summary read back is no model call: it takes nothing from the
+// tenant's requests_per_minute on the summary model (the conversation's
+// later requests kept working), and a summary call the limit refuses
+// answers the limit's 429 (retry later), not a context_length_exceeded 400
+// that tells the client its conversation is too long.
+func TestStoredSummaryTakesNoRequest(t *testing.T) {
+	t.Parallel()
+	var summaries atomic.Int64
+	cfg := strings.Replace(summarizeConfig, "[middleware.context_edit]", `[[limits]]
+tenant = "*"
+model = "summarizer"
+requests_per_minute = 1
+[middleware.context_edit]`, 1)
+	h := newHarness(t, cfg, mockllm.Options{Respond: summarizeResponder(&summaries, false),
+		ContextWindow: map[string]int{"up-model": 1000}})
+	params := openai.ChatCompletionNewParams{Model: "gpt-x", Messages: longHistory()}
+	for i := range 3 {
+		resp, err := h.client.Chat.Completions.New(context.Background(), params, option.WithMaxRetries(0))
+		if err != nil || resp.Choices[0].Message.Content != "42." {
+			t.Fatalf("request %d of the conversation: %v", i+1, err)
+		}
+	}
+	if n := summaries.Load(); n != 1 {
+		t.Fatalf("%d summary calls for one conversation", n)
+	}
+	other := append([]openai.ChatCompletionMessageParamUnion{openai.UserMessage("Another conversation. " + strings.Repeat("owls fly at night; ", 30))},
+		longHistory()[1:]...)
+	_, err := h.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-x", Messages: other}, option.WithMaxRetries(0))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "rate_limit_exceeded" {
+		t.Fatalf("a summary the limit refuses: %v, want the limit's 429", err)
+	}
+	if n := summaries.Load(); n != 1 {
+		t.Fatalf("%d summary calls: the refused one was made", n)
+	}
+}
+
 // A summary is its tenant's: another tenant with the same conversation gets
 // one made for it (its own summary call), and a tenant whose policy refuses
 // the summary model gets none, not even one stored for another tenant.
