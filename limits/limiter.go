@@ -243,8 +243,22 @@ func (r *rule) scope(tenant, key, model string) (string, bool) {
 	case model == anyModel:
 		model = r.model
 	}
-	return tenant + ":" + key + ":" + model, true
+	return keyPart(tenant) + ":" + keyPart(key) + ":" + keyPart(model), true
 }
+
+// keyPart is a name as one part of a counter's key, whose parts ':'
+// separates: a ':' in it (and the '%' that escapes it) is escaped, so
+// that tenant "t" with key "x:y" and tenant "t:x" with key "y" keep
+// counters of their own. A name without either, the usual one, is used as
+// it is (no allocation, and the counters of such names keep their keys).
+func keyPart(name string) string {
+	if !strings.ContainsAny(name, ":%") {
+		return name
+	}
+	return keyEscaper.Replace(name)
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // who returns the tenant and key names of r.
 func who(r *pipeline.Request) (tenant, key string) {
@@ -257,9 +271,9 @@ func who(r *pipeline.Request) (tenant, key string) {
 // periodKey names the spend counter of b in the period containing now, and
 // when that period ends.
 func (l *Limiter) periodKey(b *budgetRule, tenant, key string, now time.Time) (string, time.Time) {
-	scope, who := "t:", tenant
+	scope, who := "t:", keyPart(tenant)
 	if b.key != "" {
-		scope, who = "k:", key
+		scope, who = "k:", keyPart(key)
 	}
 	d := l.dayOf(now)
 	switch b.period {

@@ -176,6 +176,28 @@ requests_per_minute = 3
 	})
 }
 
+// Names that hold the counter key's separator keep counters of their own:
+// tenant "t" with key "x:y" and tenant "t:x" with key "y" are two callers.
+func TestCounterNamesWithColons(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, newStore func() Store) {
+		fx := newFixture(t, `
+[[limits]]
+tenant = "*"
+key = "*"
+requests_per_minute = 1
+`, newStore)
+		for _, c := range [][2]string{{"t", "x:y"}, {"t:x", "y"}, {"t%3Ax", "y"}} {
+			if _, err := fx.do(c[0], c[1], "gpt-x"); err != nil {
+				t.Fatalf("tenant %q key %q, its first request: %v", c[0], c[1], err)
+			}
+		}
+		if s, _ := status(func() error { _, err := fx.do("t:x", "y", "gpt-x"); return err }()); s != 429 {
+			t.Fatal("the second request of one caller was not refused")
+		}
+	})
+}
+
 func TestSharedCounterWithoutTenant(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {
