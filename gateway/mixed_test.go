@@ -165,6 +165,54 @@ func TestMixedTurnFollowUp(t *testing.T) {
 	}
 }
 
+// TestForcedFinalClientCallsKeepServerRounds: a forced final round (the
+// loop's last, sent with tool_choice "none") whose model still calls a
+// server tool beside a client tool hands the client call out and drops the
+// server one; the server-only rounds before it are kept for the follow-up
+// as any client round's are, so the follow-up does not start the task over
+// and run the server tools again.
+func TestForcedFinalClientCallsKeepServerRounds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, mixedConfig+"[tool_loop]\nmax_iterations = 2\n", mockllm.Options{Respond: mixedResponder})
+	schema := wiretest.LoadSchema(t)
+	for _, stream := range []bool{true, false} {
+		p := userMsg("prior")
+		p.Tools = cityTool()
+		var msg openai.ChatCompletionMessage
+		if stream {
+			acc, _, err := h.streamChat(p, wiretest.Options{}, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg = acc.Choices[0].Message
+		} else {
+			resp, err := h.client.Chat.Completions.New(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg = resp.Choices[0].Message
+		}
+		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "lookup_city" {
+			t.Fatalf("stream=%v: the forced final round returned %+v", stream, msg.ToolCalls)
+		}
+		if got := gjson.GetBytes(lastUpstream(h), "tool_choice").Str; got != "none" {
+			t.Fatalf("stream=%v: the last round was not the forced final one (tool_choice %q)", stream, got)
+		}
+		before := len(h.mock.Requests())
+		if _, err := h.client.Chat.Completions.New(context.Background(), followUp(p, msg)); err != nil {
+			t.Fatal(err)
+		}
+		reqs := h.mock.Requests()[before:]
+		if want := "user assistant(calculator) tool assistant(lookup_city) tool"; len(reqs) != 1 || upstreamShape(reqs[0].Body) != want {
+			shapes := []string{}
+			for _, r := range reqs {
+				shapes = append(shapes, upstreamShape(r.Body))
+			}
+			t.Fatalf("stream=%v: the follow-up's upstream rounds %q, want one: %q", stream, shapes, want)
+		}
+	}
+}
+
 // TestMixedTurnExpiredState: without the kept state the follow-up goes
 // upstream as the client sent it; that history is valid (the mock checks
 // it) and the request succeeds.

@@ -116,7 +116,9 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 				f.setText = true
 			}
 			if d.saveHidden {
-				s.saveHidden(ctx, text, calls, client, nil, nil)
+				// The client's message holds its calls alone: the dropped
+				// server calls have no result to pair with.
+				s.saveHidden(ctx, text, client, client, nil, nil)
 			}
 			s.answer(&f, text, nil, f.setText)
 			if err := s.awaitApproval(ctx); err != nil {

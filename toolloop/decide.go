@@ -60,9 +60,11 @@ func decide(o roundOutcome) decision {
 		case o.client > 0 && cut:
 			return decision{finish: answer, reason: "client_tool_calls"}
 		case o.client > 0:
-			// Only client calls: the server-only rounds before them, if
-			// any, are kept for the follow-up as a mixed turn's are.
-			return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: o.server == 0}
+			// Client calls shown (a forced final round's server calls
+			// dropped): the server-only rounds before them, if any, are
+			// kept for the follow-up as a mixed turn's are, or the
+			// follow-up would start the task over and run them again.
+			return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: true}
 		case o.server > 0 && cut && !o.final:
 			return decision{finish: answer, reason: "cut"}
 		case o.server > 0 && !cut:

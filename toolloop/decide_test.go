@@ -62,8 +62,8 @@ func wantDecision(o roundOutcome) decision {
 		return decision{finish: answer, reason: "answer"}
 	case cut: // server calls of a cut round are never run: their arguments may be cut off
 		return decision{finish: answer, reason: "cut"}
-	case o.final && o.client > 0: // forced final: server calls dropped, client calls shown (and earlier server rounds kept when it has no server calls)
-		return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: o.server == 0}
+	case o.final && o.client > 0: // forced final: server calls dropped, client calls shown, earlier server rounds kept
+		return decision{finish: "tool_calls", reason: "client_tool_calls", saveHidden: true}
 	case o.final: // forced final with only server calls: dropped, and the budget ended the answer
 		return decision{finish: "length", reason: "answer"}
 	case o.server == 0: // client calls only: earlier server rounds are kept

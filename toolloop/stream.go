@@ -609,7 +609,7 @@ func (st *loopStream) endRound() {
 
 	if d.next == stepEnd {
 		if d.saveHidden {
-			s.saveHidden(st.ctx, st.text, calls, client, nil, nil)
+			s.saveHidden(st.ctx, st.text, client, client, nil, nil) // as the JSON loop's (blocking.go)
 		}
 		st.finishStream(d.finish, d.reason)
 		return
