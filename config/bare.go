@@ -2,7 +2,9 @@ package config
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,6 +69,7 @@ func walkTypes(t reflect.Type, v any, path string, errs *[]error) {
 			bad("a table")
 			return
 		}
+		miscased(t, m, path, errs)
 		for i := range t.NumField() {
 			f := t.Field(i)
 			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
@@ -94,6 +97,28 @@ func walkTypes(t reflect.Type, v any, path string, errs *[]error) {
 		}
 		for k, e := range m {
 			walkTypes(t.Elem(), e, join(path, k), errs)
+		}
+	}
+}
+
+// miscased reports each key of m, a table of settings of type t, that
+// names a setting in another case than its own ("Models", "[[Keys]]"). The
+// decoder matches names without regard to case, so such a key would
+// silently replace the setting of the right spelling written beside it (a
+// second [[Keys]] list dropped the first's keys, a Models list widened a
+// policy's models), where a reader of the file sees two settings.
+func miscased(t reflect.Type, m map[string]any, path string, errs *[]error) {
+	keys := slices.Sorted(maps.Keys(m))
+	for _, k := range keys {
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+			if name == k {
+				break
+			}
+			if name != "" && name != "-" && strings.EqualFold(name, k) {
+				*errs = append(*errs, &KeyError{Key: join(path, k), Msg: "setting names are lower case: write " + strconv.Quote(name)})
+				break
+			}
 		}
 	}
 }

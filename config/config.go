@@ -24,7 +24,10 @@ type Config struct {
 	Dropped []string `toml:"-"`
 	// envValues is every value ${NAME} put anywhere (expand): a
 	// validation error masks the secrets among them (maskEnv).
-	envValues  []envValue
+	envValues []envValue
+	// badRefs are the malformed ${...} references of the expanded fields
+	// (expandStr), for Parse to refuse.
+	badRefs []badRef
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`

@@ -219,3 +219,47 @@ func TestBareZeroDuration(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A setting written in another case than its own is refused, by line: the
+// decoder matched it to the lower-case setting, so [[Keys]] after [[keys]]
+// replaced the first list and a Models list widened a policy's models
+// while -check said ok.
+func TestMiscasedSettingsAreRefused(t *testing.T) {
+	base := "[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"a\"\nprovider=\"m\"\n"
+	for _, c := range []struct{ toml, want string }{
+		{"[[keys]]\ntenant=\"t\"\nkey=\"k1\"\n[[Keys]]\ntenant=\"u\"\nkey=\"k2\"\n", `line 10: Keys: setting names are lower case: write "keys"`},
+		{"[[policies]]\ntenant=\"*\"\nmodels=[]\nModels=[\"*\"]\n", `line 10: policies[0].Models: setting names are lower case: write "models"`},
+		{"[Server]\nlisten=\"127.0.0.1:1\"\n", `line 7: Server: setting names are lower case: write "server"`},
+	} {
+		_, err := Parse([]byte(base + c.toml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.toml, err, c.want)
+		}
+	}
+	if _, err := Parse([]byte(base + "[[keys]]\ntenant=\"t\"\nkey=\"k1\"\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A "${" in a field read from the environment that starts no ${NAME}
+// reference is refused by its line, without the value around it: the
+// whole value was taken as written (a key "${GW_KEY:-changeme}" worked as
+// that text, an optional provider sent "${OPENAI_API_KEY:-}" as its key).
+func TestMalformedEnvReferencesAreRefused(t *testing.T) {
+	t.Setenv("LLMGW_TEST_MAL", "real")
+	base := "[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"a\"\nprovider=\"m\"\n"
+	for _, c := range []struct{ toml, want string }{
+		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL:-changeme}\"\n", `line 9: "${LLMGW_TEST_MAL:-changeme}" is not an environment reference`},
+		{"[[keys]]\ntenant=\"t\"\nkey=\"sk-very-secret-${\"\n", `line 9: "${" is not an environment reference`},
+		{"[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\napi_key=\"${}\"\n", `line 12: "${}" is not`},
+	} {
+		_, err := Parse([]byte(base + c.toml))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "very-secret") {
+			t.Errorf("%q: %v, want %q", c.toml, err, c.want)
+		}
+	}
+	c, err := Parse([]byte(base + "[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL}-x\"\n"))
+	if err != nil || c.Keys[0].Key != "real-x" {
+		t.Fatalf("a well-formed reference: %v", err)
+	}
+}

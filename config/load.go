@@ -61,6 +61,9 @@ func Parse(b []byte) (*Config, error) {
 		return nil, withLines(err, b) // a bare duration decodes
 	}
 	c.expand()
+	if err := c.refErrors(b); err != nil {
+		return nil, err
+	}
 	o := newOrigin(&c)
 	c.ApplyDefaults()
 	o.mapTo(&c)
@@ -125,10 +128,14 @@ func (c *Config) expandURL(s *string) {
 }
 
 // expandStr replaces the ${NAME} references in s with the environment's
-// values, noting each (envValues).
+// values, noting each (envValues), and notes a "${" that starts no such
+// reference (badRefs): ${NAME:-default}, ${}, an unclosed one.
 func (c *Config) expandStr(s *string) {
 	if !strings.Contains(*s, "${") {
 		return
+	}
+	if bad := malformedRef(*s); bad != "" {
+		c.badRefs = append(c.badRefs, badRef{ref: bad, value: *s})
 	}
 	*s = envRef.ReplaceAllStringFunc(*s, func(m string) string {
 		name := m[2 : len(m)-1]
@@ -136,6 +143,40 @@ func (c *Config) expandStr(s *string) {
 		c.envValues = append(c.envValues, envValue{name, v})
 		return v
 	})
+}
+
+// malformedRef returns the first "${" of s that starts no ${NAME}
+// reference, up to its "}" (or a few bytes of it when it has none near),
+// or "" when every one is well formed.
+func malformedRef(s string) string {
+	rest := envRef.ReplaceAllString(s, "")
+	i := strings.Index(rest, "${")
+	if i < 0 {
+		return ""
+	}
+	frag := rest[i:]
+	if j := strings.IndexByte(frag, '}'); j >= 0 && j < 64 {
+		return frag[:j+1]
+	}
+	return frag[:min(len(frag), 8)]
+}
+
+// badRef is a malformed reference and the value it is in (to find its
+// line; never printed: it may hold a secret).
+type badRef struct{ ref, value string }
+
+// refErrors is the error of the malformed references expand found: each
+// by its line in b, never the value around it.
+func (c *Config) refErrors(b []byte) error {
+	var errs []error
+	for _, r := range c.badRefs {
+		where := ""
+		if i := bytes.Index(b, []byte(r.value)); i >= 0 {
+			where = fmt.Sprintf("line %d: ", 1+bytes.Count(b[:i], []byte("\n")))
+		}
+		errs = append(errs, fmt.Errorf("%s%q is not an environment reference: write ${NAME} (letters, digits and _; no default such as ${NAME:-x}), or the value is taken as written", where, r.ref))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) expandMap(m map[string]string) {
