@@ -27,7 +27,7 @@ type Config struct {
 	envValues []envValue
 	// badRefs are the malformed ${...} references of the expanded fields
 	// (expandStr), for Parse to refuse.
-	badRefs []badRef
+	badRefs    []badRef
 	Keys       []Key       `toml:"keys"`
 	Policies   []Policy    `toml:"policies"`
 	Redis      *Redis      `toml:"redis"`
