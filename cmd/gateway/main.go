@@ -15,6 +15,7 @@ import (
 	"runtime/trace"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -84,6 +85,12 @@ func run() int {
 	log, flush := observe.NewLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, os.Stderr)
 	defer flush()
 
+	// A SIGHUP while the gateway starts (a config reloader signalling every
+	// replica) must not end it, which is its default action: it is kept,
+	// and reloads the file once the gateway serves. The build may wait for
+	// MCP servers and OpenAPI specs for seconds.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP)
 	rt, err := gateway.Build(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
@@ -112,8 +119,17 @@ func run() int {
 		log.Info().Str("metrics_listen", mln.Addr().String()).Msg("operator routes served")
 		go func() { _ = srv.ServeAdmin(mln) }()
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// Reloads run one at a time beside the signal loop: a SIGTERM during a
+	// reload's build (which may wait for MCP servers) is acted on at once.
+	// A SIGHUP during a reload asks for one more after it.
+	sw := &swapper{srv: srv}
+	reloads := make(chan struct{}, 1)
+	go func() {
+		for range reloads {
+			reload(sw, gc, *path, *level, *format, *listen, log)
+		}
+	}()
 	for {
 		select {
 		case err := <-served:
@@ -124,9 +140,13 @@ func run() int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(srv, gc, *path, *level, *format, *listen, log)
+				select {
+				case reloads <- struct{}{}:
+				default: // one is asked for already, and reads the file then
+				}
 				continue
 			}
+			sw.stop() // a reload still building is not swapped in
 			log.Info().Str("signal", sig.String()).Msg("shutting down")
 			grace := srv.Runtime().Config.Server.ShutdownTimeout.D()
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -146,7 +166,8 @@ func run() int {
 // use it; in-flight ones finish on the old one, which is closed after the
 // shutdown grace period. An invalid file changes nothing, and neither does
 // one without keys when the running config has some.
-func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen string, log zerolog.Logger) {
+func reload(sw *swapper, gc *gcfloor.Floor, path, level, format, listen string, log zerolog.Logger) {
+	srv := sw.srv
 	cfg, err := config.Load(path)
 	if err != nil {
 		log.Error().Err(err).Msg("reload refused: the new config is invalid; keeping the old one")
@@ -166,7 +187,12 @@ func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen st
 		log.Error().Err(err).Msg("reload refused: cannot build the new config; keeping the old one")
 		return
 	}
-	old := srv.Swap(rt)
+	old, ok := sw.swap(rt)
+	if !ok {
+		rt.Close()
+		log.Info().Msg("reload abandoned: the gateway is shutting down")
+		return
+	}
 	gc.SetMin(*cfg.Server.GCMinGrowthBytes)
 	go func() {
 		// Close the old runtime (demo servers, Redis, MCP children) only
@@ -177,6 +203,30 @@ func reload(srv *proxy.Server, gc *gcfloor.Floor, path, level, format, listen st
 		old.Close()
 	}()
 	log.Info().Int("models", len(cfg.Models)).Msg("config reloaded")
+}
+
+// swapper swaps a reload's runtime in unless shutdown began: a runtime
+// built while the gateway shuts down is closed instead, as the shutdown
+// closes the one it finds.
+type swapper struct {
+	srv     *proxy.Server
+	mu      sync.Mutex
+	stopped bool
+}
+
+func (s *swapper) swap(rt *proxy.Runtime) (*proxy.Runtime, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, false
+	}
+	return s.srv.Swap(rt), true
+}
+
+func (s *swapper) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
 }
 
 // keepStartOnly keeps the [server] settings the listeners and the HTTP

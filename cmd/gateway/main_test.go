@@ -525,3 +525,45 @@ models = [%s]
 		t.Fatalf("/metrics after a reload that set metrics_listen: %d (no listener serves it)", s)
 	}
 }
+
+// TestSignalsWhileBuilding: the build can wait for MCP servers (15 s for one
+// that never answers). A SIGHUP meanwhile, at start, does not end the
+// gateway (its default action) but reloads the file once it serves; and a
+// SIGTERM while such a reload builds is acted on at once, not after it.
+func TestSignalsWhileBuilding(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	path := filepath.Join(t.TempDir(), "config.toml")
+	cfg := "[server]\nshutdown_timeout = \"2s\"\n[[providers]]\nname = \"demo\"\nkind = \"mock\"\n[[models]]\nname = \"demo\"\nprovider = \"demo\"\n" +
+		"[[mcp_servers]]\nname = \"mute\"\ncommand = \"sleep\"\nargs = [\"1000\"]\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, base := testproc.StartThen(t, bin, path, func(cmd *exec.Cmd) {
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_ = cmd.Process.Signal(syscall.SIGHUP)
+		}()
+	})
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+	if status, body, err := chat(addr, "demo", ""); err != nil || status != 200 {
+		t.Fatalf("after a SIGHUP at start: %d %v %s", status, err, body)
+	}
+	// The SIGHUP kept at start is reloading now, waiting for the mute MCP
+	// server again.
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running %v after a SIGTERM sent while a reload builds", time.Since(start))
+	}
+}

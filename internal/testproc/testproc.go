@@ -128,6 +128,13 @@ func FreeAddr(t testing.TB) string {
 // GOGC and GOMEMLIMIT: its config decides how it collects.
 func Start(t testing.TB, bin, path string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
+	return StartThen(t, bin, path, nil, args...)
+}
+
+// StartThen is Start, calling started (when not nil) with the process as
+// soon as it runs, before it listens: to signal a gateway that starts.
+func StartThen(t testing.TB, bin, path string, started func(*exec.Cmd), args ...string) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-config", path, "-listen", "127.0.0.1:0", "-log-level", "info", "-log-format", "json"}, args...)...)
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=")
@@ -141,6 +148,9 @@ func Start(t testing.TB, bin, path string, args ...string) (*exec.Cmd, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	if started != nil {
+		started(cmd)
+	}
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
