@@ -27,16 +27,19 @@ type Config struct {
 	envValues []envValue
 	// badRefs are the malformed ${...} references of the expanded fields
 	// (expandStr), for Parse to refuse.
-	badRefs    []badRef
-	Keys       []Key       `toml:"keys"`
-	Policies   []Policy    `toml:"policies"`
-	Redis      *Redis      `toml:"redis"`
-	Tracing    Tracing     `toml:"tracing"`
-	Limits     []Limit     `toml:"limits"`
-	Budgets    []Budget    `toml:"budgets"`
-	Responses  Responses   `toml:"responses"`
-	Guardrails []Guardrail `toml:"guardrails"`
-	OpenAPI    []OpenAPI   `toml:"openapi"`
+	badRefs []badRef
+	// approvalUnset: tool_loop.approval_secret was written but expanded
+	// to nothing (an unset ${NAME}).
+	approvalUnset bool
+	Keys          []Key       `toml:"keys"`
+	Policies      []Policy    `toml:"policies"`
+	Redis         *Redis      `toml:"redis"`
+	Tracing       Tracing     `toml:"tracing"`
+	Limits        []Limit     `toml:"limits"`
+	Budgets       []Budget    `toml:"budgets"`
+	Responses     Responses   `toml:"responses"`
+	Guardrails    []Guardrail `toml:"guardrails"`
+	OpenAPI       []OpenAPI   `toml:"openapi"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`

@@ -241,17 +241,18 @@ func TestMiscasedSettingsAreRefused(t *testing.T) {
 	}
 }
 
-// A "${" in a field read from the environment that starts no ${NAME}
-// reference is refused by its line, without the value around it: the
-// whole value was taken as written (a key "${GW_KEY:-changeme}" worked as
-// that text, an optional provider sent "${OPENAI_API_KEY:-}" as its key).
+// A shell-style reference (${NAME:-default}, ${}) in a field read from the
+// environment is refused by its line, without its default or the value
+// around it: the whole value was taken as written (a key
+// "${GW_KEY:-changeme}" worked as that text, an optional provider sent
+// "${OPENAI_API_KEY:-}" as its key).
 func TestMalformedEnvReferencesAreRefused(t *testing.T) {
 	t.Setenv("LLMGW_TEST_MAL", "real")
 	base := "[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"a\"\nprovider=\"m\"\n"
 	for _, c := range []struct{ toml, want string }{
-		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL:-changeme}\"\n", `line 9: "${LLMGW_TEST_MAL:-changeme}" is not an environment reference`},
-		{"[[keys]]\ntenant=\"t\"\nkey=\"sk-very-secret-${\"\n", `line 9: "${" is not an environment reference`},
-		{"[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\napi_key=\"${}\"\n", `line 12: "${}" is not`},
+		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL:-changeme}\"\n", `line 9: "${LLMGW_TEST_MAL:-" starts a shell-style reference`},
+		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL-sk-very-secret}\"\n", `line 9: "${LLMGW_TEST_MAL-" starts a shell-style reference`},
+		{"[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\napi_key=\"${}\"\n", `line 12: "${}" starts`},
 	} {
 		_, err := Parse([]byte(base + c.toml))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "very-secret") {
@@ -261,5 +262,10 @@ func TestMalformedEnvReferencesAreRefused(t *testing.T) {
 	c, err := Parse([]byte(base + "[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL}-x\"\n"))
 	if err != nil || c.Keys[0].Key != "real-x" {
 		t.Fatalf("a well-formed reference: %v", err)
+	}
+	// Another "${" (a password may hold one) is taken as written.
+	c, err = Parse([]byte(base + "[[keys]]\ntenant=\"t\"\nkey=\"Zx9${%q-TOP\"\n"))
+	if err != nil || c.Keys[0].Key != "Zx9${%q-TOP" {
+		t.Fatalf("a key holding ${: %v", err)
 	}
 }

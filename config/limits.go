@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path"
+	"strings"
 )
 
 // setLimitDefaults fills the defaults of [[limits]], [[budgets]] and
@@ -63,6 +64,31 @@ func (c *Config) validateLimitRules(p *problems) {
 		if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.Concurrent == 0 && l.ToolCallsPerMinute == 0 {
 			p.add(at, "set at least one of requests_per_minute, tokens_per_minute, concurrent, tool_calls_per_minute")
 		}
+		c.checkCaller(p, at, l.Tenant, l.Key)
+	}
+}
+
+// checkCaller reports a rule's tenant or key name (not a pattern) that no
+// [[keys]] entry has: a typo ("team_a" for "team-a", "alcie") would
+// silently leave every caller outside the rule, a spend cap or a rate
+// limit that never applies. Without keys every request is the tenant
+// "default" and has no key name, which the check leaves alone.
+func (c *Config) checkCaller(p *problems, at, tenant, key string) {
+	if len(c.Keys) == 0 {
+		return
+	}
+	pattern := func(s string) bool { return strings.ContainsAny(s, "*?[\\") }
+	hasTenant, hasKey := false, false
+	for i, k := range c.Keys {
+		hasTenant = hasTenant || k.Tenant == tenant
+		// A key without a name is named by its place (as the policy engine names it).
+		hasKey = hasKey || k.Name == key || (k.Name == "" && fmt.Sprintf("keys[%d]", i) == key)
+	}
+	if tenant != "" && !pattern(tenant) && !hasTenant {
+		p.add(at+".tenant", "no [[keys]] entry has the tenant %q", tenant)
+	}
+	if key != "" && !pattern(key) && !hasKey {
+		p.add(at+".key", "no [[keys]] entry is named %q", key)
 	}
 }
 
@@ -79,6 +105,9 @@ func (c *Config) validateBudgets(p *problems) {
 		p.checkEnum(at+".period", b.Period, "day", "month", "total")
 		if b.WarnAt < 0 || b.WarnAt > 1 {
 			p.add(at+".warn_at", "must be a fraction between 0 and 1")
+		}
+		if (b.Tenant == "") != (b.Key == "") {
+			c.checkCaller(p, at, b.Tenant, b.Key)
 		}
 	}
 }

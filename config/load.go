@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -145,20 +146,17 @@ func (c *Config) expandStr(s *string) {
 	})
 }
 
-// malformedRef returns the first "${" of s that starts no ${NAME}
-// reference, up to its "}" (or a few bytes of it when it has none near),
-// or "" when every one is well formed.
+// shellRef finds what is plainly meant as a reference the gateway does not
+// read: the shell's ${NAME:-default} and its other operators (-, =, ?, +,
+// with or without the colon), and an empty ${}. Any other "${" in a
+// value (a password may hold one) is taken as written.
+var shellRef = regexp.MustCompile(`\$\{(?:[A-Za-z_][A-Za-z0-9_]*:?[-=?+]|\})`)
+
+// malformedRef returns the start of the first shell-style reference of s
+// (shellRef) up to its operator, never what follows it (a default may be
+// a secret), or "" when it has none.
 func malformedRef(s string) string {
-	rest := envRef.ReplaceAllString(s, "")
-	i := strings.Index(rest, "${")
-	if i < 0 {
-		return ""
-	}
-	frag := rest[i:]
-	if j := strings.IndexByte(frag, '}'); j >= 0 && j < 64 {
-		return frag[:j+1]
-	}
-	return frag[:min(len(frag), 8)]
+	return shellRef.FindString(s)
 }
 
 // badRef is a malformed reference and the value it is in (to find its
@@ -166,15 +164,33 @@ func malformedRef(s string) string {
 type badRef struct{ ref, value string }
 
 // refErrors is the error of the malformed references expand found: each
-// by its line in b, never the value around it.
+// by its line in b (the line of the value as a quoted string, else as
+// text; in the file's order), never the value around it.
 func (c *Config) refErrors(b []byte) error {
-	var errs []error
+	type found struct {
+		line int
+		ref  string
+	}
+	var all []found
 	for _, r := range c.badRefs {
-		where := ""
-		if i := bytes.Index(b, []byte(r.value)); i >= 0 {
-			where = fmt.Sprintf("line %d: ", 1+bytes.Count(b[:i], []byte("\n")))
+		i := bytes.Index(b, []byte(strconv.Quote(r.value)))
+		if i < 0 {
+			i = bytes.Index(b, []byte(r.value))
 		}
-		errs = append(errs, fmt.Errorf("%s%q is not an environment reference: write ${NAME} (letters, digits and _; no default such as ${NAME:-x}), or the value is taken as written", where, r.ref))
+		line := 0
+		if i >= 0 {
+			line = 1 + bytes.Count(b[:i], []byte("\n"))
+		}
+		all = append(all, found{line, r.ref})
+	}
+	slices.SortStableFunc(all, func(a, b found) int { return a.line - b.line })
+	var errs []error
+	for _, f := range all {
+		where := ""
+		if f.line > 0 {
+			where = fmt.Sprintf("line %d: ", f.line)
+		}
+		errs = append(errs, fmt.Errorf("%s%q starts a shell-style reference, which the gateway does not expand: write ${NAME} alone (letters, digits and _), with no default or operator", where, f.ref))
 	}
 	return errors.Join(errs...)
 }
@@ -222,7 +238,14 @@ func (c *Config) expand() {
 		// Keys are read from headers, whose values HTTP trims.
 		c.Keys[i].Key, c.Keys[i].SHA256 = strings.TrimSpace(c.Keys[i].Key), strings.TrimSpace(c.Keys[i].SHA256)
 	}
-	c.expandStr(&c.ToolLoop.ApprovalSecret)
+	if raw := c.ToolLoop.ApprovalSecret; raw != "" {
+		c.expandStr(&c.ToolLoop.ApprovalSecret)
+		// Trimmed as a key is (a Kubernetes secret file's newline would
+		// make replicas disagree); one that expands to nothing is refused
+		// (validate), not replaced by a random key per process.
+		c.ToolLoop.ApprovalSecret = strings.TrimSpace(c.ToolLoop.ApprovalSecret)
+		c.approvalUnset = c.ToolLoop.ApprovalSecret == ""
+	}
 	c.expandURL(&c.Tracing.Endpoint)
 	for i := range c.OpenAPI {
 		c.expandHeaders(c.OpenAPI[i].Headers)

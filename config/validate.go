@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -284,6 +285,10 @@ func (c *Config) validateModels(p *problems, o *origin, providers map[string]boo
 		if len(m.Deployments) == 0 {
 			p.add(at, "needs provider or deployments")
 		}
+		if o.both(i) {
+			// The deployments would win, and the provider go unused.
+			p.add(at+".provider", "set provider or deployments, not both")
+		}
 		for j, d := range m.Deployments {
 			dep, shorthand := o.deployment(i, j)
 			if !providers[d.Provider] {
@@ -297,14 +302,22 @@ func (c *Config) validateModels(p *problems, o *origin, providers map[string]boo
 		}
 		for j, f := range m.Fallbacks {
 			key := fmt.Sprintf("%s.fallbacks[%d]", at, o.fallback(i, j))
-			if !models[f] {
+			switch {
+			case !models[f]:
 				p.add(key, "unknown model %q", f)
-			} else if f == m.Name {
+			case f == m.Name:
 				p.add(key, "a model cannot fall back to itself")
+			case slices.Contains(m.Fallbacks[:j], f):
+				p.add(key, "%q is listed twice", f)
 			}
 		}
 		for j, mw := range m.Middleware {
-			p.checkEnum(fmt.Sprintf("%s.middleware[%d]", at, j), mw, "context_edit", "prompt_cache", "fallback")
+			key := fmt.Sprintf("%s.middleware[%d]", at, j)
+			p.checkEnum(key, mw, "context_edit", "prompt_cache", "fallback")
+			if slices.Contains(m.Middleware[:j], mw) {
+				// Each would run: a second fallback retries every attempt of the first.
+				p.add(key, "%q is listed twice", mw)
+			}
 		}
 		p.checkPositive(at+".context_window", int64(m.ContextWindow))
 		p.checkPositive(at+".max_tokens", int64(m.MaxTokens))
@@ -365,6 +378,15 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 	} {
 		p.checkPositive("tool_loop."+f.key, f.n)
 	}
+	if c.approvalUnset {
+		// Replicas would each make up a key of their own, silently.
+		p.add("tool_loop.approval_secret", "is empty: the ${NAME} it reads is unset or empty")
+	}
+	if d := l.KeepAliveInterval.D(); d > 0 && d < minKeepAlive {
+		// Each interval writes a comment to every waiting stream: at 1ns a
+		// 3 s tool run wrote 275,000 of them (3.8 MB).
+		p.add("tool_loop.keepalive_interval", "%v is below the minimum of %v", d, minKeepAlive)
+	}
 	if c.ToolLoop.MaxToolCalls < 1 {
 		p.add("tool_loop.max_tool_calls", "must be at least 1")
 	}
@@ -372,6 +394,9 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 		p.add("tool_loop.max_model_calls", "must be at least 2: the first model call and a final answer")
 	}
 }
+
+// minKeepAlive bounds tool_loop.keepalive_interval from below.
+const minKeepAlive = 10 * time.Millisecond
 
 func (c *Config) validateMCPServers(p *problems) {
 	names := map[string]bool{}
@@ -425,6 +450,12 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	if len(c.Keys) > 0 && (len(c.Middleware.Request) == 0 || c.Middleware.Request[0] != "policy") {
 		p.add("middleware.request", "must start with \"policy\" when [[keys]] are set: it authenticates chat requests")
 	}
+	// Every other route applies the policies (pass-through, /v1/models,
+	// agent tools): without the layer, chat alone would pass the model
+	// allow-lists, the body limits and the max_tokens caps.
+	if len(c.Policies) > 0 && !seen["policy"] {
+		p.add("middleware.request", "must list \"policy\" when [[policies]] are set")
+	}
 	// Every other route applies them (pass-through, agent tools, summaries):
 	// without the layer, chat alone would pass every limit and budget.
 	if (len(c.Limits) > 0 || len(c.Budgets) > 0) && !seen["limits"] {
@@ -442,6 +473,9 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 		{"cache.max_bytes", c.Middleware.Cache.MaxBytes}, {"cache.ttl", int64(c.Middleware.Cache.TTL)},
 	} {
 		p.checkPositive("middleware."+d.key, d.n)
+	}
+	if f.BaseBackoff > f.MaxBackoff && f.MaxBackoff > 0 {
+		p.add("middleware.fallback.base_backoff", "%v is above max_backoff (%v)", f.BaseBackoff.D(), f.MaxBackoff.D())
 	}
 	p.checkEnum("middleware.cache.store", c.Middleware.Cache.Store, "memory", "redis")
 	if c.Middleware.Cache.Store == "redis" && c.Redis == nil {
@@ -548,6 +582,7 @@ type modelOrigin struct {
 	key         string // name and provider
 	deployments []string
 	fallbacks   []string
+	both        bool // the file set provider and deployments
 }
 
 // newOrigin records c before defaults.
@@ -557,7 +592,8 @@ func newOrigin(c *Config) *origin {
 		o.providers = append(o.providers, p.Name)
 	}
 	for _, m := range c.Models {
-		mo := modelOrigin{key: m.Name + "\x00" + m.Provider, fallbacks: append([]string(nil), m.Fallbacks...)}
+		mo := modelOrigin{key: m.Name + "\x00" + m.Provider, fallbacks: append([]string(nil), m.Fallbacks...),
+			both: m.Provider != "" && len(m.Deployments) > 0}
 		for _, d := range m.Deployments {
 			mo.deployments = append(mo.deployments, d.Provider)
 		}
@@ -618,6 +654,12 @@ func (o *origin) model(i int) int {
 		return i
 	}
 	return o.modelIdx[i]
+}
+
+// both reports whether the file set both provider and deployments for
+// model i.
+func (o *origin) both(i int) bool {
+	return o != nil && o.model(i) < len(o.models) && o.models[o.model(i)].both
 }
 
 // deployment returns the file's index of deployment j of model i, and

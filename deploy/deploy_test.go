@@ -205,7 +205,8 @@ func TestCompose(t *testing.T) {
 
 func TestKubernetes(t *testing.T) {
 	cfg, raw, vars := deployConfig(t)
-	objs := map[string]map[string]any{} // by kind
+	objs := map[string]map[string]any{}  // the gateway's, by kind
+	redis := map[string]map[string]any{} // the Redis it shares state through, by kind
 	files, _ := filepath.Glob("kubernetes/*.yaml")
 	var resources []string
 	for _, f := range files {
@@ -215,10 +216,14 @@ func TestKubernetes(t *testing.T) {
 				resources = strs(at(d, "resources"))
 				continue
 			}
-			if objs[kind] != nil {
+			into := objs
+			if str(at(d, "metadata", "labels", "app.kubernetes.io/name")) == "redis" {
+				into = redis
+			}
+			if into[kind] != nil {
 				t.Fatalf("two %s objects", kind)
 			}
-			objs[kind] = d
+			into[kind] = d
 		}
 	}
 	var want []string
@@ -235,6 +240,23 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("no %s", kind)
 		}
 	}
+	// The Redis [redis] addr names is deployed beside: its Service's name
+	// and port, serving the Redis pod's port.
+	if redis["Deployment"] == nil || redis["Service"] == nil {
+		t.Fatal("no Redis Deployment and Service")
+	}
+	host, _, _ := strings.Cut(cfg.Redis.Addr, ":")
+	rsvc, rpod := redis["Service"], at(redis["Deployment"], "spec", "template", "spec", "containers", 0)
+	if p, _ := at(rsvc, "spec", "ports", 0, "port").(int); str(at(rsvc, "metadata", "name")) != host || p != port(t, cfg.Redis.Addr) {
+		t.Errorf("the Redis Service is %s:%d, the config reaches %s", str(at(rsvc, "metadata", "name")), p, cfg.Redis.Addr)
+	}
+	if tp := str(at(rsvc, "spec", "ports", 0, "targetPort")); str(at(rpod, "ports", 0, "name")) != tp {
+		t.Errorf("the Redis Service targets %q, the pod names its port %q", tp, str(at(rpod, "ports", 0, "name")))
+	}
+	if !maps.Equal(at(rsvc, "spec", "selector").(map[string]any), at(redis["Deployment"], "spec", "template", "metadata", "labels").(map[string]any)) {
+		t.Error("the Redis Service selector does not match the Redis pod")
+	}
+
 	dep := objs["Deployment"]
 	name := str(at(dep, "metadata", "name"))
 	pod := at(dep, "spec", "template", "spec")
