@@ -31,6 +31,12 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	// A SIGHUP while the gateway starts (a config reloader signalling every
+	// replica) must not end it, which is its default action: it is kept,
+	// and reloads the file once the gateway serves. The build may wait for
+	// MCP servers and OpenAPI specs for seconds.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP)
 	path := flag.String("config", "config.toml", "path to config.toml")
 	check := flag.Bool("check", false, "validate the config and exit (0 valid, 1 invalid)")
 	level := flag.String("log-level", "", "override server.log_level (debug, info, warn, error)")
@@ -85,12 +91,6 @@ func run() int {
 	log, flush := observe.NewLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, os.Stderr)
 	defer flush()
 
-	// A SIGHUP while the gateway starts (a config reloader signalling every
-	// replica) must not end it, which is its default action: it is kept,
-	// and reloads the file once the gateway serves. The build may wait for
-	// MCP servers and OpenAPI specs for seconds.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGHUP)
 	rt, err := gateway.Build(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")

@@ -541,7 +541,7 @@ func TestSignalsWhileBuilding(t *testing.T) {
 	}
 	cmd, base := testproc.StartThen(t, bin, path, func(cmd *exec.Cmd) {
 		go func() {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(time.Second) // within the 15 s the build waits for the mute server
 			_ = cmd.Process.Signal(syscall.SIGHUP)
 		}()
 	})
