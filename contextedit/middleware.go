@@ -238,11 +238,11 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		if !h.s.dropTurns {
 			metricLastResort.WithLabelValues(route, "error").Inc()
 			metricCalls.WithLabelValues(route, outcomeRejected).Inc()
-			if limited(summaryErr) {
+			if err := limited(summaryErr); err != nil {
 				// The summary call was refused by the caller's rate limits
 				// or budgets: that, not the conversation's length, is what
 				// the client can act on (wait and retry).
-				return nil, summaryErr
+				return nil, err
 			}
 			return nil, req.Messages.ClientError(exceeded(b, count, saved > 0))
 		}

@@ -61,11 +61,24 @@ var (
 	errNotAllowed = fmt.Errorf("%w: the caller's policy does not allow the summary model", errNoSummary)
 )
 
-// limited reports whether err is a refusal by the caller's rate limits or
-// budgets (a 429).
-func limited(err error) bool {
+// refused is the caller's admission refusing a summary call.
+type refused struct{ err error }
+
+func (r *refused) Error() string {
+	return "contextedit: the summary call was refused: " + r.err.Error()
+}
+func (r *refused) Unwrap() error { return r.err }
+
+// limited returns the refusal of a summary call by the caller's rate
+// limits or budgets (429), or by their store being unavailable (503),
+// which the client can act on (wait and retry); nil for any other error.
+func limited(err error) error {
+	var r *refused
 	var pe *pipeline.Error
-	return errors.As(err, &pe) && pe.Status == http.StatusTooManyRequests
+	if errors.As(err, &r) && errors.As(r.err, &pe) && (pe.Status == http.StatusTooManyRequests || pe.Status == http.StatusServiceUnavailable) {
+		return r.err
+	}
+	return nil
 }
 
 // summary returns the summary of the non-system messages of t before cut,
@@ -80,7 +93,6 @@ func limited(err error) bool {
 // made, not for a stored summary read back) and the summary model's whole
 // model-call layer (fallback, limits, metering).
 func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int, fits func(string) bool) (string, error) {
-	text := s.transcriptText(t, cut)
 	route := (*pipeline.Route)(nil)
 	if s.lookup != nil {
 		route = s.lookup(s.model)
@@ -88,14 +100,6 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	if route == nil || route.ModelLayer == nil {
 		return "", errNoSummary
 	}
-	body := make([]byte, 0, len(text)+len(s.prompt)+160)
-	body = append(body, `{"model":`...)
-	body = jsonstring.Append(body, s.model)
-	body = append(body, `,"stream":false,"messages":[{"role":"system","content":`...)
-	body = jsonstring.Append(body, s.prompt)
-	body = append(body, `},{"role":"user","content":`...)
-	body = jsonstring.Append(body, text)
-	body = append(body, `}]}`...)
 	if s.allows != nil && !s.allows(req.Tenant, s.model) {
 		return "", errNotAllowed
 	}
@@ -122,11 +126,20 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	// carries neither the caller's edit log (held by the caller right now)
 	// nor its prompt hint; and it is its own model call even under a
 	// fallback route's call (fallback.NewCall).
+	text := s.transcriptText(t, cut)
+	body := make([]byte, 0, len(text)+len(s.prompt)+160)
+	body = append(body, `{"model":`...)
+	body = jsonstring.Append(body, s.model)
+	body = append(body, `,"stream":false,"messages":[{"role":"system","content":`...)
+	body = jsonstring.Append(body, s.prompt)
+	body = append(body, `},{"role":"user","content":`...)
+	body = jsonstring.Append(body, text)
+	body = append(body, `}]}`...)
 	r := &pipeline.Request{ID: req.ID, Start: req.Start, Body: body, Model: s.model, Route: route,
 		Tenant: req.Tenant, Meta: &pipeline.Meta{}} // its own headers: never the client's
 	if s.admit != nil {
 		if err := s.admit(r); err != nil {
-			return "", err
+			return "", &refused{err}
 		}
 	}
 	sctx := fallback.NewCall(ctx)

@@ -243,14 +243,17 @@ func (r *rule) scope(tenant, key, model string) (string, bool) {
 	case model == anyModel:
 		model = r.model
 	}
-	return keyPart(tenant) + ":" + keyPart(key) + ":" + keyPart(model), true
+	// The model is the last part: what follows the second separator, ':'
+	// or not ("llama3:8b"), once the parts before it are escaped.
+	return keyPart(tenant) + ":" + keyPart(key) + ":" + model, true
 }
 
 // keyPart is a name as one part of a counter's key, whose parts ':'
 // separates: a ':' in it (and the '%' that escapes it) is escaped, so
 // that tenant "t" with key "x:y" and tenant "t:x" with key "y" keep
 // counters of their own. A name without either, the usual one, is used as
-// it is (no allocation, and the counters of such names keep their keys).
+// it is (no allocation, and the counters of such names keep their keys;
+// those of a name with either start anew once, at the upgrade).
 func keyPart(name string) string {
 	if !strings.ContainsAny(name, ":%") {
 		return name
