@@ -6,15 +6,21 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
 	"github.com/llmgw/gateway/internal/lazyctx"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
 
 // Priming limits: a stream that sends this many chunks (or bytes) without
-// content is passed on as it is rather than buffered further.
+// content is passed on as it is rather than buffered further. The bytes
+// bound memory; the chunks are bounded well above what an upstream sends
+// before its content (a role chunk, a few empty deltas), so that one whose
+// every chunk is empty still falls back when it ends without content.
 const (
-	maxPrimeChunks = 64
+	maxPrimeChunks = 1024
 	maxPrimeBytes  = 64 << 10
 )
 
@@ -44,7 +50,7 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 		if len(c) > 0 && c[0] == ':' {
 			continue
 		}
-		if wire.ChunkHasContent(c) || len(buf) >= maxPrimeChunks || size >= maxPrimeBytes {
+		if (wire.ChunkHasContent(c) && !callHeads(c)) || len(buf) >= maxPrimeChunks || size >= maxPrimeBytes {
 			if !stop() { // ctx ended meanwhile and closed s
 				return nil, context.Cause(ctx)
 			}
@@ -59,6 +65,36 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 		buf = append(buf, bytes.Clone(c))
 		size += len(c)
 	}
+}
+
+// callHeads reports whether chunk's only content is the heads of tool calls
+// (an id and a name, no arguments yet): the client is shown nothing of a
+// call before its arguments come (the sink sends a call whole, or from its
+// first arguments on), so a stream cut after its heads can still fall
+// back. A call without arguments ends with the finish chunk, which is
+// content.
+func callHeads(chunk []byte) bool {
+	heads := false
+	ok := true
+	gjson.GetBytes(chunk, "choices").ForEach(func(_, c gjson.Result) bool {
+		d := c.Get("delta")
+		calls := d.Get("tool_calls")
+		if wire.FinishReason(c) != "" || !calls.IsArray() {
+			ok = !wire.DeltaHasContent(d) && wire.FinishReason(c) == ""
+			return ok
+		}
+		calls.ForEach(func(_, tc gjson.Result) bool {
+			heads = true
+			ok = tc.Get("function.arguments").Str == ""
+			return ok
+		})
+		if ok {
+			rest, err := sjson.Delete(d.Raw, "tool_calls")
+			ok = err == nil && !wire.DeltaHasContent(gjson.Parse(rest))
+		}
+		return ok
+	})
+	return ok && heads
 }
 
 // replayStream yields the chunks buffered while priming, then the first

@@ -24,6 +24,8 @@ const (
 	// emptyFinishRole is a role chunk as Ollama and SGLang send it.
 	emptyFinishRole = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":""}]}`
 	usageChunk      = `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	emptyDelta      = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":null}]}`
+	argsChunk       = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},"finish_reason":null}]}`
 )
 
 func cut() error {
@@ -44,6 +46,11 @@ func TestStreamFailureBeforeContent(t *testing.T) {
 		{name: "malformed", primary: step{chunks: []string{roleChunk, string(pipeline.KeepAlive)}, end: &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed}}},
 		{name: "clean_end_without_content", primary: step{chunks: []string{roleChunk, usageChunk}}},
 		{name: "status_before_body", primary: step{err: status(502, `{}`)}},
+		// A tool call's head (id and name, no arguments) is held: the
+		// client has seen nothing of the call yet.
+		{name: "cut_after_tool_call_head", primary: step{chunks: []string{roleChunk, toolChunk}, end: cut()}},
+		// More empty chunks than a few, then a clean end without content.
+		{name: "many_empty_chunks_then_end", primary: step{chunks: append([]string{roleChunk}, slices.Repeat([]string{emptyDelta}, 100)...)}},
 	}
 	for _, tc := range tests {
 		for _, nested := range []bool{true, false} {
@@ -86,6 +93,24 @@ func TestStreamRetrySameDeployment(t *testing.T) {
 	}
 	if e.f.count("p/a") != 2 {
 		t.Fatalf("calls = %d", e.f.count("p/a"))
+	}
+}
+
+// A tool call whose arguments began is content: a cut after it is the
+// stream's error, never a fallback that would show the call twice.
+func TestStreamFailureAfterCallArguments(t *testing.T) {
+	t.Parallel()
+	fail := cut()
+	sent := []string{roleChunk, toolChunk, argsChunk}
+	e := newEnv(Options{}, map[string][]step{"p/a": {{chunks: sent, end: fail}}}, false,
+		rt("a", 0, []string{"b"}, dep("p", "a", 1)), rt("b", 0, nil, dep("q", "b", 1)))
+	resp, _, err := e.chat(t, "a", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := drain(resp.Stream)
+	if err != fail || !slices.Equal(got, sent) || e.f.count("q/b") != 0 {
+		t.Fatalf("chunks %q, error %v, fallback calls %d", got, err, e.f.count("q/b"))
 	}
 }
 
@@ -155,7 +180,9 @@ func FuzzHasContent(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		wire.ChunkHasContent(b)
+		if callHeads(b) && !wire.ChunkHasContent(b) {
+			t.Fatal("call heads without content")
+		}
 		if wire.ChunkHasContent(b) != wire.ChunkHasContent(append([]byte(nil), b...)) {
 			t.Fatal("not deterministic")
 		}
