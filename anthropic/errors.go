@@ -23,7 +23,7 @@ const StatusOverloaded = 529
 var errorStatus = map[string]int{
 	"invalid_request_error": http.StatusBadRequest,
 	"authentication_error":  http.StatusUnauthorized,
-	"billing_error":         http.StatusPaymentRequired,
+	"billing_error":         http.StatusTooManyRequests, // as OpenAI's insufficient_quota (StatusError)
 	"permission_error":      http.StatusForbidden,
 	"not_found_error":       http.StatusNotFound,
 	"request_too_large":     http.StatusRequestEntityTooLarge,
@@ -39,11 +39,17 @@ var errEvent = errors.New("anthropic: error event in stream")
 // StatusError is the upstream error of a non-2xx Messages response. Its
 // Body is the OpenAI envelope of Anthropic's error (see envelope), so that
 // fallback and the proxy's error mapper read it as any upstream's; 529
-// (overloaded) becomes 503, which every OpenAI client knows to retry.
+// (overloaded) becomes 503, which every OpenAI client knows to retry, and
+// 402 (billing_error: the gateway's account has no credit) the 429
+// insufficient_quota OpenAI answers for the same, which the proxy answers
+// with its own message rather than the provider's about the account.
 // body is only read.
 func StatusError(provider string, status int, body []byte, retryAfter time.Duration) *pipeline.UpstreamError {
-	if status == StatusOverloaded {
+	switch status {
+	case StatusOverloaded:
 		status = http.StatusServiceUnavailable
+	case http.StatusPaymentRequired:
+		status = http.StatusTooManyRequests
 	}
 	return &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: provider,
 		RetryAfter: retryAfter, Body: envelope(body)}
@@ -79,6 +85,8 @@ func envelope(body []byte) []byte {
 		code = pipeline.CodeRateLimitExceeded
 	case typ == "overloaded_error":
 		code = "overloaded"
+	case typ == "billing_error":
+		code = pipeline.CodeInsufficientQuota
 	}
 	out := make([]byte, 0, len(msg)+len(typ)+64)
 	out = append(out, `{"error":{"message":`...)

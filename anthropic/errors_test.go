@@ -1,10 +1,13 @@
 package anthropic
 
 import (
+	"net/http"
 	"strconv"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // Anthropic counts messages in the translated request: system messages
@@ -38,5 +41,21 @@ func TestRenumber(t *testing.T) {
 				t.Errorf("envelope %s", out)
 			}
 		})
+	}
+}
+
+// A billing error (the gateway's account has no credit) is OpenAI's 429
+// insufficient_quota, as an answer and as a stream's error event, so that
+// the proxy answers it with its own message, not the provider's about the
+// account.
+func TestBillingErrorIsInsufficientQuota(t *testing.T) {
+	body := []byte(`{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low to access the Anthropic API."}}`)
+	for name, ue := range map[string]*pipeline.UpstreamError{
+		"answer": StatusError("a", http.StatusPaymentRequired, body, 0),
+		"event":  eventError("a", body),
+	} {
+		if ue.Status != http.StatusTooManyRequests || gjson.GetBytes(ue.Body, "error.code").Str != pipeline.CodeInsufficientQuota {
+			t.Errorf("%s: %d %s", name, ue.Status, ue.Body)
+		}
 	}
 }

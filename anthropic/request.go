@@ -84,9 +84,12 @@ type source struct {
 }
 
 type tool struct {
-	Name         string          `json:"name"`
-	Description  string          `json:"description,omitempty"`
-	InputSchema  json.RawMessage `json:"input_schema"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema"`
+	// Strict: the arguments must match the schema (OpenAI's
+	// function.strict; Anthropic's structured outputs for tools).
+	Strict       bool            `json:"strict,omitempty"`
 	CacheControl json.RawMessage `json:"cache_control,omitempty"`
 }
 
@@ -481,7 +484,7 @@ func translateTools(tools gjson.Result) ([]tool, error) {
 			schema, _ = sjson.SetRawBytes([]byte(p.Raw), "type", []byte(`"object"`))
 		}
 		out = append(out, tool{Name: fn.Get("name").Str, Description: fn.Get("description").Str, InputSchema: schema,
-			CacheControl: marker(t, fn)})
+			Strict: fn.Get("strict").Type == gjson.True, CacheControl: marker(t, fn)})
 		i++
 		return true
 	})

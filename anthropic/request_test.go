@@ -274,6 +274,11 @@ func TestTranslateRequestOptions(t *testing.T) {
 				return gjson.GetBytes(out, "tools.0.input_schema").Raw == `{"type":"object"}` &&
 					gjson.GetBytes(out, "tools.1.input_schema.type").Str == "object" && gjson.GetBytes(out, "tools.1.input_schema.properties.a.type").Str == "string"
 			}},
+		// strict: true is Anthropic's strict tool use; false is no field.
+		{"strict tools", `{"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object"}}},{"type":"function","function":{"name":"g","strict":false}}],` + msgs + `}`, RequestOptions{Model: "m"},
+			func(_ sdk.MessageNewParams, out []byte) bool {
+				return gjson.GetBytes(out, "tools.0.strict").Type == gjson.True && !gjson.GetBytes(out, "tools.1.strict").Exists()
+			}},
 		// Anthropic refuses ids outside ^[a-zA-Z0-9_-]+$, as other
 		// providers mint them (a turn answered by a fallback model).
 		{"foreign tool call ids", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"functions.f:0","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"functions.f:0","content":"ok"}]}`, RequestOptions{Model: "m"},
