@@ -82,7 +82,8 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		return true
 	})
 	if n.Exists() && n.Int() > 1 {
-		return nil, nil // several choices: the loop follows one; offer no server tools
+		// Several choices: the loop follows one; offer no server tools.
+		return nil, unservedChoice(tc, offered, "a request with n > 1")
 	}
 	if legacy || offersNonFunction(clientTools) {
 		// The deprecated functions, or a tool that is not a function (a
@@ -91,7 +92,7 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		// a request is relayed as the upstream answers it, with no server
 		// tool offered, rather than its calls lost or run as unknown
 		// server tools.
-		return nil, nil
+		return nil, unservedChoice(tc, offered, "a request with functions or a tool that is not a function")
 	}
 	p := &plan{messages: []byte(msgs.Raw)}
 	if t := rf.Get("type"); rf.IsObject() && t.Type == gjson.String {
@@ -122,6 +123,31 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		return nil, err
 	}
 	return p, nil
+}
+
+// unservedChoice is the 400 for a tool_choice that names a server tool
+// (as the function to call, or among allowed_tools) in a request the loop
+// does not serve, which goes upstream without the server tools (what):
+// relayed, it named a tool the request no longer offers, which the
+// provider refuses in terms of a tool the client never defined. nil when
+// it names none.
+func unservedChoice(tc gjson.Result, offered []*tool, what string) error {
+	if !tc.IsObject() {
+		return nil
+	}
+	names := []string{tc.Get("function.name").Str}
+	tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
+		names = append(names, v.Get("function.name").Str)
+		return true
+	})
+	for _, name := range names {
+		for _, t := range offered {
+			if name != "" && t.cfg.Name == name {
+				return pipeline.BadRequest("tool_choice", "tool_choice names %q, a tool the gateway runs, which %s cannot use", name, what)
+			}
+		}
+	}
+	return nil
 }
 
 // offersNonFunction reports whether the client's tools include one whose
