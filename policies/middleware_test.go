@@ -349,6 +349,7 @@ func TestCapRefusesOtherTokenFields(t *testing.T) {
 		{"/v1/completions", `{"model":"gpt-x","prompt":"x","max_tokens":50,"max_completion_tokens":100000}`, "max_completion_tokens"},
 		{"/v1/completions", `{"model":"gpt-x","prompt":"x","Max_Output_Tokens":100000}`, "Max_Output_Tokens"},
 		{"/v1/responses", `{"model":"gpt-x","input":"x","max_output_tokens":50,"max_tokens":100000}`, "max_tokens"},
+		{"", `{"model":"gpt-x","messages":[],"max_completion_tokens":50,"max_output_tokens":100000}`, "max_output_tokens"},
 	} {
 		r := &pipeline.Request{Body: []byte(c.body), Model: "gpt-x", Endpoint: c.endpoint}
 		err := e.Admit(clamp, r)

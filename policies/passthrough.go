@@ -45,7 +45,8 @@ type tokenCap struct {
 // token fields. An endpoint not listed has no output budget to cap
 // (embeddings, moderations, audio, images).
 var tokenCaps = map[string]tokenCap{
-	pipeline.ChatEndpoint: {fields: []string{fieldMaxTokens, fieldMaxCompletionTokens}, set: fieldMaxCompletionTokens, choices: []string{fieldN}},
+	pipeline.ChatEndpoint: {fields: []string{fieldMaxTokens, fieldMaxCompletionTokens}, set: fieldMaxCompletionTokens, choices: []string{fieldN},
+		others: []string{fieldMaxOutputTokens}},
 	"/v1/completions": {fields: []string{fieldMaxTokens}, set: fieldMaxTokens, choices: []string{fieldN, fieldBestOf},
 		others: []string{fieldMaxCompletionTokens, fieldMaxOutputTokens}},
 	"/v1/responses": {fields: []string{fieldMaxOutputTokens}, set: fieldMaxOutputTokens,

@@ -45,6 +45,8 @@ func TestPassthroughQuery(t *testing.T) {
 		"%5Fmethod=DELETE&x=1":                    "x=1",
 		"X-HTTP-Method-Override=DELETE&after=a":   "after=a",
 		"x-http-method=PUT&x-method-override=PUT": "",
+		".method=DELETE&%2Emethod=PUT&x=1":        "x=1", // PHP reads both as _method
+		"x_http_method_override=DELETE":           "",
 	} {
 		if got := plain.query([]byte(client)); got != want {
 			t.Errorf("plain query(%q) = %q, want %q", client, got, want)

@@ -344,9 +344,19 @@ func formModel(body []byte, boundary string) (string, error) {
 }
 
 // guardedFormFields are the fields of a multipart body that a model reads
-// as text: the names the guardrails judge in a JSON pass-through body,
-// matched in any case (formModel says why).
-var guardedFormFields = map[string]bool{"prompt": true, "suffix": true, "input": true, "instructions": true}
+// as text: the names the guardrails judge in a JSON pass-through body.
+var guardedFormFields = []string{"prompt", "suffix", "input", "instructions"}
+
+// guardedField returns the guarded field a form field name is, matched
+// as the model field is (strings.EqualFold, formModel says why), or "".
+func guardedField(name string) string {
+	for _, f := range guardedFormFields {
+		if strings.EqualFold(name, f) {
+			return f
+		}
+	}
+	return ""
+}
 
 // guardForm runs t's request-stage guardrails (Policy.Guard) over each
 // guarded field of r's multipart body, each judged as the JSON body
@@ -364,14 +374,14 @@ func guardForm(p Policy, t *pipeline.Tenant, r *pipeline.Request, boundary strin
 			return pipeline.BadRequest("", "the multipart body is malformed")
 		}
 		name := part.FormName()
-		if !guardedFormFields[strings.ToLower(name)] {
+		key := guardedField(name) // judged as the name the guardrails know
+		if key == "" {
 			continue
 		}
 		text, err := io.ReadAll(part)
 		if err != nil {
 			return pipeline.BadRequest(name, "the multipart body is malformed")
 		}
-		key := strings.ToLower(name) // judged as the name the guardrails know
 		obj := append(jsonstring.Append(append(jsonstring.Append([]byte{'{'}, key), ':'), string(text)), '}')
 		judged := string(obj) // the JSON form replaces invalid UTF-8: only a guard's change is an edit
 		jr := &pipeline.Request{ID: r.ID, Start: r.Start, Body: obj, Model: r.Model, Route: r.Route, Endpoint: r.Endpoint, Meta: r.Meta}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -814,11 +815,24 @@ func (pc *providerClient) withQuery(uri string) string {
 // parameters): like the headers of the same meaning (clientOnlyHeaders),
 // they would turn a request the tenant may make into one it may not, under
 // the gateway's credentials. Never forwarded.
-var methodOverrideParams = map[string]bool{"_method": true, "x-http-method-override": true,
-	"x-http-method": true, "x-method-override": true}
+var methodOverrideParams = map[string]bool{"_method": true, "x_http_method_override": true,
+	"x_http_method": true, "x_method_override": true}
+
+// overrideName is a query parameter's name as the frameworks that honour
+// method overrides read it: in lower case, with '-', and the '.', ' ' and
+// '[' that PHP turns into '_' (".method" is PHP's "_method"), as '_'.
+func overrideName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '-', '.', ' ', '[':
+			return '_'
+		}
+		return unicode.ToLower(r)
+	}, name)
+}
 
 // query is the query a pass-through request sends upstream: the client's
-// as it came (byte for byte), after base_url's own, whose parameters win:
+// parameters as they came (each byte for byte), after base_url's own, whose parameters win:
 // a client's parameter of the same name in any case (api-version=...,
 // Api-Version=...) is left out, as a tenant must not choose what the
 // operator set. Method overrides (methodOverrideParams) are left out too.
@@ -834,7 +848,7 @@ func (pc *providerClient) query(client []byte) string {
 		}
 		// A name that does not decode is sent as it came: no server reads
 		// it as one of these.
-		if n, err := url.QueryUnescape(name); err == nil && (pc.baseNames[strings.ToLower(n)] || methodOverrideParams[strings.ToLower(n)]) {
+		if n, err := url.QueryUnescape(name); err == nil && (pc.baseNames[strings.ToLower(n)] || methodOverrideParams[overrideName(n)]) {
 			continue
 		}
 		if out != "" {
