@@ -807,7 +807,9 @@ func wallTimeRun(t *testing.T, names []string, wall, slow time.Duration, mod fun
 			mod(o)
 		}
 	})
-	resp, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	req := request(m, false, userBody+`}`)
+	req.Hints.ToolTrace = true
+	resp, err := l.Chat(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -838,6 +840,10 @@ func TestWallTime(t *testing.T) {
 		}
 		if got := toolResults(m); !strings.Contains(got, `wall_time`) || !strings.Contains(got, "stopped") {
 			t.Fatalf("the model read %s", got)
+		}
+		// The trace says how long the call ran before it was stopped.
+		if d := gjson.GetBytes(resp.Body, "x_gateway.tool_calls.0.duration_ms").Int(); d < 150 {
+			t.Fatalf("a call stopped after 200 ms of wall time: duration_ms %d in %s", d, gjson.GetBytes(resp.Body, "x_gateway").Raw)
 		}
 	})
 	t.Run("keeps a finished call's own error", func(t *testing.T) {

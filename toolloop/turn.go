@@ -339,12 +339,14 @@ func (s *session) runCalls(ctx context.Context, calls []*call) ([]*pipeline.Tool
 			return
 		}
 		refused := results[i] != nil
+		start := time.Now()
 		s.l.runCall(tctx, &tcs[i], &results[i])
 		if r := results[i]; !refused && wall != nil && wall.Err() != nil && (r == nil || r.IsError) {
 			// Ended by the wall time as it returned (a result that came
 			// before, an error included, is the tool's own).
 			results[i] = s.wallResult(&tcs[i], "it was stopped")
 			results[i].Stop = r != nil && r.Stop
+			results[i].Duration = time.Since(start) // how long it ran before it was stopped (the trace)
 		}
 	}
 	if *s.l.cfg.Parallel && len(calls) > 1 {
