@@ -360,7 +360,11 @@ func (l *Loop) settleOne(ctx context.Context, req *pipeline.Request, tools []*to
 			return nil, nil, errApprovalUnreadable(err)
 		}
 		if !won {
-			return l.claimedElsewhere(ctx, req, id), nil, nil
+			content, stale := l.claimedElsewhere(ctx, req, tools, rec, id)
+			if stale {
+				l.keepDecided(ctx, req, rec, id, content) // what every later replay shows
+			}
+			return content, nil, nil
 		}
 	}
 	tc := gjson.GetManyBytes(rec.Assistant, "tool_calls.0.function.name", "tool_calls.0.function.arguments")
@@ -452,15 +456,38 @@ func decidedContent(rec *HiddenTurn) []byte {
 }
 
 // claimedElsewhere is the content of an answer to a call whose decision
-// another request claimed (or whose claim failed: err): that request's
-// result once kept, else an error result. The tool does not run again.
-func (l *Loop) claimedElsewhere(ctx context.Context, req *pipeline.Request, id string) []byte {
+// another request claimed: that request's result once kept, else an error
+// result: in progress while the call may still be running, interrupted
+// (stale) once its claim is older than the call could run (the tool's
+// timeout, and claimSlack), which a request that stopped (its replica
+// crashed) leaves behind. The tool does not run again. rec is the call's
+// kept state.
+func (l *Loop) claimedElsewhere(ctx context.Context, req *pipeline.Request, tools []*tool, rec *HiddenTurn, id string) (content []byte, stale bool) {
 	metricApproval.WithLabelValues("claimed").Inc()
 	if got, err := l.opts.State.Load(ctx, []string{approvalStateKey(req.Tenant, id)}); err == nil && len(got) == 1 && got[0] != nil && len(got[0].ToolResults) > 0 {
-		return decidedContent(got[0])
+		return decidedContent(got[0]), false
 	}
-	return errContent(&ToolError{Kind: "approval_in_progress", Message: "a decision on this call is being applied by another request; the tool was not run again"}, false)
+	if ag, ok := l.opts.State.(ClaimAger); ok {
+		bound := l.cfg.ToolTimeout.D()
+		name := gjson.GetBytes(rec.Assistant, "tool_calls.0.function.name").String()
+		for _, t := range tools {
+			if t.cfg.Name == name && t.timeout > 0 {
+				bound = t.timeout
+			}
+		}
+		if at, ok, err := ag.ClaimedAt(ctx, approvalClaimKey(req.Tenant, id)); err == nil && ok && time.Since(at) > bound+claimSlack {
+			metricApproval.WithLabelValues("claim_stale").Inc()
+			return errContent(&ToolError{Kind: "interrupted",
+				Message: "the approved call was started by a request that never finished it (its gateway stopped while the call ran); it may have partly run, and it was not run again"}, false), true
+		}
+	}
+	return errContent(&ToolError{Kind: "approval_in_progress", Message: "a decision on this call is being applied by another request; the tool was not run again"}, false), false
 }
+
+// claimSlack is how much longer than its tool's timeout a claimed call may
+// take before its claim counts as left behind: the request's own steps
+// around the run (keeping its result), on a loaded replica.
+const claimSlack = 30 * time.Second
 
 // answerContent is the result of a call the person answered in the tool's
 // place: their text, as the tool's data.

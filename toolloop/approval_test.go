@@ -455,3 +455,63 @@ func approvalInterrupted(t *testing.T, tool, want string) {
 		t.Fatalf("the replay shows the call as %s, want %s", got, want)
 	}
 }
+
+// A call whose claim was left by a request that never finished it (its
+// replica stopped while the call ran) is in progress while the call could
+// still be running, and interrupted once the claim is older than the
+// tool's timeout and claimSlack: never run again, and no longer "in
+// progress" for the state's whole lifetime. The outcome is kept for
+// later replays.
+func TestApprovalLeftClaimIsInterrupted(t *testing.T) {
+	t.Parallel()
+	st := NewMemoryState(3*time.Hour, 100, 1<<20)
+	body := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"u1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"6*7\"}"}}]},"finish_reason":"tool_calls"}]}`
+	done := `{"id":"up","object":"chat.completion","created":1,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}`
+	m := &fakeModel{turns: []turnFn{always(nil, body), always(nil, done)}}
+	l := newLoop(t, []config.Tool{gatedCalc}, func(o *Options) { o.State = st })
+	first, err := l.Chat(context.Background(), request(m, false, userBody+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := gjson.GetBytes(first.Body, "choices.0.message")
+	id := call.Get("tool_calls.0.id").Str
+	history := `{"model":"gpt-x","messages":[{"role":"user","content":"x"},` + call.Raw +
+		`,{"role":"tool","tool_call_id":"` + id + `","content":"{\"decision\":\"approve\"}"}]}`
+	seen := func() string {
+		if _, err := l.Chat(context.Background(), request(m, false, history)); err != nil {
+			t.Fatal(err)
+		}
+		return gjson.GetBytes(m.bodies[len(m.bodies)-1], `messages.#(tool_call_id=="`+id+`").content`).Str
+	}
+	claim := func(ago time.Duration) {
+		st.mu.Lock()
+		st.now = func() time.Time { return time.Now().Add(-ago) }
+		st.mu.Unlock()
+		if won, err := st.Claim(context.Background(), approvalClaimKey(nil, id)); err != nil || !won {
+			t.Fatalf("claim: %v %v", won, err)
+		}
+		st.mu.Lock()
+		st.now = time.Now
+		st.mu.Unlock()
+	}
+	claim(time.Second) // a request that is running the call now
+	if got := seen(); !strings.Contains(got, "approval_in_progress") {
+		t.Fatalf("a young claim: the model read %s", got)
+	}
+	// A claim from ten minutes ago: the call's 5 s timeout is long past.
+	st.mu.Lock()
+	for k, el := range st.byKey {
+		if k == approvalClaimKey(nil, id) {
+			st.remove(el)
+		}
+	}
+	st.mu.Unlock()
+	claim(10 * time.Minute)
+	if got := seen(); !strings.Contains(got, `"interrupted"`) || strings.Contains(got, "42") {
+		t.Fatalf("a claim left behind: the model read %s", got)
+	}
+	// Kept: a later replay shows the same, without the claim's age.
+	if got := seen(); !strings.Contains(got, `"interrupted"`) {
+		t.Fatalf("the replay after: %s", got)
+	}
+}

@@ -62,6 +62,14 @@ type StateClaimer interface {
 	Claim(ctx context.Context, key string) (bool, error)
 }
 
+// ClaimAger is implemented by a StateClaimer that can tell when a key was
+// claimed (ok false when it is not, or the claim does not say): a claim
+// far older than its call could run was left by a request that never
+// finished the call, whose gateway replica stopped while it ran.
+type ClaimAger interface {
+	ClaimedAt(ctx context.Context, key string) (at time.Time, ok bool, err error)
+}
+
 // StateKey is the store key of the turn whose first client call has id,
 // for tenant (nil when the gateway is open). The tenant is part of the key
 // so that one tenant can never splice another's hidden tool results into

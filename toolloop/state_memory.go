@@ -101,9 +101,21 @@ func (m *MemoryState) Claim(_ context.Context, key string) (bool, error) {
 	if el, ok := m.byKey[key]; ok && m.now().Before(el.Value.(*memEntry).expires) {
 		return false, nil
 	}
-	t := &HiddenTurn{}
+	t := &HiddenTurn{Saved: m.now()} // the claim's time (ClaimedAt)
 	m.saveLocked(&memEntry{key: key, turn: t, size: t.size() + len(key) + 64})
 	return true, nil
+}
+
+// ClaimedAt returns when key was claimed (ClaimAger).
+func (m *MemoryState) ClaimedAt(_ context.Context, key string) (time.Time, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byKey[key]; ok && m.now().Before(el.Value.(*memEntry).expires) {
+		if t := el.Value.(*memEntry).turn; !t.Saved.IsZero() {
+			return t.Saved, true, nil
+		}
+	}
+	return time.Time{}, false, nil
 }
 
 // Load returns the live turns for keys.

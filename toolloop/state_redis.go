@@ -37,6 +37,7 @@ type RedisState struct {
 var (
 	_ StateStore   = (*RedisState)(nil)
 	_ StateClaimer = (*RedisState)(nil)
+	_ ClaimAger    = (*RedisState)(nil)
 )
 
 // RedisStateOption configures a RedisState.
@@ -75,10 +76,32 @@ func (r *RedisState) Save(ctx context.Context, key string, t *HiddenTurn) error 
 	return r.client.Set(ctx, r.prefix+key, b, r.ttl).Err()
 }
 
-// Claim sets key (a marker no Load decodes) only when it is not set, with
-// the store's TTL, in one SET NX: StateClaimer, across replicas.
+// Claim sets key (a marker no Load decodes: the claim's time in Unix
+// milliseconds) only when it is not set, with the store's TTL, in one SET
+// NX: StateClaimer, across replicas.
 func (r *RedisState) Claim(ctx context.Context, key string) (bool, error) {
-	return r.client.SetNX(ctx, r.prefix+key, "claimed", r.ttl).Result()
+	return r.client.SetNX(ctx, r.prefix+key, strconv.FormatInt(time.Now().UnixMilli(), 10), r.ttl).Result()
+}
+
+// ClaimedAt reads the time of key's claim (ClaimAger); a claim of another
+// form (an earlier version's "claimed") tells none.
+func (r *RedisState) ClaimedAt(ctx context.Context, key string) (time.Time, bool, error) {
+	v, err := redisread.Script.Eval(ctx, r.client, []string{r.prefix + key}, 32).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	b, _, err := redisread.Value(v)
+	if err != nil {
+		return time.Time{}, false, nil
+	}
+	ms, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMilli(ms), true, nil
 }
 
 // Load reads keys in one round trip: a pipeline of bounded GETs (one

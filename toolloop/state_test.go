@@ -214,13 +214,16 @@ func TestStateClaim(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m.now = func() time.Time { return now }
 	claimOnce(t, m)
+	claimedAt(t, m, now)
 	now = now.Add(61 * time.Second)
 	if won, err := m.Claim(context.Background(), "k"); err != nil || !won {
 		t.Fatalf("a claim past the TTL: %v %v", won, err)
 	}
 	t.Run("redis", func(t *testing.T) {
 		srv := testredis.Start(t)
-		claimOnce(t, NewRedisState(srv.Client(t), "test:claim:", time.Minute))
+		rs := NewRedisState(srv.Client(t), "test:claim:", time.Minute)
+		claimOnce(t, rs)
+		claimedAt(t, rs, time.Now())
 	})
 }
 
@@ -246,6 +249,20 @@ func claimOnce(t *testing.T, s StateClaimer) {
 	}
 	if won, _ := s.Claim(ctx, "other"); !won {
 		t.Fatal("another key was claimed already")
+	}
+}
+
+// claimedAt checks that s tells when key "other" was claimed (want, to the
+// millisecond), and that an unclaimed key has no claim: a left claim ages
+// out by it (approval.go).
+func claimedAt(t *testing.T, s StateClaimer, want time.Time) {
+	t.Helper()
+	ag := s.(ClaimAger)
+	if at, ok, err := ag.ClaimedAt(context.Background(), "other"); err != nil || !ok || at.Sub(want).Abs() > 2*time.Second {
+		t.Fatalf("claimed at %v (%v %v), want %v", at, ok, err, want)
+	}
+	if _, ok, err := ag.ClaimedAt(context.Background(), "unclaimed"); err != nil || ok {
+		t.Fatalf("an unclaimed key: %v %v", ok, err)
 	}
 }
 
