@@ -109,8 +109,22 @@ func (h *handler) tryRoute(ctx context.Context, st *callState, req *pipeline.Req
 			}
 			continue
 		}
+		if quotaSpent(err) {
+			// No wait makes a spent quota pass: this deployment is not
+			// tried again for the request; the others and the fallbacks are.
+			blocked[i] = true
+		}
 		lastErr, last, lastRetryAfter = err, i, retryAfter
 	}
+}
+
+// quotaSpent reports whether err is an upstream's 429 about a spent quota
+// (OpenAI's insufficient_quota, as the Anthropic provider reports a
+// billing_error), not a rate limit that passes with time.
+func quotaSpent(err error) bool {
+	var ue *pipeline.UpstreamError
+	return errors.As(err, &ue) && ue.Kind == pipeline.UpstreamStatus && ue.Status == 429 &&
+		bytes.Contains(ue.Body, []byte("insufficient_quota"))
 }
 
 // failed records an attempt on d that failed with err and says whether
@@ -131,7 +145,7 @@ func (h *handler) failed(ctx context.Context, d *deployment, probe bool, route *
 	switch classify(err) {
 	case classRetryable:
 		r := resultFailure
-		if isUpstream && ue.Kind == pipeline.UpstreamStatus && ue.Status == 429 && !bytes.Contains(ue.Body, []byte("insufficient_quota")) {
+		if isUpstream && ue.Kind == pipeline.UpstreamStatus && ue.Status == 429 && !quotaSpent(err) {
 			// A rate limit: the deployment is up and says when to come
 			// back (retry-after, which the retry waits out). Counted as a
 			// failure, five of them opened the circuit for its whole

@@ -236,3 +236,19 @@ func TestRefusalBehindOpenCircuitIsCircuitOpen(t *testing.T) {
 		}
 	}
 }
+
+// A spent quota (an upstream's 429 insufficient_quota) is not retried on
+// its deployment, where no wait makes it pass: the request falls back at
+// once.
+func TestSpentQuotaFallsBackWithoutRetry(t *testing.T) {
+	t.Parallel()
+	quota := status(429, `{"error":{"message":"m","type":"billing_error","code":"insufficient_quota"}}`)
+	e := newEnv(Options{}, map[string][]step{"p/a": {{err: quota}, {err: quota}, {err: quota}}, "q/b": {{body: `{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}`}}}, false,
+		rt("a", 0, []string{"b"}, dep("p", "a", 1)), rt("b", 0, nil, dep("q", "b", 1)))
+	if _, req, err := e.chat(t, "a", false); err != nil || req.Meta.Get(HeaderModel) != "b" {
+		t.Fatalf("err %v, served by %q", err, req.Meta.Get(HeaderModel))
+	}
+	if n := e.f.count("p/a"); n != 1 {
+		t.Fatalf("%d calls to the deployment whose quota is spent", n)
+	}
+}

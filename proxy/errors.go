@@ -96,7 +96,9 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			// tenant the others' traffic, as its x-ratelimit headers would.
 			msg, param = rateLimitMessage(typ, code), ""
 		}
-		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status}
+		// A spent quota does not pass with a wait: SDKs are told not to retry.
+		spent := strings.EqualFold(code, pipeline.CodeInsufficientQuota) || strings.EqualFold(typ, pipeline.TypeInsufficientQuota)
+		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status, permanent: spent}
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
 		return serverEnvelope(http.StatusGatewayTimeout, "upstream timed out", pipeline.CodeUpstreamTimeout)
 	case pipeline.UpstreamCut:

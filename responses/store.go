@@ -150,8 +150,12 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		}
 		var found gjson.Result
 		if strings.HasPrefix(itemID, "in_") {
-			n, err := strconv.Atoi(itemID[strings.LastIndexByte(itemID, '_')+1:])
-			if err != nil || n < 0 {
+			// Only the number as input_items writes it names the item: an
+			// alias ("_00", "_+0") would pass the request's each-item-once
+			// check as another id and expand the same item again.
+			num := itemID[strings.LastIndexByte(itemID, '_')+1:]
+			n, err := strconv.Atoi(num)
+			if err != nil || n < 0 || strconv.Itoa(n) != num {
 				return found
 			}
 			k := 0

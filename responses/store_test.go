@@ -84,6 +84,28 @@ func TestResolverBoundsLoads(t *testing.T) {
 	}
 }
 
+// An input item is named by the one id input_items gives it: "in_x_0",
+// never an alias of its number ("in_x_00", "in_x_+0"), which a request's
+// each-item-once check would count as another item (150 aliases of one
+// 1 MB item made a 150 MB upstream body).
+func TestInputItemIDHasNoAlias(t *testing.T) {
+	ctx := context.Background()
+	s := &Store{KV: caching.NewMemoryStore(1 << 20)}
+	obj := []byte(`{"id":"resp_x","output":[]}`)
+	if _, err := s.Save(ctx, "t", "resp_x", obj, []byte(`[{"type":"message","role":"user","content":"big"}]`), []byte(`[]`), nil); err != nil {
+		t.Fatal(err)
+	}
+	resolve := s.Resolver(ctx, "t")
+	if !resolve("in_x_0").Exists() {
+		t.Fatal("the input item did not resolve")
+	}
+	for _, alias := range []string{"in_x_00", "in_x_+0", "in_x_-0", "in_x_0 ", "in_x_000"} {
+		if resolve(alias).Exists() {
+			t.Errorf("%q resolved", alias)
+		}
+	}
+}
+
 type countingKV struct {
 	KV
 	gets int
