@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -250,8 +251,10 @@ func TestMalformedEnvReferencesAreRefused(t *testing.T) {
 	t.Setenv("LLMGW_TEST_MAL", "real")
 	base := "[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"a\"\nprovider=\"m\"\n"
 	for _, c := range []struct{ toml, want string }{
-		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL:-changeme}\"\n", `line 9: "${LLMGW_TEST_MAL:-" starts a shell-style reference`},
+		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL:-changeme}\"\n", `line 9: "${LLMGW_TEST_MAL:" starts a shell-style reference`},
 		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL-sk-very-secret}\"\n", `line 9: "${LLMGW_TEST_MAL-" starts a shell-style reference`},
+		{"[[keys]]\ntenant=\"t\"\nkey=\"${LLMGW_TEST_MAL\"\n", `line 9: "${LLMGW_TEST_MAL" starts a shell-style reference`},
+		{"[[keys]]\ntenant=\"t\"\nkey=\"${ LLMGW_TEST_MAL }\"\n", `line 9: "${ LLMGW_TEST_MAL " starts a shell-style reference`},
 		{"[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\napi_key=\"${}\"\n", `line 12: "${}" starts`},
 	} {
 		_, err := Parse([]byte(base + c.toml))
@@ -267,5 +270,22 @@ func TestMalformedEnvReferencesAreRefused(t *testing.T) {
 	c, err = Parse([]byte(base + "[[keys]]\ntenant=\"t\"\nkey=\"Zx9${%q-TOP\"\n"))
 	if err != nil || c.Keys[0].Key != "Zx9${%q-TOP" {
 		t.Fatalf("a key holding ${: %v", err)
+	}
+}
+
+// A [[limits]] or [[budgets]] name that no key has is reported (the
+// limiter warns: a typo applies the rule to nobody), not refused: a reload
+// that revokes a key its rules still name must go through.
+func TestUnknownCallers(t *testing.T) {
+	c, err := Parse([]byte("[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"a\"\nprovider=\"m\"\n" +
+		"[[keys]]\nname=\"alice\"\ntenant=\"team-a\"\nkey=\"sk-1\"\n[[keys]]\ntenant=\"team-b\"\nkey=\"sk-2\"\n" +
+		"[[limits]]\ntenant=\"team_a\"\nrequests_per_minute=1\n[[limits]]\ntenant=\"team-*\"\nkey=\"alice\"\nrequests_per_minute=1\n" +
+		"[[budgets]]\nkey=\"alcie\"\namount=1\n[[budgets]]\nkey=\"keys[1]\"\namount=1\n[[budgets]]\ntenant=\"team-b\"\namount=1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.UnknownCallers())
+	if want := "[[limits[0].tenant team_a] [budgets[0].key alcie]]"; got != want {
+		t.Fatalf("unknown callers %s, want %s", got, want)
 	}
 }

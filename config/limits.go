@@ -64,32 +64,45 @@ func (c *Config) validateLimitRules(p *problems) {
 		if l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 && l.Concurrent == 0 && l.ToolCallsPerMinute == 0 {
 			p.add(at, "set at least one of requests_per_minute, tokens_per_minute, concurrent, tool_calls_per_minute")
 		}
-		c.checkCaller(p, at, l.Tenant, l.Key)
 	}
 }
 
-// checkCaller reports a rule's tenant or key name (not a pattern) that no
-// [[keys]] entry has: a typo ("team_a" for "team-a", "alcie") would
-// silently leave every caller outside the rule, a spend cap or a rate
-// limit that never applies. Without keys every request is the tenant
-// "default" and has no key name, which the check leaves alone.
-func (c *Config) checkCaller(p *problems, at, tenant, key string) {
+// UnknownCallers returns, for each [[limits]] and [[budgets]] entry whose
+// tenant or key names no [[keys]] entry's (a limit's pattern aside), its
+// key path and the name: a typo ("team_a" for "team-a", "alcie") leaves
+// every caller outside the rule, a spend cap or a rate limit that never
+// applies. Not an error: a reload that revokes a key may leave its rules
+// behind for a while, and must not be refused (the key would keep
+// working). The limiter logs them. Without keys every request is the
+// tenant "default" and has no key name: none is reported.
+func (c *Config) UnknownCallers() [][2]string {
 	if len(c.Keys) == 0 {
-		return
+		return nil
 	}
-	pattern := func(s string) bool { return strings.ContainsAny(s, "*?[\\") }
-	hasTenant, hasKey := false, false
-	for i, k := range c.Keys {
-		hasTenant = hasTenant || k.Tenant == tenant
-		// A key without a name is named by its place (as the policy engine names it).
-		hasKey = hasKey || k.Name == key || (k.Name == "" && fmt.Sprintf("keys[%d]", i) == key)
+	var out [][2]string
+	// glob: a limit's names are patterns (path.Match); a budget's are names.
+	check := func(at, tenant, key string, glob bool) {
+		literal := func(s string) bool { return !glob || !strings.ContainsAny(s, "*?[\\") }
+		hasTenant, hasKey := false, false
+		for i, k := range c.Keys {
+			hasTenant = hasTenant || k.Tenant == tenant
+			// A key without a name is named by its place (as the policy engine names it).
+			hasKey = hasKey || k.Name == key || (k.Name == "" && fmt.Sprintf("keys[%d]", i) == key)
+		}
+		if tenant != "" && literal(tenant) && !hasTenant {
+			out = append(out, [2]string{at + ".tenant", tenant})
+		}
+		if key != "" && literal(key) && !hasKey {
+			out = append(out, [2]string{at + ".key", key})
+		}
 	}
-	if tenant != "" && !pattern(tenant) && !hasTenant {
-		p.add(at+".tenant", "no [[keys]] entry has the tenant %q", tenant)
+	for i, l := range c.Limits {
+		check(fmt.Sprintf("limits[%d]", i), l.Tenant, l.Key, true)
 	}
-	if key != "" && !pattern(key) && !hasKey {
-		p.add(at+".key", "no [[keys]] entry is named %q", key)
+	for i, b := range c.Budgets {
+		check(fmt.Sprintf("budgets[%d]", i), b.Tenant, b.Key, false)
 	}
+	return out
 }
 
 // validateBudgets checks [[budgets]].
@@ -105,9 +118,6 @@ func (c *Config) validateBudgets(p *problems) {
 		p.checkEnum(at+".period", b.Period, "day", "month", "total")
 		if b.WarnAt < 0 || b.WarnAt > 1 {
 			p.add(at+".warn_at", "must be a fraction between 0 and 1")
-		}
-		if (b.Tenant == "") != (b.Key == "") {
-			c.checkCaller(p, at, b.Tenant, b.Key)
 		}
 	}
 }

@@ -146,17 +146,19 @@ func (c *Config) expandStr(s *string) {
 	})
 }
 
-// shellRef finds what is plainly meant as a reference the gateway does not
-// read: the shell's ${NAME:-default} and its other operators (-, =, ?, +,
-// with or without the colon), and an empty ${}. Any other "${" in a
-// value (a password may hold one) is taken as written.
-var shellRef = regexp.MustCompile(`\$\{(?:[A-Za-z_][A-Za-z0-9_]*:?[-=?+]|\})`)
+// badRefStart finds, once the ${NAME} references are taken out, what is
+// plainly meant as a reference the gateway does not read: a name after
+// "${" (spaces allowed) that something else than "}" follows (the shell's
+// ${NAME:-default} and its other operators, "${ NAME }", an unclosed
+// "${NAME"), and an empty ${}. Any other "${" in a value (a password may
+// hold one: "${%q") is taken as written.
+var badRefStart = regexp.MustCompile(`\$\{\s*(?:[A-Za-z_][A-Za-z0-9_]*(?:[^A-Za-z0-9_]|$)|\})`)
 
-// malformedRef returns the start of the first shell-style reference of s
-// (shellRef) up to its operator, never what follows it (a default may be
-// a secret), or "" when it has none.
+// malformedRef returns the start of the first such reference of s
+// (badRefStart), up to the first byte after its name, never what follows
+// (a default may be a secret), or "" when it has none.
 func malformedRef(s string) string {
-	return shellRef.FindString(s)
+	return badRefStart.FindString(envRef.ReplaceAllString(s, ""))
 }
 
 // badRef is a malformed reference and the value it is in (to find its

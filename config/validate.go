@@ -380,7 +380,7 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 	}
 	if c.approvalUnset {
 		// Replicas would each make up a key of their own, silently.
-		p.add("tool_loop.approval_secret", "is empty: the ${NAME} it reads is unset or empty")
+		p.add("tool_loop.approval_secret", "is empty once read and trimmed (an unset or blank ${NAME}); leave it out for a random key per process")
 	}
 	if d := l.KeepAliveInterval.D(); d > 0 && d < minKeepAlive {
 		// Each interval writes a comment to every waiting stream: at 1ns a

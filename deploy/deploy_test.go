@@ -256,6 +256,13 @@ func TestKubernetes(t *testing.T) {
 	if !maps.Equal(at(rsvc, "spec", "selector").(map[string]any), at(redis["Deployment"], "spec", "template", "metadata", "labels").(map[string]any)) {
 		t.Error("the Redis Service selector does not match the Redis pod")
 	}
+	// Redis asks for the password the gateway sends ([redis] password), from
+	// the Secret, and reads no other secret.
+	ref := at(rpod, "env", 0, "valueFrom", "secretKeyRef")
+	if want := strings.Trim(strings.TrimPrefix(cfg.Redis.Password, "test-"), ""); str(at(ref, "key")) != "REDIS_PASSWORD" || want != "redis_password" ||
+		str(at(ref, "name")) != str(at(objs["Secret"], "metadata", "name")) || at(rpod, "envFrom") != nil {
+		t.Errorf("the Redis pod reads %v (envFrom %v), the gateway's password is %q", ref, at(rpod, "envFrom"), cfg.Redis.Password)
+	}
 
 	dep := objs["Deployment"]
 	name := str(at(dep, "metadata", "name"))

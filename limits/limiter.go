@@ -107,6 +107,9 @@ func New(o Options) *Limiter {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	for _, u := range cfg.UnknownCallers() {
+		l.log.Warn().Str("key", u[0]).Str("name", u[1]).Msg("limits: a rule names a tenant or key that no [[keys]] entry has; it applies to nobody")
+	}
 	seen := map[string]int{}
 	for i, r := range cfg.Limits {
 		// A counter's key names its rule by what the rule selects, not by

@@ -1273,3 +1273,18 @@ func TestReloadKeepsCounters(t *testing.T) {
 		}
 	})
 }
+
+// A rule naming a tenant no key has is logged: a typo applies it to nobody.
+func TestUnknownCallerIsLogged(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(baseTOML + "[[keys]]\ntenant=\"team-a\"\nkey=\"sk-1\"\n[[limits]]\ntenant=\"team_a\"\nrequests_per_minute=1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	l := New(Options{Config: cfg, Logger: zerolog.New(&log)})
+	defer l.Close()
+	if !strings.Contains(log.String(), `"key":"limits[0].tenant","name":"team_a"`) {
+		t.Fatalf("log: %s", log.String())
+	}
+}

@@ -83,7 +83,7 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 	})
 	if n.Exists() && n.Int() > 1 {
 		// Several choices: the loop follows one; offer no server tools.
-		return nil, unservedChoice(tc, offered, "a request with n > 1")
+		return nil, unservedChoice(tc, clientTools, offered, "a request with n > 1")
 	}
 	if legacy || offersNonFunction(clientTools) {
 		// The deprecated functions, or a tool that is not a function (a
@@ -92,7 +92,7 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		// a request is relayed as the upstream answers it, with no server
 		// tool offered, rather than its calls lost or run as unknown
 		// server tools.
-		return nil, unservedChoice(tc, offered, "a request with functions or a tool that is not a function")
+		return nil, unservedChoice(tc, clientTools, offered, "a request with functions or a tool that is not a function")
 	}
 	p := &plan{messages: []byte(msgs.Raw)}
 	if t := rf.Get("type"); rf.IsObject() && t.Type == gjson.String {
@@ -130,10 +130,19 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 // does not serve, which goes upstream without the server tools (what):
 // relayed, it named a tool the request no longer offers, which the
 // provider refuses in terms of a tool the client never defined. nil when
-// it names none.
-func unservedChoice(tc gjson.Result, offered []*tool, what string) error {
+// it names none, or only tools the client defines itself (a stand-in of
+// the same name: the client's tool, relayed as it is).
+func unservedChoice(tc, clientTools gjson.Result, offered []*tool, what string) error {
 	if !tc.IsObject() {
 		return nil
+	}
+	clientDefines := func(name string) bool {
+		found := false
+		clientTools.ForEach(func(_, t gjson.Result) bool {
+			found = t.Get("function.name").Str == name
+			return !found
+		})
+		return found
 	}
 	names := []string{tc.Get("function.name").Str}
 	tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
@@ -142,7 +151,7 @@ func unservedChoice(tc gjson.Result, offered []*tool, what string) error {
 	})
 	for _, name := range names {
 		for _, t := range offered {
-			if name != "" && t.cfg.Name == name {
+			if name != "" && t.cfg.Name == name && !clientDefines(name) {
 				return pipeline.BadRequest("tool_choice", "tool_choice names %q, a tool the gateway runs, which %s cannot use", name, what)
 			}
 		}

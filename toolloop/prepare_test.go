@@ -27,6 +27,8 @@ func TestUnservedChoiceOfAServerTool(t *testing.T) {
 		{`{"model":"gpt-x","n":2,"messages":[{"role":"user","content":"x"}],` + client + `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"lookup"}},{"type":"function","function":{"name":"calculator"}}]}}}`, true},
 		{`{"model":"gpt-x","messages":[{"role":"user","content":"x"}],` + custom + `,"tool_choice":{"type":"function","function":{"name":"calculator"}}}`, true},
 		{`{"model":"gpt-x","n":2,"messages":[{"role":"user","content":"x"}],` + client + `,"tool_choice":{"type":"function","function":{"name":"lookup"}}}`, false},
+		// The client's own tool of a server tool's name (a stand-in) is its.
+		{`{"model":"gpt-x","n":2,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"calculator"}}],"tool_choice":{"type":"function","function":{"name":"calculator"}}}`, false},
 	} {
 		fm := &fakeModel{turns: []turnFn{always(nil, completion("up-1", "hi", "", "stop", 1, 1))}}
 		_, err := l.Chat(context.Background(), request(fm, false, c.body))
