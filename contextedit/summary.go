@@ -69,9 +69,10 @@ func (r *refused) Error() string {
 }
 func (r *refused) Unwrap() error { return r.err }
 
-// limited returns the refusal of a summary call by the caller's rate
-// limits or budgets (429), or by their store being unavailable (503),
-// which the client can act on (wait and retry); nil for any other error.
+// limited returns the refusal of a summary call by the caller's admission:
+// its rate limits or budgets (429, also when their store is down and
+// [middleware.limits] fail is closed), or a 503 of it, which the client
+// can act on (wait and retry); nil for any other error.
 func limited(err error) error {
 	var r *refused
 	var pe *pipeline.Error

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -76,7 +77,9 @@ func prime(ctx context.Context, s pipeline.Stream, provider string, look *pipeli
 func callHeads(chunk []byte) bool {
 	heads := false
 	ok := true
-	gjson.GetBytes(chunk, "choices").ForEach(func(_, c gjson.Result) bool {
+	// A string view, as wire.ChunkHasContent reads it: nothing read here
+	// outlives the call, and GetBytes would copy the choices.
+	gjson.Get(unsafe.String(unsafe.SliceData(chunk), len(chunk)), "choices").ForEach(func(_, c gjson.Result) bool {
 		d := c.Get("delta")
 		calls := d.Get("tool_calls")
 		if wire.FinishReason(c) != "" || !calls.IsArray() {

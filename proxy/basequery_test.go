@@ -47,6 +47,7 @@ func TestPassthroughQuery(t *testing.T) {
 		"x-http-method=PUT&x-method-override=PUT": "",
 		".method=DELETE&%2Emethod=PUT&x=1":        "x=1", // PHP reads both as _method
 		"x_http_method_override=DELETE":           "",
+		"+_method=DELETE&_method%00x=PUT&y=2":     "y=2", // PHP: leading spaces dropped, a name ends at a NUL
 	} {
 		if got := plain.query([]byte(client)); got != want {
 			t.Errorf("plain query(%q) = %q, want %q", client, got, want)

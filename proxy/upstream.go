@@ -820,8 +820,13 @@ var methodOverrideParams = map[string]bool{"_method": true, "x_http_method_overr
 
 // overrideName is a query parameter's name as the frameworks that honour
 // method overrides read it: in lower case, with '-', and the '.', ' ' and
-// '[' that PHP turns into '_' (".method" is PHP's "_method"), as '_'.
+// '[' that PHP turns into '_' (".method" is PHP's "_method"), as '_'; PHP
+// also drops leading spaces and ends a name at a NUL.
 func overrideName(name string) string {
+	name = strings.TrimLeft(name, " ")
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
 	return strings.Map(func(r rune) rune {
 		switch r {
 		case '-', '.', ' ', '[':
