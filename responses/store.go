@@ -107,8 +107,23 @@ func (s *Store) Save(ctx context.Context, tenant, id string, object, input, hist
 	case err != nil:
 		return false, err
 	}
-	return true, nil
+	// An output item whose id names no response (an mcp_approval_request's
+	// id is its call's approval id) is found through an index entry, so
+	// that a client's item_reference to it resolves (the AI SDK sends the
+	// request it answers so with store on).
+	var ferr error
+	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
+		if it.Get("type").Str == "mcp_approval_request" && it.Get("id").Str != "" && itemResponse(it.Get("id").Str) != id {
+			ferr = s.KV.Set(ctx, heldByKey(tenant, it.Get("id").Str), []byte(id), s.TTL)
+		}
+		return ferr == nil
+	})
+	return true, ferr
 }
+
+// heldByKey is the index entry naming the response that holds an output
+// item whose id does not (Save).
+func heldByKey(tenant, itemID string) string { return "respitem:" + tenant + "\x00" + itemID }
 
 // Delete removes the response id stored for tenant, reporting whether it
 // was there.
@@ -127,18 +142,20 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 // n-th input item).
 //
 // A request's references load each stored response once, and at most
-// maxReferenced of them: a body full of references must not become as many
-// store reads.
+// maxReferenced of them, index entries included: a body full of
+// references must not become as many store reads.
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 	loaded := map[string]*Record{} // nil: not stored (or over the bound)
-	return func(itemID string) gjson.Result {
-		id := itemResponse(itemID)
+	reads := 0                     // store reads: responses loaded and index entries (heldByKey)
+	var find func(id, itemID string) gjson.Result
+	find = func(id, itemID string) gjson.Result {
 		if id == "" {
 			return gjson.Result{}
 		}
 		rec, seen := loaded[id]
 		if !seen {
-			if len(loaded) < maxReferenced {
+			if reads < maxReferenced {
+				reads++
 				if r, ok, err := s.Load(ctx, tenant, id); err == nil && ok {
 					rec = &r
 				}
@@ -176,6 +193,16 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 			return true
 		})
 		return found
+	}
+	return func(itemID string) gjson.Result {
+		if it := find(itemResponse(itemID), itemID); it.Exists() || strings.HasPrefix(itemID, "in_") || reads >= maxReferenced {
+			return it
+		}
+		reads++
+		if b, ok, err := s.KV.Get(ctx, heldByKey(tenant, itemID)); err == nil && ok && len(b) <= 128 && strings.HasPrefix(string(b), "resp_") {
+			return find(string(b), itemID)
+		}
+		return gjson.Result{}
 	}
 }
 

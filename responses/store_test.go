@@ -106,6 +106,25 @@ func TestInputItemIDHasNoAlias(t *testing.T) {
 	}
 }
 
+// An mcp_approval_request's id is its call's approval id, which names no
+// response: an item_reference to it (the AI SDK sends one, with store on,
+// before the mcp_approval_response) resolves through an index entry the
+// save writes, for the tenant that stored it only.
+func TestApprovalRequestReferenceResolves(t *testing.T) {
+	ctx := context.Background()
+	s := &Store{KV: caching.NewMemoryStore(1 << 20)}
+	obj := []byte(`{"id":"resp_r1","output":[{"id":"call_gwa_abc","type":"mcp_approval_request","server_label":"gateway","name":"calculator","arguments":"{}"}]}`)
+	if _, err := s.Save(ctx, "t", "resp_r1", obj, []byte(`[]`), []byte(`[]`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if it := s.Resolver(ctx, "t")("call_gwa_abc"); it.Get("type").Str != "mcp_approval_request" || it.Get("name").Str != "calculator" {
+		t.Fatalf("the approval request did not resolve: %s", it.Raw)
+	}
+	if it := s.Resolver(ctx, "u")("call_gwa_abc"); it.Exists() {
+		t.Fatal("another tenant resolved it")
+	}
+}
+
 type countingKV struct {
 	KV
 	gets int
