@@ -1288,3 +1288,30 @@ func TestUnknownCallerIsLogged(t *testing.T) {
 		t.Fatalf("log: %s", log.String())
 	}
 }
+
+// A JSON answer without usage is charged an estimate of its output too, as
+// a stream without usage is counted from its chunks: an upstream that
+// reports no usage does not answer for free.
+func TestAnswerWithoutUsageChargesOutput(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, "", NewMemoryStore, "")
+	answer := strings.Repeat("the fox crossed the river near the old mill. ", 100)
+	up := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Body: []byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"` + answer + `"},"finish_reason":"stop"}]}`)}, nil
+	})
+	chain := pipeline.Chain(l.Meter(up), l.Middleware())
+	r := &pipeline.Request{ID: "r1", Model: "gpt-x", Meta: &pipeline.Meta{},
+		Body: []byte(`{"model":"gpt-x","messages":[{"role":"user","content":"hello there"}]}`), Tenant: &pipeline.Tenant{Name: "a"}}
+	if _, err := chain.Chat(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	l.Flush()
+	today := time.Now().UTC()
+	body, err := l.Report(context.Background(), UsageQuery{From: today, To: today, GroupBy: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := gjson.GetBytes(body, `data.#(group=="a").output_tokens`).Int(); out < 500 {
+		t.Fatalf("output tokens charged for a 4,500-byte answer without usage: %d (%s)", out, body)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonvalid"
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -74,11 +75,27 @@ func (l *Limiter) metered(ctx context.Context, r *pipeline.Request, resp *pipeli
 		c, ok := resp.ChatUsage()
 		if ok {
 			r.Usage.Note(c)
+			l.charge(ctx, r, tokensOf(c), true)
+			return
 		}
-		l.charge(ctx, r, tokensOf(c), ok)
+		// No usage came: the input is estimated, and so is the output,
+		// from the answer's choices, as a stream's without usage is
+		// counted from its chunks: an upstream that reports no usage
+		// must not answer for free.
+		l.charge(ctx, r, tokens{input: estimateAtEnd(r), output: estimateAnswer(resp.Body)}, true)
 		return
 	}
 	resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
+}
+
+// estimateAnswer estimates the output tokens of a JSON answer: its choices'
+// texts and members, as contextedit estimates a body without a tokenizer.
+func estimateAnswer(body []byte) int64 {
+	ch := gjson.GetBytes(body, "choices")
+	if !ch.IsArray() {
+		return 0
+	}
+	return int64(contextedit.EstimateJSON([]byte(ch.Raw)))
 }
 
 // tokensOf is the part of a usage the meter prices.
