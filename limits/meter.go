@@ -11,9 +11,9 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonvalid"
-	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
