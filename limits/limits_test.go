@@ -1149,6 +1149,8 @@ period = "day"
 		{"min int64", wire.ChatUsage{Prompt: math.MinInt64, Completion: math.MinInt64, Cached: math.MinInt64}, 0, 0, 0},
 		{"max int64 (1.5e300)", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64, Cached: math.MaxInt64}, maxCallTokens, maxCallTokens, maxCallTokens},
 		{"max int64 again", wire.ChatUsage{Prompt: math.MaxInt64, Completion: math.MaxInt64}, maxCallTokens, maxCallTokens, 0},
+		// Cached input is part of the input: never more of it.
+		{"cached over the prompt", wire.ChatUsage{Prompt: 1200, Completion: 5, Cached: 5000}, 1200, 5, 1200},
 	} {
 		c, err := fx.l.Hold(&pipeline.Request{ID: "r", Model: "gpt-x", Route: &pipeline.Route{Name: "gpt-x"}, Endpoint: "/v1/embeddings",
 			Body: []byte(`{"input":"x"}`), Tenant: &pipeline.Tenant{Name: "insane"}})

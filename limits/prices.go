@@ -75,7 +75,11 @@ const maxCallCost = 1 << 50
 // (1.5e300 reads as math.MaxInt64) would overflow the cost's conversion
 // to int64, to a negative. A negative count is charged as none.
 func (t tokens) sane() tokens {
-	return tokens{input: saneCount(t.input), output: saneCount(t.output), cached: saneCount(t.cached)}
+	in := saneCount(t.input)
+	// Cached input is part of the input: more of it than the input (an
+	// upstream's error) would show cache-hit ratios over 100% in the usage
+	// record, the metrics and the spans.
+	return tokens{input: in, output: saneCount(t.output), cached: min(saneCount(t.cached), in)}
 }
 
 func saneCount(n int64) int64 { return min(max(n, 0), maxCallTokens) }

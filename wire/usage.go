@@ -121,6 +121,12 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 		return ChatUsage{}, false
 	}
 	c.Cached, c.CacheWrite, c.HasCacheWrite, c.Reasoning = detail(cached), detail(write), write.Exists(), detail(reasoning)
+	if seen[0] {
+		// Cached input is part of the prompt: more of it than the prompt
+		// (an upstream's error) would show cache-hit ratios over 100% in
+		// the usage record, the metrics, the access log and the spans.
+		c.Cached = min(c.Cached, c.Prompt)
+	}
 	for i, v := range extra {
 		c.Extra[i], c.HasExtra[i] = detail(v), v.Exists()
 	}

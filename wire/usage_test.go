@@ -201,3 +201,12 @@ func TestUsageCountsAreCounts(t *testing.T) {
 		t.Errorf("responses usage with a bad detail: %+v %v", got, ok)
 	}
 }
+
+// Cached input is part of the prompt: a report of more is read as the
+// whole prompt cached, never as a ratio over 100%.
+func TestCachedNeverOverPrompt(t *testing.T) {
+	c, ok := ParseChatUsage(gjson.Parse(`{"prompt_tokens":1200,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":5000}}`))
+	if !ok || c.Cached != 1200 || c.Prompt != 1200 {
+		t.Fatalf("%+v %v", c, ok)
+	}
+}
