@@ -104,6 +104,12 @@ func (c *Config) validate(o *origin) error {
 	c.validateHeaders(&p, o)
 	if c.Tracing.Endpoint != "" {
 		p.checkHTTPURL("tracing.endpoint", c.Tracing.Endpoint)
+		if u, err := url.Parse(c.Tracing.Endpoint); err == nil && (u.RawQuery != "" || u.ForceQuery) {
+			// The OTLP exporter sends no query string: a token in it was
+			// dropped, and after a base endpoint's query the exporter's
+			// path went astray.
+			p.add("tracing.endpoint", "takes no query string: the OTLP exporter does not send one (put a token in [tracing] headers)")
+		}
 	}
 	return errors.Join(p.errs...)
 }
