@@ -193,6 +193,13 @@ period = "day"
 		gjson.GetBytes(body, "total.requests").Int() != 0 {
 		t.Fatalf("only to: %d %s", status, body)
 	}
+	// A from given is judged as given, the first day of year 1 too (it was
+	// taken for no from: another window, silently).
+	for _, from := range []string{"0001-01-01", "1000-01-01"} {
+		if status, _, body := send(t, "GET", h.base+"/gateway/usage?from="+from, "sk-ops", ""); status != 400 || gjson.GetBytes(body, "error.param").Str == "" {
+			t.Errorf("from=%s: %d %s", from, status, body)
+		}
+	}
 }
 
 // Every upstream call of a tool loop counts against tokens_per_minute: one

@@ -168,6 +168,7 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 	args := ctx.QueryArgs()
 	to := x.start.UTC()
 	from := time.Time{} // default: the 30 days up to to, to included
+	fromSet := false    // a from given (0001-01-01 too) is judged as given
 	for _, p := range []struct {
 		name string
 		t    *time.Time
@@ -179,9 +180,10 @@ func (s *Server) handleUsage(ctx *fasthttp.RequestCtx, x *exchange) {
 				return
 			}
 			*p.t = t
+			fromSet = fromSet || p.name == "from"
 		}
 	}
-	if from.IsZero() {
+	if !fromSet {
 		from = to.AddDate(0, 0, -29)
 	}
 	body, err := rt.Usage(context.Background(), string(args.Peek("tenant")), from, to, string(args.Peek("group_by")))
