@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1220,5 +1223,61 @@ func TestResponsesRepeatedKeyRefused(t *testing.T) {
 	}
 	if code, _, b := h.post("/responses", `{"model":"gpt-x","input":"a","stream":false}`, nil); code != 200 {
 		t.Errorf("a plain request: %d %s", code, b)
+	}
+}
+
+// A stream whose client leaves (a chat UI's stop button) is stored,
+// cancelled, with what it output until then: the id response.created
+// announced is found by a GET and continues as a previous_response_id.
+func TestResponsesStreamClientLeftIsStored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		if c.LastText == "go on" {
+			return mockllm.Turn{Text: "continued"}
+		}
+		return mockllm.Turn{Text: strings.Repeat("word ", 200)}
+	}, Chunking: mockllm.Chunking{TextRunes: 5}, ChunkDelay: 20 * time.Millisecond})
+	u, _ := url.Parse(h.base)
+	c, br := dialGateway(t, u.Host)
+	body := `{"model":"gpt-x","stream":true,"input":"write a lot"}`
+	write(t, c, "POST /v1/responses HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, text := "", 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && text < 5 {
+		line := strings.TrimPrefix(sc.Text(), "data: ")
+		if v := gjson.Get(line, "response.id").Str; id == "" && v != "" {
+			id = v
+		}
+		if gjson.Get(line, "type").Str == "response.output_text.delta" {
+			text++
+		}
+	}
+	c.Close() // the client leaves mid-answer
+	if id == "" {
+		t.Fatal("no response id announced")
+	}
+	var got *responses.Response
+	for range 100 { // stored once the gateway notices
+		if g, err := h.client.Responses.Get(context.Background(), id, responses.ResponseGetParams{}); err == nil {
+			got = g
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got == nil || got.Status != "cancelled" || got.OutputText() == "" || strings.Count(got.OutputText(), "word") >= 200 {
+		t.Fatalf("the response its client left: %+v", got)
+	}
+	next, err := h.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(id),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("go on")}})
+	if err != nil || next.OutputText() != "continued" {
+		t.Fatalf("continued after the stop: %v", err)
+	}
+	last := h.mock.Requests()[len(h.mock.Requests())-1]
+	if !strings.Contains(string(last.Body), "write a lot") || !strings.Contains(string(last.Body), "word word") {
+		t.Fatalf("the follow-up's history lacks the stopped turn: %s", last.Body)
 	}
 }

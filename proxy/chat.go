@@ -116,6 +116,12 @@ type outputForm interface {
 	fail(dst []byte, err error) []byte
 }
 
+// leaver is a form that records a stream its client left (a stored
+// Responses response is kept as cancelled, with what it output).
+type leaver interface {
+	left()
+}
+
 // pulser is a form that writes what it holds at a keep-alive: the tool
 // loop sends one while a round's tools run and the next round is awaited,
 // and what the loop reported meanwhile (a server call) goes out then
@@ -648,6 +654,9 @@ func (k *sink) finish() {
 	switch {
 	case errors.Is(k.failure, pipeline.ErrClientGone):
 		x.status = statusClientClosed
+		if l, ok := k.form.(leaver); ok {
+			l.left() // nothing is written: no one reads any more
+		}
 	case k.failure != nil:
 		x.status, x.cause = mapError(k.failure).logStatus, k.failure
 	}

@@ -360,6 +360,21 @@ func (f *responsesForm) fail(dst []byte, err error) []byte {
 	return dst
 }
 
+// left stores, when the request asked, the response of a stream whose
+// client left: cancelled, with what it output until then (the calls the
+// gateway ran included), so that the id response.created announced is
+// found by a GET and continues as a previous_response_id (a chat UI's
+// stop button), as a failed one is.
+func (f *responsesForm) left() {
+	if !f.rq.Store {
+		return
+	}
+	f.flush(nil)
+	if f.enc.Cancel() { // one that ended (and was stored) as its last write failed stays as it was
+		f.save(f.enc.Object(nil))
+	}
+}
+
 // save stores the finished or failed response (object) when the request
 // asked, with the conversation its output continues.
 func (f *responsesForm) save(object []byte) {

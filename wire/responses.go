@@ -90,6 +90,7 @@ type Responses struct {
 	finish    string
 	usage     []byte
 	fail      []byte // the error object of a failed response
+	cancelled bool   // the client left the stream before its end (Cancel)
 }
 
 type itemKind uint8
@@ -279,6 +280,18 @@ func (r *Responses) Fail(dst []byte, code, message string) []byte {
 	return endEvent(dst)
 }
 
+// Cancel ends the response as cancelled, unless it ended already: its
+// client left before the end. It writes nothing (no one reads the stream
+// any more); Object then shows it cancelled, with what it output until
+// then. It reports whether it cancelled.
+func (r *Responses) Cancel() bool {
+	if r.ended {
+		return false
+	}
+	r.ended, r.cancelled = true, true
+	return true
+}
+
 // Object appends the response object as it stands.
 func (r *Responses) Object(dst []byte) []byte {
 	status := r.status()
@@ -325,11 +338,13 @@ func (r *Responses) Object(dst []byte) []byte {
 }
 
 // Status is the response's status as it stands: in_progress, completed,
-// incomplete or failed.
+// incomplete, failed or cancelled.
 func (r *Responses) status() string {
 	switch {
 	case len(r.fail) > 0:
 		return "failed"
+	case r.cancelled:
+		return "cancelled"
 	case !r.ended:
 		return "in_progress"
 	case r.finish == "length" || r.finish == "content_filter":
