@@ -94,3 +94,30 @@ func TestPassthroughAccessLine(t *testing.T) {
 		}
 	}
 }
+
+// A chat request's access line says whether the response cache answered
+// it (hit, miss, bypass): a hit's tokens are the stored answer's, which no
+// call spent now, and summing the lines would count them twice.
+func TestAccessLineCache(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(baseConfig, `log_level = "warn"`, `log_level = "info"`, 1) + "[middleware.cache]\nenabled = true\nstore = \"memory\"\n"
+	h := newLoggedHarness(t, cfg, mockllm.Options{})
+	body := `{"model":"gpt-x","temperature":0,"messages":[{"role":"user","content":"cache me"}]}`
+	for range 2 {
+		if status, _, b := send(t, "POST", h.base+"/chat/completions", "", body); status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+	}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = got[:0]
+		for l := range strings.SplitSeq(h.logs.String(), "\n") {
+			if gjson.Get(l, "message").Str == "request" && gjson.Get(l, "path").Str == "/v1/chat/completions" {
+				got = append(got, gjson.Get(l, "cache").Str)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "miss,hit" {
+		t.Fatalf("cache fields %q:\n%s", got, h.logs.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/wire"
 )
@@ -220,6 +221,11 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 	if req != nil {
 		if m := req.Meta.Get("x-gateway-model"); m != "" {
 			ev = ev.Str("answered_by", m)
+		}
+		// hit, miss or bypass, as the response header says: a hit's tokens
+		// are the stored answer's, which no call spent now.
+		if c := req.Meta.Get(caching.HeaderCache); c != "" {
+			ev = ev.Str("cache", c)
 		}
 	}
 	ev.Msg("request")
