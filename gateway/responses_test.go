@@ -1261,12 +1261,11 @@ func TestResponsesStreamClientLeftIsStored(t *testing.T) {
 		t.Fatal("no response id announced")
 	}
 	var got *responses.Response
-	for range 100 { // stored once the gateway notices
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) { // stored once the gateway notices
 		if g, err := h.client.Responses.Get(context.Background(), id, responses.ResponseGetParams{}); err == nil {
 			got = g
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if got == nil || got.Status != "cancelled" || got.OutputText() == "" || strings.Count(got.OutputText(), "word") >= 200 {
 		t.Fatalf("the response its client left: %+v", got)

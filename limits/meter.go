@@ -11,7 +11,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/llmgw/gateway/contextedit"
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
@@ -88,14 +87,25 @@ func (l *Limiter) metered(ctx context.Context, r *pipeline.Request, resp *pipeli
 	resp.Stream = &meteredStream{Stream: resp.Stream, l: l, ctx: ctx, r: r, strip: strip}
 }
 
-// estimateAnswer estimates the output tokens of a JSON answer: its choices'
-// texts and members, as contextedit estimates a body without a tokenizer.
+// estimateAnswer estimates the output tokens of a JSON answer: a token per
+// four bytes of what its choices' messages say (content, refusal,
+// reasoning, tool calls' names and arguments), as a body is estimated
+// without a tokenizer; logprobs and other members are no output.
 func estimateAnswer(body []byte) int64 {
-	ch := gjson.GetBytes(body, "choices")
-	if !ch.IsArray() {
-		return 0
-	}
-	return int64(contextedit.EstimateJSON([]byte(ch.Raw)))
+	n := 0
+	gjson.GetBytes(body, "choices.#.message").ForEach(func(_, m gjson.Result) bool {
+		for _, k := range []string{"content", "refusal", "reasoning_content", "reasoning"} {
+			if v := m.Get(k); v.Type == gjson.String {
+				n += len(v.Str)
+			}
+		}
+		m.Get("tool_calls.#.function").ForEach(func(_, f gjson.Result) bool {
+			n += len(f.Get("name").Str) + len(f.Get("arguments").Str)
+			return true
+		})
+		return true
+	})
+	return int64((n + 3) / 4)
 }
 
 // tokensOf is the part of a usage the meter prices.

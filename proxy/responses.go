@@ -473,7 +473,8 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		return
 	}
 	if sub == "cancel" {
-		// Every response here ran to its end before it was stored.
+		// Every response here ran to its end (or its client left) before it
+		// was stored: none runs in the background.
 		s.writeError(ctx, x, pipeline.BadRequest("", "Only responses created with background set to true can be cancelled; this response has already finished."))
 		return
 	}

@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -110,16 +111,34 @@ func (s *Store) Save(ctx context.Context, tenant, id string, object, input, hist
 	// An output item whose id names no response (an mcp_approval_request's
 	// id is its call's approval id) is found through an index entry, so
 	// that a client's item_reference to it resolves (the AI SDK sends the
-	// request it answers so with store on).
-	var ferr error
-	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
-		if it.Get("type").Str == "mcp_approval_request" && it.Get("id").Str != "" && itemResponse(it.Get("id").Str) != id {
-			ferr = s.KV.Set(ctx, heldByKey(tenant, it.Get("id").Str), []byte(id), s.TTL)
-		}
-		return ferr == nil
-	})
-	return true, ferr
+	// request it answers so with store on). Best effort: the response is
+	// stored whatever becomes of it.
+	for _, item := range heldItems(object, id) {
+		_ = s.KV.Set(ctx, heldByKey(tenant, item), []byte(id), s.TTL)
+	}
+	return true, nil
 }
+
+// heldItems returns the ids of the output items of object (the response
+// id) that name no response: its mcp_approval_requests' (call_ ids).
+func heldItems(object []byte, id string) []string {
+	if !bytes.Contains(object, []byte(`"mcp_approval_request"`)) {
+		return nil
+	}
+	var out []string
+	gjson.GetBytes(object, "output").ForEach(func(_, it gjson.Result) bool {
+		if v := it.Get("id").Str; it.Get("type").Str == "mcp_approval_request" && strings.HasPrefix(v, heldPrefix) && itemResponse(v) != id {
+			out = append(out, v)
+		}
+		return true
+	})
+	return out
+}
+
+// heldPrefix starts the ids of the items that name no response (the
+// approval ids of calls awaiting approval): only those are looked up in the
+// index, so other unknown ids cost no read.
+const heldPrefix = "call_"
 
 // heldByKey is the index entry naming the response that holds an output
 // item whose id does not (Save).
@@ -128,9 +147,12 @@ func heldByKey(tenant, itemID string) string { return "respitem:" + tenant + "\x
 // Delete removes the response id stored for tenant, reporting whether it
 // was there.
 func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
-	_, ok, err := s.Load(ctx, tenant, id)
+	rec, ok, err := s.Load(ctx, tenant, id)
 	if err != nil || !ok {
 		return false, err
+	}
+	for _, item := range heldItems([]byte(rec.Response.Raw), id) {
+		_ = s.KV.Delete(ctx, heldByKey(tenant, item)) // best effort: it names a response no longer there
 	}
 	return true, s.KV.Delete(ctx, key(tenant, id))
 }
@@ -195,11 +217,22 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		return found
 	}
 	return func(itemID string) gjson.Result {
-		if it := find(itemResponse(itemID), itemID); it.Exists() || strings.HasPrefix(itemID, "in_") || reads >= maxReferenced {
-			return it
+		if !strings.HasPrefix(itemID, heldPrefix) {
+			return find(itemResponse(itemID), itemID)
+		}
+		if reads >= maxReferenced {
+			return gjson.Result{}
 		}
 		reads++
-		if b, ok, err := s.KV.Get(ctx, heldByKey(tenant, itemID)); err == nil && ok && len(b) <= 128 && strings.HasPrefix(string(b), "resp_") {
+		var b []byte
+		var ok bool
+		var err error
+		if bk, bounded := s.KV.(boundedKV); bounded {
+			b, ok, err = bk.GetMax(ctx, heldByKey(tenant, itemID), 160) // a response id, never more
+		} else {
+			b, ok, err = s.KV.Get(ctx, heldByKey(tenant, itemID))
+		}
+		if err == nil && ok && len(b) <= 128 && strings.HasPrefix(string(b), "resp_") {
 			return find(string(b), itemID)
 		}
 		return gjson.Result{}

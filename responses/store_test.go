@@ -123,6 +123,13 @@ func TestApprovalRequestReferenceResolves(t *testing.T) {
 	if it := s.Resolver(ctx, "u")("call_gwa_abc"); it.Exists() {
 		t.Fatal("another tenant resolved it")
 	}
+	// Deleting the response deletes its index entry.
+	if ok, err := s.Delete(ctx, "t", "resp_r1"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, ok, _ := s.KV.Get(ctx, heldByKey("t", "call_gwa_abc")); ok {
+		t.Fatal("the index entry outlived its response")
+	}
 }
 
 type countingKV struct {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"cmp"
 	"strconv"
 
@@ -289,6 +290,10 @@ func (r *Responses) Cancel() bool {
 		return false
 	}
 	r.ended, r.cancelled = true, true
+	// A call whose arguments were still coming is left out: cut off, it
+	// is no call anyone can run or answer, and in the conversation a
+	// follow-up continues it would be a call without its result.
+	r.items = slices.DeleteFunc(r.items, func(it respItem) bool { return it.kind == itemCall && !it.done })
 	return true
 }
 

@@ -646,3 +646,25 @@ func TestResponsesAnnotations(t *testing.T) {
 		t.Fatalf("%d annotations kept, want %d", n, maxNotes)
 	}
 }
+
+// A response its client left is cancelled with what it output: its text
+// so far, and no call whose arguments were still coming (cut off, it would
+// be a call without its result in a follow-up's history).
+func TestResponsesCancel(t *testing.T) {
+	s := NewResponsesStream(respHeader)
+	var out []byte
+	for _, e := range []Event{{Kind: Role}, text("content", "part"), {Kind: CallHeader, Index: 0, ID: "call_a", Name: "f"},
+		{Kind: CallArgs, Index: 0, Text: []byte(`{"ci`)}} {
+		out = s.Encode(out, &e)
+	}
+	if !s.Cancel() || s.Cancel() {
+		t.Fatal("Cancel reports the first cancel only")
+	}
+	obj := gjson.ParseBytes(s.Object(nil))
+	if obj.Get("status").Str != "cancelled" || obj.Get("output.#").Int() != 1 || obj.Get("output.0.content.0.text").Str != "part" {
+		t.Fatalf("cancelled object: %s", obj.Raw)
+	}
+	if n := len(out); len(s.Encode(out, &Event{Kind: End})) != n {
+		t.Fatal("an event after Cancel was written")
+	}
+}

@@ -216,5 +216,6 @@ func ParseResponsesUsage(u gjson.Result) (c ChatUsage, ok bool) {
 		}
 	}
 	c.Cached, c.Reasoning = detail(r[3]), detail(r[4])
+	c.Cached = min(c.Cached, c.Prompt) // part of the input, as ParseChatUsage reads it
 	return c, true
 }
