@@ -1,8 +1,8 @@
 package wire
 
 import (
-	"slices"
 	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/tidwall/gjson"
