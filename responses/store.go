@@ -169,8 +169,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 	loaded := map[string]*Record{} // nil: not stored (or over the bound)
 	reads := 0                     // store reads: responses loaded and index entries (heldByKey)
-	var find func(id, itemID string) gjson.Result
-	find = func(id, itemID string) gjson.Result {
+	find := func(id, itemID string) gjson.Result {
 		if id == "" {
 			return gjson.Result{}
 		}
