@@ -228,6 +228,10 @@ func TestNativeResponsesRefuseWhatTheyCannotScope(t *testing.T) {
 		{"another case", `{"model":"gpt-x","input":"hi","previous_response_id":"` + id + `","Previous_Response_Id":"resp_theirs"}`, 400},
 		{"an escaped key", `{"model":"gpt-x","input":"hi","previous_response_id":"` + id + `","previous\u005fresponse_id":"resp_theirs"}`, 400},
 		{"not a string", `{"model":"gpt-x","input":"hi","previous_response_id":["` + id + `"]}`, 400},
+		// A background response's usage comes with a later GET no one
+		// charges: limits and budgets would never see it.
+		{"background", `{"model":"gpt-x","input":"hi","background":true}`, 400},
+		{"background twice", `{"model":"gpt-x","input":"hi","background":false,"background":true}`, 400},
 	} {
 		status, _, body := send(t, "POST", h.base+"/responses", "sk-a", tc.body)
 		if status != tc.status {

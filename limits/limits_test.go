@@ -1318,3 +1318,23 @@ func TestAnswerWithoutUsageChargesOutput(t *testing.T) {
 		t.Fatalf("output tokens charged for a 4,500-byte answer without usage: %d (%s)", out, body)
 	}
 }
+
+// A default price is a listed model's, or a dated snapshot's of it; a model
+// whose name only starts with a listed one has prices of its own (o3-pro
+// is ten times o3's) and gets none: under a budget it is refused as
+// unpriced, not charged a tenth.
+func TestDefaultPriceMatchesSnapshotsOnly(t *testing.T) {
+	t.Parallel()
+	for model, want := range map[string]bool{
+		"gpt-4o": true, "gpt-4o-2024-08-06": true, "o3-2025-04-16": true, "gpt-4o-mini-2024-07-18": true,
+		"o3-pro": false, "o3-deep-research": false, "gpt-4o-realtime-preview": false, "gpt-4o-audio-preview-2024-12-17": false,
+		"o4-mini-deep-research": false, "gpt-4o-": false, "gpt-4o-x2024": false,
+	} {
+		if _, ok := priceFor(nil, model); ok != want {
+			t.Errorf("%s: priced %v, want %v", model, ok, want)
+		}
+	}
+	if p, _ := priceFor(nil, "gpt-4o-mini-2024-07-18"); p.Input != 0.15 {
+		t.Errorf("a mini snapshot priced as %+v", p)
+	}
+}

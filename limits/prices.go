@@ -9,7 +9,8 @@ import (
 )
 
 // DefaultPrices are list prices in dollars per million tokens, by upstream
-// model name (the longest matching prefix wins), for models whose
+// model name (the name itself, or a dated snapshot of it: gpt-4o-2024-08-06,
+// o3-2025-04-16), for models whose
 // [[models]] entry sets no price and for models the config does not name
 // (pass-through calls with server.passthrough_unknown_models). A configured
 // model matching none is free: set price on the model to count its spend.
@@ -26,19 +27,37 @@ var DefaultPrices = map[string]config.Price{
 }
 
 // priceFor returns the price of a model: its own, else the default of its
-// upstream name's longest listed prefix (ok false when none is listed:
-// zero).
+// upstream name or of the name it is a dated snapshot of (ok false when
+// none is listed: zero). Another model whose name merely starts with a
+// listed one (o3-pro, o3-deep-research, gpt-4o-realtime-preview) has
+// prices of its own, often many times higher: it matches none.
 func priceFor(own *config.Price, upstream string) (_ config.Price, ok bool) {
 	if own != nil {
 		return *own, true
 	}
-	best, found := "", config.Price{}
+	if p, ok := DefaultPrices[upstream]; ok {
+		return p, true
+	}
 	for name, p := range DefaultPrices {
-		if strings.HasPrefix(upstream, name) && len(name) > len(best) {
-			best, found = name, p
+		if rest, ok := strings.CutPrefix(upstream, name); ok && snapshotSuffix(rest) {
+			return p, true
 		}
 	}
-	return found, best != ""
+	return config.Price{}, false
+}
+
+// snapshotSuffix reports whether s is a dated snapshot's suffix: a dash
+// and a date of digits and dashes ("-2024-08-06", "-0613").
+func snapshotSuffix(s string) bool {
+	if len(s) < 5 || s[0] != '-' || s[1] < '0' || s[1] > '9' {
+		return false
+	}
+	for _, c := range s[1:] {
+		if (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // price returns the price of the client-facing model: a configured

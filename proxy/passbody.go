@@ -106,6 +106,19 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		}
 		body = req.Body
 	}
+	if ctx.IsPost() && f.json && path == responsesRoute {
+		// A background response answers "queued" with no usage, and its
+		// usage comes with a later GET that no one charges: limits and
+		// budgets would never see what it spends. Refused, as the
+		// gateway's own Responses API refuses it (responses.Request).
+		bg, err := onlyMembers(gjson.ParseBytes(body), "background")
+		if err != nil {
+			return pb, err
+		}
+		if v := bg[0]; v.Exists() && v.Type != gjson.Null && v.Type != gjson.False {
+			return pb, pipeline.BadRequest("background", "background is not supported by this gateway")
+		}
+	}
 	if ctx.IsPost() && f.json && rt.servesResponses(model) {
 		if responsesCollection(path) && rt.Policy != nil && !rt.Policy.AllowsPath(t, responsesRoute) {
 			// Served here, a collection is part of the tenant's
