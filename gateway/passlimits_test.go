@@ -295,6 +295,35 @@ period = "day"
 	}
 }
 
+// A compaction passed through (POST /v1/responses/compact of a model the
+// gateway does not serve) is a model call: metered like any, so its
+// tokens spend the budget (it was charged nothing, every time).
+func TestPassthroughCompactionIsMetered(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(strings.Split(limitsConfig, "[[limits]]")[0], `log_level = "warn"`, `log_level = "warn"
+passthrough_unknown_models = true`, 1) + `
+[[policies]]
+tenant = "team"
+models = ["gpt-4o*"]
+passthrough = ["/v1/responses/compact"]
+[[budgets]]
+tenant = "team"
+amount = 0.01
+period = "day"
+`
+	h := newHarness(t, cfg, mockllm.Options{})
+	compact := func(query string) (int, []byte) {
+		status, _, body := send(t, "POST", h.base+"/responses/compact"+query, "sk-team", `{"model":"gpt-4o-2024-11-20","input":"hi"}`)
+		return status, body
+	}
+	if status, body := compact("?usage=4000"); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if status, body := compact("?usage=1"); status != 429 || gjson.GetBytes(body, "error.code").Str != "insufficient_quota" {
+		t.Fatalf("after $0.01 of compaction on a $0.01 budget: %d %s", status, body)
+	}
+}
+
 // A call of a model endpoint whose body names no model (which an upstream
 // serving one model answers with it) cannot be priced: under a budget it
 // is refused before it reaches the provider (403 model_not_priced), as an

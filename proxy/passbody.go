@@ -183,9 +183,10 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 		if x.call, err = rt.Policy.Limit(req); err != nil {
 			return pb, err
 		}
-		if ctx.IsPost() && rt.Policy.ModelEndpoint(path) {
-			// A call of a model: metered. A retrieval (a stored response,
-			// a batch) may carry the usage of a call charged already.
+		if ctx.IsPost() && (rt.Policy.ModelEndpoint(path) || path == compactRoute) {
+			// A call of a model (a compaction is one): metered. A
+			// retrieval (a stored response, a batch) may carry the usage
+			// of a call charged already.
 			pb.metered, pb.estimate = true, f.json
 		}
 	}
