@@ -266,16 +266,7 @@ func TestResponsesAreAdmittedOnce(t *testing.T) {
 // reaches the provider. Both used to be free.
 func TestPassthroughOfAnUnconfiguredModelSpendsTheBudget(t *testing.T) {
 	t.Parallel()
-	cfg := strings.Replace(strings.Split(limitsConfig, "[[limits]]")[0], `log_level = "warn"`, `log_level = "warn"
-passthrough_unknown_models = true`, 1) + `
-[[policies]]
-tenant = "team"
-models = ["gpt-4o*", "mystery*"]
-[[budgets]]
-tenant = "team"
-amount = 0.01
-period = "day"
-`
+	cfg := teamBudgetConfig(true, `models = ["gpt-4o*", "mystery*"]`)
 	h := newHarness(t, cfg, mockllm.Options{})
 	embed := func(model, query string) (int, []byte) {
 		status, _, body := send(t, "POST", h.base+"/embeddings"+query, "sk-team", `{"model":"`+model+`","input":"hi"}`)
@@ -300,17 +291,7 @@ period = "day"
 // tokens spend the budget (it was charged nothing, every time).
 func TestPassthroughCompactionIsMetered(t *testing.T) {
 	t.Parallel()
-	cfg := strings.Replace(strings.Split(limitsConfig, "[[limits]]")[0], `log_level = "warn"`, `log_level = "warn"
-passthrough_unknown_models = true`, 1) + `
-[[policies]]
-tenant = "team"
-models = ["gpt-4o*"]
-passthrough = ["/v1/responses/compact"]
-[[budgets]]
-tenant = "team"
-amount = 0.01
-period = "day"
-`
+	cfg := teamBudgetConfig(true, "models = [\"gpt-4o*\"]\npassthrough = [\"/v1/responses/compact\"]")
 	h := newHarness(t, cfg, mockllm.Options{})
 	compact := func(query string) (int, []byte) {
 		status, _, body := send(t, "POST", h.base+"/responses/compact"+query, "sk-team", `{"model":"gpt-4o-2024-11-20","input":"hi"}`)
@@ -331,15 +312,7 @@ period = "day"
 // still passes, and a path that calls no model is not affected.
 func TestPassthroughWithoutModelUnderABudget(t *testing.T) {
 	t.Parallel()
-	cfg := strings.Split(limitsConfig, "[[limits]]")[0] + `
-[[policies]]
-tenant = "team"
-passthrough = ["/v1/*"]
-[[budgets]]
-tenant = "team"
-amount = 0.01
-period = "day"
-`
+	cfg := teamBudgetConfig(false, `passthrough = ["/v1/*"]`)
 	h := newHarness(t, cfg, mockllm.Options{})
 	for _, c := range []struct{ path, body string }{
 		{"/completions", `{"prompt":"hi","max_tokens":5}`},
@@ -566,4 +539,16 @@ passthrough = ["/v1/embeddings", "/v1/files", "/v1/completions"]
 			t.Errorf("a tenant without limits: %s = %q", k, hdr.Get(k))
 		}
 	}
+}
+
+// teamBudgetConfig is limitsConfig without its limits, with a $0.01 daily
+// budget for tenant team, whose policy holds policy's lines; unknown lets
+// a pass-through body name a model the config does not
+// (server.passthrough_unknown_models).
+func teamBudgetConfig(unknown bool, policy string) string {
+	cfg := strings.Split(limitsConfig, "[[limits]]")[0]
+	if unknown {
+		cfg = strings.Replace(cfg, `log_level = "warn"`, "log_level = \"warn\"\npassthrough_unknown_models = true", 1)
+	}
+	return cfg + "\n[[policies]]\ntenant = \"team\"\n" + policy + "\n[[budgets]]\ntenant = \"team\"\namount = 0.01\nperiod = \"day\"\n"
 }
