@@ -138,6 +138,9 @@ func build(cfg *config.Config, log zerolog.Logger, s seams) (rt *proxy.Runtime, 
 	rt.Usage = func(ctx context.Context, tenant string, from, to time.Time, groupBy string) ([]byte, error) {
 		return limiter.Report(ctx, limits.UsageQuery{Tenant: tenant, From: from, To: to, GroupBy: groupBy})
 	}
+	if b.tracer != nil {
+		rt.Refused = b.tracer.Refused
+	}
 	if mcp := b.mcp; mcp != nil {
 		// An MCP server that is down hides only its own tools; the gateway
 		// still serves, so it stays ready and /readyz names the server.
@@ -304,6 +307,7 @@ func (b *builder) startShared() (err error) {
 			kinds[p.Name] = p.Kind
 		}
 		tracer.SetProviders(kinds)
+		tracer.SetErrorStatus(proxy.ErrorStatus)
 		b.closers = append(b.closers, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -124,10 +124,21 @@ func TestRedisOutageRefusedAndBack(t *testing.T) {
 		defer cancel()
 		return rdb.Get(ctx, "k").Err()
 	}
-	if err := bounded(); err == nil || errors.Is(err, errOutage) {
+	// A call without a deadline of its own (an approval's save) fails
+	// within the timeout too: go-redis dialled five times, 100 ms apart,
+	// and a probe found an approval waiting 400 ms and its decision 800 ms.
+	start := time.Now()
+	if err := rdb.Get(ctx, "k").Err(); err == nil || errors.Is(err, errOutage) {
 		t.Fatalf("first call to a stopped server: %v", err)
 	}
-	start := time.Now()
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Fatalf("a call to a refused server took %v, over the 300ms timeout", d)
+	}
+	time.Sleep(outagePause + 50*time.Millisecond) // the pause ends: the next call asks again
+	if err := bounded(); err == nil || errors.Is(err, errOutage) {
+		t.Fatalf("first call after the pause: %v", err)
+	}
+	start = time.Now()
 	for range 4 { // a request's state, claim, cache and limits calls
 		if err := bounded(); !errors.Is(err, errOutage) {
 			t.Fatalf("a later call: %v, want skipped", err)

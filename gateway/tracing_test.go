@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -257,5 +258,62 @@ func TestTracingSpanForLimitedToolCall(t *testing.T) {
 	}
 	if failed != 1 || ok != 1 {
 		t.Fatalf("tool spans: %d failed, %d ok; want one of each", failed, ok)
+	}
+}
+
+// Failed requests' spans say the status their client was answered with, as
+// the access line does: a request the upstream refused (its call's span has
+// the upstream's status too), and requests refused before the request
+// layer ran (a model the config does not have, a body that is no JSON, a
+// Responses request that does not translate), which had no span at all.
+func TestTracingFailedRequestStatus(t *testing.T) {
+	t.Parallel()
+	rc, otlpURL := newOTLPReceiver(t)
+	h := newHarness(t, baseConfig+"[tracing]\nenabled = true\nendpoint = \""+otlpURL+"\"\n", mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Fault: mockllm.StatusFault(429, "rate_limit_exceeded", "slow down")}
+	}})
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	tp := map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}
+	for _, c := range []struct{ path, body string }{
+		{"/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`},
+		{"/chat/completions", `{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`},
+		{"/chat/completions", `{"model":`},
+		{"/responses", `{"model":"gpt-x","input":[{"type":"no_such_item"}]}`},
+	} {
+		if st, _, b := h.post(c.path, c.body, tp); st < 400 {
+			t.Fatalf("%s %s: %d %s", c.path, c.body, st, b)
+		}
+	}
+	want := map[string]int{"429": 1, "404": 1, "400": 1} // server spans by status, chat
+	spans := rc.wait(t, 5)                               // four server spans, one model call
+	got := map[string]int{}
+	responses := 0
+	for _, s := range spans {
+		if hex.EncodeToString(s.TraceId) != traceID {
+			t.Fatalf("span %q in trace %x, not the client's", s.Name, s.TraceId)
+		}
+		st := attr(s, "http.response.status_code")
+		if s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || st == "" {
+			t.Fatalf("span %q: status %v, http.response.status_code %q", s.Name, s.Status, st)
+		}
+		switch {
+		case s.Kind == tracepb.Span_SPAN_KIND_CLIENT:
+			if st != "429" {
+				t.Fatalf("model call span status %q", st)
+			}
+		case s.Name == "POST /v1/responses":
+			if st != "400" {
+				t.Fatalf("responses span status %q", st)
+			}
+			responses++
+		case s.Name == "POST /v1/chat/completions":
+			if s.StartTimeUnixNano == 0 || s.EndTimeUnixNano < s.StartTimeUnixNano {
+				t.Fatalf("span times %d..%d", s.StartTimeUnixNano, s.EndTimeUnixNano)
+			}
+			got[st]++
+		}
+	}
+	if responses != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("chat server spans by status %v (want %v), %d responses spans", got, want, responses)
 	}
 }

@@ -26,6 +26,8 @@ import (
 func (s *Server) handleChat(ctx *fasthttp.RequestCtx, x *exchange) {
 	if req := s.chatIn(ctx, x); req != nil {
 		s.runChat(ctx, x, req, chatForm{})
+	} else {
+		s.refused(ctx, x, false)
 	}
 }
 

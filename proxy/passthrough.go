@@ -110,6 +110,9 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	pc, pb, err := s.passTarget(ctx, x, path)
 	if err != nil {
 		s.passError(ctx, x, err)
+		if path == responsesRoute && x.rt.Responses != nil {
+			s.refused(ctx, x, true) // a request the gateway's Responses API may have served
+		}
 		return
 	}
 	x.tenant = tenantName(pb.tenant)

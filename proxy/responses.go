@@ -43,6 +43,7 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	rq, err := s.translateResponses(st, tenant, body)
 	if err != nil {
 		s.writeError(ctx, x, err)
+		s.refused(ctx, x, true)
 		return
 	}
 	// Random, not the request id: in an open gateway every caller shares one

@@ -58,6 +58,11 @@ type Runtime struct {
 	ResponseOwners *responses.Owners
 	// Ready reports readiness details for /readyz; nil means ready.
 	Ready func() (ok bool, details map[string]string)
+	// Refused, when set (tracing), records a chat or Responses request
+	// refused before its request layer ran, whose spans that layer starts:
+	// the client's traceparent and tracestate, the request's start and the
+	// error it was answered with (ErrorStatus gives its status).
+	Refused func(traceparent, tracestate string, responses bool, start time.Time, err error)
 	// Close releases what the runtime holds, after its last request.
 	Close func()
 
@@ -663,6 +668,26 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, x *exchange, err error) {
 	}
 	ctx.SetBody(env.body)
 	x.status, x.cause = env.logStatus, err
+}
+
+// ErrorStatus is the HTTP status a request that failed with err is
+// answered with (the status of its access line: 499 for a client that
+// left), from the one mapper.
+func ErrorStatus(err error) int { return mapError(err).logStatus }
+
+// refused hands a chat or Responses request refused before its request
+// layer ran (x.cause) to Runtime.Refused: the request layer's span covers
+// every answer after that.
+func (s *Server) refused(ctx *fasthttp.RequestCtx, x *exchange, responses bool) {
+	f := x.rt.Refused
+	if f == nil || x.cause == nil {
+		return
+	}
+	var tp, ts string
+	if v := ctx.Request.Header.Peek("Traceparent"); len(v) > 0 && len(v) <= 128 {
+		tp, ts = string(v), string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
+	}
+	f(tp, ts, responses, x.start, x.cause)
 }
 
 // spentCounter makes the x-ratelimit-* trio of the counter that refused a

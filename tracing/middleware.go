@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -126,6 +127,7 @@ func (t *Tracer) Request() pipeline.Middleware {
 			}
 			if err != nil {
 				fail(span, a, err)
+				t.statusOf(a, err)
 				a.end(span)
 				return resp, err
 			}
@@ -206,6 +208,10 @@ func (t *Tracer) ModelCall(next pipeline.Handler) pipeline.Handler {
 		resp, err := next.Chat(ctx, r)
 		if err != nil {
 			fail(span, a, err)
+			var ue *pipeline.UpstreamError
+			if errors.As(err, &ue) && ue.Kind == pipeline.UpstreamStatus {
+				a.add(semconv.HTTPResponseStatusCode(ue.Status)) // the upstream's answer to this call
+			}
 			a.end(span)
 			return resp, err
 		}
@@ -345,6 +351,38 @@ func finishReason(f string) attribute.KeyValue {
 		return kv
 	}
 	return semconv.GenAIResponseFinishReasons(strings.Clone(f)) // f may be a view of a body
+}
+
+// statusOf adds the HTTP status a failed request's client is answered with.
+func (t *Tracer) statusOf(a *attrs, err error) {
+	if t.status != nil {
+		a.add(semconv.HTTPResponseStatusCode(t.status(err)))
+	}
+}
+
+// Refused records the server span of a chat or Responses request refused
+// before the request layer ran (no key, a body that is no request, a model
+// the config does not have): started at start, ended now, failed with err
+// and the status the client was answered with. traceparent and tracestate
+// are the client's headers.
+func (t *Tracer) Refused(traceparent, tracestate string, responses bool, start time.Time, err error) {
+	ctx := context.Background()
+	if traceparent != "" {
+		ctx = propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
+	}
+	name, path := serverSpanName, urlPathChat
+	if responses {
+		name, path = responsesSpanName, urlPathResponses
+	}
+	_, span := t.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
+	if !span.IsRecording() {
+		return
+	}
+	a := newAttrs()
+	a.add(semconv.HTTPRequestMethodPost, path, semconv.GenAIOperationNameChat)
+	fail(span, a, err)
+	t.statusOf(a, err)
+	a.end(span)
 }
 
 func fail(span trace.Span, a *attrs, err error) {

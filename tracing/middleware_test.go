@@ -113,7 +113,7 @@ func TestSpanAttributes(t *testing.T) {
 				}
 			}
 			want = "error.type=upstream_503 gateway.attempt=1 gateway.fallback=false gateway.provider=up gateway.retry=false gateway.stream=" + stream +
-				" gen_ai.operation.name=chat gen_ai.provider.name=openai gen_ai.request.model=gpt-x-up"
+				" gen_ai.operation.name=chat gen_ai.provider.name=openai gen_ai.request.model=gpt-x-up http.response.status_code=503"
 			if got := attrList(failed); got != want || failed.Status().Code != codes.Error || len(failed.Events()) != 1 {
 				t.Fatalf("failed call:\n got %s %v %v\nwant %s", got, failed.Status(), failed.Events(), want)
 			}

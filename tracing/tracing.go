@@ -44,6 +44,10 @@ type Tracer struct {
 	kinds  map[string]string
 	names  sync.Map // upstream model → its call spans' name
 	nNames atomic.Int64
+	// status maps an error to the HTTP status its client is answered with
+	// (SetErrorStatus): the gateway's one mapper, so that a span says what
+	// the access line says.
+	status func(error) int
 }
 
 // propagator is W3C trace context (traceparent, tracestate).
@@ -128,6 +132,15 @@ func exporter(ctx context.Context, cfg config.Tracing) (*otlptrace.Exporter, err
 func (t *Tracer) SetProviders(kinds map[string]string) {
 	if t != nil {
 		t.kinds = kinds
+	}
+}
+
+// SetErrorStatus gives the tracer the gateway's mapping of an error to the
+// HTTP status its client is answered with, before the tracer serves a
+// request: a failed request's server span gets http.response.status_code.
+func (t *Tracer) SetErrorStatus(f func(error) int) {
+	if t != nil {
+		t.status = f
 	}
 }
 
