@@ -86,3 +86,30 @@ models = ["gpt-x"]
 		})
 	}
 }
+
+// A JSON tool loop that fails after a round (the second call's upstream
+// answers 500) was charged the round that ran, and its access line says so:
+// it said no tokens, since only a stream's calls were noted for the log.
+func TestFailedJSONLoopUsageIsLogged(t *testing.T) {
+	t.Parallel()
+	config := strings.Replace(baseConfig, `log_level = "warn"`, `log_level = "info"`, 1) + calculatorTool
+	h := newLoggedHarness(t, config, mockllm.Options{Respond: mockllm.Sequence(
+		mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "calculator", Arguments: `{"expression":"6*7"}`}}, Usage: &mockllm.Usage{Prompt: 50, Completion: 6, Cached: 20}},
+		mockllm.Turn{Fault: mockllm.StatusFault(500, "", "upstream down")},
+	)})
+	if st, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"compute"}]}`, nil); st < 500 {
+		t.Fatalf("status %d: %s", st, b)
+	}
+	var line gjson.Result
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !line.Exists(); time.Sleep(10 * time.Millisecond) {
+		for _, l := range strings.Split(h.logs.String(), "\n") {
+			if gjson.Get(l, "message").Str == "request" && gjson.Get(l, "path").Str == "/v1/chat/completions" {
+				line = gjson.Parse(l)
+			}
+		}
+	}
+	got := [3]int64{line.Get("prompt_tokens").Int(), line.Get("completion_tokens").Int(), line.Get("cached_tokens").Int()}
+	if got != [3]int64{50, 6, 20} || line.Get("status").Int() < 500 {
+		t.Fatalf("access line tokens %v (want the first round's 50, 6, 20): %s", got, line.Raw)
+	}
+}

@@ -150,10 +150,11 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	if req.Stream && req.Lookahead == nil {
 		req.Lookahead = &x.look // the sink asks it before each flush
 	}
-	if req.Stream && req.Usage == nil {
-		// The calls' usage for the access log when the client's stream
-		// carries none (it did not ask: the meter takes it out).
-		req.Usage = new(pipeline.UsageLog)
+	if req.Usage == nil {
+		// The calls' usage for the access log when the answer carries none:
+		// a stream that did not ask (the meter takes it out), a tool loop
+		// that failed after rounds that were charged.
+		req.Usage = &x.usageLog
 	}
 	rctx := lazyctx.New(s.base, time.Time{}) // registers with s.base only once something waits on it
 	cancel := rctx.Cancel
@@ -189,6 +190,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		}
 		setMetaHeaders(ctx, req.Meta)
 		s.writeError(ctx, x, err)
+		x.usage, x.hasUsage = req.Usage.Total() // what the calls before the failure were charged
 		return
 	}
 	setMetaHeaders(ctx, req.Meta)

@@ -50,6 +50,11 @@ type exchange struct {
 	chatReq pipeline.Request
 	meta    pipeline.Meta
 	look    pipeline.Lookahead // a stream's Request.Lookahead
+	// usageLog backs a chat request's Request.Usage: its upstream calls'
+	// usage for the access line, when the answer's own does not say it (a
+	// stream that did not ask for usage, a tool loop that failed after a
+	// round).
+	usageLog pipeline.UsageLog
 
 	chat   bool // counted in Server.chats (cancelled at shutdown)
 	stream bool // an SSE stream, counted in activeStreams
