@@ -51,7 +51,7 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	s.adminMu.Lock()
 	s.admin = append(s.admin, srv)
 	s.adminMu.Unlock()
-	return srv.Serve(ln)
+	return srv.Serve(&retryListener{Listener: ln, log: &s.log})
 }
 
 // handleOps serves the operator routes (/healthz, /readyz, /metrics) and

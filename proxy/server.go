@@ -198,7 +198,9 @@ func (s *Server) Swap(rt *Runtime) *Runtime {
 func (s *Server) Runtime() *Runtime { return s.rt.Load() }
 
 // Serve accepts connections on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(&retryListener{Listener: ln, log: &s.log})
+}
 
 // finalWrites bounds how long Shutdown waits, after the grace period, for
 // the cancelled requests to write their error: a writer blocked on a client
