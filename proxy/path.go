@@ -22,7 +22,7 @@ const maxDecodeRounds = 3
 //     of the provider's base path;
 //   - paths that are only a variant of another path (404): an encoded slash
 //     or backslash, ';' parameters, empty segments, a trailing slash,
-//     control characters. fasthttp's own normalisation maps some of these
+//     anything but printable ASCII (printableASCII). fasthttp's own normalisation maps some of these
 //     to a route and forwards others as written; here each path has exactly
 //     one spelling, so a variant of the chat route can never reach the
 //     upstream's chat endpoint around the gateway's pipeline.
@@ -62,7 +62,7 @@ func canonicalPath(raw string) (string, error) {
 		strings.ContainsAny(canonical, ";\\") ||
 		strings.Contains(canonical, "//") ||
 		(len(canonical) > 1 && canonical[len(canonical)-1] == '/') ||
-		hasControl(canonical) {
+		!printableASCII(canonical) {
 		return "", unknownURL(raw)
 	}
 	return canonical, nil
@@ -84,13 +84,20 @@ func hasDotSegment(p string) bool {
 	return false
 }
 
-func hasControl(s string) bool {
+// printableASCII reports whether s has only printable ASCII other than
+// '%': no control character, space, '%' left by a second layer of
+// encoding, or any byte of a non-ASCII character. No route or upstream id
+// has any of them, and an upstream that trims or normalises them
+// (`/v1/chat/completions%20`, a fullwidth or a zero-width character, an
+// overlong encoding) would read its own chat route where the gateway saw
+// another path.
+func printableASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] == 0x7f {
-			return true
+		if s[i] <= ' ' || s[i] >= 0x7f || s[i] == '%' {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 func badPath() error {
