@@ -62,21 +62,20 @@ var refSkips = []string{"parameters", "schema", "json_schema", "input_schema", "
 var refFileMembers = []string{"training_file", "validation_file"}
 
 // refKeys are byte strings one of which a body that names a stored object
-// other than through an id member holds (idKey finds those); `\u`
-// because a key may be spelt with escapes, which the walk reads decoded.
-// These are searched as OpenAI spells them, which is how OpenAI (the
-// provider that stores such objects) reads them. A chat body can name only
-// files and audio answers.
+// other than through an id member holds (idKey finds those), compared
+// without regard to case (foldIndex), as an upstream written in Go reads
+// member names; `\u` because a key may be spelt with escapes, which the
+// walk reads decoded. A chat body can name only files and audio answers.
 var (
-	chatRefKeys = [][]byte{[]byte(`"audio"`), []byte(`\u`)}
-	refKeys     = [][]byte{[]byte(`"audio"`), []byte(`"container"`), []byte(`"conversation"`), []byte(`_file"`), []byte(`\u`)}
+	chatRefKeys = []string{`"audio"`}
+	refKeys     = []string{`"audio"`, `"container"`, `"conversation"`, `_file"`}
 )
 
 // mayRefer reports whether body can name a stored object: false for a
 // body without any of the members that do (the common case, found by a
 // few byte searches, fewer on chat).
 func mayRefer(body []byte, chat bool) bool {
-	if idKey(body) {
+	if idKey(body) || bytes.Contains(body, []byte(`\u`)) {
 		return true
 	}
 	keys := refKeys
@@ -84,11 +83,26 @@ func mayRefer(body []byte, chat bool) bool {
 		keys = chatRefKeys
 	}
 	for _, k := range keys {
-		if bytes.Contains(body, k) {
+		if hasFold(body, k) {
 			return true
 		}
 	}
 	return false
+}
+
+// hasFold reports whether body holds key in any case of its letters. key
+// starts with a byte that has no case ('"' or '_') and is lower-case.
+func hasFold(body []byte, key string) bool {
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(body[i:], key[0])
+		if j < 0 || i+j+len(key) > len(body) {
+			return false
+		}
+		i += j
+		if foldedBefore(body, i+len(key), key[1:]) {
+			return true
+		}
+	}
 }
 
 // idKey reports whether body holds file_id, file_ids or vector_store_ids,
@@ -202,7 +216,7 @@ func walkRefs(v gjson.Result, depth int, skips bool, allowed func(*refKind) bool
 			if !allowed(refContainer) {
 				kind = refContainer
 			}
-		case strings.EqualFold(key, "audio") && m.Get("id").Exists():
+		case strings.EqualFold(key, "audio") && hasMemberFold(m, "id"):
 			// An assistant message's stored audio answer: {"id": ...}.
 			if !allowed(refAudio) {
 				kind, path = refAudio, []string{"id"}
@@ -216,4 +230,15 @@ func walkRefs(v gjson.Result, depth int, skips bool, allowed func(*refKind) bool
 		return kind == nil
 	})
 	return kind, path
+}
+
+// hasMemberFold reports whether object m has a member named name (lower
+// case) in any case, as Go's encoding/json would read it.
+func hasMemberFold(m gjson.Result, name string) bool {
+	found := false
+	m.ForEach(func(k, _ gjson.Result) bool {
+		found = strings.EqualFold(k.Str, name)
+		return !found
+	})
+	return found
 }

@@ -49,6 +49,10 @@ func TestStoredRefs(t *testing.T) {
 		{"/v1/responses", `{"model":"m","input":[{"role":"user","content":[{"type":"input_file","file\u005fid":"file-x"}]}]}`, "input[0].content[0].file_id"},
 		{"/v1/responses", `{"model":"m","input":"q","conversati\u006fn":"conv_x"}`, "conversation"},
 		{"", `{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"File_Id":"file-x"}}]}]}`, "messages[0].content[0].file.File_Id"},
+		{"", `{"model":"m","messages":[{"role":"assistant","Audio":{"id":"audio_x"}},{"role":"user","content":"again"}]}`, "messages[0].Audio.id"},
+		{"", `{"model":"m","messages":[{"role":"assistant","audio":{"ID":"audio_x"}},{"role":"user","content":"again"}]}`, "messages[0].audio.id"},
+		{"/v1/responses", `{"model":"m","input":"q","Conversation":"conv_x"}`, "Conversation"},
+		{"/v1/responses", `{"model":"m","input":"q","tools":[{"type":"code_interpreter","CONTAINER":"cntr_x"}]}`, "tools[0].CONTAINER"},
 		{"/v1/vector_stores", `{"name":"mine","file_ids":["file-x"]}`, "file_ids"},
 		{"/v1/vector_stores/vs_1/files", `{"file_id":"file-x"}`, "file_id"},
 		{"/v1/containers", `{"name":"c","file_ids":["file-x"]}`, "file_ids"},
@@ -134,7 +138,7 @@ func TestStoredRefsPrefilter(t *testing.T) {
 			t.Errorf("chat %v: a body without references would be walked", chat)
 		}
 	}
-	for _, b := range []string{`{"File_Ids":[]}`, `{"vector_store_ids":[]}`, `{"x":"\u0041"}`} {
+	for _, b := range []string{`{"File_Ids":[]}`, `{"vector_store_ids":[]}`, `{"x":"\u0041"}`, `{"AUDIO":{}}`, `{"Training_File":"f"}`} {
 		if !mayRefer([]byte(b), false) {
 			t.Errorf("%s would not be walked", b)
 		}
