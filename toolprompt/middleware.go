@@ -165,6 +165,9 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 			// re-ask.
 			if o.err != nil {
 				o.calls, o.shown = nil, o.text
+				if h.schema {
+					o.shown = structuredText(o.text)
+				}
 				return "", nil
 			}
 			var pe *pipeline.Error
@@ -224,6 +227,11 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 			return fmt.Sprintf("### error\nYour tool call could not be used: %v. Write the calls again as the format says.", o.err), nil
 		}
 		o.calls, o.shown = nil, o.text // give up on calls: the text is the answer
+		if h.schema && rw.choice != choiceNone {
+			// Asked for the protocol, re-asked and still malformed (under
+			// "none" the protocol was not asked for: the reply is text).
+			o.shown = structuredText(o.text)
+		}
 		return "", nil
 	}
 	missing := ""
@@ -364,8 +372,35 @@ func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err err
 		// Structured output the client asked for (protocolFormat): the
 		// answer is that JSON.
 		return []byte(res[1].Raw), false, nil, nil
+	case res[0].IsArray():
+		// "calls": [] and no answer: a reply without calls, and without
+		// text, as an empty block in the fenced format (asked again, a
+		// model that chose no call mostly answers the same).
+		return nil, true, nil, nil
 	}
 	return nil, true, nil, fmt.Errorf(`the reply has neither "calls" nor "answer"`)
+}
+
+// structuredText is the answer of a json_schema reply given up on (still
+// malformed after the re-asks): the answer it holds when there is one
+// (an object with prose around it), nothing when it is the protocol
+// without one (the model's "thought" is not the client's answer), and the
+// text itself when it is no protocol at all (the model answered in prose).
+func structuredText(b []byte) []byte {
+	i, j := bytes.IndexByte(b, '{'), bytes.LastIndexByte(b, '}')
+	if i < 0 || j < i || !jsonvalid.Bytes(b[i:j+1]) {
+		return b
+	}
+	res := gjson.GetManyBytes(b[i:j+1], "answer", "thought", "calls")
+	switch {
+	case res[0].Type == gjson.String:
+		return []byte(res[0].Str)
+	case res[0].IsObject() || res[0].IsArray():
+		return []byte(res[0].Raw)
+	case res[1].Exists() || res[2].Exists():
+		return nil
+	}
+	return b
 }
 
 // blocking serves a non-streamed call.

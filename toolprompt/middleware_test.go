@@ -788,3 +788,56 @@ func TestParallelToolCallsNotABoolean(t *testing.T) {
 		}
 	}
 }
+
+// A json_schema reply never shows the client the protocol: "calls": []
+// without an answer is an empty answer at once (it was asked again, then
+// given as the protocol object, thought and all); a reply still malformed
+// after the re-asks shows the answer it holds, nothing when it holds none,
+// or its prose when it is no protocol at all. JSON and stream alike.
+func TestStructuredGiveUpShowsNoProtocol(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, reply, want string
+		calls             int32 // upstream calls per form
+	}{
+		{"empty calls", `{"thought":"secret plan","calls":[]}`, "", 1},
+		{"prose around", `Sure! {"thought":"secret plan","answer":"hi"}`, "hi", 3},
+		{"thought alone", `{"thought":"secret plan"}`, "", 3},
+		{"prose only", `The answer is 4.`, `The answer is 4.`, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+			var calls atomic.Int32
+			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				calls.Add(1)
+				if r.Stream {
+					return &pipeline.Response{Stream: teststream.Chunks(
+						head+`{"role":"assistant","content":`+q(tc.reply[:5])+`},"finish_reason":null}]}`,
+						head+`{"content":`+q(tc.reply[5:])+`},"finish_reason":null}]}`,
+						head+`{},"finish_reason":"stop"}]}`,
+					)}, nil
+				}
+				return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(tc.reply) + `},"finish_reason":"stop"}]}`)}, nil
+			})
+			h := New(Options{MaxErrors: 2, Format: "json_schema"})(next)
+			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			jc := gjson.GetBytes(resp.Body, "choices.0.message.content").Str
+			jn := calls.Swap(0)
+			resp, err = h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `,"stream":true}`), Stream: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sc string
+			for _, c := range drainChunks(t, resp.Stream) {
+				sc += gjson.GetBytes(c, "choices.0.delta.content").Str
+			}
+			if jc != tc.want || sc != tc.want || jn != tc.calls || calls.Load() != tc.calls {
+				t.Fatalf("JSON %q (%d upstream calls), stream %q (%d); want %q (%d each)", jc, jn, sc, calls.Load(), tc.want, tc.calls)
+			}
+		})
+	}
+}
