@@ -6,7 +6,10 @@
 // read-only and shared by every request built from it.
 package config
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // Config is the whole file.
 type Config struct {
@@ -149,6 +152,25 @@ type Deployment struct {
 	Provider string `toml:"provider"`
 	Upstream string `toml:"upstream"`
 	Weight   int    `toml:"weight"` // default 1
+}
+
+// MaxToolDescription is the longest function description OpenAI accepts
+// (1024 characters: a longer one fails the whole request, 400
+// string_above_max_length).
+const MaxToolDescription = 1024
+
+// ClipDescription bounds a tool description a server wrote (an MCP tool's,
+// an OpenAPI operation's) to MaxToolDescription bytes, cut at a character's
+// start: a longer one would fail every request that offers the tool.
+func ClipDescription(s string) string {
+	if len(s) <= MaxToolDescription {
+		return s
+	}
+	n := MaxToolDescription
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Tool is a server-side tool.

@@ -2,7 +2,9 @@ package mcpclient
 
 import (
 	"os"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/llmgw/gateway/config"
 )
@@ -18,8 +20,12 @@ func oddSchemasServer() {
 		"untyped": map[string]any{},
 		"typed":   map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "string"}}},
 	}
+	toolDescriptions = map[string]string{"typed": "Ré" + strings.Repeat("é", 3000)}
 	stdioServer("odd", []string{"boolean", "string", "untyped", "typed"}, nil, nil)
 }
+
+// toolDescriptions are the descriptions stdioServer lists its tools with.
+var toolDescriptions map[string]string
 
 // TestOddInputSchemas: a tool whose input schema is not an object schema
 // is not offered (every upstream refuses a request with such a function,
@@ -49,5 +55,11 @@ func TestOddInputSchemas(t *testing.T) {
 				t.Errorf("parameters %s, want %s", got, tc.params)
 			}
 		})
+	}
+	// A description over OpenAI's 1024 characters (which fails every
+	// request offering the tool) is cut, at a character's start.
+	if d := m.Lookup("typed").Description; len(d) > config.MaxToolDescription || len(d) < config.MaxToolDescription-1 ||
+		!utf8.ValidString(d) || !strings.HasPrefix(d, "Réé") {
+		t.Errorf("description of %d bytes (valid UTF-8 %v): %.20q", len(d), utf8.ValidString(d), d)
 	}
 }

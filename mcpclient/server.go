@@ -302,6 +302,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) ([]*Tool, er
 		if desc == "" {
 			desc = t.Title
 		}
+		desc = config.ClipDescription(desc) // servers write long ones; OpenAI refuses the request
 		repeatable := t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint)
 		out = append(out, &Tool{
 			Tool: config.Tool{Name: name, Description: desc, Parameters: string(params), Kind: "mcp", Server: s.cfg.Name,

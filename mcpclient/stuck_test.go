@@ -80,7 +80,7 @@ func stdioServer(name string, tools []string, call func(tool string, reply map[s
 				if !ok {
 					schema = map[string]any{"type": "object"}
 				}
-				list = append(list, map[string]any{"name": t, "inputSchema": schema})
+				list = append(list, map[string]any{"name": t, "inputSchema": schema, "description": toolDescriptions[t]})
 			}
 			reply["result"] = map[string]any{"tools": list}
 			_ = out.Encode(reply)

@@ -238,9 +238,7 @@ func newOperation(s config.OpenAPI, bu *url.URL, client *http.Client, method, p,
 	if desc == "" {
 		desc = method + " " + p
 	}
-	if len(desc) > 1024 {
-		desc = desc[:1024]
-	}
+	desc = config.ClipDescription(desc)
 	approval := ""
 	if len(s.Approval) > 0 && selected(s.Approval, id) {
 		approval = "always"

@@ -321,3 +321,19 @@ paths:
 	}
 	return ops[0]
 }
+
+// An operation's description over OpenAI's 1024 characters is cut at a
+// character's start: cut at byte 1024, a two-byte character made the
+// description invalid UTF-8.
+func TestLongDescriptionCutWhole(t *testing.T) {
+	t.Parallel()
+	doc := `{"openapi":"3.1.0","info":{"title":"t","version":"1"},"servers":[{"url":"http://x.local"}],"paths":{"/a":{"get":{"operationId":"op","summary":"S` +
+		strings.Repeat("é", 2000) + `","responses":{"200":{"description":"ok"}}}}}}`
+	ops, err := Parse([]byte(doc), config.OpenAPI{Name: "t"}, http.DefaultClient)
+	if err != nil || len(ops) != 1 {
+		t.Fatalf("%v %d", err, len(ops))
+	}
+	if d := ops[0].Tool.Description; len(d) > config.MaxToolDescription || !utf8.ValidString(d) || !strings.HasPrefix(d, "Sé") {
+		t.Fatalf("description of %d bytes, valid UTF-8 %v", len(d), utf8.ValidString(d))
+	}
+}
