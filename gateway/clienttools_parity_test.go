@@ -66,3 +66,32 @@ func TestClientToolCallsSameBothWays(t *testing.T) {
 		}
 	}
 }
+
+// A call of the client's own tool under a slip of its name (another case)
+// is the client's, under the name its code dispatches on, JSON and stream
+// alike: it was taken for an unknown server tool, and the model was told
+// its real tool did not exist (an MCP probe).
+func TestClientToolNameSlipIsTheClients(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "Get_Weather", Arguments: `{"city":"Oslo"}`}}}
+	}})
+	p := userMsg("weather in Oslo?")
+	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather"})}
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for form, c := range map[string]openai.ChatCompletionChoice{"JSON": resp.Choices[0], "stream": acc.Choices[0]} {
+		if len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Name != "get_weather" || c.FinishReason != "tool_calls" {
+			t.Fatalf("%s: %+v finish %q", form, c.Message.ToolCalls, c.FinishReason)
+		}
+	}
+	if n := len(h.mock.Requests()); n != 2 {
+		t.Fatalf("%d upstream calls, want one each way", n)
+	}
+}

@@ -184,35 +184,44 @@ func nameAllowance(n int) int {
 // then the one tool within nameAllowance(core) edits, core being the
 // length of name's own part.
 func resolveName(tools []*tool, name string, core int) *tool {
-	for _, t := range tools {
-		if t.cfg.Name == name {
-			return t
+	if i := nearest(len(tools), func(i int) string { return tools[i].cfg.Name }, name, core); i >= 0 {
+		return tools[i]
+	}
+	return nil
+}
+
+// nearest is the index of the one of n names (nameOf) that name calls:
+// exact, then in another case, then the one within nameAllowance(core)
+// edits; -1 for none, or for two equally near.
+func nearest(n int, nameOf func(int) string, name string, core int) int {
+	for i := range n {
+		if nameOf(i) == name {
+			return i
 		}
 	}
-	for _, t := range tools {
-		if strings.EqualFold(t.cfg.Name, name) {
-			return t
+	for i := range n {
+		if strings.EqualFold(nameOf(i), name) {
+			return i
 		}
 	}
 	allowed := nameAllowance(core)
 	if allowed == 0 {
-		return nil
+		return -1
 	}
-	var best *tool
-	bestD, ties := allowed+1, 0
+	best, bestD, ties := -1, allowed+1, 0
 	lname := strings.ToLower(name)
-	for _, t := range tools {
-		d := editDistance(lname, strings.ToLower(t.cfg.Name), allowed+1)
+	for i := range n {
+		d := editDistance(lname, strings.ToLower(nameOf(i)), allowed+1)
 		switch {
 		case d > allowed:
 		case d < bestD:
-			best, bestD, ties = t, d, 0
+			best, bestD, ties = i, d, 0
 		case d == bestD:
 			ties++
 		}
 	}
 	if ties > 0 {
-		return nil // ambiguous: let the model choose again
+		return -1 // ambiguous: let the model choose again
 	}
 	return best
 }

@@ -393,3 +393,13 @@ func (p *plan) isClient(name string) bool {
 	}
 	return false
 }
+
+// clientNear is the client's tool name a call's name is a slip of
+// (another case, or a unique near miss, as a server tool's is resolved),
+// or "".
+func (p *plan) clientNear(name string) string {
+	if i := nearest(len(p.clientNames), func(i int) string { return p.clientNames[i] }, name, len(name)); i >= 0 {
+		return p.clientNames[i]
+	}
+	return ""
+}

@@ -307,6 +307,12 @@ func (s *session) classify(c *call) {
 			// Responses items all name the tool that ran (gate does the
 			// same for a gated one).
 			c.name = t.cfg.Name
+		} else if n := s.p.clientNear(c.name); n != "" {
+			// A slip of the client's own tool's name (Get_Weather): the
+			// client's call, under the name its code dispatches on, not
+			// an unknown server tool whose error tells the model its
+			// real tool does not exist.
+			c.kind, c.name = kindClient, n
 		}
 	}
 }
