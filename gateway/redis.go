@@ -70,7 +70,7 @@ var errOutage = errors.New("redis: a call found the server unreachable a moment 
 // outage makes a client's calls fail at once for outagePause after one
 // found the server unreachable: a dial that failed, or a call that ran out
 // of its deadline. Without it every call of an outage waits its deadline
-// out (a refused dial too: go-redis retries it until then), and a request
+// out (a silent server), or dials again (a refused one), and a request
 // that makes several (a mixed turn's state, an approval's claim, the cache,
 // the limits) waited several in a row, for every request. With it a request
 // pays at most the one that found the outage; after each pause one call

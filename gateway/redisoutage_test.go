@@ -93,8 +93,8 @@ func TestRedisOutageSkipsASilentServer(t *testing.T) {
 	}
 }
 
-// A Redis that refuses connections costs one call its deadline (go-redis
-// retries a refused dial until then), not every call; once it is back, a
+// A Redis that refuses connections fails one call at once (one dial, no
+// retries), and the calls after it skip; once it is back, a
 // call after the pause finds it and the calls after go through again. A
 // Redis error reply is an answer: it skips nothing.
 func TestRedisOutageRefusedAndBack(t *testing.T) {
@@ -116,9 +116,7 @@ func TestRedisOutageRefusedAndBack(t *testing.T) {
 		t.Fatalf("after an error reply: %v", err)
 	}
 	rs.Stop()
-	// As the stores call: each call under a deadline of the timeout, which
-	// go-redis's retries of the refused dial run out (the call then ends
-	// with context.DeadlineExceeded: the failed dial is what tells).
+	// As the stores call: each call under a deadline of the timeout.
 	bounded := func() error {
 		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()

@@ -265,7 +265,8 @@ func TestTracingSpanForLimitedToolCall(t *testing.T) {
 // the access line does: a request the upstream refused (its call's span has
 // the upstream's status too), and requests refused before the request
 // layer ran (a model the config does not have, a body that is no JSON, a
-// Responses request that does not translate), which had no span at all.
+// Responses request that does not translate), which had no span at all and
+// now get one in a trace of their own, linked to the client's.
 func TestTracingFailedRequestStatus(t *testing.T) {
 	t.Parallel()
 	rc, otlpURL := newOTLPReceiver(t)
@@ -289,8 +290,13 @@ func TestTracingFailedRequestStatus(t *testing.T) {
 	got := map[string]int{}
 	responses := 0
 	for _, s := range spans {
-		if hex.EncodeToString(s.TraceId) != traceID {
-			t.Fatalf("span %q in trace %x, not the client's", s.Name, s.TraceId)
+		// The request layer's spans continue the client's trace; a span of
+		// a request refused before it is a trace of its own, linked to the
+		// client's (a caller without a key must not choose its trace).
+		refused := s.Kind == tracepb.Span_SPAN_KIND_SERVER && attr(s, "http.response.status_code") != "429"
+		if in := hex.EncodeToString(s.TraceId) == traceID; in == refused ||
+			refused && (len(s.Links) != 1 || hex.EncodeToString(s.Links[0].TraceId) != traceID) {
+			t.Fatalf("span %q (refused %v) in trace %x, links %v", s.Name, refused, s.TraceId, s.Links)
 		}
 		st := attr(s, "http.response.status_code")
 		if s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || st == "" {

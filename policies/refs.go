@@ -75,7 +75,11 @@ var (
 // body without any of the members that do (the common case, found by a
 // few byte searches, fewer on chat).
 func mayRefer(body []byte, chat bool) bool {
-	if idKey(body) || bytes.Contains(body, []byte(`\u`)) {
+	if idKey(body) || bytes.Contains(body, []byte(`\u`)) ||
+		// The two characters Go's encoding/json folds onto ASCII letters
+		// (ſ to s, the Kelvin sign to k), as the walk does: the searches
+		// below fold ASCII only.
+		bytes.Contains(body, []byte("ſ")) || bytes.Contains(body, []byte("\u212a")) {
 		return true
 	}
 	keys := refKeys
@@ -91,18 +95,27 @@ func mayRefer(body []byte, chat bool) bool {
 }
 
 // hasFold reports whether body holds key in any case of its letters. key
-// starts with a byte that has no case ('"' or '_') and is lower-case.
+// is lower case, and starts and ends with a byte that has no case ('"' or
+// '_'). It looks from each place key's last letter and last byte are, in
+// either case of the letter (a byte search for a pair rare in JSON, such
+// as o" for "audio"), and compares backwards from there.
 func hasFold(body []byte, key string) bool {
-	for i := 0; ; i++ {
-		j := bytes.IndexByte(body[i:], key[0])
-		if j < 0 || i+j+len(key) > len(body) {
-			return false
-		}
-		i += j
-		if foldedBefore(body, i+len(key), key[1:]) {
-			return true
+	n := len(key)
+	for _, letter := range [2]byte{key[n-2], key[n-2] - 'a' + 'A'} {
+		tail := [2]byte{letter, key[n-1]}
+		for i := 0; ; {
+			j := bytes.Index(body[i:], tail[:])
+			if j < 0 {
+				break
+			}
+			end := i + j + 2
+			if end >= n && body[end-n] == key[0] && foldedBefore(body, end-1, key[1:n-1]) {
+				return true
+			}
+			i = end - 1
 		}
 	}
+	return false
 }
 
 // idKey reports whether body holds file_id, file_ids or vector_store_ids,

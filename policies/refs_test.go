@@ -52,6 +52,7 @@ func TestStoredRefs(t *testing.T) {
 		{"", `{"model":"m","messages":[{"role":"assistant","Audio":{"id":"audio_x"}},{"role":"user","content":"again"}]}`, "messages[0].Audio.id"},
 		{"", `{"model":"m","messages":[{"role":"assistant","audio":{"ID":"audio_x"}},{"role":"user","content":"again"}]}`, "messages[0].audio.id"},
 		{"/v1/responses", `{"model":"m","input":"q","Conversation":"conv_x"}`, "Conversation"},
+		{"/v1/responses", `{"model":"m","input":"q","converſation":"conv_x"}`, "converſation"},
 		{"/v1/responses", `{"model":"m","input":"q","tools":[{"type":"code_interpreter","CONTAINER":"cntr_x"}]}`, "tools[0].CONTAINER"},
 		{"/v1/vector_stores", `{"name":"mine","file_ids":["file-x"]}`, "file_ids"},
 		{"/v1/vector_stores/vs_1/files", `{"file_id":"file-x"}`, "file_id"},
@@ -138,9 +139,31 @@ func TestStoredRefsPrefilter(t *testing.T) {
 			t.Errorf("chat %v: a body without references would be walked", chat)
 		}
 	}
-	for _, b := range []string{`{"File_Ids":[]}`, `{"vector_store_ids":[]}`, `{"x":"\u0041"}`, `{"AUDIO":{}}`, `{"Training_File":"f"}`} {
+	for _, b := range []string{`{"File_Ids":[]}`, `{"vector_store_ids":[]}`, `{"x":"\u0041"}`, `{"AUDIO":{}}`, `{"Training_File":"f"}`, `{"converſation":"c"}`, `{"vector_ſtore_ids":["v"]}`, "{\"\u212aey\":1}"} {
 		if !mayRefer([]byte(b), false) {
 			t.Errorf("%s would not be walked", b)
+		}
+	}
+}
+
+// BenchmarkMayRefer is the pre-filter of a large chat body that names no
+// stored object (every member searched, none found): what every chat
+// request without references pays.
+func BenchmarkMayRefer(b *testing.B) {
+	var body []byte
+	body = append(body, `{"model":"m","messages":[`...)
+	for i := range 400 {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, `{"role":"assistant","content":"a long answer with \"quotes\" and words about audits","name":"n"}`...)
+	}
+	body = append(body, `]}`...)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if mayRefer(body, true) || mayRefer(body, false) {
+			b.Fatal("a body without references would be walked")
 		}
 	}
 }

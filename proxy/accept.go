@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,12 @@ var acceptErrors = observe.Factory.NewCounter(prometheus.CounterOpts{
 type retryListener struct {
 	net.Listener
 	log    *zerolog.Logger
-	failed atomic.Bool // a failure is being waited out: logged once per run of them
+	logged atomic.Int64 // Unix ns of the last failure logged: one line per acceptLogEvery
 }
+
+// acceptLogEvery bounds the log lines of failed accepts: at the descriptor
+// limit, every descriptor freed lets one accept through and the next fail.
+const acceptLogEvery = 10 * time.Second
 
 // Accept waits 5 ms after a failed accept, doubling up to a second, until
 // one succeeds.
@@ -37,17 +42,14 @@ func (l *retryListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			if l.failed.CompareAndSwap(true, false) {
-				l.log.Warn().Msg("accepting connections again")
-			}
 			return c, nil
 		}
-		if errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) {
 			return nil, err
 		}
 		acceptErrors.Inc()
-		if !l.failed.Swap(true) {
-			l.log.Error().Err(err).Msg("accepting a connection failed; retrying (out of file descriptors? raise the limit, or bound the connections in front)")
+		if now, last := time.Now().UnixNano(), l.logged.Load(); now-last >= int64(acceptLogEvery) && l.logged.CompareAndSwap(last, now) {
+			l.log.Error().Err(err).Msg("accepting a connection failed; retrying (out of file descriptors? raise the limit, or bound the connections in front); gateway_accept_errors_total counts every one")
 		}
 		wait = min(max(2*wait, 5*time.Millisecond), time.Second)
 		time.Sleep(wait)

@@ -387,18 +387,27 @@ func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err err
 // without one (the model's "thought" is not the client's answer), and the
 // text itself when it is no protocol at all (the model answered in prose).
 func structuredText(b []byte) []byte {
-	i, j := bytes.IndexByte(b, '{'), bytes.LastIndexByte(b, '}')
-	if i < 0 || j < i || !jsonvalid.Bytes(b[i:j+1]) {
-		return b
-	}
-	res := gjson.GetManyBytes(b[i:j+1], "answer", "thought", "calls")
-	switch {
-	case res[0].Type == gjson.String:
-		return []byte(res[0].Str)
-	case res[0].IsObject() || res[0].IsArray():
-		return []byte(res[0].Raw)
-	case res[1].Exists() || res[2].Exists():
-		return nil
+	j := bytes.LastIndexByte(b, '}')
+	// The object: from the first '{' that starts one ending at the last
+	// '}' (prose before it may hold braces of its own), a few tried.
+	for i, tries := bytes.IndexByte(b, '{'), 0; i >= 0 && i < j && tries < 16; tries++ {
+		if obj := b[i : j+1]; jsonvalid.Bytes(obj) {
+			res := gjson.GetManyBytes(obj, "answer", "thought", "calls")
+			switch {
+			case res[0].Type == gjson.String:
+				return []byte(res[0].Str)
+			case res[0].Exists():
+				return []byte(res[0].Raw) // structured output, or a number the model gave as its answer
+			case res[1].Exists() || res[2].Exists():
+				return nil
+			}
+			return b
+		}
+		k := bytes.IndexByte(b[i+1:], '{')
+		if k < 0 {
+			break
+		}
+		i += 1 + k
 	}
 	return b
 }

@@ -804,6 +804,8 @@ func TestStructuredGiveUpShowsNoProtocol(t *testing.T) {
 		{"prose around", `Sure! {"thought":"secret plan","answer":"hi"}`, "hi", 3},
 		{"thought alone", `{"thought":"secret plan"}`, "", 3},
 		{"prose only", `The answer is 4.`, `The answer is 4.`, 3},
+		{"braces in the prose", `Using {x} here: {"thought":"secret plan","answer":"hi"}`, "hi", 3},
+		{"a number as the answer", `So: {"answer":42}`, "42", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -364,17 +364,23 @@ func (t *Tracer) statusOf(a *attrs, err error) {
 // before the request layer ran (no key, a body that is no request, a model
 // the config does not have): started at start, ended now, failed with err
 // and the status the client was answered with. traceparent and tracestate
-// are the client's headers.
+// are the client's headers. The span is a trace of its own, sampled by the
+// ratio alone, linked to the client's: a caller without a key cannot make
+// the gateway record spans (a sampled traceparent is always continued),
+// nor write them into a trace of its choosing.
 func (t *Tracer) Refused(traceparent, tracestate string, responses bool, start time.Time, err error) {
-	ctx := context.Background()
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithNewRoot()}
 	if traceparent != "" {
-		ctx = propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
+		remote := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate}))
+		if remote.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
+		}
 	}
 	name, path := serverSpanName, urlPathChat
 	if responses {
 		name, path = responsesSpanName, urlPathResponses
 	}
-	_, span := t.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
+	_, span := t.tr.Start(context.Background(), name, opts...)
 	if !span.IsRecording() {
 		return
 	}
