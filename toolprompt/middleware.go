@@ -376,7 +376,7 @@ func parseStructured(b []byte) (answer []byte, found bool, calls []Call, err err
 		// "calls": [] and no answer: a reply without calls, and without
 		// text, as an empty block in the fenced format (asked again, a
 		// model that chose no call mostly answers the same).
-		return nil, true, nil, nil
+		return nil, false, nil, nil
 	}
 	return nil, true, nil, fmt.Errorf(`the reply has neither "calls" nor "answer"`)
 }

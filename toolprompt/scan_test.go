@@ -139,6 +139,7 @@ func FuzzScanner(f *testing.F) {
 func FuzzParseStructured(f *testing.F) {
 	f.Add([]byte(`{"thought":"t","calls":[{"name":"a","arguments":{"x":1}}]}`))
 	f.Add([]byte(`{"thought":"t","answer":"hi"}`))
+	f.Add([]byte(`{"thought":"t","calls":[]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		answer, found, calls, err := parseStructured(b)
 		if !found && (err != nil || len(calls) > 0) {
@@ -148,6 +149,24 @@ func FuzzParseStructured(f *testing.F) {
 			t.Fatal("calls found but none parsed")
 		}
 		_ = answer
+	})
+}
+
+// FuzzStructuredText: a reply given up on shows the reply itself, nothing,
+// or an answer it holds; never the protocol's thought.
+func FuzzStructuredText(f *testing.F) {
+	f.Add([]byte(`Sure! {"thought":"secret","answer":"hi"}`))
+	f.Add([]byte(`{x} {"thought":"secret","calls":[]}`))
+	f.Add([]byte(`{"answer":{"a":[1,2]}}`))
+	f.Add([]byte(`plain prose`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := structuredText(b)
+		if got == nil || bytes.Equal(got, b) {
+			return
+		}
+		if !bytes.Contains(b, []byte("answer")) && !bytes.Contains(b, []byte(`\u`)) {
+			t.Fatalf("structuredText(%q) = %q: an answer from a reply without one", b, got)
+		}
 	})
 }
 
