@@ -18,6 +18,9 @@ func InvalidJSON(body []byte) *Error {
 	return BadRequest("", "the request body is not valid JSON")
 }
 
+// NotUTF8 is the error of a JSON request body whose text is not UTF-8.
+func NotUTF8() *Error { return BadRequest("", "the request body is not valid UTF-8") }
+
 // RequestObject checks the body of a request the gateway reads itself (a
 // chat or Responses request) and returns it parsed, as a view of body: a
 // JSON object, its nesting bounded, its text valid UTF-8. JSON text is
@@ -32,7 +35,7 @@ func RequestObject(body []byte) (gjson.Result, error) {
 		return gjson.Result{}, InvalidJSON(body)
 	}
 	if !utf8.Valid(body) {
-		return gjson.Result{}, BadRequest("", "the request body is not valid UTF-8")
+		return gjson.Result{}, NotUTF8()
 	}
 	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))) // body is never written while read from
 	if !root.IsObject() {

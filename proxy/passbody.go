@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -301,6 +302,12 @@ func (f bodyForm) setModel(body []byte, model string) ([]byte, error) {
 func jsonModel(body []byte) (string, error) {
 	if !jsonvalid.Bytes(body) {
 		return "", pipeline.InvalidJSON(body)
+	}
+	if !utf8.Valid(body) {
+		// JSON text is UTF-8, as on the chat and Responses routes
+		// (pipeline.RequestObject): a broken byte would reach the
+		// provider, and the guardrails and the masking read the text.
+		return "", pipeline.NotUTF8()
 	}
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
