@@ -1,6 +1,7 @@
 package mcpclient
 
 import (
+	"encoding/base64"
 	"errors"
 	"strconv"
 	"strings"
@@ -76,14 +77,18 @@ func tooLarge(err error) bool {
 }
 
 // unreadable reports whether err is the SDK's refusal of a tool result
-// holding a content block of a type it does not know (a server on a
-// later revision of the protocol): the server answered, and is up.
+// it could not decode: a content block of a type it does not know (a
+// server on a later revision of the protocol), or an image or audio
+// block whose data is not base64. The server answered, and is up. The SDK
+// passes these on as text, so they are recognised by it.
 func unreadable(err error) bool {
-	return strings.Contains(err.Error(), "unrecognized content type")
+	var ce base64.CorruptInputError
+	s := err.Error()
+	return errors.As(err, &ce) || strings.Contains(s, "unrecognized content type") || strings.Contains(s, "illegal base64 data")
 }
 
 // msgUnreadable is the error result of such an answer.
-var msgUnreadable = []byte("the tool's server answered with a content block of a type the gateway cannot read; the rest of its answer is not available either")
+var msgUnreadable = []byte("the tool's server answered with content the gateway cannot read (a block of an unknown type, or data that is not base64); the rest of its answer is not available either")
 
 // msgMalformed is the error result of an answer that is not a JSON-RPC
 // message at all (headerRT's error answer in its place).

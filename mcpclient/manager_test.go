@@ -460,9 +460,10 @@ func TestManagerCallAfterTheSessionEndedAndTheServerWentAway(t *testing.T) {
 }
 
 // A result with a content block of a type the SDK does not know (a server
-// on a later revision of the protocol) is the server's answer: an error
-// result saying so, and the server stays up; it was reported as "the
-// tool's server is unreachable" and made the connection check itself.
+// on a later revision of the protocol), or an image whose data is not
+// base64, is the server's answer: an error result saying so, and the
+// server stays up; it was reported as "the tool's server is unreachable"
+// and made the connection check itself (the image: an MCP probe).
 func TestManagerUnknownContentType(t *testing.T) {
 	t.Parallel()
 	// A Streamable HTTP server written by hand: JSON answers, no session.
@@ -477,9 +478,12 @@ func TestManagerUnknownContentType(t *testing.T) {
 		case "initialize":
 			result = `{"protocolVersion":` + req.Get("params.protocolVersion").Raw + `,"capabilities":{"tools":{}},"serverInfo":{"name":"future","version":"1"}}`
 		case "tools/list":
-			result = `{"tools":[{"name":"look","inputSchema":{"type":"object"}}]}`
+			result = `{"tools":[{"name":"look","inputSchema":{"type":"object"}},{"name":"picture","inputSchema":{"type":"object"}}]}`
 		case "tools/call":
 			result = `{"content":[{"type":"text","text":"seen"},{"type":"hologram","frames":3}]}`
+			if req.Get("params.name").Str == "picture" {
+				result = `{"content":[{"type":"image","data":"not base64!!","mimeType":"image/png"}]}`
+			}
 		case "ping":
 			result = `{}`
 		}
@@ -505,12 +509,14 @@ func TestManagerUnknownContentType(t *testing.T) {
 		Logger:  testLogger(t),
 	})
 	defer m.Close()
-	if got := toolNames(m); got != "look" {
+	if got := toolNames(m); got != "look,picture" {
 		t.Fatalf("tools %q (status %v)", got, m.Status())
 	}
-	data, isErr, err := m.Call(context.Background(), "look", nil)
-	if err != nil || !isErr || string(data) != string(msgUnreadable) {
-		t.Fatalf("call: %q %v %v", data, isErr, err)
+	for _, tool := range []string{"look", "picture"} {
+		data, isErr, err := m.Call(context.Background(), tool, nil)
+		if err != nil || !isErr || string(data) != string(msgUnreadable) {
+			t.Fatalf("call %s: %q %v %v", tool, data, isErr, err)
+		}
 	}
 	time.Sleep(100 * time.Millisecond) // a probe, were one made, would have run
 	if st := m.Status()["mcp:future"]; !strings.HasPrefix(st, "up") {
