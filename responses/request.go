@@ -632,7 +632,11 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 		ref = resolve(id)
 	}
 	if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
-		return it, pipeline.BadRequest(param+".id", "no stored item has this id")
+		// OpenAI's answer, and a natively served request's: an unknown,
+		// expired or other tenant's item is not found.
+		e := pipeline.NotFound(pipeline.CodeItemNotFound, "Item with id '%s' not found.", clipID(id))
+		e.Param = "input"
+		return it, e
 	}
 	if h.previous != "" && (itemResponse(id) == h.previous || ref.Get("type").Str == "function_call" && h.priorCalls[ref.Get("call_id").Str]) {
 		// OpenAI's answer too: the conversation of previous_response_id
@@ -1141,4 +1145,17 @@ func appendFormat(c []byte, text gjson.Result) ([]byte, error) {
 		return append(c, "}}"...), nil
 	}
 	return c, pipeline.BadRequest("text.format.type", "text.format.type must be text, json_object or json_schema")
+}
+
+// clipID bounds an id quoted back in an error (128 bytes, whole
+// characters).
+func clipID(id string) string {
+	if len(id) <= 128 {
+		return id
+	}
+	n := 128
+	for n > 0 && !utf8.RuneStart(id[n]) {
+		n--
+	}
+	return id[:n]
 }

@@ -185,7 +185,6 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","conversation":"c"}`:                                             "conversation",
 		`{"model":"m","input":[{"role":"robot","content":"x"}]}`:                                   "input[0].role",
 		`{"model":"m","input":[{"type":"computer_call"}]}`:                                         "input[0].type",
-		`{"model":"m","input":[{"type":"item_reference","id":"msg_x_0"}]}`:                         "input[0].id",
 		`{"model":"m","input":[{"type":"item_reference"}]}`:                                        "input[0].id",
 		`{"model":"m","input":[{"type":"item_reference","id":5}]}`:                                 "input[0].id",
 		`{"model":"m","input":[{"role":"user","content":[{"type":"input_audio"}]}]}`:               "input[0].content[0].type",
@@ -255,6 +254,13 @@ func TestTranslateRefuses(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != param {
 			t.Errorf("%s: %v (param %q), want a 400 naming %q", body, err, paramOf(pe), param)
 		}
+	}
+	// An item no stored response of the tenant has is not found, as OpenAI
+	// and a natively served request answer (it was a 400 here).
+	_, err := Translate([]byte(`{"model":"m","input":[{"type":"item_reference","id":"msg_x_0"}]}`), nil, nil)
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Status != 404 || pe.Code != pipeline.CodeItemNotFound || pe.Param != "input" || !strings.Contains(pe.Message, "msg_x_0") {
+		t.Errorf("an unknown item: %v, want 404 item_not_found", err)
 	}
 }
 
