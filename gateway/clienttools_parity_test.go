@@ -95,3 +95,28 @@ func TestClientToolNameSlipIsTheClients(t *testing.T) {
 		t.Fatalf("%d upstream calls, want one each way", n)
 	}
 }
+
+// A tool_choice naming a function that is neither the client's nor a
+// server tool offered to the request is the gateway's 400 on tool_choice:
+// relayed, the provider refused it for a request whose tools the loop had
+// rewritten (a tenant probe: a server tool the tenant may not use).
+func TestToolChoiceNamingNoToolRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: "ok"})})
+	for _, body := range []string{
+		`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"function","function":{"name":"current_time"}}}`,
+		`{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"get_weather"}}],"tool_choice":{"type":"function","function":{"name":"nosuch"}}}`,
+	} {
+		status, _, b := h.post("/chat/completions", body, nil)
+		if status != 400 || gjson.GetBytes(b, "error.param").Str != "tool_choice" {
+			t.Fatalf("%s: %d %s", body, status, b)
+		}
+	}
+	if n := len(h.mock.Requests()); n != 0 {
+		t.Fatalf("%d upstream calls for refused requests", n)
+	}
+	ok := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"get_weather"}}],"tool_choice":{"type":"function","function":{"name":"get_weather"}}}`
+	if status, _, b := h.post("/chat/completions", ok, nil); status != 200 {
+		t.Fatalf("naming the client's tool: %d %s", status, b)
+	}
+}

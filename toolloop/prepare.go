@@ -94,6 +94,9 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		// server tools.
 		return nil, unservedChoice(tc, clientTools, offered, "a request with functions or a tool that is not a function")
 	}
+	if err := unknownChoice(tc, clientTools, offered); err != nil {
+		return nil, err
+	}
 	p := &plan{messages: []byte(msgs.Raw)}
 	if t := rf.Get("type"); rf.IsObject() && t.Type == gjson.String {
 		p.structured = t.Str == "json_object" || t.Str == "json_schema"
@@ -157,6 +160,35 @@ func unservedChoice(tc, clientTools gjson.Result, offered []*tool, what string) 
 		}
 	}
 	return nil
+}
+
+// unknownChoice is the 400 for a tool_choice naming a function that is
+// neither one of the client's tools nor a server tool offered to the
+// request (one its tenant may not use, or none at all): relayed, the
+// provider refused it in terms of a request whose tools the loop had
+// rewritten (OpenAI: the named function must be among tools).
+func unknownChoice(tc, clientTools gjson.Result, offered []*tool) error {
+	if !tc.IsObject() || tc.Get("type").Str != "function" {
+		return nil
+	}
+	name := tc.Get("function.name")
+	if name.Type != gjson.String {
+		return nil // not a named function: the provider judges it
+	}
+	for _, t := range offered {
+		if t.cfg.Name == name.Str {
+			return nil
+		}
+	}
+	found := false
+	clientTools.ForEach(func(_, t gjson.Result) bool {
+		found = t.Get("function.name").Str == name.Str
+		return !found
+	})
+	if found {
+		return nil
+	}
+	return pipeline.BadRequest("tool_choice", "Invalid value for 'tool_choice': no function named %q is among the request's tools.", truncateRaw(name.Str, 64))
 }
 
 // offersNonFunction reports whether the client's tools include one whose
