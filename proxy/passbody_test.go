@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"mime/multipart"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/pipeline"
 )
 
 // FuzzJSONModel: the model the policy judges is the one model an upstream
@@ -80,4 +83,18 @@ func FuzzFormModel(f *testing.F) {
 			t.Fatalf("after renaming %q: %q, %v", model, got, err)
 		}
 	})
+}
+
+// A body whose one model key is in another case is told how to spell it:
+// "model must appear once" read as nonsense for a body with one key (a
+// tenant probe).
+func TestModelKeyInAnotherCaseMessage(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{`{"Model":"m"}`, `{"MODEL":"m","input":"x"}`, `{"model":"m","model":"n"}`} {
+		_, err := jsonModel([]byte(body))
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) || pe.Param != "model" || !strings.Contains(pe.Message, `"model" exactly`) {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
 }

@@ -196,7 +196,7 @@ func (s *Server) owns(o *responses.Owners, tenant, id string) (bool, error) {
 func onlyMembers(root gjson.Result, names ...string) ([3]gjson.Result, error) {
 	vals, bad := members(root, names...)
 	if bad != "" {
-		return vals, pipeline.BadRequest(bad, "%s must appear once", bad)
+		return vals, pipeline.BadRequest(bad, "%s must appear once, spelt %q exactly (not in another case or with escapes)", bad, bad)
 	}
 	return vals, nil
 }
