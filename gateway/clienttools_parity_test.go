@@ -120,3 +120,20 @@ func TestToolChoiceNamingNoToolRefused(t *testing.T) {
 		t.Fatalf("naming the client's tool: %d %s", status, b)
 	}
 }
+
+// A tool_choice naming a tool of an MCP server that is down is not blamed on
+// the client: a down server only hides its tools, and such a request goes on
+// as before (a review of the refusal above).
+func TestToolChoiceNamingADownServersToolNotRefused(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig + calculatorTool + `
+[[mcp_servers]]
+name = "gone"
+url = "http://127.0.0.1:1/mcp"
+`
+	h := newHarness(t, cfg, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: "ok"})})
+	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"function","function":{"name":"gone_lookup"}}}`
+	if status, _, b := h.post("/chat/completions", body, nil); status == 400 && gjson.GetBytes(b, "error.param").Str == "tool_choice" {
+		t.Fatalf("a down server's tool refused as unknown: %d %s", status, b)
+	}
+}

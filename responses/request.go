@@ -1,10 +1,12 @@
 package responses
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -72,8 +74,14 @@ func Head(body []byte) (model, previous string, err error) {
 }
 
 // Resolver finds an output item of a stored response by the item's id, for
-// item_reference inputs; nil when there is none the caller may see.
-type Resolver func(itemID string) gjson.Result
+// item_reference inputs: a Result that does not exist when there is none
+// the caller may see, or an error when it could not look (the store
+// failed, or ErrTooManyReferenced).
+type Resolver func(itemID string) (gjson.Result, error)
+
+// ErrTooManyReferenced: a request's references name items of more stored
+// responses than one request may read.
+var ErrTooManyReferenced = errors.New("responses: references to more stored responses than one request may read")
 
 // Translate turns a Responses API request body into a chat request. prior
 // is the history of the previous response (a JSON array of chat messages)
@@ -629,7 +637,10 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 	}
 	ref := gjson.Result{}
 	if resolve != nil {
-		ref = resolve(id)
+		var err error
+		if ref, err = resolve(id); err != nil {
+			return it, lookupError(err)
+		}
 	}
 	if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
 		// OpenAI's answer, and a natively served request's: an unknown,
@@ -645,6 +656,17 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 	}
 	h.markRef(id)
 	return ref, nil
+}
+
+// lookupError is the answer to a Resolver that could not look: over the
+// bound on stored responses one request reads (400), or a store that
+// failed (503: not a missing item, whose 404 would tell the client to drop
+// what it holds).
+func lookupError(err error) error {
+	if errors.Is(err, ErrTooManyReferenced) {
+		return pipeline.BadRequest("input", "input may name items of at most %d stored responses", maxReferenced)
+	}
+	return pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request")
 }
 
 // itemResponse is the id of the response an item id this gateway minted
@@ -792,7 +814,11 @@ func (h *history) mcpOutput(it gjson.Result, id, param string) (out string, know
 		if h.refs[id] {
 			return "", false, pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
 		}
-		if st := h.lookup(id); st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
+		st, err := h.lookup(id)
+		if err != nil {
+			return "", false, lookupError(err)
+		}
+		if st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {
 			it = st
 			h.markRef(id)
 		}

@@ -291,7 +291,9 @@ func FuzzTranslate(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[{"type":"mcp_call","id":"x","error":{"content":"e"}},{"id":"msg_1_0"}]}`))
 	prior := []byte(`[{"role":"user","content":"q"}]`)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := Translate(body, prior, func(string) gjson.Result { return gjson.Parse(`{"type":"message","role":"user","content":"r"}`) })
+		r, err := Translate(body, prior, func(string) (gjson.Result, error) {
+			return gjson.Parse(`{"type":"message","role":"user","content":"r"}`), nil
+		})
 		if err != nil {
 			var pe *pipeline.Error
 			if !errors.As(err, &pe) || pe.Status != 400 {
@@ -318,11 +320,11 @@ func FuzzTranslate(f *testing.F) {
 func TestTranslateRefusesDuplicateReferences(t *testing.T) {
 	t.Parallel()
 	big := `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"` + strings.Repeat("a", 1<<20) + `"}]}`
-	resolve := func(id string) gjson.Result {
+	resolve := func(id string) (gjson.Result, error) {
 		if strings.HasPrefix(id, "msg_x_") {
-			return gjson.Parse(big)
+			return gjson.Parse(big), nil
 		}
-		return gjson.Result{}
+		return gjson.Result{}, nil
 	}
 	refs := strings.TrimSuffix(strings.Repeat(`{"type":"item_reference","id":"msg_x_0"},`, 100), ",")
 	_, err := Translate([]byte(`{"model":"m","input":[`+refs+`]}`), nil, resolve)
@@ -520,7 +522,7 @@ func TestReferenceAlreadyInThePreviousConversation(t *testing.T) {
 		"fc_T_0":  `{"id":"fc_T_0","type":"function_call","call_id":"D","name":"f","arguments":"{}"}`,
 		"fc_U_0":  `{"id":"fc_U_0","type":"function_call","call_id":"E","name":"f","arguments":"{}"}`,
 	}
-	resolve := func(id string) gjson.Result { return gjson.Parse(stored[id]) }
+	resolve := func(id string) (gjson.Result, error) { return gjson.Parse(stored[id]), nil }
 	prior := []byte(`[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"D","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"D","content":"r"},{"role":"assistant","content":null,"tool_calls":[{"id":"C","type":"function","function":{"name":"f","arguments":"{}"}}]}]`)
 	for ref, dup := range map[string]bool{"fc_S_0": true, "msg_S_1": true, "fc_T_0": true, "fc_U_0": false} {
 		body := `{"model":"m","previous_response_id":"resp_S","input":[{"type":"item_reference","id":"` + ref + `"},{"type":"function_call_output","call_id":"C","output":"x"}]}`

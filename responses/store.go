@@ -167,24 +167,29 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 // maxReferenced of them, index entries included: a body full of
 // references must not become as many store reads.
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
-	loaded := map[string]*Record{} // nil: not stored (or over the bound)
+	loaded := map[string]*Record{} // nil: not stored
 	reads := 0                     // store reads: responses loaded and index entries (heldByKey)
-	find := func(id, itemID string) gjson.Result {
+	find := func(id, itemID string) (gjson.Result, error) {
 		if id == "" {
-			return gjson.Result{}
+			return gjson.Result{}, nil
 		}
 		rec, seen := loaded[id]
 		if !seen {
-			if reads < maxReferenced {
-				reads++
-				if r, ok, err := s.Load(ctx, tenant, id); err == nil && ok {
-					rec = &r
-				}
+			if reads >= maxReferenced {
+				return gjson.Result{}, ErrTooManyReferenced
+			}
+			reads++
+			r, ok, err := s.Load(ctx, tenant, id)
+			if err != nil {
+				return gjson.Result{}, err
+			}
+			if ok {
+				rec = &r
 			}
 			loaded[id] = rec
 		}
 		if rec == nil {
-			return gjson.Result{}
+			return gjson.Result{}, nil
 		}
 		var found gjson.Result
 		if strings.HasPrefix(itemID, "in_") {
@@ -194,7 +199,7 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 			num := itemID[strings.LastIndexByte(itemID, '_')+1:]
 			n, err := strconv.Atoi(num)
 			if err != nil || n < 0 || strconv.Itoa(n) != num {
-				return found
+				return found, nil
 			}
 			k := 0
 			rec.Input.ForEach(func(_, it gjson.Result) bool {
@@ -204,7 +209,7 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 				k++
 				return k <= n
 			})
-			return found
+			return found, nil
 		}
 		rec.Response.Get("output").ForEach(func(_, it gjson.Result) bool {
 			if it.Get("id").Str == itemID {
@@ -213,14 +218,14 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 			}
 			return true
 		})
-		return found
+		return found, nil
 	}
-	return func(itemID string) gjson.Result {
+	return func(itemID string) (gjson.Result, error) {
 		if !strings.HasPrefix(itemID, heldPrefix) {
 			return find(itemResponse(itemID), itemID)
 		}
 		if reads >= maxReferenced {
-			return gjson.Result{}
+			return gjson.Result{}, ErrTooManyReferenced
 		}
 		reads++
 		var b []byte
@@ -231,10 +236,13 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		} else {
 			b, ok, err = s.KV.Get(ctx, heldByKey(tenant, itemID))
 		}
-		if err == nil && ok && len(b) <= 128 && strings.HasPrefix(string(b), "resp_") {
+		if err != nil {
+			return gjson.Result{}, err
+		}
+		if ok && len(b) <= 128 && strings.HasPrefix(string(b), "resp_") {
 			return find(string(b), itemID)
 		}
-		return gjson.Result{}
+		return gjson.Result{}, nil
 	}
 }
 

@@ -43,15 +43,15 @@ func TestStoreLoadBoundedInRedis(t *testing.T) {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	_, found, err := s.Load(ctx, "t", "resp_big")
+	_, ok, err := s.Load(ctx, "t", "resp_big")
 	runtime.ReadMemStats(&m1)
-	if found || err != nil {
-		t.Fatalf("oversized record: found=%v err=%v, want a miss", found, err)
+	if ok || err != nil {
+		t.Fatalf("oversized record: found=%v err=%v, want a miss", ok, err)
 	}
 	if d := m1.TotalAlloc - m0.TotalAlloc; d > huge/2 {
 		t.Errorf("loading a %d-byte record over MaxBytes allocated %d bytes", huge, d)
 	}
-	if it := s.Resolver(ctx, "t")("msg_big_0"); it.Exists() {
+	if it := resolved(t, s.Resolver(ctx, "t"), "msg_big_0"); it.Exists() {
 		t.Error("an item of the oversized record resolved")
 	}
 }
@@ -69,16 +69,16 @@ func FuzzStoreLoad(f *testing.F) {
 		kv := caching.NewMemoryStore(1 << 20)
 		s := &Store{KV: kv, MaxBytes: 1 << 10}
 		_ = kv.Set(ctx, key("t", "resp_a"), rec, 0)
-		r, found, err := s.Load(ctx, "t", "resp_a")
+		r, ok, err := s.Load(ctx, "t", "resp_a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if found && len(rec) > s.MaxBytes {
+		if ok && len(rec) > s.MaxBytes {
 			t.Fatalf("a %d-byte record over MaxBytes loaded", len(rec))
 		}
-		if found {
+		if ok {
 			_ = InputList("resp_a", r.Input, InputPage{After: "in_a_1"})
 		}
-		_ = s.Resolver(ctx, "t")("msg_a_0")
+		_ = resolved(t, s.Resolver(ctx, "t"), "msg_a_0")
 	})
 }

@@ -33,10 +33,10 @@ func TestStore(t *testing.T) {
 	if _, found, _ := s.Load(ctx, "b", "resp_x1"); found {
 		t.Fatal("tenant b read tenant a's response")
 	}
-	if it := s.Resolver(ctx, "a")("fc_x1_1"); it.Get("call_id").Str != "c" {
+	if it := resolved(t, s.Resolver(ctx, "a"), "fc_x1_1"); it.Get("call_id").Str != "c" {
 		t.Fatalf("resolver: %s", it.Raw)
 	}
-	if it := s.Resolver(ctx, "b")("fc_x1_1"); it.Exists() {
+	if it := resolved(t, s.Resolver(ctx, "b"), "fc_x1_1"); it.Exists() {
 		t.Fatal("tenant b resolved tenant a's item")
 	}
 	big := make([]byte, 700)
@@ -69,7 +69,7 @@ func TestResolverBoundsLoads(t *testing.T) {
 	}
 	resolve := s.Resolver(ctx, "t")
 	for range 10 {
-		if !resolve("msg_a_0").Exists() || !resolve("fc_a_1").Exists() {
+		if !resolved(t, resolve, "msg_a_0").Exists() || !resolved(t, resolve, "fc_a_1").Exists() {
 			t.Fatal("a stored item did not resolve")
 		}
 	}
@@ -77,7 +77,11 @@ func TestResolverBoundsLoads(t *testing.T) {
 		t.Fatalf("%d store reads for one referenced response", kv.gets)
 	}
 	for i := range 100 {
-		resolve("msg_x" + strconv.Itoa(i) + "_0")
+		// Past the bound a reference is refused as such, not taken for
+		// a missing item (whose 404 tells a client to drop it).
+		if _, err := resolve("msg_x" + strconv.Itoa(i) + "_0"); (i >= maxReferenced-1) != errors.Is(err, ErrTooManyReferenced) {
+			t.Fatalf("reference %d: %v", i, err)
+		}
 	}
 	if kv.gets != maxReferenced {
 		t.Fatalf("%d store reads, want at most %d", kv.gets, maxReferenced)
@@ -96,11 +100,11 @@ func TestInputItemIDHasNoAlias(t *testing.T) {
 		t.Fatal(err)
 	}
 	resolve := s.Resolver(ctx, "t")
-	if !resolve("in_x_0").Exists() {
+	if !resolved(t, resolve, "in_x_0").Exists() {
 		t.Fatal("the input item did not resolve")
 	}
 	for _, alias := range []string{"in_x_00", "in_x_+0", "in_x_-0", "in_x_0 ", "in_x_000"} {
-		if resolve(alias).Exists() {
+		if resolved(t, resolve, alias).Exists() {
 			t.Errorf("%q resolved", alias)
 		}
 	}
@@ -117,10 +121,10 @@ func TestApprovalRequestReferenceResolves(t *testing.T) {
 	if _, err := s.Save(ctx, "t", "resp_r1", obj, []byte(`[]`), []byte(`[]`), nil); err != nil {
 		t.Fatal(err)
 	}
-	if it := s.Resolver(ctx, "t")("call_gwa_abc"); it.Get("type").Str != "mcp_approval_request" || it.Get("name").Str != "calculator" {
+	if it := resolved(t, s.Resolver(ctx, "t"), "call_gwa_abc"); it.Get("type").Str != "mcp_approval_request" || it.Get("name").Str != "calculator" {
 		t.Fatalf("the approval request did not resolve: %s", it.Raw)
 	}
-	if it := s.Resolver(ctx, "u")("call_gwa_abc"); it.Exists() {
+	if it := resolved(t, s.Resolver(ctx, "u"), "call_gwa_abc"); it.Exists() {
 		t.Fatal("another tenant resolved it")
 	}
 	// Deleting the response deletes its index entry.
@@ -149,11 +153,11 @@ func TestInputListItems(t *testing.T) {
 	t.Parallel()
 	schema := wiretest.LoadResponsesSchema(t)
 	stored := gjson.Parse(`{"id":"msg_p_0","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"before","annotations":[],"logprobs":[]}]}`)
-	resolve := func(id string) gjson.Result {
+	resolve := func(id string) (gjson.Result, error) {
 		if id == "msg_p_0" {
-			return stored
+			return stored, nil
 		}
-		return gjson.Result{}
+		return gjson.Result{}, nil
 	}
 	for _, tc := range []struct{ name, item, want string }{
 		{"user string", `{"role":"user","content":"hi"}`, `content.0.type=input_text`},
@@ -349,16 +353,67 @@ func TestResolverFindsListedInputItems(t *testing.T) {
 	}
 	resolve := s.Resolver(ctx, "a")
 	for id, want := range map[string]string{"in_x2_0": "q", "in_x2_2": "s"} {
-		if it := resolve(id); it.Get("content").Str != want {
+		if it := resolved(t, resolve, id); it.Get("content").Str != want {
 			t.Errorf("%s resolved to %s, want the item with content %q", id, it.Raw, want)
 		}
 	}
 	for _, id := range []string{"in_x2_1", "in_x2_3", "in_x2_-1", "in_x2_x"} {
-		if it := resolve(id); it.Exists() {
+		if it := resolved(t, resolve, id); it.Exists() {
 			t.Errorf("%s resolved to %s", id, it.Raw)
 		}
 	}
-	if it := s.Resolver(ctx, "b")("in_x2_0"); it.Exists() {
+	if it := resolved(t, s.Resolver(ctx, "b"), "in_x2_0"); it.Exists() {
 		t.Error("tenant b resolved tenant a's input item")
+	}
+}
+
+// resolved is what r finds of id, failing t when r could not look.
+func resolved(t *testing.T, r Resolver, id string) gjson.Result {
+	t.Helper()
+	v, err := r(id)
+	if err != nil {
+		t.Fatalf("resolving %s: %v", id, err)
+	}
+	return v
+}
+
+// failingKV is a store that cannot be read (Redis down).
+type failingKV struct{ KV }
+
+func (failingKV) Get(context.Context, string) ([]byte, bool, error) {
+	return nil, false, errors.New("redis: connection refused")
+}
+
+// A reference the store could not look up is a 503 to retry, and one past
+// the bound on stored responses a request reads is a 400: neither is a
+// missing item, whose 404 tells an SDK to drop what it holds (a review:
+// both were 404 item_not_found).
+func TestReferenceLookupFailures(t *testing.T) {
+	ctx := context.Background()
+	down := &Store{KV: failingKV{caching.NewMemoryStore(1 << 10)}}
+	_, err := Translate([]byte(`{"model":"m","input":[{"type":"item_reference","id":"msg_a_0"}]}`), nil, down.Resolver(ctx, "t"))
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Status != 503 || strings.Contains(pe.Message, "refused") {
+		t.Fatalf("store down: %v", err)
+	}
+	up := &Store{KV: caching.NewMemoryStore(1 << 20)}
+	var refs []string
+	for i := range maxReferenced + 1 {
+		refs = append(refs, `{"type":"item_reference","id":"msg_r`+strconv.Itoa(i)+`_0"}`)
+	}
+	_, err = Translate([]byte(`{"model":"m","input":[`+strings.Join(refs, ",")+`]}`), nil, up.Resolver(ctx, "t"))
+	if !errors.As(err, &pe) || pe.Status != 404 {
+		t.Fatalf("unknown items within the bound: %v, want the first one's 404", err)
+	}
+	for i := range maxReferenced {
+		id := "resp_r" + strconv.Itoa(i)
+		obj := []byte(`{"id":"` + id + `","output":[{"id":"msg_r` + strconv.Itoa(i) + `_0","type":"message","role":"assistant","content":[]}]}`)
+		if _, err := up.Save(ctx, "t", id, obj, []byte(`[]`), []byte(`[]`), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = Translate([]byte(`{"model":"m","input":[`+strings.Join(refs, ",")+`]}`), nil, up.Resolver(ctx, "t"))
+	if !errors.As(err, &pe) || pe.Status != 400 || pe.Param != "input" {
+		t.Fatalf("one response past the bound: %v, want a 400", err)
 	}
 }

@@ -94,7 +94,7 @@ func (l *Loop) prepare(req *pipeline.Request, offered, tools []*tool) (*plan, er
 		// server tools.
 		return nil, unservedChoice(tc, clientTools, offered, "a request with functions or a tool that is not a function")
 	}
-	if err := unknownChoice(tc, clientTools, offered); err != nil {
+	if err := unknownChoice(tc, clientTools, offered, l.mayBeDown); err != nil {
 		return nil, err
 	}
 	p := &plan{messages: []byte(msgs.Raw)}
@@ -166,8 +166,11 @@ func unservedChoice(tc, clientTools gjson.Result, offered []*tool, what string) 
 // neither one of the client's tools nor a server tool offered to the
 // request (one its tenant may not use, or none at all): relayed, the
 // provider refused it in terms of a request whose tools the loop had
-// rewritten (OpenAI: the named function must be among tools).
-func unknownChoice(tc, clientTools gjson.Result, offered []*tool) error {
+// rewritten (OpenAI: the named function must be among tools). A name
+// mayBeDown says may be a tool of an MCP server that is down goes on as
+// before: a down server only hides its tools, and no 400 blames the client
+// for it.
+func unknownChoice(tc, clientTools gjson.Result, offered []*tool, mayBeDown func(string) bool) error {
 	if !tc.IsObject() || tc.Get("type").Str != "function" {
 		return nil
 	}
@@ -185,10 +188,25 @@ func unknownChoice(tc, clientTools gjson.Result, offered []*tool) error {
 		found = t.Get("function.name").Str == name.Str
 		return !found
 	})
-	if found {
+	if found || mayBeDown(name.Str) {
 		return nil
 	}
 	return pipeline.BadRequest("tool_choice", "Invalid value for 'tool_choice': no function named %q is among the request's tools.", truncateRaw(name.Str, 64))
+}
+
+// mayBeDown reports whether name may be a tool of an MCP server that is
+// down or not listed yet: MCP tools come from a source, and name is no
+// configured tool.
+func (l *Loop) mayBeDown(name string) bool {
+	if l.opts.Source == nil {
+		return false
+	}
+	for _, t := range l.static.tools {
+		if t.cfg.Name == name {
+			return false
+		}
+	}
+	return true
 }
 
 // offersNonFunction reports whether the client's tools include one whose
