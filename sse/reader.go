@@ -63,8 +63,12 @@ type Reader struct {
 
 	buf        []byte // buffered input; buf[start:end] is unread; nil while waiting with nothing pending
 	start, end int
-	wait       [16]byte // what a read with nothing pending reads into, before buf is taken back
-	err        error    // sticky error from r, returned once buf is drained
+	// scanned is how many bytes from start are known to hold neither '\n'
+	// nor '\r': a long line is searched once, not again from its start
+	// after every read (which made a line's cost grow with its square).
+	scanned int
+	wait    [16]byte // what a read with nothing pending reads into, before buf is taken back
+	err     error    // sticky error from r, returned once buf is drained
 
 	skipLF  bool // the previous line ended in '\r': drop a leading '\n'
 	started bool // the first line has been read (BOM handling)
@@ -279,7 +283,7 @@ func (rd *Reader) readLine() ([]byte, error) {
 				// that is something else).
 				rd.noteTail()
 				rd.dirty = true
-				rd.start = rd.end
+				rd.start, rd.scanned = rd.end, 0
 			}
 			return nil, rd.err
 		}
@@ -292,12 +296,16 @@ func (rd *Reader) readLine() ([]byte, error) {
 // scanLine finds a terminated line in buf[start:end].
 func (rd *Reader) scanLine() ([]byte, bool) {
 	b := rd.buf[rd.start:rd.end]
-	i := bytes.IndexByte(b, '\n')
-	seg := b
+	from := min(rd.scanned, len(b))
+	i := bytes.IndexByte(b[from:], '\n')
+	seg := b[from:]
 	if i >= 0 {
-		seg = b[:i]
+		i += from
+		seg = b[from:i]
 	}
 	if j := bytes.IndexByte(seg, '\r'); j >= 0 {
+		j += from
+		rd.scanned = 0
 		line := b[:j]
 		if j+1 < len(b) {
 			if b[j+1] == '\n' {
@@ -312,8 +320,10 @@ func (rd *Reader) scanLine() ([]byte, bool) {
 		return rd.bom(line), true
 	}
 	if i < 0 {
+		rd.scanned = len(b)
 		return nil, false
 	}
+	rd.scanned = 0
 	rd.start += i + 1
 	return rd.bom(b[:i]), true
 }
