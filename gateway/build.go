@@ -406,6 +406,9 @@ func (b *builder) buildLoop(guards *guardrails.Engine) (*toolloop.Loop, error) {
 		NewEditLog:  contextedit.NewEditLog,
 		Logger:      b.log,
 	}
+	for _, p := range cfg.Providers {
+		o.RoundMax = max(o.RoundMax, p.MaxResponseBytes)
+	}
 	o.ServerPrefixes = map[string]string{}
 	for _, m := range cfg.MCPServers {
 		o.ServerPrefixes[m.Name] = m.Prefix

@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -25,6 +26,7 @@ type agentTool struct {
 	lookup func(model string) *pipeline.Route
 	admit  func(r *pipeline.Request) error
 	log    zerolog.Logger
+	max    int // bytes of the model's stream kept (Options.RoundMax)
 }
 
 func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, error) {
@@ -77,7 +79,7 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	// string in the envelope.
 	var text []byte
 	if resp.Stream != nil {
-		if text, err = streamText(resp.Stream, maxRoundBytes); err != nil {
+		if text, err = streamText(resp.Stream, cmp.Or(a.max, maxRoundBytes)); err != nil {
 			return nil, err
 		}
 	} else {

@@ -2,6 +2,7 @@ package toolloop
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -18,6 +19,11 @@ import (
 type Options struct {
 	Tools []config.Tool   // [[tools]]: kinds builtin, http, agent
 	Loop  config.ToolLoop // [tool_loop] budgets (defaults already applied by config)
+	// RoundMax bounds what the loop keeps of one streamed round (and an
+	// agent tool's model stream); 0 = maxRoundBytes. The gateway gives the
+	// largest providers.max_response_bytes: the loop cannot tell which
+	// provider a round came from (fallback picks it).
+	RoundMax int
 	// Lookup resolves a client-facing model name for agent tools.
 	Lookup func(model string) *pipeline.Route
 	// Admit applies the caller's policy (model allow-list, body size,
@@ -100,7 +106,7 @@ var _ pipeline.Handler = (*Loop)(nil)
 // (config.ApplyDefaults) and validates them.
 func New(opts Options) (*Loop, error) {
 	cfg := opts.Loop
-	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret, opts.ApprovalKey), roundMax: maxRoundBytes}
+	l := &Loop{opts: opts, cfg: cfg, log: opts.Logger, approval: newApprovalKey(cfg.ApprovalSecret, opts.ApprovalKey), roundMax: cmp.Or(opts.RoundMax, maxRoundBytes)}
 	reg, err := buildRegistry(&opts, newHTTPClient(opts.HTTPClient))
 	if err != nil {
 		return nil, err

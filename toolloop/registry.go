@@ -120,7 +120,7 @@ func buildRegistry(opts *Options, hc httpDoer) (*registry, error) {
 			if tc.Model == "" {
 				return nil, fmt.Errorf("%s.model: required for kind agent", at)
 			}
-			exec = &agentTool{name: tc.Name, model: tc.Model, system: tc.System, lookup: opts.Lookup, admit: opts.Admit, log: opts.Logger}
+			exec = &agentTool{name: tc.Name, model: tc.Model, system: tc.System, lookup: opts.Lookup, admit: opts.Admit, log: opts.Logger, max: opts.RoundMax}
 			if params == "" {
 				params = agentParams
 			}
