@@ -13,8 +13,18 @@ import (
 )
 
 // replayPiece is the largest text or argument fragment of a replayed chunk,
-// in bytes; fragments end on rune boundaries.
-const replayPiece = 64
+// in bytes, of a text up to maxReplayPieces of them; fragments end on rune
+// boundaries. A longer text is cut into maxReplayPieces larger ones
+// (pieceOf): at 64 bytes a piece, a chunk's frame is twice its text, and a
+// 3 MB answer's replay, built whole before its first byte, held about 12
+// times the answer (a resource probe: twenty slow readers of one took 700 MB).
+const (
+	replayPiece     = 64
+	maxReplayPieces = 256
+)
+
+// pieceOf is the piece size of a text of n bytes.
+func pieceOf(n int) int { return max(replayPiece, (n+maxReplayPieces-1)/maxReplayPieces) }
 
 // replayStream serves a cached chat.completion as a chat.completion.chunk
 // sequence that follows docs/wire.md (rules 5 to 13): a role chunk, the
@@ -103,7 +113,7 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 			for end > done[i] && end < len(t) && !utf8.RuneStart(t[end]) {
 				end--
 			}
-			for _, frag := range splitRunes(t[done[i]:end], replayPiece) {
+			for _, frag := range splitRunes(t[done[i]:end], pieceOf(len(t))) {
 				b.emit(&wire.Event{Kind: wire.Text, Key: k, Text: []byte(frag)})
 			}
 			done[i] = end
@@ -125,7 +135,8 @@ func newReplayStream(completion []byte, id string, created int64, model string, 
 	}
 	msgCalls.ForEach(func(_, c gjson.Result) bool {
 		b.emit(&wire.Event{Kind: wire.CallHeader, ID: c.Get("id").String(), Name: c.Get("function.name").String()})
-		for _, frag := range splitRunes(c.Get("function.arguments").String(), replayPiece) {
+		args := c.Get("function.arguments").String()
+		for _, frag := range splitRunes(args, pieceOf(len(args))) {
 			b.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(frag)})
 		}
 		return true
