@@ -297,9 +297,12 @@ func (f *responsesForm) emit(e *wire.Event) {
 // unlike a chat stream, which keeps nothing of what it passes on, the
 // encoder keeps every text, logprob and argument for response.completed,
 // and an upstream that streams without end would grow it without limit.
-// It is the bound of a tool loop's streamed round (and the default of
-// max_response_bytes, the bound on a non-streamed answer).
-const maxResponsesOutput = 32 << 20
+// What the answer keeps is held several times over until it ends (the
+// encoder's output, the tool loop's round, the stored record, the final
+// event and its encoding): at 32 MiB, five such streams took a resource
+// probe's gateway to 1.4 GB. 8 MiB is eight times the longest answer a
+// model writes today (128k output tokens, about 1 MB of text).
+const maxResponsesOutput = 8 << 20
 
 // wrap bounds stream by what the form keeps: once over max, the next
 // chunk is not read and the stream ends with upstream_response_too_large
