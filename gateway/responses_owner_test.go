@@ -267,7 +267,10 @@ func TestNativeResponseOwnersAcrossReplicas(t *testing.T) {
 	for _, store := range []string{"redis", "memory", "none"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
-			extra := "\n[responses]\nstore = \"" + store + "\"\n[redis]\naddr = \"" + addr + "\"\nprefix = \"owner-test-" + store + ":\"\n"
+			// A timeout that a loaded CI machine does not reach: the test
+			// is about who owns a response, not about outages (a 503 under
+			// a full parallel test run).
+			extra := "\n[responses]\nstore = \"" + store + "\"\n[redis]\naddr = \"" + addr + "\"\ntimeout = \"5s\"\nprefix = \"owner-test-" + store + ":\"\n"
 			up := &responsesAPI{}
 			one, two := newOwnerHarness(t, up, extra), newOwnerHarness(t, up, extra)
 			for _, stream := range []bool{false, true} {
