@@ -78,7 +78,7 @@ func (s *replayStream) Buffered() bool { return !s.closed.Load() }
 // created and model. They are encoded by wire.ChatSSE, as the tool loop's
 // live chunks are, so a replay and a live stream of the same answer differ
 // only in id and created (and in where text is cut: a replay cuts it in
-// replayPiece pieces, and where a server call ran). With hear set, the
+// pieceOf pieces, and where a server call ran). With hear set, the
 // stored server calls are told to it where they ran: after the text before
 // them, and a mixed turn's last ones after its client calls.
 func newReplayStream(completion []byte, id string, created int64, model string, includeUsage bool, hear func(*pipeline.ServerCall)) *replayStream {

@@ -130,10 +130,16 @@ func TestToolChoiceNamingADownServersToolNotRefused(t *testing.T) {
 [[mcp_servers]]
 name = "gone"
 url = "http://127.0.0.1:1/mcp"
+prefix = "gone_"
 `
-	h := newHarness(t, cfg, mockllm.Options{Respond: mockllm.Sequence(mockllm.Turn{Text: "ok"})})
+	h := newHarness(t, cfg, mockllm.Options{Respond: func(*mockllm.Call) mockllm.Turn { return mockllm.Turn{Text: "ok"} }})
 	body := `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"function","function":{"name":"gone_lookup"}}}`
 	if status, _, b := h.post("/chat/completions", body, nil); status == 400 && gjson.GetBytes(b, "error.param").Str == "tool_choice" {
 		t.Fatalf("a down server's tool refused as unknown: %d %s", status, b)
+	}
+	// A name no server could have (no configured prefix) is still refused.
+	body = `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"function","function":{"name":"no_such_tool"}}}`
+	if status, _, b := h.post("/chat/completions", body, nil); status != 400 || gjson.GetBytes(b, "error.param").Str != "tool_choice" {
+		t.Fatalf("a name no server could have: %d %s", status, b)
 	}
 }

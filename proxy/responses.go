@@ -53,6 +53,12 @@ func (s *Server) handleResponses(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	id := "resp_" + hex.EncodeToString(rnd[:])
 	h := wire.ResponsesHeader{ID: id, Created: x.start.Unix(), Model: rq.Model, Echo: rq.Echo, Summary: rq.Summary, Logprobs: rq.Logprobs}
 	form := &responsesForm{s: s, store: st, tenant: tenant, rq: rq, h: h, max: s.responsesMax}
+	if rq.Logprobs {
+		// A token's logprobs (with top_logprobs, twenty alternatives) are
+		// ten to a hundred times its text: four times the bound keeps a
+		// 24k-token answer at top_logprobs 20 (the bound counts them).
+		form.max *= 4
+	}
 	if rq.Stream {
 		form.enc = wire.NewResponsesStream(h)
 	} else {
@@ -301,7 +307,8 @@ func (f *responsesForm) emit(e *wire.Event) {
 // encoder's output, the tool loop's round, the stored record, the final
 // event and its encoding): at 32 MiB, five such streams took a resource
 // probe's gateway to 1.4 GB. 8 MiB is eight times the longest answer a
-// model writes today (128k output tokens, about 1 MB of text).
+// model writes today (128k output tokens, about 1 MB of text); an answer
+// with logprobs, which count too, gets four times as much (handleResponses).
 const maxResponsesOutput = 8 << 20
 
 // wrap bounds stream by what the form keeps: once over max, the next

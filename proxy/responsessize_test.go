@@ -26,12 +26,23 @@ import (
 // Without it, the 4 MiB answer completes.
 func TestResponsesStreamBounded(t *testing.T) {
 	t.Parallel()
+	// An answer with logprobs (which the bound counts) gets four times the
+	// bound: this 3 MiB answer completes then.
+	for _, logprobs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "text", true: "logprobs"}[logprobs], func(t *testing.T) {
+			t.Parallel()
+			responsesStreamBounded(t, logprobs)
+		})
+	}
+}
+
+func responsesStreamBounded(t *testing.T, logprobs bool) {
 	const piece = 1 << 10
 	chunk := []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", piece) + `"},"finish_reason":null}]}`)
 	var sent atomic.Int64
 	chat := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 		return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
-			if sent.Load() >= 4<<20 {
+			if sent.Load() >= 3<<20 {
 				return nil, io.EOF
 			}
 			sent.Add(piece)
@@ -57,13 +68,23 @@ func TestResponsesStreamBounded(t *testing.T) {
 	req.SetRequestURI("http://gw/v1/responses")
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
-	req.SetBodyString(`{"model":"m","stream":true,"input":"hi"}`)
+	if logprobs {
+		req.SetBodyString(`{"model":"m","stream":true,"input":"hi","include":["message.output_text.logprobs"]}`)
+	} else {
+		req.SetBodyString(`{"model":"m","stream":true,"input":"hi"}`)
+	}
 	if err := c.Do(req, resp); err != nil {
 		t.Fatal(err)
 	}
 	body := string(resp.Body())
+	end := body[max(0, len(body)-300):]
+	if logprobs {
+		if !strings.Contains(body, "response.completed") {
+			t.Fatalf("status %d, %d bytes, ending %q; want the 3 MiB answer with logprobs complete", resp.StatusCode(), len(body), end)
+		}
+		return
+	}
 	if strings.Contains(body, "response.completed") || !strings.Contains(body, "response.failed") || !strings.Contains(body, "size limit") {
-		end := body[max(0, len(body)-300):]
 		t.Fatalf("status %d, %d bytes, ending %q; want response.failed over the size limit", resp.StatusCode(), len(body), end)
 	}
 	if n := sent.Load(); n > 2<<20 {

@@ -815,7 +815,14 @@ func (h *history) mcpOutput(it gjson.Result, id, param string) (out string, know
 			return "", false, pipeline.BadRequest(param+".id", "duplicate item found with this id; give each item once")
 		}
 		st, err := h.lookup(id)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrTooManyReferenced):
+			// Past the bound the output is not known, as when nothing
+			// stored it: @openai/agents replays every earlier mcp_call
+			// of a conversation this way, and a long one would be
+			// refused for good.
+			st = gjson.Result{}
+		case err != nil:
 			return "", false, lookupError(err)
 		}
 		if st.Get("type").Str == "mcp_call" && st.Get("name").Str == it.Get("name").Str {

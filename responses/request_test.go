@@ -536,3 +536,22 @@ func TestReferenceAlreadyInThePreviousConversation(t *testing.T) {
 		}
 	}
 }
+
+// @openai/agents replays every earlier mcp_call of a conversation without
+// its output: past the bound on stored responses a request reads, such an
+// output is not known (as when nothing stored it), not a 400 that refuses
+// the conversation from then on (a review: its 17th turn with an MCP call
+// was refused for good). A store that fails is a 503.
+func TestMCPReplayPastTheBound(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"m","input":[{"type":"mcp_call","id":"mcp_z_0","name":"calc","arguments":"{}","server_label":"builtin","output":null,"error":null},{"role":"user","content":"next"}]}`)
+	over := func(string) (gjson.Result, error) { return gjson.Result{}, ErrTooManyReferenced }
+	if _, err := Translate(body, nil, over); err != nil {
+		t.Fatalf("past the bound: %v", err)
+	}
+	down := func(string) (gjson.Result, error) { return gjson.Result{}, errors.New("redis down") }
+	var pe *pipeline.Error
+	if _, err := Translate(body, nil, down); !errors.As(err, &pe) || pe.Status != 503 {
+		t.Fatalf("store down: %v, want 503", err)
+	}
+}

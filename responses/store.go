@@ -168,7 +168,8 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 // references must not become as many store reads.
 func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 	loaded := map[string]*Record{} // nil: not stored
-	reads := 0                     // store reads: responses loaded and index entries (heldByKey)
+	reads := 0                     // responses loaded
+	heldReads := 0                 // index entries read (heldByKey): an approval request's, one each
 	find := func(id, itemID string) (gjson.Result, error) {
 		if id == "" {
 			return gjson.Result{}, nil
@@ -224,10 +225,10 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		if !strings.HasPrefix(itemID, heldPrefix) {
 			return find(itemResponse(itemID), itemID)
 		}
-		if reads >= maxReferenced {
+		if heldReads >= maxHeldReads {
 			return gjson.Result{}, ErrTooManyReferenced
 		}
-		reads++
+		heldReads++
 		var b []byte
 		var ok bool
 		var err error
@@ -245,6 +246,11 @@ func (s *Store) Resolver(ctx context.Context, tenant string) Resolver {
 		return gjson.Result{}, nil
 	}
 }
+
+// maxHeldReads bounds the index entries one request's references read
+// (heldByKey: an approval request's, one per request answered): a response
+// may hold many, and each is one small read.
+const maxHeldReads = 128
 
 // maxReferenced bounds the stored responses one request's item references
 // may load.

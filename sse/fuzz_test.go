@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"testing/iotest"
 )
@@ -20,6 +21,7 @@ func FuzzReader(f *testing.F) {
 		"data: a\ndata:b\n\ndata: cut",
 		"\xEF\xBB\xBFdata: é世🎉\n\n",
 		"data: \xff\xfe\r",
+		"data: " + strings.Repeat("x", 5000) + "\r" + strings.Repeat("y", 3000) + "\n\n",
 	} {
 		f.Add([]byte(s), uint8(3))
 	}
@@ -54,6 +56,13 @@ func FuzzReader(f *testing.F) {
 		}
 		if werr != io.EOF && werr != io.ErrUnexpectedEOF && werr != ErrEventTooLarge {
 			t.Fatalf("unexpected error %v", werr)
+		}
+		// A limit past the initial buffer: a long line grows it, and its
+		// search resumes where the last read left it (Reader.scanned).
+		big, berr := readAll(NewReader(bytes.NewReader(in), 8<<10))
+		bigPieces, bperr := readAll(NewReader(&pieceReader{b: in, sizes: sizes}, 8<<10))
+		if !errors.Is(bperr, berr) || fmt.Sprint(bigPieces) != fmt.Sprint(big) {
+			t.Fatalf("limit 8 KiB: pieces %q, %v; whole %q, %v", bigPieces, bperr, big, berr)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package toolloop
 import (
 	"bytes"
 	"slices"
+	"strings"
 
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
@@ -195,10 +196,12 @@ func unknownChoice(tc, clientTools gjson.Result, offered []*tool, mayBeDown func
 }
 
 // mayBeDown reports whether name may be a tool of an MCP server that is
-// down or not listed yet: MCP tools come from a source, and name is no
-// configured tool.
+// down or not listed yet: no configured tool and no tool listed now (a
+// listed one the request is not offered is its tenant's to refuse), and
+// it carries a configured server's prefix, or a server without a prefix
+// could have it.
 func (l *Loop) mayBeDown(name string) bool {
-	if l.opts.Source == nil {
+	if l.opts.Source == nil || l.registry().byName[name] != nil {
 		return false
 	}
 	for _, t := range l.static.tools {
@@ -206,7 +209,12 @@ func (l *Loop) mayBeDown(name string) bool {
 			return false
 		}
 	}
-	return true
+	for _, p := range l.opts.ServerPrefixes {
+		if p == "" || strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // offersNonFunction reports whether the client's tools include one whose
