@@ -48,17 +48,7 @@ func TestClientToolCallsSameBothWays(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(noIDCalls))
 	t.Cleanup(up.Close)
 	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
-	p := userMsg("weather in Oslo?")
-	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather"})}
-	resp, err := h.client.Chat.Completions.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for form, c := range map[string]openai.ChatCompletionChoice{"JSON": resp.Choices[0], "stream": acc.Choices[0]} {
+	for form, c := range weatherBothWays(t, h) {
 		calls := c.Message.ToolCalls
 		if c.FinishReason != "tool_calls" || len(calls) != 1 || calls[0].ID == "" || calls[0].Function.Name != "get_weather" ||
 			calls[0].Function.Arguments != `{"city":"Oslo"}` {
@@ -76,17 +66,7 @@ func TestClientToolNameSlipIsTheClients(t *testing.T) {
 	h := newHarness(t, baseConfig+calculatorTool, mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
 		return mockllm.Turn{ToolCalls: []mockllm.ToolCall{{Name: "Get_Weather", Arguments: `{"city":"Oslo"}`}}}
 	}})
-	p := userMsg("weather in Oslo?")
-	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather"})}
-	resp, err := h.client.Chat.Completions.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for form, c := range map[string]openai.ChatCompletionChoice{"JSON": resp.Choices[0], "stream": acc.Choices[0]} {
+	for form, c := range weatherBothWays(t, h) {
 		if len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Name != "get_weather" || c.FinishReason != "tool_calls" {
 			t.Fatalf("%s: %+v finish %q", form, c.Message.ToolCalls, c.FinishReason)
 		}
@@ -142,4 +122,21 @@ prefix = "gone_"
 	if status, _, b := h.post("/chat/completions", body, nil); status != 400 || gjson.GetBytes(b, "error.param").Str != "tool_choice" {
 		t.Fatalf("a name no server could have: %d %s", status, b)
 	}
+}
+
+// weatherBothWays asks h about the weather with the client's get_weather
+// tool, JSON and streamed, and returns each answer's choice by form.
+func weatherBothWays(t *testing.T, h *harness) map[string]openai.ChatCompletionChoice {
+	t.Helper()
+	p := userMsg("weather in Oslo?")
+	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather"})}
+	resp, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := h.streamChat(p, wiretest.Options{}, wiretest.LoadSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]openai.ChatCompletionChoice{"JSON": resp.Choices[0], "stream": acc.Choices[0]}
 }

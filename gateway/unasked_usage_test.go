@@ -50,14 +50,7 @@ models = ["gpt-x"]
 			if raw, _ := h.lastRaw(); strings.Contains(string(raw), `"usage"`) {
 				t.Fatalf("the client got usage it did not ask for:\n%s", raw)
 			}
-			var line gjson.Result
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !line.Exists(); time.Sleep(10 * time.Millisecond) {
-				for _, l := range strings.Split(h.logs.String(), "\n") {
-					if gjson.Get(l, "message").Str == "request" && gjson.Get(l, "path").Str == "/v1/chat/completions" {
-						line = gjson.Parse(l)
-					}
-				}
-			}
+			line := chatAccessLine(t, h)
 			got := [3]int64{line.Get("prompt_tokens").Int(), line.Get("completion_tokens").Int(), line.Get("cached_tokens").Int()}
 			if got != tc.want {
 				t.Fatalf("access log tokens %v, want %v: %s", got, tc.want, line.Raw)
@@ -100,6 +93,17 @@ func TestFailedJSONLoopUsageIsLogged(t *testing.T) {
 	if st, _, b := h.post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"compute"}]}`, nil); st < 500 {
 		t.Fatalf("status %d: %s", st, b)
 	}
+	line := chatAccessLine(t, h)
+	got := [3]int64{line.Get("prompt_tokens").Int(), line.Get("completion_tokens").Int(), line.Get("cached_tokens").Int()}
+	if got != [3]int64{50, 6, 20} || line.Get("status").Int() < 500 {
+		t.Fatalf("access line tokens %v (want the first round's 50, 6, 20): %s", got, line.Raw)
+	}
+}
+
+// chatAccessLine waits for the last access line of a chat request in h's
+// log (the log writer batches lines) and returns it.
+func chatAccessLine(t *testing.T, h *harness) gjson.Result {
+	t.Helper()
 	var line gjson.Result
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !line.Exists(); time.Sleep(10 * time.Millisecond) {
 		for _, l := range strings.Split(h.logs.String(), "\n") {
@@ -108,8 +112,5 @@ func TestFailedJSONLoopUsageIsLogged(t *testing.T) {
 			}
 		}
 	}
-	got := [3]int64{line.Get("prompt_tokens").Int(), line.Get("completion_tokens").Int(), line.Get("cached_tokens").Int()}
-	if got != [3]int64{50, 6, 20} || line.Get("status").Int() < 500 {
-		t.Fatalf("access line tokens %v (want the first round's 50, 6, 20): %s", got, line.Raw)
-	}
+	return line
 }

@@ -561,20 +561,8 @@ func TestNoReaskForEmptyOrCutBlock(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
 			var calls atomic.Int32
-			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-				calls.Add(1)
-				if r.Stream {
-					return &pipeline.Response{Stream: teststream.Chunks(
-						head+`{"role":"assistant","content":`+q(tc.reply[:9])+`},"finish_reason":null}]}`,
-						head+`{"content":`+q(tc.reply[9:])+`},"finish_reason":null}]}`,
-						head+`{},"finish_reason":"`+tc.finish+`"}]}`,
-					)}, nil
-				}
-				return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(tc.reply) + `},"finish_reason":"` + tc.finish + `"}]}`)}, nil
-			})
-			h := New(Options{MaxErrors: 3})(next)
+			h := New(Options{MaxErrors: 3})(replyUpstream(tc.reply, tc.finish, 9, &calls))
 			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
 			if err != nil {
 				t.Fatal(err)
@@ -809,20 +797,8 @@ func TestStructuredGiveUpShowsNoProtocol(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
 			var calls atomic.Int32
-			next := pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
-				calls.Add(1)
-				if r.Stream {
-					return &pipeline.Response{Stream: teststream.Chunks(
-						head+`{"role":"assistant","content":`+q(tc.reply[:5])+`},"finish_reason":null}]}`,
-						head+`{"content":`+q(tc.reply[5:])+`},"finish_reason":null}]}`,
-						head+`{},"finish_reason":"stop"}]}`,
-					)}, nil
-				}
-				return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(tc.reply) + `},"finish_reason":"stop"}]}`)}, nil
-			})
-			h := New(Options{MaxErrors: 2, Format: "json_schema"})(next)
+			h := New(Options{MaxErrors: 2, Format: "json_schema"})(replyUpstream(tc.reply, "stop", 5, &calls))
 			resp, err := h.Chat(context.Background(), &pipeline.Request{Body: []byte(toolsBody + `}`)})
 			if err != nil {
 				t.Fatal(err)
@@ -842,4 +818,21 @@ func TestStructuredGiveUpShowsNoProtocol(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replyUpstream answers every call with reply and finish, JSON or streamed
+// (the text cut in two at split), counting the calls.
+func replyUpstream(reply, finish string, split int, calls *atomic.Int32) pipeline.Handler {
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	return pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		calls.Add(1)
+		if r.Stream {
+			return &pipeline.Response{Stream: teststream.Chunks(
+				head+`{"role":"assistant","content":`+q(reply[:split])+`},"finish_reason":null}]}`,
+				head+`{"content":`+q(reply[split:])+`},"finish_reason":null}]}`,
+				head+`{},"finish_reason":"`+finish+`"}]}`,
+			)}, nil
+		}
+		return &pipeline.Response{Body: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` + q(reply) + `},"finish_reason":"` + finish + `"}]}`)}, nil
+	})
 }
