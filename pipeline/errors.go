@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 )
 
 // Error is a failure with a client-facing meaning. The mapper in proxy
@@ -112,6 +113,19 @@ func Invalid(status int, code, format string, args ...any) *Error {
 // NotFound is a 404 invalid_request_error with code.
 func NotFound(code, format string, args ...any) *Error {
 	return Invalid(http.StatusNotFound, code, format, args...)
+}
+
+// ItemNotFound is OpenAI's answer to an input naming a stored item that
+// is unknown, expired or another tenant's: 404 item_not_found, param
+// input, the id quoted back (its first 128 bytes, whole characters).
+func ItemNotFound(id string) *Error {
+	n := min(len(id), 128)
+	for n < len(id) && n > 0 && !utf8.RuneStart(id[n]) {
+		n--
+	}
+	e := NotFound(CodeItemNotFound, "Item with id '%s' not found.", id[:n])
+	e.Param = "input"
+	return e
 }
 
 // Forbidden is a 403 invalid_request_error with code.

@@ -63,7 +63,7 @@ var refFileMembers = []string{"training_file", "validation_file"}
 
 // refKeys are byte strings one of which a body that names a stored object
 // other than through an id member holds (idKey finds those), compared
-// without regard to case (foldIndex), as an upstream written in Go reads
+// without regard to case (hasFold), as an upstream written in Go reads
 // member names; `\u` because a key may be spelt with escapes, which the
 // walk reads decoded. A chat body can name only files and audio answers.
 var (

@@ -172,9 +172,7 @@ func (s *Server) checkOwnedItems(rt *Runtime, tenant string, input gjson.Result)
 	if ok {
 		return nil
 	}
-	e := pipeline.NotFound(pipeline.CodeItemNotFound, "Item with id '%s' not found.", truncate(missing, 128))
-	e.Param = "input"
-	return e
+	return pipeline.ItemNotFound(missing)
 }
 
 // owns looks up whether tenant created the provider's response id.

@@ -22,10 +22,11 @@ const maxDecodeRounds = 3
 //     of the provider's base path;
 //   - paths that are only a variant of another path (404): an encoded slash
 //     or backslash, ';' parameters, empty segments, a trailing slash,
-//     anything but printable ASCII (printableASCII). fasthttp's own normalisation maps some of these
-//     to a route and forwards others as written; here each path has exactly
-//     one spelling, so a variant of the chat route can never reach the
-//     upstream's chat endpoint around the gateway's pipeline.
+//     anything but printable ASCII (printableASCII). fasthttp's own
+//     normalisation maps some of these to a route and forwards others as
+//     written; here each path has exactly one spelling, so a variant of
+//     the chat route can never reach the upstream's chat endpoint around
+//     the gateway's pipeline.
 //
 // raw is the path as the client sent it, without the query.
 func canonicalPath(raw string) (string, error) {

@@ -643,11 +643,8 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 		}
 	}
 	if !ref.IsObject() || ref.Get("type").String() == "item_reference" {
-		// OpenAI's answer, and a natively served request's: an unknown,
-		// expired or other tenant's item is not found.
-		e := pipeline.NotFound(pipeline.CodeItemNotFound, "Item with id '%s' not found.", clipID(id))
-		e.Param = "input"
-		return it, e
+		// OpenAI's answer, and a natively served request's.
+		return it, pipeline.ItemNotFound(id)
 	}
 	if h.previous != "" && (itemResponse(id) == h.previous || ref.Get("type").Str == "function_call" && h.priorCalls[ref.Get("call_id").Str]) {
 		// OpenAI's answer too: the conversation of previous_response_id
@@ -664,7 +661,7 @@ func (h *history) resolve(it gjson.Result, param string, resolve Resolver) (gjso
 // what it holds).
 func lookupError(err error) error {
 	if errors.Is(err, ErrTooManyReferenced) {
-		return pipeline.BadRequest("input", "input may name items of at most %d stored responses", maxReferenced)
+		return pipeline.BadRequest("input", "input may name items of at most %d stored responses (and at most %d approval requests)", maxReferenced, maxHeldReads)
 	}
 	return pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request")
 }
@@ -1178,17 +1175,4 @@ func appendFormat(c []byte, text gjson.Result) ([]byte, error) {
 		return append(c, "}}"...), nil
 	}
 	return c, pipeline.BadRequest("text.format.type", "text.format.type must be text, json_object or json_schema")
-}
-
-// clipID bounds an id quoted back in an error (128 bytes, whole
-// characters).
-func clipID(id string) string {
-	if len(id) <= 128 {
-		return id
-	}
-	n := 128
-	for n > 0 && !utf8.RuneStart(id[n]) {
-		n--
-	}
-	return id[:n]
 }

@@ -140,14 +140,6 @@ func unservedChoice(tc, clientTools gjson.Result, offered []*tool, what string) 
 	if !tc.IsObject() {
 		return nil
 	}
-	clientDefines := func(name string) bool {
-		found := false
-		clientTools.ForEach(func(_, t gjson.Result) bool {
-			found = t.Get("function.name").Str == name
-			return !found
-		})
-		return found
-	}
 	names := []string{tc.Get("function.name").Str}
 	tc.Get("allowed_tools.tools").ForEach(func(_, v gjson.Result) bool {
 		names = append(names, v.Get("function.name").Str)
@@ -155,7 +147,7 @@ func unservedChoice(tc, clientTools gjson.Result, offered []*tool, what string) 
 	})
 	for _, name := range names {
 		for _, t := range offered {
-			if name != "" && t.cfg.Name == name && !clientDefines(name) {
+			if name != "" && t.cfg.Name == name && !definesFunction(clientTools, name) {
 				return pipeline.BadRequest("tool_choice", "tool_choice names %q, a tool the gateway runs, which %s cannot use", name, what)
 			}
 		}
@@ -184,30 +176,31 @@ func unknownChoice(tc, clientTools gjson.Result, offered []*tool, mayBeDown func
 			return nil
 		}
 	}
-	found := false
-	clientTools.ForEach(func(_, t gjson.Result) bool {
-		found = t.Get("function.name").Str == name.Str
-		return !found
-	})
-	if found || mayBeDown(name.Str) {
+	if definesFunction(clientTools, name.Str) || mayBeDown(name.Str) {
 		return nil
 	}
 	return pipeline.BadRequest("tool_choice", "Invalid value for 'tool_choice': no function named %q is among the request's tools.", truncateRaw(name.Str, 64))
 }
 
+// definesFunction reports whether the client's tools define a function
+// named name.
+func definesFunction(clientTools gjson.Result, name string) bool {
+	found := false
+	clientTools.ForEach(func(_, t gjson.Result) bool {
+		found = t.Get("function.name").Str == name
+		return !found
+	})
+	return found
+}
+
 // mayBeDown reports whether name may be a tool of an MCP server that is
-// down or not listed yet: no configured tool and no tool listed now (a
-// listed one the request is not offered is its tenant's to refuse), and
-// it carries a configured server's prefix, or a server without a prefix
-// could have it.
+// down or not listed yet: no tool of that name, configured or listed now
+// (the registry holds both; a listed one the request is not offered is
+// its tenant's to refuse), and it carries a configured server's prefix, or
+// a server without a prefix could have it.
 func (l *Loop) mayBeDown(name string) bool {
 	if l.opts.Source == nil || l.registry().byName[name] != nil {
 		return false
-	}
-	for _, t := range l.static.tools {
-		if t.cfg.Name == name {
-			return false
-		}
 	}
 	for _, p := range l.opts.ServerPrefixes {
 		if p == "" || strings.HasPrefix(name, p) {

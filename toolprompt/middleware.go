@@ -164,10 +164,7 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 			// No model call left to ask again with: as after the last
 			// re-ask.
 			if o.err != nil {
-				o.calls, o.shown = nil, o.text
-				if h.schema {
-					o.shown = structuredText(o.text)
-				}
+				h.giveUp(rw, o)
 				return "", nil
 			}
 			var pe *pipeline.Error
@@ -179,6 +176,16 @@ func (h *handler) judge(ctx context.Context, up *pipeline.Request, rw *rewritten
 	}
 	up.Meta.NoteReask()
 	return retry, nil
+}
+
+// giveUp gives up on a malformed reply's calls: its text is the answer,
+// or, in the json_schema format when the protocol was asked for (under
+// "none" it was not: the reply is text), what structuredText finds in it.
+func (h *handler) giveUp(rw *rewritten, o *outcome) {
+	o.calls, o.shown = nil, o.text
+	if h.schema && rw.choice != choiceNone {
+		o.shown = structuredText(o.text)
+	}
 }
 
 // choiceUnmet is the error of a reply without the call tool_choice
@@ -226,12 +233,7 @@ func (h *handler) rule(rw *rewritten, o *outcome, t *tries) (retry string, err e
 			t.malformed++
 			return fmt.Sprintf("### error\nYour tool call could not be used: %v. Write the calls again as the format says.", o.err), nil
 		}
-		o.calls, o.shown = nil, o.text // give up on calls: the text is the answer
-		if h.schema && rw.choice != choiceNone {
-			// Asked for the protocol, re-asked and still malformed (under
-			// "none" the protocol was not asked for: the reply is text).
-			o.shown = structuredText(o.text)
-		}
+		h.giveUp(rw, o)
 		return "", nil
 	}
 	missing := ""
