@@ -1140,7 +1140,7 @@ keepalive_interval = "50ms"
 // into approval_expired).
 func TestResponsesApprovedRunReplayedWithoutOutput(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"300ms\"\n"+calculatorTool+`approval = "always"
+	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"2s\"\n"+calculatorTool+`approval = "always"
 `, mockllm.Options{Respond: calcModel})
 	status, _, first := send(t, "POST", h.base+"/responses", "sk-client", `{"model":"gpt-x","store":false,"input":"6 times 7?"}`)
 	req := gjson.GetBytes(first, `output.#(type=="mcp_approval_request")`)
@@ -1153,7 +1153,7 @@ func TestResponsesApprovedRunReplayedWithoutOutput(t *testing.T) {
 	if status != 200 || !run.Exists() {
 		t.Fatalf("%d %s", status, next)
 	}
-	time.Sleep(500 * time.Millisecond) // the approval's record expires
+	time.Sleep(2500 * time.Millisecond) // the approval's record expires (2 s: a loaded CI machine took over 300 ms between the first two requests)
 	replayed, _ := sjson.Delete(run.Raw, "output")
 	status, _, last := send(t, "POST", h.base+"/responses", "sk-client",
 		`{"model":"gpt-x","store":false,"input":[`+history+`,`+replayed+`,{"role":"user","content":"thanks"}]}`)
@@ -1170,7 +1170,7 @@ func TestResponsesApprovedRunReplayedWithoutOutput(t *testing.T) {
 // places: not approval_expired, and the tool does not run again.
 func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"300ms\"\n"+calculatorTool+`approval = "always"
+	h := newHarness(t, baseConfig+"[tool_loop]\nstate_ttl = \"2s\"\n"+calculatorTool+`approval = "always"
 `, mockllm.Options{Respond: calcModel})
 	first := h.respond(responses.ResponseNewParams{Model: "gpt-x", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("6 times 7?")}}, false)
 	var items responses.ResponseInputParam
@@ -1186,7 +1186,7 @@ func TestResponsesApprovedRunOutlivesItsState(t *testing.T) {
 	}
 	next := h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(first.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: items}}, false)
-	time.Sleep(500 * time.Millisecond) // the approval's record expires
+	time.Sleep(2500 * time.Millisecond) // the approval's record expires (2 s: a loaded CI machine took over 300 ms between the first two requests)
 	last := h.respond(responses.ResponseNewParams{Model: "gpt-x", PreviousResponseID: openai.String(next.ID),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("thanks")}}, false)
 	for _, it := range last.Output {
