@@ -287,6 +287,47 @@ func TestModelsAndMetrics(t *testing.T) {
 	}
 }
 
+// A model id with a slash (meta-llama/...) is one path segment to the SDKs,
+// which encode its slash: the gateway's own model route answers it, and no
+// other method sends the encoded slash on.
+func TestModelIDWithASlash(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+openPassthrough+`
+[[models]]
+name = "org/m1"
+provider = "up"
+`, mockllm.Options{})
+	m, err := h.client.Models.Get(context.Background(), "org/m1")
+	if err != nil || m.ID != "org/m1" {
+		t.Fatalf("model: %v %+v", err, m)
+	}
+	if p := h.mock.Requests(); len(p) != 0 {
+		t.Fatalf("the lookup reached the upstream: %+v", p)
+	}
+	if _, err := h.client.Models.Get(context.Background(), "org/nope"); err == nil {
+		t.Fatal("unknown model found")
+	}
+	for _, c := range []struct{ method, path string }{
+		{"DELETE", "/v1/models/org%2Fm1"},
+		{"GET", "/v1/models/org%252Fm1"},
+		{"GET", "/v1/models/org%2F..%2Fx"},
+		{"GET", "/v1/models/org/m1%2Fx"},
+	} {
+		req, _ := http.NewRequest(c.method, strings.TrimSuffix(h.base, "/v1")+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 && resp.StatusCode != 400 {
+			t.Fatalf("%s %s: %d", c.method, c.path, resp.StatusCode)
+		}
+	}
+	if p := h.mock.Requests(); len(p) != 0 {
+		t.Fatalf("a refused path reached the upstream: %+v", p)
+	}
+}
+
 func TestPassthroughForwardsOtherPaths(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})

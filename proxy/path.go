@@ -69,6 +69,24 @@ func canonicalPath(raw string) (string, error) {
 	return canonical, nil
 }
 
+// modelIDPath returns the path of GET /v1/models/{id} for an id sent as
+// one segment with its slashes encoded, as the SDKs send
+// `meta-llama/Llama-3.1-8B` (canonicalPath refuses an encoded slash
+// elsewhere). The gateway answers that route from its config, so the
+// decoded slash reaches no upstream path; any other method on it is
+// refused as canonicalPath refused it.
+func modelIDPath(raw string) (string, bool) {
+	rest, ok := strings.CutPrefix(raw, modelsRoute+"/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", false
+	}
+	id, err := url.PathUnescape(rest)
+	if err != nil || !printableASCII(id) || hasDotSegment(id) {
+		return "", false
+	}
+	return modelsRoute + "/" + id, true
+}
+
 // hasDotSegment reports whether p has a "." or ".." segment.
 func hasDotSegment(p string) bool {
 	for p != "" {

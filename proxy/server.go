@@ -566,8 +566,11 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 	if raw := ctx.Request.URI().PathOriginal(); string(raw) != chatRoute {
 		var err error
 		if path, err = canonicalPath(string(raw)); err != nil {
-			s.writeError(ctx, x, err)
-			return
+			var ok bool
+			if path, ok = modelIDPath(string(raw)); !ok || !ctx.IsGet() {
+				s.writeError(ctx, x, err)
+				return
+			}
 		}
 	}
 	switch {
