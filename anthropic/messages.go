@@ -75,10 +75,8 @@ func (t *translator) message(m gjson.Result) error {
 			return err
 		}
 		if hasToolUse(blocks) {
-			// The tool loop's turn: its signed thinking comes first.
-			if th := thinkingBlocks(m); len(th) > 0 {
-				blocks = append(th, blocks...)
-			}
+			// The tool loop's turn: its signed thinking where it was.
+			blocks = withThinking(m, blocks)
 		}
 	case "tool":
 		blocks, err = t.toolResult(m)

@@ -162,7 +162,7 @@ func (d *StreamDecoder) Feed(data []byte) error {
 		}
 		if d.sink != nil && i == d.thAt {
 			if len(d.thSig) > 0 { // unsigned, Anthropic would refuse it back
-				d.sink.Blocks = appendThinking(d.sink.Blocks, string(d.thText), string(d.thSig))
+				d.sink.Blocks = appendThinking(d.sink.Blocks, string(d.thText), string(d.thSig), d.callsBefore(i))
 			}
 			d.thAt = -1
 		}
@@ -182,6 +182,18 @@ func (d *StreamDecoder) Feed(data []byte) error {
 		return eventError(d.provider, data)
 	}
 	return nil
+}
+
+// callsBefore returns how many tool_use blocks the answer began before
+// block i (a thinking block's place among the calls: thinking.go).
+func (d *StreamDecoder) callsBefore(i int) int {
+	n := 0
+	for _, k := range d.blocks[:min(i, len(d.blocks))] {
+		if k == blockToolUse {
+			n++
+		}
+	}
+	return n
 }
 
 // blockStart opens a content block; it reports false for one the stream
@@ -214,7 +226,7 @@ func (d *StreamDecoder) blockStart(ev gjson.Result) bool {
 		}
 	case "redacted_thinking":
 		if data := cb.Get("data").Str; d.sink != nil && data != "" {
-			d.sink.Blocks = appendRedacted(d.sink.Blocks, data)
+			d.sink.Blocks = appendRedacted(d.sink.Blocks, data, d.callsBefore(i))
 		}
 	case "tool_use":
 		name := cb.Get("name")

@@ -150,3 +150,83 @@ func TestTranslateRequestCarriesThinking(t *testing.T) {
 		})
 	}
 }
+
+// TestInterleavedThinkingKeepsItsPlace: with interleaved thinking a turn
+// reads thinking, a call, thinking, a call; Anthropic refuses that turn
+// back in another order, so each block notes the calls before it (streamed
+// and whole alike) and the translation puts it back there.
+func TestInterleavedThinkingKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	events := []string{
+		`{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"a","signature":"S1"}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"Looking."}}`,
+		`{"type":"content_block_stop","index":1}`,
+		`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}}`,
+		`{"type":"content_block_stop","index":2}`,
+		`{"type":"content_block_start","index":3,"content_block":{"type":"thinking","thinking":"b","signature":"S2"}}`,
+		`{"type":"content_block_stop","index":3}`,
+		`{"type":"content_block_start","index":4,"content_block":{"type":"redacted_thinking","data":"R"}}`,
+		`{"type":"content_block_stop","index":4}`,
+		`{"type":"content_block_start","index":5,"content_block":{"type":"tool_use","id":"toolu_2","name":"f","input":{"a":2}}}`,
+		`{"type":"content_block_stop","index":5}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}`,
+		`{"type":"message_stop"}`,
+	}
+	const whole = `{"id":"msg_1","type":"message","role":"assistant","content":[` +
+		`{"type":"thinking","thinking":"a","signature":"S1"},{"type":"text","text":"Looking."},` +
+		`{"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}},{"type":"thinking","thinking":"b","signature":"S2"},` +
+		`{"type":"redacted_thinking","data":"R"},{"type":"tool_use","id":"toolu_2","name":"f","input":{"a":2}}],` +
+		`"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":9}}`
+	const want = `[{"type":"thinking","thinking":"a","signature":"S1"},` +
+		`{"type":"thinking","thinking":"b","signature":"S2","calls":1},{"type":"redacted_thinking","data":"R","calls":1}]`
+	var th pipeline.Thinking
+	d := NewStreamDecoder("a", wire.Header{Created: 1, Model: "claude"})
+	d.NoteThinking(&th)
+	for _, ev := range events {
+		if err := d.Feed([]byte(ev)); err != nil {
+			t.Fatal(err)
+		}
+		for _, ok := d.Pop(); ok; _, ok = d.Pop() {
+		}
+	}
+	if string(th.Blocks) != want {
+		t.Errorf("stream noted %s", th.Blocks)
+	}
+	if got := MessageThinking([]byte(whole)); string(got) != want {
+		t.Errorf("message gave %s", got)
+	}
+
+	calls := `"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},` +
+		`{"id":"toolu_2","type":"function","function":{"name":"f","arguments":"{\"a\":2}"}}]`
+	for _, tc := range []struct{ member, content string }{
+		{want, "thinking:a text tool_use:toolu_1 thinking:b redacted_thinking tool_use:toolu_2"},
+		// A block after the last call stays after it; one noting more
+		// calls than the turn has goes last too.
+		{`[{"type":"thinking","thinking":"a","signature":"S1"},{"type":"thinking","thinking":"z","signature":"S9","calls":2},` +
+			`{"type":"thinking","thinking":"y","signature":"S8","calls":7}]`,
+			"thinking:a text tool_use:toolu_1 tool_use:toolu_2 thinking:z thinking:y"},
+	} {
+		body := `{"reasoning_effort":"low","tools":[{"type":"function","function":{"name":"f"}}],"messages":[` +
+			`{"role":"user","content":"x"},{"role":"assistant","content":"Looking.",` + calls + `,"x_gateway_thinking":` + tc.member + `},` +
+			`{"role":"tool","tool_call_id":"toolu_1","content":"1"},{"role":"tool","tool_call_id":"toolu_2","content":"2"}]}`
+		out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sdkRoundTrip(t, out)
+		var got []string
+		gjson.GetBytes(out, "messages.1.content").ForEach(func(_, b gjson.Result) bool {
+			s := b.Get("type").Str
+			if v := b.Get("thinking").Str + b.Get("id").Str; v != "" {
+				s += ":" + v
+			}
+			got = append(got, s)
+			return true
+		})
+		if strings.Join(got, " ") != tc.content || !gjson.GetBytes(out, "thinking").Exists() || bytes.Contains(out, []byte(`"calls"`)) {
+			t.Errorf("assistant blocks %q, %s", strings.Join(got, " "), out)
+		}
+	}
+}
