@@ -63,7 +63,7 @@ func (t *translator) message(m gjson.Result) error {
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
-		if r := m.Get("refusal"); r.Type == gjson.String && r.Str != "" &&
+		if r := m.Get("refusal"); r.Type == gjson.String && !blank(r.Str) &&
 			!slices.ContainsFunc(blocks, func(b block) bool { return b.Text == r.Str }) {
 			// A refusal is what the assistant said, after its content:
 			// dropped, the model would not see it (and with no content,
@@ -86,6 +86,11 @@ func (t *translator) message(m gjson.Result) error {
 		role = "user"
 	default:
 		return pipeline.BadRequest(t.at()+".role", "role %q cannot be sent to this model", role)
+	}
+	if len(blocks) == 0 {
+		if cc := marker(m); cc != nil { // a message left out, whose breakpoint stays
+			t.keepMarker(nil, cc)
+		}
 	}
 	t.add(role, withMarker(blocks, m))
 	return nil
@@ -169,7 +174,7 @@ func withMarker(blocks []block, m gjson.Result) []block {
 // out: Anthropic refuses empty text blocks.
 func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, error) {
 	if content.Type == gjson.String {
-		if content.Str == "" {
+		if blank(content.Str) {
 			return nil, nil
 		}
 		return []block{{Type: "text", Text: content.Str}}, nil
@@ -189,8 +194,10 @@ func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, err
 		switch typ := p.Get("type").Str; {
 		case typ == "text" || typ == "refusal":
 			key := typ
-			if s := p.Get(key).Str; s != "" {
+			if s := p.Get(key).Str; !blank(s) {
 				out = append(out, block{Type: "text", Text: s, CacheControl: marker(p)})
+			} else if cc := marker(p); cc != nil {
+				out = t.keepMarker(out, cc)
 			}
 		case typ == "image_url" && images:
 			var b block
@@ -207,6 +214,24 @@ func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, err
 	})
 	return out, err
 }
+
+// keepMarker keeps cc, the breakpoint of a text left out (blank), on the
+// block before it: out's last, or when out is empty the last block of the
+// messages so far. The prefix it marked is cached as it would have been.
+func (t *translator) keepMarker(out []block, cc json.RawMessage) []block {
+	if len(out) == 0 {
+		t.msgs = keepBreakpoint(t.msgs, cc)
+	} else if out[len(out)-1].CacheControl == nil {
+		out[len(out)-1].CacheControl = cc
+	}
+	return out
+}
+
+// blank reports whether s is empty or only white space: Anthropic refuses
+// a text block that is ("text content blocks must contain non-whitespace
+// text"), where OpenAI takes it (a model's answer of "\n", a blank user
+// turn), so it is left out as an empty one is.
+func blank(s string) bool { return strings.TrimSpace(s) == "" }
 
 // imageBlock reads an image URL: a base64 data URL (its media type in
 // lower case, image/jpg as image/jpeg), or an http(s) URL that Anthropic

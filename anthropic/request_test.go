@@ -689,6 +689,48 @@ func TestTranslateRequestTrimsPrefill(t *testing.T) {
 	}
 }
 
+// Anthropic refuses a text block of white space only, which OpenAI takes (a
+// model's "\n", a blank user turn): such text is left out, as empty text
+// is, wherever it is.
+func TestTranslateRequestDropsBlankText(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"system","content":"  "},{"role":"user","content":" "},{"role":"assistant","content":"\n"},{"role":"user","content":"hi"}]}`: `user:hi`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"\u3000\t"},{"type":"text","text":"q"}]}]}`:                                          `user:q`,
+		`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":" \t"},` +
+			`{"role":"assistant","content":"c","refusal":"  "},{"role":"user","content":"d"}]}`: `user:a assistant:b,c user:d`,
+	} {
+		out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sdkRoundTrip(t, out)
+		var got []string
+		gjson.GetBytes(out, "messages").ForEach(func(_, m gjson.Result) bool {
+			var texts []string
+			m.Get("content.#.text").ForEach(func(_, v gjson.Result) bool {
+				texts = append(texts, v.Str)
+				return true
+			})
+			got = append(got, m.Get("role").Str+":"+strings.Join(texts, ","))
+			return true
+		})
+		if strings.Join(got, " ") != want || gjson.GetBytes(out, "system").Exists() {
+			t.Errorf("%s: %q, %s", body, strings.Join(got, " "), out)
+		}
+	}
+	// A blank message's breakpoint stays, on the block before it.
+	body := `{"messages":[{"role":"user","content":"hi"},{"role":"user","content":" ","cache_control":{"type":"ephemeral"}},` +
+		`{"role":"assistant","content":"ok"},{"role":"user","content":"q"}]}`
+	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gjson.GetBytes(out, "messages.0.content").Raw; got != `[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]` {
+		t.Errorf("first turn %s", got)
+	}
+}
+
 // A breakpoint on a prefill's part that trimming drops moves to the block
 // that now ends the messages: the prefix stays cached.
 func TestTrimPrefillKeepsTheBreakpoint(t *testing.T) {
