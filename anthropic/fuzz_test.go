@@ -26,6 +26,9 @@ func FuzzStreamDecoder(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{}}\n\ndata: {\"type\":\"content_block_start\",\"index\":1023,\"content_block\":{\"type\":\"tool_use\",\"input\":{\"a\":1}}}\n\n"))
+	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{}}\n\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\"}}\n\n" +
+		"data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\\ud83d\"}}\n\n" +
+		"data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\ude00\\ud83d\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d := NewStreamDecoder("a", wire.Header{Model: "m", IncludeUsage: true})
 		var th pipeline.Thinking

@@ -56,6 +56,7 @@ type StreamDecoder struct {
 	thAt   int
 
 	stops *stopper // the local stop sequences (StopAt); nil: none
+	pairs halves   // a surrogate pair split between two deltas
 
 	buf  []byte // the chunks not yet popped, back to back
 	ends []int  // end offset of each chunk in buf
@@ -275,11 +276,11 @@ func (d *StreamDecoder) blockDelta(ev gjson.Result) bool {
 	switch typ {
 	case "text_delta":
 		if k == blockText {
-			d.text("content", delta.Get("text").Str)
+			d.text("content", d.pairs.text(i, delta.Get("text")))
 		}
 	case "thinking_delta":
 		if k == blockThinking {
-			t := delta.Get("thinking").Str
+			t := d.pairs.text(i, delta.Get("thinking"))
 			d.text("reasoning_content", t)
 			if d.sink != nil && i == d.thAt {
 				d.thText = append(d.thText, t...)
@@ -291,7 +292,7 @@ func (d *StreamDecoder) blockDelta(ev gjson.Result) bool {
 		}
 	case "input_json_delta":
 		if k == blockToolUse {
-			if p := delta.Get("partial_json").Str; p != "" {
+			if p := d.pairs.text(i, delta.Get("partial_json")); p != "" {
 				d.args[i] = true
 				d.emit(&wire.Event{Kind: wire.CallArgs, Text: []byte(p)})
 			}

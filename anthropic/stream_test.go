@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -408,5 +409,49 @@ func TestStreamManyBlocksAndNoIndex(t *testing.T) {
 	}
 	if !bytes.Contains(out, []byte("loose")) {
 		t.Fatalf("the text of a block without an index: %s", out)
+	}
+}
+
+// A server that cuts its text by UTF-16 units may split a surrogate pair
+// between two deltas of a block: the pair is joined again (text, thinking
+// and tool input alike), and a lone half is dropped.
+func TestStreamDecoderJoinsSplitPairs(t *testing.T) {
+	t.Parallel()
+	events := []string{
+		`{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"t\ud83d"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"\ude00"}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a\ud83d"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\ude00b\\ud83d"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\ud83d"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\ude01\ud83d"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"c"}}`,
+		`{"type":"content_block_stop","index":1}`,
+		`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}`,
+		`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"c\":\"\ud83d"}}`,
+		`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\ude00\"}"}}`,
+		`{"type":"content_block_stop","index":2}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}`,
+		`{"type":"message_stop"}`,
+	}
+	d := NewStreamDecoder("a", wire.Header{Created: 1, Model: "claude"})
+	var content, reasoning, args strings.Builder
+	for _, ev := range events {
+		if err := d.Feed([]byte(ev)); err != nil {
+			t.Fatal(err)
+		}
+		for c, ok := d.Pop(); ok; c, ok = d.Pop() {
+			data := bytes.TrimPrefix(bytes.TrimSpace(c), []byte("data: "))
+			delta := gjson.GetBytes(data, "choices.0.delta")
+			content.WriteString(delta.Get("content").Str)
+			reasoning.WriteString(delta.Get("reasoning_content").Str)
+			args.WriteString(delta.Get("tool_calls.0.function.arguments").Str)
+		}
+	}
+	if content.String() != `a😀b\ud83d😁c` || reasoning.String() != "t😀" || args.String() != `{"c":"😀"}` {
+		t.Errorf("content %q, reasoning %q, arguments %q", content.String(), reasoning.String(), args.String())
 	}
 }

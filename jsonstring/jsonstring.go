@@ -51,3 +51,37 @@ func Append(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// Hex4 reads the four hex digits of a \u escape.
+func Hex4[T string | []byte](b T) (rune, bool) {
+	if len(b) != 4 {
+		return 0, false
+	}
+	var r rune
+	for i := range len(b) {
+		c := b[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// Unescaped reports whether the byte at data[i] is not itself escaped (a
+// backslash there starts an escape, a quote there ends its string): an
+// even number of backslashes comes before it.
+func Unescaped[T string | []byte](data T, i int) bool {
+	n := 0
+	for k := i - 1; k >= 0 && data[k] == '\\'; k-- {
+		n++
+	}
+	return n%2 == 0
+}

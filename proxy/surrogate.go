@@ -2,9 +2,10 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/hex"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonstring"
 )
 
 // surrogates moves a UTF-16 surrogate pair that an upstream split between
@@ -58,16 +59,16 @@ func (s *surrogates) pair(data []byte) []byte {
 		}
 		at := i + j
 		i = at + 2
-		if !escapes(data, at) || at+6 > len(data) {
+		if !jsonstring.Unescaped(data, at) || at+6 > len(data) {
 			continue
 		}
-		v, ok := hex4(data[at+2 : at+6])
+		v, ok := jsonstring.Hex4(data[at+2 : at+6])
 		if !ok {
 			continue
 		}
 		i = at + 6
 		high := v >= 0xD800 && v <= 0xDBFF && at+6 < len(data) && data[at+6] == '"'
-		low := v >= 0xDC00 && v <= 0xDFFF && len(carry) > 0 && at > 0 && data[at-1] == '"' && escapes(data, at-1)
+		low := v >= 0xDC00 && v <= 0xDFFF && len(carry) > 0 && at > 0 && data[at-1] == '"' && jsonstring.Unescaped(data, at-1)
 		if !high && !low {
 			continue
 		}
@@ -127,7 +128,7 @@ func memberOf(data []byte, at int) string {
 	// backslash escapes (a string holds no other).
 	q := at - 1
 	for ; q >= 0; q-- {
-		if data[q] == '"' && escapes(data, q) {
+		if data[q] == '"' && jsonstring.Unescaped(data, q) {
 			break
 		}
 	}
@@ -166,27 +167,4 @@ func isPairKey(k string) bool {
 		}
 	}
 	return false
-}
-
-// escapes reports whether the byte at data[i] is not itself escaped (a
-// backslash there starts an escape, a quote there ends its string): an
-// even number of backslashes comes before it.
-func escapes(data []byte, i int) bool {
-	n := 0
-	for k := i - 1; k >= 0 && data[k] == '\\'; k-- {
-		n++
-	}
-	return n%2 == 0
-}
-
-// hex4 reads four hex digits.
-func hex4(b []byte) (rune, bool) {
-	if len(b) != 4 {
-		return 0, false
-	}
-	var d [2]byte
-	if _, err := hex.Decode(d[:], b); err != nil {
-		return 0, false
-	}
-	return rune(d[0])<<8 | rune(d[1]), true
 }
