@@ -181,6 +181,9 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		dst = r.serverCall(dst, len(r.items)-1)
 	case Finish:
 		r.finish = cmp.Or(e.Finish, "stop")
+		if r.finish == "stop" && !slices.ContainsFunc(r.items, func(it respItem) bool { return it.kind == itemMessage || it.kind == itemCall }) {
+			dst = r.emptyMessage(dst)
+		}
 		if r.finish == "length" || r.finish == "content_filter" {
 			// Only what the cut answer left open is incomplete: an item
 			// done before it (an earlier round's, a server call) stays
@@ -438,6 +441,21 @@ func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byt
 		dst = appendLogprobs(dst, r.lp) // the delta's own tokens
 	}
 	return endEvent(dst)
+}
+
+// emptyMessage adds a message of one empty output_text: the answer of a
+// model that said nothing and called nothing. A response of no message
+// reads to an agent (the Agents SDK) as a turn to take again, so it would
+// call the model until its turn limit; OpenAI's own answer holds a message.
+func (r *Responses) emptyMessage(dst []byte) []byte {
+	if r.reason >= 0 { // done before the message, as when text begins
+		dst = r.closeItem(dst, r.reason)
+		r.reason = -1
+	}
+	r.msg = len(r.items)
+	r.items = append(r.items, respItem{kind: itemMessage, id: r.itemID("msg"), parts: []respPart{{}}})
+	dst = r.itemAdded(dst, r.msg)
+	return r.partAdded(dst, r.msg, 0)
 }
 
 // textLogprobs adds the content tokens of lp, which come without text (a

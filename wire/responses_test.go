@@ -58,6 +58,11 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 			{Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{}`), Finish: "bad input"},
 			text("content", "it is 2"), {Kind: Finish, Finish: "stop"}, {Kind: End}},
 		"length": {{Kind: Role}, text("content", "cut"), {Kind: Finish, Finish: "length"}, {Kind: End}},
+		// A model that said nothing: a message of empty text, which an
+		// agent takes as the final answer instead of asking again.
+		"empty answer":            {{Kind: Role}, text("content", ""), {Kind: Finish, Finish: "stop"}, usage, {Kind: End}},
+		"reasoning and no text":   {{Kind: Role}, text("reasoning_content", "hm"), {Kind: Finish, Finish: "stop"}, {Kind: End}},
+		"server call and no text": {{Kind: Role}, {Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{}`), Raw: []byte(`2`)}, {Kind: Finish, Finish: "stop"}, {Kind: End}},
 		// A loop's last round cut: the items done before it stay completed,
 		// in the terminal response as in their output_item.done.
 		"length after a server call": {{Kind: Role}, text("reasoning_content", "plan"), text("content", "let me"),
@@ -116,6 +121,17 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 	if o.Get("usage.input_tokens").Int() != 12 || o.Get("usage.input_tokens_details.cached_tokens").Int() != 4 ||
 		o.Get("usage.output_tokens_details.reasoning_tokens").Int() != 2 || o.Get("usage.total_tokens").Int() != 17 {
 		t.Fatalf("usage: %s", o.Get("usage").Raw)
+	}
+	for name, types := range map[string]string{"empty answer": `["message"]`, "reasoning and no text": `["reasoning","message"]`,
+		"server call and no text": `["mcp_call","message"]`, "length": `["message"]`, "interleaved calls": `["message","function_call","function_call"]`} {
+		_, _, object := encodeBoth(cases[name])
+		o := gjson.ParseBytes(object)
+		if o.Get("output.#.type").Raw != types {
+			t.Errorf("%s: output %s", name, o.Get("output").Raw)
+		}
+		if m := o.Get(`output.#(type=="message")`); m.Get("content.#").Int() != 1 || m.Get("content.0.type").Str != "output_text" {
+			t.Errorf("%s: message %s", name, m.Raw)
+		}
 	}
 	_, _, object = encodeBoth(cases["server call between rounds"])
 	o = gjson.ParseBytes(object)
