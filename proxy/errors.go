@@ -76,6 +76,8 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 			typ = orDefault(redactCut(e.Get("type").String(), 64), typ)
 			param = redactCut(ue.Messages.ClientParam(e.Get("param").String()), 64)
 			code = redactCut(e.Get("code").String(), 64)
+		} else if text := plainError(ue.Body); text != "" {
+			msg = redactCut(ue.Messages.ClientText(text), 1024)
 		}
 		if msg == "" {
 			msg = "upstream returned status " + strconv.Itoa(ue.Status)
@@ -115,6 +117,37 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 	default:
 		return serverEnvelope(http.StatusBadGateway, "upstream unreachable", pipeline.CodeUpstreamUnreachable)
 	}
+}
+
+// plainError returns the text of an upstream error body in a shape other
+// than OpenAI's envelope, "" when it has none: {"error":"text"} (servers
+// that write the error as a string), or FastAPI's {"detail":"text"} and
+// {"detail":[{"loc":[...],"msg":"text"}]} (its validation errors: the
+// first, after where it was).
+func plainError(body []byte) string {
+	if e := gjson.GetBytes(body, "error"); e.Type == gjson.String {
+		return e.Str
+	}
+	d := gjson.GetBytes(body, "detail")
+	if d.Type == gjson.String {
+		return d.Str
+	}
+	first := d.Get("0")
+	msg := first.Get("msg")
+	if msg.Type != gjson.String || msg.Str == "" {
+		return ""
+	}
+	var loc []string
+	first.Get("loc").ForEach(func(_, v gjson.Result) bool {
+		if v.Type == gjson.String || v.Type == gjson.Number {
+			loc = append(loc, v.String())
+		}
+		return len(loc) < 8
+	})
+	if len(loc) == 0 {
+		return msg.Str
+	}
+	return strings.Join(loc, ".") + ": " + msg.Str
 }
 
 // redactCut returns s with secrets masked, cut to at most n bytes; a mask

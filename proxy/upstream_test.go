@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
@@ -213,6 +214,29 @@ func TestResponseLimit(t *testing.T) {
 		}
 		if n := conns.Load(); n != c.wantConns {
 			t.Fatalf("after %s: %d connections, want %d", c.id, n, c.wantConns)
+		}
+	}
+}
+
+// An upstream error body in a shape other than OpenAI's envelope keeps its
+// text: a string error (many OpenAI-compatible servers), FastAPI's detail
+// (a string, or its validation errors' first, after where it was). A body
+// with no text is the gateway's own message, and the status is kept.
+func TestUpstreamErrorShapes(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"error":{"message":"bad messages","type":"invalid_request_error","param":"messages","code":null}}`: "bad messages",
+		`{"error":"plain string error"}`: "plain string error",
+		`{"detail":"Not Found"}`:         "Not Found",
+		`{"detail":[{"loc":["body","messages",0],"msg":"field required","type":"missing"},{"msg":"x"}]}`: "body.messages.0: field required",
+		`{"detail":[{"msg":"no place"}]}`: "no place",
+		`{"detail":[{"loc":"body"}]}`:     "upstream error",
+		`Bad Request`:                     "upstream error",
+		`{"error":7}`:                     "upstream error",
+	} {
+		env := mapUpstream(&pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: 422, Body: []byte(body)})
+		if got := gjson.GetBytes(env.body, "error.message").Str; got != want || env.status != 422 {
+			t.Errorf("%s: %d %q, want %q", body, env.status, got, want)
 		}
 	}
 }
