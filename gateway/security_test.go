@@ -380,6 +380,32 @@ func TestOperatorRoutesAndModelListing(t *testing.T) {
 	}
 }
 
+// A multipart body is the gateway's to read, after the caller's key: a
+// malformed one is its 400 naming the form (fasthttp's own parse answered
+// "not HTTP" and logged no path), and a JSON chat body sent with a
+// multipart type is read as JSON, as chat reads any type.
+func TestMalformedMultipartIsTheGateways(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
+	post := func(path, body string) (int, []byte) {
+		req, _ := http.NewRequest("POST", h.base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if status, b := post("/audio/transcriptions", `{"model":"gpt-x"}`); status != 400 || !strings.Contains(gjson.GetBytes(b, "error.message").Str, "multipart") {
+		t.Errorf("malformed form: %d %s", status, b)
+	}
+	if status, b := post("/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}`); status != 200 {
+		t.Errorf("chat: %d %s", status, b)
+	}
+}
+
 // A multipart call of a model (an image edit's or a transcription's
 // prompt) passes the tenant's request guardrails as a JSON body does: a
 // blocked prompt gets the 400 without an upstream call, a redacted one

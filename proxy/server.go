@@ -159,17 +159,22 @@ func NewServer(rt *Runtime, log zerolog.Logger) *Server {
 	s.Swap(rt)
 	cfg := rt.Config.Server
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		Name:                  "llmgw",
-		ReadTimeout:           cfg.ReadTimeout.D(),
-		IdleTimeout:           cfg.IdleTimeout.D(),
-		MaxRequestBodySize:    cfg.MaxBodyBytes,
-		ReadBufferSize:        cfg.ReadBuffer,
-		WriteBufferSize:       cfg.WriteBuffer,
-		StreamRequestBody:     true,
-		NoDefaultServerHeader: true,
-		NoDefaultContentType:  true,
-		CloseOnShutdown:       true,
+		Handler:            s.handle,
+		Name:               "llmgw",
+		ReadTimeout:        cfg.ReadTimeout.D(),
+		IdleTimeout:        cfg.IdleTimeout.D(),
+		MaxRequestBodySize: cfg.MaxBodyBytes,
+		ReadBufferSize:     cfg.ReadBuffer,
+		WriteBufferSize:    cfg.WriteBuffer,
+		StreamRequestBody:  true,
+		// The gateway reads a multipart body itself (passbody.go), bounded,
+		// after the caller's key: fasthttp's own parse would run before
+		// it, for any caller, spill files over 16 MiB to temporary files,
+		// and answer a malformed form as a request that is not HTTP.
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		CloseOnShutdown:              true,
 		// A stream's request holds a worker until its first content, then
 		// hands the stream over (hijack.go) and leaves the worker idle,
 		// with a stack grown to the request path's depth (8-16 KiB). fasthttp
