@@ -66,9 +66,9 @@ type UsageLog struct {
 // UsageMark is where a log stands: the notes so far, those with a
 // cache-write count, and their sum. Since sums what was noted after one.
 type UsageMark struct {
-	n, writes int
-	extras    [len(wire.ChatUsage{}.Extra)]int // notes that had each detail of Extra
-	total     wire.ChatUsage
+	n, writes, reasonings int                              // notes; those with a cache-write count, a reasoning count
+	extras                [len(wire.ChatUsage{}.Extra)]int // notes that had each detail of Extra
+	total                 wire.ChatUsage
 }
 
 // Note adds the usage one upstream call reported.
@@ -81,6 +81,9 @@ func (l *UsageLog) Note(c wire.ChatUsage) {
 	l.at.n++
 	if c.HasCacheWrite {
 		l.at.writes++
+	}
+	if c.HasReasoning {
+		l.at.reasonings++
 	}
 	for i, has := range c.HasExtra {
 		if has {
@@ -112,7 +115,7 @@ func (l *UsageLog) Since(m UsageMark) (wire.ChatUsage, bool) {
 	t := l.at.total
 	c := wire.ChatUsage{Prompt: t.Prompt - m.total.Prompt, Completion: t.Completion - m.total.Completion,
 		Total: t.Total - m.total.Total, Cached: t.Cached - m.total.Cached, CacheWrite: t.CacheWrite - m.total.CacheWrite,
-		HasCacheWrite: l.at.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning}
+		HasCacheWrite: l.at.writes > m.writes, Reasoning: t.Reasoning - m.total.Reasoning, HasReasoning: l.at.reasonings > m.reasonings}
 	for i := range c.Extra { // OpenAI's audio and prediction details, as the upstream reported them
 		c.Extra[i], c.HasExtra[i] = t.Extra[i]-m.total.Extra[i], l.at.extras[i] > m.extras[i]
 	}

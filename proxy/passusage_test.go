@@ -40,7 +40,7 @@ func TestUsageTapFindsTheAnswersUsage(t *testing.T) {
 			wire.ChatUsage{Prompt: 3, Completion: 4, Total: 7}, true},
 		{"the first of two", "application/json", `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}`, wire.ChatUsage{Prompt: 1}, true},
 		{"responses form", "application/json", `{"object":"response","output":[],"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":6,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":16}}`,
-			wire.ChatUsage{Prompt: 10, Cached: 4, Completion: 6, Reasoning: 2, Total: 16}, true},
+			wire.ChatUsage{Prompt: 10, Cached: 4, Completion: 6, Reasoning: 2, HasReasoning: true, Total: 16}, true},
 		{"usage null", "application/json", `{"usage":null,"x":{"a":1}}`, wire.ChatUsage{}, false},
 		{"none", "application/json", `{"data":[{"usage":{"prompt_tokens":9}}]}`, wire.ChatUsage{}, false},
 		{"a top-level array", "application/json", `[{"usage":{"prompt_tokens":9}}]`, wire.ChatUsage{}, false},

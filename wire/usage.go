@@ -36,6 +36,7 @@ type ChatUsage struct {
 	CacheWrite                int64 // prompt_tokens_details.cache_write_tokens, else cache_creation_input_tokens: prompt-cache writes
 	HasCacheWrite             bool  // cache_write_tokens is present (a provider that reports writes)
 	Reasoning                 int64 // completion_tokens_details.reasoning_tokens
+	HasReasoning              bool  // reasoning_tokens is present (written only then, or when not 0)
 	// OpenAI's other details (prompt and completion audio_tokens,
 	// accepted_ and rejected_prediction_tokens), in that order; Has says
 	// which a provider reported: only those are written, so that a sum
@@ -120,7 +121,8 @@ func ParseChatUsage(u gjson.Result) (c ChatUsage, ok bool) {
 	if bad {
 		return ChatUsage{}, false
 	}
-	c.Cached, c.CacheWrite, c.HasCacheWrite, c.Reasoning = detail(cached), detail(write), write.Exists(), detail(reasoning)
+	c.Cached, c.CacheWrite, c.HasCacheWrite = detail(cached), detail(write), write.Exists()
+	c.Reasoning, c.HasReasoning = detail(reasoning), reasoning.Exists()
 	if seen[0] {
 		// Cached input is part of the prompt: more of it than the prompt
 		// (an upstream's error) would show cache-hit ratios over 100% in
@@ -143,6 +145,7 @@ func (c *ChatUsage) Add(o ChatUsage) {
 	c.CacheWrite += o.CacheWrite
 	c.HasCacheWrite = c.HasCacheWrite || o.HasCacheWrite
 	c.Reasoning += o.Reasoning
+	c.HasReasoning = c.HasReasoning || o.HasReasoning
 	for i := range c.Extra {
 		c.Extra[i] += o.Extra[i]
 		c.HasExtra[i] = c.HasExtra[i] || o.HasExtra[i]
@@ -170,10 +173,25 @@ func (c ChatUsage) AppendJSON(b []byte) []byte {
 		b = strconv.AppendInt(b, c.CacheWrite, 10)
 	}
 	b = c.appendExtra(b, 0, 1)
-	b = append(b, `},"completion_tokens_details":{"reasoning_tokens":`...)
-	b = strconv.AppendInt(b, c.Reasoning, 10)
-	b = c.appendExtra(b, 1, 4)
-	return append(b, "}}"...)
+	b = append(b, '}')
+	// completion_tokens_details holds what a provider reported: a sum over
+	// a tool loop's rounds shows what a relayed answer shows (Anthropic
+	// reports no reasoning count; a 0 would say the thinking cost none).
+	reasoning := c.HasReasoning || c.Reasoning != 0
+	if reasoning || c.HasExtra[1] || c.HasExtra[2] || c.HasExtra[3] {
+		b = append(b, `,"completion_tokens_details":{`...)
+		n := len(b)
+		if reasoning {
+			b = append(b, `"reasoning_tokens":`...)
+			b = strconv.AppendInt(b, c.Reasoning, 10)
+		}
+		b = c.appendExtra(b, 1, 4)
+		if len(b) > n && b[n] == ',' {
+			b = append(b[:n], b[n+1:]...) // no reasoning count: the first extra opens the object
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
 }
 
 // appendExtra appends the reported members of c.Extra[from:to].
@@ -215,7 +233,7 @@ func ParseResponsesUsage(u gjson.Result) (c ChatUsage, ok bool) {
 			return ChatUsage{}, false // as ParseChatUsage: no report at all
 		}
 	}
-	c.Cached, c.Reasoning = detail(r[3]), detail(r[4])
+	c.Cached, c.Reasoning, c.HasReasoning = detail(r[3]), detail(r[4]), r[4].Exists()
 	c.Cached = min(c.Cached, c.Prompt) // part of the input, as ParseChatUsage reads it
 	return c, true
 }

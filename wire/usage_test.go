@@ -60,7 +60,7 @@ func FuzzChatUsage(f *testing.F) {
 		want := ChatUsage{Prompt: countOf(u.Get("prompt_tokens")), Completion: countOf(u.Get("completion_tokens")),
 			Total: countOf(u.Get("total_tokens")), Cached: countOf(u.Get("prompt_tokens_details.cached_tokens")),
 			CacheWrite: countOf(write), HasCacheWrite: write.Exists(),
-			Reasoning: countOf(u.Get("completion_tokens_details.reasoning_tokens"))}
+			Reasoning: countOf(u.Get("completion_tokens_details.reasoning_tokens")), HasReasoning: u.Get("completion_tokens_details.reasoning_tokens").Exists()}
 		for i, d := range extraDetails {
 			v := u.Get(d[0] + "." + d[1])
 			want.Extra[i], want.HasExtra[i] = countOf(v), v.Exists()
@@ -103,6 +103,7 @@ func FuzzChatUsageJSON(f *testing.F) {
 		b := c.AppendJSON(nil)
 		got, ok := ParseChatUsage(gjson.ParseBytes(b))
 		want := c
+		want.HasReasoning = reasoning != 0 // written when not 0 (HasReasoning is false here)
 		if want.Total == 0 {
 			want.Total = prompt + completion
 		}
@@ -132,8 +133,21 @@ func TestChatUsageKeepsOtherDetails(t *testing.T) {
 	if got := string(a.AppendJSON(nil)); got != want {
 		t.Fatalf("sum\n got %s\nwant %s", got, want)
 	}
-	if got := string(b.AppendJSON(nil)); got != `{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}` {
+	if got := string(b.AppendJSON(nil)); got != `{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25,"prompt_tokens_details":{"cached_tokens":0}}` {
 		t.Fatalf("without details: %s", got)
+	}
+	// A reasoning count is written when reported (0 too), or when not 0;
+	// without it, the first other detail opens the object.
+	c, _ := ParseChatUsage(gjson.Parse(`{"prompt_tokens":1,"completion_tokens":1,"completion_tokens_details":{"reasoning_tokens":0}}`))
+	d, _ := ParseChatUsage(gjson.Parse(`{"prompt_tokens":1,"completion_tokens":1,"completion_tokens_details":{"audio_tokens":3}}`))
+	for u, want := range map[*ChatUsage]string{
+		&c:                        `{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}`,
+		&d:                        `{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"audio_tokens":3}}`,
+		{Prompt: 1, Reasoning: 4}: `{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":4}}`,
+	} {
+		if got := string(u.AppendJSON(nil)); got != want {
+			t.Errorf("got %s\nwant %s", got, want)
+		}
 	}
 }
 
@@ -187,7 +201,7 @@ func TestUsageCountsAreCounts(t *testing.T) {
 		{`{"prompt_tokens":5,"completion_tokens":1.5}`, ChatUsage{}, false},
 		{`{"prompt_tokens":1099511627777}`, ChatUsage{}, false},
 		{`{"prompt_tokens":1099511627776,"completion_tokens":2,"total_tokens":null,"prompt_tokens_details":{"cached_tokens":-100},` +
-			`"completion_tokens_details":{"reasoning_tokens":1e300}}`, ChatUsage{Prompt: 1 << 40, Completion: 2}, true},
+			`"completion_tokens_details":{"reasoning_tokens":1e300}}`, ChatUsage{Prompt: 1 << 40, Completion: 2, HasReasoning: true}, true},
 		{`{"prompt_tokens":5e0,"completion_tokens":2.0,"total_tokens":7}`, ChatUsage{Prompt: 5, Completion: 2, Total: 7}, true},
 	} {
 		if got, ok := ParseChatUsage(gjson.Parse(tc.raw)); got != tc.want || ok != tc.ok {
