@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -152,7 +153,7 @@ func New(o Options) *Limiter {
 	l.modelRules = slices.ContainsFunc(cfg.Limits, func(r config.Limit) bool { return r.Model != "" })
 	for i, b := range cfg.Budgets {
 		l.budgets = append(l.budgets, budgetRule{index: i, tenant: b.Tenant, key: b.Key,
-			micro: int64(b.Amount * 1e6), period: b.Period, warnAt: b.WarnAt})
+			micro: int64(math.Round(b.Amount * 1e6)), period: b.Period, warnAt: b.WarnAt})
 	}
 	for _, m := range cfg.Models {
 		up := m.Upstream

@@ -412,6 +412,43 @@ func TestRefusedRequestTakesNothing(t *testing.T) {
 	})
 }
 
+// The warning comes once spend is at warn_at, in whole micro-dollars: at
+// 0.8 of 700 µ$ (560 µ$, the ninth call at 70 µ$ each), where 1 - 0.8 in
+// floating point missed it by a hair. An amount is read to the nearest
+// micro-dollar (2.01 was 2,009,999 µ$).
+func TestBudgetWarningAtTheMark(t *testing.T) {
+	t.Parallel()
+	at := time.Now().UTC().Truncate(24 * time.Hour).Add(36 * time.Hour)
+	fx := newFixtureAt(t, `
+[[budgets]]
+tenant = "a"
+amount = 0.0007
+period = "day"
+warn_at = 0.8
+[[budgets]]
+tenant = "b"
+amount = 2.01
+period = "day"
+`, NewMemoryStore, func() time.Time { return at })
+	for call := 1; call <= 10; call++ {
+		r, err := fx.do("a", "k1", "gpt-x")
+		fx.l.Flush()
+		if err != nil {
+			t.Fatalf("call %d: %v", call, err)
+		}
+		got := r.Meta.Get("x-gateway-budget-remaining")
+		if want := call >= 9; (got != "") != want {
+			t.Errorf("call %d (%d µ$ spent before it): warning %q", call, 70*(call-1), got)
+		}
+		if call == 9 && got != "0.00014" {
+			t.Errorf("call 9: remaining %q, want 0.00014", got)
+		}
+	}
+	if got := fx.l.budgets[1].micro; got != 2_010_000 {
+		t.Errorf("amount 2.01 read as %d µ$", got)
+	}
+}
+
 func TestBudgetAndUsageReport(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, newStore func() Store) {

@@ -326,7 +326,7 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome, hs *[6]
 	}
 	m.SetGroup(hs[:n:n])
 	for i, c := range checks {
-		if c.kind == kindBudget && float64(out.remaining[i]) <= c.warn*float64(c.limit) {
+		if c.kind == kindBudget && out.remaining[i] <= c.warn {
 			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
 		}
 	}

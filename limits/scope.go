@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"math"
 	"strconv"
 	"time"
 )
@@ -94,7 +95,7 @@ func (l *Limiter) newScope(tenant, key, model string, now time.Time) *scope {
 		b := &l.budgets[i]
 		if b.applies(tenant, key) {
 			k, end := l.periodKey(b, tenant, key, now)
-			sc.checks = append(sc.checks, check{key: k, kind: kindBudget, limit: b.micro, warn: 1 - b.warnAt})
+			sc.checks = append(sc.checks, check{key: k, kind: kindBudget, limit: b.micro, warn: b.micro - int64(math.Round(float64(b.micro)*b.warnAt))})
 			sc.spend = append(sc.spend, spend{key: k, end: end})
 		}
 	}

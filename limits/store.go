@@ -24,8 +24,8 @@ type check struct {
 
 	limitText string // limit in decimal, for the x-ratelimit-limit-* headers
 
-	hdr  header  // which x-ratelimit-* trio it may report
-	warn float64 // budgets: the remaining fraction below which to warn
+	hdr  header // which x-ratelimit-* trio it may report
+	warn int64  // budgets: warn once the micro-dollars remaining are at most this (spend at or past warn_at)
 }
 
 // costOf is what c takes for a request of tokens input tokens: those on a
