@@ -3,6 +3,7 @@ package toolloop
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/llmgw/gateway/observe"
@@ -25,10 +26,10 @@ var metricState = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 // tool-call ids are exactly the client calls of a kept mixed turn is
 // replaced by the server-only rounds that preceded it in the same client
 // request, then the turn's full assistant message (server and client calls,
-// in the model's order), then the server calls' tool messages; the
-// client's own tool messages follow as the client sent them. The upstream
-// then sees the history the model produced, with every call paired with
-// its result.
+// in the model's order), then the server calls' tool messages and the
+// client's own (those right after its assistant message), together in the
+// order of the calls. The upstream then sees the history the model
+// produced, with every call paired with its result, in place.
 //
 // When no state is kept for a turn (expired after tool_loop.state_ttl,
 // evicted by the store's bound, or the store unreachable), the message is
@@ -135,10 +136,15 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 					out = append(out, ',')
 				}
 				out = append(out, t.Assistant...)
-				for _, r := range t.ToolResults {
-					out = append(out, ',')
-					out = append(out, r...)
+				// The client's results that follow go with the server
+				// calls' in the order of the calls (an upstream may pair
+				// results with calls by position).
+				j := i + 1
+				for j < len(items) && items[j].Get("role").Str == "tool" {
+					skip[j] = true
+					j++
 				}
+				out = appendResults(out, t, items[i+1:j])
 				spliced++
 				continue
 			}
@@ -158,6 +164,47 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 	r.Body = body
 	r.Messages.Rewrite() // the hidden turns' messages sit among the client's
 	return r
+}
+
+// appendResults appends the tool messages of turn t, its server calls'
+// and the client's (client, as sent after the turn's assistant message),
+// each after a comma, in the order of the turn's calls; a message that
+// answers none of them (or a second answer to one) keeps its place after
+// the ones before it.
+func appendResults(out []byte, t *HiddenTurn, client []gjson.Result) []byte {
+	rank := map[string]int{}
+	gjson.GetBytes(t.Assistant, "tool_calls").ForEach(func(_, c gjson.Result) bool {
+		if id := c.Get("id").String(); id != "" {
+			if _, seen := rank[id]; !seen {
+				rank[id] = len(rank)
+			}
+		}
+		return true
+	})
+	type result struct {
+		raw  []byte
+		rank int
+	}
+	rs := make([]result, 0, len(t.ToolResults)+len(client))
+	add := func(raw []byte) {
+		r, ok := rank[gjson.GetBytes(raw, "tool_call_id").String()]
+		if !ok {
+			r = len(rank)
+		}
+		rs = append(rs, result{raw, r})
+	}
+	for _, r := range t.ToolResults {
+		add(r)
+	}
+	for _, m := range client {
+		add([]byte(m.Raw))
+	}
+	slices.SortStableFunc(rs, func(a, b result) int { return a.rank - b.rank })
+	for _, r := range rs {
+		out = append(out, ',')
+		out = append(out, r.raw...)
+	}
+	return out
 }
 
 // carried reports whether the client's messages of the turn before its

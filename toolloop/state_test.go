@@ -148,7 +148,7 @@ func (failingState) Load(context.Context, []string) ([]*HiddenTurn, error) {
 func TestResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	alice := &pipeline.Tenant{Name: "alice"}
+	alice, bob := &pipeline.Tenant{Name: "alice"}, &pipeline.Tenant{Name: "bob"}
 	mem := NewMemoryState(time.Hour, 100, stateMaxBytes)
 	_ = mem.Save(ctx, StateKey(alice, "c1"), testTurn("c1", "c2"))
 	const follow = `{"model":"m","messages":[{"role":"user","content":"hi"},` +
@@ -172,6 +172,26 @@ func TestResume(t *testing.T) {
 	other := NewMemoryState(time.Hour, 100, stateMaxBytes)
 	_ = other.Save(ctx, StateKey(alice, "c1"), testTurn("c1"))
 	cases[2].state = other
+	// The model called c1, the server's s1, then c2: the results go up in
+	// that order, whatever order the client sent its own in; one that
+	// answers no call of the turn stays after them.
+	middle := NewMemoryState(time.Hour, 100, stateMaxBytes)
+	_ = middle.Save(ctx, StateKey(bob, "c1"), &HiddenTurn{
+		Assistant: []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}},` +
+			`{"id":"s1","type":"function","function":{"name":"calculator","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"lookup","arguments":"{}"}}]}`),
+		ToolResults: [][]byte{[]byte(`{"role":"tool","tool_call_id":"s1","content":"42"}`)},
+		ClientIDs:   []string{"c1", "c2"},
+	})
+	cases = append(cases, struct {
+		name   string
+		state  StateStore
+		tenant *pipeline.Tenant
+		body   string
+		want   []string
+	}{name: "in call order", state: middle, tenant: bob, body: `{"model":"m","messages":[{"role":"user","content":"hi"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"lookup","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"zz","content":"?"},{"role":"tool","tool_call_id":"c2","content":"r2"},{"role":"tool","tool_call_id":"c1","content":"r1"},{"role":"user","content":"next"}]}`,
+		want: []string{"c1,s1,c2", "tool:c1", "tool:s1", "tool:c2", "tool:zz"}})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
