@@ -391,3 +391,55 @@ func TestMaxLengthCutIsNotUndone(t *testing.T) {
 		}
 	}
 }
+
+// Request shapes whose text an upstream reads, each judged at the request
+// stage: a custom tool call's input in the history, arguments sent as a
+// JSON value (Ollama's form), content as one part object rather than a
+// list, and a tool result that is JSON with an escaped value.
+func TestRequestShapesJudged(t *testing.T) {
+	t.Parallel()
+	pii := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16})
+	word := mustGuard(t, config.Guardrail{Name: "word", Kind: "regex", Action: "block", Patterns: []string{`(?i)project falcon`}})
+	ctx := context.Background()
+	call := func(c string) string {
+		return `{"messages":[{"role":"user","content":"go"},{"role":"assistant","content":null,"tool_calls":[` + c + `]}]}`
+	}
+	for _, tc := range []struct {
+		name, body string
+		g          *guard
+		path, want string // after redaction; want "" for a block
+	}{
+		{"custom input blocks", call(`{"id":"a","type":"custom","custom":{"name":"f","input":"project falcon"}}`), word, "", ""},
+		{"custom input redacted", call(`{"id":"a","type":"custom","custom":{"name":"f","input":"mail bob@example.com"}}`), pii,
+			"messages.1.tool_calls.0.custom.input", "mail [REDACTED]"},
+		{"object arguments block", call(`{"id":"a","type":"function","function":{"name":"f","arguments":{"q":"Project Falcon"}}}`), word, "", ""},
+		{"object arguments redacted", call(`{"id":"a","type":"function","function":{"name":"f","arguments":{"to":"bob@example.com","n":1}}}`), pii,
+			"messages.1.tool_calls.0.function.arguments", `{"to":"[REDACTED]","n":1}`},
+		{"one part object blocks", `{"messages":[{"role":"user","content":{"type":"text","text":"project falcon"}}]}`, word, "", ""},
+		{"one part object redacted", `{"messages":[{"role":"user","content":{"type":"text","text":"bob@example.com"}}]}`, pii,
+			"messages.0.content.text", "[REDACTED]"},
+		{"escaped tool result redacted", `{"messages":[{"role":"tool","tool_call_id":"a","content":"{\"a\":\"bob\\u0040example.com\"}"}]}`, pii,
+			"messages.0.content", `{"a":"[REDACTED]"}`},
+		{"plain tool result redacted", `{"messages":[{"role":"tool","tool_call_id":"a","content":"write to bob@example.com"}]}`, pii,
+			"messages.0.content", `write to [REDACTED]`},
+	} {
+		out, err := checkRequest(ctx, newChecker(ctx, []*guard{tc.g}, nil), []byte(tc.body))
+		switch {
+		case tc.want == "":
+			if !isContentBlocked(err) {
+				t.Errorf("%s: %s, %v; want content_blocked", tc.name, out, err)
+			}
+		case err != nil || out == nil:
+			t.Errorf("%s: %s, %v", tc.name, out, err)
+		default:
+			got := gjson.GetBytes(out, tc.path)
+			s := got.Str
+			if got.Type != gjson.String {
+				s = got.Raw
+			}
+			if s != tc.want || !jsonvalid.Bytes(out) {
+				t.Errorf("%s: %s", tc.name, out)
+			}
+		}
+	}
+}

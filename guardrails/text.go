@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
+	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
@@ -28,16 +30,17 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		if more {
 			judge = ck.CheckMore
 		}
-		out, err := judge([]byte(v.Str))
+		src := argText(v)
+		out, err := judge([]byte(src))
 		valid := true
 		if args && err == nil {
-			out, valid, err = judgeJSON(ck, []byte(v.Str), out) // arguments.go
+			out, valid, err = judgeJSON(ck, []byte(src), out) // arguments.go
 		}
 		if err != nil {
 			failed = err
 			return false
 		}
-		if !bytes.Equal(out, []byte(v.Str)) {
+		if !bytes.Equal(out, []byte(src)) {
 			if outs == nil {
 				outs = map[int][]byte{}
 			}
@@ -47,8 +50,12 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 				failed = brokenArguments()
 				return false
 			}
+			repl := out // arguments sent as a JSON value stay one
+			if v.Type == gjson.String {
+				repl = jsonstring.Append(nil, string(out))
+			}
 			var ok bool
-			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, repl); !ok {
 				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
 				return false
 			}
@@ -235,28 +242,45 @@ func brokenArguments() error {
 func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (deep bool) {
 	text := func(t gjson.Result) bool { return t.Type != gjson.String || visit(t, false) }
 	var parts func(c gjson.Result, depth int) bool
+	part := func(p gjson.Result, depth int) bool {
+		// A thinking part holds a string (Anthropic's form) or parts of
+		// its own (Mistral's).
+		return members(p, "text", text) && members(p, "refusal", text) &&
+			members(p, "thinking", func(t gjson.Result) bool { return parts(t, depth+1) })
+	}
 	parts = func(c gjson.Result, depth int) bool {
 		switch {
 		case c.Type == gjson.String:
 			return visit(c, false)
-		case c.IsArray():
+		case c.IsArray() || c.IsObject():
 			if depth > maxThinkingDepth {
 				deep = true
 				return false
 			}
+			if c.IsObject() {
+				return part(c, depth) // one part, not in a list: an upstream may read it so
+			}
 			ok := true
-			c.ForEach(func(_, part gjson.Result) bool {
-				// A thinking part holds a string (Anthropic's form) or
-				// parts of its own (Mistral's).
-				ok = members(part, "text", text) && members(part, "refusal", text) &&
-					members(part, "thinking", func(t gjson.Result) bool { return parts(t, depth+1) })
+			c.ForEach(func(_, p gjson.Result) bool {
+				ok = part(p, depth)
 				return ok
 			})
 			return ok
 		}
 		return true
 	}
-	ok := members(m, "content", func(c gjson.Result) bool { return parts(c, 0) }) && members(m, "refusal", text)
+	content := func(c gjson.Result) bool { return parts(c, 0) }
+	if strings.EqualFold(m.Get("role").Str, "tool") {
+		// A tool's result that is JSON is judged as arguments are: the
+		// decoded text of its escaped strings too.
+		content = func(c gjson.Result) bool {
+			if c.Type == gjson.String && isJSONText(c.Str) {
+				return visit(c, true)
+			}
+			return parts(c, 0)
+		}
+	}
+	ok := members(m, "content", content) && members(m, "refusal", text)
 	// Reasoning as a string, as text parts (a list, as content is), or as
 	// one object of such a part: a chat template prints any of them.
 	reasoning := func(r gjson.Result) bool {
@@ -271,13 +295,19 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (d
 	if !ok {
 		return
 	}
+	// Arguments are a JSON text in a string, or (Ollama's form) the JSON
+	// value itself.
 	arguments := func(f gjson.Result) bool {
-		return members(f, "arguments", func(a gjson.Result) bool { return a.Type != gjson.String || visit(a, true) })
+		return members(f, "arguments", func(a gjson.Result) bool {
+			return (a.Type != gjson.String && !a.IsObject() && !a.IsArray()) || visit(a, true)
+		})
 	}
 	ok = members(m, "tool_calls", func(calls gjson.Result) bool {
 		ok := true
 		calls.ForEach(func(_, tc gjson.Result) bool {
-			ok = members(tc, "function", arguments)
+			// A custom tool's call holds free text as its input.
+			ok = members(tc, "function", arguments) &&
+				members(tc, "custom", func(c gjson.Result) bool { return members(c, "input", text) })
 			return ok
 		})
 		return ok
@@ -287,6 +317,21 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (d
 		members(m, "function_call", arguments)
 	}
 	return deep
+}
+
+// argText is the text of a visited value: a string's, or the JSON of
+// arguments sent as a JSON value rather than in a string.
+func argText(v gjson.Result) string {
+	if v.Type == gjson.String {
+		return v.Str
+	}
+	return v.Raw
+}
+
+// isJSONText reports whether s is a JSON object or array.
+func isJSONText(s string) bool {
+	t := strings.TrimLeft(s, " \t\r\n")
+	return t != "" && (t[0] == '{' || t[0] == '[') && jsonvalid.Bytes([]byte(s))
 }
 
 // maxThinkingDepth bounds how deep visitMessage follows thinking parts in
@@ -318,7 +363,7 @@ func visitToolDescriptions(body []byte, visit func(gjson.Result) bool) {
 func messageTexts(body []byte) ([]byte, error) {
 	var out []byte
 	add := func(t gjson.Result) bool {
-		out = append(append(out, t.Str...), '\n')
+		out = append(append(out, argText(t)...), '\n')
 		return true
 	}
 	var err error
