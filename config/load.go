@@ -107,22 +107,25 @@ func (c *Config) expandURL(s *string) {
 		return
 	}
 	// Secret: what is the whole password of the user info, or the whole
-	// value of a query parameter named as a credential. Another value (an
+	// value of a query parameter named as a credential, or of any query
+	// parameter when the variable's name says it holds a secret
+	// (?k=${HOOK_KEY}, ?appid=${OWM_APIKEY}). Another value (an
 	// api-version, a region) stays readable in logs and tool results.
-	whole := map[string]bool{}
+	whole, query := map[string]bool{}, map[string]bool{}
 	if u.User != nil {
 		p, _ := u.User.Password()
 		whole[p] = true
 	}
 	for k, vs := range u.Query() {
-		if credentialParam(k) {
-			for _, v := range vs {
+		for _, v := range vs {
+			query[v] = true
+			if credentialParam(k) {
 				whole[v] = true
 			}
 		}
 	}
 	for _, e := range vals {
-		if e.value != "" && whole[e.value] {
+		if e.value != "" && (whole[e.value] || query[e.value] && secretEnvName(e.name)) {
 			c.urlSecrets = append(c.urlSecrets, e.value)
 		}
 	}

@@ -139,7 +139,14 @@ func TestURLQueryCredentialsAreSecrets(t *testing.T) {
 	t.Setenv("GW_TEST_TOK", "tok-from-env-123")
 	t.Setenv("GW_TEST_HOST", "api.internal.example")
 	t.Setenv("GW_TEST_VER", "2024-10-21")
+	t.Setenv("GW_HOOKKEY", "hook-key-from-env-456")    // a secret's name, under a parameter that names none
+	t.Setenv("GW_OWM_TOKEN", "owm-token-from-env-789") // the same
 	c, err := Parse([]byte(`
+[[tools]]
+name = "hook"
+kind = "http"
+url = "http://h/hook?k=${GW_HOOKKEY}&appid=${GW_OWM_TOKEN}&v=${GW_TEST_VER}"
+parameters = '{"type":"object"}'
 [[openapi]]
 name = "o"
 spec = "https://${GW_TEST_HOST}/spec.json?x=${GW_TEST_TOK}"
@@ -160,7 +167,7 @@ base_url = "https://h/api?api-version=${GW_TEST_VER}"
 		t.Fatalf("not expanded: %q %q", c.OpenAPI[0].BaseURL, c.OpenAPI[0].Spec)
 	}
 	secrets := c.Secrets()
-	for _, want := range []string{"tok-from-env-123", "literal-token-456", "camel-token-789"} {
+	for _, want := range []string{"tok-from-env-123", "literal-token-456", "camel-token-789", "hook-key-from-env-456", "owm-token-from-env-789"} {
 		if !slices.Contains(secrets, want) {
 			t.Errorf("%q is not a secret: %q", want, secrets)
 		}
