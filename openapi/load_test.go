@@ -231,6 +231,13 @@ func TestQueryKeepsBaseAndExplodesObjects(t *testing.T) {
 	if got := req.URL.Query(); got.Get("deep") != `{"x":"1"}` || got.Get("packed") != `{"y":"2"}` || got.Has("x") || got.Has("y") {
 		t.Fatalf("URL %s", req.URL)
 	}
+	// An exploded property may not set another declared parameter around
+	// its schema, alone or beside it.
+	for _, args := range []string{`{"filter":{"tag":"admin"}}`, `{"tag":"a","filter":{"tag":"admin"}}`, `{"filter":{"x":"1","deep":"{}"}}`} {
+		if req, err := op.request(context.Background(), []byte(args)); err == nil {
+			t.Errorf("%s: sent %s", args, req.URL)
+		}
+	}
 }
 
 // TestParseRecursiveSchema: a schema that refers to itself is cut where it

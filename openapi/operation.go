@@ -102,11 +102,21 @@ func (o *Operation) request(ctx context.Context, args []byte) (*http.Request, er
 				}
 			case v.IsObject() && prm.explode:
 				// OpenAPI's default query style (form, exploded): each
-				// property is a parameter of its own.
+				// property is a parameter of its own, but not one of
+				// another declared parameter's name, which would set that
+				// parameter around its schema (an enum, a pattern).
+				var clash string
 				v.ForEach(func(k, e gjson.Result) bool {
+					if o.declaresQuery(k.Str, prm) {
+						clash = k.Str
+						return false
+					}
 					q.Add(k.Str, scalar(e))
 					return true
 				})
+				if clash != "" {
+					return nil, fmt.Errorf("the property %q of %q names another query parameter", clash, prm.key)
+				}
 			default:
 				q.Set(prm.name, scalar(v))
 			}
@@ -179,6 +189,17 @@ func unescape(p string) string {
 
 // scalar is a value as a parameter string: strings as they are, other JSON
 // as its text.
+// declaresQuery reports whether a query parameter of o other than self is
+// named name.
+func (o *Operation) declaresQuery(name string, self param) bool {
+	for _, p := range o.params {
+		if p.in == "query" && p.name == name && p.key != self.key {
+			return true
+		}
+	}
+	return false
+}
+
 func scalar(v gjson.Result) string {
 	if v.Type == gjson.String {
 		return v.Str
