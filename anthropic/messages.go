@@ -25,6 +25,12 @@ type translator struct {
 	msgs   []message
 	from   []int // by message: the index of the first chat message it holds
 	i      int   // index of the chat message being read, for errors
+	// orphan is the breakpoint of a blank text part left out before any
+	// block of the message being read (keepMarker).
+	orphan json.RawMessage
+	// blankLast: the last message read was a user message left out as
+	// blank, which must not end the conversation (TranslateRequest).
+	blankLast bool
 }
 
 func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" }
@@ -41,6 +47,15 @@ func (t *translator) message(m gjson.Result) error {
 			return err
 		}
 		if len(t.msgs) == 0 {
+			// A blank part's or message's breakpoint, on the system block
+			// before it.
+			if cc := t.orphan; cc != nil {
+				t.orphan = nil
+				t.markBefore(cc)
+			}
+			if cc := marker(m); cc != nil && len(blocks) == 0 {
+				t.markBefore(cc)
+			}
 			t.system = append(t.system, withMarker(blocks, m)...)
 			return nil
 		}
@@ -87,10 +102,20 @@ func (t *translator) message(m gjson.Result) error {
 	default:
 		return pipeline.BadRequest(t.at()+".role", "role %q cannot be sent to this model", role)
 	}
+	// A breakpoint on text left out before any of the message's blocks
+	// (or on a message left out whole) marks the prompt up to the block
+	// before it.
+	if cc := t.orphan; cc != nil {
+		t.orphan = nil
+		t.markBefore(cc)
+	}
 	if len(blocks) == 0 {
-		if cc := marker(m); cc != nil { // a message left out, whose breakpoint stays
-			t.keepMarker(nil, cc)
+		if cc := marker(m); cc != nil {
+			t.markBefore(cc)
 		}
+		t.blankLast = role == "user" && m.Get("role").Str == "user"
+	} else {
+		t.blankLast = false
 	}
 	t.add(role, withMarker(blocks, m))
 	return nil
@@ -197,7 +222,7 @@ func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, err
 			if s := p.Get(key).Str; !blank(s) {
 				out = append(out, block{Type: "text", Text: s, CacheControl: marker(p)})
 			} else if cc := marker(p); cc != nil {
-				out = t.keepMarker(out, cc)
+				t.keepMarker(out, cc)
 			}
 		case typ == "image_url" && images:
 			var b block
@@ -216,15 +241,31 @@ func (t *translator) textBlocks(content gjson.Result, images bool) ([]block, err
 }
 
 // keepMarker keeps cc, the breakpoint of a text left out (blank), on the
-// block before it: out's last, or when out is empty the last block of the
-// messages so far. The prefix it marked is cached as it would have been.
-func (t *translator) keepMarker(out []block, cc json.RawMessage) []block {
-	if len(out) == 0 {
-		t.msgs = keepBreakpoint(t.msgs, cc)
-	} else if out[len(out)-1].CacheControl == nil {
-		out[len(out)-1].CacheControl = cc
+// block before it: out's last, or when out is empty the message's caller
+// decides (orphan: a tool result takes it, any other message puts it on
+// the block before the message, markBefore). The prefix it marked is
+// cached as it would have been.
+func (t *translator) keepMarker(out []block, cc json.RawMessage) {
+	switch {
+	case len(out) > 0:
+		if out[len(out)-1].CacheControl == nil {
+			out[len(out)-1].CacheControl = cc
+		}
+	case t.orphan == nil:
+		t.orphan = cc
 	}
-	return out
+}
+
+// markBefore puts cc on the last block translated so far, a message's or,
+// before the first message, the system prompt's, unless it has one.
+func (t *translator) markBefore(cc json.RawMessage) {
+	if len(t.msgs) > 0 {
+		t.msgs = keepBreakpoint(t.msgs, cc)
+		return
+	}
+	if n := len(t.system); n > 0 && t.system[n-1].CacheControl == nil {
+		t.system[n-1].CacheControl = cc
+	}
 }
 
 // blank reports whether s is empty or only white space: Anthropic refuses
@@ -300,7 +341,8 @@ func (t *translator) toolResult(m gjson.Result) ([]block, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := block{Type: "tool_result", ToolUseID: toolID(id)}
+	b := block{Type: "tool_result", ToolUseID: toolID(id), CacheControl: t.orphan} // a blank part's breakpoint: the result's
+	t.orphan = nil
 	var text strings.Builder
 	for i := range content {
 		if content[i].CacheControl != nil {

@@ -719,10 +719,41 @@ func TestTranslateRequestDropsBlankText(t *testing.T) {
 			t.Errorf("%s: %q, %s", body, strings.Join(got, " "), out)
 		}
 	}
+	// A blank last user turn, left out, would make the answer before it a
+	// prefill: refused. After a tool result it is only left out.
+	if _, err := TranslateRequest([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":" \n"}]}`),
+		RequestOptions{Model: "m"}); err == nil || !strings.Contains(err.Error(), "white space") {
+		t.Errorf("blank last turn: %v", err)
+	}
+	if out, err := TranslateRequest([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,`+
+		`"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"},`+
+		`{"role":"user","content":" "}],"tools":[{"type":"function","function":{"name":"f"}}]}`), RequestOptions{Model: "m"}); err != nil ||
+		gjson.GetBytes(out, "messages.#").Int() != 3 {
+		t.Errorf("blank turn after a tool result: %v %s", err, out)
+	}
+	// A blank system part's breakpoint goes on the system block before it;
+	// a blank part of a tool result's, on the result.
+	out, err := TranslateRequest([]byte(`{"messages":[{"role":"system","content":[{"type":"text","text":"rules"},`+
+		`{"type":"text","text":" ","cache_control":{"type":"ephemeral"}}]},{"role":"user","content":"q"},`+
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},`+
+		`{"role":"tool","tool_call_id":"c","content":[{"type":"text","text":" ","cache_control":{"type":"ephemeral"}},{"type":"text","text":"r"}]}],`+
+		`"tools":[{"type":"function","function":{"name":"f"}}]}`), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gjson.GetBytes(out, "system.0.cache_control").Exists() || !gjson.GetBytes(out, "messages.2.content.0.cache_control").Exists() ||
+		gjson.GetBytes(out, "messages.1.content.0.cache_control").Exists() {
+		t.Errorf("breakpoints: %s", out)
+	}
+	out, err = TranslateRequest([]byte(`{"messages":[{"role":"system","content":"rules"},{"role":"system","content":" ",`+
+		`"cache_control":{"type":"ephemeral"}},{"role":"user","content":"q"}]}`), RequestOptions{Model: "m"})
+	if err != nil || !gjson.GetBytes(out, "system.0.cache_control").Exists() {
+		t.Errorf("blank system message's breakpoint: %v %s", err, out)
+	}
 	// A blank message's breakpoint stays, on the block before it.
 	body := `{"messages":[{"role":"user","content":"hi"},{"role":"user","content":" ","cache_control":{"type":"ephemeral"}},` +
 		`{"role":"assistant","content":"ok"},{"role":"user","content":"q"}]}`
-	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	out, err = TranslateRequest([]byte(body), RequestOptions{Model: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}

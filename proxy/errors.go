@@ -137,17 +137,27 @@ func plainError(body []byte) string {
 	if msg.Type != gjson.String || msg.Str == "" {
 		return ""
 	}
-	var loc []string
+	var loc []byte // body.messages[3].content: an index as the client's message map reads it (ClientText)
+	n := 0
 	first.Get("loc").ForEach(func(_, v gjson.Result) bool {
-		if v.Type == gjson.String || v.Type == gjson.Number {
-			loc = append(loc, v.String())
+		switch v.Type {
+		case gjson.Number:
+			loc = append(append(append(loc, '['), v.Raw...), ']')
+		case gjson.String:
+			if len(loc) > 0 {
+				loc = append(loc, '.')
+			}
+			loc = append(loc, v.Str...)
+		default:
+			return true
 		}
-		return len(loc) < 8
+		n++
+		return n < 8
 	})
 	if len(loc) == 0 {
 		return msg.Str
 	}
-	return strings.Join(loc, ".") + ": " + msg.Str
+	return string(loc) + ": " + msg.Str
 }
 
 // redactCut returns s with secrets masked, cut to at most n bytes; a mask

@@ -228,7 +228,7 @@ func TestUpstreamErrorShapes(t *testing.T) {
 		`{"error":{"message":"bad messages","type":"invalid_request_error","param":"messages","code":null}}`: "bad messages",
 		`{"error":"plain string error"}`: "plain string error",
 		`{"detail":"Not Found"}`:         "Not Found",
-		`{"detail":[{"loc":["body","messages",0],"msg":"field required","type":"missing"},{"msg":"x"}]}`: "body.messages.0: field required",
+		`{"detail":[{"loc":["body","messages",0],"msg":"field required","type":"missing"},{"msg":"x"}]}`: "body.messages[0]: field required",
 		`{"detail":[{"msg":"no place"}]}`: "no place",
 		`{"detail":[{"loc":"body"}]}`:     "upstream error",
 		`Bad Request`:                     "upstream error",

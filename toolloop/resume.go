@@ -168,9 +168,9 @@ func (l *Loop) resume(ctx context.Context, req *pipeline.Request) *pipeline.Requ
 
 // appendResults appends the tool messages of turn t, its server calls'
 // and the client's (client, as sent after the turn's assistant message),
-// each after a comma, in the order of the turn's calls; a message that
-// answers none of them (or a second answer to one) keeps its place after
-// the ones before it.
+// each after a comma, in the order of the turn's calls (a second answer
+// to one call right after the first); a message that answers none of
+// them goes after them, in the order it came.
 func appendResults(out []byte, t *HiddenTurn, client []gjson.Result) []byte {
 	rank := map[string]int{}
 	gjson.GetBytes(t.Assistant, "tool_calls").ForEach(func(_, c gjson.Result) bool {

@@ -181,9 +181,7 @@ func (r *Responses) Encode(dst []byte, e *Event) []byte {
 		dst = r.serverCall(dst, len(r.items)-1)
 	case Finish:
 		r.finish = cmp.Or(e.Finish, "stop")
-		if r.finish == "stop" && !slices.ContainsFunc(r.items, func(it respItem) bool { return it.kind == itemMessage || it.kind == itemCall }) {
-			dst = r.emptyMessage(dst)
-		}
+		dst = r.answered(dst)
 		if r.finish == "length" || r.finish == "content_filter" {
 			// Only what the cut answer left open is incomplete: an item
 			// done before it (an earlier round's, a server call) stays
@@ -243,6 +241,7 @@ func (r *Responses) callArgs(dst []byte, e *Event) []byte {
 func (r *Responses) end(dst []byte) []byte {
 	if r.finish == "" {
 		r.finish = "stop"
+		dst = r.answered(dst)
 		dst = r.closeAll(dst)
 	}
 	r.ended = true
@@ -443,11 +442,16 @@ func (r *Responses) messageText(dst []byte, refusal bool, text, lp []byte) []byt
 	return endEvent(dst)
 }
 
-// emptyMessage adds a message of one empty output_text: the answer of a
-// model that said nothing and called nothing. A response of no message
-// reads to an agent (the Agents SDK) as a turn to take again, so it would
-// call the model until its turn limit; OpenAI's own answer holds a message.
-func (r *Responses) emptyMessage(dst []byte) []byte {
+// answered adds a message of one empty output_text when the answer, which
+// ended whole (not cut), has no message and no call: a model that said
+// nothing and called nothing. A response of no message reads to an agent
+// (the Agents SDK) as a turn to take again, so it would call the model
+// until its turn limit; OpenAI's own answer holds a message.
+func (r *Responses) answered(dst []byte) []byte {
+	if r.finish == "length" || r.finish == "content_filter" ||
+		slices.ContainsFunc(r.items, func(it respItem) bool { return it.kind == itemMessage || it.kind == itemCall }) {
+		return dst
+	}
 	if r.reason >= 0 { // done before the message, as when text begins
 		dst = r.closeItem(dst, r.reason)
 		r.reason = -1

@@ -62,6 +62,8 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 		// agent takes as the final answer instead of asking again.
 		"empty answer":            {{Kind: Role}, text("content", ""), {Kind: Finish, Finish: "stop"}, usage, {Kind: End}},
 		"reasoning and no text":   {{Kind: Role}, text("reasoning_content", "hm"), {Kind: Finish, Finish: "stop"}, {Kind: End}},
+		"no finish and no text":   {{Kind: Role}, text("content", ""), usage, {Kind: End}},
+		"tool_calls and no call":  {{Kind: Role}, {Kind: Finish, Finish: "tool_calls"}, {Kind: End}},
 		"server call and no text": {{Kind: Role}, {Kind: ServerCall, Name: "calc", Key: "builtin", Text: []byte(`{}`), Raw: []byte(`2`)}, {Kind: Finish, Finish: "stop"}, {Kind: End}},
 		// A loop's last round cut: the items done before it stay completed,
 		// in the terminal response as in their output_item.done.
@@ -123,7 +125,7 @@ func TestResponsesStreamAndJSONAgree(t *testing.T) {
 		t.Fatalf("usage: %s", o.Get("usage").Raw)
 	}
 	for name, types := range map[string]string{"empty answer": `["message"]`, "reasoning and no text": `["reasoning","message"]`,
-		"server call and no text": `["mcp_call","message"]`, "length": `["message"]`, "interleaved calls": `["message","function_call","function_call"]`} {
+		"server call and no text": `["mcp_call","message"]`, "length": `["message"]`, "no finish and no text": `["message"]`, "tool_calls and no call": `["message"]`, "interleaved calls": `["message","function_call","function_call"]`} {
 		_, _, object := encodeBoth(cases[name])
 		o := gjson.ParseBytes(object)
 		if o.Get("output.#.type").Raw != types {
