@@ -451,11 +451,17 @@ func (s *session) record(calls []*call, results []*pipeline.ToolResult) (stop bo
 			if r.IsError {
 				status = "error"
 			}
-			s.trace.calls = append(s.trace.calls, traceCall{name: calls[i].name, args: calls[i].args, status: status, duration: r.Duration})
+			s.trace.calls = append(s.trace.calls, traceCall{name: calls[i].name, args: shownArgs(calls[i].args), status: status, duration: r.Duration})
 		}
 	}
 	return stop
 }
+
+// shownArgs returns a server call's arguments as a client may see them
+// (the trace, a Responses mcp_call item): the configured secrets masked,
+// however escaped, as in the call's result. A model that learned a key
+// could otherwise write it where the client reads it.
+func shownArgs(args []byte) []byte { return observe.Secrets.RedactEscaped(args) }
 
 // reportCall tells the request's OnServerCall of a server call that ran.
 func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
@@ -473,7 +479,7 @@ func (s *session) reportCall(c *call, r *pipeline.ToolResult) {
 		}
 		repeatable = t.cfg.Idempotent || t.cfg.Repeatable
 	}
-	sc := &pipeline.ServerCall{Name: c.name, Source: src, Arguments: c.args, Output: r.Content, IsError: r.IsError, At: s.textsAt,
+	sc := &pipeline.ServerCall{Name: c.name, Source: src, Arguments: shownArgs(c.args), Output: r.Content, IsError: r.IsError, At: s.textsAt,
 		AfterClientCalls: s.afterClient, Repeatable: repeatable}
 	if strings.HasPrefix(c.id, approvalPrefix) {
 		sc.ApprovalID = c.id
