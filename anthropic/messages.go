@@ -28,9 +28,10 @@ type translator struct {
 	// orphan is the breakpoint of a blank text part left out before any
 	// block of the message being read (keepMarker).
 	orphan json.RawMessage
-	// blankLast: the last message read was a user message left out as
-	// blank, which must not end the conversation (TranslateRequest).
-	blankLast bool
+	// lastRole is the role of the last chat message read: when it is not
+	// the assistant's, the translation must not end with the assistant's
+	// turn (TranslateRequest).
+	lastRole string
 }
 
 func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" }
@@ -38,6 +39,7 @@ func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" 
 // message translates one chat message.
 func (t *translator) message(m gjson.Result) error {
 	defer func() { t.i++ }()
+	t.lastRole = m.Get("role").Str
 	var blocks []block
 	var err error
 	role := m.Get("role").Str
@@ -113,9 +115,6 @@ func (t *translator) message(m gjson.Result) error {
 		if cc := marker(m); cc != nil {
 			t.markBefore(cc)
 		}
-		t.blankLast = role == "user" && m.Get("role").Str == "user"
-	} else {
-		t.blankLast = false
 	}
 	t.add(role, withMarker(blocks, m))
 	return nil

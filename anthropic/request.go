@@ -135,11 +135,12 @@ func TranslateRequest(body []byte, opts RequestOptions) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := len(t.msgs); t.blankLast && n > 0 && t.msgs[n-1].Role == "assistant" {
-		// Left out, it would leave the model's last answer last, which
-		// Anthropic continues as a prefill: another answer than asked.
+	if n := len(t.msgs); t.lastRole != "assistant" && n > 0 && t.msgs[n-1].Role == "assistant" {
+		// The messages after the last answer were left out as blank:
+		// that answer last, Anthropic would continue it as a prefill,
+		// another answer than asked.
 		return nil, pipeline.BadRequest("messages["+strconv.Itoa(t.i-1)+"].content",
-			"the last user message is only white space, which this model does not accept")
+			"the last message is only white space, which this model does not accept")
 	}
 	t.msgs = trimPrefill(t.msgs)
 	if len(t.msgs) == 0 {

@@ -721,9 +721,12 @@ func TestTranslateRequestDropsBlankText(t *testing.T) {
 	}
 	// A blank last user turn, left out, would make the answer before it a
 	// prefill: refused. After a tool result it is only left out.
-	if _, err := TranslateRequest([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":" \n"}]}`),
-		RequestOptions{Model: "m"}); err == nil || !strings.Contains(err.Error(), "white space") {
-		t.Errorf("blank last turn: %v", err)
+	for _, tail := range []string{`{"role":"user","content":" \n"}`, `{"role":"developer","content":" "}`,
+		`{"role":"user","content":" "},{"role":"system","content":"\t"}`} {
+		if _, err := TranslateRequest([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},`+tail+`]}`),
+			RequestOptions{Model: "m"}); err == nil || !strings.Contains(err.Error(), "white space") {
+			t.Errorf("blank last turn %s: %v", tail, err)
+		}
 	}
 	if out, err := TranslateRequest([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,`+
 		`"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"},`+

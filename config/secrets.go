@@ -138,9 +138,6 @@ func secretEnvName(name string) bool {
 			return true
 		}
 	}
-	if strings.HasSuffix(lower, "key") || strings.HasSuffix(lower, "keys") { // HOOKKEY, APPKEYS
-		return true
-	}
 	for _, w := range strings.FieldsFunc(lower, func(r rune) bool { return r == '_' || r == '-' || r == '.' }) {
 		if slices.Contains(secretEnvWords, w) {
 			return true

@@ -139,13 +139,14 @@ func TestURLQueryCredentialsAreSecrets(t *testing.T) {
 	t.Setenv("GW_TEST_TOK", "tok-from-env-123")
 	t.Setenv("GW_TEST_HOST", "api.internal.example")
 	t.Setenv("GW_TEST_VER", "2024-10-21")
-	t.Setenv("GW_HOOKKEY", "hook-key-from-env-456")    // a secret's name, under a parameter that names none
+	t.Setenv("GW_HOOK_KEY", "hook-key-from-env-456")   // a secret's name, under a parameter that names none
+	t.Setenv("GW_SORTKEYS", "created_at")              // no word of a secret's in the name: readable
 	t.Setenv("GW_OWM_TOKEN", "owm-token-from-env-789") // the same
 	c, err := Parse([]byte(`
 [[tools]]
 name = "hook"
 kind = "http"
-url = "http://h/hook?k=${GW_HOOKKEY}&appid=${GW_OWM_TOKEN}&v=${GW_TEST_VER}"
+url = "http://h/hook?k=${GW_HOOK_KEY}&appid=${GW_OWM_TOKEN}&v=${GW_TEST_VER}&sort=${GW_SORTKEYS}"
 parameters = '{"type":"object"}'
 [[openapi]]
 name = "o"
@@ -172,7 +173,7 @@ base_url = "https://h/api?api-version=${GW_TEST_VER}"
 			t.Errorf("%q is not a secret: %q", want, secrets)
 		}
 	}
-	for _, not := range []string{"api.internal.example", "2024-01-01", "2024-10-21", "HMAC-SHA256"} {
+	for _, not := range []string{"api.internal.example", "2024-01-01", "2024-10-21", "HMAC-SHA256", "created_at"} {
 		if slices.Contains(secrets, not) {
 			t.Errorf("%q is taken for a secret: %q", not, secrets)
 		}

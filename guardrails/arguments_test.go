@@ -443,3 +443,29 @@ func TestRequestShapesJudged(t *testing.T) {
 		}
 	}
 }
+
+// A tool result that is JSON is text to the model: a max_length cut or a
+// redaction that leaves it invalid JSON is sent as such, not refused as
+// broken arguments would be.
+func TestJSONToolResultNeedNotStayJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	long := `{"rows":"` + strings.Repeat("x", 200) + `"}`
+	for _, tc := range []struct {
+		g    config.Guardrail
+		body string
+		want func(string) bool
+	}{
+		{config.Guardrail{Name: "len", Kind: "max_length", Action: "redact", MaxLength: 50},
+			`{"messages":[{"role":"tool","tool_call_id":"a","content":` + string(mustJSON(long)) + `}]}`,
+			func(s string) bool { return len(s) < len(long) }},
+		{config.Guardrail{Name: "pw", Kind: "regex", Action: "redact", Patterns: []string{`"password":\s*"[^"]*"`}},
+			`{"messages":[{"role":"tool","tool_call_id":"a","content":"{\"user\":\"a\",\"password\":\"hunter2\"}"}]}`,
+			func(s string) bool { return !strings.Contains(s, "hunter2") }},
+	} {
+		out, err := checkRequest(ctx, newChecker(ctx, []*guard{mustGuard(t, tc.g)}, nil), []byte(tc.body))
+		if err != nil || out == nil || !tc.want(gjson.GetBytes(out, "messages.0.content").Str) {
+			t.Errorf("%s: %v %s", tc.g.Name, err, out)
+		}
+	}
+}

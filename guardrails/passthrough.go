@@ -21,7 +21,8 @@ var passFields = []string{"prompt", "suffix", "input", "instructions", "messages
 
 // itemTexts are the members of an item in those fields that hold its text
 // (a message's content, a part's text, a refusal part's or an assistant
-// message's refusal, a tool output, a tool call's arguments, a tool's
+// message's refusal, a tool output, a tool call's arguments (a JSON value
+// or its text), a custom tool call's input, a tool's
 // description, a reasoning item's summary (its summary_text parts' text:
 // a server that runs the model itself, vLLM's Responses API say, reads it
 // back as the reasoning of that turn, as it reads the item's content) and
@@ -33,7 +34,7 @@ var passFields = []string{"prompt", "suffix", "input", "instructions", "messages
 // text a computer call typed) and a file search's queries, which the
 // model reads back); other members (type, role, ids, names, parameter schemas,
 // image data) are not text the guardrails judge, as on chat.
-var itemTexts = []string{"text", "content", "refusal", "output", "arguments", "description", "summary",
+var itemTexts = []string{"text", "content", "refusal", "output", "arguments", "input", "description", "summary",
 	"reasoning_content", "reasoning", "thinking", "tool_calls", "function", "function_call",
 	"server_description", "action", "query", "queries"}
 
@@ -110,7 +111,7 @@ func (e *Engine) RedactBody(t *pipeline.Tenant, r *pipeline.Request) error {
 func bodyTexts(body []byte) ([]byte, error) {
 	var out []byte
 	add := func(v gjson.Result, _ bool) bool {
-		out = append(append(out, v.Str...), '\n')
+		out = append(append(out, argText(v)...), '\n')
 		return true
 	}
 	if err := walkTexts(body, add); err != nil {
@@ -144,8 +145,12 @@ func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) error {
 		}
 		ok := true
 		v.ForEach(func(k, m gjson.Result) bool {
-			name := named(k.Str, itemTexts)
-			ok = name == "" || walk(m, name == "arguments", depth+1)
+			switch name := named(k.Str, itemTexts); {
+			case name == "arguments" && (m.IsObject() || m.IsArray()):
+				ok = visit(m, true) // arguments sent as a JSON value: judged whole, as their text
+			default:
+				ok = name == "" || walk(m, name == "arguments", depth+1)
+			}
 			return ok
 		})
 		return ok
@@ -198,20 +203,25 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 			edits, failed = checkText(ck, body, v, edits, "the request could not be redacted")
 			return failed == nil
 		}
-		out, err := ck.Check([]byte(v.Str))
+		src := argText(v)
+		out, err := ck.Check([]byte(src))
 		valid := true
 		if err == nil {
-			out, valid, err = judgeJSON(ck, []byte(v.Str), out) // arguments.go
+			out, valid, err = judgeJSON(ck, []byte(src), out) // arguments.go
 		}
 		switch {
 		case err != nil:
 			failed = err
-		case string(out) == v.Str:
+		case string(out) == src:
 		case !valid:
 			failed = brokenArguments()
 		default:
+			repl := out // arguments sent as a JSON value stay one
+			if v.Type == gjson.String {
+				repl = jsonstring.Append(nil, string(out))
+			}
 			var ok bool
-			if edits, ok = jsonedit.ReplaceValue(edits, body, v, jsonstring.Append(nil, string(out))); !ok {
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, repl); !ok {
 				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
 			}
 		}

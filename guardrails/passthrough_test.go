@@ -71,3 +71,31 @@ func TestPassThroughNamesInAnyCase(t *testing.T) {
 		})
 	}
 }
+
+// A pass-through body's arguments sent as a JSON value, a custom tool
+// call's input and a tool output that is JSON with an escaped value are
+// judged as the chat request's are; they passed unjudged.
+func TestPassThroughShapesJudged(t *testing.T) {
+	t.Parallel()
+	block := mustGuard(t, config.Guardrail{Name: "b", Stage: StageRequest, Kind: "regex", Action: "block", Patterns: []string{`secret-[0-9]+`}})
+	redact := mustGuard(t, config.Guardrail{Name: "r", Stage: StageRequest, Kind: "regex", Action: "redact", Replacement: "[X]", Patterns: []string{`secret-[0-9]+`}})
+	for _, tc := range []struct{ name, body, path, want string }{
+		{"object arguments", `{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":{"q":"secret-15","n":1}}]}`,
+			"input.0.arguments", `{"q":"[X]","n":1}`},
+		{"a custom call's input", `{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"f","input":"say secret-16"}]}`,
+			"input.0.input", `"say [X]"`},
+		{"an escaped tool output", `{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":"{\"a\":\"secret\\u002d17\"}"}]}`,
+			"input.0.output", `"{\"a\":\"[X]\"}"`},
+	} {
+		if err := (&Engine{def: stages{StageRequest: {block}}}).CheckBody(nil, &pipeline.Request{Body: []byte(tc.body)}); !isContentBlocked(err) {
+			t.Errorf("%s: block: %v", tc.name, err)
+		}
+		r := &pipeline.Request{Body: []byte(tc.body)}
+		if err := (&Engine{def: stages{StageRequest: {redact}}}).CheckBody(nil, r); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := gjson.GetBytes(r.Body, tc.path).Raw; got != tc.want {
+			t.Errorf("%s: redact: %s = %s, want %s", tc.name, tc.path, got, tc.want)
+		}
+	}
+}

@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/llmgw/gateway/jsonedit"
 	"github.com/llmgw/gateway/jsonstring"
-	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/tidwall/gjson"
 )
@@ -33,8 +31,14 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 		src := argText(v)
 		out, err := judge([]byte(src))
 		valid := true
-		if args && err == nil {
+		switch {
+		case err != nil:
+		case args:
 			out, valid, err = judgeJSON(ck, []byte(src), out) // arguments.go
+		default:
+			// A text that is JSON (a tool's result) hides no value in
+			// an escape either; it need not stay JSON.
+			out, err = judgeDecoded(ck, out)
 		}
 		if err != nil {
 			failed = err
@@ -269,18 +273,7 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (d
 		}
 		return true
 	}
-	content := func(c gjson.Result) bool { return parts(c, 0) }
-	if strings.EqualFold(m.Get("role").Str, "tool") {
-		// A tool's result that is JSON is judged as arguments are: the
-		// decoded text of its escaped strings too.
-		content = func(c gjson.Result) bool {
-			if c.Type == gjson.String && isJSONText(c.Str) {
-				return visit(c, true)
-			}
-			return parts(c, 0)
-		}
-	}
-	ok := members(m, "content", content) && members(m, "refusal", text)
+	ok := members(m, "content", func(c gjson.Result) bool { return parts(c, 0) }) && members(m, "refusal", text)
 	// Reasoning as a string, as text parts (a list, as content is), or as
 	// one object of such a part: a chat template prints any of them.
 	reasoning := func(r gjson.Result) bool {
@@ -326,12 +319,6 @@ func argText(v gjson.Result) string {
 		return v.Str
 	}
 	return v.Raw
-}
-
-// isJSONText reports whether s is a JSON object or array.
-func isJSONText(s string) bool {
-	t := strings.TrimLeft(s, " \t\r\n")
-	return t != "" && (t[0] == '{' || t[0] == '[') && jsonvalid.Bytes([]byte(s))
 }
 
 // maxThinkingDepth bounds how deep visitMessage follows thinking parts in
@@ -472,6 +459,9 @@ func checkAnswer(ck *checker, body []byte, calls []pipeline.ServerCall) ([]byte,
 // to edits when the guards changed it; what names the failure of an edit.
 func checkText(ck *checker, body []byte, v gjson.Result, edits []jsonedit.Edit, what string) ([]jsonedit.Edit, error) {
 	text, err := ck.Check([]byte(v.Str))
+	if err == nil {
+		text, err = judgeDecoded(ck, text) // a text that is JSON hides no value in an escape
+	}
 	if err != nil {
 		return edits, err
 	}

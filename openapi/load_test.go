@@ -233,7 +233,7 @@ func TestQueryKeepsBaseAndExplodesObjects(t *testing.T) {
 	}
 	// An exploded property may not set another declared parameter around
 	// its schema, alone or beside it.
-	for _, args := range []string{`{"filter":{"tag":"admin"}}`, `{"tag":"a","filter":{"tag":"admin"}}`, `{"filter":{"x":"1","deep":"{}"}}`} {
+	for _, args := range []string{`{"filter":{"tag":"admin"}}`, `{"tag":"a","filter":{"tag":"admin"}}`, `{"filter":{"x":"1","deep":"{}"}}`, `{"filter":{"Tag":"admin"}}`, `{"filter":{"tag[]":"admin"}}`} {
 		if req, err := op.request(context.Background(), []byte(args)); err == nil {
 			t.Errorf("%s: sent %s", args, req.URL)
 		}

@@ -187,19 +187,21 @@ func unescape(p string) string {
 	return p
 }
 
-// scalar is a value as a parameter string: strings as they are, other JSON
-// as its text.
 // declaresQuery reports whether a query parameter of o other than self is
-// named name.
+// named name, in any case and with or without a trailing "[]" (servers
+// that read ?Tag= or ?tag[]= as tag).
 func (o *Operation) declaresQuery(name string, self param) bool {
+	name = strings.TrimSuffix(name, "[]")
 	for _, p := range o.params {
-		if p.in == "query" && p.name == name && p.key != self.key {
+		if p.in == "query" && strings.EqualFold(p.name, name) && p.key != self.key {
 			return true
 		}
 	}
 	return false
 }
 
+// scalar is a value as a parameter string: strings as they are, other JSON
+// as its text.
 func scalar(v gjson.Result) string {
 	if v.Type == gjson.String {
 		return v.Str
