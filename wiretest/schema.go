@@ -14,7 +14,7 @@ import (
 )
 
 // SchemaEnv names the environment variable that may point at
-// chat-schemas.json, overriding the search from the module root.
+// chat-schemas.json, overriding the copy embedded in this package.
 const SchemaEnv = "GATEWAY_OPENAPI_SCHEMAS"
 
 // schemaID is the resource id chat-schemas.json declares.
