@@ -90,7 +90,16 @@ func (c *Config) ApplyDefaults() {
 	c.setServerDefaults()
 	c.dropOptionalProviders()
 	if c.Server.DefaultProvider == "" && len(c.Providers) > 0 {
+		// The first provider, but not an in-process mock while another
+		// exists: a pass-through call that names no model (GET /v1/files)
+		// is an HTTP API's, which the demo model only echoes.
 		c.Server.DefaultProvider = c.Providers[0].Name
+		for _, p := range c.Providers {
+			if p.Kind != "mock" {
+				c.Server.DefaultProvider = p.Name
+				break
+			}
+		}
 	}
 	c.setProviderDefaults()
 	c.setModelDefaults()

@@ -120,6 +120,30 @@ func TestDefaults(t *testing.T) {
 // TestApplyDefaultsKeepsSetFields: a section a test (or a file) sets in part
 // keeps what is set and gets the defaults for the rest, so tests build
 // configs by setting what they care about.
+// A pass-through call that names no model goes to the first provider that
+// is an HTTP API, not to an in-process mock listed before it (the shipped
+// config lists the demo model first); with mocks alone, the first.
+func TestDefaultProviderIsNoMock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kinds []string
+		want  string
+	}{
+		{[]string{"mock", "openai", "anthropic"}, "p1"},
+		{[]string{"anthropic", "openai"}, "p0"},
+		{[]string{"mock", "mock"}, "p0"},
+	} {
+		var c Config
+		for i, k := range tc.kinds {
+			c.Providers = append(c.Providers, Provider{Name: "p" + string(rune('0'+i)), Kind: k, APIKey: "k"})
+		}
+		c.ApplyDefaults()
+		if c.Server.DefaultProvider != tc.want {
+			t.Errorf("%v: %q, want %q", tc.kinds, c.Server.DefaultProvider, tc.want)
+		}
+	}
+}
+
 func TestApplyDefaultsKeepsSetFields(t *testing.T) {
 	t.Parallel()
 	c := Config{ToolLoop: ToolLoop{MaxIterations: 3, ToolTimeout: Duration(time.Second)}, Tools: []Tool{{Name: "t", Kind: "http"}}}
