@@ -1,6 +1,10 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"net"
+	"strconv"
+)
 
 // Redis configures the state replicas share: one server (mode "single"), a
 // Redis Cluster ("cluster") or a master found through Sentinel
@@ -44,6 +48,8 @@ func (r *Redis) validate(p *problems) {
 	case "single":
 		if r.Addr == "" {
 			p.add("redis.addr", "required")
+		} else if !hostPort(r.Addr) {
+			p.add("redis.addr", "must be host:port, not %q", r.Addr)
 		}
 		if len(r.Addrs) > 0 {
 			p.add("redis.addrs", `only for mode "cluster" or "sentinel" (a single server is addr)`)
@@ -56,8 +62,8 @@ func (r *Redis) validate(p *problems) {
 			p.add("redis.addrs", "required for mode %q", r.Mode)
 		}
 		for i, a := range r.Addrs {
-			if a == "" {
-				p.add(fmt.Sprintf("redis.addrs[%d]", i), "empty address")
+			if !hostPort(a) {
+				p.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, not %q", a)
 			}
 		}
 	}
@@ -84,4 +90,15 @@ func (r *Redis) validate(p *problems) {
 	if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "" || t.InsecureSkipVerify) {
 		p.add("redis.tls.enabled", "TLS options are set but enabled is false")
 	}
+}
+
+// hostPort reports whether a is host:port with a port number, as the Redis
+// client dials it ("nohostport" would fail every call at run time).
+func hostPort(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 1<<16
 }

@@ -204,7 +204,11 @@ func TestValidate(t *testing.T) {
 		{name: "redis cluster with addr", toml: "[redis]\nmode = \"cluster\"\naddr = \"h:1\"\naddrs = [\"h:2\"]\n", want: `redis.addr: only for mode "single"`},
 		{name: "redis cluster db", toml: "[redis]\nmode = \"cluster\"\naddrs = [\"h:1\"]\ndb = 2\n", want: `redis.db: a Redis Cluster has only db 0`},
 		{name: "redis single with addrs", toml: "[redis]\naddr = \"h:1\"\naddrs = [\"h:2\"]\n", want: `redis.addrs: only for mode "cluster" or "sentinel"`},
-		{name: "redis empty addrs entry", toml: "[redis]\nmode = \"cluster\"\naddrs = [\"h:1\", \"\"]\n", want: `redis.addrs[1]: empty address`},
+		{name: "redis empty addrs entry", toml: "[redis]\nmode = \"cluster\"\naddrs = [\"h:1\", \"\"]\n", want: `redis.addrs[1]: must be host:port, not ""`},
+		// The client would fail every call at run time ("missing port").
+		{name: "redis addr without port", toml: "[redis]\naddr = \"nohostport\"\n", want: `redis.addr: must be host:port, not "nohostport"`},
+		{name: "redis addrs entry without port", toml: "[redis]\nmode = \"sentinel\"\nmaster_name = \"m\"\naddrs = [\"h:26379\", \"h2\"]\n", want: `redis.addrs[1]: must be host:port`},
+		{name: "redis addr port out of range", toml: "[redis]\naddr = \"h:70000\"\n", want: `redis.addr: must be host:port`},
 		{name: "redis sentinel without master", toml: "[redis]\nmode = \"sentinel\"\naddrs = [\"h:1\"]\n", want: `redis.master_name: required for mode "sentinel"`},
 		{name: "redis master outside sentinel", toml: "[redis]\naddr = \"h:1\"\nmaster_name = \"m\"\n", want: `redis.master_name: only for mode "sentinel"`},
 		{name: "redis sentinel password outside sentinel", toml: "[redis]\naddr = \"h:1\"\nsentinel_password = \"p\"\n", want: `redis.sentinel_password: only for mode "sentinel"`},
