@@ -63,7 +63,7 @@ type Server struct {
 	ShutdownTimeout Duration `toml:"shutdown_timeout"` // in-flight grace; default 30s
 	LogLevel        string   `toml:"log_level"`        // debug|info|warn|error; default info
 	LogFormat       string   `toml:"log_format"`       // json|console; default json
-	DefaultProvider string   `toml:"default_provider"` // for /v1/* pass-through without a model; default: first provider
+	DefaultProvider string   `toml:"default_provider"` // for /v1/* pass-through without a model; default: first provider not of kind mock
 	// PassthroughUnknownModels lets a pass-through body name a model that is
 	// not configured (it goes to default_provider, still subject to the
 	// tenant's model allow-list). Default false: such a body gets 404.

@@ -95,8 +95,8 @@ func (r *Redis) validate(p *problems) {
 // hostPort reports whether a is host:port with a port number, as the Redis
 // client dials it ("nohostport" would fail every call at run time).
 func hostPort(a string) bool {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil || host == "" {
+	_, port, err := net.SplitHostPort(a) // ":6379" is the local host, as the client reads it
+	if err != nil {
 		return false
 	}
 	n, err := strconv.Atoi(port)

@@ -205,6 +205,8 @@ func TestValidate(t *testing.T) {
 		{name: "redis cluster db", toml: "[redis]\nmode = \"cluster\"\naddrs = [\"h:1\"]\ndb = 2\n", want: `redis.db: a Redis Cluster has only db 0`},
 		{name: "redis single with addrs", toml: "[redis]\naddr = \"h:1\"\naddrs = [\"h:2\"]\n", want: `redis.addrs: only for mode "cluster" or "sentinel"`},
 		{name: "redis empty addrs entry", toml: "[redis]\nmode = \"cluster\"\naddrs = [\"h:1\", \"\"]\n", want: `redis.addrs[1]: must be host:port, not ""`},
+		{name: "redis local port", toml: "[redis]\naddr = \":6379\"\n"},
+		{name: "redis IPv6", toml: "[redis]\naddr = \"[::1]:6379\"\n"},
 		// The client would fail every call at run time ("missing port").
 		{name: "redis addr without port", toml: "[redis]\naddr = \"nohostport\"\n", want: `redis.addr: must be host:port, not "nohostport"`},
 		{name: "redis addrs entry without port", toml: "[redis]\nmode = \"sentinel\"\nmaster_name = \"m\"\naddrs = [\"h:26379\", \"h2\"]\n", want: `redis.addrs[1]: must be host:port`},

@@ -469,3 +469,22 @@ func TestJSONToolResultNeedNotStayJSON(t *testing.T) {
 		}
 	}
 }
+
+// A match split across content parts is found when a part before it was
+// redacted too: the judged texts kept for the joint look were the
+// checker's reused buffer, so a later part's judging overwrote an earlier
+// one's, and the split e-mail went out.
+func TestAcrossPartsAfterARedaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gs := []*guard{
+		mustGuard(t, config.Guardrail{Name: "word", Kind: "regex", Action: "redact", Patterns: []string{`secret-[0-9]+`}}),
+		mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Window: 16}),
+	}
+	body := `{"messages":[{"role":"user","content":[{"type":"text","text":"secret-1 ` + strings.Repeat("a", 40) + `"},` +
+		`{"type":"text","text":"secret-2 zzbob@"},{"type":"text","text":"example.com"}]}]}`
+	out, err := checkRequest(ctx, newChecker(ctx, gs, nil), []byte(body))
+	if !isContentBlocked(err) {
+		t.Fatalf("%v %s: want the split e-mail blocked", err, out)
+	}
+}

@@ -148,6 +148,10 @@ func walkTexts(body []byte, visit func(v gjson.Result, args bool) bool) error {
 			switch name := named(k.Str, itemTexts); {
 			case name == "arguments" && (m.IsObject() || m.IsArray()):
 				ok = visit(m, true) // arguments sent as a JSON value: judged whole, as their text
+			case name == "" && strings.EqualFold(k.Str, "custom") && m.IsObject():
+				// A chat tool call's custom object: its input is free text
+				// (a custom tool's definition, also "custom", has none).
+				ok = members(m, "input", func(in gjson.Result) bool { return walk(in, false, depth+1) })
 			default:
 				ok = name == "" || walk(m, name == "arguments", depth+1)
 			}

@@ -48,7 +48,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 			if outs == nil {
 				outs = map[int][]byte{}
 			}
-			outs[v.Index] = out
+			outs[v.Index] = bytes.Clone(out) // the checker reuses its buffer for the next text
 			if !valid {
 				// A redaction that breaks the call's JSON cannot be sent.
 				failed = brokenArguments()

@@ -215,7 +215,8 @@ func TestQueryKeepsBaseAndExplodesObjects(t *testing.T) {
         - {name: code, in: query, schema: {type: string}}
         - {name: filter, in: query, schema: {type: object}}
         - {name: deep, in: query, style: deepObject, schema: {type: object}}
-        - {name: packed, in: query, explode: false, schema: {type: object}}`)
+        - {name: packed, in: query, explode: false, schema: {type: object}}
+        - {name: "ids[]", in: query, schema: {type: array, items: {type: string}}}`)
 	req, err := op.request(context.Background(), []byte(`{"tag":"a","code":"mine","filter":{"x":"1","y":2}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +234,7 @@ func TestQueryKeepsBaseAndExplodesObjects(t *testing.T) {
 	}
 	// An exploded property may not set another declared parameter around
 	// its schema, alone or beside it.
-	for _, args := range []string{`{"filter":{"tag":"admin"}}`, `{"tag":"a","filter":{"tag":"admin"}}`, `{"filter":{"x":"1","deep":"{}"}}`, `{"filter":{"Tag":"admin"}}`, `{"filter":{"tag[]":"admin"}}`} {
+	for _, args := range []string{`{"filter":{"tag":"admin"}}`, `{"tag":"a","filter":{"tag":"admin"}}`, `{"filter":{"x":"1","deep":"{}"}}`, `{"filter":{"Tag":"admin"}}`, `{"filter":{"tag[]":"admin"}}`, `{"filter":{"ids":"1"}}`, `{"filter":{"ids[]":"1"}}`} {
 		if req, err := op.request(context.Background(), []byte(args)); err == nil {
 			t.Errorf("%s: sent %s", args, req.URL)
 		}

@@ -193,7 +193,7 @@ func unescape(p string) string {
 func (o *Operation) declaresQuery(name string, self param) bool {
 	name = strings.TrimSuffix(name, "[]")
 	for _, p := range o.params {
-		if p.in == "query" && strings.EqualFold(p.name, name) && p.key != self.key {
+		if p.in == "query" && strings.EqualFold(strings.TrimSuffix(p.name, "[]"), name) && p.key != self.key {
 			return true
 		}
 	}
