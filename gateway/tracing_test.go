@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -270,7 +271,7 @@ func TestTracingSpanForLimitedToolCall(t *testing.T) {
 func TestTracingFailedRequestStatus(t *testing.T) {
 	t.Parallel()
 	rc, otlpURL := newOTLPReceiver(t)
-	h := newHarness(t, baseConfig+"[tracing]\nenabled = true\nendpoint = \""+otlpURL+"\"\n", mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
+	h := newLoggedHarness(t, strings.Replace(baseConfig, `log_level = "warn"`, `log_level = "info"`, 1)+"[tracing]\nenabled = true\nendpoint = \""+otlpURL+"\"\n", mockllm.Options{Respond: func(c *mockllm.Call) mockllm.Turn {
 		return mockllm.Turn{Fault: mockllm.StatusFault(429, "rate_limit_exceeded", "slow down")}
 	}})
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -321,5 +322,25 @@ func TestTracingFailedRequestStatus(t *testing.T) {
 	}
 	if responses != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("chat server spans by status %v (want %v), %d responses spans", got, want, responses)
+	}
+	// Each access line names its span's trace, the refused ones' too.
+	traces := map[string]bool{}
+	for _, s := range spans {
+		if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			traces[hex.EncodeToString(s.TraceId)] = true
+		}
+	}
+	lines := 0
+	for _, l := range strings.Split(h.logs.String(), "\n") {
+		if gjson.Get(l, "message").Str != "request" {
+			continue
+		}
+		lines++
+		if id := gjson.Get(l, "trace_id").Str; !traces[id] {
+			t.Errorf("access line with trace_id %q, not a server span's: %s", id, l)
+		}
+	}
+	if lines != 4 {
+		t.Errorf("%d access lines, want 4:\n%s", lines, h.logs.String())
 	}
 }

@@ -21,15 +21,16 @@ import (
 // body streams (SSE, pass-through), in the body writer once it is done.
 // The handler and the writer never use it at the same time.
 type exchange struct {
-	rt     *Runtime
-	id     string
-	idBuf  [idLen]byte // backs a generated id
-	start  time.Time
-	method string // copied from the request
-	route  string // metric label (routeLabel)
-	path   string // the path for the log, when route labels many paths; "" = route
-	tenant string // the authenticated caller's tenant, for the log (a chat request's is req.Tenant)
-	sse    bool   // pass-through: the answer is an event stream
+	rt      *Runtime
+	id      string
+	idBuf   [idLen]byte // backs a generated id
+	start   time.Time
+	method  string // copied from the request
+	route   string // metric label (routeLabel)
+	path    string // the path for the log, when route labels many paths; "" = route
+	tenant  string // the authenticated caller's tenant, for the log (a chat request's is req.Tenant)
+	traceID string // a refused request's span's trace (Runtime.Refused), for the log (a served one's is req.TraceID)
+	sse     bool   // pass-through: the answer is an event stream
 
 	model    string            // a configured model name, or ""
 	provider string            // pass-through: the provider that answered
@@ -204,8 +205,11 @@ func (s *Server) accessLog(x *exchange, status int, elapsed, ttfb time.Duration)
 	case x.tenant != "":
 		ev = ev.Str("tenant", x.tenant)
 	}
-	if req != nil && req.TraceID != "" {
+	switch {
+	case req != nil && req.TraceID != "":
 		ev = ev.Str("trace_id", req.TraceID)
+	case x.traceID != "":
+		ev = ev.Str("trace_id", x.traceID)
 	}
 	ev = ev.Int("status", status)
 	switch {

@@ -62,7 +62,7 @@ type Runtime struct {
 	// refused before its request layer ran, whose spans that layer starts:
 	// the client's traceparent and tracestate, the request's start and the
 	// error it was answered with (ErrorStatus gives its status).
-	Refused func(traceparent, tracestate string, responses bool, start time.Time, err error)
+	Refused func(traceparent, tracestate string, responses bool, start time.Time, err error) (traceID string)
 	// Close releases what the runtime holds, after its last request.
 	Close func()
 
@@ -697,7 +697,7 @@ func (s *Server) refused(ctx *fasthttp.RequestCtx, x *exchange, responses bool) 
 	if v := ctx.Request.Header.Peek("Traceparent"); len(v) > 0 && len(v) <= 128 {
 		tp, ts = string(v), string(truncateBytes(ctx.Request.Header.Peek("Tracestate"), 512))
 	}
-	f(tp, ts, responses, x.start, x.cause)
+	x.traceID = f(tp, ts, responses, x.start, x.cause)
 }
 
 // spentCounter makes the x-ratelimit-* trio of the counter that refused a

@@ -136,7 +136,7 @@ func (t *Tracer) Request() pipeline.Middleware {
 				a.end(span)
 				return resp, nil
 			}
-			resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a, server: true}
+			resp.Stream = &spanStream{Stream: resp.Stream, span: span, attrs: a, server: true, status: t.status}
 			return resp, nil
 		})
 	}
@@ -367,8 +367,9 @@ func (t *Tracer) statusOf(a *attrs, err error) {
 // are the client's headers. The span is a trace of its own, sampled by the
 // ratio alone, linked to the client's: a caller without a key cannot make
 // the gateway record spans (a sampled traceparent is always continued),
-// nor write them into a trace of its choosing.
-func (t *Tracer) Refused(traceparent, tracestate string, responses bool, start time.Time, err error) {
+// nor write them into a trace of its choosing. It returns the span's trace
+// id, for the access line ("" when none was recorded).
+func (t *Tracer) Refused(traceparent, tracestate string, responses bool, start time.Time, err error) (traceID string) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithNewRoot()}
 	if traceparent != "" {
 		remote := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate}))
@@ -382,13 +383,14 @@ func (t *Tracer) Refused(traceparent, tracestate string, responses bool, start t
 	}
 	_, span := t.tr.Start(context.Background(), name, opts...)
 	if !span.IsRecording() {
-		return
+		return ""
 	}
 	a := newAttrs()
 	a.add(semconv.HTTPRequestMethodPost, path, semconv.GenAIOperationNameChat)
 	fail(span, a, err)
 	t.statusOf(a, err)
 	a.end(span)
+	return span.SpanContext().TraceID().String()
 }
 
 func fail(span trace.Span, a *attrs, err error) {
@@ -455,6 +457,10 @@ type spanStream struct {
 	pipeline.Stream
 	span   trace.Span
 	server bool // the request's span, which carries the HTTP status
+	// status maps a stream's failure to the status its access line shows
+	// (Tracer.SetErrorStatus; nil: none).
+	status func(error) int
+	done   bool // the stream ended (EOF or an error) before Close
 	usage  bool
 	mu     sync.Mutex
 	attrs  *attrs // nil once ended
@@ -502,19 +508,36 @@ func (s *spanStream) Next() ([]byte, error) {
 
 func (s *spanStream) Close() {
 	s.Stream.Close()
+	s.mu.Lock()
+	left := !s.done
+	s.mu.Unlock()
+	if left && s.server {
+		// Closed before its end: the client left mid-stream, which its
+		// access line shows as 499.
+		s.end(pipeline.ErrClientGone)
+		return
+	}
 	s.end(nil)
 }
 
 func (s *spanStream) end(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.done = true
 	if s.attrs == nil {
 		return
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		fail(s.span, s.attrs, err)
-	} else if s.server {
-		s.attrs.add(status200) // the stream's head was a 200 (a client that left counts too), as a JSON answer's
+		if s.server && s.status != nil {
+			// The head went out as 200, but the access line shows the
+			// failure's status (502 for a cut, 499 for a client that
+			// left), and so does the span.
+			s.attrs.add(semconv.HTTPResponseStatusCode(s.status(err)))
+		}
+	case s.server:
+		s.attrs.add(status200) // the stream's head was a 200, as a JSON answer's
 	}
 	if s.finish != "" {
 		s.attrs.add(finishReason(s.finish))

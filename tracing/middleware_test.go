@@ -2,7 +2,9 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -277,4 +279,64 @@ func TestAttemptRetryPerRound(t *testing.T) {
 			t.Errorf("call %d (round %d): attempt %d retry %v, want %d %v", i, want.round, n, retry, want.n, want.retry)
 		}
 	}
+}
+
+// A stream that fails after its head (an upstream cut) or that its client
+// leaves carries on its server span the status its access line shows, not
+// the head's 200.
+func TestStreamFailureStatus(t *testing.T) {
+	t.Parallel()
+	route := &pipeline.Route{Name: "gpt-x", Deployments: []pipeline.Target{{Provider: "up", Upstream: "gpt-x-up", Model: "gpt-x"}}}
+	cut := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: "up"}
+	for _, tc := range []struct {
+		name  string
+		reads int // Next calls before Close; -1: to the end
+		want  string
+	}{{"complete", -1, "200"}, {"cut", -1, "502"}, {"client left", 1, "499"}} {
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation)}
+		tr.SetErrorStatus(func(err error) int {
+			if errors.Is(err, pipeline.ErrClientGone) {
+				return 499
+			}
+			return 502
+		})
+		h := tr.Request()(pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+			chunks := []string{`{"choices":[{"delta":{"content":"hi"}}]}`, `{"choices":[{"delta":{"content":" there"}}]}`}
+			if tc.name == "cut" {
+				return &pipeline.Response{Stream: &failingStream{Stream: teststream.Chunks(chunks...), err: cut}}, nil
+			}
+			return &pipeline.Response{Stream: teststream.Chunks(chunks...)}, nil
+		}))
+		r := &pipeline.Request{Model: "gpt-x", Route: route, Stream: true, Body: []byte(`{"model":"gpt-x","messages":[]}`), Meta: &pipeline.Meta{}}
+		resp, err := h.Chat(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; tc.reads < 0 || i < tc.reads; i++ {
+			if _, err := resp.Stream.Next(); err != nil {
+				break
+			}
+		}
+		resp.Stream.Close()
+		spans := rec.Ended()
+		if len(spans) != 1 || !strings.Contains(attrList(spans[0]), "http.response.status_code="+tc.want) {
+			t.Errorf("%s: %d spans, %s", tc.name, len(spans), attrList(spans[len(spans)-1]))
+		}
+	}
+}
+
+// failingStream is s, then err instead of its end.
+type failingStream struct {
+	pipeline.Stream
+	err error
+}
+
+func (f *failingStream) Next() ([]byte, error) {
+	c, err := f.Stream.Next()
+	if err == io.EOF {
+		return nil, f.err
+	}
+	return c, err
 }
