@@ -110,6 +110,10 @@ func (c *Config) validate(o *origin) error {
 			// path went astray.
 			p.add("tracing.endpoint", "takes no query string: the OTLP exporter does not send one (put a token in [tracing] headers)")
 		}
+		if u, err := url.Parse(c.Tracing.Endpoint); err == nil && u.User != nil {
+			// Nor user info: the credentials would be dropped unsent.
+			p.add("tracing.endpoint", "takes no user info: the OTLP exporter does not send it (put an Authorization header in [tracing] headers)")
+		}
 	}
 	return errors.Join(p.errs...)
 }

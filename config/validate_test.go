@@ -193,6 +193,7 @@ func TestValidate(t *testing.T) {
 		{name: "policy passthrough without a slash", toml: policy("passthrough = [\"v1/embeddings\"]\n"), want: `policies[0].passthrough[0]: "v1/embeddings" matches no path`},
 		{name: "policy passthrough every path", toml: policy("passthrough = [\"/v1/*\", \"*\"]\n")},
 		{name: "tracing endpoint not a url", toml: "[tracing]\nenabled = true\nendpoint = \"collector:4318\"\n", want: `tracing.endpoint: "collector:4318" is not an http(s) URL`},
+		{name: "tracing endpoint with user info", toml: "[tracing]\nenabled = true\nendpoint = \"http://u:p@collector:4318\"\n", want: `tracing.endpoint: takes no user info`},
 		{name: "tracing endpoint with a query", toml: "[tracing]\nenabled = true\nendpoint = \"http://collector:4318?token=x\"\n", want: `tracing.endpoint: takes no query string: the OTLP exporter does not send one (put a token in [tracing] headers)`},
 		{name: "policy approval tools pattern", toml: policy("approval_tools = [\"[\"]\n"), want: `policies[0].approval_tools[0]: bad pattern "["`},
 		{name: "redis addr", toml: "[redis]\ndb = 1\n", want: `redis.addr: required`},
