@@ -415,6 +415,11 @@ func TestRequestShapesJudged(t *testing.T) {
 		{"object arguments block", call(`{"id":"a","type":"function","function":{"name":"f","arguments":{"q":"Project Falcon"}}}`), word, "", ""},
 		{"object arguments redacted", call(`{"id":"a","type":"function","function":{"name":"f","arguments":{"to":"bob@example.com","n":1}}}`), pii,
 			"messages.1.tool_calls.0.function.arguments", `{"to":"[REDACTED]","n":1}`},
+		// A short text after them: its judging reuses the checker's buffer,
+		// which the arguments' edit must not still hold.
+		{"object arguments, then a short text", `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function",` +
+			`"function":{"name":"f","arguments":{"to":"bob@example.com","n":1}}}]},{"role":"user","content":"ZZZZZ"}]}`, pii,
+			"messages.0.tool_calls.0.function.arguments", `{"to":"[REDACTED]","n":1}`},
 		{"one part object blocks", `{"messages":[{"role":"user","content":{"type":"text","text":"project falcon"}}]}`, word, "", ""},
 		{"one part object redacted", `{"messages":[{"role":"user","content":{"type":"text","text":"bob@example.com"}}]}`, pii,
 			"messages.0.content.text", "[REDACTED]"},

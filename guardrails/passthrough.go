@@ -1,6 +1,7 @@
 package guardrails
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -220,7 +221,7 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 		case !valid:
 			failed = brokenArguments()
 		default:
-			repl := out // arguments sent as a JSON value stay one
+			repl := bytes.Clone(out) // arguments sent as a JSON value stay one (out is the checker's buffer, which the next text reuses)
 			if v.Type == gjson.String {
 				repl = jsonstring.Append(nil, string(out))
 			}

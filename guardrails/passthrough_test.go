@@ -84,6 +84,8 @@ func TestPassThroughShapesJudged(t *testing.T) {
 			"input.0.arguments", `{"q":"[X]","n":1}`},
 		{"a custom call's input", `{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"f","input":"say secret-16"}]}`,
 			"input.0.input", `"say [X]"`},
+		{"object arguments, then a short text", `{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":{"q":"secret-15","n":1}},{"role":"user","content":"ZZZZZ"}]}`,
+			"input.0.arguments", `{"q":"[X]","n":1}`},
 		{"a chat custom call's input", `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"f","input":"say secret-18"}}]}]}`,
 			"messages.0.tool_calls.0.custom.input", `"say [X]"`},
 		{"an escaped tool output", `{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":"{\"a\":\"secret\\u002d17\"}"}]}`,

@@ -54,7 +54,7 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 				failed = brokenArguments()
 				return false
 			}
-			repl := out // arguments sent as a JSON value stay one
+			repl := bytes.Clone(out) // arguments sent as a JSON value stay one (out is the checker's buffer, which the next text reuses)
 			if v.Type == gjson.String {
 				repl = jsonstring.Append(nil, string(out))
 			}

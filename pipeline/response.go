@@ -26,6 +26,18 @@ type Stream interface {
 	Close()
 }
 
+// CloseStream closes s, and tells a stream that asks (CloseFor: the
+// request's span, which records the status the access line shows) why it
+// ends before its end: err is the failure the client's stream ended with
+// (pipeline.ErrClientGone for a client that left), nil for none.
+func CloseStream(s Stream, err error) {
+	if c, ok := s.(interface{ CloseFor(error) }); ok {
+		c.CloseFor(err)
+		return
+	}
+	s.Close()
+}
+
 // KeepAlive is the comment chunk a stream yields to keep idle connections open.
 var KeepAlive = []byte(": keep-alive")
 

@@ -640,7 +640,7 @@ func (k *sink) release() {
 		return
 	}
 	k.s.peers.unwatch(k.watch)
-	k.stream.Close()
+	pipeline.CloseStream(k.stream, k.failure)
 	k.cancel()
 	k.stream = nil
 }

@@ -460,7 +460,6 @@ type spanStream struct {
 	// status maps a stream's failure to the status its access line shows
 	// (Tracer.SetErrorStatus; nil: none).
 	status func(error) int
-	done   bool // the stream ended (EOF or an error) before Close
 	usage  bool
 	mu     sync.Mutex
 	attrs  *attrs // nil once ended
@@ -506,24 +505,21 @@ func (s *spanStream) Next() ([]byte, error) {
 	return chunk, err
 }
 
-func (s *spanStream) Close() {
+func (s *spanStream) Close() { s.CloseFor(nil) }
+
+// CloseFor closes the stream; err is why the client's stream ended before
+// its end (pipeline.CloseStream), which the span records as it would a
+// failure of the stream itself: a client that left (499 on its access
+// line, and on the span), a failure of a layer above. A stream closed
+// before its end for no reason the sink gave counts as answered (200).
+func (s *spanStream) CloseFor(err error) {
 	s.Stream.Close()
-	s.mu.Lock()
-	left := !s.done
-	s.mu.Unlock()
-	if left && s.server {
-		// Closed before its end: the client left mid-stream, which its
-		// access line shows as 499.
-		s.end(pipeline.ErrClientGone)
-		return
-	}
-	s.end(nil)
+	s.end(err)
 }
 
 func (s *spanStream) end(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.done = true
 	if s.attrs == nil {
 		return
 	}

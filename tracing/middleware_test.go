@@ -292,7 +292,7 @@ func TestStreamFailureStatus(t *testing.T) {
 		name  string
 		reads int // Next calls before Close; -1: to the end
 		want  string
-	}{{"complete", -1, "200"}, {"cut", -1, "502"}, {"client left", 1, "499"}} {
+	}{{"complete", -1, "200"}, {"cut", -1, "502"}, {"client left", 1, "499"}, {"closed early for no reason given", 1, "200"}} {
 		rec := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 		tr := &Tracer{tp: tp, tr: tp.Tracer(instrumentation)}
@@ -319,7 +319,11 @@ func TestStreamFailureStatus(t *testing.T) {
 				break
 			}
 		}
-		resp.Stream.Close()
+		var why error
+		if tc.name == "client left" {
+			why = pipeline.ErrClientGone // the sink's failure, as it closes the stream (pipeline.CloseStream)
+		}
+		pipeline.CloseStream(resp.Stream, why)
 		spans := rec.Ended()
 		if len(spans) != 1 || !strings.Contains(attrList(spans[0]), "http.response.status_code="+tc.want) {
 			t.Errorf("%s: %d spans, %s", tc.name, len(spans), attrList(spans[len(spans)-1]))
