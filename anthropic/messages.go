@@ -39,25 +39,17 @@ func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" 
 // message translates one chat message.
 func (t *translator) message(m gjson.Result) error {
 	defer func() { t.i++ }()
-	t.lastRole = m.Get("role").Str
 	var blocks []block
 	var err error
 	role := m.Get("role").Str
+	t.lastRole = role
 	switch role {
 	case "system", "developer":
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {
 			return err
 		}
 		if len(t.msgs) == 0 {
-			// A blank part's or message's breakpoint, on the system block
-			// before it.
-			if cc := t.orphan; cc != nil {
-				t.orphan = nil
-				t.markBefore(cc)
-			}
-			if cc := marker(m); cc != nil && len(blocks) == 0 {
-				t.markBefore(cc)
-			}
+			t.blankMarkers(m, blocks)
 			t.system = append(t.system, withMarker(blocks, m)...)
 			return nil
 		}
@@ -104,18 +96,7 @@ func (t *translator) message(m gjson.Result) error {
 	default:
 		return pipeline.BadRequest(t.at()+".role", "role %q cannot be sent to this model", role)
 	}
-	// A breakpoint on text left out before any of the message's blocks
-	// (or on a message left out whole) marks the prompt up to the block
-	// before it.
-	if cc := t.orphan; cc != nil {
-		t.orphan = nil
-		t.markBefore(cc)
-	}
-	if len(blocks) == 0 {
-		if cc := marker(m); cc != nil {
-			t.markBefore(cc)
-		}
-	}
+	t.blankMarkers(m, blocks)
 	t.add(role, withMarker(blocks, m))
 	return nil
 }
@@ -252,6 +233,20 @@ func (t *translator) keepMarker(out []block, cc json.RawMessage) {
 		}
 	case t.orphan == nil:
 		t.orphan = cc
+	}
+}
+
+// blankMarkers places the breakpoints of text left out as blank before any
+// of message m's blocks, and of m itself when it is left out whole
+// (blocks, its translation, is empty): they mark the prompt up to the
+// block before it (markBefore). Call it before m's blocks are added.
+func (t *translator) blankMarkers(m gjson.Result, blocks []block) {
+	if cc := t.orphan; cc != nil {
+		t.orphan = nil
+		t.markBefore(cc)
+	}
+	if cc := marker(m); cc != nil && len(blocks) == 0 {
+		t.markBefore(cc)
 	}
 }
 

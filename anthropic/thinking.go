@@ -14,7 +14,7 @@ import (
 // thinking is on. The chat form has no place for them, so the decoders
 // hand them to the request's pipeline.Thinking, the tool loop keeps them
 // on the assistant message it appends (pipeline.ThinkingMember), and the
-// translation turns that member back into blocks (thinkingBlocks). Each
+// translation turns that member back into blocks (withThinking). Each
 // entry notes how many tool_use blocks came before it ("calls", left out
 // when none): with interleaved thinking a turn reads thinking, a call,
 // thinking, a call, and Anthropic refuses the turn back in another order.
@@ -129,9 +129,7 @@ func withThinking(m gjson.Result, blocks []block) []block {
 	place(0)
 	for _, b := range blocks {
 		if b.Type == "tool_use" {
-			if calls > 0 {
-				place(calls)
-			}
+			place(calls) // the entries that came after the calls before this one
 			calls++
 		}
 		out = append(out, b)

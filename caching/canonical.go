@@ -225,25 +225,12 @@ func unquote(v gjson.Result) string {
 	return string(out)
 }
 
+// hex4 reads the four hex digits at the start of s.
 func hex4(s string) (rune, bool) {
 	if len(s) < 4 {
 		return 0, false
 	}
-	var r rune
-	for _, c := range []byte(s[:4]) {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
+	return jsonstring.Hex4(s[:4])
 }
 
 const hexDigits = "0123456789abcdef"

@@ -388,15 +388,8 @@ func TestMalformedMultipartIsTheGateways(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
 	post := func(path, body string) (int, []byte) {
-		req, _ := http.NewRequest("POST", h.base+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		status, _, b := h.post(path, body, map[string]string{"Content-Type": "multipart/form-data; boundary=x"})
+		return status, b
 	}
 	if status, b := post("/audio/transcriptions", `{"model":"gpt-x"}`); status != 400 || !strings.Contains(gjson.GetBytes(b, "error.message").Str, "multipart") {
 		t.Errorf("malformed form: %d %s", status, b)

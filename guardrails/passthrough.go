@@ -1,7 +1,6 @@
 package guardrails
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -9,7 +8,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/llmgw/gateway/jsonedit"
-	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -221,12 +219,8 @@ func checkTexts(ck *checker, body []byte) ([]byte, error) {
 		case !valid:
 			failed = brokenArguments()
 		default:
-			repl := bytes.Clone(out) // arguments sent as a JSON value stay one (out is the checker's buffer, which the next text reuses)
-			if v.Type == gjson.String {
-				repl = jsonstring.Append(nil, string(out))
-			}
 			var ok bool
-			if edits, ok = jsonedit.ReplaceValue(edits, body, v, repl); !ok {
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, replacement(v, out)); !ok {
 				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
 			}
 		}

@@ -54,12 +54,8 @@ func checkRequest(ctx context.Context, ck *checker, body []byte) ([]byte, error)
 				failed = brokenArguments()
 				return false
 			}
-			repl := bytes.Clone(out) // arguments sent as a JSON value stay one (out is the checker's buffer, which the next text reuses)
-			if v.Type == gjson.String {
-				repl = jsonstring.Append(nil, string(out))
-			}
 			var ok bool
-			if edits, ok = jsonedit.ReplaceValue(edits, body, v, repl); !ok {
+			if edits, ok = jsonedit.ReplaceValue(edits, body, v, replacement(v, out)); !ok {
 				failed = pipeline.Internal(errors.New("guardrails: a text's position is unknown"), "the request could not be redacted")
 				return false
 			}
@@ -310,6 +306,17 @@ func visitMessage(m gjson.Result, visit func(t gjson.Result, args bool) bool) (d
 		members(m, "function_call", arguments)
 	}
 	return deep
+}
+
+// replacement is the JSON that takes v's place once its text was judged
+// into out: a string literal for a string, and for arguments sent as a
+// JSON value, out itself, copied (out is the checker's buffer, which the
+// next text's judging reuses).
+func replacement(v gjson.Result, out []byte) []byte {
+	if v.Type == gjson.String {
+		return jsonstring.Append(nil, string(out))
+	}
+	return bytes.Clone(out)
 }
 
 // argText is the text of a visited value: a string's, or the JSON of
