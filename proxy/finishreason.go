@@ -277,6 +277,11 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 	return none, noRole
 }
 
+// id is the stream's completion id: the first chunk's that has one ("" until then).
+func (f *finishes) id() []byte {
+	return f.head[:f.idEnd]
+}
+
 // addRoles gives the deltas of chunk's choices at the positions noRole
 // names (finishes.see) the assistant's role; chunk itself when it cannot.
 // Rare: an upstream that sends no role.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmgw/gateway/anthropic"
 	"github.com/llmgw/gateway/internal/lazyctx"
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/jsonvalid"
 	"github.com/llmgw/gateway/pipeline"
 	"github.com/llmgw/gateway/sse"
@@ -52,6 +53,7 @@ type upstreamStream struct {
 	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
 	fix      []byte                   // fillFinish's output (never a view of rd's), reused by the next chunk
+	idFix    []byte                   // sameID's output, reused by the next chunk
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
 	at       int                      // where the model string starts in head
@@ -342,14 +344,16 @@ func groqUsage(data []byte) []byte {
 // once per stream.
 func (s *upstreamStream) rename(data []byte) []byte {
 	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
+		data, idEnd := s.sameID(data)
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
 		s.head = s.head[:0]
 		// Kept only when the value ends with its own delimiter (a string,
 		// an object, a list): a number's head ("model":1) is a prefix of
 		// another number's ("model":12). An insertion (no model) is not
-		// kept either: the next chunk may have one.
-		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 {
+		// kept either: the next chunk may have one. Nor is a head without
+		// the chunk's id in it: the next chunk's id would not be looked at.
+		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && idEnd > 0 && idEnd <= at {
 			s.head = append(s.headArr[:0], data[:end]...)
 		}
 		if keep {
@@ -363,6 +367,30 @@ func (s *upstreamStream) rename(data []byte) []byte {
 	}
 	s.buf = spliceModel(s.buf, data, s.at, len(s.head), s.model)
 	return s.buf
+}
+
+// sameID gives data the stream's completion id (the first chunk's that has
+// one, finishes.see) when its own is another: OpenAI's chunks all carry
+// the same id, and openai-go's accumulator drops every chunk whose id is
+// not the first one's, so an upstream that numbers its chunks (Foundry
+// Local) or sends a keep-alive chunk of its own id first (omlx) gave an
+// empty answer. idEnd is where the id's value ends in the chunk returned
+// (0 when it has none). An empty id (an Azure prompt-filter chunk's) is
+// left as it is.
+func (s *upstreamStream) sameID(data []byte) (_ []byte, idEnd int) {
+	r := gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), "id") // read only here
+	if r.Index <= 0 {
+		return data, 0
+	}
+	id := s.fin.id()
+	if r.Type != gjson.String || r.Str == "" || len(id) == 0 || r.Str == string(id) {
+		return data, r.Index + len(r.Raw)
+	}
+	s.idFix = append(s.idFix[:0], data[:r.Index]...)
+	s.idFix = jsonstring.Append(s.idFix, unsafe.String(unsafe.SliceData(id), len(id))) // read only here
+	idEnd = len(s.idFix)
+	s.idFix = append(s.idFix, data[r.Index+len(r.Raw):]...)
+	return s.idFix, idEnd
 }
 
 // maxModelHead bounds the head rename keeps: a model that comes after a

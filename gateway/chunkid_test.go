@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/mockllm"
+	"github.com/llmgw/gateway/wiretest"
+)
+
+// changingIDs is an upstream whose stream gives each chunk an id of its
+// own (Foundry Local's "chat.id.N"), after a keep-alive chunk of another id
+// when keepAlive is set (omlx sends one before the real chunks).
+func changingIDs(keepAlive bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		if keepAlive {
+			fmt.Fprint(w, "data: {\"id\":\"chatcmpl-keepalive\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up-model\",\"choices\":[]}\n\n")
+		}
+		chunks := []string{
+			`"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]`,
+			`"choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]`,
+			`"choices":[{"index":0,"delta":{"content":" there"},"finish_reason":null}]`,
+			`"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]`,
+			`"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}`,
+		}
+		for i, c := range chunks {
+			fmt.Fprintf(w, "data: {\"id\":\"chat.id.%d\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up-model\",%s}\n\n", i, c)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}
+}
+
+// A relayed stream carries one completion id, whatever ids the upstream
+// gave its chunks: openai-go's accumulator drops every chunk whose id is
+// not the first one's, so the answer came out empty (no content, no finish,
+// no usage) unless the request offered tools, whose path re-streams the
+// chunks under one id.
+func TestRelayedStreamKeepsOneID(t *testing.T) {
+	t.Parallel()
+	for _, keepAlive := range []bool{false, true} {
+		up := httptest.NewServer(changingIDs(keepAlive))
+		t.Cleanup(up.Close)
+		h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+		p := userMsg("hi")
+		p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		acc, _, err := h.streamChat(p, wiretest.Options{WantUsage: true}, wiretest.LoadSchema(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(acc.Choices) != 1 || acc.Choices[0].Message.Content != "Hello there" || acc.Choices[0].FinishReason != "stop" || acc.Usage.TotalTokens != 7 {
+			t.Fatalf("keep-alive %v: accumulated %+v usage %+v", keepAlive, acc.Choices, acc.Usage)
+		}
+		raw, _ := h.lastRaw()
+		ids := map[string]bool{}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok && data != "[DONE]" {
+				ids[gjson.Get(data, "id").Str] = true
+			}
+		}
+		if len(ids) != 1 {
+			t.Fatalf("keep-alive %v: chunk ids %v, want one", keepAlive, ids)
+		}
+	}
+}
