@@ -212,6 +212,13 @@ func TestHeaderValuesTrimmed(t *testing.T) {
 	if p := c.Providers[0]; p.APIKey != "sk-abc123" || p.Headers["X-Key"] != "sk-abc123" || c.Server.AdminKey != "sk-abc123" || c.Keys[0].Key != "sk-abc123" {
 		t.Fatalf("api_key %q, header %q, admin key %q, key %q", p.APIKey, p.Headers["X-Key"], c.Server.AdminKey, c.Keys[0].Key)
 	}
+	// Only HTTP's whitespace and a line end: a no-break space is part of
+	// the key, as a request's header keeps it.
+	c, err = Parse([]byte("[[providers]]\nname=\"p\"\nkind=\"mock\"\n[[models]]\nname=\"m\"\nprovider=\"p\"\n" +
+		"[[keys]]\ntenant = \"t\"\nkey = \"\tk\u00a0 \"\n"))
+	if err != nil || c.Keys[0].Key != "k\u00a0" {
+		t.Fatalf("key %q %v", c.Keys[0].Key, err)
+	}
 }
 
 // A bare 0 is 0 in any unit: the default, or off where 0 is off.

@@ -213,18 +213,26 @@ func (c *Config) expandMap(m map[string]string) {
 func (c *Config) expandHeaders(m map[string]string) {
 	for k, v := range m {
 		c.expandStr(&v)
-		m[k] = strings.TrimSpace(v)
+		m[k] = trimOWS(v)
 	}
+}
+
+// trimOWS trims what HTTP trims around a header value (spaces and tabs)
+// and a file's line end: not the other Unicode spaces strings.TrimSpace
+// takes, which a request's header keeps (a key with a no-break space is
+// another key).
+func trimOWS(v string) string {
+	return strings.Trim(v, " \t\r\n")
 }
 
 // expand resolves the secret-bearing fields; other fields stay literal.
 func (c *Config) expand() {
 	c.expandStr(&c.Server.AdminKey)
-	c.Server.AdminKey = strings.TrimSpace(c.Server.AdminKey)
+	c.Server.AdminKey = trimOWS(c.Server.AdminKey)
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		c.expandStr(&p.APIKey)
-		p.APIKey = strings.TrimSpace(p.APIKey) // sent in a header (expandHeaders)
+		p.APIKey = trimOWS(p.APIKey) // sent in a header (expandHeaders)
 		c.expandURL(&p.BaseURL)
 		c.expandHeaders(p.Headers)
 	}
@@ -241,14 +249,14 @@ func (c *Config) expand() {
 		c.expandStr(&c.Keys[i].Key)
 		c.expandStr(&c.Keys[i].SHA256)
 		// Keys are read from headers, whose values HTTP trims.
-		c.Keys[i].Key, c.Keys[i].SHA256 = strings.TrimSpace(c.Keys[i].Key), strings.TrimSpace(c.Keys[i].SHA256)
+		c.Keys[i].Key, c.Keys[i].SHA256 = trimOWS(c.Keys[i].Key), trimOWS(c.Keys[i].SHA256)
 	}
 	if raw := c.ToolLoop.ApprovalSecret; raw != "" {
 		c.expandStr(&c.ToolLoop.ApprovalSecret)
 		// Trimmed as a key is (a Kubernetes secret file's newline would
 		// make replicas disagree); one that expands to nothing is refused
 		// (validate), not replaced by a random key per process.
-		c.ToolLoop.ApprovalSecret = strings.TrimSpace(c.ToolLoop.ApprovalSecret)
+		c.ToolLoop.ApprovalSecret = trimOWS(c.ToolLoop.ApprovalSecret)
 		c.approvalUnset = c.ToolLoop.ApprovalSecret == ""
 	}
 	c.expandURL(&c.Tracing.Endpoint)

@@ -745,3 +745,25 @@ func TestPassthroughCompressedFileRelayed(t *testing.T) {
 		}
 	}
 }
+
+// A bearer token is trimmed of what HTTP trims around a header value
+// (spaces, tabs) and nothing else: a key with a no-break space before or
+// after it is another key, not the tenant's (a probe: strings.TrimSpace
+// let "Bearer key\u00a0" in as "key", which a strict proxy in front would
+// not have matched).
+func TestBearerTrimsOnlyHTTPWhitespace(t *testing.T) {
+	t.Parallel()
+	for value, want := range map[string]string{
+		"Bearer key":        "key",
+		"bearer  key \t":    "key",
+		"Bearer key\u00a0":  "key\u00a0",
+		"Bearer \u00a0key":  "\u00a0key",
+		"Bearer key\u2003 ": "key\u2003",
+	} {
+		var h fasthttp.RequestHeader
+		h.Set(fasthttp.HeaderAuthorization, value)
+		if got := bearer(&h); got != want {
+			t.Errorf("%q: bearer %q, want %q", value, got, want)
+		}
+	}
+}

@@ -648,7 +648,7 @@ func ambiguousCredential(h *fasthttp.RequestHeader) error {
 // bearer returns the credential from Authorization: Bearer, or api-key.
 func bearer(h *fasthttp.RequestHeader) string {
 	if v := h.Peek(fasthttp.HeaderAuthorization); hasBearer(v) {
-		return strings.TrimSpace(string(v[7:]))
+		return strings.Trim(string(v[7:]), " \t") // HTTP's whitespace only: a no-break space is part of the key
 	}
 	return string(h.Peek("Api-Key"))
 }
