@@ -25,6 +25,9 @@ type Config struct {
 	// Dropped names the optional providers left out for want of a key
 	// (with the models only they serve), for the build to log.
 	Dropped []string `toml:"-"`
+	// droppedModels maps each model left out with them to its provider,
+	// for validate to say why a setting that names one is refused.
+	droppedModels map[string]string
 	// envValues is every value ${NAME} put anywhere (expand): a
 	// validation error masks the secrets among them (maskEnv).
 	envValues []envValue

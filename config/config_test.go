@@ -198,6 +198,31 @@ func TestDroppedProvidersAreNamed(t *testing.T) {
 	}
 }
 
+// A setting that needs a model an optional provider took with it (a
+// summary model, a tool selector, an agent tool's model) is refused with
+// why: the error said the model was not configured, though the file
+// configures it (a docs probe: the shipped config with the README's
+// context-editing snippet, without OPENAI_API_KEY).
+func TestSettingNamingADroppedModelSaysWhy(t *testing.T) {
+	base := "[[providers]]\nname=\"o\"\nkind=\"openai\"\nbase_url=\"https://x.example\"\noptional=true\napi_key=\"${SURELY_UNSET_VAR_42}\"\n" +
+		"[[providers]]\nname=\"m\"\nkind=\"mock\"\n[[models]]\nname=\"small\"\nprovider=\"o\"\n[[models]]\nname=\"pooled\"\ndeployments=[{provider=\"o\"}]\n" +
+		"[[models]]\nname=\"b\"\nprovider=\"m\"\n"
+	why := `model %q was left out with its optional provider "o", whose api_key is empty`
+	for _, c := range []struct{ toml, key, model string }{
+		{"[middleware.context_edit]\nlast_resort=\"summarize\"\nsummary_model=\"small\"\n", "middleware.context_edit.summary_model", "small"},
+		{"[middleware.tool_select]\nmodel=\"pooled\"\n", "middleware.tool_select.model", "pooled"},
+		{"[[tools]]\nname=\"t\"\nkind=\"agent\"\nmodel=\"small\"\n", "tools[0].model", "small"},
+	} {
+		_, err := Parse([]byte(base + c.toml))
+		if err == nil || !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), fmt.Sprintf(why, c.model)) {
+			t.Errorf("%s: %v", c.key, err)
+		}
+	}
+	if _, err := Parse([]byte(base + "[[tools]]\nname=\"t\"\nkind=\"agent\"\nmodel=\"nosuch\"\n")); err == nil || !strings.Contains(err.Error(), `unknown model "nosuch"`) {
+		t.Errorf("a model never configured: %v", err)
+	}
+}
+
 // Header values and an api_key from the environment lose the whitespace
 // around them (a key read from a file keeps its newline), which HTTP does
 // not count as part of a value.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -165,12 +166,18 @@ func (c *Config) dropOptionalProviders() {
 	for _, m := range c.Models {
 		if dropped[m.Provider] {
 			gone[m.Name] = true
+			c.dropModel(m.Name, m.Provider)
 			continue
 		}
 		had := len(m.Deployments)
+		var first string // the first deployment's provider
+		if had > 0 {
+			first = m.Deployments[0].Provider
+		}
 		m.Deployments = slices.DeleteFunc(m.Deployments, func(d Deployment) bool { return dropped[d.Provider] })
 		if m.Provider == "" && had > 0 && len(m.Deployments) == 0 {
 			gone[m.Name] = true
+			c.dropModel(m.Name, first)
 			continue
 		}
 		models = append(models, m)
@@ -179,6 +186,25 @@ func (c *Config) dropOptionalProviders() {
 	for i := range c.Models {
 		c.Models[i].Fallbacks = slices.DeleteFunc(c.Models[i].Fallbacks, func(f string) bool { return gone[f] })
 	}
+}
+
+// dropModel records that model went with the optional provider provider.
+func (c *Config) dropModel(model, provider string) {
+	if c.droppedModels == nil {
+		c.droppedModels = map[string]string{}
+	}
+	c.droppedModels[model] = provider
+}
+
+// unknownModel is the problem with a setting that names model, which is
+// not configured: a model an optional provider took with it when its
+// api_key expanded empty says so (the setting needs it, so the drop cannot
+// prune the setting as it prunes a fallback).
+func (c *Config) unknownModel(model string) string {
+	if provider, gone := c.droppedModels[model]; gone {
+		return fmt.Sprintf("model %q was left out with its optional provider %q, whose api_key is empty: set the key, or name another model", model, provider)
+	}
+	return fmt.Sprintf("unknown model %q", model)
 }
 
 func (c *Config) setProviderDefaults() {

@@ -34,7 +34,7 @@ func (c *Config) ToolSelectFor(m *Model) (ts ToolSelect, ok bool) {
 func (c *Config) validateToolSelect(p *problems, o *origin, models map[string]bool) {
 	check := func(at string, ts *ToolSelect) {
 		if ts.Model != "" && !models[ts.Model] {
-			p.add(at+".model", "unknown model %q", ts.Model)
+			p.add(at+".model", "%s", c.unknownModel(ts.Model))
 		}
 		if ts.MaxTools < 0 {
 			p.add(at+".max_tools", "must be at least 1")

@@ -361,7 +361,7 @@ func (c *Config) validateTools(p *problems, models map[string]bool) {
 			p.checkHTTPURL(at+".url", t.URL)
 		case "agent":
 			if !models[t.Model] {
-				p.add(at+".model", "unknown model %q", t.Model)
+				p.add(at+".model", "%s", c.unknownModel(t.Model))
 			}
 		case "mcp":
 			p.add(at+".kind", "MCP tools are not listed one by one: add the server as [[mcp_servers]] (its tools are listed at start, with prefix, allow and deny)")
@@ -503,7 +503,11 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	p.checkEnum("middleware.context_edit.last_resort", ce.LastResort, "error", "drop_turns", "summarize")
 	p.checkEnum("middleware.context_edit.summary_fallback", ce.SummaryFallback, "error", "drop_turns")
 	if ce.LastResort == "summarize" && !slices.ContainsFunc(c.Models, func(m Model) bool { return m.Name == ce.SummaryModel }) {
-		p.add("middleware.context_edit.summary_model", "summarize needs a configured model, not %q", ce.SummaryModel)
+		if _, gone := c.droppedModels[ce.SummaryModel]; gone {
+			p.add("middleware.context_edit.summary_model", "summarize needs a configured model: %s", c.unknownModel(ce.SummaryModel))
+		} else {
+			p.add("middleware.context_edit.summary_model", "summarize needs a configured model, not %q", ce.SummaryModel)
+		}
 	}
 }
 
