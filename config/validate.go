@@ -145,9 +145,16 @@ func (c *Config) validateHeaders(p *problems, o *origin) {
 }
 
 func (p *problems) checkHeaders(key string, h map[string]string) {
-	for _, name := range slices.Sorted(maps.Keys(h)) {
+	names := slices.Sorted(maps.Keys(h))
+	for i, name := range names {
 		if !IsToken(name) {
 			p.add(key, "%q is not a header name", name)
+		}
+		// Header names are case-insensitive: two entries naming one
+		// header sent one of the two values, which changed with the
+		// map's order from request to request.
+		if j := slices.IndexFunc(names[:i], func(n string) bool { return strings.EqualFold(n, name) }); j >= 0 {
+			p.add(key, "%q and %q name the same header", names[j], name)
 		}
 		if hasControl(h[name]) {
 			p.add(key+"."+name, "the value holds a control character")

@@ -71,6 +71,7 @@ func TestValidate(t *testing.T) {
 		{name: "provider header value with a newline at its end", toml: prov("headers = { \"X-Key\" = \"abc\\n\" }\n")},
 		{name: "provider api key with a control character", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"http://h\"\napi_key = \"sk-\\u0001x\"\n", want: `providers[1].api_key: the value holds a control character`},
 		{name: "tool header name", toml: tool("headers = { \"a:b\" = \"v\" }\n"), want: `tools[0].headers: "a:b" is not a header name`},
+		{name: "provider header twice in two cases", toml: prov("headers = { \"X-Tag\" = \"one\", \"x-tag\" = \"two\" }\n"), want: `providers[1].headers: "X-Tag" and "x-tag" name the same header`},
 		{name: "provider base url", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"ftp://h\"\n", want: `providers[1].base_url: "ftp://h" is not an http(s) URL`},
 		{name: "provider base url with user info", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"https://user:pw@h/v1\"\n", want: `providers[1].base_url: holds user info (user:password@), which no request sends; set api_key or headers`},
 		{name: "provider base url without host", toml: "[[providers]]\nname = \"q\"\nkind = \"openai\"\nbase_url = \"http://\"\n", want: `providers[1].base_url: "http:" is not an http(s) URL`},
