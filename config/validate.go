@@ -328,6 +328,11 @@ func (c *Config) validateModels(p *problems, o *origin, providers map[string]boo
 				p.add(key, "%q is listed twice", f)
 			}
 		}
+		if len(m.Fallbacks) > 0 && !slices.Contains(m.Middleware, "fallback") {
+			// Nothing else reads them: the model's failures went to the
+			// client with no retry and no fallback, without a word.
+			p.add(at+".fallbacks", "need \"fallback\" in the model's middleware")
+		}
 		for j, mw := range m.Middleware {
 			key := fmt.Sprintf("%s.middleware[%d]", at, j)
 			p.checkEnum(key, mw, "context_edit", "prompt_cache", "fallback")
@@ -477,6 +482,10 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	// without the layer, chat alone would pass every limit and budget.
 	if (len(c.Limits) > 0 || len(c.Budgets) > 0) && !seen["limits"] {
 		p.add("middleware.request", "must list \"limits\" when [[limits]] or [[budgets]] are set")
+	}
+	// Without the layer the setting did nothing, without a word.
+	if c.Middleware.Cache.Enabled && !seen["cache"] {
+		p.add("middleware.cache.enabled", "true needs \"cache\" in middleware.request")
 	}
 	c.validateLimits(p, o)
 	f := c.Middleware.Fallback
