@@ -44,8 +44,7 @@ func mapError(err error) envelope {
 		return env
 	case errors.As(err, &pe):
 		return envelope{status: pe.Status, body: errorJSON(pe.Message, pe.Type, pe.Param, pe.Code),
-			retryAfter: pe.RetryAfter, permanent: (pe.Status >= 400 && pe.Status < 500 && pe.Status != http.StatusRequestTimeout &&
-				pe.Status != http.StatusConflict && pe.Status != http.StatusTooManyRequests) ||
+			retryAfter: pe.RetryAfter, permanent: permanentStatus(pe.Status) ||
 				pe.Code == pipeline.CodeInsufficientQuota || pe.Code == pipeline.CodeTooLargeForLimit, // no wait makes these pass
 			logStatus: pe.Status}
 	case errors.As(err, &ue):
@@ -57,6 +56,14 @@ func mapError(err error) envelope {
 	default:
 		return envelope{status: http.StatusInternalServerError, body: errorJSON("internal error", pipeline.TypeServer, "", pipeline.CodeInternal), logStatus: http.StatusInternalServerError}
 	}
+}
+
+// permanentStatus reports whether an answer of status is one a retry of
+// the same request does not change: a 4xx other than 408, 409 and 429.
+// The gateway's own and an upstream's relayed alike (x-should-retry: false).
+func permanentStatus(status int) bool {
+	return status >= 400 && status < 500 && status != http.StatusRequestTimeout &&
+		status != http.StatusConflict && status != http.StatusTooManyRequests
 }
 
 func mapUpstream(ue *pipeline.UpstreamError) envelope {
@@ -100,7 +107,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		}
 		// A spent quota does not pass with a wait: SDKs are told not to retry.
 		spent := strings.EqualFold(code, pipeline.CodeInsufficientQuota) || strings.EqualFold(typ, pipeline.TypeInsufficientQuota)
-		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status, permanent: spent}
+		return envelope{status: status, body: errorJSON(msg, typ, param, code), retryAfter: ue.RetryAfter, logStatus: status, permanent: spent || permanentStatus(status)}
 	case pipeline.UpstreamTimeout, pipeline.UpstreamIdle:
 		return serverEnvelope(http.StatusGatewayTimeout, "upstream timed out", pipeline.CodeUpstreamTimeout)
 	case pipeline.UpstreamCut:
