@@ -37,6 +37,8 @@ type Config struct {
 	// approvalUnset: tool_loop.approval_secret was written but expanded
 	// to nothing (an unset ${NAME}).
 	approvalUnset bool
+	// emptied are the Redis passwords written but expanded to nothing.
+	emptied []string
 	Keys          []Key       `toml:"keys"`
 	Policies      []Policy    `toml:"policies"`
 	Redis         *Redis      `toml:"redis"`

@@ -272,8 +272,16 @@ func (c *Config) expand() {
 	c.expandHeaders(c.Tracing.Headers)
 	if c.Redis != nil {
 		c.expandURL(&c.Redis.Addr)
-		c.expandStr(&c.Redis.Password)
-		c.expandStr(&c.Redis.SentinelPassword)
+		for _, f := range []struct {
+			key string
+			v   *string
+		}{{"redis.password", &c.Redis.Password}, {"redis.sentinel_password", &c.Redis.SentinelPassword}} {
+			written := *f.v != ""
+			c.expandStr(f.v)
+			if written && *f.v == "" {
+				c.emptied = append(c.emptied, f.key)
+			}
+		}
 		for i := range c.Redis.Addrs {
 			c.expandURL(&c.Redis.Addrs[i])
 		}

@@ -101,6 +101,11 @@ func (c *Config) validate(o *origin) error {
 	c.validateGuardrails(&p)
 	c.validateOpenAPI(&p)
 	c.Redis.validate(&p)
+	for _, key := range c.emptied {
+		// Every call would fail NOAUTH: with fail = "open", no limit or
+		// budget enforced, by a fleet that says it is ready.
+		p.add(key, "is empty once read (an unset or blank ${NAME}); leave it out for none")
+	}
 	c.validateHeaders(&p, o)
 	if c.Tracing.Endpoint != "" {
 		p.checkHTTPURL("tracing.endpoint", c.Tracing.Endpoint)

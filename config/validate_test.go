@@ -66,6 +66,8 @@ func TestValidate(t *testing.T) {
 		{name: "anthropic beta on openai", toml: prov("anthropic_beta = [\"x\"]\n"), want: `providers[1].anthropic_beta: only for kind anthropic`},
 		{name: "model max tokens", toml: model("max_tokens = -1\n"), want: `models[1].max_tokens: must be positive`},
 		{name: "redis negative db", toml: "[redis]\naddr = \"127.0.0.1:6379\"\ndb = -1\n", want: `redis.db: must not be negative`},
+		{name: "redis password unset", toml: "[redis]\naddr = \"127.0.0.1:6379\"\npassword = \"${SURELY_UNSET_VAR_42}\"\n", want: `redis.password: is empty once read (an unset or blank ${NAME}); leave it out for none`},
+		{name: "redis sentinel password unset", toml: "[redis]\nmode = \"sentinel\"\naddrs = [\"127.0.0.1:26379\"]\nmaster_name = \"m\"\nsentinel_password = \"${SURELY_UNSET_VAR_42}\"\n", want: `redis.sentinel_password: is empty once read`},
 		{name: "provider header name", toml: prov("headers = { \"Bad Name\" = \"v\" }\n"), want: `providers[1].headers: "Bad Name" is not a header name`},
 		{name: "provider header value", toml: prov("headers = { \"X-Key\" = \"a\\nb\" }\n"), want: `providers[1].headers.X-Key: the value holds a control character`},
 		{name: "provider header value with a newline at its end", toml: prov("headers = { \"X-Key\" = \"abc\\n\" }\n")},

@@ -317,14 +317,15 @@ func refused(err error) bool {
 	if !errors.As(err, &re) {
 		return false
 	}
-	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+	msg := re.Error()
+	if redis.IsAuthError(err) || redis.IsPermissionError(err) || strings.Contains(msg, "DB index is out of range") {
 		// The gateway's credentials or their rights, refused (a password
-		// or an ACL changed on the server before the gateway's config):
-		// the batch, its slot releases included, waits for the fix
-		// instead of being dropped.
+		// or an ACL changed on the server before the gateway's config),
+		// or its [redis] db beyond the server's databases (the SELECT of
+		// every new connection fails): the batch, its slot releases
+		// included, waits for the fix instead of being dropped.
 		return false
 	}
-	msg := re.Error()
 	for _, code := range transientReplies {
 		if strings.HasPrefix(msg, code+" ") || strings.Contains(msg, ": "+code+" ") {
 			return false

@@ -263,6 +263,26 @@ func TestBatchKeptThroughAuthFailure(t *testing.T) {
 	}
 }
 
+// A [redis] db beyond the server's databases fails every new connection's
+// SELECT: a setup error, like a refused password, so the batch waits for
+// the fix (it was dropped for good, spend included: a scale-out probe).
+func TestBatchKeptThroughDBOutOfRange(t *testing.T) {
+	t.Parallel()
+	srv := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 99, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRecorder(NewRedisStore(rdb, 0), zerolog.Nop(), "rec:db")
+	t.Cleanup(r.close)
+	r.add([]addition{{key: "spend:a", kind: kindBudget, n: 7}})
+	r.flush() // ERR DB index is out of range
+	r.write.Lock()
+	n := len(r.backlog)
+	r.write.Unlock()
+	if n != 1 {
+		t.Fatalf("backlog of %d batches after a failed SELECT, want the batch kept", n)
+	}
+}
+
 // replyError is a Redis error reply, as go-redis returns one.
 type replyError string
 
@@ -288,6 +308,7 @@ func TestRefusedReplies(t *testing.T) {
 		{replyError("BUSY Redis is busy running a script."), false},
 		{replyError("WRONGPASS invalid username-password pair or user is disabled."), false},
 		{replyError("NOAUTH Authentication required."), false},
+		{replyError("ERR DB index is out of range"), false},
 		{replyError("NOPERM User gw has no permissions to run the 'evalsha' command"), false},
 		{context.DeadlineExceeded, false},
 		{fmt.Errorf("write: %w", errors.New("connection reset by peer")), false},
