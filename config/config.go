@@ -38,16 +38,16 @@ type Config struct {
 	// to nothing (an unset ${NAME}).
 	approvalUnset bool
 	// emptied are the Redis passwords written but expanded to nothing.
-	emptied []string
-	Keys          []Key       `toml:"keys"`
-	Policies      []Policy    `toml:"policies"`
-	Redis         *Redis      `toml:"redis"`
-	Tracing       Tracing     `toml:"tracing"`
-	Limits        []Limit     `toml:"limits"`
-	Budgets       []Budget    `toml:"budgets"`
-	Responses     Responses   `toml:"responses"`
-	Guardrails    []Guardrail `toml:"guardrails"`
-	OpenAPI       []OpenAPI   `toml:"openapi"`
+	emptied    []string
+	Keys       []Key       `toml:"keys"`
+	Policies   []Policy    `toml:"policies"`
+	Redis      *Redis      `toml:"redis"`
+	Tracing    Tracing     `toml:"tracing"`
+	Limits     []Limit     `toml:"limits"`
+	Budgets    []Budget    `toml:"budgets"`
+	Responses  Responses   `toml:"responses"`
+	Guardrails []Guardrail `toml:"guardrails"`
+	OpenAPI    []OpenAPI   `toml:"openapi"`
 
 	// Path is the file this config was read from.
 	Path string `toml:"-"`
