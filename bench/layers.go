@@ -39,7 +39,7 @@ func layerEdits(s layerSet) [][2]string {
 		e = append(e, [2]string{`log_level = "info"`, `log_level = "warn"`})
 	}
 	if !s.request {
-		e = append(e, [2]string{"\n[middleware.cache]\n", "\n[middleware]\nrequest = []\n\n[middleware.cache]\n"})
+		e = append(e, [2]string{"\n[middleware.cache]\nenabled = true\n", "\n[middleware]\nrequest = []\n\n[middleware.cache]\nenabled = false\n"})
 	}
 	if !s.model {
 		e = append(e, [2]string{"name = \"chat\"\nprovider = \"api\"\n", "name = \"chat\"\nprovider = \"api\"\nmiddleware = []\n"})
