@@ -90,3 +90,31 @@ func FuzzMapUpstream(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStreamedAnswer: whatever event stream an upstream sends for a JSON
+// request, streamedAnswer never panics; it returns a chat.completion (one
+// JSON object with one choice, under the client's model) or an upstream
+// error.
+func FuzzStreamedAnswer(f *testing.F) {
+	f.Add([]byte("data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n"))
+	f.Add([]byte("event: error\ndata: {\"error\":{\"message\":\"m\"}}\n\n"))
+	f.Add([]byte("data: {\"choices\":[{\"index\":1,\"delta\":{}}]}\n\n"))
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n"))
+	f.Add([]byte(": comment\n\ndata: not json\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		pc := &providerClient{}
+		out, err := pc.streamedAnswer(body, "m", pipeline.MessageMap{})
+		if err != nil {
+			var ue *pipeline.UpstreamError
+			if !errors.As(err, &ue) {
+				t.Fatalf("%q: %v is not an upstream error", body, err)
+			}
+			return
+		}
+		if !json.Valid(out) || gjson.GetBytes(out, "model").Str != "m" || gjson.GetBytes(out, "choices.#").Int() != 1 ||
+			gjson.GetBytes(out, "object").Str != "chat.completion" {
+			t.Fatalf("%q -> %s", body, out)
+		}
+	})
+}

@@ -198,7 +198,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		resp.SetConnectionClose()
 		release(freq, resp)
 		x.provider = pc.cfg.Name
-		s.passError(ctx, x, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: pc.cfg.Name, Err: cause})
+		s.passError(ctx, x, pc.malformed(cause))
 		return
 	}
 	if compressed(&resp.Header) {
@@ -208,7 +208,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 		resp.SetConnectionClose()
 		release(freq, resp)
 		x.provider = pc.cfg.Name
-		s.passError(ctx, x, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: pc.cfg.Name, Err: errCompressedAnswer})
+		s.passError(ctx, x, pc.malformed(errCompressedAnswer))
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode())

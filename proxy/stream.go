@@ -257,7 +257,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		return chunk, false, err
 	}
 	if data[0] != '{' || !jsonvalid.Bytes(data) {
-		return nil, false, &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errors.New("chunk is not a JSON object")}
+		return nil, false, s.pc.malformed(errNotChunk)
 	}
 	ks := keysOf(data)
 	if ks.empty {
@@ -317,6 +317,10 @@ func (s *upstreamStream) ended() ([]byte, error) {
 }
 
 var xGroq = []byte(`"x_groq"`)
+
+// errNotChunk is the cause of the failure of a stream event that is not a
+// JSON object.
+var errNotChunk = errors.New("chunk is not a JSON object")
 
 // errNotStream is the cause of the failure of a stream request answered
 // with a body that holds no SSE at all.
@@ -453,7 +457,7 @@ func (s *upstreamStream) readError(err error) error {
 		if stray[0] == '{' && jsonvalid.Bytes(stray) && gjson.GetBytes(stray, "error").IsObject() {
 			return s.pc.errorAnswer(stray, errErrorAnswer, s.msgMap)
 		}
-		return &pipeline.UpstreamError{Kind: pipeline.UpstreamMalformed, Provider: s.pc.cfg.Name, Err: errNotStream}
+		return s.pc.malformed(errNotStream)
 	}
 	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: s.pc.cfg.Name, Err: err}
 	var ne net.Error

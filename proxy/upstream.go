@@ -470,6 +470,17 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		out := resp.Body()
 		var body []byte
 		var failed error
+		if !pc.messages && isEventStream(resp.Header.ContentType()) {
+			// An upstream that streams whatever was asked for: the
+			// answer its events hold, checked below as any JSON answer.
+			if out, failed = pc.streamedAnswer(out, req.Model, req.Messages); failed != nil {
+				pc.endCall(c, freq, resp)
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, failed
+			}
+		}
 		valid := jsonvalid.Bytes(out)
 		switch {
 		case pc.messages || !valid:
