@@ -236,7 +236,6 @@ name = "gpt-y"
 provider = "up"
 upstream = "up-y"
 middleware = []
-fallbacks = ["gpt-x"]
 [[keys]]
 tenant = "team-a"
 key = "k-a"
@@ -264,7 +263,8 @@ func TestKeysAndAllowLists(t *testing.T) {
 		{"wrong key", "k-zzz", "gpt-x", 401},
 		{"allowed", "k-a", "gpt-x", 200},
 		{"outside allow-list", "k-b", "gpt-x", 403},
-		// gpt-y lists no model-call middleware: no retry, no fallback, the 500 comes through.
+		// gpt-y lists no model-call middleware: no retry, the 500 comes through (with
+		// fallbacks, such a model is refused: TestValidate).
 		{"per-model middleware", "k-a", "gpt-y", 500},
 	}
 	for _, c := range cases {
