@@ -152,9 +152,15 @@ func (d *StreamDecoder) Feed(data []byte) error {
 		if !d.blockStart(ev) {
 			return d.malformed(errBlock)
 		}
+		if d.thinkingOver() {
+			return d.malformed(pipeline.ErrResponseTooLarge)
+		}
 	case "content_block_delta":
 		if !d.blockDelta(ev) {
 			return d.malformed(errBlock)
+		}
+		if d.thinkingOver() {
+			return d.malformed(pipeline.ErrResponseTooLarge)
 		}
 	case "content_block_stop":
 		i := int(ev.Get("index").Int())
@@ -165,6 +171,7 @@ func (d *StreamDecoder) Feed(data []byte) error {
 			if len(d.thSig) > 0 { // unsigned, Anthropic would refuse it back
 				d.sink.Blocks = appendThinking(d.sink.Blocks, string(d.thText), string(d.thSig), d.callsBefore(i))
 			}
+			d.thText, d.thSig = d.thText[:0], d.thSig[:0]
 			d.thAt = -1
 		}
 	case "message_delta":
@@ -183,6 +190,15 @@ func (d *StreamDecoder) Feed(data []byte) error {
 		return eventError(d.provider, data)
 	}
 	return nil
+}
+
+// thinkingOver reports whether the signed reasoning kept for the next
+// round (the blocks ended and the one being read) is over the sink's Max:
+// an upstream that streams endless thinking, or endless redacted blocks,
+// grew the gateway's memory without limit where a relayed stream keeps
+// none of it.
+func (d *StreamDecoder) thinkingOver() bool {
+	return d.sink != nil && d.sink.Max > 0 && len(d.sink.Blocks)+len(d.thText)+len(d.thSig) > d.sink.Max
 }
 
 // callsBefore returns how many tool_use blocks the answer began before

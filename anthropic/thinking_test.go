@@ -2,6 +2,8 @@ package anthropic
 
 import (
 	"bytes"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -227,6 +229,53 @@ func TestInterleavedThinkingKeepsItsPlace(t *testing.T) {
 		})
 		if strings.Join(got, " ") != tc.content || !gjson.GetBytes(out, "thinking").Exists() || bytes.Contains(out, []byte(`"calls"`)) {
 			t.Errorf("assistant blocks %q, %s", strings.Join(got, " "), out)
+		}
+	}
+}
+
+// TestStreamDecoderBoundsThinking: the signed reasoning kept for the next
+// round (a thinking block's text and signature, redacted blocks) stops at
+// the sink's Max with ErrResponseTooLarge, however it grows: an upstream
+// streaming endless thinking grew the gateway's memory without limit in
+// the tool loop (a probe: 300 MB streamed, 1.5 GB kept), where a relayed
+// stream keeps none of it.
+func TestStreamDecoderBoundsThinking(t *testing.T) {
+	t.Parallel()
+	start := `{"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}}`
+	chunk := strings.Repeat("x", 1000)
+	for name, events := range map[string]func(i int) string{
+		"thinking text": func(i int) string {
+			if i == 0 {
+				return `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`
+			}
+			return `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"` + chunk + `"}}`
+		},
+		"signature": func(i int) string {
+			if i == 0 {
+				return `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`
+			}
+			return `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"` + chunk + `"}}`
+		},
+		"redacted blocks": func(i int) string {
+			return `{"type":"content_block_start","index":` + strconv.Itoa(i) + `,"content_block":{"type":"redacted_thinking","data":"` + chunk + `"}}`
+		},
+	} {
+		th := pipeline.Thinking{Max: 64 << 10}
+		d := NewStreamDecoder("a", wire.Header{Model: "claude"})
+		d.NoteThinking(&th)
+		if err := d.Feed([]byte(start)); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		i := 0
+		for ; i < 1000 && err == nil; i++ {
+			err = d.Feed([]byte(events(i)))
+			for _, ok := d.Pop(); ok; _, ok = d.Pop() {
+			}
+		}
+		var ue *pipeline.UpstreamError
+		if !errors.As(err, &ue) || !errors.Is(err, pipeline.ErrResponseTooLarge) || i > 70 {
+			t.Errorf("%s: %v after %d events", name, err, i)
 		}
 	}
 }

@@ -217,6 +217,13 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 // (proxy). An empty answer is a failure, never a success, in either form.
 var ErrNoContent = errors.New("pipeline: upstream answered without content")
 
+// ErrResponseTooLarge is the cause of the UpstreamMalformed failure of an
+// upstream answer over a bound the gateway keeps it to: a non-streamed body
+// over the provider's max_response_bytes, or the signed reasoning a stream
+// brings for the next round over Thinking.Max. The client gets 502
+// upstream_response_too_large.
+var ErrResponseTooLarge = errors.New("pipeline: upstream response exceeds the gateway's size limit")
+
 // ErrClientGone reports that the client disconnected; it is logged as 499.
 var ErrClientGone = errors.New("pipeline: client disconnected")
 

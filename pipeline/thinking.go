@@ -19,4 +19,8 @@ const ThinkingMember = "x_gateway_thinking"
 // concurrent use.
 type Thinking struct {
 	Blocks []byte
+	// Max bounds the bytes an answer's blocks may hold, the one being read
+	// included (0: no bound): a stream over it fails with ErrResponseTooLarge.
+	// A streamed answer is not bounded as a whole, but these are kept.
+	Max int
 }

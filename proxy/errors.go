@@ -117,7 +117,7 @@ func mapUpstream(ue *pipeline.UpstreamError) envelope {
 		}
 		return serverEnvelope(http.StatusBadGateway, "upstream closed the connection before the response was complete", pipeline.CodeUpstreamCut)
 	case pipeline.UpstreamMalformed:
-		if errors.Is(ue.Err, errResponseTooLarge) || errors.Is(ue.Err, sse.ErrEventTooLarge) {
+		if errors.Is(ue.Err, pipeline.ErrResponseTooLarge) || errors.Is(ue.Err, sse.ErrEventTooLarge) {
 			return serverEnvelope(http.StatusBadGateway, "upstream response exceeds the gateway's size limit", pipeline.CodeUpstreamResponseTooLarge)
 		}
 		return serverEnvelope(http.StatusBadGateway, "upstream sent a malformed response", pipeline.CodeUpstreamMalformed)

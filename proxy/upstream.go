@@ -36,9 +36,6 @@ const maxErrorBody = 64 << 10
 // maxEventBytes bounds one upstream SSE event.
 const maxEventBytes = 8 << 20
 
-// errResponseTooLarge is the cause of the UpstreamError for a non-streamed
-// body over the provider's max_response_bytes.
-var errResponseTooLarge = errors.New("proxy: upstream response exceeds max_response_bytes")
 
 // Upstream is the innermost model-call handler: it sends a chat request to
 // the deployment req.TargetOrDefault() names and returns the upstream's
@@ -440,7 +437,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 				// An error body too large to keep: the status without it.
 				return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status, Provider: target.Provider, Messages: req.Messages}
 			}
-			return nil, pc.bodyError(errResponseTooLarge)
+			return nil, pc.bodyError(pipeline.ErrResponseTooLarge)
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			// The upstream answered, then closed before the end of its
@@ -616,7 +613,7 @@ func (pc *providerClient) bodyError(err error) error {
 	ue := &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: err}
 	var ne net.Error
 	switch {
-	case errors.Is(err, errResponseTooLarge):
+	case errors.Is(err, pipeline.ErrResponseTooLarge):
 		ue.Kind = pipeline.UpstreamMalformed
 	case errors.As(err, &ne) && ne.Timeout():
 		ue.Kind = pipeline.UpstreamTimeout

@@ -35,16 +35,19 @@ func roundTooLarge() error {
 	return e
 }
 
-// kept returns the bytes the current round keeps.
+// kept returns the bytes the current round keeps. Its refusal and
+// reasoning text count though the loop does not keep them: a JSON answer
+// does (wire.ChatJSON), and a stream of the same request is held to the
+// same bound.
 func (st *loopStream) kept() int {
-	return len(st.text) + len(st.held) + st.heldLP.Size() + st.acc.size + st.extra.Size() + st.top.Size()
+	return len(st.text) + len(st.held) + st.heldLP.Size() + st.acc.size + st.extra.Size() + st.top.Size() + st.sideBytes
 }
 
 // tooLarge ends the stream with roundTooLarge and lets go of the round.
 func (st *loopStream) tooLarge() {
 	st.fail(roundTooLarge())
 	st.text, st.held, st.heldLP = nil, nil, wire.Logprobs{}
-	st.acc.calls, st.acc.size = nil, 0
+	st.acc.calls, st.acc.size, st.sideBytes = nil, 0, 0
 	st.extra.Reset()
 	st.top.Reset()
 }

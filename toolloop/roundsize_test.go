@@ -65,6 +65,12 @@ func TestRoundOverLimitFails(t *testing.T) {
 			func(int) string { return `{"content":` + q(frag) + `}` }},
 		{"whitespace", `{"content":" "}`,
 			func(int) string { return `{"content":` + q(strings.Repeat(" ", 1000)) + `}` }},
+		// Not kept by the loop, but by a JSON answer of the same request
+		// (a probe streamed 300 MB of reasoning into one).
+		{"reasoning", `{"reasoning_content":"hmm"}`,
+			func(int) string { return `{"reasoning_content":` + q(frag) + `}` }},
+		{"refusal", `{"refusal":"no"}`,
+			func(int) string { return `{"refusal":` + q(frag) + `}` }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -64,6 +64,7 @@ type loopStream struct {
 	zero       bool         // a chunk carried choice 0
 	stray      bool         // a chunk carried choices, none at index 0 (choiceZero)
 	extra      wire.Members // the round's other delta members (annotations…), sent at the end if the round is the last
+	sideBytes  int          // bytes of this round's refusal and reasoning text (a JSON answer keeps them)
 	top        wire.Members // the round's other top-level members (citations…), on the finish chunk if the round is the last
 	shownChars int          // characters of content shown before this round (annotations count from them)
 
@@ -422,11 +423,13 @@ func (st *loopStream) onChunk(ch []byte) {
 			}
 		case "refusal":
 			if v.Type == gjson.String && v.Str != "" {
+				st.sideBytes += len(v.Str)
 				st.emit(&wire.Event{Kind: wire.Text, Key: k.Str, Text: []byte(v.Str), Logprobs: refusalLP})
 				refusalLP = nil
 			}
 		case "reasoning_content", "reasoning":
 			if v.Type == gjson.String && v.Str != "" {
+				st.sideBytes += len(v.Str)
 				st.emit(&wire.Event{Kind: wire.Text, Key: k.Str, Text: []byte(v.Str)})
 			}
 		case "tool_calls":
@@ -673,6 +676,7 @@ func (st *loopStream) startModelCall() {
 		st.heldLP.Reset()
 		st.finish, st.roundEnded, st.emitPos = "", false, 0
 		st.zero, st.stray = false, false
+		st.sideBytes = 0
 		st.extra.Reset()
 		st.top.Reset()
 		st.shownChars = st.shownTotal

@@ -150,7 +150,7 @@ func (s *session) nextRequest() (*pipeline.Request, error) {
 	r.Body = body
 	r.FinalRound = s.final && s.p.choice != choiceClientRequired
 	r.Round = s.iterations
-	s.thinking = &pipeline.Thinking{}
+	s.thinking = &pipeline.Thinking{Max: s.l.roundMax} // kept for the next round, as the round's text is
 	r.Thinking = s.thinking
 	// An upstream error naming a message names the client's (pipeline.MessageMap).
 	r.Messages.Prepend(s.p.prepended)
