@@ -36,7 +36,6 @@ const maxErrorBody = 64 << 10
 // maxEventBytes bounds one upstream SSE event.
 const maxEventBytes = 8 << 20
 
-
 // Upstream is the innermost model-call handler: it sends a chat request to
 // the deployment req.TargetOrDefault() names and returns the upstream's
 // answer, with the client's model name on the body and every chunk. Safe for
