@@ -32,6 +32,12 @@ type translator struct {
 	// the assistant's, the translation must not end with the assistant's
 	// turn (TranslateRequest).
 	lastRole string
+	// used counts the tool_use ids sent so far, by the id a first use
+	// had; sent maps each tool call id of the latest assistant turn with
+	// calls to the ids its calls were sent under, in order, for the tool
+	// results that answer them (uniqueID).
+	used map[string]int
+	sent map[string][]string
 }
 
 func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" }
@@ -301,6 +307,7 @@ func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, erro
 	}
 	var err error
 	j := 0
+	clear(t.sent) // the results that follow answer this turn's calls
 	calls.ForEach(func(_, c gjson.Result) bool {
 		at := t.at() + ".tool_calls[" + strconv.Itoa(j) + "]"
 		j++
@@ -317,10 +324,45 @@ func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, erro
 			}
 			input = json.RawMessage(args)
 		}
-		blocks = append(blocks, block{Type: "tool_use", ID: toolID(id), Name: name, Input: input, CacheControl: marker(c)})
+		blocks = append(blocks, block{Type: "tool_use", ID: t.uniqueID(id), Name: name, Input: input, CacheControl: marker(c)})
 		return true
 	})
 	return blocks, err
+}
+
+// uniqueID is the id a tool call with id is sent under: toolID's, made
+// unique in the request with a suffix when an earlier call had it.
+// Anthropic refuses a request whose tool_use ids repeat ("tool_use ids
+// must be unique"), where OpenAI takes a history that reuses one (servers
+// that number their calls call_0, call_1 in every turn; two calls of one
+// turn under one id). The results that follow take the ids in order
+// (resultID).
+func (t *translator) uniqueID(id string) string {
+	base := toolID(id)
+	if t.used == nil {
+		t.used, t.sent = map[string]int{}, map[string][]string{}
+	}
+	out := base
+	for n := t.used[base]; t.used[out] > 0; {
+		n++
+		out = base + "_" + strconv.Itoa(n)
+		t.used[base] = n
+	}
+	t.used[out]++
+	t.sent[id] = append(t.sent[id], out)
+	return out
+}
+
+// resultID is the tool_use id a tool result answering id names: the next
+// of the ids the latest turn's calls with id were sent under, or toolID's
+// when none is left (a second result for one call, which add merges; a
+// result that answers no call).
+func (t *translator) resultID(id string) string {
+	if q := t.sent[id]; len(q) > 0 {
+		t.sent[id] = q[1:]
+		return q[0]
+	}
+	return toolID(id)
 }
 
 // toolResult translates a tool message into one tool_result block. A
@@ -335,7 +377,7 @@ func (t *translator) toolResult(m gjson.Result) ([]block, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := block{Type: "tool_result", ToolUseID: toolID(id), CacheControl: t.orphan} // a blank part's breakpoint: the result's
+	b := block{Type: "tool_result", ToolUseID: t.resultID(id), CacheControl: t.orphan} // a blank part's breakpoint: the result's
 	t.orphan = nil
 	var text strings.Builder
 	for i := range content {

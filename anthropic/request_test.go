@@ -3,6 +3,7 @@ package anthropic
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -807,5 +808,54 @@ func TestTranslateRequestTakesTypedSettings(t *testing.T) {
 		if gjson.Get(body, "temperature").Num == 2 && gjson.GetBytes(out, "temperature").Num != 1 {
 			t.Fatalf("%s: temperature %s", body, out)
 		}
+	}
+}
+
+// Tool call ids a history repeats (a server that numbers its calls call_0
+// in every turn; two calls of one turn under one id) go out unique, each
+// result naming the call it answers, in order: Anthropic refuses a request
+// whose tool_use ids repeat, and the second call of a turn had its result
+// merged into the first's (an Anthropic probe).
+func TestRepeatedToolCallIDsMadeUnique(t *testing.T) {
+	t.Parallel()
+	call := func(id, city string) string {
+		return `{"id":"` + id + `","type":"function","function":{"name":"w","arguments":"{\"city\":\"` + city + `\"}"}}`
+	}
+	result := func(id, text string) string {
+		return `{"role":"tool","tool_call_id":"` + id + `","content":"` + text + `"}`
+	}
+	body := `{"tools":[{"type":"function","function":{"name":"w"}}],"messages":[` +
+		`{"role":"user","content":"a"},{"role":"assistant","tool_calls":[` + call("call_0", "Oslo") + `]},` + result("call_0", "r1") + `,` +
+		`{"role":"assistant","content":"ok"},{"role":"user","content":"b"},` +
+		`{"role":"assistant","tool_calls":[` + call("call_0", "Rome") + `,` + call("call_0", "Lima") + `,` + call("call_0_2", "Kyiv") + `]},` +
+		result("call_0", "r2") + `,` + result("call_0", "r3") + `,` + result("call_0_2", "r4") + `]}`
+	out, err := TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := map[string]string{} // tool_use id → city
+	results := map[string]string{}
+	gjson.GetBytes(out, "messages").ForEach(func(_, m gjson.Result) bool {
+		m.Get("content").ForEach(func(_, b gjson.Result) bool {
+			switch b.Get("type").Str {
+			case "tool_use":
+				id := b.Get("id").Str
+				if _, dup := input[id]; dup {
+					t.Errorf("tool_use id %q sent twice: %s", id, out)
+				}
+				input[id] = b.Get("input.city").Str
+			case "tool_result":
+				results[b.Get("tool_use_id").Str] += b.Get("content.0.text").Str
+			}
+			return true
+		})
+		return true
+	})
+	pairs := map[string]string{}
+	for id, city := range input {
+		pairs[city] = results[id]
+	}
+	if want := map[string]string{"Oslo": "r1", "Rome": "r2", "Lima": "r3", "Kyiv": "r4"}; !maps.Equal(pairs, want) {
+		t.Fatalf("city → result %v, want %v\n%s", pairs, want, out)
 	}
 }
