@@ -174,8 +174,12 @@ func (s *session) admit(tcs []pipeline.ToolCall, results []*pipeline.ToolResult)
 		if k := s.limitedTool(c.Name); k >= 0 {
 			t := s.p.set.tools[k]
 			if s.lim.perTool[k] >= t.cfg.MaxCalls {
+				key := "tools.max_calls"
+				if t.cfg.Kind == "mcp" {
+					key = "mcp_servers.max_calls" // a server's tools share its setting
+				}
 				results[i] = s.refuse(c, "max_calls",
-					fmt.Sprintf("tool %q reached its limit of %d calls per request (tools.max_calls); the call was not run", t.cfg.Name, t.cfg.MaxCalls))
+					fmt.Sprintf("tool %q reached its limit of %d calls per request (%s); the call was not run", t.cfg.Name, t.cfg.MaxCalls, key))
 				continue
 			}
 			s.lim.perTool[k]++

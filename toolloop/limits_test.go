@@ -3,9 +3,11 @@ package toolloop
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -129,5 +131,24 @@ func TestLimitCtx(t *testing.T) {
 	case <-child.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request's cancellation did not reach a context derived from the limit context")
+	}
+}
+
+// A call past max_calls is refused naming the setting that holds the
+// limit: an MCP server's tools share mcp_servers.max_calls, which the
+// message named tools.max_calls (an MCP probe).
+func TestMaxCallsRefusalNamesItsSetting(t *testing.T) {
+	t.Parallel()
+	for kind, key := range map[string]string{"builtin": "(tools.max_calls)", "mcp": "(mcp_servers.max_calls)"} {
+		l := newLoop(t, []config.Tool{calcTool}, nil)
+		tools := l.static.tools
+		tools[0].cfg.MaxCalls, tools[0].cfg.Kind = 1, kind
+		s := l.newSession(request(nil, false, userBody+`}`), &plan{set: &toolSet{tools: tools}})
+		calls := []pipeline.ToolCall{{ID: "a", Name: "calculator"}, {ID: "b", Name: "calculator"}}
+		results := make([]*pipeline.ToolResult, len(calls))
+		s.admit(calls, results)
+		if results[0] != nil || results[1] == nil || !strings.Contains(string(results[1].Content), key) {
+			t.Fatalf("%s: results %v, want the second refused naming %s", kind, results, key)
+		}
 	}
 }
