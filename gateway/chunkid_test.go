@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,12 @@ import (
 // own (Foundry Local's "chat.id.N"), after a keep-alive chunk of another id
 // when keepAlive is set (omlx sends one before the real chunks).
 func changingIDs(keepAlive bool) http.HandlerFunc {
+	return numberedIDs(keepAlive, func(i int) string { return fmt.Sprintf(`"id":"chat.id.%d",`, i) })
+}
+
+// numberedIDs is changingIDs with the id member of the i-th chunk given by
+// id ("" for none).
+func numberedIDs(keepAlive bool, id func(i int) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		if keepAlive {
@@ -31,7 +38,7 @@ func changingIDs(keepAlive bool) http.HandlerFunc {
 			`"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}`,
 		}
 		for i, c := range chunks {
-			fmt.Fprintf(w, "data: {\"id\":\"chat.id.%d\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up-model\",%s}\n\n", i, c)
+			fmt.Fprintf(w, "data: {%s\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up-model\",%s}\n\n", id(i), c)
 		}
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}
@@ -44,8 +51,8 @@ func changingIDs(keepAlive bool) http.HandlerFunc {
 // chunks under one id.
 func TestRelayedStreamKeepsOneID(t *testing.T) {
 	t.Parallel()
-	for _, keepAlive := range []bool{false, true} {
-		up := httptest.NewServer(changingIDs(keepAlive))
+	for i, handler := range []http.HandlerFunc{changingIDs(false), changingIDs(true)} {
+		up := httptest.NewServer(handler)
 		t.Cleanup(up.Close)
 		h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
 		p := userMsg("hi")
@@ -55,17 +62,58 @@ func TestRelayedStreamKeepsOneID(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(acc.Choices) != 1 || acc.Choices[0].Message.Content != "Hello there" || acc.Choices[0].FinishReason != "stop" || acc.Usage.TotalTokens != 7 {
-			t.Fatalf("keep-alive %v: accumulated %+v usage %+v", keepAlive, acc.Choices, acc.Usage)
+			t.Fatalf("upstream %d: accumulated %+v usage %+v", i, acc.Choices, acc.Usage)
 		}
-		raw, _ := h.lastRaw()
-		ids := map[string]bool{}
-		for _, line := range strings.Split(string(raw), "\n") {
-			if data, ok := strings.CutPrefix(line, "data: "); ok && data != "[DONE]" {
-				ids[gjson.Get(data, "id").Str] = true
-			}
-		}
-		if len(ids) != 1 {
-			t.Fatalf("keep-alive %v: chunk ids %v, want one", keepAlive, ids)
+		if ids := chunkIDs(h); len(ids) != 1 {
+			t.Fatalf("upstream %d: chunk ids %v, want one", i, ids)
 		}
 	}
+}
+
+// An upstream whose first chunks carry no id, and whose later ones are
+// numbered or empty: from the first id on, every chunk carries it. The id
+// was read only before the first content (here never), so the numbered
+// chunks and the empty one, which openai-go's accumulator drops, went out
+// as they came (a review).
+func TestRelayedStreamIDFromTheFirstThatHasOne(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(numberedIDs(false, func(i int) string {
+		switch i {
+		case 0, 1:
+			return ""
+		case 4:
+			return `"id":"",`
+		}
+		return fmt.Sprintf(`"id":"c.%d",`, i)
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	p := userMsg("hi")
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := h.client.Chat.Completions.NewStreaming(context.Background(), p)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Choices) != 1 || acc.Choices[0].Message.Content != "Hello there" || acc.Choices[0].FinishReason != "stop" || acc.Usage.TotalTokens != 7 {
+		t.Fatalf("accumulated %+v usage %+v", acc.Choices, acc.Usage)
+	}
+	if ids := chunkIDs(h); len(ids) != 2 || !ids[""] || !ids["c.2"] {
+		t.Fatalf("chunk ids %v, want none on the first two and c.2 on the rest", ids)
+	}
+}
+
+// chunkIDs returns the ids of the chunks of the harness's last stream.
+func chunkIDs(h *harness) map[string]bool {
+	raw, _ := h.lastRaw()
+	ids := map[string]bool{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok && data != "[DONE]" {
+			ids[gjson.Get(data, "id").Str] = true
+		}
+	}
+	return ids
 }

@@ -218,7 +218,7 @@ type finishes struct {
 // openai's throws "missing role" without one), which a few upstreams leave
 // out.
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
-	if f.seen&1 != 0 && !ks.calls && onlyIndexZero(chunk) {
+	if f.seen&1 != 0 && f.idEnd != 0 && !ks.calls && onlyIndexZero(chunk) { // the id read first: rename's sameID needs it
 		if ks.named {
 			f.ended |= 1
 		}

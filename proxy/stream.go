@@ -54,6 +54,7 @@ type upstreamStream struct {
 	buf      []byte
 	fix      []byte                   // fillFinish's output (never a view of rd's), reused by the next chunk
 	idFix    []byte                   // sameID's output, reused by the next chunk
+	headNoID bool                     // head is of a chunk without an id, kept while no id is known
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
 	at       int                      // where the model string starts in head
@@ -347,7 +348,7 @@ func groqUsage(data []byte) []byte {
 // created and model at the head of every chunk, so the search runs about
 // once per stream.
 func (s *upstreamStream) rename(data []byte) []byte {
-	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
+	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) || s.headNoID && len(s.fin.id()) > 0 {
 		data, idEnd := s.sameID(data)
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
@@ -356,8 +357,11 @@ func (s *upstreamStream) rename(data []byte) []byte {
 		// an object, a list): a number's head ("model":1) is a prefix of
 		// another number's ("model":12). An insertion (no model) is not
 		// kept either: the next chunk may have one. Nor is a head without
-		// the chunk's id in it: the next chunk's id would not be looked at.
-		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && idEnd > 0 && idEnd <= at {
+		// the chunk's id in it, unless the chunk has none and no id is
+		// known yet (headNoID: dropped once one is): the next chunk's id
+		// would not be looked at.
+		s.headNoID = idEnd == 0 && len(s.fin.id()) == 0
+		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && (idEnd > 0 && idEnd <= at || s.headNoID) {
 			s.head = append(s.headArr[:0], data[:end]...)
 		}
 		if keep {
@@ -373,27 +377,46 @@ func (s *upstreamStream) rename(data []byte) []byte {
 	return s.buf
 }
 
-// sameID gives data the stream's completion id (the first chunk's that has
-// one, finishes.see) when its own is another: OpenAI's chunks all carry
-// the same id, and openai-go's accumulator drops every chunk whose id is
-// not the first one's, so an upstream that numbers its chunks (Foundry
-// Local) or sends a keep-alive chunk of its own id first (omlx) gave an
-// empty answer. idEnd is where the id's value ends in the chunk returned
-// (0 when it has none). An empty id (an Azure prompt-filter chunk's) is
-// left as it is.
+// sameID gives data the stream's completion id (the first non-empty one a
+// chunk carried, finishes.see) when its own is another, empty or missing:
+// OpenAI's chunks all carry the same id, and openai-go's accumulator drops
+// every chunk whose id is not the first one's, so an upstream that numbers
+// its chunks (Foundry Local), sends a keep-alive chunk of its own id first
+// (omlx) or leaves the id out of some chunks gave an empty or partial
+// answer. Before an id is known (an Azure prompt-filter chunk's "") a
+// chunk is left as it is. idEnd is where the id's value ends in the chunk
+// returned, 0 when it has none.
 func (s *upstreamStream) sameID(data []byte) (_ []byte, idEnd int) {
 	r := gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), "id") // read only here
-	if r.Index <= 0 {
+	id := s.fin.id()
+	switch {
+	case r.Exists() && r.Index <= 0:
+		return data, 0 // not an object
+	case len(id) == 0 || r.Type == gjson.String && r.Str == string(id):
+		if r.Exists() {
+			return data, r.Index + len(r.Raw)
+		}
+		return data, 0
+	case r.Exists():
+		s.idFix = append(s.idFix[:0], data[:r.Index]...)
+		s.idFix = jsonstring.Append(s.idFix, unsafe.String(unsafe.SliceData(id), len(id))) // read only here
+		idEnd = len(s.idFix)
+		s.idFix = append(s.idFix, data[r.Index+len(r.Raw):]...)
+		return s.idFix, idEnd
+	}
+	i := firstNonSpace(data)
+	if i >= len(data) || data[i] != '{' {
 		return data, 0
 	}
-	id := s.fin.id()
-	if r.Type != gjson.String || r.Str == "" || len(id) == 0 || r.Str == string(id) {
-		return data, r.Index + len(r.Raw)
-	}
-	s.idFix = append(s.idFix[:0], data[:r.Index]...)
-	s.idFix = jsonstring.Append(s.idFix, unsafe.String(unsafe.SliceData(id), len(id))) // read only here
+	s.idFix = append(s.idFix[:0], data[:i+1]...)
+	s.idFix = append(s.idFix, `"id":`...)
+	s.idFix = jsonstring.Append(s.idFix, unsafe.String(unsafe.SliceData(id), len(id)))
 	idEnd = len(s.idFix)
-	s.idFix = append(s.idFix, data[r.Index+len(r.Raw):]...)
+	rest := data[i+1:]
+	if j := firstNonSpace(rest); j < len(rest) && rest[j] != '}' {
+		s.idFix = append(s.idFix, ',')
+	}
+	s.idFix = append(s.idFix, rest...)
 	return s.idFix, idEnd
 }
 
