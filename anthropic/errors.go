@@ -92,7 +92,7 @@ func envelope(body []byte) []byte {
 	out = append(out, `{"error":{"message":`...)
 	out = jsonstring.Append(out, msg)
 	out = append(out, `,"type":`...)
-	out = jsonstring.Append(out, typ)
+	out = jsonstring.Append(out, openAIType(typ))
 	out = append(out, `,"param":null,"code":`...)
 	if code == "" {
 		out = append(out, "null"...)
@@ -100,6 +100,24 @@ func envelope(body []byte) []byte {
 		out = jsonstring.Append(out, code)
 	}
 	return append(out, "}}"...)
+}
+
+// openAIType is the OpenAI error type of Anthropic's error type typ, for
+// the types OpenAI names otherwise: a server's failure is server_error, a
+// request refused as it stands invalid_request_error, a spent credit
+// insufficient_quota. The rest keep their names, which the proxy reads
+// (authentication_error, permission_error and rate_limit_error are about the
+// gateway's account and get the gateway's own message).
+func openAIType(typ string) string {
+	switch typ {
+	case "api_error", "overloaded_error", "timeout_error":
+		return pipeline.TypeServer
+	case "not_found_error", "request_too_large":
+		return pipeline.TypeInvalidRequest
+	case "billing_error":
+		return pipeline.TypeInsufficientQuota
+	}
+	return typ
 }
 
 // overWindow reports whether an invalid_request_error's message says the

@@ -59,3 +59,27 @@ func TestBillingErrorIsInsufficientQuota(t *testing.T) {
 		}
 	}
 }
+
+// Anthropic's error types that OpenAI names otherwise reach the client
+// under OpenAI's names (a probe: overloaded_error, api_error and
+// not_found_error came through as they were); the ones the proxy reads
+// keep theirs.
+func TestErrorTypesAreOpenAIs(t *testing.T) {
+	t.Parallel()
+	for typ, want := range map[string]string{
+		"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error",
+		"not_found_error": "invalid_request_error", "request_too_large": "invalid_request_error",
+		"billing_error": "insufficient_quota", "invalid_request_error": "invalid_request_error",
+		"rate_limit_error": "rate_limit_error", "authentication_error": "authentication_error",
+	} {
+		body := []byte(`{"type":"error","error":{"type":"` + typ + `","message":"m"}}`)
+		for name, ue := range map[string]*pipeline.UpstreamError{
+			"answer": StatusError("a", http.StatusBadRequest, body, 0),
+			"event":  eventError("a", body),
+		} {
+			if got := gjson.GetBytes(ue.Body, "error.type").Str; got != want {
+				t.Errorf("%s %s: type %q, want %q", typ, name, got, want)
+			}
+		}
+	}
+}

@@ -152,7 +152,7 @@ func TestStreamDecoderErrorEvent(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamStatus || ue.Status != 503 {
 		t.Fatalf("err %v", err)
 	}
-	if got := gjson.GetBytes(ue.Body, "error.type").Str; got != "overloaded_error" {
+	if got := gjson.GetBytes(ue.Body, "error.type").Str; got != "server_error" || gjson.GetBytes(ue.Body, "error.code").Str != "overloaded" {
 		t.Errorf("body %s", ue.Body)
 	}
 	// The text before the error was decoded: a stream that already showed

@@ -563,7 +563,7 @@ func TestAnthropicErrors(t *testing.T) {
 		t.Fatalf("early error: %v %q calls %d", err, acc.Choices[0].Message.Content, h.mock.Calls("claude-opus"))
 	}
 	_, sum, err := h.streamChat(claudeMsg("claude-big", "late"), wiretest.Options{WantError: true}, schema)
-	if err == nil || !strings.Contains(sum.Content, "ab") || gjson.GetBytes(sum.Error, "error.type").Str != "overloaded_error" {
+	if err == nil || !strings.Contains(sum.Content, "ab") || gjson.GetBytes(sum.Error, "error.type").Str != "server_error" {
 		t.Fatalf("late error: %v content %q error %s", err, sum.Content, sum.Error)
 	}
 	status, _, body := h.post("/chat/completions", `{"model":"claude-big","messages":[{"role":"user","content":"auth"}]}`, nil)
