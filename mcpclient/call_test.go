@@ -30,8 +30,10 @@ import (
 const answersServerEnv = "LLMGW_TEST_ANSWERS_MCP_SERVER"
 
 func answersServer() {
-	stdioServer("answers", []string{"rpcerr", "huge"}, func(tool string, reply map[string]any) {
+	stdioServer("answers", []string{"rpcerr", "huge", "badshape"}, func(tool string, reply map[string]any) {
 		switch tool {
+		case "badshape":
+			reply["result"] = map[string]any{"content": "just a string"} // content must be a list
 		case "rpcerr":
 			reply["error"] = map[string]any{"code": -32602, "message": "Invalid params: widget not found"}
 		case "huge":
@@ -63,7 +65,7 @@ func TestCallJSONRPCErrorOverStdio(t *testing.T) {
 		Logger:  testLogger(t),
 	})
 	defer m.Close()
-	if tools := toolNames(m); tools != "huge,rpcerr" {
+	if tools := toolNames(m); tools != "badshape,huge,rpcerr" {
 		t.Fatalf("tools %q (status %v)", tools, m.Status())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -74,6 +76,14 @@ func TestCallJSONRPCErrorOverStdio(t *testing.T) {
 	}
 	if calls("answers-stdio", "rpc_error")-rpc0 != 1 || calls("answers-stdio", "error")-err0 != 0 {
 		t.Errorf("counted rpc_error %v, error %v", calls("answers-stdio", "rpc_error")-rpc0, calls("answers-stdio", "error")-err0)
+	}
+	// A result of the wrong shape is the server's answer: the model is
+	// told it could not be read, counted unreadable, and the server is not
+	// taken for unreachable (it was: an MCP probe).
+	unread0 := calls("answers-stdio", "unreadable")
+	data, isErr, err = m.Call(ctx, "badshape", nil)
+	if err != nil || !isErr || string(data) != string(msgUnreadable) || calls("answers-stdio", "unreadable")-unread0 != 1 {
+		t.Fatalf("a result of the wrong shape: %q isErr=%v err=%v", data, isErr, err)
 	}
 	data, isErr, err = m.Call(ctx, "huge", nil)
 	if err != nil || !isErr || string(data) != string(msgTooLarge) {

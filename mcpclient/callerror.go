@@ -2,6 +2,7 @@ package mcpclient
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -78,17 +79,20 @@ func tooLarge(err error) bool {
 
 // unreadable reports whether err is the SDK's refusal of a tool result
 // it could not decode: a content block of a type it does not know (a
-// server on a later revision of the protocol), or an image or audio
-// block whose data is not base64. The server answered, and is up. The SDK
-// passes these on as text, so they are recognised by it.
+// server on a later revision of the protocol), an image or audio block
+// whose data is not base64, or a result of the wrong shape (content that
+// is not a list). The server answered, and is up. The SDK passes some of
+// these on as text, so they are recognised by it too.
 func unreadable(err error) bool {
 	var ce base64.CorruptInputError
+	var te *json.UnmarshalTypeError
 	s := err.Error()
-	return errors.As(err, &ce) || strings.Contains(s, "unrecognized content type") || strings.Contains(s, "illegal base64 data")
+	return errors.As(err, &ce) || errors.As(err, &te) || strings.Contains(s, "unrecognized content type") ||
+		strings.Contains(s, "illegal base64 data") || strings.Contains(s, "json: cannot unmarshal")
 }
 
 // msgUnreadable is the error result of such an answer.
-var msgUnreadable = []byte("the tool's server answered with content the gateway cannot read (a block of an unknown type, or data that is not base64); the rest of its answer is not available either")
+var msgUnreadable = []byte("the tool's server answered with content the gateway cannot read (a block of an unknown type, data that is not base64, or a result of the wrong shape); the rest of its answer is not available either")
 
 // msgMalformed is the error result of an answer that is not a JSON-RPC
 // message at all (headerRT's error answer in its place).
