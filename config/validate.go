@@ -492,6 +492,11 @@ func (c *Config) validateMiddleware(p *problems, o *origin) {
 	if c.Middleware.Cache.Enabled && !seen["cache"] {
 		p.add("middleware.cache.enabled", "true needs \"cache\" in middleware.request")
 	}
+	for i, pol := range c.Policies {
+		if pol.Cache != nil && *pol.Cache && !seen["cache"] {
+			p.add(fmt.Sprintf("policies[%d].cache", i), "true needs \"cache\" in middleware.request")
+		}
+	}
 	c.validateLimits(p, o)
 	f := c.Middleware.Fallback
 	for _, d := range []struct {

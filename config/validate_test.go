@@ -119,6 +119,7 @@ func TestValidate(t *testing.T) {
 		{name: "fallbacks without the fallback layer", toml: model("fallbacks = [\"m\"]\nmiddleware = [\"prompt_cache\"]\n"), want: `models[1].fallbacks: need "fallback" in the model's middleware`},
 		{name: "fallbacks without any layer", toml: model("fallbacks = [\"m\"]\nmiddleware = []\n"), want: `models[1].fallbacks: need "fallback" in the model's middleware`},
 		{name: "cache without the cache layer", toml: "[middleware]\nrequest = [\"policy\", \"limits\"]\n[middleware.cache]\nenabled = true\n", want: `middleware.cache.enabled: true needs "cache" in middleware.request`},
+		{name: "a policy's cache without the cache layer", toml: "[[policies]]\ntenant = \"*\"\nmodels = [\"*\"]\ncache = true\n[middleware]\nrequest = [\"policy\", \"limits\"]\n", want: `policies[0].cache: true needs "cache" in middleware.request`},
 		{name: "model fallback itself", toml: model("fallbacks = [\"n\"]\n"), want: `models[1].fallbacks[0]: a model cannot fall back to itself`},
 		{name: "model middleware", toml: model("middleware = [\"fallback\", \"magic\"]\n"), want: `models[1].middleware[1]: "magic" is not one of context_edit, prompt_cache, fallback`},
 		{name: "model context window", toml: model("context_window = -1\n"), want: `models[1].context_window: must be positive`},
