@@ -789,7 +789,7 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	default:
 		// What was held before p has no newline (drop let go of every
 		// line): only p is searched, so a long line costs its length once.
-		i := bytes.LastIndexByte(p, '\n')
+		i := max(bytes.LastIndexByte(p, '\n'), bytes.LastIndexByte(p, '\r')) // a bare CR ends a line too
 		if i >= 0 {
 			n = len(m.held) - len(p) + i + 1
 			m.long = false // the line held now began after it
@@ -815,6 +815,9 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	}
 	if bytes.Contains(out, errorWord) {
 		out = rewriteAccountEvents(out) // each line is checked again: the word may be in another line
+		// An error event's message may name the provider's address, which
+		// the same error as a JSON answer has masked (redactString).
+		out = observe.UpstreamAddrs.RedactSecrets(out)
 	}
 	return out, n
 }
@@ -1056,7 +1059,9 @@ func accountEvent(p []byte) ([]byte, bool) {
 			}
 		}
 		if e.Get("param").Exists() {
-			if q, err := sjson.DeleteBytes(p, prefix+"param"); err == nil {
+			// The provider's param named its own request; null, not
+			// left out: a Responses error event must have one.
+			if q, err := sjson.SetRawBytes(p, prefix+"param", []byte("null")); err == nil {
 				p = q
 			}
 		}
