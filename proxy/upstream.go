@@ -657,7 +657,12 @@ func (pc *providerClient) transportError(err error) error {
 	kind := pipeline.UpstreamConnect
 	var ne net.Error
 	var op *net.OpError
+	var small *fasthttp.ErrSmallBuffer
 	switch {
+	case errors.As(err, &small):
+		// An answer's head over the provider's read_buffer: the upstream
+		// answered, with a head the gateway does not read.
+		kind = pipeline.UpstreamMalformed
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
 		errors.Is(err, fasthttp.ErrNoFreeConns) || (errors.As(err, &ne) && ne.Timeout()):
 		kind = pipeline.UpstreamTimeout

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/pipeline"
@@ -238,5 +240,25 @@ func TestUpstreamErrorShapes(t *testing.T) {
 		if got := gjson.GetBytes(env.body, "error.message").Str; got != want || env.status != 422 {
 			t.Errorf("%s: %d %q, want %q", body, env.status, got, want)
 		}
+	}
+}
+
+// An answer whose head is over the provider's read_buffer is the
+// upstream's malformed answer, not an unreachable upstream: it was counted
+// and answered as upstream_unreachable, which sends an operator looking
+// at the network rather than at read_buffer (a pass-through probe).
+func TestOversizedAnswerHeadIsMalformed(t *testing.T) {
+	t.Parallel()
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Big", strings.Repeat("x", 16<<10))
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"choices":[]}`)
+	})
+	_, u := testUpstream(t, base, "read_buffer = 4096")
+	_, err := u.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","messages":[]}`), Model: "m",
+		Target: &pipeline.Target{Provider: "p", Upstream: "up"}})
+	var ue *pipeline.UpstreamError
+	if !errors.As(err, &ue) || ue.Kind != pipeline.UpstreamMalformed {
+		t.Fatalf("err %v, want an upstream_malformed error", err)
 	}
 }
