@@ -16,34 +16,53 @@ import (
 // streamedAnswer is the chat.completion that body, an event stream an
 // upstream sent for a request that asked for JSON (a server that always
 // streams), holds: its chunks decoded and accumulated under model, as the
-// gateway's own JSON answers of a stream are (wire.ChatJSON). An error
-// event is the failure it is in a stream; a body with no chunk, or with
-// chunks of several choices (only choice 0 would be kept), is malformed.
+// gateway's own JSON answers of a stream are (wire.ChatJSON). It fails as
+// the same stream relayed would: an error event is the error it says, a
+// stream with no content (no text, no call) and no finish is UpstreamCut
+// wrapping pipeline.ErrNoContent, and one that ends with neither a finish
+// nor [DONE] is cut. A finish the upstream left out, after [DONE], is
+// tool_calls when the answer called a tool, as the relay's (finishes.due).
+// Chunks of several choices (only choice 0 would be kept) are malformed.
 // The stream of the opposite case, JSON for a stream request, is
 // completionStream.
 func (pc *providerClient) streamedAnswer(body []byte, model string, msgs pipeline.MessageMap) ([]byte, error) {
 	rd := sse.NewReader(bytes.NewReader(body), maxEventBytes)
 	var dec wire.ChunkDecoder
 	var enc *wire.ChatJSON
-	for {
+	var content, calls, finished, done bool
+	emit := func(e *wire.Event) {
+		switch e.Kind {
+		case wire.Text:
+			content = content || len(e.Text) > 0
+		case wire.CallHeader:
+			calls = true
+		case wire.Finish:
+			finished = true
+		}
+		enc.Encode(nil, e)
+	}
+	for !done {
 		ev, err := rd.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, pc.malformed(err) // an event over maxEventBytes: the body is all here
+			if errors.Is(err, sse.ErrEventTooLarge) {
+				return nil, pc.malformed(err)
+			}
+			return nil, pc.bodyError(err) // the body ended inside an event: cut, as the relay reports it
 		}
 		data := bytes.TrimSpace(ev.Data)
 		if string(ev.Name) == "error" {
 			return nil, pc.errorAnswer(data, errErrorEvent, msgs)
 		}
-		if len(data) == 0 {
+		switch {
+		case len(data) == 0:
 			continue
-		}
-		if sse.IsDone(data) {
-			break
-		}
-		if data[0] != '{' || !jsonvalid.Bytes(data) {
+		case sse.IsDone(data):
+			done = true
+			continue
+		case data[0] != '{' || !jsonvalid.Bytes(data):
 			return nil, pc.malformed(errStreamedNotChunks)
 		}
 		res := gjson.GetManyBytes(data, "error", "choices.#.index", "id", "created", "system_fingerprint", "service_tier")
@@ -61,10 +80,19 @@ func (pc *providerClient) streamedAnswer(body []byte, model string, msgs pipelin
 		if enc == nil {
 			enc = wire.NewChatJSON(wire.Header{ID: res[2].Str, Created: res[3].Int(), Model: model, Fingerprint: res[4].Str, ServiceTier: res[5].Str})
 		}
-		dec.Decode(data, func(e *wire.Event) { enc.Encode(nil, e) })
+		dec.Decode(data, emit)
 	}
-	if enc == nil {
-		return nil, pc.malformed(errStreamedNotChunks)
+	switch {
+	case !content && !calls && !finished:
+		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: pipeline.ErrNoContent}
+	case !finished && !done:
+		return nil, pc.bodyError(io.ErrUnexpectedEOF)
+	case !finished:
+		f := "stop"
+		if calls {
+			f = "tool_calls"
+		}
+		enc.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: f})
 	}
 	return enc.Encode(nil, &wire.Event{Kind: wire.End}), nil
 }
@@ -75,6 +103,6 @@ func (pc *providerClient) malformed(err error) error {
 }
 
 var (
-	errStreamedNotChunks = errors.New("the upstream answered a JSON request with an event stream of no chat chunks")
+	errStreamedNotChunks = errors.New("the upstream answered a JSON request with an event stream of something other than chat chunks")
 	errStreamedChoices   = errors.New("the upstream answered a JSON request with an event stream of several choices")
 )

@@ -262,3 +262,45 @@ func TestOversizedAnswerHeadIsMalformed(t *testing.T) {
 		t.Fatalf("err %v, want an upstream_malformed error", err)
 	}
 }
+
+// A JSON request answered with an event stream fails or finishes as the
+// same stream relayed does (a review of the first version, which built a
+// 200 of whatever came): a body of JSON labelled as an event stream is the
+// JSON answer; a stream of no content is ErrNoContent (fallback retries
+// it); one cut before its finish and [DONE] is cut; calls without a finish
+// end "tool_calls".
+func TestStreamedAnswerEndsAsTheRelayDoes(t *testing.T) {
+	t.Parallel()
+	const role = `data: {"id":"a","choices":[{"index":0,"delta":{"role":"assistant"}}]}` + "\n\n"
+	const call = `data: {"id":"a","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}` + "\n\n"
+	const text = `data: {"id":"a","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n"
+	const usage = `data: {"id":"a","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}` + "\n\n"
+	const done = "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name, body string
+		kind       pipeline.UpstreamKind // the failure's, when no finish is wanted
+		finish     string                // the answer's: "" wants a failure
+	}{
+		{"JSON labelled a stream", `{"id":"a","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, 0, "stop"},
+		{"role only", role + done, pipeline.UpstreamCut, ""},
+		{"usage only", usage + done, pipeline.UpstreamCut, ""},
+		{"cut after content", role + text, pipeline.UpstreamCut, ""},
+		{"calls without a finish", role + call + done, 0, "tool_calls"},
+		{"text without a finish", role + text + done, 0, "stop"},
+	} {
+		base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyString(tc.body)
+		})
+		_, u := testUpstream(t, base, "")
+		resp, err := u.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","messages":[]}`), Model: "m",
+			Target: &pipeline.Target{Provider: "p", Upstream: "up"}})
+		var ue *pipeline.UpstreamError
+		switch {
+		case tc.finish == "" && (!errors.As(err, &ue) || ue.Kind != tc.kind):
+			t.Errorf("%s: %v, want a failure of kind %v", tc.name, err, tc.kind)
+		case tc.finish != "" && (err != nil || gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str != tc.finish):
+			t.Errorf("%s: %v, want finish %q", tc.name, err, tc.finish)
+		}
+	}
+}
