@@ -33,11 +33,14 @@ type translator struct {
 	// turn (TranslateRequest).
 	lastRole string
 	// used counts the tool_use ids sent so far, by the id a first use
-	// had; sent maps each tool call id of the latest assistant turn with
-	// calls to the ids its calls were sent under, in order, for the tool
-	// results that answer them (uniqueID).
-	used map[string]int
-	sent map[string][]string
+	// had; sent maps each tool call id of the calls since the last tool
+	// result to the ids they were sent under, in order, for the results
+	// that answer them, and last each id to the last id a result named
+	// for it (uniqueID, resultID).
+	used     map[string]int
+	sent     map[string][]string
+	last     map[string]string
+	answered bool // a result came since the last call: the next call starts a new turn's calls
 }
 
 func (t *translator) at() string { return "messages[" + strconv.Itoa(t.i) + "]" }
@@ -307,7 +310,6 @@ func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, erro
 	}
 	var err error
 	j := 0
-	clear(t.sent) // the results that follow answer this turn's calls
 	calls.ForEach(func(_, c gjson.Result) bool {
 		at := t.at() + ".tool_calls[" + strconv.Itoa(j) + "]"
 		j++
@@ -340,7 +342,14 @@ func (t *translator) toolUses(blocks []block, calls gjson.Result) ([]block, erro
 func (t *translator) uniqueID(id string) string {
 	base := toolID(id)
 	if t.used == nil {
-		t.used, t.sent = map[string]int{}, map[string][]string{}
+		t.used, t.sent, t.last = map[string]int{}, map[string][]string{}, map[string]string{}
+	}
+	if t.answered {
+		// The results that follow answer the calls from here on (an
+		// assistant turn may come in several messages, or hold an empty
+		// tool_calls between).
+		t.answered = false
+		clear(t.sent)
 	}
 	out := base
 	for n := t.used[base]; t.used[out] > 0; {
@@ -354,13 +363,18 @@ func (t *translator) uniqueID(id string) string {
 }
 
 // resultID is the tool_use id a tool result answering id names: the next
-// of the ids the latest turn's calls with id were sent under, or toolID's
-// when none is left (a second result for one call, which add merges; a
-// result that answers no call).
+// of the ids the latest turn's calls with id were sent under; when none is
+// left, the one the last result for id named (a second result for one
+// call, which add merges), or toolID's (a result that answers no call).
 func (t *translator) resultID(id string) string {
+	t.answered = true
 	if q := t.sent[id]; len(q) > 0 {
 		t.sent[id] = q[1:]
+		t.last[id] = q[0]
 		return q[0]
+	}
+	if out, ok := t.last[id]; ok {
+		return out
 	}
 	return toolID(id)
 }

@@ -858,4 +858,39 @@ func TestRepeatedToolCallIDsMadeUnique(t *testing.T) {
 	if want := map[string]string{"Oslo": "r1", "Rome": "r2", "Lima": "r3", "Kyiv": "r4"}; !maps.Equal(pairs, want) {
 		t.Fatalf("city → result %v, want %v\n%s", pairs, want, out)
 	}
+	// A turn's calls in two assistant messages, an empty tool_calls
+	// between, and a result recorded twice (merged into one): the results
+	// still name the calls they answer (a review: they named the earlier
+	// turn's call_0).
+	first := `{"role":"user","content":"a"},{"role":"assistant","tool_calls":[` + call("call_0", "Oslo") + `]},` + result("call_0", "r1") + `,` +
+		`{"role":"assistant","content":"ok"},{"role":"user","content":"b"},`
+	for name, rest := range map[string]string{
+		"split turn":   `{"role":"assistant","tool_calls":[` + call("call_0", "Rome") + `]},{"role":"assistant","tool_calls":[` + call("call_1", "Lima") + `]},` + result("call_0", "r2") + `,` + result("call_1", "r3"),
+		"empty calls":  `{"role":"assistant","tool_calls":[` + call("call_0", "Rome") + `]},{"role":"assistant","content":"x","tool_calls":[]},` + result("call_0", "r2"),
+		"result twice": `{"role":"assistant","tool_calls":[` + call("call_0", "Rome") + `]},` + result("call_0", "r2") + `,` + result("call_0", "again"),
+	} {
+		out, err := TranslateRequest([]byte(`{"tools":[{"type":"function","function":{"name":"w"}}],"messages":[`+first+rest+`]}`), RequestOptions{Model: "m"})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		uses, answered := map[string]bool{}, map[string]bool{}
+		gjson.GetBytes(out, "messages.#.content|@flatten").ForEach(func(_, b gjson.Result) bool {
+			switch b.Get("type").Str {
+			case "tool_use":
+				if uses[b.Get("id").Str] {
+					t.Errorf("%s: tool_use id %s twice", name, b.Get("id").Str)
+				}
+				uses[b.Get("id").Str] = true
+			case "tool_result":
+				if answered[b.Get("tool_use_id").Str] {
+					t.Errorf("%s: two results for %s", name, b.Get("tool_use_id").Str)
+				}
+				answered[b.Get("tool_use_id").Str] = true
+			}
+			return true
+		})
+		if !maps.Equal(uses, answered) {
+			t.Errorf("%s: calls %v, results %v\n%s", name, uses, answered, out)
+		}
+	}
 }

@@ -171,8 +171,11 @@ func (d *StreamDecoder) Feed(data []byte) error {
 			if len(d.thSig) > 0 { // unsigned, Anthropic would refuse it back
 				d.sink.Blocks = appendThinking(d.sink.Blocks, string(d.thText), string(d.thSig), d.callsBefore(i))
 			}
-			d.thText, d.thSig = d.thText[:0], d.thSig[:0]
+			d.thText, d.thSig = d.thText[:0], d.thSig[:0] // counted once, in Blocks
 			d.thAt = -1
+			if d.thinkingOver() { // Blocks holds the block escaped: larger than its text
+				return d.malformed(pipeline.ErrResponseTooLarge)
+			}
 		}
 	case "message_delta":
 		if s := ev.Get("delta.stop_reason"); s.Type == gjson.String {

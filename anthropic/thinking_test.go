@@ -256,6 +256,21 @@ func TestStreamDecoderBoundsThinking(t *testing.T) {
 			}
 			return `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"` + chunk + `"}}`
 		},
+		// 20 KB of text, under the bound, that its block's escaping at its
+		// end takes over it (a review).
+		"escaped at its end": func(i int) string {
+			switch {
+			case i == 0:
+				return `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`
+			case i <= 20:
+				return `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"` + strings.Repeat(`\u0001`, 1000) + `"}}`
+			case i == 21:
+				return `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"s"}}`
+			case i == 22:
+				return `{"type":"content_block_stop","index":0}`
+			}
+			return `{"type":"ping"}`
+		},
 		"redacted blocks": func(i int) string {
 			return `{"type":"content_block_start","index":` + strconv.Itoa(i) + `,"content_block":{"type":"redacted_thinking","data":"` + chunk + `"}}`
 		},

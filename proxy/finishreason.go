@@ -218,7 +218,7 @@ type finishes struct {
 // openai's throws "missing role" without one), which a few upstreams leave
 // out.
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
-	if f.seen&1 != 0 && f.idEnd != 0 && !ks.calls && onlyIndexZero(chunk) { // the id read first: rename's sameID needs it
+	if f.seen&1 != 0 && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) { // an id is read first: rename's sameID needs it
 		if ks.named {
 			f.ended |= 1
 		}
@@ -281,6 +281,8 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 func (f *finishes) id() []byte {
 	return f.head[:f.idEnd]
 }
+
+var idKey = []byte(`"id"`)
 
 // addRoles gives the deltas of chunk's choices at the positions noRole
 // names (finishes.see) the assistant's role; chunk itself when it cannot.
