@@ -29,13 +29,28 @@ func (pc *providerClient) streamedAnswer(body []byte, model string, msgs pipelin
 	rd := sse.NewReader(bytes.NewReader(body), maxEventBytes)
 	var dec wire.ChunkDecoder
 	var enc *wire.ChatJSON
-	var content, calls, finished, done bool
+	var content, finished, done bool
+	// The calls are gathered by the index the decoder gives each (in the
+	// order their headers came) and handed to enc at the end: ChatJSON adds
+	// arguments to the last call, and parallel calls' fragments may
+	// interleave.
+	type pendingCall struct {
+		id, name string
+		args     []byte
+	}
+	var calls []pendingCall
 	emit := func(e *wire.Event) {
 		switch e.Kind {
 		case wire.Text:
 			content = content || len(e.Text) > 0
 		case wire.CallHeader:
-			calls = true
+			calls = append(calls, pendingCall{id: e.ID, name: e.Name})
+			return
+		case wire.CallArgs:
+			if e.Index >= 0 && e.Index < len(calls) {
+				calls[e.Index].args = append(calls[e.Index].args, e.Text...)
+			}
+			return
 		case wire.Finish:
 			finished = true
 		}
@@ -65,9 +80,12 @@ func (pc *providerClient) streamedAnswer(body []byte, model string, msgs pipelin
 		case data[0] != '{' || !jsonvalid.Bytes(data):
 			return nil, pc.malformed(errStreamedNotChunks)
 		}
-		res := gjson.GetManyBytes(data, "error", "choices.#.index", "id", "created", "system_fingerprint", "service_tier")
+		res := gjson.GetManyBytes(data, "error", "choices.#.index", "id", "created", "system_fingerprint", "service_tier", "choices.0", "usage")
 		if res[0].Exists() && res[0].Type != gjson.Null {
 			return nil, pc.errorAnswer(data, errErrorEvent, msgs)
+		}
+		if !res[6].Exists() && !res[7].IsObject() {
+			continue // no choice and no usage: a keep-alive, or Azure's prompt-filter chunk (id "", created 0)
 		}
 		several := false
 		res[1].ForEach(func(_, i gjson.Result) bool {
@@ -82,14 +100,18 @@ func (pc *providerClient) streamedAnswer(body []byte, model string, msgs pipelin
 		}
 		dec.Decode(data, emit)
 	}
+	for i, c := range calls {
+		enc.Encode(nil, &wire.Event{Kind: wire.CallHeader, Index: i, ID: c.id, Name: c.name})
+		enc.Encode(nil, &wire.Event{Kind: wire.CallArgs, Index: i, Text: c.args})
+	}
 	switch {
-	case !content && !calls && !finished:
+	case !content && len(calls) == 0 && !finished:
 		return nil, &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: pipeline.ErrNoContent}
 	case !finished && !done:
 		return nil, pc.bodyError(io.ErrUnexpectedEOF)
 	case !finished:
 		f := "stop"
-		if calls {
+		if len(calls) > 0 {
 			f = "tool_calls"
 		}
 		enc.Encode(nil, &wire.Event{Kind: wire.Finish, Finish: f})

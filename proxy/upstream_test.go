@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -302,5 +303,38 @@ func TestStreamedAnswerEndsAsTheRelayDoes(t *testing.T) {
 		case tc.finish != "" && (err != nil || gjson.GetBytes(resp.Body, "choices.0.finish_reason").Str != tc.finish):
 			t.Errorf("%s: %v, want finish %q", tc.name, err, tc.finish)
 		}
+	}
+}
+
+// A JSON request answered with an event stream: parallel calls whose
+// fragments interleave keep their own arguments, and the answer's id and
+// created are the first chunk's, not a keep-alive's or an Azure
+// prompt-filter chunk's before it (a wire probe: the fragments went to the
+// last call opened, a 200 with wrong arguments, in the tool loop too).
+func TestStreamedAnswerInterleavedCalls(t *testing.T) {
+	t.Parallel()
+	frag := func(i int, s string) string {
+		return `data: {"id":"q","created":7,"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + strconv.Itoa(i) + `,` + s + `}]}}]}` + "\n\n"
+	}
+	body := "event: ping\ndata: {}\n\n" +
+		`data: {"id":"","object":"","created":0,"choices":[],"prompt_filter_results":[{"prompt_index":0}]}` + "\n\n" +
+		frag(0, `"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}`) +
+		frag(1, `"id":"call_b","type":"function","function":{"name":"get_time","arguments":""}`) +
+		frag(0, `"function":{"arguments":"{\"city\":"}`) + frag(1, `"function":{"arguments":"{\"tz\":\"UTC\"}"}`) +
+		frag(0, `"function":{"arguments":"\"Oslo\"}"}`) +
+		`data: {"id":"q","created":7,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	base := serveUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyString(body)
+	})
+	_, u := testUpstream(t, base, "")
+	resp, err := u.Chat(context.Background(), &pipeline.Request{Body: []byte(`{"model":"m","messages":[]}`), Model: "m",
+		Target: &pipeline.Target{Provider: "p", Upstream: "up"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := gjson.GetManyBytes(resp.Body, "id", "created", "choices.0.message.tool_calls.0.function.arguments", "choices.0.message.tool_calls.1.function.arguments", "choices.0.finish_reason")
+	if res[0].Str != "q" || res[1].Int() != 7 || res[2].Str != `{"city":"Oslo"}` || res[3].Str != `{"tz":"UTC"}` || res[4].Str != "tool_calls" {
+		t.Fatalf("answer %s", resp.Body)
 	}
 }
