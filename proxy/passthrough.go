@@ -789,7 +789,7 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	default:
 		// What was held before p has no newline (drop let go of every
 		// line): only p is searched, so a long line costs its length once.
-		i := max(bytes.LastIndexByte(p, '\n'), bytes.LastIndexByte(p, '\r')) // a bare CR ends a line too
+		i := bytes.LastIndexByte(p, '\n')
 		if i >= 0 {
 			n = len(m.held) - len(p) + i + 1
 			m.long = false // the line held now began after it
@@ -815,9 +815,9 @@ func (m *lineMasker) lines(p []byte, end bool) (out []byte, n int) {
 	}
 	if bytes.Contains(out, errorWord) {
 		out = rewriteAccountEvents(out) // each line is checked again: the word may be in another line
-		// An error event's message may name the provider's address, which
-		// the same error as a JSON answer has masked (redactString).
-		out = observe.UpstreamAddrs.RedactSecrets(out)
+		if observe.UpstreamAddrs.Any() {
+			out = maskErrorAddrs(out)
+		}
 	}
 	return out, n
 }
@@ -1016,6 +1016,47 @@ func rewriteAccountEvents(b []byte) []byte {
 		return b
 	}
 	return append(out, b[last:]...)
+}
+
+// maskErrorAddrs masks the providers' addresses in b's error events (a
+// data line whose JSON is an error: a non-null "error", or a Responses
+// "error" or "response.failed" event), as the same error in a JSON answer
+// has them masked (redactString); other lines, the model's text, go as
+// they are. b itself when nothing changed.
+func maskErrorAddrs(b []byte) []byte {
+	var out []byte // nil until a line changes
+	last := 0
+	for start := 0; start < len(b); {
+		end := bytes.IndexByte(b[start:], '\n')
+		if end < 0 {
+			end = len(b)
+		} else {
+			end += start
+		}
+		line := b[start:end]
+		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(p, errorWord) && errorEvent(p) {
+			if q := observe.UpstreamAddrs.RedactSecrets(line); len(q) != len(line) || !bytes.Equal(q, line) {
+				out = append(append(out, b[last:start]...), q...)
+				last = end
+			}
+		}
+		start = end + 1
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// errorEvent reports whether p, an event's data, is an error: an "error"
+// that is not null, or a Responses event of type "error" or
+// "response.failed".
+func errorEvent(p []byte) bool {
+	res := gjson.GetManyBytes(p, "error", "type")
+	if res[0].Exists() && res[0].Type != gjson.Null {
+		return true
+	}
+	return res[1].Str == "error" || res[1].Str == "response.failed"
 }
 
 // accountEvent is rewriteAccountEvents for one event's data.
