@@ -282,6 +282,17 @@ func (f *finishes) id() []byte {
 	return f.head[:f.idEnd]
 }
 
+// setID makes id the stream's completion id, before any chunk gave one,
+// and returns it as head holds it.
+func (f *finishes) setID(id string) []byte {
+	rest := f.head[f.idEnd:] // the fingerprint and tier read so far
+	head := make([]byte, 0, len(id)+len(rest))
+	f.head = append(append(head, id...), rest...)
+	f.fpEnd += uint16(len(id) - int(f.idEnd))
+	f.idEnd = uint16(len(id))
+	return f.head[:f.idEnd]
+}
+
 var idKey = []byte(`"id"`)
 
 // addRoles gives the deltas of chunk's choices at the positions noRole

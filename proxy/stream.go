@@ -383,12 +383,18 @@ func (s *upstreamStream) rename(data []byte) []byte {
 // every chunk whose id is not the first one's, so an upstream that numbers
 // its chunks (Foundry Local), sends a keep-alive chunk of its own id first
 // (omlx) or leaves the id out of some chunks gave an empty or partial
-// answer. Before an id is known (an Azure prompt-filter chunk's "") a
-// chunk is left as it is. idEnd is where the id's value ends in the chunk
-// returned, 0 when it has none.
+// answer; a stream whose first chunk has none takes one of the gateway's.
+// idEnd is where the id's value ends in the chunk returned, 0 when it has
+// none.
 func (s *upstreamStream) sameID(data []byte) (_ []byte, idEnd int) {
 	r := gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), "id") // read only here
 	id := s.fin.id()
+	if len(id) == 0 && (r.Type != gjson.String || r.Str == "") {
+		// The first chunk relayed has no id: the stream takes one of the
+		// gateway's, as a tool loop's does, so that every chunk has the
+		// same (a later chunk's own is replaced by it).
+		id = s.fin.setID(wire.GatewayID())
+	}
 	switch {
 	case r.Exists() && r.Index <= 0:
 		return data, 0 // not an object

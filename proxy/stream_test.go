@@ -208,8 +208,9 @@ func TestUpstreamStreamArmsDeadlinePerRead(t *testing.T) {
 }
 
 // FuzzStreamRename: a stream's rename of a chunk, after any other chunk,
-// is what setModel makes of it alone, on any bytes: the search it skips
-// would have found the same model string.
+// is what setModel makes of it alone once it has the stream's id
+// (sameID), on any bytes: the search it skips would have found the same
+// model string, and the same id.
 func FuzzStreamRename(f *testing.F) {
 	head := `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"up",`
 	f.Add([]byte(head+`"choices":[{"delta":{"content":"a"}}]}`), []byte(head+`"choices":[{"delta":{"content":"b"}}]}`), "m")
@@ -221,12 +222,20 @@ func FuzzStreamRename(f *testing.F) {
 	f.Add([]byte(`{"id":"x","model":1,"c":[]}`), []byte(`{"id":"x","model":12,"c":[]}`), "m")
 	f.Add([]byte(`{"id":"x","model":true}`), []byte(`{"id":"x","model":truex}`), "m")
 	f.Fuzz(func(t *testing.T, a, b []byte, model string) {
+		const id = "chatcmpl-1" // known before: a stream would mint one for a first chunk without
+		fresh := func(c []byte) string {
+			f := &upstreamStream{model: model}
+			f.fin.setID(id)
+			withID, _ := f.sameID(bytes.Clone(c))
+			return string(setModel(nil, withID, model))
+		}
 		s := &upstreamStream{model: model}
-		want := string(setModel(nil, a, model))
+		s.fin.setID(id)
+		want := fresh(a)
 		if got := string(s.rename(bytes.Clone(a))); got != want {
 			t.Fatalf("first chunk %q: %q, want %q", a, got, want)
 		}
-		want = string(setModel(nil, b, model))
+		want = fresh(b)
 		if got := string(s.rename(bytes.Clone(b))); got != want {
 			t.Fatalf("after %q, %q: %q, want %q", a, b, got, want)
 		}

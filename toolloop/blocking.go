@@ -45,7 +45,7 @@ func (s *session) runBlocking(ctx context.Context) (*pipeline.Response, error) {
 			// created that is no unix time, gets the gateway's.
 			s.id, s.created = res.id.Str, res.created.Int()
 			if res.id.Type != gjson.String || s.id == "" {
-				s.id = gatewayID()
+				s.id = wire.GatewayID()
 			}
 			if s.created <= 0 {
 				s.created = time.Now().Unix()

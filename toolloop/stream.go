@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,11 +243,6 @@ func (st *loopStream) emit(e *wire.Event) {
 	}
 }
 
-// gatewayID is the id of an answer whose upstream gave none.
-func gatewayID() string {
-	return "chatcmpl-gw" + strconv.FormatUint(uint64(time.Now().UnixNano()), 36)
-}
-
 // begin fixes the id/created/model of the whole response (and the
 // system_fingerprint and service_tier, which the relay passes on) from the
 // first upstream chunk and sends the one role delta.
@@ -256,7 +250,7 @@ func (st *loopStream) begin(id string, created int64, model, fingerprint, tier s
 	st.started = true
 	s := st.s
 	if id == "" {
-		id = gatewayID()
+		id = wire.GatewayID()
 	}
 	if created <= 0 { // missing, or not unix seconds: the SDKs' schema wants a non-negative integer
 		created = time.Now().Unix()
