@@ -52,6 +52,9 @@ func (t *translator) message(m gjson.Result) error {
 	var err error
 	role := m.Get("role").Str
 	t.lastRole = role
+	if role != "assistant" && role != "tool" {
+		t.answered = true // a user's (or a system) turn: the next calls start a new turn's, answered or not
+	}
 	switch role {
 	case "system", "developer":
 		if blocks, err = t.textBlocks(m.Get("content"), false); err != nil {

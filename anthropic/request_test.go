@@ -893,4 +893,17 @@ func TestRepeatedToolCallIDsMadeUnique(t *testing.T) {
 			t.Errorf("%s: calls %v, results %v\n%s", name, uses, answered, out)
 		}
 	}
+	// A call left unanswered, a user turn, then the same id again: the
+	// result answers the later call (it named the unanswered one; a review).
+	body = `{"tools":[{"type":"function","function":{"name":"w"}}],"messages":[` + first +
+		`{"role":"assistant","tool_calls":[` + call("call_0", "Rome") + `]},{"role":"user","content":"c"},` +
+		`{"role":"assistant","tool_calls":[` + call("call_0", "Lima") + `]},` + result("call_0", "r3") + `]}`
+	out, err = TranslateRequest([]byte(body), RequestOptions{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lima := gjson.GetBytes(out, `messages.#.content|@flatten|#(input.city=="Lima").id`).Str
+	if got := gjson.GetBytes(out, `messages.#.content|@flatten|#(type=="tool_result")#.tool_use_id`).Array(); lima == "" || len(got) != 2 || got[1].Str != lima {
+		t.Fatalf("the result of the later call names %v, want %q\n%s", got, lima, out)
+	}
 }

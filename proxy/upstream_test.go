@@ -283,6 +283,7 @@ func TestStreamedAnswerEndsAsTheRelayDoes(t *testing.T) {
 		finish     string                // the answer's: "" wants a failure
 	}{
 		{"JSON labelled a stream", `{"id":"a","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, 0, "stop"},
+		{"JSON after a newline", "\n" + `{"id":"a","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, 0, "stop"},
 		{"role only", role + done, pipeline.UpstreamCut, ""},
 		{"usage only", usage + done, pipeline.UpstreamCut, ""},
 		{"cut after content", role + text, pipeline.UpstreamCut, ""},
