@@ -203,6 +203,7 @@ type finishes struct {
 	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
 	roled                       uint64 // bit i: choice i's role was sent (the upstream's, or one see asked for)
 	wide                        bool   // an index outside 0..63: not followed, nothing added
+	minted                      bool   // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
 	idEnd, fpEnd                uint16 // where the id and the fingerprint end in head
 	created                     int64
 	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer)
@@ -225,12 +226,16 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 		return false, 0
 	}
 	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
-	if f.idEnd == 0 {
+	if id := headField(view, "id"); f.idEnd == 0 || f.minted && id != "" {
 		// Read from the first chunk that has an id (not an Azure prompt
 		// filter's first, whose id is ""): an SDK's accumulator keeps the
 		// last chunk's fingerprint and service tier, so the made chunk
-		// must repeat them.
-		f.head = append(f.headArr[:0], headField(view, "id")...)
+		// must repeat them. An id the gateway gave the stream before
+		// (setID) stays its id.
+		if f.minted {
+			id, f.minted = string(f.head[:f.idEnd]), false
+		}
+		f.head = append(f.headArr[:0], id...)
 		f.idEnd = uint16(len(f.head))
 		f.created = gjson.Get(view, "created").Int()
 		f.head = append(f.head, headField(view, "system_fingerprint")...)
@@ -290,6 +295,7 @@ func (f *finishes) setID(id string) []byte {
 	f.head = append(append(head, id...), rest...)
 	f.fpEnd += uint16(len(id) - int(f.idEnd))
 	f.idEnd = uint16(len(id))
+	f.minted = true
 	return f.head[:f.idEnd]
 }
 

@@ -383,16 +383,19 @@ func (s *upstreamStream) rename(data []byte) []byte {
 // every chunk whose id is not the first one's, so an upstream that numbers
 // its chunks (Foundry Local), sends a keep-alive chunk of its own id first
 // (omlx) or leaves the id out of some chunks gave an empty or partial
-// answer; a stream whose first chunk has none takes one of the gateway's.
+// answer; a stream whose first chunk with a choice or usage has none takes
+// one of the gateway's.
 // idEnd is where the id's value ends in the chunk returned, 0 when it has
 // none.
 func (s *upstreamStream) sameID(data []byte) (_ []byte, idEnd int) {
 	r := gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), "id") // read only here
 	id := s.fin.id()
-	if len(id) == 0 && (r.Type != gjson.String || r.Str == "") {
-		// The first chunk relayed has no id: the stream takes one of the
-		// gateway's, as a tool loop's does, so that every chunk has the
-		// same (a later chunk's own is replaced by it).
+	if len(id) == 0 && (r.Type != gjson.String || r.Str == "") && (gjson.GetBytes(data, "choices.0").Exists() || wire.ChunkUsage(data).IsObject()) {
+		// The first chunk with a choice or usage has no id: the stream
+		// takes one of the gateway's, as a tool loop's does, so that every
+		// chunk has the same (a later chunk's own is replaced by it). A
+		// chunk with neither (Azure's prompt-filter chunk, id "") is left
+		// as it is: the id may come with the first choice.
 		id = s.fin.setID(wire.GatewayID())
 	}
 	switch {
