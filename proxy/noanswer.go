@@ -38,6 +38,19 @@ func (pc *providerClient) noAnswer(body []byte, msgs pipeline.MessageMap) error 
 	return &pipeline.UpstreamError{Kind: pipeline.UpstreamCut, Provider: pc.cfg.Name, Err: pipeline.ErrNoContent}
 }
 
+// inBandRateLimit reports whether body, an error object in a 200 answer or
+// an error event, is about a rate limit or a spent quota: by its type or
+// code, as an HTTP 429's (aboutRateLimit), or a code of 429 (OpenRouter's
+// {"error":{"code":429,...}}).
+func inBandRateLimit(body []byte) bool {
+	e := gjson.GetBytes(body, "error")
+	if !e.IsObject() {
+		e = gjson.ParseBytes(body) // {"object":"error",...}: the error is the body
+	}
+	code := e.Get("code")
+	return aboutRateLimit(e.Get("type").String(), code.String()) || code.Type == gjson.Number && code.Int() == 429
+}
+
 // isErrorObject reports whether doc, an answer or an event without
 // choices, is an upstream's error: an "error" member that is not null, or
 // an {"object":"error",...} (an older vLLM form). A JSON answer and a
@@ -76,8 +89,15 @@ func hasElement(r gjson.Result) bool {
 // told that its request is too long, not that the upstream failed.
 func (pc *providerClient) errorAnswer(body []byte, cause error, msgs pipeline.MessageMap) *pipeline.UpstreamError {
 	status := fasthttp.StatusBadGateway
-	if fallback.ContextLengthExceeded(body) {
+	switch {
+	case fallback.ContextLengthExceeded(body):
 		status = fasthttp.StatusBadRequest
+	case inBandRateLimit(body):
+		// A rate limit (or spent quota) said in the answer is the 429 it
+		// says: retried and fallen back as one, not counted toward the
+		// breaker, and answered with the gateway's own message (it was a
+		// 502, and five opened the deployment's circuit).
+		status = fasthttp.StatusTooManyRequests
 	}
 	return &pipeline.UpstreamError{Kind: pipeline.UpstreamStatus, Status: status,
 		Provider: pc.cfg.Name, Body: append([]byte(nil), body...), Err: cause, Messages: msgs}

@@ -35,3 +35,23 @@ func TestUpstream4xxIsPermanent(t *testing.T) {
 		}
 	}
 }
+
+// A rate limit or a spent quota said in a 200 answer's error object, or in
+// an error event, is the 429 it says, as the same error with an HTTP 429
+// is: it was a 502, which counted toward the circuit breaker (a wire
+// probe: five of them opened it). Other in-band errors stay 502.
+func TestInBandRateLimitIs429(t *testing.T) {
+	t.Parallel()
+	pc := &providerClient{}
+	for body, want := range map[string]int{
+		`{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}`: 429,
+		`{"error":{"message":"slow down","code":429}}`:                                                      429,
+		`{"error":{"message":"no credit","type":"insufficient_quota"}}`:                                     429,
+		`{"object":"error","message":"m","type":"rate_limit_error"}`:                                        429,
+		`{"error":{"message":"overloaded","type":"server_error"}}`:                                          502,
+	} {
+		if ue := pc.errorAnswer([]byte(body), errErrorEvent, pipeline.MessageMap{}); ue.Status != want {
+			t.Errorf("%s: status %d, want %d", body, ue.Status, want)
+		}
+	}
+}
