@@ -50,6 +50,7 @@ type stream struct {
 	side    *checker // judges the chunks' side members (side.go), each string on its own
 	due     []pipeline.ServerCall
 	stashed bool
+	failed  bool // the upstream's failure came: held text was released before it
 	stash   []byte
 	stashE  error
 }
@@ -147,6 +148,22 @@ func (s *stream) Next() ([]byte, error) {
 				}
 			}
 			continue
+		}
+		if err != nil && !s.failed {
+			// The upstream failed: the text held back for judging (a
+			// match may span chunks) is judged as it stands and goes out
+			// before the failure, as it would have without a guardrail;
+			// dropped, a client that saw it nothing of it lost it.
+			s.failed = true
+			for i := range s.texts {
+				if ferr := s.flushChoice(i); ferr != nil {
+					return nil, ferr
+				}
+			}
+			if len(s.queue) > 0 {
+				s.stash, s.stashE, s.stashed = nil, err, true
+				continue
+			}
 		}
 		if err != nil || len(chunk) == 0 || chunk[0] == ':' {
 			return chunk, err

@@ -303,3 +303,39 @@ func TestAudioRefusedUnderResponseGuardrails(t *testing.T) {
 		}
 	}
 }
+
+// failingStream is sliceStream that fails with err after its chunks.
+type failingStream struct {
+	sliceStream
+	err error
+}
+
+func (s *failingStream) Next() ([]byte, error) {
+	if s.i == len(s.chunks) {
+		return nil, s.err
+	}
+	return s.sliceStream.Next()
+}
+
+// An upstream failure after some text: the text held back for judging
+// goes out (judged) before the failure, as it would without a guardrail;
+// it was dropped, so a client that had been shown nothing lost text the
+// upstream sent (a chaos probe).
+func TestStreamFailureReleasesHeldText(t *testing.T) {
+	t.Parallel()
+	chunks := chunksOf("Hi there, mail alice@example.com", 4)
+	chunks = chunks[:len(chunks)-1] // no finish: the upstream fails instead
+	cut := errors.New("upstream cut")
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Replacement: "[X]", Window: 32})
+	got, err := drainStream(newStream(context.Background(), &failingStream{sliceStream{chunks: chunks}, cut}, []*guard{g}, nil))
+	if !errors.Is(err, cut) {
+		t.Fatalf("err %v, want the upstream's failure", err)
+	}
+	var text strings.Builder
+	for _, c := range got {
+		text.WriteString(gjson.GetBytes(c, "choices.0.delta.content").Str)
+	}
+	if want := "Hi there, mail [X]"; text.String() != want {
+		t.Fatalf("before the failure %q, want %q", text.String(), want)
+	}
+}
