@@ -988,34 +988,21 @@ func accountWords(b []byte) bool {
 // its "response.error" (Responses' response.failed) or the event itself
 // when its type is "error" (Responses' error event).
 func rewriteAccountEvents(b []byte) []byte {
-	var out []byte // nil until a line changes
-	last := 0
-	for start := 0; start < len(b); {
-		end := bytes.IndexByte(b[start:], '\n')
-		if end < 0 {
-			end = len(b)
-		} else {
-			end += start
+	return editDataLines(b, func(line, p []byte) []byte {
+		if !bytes.Contains(line, errorWord) || !accountWords(line) {
+			return nil
 		}
-		line := b[start:end]
-		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(line, errorWord) && accountWords(line) {
-			if q, changed := accountEvent(p); changed {
-				out = append(out, b[last:start]...)
-				out = append(out, dataField...)
-				out = append(out, ' ')
-				out = append(out, q...)
-				if bytes.HasSuffix(line, []byte{'\r'}) {
-					out = append(out, '\r') // the line's own ending, kept
-				}
-				last = end
-			}
+		q, changed := accountEvent(p)
+		if !changed {
+			return nil
 		}
-		start = end + 1
-	}
-	if out == nil {
-		return b
-	}
-	return append(out, b[last:]...)
+		out := append(append([]byte(nil), dataField...), ' ')
+		out = append(out, q...)
+		if bytes.HasSuffix(line, []byte{'\r'}) {
+			out = append(out, '\r') // the line's own ending, kept
+		}
+		return out
+	})
 }
 
 // maskErrorAddrs masks the providers' addresses in b's error events (a
@@ -1024,6 +1011,21 @@ func rewriteAccountEvents(b []byte) []byte {
 // has them masked (redactString); other lines, the model's text, go as
 // they are. b itself when nothing changed.
 func maskErrorAddrs(b []byte) []byte {
+	return editDataLines(b, func(line, p []byte) []byte {
+		if !bytes.Contains(p, errorWord) || !errorEvent(p) {
+			return nil
+		}
+		if q := observe.UpstreamAddrs.RedactSecrets(line); !bytes.Equal(q, line) {
+			return q
+		}
+		return nil
+	})
+}
+
+// editDataLines returns b with each "data:" line (LF-ended) that edit
+// gives a new one for (edit sees the line and its data, and returns nil to
+// keep it) replaced by it; b itself when none changed.
+func editDataLines(b []byte, edit func(line, data []byte) []byte) []byte {
 	var out []byte // nil until a line changes
 	last := 0
 	for start := 0; start < len(b); {
@@ -1034,8 +1036,8 @@ func maskErrorAddrs(b []byte) []byte {
 			end += start
 		}
 		line := b[start:end]
-		if p, ok := bytes.CutPrefix(line, dataField); ok && bytes.Contains(p, errorWord) && errorEvent(p) {
-			if q := observe.UpstreamAddrs.RedactSecrets(line); len(q) != len(line) || !bytes.Equal(q, line) {
+		if p, ok := bytes.CutPrefix(line, dataField); ok {
+			if q := edit(line, p); q != nil {
 				out = append(append(out, b[last:start]...), q...)
 				last = end
 			}
