@@ -104,9 +104,12 @@ func TestRelayedStreamIDFromTheFirstThatHasOne(t *testing.T) {
 		t.Fatalf("accumulated %+v usage %+v", acc.Choices, acc.Usage)
 	}
 	ids := chunkIDs(h)
+	if len(ids) != 1 {
+		t.Fatalf("chunk ids %v, want one", ids)
+	}
 	for id := range ids {
-		if len(ids) != 1 || !strings.HasPrefix(id, "chatcmpl-gw") {
-			t.Fatalf("chunk ids %v, want one of the gateway's", ids)
+		if !strings.HasPrefix(id, "chatcmpl-gw") {
+			t.Fatalf("chunk id %q, want one of the gateway's", id)
 		}
 	}
 }

@@ -149,7 +149,7 @@ func (s *stream) Next() ([]byte, error) {
 			}
 			continue
 		}
-		if err != nil && !s.failed {
+		if err != nil && !s.failed && s.ctx.Err() == nil { // a client that left is told nothing (an http guardrail would fail closed on its context)
 			// The upstream failed: the text held back for judging (a
 			// match may span chunks) is judged as it stands and goes out
 			// before the failure, as it would have without a guardrail;

@@ -339,3 +339,26 @@ func TestStreamFailureReleasesHeldText(t *testing.T) {
 		t.Fatalf("before the failure %q, want %q", text.String(), want)
 	}
 }
+
+// A failure once the client has left releases nothing: the held text is
+// not judged (an http guardrail would fail closed on the ended context and
+// count a block the client never caused; a review).
+func TestStreamFailureAfterTheClientLeftReleasesNothing(t *testing.T) {
+	t.Parallel()
+	chunks := chunksOf("Hi there", 4)
+	chunks = chunks[:len(chunks)-1]
+	cut := errors.New("upstream cut")
+	ctx, cancel := context.WithCancel(context.Background())
+	g := mustGuard(t, config.Guardrail{Name: "pii", Kind: "pii", Action: "redact", Replacement: "[X]", Window: 32})
+	s := newStream(ctx, &failingStream{sliceStream{chunks: chunks}, cut}, []*guard{g}, nil)
+	cancel()
+	got, err := drainStream(s)
+	if !errors.Is(err, cut) {
+		t.Fatalf("err %v, want the upstream's failure", err)
+	}
+	for _, c := range got {
+		if gjson.GetBytes(c, "choices.0.delta.content").Str != "" {
+			t.Fatalf("text released after the client left: %s", c)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"strconv"
 	"unsafe"
 
@@ -206,7 +207,7 @@ type finishes struct {
 	minted                      bool   // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
 	idEnd, fpEnd                uint16 // where the id and the fingerprint end in head
 	created                     int64
-	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer)
+	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer, or an id setID gave)
 	headArr                     [72]byte
 }
 
@@ -231,16 +232,21 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 		// filter's first, whose id is ""): an SDK's accumulator keeps the
 		// last chunk's fingerprint and service tier, so the made chunk
 		// must repeat them. An id the gateway gave the stream before
-		// (setID) stays its id.
+		// (setID) stays its id, and what that chunk lacks stays what the
+		// chunks before it gave.
+		fp, tier, created := headField(view, "system_fingerprint"), headField(view, "service_tier"), gjson.Get(view, "created").Int()
 		if f.minted {
-			id, f.minted = string(f.head[:f.idEnd]), false
+			old := string(f.head)
+			id, f.minted = old[:f.idEnd], false
+			fp, tier = cmp.Or(fp, old[f.idEnd:f.fpEnd]), cmp.Or(tier, old[f.fpEnd:])
+			created = cmp.Or(created, f.created)
 		}
 		f.head = append(f.headArr[:0], id...)
 		f.idEnd = uint16(len(f.head))
-		f.created = gjson.Get(view, "created").Int()
-		f.head = append(f.head, headField(view, "system_fingerprint")...)
+		f.created = created
+		f.head = append(f.head, fp...)
 		f.fpEnd = uint16(len(f.head))
-		f.head = append(f.head, headField(view, "service_tier")...)
+		f.head = append(f.head, tier...)
 	}
 	none = true
 	pos := 0

@@ -54,7 +54,6 @@ type upstreamStream struct {
 	buf      []byte
 	fix      []byte                   // fillFinish's output (never a view of rd's), reused by the next chunk
 	idFix    []byte                   // sameID's output, reused by the next chunk
-	headNoID bool                     // head is of a chunk without an id, kept while no id is known
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
 	at       int                      // where the model string starts in head
@@ -348,7 +347,7 @@ func groqUsage(data []byte) []byte {
 // created and model at the head of every chunk, so the search runs about
 // once per stream.
 func (s *upstreamStream) rename(data []byte) []byte {
-	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) || s.headNoID && len(s.fin.id()) > 0 {
+	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
 		data, idEnd := s.sameID(data)
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
@@ -357,11 +356,10 @@ func (s *upstreamStream) rename(data []byte) []byte {
 		// an object, a list): a number's head ("model":1) is a prefix of
 		// another number's ("model":12). An insertion (no model) is not
 		// kept either: the next chunk may have one. Nor is a head without
-		// the chunk's id in it, unless the chunk has none and no id is
-		// known yet (headNoID: dropped once one is): the next chunk's id
-		// would not be looked at.
-		s.headNoID = idEnd == 0 && len(s.fin.id()) == 0
-		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && (idEnd > 0 && idEnd <= at || s.headNoID) {
+		// the chunk's id in it: the next chunk's id would not be looked at,
+		// and one may have to be given to it (a stream without ids pays
+		// the search on every chunk).
+		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && idEnd > 0 && idEnd <= at {
 			s.head = append(s.headArr[:0], data[:end]...)
 		}
 		if keep {

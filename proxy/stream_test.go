@@ -357,3 +357,25 @@ func TestUpstreamStreamTimeoutNearTheTotalDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A stream whose chunks carry no id, after a keep-alive chunk with none,
+// goes out under one id of the gateway's on every chunk, the finish the
+// gateway adds included, with the first chunk's created (a review: the
+// keep-alive's head was reused for the next chunks, whose id was then
+// never looked at, and all went out with none).
+func TestUpstreamStreamWithoutIDsGetsOne(t *testing.T) {
+	t.Parallel()
+	keepAlive := `{"object":"chat.completion.chunk","created":7,"model":"up","choices":[]}`
+	chunk := `{"object":"chat.completion.chunk","created":7,"model":"up","choices":[{"index":0,"delta":{"content":"x"}}]}`
+	u := rawUpstream(t, "data: "+keepAlive+"\n\ndata: "+chunk+"\n\ndata: "+chunk+"\n\ndata: [DONE]\n\n")
+	chunks, err := streamAll(t, u)
+	if err != nil || len(chunks) != 4 { // and the finish the upstream did not send
+		t.Fatalf("%v %q", err, chunks)
+	}
+	id := gjson.GetBytes(chunks[1], "id").Str
+	for _, c := range chunks[1:] {
+		if gjson.GetBytes(c, "id").Str != id || !strings.HasPrefix(id, "chatcmpl-gw") || gjson.GetBytes(c, "created").Int() != 7 {
+			t.Fatalf("chunk %s: want id %q and created 7", c, id)
+		}
+	}
+}
