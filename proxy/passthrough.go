@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -1050,15 +1051,16 @@ func editDataLines(b []byte, edit func(line, data []byte) []byte) []byte {
 	return append(out, b[last:]...)
 }
 
-// errorEvent reports whether p, an event's data, is an error: an "error"
-// that is not null, or a Responses event of type "error" or
-// "response.failed".
+// errorEvent reports whether p, an event's data, is an error: an error
+// object as a chat stream's relay reads one (isErrorObject), or a
+// Responses event of type "error" or "response.failed".
 func errorEvent(p []byte) bool {
-	res := gjson.GetManyBytes(p, "error", "type")
-	if res[0].Exists() && res[0].Type != gjson.Null {
+	view := unsafe.String(unsafe.SliceData(p), len(p)) // read only here
+	if isErrorObject(view) {
 		return true
 	}
-	return res[1].Str == "error" || res[1].Str == "response.failed"
+	typ := gjson.Get(view, "type").Str
+	return typ == "error" || typ == "response.failed"
 }
 
 // accountEvent is rewriteAccountEvents for one event's data.

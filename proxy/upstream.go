@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -467,7 +466,7 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 		out := resp.Body()
 		var body []byte
 		var failed error
-		if j := bytes.TrimLeft(out, " \t\r\n"); !pc.messages && isEventStream(resp.Header.ContentType()) && !(len(j) > 0 && j[0] == '{' && jsonvalid.Bytes(out)) {
+		if !pc.messages && isEventStream(resp.Header.ContentType()) && !(firstNonSpace(out) < len(out) && out[firstNonSpace(out)] == '{' && jsonvalid.Bytes(out)) {
 			// An upstream that streams whatever was asked for: the
 			// answer its events hold, checked below as any JSON answer.
 			if out, failed = pc.streamedAnswer(out, req.Model, req.Messages); failed != nil {
