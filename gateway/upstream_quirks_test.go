@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
@@ -384,12 +385,12 @@ func TestUpstreamNeverFinishingGetsAFinish(t *testing.T) {
 			want: []string{"stop"}, text: "Hello"},
 		{name: "usage mid-stream", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + usage + ev(text(0, `{"content":"lo"}`, `null`)) + usage + usage + "data: [DONE]\n\n",
 			want: []string{"stop"}, text: "Hello", loose: true},
-		// An Azure-style first chunk (no id, a prompt filter's) gives the
-		// made chunk nothing: its id, created, fingerprint and service tier
-		// are the answer's.
+		// An Azure-style first chunk (no id, a prompt filter's) is not
+		// relayed, and gives the made chunk nothing: its id, created,
+		// fingerprint and service tier are the answer's.
 		{name: "prompt filter first", stream: "data: {\"id\":\"\",\"object\":\"\",\"created\":0,\"model\":\"\",\"choices\":[],\"prompt_filter_results\":[]}\n\n" +
 			"data: " + strings.Replace(head, `"system_fingerprint"`, `"service_tier":"default","system_fingerprint"`, 1) + text(0, `{"role":"assistant","content":"Hello"}`, `""`) + "]}\n\n" + "data: [DONE]\n\n",
-			want: []string{"stop"}, text: "Hello", loose: true},
+			want: []string{"stop"}, text: "Hello"},
 		// Two choices in one chunk: choice 0 without the key, choice 1
 		// ending; choice 0 still gets its own finish.
 		{name: "two choices in a chunk", stream: ev(text(0, `{"role":"assistant","content":"a"}`, `null`)+","+text(1, `{"role":"assistant","content":"b"}`, `null`)) +
@@ -443,7 +444,7 @@ func TestUpstreamNeverFinishingGetsAFinish(t *testing.T) {
 				t.Errorf("usage %+v", acc.Usage)
 			}
 			//lint:ignore SA1019 the SDK deprecates the field; the member is still on the wire, and its accumulator keeps the last chunk's
-			if acc.SystemFingerprint != "fp_1" || bytes.Count(raw, []byte(`"id":"c1","object":"chat.completion.chunk","created":7,`)) != bytes.Count(raw, []byte("data: {"))-strings.Count(tc.stream, `"id":""`) {
+			if acc.SystemFingerprint != "fp_1" || bytes.Count(raw, []byte(`"id":"c1","object":"chat.completion.chunk","created":7,`)) != bytes.Count(raw, []byte("data: {")) {
 				t.Errorf("a made chunk lacks the stream's id or created, or the fingerprint is lost\n%s", raw)
 			}
 		})
@@ -559,5 +560,125 @@ func TestUpstreamWithoutRoleGetsOne(t *testing.T) {
 				t.Fatalf("%v\n%s", err, raw) // a null delta or role, or a choice without a delta, breaks other rules the relay passes on
 			}
 		})
+	}
+}
+
+// A relayed stream (a request without tools) keeps the stream's rules
+// whatever the upstream breaks of them, so that openai-go's accumulator
+// gets what the JSON answer of the same request says (a wire probe found
+// each of these relayed as it came): the role once, each choice's finish
+// in a chunk of its own with an empty delta, after the choice's last
+// content, and no chunk of a choice after its finish (openai-go wipes the
+// finish_reason on any later chunk of the choice).
+func TestRelayedStreamKeepsTheRules(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","choices":[`
+	ev := func(choices string) string { return "data: " + head + choices + "]}\n\n" }
+	text := func(i int, delta, finish string) string {
+		return fmt.Sprintf(`{"index":%d,"delta":%s,"finish_reason":%s}`, i, delta, finish)
+	}
+	usage := "data: " + head + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	call := `{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]}`
+	for _, tc := range []struct {
+		name, stream string
+		usage        bool
+		finish, text string
+		call         bool
+	}{
+		{name: "role on every delta", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{"role":"assistant","content":"lo"}`, `null`)) +
+			ev(text(0, `{"role":"assistant"}`, `"stop"`)) + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
+		{name: "content after the finish", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{}`, `"length"`)) +
+			ev(text(0, `{"content":"lo"}`, `null`)) + "data: [DONE]\n\n", finish: "length", text: "Hello"},
+		{name: "content after the finish, then usage", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{}`, `"length"`)) +
+			ev(text(0, `{"content":"lo"}`, `null`)) + usage + "data: [DONE]\n\n", finish: "length", text: "Hello"},
+		{name: "finish with the last content", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{"content":"lo"}`, `"stop"`)) +
+			"data: [DONE]\n\n", finish: "stop", text: "Hello"},
+		{name: "finish with the last content, then usage", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) +
+			ev(text(0, `{"content":"lo"}`, `"stop"`)) + usage + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
+		{name: "whole call with the finish", stream: ev(text(0, `{"role":"assistant","content":null}`, `null`)) + ev(text(0, call, `"tool_calls"`)) +
+			"data: [DONE]\n\n", finish: "tool_calls", call: true},
+		{name: "usage chunk repeating the choice", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + ev(text(0, `{}`, `"stop"`)) +
+			"data: " + head + text(0, `{}`, `null`) + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n" + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
+		{name: "finish twice", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + ev(text(0, `{}`, `"stop"`)) + ev(text(0, `{}`, `"stop"`)) +
+			"data: [DONE]\n\n", finish: "stop", text: "Hello"},
+		{name: "prompt filter first", stream: "data: {\"id\":\"\",\"object\":\"\",\"created\":0,\"model\":\"\",\"choices\":[],\"prompt_filter_results\":[]}\n\n" +
+			ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + ev(text(0, `{}`, `"stop"`)) + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, tc.stream, `{}`)
+			p := userMsg("hi")
+			if tc.usage {
+				p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			}
+			stream := h.client.Chat.Completions.NewStreaming(context.Background(), p)
+			var acc openai.ChatCompletionAccumulator
+			var finished []string
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+				if c, ok := acc.JustFinishedToolCall(); ok {
+					finished = append(finished, c.Name+" "+c.Arguments)
+				}
+			}
+			raw, _ := h.lastRaw()
+			if err := stream.Err(); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: tc.usage}); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			if len(acc.Choices) != 1 || string(acc.Choices[0].FinishReason) != tc.finish || acc.Choices[0].Message.Content != tc.text {
+				t.Fatalf("accumulated %+v, want %q finished %q\n%s", acc.Choices, tc.text, tc.finish, raw)
+			}
+			if tc.call && (len(finished) != 1 || finished[0] != `get_weather {"city":"Oslo"}`) {
+				t.Errorf("openai-go reported the finished calls %q\n%s", finished, raw)
+			}
+			if tc.usage && acc.Usage.TotalTokens != 5 {
+				t.Errorf("usage %+v\n%s", acc.Usage, raw)
+			}
+			if ids := chunkIDs(h); len(ids) != 1 || !ids["c1"] {
+				t.Errorf("chunk ids %v\n%s", ids, raw)
+			}
+		})
+	}
+}
+
+// Content after a finish that went out already (the upstream sent the
+// finish, and the rest only once the client had it): the finish comes
+// again after the content, with the reason it had, so that openai-go's
+// accumulator, which the late chunk wiped, ends with it.
+func TestRelayedStreamContentAfterASentFinish(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","choices":[`
+	ev := func(choice string) string { return "data: " + head + choice + "]}\n\n" }
+	gate := make(chan struct{})
+	var once sync.Once
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, ev(`{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}`)+
+			ev(`{"index":0,"delta":{},"finish_reason":"length"}`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-gate:
+		case <-time.After(10 * time.Second): // a deadlock guard, not a timing check
+		}
+		_, _ = io.WriteString(w, ev(`{"index":0,"delta":{"content":"lo"},"finish_reason":null}`)+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	stream := h.client.Chat.Completions.NewStreaming(context.Background(), userMsg("hi"))
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+		if c := stream.Current(); len(c.Choices) > 0 && c.Choices[0].FinishReason != "" {
+			once.Do(func() { close(gate) })
+		}
+	}
+	raw, _ := h.lastRaw()
+	if err := stream.Err(); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if len(acc.Choices) != 1 || acc.Choices[0].FinishReason != "length" || acc.Choices[0].Message.Content != "Hello" {
+		t.Fatalf("accumulated %+v\n%s", acc.Choices, raw)
 	}
 }

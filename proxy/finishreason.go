@@ -3,12 +3,15 @@ package proxy
 import (
 	"bytes"
 	"cmp"
+	"math/bits"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/llmgw/gateway/jsonstring"
 	"github.com/llmgw/gateway/wire"
 )
 
@@ -201,30 +204,61 @@ func callsFinish(body []byte) []byte {
 // rare byte; the chunks before the first content, and those with a call or
 // several choices or another one, are parsed.
 type finishes struct {
-	present, seen, ended, calls uint64 // bit i: choice i came, had content, ended, had calls
-	roled                       uint64 // bit i: choice i's role was sent (the upstream's, or one see asked for)
-	wide                        bool   // an index outside 0..63: not followed, nothing added
-	minted                      bool   // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
-	idEnd, fpEnd                uint16 // where the id and the fingerprint end in head
+	present, seen, ended, calls uint64         // bit i: choice i came, had content, ended, had calls
+	roled                       uint64         // bit i: choice i's role was sent (the upstream's, or one see asked for)
+	owed                        uint64         // bit i: the upstream ended choice i in a delta with content; due sends the finish
+	finishing                   uint64         // bit i: the last chunk see took ended choice i in a chunk of its own (Next holds it)
+	reopened                    uint64         // bit i: the last chunk see took brought content for choice i after its finish
+	reasons                     []choiceReason // the finishes of owed and reopened choices, for due
+	wide                        bool           // an index outside 0..63: not followed, nothing added
+	minted                      bool           // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
+	idEnd, fpEnd                uint16         // where the id and the fingerprint end in head
 	created                     int64
 	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer, or an id setID gave)
 	headArr                     [72]byte
 }
 
+// choiceReason is a choice's finish reason, kept for the finish chunk due
+// sends.
+type choiceReason struct {
+	index  int
+	reason string
+}
+
+// chunkEdit is what see finds to change in a relayed chunk so that its
+// choices keep the stream's rules whatever the upstream sent: bit i names
+// the i-th entry of the chunk's choices array (editChoices).
+type chunkEdit struct {
+	// noRole: the choice's first delta (an object, or null) came without
+	// the role (missing, null or empty): it gets the assistant's. Every
+	// SDK's accumulator takes the role from a choice's deltas (npm
+	// openai's throws "missing role" without one).
+	noRole uint64
+	// dupRole: a later delta repeats the role: it loses it (a stream sends
+	// the role once, in the choice's first delta).
+	dupRole uint64
+	// split: the choice ends in a delta with content or a call: its
+	// finish_reason becomes null, and due sends the finish in a chunk of
+	// its own (openai-go never reports a call that arrives whole in the
+	// finish chunk as finished).
+	split uint64
+	// stale: the choice came again after its finish with nothing in it (a
+	// usage chunk that repeats the choice, a second finish): it is taken
+	// out (openai-go's accumulator wipes a finished choice's reason on any
+	// later chunk of that choice).
+	stale uint64
+	n     int // the number of choices in the chunk
+}
+
 // see takes one relayed chunk (after fillFinish) and its keys (keysOf),
 // and reports whether it holds no choice (a usage chunk's "choices":[]),
-// and in noRole the positions in its choices array (bit i: the i-th) of
-// the choices whose delta (an object, or null) is the first to come
-// without the choice's role having come: a missing, null or empty role.
-// Every SDK's accumulator takes the role from a choice's deltas (npm
-// openai's throws "missing role" without one), which a few upstreams leave
-// out.
-func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
-	if f.seen&1 != 0 && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) { // an id is read first: rename's sameID needs it
-		if ks.named {
-			f.ended |= 1
-		}
-		return false, 0
+// and what the chunk's choices need changed (chunkEdit). It sets finishing
+// and reopened for that chunk alone.
+func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
+	f.finishing, f.reopened = 0, 0
+	if f.seen&1 != 0 && f.ended&1 == 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls &&
+		onlyIndexZero(chunk) && !bytes.Contains(chunk, roleKey) { // an id is read first: rename's sameID needs it
+		return false, e
 	}
 	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
 	if id := headField(view, "id"); f.idEnd == 0 || f.minted && id != "" {
@@ -252,29 +286,44 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 	pos := 0
 	cs := gjson.Get(view, "choices")
 	if !cs.IsArray() {
-		return true, 0 // no choice: not even a "choices": null, which ForEach would visit as one
+		return true, e // no choice: not even a "choices": null, which ForEach would visit as one
 	}
 	cs.ForEach(func(_, c gjson.Result) bool {
 		none = false
 		i := c.Get("index")
-		if i.Type != gjson.Number || i.Num < 0 || i.Num > 63 || i.Num != float64(int(i.Num)) {
+		if i.Type != gjson.Number || i.Num < 0 || i.Num > 63 || i.Num != float64(int(i.Num)) || pos > 63 {
 			f.wide = true
 			return false
 		}
-		bit := uint64(1) << int(i.Num)
-		d := c.Get("delta")
-		if f.roled&bit == 0 {
-			switch r := d.Get("role"); {
-			case r.Type == gjson.String && r.Str != "":
-				f.roled |= bit
-			case (d.IsObject() || d.Type == gjson.Null) && pos < 64:
-				noRole |= 1 << pos
-				f.roled |= bit
-			}
-		}
+		bit, at := uint64(1)<<int(i.Num), uint64(1)<<pos
 		pos++
+		d := c.Get("delta")
+		content := wire.DeltaHasContent(d)
+		if f.ended&bit != 0 {
+			if !content {
+				e.stale |= at
+				return true
+			}
+			// Content after the choice's finish: the choice is open again,
+			// and its finish (held back by Next, or owed) goes after it.
+			f.ended &^= bit
+			f.owed &^= bit
+			f.reopened |= bit
+		}
+		r := d.Get("role")
+		switch {
+		case f.roled&bit != 0:
+			if r.Exists() {
+				e.dupRole |= at
+			}
+		case r.Type == gjson.String && r.Str != "":
+			f.roled |= bit
+		case d.IsObject() || d.Type == gjson.Null:
+			e.noRole |= at
+			f.roled |= bit
+		}
 		f.present |= bit
-		if wire.DeltaHasContent(d) {
+		if content {
 			f.seen |= bit
 		}
 		if tc := d.Get("tool_calls"); tc.IsArray() && tc.Get("0").Exists() {
@@ -282,11 +331,103 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, noRole uint64) {
 		}
 		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 			f.ended |= bit
+			if content {
+				e.split |= at
+				f.owed |= bit
+				f.setReason(int(i.Num), fr.Str)
+			} else {
+				f.finishing |= bit
+			}
 		}
 		return true
 	})
-	return none, noRole
+	e.n = pos
+	return none, e
 }
+
+// setReason keeps reason as choice i's finish for due.
+func (f *finishes) setReason(i int, reason string) {
+	if len(reason) > maxHeadField {
+		return // no provider's reason is this long: due's own is sent
+	}
+	for k := range f.reasons {
+		if f.reasons[k].index == i {
+			f.reasons[k].reason = strings.Clone(reason)
+			return
+		}
+	}
+	f.reasons = append(f.reasons, choiceReason{i, strings.Clone(reason)})
+}
+
+// reason returns the finish kept for choice i, or "".
+func (f *finishes) reason(i int) string {
+	for _, r := range f.reasons {
+		if r.index == i {
+			return r.reason
+		}
+	}
+	return ""
+}
+
+// unfinish gives the choices of chunk, a finish chunk held back
+// (nextHeld), whose index bits names a null finish_reason, and keeps each
+// reason for the finish due sends once the choice's late content has gone
+// out. chunk itself is only read.
+func (f *finishes) unfinish(chunk []byte, bits uint64) []byte {
+	for _, p := range f.keepReasons(chunk, bits) {
+		if out, err := sjson.SetRawBytes(chunk, "choices."+strconv.Itoa(p)+".finish_reason", finishNull); err == nil {
+			chunk = out
+		}
+	}
+	return chunk
+}
+
+// keepReasons keeps, for due, the finish_reason of each choice of chunk
+// whose index bits names, and returns their positions in its choices.
+func (f *finishes) keepReasons(chunk []byte, bits uint64) (at []int) {
+	pos := 0
+	gjson.GetBytes(chunk, "choices").ForEach(func(_, c gjson.Result) bool {
+		if i := c.Get("index").Int(); i >= 0 && i < 64 && bits&(1<<i) != 0 {
+			if fr := c.Get("finish_reason"); fr.Type == gjson.String {
+				f.setReason(int(i), fr.Str)
+			}
+			at = append(at, pos)
+		}
+		pos++
+		return true
+	})
+	return at
+}
+
+// editChoices makes the changes e names in chunk (see), and reports
+// whether no choice is left in it. chunk itself is only read.
+func editChoices(chunk []byte, e chunkEdit) (_ []byte, none bool) {
+	chunk = addRoles(chunk, e.noRole)
+	for m := e.dupRole | e.split; m != 0; m &= m - 1 {
+		pos := bits.TrailingZeros64(m)
+		choice := "choices." + strconv.Itoa(pos)
+		if e.dupRole&(1<<pos) != 0 {
+			if out, err := sjson.DeleteBytes(chunk, choice+".delta.role"); err == nil {
+				chunk = out
+			}
+		}
+		if e.split&(1<<pos) != 0 {
+			if out, err := sjson.SetRawBytes(chunk, choice+".finish_reason", finishNull); err == nil {
+				chunk = out
+			}
+		}
+	}
+	for pos := 63; pos >= 0; pos-- { // from the last, so that each position still names its choice
+		if e.stale&(1<<pos) != 0 {
+			if out, err := sjson.DeleteBytes(chunk, "choices."+strconv.Itoa(pos)); err == nil {
+				chunk = out
+			}
+		}
+	}
+	return chunk, e.stale != 0 && bits.OnesCount64(e.stale) == e.n
+}
+
+var roleKey = []byte(`"role"`)
 
 // id is the stream's completion id: the first chunk's that has one ("" until then).
 func (f *finishes) id() []byte {
@@ -363,9 +504,10 @@ func (f *finishes) complete() bool {
 	return f.seen != 0 && !f.wide && f.present&^f.ended == 0
 }
 
-// open reports whether due would end a choice.
+// open reports whether due would end a choice: one the upstream left open,
+// or one whose finish is owed.
 func (f *finishes) open() bool {
-	return f.seen != 0 && !f.wide && f.present&^f.ended != 0
+	return f.seen != 0 && !f.wide && (f.present&^f.ended|f.owed) != 0
 }
 
 // chunkKeys is what one pass over a chunk's '_' bytes finds (keysOf).
@@ -408,8 +550,9 @@ func (f *finishes) due(dst []byte, model string) []byte {
 	if !f.open() {
 		return dst
 	}
-	open := f.present &^ f.ended
+	open := f.present&^f.ended | f.owed
 	f.ended |= open
+	f.owed = 0
 	h := wire.Header{ID: string(f.head[:f.idEnd]), Created: f.created, Model: model}
 	dst = wire.AppendHead(dst, "chat.completion.chunk", h)
 	dst = wire.AppendServiceTier(dst, string(f.head[f.fpEnd:]))
@@ -425,9 +568,12 @@ func (f *finishes) due(dst []byte, model string) []byte {
 		dst = append(dst, `{"index":`...)
 		dst = strconv.AppendInt(dst, int64(i), 10)
 		dst = append(dst, `,"delta":{},"logprobs":null,"finish_reason":`...)
-		if f.calls&(1<<i) != 0 {
+		switch r := f.reason(i); {
+		case r != "":
+			dst = append(jsonstring.Append(dst, r), '}')
+		case f.calls&(1<<i) != 0:
 			dst = append(dst, `"tool_calls"}`...)
-		} else {
+		default:
 			dst = append(dst, `"stop"}`...)
 		}
 	}

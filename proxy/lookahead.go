@@ -128,7 +128,12 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	defer s.mu.Unlock()
-	if s.closed || s.done {
+	return s.buffered()
+}
+
+// buffered is Buffered under s.mu.
+func (s *upstreamStream) buffered() bool {
+	if s.msgs != nil || s.closed || s.done {
 		return false
 	}
 	ahead := s.rd.Buffered()

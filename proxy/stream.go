@@ -70,6 +70,17 @@ type upstreamStream struct {
 	failed   error // the failure that follows the held usage chunk, returned from then on
 	clean    bool  // and the body ended right after it: the connection may be pooled
 
+	// A finish chunk of the upstream's may be held until the next chunk
+	// came (nextHeld): some upstreams send a choice's content after its
+	// finish, and the finish must go after it.
+	holds    [2][]byte // copies of the last finish chunks, in turn
+	holdAt   int       // holds[holdAt] is the last one
+	holding  bool      // and it has not gone out
+	holdBits uint64    // the choices it ended that have not come back since
+	after    []byte    // what the read after a held finish gave, due on the next call (hasAfter)
+	afterErr error
+	hasAfter bool
+
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
 	lent      bool        // Next's last chunk, maybe a view of rd's, may still be read: Close keeps rd from the pool
@@ -111,9 +122,64 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, resp *fasthttp.R
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	chunk, err := s.next()
+	chunk, err := s.nextHeld()
 	s.lent = err == nil
 	return chunk, err
+}
+
+// nextHeld is next with a finish chunk held until the next chunk has been
+// read, when that chunk is already here: when it brings content for a
+// choice the held one ended (an upstream that sends content after the
+// finish), the held chunk goes out with a null finish_reason and the
+// finish comes after the content, from due (openai-go's accumulator wipes
+// a finished choice's reason on any later chunk of it). A finish whose
+// next event has not arrived, or is [DONE], leaves at once, as any spaced
+// event does; if content for its choice comes after all, due sends the
+// finish again after it, with the reason it had.
+func (s *upstreamStream) nextHeld() ([]byte, error) {
+	if s.hasAfter {
+		chunk, err := s.after, s.afterErr
+		s.after, s.afterErr, s.hasAfter = nil, nil, false
+		return chunk, err
+	}
+	for {
+		s.fin.finishing, s.fin.reopened = 0, 0
+		chunk, err := s.next()
+		finishing := s.fin.finishing
+		if err != nil {
+			finishing = 0
+		}
+		back := s.fin.reopened & s.holdBits
+		s.holdBits &^= back
+		var held []byte
+		if s.holding {
+			s.holding, held = false, s.holds[s.holdAt]
+			if back != 0 {
+				held = s.fin.unfinish(held, back)
+			}
+		} else if back != 0 {
+			s.fin.keepReasons(s.holds[s.holdAt], back) // the finish went out: due sends it again
+		}
+		if finishing != 0 {
+			if held != nil {
+				s.holdAt ^= 1 // held may be a view of the other
+			}
+			s.holds[s.holdAt] = append(s.holds[s.holdAt][:0], chunk...)
+			s.holdBits = finishing
+			if s.buffered() {
+				s.holding = true
+				if held == nil {
+					continue
+				}
+				return held, nil
+			}
+		}
+		if held == nil {
+			return chunk, err
+		}
+		s.after, s.afterErr, s.hasAfter = chunk, err, true
+		return held, nil
+	}
 }
 
 // next is Next under s.mu.
@@ -194,20 +260,25 @@ func (s *upstreamStream) read() ([]byte, error) {
 	}
 }
 
-// choiceless evens out a data event with no choice in it (see saw none):
-// a usage chunk whose choices are missing or null gets [] (the npm SDK's
-// stream helper iterates every chunk's choices, and a missing or null one
-// throws), an error object not under "error" ({"object":"error",...}, an
-// older vLLM form) is the error it says, and any other object (a
-// keep-alive {"type":"ping"}) is no chunk at all: skipped.
+// choiceless evens out a data event with no choice in it (see saw none,
+// or editChoices took out every one): a usage chunk whose choices are
+// missing or null gets [] (the npm SDK's stream helper iterates every
+// chunk's choices, and a missing or null one throws), an error object not
+// under "error" ({"object":"error",...}, an older vLLM form) is the error
+// it says, and any other object is no chunk at all: skipped. That is a
+// keep-alive ({"type":"ping"}, or a chunk of no choice), and Azure's
+// prompt-filter chunk, whose id, object and model are "" and created 0
+// (a client that reads the response's id from the first chunk, as the AI
+// SDK does, took that "").
 func (s *upstreamStream) choiceless(data []byte) ([]byte, bool, error) {
+	usage := wire.ChunkUsage(data).IsObject()
 	if gjson.GetBytes(data, "choices").IsArray() {
-		return data, false, nil
+		return data, !usage, nil
 	}
 	if isErrorObject(unsafe.String(unsafe.SliceData(data), len(data))) { // read only here
 		return nil, false, s.pc.errorAnswer(data, errErrorEvent, s.msgMap)
 	}
-	if !wire.ChunkUsage(data).IsObject() {
+	if !usage {
 		return nil, true, nil
 	}
 	out, err := sjson.SetRawBytes(data, "choices", []byte("[]"))
@@ -266,14 +337,14 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 			ks = keysOf(data)
 		}
 	}
-	none, noRole := s.fin.see(data, ks)
+	none, edit := s.fin.see(data, ks)
+	if edit != (chunkEdit{n: edit.n}) {
+		data, none = editChoices(data, edit)
+	}
 	if none {
 		if data, skip, err = s.choiceless(data); skip || err != nil {
 			return nil, skip, err
 		}
-	}
-	if noRole != 0 {
-		data = addRoles(data, noRole)
 	}
 	data = s.pairs.pair(data)
 	if bytes.Contains(data, xGroq) {

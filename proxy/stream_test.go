@@ -56,8 +56,8 @@ func streamAll(t *testing.T, u *Upstream) ([][]byte, error) {
 func TestUpstreamStreamNormalizesEvents(t *testing.T) {
 	t.Parallel()
 	u := rawUpstream(t, "data: {\"id\":\"a\",\"model\":\"up\",\n"+
-		"data: \"choices\":[]}\n\n"+
-		"data: {\"id\":\"a\",\"model\":\"up\",\"error\":null,\"choices\":[]}\n\n"+
+		"data: \"choices\":[],\"usage\":{\"total_tokens\":1}}\n\n"+
+		"data: {\"id\":\"a\",\"model\":\"up\",\"error\":null,\"choices\":[],\"usage\":{\"total_tokens\":1}}\n\n"+
 		": comment\n\n"+
 		"data: [DONE]\n\n")
 	chunks, err := streamAll(t, u)
@@ -112,10 +112,10 @@ func TestUpstreamStreamEmptyData(t *testing.T) {
 		chunks int
 		kind   pipeline.UpstreamKind // of the error; -1 = none
 	}{
-		{name: "empty data skipped", body: "data:\n\ndata: {\"id\":\"a\",\"choices\":[]}\n\ndata: \n\ndata: [DONE]\n\n", chunks: 1, kind: -1},
+		{name: "empty data skipped", body: "data:\n\ndata: {\"id\":\"a\",\"choices\":[],\"usage\":{}}\n\ndata: \n\ndata: [DONE]\n\n", chunks: 1, kind: -1},
 		{name: "only empty data, then done", body: "data:\n\ndata:\n\ndata: [DONE]\n\n", kind: -1},
 		{name: "empty data, then cut", body: "data:\n\n", kind: pipeline.UpstreamCut},
-		{name: "empty error event", body: "data: {\"id\":\"a\",\"choices\":[]}\n\nevent: error\ndata:\n\n", chunks: 1, kind: pipeline.UpstreamStatus},
+		{name: "empty error event", body: "data: {\"id\":\"a\",\"choices\":[],\"usage\":{}}\n\nevent: error\ndata:\n\n", chunks: 1, kind: pipeline.UpstreamStatus},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,18 +362,19 @@ func TestUpstreamStreamTimeoutNearTheTotalDeadline(t *testing.T) {
 // goes out under one id of the gateway's on every chunk, the finish the
 // gateway adds included, with the first chunk's created (a review: the
 // keep-alive's head was reused for the next chunks, whose id was then
-// never looked at, and all went out with none).
+// never looked at, and all went out with none). The keep-alive chunk,
+// which holds nothing, is not relayed.
 func TestUpstreamStreamWithoutIDsGetsOne(t *testing.T) {
 	t.Parallel()
 	keepAlive := `{"object":"chat.completion.chunk","created":7,"model":"up","choices":[]}`
 	chunk := `{"object":"chat.completion.chunk","created":7,"model":"up","choices":[{"index":0,"delta":{"content":"x"}}]}`
 	u := rawUpstream(t, "data: "+keepAlive+"\n\ndata: "+chunk+"\n\ndata: "+chunk+"\n\ndata: [DONE]\n\n")
 	chunks, err := streamAll(t, u)
-	if err != nil || len(chunks) != 4 { // and the finish the upstream did not send
+	if err != nil || len(chunks) != 3 { // and the finish the upstream did not send
 		t.Fatalf("%v %q", err, chunks)
 	}
-	id := gjson.GetBytes(chunks[1], "id").Str
-	for _, c := range chunks[1:] {
+	id := gjson.GetBytes(chunks[0], "id").Str
+	for _, c := range chunks {
 		if gjson.GetBytes(c, "id").Str != id || !strings.HasPrefix(id, "chatcmpl-gw") || gjson.GetBytes(c, "created").Int() != 7 {
 			t.Fatalf("chunk %s: want id %q and created 7", c, id)
 		}
