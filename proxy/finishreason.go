@@ -192,42 +192,47 @@ func callsFinish(body []byte) []byte {
 	return body
 }
 
-// finishes follows which choices of a relayed chat stream have ended, so
-// that a choice its upstream never ends (one that sends "" or null to the
-// last chunk) ends with "stop", or "tool_calls" after calls, in a finish
-// chunk of its own before the usage chunk or [DONE]: the JSON answer of the
-// same request names those reasons (addFinish, callsFinish), and an SDK
-// reading the stream would otherwise keep no reason at all. Nothing is
-// added to a stream in which no choice had content: that is a failure
-// (pipeline.ErrNoContent), which fallback retries. The usual chunk (one
-// choice, index 0, which had content; no call) costs two searches for a
-// rare byte; the chunks before the first content, and those with a call or
-// several choices or another one, are parsed.
+// finishes follows the choices of a relayed chat stream, so that each
+// choice's finish reaches the client once, in a chunk of its own, after
+// the choice's last content, whatever the upstream sends: every
+// finish_reason the upstream sends goes out as null (nullFinishes), and
+// due sends the choice's finish, with the reason the upstream last gave,
+// before the last usage chunk or [DONE] (or before a failure that follows
+// it). Upstreams differ: some send the finish in the same delta as the last
+// content or a whole tool call (openai-go never reports such a call as
+// finished), some send content after the finish or the finish twice
+// (openai-go's accumulator wipes a choice's finish on any later chunk of
+// it). A choice its upstream never ends (one that sends "" or null to the
+// last chunk) ends the same way, with "stop", or "tool_calls" after calls:
+// the JSON answer of the same request names those reasons (addFinish,
+// callsFinish). Nothing is added to a stream in which no choice had
+// content: that is a failure (pipeline.ErrNoContent), which fallback
+// retries. The usual chunk (one choice, index 0, which had content; no
+// call, no role, no finish) costs three searches; the chunks before the
+// first content, and those with a call, a role, a finish or several
+// choices, are parsed.
 type finishes struct {
-	present, seen, ended, calls uint64         // bit i: choice i came, had content, ended, had calls
-	roled                       uint64         // bit i: choice i's role was sent (the upstream's, or one see asked for)
-	owed                        uint64         // bit i: the upstream ended choice i in a delta with content; due sends the finish
-	finishing                   uint64         // bit i: the last chunk see took ended choice i in a chunk of its own (Next holds it)
-	reopened                    uint64         // bit i: the last chunk see took brought content for choice i after its finish
-	reasons                     []choiceReason // the finishes of owed and reopened choices, for due
-	wide                        bool           // an index outside 0..63: not followed, nothing added
-	minted                      bool           // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
-	idEnd, fpEnd                uint16         // where the id and the fingerprint end in head
+	present, seen, ended, calls uint64 // bit i: choice i came, had content, was ended by the upstream, had calls
+	roled                       uint64 // bit i: choice i's role was sent (the upstream's, or one see asked for)
+	owed                        uint64 // bit i: the upstream ended choice i, and due has not sent its finish yet
+	reasons                     []choiceReason
+	reasonArr                   [2]choiceReason // reasons' first backing
+	wide                        bool            // an index outside 0..63: not followed, nothing added but what is owed
+	minted                      bool            // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
+	idEnd, fpEnd                uint16          // where the id and the fingerprint end in head
 	created                     int64
 	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer, or an id setID gave)
 	headArr                     [72]byte
 }
 
-// choiceReason is a choice's finish reason, kept for the finish chunk due
-// sends.
+// choiceReason is the finish the upstream last gave a choice.
 type choiceReason struct {
 	index  int
 	reason string
 }
 
-// chunkEdit is what see finds to change in a relayed chunk so that its
-// choices keep the stream's rules whatever the upstream sent: bit i names
-// the i-th entry of the chunk's choices array (editChoices).
+// chunkEdit is what see finds to change in a relayed chunk's choices: bit
+// i names the i-th entry of its choices array (editChoices).
 type chunkEdit struct {
 	// noRole: the choice's first delta (an object, or null) came without
 	// the role (missing, null or empty): it gets the assistant's. Every
@@ -237,27 +242,21 @@ type chunkEdit struct {
 	// dupRole: a later delta repeats the role: it loses it (a stream sends
 	// the role once, in the choice's first delta).
 	dupRole uint64
-	// split: the choice ends in a delta with content or a call: its
-	// finish_reason becomes null, and due sends the finish in a chunk of
-	// its own (openai-go never reports a call that arrives whole in the
-	// finish chunk as finished).
-	split uint64
-	// stale: the choice came again after its finish with nothing in it (a
-	// usage chunk that repeats the choice, a second finish): it is taken
-	// out (openai-go's accumulator wipes a finished choice's reason on any
-	// later chunk of that choice).
-	stale uint64
-	n     int // the number of choices in the chunk
+	// bare: the choice's role came before, and this delta has no content.
+	// A usage chunk whose every choice is bare (one that lists the choice
+	// again after its finish) loses them: it is the usage chunk, which due
+	// keeps last.
+	bare uint64
+	n    int // the number of choices in the chunk
 }
 
-// see takes one relayed chunk (after fillFinish) and its keys (keysOf),
-// and reports whether it holds no choice (a usage chunk's "choices":[]),
-// and what the chunk's choices need changed (chunkEdit). It sets finishing
-// and reopened for that chunk alone.
+// see takes one relayed chunk and its keys (keysOf), and reports whether
+// it holds no choice (a usage chunk's "choices":[]), and what the chunk's
+// choices need changed (chunkEdit). Every finish it holds is owed, with its
+// reason: the caller sends the chunk with null in its place.
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
-	f.finishing, f.reopened = 0, 0
-	if f.seen&1 != 0 && f.ended&1 == 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls &&
-		onlyIndexZero(chunk) && !bytes.Contains(chunk, roleKey) { // an id is read first: rename's sameID needs it
+	if f.seen&1 != 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) &&
+		!bytes.Contains(chunk, roleKey) { // an id is read first: rename's sameID needs it
 		return false, e
 	}
 	view := unsafe.String(unsafe.SliceData(chunk), len(chunk)) // read only here; nothing kept refers to it
@@ -288,6 +287,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 	if !cs.IsArray() {
 		return true, e // no choice: not even a "choices": null, which ForEach would visit as one
 	}
+	owed := f.owed
 	cs.ForEach(func(_, c gjson.Result) bool {
 		none = false
 		i := c.Get("index")
@@ -299,22 +299,14 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		pos++
 		d := c.Get("delta")
 		content := wire.DeltaHasContent(d)
-		if f.ended&bit != 0 {
-			if !content {
-				e.stale |= at
-				return true
-			}
-			// Content after the choice's finish: the choice is open again,
-			// and its finish (held back by Next, or owed) goes after it.
-			f.ended &^= bit
-			f.owed &^= bit
-			f.reopened |= bit
-		}
 		r := d.Get("role")
 		switch {
 		case f.roled&bit != 0:
 			if r.Exists() {
 				e.dupRole |= at
+			}
+			if !content {
+				e.bare |= at
 			}
 		case r.Type == gjson.String && r.Str != "":
 			f.roled |= bit
@@ -331,35 +323,52 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		}
 		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 			f.ended |= bit
-			if content {
-				e.split |= at
-				f.owed |= bit
-				f.setReason(int(i.Num), fr.Str)
-			} else {
-				f.finishing |= bit
-			}
+			f.owed |= bit
+			f.setReason(int(i.Num), fr.Str)
 		}
 		return true
 	})
+	if f.wide {
+		// Not followed: the chunk goes out with its finishes (nullFinishes
+		// is not called), so none of them is owed.
+		f.owed = owed
+	}
 	e.n = pos
 	return none, e
 }
 
-// setReason keeps reason as choice i's finish for due.
+// setReason keeps reason as choice i's finish, the upstream's last word.
 func (f *finishes) setReason(i int, reason string) {
-	if len(reason) > maxHeadField {
-		return // no provider's reason is this long: due's own is sent
+	reason = keptReason(reason)
+	if f.reasons == nil {
+		f.reasons = f.reasonArr[:0]
 	}
 	for k := range f.reasons {
 		if f.reasons[k].index == i {
-			f.reasons[k].reason = strings.Clone(reason)
+			f.reasons[k].reason = reason
 			return
 		}
 	}
-	f.reasons = append(f.reasons, choiceReason{i, strings.Clone(reason)})
+	f.reasons = append(f.reasons, choiceReason{i, reason})
 }
 
-// reason returns the finish kept for choice i, or "".
+// keptReason returns reason, a view of a chunk, as a string of its own:
+// the usual ones without a copy.
+func keptReason(reason string) string {
+	for _, r := range knownReasons {
+		if reason == r {
+			return r
+		}
+	}
+	if len(reason) > maxHeadField {
+		return "stop" // no provider's reason is this long
+	}
+	return strings.Clone(reason)
+}
+
+var knownReasons = [...]string{"stop", "length", "tool_calls", "content_filter", "function_call"}
+
+// reason returns the finish the upstream last gave choice i, or "".
 func (f *finishes) reason(i int) string {
 	for _, r := range f.reasons {
 		if r.index == i {
@@ -369,62 +378,73 @@ func (f *finishes) reason(i int) string {
 	return ""
 }
 
-// unfinish gives the choices of chunk, a finish chunk held back
-// (nextHeld), whose index bits names a null finish_reason, and keeps each
-// reason for the finish due sends once the choice's late content has gone
-// out. chunk itself is only read.
-func (f *finishes) unfinish(chunk []byte, bits uint64) []byte {
-	for _, p := range f.keepReasons(chunk, bits) {
-		if out, err := sjson.SetRawBytes(chunk, "choices."+strconv.Itoa(p)+".finish_reason", finishNull); err == nil {
+// nullFinishes gives every "finish_reason" member of body whose value is
+// a string of at least two characters null instead, in place, and returns
+// body shortened by what that took out (body's bytes past the new end are
+// left as they were). "" is not one (fillFinish's). A match is a key
+// (finishValueAt): text never counts.
+func nullFinishes(body []byte) []byte {
+	for k := 0; ; {
+		i := bytes.IndexByte(body[k:], '_')
+		if i < 0 {
+			return body
+		}
+		k += i
+		v := finishValueAt(body, k)
+		k++
+		if v < 0 || v >= len(body) || body[v] != '"' {
+			continue
+		}
+		end := stringEnd(body, v)
+		if end < 0 {
+			return body
+		}
+		if end-v < len(finishNull) {
+			continue // "" or "x": not a reason
+		}
+		copy(body[v:], finishNull)
+		n := copy(body[v+len(finishNull):], body[end:])
+		body = body[:v+len(finishNull)+n]
+		k = v + len(finishNull)
+	}
+}
+
+// stringEnd returns the index just past the JSON string that starts at
+// body[at] (a quote), or -1 when it does not end.
+func stringEnd(body []byte, at int) int {
+	for j := at + 1; j < len(body); j++ {
+		switch body[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// editChoices makes the changes e names in chunk (see): roles given and
+// taken out, and, in a chunk with usage whose every choice is bare, the
+// choices taken out. It reports whether no choice is left. chunk itself is
+// only read.
+func editChoices(chunk []byte, e chunkEdit) (_ []byte, none bool) {
+	if e.n > 0 && bits.OnesCount64(e.bare) == e.n && wire.ChunkUsage(chunk).IsObject() {
+		if out, err := sjson.SetRawBytes(chunk, "choices", []byte("[]")); err == nil {
+			return out, true
+		}
+	}
+	chunk = addRoles(chunk, e.noRole)
+	for m := e.dupRole; m != 0; m &= m - 1 {
+		if out, err := sjson.DeleteBytes(chunk, "choices."+strconv.Itoa(bits.TrailingZeros64(m))+".delta.role"); err == nil {
 			chunk = out
 		}
 	}
-	return chunk
+	return chunk, false
 }
 
-// keepReasons keeps, for due, the finish_reason of each choice of chunk
-// whose index bits names, and returns their positions in its choices.
-func (f *finishes) keepReasons(chunk []byte, bits uint64) (at []int) {
-	pos := 0
-	gjson.GetBytes(chunk, "choices").ForEach(func(_, c gjson.Result) bool {
-		if i := c.Get("index").Int(); i >= 0 && i < 64 && bits&(1<<i) != 0 {
-			if fr := c.Get("finish_reason"); fr.Type == gjson.String {
-				f.setReason(int(i), fr.Str)
-			}
-			at = append(at, pos)
-		}
-		pos++
-		return true
-	})
-	return at
-}
-
-// editChoices makes the changes e names in chunk (see), and reports
-// whether no choice is left in it. chunk itself is only read.
-func editChoices(chunk []byte, e chunkEdit) (_ []byte, none bool) {
-	chunk = addRoles(chunk, e.noRole)
-	for m := e.dupRole | e.split; m != 0; m &= m - 1 {
-		pos := bits.TrailingZeros64(m)
-		choice := "choices." + strconv.Itoa(pos)
-		if e.dupRole&(1<<pos) != 0 {
-			if out, err := sjson.DeleteBytes(chunk, choice+".delta.role"); err == nil {
-				chunk = out
-			}
-		}
-		if e.split&(1<<pos) != 0 {
-			if out, err := sjson.SetRawBytes(chunk, choice+".finish_reason", finishNull); err == nil {
-				chunk = out
-			}
-		}
-	}
-	for pos := 63; pos >= 0; pos-- { // from the last, so that each position still names its choice
-		if e.stale&(1<<pos) != 0 {
-			if out, err := sjson.DeleteBytes(chunk, "choices."+strconv.Itoa(pos)); err == nil {
-				chunk = out
-			}
-		}
-	}
-	return chunk, e.stale != 0 && bits.OnesCount64(e.stale) == e.n
+// edits reports whether editChoices would change a chunk with e.
+func (e chunkEdit) edits() bool {
+	return e.noRole|e.dupRole != 0 || (e.n > 0 && bits.OnesCount64(e.bare) == e.n)
 }
 
 var roleKey = []byte(`"role"`)
@@ -507,7 +527,18 @@ func (f *finishes) complete() bool {
 // open reports whether due would end a choice: one the upstream left open,
 // or one whose finish is owed.
 func (f *finishes) open() bool {
-	return f.seen != 0 && !f.wide && (f.present&^f.ended|f.owed) != 0
+	return f.unended() != 0
+}
+
+// unended returns the choices due ends: those whose finish is owed, and,
+// when some choice had content and the stream is followed, those the
+// upstream left open.
+func (f *finishes) unended() uint64 {
+	u := f.owed
+	if f.seen != 0 && !f.wide {
+		u |= f.present &^ f.ended
+	}
+	return u
 }
 
 // chunkKeys is what one pass over a chunk's '_' bytes finds (keysOf).
@@ -541,18 +572,32 @@ func keysOf(chunk []byte) (ks chunkKeys) {
 	}
 }
 
-// due appends to dst the finish chunk of every choice that came and did not
-// end, when some choice had content, and marks them ended; it returns dst
+// due appends to dst the finish chunk of every choice whose finish the
+// client has not had (unended), when some choice had content, with the
+// reason the upstream last gave it ("tool_calls" after calls, "stop"
+// otherwise, when it gave none), and marks them ended; it returns dst
 // unchanged when there is none. model is the client's name for the model.
 // The chunk has no usage member: a "usage":null would clear, in npm
 // openai's accumulator, a usage the upstream sent before it.
 func (f *finishes) due(dst []byte, model string) []byte {
-	if !f.open() {
+	return f.finish(dst, model, f.unended())
+}
+
+// dueBeforeFailure is due for a stream that failed: only the finishes the
+// upstream sent (owed) go out, as they did when they went out as they came;
+// a choice it left open was cut.
+func (f *finishes) dueBeforeFailure(dst []byte, model string) []byte {
+	return f.finish(dst, model, f.owed)
+}
+
+// finish appends to dst the finish chunk of the choices open names, and
+// marks them ended; dst unchanged when open is 0.
+func (f *finishes) finish(dst []byte, model string, open uint64) []byte {
+	if open == 0 {
 		return dst
 	}
-	open := f.present&^f.ended | f.owed
 	f.ended |= open
-	f.owed = 0
+	f.owed &^= open
 	h := wire.Header{ID: string(f.head[:f.idEnd]), Created: f.created, Model: model}
 	dst = wire.AppendHead(dst, "chat.completion.chunk", h)
 	dst = wire.AppendServiceTier(dst, string(f.head[f.fpEnd:]))

@@ -116,7 +116,8 @@ func namedField(t reflect.Type, name string, want reflect.Type) (reflect.Type, i
 // connection's reader holds) must be a JSON data event, whole. A comment
 // (": keep-alive"), an empty data line or [DONE] say false: Next would pass
 // over it and block, or do the work of the stream's end (a cache's store),
-// with the held bytes unsent. The connection's bytes are read as the body
+// with the held bytes unsent. (The finish chunk [DONE] makes is the one
+// exception: see buffered.) The connection's bytes are read as the body
 // reader would read them (bufferedBody): only what it can return without a
 // read, framing taken out. An Anthropic stream says false (its decoder
 // passes over ping and block-stop events), and so does a stream busy in
@@ -128,13 +129,15 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	defer s.mu.Unlock()
-	return s.buffered()
-}
-
-// buffered is Buffered under s.mu.
-func (s *upstreamStream) buffered() bool {
-	if s.msgs != nil || s.closed || s.done {
+	if s.closed {
 		return false
+	}
+	if s.done {
+		// After the finishes due made at the end, what is left (a usage
+		// chunk held, then the end) comes without the network: the
+		// finishes, which hold no content, may wait for the end's work
+		// and leave with [DONE] in one write.
+		return s.dueOut
 	}
 	ahead := s.rd.Buffered()
 	if sse.HasEvent(ahead) || s.body.br == nil {

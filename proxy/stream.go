@@ -69,17 +69,7 @@ type upstreamStream struct {
 	hasUsage bool
 	failed   error // the failure that follows the held usage chunk, returned from then on
 	clean    bool  // and the body ended right after it: the connection may be pooled
-
-	// A finish chunk of the upstream's may be held until the next chunk
-	// came (nextHeld): some upstreams send a choice's content after its
-	// finish, and the finish must go after it.
-	holds    [2][]byte // copies of the last finish chunks, in turn
-	holdAt   int       // holds[holdAt] is the last one
-	holding  bool      // and it has not gone out
-	holdBits uint64    // the choices it ended that have not come back since
-	after    []byte    // what the read after a held finish gave, due on the next call (hasAfter)
-	afterErr error
-	hasAfter bool
+	dueOut   bool  // ended returned the finishes due made (Buffered)
 
 	mu        sync.Mutex // held by Next while reading; Close takes it to release
 	closed    bool
@@ -122,64 +112,9 @@ func newUpstreamStream(ctx context.Context, pc *providerClient, resp *fasthttp.R
 func (s *upstreamStream) Next() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	chunk, err := s.nextHeld()
+	chunk, err := s.next()
 	s.lent = err == nil
 	return chunk, err
-}
-
-// nextHeld is next with a finish chunk held until the next chunk has been
-// read, when that chunk is already here: when it brings content for a
-// choice the held one ended (an upstream that sends content after the
-// finish), the held chunk goes out with a null finish_reason and the
-// finish comes after the content, from due (openai-go's accumulator wipes
-// a finished choice's reason on any later chunk of it). A finish whose
-// next event has not arrived, or is [DONE], leaves at once, as any spaced
-// event does; if content for its choice comes after all, due sends the
-// finish again after it, with the reason it had.
-func (s *upstreamStream) nextHeld() ([]byte, error) {
-	if s.hasAfter {
-		chunk, err := s.after, s.afterErr
-		s.after, s.afterErr, s.hasAfter = nil, nil, false
-		return chunk, err
-	}
-	for {
-		s.fin.finishing, s.fin.reopened = 0, 0
-		chunk, err := s.next()
-		finishing := s.fin.finishing
-		if err != nil {
-			finishing = 0
-		}
-		back := s.fin.reopened & s.holdBits
-		s.holdBits &^= back
-		var held []byte
-		if s.holding {
-			s.holding, held = false, s.holds[s.holdAt]
-			if back != 0 {
-				held = s.fin.unfinish(held, back)
-			}
-		} else if back != 0 {
-			s.fin.keepReasons(s.holds[s.holdAt], back) // the finish went out: due sends it again
-		}
-		if finishing != 0 {
-			if held != nil {
-				s.holdAt ^= 1 // held may be a view of the other
-			}
-			s.holds[s.holdAt] = append(s.holds[s.holdAt][:0], chunk...)
-			s.holdBits = finishing
-			if s.buffered() {
-				s.holding = true
-				if held == nil {
-					continue
-				}
-				return held, nil
-			}
-		}
-		if held == nil {
-			return chunk, err
-		}
-		s.after, s.afterErr, s.hasAfter = chunk, err, true
-		return held, nil
-	}
 }
 
 // next is Next under s.mu.
@@ -203,6 +138,19 @@ func (s *upstreamStream) next() ([]byte, error) {
 		return nil, io.EOF
 	}
 	chunk, err := s.read()
+	if err != nil && err != io.EOF && s.ctx.Err() == nil {
+		// buf (rename's) holds nothing unread: the last chunk was returned.
+		if s.buf = s.fin.dueBeforeFailure(s.buf[:0], s.model); len(s.buf) > 0 {
+			// The finishes the upstream sent go out before its failure (and
+			// the usage held after them), as they did when they went out
+			// as they came.
+			s.failed = err
+			if s.hasUsage {
+				s.hasUsage, s.held = false, s.usage[s.usageAt]
+			}
+			return s.buf, nil
+		}
+	}
 	if err != nil && err != io.EOF && s.hasUsage {
 		// The usage the upstream sent goes out before its failure, as it
 		// did before it was held: the meter charges what it says.
@@ -265,15 +213,19 @@ func (s *upstreamStream) read() ([]byte, error) {
 // missing or null gets [] (the npm SDK's stream helper iterates every
 // chunk's choices, and a missing or null one throws), an error object not
 // under "error" ({"object":"error",...}, an older vLLM form) is the error
-// it says, and any other object is no chunk at all: skipped. That is a
-// keep-alive ({"type":"ping"}, or a chunk of no choice), and Azure's
-// prompt-filter chunk, whose id, object and model are "" and created 0
-// (a client that reads the response's id from the first chunk, as the AI
-// SDK does, took that "").
+// it says, and any other object (a keep-alive {"type":"ping"}) is no chunk
+// at all: skipped. So is a chunk of no choice and no usage before the
+// first content: Azure's prompt-filter chunk, whose id, object and model
+// are "" and created 0 (a client that reads the response's id from the
+// first chunk, as the AI SDK does, took that "").
 func (s *upstreamStream) choiceless(data []byte) ([]byte, bool, error) {
 	usage := wire.ChunkUsage(data).IsObject()
 	if gjson.GetBytes(data, "choices").IsArray() {
-		return data, !usage, nil
+		// Skipped only before the first content, which no client has had
+		// bytes of yet: later, the client's writer may hold its flush for
+		// it (Buffered), and a skip would keep those bytes until the
+		// upstream's next event.
+		return data, !usage && s.fin.seen == 0, nil
 	}
 	if isErrorObject(unsafe.String(unsafe.SliceData(data), len(data))) { // read only here
 		return nil, false, s.pc.errorAnswer(data, errErrorEvent, s.msgMap)
@@ -330,15 +282,20 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if data[0] != '{' || !jsonvalid.Bytes(data) {
 		return nil, false, s.pc.malformed(errNotChunk)
 	}
+	if bytes.Contains(data, xGroq) {
+		data = groqUsage(data) // before see: a usage chunk's choices are read for it
+	}
 	ks := keysOf(data)
+	none, edit := s.fin.see(data, ks)
+	if ks.named && !s.fin.wide {
+		data = nullFinishes(data) // every finish is owed (finishes), and goes out from due
+	}
 	if ks.empty {
 		if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
 			s.fix, data = fixed, fixed
-			ks = keysOf(data)
 		}
 	}
-	none, edit := s.fin.see(data, ks)
-	if edit != (chunkEdit{n: edit.n}) {
+	if edit.edits() {
 		data, none = editChoices(data, edit)
 	}
 	if none {
@@ -347,9 +304,6 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 		}
 	}
 	data = s.pairs.pair(data)
-	if bytes.Contains(data, xGroq) {
-		data = groqUsage(data)
-	}
 	data = s.rename(stringArgs(flattenParts(dropNullCalls(data, "delta"), "delta"), "delta"))
 	held := s.hasUsage
 	if none && s.fin.open() && wire.ChunkUsage(data).IsObject() {
@@ -378,6 +332,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 func (s *upstreamStream) ended() ([]byte, error) {
 	// buf (rename's) holds nothing unread: the last chunk was returned.
 	if s.buf = s.fin.due(s.buf[:0], s.model); len(s.buf) > 0 {
+		s.dueOut = true
 		return s.buf, nil // the held usage chunk, then io.EOF, on the next calls
 	}
 	if s.hasUsage {
