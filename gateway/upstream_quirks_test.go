@@ -583,7 +583,8 @@ func TestRelayedStreamKeepsTheRules(t *testing.T) {
 		name, stream string
 		usage        bool
 		finish, text string
-		call, loose  bool // loose: the upstream breaks a rule the relay passes on, no wiretest check
+		call, loose  bool   // loose: the upstream breaks a rule the relay passes on, no wiretest check
+		raw          string // a part of the stream that must go out as it came
 	}{
 		{name: "role on every delta", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{"role":"assistant","content":"lo"}`, `null`)) +
 			ev(text(0, `{"role":"assistant"}`, `"stop"`)) + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
@@ -615,6 +616,21 @@ func TestRelayedStreamKeepsTheRules(t *testing.T) {
 			ev(text(0, `{}`, `"length"`)) + ev(text(0, `{"content":"lo"}`, `null`)) + usage + "data: [DONE]\n\n", finish: "length", text: "Hello"},
 		{name: "late content, then no [DONE]", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{}`, `"length"`)) +
 			ev(text(0, `{"content":"lo"}`, `null`)), finish: "length", text: "Hello"},
+		// A review: a one-letter reason went out twice; a provider's own
+		// member named finish_reason was nulled; of a key a choice repeats,
+		// the SDKs take the last, which went out as "stop".
+		{name: "one-letter reason", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + ev(text(0, `{}`, `"x"`)) + "data: [DONE]\n\n",
+			finish: "x", text: "Hello"},
+		{name: "a provider's own finish_reason", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) +
+			ev(`{"index":0,"delta":{},"finish_reason":"stop","provider_meta":{"finish_reason":"STOP"}}`) + "data: [DONE]\n\n",
+			finish: "stop", text: "Hello", raw: `"provider_meta":{"finish_reason":"STOP"}`},
+		{name: "a repeated finish_reason key", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) +
+			ev(`{"index":0,"delta":{},"finish_reason":null,"finish_reason":"length"}`) + "data: [DONE]\n\n", finish: "length", text: "Hello", loose: true},
+		{name: "running usage and the role on every delta", usage: true, stream: "data: " + head + text(0, `{"role":"assistant","content":"Hel"}`, `null`) + `],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}` + "\n\n" +
+			"data: " + head + text(0, `{"role":"assistant","content":""}`, `null`) + `],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}` + "\n\n" +
+			"data: " + head + text(0, `{"role":"assistant","content":"lo"}`, `null`) + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n" +
+			"data: " + head + text(0, `{}`, `"stop"`) + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n" + "data: [DONE]\n\n",
+			finish: "stop", text: "Hello"},
 		{name: "keep-alive after content", stream: ev(text(0, `{"role":"assistant","content":"Hello"}`, `null`)) + "data: " + head + "]}\n\n" +
 			ev(text(0, `{}`, `"stop"`)) + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
 	} {
@@ -649,6 +665,9 @@ func TestRelayedStreamKeepsTheRules(t *testing.T) {
 			}
 			if tc.usage && !tc.loose && acc.Usage.TotalTokens != 5 {
 				t.Errorf("usage %+v\n%s", acc.Usage, raw)
+			}
+			if tc.raw != "" && !strings.Contains(string(raw), tc.raw) {
+				t.Errorf("%s did not go out as it came\n%s", tc.raw, raw)
 			}
 			if ids := chunkIDs(h); len(ids) != 1 || !ids["c1"] {
 				t.Errorf("chunk ids %v\n%s", ids, raw)
@@ -737,6 +756,29 @@ func TestRelayedStreamChoicesKeepTheirReasons(t *testing.T) {
 		if c := acc.Choices[i]; c.Message.Content != w.text || string(c.FinishReason) != w.finish {
 			t.Errorf("choice %d: %q finished %q, want %q finished %q\n%s", i, c.Message.Content, c.FinishReason, w.text, w.finish, raw)
 		}
+	}
+
+	// A running usage on every chunk, a client that asked for usage: one
+	// usage chunk, last, with the last total (a review: a chunk whose
+	// choices held nothing became a usage chunk mid-stream, and openai-go
+	// added the two up).
+	u := func(c, t int) string {
+		return fmt.Sprintf(`,"usage":{"prompt_tokens":3,"completion_tokens":%d,"total_tokens":%d}`, c, t)
+	}
+	withUsage := func(usage string, choices ...string) string {
+		return "data: " + head + strings.Join(choices, ",") + "]" + usage + "}\n\n"
+	}
+	stream = withUsage(u(1, 4), text(0, `{"role":"assistant","content":"a"}`, `null`)) + withUsage(u(2, 5), text(1, `{"role":"assistant","content":"b"}`, `null`)) +
+		withUsage(u(2, 5), text(0, `{}`, `"stop"`)) + withUsage(u(3, 6), text(1, `{"content":"c"}`, `null`)) + withUsage(u(3, 6), text(1, `{}`, `"stop"`)) + "data: [DONE]\n\n"
+	acc, raw, err = streamFrom(t, stream, true)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: true}); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if len(acc.Choices) != 2 || acc.Choices[0].Message.Content != "a" || acc.Choices[1].Message.Content != "bc" || acc.Usage.TotalTokens != 6 {
+		t.Fatalf("accumulated %+v, usage %+v\n%s", acc.Choices, acc.Usage, raw)
 	}
 }
 

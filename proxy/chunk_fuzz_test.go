@@ -25,6 +25,7 @@ func FuzzStreamChunk(f *testing.F) {
 	f.Add([]byte("{\"id\":\"a\",\n\"choices\":[],\"error\":null}"), "")
 	f.Add([]byte(`{"error":{"message":"overloaded","type":"server_error"}}`), "")
 	f.Add([]byte(`{"choices":[]}`), "error")
+	f.Add([]byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"x"},{"index":1,"finish_reason":null,"finish_reason":"length","m":{"finish_reason":"s"}}]}`), "")
 	f.Add([]byte(`not json`), "")
 	f.Add([]byte(``), "")
 	f.Fuzz(func(t *testing.T, data []byte, name string) {

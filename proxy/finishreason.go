@@ -217,6 +217,8 @@ type finishes struct {
 	owed                        uint64 // bit i: the upstream ended choice i, and due has not sent its finish yet
 	reasons                     []choiceReason
 	reasonArr                   [2]choiceReason // reasons' first backing
+	nullAt                      []int           // where the finishes see made owed start in the chunk it took (nullFinishes)
+	nullArr                     [2]int          // nullAt's first backing
 	wide                        bool            // an index outside 0..63: not followed, nothing added but what is owed
 	minted                      bool            // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
 	idEnd, fpEnd                uint16          // where the id and the fingerprint end in head
@@ -242,19 +244,15 @@ type chunkEdit struct {
 	// dupRole: a later delta repeats the role: it loses it (a stream sends
 	// the role once, in the choice's first delta).
 	dupRole uint64
-	// bare: the choice's role came before, and this delta has no content.
-	// A usage chunk whose every choice is bare (one that lists the choice
-	// again after its finish) loses them: it is the usage chunk, which due
-	// keeps last.
-	bare uint64
-	n    int // the number of choices in the chunk
 }
 
 // see takes one relayed chunk and its keys (keysOf), and reports whether
 // it holds no choice (a usage chunk's "choices":[]), and what the chunk's
-// choices need changed (chunkEdit). Every finish it holds is owed, with its
-// reason: the caller sends the chunk with null in its place.
+// choices need changed (chunkEdit). Every finish of a choice it follows is
+// owed, with its reason, and its value's place is in nullAt: the caller
+// sends the chunk with null there (nullFinishes).
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
+	f.nullAt = f.nullArr[:0]
 	if f.seen&1 != 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) &&
 		!bytes.Contains(chunk, roleKey) { // an id is read first: rename's sameID needs it
 		return false, e
@@ -287,16 +285,20 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 	if !cs.IsArray() {
 		return true, e // no choice: not even a "choices": null, which ForEach would visit as one
 	}
-	owed := f.owed
 	cs.ForEach(func(_, c gjson.Result) bool {
 		none = false
 		i := c.Get("index")
-		if i.Type != gjson.Number || i.Num < 0 || i.Num > 63 || i.Num != float64(int(i.Num)) || pos > 63 {
-			f.wide = true
-			return false
-		}
-		bit, at := uint64(1)<<int(i.Num), uint64(1)<<pos
+		p := pos
 		pos++
+		if i.Type != gjson.Number || i.Num < 0 || i.Num > 63 || i.Num != float64(int(i.Num)) {
+			f.wide = true // this choice is not followed: it goes out as it came
+			return true
+		}
+		var at uint64 // its position's bit, for the edits: none past 63
+		if p < 64 {
+			at = 1 << p
+		}
+		bit := uint64(1) << int(i.Num)
 		d := c.Get("delta")
 		content := wire.DeltaHasContent(d)
 		r := d.Get("role")
@@ -304,9 +306,6 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		case f.roled&bit != 0:
 			if r.Exists() {
 				e.dupRole |= at
-			}
-			if !content {
-				e.bare |= at
 			}
 		case r.Type == gjson.String && r.Str != "":
 			f.roled |= bit
@@ -321,20 +320,35 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		if tc := d.Get("tool_calls"); tc.IsArray() && tc.Get("0").Exists() {
 			f.calls |= bit
 		}
-		if fr := c.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+		if fr := finishOf(c, ks.named); fr.Type == gjson.String && fr.Str != "" {
 			f.ended |= bit
-			f.owed |= bit
-			f.setReason(int(i.Num), fr.Str)
+			if v := fr.Index; v > 0 && v+len(fr.Raw) <= len(chunk) && string(chunk[v:v+len(fr.Raw)]) == fr.Raw {
+				// The finish goes out from due.
+				f.owed |= bit
+				f.setReason(int(i.Num), fr.Str)
+				f.nullAt = append(f.nullAt, v)
+			}
 		}
 		return true
 	})
-	if f.wide {
-		// Not followed: the chunk goes out with its finishes (nullFinishes
-		// is not called), so none of them is owed.
-		f.owed = owed
-	}
-	e.n = pos
 	return none, e
+}
+
+// finishOf returns choice c's finish_reason: with named (some finish in
+// the chunk is a reason), the last member of that name, as the SDKs read a
+// repeated key, where gjson's Get finds the first.
+func finishOf(c gjson.Result, named bool) gjson.Result {
+	if !named {
+		return c.Get("finish_reason")
+	}
+	var fr gjson.Result
+	c.ForEach(func(k, v gjson.Result) bool {
+		if k.Str == "finish_reason" {
+			fr = v
+		}
+		return true
+	})
+	return fr
 }
 
 // setReason keeps reason as choice i's finish, the upstream's last word.
@@ -378,35 +392,33 @@ func (f *finishes) reason(i int) string {
 	return ""
 }
 
-// nullFinishes gives every "finish_reason" member of body whose value is
-// a string of at least two characters null instead, in place, and returns
-// body shortened by what that took out (body's bytes past the new end are
-// left as they were). "" is not one (fillFinish's). A match is a key
-// (finishValueAt): text never counts.
-func nullFinishes(body []byte) []byte {
-	for k := 0; ; {
-		i := bytes.IndexByte(body[k:], '_')
-		if i < 0 {
-			return body
-		}
-		k += i
-		v := finishValueAt(body, k)
-		k++
-		if v < 0 || v >= len(body) || body[v] != '"' {
+// nullFinishes gives the string values that start at the positions at
+// (ascending: see's nullAt) in body null instead, and returns the result:
+// body itself, edited in place and shortened by what that took out (its
+// bytes past the new end are left as they were), unless a value is shorter
+// than null ("x"), which takes a copy (in dst, reused). A position that
+// holds no string is passed over.
+func nullFinishes(dst, body []byte, at []int) (_, fix []byte) {
+	for k := len(at) - 1; k >= 0; k-- { // from the last, so that the others stay where they were
+		v := at[k]
+		if v >= len(body) || body[v] != '"' {
 			continue
 		}
 		end := stringEnd(body, v)
 		if end < 0 {
-			return body
+			continue
 		}
 		if end-v < len(finishNull) {
-			continue // "" or "x": not a reason
+			dst = append(append(append(dst[:0], body[:v]...), finishNull...), body[end:]...)
+			body, dst = dst, body[:0:0] // body is dst's now: never both
+			fix = body
+			continue
 		}
 		copy(body[v:], finishNull)
 		n := copy(body[v+len(finishNull):], body[end:])
 		body = body[:v+len(finishNull)+n]
-		k = v + len(finishNull)
 	}
+	return body, fix
 }
 
 // stringEnd returns the index just past the JSON string that starts at
@@ -424,27 +436,15 @@ func stringEnd(body []byte, at int) int {
 }
 
 // editChoices makes the changes e names in chunk (see): roles given and
-// taken out, and, in a chunk with usage whose every choice is bare, the
-// choices taken out. It reports whether no choice is left. chunk itself is
-// only read.
-func editChoices(chunk []byte, e chunkEdit) (_ []byte, none bool) {
-	if e.n > 0 && bits.OnesCount64(e.bare) == e.n && wire.ChunkUsage(chunk).IsObject() {
-		if out, err := sjson.SetRawBytes(chunk, "choices", []byte("[]")); err == nil {
-			return out, true
-		}
-	}
+// taken out. chunk itself is only read.
+func editChoices(chunk []byte, e chunkEdit) []byte {
 	chunk = addRoles(chunk, e.noRole)
 	for m := e.dupRole; m != 0; m &= m - 1 {
 		if out, err := sjson.DeleteBytes(chunk, "choices."+strconv.Itoa(bits.TrailingZeros64(m))+".delta.role"); err == nil {
 			chunk = out
 		}
 	}
-	return chunk, false
-}
-
-// edits reports whether editChoices would change a chunk with e.
-func (e chunkEdit) edits() bool {
-	return e.noRole|e.dupRole != 0 || (e.n > 0 && bits.OnesCount64(e.bare) == e.n)
+	return chunk
 }
 
 var roleKey = []byte(`"role"`)

@@ -53,6 +53,7 @@ type upstreamStream struct {
 	armed    time.Time // the read deadline last set by armDeadline
 	buf      []byte
 	fix      []byte                   // fillFinish's output (never a view of rd's), reused by the next chunk
+	nullFix  []byte                   // nullFinishes' output when it copies, reused by the next chunk
 	idFix    []byte                   // sameID's output, reused by the next chunk
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
@@ -287,16 +288,20 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	}
 	ks := keysOf(data)
 	none, edit := s.fin.see(data, ks)
-	if ks.named && !s.fin.wide {
-		data = nullFinishes(data) // every finish is owed (finishes), and goes out from due
+	if len(s.fin.nullAt) > 0 {
+		// Every finish see followed is owed, and goes out from due.
+		var fix []byte
+		if data, fix = nullFinishes(s.nullFix, data, s.fin.nullAt); fix != nil {
+			s.nullFix = fix
+		}
 	}
 	if ks.empty {
 		if fixed, ok := fillFinish(s.fix, data, finishNull); ok {
 			s.fix, data = fixed, fixed
 		}
 	}
-	if edit.edits() {
-		data, none = editChoices(data, edit)
+	if edit.noRole|edit.dupRole != 0 {
+		data = editChoices(data, edit)
 	}
 	if none {
 		if data, skip, err = s.choiceless(data); skip || err != nil {

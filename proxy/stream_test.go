@@ -317,8 +317,9 @@ func TestUpstreamStreamKeepAliveIsActivity(t *testing.T) {
 
 // Groq's streams before stream_options carry the usage only in
 // x_groq.usage of the last chunk: it reaches the layers (and the client)
-// at the top, where the JSON answer of the same request has it, in the
-// usage chunk (choices []), last, after the finish.
+// at the top, where the JSON answer of the same request has it (the meter
+// then sends it last, in a usage chunk of its own), and the finish that
+// chunk carried goes out after it, from the relay.
 func TestUpstreamStreamGroqUsage(t *testing.T) {
 	t.Parallel()
 	head := `data: {"id":"a","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":`
@@ -329,8 +330,8 @@ func TestUpstreamStreamGroqUsage(t *testing.T) {
 	if err != nil || len(chunks) != 3 {
 		t.Fatalf("%v %q", err, chunks)
 	}
-	if gjson.GetBytes(chunks[0], "usage").Exists() || gjson.GetBytes(chunks[1], "choices.0.finish_reason").Str != "stop" ||
-		gjson.GetBytes(chunks[2], "usage.total_tokens").Int() != 4 || gjson.GetBytes(chunks[2], "choices.#").Int() != 0 {
+	if gjson.GetBytes(chunks[0], "usage").Exists() || gjson.GetBytes(chunks[1], "usage.total_tokens").Int() != 4 ||
+		gjson.GetBytes(chunks[2], "choices.0.finish_reason").Str != "stop" {
 		t.Fatalf("%q", chunks)
 	}
 }
@@ -380,5 +381,36 @@ func TestUpstreamStreamWithoutIDsGetsOne(t *testing.T) {
 		if gjson.GetBytes(c, "id").Str != id || !strings.HasPrefix(id, "chatcmpl-gw") || gjson.GetBytes(c, "created").Int() != 7 {
 			t.Fatalf("chunk %s: want id %q and created 7", c, id)
 		}
+	}
+}
+
+// A stream with a choice index past 63 (not followed: its choices go out
+// as they came) still sends each followed choice's finish once: a finish
+// made owed before the stream turned wide, and the same choice's later
+// one, are one finish (a review: the later one went out as it came, and
+// due sent the owed one again).
+func TestUpstreamStreamWideFinishesOnce(t *testing.T) {
+	t.Parallel()
+	head := `data: {"id":"a","object":"chat.completion.chunk","created":1,"model":"up","choices":[`
+	u := rawUpstream(t, head+`{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}]}`+"\n\n"+
+		head+`{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"+
+		head+`{"index":64,"delta":{"role":"assistant","content":"w"},"finish_reason":"stop"}]}`+"\n\n"+
+		head+`{"index":0,"delta":{"content":"z"},"finish_reason":"length"}]}`+"\n\n"+
+		"data: [DONE]\n\n")
+	chunks, err := streamAll(t, u)
+	if err != nil {
+		t.Fatalf("%v %q", err, chunks)
+	}
+	var finishes []string
+	for _, c := range chunks {
+		gjson.GetBytes(c, "choices").ForEach(func(_, ch gjson.Result) bool {
+			if fr := ch.Get("finish_reason"); fr.Str != "" {
+				finishes = append(finishes, ch.Get("index").Raw+":"+fr.Str)
+			}
+			return true
+		})
+	}
+	if strings.Join(finishes, " ") != "64:stop 0:length" {
+		t.Fatalf("finishes %q\n%q", finishes, chunks)
 	}
 }
