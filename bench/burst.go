@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 // A burst answer is burstEvents SSE data events (role, 19 content deltas of
@@ -108,19 +110,22 @@ func burstFigures(r *scenarioResult, m map[string]*leg, peer string) {
 	}
 }
 
-// checkBurst makes sure t answers a stream of burstEvents events before
-// [DONE] (the burst mock's answer), so the scenario measures what it says.
+// checkBurst makes sure t answers the burst mock's answer, burstReply
+// bytes of text in burstEvents events before [DONE], so the scenario
+// measures what it says. One event more is the gateway's: it sends each
+// choice's finish in a chunk of its own (the upstream's goes with null).
 func checkBurst(t *target) error {
-	n := 0
-	err := t.readStream(t.body(streamBody), nil, func(time.Time, []byte) bool {
+	n, text := 0, 0
+	err := t.readStream(t.body(streamBody), nil, func(_ time.Time, data []byte) bool {
 		n++
+		text += len(gjson.GetBytes(data, "choices.0.delta.content").Str)
 		return true
 	}, nil)
 	if err != nil {
 		return err
 	}
-	if n-1 != burstEvents {
-		return fmt.Errorf("stream of %d events before [DONE], want %d", n-1, burstEvents)
+	if (n-1 != burstEvents && n-1 != burstEvents+1) || text != burstReply {
+		return fmt.Errorf("stream of %d events and %d bytes of text before [DONE], want %d events (or one more) and %d bytes", n-1, text, burstEvents, burstReply)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"reflect"
 	"strings"
@@ -192,7 +193,8 @@ func TestCheckBurst(t *testing.T) {
 		wantErr string
 	}{
 		{name: "22 events", text: strings.Repeat("a", burstReply)},
-		{name: "longer answer", text: strings.Repeat("a", burstReply+burstTextRunes), wantErr: "stream of 23 events before [DONE], want 22"},
+		{name: "longer answer", text: strings.Repeat("a", burstReply+burstTextRunes),
+			wantErr: fmt.Sprintf("stream of 23 events and %d bytes of text before [DONE], want 22 events (or one more) and %d bytes", burstReply+burstTextRunes, burstReply)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
