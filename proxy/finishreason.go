@@ -244,6 +244,12 @@ type chunkEdit struct {
 	// dupRole: a later delta repeats the role: it loses it (a stream sends
 	// the role once, in the choice's first delta).
 	dupRole uint64
+	// finishing: the choices (bit i: choice i) whose finish see made owed;
+	// owed: the choices whose finish was owed before this chunk; odd: one
+	// of them ended in a delta with content or a call, or named its finish
+	// twice. Only a chunk without odd may go out with its finishes.
+	finishing, owed uint64
+	odd             bool
 }
 
 // see takes one relayed chunk and its keys (keysOf), and reports whether
@@ -253,6 +259,7 @@ type chunkEdit struct {
 // sends the chunk with null there (nullFinishes).
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 	f.nullAt = f.nullArr[:0]
+	e.owed = f.owed
 	if f.seen&1 != 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) &&
 		!bytes.Contains(chunk, roleKey) { // an id is read first: rename's sameID needs it
 		return false, e
@@ -320,13 +327,15 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		if tc := d.Get("tool_calls"); tc.IsArray() && tc.Get("0").Exists() {
 			f.calls |= bit
 		}
-		if fr := finishOf(c, ks.named); fr.Type == gjson.String && fr.Str != "" {
+		if fr, twice := finishOf(c, ks.named); fr.Type == gjson.String && fr.Str != "" {
 			f.ended |= bit
 			if v := fr.Index; v > 0 && v+len(fr.Raw) <= len(chunk) && string(chunk[v:v+len(fr.Raw)]) == fr.Raw {
 				// The finish goes out from due.
 				f.owed |= bit
 				f.setReason(int(i.Num), fr.Str)
 				f.nullAt = append(f.nullAt, v)
+				e.finishing |= bit
+				e.odd = e.odd || content || twice
 			}
 		}
 		return true
@@ -336,19 +345,21 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 
 // finishOf returns choice c's finish_reason: with named (some finish in
 // the chunk is a reason), the last member of that name, as the SDKs read a
-// repeated key, where gjson's Get finds the first.
-func finishOf(c gjson.Result, named bool) gjson.Result {
+// repeated key, where gjson's Get finds the first, and whether it is
+// repeated.
+func finishOf(c gjson.Result, named bool) (fr gjson.Result, twice bool) {
 	if !named {
-		return c.Get("finish_reason")
+		return c.Get("finish_reason"), false
 	}
-	var fr gjson.Result
+	n := 0
 	c.ForEach(func(k, v gjson.Result) bool {
 		if k.Str == "finish_reason" {
 			fr = v
+			n++
 		}
 		return true
 	})
-	return fr
+	return fr, n > 1
 }
 
 // setReason keeps reason as choice i's finish, the upstream's last word.

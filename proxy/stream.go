@@ -289,10 +289,16 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	ks := keysOf(data)
 	none, edit := s.fin.see(data, ks)
 	if len(s.fin.nullAt) > 0 {
-		// Every finish see followed is owed, and goes out from due.
-		var fix []byte
-		if data, fix = nullFinishes(s.nullFix, data, s.fin.nullAt); fix != nil {
-			s.nullFix = fix
+		if !edit.odd && edit.finishing&edit.owed == 0 && s.restEnds() {
+			// The usual end: a finish chunk of its own, and nothing for any
+			// choice after it: it goes out as it came.
+			s.fin.owed &^= edit.finishing
+		} else {
+			// Every finish see followed is owed, and goes out from due.
+			var fix []byte
+			if data, fix = nullFinishes(s.nullFix, data, s.fin.nullAt); fix != nil {
+				s.nullFix = fix
+			}
 		}
 	}
 	if ks.empty {
@@ -330,6 +336,38 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	}
 	return data, false, nil
 }
+
+// restEnds reports whether what the upstream sent after the event just
+// read, as far as it is already here (the SSE reader's bytes, then the
+// body's the connection's reader holds, up to restLook bytes), ends the
+// stream ([DONE], or the body's end) without a choice ("index") before
+// that end: then nothing can come for a choice after a finish, which may
+// go out as it came. It never reads the network.
+func (s *upstreamStream) restEnds() bool {
+	var rest [restLook]byte
+	n := copy(rest[:], s.rd.Buffered())
+	end := false
+	if n < len(rest) && s.body.br != nil {
+		raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
+		end = s.body.bufferedBody(raw, func(run []byte) bool {
+			n += copy(rest[n:], run)
+			return n < len(rest)
+		})
+		end = end && n < len(rest)
+	}
+	if i := bytes.Index(rest[:n], doneMark); i >= 0 {
+		return !bytes.Contains(rest[:i], indexKey)
+	}
+	return end && !bytes.Contains(rest[:n], indexKey)
+}
+
+// restLook bounds what restEnds looks at: a usage chunk and [DONE].
+const restLook = 512
+
+var (
+	doneMark = []byte("[DONE]")
+	indexKey = []byte(`"index"`)
+)
 
 // ended returns what the stream's end gives after its last chunk: the
 // finish of every choice the upstream left open (finishes.due), before the
