@@ -260,7 +260,7 @@ type chunkEdit struct {
 func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 	f.nullAt = f.nullArr[:0]
 	e.owed = f.owed
-	if f.seen&1 != 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) &&
+	if f.seen&1 != 0 && (f.ended&^f.owed)&1 == 0 && !ks.named && (f.idEnd != 0 || !bytes.Contains(chunk, idKey)) && !ks.calls && onlyIndexZero(chunk) &&
 		!bytes.Contains(chunk, roleKey) { // an id is read first: rename's sameID needs it
 		return false, e
 	}
@@ -319,6 +319,12 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		case d.IsObject() || d.Type == gjson.Null:
 			e.noRole |= at
 			f.roled |= bit
+		}
+		if f.ended&bit != 0 && f.owed&bit == 0 {
+			// The choice comes again after a finish that went out as it
+			// came (stream.go, chunk): openai-go's accumulator wipes that
+			// finish on this chunk, so due sends it again, after it.
+			f.owed |= bit
 		}
 		f.present |= bit
 		if content {

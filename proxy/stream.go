@@ -289,9 +289,11 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	ks := keysOf(data)
 	none, edit := s.fin.see(data, ks)
 	if len(s.fin.nullAt) > 0 {
-		if !edit.odd && edit.finishing&edit.owed == 0 && s.restEnds() {
+		if !edit.odd && edit.finishing&edit.owed == 0 && !s.choiceAhead() {
 			// The usual end: a finish chunk of its own, and nothing for any
-			// choice after it: it goes out as it came.
+			// choice in what is already here after it: it goes out as it
+			// came, at once. (A choice that comes again after it later is
+			// owed its finish again: see.)
 			s.fin.owed &^= edit.finishing
 		} else {
 			// Every finish see followed is owed, and goes out from due.
@@ -337,32 +339,32 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	return data, false, nil
 }
 
-// restEnds reports whether what the upstream sent after the event just
+// choiceAhead reports whether what the upstream sent after the event just
 // read, as far as it is already here (the SSE reader's bytes, then the
-// body's the connection's reader holds, up to restLook bytes), ends the
-// stream ([DONE], or the body's end) without a choice ("index") before
-// that end: then nothing can come for a choice after a finish, which may
-// go out as it came. It never reads the network.
-func (s *upstreamStream) restEnds() bool {
-	var rest [restLook]byte
+// body's the connection's reader holds, up to choiceLook bytes, or to
+// [DONE]), holds a choice ("index"): content an upstream sends after a
+// finish comes with the finish in one burst, where a finish chunk
+// followed by a usage chunk and [DONE], or by nothing yet, is the usual
+// end. It never reads the network.
+func (s *upstreamStream) choiceAhead() bool {
+	var rest [choiceLook]byte
 	n := copy(rest[:], s.rd.Buffered())
-	end := false
 	if n < len(rest) && s.body.br != nil {
 		raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-		end = s.body.bufferedBody(raw, func(run []byte) bool {
+		s.body.bufferedBody(raw, func(run []byte) bool {
 			n += copy(rest[n:], run)
 			return n < len(rest)
 		})
-		end = end && n < len(rest)
 	}
-	if i := bytes.Index(rest[:n], doneMark); i >= 0 {
-		return !bytes.Contains(rest[:i], indexKey)
+	ahead := rest[:n]
+	if i := bytes.Index(ahead, doneMark); i >= 0 {
+		ahead = ahead[:i]
 	}
-	return end && !bytes.Contains(rest[:n], indexKey)
+	return bytes.Contains(ahead, indexKey)
 }
 
-// restLook bounds what restEnds looks at: a usage chunk and [DONE].
-const restLook = 512
+// choiceLook bounds what choiceAhead looks at: a usage chunk and [DONE].
+const choiceLook = 512
 
 var (
 	doneMark = []byte("[DONE]")
