@@ -590,6 +590,12 @@ func TestRelayedStreamKeepsTheRules(t *testing.T) {
 			ev(text(0, `{"role":"assistant"}`, `"stop"`)) + "data: [DONE]\n\n", finish: "stop", text: "Hello"},
 		{name: "content after the finish", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{}`, `"length"`)) +
 			ev(text(0, `{"content":"lo"}`, `null`)) + "data: [DONE]\n\n", finish: "length", text: "Hello"},
+		// Its "index" last, as Azure orders a choice's keys, and past the
+		// first 1,024 bytes after the finish (a review: it was past the
+		// look-ahead, and the finish went out twice).
+		{name: "long content after the finish", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{}`, `"length"`)) +
+			ev(`{"delta":{"content":"lo`+strings.Repeat("o", 1500)+`"},"finish_reason":null,"index":0}`) + "data: [DONE]\n\n",
+			finish: "length", text: "Hello" + strings.Repeat("o", 1500)},
 		{name: "content after the finish, then usage", usage: true, stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{}`, `"length"`)) +
 			ev(text(0, `{"content":"lo"}`, `null`)) + usage + "data: [DONE]\n\n", finish: "length", text: "Hello"},
 		{name: "finish with the last content", stream: ev(text(0, `{"role":"assistant","content":"Hel"}`, `null`)) + ev(text(0, `{"content":"lo"}`, `"stop"`)) +
@@ -814,5 +820,54 @@ func TestRelayedStreamFinishBeforeAFailure(t *testing.T) {
 				t.Errorf("finish %q before the failure, want %q\n%s", sum.FinishReason, tc.finish, raw)
 			}
 		})
+	}
+}
+
+// A usage chunk that lists the choice again, with nothing in it, a moment
+// after a finish that went out as it came: the choice is taken out of it,
+// so the finish stays the choice's last word, once (a review: the finish
+// went out again after it).
+func TestRelayedStreamStaleChoiceAfterASentFinish(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","choices":[`
+	ev := func(choice string) string { return "data: " + head + choice + "]}\n\n" }
+	gate := make(chan struct{})
+	var once sync.Once
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, ev(`{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}`)+
+			ev(`{"index":0,"delta":{},"finish_reason":"stop"}`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-gate:
+		case <-time.After(10 * time.Second): // a deadlock guard, not a timing check
+		}
+		_, _ = io.WriteString(w, "data: "+head+`{"index":0,"delta":{},"finish_reason":null}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`+"\n\n"+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, strings.ReplaceAll(baseConfig, "{{MOCK}}", up.URL+"/v1"), mockllm.Options{})
+	for _, usage := range []bool{false, true} {
+		p := userMsg("hi")
+		if usage {
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		stream := h.client.Chat.Completions.NewStreaming(context.Background(), p)
+		var acc openai.ChatCompletionAccumulator
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+			if c := stream.Current(); len(c.Choices) > 0 && c.Choices[0].FinishReason != "" {
+				once.Do(func() { close(gate) })
+			}
+		}
+		raw, _ := h.lastRaw()
+		if err := stream.Err(); err != nil {
+			t.Fatalf("%v\n%s", err, raw)
+		}
+		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: usage}); err != nil {
+			t.Fatalf("usage %v: %v\n%s", usage, err, raw)
+		}
+		if len(acc.Choices) != 1 || acc.Choices[0].FinishReason != "stop" || acc.Choices[0].Message.Content != "Hello" || usage && acc.Usage.TotalTokens != 5 {
+			t.Fatalf("usage %v: accumulated %+v %+v\n%s", usage, acc.Choices, acc.Usage, raw)
+		}
 	}
 }

@@ -244,6 +244,9 @@ type chunkEdit struct {
 	// dupRole: a later delta repeats the role: it loses it (a stream sends
 	// the role once, in the choice's first delta).
 	dupRole uint64
+	// stale: the choice came again, with nothing in it, after a finish
+	// that went out as it came.
+	stale uint64
 	// finishing: the choices (bit i: choice i) whose finish see made owed;
 	// owed: the choices whose finish was owed before this chunk; odd: one
 	// of them ended in a delta with content or a call, or named its finish
@@ -320,10 +323,19 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 			e.noRole |= at
 			f.roled |= bit
 		}
+		fr, twice := finishOf(c, ks.named)
+		named := fr.Type == gjson.String && fr.Str != ""
 		if f.ended&bit != 0 && f.owed&bit == 0 {
 			// The choice comes again after a finish that went out as it
 			// came (stream.go, chunk): openai-go's accumulator wipes that
-			// finish on this chunk, so due sends it again, after it.
+			// finish on this chunk. With nothing in it (a usage chunk that
+			// repeats the choice, a filter's annotations), it may be taken
+			// out (stale, chunk decides); else due sends the finish again,
+			// after it.
+			if !content && !named {
+				e.stale |= at
+				return true
+			}
 			f.owed |= bit
 		}
 		f.present |= bit
@@ -333,7 +345,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 		if tc := d.Get("tool_calls"); tc.IsArray() && tc.Get("0").Exists() {
 			f.calls |= bit
 		}
-		if fr, twice := finishOf(c, ks.named); fr.Type == gjson.String && fr.Str != "" {
+		if named {
 			f.ended |= bit
 			if v := fr.Index; v > 0 && v+len(fr.Raw) <= len(chunk) && string(chunk[v:v+len(fr.Raw)]) == fr.Raw {
 				// The finish goes out from due.
@@ -450,6 +462,34 @@ func stringEnd(body []byte, at int) int {
 		}
 	}
 	return -1
+}
+
+// dropStale takes the choices at the positions stale names (see) out of
+// chunk, and reports whether none is left. chunk itself is only read.
+func dropStale(chunk []byte, stale uint64) ([]byte, bool) {
+	for pos := 63; pos >= 0; pos-- { // from the last, so that each position still names its choice
+		if stale&(1<<pos) != 0 {
+			if out, err := sjson.DeleteBytes(chunk, "choices."+strconv.Itoa(pos)); err == nil {
+				chunk = out
+			}
+		}
+	}
+	return chunk, !gjson.GetBytes(chunk, "choices.0").Exists()
+}
+
+// staleBits returns the choice bits of the stale positions of chunk.
+func staleBits(chunk []byte, stale uint64) (b uint64) {
+	pos := 0
+	gjson.GetBytes(chunk, "choices").ForEach(func(_, c gjson.Result) bool {
+		if pos < 64 && stale&(1<<pos) != 0 {
+			if i := c.Get("index").Int(); i >= 0 && i < 64 {
+				b |= 1 << i
+			}
+		}
+		pos++
+		return true
+	})
+	return b
 }
 
 // editChoices makes the changes e names in chunk (see): roles given and

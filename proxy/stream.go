@@ -311,6 +311,21 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	if edit.noRole|edit.dupRole != 0 {
 		data = editChoices(data, edit)
 	}
+	if edit.stale != 0 {
+		if s.fin.present&^s.fin.ended == 0 {
+			// Every choice has ended: the stale ones go (a chunk left with
+			// none is a usage chunk, or one of no choice, relayed as such).
+			var empty bool
+			if data, empty = dropStale(data, edit.stale); empty {
+				none = true
+			}
+		} else {
+			// Another choice goes on: a usage here is not the last, and a
+			// chunk of no choice would be taken for it. The finish goes
+			// again, after it.
+			s.fin.owed |= staleBits(data, edit.stale)
+		}
+	}
 	if none {
 		if data, skip, err = s.choiceless(data); skip || err != nil {
 			return nil, skip, err
@@ -342,8 +357,10 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 // choiceAhead reports whether what the upstream sent after the event just
 // read, as far as it is already here (the SSE reader's bytes, then the
 // body's the connection's reader holds, up to choiceLook bytes, or to
-// [DONE]), holds a choice ("index"): content an upstream sends after a
-// finish comes with the finish in one burst, where a finish chunk
+// [DONE]), holds a choice ("index"), or may: a window that fills before
+// [DONE] says yes (a review: a long late chunk whose "index" came last,
+// as Azure orders its keys, was past it). Content an upstream sends after
+// a finish comes with the finish in one burst, where a finish chunk
 // followed by a usage chunk and [DONE], or by nothing yet, is the usual
 // end. It never reads the network.
 func (s *upstreamStream) choiceAhead() bool {
@@ -358,13 +375,14 @@ func (s *upstreamStream) choiceAhead() bool {
 	}
 	ahead := rest[:n]
 	if i := bytes.Index(ahead, doneMark); i >= 0 {
-		ahead = ahead[:i]
+		return bytes.Contains(ahead[:i], indexKey)
 	}
-	return bytes.Contains(ahead, indexKey)
+	return n == len(rest) || bytes.Contains(ahead, indexKey)
 }
 
-// choiceLook bounds what choiceAhead looks at: a usage chunk and [DONE].
-const choiceLook = 512
+// choiceLook bounds what choiceAhead looks at: a usage chunk with its
+// details, and [DONE].
+const choiceLook = 1024
 
 var (
 	doneMark = []byte("[DONE]")
