@@ -193,12 +193,15 @@ func callsFinish(body []byte) []byte {
 }
 
 // finishes follows the choices of a relayed chat stream, so that each
-// choice's finish reaches the client once, in a chunk of its own, after
-// the choice's last content, whatever the upstream sends: every
-// finish_reason the upstream sends goes out as null (nullFinishes), and
-// due sends the choice's finish, with the reason the upstream last gave,
-// before the last usage chunk or [DONE] (or before a failure that follows
-// it). Upstreams differ: some send the finish in the same delta as the last
+// choice's finish reaches the client in a chunk of its own, after the
+// choice's last content, whatever the upstream sends. A finish chunk of
+// its own with nothing for a choice buffered after it (the usual end)
+// goes out as it came (upstreamStream.chunk); any other finish the
+// upstream sends goes out as null (nullFinishes), and due sends the
+// choice's finish, with the reason the upstream last gave, before the
+// last usage chunk or [DONE] (or before a failure that follows it); a
+// choice that comes back with content after a finish that went out is
+// owed it again. Upstreams differ: some send the finish in the same delta as the last
 // content or a whole tool call (openai-go never reports such a call as
 // finished), some send content after the finish or the finish twice
 // (openai-go's accumulator wipes a choice's finish on any later chunk of
