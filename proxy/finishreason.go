@@ -220,8 +220,8 @@ type finishes struct {
 	owed                        uint64 // bit i: the upstream ended choice i, and due has not sent its finish yet
 	reasons                     []choiceReason
 	reasonArr                   [2]choiceReason // reasons' first backing
-	nullAt                      []int           // where the finishes see made owed start in the chunk it took (nullFinishes)
-	nullArr                     [2]int          // nullAt's first backing
+	nullAt                      []span          // where the finishes see made owed are in the chunk it took (nullFinishes)
+	nullArr                     [2]span         // nullAt's first backing
 	wide                        bool            // an index outside 0..63: not followed, nothing added but what is owed
 	minted                      bool            // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
 	idEnd, fpEnd                uint16          // where the id and the fingerprint end in head
@@ -229,6 +229,9 @@ type finishes struct {
 	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer, or an id setID gave)
 	headArr                     [72]byte
 }
+
+// span is where a value is in a chunk: chunk[at:end].
+type span struct{ at, end int }
 
 // choiceReason is the finish the upstream last gave a choice.
 type choiceReason struct {
@@ -248,8 +251,9 @@ type chunkEdit struct {
 	// the role once, in the choice's first delta).
 	dupRole uint64
 	// stale: the choice came again, with nothing in it, after a finish
-	// that went out as it came.
-	stale uint64
+	// that went out as it came; staleChoices: those choices (bit i:
+	// choice i).
+	stale, staleChoices uint64
 	// finishing: the choices (bit i: choice i) whose finish see made owed;
 	// owed: the choices whose finish was owed before this chunk; odd: one
 	// of them ended in a delta with content or a call, or named its finish
@@ -337,6 +341,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 			// after it.
 			if !content && !named {
 				e.stale |= at
+				e.staleChoices |= bit
 				return true
 			}
 			f.owed |= bit
@@ -354,7 +359,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 				// The finish goes out from due.
 				f.owed |= bit
 				f.setReason(int(i.Num), fr.Str)
-				f.nullAt = append(f.nullAt, v)
+				f.nullAt = append(f.nullAt, span{v, v + len(fr.Raw)})
 				e.finishing |= bit
 				e.odd = e.odd || content || twice
 			}
@@ -424,20 +429,16 @@ func (f *finishes) reason(i int) string {
 	return ""
 }
 
-// nullFinishes gives the string values that start at the positions at
-// (ascending: see's nullAt) in body null instead, and returns the result:
+// nullFinishes gives the string values at the spans at (ascending: see's
+// nullAt, read by gjson from body) null instead, and returns the result:
 // body itself, edited in place and shortened by what that took out (its
 // bytes past the new end are left as they were), unless a value is shorter
-// than null ("x"), which takes a copy (in dst, reused). A position that
-// holds no string is passed over.
-func nullFinishes(dst, body []byte, at []int) (_, fix []byte) {
+// than null ("x"), which takes a copy (in dst, reused). A span that holds
+// no string is passed over.
+func nullFinishes(dst, body []byte, at []span) (_, fix []byte) {
 	for k := len(at) - 1; k >= 0; k-- { // from the last, so that the others stay where they were
-		v := at[k]
-		if v >= len(body) || body[v] != '"' {
-			continue
-		}
-		end := stringEnd(body, v)
-		if end < 0 {
+		v, end := at[k].at, at[k].end
+		if end > len(body) || end-v < 2 || body[v] != '"' || body[end-1] != '"' {
 			continue
 		}
 		if end-v < len(finishNull) {
@@ -453,20 +454,6 @@ func nullFinishes(dst, body []byte, at []int) (_, fix []byte) {
 	return body, fix
 }
 
-// stringEnd returns the index just past the JSON string that starts at
-// body[at] (a quote), or -1 when it does not end.
-func stringEnd(body []byte, at int) int {
-	for j := at + 1; j < len(body); j++ {
-		switch body[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
-}
-
 // dropStale takes the choices at the positions stale names (see) out of
 // chunk, and reports whether none is left. chunk itself is only read.
 func dropStale(chunk []byte, stale uint64) ([]byte, bool) {
@@ -478,21 +465,6 @@ func dropStale(chunk []byte, stale uint64) ([]byte, bool) {
 		}
 	}
 	return chunk, !gjson.GetBytes(chunk, "choices.0").Exists()
-}
-
-// staleBits returns the choice bits of the stale positions of chunk.
-func staleBits(chunk []byte, stale uint64) (b uint64) {
-	pos := 0
-	gjson.GetBytes(chunk, "choices").ForEach(func(_, c gjson.Result) bool {
-		if pos < 64 && stale&(1<<pos) != 0 {
-			if i := c.Get("index").Int(); i >= 0 && i < 64 {
-				b |= 1 << i
-			}
-		}
-		pos++
-		return true
-	})
-	return b
 }
 
 // editChoices makes the changes e names in chunk (see): roles given and

@@ -210,7 +210,7 @@ func (s *upstreamStream) read() ([]byte, error) {
 }
 
 // choiceless evens out a data event with no choice in it (see saw none,
-// or editChoices took out every one): a usage chunk whose choices are
+// or dropStale took out every one): a usage chunk whose choices are
 // missing or null gets [] (the npm SDK's stream helper iterates every
 // chunk's choices, and a missing or null one throws), an error object not
 // under "error" ({"object":"error",...}, an older vLLM form) is the error
@@ -323,7 +323,7 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 			// Another choice goes on: a usage here is not the last, and a
 			// chunk of no choice would be taken for it. The finish goes
 			// again, after it.
-			s.fin.owed |= staleBits(data, edit.stale)
+			s.fin.owed |= edit.staleChoices
 		}
 	}
 	if none {
