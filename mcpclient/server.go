@@ -246,8 +246,8 @@ func closeSession(sess *mcp.ClientSession, tr mcp.Transport, ended <-chan struct
 }
 
 func reapStdio(tr mcp.Transport) {
-	if ct, ok := tr.(*mcp.CommandTransport); ok && ct.Command.Process != nil {
-		killGroup(ct.Command.Process.Pid)
+	if st, ok := tr.(*stdioTransport); ok && st.cmd.Process != nil {
+		killGroup(st.cmd.Process.Pid)
 	}
 }
 

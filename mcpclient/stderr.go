@@ -42,11 +42,11 @@ func (t *stderrTail) Write(p []byte) (int, error) {
 // error, with the configured secrets masked (it may print its own
 // environment), or "" for none or another transport.
 func stderrOf(tr mcp.Transport) string {
-	ct, ok := tr.(*mcp.CommandTransport)
+	st, ok := tr.(*stdioTransport)
 	if !ok {
 		return ""
 	}
-	t, ok := ct.Command.Stderr.(*stderrTail)
+	t, ok := st.cmd.Stderr.(*stderrTail)
 	if !ok {
 		return ""
 	}

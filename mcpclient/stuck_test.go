@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		answersServer()
 		return
 	}
+	if os.Getenv(chattyServerEnv) == "1" {
+		chattyServer()
+		return
+	}
 	if os.Getenv(oddSchemasServerEnv) == "1" {
 		oddSchemasServer()
 		return

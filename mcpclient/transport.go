@@ -45,7 +45,7 @@ func transport(c *config.MCPServer) mcp.Transport {
 		// grandchild that keeps the pipe open does not hold up the wait.
 		cmd.Stderr, cmd.WaitDelay = &stderrTail{}, 2*time.Second
 		isolate(cmd)
-		return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		return &stdioTransport{cmd: cmd, terminate: 2 * time.Second}
 	}
 	hc := &http.Client{
 		Transport: headerRT{base: http.DefaultTransport, headers: c.Headers},

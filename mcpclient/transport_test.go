@@ -27,14 +27,14 @@ func TestStdioEnvironmentIsScrubbed(t *testing.T) {
 			_ = os.Unsetenv(k)
 		}
 	}
-	tr, ok := transport(&config.MCPServer{Command: "true"}).(*mcp.CommandTransport)
+	tr, ok := transport(&config.MCPServer{Command: "true"}).(*stdioTransport)
 	if !ok {
 		t.Fatal("not a command transport")
 	}
-	if tr.Command.Env == nil {
+	if tr.cmd.Env == nil {
 		t.Fatal("nil Env: the child would inherit everything")
 	}
-	for _, kv := range tr.Command.Env {
+	for _, kv := range tr.cmd.Env {
 		if strings.HasPrefix(kv, "OPENAI_API_KEY=") {
 			t.Fatalf("secret passed to the MCP child: %q", kv)
 		}
@@ -123,7 +123,7 @@ func TestStderrTailBound(t *testing.T) {
 	var cut stderrTail
 	_, _ = cut.Write([]byte("key sk-stderr-cut-secret-0123456789\nlast line\n"))
 	_, _ = cut.Write([]byte(strings.Repeat("z", maxStderr-30) + "\nthe end\n"))
-	tr := &mcp.CommandTransport{Command: &exec.Cmd{Stderr: &cut}}
+	tr := &stdioTransport{cmd: &exec.Cmd{Stderr: &cut}}
 	if got := stderrOf(tr); strings.Contains(got, "0123456789") || !strings.HasPrefix(got, "last line\n") || !strings.HasSuffix(got, "the end") {
 		t.Fatalf("shown %.80q", got)
 	}
