@@ -66,6 +66,12 @@ type Server struct {
 	WriteTimeout    Duration `toml:"write_timeout"`
 	IdleTimeout     Duration `toml:"idle_timeout"`     // keep-alive; default 120s
 	ShutdownTimeout Duration `toml:"shutdown_timeout"` // in-flight grace; default 30s
+	// ShutdownDelay is how long a SIGTERM'd gateway goes on serving, with
+	// /readyz answering 503 and every answer closing its connection, before
+	// it stops accepting: time for a load balancer to take it out of
+	// rotation, so that requests sent meanwhile are still answered.
+	// Default 0 (stop accepting at once).
+	ShutdownDelay   Duration `toml:"shutdown_delay"`
 	LogLevel        string   `toml:"log_level"`        // debug|info|warn|error; default info
 	LogFormat       string   `toml:"log_format"`       // json|console; default json
 	DefaultProvider string   `toml:"default_provider"` // for /v1/* pass-through without a model; default: first provider not of kind mock

@@ -71,6 +71,10 @@ func (p *problems) checkPatterns(key string, list []string) {
 	}
 }
 
+// maxShutdownDelay bounds server.shutdown_delay: a load balancer's health
+// checks take seconds to notice a replica leaving, not minutes.
+const maxShutdownDelay = 5 * time.Minute
+
 // checkPositive reports a negative n.
 func (p *problems) checkPositive(key string, n int64) {
 	if n < 0 {
@@ -204,6 +208,9 @@ func (c *Config) validateServer(p *problems) {
 	p.checkPositive("server.write_timeout", int64(c.Server.WriteTimeout))
 	p.checkPositive("server.idle_timeout", int64(c.Server.IdleTimeout))
 	p.checkPositive("server.shutdown_timeout", int64(c.Server.ShutdownTimeout))
+	if d := c.Server.ShutdownDelay.D(); d < 0 || d > maxShutdownDelay {
+		p.add("server.shutdown_delay", "%s is outside 0..%s", d, maxShutdownDelay)
+	}
 	p.checkBuffer("server.read_buffer", c.Server.ReadBuffer)
 	p.checkBuffer("server.write_buffer", c.Server.WriteBuffer)
 	if g := c.Server.GCMinGrowthBytes; g != nil && (*g < 0 || *g > 1<<30) {

@@ -147,10 +147,10 @@ func TestCompose(t *testing.T) {
 			t.Errorf("%s: healthcheck %q does not check /readyz on the listen port %d", name, hc, listen)
 		}
 		grace, err := time.ParseDuration(str(at(s, "stop_grace_period")))
-		// After shutdown_timeout the gateway gives the streams still
-		// running up to 2 s to write their error event, then exits.
-		if err != nil || grace < cfg.Server.ShutdownTimeout.D()+5*time.Second {
-			t.Errorf("%s: stop_grace_period %v is not shutdown_timeout %v + 5 s", name, grace, cfg.Server.ShutdownTimeout.D())
+		// SIGTERM grace: shutdown_delay, shutdown_timeout, then up to 2 s
+		// for the streams still running to write their error event.
+		if err != nil || grace < sigtermGrace(cfg) {
+			t.Errorf("%s: stop_grace_period %v is not shutdown_delay %v + shutdown_timeout %v + 5 s", name, grace, cfg.Server.ShutdownDelay.D(), cfg.Server.ShutdownTimeout.D())
 		}
 		if env := keys(at(s, "environment")); !slices.Equal(env, vars) {
 			t.Errorf("%s: environment %q, the config reads %q", name, env, vars)
@@ -316,12 +316,15 @@ func TestKubernetes(t *testing.T) {
 		t.Error("Service selector does not match the pods")
 	}
 
-	// SIGTERM grace: preStop, then shutdown_timeout and the final error
-	// events, before SIGKILL.
+	// SIGTERM grace: preStop (if any), then shutdown_delay,
+	// shutdown_timeout and the final error events, before SIGKILL.
 	grace, _ := at(pod, "terminationGracePeriodSeconds").(int)
 	pre, _ := at(c, "lifecycle", "preStop", "sleep", "seconds").(int)
-	if need := cfg.Server.ShutdownTimeout.D() + time.Duration(pre)*time.Second + 5*time.Second; time.Duration(grace)*time.Second < need {
-		t.Errorf("terminationGracePeriodSeconds %d is not preStop %ds + shutdown_timeout %v + 5 s (the final error events)", grace, pre, cfg.Server.ShutdownTimeout.D())
+	if need := sigtermGrace(cfg) + time.Duration(pre)*time.Second; time.Duration(grace)*time.Second < need {
+		t.Errorf("terminationGracePeriodSeconds %d is not preStop %ds + shutdown_delay %v + shutdown_timeout %v + 5 s (the final error events)", grace, pre, cfg.Server.ShutdownDelay.D(), cfg.Server.ShutdownTimeout.D())
+	}
+	if cfg.Server.ShutdownDelay.D() == 0 && pre == 0 {
+		t.Error("neither server.shutdown_delay nor a preStop sleep: requests sent while the endpoints drop the pod are refused")
 	}
 	for _, r := range []string{"cpu", "memory"} {
 		if str(at(c, "resources", "requests", r)) == "" {
@@ -357,4 +360,12 @@ func TestHAProxyConfigValid(t *testing.T) {
 	if out, err := exec.Command(bin, "-c", "-f", "haproxy.cfg").CombinedOutput(); err != nil {
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
+}
+
+// sigtermGrace is what a replica of cfg needs between SIGTERM and SIGKILL:
+// it serves for shutdown_delay, lets streams finish for shutdown_timeout,
+// then gives those still running up to 2 s to write their error event
+// (5 s of margin).
+func sigtermGrace(cfg *config.Config) time.Duration {
+	return cfg.Server.ShutdownDelay.D() + cfg.Server.ShutdownTimeout.D() + 5*time.Second
 }

@@ -129,6 +129,13 @@ func (s *Server) handleReady(ctx *fasthttp.RequestCtx, rt *Runtime, showDetails 
 	if rt.Ready != nil {
 		ok, details = rt.Ready()
 	}
+	if s.draining.Load() {
+		ok = false
+		if details == nil {
+			details = map[string]string{}
+		}
+		details["gateway"] = "shutting down"
+	}
 	if !showDetails {
 		details = nil
 	}

@@ -43,7 +43,7 @@ func (s *Server) hijackStream(ctx *fasthttp.RequestCtx, sk *sink) bool {
 	if !ok {
 		return false
 	}
-	keep := ctx.Request.Header.IsHTTP11() && !ctx.Request.Header.ConnectionClose() && !s.stopping.Load()
+	keep := ctx.Request.Header.IsHTTP11() && !ctx.Request.Header.ConnectionClose() && !s.stopping.Load() && !s.draining.Load()
 	if !keep {
 		ctx.Response.SetConnectionClose()
 	}

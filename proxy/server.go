@@ -99,6 +99,7 @@ type Server struct {
 	idle      map[*keptConn]struct{}
 	awaiting  sync.Map     // net.Conn → handOver: an answer whose connection fasthttp has yet to hand over
 	stopping  atomic.Bool  // Shutdown has begun: idle connections close
+	draining  atomic.Bool  // Drain was called: /readyz is 503, every answer closes its connection
 	handovers atomic.Int64 // streams given a goroutine of their own (hijackStream)
 	// handingOver, when set (by tests, before Serve), runs as fasthttp
 	// starts a stream's hand-over, before anything of the stream is
@@ -206,6 +207,12 @@ func (s *Server) Runtime() *Runtime { return s.rt.Load() }
 func (s *Server) Serve(ln net.Listener) error {
 	return s.srv.Serve(&retryListener{Listener: ln, log: &s.log})
 }
+
+// Drain begins a replica's leaving, before Shutdown: /readyz answers 503,
+// so that load balancers stop sending it requests, and every answer from
+// then on closes its connection, so that a client opens its next one
+// (through the balancer) elsewhere. Requests are served as before.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // finalWrites bounds how long Shutdown waits, after the grace period, for
 // the cancelled requests to write their error: a writer blocked on a client
@@ -380,6 +387,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	s.route(ctx, x)
 	if !x.later && x.cause != nil { // later first: a body writer may be setting cause already
 		discardUnread(ctx, 4*int64(x.rt.Config.Server.MaxBodyBytes))
+	}
+	if s.draining.Load() && !ctx.Hijacked() { // a stream's head says so itself (hijackStream)
+		ctx.SetConnectionClose()
 	}
 	s.end(ctx, x)
 }

@@ -147,6 +147,11 @@ func run() int {
 				continue
 			}
 			sw.stop() // a reload still building is not swapped in
+			if d := srv.Runtime().Config.Server.ShutdownDelay.D(); d > 0 {
+				srv.Drain()
+				log.Info().Str("signal", sig.String()).Dur("shutdown_delay", d).Msg("draining: /readyz answers 503 and answers close their connections until the shutdown begins")
+				drain(d, sigs)
+			}
 			log.Info().Str("signal", sig.String()).Msg("shutting down")
 			grace := srv.Runtime().Config.Server.ShutdownTimeout.D()
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -158,6 +163,24 @@ func run() int {
 			}
 			log.Info().Msg("stopped")
 			return 0
+		}
+	}
+}
+
+// drain waits d, the shutdown delay, while the gateway goes on serving; a
+// second SIGTERM or SIGINT ends the wait (SIGHUP is ignored: the runtime
+// serving now is the one that shuts down).
+func drain(d time.Duration, sigs <-chan os.Signal) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case sig := <-sigs:
+			if sig != syscall.SIGHUP {
+				return
+			}
 		}
 	}
 }

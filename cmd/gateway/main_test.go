@@ -567,3 +567,80 @@ func TestSignalsWhileBuilding(t *testing.T) {
 		t.Fatalf("still running %v after a SIGTERM sent while a reload builds", time.Since(start))
 	}
 }
+
+// TestShutdownDelayKeepsServing: with server.shutdown_delay, a SIGTERM'd
+// gateway goes on answering (on kept and new connections, JSON and
+// streams) while /readyz says 503, every answer closes its connection, and
+// it exits 0 once the delay is over.
+func TestShutdownDelayKeepsServing(t *testing.T) {
+	t.Parallel()
+	bin := testproc.Gateway(t)
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(`
+[server]
+log_level = "error"
+shutdown_delay = "3s"
+[[providers]]
+name = "demo"
+kind = "mock"
+[[models]]
+name = "demo"
+provider = "demo"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, base := testproc.Start(t, bin, path)
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	ask := func(stream bool) (*http.Response, string) {
+		t.Helper()
+		body := `{"model":"demo","messages":[{"role":"user","content":"hello"}]}`
+		if stream {
+			body = `{"model":"demo","stream":true,"messages":[{"role":"user","content":"hello"}]}`
+		}
+		resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	if resp, body := ask(false); resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("before SIGTERM: %d close=%v %s", resp.StatusCode, resp.Close, body)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 503 && strings.Contains(string(b), `"ready":false`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after SIGTERM: %d %s", resp.StatusCode, b)
+		}
+	}
+	// The kept connection's next answer, a stream, and a new connection's:
+	// all served, each closing its connection.
+	if resp, body := ask(false); resp.StatusCode != 200 || !resp.Close || !strings.Contains(body, `"chat.completion"`) {
+		t.Fatalf("JSON while draining: %d close=%v %s", resp.StatusCode, resp.Close, body)
+	}
+	if resp, body := ask(true); resp.StatusCode != 200 || !resp.Close || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("stream while draining: %d close=%v %q", resp.StatusCode, resp.Close, body)
+	}
+	if resp, body := ask(false); resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("new connection while draining: %d close=%v %s", resp.StatusCode, resp.Close, body)
+	}
+	if state, err := cmd.Process.Wait(); err != nil || state.ExitCode() != 0 {
+		t.Fatalf("exit: %v %v", state, err)
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("still accepting after the delay")
+	}
+}
