@@ -12,15 +12,17 @@ import (
 
 // chattyServerEnv makes the test binary a stdio MCP server that writes
 // lines that are not JSON-RPC messages to its stdout, as servers that log
-// to stdout do: a banner before the handshake, and a progress line before
-// each answer of its "chatty" tool.
+// to stdout do: a banner and a JSON log line before the handshake, and
+// progress and log lines before each answer of its "chatty" tool.
 const chattyServerEnv = "LLMGW_TEST_CHATTY_MCP_SERVER"
 
 func chattyServer() {
 	fmt.Println("Weather MCP server running on stdio")
+	fmt.Println(`{"level":"info","msg":"listening on stdio"}`)
 	stdioServer("chatty", []string{"chatty"}, func(tool string, reply map[string]any) {
 		fmt.Println("[info] handling", tool, "...")
 		fmt.Println("")
+		fmt.Println(`{"level":"debug","tool":"` + tool + `"}`)
 		reply["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": "sunny"}}}
 	}, nil)
 }

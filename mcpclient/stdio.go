@@ -1,6 +1,8 @@
 package mcpclient
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
 )
 
 // stdioTransport runs a stdio server as the SDK's CommandTransport does
@@ -17,9 +20,9 @@ import (
 // stdin, then SIGTERM, then SIGKILL), with one difference: lines of its
 // stdout that are not a JSON-RPC message are passed over (jsonLines), as
 // the official TypeScript and Python clients pass over them. A server that
-// prints a banner or its progress to stdout (many do, against the spec)
-// would otherwise never connect, or break its connection, and every call
-// in flight on it, at its first such line.
+// prints a banner, its progress or its logs to stdout (many do, against the
+// spec) would otherwise never connect, or break its connection, and every
+// call in flight on it, at its first such line.
 type stdioTransport struct {
 	cmd       *exec.Cmd
 	terminate time.Duration // how long Close waits after each step
@@ -38,7 +41,7 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		return nil, err
 	}
 	// The connection is closed by closing stdin (childStdin), not stdout.
-	tr := &mcp.IOTransport{Reader: io.NopCloser(&jsonLines{r: stdout}), Writer: &childStdin{WriteCloser: stdin, cmd: t.cmd, terminate: t.terminate}}
+	tr := &mcp.IOTransport{Reader: io.NopCloser(newJSONLines(stdout, mcp.DefaultMaxLineLength)), Writer: &childStdin{WriteCloser: stdin, cmd: t.cmd, terminate: t.terminate}}
 	return tr.Connect(ctx)
 }
 
@@ -84,108 +87,90 @@ func (c *childStdin) Close() error {
 	return errors.New("the stdio server did not exit")
 }
 
-// jsonLines passes on what a stdio server writes to its stdout, less the
-// lines that cannot begin a JSON-RPC message: between messages, a line
-// whose first byte other than blanks is not '{', nor a '[' whose next such
-// byte is '{' (a batch), is taken out up to its newline ("[dotenv] injecting
-// env", "Server running on stdio"). Inside a message nothing is taken out
-// (a message written over several lines reaches the SDK whole), and a line
-// that begins like a message goes on as it is: one that is not JSON after
-// all fails the connection as before. It holds back at most a batch's '['
-// until the byte after it, so it adds no buffer to the SDK's bound on one
-// message.
+// jsonLines passes on the lines of a stdio server's stdout that are
+// JSON-RPC messages (an object with "jsonrpc": "2.0", or a batch of them),
+// one per line as the MCP spec has them, and takes out every other line: a
+// banner, "[dotenv] injecting env", progress, or a JSON log line
+// ({"level":"info",...}), each of which would fail the SDK's connection.
+// The official TypeScript and Python clients read stdout line by line in
+// the same way. A message is passed on trimmed of blanks (and of a byte
+// order mark). A line over max, the SDK's bound on one message, goes on as
+// it comes, for the SDK to refuse; so jsonLines holds at most max bytes of
+// a line (and its reader's buffer).
 type jsonLines struct {
-	r     io.Reader
-	depth int  // open objects and arrays of the message being passed on
-	str   bool // inside a string of that message
-	esc   bool // after a backslash in that string
-	mid   bool // between messages, but past the start of the line
-	skip  bool // taking out a line, up to its newline
-	held  bool // a line began with '[': held back until what follows tells
+	r    *bufio.Reader
+	max  int
+	line []byte // the line read so far
+	out  []byte // passed on, not yet read
+	long bool   // passing on the rest of a line over max
+	err  error  // the stream's end, once out is read
+}
+
+// lineBuffer is jsonLines' read buffer; a line gathered in more than
+// keptLine bytes is not kept for the next.
+const (
+	lineBuffer = 64 << 10
+	keptLine   = 64 << 10
+)
+
+func newJSONLines(r io.Reader, max int) *jsonLines {
+	return &jsonLines{r: bufio.NewReaderSize(r, lineBuffer), max: max}
 }
 
 func (j *jsonLines) Read(p []byte) (int, error) {
-	for {
-		// Room in front for a held '[' and the byte that releases it.
-		off := 0
-		switch {
-		case j.held && len(p) > 1:
-			off = 1
-		case j.held && len(p) == 1:
-			// No room to tell (the SDK's bound on one message is all but
-			// reached): the '[' goes on as a batch's.
-			p[0], j.held, j.depth = '[', false, 1
-			return 1, nil
+	for len(j.out) == 0 {
+		if j.err != nil {
+			return 0, j.err
 		}
-		n, err := j.r.Read(p[off:])
-		n = j.filter(p, off, off+n)
-		if n > 0 || err != nil {
-			return n, err
+		if len(j.line) == 0 && cap(j.line) > keptLine {
+			j.line = nil // out is read: nothing uses the array
+		}
+		frag, err := j.r.ReadSlice('\n')
+		full := err == bufio.ErrBufferFull
+		if err != nil && !full {
+			j.err = err
+		}
+		if j.long {
+			j.out, j.long = frag, full // read before the next ReadSlice
+			continue
+		}
+		j.line = append(j.line, frag...)
+		switch {
+		case full && len(j.line) > j.max:
+			j.out, j.long = j.line, true
+			j.line = j.line[:0]
+		case full:
+		default: // a whole line, or the stream's last bytes
+			if m := message(j.line); m != nil {
+				j.out = append(m, '\n') // within line's array: m ends before it does, or at its end
+			}
+			j.line = j.line[:0]
 		}
 	}
+	n := copy(p, j.out)
+	j.out = j.out[n:]
+	return n, nil
 }
 
-// filter takes the lines to pass over out of b[from:to], moving what is left
-// to the start of b, and returns its length. b[:from] is free room (from is 1
-// when a '[' is held, else 0).
-func (j *jsonLines) filter(b []byte, from, to int) int {
-	k := 0
-	for _, c := range b[from:to] {
-		switch {
-		case j.skip:
-			j.skip = c != '\n'
-			continue
-		case j.held:
-			switch c {
-			case ' ', '\t', '\r':
-				continue // insignificant between '[' and what follows
-			case '{':
-				b[k] = '['
-				k++
-				j.held, j.depth = false, 1 // and c opens the batch's first message, below
-			default:
-				j.held, j.skip = false, c != '\n'
-				if c != '\n' {
-					continue
-				}
-			}
-		}
-		switch {
-		case j.skip:
-			continue
-		case j.str:
-			switch {
-			case j.esc:
-				j.esc = false
-			case c == '\\':
-				j.esc = true
-			case c == '"':
-				j.str = false
-			}
-		case j.depth > 0:
-			switch c {
-			case '"':
-				j.str = true
-			case '{', '[':
-				j.depth++
-			case '}', ']':
-				j.depth--
-			}
-		case c == '{':
-			j.depth, j.mid = 1, true
-		case c == '\n':
-			j.mid = false
-		case j.mid || c == ' ' || c == '\t' || c == '\r':
-			// The rest of a line a message began on, or blanks.
-		case c == '[':
-			j.held, j.mid = true, true
-			continue
-		default:
-			j.skip = true
-			continue
-		}
-		b[k] = c
-		k++
+// bom is UTF-8's byte order mark, which some Windows tools write first.
+var bom = []byte("\xef\xbb\xbf")
+
+// message returns line trimmed when it is a JSON-RPC message or a batch of
+// them, else nil.
+func message(line []byte) []byte {
+	m := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(line), bom))
+	if len(m) == 0 || !gjson.ValidBytes(m) {
+		return nil
 	}
-	return k
+	var v gjson.Result
+	switch m[0] {
+	case '{':
+		v = gjson.GetBytes(m, "jsonrpc")
+	case '[':
+		v = gjson.GetBytes(m, "0.jsonrpc") // a batch: its first message tells
+	}
+	if v.Type != gjson.String || v.Str != "2.0" {
+		return nil
+	}
+	return m
 }
