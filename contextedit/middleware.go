@@ -216,7 +216,8 @@ func (h *handler) edit(ctx context.Context, req *pipeline.Request, c *Counter, b
 		if cut, after := t.planDrop(count, b.target); cut >= 0 {
 			withSummary := func(msg string) int { return after + c.CountText(msg) + 4 }
 			fits := func(text string) bool { return withSummary(summaryMessage(text)) <= b.limit }
-			text, err := h.s.summarize.summary(ctx, req, t, cut, fits)
+			room := b.limit - withSummary(summaryMessage(""))
+			text, err := h.s.summarize.summary(ctx, req, t, cut, room, fits)
 			summaryErr = err
 			if err == nil {
 				msg := summaryMessage(text)

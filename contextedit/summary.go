@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,11 +22,16 @@ import (
 // summaryPrefix opens the message that replaces the summarised turns.
 const summaryPrefix = "Summary of the earlier conversation (older messages were replaced by this summary):\n"
 
-// Summary limits: the transcript sent to the summary model, and how long a
-// summary is kept for later rounds and requests of the same conversation.
+// Summary limits: the transcript sent to the summary model, how long a
+// summary is kept for later rounds and requests of the same conversation,
+// and the tokens a summary call may write: at most what the request has
+// room for, at most maxSummaryTokens (a summary, not a transcript), and no
+// call when the room is under minSummaryTokens.
 const (
-	maxSummaryInput = 256 << 10
-	summaryTTL      = 24 * time.Hour
+	maxSummaryInput  = 256 << 10
+	summaryTTL       = 24 * time.Hour
+	maxSummaryTokens = 4096
+	minSummaryTokens = 16
 )
 
 // A summary too long for the request that asked is kept for unfitTTL
@@ -83,7 +89,8 @@ func limited(err error) error {
 }
 
 // summary returns the summary of the non-system messages of t before cut,
-// one that fits says fits: from the store when these messages were
+// one that fits says fits (room is the tokens it may take, which bounds the
+// summary call's answer): from the store when these messages were
 // summarised before, else from the summary model (then stored). A summary
 // that does not fit is errNoSummary, and is kept only unfitTTL, so that a
 // later request of the conversation asks again rather than reading back
@@ -93,7 +100,7 @@ func limited(err error) error {
 // (admit: policy, rate limits and budgets, taken only when a call is
 // made, not for a stored summary read back) and the summary model's whole
 // model-call layer (fallback, limits, metering).
-func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut int, fits func(string) bool) (string, error) {
+func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *transcript, cut, room int, fits func(string) bool) (string, error) {
 	route := (*pipeline.Route)(nil)
 	if s.lookup != nil {
 		route = s.lookup(s.model)
@@ -123,6 +130,9 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 			kept = true
 		}
 	}
+	if room < minSummaryTokens {
+		return "", errNoSummary // no summary would fit: no call
+	}
 	// The summary call is its own conversation: r is a new request, so it
 	// carries neither the caller's edit log (held by the caller right now)
 	// nor its prompt hint; and it is its own model call even under a
@@ -131,7 +141,9 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	body := make([]byte, 0, len(text)+len(s.prompt)+160)
 	body = append(body, `{"model":`...)
 	body = jsonstring.Append(body, s.model)
-	body = append(body, `,"stream":false,"messages":[{"role":"system","content":`...)
+	body = append(body, `,"stream":false,"max_completion_tokens":`...)
+	body = strconv.AppendInt(body, int64(min(room, maxSummaryTokens)), 10)
+	body = append(body, `,"messages":[{"role":"system","content":`...)
 	body = jsonstring.Append(body, s.prompt)
 	body = append(body, `},{"role":"user","content":`...)
 	body = jsonstring.Append(body, text)

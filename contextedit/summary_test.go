@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -49,8 +51,14 @@ func (s *ttlStore) expire(d time.Duration) {
 // two before the latest).
 func summaryFixture(t *testing.T, answer func() string) (*summarizer, *ttlStore, *pipeline.Request, *transcript) {
 	t.Helper()
-	route := &pipeline.Route{Name: "sum", ModelLayer: pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":` + strconv.Quote(answer()) + `}}]}`)}, nil
+	return summaryFixtureCalls(t, func(*pipeline.Request) string { return answer() })
+}
+
+// summaryFixtureCalls is summaryFixture whose model sees each call.
+func summaryFixtureCalls(t *testing.T, answer func(*pipeline.Request) string) (*summarizer, *ttlStore, *pipeline.Request, *transcript) {
+	t.Helper()
+	route := &pipeline.Route{Name: "sum", ModelLayer: pipeline.HandlerFunc(func(_ context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":` + strconv.Quote(answer(r)) + `}}]}`)}, nil
 	})}
 	st := &ttlStore{val: map[string][]byte{}, ttl: map[string]time.Duration{}}
 	s := &summarizer{model: "sum", prompt: "Summarise.", lookup: func(string) *pipeline.Route { return route }, store: st}
@@ -74,32 +82,32 @@ func TestUnfitSummaryIsKeptBriefly(t *testing.T) {
 	s, st, req, tr := summaryFixture(t, func() string { calls++; return answer })
 	short := func(text string) bool { return len(text) < 100 }
 	long := func(text string) bool { return true }
-	if _, err := s.summary(context.Background(), req, tr, 2, short); err != errNoSummary || calls != 1 {
+	if _, err := s.summary(context.Background(), req, tr, 2, 1000, short); err != errNoSummary || calls != 1 {
 		t.Fatalf("a summary too long: %v after %d calls", err, calls)
 	}
-	if _, err := s.summary(context.Background(), req, tr, 2, short); err != errNoSummary || calls != 1 {
+	if _, err := s.summary(context.Background(), req, tr, 2, 1000, short); err != errNoSummary || calls != 1 {
 		t.Fatalf("asked again at once: %v after %d calls, want errNoSummary without a call", err, calls)
 	}
-	if text, err := s.summary(context.Background(), req, tr, 2, long); err != nil || text != strings.TrimSpace(answer) || calls != 1 {
+	if text, err := s.summary(context.Background(), req, tr, 2, 1000, long); err != nil || text != strings.TrimSpace(answer) || calls != 1 {
 		t.Fatalf("a request the kept summary fits: %q %v after %d calls", text, err, calls)
 	}
 	st.expire(unfitTTL)
 	answer = "short"
-	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 2 {
+	if text, err := s.summary(context.Background(), req, tr, 2, 1000, short); err != nil || text != "short" || calls != 2 {
 		t.Fatalf("after the unfit one expired: %q %v after %d calls", text, err, calls)
 	}
 	st.expire(unfitTTL) // the fitting one is kept for a day
-	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 2 {
+	if text, err := s.summary(context.Background(), req, tr, 2, 1000, short); err != nil || text != "short" || calls != 2 {
 		t.Fatalf("the fitting summary was not kept: %q %v after %d calls", text, err, calls)
 	}
 	// A request the kept summary does not fit (a smaller window) asks the
 	// model, and its unfit answer does not replace the kept one.
 	tiny := func(text string) bool { return len(text) < 3 }
 	answer = "still too long"
-	if _, err := s.summary(context.Background(), req, tr, 2, tiny); err != errNoSummary || calls != 3 {
+	if _, err := s.summary(context.Background(), req, tr, 2, 1000, tiny); err != errNoSummary || calls != 3 {
 		t.Fatalf("a smaller window: %v after %d calls", err, calls)
 	}
-	if text, err := s.summary(context.Background(), req, tr, 2, short); err != nil || text != "short" || calls != 3 {
+	if text, err := s.summary(context.Background(), req, tr, 2, 1000, short); err != nil || text != "short" || calls != 3 {
 		t.Fatalf("the kept summary was replaced: %q %v after %d calls", text, err, calls)
 	}
 }
@@ -110,14 +118,39 @@ func TestUnfitSummaryThatFitsIsKept(t *testing.T) {
 	t.Parallel()
 	calls := 0
 	s, st, req, tr := summaryFixture(t, func() string { calls++; return "a summary of some length" })
-	if _, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return false }); err != errNoSummary {
+	if _, err := s.summary(context.Background(), req, tr, 2, 1000, func(string) bool { return false }); err != errNoSummary {
 		t.Fatal(err)
 	}
-	if text, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return true }); err != nil || text != "a summary of some length" {
+	if text, err := s.summary(context.Background(), req, tr, 2, 1000, func(string) bool { return true }); err != nil || text != "a summary of some length" {
 		t.Fatalf("%q %v", text, err)
 	}
 	st.expire(unfitTTL)
-	if text, err := s.summary(context.Background(), req, tr, 2, func(string) bool { return true }); err != nil || text != "a summary of some length" || calls != 1 {
+	if text, err := s.summary(context.Background(), req, tr, 2, 1000, func(string) bool { return true }); err != nil || text != "a summary of some length" || calls != 1 {
 		t.Fatalf("the summary that fits was not kept for a day: %q %v after %d calls", text, err, calls)
+	}
+}
+
+// The summary call may write no more than the request has room for, nor
+// more than maxSummaryTokens; with room for no summary it is not made.
+func TestSummaryCallIsBoundedByTheRoom(t *testing.T) {
+	t.Parallel()
+	var asked []int64
+	s, _, req, tr := summaryFixtureCalls(t, func(r *pipeline.Request) string {
+		asked = append(asked, gjson.GetBytes(r.Body, "max_completion_tokens").Int())
+		return "short"
+	})
+	fits := func(string) bool { return true }
+	if _, err := s.summary(context.Background(), req, tr, 2, minSummaryTokens-1, fits); err != errNoSummary || len(asked) != 0 {
+		t.Fatalf("room for no summary: %v after %d calls", err, len(asked))
+	}
+	if text, err := s.summary(context.Background(), req, tr, 2, 300, fits); err != nil || text != "short" {
+		t.Fatalf("room of 300: %q %v", text, err)
+	}
+	s.store = nil // ask again
+	if _, err := s.summary(context.Background(), req, tr, 2, 1<<20, fits); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 2 || asked[0] != 300 || asked[1] != maxSummaryTokens {
+		t.Fatalf("max_completion_tokens asked %v, want [300 %d]", asked, maxSummaryTokens)
 	}
 }
