@@ -94,15 +94,17 @@ func (c *childStdin) Close() error {
 // ({"level":"info",...}), each of which would fail the SDK's connection.
 // The official TypeScript and Python clients read stdout line by line in
 // the same way. A message is passed on trimmed of blanks (and of a byte
-// order mark). A line over max, the SDK's bound on one message, goes on as
-// it comes, for the SDK to refuse; so jsonLines holds at most max bytes of
-// a line (and its reader's buffer).
+// order mark). A line over max, the SDK's bound on one message, that may be
+// a message (mayBeMessage) goes on as it comes, for the SDK to
+// refuse as too large; any other is taken out as it comes. So jsonLines
+// holds about max bytes of a line at most (and its reader's buffer).
 type jsonLines struct {
 	r    *bufio.Reader
 	max  int
 	line []byte // the line read so far
 	out  []byte // passed on, not yet read
 	long bool   // passing on the rest of a line over max
+	skip bool   // taking out the rest of a line over max
 	err  error  // the stream's end, once out is read
 }
 
@@ -118,6 +120,9 @@ func newJSONLines(r io.Reader, max int) *jsonLines {
 }
 
 func (j *jsonLines) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for len(j.out) == 0 {
 		if j.err != nil {
 			return 0, j.err
@@ -130,14 +135,22 @@ func (j *jsonLines) Read(p []byte) (int, error) {
 		if err != nil && !full {
 			j.err = err
 		}
-		if j.long {
+		switch {
+		case j.long:
 			j.out, j.long = frag, full // read before the next ReadSlice
+			continue
+		case j.skip:
+			j.skip = full
 			continue
 		}
 		j.line = append(j.line, frag...)
 		switch {
 		case full && len(j.line) > j.max:
-			j.out, j.long = j.line, true
+			if mayBeMessage(j.line) {
+				j.out, j.long = j.line, true
+			} else {
+				j.skip = true
+			}
 			j.line = j.line[:0]
 		case full:
 		default: // a whole line, or the stream's last bytes
@@ -148,8 +161,21 @@ func (j *jsonLines) Read(p []byte) (int, error) {
 		}
 	}
 	n := copy(p, j.out)
-	j.out = j.out[n:]
+	if j.out = j.out[n:]; len(j.out) == 0 {
+		j.out = nil // keeps no array alive
+	}
 	return n, nil
+}
+
+// mayBeMessage reports whether a line begins as a message or a batch of
+// them would: '{', or '[' and then '{', after blanks (and a byte order
+// mark).
+func mayBeMessage(line []byte) bool {
+	c := bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(line, " \t\r"), bom), " \t\r")
+	if len(c) > 0 && c[0] == '[' {
+		c = bytes.TrimLeft(c[1:], " \t\r")
+	}
+	return len(c) > 0 && c[0] == '{'
 }
 
 // bom is UTF-8's byte order mark, which some Windows tools write first.

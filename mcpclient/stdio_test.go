@@ -84,19 +84,28 @@ func TestJSONLinesPassesOverLogLines(t *testing.T) {
 			}
 		}
 	}
-	// Over the bound: passed on as it came (the SDK refuses it), and the
-	// lines after it are judged again.
-	in := "log\n" + long + "\n" + "log\n" + msg + "\n"
+	// Over the bound: a line that may be a message is passed on as it came
+	// (the SDK refuses it as too large), any other is taken out; the lines
+	// after it are judged again.
+	in := "log\n" + long + "\n" + "progress: " + strings.Repeat("=", 300) + "\n" + strings.Repeat(" ", 300) + "\n" + msg + "\n"
 	if got, want := string(readAll(t, []byte(in), 100, 4096, 512)), long+"\n"+msg+"\n"; got != want {
-		t.Fatalf("a line over the bound:\n got %q\nwant %q", got, want)
+		t.Fatalf("lines over the bound:\n got %q\nwant %q", got, want)
 	}
-	j := newJSONLines(strings.NewReader(strings.Repeat("y", 3*lineBuffer)+"\n"+msg+"\n"), 2*lineBuffer)
+	bigLog := "[debug] " + strings.Repeat("z", 3*lineBuffer) + "\n"
+	if got := readAll(t, []byte(bigLog+msg+"\n"), 2*lineBuffer, 4096, 512); string(got) != msg+"\n" {
+		t.Fatalf("a log line over the bound and the reader's buffer: %d bytes passed on", len(got))
+	}
+	if n, err := newJSONLines(strings.NewReader(msg+"\n"), 1<<20).Read(nil); n != 0 || err != nil {
+		t.Fatalf("an empty read: %d, %v", n, err)
+	}
+	huge := ` [ {"jsonrpc":"2.0","id":9,"result":"` + strings.Repeat("y", 3*lineBuffer) + `"}]`
+	j := newJSONLines(strings.NewReader(huge+"\n"+msg+"\n"), 2*lineBuffer)
 	got, err := io.ReadAll(j)
-	if err != nil || len(got) != 3*lineBuffer+1+len(msg)+1 || !strings.HasSuffix(string(got), "\n"+msg+"\n") {
+	if err != nil || string(got) != huge+"\n"+msg+"\n" {
 		t.Fatalf("a line over the bound and the reader's buffer: %d bytes, %v", len(got), err)
 	}
-	if cap(j.line) > keptLine {
-		t.Errorf("%d bytes kept after a long line", cap(j.line))
+	if cap(j.line) > keptLine || j.out != nil {
+		t.Errorf("%d and %d bytes kept after a long line", cap(j.line), cap(j.out))
 	}
 }
 
