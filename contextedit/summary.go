@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,13 +23,13 @@ const summaryPrefix = "Summary of the earlier conversation (older messages were 
 
 // Summary limits: the transcript sent to the summary model, how long a
 // summary is kept for later rounds and requests of the same conversation,
-// and the tokens a summary call may write: at most what the request has
-// room for, at most maxSummaryTokens (a summary, not a transcript), and no
-// call when the room is under minSummaryTokens.
+// and the room (tokens) a request must have for a summary for the summary
+// model to be asked. The call itself has no token cap: a summary cut at one
+// would be kept for a day, and a cap the caller's policy refuses (or a
+// reasoning model spends on its reasoning) would cost every summary.
 const (
 	maxSummaryInput  = 256 << 10
 	summaryTTL       = 24 * time.Hour
-	maxSummaryTokens = 4096
 	minSummaryTokens = 16
 )
 
@@ -89,8 +88,8 @@ func limited(err error) error {
 }
 
 // summary returns the summary of the non-system messages of t before cut,
-// one that fits says fits (room is the tokens it may take, which bounds the
-// summary call's answer): from the store when these messages were
+// one that fits says fits (room is the tokens it may take: under
+// minSummaryTokens no call is made): from the store when these messages were
 // summarised before, else from the summary model (then stored). A summary
 // that does not fit is errNoSummary, and is kept only unfitTTL, so that a
 // later request of the conversation asks again rather than reading back
@@ -141,9 +140,7 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	body := make([]byte, 0, len(text)+len(s.prompt)+160)
 	body = append(body, `{"model":`...)
 	body = jsonstring.Append(body, s.model)
-	body = append(body, `,"stream":false,"max_completion_tokens":`...)
-	body = strconv.AppendInt(body, int64(min(room, maxSummaryTokens)), 10)
-	body = append(body, `,"messages":[{"role":"system","content":`...)
+	body = append(body, `,"stream":false,"messages":[{"role":"system","content":`...)
 	body = jsonstring.Append(body, s.prompt)
 	body = append(body, `},{"role":"user","content":`...)
 	body = jsonstring.Append(body, text)

@@ -117,12 +117,6 @@ func TestSummarizeWhenEditingIsNotEnough(t *testing.T) {
 	}
 	rounds := 0
 	for _, r := range h.mock.Requests() {
-		if r.Model == "up-sum" {
-			// Bounded by the room the 1000-token window leaves a summary.
-			if m := gjson.GetBytes(r.Body, "max_completion_tokens").Int(); m < 16 || m >= 1000 {
-				t.Fatalf("summary call's max_completion_tokens %d", m)
-			}
-		}
 		if r.Model != "up-model" {
 			continue
 		}
