@@ -49,7 +49,7 @@ func newBreaker(threshold int, cooldown time.Duration, provider, upstream string
 	b := &breaker{
 		threshold: threshold,
 		cooldown:  cooldown,
-		gauge:     circuitState.WithLabelValues(provider, upstream),
+		gauge:     holdCircuit(depKey{provider, upstream}),
 		log:       log.With().Str("provider", provider).Str("upstream", upstream).Logger(),
 	}
 	b.gauge.Set(float64(circuitClosed))

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
+	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -250,5 +251,62 @@ func TestSpentQuotaFallsBackWithoutRetry(t *testing.T) {
 	}
 	if n := e.f.count("p/a"); n != 1 {
 		t.Fatalf("%d calls to the deployment whose quota is spent", n)
+	}
+}
+
+// circuitSeries reports whether the circuit-state series of the deployment
+// exists.
+func circuitSeries(t *testing.T, provider, upstream string) bool {
+	t.Helper()
+	mfs, err := observe.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gateway_fallback_circuit_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["provider"] == provider && labels["upstream"] == upstream {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// A deployment a reload removed loses its circuit-state series when the
+// old runtime's middleware is released (its last state, an open circuit,
+// would otherwise stay on /metrics for good); one the new runtime still has
+// keeps its series.
+func TestReleaseDropsRemovedDeploymentsCircuitSeries(t *testing.T) {
+	models := func(names ...string) []config.Model {
+		var ms []config.Model
+		for _, n := range names {
+			ms = append(ms, config.Model{Name: n, Deployments: []config.Deployment{{Provider: "reload-p", Upstream: n}}})
+		}
+		return ms
+	}
+	var oldRelease, newRelease func()
+	New(withDefaults(Options{Models: models("kept", "removed"), OnClose: func(r func()) { oldRelease = r }}), nil)
+	if !circuitSeries(t, "reload-p", "kept") || !circuitSeries(t, "reload-p", "removed") {
+		t.Fatal("no series for the configured deployments")
+	}
+	New(withDefaults(Options{Models: models("kept"), OnClose: func(r func()) { newRelease = r }}), nil)
+	if oldRelease == nil || newRelease == nil {
+		t.Fatal("OnClose not called")
+	}
+	oldRelease()
+	if !circuitSeries(t, "reload-p", "kept") || circuitSeries(t, "reload-p", "removed") {
+		t.Fatalf("after the old runtime's release: kept %v, removed %v; want true, false",
+			circuitSeries(t, "reload-p", "kept"), circuitSeries(t, "reload-p", "removed"))
+	}
+	newRelease()
+	if circuitSeries(t, "reload-p", "kept") {
+		t.Fatal("the last holder's release kept the series")
 	}
 }

@@ -73,6 +73,11 @@ type Options struct {
 	// being the model call's; a model it refuses is skipped. Default:
 	// every call.
 	Admit func(ctx context.Context, r *pipeline.Request, model string) error
+	// OnClose, when set, is given the func that releases what this New
+	// holds beyond its own memory (the circuit-state series of its
+	// breakers), for the caller to run when the middleware is done with
+	// (its runtime closed after a reload).
+	OnClose func(release func())
 }
 
 // handler is the middleware around one route's next handler. Safe for
@@ -121,6 +126,9 @@ func New(opts Options, lookup func(model string) *pipeline.Route) pipeline.Middl
 		for _, d := range m.Deployments {
 			t.breakerFor(d.Provider, d.Upstream)
 		}
+	}
+	if opts.OnClose != nil {
+		opts.OnClose(t.release)
 	}
 	proto := handler{
 		t:        t,

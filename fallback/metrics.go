@@ -1,6 +1,8 @@
 package fallback
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/gateway/observe"
@@ -36,6 +38,33 @@ var (
 		Help: "Circuit breaker state per deployment: 0 closed, 1 open, 2 half-open.",
 	}, []string{"provider", "upstream"})
 )
+
+// circuitHolders counts, per deployment, the breakers of live tables that
+// set its circuit-state series: the series goes when the last goes.
+var circuitHolders = struct {
+	sync.Mutex
+	n map[depKey]int
+}{n: map[depKey]int{}}
+
+// holdCircuit returns the deployment's circuit-state gauge, held until
+// releaseCircuit.
+func holdCircuit(k depKey) prometheus.Gauge {
+	circuitHolders.Lock()
+	defer circuitHolders.Unlock()
+	circuitHolders.n[k]++
+	return circuitState.WithLabelValues(k.provider, k.upstream)
+}
+
+// releaseCircuit lets go of a holdCircuit, dropping the series with the
+// last holder.
+func releaseCircuit(k depKey) {
+	circuitHolders.Lock()
+	defer circuitHolders.Unlock()
+	if circuitHolders.n[k]--; circuitHolders.n[k] <= 0 {
+		delete(circuitHolders.n, k)
+		circuitState.DeleteLabelValues(k.provider, k.upstream)
+	}
+}
 
 // Children resolved once: the request path never hashes label values.
 var (

@@ -67,6 +67,18 @@ func (t *tables) breakerFor(provider, upstream string) *breaker {
 	return b
 }
 
+// release drops the circuit-state series of t's breakers that no other
+// tables (another runtime's, before or after a reload) holds: a deployment
+// a reload removed no longer shows its last state (an open circuit that
+// would keep an alert firing). The breakers themselves go with t.
+func (t *tables) release() {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for k := range t.breakers {
+		releaseCircuit(k)
+	}
+}
+
 // applyRemote applies another replica's transition to the deployment's
 // breaker; a deployment this replica does not know is ignored (what arrives
 // from Redis never grows the table).

@@ -341,7 +341,8 @@ func (b *builder) buildModelLayers() {
 		"context_edit": contextedit.New(contextedit.Options{Config: cfg.Middleware.ContextEdit, Logger: log,
 			Lookup: b.lookup, Allows: allowsModel, Admit: b.admit, Store: b.store}),
 		"fallback": fallback.New(fallback.Options{Providers: b.providers, Models: cfg.Models, Fallback: cfg.Middleware.Fallback, Logger: log,
-			Shared: shared, Allows: allowsModel, Admit: b.limiter.AdmitFallback}, b.lookup),
+			Shared: shared, Allows: allowsModel, Admit: b.limiter.AdmitFallback,
+			OnClose: func(release func()) { b.closers = append(b.closers, release) }}, b.lookup),
 	}
 	for _, m := range cfg.Models {
 		// Outermost: a tool loop's model calls are counted once each,
