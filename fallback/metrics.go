@@ -1,8 +1,6 @@
 package fallback
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/gateway/observe"
@@ -39,31 +37,15 @@ var (
 	}, []string{"provider", "upstream"})
 )
 
-// circuitHolders counts, per deployment, the breakers of live tables that
-// set its circuit-state series: the series goes when the last goes.
-var circuitHolders = struct {
-	sync.Mutex
-	n map[depKey]int
-}{n: map[depKey]int{}}
+// circuitHolders are the breakers (of every live runtime) that set each
+// deployment's circuit-state series.
+var circuitHolders = observe.NewHeld(func(k depKey) { circuitState.DeleteLabelValues(k.provider, k.upstream) })
 
 // holdCircuit returns the deployment's circuit-state gauge, held until
-// releaseCircuit.
+// circuitHolders.Release.
 func holdCircuit(k depKey) prometheus.Gauge {
-	circuitHolders.Lock()
-	defer circuitHolders.Unlock()
-	circuitHolders.n[k]++
+	circuitHolders.Hold(k)
 	return circuitState.WithLabelValues(k.provider, k.upstream)
-}
-
-// releaseCircuit lets go of a holdCircuit, dropping the series with the
-// last holder.
-func releaseCircuit(k depKey) {
-	circuitHolders.Lock()
-	defer circuitHolders.Unlock()
-	if circuitHolders.n[k]--; circuitHolders.n[k] <= 0 {
-		delete(circuitHolders.n, k)
-		circuitState.DeleteLabelValues(k.provider, k.upstream)
-	}
 }
 
 // Children resolved once: the request path never hashes label values.

@@ -75,7 +75,7 @@ func (t *tables) release() {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for k := range t.breakers {
-		releaseCircuit(k)
+		circuitHolders.Release(k)
 	}
 }
 

@@ -14,6 +14,12 @@ var (
 		Name: "gateway_mcp_server_tools",
 		Help: "Tools the MCP server currently contributes (after prefix, allow and deny).",
 	}, []string{"server"})
+	// serverHolders are the servers (of every live Manager) that set each
+	// server name's up and tools series.
+	serverHolders = observe.NewHeld(func(name string) {
+		metricUp.DeleteLabelValues(name)
+		metricTools.DeleteLabelValues(name)
+	})
 	metricConnects = observe.Factory.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_mcp_connects_total",
 		Help: "MCP connection attempts by server and result (ok|error).",

@@ -52,6 +52,7 @@ func newServer(m *Manager, cfg config.MCPServer) *server {
 		},
 		KeepAlive: m.opts.KeepAlive,
 	})
+	serverHolders.Hold(cfg.Name) // let go when run ends
 	metricUp.WithLabelValues(cfg.Name).Set(0)
 	return s
 }
@@ -93,6 +94,7 @@ func (s *server) current() *mcp.ClientSession {
 // first is called once the first attempt is over, whatever its outcome.
 func (s *server) run(ctx context.Context, first func()) {
 	backoff := s.m.opts.MinBackoff
+	defer serverHolders.Release(s.cfg.Name) // after setDown: a server a reload removed leaves the metrics
 	defer s.setDown("down: closed", nil)
 	for {
 		err := s.connectOnce(ctx, first)
