@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -147,10 +148,14 @@ func run() int {
 				continue
 			}
 			sw.stop() // a reload still building is not swapped in
+			code := 0
 			if d := srv.Runtime().Config.Server.ShutdownDelay.D(); d > 0 {
 				srv.Drain()
 				log.Info().Str("signal", sig.String()).Dur("shutdown_delay", d).Msg("draining: /readyz answers 503 and answers close their connections until the shutdown begins")
-				drain(d, sigs)
+				if err := drain(d, sigs, served); err != nil {
+					log.Error().Err(err).Msg("server stopped while draining")
+					code = 1
+				}
 			}
 			log.Info().Str("signal", sig.String()).Msg("shutting down")
 			grace := srv.Runtime().Config.Server.ShutdownTimeout.D()
@@ -162,24 +167,30 @@ func run() int {
 				log.Warn().Err(err).Msg("shutdown grace period ended with requests still running")
 			}
 			log.Info().Msg("stopped")
-			return 0
+			return code
 		}
 	}
 }
 
 // drain waits d, the shutdown delay, while the gateway goes on serving; a
 // second SIGTERM or SIGINT ends the wait (SIGHUP is ignored: the runtime
-// serving now is the one that shuts down).
-func drain(d time.Duration, sigs <-chan os.Signal) {
+// serving now is the one that shuts down), and so does the listener
+// failing, whose error it returns (served carries Serve's end).
+func drain(d time.Duration, sigs <-chan os.Signal, served <-chan error) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			return
+			return nil
+		case err := <-served:
+			if err == nil {
+				err = errors.New("the listener closed")
+			}
+			return err
 		case sig := <-sigs:
 			if sig != syscall.SIGHUP {
-				return
+				return nil
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -642,5 +643,27 @@ provider = "demo"
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("still accepting after the delay")
+	}
+}
+
+// drain ends with its delay, at a second SIGTERM or SIGINT (not SIGHUP),
+// or when the listener fails, whose error it returns.
+func TestDrainEnds(t *testing.T) {
+	t.Parallel()
+	sigs, served := make(chan os.Signal, 1), make(chan error, 1)
+	if err := drain(10*time.Millisecond, sigs, served); err != nil {
+		t.Fatalf("after the delay: %v", err)
+	}
+	sigs <- syscall.SIGHUP
+	if err := drain(10*time.Millisecond, sigs, served); err != nil || len(sigs) != 0 {
+		t.Fatalf("with a SIGHUP: %v, %d signals left", err, len(sigs))
+	}
+	sigs <- syscall.SIGINT
+	if err := drain(time.Hour, sigs, served); err != nil {
+		t.Fatalf("a second signal: %v", err)
+	}
+	served <- errors.New("accept: too many open files")
+	if err := drain(time.Hour, sigs, served); err == nil || !strings.Contains(err.Error(), "too many open files") {
+		t.Fatalf("the listener failing: %v", err)
 	}
 }
