@@ -399,11 +399,30 @@ func isHex(c byte) bool {
 // credentialNames are matched case-insensitively; a name ending in one of
 // them counts too (x-api-key, proxy-authorization, set-cookie). "bearer"
 // catches a token printed without its header name.
-var (
-	credentialNamesA = [][]byte{[]byte("authorization"), []byte("api-key"), []byte("api_key"), []byte("apikey")}
-	credentialNamesB = [][]byte{[]byte("bearer")}
-	credentialNamesC = [][]byte{[]byte("cookie")}
-)
+var credentialNames = [...][][]byte{
+	1: {[]byte("authorization"), []byte("api-key"), []byte("api_key"), []byte("apikey")},
+	2: {[]byte("bearer")},
+	3: {[]byte("cookie")},
+}
+
+// credentialStart maps the first two bytes of a credential name, either
+// case, to its credentialNames entry: credentialStart[0][c] is the entry
+// of the names starting with c (0: none), and credentialStart[k][c2] is k
+// when a name of entry k goes on with c2. Two table reads a byte, in place
+// of a comparison of each byte with every start.
+var credentialStart = func() (t [len(credentialNames)][256]uint8) {
+	for k, names := range credentialNames {
+		for _, n := range names {
+			for _, c := range []byte{n[0], n[0] &^ 0x20} {
+				t[0][c] = uint8(k)
+			}
+			for _, c := range []byte{n[1], n[1] &^ 0x20} {
+				t[k][c] = uint8(k)
+			}
+		}
+	}
+	return t
+}()
 
 // maskCredentials masks the value after a credential header name: the name,
 // then optional quote, spaces and one of ':' or '=' (or, for "bearer", a
@@ -415,18 +434,11 @@ func maskCredentials(b []byte) []byte {
 	last := 0      // b[last:] is not yet copied to out
 	for i := 0; i+1 < len(b); i++ {
 		// Two bytes pick the candidate names: most letters start none.
-		var names [][]byte
-		switch c, c2 := b[i]|0x20, b[i+1]|0x20; {
-		case c == 'a' && (c2 == 'u' || c2 == 'p'):
-			names = credentialNamesA
-		case c == 'b' && c2 == 'e':
-			names = credentialNamesB
-		case c == 'c' && c2 == 'o':
-			names = credentialNamesC
-		default:
+		k := credentialStart[0][b[i]]
+		if k == 0 || credentialStart[k][b[i+1]] != k {
 			continue
 		}
-		for _, name := range names {
+		for _, name := range credentialNames[k] {
 			if i+len(name) > len(b) || !bytes.EqualFold(b[i:i+len(name)], name) {
 				continue
 			}
