@@ -46,6 +46,7 @@ type tables struct {
 	log       zerolog.Logger
 	shared    *SharedBreakers // nil: breakers are this replica's own
 
+	released sync.Once // release runs once: a second would let go of another runtime's hold
 	mu       sync.RWMutex
 	breakers map[depKey]*breaker
 	routes   map[*pipeline.Route]*routeState
@@ -72,11 +73,13 @@ func (t *tables) breakerFor(provider, upstream string) *breaker {
 // a reload removed no longer shows its last state (an open circuit that
 // would keep an alert firing). The breakers themselves go with t.
 func (t *tables) release() {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for k := range t.breakers {
-		circuitHolders.Release(k)
-	}
+	t.released.Do(func() {
+		t.mu.RLock()
+		defer t.mu.RUnlock()
+		for k := range t.breakers {
+			circuitHolders.Release(k)
+		}
+	})
 }
 
 // applyRemote applies another replica's transition to the deployment's

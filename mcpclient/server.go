@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
@@ -26,6 +27,11 @@ type server struct {
 	probe   chan struct{}           // a call failed at the transport: ping now
 	stuck   chan *mcp.ClientSession // a call is blocked past its deadline on this session: end it
 	broken  chan *mcp.ClientSession // an answer over the bound broke this session: end it
+
+	// upGauge and toolsGauge are the server's series, resolved once: once
+	// the last Manager holding them let go (serverHolders), a late setDown
+	// sets a child no longer registered instead of adding the series back.
+	upGauge, toolsGauge prometheus.Gauge
 
 	mu      sync.Mutex
 	session *mcp.ClientSession // nil while down
@@ -53,7 +59,8 @@ func newServer(m *Manager, cfg config.MCPServer) *server {
 		KeepAlive: m.opts.KeepAlive,
 	})
 	serverHolders.Hold(cfg.Name) // let go when run ends
-	metricUp.WithLabelValues(cfg.Name).Set(0)
+	s.upGauge, s.toolsGauge = metricUp.WithLabelValues(cfg.Name), metricTools.WithLabelValues(cfg.Name)
+	s.upGauge.Set(0)
 	return s
 }
 
@@ -380,8 +387,8 @@ func (s *server) setUp(sess *mcp.ClientSession, tools []*Tool) {
 	s.up = make(chan struct{})
 	s.failed = make(chan struct{})
 	s.mu.Unlock()
-	metricUp.WithLabelValues(s.cfg.Name).Set(1)
-	metricTools.WithLabelValues(s.cfg.Name).Set(float64(len(tools)))
+	s.upGauge.Set(1)
+	s.toolsGauge.Set(float64(len(tools)))
 	s.m.publish()
 }
 
@@ -455,8 +462,8 @@ func (s *server) setDown(state string, err error) {
 	s.session, s.tools, s.state = nil, nil, state
 	s.mu.Unlock()
 	if !errors.Is(err, context.Canceled) && state != "down: closed" {
-		metricUp.WithLabelValues(s.cfg.Name).Set(0)
-		metricTools.WithLabelValues(s.cfg.Name).Set(0)
+		s.upGauge.Set(0)
+		s.toolsGauge.Set(0)
 	}
 	if had {
 		s.m.publish()

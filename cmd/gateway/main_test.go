@@ -580,7 +580,7 @@ func TestShutdownDelayKeepsServing(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`
 [server]
 log_level = "error"
-shutdown_delay = "3s"
+shutdown_delay = "6s"
 [[providers]]
 name = "demo"
 kind = "mock"
