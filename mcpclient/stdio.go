@@ -13,6 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
+
+	"github.com/llmgw/gateway/jsonvalid"
 )
 
 // stdioTransport runs a stdio server as the SDK's CommandTransport does
@@ -185,7 +187,7 @@ var bom = []byte("\xef\xbb\xbf")
 // them, else nil.
 func message(line []byte) []byte {
 	m := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(line), bom))
-	if len(m) == 0 || !gjson.ValidBytes(m) {
+	if len(m) == 0 || !jsonvalid.Bytes(m) {
 		return nil
 	}
 	var v gjson.Result
