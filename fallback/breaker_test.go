@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/internal/testmetrics"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -258,25 +258,7 @@ func TestSpentQuotaFallsBackWithoutRetry(t *testing.T) {
 // exists.
 func circuitSeries(t *testing.T, provider, upstream string) bool {
 	t.Helper()
-	mfs, err := observe.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "gateway_fallback_circuit_state" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["provider"] == provider && labels["upstream"] == upstream {
-				return true
-			}
-		}
-	}
-	return false
+	return testmetrics.HasSeries(t, "gateway_fallback_circuit_state", map[string]string{"provider": provider, "upstream": upstream})
 }
 
 // A deployment a reload removed loses its circuit-state series when the

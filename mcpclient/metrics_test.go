@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/gateway/config"
-	"github.com/llmgw/gateway/observe"
+	"github.com/llmgw/gateway/internal/testmetrics"
 )
 
 // A server's up and tools series stay while any Manager (the runtime a
@@ -48,21 +48,6 @@ func TestServerSeriesGoWithTheLastManager(t *testing.T) {
 // for server.
 func hasSeries(t *testing.T, server string) bool {
 	t.Helper()
-	mfs, err := observe.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "gateway_mcp_server_up" && mf.GetName() != "gateway_mcp_server_tools" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "server" && l.GetValue() == server {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	l := map[string]string{"server": server}
+	return testmetrics.HasSeries(t, "gateway_mcp_server_up", l) || testmetrics.HasSeries(t, "gateway_mcp_server_tools", l)
 }
