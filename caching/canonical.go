@@ -93,7 +93,7 @@ func (c *canon) value(v gjson.Result) {
 	case gjson.Number:
 		c.buf = appendNumber(c.buf, v.Raw)
 	case gjson.String:
-		c.buf = jsonstring.Append(c.buf, unquote(v))
+		c.buf = appendString(c.buf, unquote(v))
 	case gjson.JSON:
 		if v.IsArray() {
 			c.buf = append(c.buf, '[')
@@ -138,7 +138,7 @@ func (c *canon) sortedMembers(start int) {
 			c.buf = append(c.buf, ',')
 		}
 		p := c.pairs[i] // c.pairs may grow (and move) while the value recurses
-		c.buf = jsonstring.Append(c.buf, p.key)
+		c.buf = appendString(c.buf, p.key)
 		c.buf = append(c.buf, ':')
 		c.value(p.val)
 	}
@@ -167,10 +167,25 @@ func appendNumber(dst []byte, raw string) []byte {
 	return strconv.AppendFloat(dst, f, 'g', -1, 64)
 }
 
+// appendString appends s as a JSON string (jsonstring.Append) when it is
+// valid UTF-8. A string that is not (a lone surrogate unquote kept, or
+// invalid bytes) comes out as Go quotes it, after a byte no JSON string
+// has: each such string keeps a form of its own. Replaced by U+FFFD, as
+// encoding/json and jsonstring do, "\ud800", "\udbff" and "\ufffd" were
+// one key, and the gateway sends the upstream what the client sent: three
+// different prompts, and the answer cached for one was the others'.
+func appendString(dst []byte, s string) []byte {
+	if utf8.ValidString(s) {
+		return jsonstring.Append(dst, s)
+	}
+	return strconv.AppendQuote(append(dst, 1), s)
+}
+
 // unquote returns the value of a gjson string with encoding/json's rules
-// for escapes: a lone UTF-16 surrogate becomes U+FFFD and the escape after
-// it is decoded on its own (gjson would swallow it). Strings without escapes
-// are gjson's own.
+// for escapes, except one: a lone UTF-16 surrogate becomes its three bytes
+// in WTF-8 (not valid UTF-8, so no text has them; appendString) where
+// encoding/json makes it U+FFFD, and the escape after it is decoded on its
+// own (gjson would swallow it). Strings without escapes are gjson's own.
 func unquote(v gjson.Result) string {
 	raw := v.Raw
 	if v.Type != gjson.String || strings.IndexByte(raw, '\\') < 0 || len(raw) < 2 {
@@ -214,7 +229,8 @@ func unquote(v gjson.Result) string {
 						}
 					}
 				}
-				r = utf8.RuneError
+				out = append(out, 0xe0|byte(r>>12), 0x80|byte(r>>6)&0x3f, 0x80|byte(r)&0x3f)
+				break
 			}
 			out = utf8.AppendRune(out, r)
 		default: // '"', '\\', '/' and anything gjson let through

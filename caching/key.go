@@ -77,7 +77,7 @@ func requestKey(r *pipeline.Request, toolSet string, shared bool) string {
 	// any other object.
 	start := len(c.pairs)
 	gjson.ParseBytes(r.Body).ForEach(func(k, v gjson.Result) bool {
-		if key := k.String(); !ignoredFields[key] {
+		if key := unquote(k); !ignoredFields[key] {
 			return c.push(key, v)
 		}
 		return true

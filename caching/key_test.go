@@ -114,3 +114,46 @@ func TestRequestKeyManyMembers(t *testing.T) {
 		t.Errorf("member order changed the key")
 	}
 }
+
+// TestRequestKeyLoneSurrogates: the gateway sends the upstream the escapes
+// the client sent, so prompts that differ only in a lone UTF-16 surrogate
+// are different prompts, and must not share an answer (encoding/json's
+// rule, which makes every lone surrogate U+FFFD, gave them one key).
+// Spellings of one string still share it.
+func TestRequestKeyLoneSurrogates(t *testing.T) {
+	t.Parallel()
+	key := func(content string) string {
+		body := strings.Replace(baseBody, `"content":"Hi"`, `"content":"Hi `+content+`"`, 1)
+		return requestKey(newReq(body, "acme"), "ts1", true) // the shared namespace: other tenants' prompts too
+	}
+	groups := [][]string{
+		{`\ud800`, `\uD800`},
+		{`\udbff`},
+		{`\udc00`},
+		{`\ufffd`, "\uFFFD"},
+		{`\ud83d\ude00`, "\U0001F600"},
+		{`\ud800\u0041`},
+		{`A`, `\u0041`},
+		{`\\ud800`},
+	}
+	seen := map[string]string{}
+	for _, g := range groups {
+		k := key(g[0])
+		for _, other := range g[1:] {
+			if key(other) != k {
+				t.Errorf("%q and %q are one string but got different keys", g[0], other)
+			}
+		}
+		if prev, ok := seen[k]; ok {
+			t.Errorf("%q and %q are different strings but share a key", prev, g[0])
+		}
+		seen[k] = g[0]
+	}
+
+	// A member named with a lone surrogate is a member of its own too.
+	a := requestKey(newReq(strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"x\ud800":1`, 1), "acme"), "ts1", false)
+	b := requestKey(newReq(strings.Replace(baseBody, `"temperature":0`, `"temperature":0,"x\udfff":1`, 1), "acme"), "ts1", false)
+	if a == b {
+		t.Error("members named x\\ud800 and x\\udfff share a key")
+	}
+}
