@@ -91,6 +91,11 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	if err != nil {
 		return pb, err
 	}
+	if model == "" && ctx.IsPost() && f.json && (path == responsesRoute || path == inputTokensRoute) {
+		if err := namesModel(body); err != nil {
+			return pb, err
+		}
+	}
 	route := rt.Routes[model]
 	if model != "" && route == nil && !rt.Config.Server.PassthroughUnknownModels {
 		return pb, modelNotFound(model)
@@ -232,6 +237,23 @@ func admitOpaque(x *exchange, t *pipeline.Tenant, path string) error {
 	var err error
 	x.call, err = rt.Policy.Limit(req)
 	return err
+}
+
+// namesModel refuses a Responses API request (a create, or a count of its
+// input tokens) that names no model and no stored prompt (whose own model
+// OpenAI uses): OpenAI refuses it, and the gateway serves these routes
+// itself by the model. Passed through, it went to the default provider as
+// it was: the shipped config's demo provider echoed it back, and a tenant
+// was told its key may not use the route.
+func namesModel(body []byte) error {
+	root, err := pipeline.RequestObject(body)
+	if err != nil {
+		return err
+	}
+	if p := root.Get("prompt"); p.Exists() && p.Type != gjson.Null {
+		return nil
+	}
+	return pipeline.BadRequest("model", "you must provide a model parameter")
 }
 
 // needsModel reports whether a POST to path must name its model in its

@@ -208,6 +208,12 @@ func checkSettings(root gjson.Result) error {
 	if err := oneOf(root.Get("text.verbosity"), "text.verbosity", "low", "medium", "high"); err != nil {
 		return err
 	}
+	if err := oneOf(root.Get("reasoning.summary"), "reasoning.summary", "auto", "concise", "detailed"); err != nil {
+		return err
+	}
+	if err := oneOf(root.Get("service_tier"), "service_tier", "auto", "default", "flex", "scale", "priority", "fast", "ultrafast"); err != nil {
+		return err
+	}
 	return checkMetadata(root.Get("metadata"))
 }
 
@@ -1070,21 +1076,35 @@ func appendTools(c []byte, tools gjson.Result) ([]byte, error) {
 			c = append(c, ',')
 		}
 		n++
+		// The response object repeats each tool as sent (echoTools): one
+		// of another type would be dropped or replaced on the way to the
+		// model (a schema sent as a string became a tool of no arguments)
+		// while the response claimed it, so it is refused, as OpenAI does.
+		d, p, st := t.Get("description"), t.Get("parameters"), t.Get("strict")
+		at := "tools[" + strconv.Itoa(i) + "]."
+		switch {
+		case d.Exists() && d.Type != gjson.Null && d.Type != gjson.String:
+			return c, pipeline.BadRequest(at+"description", "Invalid '%sdescription': expected a string.", at)
+		case p.Exists() && p.Type != gjson.Null && !p.IsObject():
+			return c, pipeline.BadRequest(at+"parameters", "Invalid '%sparameters': expected an object (a JSON schema).", at)
+		case st.Exists() && st.Type != gjson.Null && st.Type != gjson.True && st.Type != gjson.False:
+			return c, pipeline.BadRequest(at+"strict", "Invalid '%sstrict': expected a boolean.", at)
+		}
 		c = append(c, `{"type":"function","function":{"name":`...)
 		c = append(c, name.Raw...)
-		if d := t.Get("description"); d.Type == gjson.String {
+		if d.Type == gjson.String {
 			c = append(c, `,"description":`...)
 			c = append(c, d.Raw...)
 		}
 		c = append(c, `,"parameters":`...)
-		if p := t.Get("parameters"); p.IsObject() {
+		if p.IsObject() {
 			c = append(c, p.Raw...)
 		} else {
 			c = append(c, `{"type":"object","properties":{}}`...)
 		}
-		if s := t.Get("strict"); s.Type == gjson.True || s.Type == gjson.False {
+		if st.Type == gjson.True || st.Type == gjson.False {
 			c = append(c, `,"strict":`...)
-			c = append(c, s.Raw...)
+			c = append(c, st.Raw...)
 		}
 		c = append(c, "}}"...)
 	}
@@ -1124,6 +1144,12 @@ func appendToolChoice(c []byte, tc gjson.Result) ([]byte, error) {
 			c = jsonstring.Append(c, tc.Get("name").String())
 			return append(c, "}}"...), nil
 		case "allowed_tools":
+			if m := tc.Get("mode"); m.Type != gjson.String || (m.Str != "auto" && m.Str != "required") {
+				return c, pipeline.BadRequest("tool_choice.mode", "Invalid 'tool_choice.mode': expected one of auto, required.")
+			}
+			if !tc.Get("tools").IsArray() {
+				return c, pipeline.BadRequest("tool_choice.tools", "Invalid 'tool_choice.tools': expected an array of tools.")
+			}
 			c = append(c, `,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":`...)
 			c = jsonstring.Append(c, tc.Get("mode").String())
 			c = append(c, `,"tools":[`...)
