@@ -28,7 +28,9 @@ type chatInput struct {
 // first of two equal keys, while upstreams commonly keep the last and some
 // match keys without regard to case: a body with two "model" or two
 // "messages" keys would have the policy, the limits and the guardrails judge
-// one value and the upstream act on another.
+// one value and the upstream act on another. So would one "Tools" or
+// "Stream" key (misspelt): read as spelt here, as "tools" or "stream" by
+// an upstream that matches keys without regard to case.
 func parseChat(body []byte) (chatInput, error) {
 	var in chatInput
 	root, err := pipeline.RequestObject(body) // a view: body is never written and outlives what is read from it
@@ -39,16 +41,30 @@ func parseChat(body []byte) (chatInput, error) {
 	var top [32]string // a body's top-level keys, most of the time
 	keys := keySet{small: top[:], fold: true}
 	repeated, inner := "", ""
+	var bad error
 	root.ForEach(func(k, v gjson.Result) bool {
 		if keys.add(k.Str) {
 			repeated = k.Str
+			return false
+		}
+		if want := misspelt(k.Str, topSpelling); want != "" {
+			bad = misspeltKey("", k.Str, want)
 			return false
 		}
 		if k.Str == "messages" {
 			messages = v // checkMessages looks inside, in its own walk
 			return true
 		}
-		if param, key := repeatedBelow(v, maxKeyDepth, !clientData[k.Str]); key != "" {
+		// The structure of an OpenAI member is spelt as OpenAI spells it;
+		// what another member holds (a provider's own) is not judged.
+		var known map[string]string
+		if len(v.Raw) > 0 && (v.Raw[0] == '{' || v.Raw[0] == '[') && topNames[k.Str] {
+			known = innerSpelling
+		}
+		if param, key, want := repeatedBelow(v, maxKeyDepth, !clientData[k.Str], known); want != "" {
+			bad = misspeltKey(k.Str+param, key, want)
+			return false
+		} else if key != "" {
 			repeated, inner = key, k.Str+param
 			return false
 		}
@@ -66,6 +82,9 @@ func parseChat(body []byte) (chatInput, error) {
 		}
 		return true
 	})
+	if bad != nil {
+		return in, bad
+	}
 	if inner != "" {
 		return in, repeatedInnerKey(inner, repeated)
 	}
@@ -115,10 +134,17 @@ func checkMessages(messages gjson.Result) error {
 				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]", k.Str)
 				return false
 			}
+			if want := misspelt(k.Str, innerSpelling); want != "" {
+				bad = misspeltKey("messages["+strconv.Itoa(n)+"]", k.Str, want)
+				return false
+			}
 			if k.Str == "role" {
 				role = v
 			}
-			if param, key := repeatedWithin(v); key != "" {
+			if param, key, want := repeatedBelow(v, maxKeyDepth, !clientData[k.Str], innerSpelling); want != "" {
+				bad = misspeltKey("messages["+strconv.Itoa(n)+"]."+k.Str+param, key, want)
+				return false
+			} else if key != "" {
 				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]."+k.Str+param, key)
 				return false
 			}
@@ -227,9 +253,12 @@ func (s *keySet) norm(k string) string {
 
 // repeatedKey is the 400 for a key given twice. The key is the client's own
 // text: it is named only when short.
-// repeatedWithin finds an object inside v (v itself included) that gives
-// a key twice: the path to it from v (".messages[2]" style, empty for v
-// itself) and the key; key is empty when there is none. Every layer reads
+// repeatedBelow finds an object inside v (v itself included) that gives
+// a key twice, or, where keys compare without regard to case (fold), one
+// of the keys known spells in another case ("Name" for "name": misspelt):
+// the path to it from v (".messages[2]" style, empty for v itself), the
+// key, and for a misspelt one its spelling (want); key is empty when there
+// is none. Every layer reads
 // the first of two keys, the upstream commonly the last: a message with two
 // "content" keys had the guardrails judge one text and the model read
 // another, a tool with two "name"s the tool policy allow one tool and the
@@ -242,10 +271,6 @@ func (s *keySet) norm(k string) string {
 // body. Keys compare without regard to case, as upstreams decoding with Go's
 // encoding/json match them ("Content" is "content"), except inside the
 // client's own data (clientData: a schema's properties "ID" and "id").
-func repeatedWithin(v gjson.Result) (param, key string) {
-	return repeatedBelow(v, maxKeyDepth, true)
-}
-
 const maxKeyDepth = 3
 
 // innerKeys is how many keys of an inner object keySet holds on the stack:
@@ -257,21 +282,21 @@ const innerKeys = 6
 // the request's structure: their keys compare exactly.
 var clientData = map[string]bool{"parameters": true, "properties": true, "schema": true, "metadata": true, "logit_bias": true}
 
-func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
+func repeatedBelow(v gjson.Result, depth int, fold bool, known map[string]string) (param, key, want string) {
 	if depth == 0 || len(v.Raw) == 0 || (v.Raw[0] != '{' && v.Raw[0] != '[') {
-		return "", ""
+		return "", "", ""
 	}
 	if v.Raw[0] == '[' {
 		i := 0
 		v.ForEach(func(_, e gjson.Result) bool {
-			if p, k := repeatedBelow(e, depth-1, fold); k != "" {
-				param, key = "["+strconv.Itoa(i)+"]"+p, k
+			if p, k, w := repeatedBelow(e, depth-1, fold, known); k != "" {
+				param, key, want = "["+strconv.Itoa(i)+"]"+p, k, w
 				return false
 			}
 			i++
 			return true
 		})
-		return param, key
+		return param, key, want
 	}
 	var few [innerKeys]string
 	keys := keySet{small: few[:], fold: fold}
@@ -280,13 +305,75 @@ func repeatedBelow(v gjson.Result, depth int, fold bool) (param, key string) {
 			key = k.Str
 			return false
 		}
-		if p, kk := repeatedBelow(e, depth-1, fold && !clientData[k.Str]); kk != "" {
-			param, key = "."+k.Str+p, kk
+		if fold && known != nil {
+			if w := misspelt(k.Str, known); w != "" {
+				key, want = k.Str, w
+				return false
+			}
+		}
+		if p, kk, w := repeatedBelow(e, depth-1, fold && !clientData[k.Str], known); kk != "" {
+			param, key, want = "."+k.Str+p, kk, w
 			return false
 		}
 		return true
 	})
-	return param, key
+	return param, key, want
+}
+
+// topSpelling and innerSpelling map the fold.Key of each member of an
+// OpenAI chat request, and of each key of its structure (a message, a
+// content part, a tool and its function, a tool call, tool_choice,
+// response_format), to its one spelling (misspelt).
+var (
+	topSpelling = spellings("audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+		"max_completion_tokens", "max_tokens", "messages", "metadata", "modalities", "model", "moderation", "n",
+		"parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options",
+		"prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier",
+		"stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p",
+		"user", "verbosity", "web_search_options")
+	topNames      = spelt(topSpelling)
+	innerSpelling = spellings("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call",
+		"audio", "type", "text", "image_url", "url", "detail", "input_audio", "data", "format", "file", "file_id",
+		"file_data", "filename", "id", "function", "arguments", "custom", "input", "description", "parameters",
+		"strict", "mode", "tools", "allowed_tools", "json_schema", "schema", "include_usage", "cache_control")
+)
+
+// spelt is the set of the spellings in m.
+func spelt(m map[string]string) map[string]bool {
+	s := make(map[string]bool, len(m))
+	for _, n := range m {
+		s[n] = true
+	}
+	return s
+}
+
+func spellings(names ...string) map[string]string {
+	m := make(map[string]string, len(names))
+	for _, n := range names {
+		m[fold.Key(n)] = n
+	}
+	return m
+}
+
+// misspelt returns the spelling of k when k is one of known's keys in
+// another case (or with a rune that folds to a letter of it, as the
+// Kelvin sign does to "k"), else "".
+func misspelt(k string, known map[string]string) string {
+	if fold.Plain(k) {
+		return "" // lower-case ASCII: a key as spelt, known or not
+	}
+	return known[fold.Key(k)]
+}
+
+// misspeltKey is the 400 for key, in the object at param ("" for the top
+// level), spelt otherwise than want. key folds to want, so it is short and
+// printable.
+func misspeltKey(param, key, want string) error {
+	at := param
+	if at == "" {
+		at = want
+	}
+	return pipeline.BadRequest(at, "the key %q must be spelt %q: the gateway reads keys as spelt, and an upstream that matches keys without regard to case would read it as %q", key, want, want)
 }
 
 // topKeysOnce refuses a body (a valid JSON object) whose top level gives a

@@ -70,6 +70,22 @@ func TestParseChat(t *testing.T) {
 		{name: "inner keys differing in case", body: `{"model":"m","messages":[{"role":"user"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"ID":{},"id":{}}}}}]}`, ok: true},
 		{name: "many inner keys, one twice", body: `{"model":"m","metadata":{` + manyKeys(40, "k7") + `"z":1},"messages":[{"role":"user"}]}`, param: "metadata"},
 		{name: "many inner keys", body: `{"model":"m","metadata":{` + manyKeys(40, "") + `"z":1},"messages":[{"role":"user"}]}`, ok: true},
+		// A key of the request given once, in another case: read as spelt
+		// here ("Tools" is no tools: the server tools' reserved names
+		// went unchecked, and the gateway added its own "tools" beside
+		// it), as the key by an upstream that matches keys without case.
+		{name: "tools in another case", body: `{"model":"m","Tools":[{"type":"function","function":{"name":"calculator"}}],"messages":[{"role":"user"}]}`, param: "tools"},
+		{name: "stream in another case", body: `{"model":"m","Stream":true,"messages":[{"role":"user"}]}`, param: "stream"},
+		{name: "tool_choice in another case", body: `{"model":"m","Tool_Choice":"required","messages":[{"role":"user"}]}`, param: "tool_choice"},
+		{name: "max_tokens with a Kelvin sign", body: "{\"model\":\"m\",\"max_to\u212aens\":9999,\"messages\":[{\"role\":\"user\"}]}", param: "max_tokens"},
+		{name: "a function's name in another case", body: `{"model":"m","tools":[{"type":"function","function":{"Name":"calculator"}}],"messages":[{"role":"user"}]}`, param: "tools[0].function"},
+		{name: "a tool's function in another case", body: `{"model":"m","tools":[{"type":"function","Function":{"name":"calculator"}}],"messages":[{"role":"user"}]}`, param: "tools[0]"},
+		{name: "tool_choice's function name in another case", body: `{"model":"m","tool_choice":{"type":"function","function":{"Name":"zz"}},"messages":[{"role":"user"}]}`, param: "tool_choice.function"},
+		{name: "a message's content in another case", body: `{"model":"m","messages":[{"role":"user","Content":"blocked"}]}`, param: "messages[0]"},
+		{name: "a part's text in another case", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","Text":"blocked"}]}]}`, param: "messages[0].content[0]"},
+		{name: "a call's arguments in another case", body: `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","Arguments":"{}"}}]}]}`, param: "messages[0].tool_calls[0].function"},
+		{name: "keys of no OpenAI field in any case", body: `{"model":"m","myExtension":{"Mode":1},"X-Trace":"t","messages":[{"role":"user"}]}`, ok: true},
+		{name: "client data keys in any case", body: `{"model":"m","metadata":{"Name":"x"},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"Name":{"type":"string"},"Type":{}}}}}],"messages":[{"role":"user"}]}`, ok: true},
 		{name: "many keys, messages with a long s", body: `{"model":"m","messages":[{"role":"user"}],` + manyKeys(40, "") + `"meſſages":[{"role":"system"}]}`, param: "meſſages"},
 	}
 	for _, c := range cases {
