@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -197,14 +198,19 @@ func TestResponsesInputTokens(t *testing.T) {
 	}
 }
 
-// Rate limits count an input_tokens request as any request.
+// Rate limits count an input_tokens request as any request, and its
+// answer says so in the x-ratelimit-* headers, as any request's does.
 func TestResponsesInputTokensLimited(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, limitsConfig, mockllm.Options{Respond: responsesModel})
 	body := `{"model":"gpt-x","input":"hello"}`
 	for i := range 5 {
-		if status, _, b := send(t, http.MethodPost, h.base+"/responses/input_tokens", "sk-team", body); status != http.StatusOK {
+		status, hdr, b := send(t, http.MethodPost, h.base+"/responses/input_tokens", "sk-team", body)
+		if status != http.StatusOK {
 			t.Fatalf("request %d: %d %s", i, status, b)
+		}
+		if hdr.Get("X-Ratelimit-Limit-Requests") != "5" || hdr.Get("X-Ratelimit-Remaining-Requests") != strconv.Itoa(4-i) {
+			t.Fatalf("request %d's headers: %v", i, hdr)
 		}
 	}
 	status, _, b := send(t, http.MethodPost, h.base+"/responses/input_tokens", "sk-team", body)
@@ -308,5 +314,36 @@ func TestChatKeyBeforeBody(t *testing.T) {
 	}
 	if h.mock.TotalCalls() != 0 {
 		t.Fatalf("%d model calls", h.mock.TotalCalls())
+	}
+}
+
+// A stored response's routes (GET, its input_items, DELETE) read the
+// store: each is a request to its tenant's limits, with the headers, as a
+// pass-through request naming no model is.
+func TestStoredResponseRoutesLimited(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, limitsConfig, mockllm.Options{Respond: responsesModel})
+	status, _, b := send(t, http.MethodPost, h.base+"/responses", "sk-team", `{"model":"gpt-x","input":"hello"}`)
+	id := gjson.GetBytes(b, "id").Str
+	if status != http.StatusOK || id == "" {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	for i, p := range []string{"/responses/" + id, "/responses/" + id + "/input_items", "/responses/" + id, "/responses/resp_unknown"} {
+		status, hdr, b := send(t, http.MethodGet, h.base+p, "sk-team", "")
+		want := http.StatusOK
+		if i == 3 {
+			want = http.StatusNotFound
+		}
+		if status != want || hdr.Get("X-Ratelimit-Remaining-Requests") != strconv.Itoa(3-i) {
+			t.Fatalf("GET %s (request %d): %d %v %s", p, i+2, status, hdr, b)
+		}
+	}
+	status, hdr, b := send(t, http.MethodDelete, h.base+"/responses/"+id, "sk-team", "")
+	if status != http.StatusTooManyRequests || gjson.GetBytes(b, "error.code").Str != "rate_limit_exceeded" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("sixth request: %d %v %s", status, hdr, b)
+	}
+	// Another tenant's limits are its own.
+	if status, _, b := send(t, http.MethodGet, h.base+"/responses/"+id, "sk-ops", ""); status != http.StatusNotFound {
+		t.Fatalf("another tenant: %d %s", status, b)
 	}
 }

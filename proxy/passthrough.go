@@ -119,6 +119,7 @@ func (s *Server) handlePassthrough(ctx *fasthttp.RequestCtx, x *exchange, path s
 	x.tenant = tenantName(pb.tenant)
 	if pb.native {
 		if path == inputTokensRoute {
+			setMetaHeaders(ctx, &x.meta) // the limits it passed (passTarget), on its answer as on any request's
 			s.handleInputTokens(ctx, x, pb.tenant, pb.body)
 		} else {
 			s.handleResponses(ctx, x, pb.tenant, pb.body)

@@ -459,6 +459,18 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 			return
 		}
 	}
+	if rt.Policy != nil {
+		// A request to the tenant's limits, as a pass-through request that
+		// names no model is (admitOpaque): each one reads the store. Not a
+		// model call: the path, not /v1/responses, is its endpoint.
+		req := &pipeline.Request{ID: x.id, Start: x.start, Endpoint: path, Tenant: t, Meta: &x.meta}
+		var err error
+		if x.call, err = rt.Policy.Limit(req); err != nil {
+			s.passError(ctx, x, err)
+			return
+		}
+		setMetaHeaders(ctx, &x.meta)
+	}
 	notFound := pipeline.NotFound(pipeline.CodeResponseNotFound, "Response with id '%s' not found.", truncate(id, 128))
 	if ctx.IsDelete() {
 		ok, err := rt.Responses.Delete(lctx, tenant, id)
