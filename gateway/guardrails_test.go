@@ -641,22 +641,23 @@ func TestGuardrailsRequestStageSideTexts(t *testing.T) {
 	}
 }
 
-// A request guardrail judges a text whatever the case of its name, on chat
-// and pass-through: an upstream decoding with Go's encoding/json reads
-// "Content" as a message's content and "Prompt" as the prompt. Such texts
-// used to reach the upstream unjudged.
+// A text whatever the case of its name never reaches the upstream
+// unjudged: an upstream decoding with Go's encoding/json reads "Content"
+// as a message's content and "Prompt" as the prompt. A pass-through
+// body's request guardrail judges it; chat refuses a key of the request's
+// structure spelt in another case before any guardrail (ingress).
 func TestGuardrailsNamesInAnyCase(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, guardConfig+openPassthrough, mockllm.Options{})
 	addr := hostOf(h.base)
-	for _, c := range []struct{ path, body string }{
-		{"/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"},{"role":"user","Content":"about Project Falcon"}]}`},
-		{"/v1/completions", `{"model":"gpt-x","Prompt":"about Project Falcon"}`},
+	for _, c := range []struct{ path, body, code, param string }{
+		{"/v1/chat/completions", `{"model":"gpt-x","messages":[{"role":"user","content":"hi"},{"role":"user","Content":"about Project Falcon"}]}`, "", "messages[1]"},
+		{"/v1/completions", `{"model":"gpt-x","Prompt":"about Project Falcon"}`, "content_blocked", ""},
 	} {
 		before := h.mock.TotalCalls()
 		status, body := rawHTTP(t, addr, postRaw(c.path, "sk-client", c.body))
-		if status != 400 || gjson.GetBytes(body, "error.code").Str != "content_blocked" {
-			t.Errorf("%s: %d %s, want 400 content_blocked", c.path, status, body)
+		if e := gjson.GetBytes(body, "error"); status != 400 || e.Get("code").Str != c.code || e.Get("param").Str != c.param {
+			t.Errorf("%s: %d %s, want 400 %q naming %q", c.path, status, body, c.code, c.param)
 		}
 		if n := h.mock.TotalCalls() - before; n != 0 {
 			t.Errorf("%s: the upstream got %d calls", c.path, n)
