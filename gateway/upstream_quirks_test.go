@@ -871,3 +871,50 @@ func TestRelayedStreamStaleChoiceAfterASentFinish(t *testing.T) {
 		}
 	}
 }
+
+// OpenAI's JSON answer always has each choice's logprobs and its
+// message's content and refusal, null when there is none; some servers
+// (vLLM, Ollama, llama.cpp) leave them out, a message of tool calls its
+// content too. The gateway's answer has them, as the schema requires and
+// as the same request streamed through the gateway is answered.
+func TestUpstreamAnswerGetsItsNullMembers(t *testing.T) {
+	t.Parallel()
+	schema := wiretest.LoadSchema(t)
+	for name, answer := range map[string]string{
+		"calls without content": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+			`"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+			`"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`,
+		"text without refusal or logprobs": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+			`"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`,
+		"logprobs of content, message without content": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+			`"logprobs":{"content":[],"refusal":null},"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+			`"finish_reason":"tool_calls"}]}`,
+		"two choices": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+			`"message":{"role":"assistant","content":"Hi","refusal":null},"logprobs":null,"finish_reason":"stop"},{"index":1,"message":{"role":"assistant","content":"Ho"},"finish_reason":"stop"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, "", answer)
+			status, _, raw := send(t, http.MethodPost, h.base+"/chat/completions", "",
+				`{"model":"gpt-x","n":2,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`)
+			if status != http.StatusOK {
+				t.Fatalf("%d %s", status, raw)
+			}
+			if err := schema.Completion(raw); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			gjson.GetBytes(raw, "choices").ForEach(func(_, c gjson.Result) bool {
+				m := c.Get("message")
+				for _, v := range []gjson.Result{c.Get("logprobs"), m.Get("content"), m.Get("refusal")} {
+					if !v.Exists() {
+						t.Fatalf("choice %s lacks a member\n%s", c.Get("index").Raw, raw)
+					}
+				}
+				return true
+			})
+			if want := gjson.Get(answer, "choices.0.message.content").Str; gjson.GetBytes(raw, "choices.0.message.content").Str != want {
+				t.Fatalf("content changed\n%s", raw)
+			}
+		})
+	}
+}

@@ -115,17 +115,19 @@ func skipSpace(body []byte, i int) int {
 	return i
 }
 
-// finishKey is the member fillFinish rewrites, quoted.
-var finishKey = []byte(`"finish_reason"`)
-
 // addFinish gives each choice of a JSON answer that has no finish_reason
 // member "stop", as a stream without one ends (wire.ChatSSE); body itself
-// when it names the member as often as it has messages (nearly always: two
-// byte counts; a quote inside a string is escaped, so neither counts text).
+// when it names the member as often as it has messages (nearly always: the
+// counts of keysOfAnswer).
 // An answer without the member fails the schema, and an SDK that reads it
 // gets no reason.
-func addFinish(body []byte) []byte {
-	if namesEveryFinish(body) {
+func addFinish(body []byte) []byte { return addFinishKeys(body, keysOfAnswer(body)) }
+
+// addFinishKeys is addFinish with the keys of body counted, or of a body
+// before edits that added no message and took no finish_reason away
+// (callsFinish, fillFinish): fewer finishes than now only cost a parse.
+func addFinishKeys(body []byte, k answerKeys) []byte {
+	if k.namesEveryFinish() {
 		return body
 	}
 	var missing []int
@@ -145,28 +147,27 @@ func addFinish(body []byte) []byte {
 	return body
 }
 
-var messageKey = []byte(`"message"`)
-
-// namesEveryFinish reports whether body names the finish_reason member as
-// often as it has messages: two byte counts (a quote inside a string is
-// escaped, so neither counts text).
-func namesEveryFinish(body []byte) bool {
-	n := bytes.Count(body, finishKey)
-	return n > 0 && n >= bytes.Count(body, messageKey)
+// namesEveryFinish reports whether the answer names the finish_reason
+// member as often as it has messages.
+func (k answerKeys) namesEveryFinish() bool {
+	return k.finish > 0 && k.finish >= k.message
 }
-
-var toolCallsKey = []byte(`"tool_calls"`)
 
 // callsFinish gives each choice of a JSON answer that made tool calls and
 // has no finish reason (none, null or "": Ollama, SGLang) "tool_calls", as
 // the same answer streamed through the tool loop ends; body itself when no
 // choice needs it (nearly always: byte searches, no parse). fillFinish and
 // addFinish then give the others "stop".
-func callsFinish(body []byte) []byte {
-	if !bytes.Contains(body, toolCallsKey) {
+func callsFinish(body []byte) []byte { return callsFinishKeys(body, keysOfAnswer(body)) }
+
+// callsFinishKeys is callsFinish with the keys of body counted, or of a
+// body before edits that took keys away (dropNullCalls): more calls than
+// now only cost a parse.
+func callsFinishKeys(body []byte, k answerKeys) []byte {
+	if k.calls == 0 {
 		return body
 	}
-	if i, _ := emptyFinishAt(body, 0, true); i < 0 && namesEveryFinish(body) {
+	if i, _ := emptyFinishAt(body, 0, true); i < 0 && k.namesEveryFinish() {
 		return body
 	}
 	choices := gjson.GetBytes(body, "choices")

@@ -487,8 +487,11 @@ func (u *Upstream) answer(ctx context.Context, req *pipeline.Request, x *upstrea
 			if failed = pc.noAnswer(out, req.Messages); failed != nil {
 				break
 			}
-			fixed, _ := fillFinish(nil, callsFinish(dropNullCalls(out, "message")), finishStop)
-			fixed = addFinish(fixed)
+			// The keys the checks below count, once: their edits add no
+			// key another one counts on, or only make it parse.
+			keys := keysOfAnswer(out)
+			fixed, _ := fillFinish(nil, callsFinishKeys(dropNullCalls(out, "message"), keys), finishStop)
+			fixed = addNullsKeys(addFinishKeys(fixed, keys), keys)
 			body = setModel(nil, stringArgs(flattenParts(fixed, "message"), "message"), req.Model)
 			if len(body) > 0 && len(out) > 0 && &body[0] == &out[0] {
 				body = append([]byte(nil), out...)
