@@ -37,7 +37,7 @@ func parseChat(body []byte) (chatInput, error) {
 	if err != nil {
 		return in, err
 	}
-	var model, messages, stream, streamOptions, tools gjson.Result
+	var model, messages, stream, streamOptions, tools, toolChoice gjson.Result
 	var top [32]string // a body's top-level keys, most of the time
 	keys := keySet{small: top[:], fold: true}
 	repeated, inner := "", ""
@@ -79,6 +79,8 @@ func parseChat(body []byte) (chatInput, error) {
 			streamOptions = v
 		case "tools":
 			tools = v
+		case "tool_choice":
+			toolChoice = v
 		}
 		return true
 	})
@@ -101,6 +103,9 @@ func parseChat(body []byte) (chatInput, error) {
 	}
 	in.model = model.Str
 	in.tools = arrayIn(body, tools)
+	if err := checkToolChoice(toolChoice); err != nil {
+		return in, err
+	}
 	if err := checkMessages(messages); err != nil {
 		return in, err
 	}
@@ -165,6 +170,40 @@ func checkMessages(messages gjson.Result) error {
 	}
 	if n == 0 {
 		return pipeline.BadRequest("messages", "messages must contain at least one message")
+	}
+	return nil
+}
+
+// checkToolChoice refuses a tool_choice that is neither a string nor an
+// object, or an object of a type OpenAI defines whose parts are not what
+// it reads: the tool loop and the policies read the name a function
+// choice gives (a number was read as its digits, a missing one as ""),
+// and OpenAI refuses such a choice. A string, or an object of another
+// type, is the upstream's to judge (Mistral takes "any").
+func checkToolChoice(tc gjson.Result) error {
+	switch {
+	case !tc.Exists() || tc.Type == gjson.Null || tc.Type == gjson.String:
+		return nil
+	case !tc.IsObject():
+		return pipeline.BadRequest("tool_choice", "tool_choice must be a string or an object")
+	}
+	switch tc.Get("type").Str {
+	case "function":
+		if n := tc.Get("function.name"); n.Type != gjson.String || n.Str == "" {
+			return pipeline.BadRequest("tool_choice.function.name", "Missing required parameter: 'tool_choice.function.name'.")
+		}
+	case "custom":
+		if n := tc.Get("custom.name"); n.Type != gjson.String || n.Str == "" {
+			return pipeline.BadRequest("tool_choice.custom.name", "Missing required parameter: 'tool_choice.custom.name'.")
+		}
+	case "allowed_tools":
+		a := tc.Get("allowed_tools")
+		if m := a.Get("mode"); !a.IsObject() || m.Type != gjson.String || (m.Str != "auto" && m.Str != "required") {
+			return pipeline.BadRequest("tool_choice.allowed_tools.mode", "Invalid 'tool_choice.allowed_tools.mode': expected one of auto, required.")
+		}
+		if !a.Get("tools").IsArray() {
+			return pipeline.BadRequest("tool_choice.allowed_tools.tools", "Invalid 'tool_choice.allowed_tools.tools': expected an array of tools.")
+		}
 	}
 	return nil
 }
