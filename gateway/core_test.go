@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +359,30 @@ func TestPassthroughForwardsOtherPaths(t *testing.T) {
 	}
 	if hdr.Get("X-Request-Id") == "" {
 		t.Fatal("no request id")
+	}
+}
+
+// HEAD of the models list and of a model is its GET without the body, as
+// RFC 9110 has it (health checks and link checkers send HEAD); another
+// method on the list is a 405 naming both.
+func TestModelsAnswerHEAD(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, baseConfig, mockllm.Options{})
+	for _, p := range []string{"/models", "/models/gpt-x"} {
+		get, _, body := send(t, http.MethodGet, h.base+p, "", "")
+		req, _ := http.NewRequest(http.MethodHead, h.base+p, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if get != http.StatusOK || resp.StatusCode != http.StatusOK || len(b) != 0 ||
+			resp.Header.Get("Content-Length") != strconv.Itoa(len(body)) || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("HEAD %s: %d %v %q (GET: %d, %d bytes)", p, resp.StatusCode, resp.Header, b, get, len(body))
+		}
+	}
+	if status, hdr, b := send(t, http.MethodPut, h.base+"/models", "", ""); status != http.StatusMethodNotAllowed || hdr.Get("Allow") != "GET, HEAD" {
+		t.Fatalf("PUT /models: %d %v %s", status, hdr, b)
 	}
 }

@@ -582,7 +582,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 		var err error
 		if path, err = canonicalPath(string(raw)); err != nil {
 			var ok bool
-			if path, ok = modelIDPath(string(raw)); !ok || !ctx.IsGet() {
+			if path, ok = modelIDPath(string(raw)); !ok || !(ctx.IsGet() || ctx.IsHead()) {
 				s.writeError(ctx, x, err)
 				return
 			}
@@ -598,9 +598,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, x *exchange) {
 	case path == usageRoute:
 		s.handleUsage(ctx, x)
 	case path == modelsRoute || strings.HasPrefix(path, modelsRoute+"/"):
-		if !ctx.IsGet() {
+		if !ctx.IsGet() && !ctx.IsHead() { // HEAD is GET without the body (fasthttp leaves it out)
 			if path == modelsRoute {
-				s.methodNotAllowed(ctx, x, fasthttp.MethodGet)
+				s.methodNotAllowed(ctx, x, fasthttp.MethodGet+", "+fasthttp.MethodHead)
 				return
 			}
 			s.handlePassthrough(ctx, x, path) // DELETE /v1/models/{ft model} belongs upstream
