@@ -197,7 +197,7 @@ func checkSettings(root gjson.Result) error {
 	if err := pipeline.CheckBool(root.Get("parallel_tool_calls"), "parallel_tool_calls"); err != nil {
 		return err
 	}
-	for _, o := range [...]string{"reasoning", "text"} {
+	for _, o := range [...]string{"reasoning", "text", "text.format", "stream_options"} {
 		if v := root.Get(o); v.Exists() && v.Type != gjson.Null && !v.IsObject() {
 			return pipeline.BadRequest(o, "Invalid '%s': expected an object.", o)
 		}
