@@ -317,7 +317,7 @@ func TestPassthroughWithoutModelUnderABudget(t *testing.T) {
 	for _, c := range []struct{ path, body string }{
 		{"/completions", `{"prompt":"hi","max_tokens":5}`},
 		{"/embeddings", `{"input":"hi"}`},
-		{"/responses", `{"prompt":{"id":"pmpt_1"},"input":"hi"}`}, // a stored prompt's model is OpenAI's (without one, a 400 naming model)
+		{"/responses", `{"input":"hi"}`},
 	} {
 		status, _, body := send(t, "POST", h.base+c.path+"?usage=100000", "sk-team", c.body)
 		if status != 403 || gjson.GetBytes(body, "error.code").Str != "model_not_priced" {

@@ -9,15 +9,29 @@ import (
 	"github.com/llmgw/gateway/mockllm"
 )
 
-// A Responses API create or input-token count that names no model is a
-// 400 naming model, as OpenAI answers it, and reaches no upstream: passed
-// through, it went to the default provider as it was (the shipped demo
-// provider echoed it back; an input_tokens count was told its key may not
-// use the route). A stored prompt, which carries its own model at OpenAI,
-// still goes through.
+// demoDefaultConfig: the default provider is a demo model (kind mock), as
+// in the shipped config without an OpenAI key.
+const demoDefaultConfig = `
+[server]
+log_level = "warn"
+[[providers]]
+name = "demo"
+kind = "mock"
+[[models]]
+name = "demo"
+provider = "demo"
+`
+
+// A Responses API create or input-token count that names no model, where
+// the default provider is a demo model, is a 400 naming model, as OpenAI
+// answers it: passed through, the demo provider echoed the request back
+// (its headers included), and a count was told its key may not use the
+// route. A stored prompt, which carries its own model at OpenAI, still
+// goes through; so does any such request where the default provider is an
+// upstream, which may serve one model and answer with it.
 func TestResponsesWithoutModel(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
+	h := newHarness(t, demoDefaultConfig+openPassthrough, mockllm.Options{})
 	for _, path := range []string{"/responses", "/responses/input_tokens"} {
 		for _, body := range []string{`{"input":"hi"}`, `{"model":null,"input":"hi"}`, `{"input":"hi","prompt":null}`} {
 			status, hdr, b := send(t, http.MethodPost, h.base+path, "", body)
@@ -32,11 +46,12 @@ func TestResponsesWithoutModel(t *testing.T) {
 			}
 		}
 	}
-	if n := len(h.mock.Requests()); n != 0 {
-		t.Fatalf("%d requests reached the upstream", n)
-	}
-	status, _, b := send(t, http.MethodPost, h.base+"/responses", "", `{"prompt":{"id":"pmpt_1"},"input":"hi"}`)
-	if status != http.StatusOK || gjson.GetBytes(b, "path").Str != "/v1/responses" || len(h.mock.Requests()) != 1 {
+	if status, _, b := send(t, http.MethodPost, h.base+"/responses", "", `{"prompt":{"id":"pmpt_1"},"input":"hi"}`); status != http.StatusOK || gjson.GetBytes(b, "path").Str != "/v1/responses" {
 		t.Fatalf("a stored prompt without a model: %d %s", status, b)
+	}
+
+	up := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
+	if status, _, b := send(t, http.MethodPost, up.base+"/responses", "", `{"input":"hi"}`); status != http.StatusOK || gjson.GetBytes(b, "path").Str != "/v1/responses" || len(up.mock.Requests()) != 1 {
+		t.Fatalf("no model, an upstream as the default provider: %d %s", status, b)
 	}
 }

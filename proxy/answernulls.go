@@ -11,10 +11,10 @@ import (
 // answerKeys counts the keys of a JSON answer that its checks look for
 // (callsFinish, addFinish, addNulls), found in one pass (keysOfAnswer), so
 // that the usual answer, which needs none of their edits, is read once and
-// never parsed. A key's quotes are never in
-// a string's text, where a quote is escaped (the one exception, text that
-// ends in an escaped quote and a key's name, only counts a key too many,
-// as bytes.Count of the quoted name does).
+// never parsed. Only keys count: a name in quotes after '{' or ',' and
+// before ':' (a string's own quotes are escaped, and a value such as
+// "content":"refusal" has ':' before it), so a count is never too high,
+// which would skip an edit the answer needs.
 type answerKeys struct {
 	message, finish, calls, logprobs, content, refusal int
 	logprobsObject                                     bool // a "logprobs" whose value is an object (with keys "content" and "refusal" of its own)
@@ -30,6 +30,9 @@ func keysOfAnswer(b []byte) (k answerKeys) {
 		i += j + 1
 		if i >= len(b) {
 			return k
+		}
+		if !opensKey(b, i-1) {
+			continue
 		}
 		switch b[i] {
 		case 'm':
@@ -65,9 +68,29 @@ func keysOfAnswer(b []byte) (k answerKeys) {
 	}
 }
 
-// named reports whether b holds name and a closing quote at i.
+// named reports whether b holds, at i, name, its closing quote and then
+// a colon: the rest of a key whose opening quote is at i-1 (opensKey).
 func named(b []byte, i int, name string) bool {
-	return len(b)-i > len(name) && string(b[i:i+len(name)]) == name && b[i+len(name)] == '"'
+	if len(b)-i <= len(name) || string(b[i:i+len(name)]) != name || b[i+len(name)] != '"' {
+		return false
+	}
+	c := skipSpace(b, i+len(name)+1)
+	return c < len(b) && b[c] == ':'
+}
+
+// opensKey reports whether the quote at q may open a key: what comes
+// before it, past any whitespace, is '{' or ','.
+func opensKey(b []byte, q int) bool {
+	for q--; q >= 0; q-- {
+		switch b[q] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{', ',':
+			return true
+		}
+		return false
+	}
+	return false
 }
 
 // addNulls gives each choice of a JSON answer that has a message the

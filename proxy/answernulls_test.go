@@ -16,6 +16,8 @@ func FuzzAddNulls(f *testing.F) {
 		`{"choices":[{"logprobs":{"content":[],"refusal":null},"message":{"role":"assistant"}},{"message":null},7]}`,
 		`{"choices":[{"message":{"content":"say \"message\" and \"content\""}}]}`,
 		`{"choices":{"message":{}}}`, `[`, `{"message":1}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"refusal"},"logprobs":null,"finish_reason":"stop"}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"Say \"refusal"},"logprobs":null,"finish_reason":"stop"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -44,6 +46,30 @@ func FuzzAddNulls(f *testing.F) {
 			t.Fatalf("not idempotent: %q then %q", out, again)
 		}
 	})
+}
+
+// Only keys count: a value or a text that is a member's name does not
+// stand for the member (the answer is fixed), nor for a finish_reason.
+func TestAnswerKeysAreKeys(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"refusal"},"logprobs":null,"finish_reason":"stop"}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"Say \"refusal"},"logprobs":null,"finish_reason":"stop"}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"content","arguments":"{}"}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"logprobs","refusal":null},"finish_reason":"stop"}]}`,
+	} {
+		m := gjson.Get(string(addNulls([]byte(body))), "choices.0")
+		if !m.Get("logprobs").Exists() || !m.Get("message.content").Exists() || !m.Get("message.refusal").Exists() {
+			t.Errorf("addNulls(%s) left a member out: %s", body, m.Raw)
+		}
+	}
+	body := `{"choices":[{"index":0,"message":{"role":"assistant","content":"finish_reason","refusal":null},"logprobs":null}]}`
+	if got := gjson.GetBytes(addFinish([]byte(body)), "choices.0.finish_reason").Str; got != "stop" {
+		t.Errorf("addFinish(%s): finish_reason %q", body, got)
+	}
+	if k := keysOfAnswer([]byte(`{ "message" : {"content":"message"}, "x":["refusal","content"] ,"refusal"` + "\n:1}")); k != (answerKeys{message: 1, content: 1, refusal: 1}) {
+		t.Errorf("keys %+v", k)
+	}
 }
 
 // The usual answer has every member: byte counts, no parse, no copy.

@@ -130,7 +130,9 @@ func checkMessages(messages gjson.Result) error {
 			return false
 		}
 		// One walk of the message's members: its role, and no key given
-		// twice in it or in what it holds (repeatedWithin).
+		// twice in it or in what it holds (repeatedBelow), and none of
+		// OpenAI's in another case, in it or in its OpenAI members (what a
+		// provider's own member holds is not judged).
 		var role gjson.Result
 		var few [innerKeys]string
 		keys := keySet{small: few[:], fold: true}
@@ -139,14 +141,18 @@ func checkMessages(messages gjson.Result) error {
 				bad = repeatedInnerKey("messages["+strconv.Itoa(n)+"]", k.Str)
 				return false
 			}
-			if want := misspelt(k.Str, innerSpelling); want != "" {
+			if want := misspelt(k.Str, messageSpelling); want != "" {
 				bad = misspeltKey("messages["+strconv.Itoa(n)+"]", k.Str, want)
 				return false
 			}
 			if k.Str == "role" {
 				role = v
 			}
-			if param, key, want := repeatedBelow(v, maxKeyDepth, !clientData[k.Str], innerSpelling); want != "" {
+			var known map[string]string
+			if len(v.Raw) > 0 && (v.Raw[0] == '{' || v.Raw[0] == '[') && messageNames[k.Str] {
+				known = innerSpelling
+			}
+			if param, key, want := repeatedBelow(v, maxKeyDepth, !clientData[k.Str], known); want != "" {
 				bad = misspeltKey("messages["+strconv.Itoa(n)+"]."+k.Str+param, key, want)
 				return false
 			} else if key != "" {
@@ -359,10 +365,10 @@ func repeatedBelow(v gjson.Result, depth int, fold bool, known map[string]string
 	return param, key, want
 }
 
-// topSpelling and innerSpelling map the fold.Key of each member of an
-// OpenAI chat request, and of each key of its structure (a message, a
-// content part, a tool and its function, a tool call, tool_choice,
-// response_format), to its one spelling (misspelt).
+// topSpelling, messageSpelling and innerSpelling map the fold.Key of each
+// member of an OpenAI chat request, of a message, and of each key of their
+// structure (a content part, a tool and its function, a tool call,
+// tool_choice, response_format), to its one spelling (misspelt).
 var (
 	topSpelling = spellings("audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
 		"max_completion_tokens", "max_tokens", "messages", "metadata", "modalities", "model", "moderation", "n",
@@ -370,8 +376,10 @@ var (
 		"prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier",
 		"stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p",
 		"user", "verbosity", "web_search_options")
-	topNames      = spelt(topSpelling)
-	innerSpelling = spellings("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call",
+	topNames        = spelt(topSpelling)
+	messageSpelling = spellings("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call", "audio")
+	messageNames    = spelt(messageSpelling)
+	innerSpelling   = spellings("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call",
 		"audio", "type", "text", "image_url", "url", "detail", "input_audio", "data", "format", "file", "file_id",
 		"file_data", "filename", "id", "function", "arguments", "custom", "input", "description", "parameters",
 		"strict", "mode", "tools", "allowed_tools", "json_schema", "schema", "include_usage", "cache_control")

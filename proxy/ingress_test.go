@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/llmgw/gateway/internal/fold"
 	"github.com/llmgw/gateway/observe"
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -93,6 +94,8 @@ func TestParseChat(t *testing.T) {
 		{name: "tool_choice of a provider's own", body: `{"model":"m","tool_choice":"any","messages":[{"role":"user"}]}`, ok: true},
 		{name: "tool_choice allowed_tools", body: `{"model":"m","tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"f"}}]}},"messages":[{"role":"user"}]}`, ok: true},
 		{name: "tool_choice of another type", body: `{"model":"m","tool_choice":{"type":"web_search"},"messages":[{"role":"user"}]}`, ok: true},
+		{name: "a provider's own member of a message", body: `{"model":"m","messages":[{"role":"user","content":"x","provider_ext":{"Name":"x","Data":1}}]}`, ok: true},
+		{name: "a message's own key that is a part's", body: `{"model":"m","messages":[{"role":"user","content":"x","Data":1}]}`, ok: true},
 		{name: "keys of no OpenAI field in any case", body: `{"model":"m","myExtension":{"Mode":1},"X-Trace":"t","messages":[{"role":"user"}]}`, ok: true},
 		{name: "client data keys in any case", body: `{"model":"m","metadata":{"Name":"x"},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"Name":{"type":"string"},"Type":{}}}}}],"messages":[{"role":"user"}]}`, ok: true},
 		{name: "many keys, messages with a long s", body: `{"model":"m","messages":[{"role":"user"}],` + manyKeys(40, "") + `"meſſages":[{"role":"system"}]}`, param: "meſſages"},
@@ -126,6 +129,8 @@ func FuzzParseChat(f *testing.F) {
 		`{"model":"m","Model":"n","messages":[{"role":"user"}]}`,
 		`{"model":"m","tools":null,"tools":[1],"messages":[{"role":"user"}]}`,
 		`{"model":`, `[]`, `null`, `{"model":"\u0000","messages":[{"role":""}]}`, "\xff\xfe",
+		`{"model":"m","Tools":[],"messages":[{"role":"user","Content":"x"}]}`,
+		`{"model":"m","tools":[{"type":"function","function":{"Name":"f"}}],"messages":[{"role":"user"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -155,6 +160,9 @@ func FuzzParseChat(f *testing.F) {
 				}
 			}
 			seen = append(seen, k.Str)
+			if want := topSpelling[fold.Key(k.Str)]; want != "" && want != k.Str {
+				t.Fatalf("accepted %q, an OpenAI field in another case", k.Str)
+			}
 			if repeatsInside(v, maxKeyDepth) {
 				t.Fatalf("accepted a body whose %q repeats a key inside", k.Str)
 			}

@@ -91,7 +91,7 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	if err != nil {
 		return pb, err
 	}
-	if model == "" && ctx.IsPost() && f.json && (path == responsesRoute || path == inputTokensRoute) {
+	if model == "" && ctx.IsPost() && f.json && (path == responsesRoute || path == inputTokensRoute) && demoDefault(rt) {
 		if err := namesModel(body); err != nil {
 			return pb, err
 		}
@@ -239,12 +239,24 @@ func admitOpaque(x *exchange, t *pipeline.Tenant, path string) error {
 	return err
 }
 
+// demoDefault reports whether a pass-through request that names no model
+// goes to a demo model (a mock provider), which serves no API but chat.
+func demoDefault(rt *Runtime) bool {
+	for _, p := range rt.Config.Providers {
+		if p.Name == rt.Config.Server.DefaultProvider {
+			return p.Kind == "mock"
+		}
+	}
+	return false
+}
+
 // namesModel refuses a Responses API request (a create, or a count of its
-// input tokens) that names no model and no stored prompt (whose own model
-// OpenAI uses): OpenAI refuses it, and the gateway serves these routes
-// itself by the model. Passed through, it went to the default provider as
-// it was: the shipped config's demo provider echoed it back, and a tenant
-// was told its key may not use the route.
+// input tokens) that names no model and no stored prompt (whose model
+// OpenAI uses), when the default provider is a demo model (demoDefault):
+// passed through, the shipped config's demo provider echoed it back, and a
+// count was told its key may not use the route. An upstream that serves
+// one model answers such a request with it, as any pass-through request
+// that names none.
 func namesModel(body []byte) error {
 	root, err := pipeline.RequestObject(body)
 	if err != nil {

@@ -451,13 +451,19 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 	lctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
 	tenant := tenantName(t)
+	var rec responses.Record
+	var found, loaded bool
+	var loadErr error
 	if len(rt.NativeResponses) > 0 {
 		// Some provider serves the Responses API itself: an id not stored
-		// here is the provider's.
-		if _, ok, err := rt.Responses.Load(lctx, tenant, id); err == nil && !ok {
+		// here is the provider's (its pass-through passes the limits).
+		// What was read serves the GET below, read once.
+		rec, found, loadErr = rt.Responses.Load(lctx, tenant, id)
+		if loadErr == nil && !found {
 			s.handlePassthrough(ctx, x, path)
 			return
 		}
+		loaded = true
 	}
 	if rt.Policy != nil {
 		// A request to the tenant's limits, as a pass-through request that
@@ -486,12 +492,14 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		}
 		return
 	}
-	rec, ok, err := rt.Responses.Load(lctx, tenant, id)
+	if !loaded {
+		rec, found, loadErr = rt.Responses.Load(lctx, tenant, id)
+	}
 	switch {
-	case err != nil:
-		s.writeError(ctx, x, storeUnavailable(err))
+	case loadErr != nil:
+		s.writeError(ctx, x, storeUnavailable(loadErr))
 		return
-	case !ok:
+	case !found:
 		s.writeError(ctx, x, notFound)
 		return
 	}

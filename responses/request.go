@@ -127,7 +127,7 @@ func Translate(body, prior []byte, resolve Resolver) (*Request, error) {
 	}
 	r.Chat = append(c, '}')
 	r.Echo = echo(root)
-	if sum := root.Get("reasoning.summary"); sum.Type == gjson.String && sum.Str != "" && sum.Str != "none" {
+	if root.Get("reasoning.summary").Type == gjson.String { // auto, concise or detailed (checkSettings)
 		r.Summary = true
 	}
 	return r, nil
@@ -211,7 +211,10 @@ func checkSettings(root gjson.Result) error {
 	if err := oneOf(root.Get("reasoning.summary"), "reasoning.summary", "auto", "concise", "detailed"); err != nil {
 		return err
 	}
-	if err := oneOf(root.Get("service_tier"), "service_tier", "auto", "default", "flex", "scale", "priority", "fast", "ultrafast"); err != nil {
+	// The chat request carries it (passedSettings): its values are chat's
+	// (the Responses API's "ultrafast" is not one, and an upstream would
+	// refuse it in terms of a chat request).
+	if err := oneOf(root.Get("service_tier"), "service_tier", "auto", "default", "flex", "scale", "priority", "fast"); err != nil {
 		return err
 	}
 	return checkMetadata(root.Get("metadata"))

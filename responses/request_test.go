@@ -199,6 +199,7 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","tools":[{"type":"function","name":"f","description":5}]}`:                               "tools[0].description",
 		`{"model":"m","input":"x","stream":true,"stream_options":5}`:                                                       "stream_options",
 		`{"model":"m","input":"x","text":{"format":5}}`:                                                                    "text.format",
+		`{"model":"m","input":"x","service_tier":"ultrafast"}`:                                                             "service_tier",
 		`{"model":"m","input":"x","service_tier":"gold"}`:                                                                  "service_tier",
 		`{"model":"m","input":"x","reasoning":{"summary":"everything"}}`:                                                   "reasoning.summary",
 		`{"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"weird","tools":[]}}`:                       "tool_choice.mode",
