@@ -390,7 +390,7 @@ func (s *Server) passTarget(ctx *fasthttp.RequestCtx, x *exchange, path string) 
 // pathNotAllowed is the 403 of a path not on the tenant's allow-list.
 func pathNotAllowed(path string) error {
 	return pipeline.Forbidden(pipeline.CodePathNotAllowed,
-		"This API key may not use %s through this gateway.", truncate(path, 200))
+		"%s is not open to this caller through this gateway.", truncate(path, 200)) // an open gateway's caller has no key
 }
 
 // outboundRequest fills freq with the client's request for pc: its method,
