@@ -22,13 +22,13 @@ name = "demo"
 provider = "demo"
 `
 
-// A Responses API create or input-token count that names no model, where
-// the default provider is a demo model, is a 400 naming model, as OpenAI
-// answers it: passed through, the demo provider echoed the request back
-// (its headers included), and a count was told its key may not use the
-// route. A stored prompt, which carries its own model at OpenAI, still
-// goes through; so does any such request where the default provider is an
-// upstream, which may serve one model and answer with it.
+// A Responses API input-token count that names no model is a 400 naming
+// model (it was refused as a path the caller may not use), and so is a
+// create where the default provider is a demo model (which echoed the
+// request back, its headers included). A create naming a stored prompt,
+// which carries its own model at OpenAI, still goes through; so does any
+// create where the default provider is an upstream, which may serve one
+// model and answer with it.
 func TestResponsesWithoutModel(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, demoDefaultConfig+openPassthrough, mockllm.Options{})
@@ -50,8 +50,16 @@ func TestResponsesWithoutModel(t *testing.T) {
 		t.Fatalf("a stored prompt without a model: %d %s", status, b)
 	}
 
-	up := newHarness(t, baseConfig+openPassthrough, mockllm.Options{})
+	// An upstream as the default provider: a create goes to it, a count
+	// (which the gateway makes with the model's tokenizer) is still a 400,
+	// on the default pass-through allow-list too.
+	up := newHarness(t, baseConfig, mockllm.Options{})
 	if status, _, b := send(t, http.MethodPost, up.base+"/responses", "", `{"input":"hi"}`); status != http.StatusOK || gjson.GetBytes(b, "path").Str != "/v1/responses" || len(up.mock.Requests()) != 1 {
 		t.Fatalf("no model, an upstream as the default provider: %d %s", status, b)
+	}
+	for _, body := range []string{`{"input":"hi"}`, `{"input":"hi","prompt":{"id":"pmpt_1"}}`} {
+		if status, _, b := send(t, http.MethodPost, up.base+"/responses/input_tokens", "", body); status != http.StatusBadRequest || gjson.GetBytes(b, "error.param").Str != "model" {
+			t.Errorf("a count without a model, an upstream as the default provider: %s: %d %s", body, status, b)
+		}
 	}
 }

@@ -889,6 +889,9 @@ func TestUpstreamAnswerGetsItsNullMembers(t *testing.T) {
 		"logprobs of content, message without content": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
 			`"logprobs":{"content":[],"refusal":null},"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
 			`"finish_reason":"tool_calls"}]}`,
+		"arguments as an object with a content key": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
+			`"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":{"path":"a","content":"x"}}}],"refusal":null},` +
+			`"logprobs":null,"finish_reason":"tool_calls"}]}`,
 		"two choices": `{"id":"c1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,` +
 			`"message":{"role":"assistant","content":"Hi","refusal":null},"logprobs":null,"finish_reason":"stop"},{"index":1,"message":{"role":"assistant","content":"Ho"},"finish_reason":"stop"}]}`,
 	} {

@@ -13,11 +13,15 @@ import (
 // that the usual answer, which needs none of their edits, is read once and
 // never parsed. Only keys count: a name in quotes after '{' or ',' and
 // before ':' (a string's own quotes are escaped, and a value such as
-// "content":"refusal" has ':' before it), so a count is never too high,
-// which would skip an edit the answer needs.
+// "content":"refusal" has ':' before it). The pass does not know how deep
+// a key is, so a key inside another object would count as the choice's or
+// the message's and skip an edit the answer needs: an answer with an
+// object where the usual answer has a string or null (logprobs, a content
+// of parts, which hold "content" and "refusal" keys of their own; call
+// arguments as an object, whose keys are anyone's) is nested, and parsed.
 type answerKeys struct {
 	message, finish, calls, logprobs, content, refusal int
-	logprobsObject                                     bool // a "logprobs" whose value is an object (with keys "content" and "refusal" of its own)
+	nested                                             bool
 }
 
 // keysOfAnswer counts answerKeys in b, hopping from quote to quote.
@@ -34,48 +38,54 @@ func keysOfAnswer(b []byte) (k answerKeys) {
 		if !opensKey(b, i-1) {
 			continue
 		}
+		var n *int
+		var v int
 		switch b[i] {
 		case 'm':
-			if named(b, i, "message") {
-				k.message++
-			}
+			n, v = &k.message, valueOf(b, i, "message")
 		case 'f':
-			if named(b, i, "finish_reason") {
-				k.finish++
-			}
+			n, v = &k.finish, valueOf(b, i, "finish_reason")
 		case 't':
-			if named(b, i, "tool_calls") {
-				k.calls++
-			}
+			n, v = &k.calls, valueOf(b, i, "tool_calls")
 		case 'l':
-			if named(b, i, "logprobs") {
-				k.logprobs++
-				if v := skipSpace(b, i+len("logprobs")+1); v < len(b) && b[v] == ':' {
-					if v = skipSpace(b, v+1); v < len(b) && b[v] == '{' {
-						k.logprobsObject = true
-					}
-				}
-			}
+			n, v = &k.logprobs, valueOf(b, i, "logprobs")
 		case 'c':
-			if named(b, i, "content") {
-				k.content++
-			}
+			n, v = &k.content, valueOf(b, i, "content")
 		case 'r':
-			if named(b, i, "refusal") {
-				k.refusal++
+			n, v = &k.refusal, valueOf(b, i, "refusal")
+		case 'a':
+			if v = valueOf(b, i, "arguments"); v >= 0 && (b[v] == '{' || b[v] == '[') {
+				k.nested = true
 			}
+			continue
+		default:
+			continue
+		}
+		if v < 0 {
+			continue
+		}
+		*n++
+		if (b[v] == '{' || b[v] == '[') && n != &k.message && n != &k.calls {
+			k.nested = true
 		}
 	}
 }
 
-// named reports whether b holds, at i, name, its closing quote and then
-// a colon: the rest of a key whose opening quote is at i-1 (opensKey).
-func named(b []byte, i int, name string) bool {
+// valueOf returns where the value of a key whose opening quote is at i-1
+// (opensKey) begins, when b holds at i name, its closing quote and a
+// colon; else -1.
+func valueOf(b []byte, i int, name string) int {
 	if len(b)-i <= len(name) || string(b[i:i+len(name)]) != name || b[i+len(name)] != '"' {
-		return false
+		return -1
 	}
 	c := skipSpace(b, i+len(name)+1)
-	return c < len(b) && b[c] == ':'
+	if c >= len(b) || b[c] != ':' {
+		return -1
+	}
+	if c = skipSpace(b, c+1); c >= len(b) {
+		return -1
+	}
+	return c
 }
 
 // opensKey reports whether the quote at q may open a key: what comes
@@ -99,15 +109,14 @@ func opensKey(b []byte, q int) bool {
 // Ollama, llama.cpp) leave them out, a message of tool calls its content
 // too; the chat schema requires them, and a typed client may too. body
 // itself when nothing is missing (nearly always: one pass of keysOfAnswer,
-// no parse); an answer with a logprobs object, whose own "content" and
-// "refusal" the counts cannot tell apart, is parsed.
+// no parse); a nested answer (answerKeys) is parsed.
 func addNulls(body []byte) []byte { return addNullsKeys(body, keysOfAnswer(body)) }
 
 // addNullsKeys is addNulls with body's keys counted (or, after edits that
 // add none of the keys it counts, those of the body before them).
 func addNullsKeys(body []byte, k answerKeys) []byte {
 	n := k.message
-	if n == 0 || (k.logprobs >= n && k.content >= n && k.refusal >= n && !k.logprobsObject) {
+	if n == 0 || (k.logprobs >= n && k.content >= n && k.refusal >= n && !k.nested) {
 		return body
 	}
 	var edits []string

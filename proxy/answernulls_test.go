@@ -57,15 +57,24 @@ func TestAnswerKeysAreKeys(t *testing.T) {
 		`{"choices":[{"index":0,"message":{"role":"assistant","content":"Say \"refusal"},"logprobs":null,"finish_reason":"stop"}]}`,
 		`{"choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"content","arguments":"{}"}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}]}`,
 		`{"choices":[{"index":0,"message":{"role":"assistant","content":"logprobs","refusal":null},"finish_reason":"stop"}]}`,
+		// Keys one level deeper: a call's arguments as an object (the
+		// gateway makes them a string later), a content of parts.
+		`{"choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"path":"a","content":"x"}}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"refusal":"x","logprobs":1}}}]},"finish_reason":"tool_calls"}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},"logprobs":null,"finish_reason":"stop"}]}`,
 	} {
 		m := gjson.Get(string(addNulls([]byte(body))), "choices.0")
 		if !m.Get("logprobs").Exists() || !m.Get("message.content").Exists() || !m.Get("message.refusal").Exists() {
 			t.Errorf("addNulls(%s) left a member out: %s", body, m.Raw)
 		}
 	}
-	body := `{"choices":[{"index":0,"message":{"role":"assistant","content":"finish_reason","refusal":null},"logprobs":null}]}`
-	if got := gjson.GetBytes(addFinish([]byte(body)), "choices.0.finish_reason").Str; got != "stop" {
-		t.Errorf("addFinish(%s): finish_reason %q", body, got)
+	for _, body := range []string{
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"finish_reason","refusal":null},"logprobs":null}]}`,
+		`{"choices":[{"index":0,"message":{"role":"assistant","content":"x","refusal":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"finish_reason":"x"}}}]},"logprobs":null}]}`,
+	} {
+		if got := gjson.GetBytes(addFinish(callsFinish([]byte(body))), "choices.0.finish_reason").Str; got == "" {
+			t.Errorf("callsFinish, addFinish(%s): no finish_reason", body)
+		}
 	}
 	if k := keysOfAnswer([]byte(`{ "message" : {"content":"message"}, "x":["refusal","content"] ,"refusal"` + "\n:1}")); k != (answerKeys{message: 1, content: 1, refusal: 1}) {
 		t.Errorf("keys %+v", k)

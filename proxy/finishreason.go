@@ -150,7 +150,7 @@ func addFinishKeys(body []byte, k answerKeys) []byte {
 // namesEveryFinish reports whether the answer names the finish_reason
 // member as often as it has messages.
 func (k answerKeys) namesEveryFinish() bool {
-	return k.finish > 0 && k.finish >= k.message
+	return !k.nested && k.finish > 0 && k.finish >= k.message
 }
 
 // callsFinish gives each choice of a JSON answer that made tool calls and

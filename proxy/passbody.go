@@ -91,8 +91,8 @@ func (s *Server) passthroughBody(ctx *fasthttp.RequestCtx, x *exchange, t *pipel
 	if err != nil {
 		return pb, err
 	}
-	if model == "" && ctx.IsPost() && f.json && (path == responsesRoute || path == inputTokensRoute) && demoDefault(rt) {
-		if err := namesModel(body); err != nil {
+	if model == "" && ctx.IsPost() && f.json && (path == inputTokensRoute || path == responsesRoute && demoDefault(rt)) {
+		if err := namesModel(body, path == responsesRoute); err != nil {
 			return pb, err
 		}
 	}
@@ -250,19 +250,19 @@ func demoDefault(rt *Runtime) bool {
 	return false
 }
 
-// namesModel refuses a Responses API request (a create, or a count of its
-// input tokens) that names no model and no stored prompt (whose model
-// OpenAI uses), when the default provider is a demo model (demoDefault):
-// passed through, the shipped config's demo provider echoed it back, and a
-// count was told its key may not use the route. An upstream that serves
-// one model answers such a request with it, as any pass-through request
-// that names none.
-func namesModel(body []byte) error {
+// namesModel refuses a count of a Responses API request's input tokens
+// that names no model (the gateway counts with the model's tokenizer; passed
+// through, such a count was refused as a path the caller may not use), and
+// a create (prompt) that names no model and no stored prompt (whose model
+// OpenAI uses) where the default provider is a demo model (demoDefault),
+// which echoed it back. An upstream that serves one model answers such a
+// create with it, as any pass-through request that names none.
+func namesModel(body []byte, prompt bool) error {
 	root, err := pipeline.RequestObject(body)
 	if err != nil {
 		return err
 	}
-	if p := root.Get("prompt"); p.Exists() && p.Type != gjson.Null {
+	if p := root.Get("prompt"); prompt && p.Exists() && p.Type != gjson.Null {
 		return nil
 	}
 	return pipeline.BadRequest("model", "you must provide a model parameter")

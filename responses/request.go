@@ -211,10 +211,7 @@ func checkSettings(root gjson.Result) error {
 	if err := oneOf(root.Get("reasoning.summary"), "reasoning.summary", "auto", "concise", "detailed"); err != nil {
 		return err
 	}
-	// The chat request carries it (passedSettings): its values are chat's
-	// (the Responses API's "ultrafast" is not one, and an upstream would
-	// refuse it in terms of a chat request).
-	if err := oneOf(root.Get("service_tier"), "service_tier", "auto", "default", "flex", "scale", "priority", "fast"); err != nil {
+	if err := oneOf(root.Get("service_tier"), "service_tier", "auto", "default", "flex", "scale", "priority", "fast", "ultrafast"); err != nil {
 		return err
 	}
 	return checkMetadata(root.Get("metadata"))
@@ -386,6 +383,9 @@ func appendSettings(c []byte, root gjson.Result, logprobs bool) ([]byte, error) 
 		v := root.Get(m.from)
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
+		}
+		if m.from == "service_tier" && v.Str == "ultrafast" {
+			continue // a Responses API tier chat has not: an upstream would refuse it as a chat request's
 		}
 		if m.from == "top_logprobs" && !logprobs {
 			// Without include's logprobs the answer shows none: asking the

@@ -199,7 +199,6 @@ func TestTranslateRefuses(t *testing.T) {
 		`{"model":"m","input":"x","tools":[{"type":"function","name":"f","description":5}]}`:                               "tools[0].description",
 		`{"model":"m","input":"x","stream":true,"stream_options":5}`:                                                       "stream_options",
 		`{"model":"m","input":"x","text":{"format":5}}`:                                                                    "text.format",
-		`{"model":"m","input":"x","service_tier":"ultrafast"}`:                                                             "service_tier",
 		`{"model":"m","input":"x","service_tier":"gold"}`:                                                                  "service_tier",
 		`{"model":"m","input":"x","reasoning":{"summary":"everything"}}`:                                                   "reasoning.summary",
 		`{"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"weird","tools":[]}}`:                       "tool_choice.mode",
@@ -565,5 +564,24 @@ func TestMCPReplayPastTheBound(t *testing.T) {
 	var pe *pipeline.Error
 	if _, err := Translate(body, nil, down); !errors.As(err, &pe) || pe.Status != 503 {
 		t.Fatalf("store down: %v, want 503", err)
+	}
+}
+
+// service_tier "ultrafast", a Responses API tier chat has not, is echoed
+// but not carried to the chat request, which an upstream would refuse for
+// it; chat's own tiers are carried.
+func TestUltrafastTierNotCarried(t *testing.T) {
+	t.Parallel()
+	for tier, carried := range map[string]bool{"ultrafast": false, "fast": true, "flex": true} {
+		r, err := Translate([]byte(`{"model":"m","input":"hi","service_tier":"`+tier+`"}`), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gjson.GetBytes(r.Chat, "service_tier"); got.Exists() != carried || carried && got.Str != tier {
+			t.Errorf("%s: chat request %s", tier, r.Chat)
+		}
+		if got := gjson.Parse("{" + string(r.Echo) + "}").Get("service_tier").Str; got != tier {
+			t.Errorf("%s: echo %q", tier, got)
+		}
 	}
 }
