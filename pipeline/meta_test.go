@@ -56,3 +56,50 @@ func TestMetaSetGroup(t *testing.T) {
 	var nilMeta *Meta
 	nilMeta.SetGroup(group)
 }
+
+// TakeLimits keeps, of each x-ratelimit-* trio, the tighter of the
+// client's and the later call's, and the lower budget.
+func TestTakeLimits(t *testing.T) {
+	t.Parallel()
+	req, tok := RateLimitHeaders[0], RateLimitHeaders[1]
+	trio := func(names [3]string, limit, left, reset string) []Header {
+		return []Header{{names[0], limit}, {names[1], left}, {names[2], reset}}
+	}
+	client := func() *Meta {
+		m := &Meta{}
+		m.SetGroup(append(trio(req, "10", "5", "6s"), trio(tok, "1000", "900", "1s")...))
+		m.Set(BudgetHeader, "2.5")
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		from []Header
+		want map[string]string
+	}{
+		{"tighter requests", trio(req, "10", "4", "7s"), map[string]string{req[1]: "4", req[2]: "7s", tok[1]: "900"}},
+		{"looser requests of another rule", trio(req, "100", "90", "1s"), map[string]string{req[0]: "10", req[1]: "5", req[2]: "6s"}},
+		{"tighter by ratio", trio(req, "2", "0", "30s"), map[string]string{req[0]: "2", req[1]: "0", req[2]: "30s"}},
+		{"tokens", trio(tok, "1000", "100", "2s"), map[string]string{tok[1]: "100", req[1]: "5"}},
+		{"lower budget", []Header{{BudgetHeader, "1.25"}}, map[string]string{BudgetHeader: "1.25", req[1]: "5"}},
+		{"higher budget", []Header{{BudgetHeader, "3"}}, map[string]string{BudgetHeader: "2.5"}},
+		{"nothing", nil, map[string]string{req[1]: "5", tok[1]: "900", BudgetHeader: "2.5"}},
+	} {
+		m, from := client(), &Meta{}
+		from.SetAll(tc.from...)
+		m.TakeLimits(from)
+		for k, v := range tc.want {
+			if got := m.Get(k); got != v {
+				t.Errorf("%s: %s = %q, want %q", tc.name, k, got, v)
+			}
+		}
+	}
+	// A client with no headers of its own takes the call's.
+	m, from := &Meta{}, &Meta{}
+	from.SetAll(trio(req, "3", "1", "20s")...)
+	m.TakeLimits(from)
+	if m.Get(req[1]) != "1" || m.Get(req[0]) != "3" {
+		t.Errorf("empty client: %v", m.Headers())
+	}
+	var nilMeta *Meta
+	nilMeta.TakeLimits(from) // no panic
+}
