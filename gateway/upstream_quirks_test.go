@@ -921,3 +921,35 @@ func TestUpstreamAnswerGetsItsNullMembers(t *testing.T) {
 		})
 	}
 }
+
+// DeepSeek's and vLLM-style servers' last chunk carries "content":"" (and a
+// usage) beside the finish: relayed as it came, the finish was not in a
+// chunk of its own (delta {}), as the SDKs' rules want it. It goes in one
+// after the choice's last delta, with or without usage asked.
+func TestUpstreamFinishBesideEmptyContent(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
+	ev := func(delta, finish, tail string) string {
+		return "data: " + head + delta + `,"finish_reason":` + finish + "}]" + tail + "}\n\n"
+	}
+	stream := ev(`{"role":"assistant","content":""}`, `null`, "") + ev(`{"content":"Hi"}`, `null`, "") +
+		ev(`{"content":""}`, `"stop"`, `,"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}`) + "data: [DONE]\n\n"
+	h := fixedUpstreamHarness(t, stream, `{}`)
+	for _, asked := range []bool{false, true} {
+		p := userMsg("hi")
+		if asked {
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		acc, err := sdkStream(h, p)
+		raw, _ := h.lastRaw()
+		if err != nil || acc.Choices[0].Message.Content != "Hi" || acc.Choices[0].FinishReason != "stop" || (acc.Usage.TotalTokens == 6) != asked {
+			t.Fatalf("asked %v: %v %+v\n%s", asked, err, acc.Choices, raw)
+		}
+		if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
+			t.Fatalf("asked %v: %v\n%s", asked, err, raw)
+		}
+		if !bytes.Contains(raw, []byte(`"delta":{},"logprobs":null,"finish_reason":"stop"`)) && !bytes.Contains(raw, []byte(`"delta":{},"finish_reason":"stop"`)) {
+			t.Fatalf("asked %v: no finish chunk of its own\n%s", asked, raw)
+		}
+	}
+}

@@ -362,7 +362,11 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 				f.setReason(int(i.Num), fr.Str)
 				f.nullAt = append(f.nullAt, span{v, v + len(fr.Raw)})
 				e.finishing |= bit
-				e.odd = e.odd || content || twice
+				// A delta with anything in it beside the finish (DeepSeek's
+				// and vLLM-style servers' last chunk has "content":"", a
+				// one-chunk answer the role) is not a finish chunk of its
+				// own: the finish goes in one after it (due).
+				e.odd = e.odd || content || twice || !emptyObject(d)
 			}
 		}
 		return true
@@ -656,4 +660,13 @@ func (f *finishes) finish(dst []byte, model string, open uint64) []byte {
 		}
 	}
 	return append(dst, "]}"...)
+}
+
+// emptyObject reports whether v is absent, null, or an object with no
+// members.
+func emptyObject(v gjson.Result) bool {
+	if !v.IsObject() {
+		return true
+	}
+	return strings.TrimSpace(v.Raw[1:len(v.Raw)-1]) == ""
 }
