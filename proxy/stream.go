@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,7 @@ type upstreamStream struct {
 	fix      []byte                   // fillFinish's output (never a view of rd's), reused by the next chunk
 	nullFix  []byte                   // nullFinishes' output when it copies, reused by the next chunk
 	idFix    []byte                   // sameID's output, reused by the next chunk
+	tsFix    []byte                   // sameCreated's output, reused by the next chunk
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
 	at       int                      // where the model string starts in head
@@ -438,6 +440,7 @@ func groqUsage(data []byte) []byte {
 func (s *upstreamStream) rename(data []byte) []byte {
 	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
 		data, idEnd := s.sameID(data)
+		data = s.sameCreated(data, idEnd)
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
 		s.head = s.head[:0]
@@ -514,6 +517,39 @@ func (s *upstreamStream) sameID(data []byte) (_ []byte, idEnd int) {
 	}
 	s.idFix = append(s.idFix, rest...)
 	return s.idFix, idEnd
+}
+
+// sameCreated gives data the stream's created (that of the chunk that gave
+// the stream its id, finishes.see) when its own is another or missing, as
+// OpenAI's chunks all carry one: an upstream that stamps each chunk with
+// its own time (llama.cpp, Ollama), or sends a usage chunk with
+// "created":0, had the SDKs keep the last chunk's. Called where rename
+// searches (a chunk whose head differs from the one before), after
+// sameID: idEnd is where the id ends in data (0: none), and a missing
+// created goes after it.
+func (s *upstreamStream) sameCreated(data []byte, idEnd int) []byte {
+	want := s.fin.created
+	if want <= 0 || idEnd <= 0 {
+		return data
+	}
+	r := gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), "created") // read only here
+	if r.Type == gjson.Number && r.Raw == strconv.FormatInt(want, 10) {
+		return data
+	}
+	at, end := idEnd, idEnd
+	if r.Exists() {
+		if r.Index <= 0 {
+			return data
+		}
+		at, end = r.Index, r.Index+len(r.Raw)
+	}
+	s.tsFix = append(s.tsFix[:0], data[:at]...)
+	if !r.Exists() {
+		s.tsFix = append(s.tsFix, `,"created":`...)
+	}
+	s.tsFix = strconv.AppendInt(s.tsFix, want, 10)
+	s.tsFix = append(s.tsFix, data[end:]...)
+	return s.tsFix
 }
 
 // maxModelHead bounds the head rename keeps: a model that comes after a

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -410,4 +411,30 @@ func TestUpstreamStreamWideFinishesOnce(t *testing.T) {
 	if strings.Join(finishes, " ") != "64:stop 0:length" {
 		t.Fatalf("finishes %q\n%q", finishes, chunks)
 	}
+}
+
+// FuzzSameCreated: after sameID, a chunk that is a JSON object keeps being
+// one, with the stream's created at its top level; any bytes, no panic.
+func FuzzSameCreated(f *testing.F) {
+	f.Add([]byte(`{"id":"a","object":"chat.completion.chunk","created":2,"model":"up","choices":[]}`))
+	f.Add([]byte(`{"id":"a","model":"up","choices":[]}`))
+	f.Add([]byte(`{"choices":[{"created":5}],"created":0,"id":""}`))
+	f.Add([]byte(`{"id":"a","created":"x"}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := &upstreamStream{model: "m"}
+		s.fin.setID("chatcmpl-1")
+		s.fin.created = 7
+		withID, idEnd := s.sameID(bytes.Clone(data))
+		out := s.sameCreated(withID, idEnd)
+		if !json.Valid(data) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) || !gjson.ValidBytes(data) {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("%q -> %q: not JSON", data, out)
+		}
+		if idEnd > 0 && gjson.GetBytes(out, "created").Raw != "7" {
+			t.Fatalf("%q -> %q: created is not the stream's", data, out)
+		}
+	})
 }
