@@ -148,9 +148,7 @@ func (s *summarizer) summary(ctx context.Context, req *pipeline.Request, t *tran
 	r := &pipeline.Request{ID: req.ID, Start: req.Start, Body: body, Model: s.model, Route: route,
 		Tenant: req.Tenant, Meta: &pipeline.Meta{}} // its own headers: never the client's
 	if s.admit != nil {
-		err := s.admit(r)
-		req.Meta.TakeLimits(r.Meta) // it took from the client's counters
-		if err != nil {
+		if err := s.admit(r); err != nil {
 			return "", &refused{err}
 		}
 	}

@@ -178,15 +178,14 @@ func (sc *scope) admitted() []check {
 // caller's behalf (an agent tool): the call takes a request from the
 // counters of its own model, and is refused over a limit or budget, like a
 // client request; its tokens count when it ends (Meter). It holds no slot
-// in flight (the client request that runs the tool already does). It
-// reports the counters' x-ratelimit-* headers into r.Meta, the call's own,
-// which the caller brings into its client's (pipeline.Meta.TakeLimits).
+// in flight (the client request that runs the tool already does) and sets
+// no headers.
 func (l *Limiter) Admit(r *pipeline.Request) error {
 	tenant, key := who(r)
 	now := l.now()
 	sc := l.scopeOf(tenant, key, r.Model, now)
 	l.countRequest(now, sc)
-	return l.takeCall(now, r.ID, sc.admitted(), r.Meta)
+	return l.takeCall(now, r.ID, sc.admitted())
 }
 
 // AdmitRound applies the limits and budgets to a later model call of r, a
@@ -217,22 +216,18 @@ func (l *Limiter) AdmitRound(r *pipeline.Request) error {
 		l.rec.flushNew()
 		now = l.now()
 	}
-	return l.takeCall(now, r.ID, checks, nil)
+	return l.takeCall(now, r.ID, checks)
 }
 
 // takeCall takes one call of request id from checks (no slot in flight),
-// or refuses it with the first spent one's denial; with m, it reports the
-// counters' headers into m either way.
-func (l *Limiter) takeCall(now time.Time, id string, checks []check, m *pipeline.Meta) error {
+// or refuses it with the first spent one's denial.
+func (l *Limiter) takeCall(now time.Time, id string, checks []check) error {
 	if len(checks) == 0 {
 		return nil
 	}
 	var out outcome
 	if err := l.store.Take(context.Background(), now, id, checks, 0, &out); err != nil {
 		return l.storeFailed(err)
-	}
-	if m != nil {
-		l.report(m, checks, &out, new([6]pipeline.Header)) // the call's own Meta (Admit)
 	}
 	if out.denied >= 0 {
 		c := checks[out.denied]
@@ -273,7 +268,7 @@ func (l *Limiter) AdmitFallback(ctx context.Context, r *pipeline.Request, model 
 			checks = append(checks, c)
 		}
 	}
-	if err := l.takeCall(now, r.ID, checks, nil); err != nil {
+	if err := l.takeCall(now, r.ID, checks); err != nil {
 		return err
 	}
 	st.noteFallback(memo)
@@ -332,7 +327,7 @@ func (l *Limiter) report(m *pipeline.Meta, checks []check, out *outcome, hs *[6]
 	m.SetGroup(hs[:n:n])
 	for i, c := range checks {
 		if c.kind == kindBudget && out.remaining[i] <= c.warn {
-			m.Set(pipeline.BudgetHeader, strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
+			m.Set("x-gateway-budget-remaining", strconv.FormatFloat(float64(out.remaining[i])/1e6, 'f', -1, 64))
 		}
 	}
 }
@@ -365,8 +360,8 @@ func appendReset(b []byte, ms int64) []byte {
 // headerNames are OpenAI's x-ratelimit-* headers of each trio: limit,
 // remaining, reset.
 var headerNames = [3][3]string{
-	hdrRequests: pipeline.RateLimitHeaders[0],
-	hdrTokens:   pipeline.RateLimitHeaders[1],
+	hdrRequests: {"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+	hdrTokens:   {"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
 }
 
 // denial is the 429 for the check that refused a request of tokens input

@@ -1,9 +1,6 @@
 package pipeline
 
-import (
-	"strconv"
-	"sync"
-)
+import "sync"
 
 // Meta collects response headers set by the layers of one client request
 // (x-gateway-model, x-gateway-attempts, x-gateway-cache, ...). Safe for
@@ -212,56 +209,4 @@ func (m *Meta) Answered() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.answered...)
-}
-
-// RateLimitHeaders are OpenAI's x-ratelimit-* headers, one trio (limit,
-// remaining, reset) for requests and one for tokens; BudgetHeader is the
-// gateway's remaining budget once past its warning.
-var RateLimitHeaders = [2][3]string{
-	{"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
-	{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
-}
-
-const BudgetHeader = "x-gateway-budget-remaining"
-
-// TakeLimits brings into m, a client request's headers, what the admission
-// of a model call made on its behalf afterwards (a tool selector's, an agent
-// tool's, a summary's: from) reported of the counters they share: each
-// x-ratelimit-* trio where from's is the tighter (fewer remaining for its
-// limit), and the lower remaining budget. Without it the client's headers
-// said the requests its own admission left, though the call had taken one
-// more.
-func (m *Meta) TakeLimits(from *Meta) {
-	if m == nil || from == nil || m == from {
-		return
-	}
-	hs := from.Headers()
-	get := func(key string) string {
-		for _, h := range hs {
-			if h.Key == key {
-				return h.Value
-			}
-		}
-		return ""
-	}
-	for _, trio := range RateLimitHeaders {
-		limS, remS := get(trio[0]), get(trio[1])
-		ls, err1 := strconv.ParseInt(limS, 10, 64)
-		rs, err2 := strconv.ParseInt(remS, 10, 64)
-		if err1 != nil || err2 != nil || ls <= 0 {
-			continue
-		}
-		lc, err1 := strconv.ParseInt(m.Get(trio[0]), 10, 64)
-		rc, err2 := strconv.ParseInt(m.Get(trio[1]), 10, 64)
-		if err1 == nil && err2 == nil && lc > 0 && rc*ls <= rs*lc {
-			continue // the client's own is as tight
-		}
-		m.SetAll(Header{trio[0], limS}, Header{trio[1], remS}, Header{trio[2], get(trio[2])})
-	}
-	if b := get(BudgetHeader); b != "" {
-		nb, err := strconv.ParseFloat(b, 64)
-		if cur, err2 := strconv.ParseFloat(m.Get(BudgetHeader), 64); err == nil && (err2 != nil || nb < cur) {
-			m.Set(BudgetHeader, b)
-		}
-	}
 }

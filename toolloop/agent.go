@@ -64,11 +64,7 @@ func (a *agentTool) run(ctx context.Context, c *pipeline.ToolCall) ([]byte, erro
 	// (an agent's call is metered on its own all the same).
 	r.Usage = nil
 	if a.admit != nil {
-		err := a.admit(&r)
-		if c.Request != nil {
-			c.Request.Meta.TakeLimits(r.Meta) // it took from the client's counters
-		}
-		if err != nil {
+		if err := a.admit(&r); err != nil {
 			return nil, a.denied(&r, err)
 		}
 	}

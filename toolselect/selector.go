@@ -248,9 +248,7 @@ func (s *Selector) call(ctx context.Context, req *pipeline.Request, st *settings
 		Model: st.model, Route: route, Tenant: req.Tenant, TraceID: req.TraceID,
 		Meta: &pipeline.Meta{}} // its own headers: never the client's
 	if s.admit != nil {
-		err := s.admit(r)
-		req.Meta.TakeLimits(r.Meta) // it took from the client's counters
-		if err != nil {
+		if err := s.admit(r); err != nil {
 			return "", errors.Join(errRefused, err)
 		}
 	}
