@@ -957,36 +957,54 @@ func TestUpstreamFinishBesideEmptyContent(t *testing.T) {
 // An upstream that stamps each chunk with its own time (llama.cpp, Ollama),
 // or sends a usage chunk with "created":0 and no id or model, or a chunk
 // without created: the client gets one created on every chunk, the
-// stream's first, as OpenAI sends it (the SDKs keep the last chunk's).
+// stream's first, as OpenAI sends it (the SDKs keep the last chunk's);
+// also where created comes after the model (the relay's cached head) and
+// where the stream's first chunk has no id (the gateway gives it one).
 func TestUpstreamCreatedKeptOnEveryChunk(t *testing.T) {
 	t.Parallel()
-	stream := `data: {"id":"c1","object":"chat.completion.chunk","created":100,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}` + "\n\n" +
-		`data: {"id":"c1","object":"chat.completion.chunk","created":101,"model":"up-model","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}` + "\n\n" +
-		`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","choices":[{"index":0,"delta":{"content":"!"},"finish_reason":null}]}` + "\n\n" +
-		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"created":102,"id":"c1","model":"up-model","object":"chat.completion.chunk"}` + "\n\n" +
-		`data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}` + "\n\n" +
-		"data: [DONE]\n\n"
-	h := fixedUpstreamHarness(t, stream, `{}`)
-	p := userMsg("hi")
-	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	acc, err := sdkStream(h, p)
-	raw, _ := h.lastRaw()
-	if err != nil || acc.Choices[0].Message.Content != "Hello!" || acc.Created != 100 || acc.Usage.TotalTokens != 8 {
-		t.Fatalf("%v: created %d, %+v\n%s", err, acc.Created, acc.Choices, raw)
-	}
-	if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: true}); err != nil {
-		t.Fatalf("%v\n%s", err, raw)
-	}
-	n := 0
-	for _, line := range bytes.Split(raw, []byte("\n")) {
-		if c, ok := bytes.CutPrefix(line, []byte("data: {")); ok {
-			n++
-			if gjson.GetBytes(append([]byte("{"), c...), "created").Int() != 100 {
-				t.Fatalf("a chunk with another created: %s\n%s", line, raw)
+	usage := `data: {"id":"","object":"chat.completion.chunk","created":0,"model":"","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}` + "\n\n"
+	for name, stream := range map[string]string{
+		"stamped": `data: {"id":"c1","object":"chat.completion.chunk","created":100,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","created":101,"model":"up-model","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","choices":[{"index":0,"delta":{"content":"!"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"created":102,"id":"c1","model":"up-model","object":"chat.completion.chunk"}` + "\n\n" +
+			usage + "data: [DONE]\n\n",
+		"created after the model": `data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","created":100,"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","created":101,"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","created":102,"choices":[{"index":0,"delta":{"content":"!"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","created":103,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+			usage + "data: [DONE]\n\n",
+		"first chunk without an id": `data: {"object":"chat.completion.chunk","created":100,"model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"object":"chat.completion.chunk","created":100,"model":"up-model","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","created":101,"model":"up-model","choices":[{"index":0,"delta":{"content":"!"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"id":"c1","object":"chat.completion.chunk","created":101,"model":"up-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+			usage + "data: [DONE]\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, stream, `{}`)
+			p := userMsg("hi")
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			acc, err := sdkStream(h, p)
+			raw, _ := h.lastRaw()
+			if err != nil || acc.Choices[0].Message.Content != "Hello!" || acc.Created != 100 || acc.Usage.TotalTokens != 8 {
+				t.Fatalf("%v: created %d, %+v\n%s", err, acc.Created, acc.Choices, raw)
 			}
-		}
-	}
-	if n < 5 {
-		t.Fatalf("%d chunks\n%s", n, raw)
+			if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: true}); err != nil {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			n := 0
+			for _, line := range bytes.Split(raw, []byte("\n")) {
+				if c, ok := bytes.CutPrefix(line, []byte("data: {")); ok {
+					n++
+					if gjson.GetBytes(append([]byte("{"), c...), "created").Int() != 100 {
+						t.Fatalf("a chunk with another created: %s\n%s", line, raw)
+					}
+				}
+			}
+			if n < 5 {
+				t.Fatalf("%d chunks\n%s", n, raw)
+			}
+		})
 	}
 }

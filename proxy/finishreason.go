@@ -288,7 +288,7 @@ func (f *finishes) see(chunk []byte, ks chunkKeys) (none bool, e chunkEdit) {
 			old := string(f.head)
 			id, f.minted = old[:f.idEnd], false
 			fp, tier = cmp.Or(fp, old[f.idEnd:f.fpEnd]), cmp.Or(tier, old[f.fpEnd:])
-			created = cmp.Or(created, f.created)
+			created = cmp.Or(f.created, created) // the one the chunks before it went out with (sameCreated)
 		}
 		f.head = append(f.headArr[:0], id...)
 		f.idEnd = uint16(len(f.head))

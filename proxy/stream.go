@@ -60,6 +60,7 @@ type upstreamStream struct {
 	head     []byte                   // the last chunk up to the end of its model string (rename); empty when not kept
 	headArr  [128]byte                // head's first backing
 	at       int                      // where the model string starts in head
+	headTS   int64                    // the stream's created when head was kept (sameCreated)
 	keep     bool                     // the model in head is the client's already
 	msgs     *anthropic.StreamDecoder // kind anthropic: translates Messages events; nil for chat streams
 	msgMap   pipeline.MessageMap      // the request's, for an error event's param
@@ -438,9 +439,9 @@ func groqUsage(data []byte) []byte {
 // created and model at the head of every chunk, so the search runs about
 // once per stream.
 func (s *upstreamStream) rename(data []byte) []byte {
-	if len(s.head) == 0 || !bytes.HasPrefix(data, s.head) {
+	if len(s.head) == 0 || s.headTS != s.fin.created || !bytes.HasPrefix(data, s.head) {
 		data, idEnd := s.sameID(data)
-		data = s.sameCreated(data, idEnd)
+		data, tsEnd := s.sameCreated(data, idEnd)
 		at, end, keep := modelSpan(data, s.model)
 		s.at, s.keep = at, keep
 		s.head = s.head[:0]
@@ -451,8 +452,12 @@ func (s *upstreamStream) rename(data []byte) []byte {
 		// the chunk's id in it: the next chunk's id would not be looked at,
 		// and one may have to be given to it (a stream without ids pays
 		// the search on every chunk).
-		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && idEnd > 0 && idEnd <= at {
+		// Nor one that does not hold the chunk's created, while the stream
+		// has one (a created after the model would not be looked at).
+		if end > at && end <= maxModelHead && strings.IndexByte(`"}]`, data[end-1]) >= 0 && idEnd > 0 && idEnd <= at &&
+			(s.fin.created <= 0 || tsEnd > 0 && tsEnd <= end) {
 			s.head = append(s.headArr[:0], data[:end]...)
+			s.headTS = s.fin.created
 		}
 		if keep {
 			return data
@@ -524,22 +529,25 @@ func (s *upstreamStream) sameID(data []byte) (_ []byte, idEnd int) {
 // OpenAI's chunks all carry one: an upstream that stamps each chunk with
 // its own time (llama.cpp, Ollama), or sends a usage chunk with
 // "created":0, had the SDKs keep the last chunk's. Called where rename
-// searches (a chunk whose head differs from the one before), after
-// sameID: idEnd is where the id ends in data (0: none), and a missing
-// created goes after it.
-func (s *upstreamStream) sameCreated(data []byte, idEnd int) []byte {
+// searches (a chunk whose head, which then holds its created, differs from
+// the one before), after sameID: idEnd is where the id ends in data (0:
+// none), and a missing created goes after it. tsEnd is where the created
+// ends in the data returned (0: none).
+func (s *upstreamStream) sameCreated(data []byte, idEnd int) (_ []byte, tsEnd int) {
 	want := s.fin.created
 	if want <= 0 || idEnd <= 0 {
-		return data
+		return data, 0
 	}
 	r := gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), "created") // read only here
-	if r.Type == gjson.Number && r.Raw == strconv.FormatInt(want, 10) {
-		return data
+	var nb [20]byte
+	wantRaw := strconv.AppendInt(nb[:0], want, 10)
+	if r.Type == gjson.Number && r.Raw == string(wantRaw) {
+		return data, r.Index + len(r.Raw)
 	}
 	at, end := idEnd, idEnd
 	if r.Exists() {
 		if r.Index <= 0 {
-			return data
+			return data, 0
 		}
 		at, end = r.Index, r.Index+len(r.Raw)
 	}
@@ -547,9 +555,10 @@ func (s *upstreamStream) sameCreated(data []byte, idEnd int) []byte {
 	if !r.Exists() {
 		s.tsFix = append(s.tsFix, `,"created":`...)
 	}
-	s.tsFix = strconv.AppendInt(s.tsFix, want, 10)
+	s.tsFix = append(s.tsFix, wantRaw...)
+	tsEnd = len(s.tsFix)
 	s.tsFix = append(s.tsFix, data[end:]...)
-	return s.tsFix
+	return s.tsFix, tsEnd
 }
 
 // maxModelHead bounds the head rename keeps: a model that comes after a

@@ -426,7 +426,10 @@ func FuzzSameCreated(f *testing.F) {
 		s.fin.setID("chatcmpl-1")
 		s.fin.created = 7
 		withID, idEnd := s.sameID(bytes.Clone(data))
-		out := s.sameCreated(withID, idEnd)
+		out, tsEnd := s.sameCreated(withID, idEnd)
+		if tsEnd > 0 && (tsEnd > len(out) || !bytes.HasSuffix(out[:tsEnd], []byte("7"))) {
+			t.Fatalf("%q -> %q: created ends at %d", data, out, tsEnd)
+		}
 		if !json.Valid(data) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) || !gjson.ValidBytes(data) {
 			return
 		}
