@@ -89,18 +89,13 @@ func valueOf(b []byte, i int, name string) int {
 }
 
 // opensKey reports whether the quote at q may open a key: what comes
-// before it, past any whitespace, is '{' or ','.
+// before it, past any whitespace, is '{' or ',' (inside a string a quote
+// is escaped).
 func opensKey(b []byte, q int) bool {
-	for q--; q >= 0; q-- {
-		switch b[q] {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '{', ',':
-			return true
-		}
-		return false
+	for q > 0 && isSpace(b[q-1]) {
+		q--
 	}
-	return false
+	return q > 0 && (b[q-1] == '{' || b[q-1] == ',')
 }
 
 // addNulls gives each choice of a JSON answer that has a message the

@@ -86,17 +86,10 @@ func emptyFinishAt(body []byte, from int, null bool) (int, int) {
 
 // finishValueAt returns the index of the value of the "finish_reason"
 // member whose key's '_' is body[k], or -1 when body[k] is not in such a
-// key: its opening quote follows '{' or ',' (inside a string a quote is
-// escaped), and ':' follows it, with any whitespace between.
+// key (opensKey), and ':' follows it, with any whitespace between.
 func finishValueAt(body []byte, k int) int {
-	if k < len(finishHead) || !bytes.HasPrefix(body[k:], finishTail) || !bytes.Equal(body[k-len(finishHead):k], finishHead) {
-		return -1
-	}
-	j := k - len(finishHead) // at the opening quote
-	for j > 0 && isSpace(body[j-1]) {
-		j--
-	}
-	if j == 0 || (body[j-1] != '{' && body[j-1] != ',') {
+	if k < len(finishHead) || !bytes.HasPrefix(body[k:], finishTail) || !bytes.Equal(body[k-len(finishHead):k], finishHead) ||
+		!opensKey(body, k-len(finishHead)) {
 		return -1
 	}
 	v := skipSpace(body, k+len(finishTail))
