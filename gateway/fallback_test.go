@@ -262,7 +262,7 @@ func TestKeysAndAllowLists(t *testing.T) {
 		{"no key", "", "gpt-x", 401},
 		{"wrong key", "k-zzz", "gpt-x", 401},
 		{"allowed", "k-a", "gpt-x", 200},
-		{"outside allow-list", "k-b", "gpt-x", 403},
+		{"outside allow-list", "k-b", "gpt-x", 404},
 		// gpt-y lists no model-call middleware: no retry, the 500 comes through (with
 		// fallbacks, such a model is refused: TestValidate).
 		{"per-model middleware", "k-a", "gpt-y", 500},

@@ -169,7 +169,7 @@ func TestResponsesInputTokens(t *testing.T) {
 		code   string
 	}{
 		{"sk-wrong", "gpt-x", http.StatusUnauthorized, "invalid_api_key"},
-		{"sk-c", "gpt-x", http.StatusForbidden, "model_not_allowed"},
+		{"sk-c", "gpt-x", http.StatusNotFound, "model_not_found"},
 		{"sk-d", "gpt-x", http.StatusForbidden, "path_not_allowed"},
 		{"sk-e", "gpt-x", http.StatusForbidden, "path_not_allowed"},
 		{"sk-a", "no-such-model", http.StatusNotFound, "model_not_found"},

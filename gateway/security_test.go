@@ -88,10 +88,10 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 		body   string
 		status int
 	}{
-		{"chat refuses the model", "/v1/chat/completions", "sk-team", secret, 403},
-		{"responses refuses it too", "/v1/responses", "sk-team", secret, 403},
-		{"completions refuses it too", "/v1/completions", "sk-team", secret, 403},
-		{"embeddings refuses it too", "/v1/embeddings", "sk-team", secret, 403},
+		{"chat refuses the model", "/v1/chat/completions", "sk-team", secret, 404},
+		{"responses refuses it too", "/v1/responses", "sk-team", secret, 404},
+		{"completions refuses it too", "/v1/completions", "sk-team", secret, 404},
+		{"embeddings refuses it too", "/v1/embeddings", "sk-team", secret, 404},
 		{"chat with a trailing slash", "/v1/chat/completions/", "sk-team", secret, 404},
 		{"chat with an encoded slash", "/v1/chat/completions%2f", "sk-team", secret, 404},
 		{"chat with an encoded slash, upper case", "/v1/chat%2Fcompletions", "sk-team", secret, 404},
@@ -137,7 +137,7 @@ func TestPassthroughAppliesTenantPolicy(t *testing.T) {
 			t.Errorf("content type %q: %d %s", ct, status, b)
 		}
 	}
-	if status, b := rawHTTP(t, addr, strings.Replace(postRaw("/v1/embeddings", "sk-team", `{"model":"secret-model","input":"x"}`), "application/json", "application/vnd.api+json", 1)); status != 403 {
+	if status, b := rawHTTP(t, addr, strings.Replace(postRaw("/v1/embeddings", "sk-team", `{"model":"secret-model","input":"x"}`), "application/json", "application/vnd.api+json", 1)); status != 404 {
 		t.Errorf("+json content type: %d %s", status, b)
 	}
 
@@ -194,12 +194,12 @@ func TestPassthroughMultipartModel(t *testing.T) {
 	}
 	send := func(model string) (int, []byte) { return sendField("model", model) }
 	before := h.mock.TotalCalls()
-	if status, body := send("secret-model"); status != 403 {
+	if status, body := send("secret-model"); status != 404 {
 		t.Fatalf("secret model in a form: %d %s", status, body)
 	}
 	// A field named in another case is the model an upstream that matches
 	// names without regard to case reads: judged and renamed the same.
-	if status, body := sendField("MODEL", "secret-model"); status != 403 {
+	if status, body := sendField("MODEL", "secret-model"); status != 404 {
 		t.Fatalf("secret model in a MODEL field: %d %s", status, body)
 	}
 	if h.mock.TotalCalls() != before {

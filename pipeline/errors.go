@@ -54,7 +54,6 @@ const (
 	CodeInvalidAPIKey            = "invalid_api_key"
 	CodeAdminRequired            = "admin_required"
 	CodeModelNotFound            = "model_not_found"
-	CodeModelNotAllowed          = "model_not_allowed"
 	CodeModelNotPriced           = "model_not_priced" // a model the config does not name, with no known price, under a budget
 	CodePathNotAllowed           = "path_not_allowed"
 	CodeUnknownURL               = "unknown_url"
@@ -125,6 +124,21 @@ func ItemNotFound(id string) *Error {
 	}
 	e := NotFound(CodeItemNotFound, "Item with id '%s' not found.", id[:n])
 	e.Param = "input"
+	return e
+}
+
+// ModelNotFound is OpenAI's answer to a model the caller may not use,
+// whether no route has the name or the key's policy does not allow it:
+// 404 model_not_found, param model, one message for both, so a key learns
+// nothing of the models other keys may use. The name is quoted back (its
+// first 200 bytes, whole characters).
+func ModelNotFound(name string) *Error {
+	n := min(len(name), 200)
+	for n < len(name) && n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	e := NotFound(CodeModelNotFound, "The model '%s' does not exist or you do not have access to it.", name[:n])
+	e.Param = "model"
 	return e
 }
 

@@ -61,7 +61,7 @@ func ExampleChain_shortCircuit() {
 func ExampleChain_error() {
 	deny := func(next pipeline.Handler) pipeline.Handler {
 		return pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
-			return nil, pipeline.Errorf(403, "invalid_request_error", "model_not_allowed", "not for you")
+			return nil, pipeline.Forbidden(pipeline.CodePathNotAllowed, "not for you")
 		})
 	}
 	h := pipeline.Chain(model, trace("observe"), deny)
@@ -71,7 +71,7 @@ func ExampleChain_error() {
 	// Output:
 	// in  observe
 	// out observe
-	// true 403 model_not_allowed
+	// true 403 path_not_allowed
 }
 
 // Termination form 2: a tool-layer middleware returns a stop result; the tool

@@ -56,9 +56,9 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 		model = r.Route.Name
 	}
 	if !p.models.match(model) {
-		e := pipeline.Forbidden(pipeline.CodeModelNotAllowed, "The model `%s` is not allowed for this API key.", model)
-		e.Param = "model"
-		return e
+		// As for a model no route has: a 403 would tell this key that
+		// another key may use it.
+		return pipeline.ModelNotFound(model)
 	}
 	if err := p.storedRefs(r); err != nil {
 		return err

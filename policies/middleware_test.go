@@ -162,7 +162,7 @@ func TestMiddleware(t *testing.T) {
 			status: 400, param: "n"},
 		{name: "model not allowed", key: "k-clamp", model: "claude-3",
 			body:   `{"model":"claude-3",` + messages + `}`,
-			status: 403, code: "model_not_allowed", param: "model"},
+			status: 404, code: "model_not_found", param: "model"},
 		{name: "star allows any model", key: "k-nocap", model: "vendor/any",
 			body: `{"model":"vendor/any","max_tokens":5000,` + messages + `}`, same: true,
 			want: map[string]string{"max_tokens": "5000"}},

@@ -98,7 +98,7 @@ func TestPassthroughPolicy(t *testing.T) {
 		t.Fatalf("no model: %v", err)
 	}
 	err = e.Admit(narrow, &pipeline.Request{Body: []byte(`{"input":"x"}`), Model: "secret"})
-	if !errors.As(err, &pe) || pe.Status != 403 {
+	if !errors.As(err, &pe) || pe.Status != 404 || pe.Code != pipeline.CodeModelNotFound {
 		t.Fatalf("secret model: %v", err)
 	}
 	if err := e.Admit(plain, &pipeline.Request{Body: []byte(`{"input":"x"}`), Endpoint: "/v1/embeddings"}); err != nil {

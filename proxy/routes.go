@@ -150,12 +150,7 @@ func (s *Server) handleModels(ctx *fasthttp.RequestCtx, x *exchange, path string
 	ctx.SetBody(b)
 }
 
-func modelNotFound(name string) error {
-	e := pipeline.NotFound(pipeline.CodeModelNotFound,
-		"The model '%s' does not exist or you do not have access to it.", truncate(name, 200))
-	e.Param = "model"
-	return e
-}
+func modelNotFound(name string) error { return pipeline.ModelNotFound(name) }
 
 // filterModels returns the list body all with only the models keep accepts.
 func filterModels(all []byte, keep func(string) bool) []byte {

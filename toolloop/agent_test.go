@@ -30,10 +30,10 @@ func TestAgentToolAdmit(t *testing.T) {
 			if r.Tenant != tenant || r.Model != "expert" || r.Stream {
 				t.Errorf("admit saw tenant %v model %q stream %v", r.Tenant, r.Model, r.Stream)
 			}
-			return &pipeline.Error{Status: 403, Code: "model_not_allowed", Message: "The model `expert` is not allowed for this API key."}
+			return pipeline.ModelNotFound("expert")
 		}, 0, func(t *testing.T, res *pipeline.ToolResult, _ []byte) {
 			r := gjson.ParseBytes(res.Content)
-			if !res.IsError || r.Get("error.type").Str != "not_allowed" || !strings.Contains(r.Get("error.message").Str, "`expert` is not allowed") {
+			if !res.IsError || r.Get("error.type").Str != "not_allowed" || !strings.Contains(r.Get("error.message").Str, "'expert' does not exist or you do not have access") {
 				t.Fatalf("result %s", res.Content)
 			}
 		}},
@@ -85,7 +85,7 @@ func TestAgentToolAdmit(t *testing.T) {
 			denied := strings.Contains(logs.String(), `"message":"agent tool: model call denied by the caller's policy"`)
 			if want := tc.wantCalls == 0; denied != want ||
 				want && (!strings.Contains(logs.String(), `"tenant":"team"`) ||
-					!strings.Contains(logs.String(), `"code":"model_not_allowed"`) && !strings.Contains(logs.String(), `"code":"rate_limit_exceeded"`)) {
+					!strings.Contains(logs.String(), `"code":"model_not_found"`) && !strings.Contains(logs.String(), `"code":"rate_limit_exceeded"`)) {
 				t.Fatalf("logs: %s", logs.String())
 			}
 		})
