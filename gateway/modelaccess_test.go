@@ -27,6 +27,7 @@ key = "sk-b"
 [[policies]]
 tenant = "a"
 models = ["gpt-x"]
+max_body_bytes = 2000
 passthrough = ["/v1/embeddings", "/v1/responses"]
 [[policies]]
 tenant = "b"
@@ -58,24 +59,33 @@ passthrough = ["/v1/embeddings", "/v1/responses"]
 		status, _, b := h.post(path, body, key)
 		return status, string(b)
 	}
-	for _, c := range []struct{ name, method, path, body string }{
-		{"chat", http.MethodPost, "/chat/completions", `{"model":"MODEL","messages":[{"role":"user","content":"hi"}]}`},
-		{"chat stream", http.MethodPost, "/chat/completions", `{"model":"MODEL","stream":true,"messages":[{"role":"user","content":"hi"}]}`},
-		{"responses", http.MethodPost, "/responses", `{"model":"MODEL","input":"hi"}`},
-		{"embeddings", http.MethodPost, "/embeddings", `{"model":"MODEL","input":"hi"}`},
-		{"model object", http.MethodGet, "/models/MODEL", ""},
+	big := strings.Repeat("x", 3000)
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"chat", http.MethodPost, "/chat/completions", `{"model":"MODEL","messages":[{"role":"user","content":"hi"}]}`, 404},
+		{"chat stream", http.MethodPost, "/chat/completions", `{"model":"MODEL","stream":true,"messages":[{"role":"user","content":"hi"}]}`, 404},
+		{"responses", http.MethodPost, "/responses", `{"model":"MODEL","input":"hi"}`, 404},
+		{"embeddings", http.MethodPost, "/embeddings", `{"model":"MODEL","input":"hi"}`, 404},
+		// Over the key's body limit: chat judges the model first (a model
+		// the gateway does not have is judged before the key's policy);
+		// a pass-through body is refused as it is read, whatever it names.
+		{"chat over the key's body limit", http.MethodPost, "/chat/completions", `{"model":"MODEL","messages":[{"role":"user","content":"` + big + `"}]}`, 404},
+		{"embeddings over the key's body limit", http.MethodPost, "/embeddings", `{"model":"MODEL","input":"` + big + `"}`, 413},
+		{"model object", http.MethodGet, "/models/MODEL", "", 404},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			calls := h.mock.TotalCalls()
 			other, otherBody := ask(c.method, strings.ReplaceAll(c.path, "MODEL", "gpt-secret"), strings.ReplaceAll(c.body, "MODEL", "gpt-secret"))
 			none, noneBody := ask(c.method, strings.ReplaceAll(c.path, "MODEL", "gpt-nonex"), strings.ReplaceAll(c.body, "MODEL", "gpt-nonex"))
-			if other != http.StatusNotFound || none != http.StatusNotFound {
+			if other != c.status || none != c.status {
 				t.Fatalf("another tenant's model %d %s, no such model %d %s", other, otherBody, none, noneBody)
 			}
 			if strings.ReplaceAll(otherBody, "gpt-secret", "gpt-nonex") != noneBody {
 				t.Fatalf("the two answers differ:\n%s\n%s", otherBody, noneBody)
 			}
-			if !strings.Contains(noneBody, `"code":"model_not_found"`) || !strings.Contains(noneBody, `"param":"model"`) {
+			if c.status == http.StatusNotFound && (!strings.Contains(noneBody, `"code":"model_not_found"`) || !strings.Contains(noneBody, `"param":"model"`)) {
 				t.Fatalf("answer %s", noneBody)
 			}
 			if n := h.mock.TotalCalls() - calls; n != 0 {

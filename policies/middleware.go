@@ -40,7 +40,7 @@ func (e *Engine) Middleware() pipeline.Middleware {
 	}
 }
 
-// Admit applies p's request limits to r: body size, model, the stored
+// Admit applies p's request limits to r: model, body size, the stored
 // objects it names (storedRefs), then max_tokens.
 // It may replace r.Body with a new slice (clamp mode) and returns a
 // *pipeline.Error for a denial. A nil Policy admits everything.
@@ -48,17 +48,18 @@ func (p *Policy) Admit(r *pipeline.Request) error {
 	if p == nil {
 		return nil
 	}
-	if p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
-		return tooLarge(len(r.Body), p.MaxBodyBytes)
-	}
 	model := r.Model
 	if model == "" && r.Route != nil {
 		model = r.Route.Name
 	}
 	if !p.models.match(model) {
-		// As for a model no route has: a 403 would tell this key that
-		// another key may use it.
+		// As for a model no route has (judged before this policy): a 403,
+		// or a check of this policy's before this one, would tell this key
+		// that another key may use it.
 		return pipeline.ModelNotFound(model)
+	}
+	if p.MaxBodyBytes > 0 && len(r.Body) > p.MaxBodyBytes {
+		return tooLarge(len(r.Body), p.MaxBodyBytes)
 	}
 	if err := p.storedRefs(r); err != nil {
 		return err
