@@ -1008,3 +1008,60 @@ func TestUpstreamCreatedKeptOnEveryChunk(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that sends its usage chunk before its last content (the
+// prompt's count first, or a usage chunk between a choice's content and
+// its finish): relayed in place, the usage was not the last chunk, and the
+// clients that keep the last chunk's usage (Python's and Node's helpers)
+// ended with none. The usage chunk goes out last, after the content and
+// the finish, once.
+func TestUpstreamUsageBeforeContentGoesLast(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":`
+	ev := func(delta, finish string) string {
+		return "data: " + head + delta + `,"finish_reason":` + finish + "}]}\n\n"
+	}
+	usage := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}` + "\n\n"
+	for name, stream := range map[string]string{
+		"before the content": ev(`{"role":"assistant","content":""}`, `null`) + usage + ev(`{"content":"Hel"}`, `null`) +
+			ev(`{"content":"lo"}`, `null`) + ev(`{}`, `"stop"`) + "data: [DONE]\n\n",
+		"before the finish": ev(`{"role":"assistant","content":"Hel"}`, `null`) + ev(`{"content":"lo"}`, `null`) + usage +
+			ev(`{}`, `"stop"`) + "data: [DONE]\n\n",
+		"no finish": ev(`{"role":"assistant","content":"Hel"}`, `null`) + usage + ev(`{"content":"lo"}`, `null`) + "data: [DONE]\n\n",
+		"before any choice": usage + ev(`{"role":"assistant","content":"Hel"}`, `null`) + ev(`{"content":"lo"}`, `null`) +
+			ev(`{}`, `"stop"`) + "data: [DONE]\n\n",
+		// The prompt's count first, the running total at the end: the
+		// client gets the last total once (openai-go adds up every usage
+		// chunk it gets: 5+7).
+		"twice": strings.Replace(usage, `"completion_tokens":2,"total_tokens":7`, `"completion_tokens":0,"total_tokens":5`, 1) +
+			ev(`{"role":"assistant","content":"Hel"}`, `null`) + ev(`{"content":"lo"}`, `null`) + ev(`{}`, `"stop"`) + usage + "data: [DONE]\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := fixedUpstreamHarness(t, stream, `{}`)
+			for _, asked := range []bool{true, false} {
+				p := userMsg("hi")
+				if asked {
+					p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+				}
+				acc, err := sdkStream(h, p)
+				raw, _ := h.lastRaw()
+				if err != nil || acc.Choices[0].Message.Content != "Hello" || (acc.Usage.TotalTokens == 7) != asked {
+					t.Fatalf("asked %v: %v %+v usage %d\n%s", asked, err, acc.Choices, acc.Usage.TotalTokens, raw)
+				}
+				if _, err := wiretest.CheckStream(raw, wiretest.Options{WantUsage: asked}); err != nil {
+					t.Fatalf("asked %v: %v\n%s", asked, err, raw)
+				}
+				// The last chunk before [DONE] is the usage chunk.
+				events := bytes.Split(bytes.TrimSpace(raw), []byte("\n\n"))
+				if len(events) < 2 {
+					t.Fatalf("stream %s", raw)
+				}
+				last := gjson.GetBytes(bytes.TrimPrefix(events[len(events)-2], []byte("data: ")), "usage.total_tokens")
+				if asked && last.Int() != 7 {
+					t.Fatalf("the last chunk is not the usage chunk\n%s", raw)
+				}
+			}
+		})
+	}
+}

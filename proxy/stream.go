@@ -336,23 +336,18 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	}
 	data = s.pairs.pair(data)
 	data = s.rename(stringArgs(flattenParts(dropNullCalls(data, "delta"), "delta"), "delta"))
-	held := s.hasUsage
-	if none && s.fin.open() && wire.ChunkUsage(data).IsObject() {
-		// A usage chunk while a choice is open: if the stream ends after
-		// it, the finish the upstream did not send goes before it (the
-		// usage chunk is the last); if more comes, it goes out as it was.
-		// One held before it goes out now (the buffers take turns).
+	if none && (s.hasUsage || s.fin.open() || s.fin.seen == 0) && wire.ChunkUsage(data).IsObject() {
+		// A usage chunk before the first choice or while a choice is open
+		// is held to the stream's end, after the content that follows it
+		// and the finishes (those the upstream did not send too): the
+		// usage chunk is the last, and the clients that keep the last
+		// chunk's usage (Python's and Node's helpers) have it. A later one
+		// takes its place: the upstream's running total, which the meter
+		// keeps too (the buffers take turns, so the one held is never the
+		// chunk being written over).
 		s.usageAt ^= 1
 		s.usage[s.usageAt], s.hasUsage = append(s.usage[s.usageAt][:0], data...), true
-		if held {
-			return s.usage[s.usageAt^1], false, nil
-		}
 		return nil, true, nil
-	}
-	if held {
-		// A usage chunk held back, and more came: it was not the last.
-		s.hasUsage, s.held = false, data
-		return s.usage[s.usageAt], false, nil
 	}
 	return data, false, nil
 }

@@ -57,7 +57,7 @@ func streamAll(t *testing.T, u *Upstream) ([][]byte, error) {
 func TestUpstreamStreamNormalizesEvents(t *testing.T) {
 	t.Parallel()
 	u := rawUpstream(t, "data: {\"id\":\"a\",\"model\":\"up\",\n"+
-		"data: \"choices\":[],\"usage\":{\"total_tokens\":1}}\n\n"+
+		"data: \"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"+
 		"data: {\"id\":\"a\",\"model\":\"up\",\"error\":null,\"choices\":[],\"usage\":{\"total_tokens\":1}}\n\n"+
 		": comment\n\n"+
 		"data: [DONE]\n\n")
