@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,16 +46,8 @@ passthrough = ["/v1/embeddings", "/v1/responses"]
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var sb strings.Builder
-			buf := make([]byte, 4096)
-			for {
-				n, err := resp.Body.Read(buf)
-				sb.Write(buf[:n])
-				if err != nil {
-					break
-				}
-			}
-			return resp.StatusCode, sb.String()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
 		}
 		status, _, b := h.post(path, body, key)
 		return status, string(b)

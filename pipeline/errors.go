@@ -118,11 +118,7 @@ func NotFound(code, format string, args ...any) *Error {
 // is unknown, expired or another tenant's: 404 item_not_found, param
 // input, the id quoted back (its first 128 bytes, whole characters).
 func ItemNotFound(id string) *Error {
-	n := min(len(id), 128)
-	for n < len(id) && n > 0 && !utf8.RuneStart(id[n]) {
-		n--
-	}
-	e := NotFound(CodeItemNotFound, "Item with id '%s' not found.", id[:n])
+	e := NotFound(CodeItemNotFound, "Item with id '%s' not found.", clip(id, 128))
 	e.Param = "input"
 	return e
 }
@@ -133,13 +129,18 @@ func ItemNotFound(id string) *Error {
 // nothing of the models other keys may use. The name is quoted back (its
 // first 200 bytes, whole characters).
 func ModelNotFound(name string) *Error {
-	n := min(len(name), 200)
-	for n < len(name) && n > 0 && !utf8.RuneStart(name[n]) {
-		n--
-	}
-	e := NotFound(CodeModelNotFound, "The model '%s' does not exist or you do not have access to it.", name[:n])
+	e := NotFound(CodeModelNotFound, "The model '%s' does not exist or you do not have access to it.", clip(name, 200))
 	e.Param = "model"
 	return e
+}
+
+// clip returns s's first n bytes or fewer: whole characters.
+func clip(s string, n int) string {
+	n = min(len(s), n)
+	for n < len(s) && n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Forbidden is a 403 invalid_request_error with code.
