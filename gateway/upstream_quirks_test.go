@@ -1065,3 +1065,48 @@ func TestUpstreamUsageBeforeContentGoesLast(t *testing.T) {
 		})
 	}
 }
+
+// With usage asked for, OpenAI puts "usage": null on every chunk but the
+// usage chunk; the finish chunks the relay makes (a choice the upstream
+// never finished, finishes moved after the content) say it too, and a
+// client that did not ask gets no usage member at all.
+func TestUpstreamMadeFinishSaysUsageNull(t *testing.T) {
+	t.Parallel()
+	head := `{"id":"c1","object":"chat.completion.chunk","created":7,"model":"up-model","choices":[`
+	ev := func(choices string) string { return "data: " + head + choices + `],"usage":null}` + "\n\n" }
+	usage := "data: " + head + `],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	for name, stream := range map[string]string{
+		"never finished": ev(`{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{"content":"lo"},"finish_reason":null}`) + usage + "data: [DONE]\n\n",
+		"finish beside content": ev(`{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}`) + usage + "data: [DONE]\n\n",
+		"two choices, finishes back to back": ev(`{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null},{"index":1,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{"content":"lo"},"finish_reason":null},{"index":1,"delta":{"content":"lo"},"finish_reason":null}`) +
+			ev(`{"index":0,"delta":{},"finish_reason":"stop"}`) + ev(`{"index":1,"delta":{},"finish_reason":"stop"}`) + usage + "data: [DONE]\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, asked := range []bool{true, false} {
+				acc, raw, err := streamFrom(t, stream, asked)
+				if err != nil || acc.Choices[0].Message.Content != "Hello" || acc.Choices[0].FinishReason != "stop" {
+					t.Fatalf("asked %v: %v %+v\n%s", asked, err, acc.Choices, raw)
+				}
+				for _, e := range bytes.Split(bytes.TrimSpace(raw), []byte("\n\n")) {
+					data := bytes.TrimPrefix(e, []byte("data: "))
+					if string(data) == "[DONE]" {
+						continue
+					}
+					u := gjson.GetBytes(data, "usage")
+					switch {
+					case !asked && u.Exists():
+						t.Fatalf("not asked: a chunk with usage: %s\n%s", data, raw)
+					case asked && len(gjson.GetBytes(data, "choices").Array()) > 0 && u.Type != gjson.Null:
+						t.Fatalf("asked: a chunk without \"usage\": null: %s\n%s", data, raw)
+					case asked && !u.Exists():
+						t.Fatalf("asked: a chunk without usage: %s\n%s", data, raw)
+					}
+				}
+			}
+		})
+	}
+}

@@ -218,6 +218,7 @@ type finishes struct {
 	nullArr                     [2]span         // nullAt's first backing
 	wide                        bool            // an index outside 0..63: not followed, nothing added but what is owed
 	minted                      bool            // the id is the gateway's (setID): the first chunk with one of its own gives the rest of head
+	nullUsage                   bool            // the upstream's last chunk with a choice ended in "usage": null: finish's chunks do too
 	idEnd, fpEnd                uint16          // where the id and the fingerprint end in head
 	created                     int64
 	head                        []byte // the id, fingerprint and service tier, back to back (in headArr unless longer, or an id setID gave)
@@ -651,6 +652,12 @@ func (f *finishes) finish(dst []byte, model string, open uint64) []byte {
 		default:
 			dst = append(dst, `"stop"}`...)
 		}
+	}
+	if f.nullUsage {
+		// As the upstream's chunks (usage asked for): every chunk but the
+		// usage chunk says so (the meter takes it out where the client did
+		// not ask).
+		return append(dst, `],"usage":null}`...)
 	}
 	return append(dst, "]}"...)
 }

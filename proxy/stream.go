@@ -291,6 +291,9 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 	}
 	ks := keysOf(data)
 	none, edit := s.fin.see(data, ks)
+	if !none {
+		s.fin.nullUsage = bytes.HasSuffix(data, nullUsageTail)
+	}
 	if len(s.fin.nullAt) > 0 {
 		if !edit.odd && edit.finishing&edit.owed == 0 && !s.choiceAhead() {
 			// The usual end: a finish chunk of its own, and nothing for any
@@ -403,7 +406,10 @@ func (s *upstreamStream) ended() ([]byte, error) {
 	return nil, io.EOF
 }
 
-var xGroq = []byte(`"x_groq"`)
+var (
+	xGroq         = []byte(`"x_groq"`)
+	nullUsageTail = []byte(`,"usage":null}`) // how OpenAI's chunks end when usage is asked for
+)
 
 // errNotChunk is the cause of the failure of a stream event that is not a
 // JSON object.
