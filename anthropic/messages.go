@@ -284,9 +284,15 @@ func blank(s string) bool { return strings.TrimSpace(s) == "" }
 // lower case, image/jpg as image/jpeg), or an http(s) URL that Anthropic
 // fetches itself.
 func imageBlock(url, at string) (block, error) {
-	if rest, ok := strings.CutPrefix(url, "data:"); ok {
-		meta, data, ok := strings.Cut(rest, ",")
-		media, isBase64 := strings.CutSuffix(meta, ";base64")
+	// Schemes and the base64 marker are case-insensitive (RFC 3986 3.1,
+	// RFC 2397): OpenAI reads DATA:...;BASE64, and HTTPS:// URLs.
+	if hasPrefixFold(url, "data:") {
+		meta, data, ok := strings.Cut(url[len("data:"):], ",")
+		isBase64 := len(meta) >= len(";base64") && strings.EqualFold(meta[len(meta)-len(";base64"):], ";base64")
+		media := meta
+		if isBase64 {
+			media = meta[:len(meta)-len(";base64")]
+		}
 		if !ok || !isBase64 || strings.TrimSpace(strings.Split(media, ";")[0]) == "" || data == "" {
 			return block{}, pipeline.BadRequest(at+".image_url.url", "an image data URL must be data:<media type>;base64,<data>")
 		}
@@ -299,10 +305,15 @@ func imageBlock(url, at string) (block, error) {
 		}
 		return block{Type: "image", Source: &source{Type: "base64", MediaType: media, Data: data}}, nil
 	}
-	if strings.HasPrefix(url, "https://") || strings.HasPrefix(url, "http://") {
+	if hasPrefixFold(url, "https://") || hasPrefixFold(url, "http://") {
 		return block{Type: "image", Source: &source{Type: "url", URL: url}}, nil
 	}
 	return block{}, pipeline.BadRequest(at+".image_url.url", "an image must be a data URL or an http(s) URL")
+}
+
+// hasPrefixFold reports whether s begins with prefix, in any case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // toolUses appends a tool_use block per tool call. Arguments must be a JSON

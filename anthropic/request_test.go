@@ -317,6 +317,13 @@ func TestTranslateRequestOptions(t *testing.T) {
 			func(p sdk.MessageNewParams, _ []byte) bool {
 				return p.Messages[0].Content[0].OfImage.Source.OfBase64.MediaType == "image/png"
 			}},
+		// Schemes and the base64 marker in any case, as OpenAI reads them.
+		{"upper-case schemes", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"DATA:image/png;BASE64,iVBORw0KGgo="}},{"type":"image_url","image_url":{"url":"HTTPS://example.com/cat.jpg"}}]}]}`, RequestOptions{Model: "m"},
+			func(p sdk.MessageNewParams, _ []byte) bool {
+				c := p.Messages[0].Content
+				return c[0].OfImage.Source.OfBase64.MediaType == "image/png" && c[0].OfImage.Source.OfBase64.Data == "iVBORw0KGgo=" &&
+					c[1].OfImage.Source.OfURL.URL == "HTTPS://example.com/cat.jpg"
+			}},
 		{"tool_choice auto without tools", `{"tool_choice":"auto",` + msgs + `}`, RequestOptions{Model: "m"},
 			func(_ sdk.MessageNewParams, out []byte) bool { return !gjson.GetBytes(out, "tool_choice").Exists() }},
 		// Anthropic refuses thinking with a choice that forces a call: the
