@@ -1038,14 +1038,8 @@ func TestUpstreamUsageBeforeContentGoesLast(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			h := fixedUpstreamHarness(t, stream, `{}`)
 			for _, asked := range []bool{true, false} {
-				p := userMsg("hi")
-				if asked {
-					p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-				}
-				acc, err := sdkStream(h, p)
-				raw, _ := h.lastRaw()
+				acc, raw, err := streamFrom(t, stream, asked)
 				if err != nil || acc.Choices[0].Message.Content != "Hello" || (acc.Usage.TotalTokens == 7) != asked {
 					t.Fatalf("asked %v: %v %+v usage %d\n%s", asked, err, acc.Choices, acc.Usage.TotalTokens, raw)
 				}
