@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/llmgw/gateway/config"
 )
 
 // layerSet is which optional parts of the gateway a variant of the bench
@@ -86,6 +88,8 @@ func (b *bench) layers() *scenarioResult {
 	}{
 		{checksLeg, "floor-checks", []string{"-check"}},
 		{checksLogLeg, "floor-checks-log", []string{"-check", "-log", filepath.Join(b.bins.dir, "floor-access.log")}},
+		{timeoutsLeg, "floor-checks-log-timeouts", append([]string{"-check", "-log", filepath.Join(b.bins.dir, "floor-access-2.log")},
+			defaultTimeouts()...)},
 	} {
 		c, err := b.procs.start(v.proc, b.bins.floor, append(floorArgs(b.api.addr, b.set.buffers()), v.flags...)...)
 		if err != nil {
@@ -137,6 +141,21 @@ const checksLeg = "floor+checks"
 // leanest form (zerolog, a buffer under a mutex flushed every millisecond).
 const checksLogLeg = "floor+checks+log"
 
+// timeoutsLeg names floor+checks+log bounding what the gateway bounds by
+// default: reading a request, a keep-alive connection's wait for the next,
+// and each upstream call (fasthttp sets a socket deadline for each).
+const timeoutsLeg = "floor+checks+log+timeouts"
+
+// defaultTimeouts are the floor's flags for the gateway's default timeouts:
+// the [server] ones and a provider's total_timeout, which bounds a JSON
+// answer's call.
+func defaultTimeouts() []string {
+	c := config.Config{Providers: []config.Provider{{Name: "p", Kind: "openai"}}}
+	c.ApplyDefaults()
+	return []string{"-read-timeout", c.Server.ReadTimeout.D().String(), "-idle-timeout", c.Server.IdleTimeout.D().String(),
+		"-call-timeout", c.Providers[0].TotalTimeout.D().String()}
+}
+
 // layerSentence says, from the layers scenario, what the core and each
 // layer cost ("" when the scenario has no figures).
 func layerSentence(s *scenarioResult) string {
@@ -177,7 +196,13 @@ func layerSentence(s *scenarioResult) string {
 // what the leanest checks and access line and the gateway's middleware
 // take of it ("" without the figures).
 func allowanceSentence(s *scenarioResult) string {
-	lean, ok1 := s.figure(checksLogLeg + "/floor CPU per request")
+	leanLeg, timeouts := checksLogLeg, ""
+	if _, ok := s.figure(timeoutsLeg + "/floor CPU per request"); ok {
+		leanLeg = timeoutsLeg
+		timeouts = fmt.Sprintf(", and to bound a request's read, a keep-alive connection's wait and the upstream call with the gateway's "+
+			"default timeouts (%s)", timeoutsLeg)
+	}
+	lean, ok1 := s.figure(leanLeg + "/floor CPU per request")
 	core, ok2 := s.figure("core/floor CPU per request")
 	layers, ok3 := s.figure("+request layer/floor CPU per request")
 	if !ok1 || !ok2 || !ok3 {
@@ -192,7 +217,7 @@ func allowanceSentence(s *scenarioResult) string {
 	}
 	return fmt.Sprintf(" A %s× ratio leaves %s× the floor's CPU for all the gateway does beyond relaying. The floor proxy made to do the "+
 		"checks and to write the access line in their leanest form (%s: zerolog, one line per request, a buffer flushed every "+
-		"millisecond) takes %s× of it, and the two middleware layers, acting on nothing, add %s× in the gateway: %s× in all, %s "+
+		"millisecond)%s takes %s× of it, and the two middleware layers, acting on nothing, add %s× in the gateway: %s× in all, %s "+
 		"routing, the per-request record, the tracking that cancels a vanished client's call, metering's bookkeeping and the metrics.",
-		fmtNum(cpuGoal), fmtNum(allowed), checksLogLeg, fmtNum(round(lean-1, 3)), fmtNum(mw), fmtNum(used), verdict)
+		fmtNum(cpuGoal), fmtNum(allowed), checksLogLeg, timeouts, fmtNum(round(lean-1, 3)), fmtNum(mw), fmtNum(used), verdict)
 }

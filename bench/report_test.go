@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/gateway/config"
 )
 
 // TestCheckTargets: each goal is met, missed or not measured from its
@@ -318,8 +320,29 @@ func TestAllowanceSentence(t *testing.T) {
 			s.Figures[i].Value = 1.05
 		}
 	}
-	if got := allowanceSentence(s); !strings.Contains(got, "0.187× in all, 0.063× of it left for routing") {
+	if got := allowanceSentence(s); !strings.Contains(got, "0.187× in all, 0.063× of it left for routing") || strings.Contains(got, "timeouts") {
 		t.Errorf("under the allowance: %s", got)
+	}
+	// With the timeouts leg, the allowance counts the lean floor that
+	// bounds what a production server bounds.
+	s.fig(timeoutsLeg+"/floor CPU per request", 1.12, "×")
+	got = allowanceSentence(s)
+	for _, want := range []string{"default timeouts (" + timeoutsLeg + ") takes 0.12× of it", "0.257× in all, over it before routing"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %s", want, got)
+		}
+	}
+}
+
+// TestDefaultTimeouts: the timeouts leg's floor bounds what the gateway
+// bounds by default, with the config's own defaults.
+func TestDefaultTimeouts(t *testing.T) {
+	t.Parallel()
+	c := config.Defaults()
+	got := strings.Join(defaultTimeouts(), " ")
+	want := fmt.Sprintf("-read-timeout %s -idle-timeout %s -call-timeout 10m0s", c.Server.ReadTimeout.D(), c.Server.IdleTimeout.D())
+	if got != want || c.Server.ReadTimeout.D() <= 0 || c.Server.IdleTimeout.D() <= 0 {
+		t.Fatalf("flags %q, want %q", got, want)
 	}
 }
 

@@ -17,6 +17,11 @@
 // method, path, model, status, stream, latency, bytes, tokens), through the
 // leanest batching that still gets a line out within a millisecond: a
 // 64 KiB buffer under a mutex, flushed when full and every millisecond.
+//
+// With -read-timeout, -idle-timeout and -call-timeout it also bounds what
+// every production server bounds, as the gateway does: reading a request,
+// a keep-alive connection's wait for the next one, and each upstream call.
+// fasthttp enforces each with a socket deadline set per request or call.
 package main
 
 import (
@@ -51,9 +56,13 @@ func main() {
 	upReadBuf := flag.Int("upstream-read-buffer", 4096, "per-connection read buffer of the upstream client, bytes (fasthttp's default)")
 	check := flag.Bool("check", false, "check the request, the answer and each stream event as JSON and read their model and usage")
 	logFile := flag.String("log", "", "write one JSON access line per request to this file")
+	readTimeout := flag.Duration("read-timeout", 0, "bound on reading a request (0: none, fasthttp's default)")
+	idleTimeout := flag.Duration("idle-timeout", 0, "bound on a keep-alive connection's wait for its next request (0: the read timeout)")
+	callTimeout := flag.Duration("call-timeout", 0, "bound on each upstream call, its answer's head and a JSON answer's body (0: none)")
 	flag.Parse()
 
-	var log *zerolog.Logger
+	o := options{upstream: *upstream, maxConns: *maxConns, readBuf: *readBuf, writeBuf: *writeBuf, upReadBuf: *upReadBuf,
+		check: *check, readTimeout: *readTimeout, idleTimeout: *idleTimeout, callTimeout: *callTimeout}
 	if *logFile != "" {
 		f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -63,16 +72,35 @@ func main() {
 		bw := &batchWriter{w: bufio.NewWriterSize(f, 64<<10)}
 		go bw.flushEvery(time.Millisecond)
 		l := zerolog.New(bw).With().Timestamp().Logger()
-		log = &l
+		o.log = &l
 	}
+	if err := newServer(o).ListenAndServe(*listen); err != nil {
+		fmt.Fprintln(os.Stderr, "floor:", err)
+		os.Exit(1)
+	}
+}
 
+// options are the floor's settings, from its flags.
+type options struct {
+	upstream                     string
+	maxConns                     int
+	readBuf, writeBuf, upReadBuf int
+	check                        bool
+	log                          *zerolog.Logger // nil: no access lines
+	readTimeout, idleTimeout     time.Duration
+	callTimeout                  time.Duration
+}
+
+// newServer returns the floor proxy's server for o.
+func newServer(o options) *fasthttp.Server {
+	check, log := o.check, o.log
 	hc := &fasthttp.HostClient{
-		Addr:                *upstream,
-		MaxConns:            *maxConns,
+		Addr:                o.upstream,
+		MaxConns:            o.maxConns,
 		MaxConnWaitTimeout:  10 * time.Second,
 		StreamResponseBody:  true,
 		MaxIdleConnDuration: 90 * time.Second,
-		ReadBufferSize:      *upReadBuf,
+		ReadBufferSize:      o.upReadBuf,
 	}
 	handler := func(ctx *fasthttp.RequestCtx) {
 		var x access
@@ -81,10 +109,10 @@ func main() {
 			// response, a stream's body writer included.
 			x = access{log: log, start: time.Now(), method: ctx.Method(), path: ctx.Path()}
 		}
-		if *check || log != nil {
+		if check || log != nil {
 			body := ctx.Request.Body()
 			model := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), "model")
-			if *check && (!jsonvalid.Bytes(body) || !model.Exists()) {
+			if check && (!jsonvalid.Bytes(body) || !model.Exists()) {
 				ctx.Error("bad request", fasthttp.StatusBadRequest)
 				x.write(fasthttp.StatusBadRequest, false, 0, 0, 0)
 				return
@@ -93,6 +121,9 @@ func main() {
 		}
 		resp := fasthttp.AcquireResponse()
 		ctx.Request.Header.Del("Connection")
+		if o.callTimeout > 0 {
+			ctx.Request.SetTimeout(o.callTimeout)
+		}
 		if err := hc.Do(&ctx.Request, resp); err != nil {
 			fasthttp.ReleaseResponse(resp)
 			ctx.Error("upstream: "+err.Error(), fasthttp.StatusBadGateway)
@@ -103,7 +134,7 @@ func main() {
 		ctx.Response.Header.Del("Connection")
 		if resp.Header.ContentLength() >= 0 { // sized body: copy it whole
 			var in, out int64
-			if *check {
+			if check {
 				b := resp.Body()
 				if !jsonvalid.Bytes(b) {
 					fasthttp.ReleaseResponse(resp)
@@ -131,7 +162,7 @@ func main() {
 				n, err := body.Read(buf)
 				if n > 0 {
 					sent += n
-					if *check && !events.check(buf[:n]) {
+					if check && !events.check(buf[:n]) {
 						return // not JSON: cut the stream
 					}
 					if _, werr := w.Write(buf[:n]); werr != nil {
@@ -147,12 +178,8 @@ func main() {
 			}
 		})
 	}
-	srv := &fasthttp.Server{Handler: handler, Name: "floor", NoDefaultContentType: true, NoDefaultDate: true,
-		ReadBufferSize: *readBuf, WriteBufferSize: *writeBuf}
-	if err := srv.ListenAndServe(*listen); err != nil {
-		fmt.Fprintln(os.Stderr, "floor:", err)
-		os.Exit(1)
-	}
+	return &fasthttp.Server{Handler: handler, Name: "floor", NoDefaultContentType: true, NoDefaultDate: true,
+		ReadBufferSize: o.readBuf, WriteBufferSize: o.writeBuf, ReadTimeout: o.readTimeout, IdleTimeout: o.idleTimeout}
 }
 
 // maxEventBytes bounds the partial event the checker keeps.
