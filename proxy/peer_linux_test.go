@@ -3,9 +3,43 @@
 package proxy
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
+
+// TestPeerWatcherWaitsInPoller: the watcher's goroutine waits for its epoll
+// instance in the runtime's poller, both asleep (no watch pending) and
+// between passes, never in a blocking epoll_wait, which would hold a thread
+// and its P in a system call.
+func TestPeerWatcherWaitsInPoller(t *testing.T) {
+	t.Parallel()
+	_, server := tcpPair(t)
+	w := &peerWatcher{grace: 200 * time.Millisecond}
+	defer w.close()
+	check := func(when string) {
+		t.Helper()
+		time.Sleep(20 * time.Millisecond) // let the loop reach its wait
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for g := range strings.SplitSeq(string(buf), "\n\n") {
+			if !strings.Contains(g, "peerWatcher).run") {
+				continue
+			}
+			if !strings.Contains(g, "runtime_pollWait") || strings.Contains(g, "EpollWait") {
+				t.Fatalf("%s, the watcher waits outside the runtime's poller:\n%s", when, g)
+			}
+			return
+		}
+		t.Fatalf("%s: no watcher goroutine", when)
+	}
+	p := w.watch(server, func() {})
+	check("with a watch pending")
+	w.unwatch(p)
+	time.Sleep(3 * w.grace) // two passes: nothing pending, the loop sleeps
+	check("asleep")
+}
 
 // A watch that ends within the grace period is never registered with
 // epoll (no system call); one that lasts is, and notices its client leave.
