@@ -390,6 +390,7 @@ type sink struct {
 	closed   bool // the final chunk was written
 	vec      [5][]byte
 	bufs     net.Buffers
+	w        connWriter
 	size     []byte
 	sizeArr  [18]byte
 }

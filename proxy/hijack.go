@@ -373,39 +373,10 @@ func (k *sink) writeChunk(conn *net.TCPConn, head, b []byte, last bool) error {
 		v = append(v, lastChunk)
 	}
 	k.bufs = v
-	err := writeProgressing(conn, &k.bufs, k.writeTimeout)
+	err := k.w.write(conn, &k.bufs, k.writeTimeout)
 	clear(k.vec[:])
 	k.bufs = nil
 	return err
-}
-
-// writeProgressing writes bufs to conn (writev). With a timeout, each wait
-// for the client is bounded by it, but only a client that stopped reading
-// is given up on: when the deadline passes and the client acknowledged
-// bytes during it (the bytes written less the growth of the socket's
-// unacknowledged queue), it reads, however slowly, and the write goes on
-// under a new deadline. Linux wakes a write blocked on a full send buffer
-// only once a good part of it drained, which at a slow but steady reader
-// can take longer than any timeout. Where the queue cannot be read
-// (sendQueued), the first deadline ends the write, as before.
-func writeProgressing(conn *net.TCPConn, bufs *net.Buffers, timeout time.Duration) error {
-	if timeout <= 0 {
-		_, err := bufs.WriteTo(conn)
-		return err
-	}
-	queued, known := sendQueued(conn)
-	for {
-		_ = conn.SetWriteDeadline(time.Now().Add(timeout))
-		n, err := bufs.WriteTo(conn)
-		if err == nil || !known || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return err
-		}
-		now, ok := sendQueued(conn)
-		if !ok || n+int64(queued-now) <= 0 {
-			return err // nothing acknowledged in a whole timeout: the client stopped reading
-		}
-		queued = now
-	}
 }
 
 var (

@@ -5,6 +5,7 @@ package proxy
 import (
 	"crypto/tls"
 	"net"
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -48,4 +49,44 @@ func sendQueued(c *net.TCPConn) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// writeNow writes what of bufs conn's socket takes now, without waiting;
+// done when that was all of it. A socket with no room is not an error; a
+// deadline of an earlier wait that has passed is (os.ErrDeadlineExceeded).
+func (w *connWriter) writeNow(conn *net.TCPConn, bufs *net.Buffers) (done bool, err error) {
+	if w.conn != conn {
+		rc, err := conn.SyscallConn()
+		if err != nil {
+			return false, nil // the waiting write reports it
+		}
+		w.conn, w.rc, w.try = conn, rc, w.writev
+	}
+	w.bufs = bufs
+	err = w.rc.Write(w.try)
+	w.bufs = nil
+	if err == nil {
+		err, w.err = w.err, nil
+	}
+	return err == nil && len(*bufs) == 0, err
+}
+
+// writev is writeNow's callback: it writes until the socket is full and
+// never asks rc.Write to wait.
+func (w *connWriter) writev(fd uintptr) bool {
+	for len(*w.bufs) > 0 {
+		n, err := unix.Writev(int(fd), *w.bufs)
+		if n > 0 {
+			consume(w.bufs, n)
+		}
+		switch err {
+		case nil, unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			w.err = os.NewSyscallError("writev", err)
+		}
+		break
+	}
+	return true
 }
