@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 )
 
@@ -49,7 +50,8 @@ func (b *bench) sweep() *scenarioResult {
 		r.Legs = append(r.Legs, legs...)
 	}
 	best, over := map[string]float64{}, map[string]bool{}
-	var firstOver []*leg // the legs of the step where the gateway first went over the bar
+	overAt := map[string]float64{} // each proxy's first step over the bar
+	var firstOver []*leg           // the legs of the step where the gateway first went over the bar
 	wasBeyond := false
 	for _, f := range b.set.SweepFractions {
 		if b.ctx.Err() != nil {
@@ -63,21 +65,7 @@ func (b *bench) sweep() *scenarioResult {
 		if b.peer != nil && !over[b.peer.name] {
 			jobs = b.withPeer(jobs, func(t *target) workload { return t.plain(chatBody, "", nil) })
 		}
-		legs := b.legs(jobs, ls)
-		for _, l := range legs {
-			l.Step = fmt.Sprintf("%.2f×sat", f)
-		}
-		r.Legs = append(r.Legs, legs...)
-		if retry := firstOverBar(legs, over); len(retry) > 0 {
-			again := b.legs(retryJobs(jobs, retry), ls)
-			for _, l := range again {
-				l.Step = fmt.Sprintf("%.2f×sat", f) + againStep
-			}
-			r.Legs = append(r.Legs, again...)
-			judge(legs, again)
-			r.Notes = append(r.Notes, judgedNote(fmt.Sprintf("%.2f×sat", f), again))
-			legs = confirmed(legs, again, retry)
-		}
+		legs := b.sweepStep(r, jobs, ls, fmt.Sprintf("%.2f×sat", f), over)
 		beyond := true
 		for _, l := range legs {
 			if l.Target == "direct" {
@@ -99,6 +87,9 @@ func (b *bench) sweep() *scenarioResult {
 				if l.Target == "gateway" && !over["gateway"] {
 					firstOver = legs
 				}
+				if !over[l.Target] {
+					overAt[l.Target] = ls.rate
+				}
 				over[l.Target] = true
 			}
 			if p99, ok := addedP99(l); !ok || p99 < 5*addedP99Limit {
@@ -113,6 +104,33 @@ func (b *bench) sweep() *scenarioResult {
 			break
 		}
 		wasBeyond = beyond
+	}
+	// The steps are a tenth of direct's saturation apart, so a proxy's
+	// saturation rate is known to within one: one more step halfway
+	// between its last step under the bar and its first over it halves
+	// that. Each decides for its own proxy only; the proxies not past the
+	// bar at its rate are measured with it, as at every step.
+	for _, name := range refineOrder(best, overAt) {
+		if b.ctx.Err() != nil {
+			break
+		}
+		rate := refineRate(best[name], overAt[name])
+		jobs := notPast(b.withPeer(b.plainJobs(chatBody, "", nil), func(t *target) workload { return t.plain(chatBody, "", nil) }), overAt, rate)
+		legs := b.sweepStep(r, jobs, b.spec(rate, 0, b.set.SweepSeconds), refineStep(rate/sat), map[string]bool{})
+		l := byTarget(legs)[name]
+		switch {
+		case l == nil:
+		case disturbed(l):
+			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps (halfway step): measured twice against a disturbed direct leg; not counted", name, rate))
+		case underBar(l):
+			best[name] = rate
+			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps, halfway between its last step under the bar and its first over it: under the bar", name, rate))
+		default:
+			if name == "gateway" {
+				firstOver = legs
+			}
+			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps, halfway between its last step under the bar and its first over it: over the bar", name, rate))
+		}
 	}
 	if n := countRemeasured(r.Legs); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d step(s) measured again: a proxy's first step over the bar, or a step whose direct leg was disturbed, is measured a second time "+
@@ -209,6 +227,72 @@ func machineSentence(sw *scenarioResult, want float64) string {
 		}
 	}
 	return out
+}
+
+// sweepStep measures jobs under ls as the sweep step name, and measures it
+// again when a proxy not in over went over the bar or was measured against
+// a disturbed direct leg (firstOverBar); it adds every leg to r and returns
+// the step's legs, each proxy's second measurement in place of its first.
+func (b *bench) sweepStep(r *scenarioResult, jobs []job, ls loadSpec, name string, over map[string]bool) []*leg {
+	legs := b.legs(jobs, ls)
+	for _, l := range legs {
+		l.Step = name
+	}
+	r.Legs = append(r.Legs, legs...)
+	if retry := firstOverBar(legs, over); len(retry) > 0 {
+		again := b.legs(retryJobs(jobs, retry), ls)
+		for _, l := range again {
+			l.Step = name + againStep
+		}
+		r.Legs = append(r.Legs, again...)
+		judge(legs, again)
+		r.Notes = append(r.Notes, judgedNote(name, again))
+		legs = confirmed(legs, again, retry)
+	}
+	return legs
+}
+
+// refineRate is the rate halfway between a proxy's saturation rate (its
+// last sweep step under the bar) and its first step over the bar; 0 when
+// it has not both.
+func refineRate(best, overAt float64) float64 {
+	if best <= 0 || overAt <= best {
+		return 0
+	}
+	return round((best+overAt)/2, 0)
+}
+
+// refineOrder is the proxies with a halfway step to measure, by its rate.
+func refineOrder(best, overAt map[string]float64) []string {
+	var out []string
+	for name := range overAt {
+		if refineRate(best[name], overAt[name]) > 0 {
+			out = append(out, name)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ri, rj := refineRate(best[out[i]], overAt[out[i]]), refineRate(best[out[j]], overAt[out[j]])
+		return ri < rj || ri == rj && out[i] < out[j]
+	})
+	return out
+}
+
+// notPast is jobs without the proxies already over the bar at or below
+// rate: past its saturation a proxy's backlog would only spill into the
+// other legs.
+func notPast(jobs []job, overAt map[string]float64, rate float64) []job {
+	var out []job
+	for _, j := range jobs {
+		if at, ok := overAt[j.t.name]; j.t.name == "direct" || !ok || rate < at {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// refineStep names a halfway step by its fraction of direct's saturation.
+func refineStep(f float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", f), "0"), ".") + "×sat"
 }
 
 // againStep ends the step name of a sweep step's second measurement.
