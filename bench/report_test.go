@@ -376,6 +376,10 @@ func TestMachineSentence(t *testing.T) {
 	if got := machineSentence(sweep(1.0), saturationGoal); !strings.Contains(got, "went over the bar at a lower load on the machine, so its tail") {
 		t.Errorf("a gateway over the bar at 1.0 cores against the floor's 1.4: %s", got)
 	}
+	if got := machineSentence(sweep(1.8), saturationGoal); !strings.Contains(got, "held under the bar up to a higher load on the machine than the floor's, so its CPU per request, not a longer tail") ||
+		strings.Contains(got, "so its tail") {
+		t.Errorf("a gateway under the bar up to 1.8 cores against the floor's 1.4: %s", got)
+	}
 	if got := machineSentence(&scenarioResult{Name: "sweep"}, saturationGoal); got != "" {
 		t.Errorf("no legs: %q", got)
 	}

@@ -209,9 +209,16 @@ func machineSentence(sw *scenarioResult, want float64) string {
 	out := fmt.Sprintf("at its last step under the bar the machine (proxy, mock and load generator on the same cores) kept %s cores busy, "+
 		"and %s at the floor proxy's last step",
 		fmtNum(round(g.cores, 2)), fmtNum(round(f.cores, 2)))
-	if !same {
-		return out + fmt.Sprintf("; the gateway's tail went over the bar at a %s load on the machine, so its tail, not only its CPU per request, "+
-			"sets its saturation.", map[bool]string{true: "lower", false: "higher"}[g.cores < f.cores])
+	switch {
+	case !same && g.cores < f.cores:
+		return out + "; the gateway's tail went over the bar at a lower load on the machine, so its tail, not only its CPU per request, " +
+			"sets its saturation."
+	case !same:
+		// A gateway that holds its tail under the bar at more load on the
+		// machine than the floor is bounded by what its requests cost.
+		return out + fmt.Sprintf("; the gateway's tail held under the bar up to a higher load on the machine than the floor's, so its CPU per request, "+
+			"not a longer tail, sets its saturation (%s ms of the machine's CPU per request through the gateway, %s ms through the floor proxy).",
+			fmtNum(round(g.cpuMS, 3)), fmtNum(round(f.cpuMS, 3)))
 	}
 	out += fmt.Sprintf("; both go over the bar at about the same load on the machine. A request costs the machine %s ms of CPU through the gateway "+
 		"and %s ms through the floor proxy, so the gateway reaches that load at %s× the floor's rate: its saturation follows its CPU per request, "+
