@@ -114,6 +114,8 @@ func TestConnWriterClientGone(t *testing.T) {
 	}
 }
 
+// TestConsume: dropping n written bytes leaves the rest of the vectors
+// as they were, the written ones (and empty ones before the rest) gone.
 func TestConsume(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
