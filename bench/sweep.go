@@ -119,7 +119,7 @@ func (b *bench) sweep() *scenarioResult {
 		legs := b.sweepStep(r, jobs, b.spec(rate, 0, b.set.SweepSeconds), refineStep(rate/sat), map[string]bool{})
 		l := byTarget(legs)[name]
 		switch {
-		case l == nil:
+		case l == nil: // not measured (the run was stopped)
 		case disturbed(l):
 			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps (halfway step): measured twice against a disturbed direct leg; not counted", name, rate))
 		case underBar(l):

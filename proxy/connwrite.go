@@ -41,7 +41,7 @@ func (w *connWriter) write(conn *net.TCPConn, bufs *net.Buffers, timeout time.Du
 		return err
 	}
 	// The socket is full (or an earlier wait's deadline has passed, which
-	// the next line replaces): the rest waits for the client.
+	// the wait's own deadline below replaces): the rest waits for the client.
 	queued, known := sendQueued(conn)
 	for {
 		_ = conn.SetWriteDeadline(time.Now().Add(timeout))

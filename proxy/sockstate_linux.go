@@ -79,14 +79,13 @@ func (w *connWriter) writev(fd uintptr) bool {
 		if n > 0 {
 			consume(w.bufs, n)
 		}
-		switch err {
-		case nil, unix.EINTR:
+		if err == nil || err == unix.EINTR {
 			continue
-		case unix.EAGAIN:
-		default:
+		}
+		if err != unix.EAGAIN { // a full socket is the waiting write's
 			w.err = os.NewSyscallError("writev", err)
 		}
-		break
+		return true
 	}
 	return true
 }
