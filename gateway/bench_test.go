@@ -58,10 +58,12 @@ func setChatPost(req *fasthttp.Request, url string, body []byte) {
 }
 
 var (
-	benchBody       = []byte(`{"model":"gpt-x","messages":[{"role":"user","content":"hello there"}]}`)
-	benchStreamBody = []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
-	benchDirect     = []byte(`{"model":"up-model","messages":[{"role":"user","content":"hello there"}]}`)
-	benchDirectSt   = []byte(`{"model":"up-model","stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
+	benchBody        = []byte(`{"model":"gpt-x","messages":[{"role":"user","content":"hello there"}]}`)
+	benchStreamBody  = []byte(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
+	benchDirect      = []byte(`{"model":"up-model","messages":[{"role":"user","content":"hello there"}]}`)
+	benchDirectSt    = []byte(`{"model":"up-model","stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
+	benchBurstBody   = []byte(`{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello there"}]}`)
+	benchDirectBurst = []byte(`{"model":"up-model","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello there"}]}`)
 )
 
 func BenchmarkPassthrough(b *testing.B) {
@@ -144,4 +146,11 @@ func BenchmarkShipped(b *testing.B) {
 	b.Run("gateway", func(b *testing.B) { run(b, h.base, benchBody) })
 	b.Run("stream/direct", func(b *testing.B) { run(b, h.mockURL, benchDirectSt) })
 	b.Run("stream/gateway", func(b *testing.B) { run(b, h.base, benchStreamBody) })
+	// The bench's burst answer: role, 19 deltas of 4 runes, finish, usage,
+	// all in one write.
+	h.mock.SetRespond(func(*mockllm.Call) mockllm.Turn {
+		return mockllm.Turn{Text: strings.Repeat("abcd", 19), Chunking: &mockllm.Chunking{TextRunes: 4, Burst: true}}
+	})
+	b.Run("burst/direct", func(b *testing.B) { run(b, h.mockURL, benchDirectBurst) })
+	b.Run("burst/gateway", func(b *testing.B) { run(b, h.base, benchBurstBody) })
 }
