@@ -29,7 +29,8 @@ type bench struct {
 	fileLimit              uint64
 	ctx                    context.Context
 	limitations            []string
-	profileDir             string // "" = the gateway runs without profiles (see -profile)
+	profileDir             string                               // "" = the gateway runs without profiles (see -profile)
+	measureLegs            func(jobs []job, ls loadSpec) []*leg // nil: interleave (a test's stand-in)
 }
 
 // fdSpare is the file descriptors a proxy needs besides its streams'.

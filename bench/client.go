@@ -77,6 +77,13 @@ func makeTarget(name, addr, base string, isTLS bool, proxy, upstream *child, max
 	return t
 }
 
+// closeIdle closes the idle connections of the target's plain client.
+func (t *target) closeIdle() {
+	if t.hc != nil {
+		t.hc.CloseIdleConnections()
+	}
+}
+
 // cutStreams closes every streaming connection (ends held streams at once).
 func (t *target) cutStreams() {
 	t.mu.Lock()

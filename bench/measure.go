@@ -144,8 +144,16 @@ func interleave(jobs []job, ls loadSpec, rounds, maxInFlight int) []*leg {
 	slice := ls.dur / time.Duration(rounds)
 	for r := 0; r < rounds; r++ {
 		for i, j := range jobs {
-			if r == 0 && ls.warm > 0 {
-				run(j, ls, ls.warm, maxInFlight)
+			if r == 0 {
+				// Each measurement starts from the connections it opens:
+				// those an earlier one left idle (thousands after a sweep
+				// step past saturation) would otherwise be taken in turn,
+				// each waking a cold connection and a parked goroutine in
+				// the process measured, a cost of the earlier load.
+				j.t.closeIdle()
+				if ls.warm > 0 {
+					run(j, ls, ls.warm, maxInFlight)
+				}
 			}
 			gc := j.t.gcLog()
 			gc.next() // the collections before the slice

@@ -116,7 +116,7 @@ func renderPerformance(res *results, chartPath, dst string) string {
 		f, _ := s.figure("floor highest rate with added p99 < 10 ms")
 		d, _ := s.figure("direct saturation (closed model)")
 		fmt.Fprintf(&b, "\nSaturation (the highest offered rate up to which every sweep step adds under 10 ms at p99, without errors; "+
-			"a proxy's first step over the bar is measured once more, with direct and every proxy not past the bar yet, and judged by the lower of each one's two p99s less the lower of direct's two; one more step halfway between a proxy's last step under the bar and its first over it decides for that proxy): gateway %s rps, "+
+			"a proxy's first step over the bar is measured once more, with direct and every proxy not past the bar yet, and judged by the lower of each one's two p99s less the lower of direct's two; one more step halfway between a proxy's last step under the bar and its first over it, measured right after that first one, decides for that proxy): gateway %s rps, "+
 			"floor proxy %s rps; the mock alone sustains %s rps at %d clients.\n",
 			fmtNum(g), fmtNum(f), fmtNum(d), res.Settings.Concurrency)
 		rel, err := filepath.Rel(filepath.Dir(filepath.Dir(filepath.Dir(dst))), chartPath)

@@ -31,6 +31,9 @@ const toolRounds = 2
 
 // legs measures jobs interleaved under ls.
 func (b *bench) legs(jobs []job, ls loadSpec) []*leg {
+	if b.measureLegs != nil {
+		return b.measureLegs(jobs, ls)
+	}
 	return interleave(jobs, ls, b.set.Rounds, b.set.MaxInFlight)
 }
 

@@ -53,6 +53,33 @@ func (b *bench) sweep() *scenarioResult {
 	overAt := map[string]float64{} // each proxy's first step over the bar
 	var firstOver []*leg           // the legs of the step where the gateway first went over the bar
 	wasBeyond := false
+	// The steps are a tenth of direct's saturation apart, so a proxy's
+	// saturation rate is known to within one: one more step halfway
+	// between its last step under the bar and its first over it halves
+	// that. It decides for its own proxy only; the proxies not past the
+	// bar at its rate are measured with it, as at every step. It runs
+	// right after the proxy's first step over the bar, before the steps
+	// beyond: after those, what their backlog left (thousands of
+	// connections, a grown heap) would still weigh on the proxies.
+	refine := func(name string) {
+		rate := refineRate(best[name], overAt[name])
+		jobs := notPast(b.withPeer(b.plainJobs(chatBody, "", nil), func(t *target) workload { return t.plain(chatBody, "", nil) }), overAt, rate)
+		legs := b.sweepStep(r, jobs, b.spec(rate, 0, b.set.SweepSeconds), refineStep(rate/sat), map[string]bool{})
+		l := byTarget(legs)[name]
+		switch {
+		case l == nil: // not measured (the run was stopped)
+		case disturbed(l):
+			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps (halfway step): measured twice against a disturbed direct leg; not counted", name, rate))
+		case underBar(l):
+			best[name] = rate
+			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps, halfway between its last step under the bar and its first over it: under the bar", name, rate))
+		default:
+			if name == "gateway" {
+				firstOver = legs
+			}
+			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps, halfway between its last step under the bar and its first over it: over the bar", name, rate))
+		}
+	}
 	for _, f := range b.set.SweepFractions {
 		if b.ctx.Err() != nil {
 			break
@@ -67,6 +94,7 @@ func (b *bench) sweep() *scenarioResult {
 		}
 		legs := b.sweepStep(r, jobs, ls, fmt.Sprintf("%.2f×sat", f), over)
 		beyond := true
+		justOver := map[string]float64{} // the proxies whose first step over the bar this is
 		for _, l := range legs {
 			if l.Target == "direct" {
 				continue
@@ -88,7 +116,7 @@ func (b *bench) sweep() *scenarioResult {
 					firstOver = legs
 				}
 				if !over[l.Target] {
-					overAt[l.Target] = ls.rate
+					overAt[l.Target], justOver[l.Target] = ls.rate, ls.rate
 				}
 				over[l.Target] = true
 			}
@@ -99,38 +127,16 @@ func (b *bench) sweep() *scenarioResult {
 				r.fig(l.Target+" added p99 at half direct saturation", p99, "µs")
 			}
 		}
+		for _, name := range refineOrder(best, justOver) {
+			if b.ctx.Err() == nil {
+				refine(name)
+			}
+		}
 		if beyond && wasBeyond {
 			r.Notes = append(r.Notes, fmt.Sprintf("stopped after %.2f×: both proxies past %.0f ms added p99 at two steps in a row", f, 5*addedP99Limit/1000))
 			break
 		}
 		wasBeyond = beyond
-	}
-	// The steps are a tenth of direct's saturation apart, so a proxy's
-	// saturation rate is known to within one: one more step halfway
-	// between its last step under the bar and its first over it halves
-	// that. Each decides for its own proxy only; the proxies not past the
-	// bar at its rate are measured with it, as at every step.
-	for _, name := range refineOrder(best, overAt) {
-		if b.ctx.Err() != nil {
-			break
-		}
-		rate := refineRate(best[name], overAt[name])
-		jobs := notPast(b.withPeer(b.plainJobs(chatBody, "", nil), func(t *target) workload { return t.plain(chatBody, "", nil) }), overAt, rate)
-		legs := b.sweepStep(r, jobs, b.spec(rate, 0, b.set.SweepSeconds), refineStep(rate/sat), map[string]bool{})
-		l := byTarget(legs)[name]
-		switch {
-		case l == nil: // not measured (the run was stopped)
-		case disturbed(l):
-			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps (halfway step): measured twice against a disturbed direct leg; not counted", name, rate))
-		case underBar(l):
-			best[name] = rate
-			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps, halfway between its last step under the bar and its first over it: under the bar", name, rate))
-		default:
-			if name == "gateway" {
-				firstOver = legs
-			}
-			r.Notes = append(r.Notes, fmt.Sprintf("%s at %.0f rps, halfway between its last step under the bar and its first over it: over the bar", name, rate))
-		}
 	}
 	if n := countRemeasured(r.Legs); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d step(s) measured again: a proxy's first step over the bar, or a step whose direct leg was disturbed, is measured a second time "+

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"testing"
 )
@@ -60,5 +61,51 @@ func TestSweepHalfwayStepLeavesOutProxiesPastTheBar(t *testing.T) {
 	delete(overAt, "pk")
 	if got := names(notPast(jobs, overAt, 11044)); !slices.Equal(got, []string{"direct", "floor", "pk"}) {
 		t.Errorf("a proxy never over the bar is measured: %v", got)
+	}
+}
+
+// TestSweepHalfwayStepRunsBeforeTheStepsBeyond: a proxy's halfway step is
+// measured right after its first step over the bar (and that step's second
+// measurement), before any higher step, whose backlog would still weigh
+// on the proxies; a halfway step under the bar raises the proxy's
+// saturation rate to it.
+func TestSweepHalfwayStepRunsBeforeTheStepsBeyond(t *testing.T) {
+	t.Parallel()
+	// Each proxy's added p99 at a rate: the gateway goes over the bar
+	// above 2,600 rps, the floor above 4,600.
+	added := map[string]func(rate float64) float64{
+		"gateway": func(rate float64) float64 { return map[bool]float64{true: 3000, false: 30000}[rate <= 2600] },
+		"floor":   func(rate float64) float64 { return map[bool]float64{true: 2000, false: 20000}[rate <= 4600] },
+	}
+	var rates []float64
+	b := &bench{ctx: context.Background(), directSaturation: 10000,
+		set: settings{SweepFractions: []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, SweepSeconds: 1}}
+	b.direct = makeTarget("direct", "127.0.0.1:1", "http://127.0.0.1:1/v1", false, nil, nil, 1)
+	b.floor = makeTarget("floor", "127.0.0.1:1", "http://127.0.0.1:1/v1", false, nil, nil, 1)
+	b.gateway = makeTarget("gateway", "127.0.0.1:1", "http://127.0.0.1:1/v1", false, nil, nil, 1)
+	b.measureLegs = func(jobs []job, ls loadSpec) []*leg {
+		rates = append(rates, ls.rate)
+		var legs []*leg
+		for _, j := range jobs {
+			l := &leg{Target: j.t.name, OfferedRPS: ls.rate, Requests: 100}
+			if f := added[j.t.name]; f != nil {
+				l.Added = &pcts{P99: f(ls.rate)}
+			}
+			legs = append(legs, l)
+		}
+		return legs
+	}
+	r := b.sweep()
+	// 5,000 (the fixed rate), then the steps; the gateway's first step
+	// over is 3,000 (measured twice), its halfway step 2,500, before 4,000;
+	// the floor's first over is 5,000 (twice), its halfway 4,500, before 6,000.
+	want := []float64{5000, 1000, 2000, 3000, 3000, 2500, 4000, 5000, 5000, 4500, 6000}
+	if !slices.Equal(rates, want) {
+		t.Fatalf("rates measured %v, want %v", rates, want)
+	}
+	for name, rate := range map[string]float64{"gateway": 2500, "floor": 4500} {
+		if got, _ := r.figure(name + " highest rate with added p99 < 10 ms"); got != rate {
+			t.Errorf("%s saturation %v, want %v", name, got, rate)
+		}
 	}
 }

@@ -143,7 +143,14 @@ func newProviderClient(p config.Provider) (*providerClient, error) {
 		TLSConfig:           pc.tls,
 		MaxConns:            p.MaxConns,
 		MaxIdleConnDuration: 90 * time.Second,
-		MaxConnWaitTimeout:  connect,
+		// The most recently used idle connection first: a call after a
+		// spike goes over a connection that just served one (the least
+		// likely to have been closed by the upstream's idle timeout), and
+		// the spike's extra connections idle out. fasthttp's default
+		// (the oldest first) takes them all in turn, which keeps every one
+		// alive and costs a copy of the whole idle list per call.
+		ConnPoolStrategy:   fasthttp.LIFO,
+		MaxConnWaitTimeout: connect,
 		// Pass-through paths go upstream exactly as the gateway checked
 		// them (proxy/path.go); the client must not re-normalise them.
 		DisablePathNormalizing: true,

@@ -100,6 +100,7 @@ func newServer(o options) *fasthttp.Server {
 		MaxConnWaitTimeout:  10 * time.Second,
 		StreamResponseBody:  true,
 		MaxIdleConnDuration: 90 * time.Second,
+		ConnPoolStrategy:    fasthttp.LIFO, // as the gateway's upstream client
 		ReadBufferSize:      o.upReadBuf,
 	}
 	handler := func(ctx *fasthttp.RequestCtx) {
