@@ -71,12 +71,29 @@ func TestSweepHalfwayStepLeavesOutProxiesPastTheBar(t *testing.T) {
 // saturation rate to it.
 func TestSweepHalfwayStepRunsBeforeTheStepsBeyond(t *testing.T) {
 	t.Parallel()
-	// Each proxy's added p99 at a rate: the gateway goes over the bar
-	// above 2,600 rps, the floor above 4,600.
-	added := map[string]func(rate float64) float64{
-		"gateway": func(rate float64) float64 { return map[bool]float64{true: 3000, false: 30000}[rate <= 2600] },
-		"floor":   func(rate float64) float64 { return map[bool]float64{true: 2000, false: 20000}[rate <= 4600] },
+	// The gateway goes over the bar above 2,600 rps, the floor above
+	// 4,600: its first step over is 3,000 (measured twice), its halfway
+	// step 2,500, before 4,000; the floor's first over is 5,000 (twice),
+	// its halfway 4,500, before 6,000. (5,000 first: the fixed rate.)
+	rates := sweepRates(t, 2600, 4600, map[string]float64{"gateway": 2500, "floor": 4500})
+	if want := []float64{5000, 1000, 2000, 3000, 3000, 2500, 4000, 5000, 5000, 4500, 6000}; !slices.Equal(rates, want) {
+		t.Fatalf("rates measured %v, want %v", rates, want)
 	}
+	// Both first over at 3,000: one halfway step at 2,500 decides for both
+	// (measured twice, as the floor is over the bar there).
+	rates = sweepRates(t, 2600, 2400, map[string]float64{"gateway": 2500, "floor": 2000})
+	if want := []float64{5000, 1000, 2000, 3000, 3000, 2500, 2500, 4000, 5000, 6000}; !slices.Equal(rates, want) {
+		t.Fatalf("rates measured %v, want %v", rates, want)
+	}
+}
+
+// sweepRates runs a sweep (direct saturation 10,000 rps, steps of a tenth
+// up to 0.6) whose gateway and floor go over the bar above the rates given,
+// checks each proxy's saturation rate and returns the rates measured, in
+// order.
+func sweepRates(t *testing.T, gatewayLimit, floorLimit float64, want map[string]float64) []float64 {
+	t.Helper()
+	limit := map[string]float64{"gateway": gatewayLimit, "floor": floorLimit}
 	var rates []float64
 	b := &bench{ctx: context.Background(), directSaturation: 10000,
 		set: settings{SweepFractions: []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, SweepSeconds: 1}}
@@ -88,24 +105,18 @@ func TestSweepHalfwayStepRunsBeforeTheStepsBeyond(t *testing.T) {
 		var legs []*leg
 		for _, j := range jobs {
 			l := &leg{Target: j.t.name, OfferedRPS: ls.rate, Requests: 100}
-			if f := added[j.t.name]; f != nil {
-				l.Added = &pcts{P99: f(ls.rate)}
+			if at, ok := limit[j.t.name]; ok {
+				l.Added = &pcts{P99: map[bool]float64{true: 3000, false: 30000}[ls.rate <= at]}
 			}
 			legs = append(legs, l)
 		}
 		return legs
 	}
 	r := b.sweep()
-	// 5,000 (the fixed rate), then the steps; the gateway's first step
-	// over is 3,000 (measured twice), its halfway step 2,500, before 4,000;
-	// the floor's first over is 5,000 (twice), its halfway 4,500, before 6,000.
-	want := []float64{5000, 1000, 2000, 3000, 3000, 2500, 4000, 5000, 5000, 4500, 6000}
-	if !slices.Equal(rates, want) {
-		t.Fatalf("rates measured %v, want %v", rates, want)
-	}
-	for name, rate := range map[string]float64{"gateway": 2500, "floor": 4500} {
+	for name, rate := range want {
 		if got, _ := r.figure(name + " highest rate with added p99 < 10 ms"); got != rate {
 			t.Errorf("%s saturation %v, want %v", name, got, rate)
 		}
 	}
+	return rates
 }
