@@ -77,10 +77,13 @@ func makeTarget(name, addr, base string, isTLS bool, proxy, upstream *child, max
 	return t
 }
 
-// closeIdle closes the idle connections of the target's plain client.
+// closeIdle closes the idle connections of the target's clients.
 func (t *target) closeIdle() {
 	if t.hc != nil {
 		t.hc.CloseIdleConnections()
+	}
+	if t.shc != nil {
+		t.shc.CloseIdleConnections()
 	}
 }
 

@@ -56,9 +56,11 @@ func TestEachMeasurementOpensItsOwnConnections(t *testing.T) {
 	if legs[0].Errors > 0 || legs[0].Requests == 0 {
 		t.Fatalf("the low load: %d requests, %d errors (%s)", legs[0].Requests, legs[0].Errors, legs[0].ErrorSample)
 	}
-	for deadline := time.Now().Add(3 * time.Second); open.Load() > 3; {
+	// 20 requests a second of 2 ms each need one connection; a stalled
+	// scheduler sending a backlog at once may open a few more.
+	for deadline := time.Now().Add(3 * time.Second); open.Load() > 8; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open after the low load, want at most 3", open.Load())
+			t.Fatalf("%d connections still open after the low load, want at most 8", open.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -61,7 +61,8 @@ func (b *bench) sweep() *scenarioResult {
 	// right after the proxy's first step over the bar, before the steps
 	// beyond: after those, what their backlog left (thousands of
 	// connections, a grown heap) would still weigh on the proxies.
-	// Proxies whose halfway steps fall on the same rate share one.
+	// Proxies first over the bar at the same step whose halfway steps
+	// fall on the same rate share one.
 	refine := func(rate float64, names []string) {
 		jobs := notPast(b.withPeer(b.plainJobs(chatBody, "", nil), func(t *target) workload { return t.plain(chatBody, "", nil) }), overAt, rate)
 		legs := b.sweepStep(r, jobs, b.spec(rate, 0, b.set.SweepSeconds), refineStep(rate/sat), map[string]bool{})
