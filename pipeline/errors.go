@@ -75,6 +75,7 @@ const (
 	CodeTooLargeForLimit         = "request_too_large_for_limit" // needs more than a rate limit's whole minute
 	CodeUsageUnavailable         = "usage_unavailable"
 	CodeApprovalUnavailable      = "approval_unavailable" // a call awaiting approval could not be kept (the state store failed)
+	CodeStoreUnavailable         = "store_unavailable"    // the stored Responses API responses could not be read or written (the store failed)
 	CodeCircuitOpen              = "circuit_open"
 	CodeServerShuttingDown       = "server_shutting_down"
 	CodeClientClosed             = "client_closed"

@@ -167,7 +167,7 @@ func (s *Server) checkOwnedItems(rt *Runtime, tenant string, input gjson.Result)
 	defer cancel()
 	missing, ok, err := rt.ResponseOwners.OwnsItems(ctx, tenant, ids)
 	if err != nil {
-		return storeUnavailable(err)
+		return responses.StoreUnavailable(err)
 	}
 	if ok {
 		return nil
@@ -181,7 +181,7 @@ func (s *Server) owns(o *responses.Owners, tenant, id string) (bool, error) {
 	defer cancel()
 	ok, err := o.Owns(ctx, tenant, id)
 	if err != nil {
-		return false, storeUnavailable(err)
+		return false, responses.StoreUnavailable(err)
 	}
 	return ok, nil
 }

@@ -95,7 +95,7 @@ func (s *Server) translateResponses(st *responses.Store, tenant string, body []b
 	if prevID != "" {
 		rec, ok, err := st.Load(lctx, tenant, prevID)
 		if err != nil {
-			return nil, storeUnavailable(err)
+			return nil, responses.StoreUnavailable(err)
 		}
 		if !ok {
 			e := pipeline.NotFound(pipeline.CodeResponseNotFound, "Previous response with id '%s' not found.", truncate(prevID, 128))
@@ -482,7 +482,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 		ok, err := rt.Responses.Delete(lctx, tenant, id)
 		switch {
 		case err != nil:
-			s.writeError(ctx, x, storeUnavailable(err))
+			s.writeError(ctx, x, responses.StoreUnavailable(err))
 		case !ok:
 			s.writeError(ctx, x, notFound)
 		default:
@@ -497,7 +497,7 @@ func (s *Server) handleStoredResponse(ctx *fasthttp.RequestCtx, x *exchange, pat
 	}
 	switch {
 	case loadErr != nil:
-		s.writeError(ctx, x, storeUnavailable(loadErr))
+		s.writeError(ctx, x, responses.StoreUnavailable(loadErr))
 		return
 	case !found:
 		s.writeError(ctx, x, notFound)
@@ -564,11 +564,6 @@ func inputPage(args *fasthttp.Args) (responses.InputPage, error) {
 	}
 	p.After = string(args.Peek("after"))
 	return p, nil
-}
-
-// storeUnavailable is the 503 of a stored-responses store that failed.
-func storeUnavailable(err error) error {
-	return pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request")
 }
 
 func tenantName(t *pipeline.Tenant) string {

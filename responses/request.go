@@ -672,7 +672,13 @@ func lookupError(err error) error {
 	if errors.Is(err, ErrTooManyReferenced) {
 		return pipeline.BadRequest("input", "input may name items of at most %d stored responses (and at most %d approval requests)", maxReferenced, maxHeldReads)
 	}
-	return pipeline.Unavailable(pipeline.CodeInternal, time.Second, err, "stored responses are unavailable; retry the request")
+	return StoreUnavailable(err)
+}
+
+// StoreUnavailable is the 503 of a stored-responses store that failed: a
+// retry may find it back, unlike a missing item's 404.
+func StoreUnavailable(err error) error {
+	return pipeline.Unavailable(pipeline.CodeStoreUnavailable, time.Second, err, "stored responses are unavailable; retry the request")
 }
 
 // itemResponse is the id of the response an item id this gateway minted
