@@ -66,8 +66,9 @@ func (b *bench) sweep() *scenarioResult {
 	refine := func(rate float64, names []string) {
 		jobs := notPast(b.withPeer(b.plainJobs(chatBody, "", nil), func(t *target) workload { return t.plain(chatBody, "", nil) }), overAt, rate)
 		legs := b.sweepStep(r, jobs, b.spec(rate, 0, b.set.SweepSeconds), refineStep(rate/sat), map[string]bool{})
+		m := byTarget(legs)
 		for _, name := range names {
-			l := byTarget(legs)[name]
+			l := m[name]
 			switch {
 			case l == nil: // not measured (the run was stopped)
 			case disturbed(l):
