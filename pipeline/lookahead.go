@@ -83,3 +83,22 @@ func (l *Lookahead) Complete() bool {
 	c, ok := (*p).(interface{ Complete() bool })
 	return ok && c.Complete()
 }
+
+// AllHere reports whether the rest of the current upstream stream, to the
+// end of its body, is already in memory: reading it to its end cannot
+// wait for the network, not even for the body's end after [DONE], which
+// Complete does not require. The writer uses it to send the last events
+// of a burst with the stream's end, in one write. False when there is
+// none, or when it cannot tell (a Buffered stream tells by also having an
+// AllHere method).
+func (l *Lookahead) AllHere() bool {
+	if l == nil {
+		return false
+	}
+	p := l.src.Load()
+	if p == nil {
+		return false
+	}
+	c, ok := (*p).(interface{ AllHere() bool })
+	return ok && c.AllHere()
+}

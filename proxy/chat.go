@@ -472,12 +472,22 @@ func (k *sink) flushEnd() {
 // burst returns the bytes of the next write: the next event, with the
 // events after it that were already buffered upstream together (up to
 // maxHeldBytes); empty once the stream ended with nothing more to write.
+// After the first write, a burst that carries the upstream's whole rest,
+// the body's end included, takes the stream's end too ([DONE], after the
+// end's work): one write, not a last one for [DONE] alone. The first write
+// never waits for that work: the first content leaves at once.
 func (k *sink) burst() []byte {
 	b := k.buf // events prefetched and not written yet, if any
-	for !k.ended && (len(b) == 0 || (len(b) < maxHeldBytes && k.req.Lookahead.Buffered())) {
+	for !k.ended && (len(b) == 0 || (len(b) < maxHeldBytes && k.more())) {
 		b = k.event() // nothing to write yet, or the next event is already here: one write for both
 	}
 	return b
+}
+
+// more reports whether the stream's next event can be taken without
+// waiting for the network (burst).
+func (k *sink) more() bool {
+	return k.req.Lookahead.Buffered() || k.written > 0 && k.req.Lookahead.AllHere()
 }
 
 // prefetch takes the events that are already here without waiting (the
@@ -635,15 +645,17 @@ func (k *sink) end(err error) []byte {
 // Close before cancel, since a cancel fires the upstream stream's
 // AfterFunc, which must never touch a connection already back in the pool.
 // fasthttp calls every method that releases in the connection's goroutine,
-// before it closes the connection, as unwatch requires.
+// before it closes the connection, as unwatch requires. A Close that
+// panics is never called again (the recovery releases too).
 func (k *sink) release() {
-	if k.stream == nil {
+	st := k.stream
+	if st == nil {
 		return
 	}
-	k.s.peers.unwatch(k.watch)
-	pipeline.CloseStream(k.stream, k.failure)
-	k.cancel()
 	k.stream = nil
+	k.s.peers.unwatch(k.watch)
+	pipeline.CloseStream(st, k.failure)
+	k.cancel()
 }
 
 // finish records the stream's outcome and ends the request (Server.finish),

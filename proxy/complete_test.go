@@ -28,8 +28,8 @@ import (
 // chunk included, in one write, or, with a split, the part before it first
 // and the rest later (50 ms, or late): split "end" sends the body's last
 // chunk later (as servers do that end the body after the handler returns),
-// split "done" [DONE] too. It counts the connections it accepted in conns
-// (may be nil).
+// split "done" [DONE] too, split "first" everything after the first
+// event. It counts the connections it accepted in conns (may be nil).
 func burstUpstream(t *testing.T, split string, late time.Duration, conns *atomic.Int32) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,6 +70,9 @@ func burstUpstream(t *testing.T, split string, late time.Duration, conns *atomic
 						at = strings.LastIndex(all, "0\r\n")
 					case "done":
 						at = strings.Index(all, "[DONE]")
+					case "first":
+						at = strings.Index(all, "data: ") + len(event("{}"))
+						at += strings.Index(all[at:], "data: ")
 					}
 					_, _ = c.Write([]byte(all[:at]))
 					if at < len(all) {
@@ -121,6 +124,27 @@ func TestCompleteStreamIsNotHandedOver(t *testing.T) {
 				t.Fatalf("%d upstream connections for two sequential streams: the connection was not reused", n)
 			}
 		})
+	}
+}
+
+// TestStreamTailLeavesInOneWrite: once a stream is handed over, the rest
+// of its answer arriving in one burst, [DONE] and the body's end with it,
+// leaves in one write, [DONE] and the final chunk with the last events:
+// nothing of it waits for the network, so holding the events back for the
+// end's work costs them no time, and the client is woken once, not twice.
+func TestStreamTailLeavesInOneWrite(t *testing.T) {
+	t.Parallel()
+	cfg, u := testUpstream(t, burstUpstream(t, "first", 0, nil), "")
+	addr, srv := serveRuntime(t, cfg, u, u)
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
+	var chunks []string
+	testproc.StreamChunks(t, addr, body, func(p []byte) { chunks = append(chunks, string(p)) })
+	if h := srv.handovers.Load(); h != 1 {
+		t.Fatalf("%d streams handed over, want 1", h)
+	}
+	if len(chunks) != 2 || !strings.Contains(chunks[0], `"one"`) || strings.Contains(chunks[0], `"two"`) ||
+		!strings.Contains(chunks[1], `"two"`) || !strings.Contains(chunks[1], `"three"`) || !strings.HasSuffix(chunks[1], "}\n\ndata: [DONE]\n\n") {
+		t.Fatalf("chunks %q, want the first event, then the rest with [DONE]", chunks)
 	}
 }
 

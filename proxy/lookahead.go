@@ -182,6 +182,25 @@ func (s *upstreamStream) Complete() bool {
 	return end || sse.EndsWithDone(last.bytes())
 }
 
+// AllHere reports whether the connection's buffered bytes hold the body's
+// end (a chunked body's last chunk): the rest of the stream is in memory,
+// and no Next waits for the network. Like Buffered it never blocks, and
+// an Anthropic stream or a stream busy in Next or Close says false.
+func (s *upstreamStream) AllHere() bool {
+	if s.msgs != nil || !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	if s.closed || s.body.br == nil {
+		return false
+	}
+	if s.done {
+		return true // read to its end already
+	}
+	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
+	return s.body.bufferedBody(raw, func([]byte) bool { return true })
+}
+
 // tail keeps the last bytes of what is added to it: enough for a [DONE]
 // event that runs of a chunked body may split.
 type tail struct {

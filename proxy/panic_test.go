@@ -53,14 +53,30 @@ func serveRuntime(t *testing.T, cfg *config.Config, u *Upstream, chat pipeline.H
 // TestPanicIsAnsweredNotFatal: a layer that panics (a bug) costs its
 // request a 500 in the OpenAI envelope, or a streamed request its
 // connection; the process, the next request and a clean shutdown are not
-// affected. Without the recovery the panic ends the test binary.
+// affected. Without the recovery the panic ends the test binary. A stream
+// all here (a replay) whose Close panics, which ends before anything is
+// written, is answered 500 too, its Close called once (a second call, from
+// the recovery, panicked again and left the request unfinished).
 func TestPanicIsAnsweredNotFatal(t *testing.T) {
 	before := testutil.ToFloat64(panics)
-	calls := 0
+	calls, closes := 0, 0
 	addr, srv := panicServer(t, pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
 		calls++
 		if !r.Stream {
 			panic("a bug in a layer")
+		}
+		if strings.Contains(string(r.Body), "replay") {
+			r.Lookahead.Set(alwaysBuffered{})
+			n := 0
+			return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
+				if n++; n > 2 {
+					return nil, io.EOF
+				}
+				return []byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`), nil
+			}, CloseFunc: func() {
+				closes++
+				panic("a bug in a layer's Close")
+			}}}, nil
 		}
 		if strings.Contains(string(r.Body), "early") {
 			return &pipeline.Response{Stream: &pipeline.StreamFunc{NextFunc: func() ([]byte, error) {
@@ -81,6 +97,7 @@ func TestPanicIsAnsweredNotFatal(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"m","stream":true,"messages":[{"role":"user","content":"early"}]}`,
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"replay"}]}`,
 	} {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.SetRequestURI("http://gw/v1/chat/completions")
@@ -111,16 +128,16 @@ func TestPanicIsAnsweredNotFatal(t *testing.T) {
 	if !strings.Contains(string(got), `"content":"hi"`) {
 		t.Fatalf("stream %q: the event before the panic is missing", got)
 	}
-	if n := testutil.ToFloat64(panics) - before; n != 4 {
-		t.Fatalf("gateway_panics_total rose by %v, want 4", n)
+	if n := testutil.ToFloat64(panics) - before; n != 5 {
+		t.Fatalf("gateway_panics_total rose by %v, want 5", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown after the panics: %v (a request was never finished)", err)
 	}
-	if calls != 4 {
-		t.Fatalf("%d calls", calls)
+	if calls != 5 || closes != 1 {
+		t.Fatalf("%d calls, the replay's Close called %d times", calls, closes)
 	}
 }
 
