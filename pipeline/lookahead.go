@@ -73,15 +73,19 @@ func (l *Lookahead) Buffered() bool {
 // when there is none, or when it cannot tell. A Buffered stream tells by
 // also having a Complete method.
 func (l *Lookahead) Complete() bool {
-	if l == nil {
-		return false
-	}
-	p := l.src.Load()
-	if p == nil {
-		return false
-	}
-	c, ok := (*p).(interface{ Complete() bool })
+	c, ok := l.current().(interface{ Complete() bool })
 	return ok && c.Complete()
+}
+
+// current is the stream l reports on; nil when there is none.
+func (l *Lookahead) current() Buffered {
+	if l == nil {
+		return nil
+	}
+	if p := l.src.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // AllHere reports whether the rest of the current upstream stream, to the
@@ -92,13 +96,6 @@ func (l *Lookahead) Complete() bool {
 // none, or when it cannot tell (a Buffered stream tells by also having an
 // AllHere method).
 func (l *Lookahead) AllHere() bool {
-	if l == nil {
-		return false
-	}
-	p := l.src.Load()
-	if p == nil {
-		return false
-	}
-	c, ok := (*p).(interface{ AllHere() bool })
+	c, ok := l.current().(interface{ AllHere() bool })
 	return ok && c.AllHere()
 }

@@ -164,7 +164,18 @@ func (s *upstreamStream) Buffered() bool {
 // may send a moment later, as it does on every stream.) Like Buffered it
 // never blocks, and an Anthropic stream or a stream busy in Next or Close
 // says false.
-func (s *upstreamStream) Complete() bool {
+func (s *upstreamStream) Complete() bool { return s.inMemory(false) }
+
+// AllHere reports whether the connection's buffered bytes hold the body's
+// end (a chunked body's last chunk): the rest of the stream is in memory,
+// and no Next waits for the network. Like Buffered it never blocks, and
+// an Anthropic stream or a stream busy in Next or Close says false.
+func (s *upstreamStream) AllHere() bool { return s.inMemory(true) }
+
+// inMemory is Complete, or with bodyEnd AllHere: whether the rest of the
+// stream is in memory to the body's end, or (without bodyEnd) to a [DONE]
+// last in what is buffered.
+func (s *upstreamStream) inMemory(bodyEnd bool) bool {
 	if s.msgs != nil || !s.mu.TryLock() {
 		return false
 	}
@@ -176,29 +187,17 @@ func (s *upstreamStream) Complete() bool {
 		return true // read to its end already
 	}
 	var last tail
-	last.add(s.rd.Buffered())
-	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	end := s.body.bufferedBody(raw, func(run []byte) bool { last.add(run); return true })
-	return end || sse.EndsWithDone(last.bytes())
-}
-
-// AllHere reports whether the connection's buffered bytes hold the body's
-// end (a chunked body's last chunk): the rest of the stream is in memory,
-// and no Next waits for the network. Like Buffered it never blocks, and
-// an Anthropic stream or a stream busy in Next or Close says false.
-func (s *upstreamStream) AllHere() bool {
-	if s.msgs != nil || !s.mu.TryLock() {
-		return false
-	}
-	defer s.mu.Unlock()
-	if s.closed || s.body.br == nil {
-		return false
-	}
-	if s.done {
-		return true // read to its end already
+	if !bodyEnd {
+		last.add(s.rd.Buffered())
 	}
 	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	return s.body.bufferedBody(raw, func([]byte) bool { return true })
+	end := s.body.bufferedBody(raw, func(run []byte) bool {
+		if !bodyEnd {
+			last.add(run)
+		}
+		return true
+	})
+	return end || !bodyEnd && sse.EndsWithDone(last.bytes())
 }
 
 // tail keeps the last bytes of what is added to it: enough for a [DONE]
