@@ -241,6 +241,7 @@ func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key strin
 			calls.rec = &rs.rec
 		}
 		resp.Stream = rs
+		r.Lookahead.EndWaits() // the stream's end stores the answer: its last events leave first
 		return resp, nil
 	}
 	c.store(ctx, key, calls.add(resp.Body), h)

@@ -564,3 +564,45 @@ func TestResponseCacheFallbackAnswerSharedNotStored(t *testing.T) {
 		t.Fatalf("after: %q, %s, %d calls; want the model's answer from the cache", c, hv, calls.Load())
 	}
 }
+
+// TestResponseCacheStreamEndWaits: a stream miss the cache will store at
+// its end tells the request's Lookahead so (the store may wait on the
+// network), and the writer then does not hold the last events for it; a
+// request that may not be stored does not.
+func TestResponseCacheStreamEndWaits(t *testing.T) {
+	t.Parallel()
+	const body = `{"model":"demo","temperature":0,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`
+	for _, tc := range []struct {
+		name, hints string
+		waits       bool
+	}{
+		{"stored", "", true},
+		{"no-store", "no-store", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+				return &pipeline.Response{Stream: &gatedStream{chunks: (&upstream{content: "Hi"}).chunks("stop", false), gate: make(chan struct{})}}, nil
+			})
+			h, _ := newCache(up, newClock(), nil)
+			r := newReq(body, "acme")
+			r.Hints.Cache = tc.hints
+			r.Lookahead = &pipeline.Lookahead{}
+			r.Lookahead.Set(allHere{})
+			resp, err := h.Chat(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Stream.Close()
+			if got := !r.Lookahead.AllHere(); got != tc.waits {
+				t.Fatalf("the end waits: %v, want %v", got, tc.waits)
+			}
+		})
+	}
+}
+
+// allHere is an upstream stream whose rest is always in memory.
+type allHere struct{}
+
+func (allHere) Buffered() bool { return true }
+func (allHere) AllHere() bool  { return true }

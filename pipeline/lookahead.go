@@ -12,8 +12,19 @@ import "sync/atomic"
 // Safe for concurrent use, and lock-free: the writer asks before every
 // write.
 type Lookahead struct {
-	src    atomic.Pointer[Buffered]
-	queued atomic.Int32 // chunks a layer read ahead and hands out next (Queue)
+	src      atomic.Pointer[Buffered]
+	queued   atomic.Int32 // chunks a layer read ahead and hands out next (Queue)
+	endWaits atomic.Bool  // a layer's end of the stream may wait on the network (EndWaits)
+}
+
+// EndWaits tells l that a layer does work at the stream's end that may
+// wait on the network (a response cache's store, a stored Responses
+// response): the events before the end then leave before that work, and
+// AllHere says false.
+func (l *Lookahead) EndWaits() {
+	if l != nil {
+		l.endWaits.Store(true)
+	}
 }
 
 // Queue adds n (or, negative, takes them away) to the chunks a layer read
@@ -89,13 +100,16 @@ func (l *Lookahead) current() Buffered {
 }
 
 // AllHere reports whether the rest of the current upstream stream, to the
-// end of its body, is already in memory: reading it to its end cannot
-// wait for the network, not even for the body's end after [DONE], which
-// Complete does not require. The writer uses it to send the last events
-// of a burst with the stream's end, in one write. False when there is
-// none, or when it cannot tell (a Buffered stream tells by also having an
-// AllHere method).
+// end of its body, is already in memory, and no layer's work at its end
+// may wait on the network (EndWaits): taking it to its end cannot wait,
+// not even for the body's end after [DONE], which Complete does not
+// require. The writer uses it to send the last events of a burst with the
+// stream's end, in one write. False when there is none, or when it cannot
+// tell (a Buffered stream tells by also having an AllHere method).
 func (l *Lookahead) AllHere() bool {
+	if l == nil || l.endWaits.Load() {
+		return false
+	}
 	c, ok := l.current().(interface{ AllHere() bool })
 	return ok && c.AllHere()
 }

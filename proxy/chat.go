@@ -474,8 +474,9 @@ func (k *sink) flushEnd() {
 // maxHeldBytes); empty once the stream ended with nothing more to write.
 // After the first write, a burst that carries the upstream's whole rest,
 // the body's end included, takes the stream's end too ([DONE], after the
-// end's work): one write, not a last one for [DONE] alone. The first write
-// never waits for that work: the first content leaves at once.
+// end's work) when none of that work may wait on the network (more): one
+// write, not a last one for [DONE] alone. The first write never waits for
+// the end.
 func (k *sink) burst() []byte {
 	b := k.buf // events prefetched and not written yet, if any
 	for !k.ended && (len(b) == 0 || (len(b) < maxHeldBytes && k.more())) {
@@ -485,9 +486,23 @@ func (k *sink) burst() []byte {
 }
 
 // more reports whether the stream's next event can be taken without
-// waiting for the network (burst).
+// waiting for the network (burst): the upstream's next event is here, or,
+// after the first write, the whole rest of the stream is, and neither a
+// layer's work at its end (Lookahead.AllHere) nor the form's (a stored
+// Responses response, endWaiter) may wait on the network.
 func (k *sink) more() bool {
-	return k.req.Lookahead.Buffered() || k.written > 0 && k.req.Lookahead.AllHere()
+	if k.req.Lookahead.Buffered() {
+		return true
+	}
+	if w, ok := k.form.(endWaiter); k.written == 0 || ok && w.endWaits() {
+		return false
+	}
+	return k.req.Lookahead.AllHere()
+}
+
+// endWaiter is a form whose end may wait on the network.
+type endWaiter interface {
+	endWaits() bool
 }
 
 // prefetch takes the events that are already here without waiting (the

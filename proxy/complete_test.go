@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/llmgw/gateway/caching"
 	"github.com/llmgw/gateway/config"
 	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/pipeline"
+	"github.com/llmgw/gateway/responses"
 )
 
 // burstUpstream serves every request with a chunked event stream of three
@@ -130,11 +132,11 @@ func TestCompleteStreamIsNotHandedOver(t *testing.T) {
 // TestStreamTailLeavesInOneWrite: once a stream is handed over, the rest
 // of its answer arriving in one burst, [DONE] and the body's end with it,
 // leaves in one write, [DONE] and the final chunk with the last events:
-// nothing of it waits for the network, so holding the events back for the
-// end's work costs them no time, and the client is woken once, not twice.
+// nothing of it waits for the network (no layer's end says it may:
+// EndWaits), and the client is woken once, not twice.
 func TestStreamTailLeavesInOneWrite(t *testing.T) {
 	t.Parallel()
-	cfg, u := testUpstream(t, burstUpstream(t, "first", 0, nil), "")
+	cfg, u := testUpstream(t, burstUpstream(t, "first", 300*time.Millisecond, nil), "")
 	addr, srv := serveRuntime(t, cfg, u, u)
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
 	var chunks []string
@@ -145,6 +147,69 @@ func TestStreamTailLeavesInOneWrite(t *testing.T) {
 	if len(chunks) != 2 || !strings.Contains(chunks[0], `"one"`) || strings.Contains(chunks[0], `"two"`) ||
 		!strings.Contains(chunks[1], `"two"`) || !strings.Contains(chunks[1], `"three"`) || !strings.HasSuffix(chunks[1], "}\n\ndata: [DONE]\n\n") {
 		t.Fatalf("chunks %q, want the first event, then the rest with [DONE]", chunks)
+	}
+}
+
+// TestStreamTailDoesNotWaitForTheEndsWork: when the stream's end does work
+// that may wait on the network (a layer that says so, here one whose end
+// takes 200 ms; a Responses response stored at the end), the tail's events
+// leave before that work, and [DONE] (response.completed) after it, in a
+// write of its own; a Responses stream not stored keeps the one write.
+func TestStreamTailDoesNotWaitForTheEndsWork(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, path, body, three, end string
+		waits, apart                 bool
+	}{
+		{"layer", "/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`, `"content":"three"`, "data: [DONE]", true, true},
+		{"responses stored", "/v1/responses", `{"model":"m","stream":true,"input":"x"}`, `"delta":"three"`, "response.completed", false, true},
+		{"responses not stored", "/v1/responses", `{"model":"m","stream":true,"store":false,"input":"x"}`, `"delta":"three"`, "response.completed", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, u := testUpstream(t, burstUpstream(t, "first", 300*time.Millisecond, nil), "")
+			chat := pipeline.HandlerFunc(func(ctx context.Context, r *pipeline.Request) (*pipeline.Response, error) {
+				resp, err := u.Chat(ctx, r)
+				if err != nil || resp.Stream == nil || !tc.waits {
+					return resp, err
+				}
+				r.Lookahead.EndWaits()
+				up := resp.Stream
+				return &pipeline.Response{Stream: &pipeline.StreamFunc{
+					NextFunc: func() ([]byte, error) {
+						chunk, err := up.Next()
+						if err == io.EOF {
+							time.Sleep(200 * time.Millisecond) // the end's work
+						}
+						return chunk, err
+					},
+					CloseFunc: up.Close,
+				}}, nil
+			})
+			routes := map[string]*pipeline.Route{"m": {Name: "m", Deployments: []pipeline.Target{{Provider: "p", Upstream: "up"}}}}
+			st := &responses.Store{KV: caching.NewMemoryStore(1 << 20), MaxBytes: 1 << 20}
+			srv := NewServer(&Runtime{Config: cfg, Routes: routes, Upstream: u, Responses: st, Chat: chat}, zerolog.Nop())
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = srv.Serve(ln) }()
+			t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+			var chunks []string
+			testproc.StreamChunksAt(t, ln.Addr().String(), tc.path, tc.body, func(p []byte) { chunks = append(chunks, string(p)) })
+			last := -1
+			for i, c := range chunks {
+				if strings.Contains(c, tc.three) {
+					last = i
+				}
+			}
+			if last < 0 || !strings.Contains(chunks[len(chunks)-1], tc.end) {
+				t.Fatalf("chunks %q", chunks)
+			}
+			if apart := !strings.Contains(chunks[last], tc.end); apart != tc.apart {
+				t.Fatalf("the last events and %s apart: %v, want %v; chunks %q", tc.end, apart, tc.apart, chunks)
+			}
+		})
 	}
 }
 

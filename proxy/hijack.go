@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/gateway/pipeline"
 )
@@ -251,10 +250,10 @@ func (s *Server) closeKept(conn net.Conn) {
 	s.connsMu.Unlock()
 }
 
-// awaitRequest waits, as fasthttp does on a keep-alive connection, for the
-// first byte of kc's next request, at most the idle timeout, and keeps it
-// in kc.ahead; false when the connection ended, timed out or shutdown
-// closed it. ServeConn would treat kc as a new connection: its first
+// awaitRequest waits, as fasthttp does on a keep-alive connection, for
+// kc's next request, at most the idle timeout, and keeps the bytes of its
+// first read (up to 4 KiB, in a buffer from aheadBufs) in kc.ahead; false
+// when the connection ended, timed out or shutdown closed it. ServeConn would treat kc as a new connection: its first
 // request under the read timeout, answered 408 when none comes, and never
 // idle for shutdown.
 func (s *Server) awaitRequest(kc *keptConn) bool {
@@ -279,19 +278,12 @@ func (s *Server) awaitRequest(kc *keptConn) bool {
 			return false
 		}
 	}
-	if kc.rc == nil {
-		rc, err := kc.TCPConn.SyscallConn()
-		if err != nil {
-			return false
-		}
-		kc.rc, kc.try = rc, kc.readReady
-	}
-	kc.n, kc.err = 0, nil
-	if err := kc.rc.Read(kc.try); err != nil || kc.err != nil || kc.n <= 0 || kc.TCPConn.SetReadDeadline(time.Time{}) != nil {
+	n, err := kc.readNext()
+	if err != nil || n <= 0 || kc.TCPConn.SetReadDeadline(time.Time{}) != nil {
 		kc.drop()
 		return false
 	}
-	kc.ahead = (*kc.held)[:kc.n]
+	kc.ahead = (*kc.held)[:n]
 	return true
 }
 
@@ -303,8 +295,8 @@ type keptConn struct {
 	ahead []byte
 	held  *[]byte // ahead's buffer, from aheadBufs, until ahead is read
 
-	// awaitRequest's read, set up once: the connection's raw handle, the
-	// callback (readReady) and what it read.
+	// readNext's, set up once where the socket is read directly
+	// (keptconn_unix.go): the raw handle, the callback, what it read.
 	rc  syscall.RawConn
 	try func(fd uintptr) bool
 	n   int
@@ -312,29 +304,10 @@ type keptConn struct {
 }
 
 // aheadBufs holds the buffers a kept connection's next request is read
-// into (awaitRequest): taken only once the request's bytes are there, and
-// given back once fasthttp has read them, so that a connection waiting
-// for its next request holds none. One read then takes what fasthttp
-// would read first, instead of one byte to wait on and another read for
-// the rest.
+// into (awaitRequest), given back once fasthttp has read them. One read
+// then takes what fasthttp would read first, instead of one byte to wait
+// on and another read for the rest.
 var aheadBufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
-
-// readReady is awaitRequest's read, which the runtime calls again each
-// time the socket may have bytes (RawConn.Read): it reads them into a
-// buffer from aheadBufs, or gives the buffer back at once when none came.
-func (k *keptConn) readReady(fd uintptr) bool {
-	b := aheadBufs.Get().(*[]byte)
-	n, err := unix.Read(int(fd), *b)
-	for err == unix.EINTR {
-		n, err = unix.Read(int(fd), *b)
-	}
-	if err == unix.EAGAIN {
-		aheadBufs.Put(b)
-		return false // not readable yet: wait
-	}
-	k.held, k.n, k.err = b, n, err
-	return true
-}
 
 func (k *keptConn) Read(p []byte) (int, error) {
 	if len(k.ahead) > 0 {

@@ -386,6 +386,11 @@ func (f *responsesForm) left() {
 	}
 }
 
+// endWaits reports whether the stream's end stores the response (save),
+// which may wait on the network: the sink then writes the events before
+// the end first.
+func (f *responsesForm) endWaits() bool { return f.rq.Store }
+
 // save stores the finished or failed response (object) when the request
 // asked, with the conversation its output continues.
 func (f *responsesForm) save(object []byte) {

@@ -188,12 +188,18 @@ func StartThen(t testing.TB, bin, path string, started func(*exec.Cmd), args ...
 // write (one flush) of the gateway. The answer must be a chunked 200.
 func StreamChunks(t testing.TB, addr, body string, chunk func(payload []byte)) {
 	t.Helper()
+	StreamChunksAt(t, addr, "/v1/chat/completions", body, chunk)
+}
+
+// StreamChunksAt is StreamChunks for a POST to path.
+func StreamChunksAt(t testing.TB, addr, path, body string, chunk func(payload []byte)) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 	br := bufio.NewReader(conn)
 	status, err := br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package proxy
+
+// readNext reads k's next bytes into k.held, a buffer from aheadBufs, and
+// returns how many came. Where the socket is not read directly, the
+// buffer is held while the read waits.
+func (k *keptConn) readNext() (int, error) {
+	b := aheadBufs.Get().(*[]byte)
+	k.held = b
+	return k.TCPConn.Read(*b)
+}
