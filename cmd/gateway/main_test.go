@@ -620,8 +620,13 @@ provider = "demo"
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// A client of its own, not client (whose kept connection the next
+	// answer must use) nor http.DefaultTransport, which may hold an idle
+	// connection to this port from another test's gateway that listened
+	// on it before: its reuse reads a reset.
+	probe := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/readyz")
+		resp, err := probe.Get("http://" + addr + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
