@@ -241,7 +241,12 @@ func (c *responseCache) fill(ctx context.Context, r *pipeline.Request, key strin
 			calls.rec = &rs.rec
 		}
 		resp.Stream = rs
-		r.Lookahead.EndWaits() // the stream's end stores the answer: its last events leave first
+		if _, local := c.opts.Store.(*MemoryStore); !local {
+			// The stream's end stores the answer over the network: its
+			// last events leave before that (a memory store's Set waits
+			// on nothing).
+			r.Lookahead.EndWaits()
+		}
 		return resp, nil
 	}
 	c.store(ctx, key, calls.add(resp.Body), h)

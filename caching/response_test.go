@@ -566,25 +566,31 @@ func TestResponseCacheFallbackAnswerSharedNotStored(t *testing.T) {
 }
 
 // TestResponseCacheStreamEndWaits: a stream miss the cache will store at
-// its end tells the request's Lookahead so (the store may wait on the
-// network), and the writer then does not hold the last events for it; a
-// request that may not be stored does not.
+// its end in a store over the network tells the request's Lookahead so,
+// and the writer then does not hold the last events for it; a request
+// that may not be stored, or a memory store, does not.
 func TestResponseCacheStreamEndWaits(t *testing.T) {
 	t.Parallel()
 	const body = `{"model":"demo","temperature":0,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`
 	for _, tc := range []struct {
 		name, hints string
+		remote      bool
 		waits       bool
 	}{
-		{"stored", "", true},
-		{"no-store", "no-store", false},
+		{"stored remotely", "", true, true},
+		{"no-store", "no-store", true, false},
+		{"stored in memory", "", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			up := pipeline.HandlerFunc(func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
 				return &pipeline.Response{Stream: &gatedStream{chunks: (&upstream{content: "Hi"}).chunks("stop", false), gate: make(chan struct{})}}, nil
 			})
-			h, _ := newCache(up, newClock(), nil)
+			h, _ := newCache(up, newClock(), func(o *Options) {
+				if tc.remote {
+					o.Store = remoteStore{o.Store}
+				}
+			})
 			r := newReq(body, "acme")
 			r.Hints.Cache = tc.hints
 			r.Lookahead = &pipeline.Lookahead{}
@@ -600,6 +606,10 @@ func TestResponseCacheStreamEndWaits(t *testing.T) {
 		})
 	}
 }
+
+// remoteStore is a Store that is not a MemoryStore, as one over the
+// network is.
+type remoteStore struct{ Store }
 
 // allHere is an upstream stream whose rest is always in memory.
 type allHere struct{}
