@@ -150,6 +150,9 @@ func (s *Server) runChat(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 	if req.Stream && req.Lookahead == nil {
 		req.Lookahead = &x.look // the sink asks it before each flush
 	}
+	if w, ok := form.(endWaiter); ok && w.endWaits() {
+		req.Lookahead.EndWaits() // the form's end (a stored response's save) may wait on the network
+	}
 	if req.Usage == nil {
 		// The calls' usage for the access log when the answer carries none:
 		// a stream that did not ask (the meter takes it out), a tool loop
@@ -487,17 +490,11 @@ func (k *sink) burst() []byte {
 
 // more reports whether the stream's next event can be taken without
 // waiting for the network (burst): the upstream's next event is here, or,
-// after the first write, the whole rest of the stream is, and neither a
-// layer's work at its end (Lookahead.AllHere) nor the form's (a stored
-// Responses response, endWaiter) may wait on the network.
+// after the first write, the whole rest of the stream is and no work at
+// its end may wait on the network (Lookahead.AllHere: a layer's, or the
+// form's, which runChat marks).
 func (k *sink) more() bool {
-	if k.req.Lookahead.Buffered() {
-		return true
-	}
-	if w, ok := k.form.(endWaiter); k.written == 0 || ok && w.endWaits() {
-		return false
-	}
-	return k.req.Lookahead.AllHere()
+	return k.req.Lookahead.Buffered() || k.written > 0 && k.req.Lookahead.AllHere()
 }
 
 // endWaiter is a form whose end may wait on the network.

@@ -253,9 +253,9 @@ func (s *Server) closeKept(conn net.Conn) {
 // awaitRequest waits, as fasthttp does on a keep-alive connection, for
 // kc's next request, at most the idle timeout, and keeps the bytes of its
 // first read (up to 4 KiB, in a buffer from aheadBufs) in kc.ahead; false
-// when the connection ended, timed out or shutdown closed it. ServeConn would treat kc as a new connection: its first
-// request under the read timeout, answered 408 when none comes, and never
-// idle for shutdown.
+// when the connection ended, timed out or shutdown closed it. ServeConn
+// would treat kc as a new connection: its first request under the read
+// timeout, answered 408 when none comes, and never idle for shutdown.
 func (s *Server) awaitRequest(kc *keptConn) bool {
 	s.connsMu.Lock()
 	if s.stopping.Load() {

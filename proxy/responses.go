@@ -387,8 +387,8 @@ func (f *responsesForm) left() {
 }
 
 // endWaits reports whether the stream's end stores the response (save),
-// which may wait on the network: the sink then writes the events before
-// the end first.
+// which may wait on the network: runChat marks the request's Lookahead,
+// and the sink then writes the events before the end first.
 func (f *responsesForm) endWaits() bool { return f.rq.Store }
 
 // save stores the finished or failed response (object) when the request
