@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -244,6 +245,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 			boundWrite(ctx, x)
 			sk.conn = ctx.Conn()
 		}
+		sk.chunked = size < 0
 		ctx.SetBodyStream(sk, size)
 	case ctx.Request.Header.IsHTTP11() && req.Lookahead.Complete():
 		// The rest of the upstream's stream is here too (a short answer
@@ -253,6 +255,7 @@ func (s *Server) chatOut(ctx *fasthttp.RequestCtx, x *exchange, req *pipeline.Re
 		// whole stream).
 		boundWrite(ctx, x)
 		sk.conn = ctx.Conn()
+		sk.chunked = true
 		ctx.SetBodyStream(sk, -1)
 	case !s.hijackStream(ctx, sk):
 		ctx.SetBodyStream(sk, -1)
@@ -368,13 +371,17 @@ type sink struct {
 	// held is the byte count of the stream's last write, counted once
 	// that end is out, as a stream on its own connection counts its last
 	// write, which carries the last chunk.
-	out    *bufio.Writer
-	held   int
-	req    *pipeline.Request
-	stream pipeline.Stream
-	cancel context.CancelFunc
-	watch  peerWatch // of the client connection, until release
-	form   outputForm
+	out  *bufio.Writer
+	held int
+	// chunked is set when fasthttp writes the stream whole as a chunked
+	// body: a burst nothing after which waits for the network is then
+	// buffered, not flushed (WriteTo).
+	chunked bool
+	req     *pipeline.Request
+	stream  pipeline.Stream
+	cancel  context.CancelFunc
+	watch   peerWatch // of the client connection, until release
+	form    outputForm
 
 	buf      []byte  // the events not yet written; nil while bufp is
 	bufp     *[]byte // buf's holder in sinkBufs while held (see hold and drop)
@@ -428,6 +435,20 @@ func (k *sink) WriteTo(w io.Writer) (n int64, err error) {
 			// drain, a cache's store) is not counted against the client.
 			_ = k.conn.SetWriteDeadline(time.Now().Add(k.writeTimeout))
 		}
+		if out != nil && k.chunked && (k.ended || k.req.Lookahead.AllHere()) {
+			// Nothing after this burst waits for the network (it ends the
+			// stream, or the rest is here and the end's work waits on
+			// nothing): it joins fasthttp's buffer unflushed, and leaves
+			// with the body's end, which Close flushes (flushEnd).
+			if err := k.bufferChunk(out, b); err != nil {
+				k.gone()
+				return n, err
+			}
+			n += int64(len(b))
+			k.held += len(b) // counted with the body's end (Close)
+			k.drop()
+			continue
+		}
 		m, err := w.Write(b)
 		n += int64(m)
 		if err != nil {
@@ -435,7 +456,7 @@ func (k *sink) WriteTo(w io.Writer) (n int64, err error) {
 			return n, err
 		}
 		if k.ended && out != nil {
-			k.held = m // counted with the body's end (Close)
+			k.held += m // counted with the body's end (Close)
 		} else {
 			k.wrote(m)
 		}
@@ -450,6 +471,18 @@ func (k *sink) WriteTo(w io.Writer) (n int64, err error) {
 	// left before it as served whole. Close flushes it and finishes.
 	k.out = out
 	return n, nil
+}
+
+// bufferChunk writes b to out as one chunk of a chunked body, as fasthttp
+// frames a Write of WriteTo's writer, without flushing it (out may still
+// write when its buffer fills).
+func (k *sink) bufferChunk(out *bufio.Writer, b []byte) error {
+	k.size = strconv.AppendInt(k.sizeArr[:0], int64(len(b)), 16)
+	k.size = append(k.size, '\r', '\n')
+	_, _ = out.Write(k.size)
+	_, _ = out.Write(b)
+	_, err := out.Write(crlf)
+	return err // bufio's error is sticky: the last Write reports any
 }
 
 // flushEnd flushes what fasthttp wrote after WriteTo (the body's end),

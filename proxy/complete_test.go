@@ -33,6 +33,12 @@ import (
 // split "done" [DONE] too, split "first" everything after the first
 // event. It counts the connections it accepted in conns (may be nil).
 func burstUpstream(t *testing.T, split string, late time.Duration, conns *atomic.Int32) string {
+	return burstUpstreamOf(t, []string{"one", "two", "three"}, split, "", late, conns)
+}
+
+// burstUpstreamOf is burstUpstream with an event for each of words, and
+// junk sent right after the body's end, in the same write.
+func burstUpstreamOf(t *testing.T, words []string, split, junk string, late time.Duration, conns *atomic.Int32) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,7 +47,7 @@ func burstUpstream(t *testing.T, split string, late time.Duration, conns *atomic
 	t.Cleanup(func() { _ = ln.Close() })
 	event := func(s string) string { return "data: " + s + "\n\n" }
 	var events strings.Builder
-	for _, w := range []string{"one", "two", "three"} {
+	for _, w := range words {
 		events.WriteString(event(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"` + w + `"},"finish_reason":null}]}`))
 	}
 	chunk := func(s string) string { return strconv.FormatInt(int64(len(s)), 16) + "\r\n" + s + "\r\n" }
@@ -65,7 +71,7 @@ func burstUpstream(t *testing.T, split string, late time.Duration, conns *atomic
 					}
 					_, _ = req.Body.Read(make([]byte, 1<<16))
 					_ = req.Body.Close()
-					all := head + chunk(events.String()) + chunk(event("[DONE]")) + "0\r\n\r\n"
+					all := head + chunk(events.String()) + chunk(event("[DONE]")) + "0\r\n\r\n" + junk
 					at := len(all)
 					switch split {
 					case "end":

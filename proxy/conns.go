@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -40,6 +41,21 @@ type trackedConn struct {
 	lastUse atomic.Int64
 	writing atomic.Bool
 	mu      sync.Mutex // orders a cancelled call's expired deadline against fasthttp's own
+
+	// What a stream's lookahead read from the socket ahead of fasthttp's
+	// reader (readSpill, under the stream's lock): spill is its unread
+	// bytes, which Read returns before reading the socket again, in
+	// spillBuf, from spillBufs; spillErr is the error that read met,
+	// returned once spill is read. filled is whether the last read from
+	// the socket filled the buffer it was given, so that the socket may
+	// hold more. Read and readSpill run on the goroutine reading the
+	// body, or under its stream's lock.
+	spill    []byte
+	spillBuf *[]byte
+	spillErr error
+	filled   bool
+	rc       syscall.RawConn       // the socket's, once readSpill needed it
+	try      func(fd uintptr) bool // readSpill's callback, made once
 }
 
 func (c *trackedConn) Close() error {
@@ -47,12 +63,63 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Read notes the time of the connection's last use.
+// Read notes the time of the connection's last use. Bytes a stream's
+// lookahead read ahead (spill) come first.
 func (c *trackedConn) Read(p []byte) (int, error) {
+	if c.spillBuf != nil || c.spillErr != nil {
+		return c.readSpilled(p)
+	}
 	n, err := c.Conn.Read(p)
+	c.filled = n == len(p) && n > 0
 	c.lastUse.Store(int64(time.Since(monoStart)))
 	c.writing.Store(false)
 	return n, err
+}
+
+// readSpilled is Read while spill holds bytes, or the error the read that
+// filled it met, which comes after them, as a socket read gives it.
+func (c *trackedConn) readSpilled(p []byte) (int, error) {
+	if c.spillBuf != nil {
+		n := copy(p, c.spill)
+		c.spill = c.spill[n:]
+		if len(c.spill) > 0 || n > 0 {
+			if len(c.spill) == 0 {
+				c.dropSpill()
+			}
+			return n, nil
+		}
+		c.dropSpill()
+	}
+	err := c.spillErr
+	c.spillErr = nil
+	return 0, err
+}
+
+// dropSpill gives spill's buffer back.
+func (c *trackedConn) dropSpill() {
+	if c.spillBuf != nil {
+		spillBufs.Put(c.spillBuf)
+		c.spill, c.spillBuf = nil, nil
+	}
+}
+
+// spillBufs holds the buffers readSpill reads into: as large as the most
+// a client write holds (maxHeldBytes), so that one read sees such a burst.
+var spillBufs = sync.Pool{New: func() any { b := make([]byte, maxHeldBytes); return &b }}
+
+// ahead returns the bytes read from the socket ahead of fasthttp's reader
+// (spill). When there are none and the last read from the socket filled
+// its buffer, it first reads what the socket holds now, without waiting
+// (plain TCP only: a TLS connection's socket bytes are not the body's).
+// So a burst larger than the reader's buffer can be seen whole. A read
+// that finds nothing costs one system call; none is made while events
+// come one read at a time.
+func (c *trackedConn) ahead() []byte {
+	if c.spillBuf == nil && c.filled {
+		c.filled = false
+		c.readSpill()
+	}
+	return c.spill
 }
 
 // Write finds the token of the call whose request starts here. At a

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -16,8 +17,9 @@ import (
 )
 
 // endFailListener accepts connections whose write of a chunked body's last
-// chunk alone fails (when fail is set), as a client that left just before
-// it: the connection is closed and the write returns an error.
+// chunk fails (when fail is set), as a client that left just before it:
+// the bytes before it in the same write go out, then the connection is
+// closed and the write returns an error.
 type endFailListener struct {
 	net.Listener
 	fail *atomic.Bool
@@ -37,9 +39,12 @@ type endFailConn struct {
 }
 
 func (c *endFailConn) Write(p []byte) (int, error) {
-	if c.fail.Load() && string(p) == "0\r\n\r\n" {
+	if c.fail.Load() && bytes.HasSuffix(p, lastChunk) {
+		// What comes before the last chunk in the same write reaches the
+		// client.
+		n, _ := c.Conn.Write(p[:len(p)-len(lastChunk)])
 		_ = c.Conn.Close()
-		return 0, errors.New("write: broken pipe")
+		return n, errors.New("write: broken pipe")
 	}
 	return c.Conn.Write(p)
 }

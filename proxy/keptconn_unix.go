@@ -2,7 +2,14 @@
 
 package proxy
 
-import "golang.org/x/sys/unix"
+import (
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // readNext reads k's next bytes into k.held, a buffer from aheadBufs, once
 // the socket has some, and returns how many came (0 at the connection's
@@ -39,5 +46,47 @@ func (k *keptConn) readReady(fd uintptr) bool {
 		return false // not readable yet: wait
 	}
 	k.held, k.n, k.err = b, n, err
+	return true
+}
+
+// readSpill reads what c's socket holds now into spill, without waiting;
+// for a connection that is not plain TCP it reads nothing.
+func (c *trackedConn) readSpill() {
+	if c.try == nil {
+		tc, ok := c.Conn.(*net.TCPConn)
+		if !ok {
+			return
+		}
+		rc, err := tc.SyscallConn()
+		if err != nil {
+			return
+		}
+		c.rc, c.try = rc, c.spillReady
+	}
+	_ = c.rc.Read(c.try) // an expired deadline: the next Read reports it
+}
+
+// spillReady is readSpill's callback: one read, never a wait. Bytes go to
+// spill; the end of the connection or an error, to spillErr.
+func (c *trackedConn) spillReady(fd uintptr) bool {
+	b := spillBufs.Get().(*[]byte)
+	n, err := unix.Read(int(fd), *b)
+	for err == unix.EINTR {
+		n, err = unix.Read(int(fd), *b)
+	}
+	switch {
+	case n > 0:
+		c.spill, c.spillBuf = (*b)[:n], b
+		c.filled = n == len(*b)
+		c.lastUse.Store(int64(time.Since(monoStart)))
+		c.writing.Store(false)
+		return true
+	case err == unix.EAGAIN:
+	case err == nil:
+		c.spillErr = io.EOF
+	default:
+		c.spillErr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+	}
+	spillBufs.Put(b)
 	return true
 }

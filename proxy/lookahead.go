@@ -150,11 +150,44 @@ func (s *upstreamStream) Buffered() bool {
 		return false
 	}
 	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	if partial {
-		return s.body.eventEnds(ahead, raw)
+	whole := func(raw []byte) bool {
+		if partial {
+			return s.body.eventEnds(ahead, raw)
+		}
+		return s.body.firstIsData(raw)
 	}
-	return s.body.firstIsData(raw)
+	if whole(raw) {
+		return true
+	}
+	// The event may go on in what the connection read ahead of its reader
+	// (a burst larger than the reader's buffer).
+	raw, more := s.joinAhead(raw)
+	return more && whole(raw)
 }
+
+// joinAhead returns raw (the body bytes the connection's reader holds)
+// followed by those the connection read ahead of that reader
+// (trackedConn.ahead), and whether there were any; the join is s's
+// scratch buffer, valid until the next call.
+func (s *upstreamStream) joinAhead(raw []byte) ([]byte, bool) {
+	if s.conn == nil {
+		return raw, false
+	}
+	more := s.conn.ahead()
+	if len(more) == 0 {
+		return raw, false
+	}
+	if s.join == nil {
+		s.join = joinBufs.Get().(*[]byte)
+	}
+	j := append(append((*s.join)[:0], raw...), more...)
+	*s.join = j
+	return j, true
+}
+
+// joinBufs holds the scratch buffers of joinAhead, given back when the
+// stream closes.
+var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
 
 // Complete reports whether the rest of the stream, to its terminator, is
 // already in memory, so that its Nexts never wait for the upstream's next
@@ -186,18 +219,25 @@ func (s *upstreamStream) inMemory(bodyEnd bool) bool {
 	if s.done {
 		return true // read to its end already
 	}
-	var last tail
-	if !bodyEnd {
-		last.add(s.rd.Buffered())
-	}
 	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	end := s.body.bufferedBody(raw, func(run []byte) bool {
+	toEnd := func(raw []byte) bool {
+		var last tail
 		if !bodyEnd {
-			last.add(run)
+			last.add(s.rd.Buffered())
 		}
+		end := s.body.bufferedBody(raw, func(run []byte) bool {
+			if !bodyEnd {
+				last.add(run)
+			}
+			return true
+		})
+		return end || !bodyEnd && sse.EndsWithDone(last.bytes())
+	}
+	if toEnd(raw) {
 		return true
-	})
-	return end || !bodyEnd && sse.EndsWithDone(last.bytes())
+	}
+	raw, more := s.joinAhead(raw)
+	return more && toEnd(raw)
 }
 
 // tail keeps the last bytes of what is added to it: enough for a [DONE]

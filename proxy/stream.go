@@ -68,6 +68,7 @@ type upstreamStream struct {
 	done     bool                     // [DONE] (or message_stop) seen
 	fin      finishes                 // the choices ended so far, for a finish the upstream never sends
 	held     []byte                   // a chunk due before the next read; nil if none
+	join     *[]byte                  // joinAhead's scratch, from joinBufs; nil until needed
 	usage    [2][]byte                // copies of usage chunks held back while a choice is open, in turn
 	usageAt  int                      // usage[usageAt] is held (hasUsage)
 	hasUsage bool
@@ -682,6 +683,15 @@ func (s *upstreamStream) Close() {
 		sseReaders.Put(s.rd)
 	}
 	s.rd = nil
+	if s.join != nil {
+		joinBufs.Put(s.join)
+		s.join = nil
+	}
+	if s.conn != nil && (s.conn.spillBuf != nil || s.conn.spillErr != nil) {
+		// The upstream sent more than the body (bytes read ahead of the
+		// reader are left): the connection's state is not known.
+		s.clean = false
+	}
 	if s.stopAfter != nil && !s.stopAfter() {
 		// The context was cancelled: its AfterFunc ran or is running and may
 		// still set an expired deadline. Never pool this connection.
