@@ -368,9 +368,10 @@ type sink struct {
 	// found (bufferedWriterOf), from the end of WriteTo until Close: the
 	// body's end that fasthttp writes after WriteTo (the last chunk) is
 	// flushed there, so that the request's finish sees the write fail.
-	// held is the byte count of the stream's last write, counted once
-	// that end is out, as a stream on its own connection counts its last
-	// write, which carries the last chunk.
+	// held is the byte count of the bursts written to out but not
+	// flushed (the last, and those buffered before it: bufferChunk),
+	// counted once that end is out, as a stream on its own connection
+	// counts its last write, which carries the last chunk.
 	out  *bufio.Writer
 	held int
 	// chunked is set when fasthttp writes the stream whole as a chunked
@@ -512,7 +513,8 @@ func (k *sink) flushEnd() {
 // the body's end included, takes the stream's end too ([DONE], after the
 // end's work) when none of that work may wait on the network (more): one
 // write, not a last one for [DONE] alone. The first write never waits for
-// the end.
+// the end, except where nothing waits on the network at all: a burst
+// WriteTo buffered (bufferChunk) counts as a write here.
 func (k *sink) burst() []byte {
 	b := k.buf // events prefetched and not written yet, if any
 	for !k.ended && (len(b) == 0 || (len(b) < maxHeldBytes && k.more())) {
@@ -527,7 +529,7 @@ func (k *sink) burst() []byte {
 // its end may wait on the network (Lookahead.AllHere: a layer's, or the
 // form's, which runChat marks).
 func (k *sink) more() bool {
-	return k.req.Lookahead.Buffered() || k.written > 0 && k.req.Lookahead.AllHere()
+	return k.req.Lookahead.Buffered() || (k.written > 0 || k.held > 0) && k.req.Lookahead.AllHere()
 }
 
 // endWaiter is a form whose end may wait on the network.

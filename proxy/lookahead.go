@@ -161,33 +161,47 @@ func (s *upstreamStream) Buffered() bool {
 	}
 	// The event may go on in what the connection read ahead of its reader
 	// (a burst larger than the reader's buffer).
-	raw, more := s.joinAhead(raw)
-	return more && whole(raw)
+	join := s.joinAhead(raw)
+	if join == nil {
+		return false
+	}
+	ok := whole(*join)
+	putJoin(join)
+	return ok
 }
 
 // joinAhead returns raw (the body bytes the connection's reader holds)
 // followed by those the connection read ahead of that reader
-// (trackedConn.ahead), and whether there were any; the join is s's
-// scratch buffer, valid until the next call.
-func (s *upstreamStream) joinAhead(raw []byte) ([]byte, bool) {
+// (trackedConn.ahead), in a buffer from joinBufs that the caller gives
+// back (putJoin) before it returns: a stream waiting for its upstream holds
+// none. Nil when the connection read nothing ahead.
+func (s *upstreamStream) joinAhead(raw []byte) *[]byte {
 	if s.conn == nil {
-		return raw, false
+		return nil
 	}
 	more := s.conn.ahead()
 	if len(more) == 0 {
-		return raw, false
+		return nil
 	}
-	if s.join == nil {
-		s.join = joinBufs.Get().(*[]byte)
-	}
-	j := append(append((*s.join)[:0], raw...), more...)
-	*s.join = j
-	return j, true
+	join := joinBufs.Get().(*[]byte)
+	*join = append(append((*join)[:0], raw...), more...)
+	return join
 }
 
-// joinBufs holds the scratch buffers of joinAhead, given back when the
-// stream closes.
-var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+// putJoin gives a joinAhead buffer back, unless a reader's buffer larger
+// than the default made it grow past what the pool keeps.
+func putJoin(join *[]byte) {
+	if cap(*join) <= maxJoin {
+		joinBufs.Put(join)
+	}
+}
+
+// maxJoin is the largest joinAhead buffer joinBufs keeps: a default 4 KiB
+// reader's bytes and a full read ahead.
+const maxJoin = 4<<10 + maxHeldBytes
+
+// joinBufs holds joinAhead's buffers.
+var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxJoin); return &b }}
 
 // Complete reports whether the rest of the stream, to its terminator, is
 // already in memory, so that its Nexts never wait for the upstream's next
@@ -236,8 +250,13 @@ func (s *upstreamStream) inMemory(bodyEnd bool) bool {
 	if toEnd(raw) {
 		return true
 	}
-	raw, more := s.joinAhead(raw)
-	return more && toEnd(raw)
+	join := s.joinAhead(raw)
+	if join == nil {
+		return false
+	}
+	ok := toEnd(*join)
+	putJoin(join)
+	return ok
 }
 
 // tail keeps the last bytes of what is added to it: enough for a [DONE]

@@ -68,7 +68,6 @@ type upstreamStream struct {
 	done     bool                     // [DONE] (or message_stop) seen
 	fin      finishes                 // the choices ended so far, for a finish the upstream never sends
 	held     []byte                   // a chunk due before the next read; nil if none
-	join     *[]byte                  // joinAhead's scratch, from joinBufs; nil until needed
 	usage    [2][]byte                // copies of usage chunks held back while a choice is open, in turn
 	usageAt  int                      // usage[usageAt] is held (hasUsage)
 	hasUsage bool
@@ -683,13 +682,12 @@ func (s *upstreamStream) Close() {
 		sseReaders.Put(s.rd)
 	}
 	s.rd = nil
-	if s.join != nil {
-		joinBufs.Put(s.join)
-		s.join = nil
-	}
 	if s.conn != nil && (s.conn.spillBuf != nil || s.conn.spillErr != nil) {
 		// The upstream sent more than the body (bytes read ahead of the
-		// reader are left): the connection's state is not known.
+		// reader are left), or the stream ends before it read them: the
+		// connection's state is not known, and it is closed unread.
+		s.conn.dropSpill()
+		s.conn.spillErr = nil
 		s.clean = false
 	}
 	if s.stopAfter != nil && !s.stopAfter() {
