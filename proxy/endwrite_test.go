@@ -16,37 +16,40 @@ import (
 	"github.com/llmgw/gateway/pipeline"
 )
 
-// endFailListener accepts connections whose write of a chunked body's last
-// chunk fails (when fail is set), as a client that left just before it:
-// the bytes before it in the same write go out, then the connection is
-// closed and the write returns an error.
-type endFailListener struct {
+// hookListener accepts connections whose writes go through write.
+type hookListener struct {
 	net.Listener
-	fail *atomic.Bool
+	write func(c net.Conn, p []byte) (int, error)
 }
 
-func (l endFailListener) Accept() (net.Conn, error) {
+func (l hookListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &endFailConn{Conn: c, fail: l.fail}, nil
+	return &hookConn{Conn: c, write: l.write}, nil
 }
 
-type endFailConn struct {
+type hookConn struct {
 	net.Conn
-	fail *atomic.Bool
+	write func(c net.Conn, p []byte) (int, error)
 }
 
-func (c *endFailConn) Write(p []byte) (int, error) {
-	if c.fail.Load() && bytes.HasSuffix(p, lastChunk) {
-		// What comes before the last chunk in the same write reaches the
-		// client.
-		n, _ := c.Conn.Write(p[:len(p)-len(lastChunk)])
-		_ = c.Conn.Close()
-		return n, errors.New("write: broken pipe")
+func (c *hookConn) Write(p []byte) (int, error) { return c.write(c.Conn, p) }
+
+// failEnd is a write hook that fails the write of a chunked body's last
+// chunk (when fail is set), as a client that left just before it: the
+// bytes before it in the same write go out, then the connection is closed
+// and the write returns an error.
+func failEnd(fail *atomic.Bool) func(net.Conn, []byte) (int, error) {
+	return func(c net.Conn, p []byte) (int, error) {
+		if fail.Load() && bytes.HasSuffix(p, lastChunk) {
+			n, _ := c.Write(p[:len(p)-len(lastChunk)])
+			_ = c.Close()
+			return n, errors.New("write: broken pipe")
+		}
+		return c.Write(p)
 	}
-	return c.Conn.Write(p)
 }
 
 // TestCompleteStreamEndWriteFails: a stream fasthttp writes whole (the
@@ -67,7 +70,7 @@ func TestCompleteStreamEndWriteFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail := &atomic.Bool{}
-	go func() { _ = srv.Serve(endFailListener{Listener: ln, fail: fail}) }()
+	go func() { _ = srv.Serve(hookListener{Listener: ln, write: failEnd(fail)}) }()
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 
 	access := func(n int) gjson.Result { // the n-th chat access line, once logged

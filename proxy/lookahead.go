@@ -149,46 +149,40 @@ func (s *upstreamStream) Buffered() bool {
 	if len(ahead) > 0 && !partial {
 		return false
 	}
-	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	whole := func(raw []byte) bool {
+	return s.orAhead(func(raw []byte) bool {
 		if partial {
 			return s.body.eventEnds(ahead, raw)
 		}
 		return s.body.firstIsData(raw)
-	}
-	if whole(raw) {
+	})
+}
+
+// orAhead reports whether f says true of the body bytes the connection's
+// reader holds (from where the body reader stopped), or else of those
+// followed by what the connection read ahead of that reader
+// (trackedConn.ahead): a burst larger than the reader's buffer. The join
+// is made in a buffer from joinBufs, given back before orAhead returns: a
+// stream waiting for its upstream holds none.
+func (s *upstreamStream) orAhead(f func(raw []byte) bool) bool {
+	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
+	if f(raw) {
 		return true
 	}
-	// The event may go on in what the connection read ahead of its reader
-	// (a burst larger than the reader's buffer).
-	join := s.joinAhead(raw)
-	if join == nil {
+	if s.conn == nil {
 		return false
 	}
-	ok := whole(*join)
+	more := s.conn.ahead()
+	if len(more) == 0 {
+		return false
+	}
+	join := joinBufs.Get().(*[]byte)
+	*join = append(append((*join)[:0], raw...), more...)
+	ok := f(*join)
 	putJoin(join)
 	return ok
 }
 
-// joinAhead returns raw (the body bytes the connection's reader holds)
-// followed by those the connection read ahead of that reader
-// (trackedConn.ahead), in a buffer from joinBufs that the caller gives
-// back (putJoin) before it returns: a stream waiting for its upstream holds
-// none. Nil when the connection read nothing ahead.
-func (s *upstreamStream) joinAhead(raw []byte) *[]byte {
-	if s.conn == nil {
-		return nil
-	}
-	more := s.conn.ahead()
-	if len(more) == 0 {
-		return nil
-	}
-	join := joinBufs.Get().(*[]byte)
-	*join = append(append((*join)[:0], raw...), more...)
-	return join
-}
-
-// putJoin gives a joinAhead buffer back, unless a reader's buffer larger
+// putJoin gives an orAhead buffer back, unless a reader's buffer larger
 // than the default made it grow past what the pool keeps.
 func putJoin(join *[]byte) {
 	if cap(*join) <= maxJoin {
@@ -196,11 +190,11 @@ func putJoin(join *[]byte) {
 	}
 }
 
-// maxJoin is the largest joinAhead buffer joinBufs keeps: a default 4 KiB
+// maxJoin is the largest orAhead buffer joinBufs keeps: a default 4 KiB
 // reader's bytes and a full read ahead.
 const maxJoin = 4<<10 + maxHeldBytes
 
-// joinBufs holds joinAhead's buffers.
+// joinBufs holds orAhead's buffers.
 var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxJoin); return &b }}
 
 // Complete reports whether the rest of the stream, to its terminator, is
@@ -233,8 +227,7 @@ func (s *upstreamStream) inMemory(bodyEnd bool) bool {
 	if s.done {
 		return true // read to its end already
 	}
-	raw, _ := s.body.br.Peek(s.body.br.Buffered()) // only what is buffered: no read
-	toEnd := func(raw []byte) bool {
+	return s.orAhead(func(raw []byte) bool {
 		var last tail
 		if !bodyEnd {
 			last.add(s.rd.Buffered())
@@ -246,17 +239,7 @@ func (s *upstreamStream) inMemory(bodyEnd bool) bool {
 			return true
 		})
 		return end || !bodyEnd && sse.EndsWithDone(last.bytes())
-	}
-	if toEnd(raw) {
-		return true
-	}
-	join := s.joinAhead(raw)
-	if join == nil {
-		return false
-	}
-	ok := toEnd(*join)
-	putJoin(join)
-	return ok
+	})
 }
 
 // tail keeps the last bytes of what is added to it: enough for a [DONE]

@@ -176,30 +176,6 @@ func TestLargeBurstIsNotHandedOver(t *testing.T) {
 	}
 }
 
-// writeCounter counts the writes of the connections it accepted.
-type writeCounter struct {
-	net.Listener
-	writes *atomic.Int32
-}
-
-func (l writeCounter) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &countedConn{Conn: c, writes: l.writes}, nil
-}
-
-type countedConn struct {
-	net.Conn
-	writes *atomic.Int32
-}
-
-func (c *countedConn) Write(p []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(p)
-}
-
 // TestCompleteStreamLeavesInOneWrite: a stream fasthttp writes whole (the
 // upstream's answer all here) leaves in one write, head, events, [DONE]
 // and the last chunk together: no part of it waits for the network, so
@@ -214,7 +190,12 @@ func TestCompleteStreamLeavesInOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes := &atomic.Int32{}
-	go func() { _ = srv.Serve(writeCounter{Listener: ln, writes: writes}) }()
+	go func() {
+		_ = srv.Serve(hookListener{Listener: ln, write: func(c net.Conn, p []byte) (int, error) {
+			writes.Add(1)
+			return c.Write(p)
+		}})
+	}()
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	got, _, _ := rawStream(t, ln.Addr().String())
 	if !strings.Contains(got, `"three"`) || !strings.HasSuffix(got, "data: [DONE]\n\n\r\n0\r\n\r\n") {
