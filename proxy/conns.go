@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -54,8 +53,12 @@ type trackedConn struct {
 	spillBuf *[]byte
 	spillErr error
 	filled   bool
-	rc       syscall.RawConn       // the socket's, once readSpill needed it
-	try      func(fd uintptr) bool // readSpill's callback, made once
+	// readNow reads what the socket holds, without waiting: n > 0 bytes;
+	// 0 and no error when it holds none; else the connection's end or
+	// error. Set up at readSpill's first use (setReadNow); nil where the
+	// socket cannot be read so (TLS, other systems).
+	readNow func(p []byte) (int, error)
+	now     nowRead // readNow's state, where it reads a socket
 }
 
 func (c *trackedConn) Close() error {
@@ -120,6 +123,28 @@ func (c *trackedConn) ahead() []byte {
 		c.readSpill()
 	}
 	return c.spill
+}
+
+// readSpill reads what c's socket holds now into spill, without waiting
+// (readNow); for a connection whose socket cannot be read so it reads
+// nothing. The end of the connection, or an error, goes to spillErr.
+func (c *trackedConn) readSpill() {
+	if c.readNow == nil && !c.setReadNow() {
+		return
+	}
+	b := spillBufs.Get().(*[]byte)
+	n, err := c.readNow(*b)
+	switch {
+	case n > 0:
+		c.spill, c.spillBuf = (*b)[:n], b
+		c.filled = n == len(*b)
+		c.lastUse.Store(int64(time.Since(monoStart)))
+		c.writing.Store(false)
+		return
+	case err != nil:
+		c.spillErr = err
+	}
+	spillBufs.Put(b)
 }
 
 // Write finds the token of the call whose request starts here. At a

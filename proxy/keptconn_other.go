@@ -11,5 +11,8 @@ func (k *keptConn) readNext() (int, error) {
 	return k.TCPConn.Read(*b)
 }
 
-// readSpill reads nothing where the socket is not read directly.
-func (c *trackedConn) readSpill() {}
+// nowRead is empty where the socket is not read directly.
+type nowRead struct{}
+
+// setReadNow says false where the socket is not read directly.
+func (c *trackedConn) setReadNow() bool { return false }

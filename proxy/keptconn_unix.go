@@ -6,7 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"time"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,44 +49,58 @@ func (k *keptConn) readReady(fd uintptr) bool {
 	return true
 }
 
-// readSpill reads what c's socket holds now into spill, without waiting;
-// for a connection that is not plain TCP it reads nothing.
-func (c *trackedConn) readSpill() {
-	if c.try == nil {
-		tc, ok := c.Conn.(*net.TCPConn)
-		if !ok {
-			return
-		}
-		rc, err := tc.SyscallConn()
-		if err != nil {
-			return
-		}
-		c.rc, c.try = rc, c.spillReady
-	}
-	_ = c.rc.Read(c.try) // an expired deadline: the next Read reports it
+// nowRead is what readNow needs to read a socket: its raw handle, the
+// callback (made once) and what one call read.
+type nowRead struct {
+	rc  syscall.RawConn
+	try func(fd uintptr) bool
+	p   []byte
+	n   int
+	err error
 }
 
-// spillReady is readSpill's callback: one read, never a wait. Bytes go to
-// spill; the end of the connection or an error, to spillErr.
-func (c *trackedConn) spillReady(fd uintptr) bool {
-	b := spillBufs.Get().(*[]byte)
-	n, err := unix.Read(int(fd), *b)
+// setReadNow sets c.readNow up for a plain TCP connection; false for any
+// other (a TLS connection's socket bytes are not the body's).
+func (c *trackedConn) setReadNow() bool {
+	tc, ok := c.Conn.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	c.now.rc, c.now.try = rc, c.readFD
+	c.readNow = c.readSocketNow
+	return true
+}
+
+// readSocketNow is readNow on the socket: one read, never a wait.
+func (c *trackedConn) readSocketNow(p []byte) (int, error) {
+	c.now.p, c.now.n, c.now.err = p, 0, nil
+	err := c.now.rc.Read(c.now.try)
+	c.now.p = nil
+	if err != nil {
+		return 0, nil // an expired deadline: nothing now, the next Read reports it
+	}
+	return c.now.n, c.now.err
+}
+
+// readFD is readSocketNow's callback, which RawConn.Read calls once: it
+// never asks to wait.
+func (c *trackedConn) readFD(fd uintptr) bool {
+	n, err := unix.Read(int(fd), c.now.p)
 	for err == unix.EINTR {
-		n, err = unix.Read(int(fd), *b)
+		n, err = unix.Read(int(fd), c.now.p)
 	}
 	switch {
 	case n > 0:
-		c.spill, c.spillBuf = (*b)[:n], b
-		c.filled = n == len(*b)
-		c.lastUse.Store(int64(time.Since(monoStart)))
-		c.writing.Store(false)
-		return true
+		c.now.n = n
 	case err == unix.EAGAIN:
 	case err == nil:
-		c.spillErr = io.EOF
+		c.now.err = io.EOF
 	default:
-		c.spillErr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+		c.now.err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
 	}
-	spillBufs.Put(b)
 	return true
 }

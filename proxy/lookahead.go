@@ -141,7 +141,7 @@ func (s *upstreamStream) Buffered() bool {
 	}
 	ahead := s.rd.Buffered()
 	if sse.HasEvent(ahead) || s.body.br == nil {
-		return sse.FirstIsData(ahead) // the reader's own bytes come first
+		return firstIsChunk(ahead) // the reader's own bytes come first
 	}
 	// The first event is not whole in the reader: it, or its rest, must be
 	// in the body the connection's reader holds.
@@ -151,7 +151,7 @@ func (s *upstreamStream) Buffered() bool {
 	}
 	return s.orAhead(func(raw []byte) bool {
 		if partial {
-			return s.body.eventEnds(ahead, raw)
+			return s.body.eventEnds(ahead, raw) && s.body.partialIsChunk(ahead, raw)
 		}
 		return s.body.firstIsData(raw)
 	})
@@ -291,18 +291,61 @@ func (b bodyReader) eventEnds(tail, raw []byte) bool {
 }
 
 // firstIsData reports whether the body bytes readable from raw without
-// the network start with a whole JSON data event within one run (an event
-// across chunks says false: a write more, never a wait).
+// the network start with a whole data event the stream returns as a chunk
+// (firstIsChunk) within one run (an event across chunks says false: a
+// write more, never a wait).
 func (b bodyReader) firstIsData(raw []byte) bool {
 	first := true
 	ok := false
 	b.bufferedBody(raw, func(run []byte) bool {
 		if first {
-			first, ok = false, sse.FirstIsData(run)
+			first, ok = false, firstIsChunk(run)
 		}
 		return false
 	})
 	return ok
+}
+
+// firstIsChunk reports whether the first event in b is whole and one the
+// stream returns as a chunk: a data line holding a JSON object with
+// choices or a usage. Any other object (a keep-alive {"type":"ping"}) is
+// passed over (choiceless), and Next would read on, maybe waiting for the
+// network while the writer holds its flush. A key on a later data line of
+// the event says false: a write more, never a wait.
+func firstIsChunk(b []byte) bool {
+	v, ok := sse.FirstData(b)
+	return ok && chunkLike(v)
+}
+
+// chunkLike reports whether v, a data line's value, is a JSON object that
+// names choices or a usage.
+func chunkLike(v []byte) bool {
+	return len(v) > 0 && v[0] == '{' && (bytes.Contains(v, choicesKey) || bytes.Contains(v, usageKey))
+}
+
+var (
+	choicesKey = []byte(`"choices"`)
+	usageKey   = []byte(`"usage"`)
+)
+
+// partialIsChunk reports whether the data line that tail (the SSE reader's
+// unread bytes, the start of an event) begins names choices or a usage, in
+// tail or in the rest of that line readable from raw (a key across the two
+// says false: a write more, never a wait).
+func (b bodyReader) partialIsChunk(tail, raw []byte) bool {
+	if chunkLike(bytes.TrimPrefix(bytes.TrimPrefix(tail, []byte("data:")), []byte(" "))) {
+		return true
+	}
+	found := false
+	b.bufferedBody(raw, func(run []byte) bool {
+		end := len(run)
+		if i := bytes.IndexAny(run, "\r\n"); i >= 0 {
+			end = i
+		}
+		found = bytes.Contains(run[:end], choicesKey) || bytes.Contains(run[:end], usageKey)
+		return !found && end == len(run) // on to the next run while the line goes on
+	})
+	return found
 }
 
 // bufferedBody calls run with each run of body bytes that the body reader

@@ -311,3 +311,35 @@ func TestBufferedSeesWholeEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferedPassesOverPings: a data event the stream passes over (a
+// keep-alive object of no choice and no usage) is not a chunk the next
+// Next returns: Buffered says no, so the writer does not hold the content
+// before it until the upstream's next event. The fuzzing of the read-ahead
+// found it (the stream read on, to the network).
+func TestBufferedPassesOverPings(t *testing.T) {
+	t.Parallel()
+	content := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}` + "\n\n"
+	for _, tc := range []struct {
+		name, next string
+		want       bool
+	}{
+		{"ping", `data: {"type":"ping"}` + "\n\n", false},
+		{"content", content, true},
+		{"usage", `data: {"id":"c","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}` + "\n\n", true},
+	} {
+		g := &gateReader{data: gateResponse([]byte(content+tc.next), nil, 0), open: true}
+		resp := &fasthttp.Response{StreamBody: true}
+		if err := resp.Read(bufio.NewReaderSize(g, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		rs := resp.BodyStream()
+		s := &upstreamStream{ctx: context.Background(), pc: &providerClient{}, rd: sse.NewReader(rs, 0), body: gateBodyReader(rs), model: "m"}
+		if chunk, err := s.Next(); err != nil || !bytes.Contains(chunk, []byte(`"hi"`)) {
+			t.Fatalf("%s: first chunk %q, %v", tc.name, chunk, err)
+		}
+		if got := s.Buffered(); got != tc.want {
+			t.Errorf("%s next: Buffered %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -499,8 +499,11 @@ func FirstHasData(b []byte) bool {
 	return ok
 }
 
-// firstData returns the value of the first data line of the first event
+// FirstData returns the value of the first data line of the first event
 // in b, with ok true when that event is complete in b.
+func FirstData(b []byte) (v []byte, ok bool) { return firstData(b) }
+
+// firstData is FirstData.
 func firstData(b []byte) (v []byte, ok bool) {
 	for len(b) > 0 {
 		i := lineEnd(b)
