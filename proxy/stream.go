@@ -262,7 +262,9 @@ func (s *upstreamStream) chunk(ev sse.Event) (chunk []byte, skip bool, err error
 			}
 		}
 	}
-	if bytes.Contains(data, errorKey) {
+	if bytes.Contains(data, errorKey) && jsonvalid.Bytes(data) {
+		// (Data that is not JSON is refused below: gjson and sjson would
+		// read and edit it leniently, into an object that is.)
 		e := gjson.GetBytes(data, "error")
 		if e.Exists() && e.Type == gjson.Null {
 			// "error":null in a normal chunk kills openai-go's stream: drop it.
