@@ -69,14 +69,18 @@ func FuzzObserve(f *testing.F) {
 		if !s.seen {
 			// No usage object: only a usage member (null) may go, from a
 			// valid chunk, which stays valid with its content.
-			if skip {
-				t.Fatalf("chunk %q skipped", in)
-			}
 			if !gjson.ValidBytes(in) {
-				if !bytes.Equal(out, in) && !bytes.HasSuffix(in, []byte(`,"usage":null}`)) {
+				// Not JSON (the upstream stream refuses such an event
+				// before the meter sees it): gjson's lenient reading may
+				// take it for a usage-only chunk whose counts are no
+				// counts, which goes; else it is left as it came.
+				if !skip && !bytes.Equal(out, in) && !bytes.HasSuffix(in, []byte(`,"usage":null}`)) {
 					t.Fatalf("invalid chunk %q changed to %q", in, out)
 				}
 				return
+			}
+			if skip {
+				t.Fatalf("chunk %q skipped", in)
 			}
 			// A key spelled with escapes ("us\u0061ge") is left: the
 			// member is dropped on one scan for its plain spelling, which
