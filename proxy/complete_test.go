@@ -99,37 +99,60 @@ func burstUpstreamOf(t *testing.T, words []string, split, junk string, late time
 // written (a short answer the upstream sent in one burst) is written by
 // fasthttp, content first, without a goroutine of its own: none of its
 // events waits for the network, and the hand-over would cost more than the
-// stream. A stream whose [DONE] is still to come is handed over. All reach
-// the client whole, and the upstream connection is used again.
+// stream. A stream whose [DONE] is still to come is handed over. An answer
+// larger than the upstream connection's read buffer (4 KiB by default) is
+// seen whole too, through the bytes the connection reads ahead of
+// fasthttp's reader. All reach the client whole, and the upstream
+// connection is used again; bytes an upstream sent past the body's end
+// (junk) are not taken for the next answer: that connection is not.
 func TestCompleteStreamIsNotHandedOver(t *testing.T) {
 	t.Parallel()
+	short := []string{"one", "two", "three"}
+	var long []string
+	for i := range 60 { // about 8 KB of events
+		long = append(long, "w"+strconv.Itoa(i))
+	}
 	for _, tc := range []struct {
-		split     string
-		handovers int64
+		name, split, junk string
+		words             []string
+		handovers         int64
+		conns             int32
 	}{
-		{"", 0},     // the whole answer here
-		{"end", 0},  // the body's end a moment later
-		{"done", 2}, // [DONE] still to come
+		{"whole answer here", "", "", short, 0, 1},
+		{"body's end a moment later", "end", "", short, 0, 1},
+		{"[DONE] still to come", "done", "", short, 2, 1},
+		{"larger than the read buffer", "", "", long, 0, 1},
+		// An answer of its own, larger than the reader's buffer: some of it
+		// is still read ahead when the stream ends.
+		{"junk after the body", "", "HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), long, 0, 2},
 	} {
-		t.Run("split="+tc.split, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			if len(tc.words) > len(short) && !readsAhead {
+				t.Skip("upstream connections read nothing ahead here")
+			}
 			var conns atomic.Int32
-			cfg, u := testUpstream(t, burstUpstream(t, tc.split, 0, &conns), "")
+			cfg, u := testUpstream(t, burstUpstreamOf(t, tc.words, tc.split, tc.junk, 0, &conns), "")
 			addr, srv := serveRuntime(t, cfg, u, u)
 			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
 			for range 2 {
 				var got strings.Builder
 				testproc.StreamChunks(t, addr, body, func(p []byte) { got.Write(p) })
 				s := got.String()
-				if !strings.Contains(s, `"one"`) || !strings.Contains(s, `"three"`) || !strings.HasSuffix(s, "data: [DONE]\n\n") {
+				for _, w := range tc.words {
+					if !strings.Contains(s, `"content":"`+w+`"`) {
+						t.Fatalf("event %s missing from %q", w, s)
+					}
+				}
+				if !strings.HasSuffix(s, "data: [DONE]\n\n") {
 					t.Fatalf("stream %q", s)
 				}
 			}
 			if h := srv.handovers.Load(); h != tc.handovers {
 				t.Fatalf("%d streams handed over, want %d", h, tc.handovers)
 			}
-			if n := conns.Load(); n != 1 {
-				t.Fatalf("%d upstream connections for two sequential streams: the connection was not reused", n)
+			if n := conns.Load(); n != tc.conns {
+				t.Fatalf("%d upstream connections for two sequential streams, want %d", n, tc.conns)
 			}
 		})
 	}

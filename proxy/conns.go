@@ -79,23 +79,29 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readSpilled is Read while spill holds bytes, or the error the read that
-// filled it met, which comes after them, as a socket read gives it.
+// readSpilled is Read while spill holds bytes (never empty while it has
+// its buffer), or else the error the read that filled it met, which comes
+// after them, as a socket read gives it.
 func (c *trackedConn) readSpilled(p []byte) (int, error) {
 	if c.spillBuf != nil {
 		n := copy(p, c.spill)
-		c.spill = c.spill[n:]
-		if len(c.spill) > 0 || n > 0 {
-			if len(c.spill) == 0 {
-				c.dropSpill()
-			}
-			return n, nil
+		if c.spill = c.spill[n:]; len(c.spill) == 0 {
+			c.dropSpill()
 		}
-		c.dropSpill()
+		return n, nil
 	}
 	err := c.spillErr
 	c.spillErr = nil
 	return 0, err
+}
+
+// discardAhead forgets what was read ahead and not read yet (bytes, or
+// the error after them), and reports whether there was any.
+func (c *trackedConn) discardAhead() bool {
+	left := c.spillBuf != nil || c.spillErr != nil
+	c.dropSpill()
+	c.spillErr = nil
+	return left
 }
 
 // dropSpill gives spill's buffer back.

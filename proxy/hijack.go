@@ -296,7 +296,7 @@ type keptConn struct {
 	held  *[]byte // ahead's buffer, from aheadBufs, until ahead is read
 
 	// readNext's, set up once where the socket is read directly
-	// (keptconn_unix.go): the raw handle, the callback, what it read.
+	// (rawread_unix.go): the raw handle, the callback, what it read.
 	rc  syscall.RawConn
 	try func(fd uintptr) bool
 	n   int

@@ -7,7 +7,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/llmgw/gateway/internal/testproc"
 	"github.com/llmgw/gateway/pipeline"
 )
 
@@ -122,58 +120,6 @@ func TestTrackedConnReadsAhead(t *testing.T) {
 			t.Fatalf("read ahead %d bytes of a connection that is not plain TCP", len(ahead))
 		}
 	})
-}
-
-// TestLargeBurstIsNotHandedOver: an upstream answer sent in one burst that
-// is larger than the upstream connection's read buffer (4 KiB by default)
-// is seen whole through the bytes the connection reads ahead of fasthttp's
-// reader, so the stream is written by fasthttp without a hand-over, as a
-// short one is; it reaches the client whole, and the upstream connection
-// is used again. Bytes the upstream sent past the body's end (junk) are
-// not taken for the next answer: that connection is not used again.
-func TestLargeBurstIsNotHandedOver(t *testing.T) {
-	t.Parallel()
-	var words []string
-	for i := range 60 { // about 8 KB of events
-		words = append(words, "w"+strconv.Itoa(i))
-	}
-	for _, tc := range []struct {
-		name  string
-		junk  string
-		conns int32
-	}{
-		{"clean", "", 1},
-		// An answer of its own, larger than the reader's buffer: some of it
-		// is still read ahead when the stream ends.
-		{"junk after the body", "HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var conns atomic.Int32
-			cfg, u := testUpstream(t, burstUpstreamOf(t, words, "", tc.junk, 0, &conns), "")
-			addr, srv := serveRuntime(t, cfg, u, u)
-			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`
-			for range 2 {
-				var got strings.Builder
-				testproc.StreamChunks(t, addr, body, func(p []byte) { got.Write(p) })
-				s := got.String()
-				for _, w := range words {
-					if !strings.Contains(s, `"content":"`+w+`"`) {
-						t.Fatalf("event %s missing from %q", w, s)
-					}
-				}
-				if !strings.HasSuffix(s, "data: [DONE]\n\n") {
-					t.Fatalf("stream %q", s)
-				}
-			}
-			if h := srv.handovers.Load(); h != 0 {
-				t.Fatalf("%d streams handed over, want none", h)
-			}
-			if n := conns.Load(); n != tc.conns {
-				t.Fatalf("%d upstream connections for two sequential streams, want %d", n, tc.conns)
-			}
-		})
-	}
 }
 
 // TestCompleteStreamLeavesInOneWrite: a stream fasthttp writes whole (the

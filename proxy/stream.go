@@ -684,12 +684,10 @@ func (s *upstreamStream) Close() {
 		sseReaders.Put(s.rd)
 	}
 	s.rd = nil
-	if s.conn != nil && (s.conn.spillBuf != nil || s.conn.spillErr != nil) {
+	if s.conn != nil && s.conn.discardAhead() {
 		// The upstream sent more than the body (bytes read ahead of the
 		// reader are left), or the stream ends before it read them: the
 		// connection's state is not known, and it is closed unread.
-		s.conn.dropSpill()
-		s.conn.spillErr = nil
 		s.clean = false
 	}
 	if s.stopAfter != nil && !s.stopAfter() {

@@ -466,17 +466,6 @@ func HasEvent(b []byte) bool {
 	return bytes.Contains(b, lfLF) || bytes.Contains(b, crlfCRLF) || bytes.Contains(b, crCR)
 }
 
-// FirstIsData reports whether the first complete event in b carries a data
-// line whose value is a JSON object ("data: {..."): an event a reader of
-// chat chunks turns into a chunk. A comment, an empty data line, [DONE],
-// or an event not complete in b report false. Lines that are not fields of
-// the event (a chunked transfer's size lines between its bytes) are passed
-// over.
-func FirstIsData(b []byte) bool {
-	v, ok := firstData(b)
-	return ok && len(v) > 0 && v[0] == '{'
-}
-
 // StartsData reports whether b, a Reader's Buffered bytes, begins an event
 // that is not complete in b and whose first line is a data line holding a
 // JSON object ("data: {..."): the first part of a chat chunk whose rest
@@ -495,16 +484,16 @@ func StartsData(b []byte) bool {
 // reading more. False may still be such an event (the test is cheap, not
 // complete).
 func FirstHasData(b []byte) bool {
-	_, ok := firstData(b)
+	_, ok := FirstData(b)
 	return ok
 }
 
 // FirstData returns the value of the first data line of the first event
-// in b, with ok true when that event is complete in b.
-func FirstData(b []byte) (v []byte, ok bool) { return firstData(b) }
-
-// firstData is FirstData.
-func firstData(b []byte) (v []byte, ok bool) {
+// in b, with ok true when that event is complete in b. A comment or an
+// event without a data line ends the search (false); lines that are not
+// fields of the event (a chunked transfer's size lines between its bytes)
+// are passed over.
+func FirstData(b []byte) (v []byte, ok bool) {
 	for len(b) > 0 {
 		i := lineEnd(b)
 		if i < 0 {

@@ -234,9 +234,17 @@ func BenchmarkReader(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*101), "ns/event")
 }
 
-// TestFirstIsData: only a complete first event with a JSON data line
-// counts; FirstHasData takes any complete first event with a data line.
-func TestFirstIsData(t *testing.T) {
+// isJSONData reports whether the first complete event in b has a data
+// line holding a JSON object (FirstData's value starts with "{").
+func isJSONData(b []byte) bool {
+	v, ok := FirstData(b)
+	return ok && len(v) > 0 && v[0] == '{'
+}
+
+// TestFirstData: only a complete first event with a JSON data line
+// has a JSON value; FirstHasData takes any complete first event with a
+// data line.
+func TestFirstData(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		in           string
@@ -254,8 +262,8 @@ func TestFirstIsData(t *testing.T) {
 		{"data: [DONE]\n", false, false},
 		{"", false, false},
 	} {
-		if got := FirstIsData([]byte(c.in)); got != c.isData {
-			t.Errorf("FirstIsData(%q) = %v, want %v", c.in, got, c.isData)
+		if got := isJSONData([]byte(c.in)); got != c.isData {
+			t.Errorf("FirstData(%q) holds a JSON object: %v, want %v", c.in, got, c.isData)
 		}
 		if got := FirstHasData([]byte(c.in)); got != c.data {
 			t.Errorf("FirstHasData(%q) = %v, want %v", c.in, got, c.data)
@@ -274,7 +282,7 @@ func TestStartsData(t *testing.T) {
 		{"data: {\"a\":", true},
 		{"data:{", true},
 		{"data: {\"a\":1}\n", true}, // the blank line is still to come
-		{"data: {}\n\n", false},     // complete: FirstIsData's case
+		{"data: {}\n\n", false},     // complete: FirstData's case
 		{"data: {}\n\ndata: {\"b\"", false},
 		{"data: [DO", false},
 		{"data: ", false},
@@ -289,12 +297,12 @@ func TestStartsData(t *testing.T) {
 	}
 }
 
-// FuzzFirstIsData: never panics, and says true only when the bytes hold a
+// FuzzFirstData: never panics, and says true only when the bytes hold a
 // data line starting with "{" and a blank line, and a Reader given those
 // bytes returns an event with that data without reading more; so does
 // FirstHasData for any data (the upstream stream leaves its read deadline
 // as it is then).
-func FuzzFirstIsData(f *testing.F) {
+func FuzzFirstData(f *testing.F) {
 	for _, s := range []string{"data: {}\n\n", ": x\n\n", "data: [DONE]\n\n", "\r\r", "data:{\r\n\r\n", "event: e\r\ndata: {\n\n"} {
 		f.Add([]byte(s))
 	}
@@ -305,9 +313,9 @@ func FuzzFirstIsData(f *testing.F) {
 		if StartsData(b) && (HasEvent(b) || FirstHasData(b) || !bytes.HasPrefix(b, []byte("data:"))) {
 			t.Fatalf("StartsData(%q) for a complete event or one not starting with data", b)
 		}
-		isData, hasData := FirstIsData(b), FirstHasData(b)
+		isData, hasData := isJSONData(b), FirstHasData(b)
 		if isData && !hasData {
-			t.Fatalf("FirstIsData but not FirstHasData for %q", b)
+			t.Fatalf("a JSON value from FirstData but not FirstHasData for %q", b)
 		}
 		if !hasData {
 			return

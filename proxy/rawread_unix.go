@@ -2,6 +2,10 @@
 
 package proxy
 
+// The socket reads made directly on the raw socket: a kept client
+// connection's next request (keptConn.readNext) and an upstream
+// connection's read ahead of fasthttp's reader (trackedConn.readNow).
+
 import (
 	"io"
 	"net"
@@ -10,6 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// readsAhead is whether a plain-TCP upstream connection can read ahead of
+// fasthttp's reader (trackedConn.ahead).
+const readsAhead = true
 
 // readNext reads k's next bytes into k.held, a buffer from aheadBufs, once
 // the socket has some, and returns how many came (0 at the connection's
@@ -37,10 +45,7 @@ func (k *keptConn) readNext() (int, error) {
 // came.
 func (k *keptConn) readReady(fd uintptr) bool {
 	b := aheadBufs.Get().(*[]byte)
-	n, err := unix.Read(int(fd), *b)
-	for err == unix.EINTR {
-		n, err = unix.Read(int(fd), *b)
-	}
+	n, err := readFD(fd, *b)
 	if err == unix.EAGAIN {
 		aheadBufs.Put(b)
 		return false // not readable yet: wait
@@ -70,7 +75,7 @@ func (c *trackedConn) setReadNow() bool {
 	if err != nil {
 		return false
 	}
-	c.now.rc, c.now.try = rc, c.readFD
+	c.now.rc, c.now.try = rc, c.readOnce
 	c.readNow = c.readSocketNow
 	return true
 }
@@ -86,13 +91,10 @@ func (c *trackedConn) readSocketNow(p []byte) (int, error) {
 	return c.now.n, c.now.err
 }
 
-// readFD is readSocketNow's callback, which RawConn.Read calls once: it
+// readOnce is readSocketNow's callback, which RawConn.Read calls once: it
 // never asks to wait.
-func (c *trackedConn) readFD(fd uintptr) bool {
-	n, err := unix.Read(int(fd), c.now.p)
-	for err == unix.EINTR {
-		n, err = unix.Read(int(fd), c.now.p)
-	}
+func (c *trackedConn) readOnce(fd uintptr) bool {
+	n, err := readFD(fd, c.now.p)
 	switch {
 	case n > 0:
 		c.now.n = n
@@ -103,4 +105,14 @@ func (c *trackedConn) readFD(fd uintptr) bool {
 		c.now.err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", err)}
 	}
 	return true
+}
+
+// readFD reads the socket fd into p once, again if a signal interrupted
+// the read.
+func readFD(fd uintptr, p []byte) (int, error) {
+	n, err := unix.Read(int(fd), p)
+	for err == unix.EINTR {
+		n, err = unix.Read(int(fd), p)
+	}
+	return n, err
 }
